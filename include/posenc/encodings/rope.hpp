@@ -1,0 +1,74 @@
+#pragma once
+/// \file
+/// RoPE frequency tables and context-extension scaling, with HF transformers'
+/// formulas and parameter names (`modeling_rope_utils.py`). A variant is reduced once
+/// to a RopeFreqs value (conventions as data): the pair layout, the rotary width, the
+/// inverse frequencies and the attention factor. Tables (`posenc table rope`) and the
+/// rotation of tensors (`posenc rope`, `posenc attention --rope`) both use it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "posenc/io/ref.hpp"
+
+namespace posenc {
+
+/// Pairing of dimensions: neox pairs (i, i + r/2) (HF rotate_half), gptj pairs
+/// (2i, 2i+1) (GPT-J, Meta's complex form).
+enum class RopeStyle { neox, gptj };
+enum class RopeScaling { none, linear, dynamic, yarn, longrope, llama3 };
+
+RopeStyle parse_rope_style(const std::string& s);      ///< neox|half|gptj|interleaved
+RopeScaling parse_rope_scaling(const std::string& s);  ///< none|default|linear|...
+std::string rope_style_name(RopeStyle s);
+std::string rope_scaling_name(RopeScaling s);
+
+/// The user-facing parameters (names as in HF `rope_scaling`). Unset optionals take
+/// HF's defaults.
+struct RopeParams {
+  RopeStyle style = RopeStyle::neox;
+  int head_dim = 0;           ///< D
+  int rotary_dim = 0;         ///< R; 0 = round(partial * D)
+  double partial = 1.0;       ///< partial_rotary_factor
+  double base = 10000.0;      ///< rope_theta
+  RopeScaling scaling = RopeScaling::none;
+  std::optional<double> factor;                  ///< s
+  std::optional<std::int64_t> original_max_pos;  ///< L0 (original_max_position_embeddings)
+  std::optional<std::int64_t> max_pos;           ///< max_position_embeddings
+  std::optional<double> beta_fast, beta_slow;    ///< yarn, default 32 / 1
+  std::optional<double> mscale, mscale_all_dim;  ///< yarn (DeepSeek)
+  std::optional<double> attention_factor;        ///< yarn / longrope override
+  bool truncate = true;                          ///< yarn: floor/ceil the correction range
+  std::optional<double> low_freq_factor, high_freq_factor;  ///< llama3, default 1 / 4
+  std::vector<double> short_factor, long_factor;            ///< longrope, R/2 each
+  /// The sequence length the table is for: dynamic NTK uses max(seq_len, max_pos);
+  /// longrope picks long_factor when seq_len > L0. 0 = not known (taken from the
+  /// positions by the caller).
+  std::int64_t seq_len = 0;
+};
+
+/// A reduced RoPE variant: everything the rotation needs.
+struct RopeFreqs {
+  RopeStyle style = RopeStyle::neox;
+  int head_dim = 0;
+  int rotary_dim = 0;
+  std::vector<double> inv_freq;   ///< rotary_dim / 2 entries, float64
+  double attention_factor = 1.0;  ///< multiplies cos and sin (HF attention_scaling)
+  Attrs attrs;                    ///< the parameters used, for recording with outputs
+};
+
+/// Reduces `p` to frequencies. Throws UsageError for inconsistent parameters (odd or
+/// too large rotary dim, missing factor, factor lists of the wrong length, ...).
+RopeFreqs compute_rope_freqs(const RopeParams& p);
+
+/// Fills rope fields of `p` from a HF model config.json (`rope_theta`,
+/// `partial_rotary_factor`, `head_dim` or hidden_size/num_attention_heads,
+/// `max_position_embeddings`, `rope_scaling` / `rope_parameters`). Fields already set
+/// explicitly by the caller are listed in `keep` and not overwritten. Throws
+/// InputError naming the file for malformed JSON or unknown rope types.
+void apply_hf_config(const std::string& path, RopeParams& p,
+                     const std::vector<std::string>& keep = {});
+
+}  // namespace posenc

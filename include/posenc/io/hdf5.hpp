@@ -1,0 +1,47 @@
+#pragma once
+/// \file
+/// HDF5 datasets through the C API (no <hdf5.h> here). Reading treats files as
+/// semi-trusted: the HDF5 error stack is silenced, plugins are not loaded, external
+/// links, external storage and virtual datasets are refused, and type, rank and size
+/// are validated before anything is read. Writing creates groups as needed, records
+/// attributes, stores no timestamps (identical runs give identical bytes), writes f16
+/// as the IEEE half type h5py uses and bf16 as a 16-bit float type h5py reads.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "posenc/io/ref.hpp"
+
+namespace posenc {
+
+/// Opens `ref.dataset` in `ref.path` for reading (row slabs are hyperslab reads).
+std::unique_ptr<TensorSource> open_hdf5_source(const TensorRef& ref);
+
+/// Writes one HDF5 file holding one or more datasets. The file is created under a
+/// temporary name in the target's folder and renamed over the target by `commit()`;
+/// destroying an uncommitted writer removes the temporary file.
+class Hdf5FileWriter {
+ public:
+  Hdf5FileWriter(const std::string& path, const WriteOptions& opt);
+  ~Hdf5FileWriter();
+  Hdf5FileWriter(const Hdf5FileWriter&) = delete;
+  Hdf5FileWriter& operator=(const Hdf5FileWriter&) = delete;
+
+  /// A sink for dataset `name` ("/g/d"; groups created as needed) with `info.attrs`
+  /// as attributes. The sink's own commit() only checks all rows arrived; the file
+  /// becomes visible with this writer's commit().
+  std::unique_ptr<TensorSink> dataset(const std::string& name, const TensorInfo& info);
+  /// Attributes on the root group (parameters shared by all datasets).
+  void root_attrs(const Attrs& attrs);
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The datasets in a file (full paths), for messages and `inspect` of a bare file.
+std::vector<std::string> list_hdf5_datasets(const std::string& path);
+
+}  // namespace posenc

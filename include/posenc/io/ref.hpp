@@ -1,0 +1,122 @@
+#pragma once
+/// \file
+/// Tensor references (`x.npy`, `x.h5:/g/d`, `x.csv`, `x.tsv`, `x.json`, `-`) and the
+/// format-independent reading and writing API every command uses.
+///
+/// Reading: `open_source(ref)` gives a TensorSource that reports the shape and dtype
+/// from the header alone and reads row slabs (along axis 0) on demand, so large inputs
+/// can be streamed; `read_tensor(ref)` reads everything.
+///
+/// Writing: `create_sink(ref, info, options)` gives a TensorSink; rows are written in
+/// order with `write_rows`, and nothing is visible at the target until `commit()`
+/// (temporary file + rename in the target's folder). A sink destroyed without commit
+/// removes its temporary file and leaves an existing target untouched.
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+
+enum class Format { npy, hdf5, csv, tsv, json, text };
+
+/// A parsed tensor reference.
+struct TensorRef {
+  std::string text;     ///< as the user wrote it, for messages
+  std::string path;     ///< file path; "-" for stdin/stdout
+  std::string dataset;  ///< HDF5 dataset path ("/g/d"); empty for other formats
+  Format format = Format::npy;
+  bool is_stdio() const { return path == "-"; }
+};
+
+/// Parses `text`. `to` overrides the format taken from the extension (the `--to`
+/// option: "npy", "h5", "csv", "tsv", "json", "text"). An HDF5 reference without a
+/// dataset gets `default_dataset` (e.g. "/data"), or a UsageError when that is empty.
+/// Unknown extensions are a UsageError naming the reference.
+TensorRef parse_ref(const std::string& text, const std::string& to = "",
+                    const std::string& default_dataset = "");
+
+/// One recorded parameter: written as an HDF5 attribute, a JSON field, or listed by
+/// `--verbose`.
+using AttrValue = std::variant<std::string, double, long long, std::vector<double>>;
+struct Attr {
+  std::string name;
+  AttrValue value;
+};
+using Attrs = std::vector<Attr>;
+
+/// What a reader learned from a header, and what `inspect` shows about storage.
+struct TensorInfo {
+  DType dtype = DType::f32;
+  Shape shape;
+  std::string storage;  ///< e.g. "NPY 1.0, C order, little-endian" or
+                        ///< "HDF5, chunked (64, 128), gzip 4, shuffle"
+  Attrs attrs;          ///< HDF5 attributes of the dataset, if any
+};
+
+/// Sequential or random access to the rows (slabs along axis 0) of a stored tensor.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual const TensorInfo& info() const = 0;
+  /// Reads rows [first, first + count) of axis 0 into `dst` (C order, native byte
+  /// order, the source dtype). A rank-0 tensor has one row. Streams (stdin) only allow
+  /// reading forward. Throws InputError on short or malformed data.
+  virtual void read_rows(std::size_t first, std::size_t count, void* dst) = 0;
+  /// Whether whole-tensor reads are cheap relative to streaming (regular files).
+  virtual bool seekable() const = 0;
+};
+
+std::unique_ptr<TensorSource> open_source(const TensorRef& ref);
+
+/// Reads the whole tensor. Throws InputError naming `ref.text` on any problem.
+Tensor read_tensor(const TensorRef& ref);
+Tensor read_tensor(const std::string& ref_text);
+
+/// Options shared by all writers.
+struct WriteOptions {
+  bool force = false;      ///< allow binary output to a terminal
+  int compression = 0;     ///< HDF5 gzip level (0 = none)
+  bool no_clobber = false; ///< refuse to replace an existing target
+};
+
+class TensorSink {
+ public:
+  virtual ~TensorSink() = default;
+  /// Writes the next `count` rows (axis 0) from `src` (C order, the sink dtype).
+  virtual void write_rows(const void* src, std::size_t count) = 0;
+  /// Finishes the output (all rows must have been written) and makes it visible.
+  virtual void commit() = 0;
+};
+
+/// Creates a sink for a tensor described by `info` (dtype, shape, attrs). For HDF5,
+/// several datasets may go to one file: see `HdfFileWriter` in io/hdf5.hpp.
+std::unique_ptr<TensorSink> create_sink(const TensorRef& ref, const TensorInfo& info,
+                                        const WriteOptions& opt = {});
+
+/// Writes a whole tensor atomically.
+void write_tensor(const TensorRef& ref, const Tensor& t, const Attrs& attrs = {},
+                  const WriteOptions& opt = {});
+
+}  // namespace posenc
+
+namespace posenc {
+
+/// One output of a multi-output write.
+struct NamedTensor {
+  TensorRef ref;
+  const Tensor* tensor = nullptr;
+  Attrs attrs;
+};
+
+/// Writes several outputs so that all or none become visible: every target file is
+/// written to a temporary file first and all are renamed only after every write
+/// succeeded. Outputs naming datasets of the same HDF5 file go into that one file.
+void write_tensors(const std::vector<NamedTensor>& outs, const WriteOptions& opt = {});
+
+}  // namespace posenc

@@ -1,0 +1,131 @@
+#pragma once
+/// \file
+/// The Tensor type: an owned, C-ordered, native-endian buffer of one DType with a shape.
+/// Every file format reads into and writes from it; the numeric code works on typed
+/// pointers (`data<T>()`) or on xtensor adaptors (`as_xtensor<T>()`).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xarray.hpp>
+
+namespace posenc {
+
+/// Element types posenc reads and writes. Floats are computed in f64/f32; f16 and bf16
+/// are storage types converted with round-to-nearest-even.
+enum class DType : std::uint8_t { f16, bf16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, b1 };
+
+using Shape = std::vector<std::size_t>;
+
+/// Bytes per element of `t`.
+std::size_t dtype_size(DType t) noexcept;
+/// Short name used on the command line and in messages: "f32", "bf16", "i64", "bool".
+std::string_view dtype_name(DType t) noexcept;
+/// Parses a name from `dtype_name` (also numpy spellings "float32", "float16", "int64",
+/// "bool", "bfloat16"). Throws UsageError naming `what` when unknown.
+DType parse_dtype(std::string_view name, std::string_view what = "--dtype");
+bool is_float(DType t) noexcept;
+bool is_integer(DType t) noexcept;  ///< signed or unsigned integer, not bool
+
+/// "(2, 3, 4)" as numpy prints shapes.
+std::string shape_str(const Shape& s);
+
+/// Number of elements of `s`. Throws InputError naming `what` if the product or its
+/// byte size (with `itemsize`) overflows, before anything is allocated.
+std::size_t checked_numel(const Shape& s, std::size_t itemsize, std::string_view what);
+
+/// IEEE binary16 / bfloat16 conversions, round to nearest even, NaN kept quiet.
+/// Portable bit manipulation (clang-14 has no _Float16 on x86).
+std::uint16_t float_to_half(float f) noexcept;
+float half_to_float(std::uint16_t h) noexcept;
+std::uint16_t float_to_bf16(float f) noexcept;
+float bf16_to_float(std::uint16_t h) noexcept;
+/// f64 → f16/bf16 rounded once (no double rounding through f32).
+std::uint16_t double_to_half(double d) noexcept;
+std::uint16_t double_to_bf16(double d) noexcept;
+
+/// A 64-byte aligned, uninitialised byte buffer (large tensors are filled by a read,
+/// so zeroing them first would be a wasted pass over memory).
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(std::size_t bytes);
+  std::byte* data() noexcept { return ptr_.get(); }
+  const std::byte* data() const noexcept { return ptr_.get(); }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const noexcept;
+  };
+  std::unique_ptr<std::byte, Free> ptr_;
+  std::size_t size_ = 0;
+};
+
+/// An owned tensor in C order and native byte order.
+class Tensor {
+ public:
+  Tensor() = default;
+  /// Allocates uninitialised storage. Throws InputError if the size overflows.
+  Tensor(DType dtype, Shape shape);
+
+  DType dtype() const noexcept { return dtype_; }
+  const Shape& shape() const noexcept { return shape_; }
+  std::size_t ndim() const noexcept { return shape_.size(); }
+  std::size_t numel() const noexcept { return numel_; }
+  std::size_t nbytes() const noexcept { return numel_ * dtype_size(dtype_); }
+  std::byte* bytes() noexcept { return buf_.data(); }
+  const std::byte* bytes() const noexcept { return buf_.data(); }
+
+  /// Typed access; T must match the storage size of dtype() (uint16_t for f16/bf16,
+  /// uint8_t for bool).
+  template <class T>
+  T* data() noexcept {
+    return reinterpret_cast<T*>(buf_.data());
+  }
+  template <class T>
+  const T* data() const noexcept {
+    return reinterpret_cast<const T*>(buf_.data());
+  }
+
+  /// Changes the shape without moving data (same element count required).
+  void reshape(Shape shape);
+
+  /// Element i (flat, C order) converted to double.
+  double get(std::size_t i) const noexcept;
+  /// Stores v (rounded to the dtype: nearest even for floats, truncation toward zero
+  /// for integers as numpy's astype does) at flat index i.
+  void set(std::size_t i, double v) noexcept;
+
+  /// A converted copy. Float→float rounds to nearest even; float→int truncates.
+  Tensor astype(DType to) const;
+
+  /// The values as an xtensor array of T (a converted copy).
+  template <class T>
+  xt::xarray<T> to_xarray() const {
+    xt::xarray<T> out = xt::xarray<T>::from_shape(shape_);
+    for (std::size_t i = 0; i < numel_; ++i) out.data()[i] = static_cast<T>(get(i));
+    return out;
+  }
+  /// A tensor holding a copy of an xtensor expression's values, stored as `dtype`.
+  template <class E>
+  static Tensor from_xarray(const E& e, DType dtype) {
+    xt::xarray<double> a = e;
+    Tensor t(dtype, Shape(a.shape().begin(), a.shape().end()));
+    for (std::size_t i = 0; i < t.numel(); ++i) t.set(i, a.data()[i]);
+    return t;
+  }
+
+ private:
+  DType dtype_ = DType::f32;
+  Shape shape_;
+  std::size_t numel_ = 0;
+  Buffer buf_;
+};
+
+}  // namespace posenc

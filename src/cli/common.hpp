@@ -1,0 +1,47 @@
+#pragma once
+// Pieces shared by the subcommands: global flags, output options, messages.
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "posenc/io/ref.hpp"
+
+namespace posenc::cli {
+
+/// Global options (before the command name).
+struct Globals {
+  int threads = 0;  ///< 0 = all cores
+  bool quiet = false;
+  bool verbose = false;
+};
+Globals& globals();
+
+/// Output reference(s) and how to write them (-o, --to, --force, --compression,
+/// --no-clobber).
+struct OutputOptions {
+  std::vector<std::string> outputs;
+  std::string to;
+  bool force = false;
+  int compression = 0;
+  bool no_clobber = false;
+  WriteOptions write_options() const { return {force, compression, no_clobber}; }
+};
+/// Adds -o/--output (repeatable when `multiple`), --to, --force, --compression,
+/// --no-clobber. `required` makes -o mandatory.
+void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
+                        bool required = true);
+
+/// Prints `posenc: <msg>` on stderr when --verbose is on.
+void verbose(const std::string& msg);
+/// Prints the recorded parameters on stderr when --verbose is on.
+void verbose_attrs(const Attrs& attrs);
+
+}  // namespace posenc::cli
+
+namespace posenc::cli {
+/// The exit status a command asks for when it completes without an error (compare
+/// returns 1 when the tensors differ). Defaults to 0.
+int& exit_code();
+}  // namespace posenc::cli

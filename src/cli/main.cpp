@@ -1,0 +1,97 @@
+// posenc: the driver. Builds the command line, runs the chosen command and maps
+// errors to the exit statuses of CLI.md. Everything else lives in the library.
+
+#include <omp.h>
+
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "posenc/error.hpp"
+#include "posenc/version.hpp"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace {
+
+using posenc::ExitStatus;
+
+int fail(ExitStatus status, const std::string& msg) {
+  std::fflush(stdout);
+  fmt::print(stderr, "posenc: error: {}\n", msg);
+  return static_cast<int>(status);
+}
+
+// One line: CLI11's messages can span lines (e.g. "Run with --help" hints).
+std::string first_line(std::string s) {
+  auto nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{
+      "posenc: positional encodings for transformers. Generates encoding tables, applies "
+      "RoPE to tensors, computes reference attention, inspects and compares tensors.",
+      "posenc"};
+  app.set_version_flag("--version", "posenc " POSENC_VERSION);
+  auto& g = posenc::cli::globals();
+  app.add_option("-j,--threads", g.threads, "worker threads (default: all cores)")
+      ->check(CLI::Range(1, 4096));
+  app.add_flag("-q,--quiet", g.quiet, "no progress or notes on stderr");
+  app.add_flag("-v,--verbose", g.verbose, "print parameters and details on stderr");
+  app.require_subcommand(0, 1);
+  app.fallthrough();
+
+  posenc::cli::register_table(app);
+  posenc::cli::register_rope(app);
+  posenc::cli::register_attention(app);
+  posenc::cli::register_inspect(app);
+  posenc::cli::register_compare(app);
+
+  // Threads are set before any command callback runs.
+  app.parse_complete_callback([&g] {
+    if (g.threads > 0) {
+      omp_set_num_threads(g.threads);
+      openblas_set_num_threads(g.threads);
+    }
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(ExitStatus::kUsage,
+                first_line(e.what()) + " (run 'posenc --help' for usage)");
+  }
+  if (app.get_subcommands().empty()) {
+    fmt::print(stderr, "{}", app.help());
+    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, inspect or compare");
+  }
+  return posenc::cli::exit_code();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const posenc::Error& e) {
+    return fail(e.status(), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(ExitStatus::kBadInput, "out of memory (see --max-memory)");
+  } catch (const std::exception& e) {
+    return fail(ExitStatus::kInternal, std::string("internal error: ") + e.what());
+  }
+}

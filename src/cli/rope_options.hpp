@@ -1,0 +1,51 @@
+#pragma once
+// ROPE OPTIONS of CLI.md, shared by `table rope`, `rope` and `attention --rope`:
+// one binder, one conversion to RopeParams, so the three commands cannot drift.
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "posenc/encodings/rope.hpp"
+#include "posenc/ops/rope.hpp"
+
+namespace posenc::cli {
+
+struct RopeCliOptions {
+  std::string style = "neox";
+  double base = 10000.0;
+  int rotary_dim = 0;
+  double partial = 1.0;
+  long long start = 0;
+  std::string position_ids;  ///< tensor reference
+  std::string cu_seqlens;    ///< tensor reference
+  std::string scaling = "none";
+  double factor = 0;  // 0 = unset
+  long long original_max_pos = 0;
+  long long max_pos = 0;
+  double beta_fast = 0, beta_slow = 0, mscale = 0, mscale_all_dim = 0;
+  double attention_factor = 0, low_freq_factor = 0, high_freq_factor = 0;
+  bool no_truncate = false;
+  std::string short_factor, long_factor;  ///< comma lists or tensor references
+  std::string hf_config;
+  bool inverse = false;
+  std::string precision = "f64";
+  long long seq_len = 0;
+  CLI::App* app = nullptr;  ///< to ask which options were given explicitly
+};
+
+/// Binds every ROPE OPTION of CLI.md to `o` on `sub`.
+void add_rope_options(CLI::App* sub, RopeCliOptions& o);
+
+/// Builds RopeParams (applying --hf-config first, explicit flags winning) for a head
+/// dimension `head_dim`. Throws UsageError for bad values.
+RopeParams rope_params(const RopeCliOptions& o, int head_dim);
+
+/// Positions from --start / --position-ids / --cu-seqlens (reading the referenced
+/// tensors).
+Positions rope_positions(const RopeCliOptions& o);
+
+Precision rope_precision(const RopeCliOptions& o);
+
+}  // namespace posenc::cli
