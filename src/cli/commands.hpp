@@ -11,5 +11,6 @@ void register_rope(CLI::App& app);
 void register_attention(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_compare(CLI::App& app);
+void register_convert(CLI::App& app);
 
 }  // namespace posenc::cli

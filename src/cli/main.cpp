@@ -54,6 +54,7 @@ int run(int argc, char** argv) {
   posenc::cli::register_attention(app);
   posenc::cli::register_inspect(app);
   posenc::cli::register_compare(app);
+  posenc::cli::register_convert(app);
 
   // Threads are set before any command callback runs.
   app.parse_complete_callback([&g] {
@@ -77,7 +78,7 @@ int run(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     fmt::print(stderr, "{}", app.help());
-    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, inspect or compare");
+    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, inspect, compare or convert");
   }
   return posenc::cli::exit_code();
 }
