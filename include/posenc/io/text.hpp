@@ -19,9 +19,17 @@ namespace posenc {
 /// rank 0-2 (a UsageError names the shape otherwise); json and text accept any rank.
 std::string encode_text(Format fmt, const Tensor& t, const Attrs& attrs = {});
 
-/// Parses CSV/TSV (rank 1 when one column or one row... see implementation notes) or
-/// JSON content into a tensor (f64 unless JSON names a dtype). Throws InputError
-/// naming `what` with the line and column of the problem.
+/// Parses CSV/TSV or JSON content into a tensor. CSV/TSV give f64: one value per
+/// line is shape (n,), otherwise (rows, cols); blank lines and lines starting with
+/// '#' are skipped; `nan`, `inf`, `-inf` are accepted. JSON gives the dtype it names
+/// (f64 if none) and the shape it declares (or the nesting of "data"). Throws
+/// InputError naming `what` with the line and column (CSV) or the element path
+/// (JSON) of the problem, and for ragged rows.
 Tensor decode_text(Format fmt, std::string_view content, const std::string& what);
+
+/// Element i (flat, C order) as the text formats print it: shortest round-trip for
+/// floats (f16/bf16 via the float32 that holds them exactly), integers in full,
+/// nan/inf/-inf, true/false.
+std::string format_element(const Tensor& t, std::size_t i);
 
 }  // namespace posenc
