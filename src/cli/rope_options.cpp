@@ -1,0 +1,268 @@
+// ROPE OPTIONS of CLI.md: one binder and one conversion for `table rope`, `rope` and
+// `attention --rope`.
+
+#include "cli/rope_options.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
+
+namespace posenc::cli {
+
+void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
+  o.app = sub;
+  const char* g = "ROPE OPTIONS";
+  sub->add_option("--style", o.style,
+                  "pair layout: neox (i, i+r/2; alias half) or gptj (2i, 2i+1; alias "
+                  "interleaved); default neox")
+      ->group(g);
+  sub->add_option("--base", o.base, "theta base, HF rope_theta (default 10000)")->group(g);
+  sub->add_option("--rotary-dim", o.rotary_dim, "rotate only the first R dims (even, <= D)")
+      ->group(g);
+  sub->add_option("--partial", o.partial,
+                  "rotate the first int(F*D) dims (partial_rotary_factor, default 1)")
+      ->group(g);
+  sub->add_option("--start", o.start, "first position (KV-cache offset), default 0")->group(g);
+  sub->add_option("--position-ids", o.position_ids,
+                  "explicit positions: tensor of any integer dtype, shape [s] or [b, s]")
+      ->group(g);
+  sub->add_option("--cu-seqlens", o.cu_seqlens,
+                  "packed sequences: boundaries [n+1]; positions restart at each one")
+      ->group(g);
+  sub->add_option("--scaling", o.scaling,
+                  "none|linear|dynamic|yarn|longrope|llama3 (HF rope_type), default none")
+      ->group(g);
+  sub->add_option("--factor", o.factor, "scaling factor s (HF factor)")->group(g);
+  sub->add_option("--original-max-pos", o.original_max_pos,
+                  "L0, HF original_max_position_embeddings")
+      ->group(g);
+  sub->add_option("--max-pos", o.max_pos, "HF max_position_embeddings (dynamic, yarn, longrope)")
+      ->group(g);
+  sub->add_option("--seq-len", o.seq_len,
+                  "sequence length the frequencies are for (dynamic NTK, longrope switch); "
+                  "default: largest position + 1")
+      ->group(g);
+  sub->add_option("--beta-fast", o.beta_fast, "yarn beta_fast (default 32)")->group(g);
+  sub->add_option("--beta-slow", o.beta_slow, "yarn beta_slow (default 1)")->group(g);
+  sub->add_option("--mscale", o.mscale, "yarn mscale (DeepSeek)")->group(g);
+  sub->add_option("--mscale-all-dim", o.mscale_all_dim, "yarn mscale_all_dim (DeepSeek)")
+      ->group(g);
+  sub->add_option("--attention-factor", o.attention_factor,
+                  "attention factor multiplying cos and sin (overrides the yarn/longrope default)")
+      ->group(g);
+  sub->add_flag("--no-truncate", o.no_truncate,
+                "yarn: do not floor/ceil the correction range (HF truncate=false)")
+      ->group(g);
+  sub->add_option("--low-freq-factor", o.low_freq_factor, "llama3 low_freq_factor (default 1)")
+      ->group(g);
+  sub->add_option("--high-freq-factor", o.high_freq_factor,
+                  "llama3 high_freq_factor (default 4)")
+      ->group(g);
+  sub->add_option("--short-factor", o.short_factor,
+                  "longrope short_factor: comma list or tensor reference, R/2 values")
+      ->group(g);
+  sub->add_option("--long-factor", o.long_factor,
+                  "longrope long_factor: comma list or tensor reference, R/2 values")
+      ->group(g);
+  sub->add_option("--hf-config", o.hf_config,
+                  "take rope_theta, head_dim, partial_rotary_factor, max_position_embeddings "
+                  "and rope_scaling/rope_parameters from a HF config.json; explicit options win")
+      ->group(g);
+  sub->add_flag("--inverse", o.inverse, "apply the inverse rotation (R^T)")->group(g);
+  sub->add_option("--precision", o.precision,
+                  "arithmetic of angles and rotation: f64 (default) or f32")
+      ->check(CLI::IsMember({"f64", "f32"}))
+      ->group(g);
+}
+
+namespace {
+
+bool given(const RopeCliOptions& o, const char* name, bool fallback) {
+  if (o.app == nullptr) return fallback;
+  return o.app->count(name) > 0;
+}
+
+// A comma list of numbers ("1.0,1.1,...") or a tensor reference.
+std::vector<double> factor_list(const std::string& text, const char* option) {
+  std::vector<double> v;
+  bool numeric = !text.empty();
+  const char* s = text.c_str();
+  while (numeric && *s != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    double x = std::strtod(s, &end);
+    if (end == s || errno == ERANGE) {
+      numeric = false;
+      break;
+    }
+    v.push_back(x);
+    s = end;
+    while (*s == ' ') ++s;
+    if (*s == ',') {
+      ++s;
+      if (*s == '\0') numeric = false;
+    } else if (*s != '\0') {
+      numeric = false;
+    }
+  }
+  if (numeric) return v;
+  Tensor t;
+  try {
+    t = read_tensor(text);
+  } catch (const UsageError&) {
+    throw UsageError(fmt::format(
+        "{}: '{}' is neither a comma-separated list of numbers nor a tensor reference", option,
+        text));
+  }
+  if (t.ndim() > 1) {
+    throw InputError(fmt::format("{}: {}: expected a 1-D tensor, got shape {}", option, text,
+                                 shape_str(t.shape())));
+  }
+  v.resize(t.numel());
+  for (std::size_t i = 0; i < t.numel(); ++i) v[i] = t.get(i);
+  return v;
+}
+
+void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
+  auto want = [&](const char* name, bool nonzero) {
+    return only_given ? given(o, name, nonzero) : (given(o, name, nonzero) || nonzero);
+  };
+  if (want("--style", true)) p.style = parse_rope_style(o.style);
+  if (!only_given || given(o, "--base", true)) p.base = o.base;
+  if (want("--rotary-dim", o.rotary_dim != 0)) p.rotary_dim = o.rotary_dim;
+  if (!only_given || given(o, "--partial", o.partial != 1.0)) {
+    p.partial = o.partial;
+    // An explicit --partial decides R even if a config named another factor.
+    if (only_given) p.rotary_dim = given(o, "--rotary-dim", false) ? o.rotary_dim : 0;
+  }
+  if (want("--scaling", o.scaling != "none")) p.scaling = parse_rope_scaling(o.scaling);
+  if (want("--factor", o.factor != 0)) p.factor = o.factor;
+  if (want("--original-max-pos", o.original_max_pos != 0)) {
+    if (o.original_max_pos <= 0) {
+      throw UsageError(fmt::format("--original-max-pos: must be positive, got {}",
+                                   o.original_max_pos));
+    }
+    p.original_max_pos = o.original_max_pos;
+  }
+  if (want("--max-pos", o.max_pos != 0)) {
+    if (o.max_pos <= 0) {
+      throw UsageError(fmt::format("--max-pos: must be positive, got {}", o.max_pos));
+    }
+    p.max_pos = o.max_pos;
+  }
+  if (want("--beta-fast", o.beta_fast != 0)) p.beta_fast = o.beta_fast;
+  if (want("--beta-slow", o.beta_slow != 0)) p.beta_slow = o.beta_slow;
+  if (want("--mscale", o.mscale != 0)) p.mscale = o.mscale;
+  if (want("--mscale-all-dim", o.mscale_all_dim != 0)) p.mscale_all_dim = o.mscale_all_dim;
+  if (want("--attention-factor", o.attention_factor != 0)) {
+    p.attention_factor = o.attention_factor;
+  }
+  if (want("--low-freq-factor", o.low_freq_factor != 0)) p.low_freq_factor = o.low_freq_factor;
+  if (want("--high-freq-factor", o.high_freq_factor != 0)) {
+    p.high_freq_factor = o.high_freq_factor;
+  }
+  if (o.no_truncate) p.truncate = false;
+  if (want("--short-factor", !o.short_factor.empty())) {
+    p.short_factor = factor_list(o.short_factor, "--short-factor");
+  }
+  if (want("--long-factor", !o.long_factor.empty())) {
+    p.long_factor = factor_list(o.long_factor, "--long-factor");
+  }
+  if (want("--seq-len", o.seq_len != 0)) {
+    if (o.seq_len <= 0) {
+      throw UsageError(fmt::format("--seq-len: must be positive, got {}", o.seq_len));
+    }
+    p.seq_len = o.seq_len;
+  }
+}
+
+}  // namespace
+
+RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
+  RopeParams p;
+  set_explicit(o, p, false);
+  if (head_dim > 0) p.head_dim = head_dim;
+  if (!o.hf_config.empty()) {
+    std::vector<std::string> keep;
+    if (head_dim > 0) keep.push_back("head_dim");
+    apply_hf_config(o.hf_config, p, keep);
+    // A config's partial_rotary_factor decides R unless --rotary-dim was given.
+    if (!given(o, "--rotary-dim", o.rotary_dim != 0)) p.rotary_dim = 0;
+    set_explicit(o, p, true);
+  }
+  return p;
+}
+
+Positions rope_positions(const RopeCliOptions& o) {
+  Positions pos;
+  if (o.start < 0) throw UsageError(fmt::format("--start: must be >= 0, got {}", o.start));
+  pos.start = o.start;
+  if (!o.position_ids.empty() && !o.cu_seqlens.empty()) {
+    throw UsageError("--position-ids: cannot be combined with --cu-seqlens");
+  }
+  auto read_ints = [](const std::string& ref, const char* option, Shape& shape) {
+    Tensor t = read_tensor(ref);
+    if (!is_integer(t.dtype())) {
+      throw InputError(fmt::format("{}: {}: expected an integer dtype, got {}", option, ref,
+                                   dtype_name(t.dtype())));
+    }
+    shape = t.shape();
+    std::vector<std::int64_t> v(t.numel());
+    for (std::size_t i = 0; i < t.numel(); ++i) {
+      if (t.dtype() == DType::i64) {
+        v[i] = t.data<std::int64_t>()[i];
+      } else if (t.dtype() == DType::u64) {
+        std::uint64_t u = t.data<std::uint64_t>()[i];
+        if (u > static_cast<std::uint64_t>(INT64_MAX)) {
+          throw InputError(fmt::format("{}: {}: value {} is too large", option, ref, u));
+        }
+        v[i] = static_cast<std::int64_t>(u);
+      } else {
+        v[i] = static_cast<std::int64_t>(t.get(i));
+      }
+    }
+    return v;
+  };
+  if (!o.position_ids.empty()) {
+    pos.ids = read_ints(o.position_ids, "--position-ids", pos.ids_shape);
+    if (pos.ids_shape.empty() || pos.ids_shape.size() > 3) {
+      throw InputError(fmt::format("--position-ids: {}: expected shape [s] or [b, s], got {}",
+                                   o.position_ids, shape_str(pos.ids_shape)));
+    }
+    for (std::int64_t v : pos.ids) {
+      if (v < 0) {
+        throw InputError(
+            fmt::format("--position-ids: {}: negative position {}", o.position_ids, v));
+      }
+    }
+  }
+  if (!o.cu_seqlens.empty()) {
+    Shape shape;
+    pos.cu_seqlens = read_ints(o.cu_seqlens, "--cu-seqlens", shape);
+    if (shape.size() != 1 || pos.cu_seqlens.empty() || pos.cu_seqlens[0] != 0) {
+      throw InputError(fmt::format(
+          "--cu-seqlens: {}: expected a 1-D tensor starting at 0, got shape {}", o.cu_seqlens,
+          shape_str(shape)));
+    }
+    for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
+      if (pos.cu_seqlens[i] < pos.cu_seqlens[i - 1]) {
+        throw InputError(fmt::format("--cu-seqlens: {}: boundaries must not decrease ({} after {})",
+                                     o.cu_seqlens, pos.cu_seqlens[i], pos.cu_seqlens[i - 1]));
+      }
+    }
+  }
+  return pos;
+}
+
+Precision rope_precision(const RopeCliOptions& o) {
+  if (o.precision == "f64") return Precision::f64;
+  if (o.precision == "f32") return Precision::f32;
+  throw UsageError(fmt::format("--precision: expected f64 or f32, got '{}'", o.precision));
+}
+
+}  // namespace posenc::cli
