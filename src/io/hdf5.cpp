@@ -26,6 +26,7 @@
 #include <fmt/ranges.h>
 
 #include "posenc/error.hpp"
+#include "posenc/io/atomic.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "memory types for f16/bf16/bool assume a little-endian host");
@@ -688,7 +689,7 @@ struct DatasetState {
 
 struct Hdf5FileWriter::Impl {
   std::string path;
-  std::string tmp;
+  std::unique_ptr<TempFile> tmp;
   WriteOptions opt;
   Hid file;
   bool committed = false;
@@ -758,12 +759,6 @@ class Hdf5Sink final : public TensorSink {
   std::string what_;
 };
 
-std::string dir_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 }  // namespace
 
@@ -772,49 +767,23 @@ Hdf5FileWriter::Hdf5FileWriter(const std::string& path, const WriteOptions& opt)
   init_hdf5();
   impl_->path = path;
   impl_->opt = opt;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) throw OutputError(fmt::format("{}: is a directory", path));
-    if (opt.no_clobber) {
-      throw OutputError(fmt::format("{}: exists (--no-clobber)", path));
-    }
-  }
-  std::string dir = dir_of(path);
-  std::string base = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
-  std::string tmpl = fmt::format("{}/.{}.XXXXXX", dir, base);
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  int fd = ::mkstemp(buf.data());
-  if (fd < 0) {
-    throw OutputError(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
-  }
-  impl_->tmp = buf.data();
-  // mkstemp makes 0600; the output should get the usual 0666 & ~umask.
-  mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
-  ::close(fd);
-
+  // The temporary is registered for removal on SIGINT/SIGTERM; its descriptor stays
+  // open (unused by HDF5) so commit() can fsync the same inode before renaming.
+  impl_->tmp = std::make_unique<TempFile>(path, opt.no_clobber);
   std::string w = fmt::format("{}: cannot create HDF5 file", path);
-  try {
-    Hid fcpl = plist(H5P_FILE_CREATE, w);
-    // The root group's header would otherwise carry timestamps.
-    check<OutputError>(H5Pset_obj_track_times(fcpl, 0), w);
-    Hid fapl = plist(H5P_FILE_ACCESS, w);
-    check<OutputError>(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), w);
-    impl_->file = check_id<OutputError>(
-        H5Fcreate(impl_->tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose, w);
-  } catch (...) {
-    ::unlink(impl_->tmp.c_str());
-    throw;
-  }
+  Hid fcpl = plist(H5P_FILE_CREATE, w);
+  // The root group's header would otherwise carry timestamps.
+  check<OutputError>(H5Pset_obj_track_times(fcpl, 0), w);
+  Hid fapl = plist(H5P_FILE_ACCESS, w);
+  check<OutputError>(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), w);
+  impl_->file = check_id<OutputError>(
+      H5Fcreate(impl_->tmp->path().c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose, w);
 }
 
 Hdf5FileWriter::~Hdf5FileWriter() {
   if (impl_ && !impl_->committed) {
-    impl_->file.reset();
+    impl_->file.reset();  // the TempFile then removes the temporary
     H5Eclear2(H5E_DEFAULT);
-    if (!impl_->tmp.empty()) ::unlink(impl_->tmp.c_str());
   }
 }
 
@@ -913,25 +882,8 @@ void Hdf5FileWriter::commit() {
     }
   }
   check<OutputError>(im.file.reset(), fmt::format("{}: cannot write", im.path));
-  // Durable before it becomes visible.
-  int fd = ::open(im.tmp.c_str(), O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    int e = errno;
-    if (fd >= 0) ::close(fd);
-    throw OutputError(fmt::format("{}: cannot write: {}", im.path, std::strerror(e)));
-  }
-  ::close(fd);
-  if (im.opt.no_clobber) {
-    // link() fails if the target appeared meanwhile: never replaces it.
-    if (::link(im.tmp.c_str(), im.path.c_str()) != 0) {
-      int e = errno;
-      throw OutputError(fmt::format("{}: cannot create: {}", im.path,
-                                    e == EEXIST ? "exists (--no-clobber)" : std::strerror(e)));
-    }
-    ::unlink(im.tmp.c_str());
-  } else if (::rename(im.tmp.c_str(), im.path.c_str()) != 0) {
-    throw OutputError(fmt::format("{}: cannot create: {}", im.path, std::strerror(errno)));
-  }
+  im.tmp->sync_and_close();
+  im.tmp->publish();
   im.committed = true;
 }
 
