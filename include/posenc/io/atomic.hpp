@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// Atomic output files.
+///
+/// A regular-file target is written to a temporary file created with mkstemp in the
+/// target's folder (so the final rename stays on one filesystem), every write, fsync
+/// and close is checked, and only `commit()` renames it over the target. A temporary
+/// that is never committed is removed, also when SIGINT or SIGTERM arrives: live
+/// temporary paths are kept in a fixed table that an async-signal-safe handler unlinks
+/// before exiting with status 128 + signal number.
+///
+/// Non-regular targets (`-` for standard output, pipes, /dev/null, devices) cannot be
+/// replaced atomically and are written directly. SIGPIPE is ignored while writing to
+/// them so a closed pipe is an OutputError (EPIPE), not a silent death.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "posenc/io/ref.hpp"
+
+namespace posenc {
+
+/// A temporary file beside `target`, removed unless published. Its permissions are
+/// those a plain create would give (0666 & ~umask), or the existing target's mode.
+/// Usable by any writer that needs a path (the HDF5 writer closes `fd()` and lets the
+/// library create the file at `path()`).
+class TempFile {
+ public:
+  /// Creates the file. Throws OutputError naming `target` (e.g. missing or unwritable
+  /// folder). With `no_clobber`, an existing target is an OutputError now and
+  /// `publish()` refuses to replace one created meanwhile.
+  TempFile(const std::string& target, bool no_clobber);
+  ~TempFile();
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  int fd() const noexcept { return fd_; }
+  const std::string& path() const noexcept { return path_; }
+  const std::string& target() const noexcept { return target_; }
+  /// Flushes to disk (fsync) and closes the descriptor; errors are OutputErrors naming
+  /// the target. Safe to call twice.
+  void sync_and_close();
+  /// Closes the descriptor without syncing (for writers that reopen by path).
+  void close_fd() noexcept;
+  /// Renames the temporary over the target (after sync_and_close()).
+  void publish();
+
+ private:
+  std::string target_;
+  std::string path_;
+  int fd_ = -1;
+  int slot_ = -1;
+  bool no_clobber_ = false;
+  bool published_ = false;
+};
+
+/// Where the bytes of one output go: a TempFile for regular targets, the descriptor
+/// itself for standard output and other non-regular files.
+class OutputFile {
+ public:
+  /// Opens `path` ("-" is standard output). `binary` output (NPY, HDF5) to a terminal
+  /// is a UsageError unless `opt.force`. Errors name the path.
+  OutputFile(const std::string& path, const WriteOptions& opt, bool binary);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  /// Appends bytes (buffered). Throws OutputError ("cannot write 'x': No space left on
+  /// device", "cannot write to standard output: Broken pipe").
+  void write(const void* data, std::size_t n);
+  void write(const std::string& s) { write(s.data(), s.size()); }
+  /// Flushes and, for a temporary file, fsyncs and closes it; the target is unchanged.
+  void finish();
+  /// finish() and then make the output visible (rename over the target).
+  void commit();
+  /// How messages name the output: "'out.npy'" or "standard output".
+  const std::string& display() const noexcept { return display_; }
+  /// Whether the output goes through a temporary file (regular target).
+  bool atomic() const noexcept { return temp_ != nullptr; }
+
+ private:
+  void flush_buffer();
+  void write_fd(const void* data, std::size_t n);
+
+  std::string path_;
+  std::string display_;
+  std::unique_ptr<TempFile> temp_;
+  int fd_ = -1;
+  bool own_fd_ = false;
+  bool finished_ = false;
+  std::vector<char> buf_;
+  std::size_t used_ = 0;
+};
+
+/// Throws UsageError when `fd` is a terminal and `binary` output is not `force`d.
+/// `display` names the output in the message.
+void refuse_binary_terminal(int fd, bool binary, bool force, const std::string& display);
+
+/// Installs the SIGINT/SIGTERM cleanup handlers and ignores SIGPIPE (idempotent).
+/// Called by TempFile and OutputFile; exposed for writers that manage files themselves.
+void install_output_signal_handlers();
+
+}  // namespace posenc

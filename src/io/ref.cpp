@@ -1,0 +1,430 @@
+// Tensor references and format dispatch: NPY here, HDF5 in hdf5.cpp, the text
+// encodings in text.cpp (pure functions whose bytes are read and written here).
+#include "posenc/io/ref.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "posenc/error.hpp"
+#include "posenc/io/atomic.hpp"
+#include "posenc/io/hdf5.hpp"
+#include "posenc/io/npy.hpp"
+#include "posenc/io/text.hpp"
+
+namespace posenc {
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Format named by --to (empty: none).
+std::optional<Format> format_from_to(const std::string& to) {
+  const std::string t = lower(to);
+  if (t.empty()) return std::nullopt;
+  if (t == "npy") return Format::npy;
+  if (t == "h5" || t == "hdf5") return Format::hdf5;
+  if (t == "csv") return Format::csv;
+  if (t == "tsv") return Format::tsv;
+  if (t == "json") return Format::json;
+  if (t == "text" || t == "txt") return Format::text;
+  throw UsageError(fmt::format("--to: unknown format '{}' (expected npy, h5, csv, tsv, json or text)",
+                               to));
+}
+
+std::string extension_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  auto dot = base.rfind('.');
+  if (dot == std::string::npos || dot == 0) return "";
+  return lower(base.substr(dot + 1));
+}
+
+std::size_t row_count(const Shape& s) { return s.empty() ? 1 : s[0]; }
+
+std::size_t row_bytes(const TensorInfo& info) {
+  Shape row(info.shape.empty() ? info.shape.begin() : info.shape.begin() + 1, info.shape.end());
+  return checked_numel(row, dtype_size(info.dtype), "tensor") * dtype_size(info.dtype);
+}
+
+bool is_binary(Format f) { return f == Format::npy || f == Format::hdf5; }
+
+// A whole tensor already in memory (decoded text), served as rows.
+class MemorySource final : public TensorSource {
+ public:
+  MemorySource(Tensor t, std::string storage) : t_(std::move(t)) {
+    info_.dtype = t_.dtype();
+    info_.shape = t_.shape();
+    info_.storage = std::move(storage);
+    row_bytes_ = row_bytes(info_);
+  }
+  const TensorInfo& info() const override { return info_; }
+  bool seekable() const override { return true; }
+  void read_rows(std::size_t first, std::size_t count, void* dst) override {
+    const std::size_t rows = row_count(info_.shape);
+    if (first > rows || count > rows - first) {
+      throw InputError(fmt::format("rows {}..{} are outside the {} rows of the tensor", first,
+                                   first + count, rows));
+    }
+    if (count) std::memcpy(dst, t_.bytes() + first * row_bytes_, count * row_bytes_);
+  }
+
+ private:
+  Tensor t_;
+  TensorInfo info_;
+  std::size_t row_bytes_ = 0;
+};
+
+std::string read_all(const TensorRef& ref) {
+  int fd = 0;
+  if (!ref.is_stdio()) {
+    fd = ::open(ref.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      throw InputError(fmt::format("cannot open '{}': {}", ref.path, std::strerror(errno)));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      throw InputError(fmt::format("cannot read '{}': Is a directory", ref.path));
+    }
+  }
+  std::string out;
+  FdReader r(fd, ref.text);
+  char buf[1 << 16];
+  try {
+    for (;;) {
+      std::size_t n = r.read_some(buf, sizeof buf);
+      if (n == 0) break;
+      out.append(buf, n);
+    }
+  } catch (...) {
+    if (fd != 0) ::close(fd);
+    throw;
+  }
+  if (fd != 0) ::close(fd);
+  return out;
+}
+
+void check_text_rank(const TensorRef& ref, const Shape& shape) {
+  if ((ref.format == Format::csv || ref.format == Format::tsv) && shape.size() > 2) {
+    throw UsageError(fmt::format(
+        "{}: CSV/TSV hold tensors of rank 0 to 2, got shape {}; use .npy, .h5 or .json",
+        ref.text, shape_str(shape)));
+  }
+}
+
+// --- sinks -------------------------------------------------------------------------
+
+// Counts rows so a sink can refuse a commit with missing rows (a caller bug).
+class RowCounter {
+ public:
+  explicit RowCounter(const Shape& s) : rows_(row_count(s)) {}
+  void add(std::size_t n) {
+    if (n > rows_ - written_) throw std::logic_error("more rows written than the shape holds");
+    written_ += n;
+  }
+  void check_complete() const {
+    if (written_ != rows_) throw std::logic_error("sink committed before all rows were written");
+  }
+
+ private:
+  std::size_t rows_;
+  std::size_t written_ = 0;
+};
+
+class NpySink final : public TensorSink {
+ public:
+  NpySink(const TensorRef& ref, const TensorInfo& info, const WriteOptions& opt)
+      : header_(npy_header_bytes(info.dtype, info.shape, ref.text)),
+        out_(ref.path, opt, true),
+        counter_(info.shape),
+        row_bytes_(row_bytes(info)) {
+    out_.write(header_);
+  }
+  void write_rows(const void* src, std::size_t count) override {
+    counter_.add(count);
+    out_.write(src, count * row_bytes_);
+  }
+  void commit() override {
+    counter_.check_complete();
+    out_.commit();
+  }
+
+ private:
+  std::string header_;
+  OutputFile out_;
+  RowCounter counter_;
+  std::size_t row_bytes_;
+};
+
+// Text formats are encoded whole by encode_text: rows are gathered, then written.
+class TextSink final : public TensorSink {
+ public:
+  TextSink(const TensorRef& ref, const TensorInfo& info, const WriteOptions& opt)
+      : ref_(ref), attrs_(info.attrs), out_(ref.path, opt, false), t_(info.dtype, info.shape),
+        counter_(info.shape), row_bytes_(row_bytes(info)) {}
+  void write_rows(const void* src, std::size_t count) override {
+    std::size_t at = next_;
+    counter_.add(count);
+    if (count) std::memcpy(t_.bytes() + at * row_bytes_, src, count * row_bytes_);
+    next_ += count;
+  }
+  void commit() override {
+    counter_.check_complete();
+    out_.write(encode_text(ref_.format, t_, attrs_));
+    out_.commit();
+  }
+
+ private:
+  TensorRef ref_;
+  Attrs attrs_;
+  OutputFile out_;
+  Tensor t_;
+  RowCounter counter_;
+  std::size_t row_bytes_;
+  std::size_t next_ = 0;
+};
+
+// One dataset in its own HDF5 file: the file becomes visible on commit.
+class Hdf5Sink final : public TensorSink {
+ public:
+  Hdf5Sink(const TensorRef& ref, const TensorInfo& info, const WriteOptions& opt)
+      : writer_(std::make_unique<Hdf5FileWriter>(ref.path, opt)),
+        ds_(writer_->dataset(ref.dataset, info)) {}
+  void write_rows(const void* src, std::size_t count) override { ds_->write_rows(src, count); }
+  void commit() override {
+    ds_->commit();
+    ds_.reset();
+    writer_->commit();
+  }
+
+ private:
+  std::unique_ptr<Hdf5FileWriter> writer_;
+  std::unique_ptr<TensorSink> ds_;
+};
+
+void refuse_hdf5_stdio(const TensorRef& ref, bool output) {
+  if (ref.format == Format::hdf5 && ref.is_stdio()) {
+    throw UsageError(output ? "HDF5 output cannot go to standard output (it needs a seekable "
+                              "file); name a file, e.g. -o out.h5:/data"
+                            : "HDF5 input cannot come from standard input; name a file");
+  }
+}
+
+}  // namespace
+
+TensorRef parse_ref(const std::string& text, const std::string& to,
+                    const std::string& default_dataset) {
+  if (text.empty()) throw UsageError("empty tensor reference");
+  TensorRef ref;
+  ref.text = text;
+  ref.path = text;
+  const std::optional<Format> forced = format_from_to(to);
+
+  // "file.h5:/group/name": split at the last ".h5:" / ".hdf5:" so that colons earlier
+  // in the path stay part of the file name.
+  const std::string low = lower(text);
+  std::size_t split = std::string::npos;
+  for (const char* ext : {".h5:", ".hdf5:"}) {
+    std::size_t at = low.rfind(ext);
+    if (at != std::string::npos) {
+      std::size_t colon = at + std::strlen(ext) - 1;
+      if (split == std::string::npos || colon > split) split = colon;
+    }
+  }
+  // With --to h5 any file name may carry a dataset after ":/".
+  if (split == std::string::npos && forced == Format::hdf5) {
+    std::size_t at = text.rfind(":/");
+    if (at != std::string::npos && at > 0) split = at;
+  }
+  if (split != std::string::npos && (!forced || forced == Format::hdf5)) {
+    ref.path = text.substr(0, split);
+    ref.dataset = text.substr(split + 1);
+    ref.format = Format::hdf5;
+  } else if (forced) {
+    ref.format = *forced;
+  } else if (text == "-") {
+    ref.format = Format::npy;
+  } else {
+    const std::string ext = extension_of(text);
+    if (ext == "npy") {
+      ref.format = Format::npy;
+    } else if (ext == "h5" || ext == "hdf5") {
+      ref.format = Format::hdf5;
+    } else if (ext == "csv") {
+      ref.format = Format::csv;
+    } else if (ext == "tsv") {
+      ref.format = Format::tsv;
+    } else if (ext == "json") {
+      ref.format = Format::json;
+    } else if (ext == "txt") {
+      ref.format = Format::text;
+    } else if (ext == "npz") {
+      throw UsageError(fmt::format(
+          "{}: .npz archives are not supported; extract the member (unzip) and use the .npy",
+          text));
+    } else {
+      throw UsageError(fmt::format(
+          "{}: unknown file type{} (expected .npy, .h5:/dataset, .hdf5:/dataset, .csv, .tsv, "
+          ".json, .txt or -; or give --to)",
+          text, ext.empty() ? std::string() : " '." + ext + "'"));
+    }
+  }
+  if (ref.format == Format::hdf5) {
+    if (!ref.dataset.empty() && ref.dataset[0] != '/') ref.dataset = "/" + ref.dataset;
+    if (ref.dataset.empty() || ref.dataset == "/") {
+      if (default_dataset.empty()) {
+        throw UsageError(fmt::format("{}: name a dataset, e.g. {}:/data", text, ref.path));
+      }
+      ref.dataset = default_dataset[0] == '/' ? default_dataset : "/" + default_dataset;
+    }
+    if (ref.path.empty()) throw UsageError(fmt::format("{}: no file name before ':'", text));
+  }
+  return ref;
+}
+
+std::unique_ptr<TensorSource> open_source(const TensorRef& ref) {
+  const std::string what = ref.is_stdio() ? "standard input" : ref.text;
+  switch (ref.format) {
+    case Format::npy:
+      return open_npy_source(ref.path, what);
+    case Format::hdf5:
+      refuse_hdf5_stdio(ref, false);
+      return open_hdf5_source(ref);
+    case Format::csv:
+    case Format::tsv:
+    case Format::json:
+    case Format::text: {
+      Tensor t = decode_text(ref.format, read_all(ref), what);
+      const char* name = ref.format == Format::csv    ? "CSV"
+                         : ref.format == Format::tsv  ? "TSV"
+                         : ref.format == Format::json ? "JSON"
+                                                      : "text";
+      return std::make_unique<MemorySource>(std::move(t), name);
+    }
+  }
+  throw std::logic_error("unknown format");
+}
+
+Tensor read_tensor(const TensorRef& ref) {
+  auto src = open_source(ref);
+  const TensorInfo& info = src->info();
+  Tensor t(info.dtype, info.shape);
+  src->read_rows(0, row_count(info.shape), t.bytes());
+  return t;
+}
+
+Tensor read_tensor(const std::string& ref_text) { return read_tensor(parse_ref(ref_text)); }
+
+std::unique_ptr<TensorSink> create_sink(const TensorRef& ref, const TensorInfo& info,
+                                        const WriteOptions& opt) {
+  switch (ref.format) {
+    case Format::npy:
+      return std::make_unique<NpySink>(ref, info, opt);
+    case Format::hdf5:
+      refuse_hdf5_stdio(ref, true);
+      return std::make_unique<Hdf5Sink>(ref, info, opt);
+    case Format::csv:
+    case Format::tsv:
+    case Format::json:
+    case Format::text:
+      check_text_rank(ref, info.shape);
+      return std::make_unique<TextSink>(ref, info, opt);
+  }
+  throw std::logic_error("unknown format");
+}
+
+void write_tensor(const TensorRef& ref, const Tensor& t, const Attrs& attrs,
+                  const WriteOptions& opt) {
+  write_tensors({NamedTensor{ref, &t, attrs}}, opt);
+}
+
+void write_tensors(const std::vector<NamedTensor>& outs, const WriteOptions& opt) {
+  // Validate the whole set before creating anything.
+  int stdout_count = 0;
+  std::set<std::string> plain_paths;
+  std::map<std::string, std::set<std::string>> h5_datasets;
+  for (const auto& o : outs) {
+    if (o.tensor == nullptr) throw std::logic_error("write_tensors: null tensor");
+    refuse_hdf5_stdio(o.ref, true);
+    if (o.ref.format == Format::npy) npy_descr(o.tensor->dtype(), o.ref.text);  // bf16 check
+    check_text_rank(o.ref, o.tensor->shape());
+    if (o.ref.is_stdio()) {
+      if (++stdout_count > 1) throw UsageError("only one output can go to standard output");
+      continue;
+    }
+    if (o.ref.format == Format::hdf5) {
+      if (plain_paths.count(o.ref.path)) {
+        throw UsageError(fmt::format("{}: the file is named by two outputs", o.ref.path));
+      }
+      if (!h5_datasets[o.ref.path].insert(o.ref.dataset).second) {
+        throw UsageError(fmt::format("{}: the dataset is named by two outputs", o.ref.text));
+      }
+    } else {
+      if (!plain_paths.insert(o.ref.path).second || h5_datasets.count(o.ref.path)) {
+        throw UsageError(fmt::format("{}: the file is named by two outputs", o.ref.path));
+      }
+    }
+  }
+
+  // Open every output (temporary files) before writing, so a bad folder fails fast.
+  std::vector<std::unique_ptr<OutputFile>> files(outs.size());
+  std::map<std::string, std::unique_ptr<Hdf5FileWriter>> h5_files;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const auto& o = outs[i];
+    if (o.ref.format == Format::hdf5) {
+      auto& w = h5_files[o.ref.path];
+      if (!w) w = std::make_unique<Hdf5FileWriter>(o.ref.path, opt);
+    } else {
+      files[i] = std::make_unique<OutputFile>(o.ref.path, opt, is_binary(o.ref.format));
+    }
+  }
+  // Write everything; temporaries are removed by the destructors if anything throws.
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const auto& o = outs[i];
+    const Tensor& t = *o.tensor;
+    switch (o.ref.format) {
+      case Format::npy:
+        files[i]->write(npy_header_bytes(t.dtype(), t.shape(), o.ref.text));
+        files[i]->write(t.bytes(), t.nbytes());
+        break;
+      case Format::hdf5: {
+        TensorInfo info;
+        info.dtype = t.dtype();
+        info.shape = t.shape();
+        info.attrs = o.attrs;
+        auto ds = h5_files[o.ref.path]->dataset(o.ref.dataset, info);
+        ds->write_rows(t.bytes(), row_count(t.shape()));
+        ds->commit();
+        break;
+      }
+      default:
+        files[i]->write(encode_text(o.ref.format, t, o.attrs));
+        break;
+    }
+  }
+  for (auto& f : files) {
+    if (f) f->finish();
+  }
+  // Then make them visible: HDF5 files (whose commit may still fail) first, then the
+  // renames of the finished temporaries.
+  for (auto& [path, w] : h5_files) w->commit();
+  for (auto& f : files) {
+    if (f) f->commit();
+  }
+}
+
+}  // namespace posenc
