@@ -1,0 +1,146 @@
+#pragma once
+/// \file
+/// Reference scaled dot-product attention with every positional scheme posenc knows:
+/// RoPE (applied to Q and K before the scores, see `rope_for_attention`), ALiBi, T5
+/// relative buckets, Shaw relative key/value tables, causal and sliding-window masks,
+/// padding by key lengths, boolean and additive masks, Gemma-2 soft-capping and
+/// gpt-oss attention sinks.
+///
+/// Conventions (the man page repeats them):
+/// - Q [b, hq, sq, d], K [b, hk, sk, d], V [b, hk, sk, dv] in any axes order; rank 3
+///   (`bsd`, one head) and rank 2 (`sd`) too. hk must divide hq: query head i uses
+///   key/value head i / (hq / hk) (grouped-query / multi-query attention).
+/// - Positions are aligned bottom-right (KV cache): query i sits at position
+///   i + sk - sq, key j at j. Window, T5 and Shaw distances use these positions; the
+///   causal mask has both alignments.
+/// - Per score: s = scale * (q.k + q.rk[rel(i, j)]); s = C tanh(s / C) with a soft-cap C;
+///   then ALiBi, T5 and additive-mask biases are added; masked scores become -inf.
+///   This final s is what `logits` holds. The softmax subtracts the row maximum; a sink
+///   logit (one per query head) joins the denominator and is dropped from the probs.
+/// - Output = sum_j p_ij (v_j + rv[rel(i, j)]); lse = log(sum_j exp(s_ij) [+ exp(sink)]).
+/// - A row with no unmasked key and no sink ("fully masked") gives probs 0, output 0 and
+///   lse -inf under MaskedRows::zero; probs and output NaN (lse -inf) under ::nan.
+///
+/// Arithmetic: f32 for f16/bf16/f32 inputs, f64 for f64 inputs, unless `precision` is
+/// given; Q·K^T and P·V go through BLAS, row sums of the softmax are accumulated in
+/// f64. When neither logits nor probs are asked for, keys are processed in blocks with
+/// an online (running max / running sum) softmax, so the [sq, sk] matrix is never
+/// materialised. Results do not depend on the thread count: the work is cut into
+/// (batch, head, query block) items of a size fixed by the shapes alone, and each item
+/// calls single-threaded BLAS (OpenBLAS's own threading changes the rounding with the
+/// thread count).
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "posenc/encodings/bias.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/rope.hpp"
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+
+/// The tensors `attention` can produce, in the order of the `--emit` list.
+enum class AttentionEmit { logits, probs, output, lse };
+
+/// "logits", "probs", "output", "lse".
+std::string attention_emit_name(AttentionEmit e);
+
+/// Parses a comma list such as "probs,output" (order kept, duplicates removed). An empty
+/// string gives the default: probs,output, or probs alone when `has_v` is false.
+/// Throws UsageError for unknown names, and for output without V.
+std::vector<AttentionEmit> parse_attention_emit(const std::string& list, bool has_v);
+
+/// Alignment of the causal mask when sq != sk: bottom-right (flash-attn; query i sees
+/// keys j <= i + sk - sq) or top-left (eager/HF default; j <= i).
+enum class CausalAlign { none, bottom_right, top_left };
+
+/// What a fully masked row gives (see the file comment).
+enum class MaskedRows { zero, nan };
+
+struct AttentionOptions {
+  /// Axes letters shared by Q, K and V (e.g. "bhsd", "bshd"); empty = by rank
+  /// (4 bhsd, 3 bsd, 2 sd).
+  std::string axes;
+  /// Multiplies q.k; 0 = 1/sqrt(d). Must not be negative.
+  double scale = 0;
+  CausalAlign causal = CausalAlign::none;
+  /// Sliding window, inclusive, like flash-attn: query i attends keys
+  /// [i + sk - sq - left, i + sk - sq + right]; -1 = unbounded on that side.
+  std::int64_t window_left = -1, window_right = -1;
+  /// [b] integers: keys j >= length[b] are masked (right padding).
+  const Tensor* key_lengths = nullptr;
+  /// Broadcastable (numpy rules) to the logits shape. bool or integer: true / non-zero
+  /// = keep; float: added to the scores (-inf masks).
+  const Tensor* mask = nullptr;
+  /// ALiBi bias (slopes from alibi_slopes(hq, alibi_max_bias), bias from alibi_bias).
+  std::optional<AlibiVariant> alibi;
+  double alibi_max_bias = 8.0;
+  /// T5 relative bias table [buckets, hq]; bias = table[t5_bucket(key pos - query pos)].
+  const Tensor* t5_bias = nullptr;
+  int t5_buckets = 32;
+  int t5_max_distance = 128;
+  bool t5_bidirectional = true;
+  /// Shaw et al. tables [2M+1, d] and [2M+1, dv], index relative_index(qpos, j, M).
+  const Tensor* relative_k = nullptr;
+  const Tensor* relative_v = nullptr;
+  std::int64_t max_distance = -1;  ///< M; -1 = from the table's rows
+  /// Soft-cap C > 0 (0 = off): s = C tanh(scale q.k / C), before biases and masks.
+  double softcap = 0;
+  /// [hq] sink logits (gpt-oss).
+  const Tensor* sinks = nullptr;
+  MaskedRows masked_rows = MaskedRows::zero;
+  /// What to compute; empty = the default of parse_attention_emit.
+  std::vector<AttentionEmit> emit;
+  /// Arithmetic; unset = f64 for f64 inputs (Q), f32 otherwise.
+  std::optional<Precision> precision;
+  /// Type of logits, probs and output; unset = Q's dtype. lse is f64 when computing in
+  /// f64, f32 otherwise.
+  std::optional<DType> dtype;
+  /// Fail with InputError before allocating when the outputs and working memory would
+  /// need more bytes than this (0 = no limit).
+  std::size_t max_memory = 0;
+  /// Block sizes (0 = automatic). Tests use them to force several key blocks.
+  std::size_t query_block = 0, key_block = 0;
+};
+
+/// The emitted tensors (those not asked for are empty) and the parameters used.
+struct AttentionResult {
+  Tensor logits;  ///< [b, hq, sq, sk] (b and h only where Q has them)
+  Tensor probs;   ///< same shape as logits
+  Tensor output;  ///< Q's shape and axes order with d replaced by dv
+  Tensor lse;     ///< [b, hq, sq] (b and h only where Q has them)
+  Attrs attrs;    ///< scale, masks, biases, ... for recording with the outputs
+  /// The tensor for `e`.
+  const Tensor& get(AttentionEmit e) const;
+};
+
+/// Computes attention of `q` over `k` (and `v`, may be null when only logits, probs or
+/// lse are asked for). Throws UsageError for bad option values (negative scale, bad
+/// axes, output without V) and InputError for inconsistent shapes or dtypes (head
+/// counts that do not divide, d or length mismatches, masks that do not broadcast,
+/// key lengths out of range, the --max-memory limit), before any large allocation.
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
+                          const AttentionOptions& opt);
+
+/// Bytes `attention` would allocate for these shapes and options (outputs and working
+/// memory, not the inputs), and the names of the emitted tensors that dominate it.
+/// Shapes are checked as by `attention`.
+std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k,
+                                                     const Shape* v, DType q_dtype,
+                                                     const AttentionOptions& opt);
+
+/// Applies RoPE to Q and K for attention with the KV-cache alignment: key j at
+/// position pos.start + j (or ids[..., j]), query i at pos.start + sk - sq + i (or the
+/// last sq ids). Packed sequences (cu_seqlens) need sq == sk. Returns rotated copies
+/// of type `out` (the arithmetic type of attention, so no rounding in between).
+std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k,
+                                             const Axes& axes, const RopeFreqs& f,
+                                             const Positions& pos,
+                                             const RopeApplyOptions& opt, DType out);
+
+}  // namespace posenc

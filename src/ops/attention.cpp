@@ -1,0 +1,972 @@
+#include "posenc/ops/attention.hpp"
+
+#include <cblas.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+std::string attention_emit_name(AttentionEmit e) {
+  switch (e) {
+    case AttentionEmit::logits: return "logits";
+    case AttentionEmit::probs: return "probs";
+    case AttentionEmit::output: return "output";
+    case AttentionEmit::lse: return "lse";
+  }
+  return "?";
+}
+
+std::vector<AttentionEmit> parse_attention_emit(const std::string& list, bool has_v) {
+  std::vector<AttentionEmit> out;
+  if (list.empty()) {
+    out.push_back(AttentionEmit::probs);
+    if (has_v) out.push_back(AttentionEmit::output);
+    return out;
+  }
+  std::size_t pos = 0;
+  while (pos <= list.size()) {
+    std::size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    std::string name = list.substr(pos, comma - pos);
+    AttentionEmit e;
+    if (name == "logits") {
+      e = AttentionEmit::logits;
+    } else if (name == "probs") {
+      e = AttentionEmit::probs;
+    } else if (name == "output") {
+      e = AttentionEmit::output;
+    } else if (name == "lse") {
+      e = AttentionEmit::lse;
+    } else {
+      throw UsageError(fmt::format(
+          "--emit: unknown tensor '{}' (expected a comma list of logits, probs, output, lse)",
+          name));
+    }
+    if (e == AttentionEmit::output && !has_v) {
+      throw UsageError("--emit: output needs values (-v)");
+    }
+    if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+const Tensor& AttentionResult::get(AttentionEmit e) const {
+  switch (e) {
+    case AttentionEmit::logits: return logits;
+    case AttentionEmit::probs: return probs;
+    case AttentionEmit::output: return output;
+    case AttentionEmit::lse: return lse;
+  }
+  return output;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---------------------------------------------------------------------------------
+// Shapes
+
+struct Strides {
+  std::ptrdiff_t b = 0, h = 0, s = 0, d = 0;
+};
+
+// Element strides of a C-ordered tensor by axis letter; absent letters get 0.
+Strides strides_of(const Shape& shape, const std::string& axes) {
+  Strides st;
+  std::ptrdiff_t stride = 1;
+  for (std::size_t i = axes.size(); i-- > 0;) {
+    switch (axes[i]) {
+      case 'b': st.b = stride; break;
+      case 'h': st.h = stride; break;
+      case 's': st.s = stride; break;
+      case 'd': st.d = stride; break;
+    }
+    stride *= static_cast<std::ptrdiff_t>(shape[i]);
+  }
+  return st;
+}
+
+std::size_t axis_size(const Shape& shape, const std::string& axes, char c) {
+  auto i = axes.find(c);
+  return i == std::string::npos ? 1 : shape[i];
+}
+
+struct Geometry {
+  std::string axes;
+  std::size_t b = 1, hq = 1, hk = 1, sq = 0, sk = 0, d = 0, dv = 0;
+  bool has_b = false, has_h = false;
+  std::size_t rel_rows = 0;  // 2M+1 of the Shaw tables, 0 if none
+  std::int64_t max_distance = 0;
+  DType compute = DType::f32;
+  DType out = DType::f32;
+  DType lse = DType::f32;
+  bool emit_logits = false, emit_probs = false, emit_output = false, emit_lse = false;
+  std::vector<AttentionEmit> emit;
+  bool materialise() const { return emit_logits || emit_probs; }
+  Shape logits_shape() const {
+    Shape s;
+    if (has_b) s.push_back(b);
+    if (has_h) s.push_back(hq);
+    s.push_back(sq);
+    s.push_back(sk);
+    return s;
+  }
+  Shape lse_shape() const {
+    Shape s = logits_shape();
+    s.pop_back();
+    return s;
+  }
+};
+
+std::string resolve_letters(const std::string& user, std::size_t rank) {
+  std::string axes = user;
+  if (axes.empty()) {
+    if (rank == 4) {
+      axes = "bhsd";
+    } else if (rank == 3) {
+      axes = "bsd";
+    } else if (rank == 2) {
+      axes = "sd";
+    } else {
+      throw InputError(fmt::format(
+          "q: expected a tensor of rank 2 (sd), 3 (bsd) or 4 (bhsd), got rank {}", rank));
+    }
+  }
+  if (axes.size() != rank) {
+    throw UsageError(fmt::format("--axes {}: {} letters for a tensor of rank {}", axes,
+                                 axes.size(), rank));
+  }
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    char c = axes[i];
+    if (std::string("bhsd").find(c) == std::string::npos || axes.find(c) != i) {
+      throw UsageError(fmt::format(
+          "--axes {}: letters must be distinct, from b, h, s, d", axes));
+    }
+  }
+  if (axes.find('s') == std::string::npos || axes.find('d') == std::string::npos) {
+    throw UsageError(fmt::format("--axes {}: attention needs axes s and d", axes));
+  }
+  return axes;
+}
+
+void require_float(DType t, const char* what) {
+  if (!is_float(t)) {
+    throw InputError(fmt::format("{}: expected a float tensor, got {}", what, dtype_name(t)));
+  }
+}
+
+Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
+               const AttentionOptions& opt) {
+  Geometry g;
+  g.axes = resolve_letters(opt.axes, qs.size());
+  if (ks.size() != qs.size()) {
+    throw InputError(fmt::format("k: shape {} has rank {}, q {} has rank {}", shape_str(ks),
+                                 ks.size(), shape_str(qs), qs.size()));
+  }
+  if (vs && vs->size() != qs.size()) {
+    throw InputError(fmt::format("v: shape {} has rank {}, q {} has rank {}", shape_str(*vs),
+                                 vs->size(), shape_str(qs), qs.size()));
+  }
+  const std::string& a = g.axes;
+  g.has_b = a.find('b') != std::string::npos;
+  g.has_h = a.find('h') != std::string::npos;
+  g.b = axis_size(qs, a, 'b');
+  g.hq = axis_size(qs, a, 'h');
+  g.sq = axis_size(qs, a, 's');
+  g.d = axis_size(qs, a, 'd');
+  g.hk = axis_size(ks, a, 'h');
+  g.sk = axis_size(ks, a, 's');
+  if (axis_size(ks, a, 'b') != g.b) {
+    throw InputError(fmt::format("k: batch {} of shape {} differs from q's {} ({})",
+                                 axis_size(ks, a, 'b'), shape_str(ks), g.b, shape_str(qs)));
+  }
+  if (axis_size(ks, a, 'd') != g.d) {
+    throw InputError(fmt::format("k: head dim {} of shape {} differs from q's {} ({})",
+                                 axis_size(ks, a, 'd'), shape_str(ks), g.d, shape_str(qs)));
+  }
+  if (g.hk == 0 || g.hq % g.hk != 0) {
+    throw InputError(fmt::format(
+        "k: {} heads (shape {}) do not divide q's {} heads ({})", g.hk, shape_str(ks), g.hq,
+        shape_str(qs)));
+  }
+  if (g.d == 0 || g.sk == 0) {
+    throw InputError(fmt::format("k: empty head dim or sequence in shape {}", shape_str(ks)));
+  }
+  if (vs) {
+    if (axis_size(*vs, a, 'b') != g.b || axis_size(*vs, a, 'h') != g.hk ||
+        axis_size(*vs, a, 's') != g.sk) {
+      throw InputError(fmt::format(
+          "v: shape {} does not match k {} in batch, heads or length (axes {})",
+          shape_str(*vs), shape_str(ks), a));
+    }
+    g.dv = axis_size(*vs, a, 'd');
+  }
+  // Arithmetic and output types.
+  if (opt.precision) {
+    g.compute = *opt.precision == Precision::f64 ? DType::f64 : DType::f32;
+  } else {
+    g.compute = q_dtype == DType::f64 ? DType::f64 : DType::f32;
+  }
+  g.out = opt.dtype.value_or(q_dtype);
+  if (!is_float(g.out)) {
+    throw UsageError(fmt::format("--dtype {}: attention outputs are floats (f64, f32, f16, bf16)",
+                                 dtype_name(g.out)));
+  }
+  g.lse = g.compute;
+  g.emit = opt.emit.empty() ? parse_attention_emit("", vs != nullptr) : opt.emit;
+  for (auto e : g.emit) {
+    if (e == AttentionEmit::logits) g.emit_logits = true;
+    if (e == AttentionEmit::probs) g.emit_probs = true;
+    if (e == AttentionEmit::output) g.emit_output = true;
+    if (e == AttentionEmit::lse) g.emit_lse = true;
+  }
+  if (g.emit_output && !vs) throw UsageError("--emit: output needs values (-v)");
+  // Option values.
+  if (!(opt.scale >= 0) || std::isinf(opt.scale)) {
+    throw UsageError(fmt::format("--scale {}: must be a positive number", opt.scale));
+  }
+  if (!(opt.softcap >= 0) || std::isinf(opt.softcap)) {
+    throw UsageError(fmt::format("--softcap {}: must be a positive number", opt.softcap));
+  }
+  if (opt.window_left < -1 || opt.window_right < -1) {
+    throw UsageError(fmt::format("--window {},{}: sides must be >= 0, or -1 for unbounded",
+                                 opt.window_left, opt.window_right));
+  }
+  if (opt.alibi && !(opt.alibi_max_bias > 0)) {
+    throw UsageError(fmt::format("--alibi-max-bias {}: must be positive", opt.alibi_max_bias));
+  }
+  // Side tensors: shapes checked here so nothing big is allocated for a bad input.
+  if (opt.key_lengths) {
+    const Tensor& t = *opt.key_lengths;
+    if (!is_integer(t.dtype()) || t.ndim() != 1 || t.numel() != g.b) {
+      throw InputError(fmt::format(
+          "--key-lengths: expected {} integers (shape ({},)), got {} of shape {}", g.b, g.b,
+          dtype_name(t.dtype()), shape_str(t.shape())));
+    }
+    for (std::size_t i = 0; i < t.numel(); ++i) {
+      double len = t.get(i);
+      if (len < 0 || len > static_cast<double>(g.sk)) {
+        throw InputError(fmt::format("--key-lengths: length {} of batch {} is outside [0, {}]",
+                                     len, i, g.sk));
+      }
+    }
+  }
+  if (opt.mask) {
+    const Tensor& m = *opt.mask;
+    Shape target = g.logits_shape();
+    bool ok = m.ndim() <= target.size();
+    for (std::size_t i = 0; ok && i < m.ndim(); ++i) {
+      std::size_t md = m.shape()[m.ndim() - 1 - i];
+      std::size_t td = target[target.size() - 1 - i];
+      ok = md == 1 || md == td;
+    }
+    if (!ok) {
+      throw InputError(fmt::format("--mask: shape {} does not broadcast to the scores' shape {}",
+                                   shape_str(m.shape()), shape_str(target)));
+    }
+  }
+  if (opt.sinks) {
+    const Tensor& t = *opt.sinks;
+    require_float(t.dtype(), "--sinks");
+    if (t.ndim() != 1 || t.numel() != g.hq) {
+      throw InputError(fmt::format("--sinks: expected shape ({},) (one per query head), got {}",
+                                   g.hq, shape_str(t.shape())));
+    }
+  }
+  if (opt.t5_bias) {
+    const Tensor& t = *opt.t5_bias;
+    require_float(t.dtype(), "--t5-bias");
+    if (opt.t5_buckets < 2 || opt.t5_max_distance < 2) {
+      throw UsageError(fmt::format("--t5-buckets {} / --t5-max-distance {}: must be >= 2",
+                                   opt.t5_buckets, opt.t5_max_distance));
+    }
+    if (t.ndim() != 2 || t.shape()[0] != static_cast<std::size_t>(opt.t5_buckets) ||
+        t.shape()[1] != g.hq) {
+      throw InputError(fmt::format(
+          "--t5-bias: expected shape ({}, {}) ([buckets, heads]), got {}", opt.t5_buckets,
+          g.hq, shape_str(t.shape())));
+    }
+  }
+  if (opt.relative_v && !vs) throw UsageError("--relative-v needs values (-v)");
+  for (const Tensor* t : {opt.relative_k, opt.relative_v}) {
+    if (!t) continue;
+    const char* what = t == opt.relative_k ? "--relative-k" : "--relative-v";
+    require_float(t->dtype(), what);
+    std::size_t width = t == opt.relative_k ? g.d : g.dv;
+    if (t->ndim() != 2 || t->shape()[1] != width || t->shape()[0] % 2 != 1) {
+      throw InputError(fmt::format("{}: expected shape (2M+1, {}), got {}", what, width,
+                                   shape_str(t->shape())));
+    }
+    std::size_t rows = t->shape()[0];
+    if (opt.max_distance >= 0 && rows != static_cast<std::size_t>(2 * opt.max_distance + 1)) {
+      throw InputError(fmt::format("{}: {} rows, but --max-distance {} needs {}", what, rows,
+                                   opt.max_distance, 2 * opt.max_distance + 1));
+    }
+    if (g.rel_rows && rows != g.rel_rows) {
+      throw InputError(fmt::format("--relative-k and --relative-v: {} and {} rows differ",
+                                   g.rel_rows, rows));
+    }
+    g.rel_rows = rows;
+    g.max_distance = static_cast<std::int64_t>((rows - 1) / 2);
+  }
+  return g;
+}
+
+struct Blocks {
+  std::size_t q = 0, k = 0;
+};
+
+// Block sizes depend on the shapes only (never on the thread count), so the rounding
+// is the same whatever -j says.
+Blocks blocks_for(const Geometry& g, const AttentionOptions& opt) {
+  std::size_t tsize = dtype_size(g.compute);
+  Blocks bl;
+  if (g.materialise()) {
+    bl.k = g.sk;  // one block: the row is complete before it is normalised
+    std::size_t q = (std::size_t{16} << 20) / std::max<std::size_t>(1, g.sk * tsize);
+    bl.q = std::clamp<std::size_t>(q, 1, 128);
+  } else {
+    bl.k = opt.key_block ? opt.key_block : 512;
+    bl.q = 128;
+  }
+  if (opt.query_block) bl.q = opt.query_block;
+  bl.q = std::min(bl.q, std::max<std::size_t>(g.sq, 1));
+  bl.k = std::min(bl.k, g.sk);
+  return bl;
+}
+
+std::size_t mul_sat(std::size_t a, std::size_t b) {
+  std::size_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return std::numeric_limits<std::size_t>::max();
+  return r;
+}
+std::size_t add_sat(std::size_t a, std::size_t b) {
+  std::size_t r;
+  if (__builtin_add_overflow(a, b, &r)) return std::numeric_limits<std::size_t>::max();
+  return r;
+}
+
+std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs,
+                                              const Shape& ks, const Shape* vs, DType q_dtype,
+                                              const AttentionOptions& opt) {
+  std::size_t ts = dtype_size(g.compute);
+  std::size_t os = dtype_size(g.out);
+  std::size_t scores = mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.sk);
+  std::size_t need = 0;
+  std::string names;
+  auto add_name = [&names](const char* n) { names += names.empty() ? n : std::string(" and ") + n; };
+  if (g.emit_logits) need = add_sat(need, mul_sat(scores, os)), add_name("logits");
+  if (g.emit_probs) need = add_sat(need, mul_sat(scores, os)), add_name("probs");
+  if (g.emit_output) need = add_sat(need, mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.dv) * os);
+  if (g.emit_lse) need = add_sat(need, mul_sat(mul_sat(g.b, g.hq), g.sq) * dtype_size(g.lse));
+  // Converted copies of the inputs (f16 → f32, RoPE'd copies are the caller's).
+  auto numel = [](const Shape& s) {
+    std::size_t n = 1;
+    for (auto d : s) n = mul_sat(n, d);
+    return n;
+  };
+  if (q_dtype != g.compute) need = add_sat(need, mul_sat(numel(qs), ts));
+  need = add_sat(need, mul_sat(numel(ks), ts));  // worst case: K converted
+  if (vs) need = add_sat(need, mul_sat(numel(*vs), ts));
+  // Per-thread tiles.
+  Blocks bl = blocks_for(g, opt);
+  std::size_t tile = mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + 4) * ts;
+  need = add_sat(need, mul_sat(tile, static_cast<std::size_t>(omp_get_max_threads())));
+  if (names.empty()) names = "attention";
+  return {need, names};
+}
+
+std::string human_bytes(std::size_t n) {
+  double x = static_cast<double>(n);
+  if (x >= 1e9) return fmt::format("{:.1f} GB", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.1f} MB", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.1f} kB", x / 1e3);
+  return fmt::format("{} bytes", n);
+}
+
+// ---------------------------------------------------------------------------------
+// BLAS, single-threaded per call (see the file comment of attention.hpp).
+
+inline void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                 const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta,
+                 float* c, std::size_t ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+inline void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, double alpha,
+                 const double* a, std::size_t lda, const double* b, std::size_t ldb,
+                 double beta, double* c, std::size_t ldc) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// OpenBLAS is told to use one thread while attention runs and restored afterwards:
+// each BLAS call then rounds the same way whichever OpenMP thread makes it and however
+// many there are (OpenBLAS 0.3.21 sgemm with 1 and 2 threads differs in the last bit).
+class OneBlasThread {
+ public:
+  OneBlasThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+  ~OneBlasThread() { openblas_set_num_threads(saved_); }
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+// ---------------------------------------------------------------------------------
+// exp
+
+// exp(x) for x <= 0 (scores minus their row maximum), written so that GCC vectorises
+// the loop: Cephes' expf polynomial (max error about 1 ulp) with a 2^n scaling built
+// from the exponent bits; below -87 (where expf is subnormal or 0) the result is 0,
+// so masked (-inf) scores give exactly 0.
+inline float exp_nonpositive(float x) {
+  const bool under = !(x >= -87.0f);  // NaN too: exp_shift_sum reports NaN rows
+  float xc = under ? -87.0f : x;
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: rounds to an integer in the mantissa
+  float t = xc * 1.44269504088896341f + shifter;
+  float n = t - shifter;
+  std::int32_t ni = __builtin_bit_cast(std::int32_t, t) - __builtin_bit_cast(std::int32_t, shifter);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * r * r + r + 1.0f;
+  float scale = __builtin_bit_cast(float, (ni + 127) << 23);
+  return under ? 0.0f : y * scale;
+}
+
+// p[j] = exp(s[j] - m) in place; returns the sum in double.
+inline double exp_shift_sum(float* s, std::size_t n, float m) {
+  double sum = 0;
+  constexpr std::size_t kChunk = 256;
+  for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
+    std::size_t j1 = std::min(n, j0 + kChunk);
+    float part = 0;  // short f32 partial sums, added in f64
+    for (std::size_t j = j0; j < j1; ++j) {
+      float e = exp_nonpositive(s[j] - m);
+      s[j] = e;
+      part += e;
+    }
+    sum += part;
+  }
+  // NaN scores (NaN input) must stay visible: exp_nonpositive maps them to 0.
+  for (std::size_t j = 0; j < n; ++j) {
+    if (std::isnan(s[j])) return std::numeric_limits<double>::quiet_NaN();
+  }
+  return sum;
+}
+inline double exp_shift_sum(double* s, std::size_t n, double m) {
+  double sum = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    double e = std::exp(s[j] - m);
+    s[j] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+// ---------------------------------------------------------------------------------
+// Storing rows in the output dtype.
+
+template <class T>
+void store(DType dt, std::byte* base, std::size_t offset, std::ptrdiff_t stride, const T* src,
+           std::size_t n, T mul) {
+  switch (dt) {
+    case DType::f32: {
+      float* p = reinterpret_cast<float*>(base) + offset;
+      for (std::size_t j = 0; j < n; ++j) p[j * stride] = static_cast<float>(src[j] * mul);
+      break;
+    }
+    case DType::f64: {
+      double* p = reinterpret_cast<double*>(base) + offset;
+      for (std::size_t j = 0; j < n; ++j) p[j * stride] = static_cast<double>(src[j] * mul);
+      break;
+    }
+    case DType::f16: {
+      auto* p = reinterpret_cast<std::uint16_t*>(base) + offset;
+      for (std::size_t j = 0; j < n; ++j) {
+        p[j * stride] = std::is_same_v<T, double> ? double_to_half(src[j] * mul)
+                                                  : float_to_half(static_cast<float>(src[j] * mul));
+      }
+      break;
+    }
+    case DType::bf16: {
+      auto* p = reinterpret_cast<std::uint16_t*>(base) + offset;
+      for (std::size_t j = 0; j < n; ++j) {
+        p[j * stride] = std::is_same_v<T, double> ? double_to_bf16(src[j] * mul)
+                                                  : float_to_bf16(static_cast<float>(src[j] * mul));
+      }
+      break;
+    }
+    default: break;
+  }
+}
+
+template <class T>
+void fill(DType dt, std::byte* base, std::size_t offset, std::ptrdiff_t stride, std::size_t n,
+          double v) {
+  T one = 1;
+  std::vector<T> tmp(n, static_cast<T>(v));
+  store<T>(dt, base, offset, stride, tmp.data(), n, one);
+}
+
+// ---------------------------------------------------------------------------------
+// The engine.
+
+template <class T>
+struct View {
+  const T* p = nullptr;
+  std::ptrdiff_t b = 0, h = 0, s = 0;  // element strides; d is contiguous
+};
+
+template <class T>
+constexpr DType dtype_of() {
+  return std::is_same_v<T, float> ? DType::f32 : DType::f64;
+}
+
+// A view of x in type T with contiguous d, converting or transposing into `holder`
+// when needed.
+template <class T>
+View<T> make_view(const Tensor& x, const std::string& axes, Tensor& holder) {
+  const Tensor* src = &x;
+  if (x.dtype() != dtype_of<T>()) {
+    holder = x.astype(dtype_of<T>());
+    src = &holder;
+  }
+  Strides st = strides_of(src->shape(), axes);
+  std::size_t dsize = axis_size(src->shape(), axes, 'd');
+  if (st.d != 1 && dsize > 1) {
+    // d is not the last axis: copy into b, h, s, d order for BLAS.
+    std::size_t nb = axis_size(src->shape(), axes, 'b'), nh = axis_size(src->shape(), axes, 'h'),
+                ns = axis_size(src->shape(), axes, 's');
+    Tensor t(dtype_of<T>(), Shape{nb, nh, ns, dsize});
+    const T* in = src->data<T>();
+    T* out = t.data<T>();
+    for (std::size_t b = 0; b < nb; ++b)
+      for (std::size_t h = 0; h < nh; ++h)
+        for (std::size_t s = 0; s < ns; ++s)
+          for (std::size_t c = 0; c < dsize; ++c)
+            *out++ = in[b * st.b + h * st.h + s * st.s + c * st.d];
+    holder = std::move(t);
+    src = &holder;
+    return {src->data<T>(), static_cast<std::ptrdiff_t>(nh * ns * dsize),
+            static_cast<std::ptrdiff_t>(ns * dsize), static_cast<std::ptrdiff_t>(dsize)};
+  }
+  return {src->data<T>(), st.b, st.h, st.s};
+}
+
+// Everything a work item reads; built once, shared read-only by the threads.
+template <class T>
+struct Plan {
+  Geometry g;
+  Blocks bl;
+  View<T> q, k, v;
+  T scale = 1;
+  T softcap = 0;
+  std::int64_t off = 0;  // query i sits at position i + off
+  CausalAlign causal = CausalAlign::none;
+  std::int64_t win_left = -1, win_right = -1;
+  std::vector<std::int64_t> key_len;  // per batch, empty = none
+  // Masks and biases.
+  bool has_add_mask = false, has_keep_mask = false;
+  std::vector<T> add_mask;
+  std::vector<std::uint8_t> keep_mask;
+  std::ptrdiff_t m_b = 0, m_h = 0, m_i = 0, m_j = 0;
+  std::optional<AlibiVariant> alibi;
+  std::vector<double> slopes;
+  std::vector<T> t5;  // [hq][sq + sk - 1] bias by distance j - qpos + sk - 1
+  std::vector<T> sinks;
+  std::vector<std::int32_t> rel_index;  // by distance, as t5
+  std::vector<T> rel_k, rel_v;          // [R, d], [R, dv]
+  std::size_t R = 0;
+  MaskedRows masked_rows = MaskedRows::zero;
+  // Outputs.
+  std::byte* logits = nullptr;
+  std::byte* probs = nullptr;
+  std::byte* out = nullptr;
+  Strides out_st;
+  std::byte* lse = nullptr;
+  bool per_element() const {
+    return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0;
+  }
+};
+
+template <class T>
+struct Scratch {
+  std::vector<T> s, o, qr, bucket, m;
+  std::vector<double> l;
+  std::vector<std::int64_t> lo, hi;
+};
+
+template <class T>
+void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q, std::size_t q0) {
+  const Geometry& g = P.g;
+  const std::size_t qn = std::min(P.bl.q, g.sq - q0);
+  const std::size_t kvh = hi_q / (g.hq / g.hk);
+  const T* qp = P.q.p + bi * P.q.b + hi_q * P.q.h + q0 * P.q.s;
+  const T* kp = P.k.p + bi * P.k.b + kvh * P.k.h;
+  const T* vp = P.v.p ? P.v.p + bi * P.v.b + kvh * P.v.h : nullptr;
+  const bool need_v = vp && (g.emit_output);
+  const std::size_t kB = P.bl.k;
+  const std::size_t dv = g.dv;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+
+  w.s.resize(qn * kB);
+  w.m.assign(qn, neg_inf);
+  w.l.assign(qn, 0.0);
+  if (need_v) w.o.assign(qn * dv, T(0));
+  if (P.R) {
+    w.qr.resize(qn * P.R);
+    gemm(true, qn, P.R, g.d, P.scale, qp, P.q.s, P.rel_k.data(), g.d, T(0), w.qr.data(), P.R);
+    if (need_v && !P.rel_v.empty()) w.bucket.assign(qn * P.R, T(0));
+  }
+  if (!P.sinks.empty()) {
+    T sink = P.sinks[hi_q];
+    if (sink > neg_inf) {
+      std::fill(w.m.begin(), w.m.end(), sink);
+      std::fill(w.l.begin(), w.l.end(), 1.0);  // exp(sink - sink)
+    }
+  }
+  // Allowed key range per row from causal, window and key length.
+  w.lo.resize(qn);
+  w.hi.resize(qn);
+  const std::int64_t sk = static_cast<std::int64_t>(g.sk);
+  const std::int64_t sq = static_cast<std::int64_t>(g.sq);
+  std::int64_t lo_min = sk, hi_max = -1;
+  for (std::size_t r = 0; r < qn; ++r) {
+    std::int64_t i = static_cast<std::int64_t>(q0 + r);
+    std::int64_t lo = 0, hi = sk - 1;
+    if (P.causal == CausalAlign::bottom_right) hi = std::min(hi, i + P.off);
+    if (P.causal == CausalAlign::top_left) hi = std::min(hi, i);
+    if (P.win_left >= 0) lo = std::max(lo, i + P.off - P.win_left);
+    if (P.win_right >= 0) hi = std::min(hi, i + P.off + P.win_right);
+    if (!P.key_len.empty()) hi = std::min(hi, P.key_len[bi] - 1);
+    w.lo[r] = lo;
+    w.hi[r] = hi;
+    if (lo <= hi) lo_min = std::min(lo_min, lo), hi_max = std::max(hi_max, hi);
+  }
+  const std::size_t ndist = g.sq + g.sk - 1;
+  const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + hi_q * ndist;
+  const double slope = P.alibi ? P.slopes[hi_q] : 0.0;
+
+  for (std::size_t j0 = 0; j0 < g.sk; j0 += kB) {
+    const std::size_t n = std::min(kB, g.sk - j0);
+    const std::int64_t j0i = static_cast<std::int64_t>(j0);
+    const std::int64_t j1i = j0i + static_cast<std::int64_t>(n) - 1;
+    // A block no row may see contributes nothing (streaming only: logits need -inf).
+    if (!g.materialise() && (j1i < lo_min || j0i > hi_max)) continue;
+    T* S = w.s.data();
+    gemm(true, qn, n, g.d, P.scale, qp, P.q.s, kp + j0 * P.k.s, P.k.s, T(0), S, n);
+    for (std::size_t r = 0; r < qn; ++r) {
+      T* s = S + r * n;
+      const std::int64_t i = static_cast<std::int64_t>(q0 + r);
+      const std::int64_t qpos = i + P.off;
+      if (P.per_element()) {
+        const T* qr = P.R ? w.qr.data() + r * P.R : nullptr;
+        const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
+        std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
+        for (std::size_t jj = 0; jj < n; ++jj) {
+          const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
+          T x = s[jj];
+          if (qr) x += qr[P.rel_index[j + dshift]];
+          if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
+          if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
+          if (t5row) x += t5row[j + dshift];
+          if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
+          if (P.has_keep_mask && !P.keep_mask[mbase + j * P.m_j]) x = neg_inf;
+          s[jj] = x;
+        }
+      }
+      // Range masks.
+      const std::int64_t lo = w.lo[r] - j0i, hi = w.hi[r] - j0i;
+      if (lo > hi || hi < 0 || lo >= static_cast<std::int64_t>(n)) {
+        std::fill(s, s + n, neg_inf);
+      } else {
+        if (lo > 0) std::fill(s, s + lo, neg_inf);
+        if (hi + 1 < static_cast<std::int64_t>(n)) std::fill(s + hi + 1, s + n, neg_inf);
+      }
+      if (P.logits) {
+        store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk + j0, 1, s, n, T(1));
+      }
+      // Online softmax update.
+      T mt = neg_inf;
+      for (std::size_t jj = 0; jj < n; ++jj) mt = std::max(mt, s[jj]);
+      const T m_old = w.m[r];
+      const T m_new = std::max(m_old, mt);
+      if (m_new == neg_inf) {
+        std::fill(s, s + n, T(0));
+        continue;
+      }
+      const double alpha = m_old == neg_inf ? 0.0 : std::exp(static_cast<double>(m_old - m_new));
+      const double sum = exp_shift_sum(s, n, m_new);
+      w.l[r] = w.l[r] * alpha + sum;
+      w.m[r] = m_new;
+      if (alpha != 1.0) {
+        if (need_v) {
+          T a = static_cast<T>(alpha);
+          for (std::size_t c = 0; c < dv; ++c) w.o[r * dv + c] *= a;
+        }
+        if (!w.bucket.empty()) {
+          T a = static_cast<T>(alpha);
+          for (std::size_t c = 0; c < P.R; ++c) w.bucket[r * P.R + c] *= a;
+        }
+      }
+      if (!w.bucket.empty()) {
+        const std::int64_t dshift = sk - 1 - qpos;
+        T* bk = w.bucket.data() + r * P.R;
+        for (std::size_t jj = 0; jj < n; ++jj) {
+          bk[P.rel_index[j0i + static_cast<std::int64_t>(jj) + dshift]] += s[jj];
+        }
+      }
+    }
+    if (need_v) {
+      gemm(false, qn, dv, n, T(1), S, n, vp + j0 * P.v.s, P.v.s, T(1), w.o.data(), dv);
+    }
+  }
+  if (need_v && !w.bucket.empty()) {
+    gemm(false, qn, dv, P.R, T(1), w.bucket.data(), P.R, P.rel_v.data(), dv, T(1), w.o.data(),
+         dv);
+  }
+  // Normalise and store.
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  for (std::size_t r = 0; r < qn; ++r) {
+    const std::size_t row = (bi * g.hq + hi_q) * g.sq + q0 + r;
+    const double l = w.l[r];
+    const bool empty = !(l > 0) && !std::isnan(l);
+    T inv = empty ? T(0) : static_cast<T>(1.0 / l);
+    if (empty && P.masked_rows == MaskedRows::nan) inv = nan;
+    if (P.probs) {
+      const T* s = w.s.data() + r * g.sk;  // one block when probs are materialised
+      if (empty) {
+        fill<T>(g.out, P.probs, row * g.sk, 1, g.sk, static_cast<double>(inv));
+      } else {
+        store<T>(g.out, P.probs, row * g.sk, 1, s, g.sk, inv);
+      }
+    }
+    if (P.out) {
+      std::size_t off = bi * P.out_st.b + hi_q * P.out_st.h + (q0 + r) * P.out_st.s;
+      if (empty) {
+        fill<T>(g.out, P.out, off, P.out_st.d, dv, static_cast<double>(inv));
+      } else {
+        store<T>(g.out, P.out, off, P.out_st.d, w.o.data() + r * dv, dv, inv);
+      }
+    }
+    if (P.lse) {
+      double v = empty ? -kInf : static_cast<double>(w.m[r]) + std::log(l);
+      if (g.lse == DType::f64) {
+        reinterpret_cast<double*>(P.lse)[row] = v;
+      } else {
+        reinterpret_cast<float*>(P.lse)[row] = static_cast<float>(v);
+      }
+    }
+  }
+}
+
+template <class T>
+std::vector<T> to_vector(const Tensor& t) {
+  std::vector<T> v(t.numel());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<T>(t.get(i));
+  return v;
+}
+
+template <class T>
+AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geometry& g,
+                    const AttentionOptions& opt) {
+  Plan<T> P;
+  P.g = g;
+  P.bl = blocks_for(g, opt);
+  Tensor hq_, hk_, hv_;
+  P.q = make_view<T>(q, g.axes, hq_);
+  P.k = make_view<T>(k, g.axes, hk_);
+  if (v) P.v = make_view<T>(*v, g.axes, hv_);
+  double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(g.d));
+  P.scale = static_cast<T>(scale);
+  P.softcap = static_cast<T>(opt.softcap);
+  P.off = static_cast<std::int64_t>(g.sk) - static_cast<std::int64_t>(g.sq);
+  P.causal = opt.causal;
+  P.win_left = opt.window_left;
+  P.win_right = opt.window_right;
+  P.masked_rows = opt.masked_rows;
+  if (opt.key_lengths) {
+    for (std::size_t i = 0; i < g.b; ++i) {
+      P.key_len.push_back(static_cast<std::int64_t>(opt.key_lengths->get(i)));
+    }
+  }
+  if (opt.mask) {
+    const Tensor& m = *opt.mask;
+    // Broadcast strides over (b, h, i, j) of the scores.
+    Shape target = g.logits_shape();
+    std::vector<std::ptrdiff_t> st(target.size(), 0);
+    std::ptrdiff_t stride = 1;
+    for (std::size_t a = 0; a < m.ndim(); ++a) {
+      std::size_t md = m.ndim() - 1 - a;
+      std::size_t td = target.size() - 1 - a;
+      st[td] = m.shape()[md] == 1 ? 0 : stride;
+      stride *= static_cast<std::ptrdiff_t>(m.shape()[md]);
+    }
+    std::size_t t = 0;
+    if (g.has_b) P.m_b = st[t++];
+    if (g.has_h) P.m_h = st[t++];
+    P.m_i = st[t++];
+    P.m_j = st[t++];
+    if (is_float(m.dtype())) {
+      P.has_add_mask = true;
+      P.add_mask = to_vector<T>(m);
+    } else {
+      P.has_keep_mask = true;
+      P.keep_mask.resize(m.numel());
+      for (std::size_t i = 0; i < m.numel(); ++i) P.keep_mask[i] = m.get(i) != 0.0;
+    }
+  }
+  if (opt.alibi) {
+    P.alibi = opt.alibi;
+    P.slopes = alibi_slopes(static_cast<int>(g.hq), opt.alibi_max_bias);
+  }
+  const std::size_t ndist = g.sq + g.sk - 1;
+  const std::int64_t dmin = -(static_cast<std::int64_t>(g.sk) - 1);  // j - qpos at index 0
+  if (opt.t5_bias) {
+    std::vector<T> emb = to_vector<T>(*opt.t5_bias);  // [buckets, hq]
+    P.t5.resize(g.hq * ndist);
+    for (std::size_t di = 0; di < ndist; ++di) {
+      std::int64_t bucket = t5_bucket(dmin + static_cast<std::int64_t>(di), opt.t5_bidirectional,
+                                      opt.t5_buckets, opt.t5_max_distance);
+      if (bucket < 0 || bucket >= opt.t5_buckets) {
+        throw InputError(fmt::format("--t5-bias: bucket {} out of range", bucket));
+      }
+      for (std::size_t h = 0; h < g.hq; ++h) P.t5[h * ndist + di] = emb[bucket * g.hq + h];
+    }
+  }
+  if (g.rel_rows) {
+    P.R = g.rel_rows;
+    P.rel_index.resize(ndist);
+    for (std::size_t di = 0; di < ndist; ++di) {
+      P.rel_index[di] = static_cast<std::int32_t>(
+          relative_index(0, dmin + static_cast<std::int64_t>(di), g.max_distance));
+    }
+    if (opt.relative_k) {
+      P.rel_k = to_vector<T>(*opt.relative_k);
+    } else {
+      P.rel_k.assign(P.R * g.d, T(0));  // only values are relative: q.0 adds nothing
+    }
+    if (opt.relative_v) P.rel_v = to_vector<T>(*opt.relative_v);
+  }
+  if (opt.sinks) P.sinks = to_vector<T>(*opt.sinks);
+
+  AttentionResult res;
+  if (g.emit_logits) res.logits = Tensor(g.out, g.logits_shape()), P.logits = res.logits.bytes();
+  if (g.emit_probs) res.probs = Tensor(g.out, g.logits_shape()), P.probs = res.probs.bytes();
+  if (g.emit_output) {
+    Shape os = q.shape();
+    os[g.axes.find('d')] = g.dv;
+    res.output = Tensor(g.out, os);
+    P.out = res.output.bytes();
+    P.out_st = strides_of(os, g.axes);
+  }
+  if (g.emit_lse) res.lse = Tensor(g.lse, g.lse_shape()), P.lse = res.lse.bytes();
+
+  const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
+  const std::size_t items = g.b * g.hq * nq;
+  if (g.sq > 0) {
+    OneBlasThread one_blas;
+    // Each item is independent and computed the same way by whichever thread takes
+    // it, so the schedule cannot change any result.
+#pragma omp parallel
+    {
+      Scratch<T> w;
+#pragma omp for schedule(dynamic, 1)
+      for (std::size_t it = 0; it < items; ++it) {
+        std::size_t qb = it % nq;
+        std::size_t h = (it / nq) % g.hq;
+        std::size_t b = it / (nq * g.hq);
+        run_item<T>(P, w, b, h, qb * P.bl.q);
+      }
+    }
+  }
+  return res;
+}
+
+std::string causal_name(CausalAlign c) {
+  switch (c) {
+    case CausalAlign::none: return "none";
+    case CausalAlign::bottom_right: return "bottom-right";
+    case CausalAlign::top_left: return "top-left";
+  }
+  return "?";
+}
+
+std::string alibi_name(AlibiVariant v) {
+  switch (v) {
+    case AlibiVariant::causal: return "causal";
+    case AlibiVariant::symmetric: return "symmetric";
+    case AlibiVariant::fairseq: return "fairseq";
+    case AlibiVariant::bottom_right: return "bottom-right";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k,
+                                                     const Shape* v, DType q_dtype,
+                                                     const AttentionOptions& opt) {
+  Geometry g = check(q, k, v, q_dtype, opt);
+  return memory_of(g, q, k, v, q_dtype, opt);
+}
+
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
+                          const AttentionOptions& opt) {
+  require_float(q.dtype(), "q");
+  require_float(k.dtype(), "k");
+  if (v) require_float(v->dtype(), "v");
+  Geometry g = check(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
+  auto [need, names] = memory_of(g, q.shape(), k.shape(), v ? &v->shape() : nullptr,
+                                 q.dtype(), opt);
+  if (opt.max_memory && need > opt.max_memory) {
+    throw InputError(fmt::format("{} would need {} > --max-memory {}", names, human_bytes(need),
+                                 human_bytes(opt.max_memory)));
+  }
+  AttentionResult res = g.compute == DType::f64 ? run<double>(q, k, v, g, opt)
+                                                : run<float>(q, k, v, g, opt);
+  double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(g.d));
+  Attrs& a = res.attrs;
+  a.push_back({"scale", scale});
+  a.push_back({"axes", g.axes});
+  a.push_back({"causal", causal_name(opt.causal)});
+  a.push_back({"window", std::vector<double>{static_cast<double>(opt.window_left),
+                                             static_cast<double>(opt.window_right)}});
+  a.push_back({"softcap", opt.softcap});
+  a.push_back({"alibi", opt.alibi ? alibi_name(*opt.alibi) : std::string("none")});
+  if (opt.alibi) a.push_back({"alibi_max_bias", opt.alibi_max_bias});
+  if (opt.t5_bias) {
+    a.push_back({"t5_buckets", static_cast<long long>(opt.t5_buckets)});
+    a.push_back({"t5_max_distance", static_cast<long long>(opt.t5_max_distance)});
+    a.push_back({"t5_bidirectional", static_cast<long long>(opt.t5_bidirectional)});
+  }
+  if (g.rel_rows) a.push_back({"max_distance", static_cast<long long>(g.max_distance)});
+  a.push_back({"sinks", static_cast<long long>(opt.sinks != nullptr)});
+  a.push_back({"masked_rows", std::string(opt.masked_rows == MaskedRows::zero ? "zero" : "nan")});
+  a.push_back({"precision", std::string(dtype_name(g.compute))});
+  return res;
+}
+
+}  // namespace posenc

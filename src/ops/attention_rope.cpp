@@ -1,0 +1,68 @@
+// RoPE for attention: positions of queries and keys with the KV-cache alignment. Kept
+// apart from attention.cpp so the attention core links without the RoPE kernels.
+#include <fmt/format.h>
+
+#include "posenc/error.hpp"
+#include "posenc/ops/attention.hpp"
+
+namespace posenc {
+
+namespace {
+
+// The last `keep` entries along the last axis of ids (shape ids_shape).
+Positions last_ids(const Positions& pos, std::size_t keep) {
+  Positions out = pos;
+  std::size_t len = pos.ids_shape.back();
+  std::size_t rows = len ? pos.ids.size() / len : 0;
+  out.ids.clear();
+  out.ids.reserve(rows * keep);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t j = len - keep; j < len; ++j) out.ids.push_back(pos.ids[r * len + j]);
+  }
+  out.ids_shape.back() = keep;
+  return out;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k,
+                                             const Axes& axes, const RopeFreqs& f,
+                                             const Positions& pos,
+                                             const RopeApplyOptions& opt, DType out) {
+  auto s_of = [&axes](const Tensor& t) {
+    auto i = axes.letters.find('s');
+    return i == std::string::npos ? std::size_t{1} : t.shape()[i];
+  };
+  const std::size_t sq = s_of(q), sk = s_of(k);
+  Positions pk = pos, pq = pos;
+  if (!pos.cu_seqlens.empty() && sq != sk) {
+    throw UsageError(fmt::format(
+        "--cu-seqlens: packed sequences need as many queries as keys (got {} and {})", sq, sk));
+  }
+  if (!pos.ids.empty()) {
+    if (pos.ids_shape.empty() || pos.ids_shape.back() != sk) {
+      throw InputError(fmt::format(
+          "--position-ids: shape {} does not end in the key length {} (queries take the last "
+          "{})",
+          shape_str(pos.ids_shape), sk, sq));
+    }
+    if (sq > sk) {
+      throw InputError(fmt::format(
+          "--position-ids: {} queries but only {} key positions", sq, sk));
+    }
+    pq = last_ids(pos, sq);
+  } else if (pos.cu_seqlens.empty()) {
+    pq.start = pos.start + static_cast<std::int64_t>(sk) - static_cast<std::int64_t>(sq);
+    if (pq.start < 0) {
+      throw InputError(fmt::format(
+          "--rope: {} queries and {} keys put the first query at position {} (< 0); "
+          "use --start",
+          sq, sk, pq.start));
+    }
+  }
+  Tensor qr = apply_rope(q, axes, f, pq, opt, out);
+  Tensor kr = apply_rope(k, axes, f, pk, opt, out);
+  return {std::move(qr), std::move(kr)};
+}
+
+}  // namespace posenc

@@ -1,0 +1,262 @@
+// Attention core against a naive float64 reference written from the formulas in
+// attention.hpp (loops over every score; no BLAS, no blocks, no online softmax).
+//
+// Note on the seeds' `attention(q, k, v, mask)`: it discards the result of masked_fill
+// and fills with -1e-9 instead of -1e9, so its mask does nothing. The reference here
+// applies the mask properly (masked scores are -inf before the softmax).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "posenc/error.hpp"
+#include "posenc/ops/attention.hpp"
+
+namespace posenc {
+namespace {
+
+Tensor random_tensor(Shape shape, unsigned seed, DType dt = DType::f64) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> nd;
+  Tensor t(dt, std::move(shape));
+  for (std::size_t i = 0; i < t.numel(); ++i) t.set(i, nd(gen));
+  return t;
+}
+
+struct Ref {
+  std::vector<double> logits, probs, out, lse;
+};
+
+// q [b, hq, sq, d], k [b, hk, sk, d], v [b, hk, sk, dv] (bhsd only).
+Ref naive(const Tensor& q, const Tensor& k, const Tensor& v, double scale, CausalAlign causal,
+          std::int64_t wl, std::int64_t wr, const std::vector<double>* sinks, double softcap,
+          bool nan_rows) {
+  std::size_t b = q.shape()[0], hq = q.shape()[1], sq = q.shape()[2], d = q.shape()[3];
+  std::size_t hk = k.shape()[1], sk = k.shape()[2], dv = v.shape()[3];
+  Ref r;
+  r.logits.resize(b * hq * sq * sk);
+  r.probs.resize(b * hq * sq * sk);
+  r.out.resize(b * hq * sq * dv);
+  r.lse.resize(b * hq * sq);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::int64_t off = static_cast<std::int64_t>(sk) - static_cast<std::int64_t>(sq);
+  for (std::size_t bi = 0; bi < b; ++bi)
+    for (std::size_t h = 0; h < hq; ++h)
+      for (std::size_t i = 0; i < sq; ++i) {
+        std::size_t kh = h / (hq / hk);
+        std::size_t row = (bi * hq + h) * sq + i;
+        double mx = sinks ? (*sinks)[h] : -inf;
+        for (std::size_t j = 0; j < sk; ++j) {
+          double s = 0;
+          for (std::size_t c = 0; c < d; ++c)
+            s += q.get(((bi * hq + h) * sq + i) * d + c) * k.get(((bi * hk + kh) * sk + j) * d + c);
+          s *= scale;
+          if (softcap > 0) s = softcap * std::tanh(s / softcap);
+          std::int64_t ii = static_cast<std::int64_t>(i), jj = static_cast<std::int64_t>(j);
+          bool keep = true;
+          if (causal == CausalAlign::bottom_right && jj > ii + off) keep = false;
+          if (causal == CausalAlign::top_left && jj > ii) keep = false;
+          if (wl >= 0 && jj < ii + off - wl) keep = false;
+          if (wr >= 0 && jj > ii + off + wr) keep = false;
+          if (!keep) s = -inf;
+          r.logits[row * sk + j] = s;
+          mx = std::max(mx, s);
+        }
+        double sum = sinks ? std::exp((*sinks)[h] - mx) : 0.0;
+        for (std::size_t j = 0; j < sk; ++j) sum += mx == -inf ? 0 : std::exp(r.logits[row * sk + j] - mx);
+        bool empty = mx == -inf;
+        for (std::size_t j = 0; j < sk; ++j) {
+          r.probs[row * sk + j] = empty ? (nan_rows ? NAN : 0.0)
+                                        : std::exp(r.logits[row * sk + j] - mx) / sum;
+        }
+        for (std::size_t c = 0; c < dv; ++c) {
+          double o = 0;
+          for (std::size_t j = 0; j < sk; ++j)
+            o += r.probs[row * sk + j] * v.get(((bi * hk + kh) * sk + j) * dv + c);
+          r.out[row * dv + c] = o;
+        }
+        r.lse[row] = empty ? -inf : mx + std::log(sum);
+      }
+  return r;
+}
+
+void expect_close(const Tensor& t, const std::vector<double>& ref, double rtol, double atol,
+                  const char* what) {
+  ASSERT_EQ(t.numel(), ref.size()) << what;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    double a = t.get(i), e = ref[i];
+    if (std::isnan(e)) {
+      EXPECT_TRUE(std::isnan(a)) << what << " at " << i;
+    } else if (std::isinf(e)) {
+      EXPECT_EQ(a, e) << what << " at " << i;
+    } else {
+      EXPECT_NEAR(a, e, atol + rtol * std::abs(e)) << what << " at " << i;
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+AttentionOptions all_emits() {
+  AttentionOptions o;
+  o.emit = {AttentionEmit::logits, AttentionEmit::probs, AttentionEmit::output, AttentionEmit::lse};
+  return o;
+}
+
+TEST(Attention, PlainF64MatchesNaive) {
+  Tensor q = random_tensor({2, 3, 5, 8}, 1), k = random_tensor({2, 3, 7, 8}, 2),
+         v = random_tensor({2, 3, 7, 4}, 3);
+  AttentionResult r = attention(q, k, &v, all_emits());
+  Ref e = naive(q, k, v, 1 / std::sqrt(8.0), CausalAlign::none, -1, -1, nullptr, 0, false);
+  expect_close(r.logits, e.logits, 1e-12, 1e-12, "logits");
+  expect_close(r.probs, e.probs, 1e-12, 1e-14, "probs");
+  expect_close(r.output, e.out, 1e-12, 1e-13, "output");
+  expect_close(r.lse, e.lse, 1e-12, 1e-13, "lse");
+  EXPECT_EQ(r.output.shape(), (Shape{2, 3, 5, 4}));
+  EXPECT_EQ(r.lse.shape(), (Shape{2, 3, 5}));
+  EXPECT_EQ(r.lse.dtype(), DType::f64);
+}
+
+TEST(Attention, GqaCausalWindowSinksSoftcap) {
+  Tensor q = random_tensor({1, 4, 6, 8}, 4), k = random_tensor({1, 2, 9, 8}, 5),
+         v = random_tensor({1, 2, 9, 8}, 6);
+  Tensor sinks = random_tensor({4}, 7);
+  std::vector<double> sv(4);
+  for (int i = 0; i < 4; ++i) sv[i] = sinks.get(i);
+  for (auto causal : {CausalAlign::bottom_right, CausalAlign::top_left}) {
+    AttentionOptions o = all_emits();
+    o.causal = causal;
+    o.window_left = 3;
+    o.sinks = &sinks;
+    o.softcap = 2.5;
+    o.scale = 0.7;
+    AttentionResult r = attention(q, k, &v, o);
+    Ref e = naive(q, k, v, 0.7, causal, 3, -1, &sv, 2.5, false);
+    expect_close(r.probs, e.probs, 1e-12, 1e-14, "probs");
+    expect_close(r.output, e.out, 1e-12, 1e-13, "output");
+    expect_close(r.lse, e.lse, 1e-12, 1e-13, "lse");
+  }
+}
+
+TEST(Attention, StreamedMatchesMaterialisedF32) {
+  Tensor q = random_tensor({1, 2, 37, 16}, 8, DType::f32), k = random_tensor({1, 2, 300, 16}, 9, DType::f32),
+         v = random_tensor({1, 2, 300, 8}, 10, DType::f32);
+  AttentionOptions o;
+  o.causal = CausalAlign::bottom_right;
+  o.window_left = 100;
+  o.emit = {AttentionEmit::output, AttentionEmit::lse};
+  o.key_block = 64;  // several key blocks, some skipped
+  o.query_block = 16;
+  AttentionResult s = attention(q, k, &v, o);
+  Ref e = naive(q.astype(DType::f64), k.astype(DType::f64), v.astype(DType::f64), 0.25,
+                CausalAlign::bottom_right, 100, -1, nullptr, 0, false);
+  EXPECT_EQ(s.output.dtype(), DType::f32);
+  expect_close(s.output, e.out, 1e-5, 1e-6, "streamed output");
+  expect_close(s.lse, e.lse, 1e-5, 1e-6, "streamed lse");
+}
+
+TEST(Attention, FullyMaskedRows) {
+  Tensor q = random_tensor({1, 1, 3, 4}, 11), k = random_tensor({1, 1, 3, 4}, 12),
+         v = random_tensor({1, 1, 3, 4}, 13);
+  Tensor len(DType::i64, {1});
+  len.set(0, 0);  // every key is padding
+  for (auto mode : {MaskedRows::zero, MaskedRows::nan}) {
+    for (std::size_t kb : {0, 1}) {
+      AttentionOptions o = kb ? AttentionOptions{} : all_emits();
+      if (kb) {
+        o.emit = {AttentionEmit::output, AttentionEmit::lse};
+        o.key_block = 1;
+      }
+      o.key_lengths = &len;
+      o.masked_rows = mode;
+      AttentionResult r = attention(q, k, &v, o);
+      for (std::size_t i = 0; i < r.output.numel(); ++i) {
+        if (mode == MaskedRows::zero) {
+          EXPECT_EQ(r.output.get(i), 0.0);
+        } else {
+          EXPECT_TRUE(std::isnan(r.output.get(i)));
+        }
+      }
+      for (std::size_t i = 0; i < r.lse.numel(); ++i) EXPECT_EQ(r.lse.get(i), -INFINITY);
+      for (std::size_t i = 0; i < r.probs.numel(); ++i) {
+        if (mode == MaskedRows::zero) EXPECT_EQ(r.probs.get(i), 0.0);
+      }
+    }
+  }
+}
+
+TEST(Attention, BshdEqualsBhsd) {
+  Tensor q = random_tensor({2, 3, 5, 8}, 14), k = random_tensor({2, 3, 5, 8}, 15),
+         v = random_tensor({2, 3, 5, 6}, 16);
+  auto to_bshd = [](const Tensor& t) {
+    Shape s = t.shape();
+    Tensor o(t.dtype(), {s[0], s[2], s[1], s[3]});
+    for (std::size_t b = 0; b < s[0]; ++b)
+      for (std::size_t h = 0; h < s[1]; ++h)
+        for (std::size_t i = 0; i < s[2]; ++i)
+          for (std::size_t c = 0; c < s[3]; ++c)
+            o.set(((b * s[2] + i) * s[1] + h) * s[3] + c, t.get(((b * s[1] + h) * s[2] + i) * s[3] + c));
+    return o;
+  };
+  AttentionOptions o;
+  o.emit = {AttentionEmit::output, AttentionEmit::probs};
+  AttentionResult a = attention(q, k, &v, o);
+  o.axes = "bshd";
+  Tensor qt = to_bshd(q), kt = to_bshd(k), vt = to_bshd(v);
+  AttentionResult b = attention(qt, kt, &vt, o);
+  Tensor expect = to_bshd(a.output);
+  ASSERT_EQ(b.output.shape(), expect.shape());
+  for (std::size_t i = 0; i < expect.numel(); ++i) EXPECT_NEAR(b.output.get(i), expect.get(i), 1e-14);
+  for (std::size_t i = 0; i < a.probs.numel(); ++i) EXPECT_NEAR(b.probs.get(i), a.probs.get(i), 1e-15);
+}
+
+TEST(Attention, BadShapesAndOptions) {
+  Tensor q = random_tensor({1, 4, 5, 8}, 17), k3 = random_tensor({1, 3, 5, 8}, 18),
+         k = random_tensor({1, 2, 5, 8}, 19), kd = random_tensor({1, 2, 5, 6}, 20),
+         v6 = random_tensor({1, 2, 6, 8}, 21), v = random_tensor({1, 2, 5, 8}, 22);
+  AttentionOptions o;
+  EXPECT_THROW(attention(q, k3, &v, o), InputError);   // 3 heads do not divide 4
+  EXPECT_THROW(attention(q, kd, &v, o), InputError);   // d mismatch
+  EXPECT_THROW(attention(q, k, &v6, o), InputError);   // V length != K length
+  Tensor bad_mask(DType::b1, {3, 5});
+  o.mask = &bad_mask;
+  EXPECT_THROW(attention(q, k, &v, o), InputError);    // (3, 5) vs (1, 4, 5, 5)
+  o.mask = nullptr;
+  o.scale = -1;
+  EXPECT_THROW(attention(q, k, &v, o), UsageError);
+  o.scale = 0;
+  EXPECT_THROW(parse_attention_emit("probs,weights", true), UsageError);
+  EXPECT_THROW(parse_attention_emit("output", false), UsageError);
+  EXPECT_EQ(parse_attention_emit("", false), std::vector<AttentionEmit>{AttentionEmit::probs});
+  o.emit = {AttentionEmit::probs};
+  o.max_memory = 100;
+  try {
+    attention(q, k, &v, o);
+    FAIL() << "no max-memory error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("probs would need"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Attention, BroadcastMasks) {
+  Tensor q = random_tensor({2, 2, 4, 8}, 23), k = random_tensor({2, 2, 4, 8}, 24),
+         v = random_tensor({2, 2, 4, 8}, 25);
+  // A [sq, sk] boolean mask equal to top-left causal gives the causal result.
+  Tensor m(DType::b1, {4, 4});
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t j = 0; j < 4; ++j) m.set(i * 4 + j, j <= i);
+  AttentionOptions o = all_emits();
+  o.mask = &m;
+  AttentionResult a = attention(q, k, &v, o);
+  Ref e = naive(q, k, v, 1 / std::sqrt(8.0), CausalAlign::top_left, -1, -1, nullptr, 0, false);
+  expect_close(a.probs, e.probs, 1e-12, 1e-14, "bool mask probs");
+  // The same as an additive [b, 1, 1, sk]-broadcast... here [sq, sk] with -inf.
+  Tensor add(DType::f64, {1, 1, 4, 4});
+  for (std::size_t i = 0; i < 16; ++i) add.set(i, m.get(i) != 0 ? 0.0 : -INFINITY);
+  o.mask = &add;
+  AttentionResult b = attention(q, k, &v, o);
+  expect_close(b.output, e.out, 1e-12, 1e-13, "additive mask output");
+}
+
+}  // namespace
+}  // namespace posenc
