@@ -1,0 +1,33 @@
+#pragma once
+/// \file
+/// Streaming an encoding table to a TensorSink: the table is described by its shape and
+/// a function computing one line (a vector along the last axis) in float64; lines are
+/// computed in parallel a block of axis-0 rows at a time, converted to the output dtype
+/// and written, so memory stays bounded by the block size however long the table is.
+
+#include <cstddef>
+#include <functional>
+
+#include "posenc/io/ref.hpp"
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+
+struct TableSpec {
+  Shape shape;  ///< rank >= 1; the last axis is the line
+  /// Fills line `line` (flat index over all axes but the last; 0 for a rank-1 table)
+  /// with shape.back() float64 values. Called concurrently from several threads.
+  std::function<void(std::size_t line, double* out)> line;
+};
+
+/// Converts `n` float64 values to `dtype` (floats round to nearest even, once;
+/// integers must be exactly representable, which the table kinds guarantee).
+void convert_values(const double* src, std::size_t n, DType dtype, void* dst);
+
+/// Computes `t` block by block (about `block_bytes` of output each, at least one axis-0
+/// row) and writes it to `sink` as `dtype`. Does not commit the sink. Each element is
+/// computed independently, so the result does not depend on the thread count.
+void write_table(const TableSpec& t, DType dtype, TensorSink& sink,
+                 std::size_t block_bytes = std::size_t{4} << 20);
+
+}  // namespace posenc
