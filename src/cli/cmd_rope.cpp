@@ -1,10 +1,386 @@
-// Placeholder registration, replaced by the command's implementation.
+// `posenc rope`: applies rotary embeddings (or their inverse) to tensors read from
+// NPY/HDF5/text/stdin, slab by slab along axis 0 so that inputs larger than memory are
+// streamed in bounded memory. All outputs become visible together, or none does.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "cli/rope_options.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/hdf5.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/rope.hpp"
 
 namespace posenc::cli {
-void register_rope(CLI::App& app) {
-  auto* sub = app.add_subcommand("rope", "(in progress)");
-  sub->callback([] { throw UsageError("rope: not available in this build"); });
+
+namespace {
+
+struct RopeCmdOptions {
+  std::vector<std::string> inputs;
+  OutputOptions out;
+  RopeCliOptions rope;
+  std::string axes;
+  std::string dtype = "same";
+  std::vector<long long> grid;  // H W
+  std::string order = "xy";
+  std::string mrope_section;
+  bool allow_nonfinite = false;
+  std::string max_memory;
+};
+
+/// "512M", "2G", "1.5GiB", "1048576" → bytes (binary multiples).
+std::size_t parse_size(const std::string& text) {
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  double value = 0;
+  bool ok = i > 0;
+  if (ok) {
+    try {
+      value = std::stod(text.substr(0, i));
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  std::string unit = text.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  for (const auto& [name, m] : std::vector<std::pair<std::string, double>>{
+           {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0}}) {
+    if (unit == name || unit == name + "B" || unit == name + "IB") mult = m;
+  }
+  if (!ok || mult == 0 || !(value * mult >= 1) || value * mult > 1e18) {
+    throw UsageError(fmt::format("--max-memory: expected a size such as 512M or 2G, got '{}'",
+                                 text));
+  }
+  return static_cast<std::size_t>(value * mult);
 }
+
+std::size_t default_max_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return std::size_t{1} << 30;
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 4;
+}
+
+std::vector<int> parse_sections(const std::string& text) {
+  std::vector<int> v;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos
+                                                                         : comma - at);
+    char* end = nullptr;
+    const long x = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || x < 0 || x > (1 << 20)) {
+      throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w such as "
+                                   "16,24,24, got '{}'",
+                                   text));
+    }
+    v.push_back(static_cast<int>(x));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (v.size() != 3) {
+    throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w, got '{}'", text));
+  }
+  return v;
+}
+
+/// The sequence length dynamic NTK and LongRoPE need when --seq-len is not given:
+/// the largest position used, plus one.
+std::int64_t positions_extent(const Positions& pos, std::size_t seq, const RopeApplyOptions& a) {
+  if (a.grid_h > 0) return std::max(a.grid_h, a.grid_w);
+  if (!pos.ids.empty()) {
+    return pos.start + *std::max_element(pos.ids.begin(), pos.ids.end()) + 1;
+  }
+  if (!pos.cu_seqlens.empty()) {
+    std::int64_t longest = 0;
+    for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
+      longest = std::max(longest, pos.cu_seqlens[i] - pos.cu_seqlens[i - 1]);
+    }
+    return pos.start + std::max<std::int64_t>(longest, 1);
+  }
+  return pos.start + static_cast<std::int64_t>(std::max<std::size_t>(seq, 1));
+}
+
+/// A progress line on stderr, only for a terminal and not with --quiet, at most 10 Hz.
+class Progress {
+ public:
+  Progress(std::string what, std::size_t total)
+      : what_(std::move(what)),
+        total_(total),
+        on_(total > 0 && !globals().quiet && isatty(STDERR_FILENO) == 1),
+        start_(std::chrono::steady_clock::now()) {}
+  ~Progress() {
+    if (shown_) fmt::print(stderr, "\r\033[K");
+  }
+  void update(std::size_t done) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    // Short jobs stay silent; long ones refresh ten times a second.
+    if (now - start_ < std::chrono::milliseconds(500) ||
+        (shown_ && now - last_ < std::chrono::milliseconds(100))) {
+      return;
+    }
+    last_ = now;
+    shown_ = true;
+    fmt::print(stderr, "\rposenc rope: {} {:3.0f}% ({} of {} MiB)", what_,
+               100.0 * static_cast<double>(done) / static_cast<double>(total_), done >> 20,
+               total_ >> 20);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string what_;
+  std::size_t total_;
+  bool on_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+/// The output side: plain sinks, and one writer per HDF5 file holding several
+/// datasets. Nothing is visible until commit_all().
+class Outputs {
+ public:
+  Outputs(const std::vector<TensorRef>& refs, const WriteOptions& opt) : refs_(refs), opt_(opt) {
+    int stdout_count = 0;
+    std::set<std::string> plain;
+    std::map<std::string, std::set<std::string>> h5;
+    for (const auto& r : refs) {
+      if (r.is_stdio()) {
+        if (++stdout_count > 1) throw UsageError("-o: only one output can go to standard output");
+        continue;
+      }
+      if (r.format == Format::hdf5) {
+        if (plain.count(r.path) || !h5[r.path].insert(r.dataset).second) {
+          throw UsageError(fmt::format("-o: {} is named by two outputs", r.text));
+        }
+      } else if (!plain.insert(r.path).second || h5.count(r.path)) {
+        throw UsageError(fmt::format("-o: {} is named by two outputs", r.path));
+      }
+    }
+    sinks_.resize(refs.size());
+  }
+
+  TensorSink& open(std::size_t i, const TensorInfo& info) {
+    const TensorRef& r = refs_[i];
+    if (r.format == Format::hdf5 && !r.is_stdio()) {
+      auto& w = h5_[r.path];
+      if (!w) w = std::make_unique<Hdf5FileWriter>(r.path, opt_);
+      sinks_[i] = w->dataset(r.dataset, info);
+    } else {
+      sinks_[i] = create_sink(r, info, opt_);
+    }
+    return *sinks_[i];
+  }
+
+  void commit_all() {
+    // Plain files and datasets first (each only checks or renames), then HDF5 files.
+    for (auto& s : sinks_) {
+      if (s) s->commit();
+    }
+    for (auto& [path, w] : h5_) w->commit();
+  }
+
+ private:
+  std::vector<TensorRef> refs_;
+  WriteOptions opt_;
+  std::vector<std::unique_ptr<TensorSink>> sinks_;
+  std::map<std::string, std::unique_ptr<Hdf5FileWriter>> h5_;
+};
+
+void run_rope(const RopeCmdOptions& o) {
+  if (o.inputs.empty()) throw UsageError("rope: give at least one input tensor");
+  if (o.out.outputs.size() != o.inputs.size()) {
+    throw UsageError(fmt::format("-o: {} input(s) need {} output(s), got {}", o.inputs.size(),
+                                 o.inputs.size(), o.out.outputs.size()));
+  }
+  const std::size_t budget =
+      o.max_memory.empty() ? default_max_memory() : parse_size(o.max_memory);
+
+  RopeApplyOptions apply;
+  apply.inverse = o.rope.inverse;
+  apply.precision = rope_precision(o.rope);
+  apply.allow_nonfinite = o.allow_nonfinite;
+  if (!o.grid.empty()) {
+    if (o.grid[0] <= 0 || o.grid[1] <= 0) {
+      throw UsageError(fmt::format("--rope2d: height and width must be positive, got {} {}",
+                                   o.grid[0], o.grid[1]));
+    }
+    apply.grid_h = o.grid[0];
+    apply.grid_w = o.grid[1];
+    apply.grid_yx = o.order == "yx";
+  }
+  if (!o.mrope_section.empty()) apply.mrope_section = parse_sections(o.mrope_section);
+
+  std::vector<TensorRef> in_refs, out_refs;
+  for (const auto& t : o.inputs) in_refs.push_back(parse_ref(t));
+  for (const auto& t : o.out.outputs) out_refs.push_back(parse_ref(t, o.out.to, "/data"));
+  int stdin_count = 0;
+  std::set<std::string> h5_inputs;
+  for (const auto& r : in_refs) {
+    if (r.is_stdio() && ++stdin_count > 1) {
+      throw UsageError("rope: only one input can come from standard input");
+    }
+    if (r.format == Format::hdf5) h5_inputs.insert(r.path);
+  }
+  for (const auto& r : out_refs) {
+    // An HDF5 output is a new file renamed over the target: it would drop the input's
+    // other datasets.
+    if (r.format == Format::hdf5 && h5_inputs.count(r.path)) {
+      throw UsageError(fmt::format("-o: {} would replace the input file {} (write the result "
+                                   "to another HDF5 file)",
+                                   r.text, r.path));
+    }
+  }
+  Outputs outputs(out_refs, o.out.write_options());
+
+  const Positions pos = rope_positions(o.rope);
+  std::vector<std::unique_ptr<TensorSource>> sources;
+  for (const auto& r : in_refs) sources.push_back(open_source(r));
+
+  for (std::size_t k = 0; k < sources.size(); ++k) {
+    TensorSource& src = *sources[k];
+    const TensorInfo& info = src.info();
+    const std::string& what = in_refs[k].text;
+    const Axes axes = resolve_axes(o.axes, info.shape.size(), what);
+    const std::size_t head_dim = info.shape[static_cast<std::size_t>(axes.index('d'))];
+    const int is = axes.index('s');
+    const std::size_t seq = info.shape[static_cast<std::size_t>(is)];
+
+    RopeParams params = rope_params(o.rope, static_cast<int>(head_dim));
+    // 2-D RoPE's frequencies default to base 100, as `table rope2d`.
+    if (apply.grid_h > 0 && o.rope.app->count("--base") == 0) params.base = 100.0;
+    if (params.seq_len == 0) params.seq_len = positions_extent(pos, seq, apply);
+    const RopeFreqs freqs = compute_rope_freqs(params);
+    const DType out_dtype =
+        o.dtype == "same" ? rope_default_out_dtype(info.dtype) : parse_dtype(o.dtype);
+
+    RopeApplier applier(info.shape, info.dtype, axes, freqs, pos, apply, out_dtype, what);
+
+    // Largest slab (rows along axis 0) whose input, output and table fit the budget.
+    const std::size_t total_rows = applier.rows_total();
+    auto cost = [&](std::size_t rows) {
+      return rows * (applier.in_row_bytes() + applier.out_row_bytes()) +
+             applier.table_bytes(rows);
+    };
+    std::size_t lo = applier.min_rows(), hi = std::max<std::size_t>(total_rows, 1);
+    if (cost(lo) > budget) {
+      throw UsageError(fmt::format(
+          "--max-memory: {} needs {} MiB for one slab of {} row(s) along its first axis, more "
+          "than the limit of {} MiB",
+          what, (cost(lo) + (1 << 20) - 1) >> 20, lo, budget >> 20));
+    }
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo + 1) / 2;
+      if (cost(mid) <= budget) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const std::size_t slab_rows = lo;
+
+    TensorInfo out_info;
+    out_info.dtype = out_dtype;
+    out_info.shape = info.shape;
+    out_info.attrs = freqs.attrs;
+    out_info.attrs.push_back({"rope_axes", axes.letters});
+    out_info.attrs.push_back({"rope_precision", apply.precision == Precision::f64 ? "f64" : "f32"});
+    out_info.attrs.push_back({"rope_inverse", static_cast<long long>(apply.inverse)});
+    out_info.attrs.push_back({"rope_start", static_cast<long long>(pos.start)});
+    if (apply.grid_h > 0) {
+      out_info.attrs.push_back(
+          {"rope2d_grid", std::vector<double>{static_cast<double>(apply.grid_h),
+                                              static_cast<double>(apply.grid_w)}});
+      out_info.attrs.push_back({"rope2d_order", o.order});
+    }
+    if (!apply.mrope_section.empty()) {
+      out_info.attrs.push_back(
+          {"mrope_section",
+           std::vector<double>(apply.mrope_section.begin(), apply.mrope_section.end())});
+    }
+    verbose(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s)", what,
+                        out_refs[k].text, shape_str(info.shape), axes.letters,
+                        dtype_name(info.dtype), dtype_name(out_dtype),
+                        total_rows == 0 ? 0 : (total_rows + slab_rows - 1) / slab_rows,
+                        slab_rows));
+    verbose_attrs(out_info.attrs);
+    TensorSink& sink = outputs.open(k, out_info);
+
+    const std::size_t rows_per_slab = std::max<std::size_t>(slab_rows, 1);
+    Buffer in_buf(rows_per_slab * applier.in_row_bytes());
+    Buffer out_buf(rows_per_slab * applier.out_row_bytes());
+    Progress progress(what, total_rows * applier.in_row_bytes());
+    for (std::size_t first = 0; first < total_rows; first += rows_per_slab) {
+      const std::size_t n = std::min(rows_per_slab, total_rows - first);
+      src.read_rows(first, n, in_buf.data());
+      applier.rows(in_buf.data(), out_buf.data(), first, n);
+      sink.write_rows(out_buf.data(), n);
+      progress.update((first + n) * applier.in_row_bytes());
+    }
+  }
+  outputs.commit_all();
+}
+
+}  // namespace
+
+void register_rope(CLI::App& app) {
+  auto opts = std::make_shared<RopeCmdOptions>();
+  auto* sub = app.add_subcommand(
+      "rope",
+      "Apply rotary position embedding (or its inverse) to every vector along axis d of one or "
+      "more tensors, position taken from axis s. Inputs larger than --max-memory are streamed.");
+  sub->add_option("inputs", opts->inputs,
+                  "input tensor references (x.npy, x.h5:/q, x.csv, - for stdin)")
+      ->required();
+  add_output_options(sub, opts->out, /*multiple=*/true);
+  sub->add_option("--axes", opts->axes,
+                  "axis letters of the inputs from b, h, s, d (default by rank: sd, bsd, bhsd; "
+                  "e.g. bshd)");
+  sub->add_option("--dtype", opts->dtype,
+                  "output type: same (default; f64 for integer inputs), f64, f32, f16, bf16")
+      ->check(CLI::IsMember({"same", "f64", "f32", "f16", "bf16", "float64", "float32",
+                             "float16", "bfloat16"}));
+  add_rope_options(sub, opts->rope);
+  const char* g = "ROPE OPTIONS";
+  sub->add_option("--rope2d", opts->grid,
+                  "axial 2-D RoPE over an H x W grid of tokens in row-major order: x and y "
+                  "each get R/4 pairs with frequencies base^(-4j/R); --base defaults to 100")
+      ->expected(2)
+      ->type_name("H W")
+      ->group(g);
+  sub->add_option("--order", opts->order,
+                  "2-D RoPE: which coordinate takes the first R/4 pairs, xy (default) or yx")
+      ->check(CLI::IsMember({"xy", "yx"}))
+      ->group(g);
+  sub->add_option("--mrope-section", opts->mrope_section,
+                  "M-RoPE (Qwen2-VL): pairs per t,h,w section, summing to R/2, e.g. 16,24,24; "
+                  "--position-ids then has shape [3, s] or [3, b, s]")
+      ->type_name("T,H,W")
+      ->group(g);
+  sub->add_flag("--allow-nonfinite", opts->allow_nonfinite,
+                "rotate NaN/Inf input values instead of refusing them");
+  sub->add_option("--max-memory", opts->max_memory,
+                  "memory for buffers (e.g. 512M, 2G; default 1/4 of physical memory); larger "
+                  "inputs are streamed in slabs along their first axis");
+  sub->callback([opts] { run_rope(*opts); });
+}
+
 }  // namespace posenc::cli

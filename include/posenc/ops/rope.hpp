@@ -1,8 +1,19 @@
 #pragma once
 /// \file
 /// Applying RoPE to tensors with named axes.
+///
+/// The rotation is reduced to data once (`RopeApplier`): for every token a row of a
+/// cos/sin table (one row per distinct position, in the working precision, already
+/// multiplied by the attention factor and with the sign of sin set for `--inverse`),
+/// and one kernel chosen for the pair layout and dtypes. The hot loop then walks the
+/// vectors along d, rotating pairs (neox: (j, j + R/2); gptj: (2j, 2j + 1)) and copying
+/// dims R..D through. Each output element depends only on its own input vector and
+/// table row, so results do not depend on the thread count or on how rows are split
+/// into slabs (streaming gives the same bytes as the in-memory path).
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +31,9 @@ struct Axes {
 
 /// Default axes by rank (reference PyTorch code): 4 → bhsd, 3 → bsd, 2 → sd.
 /// Validates user axes against the rank; throws UsageError/InputError otherwise.
+/// `user` empty means the default. Unknown or duplicate letters, or missing s/d, are a
+/// UsageError naming `--axes`; a letter count that does not match the rank of the
+/// tensor `what` is an InputError naming `what` and its rank.
 Axes resolve_axes(const std::string& user, std::size_t rank, const std::string& what);
 
 enum class Precision { f64, f32 };
@@ -30,8 +44,9 @@ namespace posenc {
 
 /// Where each token sits. Exactly one of the forms is used:
 /// - `ids` empty and `cu_seqlens` empty: positions start, start+1, ... along s;
-/// - `ids` with `ids_shape` [s] or [b, s] (any integer dtype converted to int64),
-///   or [3, s] / [3, b, s] for M-RoPE sections;
+/// - `ids` with `ids_shape` [s] or [b, s] (any integer dtype converted to int64; a
+///   leading 1 broadcasts over b), or [3, s] / [3, b, s] for M-RoPE sections; `start`
+///   is added to every id;
 /// - `cu_seqlens` [n+1] boundaries along s: positions restart at 0 (+ start) per
 ///   packed sequence.
 struct Positions {
@@ -39,15 +54,22 @@ struct Positions {
   std::vector<std::int64_t> ids;
   Shape ids_shape;
   std::vector<std::int64_t> cu_seqlens;
+  std::string ids_what = "--position-ids";    ///< names the source in messages
+  std::string cu_what = "--cu-seqlens";       ///< names the source in messages
 };
 
 struct RopeApplyOptions {
-  bool inverse = false;                  ///< apply R^T
+  bool inverse = false;                  ///< apply the inverse rotation
   Precision precision = Precision::f64;  ///< arithmetic of angles and rotation
   bool allow_nonfinite = false;          ///< otherwise NaN/Inf input is an InputError
-  /// Axial 2-D RoPE over an H x W grid of tokens in row-major order (0 = off).
+  /// Axial 2-D RoPE over an H x W grid of tokens in row-major order (0 = off). The
+  /// rotary dims are split in two blocks of R/4 pairs (x then y, or y then x with
+  /// `grid_yx`), each block using the R/4 frequencies of a rotary width R/2 (the
+  /// `table rope2d` frequencies base^(-4j/R)); token t sits at x = t % W, y = t / W.
   std::int64_t grid_h = 0, grid_w = 0;
-  /// M-RoPE sections (t, h, w) in frequency pairs, summing to rotary_dim / 2.
+  bool grid_yx = false;
+  /// M-RoPE sections (t, h, w) in frequency pairs, summing to rotary_dim / 2
+  /// (Qwen2-VL: chunked over the R/2 frequencies, the same chunks in both halves).
   std::vector<int> mrope_section;
 };
 
@@ -57,5 +79,44 @@ struct RopeApplyOptions {
 /// values unless allowed).
 Tensor apply_rope(const Tensor& x, const Axes& axes, const RopeFreqs& f,
                   const Positions& pos, const RopeApplyOptions& opt, DType out_dtype);
+
+/// The element type `apply_rope` writes for `--dtype same`: the input float type, or
+/// f64 for integer and bool inputs (as numpy promotes int * float64).
+DType rope_default_out_dtype(DType in);
+
+/// RoPE prepared for one tensor geometry, applied slab by slab (rows along axis 0), so
+/// that inputs larger than memory can be streamed. Construction validates everything
+/// that can be checked without the data (axes against shape, head dim, rotary dim,
+/// positions, grid, sections); `rows` checks the values (non-finite) as it goes.
+class RopeApplier {
+ public:
+  /// `what` names the tensor in messages (its reference text).
+  RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes, const RopeFreqs& f,
+              const Positions& pos, const RopeApplyOptions& opt, DType out_dtype,
+              std::string what);
+  ~RopeApplier();
+  RopeApplier(const RopeApplier&) = delete;
+  RopeApplier& operator=(const RopeApplier&) = delete;
+
+  /// Bytes of one row (axis 0) of the input / of the output.
+  std::size_t in_row_bytes() const;
+  std::size_t out_row_bytes() const;
+  /// Rows per slab must be a multiple of this... in practice 1, or all rows when d is
+  /// axis 0 (the pairs would straddle slabs).
+  std::size_t min_rows() const;
+  /// Upper bound of the cos/sin table bytes for a slab of `rows` rows.
+  std::size_t table_bytes(std::size_t rows) const;
+  std::size_t rows_total() const;
+
+  /// Rotates rows [first, first + count) of axis 0: `src` holds them in the input
+  /// dtype (C order), `dst` receives them in the output dtype. Throws InputError
+  /// naming the tensor for non-finite values (unless allowed); `dst` is then
+  /// unspecified.
+  void rows(const void* src, void* dst, std::size_t first, std::size_t count);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace posenc

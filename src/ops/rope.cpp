@@ -1,0 +1,548 @@
+// RoPE applied to tensors: the variant is reduced to a cos/sin table per distinct
+// position and a kernel chosen once (rope_kernel_*.cpp); see include/posenc/ops/rope.hpp.
+
+#include "posenc/ops/rope.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include <fmt/core.h>
+
+#include "ops/rope_kernel.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+int Axes::index(char c) const {
+  const auto p = letters.find(c);
+  return p == std::string::npos ? -1 : static_cast<int>(p);
+}
+
+Axes resolve_axes(const std::string& user, std::size_t rank, const std::string& what) {
+  if (user.empty()) {
+    switch (rank) {
+      case 2: return Axes{"sd"};
+      case 3: return Axes{"bsd"};
+      case 4: return Axes{"bhsd"};
+      default:
+        throw InputError(fmt::format("{}: expected a 2-D, 3-D or 4-D tensor (axes sd, bsd or "
+                                     "bhsd), got {}-D",
+                                     what, rank));
+    }
+  }
+  std::string seen;
+  for (char c : user) {
+    if (std::string("bhsd").find(c) == std::string::npos) {
+      throw UsageError(fmt::format("--axes: unknown axis letter '{}' in '{}' (letters are b, "
+                                   "h, s, d)",
+                                   c, user));
+    }
+    if (seen.find(c) != std::string::npos) {
+      throw UsageError(fmt::format("--axes: letter '{}' appears twice in '{}'", c, user));
+    }
+    seen += c;
+  }
+  if (seen.find('s') == std::string::npos || seen.find('d') == std::string::npos) {
+    throw UsageError(fmt::format("--axes: '{}' must name both s (sequence) and d (head dim)",
+                                 user));
+  }
+  if (user.size() != rank) {
+    throw InputError(fmt::format("{}: --axes {} names {} axes but the tensor is {}-D", what,
+                                 user, user.size(), rank));
+  }
+  return Axes{user};
+}
+
+DType rope_default_out_dtype(DType in) { return is_float(in) ? in : DType::f64; }
+
+namespace {
+
+std::size_t product(const Shape& s, std::size_t from, std::size_t to) {
+  std::size_t p = 1;
+  for (std::size_t i = from; i < to; ++i) p *= s[i];
+  return p;
+}
+
+/// Copies a tensor of `shape` (C order) to `dst` with axis `d` moved last, or back
+/// (`to_last` false: `src` has d last, `dst` the original order). Element size `es`.
+void move_d_axis(const std::byte* src, std::byte* dst, const Shape& shape, std::size_t d,
+                 std::size_t es, bool to_last) {
+  const std::size_t outer = product(shape, 0, d);
+  const std::size_t len = shape[d];
+  const std::size_t inner = product(shape, d + 1, shape.size());
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t o = 0; o < static_cast<std::ptrdiff_t>(outer); ++o) {
+    for (std::size_t k = 0; k < len; ++k) {
+      for (std::size_t i = 0; i < inner; ++i) {
+        const std::size_t orig = (static_cast<std::size_t>(o) * len + k) * inner + i;
+        const std::size_t last = (static_cast<std::size_t>(o) * inner + i) * len + k;
+        if (to_last) {
+          std::memcpy(dst + last * es, src + orig * es, es);
+        } else {
+          std::memcpy(dst + orig * es, src + last * es, es);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+struct RopeApplier::Impl {
+  std::string what;
+  Shape shape;
+  DType in = DType::f32, kin = DType::f32, out = DType::f32;
+  std::string letters;
+  int id = -1;
+  std::size_t B = 1, S = 1, D = 0, R = 0, half = 0;
+  char axis0 = 's';
+  // Conventions as data: each frequency pair j uses position component pair_comp[j]
+  // (0 for plain RoPE; x/y for 2-D; t/h/w for M-RoPE) and frequency pair_freq[j].
+  int comps = 1;
+  std::vector<int> pair_comp;
+  std::vector<double> pair_freq;
+  std::size_t tb = 1;               // 1, or B when positions differ per batch row
+  std::vector<std::int64_t> tokpos;  // [tb][S][comps]
+  Precision prec = Precision::f64;
+  bool inverse = false, allow_nonfinite = false;
+  double af = 1.0;
+  rope_detail::KernelFn kernel = nullptr;
+
+  // The table of the previous slab, reused when the next one needs the same rows.
+  bool have_key = false;
+  std::int64_t key[5] = {0, 0, 0, 0, 0};
+  std::vector<double> table64;
+  std::vector<float> table32;
+  std::vector<std::int32_t> rowidx;
+
+  std::size_t wsize() const { return prec == Precision::f64 ? 8 : 4; }
+
+  struct Range {
+    std::size_t b0, nb, s0, ns;
+  };
+  Range slab_range(std::size_t first, std::size_t count) const {
+    Range r{0, B, 0, S};
+    if (axis0 == 'b') r = {first, count, 0, S};
+    if (axis0 == 's') r = {0, B, first, count};
+    return r;
+  }
+  std::size_t slab_tokens(std::size_t first, std::size_t count) const {
+    const Range r = slab_range(first, count);
+    return (tb > 1 ? r.nb : 1) * r.ns;
+  }
+
+  void set_positions(const Positions& pos, const RopeApplyOptions& opt);
+  void build_table(const Range& r);
+  template <class W>
+  void fill_table(std::vector<W>& t, std::size_t rows, const Range& r, bool dense,
+                  std::int64_t pmin);
+};
+
+void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptions& opt) {
+  const bool grid = opt.grid_h > 0 || opt.grid_w > 0;
+  const bool mrope = !opt.mrope_section.empty();
+  if (pos.start < 0) {
+    throw UsageError(fmt::format("--start: must be >= 0 (got {})", pos.start));
+  }
+  if (!pos.ids.empty() && !pos.cu_seqlens.empty()) {
+    throw UsageError("--position-ids and --cu-seqlens: give at most one of them");
+  }
+  if (grid) {
+    if (!pos.ids.empty() || !pos.cu_seqlens.empty() || pos.start != 0) {
+      throw UsageError("--rope2d: positions come from the grid; --start, --position-ids and "
+                       "--cu-seqlens do not apply");
+    }
+    if (opt.grid_h <= 0 || opt.grid_w <= 0) {
+      throw UsageError(fmt::format("--rope2d: height and width must be positive (got {} {})",
+                                   opt.grid_h, opt.grid_w));
+    }
+    if (static_cast<std::size_t>(opt.grid_h) * static_cast<std::size_t>(opt.grid_w) != S) {
+      throw InputError(fmt::format("{}: --rope2d {} {} needs {} tokens along s, the tensor has {}",
+                                   what, opt.grid_h, opt.grid_w, opt.grid_h * opt.grid_w, S));
+    }
+    comps = 2;
+    tokpos.resize(S * 2);
+    for (std::size_t s = 0; s < S; ++s) {
+      const auto x = static_cast<std::int64_t>(s % static_cast<std::size_t>(opt.grid_w));
+      const auto y = static_cast<std::int64_t>(s / static_cast<std::size_t>(opt.grid_w));
+      tokpos[2 * s] = opt.grid_yx ? y : x;
+      tokpos[2 * s + 1] = opt.grid_yx ? x : y;
+    }
+    return;
+  }
+  comps = mrope ? 3 : 1;
+  auto checked_add = [&](std::int64_t v, std::size_t at) {
+    if (v < 0) {
+      throw InputError(fmt::format("{}: negative position {} at flat index {}", pos.ids_what, v,
+                                   at));
+    }
+    if (v > std::numeric_limits<std::int64_t>::max() - pos.start) {
+      throw InputError(fmt::format("{}: position {} + --start {} overflows", pos.ids_what, v,
+                                   pos.start));
+    }
+    return v + pos.start;
+  };
+  if (!pos.ids.empty()) {
+    const Shape& is = pos.ids_shape;
+    if (product(is, 0, is.size()) != pos.ids.size()) {
+      throw InputError(fmt::format("{}: shape {} does not match its {} values", pos.ids_what,
+                                   shape_str(is), pos.ids.size()));
+    }
+    // Which leading dims mean what: [s], [b, s], and for M-RoPE [3, s], [3, b, s].
+    std::size_t lead3 = 0, bdim = 1;
+    bool ok = false;
+    if (is.size() == 1) {
+      ok = is[0] == S;
+    } else if (mrope && is.size() == 2) {
+      lead3 = 3, ok = is[0] == 3 && is[1] == S;
+    } else if (mrope && is.size() == 3) {
+      lead3 = 3, bdim = is[1], ok = is[0] == 3 && (is[1] == 1 || is[1] == B) && is[2] == S;
+    } else if (!mrope && is.size() == 2) {
+      bdim = is[0], ok = (is[0] == 1 || is[0] == B) && is[1] == S;
+    }
+    if (!ok) {
+      throw InputError(fmt::format(
+          "{}: shape {} does not match the input {} (expected {}, with b = {} and s = {})",
+          pos.ids_what, shape_str(is), shape_str(shape),
+          mrope ? "[s], [3, s] or [3, b, s]" : "[s] or [b, s]", B, S));
+    }
+    tb = bdim;
+    tokpos.resize(tb * S * comps);
+    for (std::size_t b = 0; b < tb; ++b) {
+      for (std::size_t s = 0; s < S; ++s) {
+        for (int c = 0; c < comps; ++c) {
+          const std::size_t at = lead3 ? (static_cast<std::size_t>(c) * tb + b) * S + s
+                                       : b * S + s;
+          tokpos[(b * S + s) * comps + c] = checked_add(pos.ids[at], at);
+        }
+      }
+    }
+    return;
+  }
+  tokpos.resize(S * comps);
+  if (!pos.cu_seqlens.empty()) {
+    const auto& cu = pos.cu_seqlens;
+    bool ok = cu.size() >= 2 && cu.front() == 0 && cu.back() == static_cast<std::int64_t>(S);
+    for (std::size_t i = 1; ok && i < cu.size(); ++i) ok = cu[i] >= cu[i - 1];
+    if (!ok) {
+      throw InputError(fmt::format("{}: expected non-decreasing boundaries from 0 to the "
+                                   "sequence length {} ({} values given)",
+                                   pos.cu_what, S, cu.size()));
+    }
+    std::size_t k = 0;
+    for (std::size_t s = 0; s < S; ++s) {
+      while (static_cast<std::int64_t>(s) >= cu[k + 1]) ++k;
+      const std::int64_t p = pos.start + static_cast<std::int64_t>(s) - cu[k];
+      for (int c = 0; c < comps; ++c) tokpos[s * comps + c] = p;
+    }
+    return;
+  }
+  for (std::size_t s = 0; s < S; ++s) {
+    for (int c = 0; c < comps; ++c) {
+      tokpos[s * comps + c] = pos.start + static_cast<std::int64_t>(s);
+    }
+  }
+}
+
+template <class W>
+void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Range& r,
+                                   bool dense, std::int64_t pmin) {
+  t.resize(rows * R);
+  const std::size_t ntb = tb > 1 ? r.nb : 1;
+  const std::size_t gb0 = tb > 1 ? r.b0 : 0;
+  // The inverse of the scaled rotation a·R(θ) is R(-θ)/a.
+  const double cscale = inverse ? 1.0 / af : af;
+  const double sscale = inverse ? -1.0 / af : af;
+  (void)ntb;
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t row = 0; row < static_cast<std::ptrdiff_t>(rows); ++row) {
+    const auto u = static_cast<std::size_t>(row);
+    const std::int64_t* tp = nullptr;
+    if (!dense) {
+      const std::size_t lb = u / r.ns, ls = u % r.ns;
+      tp = &tokpos[((gb0 + lb) * S + r.s0 + ls) * comps];
+    }
+    W* c = t.data() + u * R;
+    W* s = c + half;
+    for (std::size_t j = 0; j < half; ++j) {
+      const std::int64_t p = dense ? pmin + row : tp[pair_comp[j]];
+      if constexpr (std::is_same_v<W, double>) {
+        const double a = static_cast<double>(p) * pair_freq[j];
+        c[j] = std::cos(a) * cscale;
+        s[j] = std::sin(a) * sscale;
+      } else {
+        // Framework arithmetic: f32 frequency, f32 product, f32 cos/sin and scaling.
+        const float a = static_cast<float>(p) * static_cast<float>(pair_freq[j]);
+        c[j] = std::cos(a) * static_cast<float>(cscale);
+        s[j] = std::sin(a) * static_cast<float>(sscale);
+      }
+    }
+  }
+}
+
+void RopeApplier::Impl::build_table(const Range& r) {
+  const std::size_t ntb = tb > 1 ? r.nb : 1;
+  const std::size_t gb0 = tb > 1 ? r.b0 : 0;
+  const std::size_t ntok = ntb * r.ns;
+  rowidx.resize(ntok);
+  bool dense = false;
+  std::int64_t pmin = 0, pmax = -1;
+  if (comps == 1 && ntok > 0) {
+    pmin = std::numeric_limits<std::int64_t>::max();
+    pmax = std::numeric_limits<std::int64_t>::min();
+    for (std::size_t lb = 0; lb < ntb; ++lb) {
+      const std::int64_t* tp = &tokpos[(gb0 + lb) * S + r.s0];
+      for (std::size_t ls = 0; ls < r.ns; ++ls) {
+        pmin = std::min(pmin, tp[ls]);
+        pmax = std::max(pmax, tp[ls]);
+      }
+    }
+    // A dense table over [min, max] shares rows between tokens at the same position
+    // (heads, repeated ids, packed documents); sparse ids get a row per token instead.
+    dense = static_cast<std::uint64_t>(pmax - pmin) < 2 * static_cast<std::uint64_t>(ntok) + 4096;
+  }
+  const std::size_t rows = dense ? static_cast<std::size_t>(pmax - pmin + 1) : ntok;
+  if (rows > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    throw InputError(fmt::format("{}: too many distinct positions ({}) for one slab", what, rows));
+  }
+  for (std::size_t lb = 0; lb < ntb; ++lb) {
+    for (std::size_t ls = 0; ls < r.ns; ++ls) {
+      const std::size_t tok = lb * r.ns + ls;
+      rowidx[tok] = static_cast<std::int32_t>(
+          dense ? tokpos[(gb0 + lb) * S + r.s0 + ls] - pmin : static_cast<std::int64_t>(tok));
+    }
+  }
+  const std::int64_t k[5] = {dense ? 1 : 0,
+                             dense ? pmin : static_cast<std::int64_t>(gb0),
+                             dense ? pmax : static_cast<std::int64_t>(ntb),
+                             dense ? 0 : static_cast<std::int64_t>(r.s0),
+                             dense ? 0 : static_cast<std::int64_t>(r.ns)};
+  if (have_key && std::equal(k, k + 5, key)) return;
+  if (prec == Precision::f64) {
+    fill_table(table64, rows, r, dense, pmin);
+  } else {
+    fill_table(table32, rows, r, dense, pmin);
+  }
+  std::copy(k, k + 5, key);
+  have_key = true;
+}
+
+RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
+                         const RopeFreqs& f, const Positions& pos, const RopeApplyOptions& opt,
+                         DType out_dtype, std::string what)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.what = std::move(what);
+  m.shape = shape;
+  m.in = in_dtype;
+  m.kin = is_float(in_dtype) ? in_dtype : DType::f64;
+  m.out = out_dtype;
+  m.letters = axes.letters;
+  if (m.letters.size() != shape.size()) {
+    throw InputError(fmt::format("{}: axes '{}' do not match shape {}", m.what, m.letters,
+                                 shape_str(shape)));
+  }
+  if (!is_float(out_dtype)) {
+    throw UsageError(fmt::format("--dtype: RoPE output must be a float type (f64, f32, f16, "
+                                 "bf16), not {}",
+                                 dtype_name(out_dtype)));
+  }
+  m.id = axes.index('d');
+  m.axis0 = m.letters[0];
+  auto size_of = [&](char c) {
+    const int i = axes.index(c);
+    return i < 0 ? std::size_t{1} : shape[static_cast<std::size_t>(i)];
+  };
+  m.B = size_of('b');
+  m.S = size_of('s');
+  m.D = size_of('d');
+  m.R = static_cast<std::size_t>(f.rotary_dim);
+  m.half = m.R / 2;
+  if (f.head_dim != static_cast<int>(m.D)) {
+    throw InputError(fmt::format("{}: head dim (axis d) of shape {} is {}, but the RoPE "
+                                 "frequencies are for head dim {}",
+                                 m.what, shape_str(shape), m.D, f.head_dim));
+  }
+  if (f.rotary_dim <= 0 || f.rotary_dim % 2 != 0 || m.R > m.D ||
+      f.inv_freq.size() != m.half) {
+    throw UsageError(fmt::format("--rotary-dim: must be even and between 2 and the head dim "
+                                 "{} (got {})",
+                                 m.D, f.rotary_dim));
+  }
+  m.prec = opt.precision;
+  m.inverse = opt.inverse;
+  m.allow_nonfinite = opt.allow_nonfinite;
+  m.af = f.attention_factor;
+  if (!(m.af > 0) || !std::isfinite(m.af)) {
+    throw UsageError(fmt::format("--attention-factor: must be positive and finite (got {})",
+                                 m.af));
+  }
+  const bool grid = opt.grid_h > 0 || opt.grid_w > 0;
+  if (grid && !opt.mrope_section.empty()) {
+    throw UsageError("--rope2d and --mrope-section: give at most one of them");
+  }
+  m.pair_comp.assign(m.half, 0);
+  m.pair_freq = f.inv_freq;
+  if (grid) {
+    if (m.R % 4 != 0) {
+      throw UsageError(fmt::format("--rope2d: the rotary dim must be a multiple of 4 (got {})",
+                                   m.R));
+    }
+    // Two blocks of R/4 pairs share the frequencies of a rotary width R/2, which are
+    // the even-indexed ones of the width-R table: base^(-4j/R).
+    const std::size_t q = m.R / 4;
+    for (std::size_t j = 0; j < m.half; ++j) {
+      m.pair_comp[j] = j < q ? 0 : 1;
+      m.pair_freq[j] = f.inv_freq[2 * (j % q)];
+    }
+  } else if (!opt.mrope_section.empty()) {
+    if (opt.mrope_section.size() != 3) {
+      throw UsageError(fmt::format("--mrope-section: expected three sections t,h,w (got {})",
+                                   opt.mrope_section.size()));
+    }
+    std::size_t sum = 0;
+    for (int v : opt.mrope_section) {
+      if (v < 0) throw UsageError("--mrope-section: sections must be >= 0");
+      sum += static_cast<std::size_t>(v);
+    }
+    if (sum != m.half) {
+      throw UsageError(fmt::format("--mrope-section: sections must sum to rotary_dim/2 = {} "
+                                   "(got {})",
+                                   m.half, sum));
+    }
+    std::size_t j = 0;
+    for (int c = 0; c < 3; ++c) {
+      for (int k = 0; k < opt.mrope_section[static_cast<std::size_t>(c)]; ++k) {
+        m.pair_comp[j++] = c;
+      }
+    }
+  }
+  m.set_positions(pos, opt);
+  m.kernel = rope_detail::find_kernel(m.kin, m.out, m.prec, f.style);
+  if (m.kernel == nullptr) {
+    throw UsageError(fmt::format("{}: no RoPE kernel for {} -> {}", m.what, dtype_name(m.kin),
+                                 dtype_name(m.out)));
+  }
+}
+
+RopeApplier::~RopeApplier() = default;
+
+std::size_t RopeApplier::rows_total() const { return impl_->shape[0]; }
+
+std::size_t RopeApplier::in_row_bytes() const {
+  return product(impl_->shape, 1, impl_->shape.size()) * dtype_size(impl_->in);
+}
+std::size_t RopeApplier::out_row_bytes() const {
+  return product(impl_->shape, 1, impl_->shape.size()) * dtype_size(impl_->out);
+}
+std::size_t RopeApplier::min_rows() const {
+  return impl_->id == 0 ? impl_->shape[0] : 1;
+}
+std::size_t RopeApplier::table_bytes(std::size_t rows) const {
+  const Impl& m = *impl_;
+  const std::size_t ntok = m.slab_tokens(0, rows);
+  std::size_t extra = 0;
+  const std::size_t elems = product(m.shape, 1, m.shape.size()) * rows;
+  // Working copies: integer inputs are converted to f64; a d axis that is not last is
+  // moved last (input and output copies).
+  if (m.kin != m.in) extra += elems * 8;
+  if (m.id != static_cast<int>(m.shape.size()) - 1) {
+    extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
+  }
+  return ntok * (m.R * m.wsize() + sizeof(std::int32_t)) + extra;
+}
+
+void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_t count) {
+  Impl& m = *impl_;
+  if (count == 0) return;
+  if (first + count > m.shape[0]) {
+    throw InputError(fmt::format("{}: rows {}..{} out of range", m.what, first, first + count));
+  }
+  const Impl::Range r = m.slab_range(first, count);
+  m.build_table(r);
+
+  Shape slab = m.shape;
+  slab[0] = count;
+  const std::size_t elems = product(slab, 0, slab.size());
+  const auto* in = static_cast<const std::byte*>(src);
+  Tensor converted;
+  if (m.kin != m.in) {
+    Tensor raw(m.in, slab);
+    std::memcpy(raw.bytes(), src, raw.nbytes());
+    converted = raw.astype(m.kin);
+    in = converted.bytes();
+  }
+  // The kernel wants d last; other layouts go through a transposed working copy.
+  const std::size_t id = static_cast<std::size_t>(m.id);
+  const bool d_last = id == slab.size() - 1;
+  Buffer moved_in, moved_out;
+  auto* out = static_cast<std::byte*>(dst);
+  if (!d_last) {
+    moved_in = Buffer(elems * dtype_size(m.kin));
+    moved_out = Buffer(elems * dtype_size(m.out));
+    move_d_axis(in, moved_in.data(), slab, id, dtype_size(m.kin), true);
+    in = moved_in.data();
+    out = moved_out.data();
+  }
+
+  rope_detail::KernelArgs a;
+  a.src = in;
+  a.dst = out;
+  a.head_dim = m.D;
+  a.rotary_dim = m.R;
+  a.rowidx = m.rowidx.data();
+  a.table = m.prec == Precision::f64 ? static_cast<const void*>(m.table64.data())
+                                     : static_cast<const void*>(m.table32.data());
+  // Loop axes: the non-d axes in memory order, right-aligned into three slots.
+  std::size_t n[3] = {1, 1, 1};
+  std::ptrdiff_t st[3] = {0, 0, 0}, tk[3] = {0, 0, 0};
+  char role[3] = {'-', '-', '-'};
+  {
+    std::vector<std::size_t> loop;
+    for (std::size_t i = 0; i < slab.size(); ++i) {
+      if (i != id) loop.push_back(i);
+    }
+    const std::size_t ntb = m.tb > 1 ? r.nb : 1;
+    std::ptrdiff_t stride = static_cast<std::ptrdiff_t>(m.D);
+    for (std::size_t k = loop.size(); k-- > 0;) {
+      const std::size_t slot = 3 - (loop.size() - k);
+      const char c = m.letters[loop[k]];
+      n[slot] = slab[loop[k]];
+      st[slot] = stride;
+      stride *= static_cast<std::ptrdiff_t>(slab[loop[k]]);
+      role[slot] = c;
+      tk[slot] = c == 's' ? 1 : (c == 'b' && ntb > 1 ? static_cast<std::ptrdiff_t>(r.ns) : 0);
+    }
+  }
+  a.n0 = n[0], a.n1 = n[1], a.n2 = n[2];
+  a.st0 = st[0], a.st1 = st[1], a.st2 = st[2];
+  a.t0 = tk[0], a.t1 = tk[1], a.t2 = tk[2];
+  a.block2 = a.n2;
+  if (role[2] == 's') {
+    // About 256 KiB of table rows per work item: they stay in L2 while every head
+    // of the block is rotated.
+    const std::size_t row_bytes = m.R * m.wsize();
+    a.block2 = std::clamp<std::size_t>((std::size_t{256} << 10) / std::max<std::size_t>(row_bytes, 1),
+                                       16, std::max<std::size_t>(a.n2, 1));
+  }
+  const bool bad = m.kernel(a);
+  if (bad && !m.allow_nonfinite) {
+    throw InputError(fmt::format("{}: input contains NaN or Inf (use --allow-nonfinite to "
+                                 "rotate it anyway)",
+                                 m.what));
+  }
+  if (!d_last) move_d_axis(out, static_cast<std::byte*>(dst), slab, id, dtype_size(m.out), false);
+}
+
+Tensor apply_rope(const Tensor& x, const Axes& axes, const RopeFreqs& f, const Positions& pos,
+                  const RopeApplyOptions& opt, DType out_dtype) {
+  RopeApplier ap(x.shape(), x.dtype(), axes, f, pos, opt, out_dtype, "input");
+  Tensor y(out_dtype, x.shape());
+  ap.rows(x.bytes(), y.bytes(), 0, x.shape().empty() ? 1 : x.shape()[0]);
+  return y;
+}
+
+}  // namespace posenc

@@ -1,0 +1,48 @@
+// Picks the widest RoPE kernel variant this CPU runs.
+#include <cstdlib>
+#include <cstring>
+
+#include "ops/rope_kernel.hpp"
+
+namespace posenc::rope_detail {
+
+namespace {
+enum class Isa { base, avx2, avx512 };
+
+Isa detect() {
+  __builtin_cpu_init();
+  if (const char* forced = std::getenv("POSENC_ROPE_ISA")) {
+    if (std::strcmp(forced, "base") == 0) return Isa::base;
+    if (std::strcmp(forced, "avx2") == 0 && __builtin_cpu_supports("avx2")) return Isa::avx2;
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    return Isa::avx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return Isa::avx2;
+  return Isa::base;
+}
+
+Isa isa() {
+  static const Isa chosen = detect();
+  return chosen;
+}
+}  // namespace
+
+KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style) {
+  switch (isa()) {
+    case Isa::avx512: return avx512::find_kernel(in, out, p, style);
+    case Isa::avx2: return avx2::find_kernel(in, out, p, style);
+    default: return base::find_kernel(in, out, p, style);
+  }
+}
+
+const char* kernel_isa() {
+  switch (isa()) {
+    case Isa::avx512: return "avx512";
+    case Isa::avx2: return "avx2";
+    default: return "base";
+  }
+}
+
+}  // namespace posenc::rope_detail

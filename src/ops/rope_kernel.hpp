@@ -1,0 +1,56 @@
+#pragma once
+// The RoPE hot loop, compiled once per instruction set (rope_kernel_*.cpp include
+// rope_kernel_impl.inc under different `#pragma GCC target`s) and picked at run time.
+// Internal to the library: RopeApplier in rope.cpp prepares the arguments.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "posenc/encodings/rope.hpp"
+#include "posenc/ops/rope.hpp"
+#include "posenc/tensor.hpp"
+
+namespace posenc::rope_detail {
+
+/// One slab, seen as vectors along d (contiguous, stride 1) visited by three loop
+/// axes (outer to inner; absent axes have size 1). Vector (i0, i1, i2) starts at
+/// element i0*st0 + i1*st1 + i2*st2 of src and dst (same shape, C order), and uses
+/// table row rowidx[i0*t0 + i1*t1 + i2*t2]. A table row holds R/2 cos then R/2 sin
+/// values in the working precision (attention factor and inverse sign included).
+struct KernelArgs {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  std::size_t n0 = 1, n1 = 1, n2 = 1;
+  std::ptrdiff_t st0 = 0, st1 = 0, st2 = 0;
+  std::ptrdiff_t t0 = 0, t1 = 0, t2 = 0;
+  std::size_t head_dim = 0;    ///< D
+  std::size_t rotary_dim = 0;  ///< R (even, <= D)
+  const std::int32_t* rowidx = nullptr;
+  const void* table = nullptr;
+  /// Vectors along axis 2 handled per work item; a small block keeps the table rows it
+  /// needs in cache when axis 2 is the sequence axis.
+  std::size_t block2 = 1;
+};
+
+/// Runs the rotation over all vectors (OpenMP, static schedule). Returns true if any
+/// input value was NaN or Inf.
+using KernelFn = bool (*)(const KernelArgs&);
+
+/// in, out ∈ {f16, bf16, f32, f64}. Returns nullptr for other types.
+namespace base {
+KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
+}
+namespace avx2 {
+KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
+}
+namespace avx512 {
+KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
+}
+
+/// The best variant this CPU runs (POSENC_ROPE_ISA=base|avx2|avx512 forces one, for
+/// tests and benchmarks).
+KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
+/// Name of the variant find_kernel picks ("avx512", "avx2", "base").
+const char* kernel_isa();
+
+}  // namespace posenc::rope_detail
