@@ -536,7 +536,7 @@ class Hdf5Source final : public TensorSource {
         info_.dtype = DType::f64;
       } else {
         throw InputError(fmt::format(
-            "{} has an unsupported {}-byte float type (expected float16, bfloat16, "
+            "{}: unsupported {}-byte float type (expected float16, bfloat16, "
             "float32 or float64)",
             what_, size));
       }
@@ -549,7 +549,7 @@ class Hdf5Source final : public TensorSource {
         case 4: info_.dtype = is_signed ? DType::i32 : DType::u32; break;
         case 8: info_.dtype = is_signed ? DType::i64 : DType::u64; break;
         default:
-          throw InputError(fmt::format("{} has an unsupported {}-byte integer type", what_, size));
+          throw InputError(fmt::format("{}: unsupported {}-byte integer type", what_, size));
       }
       stored_ = fmt::format("{} {}", endian, dtype_name(info_.dtype));
     } else if (cls == H5T_ENUM && is_bool_enum(t)) {
@@ -557,7 +557,7 @@ class Hdf5Source final : public TensorSource {
       stored_ = "bool (enum FALSE/TRUE)";
     } else {
       throw InputError(fmt::format(
-          "{} has unsupported type class {} (posenc reads numbers: float, integer, bool)",
+          "{}: unsupported type class {} (posenc reads numbers: float, integer, bool)",
           what_, cls == H5T_ENUM ? "enum (other than h5py's bool)" : class_name(cls)));
     }
     mem_type_ = info_.dtype == DType::b1 ? make_bool_type() : type_for(info_.dtype);
