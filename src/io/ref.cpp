@@ -53,6 +53,12 @@ std::string extension_of(const std::string& path) {
   return lower(base.substr(dot + 1));
 }
 
+// A character device, FIFO or socket (/dev/null, /dev/stdout, a named pipe).
+bool is_special_file(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
 std::size_t row_count(const Shape& s) { return s.empty() ? 1 : s[0]; }
 
 std::size_t row_bytes(const TensorInfo& info) {
@@ -276,6 +282,10 @@ TensorRef parse_ref(const std::string& text, const std::string& to,
       throw UsageError(fmt::format(
           "{}: .npz archives are not supported; extract the member (unzip) and use the .npy",
           text));
+    } else if (is_special_file(text)) {
+      // Devices and pipes (/dev/stdout, /dev/null, a FIFO) carry NPY unless --to says
+      // otherwise, like "-".
+      ref.format = Format::npy;
     } else {
       throw UsageError(fmt::format(
           "{}: unknown file type{} (expected .npy, .h5:/dataset, .hdf5:/dataset, .csv, .tsv, "
