@@ -1,10 +1,368 @@
-// Placeholder registration, replaced by the command's implementation.
+// `posenc attention`: reference attention logits, probabilities, outputs and
+// log-sum-exp from Q, K (and V) tensors, with RoPE, ALiBi, T5, Shaw relative tables,
+// masks, soft-capping and sinks. The numerics live in posenc/ops/attention.hpp; this
+// file binds options, reads the inputs and writes all outputs together (or none).
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <optional>
+#include <tuple>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "cli/rope_options.hpp"
+#include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/attention.hpp"
+#include "posenc/ops/rope.hpp"
 
 namespace posenc::cli {
-void register_attention(CLI::App& app) {
-  auto* sub = app.add_subcommand("attention", "(in progress)");
-  sub->callback([] { throw UsageError("attention: not available in this build"); });
+
+namespace {
+
+struct AttentionCmdOptions {
+  std::string q, k, v;
+  OutputOptions out;
+  std::string axes;
+  bool rope = false;
+  RopeCliOptions rope_opts;
+  double scale = 0;
+  std::string causal;
+  std::string window;
+  std::string mask;
+  std::string key_lengths;
+  std::string alibi;
+  double alibi_max_bias = 8.0;
+  std::string t5_bias;
+  int t5_buckets = 32;
+  int t5_max_distance = 128;
+  bool t5_bidirectional = false, t5_causal = false;
+  std::string relative_k, relative_v;
+  long long max_distance = -1;
+  double softcap = 0;
+  std::string sinks;
+  std::string masked_rows = "zero";
+  std::string emit;
+  std::string dtype;
+  std::string max_memory;
+  CLI::App* app = nullptr;
+};
+
+bool given(const AttentionCmdOptions& o, const char* name) { return o.app->count(name) > 0; }
+
+/// "4G", "4GB", "512M", "8.6e9", "2GiB" → bytes. K/M/G/T are powers of 1000 (as in the
+/// messages), Ki/Mi/Gi/Ti powers of 1024.
+std::size_t parse_bytes(const std::string& text) {
+  std::size_t i = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &i);
+  } catch (const std::exception&) {
+    i = 0;
+  }
+  std::string unit = text.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  double mul = 0;
+  if (unit.empty()) mul = 1;
+  if (unit == "K") mul = 1e3;
+  if (unit == "M") mul = 1e6;
+  if (unit == "G") mul = 1e9;
+  if (unit == "T") mul = 1e12;
+  if (unit == "KI") mul = 1024.0;
+  if (unit == "MI") mul = 1024.0 * 1024;
+  if (unit == "GI") mul = 1024.0 * 1024 * 1024;
+  if (unit == "TI") mul = 1024.0 * 1024 * 1024 * 1024;
+  if (i == 0 || mul == 0 || !(value > 0) || !std::isfinite(value * mul) || value * mul > 1e19) {
+    throw UsageError(fmt::format(
+        "--max-memory {}: expected a size such as 4G, 512M, 2GiB or a byte count", text));
+  }
+  return static_cast<std::size_t>(value * mul);
 }
+
+std::size_t physical_memory() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
+}
+
+std::int64_t parse_window_side(const std::string& s, const std::string& text) {
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size() || v < -1) {
+    throw UsageError(fmt::format(
+        "--window {}: expected LEFT[,RIGHT], integers >= 0 or -1 for unbounded", text));
+  }
+  return v;
+}
+
+// The output references for the emitted tensors (see the man page: one per tensor in
+// --emit order, a {} / %s pattern, or one HDF5 file with a dataset per tensor).
+std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
+                                   const std::vector<AttentionEmit>& emit) {
+  const auto& outs = o.out.outputs;
+  std::vector<TensorRef> refs;
+  auto pattern_pos = [](const std::string& s) -> std::pair<std::size_t, std::size_t> {
+    auto p = s.find("{}");
+    if (p != std::string::npos) return {p, 2};
+    p = s.find("%s");
+    if (p != std::string::npos) return {p, 2};
+    return {std::string::npos, 0};
+  };
+  if (outs.size() == 1 && pattern_pos(outs[0]).first != std::string::npos) {
+    for (auto e : emit) {
+      std::string t = outs[0];
+      for (auto [p, n] = pattern_pos(t); p != std::string::npos; std::tie(p, n) = pattern_pos(t)) {
+        t.replace(p, n, attention_emit_name(e));
+      }
+      refs.push_back(parse_ref(t, o.out.to));
+    }
+    return refs;
+  }
+  if (outs.size() == emit.size()) {
+    for (const auto& t : outs) refs.push_back(parse_ref(t, o.out.to));
+    return refs;
+  }
+  if (outs.size() == 1) {
+    static const std::string kNone = "/\x01none";
+    TensorRef base = parse_ref(outs[0], o.out.to, kNone);
+    if (base.format == Format::hdf5) {
+      std::string group = base.dataset == kNone ? "" : base.dataset;
+      while (!group.empty() && group.back() == '/') group.pop_back();
+      for (auto e : emit) {
+        TensorRef r = base;
+        r.dataset = group + "/" + attention_emit_name(e);
+        r.text = r.path + ":" + r.dataset;
+        refs.push_back(r);
+      }
+      return refs;
+    }
+  }
+  std::string names;
+  for (auto e : emit) names += (names.empty() ? "" : ",") + attention_emit_name(e);
+  throw UsageError(fmt::format(
+      "-o: --emit {} gives {} tensors but {} outputs were given (give one -o per tensor in "
+      "--emit order, a pattern with {{}}, or one HDF5 file)",
+      names, emit.size(), outs.size()));
+}
+
+void run_attention(AttentionCmdOptions& o) {
+  // Option values first: a usage error never waits for a large read.
+  if (given(o, "--scale") && !(o.scale > 0 && std::isfinite(o.scale))) {
+    throw UsageError(fmt::format("--scale {}: must be a positive number", o.scale));
+  }
+  if (given(o, "--softcap") && !(o.softcap > 0 && std::isfinite(o.softcap))) {
+    throw UsageError(fmt::format("--softcap {}: must be a positive number", o.softcap));
+  }
+  if (o.t5_bidirectional && o.t5_causal) {
+    throw UsageError("--t5-bidirectional and --t5-causal exclude each other");
+  }
+  if (o.t5_bias.empty() && (given(o, "--t5-buckets") || given(o, "--t5-max-distance") ||
+                                      o.t5_bidirectional || o.t5_causal)) {
+    throw UsageError("--t5-buckets/--t5-max-distance/--t5-bidirectional/--t5-causal need --t5-bias");
+  }
+  if (!o.rope) {
+    for (const char* name : {"--style", "--base", "--rotary-dim", "--partial", "--start",
+                             "--position-ids", "--cu-seqlens", "--scaling", "--factor",
+                             "--hf-config", "--inverse"}) {
+      if (given(o, name)) throw UsageError(fmt::format("{}: a ROPE OPTION needs --rope", name));
+    }
+  }
+  AttentionOptions opt;
+  opt.axes = o.axes;
+  opt.scale = given(o, "--scale") ? o.scale : 0;
+  if (given(o, "--causal")) {
+    if (o.causal.empty() || o.causal == "bottom-right") {
+      opt.causal = CausalAlign::bottom_right;
+    } else if (o.causal == "top-left") {
+      opt.causal = CausalAlign::top_left;
+    } else {
+      throw UsageError(fmt::format("--causal {}: expected bottom-right or top-left", o.causal));
+    }
+  }
+  if (given(o, "--window")) {
+    auto comma = o.window.find(',');
+    opt.window_left = parse_window_side(o.window.substr(0, comma), o.window);
+    if (comma != std::string::npos) {
+      opt.window_right = parse_window_side(o.window.substr(comma + 1), o.window);
+    }
+  }
+  if (given(o, "--alibi")) {
+    const std::string& a = o.alibi;
+    if (a.empty() || a == "causal") {
+      opt.alibi = AlibiVariant::causal;
+    } else if (a == "symmetric") {
+      opt.alibi = AlibiVariant::symmetric;
+    } else if (a == "bottom-right") {
+      opt.alibi = AlibiVariant::bottom_right;
+    } else if (a == "fairseq") {
+      opt.alibi = AlibiVariant::fairseq;
+    } else {
+      throw UsageError(fmt::format(
+          "--alibi {}: expected causal, symmetric, bottom-right or fairseq", a));
+    }
+    opt.alibi_max_bias = o.alibi_max_bias;
+    if (!(o.alibi_max_bias > 0)) {
+      throw UsageError(fmt::format("--alibi-max-bias {}: must be positive", o.alibi_max_bias));
+    }
+  } else if (given(o, "--alibi-max-bias")) {
+    throw UsageError("--alibi-max-bias needs --alibi");
+  }
+  opt.t5_buckets = o.t5_buckets;
+  opt.t5_max_distance = o.t5_max_distance;
+  opt.t5_bidirectional = !o.t5_causal;
+  if (given(o, "--max-distance") && o.max_distance < 0) {
+    throw UsageError(fmt::format("--max-distance {}: must be >= 0", o.max_distance));
+  }
+  if (given(o, "--max-distance") && o.relative_k.empty() && o.relative_v.empty()) {
+    throw UsageError("--max-distance needs --relative-k or --relative-v");
+  }
+  opt.max_distance = o.max_distance;
+  opt.softcap = o.softcap;
+  opt.masked_rows = o.masked_rows == "nan" ? MaskedRows::nan : MaskedRows::zero;
+  opt.emit = parse_attention_emit(o.emit, !o.v.empty());
+  if (!o.dtype.empty()) opt.dtype = parse_dtype(o.dtype, "--dtype");
+  opt.max_memory = o.max_memory.empty() ? physical_memory() : parse_bytes(o.max_memory);
+  const bool precision_given = given(o, "--precision");
+  if (precision_given) opt.precision = rope_precision(o.rope_opts);
+
+  const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
+
+  // Inputs.
+  Tensor q = read_tensor(o.q);
+  Tensor k = read_tensor(o.k);
+  std::optional<Tensor> v;
+  if (!o.v.empty()) v = read_tensor(o.v);
+  const Axes axes = resolve_axes(o.axes, q.ndim(), o.q);
+  opt.axes = axes.letters;
+  std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks;
+  auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
+    if (ref.empty()) return;
+    t = read_tensor(ref);
+    slot = &*t;
+  };
+  side(o.mask, mask, opt.mask);
+  side(o.key_lengths, key_lengths, opt.key_lengths);
+  side(o.t5_bias, t5, opt.t5_bias);
+  side(o.relative_k, rel_k, opt.relative_k);
+  side(o.relative_v, rel_v, opt.relative_v);
+  side(o.sinks, sinks, opt.sinks);
+
+  if (o.rope) {
+    // Shapes are checked before rotating so errors name Q/K/V, not RoPE.
+    attention_memory(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
+    const std::size_t d = q.shape()[axes.letters.find('d')];
+    const std::size_t sk = k.shape()[axes.letters.find('s')];
+    RopeParams params = rope_params(o.rope_opts, static_cast<int>(d));
+    const Positions pos = rope_positions(o.rope_opts);
+    if (params.seq_len == 0) {
+      std::int64_t extent = pos.start + static_cast<std::int64_t>(sk);
+      for (auto id : pos.ids) extent = std::max<std::int64_t>(extent, id + 1);
+      params.seq_len = extent;
+    }
+    const RopeFreqs freqs = compute_rope_freqs(params);
+    RopeApplyOptions ro;
+    ro.inverse = o.rope_opts.inverse;
+    ro.precision = rope_precision(o.rope_opts);
+    const DType compute = precision_given ? (*opt.precision == Precision::f64 ? DType::f64
+                                                                                : DType::f32)
+                                          : (q.dtype() == DType::f64 ? DType::f64 : DType::f32);
+    if (!opt.dtype) opt.dtype = q.dtype();
+    opt.precision = compute == DType::f64 ? Precision::f64 : Precision::f32;
+    auto [qr, kr] = rope_for_attention(q, k, axes, freqs, pos, ro, compute);
+    q = std::move(qr);
+    k = std::move(kr);
+  }
+
+  AttentionResult res = attention(q, k, v ? &*v : nullptr, opt);
+  Attrs attrs = res.attrs;
+  attrs.push_back({"rope", static_cast<long long>(o.rope)});
+  verbose_attrs(attrs);
+  std::vector<NamedTensor> named;
+  for (std::size_t i = 0; i < opt.emit.size(); ++i) {
+    Attrs a = attrs;
+    a.push_back({"tensor", attention_emit_name(opt.emit[i])});
+    named.push_back(NamedTensor{out_refs[i], &res.get(opt.emit[i]), a});
+  }
+  write_tensors(named, o.out.write_options());
+}
+
+}  // namespace
+
+void register_attention(CLI::App& app) {
+  auto o = std::make_shared<AttentionCmdOptions>();
+  auto* sub = app.add_subcommand(
+      "attention",
+      "compute attention logits, probabilities, outputs and log-sum-exp from Q, K and V");
+  o->app = sub;
+  sub->add_option("-q,--query", o->q, "queries Q [b, hq, sq, d] (any --axes order)")->required();
+  sub->add_option("-k,--key", o->k, "keys K [b, hk, sk, d]; hk must divide hq")->required();
+  sub->add_option("-v,--value", o->v, "values V [b, hk, sk, dv] (needed for output)");
+  add_output_options(sub, o->out, /*multiple=*/true);
+  sub->add_option("--axes", o->axes,
+                  "axis letters of Q, K and V (b, h, s, d); default bhsd, bsd or sd by rank");
+  sub->add_option("--emit", o->emit,
+                  "comma list of logits, probs, output, lse (default probs,output; probs "
+                  "without -v)");
+  sub->add_option("--scale", o->scale, "multiplies q.k (default 1/sqrt(d); 1 for T5)");
+  sub->add_option("--causal", o->causal,
+                  "causal mask aligned bottom-right (default; flash-attn) or top-left (eager "
+                  "HF) when sq != sk")
+      ->expected(0, 1);
+  sub->add_option("--window", o->window,
+                  "LEFT[,RIGHT]: query i sees keys [i+sk-sq-LEFT, i+sk-sq+RIGHT] inclusive; "
+                  "-1 = unbounded (RIGHT defaults to -1)");
+  sub->add_option("--key-lengths", o->key_lengths,
+                  "[b] integers: keys at or after the length are padding (masked)");
+  sub->add_option("--mask", o->mask,
+                  "bool/int (true = keep) or additive float mask, broadcastable to [b, h, sq, sk]");
+  sub->add_option("--alibi", o->alibi,
+                  "ALiBi bias: causal (default; -m(i-j)), symmetric (-m|i-j|), bottom-right "
+                  "(-m|i+sk-sq-j|) or fairseq (m j)")
+      ->expected(0, 1);
+  sub->add_option("--alibi-max-bias", o->alibi_max_bias,
+                  "ALiBi slopes 2^(-max_bias (h+1)/H) (default 8)");
+  sub->add_option("--t5-bias", o->t5_bias, "T5 relative bias embedding [buckets, hq]");
+  sub->add_option("--t5-buckets", o->t5_buckets, "T5 buckets (default 32)");
+  sub->add_option("--t5-max-distance", o->t5_max_distance, "T5 max distance (default 128)");
+  sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
+  sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
+  sub->add_option("--relative-k", o->relative_k,
+                  "Shaw relative key table [2M+1, d]: logits += q.rk[clip(j-i,-M,M)+M]");
+  sub->add_option("--relative-v", o->relative_v,
+                  "Shaw relative value table [2M+1, dv]: output += sum_j p_ij rv[clip(j-i)+M]");
+  sub->add_option("--max-distance", o->max_distance,
+                  "M of the relative tables (default: from their rows)");
+  sub->add_option("--softcap", o->softcap, "soft-cap C: logits = C tanh(scale q.k / C)");
+  sub->add_option("--sinks", o->sinks, "[hq] sink logits (gpt-oss): an extra softmax column");
+  sub->add_option("--masked-rows", o->masked_rows,
+                  "rows with every key masked: zero (probs 0, output 0; default) or nan")
+      ->check(CLI::IsMember({"zero", "nan"}));
+  sub->add_option("--dtype", o->dtype, "output dtype f64|f32|f16|bf16 (default: that of Q)");
+  sub->add_option("--max-memory", o->max_memory,
+                  "fail up front if the outputs and work memory need more (e.g. 4G; default: "
+                  "physical memory)");
+  sub->add_flag("--rope", o->rope, "rotate Q and K with RoPE (ROPE OPTIONS) before the scores");
+  add_rope_options(sub, o->rope_opts);
+  o->rope_opts.app = sub;
+  if (auto* p = sub->get_option_no_throw("--precision")) {
+    p->description(
+        "f32 or f64: arithmetic of RoPE and attention (default: RoPE f64; attention f64 for "
+        "f64 inputs, else f32)");
+  }
+  sub->callback([o] { run_attention(*o); });
+}
+
 }  // namespace posenc::cli
