@@ -131,14 +131,12 @@ std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
     }
     return refs;
   }
-  if (outs.size() == emit.size()) {
-    for (const auto& t : outs) refs.push_back(parse_ref(t, o.out.to));
-    return refs;
-  }
   if (outs.size() == 1) {
     static const std::string kNone = "/\x01none";
     TensorRef base = parse_ref(outs[0], o.out.to, kNone);
     if (base.format == Format::hdf5) {
+      // One named dataset for one tensor; otherwise the dataset is a group.
+      if (emit.size() == 1 && base.dataset != kNone) return {base};
       std::string group = base.dataset == kNone ? "" : base.dataset;
       while (!group.empty() && group.back() == '/') group.pop_back();
       for (auto e : emit) {
@@ -149,6 +147,10 @@ std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
       }
       return refs;
     }
+  }
+  if (outs.size() == emit.size()) {
+    for (const auto& t : outs) refs.push_back(parse_ref(t, o.out.to));
+    return refs;
   }
   std::string names;
   for (auto e : emit) names += (names.empty() ? "" : ",") + attention_emit_name(e);
