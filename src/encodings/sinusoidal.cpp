@@ -34,7 +34,11 @@ constexpr double kC1 = 4.16666666666666019037e-02, kC2 = -1.38888888888741095749
                  kC3 = 2.48015872894767294178e-05, kC4 = -2.75573143513906633035e-07,
                  kC5 = 2.08757232129817482790e-09, kC6 = -1.13596475577881948265e-11;
 
-void sincos_fast(const double* a, double* so, double* co, std::size_t n) {
+// Cloned for AVX-512/AVX2 with run-time dispatch: the same operations in the same
+// order (ISO C++ mode keeps -ffp-contract=off, so no fused multiply-adds), hence the
+// same bits on every machine, just wider vectors.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void sincos_fast(
+    const double* a, double* so, double* co, std::size_t n) {
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
     const double x = a[i];
