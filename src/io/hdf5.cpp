@@ -851,9 +851,12 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
     check<OutputError>(H5Pset_shuffle(dcpl), w);
     check<OutputError>(H5Pset_deflate(dcpl, static_cast<unsigned>(im.opt.compression)), w);
   }
+  // Streamed slabs need not align with chunks: a cache that holds a few rows of
+  // chunks avoids recompressing a chunk each time a slab boundary cuts through it.
+  Hid dapl = plist(H5P_DATASET_ACCESS, w);
+  check<OutputError>(H5Pset_chunk_cache(dapl, 12421, std::size_t{64} << 20, 1.0), w);
   Hid dset = check_id<OutputError>(
-      H5Dcreate2(im.file, name.c_str(), ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose,
-      w);
+      H5Dcreate2(im.file, name.c_str(), ftype, space, H5P_DEFAULT, dcpl, dapl), H5Dclose, w);
   write_attrs(dset, info.attrs, fmt::format("{}: dataset '{}'", im.path, name));
 
   auto st = std::make_shared<DatasetState>();
