@@ -455,26 +455,45 @@ inline float exp_nonpositive(float x) {
   return under ? 0.0f : y * scale;
 }
 
-// p[j] = exp(s[j] - m) in place; returns the sum in double.
-inline double exp_shift_sum(float* s, std::size_t n, float m) {
+// p[j] = exp(s[j] - m) in place; returns the sum in double (NaN if a score is NaN).
+// Loops are split so that each one vectorises without -ffast-math: the exponentials,
+// then 16 f32 lanes summed over chunks of 1024 and the chunks added in f64 (a fixed
+// order, so the result does not depend on anything but the data).
+// AVX2 clone: the same per-lane arithmetic (no FMA contraction under -std=c++17), so the
+// bits do not depend on the machine's vector width.
+__attribute__((target_clones("avx2", "default"), noinline)) double exp_shift_sum(float* s, std::size_t n, float m) {
+  int nans = 0;
+  for (std::size_t j = 0; j < n; ++j) nans += s[j] != s[j];
+  if (nans) return std::numeric_limits<double>::quiet_NaN();
+  for (std::size_t j = 0; j < n; ++j) s[j] = exp_nonpositive(s[j] - m);
+  constexpr std::size_t kLanes = 16, kChunk = 1024;
   double sum = 0;
-  constexpr std::size_t kChunk = 256;
-  for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
-    std::size_t j1 = std::min(n, j0 + kChunk);
-    float part = 0;  // short f32 partial sums, added in f64
-    for (std::size_t j = j0; j < j1; ++j) {
-      float e = exp_nonpositive(s[j] - m);
-      s[j] = e;
-      part += e;
-    }
-    sum += part;
+  std::size_t j = 0;
+  for (; j + kChunk <= n; j += kChunk) {
+    float acc[kLanes] = {};
+    for (std::size_t c = 0; c < kChunk; c += kLanes)
+      for (std::size_t l = 0; l < kLanes; ++l) acc[l] += s[j + c + l];
+    for (std::size_t l = 0; l < kLanes; ++l) sum += acc[l];
   }
-  // NaN scores (NaN input) must stay visible: exp_nonpositive maps them to 0.
-  for (std::size_t j = 0; j < n; ++j) {
-    if (std::isnan(s[j])) return std::numeric_limits<double>::quiet_NaN();
-  }
+  for (; j < n; ++j) sum += s[j];
   return sum;
 }
+
+// Largest score of a row (lane-wise so it vectorises; NaNs are found by exp_shift_sum).
+template <class T>
+inline T row_max(const T* s, std::size_t n) {
+  constexpr std::size_t kLanes = 16;
+  T acc[kLanes];
+  for (auto& a : acc) a = -std::numeric_limits<T>::infinity();
+  std::size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] = s[j + l] > acc[l] ? s[j + l] : acc[l];
+  T m = -std::numeric_limits<T>::infinity();
+  for (std::size_t l = 0; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m;
+  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
 inline double exp_shift_sum(double* s, std::size_t n, double m) {
   double sum = 0;
   for (std::size_t j = 0; j < n; ++j) {
@@ -709,8 +728,7 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
         store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk + j0, 1, s, n, T(1));
       }
       // Online softmax update.
-      T mt = neg_inf;
-      for (std::size_t jj = 0; jj < n; ++jj) mt = std::max(mt, s[jj]);
+      const T mt = row_max(s, n);
       const T m_old = w.m[r];
       const T m_new = std::max(m_old, mt);
       if (m_new == neg_inf) {

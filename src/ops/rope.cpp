@@ -528,6 +528,8 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
     a.block2 = std::clamp<std::size_t>((std::size_t{256} << 10) / std::max<std::size_t>(row_bytes, 1),
                                        16, std::max<std::size_t>(a.n2, 1));
   }
+  // Past the size of a large last-level cache the output is written around the cache.
+  a.stream = elems * dtype_size(m.out) >= (std::size_t{32} << 20);
   const bool bad = m.kernel(a);
   if (bad && !m.allow_nonfinite) {
     throw InputError(fmt::format("{}: input contains NaN or Inf (use --allow-nonfinite to "

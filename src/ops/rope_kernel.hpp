@@ -30,6 +30,9 @@ struct KernelArgs {
   /// Vectors along axis 2 handled per work item; a small block keeps the table rows it
   /// needs in cache when axis 2 is the sequence axis.
   std::size_t block2 = 1;
+  /// Write the output with non-temporal stores (large outputs that will not be read
+  /// back from cache soon).
+  bool stream = false;
 };
 
 /// Runs the rotation over all vectors (OpenMP, static schedule). Returns true if any

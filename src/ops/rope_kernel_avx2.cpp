@@ -6,9 +6,12 @@
 #include <cstring>
 #include <type_traits>
 
+#include <immintrin.h>
+
 #include "ops/rope_kernel.hpp"
 
 #pragma GCC target("avx2,f16c")
+#define POSENC_ROPE_F16C 1
 
 namespace posenc::rope_detail::avx2 {
 #include "ops/rope_kernel_impl.inc"

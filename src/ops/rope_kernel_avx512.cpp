@@ -6,9 +6,12 @@
 #include <cstring>
 #include <type_traits>
 
+#include <immintrin.h>
+
 #include "ops/rope_kernel.hpp"
 
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")
+#define POSENC_ROPE_F16C 1
 
 namespace posenc::rope_detail::avx512 {
 #include "ops/rope_kernel_impl.inc"

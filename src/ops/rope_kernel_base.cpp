@@ -6,6 +6,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "ops/rope_kernel.hpp"
 
 namespace posenc::rope_detail::base {

@@ -1,0 +1,93 @@
+// RoPE kernel bandwidth against memcpy of the same bytes, timed alternately in one run
+// (this machine is shared and noisy: only same-run ratios mean something).
+//
+//   bench_rope [--dtype f32|f16|bf16|f64] [--style neox|gptj] [--threads N]
+//              [--axes bshd|bhsd] [--seq S] [--heads H] [--dim D] [--reps N]
+//              [--precision f64|f32]
+//
+// Default: f32 [1, 16384, 32, 128] bshd = 256 MiB, the perf-anchors.md shape.
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "posenc/encodings/rope.hpp"
+#include "posenc/ops/rope.hpp"
+#include "posenc/tensor.hpp"
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// memcpy split into one contiguous chunk per thread, as the RoPE kernel splits rows.
+void parallel_copy(std::byte* dst, const std::byte* src, std::size_t n) {
+#pragma omp parallel
+  {
+    const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+    const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads());
+    const std::size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+    std::memcpy(dst + lo, src + lo, hi - lo);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dtype = "f32", style = "neox", axes = "bshd", precision = "f64";
+  int threads = 1, reps = 7;
+  std::size_t seq = 16384, heads = 32, dim = 128;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--dtype") dtype = v;
+    else if (k == "--style") style = v;
+    else if (k == "--threads") threads = std::stoi(v);
+    else if (k == "--axes") axes = v;
+    else if (k == "--seq") seq = std::stoul(v);
+    else if (k == "--heads") heads = std::stoul(v);
+    else if (k == "--dim") dim = std::stoul(v);
+    else if (k == "--reps") reps = std::stoi(v);
+    else if (k == "--precision") precision = v;
+  }
+  omp_set_num_threads(threads);
+  const posenc::DType dt = posenc::parse_dtype(dtype);
+  const posenc::Shape shape = axes == "bshd" ? posenc::Shape{1, seq, heads, dim}
+                                             : posenc::Shape{1, heads, seq, dim};
+  posenc::RopeParams p;
+  p.style = posenc::parse_rope_style(style);
+  p.head_dim = static_cast<int>(dim);
+  const posenc::RopeFreqs f = posenc::compute_rope_freqs(p);
+  posenc::RopeApplyOptions opt;
+  opt.precision = precision == "f32" ? posenc::Precision::f32 : posenc::Precision::f64;
+  posenc::RopeApplier ap(shape, dt, posenc::Axes{axes}, f, posenc::Positions{}, opt, dt, "bench");
+
+  posenc::Tensor x(dt, shape), y(dt, shape), z(dt, shape);
+  for (std::size_t i = 0; i < x.numel(); ++i) x.set(i, std::sin(0.001 * static_cast<double>(i)));
+  std::memset(y.bytes(), 0, y.nbytes());
+  std::memset(z.bytes(), 0, z.nbytes());
+  ap.rows(x.bytes(), y.bytes(), 0, shape[0]);  // builds the table once (cached after)
+
+  const double bytes = 2.0 * static_cast<double>(x.nbytes());  // read + write
+  double best_copy = 1e30, best_rope = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    parallel_copy(z.bytes(), x.bytes(), x.nbytes());
+    best_copy = std::min(best_copy, seconds_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    ap.rows(x.bytes(), y.bytes(), 0, shape[0]);
+    best_rope = std::min(best_rope, seconds_since(t0));
+  }
+  std::printf("%-5s %-5s %-4s prec=%s threads=%d size=%zu MiB  memcpy %6.2f GB/s  rope %6.2f "
+              "GB/s  ratio %.2f\n",
+              dtype.c_str(), style.c_str(), axes.c_str(), precision.c_str(), threads,
+              x.nbytes() >> 20, bytes / best_copy * 1e-9, bytes / best_rope * 1e-9,
+              best_copy / best_rope);
+  return 0;
+}
