@@ -2,17 +2,17 @@
 // a tensor, or the datasets of an HDF5 file. The tensor is streamed in row slabs, so
 // statistics of tensors larger than memory work; `--slice` reads only the rows (axis
 // 0) it selects.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -80,8 +80,8 @@ std::vector<std::optional<AxisSel>> parse_slice(const std::string& text) {
   bool ellipsis = false;
   for (;;) {
     std::size_t comma = body.find(',', pos);
-    std::string part = trim(body.substr(pos, comma == std::string::npos ? std::string::npos
-                                                                         : comma - pos));
+    std::string part =
+        trim(body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
     if (part == "...") {
       if (ellipsis) throw UsageError(fmt::format("--slice '{}': more than one '...'", text));
       ellipsis = true;
@@ -125,8 +125,9 @@ std::vector<std::size_t> axis_indices(const AxisSel& a, std::size_t n, std::size
   if (a.index) {
     long long i = a.start < 0 ? a.start + len : a.start;
     if (i < 0 || i >= len) {
-      throw InputError(fmt::format("--slice '{}': index {} is out of range for axis {} with size {}",
-                                   text, a.start, axis, n));
+      throw InputError(
+          fmt::format("--slice '{}': index {} is out of range for axis {} with size {}", text,
+                      a.start, axis, n));
     }
     idx.push_back(static_cast<std::size_t>(i));
     return idx;
@@ -137,7 +138,7 @@ std::vector<std::size_t> axis_indices(const AxisSel& a, std::size_t n, std::size
     stop = !a.has_stop ? len : a.stop < 0 ? std::max(0LL, a.stop + len) : std::min(a.stop, len);
     for (long long i = start; i < stop; i += a.step) idx.push_back(static_cast<std::size_t>(i));
   } else {
-    start = !a.has_start ? len - 1
+    start = !a.has_start  ? len - 1
             : a.start < 0 ? std::max(-1LL, a.start + len)
                           : std::min(a.start, len - 1);
     stop = !a.has_stop ? -1 : a.stop < 0 ? std::max(-1LL, a.stop + len) : std::min(a.stop, len - 1);
@@ -261,8 +262,7 @@ Gathered gather(TensorSource& src, const Selection& sel, std::size_t keep_n,
     }
     offsets.swap(next);
   }
-  std::vector<std::size_t> rows =
-      info.shape.empty() ? std::vector<std::size_t>{0} : sel.idx[0];
+  std::vector<std::size_t> rows = info.shape.empty() ? std::vector<std::size_t>{0} : sel.idx[0];
   const std::size_t row_bytes = std::max<std::size_t>(1, row_elems * isz);
   const std::size_t slab_rows = std::max<std::size_t>(1, kSlabBytes / row_bytes);
 
@@ -444,8 +444,8 @@ void print_text(const TensorRef& ref, const TensorInfo& info, const std::string&
   } else {
     std::vector<std::string> vals;
     for (std::size_t i = 0; i < n; ++i) vals.push_back(format_element(g.kept, i));
-    fmt::print("  values   first {} of {} (C order): [{}{}]\n", n, sel.numel,
-               fmt::join(vals, ", "), n < sel.numel ? ", ..." : "");
+    fmt::print("  values   first {} of {} (C order): [{}{}]\n", n, sel.numel, fmt::join(vals, ", "),
+               n < sel.numel ? ", ..." : "");
   }
 }
 
@@ -461,10 +461,10 @@ void list_file(const TensorRef& ref, bool json) {
       auto src = open_hdf5_source(r);
       const auto& in = src->info();
       if (json) {
-        rows.push_back(fmt::format("{{\"name\": {}, \"shape\": {}, \"dtype\": \"{}\", "
-                                   "\"storage\": {}}}",
-                                   json_str(name), json_shape(in.shape), dtype_name(in.dtype),
-                                   json_str(in.storage)));
+        rows.push_back(fmt::format(
+            "{{\"name\": {}, \"shape\": {}, \"dtype\": \"{}\", "
+            "\"storage\": {}}}",
+            json_str(name), json_shape(in.shape), dtype_name(in.dtype), json_str(in.storage)));
       } else {
         fmt::print("  {}  {}  {}  {}\n", name, shape_str(in.shape), dtype_name(in.dtype),
                    in.storage);
@@ -475,8 +475,8 @@ void list_file(const TensorRef& ref, bool json) {
       auto at = why.find(name + "': ");
       if (at != std::string::npos) why = why.substr(at + name.size() + 3);
       if (json) {
-        rows.push_back(fmt::format("{{\"name\": {}, \"error\": {}}}", json_str(name),
-                                   json_str(why)));
+        rows.push_back(
+            fmt::format("{{\"name\": {}, \"error\": {}}}", json_str(name), json_str(why)));
       } else {
         fmt::print("  {}  ({})\n", name, why);
       }
@@ -502,7 +502,7 @@ void run_inspect(const InspectOptions& o) {
   auto src = open_source(ref);
   const TensorInfo& info = src->info();
   Selection sel = resolve(o.slice, info.shape);
-  std::size_t head = o.head >= 0 ? static_cast<std::size_t>(o.head)
+  std::size_t head = o.head >= 0                            ? static_cast<std::size_t>(o.head)
                      : !o.slice.empty() || sel.numel <= 100 ? kTableMax
                                                             : kDefaultHead;
   Gathered g = gather(*src, sel, head, ref.text);

@@ -12,6 +12,8 @@
 #include "posenc/io/hdf5.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <hdf5.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,9 +23,6 @@
 #include <cstring>
 #include <optional>
 #include <utility>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "posenc/error.hpp"
 #include "posenc/io/atomic.hpp"
@@ -35,7 +34,7 @@ namespace posenc {
 namespace {
 
 constexpr int kMaxRank = 8;
-constexpr std::size_t kMaxListed = 6;       // datasets named in a "no dataset" message
+constexpr std::size_t kMaxListed = 6;            // datasets named in a "no dataset" message
 constexpr std::size_t kMaxAttrValues = 1 << 20;  // numeric attribute elements read
 constexpr hsize_t kMaxStringAttr = 1 << 20;      // bytes of a string attribute
 
@@ -159,37 +158,62 @@ Hid type_for(DType d) {
     return check_id<OutputError>(H5Tcopy(base), H5Tclose, "HDF5 type");
   };
   switch (d) {
-    case DType::f16: return make_half_type();
-    case DType::bf16: return make_bf16_type();
-    case DType::f32: return copy(H5T_IEEE_F32LE);
-    case DType::f64: return copy(H5T_IEEE_F64LE);
-    case DType::i8: return copy(H5T_STD_I8LE);
-    case DType::i16: return copy(H5T_STD_I16LE);
-    case DType::i32: return copy(H5T_STD_I32LE);
-    case DType::i64: return copy(H5T_STD_I64LE);
-    case DType::u8: return copy(H5T_STD_U8LE);
-    case DType::u16: return copy(H5T_STD_U16LE);
-    case DType::u32: return copy(H5T_STD_U32LE);
-    case DType::u64: return copy(H5T_STD_U64LE);
-    case DType::b1: return make_bool_type();
+    case DType::f16:
+      return make_half_type();
+    case DType::bf16:
+      return make_bf16_type();
+    case DType::f32:
+      return copy(H5T_IEEE_F32LE);
+    case DType::f64:
+      return copy(H5T_IEEE_F64LE);
+    case DType::i8:
+      return copy(H5T_STD_I8LE);
+    case DType::i16:
+      return copy(H5T_STD_I16LE);
+    case DType::i32:
+      return copy(H5T_STD_I32LE);
+    case DType::i64:
+      return copy(H5T_STD_I64LE);
+    case DType::u8:
+      return copy(H5T_STD_U8LE);
+    case DType::u16:
+      return copy(H5T_STD_U16LE);
+    case DType::u32:
+      return copy(H5T_STD_U32LE);
+    case DType::u64:
+      return copy(H5T_STD_U64LE);
+    case DType::b1:
+      return make_bool_type();
   }
   throw OutputError("HDF5: unknown dtype");
 }
 
 std::string class_name(H5T_class_t c) {
   switch (c) {
-    case H5T_INTEGER: return "integer";
-    case H5T_FLOAT: return "float";
-    case H5T_TIME: return "time";
-    case H5T_STRING: return "string";
-    case H5T_BITFIELD: return "bitfield";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_COMPOUND: return "compound";
-    case H5T_REFERENCE: return "reference";
-    case H5T_ENUM: return "enum";
-    case H5T_VLEN: return "variable-length";
-    case H5T_ARRAY: return "array";
-    default: return "unknown";
+    case H5T_INTEGER:
+      return "integer";
+    case H5T_FLOAT:
+      return "float";
+    case H5T_TIME:
+      return "time";
+    case H5T_STRING:
+      return "string";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_VLEN:
+      return "variable-length";
+    case H5T_ARRAY:
+      return "array";
+    default:
+      return "unknown";
   }
 }
 
@@ -271,11 +295,9 @@ std::vector<std::string> datasets_in(const OpenFile& f) {
 
 std::string listing(const std::vector<std::string>& names) {
   if (names.empty()) return "(the file has no datasets)";
-  std::vector<std::string> shown(names.begin(),
-                                 names.begin() + std::min(names.size(), kMaxListed));
-  std::string more = names.size() > kMaxListed
-                         ? fmt::format(", ... {} more", names.size() - kMaxListed)
-                         : "";
+  std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kMaxListed));
+  std::string more =
+      names.size() > kMaxListed ? fmt::format(", ... {} more", names.size() - kMaxListed) : "";
   return fmt::format("(datasets: {}{})", fmt::join(shown, ", "), more);
 }
 
@@ -283,8 +305,8 @@ std::string listing(const std::vector<std::string>& names) {
 // external link gets its own message instead of HDF5's "object not found".
 void check_path(const OpenFile& f, const std::string& path, const std::string& name) {
   if (name.empty() || name == "/") {
-    throw InputError(fmt::format("{}: '/' is a group, not a dataset {}", path,
-                                 listing(datasets_in(f))));
+    throw InputError(
+        fmt::format("{}: '/' is a group, not a dataset {}", path, listing(datasets_in(f))));
   }
   std::size_t pos = 0;
   while (pos != std::string::npos) {
@@ -293,8 +315,7 @@ void check_path(const OpenFile& f, const std::string& path, const std::string& n
     htri_t exists = H5Lexists(f.file, prefix.c_str(), f.lapl);
     if (exists <= 0) {
       H5Eclear2(H5E_DEFAULT);
-      throw InputError(
-          fmt::format("{}: no dataset '{}' {}", path, name, listing(datasets_in(f))));
+      throw InputError(fmt::format("{}: no dataset '{}' {}", path, name, listing(datasets_in(f))));
     }
     H5L_info_t li;
     check<InputError>(H5Lget_info(f.file, prefix.c_str(), &li, f.lapl),
@@ -327,15 +348,20 @@ void check_path(const OpenFile& f, const std::string& path, const std::string& n
   }
 }
 
-std::string filter_desc(H5Z_filter_t id, const unsigned* cd, std::size_t ncd,
-                        const char* name) {
+std::string filter_desc(H5Z_filter_t id, const unsigned* cd, std::size_t ncd, const char* name) {
   switch (id) {
-    case H5Z_FILTER_DEFLATE: return ncd > 0 ? fmt::format("gzip {}", cd[0]) : "gzip";
-    case H5Z_FILTER_SHUFFLE: return "shuffle";
-    case H5Z_FILTER_FLETCHER32: return "fletcher32";
-    case H5Z_FILTER_SZIP: return "szip";
-    case H5Z_FILTER_NBIT: return "nbit";
-    case H5Z_FILTER_SCALEOFFSET: return "scaleoffset";
+    case H5Z_FILTER_DEFLATE:
+      return ncd > 0 ? fmt::format("gzip {}", cd[0]) : "gzip";
+    case H5Z_FILTER_SHUFFLE:
+      return "shuffle";
+    case H5Z_FILTER_FLETCHER32:
+      return "fletcher32";
+    case H5Z_FILTER_SZIP:
+      return "szip";
+    case H5Z_FILTER_NBIT:
+      return "nbit";
+    case H5Z_FILTER_SCALEOFFSET:
+      return "scaleoffset";
     default:
       return name != nullptr && name[0] != '\0' ? fmt::format("filter {} ({})", id, name)
                                                 : fmt::format("filter {}", id);
@@ -418,8 +444,8 @@ class Hdf5Source final : public TensorSource {
       // A bare file reference: fine when the file holds exactly one dataset.
       auto names = datasets_in(f_);
       if (names.size() != 1) {
-        throw InputError(fmt::format("{}: name a dataset as {}:/NAME {}", ref.path, ref.path,
-                                     listing(names)));
+        throw InputError(
+            fmt::format("{}: name a dataset as {}:/NAME {}", ref.path, ref.path, listing(names)));
       }
       name = names[0];
     }
@@ -473,10 +499,10 @@ class Hdf5Source final : public TensorSource {
       htri_t avail = H5Zfilter_avail(id);
       H5Eclear2(H5E_DEFAULT);
       if (avail <= 0) {
-        throw InputError(fmt::format(
-            "{} is compressed with {}, which is not available (posenc loads no HDF5 "
-            "filter plugins)",
-            what_, desc));
+        throw InputError(
+            fmt::format("{} is compressed with {}, which is not available (posenc loads no HDF5 "
+                        "filter plugins)",
+                        what_, desc));
       }
       storage += ", " + desc;
     }
@@ -491,8 +517,8 @@ class Hdf5Source final : public TensorSource {
   void read_rows(std::size_t first, std::size_t count, void* dst) override {
     std::size_t rows = info_.shape.empty() ? 1 : info_.shape[0];
     if (first > rows || count > rows - first) {
-      throw InputError(fmt::format("{}: rows {}..{} requested, the dataset has {}", what_,
-                                   first, first + count, rows));
+      throw InputError(fmt::format("{}: rows {}..{} requested, the dataset has {}", what_, first,
+                                   first + count, rows));
     }
     if (count == 0) return;
     std::string what = fmt::format("{}: cannot read", what_);
@@ -527,27 +553,34 @@ class Hdf5Source final : public TensorSource {
       check<InputError>(H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize), what_);
       if (size == 2 && spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10) {
         info_.dtype = DType::f16;
-      } else if (size == 2 && spos == 15 && epos == 7 && esize == 8 && mpos == 0 &&
-                 msize == 7) {
+      } else if (size == 2 && spos == 15 && epos == 7 && esize == 8 && mpos == 0 && msize == 7) {
         info_.dtype = DType::bf16;
       } else if (size == 4 && esize == 8 && msize == 23) {
         info_.dtype = DType::f32;
       } else if (size == 8 && esize == 11 && msize == 52) {
         info_.dtype = DType::f64;
       } else {
-        throw InputError(fmt::format(
-            "{}: unsupported {}-byte float type (expected float16, bfloat16, "
-            "float32 or float64)",
-            what_, size));
+        throw InputError(
+            fmt::format("{}: unsupported {}-byte float type (expected float16, bfloat16, "
+                        "float32 or float64)",
+                        what_, size));
       }
       stored_ = fmt::format("{} {}", endian, dtype_name(info_.dtype));
     } else if (cls == H5T_INTEGER) {
       bool is_signed = H5Tget_sign(t) == H5T_SGN_2;
       switch (size) {
-        case 1: info_.dtype = is_signed ? DType::i8 : DType::u8; break;
-        case 2: info_.dtype = is_signed ? DType::i16 : DType::u16; break;
-        case 4: info_.dtype = is_signed ? DType::i32 : DType::u32; break;
-        case 8: info_.dtype = is_signed ? DType::i64 : DType::u64; break;
+        case 1:
+          info_.dtype = is_signed ? DType::i8 : DType::u8;
+          break;
+        case 2:
+          info_.dtype = is_signed ? DType::i16 : DType::u16;
+          break;
+        case 4:
+          info_.dtype = is_signed ? DType::i32 : DType::u32;
+          break;
+        case 8:
+          info_.dtype = is_signed ? DType::i64 : DType::u64;
+          break;
         default:
           throw InputError(fmt::format("{}: unsupported {}-byte integer type", what_, size));
       }
@@ -556,9 +589,9 @@ class Hdf5Source final : public TensorSource {
       info_.dtype = DType::b1;
       stored_ = "bool (enum FALSE/TRUE)";
     } else {
-      throw InputError(fmt::format(
-          "{}: unsupported type class {} (posenc reads numbers: float, integer, bool)",
-          what_, cls == H5T_ENUM ? "enum (other than h5py's bool)" : class_name(cls)));
+      throw InputError(
+          fmt::format("{}: unsupported type class {} (posenc reads numbers: float, integer, bool)",
+                      what_, cls == H5T_ENUM ? "enum (other than h5py's bool)" : class_name(cls)));
     }
     mem_type_ = info_.dtype == DType::b1 ? make_bool_type() : type_for(info_.dtype);
     // Native order: the file type may be big-endian; HDF5 converts while reading.
@@ -593,8 +626,8 @@ class Hdf5Source final : public TensorSource {
     } else if (sc == H5S_SIMPLE) {
       int rank = check<InputError>(H5Sget_simple_extent_ndims(s), what_);
       if (rank > kMaxRank) {
-        throw InputError(fmt::format("{} has {} dimensions (at most {} supported)", what_, rank,
-                                     kMaxRank));
+        throw InputError(
+            fmt::format("{} has {} dimensions (at most {} supported)", what_, rank, kMaxRank));
       }
       std::vector<hsize_t> dims(rank);
       check<InputError>(H5Sget_simple_extent_dims(s, dims.data(), nullptr), what_);
@@ -732,11 +765,10 @@ class Hdf5Sink final : public TensorSink {
       start[0] = st_->written;
       cnt[0] = count;
       Hid fspace = check_id<OutputError>(H5Dget_space(dset_), H5Sclose, w);
-      check<OutputError>(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr,
-                                             cnt.data(), nullptr),
-                         w);
-      Hid mspace =
-          check_id<OutputError>(H5Screate_simple(rank, cnt.data(), nullptr), H5Sclose, w);
+      check<OutputError>(
+          H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr),
+          w);
+      Hid mspace = check_id<OutputError>(H5Screate_simple(rank, cnt.data(), nullptr), H5Sclose, w);
       check<OutputError>(H5Dwrite(dset_, mem_type_, mspace, fspace, H5P_DEFAULT, src), w);
     }
     st_->written += count;
@@ -744,8 +776,8 @@ class Hdf5Sink final : public TensorSink {
 
   void commit() override {
     if (st_->written != st_->rows) {
-      throw OutputError(fmt::format("{}: only {} of {} rows were written", what_, st_->written,
-                                    st_->rows));
+      throw OutputError(
+          fmt::format("{}: only {} of {} rows were written", what_, st_->written, st_->rows));
     }
     check<OutputError>(dset_.reset(), what_ + ": cannot close");
     st_->committed = true;
@@ -758,7 +790,6 @@ class Hdf5Sink final : public TensorSink {
   std::shared_ptr<DatasetState> st_;
   std::string what_;
 };
-
 
 }  // namespace
 
@@ -818,9 +849,8 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
     }
     if (exists > 0) {
       H5O_info_t oi;
-      check<OutputError>(H5Oget_info_by_name2(im.file, prefix.c_str(), &oi, H5O_INFO_BASIC,
-                                              H5P_DEFAULT),
-                         w);
+      check<OutputError>(
+          H5Oget_info_by_name2(im.file, prefix.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT), w);
       if (oi.type != H5O_TYPE_GROUP) {
         throw OutputError(fmt::format("{}: '{}' is a dataset, not a group", w, prefix));
       }
@@ -834,10 +864,9 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
   Hid mtype = type_for(info.dtype);
   int rank = static_cast<int>(info.shape.size());
   std::vector<hsize_t> dims(info.shape.begin(), info.shape.end());
-  Hid space = rank == 0
-                  ? check_id<OutputError>(H5Screate(H5S_SCALAR), H5Sclose, w)
-                  : check_id<OutputError>(H5Screate_simple(rank, dims.data(), nullptr),
-                                          H5Sclose, w);
+  Hid space =
+      rank == 0 ? check_id<OutputError>(H5Screate(H5S_SCALAR), H5Sclose, w)
+                : check_id<OutputError>(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, w);
   Hid dcpl = plist(H5P_DATASET_CREATE, w);
   check<OutputError>(H5Pset_obj_track_times(dcpl, 0), w);
   std::size_t numel = 1;

@@ -8,17 +8,17 @@
 
 #include "posenc/io/text.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <optional>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "posenc/error.hpp"
 
@@ -46,17 +46,28 @@ std::string element_text(const Tensor& t, std::size_t i, Style style) {
   const std::byte* p = t.bytes();
   switch (t.dtype()) {
     case DType::f16:
-    case DType::bf16: return float_text(static_cast<float>(t.get(i)), style);
-    case DType::f32: return float_text(reinterpret_cast<const float*>(p)[i], style);
-    case DType::f64: return float_text(reinterpret_cast<const double*>(p)[i], style);
-    case DType::i8: return fmt::format("{}", reinterpret_cast<const std::int8_t*>(p)[i]);
-    case DType::i16: return fmt::format("{}", reinterpret_cast<const std::int16_t*>(p)[i]);
-    case DType::i32: return fmt::format("{}", reinterpret_cast<const std::int32_t*>(p)[i]);
-    case DType::i64: return fmt::format("{}", reinterpret_cast<const std::int64_t*>(p)[i]);
-    case DType::u8: return fmt::format("{}", reinterpret_cast<const std::uint8_t*>(p)[i]);
-    case DType::u16: return fmt::format("{}", reinterpret_cast<const std::uint16_t*>(p)[i]);
-    case DType::u32: return fmt::format("{}", reinterpret_cast<const std::uint32_t*>(p)[i]);
-    case DType::u64: return fmt::format("{}", reinterpret_cast<const std::uint64_t*>(p)[i]);
+    case DType::bf16:
+      return float_text(static_cast<float>(t.get(i)), style);
+    case DType::f32:
+      return float_text(reinterpret_cast<const float*>(p)[i], style);
+    case DType::f64:
+      return float_text(reinterpret_cast<const double*>(p)[i], style);
+    case DType::i8:
+      return fmt::format("{}", reinterpret_cast<const std::int8_t*>(p)[i]);
+    case DType::i16:
+      return fmt::format("{}", reinterpret_cast<const std::int16_t*>(p)[i]);
+    case DType::i32:
+      return fmt::format("{}", reinterpret_cast<const std::int32_t*>(p)[i]);
+    case DType::i64:
+      return fmt::format("{}", reinterpret_cast<const std::int64_t*>(p)[i]);
+    case DType::u8:
+      return fmt::format("{}", reinterpret_cast<const std::uint8_t*>(p)[i]);
+    case DType::u16:
+      return fmt::format("{}", reinterpret_cast<const std::uint16_t*>(p)[i]);
+    case DType::u32:
+      return fmt::format("{}", reinterpret_cast<const std::uint32_t*>(p)[i]);
+    case DType::u64:
+      return fmt::format("{}", reinterpret_cast<const std::uint64_t*>(p)[i]);
     case DType::b1: {
       bool b = reinterpret_cast<const std::uint8_t*>(p)[i] != 0;
       if (style == Style::csv) return b ? "1" : "0";
@@ -70,9 +81,9 @@ std::string element_text(const Tensor& t, std::size_t i, Style style) {
 
 std::string encode_csv(const Tensor& t, char sep) {
   if (t.ndim() > 2) {
-    throw UsageError(fmt::format(
-        "{} holds 1-D or 2-D tensors, got shape {} (use json, text, npy or h5)",
-        sep == ',' ? "CSV" : "TSV", shape_str(t.shape())));
+    throw UsageError(
+        fmt::format("{} holds 1-D or 2-D tensors, got shape {} (use json, text, npy or h5)",
+                    sep == ',' ? "CSV" : "TSV", shape_str(t.shape())));
   }
   std::string out;
   if (t.ndim() <= 1) {
@@ -225,8 +236,8 @@ std::string encode_table(const Tensor& t) {
   bool summarise = t.numel() > kTableThreshold;
   std::string out = fmt::format("# shape {}, {}", shape_str(s), dtype_name(t.dtype()));
   if (summarise) {
-    out += fmt::format(", {} values: showing the first and last {} along each axis",
-                       t.numel(), kTableEdge);
+    out += fmt::format(", {} values: showing the first and last {} along each axis", t.numel(),
+                       kTableEdge);
   }
   out += '\n';
   if (t.ndim() == 0) {
@@ -344,8 +355,8 @@ Tensor decode_csv(std::string_view content, char sep, const std::string& what) {
       ++n;
       double v = 0;
       if (field.empty()) {
-        throw InputError(fmt::format("{}: line {}, column {}: empty value (field {})", what,
-                                     line_no, col, n));
+        throw InputError(
+            fmt::format("{}: line {}, column {}: empty value (field {})", what, line_no, col, n));
       }
       if (!parse_double(field, v)) {
         std::string shown(field.substr(0, 40));
@@ -361,8 +372,8 @@ Tensor decode_csv(std::string_view content, char sep, const std::string& what) {
       cols = n;
       first_line = line_no;
     } else if (n != cols) {
-      throw InputError(fmt::format("{}: line {} has {} values, line {} has {} (ragged rows)",
-                                   what, line_no, n, first_line, cols));
+      throw InputError(fmt::format("{}: line {} has {} values, line {} has {} (ragged rows)", what,
+                                   line_no, n, first_line, cols));
     }
     ++rows;
   }
@@ -396,9 +407,10 @@ double json_scalar(const Json& j, const std::string& what, const std::string& wh
       return std::numeric_limits<double>::infinity();
     }
     if (l == "-infinity" || l == "-inf") return -std::numeric_limits<double>::infinity();
-    throw InputError(fmt::format("{}: {}: string \"{}\" is not a number (only \"NaN\", "
-                                 "\"Infinity\" and \"-Infinity\" are)",
-                                 what, where, s.substr(0, 40)));
+    throw InputError(
+        fmt::format("{}: {}: string \"{}\" is not a number (only \"NaN\", "
+                    "\"Infinity\" and \"-Infinity\" are)",
+                    what, where, s.substr(0, 40)));
   }
   throw InputError(fmt::format("{}: {}: expected a number, got {}", what, where, j.type_name()));
 }
@@ -444,15 +456,32 @@ void json_store(Tensor& t, std::size_t i, const Json& j, const std::string& what
     t.data<T>()[i] = x;
   };
   switch (d) {
-    case DType::i8: store(std::int8_t{}); break;
-    case DType::i16: store(std::int16_t{}); break;
-    case DType::i32: store(std::int32_t{}); break;
-    case DType::i64: store(std::int64_t{}); break;
-    case DType::u8: store(std::uint8_t{}); break;
-    case DType::u16: store(std::uint16_t{}); break;
-    case DType::u32: store(std::uint32_t{}); break;
-    case DType::u64: store(std::uint64_t{}); break;
-    default: break;
+    case DType::i8:
+      store(std::int8_t{});
+      break;
+    case DType::i16:
+      store(std::int16_t{});
+      break;
+    case DType::i32:
+      store(std::int32_t{});
+      break;
+    case DType::i64:
+      store(std::int64_t{});
+      break;
+    case DType::u8:
+      store(std::uint8_t{});
+      break;
+    case DType::u16:
+      store(std::uint16_t{});
+      break;
+    case DType::u32:
+      store(std::uint32_t{});
+      break;
+    case DType::u64:
+      store(std::uint64_t{});
+      break;
+    default:
+      break;
   }
 }
 
@@ -461,17 +490,17 @@ void json_fill(Tensor& t, const Json& j, std::size_t axis, std::size_t& i, std::
   const Shape& s = t.shape();
   if (axis == s.size()) {
     if (j.is_array()) {
-      throw InputError(fmt::format("{}: \"data\"{}: nesting deeper than shape {}", what, where,
-                                   shape_str(s)));
+      throw InputError(
+          fmt::format("{}: \"data\"{}: nesting deeper than shape {}", what, where, shape_str(s)));
     }
     json_store(t, i++, j, what, "\"data\"" + where);
     return;
   }
   if (!j.is_array() || j.size() != s[axis]) {
-    throw InputError(fmt::format("{}: \"data\"{}: expected a list of {} (shape {}), got {}",
-                                 what, where, s[axis], shape_str(s),
-                                 j.is_array() ? fmt::format("a list of {}", j.size())
-                                              : std::string(j.type_name())));
+    throw InputError(fmt::format(
+        "{}: \"data\"{}: expected a list of {} (shape {}), got {}", what, where, s[axis],
+        shape_str(s),
+        j.is_array() ? fmt::format("a list of {}", j.size()) : std::string(j.type_name())));
   }
   for (std::size_t k = 0; k < j.size(); ++k) {
     json_fill(t, j[k], axis + 1, i, fmt::format("{}[{}]", where, k), what);
@@ -507,8 +536,8 @@ Tensor decode_json(std::string_view content, const std::string& what) {
     }
     if (auto s = doc.find("shape"); s != doc.end()) {
       if (!s->is_array() || s->size() > kMaxRank) {
-        throw InputError(fmt::format("{}: \"shape\" must be a list of at most {} sizes", what,
-                                     kMaxRank));
+        throw InputError(
+            fmt::format("{}: \"shape\" must be a list of at most {} sizes", what, kMaxRank));
       }
       Shape sh;
       for (const auto& d : *s) {
@@ -520,8 +549,8 @@ Tensor decode_json(std::string_view content, const std::string& what) {
       declared = sh;
     }
   } else if (!doc.is_array() && !doc.is_number()) {
-    throw InputError(fmt::format("{}: expected a JSON object with \"data\" or a list, got {}",
-                                 what, doc.type_name()));
+    throw InputError(fmt::format("{}: expected a JSON object with \"data\" or a list, got {}", what,
+                                 doc.type_name()));
   }
   Shape nested;
   json_shape(*data, 0, nested, what);
@@ -542,23 +571,32 @@ Tensor decode_json(std::string_view content, const std::string& what) {
 
 std::string encode_text(Format fmt, const Tensor& t, const Attrs& attrs) {
   switch (fmt) {
-    case Format::csv: return encode_csv(t, ',');
-    case Format::tsv: return encode_csv(t, '\t');
-    case Format::json: return encode_json(t, attrs);
-    case Format::text: return encode_table(t);
-    default: throw UsageError("encode_text: not a text format");
+    case Format::csv:
+      return encode_csv(t, ',');
+    case Format::tsv:
+      return encode_csv(t, '\t');
+    case Format::json:
+      return encode_json(t, attrs);
+    case Format::text:
+      return encode_table(t);
+    default:
+      throw UsageError("encode_text: not a text format");
   }
 }
 
 Tensor decode_text(Format fmt, std::string_view content, const std::string& what) {
   switch (fmt) {
-    case Format::csv: return decode_csv(content, ',', what);
-    case Format::tsv: return decode_csv(content, '\t', what);
-    case Format::json: return decode_json(content, what);
+    case Format::csv:
+      return decode_csv(content, ',', what);
+    case Format::tsv:
+      return decode_csv(content, '\t', what);
+    case Format::json:
+      return decode_json(content, what);
     default:
-      throw InputError(fmt::format("{}: this format is written for people and cannot be read "
-                                   "back (use csv, tsv or json)",
-                                   what));
+      throw InputError(
+          fmt::format("{}: this format is written for people and cannot be read "
+                      "back (use csv, tsv or json)",
+                      what));
   }
 }
 

@@ -74,9 +74,9 @@ Tensor read_all(const std::string& path, const std::string& name, TensorInfo* in
 }
 
 TEST_F(Hdf5Test, RoundTripsEveryDtype) {
-  for (DType d : {DType::f16, DType::bf16, DType::f32, DType::f64, DType::i8, DType::i16,
-                  DType::i32, DType::i64, DType::u8, DType::u16, DType::u32, DType::u64,
-                  DType::b1}) {
+  for (DType d :
+       {DType::f16, DType::bf16, DType::f32, DType::f64, DType::i8, DType::i16, DType::i32,
+        DType::i64, DType::u8, DType::u16, DType::u32, DType::u64, DType::b1}) {
     Tensor t = ramp(d, {5, 3});
     std::string p = path(std::string(dtype_name(d)) + ".h5");
     write_one(p, "/g/x", t);

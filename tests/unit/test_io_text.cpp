@@ -55,8 +55,8 @@ TEST(TextTest, IntegersKeepAllBits) {
 }
 
 TEST(TextTest, JsonRoundTripWithAttrs) {
-  Tensor t = vec_f32({1.5f, std::numeric_limits<float>::quiet_NaN(), -INFINITY, 0.1f, 2, 3},
-                     {3, 1, 2});
+  Tensor t =
+      vec_f32({1.5f, std::numeric_limits<float>::quiet_NaN(), -INFINITY, 0.1f, 2, 3}, {3, 1, 2});
   std::string s = encode_text(Format::json, t, {{"base", 10000.0}, {"style", std::string("neox")}});
   EXPECT_NE(s.find("\"NaN\""), std::string::npos) << s;
   EXPECT_NE(s.find("\"-Infinity\""), std::string::npos) << s;

@@ -16,11 +16,20 @@
 namespace posenc {
 
 /// Opens `ref.dataset` in `ref.path` for reading (row slabs are hyperslab reads).
+/// An empty dataset name is accepted when the file holds exactly one dataset.
+/// info().storage reads like "HDF5 chunked (64, 128), shuffle, gzip 4, little-endian
+/// f32" and info().attrs holds the dataset's attributes. Every problem (missing file,
+/// not HDF5, no such dataset, a group, unsupported type, external link or storage,
+/// virtual dataset, unavailable filter) is a one-line InputError naming file and
+/// dataset.
 std::unique_ptr<TensorSource> open_hdf5_source(const TensorRef& ref);
 
 /// Writes one HDF5 file holding one or more datasets. The file is created under a
-/// temporary name in the target's folder and renamed over the target by `commit()`;
-/// destroying an uncommitted writer removes the temporary file.
+/// temporary name in the target's folder (a TempFile: removed on SIGINT/SIGTERM too)
+/// and renamed over the target by `commit()`; destroying an uncommitted writer
+/// removes the temporary file. An existing target is replaced as a whole, never
+/// updated in place. Errors are OutputErrors naming the file. Sinks must not outlive
+/// their writer.
 class Hdf5FileWriter {
  public:
   Hdf5FileWriter(const std::string& path, const WriteOptions& opt);
@@ -41,7 +50,8 @@ class Hdf5FileWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-/// The datasets in a file (full paths), for messages and `inspect` of a bare file.
+/// The datasets in a file (full paths, sorted per group), for messages and `inspect`
+/// of a bare file. External links are not followed. InputError as for reading.
 std::vector<std::string> list_hdf5_datasets(const std::string& path);
 
 }  // namespace posenc
