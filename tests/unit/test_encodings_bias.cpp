@@ -1,0 +1,58 @@
+// Unit tests of ALiBi slopes, relative indices and T5 buckets.
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "posenc/encodings/bias.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+namespace {
+
+TEST(Alibi, PowerOfTwoSlopesAreExactPowers) {
+  auto s = alibi_slopes(8);
+  ASSERT_EQ(s.size(), 8u);
+  for (int h = 0; h < 8; ++h) EXPECT_EQ(s[h], std::ldexp(1.0, -(h + 1)));
+}
+
+TEST(Alibi, NonPowerOfTwoTakesOddSlopesOfTheDoubledSet) {
+  auto s = alibi_slopes(12);
+  ASSERT_EQ(s.size(), 12u);
+  for (int h = 0; h < 8; ++h) EXPECT_EQ(s[h], std::ldexp(1.0, -(h + 1)));
+  for (int k = 0; k < 4; ++k) EXPECT_DOUBLE_EQ(s[8 + k], std::exp2(-0.5 - k));
+  EXPECT_THROW(alibi_slopes(0), UsageError);
+}
+
+TEST(Alibi, BiasVariants) {
+  EXPECT_EQ(alibi_bias(AlibiVariant::causal, 0.5, 4, 1, 5, 5), -1.5);
+  EXPECT_EQ(alibi_bias(AlibiVariant::symmetric, 0.5, 1, 4, 5, 5), -1.5);
+  EXPECT_EQ(alibi_bias(AlibiVariant::fairseq, 0.5, 4, 2, 5, 5), 1.0);
+  // q_len 2, k_len 5: query 0 sits at key position 3.
+  EXPECT_EQ(alibi_bias(AlibiVariant::bottom_right, 1.0, 0, 3, 2, 5), 0.0);
+  EXPECT_EQ(alibi_bias(AlibiVariant::bottom_right, 1.0, 0, 0, 2, 5), -3.0);
+}
+
+TEST(Relative, ClipsAndShifts) {
+  EXPECT_EQ(relative_index(0, 5, 2), 4);
+  EXPECT_EQ(relative_index(5, 0, 2), 0);
+  EXPECT_EQ(relative_index(3, 4, 2), 3);
+  EXPECT_EQ(relative_index(3, 4, 2, true), 1);
+}
+
+TEST(T5, KnownBuckets) {
+  // bidirectional 32/128: 16 per side, 0..7 exact, key after query in the upper half.
+  EXPECT_EQ(t5_bucket(0, true, 32, 128), 0);
+  EXPECT_EQ(t5_bucket(-7, true, 32, 128), 7);
+  EXPECT_EQ(t5_bucket(7, true, 32, 128), 23);
+  EXPECT_EQ(t5_bucket(-1000, true, 32, 128), 15);
+  EXPECT_EQ(t5_bucket(1000, true, 32, 128), 31);
+  // causal: future keys share bucket 0.
+  EXPECT_EQ(t5_bucket(5, false, 32, 128), 0);
+  EXPECT_EQ(t5_bucket(-15, false, 32, 128), 15);
+  EXPECT_EQ(t5_bucket(-1000, false, 32, 128), 31);
+  EXPECT_THROW(t5_bucket(1, true, 2, 128), UsageError);
+}
+
+}  // namespace
+}  // namespace posenc
