@@ -436,12 +436,17 @@ class OneBlasThread {
 // from the exponent bits; below -87 (where expf is subnormal or 0) the result is 0,
 // so masked (-inf) scores give exactly 0.
 inline float exp_nonpositive(float x) {
-  const bool under = !(x >= -87.0f);  // NaN too: exp_shift_sum reports NaN rows
-  float xc = under ? -87.0f : x;
+  // The clamp and the final zeroing are integer selects on the bits (negative floats
+  // order like their bits as unsigned), which GCC vectorises under -ftrapping-math.
+  const std::uint32_t xb = __builtin_bit_cast(std::uint32_t, x);
+  const std::uint32_t lim = __builtin_bit_cast(std::uint32_t, -87.0f);
+  const std::uint32_t keep = xb > lim ? 0u : ~0u;
+  const float xc = __builtin_bit_cast(float, (xb & keep) | (lim & ~keep));
   const float shifter = 12582912.0f;  // 1.5 * 2^23: rounds to an integer in the mantissa
-  float t = xc * 1.44269504088896341f + shifter;
-  float n = t - shifter;
-  std::int32_t ni = __builtin_bit_cast(std::int32_t, t) - __builtin_bit_cast(std::int32_t, shifter);
+  const float t = xc * 1.44269504088896341f + shifter;
+  const float n = t - shifter;
+  const std::int32_t ni =
+      __builtin_bit_cast(std::int32_t, t) - __builtin_bit_cast(std::int32_t, shifter);
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -450,9 +455,9 @@ inline float exp_nonpositive(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  float scale = __builtin_bit_cast(float, (ni + 127) << 23);
-  return under ? 0.0f : y * scale;
+  const float y = p * r * r + r + 1.0f;
+  const float scale = __builtin_bit_cast(float, (ni + 127) << 23);
+  return __builtin_bit_cast(float, __builtin_bit_cast(std::uint32_t, y * scale) & keep);
 }
 
 // p[j] = exp(s[j] - m) in place; returns the sum in double (NaN if a score is NaN).

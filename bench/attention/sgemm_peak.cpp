@@ -1,0 +1,33 @@
+// The machine's sgemm peak through OpenBLAS, measured in the same run as the attention
+// benchmark (machines here are shared and noisy: only side-by-side ratios mean much).
+// Usage: sgemm_peak [N=4096] [threads=0 (OpenBLAS default)] [repeats=3]
+// Prints the best GFLOP/s of `repeats` C = A B products of N x N f32 matrices.
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 4096;
+  const int threads = argc > 2 ? std::atoi(argv[2]) : 0;
+  const int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
+  if (threads > 0) openblas_set_num_threads(threads);
+  std::vector<float> a(static_cast<std::size_t>(n) * n), b(a.size()), c(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
+    b[i] = static_cast<float>((i * 104729) % 1000) / 1000.0f - 0.5f;
+  }
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                n, 0.0f, c.data(), n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double gflops = 2.0 * n * n * static_cast<double>(n) / s / 1e9;
+    if (gflops > best) best = gflops;
+  }
+  std::printf("%.1f\n", best);
+  return 0;
+}
