@@ -45,7 +45,9 @@ void run_convert(const ConvertOptions& o) {
   Shape row_shape(in.shape.empty() ? in.shape.begin() : in.shape.begin() + 1, in.shape.end());
   const std::size_t row_elems = checked_numel(row_shape, 8, in_ref.text);
   const std::size_t row_bytes = std::max<std::size_t>(1, row_elems * dtype_size(in.dtype));
-  const std::size_t slab_rows = std::max<std::size_t>(1, kSlabBytes / row_bytes);
+  // Rows of zero bytes (shape (n, 0, ...)) all go in one slab.
+  const std::size_t slab_rows =
+      row_elems == 0 ? std::max<std::size_t>(rows, 1) : std::max<std::size_t>(1, kSlabBytes / row_bytes);
 
   for (std::size_t first = 0; first < rows || (rows == 0 && first == 0);) {
     const std::size_t count = std::min(slab_rows, rows - first);
