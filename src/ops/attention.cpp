@@ -338,8 +338,8 @@ Blocks blocks_for(const Geometry& g, const AttentionOptions& opt) {
     std::size_t q = (std::size_t{16} << 20) / std::max<std::size_t>(1, g.sk * tsize);
     bl.q = std::clamp<std::size_t>(q, 1, 128);
   } else {
-    bl.k = opt.key_block ? opt.key_block : 512;
-    bl.q = 128;
+    bl.k = opt.key_block ? opt.key_block : 1024;
+    bl.q = 256;
   }
   if (opt.query_block) bl.q = opt.query_block;
   bl.q = std::min(bl.q, std::max<std::size_t>(g.sq, 1));
