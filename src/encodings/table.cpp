@@ -2,8 +2,13 @@
 
 #include "posenc/encodings/table.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
+#include <mutex>
 #include <vector>
 
 namespace posenc {
@@ -66,25 +71,100 @@ void write_table(const TableSpec& t, DType dtype, TensorSink& sink, std::size_t 
     return;
   }
   const std::size_t row_bytes = lines_per_row * line_len * item;
-  const std::size_t block_rows =
-      std::max<std::size_t>(1, std::min(rows, block_bytes / std::max<std::size_t>(row_bytes, 1)));
-  std::vector<std::byte> out(block_rows * row_bytes);
-  for (std::size_t first = 0; first < rows; first += block_rows) {
-    const std::size_t count = std::min(block_rows, rows - first);
-    const auto lines = static_cast<std::int64_t>(count * lines_per_row);
-    const std::size_t line0 = first * lines_per_row;
+  const std::size_t row_lines = lines_per_row;
+
+  if (row_bytes >= block_bytes) {
+    // Rows larger than a block (e.g. [2, N, R] or [H, Q, K]): one row at a time, its lines
+    // in parallel, so memory stays at one row.
+    std::vector<std::byte> out(row_bytes);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const auto lines = static_cast<std::int64_t>(row_lines);
 #pragma omp parallel
-    {
-      std::vector<double> buf(line_len);
+      {
+        std::vector<double> buf(line_len);
 #pragma omp for schedule(static)
-      for (std::int64_t l = 0; l < lines; ++l) {
-        t.line(line0 + static_cast<std::size_t>(l), buf.data());
-        convert_values(buf.data(), line_len, dtype,
-                       out.data() + static_cast<std::size_t>(l) * line_len * item);
+        for (std::int64_t l = 0; l < lines; ++l) {
+          t.line(r * row_lines + static_cast<std::size_t>(l), buf.data());
+          convert_values(buf.data(), line_len, dtype,
+                         out.data() + static_cast<std::size_t>(l) * line_len * item);
+        }
       }
+      sink.write_rows(out.data(), 1);
     }
-    sink.write_rows(out.data(), count);
+    return;
   }
+
+  // Many small rows: a pipeline. Each thread takes the next block of rows, computes it
+  // into one of a ring of buffers, and whichever thread finds the oldest block complete
+  // writes it (in order) while the others keep computing. Waiting is on a condition
+  // variable, not a spinning barrier, so a busy machine does not burn time in barriers.
+  const std::size_t block_rows = std::max<std::size_t>(1, std::min(rows, block_bytes / row_bytes));
+  const std::size_t nblocks = (rows + block_rows - 1) / block_rows;
+  const std::size_t threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  const std::size_t slots = std::min(nblocks, 2 * threads + 1);
+  std::vector<std::vector<std::byte>> buf(slots);
+  std::vector<std::size_t> ready(slots, 0);  // block id + 1 held complete in the slot
+  std::mutex m;
+  std::condition_variable cv;
+  std::size_t next_block = 0, written = 0;
+  bool writing = false, abort = false;
+  std::exception_ptr err;
+
+#pragma omp parallel num_threads(static_cast<int>(std::min(threads, nblocks)))
+  {
+    std::vector<double> line(line_len);
+    for (;;) {
+      std::size_t b = 0;
+      {
+        std::unique_lock<std::mutex> lk(m);
+        if (abort || next_block >= nblocks) break;
+        b = next_block++;
+        cv.wait(lk, [&] { return abort || written + slots > b; });
+        if (abort) break;
+      }
+      const std::size_t slot = b % slots;
+      const std::size_t first = b * block_rows;
+      const std::size_t count = std::min(block_rows, rows - first);
+      try {
+        std::vector<std::byte>& out = buf[slot];
+        if (out.size() < count * row_bytes) out.resize(block_rows * row_bytes);
+        const std::size_t line0 = first * row_lines;
+        for (std::size_t l = 0; l < count * row_lines; ++l) {
+          t.line(line0 + l, line.data());
+          convert_values(line.data(), line_len, dtype, out.data() + l * line_len * item);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(m);
+        if (!err) err = std::current_exception();
+        abort = true;
+        cv.notify_all();
+        break;
+      }
+      std::unique_lock<std::mutex> lk(m);
+      ready[slot] = b + 1;
+      if (writing) continue;
+      writing = true;
+      while (!abort && written < nblocks && ready[written % slots] == written + 1) {
+        const std::size_t w = written;
+        const std::size_t wcount = std::min(block_rows, rows - w * block_rows);
+        lk.unlock();
+        try {
+          sink.write_rows(buf[w % slots].data(), wcount);
+        } catch (...) {
+          lk.lock();
+          if (!err) err = std::current_exception();
+          abort = true;
+          break;
+        }
+        lk.lock();
+        ++written;
+        cv.notify_all();
+      }
+      writing = false;
+      cv.notify_all();
+    }
+  }
+  if (err) std::rethrow_exception(err);
 }
 
 }  // namespace posenc

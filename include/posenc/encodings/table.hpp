@@ -28,6 +28,6 @@ void convert_values(const double* src, std::size_t n, DType dtype, void* dst);
 /// row) and writes it to `sink` as `dtype`. Does not commit the sink. Each element is
 /// computed independently, so the result does not depend on the thread count.
 void write_table(const TableSpec& t, DType dtype, TensorSink& sink,
-                 std::size_t block_bytes = std::size_t{16} << 20);
+                 std::size_t block_bytes = std::size_t{1} << 20);
 
 }  // namespace posenc
