@@ -294,6 +294,11 @@ TensorRef parse_ref(const std::string& text, const std::string& to,
     }
   }
   if (ref.format == Format::hdf5) {
+    if (ref.is_stdio()) {
+      throw UsageError(
+          "HDF5 needs a seekable file, not standard input/standard output; name a file, "
+          "e.g. out.h5:/data");
+    }
     if (!ref.dataset.empty() && ref.dataset[0] != '/') ref.dataset = "/" + ref.dataset;
     if (ref.dataset.empty() || ref.dataset == "/") {
       if (default_dataset.empty()) {
