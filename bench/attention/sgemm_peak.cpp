@@ -22,8 +22,8 @@ int main(int argc, char** argv) {
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double gflops = 2.0 * n * n * static_cast<double>(n) / s / 1e9;
     if (gflops > best) best = gflops;

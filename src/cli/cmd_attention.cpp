@@ -3,16 +3,15 @@
 // masks, soft-capping and sinks. The numerics live in posenc/ops/attention.hpp; this
 // file binds options, reads the inputs and writes all outputs together (or none).
 
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cmath>
 #include <optional>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -102,8 +101,8 @@ std::int64_t parse_window_side(const std::string& s, const std::string& text) {
     used = 0;
   }
   if (used == 0 || used != s.size() || v < -1) {
-    throw UsageError(fmt::format(
-        "--window {}: expected LEFT[,RIGHT], integers >= 0 or -1 for unbounded", text));
+    throw UsageError(
+        fmt::format("--window {}: expected LEFT[,RIGHT], integers >= 0 or -1 for unbounded", text));
   }
   return v;
 }
@@ -172,13 +171,14 @@ void run_attention(AttentionCmdOptions& o) {
     throw UsageError("--t5-bidirectional and --t5-causal exclude each other");
   }
   if (o.t5_bias.empty() && (given(o, "--t5-buckets") || given(o, "--t5-max-distance") ||
-                                      o.t5_bidirectional || o.t5_causal)) {
-    throw UsageError("--t5-buckets/--t5-max-distance/--t5-bidirectional/--t5-causal need --t5-bias");
+                            o.t5_bidirectional || o.t5_causal)) {
+    throw UsageError(
+        "--t5-buckets/--t5-max-distance/--t5-bidirectional/--t5-causal need --t5-bias");
   }
   if (!o.rope) {
-    for (const char* name : {"--style", "--base", "--rotary-dim", "--partial", "--start",
-                             "--position-ids", "--cu-seqlens", "--scaling", "--factor",
-                             "--hf-config", "--inverse"}) {
+    for (const char* name :
+         {"--style", "--base", "--rotary-dim", "--partial", "--start", "--position-ids",
+          "--cu-seqlens", "--scaling", "--factor", "--hf-config", "--inverse"}) {
       if (given(o, name)) throw UsageError(fmt::format("{}: a ROPE OPTION needs --rope", name));
     }
   }
@@ -212,8 +212,8 @@ void run_attention(AttentionCmdOptions& o) {
     } else if (a == "fairseq") {
       opt.alibi = AlibiVariant::fairseq;
     } else {
-      throw UsageError(fmt::format(
-          "--alibi {}: expected causal, symmetric, bottom-right or fairseq", a));
+      throw UsageError(
+          fmt::format("--alibi {}: expected causal, symmetric, bottom-right or fairseq", a));
     }
     opt.alibi_max_bias = o.alibi_max_bias;
     if (!(o.alibi_max_bias > 0)) {
@@ -278,9 +278,9 @@ void run_attention(AttentionCmdOptions& o) {
     RopeApplyOptions ro;
     ro.inverse = o.rope_opts.inverse;
     ro.precision = rope_precision(o.rope_opts);
-    const DType compute = precision_given ? (*opt.precision == Precision::f64 ? DType::f64
-                                                                                : DType::f32)
-                                          : (q.dtype() == DType::f64 ? DType::f64 : DType::f32);
+    const DType compute = precision_given
+                              ? (*opt.precision == Precision::f64 ? DType::f64 : DType::f32)
+                              : (q.dtype() == DType::f64 ? DType::f64 : DType::f32);
     if (!opt.dtype) opt.dtype = q.dtype();
     opt.precision = compute == DType::f64 ? Precision::f64 : Precision::f32;
     auto [qr, kr] = rope_for_attention(q, k, axes, freqs, pos, ro, compute);

@@ -1,6 +1,7 @@
 #include "posenc/ops/attention.hpp"
 
 #include <cblas.h>
+#include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -10,18 +11,20 @@
 #include <limits>
 #include <type_traits>
 
-#include <fmt/format.h>
-
 #include "posenc/error.hpp"
 
 namespace posenc {
 
 std::string attention_emit_name(AttentionEmit e) {
   switch (e) {
-    case AttentionEmit::logits: return "logits";
-    case AttentionEmit::probs: return "probs";
-    case AttentionEmit::output: return "output";
-    case AttentionEmit::lse: return "lse";
+    case AttentionEmit::logits:
+      return "logits";
+    case AttentionEmit::probs:
+      return "probs";
+    case AttentionEmit::output:
+      return "output";
+    case AttentionEmit::lse:
+      return "lse";
   }
   return "?";
 }
@@ -63,10 +66,14 @@ std::vector<AttentionEmit> parse_attention_emit(const std::string& list, bool ha
 
 const Tensor& AttentionResult::get(AttentionEmit e) const {
   switch (e) {
-    case AttentionEmit::logits: return logits;
-    case AttentionEmit::probs: return probs;
-    case AttentionEmit::output: return output;
-    case AttentionEmit::lse: return lse;
+    case AttentionEmit::logits:
+      return logits;
+    case AttentionEmit::probs:
+      return probs;
+    case AttentionEmit::output:
+      return output;
+    case AttentionEmit::lse:
+      return lse;
   }
   return output;
 }
@@ -88,10 +95,18 @@ Strides strides_of(const Shape& shape, const std::string& axes) {
   std::ptrdiff_t stride = 1;
   for (std::size_t i = axes.size(); i-- > 0;) {
     switch (axes[i]) {
-      case 'b': st.b = stride; break;
-      case 'h': st.h = stride; break;
-      case 's': st.s = stride; break;
-      case 'd': st.d = stride; break;
+      case 'b':
+        st.b = stride;
+        break;
+      case 'h':
+        st.h = stride;
+        break;
+      case 's':
+        st.s = stride;
+        break;
+      case 'd':
+        st.d = stride;
+        break;
     }
     stride *= static_cast<std::ptrdiff_t>(shape[i]);
   }
@@ -145,14 +160,13 @@ std::string resolve_letters(const std::string& user, std::size_t rank) {
     }
   }
   if (axes.size() != rank) {
-    throw UsageError(fmt::format("--axes {}: {} letters for a tensor of rank {}", axes,
-                                 axes.size(), rank));
+    throw UsageError(
+        fmt::format("--axes {}: {} letters for a tensor of rank {}", axes, axes.size(), rank));
   }
   for (std::size_t i = 0; i < axes.size(); ++i) {
     char c = axes[i];
     if (std::string("bhsd").find(c) == std::string::npos || axes.find(c) != i) {
-      throw UsageError(fmt::format(
-          "--axes {}: letters must be distinct, from b, h, s, d", axes));
+      throw UsageError(fmt::format("--axes {}: letters must be distinct, from b, h, s, d", axes));
     }
   }
   if (axes.find('s') == std::string::npos || axes.find('d') == std::string::npos) {
@@ -197,9 +211,8 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                                  axis_size(ks, a, 'd'), shape_str(ks), g.d, shape_str(qs)));
   }
   if (g.hk == 0 || g.hq % g.hk != 0) {
-    throw InputError(fmt::format(
-        "k: {} heads (shape {}) do not divide q's {} heads ({})", g.hk, shape_str(ks), g.hq,
-        shape_str(qs)));
+    throw InputError(fmt::format("k: {} heads (shape {}) do not divide q's {} heads ({})", g.hk,
+                                 shape_str(ks), g.hq, shape_str(qs)));
   }
   if (g.d == 0 || g.sk == 0) {
     throw InputError(fmt::format("k: empty head dim or sequence in shape {}", shape_str(ks)));
@@ -207,9 +220,9 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   if (vs) {
     if (axis_size(*vs, a, 'b') != g.b || axis_size(*vs, a, 'h') != g.hk ||
         axis_size(*vs, a, 's') != g.sk) {
-      throw InputError(fmt::format(
-          "v: shape {} does not match k {} in batch, heads or length (axes {})",
-          shape_str(*vs), shape_str(ks), a));
+      throw InputError(
+          fmt::format("v: shape {} does not match k {} in batch, heads or length (axes {})",
+                      shape_str(*vs), shape_str(ks), a));
     }
     g.dv = axis_size(*vs, a, 'd');
   }
@@ -251,15 +264,15 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   if (opt.key_lengths) {
     const Tensor& t = *opt.key_lengths;
     if (!is_integer(t.dtype()) || t.ndim() != 1 || t.numel() != g.b) {
-      throw InputError(fmt::format(
-          "--key-lengths: expected {} integers (shape ({},)), got {} of shape {}", g.b, g.b,
-          dtype_name(t.dtype()), shape_str(t.shape())));
+      throw InputError(
+          fmt::format("--key-lengths: expected {} integers (shape ({},)), got {} of shape {}", g.b,
+                      g.b, dtype_name(t.dtype()), shape_str(t.shape())));
     }
     for (std::size_t i = 0; i < t.numel(); ++i) {
       double len = t.get(i);
       if (len < 0 || len > static_cast<double>(g.sk)) {
-        throw InputError(fmt::format("--key-lengths: length {} of batch {} is outside [0, {}]",
-                                     len, i, g.sk));
+        throw InputError(
+            fmt::format("--key-lengths: length {} of batch {} is outside [0, {}]", len, i, g.sk));
       }
     }
   }
@@ -294,9 +307,8 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     }
     if (t.ndim() != 2 || t.shape()[0] != static_cast<std::size_t>(opt.t5_buckets) ||
         t.shape()[1] != g.hq) {
-      throw InputError(fmt::format(
-          "--t5-bias: expected shape ({}, {}) ([buckets, heads]), got {}", opt.t5_buckets,
-          g.hq, shape_str(t.shape())));
+      throw InputError(fmt::format("--t5-bias: expected shape ({}, {}) ([buckets, heads]), got {}",
+                                   opt.t5_buckets, g.hq, shape_str(t.shape())));
     }
   }
   if (opt.relative_v && !vs) throw UsageError("--relative-v needs values (-v)");
@@ -306,8 +318,8 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     require_float(t->dtype(), what);
     std::size_t width = t == opt.relative_k ? g.d : g.dv;
     if (t->ndim() != 2 || t->shape()[1] != width || t->shape()[0] % 2 != 1) {
-      throw InputError(fmt::format("{}: expected shape (2M+1, {}), got {}", what, width,
-                                   shape_str(t->shape())));
+      throw InputError(
+          fmt::format("{}: expected shape (2M+1, {}), got {}", what, width, shape_str(t->shape())));
     }
     std::size_t rows = t->shape()[0];
     if (opt.max_distance >= 0 && rows != static_cast<std::size_t>(2 * opt.max_distance + 1)) {
@@ -315,8 +327,8 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                                    opt.max_distance, 2 * opt.max_distance + 1));
     }
     if (g.rel_rows && rows != g.rel_rows) {
-      throw InputError(fmt::format("--relative-k and --relative-v: {} and {} rows differ",
-                                   g.rel_rows, rows));
+      throw InputError(
+          fmt::format("--relative-k and --relative-v: {} and {} rows differ", g.rel_rows, rows));
     }
     g.rel_rows = rows;
     g.max_distance = static_cast<std::int64_t>((rows - 1) / 2);
@@ -358,15 +370,17 @@ std::size_t add_sat(std::size_t a, std::size_t b) {
   return r;
 }
 
-std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs,
-                                              const Shape& ks, const Shape* vs, DType q_dtype,
+std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,
+                                              const Shape* vs, DType q_dtype,
                                               const AttentionOptions& opt) {
   std::size_t ts = dtype_size(g.compute);
   std::size_t os = dtype_size(g.out);
   std::size_t scores = mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.sk);
   std::size_t need = 0;
   std::string names;
-  auto add_name = [&names](const char* n) { names += names.empty() ? n : std::string(" and ") + n; };
+  auto add_name = [&names](const char* n) {
+    names += names.empty() ? n : std::string(" and ") + n;
+  };
   if (g.emit_logits) need = add_sat(need, mul_sat(scores, os)), add_name("logits");
   if (g.emit_probs) need = add_sat(need, mul_sat(scores, os)), add_name("probs");
   if (g.emit_output) need = add_sat(need, mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.dv) * os);
@@ -402,16 +416,16 @@ std::string human_bytes(std::size_t n) {
 inline void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
                  const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta,
                  float* c, std::size_t ldc) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 inline void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, double alpha,
-                 const double* a, std::size_t lda, const double* b, std::size_t ldb,
-                 double beta, double* c, std::size_t ldc) {
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+                 const double* a, std::size_t lda, const double* b, std::size_t ldb, double beta,
+                 double* c, std::size_t ldc) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
 // OpenBLAS is told to use one thread while attention runs and restored afterwards:
@@ -466,7 +480,9 @@ inline float exp_nonpositive(float x) {
 // order, so the result does not depend on anything but the data).
 // AVX2 clone: the same per-lane arithmetic (no FMA contraction under -std=c++17), so the
 // bits do not depend on the machine's vector width.
-__attribute__((target_clones("avx2", "default"), noinline)) double exp_shift_sum(float* s, std::size_t n, float m) {
+__attribute__((target_clones("avx2", "default"), noinline)) double exp_shift_sum(float* s,
+                                                                                 std::size_t n,
+                                                                                 float m) {
   int nans = 0;
   for (std::size_t j = 0; j < n; ++j) nans += s[j] != s[j];
   if (nans) return std::numeric_limits<double>::quiet_NaN();
@@ -542,7 +558,8 @@ void store(DType dt, std::byte* base, std::size_t offset, std::ptrdiff_t stride,
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -767,8 +784,7 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
     }
   }
   if (need_v && !w.bucket.empty()) {
-    gemm(false, qn, dv, P.R, T(1), w.bucket.data(), P.R, P.rel_v.data(), dv, T(1), w.o.data(),
-         dv);
+    gemm(false, qn, dv, P.R, T(1), w.bucket.data(), P.R, P.rel_v.data(), dv, T(1), w.o.data(), dv);
   }
   // Normalise and store.
   const T nan = std::numeric_limits<T>::quiet_NaN();
@@ -930,28 +946,34 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
 
 std::string causal_name(CausalAlign c) {
   switch (c) {
-    case CausalAlign::none: return "none";
-    case CausalAlign::bottom_right: return "bottom-right";
-    case CausalAlign::top_left: return "top-left";
+    case CausalAlign::none:
+      return "none";
+    case CausalAlign::bottom_right:
+      return "bottom-right";
+    case CausalAlign::top_left:
+      return "top-left";
   }
   return "?";
 }
 
 std::string alibi_name(AlibiVariant v) {
   switch (v) {
-    case AlibiVariant::causal: return "causal";
-    case AlibiVariant::symmetric: return "symmetric";
-    case AlibiVariant::fairseq: return "fairseq";
-    case AlibiVariant::bottom_right: return "bottom-right";
+    case AlibiVariant::causal:
+      return "causal";
+    case AlibiVariant::symmetric:
+      return "symmetric";
+    case AlibiVariant::fairseq:
+      return "fairseq";
+    case AlibiVariant::bottom_right:
+      return "bottom-right";
   }
   return "?";
 }
 
 }  // namespace
 
-std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k,
-                                                     const Shape* v, DType q_dtype,
-                                                     const AttentionOptions& opt) {
+std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k, const Shape* v,
+                                                     DType q_dtype, const AttentionOptions& opt) {
   Geometry g = check(q, k, v, q_dtype, opt);
   return memory_of(g, q, k, v, q_dtype, opt);
 }
@@ -962,14 +984,14 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   require_float(k.dtype(), "k");
   if (v) require_float(v->dtype(), "v");
   Geometry g = check(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
-  auto [need, names] = memory_of(g, q.shape(), k.shape(), v ? &v->shape() : nullptr,
-                                 q.dtype(), opt);
+  auto [need, names] =
+      memory_of(g, q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
   if (opt.max_memory && need > opt.max_memory) {
     throw InputError(fmt::format("{} would need {} > --max-memory {}", names, human_bytes(need),
                                  human_bytes(opt.max_memory)));
   }
-  AttentionResult res = g.compute == DType::f64 ? run<double>(q, k, v, g, opt)
-                                                : run<float>(q, k, v, g, opt);
+  AttentionResult res =
+      g.compute == DType::f64 ? run<double>(q, k, v, g, opt) : run<float>(q, k, v, g, opt);
   double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(g.d));
   Attrs& a = res.attrs;
   a.push_back({"scale", scale});

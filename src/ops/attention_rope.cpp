@@ -25,9 +25,8 @@ Positions last_ids(const Positions& pos, std::size_t keep) {
 
 }  // namespace
 
-std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k,
-                                             const Axes& axes, const RopeFreqs& f,
-                                             const Positions& pos,
+std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k, const Axes& axes,
+                                             const RopeFreqs& f, const Positions& pos,
                                              const RopeApplyOptions& opt, DType out) {
   auto s_of = [&axes](const Tensor& t) {
     auto i = axes.letters.find('s');
@@ -47,17 +46,16 @@ std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k,
           shape_str(pos.ids_shape), sk, sq));
     }
     if (sq > sk) {
-      throw InputError(fmt::format(
-          "--position-ids: {} queries but only {} key positions", sq, sk));
+      throw InputError(fmt::format("--position-ids: {} queries but only {} key positions", sq, sk));
     }
     pq = last_ids(pos, sq);
   } else if (pos.cu_seqlens.empty()) {
     pq.start = pos.start + static_cast<std::int64_t>(sk) - static_cast<std::int64_t>(sq);
     if (pq.start < 0) {
-      throw InputError(fmt::format(
-          "--rope: {} queries and {} keys put the first query at position {} (< 0); "
-          "use --start",
-          sq, sk, pq.start));
+      throw InputError(
+          fmt::format("--rope: {} queries and {} keys put the first query at position {} (< 0); "
+                      "use --start",
+                      sq, sk, pq.start));
     }
   }
   Tensor qr = apply_rope(q, axes, f, pq, opt, out);

@@ -64,11 +64,12 @@ Ref naive(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Causa
           mx = std::max(mx, s);
         }
         double sum = sinks ? std::exp((*sinks)[h] - mx) : 0.0;
-        for (std::size_t j = 0; j < sk; ++j) sum += mx == -inf ? 0 : std::exp(r.logits[row * sk + j] - mx);
+        for (std::size_t j = 0; j < sk; ++j)
+          sum += mx == -inf ? 0 : std::exp(r.logits[row * sk + j] - mx);
         bool empty = mx == -inf;
         for (std::size_t j = 0; j < sk; ++j) {
-          r.probs[row * sk + j] = empty ? (nan_rows ? NAN : 0.0)
-                                        : std::exp(r.logits[row * sk + j] - mx) / sum;
+          r.probs[row * sk + j] =
+              empty ? (nan_rows ? NAN : 0.0) : std::exp(r.logits[row * sk + j] - mx) / sum;
         }
         for (std::size_t c = 0; c < dv; ++c) {
           double o = 0;
@@ -139,7 +140,8 @@ TEST(Attention, GqaCausalWindowSinksSoftcap) {
 }
 
 TEST(Attention, StreamedMatchesMaterialisedF32) {
-  Tensor q = random_tensor({1, 2, 37, 16}, 8, DType::f32), k = random_tensor({1, 2, 300, 16}, 9, DType::f32),
+  Tensor q = random_tensor({1, 2, 37, 16}, 8, DType::f32),
+         k = random_tensor({1, 2, 300, 16}, 9, DType::f32),
          v = random_tensor({1, 2, 300, 8}, 10, DType::f32);
   AttentionOptions o;
   o.causal = CausalAlign::bottom_right;
@@ -195,7 +197,8 @@ TEST(Attention, BshdEqualsBhsd) {
       for (std::size_t h = 0; h < s[1]; ++h)
         for (std::size_t i = 0; i < s[2]; ++i)
           for (std::size_t c = 0; c < s[3]; ++c)
-            o.set(((b * s[2] + i) * s[1] + h) * s[3] + c, t.get(((b * s[1] + h) * s[2] + i) * s[3] + c));
+            o.set(((b * s[2] + i) * s[1] + h) * s[3] + c,
+                  t.get(((b * s[1] + h) * s[2] + i) * s[3] + c));
     return o;
   };
   AttentionOptions o;
@@ -206,8 +209,10 @@ TEST(Attention, BshdEqualsBhsd) {
   AttentionResult b = attention(qt, kt, &vt, o);
   Tensor expect = to_bshd(a.output);
   ASSERT_EQ(b.output.shape(), expect.shape());
-  for (std::size_t i = 0; i < expect.numel(); ++i) EXPECT_NEAR(b.output.get(i), expect.get(i), 1e-14);
-  for (std::size_t i = 0; i < a.probs.numel(); ++i) EXPECT_NEAR(b.probs.get(i), a.probs.get(i), 1e-15);
+  for (std::size_t i = 0; i < expect.numel(); ++i)
+    EXPECT_NEAR(b.output.get(i), expect.get(i), 1e-14);
+  for (std::size_t i = 0; i < a.probs.numel(); ++i)
+    EXPECT_NEAR(b.probs.get(i), a.probs.get(i), 1e-15);
 }
 
 TEST(Attention, BadShapesAndOptions) {
@@ -215,12 +220,12 @@ TEST(Attention, BadShapesAndOptions) {
          k = random_tensor({1, 2, 5, 8}, 19), kd = random_tensor({1, 2, 5, 6}, 20),
          v6 = random_tensor({1, 2, 6, 8}, 21), v = random_tensor({1, 2, 5, 8}, 22);
   AttentionOptions o;
-  EXPECT_THROW(attention(q, k3, &v, o), InputError);   // 3 heads do not divide 4
-  EXPECT_THROW(attention(q, kd, &v, o), InputError);   // d mismatch
-  EXPECT_THROW(attention(q, k, &v6, o), InputError);   // V length != K length
+  EXPECT_THROW(attention(q, k3, &v, o), InputError);  // 3 heads do not divide 4
+  EXPECT_THROW(attention(q, kd, &v, o), InputError);  // d mismatch
+  EXPECT_THROW(attention(q, k, &v6, o), InputError);  // V length != K length
   Tensor bad_mask(DType::b1, {3, 5});
   o.mask = &bad_mask;
-  EXPECT_THROW(attention(q, k, &v, o), InputError);    // (3, 5) vs (1, 4, 5, 5)
+  EXPECT_THROW(attention(q, k, &v, o), InputError);  // (3, 5) vs (1, 4, 5, 5)
   o.mask = nullptr;
   o.scale = -1;
   EXPECT_THROW(attention(q, k, &v, o), UsageError);

@@ -130,17 +130,15 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
 /// Bytes `attention` would allocate for these shapes and options (outputs and working
 /// memory, not the inputs), and the names of the emitted tensors that dominate it.
 /// Shapes are checked as by `attention`.
-std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k,
-                                                     const Shape* v, DType q_dtype,
-                                                     const AttentionOptions& opt);
+std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k, const Shape* v,
+                                                     DType q_dtype, const AttentionOptions& opt);
 
 /// Applies RoPE to Q and K for attention with the KV-cache alignment: key j at
 /// position pos.start + j (or ids[..., j]), query i at pos.start + sk - sq + i (or the
 /// last sq ids). Packed sequences (cu_seqlens) need sq == sk. Returns rotated copies
 /// of type `out` (the arithmetic type of attention, so no rounding in between).
-std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k,
-                                             const Axes& axes, const RopeFreqs& f,
-                                             const Positions& pos,
+std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k, const Axes& axes,
+                                             const RopeFreqs& f, const Positions& pos,
                                              const RopeApplyOptions& opt, DType out);
 
 }  // namespace posenc
