@@ -30,7 +30,7 @@ std::string rope_scaling_name(RopeScaling s);
 struct RopeParams {
   RopeStyle style = RopeStyle::neox;
   int head_dim = 0;           ///< D
-  int rotary_dim = 0;         ///< R; 0 = round(partial * D)
+  int rotary_dim = 0;         ///< R; 0 = int(partial * D), truncating as HF does
   double partial = 1.0;       ///< partial_rotary_factor
   double base = 10000.0;      ///< rope_theta
   RopeScaling scaling = RopeScaling::none;
@@ -65,9 +65,14 @@ RopeFreqs compute_rope_freqs(const RopeParams& p);
 
 /// Fills rope fields of `p` from a HF model config.json (`rope_theta`,
 /// `partial_rotary_factor`, `head_dim` or hidden_size/num_attention_heads,
-/// `max_position_embeddings`, `rope_scaling` / `rope_parameters`). Fields already set
-/// explicitly by the caller are listed in `keep` and not overwritten. Throws
-/// InputError naming the file for malformed JSON or unknown rope types.
+/// `max_position_embeddings`, `original_max_position_embeddings` (top level or in the
+/// scaling object), `rope_scaling` / `rope_parameters` (its `full_attention` entry when
+/// keyed by layer type) with `rope_type` or legacy `type`). Fields named in `keep` are
+/// not overwritten; the names are the RopeParams members: base, partial, head_dim,
+/// max_pos, original_max_pos, scaling, factor, beta_fast, beta_slow, mscale,
+/// mscale_all_dim, attention_factor, low_freq_factor, high_freq_factor, truncate,
+/// short_factor, long_factor. Throws InputError naming the file for unreadable or
+/// malformed JSON, wrongly typed fields and unsupported rope types.
 void apply_hf_config(const std::string& path, RopeParams& p,
                      const std::vector<std::string>& keep = {});
 
