@@ -62,12 +62,19 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void sincos_fast(
   }
 }
 
+// How many angles need libm: a vectorisable count (a running max has a dependency chain
+// that cost as much as the kernel). NaN compares false and is counted.
+__attribute__((target_clones("avx512f", "avx2", "default"))) std::int64_t count_large(
+    const double* a, std::size_t n) {
+  std::int64_t large = 0;
+  for (std::size_t i = 0; i < n; ++i) large += (std::fabs(a[i]) < kFastLimit) ? 0 : 1;
+  return large;
+}
+
 }  // namespace
 
 void sincos_array(const double* angle, double* sin_out, double* cos_out, std::size_t n) {
-  double m = 0.0;
-  for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(angle[i]));
-  if (m < kFastLimit) {  // also false for NaN
+  if (count_large(angle, n) == 0) {
     sincos_fast(angle, sin_out, cos_out, n);
     return;
   }
