@@ -25,6 +25,9 @@ constexpr std::size_t kMagicLen = 6;
 constexpr unsigned char kHdf5Signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
 // Reads larger than this are split: Linux transfers at most ~2 GiB per call anyway.
 constexpr std::size_t kMaxIo = std::size_t{1} << 30;
+// Streams of unknown length are read in pieces of this size before the full tensor is
+// allocated (see read_all_rows).
+constexpr std::size_t kStreamChunk = std::size_t{64} << 20;
 
 bool little_endian_host() {
   const std::uint16_t one = 1;
@@ -392,17 +395,41 @@ class NpySource final : public TensorSource {
     }
   }
 
+  // Reads all data bytes of a stream into `raw`, allocating it only once the data
+  // have arrived, so a header that lies about a huge size cannot force a huge
+  // allocation before the stream runs dry.
+  Tensor read_stream_whole() {
+    if (h_.data_bytes <= kStreamChunk) {
+      Tensor raw(h_.dtype, h_.shape);
+      stream_read(raw.bytes(), raw.nbytes());
+      return raw;
+    }
+    std::vector<std::unique_ptr<std::byte[]>> chunks;
+    for (std::size_t done = 0; done < h_.data_bytes; done += kStreamChunk) {
+      const std::size_t n = std::min(kStreamChunk, h_.data_bytes - done);
+      chunks.emplace_back(new std::byte[n]);
+      stream_read(chunks.back().get(), n);
+    }
+    Tensor raw(h_.dtype, h_.shape);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      const std::size_t off = i * kStreamChunk;
+      std::memcpy(raw.bytes() + off, chunks[i].get(), std::min(kStreamChunk, h_.data_bytes - off));
+    }
+    return raw;
+  }
+
   void load_fortran() {
     if (loaded_) return;
-    Tensor raw(h_.dtype, h_.shape);
+    Tensor raw;
     if (stream_) {
-      stream_read(raw.bytes(), raw.nbytes());
+      raw = read_stream_whole();
       char extra[4096];
       if (read_full(*stream_, extra, sizeof extra) > 0) {
         throw InputError(fmt::format("{}: unexpected trailing bytes after the {} data bytes", what_,
                                      h_.data_bytes));
       }
     } else {
+      raw = Tensor(h_.dtype, h_.shape);
       read_file(0, raw.bytes(), raw.nbytes());
     }
     if (h_.swap) byteswap_elements(raw.bytes(), raw.numel(), dtype_size(h_.dtype));
@@ -678,12 +705,37 @@ std::unique_ptr<TensorSource> open_npy_source(const std::string& path, const std
   }
 }
 
+Tensor read_all_rows(TensorSource& src) {
+  const TensorInfo& info = src.info();
+  const std::size_t rows = info.shape.empty() ? 1 : info.shape[0];
+  const std::size_t item = dtype_size(info.dtype);
+  const std::size_t total = checked_numel(info.shape, item, "tensor") * item;
+  if (src.seekable() || total <= kStreamChunk || rows <= 1) {
+    Tensor t(info.dtype, info.shape);
+    src.read_rows(0, rows, t.bytes());
+    return t;
+  }
+  // A stream: gather row slabs first, allocate the whole tensor once they all arrived.
+  const std::size_t row_bytes = total / rows;
+  const std::size_t slab_rows = std::max<std::size_t>(1, kStreamChunk / row_bytes);
+  std::vector<std::unique_ptr<std::byte[]>> slabs;
+  for (std::size_t first = 0; first < rows; first += slab_rows) {
+    const std::size_t n = std::min(slab_rows, rows - first);
+    slabs.emplace_back(new std::byte[n * row_bytes]);
+    src.read_rows(first, n, slabs.back().get());
+  }
+  Tensor t(info.dtype, info.shape);
+  for (std::size_t i = 0; i < slabs.size(); ++i) {
+    const std::size_t first = i * slab_rows;
+    const std::size_t n = std::min(slab_rows, rows - first);
+    std::memcpy(t.bytes() + first * row_bytes, slabs[i].get(), n * row_bytes);
+  }
+  return t;
+}
+
 Tensor read_npy(ByteReader& r, const std::string& what) {
   auto src = open_npy_stream(std::make_unique<BorrowedReader>(r), what);
-  const TensorInfo& info = src->info();
-  Tensor t(info.dtype, info.shape);
-  src->read_rows(0, info.shape.empty() ? 1 : info.shape[0], t.bytes());
-  return t;
+  return read_all_rows(*src);
 }
 
 }  // namespace posenc

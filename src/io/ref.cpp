@@ -336,10 +336,7 @@ std::unique_ptr<TensorSource> open_source(const TensorRef& ref) {
 
 Tensor read_tensor(const TensorRef& ref) {
   auto src = open_source(ref);
-  const TensorInfo& info = src->info();
-  Tensor t(info.dtype, info.shape);
-  src->read_rows(0, row_count(info.shape), t.bytes());
-  return t;
+  return read_all_rows(*src);
 }
 
 Tensor read_tensor(const std::string& ref_text) { return read_tensor(parse_ref(ref_text)); }

@@ -193,6 +193,12 @@ TEST(NpyRead, HugeShapesRefusedBeforeAllocating) {
   expect_bad(npy_file(f4_dict("(4611686018427387904,)"), ""), "too large");
   // A plausible header on a tiny stream: the data are simply missing, no huge read.
   expect_bad(npy_file(f4_dict("(1000000000,)"), "abcd"), "truncated data");
+  // 400 GB claimed on a short stream: read in slabs, so the error is the truncation,
+  // not an allocation failure (C and Fortran order).
+  expect_bad(npy_file(f4_dict("(100000000000, 1)"), "abcd"),
+             "truncated data: expected 400000000000 bytes, got 4");
+  expect_bad(npy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (100000000000, 1), }", "ab"),
+             "truncated data: expected 400000000000 bytes, got 2");
 }
 
 TEST(NpyRead, TruncatedAndTrailingData) {
