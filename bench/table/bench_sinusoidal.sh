@@ -2,14 +2,17 @@
 # Whole-process timing of a 1,048,576 x 128 f32 sinusoidal table written to NPY:
 # posenc against the seeds' PyTorch code (seed_sinusoidal.py, run as
 # `/usr/bin/python3 seed_sinusoidal.py`). Reports mean times, the ratio and peak RSS.
-# Usage: bench/table/bench_sinusoidal.sh [path/to/posenc] [runs]
+# Usage: [OUTDIR=dir] bench/table/bench_sinusoidal.sh [path/to/posenc] [runs]
+# OUTDIR (default: a fresh folder under $TMPDIR or /tmp) is where both write; posenc's
+# atomic output fsyncs before the rename, np.save does not, so a disk-backed OUTDIR
+# includes that flush in posenc's time (on tmpfs it is free).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 posenc=${1:-$here/../../build/posenc}
 runs=${2:-10}
 n=1048576
 d=128
-work=$(mktemp -d)
+work=$(mktemp -d -p "${OUTDIR:-${TMPDIR:-/tmp}}")
 trap 'rm -rf "$work"' EXIT
 
 posenc_cmd="$posenc table sinusoidal --positions $n --dim $d -o $work/posenc.npy"
