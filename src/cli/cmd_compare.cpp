@@ -2,16 +2,16 @@
 // reference: |a - b| <= atol + rtol * |b|) and/or a bound on the distance in units in
 // the last place. Exit 0 when every element matches, 1 when any differs or the shapes
 // differ.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -35,11 +35,16 @@ struct CompareOptions {
 // than f16).
 int float_rank(DType t) {
   switch (t) {
-    case DType::bf16: return 0;
-    case DType::f16: return 1;
-    case DType::f32: return 2;
-    case DType::f64: return 3;
-    default: return -1;
+    case DType::bf16:
+      return 0;
+    case DType::f16:
+      return 1;
+    case DType::f32:
+      return 2;
+    case DType::f64:
+      return 3;
+    default:
+      return -1;
   }
 }
 
@@ -61,10 +66,22 @@ void default_tolerances(std::optional<DType> t, double& rtol, double& atol) {
     return;
   }
   switch (*t) {
-    case DType::f64: rtol = 1e-7; atol = 1e-7; break;
-    case DType::f32: rtol = 1.3e-6; atol = 1e-5; break;
-    case DType::f16: rtol = 1e-3; atol = 1e-5; break;
-    default: rtol = 1.6e-2; atol = 1e-5; break;  // bf16
+    case DType::f64:
+      rtol = 1e-7;
+      atol = 1e-7;
+      break;
+    case DType::f32:
+      rtol = 1.3e-6;
+      atol = 1e-5;
+      break;
+    case DType::f16:
+      rtol = 1e-3;
+      atol = 1e-5;
+      break;
+    default:
+      rtol = 1.6e-2;
+      atol = 1e-5;
+      break;  // bf16
   }
 }
 
@@ -106,8 +123,7 @@ std::uint64_t ulp_distance(double a, double b, std::optional<DType> t) {
   if (!t) {
     // Integers: the unit in the last place is 1.
     double d = std::fabs(a - b);
-    return d >= 1.8e19 ? std::numeric_limits<std::uint64_t>::max()
-                       : static_cast<std::uint64_t>(d);
+    return d >= 1.8e19 ? std::numeric_limits<std::uint64_t>::max() : static_cast<std::uint64_t>(d);
   }
   Ordered x = ordered_bits(a, *t), y = ordered_bits(b, *t);
   if (x.mag == 0) x.neg = false;
@@ -188,7 +204,7 @@ void run_compare(const CompareOptions& o) {
         }
       } else {
         const double d = std::fabs(x - y);
-        const double rel = y != 0 ? d / std::fabs(y)
+        const double rel = y != 0   ? d / std::fabs(y)
                            : d == 0 ? 0.0
                                     : std::numeric_limits<double>::infinity();
         max_abs.offer(d, i);

@@ -1,11 +1,11 @@
 // posenc convert: copy a tensor between formats (NPY, HDF5, CSV, TSV, JSON, text) and
 // dtypes. Rows are streamed in slabs, so NPY→NPY and NPY→HDF5 never hold the whole
 // tensor in memory.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -46,8 +46,8 @@ void run_convert(const ConvertOptions& o) {
   const std::size_t row_elems = checked_numel(row_shape, 8, in_ref.text);
   const std::size_t row_bytes = std::max<std::size_t>(1, row_elems * dtype_size(in.dtype));
   // Rows of zero bytes (shape (n, 0, ...)) all go in one slab.
-  const std::size_t slab_rows =
-      row_elems == 0 ? std::max<std::size_t>(rows, 1) : std::max<std::size_t>(1, kSlabBytes / row_bytes);
+  const std::size_t slab_rows = row_elems == 0 ? std::max<std::size_t>(rows, 1)
+                                               : std::max<std::size_t>(1, kSlabBytes / row_bytes);
 
   for (std::size_t first = 0; first < rows || (rows == 0 && first == 0);) {
     const std::size_t count = std::min(slab_rows, rows - first);

@@ -2,6 +2,7 @@
 #include "posenc/io/atomic.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,8 +16,6 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
-
-#include <fmt/format.h>
 
 #include "posenc/error.hpp"
 

@@ -2,6 +2,7 @@
 #include "posenc/io/npy.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,8 +12,6 @@
 #include <cstring>
 #include <limits>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "posenc/error.hpp"
 
@@ -148,14 +147,15 @@ class DictParser {
     }
     if (pos_ == start) {
       std::string w = parse_word();
-      bad_header(what_, fmt::format("shape must hold integers, got '{}'", w.empty() ? std::string(1, peek()) : w));
+      bad_header(what_, fmt::format("shape must hold integers, got '{}'",
+                                    w.empty() ? std::string(1, peek()) : w));
     }
     if (peek() == 'L' || peek() == 'l') ++pos_;  // Python 2 long literals
     std::string digits = s_.substr(start, pos_ - start);
     if (overflow || v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
         v > std::numeric_limits<std::size_t>::max()) {
-      throw InputError(fmt::format("{}: dimension {} in the NPY header is too large", what_,
-                                   digits));
+      throw InputError(
+          fmt::format("{}: dimension {} in the NPY header is too large", what_, digits));
     }
     return static_cast<std::size_t>(v);
   }
@@ -215,28 +215,44 @@ void parse_descr(NpyHeader& h, const std::string& what) {
   char size = d[i + 1];
   switch (kind) {
     case 'f':
-      if (size == '2') h.dtype = DType::f16;
-      else if (size == '4') h.dtype = DType::f32;
-      else if (size == '8') h.dtype = DType::f64;
-      else unsupported();
+      if (size == '2')
+        h.dtype = DType::f16;
+      else if (size == '4')
+        h.dtype = DType::f32;
+      else if (size == '8')
+        h.dtype = DType::f64;
+      else
+        unsupported();
       break;
     case 'i':
-      if (size == '1') h.dtype = DType::i8;
-      else if (size == '2') h.dtype = DType::i16;
-      else if (size == '4') h.dtype = DType::i32;
-      else if (size == '8') h.dtype = DType::i64;
-      else unsupported();
+      if (size == '1')
+        h.dtype = DType::i8;
+      else if (size == '2')
+        h.dtype = DType::i16;
+      else if (size == '4')
+        h.dtype = DType::i32;
+      else if (size == '8')
+        h.dtype = DType::i64;
+      else
+        unsupported();
       break;
     case 'u':
-      if (size == '1') h.dtype = DType::u8;
-      else if (size == '2') h.dtype = DType::u16;
-      else if (size == '4') h.dtype = DType::u32;
-      else if (size == '8') h.dtype = DType::u64;
-      else unsupported();
+      if (size == '1')
+        h.dtype = DType::u8;
+      else if (size == '2')
+        h.dtype = DType::u16;
+      else if (size == '4')
+        h.dtype = DType::u32;
+      else if (size == '8')
+        h.dtype = DType::u64;
+      else
+        unsupported();
       break;
     case 'b':
-      if (size == '1') h.dtype = DType::b1;
-      else unsupported();
+      if (size == '1')
+        h.dtype = DType::b1;
+      else
+        unsupported();
       break;
     default:
       unsupported();
@@ -282,10 +298,18 @@ void fortran_to_c(const std::byte* src, std::byte* dst, const Shape& shape, std:
 void fortran_to_c(const std::byte* src, std::byte* dst, const Shape& shape, std::size_t numel,
                   std::size_t itemsize) {
   switch (itemsize) {
-    case 1: fortran_to_c<std::uint8_t>(src, dst, shape, numel); break;
-    case 2: fortran_to_c<std::uint16_t>(src, dst, shape, numel); break;
-    case 4: fortran_to_c<std::uint32_t>(src, dst, shape, numel); break;
-    default: fortran_to_c<std::uint64_t>(src, dst, shape, numel); break;
+    case 1:
+      fortran_to_c<std::uint8_t>(src, dst, shape, numel);
+      break;
+    case 2:
+      fortran_to_c<std::uint16_t>(src, dst, shape, numel);
+      break;
+    case 4:
+      fortran_to_c<std::uint32_t>(src, dst, shape, numel);
+      break;
+    default:
+      fortran_to_c<std::uint64_t>(src, dst, shape, numel);
+      break;
   }
 }
 
@@ -306,7 +330,10 @@ std::string storage_text(const NpyHeader& h) {
 class NpySource final : public TensorSource {
  public:
   NpySource(NpyHeader h, std::string what, int fd, bool own_fd, std::unique_ptr<ByteReader> stream)
-      : h_(std::move(h)), what_(std::move(what)), fd_(fd), own_fd_(own_fd),
+      : h_(std::move(h)),
+        what_(std::move(what)),
+        fd_(fd),
+        own_fd_(own_fd),
         stream_(std::move(stream)) {
     info_.dtype = h_.dtype;
     info_.shape = h_.shape;
@@ -347,8 +374,8 @@ class NpySource final : public TensorSource {
     std::size_t done = 0;
     while (done < n) {
       std::size_t want = std::min(n - done, kMaxIo);
-      ssize_t got = ::pread(fd_, out + done, want,
-                            static_cast<off_t>(h_.data_offset + offset + done));
+      ssize_t got =
+          ::pread(fd_, out + done, want, static_cast<off_t>(h_.data_offset + offset + done));
       if (got < 0) {
         if (errno == EINTR) continue;
         throw InputError(fmt::format("{}: read error: {}", what_, std::strerror(errno)));
@@ -368,7 +395,9 @@ class NpySource final : public TensorSource {
     // Skip rows the caller does not want (forward only).
     std::vector<std::byte> scratch;
     while (next_row_ < first) {
-      std::size_t n = std::min(first - next_row_, std::max<std::size_t>(1, (1u << 20) / std::max<std::size_t>(row_bytes_, 1)));
+      std::size_t n =
+          std::min(first - next_row_,
+                   std::max<std::size_t>(1, (1u << 20) / std::max<std::size_t>(row_bytes_, 1)));
       scratch.resize(n * row_bytes_);
       stream_read(scratch.data(), scratch.size());
       next_row_ += n;
@@ -564,14 +593,15 @@ NpyHeader read_npy_header(ByteReader& r, const std::string& what,
                                  kNpyMaxHeaderLen));
   }
   if (file_size && offset > *file_size) {
-    throw InputError(fmt::format("{}: NPY header length {} goes beyond the end of the file ({} bytes)",
-                                 what, hlen, *file_size));
+    throw InputError(
+        fmt::format("{}: NPY header length {} goes beyond the end of the file ({} bytes)", what,
+                    hlen, *file_size));
   }
   std::string text(hlen, '\0');
   std::size_t hgot = read_full(r, text.data(), hlen);
   if (hgot < hlen) {
-    throw InputError(fmt::format("{}: truncated NPY header: expected {} bytes, got {}", what, hlen,
-                                 hgot));
+    throw InputError(
+        fmt::format("{}: truncated NPY header: expected {} bytes, got {}", what, hlen, hgot));
   }
   NpyHeader parsed = parse_npy_dict(text, what);
   parsed.major = h.major;
@@ -594,18 +624,30 @@ NpyHeader read_npy_header(ByteReader& r, const std::string& what,
 std::string npy_descr(DType t, const std::string& what) {
   const char order = little_endian_host() ? '<' : '>';
   switch (t) {
-    case DType::f16: return fmt::format("{}f2", order);
-    case DType::f32: return fmt::format("{}f4", order);
-    case DType::f64: return fmt::format("{}f8", order);
-    case DType::i8: return "|i1";
-    case DType::i16: return fmt::format("{}i2", order);
-    case DType::i32: return fmt::format("{}i4", order);
-    case DType::i64: return fmt::format("{}i8", order);
-    case DType::u8: return "|u1";
-    case DType::u16: return fmt::format("{}u2", order);
-    case DType::u32: return fmt::format("{}u4", order);
-    case DType::u64: return fmt::format("{}u8", order);
-    case DType::b1: return "|b1";
+    case DType::f16:
+      return fmt::format("{}f2", order);
+    case DType::f32:
+      return fmt::format("{}f4", order);
+    case DType::f64:
+      return fmt::format("{}f8", order);
+    case DType::i8:
+      return "|i1";
+    case DType::i16:
+      return fmt::format("{}i2", order);
+    case DType::i32:
+      return fmt::format("{}i4", order);
+    case DType::i64:
+      return fmt::format("{}i8", order);
+    case DType::u8:
+      return "|u1";
+    case DType::u16:
+      return fmt::format("{}u2", order);
+    case DType::u32:
+      return fmt::format("{}u4", order);
+    case DType::u64:
+      return fmt::format("{}u8", order);
+    case DType::b1:
+      return "|b1";
     case DType::bf16:
       break;
   }
@@ -649,14 +691,15 @@ std::string npy_header_bytes(DType dtype, const Shape& shape, const std::string&
     std::string out(kMagic, kMagicLen);
     out.push_back(static_cast<char>(major));
     out.push_back('\0');
-    for (std::size_t i = 0; i < len_bytes; ++i) out.push_back(static_cast<char>((total >> (8 * i)) & 0xff));
+    for (std::size_t i = 0; i < len_bytes; ++i)
+      out.push_back(static_cast<char>((total >> (8 * i)) & 0xff));
     out += dict;
     out.append(padlen, ' ');
     out.push_back('\n');
     return out;
   }
-  throw UsageError(fmt::format("{}: shape {} is too large for an NPY header", what,
-                               shape_str(shape)));
+  throw UsageError(
+      fmt::format("{}: shape {} is too large for an NPY header", what, shape_str(shape)));
 }
 
 std::unique_ptr<TensorSource> open_npy_stream(std::unique_ptr<ByteReader> r,

@@ -3,6 +3,7 @@
 #include "posenc/io/ref.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,8 +14,6 @@
 #include <map>
 #include <set>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "posenc/error.hpp"
 #include "posenc/io/atomic.hpp"
@@ -41,8 +40,8 @@ std::optional<Format> format_from_to(const std::string& to) {
   if (t == "tsv") return Format::tsv;
   if (t == "json") return Format::json;
   if (t == "text" || t == "txt") return Format::text;
-  throw UsageError(fmt::format("--to: unknown format '{}' (expected npy, h5, csv, tsv, json or text)",
-                               to));
+  throw UsageError(
+      fmt::format("--to: unknown format '{}' (expected npy, h5, csv, tsv, json or text)", to));
 }
 
 std::string extension_of(const std::string& path) {
@@ -126,9 +125,9 @@ std::string read_all(const TensorRef& ref) {
 
 void check_text_rank(const TensorRef& ref, const Shape& shape) {
   if ((ref.format == Format::csv || ref.format == Format::tsv) && shape.size() > 2) {
-    throw UsageError(fmt::format(
-        "{}: CSV/TSV hold tensors of rank 0 to 2, got shape {}; use .npy, .h5 or .json",
-        ref.text, shape_str(shape)));
+    throw UsageError(
+        fmt::format("{}: CSV/TSV hold tensors of rank 0 to 2, got shape {}; use .npy, .h5 or .json",
+                    ref.text, shape_str(shape)));
   }
 }
 
@@ -180,8 +179,12 @@ class NpySink final : public TensorSink {
 class TextSink final : public TensorSink {
  public:
   TextSink(const TensorRef& ref, const TensorInfo& info, const WriteOptions& opt)
-      : ref_(ref), attrs_(info.attrs), out_(ref.path, opt, false), t_(info.dtype, info.shape),
-        counter_(info.shape), row_bytes_(row_bytes(info)) {}
+      : ref_(ref),
+        attrs_(info.attrs),
+        out_(ref.path, opt, false),
+        t_(info.dtype, info.shape),
+        counter_(info.shape),
+        row_bytes_(row_bytes(info)) {}
   void write_rows(const void* src, std::size_t count) override {
     std::size_t at = next_;
     counter_.add(count);

@@ -1,6 +1,8 @@
 // Atomic outputs: nothing visible before commit, temporaries removed on failure, the
 // target untouched by a failed write, permissions like a plain create, --no-clobber,
 // write errors reported (/dev/full), and all-or-nothing multi-output writes.
+#include <dirent.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,9 +11,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <dirent.h>
-#include <gtest/gtest.h>
 
 #include "posenc/error.hpp"
 #include "posenc/io/atomic.hpp"

@@ -2,14 +2,14 @@
 // (table ii), the valid variants numpy writes (key order, byte order, versions, Fortran
 // order, rank 0, zero-size), streams that deliver short reads, and the writer's layout.
 // Expected values are the numbers the hand-built files were made from.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
@@ -123,7 +123,8 @@ TEST(NpyRead, Hdf5AndZipAreNamed) {
 }
 
 TEST(NpyRead, BadVersions) {
-  for (auto [ma, mi] : std::vector<std::pair<int, int>>{{1, 1}, {0, 0}, {0, 1}, {2, 2}, {255, 255}, {4, 0}}) {
+  for (auto [ma, mi] :
+       std::vector<std::pair<int, int>>{{1, 1}, {0, 0}, {0, 1}, {2, 2}, {255, 255}, {4, 0}}) {
     std::string f = npy_file(f4_dict("(1,)"), bytes_of(iota_f(1)));
     f[6] = static_cast<char>(ma);
     f[7] = static_cast<char>(mi);
@@ -162,9 +163,12 @@ TEST(NpyRead, MalformedDicts) {
       {"{'descr': '<f4', 'shape': (4,), }", "missing key 'fortran_order'"},
       {"{'fortran_order': False, 'shape': (4,), }", "missing key 'descr'"},
       {"{'descr': '<f4', 'fortran_order': False, }", "missing key 'shape'"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'extra': 1}", "unexpected key 'extra'"},
-      {"{'descr': '<f4', 'fortran_order': 0, 'shape': (4,), }", "fortran_order must be True or False"},
-      {"{'descr': '<f4', 'fortran_order': false, 'shape': (4,), }", "fortran_order must be True or False"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'extra': 1}",
+       "unexpected key 'extra'"},
+      {"{'descr': '<f4', 'fortran_order': 0, 'shape': (4,), }",
+       "fortran_order must be True or False"},
+      {"{'descr': '<f4', 'fortran_order': false, 'shape': (4,), }",
+       "fortran_order must be True or False"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (4.0,), }", "shape"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': ('4',), }", "shape must hold integers"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (-1, 4), }", "negative dimension"},
@@ -197,8 +201,9 @@ TEST(NpyRead, HugeShapesRefusedBeforeAllocating) {
   // not an allocation failure (C and Fortran order).
   expect_bad(npy_file(f4_dict("(100000000000, 1)"), "abcd"),
              "truncated data: expected 400000000000 bytes, got 4");
-  expect_bad(npy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (100000000000, 1), }", "ab"),
-             "truncated data: expected 400000000000 bytes, got 2");
+  expect_bad(
+      npy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (100000000000, 1), }", "ab"),
+      "truncated data: expected 400000000000 bytes, got 2");
 }
 
 TEST(NpyRead, TruncatedAndTrailingData) {
@@ -208,7 +213,8 @@ TEST(NpyRead, TruncatedAndTrailingData) {
   expect_bad(npy_file(f4_dict("(3, 4)"), ""), "truncated data: expected 48 bytes, got 0");
   expect_bad(npy_file(f4_dict("(3, 4)"), d + "x"), "trailing bytes");
   // Known file size: both are found from the header alone.
-  for (auto [data, frag] : {std::pair<std::string, std::string>{d.substr(0, 40), "truncated data: expected 48 bytes, got 40"},
+  for (auto [data, frag] : {std::pair<std::string, std::string>{
+                                d.substr(0, 40), "truncated data: expected 48 bytes, got 40"},
                             {d + "xyz", "unexpected 3 trailing bytes"}}) {
     std::string f = npy_file(f4_dict("(3, 4)"), data);
     MemoryReader r(f);
@@ -225,12 +231,15 @@ TEST(NpyRead, UnsupportedDtypes) {
   for (const char* descr : {"|O", "<U3", "|S2", "|V4", "<c8", "<c16", "<f16", "<f12", "<M8[ns]",
                             "<m8", "<i3", "|b2", "f4x", ""}) {
     SCOPED_TRACE(descr);
-    std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (1,), }";
-    expect_bad(npy_file(dict, std::string(16, '\0')), std::string("unsupported dtype '") + descr + "'");
+    std::string dict =
+        std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (1,), }";
+    expect_bad(npy_file(dict, std::string(16, '\0')),
+               std::string("unsupported dtype '") + descr + "'");
   }
-  expect_bad(npy_file("{'descr': [('a', '<f4'), ('b', '<i4')], 'fortran_order': False, 'shape': (1,), }",
-                      std::string(8, '\0')),
-             "unsupported dtype: structured");
+  expect_bad(
+      npy_file("{'descr': [('a', '<f4'), ('b', '<i4')], 'fortran_order': False, 'shape': (1,), }",
+               std::string(8, '\0')),
+      "unsupported dtype: structured");
 }
 
 TEST(NpyRead, AnyKeyOrderTrailingCommaAndQuotes) {
@@ -258,7 +267,8 @@ TEST(NpyRead, AnyKeyOrderTrailingCommaAndQuotes) {
 
 TEST(NpyRead, ByteSwapped) {
   // Big-endian encodings of known values, written byte by byte.
-  std::string be_f4 = std::string("\x3f\x80\x00\x00", 4) + std::string("\xc0\x20\x00\x00", 4);  // 1, -2.5
+  std::string be_f4 =
+      std::string("\x3f\x80\x00\x00", 4) + std::string("\xc0\x20\x00\x00", 4);  // 1, -2.5
   Tensor t = load(npy_file("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", be_f4));
   EXPECT_EQ(t.data<float>()[0], 1.0f);
   EXPECT_EQ(t.data<float>()[1], -2.5f);
@@ -320,12 +330,13 @@ TEST(NpyRead, FortranOrderTransposed) {
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
       for (int k = 0; k < 4; ++k) fdata[i + 2 * j + 6 * k] = 100 * i + 10 * j + k;
-  Tensor t = load(npy_file("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3, 4), }",
-                           bytes_of(fdata)));
+  Tensor t = load(
+      npy_file("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3, 4), }", bytes_of(fdata)));
   ASSERT_EQ(t.shape(), (Shape{2, 3, 4}));
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
-      for (int k = 0; k < 4; ++k) EXPECT_EQ(t.data<double>()[12 * i + 4 * j + k], 100 * i + 10 * j + k);
+      for (int k = 0; k < 4; ++k)
+        EXPECT_EQ(t.data<double>()[12 * i + 4 * j + k], 100 * i + 10 * j + k);
   // Big-endian and Fortran together.
   std::vector<std::uint16_t> be = {0x0100, 0x0200, 0x0300, 0x0400, 0x0500, 0x0600};  // 1..6 as >i2
   t = load(npy_file("{'descr': '>i2', 'fortran_order': True, 'shape': (2, 3), }", bytes_of(be)));
@@ -354,8 +365,9 @@ TEST(NpyRead, RandomShortReads) {
     std::size_t rows = trial % 7, cols = 1 + trial % 5;
     std::vector<double> v(rows * cols);
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<double>(i + trial));
-    std::string dict = "{'descr': '<f8', 'fortran_order': " + std::string(trial % 3 ? "False" : "True") +
-                       ", 'shape': (" + std::to_string(rows) + ", " + std::to_string(cols) + "), }";
+    std::string dict =
+        "{'descr': '<f8', 'fortran_order': " + std::string(trial % 3 ? "False" : "True") +
+        ", 'shape': (" + std::to_string(rows) + ", " + std::to_string(cols) + "), }";
     std::string f = npy_file(dict, bytes_of(v), 1 + trial % 3);
     MemoryReader r(f, 1 + trial % 13, &rng);
     Tensor t = read_npy(r, "x.npy");

@@ -59,8 +59,8 @@ struct NpyHeader {
   int major = 1;
   int minor = 0;
   DType dtype = DType::f32;
-  std::string descr;        ///< as written, e.g. "<f4"
-  bool swap = false;        ///< stored in the other byte order than this machine's
+  std::string descr;  ///< as written, e.g. "<f4"
+  bool swap = false;  ///< stored in the other byte order than this machine's
   bool fortran_order = false;
   Shape shape;
   std::size_t numel = 0;
