@@ -1,6 +1,8 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket), computed in float64 and streamed to the output row block by row block.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,8 +10,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -43,8 +43,7 @@ DType float_dtype(const Common& c) {
   DType t = parse_dtype(c.dtype, "--dtype");
   if (!is_float(t)) {
     throw UsageError(fmt::format(
-        "--dtype: this table holds real numbers; expected f64, f32, f16 or bf16, got {}",
-        c.dtype));
+        "--dtype: this table holds real numbers; expected f64, f32, f16 or bf16, got {}", c.dtype));
   }
   return t;
 }
@@ -75,7 +74,7 @@ std::int64_t positive(long long v, const char* option) {
 }
 
 void write_out(const TableSpec& spec, DType dtype, Attrs attrs, const Common& c,
-          const std::string& dataset) {
+               const std::string& dataset) {
   checked_numel(spec.shape, dtype_size(dtype), "table");
   TensorRef ref = parse_ref(c.out.outputs.at(0), c.out.to, dataset);
   attrs.push_back({"dtype", std::string(dtype_name(dtype))});
@@ -189,14 +188,21 @@ struct RowShape {
       s[i] *= scale * sin_sign;
     }
     switch (emit) {
-      case Emit::cos: expand(c, out); break;
-      case Emit::sin: expand(s, out); break;
-      case Emit::cos_sin: expand(part == 0 ? c : s, out); break;
+      case Emit::cos:
+        expand(c, out);
+        break;
+      case Emit::sin:
+        expand(s, out);
+        break;
+      case Emit::cos_sin:
+        expand(part == 0 ? c : s, out);
+        break;
       case Emit::cos_sin_cache:
         std::copy(c, c + pairs, out);
         std::copy(s, s + pairs, out + pairs);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 };
@@ -251,8 +257,7 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
     if (sub->count("--start") > 0) {
       throw UsageError("--start: cannot be combined with --position-ids (ids are absolute)");
     }
-    if (sub->count("--positions") > 0 &&
-        static_cast<std::size_t>(o.positions) != pos.ids.size()) {
+    if (sub->count("--positions") > 0 && static_cast<std::size_t>(o.positions) != pos.ids.size()) {
       throw UsageError(fmt::format("--positions: {} does not match the {} ids of --position-ids",
                                    o.positions, pos.ids.size()));
     }
@@ -374,10 +379,14 @@ void run_rope2d(const Rope2dOptions& o) {
   const DType dtype = float_dtype(o.c);
   auto freqs = std::make_shared<std::vector<double>>(rope2d_freqs(o.dim, o.base));
   const bool y_first = o.order == "yx";
-  Attrs attrs{{"kind", std::string("rope2d")}, {"emit", o.emit},
-              {"height", static_cast<long long>(h)}, {"width", static_cast<long long>(w)},
-              {"dim", static_cast<long long>(o.dim)}, {"base", o.base},
-              {"order", o.order}, {"rope_style", rope_style_name(style)}};
+  Attrs attrs{{"kind", std::string("rope2d")},
+              {"emit", o.emit},
+              {"height", static_cast<long long>(h)},
+              {"width", static_cast<long long>(w)},
+              {"dim", static_cast<long long>(o.dim)},
+              {"base", o.base},
+              {"order", o.order},
+              {"rope_style", rope_style_name(style)}};
   TableSpec spec;
   if (emit == Emit::inv_freq) {
     spec.shape = {freqs->size()};
@@ -443,9 +452,12 @@ void run_alibi(const AlibiOptions& o, CLI::App* sub) {
   const std::int64_t q = positive(sub->count("--q-len") ? o.q_len : o.k_len, "--q-len");
   const std::int64_t k = positive(sub->count("--k-len") ? o.k_len : o.q_len, "--k-len");
   AlibiVariant v = AlibiVariant::causal;
-  if (variant == "symmetric") v = AlibiVariant::symmetric;
-  else if (variant == "fairseq") v = AlibiVariant::fairseq;
-  else if (variant == "bottom-right") v = AlibiVariant::bottom_right;
+  if (variant == "symmetric")
+    v = AlibiVariant::symmetric;
+  else if (variant == "fairseq")
+    v = AlibiVariant::fairseq;
+  else if (variant == "bottom-right")
+    v = AlibiVariant::bottom_right;
   // The causal forms are only defined for keys at or before the query: those entries
   // hold -inf, so the table is the additive bias including the causal mask.
   const bool mask_future = v == AlibiVariant::causal || v == AlibiVariant::fairseq;
@@ -491,8 +503,10 @@ void run_relative(const PairOptions& o, CLI::App* sub) {
   const std::int64_t m = o.max_distance;
   const DType dtype = int_dtype(o.c, 2 * m);
   const bool q_minus_k = o.sign == "q-k";
-  Attrs attrs{{"kind", std::string("relative")}, {"q_len", static_cast<long long>(q)},
-              {"k_len", static_cast<long long>(k)}, {"max_distance", static_cast<long long>(m)},
+  Attrs attrs{{"kind", std::string("relative")},
+              {"q_len", static_cast<long long>(q)},
+              {"k_len", static_cast<long long>(k)},
+              {"max_distance", static_cast<long long>(m)},
               {"sign", o.sign}};
   TableSpec spec;
   spec.shape = {static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
@@ -518,16 +532,18 @@ void run_t5(const PairOptions& o, CLI::App* sub) {
   t5_bucket(0, bidirectional, o.buckets, md);  // validates the pair (throws UsageError)
   const DType dtype = int_dtype(o.c, o.buckets - 1);
   const int nb = o.buckets;
-  Attrs attrs{{"kind", std::string("t5-bucket")}, {"q_len", static_cast<long long>(q)},
-              {"k_len", static_cast<long long>(k)}, {"num_buckets", static_cast<long long>(nb)},
+  Attrs attrs{{"kind", std::string("t5-bucket")},
+              {"q_len", static_cast<long long>(q)},
+              {"k_len", static_cast<long long>(k)},
+              {"num_buckets", static_cast<long long>(nb)},
               {"max_distance", max_distance},
               {"bidirectional", static_cast<long long>(bidirectional ? 1 : 0)}};
   TableSpec spec;
   spec.shape = {static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
   spec.line = [k, bidirectional, nb, md](std::size_t i, double* out) {
     for (std::int64_t j = 0; j < k; ++j) {
-      out[j] = static_cast<double>(
-          t5_bucket(j - static_cast<std::int64_t>(i), bidirectional, nb, md));
+      out[j] =
+          static_cast<double>(t5_bucket(j - static_cast<std::int64_t>(i), bidirectional, nb, md));
     }
   };
   write_out(spec, dtype, std::move(attrs), o.c, "/t5_bucket");
@@ -546,9 +562,10 @@ void register_table(CLI::App& app) {
 
   {
     static SinusoidalOptions o;
-    auto* sub = table->add_subcommand(
-        "sinusoidal", "Vaswani table PE[p,2i] = sin(p w_i), PE[p,2i+1] = cos(p w_i), "
-                      "w_i = 1/base^(2i/D); shape [N, D]");
+    auto* sub =
+        table->add_subcommand("sinusoidal",
+                              "Vaswani table PE[p,2i] = sin(p w_i), PE[p,2i+1] = cos(p w_i), "
+                              "w_i = 1/base^(2i/D); shape [N, D]");
     sub->add_option("--positions", o.positions, "number of positions N")->required();
     sub->add_option("--dim", o.dim, "model dimension D (even)")->required();
     sub->add_option("--base", o.base, "frequency base (default 10000)");
@@ -589,8 +606,8 @@ void register_table(CLI::App& app) {
   }
   {
     static AlibiOptions o;
-    auto* sub = table->add_subcommand(
-        "alibi", "ALiBi slopes [H] or bias matrices [H, Q, K] (Press et al.)");
+    auto* sub = table->add_subcommand("alibi",
+                                      "ALiBi slopes [H] or bias matrices [H, Q, K] (Press et al.)");
     sub->add_option("--heads", o.heads, "number of heads H (any count)")->required();
     sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
     sub->add_option("--k-len", o.k_len, "key length K (default: Q)");

@@ -3,11 +3,11 @@
 
 #include "cli/rope_options.hpp"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
@@ -50,8 +50,7 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
   sub->add_option("--beta-fast", o.beta_fast, "yarn beta_fast (default 32)")->group(g);
   sub->add_option("--beta-slow", o.beta_slow, "yarn beta_slow (default 1)")->group(g);
   sub->add_option("--mscale", o.mscale, "yarn mscale (DeepSeek)")->group(g);
-  sub->add_option("--mscale-all-dim", o.mscale_all_dim, "yarn mscale_all_dim (DeepSeek)")
-      ->group(g);
+  sub->add_option("--mscale-all-dim", o.mscale_all_dim, "yarn mscale_all_dim (DeepSeek)")->group(g);
   sub->add_option("--attention-factor", o.attention_factor,
                   "attention factor multiplying cos and sin (overrides the yarn/longrope default)")
       ->group(g);
@@ -60,8 +59,7 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
       ->group(g);
   sub->add_option("--low-freq-factor", o.low_freq_factor, "llama3 low_freq_factor (default 1)")
       ->group(g);
-  sub->add_option("--high-freq-factor", o.high_freq_factor,
-                  "llama3 high_freq_factor (default 4)")
+  sub->add_option("--high-freq-factor", o.high_freq_factor, "llama3 high_freq_factor (default 4)")
       ->group(g);
   sub->add_option("--short-factor", o.short_factor,
                   "longrope short_factor: comma list or tensor reference, R/2 values")
@@ -115,9 +113,9 @@ std::vector<double> factor_list(const std::string& text, const char* option) {
   try {
     t = read_tensor(text);
   } catch (const UsageError&) {
-    throw UsageError(fmt::format(
-        "{}: '{}' is neither a comma-separated list of numbers nor a tensor reference", option,
-        text));
+    throw UsageError(
+        fmt::format("{}: '{}' is neither a comma-separated list of numbers nor a tensor reference",
+                    option, text));
   }
   if (t.ndim() > 1) {
     throw InputError(fmt::format("{}: {}: expected a 1-D tensor, got shape {}", option, text,
@@ -144,8 +142,8 @@ void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
   if (want("--factor", o.factor != 0)) p.factor = o.factor;
   if (want("--original-max-pos", o.original_max_pos != 0)) {
     if (o.original_max_pos <= 0) {
-      throw UsageError(fmt::format("--original-max-pos: must be positive, got {}",
-                                   o.original_max_pos));
+      throw UsageError(
+          fmt::format("--original-max-pos: must be positive, got {}", o.original_max_pos));
     }
     p.original_max_pos = o.original_max_pos;
   }
@@ -245,9 +243,9 @@ Positions rope_positions(const RopeCliOptions& o) {
     Shape shape;
     pos.cu_seqlens = read_ints(o.cu_seqlens, "--cu-seqlens", shape);
     if (shape.size() != 1 || pos.cu_seqlens.empty() || pos.cu_seqlens[0] != 0) {
-      throw InputError(fmt::format(
-          "--cu-seqlens: {}: expected a 1-D tensor starting at 0, got shape {}", o.cu_seqlens,
-          shape_str(shape)));
+      throw InputError(
+          fmt::format("--cu-seqlens: {}: expected a 1-D tensor starting at 0, got shape {}",
+                      o.cu_seqlens, shape_str(shape)));
     }
     for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
       if (pos.cu_seqlens[i] < pos.cu_seqlens[i - 1]) {

@@ -3,11 +3,11 @@
 
 #include "posenc/encodings/bias.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "posenc/error.hpp"
 
@@ -25,19 +25,21 @@ std::vector<double> alibi_slopes(int heads, double max_bias) {
   while (n2 * 2 <= heads) n2 *= 2;
   std::vector<double> s(static_cast<std::size_t>(heads));
   for (int h = 0; h < heads; ++h) {
-    double e = h < n2 ? max_bias * (h + 1) / n2
-                      : (max_bias / 2.0) * (2.0 * (h - n2) + 1.0) / n2;
+    double e = h < n2 ? max_bias * (h + 1) / n2 : (max_bias / 2.0) * (2.0 * (h - n2) + 1.0) / n2;
     s[static_cast<std::size_t>(h)] = std::exp2(-e);
   }
   return s;
 }
 
-double alibi_bias(AlibiVariant v, double slope, std::int64_t i, std::int64_t j,
-                  std::int64_t q_len, std::int64_t k_len) {
+double alibi_bias(AlibiVariant v, double slope, std::int64_t i, std::int64_t j, std::int64_t q_len,
+                  std::int64_t k_len) {
   switch (v) {
-    case AlibiVariant::causal: return -slope * static_cast<double>(i - j);
-    case AlibiVariant::symmetric: return -slope * static_cast<double>(std::llabs(i - j));
-    case AlibiVariant::fairseq: return slope * static_cast<double>(j);
+    case AlibiVariant::causal:
+      return -slope * static_cast<double>(i - j);
+    case AlibiVariant::symmetric:
+      return -slope * static_cast<double>(std::llabs(i - j));
+    case AlibiVariant::fairseq:
+      return slope * static_cast<double>(j);
     case AlibiVariant::bottom_right:
       return -slope * static_cast<double>(std::llabs(i + k_len - q_len - j));
   }

@@ -3,13 +3,13 @@
 
 #include "posenc/encodings/rope.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <sstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "posenc/error.hpp"
 
@@ -68,18 +68,25 @@ std::string rope_style_name(RopeStyle s) { return s == RopeStyle::neox ? "neox" 
 
 std::string rope_scaling_name(RopeScaling s) {
   switch (s) {
-    case RopeScaling::none: return "none";
-    case RopeScaling::linear: return "linear";
-    case RopeScaling::dynamic: return "dynamic";
-    case RopeScaling::yarn: return "yarn";
-    case RopeScaling::longrope: return "longrope";
-    case RopeScaling::llama3: return "llama3";
+    case RopeScaling::none:
+      return "none";
+    case RopeScaling::linear:
+      return "linear";
+    case RopeScaling::dynamic:
+      return "dynamic";
+    case RopeScaling::yarn:
+      return "yarn";
+    case RopeScaling::longrope:
+      return "longrope";
+    case RopeScaling::llama3:
+      return "llama3";
   }
   return "?";
 }
 
 RopeFreqs compute_rope_freqs(const RopeParams& p) {
-  if (p.head_dim <= 0) usage(fmt::format("--dim: head dimension must be positive, got {}", p.head_dim));
+  if (p.head_dim <= 0)
+    usage(fmt::format("--dim: head dimension must be positive, got {}", p.head_dim));
   if (!(p.base > 0.0) || !std::isfinite(p.base)) {
     usage(fmt::format("--base: must be a positive number, got {}", p.base));
   }
@@ -138,9 +145,9 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       if (mp <= 0) usage("--scaling dynamic: needs --max-pos (max_position_embeddings)");
       if (r <= 2) usage("--scaling dynamic: needs a rotary dimension above 2");
       std::int64_t seq = std::max<std::int64_t>(p.seq_len, mp);
-      double base = p.base * std::pow(s * static_cast<double>(seq) / static_cast<double>(mp) -
-                                          (s - 1.0),
-                                      static_cast<double>(r) / static_cast<double>(r - 2));
+      double base =
+          p.base * std::pow(s * static_cast<double>(seq) / static_cast<double>(mp) - (s - 1.0),
+                            static_cast<double>(r) / static_cast<double>(r - 2));
       f.inv_freq = default_inv_freq(base, r);
       a.push_back({"max_position_embeddings", static_cast<long long>(mp)});
       a.push_back({"seq_len", static_cast<long long>(seq)});
@@ -221,8 +228,8 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       const std::vector<double>& ext = use_long ? p.long_factor : p.short_factor;
       if (ext.empty()) {
         usage(fmt::format("--scaling longrope: needs --{} (sequence length {} {} L0 = {})",
-                          use_long ? "long-factor" : "short-factor", seq, use_long ? ">" : "<=",
-                          l0));
+                          use_long ? "long-factor" : "short-factor", seq,
+                          use_long ? ">" : "<=", l0));
       }
       double att = 1.0;
       if (p.attention_factor) {
@@ -235,11 +242,11 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
           s = static_cast<double>(*p.max_pos) / static_cast<double>(*p.original_max_pos);
           a.push_back({"factor", s});
         } else {
-          usage("--scaling longrope: needs --factor (or --max-pos and --original-max-pos, or "
-                "--attention-factor)");
+          usage(
+              "--scaling longrope: needs --factor (or --max-pos and --original-max-pos, or "
+              "--attention-factor)");
         }
-        att = s <= 1.0 ? 1.0
-                       : std::sqrt(1.0 + std::log(s) / std::log(static_cast<double>(l0)));
+        att = s <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(s) / std::log(static_cast<double>(l0)));
       }
       f.inv_freq.resize(half);
       for (std::size_t i = 0; i < half; ++i) {
@@ -284,14 +291,12 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       break;
     }
   }
-  if (p.attention_factor && p.scaling != RopeScaling::yarn &&
-      p.scaling != RopeScaling::longrope) {
+  if (p.attention_factor && p.scaling != RopeScaling::yarn && p.scaling != RopeScaling::longrope) {
     // An explicit override applies to every variant (HF only reads it for yarn/longrope).
     f.attention_factor = *p.attention_factor;
   }
   if (!(f.attention_factor > 0.0) || !std::isfinite(f.attention_factor)) {
-    usage(fmt::format("--attention-factor: must be a positive number, got {}",
-                      f.attention_factor));
+    usage(fmt::format("--attention-factor: must be a positive number, got {}", f.attention_factor));
   }
   a.push_back({"attention_factor", f.attention_factor});
   return f;
@@ -362,12 +367,16 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
   }
 
   if (!kept(keep, "base")) {
-    if (auto v = num(rp, "rope_theta")) p.base = *v;
-    else if (auto w = num(cfg, "rope_theta")) p.base = *w;
+    if (auto v = num(rp, "rope_theta"))
+      p.base = *v;
+    else if (auto w = num(cfg, "rope_theta"))
+      p.base = *w;
   }
   if (!kept(keep, "partial")) {
-    if (auto v = num(rp, "partial_rotary_factor")) p.partial = *v;
-    else if (auto w = num(cfg, "partial_rotary_factor")) p.partial = *w;
+    if (auto v = num(rp, "partial_rotary_factor"))
+      p.partial = *v;
+    else if (auto w = num(cfg, "partial_rotary_factor"))
+      p.partial = *w;
   }
   if (!kept(keep, "head_dim")) {
     if (auto hd = integer(cfg, "head_dim")) {
@@ -389,8 +398,10 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
   }
   if (!kept(keep, "original_max_pos")) {
     // Phi-3 keeps L0 at the top level, Llama-3 / YaRN configs inside rope_scaling.
-    if (auto v = integer(rp, "original_max_position_embeddings")) p.original_max_pos = *v;
-    else if (auto w = integer(cfg, "original_max_position_embeddings")) p.original_max_pos = *w;
+    if (auto v = integer(rp, "original_max_position_embeddings"))
+      p.original_max_pos = *v;
+    else if (auto w = integer(cfg, "original_max_position_embeddings"))
+      p.original_max_pos = *w;
   }
 
   std::string type = "default";

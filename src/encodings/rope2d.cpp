@@ -2,9 +2,9 @@
 
 #include "posenc/encodings/rope2d.hpp"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "posenc/error.hpp"
 

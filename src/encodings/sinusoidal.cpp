@@ -2,10 +2,10 @@
 
 #include "posenc/encodings/sinusoidal.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "posenc/error.hpp"
 
@@ -37,8 +37,10 @@ constexpr double kC1 = 4.16666666666666019037e-02, kC2 = -1.38888888888741095749
 // Cloned for AVX-512/AVX2 with run-time dispatch: the same operations in the same
 // order (ISO C++ mode keeps -ffp-contract=off, so no fused multiply-adds), hence the
 // same bits on every machine, just wider vectors.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void sincos_fast(
-    const double* a, double* so, double* co, std::size_t n) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void sincos_fast(const double* a,
+                                                                              double* so,
+                                                                              double* co,
+                                                                              std::size_t n) {
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
     const double x = a[i];
@@ -120,7 +122,11 @@ void sinusoidal_row(double p, const std::vector<double>& freqs, SinusoidalLayout
     c = s + h;
   }
   for (std::size_t i = 0; i < h; ++i) angle[i] = p * freqs[i];
+    // GCC cannot see that the loop above fills all h angles the call reads.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
   sincos_array(angle, s, c, h);
+#pragma GCC diagnostic pop
   if (layout == SinusoidalLayout::interleaved) {
     for (std::size_t i = 0; i < h; ++i) {
       out[2 * i] = s[i];

@@ -23,7 +23,9 @@ void to_int(const double* s, std::size_t n, void* d) {
 
 void convert_values(const double* src, std::size_t n, DType dtype, void* dst) {
   switch (dtype) {
-    case DType::f64: std::copy(src, src + n, static_cast<double*>(dst)); return;
+    case DType::f64:
+      std::copy(src, src + n, static_cast<double*>(dst));
+      return;
     case DType::f32: {
       float* o = static_cast<float*>(dst);
       for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<float>(src[i]);
@@ -39,14 +41,30 @@ void convert_values(const double* src, std::size_t n, DType dtype, void* dst) {
       for (std::size_t i = 0; i < n; ++i) o[i] = double_to_bf16(src[i]);
       return;
     }
-    case DType::i8: to_int<std::int8_t>(src, n, dst); return;
-    case DType::i16: to_int<std::int16_t>(src, n, dst); return;
-    case DType::i32: to_int<std::int32_t>(src, n, dst); return;
-    case DType::i64: to_int<std::int64_t>(src, n, dst); return;
-    case DType::u8: to_int<std::uint8_t>(src, n, dst); return;
-    case DType::u16: to_int<std::uint16_t>(src, n, dst); return;
-    case DType::u32: to_int<std::uint32_t>(src, n, dst); return;
-    case DType::u64: to_int<std::uint64_t>(src, n, dst); return;
+    case DType::i8:
+      to_int<std::int8_t>(src, n, dst);
+      return;
+    case DType::i16:
+      to_int<std::int16_t>(src, n, dst);
+      return;
+    case DType::i32:
+      to_int<std::int32_t>(src, n, dst);
+      return;
+    case DType::i64:
+      to_int<std::int64_t>(src, n, dst);
+      return;
+    case DType::u8:
+      to_int<std::uint8_t>(src, n, dst);
+      return;
+    case DType::u16:
+      to_int<std::uint16_t>(src, n, dst);
+      return;
+    case DType::u32:
+      to_int<std::uint32_t>(src, n, dst);
+      return;
+    case DType::u64:
+      to_int<std::uint64_t>(src, n, dst);
+      return;
     case DType::b1: {
       auto* o = static_cast<std::uint8_t*>(dst);
       for (std::size_t i = 0; i < n; ++i) o[i] = src[i] != 0.0 ? 1 : 0;
@@ -110,7 +128,7 @@ void write_table(const TableSpec& t, DType dtype, TensorSink& sink, std::size_t 
   bool writing = false, abort = false;
   std::exception_ptr err;
 
-#pragma omp parallel num_threads(static_cast<int>(std::min(threads, nblocks)))
+#pragma omp parallel num_threads(static_cast <int>(std::min(threads, nblocks)))
   {
     std::vector<double> line(line_len);
     for (;;) {

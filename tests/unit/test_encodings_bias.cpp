@@ -1,8 +1,8 @@
 // Unit tests of ALiBi slopes, relative indices and T5 buckets.
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "posenc/encodings/bias.hpp"
 #include "posenc/error.hpp"

@@ -1,12 +1,12 @@
 // Unit tests of the RoPE frequency reduction and HF config reading. The Python
 // references (tests/reference/test_table_rope.py) carry the bulk of the evidence.
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"

@@ -3,10 +3,10 @@
 // ulp of the float rounding of libm's double result, and agree with it to a few double
 // ulps.
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "posenc/encodings/rope2d.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
@@ -23,7 +23,7 @@ double float_ulps(double got, double ref) {
 }
 
 TEST(SinCos, MatchesLibmOverAllPositionsToTwoPow20) {
-  const double freqs[] = {1.0, 0.7498942093324559, 0.1, 1.0 / std::pow(10000.0, 2.0 / 128.0),
+  const double freqs[] = {1.0,  0.7498942093324559, 0.1, 1.0 / std::pow(10000.0, 2.0 / 128.0),
                           1e-4, 0.31622776601683794};
   const std::size_t n = std::size_t{1} << 20;
   std::vector<double> a(n), s(n), c(n);

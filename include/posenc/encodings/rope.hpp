@@ -29,10 +29,10 @@ std::string rope_scaling_name(RopeScaling s);
 /// HF's defaults.
 struct RopeParams {
   RopeStyle style = RopeStyle::neox;
-  int head_dim = 0;           ///< D
-  int rotary_dim = 0;         ///< R; 0 = int(partial * D), truncating as HF does
-  double partial = 1.0;       ///< partial_rotary_factor
-  double base = 10000.0;      ///< rope_theta
+  int head_dim = 0;       ///< D
+  int rotary_dim = 0;     ///< R; 0 = int(partial * D), truncating as HF does
+  double partial = 1.0;   ///< partial_rotary_factor
+  double base = 10000.0;  ///< rope_theta
   RopeScaling scaling = RopeScaling::none;
   std::optional<double> factor;                  ///< s
   std::optional<std::int64_t> original_max_pos;  ///< L0 (original_max_position_embeddings)
