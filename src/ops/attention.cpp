@@ -6,9 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <type_traits>
 
 #include "posenc/error.hpp"
@@ -927,19 +931,34 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   const std::size_t items = g.b * g.hq * nq;
   if (g.sq > 0) {
     OneBlasThread one_blas;
-    // Each item is independent and computed the same way by whichever thread takes
-    // it, so the schedule cannot change any result.
-#pragma omp parallel
-    {
-      Scratch<T> w;
-#pragma omp for schedule(dynamic, 1)
-      for (std::size_t it = 0; it < items; ++it) {
-        std::size_t qb = it % nq;
-        std::size_t h = (it / nq) % g.hq;
-        std::size_t b = it / (nq * g.hq);
-        run_item<T>(P, w, b, h, qb * P.bl.q);
+    // Work items are spread over plain threads, not an OpenMP team: BLAS is never
+    // called inside an OpenMP region. Each item is independent and computed the same
+    // way by whichever thread takes it, so the schedule cannot change any result.
+    const std::size_t nthreads = std::min<std::size_t>(
+        items, static_cast<std::size_t>(std::max(1, omp_get_max_threads())));
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    auto worker = [&] {
+      try {
+        Scratch<T> w;
+        for (std::size_t it = next++; it < items; it = next++) {
+          std::size_t qb = it % nq;
+          std::size_t h = (it / nq) % g.hq;
+          std::size_t b = it / (nq * g.hq);
+          run_item<T>(P, w, b, h, qb * P.bl.q);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+        next = items;
       }
-    }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    if (failure) std::rethrow_exception(failure);
   }
   return res;
 }
