@@ -32,6 +32,7 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool req
   sub->add_option("--compression", o.compression, "HDF5 gzip level 0-9 (default 0)")
       ->check(CLI::Range(0, 9));
   sub->add_flag("--no-clobber", o.no_clobber, "fail instead of replacing an existing output");
+  sub->add_flag("--sync", o.sync, "fsync outputs before renaming them into place");
 }
 
 void verbose(const std::string& msg) {

@@ -26,10 +26,11 @@ struct OutputOptions {
   bool force = false;
   int compression = 0;
   bool no_clobber = false;
-  WriteOptions write_options() const { return {force, compression, no_clobber}; }
+  bool sync = false;
+  WriteOptions write_options() const { return {force, compression, no_clobber, sync}; }
 };
 /// Adds -o/--output (repeatable when `multiple`), --to, --force, --compression,
-/// --no-clobber. `required` makes -o mandatory.
+/// --no-clobber, --sync. `required` makes -o mandatory.
 void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
                         bool required = true);
 

@@ -131,8 +131,8 @@ void refuse_binary_terminal(int fd, bool binary, bool force, const std::string& 
 
 // --- TempFile ----------------------------------------------------------------------
 
-TempFile::TempFile(const std::string& target, bool no_clobber)
-    : target_(target), no_clobber_(no_clobber) {
+TempFile::TempFile(const std::string& target, bool no_clobber, bool sync)
+    : target_(target), no_clobber_(no_clobber), sync_(sync) {
   install_output_signal_handlers();
   struct stat lst;
   const bool exists = ::lstat(target.c_str(), &lst) == 0;
@@ -190,7 +190,7 @@ void TempFile::close_fd() noexcept {
 
 void TempFile::sync_and_close() {
   if (fd_ < 0) return;
-  if (::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS) {
+  if (sync_ && ::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS) {
     int e = errno;
     close_fd();
     throw OutputError(fmt::format("cannot write {}: {}", quoted(target_), std::strerror(e)));
@@ -259,7 +259,7 @@ OutputFile::OutputFile(const std::string& path, const WriteOptions& opt, bool bi
     }
     return;
   }
-  temp_ = std::make_unique<TempFile>(path, opt.no_clobber);
+  temp_ = std::make_unique<TempFile>(path, opt.no_clobber, opt.sync);
   fd_ = temp_->fd();
 }
 

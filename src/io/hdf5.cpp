@@ -800,7 +800,7 @@ Hdf5FileWriter::Hdf5FileWriter(const std::string& path, const WriteOptions& opt)
   impl_->opt = opt;
   // The temporary is registered for removal on SIGINT/SIGTERM; its descriptor stays
   // open (unused by HDF5) so commit() can fsync the same inode before renaming.
-  impl_->tmp = std::make_unique<TempFile>(path, opt.no_clobber);
+  impl_->tmp = std::make_unique<TempFile>(path, opt.no_clobber, opt.sync);
   std::string w = fmt::format("{}: cannot create HDF5 file", path);
   Hid fcpl = plist(H5P_FILE_CREATE, w);
   // The root group's header would otherwise carry timestamps.

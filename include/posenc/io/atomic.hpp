@@ -31,7 +31,7 @@ class TempFile {
   /// Creates the file. Throws OutputError naming `target` (e.g. missing or unwritable
   /// folder). With `no_clobber`, an existing target is an OutputError now and
   /// `publish()` refuses to replace one created meanwhile.
-  TempFile(const std::string& target, bool no_clobber);
+  TempFile(const std::string& target, bool no_clobber, bool sync = false);
   ~TempFile();
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
@@ -39,8 +39,8 @@ class TempFile {
   int fd() const noexcept { return fd_; }
   const std::string& path() const noexcept { return path_; }
   const std::string& target() const noexcept { return target_; }
-  /// Flushes to disk (fsync) and closes the descriptor; errors are OutputErrors naming
-  /// the target. Safe to call twice.
+  /// Flushes to disk (fsync, when `sync` was asked for) and closes the descriptor;
+  /// errors are OutputErrors naming the target. Safe to call twice.
   void sync_and_close();
   /// Closes the descriptor without syncing (for writers that reopen by path).
   void close_fd() noexcept;
@@ -53,6 +53,7 @@ class TempFile {
   int fd_ = -1;
   int slot_ = -1;
   bool no_clobber_ = false;
+  bool sync_ = false;
   bool published_ = false;
 };
 

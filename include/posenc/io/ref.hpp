@@ -83,6 +83,11 @@ struct WriteOptions {
   bool force = false;      ///< allow binary output to a terminal
   int compression = 0;     ///< HDF5 gzip level (0 = none)
   bool no_clobber = false; ///< refuse to replace an existing target
+  /// fsync each output before renaming it into place, so it survives a power loss.
+  /// Off by default: atomicity against failed runs and signals does not need it, and
+  /// it costs a full writeback of the file (more than the whole computation for a
+  /// memory-bound job).
+  bool sync = false;
 };
 
 class TensorSink {
