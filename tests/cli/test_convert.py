@@ -141,6 +141,24 @@ class OutputSafety(PosencTestCase):
         self.assertEqual(p.returncode, 0)
         self.assertEqual(os.stat(out).st_mode & 0o777, 0o640)
 
+    def test_sync_flushes_before_rename_only_when_asked(self):
+        # strace shows the system calls: fsync of the temporary, then the rename.
+        def calls(*extra):
+            out = self.path("s.npy")
+            p = subprocess.run(["strace", "-f", "-e", "trace=fsync,fdatasync,rename",
+                                BIN, "convert", self.src, "-o", out, *extra],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(md5(out), md5(self.src))
+            return [line for line in p.stderr.splitlines() if "sync(" in line or "rename(" in line]
+        with_sync = calls("--sync")
+        self.assertTrue(any("fsync(" in c for c in with_sync), with_sync)
+        self.assertTrue(any("rename(" in c for c in with_sync), with_sync)
+        first_sync = next(i for i, c in enumerate(with_sync) if "fsync(" in c)
+        first_rename = next(i for i, c in enumerate(with_sync) if "rename(" in c)
+        self.assertLess(first_sync, first_rename)
+        self.assertFalse(any("sync(" in c for c in calls()))
+
     def test_no_clobber(self):
         out = self.path("o.npy")
         with open(out, "wb") as f:
