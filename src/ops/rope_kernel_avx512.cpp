@@ -10,8 +10,12 @@
 
 #include "ops/rope_kernel.hpp"
 
+// GCC 12 warns about the deliberately undefined upper lanes inside its own AVX-512
+// headers (_mm512_undefined_*); the warning says nothing about this file.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")
 #define POSENC_ROPE_F16C 1
+#define POSENC_ROPE_AVX512 1
 
 namespace posenc::rope_detail::avx512 {
 #include "ops/rope_kernel_impl.inc"

@@ -1,0 +1,154 @@
+// The AVX-512 RoPE fast path (f32/f16 data, float64 arithmetic, widths that are
+// multiples of 16) against the float64 definition rounded once and against the base
+// kernel, byte for byte: streamed and plain stores, aligned and unaligned outputs,
+// partial rotary, both styles, and NaN/Inf detection in the rotated part and the tail.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../../src/ops/rope_kernel.hpp"
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+namespace {
+
+struct Case {
+  std::size_t d, r;
+};
+
+/// Bytes with room to place data at a chosen offset from a 64-byte boundary.
+struct Placed {
+  std::vector<std::uint8_t> raw;
+  std::byte* p;
+  Placed(std::size_t bytes, std::size_t misalign) : raw(bytes + 128) {
+    const auto a = reinterpret_cast<std::uintptr_t>(raw.data());
+    p = reinterpret_cast<std::byte*>(raw.data() + ((64 - a % 64) % 64) + misalign);
+  }
+};
+
+bool avx512_present() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+TEST(RopeKernelFast, MatchesDefinitionAndBaseKernel) {
+  if (!avx512_present()) GTEST_SKIP() << "no AVX-512";
+  const std::size_t S = 37, H = 3;
+  for (const Case cs : {Case{128, 128}, Case{64, 32}, Case{48, 32}, Case{32, 16}}) {
+    const std::size_t D = cs.d, R = cs.r, half = R / 2;
+    // Table rows for S positions; heads share a row (bshd-like loop: s outer, h inner).
+    std::vector<double> table(S * R);
+    std::vector<std::int32_t> rowidx(S);
+    for (std::size_t s = 0; s < S; ++s) {
+      rowidx[s] = static_cast<std::int32_t>(S - 1 - s);  // rows out of order on purpose
+      for (std::size_t j = 0; j < half; ++j) {
+        const double th = static_cast<double>(S - 1 - s) * 3.1 * std::pow(1e4, -2.0 * j / R);
+        table[(S - 1 - s) * R + j] = 1.25 * std::cos(th);
+        table[(S - 1 - s) * R + half + j] = 1.25 * std::sin(th);
+      }
+    }
+    for (RopeStyle st : {RopeStyle::neox, RopeStyle::gptj}) {
+      for (DType in : {DType::f32, DType::f16}) {
+        // Magnitudes across the f16 range, its subnormals and overflow.
+        Tensor x(in, {S, H, D});
+        std::mt19937 g(static_cast<unsigned>(D * 7 + R));
+        std::uniform_real_distribution<double> e(-26, 16), m(-1, 1);
+        for (std::size_t i = 0; i < x.numel(); ++i) x.set(i, m(g) * std::exp2(e(g)));
+        for (DType out : {DType::f32, DType::f16}) {
+          Tensor want(out, {S, H, D});
+          for (std::size_t s = 0; s < S; ++s) {
+            const double* c = table.data() + static_cast<std::size_t>(rowidx[s]) * R;
+            for (std::size_t h = 0; h < H; ++h) {
+              const std::size_t o = (s * H + h) * D;
+              for (std::size_t k = 0; k < D; ++k) {
+                double v = x.get(o + k);
+                if (k < R) {
+                  const bool nx = st == RopeStyle::neox;
+                  const std::size_t j = nx ? k % half : k / 2;
+                  const std::size_t ia = nx ? j : 2 * j, ib = nx ? j + half : 2 * j + 1;
+                  const double xa = x.get(o + ia), xb = x.get(o + ib);
+                  v = k == ia ? xa * c[j] - xb * c[half + j] : xb * c[j] + xa * c[half + j];
+                }
+                want.set(o + k, v);
+              }
+            }
+          }
+          rope_detail::KernelArgs a;
+          a.src = x.bytes();
+          a.n1 = S;
+          a.n2 = H;
+          a.st1 = static_cast<std::ptrdiff_t>(H * D);
+          a.st2 = static_cast<std::ptrdiff_t>(D);
+          a.t1 = 1;
+          a.head_dim = D;
+          a.rotary_dim = R;
+          a.rowidx = rowidx.data();
+          a.table = table.data();
+          a.block2 = H;
+          const std::size_t nbytes = want.nbytes();
+          Placed ref(nbytes, 0);
+          a.dst = ref.p;
+          rope_detail::base::find_kernel(in, out, Precision::f64, st)(a);
+          for (bool stream : {false, true}) {
+            for (std::size_t mis : {0u, 4u}) {
+              Placed y(nbytes, mis);
+              a.dst = y.p;
+              a.stream = stream;
+              EXPECT_FALSE(rope_detail::avx512::find_kernel(in, out, Precision::f64, st)(a));
+              const std::string what = "D=" + std::to_string(D) + " R=" + std::to_string(R) +
+                                       (st == RopeStyle::neox ? " neox " : " gptj ") +
+                                       std::string(dtype_name(in)) + "->" +
+                                       std::string(dtype_name(out)) +
+                                       (stream ? " stream" : "") + " misalign " +
+                                       std::to_string(mis);
+              EXPECT_EQ(std::memcmp(y.p, want.bytes(), nbytes), 0) << what;
+              EXPECT_EQ(std::memcmp(y.p, ref.p, nbytes), 0) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RopeKernelFast, ReportsNonFiniteInRotatedPartAndTail) {
+  if (!avx512_present()) GTEST_SKIP() << "no AVX-512";
+  const std::size_t S = 4, D = 64, R = 32;
+  std::vector<double> table(S * R, 0.5);
+  std::vector<std::int32_t> rowidx(S, 0);
+  for (RopeStyle st : {RopeStyle::neox, RopeStyle::gptj}) {
+    for (DType in : {DType::f32, DType::f16}) {
+      for (std::size_t bad : {std::size_t{0}, std::size_t{1}, R - 1, R, D - 1, 3 * D + 17}) {
+        for (double v : {INFINITY, -INFINITY, NAN}) {
+          Tensor x(in, {S, D});
+          for (std::size_t i = 0; i < x.numel(); ++i) x.set(i, 0.25);
+          Tensor y(in, {S, D});
+          rope_detail::KernelArgs a;
+          a.src = x.bytes();
+          a.dst = y.bytes();
+          a.n2 = S;
+          a.st2 = static_cast<std::ptrdiff_t>(D);
+          a.t2 = 1;
+          a.head_dim = D;
+          a.rotary_dim = R;
+          a.rowidx = rowidx.data();
+          a.table = table.data();
+          a.block2 = 2;
+          auto k = rope_detail::avx512::find_kernel(in, in, Precision::f64, st);
+          EXPECT_FALSE(k(a));
+          x.set(bad, v);
+          EXPECT_TRUE(k(a)) << "element " << bad;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace posenc
