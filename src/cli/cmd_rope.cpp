@@ -1,6 +1,7 @@
 // `posenc rope`: applies rotary embeddings (or their inverse) to tensors read from
-// NPY/HDF5/text/stdin, slab by slab along axis 0 so that inputs larger than memory are
-// streamed in bounded memory. All outputs become visible together, or none does.
+// NPY/HDF5/text/stdin, slab by slab along the first axis whose extent is not 1 (s for
+// [1, s, h, d]) so that inputs larger than memory are streamed in bounded memory. All
+// outputs become visible together, or none does.
 
 #include <unistd.h>
 
@@ -41,41 +42,10 @@ struct RopeCmdOptions {
   std::string max_memory;
 };
 
-/// "512M", "2G", "1.5GiB", "1048576" → bytes (binary multiples).
-std::size_t parse_size(const std::string& text) {
-  std::size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
-    ++i;
-  }
-  double value = 0;
-  bool ok = i > 0;
-  if (ok) {
-    try {
-      value = std::stod(text.substr(0, i));
-    } catch (const std::exception&) {
-      ok = false;
-    }
-  }
-  std::string unit = text.substr(i);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double mult = 0;
-  if (unit.empty() || unit == "B") mult = 1;
-  for (const auto& [name, m] : std::vector<std::pair<std::string, double>>{
-           {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0}}) {
-    if (unit == name || unit == name + "B" || unit == name + "IB") mult = m;
-  }
-  if (!ok || mult == 0 || !(value * mult >= 1) || value * mult > 1e18) {
-    throw UsageError(fmt::format("--max-memory: expected a size such as 512M or 2G, got '{}'",
-                                 text));
-  }
-  return static_cast<std::size_t>(value * mult);
-}
-
+/// The default --max-memory: a quarter of physical memory (1 GiB when unknown).
 std::size_t default_max_memory() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page <= 0) return std::size_t{1} << 30;
-  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 4;
+  const std::size_t ram = physical_memory();
+  return ram == 0 ? std::size_t{1} << 30 : ram / 4;
 }
 
 std::vector<int> parse_sections(const std::string& text) {
@@ -211,8 +181,9 @@ void run_rope(const RopeCmdOptions& o) {
     throw UsageError(fmt::format("-o: {} input(s) need {} output(s), got {}", o.inputs.size(),
                                  o.inputs.size(), o.out.outputs.size()));
   }
-  const std::size_t budget =
-      o.max_memory.empty() ? default_max_memory() : parse_size(o.max_memory);
+  const std::size_t budget = o.max_memory.empty()
+                                 ? default_max_memory()
+                                 : parse_memory_size(o.max_memory, "--max-memory");
 
   RopeApplyOptions apply;
   apply.inverse = o.rope.inverse;
@@ -272,9 +243,12 @@ void run_rope(const RopeCmdOptions& o) {
     const DType out_dtype =
         o.dtype == "same" ? rope_default_out_dtype(info.dtype) : parse_dtype(o.dtype);
 
-    RopeApplier applier(info.shape, info.dtype, axes, freqs, pos, apply, out_dtype, what);
+    // Leading axes of extent 1 (b in [1, s, h, d]) carry no slabs: stream along the
+    // first axis that does.
+    const std::size_t axis = slab_axis(info.shape);
+    RopeApplier applier(info.shape, info.dtype, axes, freqs, pos, apply, out_dtype, what, axis);
 
-    // Largest slab (rows along axis 0) whose input, output and table fit the budget.
+    // Largest slab (rows along `axis`) whose input, output and table fit the budget.
     const std::size_t total_rows = applier.rows_total();
     auto cost = [&](std::size_t rows) {
       return rows * (applier.in_row_bytes() + applier.out_row_bytes()) +
@@ -283,9 +257,9 @@ void run_rope(const RopeCmdOptions& o) {
     std::size_t lo = applier.min_rows(), hi = std::max<std::size_t>(total_rows, 1);
     if (cost(lo) > budget) {
       throw UsageError(fmt::format(
-          "--max-memory: {} needs {} MiB for one slab of {} row(s) along its first axis, more "
+          "--max-memory: {} needs {} MiB for one slab of {} row(s) along axis {} ({}), more "
           "than the limit of {} MiB",
-          what, (cost(lo) + (1 << 20) - 1) >> 20, lo, budget >> 20));
+          what, (cost(lo) + (1 << 20) - 1) >> 20, lo, axis, axes.letters[axis], budget >> 20));
     }
     while (lo < hi) {
       const std::size_t mid = lo + (hi - lo + 1) / 2;
@@ -322,11 +296,12 @@ void run_rope(const RopeCmdOptions& o) {
           {"mrope_section",
            std::vector<double>(apply.mrope_section.begin(), apply.mrope_section.end())});
     }
-    verbose(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s)", what,
-                        out_refs[k].text, shape_str(info.shape), axes.letters,
+    verbose(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s) along "
+                        "axis {} ({})",
+                        what, out_refs[k].text, shape_str(info.shape), axes.letters,
                         dtype_name(info.dtype), dtype_name(out_dtype),
-                        total_rows == 0 ? 0 : (total_rows + slab_rows - 1) / slab_rows,
-                        slab_rows));
+                        total_rows == 0 ? 0 : (total_rows + slab_rows - 1) / slab_rows, slab_rows,
+                        axis, axes.letters[axis]));
     verbose_attrs(out_info.attrs);
     TensorSink& sink = outputs.open(k, out_info);
 
@@ -336,9 +311,9 @@ void run_rope(const RopeCmdOptions& o) {
     Progress progress(what, total_rows * applier.in_row_bytes());
     for (std::size_t first = 0; first < total_rows; first += rows_per_slab) {
       const std::size_t n = std::min(rows_per_slab, total_rows - first);
-      src.read_rows(first, n, in_buf.data());
+      src.read_slab(axis, first, n, in_buf.data());
       applier.rows(in_buf.data(), out_buf.data(), first, n);
-      sink.write_rows(out_buf.data(), n);
+      sink.write_slab(axis, out_buf.data(), n);
       progress.update((first + n) * applier.in_row_bytes());
     }
   }
@@ -384,8 +359,9 @@ void register_rope(CLI::App& app) {
   sub->add_flag("--allow-nonfinite", opts->allow_nonfinite,
                 "rotate NaN/Inf input values instead of refusing them");
   sub->add_option("--max-memory", opts->max_memory,
-                  "memory for buffers (e.g. 512M, 2G; default 1/4 of physical memory); larger "
-                  "inputs are streamed in slabs along their first axis");
+                  "memory for buffers and tables (e.g. 512M, 2G, 1.5GiB or bytes; K, M, G, T are "
+                  "powers of 1024; default 1/4 of physical memory); larger inputs are streamed "
+                  "in slabs along their first axis whose extent is not 1");
   sub->callback([opts] { run_rope(*opts); });
 }
 

@@ -24,6 +24,7 @@
 #include <optional>
 #include <utility>
 
+#include "io/slab.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/atomic.hpp"
 
@@ -520,6 +521,22 @@ class Hdf5Source final : public TensorSource {
       throw InputError(fmt::format("{}: rows {}..{} requested, the dataset has {}", what_, first,
                                    first + count, rows));
     }
+    read_hyperslab(0, first, count, dst);
+  }
+
+  // A hyperslab with zero offsets on the leading unit axes.
+  void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst) override {
+    io_detail::check_slab_axis(info_.shape, axis);
+    const std::size_t n = io_detail::slab_extent(info_.shape, axis);
+    if (first > n || count > n - first) {
+      throw InputError(fmt::format("{}: entries {}..{} along axis {} requested, the dataset has {}",
+                                   what_, first, first + count, axis, n));
+    }
+    read_hyperslab(axis, first, count, dst);
+  }
+
+ private:
+  void read_hyperslab(std::size_t axis, std::size_t first, std::size_t count, void* dst) {
     if (count == 0) return;
     std::string what = fmt::format("{}: cannot read", what_);
     if (info_.shape.empty()) {
@@ -531,8 +548,8 @@ class Hdf5Source final : public TensorSource {
     }
     int rank = static_cast<int>(info_.shape.size());
     std::vector<hsize_t> start(rank, 0), cnt(info_.shape.begin(), info_.shape.end());
-    start[0] = first;
-    cnt[0] = count;
+    start[axis] = first;
+    cnt[axis] = count;
     Hid fspace = check_id<InputError>(H5Dget_space(dset_), H5Sclose, what);
     check<InputError>(
         H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr),
@@ -541,7 +558,6 @@ class Hdf5Source final : public TensorSource {
     check<InputError>(H5Dread(dset_, mem_type_, mspace, fspace, H5P_DEFAULT, dst), what);
   }
 
- private:
   void read_type() {
     Hid t = check_id<InputError>(H5Dget_type(dset_), H5Tclose, what_);
     H5T_class_t cls = H5Tget_class(t);
@@ -711,12 +727,19 @@ void write_attrs(hid_t loc, const Attrs& attrs, const std::string& what) {
   }
 }
 
+// Progress is counted in entries along slab_axis(shape) (rows when that is axis 0).
 struct DatasetState {
   std::string name;
+  std::size_t axis = 0;
   std::size_t rows = 0;
   std::size_t written = 0;
   bool committed = false;
 };
+
+std::string rows_text(const DatasetState& st, std::size_t n) {
+  return st.axis == 0 ? fmt::format("{} rows", n)
+                      : fmt::format("{} entries along axis {}", n, st.axis);
+}
 
 }  // namespace
 
@@ -744,11 +767,16 @@ class Hdf5Sink final : public TensorSink {
         st_(std::move(st)),
         what_(std::move(what)) {}
 
-  void write_rows(const void* src, std::size_t count) override {
+  void write_rows(const void* src, std::size_t count) override { write_slab(0, src, count); }
+
+  // Entries along `axis` are entries along the slab axis (or all of them, for an
+  // earlier unit axis); the hyperslab has zero offsets on the leading unit axes.
+  void write_slab(std::size_t axis, const void* src, std::size_t count) override {
     if (st_->committed) throw OutputError(what_ + ": written after commit");
+    count = io_detail::slab_units(info_.shape, axis, count);
     if (count > st_->rows - st_->written) {
-      throw OutputError(fmt::format("{}: {} rows written, the dataset has {}", what_,
-                                    st_->written + count, st_->rows));
+      throw OutputError(fmt::format("{}: {} written, the dataset has {}", what_,
+                                    rows_text(*st_, st_->written + count), st_->rows));
     }
     if (count == 0) return;
     std::string w = what_ + ": cannot write";
@@ -762,8 +790,8 @@ class Hdf5Sink final : public TensorSink {
     if (!empty) {
       int rank = static_cast<int>(info_.shape.size());
       std::vector<hsize_t> start(rank, 0), cnt(info_.shape.begin(), info_.shape.end());
-      start[0] = st_->written;
-      cnt[0] = count;
+      start[st_->axis] = st_->written;
+      cnt[st_->axis] = count;
       Hid fspace = check_id<OutputError>(H5Dget_space(dset_), H5Sclose, w);
       check<OutputError>(
           H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr),
@@ -776,8 +804,8 @@ class Hdf5Sink final : public TensorSink {
 
   void commit() override {
     if (st_->written != st_->rows) {
-      throw OutputError(
-          fmt::format("{}: only {} of {} rows were written", what_, st_->written, st_->rows));
+      throw OutputError(fmt::format("{}: only {} of {} were written", what_, st_->written,
+                                    rows_text(*st_, st_->rows)));
     }
     check<OutputError>(dset_.reset(), what_ + ": cannot close");
     st_->committed = true;
@@ -890,7 +918,8 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
 
   auto st = std::make_shared<DatasetState>();
   st->name = name;
-  st->rows = info.shape.empty() ? 1 : info.shape[0];
+  st->axis = slab_axis(info.shape);
+  st->rows = io_detail::slab_extent(info.shape, st->axis);
   im.datasets.push_back(st);
   return std::make_unique<Hdf5Sink>(std::move(dset), std::move(mtype), info, st,
                                     fmt::format("{}: dataset '{}'", im.path, name));
@@ -909,8 +938,8 @@ void Hdf5FileWriter::commit() {
   if (im.committed) return;
   for (const auto& d : im.datasets) {
     if (!d->committed) {
-      throw OutputError(fmt::format("{}: dataset '{}' is incomplete ({} of {} rows)", im.path,
-                                    d->name, d->written, d->rows));
+      throw OutputError(fmt::format("{}: dataset '{}' is incomplete ({} of {})", im.path, d->name,
+                                    d->written, rows_text(*d, d->rows)));
     }
   }
   check<OutputError>(im.file.reset(), fmt::format("{}: cannot write", im.path));

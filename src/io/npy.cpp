@@ -13,6 +13,7 @@
 #include <limits>
 #include <utility>
 
+#include "io/slab.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -354,22 +355,39 @@ class NpySource final : public TensorSource {
       throw InputError(fmt::format("{}: rows {}..{} are outside the {} rows of the tensor", what_,
                                    first, first + count, rows_));
     }
+    read_range(first * row_bytes_, count * row_bytes_, dst);
+  }
+
+  // With the leading axes of extent 1, entries along `axis` are consecutive byte
+  // ranges of the C-order data: the same byte stream as rows.
+  void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst) override {
+    io_detail::check_slab_axis(h_.shape, axis);
+    const std::size_t n = io_detail::slab_extent(h_.shape, axis);
+    if (first > n || count > n - first) {
+      throw InputError(fmt::format("{}: entries {}..{} are outside the {} along axis {}", what_,
+                                   first, first + count, n, axis));
+    }
+    const std::size_t entry = io_detail::slab_entry_bytes(h_.shape, axis, dtype_size(h_.dtype));
+    read_range(first * entry, count * entry, dst);
+  }
+
+ private:
+  // Data bytes [offset, offset + nbytes) in C order and native byte order.
+  void read_range(std::size_t offset, std::size_t nbytes, void* dst) {
     auto* out = static_cast<std::byte*>(dst);
-    const std::size_t nbytes = count * row_bytes_;
     if (h_.fortran_order) {
       load_fortran();
-      if (nbytes) std::memcpy(out, cache_.bytes() + first * row_bytes_, nbytes);
+      if (nbytes) std::memcpy(out, cache_.bytes() + offset, nbytes);
       return;
     }
     if (stream_) {
-      read_stream(first, count, out);
+      read_stream(offset, nbytes, out);
     } else {
-      read_file(first * row_bytes_, out, nbytes);
+      read_file(offset, out, nbytes);
     }
     if (h_.swap) byteswap_elements(out, nbytes / dtype_size(h_.dtype), dtype_size(h_.dtype));
   }
 
- private:
   void read_file(std::size_t offset, std::byte* out, std::size_t n) {
     std::size_t done = 0;
     while (done < n) {
@@ -388,23 +406,21 @@ class NpySource final : public TensorSource {
     }
   }
 
-  void read_stream(std::size_t first, std::size_t count, std::byte* out) {
-    if (first < next_row_) {
+  void read_stream(std::size_t offset, std::size_t nbytes, std::byte* out) {
+    if (offset < next_byte_) {
       throw InputError(fmt::format("{}: cannot read rows again from a stream", what_));
     }
-    // Skip rows the caller does not want (forward only).
+    // Skip data the caller does not want (forward only).
     std::vector<std::byte> scratch;
-    while (next_row_ < first) {
-      std::size_t n =
-          std::min(first - next_row_,
-                   std::max<std::size_t>(1, (1u << 20) / std::max<std::size_t>(row_bytes_, 1)));
-      scratch.resize(n * row_bytes_);
-      stream_read(scratch.data(), scratch.size());
-      next_row_ += n;
+    while (next_byte_ < offset) {
+      const std::size_t n = std::min(offset - next_byte_, std::size_t{1} << 20);
+      scratch.resize(n);
+      stream_read(scratch.data(), n);
+      next_byte_ += n;
     }
-    stream_read(out, count * row_bytes_);
-    next_row_ += count;
-    if (next_row_ == rows_ && !eof_checked_) {
+    stream_read(out, nbytes);
+    next_byte_ += nbytes;
+    if (next_byte_ == h_.data_bytes && !eof_checked_) {
       eof_checked_ = true;
       char extra[4096];
       std::size_t n = read_full(*stream_, extra, sizeof extra);
@@ -475,7 +491,7 @@ class NpySource final : public TensorSource {
   std::unique_ptr<ByteReader> stream_;
   std::size_t rows_ = 0;
   std::size_t row_bytes_ = 0;
-  std::size_t next_row_ = 0;
+  std::size_t next_byte_ = 0;
   std::size_t consumed_ = 0;
   bool eof_checked_ = false;
   bool loaded_ = false;

@@ -15,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "io/slab.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/atomic.hpp"
 #include "posenc/io/hdf5.hpp"
@@ -86,6 +87,17 @@ class MemorySource final : public TensorSource {
     }
     if (count) std::memcpy(dst, t_.bytes() + first * row_bytes_, count * row_bytes_);
   }
+  void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst) override {
+    io_detail::check_slab_axis(info_.shape, axis);
+    const std::size_t n = io_detail::slab_extent(info_.shape, axis);
+    if (first > n || count > n - first) {
+      throw InputError(fmt::format("entries {}..{} are outside the {} along axis {}", first,
+                                   first + count, n, axis));
+    }
+    const std::size_t entry =
+        io_detail::slab_entry_bytes(info_.shape, axis, dtype_size(info_.dtype));
+    if (count) std::memcpy(dst, t_.bytes() + first * entry, count * entry);
+  }
 
  private:
   Tensor t_;
@@ -133,20 +145,30 @@ void check_text_rank(const TensorRef& ref, const Shape& shape) {
 
 // --- sinks -------------------------------------------------------------------------
 
-// Counts rows so a sink can refuse a commit with missing rows (a caller bug).
+// Counts entries along slab_axis(shape) (rows and slabs along earlier unit axes
+// convert to it), so a sink knows where the next write goes and can refuse a commit
+// with missing data (a caller bug).
 class RowCounter {
  public:
-  explicit RowCounter(const Shape& s) : rows_(row_count(s)) {}
-  void add(std::size_t n) {
-    if (n > rows_ - written_) throw std::logic_error("more rows written than the shape holds");
-    written_ += n;
+  explicit RowCounter(const Shape& s)
+      : shape_(s), axis_(slab_axis(s)), total_(io_detail::slab_extent(s, axis_)) {}
+  /// Adds `n` entries along `axis`; returns the offset in bytes of the first one
+  /// (`item` bytes per element).
+  std::size_t add(std::size_t axis, std::size_t n, std::size_t item) {
+    const std::size_t units = io_detail::slab_units(shape_, axis, n);
+    if (units > total_ - written_) throw std::logic_error("more rows written than the shape holds");
+    const std::size_t at = written_ * io_detail::slab_entry_bytes(shape_, axis_, item);
+    written_ += units;
+    return at;
   }
   void check_complete() const {
-    if (written_ != rows_) throw std::logic_error("sink committed before all rows were written");
+    if (written_ != total_) throw std::logic_error("sink committed before all rows were written");
   }
 
  private:
-  std::size_t rows_;
+  Shape shape_;
+  std::size_t axis_;
+  std::size_t total_;
   std::size_t written_ = 0;
 };
 
@@ -156,12 +178,14 @@ class NpySink final : public TensorSink {
       : header_(npy_header_bytes(info.dtype, info.shape, ref.text)),
         out_(ref.path, opt, true),
         counter_(info.shape),
-        row_bytes_(row_bytes(info)) {
+        shape_(info.shape),
+        item_(dtype_size(info.dtype)) {
     out_.write(header_);
   }
-  void write_rows(const void* src, std::size_t count) override {
-    counter_.add(count);
-    out_.write(src, count * row_bytes_);
+  void write_rows(const void* src, std::size_t count) override { write_slab(0, src, count); }
+  void write_slab(std::size_t axis, const void* src, std::size_t count) override {
+    counter_.add(axis, count, item_);
+    out_.write(src, count * io_detail::slab_entry_bytes(shape_, axis, item_));
   }
   void commit() override {
     counter_.check_complete();
@@ -172,7 +196,8 @@ class NpySink final : public TensorSink {
   std::string header_;
   OutputFile out_;
   RowCounter counter_;
-  std::size_t row_bytes_;
+  Shape shape_;
+  std::size_t item_;
 };
 
 // Text formats are encoded whole by encode_text: rows are gathered, then written.
@@ -183,13 +208,13 @@ class TextSink final : public TensorSink {
         attrs_(info.attrs),
         out_(ref.path, opt, false),
         t_(info.dtype, info.shape),
-        counter_(info.shape),
-        row_bytes_(row_bytes(info)) {}
-  void write_rows(const void* src, std::size_t count) override {
-    std::size_t at = next_;
-    counter_.add(count);
-    if (count) std::memcpy(t_.bytes() + at * row_bytes_, src, count * row_bytes_);
-    next_ += count;
+        counter_(info.shape) {}
+  void write_rows(const void* src, std::size_t count) override { write_slab(0, src, count); }
+  void write_slab(std::size_t axis, const void* src, std::size_t count) override {
+    const std::size_t item = dtype_size(t_.dtype());
+    const std::size_t at = counter_.add(axis, count, item);
+    const std::size_t n = count * io_detail::slab_entry_bytes(t_.shape(), axis, item);
+    if (n) std::memcpy(t_.bytes() + at, src, n);
   }
   void commit() override {
     counter_.check_complete();
@@ -203,8 +228,6 @@ class TextSink final : public TensorSink {
   OutputFile out_;
   Tensor t_;
   RowCounter counter_;
-  std::size_t row_bytes_;
-  std::size_t next_ = 0;
 };
 
 // One dataset in its own HDF5 file: the file becomes visible on commit.
@@ -214,6 +237,9 @@ class Hdf5Sink final : public TensorSink {
       : writer_(std::make_unique<Hdf5FileWriter>(ref.path, opt)),
         ds_(writer_->dataset(ref.dataset, info)) {}
   void write_rows(const void* src, std::size_t count) override { ds_->write_rows(src, count); }
+  void write_slab(std::size_t axis, const void* src, std::size_t count) override {
+    ds_->write_slab(axis, src, count);
+  }
   void commit() override {
     ds_->commit();
     ds_.reset();
@@ -234,6 +260,64 @@ void refuse_hdf5_stdio(const TensorRef& ref, bool output) {
 }
 
 }  // namespace
+
+namespace io_detail {
+
+std::size_t slab_extent(const Shape& shape, std::size_t axis) {
+  return shape.empty() ? 1 : shape[axis];
+}
+
+void check_slab_axis(const Shape& shape, std::size_t axis) {
+  if (shape.empty() ? axis != 0 : axis >= shape.size()) {
+    throw std::logic_error(fmt::format("slab axis {} of a {}-D tensor", axis, shape.size()));
+  }
+  for (std::size_t k = 0; k < axis; ++k) {
+    if (shape[k] != 1) {
+      throw std::logic_error(fmt::format("slab along axis {} of shape {}: axis {} is not 1", axis,
+                                         shape_str(shape), k));
+    }
+  }
+}
+
+std::size_t slab_entry_bytes(const Shape& shape, std::size_t axis, std::size_t itemsize) {
+  std::size_t n = itemsize;
+  for (std::size_t k = axis + 1; k < shape.size(); ++k) n *= shape[k];
+  return n;
+}
+
+std::size_t slab_units(const Shape& shape, std::size_t axis, std::size_t count) {
+  check_slab_axis(shape, axis);
+  const std::size_t k = slab_axis(shape);
+  return axis == k ? count : count * slab_extent(shape, k);
+}
+
+}  // namespace io_detail
+
+std::size_t slab_axis(const Shape& shape) {
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] != 1) return k;
+  }
+  return shape.empty() ? 0 : shape.size() - 1;
+}
+
+// Sources and sinks that only know rows: a slab along a later axis is all of row 0
+// (the axes before it have extent 1), so only whole-axis slabs can be served.
+void TensorSource::read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst) {
+  const Shape& shape = info().shape;
+  io_detail::check_slab_axis(shape, axis);
+  if (axis == 0) return read_rows(first, count, dst);
+  if (count == 0) return;
+  if (first != 0 || count != shape[axis]) {
+    throw std::logic_error("this source reads slabs along axis 0 only");
+  }
+  read_rows(0, 1, dst);
+}
+
+void TensorSink::write_slab(std::size_t axis, const void* src, std::size_t count) {
+  if (axis == 0) return write_rows(src, count);
+  if (count == 0) return;
+  throw std::logic_error("this sink writes slabs along axis 0 only");
+}
 
 TensorRef parse_ref(const std::string& text, const std::string& to,
                     const std::string& default_dataset) {

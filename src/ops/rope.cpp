@@ -98,6 +98,8 @@ struct RopeApplier::Impl {
   std::string letters;
   int id = -1;
   std::size_t B = 1, S = 1, D = 0, R = 0, half = 0;
+  // The slab axis (leading axes before it have extent 1) and its letter.
+  std::size_t lead = 0;
   char axis0 = 's';
   // Conventions as data: each frequency pair j uses position component pair_comp[j]
   // (0 for plain RoPE; x/y for 2-D; t/h/w for M-RoPE) and frequency pair_freq[j].
@@ -332,7 +334,7 @@ void RopeApplier::Impl::build_table(const Range& r) {
 
 RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
                          const RopeFreqs& f, const Positions& pos, const RopeApplyOptions& opt,
-                         DType out_dtype, std::string what)
+                         DType out_dtype, std::string what, std::size_t slab_axis)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.what = std::move(what);
@@ -351,7 +353,14 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
                                  dtype_name(out_dtype)));
   }
   m.id = axes.index('d');
-  m.axis0 = m.letters[0];
+  bool unit_lead = slab_axis < std::max<std::size_t>(shape.size(), 1);
+  for (std::size_t k = 0; unit_lead && k < slab_axis; ++k) unit_lead = shape[k] == 1;
+  if (!unit_lead) {
+    throw UsageError(fmt::format("{}: cannot process shape {} in slabs along axis {}", m.what,
+                                 shape_str(shape), slab_axis));
+  }
+  m.lead = slab_axis;
+  m.axis0 = m.letters[m.lead];
   auto size_of = [&](char c) {
     const int i = axes.index(c);
     return i < 0 ? std::size_t{1} : shape[static_cast<std::size_t>(i)];
@@ -430,22 +439,22 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
 
 RopeApplier::~RopeApplier() = default;
 
-std::size_t RopeApplier::rows_total() const { return impl_->shape[0]; }
+std::size_t RopeApplier::rows_total() const { return impl_->shape[impl_->lead]; }
 
 std::size_t RopeApplier::in_row_bytes() const {
-  return product(impl_->shape, 1, impl_->shape.size()) * dtype_size(impl_->in);
+  return product(impl_->shape, impl_->lead + 1, impl_->shape.size()) * dtype_size(impl_->in);
 }
 std::size_t RopeApplier::out_row_bytes() const {
-  return product(impl_->shape, 1, impl_->shape.size()) * dtype_size(impl_->out);
+  return product(impl_->shape, impl_->lead + 1, impl_->shape.size()) * dtype_size(impl_->out);
 }
 std::size_t RopeApplier::min_rows() const {
-  return impl_->id == 0 ? impl_->shape[0] : 1;
+  return impl_->id == static_cast<int>(impl_->lead) ? impl_->shape[impl_->lead] : 1;
 }
 std::size_t RopeApplier::table_bytes(std::size_t rows) const {
   const Impl& m = *impl_;
   const std::size_t ntok = m.slab_tokens(0, rows);
   std::size_t extra = 0;
-  const std::size_t elems = product(m.shape, 1, m.shape.size()) * rows;
+  const std::size_t elems = product(m.shape, m.lead + 1, m.shape.size()) * rows;
   // Working copies: integer inputs are converted to f64; a d axis that is not last is
   // moved last (input and output copies).
   if (m.kin != m.in) extra += elems * 8;
@@ -458,14 +467,14 @@ std::size_t RopeApplier::table_bytes(std::size_t rows) const {
 void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_t count) {
   Impl& m = *impl_;
   if (count == 0) return;
-  if (first + count > m.shape[0]) {
+  if (first + count > m.shape[m.lead]) {
     throw InputError(fmt::format("{}: rows {}..{} out of range", m.what, first, first + count));
   }
   const Impl::Range r = m.slab_range(first, count);
   m.build_table(r);
 
   Shape slab = m.shape;
-  slab[0] = count;
+  slab[m.lead] = count;
   const std::size_t elems = product(slab, 0, slab.size());
   const auto* in = static_cast<const std::byte*>(src);
   Tensor converted;

@@ -70,7 +70,18 @@ class TensorSource {
   virtual void read_rows(std::size_t first, std::size_t count, void* dst) = 0;
   /// Whether whole-tensor reads are cheap relative to streaming (regular files).
   virtual bool seekable() const = 0;
+  /// Reads entries [first, first + count) along `axis` into `dst` (as read_rows). Every
+  /// axis before `axis` must have extent 1, so the slab is one contiguous range of the
+  /// C-order data: this streams tensors such as [1, s, h, d] along s. `axis` 0 is
+  /// read_rows. Throws InputError for a range outside the axis, std::logic_error for
+  /// an axis that is not allowed (see `slab_axis`).
+  virtual void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst);
 };
+
+/// The axis along which a tensor of `shape` streams in the smallest slabs: the first
+/// axis whose extent is not 1 (the last axis when all are 1; 0 for rank 0). Every axis
+/// before it has extent 1, as read_slab/write_slab require.
+std::size_t slab_axis(const Shape& shape);
 
 std::unique_ptr<TensorSource> open_source(const TensorRef& ref);
 
@@ -95,6 +106,11 @@ class TensorSink {
   virtual ~TensorSink() = default;
   /// Writes the next `count` rows (axis 0) from `src` (C order, the sink dtype).
   virtual void write_rows(const void* src, std::size_t count) = 0;
+  /// Writes the next `count` entries along `axis`, every axis before which has extent 1
+  /// (see TensorSource::read_slab); `axis` 0 is write_rows. Slabs continue where the
+  /// previous write (of rows or slabs) ended. std::logic_error for an axis that is not
+  /// allowed or more entries than the shape holds.
+  virtual void write_slab(std::size_t axis, const void* src, std::size_t count);
   /// Finishes the output (all rows must have been written) and makes it visible.
   virtual void commit() = 0;
 };

@@ -90,25 +90,28 @@ DType rope_default_out_dtype(DType in);
 /// positions, grid, sections); `rows` checks the values (non-finite) as it goes.
 class RopeApplier {
  public:
-  /// `what` names the tensor in messages (its reference text).
+  /// `what` names the tensor in messages (its reference text). "Rows" below are the
+  /// entries along `slab_axis` (axis 0 unless given); every axis before it must have
+  /// extent 1 (a UsageError otherwise), so that e.g. [1, s, h, d] is processed in slabs
+  /// along s with the positions of those tokens.
   RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes, const RopeFreqs& f,
               const Positions& pos, const RopeApplyOptions& opt, DType out_dtype,
-              std::string what);
+              std::string what, std::size_t slab_axis = 0);
   ~RopeApplier();
   RopeApplier(const RopeApplier&) = delete;
   RopeApplier& operator=(const RopeApplier&) = delete;
 
-  /// Bytes of one row (axis 0) of the input / of the output.
+  /// Bytes of one row (along the slab axis) of the input / of the output.
   std::size_t in_row_bytes() const;
   std::size_t out_row_bytes() const;
   /// Rows per slab must be a multiple of this... in practice 1, or all rows when d is
-  /// axis 0 (the pairs would straddle slabs).
+  /// the slab axis (the pairs would straddle slabs).
   std::size_t min_rows() const;
   /// Upper bound of the cos/sin table bytes for a slab of `rows` rows.
   std::size_t table_bytes(std::size_t rows) const;
   std::size_t rows_total() const;
 
-  /// Rotates rows [first, first + count) of axis 0: `src` holds them in the input
+  /// Rotates rows [first, first + count) of the slab axis: `src` holds them in the input
   /// dtype (C order), `dst` receives them in the output dtype. Throws InputError
   /// naming the tensor for non-finite values (unless allowed); `dst` is then
   /// unspecified.

@@ -1,0 +1,25 @@
+#pragma once
+// Internal to the I/O sources and sinks: the arithmetic of slabs along an axis whose
+// leading axes all have extent 1 (TensorSource::read_slab, TensorSink::write_slab).
+
+#include <cstddef>
+
+#include "posenc/tensor.hpp"
+
+namespace posenc::io_detail {
+
+/// Extent of `axis` (1 for rank 0).
+std::size_t slab_extent(const Shape& shape, std::size_t axis);
+
+/// Throws std::logic_error unless `axis` is an axis of `shape` (0 for rank 0) and every
+/// axis before it has extent 1.
+void check_slab_axis(const Shape& shape, std::size_t axis);
+
+/// Bytes of one entry along `axis` (C order): later extents times `itemsize`.
+std::size_t slab_entry_bytes(const Shape& shape, std::size_t axis, std::size_t itemsize);
+
+/// `count` entries along a valid `axis` expressed as entries along slab_axis(shape):
+/// an axis before it has extent 1, so one of its entries is the whole tensor.
+std::size_t slab_units(const Shape& shape, std::size_t axis, std::size_t count);
+
+}  // namespace posenc::io_detail
