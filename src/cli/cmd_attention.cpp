@@ -56,42 +56,6 @@ struct AttentionCmdOptions {
 
 bool given(const AttentionCmdOptions& o, const char* name) { return o.app->count(name) > 0; }
 
-/// "4G", "4GB", "512M", "8.6e9", "2GiB" → bytes. K/M/G/T are powers of 1000 (as in the
-/// messages), Ki/Mi/Gi/Ti powers of 1024.
-std::size_t parse_bytes(const std::string& text) {
-  std::size_t i = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &i);
-  } catch (const std::exception&) {
-    i = 0;
-  }
-  std::string unit = text.substr(i);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
-  double mul = 0;
-  if (unit.empty()) mul = 1;
-  if (unit == "K") mul = 1e3;
-  if (unit == "M") mul = 1e6;
-  if (unit == "G") mul = 1e9;
-  if (unit == "T") mul = 1e12;
-  if (unit == "KI") mul = 1024.0;
-  if (unit == "MI") mul = 1024.0 * 1024;
-  if (unit == "GI") mul = 1024.0 * 1024 * 1024;
-  if (unit == "TI") mul = 1024.0 * 1024 * 1024 * 1024;
-  if (i == 0 || mul == 0 || !(value > 0) || !std::isfinite(value * mul) || value * mul > 1e19) {
-    throw UsageError(fmt::format(
-        "--max-memory {}: expected a size such as 4G, 512M, 2GiB or a byte count", text));
-  }
-  return static_cast<std::size_t>(value * mul);
-}
-
-std::size_t physical_memory() {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page <= 0) return 0;
-  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
-}
-
 std::int64_t parse_window_side(const std::string& s, const std::string& text) {
   std::size_t used = 0;
   long long v = 0;
@@ -236,7 +200,9 @@ void run_attention(AttentionCmdOptions& o) {
   opt.masked_rows = o.masked_rows == "nan" ? MaskedRows::nan : MaskedRows::zero;
   opt.emit = parse_attention_emit(o.emit, !o.v.empty());
   if (!o.dtype.empty()) opt.dtype = parse_dtype(o.dtype, "--dtype");
-  opt.max_memory = o.max_memory.empty() ? physical_memory() : parse_bytes(o.max_memory);
+  // No limit (0) when physical memory is unknown.
+  opt.max_memory = given(o, "--max-memory") ? parse_memory_size(o.max_memory, "--max-memory")
+                                            : physical_memory();
   const bool precision_given = given(o, "--precision");
   if (precision_given) opt.precision = rope_precision(o.rope_opts);
 
@@ -354,8 +320,8 @@ void register_attention(CLI::App& app) {
       ->check(CLI::IsMember({"zero", "nan"}));
   sub->add_option("--dtype", o->dtype, "output dtype f64|f32|f16|bf16 (default: that of Q)");
   sub->add_option("--max-memory", o->max_memory,
-                  "fail up front if the outputs and work memory need more (e.g. 4G; default: "
-                  "physical memory)");
+                  "fail up front if the outputs and work memory need more (e.g. 512M, 4G, "
+                  "1.5GiB or bytes; K, M, G, T are powers of 1024; default: physical memory)");
   sub->add_flag("--rope", o->rope, "rotate Q and K with RoPE (ROPE OPTIONS) before the scores");
   add_rope_options(sub, o->rope_opts);
   o->rope_opts.app = sub;

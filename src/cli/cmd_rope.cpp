@@ -181,7 +181,7 @@ void run_rope(const RopeCmdOptions& o) {
     throw UsageError(fmt::format("-o: {} input(s) need {} output(s), got {}", o.inputs.size(),
                                  o.inputs.size(), o.out.outputs.size()));
   }
-  const std::size_t budget = o.max_memory.empty()
+  const std::size_t budget = o.rope.app->count("--max-memory") == 0
                                  ? default_max_memory()
                                  : parse_memory_size(o.max_memory, "--max-memory");
 
@@ -257,9 +257,10 @@ void run_rope(const RopeCmdOptions& o) {
     std::size_t lo = applier.min_rows(), hi = std::max<std::size_t>(total_rows, 1);
     if (cost(lo) > budget) {
       throw UsageError(fmt::format(
-          "--max-memory: {} needs {} MiB for one slab of {} row(s) along axis {} ({}), more "
-          "than the limit of {} MiB",
-          what, (cost(lo) + (1 << 20) - 1) >> 20, lo, axis, axes.letters[axis], budget >> 20));
+          "--max-memory: {} needs {} for one slab of {} row(s) along axis {} ({}), more than "
+          "the limit of {}",
+          what, memory_size_str(cost(lo)), lo, axis, axes.letters[axis],
+          memory_size_str(budget)));
     }
     while (lo < hi) {
       const std::size_t mid = lo + (hi - lo + 1) / 2;

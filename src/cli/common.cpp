@@ -1,11 +1,19 @@
 #include "cli/common.hpp"
 
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <variant>
 
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "posenc/error.hpp"
 
 namespace posenc::cli {
 
@@ -33,6 +41,60 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool req
       ->check(CLI::Range(0, 9));
   sub->add_flag("--no-clobber", o.no_clobber, "fail instead of replacing an existing output");
   sub->add_flag("--sync", o.sync, "fsync outputs before renaming them into place");
+}
+
+std::size_t parse_memory_size(const std::string& text, const std::string& option) {
+  std::size_t i = 0;
+  std::size_t digits = 0;
+  bool dot = false;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      ++digits;
+    } else if (c == '.' && !dot) {
+      dot = true;
+    } else {
+      break;
+    }
+  }
+  std::string unit = text.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();  // KiB = K
+  double mult = 0;
+  if (unit.empty()) mult = 1;
+  const std::string kUnits = "KMGT";
+  if (unit.size() == 1 && kUnits.find(unit[0]) != std::string::npos) {
+    mult = std::ldexp(1.0, 10 * static_cast<int>(kUnits.find(unit[0]) + 1));
+  }
+  const double value = digits > 0 ? std::strtod(text.substr(0, i).c_str(), nullptr) : 0;
+  const double bytes = value * mult;
+  if (digits == 0 || mult == 0 || !(bytes >= 1)) {
+    throw UsageError(
+        fmt::format("{}: expected a size such as 512M, 2G, 1.5GiB or a byte count "
+                    "(K, M, G, T are powers of 1024), got '{}'",
+                    option, text));
+  }
+  if (bytes >= std::ldexp(1.0, 63)) {
+    throw UsageError(fmt::format("{}: size '{}' is too large", option, text));
+  }
+  return static_cast<std::size_t>(bytes);
+}
+
+std::string memory_size_str(std::size_t bytes) {
+  if (bytes < 1024) return fmt::format("{} bytes", bytes);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double x = static_cast<double>(bytes) / 1024;
+  std::size_t u = 0;
+  while (x >= 1024 && u + 1 < std::size(units)) x /= 1024, ++u;
+  return fmt::format("{:.1f} {}", x, units[u]);
+}
+
+std::size_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
 }
 
 void verbose(const std::string& msg) {

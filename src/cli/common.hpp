@@ -34,6 +34,20 @@ struct OutputOptions {
 void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
                         bool required = true);
 
+/// Parses a memory size such as `--max-memory` takes, in binary units as GNU sort -S:
+/// a byte count, or a number (decimals allowed) followed by K, M, G or T (powers of
+/// 1024; KiB, MiB, GiB, TiB mean the same; a trailing B is optional; any case), e.g.
+/// "512M", "2G", "1.5GiB", "1048576", "64KB". Throws UsageError naming `option` for
+/// anything else, for zero and for sizes of 2^63 bytes or more.
+std::size_t parse_memory_size(const std::string& text, const std::string& option);
+
+/// A byte count in the units parse_memory_size reads: "512 bytes", "4.5 KiB",
+/// "16.0 MiB", "1.5 GiB".
+std::string memory_size_str(std::size_t bytes);
+
+/// Physical memory of the machine in bytes, or 0 when the system does not tell.
+std::size_t physical_memory();
+
 /// Prints `posenc: <msg>` on stderr when --verbose is on.
 void verbose(const std::string& msg);
 /// Prints the recorded parameters on stderr when --verbose is on.
