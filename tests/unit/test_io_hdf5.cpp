@@ -5,9 +5,12 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "posenc/error.hpp"
 #include "posenc/io/hdf5.hpp"
@@ -233,6 +236,53 @@ TEST_F(Hdf5Test, ReadErrorsNameFileAndDataset) {
   expect_input_error(path("nope.h5"), "/x", "cannot open");
   std::ofstream(path("text.h5")) << "not hdf5\n";
   expect_input_error(path("text.h5"), "/x", "not an HDF5 file");
+}
+
+// [1, s, h] written and read in slabs along s (axis 1): hyperslabs with a zero offset
+// on the unit axis, mixing slab sizes, with and without chunked compression.
+TEST_F(Hdf5Test, SlabsAlongTheFirstNonUnitAxis) {
+  for (int compression : {0, 3}) {
+    const std::string file = path("slab" + std::to_string(compression) + ".h5");
+    Tensor t = ramp(DType::f32, {1, 11, 5});
+    const std::size_t entry = 5 * sizeof(float);
+    {
+      WriteOptions opt;
+      opt.compression = compression;
+      Hdf5FileWriter w(file, opt);
+      auto sink = w.dataset("/g/x", TensorInfo{t.dtype(), t.shape(), "", {}});
+      sink->write_slab(1, t.bytes(), 4);
+      sink->write_slab(1, t.bytes() + 4 * entry, 0);
+      sink->write_slab(1, t.bytes() + 4 * entry, 7);
+      EXPECT_THROW(sink->write_slab(1, t.bytes(), 1), OutputError);  // past the end
+      sink->commit();
+      w.commit();
+    }
+    Tensor back = read_all(file, "/g/x");
+    ASSERT_EQ(back.shape(), t.shape());
+    EXPECT_EQ(std::memcmp(back.bytes(), t.bytes(), t.nbytes()), 0);
+
+    TensorRef ref{file + ":/g/x", file, "/g/x", Format::hdf5};
+    auto src = open_hdf5_source(ref);
+    std::vector<float> buf(3 * 5);
+    src->read_slab(1, 8, 3, buf.data());
+    EXPECT_EQ(std::memcmp(buf.data(), t.bytes() + 8 * entry, 3 * entry), 0);
+    EXPECT_THROW(src->read_slab(1, 9, 3, buf.data()), InputError);
+    EXPECT_THROW(src->read_slab(2, 0, 1, buf.data()), std::logic_error);
+  }
+}
+
+TEST_F(Hdf5Test, IncompleteSlabWritesAreRefused) {
+  Tensor t = ramp(DType::f64, {1, 6, 2});
+  Hdf5FileWriter w(path("part.h5"), WriteOptions{});
+  auto sink = w.dataset("/x", TensorInfo{t.dtype(), t.shape(), "", {}});
+  sink->write_slab(1, t.bytes(), 5);
+  try {
+    sink->commit();
+    ADD_FAILURE() << "committed 5 of 6 entries";
+  } catch (const OutputError& e) {
+    EXPECT_NE(std::string(e.what()).find("5 of 6 entries along axis 1"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 // Expected values are the numbers the hand-built files were made from.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -442,6 +444,52 @@ TEST(NpyWrite, Bf16IsRefused) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("out.npy: NPY has no bfloat16"), std::string::npos);
   }
+}
+
+// Slabs along the first axis whose extent is not 1: with leading unit axes they are
+// consecutive byte ranges of the C-order data, from files, streams and Fortran order.
+TEST(NpySlab, SlabAxisSkipsLeadingUnitAxes) {
+  EXPECT_EQ(slab_axis(Shape{}), 0u);
+  EXPECT_EQ(slab_axis(Shape{5, 4}), 0u);
+  EXPECT_EQ(slab_axis(Shape{1, 6, 2, 3}), 1u);
+  EXPECT_EQ(slab_axis(Shape{1, 1, 6, 3}), 2u);
+  EXPECT_EQ(slab_axis(Shape{1, 1, 1}), 2u);
+  EXPECT_EQ(slab_axis(Shape{1, 0, 3}), 1u);
+}
+
+TEST(NpySlab, StreamReadsEntriesAlongTheSlabAxis) {
+  auto v = iota_f(36);  // [1, 6, 2, 3]: an entry along axis 1 is 6 floats
+  std::string f = npy_file(f4_dict("(1, 6, 2, 3)"), bytes_of(v));
+  auto src = open_npy_stream(std::make_unique<MemoryReader>(f, 5), "x.npy");
+  std::vector<float> buf(18);
+  src->read_slab(1, 1, 2, buf.data());  // skips entry 0
+  for (std::size_t i = 0; i < 12; ++i) ASSERT_EQ(buf[i], v[6 + i]);
+  EXPECT_THROW(src->read_slab(1, 0, 1, buf.data()), InputError);  // backwards
+  EXPECT_THROW(src->read_slab(1, 4, 3, buf.data()), InputError);  // past the end
+  src->read_slab(1, 3, 3, buf.data());
+  for (std::size_t i = 0; i < 18; ++i) ASSERT_EQ(buf[i], v[18 + i]);
+  // Axis 2 is not allowed: axis 1 does not have extent 1.
+  EXPECT_THROW(src->read_slab(2, 0, 1, buf.data()), std::logic_error);
+}
+
+TEST(NpySlab, FortranAndBigEndianSlabsMatchRows) {
+  // A [1, 4, 3] array stored in Fortran order and big-endian: slabs along axis 1 are
+  // the C-order rows of the transposed data in native byte order.
+  std::vector<float> c(12);
+  for (std::size_t i = 0; i < 12; ++i) c[i] = static_cast<float>(i) * 1.5f - 4.0f;
+  std::vector<float> fo(12);
+  for (std::size_t j = 0; j < 4; ++j)
+    for (std::size_t k = 0; k < 3; ++k) fo[j + 4 * k] = c[j * 3 + k];
+  std::string data = bytes_of(fo);
+  for (std::size_t i = 0; i < data.size(); i += 4) {
+    std::reverse(data.begin() + static_cast<std::ptrdiff_t>(i),
+                 data.begin() + static_cast<std::ptrdiff_t>(i + 4));
+  }
+  std::string f = npy_file("{'descr': '>f4', 'fortran_order': True, 'shape': (1, 4, 3), }", data);
+  auto src = open_npy_stream(std::make_unique<MemoryReader>(f, 7), "x.npy");
+  std::vector<float> buf(6);
+  src->read_slab(1, 2, 2, buf.data());
+  for (std::size_t i = 0; i < 6; ++i) ASSERT_EQ(buf[i], c[6 + i]);
 }
 
 }  // namespace
