@@ -156,6 +156,30 @@ class TestLeadingUnitAxes(PosencTestCase):
             self.assertEqual(f.read(), b"keep")
 
 
+class TestMaxMemoryUnits(PosencTestCase):
+    """--max-memory takes binary units as GNU sort -S, the same for rope and attention."""
+
+    def test_sizes(self):
+        # One entry along s is 2 x 1.2 MB plus its table: more than any limit below, so
+        # the error message reports the parsed limit.
+        np.save(self.path("x.npy"), np.zeros((1, 2, 1, 300000), np.float32))
+        for text, shown in [("0.5M", "512.0 KiB"), ("0.5MiB", "512.0 KiB"),
+                            ("524288", "512.0 KiB"), ("512k", "512.0 KiB"),
+                            ("512KB", "512.0 KiB"), ("512kib", "512.0 KiB"), ("1K", "1.0 KiB"),
+                            ("1000", "1000 bytes"), ("1000B", "1000 bytes")]:
+            self.assert_fails(2, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                              "--axes", "bshd", "--max-memory", text,
+                              match=rf"limit of {re.escape(shown)}$")
+        for bad in ["lots", "", "0", "1e9", "-5", "5 M", "9E", "1.5X", "K", "8T8"]:
+            self.assert_fails(2, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                              "--max-memory", bad, match="--max-memory: expected a size")
+            self.assert_fails(2, "attention", "-q", self.path("x.npy"), "-k", self.path("x.npy"),
+                              "-o", self.path("y.npy"), "--max-memory", bad,
+                              match="--max-memory: expected a size")
+        self.assert_fails(2, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                          "--max-memory", "8388608T", match="too large")
+
+
 def peak_rss_kib(args, stdin_path=None, stdout_path=None):
     """Runs posenc under /usr/bin/time -f %M; returns (returncode, peak RSS in KiB, stderr)."""
     stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
