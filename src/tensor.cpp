@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include <fmt/format.h>
@@ -74,6 +75,15 @@ bool is_integer(DType t) noexcept { return !is_float(t) && t != DType::b1; }
 std::string shape_str(const Shape& s) {
   if (s.size() == 1) return fmt::format("({},)", s[0]);
   return fmt::format("({})", fmt::join(s, ", "));
+}
+
+std::string bytes_str(std::size_t bytes) {
+  if (bytes < 1024) return fmt::format("{} bytes", bytes);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double x = static_cast<double>(bytes) / 1024;
+  std::size_t u = 0;
+  while (x >= 1024 && u + 1 < std::size(units)) x /= 1024, ++u;
+  return fmt::format("{:.1f} {}", x, units[u]);
 }
 
 std::size_t checked_numel(const Shape& s, std::size_t itemsize, std::string_view what) {

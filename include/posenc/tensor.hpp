@@ -35,6 +35,10 @@ bool is_integer(DType t) noexcept;  ///< signed or unsigned integer, not bool
 /// "(2, 3, 4)" as numpy prints shapes.
 std::string shape_str(const Shape& s);
 
+/// A byte count for messages in binary units, as --max-memory takes them: "512 bytes",
+/// "1.5 KiB", "8.0 GiB".
+std::string bytes_str(std::size_t bytes);
+
 /// Number of elements of `s`. Throws InputError naming `what` if the product or its
 /// byte size (with `itemsize`) overflows, before anything is allocated.
 std::size_t checked_numel(const Shape& s, std::size_t itemsize, std::string_view what);

@@ -259,8 +259,8 @@ void run_rope(const RopeCmdOptions& o) {
       throw UsageError(fmt::format(
           "--max-memory: {} needs {} for one slab of {} row(s) along axis {} ({}), more than "
           "the limit of {}",
-          what, memory_size_str(cost(lo)), lo, axis, axes.letters[axis],
-          memory_size_str(budget)));
+          what, bytes_str(cost(lo)), lo, axis, axes.letters[axis],
+          bytes_str(budget)));
     }
     while (lo < hi) {
       const std::size_t mid = lo + (hi - lo + 1) / 2;

@@ -81,15 +81,6 @@ std::size_t parse_memory_size(const std::string& text, const std::string& option
   return static_cast<std::size_t>(bytes);
 }
 
-std::string memory_size_str(std::size_t bytes) {
-  if (bytes < 1024) return fmt::format("{} bytes", bytes);
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double x = static_cast<double>(bytes) / 1024;
-  std::size_t u = 0;
-  while (x >= 1024 && u + 1 < std::size(units)) x /= 1024, ++u;
-  return fmt::format("{:.1f} {}", x, units[u]);
-}
-
 std::size_t physical_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGE_SIZE);

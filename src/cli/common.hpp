@@ -41,10 +41,6 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
 /// anything else, for zero and for sizes of 2^63 bytes or more.
 std::size_t parse_memory_size(const std::string& text, const std::string& option);
 
-/// A byte count in the units parse_memory_size reads: "512 bytes", "4.5 KiB",
-/// "16.0 MiB", "1.5 GiB".
-std::string memory_size_str(std::size_t bytes);
-
 /// Physical memory of the machine in bytes, or 0 when the system does not tell.
 std::size_t physical_memory();
 

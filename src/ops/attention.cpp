@@ -406,13 +406,6 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
   return {need, names};
 }
 
-std::string human_bytes(std::size_t n) {
-  double x = static_cast<double>(n);
-  if (x >= 1e9) return fmt::format("{:.1f} GB", x / 1e9);
-  if (x >= 1e6) return fmt::format("{:.1f} MB", x / 1e6);
-  if (x >= 1e3) return fmt::format("{:.1f} kB", x / 1e3);
-  return fmt::format("{} bytes", n);
-}
 
 // ---------------------------------------------------------------------------------
 // BLAS, single-threaded per call (see the file comment of attention.hpp).
@@ -1006,8 +999,8 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   auto [need, names] =
       memory_of(g, q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
   if (opt.max_memory && need > opt.max_memory) {
-    throw InputError(fmt::format("{} would need {} > --max-memory {}", names, human_bytes(need),
-                                 human_bytes(opt.max_memory)));
+    throw InputError(fmt::format("{} would need {} > --max-memory {}", names, bytes_str(need),
+                                 bytes_str(opt.max_memory)));
   }
   AttentionResult res =
       g.compute == DType::f64 ? run<double>(q, k, v, g, opt) : run<float>(q, k, v, g, opt);
