@@ -1,12 +1,12 @@
 // The RoPE kernel compiled for the avx512 instruction set (see rope_kernel_impl.inc).
 // Standard headers come before the target pragma so none of their inline functions is
 // compiled for the wider set.
+#include <immintrin.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-
-#include <immintrin.h>
 
 #include "ops/rope_kernel.hpp"
 

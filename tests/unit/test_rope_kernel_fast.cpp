@@ -1,15 +1,16 @@
 // The AVX-512 RoPE fast path (f32/f16 data, float64 arithmetic, widths that are
 // multiples of 16) against the float64 definition rounded once and against the base
 // kernel, byte for byte: streamed and plain stores, aligned and unaligned outputs,
-// partial rotary, both styles, and NaN/Inf detection in the rotated part and the tail.
+// partial rotary, both styles, --precision f32 against the base kernel, and NaN/Inf detection in
+// the rotated part and the tail.
+
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "../../src/ops/rope_kernel.hpp"
 #include "posenc/tensor.hpp"
@@ -104,13 +105,27 @@ TEST(RopeKernelFast, MatchesDefinitionAndBaseKernel) {
               const std::string what = "D=" + std::to_string(D) + " R=" + std::to_string(R) +
                                        (st == RopeStyle::neox ? " neox " : " gptj ") +
                                        std::string(dtype_name(in)) + "->" +
-                                       std::string(dtype_name(out)) +
-                                       (stream ? " stream" : "") + " misalign " +
-                                       std::to_string(mis);
+                                       std::string(dtype_name(out)) + (stream ? " stream" : "") +
+                                       " misalign " + std::to_string(mis);
               EXPECT_EQ(std::memcmp(y.p, want.bytes(), nbytes), 0) << what;
               EXPECT_EQ(std::memcmp(y.p, ref.p, nbytes), 0) << what;
             }
           }
+          // --precision f32 (f32 table and arithmetic): the same bytes as the base kernel.
+          const std::vector<float> table32(table.begin(), table.end());
+          a.table = table32.data();
+          a.stream = false;
+          a.dst = ref.p;
+          rope_detail::base::find_kernel(in, out, Precision::f32, st)(a);
+          for (bool stream : {false, true}) {
+            Placed y(nbytes, 0);
+            a.dst = y.p;
+            a.stream = stream;
+            EXPECT_FALSE(rope_detail::avx512::find_kernel(in, out, Precision::f32, st)(a));
+            EXPECT_EQ(std::memcmp(y.p, ref.p, nbytes), 0)
+                << "f32 precision D=" << D << " R=" << R << " stream " << stream;
+          }
+          a.table = table.data();
         }
       }
     }
@@ -140,10 +155,16 @@ TEST(RopeKernelFast, ReportsNonFiniteInRotatedPartAndTail) {
           a.rowidx = rowidx.data();
           a.table = table.data();
           a.block2 = 2;
-          auto k = rope_detail::avx512::find_kernel(in, in, Precision::f64, st);
-          EXPECT_FALSE(k(a));
-          x.set(bad, v);
-          EXPECT_TRUE(k(a)) << "element " << bad;
+          const std::vector<float> table32(table.begin(), table.end());
+          for (Precision p : {Precision::f64, Precision::f32}) {
+            x.set(bad, 0.25);
+            a.table = p == Precision::f64 ? static_cast<const void*>(table.data())
+                                          : static_cast<const void*>(table32.data());
+            auto k = rope_detail::avx512::find_kernel(in, in, p, st);
+            EXPECT_FALSE(k(a));
+            x.set(bad, v);
+            EXPECT_TRUE(k(a)) << "element " << bad;
+          }
         }
       }
     }
