@@ -57,18 +57,12 @@ struct AttentionCmdOptions {
 bool given(const AttentionCmdOptions& o, const char* name) { return o.app->count(name) > 0; }
 
 std::int64_t parse_window_side(const std::string& s, const std::string& text) {
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size() || v < -1) {
+  const std::optional<long long> v = parse_integer(s);
+  if (!v || *v < -1) {
     throw UsageError(
         fmt::format("--window {}: expected LEFT[,RIGHT], integers >= 0 or -1 for unbounded", text));
   }
-  return v;
+  return *v;
 }
 
 // The output references for the emitted tensors (see the man page: one per tensor in

@@ -48,17 +48,9 @@ struct AxisSel {
 };
 
 long long parse_int(const std::string& s, const std::string& whole) {
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty()) {
-    throw UsageError(fmt::format("--slice '{}': '{}' is not an integer", whole, s));
-  }
-  return v;
+  const std::optional<long long> v = parse_integer(s);
+  if (!v) throw UsageError(fmt::format("--slice '{}': '{}' is not an integer", whole, s));
+  return *v;
 }
 
 std::string trim(const std::string& s) {

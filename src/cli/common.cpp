@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +80,15 @@ std::size_t parse_memory_size(const std::string& text, const std::string& option
     throw UsageError(fmt::format("{}: size '{}' is too large", option, text));
   }
   return static_cast<std::size_t>(bytes);
+}
+
+std::optional<long long> parse_integer(std::string_view s) {
+  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  long long v = 0;
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
 }
 
 std::size_t physical_memory() {

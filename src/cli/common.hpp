@@ -1,7 +1,9 @@
 #pragma once
 // Pieces shared by the subcommands: global flags, output options, messages.
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -40,6 +42,10 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
 /// "512M", "2G", "1.5GiB", "1048576", "64KB". Throws UsageError naming `option` for
 /// anything else, for zero and for sizes of 2^63 bytes or more.
 std::size_t parse_memory_size(const std::string& text, const std::string& option);
+
+/// The integer `s` spells exactly (optional sign, decimal digits, nothing else), or
+/// nullopt; for option values that hold integers inside other syntax.
+std::optional<long long> parse_integer(std::string_view s);
 
 /// Physical memory of the machine in bytes, or 0 when the system does not tell.
 std::size_t physical_memory();
