@@ -3,9 +3,8 @@
 # posenc against the seeds' PyTorch code (seed_sinusoidal.py, run as
 # `/usr/bin/python3 seed_sinusoidal.py`). Reports mean times, the ratio and peak RSS.
 # Usage: [OUTDIR=dir] bench/table/bench_sinusoidal.sh [path/to/posenc] [runs]
-# OUTDIR (default: a fresh folder under $TMPDIR or /tmp) is where both write; posenc's
-# atomic output fsyncs before the rename, np.save does not, so a disk-backed OUTDIR
-# includes that flush in posenc's time (on tmpfs it is free).
+# OUTDIR (default: a fresh folder under $TMPDIR or /tmp) is where both write (neither
+# flushes to disk: posenc only does with --sync).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 posenc=${1:-$here/../../build/posenc}

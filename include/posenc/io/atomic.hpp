@@ -3,8 +3,9 @@
 /// Atomic output files.
 ///
 /// A regular-file target is written to a temporary file created with mkstemp in the
-/// target's folder (so the final rename stays on one filesystem), every write, fsync
-/// and close is checked, and only `commit()` renames it over the target. A temporary
+/// target's folder (so the final rename stays on one filesystem), every write, the
+/// optional fsync and the close are checked, and only `commit()` renames it over the
+/// target. A temporary
 /// that is never committed is removed, also when SIGINT or SIGTERM arrives: live
 /// temporary paths are kept in a fixed table that an async-signal-safe handler unlinks
 /// before exiting with status 128 + signal number.
@@ -72,7 +73,8 @@ class OutputFile {
   /// device", "cannot write to standard output: Broken pipe").
   void write(const void* data, std::size_t n);
   void write(const std::string& s) { write(s.data(), s.size()); }
-  /// Flushes and, for a temporary file, fsyncs and closes it; the target is unchanged.
+  /// Flushes and, for a temporary file, closes it (fsync first with WriteOptions::sync);
+  /// the target is unchanged.
   void finish();
   /// finish() and then make the output visible (rename over the target).
   void commit();
