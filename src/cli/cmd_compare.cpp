@@ -315,7 +315,7 @@ void register_compare(CLI::App& app) {
   auto opt = std::make_shared<CompareOptions>();
   auto* sub = app.add_subcommand(
       "compare",
-      "Compare tensor A with reference B element-wise: |a - b| <= atol + rtol * |b| "
+      "compare tensor A with reference B element-wise: |a - b| <= atol + rtol * |b| "
       "(numpy.isclose) and/or a ULP bound. Exit 0 if all match, 1 if not.");
   sub->add_option("a", opt->a, "tensor to check")->required();
   sub->add_option("b", opt->b, "reference tensor")->required();

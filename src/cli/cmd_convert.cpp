@@ -73,7 +73,7 @@ void register_convert(CLI::App& app) {
   auto opt = std::make_shared<ConvertOptions>();
   auto* sub = app.add_subcommand(
       "convert",
-      "Copy a tensor to another format or dtype (npy, h5, csv, tsv, json, text). Rows are "
+      "copy a tensor to another format or dtype (npy, h5, csv, tsv, json, text). Rows are "
       "streamed, so large NPY and HDF5 tensors need little memory.");
   sub->add_option("input", opt->input, "input tensor reference (x.npy, x.h5:/d, x.csv, x.json, -)")
       ->required();

@@ -511,7 +511,7 @@ void register_inspect(CLI::App& app) {
   auto opt = std::make_shared<InspectOptions>();
   auto* sub = app.add_subcommand(
       "inspect",
-      "Show shape, dtype, storage, attributes, statistics (min/max/mean/std over finite "
+      "show shape, dtype, storage, attributes, statistics (min/max/mean/std over finite "
       "values, NaN/Inf counts) and leading values of a tensor; for an HDF5 file without a "
       "dataset, list its datasets.");
   sub->add_option("input", opt->input, "tensor reference (x.npy, x.h5:/d, x.h5, x.csv, x.json, -)")
