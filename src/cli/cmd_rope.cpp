@@ -8,14 +8,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/core.h>
+#include <omp.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -175,6 +181,150 @@ class Outputs {
   std::map<std::string, std::unique_ptr<Hdf5FileWriter>> h5_;
 };
 
+/// A blocking FIFO between two pipeline stages. cancel() wakes every waiter and makes
+/// pop() fail from then on, so that an error in one stage stops the others.
+template <typename T>
+class Channel {
+ public:
+  void push(T v) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      items_.push_back(std::move(v));
+    }
+    ready_.notify_one();
+  }
+  /// The next item, or false once cancelled.
+  bool pop(T& v) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_.wait(lock, [&] { return cancelled_ || !items_.empty(); });
+    if (cancelled_) return false;
+    v = std::move(items_.front());
+    items_.pop_front();
+    return true;
+  }
+  void cancel() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cancelled_ = true;
+    }
+    ready_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<T> items_;
+  bool cancelled_ = false;
+};
+
+/// Buffers per side (input, output) of the slab pipeline: two let the reader fill
+/// slab i+1 and the writer drain slab i-1 while slab i is rotated.
+constexpr std::size_t kPipelineDepth = 2;
+
+/// Streams `total_rows` rows along `axis` from `src` through `rotate` to `sink` in slabs
+/// of `slab_rows`, overlapping the three: a reader thread owns `src`, a writer thread
+/// owns `sink` and the calling thread rotates (with OpenMP inside). Slabs are written
+/// in order, so the output is byte for byte that of reading, rotating and writing one
+/// slab after the other. `depth` buffers of each side are allocated; with depth 1 the
+/// stages still run in their threads but take turns. `serialize_io` keeps reads and
+/// writes from running at the same time (HDF5 on both sides: the library is not
+/// thread-safe). The first error of any stage stops all of them and is rethrown here.
+template <typename Rotate, typename Done>
+void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, std::size_t total_rows,
+                  std::size_t slab_rows, std::size_t in_row_bytes, std::size_t out_row_bytes,
+                  std::size_t depth, bool serialize_io, Rotate rotate, Done done) {
+  struct Slab {
+    std::size_t buf = 0, first = 0, rows = 0;
+  };
+  std::vector<Buffer> in_bufs, out_bufs;
+  Channel<std::size_t> free_in, free_out;
+  Channel<Slab> read, rotated;
+  for (std::size_t i = 0; i < depth; ++i) {
+    in_bufs.emplace_back(slab_rows * in_row_bytes);
+    out_bufs.emplace_back(slab_rows * out_row_bytes);
+    free_in.push(i);
+    free_out.push(i);
+  }
+  std::mutex io_mutex, error_mutex;
+  std::exception_ptr error;
+  auto fail = [&](std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = e;
+    }
+    free_in.cancel();
+    free_out.cancel();
+    read.cancel();
+    rotated.cancel();
+  };
+  auto io_lock = [&] {
+    return serialize_io ? std::unique_lock<std::mutex>(io_mutex) : std::unique_lock<std::mutex>();
+  };
+
+  std::thread reader([&] {
+    try {
+      for (std::size_t first = 0; first < total_rows; first += slab_rows) {
+        Slab s{0, first, std::min(slab_rows, total_rows - first)};
+        if (!free_in.pop(s.buf)) return;
+        {
+          auto lock = io_lock();
+          src.read_slab(axis, s.first, s.rows, in_bufs[s.buf].data());
+        }
+        read.push(s);
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  });
+  auto write_all = [&] {
+    try {
+      for (std::size_t first = 0; first < total_rows; first += slab_rows) {
+        Slab s;
+        if (!rotated.pop(s)) return;
+        {
+          auto lock = io_lock();
+          sink.write_slab(axis, out_bufs[s.buf].data(), s.rows);
+        }
+        free_out.push(s.buf);
+        done(s.first + s.rows);
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  };
+  std::thread writer;
+  try {
+    writer = std::thread(write_all);
+  } catch (...) {
+    fail(std::current_exception());  // stops the reader
+  }
+  // Without -j, the rotation gets the cores the reader and writer leave: libgomp's
+  // workers spin-wait between slabs and would take those cores from the I/O threads,
+  // which costs far more than a second rotating thread gains (rotation is a small part
+  // of the time next to I/O). Results do not depend on the thread count.
+  const int saved_threads = omp_get_max_threads();
+  if (globals().threads == 0) {
+    omp_set_num_threads(std::max(1, std::min(saved_threads, omp_get_num_procs() - 2)));
+  }
+  try {
+    for (std::size_t first = 0; first < total_rows; first += slab_rows) {
+      Slab in, out;
+      if (!read.pop(in) || !free_out.pop(out.buf)) break;
+      out.first = in.first;
+      out.rows = in.rows;
+      rotate(in_bufs[in.buf].data(), out_bufs[out.buf].data(), in.first, in.rows);
+      free_in.push(in.buf);
+      rotated.push(out);
+    }
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  omp_set_num_threads(saved_threads);
+  reader.join();
+  if (writer.joinable()) writer.join();
+  if (error) std::rethrow_exception(error);
+}
+
 void run_rope(const RopeCmdOptions& o) {
   if (o.inputs.empty()) throw UsageError("rope: give at least one input tensor");
   if (o.out.outputs.size() != o.inputs.size()) {
@@ -250,11 +400,15 @@ void run_rope(const RopeCmdOptions& o) {
 
     // Largest slab (rows along `axis`) whose input, output and table fit the budget.
     const std::size_t total_rows = applier.rows_total();
+    // Every pipeline buffer counts; a budget too small for double buffering gets one
+    // buffer per side (no overlap) rather than a refusal.
+    std::size_t depth = kPipelineDepth;
     auto cost = [&](std::size_t rows) {
-      return rows * (applier.in_row_bytes() + applier.out_row_bytes()) +
+      return depth * rows * (applier.in_row_bytes() + applier.out_row_bytes()) +
              applier.table_bytes(rows);
     };
     std::size_t lo = applier.min_rows(), hi = std::max<std::size_t>(total_rows, 1);
+    if (cost(lo) > budget) depth = 1;
     if (cost(lo) > budget) {
       throw UsageError(fmt::format(
           "--max-memory: {} needs {} for one slab of {} row(s) along axis {} ({}), more than "
@@ -307,16 +461,15 @@ void run_rope(const RopeCmdOptions& o) {
     TensorSink& sink = outputs.open(k, out_info);
 
     const std::size_t rows_per_slab = std::max<std::size_t>(slab_rows, 1);
-    Buffer in_buf(rows_per_slab * applier.in_row_bytes());
-    Buffer out_buf(rows_per_slab * applier.out_row_bytes());
     Progress progress(what, total_rows * applier.in_row_bytes());
-    for (std::size_t first = 0; first < total_rows; first += rows_per_slab) {
-      const std::size_t n = std::min(rows_per_slab, total_rows - first);
-      src.read_slab(axis, first, n, in_buf.data());
-      applier.rows(in_buf.data(), out_buf.data(), first, n);
-      sink.write_slab(axis, out_buf.data(), n);
-      progress.update((first + n) * applier.in_row_bytes());
-    }
+    stream_slabs(
+        src, sink, axis, total_rows, rows_per_slab, applier.in_row_bytes(),
+        applier.out_row_bytes(), depth,
+        in_refs[k].format == Format::hdf5 && out_refs[k].format == Format::hdf5,
+        [&](const std::byte* in, std::byte* out, std::size_t first, std::size_t n) {
+          applier.rows(in, out, first, n);
+        },
+        [&](std::size_t rows_done) { progress.update(rows_done * applier.in_row_bytes()); });
   }
   outputs.commit_all();
 }
