@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from posenc_testlib import PosencTestCase
+from reference_bias import get_slopes, t5_bucket
 
 torch.set_default_dtype(torch.float64)
 
@@ -31,34 +32,6 @@ F16 = dict(rtol=1e-3, atol=1e-3)
 
 # ----------------------------------------------------------------------------------
 # References
-
-def get_slopes(n):
-    """Press et al., attention_with_linear_biases."""
-    def pow2(n):
-        start = 2 ** (-2 ** -(math.log2(n) - 3))
-        return [start * start ** i for i in range(n)]
-    if math.log2(n).is_integer():
-        return pow2(n)
-    c = 2 ** math.floor(math.log2(n))
-    return pow2(c) + get_slopes(2 * c)[0::2][:n - c]
-
-
-def t5_bucket(rp, bidirectional, num_buckets, max_distance):
-    """HF T5Attention._relative_position_bucket (rp = key - query)."""
-    bucket = torch.zeros_like(rp)
-    if bidirectional:
-        num_buckets //= 2
-        bucket += (rp > 0).to(torch.long) * num_buckets
-        rp = torch.abs(rp)
-    else:
-        rp = -torch.min(rp, torch.zeros_like(rp))
-    max_exact = num_buckets // 2
-    is_small = rp < max_exact
-    large = max_exact + (torch.log(rp.float() / max_exact) / math.log(max_distance / max_exact)
-                         * (num_buckets - max_exact)).to(torch.long)
-    large = torch.min(large, torch.full_like(large, num_buckets - 1))
-    return bucket + torch.where(is_small, rp, large)
-
 
 def rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
