@@ -15,14 +15,8 @@
 
 namespace posenc {
 
-namespace {
-
-constexpr double kPi = 3.14159265358979323846;
-
-[[noreturn]] void usage(const std::string& msg) { throw UsageError(msg); }
-
-// HF's default frequencies: 1 / base^(2i / d), with the exponent formed as
-// arange(0, d, 2) / d so that the Python references reproduce it bit for bit.
+// The exponent is formed as arange(0, d, 2) / d so that the Python references
+// reproduce it bit for bit.
 std::vector<double> default_inv_freq(double base, int dim) {
   std::vector<double> inv(static_cast<std::size_t>(dim / 2));
   for (int i = 0; i < dim / 2; ++i) {
@@ -31,6 +25,12 @@ std::vector<double> default_inv_freq(double base, int dim) {
   }
   return inv;
 }
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+[[noreturn]] void usage(const std::string& msg) { throw UsageError(msg); }
 
 // YaRN's get_mscale.
 double yarn_mscale(double scale, double m = 1.0) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -18,13 +19,9 @@ std::vector<double> rope2d_freqs(int dim, double base) {
   if (!(base > 0.0) || !std::isfinite(base)) {
     throw UsageError(fmt::format("--base: must be a positive number, got {}", base));
   }
-  std::vector<double> f(static_cast<std::size_t>(dim / 4));
-  for (int k = 0; k < dim / 4; ++k) {
-    // arange(0, D, 4)[:D/4] / D, as the seed forms the exponent.
-    f[static_cast<std::size_t>(k)] =
-        1.0 / std::pow(base, static_cast<double>(4 * k) / static_cast<double>(dim));
-  }
-  return f;
+  // The seed's exponent arange(0, D, 4)[:D/4] / D equals 2k / (D/2) exactly (one
+  // division of the same rational), so these are the default frequencies of width D/2.
+  return default_inv_freq(base, dim / 2);
 }
 
 void rope2d_angles(std::int64_t idx, std::int64_t width, const std::vector<double>& freqs,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -99,12 +100,7 @@ std::vector<double> sinusoidal_freqs(int dim, double base) {
   if (!(base > 0.0) || !std::isfinite(base)) {
     throw UsageError(fmt::format("--base: must be a positive number, got {}", base));
   }
-  std::vector<double> w(static_cast<std::size_t>(dim / 2));
-  for (int i = 0; i < dim / 2; ++i) {
-    w[static_cast<std::size_t>(i)] =
-        1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(dim));
-  }
-  return w;
+  return default_inv_freq(base, dim);
 }
 
 void sinusoidal_row(double p, const std::vector<double>& freqs, SinusoidalLayout layout,

@@ -59,6 +59,10 @@ struct RopeFreqs {
   Attrs attrs;                    ///< the parameters used, for recording with outputs
 };
 
+/// HF's default inverse frequencies 1 / base^(2i / dim) for i < dim / 2, in float64.
+/// Also the frequencies of the sinusoidal table and (with dim = D / 2) of axial 2-D RoPE.
+std::vector<double> default_inv_freq(double base, int dim);
+
 /// Reduces `p` to frequencies. Throws UsageError for inconsistent parameters (odd or
 /// too large rotary dim, missing factor, factor lists of the wrong length, ...).
 RopeFreqs compute_rope_freqs(const RopeParams& p);
