@@ -2,7 +2,7 @@
 /// \file
 /// The Tensor type: an owned, C-ordered, native-endian buffer of one DType with a shape.
 /// Every file format reads into and writes from it; the numeric code works on typed
-/// pointers (`data<T>()`) or on xtensor adaptors (`as_xtensor<T>()`).
+/// pointers (`data<T>()`).
 
 #include <cstddef>
 #include <cstdint>
@@ -10,9 +10,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <xtensor/xadapt.hpp>
-#include <xtensor/xarray.hpp>
 
 namespace posenc {
 
@@ -108,22 +105,6 @@ class Tensor {
 
   /// A converted copy. Float→float rounds to nearest even; float→int truncates.
   Tensor astype(DType to) const;
-
-  /// The values as an xtensor array of T (a converted copy).
-  template <class T>
-  xt::xarray<T> to_xarray() const {
-    xt::xarray<T> out = xt::xarray<T>::from_shape(shape_);
-    for (std::size_t i = 0; i < numel_; ++i) out.data()[i] = static_cast<T>(get(i));
-    return out;
-  }
-  /// A tensor holding a copy of an xtensor expression's values, stored as `dtype`.
-  template <class E>
-  static Tensor from_xarray(const E& e, DType dtype) {
-    xt::xarray<double> a = e;
-    Tensor t(dtype, Shape(a.shape().begin(), a.shape().end()));
-    for (std::size_t i = 0; i < t.numel(); ++i) t.set(i, a.data()[i]);
-    return t;
-  }
 
  private:
   DType dtype_ = DType::f32;
