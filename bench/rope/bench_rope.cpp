@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/ops/rope_kernel.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/tensor.hpp"
@@ -84,9 +85,10 @@ int main(int argc, char** argv) {
     ap.rows(x.bytes(), y.bytes(), 0, shape[0]);
     best_rope = std::min(best_rope, seconds_since(t0));
   }
-  std::printf("%-5s %-5s %-4s prec=%s threads=%d size=%zu MiB  memcpy %6.2f GB/s  rope %6.2f "
-              "GB/s  ratio %.2f\n",
-              dtype.c_str(), style.c_str(), axes.c_str(), precision.c_str(), threads,
+  std::printf("%-5s %-5s %-4s prec=%s isa=%s threads=%d size=%zu MiB  memcpy %6.2f GB/s  "
+              "rope %6.2f GB/s  ratio %.2f\n",
+              dtype.c_str(), style.c_str(), axes.c_str(), precision.c_str(),
+              posenc::rope_detail::kernel_isa(), threads,
               x.nbytes() >> 20, bytes / best_copy * 1e-9, bytes / best_rope * 1e-9,
               best_copy / best_rope);
   return 0;

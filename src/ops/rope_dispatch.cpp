@@ -7,17 +7,19 @@
 namespace posenc::rope_detail {
 
 namespace {
-enum class Isa { base, avx2, avx512 };
+enum class Isa { base, avx2, avx512, avx512fp16 };
 
 Isa detect() {
   __builtin_cpu_init();
-  if (const char* forced = std::getenv("POSENC_ROPE_ISA")) {
+  const char* forced = std::getenv("POSENC_ROPE_ISA");
+  if (forced != nullptr) {
     if (std::strcmp(forced, "base") == 0) return Isa::base;
     if (std::strcmp(forced, "avx2") == 0 && __builtin_cpu_supports("avx2")) return Isa::avx2;
   }
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-    return Isa::avx512;
+    const bool force512 = forced != nullptr && std::strcmp(forced, "avx512") == 0;
+    return __builtin_cpu_supports("avx512fp16") && !force512 ? Isa::avx512fp16 : Isa::avx512;
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return Isa::avx2;
   return Isa::base;
@@ -31,6 +33,7 @@ Isa isa() {
 
 KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style) {
   switch (isa()) {
+    case Isa::avx512fp16: return avx512fp16::find_kernel(in, out, p, style);
     case Isa::avx512: return avx512::find_kernel(in, out, p, style);
     case Isa::avx2: return avx2::find_kernel(in, out, p, style);
     default: return base::find_kernel(in, out, p, style);
@@ -39,6 +42,7 @@ KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style) {
 
 const char* kernel_isa() {
   switch (isa()) {
+    case Isa::avx512fp16: return "avx512fp16";
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";
     default: return "base";

@@ -49,11 +49,14 @@ KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
 namespace avx512 {
 KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
 }
+namespace avx512fp16 {
+KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
+}
 
-/// The best variant this CPU runs (POSENC_ROPE_ISA=base|avx2|avx512 forces one, for
+/// The best variant this CPU runs (POSENC_ROPE_ISA=base|avx2|avx512|avx512fp16 forces one, for
 /// tests and benchmarks).
 KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
-/// Name of the variant find_kernel picks ("avx512", "avx2", "base").
+/// Name of the variant find_kernel picks ("avx512fp16", "avx512", "avx2", "base").
 const char* kernel_isa();
 
 }  // namespace posenc::rope_detail

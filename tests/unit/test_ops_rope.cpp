@@ -183,6 +183,9 @@ TEST(RopeApply, F16OutputIsCorrectlyRoundedInEveryKernelVariant) {
     if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq")) {
       variants.push_back({"avx512", &rope_detail::avx512::find_kernel});
+      if (__builtin_cpu_supports("avx512fp16")) {
+        variants.push_back({"avx512fp16", &rope_detail::avx512fp16::find_kernel});
+      }
     }
     for (const auto& [name, find] : variants) {
       for (bool stream : {false, true}) {

@@ -1,6 +1,6 @@
-// The AVX-512 RoPE fast path (f32/f16 data, float64 arithmetic, widths that are
-// multiples of 16) against the float64 definition rounded once and against the base
-// kernel, byte for byte: streamed and plain stores, aligned and unaligned outputs,
+// The AVX-512 RoPE fast paths (f32/f16 data, float64 arithmetic, widths that are
+// multiples of 16; with and without AVX512-FP16 conversions) against the float64
+// definition rounded once and against the base kernel, byte for byte: streamed and plain stores, aligned and unaligned outputs,
 // partial rotary, both styles, --precision f32 against the base kernel, and NaN/Inf detection in
 // the rotated part and the tail.
 
@@ -36,6 +36,19 @@ bool avx512_present() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+using Find = rope_detail::KernelFn (*)(DType, DType, Precision, RopeStyle);
+
+/// The AVX-512 variants this CPU runs, by name.
+std::vector<std::pair<const char*, Find>> fast_variants() {
+  std::vector<std::pair<const char*, Find>> v;
+  if (!avx512_present()) return v;
+  v.emplace_back("avx512", &rope_detail::avx512::find_kernel);
+  if (__builtin_cpu_supports("avx512fp16")) {
+    v.emplace_back("avx512fp16", &rope_detail::avx512fp16::find_kernel);
+  }
+  return v;
 }
 
 TEST(RopeKernelFast, MatchesDefinitionAndBaseKernel) {
@@ -96,19 +109,21 @@ TEST(RopeKernelFast, MatchesDefinitionAndBaseKernel) {
           Placed ref(nbytes, 0);
           a.dst = ref.p;
           rope_detail::base::find_kernel(in, out, Precision::f64, st)(a);
-          for (bool stream : {false, true}) {
-            for (std::size_t mis : {0u, 4u}) {
-              Placed y(nbytes, mis);
-              a.dst = y.p;
-              a.stream = stream;
-              EXPECT_FALSE(rope_detail::avx512::find_kernel(in, out, Precision::f64, st)(a));
-              const std::string what = "D=" + std::to_string(D) + " R=" + std::to_string(R) +
-                                       (st == RopeStyle::neox ? " neox " : " gptj ") +
-                                       std::string(dtype_name(in)) + "->" +
-                                       std::string(dtype_name(out)) + (stream ? " stream" : "") +
-                                       " misalign " + std::to_string(mis);
-              EXPECT_EQ(std::memcmp(y.p, want.bytes(), nbytes), 0) << what;
-              EXPECT_EQ(std::memcmp(y.p, ref.p, nbytes), 0) << what;
+          for (const auto& [isa, find] : fast_variants()) {
+            for (bool stream : {false, true}) {
+              for (std::size_t mis : {0u, 4u}) {
+                Placed y(nbytes, mis);
+                a.dst = y.p;
+                a.stream = stream;
+                EXPECT_FALSE(find(in, out, Precision::f64, st)(a));
+                const std::string what = std::string(isa) + " D=" + std::to_string(D) + " R=" + std::to_string(R) +
+                                         (st == RopeStyle::neox ? " neox " : " gptj ") +
+                                         std::string(dtype_name(in)) + "->" +
+                                         std::string(dtype_name(out)) + (stream ? " stream" : "") +
+                                         " misalign " + std::to_string(mis);
+                EXPECT_EQ(std::memcmp(y.p, want.bytes(), nbytes), 0) << what;
+                EXPECT_EQ(std::memcmp(y.p, ref.p, nbytes), 0) << what;
+              }
             }
           }
           // --precision f32 (f32 table and arithmetic): the same bytes as the base kernel.
@@ -117,17 +132,79 @@ TEST(RopeKernelFast, MatchesDefinitionAndBaseKernel) {
           a.stream = false;
           a.dst = ref.p;
           rope_detail::base::find_kernel(in, out, Precision::f32, st)(a);
-          for (bool stream : {false, true}) {
-            Placed y(nbytes, 0);
-            a.dst = y.p;
-            a.stream = stream;
-            EXPECT_FALSE(rope_detail::avx512::find_kernel(in, out, Precision::f32, st)(a));
-            EXPECT_EQ(std::memcmp(y.p, ref.p, nbytes), 0)
-                << "f32 precision D=" << D << " R=" << R << " stream " << stream;
+          for (const auto& [isa, find] : fast_variants()) {
+            for (bool stream : {false, true}) {
+              Placed y(nbytes, 0);
+              a.dst = y.p;
+              a.stream = stream;
+              EXPECT_FALSE(find(in, out, Precision::f32, st)(a));
+              EXPECT_EQ(std::memcmp(y.p, ref.p, nbytes), 0)
+                  << isa << " f32 precision D=" << D << " R=" << R << " stream " << stream;
+            }
           }
           a.table = table.data();
         }
       }
+    }
+  }
+}
+
+TEST(RopeKernelFast, RoundsF16TiesAndNearTiesOnce) {
+  // c = 1 and s = ±2^-k (k = 11..18, times 1 or 1 + 2^-40) put x0·c - x1·s on, just
+  // above and just below the midpoints between f16 values: a second rounding (f64 to
+  // f32 to f16) would move some of them.
+  if (!avx512_present()) GTEST_SKIP() << "no AVX-512";
+  const std::size_t S = 16, D = 32, R = 32, half = R / 2, N = 64;
+  std::vector<double> table(S * R);
+  std::vector<std::int32_t> rowidx(N);
+  for (std::size_t r = 0; r < S; ++r) {
+    for (std::size_t j = 0; j < half; ++j) {
+      const double nudge = r % 4 == 1 ? 1 + 0x1p-40 : (r % 4 == 2 ? 1 - 0x1p-40 : 1.0);
+      table[r * R + j] = 1.0;
+      table[r * R + half + j] =
+          (j % 2 ? -1.0 : 1.0) * std::ldexp(nudge, -11 - static_cast<int>((j + r) % 8));
+    }
+  }
+  for (std::size_t v = 0; v < N; ++v) rowidx[v] = static_cast<std::int32_t>(v % S);
+  std::mt19937 g(7);
+  std::uniform_int_distribution<int> mant(0, 1023), ex(-3, 3), sign(0, 1);
+  for (RopeStyle st : {RopeStyle::neox, RopeStyle::gptj}) {
+    Tensor x(DType::f16, {N, D});
+    for (std::size_t i = 0; i < x.numel(); ++i) {
+      // Half of the values are powers of two, so many sums fall exactly on a midpoint.
+      const int m = sign(g) ? 0 : mant(g);
+      x.set(i, (sign(g) ? -1.0 : 1.0) * std::ldexp(1.0 + m / 1024.0, ex(g)));
+    }
+    Tensor want(DType::f16, {N, D});
+    for (std::size_t v = 0; v < N; ++v) {
+      const double* c = table.data() + static_cast<std::size_t>(rowidx[v]) * R;
+      for (std::size_t k = 0; k < D; ++k) {
+        const bool nx = st == RopeStyle::neox;
+        const std::size_t j = nx ? k % half : k / 2;
+        const std::size_t ia = nx ? j : 2 * j, ib = nx ? j + half : 2 * j + 1;
+        const double xa = x.get(v * D + ia), xb = x.get(v * D + ib);
+        want.set(v * D + k, k == ia ? xa * c[j] - xb * c[half + j] : xb * c[j] + xa * c[half + j]);
+      }
+    }
+    rope_detail::KernelArgs a;
+    a.src = x.bytes();
+    a.n2 = N;
+    a.st2 = static_cast<std::ptrdiff_t>(D);
+    a.t2 = 1;
+    a.head_dim = D;
+    a.rotary_dim = R;
+    a.rowidx = rowidx.data();
+    a.table = table.data();
+    a.block2 = 8;
+    for (const auto& [isa, find] : fast_variants()) {
+      Tensor y(DType::f16, {N, D});
+      a.dst = y.bytes();
+      EXPECT_FALSE(find(DType::f16, DType::f16, Precision::f64, st)(a));
+      std::size_t off = 0;
+      for (std::size_t i = 0; i < y.numel(); ++i) {
+        off += y.data<std::uint16_t>()[i] != want.data<std::uint16_t>()[i];
+      }
+      EXPECT_EQ(off, 0u) << isa << (st == RopeStyle::neox ? " neox" : " gptj");
     }
   }
 }
@@ -157,13 +234,15 @@ TEST(RopeKernelFast, ReportsNonFiniteInRotatedPartAndTail) {
           a.block2 = 2;
           const std::vector<float> table32(table.begin(), table.end());
           for (Precision p : {Precision::f64, Precision::f32}) {
-            x.set(bad, 0.25);
             a.table = p == Precision::f64 ? static_cast<const void*>(table.data())
                                           : static_cast<const void*>(table32.data());
-            auto k = rope_detail::avx512::find_kernel(in, in, p, st);
-            EXPECT_FALSE(k(a));
-            x.set(bad, v);
-            EXPECT_TRUE(k(a)) << "element " << bad;
+            for (const auto& [isa, find] : fast_variants()) {
+              auto k = find(in, in, p, st);
+              x.set(bad, 0.25);
+              EXPECT_FALSE(k(a)) << isa;
+              x.set(bad, v);
+              EXPECT_TRUE(k(a)) << isa << " element " << bad;
+            }
           }
         }
       }
