@@ -242,6 +242,37 @@ double Tensor::get(std::size_t i) const noexcept {
 }
 
 namespace {
+/// Scans the bit patterns: all exponent bits set is NaN or Inf; `neg_inf` is the one
+/// pattern let through when allowed. An OR over the whole array, so it vectorises.
+template <class U>
+bool scan_nonfinite(const std::byte* p, std::size_t n, U exp_mask, U neg_inf, bool allow_neg_inf) {
+  const auto* u = reinterpret_cast<const U*>(p);
+  unsigned bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bad |= static_cast<unsigned>((u[i] & exp_mask) == exp_mask && !(allow_neg_inf && u[i] == neg_inf));
+  }
+  return bad != 0;
+}
+}  // namespace
+
+bool Tensor::has_nonfinite(bool allow_neg_inf) const noexcept {
+  const std::byte* p = buf_.data();
+  switch (dtype_) {
+    case DType::f16:
+      return scan_nonfinite<std::uint16_t>(p, numel_, 0x7c00u, 0xfc00u, allow_neg_inf);
+    case DType::bf16:
+      return scan_nonfinite<std::uint16_t>(p, numel_, 0x7f80u, 0xff80u, allow_neg_inf);
+    case DType::f32:
+      return scan_nonfinite<std::uint32_t>(p, numel_, 0x7f800000u, 0xff800000u, allow_neg_inf);
+    case DType::f64:
+      return scan_nonfinite<std::uint64_t>(p, numel_, 0x7ff0000000000000ull,
+                                           0xfff0000000000000ull, allow_neg_inf);
+    default:
+      return false;
+  }
+}
+
+namespace {
 // Float -> integer as numpy's astype: truncation toward zero; out-of-range and NaN
 // saturate here instead of being undefined behaviour.
 template <class I>

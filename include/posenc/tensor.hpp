@@ -106,6 +106,10 @@ class Tensor {
   /// A converted copy. Float→float rounds to nearest even; float→int truncates.
   Tensor astype(DType to) const;
 
+  /// Whether a float element is NaN or ±Inf (-Inf not counted when `allow_neg_inf`,
+  /// for additive masks). Always false for integer and bool types.
+  bool has_nonfinite(bool allow_neg_inf = false) const noexcept;
+
  private:
   DType dtype_ = DType::f32;
   Shape shape_;

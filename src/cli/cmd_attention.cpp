@@ -51,6 +51,7 @@ struct AttentionCmdOptions {
   std::string emit;
   std::string dtype;
   std::string max_memory;
+  bool allow_nonfinite = false;
   CLI::App* app = nullptr;
 };
 
@@ -197,6 +198,7 @@ void run_attention(AttentionCmdOptions& o) {
   // No limit (0) when physical memory is unknown.
   opt.max_memory = given(o, "--max-memory") ? parse_memory_size(o.max_memory, "--max-memory")
                                             : physical_memory();
+  opt.allow_nonfinite = o.allow_nonfinite;
   const bool precision_given = given(o, "--precision");
   if (precision_given) opt.precision = rope_precision(o.rope_opts);
 
@@ -238,6 +240,7 @@ void run_attention(AttentionCmdOptions& o) {
     RopeApplyOptions ro;
     ro.inverse = o.rope_opts.inverse;
     ro.precision = rope_precision(o.rope_opts);
+    ro.allow_nonfinite = o.allow_nonfinite;
     const DType compute = precision_given
                               ? (*opt.precision == Precision::f64 ? DType::f64 : DType::f32)
                               : (q.dtype() == DType::f64 ? DType::f64 : DType::f32);
@@ -316,6 +319,8 @@ void register_attention(CLI::App& app) {
   sub->add_option("--max-memory", o->max_memory,
                   "fail up front if the outputs and work memory need more (e.g. 512M, 4G, "
                   "1.5GiB or bytes; K, M, G, T are powers of 1024; default: physical memory)");
+  sub->add_flag("--allow-nonfinite", o->allow_nonfinite,
+                "compute with NaN/Inf inputs (they propagate) instead of refusing them");
   sub->add_flag("--rope", o->rope, "rotate Q and K with RoPE (ROPE OPTIONS) before the scores");
   add_rope_options(sub, o->rope_opts);
   o->rope_opts.app = sub;

@@ -185,6 +185,30 @@ void require_float(DType t, const char* what) {
   }
 }
 
+// NaN or Inf in an input would silently poison whole rows of the result.
+void require_finite(const Tensor& q, const Tensor& k, const Tensor* v,
+                    const AttentionOptions& opt) {
+  const std::pair<const Tensor*, const char*> strict[] = {
+      {&q, "q"}, {&k, "k"}, {v, "v"}, {opt.relative_k, "--relative-k"},
+      {opt.relative_v, "--relative-v"}, {opt.t5_bias, "--t5-bias"}};
+  for (const auto& [t, what] : strict) {
+    if (t && t->has_nonfinite()) {
+      throw InputError(fmt::format(
+          "{}: contains NaN or Inf (use --allow-nonfinite to compute with it anyway)", what));
+    }
+  }
+  const std::pair<const Tensor*, const char*> masks[] = {{opt.mask, "--mask"},
+                                                         {opt.sinks, "--sinks"}};
+  for (const auto& [t, what] : masks) {
+    if (t && t->has_nonfinite(/*allow_neg_inf=*/true)) {
+      throw InputError(fmt::format(
+          "{}: contains NaN or +Inf (-inf is allowed; use --allow-nonfinite to compute with "
+          "it anyway)",
+          what));
+    }
+  }
+}
+
 Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                const AttentionOptions& opt) {
   Geometry g;
@@ -751,6 +775,11 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
       const T m_old = w.m[r];
       const T m_new = std::max(m_old, mt);
       if (m_new == neg_inf) {
+        // Every score so far is -inf or NaN (row_max skips NaN): a NaN must still
+        // poison the row, not make it look fully masked.
+        if (std::any_of(s, s + n, [](T x) { return x != x; })) {
+          w.l[r] = std::numeric_limits<double>::quiet_NaN();
+        }
         std::fill(s, s + n, T(0));
         continue;
       }
@@ -1002,6 +1031,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     throw InputError(fmt::format("{} would need {} > --max-memory {}", names, bytes_str(need),
                                  bytes_str(opt.max_memory)));
   }
+  if (!opt.allow_nonfinite) require_finite(q, k, v, opt);
   AttentionResult res =
       g.compute == DType::f64 ? run<double>(q, k, v, g, opt) : run<float>(q, k, v, g, opt);
   double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(g.d));

@@ -73,6 +73,49 @@ class AttentionErrors(PosencTestCase):
         self.fails(2, "-q", q, "-k", k, "-v", v, "--masked-rows", "inf")
         self.fails(2, "-q", q, "-k", k, "-v", v, "--softcap", "0", match="--softcap")
 
+    def test_nonfinite_inputs(self):
+        a = self.arrays
+        q, k, v = self.p("q"), self.p("k"), self.p("v")
+        for name, val in [("q", np.nan), ("k", np.inf), ("v", -np.inf)]:
+            bad = a[name].astype(np.float32)
+            bad[0, 1, 2, 0] = val
+            np.save(self.p(name + "_bad"), bad)
+        # A float mask: -inf masks a score, NaN and +inf are errors.
+        mask = np.zeros((1, 1, 5, 6), np.float32)
+        mask[..., 0] = -np.inf
+        np.save(self.p("mask_inf"), mask)
+        mask[0, 0, 1, 1] = np.nan
+        np.save(self.p("mask_nan"), mask)
+        self.before = sorted(os.listdir(self.tmp))
+        for name in ["q", "k", "v"]:
+            refs = {"q": q, "k": k, "v": v, name: self.p(name + "_bad")}
+            self.fails(3, "-q", refs["q"], "-k", refs["k"], "-v", refs["v"],
+                       match=rf"^posenc: error: {name}: contains NaN or Inf .*--allow-nonfinite")
+        # The RoPE step refuses them too, pointing at the same option.
+        self.fails(3, "-q", self.p("q_bad"), "-k", k, "-v", v, "--rope",
+                   match="--allow-nonfinite")
+        self.fails(3, "-q", q, "-k", k, "-v", v, "--mask", self.p("mask_nan"),
+                   match=r"--mask: contains NaN or \+Inf")
+        kk = np.repeat(a["k"], 2, axis=1)
+        vv = np.repeat(a["v"], 2, axis=1)
+        self.run_ok("attention", "-q", q, "-k", k, "-v", v, "--mask", self.p("mask_inf"),
+                    "--emit", "probs", "-o", self.path("m.npy"))
+        probs, _ = softmax_ref(a["q"], kk[..., 1:, :], vv[..., 1:, :])
+        got = np.load(self.path("m.npy"))
+        self.assert_close(got[..., 1:], probs, rtol=1e-10, atol=1e-12)
+        self.assertTrue((got[..., 0] == 0).all())
+        # Allowed: NaN propagates like torch's eager softmax (the row of the NaN query
+        # is NaN, other rows are finite and correct).
+        self.run_ok("attention", "-q", self.p("q_bad"), "-k", k, "-v", v, "--allow-nonfinite",
+                    "--emit", "output", "-o", self.path("n.npy"))
+        got = np.load(self.path("n.npy"))
+        qb = np.load(self.p("q_bad")).astype(np.float64)
+        _, want = softmax_ref(qb, kk, vv)
+        self.assertTrue(np.isnan(got[0, 1, 2]).all())
+        finite = ~np.isnan(want)
+        self.assertEqual(int(finite.sum()), want.size - 3)
+        self.assert_close(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+
     def test_max_memory_message(self):
         r = self.assert_fails(3, "attention", "-q", self.p("q"), "-k", self.p("k"), "--emit",
                               "probs", "--max-memory", "100", "-o", self.path("x.npy"))

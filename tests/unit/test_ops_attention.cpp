@@ -181,7 +181,9 @@ TEST(Attention, FullyMaskedRows) {
       }
       for (std::size_t i = 0; i < r.lse.numel(); ++i) EXPECT_EQ(r.lse.get(i), -INFINITY);
       for (std::size_t i = 0; i < r.probs.numel(); ++i) {
-        if (mode == MaskedRows::zero) EXPECT_EQ(r.probs.get(i), 0.0);
+        if (mode == MaskedRows::zero) {
+          EXPECT_EQ(r.probs.get(i), 0.0);
+        }
       }
     }
   }

@@ -104,6 +104,10 @@ struct AttentionOptions {
   /// Fail with InputError before allocating when the outputs and working memory would
   /// need more bytes than this (0 = no limit).
   std::size_t max_memory = 0;
+  /// Otherwise NaN or Inf in Q, K, V, the relative and T5 tables, and NaN or +Inf in a
+  /// float mask or the sinks (-Inf masks there), is an InputError. When allowed, they
+  /// propagate as in PyTorch's eager attention.
+  bool allow_nonfinite = false;
   /// Block sizes (0 = automatic). Tests use them to force several key blocks.
   std::size_t query_block = 0, key_block = 0;
 };
@@ -123,7 +127,8 @@ struct AttentionResult {
 /// lse are asked for). Throws UsageError for bad option values (negative scale, bad
 /// axes, output without V) and InputError for inconsistent shapes or dtypes (head
 /// counts that do not divide, d or length mismatches, masks that do not broadcast,
-/// key lengths out of range, the --max-memory limit), before any large allocation.
+/// key lengths out of range, the --max-memory limit, non-finite values unless
+/// allowed), before any large allocation.
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
                           const AttentionOptions& opt);
 
