@@ -137,7 +137,7 @@ void run_attention(AttentionCmdOptions& o) {
   if (!o.rope) {
     for (const char* name :
          {"--style", "--base", "--rotary-dim", "--partial", "--start", "--position-ids",
-          "--cu-seqlens", "--scaling", "--factor", "--hf-config", "--inverse"}) {
+          "--scaling", "--factor", "--hf-config", "--inverse"}) {
       if (given(o, name)) throw UsageError(fmt::format("{}: a ROPE OPTION needs --rope", name));
     }
   }
@@ -223,6 +223,9 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
   side(o.sinks, sinks, opt.sinks);
+  // Positions (with --rope) and packed sequences, which also mask across sequences.
+  const Positions pos = rope_positions(o.rope_opts);
+  opt.cu_seqlens = pos.cu_seqlens;
 
   if (o.rope) {
     // Shapes are checked before rotating so errors name Q/K/V, not RoPE.
@@ -230,7 +233,6 @@ void run_attention(AttentionCmdOptions& o) {
     const std::size_t d = q.shape()[axes.letters.find('d')];
     const std::size_t sk = k.shape()[axes.letters.find('s')];
     RopeParams params = rope_params(o.rope_opts, static_cast<int>(d));
-    const Positions pos = rope_positions(o.rope_opts);
     if (params.seq_len == 0) {
       std::int64_t extent = pos.start + static_cast<std::int64_t>(sk);
       for (auto id : pos.ids) extent = std::max<std::int64_t>(extent, id + 1);
@@ -324,6 +326,11 @@ void register_attention(CLI::App& app) {
   sub->add_flag("--rope", o->rope, "rotate Q and K with RoPE (ROPE OPTIONS) before the scores");
   add_rope_options(sub, o->rope_opts);
   o->rope_opts.app = sub;
+  if (auto* p = sub->get_option_no_throw("--cu-seqlens")) {
+    p->description(
+        "packed sequences (flash-attn varlen): boundaries [n+1]; a query attends only to "
+        "keys of its own sequence, and with --rope positions restart at each one (sq = sk)");
+  }
   if (auto* p = sub->get_option_no_throw("--precision")) {
     p->description(
         "f32 or f64: arithmetic of RoPE and attention (default: RoPE f64; attention f64 for "

@@ -289,6 +289,21 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     throw UsageError(fmt::format("--alibi-max-bias {}: must be positive", opt.alibi_max_bias));
   }
   // Side tensors: shapes checked here so nothing big is allocated for a bad input.
+  if (!opt.cu_seqlens.empty()) {
+    const auto& cu = opt.cu_seqlens;
+    if (g.sq != g.sk) {
+      throw InputError(fmt::format(
+          "--cu-seqlens: packed sequences need as many queries as keys (got {} and {})", g.sq,
+          g.sk));
+    }
+    bool ok = cu.size() >= 2 && cu.front() == 0 && cu.back() == static_cast<std::int64_t>(g.sk);
+    for (std::size_t i = 1; ok && i < cu.size(); ++i) ok = cu[i] >= cu[i - 1];
+    if (!ok) {
+      throw InputError(fmt::format("--cu-seqlens: expected non-decreasing boundaries from 0 to "
+                                   "the sequence length {} ({} values given)",
+                                   g.sk, cu.size()));
+    }
+  }
   if (opt.key_lengths) {
     const Tensor& t = *opt.key_lengths;
     if (!is_integer(t.dtype()) || t.ndim() != 1 || t.numel() != g.b) {
@@ -649,6 +664,8 @@ struct Plan {
   CausalAlign causal = CausalAlign::none;
   std::int64_t win_left = -1, win_right = -1;
   std::vector<std::int64_t> key_len;  // per batch, empty = none
+  // Packed sequences: token i sees keys [doc_lo[i], doc_hi[i]]; empty = one sequence.
+  std::vector<std::int64_t> doc_lo, doc_hi;
   // Masks and biases.
   bool has_add_mask = false, has_keep_mask = false;
   std::vector<T> add_mask;
@@ -723,6 +740,10 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
     if (P.win_left >= 0) lo = std::max(lo, i + P.off - P.win_left);
     if (P.win_right >= 0) hi = std::min(hi, i + P.off + P.win_right);
     if (!P.key_len.empty()) hi = std::min(hi, P.key_len[bi] - 1);
+    if (!P.doc_lo.empty()) {
+      lo = std::max(lo, P.doc_lo[static_cast<std::size_t>(i)]);
+      hi = std::min(hi, P.doc_hi[static_cast<std::size_t>(i)]);
+    }
     w.lo[r] = lo;
     w.hi[r] = hi;
     if (lo <= hi) lo_min = std::min(lo_min, lo), hi_max = std::max(hi_max, hi);
@@ -872,6 +893,17 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   P.win_left = opt.window_left;
   P.win_right = opt.window_right;
   P.masked_rows = opt.masked_rows;
+  if (!opt.cu_seqlens.empty()) {
+    P.doc_lo.resize(g.sk);
+    P.doc_hi.resize(g.sk);
+    const auto& cu = opt.cu_seqlens;
+    for (std::size_t k = 0; k + 1 < cu.size(); ++k) {
+      for (std::int64_t i = cu[k]; i < cu[k + 1]; ++i) {
+        P.doc_lo[static_cast<std::size_t>(i)] = cu[k];
+        P.doc_hi[static_cast<std::size_t>(i)] = cu[k + 1] - 1;
+      }
+    }
+  }
   if (opt.key_lengths) {
     for (std::size_t i = 0; i < g.b; ++i) {
       P.key_len.push_back(static_cast<std::int64_t>(opt.key_lengths->get(i)));
@@ -1051,6 +1083,9 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   }
   if (g.rel_rows) a.push_back({"max_distance", static_cast<long long>(g.max_distance)});
   a.push_back({"sinks", static_cast<long long>(opt.sinks != nullptr)});
+  if (!opt.cu_seqlens.empty()) {
+    a.push_back({"packed_sequences", static_cast<long long>(opt.cu_seqlens.size() - 1)});
+  }
   a.push_back({"masked_rows", std::string(opt.masked_rows == MaskedRows::zero ? "zero" : "nan")});
   a.push_back({"precision", std::string(dtype_name(g.compute))});
   return res;

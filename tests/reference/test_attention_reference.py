@@ -328,6 +328,45 @@ class AttentionReference(PosencTestCase):
         tk = hf_rope(torch.tensor(k32).double(), torch.arange(8), base=500000.0)
         self.check(got, reference(tq, tk, v.astype(np.float32).astype(np.float64)), F32)
 
+    def test_packed_sequences_match_per_sequence_attention(self):
+        # flash-attn varlen semantics: each packed sequence is attended separately, with
+        # RoPE positions restarting at 0; computed here one sequence at a time.
+        cu = np.array([0, 3, 3, 7, 12], np.int32)  # an empty sequence on purpose
+        s = int(cu[-1])
+        q, k, v = self.randn(1, 4, s, 16), self.randn(1, 2, s, 16), self.randn(1, 2, s, 8)
+        cup = self.save("cu.npy", cu)
+        for rope in (False, True):
+            args = ["--cu-seqlens", cup, "--causal"] + (["--rope"] if rope else [])
+            got = self.attn(q, k, v, *args)
+            want = {n: np.zeros_like(got[n]) for n in got}
+            want["logits"][:] = -np.inf
+            for a, b in zip(cu[:-1], cu[1:]):
+                if a == b:
+                    continue
+                qd, kd, vd = q[:, :, a:b], k[:, :, a:b], v[:, :, a:b]
+                if rope:
+                    pos = torch.arange(b - a)
+                    qd, kd = hf_rope(torch.tensor(qd), pos), hf_rope(torch.tensor(kd), pos)
+                lg, pr, out, lse = reference(qd, kd, vd, keep=causal_keep(b - a, b - a,
+                                                                          "bottom-right"))
+                want["logits"][:, :, a:b, a:b] = lg
+                want["probs"][:, :, a:b, a:b] = pr
+                want["output"][:, :, a:b] = out
+                want["lse"][:, :, a:b] = lse
+            for n in ("probs", "output", "lse"):
+                self.assert_close(got[n], want[n], msg=f"{n} rope={rope}", **F64)
+            self.assertTrue(np.array_equal(np.isneginf(got["logits"]),
+                                           np.isneginf(want["logits"])))
+        # Boundaries that do not end at the length, or sq != sk: bad input.
+        bad = self.save("cu_bad.npy", np.array([0, 3, 11], np.int32))
+        self.assert_fails(3, "attention", "-q", self.save("q.npy", q), "-k",
+                          self.save("k.npy", k), "--cu-seqlens", bad, "-o", self.path("x.npy"),
+                          match="--cu-seqlens")
+        self.assert_fails(3, "attention", "-q", self.save("q.npy", q[:, :, :5]), "-k",
+                          self.save("k.npy", k), "--cu-seqlens", cup, "-o", self.path("x.npy"),
+                          match="as many queries as keys")
+        self.assertFalse(os.path.exists(self.path("x.npy")))
+
     # -- layouts, dtypes, ranks -----------------------------------------------------
 
     def test_bshd_axes_in_and_out(self):

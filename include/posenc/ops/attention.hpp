@@ -74,6 +74,10 @@ struct AttentionOptions {
   std::int64_t window_left = -1, window_right = -1;
   /// [b] integers: keys j >= length[b] are masked (right padding).
   const Tensor* key_lengths = nullptr;
+  /// Packed sequences (flash-attn's varlen cu_seqlens): boundaries 0 = c0 <= c1 <= ...
+  /// <= cn = s; token i belongs to the sequence [c_k, c_k+1) that holds it and attends
+  /// only to keys of that sequence. Needs sq == sk; empty = one sequence.
+  std::vector<std::int64_t> cu_seqlens;
   /// Broadcastable (numpy rules) to the logits shape. bool or integer: true / non-zero
   /// = keep; float: added to the scores (-inf masks).
   const Tensor* mask = nullptr;
