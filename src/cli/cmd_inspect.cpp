@@ -241,12 +241,15 @@ Gathered gather(TensorSource& src, const Selection& sel, std::size_t keep_n,
   g.kept = Tensor(info.dtype, Shape{keep});
   if (sel.numel == 0) return g;
 
+  // Rows are the entries of the first axis whose extent is not 1 (the axes before it
+  // have extent 1), so a [1, s, h, d] tensor is read along s, never as one row.
+  const std::size_t row_axis = info.shape.empty() ? 0 : slab_axis(info.shape);
   // Offsets (in elements) inside one row of the remaining axes, in selection order.
-  Shape row_shape(info.shape.empty() ? info.shape.begin() : info.shape.begin() + 1,
+  Shape row_shape(info.shape.empty() ? info.shape.begin() : info.shape.begin() + row_axis + 1,
                   info.shape.end());
   const std::size_t row_elems = checked_numel(row_shape, isz, what);
   std::vector<std::size_t> offsets{0};
-  for (std::size_t ax = 1; ax < info.shape.size(); ++ax) {
+  for (std::size_t ax = row_axis + 1; ax < info.shape.size(); ++ax) {
     std::vector<std::size_t> next;
     next.reserve(offsets.size() * sel.idx[ax].size());
     for (auto o : offsets) {
@@ -254,7 +257,8 @@ Gathered gather(TensorSource& src, const Selection& sel, std::size_t keep_n,
     }
     offsets.swap(next);
   }
-  std::vector<std::size_t> rows = info.shape.empty() ? std::vector<std::size_t>{0} : sel.idx[0];
+  std::vector<std::size_t> rows =
+      info.shape.empty() ? std::vector<std::size_t>{0} : sel.idx[row_axis];
   const std::size_t row_bytes = std::max<std::size_t>(1, row_elems * isz);
   const std::size_t slab_rows = std::max<std::size_t>(1, kSlabBytes / row_bytes);
 
@@ -273,7 +277,7 @@ Gathered gather(TensorSource& src, const Selection& sel, std::size_t keep_n,
     std::size_t span = hi - lo + 1;
     Shape slab_shape{span * row_elems};
     if (slab.numel() != slab_shape[0]) slab = Tensor(info.dtype, slab_shape);
-    src.read_rows(lo, span, slab.bytes());
+    src.read_slab(row_axis, lo, span, slab.bytes());
     values.clear();
     for (std::size_t r = k; r < e; ++r) {
       std::size_t base = (rows[r] - lo) * row_elems;

@@ -5,13 +5,27 @@ import unittest
 
 import numpy as np
 
-from posenc_testlib import PosencTestCase, run
+from posenc_testlib import BIN, PosencTestCase, run
 
 
 def as_float(v):
     if isinstance(v, str):
         return {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}[v]
     return float(v)
+
+
+def peak_rss_kib(*args):
+    """Runs posenc from a fresh Python process; returns its peak RSS (KiB) and stdout."""
+    code = ("import resource, subprocess, sys; "
+            "p = subprocess.run(sys.argv[1:], capture_output=True, check=True); "
+            "sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) "
+            "+ '\\n' + p.stdout.decode())")
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", code, BIN, *map(str, args)],
+                       capture_output=True, check=True, text=True)
+    rss, out = p.stdout.split("\n", 1)
+    return int(rss), out
 
 
 class Inspect(PosencTestCase):
@@ -98,6 +112,24 @@ class Inspect(PosencTestCase):
         self.check_stats(j["stats"], big)
         j = self.js(self.path("big.npy"), "--slice", "2599:0:-1299, 7")
         np.testing.assert_array_equal(np.array(j["values"], np.float32), big[2599:0:-1299, 7])
+
+    def test_leading_unit_axes_read_in_rows(self):
+        # [1, s, h, d] (and an HDF5 copy): --slice reads only the selected entries of s,
+        # and statistics stream along s, so peak memory stays far below the 64 MiB tensor.
+        import h5py
+        rng = np.random.default_rng(3)
+        a = rng.standard_normal((1, 2048, 32, 256)).astype(np.float32)
+        np.save(self.path("q.npy"), a)
+        with h5py.File(self.path("q.h5"), "w") as f:
+            f["q"] = a
+        for ref in (self.path("q.npy"), self.path("q.h5") + ":/q"):
+            rss, out = peak_rss_kib("inspect", ref, "--json", "--slice", "0,1500,3,:4")
+            np.testing.assert_array_equal(np.array(json.loads(out)["values"], np.float32),
+                                          a[0, 1500, 3, :4])
+            self.assertLess(rss, 40 * 1024, ref)
+            rss, out = peak_rss_kib("inspect", ref, "--json")
+            self.check_stats(json.loads(out)["stats"], a)
+            self.assertLess(rss, 100 * 1024, ref)
 
     def test_text_output_and_stdin(self):
         with open(self.npy, "rb") as fh:
