@@ -35,7 +35,8 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
                   "packed sequences: boundaries [n+1]; positions restart at each one")
       ->group(g);
   sub->add_option("--scaling", o.scaling,
-                  "none|linear|dynamic|yarn|longrope|llama3 (HF rope_type), default none")
+                  "none|linear|dynamic|yarn|longrope|llama3|proportional (HF rope_type), default "
+                  "none")
       ->group(g);
   sub->add_option("--factor", o.factor, "scaling factor s (HF factor)")->group(g);
   sub->add_option("--original-max-pos", o.original_max_pos,

@@ -59,9 +59,10 @@ RopeScaling parse_rope_scaling(const std::string& s) {
   if (s == "yarn") return RopeScaling::yarn;
   if (s == "longrope" || s == "su") return RopeScaling::longrope;
   if (s == "llama3") return RopeScaling::llama3;
-  usage(fmt::format(
-      "--scaling: unknown scaling '{}' (expected none, linear, dynamic, yarn, longrope or llama3)",
-      s));
+  if (s == "proportional") return RopeScaling::proportional;
+  usage(fmt::format("--scaling: unknown scaling '{}' (expected none, linear, dynamic, yarn, "
+                    "longrope, llama3 or proportional)",
+                    s));
 }
 
 std::string rope_style_name(RopeStyle s) { return s == RopeStyle::neox ? "neox" : "gptj"; }
@@ -80,6 +81,8 @@ std::string rope_scaling_name(RopeScaling s) {
       return "longrope";
     case RopeScaling::llama3:
       return "llama3";
+    case RopeScaling::proportional:
+      return "proportional";
   }
   return "?";
 }
@@ -98,12 +101,24 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     // HF: int(head_dim * partial_rotary_factor), truncating.
     r = static_cast<int>(static_cast<double>(p.head_dim) * p.partial);
   }
-  if (r <= 0 || r % 2 != 0) {
-    usage(fmt::format("--rotary-dim: rotary dimension must be positive and even, got {}", r));
-  }
   if (r > p.head_dim) {
     usage(fmt::format("--rotary-dim: rotary dimension {} exceeds the head dimension {}", r,
                       p.head_dim));
+  }
+  // proportional: int(partial * D) // 2 frequencies spread over the whole head (HF v5
+  // `rope_angles`), so the rotated width is D and only D must be even.
+  const bool proportional = p.scaling == RopeScaling::proportional;
+  const int angles = r / 2;
+  if (proportional) {
+    if (p.head_dim % 2 != 0 || angles <= 0) {
+      usage(fmt::format("--scaling proportional: needs an even head dimension and a rotary "
+                        "dimension of at least 2, got {} and {}",
+                        p.head_dim, r));
+    }
+    r = p.head_dim;
+  }
+  if (r <= 0 || r % 2 != 0) {
+    usage(fmt::format("--rotary-dim: rotary dimension must be positive and even, got {}", r));
   }
   const std::size_t half = static_cast<std::size_t>(r / 2);
 
@@ -258,6 +273,19 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       a.push_back({"seq_len", static_cast<long long>(seq)});
       a.push_back({"longrope_factors", std::string(use_long ? "long" : "short")});
       a.push_back({use_long ? "long_factor" : "short_factor", ext});
+      break;
+    }
+
+    case RopeScaling::proportional: {
+      // HF v5 (Gemma-4 global layers): the exponent's denominator is the head dimension,
+      // the pass-through pairs get frequency 0 (cos 1, sin 0), then all / factor.
+      const double s = p.factor ? need_factor("proportional") : 1.0;
+      f.inv_freq.assign(half, 0.0);
+      const std::vector<double> inv = default_inv_freq(p.base, p.head_dim);
+      for (int j = 0; j < angles; ++j) {
+        f.inv_freq[static_cast<std::size_t>(j)] = inv[static_cast<std::size_t>(j)] / s;
+      }
+      a.push_back({"rope_angles", static_cast<long long>(angles)});
       break;
     }
 
@@ -421,7 +449,7 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
     } catch (const UsageError&) {
       throw InputError(fmt::format(
           "{}: unsupported rope_type '{}' (supported: default, linear, dynamic, yarn, longrope, "
-          "llama3)",
+          "llama3, proportional)",
           path, type));
     }
   }

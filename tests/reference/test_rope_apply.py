@@ -274,6 +274,48 @@ class TestScaling(RopeCase):
         self.check(inv, 1.0, "--hf-config", self.path("config.json"))
 
 
+def proportional_inv(head_dim, prf, base=10000.0, factor=1.0):
+    """HF v5 "proportional" (Gemma-4): int(prf * head_dim // 2) frequencies over the
+    head dimension, zero-padded to head_dim // 2, divided by the factor."""
+    n = int(prf * head_dim // 2)
+    inv = 1.0 / base ** (np.arange(0, 2 * n, 2, dtype=np.float64) / head_dim)
+    return np.concatenate([inv, np.zeros(head_dim // 2 - n)]) / factor
+
+
+class TestProportional(RopeCase):
+    def test_proportional_rotates_the_whole_head(self):
+        x = np.random.default_rng(9).standard_normal((1, 30, 2, 32))  # bshd
+        pos = np.arange(30)
+        inv = proportional_inv(32, 0.25, 1e6, 2.0)
+        want = rope_hf_rotate_half(x.transpose(0, 2, 1, 3), angles(pos, inv)).transpose(0, 2, 1, 3)
+        y = self.rope(x, "--axes", "bshd", "--scaling", "proportional", "--partial", "0.25",
+                      "--base", "1e6", "--factor", "2")
+        self.assert_close(y, want, 1e-12, 1e-12)
+        # Pairs (j, j + 16) for j < 4, the rest unchanged; --partial alone pairs (j, j + 4)
+        # within the first 8 dims, a different result.
+        self.assertTrue(np.array_equal(y[..., 4:16], x[..., 4:16]))
+        self.assertTrue(np.array_equal(y[..., 20:], x[..., 20:]))
+        plain = self.rope(x, "--axes", "bshd", "--partial", "0.25", "--base", "1e6",
+                          "--scaling", "linear", "--factor", "2", out="p.npy")
+        self.assertGreater(np.abs(plain - y).max(), 0.1)
+        # From a v5 config keyed by layer type.
+        cfg = {"head_dim": 32, "rope_parameters": {
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                               "rope_theta": 1e6, "factor": 2.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+        with open(self.path("config.json"), "w") as f:
+            json.dump(cfg, f)
+        y2 = self.rope(x, "--axes", "bshd", "--hf-config", self.path("config.json"),
+                       out="y2.npy")
+        self.assertTrue(np.array_equal(y2, y))
+        # The table: zero frequencies after the first four.
+        tab = self.path("inv.npy")
+        self.run_ok("table", "rope", "--positions", "2", "--dim", "32", "--scaling",
+                    "proportional", "--partial", "0.25", "--base", "1e6", "--factor", "2",
+                    "--emit", "inv-freq", "--dtype", "f64", "-o", tab)
+        self.assert_close(np.load(tab), inv, 1e-15, 0)
+
+
 class TestMultiDim(RopeCase):
     def test_rope2d_matches_seed_complex_2d(self):
         # Seed 003: freqs over arange(0, dim, 4)/dim, x positions t % W then y = t // W,

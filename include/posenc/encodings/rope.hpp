@@ -18,10 +18,12 @@ namespace posenc {
 /// Pairing of dimensions: neox pairs (i, i + r/2) (HF rotate_half), gptj pairs
 /// (2i, 2i+1) (GPT-J, Meta's complex form).
 enum class RopeStyle { neox, gptj };
-enum class RopeScaling { none, linear, dynamic, yarn, longrope, llama3 };
+/// `proportional` is HF v5's Gemma-4 type: the rotation spans the whole head, with
+/// int(partial * D) / 2 frequencies 1 / base^(2j / D) and zeros after them.
+enum class RopeScaling { none, linear, dynamic, yarn, longrope, llama3, proportional };
 
 RopeStyle parse_rope_style(const std::string& s);      ///< neox|half|gptj|interleaved
-RopeScaling parse_rope_scaling(const std::string& s);  ///< none|default|linear|...
+RopeScaling parse_rope_scaling(const std::string& s);  ///< none|default|linear|...|proportional
 std::string rope_style_name(RopeStyle s);
 std::string rope_scaling_name(RopeScaling s);
 
