@@ -290,19 +290,12 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   }
   // Side tensors: shapes checked here so nothing big is allocated for a bad input.
   if (!opt.cu_seqlens.empty()) {
-    const auto& cu = opt.cu_seqlens;
     if (g.sq != g.sk) {
       throw InputError(fmt::format(
           "--cu-seqlens: packed sequences need as many queries as keys (got {} and {})", g.sq,
           g.sk));
     }
-    bool ok = cu.size() >= 2 && cu.front() == 0 && cu.back() == static_cast<std::int64_t>(g.sk);
-    for (std::size_t i = 1; ok && i < cu.size(); ++i) ok = cu[i] >= cu[i - 1];
-    if (!ok) {
-      throw InputError(fmt::format("--cu-seqlens: expected non-decreasing boundaries from 0 to "
-                                   "the sequence length {} ({} values given)",
-                                   g.sk, cu.size()));
-    }
+    check_cu_seqlens(opt.cu_seqlens, g.sk, "--cu-seqlens");
   }
   if (opt.key_lengths) {
     const Tensor& t = *opt.key_lengths;

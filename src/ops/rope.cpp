@@ -227,13 +227,7 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
   tokpos.resize(S * comps);
   if (!pos.cu_seqlens.empty()) {
     const auto& cu = pos.cu_seqlens;
-    bool ok = cu.size() >= 2 && cu.front() == 0 && cu.back() == static_cast<std::int64_t>(S);
-    for (std::size_t i = 1; ok && i < cu.size(); ++i) ok = cu[i] >= cu[i - 1];
-    if (!ok) {
-      throw InputError(fmt::format("{}: expected non-decreasing boundaries from 0 to the "
-                                   "sequence length {} ({} values given)",
-                                   pos.cu_what, S, cu.size()));
-    }
+    check_cu_seqlens(cu, S, pos.cu_what);
     std::size_t k = 0;
     for (std::size_t s = 0; s < S; ++s) {
       while (static_cast<std::int64_t>(s) >= cu[k + 1]) ++k;
@@ -330,6 +324,17 @@ void RopeApplier::Impl::build_table(const Range& r) {
   }
   std::copy(k, k + 5, key);
   have_key = true;
+}
+
+void check_cu_seqlens(const std::vector<std::int64_t>& cu, std::size_t length,
+                      const std::string& what) {
+  bool ok = cu.size() >= 2 && cu.front() == 0 && cu.back() == static_cast<std::int64_t>(length);
+  for (std::size_t i = 1; ok && i < cu.size(); ++i) ok = cu[i] >= cu[i - 1];
+  if (!ok) {
+    throw InputError(fmt::format("{}: expected non-decreasing boundaries from 0 to the "
+                                 "sequence length {} ({} values given)",
+                                 what, length, cu.size()));
+  }
 }
 
 RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,

@@ -58,6 +58,12 @@ struct Positions {
   std::string cu_what = "--cu-seqlens";       ///< names the source in messages
 };
 
+/// Throws InputError (naming `what`) unless `cu` is a list of packed-sequence
+/// boundaries for `length` tokens: at least two values, non-decreasing, from 0 to
+/// `length` (flash-attn's cu_seqlens).
+void check_cu_seqlens(const std::vector<std::int64_t>& cu, std::size_t length,
+                      const std::string& what);
+
 struct RopeApplyOptions {
   bool inverse = false;                  ///< apply the inverse rotation
   Precision precision = Precision::f64;  ///< arithmetic of angles and rotation
