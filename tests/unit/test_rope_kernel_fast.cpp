@@ -51,6 +51,23 @@ std::vector<std::pair<const char*, Find>> fast_variants() {
   return v;
 }
 
+/// Arguments for n contiguous vectors of width d in x, vector v on table row rowidx[v].
+rope_detail::KernelArgs flat_args(const Tensor& x, std::size_t n, std::size_t d, std::size_t r,
+                                  const std::vector<std::int32_t>& rowidx, const void* table,
+                                  std::size_t block) {
+  rope_detail::KernelArgs a;
+  a.src = x.bytes();
+  a.n2 = n;
+  a.st2 = static_cast<std::ptrdiff_t>(d);
+  a.t2 = 1;
+  a.head_dim = d;
+  a.rotary_dim = r;
+  a.rowidx = rowidx.data();
+  a.table = table;
+  a.block2 = block;
+  return a;
+}
+
 TEST(RopeKernelFast, MatchesDefinitionAndBaseKernel) {
   if (!avx512_present()) GTEST_SKIP() << "no AVX-512";
   const std::size_t S = 37, H = 3;
@@ -186,16 +203,7 @@ TEST(RopeKernelFast, RoundsF16TiesAndNearTiesOnce) {
         want.set(v * D + k, k == ia ? xa * c[j] - xb * c[half + j] : xb * c[j] + xa * c[half + j]);
       }
     }
-    rope_detail::KernelArgs a;
-    a.src = x.bytes();
-    a.n2 = N;
-    a.st2 = static_cast<std::ptrdiff_t>(D);
-    a.t2 = 1;
-    a.head_dim = D;
-    a.rotary_dim = R;
-    a.rowidx = rowidx.data();
-    a.table = table.data();
-    a.block2 = 8;
+    rope_detail::KernelArgs a = flat_args(x, N, D, R, rowidx, table.data(), 8);
     for (const auto& [isa, find] : fast_variants()) {
       Tensor y(DType::f16, {N, D});
       a.dst = y.bytes();
@@ -221,17 +229,8 @@ TEST(RopeKernelFast, ReportsNonFiniteInRotatedPartAndTail) {
           Tensor x(in, {S, D});
           for (std::size_t i = 0; i < x.numel(); ++i) x.set(i, 0.25);
           Tensor y(in, {S, D});
-          rope_detail::KernelArgs a;
-          a.src = x.bytes();
+          rope_detail::KernelArgs a = flat_args(x, S, D, R, rowidx, table.data(), 2);
           a.dst = y.bytes();
-          a.n2 = S;
-          a.st2 = static_cast<std::ptrdiff_t>(D);
-          a.t2 = 1;
-          a.head_dim = D;
-          a.rotary_dim = R;
-          a.rowidx = rowidx.data();
-          a.table = table.data();
-          a.block2 = 2;
           const std::vector<float> table32(table.begin(), table.end());
           for (Precision p : {Precision::f64, Precision::f32}) {
             a.table = p == Precision::f64 ? static_cast<const void*>(table.data())
