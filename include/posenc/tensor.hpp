@@ -3,6 +3,11 @@
 /// The Tensor type: an owned, C-ordered, native-endian buffer of one DType with a shape.
 /// Every file format reads into and writes from it; the numeric code works on typed
 /// pointers (`data<T>()`).
+///
+/// Not an xt::xarray<T>: the element type comes from the file at run time (13 dtypes,
+/// f16 and bf16 among them, which xtensor has no arithmetic type for, and which must
+/// round-trip byte for byte), and buffers are 64-byte aligned so the kernels and the
+/// streaming pipeline can reuse them for slabs.
 
 #include <cstddef>
 #include <cstdint>

@@ -440,7 +440,9 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
 
 
 // ---------------------------------------------------------------------------------
-// BLAS, single-threaded per call (see the file comment of attention.hpp).
+// BLAS, single-threaded per call (see the file comment of attention.hpp). cblas
+// directly rather than xt::linalg::dot, which takes whole containers (a strided block
+// of Q or K would be copied first) and leaves the thread count to OpenBLAS.
 
 inline void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
                  const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta,

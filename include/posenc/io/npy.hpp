@@ -2,6 +2,11 @@
 /// \file
 /// A strict NPY reader and an np.save-compatible writer.
 ///
+/// Our own rather than xtensor 0.24's xnpy.hpp, which is unsafe on bad input: it reads
+/// the header length through signed chars, does not check the shape product for
+/// overflow, returns uninitialised memory for truncated data, has no float16, byte
+/// swapping or format 3.0, and does not check its writes.
+///
 /// Reading treats files as untrusted: the magic, version (1.0, 2.0, 3.0), header length
 /// (capped before anything is allocated), dict grammar (exactly `descr`,
 /// `fortran_order`, `shape` in any order), dtype and shape are validated, the shape
