@@ -1,8 +1,8 @@
 // The AVX-512 RoPE fast paths (f32/f16 data, float64 arithmetic, widths that are
 // multiples of 16; with and without AVX512-FP16 conversions) against the float64
-// definition rounded once and against the base kernel, byte for byte: streamed and plain stores, aligned and unaligned outputs,
-// partial rotary, both styles, --precision f32 against the base kernel, and NaN/Inf detection in
-// the rotated part and the tail.
+// definition rounded once and against the base kernel, byte for byte: streamed and plain
+// stores, aligned and unaligned outputs, partial rotary, both styles, f16 ties, --precision
+// f32 against the base kernel, and NaN/Inf detection in the rotated part and the tail.
 
 #include <gtest/gtest.h>
 
@@ -133,11 +133,11 @@ TEST(RopeKernelFast, MatchesDefinitionAndBaseKernel) {
                 a.dst = y.p;
                 a.stream = stream;
                 EXPECT_FALSE(find(in, out, Precision::f64, st)(a));
-                const std::string what = std::string(isa) + " D=" + std::to_string(D) + " R=" + std::to_string(R) +
-                                         (st == RopeStyle::neox ? " neox " : " gptj ") +
-                                         std::string(dtype_name(in)) + "->" +
-                                         std::string(dtype_name(out)) + (stream ? " stream" : "") +
-                                         " misalign " + std::to_string(mis);
+                const std::string what =
+                    std::string(isa) + " D=" + std::to_string(D) + " R=" + std::to_string(R) +
+                    (st == RopeStyle::neox ? " neox " : " gptj ") + std::string(dtype_name(in)) +
+                    "->" + std::string(dtype_name(out)) + (stream ? " stream" : "") +
+                    " misalign " + std::to_string(mis);
                 EXPECT_EQ(std::memcmp(y.p, want.bytes(), nbytes), 0) << what;
                 EXPECT_EQ(std::memcmp(y.p, ref.p, nbytes), 0) << what;
               }
