@@ -142,6 +142,15 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     return *p.factor;
   };
 
+  // yarn and longrope: --factor, else HF's max_position_embeddings / L0.
+  auto factor_or_ratio = [&](const char* name, const char* missing) -> double {
+    if (p.factor) return need_factor(name);
+    if (!p.max_pos || !p.original_max_pos) usage(missing);
+    const double s = static_cast<double>(*p.max_pos) / static_cast<double>(*p.original_max_pos);
+    a.push_back({"factor", s});
+    return s;
+  };
+
   switch (p.scaling) {
     case RopeScaling::none:
       f.inv_freq = default_inv_freq(p.base, r);
@@ -172,15 +181,9 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
 
     case RopeScaling::yarn: {
       std::int64_t l0 = require_l0(p, "yarn");
-      double s;
-      if (p.factor) {
-        s = need_factor("yarn");
-      } else if (p.max_pos && p.original_max_pos) {
-        s = static_cast<double>(*p.max_pos) / static_cast<double>(*p.original_max_pos);
-        a.push_back({"factor", s});
-      } else {
-        usage("--scaling yarn: needs --factor (or --max-pos and --original-max-pos)");
-      }
+      const double s =
+          factor_or_ratio("yarn", "--scaling yarn: needs --factor (or --max-pos and "
+                                  "--original-max-pos)");
       double beta_fast = p.beta_fast.value_or(32.0);
       double beta_slow = p.beta_slow.value_or(1.0);
       double att;
@@ -250,17 +253,10 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       if (p.attention_factor) {
         att = *p.attention_factor;
       } else {
-        double s;
-        if (p.factor) {
-          s = need_factor("longrope");
-        } else if (p.max_pos && p.original_max_pos) {
-          s = static_cast<double>(*p.max_pos) / static_cast<double>(*p.original_max_pos);
-          a.push_back({"factor", s});
-        } else {
-          usage(
-              "--scaling longrope: needs --factor (or --max-pos and --original-max-pos, or "
-              "--attention-factor)");
-        }
+        const double s = factor_or_ratio(
+            "longrope",
+            "--scaling longrope: needs --factor (or --max-pos and --original-max-pos, or "
+            "--attention-factor)");
         att = s <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(s) / std::log(static_cast<double>(l0)));
       }
       f.inv_freq.resize(half);
