@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -117,6 +118,61 @@ void verbose_attrs(const Attrs& attrs) {
         a.value);
     fmt::print(stderr, "posenc: {} = {}\n", a.name, v);
   }
+}
+
+}  // namespace posenc::cli
+
+namespace posenc::cli {
+
+namespace {
+
+// The option a library parameter name stands for on `cmd` or its parents, or "".
+std::string option_for(const CLI::App* cmd, std::string name) {
+  // Library names that differ from their option.
+  if (name == "head_dim") name = "dim";
+  std::replace(name.begin(), name.end(), '_', '-');
+  const std::string flag = "--" + name;
+  for (const CLI::App* a = cmd; a != nullptr; a = a->get_parent()) {
+    if (a->get_option_no_throw(flag) != nullptr) return flag;
+  }
+  return "";
+}
+
+bool is_name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }
+
+}  // namespace
+
+std::string cli_terms(const CLI::App* cmd, const std::string& msg) {
+  if (cmd == nullptr) return msg;
+  const std::size_t colon = msg.find(": ");
+  std::string out;
+  bool last_mapped = false;  // "q_len/k_len": a name after '/' only follows a name
+  std::size_t i = 0;
+  while (i < msg.size()) {
+    const char before = i == 0 ? ' ' : msg[i - 1];
+    const bool starts = is_name_char(msg[i]) &&
+                        (before == ' ' || before == '(' || (before == '/' && last_mapped) ||
+                         i == 0);
+    if (!starts) {
+      if (is_name_char(msg[i]) || msg[i] != '/') last_mapped = false;
+      out += msg[i++];
+      continue;
+    }
+    std::size_t j = i;
+    while (j < msg.size() && is_name_char(msg[j])) ++j;
+    const std::string word = msg.substr(i, j - i);
+    const char after = j < msg.size() ? msg[j] : ' ';
+    const bool ends = after == ' ' || after == ':' || after == ',' || after == ')' || after == '/';
+    // The message's first name (and names joined to it by '/') names the parameter.
+    const bool in_prefix = colon != std::string::npos && j <= colon &&
+                           (i == 0 || (before == '/' && last_mapped));
+    std::string flag;
+    if (ends && (in_prefix || word.find('_') != std::string::npos)) flag = option_for(cmd, word);
+    out += flag.empty() ? word : flag;
+    last_mapped = !flag.empty();
+    i = j;
+  }
+  return out;
 }
 
 }  // namespace posenc::cli

@@ -66,6 +66,11 @@ int run(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const posenc::Error& e) {
+    // The library names its parameters; say them as this command's options.
+    const CLI::App* cmd = &app;
+    while (!cmd->get_subcommands().empty()) cmd = cmd->get_subcommands().front();
+    return fail(e.status(), posenc::cli::cli_terms(cmd, e.what()));
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -14,9 +14,9 @@
 namespace posenc {
 
 std::vector<double> alibi_slopes(int heads, double max_bias) {
-  if (heads <= 0) throw UsageError(fmt::format("--heads: must be positive, got {}", heads));
+  if (heads <= 0) throw UsageError(fmt::format("heads: must be positive, got {}", heads));
   if (!(max_bias > 0.0) || !std::isfinite(max_bias)) {
-    throw UsageError(fmt::format("--max-bias: must be a positive number, got {}", max_bias));
+    throw UsageError(fmt::format("max_bias: must be a positive number, got {}", max_bias));
   }
   // Press's get_slopes: the n' = 2^floor(log2 n) geometric slopes 2^(-8(h+1)/n'), then
   // for the remaining heads every other slope of the 2n' sequence,
@@ -66,7 +66,7 @@ std::int64_t t5_bucket(std::int64_t relative_position, bool bidirectional, int n
   const int max_exact = num_buckets / 2;
   if (max_exact < 1 || max_distance <= max_exact) {
     throw UsageError(fmt::format(
-        "--buckets/--max-distance: need at least {} buckets and --max-distance above {}",
+        "buckets/max_distance: need at least {} buckets and max_distance above {}",
         bidirectional ? 4 : 2, max_exact));
   }
   if (rp < max_exact) return bucket + rp;

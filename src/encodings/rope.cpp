@@ -41,7 +41,7 @@ double yarn_mscale(double scale, double m = 1.0) {
 std::int64_t require_l0(const RopeParams& p, const char* scaling) {
   if (p.original_max_pos) return *p.original_max_pos;
   if (p.max_pos) return *p.max_pos;
-  usage(fmt::format("--scaling {}: needs --original-max-pos (or --max-pos)", scaling));
+  usage(fmt::format("scaling {}: needs original_max_pos (or max_pos)", scaling));
 }
 
 }  // namespace
@@ -49,7 +49,7 @@ std::int64_t require_l0(const RopeParams& p, const char* scaling) {
 RopeStyle parse_rope_style(const std::string& s) {
   if (s == "neox" || s == "half") return RopeStyle::neox;
   if (s == "gptj" || s == "interleaved") return RopeStyle::gptj;
-  usage(fmt::format("--style: unknown style '{}' (expected neox, half, gptj or interleaved)", s));
+  usage(fmt::format("style: unknown style '{}' (expected neox, half, gptj or interleaved)", s));
 }
 
 RopeScaling parse_rope_scaling(const std::string& s) {
@@ -60,7 +60,7 @@ RopeScaling parse_rope_scaling(const std::string& s) {
   if (s == "longrope" || s == "su") return RopeScaling::longrope;
   if (s == "llama3") return RopeScaling::llama3;
   if (s == "proportional") return RopeScaling::proportional;
-  usage(fmt::format("--scaling: unknown scaling '{}' (expected none, linear, dynamic, yarn, "
+  usage(fmt::format("scaling: unknown scaling '{}' (expected none, linear, dynamic, yarn, "
                     "longrope, llama3 or proportional)",
                     s));
 }
@@ -89,20 +89,20 @@ std::string rope_scaling_name(RopeScaling s) {
 
 RopeFreqs compute_rope_freqs(const RopeParams& p) {
   if (p.head_dim <= 0)
-    usage(fmt::format("--dim: head dimension must be positive, got {}", p.head_dim));
+    usage(fmt::format("dim: head dimension must be positive, got {}", p.head_dim));
   if (!(p.base > 0.0) || !std::isfinite(p.base)) {
-    usage(fmt::format("--base: must be a positive number, got {}", p.base));
+    usage(fmt::format("base: must be a positive number, got {}", p.base));
   }
   int r = p.rotary_dim;
   if (r == 0) {
     if (!(p.partial > 0.0 && p.partial <= 1.0)) {
-      usage(fmt::format("--partial: must be in (0, 1], got {}", p.partial));
+      usage(fmt::format("partial: must be in (0, 1], got {}", p.partial));
     }
     // HF: int(head_dim * partial_rotary_factor), truncating.
     r = static_cast<int>(static_cast<double>(p.head_dim) * p.partial);
   }
   if (r > p.head_dim) {
-    usage(fmt::format("--rotary-dim: rotary dimension {} exceeds the head dimension {}", r,
+    usage(fmt::format("rotary_dim: rotary dimension {} exceeds the head dimension {}", r,
                       p.head_dim));
   }
   // proportional: int(partial * D) // 2 frequencies spread over the whole head (HF v5
@@ -111,14 +111,14 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
   const int angles = r / 2;
   if (proportional) {
     if (p.head_dim % 2 != 0 || angles <= 0) {
-      usage(fmt::format("--scaling proportional: needs an even head dimension and a rotary "
+      usage(fmt::format("scaling proportional: needs an even head dimension and a rotary "
                         "dimension of at least 2, got {} and {}",
                         p.head_dim, r));
     }
     r = p.head_dim;
   }
   if (r <= 0 || r % 2 != 0) {
-    usage(fmt::format("--rotary-dim: rotary dimension must be positive and even, got {}", r));
+    usage(fmt::format("rotary_dim: rotary dimension must be positive and even, got {}", r));
   }
   const std::size_t half = static_cast<std::size_t>(r / 2);
 
@@ -134,9 +134,9 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
   a.push_back({"rope_type", rope_scaling_name(p.scaling)});
 
   auto need_factor = [&](const char* name) {
-    if (!p.factor) usage(fmt::format("--scaling {}: needs --factor", name));
+    if (!p.factor) usage(fmt::format("scaling {}: needs a factor", name));
     if (!(*p.factor > 0.0) || !std::isfinite(*p.factor)) {
-      usage(fmt::format("--factor: must be a positive number, got {}", *p.factor));
+      usage(fmt::format("factor: must be a positive number, got {}", *p.factor));
     }
     a.push_back({"factor", *p.factor});
     return *p.factor;
@@ -166,8 +166,8 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     case RopeScaling::dynamic: {
       double s = need_factor("dynamic");
       std::int64_t mp = p.max_pos ? *p.max_pos : p.original_max_pos ? *p.original_max_pos : 0;
-      if (mp <= 0) usage("--scaling dynamic: needs --max-pos (max_position_embeddings)");
-      if (r <= 2) usage("--scaling dynamic: needs a rotary dimension above 2");
+      if (mp <= 0) usage("scaling dynamic: needs max_pos (max_position_embeddings)");
+      if (r <= 2) usage("scaling dynamic: needs a rotary dimension above 2");
       std::int64_t seq = std::max<std::int64_t>(p.seq_len, mp);
       double base =
           p.base * std::pow(s * static_cast<double>(seq) / static_cast<double>(mp) - (s - 1.0),
@@ -182,8 +182,8 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     case RopeScaling::yarn: {
       std::int64_t l0 = require_l0(p, "yarn");
       const double s =
-          factor_or_ratio("yarn", "--scaling yarn: needs --factor (or --max-pos and "
-                                  "--original-max-pos)");
+          factor_or_ratio("yarn", "scaling yarn: needs a factor (or max_pos and "
+                                  "original_max_pos)");
       double beta_fast = p.beta_fast.value_or(32.0);
       double beta_slow = p.beta_slow.value_or(1.0);
       double att;
@@ -245,8 +245,8 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       bool use_long = seq > l0;
       const std::vector<double>& ext = use_long ? p.long_factor : p.short_factor;
       if (ext.empty()) {
-        usage(fmt::format("--scaling longrope: needs --{} (sequence length {} {} L0 = {})",
-                          use_long ? "long-factor" : "short-factor", seq,
+        usage(fmt::format("scaling longrope: needs {}_factor (sequence length {} {} L0 = {})",
+                          use_long ? "long" : "short", seq,
                           use_long ? ">" : "<=", l0));
       }
       double att = 1.0;
@@ -255,8 +255,8 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       } else {
         const double s = factor_or_ratio(
             "longrope",
-            "--scaling longrope: needs --factor (or --max-pos and --original-max-pos, or "
-            "--attention-factor)");
+            "scaling longrope: needs a factor (or max_pos and original_max_pos, or "
+            "attention_factor)");
         att = s <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(s) / std::log(static_cast<double>(l0)));
       }
       f.inv_freq.resize(half);
@@ -287,13 +287,13 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
 
     case RopeScaling::llama3: {
       double s = need_factor("llama3");
-      if (!p.original_max_pos) usage("--scaling llama3: needs --original-max-pos");
+      if (!p.original_max_pos) usage("scaling llama3: needs original_max_pos");
       double l0 = static_cast<double>(*p.original_max_pos);
       double lff = p.low_freq_factor.value_or(1.0);
       double hff = p.high_freq_factor.value_or(4.0);
       if (!(lff > 0.0) || !(hff > 0.0) || lff == hff) {
         usage(fmt::format(
-            "--low-freq-factor/--high-freq-factor: must be positive and different, got {} and {}",
+            "low_freq_factor/high_freq_factor: must be positive and different, got {} and {}",
             lff, hff));
       }
       double low_wl = l0 / lff, high_wl = l0 / hff;
@@ -320,7 +320,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     f.attention_factor = *p.attention_factor;
   }
   if (!(f.attention_factor > 0.0) || !std::isfinite(f.attention_factor)) {
-    usage(fmt::format("--attention-factor: must be a positive number, got {}", f.attention_factor));
+    usage(fmt::format("attention_factor: must be a positive number, got {}", f.attention_factor));
   }
   a.push_back({"attention_factor", f.attention_factor});
   return f;

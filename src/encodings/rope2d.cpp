@@ -14,10 +14,10 @@ namespace posenc {
 std::vector<double> rope2d_freqs(int dim, double base) {
   if (dim <= 0 || dim % 4 != 0) {
     throw UsageError(fmt::format(
-        "--dim: 2-D RoPE needs a positive multiple of 4 (D/4 frequencies per axis), got {}", dim));
+        "dim: 2-D RoPE needs a positive multiple of 4 (D/4 frequencies per axis), got {}", dim));
   }
   if (!(base > 0.0) || !std::isfinite(base)) {
-    throw UsageError(fmt::format("--base: must be a positive number, got {}", base));
+    throw UsageError(fmt::format("base: must be a positive number, got {}", base));
   }
   // The seed's exponent arange(0, D, 4)[:D/4] / D equals 2k / (D/2) exactly (one
   // division of the same rational), so these are the default frequencies of width D/2.

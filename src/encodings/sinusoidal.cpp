@@ -94,11 +94,11 @@ void sincos_array(const double* angle, double* sin_out, double* cos_out, std::si
 std::vector<double> sinusoidal_freqs(int dim, double base) {
   if (dim <= 0 || dim % 2 != 0) {
     throw UsageError(fmt::format(
-        "--dim: the sinusoidal table needs a positive even dimension (sin/cos pairs), got {}",
+        "dim: the sinusoidal table needs a positive even dimension (sin/cos pairs), got {}",
         dim));
   }
   if (!(base > 0.0) || !std::isfinite(base)) {
-    throw UsageError(fmt::format("--base: must be a positive number, got {}", base));
+    throw UsageError(fmt::format("base: must be a positive number, got {}", base));
   }
   return default_inv_freq(base, dim);
 }

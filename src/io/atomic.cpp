@@ -137,7 +137,7 @@ TempFile::TempFile(const std::string& target, bool no_clobber, bool sync)
   struct stat lst;
   const bool exists = ::lstat(target.c_str(), &lst) == 0;
   if (exists && no_clobber) {
-    throw OutputError(fmt::format("{} already exists (--no-clobber)", quoted(target)));
+    throw OutputError(fmt::format("{} already exists (no_clobber)", quoted(target)));
   }
   // Replace what a symbolic link points to, not the link itself.
   if (exists && S_ISLNK(lst.st_mode)) {
@@ -214,7 +214,7 @@ void TempFile::publish() {
       if (rc == 0) ::unlink(path_.c_str());
     }
     if (rc != 0 && errno == EEXIST) {
-      throw OutputError(fmt::format("{} already exists (--no-clobber)", quoted(target_)));
+      throw OutputError(fmt::format("{} already exists (no_clobber)", quoted(target_)));
     }
   } else {
     rc = ::rename(path_.c_str(), target_.c_str());
@@ -244,7 +244,7 @@ OutputFile::OutputFile(const std::string& path, const WriteOptions& opt, bool bi
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
     // Devices, pipes, sockets: cannot be replaced, so written in place.
     if (opt.no_clobber) {
-      throw OutputError(fmt::format("{} already exists (--no-clobber)", display_));
+      throw OutputError(fmt::format("{} already exists (no_clobber)", display_));
     }
     fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd_ < 0) {

@@ -42,7 +42,7 @@ std::optional<Format> format_from_to(const std::string& to) {
   if (t == "json") return Format::json;
   if (t == "text" || t == "txt") return Format::text;
   throw UsageError(
-      fmt::format("--to: unknown format '{}' (expected npy, h5, csv, tsv, json or text)", to));
+      fmt::format("to: unknown format '{}' (expected npy, h5, csv, tsv, json or text)", to));
 }
 
 std::string extension_of(const std::string& path) {

@@ -56,11 +56,11 @@ std::vector<AttentionEmit> parse_attention_emit(const std::string& list, bool ha
       e = AttentionEmit::lse;
     } else {
       throw UsageError(fmt::format(
-          "--emit: unknown tensor '{}' (expected a comma list of logits, probs, output, lse)",
+          "emit: unknown tensor '{}' (expected a comma list of logits, probs, output, lse)",
           name));
     }
     if (e == AttentionEmit::output && !has_v) {
-      throw UsageError("--emit: output needs values (-v)");
+      throw UsageError("emit: output needs values (-v)");
     }
     if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
     pos = comma + 1;
@@ -165,16 +165,16 @@ std::string resolve_letters(const std::string& user, std::size_t rank) {
   }
   if (axes.size() != rank) {
     throw UsageError(
-        fmt::format("--axes {}: {} letters for a tensor of rank {}", axes, axes.size(), rank));
+        fmt::format("axes {}: {} letters for a tensor of rank {}", axes, axes.size(), rank));
   }
   for (std::size_t i = 0; i < axes.size(); ++i) {
     char c = axes[i];
     if (std::string("bhsd").find(c) == std::string::npos || axes.find(c) != i) {
-      throw UsageError(fmt::format("--axes {}: letters must be distinct, from b, h, s, d", axes));
+      throw UsageError(fmt::format("axes {}: letters must be distinct, from b, h, s, d", axes));
     }
   }
   if (axes.find('s') == std::string::npos || axes.find('d') == std::string::npos) {
-    throw UsageError(fmt::format("--axes {}: attention needs axes s and d", axes));
+    throw UsageError(fmt::format("axes {}: attention needs axes s and d", axes));
   }
   return axes;
 }
@@ -189,20 +189,20 @@ void require_float(DType t, const char* what) {
 void require_finite(const Tensor& q, const Tensor& k, const Tensor* v,
                     const AttentionOptions& opt) {
   const std::pair<const Tensor*, const char*> strict[] = {
-      {&q, "q"}, {&k, "k"}, {v, "v"}, {opt.relative_k, "--relative-k"},
-      {opt.relative_v, "--relative-v"}, {opt.t5_bias, "--t5-bias"}};
+      {&q, "q"}, {&k, "k"}, {v, "v"}, {opt.relative_k, "relative_k"},
+      {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) {
       throw InputError(fmt::format(
-          "{}: contains NaN or Inf (use --allow-nonfinite to compute with it anyway)", what));
+          "{}: contains NaN or Inf (use allow_nonfinite to compute with it anyway)", what));
     }
   }
-  const std::pair<const Tensor*, const char*> masks[] = {{opt.mask, "--mask"},
-                                                         {opt.sinks, "--sinks"}};
+  const std::pair<const Tensor*, const char*> masks[] = {{opt.mask, "mask"},
+                                                         {opt.sinks, "sinks"}};
   for (const auto& [t, what] : masks) {
     if (t && t->has_nonfinite(/*allow_neg_inf=*/true)) {
       throw InputError(fmt::format(
-          "{}: contains NaN or +Inf (-inf is allowed; use --allow-nonfinite to compute with "
+          "{}: contains NaN or +Inf (-inf is allowed; use allow_nonfinite to compute with "
           "it anyway)",
           what));
     }
@@ -262,7 +262,7 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   }
   g.out = opt.dtype.value_or(q_dtype);
   if (!is_float(g.out)) {
-    throw UsageError(fmt::format("--dtype {}: attention outputs are floats (f64, f32, f16, bf16)",
+    throw UsageError(fmt::format("dtype {}: attention outputs are floats (f64, f32, f16, bf16)",
                                  dtype_name(g.out)));
   }
   g.lse = g.compute;
@@ -273,42 +273,42 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     if (e == AttentionEmit::output) g.emit_output = true;
     if (e == AttentionEmit::lse) g.emit_lse = true;
   }
-  if (g.emit_output && !vs) throw UsageError("--emit: output needs values (-v)");
+  if (g.emit_output && !vs) throw UsageError("emit: output needs values (-v)");
   // Option values.
   if (!(opt.scale >= 0) || std::isinf(opt.scale)) {
-    throw UsageError(fmt::format("--scale {}: must be a positive number", opt.scale));
+    throw UsageError(fmt::format("scale {}: must be a positive number", opt.scale));
   }
   if (!(opt.softcap >= 0) || std::isinf(opt.softcap)) {
-    throw UsageError(fmt::format("--softcap {}: must be a positive number", opt.softcap));
+    throw UsageError(fmt::format("softcap {}: must be a positive number", opt.softcap));
   }
   if (opt.window_left < -1 || opt.window_right < -1) {
-    throw UsageError(fmt::format("--window {},{}: sides must be >= 0, or -1 for unbounded",
+    throw UsageError(fmt::format("window {},{}: sides must be >= 0, or -1 for unbounded",
                                  opt.window_left, opt.window_right));
   }
   if (opt.alibi && !(opt.alibi_max_bias > 0)) {
-    throw UsageError(fmt::format("--alibi-max-bias {}: must be positive", opt.alibi_max_bias));
+    throw UsageError(fmt::format("alibi_max_bias {}: must be positive", opt.alibi_max_bias));
   }
   // Side tensors: shapes checked here so nothing big is allocated for a bad input.
   if (!opt.cu_seqlens.empty()) {
     if (g.sq != g.sk) {
       throw InputError(fmt::format(
-          "--cu-seqlens: packed sequences need as many queries as keys (got {} and {})", g.sq,
+          "cu_seqlens: packed sequences need as many queries as keys (got {} and {})", g.sq,
           g.sk));
     }
-    check_cu_seqlens(opt.cu_seqlens, g.sk, "--cu-seqlens");
+    check_cu_seqlens(opt.cu_seqlens, g.sk, "cu_seqlens");
   }
   if (opt.key_lengths) {
     const Tensor& t = *opt.key_lengths;
     if (!is_integer(t.dtype()) || t.ndim() != 1 || t.numel() != g.b) {
       throw InputError(
-          fmt::format("--key-lengths: expected {} integers (shape ({},)), got {} of shape {}", g.b,
+          fmt::format("key_lengths: expected {} integers (shape ({},)), got {} of shape {}", g.b,
                       g.b, dtype_name(t.dtype()), shape_str(t.shape())));
     }
     for (std::size_t i = 0; i < t.numel(); ++i) {
       double len = t.get(i);
       if (len < 0 || len > static_cast<double>(g.sk)) {
         throw InputError(
-            fmt::format("--key-lengths: length {} of batch {} is outside [0, {}]", len, i, g.sk));
+            fmt::format("key_lengths: length {} of batch {} is outside [0, {}]", len, i, g.sk));
       }
     }
   }
@@ -322,35 +322,35 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
       ok = md == 1 || md == td;
     }
     if (!ok) {
-      throw InputError(fmt::format("--mask: shape {} does not broadcast to the scores' shape {}",
+      throw InputError(fmt::format("mask: shape {} does not broadcast to the scores' shape {}",
                                    shape_str(m.shape()), shape_str(target)));
     }
   }
   if (opt.sinks) {
     const Tensor& t = *opt.sinks;
-    require_float(t.dtype(), "--sinks");
+    require_float(t.dtype(), "sinks");
     if (t.ndim() != 1 || t.numel() != g.hq) {
-      throw InputError(fmt::format("--sinks: expected shape ({},) (one per query head), got {}",
+      throw InputError(fmt::format("sinks: expected shape ({},) (one per query head), got {}",
                                    g.hq, shape_str(t.shape())));
     }
   }
   if (opt.t5_bias) {
     const Tensor& t = *opt.t5_bias;
-    require_float(t.dtype(), "--t5-bias");
+    require_float(t.dtype(), "t5_bias");
     if (opt.t5_buckets < 2 || opt.t5_max_distance < 2) {
-      throw UsageError(fmt::format("--t5-buckets {} / --t5-max-distance {}: must be >= 2",
+      throw UsageError(fmt::format("t5_buckets {} / t5_max_distance {}: must be >= 2",
                                    opt.t5_buckets, opt.t5_max_distance));
     }
     if (t.ndim() != 2 || t.shape()[0] != static_cast<std::size_t>(opt.t5_buckets) ||
         t.shape()[1] != g.hq) {
-      throw InputError(fmt::format("--t5-bias: expected shape ({}, {}) ([buckets, heads]), got {}",
+      throw InputError(fmt::format("t5_bias: expected shape ({}, {}) ([buckets, heads]), got {}",
                                    opt.t5_buckets, g.hq, shape_str(t.shape())));
     }
   }
-  if (opt.relative_v && !vs) throw UsageError("--relative-v needs values (-v)");
+  if (opt.relative_v && !vs) throw UsageError("relative_v needs values (-v)");
   for (const Tensor* t : {opt.relative_k, opt.relative_v}) {
     if (!t) continue;
-    const char* what = t == opt.relative_k ? "--relative-k" : "--relative-v";
+    const char* what = t == opt.relative_k ? "relative_k" : "relative_v";
     require_float(t->dtype(), what);
     std::size_t width = t == opt.relative_k ? g.d : g.dv;
     if (t->ndim() != 2 || t->shape()[1] != width || t->shape()[0] % 2 != 1) {
@@ -359,12 +359,12 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     }
     std::size_t rows = t->shape()[0];
     if (opt.max_distance >= 0 && rows != static_cast<std::size_t>(2 * opt.max_distance + 1)) {
-      throw InputError(fmt::format("{}: {} rows, but --max-distance {} needs {}", what, rows,
+      throw InputError(fmt::format("{}: {} rows, but max_distance {} needs {}", what, rows,
                                    opt.max_distance, 2 * opt.max_distance + 1));
     }
     if (g.rel_rows && rows != g.rel_rows) {
       throw InputError(
-          fmt::format("--relative-k and --relative-v: {} and {} rows differ", g.rel_rows, rows));
+          fmt::format("relative_k and relative_v: {} and {} rows differ", g.rel_rows, rows));
     }
     g.rel_rows = rows;
     g.max_distance = static_cast<std::int64_t>((rows - 1) / 2);
@@ -943,7 +943,7 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
       std::int64_t bucket = t5_bucket(dmin + static_cast<std::int64_t>(di), opt.t5_bidirectional,
                                       opt.t5_buckets, opt.t5_max_distance);
       if (bucket < 0 || bucket >= opt.t5_buckets) {
-        throw InputError(fmt::format("--t5-bias: bucket {} out of range", bucket));
+        throw InputError(fmt::format("t5_bias: bucket {} out of range", bucket));
       }
       for (std::size_t h = 0; h < g.hq; ++h) P.t5[h * ndist + di] = emb[bucket * g.hq + h];
     }
@@ -1055,7 +1055,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   auto [need, names] =
       memory_of(g, q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
   if (opt.max_memory && need > opt.max_memory) {
-    throw InputError(fmt::format("{} would need {} > --max-memory {}", names, bytes_str(need),
+    throw InputError(fmt::format("{} would need {} > max_memory {}", names, bytes_str(need),
                                  bytes_str(opt.max_memory)));
   }
   if (!opt.allow_nonfinite) require_finite(q, k, v, opt);

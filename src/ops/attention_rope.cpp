@@ -36,25 +36,25 @@ std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k, c
   Positions pk = pos, pq = pos;
   if (!pos.cu_seqlens.empty() && sq != sk) {
     throw UsageError(fmt::format(
-        "--cu-seqlens: packed sequences need as many queries as keys (got {} and {})", sq, sk));
+        "cu_seqlens: packed sequences need as many queries as keys (got {} and {})", sq, sk));
   }
   if (!pos.ids.empty()) {
     if (pos.ids_shape.empty() || pos.ids_shape.back() != sk) {
       throw InputError(fmt::format(
-          "--position-ids: shape {} does not end in the key length {} (queries take the last "
+          "position_ids: shape {} does not end in the key length {} (queries take the last "
           "{})",
           shape_str(pos.ids_shape), sk, sq));
     }
     if (sq > sk) {
-      throw InputError(fmt::format("--position-ids: {} queries but only {} key positions", sq, sk));
+      throw InputError(fmt::format("position_ids: {} queries but only {} key positions", sq, sk));
     }
     pq = last_ids(pos, sq);
   } else if (pos.cu_seqlens.empty()) {
     pq.start = pos.start + static_cast<std::int64_t>(sk) - static_cast<std::int64_t>(sq);
     if (pq.start < 0) {
       throw InputError(
-          fmt::format("--rope: {} queries and {} keys put the first query at position {} (< 0); "
-                      "use --start",
+          fmt::format("rope: {} queries and {} keys put the first query at position {} (< 0); "
+                      "give a start position",
                       sq, sk, pq.start));
     }
   }

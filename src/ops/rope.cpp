@@ -36,21 +36,21 @@ Axes resolve_axes(const std::string& user, std::size_t rank, const std::string& 
   std::string seen;
   for (char c : user) {
     if (std::string("bhsd").find(c) == std::string::npos) {
-      throw UsageError(fmt::format("--axes: unknown axis letter '{}' in '{}' (letters are b, "
+      throw UsageError(fmt::format("axes: unknown axis letter '{}' in '{}' (letters are b, "
                                    "h, s, d)",
                                    c, user));
     }
     if (seen.find(c) != std::string::npos) {
-      throw UsageError(fmt::format("--axes: letter '{}' appears twice in '{}'", c, user));
+      throw UsageError(fmt::format("axes: letter '{}' appears twice in '{}'", c, user));
     }
     seen += c;
   }
   if (seen.find('s') == std::string::npos || seen.find('d') == std::string::npos) {
-    throw UsageError(fmt::format("--axes: '{}' must name both s (sequence) and d (head dim)",
+    throw UsageError(fmt::format("axes: '{}' must name both s (sequence) and d (head dim)",
                                  user));
   }
   if (user.size() != rank) {
-    throw InputError(fmt::format("{}: --axes {} names {} axes but the tensor is {}-D", what,
+    throw InputError(fmt::format("{}: axes {} names {} axes but the tensor is {}-D", what,
                                  user, user.size(), rank));
   }
   return Axes{user};
@@ -147,22 +147,22 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
   const bool grid = opt.grid_h > 0 || opt.grid_w > 0;
   const bool mrope = !opt.mrope_section.empty();
   if (pos.start < 0) {
-    throw UsageError(fmt::format("--start: must be >= 0 (got {})", pos.start));
+    throw UsageError(fmt::format("start: must be >= 0 (got {})", pos.start));
   }
   if (!pos.ids.empty() && !pos.cu_seqlens.empty()) {
-    throw UsageError("--position-ids and --cu-seqlens: give at most one of them");
+    throw UsageError("position_ids and cu_seqlens: give at most one of them");
   }
   if (grid) {
     if (!pos.ids.empty() || !pos.cu_seqlens.empty() || pos.start != 0) {
-      throw UsageError("--rope2d: positions come from the grid; --start, --position-ids and "
-                       "--cu-seqlens do not apply");
+      throw UsageError("rope2d: positions come from the grid; start, position_ids and "
+                       "cu_seqlens do not apply");
     }
     if (opt.grid_h <= 0 || opt.grid_w <= 0) {
-      throw UsageError(fmt::format("--rope2d: height and width must be positive (got {} {})",
+      throw UsageError(fmt::format("rope2d: height and width must be positive (got {} {})",
                                    opt.grid_h, opt.grid_w));
     }
     if (static_cast<std::size_t>(opt.grid_h) * static_cast<std::size_t>(opt.grid_w) != S) {
-      throw InputError(fmt::format("{}: --rope2d {} {} needs {} tokens along s, the tensor has {}",
+      throw InputError(fmt::format("{}: rope2d grid {} x {} needs {} tokens along s, the tensor has {}",
                                    what, opt.grid_h, opt.grid_w, opt.grid_h * opt.grid_w, S));
     }
     comps = 2;
@@ -182,7 +182,7 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
                                    at));
     }
     if (v > std::numeric_limits<std::int64_t>::max() - pos.start) {
-      throw InputError(fmt::format("{}: position {} + --start {} overflows", pos.ids_what, v,
+      throw InputError(fmt::format("{}: position {} + start {} overflows", pos.ids_what, v,
                                    pos.start));
     }
     return v + pos.start;
@@ -353,7 +353,7 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
                                  shape_str(shape)));
   }
   if (!is_float(out_dtype)) {
-    throw UsageError(fmt::format("--dtype: RoPE output must be a float type (f64, f32, f16, "
+    throw UsageError(fmt::format("dtype: RoPE output must be a float type (f64, f32, f16, "
                                  "bf16), not {}",
                                  dtype_name(out_dtype)));
   }
@@ -382,7 +382,7 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
   }
   if (f.rotary_dim <= 0 || f.rotary_dim % 2 != 0 || m.R > m.D ||
       f.inv_freq.size() != m.half) {
-    throw UsageError(fmt::format("--rotary-dim: must be even and between 2 and the head dim "
+    throw UsageError(fmt::format("rotary_dim: must be even and between 2 and the head dim "
                                  "{} (got {})",
                                  m.D, f.rotary_dim));
   }
@@ -391,18 +391,18 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
   m.allow_nonfinite = opt.allow_nonfinite;
   m.af = f.attention_factor;
   if (!(m.af > 0) || !std::isfinite(m.af)) {
-    throw UsageError(fmt::format("--attention-factor: must be positive and finite (got {})",
+    throw UsageError(fmt::format("attention_factor: must be positive and finite (got {})",
                                  m.af));
   }
   const bool grid = opt.grid_h > 0 || opt.grid_w > 0;
   if (grid && !opt.mrope_section.empty()) {
-    throw UsageError("--rope2d and --mrope-section: give at most one of them");
+    throw UsageError("rope2d and mrope_section: give at most one of them");
   }
   m.pair_comp.assign(m.half, 0);
   m.pair_freq = f.inv_freq;
   if (grid) {
     if (m.R % 4 != 0) {
-      throw UsageError(fmt::format("--rope2d: the rotary dim must be a multiple of 4 (got {})",
+      throw UsageError(fmt::format("rope2d: the rotary dim must be a multiple of 4 (got {})",
                                    m.R));
     }
     // Two blocks of R/4 pairs share the frequencies of a rotary width R/2, which are
@@ -414,16 +414,16 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
     }
   } else if (!opt.mrope_section.empty()) {
     if (opt.mrope_section.size() != 3) {
-      throw UsageError(fmt::format("--mrope-section: expected three sections t,h,w (got {})",
+      throw UsageError(fmt::format("mrope_section: expected three sections t,h,w (got {})",
                                    opt.mrope_section.size()));
     }
     std::size_t sum = 0;
     for (int v : opt.mrope_section) {
-      if (v < 0) throw UsageError("--mrope-section: sections must be >= 0");
+      if (v < 0) throw UsageError("mrope_section: sections must be >= 0");
       sum += static_cast<std::size_t>(v);
     }
     if (sum != m.half) {
-      throw UsageError(fmt::format("--mrope-section: sections must sum to rotary_dim/2 = {} "
+      throw UsageError(fmt::format("mrope_section: sections must sum to rotary_dim/2 = {} "
                                    "(got {})",
                                    m.half, sum));
     }
@@ -546,7 +546,7 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
   a.stream = elems * dtype_size(m.out) >= (std::size_t{32} << 20);
   const bool bad = m.kernel(a);
   if (bad && !m.allow_nonfinite) {
-    throw InputError(fmt::format("{}: input contains NaN or Inf (use --allow-nonfinite to "
+    throw InputError(fmt::format("{}: input contains NaN or Inf (use allow_nonfinite to "
                                  "rotate it anyway)",
                                  m.what));
   }

@@ -54,8 +54,8 @@ struct Positions {
   std::vector<std::int64_t> ids;
   Shape ids_shape;
   std::vector<std::int64_t> cu_seqlens;
-  std::string ids_what = "--position-ids";    ///< names the source in messages
-  std::string cu_what = "--cu-seqlens";       ///< names the source in messages
+  std::string ids_what = "position_ids";    ///< names the source in messages
+  std::string cu_what = "cu_seqlens";       ///< names the source in messages
 };
 
 /// Throws InputError (naming `what`) unless `cu` is a list of packed-sequence

@@ -1,0 +1,517 @@
+// The table kinds of `posenc table` as library requests: each reduces to a TableSpec
+// whose line function computes one vector along the last axis in float64.
+
+#include "posenc/encodings/tables.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include <xtensor/xadapt.hpp>
+
+#include "posenc/encodings/rope2d.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Per-line scratch on the stack for usual widths (lines are computed millions of times;
+// a heap allocation each would cost more than the line).
+class Scratch {
+ public:
+  explicit Scratch(std::size_t n) : p_(n <= kStack ? stack_ : (heap_.resize(n), heap_.data())) {}
+  double* get() { return p_; }
+
+ private:
+  static constexpr std::size_t kStack = 2048;
+  double stack_[kStack];
+  std::vector<double> heap_;
+  double* p_;
+};
+
+std::int64_t positive(std::int64_t v, const char* name) {
+  if (v <= 0) throw UsageError(fmt::format("{}: must be at least 1, got {}", name, v));
+  return v;
+}
+
+// A request's (q_len, k_len): either gives the other by default.
+std::pair<std::int64_t, std::int64_t> lengths(const std::optional<std::int64_t>& q,
+                                              const std::optional<std::int64_t>& k) {
+  if (!q && !k) throw UsageError("q_len/k_len: the table size is required");
+  return {positive(q ? *q : *k, "q_len"), positive(k ? *k : *q, "k_len")};
+}
+
+// How a row of angles (one per frequency pair) becomes the emitted line.
+struct RowShape {
+  RopeEmit emit = RopeEmit::cos;
+  bool half = false;  ///< [.., R/2] instead of [.., R]
+  RopeStyle style = RopeStyle::neox;
+  double scale = 1.0;     ///< attention factor on cos and sin
+  double sin_sign = 1.0;  ///< -1 for the inverse rotation
+  std::size_t pairs = 0;  ///< R/2
+
+  std::size_t width() const {
+    if (emit == RopeEmit::cos_sin_cache) return 2 * pairs;
+    return half ? pairs : 2 * pairs;
+  }
+
+  // Expands `h` (pairs values) into `out` in the pair layout.
+  void expand(const double* h, double* out) const {
+    if (half) {
+      std::copy(h, h + pairs, out);
+    } else if (style == RopeStyle::neox) {
+      std::copy(h, h + pairs, out);
+      std::copy(h, h + pairs, out + pairs);
+    } else {
+      for (std::size_t i = 0; i < pairs; ++i) out[2 * i] = out[2 * i + 1] = h[i];
+    }
+  }
+
+  // `angle` holds the row's angles; `part` is 0 (cos) or 1 (sin) for cos_sin.
+  void line(double* angle, int part, double* out) const {
+    if (emit == RopeEmit::angles) {
+      if (sin_sign < 0) {
+        for (std::size_t i = 0; i < pairs; ++i) angle[i] = -angle[i];
+      }
+      expand(angle, out);
+      return;
+    }
+    Scratch buf(2 * pairs);
+    double* s = buf.get();
+    double* c = s + pairs;
+    sincos_array(angle, s, c, pairs);
+    for (std::size_t i = 0; i < pairs; ++i) {
+      c[i] *= scale;
+      s[i] *= scale * sin_sign;
+    }
+    switch (emit) {
+      case RopeEmit::cos:
+        expand(c, out);
+        break;
+      case RopeEmit::sin:
+        expand(s, out);
+        break;
+      case RopeEmit::cos_sin:
+        expand(part == 0 ? c : s, out);
+        break;
+      case RopeEmit::cos_sin_cache:
+        std::copy(c, c + pairs, out);
+        std::copy(s, s + pairs, out + pairs);
+        break;
+      default:
+        break;
+    }
+  }
+};
+
+std::string emit_dataset(const char* prefix, RopeEmit e) {
+  std::string name = rope_emit_name(e);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return fmt::format("/{}{}", prefix, name);
+}
+
+// One float64 vector as a table (inv_freq, slopes).
+Table vector_table(std::vector<double> v, Attrs attrs, std::string dataset) {
+  auto values = std::make_shared<std::vector<double>>(std::move(v));
+  Table t;
+  t.spec.shape = {values->size()};
+  t.spec.line = [values](std::size_t, double* out) {
+    std::copy(values->begin(), values->end(), out);
+  };
+  t.attrs = std::move(attrs);
+  t.dataset = std::move(dataset);
+  return t;
+}
+
+// The token positions of a RoPE table: explicit ids, packed sequences, or none (then
+// start + row). Sets `lead` to the table's shape before the line axis.
+std::vector<std::int64_t> table_ids(const RopeTableRequest& r, Shape& lead) {
+  const Positions& pos = r.where;
+  std::vector<std::int64_t> ids;
+  if (!pos.ids.empty() || !pos.ids_shape.empty()) {
+    if (pos.start != 0) {
+      throw UsageError("start: cannot be combined with position ids (ids are absolute)");
+    }
+    if (r.positions && static_cast<std::size_t>(*r.positions) != pos.ids.size()) {
+      throw UsageError(fmt::format("positions: {} does not match the {} position ids",
+                                   *r.positions, pos.ids.size()));
+    }
+    if (pos.ids.empty()) throw InputError(pos.ids_what + ": the tensor holds no positions");
+    lead = pos.ids_shape;
+    return pos.ids;
+  }
+  if (!pos.cu_seqlens.empty()) {
+    const std::int64_t total = pos.cu_seqlens.back();
+    if (total <= 0) throw InputError(pos.cu_what + ": the sequences hold no tokens");
+    if (r.positions && *r.positions != total) {
+      throw UsageError(fmt::format("positions: {} does not match the {} tokens of the packed "
+                                   "sequences",
+                                   *r.positions, total));
+    }
+    ids.resize(static_cast<std::size_t>(total));
+    for (std::size_t k = 0; k + 1 < pos.cu_seqlens.size(); ++k) {
+      for (std::int64_t t = pos.cu_seqlens[k]; t < pos.cu_seqlens[k + 1]; ++t) {
+        ids[static_cast<std::size_t>(t)] = pos.start + (t - pos.cu_seqlens[k]);
+      }
+    }
+    lead = {static_cast<std::size_t>(total)};
+    return ids;
+  }
+  if (r.emit != RopeEmit::inv_freq) {
+    if (!r.positions) throw UsageError("positions: the number of positions is required");
+    lead = {static_cast<std::size_t>(positive(*r.positions, "positions"))};
+  }
+  return ids;
+}
+
+}  // namespace
+
+DType default_table_dtype(const Table& t) { return t.integral ? DType::i64 : DType::f32; }
+
+void check_table_dtype(const Table& t, DType dtype) {
+  if (!t.integral) {
+    if (!is_float(dtype)) {
+      throw UsageError(fmt::format(
+          "dtype: this table holds real numbers; expected f64, f32, f16 or bf16, got {}",
+          dtype_name(dtype)));
+    }
+    return;
+  }
+  if (dtype == DType::f32 || dtype == DType::f64) return;
+  if (!is_integer(dtype)) {
+    throw UsageError(fmt::format(
+        "dtype: this table holds integers; expected an integer dtype, f32 or f64, got {}",
+        dtype_name(dtype)));
+  }
+  const int bits = static_cast<int>(dtype_size(dtype)) * 8;
+  const bool is_signed = dtype == DType::i8 || dtype == DType::i16 || dtype == DType::i32 ||
+                         dtype == DType::i64;
+  const int value_bits = is_signed ? bits - 1 : bits;
+  if (value_bits < 63 && t.max_value >= (std::int64_t{1} << value_bits)) {
+    throw UsageError(fmt::format("dtype: {} cannot hold the largest index {} of this table",
+                                 dtype_name(dtype), t.max_value));
+  }
+}
+
+xt::xarray<double> evaluate_table(const Table& t) {
+  const Shape& shape = t.spec.shape;
+  checked_numel(shape, sizeof(double), "table");
+  xt::xarray<double> out = xt::empty<double>(std::vector<std::size_t>(shape.begin(), shape.end()));
+  const std::size_t width = shape.back();
+  const std::size_t lines = width == 0 ? 0 : out.size() / width;
+  if (shape.size() == 1) {
+    t.spec.line(0, out.data());
+    return out;
+  }
+  const auto n = static_cast<std::int64_t>(lines);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t l = 0; l < n; ++l) {
+    t.spec.line(static_cast<std::size_t>(l), out.data() + static_cast<std::size_t>(l) * width);
+  }
+  return out;
+}
+
+// --- sinusoidal -------------------------------------------------------------------
+
+Table sinusoidal_table(const SinusoidalRequest& r) {
+  const std::int64_t n = positive(r.positions, "positions");
+  if (r.start < 0) throw UsageError(fmt::format("start: must be >= 0, got {}", r.start));
+  auto freqs = std::make_shared<std::vector<double>>(sinusoidal_freqs(r.dim, r.base));
+  Table t;
+  t.spec.shape = {static_cast<std::size_t>(n), static_cast<std::size_t>(r.dim)};
+  const double start = static_cast<double>(r.start);
+  const SinusoidalLayout layout = r.layout;
+  t.spec.line = [freqs, layout, start](std::size_t row, double* out) {
+    sinusoidal_row(start + static_cast<double>(row), *freqs, layout, out);
+  };
+  t.attrs = {{"kind", std::string("sinusoidal")},
+             {"positions", static_cast<long long>(n)},
+             {"start", static_cast<long long>(r.start)},
+             {"dim", static_cast<long long>(r.dim)},
+             {"base", r.base},
+             {"layout", std::string(layout == SinusoidalLayout::concat ? "concat"
+                                                                       : "interleaved")}};
+  t.dataset = "/sinusoidal";
+  return t;
+}
+
+// --- rope and rope2d ----------------------------------------------------------------
+
+RopeEmit parse_rope_emit(const std::string& s) {
+  if (s == "inv-freq") return RopeEmit::inv_freq;
+  if (s == "angles") return RopeEmit::angles;
+  if (s == "cos") return RopeEmit::cos;
+  if (s == "sin") return RopeEmit::sin;
+  if (s == "cos-sin") return RopeEmit::cos_sin;
+  if (s == "cos-sin-cache") return RopeEmit::cos_sin_cache;
+  throw UsageError(fmt::format(
+      "emit: unknown table '{}' (expected inv-freq, angles, cos, sin, cos-sin or cos-sin-cache)",
+      s));
+}
+
+std::string rope_emit_name(RopeEmit e) {
+  switch (e) {
+    case RopeEmit::inv_freq:
+      return "inv-freq";
+    case RopeEmit::angles:
+      return "angles";
+    case RopeEmit::cos:
+      return "cos";
+    case RopeEmit::sin:
+      return "sin";
+    case RopeEmit::cos_sin:
+      return "cos-sin";
+    case RopeEmit::cos_sin_cache:
+      return "cos-sin-cache";
+  }
+  return "";
+}
+
+Table rope_table(const RopeTableRequest& r) {
+  const bool f32 = r.precision == Precision::f32;
+  Shape lead;
+  auto ids = std::make_shared<std::vector<std::int64_t>>(table_ids(r, lead));
+  const std::int64_t start = r.where.start;
+  const std::int64_t max_pos =
+      ids->empty() ? start + std::max<std::int64_t>(r.positions.value_or(1), 1) - 1
+                   : *std::max_element(ids->begin(), ids->end());
+  RopeParams params = r.rope;
+  if (params.seq_len == 0) params.seq_len = max_pos + 1;
+  const RopeFreqs f = compute_rope_freqs(params);
+
+  Attrs attrs{{"kind", std::string("rope")}, {"emit", rope_emit_name(r.emit)}};
+  for (const auto& a : f.attrs) attrs.push_back(a);
+  attrs.push_back({"layout", std::string(r.half ? "half" : "full")});
+  attrs.push_back({"precision", std::string(f32 ? "f32" : "f64")});
+  if (r.inverse) attrs.push_back({"inverse", 1LL});
+  const std::string dataset = emit_dataset("rope_", r.emit);
+
+  if (r.emit == RopeEmit::inv_freq) {
+    std::vector<double> inv = f.inv_freq;
+    if (f32) {
+      for (double& v : inv) v = static_cast<double>(static_cast<float>(v));
+    }
+    return vector_table(std::move(inv), std::move(attrs), dataset);
+  }
+  if (ids->empty()) {
+    attrs.push_back({"start", static_cast<long long>(start)});
+    attrs.push_back({"positions", static_cast<long long>(*r.positions)});
+  }
+  RowShape rs;
+  rs.emit = r.emit;
+  rs.half = r.half;
+  rs.style = f.style;
+  rs.scale = f.attention_factor;
+  rs.sin_sign = r.inverse ? -1.0 : 1.0;
+  rs.pairs = f.inv_freq.size();
+  std::size_t rows = 1;
+  for (std::size_t d : lead) rows *= d;
+
+  Table t;
+  t.spec.shape = lead;
+  if (r.emit == RopeEmit::cos_sin) t.spec.shape.insert(t.spec.shape.begin(), 2);
+  t.spec.shape.push_back(rs.width());
+  // Angles are positions ⊗ frequencies: one row of the outer product per line.
+  auto inv = std::make_shared<xt::xtensor<double, 1>>(xt::adapt(f.inv_freq));
+  auto inv32 = std::make_shared<xt::xtensor<float, 1>>(xt::cast<float>(*inv));
+  t.spec.line = [inv, inv32, ids, rs, rows, start, f32](std::size_t line, double* out) {
+    const int part = static_cast<int>(line / rows);
+    const std::size_t row = line % rows;
+    const std::int64_t p = ids->empty() ? start + static_cast<std::int64_t>(row) : (*ids)[row];
+    Scratch buf(rs.pairs);
+    auto angle = xt::adapt(buf.get(), rs.pairs, xt::no_ownership(),
+                           std::array<std::size_t, 1>{rs.pairs});
+    if (f32) {
+      // HF's float32 angle formation: fp32(position) * fp32(inv_freq), rounded to fp32.
+      angle = xt::cast<double>(static_cast<float>(p) * *inv32);
+    } else {
+      angle = static_cast<double>(p) * *inv;
+    }
+    rs.line(buf.get(), part, out);
+  };
+  t.attrs = std::move(attrs);
+  t.dataset = dataset;
+  return t;
+}
+
+Table rope2d_table(const Rope2dRequest& r) {
+  const std::int64_t h = positive(r.height, "height");
+  const std::int64_t w = positive(r.width, "width");
+  auto freqs = std::make_shared<std::vector<double>>(rope2d_freqs(r.dim, r.base));
+  Attrs attrs{{"kind", std::string("rope2d")},
+              {"emit", rope_emit_name(r.emit)},
+              {"height", static_cast<long long>(h)},
+              {"width", static_cast<long long>(w)},
+              {"dim", static_cast<long long>(r.dim)},
+              {"base", r.base},
+              {"order", std::string(r.y_first ? "yx" : "xy")},
+              {"rope_style", rope_style_name(r.style)}};
+  const std::string dataset = emit_dataset("rope2d_", r.emit);
+  if (r.emit == RopeEmit::inv_freq) return vector_table(*freqs, std::move(attrs), dataset);
+  RowShape rs;
+  rs.emit = r.emit;
+  rs.half = r.half;
+  rs.style = r.style;
+  rs.pairs = 2 * freqs->size();
+  attrs.push_back({"layout", std::string(rs.half ? "half" : "full")});
+  const std::size_t rows = static_cast<std::size_t>(h) * static_cast<std::size_t>(w);
+  if (rows / static_cast<std::size_t>(w) != static_cast<std::size_t>(h)) {
+    throw UsageError("height/width: the grid is too large");
+  }
+  Table t;
+  t.spec.shape = {rows, rs.width()};
+  if (r.emit == RopeEmit::cos_sin) t.spec.shape.insert(t.spec.shape.begin(), 2);
+  const bool y_first = r.y_first;
+  t.spec.line = [freqs, rs, rows, w, y_first](std::size_t line, double* out) {
+    const int part = static_cast<int>(line / rows);
+    const std::size_t row = line % rows;
+    Scratch a(rs.pairs);
+    rope2d_angles(static_cast<std::int64_t>(row), w, *freqs, y_first, a.get());
+    rs.line(a.get(), part, out);
+  };
+  t.attrs = std::move(attrs);
+  t.dataset = dataset;
+  return t;
+}
+
+// --- alibi ------------------------------------------------------------------------
+
+AlibiTable parse_alibi_table(const std::string& s) {
+  if (s == "slopes") return AlibiTable::slopes;
+  if (s == "causal") return AlibiTable::causal;
+  if (s == "symmetric") return AlibiTable::symmetric;
+  if (s == "fairseq") return AlibiTable::fairseq;
+  if (s == "bottom-right") return AlibiTable::bottom_right;
+  throw UsageError(fmt::format(
+      "variant: unknown ALiBi table '{}' (expected slopes, causal, symmetric, fairseq or "
+      "bottom-right)",
+      s));
+}
+
+std::string alibi_table_name(AlibiTable v) {
+  switch (v) {
+    case AlibiTable::slopes:
+      return "slopes";
+    case AlibiTable::causal:
+      return "causal";
+    case AlibiTable::symmetric:
+      return "symmetric";
+    case AlibiTable::fairseq:
+      return "fairseq";
+    case AlibiTable::bottom_right:
+      return "bottom-right";
+  }
+  return "";
+}
+
+Table alibi_table(const AlibiRequest& r) {
+  const bool has_lengths = r.q_len || r.k_len;
+  const AlibiTable variant =
+      r.variant.value_or(has_lengths ? AlibiTable::causal : AlibiTable::slopes);
+  auto slopes = std::make_shared<std::vector<double>>(alibi_slopes(r.heads, r.max_bias));
+  Attrs attrs{{"kind", std::string("alibi")},
+              {"variant", alibi_table_name(variant)},
+              {"heads", static_cast<long long>(r.heads)},
+              {"max_bias", r.max_bias},
+              {"slopes", *slopes}};
+  if (variant == AlibiTable::slopes) {
+    if (has_lengths) throw UsageError("variant: the slopes table takes no q_len/k_len");
+    return vector_table(*slopes, std::move(attrs), "/alibi_slopes");
+  }
+  if (!has_lengths) {
+    throw UsageError(fmt::format("variant: the {} table needs q_len and/or k_len",
+                                 alibi_table_name(variant)));
+  }
+  const auto [q, k] = lengths(r.q_len, r.k_len);
+  AlibiVariant v = AlibiVariant::causal;
+  if (variant == AlibiTable::symmetric) v = AlibiVariant::symmetric;
+  if (variant == AlibiTable::fairseq) v = AlibiVariant::fairseq;
+  if (variant == AlibiTable::bottom_right) v = AlibiVariant::bottom_right;
+  // The causal forms are only defined for keys at or before the query: those entries
+  // hold -inf, so the table is the additive bias including the causal mask.
+  const bool mask_future = v == AlibiVariant::causal || v == AlibiVariant::fairseq;
+  attrs.push_back({"q_len", static_cast<long long>(q)});
+  attrs.push_back({"k_len", static_cast<long long>(k)});
+  Table t;
+  t.spec.shape = {slopes->size(), static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
+  const std::int64_t qq = q, kk = k;
+  t.spec.line = [slopes, v, qq, kk, mask_future](std::size_t line, double* out) {
+    const std::size_t head = line / static_cast<std::size_t>(qq);
+    const auto i = static_cast<std::int64_t>(line % static_cast<std::size_t>(qq));
+    const double m = (*slopes)[head];
+    for (std::int64_t j = 0; j < kk; ++j) {
+      out[j] = (mask_future && j > i) ? -kInf : alibi_bias(v, m, i, j, qq, kk);
+    }
+  };
+  t.attrs = std::move(attrs);
+  t.dataset = "/alibi";
+  return t;
+}
+
+// --- relative and t5-bucket -----------------------------------------------------------
+
+Table relative_table(const RelativeRequest& r) {
+  const auto [q, k] = lengths(r.q_len, r.k_len);
+  if (r.max_distance < 0 || r.max_distance > (std::int64_t{1} << 52)) {
+    throw UsageError(fmt::format("max_distance: must be from 0 to 2^52, got {}", r.max_distance));
+  }
+  const std::int64_t m = r.max_distance, kk = k;
+  const bool q_minus_k = r.q_minus_k;
+  Table t;
+  t.integral = true;
+  t.max_value = 2 * m;
+  t.attrs = {{"kind", std::string("relative")},
+             {"q_len", static_cast<long long>(q)},
+             {"k_len", static_cast<long long>(k)},
+             {"max_distance", static_cast<long long>(m)},
+             {"sign", std::string(q_minus_k ? "q-k" : "k-q")}};
+  t.spec.shape = {static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
+  t.spec.line = [kk, m, q_minus_k](std::size_t i, double* out) {
+    for (std::int64_t j = 0; j < kk; ++j) {
+      out[j] = static_cast<double>(relative_index(static_cast<std::int64_t>(i), j, m, q_minus_k));
+    }
+  };
+  t.dataset = "/relative";
+  return t;
+}
+
+Table t5_bucket_table(const T5BucketRequest& r) {
+  const auto [q, k] = lengths(r.q_len, r.k_len);
+  if (r.buckets <= 0 || r.max_distance <= 0 ||
+      r.max_distance > std::numeric_limits<int>::max()) {
+    throw UsageError("buckets/max_distance: must be positive");
+  }
+  const int md = static_cast<int>(r.max_distance);
+  const bool bidirectional = r.bidirectional;
+  const int nb = r.buckets;
+  t5_bucket(0, bidirectional, nb, md);  // validates the pair (throws UsageError)
+  Table t;
+  t.integral = true;
+  t.max_value = nb - 1;
+  t.attrs = {{"kind", std::string("t5-bucket")},
+             {"q_len", static_cast<long long>(q)},
+             {"k_len", static_cast<long long>(k)},
+             {"num_buckets", static_cast<long long>(nb)},
+             {"max_distance", static_cast<long long>(r.max_distance)},
+             {"bidirectional", static_cast<long long>(bidirectional ? 1 : 0)}};
+  t.spec.shape = {static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
+  const std::int64_t kk = k;
+  t.spec.line = [kk, bidirectional, nb, md](std::size_t i, double* out) {
+    for (std::int64_t j = 0; j < kk; ++j) {
+      out[j] =
+          static_cast<double>(t5_bucket(j - static_cast<std::int64_t>(i), bidirectional, nb, md));
+    }
+  };
+  t.dataset = "/t5_bucket";
+  return t;
+}
+
+}  // namespace posenc
