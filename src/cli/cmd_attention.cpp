@@ -21,6 +21,7 @@
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/rope.hpp"
+#include "posenc/ops/rope_stream.hpp"
 
 namespace posenc::cli {
 

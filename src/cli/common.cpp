@@ -92,13 +92,6 @@ std::optional<long long> parse_integer(std::string_view s) {
   return v;
 }
 
-std::size_t physical_memory() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page <= 0) return 0;
-  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
-}
-
 void verbose(const std::string& msg) {
   if (globals().verbose) fmt::print(stderr, "posenc: {}\n", msg);
 }

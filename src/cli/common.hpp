@@ -47,8 +47,6 @@ std::size_t parse_memory_size(const std::string& text, const std::string& option
 /// nullopt; for option values that hold integers inside other syntax.
 std::optional<long long> parse_integer(std::string_view s);
 
-/// Physical memory of the machine in bytes, or 0 when the system does not tell.
-std::size_t physical_memory();
 
 /// Prints `posenc: <msg>` on stderr when --verbose is on.
 void verbose(const std::string& msg);

@@ -1,0 +1,57 @@
+#pragma once
+/// \file
+/// RoPE from tensor references to tensor references in bounded memory: what
+/// `posenc rope` does. Each input is read slab by slab along its first axis whose
+/// extent is not 1 (s for [1, s, h, d]), rotated and written, with reading, rotating
+/// and writing overlapped (a reader thread, the calling thread with OpenMP, a writer
+/// thread). The slabs are sized so that every buffer and table fits `max_memory`. All
+/// outputs become visible together when every input is done, or none does. The bytes
+/// written do not depend on the slab size or the thread count.
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "posenc/encodings/rope.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/rope.hpp"
+
+namespace posenc {
+
+/// Physical memory of the machine in bytes, or 0 when the system does not tell.
+std::size_t physical_memory();
+
+struct RopeStreamRequest {
+  std::vector<TensorRef> inputs;   ///< at most one standard input
+  std::vector<TensorRef> outputs;  ///< one per input; distinct targets
+  WriteOptions write;
+  std::string axes;                ///< axis letters of the inputs; "" = by rank
+  std::optional<DType> dtype;      ///< output type; default rope_default_out_dtype
+  /// The RoPE variant for an input whose axis d has extent `head_dim`. `seq_len` 0 is
+  /// filled in from the positions (dynamic NTK, LongRoPE).
+  std::function<RopeParams(int head_dim)> params;
+  Positions positions;
+  RopeApplyOptions apply;
+  /// Bytes for slab buffers and tables; 0 = a quarter of physical memory (1 GiB when
+  /// unknown).
+  std::size_t max_memory = 0;
+  /// OpenMP threads for the rotation; 0 = all cores but the two the reader and writer
+  /// use (at least one).
+  int threads = 0;
+  /// Called after each slab is written with the input's text, the bytes done and the
+  /// total (optional).
+  std::function<void(const std::string& what, std::size_t done, std::size_t total)> progress;
+  /// Called with a description of each input's plan and the recorded parameters
+  /// (optional; `posenc -v`).
+  std::function<void(const std::string& plan, const Attrs& attrs)> note;
+};
+
+/// Rotates every input into its output. Throws UsageError for inconsistent requests
+/// (counts, two outputs naming one target, an HDF5 output replacing an input file, a
+/// memory limit too small for one slab), InputError for bad inputs and OutputError
+/// when an output cannot be written; on any error no output is left behind.
+void rope_stream(const RopeStreamRequest& r);
+
+}  // namespace posenc
