@@ -1,6 +1,7 @@
 #include "posenc/ops/attention.hpp"
 
-#include <cblas.h>
+#include <xtensor-blas/xblas.hpp>
+#include <xtensor/xadapt.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
@@ -16,6 +17,10 @@
 #include <type_traits>
 
 #include "posenc/error.hpp"
+
+// OpenBLAS's thread control (its cblas.h clashes with the one xtensor-blas brings).
+extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace posenc {
 
@@ -440,23 +445,39 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
 
 
 // ---------------------------------------------------------------------------------
-// BLAS, single-threaded per call (see the file comment of attention.hpp). cblas
-// directly rather than xt::linalg::dot, which takes whole containers (a strided block
-// of Q or K would be copied first) and leaves the thread count to OpenBLAS.
+// BLAS, single-threaded per call (see the file comment of attention.hpp), through
+// xtensor-blas. Blocks whose rows are contiguous (the default bhsd layout, every tile)
+// are zero-copy row-major adaptors; a block with a longer row stride (bshd inputs) is a
+// strided adaptor, which xtensor-blas evaluates into a contiguous copy first (O(rows *
+// cols) next to the O(m * n * k) product). C is a contiguous m x n tile.
 
-inline void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
-                 const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta,
-                 float* c, std::size_t ldc) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+// (The adaptor's element count is rows * cols, as xtensor requires of strided adaptors;
+// the elements lie within rows * ld.)
+template <class T>
+auto matrix(const T* p, std::size_t rows, std::size_t cols, std::size_t ld) {
+  return xt::adapt(p, rows * cols, xt::no_ownership(), std::array<std::size_t, 2>{rows, cols},
+                   std::array<std::ptrdiff_t, 2>{static_cast<std::ptrdiff_t>(ld), 1});
 }
-inline void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, double alpha,
-                 const double* a, std::size_t lda, const double* b, std::size_t ldb, double beta,
-                 double* c, std::size_t ldc) {
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+
+template <class T>
+void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c) {
+  auto out = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});
+  const std::size_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  auto with_b = [&](const auto& A) {
+    if (ldb == b_cols) {
+      xt::blas::gemm(A, xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
+                                  std::array<std::size_t, 2>{b_rows, b_cols}),
+                     out, false, trans_b, alpha, beta);
+    } else {
+      xt::blas::gemm(A, matrix(b, b_rows, b_cols, ldb), out, false, trans_b, alpha, beta);
+    }
+  };
+  if (lda == k) {
+    with_b(xt::adapt(a, m * k, xt::no_ownership(), std::array<std::size_t, 2>{m, k}));
+  } else {
+    with_b(matrix(a, m, k, lda));
+  }
 }
 
 // OpenBLAS is told to use one thread while attention runs and restored afterwards:
@@ -711,7 +732,7 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
   if (need_v) w.o.assign(qn * dv, T(0));
   if (P.R) {
     w.qr.resize(qn * P.R);
-    gemm(true, qn, P.R, g.d, P.scale, qp, P.q.s, P.rel_k.data(), g.d, T(0), w.qr.data(), P.R);
+    gemm(true, qn, P.R, g.d, P.scale, qp, P.q.s, P.rel_k.data(), g.d, T(0), w.qr.data());
     if (need_v && !P.rel_v.empty()) w.bucket.assign(qn * P.R, T(0));
   }
   if (!P.sinks.empty()) {
@@ -754,7 +775,7 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
     // A block no row may see contributes nothing (streaming only: logits need -inf).
     if (!g.materialise() && (j1i < lo_min || j0i > hi_max)) continue;
     T* S = w.s.data();
-    gemm(true, qn, n, g.d, P.scale, qp, P.q.s, kp + j0 * P.k.s, P.k.s, T(0), S, n);
+    gemm(true, qn, n, g.d, P.scale, qp, P.q.s, kp + j0 * P.k.s, P.k.s, T(0), S);
     for (std::size_t r = 0; r < qn; ++r) {
       T* s = S + r * n;
       const std::int64_t i = static_cast<std::int64_t>(q0 + r);
@@ -822,11 +843,11 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
       }
     }
     if (need_v) {
-      gemm(false, qn, dv, n, T(1), S, n, vp + j0 * P.v.s, P.v.s, T(1), w.o.data(), dv);
+      gemm(false, qn, dv, n, T(1), S, n, vp + j0 * P.v.s, P.v.s, T(1), w.o.data());
     }
   }
   if (need_v && !w.bucket.empty()) {
-    gemm(false, qn, dv, P.R, T(1), w.bucket.data(), P.R, P.rel_v.data(), dv, T(1), w.o.data(), dv);
+    gemm(false, qn, dv, P.R, T(1), w.bucket.data(), P.R, P.rel_v.data(), dv, T(1), w.o.data());
   }
   // Normalise and store.
   const T nan = std::numeric_limits<T>::quiet_NaN();
