@@ -1,0 +1,144 @@
+#pragma once
+/// \file
+/// posenc's C++ API in one header, on xtensor: tables as `xt::xtensor`/`xt::xarray`,
+/// RoPE applied to xtensor containers in place, attention, and NPY/HDF5/text I/O.
+/// Link `posenc::posenc` (`find_package(posenc CONFIG)`) or `pkg-config posenc`.
+///
+///     posenc::RopeParams p;                       // Llama 3.1 style
+///     p.head_dim = 128; p.base = 500000; p.scaling = posenc::RopeScaling::llama3;
+///     p.factor = 8; p.original_max_pos = 8192;
+///     auto [cos, sin] = posenc::table::rope_cos_sin(p, 4096);   // [4096, 128] each
+///     xt::xtensor<float, 4> q = ...;                            // [b, h, s, d]
+///     posenc::apply_rope(q, "bhsd", p);                         // in place
+///
+/// Values are computed in float64 and rounded once to the container's type. The
+/// request structs (encodings/tables.hpp), RopeParams (encodings/rope.hpp) and
+/// AttentionOptions (ops/attention.hpp) mirror the command's options one to one.
+/// Errors are the typed exceptions of error.hpp; nothing prints.
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/tables.hpp"
+#include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/attention.hpp"
+#include "posenc/ops/rope.hpp"
+#include "posenc/ops/rope_stream.hpp"
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+
+// --- xtensor and Tensor -------------------------------------------------------------
+
+/// The DType stored for element type T (float f32, double f64, integers by width;
+/// f16/bf16 data is uint16 storage and has no C++ arithmetic type here).
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  else if constexpr (std::is_same_v<T, double>) return DType::f64;
+  else if constexpr (std::is_same_v<T, bool>) return DType::b1;
+  else if constexpr (std::is_same_v<T, std::int8_t>) return DType::i8;
+  else if constexpr (std::is_same_v<T, std::int16_t>) return DType::i16;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return DType::i32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return DType::i64;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return DType::u8;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return DType::u16;
+  else if constexpr (std::is_same_v<T, std::uint32_t>) return DType::u32;
+  else {
+    static_assert(std::is_same_v<T, std::uint64_t>, "no posenc dtype for this type");
+    return DType::u64;
+  }
+}
+
+/// A zero-copy xtensor view of `t`'s storage. T must be the stored type
+/// (`dtype_of<T>() == t.dtype()`, or std::uint16_t for f16/bf16 storage); throws
+/// UsageError otherwise. The view is valid while `t` lives.
+template <class T>
+auto adapt(Tensor& t) {
+  const bool half = (t.dtype() == DType::f16 || t.dtype() == DType::bf16) &&
+                    std::is_same_v<T, std::uint16_t>;
+  if (!half && dtype_of<T>() != t.dtype()) {
+    throw UsageError("adapt: the element type does not match the tensor's dtype " +
+                     std::string(dtype_name(t.dtype())));
+  }
+  return xt::adapt(t.data<T>(), t.numel(), xt::no_ownership(), t.shape());
+}
+
+/// `t`'s values converted to T (floats round to nearest even, as numpy's astype).
+template <class T>
+xt::xarray<T> to_xarray(const Tensor& t) {
+  const Tensor c = t.dtype() == dtype_of<T>() ? t.astype(t.dtype()) : t.astype(dtype_of<T>());
+  xt::xarray<T> out = xt::empty<T>(c.shape());
+  std::copy(c.data<T>(), c.data<T>() + c.numel(), out.data());
+  return out;
+}
+
+/// A Tensor holding the values of `e` (of its value type), C order.
+template <class E>
+Tensor to_tensor(const xt::xexpression<E>& e) {
+  using T = typename E::value_type;
+  const xt::xarray<T> v = e.derived_cast();
+  Tensor t(dtype_of<T>(), Shape(v.shape().begin(), v.shape().end()));
+  std::copy(v.data(), v.data() + v.size(), t.data<T>());
+  return t;
+}
+
+// --- tables -------------------------------------------------------------------------
+
+namespace rope {
+/// The inverse frequencies [R/2] of a RoPE variant (float64; `attention_factor` and the
+/// rest of the reduced variant from compute_rope_freqs).
+xt::xtensor<double, 1> inv_freq(const RopeParams& p);
+}  // namespace rope
+
+namespace table {
+/// Any table of `posenc table`, computed whole in float64 (see tables.hpp for shapes).
+xt::xarray<double> sinusoidal(const SinusoidalRequest& r);
+xt::xarray<double> rope(const RopeTableRequest& r);
+xt::xarray<double> rope2d(const Rope2dRequest& r);
+xt::xarray<double> alibi(const AlibiRequest& r);
+xt::xarray<std::int64_t> relative(const RelativeRequest& r);
+xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r);
+
+/// cos and sin [N, R] for positions start .. start + N - 1 in the pair layout of
+/// `p.style` (as `posenc table rope --emit cos-sin`), scaled by the attention factor.
+std::pair<xt::xtensor<double, 2>, xt::xtensor<double, 2>> rope_cos_sin(
+    const RopeParams& p, std::int64_t positions, std::int64_t start = 0);
+}  // namespace table
+
+// --- RoPE on xtensor containers ---------------------------------------------------
+
+/// Rotates every vector along axis d of `x` (f32 or f64 values, C order, any axis order
+/// named by `axes`; "" = by rank) in place, by its position along axis s; the result
+/// is the float64 rotation rounded once to T. `p.head_dim` 0 is taken from x. Throws
+/// as apply_rope on Tensors does.
+void apply_rope(float* data, const Shape& shape, const std::string& axes, const RopeParams& p,
+                const Positions& pos = {}, const RopeApplyOptions& opt = {});
+void apply_rope(double* data, const Shape& shape, const std::string& axes, const RopeParams& p,
+                const Positions& pos = {}, const RopeApplyOptions& opt = {});
+
+/// The same on an xtensor container (xt::xtensor, xt::xarray or an adaptor in row-major
+/// order).
+template <class C>
+void apply_rope(C& x, const std::string& axes, const RopeParams& p, const Positions& pos = {},
+                const RopeApplyOptions& opt = {}) {
+  if (x.layout() != xt::layout_type::row_major) {
+    throw UsageError("apply_rope: the container must be in row-major (C) order");
+  }
+  apply_rope(x.data(), Shape(x.shape().begin(), x.shape().end()), axes, p, pos, opt);
+}
+
+/// Rotates a tensor of any float storage type (f16, bf16, f32, f64) and returns the
+/// result as `out` (float64 arithmetic, rounded once).
+Tensor apply_rope(const Tensor& x, const std::string& axes, const RopeParams& p, DType out,
+                  const Positions& pos = {}, const RopeApplyOptions& opt = {});
+
+}  // namespace posenc
