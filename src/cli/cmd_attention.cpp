@@ -200,8 +200,7 @@ void run_attention(AttentionCmdOptions& o) {
   opt.max_memory = given(o, "--max-memory") ? parse_memory_size(o.max_memory, "--max-memory")
                                             : physical_memory();
   opt.allow_nonfinite = o.allow_nonfinite;
-  const bool precision_given = given(o, "--precision");
-  if (precision_given) opt.precision = rope_precision(o.rope_opts);
+  if (given(o, "--precision")) opt.precision = rope_precision(o.rope_opts);
 
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
 
@@ -228,33 +227,18 @@ void run_attention(AttentionCmdOptions& o) {
   const Positions pos = rope_positions(o.rope_opts);
   opt.cu_seqlens = pos.cu_seqlens;
 
+  AttentionResult res;
   if (o.rope) {
-    // Shapes are checked before rotating so errors name Q/K/V, not RoPE.
-    attention_memory(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
-    const std::size_t d = q.shape()[axes.letters.find('d')];
-    const std::size_t sk = k.shape()[axes.letters.find('s')];
-    RopeParams params = rope_params(o.rope_opts, static_cast<int>(d));
-    if (params.seq_len == 0) {
-      std::int64_t extent = pos.start + static_cast<std::int64_t>(sk);
-      for (auto id : pos.ids) extent = std::max<std::int64_t>(extent, id + 1);
-      params.seq_len = extent;
-    }
-    const RopeFreqs freqs = compute_rope_freqs(params);
-    RopeApplyOptions ro;
-    ro.inverse = o.rope_opts.inverse;
-    ro.precision = rope_precision(o.rope_opts);
-    ro.allow_nonfinite = o.allow_nonfinite;
-    const DType compute = precision_given
-                              ? (*opt.precision == Precision::f64 ? DType::f64 : DType::f32)
-                              : (q.dtype() == DType::f64 ? DType::f64 : DType::f32);
-    if (!opt.dtype) opt.dtype = q.dtype();
-    opt.precision = compute == DType::f64 ? Precision::f64 : Precision::f32;
-    auto [qr, kr] = rope_for_attention(q, k, axes, freqs, pos, ro, compute);
-    q = std::move(qr);
-    k = std::move(kr);
+    AttentionRope rope;
+    rope.params = [&o](int head_dim) { return rope_params(o.rope_opts, head_dim); };
+    rope.positions = pos;
+    rope.apply.inverse = o.rope_opts.inverse;
+    rope.apply.precision = rope_precision(o.rope_opts);
+    rope.apply.allow_nonfinite = o.allow_nonfinite;
+    res = attention(q, k, v ? &*v : nullptr, opt, rope);
+  } else {
+    res = attention(q, k, v ? &*v : nullptr, opt);
   }
-
-  AttentionResult res = attention(q, k, v ? &*v : nullptr, opt);
   Attrs attrs = res.attrs;
   attrs.push_back({"rope", static_cast<long long>(o.rope)});
   verbose_attrs(attrs);

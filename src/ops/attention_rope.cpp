@@ -2,6 +2,9 @@
 // apart from attention.cpp so the attention core links without the RoPE kernels.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "posenc/error.hpp"
 #include "posenc/ops/attention.hpp"
 
@@ -61,6 +64,34 @@ std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k, c
   Tensor qr = apply_rope(q, axes, f, pq, opt, out);
   Tensor kr = apply_rope(k, axes, f, pk, opt, out);
   return {std::move(qr), std::move(kr)};
+}
+
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
+                          AttentionOptions opt, const AttentionRope& rope) {
+  // Shapes are checked before rotating so errors name Q/K/V, not RoPE.
+  attention_memory(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
+  const Axes axes = resolve_axes(opt.axes, q.ndim(), "q");
+  const std::size_t d = q.shape()[static_cast<std::size_t>(axes.index('d'))];
+  const std::size_t sk = k.shape()[static_cast<std::size_t>(axes.index('s'))];
+  if (d > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    throw InputError(fmt::format("q: head dimension {} is too large", d));
+  }
+  const Positions& pos = rope.positions;
+  RopeParams params = rope.params(static_cast<int>(d));
+  if (params.seq_len == 0) {
+    std::int64_t extent = pos.start + static_cast<std::int64_t>(sk);
+    for (auto id : pos.ids) extent = std::max<std::int64_t>(extent, id + 1);
+    params.seq_len = extent;
+  }
+  const RopeFreqs freqs = compute_rope_freqs(params);
+  const Precision arith =
+      opt.precision.value_or(q.dtype() == DType::f64 ? Precision::f64 : Precision::f32);
+  const DType compute = arith == Precision::f64 ? DType::f64 : DType::f32;
+  if (!opt.dtype) opt.dtype = q.dtype();
+  opt.precision = arith;
+  opt.axes = axes.letters;
+  auto [qr, kr] = rope_for_attention(q, k, axes, freqs, pos, rope.apply, compute);
+  return attention(qr, kr, v, opt);
 }
 
 }  // namespace posenc

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -149,5 +150,20 @@ std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape
 std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k, const Axes& axes,
                                              const RopeFreqs& f, const Positions& pos,
                                              const RopeApplyOptions& opt, DType out);
+
+/// RoPE applied to Q and K inside attention (`posenc attention --rope`).
+struct AttentionRope {
+  /// The RoPE variant for Q's head dimension. `seq_len` 0 is filled in with the largest
+  /// position used plus one.
+  std::function<RopeParams(int head_dim)> params;
+  Positions positions;     ///< start / ids / cu_seqlens, aligned as rope_for_attention
+  RopeApplyOptions apply;  ///< inverse, precision, allow_nonfinite
+};
+
+/// Attention with RoPE: checks the shapes as `attention` does, rotates Q and K in the
+/// arithmetic type of attention (no rounding in between) and computes attention.
+/// Outputs are of Q's dtype unless `opt.dtype` says otherwise.
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
+                          AttentionOptions opt, const AttentionRope& rope);
 
 }  // namespace posenc
