@@ -2,6 +2,7 @@
 
 #include <xtensor-blas/xblas.hpp>
 #include <xtensor/xadapt.hpp>
+#include <xtensor/xstrides.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
@@ -88,6 +89,19 @@ const Tensor& AttentionResult::get(AttentionEmit e) const {
 }
 
 namespace {
+
+// numpy's broadcasting rule, by xtensor: `from` broadcasts to `to` without growing it.
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  xt::svector<std::size_t> out(to.begin(), to.end());
+  try {
+    xt::broadcast_shape(from, out);
+  } catch (const xt::broadcast_error&) {
+    return false;
+  }
+  return std::equal(out.begin(), out.end(), to.begin());
+}
+
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -317,19 +331,9 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
       }
     }
   }
-  if (opt.mask) {
-    const Tensor& m = *opt.mask;
-    Shape target = g.logits_shape();
-    bool ok = m.ndim() <= target.size();
-    for (std::size_t i = 0; ok && i < m.ndim(); ++i) {
-      std::size_t md = m.shape()[m.ndim() - 1 - i];
-      std::size_t td = target[target.size() - 1 - i];
-      ok = md == 1 || md == td;
-    }
-    if (!ok) {
-      throw InputError(fmt::format("mask: shape {} does not broadcast to the scores' shape {}",
-                                   shape_str(m.shape()), shape_str(target)));
-    }
+  if (opt.mask && !broadcasts_to(opt.mask->shape(), g.logits_shape())) {
+    throw InputError(fmt::format("mask: shape {} does not broadcast to the scores' shape {}",
+                                 shape_str(opt.mask->shape()), shape_str(g.logits_shape())));
   }
   if (opt.sinks) {
     const Tensor& t = *opt.sinks;
@@ -927,16 +931,13 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   }
   if (opt.mask) {
     const Tensor& m = *opt.mask;
-    // Broadcast strides over (b, h, i, j) of the scores.
-    Shape target = g.logits_shape();
-    std::vector<std::ptrdiff_t> st(target.size(), 0);
-    std::ptrdiff_t stride = 1;
-    for (std::size_t a = 0; a < m.ndim(); ++a) {
-      std::size_t md = m.ndim() - 1 - a;
-      std::size_t td = target.size() - 1 - a;
-      st[td] = m.shape()[md] == 1 ? 0 : stride;
-      stride *= static_cast<std::ptrdiff_t>(m.shape()[md]);
-    }
+    // Broadcast strides over (b, h, i, j) of the scores: the mask's own strides (xtensor
+    // gives axes of extent 1 stride 0) aligned right, 0 for the axes it lacks.
+    const auto mshape = xt::svector<std::size_t>(m.shape().begin(), m.shape().end());
+    xt::svector<std::ptrdiff_t> mst(mshape.size());
+    xt::compute_strides(mshape, xt::layout_type::row_major, mst);
+    std::vector<std::ptrdiff_t> st(g.logits_shape().size(), 0);
+    std::copy(mst.begin(), mst.end(), st.end() - static_cast<std::ptrdiff_t>(mst.size()));
     std::size_t t = 0;
     if (g.has_b) P.m_b = st[t++];
     if (g.has_h) P.m_h = st[t++];
