@@ -1,0 +1,33 @@
+#!/bin/sh
+# Two posenc binaries side by side in one run (hyperfine, warm cache): a RoPE table,
+# RoPE on a 128 MiB f32 file, and attention b1 h8 s2048 d128 f32 (output only). For
+# checking that a change (e.g. the library refactor) costs no speed.
+#
+#   bench/library/before_after.sh OLD_BIN NEW_BIN [RUNS]
+set -eu
+OLD=$1
+NEW=$2
+RUNS=${3:-10}
+DIR=$(mktemp -d /tmp/posenc-before-after.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+/usr/bin/python3 - "$DIR" <<'PYEOF'
+import sys, numpy as np
+rng = np.random.default_rng(0)
+d = sys.argv[1]
+np.save(f"{d}/x.npy", rng.standard_normal((8192, 32, 128), dtype=np.float32))  # 128 MiB
+for n in "qkv":
+    np.save(f"{d}/{n}.npy", rng.standard_normal((1, 8, 2048, 128), dtype=np.float32))
+PYEOF
+grep -m1 'model name' /proc/cpuinfo
+for bin in "$OLD" "$NEW"; do "$bin" --version; done
+hyperfine -N -w 2 -r "$RUNS" --export-markdown "$DIR/table.md" \
+  -n old "$OLD table rope --positions 262144 --dim 128 --emit cos-sin -o $DIR/t_old.npy" \
+  -n new "$NEW table rope --positions 262144 --dim 128 --emit cos-sin -o $DIR/t_new.npy"
+hyperfine -N -w 2 -r "$RUNS" \
+  -n old "$OLD rope $DIR/x.npy --axes shd -o $DIR/r_old.npy" \
+  -n new "$NEW rope $DIR/x.npy --axes shd -o $DIR/r_new.npy"
+hyperfine -N -w 1 -r "$RUNS" \
+  -n old "$OLD attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --emit output -o $DIR/a_old.npy" \
+  -n new "$NEW attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --emit output -o $DIR/a_new.npy"
+cmp "$DIR/t_old.npy" "$DIR/t_new.npy" && cmp "$DIR/r_old.npy" "$DIR/r_new.npy" &&
+  cmp "$DIR/a_old.npy" "$DIR/a_new.npy" && echo "outputs: byte-identical"
