@@ -17,6 +17,7 @@
 /// Errors are the typed exceptions of error.hpp; nothing prints.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -140,5 +141,52 @@ void apply_rope(C& x, const std::string& axes, const RopeParams& p, const Positi
 /// result as `out` (float64 arithmetic, rounded once).
 Tensor apply_rope(const Tensor& x, const std::string& axes, const RopeParams& p, DType out,
                   const Positions& pos = {}, const RopeApplyOptions& opt = {});
+
+// --- attention and files ------------------------------------------------------------
+
+/// The tensors `attention` emits, as xtensor containers (those not asked for are unset).
+template <class T>
+struct AttentionArrays {
+  std::optional<xt::xarray<T>> logits, probs, output;
+  std::optional<xt::xarray<double>> lse;  ///< f32 or f64 values, as the arithmetic
+  Attrs attrs;
+};
+
+/// Attention of q over k (and v) given as xtensor expressions of one float type (f32
+/// arithmetic for float, f64 for double unless `opt.precision` says otherwise). Shapes
+/// and options as `attention` on Tensors (ops/attention.hpp).
+template <class EQ, class EK, class EV>
+auto attention(const xt::xexpression<EQ>& q, const xt::xexpression<EK>& k,
+               const xt::xexpression<EV>& v, const AttentionOptions& opt) {
+  using T = typename EQ::value_type;
+  const Tensor tq = to_tensor(q), tk = to_tensor(k), tv = to_tensor(v);
+  AttentionResult r = attention(tq, tk, &tv, opt);
+  AttentionArrays<T> out;
+  auto get = [](const Tensor& t, auto& dst) {
+    using D = typename std::decay_t<decltype(dst)>::value_type::value_type;
+    if (t.numel() > 0 || t.ndim() > 0) dst = to_xarray<D>(t);
+  };
+  get(r.logits, out.logits);
+  get(r.probs, out.probs);
+  get(r.output, out.output);
+  get(r.lse, out.lse);
+  out.attrs = std::move(r.attrs);
+  return out;
+}
+
+/// A tensor reference ("x.npy", "f.h5:/group/name", "x.csv", "x.json") read whole, its
+/// values converted to T.
+template <class T>
+xt::xarray<T> read_array(const std::string& ref) {
+  return to_xarray<T>(read_tensor(ref));
+}
+
+/// Writes `e` (its value type) to a tensor reference, atomically; `attrs` are recorded
+/// as HDF5 attributes. Throws OutputError when the file cannot be written.
+template <class E>
+void write_array(const xt::xexpression<E>& e, const std::string& ref, const Attrs& attrs = {},
+                 const WriteOptions& opt = {}) {
+  write_tensor(parse_ref(ref), to_tensor(e), attrs, opt);
+}
 
 }  // namespace posenc

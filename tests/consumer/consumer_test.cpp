@@ -109,6 +109,35 @@ TEST_F(Consumer, ApplyRopeMatchesCliAndReference) {
   EXPECT_TRUE(rounded == q32);
 }
 
+TEST_F(Consumer, AttentionAndFilesThroughXtensor) {
+  std::mt19937 gen(11);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  xt::xtensor<double, 4> q = xt::empty<double>({2u, 4u, 5u, 16u});
+  xt::xtensor<double, 4> k = xt::empty<double>({2u, 4u, 9u, 16u});
+  xt::xtensor<double, 4> v = xt::empty<double>({2u, 4u, 9u, 8u});
+  for (auto* t : {&q, &k, &v}) {
+    for (auto& x : *t) x = nd(gen);
+  }
+  posenc::AttentionOptions opt;
+  opt.causal = posenc::CausalAlign::bottom_right;
+  const auto r = posenc::attention(q, k, v, opt);
+  ASSERT_TRUE(r.output && r.probs);  // the default emit: probs, output
+  EXPECT_FALSE(r.logits || r.lse);
+  ASSERT_EQ(r.output->dimension(), 4u);
+  EXPECT_EQ(r.output->shape()[3], 8u);
+
+  posenc::write_array(q, path("q.h5:/layer0/q"));
+  EXPECT_TRUE(posenc::read_array<double>(path("q.h5:/layer0/q")) == q);
+  posenc::write_array(k, path("k.npy"));
+  posenc::write_array(v, path("v.npy"));
+  posenc::write_array(q, path("q.npy"));
+  EXPECT_TRUE(posenc::read_array<double>(path("q.npy")) == q);
+  run(fmt::format("{} {} attention {} {} {} {}", POSENC_PYTHON, REFERENCE_PY, path("q.npy"),
+                  path("k.npy"), path("v.npy"), path("ref.npy")));
+  const auto ref = posenc::read_array<double>(path("ref.npy"));
+  EXPECT_LE(xt::amax(xt::abs(*r.output - ref))(), 1e-12);
+}
+
 TEST_F(Consumer, ErrorsAreTyped) {
   xt::xtensor<float, 2> odd = xt::zeros<float>({4, 7});
   EXPECT_THROW(posenc::apply_rope(odd, "sd", posenc::RopeParams{}), posenc::UsageError);

@@ -1,7 +1,9 @@
-"""Independent reference for the consumer test: Llama 3 RoPE written from HF
-transformers' _compute_llama3_parameters and rotate_half, in numpy float64.
+"""Independent references for the consumer test, in numpy float64: Llama 3 RoPE
+written from HF transformers' _compute_llama3_parameters and rotate_half, and causal
+softmax attention.
 
 usage: reference.py Q.npy OUT_DIR START  -> OUT_DIR/ref_cos.npy, ref_sin.npy, ref_q.npy
+       reference.py attention Q.npy K.npy V.npy OUT.npy   (causal, scale 1/sqrt(d))
 """
 import math
 import sys
@@ -21,7 +23,19 @@ def llama3_inv_freq(dim, base, factor, low, high, old_len):
     return np.where(medium, smoothed, out)
 
 
+def attention():
+    q, k, v = (np.load(sys.argv[i]).astype(np.float64) for i in (2, 3, 4))
+    s = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    sq, sk = s.shape[-2:]
+    s = np.where(np.tril(np.ones((sq, sk), dtype=bool), sk - sq), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    np.save(sys.argv[5], (p / p.sum(-1, keepdims=True)) @ v)
+
+
 def main():
+    if sys.argv[1] == "attention":
+        attention()
+        return
     q = np.load(sys.argv[1]).astype(np.float64)  # [b, h, s, d]
     out, start = sys.argv[2], int(sys.argv[3])
     d, s = q.shape[-1], q.shape[-2]
