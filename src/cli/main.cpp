@@ -10,9 +10,11 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/suggest.hpp"
 #include "posenc/error.hpp"
 #include "posenc/version.hpp"
 
@@ -26,13 +28,6 @@ int fail(ExitStatus status, const std::string& msg) {
   std::fflush(stdout);
   fmt::print(stderr, "posenc: error: {}\n", msg);
   return static_cast<int>(status);
-}
-
-// One line: CLI11's messages can span lines (e.g. "Run with --help" hints).
-std::string first_line(std::string s) {
-  auto nl = s.find('\n');
-  if (nl != std::string::npos) s.resize(nl);
-  return s;
 }
 
 int run(int argc, char** argv) {
@@ -65,6 +60,7 @@ int run(int argc, char** argv) {
   });
 
   try {
+    posenc::cli::check_command_words(app, {argv + 1, argv + argc});
     app.parse(argc, argv);
   } catch (const posenc::Error& e) {
     // The library names its parameters; say them as this command's options.
@@ -78,8 +74,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return fail(ExitStatus::kUsage,
-                first_line(e.what()) + " (run 'posenc --help' for usage)");
+    return fail(ExitStatus::kUsage, posenc::cli::parse_error_message(app, e));
   }
   if (app.get_subcommands().empty()) {
     fmt::print(stderr, "{}", app.help());
