@@ -50,6 +50,7 @@ int run(int argc, char** argv) {
   posenc::cli::register_inspect(app);
   posenc::cli::register_compare(app);
   posenc::cli::register_convert(app);
+  posenc::cli::register_completion(app);
 
   // Threads are set before any command callback runs.
   app.parse_complete_callback([&g] {
