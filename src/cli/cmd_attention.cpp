@@ -262,7 +262,9 @@ void register_attention(CLI::App& app) {
   sub->add_option("-q,--query", o->q, "queries Q [b, hq, sq, d] (any --axes order)")->required();
   sub->add_option("-k,--key", o->k, "keys K [b, hk, sk, d]; hk must divide hq")->required();
   sub->add_option("-v,--value", o->v, "values V [b, hk, sk, dv] (needed for output)");
-  add_output_options(sub, o->out, /*multiple=*/true);
+  add_output_options(sub, o->out, /*multiple=*/true, /*required=*/true,
+                     "output reference(s): one per tensor of --emit in its order, one pattern "
+                     "with {} (out_{}.npy), or one HDF5 file (a dataset per tensor)");
   sub->add_option("--axes", o->axes,
                   "axis letters of Q, K and V (b, h, s, d); default bhsd, bsd or sd by rank");
   sub->add_option("--emit", o->emit,
@@ -272,7 +274,8 @@ void register_attention(CLI::App& app) {
   sub->add_option("--causal", o->causal,
                   "causal mask aligned bottom-right (default; flash-attn) or top-left (eager "
                   "HF) when sq != sk")
-      ->expected(0, 1);
+      ->expected(0, 1)
+      ->type_name("[ALIGN]");
   sub->add_option("--window", o->window,
                   "LEFT[,RIGHT]: query i sees keys [i+sk-sq-LEFT, i+sk-sq+RIGHT] inclusive; "
                   "-1 = unbounded (RIGHT defaults to -1)");

@@ -156,12 +156,14 @@ void register_rope(CLI::App& app) {
   auto opts = std::make_shared<RopeCmdOptions>();
   auto* sub = app.add_subcommand(
       "rope",
-      "Apply rotary position embedding (or its inverse) to every vector along axis d of one or "
-      "more tensors, position taken from axis s. Inputs larger than --max-memory are streamed.");
+      "apply rotary position embedding (or its inverse) to every vector along axis d of one or "
+      "more tensors, position taken from axis s; inputs larger than --max-memory are streamed");
   sub->add_option("inputs", opts->inputs,
                   "input tensor references (x.npy, x.h5:/q, x.csv, - for stdin)")
       ->required();
-  add_output_options(sub, opts->out, /*multiple=*/true);
+  add_output_options(sub, opts->out, /*multiple=*/true, /*required=*/true,
+                     "output tensor reference, one per input in order (x.npy, x.h5:/d, x.csv, "
+                     "x.json, - for stdout)");
   sub->add_option("--axes", opts->axes,
                   "axis letters of the inputs from b, h, s, d (default by rank: sd, bsd, bhsd; "
                   "e.g. bshd)");
@@ -172,10 +174,10 @@ void register_rope(CLI::App& app) {
   add_rope_options(sub, opts->rope);
   const char* g = "ROPE OPTIONS";
   sub->add_option("--rope2d", opts->grid,
-                  "axial 2-D RoPE over an H x W grid of tokens in row-major order: x and y "
+                  "H W: axial 2-D RoPE over an H x W grid of tokens in row-major order: x and y "
                   "each get R/4 pairs with frequencies base^(-4j/R); --base defaults to 100")
       ->expected(2)
-      ->type_name("H W")
+      ->type_name("INT")  // shown as "INT x 2", CLI11's notation for two values
       ->group(g);
   sub->add_option("--order", opts->order,
                   "2-D RoPE: which coordinate takes the first R/4 pairs, xy (default) or yx")

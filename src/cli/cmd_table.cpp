@@ -161,7 +161,9 @@ void register_table(CLI::App& app) {
     static RopeTableOptions o;
     auto* sub = table->add_subcommand(
         "rope", "RoPE tables (inv_freq, angles, cos, sin) with HF scaling variants");
-    sub->add_option("--positions", o.positions, "number of positions N");
+    sub->add_option("--positions", o.positions,
+                    "number of positions N (required unless --position-ids, --cu-seqlens, "
+                    "or --emit inv-freq)");
     sub->add_option("--dim", o.dim, "head dimension D (or from --hf-config)");
     add_emit_options(sub, o.emit, o.layout, o.half_width);
     add_rope_options(sub, o.rope);

@@ -29,11 +29,13 @@ int& exit_code() {
   return code;
 }
 
-void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool required) {
+void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool required,
+                        const char* help) {
   auto* opt = sub->add_option(
       "-o,--output", o.outputs,
-      multiple ? "output tensor reference, once per input (x.npy, x.h5:/d, x.csv, x.json, -)"
-               : "output tensor reference (x.npy, x.h5:/d, x.csv, x.tsv, x.json, - for stdout)");
+      help != nullptr ? help
+                      : "output tensor reference (x.npy, x.h5:/d, x.csv, x.tsv, x.json, - for "
+                        "stdout)");
   if (!multiple) opt->expected(1);
   if (required) opt->required();
   sub->add_option("--to", o.to, "output format, overriding the extension")

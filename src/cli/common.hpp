@@ -32,9 +32,9 @@ struct OutputOptions {
   WriteOptions write_options() const { return {force, compression, no_clobber, sync}; }
 };
 /// Adds -o/--output (repeatable when `multiple`), --to, --force, --compression,
-/// --no-clobber, --sync. `required` makes -o mandatory.
+/// --no-clobber, --sync. `required` makes -o mandatory; `help` replaces the text of -o.
 void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
-                        bool required = true);
+                        bool required = true, const char* help = nullptr);
 
 /// Parses a memory size such as `--max-memory` takes, in binary units as GNU sort -S:
 /// a byte count, or a number (decimals allowed) followed by K, M, G or T (powers of
