@@ -16,6 +16,7 @@ namespace posenc {
 namespace {
 
 constexpr std::int64_t kMaxIndex = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kMinIndex = std::numeric_limits<std::int64_t>::min();
 
 std::string_view trim(std::string_view s) {
   const auto b = s.find_first_not_of(" \t");
@@ -34,14 +35,18 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   }
 }
 
-std::int64_t parse_int(std::string_view s, std::string_view text) {
+// An integer of the slicing text. Out of the int64 range, a range bound saturates as
+// CPython's slice indices do (so `a[10**30:]` is empty, as in numpy), while an index
+// is refused.
+std::int64_t parse_int(std::string_view s, std::string_view text, bool saturate) {
   std::string_view digits = s;
-  if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+  if (!digits.empty() && digits.front() == '+' && s.substr(1, 1) != "-") digits.remove_prefix(1);
   std::int64_t v = 0;
   const char* end = digits.data() + digits.size();
   const auto [ptr, ec] = std::from_chars(digits.data(), end, v);
   if (ec == std::errc::result_out_of_range && ptr == end) {
-    throw UsageError(fmt::format("slice '{}': '{}' is outside the int64 range", text, s));
+    if (saturate) return digits.front() == '-' ? kMinIndex : kMaxIndex;
+    throw UsageError(fmt::format("slice '{}': index '{}' is outside the int64 range", text, s));
   }
   if (digits.empty() || ec != std::errc() || ptr != end) {
     throw UsageError(fmt::format("slice '{}': '{}' is not an integer", text, s));
@@ -55,12 +60,12 @@ SliceItem parse_item(std::string_view part, std::string_view text) {
   SliceItem item;
   if (f.size() == 1) {
     item.kind = SliceItem::Kind::index;
-    item.index = parse_int(f[0], text);
+    item.index = parse_int(f[0], text, false);
     return item;
   }
-  if (!f[0].empty()) item.start = parse_int(f[0], text);
-  if (!f[1].empty()) item.stop = parse_int(f[1], text);
-  if (f.size() == 3 && !f[2].empty()) item.step = parse_int(f[2], text);
+  if (!f[0].empty()) item.start = parse_int(f[0], text, true);
+  if (!f[1].empty()) item.stop = parse_int(f[1], text, true);
+  if (f.size() == 3 && !f[2].empty()) item.step = parse_int(f[2], text, true);
   if (item.step == 0) throw UsageError(fmt::format("slice '{}': step is zero", text));
   return item;
 }
@@ -106,7 +111,7 @@ AxisSelection resolve_range(const SliceItem& it, std::int64_t n) {
   const std::int64_t step = it.step < -kMaxIndex ? -kMaxIndex : it.step;
   const std::int64_t start = clamp_bound(it.start.value_or(step < 0 ? kMaxIndex : 0), n, step);
   const std::int64_t stop =
-      clamp_bound(it.stop.value_or(step < 0 ? -kMaxIndex - 1 : kMaxIndex), n, step);
+      clamp_bound(it.stop.value_or(step < 0 ? kMinIndex : kMaxIndex), n, step);
   // start and stop now lie in [-1, n], so the differences below cannot overflow.
   std::int64_t size = 0;
   if (step < 0 && stop < start) size = (start - stop - 1) / -step + 1;
@@ -240,11 +245,11 @@ xt::xstrided_slice_vector strided_slices(const Selection& sel) {
 std::optional<std::size_t> contiguous_offset(const Selection& sel) {
   // C order: the run is contiguous when every axis after some axis k is taken whole,
   // axis k with unit step, and every axis before k holds a single entry.
+  if (sel.numel == 0) return 0;
   std::size_t offset = 0, stride = 1;
   bool whole = true;  // all axes after the current one are taken whole
   for (std::size_t ax = sel.axes.size(); ax-- > 0;) {
     const AxisSelection& a = sel.axes[ax];
-    if (a.size == 0) return 0;
     if (!whole && a.size > 1) return std::nullopt;
     if (a.size > 1 && a.step != 1) return std::nullopt;
     offset += a.start * stride;

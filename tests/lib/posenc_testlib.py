@@ -68,3 +68,17 @@ class PosencTestCase(unittest.TestCase):
         self.assertEqual(actual.shape, expected.shape, msg)
         np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
                                    rtol=rtol, atol=atol, err_msg=msg)
+
+
+def run_measured(*args):
+    """Runs posenc with args; returns (returncode, stdout bytes, stderr str, peak RSS in
+    KiB of that process alone, from wait4's rusage)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen([BIN, *map(str, args)], stdin=subprocess.DEVNULL, stdout=out,
+                             stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return (p.returncode, out.read(), err.read().decode("utf-8", "replace"),
+                usage.ru_maxrss)

@@ -44,8 +44,9 @@ struct SliceSpec {
 /// Parses numpy basic slicing: comma-separated entries, each an integer, `a:b`, `a:b:c`
 /// (any part may be omitted, negative values count from the end) or one `...`;
 /// surrounding brackets and blanks are ignored; an empty text selects everything.
-/// Throws UsageError ("slice '<text>': ...") for bad syntax, a step of 0, more than one
-/// `...`, or an integer outside int64.
+/// Range bounds and steps beyond int64 saturate, as CPython's do. Throws UsageError
+/// ("slice '<text>': ...") for bad syntax, a step of 0, more than one `...`, or an
+/// integer index outside int64.
 SliceSpec parse_slice(std::string_view text);
 
 /// What a selection takes along one source axis: `size` entries start, start + step, ...
