@@ -80,7 +80,7 @@ void register_convert(CLI::App& app) {
       ->required();
   sub->add_option("--dtype", opt->dtype,
                   "output dtype: same (default), f64, f32, f16, bf16, i8..i64, u8..u64, bool; "
-                  "float to int truncates toward zero");
+                  "as numpy's astype: float to int truncates toward zero, int to int wraps");
   add_output_options(sub, opt->out);
   sub->callback([opt] { run_convert(*opt); });
 }
