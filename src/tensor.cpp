@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dtype_visit.hpp"
 #include "posenc/error.hpp"
+#include "posenc/ops/cast.hpp"
 
 namespace posenc {
 
@@ -272,18 +274,7 @@ bool Tensor::has_nonfinite(bool allow_neg_inf) const noexcept {
   }
 }
 
-namespace {
-// Float -> integer as numpy's astype: truncation toward zero; out-of-range and NaN
-// saturate here instead of being undefined behaviour.
-template <class I>
-I to_int(double v) {
-  if (std::isnan(v)) return 0;
-  double t = std::trunc(v);
-  if (t <= static_cast<double>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
-  if (t >= static_cast<double>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
-  return static_cast<I>(t);
-}
-}  // namespace
+using detail::saturate_to;
 
 void Tensor::set(std::size_t i, double v) noexcept {
   std::byte* p = buf_.data();
@@ -292,26 +283,18 @@ void Tensor::set(std::size_t i, double v) noexcept {
     case DType::bf16: reinterpret_cast<std::uint16_t*>(p)[i] = double_to_bf16(v); break;
     case DType::f32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
     case DType::f64: reinterpret_cast<double*>(p)[i] = v; break;
-    case DType::i8: reinterpret_cast<std::int8_t*>(p)[i] = to_int<std::int8_t>(v); break;
-    case DType::i16: reinterpret_cast<std::int16_t*>(p)[i] = to_int<std::int16_t>(v); break;
-    case DType::i32: reinterpret_cast<std::int32_t*>(p)[i] = to_int<std::int32_t>(v); break;
-    case DType::i64: reinterpret_cast<std::int64_t*>(p)[i] = to_int<std::int64_t>(v); break;
-    case DType::u8: reinterpret_cast<std::uint8_t*>(p)[i] = to_int<std::uint8_t>(v); break;
-    case DType::u16: reinterpret_cast<std::uint16_t*>(p)[i] = to_int<std::uint16_t>(v); break;
-    case DType::u32: reinterpret_cast<std::uint32_t*>(p)[i] = to_int<std::uint32_t>(v); break;
-    case DType::u64: reinterpret_cast<std::uint64_t*>(p)[i] = to_int<std::uint64_t>(v); break;
+    case DType::i8: reinterpret_cast<std::int8_t*>(p)[i] = saturate_to<std::int8_t>(v); break;
+    case DType::i16: reinterpret_cast<std::int16_t*>(p)[i] = saturate_to<std::int16_t>(v); break;
+    case DType::i32: reinterpret_cast<std::int32_t*>(p)[i] = saturate_to<std::int32_t>(v); break;
+    case DType::i64: reinterpret_cast<std::int64_t*>(p)[i] = saturate_to<std::int64_t>(v); break;
+    case DType::u8: reinterpret_cast<std::uint8_t*>(p)[i] = saturate_to<std::uint8_t>(v); break;
+    case DType::u16: reinterpret_cast<std::uint16_t*>(p)[i] = saturate_to<std::uint16_t>(v); break;
+    case DType::u32: reinterpret_cast<std::uint32_t*>(p)[i] = saturate_to<std::uint32_t>(v); break;
+    case DType::u64: reinterpret_cast<std::uint64_t*>(p)[i] = saturate_to<std::uint64_t>(v); break;
     case DType::b1: reinterpret_cast<std::uint8_t*>(p)[i] = v != 0.0 ? 1 : 0; break;
   }
 }
 
-Tensor Tensor::astype(DType to) const {
-  Tensor out(to, shape_);
-  if (to == dtype_) {
-    std::memcpy(out.bytes(), bytes(), nbytes());
-    return out;
-  }
-  for (std::size_t i = 0; i < numel_; ++i) out.set(i, get(i));
-  return out;
-}
+Tensor Tensor::astype(DType to) const { return cast(*this, to); }
 
 }  // namespace posenc

@@ -108,7 +108,7 @@ class Tensor {
   /// for integers as numpy's astype does) at flat index i.
   void set(std::size_t i, double v) noexcept;
 
-  /// A converted copy. Float→float rounds to nearest even; float→int truncates.
+  /// A converted copy, as numpy's astype: see posenc::cast (ops/cast.hpp).
   Tensor astype(DType to) const;
 
   /// Whether a float element is NaN or ±Inf (-Inf not counted when `allow_neg_inf`,

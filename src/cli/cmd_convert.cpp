@@ -1,6 +1,6 @@
 // posenc convert: copy a tensor between formats (NPY, HDF5, CSV, TSV, JSON, text) and
-// dtypes. Rows are streamed in slabs, so NPY→NPY and NPY→HDF5 never hold the whole
-// tensor in memory.
+// dtypes (posenc::cast, numpy's astype rules). Rows are streamed in slabs, so NPY→NPY
+// and NPY→HDF5 never hold the whole tensor in memory.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "cli/common.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
+#include "posenc/ops/cast.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc::cli {
@@ -56,7 +57,7 @@ void run_convert(const ConvertOptions& o) {
     Tensor slab(in.dtype, slab_shape);
     src->read_rows(first, count, slab.bytes());
     if (convert) {
-      Tensor converted = slab.astype(out_info.dtype);
+      const Tensor converted = cast(slab, out_info.dtype);
       sink->write_rows(converted.bytes(), count);
     } else {
       sink->write_rows(slab.bytes(), count);
@@ -79,7 +80,7 @@ void register_convert(CLI::App& app) {
       ->required();
   sub->add_option("--dtype", opt->dtype,
                   "output dtype: same (default), f64, f32, f16, bf16, i8..i64, u8..u64, bool; "
-                  "float to int truncates toward zero");
+                  "as numpy's astype: float to int truncates toward zero, int to int wraps");
   add_output_options(sub, opt->out);
   sub->callback([opt] { run_convert(*opt); });
 }

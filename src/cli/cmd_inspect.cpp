@@ -1,16 +1,13 @@
 // posenc inspect: shape, dtype, storage, attributes, statistics and leading values of
-// a tensor, or the datasets of an HDF5 file. The tensor is streamed in row slabs, so
-// statistics of tensors larger than memory work; `--slice` reads only the rows (axis
-// 0) it selects.
+// a tensor, or the datasets of an HDF5 file. The selection, its statistics and the
+// streaming in slabs are the library's (ops/select.hpp, ops/stats.hpp); this file
+// parses the options and prints.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +17,8 @@
 #include "posenc/io/hdf5.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/io/text.hpp"
+#include "posenc/ops/select.hpp"
+#include "posenc/ops/stats.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc::cli {
@@ -34,283 +33,25 @@ struct InspectOptions {
   long long head = -1;  // -1: default
 };
 
-constexpr std::size_t kSlabBytes = std::size_t{16} << 20;
 constexpr std::size_t kDefaultHead = 10;
 constexpr std::size_t kTableMax = 1000;  // selections up to this size print as a table
 
-// --- slicing -------------------------------------------------------------------------
-
-/// One axis of a numpy basic-slicing expression.
-struct AxisSel {
-  bool index = false;  // an integer: the axis disappears
-  long long start = 0, stop = 0, step = 1;
-  bool has_start = false, has_stop = false;
-};
-
-long long parse_int(const std::string& s, const std::string& whole) {
-  const std::optional<long long> v = parse_integer(s);
-  if (!v) throw UsageError(fmt::format("--slice '{}': '{}' is not an integer", whole, s));
-  return *v;
-}
-
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
-/// Parses "0,:,:4", "1:-1:2", "...,0". Syntax errors are UsageErrors (exit 2).
-std::vector<std::optional<AxisSel>> parse_slice(const std::string& text) {
-  std::vector<std::optional<AxisSel>> out;  // nullopt marks "..."
-  std::string body = trim(text);
-  if (!body.empty() && body.front() == '[' && body.back() == ']') {
-    body = body.substr(1, body.size() - 2);
+// Library messages name the selection "slice"; on the command line it is --slice.
+template <class F>
+auto naming_option(F&& f) {
+  try {
+    return f();
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--") + e.what());
+  } catch (const InputError& e) {
+    throw InputError(std::string("--") + e.what());
   }
-  if (trim(body).empty()) return out;
-  std::size_t pos = 0;
-  bool ellipsis = false;
-  for (;;) {
-    std::size_t comma = body.find(',', pos);
-    std::string part =
-        trim(body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    if (part == "...") {
-      if (ellipsis) throw UsageError(fmt::format("--slice '{}': more than one '...'", text));
-      ellipsis = true;
-      out.emplace_back(std::nullopt);
-    } else if (part.empty()) {
-      throw UsageError(fmt::format("--slice '{}': empty axis (use ':' for a whole axis)", text));
-    } else {
-      AxisSel a;
-      std::vector<std::string> f;
-      std::size_t p = 0;
-      for (;;) {
-        std::size_t c = part.find(':', p);
-        f.push_back(trim(part.substr(p, c == std::string::npos ? std::string::npos : c - p)));
-        if (c == std::string::npos) break;
-        p = c + 1;
-      }
-      if (f.size() > 3) throw UsageError(fmt::format("--slice '{}': bad axis '{}'", text, part));
-      if (f.size() == 1) {
-        a.index = true;
-        a.start = parse_int(f[0], text);
-      } else {
-        if (!f[0].empty()) a.has_start = true, a.start = parse_int(f[0], text);
-        if (!f[1].empty()) a.has_stop = true, a.stop = parse_int(f[1], text);
-        if (f.size() == 3 && !f[2].empty()) a.step = parse_int(f[2], text);
-        if (a.step == 0) throw UsageError(fmt::format("--slice '{}': step is zero", text));
-      }
-      out.emplace_back(a);
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
-/// The indices one axis selects, by Python's slice.indices rules (slices clamp; an
-/// integer out of range is an InputError naming the axis and its size: exit 3).
-std::vector<std::size_t> axis_indices(const AxisSel& a, std::size_t n, std::size_t axis,
-                                      const std::string& text) {
-  const long long len = static_cast<long long>(n);
-  std::vector<std::size_t> idx;
-  if (a.index) {
-    long long i = a.start < 0 ? a.start + len : a.start;
-    if (i < 0 || i >= len) {
-      throw InputError(
-          fmt::format("--slice '{}': index {} is out of range for axis {} with size {}", text,
-                      a.start, axis, n));
-    }
-    idx.push_back(static_cast<std::size_t>(i));
-    return idx;
-  }
-  long long start, stop;
-  if (a.step > 0) {
-    start = !a.has_start ? 0 : a.start < 0 ? std::max(0LL, a.start + len) : std::min(a.start, len);
-    stop = !a.has_stop ? len : a.stop < 0 ? std::max(0LL, a.stop + len) : std::min(a.stop, len);
-    for (long long i = start; i < stop; i += a.step) idx.push_back(static_cast<std::size_t>(i));
-  } else {
-    start = !a.has_start  ? len - 1
-            : a.start < 0 ? std::max(-1LL, a.start + len)
-                          : std::min(a.start, len - 1);
-    stop = !a.has_stop ? -1 : a.stop < 0 ? std::max(-1LL, a.stop + len) : std::min(a.stop, len - 1);
-    for (long long i = start; i > stop; i += a.step) idx.push_back(static_cast<std::size_t>(i));
-  }
-  return idx;
-}
-
-/// A resolved selection: the indices taken on every axis and which axes remain.
-struct Selection {
-  std::vector<std::vector<std::size_t>> idx;  // per source axis
-  std::vector<bool> keep;                     // axis kept in the result
-  Shape shape;                                // result shape
-  std::size_t numel = 1;
-};
-
-Selection resolve(const std::string& text, const Shape& shape) {
-  auto parts = parse_slice(text);
-  std::size_t explicit_axes = 0;
-  for (const auto& p : parts) explicit_axes += p.has_value();
-  if (explicit_axes > shape.size()) {
-    throw InputError(fmt::format("--slice '{}': {} axes given for shape {}", text, explicit_axes,
-                                 shape_str(shape)));
-  }
-  // Expand "..." (or the missing trailing axes) into whole-axis slices.
-  std::vector<AxisSel> full;
-  for (const auto& p : parts) {
-    if (p) {
-      full.push_back(*p);
-    } else {
-      for (std::size_t k = 0; k < shape.size() - explicit_axes; ++k) full.push_back(AxisSel{});
-    }
-  }
-  while (full.size() < shape.size()) full.push_back(AxisSel{});
-  Selection s;
-  for (std::size_t ax = 0; ax < shape.size(); ++ax) {
-    s.idx.push_back(axis_indices(full[ax], shape[ax], ax, text));
-    s.keep.push_back(!full[ax].index);
-    if (!full[ax].index) s.shape.push_back(s.idx.back().size());
-    s.numel *= s.idx.back().size();
-  }
-  return s;
-}
-
-// --- statistics ------------------------------------------------------------------------
-
-/// Count, mean and M2 (sum of squared deviations) of finite values, merged over slabs
-/// with Chan et al.'s pairwise update; each slab is summed two-pass in long double.
-/// This matches numpy's pairwise mean/std to ~1e-15 relative on ordinary data.
-struct Stats {
-  std::size_t count = 0, finite = 0, nan = 0, posinf = 0, neginf = 0, zeros = 0;
-  double min = std::numeric_limits<double>::infinity();
-  double max = -std::numeric_limits<double>::infinity();
-  double absmax = 0;
-  std::size_t argmin = 0, argmax = 0;  // flat index (C order) within the selection
-  long double mean = 0, m2 = 0, sum = 0;
-
-  void add_block(const std::vector<double>& v, std::size_t first_flat) {
-    long double s = 0;
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      double x = v[i];
-      ++count;
-      if (std::isnan(x)) {
-        ++nan;
-        continue;
-      }
-      if (std::isinf(x)) {
-        ++(x > 0 ? posinf : neginf);
-        continue;
-      }
-      if (x < min) min = x, argmin = first_flat + i;
-      if (x > max) max = x, argmax = first_flat + i;
-      absmax = std::max(absmax, std::fabs(x));
-      zeros += x == 0;
-      s += x;
-      ++n;
-    }
-    if (n == 0) return;
-    long double bmean = s / n, bm2 = 0;
-    for (double x : v) {
-      if (std::isfinite(x)) bm2 += (x - bmean) * (x - bmean);
-    }
-    long double delta = bmean - mean;
-    std::size_t total = finite + n;
-    mean += delta * n / total;
-    m2 += bm2 + delta * delta * static_cast<long double>(finite) * n / total;
-    sum += s;
-    finite = total;
-  }
-};
-
-// --- reading the selection -----------------------------------------------------------
-
-/// Streams the selected elements in C order of the selection: stats for all, raw
-/// bytes of the first `keep_n` for printing.
-struct Gathered {
-  Stats stats;
-  Tensor kept;  // the first min(keep_n, numel) selected values, source dtype, flat
-};
-
-Gathered gather(TensorSource& src, const Selection& sel, std::size_t keep_n,
-                const std::string& what) {
-  const TensorInfo& info = src.info();
-  const std::size_t isz = dtype_size(info.dtype);
-  Gathered g;
-  std::size_t keep = std::min(keep_n, sel.numel);
-  g.kept = Tensor(info.dtype, Shape{keep});
-  if (sel.numel == 0) return g;
-
-  // Rows are the entries of the first axis whose extent is not 1 (the axes before it
-  // have extent 1), so a [1, s, h, d] tensor is read along s, never as one row.
-  const std::size_t row_axis = info.shape.empty() ? 0 : slab_axis(info.shape);
-  // Offsets (in elements) inside one row of the remaining axes, in selection order.
-  Shape row_shape(info.shape.empty() ? info.shape.begin() : info.shape.begin() + row_axis + 1,
-                  info.shape.end());
-  const std::size_t row_elems = checked_numel(row_shape, isz, what);
-  std::vector<std::size_t> offsets{0};
-  for (std::size_t ax = row_axis + 1; ax < info.shape.size(); ++ax) {
-    std::vector<std::size_t> next;
-    next.reserve(offsets.size() * sel.idx[ax].size());
-    for (auto o : offsets) {
-      for (auto i : sel.idx[ax]) next.push_back(o * info.shape[ax] + i);
-    }
-    offsets.swap(next);
-  }
-  std::vector<std::size_t> rows =
-      info.shape.empty() ? std::vector<std::size_t>{0} : sel.idx[row_axis];
-  const std::size_t row_bytes = std::max<std::size_t>(1, row_elems * isz);
-  const std::size_t slab_rows = std::max<std::size_t>(1, kSlabBytes / row_bytes);
-
-  Tensor slab;
-  Tensor one(info.dtype, Shape{1});
-  std::vector<double> values;
-  std::size_t flat = 0;
-  for (std::size_t k = 0; k < rows.size();) {
-    // A batch of selected rows whose span fits one slab read (always at least one).
-    std::size_t lo = rows[k], hi = rows[k], e = k + 1;
-    while (e < rows.size()) {
-      std::size_t nlo = std::min(lo, rows[e]), nhi = std::max(hi, rows[e]);
-      if (nhi - nlo + 1 > slab_rows) break;
-      lo = nlo, hi = nhi, ++e;
-    }
-    std::size_t span = hi - lo + 1;
-    Shape slab_shape{span * row_elems};
-    if (slab.numel() != slab_shape[0]) slab = Tensor(info.dtype, slab_shape);
-    src.read_slab(row_axis, lo, span, slab.bytes());
-    values.clear();
-    for (std::size_t r = k; r < e; ++r) {
-      std::size_t base = (rows[r] - lo) * row_elems;
-      for (auto o : offsets) {
-        std::size_t at = base + o;
-        values.push_back(slab.get(at));
-        if (flat + values.size() - 1 < keep) {
-          std::memcpy(g.kept.bytes() + (flat + values.size() - 1) * isz, slab.bytes() + at * isz,
-                      isz);
-        }
-      }
-    }
-    g.stats.add_block(values, flat);
-    flat += values.size();
-    k = e;
-  }
-  return g;
 }
 
 // --- output ------------------------------------------------------------------------
 
-/// The multi-index (C order) of flat position `flat` in `shape`.
-std::vector<std::size_t> unravel(std::size_t flat, const Shape& shape) {
-  std::vector<std::size_t> idx(shape.size());
-  for (std::size_t a = shape.size(); a-- > 0;) {
-    idx[a] = shape[a] == 0 ? 0 : flat % shape[a];
-    flat = shape[a] == 0 ? 0 : flat / shape[a];
-  }
-  return idx;
-}
-
 std::string index_str(std::size_t flat, const Shape& shape) {
-  return fmt::format("({})", fmt::join(unravel(flat, shape), ", "));
+  return fmt::format("({})", fmt::join(unravel_index(flat, shape), ", "));
 }
 
 std::string attr_text(const AttrValue& v) {
@@ -350,8 +91,8 @@ std::string json_value(const Tensor& t, std::size_t i) {
 std::string json_shape(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 void print_json(const TensorRef& ref, const TensorInfo& info, const std::string& slice,
-                const Selection& sel, const Gathered& g, bool extra) {
-  const Stats& st = g.stats;
+                const Selection& sel, const SelectionSummary& g, bool extra) {
+  const TensorStats& st = g.stats;
   std::vector<std::string> f;
   f.push_back(fmt::format("\"ref\": {}", json_str(ref.text)));
   f.push_back(fmt::format("\"shape\": {}", json_shape(info.shape)));
@@ -374,30 +115,29 @@ void print_json(const TensorRef& ref, const TensorInfo& info, const std::string&
   auto num = [&](double v) { return any ? json_double(v) : std::string("null"); };
   s.push_back(fmt::format("\"min\": {}", num(st.min)));
   s.push_back(fmt::format("\"max\": {}", num(st.max)));
-  s.push_back(fmt::format("\"mean\": {}", num(static_cast<double>(st.mean))));
-  s.push_back(fmt::format("\"std\": {}",
-                          num(any ? static_cast<double>(std::sqrt(st.m2 / st.finite)) : 0.0)));
+  s.push_back(fmt::format("\"mean\": {}", num(st.mean)));
+  s.push_back(fmt::format("\"std\": {}", num(st.std)));
   if (extra) {
-    s.push_back(fmt::format("\"sum\": {}", num(static_cast<double>(st.sum))));
+    s.push_back(fmt::format("\"sum\": {}", num(st.sum)));
     s.push_back(fmt::format("\"absmax\": {}", num(st.absmax)));
     s.push_back(fmt::format("\"zeros\": {}", st.zeros));
     auto idx = [&](std::size_t flat) {
-      return any ? json_shape(unravel(flat, sel.shape)) : std::string("null");
+      return any ? json_shape(unravel_index(flat, sel.shape)) : std::string("null");
     };
     s.push_back(fmt::format("\"argmin\": {}", idx(st.argmin)));
     s.push_back(fmt::format("\"argmax\": {}", idx(st.argmax)));
   }
   f.push_back(fmt::format("\"stats\": {{{}}}", fmt::join(s, ", ")));
   std::vector<std::string> vals;
-  for (std::size_t i = 0; i < g.kept.numel(); ++i) vals.push_back(json_value(g.kept, i));
+  for (std::size_t i = 0; i < g.head.numel(); ++i) vals.push_back(json_value(g.head, i));
   f.push_back(fmt::format("\"values\": [{}]", fmt::join(vals, ", ")));
-  f.push_back(fmt::format("\"values_complete\": {}", g.kept.numel() == sel.numel));
+  f.push_back(fmt::format("\"values_complete\": {}", g.head.numel() == sel.numel));
   fmt::print("{{{}}}\n", fmt::join(f, ", "));
 }
 
 void print_text(const TensorRef& ref, const TensorInfo& info, const std::string& slice,
-                const Selection& sel, const Gathered& g, bool extra) {
-  const Stats& st = g.stats;
+                const Selection& sel, const SelectionSummary& g, bool extra) {
+  const TensorStats& st = g.stats;
   fmt::print("{}\n", ref.text);
   fmt::print("  shape    {}\n", shape_str(info.shape));
   fmt::print("  dtype    {}\n", dtype_name(info.dtype));
@@ -408,25 +148,23 @@ void print_text(const TensorRef& ref, const TensorInfo& info, const std::string&
   }
   if (!slice.empty()) fmt::print("  slice    [{}] -> {}\n", slice, shape_str(sel.shape));
   if (st.finite > 0) {
-    double sd = static_cast<double>(std::sqrt(st.m2 / st.finite));
     fmt::print("  min      {}\n  max      {}\n  mean     {}\n  std      {}\n", st.min, st.max,
-               static_cast<double>(st.mean), sd);
+               st.mean, st.std);
   } else {
     fmt::print("  min/max  (no finite values)\n");
   }
   fmt::print("  finite   {} of {}   NaN {}   +Inf {}   -Inf {}\n", st.finite, st.count, st.nan,
              st.posinf, st.neginf);
   if (extra && st.finite > 0) {
-    fmt::print("  sum      {}\n  absmax   {}\n  zeros    {}\n", static_cast<double>(st.sum),
-               st.absmax, st.zeros);
+    fmt::print("  sum      {}\n  absmax   {}\n  zeros    {}\n", st.sum, st.absmax, st.zeros);
     fmt::print("  argmin   {}\n  argmax   {}\n", index_str(st.argmin, sel.shape),
                index_str(st.argmax, sel.shape));
   }
-  const std::size_t n = g.kept.numel();
+  const std::size_t n = g.head.numel();
   if (n == sel.numel && n <= kTableMax) {
     // The whole selection: a grid, numpy-like.
     Tensor t = Tensor(info.dtype, sel.shape);
-    if (t.nbytes() > 0) std::memcpy(t.bytes(), g.kept.bytes(), t.nbytes());
+    if (t.nbytes() > 0) std::memcpy(t.bytes(), g.head.bytes(), t.nbytes());
     std::string table = encode_text(Format::text, t);
     table = table.substr(table.find('\n') + 1);  // the header repeats shape and dtype
     std::string indented;
@@ -439,7 +177,7 @@ void print_text(const TensorRef& ref, const TensorInfo& info, const std::string&
     fmt::print("  values\n{}", indented);
   } else {
     std::vector<std::string> vals;
-    for (std::size_t i = 0; i < n; ++i) vals.push_back(format_element(g.kept, i));
+    for (std::size_t i = 0; i < n; ++i) vals.push_back(format_element(g.head, i));
     fmt::print("  values   first {} of {} (C order): [{}{}]\n", n, sel.numel, fmt::join(vals, ", "),
                n < sel.numel ? ", ..." : "");
   }
@@ -494,14 +232,14 @@ void run_inspect(const InspectOptions& o) {
     return;
   }
   // Check the slice syntax before touching the file (a usage error comes first).
-  if (!o.slice.empty()) parse_slice(o.slice);
+  const SliceSpec spec = naming_option([&] { return parse_slice(o.slice); });
   auto src = open_source(ref);
   const TensorInfo& info = src->info();
-  Selection sel = resolve(o.slice, info.shape);
+  const Selection sel = naming_option([&] { return resolve_selection(spec, info.shape); });
   std::size_t head = o.head >= 0                            ? static_cast<std::size_t>(o.head)
                      : !o.slice.empty() || sel.numel <= 100 ? kTableMax
                                                             : kDefaultHead;
-  Gathered g = gather(*src, sel, head, ref.text);
+  const SelectionSummary g = summarize(*src, sel, head);
   if (o.json) {
     print_json(ref, info, o.slice, sel, g, o.stats);
   } else {

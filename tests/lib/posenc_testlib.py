@@ -68,3 +68,13 @@ class PosencTestCase(unittest.TestCase):
         self.assertEqual(actual.shape, expected.shape, msg)
         np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
                                    rtol=rtol, atol=atol, err_msg=msg)
+
+
+def run_measured(*args):
+    """Runs posenc with args under GNU time; returns (returncode, stdout bytes, stderr
+    str, peak RSS in KiB). GNU time (a small process) forks posenc, so the figure is not
+    inflated by the pages of this Python process that a child forked from it shares."""
+    with tempfile.NamedTemporaryFile(mode="r") as rss:
+        p = subprocess.run(["/usr/bin/time", "-q", "-f", "%M", "-o", rss.name, BIN,
+                            *map(str, args)], capture_output=True)
+        return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace"), int(rss.read())

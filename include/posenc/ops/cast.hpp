@@ -1,0 +1,21 @@
+#pragma once
+/// \file
+/// dtype conversion of tensors, as numpy's `astype` does it.
+
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+
+/// A copy of `t` converted to `to`, element by element as numpy's astype:
+/// - float -> float and integer -> float round to nearest even, in one rounding from
+///   the exact value (f16 and bf16 with posenc's converters; 64-bit integers reach
+///   f16/bf16 through float64);
+/// - integer -> integer wraps modulo 2^bits (int64 300 -> uint8 44), exact for every
+///   64-bit value;
+/// - float -> integer truncates toward zero; NaN gives 0 and values beyond the target
+///   range saturate (numpy leaves both undefined);
+/// - anything -> bool is `x != 0` (NaN is true); bool -> anything is 0 or 1.
+/// Converting to the same dtype copies the bytes.
+Tensor cast(const Tensor& t, DType to);
+
+}  // namespace posenc

@@ -1,0 +1,75 @@
+#include "posenc/ops/cast.hpp"
+
+#include <algorithm>
+#include <array>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xoperation.hpp>
+#include <xtensor/xvectorize.hpp>
+
+#include "dtype_visit.hpp"
+
+namespace posenc {
+
+namespace {
+
+using detail::storage_t;
+
+/// The values of `raw` (storage of dtype F) in the type they are converted from:
+/// f16/bf16 as float (exact), bool as 0/1, everything else as stored.
+template <DType F, class E>
+auto source_values(E&& raw) {
+  if constexpr (F == DType::f16) {
+    return xt::vectorize([](std::uint16_t h) { return half_to_float(h); })(std::forward<E>(raw));
+  } else if constexpr (F == DType::bf16) {
+    return xt::vectorize([](std::uint16_t h) { return bf16_to_float(h); })(std::forward<E>(raw));
+  } else if constexpr (F == DType::b1) {
+    return xt::cast<std::uint8_t>(xt::not_equal(std::forward<E>(raw), std::uint8_t{0}));
+  } else {
+    return std::forward<E>(raw);
+  }
+}
+
+constexpr bool is_float_dtype(DType t) {
+  return t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64;
+}
+
+template <DType F, DType T>
+void convert(const std::byte* in, std::byte* out, std::size_t n) {
+  using S = storage_t<F>;
+  using D = storage_t<T>;
+  const std::array<std::size_t, 1> shape{n};
+  auto src = xt::adapt(reinterpret_cast<const S*>(in), n, xt::no_ownership(), shape);
+  auto dst = xt::adapt(reinterpret_cast<D*>(out), n, xt::no_ownership(), shape);
+  auto x = source_values<F>(src);
+  if constexpr (T == DType::f16) {
+    dst = xt::vectorize([](double v) { return double_to_half(v); })(x);
+  } else if constexpr (T == DType::bf16) {
+    dst = xt::vectorize([](double v) { return double_to_bf16(v); })(x);
+  } else if constexpr (T == DType::b1) {
+    dst = xt::cast<std::uint8_t>(xt::not_equal(x, 0));
+  } else if constexpr (is_float_dtype(F) && !is_float_dtype(T)) {
+    dst = xt::vectorize([](double v) { return detail::saturate_to<D>(v); })(x);
+  } else {
+    // C++ conversions are numpy's here: round to nearest even into floats, modulo
+    // 2^bits between integers.
+    dst = xt::cast<D>(x);
+  }
+}
+
+}  // namespace
+
+Tensor cast(const Tensor& t, DType to) {
+  Tensor out(to, t.shape());
+  if (to == t.dtype()) {
+    std::copy_n(t.bytes(), t.nbytes(), out.bytes());
+    return out;
+  }
+  detail::visit_dtype(t.dtype(), [&](auto from) {
+    detail::visit_dtype(to, [&](auto target) {
+      convert<decltype(from)::value, decltype(target)::value>(t.bytes(), out.bytes(), t.numel());
+    });
+  });
+  return out;
+}
+
+}  // namespace posenc

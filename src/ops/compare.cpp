@@ -1,0 +1,313 @@
+#include "posenc/ops/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xmath.hpp>
+#include <xtensor/xsort.hpp>
+#include <xtensor/xview.hpp>
+
+#include "dtype_visit.hpp"
+#include "ops/slab_fetch.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+namespace {
+
+// Float types by precision, least precise first (bf16 has fewer significand bits than
+// f16); -1 for integers and bool.
+int float_rank(DType t) {
+  switch (t) {
+    case DType::bf16:
+      return 0;
+    case DType::f16:
+      return 1;
+    case DType::f32:
+      return 2;
+    case DType::f64:
+      return 3;
+    default:
+      return -1;
+  }
+}
+
+// v rounded to T, as a point on a line where adjacent floats are adjacent integers:
+// the magnitude bits, negated for negative values (+0 and -0 both map to 0).
+template <DType T>
+std::int64_t ordered_bits(double v) {
+  std::uint64_t bits = 0, sign_bit = 0;
+  if constexpr (T == DType::f64) {
+    std::memcpy(&bits, &v, 8);
+    sign_bit = std::uint64_t{1} << 63;
+  } else if constexpr (T == DType::f32) {
+    const float f = static_cast<float>(v);
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    bits = u;
+    sign_bit = std::uint64_t{1} << 31;
+  } else if constexpr (T == DType::f16) {
+    bits = double_to_half(v);
+    sign_bit = 0x8000;
+  } else {
+    bits = double_to_bf16(v);
+    sign_bit = 0x8000;
+  }
+  // Branch-free negation (signs of neighbouring values are unpredictable to a branch
+  // predictor): with s = 1, (mag ^ -1) + 1 = -mag.
+  const auto mag = static_cast<std::int64_t>(bits & (sign_bit - 1));
+  const auto s = static_cast<std::int64_t>((bits & sign_bit) != 0);
+  return (mag ^ -s) + s;
+}
+
+template <DType T>
+std::uint64_t float_ulps(double a, double b) {
+  // The difference of two points can exceed INT64_MAX, so it is taken unsigned.
+  const std::int64_t x = ordered_bits<T>(a), y = ordered_bits<T>(b);
+  const std::uint64_t d = static_cast<std::uint64_t>(x) - static_cast<std::uint64_t>(y);
+  const std::uint64_t flip = 0 - static_cast<std::uint64_t>(x < y);  // all ones if x < y
+  return (d ^ flip) - flip;                                          // branch-free |d|
+}
+
+std::uint64_t integer_ulps(double a, double b) {
+  // Integers: the unit in the last place is 1.
+  const double d = std::fabs(a - b);
+  return d >= 1.8e19 ? std::numeric_limits<std::uint64_t>::max() : static_cast<std::uint64_t>(d);
+}
+
+/// ULP distances of all pairs of a and b into `out`, with the conversion for `t`
+/// chosen once per block rather than per element.
+void ulp_distances(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
+                   std::optional<DType> t, xt::xtensor<std::uint64_t, 1>& out) {
+  // Lambdas rather than function pointers, so that the distance inlines into the loop.
+  if (!t) {
+    out = xt::vectorize([](double x, double y) { return integer_ulps(x, y); })(a, b);
+    return;
+  }
+  switch (*t) {
+    case DType::f64:
+      out = xt::vectorize([](double x, double y) { return float_ulps<DType::f64>(x, y); })(a, b);
+      break;
+    case DType::f32:
+      out = xt::vectorize([](double x, double y) { return float_ulps<DType::f32>(x, y); })(a, b);
+      break;
+    case DType::f16:
+      out = xt::vectorize([](double x, double y) { return float_ulps<DType::f16>(x, y); })(a, b);
+      break;
+    default:
+      out = xt::vectorize([](double x, double y) { return float_ulps<DType::bf16>(x, y); })(a, b);
+      break;
+  }
+}
+
+/// Offers the largest entry of `diff` (first occurrence; negative entries mark pairs
+/// that offer nothing) to `at`, which keeps the first strictly largest overall.
+void offer(DiffAt& at, const xt::xtensor<double, 1>& diff, const xt::xtensor<double, 1>& a,
+           const xt::xtensor<double, 1>& b, std::size_t first) {
+  if (diff.size() == 0) return;
+  const std::size_t i = xt::argmax(diff)();
+  if (diff(i) < 0) return;
+  if (!at.index || diff(i) > at.value) at = DiffAt{diff(i), first + i, a(i), b(i)};
+}
+
+}  // namespace
+
+std::optional<DType> comparison_type(DType a, DType b) {
+  const int ra = float_rank(a), rb = float_rank(b);
+  if (ra < 0 && rb < 0) return std::nullopt;
+  if (ra < 0) return b;
+  if (rb < 0) return a;
+  return ra <= rb ? a : b;
+}
+
+std::pair<double, double> default_tolerances(std::optional<DType> t) {
+  if (!t) return {0, 0};
+  switch (*t) {
+    case DType::f64:
+      return {1e-7, 1e-7};
+    case DType::f32:
+      return {1.3e-6, 1e-5};
+    case DType::f16:
+      return {1e-3, 1e-5};
+    default:
+      return {1.6e-2, 1e-5};  // bf16
+  }
+}
+
+CompareRule make_compare_rule(DType a, DType b, const CompareOptions& opt) {
+  CompareRule r;
+  r.ulp_type = comparison_type(a, b);
+  std::tie(r.rtol, r.atol) = default_tolerances(r.ulp_type);
+  if (opt.rtol) r.rtol = *opt.rtol;
+  if (opt.atol) r.atol = *opt.atol;
+  if (!(r.rtol >= 0) || !(r.atol >= 0)) {
+    throw UsageError("compare: rtol and atol must be non-negative numbers");
+  }
+  r.tolerance_explicit = opt.rtol || opt.atol;
+  r.max_ulp = opt.max_ulp;
+  r.equal_nan = opt.equal_nan;
+  return r;
+}
+
+std::uint64_t ulp_distance(double a, double b, std::optional<DType> t) {
+  if (!t) return integer_ulps(a, b);
+  switch (*t) {
+    case DType::f64:
+      return float_ulps<DType::f64>(a, b);
+    case DType::f32:
+      return float_ulps<DType::f32>(a, b);
+    case DType::f16:
+      return float_ulps<DType::f16>(a, b);
+    default:
+      return float_ulps<DType::bf16>(a, b);
+  }
+}
+
+// --- Comparator ------------------------------------------------------------------------
+
+Comparator::Comparator(const CompareRule& rule) {
+  r_.rule = rule;
+  r_.shapes_equal = true;
+}
+
+void Comparator::add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const CompareRule& rule = r_.rule;
+  const std::size_t first = r_.total, n = a.size();
+  r_.total += n;
+
+  // Masks are evaluated once into buffers; the reductions over them are std
+  // algorithms on contiguous memory.
+  finite_ = xt::isfinite(a) && xt::isfinite(b);
+  const bool all_finite = std::count(finite_.cbegin(), finite_.cend(), true) == std::ptrdiff_t(n);
+  if (all_finite) {
+    number_.resize({n});
+    number_.fill(true);
+  } else {
+    const auto nan_a = xt::isnan(a), nan_b = xt::isnan(b);
+    r_.nan_a += xt::count_nonzero(nan_a)();
+    r_.nan_b += xt::count_nonzero(nan_b)();
+    r_.nan_mismatches += xt::count_nonzero(xt::not_equal(nan_a, nan_b))();
+    number_ = !(nan_a || nan_b);  // a pair without NaN
+  }
+
+  // What each pair offers to the largest differences: |a - b| and its size relative
+  // to |b| for finite pairs, +Inf for a pair with an unequal infinity, and -1 (nothing)
+  // for pairs with NaN or equal infinities.
+  abs_ = xt::abs(a - b);
+  rel_ = xt::where(xt::not_equal(b, 0.0), abs_ / xt::abs(b),
+                   xt::where(xt::equal(abs_, 0.0), 0.0, kInf));
+  if (!all_finite) {
+    const auto other = xt::where(number_ && xt::not_equal(a, b), kInf, -1.0);
+    abs_ = xt::where(finite_, abs_, other);
+    rel_ = xt::where(finite_, rel_, other);
+  }
+  offer(r_.max_abs, abs_, a, b, first);
+  offer(r_.max_rel, rel_, a, b, first);
+
+  ulp_distances(a, b, rule.ulp_type, ulp_);
+  if (all_finite) {
+    const std::size_t i = xt::argmax(ulp_)();
+    offer_ulp(ulp_(i), first + i);
+  } else if (std::find(number_.cbegin(), number_.cend(), true) != number_.cend()) {
+    // The largest distance over pairs without NaN, and the first pair that has it.
+    const std::uint64_t most = xt::amax(xt::where(number_, ulp_, std::uint64_t{0}))();
+    offer_ulp(most, first + xt::argmax(number_ && xt::equal(ulp_, most))());
+  }
+
+  // The test itself: numpy.isclose's, or the ULP bound (alone, or either of the two
+  // when tolerances were given explicitly). An infinity matches only itself; NaN
+  // matches NaN only with equal_nan.
+  const auto within_tol = xt::abs(a - b) <= rule.atol + rule.rtol * xt::abs(b);
+  if (!rule.max_ulp) {
+    ok_ = within_tol;
+  } else if (rule.tolerance_explicit) {
+    ok_ = ulp_ <= *rule.max_ulp || within_tol;
+  } else {
+    ok_ = ulp_ <= *rule.max_ulp;
+  }
+  if (!all_finite) {
+    ok_ = xt::where(number_, xt::where(finite_, ok_, xt::equal(a, b)),
+                    rule.equal_nan && xt::isnan(a) && xt::isnan(b));
+  }
+  const auto bad = std::find(ok_.cbegin(), ok_.cend(), false);
+  if (bad == ok_.cend()) return;
+  r_.mismatches += static_cast<std::size_t>(std::count(bad, ok_.cend(), false));
+  if (!r_.first_mismatch) r_.first_mismatch = first + (bad - ok_.cbegin());
+}
+
+void Comparator::offer_ulp(std::uint64_t ulps, std::size_t index) {
+  if (!r_.max_ulp || ulps > *r_.max_ulp) {
+    r_.max_ulp = ulps;
+    r_.max_ulp_index = index;
+  }
+}
+
+// --- streaming -------------------------------------------------------------------------
+
+namespace {
+
+/// Values [first, first + n) of a slab of dtype `t` as doubles in `out`.
+void load_doubles(DType t, const std::byte* slab, std::size_t first, std::size_t n,
+                  xt::xtensor<double, 1>& out) {
+  detail::visit_dtype(t, [&](auto tag) {
+    using S = detail::storage_t<decltype(tag)::value>;
+    const S* p = reinterpret_cast<const S*>(slab) + first;
+    out = detail::as_double<decltype(tag)::value>(
+        xt::adapt(p, n, xt::no_ownership(), std::array<std::size_t, 1>{n}));
+  });
+}
+
+CompareResult compare_slabs(const TensorInfo& ia, const detail::FetchSlab& fa, const TensorInfo& ib,
+                            const detail::FetchSlab& fb, const CompareOptions& opt,
+                            std::size_t slab_bytes) {
+  Comparator cmp(make_compare_rule(ia.dtype, ib.dtype, opt));
+  CompareResult r;
+  if (ia.shape == ib.shape) {
+    const Shape& shape = ia.shape;
+    const std::size_t axis = slab_axis(shape);
+    const std::size_t extent = shape.empty() ? 1 : shape[axis];
+    std::size_t entry = 1;  // elements per entry of the streaming axis
+    for (std::size_t ax = axis + 1; ax < shape.size(); ++ax) entry *= shape[ax];
+    const std::size_t item = std::max(dtype_size(ia.dtype), dtype_size(ib.dtype));
+    const std::size_t per_slab = entry == 0 ? std::max<std::size_t>(extent, 1)
+                                            : std::max<std::size_t>(1, slab_bytes / (entry * item));
+    constexpr std::size_t kChunk = 8192;  // values compared at a time: stays in cache
+    xt::xtensor<double, 1> a, b;
+    for (std::size_t first = 0; first < extent; first += per_slab) {
+      const std::size_t count = std::min(per_slab, extent - first);
+      const std::byte* sa = fa(axis, first, count);
+      const std::byte* sb = fb(axis, first, count);
+      const std::size_t n = count * entry;
+      for (std::size_t i = 0; i < n; i += kChunk) {
+        const std::size_t m = std::min(kChunk, n - i);
+        load_doubles(ia.dtype, sa, i, m, a);
+        load_doubles(ib.dtype, sb, i, m, b);
+        cmp.add(a, b);
+      }
+    }
+  }
+  r = cmp.result();
+  r.shape_a = ia.shape;
+  r.shape_b = ib.shape;
+  r.shapes_equal = ia.shape == ib.shape;
+  return r;
+}
+
+}  // namespace
+
+CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
+                      std::size_t slab_bytes) {
+  Buffer sa, sb;
+  return compare_slabs(a.info(), detail::fetch_from(a, sa), b.info(), detail::fetch_from(b, sb),
+                       opt, slab_bytes);
+}
+
+CompareResult compare(const Tensor& a, const Tensor& b, const CompareOptions& opt) {
+  return compare_slabs(detail::info_of(a), detail::fetch_from(a), detail::info_of(b),
+                       detail::fetch_from(b), opt, kCompareSlabBytes);
+}
+
+}  // namespace posenc

@@ -1,0 +1,249 @@
+// The comparison (ops/compare.hpp) against references written from the definitions:
+// numpy.isclose per element (NaN equal only with equal_nan, an infinity equal only to
+// itself), first occurrences by a plain scan, and ULP distances by counting
+// representable values (std::nextafter steps; the sorted list of all halves).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+#include <xtensor/xadapt.hpp>
+
+#include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/compare.hpp"
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(CompareRule, DefaultsFollowTheLessPreciseType) {
+  EXPECT_EQ(comparison_type(DType::f32, DType::f64), DType::f32);
+  EXPECT_EQ(comparison_type(DType::f16, DType::bf16), DType::bf16);
+  EXPECT_EQ(comparison_type(DType::i32, DType::f16), DType::f16);
+  EXPECT_EQ(comparison_type(DType::i32, DType::u8), std::nullopt);
+  EXPECT_EQ(default_tolerances(DType::f32), std::make_pair(1.3e-6, 1e-5));
+  EXPECT_EQ(default_tolerances(DType::bf16), std::make_pair(1.6e-2, 1e-5));
+  EXPECT_EQ(default_tolerances(std::nullopt), std::make_pair(0.0, 0.0));
+  CompareRule r = make_compare_rule(DType::f64, DType::f64, {std::nullopt, 0.5, 3, true});
+  EXPECT_EQ(r.rtol, 1e-7);
+  EXPECT_EQ(r.atol, 0.5);
+  EXPECT_TRUE(r.tolerance_explicit && r.equal_nan);
+  EXPECT_EQ(r.max_ulp, 3u);
+  EXPECT_FALSE(make_compare_rule(DType::f64, DType::f64, {}).tolerance_explicit);
+  EXPECT_THROW(make_compare_rule(DType::f32, DType::f32, {-1.0, std::nullopt, std::nullopt, false}),
+               UsageError);
+  EXPECT_THROW(make_compare_rule(DType::f32, DType::f32, {std::nullopt, kNaN, std::nullopt, false}),
+               UsageError);
+}
+
+// Distance by walking representable floats from a to b.
+std::uint64_t nextafter_steps(float a, float b) {
+  std::uint64_t n = 0;
+  while (a != b || std::signbit(a) != std::signbit(b)) {
+    if (a == 0 && b == 0) break;  // +0 and -0 are one point
+    a = std::nextafter(a, b);
+    ++n;
+  }
+  return n;
+}
+
+TEST(Ulp, CountsRepresentableValuesBetween) {
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> walk(-300, 300);
+  for (int i = 0; i < 2000; ++i) {
+    float a = normal(rng) * (i % 3 == 0 ? 1e-38f : 10.f), b = a;
+    for (int s = walk(rng); s != 0; s += s > 0 ? -1 : 1) {
+      b = std::nextafter(b, s > 0 ? kInf : -kInf);
+    }
+    EXPECT_EQ(ulp_distance(a, b, DType::f32), nextafter_steps(a, b)) << a << " " << b;
+  }
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(ulp_distance(-tiny, tiny, DType::f32), 2u);
+  EXPECT_EQ(ulp_distance(0.0, -0.0, DType::f32), 0u);
+  EXPECT_EQ(ulp_distance(1.0, std::nextafter(1.0, 2.0), DType::f64), 1u);
+  // Both sides are rounded to the type first: 1 + 2^-30 is 1 in float.
+  EXPECT_EQ(ulp_distance(1.0, 1.0 + std::ldexp(1.0, -30), DType::f32), 0u);
+  EXPECT_EQ(ulp_distance(-kInf, kInf, DType::f64), 2 * std::uint64_t{0x7ff0000000000000});
+  EXPECT_EQ(ulp_distance(5, 9, std::nullopt), 4u);
+  EXPECT_EQ(ulp_distance(-1e300, 1e300, std::nullopt), std::numeric_limits<std::uint64_t>::max());
+}
+
+TEST(Ulp, HalfDistancesArePositionsInTheSortedHalves) {
+  std::vector<float> halves;  // every non-NaN half once (-0 and +0 as one value)
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = half_to_float(static_cast<std::uint16_t>(h));
+    if (!std::isnan(f) && h != 0x8000) halves.push_back(f);
+  }
+  std::sort(halves.begin(), halves.end());
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<std::size_t> pick(0, halves.size() - 1);
+  for (int i = 0; i < 5000; ++i) {
+    const std::size_t x = pick(rng), y = i % 2 ? pick(rng) : std::min(x + i % 7, halves.size() - 1);
+    EXPECT_EQ(ulp_distance(halves[x], halves[y], DType::f16), x > y ? x - y : y - x);
+  }
+}
+
+// numpy.isclose for one pair.
+bool isclose(double a, double b, double rtol, double atol, bool equal_nan) {
+  if (std::isnan(a) || std::isnan(b)) return equal_nan && std::isnan(a) && std::isnan(b);
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::fabs(a - b) <= atol + rtol * std::fabs(b);
+}
+
+CompareResult run_blocks(const std::vector<double>& a, const std::vector<double>& b,
+                         const CompareRule& rule, std::size_t block) {
+  Comparator c(rule);
+  for (std::size_t i = 0; i < a.size(); i += block) {
+    const std::size_t n = std::min(block, a.size() - i);
+    const std::array<std::size_t, 1> shape{n};
+    c.add(xt::adapt(a.data() + i, n, xt::no_ownership(), shape),
+          xt::adapt(b.data() + i, n, xt::no_ownership(), shape));
+  }
+  return c.result();
+}
+
+TEST(Comparator, MatchesIscloseAndFirstOccurrences) {
+  std::mt19937_64 rng(6);
+  std::normal_distribution<double> normal;
+  std::vector<double> a(20000), b(20000);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    b[i] = normal(rng) * 10;
+    a[i] = b[i] + normal(rng) * 1e-4;
+  }
+  const double specials[] = {kNaN, kInf, -kInf, 0.0, -0.0};
+  for (std::size_t i = 0; i < 600; ++i) {
+    const std::size_t k = (i * 7919) % a.size();
+    (i % 2 ? a : b)[k] = specials[i % 5];
+    if (i % 3 == 0) a[k] = b[k];  // NaN-NaN, equal infinities, zeros
+  }
+  for (double rtol : {0.0, 1e-5}) {
+    for (double atol : {0.0, 2e-4}) {
+      for (bool equal_nan : {false, true}) {
+        CompareRule rule = make_compare_rule(DType::f64, DType::f64, {rtol, atol, {}, equal_nan});
+        std::size_t mismatches = 0, nan_a = 0, nan_b = 0, one_nan = 0;
+        std::optional<std::size_t> first, at_abs, at_ulp;
+        double max_abs = -1;
+        std::uint64_t max_ulp = 0;
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          const bool ok = isclose(a[i], b[i], rtol, atol, equal_nan);
+          mismatches += !ok;
+          if (!ok && !first) first = i;
+          nan_a += std::isnan(a[i]);
+          nan_b += std::isnan(b[i]);
+          one_nan += std::isnan(a[i]) != std::isnan(b[i]);
+          if (std::isnan(a[i]) || std::isnan(b[i])) continue;
+          // An infinity offers +Inf when unequal, nothing when equal.
+          if ((std::isinf(a[i]) || std::isinf(b[i])) && a[i] == b[i]) continue;
+          const double d = std::fabs(a[i] - b[i]);
+          if (d > max_abs) max_abs = d, at_abs = i;
+        }
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          if (std::isnan(a[i]) || std::isnan(b[i])) continue;
+          const std::uint64_t u = ulp_distance(a[i], b[i], DType::f64);
+          if (!at_ulp || u > max_ulp) max_ulp = u, at_ulp = i;
+        }
+        for (std::size_t block : {std::size_t{20000}, std::size_t{4096}, std::size_t{333}}) {
+          const CompareResult r = run_blocks(a, b, rule, block);
+          EXPECT_EQ(r.total, a.size());
+          EXPECT_EQ(r.mismatches, mismatches);
+          EXPECT_EQ(r.first_mismatch, first);
+          EXPECT_EQ(r.nan_mismatches, one_nan);
+          EXPECT_EQ(r.nan_a, nan_a);
+          EXPECT_EQ(r.nan_b, nan_b);
+          EXPECT_EQ(r.max_abs.value, max_abs);  // +Inf: an unequal infinity
+          EXPECT_EQ(r.max_abs.index, at_abs);
+          EXPECT_EQ(r.max_ulp, max_ulp);
+          EXPECT_EQ(r.max_ulp_index, at_ulp);
+          EXPECT_FALSE(r.match());
+        }
+      }
+    }
+  }
+}
+
+TEST(Comparator, LargestDifferenceKeepsTheFirstAndBothValues) {
+  const std::vector<double> b = {1.0, 4.0, 0.0, 2.0, 0.0};
+  const std::vector<double> a = {1.5, 3.5, 0.0, 2.5, 1e-9};
+  for (std::size_t block : {1, 2, 5}) {
+    const CompareResult r = run_blocks(a, b, make_compare_rule(DType::f64, DType::f64, {}), block);
+    EXPECT_EQ(r.max_abs.value, 0.5);
+    EXPECT_EQ(r.max_abs.index, 0u);
+    EXPECT_EQ((r.max_abs.a), 1.5);
+    EXPECT_EQ((r.max_abs.b), 1.0);
+    EXPECT_EQ(r.max_rel.value, kInf);  // 1e-9 against 0
+    EXPECT_EQ(r.max_rel.index, 4u);
+    EXPECT_EQ(r.mismatches, 3u);  // 1e-9 against 0 is within the default atol 1e-7
+  }
+  // Nothing but NaN pairs: no difference at all.
+  const CompareResult r =
+      run_blocks({kNaN, kNaN}, {kNaN, 1.0}, make_compare_rule(DType::f64, DType::f64, {}), 1);
+  EXPECT_FALSE(r.max_abs.index || r.max_ulp);
+  EXPECT_EQ(r.nan_mismatches, 1u);
+}
+
+TEST(Comparator, UlpBoundAloneOrWithTolerances) {
+  const float one_up = std::nextafter(1.0f, 2.0f);
+  const std::vector<double> a = {1e-30, 1.0, one_up};
+  const std::vector<double> b = {-1e-30, one_up,
+                                 std::nextafter(std::nextafter(one_up, 2.0f), 2.0f)};
+  auto mismatches = [&](CompareOptions o) {
+    return run_blocks(a, b, make_compare_rule(DType::f32, DType::f32, o), 3).mismatches;
+  };
+  EXPECT_EQ(mismatches({std::nullopt, std::nullopt, 1}), 2u);  // 1e-30 vs -1e-30; 2 ulps
+  EXPECT_EQ(mismatches({std::nullopt, std::nullopt, 2}), 1u);
+  EXPECT_EQ(mismatches({0.0, 1e-20, 1}), 1u);  // either test suffices
+  EXPECT_EQ(mismatches({0.0, 0.0, std::nullopt}), 3u);
+}
+
+class CompareStreams : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    std::remove(pa_.c_str());
+    std::remove(pb_.c_str());
+  }
+  std::string pa_ = ::testing::TempDir() + "posenc_cmp_a.npy";
+  std::string pb_ = ::testing::TempDir() + "posenc_cmp_b.npy";
+};
+
+TEST_F(CompareStreams, SlabsGiveTheInMemoryResult) {
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> normal;
+  Tensor a(DType::f32, {1, 50, 3, 4}), b(DType::f64, {1, 50, 3, 4});
+  for (std::size_t i = 0; i < a.numel(); ++i) {
+    b.data<double>()[i] = normal(rng);
+    a.data<float>()[i] = static_cast<float>(b.data<double>()[i] * (1 + 1e-6 * normal(rng)));
+  }
+  a.data<float>()[100] = std::numeric_limits<float>::quiet_NaN();
+  write_tensor(parse_ref(pa_), a);
+  write_tensor(parse_ref(pb_), b);
+  const CompareOptions opt{1e-6, 1e-6, std::nullopt, false};
+  const CompareResult mem = compare(a, b, opt);
+  for (std::size_t slab : {std::size_t{1}, std::size_t{500}, kCompareSlabBytes}) {
+    auto sa = open_source(parse_ref(pa_)), sb = open_source(parse_ref(pb_));
+    const CompareResult r = compare(*sa, *sb, opt, slab);
+    EXPECT_EQ(r.mismatches, mem.mismatches);
+    EXPECT_EQ(r.first_mismatch, mem.first_mismatch);
+    EXPECT_EQ(r.max_rel.value, mem.max_rel.value);
+    EXPECT_EQ(r.max_rel.index, mem.max_rel.index);
+    EXPECT_EQ(r.max_ulp, mem.max_ulp);
+    EXPECT_EQ(r.rule.ulp_type, DType::f32);
+    EXPECT_EQ(r.nan_a, 1u);
+  }
+  Tensor c(DType::f32, {50, 12});
+  const CompareResult diff = compare(a, c, opt);
+  EXPECT_FALSE(diff.shapes_equal || diff.match());
+  EXPECT_EQ(diff.total, 0u);
+  EXPECT_EQ(diff.shape_b, (Shape{50, 12}));
+}
+
+}  // namespace
+}  // namespace posenc
