@@ -55,6 +55,7 @@ int run(int argc, char** argv) {
   posenc::cli::register_inspect(app);
   posenc::cli::register_compare(app);
   posenc::cli::register_convert(app);
+  posenc::cli::register_add(app);
 
   // Threads are set before any command callback runs.
   app.parse_complete_callback([&g] {
@@ -83,7 +84,7 @@ int run(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     fmt::print(stderr, "{}", app.help());
-    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, inspect, compare or convert");
+    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, add, inspect, compare or convert");
   }
   return posenc::cli::exit_code();
 }

@@ -94,6 +94,11 @@ struct AttentionOptions {
   const Tensor* relative_k = nullptr;
   const Tensor* relative_v = nullptr;
   std::int64_t max_distance = -1;  ///< M; -1 = from the table's rows
+  /// Additive score terms [b, hq, sq, sk] (b and h only where Q has them), f32 or f64,
+  /// already scaled: added to scale * q.k with the Shaw term, before the soft-cap. The
+  /// relative schemes of ops/attention_relative.hpp (Transformer-XL, XLNet, DeBERTa)
+  /// compute their terms into it.
+  const Tensor* score_bias = nullptr;
   /// Soft-cap C > 0 (0 = off): s = C tanh(scale q.k / C), before biases and masks.
   double softcap = 0;
   /// [hq] sink logits (gpt-oss).
