@@ -38,7 +38,8 @@ std::string first_line(std::string s) {
 int run(int argc, char** argv) {
   CLI::App app{
       "posenc: positional encodings for transformers. Generates encoding tables, applies "
-      "RoPE to tensors, computes reference attention, inspects and compares tensors.",
+      "RoPE to tensors, adds absolute encodings to embeddings, computes reference attention, "
+      "inspects and compares tensors.",
       "posenc"};
   app.set_version_flag("--version", "posenc " POSENC_VERSION);
   auto& g = posenc::cli::globals();
