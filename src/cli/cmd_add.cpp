@@ -2,12 +2,12 @@
 // token embeddings, x * scale + PE. The options fill an AddStreamRequest; the library
 // streams the input in bounded memory (ops/add_positions.hpp).
 
+#include <fmt/core.h>
+
 #include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <fmt/core.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -100,8 +100,7 @@ void register_add(CLI::App& app) {
       "x * scale + PE[start + s], PE the sinusoidal table or a learned table [max_len, d]. "
       "Inputs larger than --max-memory are streamed.");
   o->app = sub;
-  sub->add_option("input", o->input, "embeddings (x.npy, x.h5:/x, x.csv, - for stdin)")
-      ->required();
+  sub->add_option("input", o->input, "embeddings (x.npy, x.h5:/x, x.csv, - for stdin)")->required();
   add_output_options(sub, o->out);
   sub->add_option("--table", o->table,
                   "sinusoidal (Vaswani, computed on the fly) or a learned table REF [max_len, d] "
@@ -112,15 +111,16 @@ void register_add(CLI::App& app) {
                   "as the Annotated Transformer)");
   sub->add_option("--start", o->start, "position of the first token (default 0)");
   sub->add_option("--base", o->base, "sinusoidal frequency base (default 10000)");
-  sub->add_option("--layout", o->layout,
-                  "sinusoidal layout: interleaved (sin, cos pairs; default) or concat ([sin | cos])")
+  sub->add_option(
+         "--layout", o->layout,
+         "sinusoidal layout: interleaved (sin, cos pairs; default) or concat ([sin | cos])")
       ->check(CLI::IsMember({"interleaved", "concat"}));
   sub->add_option("--axes", o->axes,
                   "axis letters of the input from b, s, d (default bsd or sd by rank; sbd for "
                   "sequence-first)");
   sub->add_option("--dtype", o->dtype, "output type: same (default), f64, f32, f16, bf16")
-      ->check(CLI::IsMember({"same", "f64", "f32", "f16", "bf16", "float64", "float32",
-                             "float16", "bfloat16"}));
+      ->check(CLI::IsMember(
+          {"same", "f64", "f32", "f16", "bf16", "float64", "float32", "float16", "bfloat16"}));
   sub->add_flag("--allow-nonfinite", o->allow_nonfinite,
                 "add to NaN/Inf input values instead of refusing them");
   sub->add_option("--max-memory", o->max_memory,

@@ -1,9 +1,9 @@
 #include "cli/relative_options.hpp"
 
+#include <fmt/core.h>
+
 #include <optional>
 #include <utility>
-
-#include <fmt/core.h>
 
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
@@ -60,8 +60,7 @@ void add_relative_options(CLI::App* sub, RelativeCliOptions& o) {
   sub->add_option("--segment-embed", o.segment_embed,
                   "XLNet seg_embed [2, h, d]: (q + r_s_bias).seg_embed[different segment]")
       ->group(g);
-  sub->add_option("--segment-bias", o.segment_bias, "XLNet r_s_bias [h, d] (default 0)")
-      ->group(g);
+  sub->add_option("--segment-bias", o.segment_bias, "XLNet r_s_bias [h, d] (default 0)")->group(g);
   sub->add_option("--pos-key", o.pos_key,
                   "DeBERTa c2p: projected relative embeddings [2 span, h, d] (pos_key_proj, or "
                   "key_proj with share_att_key)")
@@ -85,8 +84,8 @@ void add_relative_options(CLI::App* sub, RelativeCliOptions& o) {
 bool relative_wanted(const RelativeCliOptions& o) { return xl_wanted(o) || deberta_wanted(o); }
 
 void check_relative_options(const RelativeCliOptions& o, bool rope) {
-  for (const char* name :
-       {"--content-bias", "--position-bias", "--segment-ids", "--segment-embed", "--segment-bias"}) {
+  for (const char* name : {"--content-bias", "--position-bias", "--segment-ids", "--segment-embed",
+                           "--segment-bias"}) {
     if (given(o, name) && !xl_wanted(o)) {
       throw UsageError(fmt::format("{}: a Transformer-XL / XLNet option needs --rel-keys", name));
     }

@@ -2,9 +2,8 @@
 // The Transformer-XL / XLNet and DeBERTa options of `posenc attention`: binding, checks
 // of their combinations, and the call into ops/attention_relative.hpp.
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "posenc/ops/attention.hpp"
 

@@ -35,8 +35,7 @@ XlForm parse_xl_form(const std::string& s) {
   if (s == "transfo-xl") return XlForm::transfo_xl;
   if (s == "xlnet-bi") return XlForm::xlnet_bi;
   if (s == "xlnet-uni") return XlForm::xlnet_uni;
-  throw UsageError(
-      fmt::format("form {}: expected transfo-xl, xlnet-bi or xlnet-uni", s));
+  throw UsageError(fmt::format("form {}: expected transfo-xl, xlnet-bi or xlnet-uni", s));
 }
 
 std::string xl_form_name(XlForm f) {
@@ -76,14 +75,10 @@ Table xl_relative_table(const XlRelativeRequest& r) {
   const XlForm form = r.form;
   const std::int64_t kk = k, clamp = r.clamp_len;
   Table t;
-  t.attrs = {{"kind", std::string("xl-relative")},
-             {"form", xl_form_name(form)},
-             {"q_len", static_cast<long long>(q)},
-             {"k_len", static_cast<long long>(k)},
-             {"dim", static_cast<long long>(r.dim)},
-             {"base", r.base},
-             {"clamp_len", static_cast<long long>(clamp)},
-             {"layout", std::string("concat")}};
+  t.attrs = {{"kind", std::string("xl-relative")},         {"form", xl_form_name(form)},
+             {"q_len", static_cast<long long>(q)},         {"k_len", static_cast<long long>(k)},
+             {"dim", static_cast<long long>(r.dim)},       {"base", r.base},
+             {"clamp_len", static_cast<long long>(clamp)}, {"layout", std::string("concat")}};
   t.spec.shape = {static_cast<std::size_t>(xl_relative_rows(form, q, k)),
                   static_cast<std::size_t>(r.dim)};
   t.spec.line = [freqs, form, kk, clamp](std::size_t c, double* out) {
@@ -104,8 +99,8 @@ std::int64_t deberta_log_bucket(std::int64_t rel, int bucket_size, int max_posit
   // torch.tensor((max_position - 1) / mid) rounds a double quotient to float32, log and
   // ceil are float32.
   const float ratio = static_cast<float>(abs_pos) / static_cast<float>(mid);
-  const float top = static_cast<float>(static_cast<double>(max_position - 1) /
-                                       static_cast<double>(mid));
+  const float top =
+      static_cast<float>(static_cast<double>(max_position - 1) / static_cast<double>(mid));
   const float scaled = std::log(ratio) / std::log(top) * static_cast<float>(mid - 1);
   const float log_pos = std::ceil(scaled) + static_cast<float>(mid);
   const float signed_pos = rel < 0 ? -log_pos : log_pos;
@@ -120,8 +115,8 @@ std::int64_t deberta_relative_position(std::int64_t i, std::int64_t j, int bucke
 
 void check_deberta_buckets(int position_buckets, int max_relative_positions) {
   if (max_relative_positions < 1) {
-    throw UsageError(fmt::format("max_relative_positions: must be at least 1, got {}",
-                                 max_relative_positions));
+    throw UsageError(
+        fmt::format("max_relative_positions: must be at least 1, got {}", max_relative_positions));
   }
   if (position_buckets <= 0) return;
   if (position_buckets < 2) {
@@ -154,8 +149,8 @@ Table deberta_bucket_table(const DebertaBucketRequest& r) {
   t.spec.shape = {static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
   t.spec.line = [kk, nb, mp](std::size_t i, double* out) {
     for (std::int64_t j = 0; j < kk; ++j) {
-      out[j] = static_cast<double>(
-          deberta_relative_position(static_cast<std::int64_t>(i), j, nb, mp));
+      out[j] =
+          static_cast<double>(deberta_relative_position(static_cast<std::int64_t>(i), j, nb, mp));
     }
   };
   t.dataset = "/deberta_bucket";

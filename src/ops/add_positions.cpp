@@ -84,8 +84,13 @@ class AddApplier {
  public:
   AddApplier(const Shape& shape, DType in, const std::string& user_axes, const AbsoluteEncoding& e,
              DType out, bool allow_nonfinite, std::string what, std::size_t slab_axis)
-      : shape_(shape), in_(in), out_(out), e_(e), allow_nonfinite_(allow_nonfinite),
-        what_(std::move(what)), axis_(slab_axis) {
+      : shape_(shape),
+        in_(in),
+        out_(out),
+        e_(e),
+        allow_nonfinite_(allow_nonfinite),
+        what_(std::move(what)),
+        axis_(slab_axis) {
     axes_ = embedding_axes(user_axes, shape.size(), what_);
     check_types();
     s_axis_ = axes_.find('s');
@@ -168,8 +173,8 @@ class AddApplier {
       const Tensor& t = *e_.table;
       if (!is_float(t.dtype()) || t.ndim() != 2 || t.shape()[1] != D_) {
         throw InputError(fmt::format(
-            "table: expected a learned float table [max_len, {}] (d of {}), got {} of shape {}",
-            D_, what_, dtype_name(t.dtype()), shape_str(t.shape())));
+            "table: expected a learned float table [max_len, {}] (d of {}), got {} of shape {}", D_,
+            what_, dtype_name(t.dtype()), shape_str(t.shape())));
       }
       if (t.shape()[0] < needed) {
         throw InputError(fmt::format(
@@ -183,8 +188,8 @@ class AddApplier {
     } else {
       if (D_ % 2 != 0 || D_ > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
         throw InputError(fmt::format(
-            "{}: the sinusoidal table needs an even model dimension (sin/cos pairs), got {}",
-            what_, D_));
+            "{}: the sinusoidal table needs an even model dimension (sin/cos pairs), got {}", what_,
+            D_));
       }
       freqs_ = sinusoidal_freqs(static_cast<int>(D_), e_.base);
     }
@@ -197,7 +202,8 @@ class AddApplier {
     const std::int64_t n = static_cast<std::int64_t>(count);
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < n; ++r) {
-      const std::size_t p = static_cast<std::size_t>(e_.start) + first + static_cast<std::size_t>(r);
+      const std::size_t p =
+          static_cast<std::size_t>(e_.start) + first + static_cast<std::size_t>(r);
       double* row = out.data() + static_cast<std::size_t>(r) * D_;
       if (e_.table) {
         for (std::size_t c = 0; c < D_; ++c) row[c] = e_.table->get(p * D_ + c);
@@ -241,8 +247,8 @@ Attrs encoding_attrs(const AbsoluteEncoding& e, const std::string& axes) {
 
 }  // namespace
 
-Tensor add_positions(const Tensor& x, const std::string& axes, const AbsoluteEncoding& e,
-                     DType out, bool allow_nonfinite) {
+Tensor add_positions(const Tensor& x, const std::string& axes, const AbsoluteEncoding& e, DType out,
+                     bool allow_nonfinite) {
   AddApplier ap(x.shape(), x.dtype(), axes, e, out, allow_nonfinite, "x", 0);
   Tensor y(out, x.shape());
   ap.rows(x.bytes(), y.bytes(), 0, ap.rows_total());
@@ -254,9 +260,10 @@ void add_positions_stream(const AddStreamRequest& r) {
       r.output.path == r.input.path && !r.input.is_stdio()) {
     // An HDF5 output is a new file renamed over the target: it would drop the input's
     // other datasets.
-    throw UsageError(fmt::format("output: {} would replace the input file {} (write the result "
-                                 "to another HDF5 file)",
-                                 r.output.text, r.input.path));
+    throw UsageError(
+        fmt::format("output: {} would replace the input file {} (write the result "
+                    "to another HDF5 file)",
+                    r.output.text, r.input.path));
   }
   auto src = open_source(r.input);
   const TensorInfo& info = src->info();
@@ -283,19 +290,19 @@ void add_positions_stream(const AddStreamRequest& r) {
   used.scale = ap.scale();
   out_info.attrs = encoding_attrs(used, ap.axes());
   if (r.note) {
-    r.note(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s) along "
-                       "axis {} ({})",
-                       what, r.output.text, shape_str(info.shape), ap.axes(),
-                       dtype_name(info.dtype), dtype_name(out),
-                       (op.total_rows + plan.rows - 1) / plan.rows, plan.rows, axis,
-                       ap.axes()[axis]),
-           out_info.attrs);
+    r.note(
+        fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s) along "
+                    "axis {} ({})",
+                    what, r.output.text, shape_str(info.shape), ap.axes(), dtype_name(info.dtype),
+                    dtype_name(out), (op.total_rows + plan.rows - 1) / plan.rows, plan.rows, axis,
+                    ap.axes()[axis]),
+        out_info.attrs);
   }
   auto sink = create_sink(r.output, out_info, r.write);
   const std::size_t total_bytes = op.total_rows * op.in_row_bytes;
   detail::stream_slabs(*src, *sink, axis, op, plan,
-                       r.input.format == Format::hdf5 && r.output.format == Format::hdf5,
-                       r.threads, [&](std::size_t rows_done) {
+                       r.input.format == Format::hdf5 && r.output.format == Format::hdf5, r.threads,
+                       [&](std::size_t rows_done) {
                          if (r.progress) r.progress(rows_done * op.in_row_bytes, total_bytes);
                        });
   sink->commit();

@@ -100,8 +100,8 @@ double dot(const double* a, const double* b, std::size_t n) {
 
 void require_values(const Tensor& t, const char* name, const AttentionOptions& opt) {
   if (!is_float(t.dtype())) {
-    throw InputError(fmt::format("{}: expected a float tensor, got {}", name,
-                                 dtype_name(t.dtype())));
+    throw InputError(
+        fmt::format("{}: expected a float tensor, got {}", name, dtype_name(t.dtype())));
   }
   if (!opt.allow_nonfinite && t.has_nonfinite()) {
     throw InputError(fmt::format(
@@ -146,12 +146,12 @@ RelRows rel_rows(const Tensor& t, const char* name, const Geo& g, const Attentio
   const bool batched = allow_batched && s.size() == 4 && s[1] == g.b && s[2] == g.hq && s[3] == g.d;
   const bool flat = !g.has_h && s.size() == 2 && s[1] == g.d;
   if (!(plain || batched || flat) || !rows_ok(s[0])) {
-    throw InputError(fmt::format("{}: expected shape (rows, {}, {}) ([rows, heads, d]){} with {}, "
-                                 "got {}",
-                                 name, g.hq, g.d,
-                                 allow_batched ? fmt::format(" or (rows, {}, {}, {})", g.b, g.hq, g.d)
-                                               : std::string(),
-                                 rows_text, shape_str(s)));
+    throw InputError(fmt::format(
+        "{}: expected shape (rows, {}, {}) ([rows, heads, d]){} with {}, "
+        "got {}",
+        name, g.hq, g.d,
+        allow_batched ? fmt::format(" or (rows, {}, {}, {})", g.b, g.hq, g.d) : std::string(),
+        rows_text, shape_str(s)));
   }
   RelRows r;
   r.rows = s[0];
@@ -214,8 +214,8 @@ ShiftSource xl_shift(std::size_t sq, std::size_t rlen, std::size_t sk, std::size
 
 std::vector<std::int64_t> segment_ids(const Tensor& t, const Geo& g) {
   const Shape& s = t.shape();
-  const bool ok = is_integer(t.dtype()) &&
-                  (s == Shape{g.sk} || (s.size() == 2 && s[0] == g.b && s[1] == g.sk));
+  const bool ok =
+      is_integer(t.dtype()) && (s == Shape{g.sk} || (s.size() == 2 && s[0] == g.b && s[1] == g.sk));
   if (!ok) {
     throw InputError(fmt::format(
         "segment_ids: expected integers of shape ({},) or ({}, {}) (one id per key), got {} of "
@@ -247,8 +247,8 @@ AttentionResult with_terms(const Tensor& q, const Tensor& k, const Tensor* v,
     throw UsageError(fmt::format("score_bias: {} attention computes its own terms", scheme));
   }
   const Geo g = geometry(q, k, opt);
-  auto [need, names] = attention_memory(q.shape(), k.shape(), v ? &v->shape() : nullptr,
-                                        q.dtype(), opt);
+  auto [need, names] =
+      attention_memory(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
   need += terms_bytes(g, q, k);
   if (opt.max_memory && need > opt.max_memory) {
     throw InputError(fmt::format("{} with the {} terms would need {} > max_memory {}", names,
@@ -302,14 +302,17 @@ Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
     return qd.data() + ((b * g.hq + h) * g.sq + i) * d;
   };
   // Per (b, h): u·k_j, v·r_c and the two segment scores of each query.
-  std::vector<double> uk(g.b * g.hq * g.sk), vr(g.b * g.hq * rlen), ef(seg ? g.b * g.hq * g.sq * 2 : 0);
+  std::vector<double> uk(g.b * g.hq * g.sk), vr(g.b * g.hq * rlen),
+      ef(seg ? g.b * g.hq * g.sq * 2 : 0);
   for (std::size_t b = 0; b < g.b; ++b) {
     for (std::size_t h = 0; h < g.hq; ++h) {
       const std::size_t bh = b * g.hq + h;
       for (std::size_t j = 0; j < g.sk; ++j) {
-        uk[bh * g.sk + j] = dot(u.data() + h * d, kd.data() + ((b * g.hk + h / group) * g.sk + j) * d, d);
+        uk[bh * g.sk + j] =
+            dot(u.data() + h * d, kd.data() + ((b * g.hk + h / group) * g.sk + j) * d, d);
       }
-      for (std::size_t c = 0; c < rlen; ++c) vr[bh * rlen + c] = dot(vb.data() + h * d, r.at(b, h, g.hq, c, d), d);
+      for (std::size_t c = 0; c < rlen; ++c)
+        vr[bh * rlen + c] = dot(vb.data() + h * d, r.at(b, h, g.hq, c, d), d);
       for (std::size_t i = 0; seg && i < g.sq; ++i) {
         for (std::size_t s = 0; s < 2; ++s) {
           const double* e = se.at(0, h, g.hq, s, d);
@@ -325,7 +328,8 @@ Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
     const std::size_t bh = b * g.hq + h;
     const ShiftSource src = xl_shift(g.sq, rlen, g.sk, i, j);
     double bd = 0;
-    if (!src.zero) bd = dot(qrow(b, h, src.row), r.at(b, h, g.hq, src.col, d), d) + vr[bh * rlen + src.col];
+    if (!src.zero)
+      bd = dot(qrow(b, h, src.row), r.at(b, h, g.hq, src.col, d), d) + vr[bh * rlen + src.col];
     double e = 0;
     if (seg) {
       const bool differ = ids[b * g.sk + mlen + i] != ids[b * g.sk + j];
@@ -366,20 +370,20 @@ Tensor deberta_terms(const Tensor& q, const Tensor& k, const AttentionOptions& o
   const std::int64_t n = static_cast<std::int64_t>(std::max(g.sq, g.sk));
   std::vector<std::int32_t> index(static_cast<std::size_t>(2 * n - 1));
   for (std::int64_t delta = -(n - 1); delta <= n - 1; ++delta) {
-    const std::int64_t rel = deberta_relative_position(delta, 0, deb.position_buckets,
-                                                       deb.max_relative_positions);
-    index[static_cast<std::size_t>(delta + n - 1)] = static_cast<std::int32_t>(
-        std::clamp<std::int64_t>(rel + static_cast<std::int64_t>(span), 0,
-                                 static_cast<std::int64_t>(2 * span) - 1));
+    const std::int64_t rel =
+        deberta_relative_position(delta, 0, deb.position_buckets, deb.max_relative_positions);
+    index[static_cast<std::size_t>(delta + n - 1)] =
+        static_cast<std::int32_t>(std::clamp<std::int64_t>(
+            rel + static_cast<std::int64_t>(span), 0, static_cast<std::int64_t>(2 * span) - 1));
   }
   // p2c at (i, j) takes clamp(-rel(j, i) + span, ...): looked up at delta = j - i.
   std::vector<std::int32_t> index_p2c(index.size());
   for (std::int64_t delta = -(n - 1); delta <= n - 1; ++delta) {
-    const std::int64_t rel = deberta_relative_position(delta, 0, deb.position_buckets,
-                                                       deb.max_relative_positions);
-    index_p2c[static_cast<std::size_t>(delta + n - 1)] = static_cast<std::int32_t>(
-        std::clamp<std::int64_t>(-rel + static_cast<std::int64_t>(span), 0,
-                                 static_cast<std::int64_t>(2 * span) - 1));
+    const std::int64_t rel =
+        deberta_relative_position(delta, 0, deb.position_buckets, deb.max_relative_positions);
+    index_p2c[static_cast<std::size_t>(delta + n - 1)] =
+        static_cast<std::int32_t>(std::clamp<std::int64_t>(
+            -rel + static_cast<std::int64_t>(span), 0, static_cast<std::int64_t>(2 * span) - 1));
   }
   const std::vector<double> qd = bhsd(q, g.axes), kd = bhsd(k, g.axes);
   const std::size_t d = g.d, group = g.hq / g.hk;

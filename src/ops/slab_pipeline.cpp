@@ -2,6 +2,7 @@
 
 #include "ops/slab_pipeline.hpp"
 
+#include <fmt/core.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -11,8 +12,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "posenc/error.hpp"
 #include "posenc/ops/rope_stream.hpp"
@@ -68,8 +67,8 @@ constexpr std::size_t kPipelineDepth = 2;
 
 }  // namespace
 
-SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& what,
-                    std::size_t axis, char axis_letter) {
+SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& what, std::size_t axis,
+                    char axis_letter) {
   // Every pipeline buffer counts; a budget too small for double buffering gets one
   // buffer per side (no overlap) rather than a refusal.
   SlabPlan plan;

@@ -43,8 +43,8 @@ struct SlabPlan {
 /// slab) whose buffers and tables fit `budget` bytes; one buffer per side when double
 /// buffering does not fit. Throws UsageError naming `max_memory`, `what` and the axis
 /// when not even one slab of `op.min_rows` fits.
-SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& what,
-                    std::size_t axis, char axis_letter);
+SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& what, std::size_t axis,
+                    char axis_letter);
 
 /// Streams `op.total_rows` entries along `axis` from `src` through `op.rows` to `sink`
 /// as `plan` says. `serialize_io` keeps reads and writes from running at the same time

@@ -45,8 +45,8 @@ struct AbsoluteEncoding {
 /// Throws UsageError for bad axes or parameters, InputError for a non-float input, a
 /// learned table that is not [max_len, d] or too short for start + s positions, and
 /// non-finite values (unless `allow_nonfinite`).
-Tensor add_positions(const Tensor& x, const std::string& axes, const AbsoluteEncoding& e,
-                     DType out, bool allow_nonfinite = false);
+Tensor add_positions(const Tensor& x, const std::string& axes, const AbsoluteEncoding& e, DType out,
+                     bool allow_nonfinite = false);
 
 /// `posenc add` from a tensor reference to a tensor reference in bounded memory: the
 /// input is streamed slab by slab along its first axis whose extent is not 1, as
