@@ -1,7 +1,8 @@
 // `posenc attention`: reference attention logits, probabilities, outputs and
 // log-sum-exp from Q, K (and V) tensors, with RoPE, ALiBi, T5, Shaw relative tables,
-// Transformer-XL / XLNet and DeBERTa relative terms, masks, soft-capping and sinks. The numerics live in posenc/ops/attention.hpp; this
-// file binds options, reads the inputs and writes all outputs together (or none).
+// Transformer-XL / XLNet and DeBERTa relative terms, masks, soft-capping and sinks. The
+// numerics live in posenc/ops/attention.hpp; this file binds options, reads the inputs
+// and writes all outputs together (or none).
 
 #include <fmt/core.h>
 #include <unistd.h>

@@ -53,10 +53,10 @@ int run(int argc, char** argv) {
   posenc::cli::register_table(app);
   posenc::cli::register_rope(app);
   posenc::cli::register_attention(app);
+  posenc::cli::register_add(app);
   posenc::cli::register_inspect(app);
   posenc::cli::register_compare(app);
   posenc::cli::register_convert(app);
-  posenc::cli::register_add(app);
 
   // Threads are set before any command callback runs.
   app.parse_complete_callback([&g] {

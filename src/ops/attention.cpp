@@ -1088,6 +1088,14 @@ std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape
   return memory_of(g, q, k, v, q_dtype, opt);
 }
 
+Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
+                             const AttentionOptions& opt) {
+  AttentionOptions scores_only = opt;
+  scores_only.emit = {AttentionEmit::logits};
+  scores_only.relative_v = nullptr;  // belongs with V
+  return check(q, k, nullptr, q_dtype, scores_only).logits_shape();
+}
+
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
                           const AttentionOptions& opt) {
   require_float(q.dtype(), "q");

@@ -27,14 +27,7 @@ struct Geo {
   bool has_b = false, has_h = false;
   std::string axes;
   DType compute = DType::f32;
-  Shape scores() const {
-    Shape s;
-    if (has_b) s.push_back(b);
-    if (has_h) s.push_back(hq);
-    s.push_back(sq);
-    s.push_back(sk);
-    return s;
-  }
+  Shape scores;  // [b, hq, sq, sk] with b, h where Q has them
 };
 
 Geo geometry(const Tensor& q, const Tensor& k, const AttentionOptions& opt) {
@@ -44,10 +37,8 @@ Geo geometry(const Tensor& q, const Tensor& k, const AttentionOptions& opt) {
           fmt::format("{}: expected a float tensor, got {}", what, dtype_name(t->dtype())));
     }
   }
-  AttentionOptions scores_only = opt;
-  scores_only.emit = {AttentionEmit::logits};
-  attention_memory(q.shape(), k.shape(), nullptr, q.dtype(), scores_only);  // checks Q and K
   Geo g;
+  g.scores = attention_scores_shape(q.shape(), k.shape(), q.dtype(), opt);  // checks Q, K
   g.axes = resolve_axes(opt.axes, q.ndim(), "q").letters;
   auto size = [&g](const Tensor& t, char c) {
     const auto i = g.axes.find(c);
@@ -323,7 +314,7 @@ Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
   }
   scale = scale_of(opt, 1.0 / std::sqrt(static_cast<double>(d)));
   const std::size_t mlen = g.sk - std::min(g.sk, g.sq);
-  Tensor out(g.compute, g.scores());
+  Tensor out(g.compute, g.scores);
   fill_scores(out, g, [&](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
     const std::size_t bh = b * g.hq + h;
     const ShiftSource src = xl_shift(g.sq, rlen, g.sk, i, j);
@@ -387,7 +378,7 @@ Tensor deberta_terms(const Tensor& q, const Tensor& k, const AttentionOptions& o
   }
   const std::vector<double> qd = bhsd(q, g.axes), kd = bhsd(k, g.axes);
   const std::size_t d = g.d, group = g.hq / g.hk;
-  Tensor out(g.compute, g.scores());
+  Tensor out(g.compute, g.scores);
   fill_scores(out, g, [&](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
     double s = 0;
     const auto ii = static_cast<std::int64_t>(i), jj = static_cast<std::int64_t>(j);

@@ -14,17 +14,10 @@
 #include "posenc/error.hpp"
 #include "posenc/ops/add_positions.hpp"
 #include "posenc/ops/attention_relative.hpp"
+#include "random_tensor.hpp"
 
 namespace posenc {
 namespace {
-
-Tensor random_tensor(Shape shape, unsigned seed, DType dt = DType::f64) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> nd;
-  Tensor t(dt, std::move(shape));
-  for (std::size_t i = 0; i < t.numel(); ++i) t.set(i, nd(gen));
-  return t;
-}
 
 TEST(AddPositions, SinusoidInterleavedScaledWithStart) {
   const std::size_t b = 2, s = 5, d = 8;

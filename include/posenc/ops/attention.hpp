@@ -148,6 +148,12 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
 std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k, const Shape* v,
                                                      DType q_dtype, const AttentionOptions& opt);
 
+/// The shape of the scores (logits, probs) for Q and K of these shapes: [b, hq, sq, sk],
+/// b and h only where Q has them. Checks Q, K and the options as `attention` does (V
+/// and the emitted tensors aside).
+Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
+                             const AttentionOptions& opt);
+
 /// Applies RoPE to Q and K for attention with the KV-cache alignment: key j at
 /// position pos.start + j (or ids[..., j]), query i at pos.start + sk - sq + i (or the
 /// last sq ids). Packed sequences (cu_seqlens) need sq == sk. Returns rotated copies
