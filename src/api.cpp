@@ -58,6 +58,12 @@ xt::xarray<double> alibi(const AlibiRequest& r) { return evaluate_table(alibi_ta
 xt::xarray<std::int64_t> relative(const RelativeRequest& r) {
   return integral(relative_table(r));
 }
+xt::xarray<double> xl_relative(const XlRelativeRequest& r) {
+  return evaluate_table(xl_relative_table(r));
+}
+xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r) {
+  return integral(deberta_bucket_table(r));
+}
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r) {
   return integral(t5_bucket_table(r));
 }

@@ -26,11 +26,14 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
+#include "posenc/ops/add_positions.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_relative.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
 #include "posenc/tensor.hpp"
@@ -108,6 +111,9 @@ xt::xarray<double> rope2d(const Rope2dRequest& r);
 xt::xarray<double> alibi(const AlibiRequest& r);
 xt::xarray<std::int64_t> relative(const RelativeRequest& r);
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r);
+/// Transformer-XL / XLNet relative table R [rlen, D]; DeBERTa bucketed positions [Q, K].
+xt::xarray<double> xl_relative(const XlRelativeRequest& r);
+xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r);
 
 /// cos and sin [N, R] for positions start .. start + N - 1 in the pair layout of
 /// `p.style` (as `posenc table rope --emit cos-sin`), scaled by the attention factor.

@@ -1,7 +1,8 @@
 // `posenc attention`: reference attention logits, probabilities, outputs and
 // log-sum-exp from Q, K (and V) tensors, with RoPE, ALiBi, T5, Shaw relative tables,
-// masks, soft-capping and sinks. The numerics live in posenc/ops/attention.hpp; this
-// file binds options, reads the inputs and writes all outputs together (or none).
+// Transformer-XL / XLNet and DeBERTa relative terms, masks, soft-capping and sinks. The
+// numerics live in posenc/ops/attention.hpp; this file binds options, reads the inputs
+// and writes all outputs together (or none).
 
 #include <fmt/core.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/relative_options.hpp"
 #include "cli/rope_options.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
@@ -53,6 +55,7 @@ struct AttentionCmdOptions {
   std::string dtype;
   std::string max_memory;
   bool allow_nonfinite = false;
+  RelativeCliOptions relative;
   CLI::App* app = nullptr;
 };
 
@@ -142,6 +145,7 @@ void run_attention(AttentionCmdOptions& o) {
       if (given(o, name)) throw UsageError(fmt::format("{}: a ROPE OPTION needs --rope", name));
     }
   }
+  check_relative_options(o.relative, o.rope);
   AttentionOptions opt;
   opt.axes = o.axes;
   opt.scale = given(o, "--scale") ? o.scale : 0;
@@ -228,7 +232,9 @@ void run_attention(AttentionCmdOptions& o) {
   opt.cu_seqlens = pos.cu_seqlens;
 
   AttentionResult res;
-  if (o.rope) {
+  if (relative_wanted(o.relative)) {
+    res = relative_attention(o.relative, q, k, v ? &*v : nullptr, opt);
+  } else if (o.rope) {
     AttentionRope rope;
     rope.params = [&o](int head_dim) { return rope_params(o.rope_opts, head_dim); };
     rope.positions = pos;
@@ -311,6 +317,7 @@ void register_attention(CLI::App& app) {
                   "1.5GiB or bytes; K, M, G, T are powers of 1024; default: physical memory)");
   sub->add_flag("--allow-nonfinite", o->allow_nonfinite,
                 "compute with NaN/Inf inputs (they propagate) instead of refusing them");
+  add_relative_options(sub, o->relative);
   sub->add_flag("--rope", o->rope, "rotate Q and K with RoPE (ROPE OPTIONS) before the scores");
   add_rope_options(sub, o->rope_opts);
   o->rope_opts.app = sub;

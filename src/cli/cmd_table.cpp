@@ -1,5 +1,5 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
-// t5-bucket). The options fill the library's table requests (encodings/tables.hpp);
+// t5-bucket, xl-relative, deberta-bucket). The options fill the library's table requests (encodings/tables.hpp);
 // the table is computed in float64 and streamed to the output block by block.
 
 #include <fmt/format.h>
@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
+#include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
@@ -125,6 +126,19 @@ struct PairOptions {
   std::string sign = "k-q";
   int buckets = 32;
   bool bidirectional = false, causal = false;
+};
+
+struct XlRelativeOptions {
+  Common c;
+  XlRelativeRequest r;
+  long long q_len = 0, k_len = 0;
+  std::string form = "transfo-xl";
+};
+
+struct DebertaBucketOptions {
+  Common c;
+  DebertaBucketRequest r;
+  long long q_len = 0, k_len = 0;
 };
 
 constexpr const char* kFloatDtypeHelp =
@@ -254,6 +268,49 @@ void register_table(CLI::App& app) {
       if (sub->count("--max-distance") > 0) r.max_distance = o.max_distance;
       r.bidirectional = !o.causal;
       write_out(t5_bucket_table(r), o.c);
+    });
+  }
+  {
+    static XlRelativeOptions o;
+    auto* sub = table->add_subcommand(
+        "xl-relative",
+        "Transformer-XL / XLNet sinusoidal relative table R [rlen, D] = [sin(p w) | cos(p w)] "
+        "for the relative positions p of pos_seq (HF TransfoXL, XLNet)");
+    sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
+    sub->add_option("--k-len", o.k_len, "key length K = memory + Q (default: Q)");
+    sub->add_option("--dim", o.r.dim, "model dimension D (even)")->required();
+    sub->add_option("--form", o.form,
+                    "transfo-xl (p = K-1 .. 0, K rows; default), xlnet-bi (p = K .. -Q+1, K+Q "
+                    "rows) or xlnet-uni (p = K .. 0, K+1 rows)")
+        ->check(CLI::IsMember({"transfo-xl", "xlnet-bi", "xlnet-uni"}));
+    sub->add_option("--clamp-len", o.r.clamp_len,
+                    "clamp p to [-C, C] when C > 0 (HF clamp_len; default 0 = none)");
+    sub->add_option("--base", o.r.base, "frequency base (default 10000)");
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([sub] {
+      o.r.q_len = given(sub, "--q-len", o.q_len);
+      o.r.k_len = given(sub, "--k-len", o.k_len);
+      o.r.form = parse_xl_form(o.form);
+      write_out(xl_relative_table(o.r), o.c);
+    });
+  }
+  {
+    static DebertaBucketOptions o;
+    auto* sub = table->add_subcommand(
+        "deberta-bucket",
+        "DeBERTa-v2/v3 relative positions i - j with log buckets (HF build_relative_position); "
+        "shape [Q, K], integers");
+    sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
+    sub->add_option("--k-len", o.k_len, "key length K (default: Q)");
+    sub->add_option("--position-buckets", o.r.position_buckets,
+                    "position_buckets (default 256; <= 0 for plain i - j)");
+    sub->add_option("--max-relative-positions", o.r.max_relative_positions,
+                    "max_relative_positions (default 512)");
+    add_common(sub, o.c, kIntDtypeHelp);
+    sub->callback([sub] {
+      o.r.q_len = given(sub, "--q-len", o.q_len);
+      o.r.k_len = given(sub, "--k-len", o.k_len);
+      write_out(deberta_bucket_table(o.r), o.c);
     });
   }
 }

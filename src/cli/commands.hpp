@@ -9,6 +9,7 @@ namespace posenc::cli {
 void register_table(CLI::App& app);
 void register_rope(CLI::App& app);
 void register_attention(CLI::App& app);
+void register_add(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_compare(CLI::App& app);
 void register_convert(CLI::App& app);

@@ -33,7 +33,8 @@ int fail(ExitStatus status, const std::string& msg) {
 int run(int argc, char** argv) {
   CLI::App app{
       "posenc: positional encodings for transformers. Generates encoding tables, applies "
-      "RoPE to tensors, computes reference attention, inspects and compares tensors.",
+      "RoPE to tensors, adds absolute encodings to embeddings, computes reference attention, "
+      "inspects and compares tensors.",
       "posenc"};
   app.set_version_flag("--version", "posenc " POSENC_VERSION);
   auto& g = posenc::cli::globals();
@@ -47,6 +48,7 @@ int run(int argc, char** argv) {
   posenc::cli::register_table(app);
   posenc::cli::register_rope(app);
   posenc::cli::register_attention(app);
+  posenc::cli::register_add(app);
   posenc::cli::register_inspect(app);
   posenc::cli::register_compare(app);
   posenc::cli::register_convert(app);
@@ -79,7 +81,7 @@ int run(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     fmt::print(stderr, "{}", app.help());
-    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, inspect, compare or convert");
+    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, add, inspect, compare or convert");
   }
   return posenc::cli::exit_code();
 }

@@ -199,6 +199,11 @@ void check_table_dtype(const Table& t, DType dtype) {
     throw UsageError(fmt::format("dtype: {} cannot hold the largest index {} of this table",
                                  dtype_name(dtype), t.max_value));
   }
+  if (t.min_value < 0 && (!is_signed || (value_bits < 63 &&
+                                           t.min_value < -(std::int64_t{1} << value_bits)))) {
+    throw UsageError(fmt::format("dtype: {} cannot hold the smallest value {} of this table",
+                                 dtype_name(dtype), t.min_value));
+  }
 }
 
 xt::xarray<double> evaluate_table(const Table& t) {

@@ -209,7 +209,7 @@ void require_finite(const Tensor& q, const Tensor& k, const Tensor* v,
                     const AttentionOptions& opt) {
   const std::pair<const Tensor*, const char*> strict[] = {
       {&q, "q"}, {&k, "k"}, {v, "v"}, {opt.relative_k, "relative_k"},
-      {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}};
+      {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) {
       throw InputError(fmt::format(
@@ -354,6 +354,14 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
         t.shape()[1] != g.hq) {
       throw InputError(fmt::format("t5_bias: expected shape ({}, {}) ([buckets, heads]), got {}",
                                    opt.t5_buckets, g.hq, shape_str(t.shape())));
+    }
+  }
+  if (opt.score_bias) {
+    require_float(opt.score_bias->dtype(), "score_bias");
+    if (opt.score_bias->shape() != g.logits_shape()) {
+      throw InputError(fmt::format("score_bias: expected the scores' shape {}, got {}",
+                                   shape_str(g.logits_shape()),
+                                   shape_str(opt.score_bias->shape())));
     }
   }
   if (opt.relative_v && !vs) throw UsageError("relative_v needs values (-v)");
@@ -698,6 +706,8 @@ struct Plan {
   std::vector<std::int32_t> rel_index;  // by distance, as t5
   std::vector<T> rel_k, rel_v;          // [R, d], [R, dv]
   std::size_t R = 0;
+  const T* bias = nullptr;   // score_bias [b][hq][sq][sk], or null
+  std::vector<T> bias_copy;  // score_bias converted to T when its type differs
   MaskedRows masked_rows = MaskedRows::zero;
   // Outputs.
   std::byte* logits = nullptr;
@@ -706,7 +716,7 @@ struct Plan {
   Strides out_st;
   std::byte* lse = nullptr;
   bool per_element() const {
-    return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0;
+    return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0 || bias;
   }
 };
 
@@ -786,12 +796,14 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
       const std::int64_t qpos = i + P.off;
       if (P.per_element()) {
         const T* qr = P.R ? w.qr.data() + r * P.R : nullptr;
+        const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
         const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
         std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
         for (std::size_t jj = 0; jj < n; ++jj) {
           const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
           T x = s[jj];
           if (qr) x += qr[P.rel_index[j + dshift]];
+          if (br) x += br[j];
           if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
           if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
           if (t5row) x += t5row[j + dshift];
@@ -985,6 +997,14 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
     if (opt.relative_v) P.rel_v = to_vector<T>(*opt.relative_v);
   }
   if (opt.sinks) P.sinks = to_vector<T>(*opt.sinks);
+  if (opt.score_bias) {
+    if (opt.score_bias->dtype() == dtype_of<T>()) {
+      P.bias = opt.score_bias->data<T>();
+    } else {
+      P.bias_copy = to_vector<T>(*opt.score_bias);
+      P.bias = P.bias_copy.data();
+    }
+  }
 
   AttentionResult res;
   if (g.emit_logits) res.logits = Tensor(g.out, g.logits_shape()), P.logits = res.logits.bytes();
@@ -1066,6 +1086,14 @@ std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape
                                                      DType q_dtype, const AttentionOptions& opt) {
   Geometry g = check(q, k, v, q_dtype, opt);
   return memory_of(g, q, k, v, q_dtype, opt);
+}
+
+Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
+                             const AttentionOptions& opt) {
+  AttentionOptions scores_only = opt;
+  scores_only.emit = {AttentionEmit::logits};
+  scores_only.relative_v = nullptr;  // belongs with V
+  return check(q, k, nullptr, q_dtype, scores_only).logits_shape();
 }
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,

@@ -12,17 +12,10 @@
 
 #include "posenc/error.hpp"
 #include "posenc/ops/attention.hpp"
+#include "random_tensor.hpp"
 
 namespace posenc {
 namespace {
-
-Tensor random_tensor(Shape shape, unsigned seed, DType dt = DType::f64) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> nd;
-  Tensor t(dt, std::move(shape));
-  for (std::size_t i = 0; i < t.numel(); ++i) t.set(i, nd(gen));
-  return t;
-}
 
 struct Ref {
   std::vector<double> logits, probs, out, lse;

@@ -31,6 +31,7 @@ struct Table {
   std::string dataset;       ///< default HDF5 dataset name, e.g. "/rope_cos_sin"
   bool integral = false;     ///< the values are integers (index tables)
   std::int64_t max_value = 0;  ///< integral tables: the largest value held
+  std::int64_t min_value = 0;  ///< integral tables: the smallest value held
 };
 
 /// The element type a table is written as by default: f32 for real tables, i64 for
@@ -38,7 +39,8 @@ struct Table {
 DType default_table_dtype(const Table& t);
 
 /// Throws UsageError ("dtype: ...") unless `dtype` can hold the table: a float type for
-/// real tables; for index tables an integer type holding `max_value`, or f32/f64.
+/// real tables; for index tables an integer type holding `min_value` and `max_value`, or
+/// f32/f64.
 void check_table_dtype(const Table& t, DType dtype);
 
 /// Computes the whole table in float64 (lines in parallel; the values do not depend on

@@ -94,6 +94,11 @@ struct AttentionOptions {
   const Tensor* relative_k = nullptr;
   const Tensor* relative_v = nullptr;
   std::int64_t max_distance = -1;  ///< M; -1 = from the table's rows
+  /// Additive score terms [b, hq, sq, sk] (b and h only where Q has them), f32 or f64,
+  /// already scaled: added to scale * q.k with the Shaw term, before the soft-cap. The
+  /// relative schemes of ops/attention_relative.hpp (Transformer-XL, XLNet, DeBERTa)
+  /// compute their terms into it.
+  const Tensor* score_bias = nullptr;
   /// Soft-cap C > 0 (0 = off): s = C tanh(scale q.k / C), before biases and masks.
   double softcap = 0;
   /// [hq] sink logits (gpt-oss).
@@ -142,6 +147,12 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
 /// Shapes are checked as by `attention`.
 std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k, const Shape* v,
                                                      DType q_dtype, const AttentionOptions& opt);
+
+/// The shape of the scores (logits, probs) for Q and K of these shapes: [b, hq, sq, sk],
+/// b and h only where Q has them. Checks Q, K and the options as `attention` does (V
+/// and the emitted tensors aside).
+Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
+                             const AttentionOptions& opt);
 
 /// Applies RoPE to Q and K for attention with the KV-cache alignment: key j at
 /// position pos.start + j (or ids[..., j]), query i at pos.start + sk - sq + i (or the

@@ -1,0 +1,75 @@
+#pragma once
+/// \file
+/// Relative positions of Transformer-XL / XLNet and DeBERTa, and their tables for
+/// `posenc table xl-relative` and `posenc table deberta-bucket`.
+///
+/// - Transformer-XL (Dai et al. 2019) and XLNet (Yang et al. 2019) embed the distance
+///   between a query and a key with a sinusoidal table R (HF `PositionalEmbedding` /
+///   `XLNetModel.relative_positional_encoding`): row c holds
+///   [sin(p_c w_0..w_{D/2-1}) | cos(...)], w_i = 1/base^(2i/D), for the relative
+///   positions p_c of `pos_seq`, clamped to [-clamp_len, clamp_len] when clamp_len > 0.
+/// - DeBERTa-v2/v3 (He et al. 2021) index relative embeddings by the bucketed distance
+///   q - k (HF `build_relative_position` with `make_log_bucket_position`).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "posenc/encodings/tables.hpp"
+
+namespace posenc {
+
+/// The relative positions `pos_seq` of a Transformer-XL or XLNet layer.
+enum class XlForm {
+  transfo_xl,  ///< klen - 1 down to 0: klen rows (HF TransfoXL)
+  xlnet_bi,    ///< klen down to -qlen + 1: klen + qlen rows (XLNet attn_type "bi")
+  xlnet_uni    ///< klen down to 0: klen + 1 rows (XLNet attn_type "uni")
+};
+/// transfo-xl | xlnet-bi | xlnet-uni (UsageError naming "form").
+XlForm parse_xl_form(const std::string& s);
+std::string xl_form_name(XlForm f);
+
+/// Rows of R (rlen) for the form and lengths.
+std::int64_t xl_relative_rows(XlForm f, std::int64_t q_len, std::int64_t k_len);
+
+/// The relative position of row c of R (before clamping): k_len - 1 - c for
+/// Transformer-XL, k_len - c for XLNet.
+std::int64_t xl_relative_position(XlForm f, std::int64_t k_len, std::int64_t c);
+
+struct XlRelativeRequest {
+  std::optional<std::int64_t> q_len, k_len;  ///< either gives the other by default
+  int dim = 0;                               ///< D (d_model), even
+  double base = 10000.0;
+  XlForm form = XlForm::transfo_xl;
+  std::int64_t clamp_len = 0;  ///< > 0 clamps positions to [-clamp_len, clamp_len]; >= 0
+};
+/// The sinusoidal relative table R [rlen, D] (before the layer's projection W_r).
+Table xl_relative_table(const XlRelativeRequest& r);
+
+/// DeBERTa-v2's `make_log_bucket_position` of one relative position q - k, including
+/// its float32 arithmetic (logf, float division and ceil) so that every bucket matches
+/// HF's: |rel| <= bucket_size / 2 stays as it is, larger distances share logarithmic
+/// buckets up to max_position. The result is not clamped.
+std::int64_t deberta_log_bucket(std::int64_t rel, int bucket_size, int max_position);
+
+/// HF `build_relative_position(q, k, bucket_size, max_position)` at (i, j): i - j,
+/// bucketed when bucket_size > 0.
+std::int64_t deberta_relative_position(std::int64_t i, std::int64_t j, int bucket_size,
+                                       int max_position);
+
+/// Throws UsageError unless (position_buckets, max_relative_positions) is usable:
+/// max_relative_positions >= 1 and, with buckets (position_buckets > 0), position_buckets
+/// >= 2 and max_relative_positions - 1 > position_buckets / 2 (HF's log scale divides
+/// by log((max - 1) / mid)).
+void check_deberta_buckets(int position_buckets, int max_relative_positions);
+
+struct DebertaBucketRequest {
+  std::optional<std::int64_t> q_len, k_len;  ///< either gives the other by default
+  int position_buckets = 256;                ///< <= 0: no buckets (plain i - j)
+  int max_relative_positions = 512;          ///< HF: max_position_embeddings when < 1
+};
+/// The relative-position matrix [Q, K] of HF `build_relative_position` (integers,
+/// negative for keys after the query).
+Table deberta_bucket_table(const DebertaBucketRequest& r);
+
+}  // namespace posenc

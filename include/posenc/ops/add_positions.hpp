@@ -1,0 +1,76 @@
+#pragma once
+/// \file
+/// Absolute position encodings added to token embeddings (`posenc add`): the
+/// embedding x [b, s, d] (or [s, b, d], [s, d]) becomes x * scale + PE[start + s], with
+/// PE Vaswani's sinusoidal table computed on the fly or a learned table [max_len, d]
+/// (BERT's and GPT-2's position embeddings). scale = sqrt(d_model) is the Annotated
+/// Transformer's `Embeddings` (lut(x) * sqrt(d_model)) followed by its
+/// `PositionalEncoding` (x + pe[:, :s]).
+///
+/// Arithmetic is float64 (the sinusoid as `posenc table sinusoidal` computes it, the
+/// learned table's values as stored), rounded once to the output type. Each element
+/// depends only on its own input value and position, so results do not depend on the
+/// thread count or on how a streamed input is cut into slabs.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+
+/// The encoding added and how.
+struct AbsoluteEncoding {
+  /// A learned table [max_len, d] (any float dtype); null = the sinusoidal table.
+  const Tensor* table = nullptr;
+  /// Sinusoidal table: frequency base and layout (interleaved sin/cos pairs as Vaswani
+  /// and the Annotated Transformer; concat [sin | cos] as tensor2tensor).
+  double base = 10000.0;
+  SinusoidalLayout layout = SinusoidalLayout::interleaved;
+  /// Position of the first token (a KV-cache offset, or GPT-2's past length); >= 0.
+  std::int64_t start = 0;
+  /// Multiplies the embedding before the encoding is added; finite. 0 is allowed.
+  double scale = 1.0;
+  /// Use sqrt(d) (d the embedding's extent along axis d) as the scale instead.
+  bool scale_sqrt_d = false;
+};
+
+/// x * scale + PE for an in-memory tensor of any float dtype; `axes` letters from b, s,
+/// d with s and d required ("" = by rank: bsd, sd). Returns `out` (a float dtype).
+/// Throws UsageError for bad axes or parameters, InputError for a non-float input, a
+/// learned table that is not [max_len, d] or too short for start + s positions, and
+/// non-finite values (unless `allow_nonfinite`).
+Tensor add_positions(const Tensor& x, const std::string& axes, const AbsoluteEncoding& e, DType out,
+                     bool allow_nonfinite = false);
+
+/// `posenc add` from a tensor reference to a tensor reference in bounded memory: the
+/// input is streamed slab by slab along its first axis whose extent is not 1, as
+/// `rope_stream` does.
+struct AddStreamRequest {
+  TensorRef input, output;
+  WriteOptions write;
+  std::string axes;            ///< "" = by rank
+  std::optional<DType> dtype;  ///< output type; default the input's
+  AbsoluteEncoding encoding;
+  bool allow_nonfinite = false;
+  /// Bytes for slab buffers and the table rows; 0 = a quarter of physical memory.
+  std::size_t max_memory = 0;
+  int threads = 0;  ///< OpenMP threads; 0 = all cores but the two I/O threads use
+  /// Called after each slab with the bytes done and the total (optional).
+  std::function<void(std::size_t done, std::size_t total)> progress;
+  /// Called with a description of the plan and the recorded parameters (optional).
+  std::function<void(const std::string& plan, const Attrs& attrs)> note;
+};
+
+/// Adds the encoding to the input and writes the output, which becomes visible only
+/// when complete. Throws as add_positions does, UsageError for a memory limit too small
+/// for one slab or an HDF5 output replacing the input's file, OutputError when the
+/// output cannot be written.
+void add_positions_stream(const AddStreamRequest& r);
+
+}  // namespace posenc

@@ -1,0 +1,81 @@
+#pragma once
+/// \file
+/// Relative attention of Transformer-XL / XLNet and DeBERTa-v2/v3 as additive score
+/// terms of `attention` (AttentionOptions::score_bias), following HF transformers
+/// exactly. Q, K, V and every attention option are as in ops/attention.hpp; the
+/// projected relative tensors are given, so any checkpoint's layer can be reproduced.
+///
+/// Transformer-XL (Dai et al. 2019; HF `RelPartialLearnableMultiHeadAttn`) and XLNet
+/// (Yang et al. 2019; HF `XLNetRelativeAttention.rel_attn_core`):
+///   score_ij = scale * ((q_i + u)·k_j + shift((q + v)·r)_ij + ef_ij)
+/// with r the projected relative keys (rows for the relative positions of
+/// encodings/relative_attention.hpp), u / v the per-head content / position biases
+/// (r_w_bias, r_r_bias) and ef the optional XLNet segment term
+/// (q_i + r_s_bias)·seg_embed[s_ij], s_ij = 1 when query i and key j are in different
+/// segments. Keys include the memory (k_len = mlen + q_len, query i at mlen + i). The
+/// shift is HF's, chosen by the rows of r: rlen = k_len is Transformer-XL's `_rel_shift`
+/// (pad a zero column, reshape, drop a row), rlen > k_len is XLNet's `rel_shift_bnij`
+/// (reshape, drop a row, keep k_len columns); entries that those reshapes take from the
+/// next query's row (the masked future in Transformer-XL) are reproduced as HF has them.
+///
+/// DeBERTa-v2/v3 (He et al. 2021; HF `DisentangledSelfAttention`):
+///   score_ij = (q_i·k_j + c2p_ij + p2c_ij) / sqrt(d (1 + terms))
+///   c2p_ij = q_i·pos_key[clamp(rel(i, j) + span, 0, 2 span - 1)]
+///   p2c_ij = k_j·pos_query[clamp(-rel(j, i) + span, 0, 2 span - 1)]
+/// rel = deberta_relative_position (log buckets), span = position_buckets when > 0,
+/// else max_relative_positions; query and key ids both start at 0 (HF
+/// build_relative_position). The square root is taken in float32 as HF does. p2c needs
+/// q_len == k_len (HF builds it from the keys alone).
+
+#include "posenc/ops/attention.hpp"
+
+namespace posenc {
+
+/// Transformer-XL / XLNet tensors (see the file comment).
+struct XlAttention {
+  /// r: [rlen, hq, d], [rlen, b, hq, d] (HF XLNet's k_head_r) or, when Q has no h axis,
+  /// [rlen, d]. Required.
+  const Tensor* rel_keys = nullptr;
+  const Tensor* content_bias = nullptr;   ///< u = r_w_bias [hq, d] ([d] without h); null = 0
+  const Tensor* position_bias = nullptr;  ///< v = r_r_bias, as u; null = 0
+  /// XLNet segment term: segment ids of the keys [k_len] or [b, k_len] (integers;
+  /// query i has the id of key mlen + i; HF gives memory keys id 0), the embeddings
+  /// seg_embed [2, hq, d] ([2, d] without h) and r_s_bias (as u; null = 0).
+  const Tensor* segment_ids = nullptr;
+  const Tensor* segment_embed = nullptr;
+  const Tensor* segment_bias = nullptr;
+};
+
+/// DeBERTa-v2/v3 tensors: the projected relative embeddings [rows, hq, d] ([rows, d]
+/// without h), rows >= 2 span (the first 2 span are used, as HF slices
+/// rel_embeddings). pos_key gives the c2p term, pos_query the p2c term (HF pos_att_type).
+struct DebertaAttention {
+  const Tensor* pos_key = nullptr;
+  const Tensor* pos_query = nullptr;
+  int position_buckets = 256;        ///< <= 0: no buckets
+  int max_relative_positions = 512;  ///< HF: max_position_embeddings when < 1
+};
+
+/// The additive terms [b, hq, sq, sk] (b, h as Q has them) in the arithmetic type of
+/// attention for `opt` (f64 for f64 Q unless opt.precision says otherwise), already
+/// multiplied by the scale (opt.scale, or the scheme's default). Throws InputError for
+/// tensors of the wrong shape or dtype, UsageError for bad parameters.
+Tensor xl_score_bias(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
+                     const XlAttention& xl);
+Tensor deberta_score_bias(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
+                          const DebertaAttention& deb);
+
+/// The scale DeBERTa uses when opt.scale is 0: 1 / float32(sqrt(float32(d) * (1 +
+/// terms))).
+double deberta_default_scale(std::size_t d, int terms);
+
+/// Attention with the Transformer-XL / XLNet terms (opt.score_bias must be null).
+/// Memory: the terms are held as a [b, hq, sq, sk] tensor, counted against
+/// opt.max_memory with the rest.
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v, AttentionOptions opt,
+                          const XlAttention& xl);
+/// Attention with the DeBERTa terms; the default scale is deberta_default_scale.
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v, AttentionOptions opt,
+                          const DebertaAttention& deb);
+
+}  // namespace posenc

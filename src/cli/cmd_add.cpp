@@ -1,0 +1,132 @@
+// `posenc add`: an absolute position encoding (sinusoidal or a learned table) added to
+// token embeddings, x * scale + PE. The options fill an AddStreamRequest; the library
+// streams the input in bounded memory (ops/add_positions.hpp).
+
+#include <fmt/core.h>
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/add_positions.hpp"
+
+namespace posenc::cli {
+
+namespace {
+
+struct AddCmdOptions {
+  std::string input;
+  OutputOptions out;
+  std::string table;
+  std::string scale = "1";
+  double base = 10000.0;
+  long long start = 0;
+  std::string layout = "interleaved";
+  std::string axes;
+  std::string dtype = "same";
+  std::string max_memory;
+  bool allow_nonfinite = false;
+  CLI::App* app = nullptr;
+};
+
+// --scale: a finite number, or sqrt-d for the square root of the model dimension.
+std::optional<double> parse_scale(const std::string& text) {
+  if (text == "sqrt-d" || text == "sqrt(d)") return std::nullopt;
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !std::isfinite(v)) {
+    throw UsageError(
+        fmt::format("--scale {}: expected a finite number or sqrt-d (sqrt of d_model)", text));
+  }
+  return v;
+}
+
+void run_add(const AddCmdOptions& o) {
+  const std::optional<double> scale = parse_scale(o.scale);
+  const bool sinusoidal = o.table == "sinusoidal";
+  if (!sinusoidal) {
+    for (const char* name : {"--base", "--layout"}) {
+      if (o.app->count(name) > 0) {
+        throw UsageError(fmt::format("{}: only for --table sinusoidal", name));
+      }
+    }
+  }
+  AddStreamRequest r;
+  r.input = parse_ref(o.input);
+  r.output = parse_ref(o.out.outputs.at(0), o.out.to, "/data");
+  r.write = o.out.write_options();
+  r.axes = o.axes;
+  if (o.dtype != "same") r.dtype = parse_dtype(o.dtype);
+  r.allow_nonfinite = o.allow_nonfinite;
+  r.encoding.base = o.base;
+  r.encoding.start = o.start;
+  r.encoding.layout =
+      o.layout == "concat" ? SinusoidalLayout::concat : SinusoidalLayout::interleaved;
+  std::optional<Tensor> learned;
+  if (!sinusoidal) {
+    learned = read_tensor(o.table);
+    r.encoding.table = &*learned;
+  }
+  r.encoding.scale = scale.value_or(1.0);
+  r.encoding.scale_sqrt_d = !scale;
+  if (o.app->count("--max-memory") > 0) {
+    r.max_memory = parse_memory_size(o.max_memory, "--max-memory");
+  }
+  r.threads = globals().threads;
+  r.note = [](const std::string& plan, const Attrs& attrs) {
+    verbose(plan);
+    verbose_attrs(attrs);
+  };
+  add_positions_stream(r);
+}
+
+}  // namespace
+
+void register_add(CLI::App& app) {
+  auto o = std::make_shared<AddCmdOptions>();
+  auto* sub = app.add_subcommand(
+      "add",
+      "Add an absolute position encoding to token embeddings [b, s, d] or [s, d]: "
+      "x * scale + PE[start + s], PE the sinusoidal table or a learned table [max_len, d]. "
+      "Inputs larger than --max-memory are streamed.");
+  o->app = sub;
+  sub->add_option("input", o->input, "embeddings (x.npy, x.h5:/x, x.csv, - for stdin)")->required();
+  add_output_options(sub, o->out);
+  sub->add_option("--table", o->table,
+                  "sinusoidal (Vaswani, computed on the fly) or a learned table REF [max_len, d] "
+                  "(BERT/GPT-2 position embeddings)")
+      ->required();
+  sub->add_option("--scale", o->scale,
+                  "multiplies the embedding before PE is added (default 1; sqrt-d = sqrt(d_model) "
+                  "as the Annotated Transformer)");
+  sub->add_option("--start", o->start, "position of the first token (default 0)");
+  sub->add_option("--base", o->base, "sinusoidal frequency base (default 10000)");
+  sub->add_option(
+         "--layout", o->layout,
+         "sinusoidal layout: interleaved (sin, cos pairs; default) or concat ([sin | cos])")
+      ->check(CLI::IsMember({"interleaved", "concat"}));
+  sub->add_option("--axes", o->axes,
+                  "axis letters of the input from b, s, d (default bsd or sd by rank; sbd for "
+                  "sequence-first)");
+  sub->add_option("--dtype", o->dtype, "output type: same (default), f64, f32, f16, bf16")
+      ->check(CLI::IsMember(
+          {"same", "f64", "f32", "f16", "bf16", "float64", "float32", "float16", "bfloat16"}));
+  sub->add_flag("--allow-nonfinite", o->allow_nonfinite,
+                "add to NaN/Inf input values instead of refusing them");
+  sub->add_option("--max-memory", o->max_memory,
+                  "memory for buffers and table rows (e.g. 512M, 2G or bytes; default 1/4 of "
+                  "physical memory); larger inputs are streamed in slabs");
+  sub->callback([o] { run_add(*o); });
+}
+
+}  // namespace posenc::cli

@@ -1,0 +1,145 @@
+#include "cli/relative_options.hpp"
+
+#include <fmt/core.h>
+
+#include <optional>
+#include <utility>
+
+#include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/attention_relative.hpp"
+
+namespace posenc::cli {
+
+namespace {
+
+bool given(const RelativeCliOptions& o, const char* name) { return o.app->count(name) > 0; }
+
+bool xl_wanted(const RelativeCliOptions& o) { return !o.rel_keys.empty(); }
+bool deberta_wanted(const RelativeCliOptions& o) {
+  return !o.pos_key.empty() || !o.pos_query.empty();
+}
+
+// --pos-att-type: a comma list of c2p and p2c; sets the two flags.
+void parse_pos_att_type(const std::string& list, bool& c2p, bool& p2c) {
+  c2p = p2c = false;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    if (item == "c2p") {
+      c2p = true;
+    } else if (item == "p2c") {
+      p2c = true;
+    } else {
+      throw UsageError(fmt::format("--pos-att-type {}: expected a comma list of c2p, p2c", list));
+    }
+    at = comma + 1;
+  }
+}
+
+}  // namespace
+
+void add_relative_options(CLI::App* sub, RelativeCliOptions& o) {
+  o.app = sub;
+  const char* g = "RELATIVE ATTENTION";
+  sub->add_option("--rel-keys", o.rel_keys,
+                  "Transformer-XL / XLNet projected relative keys r [rlen, h, d] (or HF XLNet's "
+                  "[rlen, b, h, d]); rlen = sk: Transformer-XL _rel_shift, rlen > sk (sk+sq or "
+                  "sk+1): XLNet rel_shift_bnij")
+      ->group(g);
+  sub->add_option("--content-bias", o.content_bias, "u = r_w_bias [h, d]: (q + u).k (default 0)")
+      ->group(g);
+  sub->add_option("--position-bias", o.position_bias,
+                  "v = r_r_bias [h, d]: rel_shift((q + v).r) (default 0)")
+      ->group(g);
+  sub->add_option("--segment-ids", o.segment_ids,
+                  "XLNet segment term: segment id of every key [sk] or [b, sk] (memory keys 0 as "
+                  "HF); query i has the id of key sk - sq + i")
+      ->group(g);
+  sub->add_option("--segment-embed", o.segment_embed,
+                  "XLNet seg_embed [2, h, d]: (q + r_s_bias).seg_embed[different segment]")
+      ->group(g);
+  sub->add_option("--segment-bias", o.segment_bias, "XLNet r_s_bias [h, d] (default 0)")->group(g);
+  sub->add_option("--pos-key", o.pos_key,
+                  "DeBERTa c2p: projected relative embeddings [2 span, h, d] (pos_key_proj, or "
+                  "key_proj with share_att_key)")
+      ->group(g);
+  sub->add_option("--pos-query", o.pos_query,
+                  "DeBERTa p2c: projected relative embeddings [2 span, h, d] (pos_query_proj or "
+                  "query_proj); needs sq = sk")
+      ->group(g);
+  sub->add_option("--pos-att-type", o.pos_att_type,
+                  "DeBERTa pos_att_type: c2p, p2c or c2p,p2c (default: the terms whose tensors "
+                  "are given); scale 1/sqrt(d (1 + terms))")
+      ->group(g);
+  sub->add_option("--position-buckets", o.position_buckets,
+                  "DeBERTa position_buckets: span of the log buckets (default 256; <= 0 none)")
+      ->group(g);
+  sub->add_option("--max-relative-positions", o.max_relative_positions,
+                  "DeBERTa max_relative_positions (default 512)")
+      ->group(g);
+}
+
+bool relative_wanted(const RelativeCliOptions& o) { return xl_wanted(o) || deberta_wanted(o); }
+
+void check_relative_options(const RelativeCliOptions& o, bool rope) {
+  for (const char* name : {"--content-bias", "--position-bias", "--segment-ids", "--segment-embed",
+                           "--segment-bias"}) {
+    if (given(o, name) && !xl_wanted(o)) {
+      throw UsageError(fmt::format("{}: a Transformer-XL / XLNet option needs --rel-keys", name));
+    }
+  }
+  for (const char* name : {"--pos-att-type", "--position-buckets", "--max-relative-positions"}) {
+    if (given(o, name) && !deberta_wanted(o)) {
+      throw UsageError(fmt::format("{}: a DeBERTa option needs --pos-key or --pos-query", name));
+    }
+  }
+  if (xl_wanted(o) && deberta_wanted(o)) {
+    throw UsageError("--rel-keys: Transformer-XL / XLNet and DeBERTa terms exclude each other");
+  }
+  if (rope && relative_wanted(o)) {
+    throw UsageError(fmt::format("{}: cannot be combined with --rope",
+                                 xl_wanted(o) ? "--rel-keys" : "--pos-key/--pos-query"));
+  }
+  if (given(o, "--pos-att-type")) {
+    bool c2p = false, p2c = false;
+    parse_pos_att_type(o.pos_att_type, c2p, p2c);
+    if (c2p != !o.pos_key.empty()) {
+      throw UsageError(c2p ? "--pos-att-type c2p: needs --pos-key"
+                           : "--pos-key: c2p is not in --pos-att-type");
+    }
+    if (p2c != !o.pos_query.empty()) {
+      throw UsageError(p2c ? "--pos-att-type p2c: needs --pos-query"
+                           : "--pos-query: p2c is not in --pos-att-type");
+    }
+  }
+}
+
+AttentionResult relative_attention(const RelativeCliOptions& o, const Tensor& q, const Tensor& k,
+                                   const Tensor* v, const AttentionOptions& opt) {
+  auto read = [](const std::string& ref, std::optional<Tensor>& t) -> const Tensor* {
+    if (ref.empty()) return nullptr;
+    t = read_tensor(ref);
+    return &*t;
+  };
+  std::optional<Tensor> a, b, c, d, e, f;
+  if (xl_wanted(o)) {
+    XlAttention xl;
+    xl.rel_keys = read(o.rel_keys, a);
+    xl.content_bias = read(o.content_bias, b);
+    xl.position_bias = read(o.position_bias, c);
+    xl.segment_ids = read(o.segment_ids, d);
+    xl.segment_embed = read(o.segment_embed, e);
+    xl.segment_bias = read(o.segment_bias, f);
+    return attention(q, k, v, opt, xl);
+  }
+  DebertaAttention deb;
+  deb.pos_key = read(o.pos_key, a);
+  deb.pos_query = read(o.pos_query, b);
+  deb.position_buckets = o.position_buckets;
+  deb.max_relative_positions = o.max_relative_positions;
+  return attention(q, k, v, opt, deb);
+}
+
+}  // namespace posenc::cli

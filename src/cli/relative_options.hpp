@@ -1,0 +1,37 @@
+#pragma once
+// The Transformer-XL / XLNet and DeBERTa options of `posenc attention`: binding, checks
+// of their combinations, and the call into ops/attention_relative.hpp.
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "posenc/ops/attention.hpp"
+
+namespace posenc::cli {
+
+struct RelativeCliOptions {
+  // Transformer-XL / XLNet (tensor references).
+  std::string rel_keys, content_bias, position_bias;
+  std::string segment_ids, segment_embed, segment_bias;
+  // DeBERTa.
+  std::string pos_key, pos_query, pos_att_type;
+  int position_buckets = 256;
+  int max_relative_positions = 512;
+  CLI::App* app = nullptr;  ///< to ask which options were given explicitly
+};
+
+/// Binds the options to `o` on `sub` (group "RELATIVE ATTENTION").
+void add_relative_options(CLI::App* sub, RelativeCliOptions& o);
+
+/// Whether a Transformer-XL / XLNet or DeBERTa term was asked for.
+bool relative_wanted(const RelativeCliOptions& o);
+
+/// Throws UsageError for options that do not go together (before anything is read);
+/// `rope` says whether --rope was given.
+void check_relative_options(const RelativeCliOptions& o, bool rope);
+
+/// Reads the relative tensors and computes attention with their terms.
+AttentionResult relative_attention(const RelativeCliOptions& o, const Tensor& q, const Tensor& k,
+                                   const Tensor* v, const AttentionOptions& opt);
+
+}  // namespace posenc::cli

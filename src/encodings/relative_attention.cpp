@@ -1,0 +1,160 @@
+// Relative positions of Transformer-XL / XLNet and DeBERTa (encodings/relative_attention.hpp)
+// and their tables.
+
+#include "posenc/encodings/relative_attention.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+namespace {
+
+std::int64_t positive(std::int64_t v, const char* name) {
+  if (v <= 0) throw UsageError(fmt::format("{}: must be at least 1, got {}", name, v));
+  if (v > (std::int64_t{1} << 40)) throw UsageError(fmt::format("{}: {} is too large", name, v));
+  return v;
+}
+
+std::pair<std::int64_t, std::int64_t> table_lengths(const std::optional<std::int64_t>& q,
+                                                    const std::optional<std::int64_t>& k) {
+  if (!q && !k) throw UsageError("q_len/k_len: the table size is required");
+  return {positive(q ? *q : *k, "q_len"), positive(k ? *k : *q, "k_len")};
+}
+
+}  // namespace
+
+XlForm parse_xl_form(const std::string& s) {
+  if (s == "transfo-xl") return XlForm::transfo_xl;
+  if (s == "xlnet-bi") return XlForm::xlnet_bi;
+  if (s == "xlnet-uni") return XlForm::xlnet_uni;
+  throw UsageError(fmt::format("form {}: expected transfo-xl, xlnet-bi or xlnet-uni", s));
+}
+
+std::string xl_form_name(XlForm f) {
+  switch (f) {
+    case XlForm::transfo_xl:
+      return "transfo-xl";
+    case XlForm::xlnet_bi:
+      return "xlnet-bi";
+    case XlForm::xlnet_uni:
+      return "xlnet-uni";
+  }
+  return "?";
+}
+
+std::int64_t xl_relative_rows(XlForm f, std::int64_t q_len, std::int64_t k_len) {
+  switch (f) {
+    case XlForm::transfo_xl:
+      return k_len;
+    case XlForm::xlnet_bi:
+      return k_len + q_len;
+    case XlForm::xlnet_uni:
+      return k_len + 1;
+  }
+  return k_len;
+}
+
+std::int64_t xl_relative_position(XlForm f, std::int64_t k_len, std::int64_t c) {
+  return f == XlForm::transfo_xl ? k_len - 1 - c : k_len - c;
+}
+
+Table xl_relative_table(const XlRelativeRequest& r) {
+  const auto [q, k] = table_lengths(r.q_len, r.k_len);
+  if (r.clamp_len < 0) {
+    throw UsageError(fmt::format("clamp_len: must be >= 0 (0 = no clamping), got {}", r.clamp_len));
+  }
+  auto freqs = std::make_shared<std::vector<double>>(sinusoidal_freqs(r.dim, r.base));
+  const XlForm form = r.form;
+  const std::int64_t kk = k, clamp = r.clamp_len;
+  Table t;
+  t.attrs = {{"kind", std::string("xl-relative")},         {"form", xl_form_name(form)},
+             {"q_len", static_cast<long long>(q)},         {"k_len", static_cast<long long>(k)},
+             {"dim", static_cast<long long>(r.dim)},       {"base", r.base},
+             {"clamp_len", static_cast<long long>(clamp)}, {"layout", std::string("concat")}};
+  t.spec.shape = {static_cast<std::size_t>(xl_relative_rows(form, q, k)),
+                  static_cast<std::size_t>(r.dim)};
+  t.spec.line = [freqs, form, kk, clamp](std::size_t c, double* out) {
+    std::int64_t p = xl_relative_position(form, kk, static_cast<std::int64_t>(c));
+    if (clamp > 0) p = std::clamp(p, -clamp, clamp);
+    sinusoidal_row(static_cast<double>(p), *freqs, SinusoidalLayout::concat, out);
+  };
+  t.dataset = "/xl_relative";
+  return t;
+}
+
+std::int64_t deberta_log_bucket(std::int64_t rel, int bucket_size, int max_position) {
+  const std::int64_t mid = bucket_size / 2;
+  // HF: abs_pos = mid - 1 inside (-mid, mid), where the result is rel itself anyway.
+  if (rel <= mid && rel >= -mid) return rel;
+  const std::int64_t abs_pos = rel < 0 ? -rel : rel;
+  // float32 throughout, as torch computes it: abs_pos / mid is a float32 division,
+  // torch.tensor((max_position - 1) / mid) rounds a double quotient to float32, log and
+  // ceil are float32.
+  const float ratio = static_cast<float>(abs_pos) / static_cast<float>(mid);
+  const float top =
+      static_cast<float>(static_cast<double>(max_position - 1) / static_cast<double>(mid));
+  const float scaled = std::log(ratio) / std::log(top) * static_cast<float>(mid - 1);
+  const float log_pos = std::ceil(scaled) + static_cast<float>(mid);
+  const float signed_pos = rel < 0 ? -log_pos : log_pos;
+  return static_cast<std::int64_t>(signed_pos);
+}
+
+std::int64_t deberta_relative_position(std::int64_t i, std::int64_t j, int bucket_size,
+                                       int max_position) {
+  const std::int64_t rel = i - j;
+  return bucket_size > 0 ? deberta_log_bucket(rel, bucket_size, max_position) : rel;
+}
+
+void check_deberta_buckets(int position_buckets, int max_relative_positions) {
+  if (max_relative_positions < 1) {
+    throw UsageError(
+        fmt::format("max_relative_positions: must be at least 1, got {}", max_relative_positions));
+  }
+  if (position_buckets <= 0) return;
+  if (position_buckets < 2) {
+    throw UsageError(fmt::format("position_buckets: must be at least 2 (or <= 0 for none), got {}",
+                                 position_buckets));
+  }
+  if (max_relative_positions - 1 <= position_buckets / 2) {
+    throw UsageError(fmt::format(
+        "max_relative_positions: must exceed position_buckets / 2 + 1 = {} (the log buckets "
+        "span distances {} to max_relative_positions - 1), got {}",
+        position_buckets / 2 + 1, position_buckets / 2, max_relative_positions));
+  }
+}
+
+Table deberta_bucket_table(const DebertaBucketRequest& r) {
+  const auto [q, k] = table_lengths(r.q_len, r.k_len);
+  check_deberta_buckets(r.position_buckets, r.max_relative_positions);
+  const int nb = r.position_buckets, mp = r.max_relative_positions;
+  const std::int64_t kk = k;
+  Table t;
+  t.integral = true;
+  // The bucketing is monotonic in i - j, so the extremes sit at the corners.
+  t.max_value = deberta_relative_position(q - 1, 0, nb, mp);
+  t.min_value = deberta_relative_position(0, k - 1, nb, mp);
+  t.attrs = {{"kind", std::string("deberta-bucket")},
+             {"q_len", static_cast<long long>(q)},
+             {"k_len", static_cast<long long>(k)},
+             {"position_buckets", static_cast<long long>(nb)},
+             {"max_relative_positions", static_cast<long long>(mp)}};
+  t.spec.shape = {static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
+  t.spec.line = [kk, nb, mp](std::size_t i, double* out) {
+    for (std::int64_t j = 0; j < kk; ++j) {
+      out[j] =
+          static_cast<double>(deberta_relative_position(static_cast<std::int64_t>(i), j, nb, mp));
+    }
+  };
+  t.dataset = "/deberta_bucket";
+  return t;
+}
+
+}  // namespace posenc
