@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
+#include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
@@ -201,6 +202,12 @@ void run_attention(AttentionCmdOptions& o) {
   opt.allow_nonfinite = o.allow_nonfinite;
   const bool precision_given = given(o, "--precision");
   if (precision_given) opt.precision = rope_precision(o.rope_opts);
+  opt.arith = rope_arith(o.rope_opts);
+  if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {
+    throw UsageError(fmt::format("--arith {}: attention reproduces hf only (rotate with posenc "
+                                 "rope --arith {})",
+                                 o.rope_opts.arith, o.rope_opts.arith));
+  }
 
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
 
@@ -243,11 +250,15 @@ void run_attention(AttentionCmdOptions& o) {
     ro.inverse = o.rope_opts.inverse;
     ro.precision = rope_precision(o.rope_opts);
     ro.allow_nonfinite = o.allow_nonfinite;
-    const DType compute = precision_given
-                              ? (*opt.precision == Precision::f64 ? DType::f64 : DType::f32)
-                              : (q.dtype() == DType::f64 ? DType::f64 : DType::f32);
+    DType compute = precision_given
+                        ? (*opt.precision == Precision::f64 ? DType::f64 : DType::f32)
+                        : (q.dtype() == DType::f64 ? DType::f64 : DType::f32);
     if (!opt.dtype) opt.dtype = q.dtype();
-    opt.precision = compute == DType::f64 ? Precision::f64 : Precision::f32;
+    if (opt.arith == Arith::exact) {
+      opt.precision = compute == DType::f64 ? Precision::f64 : Precision::f32;
+    } else {
+      compute = q.dtype();  // HF rotates in the model dtype
+    }
     auto [qr, kr] = rope_for_attention(q, k, axes, freqs, pos, ro, compute);
     q = std::move(qr);
     k = std::move(kr);
@@ -335,6 +346,11 @@ void register_attention(CLI::App& app) {
     p->description(
         "f32 or f64: arithmetic of RoPE and attention (default: RoPE f64; attention f64 for "
         "f64 inputs, else f32)");
+  }
+  if (auto* p = sub->get_option_no_throw("--arith")) {
+    p->description(
+        "exact (default) or hf: HF transformers' eager attention (and RoPE with --rope) in "
+        "the model dtype, element operations bit for bit as torch's CPU kernels");
   }
   sub->callback([o] { run_attention(*o); });
 }

@@ -15,6 +15,7 @@
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
 #include "posenc/encodings/bias.hpp"
+#include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope2d.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
@@ -187,6 +188,11 @@ struct RowShape {
       c[i] *= scale;
       s[i] *= scale * sin_sign;
     }
+    values(c, s, part, out);
+  }
+
+  // The row's cos and sin (scaled and signed) in the emitted layout.
+  void values(const double* c, const double* s, int part, double* out) const {
     switch (emit) {
       case Emit::cos:
         expand(c, out);
@@ -294,6 +300,11 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   if (params.seq_len == 0) params.seq_len = max_pos + 1;
   const RopeFreqs f = compute_rope_freqs(params);
   auto inv = std::make_shared<std::vector<double>>(f.inv_freq);
+  const std::shared_ptr<const FrameworkRope> fw = f.framework;
+  if (fw && fw->arith == Arith::ggml && emit == Emit::inv_freq) {
+    throw UsageError("--emit inv-freq: ggml forms each angle by repeated multiplication, "
+                     "without a frequency vector; emit angles, cos or sin");
+  }
 
   RowShape rs;
   rs.emit = emit;
@@ -330,7 +341,7 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   if (emit == Emit::cos_sin) spec.shape.insert(spec.shape.begin(), 2);
   spec.shape.push_back(rs.width());
   const std::int64_t start = pos.start;
-  spec.line = [inv, ids, rs, rows, start, f32](std::size_t line, double* out) {
+  spec.line = [inv, ids, rs, rows, start, f32, fw](std::size_t line, double* out) {
     const int part = static_cast<int>(line / rows);
     const std::size_t row = line % rows;
     const std::int64_t p = ids->empty() ? start + static_cast<std::int64_t>(row) : (*ids)[row];
@@ -342,8 +353,22 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
       heap.resize(rs.pairs);
       a = heap.data();
     }
+    if (fw) {
+      // --arith: the framework's own float32 angles, cos and sin.
+      std::vector<float> fa(rs.pairs), fc(rs.pairs), fs(rs.pairs);
+      framework_rope_row(*fw, p, rs.sin_sign < 0, fa.data(), fc.data(), fs.data());
+      if (rs.emit == Emit::angles) {
+        std::copy(fa.begin(), fa.end(), a);
+        rs.line(a, part, out);
+      } else {
+        std::vector<double> c(fc.begin(), fc.end()), s(fs.begin(), fs.end());
+        rs.values(c.data(), s.data(), part, out);
+      }
+      return;
+    }
     if (f32) {
-      // HF's float32 angle formation: fp32(position) * fp32(inv_freq), rounded to fp32.
+      // --precision f32: fp32(position) * fp32(correctly rounded inv_freq), rounded to
+      // fp32 (a framework's own frequencies differ in the last bits: --arith).
       const float pf = static_cast<float>(p);
       for (std::size_t i = 0; i < rs.pairs; ++i) {
         a[i] = static_cast<double>(pf * static_cast<float>((*inv)[i]));
