@@ -204,9 +204,10 @@ void run_attention(AttentionCmdOptions& o) {
   if (precision_given) opt.precision = rope_precision(o.rope_opts);
   opt.arith = rope_arith(o.rope_opts);
   if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {
-    throw UsageError(fmt::format("--arith {}: attention reproduces hf only (rotate with posenc "
-                                 "rope --arith {})",
-                                 o.rope_opts.arith, o.rope_opts.arith));
+    throw UsageError(
+        fmt::format("--arith {}: attention reproduces hf only (rotate with posenc "
+                    "rope --arith {})",
+                    o.rope_opts.arith, o.rope_opts.arith));
   }
 
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
@@ -250,9 +251,8 @@ void run_attention(AttentionCmdOptions& o) {
     ro.inverse = o.rope_opts.inverse;
     ro.precision = rope_precision(o.rope_opts);
     ro.allow_nonfinite = o.allow_nonfinite;
-    DType compute = precision_given
-                        ? (*opt.precision == Precision::f64 ? DType::f64 : DType::f32)
-                        : (q.dtype() == DType::f64 ? DType::f64 : DType::f32);
+    DType compute = precision_given ? (*opt.precision == Precision::f64 ? DType::f64 : DType::f32)
+                                    : (q.dtype() == DType::f64 ? DType::f64 : DType::f32);
     if (!opt.dtype) opt.dtype = q.dtype();
     if (opt.arith == Arith::exact) {
       opt.precision = compute == DType::f64 ? Precision::f64 : Precision::f32;

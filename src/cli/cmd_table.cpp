@@ -14,8 +14,8 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
-#include "posenc/encodings/bias.hpp"
 #include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/bias.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope2d.hpp"
 #include "posenc/encodings/sinusoidal.hpp"
@@ -302,8 +302,9 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   auto inv = std::make_shared<std::vector<double>>(f.inv_freq);
   const std::shared_ptr<const FrameworkRope> fw = f.framework;
   if (fw && fw->arith == Arith::ggml && emit == Emit::inv_freq) {
-    throw UsageError("--emit inv-freq: ggml forms each angle by repeated multiplication, "
-                     "without a frequency vector; emit angles, cos or sin");
+    throw UsageError(
+        "--emit inv-freq: ggml forms each angle by repeated multiplication, "
+        "without a frequency vector; emit angles, cos or sin");
   }
 
   RowShape rs;

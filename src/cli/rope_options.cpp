@@ -278,9 +278,10 @@ Precision rope_precision(const RopeCliOptions& o) {
 Arith rope_arith(const RopeCliOptions& o) {
   const Arith a = parse_arith(o.arith);
   if (a != Arith::exact && given(o, "--precision", false)) {
-    throw UsageError(fmt::format("--precision: applies to --arith exact only (--arith {} has "
-                                 "its framework's own arithmetic)",
-                                 o.arith));
+    throw UsageError(
+        fmt::format("--precision: applies to --arith exact only (--arith {} has "
+                    "its framework's own arithmetic)",
+                    o.arith));
   }
   return a;
 }

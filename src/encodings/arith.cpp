@@ -4,9 +4,9 @@
 
 #include "posenc/encodings/arith.hpp"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "encodings/rope_framework.hpp"
 #include "encodings/torch_cpu.hpp"
@@ -19,8 +19,8 @@ Arith parse_arith(const std::string& s) {
   if (s == "hf") return Arith::hf;
   if (s == "meta") return Arith::meta;
   if (s == "ggml") return Arith::ggml;
-  throw UsageError(fmt::format("--arith: unknown arithmetic '{}' (expected exact, hf, meta or ggml)",
-                               s));
+  throw UsageError(
+      fmt::format("--arith: unknown arithmetic '{}' (expected exact, hf, meta or ggml)", s));
 }
 
 std::string arith_name(Arith a) {
@@ -45,13 +45,12 @@ using framework_detail::attr_number;
 // in the complex (interleaved) pair layout, without an attention factor.
 void meta_setup(const RopeParams& p, const RopeFreqs& exact, FrameworkRope& f) {
   if (p.scaling != RopeScaling::none && p.scaling != RopeScaling::llama3) {
-    throw UsageError(fmt::format(
-        "--arith meta: Meta's llama code has no {} scaling (only none and llama3)",
-        rope_scaling_name(p.scaling)));
+    throw UsageError(
+        fmt::format("--arith meta: Meta's llama code has no {} scaling (only none and llama3)",
+                    rope_scaling_name(p.scaling)));
   }
   if (p.style != RopeStyle::gptj) {
-    throw UsageError(
-        "--arith meta: Meta's complex form pairs dims (2i, 2i+1); use --style gptj");
+    throw UsageError("--arith meta: Meta's complex form pairs dims (2i, 2i+1); use --style gptj");
   }
   if (exact.attention_factor != 1.0) {
     throw UsageError(fmt::format("--arith meta: Meta's llama code has no attention factor (got {})",
@@ -61,10 +60,9 @@ void meta_setup(const RopeParams& p, const RopeFreqs& exact, FrameworkRope& f) {
   f.inv_freq = framework_detail::hf_default_inv_freq(p.base, r, r / 2);
   if (p.scaling == RopeScaling::llama3) {
     const Attrs& a = exact.attrs;
-    framework_detail::hf_llama3_scale(f.inv_freq, attr_number(a, "factor"),
-                                      attr_number(a, "original_max_position_embeddings"),
-                                      attr_number(a, "low_freq_factor"),
-                                      attr_number(a, "high_freq_factor"));
+    framework_detail::hf_llama3_scale(
+        f.inv_freq, attr_number(a, "factor"), attr_number(a, "original_max_position_embeddings"),
+        attr_number(a, "low_freq_factor"), attr_number(a, "high_freq_factor"));
   }
 }
 
@@ -114,8 +112,8 @@ void attach_framework(const RopeParams& p, RopeFreqs& f) {
   f.framework = std::move(fw);
 }
 
-void framework_rope_row(const FrameworkRope& f, std::int64_t position, bool inverse,
-                        float* angle, float* cos, float* sin) {
+void framework_rope_row(const FrameworkRope& f, std::int64_t position, bool inverse, float* angle,
+                        float* cos, float* sin) {
   if (f.arith == Arith::ggml) {
     framework_detail::ggml_row(f, position, inverse, angle, cos, sin);
     return;

@@ -29,7 +29,7 @@ void hf_llama3_scale(std::vector<float>& inv, double factor, double l0, double l
 void ggml_setup(const RopeParams& p, const RopeFreqs& exact, FrameworkRope& g);
 
 /// ggml's rope cache for one position: ggml_rope_cache_init (rope_ggml.cpp).
-void ggml_row(const FrameworkRope& g, std::int64_t position, bool inverse, float* angle,
-              float* cos, float* sin);
+void ggml_row(const FrameworkRope& g, std::int64_t position, bool inverse, float* angle, float* cos,
+              float* sin);
 
 }  // namespace posenc::framework_detail

@@ -8,10 +8,10 @@
 // way, tests/reference/ggml_rope_ref.cpp). Everything else rounds per operation.
 #pragma GCC optimize("fp-contract=off")
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "encodings/rope_framework.hpp"
 #include "posenc/error.hpp"
@@ -44,9 +44,8 @@ std::vector<float> llama3_freq_factors(double base, int head_dim, double factor,
     } else if (wavelen > low_wl) {
       out.push_back(static_cast<float>(factor));
     } else {
-      const float smooth =
-          ((1.0f / wavelen) * static_cast<float>(l0) - static_cast<float>(lff)) /
-          static_cast<float>(hff - lff);
+      const float smooth = ((1.0f / wavelen) * static_cast<float>(l0) - static_cast<float>(lff)) /
+                           static_cast<float>(hff - lff);
       out.push_back(1.0f / ((1.0f - smooth) / static_cast<float>(factor) + smooth));
     }
   }
@@ -83,9 +82,8 @@ void ggml_setup(const RopeParams& p, const RopeFreqs& exact, FrameworkRope& g) {
       // ggml multiplies by its own YaRN magnitude 1 + 0.1 ln(1 / freq_scale); an
       // attention factor other than HF's default is passed as the ratio to it.
       const double own = s <= 1.0 ? 1.0 : 0.1 * std::log(s) + 1.0;
-      g.attn_factor = exact.attention_factor == own
-                          ? 1.0f
-                          : static_cast<float>(exact.attention_factor / own);
+      g.attn_factor =
+          exact.attention_factor == own ? 1.0f : static_cast<float>(exact.attention_factor / own);
       break;
     }
     case RopeScaling::longrope: {
@@ -97,15 +95,15 @@ void ggml_setup(const RopeParams& p, const RopeFreqs& exact, FrameworkRope& g) {
       break;
     }
     case RopeScaling::llama3:
-      g.freq_factors = llama3_freq_factors(
-          p.base, exact.head_dim, attr_number(a, "factor"),
-          attr_number(a, "original_max_position_embeddings"), attr_number(a, "low_freq_factor"),
-          attr_number(a, "high_freq_factor"));
+      g.freq_factors = llama3_freq_factors(p.base, exact.head_dim, attr_number(a, "factor"),
+                                           attr_number(a, "original_max_position_embeddings"),
+                                           attr_number(a, "low_freq_factor"),
+                                           attr_number(a, "high_freq_factor"));
       break;
     case RopeScaling::dynamic:
     case RopeScaling::proportional:
-      throw UsageError(fmt::format("--arith ggml: ggml's rope has no {} scaling",
-                                   rope_scaling_name(p.scaling)));
+      throw UsageError(
+          fmt::format("--arith ggml: ggml's rope has no {} scaling", rope_scaling_name(p.scaling)));
   }
   if (!g.freq_factors.empty() && g.freq_factors.size() < static_cast<std::size_t>(n_dims / 2)) {
     throw UsageError(fmt::format("--arith ggml: {} frequency factors for {} pairs",
@@ -118,11 +116,11 @@ void ggml_setup(const RopeParams& p, const RopeFreqs& exact, FrameworkRope& g) {
   g.corr_dims[1] = std::min(static_cast<float>(n_dims - 1), end);
 }
 
-void ggml_row(const FrameworkRope& g, std::int64_t position, bool inverse, float* angle,
-              float* cos, float* sin) {
+void ggml_row(const FrameworkRope& g, std::int64_t position, bool inverse, float* angle, float* cos,
+              float* sin) {
   if (position > std::numeric_limits<std::int32_t>::max()) {
-    throw InputError(fmt::format(
-        "--arith ggml: position {} does not fit ggml's int32 positions", position));
+    throw InputError(
+        fmt::format("--arith ggml: position {} does not fit ggml's int32 positions", position));
   }
   const float sin_sign = inverse ? -1.0f : 1.0f;
   float theta = static_cast<float>(position);

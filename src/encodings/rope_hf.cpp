@@ -6,11 +6,11 @@
 // into fused multiply-adds, which torch's kernels do not use here.
 #pragma GCC optimize("fp-contract=off")
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <stdexcept>
 #include <variant>
-
-#include <fmt/format.h>
 
 #include "encodings/rope_framework.hpp"
 #include "encodings/torch_cpu.hpp"
@@ -150,9 +150,9 @@ std::vector<float> hf_inv_freq(const RopeParams& p, const RopeFreqs& exact) {
       return inv;
     }
     case RopeScaling::dynamic: {
-      const float b = dynamic_base(p.base, attr_number(a, "factor"),
-                                   attr_number(a, "max_position_embeddings"),
-                                   attr_number(a, "seq_len"), r);
+      const float b =
+          dynamic_base(p.base, attr_number(a, "factor"), attr_number(a, "max_position_embeddings"),
+                       attr_number(a, "seq_len"), r);
       std::vector<float> inv = pos_freqs(b, r, r / 2);
       reciprocal(inv);
       return inv;
@@ -168,7 +168,8 @@ std::vector<float> hf_inv_freq(const RopeParams& p, const RopeFreqs& exact) {
     }
     case RopeScaling::llama3: {
       std::vector<float> inv = hf_default_inv_freq(p.base, r, r / 2);
-      hf_llama3_scale(inv, attr_number(a, "factor"), attr_number(a, "original_max_position_embeddings"),
+      hf_llama3_scale(inv, attr_number(a, "factor"),
+                      attr_number(a, "original_max_position_embeddings"),
                       attr_number(a, "low_freq_factor"), attr_number(a, "high_freq_factor"));
       return inv;
     }

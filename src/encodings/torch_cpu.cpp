@@ -3,10 +3,10 @@
 
 #include "encodings/torch_cpu.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "posenc/error.hpp"
 
@@ -29,8 +29,7 @@ bool available() noexcept {
 void require(const char* what) {
   if (!available()) {
     throw UsageError(fmt::format(
-        "{}: reproduces torch's x86-64 AVX2 CPU kernels (SLEEF), which this CPU cannot run",
-        what));
+        "{}: reproduces torch's x86-64 AVX2 CPU kernels (SLEEF), which this CPU cannot run", what));
   }
 }
 
@@ -96,9 +95,7 @@ namespace posenc::torch_cpu {
 void cos(const float*, float*, std::size_t) { require("torch_cpu::cos"); }
 void sin(const float*, float*, std::size_t) { require("torch_cpu::sin"); }
 void exp(const float*, float*, std::size_t) { require("torch_cpu::exp"); }
-void pow_scalar_base(float, const float*, float*, std::size_t) {
-  require("torch_cpu::pow");
-}
+void pow_scalar_base(float, const float*, float*, std::size_t) { require("torch_cpu::pow"); }
 
 }  // namespace posenc::torch_cpu
 

@@ -1031,8 +1031,8 @@ std::string alibi_name(AlibiVariant v) {
 AttentionResult run_framework(const Tensor& q, const Tensor& k, const Tensor* v, const Geometry& g,
                               const AttentionOptions& opt) {
   if (opt.arith != Arith::hf) {
-    throw UsageError(fmt::format("--arith {}: only hf and exact compute attention",
-                                 arith_name(opt.arith)));
+    throw UsageError(
+        fmt::format("--arith {}: only hf and exact compute attention", arith_name(opt.arith)));
   }
   attention_detail::HfShape h;
   h.axes = g.axes;
@@ -1089,7 +1089,8 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     a.push_back({"packed_sequences", static_cast<long long>(opt.cu_seqlens.size() - 1)});
   }
   a.push_back({"masked_rows", std::string(opt.masked_rows == MaskedRows::zero ? "zero" : "nan")});
-  a.push_back({"precision", std::string(dtype_name(opt.arith == Arith::exact ? g.compute : q.dtype()))});
+  a.push_back(
+      {"precision", std::string(dtype_name(opt.arith == Arith::exact ? g.compute : q.dtype()))});
   a.push_back({"arith", arith_name(opt.arith)});
   return res;
 }

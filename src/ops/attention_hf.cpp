@@ -12,12 +12,12 @@
 
 #include "ops/attention_hf.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "encodings/torch_cpu.hpp"
 #include "ops/blas_threads.hpp"
@@ -35,7 +35,10 @@ Strides strides(const Shape& shape, const std::string& axes) {
   Strides st;
   std::ptrdiff_t stride = 1;
   for (std::size_t i = axes.size(); i-- > 0;) {
-    std::ptrdiff_t* slot = axes[i] == 'b' ? &st.b : axes[i] == 'h' ? &st.h : axes[i] == 's' ? &st.s : &st.d;
+    std::ptrdiff_t* slot = axes[i] == 'b'   ? &st.b
+                           : axes[i] == 'h' ? &st.h
+                           : axes[i] == 's' ? &st.s
+                                            : &st.d;
     *slot = stride;
     stride *= static_cast<std::ptrdiff_t>(shape[i]);
   }
@@ -127,11 +130,11 @@ void torch_softmax(float* x, std::size_t n) {
 // torch.matmul for one (batch, head) as torch 1.13's bmm runs it on the CPU:
 // C[m, n] = sum_k A[m, k] B[k, n], with B given as rows [n, k] when `trans_b`; the result
 // rounded to T. Below 400 multiply-adds torch loops itself, accumulating each element
-// in order in T (each product and sum a T operation); above, f32 and f64 go to BLAS (OpenBLAS sgemm /
-// dgemm, called row-major as torch calls it), and bf16 / f16 to oneDNN, whose order posenc
-// does not reproduce: there the product is the float64 dot rounded once to T. W is the
-// working type (float, double for f64); BLAS must not run inside an OpenMP region, so this
-// is called from serial code.
+// in order in T (each product and sum a T operation); above, f32 and f64 go to BLAS (OpenBLAS sgemm
+// / dgemm, called row-major as torch calls it), and bf16 / f16 to oneDNN, whose order posenc does
+// not reproduce: there the product is the float64 dot rounded once to T. W is the working type
+// (float, double for f64); BLAS must not run inside an OpenMP region, so this is called from serial
+// code.
 template <class W>
 void model_matmul(const ModelType& mt, bool trans_b, std::size_t m, std::size_t n, std::size_t k,
                   const W* a, const W* b, W* c) {
@@ -167,7 +170,8 @@ void model_matmul(const ModelType& mt, bool trans_b, std::size_t m, std::size_t 
     } else {
       double acc = 0;
       for (std::size_t t = 0; t < k; ++t) {
-        acc += static_cast<double>(ar[t]) * static_cast<double>(bc[static_cast<std::ptrdiff_t>(t) * sb_k]);
+        acc += static_cast<double>(ar[t]) *
+               static_cast<double>(bc[static_cast<std::ptrdiff_t>(t) * sb_k]);
       }
       c[r] = static_cast<W>(mt.round(acc));
     }
@@ -184,8 +188,9 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
   no(opt.softcap > 0, "--softcap");
   no(opt.sinks != nullptr, "--sinks");
   no(g.emit_lse, "lse output");
-  no(opt.masked_rows != MaskedRows::zero, "--masked-rows (fully masked rows give what its "
-                                          "arithmetic gives)");
+  no(opt.masked_rows != MaskedRows::zero,
+     "--masked-rows (fully masked rows give what its "
+     "arithmetic gives)");
   no(opt.precision.has_value(), "--precision (it computes in the model dtype)");
 }
 
@@ -194,8 +199,9 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
 class Mask {
  public:
   Mask(const AttentionOptions& opt, const HfShape& g, const ModelType& mt)
-      : opt_(opt), min_(mt.min()), off_(static_cast<std::int64_t>(g.sk) -
-                                              static_cast<std::int64_t>(g.sq)) {
+      : opt_(opt),
+        min_(mt.min()),
+        off_(static_cast<std::int64_t>(g.sk) - static_cast<std::int64_t>(g.sq)) {
     if (opt.mask) {
       const Tensor& m = *opt.mask;
       Shape target = g.logits_shape;
@@ -236,12 +242,13 @@ class Mask {
     if (opt_.window_left >= 0) keep = keep && j >= qpos - opt_.window_left;
     if (opt_.window_right >= 0) keep = keep && j <= qpos + opt_.window_right;
     if (opt_.key_lengths) keep = keep && static_cast<double>(j) < opt_.key_lengths->get(b);
-    if (!doc_.empty()) keep = keep && doc_[static_cast<std::size_t>(i)] == doc_[static_cast<std::size_t>(j)];
+    if (!doc_.empty())
+      keep = keep && doc_[static_cast<std::size_t>(i)] == doc_[static_cast<std::size_t>(j)];
     double add = 0.0;
     if (!values_.empty()) {
-      const double v = values_[static_cast<std::size_t>(
-          static_cast<std::ptrdiff_t>(b) * mb_ + static_cast<std::ptrdiff_t>(h) * mh_ +
-          i * mi_ + j * mj_)];
+      const double v = values_[static_cast<std::size_t>(static_cast<std::ptrdiff_t>(b) * mb_ +
+                                                        static_cast<std::ptrdiff_t>(h) * mh_ +
+                                                        i * mi_ + j * mj_)];
       if (additive_) {
         add = v;
       } else {
@@ -303,8 +310,8 @@ AttentionResult run_hf(const Tensor& q, const Tensor& k, const Tensor* v,
   const Tensor qw = q.astype(wt), kw = k.astype(wt);
   const Tensor vw = v ? v->astype(wt) : Tensor();
   // HF: self.scaling = head_dim ** -0.5 (a Python float), or the caller's scale.
-  const double scaling = mt.scalar(opt.scale > 0 ? opt.scale
-                                                 : std::pow(static_cast<double>(g.d), -0.5));
+  const double scaling =
+      mt.scalar(opt.scale > 0 ? opt.scale : std::pow(static_cast<double>(g.d), -0.5));
   const Mask mask(opt, g, mt);
 
   AttentionResult res;
@@ -335,7 +342,8 @@ AttentionResult run_hf(const Tensor& q, const Tensor& k, const Tensor* v,
           W* w = sc.data() + i * g.sk;
           for (std::size_t j = 0; j < g.sk; ++j) {
             double s = mt.mul(static_cast<double>(w[j]), scaling);
-            s = mt.add(s, mask.at(b, h, static_cast<std::int64_t>(i), static_cast<std::int64_t>(j)));
+            s = mt.add(s,
+                       mask.at(b, h, static_cast<std::int64_t>(i), static_cast<std::int64_t>(j)));
             if (g.emit_logits) store(res.logits, (row0 + i) * g.sk + j, s);
             p[j] = static_cast<float>(s);  // softmax(..., dtype=float32) converts first
           }
@@ -367,9 +375,9 @@ AttentionResult attention_hf(const Tensor& q, const Tensor& k, const Tensor* v,
   refuse_options(opt, g);
   torch_cpu::require("--arith hf");
   if (k.dtype() != q.dtype() || (v && v->dtype() != q.dtype())) {
-    throw InputError(fmt::format("--arith hf: q, k and v must share the model dtype (got {}, {}{}{})",
-                                 dtype_name(q.dtype()), dtype_name(k.dtype()), v ? ", " : "",
-                                 v ? dtype_name(v->dtype()) : ""));
+    throw InputError(fmt::format(
+        "--arith hf: q, k and v must share the model dtype (got {}, {}{}{})", dtype_name(q.dtype()),
+        dtype_name(k.dtype()), v ? ", " : "", v ? dtype_name(v->dtype()) : ""));
   }
   return q.dtype() == DType::f64 ? run_hf<double>(q, k, v, opt, g) : run_hf<float>(q, k, v, opt, g);
 }

@@ -170,7 +170,8 @@ bool run_framework_kernel(const FrameworkKernelArgs& a) {
             break;
         }
       }
-      for (std::size_t i = 0; i < D; ++i) store(a.out, k.dst, static_cast<std::size_t>(off) + i, y[i]);
+      for (std::size_t i = 0; i < D; ++i)
+        store(a.out, k.dst, static_cast<std::size_t>(off) + i, y[i]);
     }
   }
   return bad;

@@ -106,8 +106,8 @@ struct Params {
 
 // The row loop of ggml_compute_forward_rope_flt for one thread (ith 0 of nth 1).
 template <typename T>
-static void rope_flt(const Params& P, const T* src0, const int32_t* pos,
-                     const float* freq_factors, T* dst) {
+static void rope_flt(const Params& P, const T* src0, const int32_t* pos, const float* freq_factors,
+                     T* dst) {
   const int64_t ne0 = P.ne0, ne1 = P.ne1, ne2 = P.ne2, ne3 = P.ne3;
   const float theta_scale = powf(P.freq_base, -2.0f / P.n_dims);
   float corr_dims[2];

@@ -62,7 +62,7 @@ void attach_framework(const RopeParams& p, RopeFreqs& f);
 /// included; hf before the cast to the input dtype). `inverse` negates the sine (the
 /// transpose, as a backward pass applies it). Throws InputError for positions the
 /// framework cannot represent (ggml: above INT32_MAX).
-void framework_rope_row(const FrameworkRope& f, std::int64_t position, bool inverse,
-                        float* angle, float* cos, float* sin);
+void framework_rope_row(const FrameworkRope& f, std::int64_t position, bool inverse, float* angle,
+                        float* cos, float* sin);
 
 }  // namespace posenc
