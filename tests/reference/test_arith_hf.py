@@ -3,7 +3,7 @@
 dynamic_rope_update, apply_rotary_pos_emb, eager_attention_forward).
 
 Tolerance: 0 ulp, every bit, for the frequencies, angles, cos/sin tables, the rotated
-tensors (f32, bf16, f16; both pair layouts; partial rotary; positions up to 131071) and
+tensors (f32, bf16, f16, f64; both pair layouts; partial rotary; positions up to 131071) and
 eager attention, matmuls included, for f32 (OpenBLAS sgemm as torch calls it) and for
 bf16 products below 400 multiply-adds (torch's own loop). The one exception is a larger
 bf16 matmul, which torch hands to oneDNN: posenc forms the float64 product rounded once
@@ -23,7 +23,7 @@ from posenc_testlib import (PosencTestCase, bit_mismatches, load_torch, out_ref,
                             save_torch)
 
 ref.set_threads()
-DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 
 RNG = np.random.default_rng(12)
 LONG_FACTOR = [float(v) for v in np.round(RNG.uniform(1.0, 30.0, 48), 4)]

@@ -3,7 +3,7 @@
 llama-models' apply_scaling for Llama 3.1), on [b, s, h, d] tensors as Meta's code takes
 them. Partial rotary applies Meta's code to the first R dims (a contiguous copy).
 
-Tolerance: 0 ulp for f32, bf16 and f16 inputs, positions up to 131071, and head sizes
+Tolerance: 0 ulp for f32, bf16, f16 and f64 inputs, positions up to 131071, and head sizes
 whose complex inner loop has a tail (d/2 not a multiple of 8; one head, where torch runs
 one loop over the whole sequence).
 """
@@ -37,7 +37,7 @@ class MetaRope(PosencTestCase):
         return torch.cat([ref.apply_rotary_emb(xr, freqs_cis), x[..., r:]], -1)
 
     def test_llama2_and_tails(self):
-        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
             for shape in ((2, 40, 3, 128), (1, 70, 1, 36), (2, 30, 4, 36), (1, 33, 1, 6),
                           (2, 40, 1, 20), (1, 20, 2, 10)):
                 x = (torch.randn(*shape, generator=torch.Generator().manual_seed(2)) * 3).to(dtype)
