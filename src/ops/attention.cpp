@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "ops/attention_hf.hpp"
+#include "ops/axis_strides.hpp"
 #include "ops/blas_threads.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
@@ -92,32 +93,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // ---------------------------------------------------------------------------------
 // Shapes
 
-struct Strides {
-  std::ptrdiff_t b = 0, h = 0, s = 0, d = 0;
-};
-
-// Element strides of a C-ordered tensor by axis letter; absent letters get 0.
+using Strides = AxisStrides;
 Strides strides_of(const Shape& shape, const std::string& axes) {
-  Strides st;
-  std::ptrdiff_t stride = 1;
-  for (std::size_t i = axes.size(); i-- > 0;) {
-    switch (axes[i]) {
-      case 'b':
-        st.b = stride;
-        break;
-      case 'h':
-        st.h = stride;
-        break;
-      case 's':
-        st.s = stride;
-        break;
-      case 'd':
-        st.d = stride;
-        break;
-    }
-    stride *= static_cast<std::ptrdiff_t>(shape[i]);
-  }
-  return st;
+  return axis_strides(shape, axes);
 }
 
 std::size_t axis_size(const Shape& shape, const std::string& axes, char c) {

@@ -20,30 +20,13 @@
 #include <vector>
 
 #include "encodings/torch_cpu.hpp"
+#include "ops/axis_strides.hpp"
 #include "ops/blas_threads.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc::attention_detail {
 
 namespace {
-
-struct Strides {
-  std::ptrdiff_t b = 0, h = 0, s = 0, d = 0;
-};
-
-Strides strides(const Shape& shape, const std::string& axes) {
-  Strides st;
-  std::ptrdiff_t stride = 1;
-  for (std::size_t i = axes.size(); i-- > 0;) {
-    std::ptrdiff_t* slot = axes[i] == 'b'   ? &st.b
-                           : axes[i] == 'h' ? &st.h
-                           : axes[i] == 's' ? &st.s
-                                            : &st.d;
-    *slot = stride;
-    stride *= static_cast<std::ptrdiff_t>(shape[i]);
-  }
-  return st;
-}
 
 // Values of the model dtype T, held in float64 (exact for every T).
 struct ModelType {
@@ -293,7 +276,7 @@ namespace {
 template <class W>
 void block(const Tensor& x, const std::string& axes, std::size_t b, std::size_t h,
            std::vector<W>& out) {
-  const Strides st = strides(x.shape(), axes);
+  const AxisStrides st = axis_strides(x.shape(), axes);
   const std::size_t ns = x.shape()[axes.find('s')], nd = x.shape()[axes.find('d')];
   out.resize(ns * nd);
   const W* p = x.data<W>() + b * st.b + h * st.h;
@@ -319,10 +302,10 @@ AttentionResult run_hf(const Tensor& q, const Tensor& k, const Tensor* v,
   if (g.emit_probs) res.probs = Tensor(g.out, g.logits_shape);
   Shape os = q.shape();
   os[g.axes.find('d')] = g.dv;
-  Strides so;
+  AxisStrides so;
   if (g.emit_output) {
     res.output = Tensor(g.out, os);
-    so = strides(os, g.axes);
+    so = axis_strides(os, g.axes);
   }
   std::vector<W> qb, kb, vb, sc(g.sq * g.sk), ob(g.sq * g.dv);
   OneBlasThread one_blas;

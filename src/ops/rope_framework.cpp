@@ -66,28 +66,14 @@ void hf_pair(DType t, double xa, double xb, float c, float s, double& ya, double
   yb = round_to(t, round_to(t, b * cc) + round_to(t, a * ss));
 }
 
-// Meta: (x0 + i x1) * (cos + i sin) in complex64 on x.float(), then type_as(x). torch's
-// AVX2 complex multiply rounds the four products and adds; the scalar code for the
-// tail of its inner loop (pairs of elements there) fuses one product of each.
-void meta_pair(DType t, double xa, double xb, float c, float s, bool fused, double& ya,
-               double& yb) {
-  const auto ar = static_cast<float>(xa), ai = static_cast<float>(xb);
-  float re, im;
-  if (fused) {
-    re = std::fma(ar, c, -(ai * s));
-    im = std::fma(ar, s, ai * c);
-  } else {
-    re = ar * c - ai * s;
-    im = ar * s + ai * c;
-  }
-  ya = round_to(t, re);
-  yb = round_to(t, im);
-}
-
-// ggml's rotate_pairs as GCC contracts it: x0*cos - x1*sin and x0*sin + x1*cos with
-// the first product fused.
-void ggml_pair(DType t, double xa, double xb, float c, float s, bool fused, double& ya,
-               double& yb) {
+// Meta's and ggml's pair rotation, (x0 cos - x1 sin, x0 sin + x1 cos) on the values
+// as float32, then stored in the type t:
+// - Meta: (x0 + i x1) * (cos + i sin) in complex64 on x.float(), then type_as(x); torch's
+//   AVX2 complex multiply rounds the four products and adds, the scalar code for the
+//   tail of its inner loop (pairs of elements there) fuses one product of each;
+// - ggml: rotate_pairs as GCC contracts it, the first product fused.
+void float_pair(DType t, double xa, double xb, float c, float s, bool fused, double& ya,
+                double& yb) {
   const auto x0 = static_cast<float>(xa), x1 = static_cast<float>(xb);
   float y0, y1;
   if (fused) {
@@ -156,19 +142,13 @@ bool run_framework_kernel(const FrameworkKernelArgs& a) {
       for (std::size_t j = 0; j < half; ++j) {
         const bool neox = f.style == RopeStyle::neox;
         const std::size_t ia = neox ? j : 2 * j, ib = neox ? j + half : 2 * j + 1;
-        switch (f.arith) {
-          case Arith::hf:
-            hf_pair(a.in, x[ia], x[ib], cs[j], cs[half + j], y[ia], y[ib]);
-            break;
-          case Arith::meta:
-            meta_pair(a.in, x[ia], x[ib], cs[j], cs[half + j], meta_fused(meta_off + j, a.meta_row),
-                      y[ia], y[ib]);
-            break;
-          default:
-            ggml_pair(a.in, x[ia], x[ib], cs[j], cs[half + j], ggml_fused(a.in, f.style, j, half),
-                      y[ia], y[ib]);
-            break;
+        if (f.arith == Arith::hf) {
+          hf_pair(a.in, x[ia], x[ib], cs[j], cs[half + j], y[ia], y[ib]);
+          continue;
         }
+        const bool fused = f.arith == Arith::meta ? meta_fused(meta_off + j, a.meta_row)
+                                                  : ggml_fused(a.in, f.style, j, half);
+        float_pair(a.in, x[ia], x[ib], cs[j], cs[half + j], fused, y[ia], y[ib]);
       }
       for (std::size_t i = 0; i < D; ++i)
         store(a.out, k.dst, static_cast<std::size_t>(off) + i, y[i]);
