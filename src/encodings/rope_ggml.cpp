@@ -10,8 +10,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "encodings/rope_framework.hpp"
 #include "posenc/error.hpp"
