@@ -18,6 +18,7 @@
 #include "cli/common.hpp"
 #include "cli/relative_options.hpp"
 #include "cli/rope_options.hpp"
+#include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
@@ -205,6 +206,13 @@ void run_attention(AttentionCmdOptions& o) {
                                             : physical_memory();
   opt.allow_nonfinite = o.allow_nonfinite;
   if (given(o, "--precision")) opt.precision = rope_precision(o.rope_opts);
+  opt.arith = rope_arith(o.rope_opts);
+  if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {
+    throw UsageError(
+        fmt::format("--arith {}: attention reproduces hf only (rotate with posenc "
+                    "rope --arith {})",
+                    o.rope_opts.arith, o.rope_opts.arith));
+  }
 
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
 
@@ -330,6 +338,11 @@ void register_attention(CLI::App& app) {
     p->description(
         "f32 or f64: arithmetic of RoPE and attention (default: RoPE f64; attention f64 for "
         "f64 inputs, else f32)");
+  }
+  if (auto* p = sub->get_option_no_throw("--arith")) {
+    p->description(
+        "exact (default) or hf: HF transformers' eager attention (and RoPE with --rope) in "
+        "the model dtype, element operations bit for bit as torch's CPU kernels");
   }
   sub->callback([o] { run_attention(*o); });
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -45,10 +46,13 @@ std::vector<std::string> choices_of(const CLI::Option* o) {
 void collect(const CLI::App* app, const std::string& path, std::vector<Node>& nodes) {
   Node n;
   n.path = path;
+  auto add = [&n](const std::string& name) {  // once, the command's own meaning first
+    if (std::find(n.opts.begin(), n.opts.end(), name) == n.opts.end()) n.opts.push_back(name);
+  };
   for (const CLI::App* a = app; a != nullptr; a = a->get_parent()) {
     for (const CLI::Option* o : a->get_options()) {
-      for (const auto& l : o->get_lnames()) n.opts.push_back("--" + l);
-      for (const auto& s : o->get_snames()) n.opts.push_back("-" + s);
+      for (const auto& l : o->get_lnames()) add("--" + l);
+      for (const auto& s : o->get_snames()) add("-" + s);
       if (a != app) continue;
       const auto ch = choices_of(o);
       if (!ch.empty()) {

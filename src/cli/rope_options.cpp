@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 
@@ -74,8 +75,15 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
       ->group(g);
   sub->add_flag("--inverse", o.inverse, "apply the inverse rotation (R^T)")->group(g);
   sub->add_option("--precision", o.precision,
-                  "arithmetic of angles and rotation: f64 (default) or f32")
+                  "posenc's own working precision for --arith exact: f64 (default; correctly "
+                  "rounded) or f32 (faster, not any framework's bits)")
       ->check(CLI::IsMember({"f64", "f32"}))
+      ->group(g);
+  sub->add_option("--arith", o.arith,
+                  "exact (default: the correctly rounded value) or a framework's float32 "
+                  "arithmetic bit for bit: hf (HF transformers on torch CPU), meta (Meta's "
+                  "llama complex form), ggml (ggml's CPU rope)")
+      ->check(CLI::IsMember({"exact", "hf", "meta", "ggml"}))
       ->group(g);
 }
 
@@ -185,6 +193,9 @@ void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
 RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   RopeParams p;
   set_explicit(o, p, false);
+  p.arith = rope_arith(o);
+  // Meta's code only has the complex (interleaved) form.
+  if (p.arith == Arith::meta && !given(o, "--style", false)) p.style = RopeStyle::gptj;
   if (head_dim > 0) p.head_dim = head_dim;
   if (!o.hf_config.empty()) {
     std::vector<std::string> keep;
@@ -262,6 +273,17 @@ Precision rope_precision(const RopeCliOptions& o) {
   if (o.precision == "f64") return Precision::f64;
   if (o.precision == "f32") return Precision::f32;
   throw UsageError(fmt::format("--precision: expected f64 or f32, got '{}'", o.precision));
+}
+
+Arith rope_arith(const RopeCliOptions& o) {
+  const Arith a = parse_arith(o.arith);
+  if (a != Arith::exact && given(o, "--precision", false)) {
+    throw UsageError(
+        fmt::format("--precision: applies to --arith exact only (--arith {} has "
+                    "its framework's own arithmetic)",
+                    o.arith));
+  }
+  return a;
 }
 
 }  // namespace posenc::cli

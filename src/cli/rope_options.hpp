@@ -31,6 +31,7 @@ struct RopeCliOptions {
   std::string hf_config;
   bool inverse = false;
   std::string precision = "f64";
+  std::string arith = "exact";
   long long seq_len = 0;
   CLI::App* app = nullptr;  ///< to ask which options were given explicitly
 };
@@ -47,5 +48,8 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim);
 Positions rope_positions(const RopeCliOptions& o);
 
 Precision rope_precision(const RopeCliOptions& o);
+
+/// --arith, checked against --precision (which only applies to the exact arithmetic).
+Arith rope_arith(const RopeCliOptions& o);
 
 }  // namespace posenc::cli

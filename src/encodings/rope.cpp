@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -323,6 +324,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     usage(fmt::format("attention_factor: must be a positive number, got {}", f.attention_factor));
   }
   a.push_back({"attention_factor", f.attention_factor});
+  if (p.arith != Arith::exact) attach_framework(p, f);
   return f;
 }
 

@@ -14,6 +14,7 @@
 
 #include <xtensor/xadapt.hpp>
 
+#include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/rope2d.hpp"
 #include "posenc/error.hpp"
 
@@ -92,6 +93,11 @@ struct RowShape {
       c[i] *= scale;
       s[i] *= scale * sin_sign;
     }
+    values(c, s, part, out);
+  }
+
+  // The row's cos and sin (scaled and signed) in the emitted layout.
+  void values(const double* c, const double* s, int part, double* out) const {
     switch (emit) {
       case RopeEmit::cos:
         expand(c, out);
@@ -291,6 +297,12 @@ Table rope_table(const RopeTableRequest& r) {
   RopeParams params = r.rope;
   if (params.seq_len == 0) params.seq_len = max_pos + 1;
   const RopeFreqs f = compute_rope_freqs(params);
+  const std::shared_ptr<const FrameworkRope> fw = f.framework;
+  if (fw && fw->arith == Arith::ggml && r.emit == RopeEmit::inv_freq) {
+    throw UsageError(
+        "emit inv-freq: ggml forms each angle by repeated multiplication, without a "
+        "frequency vector; emit angles, cos or sin");
+  }
 
   Attrs attrs{{"kind", std::string("rope")}, {"emit", rope_emit_name(r.emit)}};
   for (const auto& a : f.attrs) attrs.push_back(a);
@@ -327,15 +339,29 @@ Table rope_table(const RopeTableRequest& r) {
   // Angles are positions ⊗ frequencies: one row of the outer product per line.
   auto inv = std::make_shared<xt::xtensor<double, 1>>(xt::adapt(f.inv_freq));
   auto inv32 = std::make_shared<xt::xtensor<float, 1>>(xt::cast<float>(*inv));
-  t.spec.line = [inv, inv32, ids, rs, rows, start, f32](std::size_t line, double* out) {
+  t.spec.line = [inv, inv32, ids, rs, rows, start, f32, fw](std::size_t line, double* out) {
     const int part = static_cast<int>(line / rows);
     const std::size_t row = line % rows;
     const std::int64_t p = ids->empty() ? start + static_cast<std::int64_t>(row) : (*ids)[row];
+    if (fw) {
+      // Framework arithmetic: the framework's own float32 angles, cos and sin.
+      std::vector<float> fa(rs.pairs), fc(rs.pairs), fs(rs.pairs);
+      framework_rope_row(*fw, p, rs.sin_sign < 0, fa.data(), fc.data(), fs.data());
+      if (rs.emit == RopeEmit::angles) {
+        std::vector<double> a(fa.begin(), fa.end());
+        rs.line(a.data(), part, out);
+      } else {
+        std::vector<double> c(fc.begin(), fc.end()), s(fs.begin(), fs.end());
+        rs.values(c.data(), s.data(), part, out);
+      }
+      return;
+    }
     Scratch buf(rs.pairs);
     auto angle = xt::adapt(buf.get(), rs.pairs, xt::no_ownership(),
                            std::array<std::size_t, 1>{rs.pairs});
     if (f32) {
-      // HF's float32 angle formation: fp32(position) * fp32(inv_freq), rounded to fp32.
+      // fp32(position) * fp32(correctly rounded inv_freq), rounded to fp32 (a
+      // framework's own frequencies differ in the last bits: see Arith).
       angle = xt::cast<double>(static_cast<float>(p) * *inv32);
     } else {
       angle = static_cast<double>(p) * *inv;

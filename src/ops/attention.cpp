@@ -17,11 +17,12 @@
 #include <thread>
 #include <type_traits>
 
+#include "ops/attention_hf.hpp"
+#include "ops/axis_strides.hpp"
+#include "ops/blas_threads.hpp"
+#include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
 
-// OpenBLAS's thread control (its cblas.h clashes with the one xtensor-blas brings).
-extern "C" int openblas_get_num_threads(void);
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace posenc {
 
@@ -108,32 +109,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // ---------------------------------------------------------------------------------
 // Shapes
 
-struct Strides {
-  std::ptrdiff_t b = 0, h = 0, s = 0, d = 0;
-};
-
-// Element strides of a C-ordered tensor by axis letter; absent letters get 0.
+using Strides = AxisStrides;
 Strides strides_of(const Shape& shape, const std::string& axes) {
-  Strides st;
-  std::ptrdiff_t stride = 1;
-  for (std::size_t i = axes.size(); i-- > 0;) {
-    switch (axes[i]) {
-      case 'b':
-        st.b = stride;
-        break;
-      case 'h':
-        st.h = stride;
-        break;
-      case 's':
-        st.s = stride;
-        break;
-      case 'd':
-        st.d = stride;
-        break;
-    }
-    stride *= static_cast<std::ptrdiff_t>(shape[i]);
-  }
-  return st;
+  return axis_strides(shape, axes);
 }
 
 std::size_t axis_size(const Shape& shape, const std::string& axes, char c) {
@@ -491,20 +469,6 @@ void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, co
     with_b(matrix(a, m, k, lda));
   }
 }
-
-// OpenBLAS is told to use one thread while attention runs and restored afterwards:
-// each BLAS call then rounds the same way whichever OpenMP thread makes it and however
-// many there are (OpenBLAS 0.3.21 sgemm with 1 and 2 threads differs in the last bit).
-class OneBlasThread {
- public:
-  OneBlasThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
-  ~OneBlasThread() { openblas_set_num_threads(saved_); }
-  OneBlasThread(const OneBlasThread&) = delete;
-  OneBlasThread& operator=(const OneBlasThread&) = delete;
-
- private:
-  int saved_;
-};
 
 // ---------------------------------------------------------------------------------
 // exp
@@ -1080,6 +1044,23 @@ std::string alibi_name(AlibiVariant v) {
   return "?";
 }
 
+// --arith: the framework's own attention (attention_hf.cpp).
+AttentionResult run_framework(const Tensor& q, const Tensor& k, const Tensor* v, const Geometry& g,
+                              const AttentionOptions& opt) {
+  if (opt.arith != Arith::hf) {
+    throw UsageError(
+        fmt::format("--arith {}: only hf and exact compute attention", arith_name(opt.arith)));
+  }
+  attention_detail::HfShape h;
+  h.axes = g.axes;
+  h.b = g.b, h.hq = g.hq, h.hk = g.hk, h.sq = g.sq, h.sk = g.sk, h.d = g.d, h.dv = g.dv;
+  h.emit_logits = g.emit_logits, h.emit_probs = g.emit_probs, h.emit_output = g.emit_output;
+  h.emit_lse = g.emit_lse;
+  h.logits_shape = g.logits_shape();
+  h.out = g.out;
+  return attention_detail::attention_hf(q, k, v, opt, h);
+}
+
 }  // namespace
 
 std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k, const Shape* v,
@@ -1109,8 +1090,9 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
                                  bytes_str(opt.max_memory)));
   }
   if (!opt.allow_nonfinite) require_finite(q, k, v, opt);
-  AttentionResult res =
-      g.compute == DType::f64 ? run<double>(q, k, v, g, opt) : run<float>(q, k, v, g, opt);
+  AttentionResult res = opt.arith != Arith::exact ? run_framework(q, k, v, g, opt)
+                        : g.compute == DType::f64 ? run<double>(q, k, v, g, opt)
+                                                  : run<float>(q, k, v, g, opt);
   double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(g.d));
   Attrs& a = res.attrs;
   a.push_back({"scale", scale});
@@ -1132,7 +1114,9 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     a.push_back({"packed_sequences", static_cast<long long>(opt.cu_seqlens.size() - 1)});
   }
   a.push_back({"masked_rows", std::string(opt.masked_rows == MaskedRows::zero ? "zero" : "nan")});
-  a.push_back({"precision", std::string(dtype_name(g.compute))});
+  a.push_back(
+      {"precision", std::string(dtype_name(opt.arith == Arith::exact ? g.compute : q.dtype()))});
+  a.push_back({"arith", arith_name(opt.arith)});
   return res;
 }
 

@@ -84,11 +84,15 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     params.seq_len = extent;
   }
   const RopeFreqs freqs = compute_rope_freqs(params);
-  const Precision arith =
+  const Precision working =
       opt.precision.value_or(q.dtype() == DType::f64 ? Precision::f64 : Precision::f32);
-  const DType compute = arith == Precision::f64 ? DType::f64 : DType::f32;
+  DType compute = working == Precision::f64 ? DType::f64 : DType::f32;
   if (!opt.dtype) opt.dtype = q.dtype();
-  opt.precision = arith;
+  if (opt.arith == Arith::exact) {
+    opt.precision = working;
+  } else {
+    compute = q.dtype();  // a framework rotates in the model dtype
+  }
   opt.axes = axes.letters;
   auto [qr, kr] = rope_for_attention(q, k, axes, freqs, pos, rope.apply, compute);
   return attention(qr, kr, v, opt);

@@ -11,7 +11,9 @@
 
 #include <fmt/core.h>
 
+#include "ops/rope_framework.hpp"
 #include "ops/rope_kernel.hpp"
+#include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -112,6 +114,9 @@ struct RopeApplier::Impl {
   bool inverse = false, allow_nonfinite = false;
   double af = 1.0;
   rope_detail::KernelFn kernel = nullptr;
+  // --arith hf|meta|ggml: the framework's float32 table rows and rotation instead.
+  std::shared_ptr<const FrameworkRope> fw;
+  std::size_t H = 1;
 
   // The table of the previous slab, reused when the next one needs the same rows.
   bool have_key = false;
@@ -137,6 +142,8 @@ struct RopeApplier::Impl {
   }
 
   void set_positions(const Positions& pos, const RopeApplyOptions& opt);
+  void use_framework(const RopeFreqs& f, DType in_dtype, const RopeApplyOptions& opt);
+  bool run_framework(const rope_detail::KernelArgs& a, const Range& r, const char* roles) const;
   void build_table(const Range& r);
   template <class W>
   void fill_table(std::vector<W>& t, std::size_t rows, const Range& r, bool dense,
@@ -243,6 +250,48 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
   }
 }
 
+// --arith hf|meta|ggml: float32 table rows from the framework and its own rotation, in
+// the framework's storage type (the input's) before the output conversion.
+void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype,
+                                      const RopeApplyOptions& opt) {
+  fw = f.framework;
+  const std::string mode = "--arith " + arith_name(fw->arith);
+  if (opt.grid_h > 0 || opt.grid_w > 0 || !opt.mrope_section.empty()) {
+    throw UsageError(mode + ": 2-D RoPE and M-RoPE sections are computed exactly only");
+  }
+  const bool ggml = fw->arith == Arith::ggml;
+  if (!is_float(in_dtype) || (ggml && in_dtype != DType::f32 && in_dtype != DType::f16)) {
+    throw InputError(fmt::format("{}: {} takes {} tensors, not {}", what, mode,
+                                 ggml ? "f32 or f16" : "float", dtype_name(in_dtype)));
+  }
+  if (ggml && !tokpos.empty() &&
+      *std::max_element(tokpos.begin(), tokpos.end()) > std::numeric_limits<std::int32_t>::max()) {
+    throw InputError(fmt::format("{}: {}: positions above {} do not fit ggml's int32 positions",
+                                 what, mode, std::numeric_limits<std::int32_t>::max()));
+  }
+  prec = Precision::f32;
+}
+
+bool RopeApplier::Impl::run_framework(const rope_detail::KernelArgs& a, const Range& r,
+                                      const char* roles) const {
+  rope_detail::FrameworkKernelArgs fa;
+  fa.k = &a;
+  fa.f = fw.get();
+  fa.in = kin;
+  fa.out = out;
+  // Meta's complex multiply loops over [b, s, h, R/2] (the first R dims as a contiguous
+  // tensor): with one head torch runs one inner loop over all of s.
+  const bool whole_s = H == 1;
+  fa.meta_row = whole_s ? S * half : half;
+  if (whole_s) {
+    for (int i = 0; i < 3; ++i) {
+      if (roles[i] == 's') fa.meta_s_axis = i;
+    }
+    fa.meta_s0 = r.s0;
+  }
+  return rope_detail::run_framework_kernel(fa);
+}
+
 template <class W>
 void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Range& r,
                                    bool dense, std::int64_t pmin) {
@@ -263,6 +312,13 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
     }
     W* c = t.data() + u * R;
     W* s = c + half;
+    if constexpr (std::is_same_v<W, float>) {
+      if (fw) {
+        std::vector<float> angle(half);
+        framework_rope_row(*fw, dense ? pmin + row : tp[0], inverse, angle.data(), c, s);
+        continue;
+      }
+    }
     for (std::size_t j = 0; j < half; ++j) {
       const std::int64_t p = dense ? pmin + row : tp[pair_comp[j]];
       if constexpr (std::is_same_v<W, double>) {
@@ -435,6 +491,11 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
     }
   }
   m.set_positions(pos, opt);
+  m.H = size_of('h');
+  if (f.framework) {
+    m.use_framework(f, in_dtype, opt);
+    return;
+  }
   m.kernel = rope_detail::find_kernel(m.kin, m.out, m.prec, f.style);
   if (m.kernel == nullptr) {
     throw UsageError(fmt::format("{}: no RoPE kernel for {} -> {}", m.what, dtype_name(m.kin),
@@ -544,7 +605,7 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
   }
   // Past the size of a large last-level cache the output is written around the cache.
   a.stream = elems * dtype_size(m.out) >= (std::size_t{32} << 20);
-  const bool bad = m.kernel(a);
+  const bool bad = m.fw ? m.run_framework(a, r, role) : m.kernel(a);
   if (bad && !m.allow_nonfinite) {
     throw InputError(fmt::format("{}: input contains NaN or Inf (use allow_nonfinite to "
                                  "rotate it anyway)",

@@ -56,9 +56,13 @@ class OtherShells(PosencTestCase):
         self.assertEqual(fish.returncode, 0, fish.stderr)
         z, f = zsh.stdout.decode(), fish.stdout.decode()
         self.assertTrue(z.startswith("#compdef posenc"))
-        self.assertIn("'/table') subs=(sinusoidal rope rope2d alibi relative t5-bucket)", z)
+        self.assertIn("'/table') subs=(sinusoidal rope rope2d alibi relative t5-bucket", z)
         self.assertIn("'/table/rope:--layout') compadd -- full half", z)
-        self.assertIn("-f -a 'table rope attention inspect compare convert completion'", f)
+        self.assertRegex(f, r"-f -a 'table rope attention .*inspect compare convert completion'")
+        # Each option once per command.
+        attention = z[z.index("'/attention') subs=()"):].splitlines()[0]
+        names = attention.split("opts=(")[1].rstrip(") ;").split()
+        self.assertEqual(len(names), len(set(names)))
         self.assertIn("-l layout -x -a 'full half'", f)
         for shell, text in (("zsh", z), ("fish", f)):
             if shutil.which(shell):

@@ -78,3 +78,50 @@ def run_measured(*args):
         p = subprocess.run(["/usr/bin/time", "-q", "-f", "%M", "-o", rss.name, BIN,
                             *map(str, args)], capture_output=True)
         return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace"), int(rss.read())
+
+
+# --- bit-exact tensors in f32, f16 and bf16 (for the --arith references) -------------
+
+def save_torch(case, name, t):
+    """Writes torch tensor t (float32, float16 or bfloat16) for posenc and returns its
+    reference: NPY for f32/f16; for bf16 an HDF5 bfloat16 dataset written by
+    `posenc convert` from the exactly representable float32 values."""
+    import torch
+    if t.dtype == torch.bfloat16:
+        np.save(case.path(name + ".npy"), t.float().numpy())
+        case.run_ok("convert", case.path(name + ".npy"), "-o", case.path(name + ".h5") + ":/x",
+                    "--dtype", "bf16")
+        return case.path(name + ".h5") + ":/x"
+    np.save(case.path(name + ".npy"), t.numpy())
+    return case.path(name + ".npy")
+
+
+def out_ref(case, name, dtype):
+    """An output reference of posenc for `dtype` (bf16 goes to HDF5)."""
+    import torch
+    if dtype == torch.bfloat16:
+        return case.path(name + ".h5") + ":/y"
+    return case.path(name + ".npy")
+
+
+def load_torch(ref, dtype):
+    """Reads posenc's output `ref` (from out_ref) back as a torch tensor of `dtype`,
+    bit for bit. An HDF5 reference is read as float32 (exact for f32, bf16 and f16
+    values) and converted to `dtype`."""
+    import h5py
+    import torch
+    if ".h5:" in ref:
+        # HDF5 converts bfloat16 to float32 exactly; float32 -> bfloat16 is then exact.
+        path, name = ref.rsplit(":", 1)
+        with h5py.File(path, "r") as f:
+            values = f[name].astype(np.float32)[...]
+        return torch.from_numpy(values).to(dtype)
+    return torch.from_numpy(np.load(ref))
+
+
+def bit_mismatches(a, b):
+    """Number of elements whose bits differ (a, b torch tensors of one dtype)."""
+    import torch
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+    view = {torch.float32: torch.int32, torch.float64: torch.int64}.get(a.dtype, torch.int16)
+    return int((a.contiguous().view(view) != b.contiguous().view(view)).sum())

@@ -7,6 +7,7 @@
 /// rotation of tensors (`posenc rope`, `posenc attention --rope`) both use it.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,11 @@ enum class RopeStyle { neox, gptj };
 /// `proportional` is HF v5's Gemma-4 type: the rotation spans the whole head, with
 /// int(partial * D) / 2 frequencies 1 / base^(2j / D) and zeros after them.
 enum class RopeScaling { none, linear, dynamic, yarn, longrope, llama3, proportional };
+
+/// Whose arithmetic the numbers follow: the correctly rounded value (exact) or one
+/// framework's float32 operation sequence, bit for bit (see posenc/encodings/arith.hpp).
+enum class Arith { exact, hf, meta, ggml };
+struct FrameworkRope;
 
 RopeStyle parse_rope_style(const std::string& s);      ///< neox|half|gptj|interleaved
 RopeScaling parse_rope_scaling(const std::string& s);  ///< none|default|linear|...|proportional
@@ -49,6 +55,7 @@ struct RopeParams {
   /// longrope picks long_factor when seq_len > L0. 0 = not known (taken from the
   /// positions by the caller).
   std::int64_t seq_len = 0;
+  Arith arith = Arith::exact;  ///< framework arithmetic (see arith.hpp)
 };
 
 /// A reduced RoPE variant: everything the rotation needs.
@@ -59,6 +66,9 @@ struct RopeFreqs {
   std::vector<double> inv_freq;   ///< rotary_dim / 2 entries, float64
   double attention_factor = 1.0;  ///< multiplies cos and sin (HF attention_scaling)
   Attrs attrs;                    ///< the parameters used, for recording with outputs
+  /// Set when the parameters asked for a framework's arithmetic (RopeParams::arith);
+  /// inv_freq then holds that framework's float32 frequencies where it has them.
+  std::shared_ptr<const FrameworkRope> framework;
 };
 
 /// HF's default inverse frequencies 1 / base^(2i / dim) for i < dim / 2, in float64.

@@ -78,8 +78,8 @@ struct RopeTableRequest {
   RopeEmit emit = RopeEmit::cos_sin;
   bool half = false;     ///< lines of R/2 (one per frequency, flash-attn) instead of R
   bool inverse = false;  ///< sin (and angles) negated: the table of R^T
-  /// f32: HF's float32 angle formation, fp32(position) * fp32(inv_freq) rounded to
-  /// fp32; cos/sin then evaluated exactly on those angles.
+  /// f32: float32 angles fp32(position) * fp32(inv_freq) rounded to fp32; cos/sin then
+  /// evaluated exactly on those angles. (A framework's bits: `rope.arith`.)
   Precision precision = Precision::f64;
 };
 /// inv_freq [R/2]; angles, cos, sin [N, W]; cos_sin [2, N, W]; cos_sin_cache [N, R]

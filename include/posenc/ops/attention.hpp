@@ -111,6 +111,10 @@ struct AttentionOptions {
   /// Type of logits, probs and output; unset = Q's dtype. lse is f64 when computing in
   /// f64, f32 otherwise.
   std::optional<DType> dtype;
+  /// exact: posenc's arithmetic above; hf: HF transformers' eager attention in Q's
+  /// dtype, element operation by element operation as torch's CPU kernels (see the man
+  /// page, section Arithmetic). Other values are a UsageError.
+  Arith arith = Arith::exact;
   /// Fail with InputError before allocating when the outputs and working memory would
   /// need more bytes than this (0 = no limit).
   std::size_t max_memory = 0;

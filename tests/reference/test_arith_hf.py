@@ -1,0 +1,281 @@
+"""`--arith hf` against HF transformers' own code path run in Debian's torch on the CPU
+(tests/lib/framework_rope_ref.py: the v5 RoPE init functions, LlamaRotaryEmbedding with
+dynamic_rope_update, apply_rotary_pos_emb, eager_attention_forward).
+
+Tolerance: 0 ulp, every bit, for the frequencies, angles, cos/sin tables, the rotated
+tensors (f32, bf16, f16, f64; both pair layouts; partial rotary; positions up to 131071) and
+eager attention, matmuls included, for f32 (OpenBLAS sgemm as torch calls it) and for
+bf16 products below 400 multiply-adds (torch's own loop). The one exception is a larger
+bf16 matmul, which torch hands to oneDNN: posenc forms the float64 product rounded once
+to bf16, the attention test replaces those (only those) by that product, and a
+separate test bounds the difference from torch's own: |delta logits| <= 2^-8 * scale *
+sum_i |q_i k_i|, in under 0.2 % of the elements of each output.
+"""
+import json
+import os
+import unittest
+
+import numpy as np
+import torch
+
+import framework_rope_ref as ref
+from posenc_testlib import (PosencTestCase, bit_mismatches, load_torch, out_ref, run,
+                            save_torch)
+
+ref.set_threads()
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+
+RNG = np.random.default_rng(12)
+LONG_FACTOR = [float(v) for v in np.round(RNG.uniform(1.0, 30.0, 48), 4)]
+SHORT_FACTOR = [float(v) for v in np.round(RNG.uniform(1.0, 1.2, 48), 4)]
+
+# name, head dim, posenc options, HF rope_parameters, max_position_embeddings
+CASES = [
+    ("default", 128, [], {"rope_type": "default", "rope_theta": 10000.0}, 4096),
+    ("llama3.1", 128,
+     ["--base", "500000", "--scaling", "llama3", "--factor", "8", "--original-max-pos", "8192",
+      "--low-freq-factor", "1", "--high-freq-factor", "4"],
+     {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, 131072),
+    ("linear-partial", 80, ["--scaling", "linear", "--factor", "4", "--partial", "0.4"],
+     {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0, "partial_rotary_factor": 0.4},
+     4096),
+    ("dynamic", 96, ["--scaling", "dynamic", "--factor", "2", "--max-pos", "4096"],
+     {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, 4096),
+    ("yarn-qwen2.5", 128,
+     ["--base", "1000000", "--scaling", "yarn", "--factor", "4", "--original-max-pos", "32768"],
+     {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+      "original_max_position_embeddings": 32768}, 131072),
+    ("yarn-deepseek", 64,
+     ["--scaling", "yarn", "--factor", "40", "--original-max-pos", "4096", "--mscale", "0.707",
+      "--mscale-all-dim", "1", "--beta-fast", "32", "--beta-slow", "1", "--no-truncate"],
+     {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 0.707,
+      "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+      "original_max_position_embeddings": 4096}, 163840),
+    ("longrope-phi3", 96,
+     ["--scaling", "longrope", "--original-max-pos", "4096", "--max-pos", "131072",
+      "--short-factor", ",".join(map(str, SHORT_FACTOR)),
+      "--long-factor", ",".join(map(str, LONG_FACTOR))],
+     {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": SHORT_FACTOR,
+      "long_factor": LONG_FACTOR, "original_max_position_embeddings": 4096}, 131072),
+    ("proportional-gemma4", 256,
+     ["--base", "1000000", "--scaling", "proportional", "--partial", "0.25", "--factor", "8"],
+     {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25,
+      "factor": 8.0}, 131072),
+]
+
+
+def positions(n, top):
+    """n sorted distinct positions in [0, top], ending at top."""
+    p = np.sort(RNG.choice(top, size=n - 1, replace=False))
+    return np.append(p, top).astype(np.int64)
+
+
+def hf_tables(case, pos, dtype):
+    """HF's cos, sin (in `dtype`) and freqs for position_ids `pos` [s]."""
+    _, d, _, params, max_pos = case
+    rotary = ref.RotaryEmbedding(ref.Config(d, dict(params), max_pos))
+    pid = torch.from_numpy(pos)[None, :]
+    cos, sin = rotary.forward(torch.zeros(1, dtype=dtype), pid)
+    freqs = (rotary.inv_freq[None, :, None].float() @ pid[:, None, :].float()).transpose(1, 2)
+    return cos[0], sin[0], freqs[0], rotary.inv_freq
+
+
+class HfRope(PosencTestCase):
+    def rope(self, case, x, pos, style="neox", extra=()):
+        name, _, args, _, _ = case
+        ids = self.path("ids.npy")
+        np.save(ids, pos)
+        src = save_torch(self, "x", x)
+        out = out_ref(self, "y", x.dtype)
+        self.run_ok("rope", src, "-o", out, "--arith", "hf", "--style", style, "--position-ids",
+                    ids, *args, *extra)
+        return load_torch(out, x.dtype)
+
+    def check_case(self, case, pos, styles=("neox",)):
+        d = case[1]
+        for dtype in DTYPES:
+            x = (torch.randn(1, 3, len(pos), d, generator=torch.Generator().manual_seed(7)) * 4).to(dtype)
+            cos, sin, _, _ = hf_tables(case, pos, dtype)
+            for style in styles:
+                with self.subTest(case=case[0], dtype=str(dtype), style=style, top=int(pos[-1])):
+                    apply = ref.apply_rotary_pos_emb if style == "neox" else ref.apply_rotary_pos_emb_interleaved
+                    expected = apply(x, cos[None], sin[None])
+                    got = self.rope(case, x, pos, style)
+                    self.assertEqual(bit_mismatches(got, expected), 0)
+
+    def test_every_scaling_long_positions(self):
+        for case in CASES:
+            self.check_case(case, positions(300, 131071))
+
+    def test_short_sequences(self):
+        # Below max_position_embeddings dynamic NTK keeps its init frequencies; below L0
+        # longrope uses the short factors.
+        for case in CASES:
+            if case[0] in ("dynamic", "longrope-phi3"):
+                self.check_case(case, positions(200, 3000))
+
+    def test_interleaved_form(self):
+        for case in (CASES[1], CASES[2], CASES[5]):
+            self.check_case(case, positions(150, 131071), styles=("gptj",))
+
+    def test_kv_cache_start(self):
+        case = CASES[1]
+        x = (torch.randn(1, 2, 64, 128, generator=torch.Generator().manual_seed(3)) * 2).to(torch.bfloat16)
+        start = 131071 - 63
+        cos, sin, _, _ = hf_tables(case, np.arange(start, start + 64), torch.bfloat16)
+        src = save_torch(self, "x", x)
+        out = out_ref(self, "y", x.dtype)
+        self.run_ok("rope", src, "-o", out, "--arith", "hf", "--start", str(start), *case[2])
+        self.assertEqual(bit_mismatches(load_torch(out, x.dtype),
+                                        ref.apply_rotary_pos_emb(x, cos[None], sin[None])), 0)
+
+
+class HfTables(PosencTestCase):
+    def table(self, case, emit, pos):
+        ids = self.path("ids.npy")
+        np.save(ids, pos)
+        out = self.path("t.npy")
+        self.run_ok("table", "rope", "--dim", str(case[1]), "--arith", "hf", "--position-ids", ids,
+                    "--emit", emit, "--dtype", "f32", "-o", out, *case[2])
+        return torch.from_numpy(np.load(out))
+
+    def test_tables_bit_for_bit(self):
+        pos = positions(500, 131071)
+        for case in CASES:
+            cos, sin, freqs, inv = hf_tables(case, pos, torch.float32)
+            with self.subTest(case=case[0]):
+                self.assertEqual(bit_mismatches(self.table(case, "inv-freq", pos), inv.float()), 0)
+                half = freqs.shape[-1]
+                self.assertEqual(bit_mismatches(self.table(case, "angles", pos)[:, :half], freqs), 0)
+                got = self.table(case, "cos-sin", pos)
+                self.assertEqual(bit_mismatches(got[0], cos), 0)
+                self.assertEqual(bit_mismatches(got[1], sin), 0)
+
+    def test_bf16_table_is_hfs_cast(self):
+        case = CASES[1]
+        pos = positions(100, 131071)
+        cos, _, _, _ = hf_tables(case, pos, torch.bfloat16)
+        ids = self.path("ids.npy")
+        np.save(ids, pos)
+        out = self.path("t.h5") + ":/y"
+        self.run_ok("table", "rope", "--dim", "128", "--arith", "hf", "--position-ids", ids,
+                    "--emit", "cos", "--dtype", "bf16", "-o", out, *case[2])
+        self.assertEqual(bit_mismatches(load_torch(out, torch.bfloat16), cos), 0)
+
+
+def round_once(x64, dtype):
+    """float64 -> dtype with one rounding (torch's double -> bf16 goes through float)."""
+    if dtype == torch.bfloat16:
+        m, e = np.frexp(x64.numpy())
+        return torch.from_numpy(np.ldexp(np.rint(np.ldexp(m, 8)), e - 8)).to(torch.bfloat16)
+    return x64.to(dtype)
+
+
+def hf_matmul(a, b):
+    """torch.matmul, except that a bf16 product of 400 multiply-adds or more (torch: oneDNN,
+    float32 sums in its own order) is the float64 product rounded once, as posenc forms it."""
+    if a.dtype == torch.bfloat16 and a.shape[-2] * a.shape[-1] * b.shape[-1] >= 400:
+        return round_once(a.double() @ b.double(), a.dtype)
+    return torch.matmul(a, b)
+
+
+class HfAttention(PosencTestCase):
+    SHAPES = [(2, 4, 2, 37, 53, 64), (1, 2, 1, 5, 300, 96), (1, 4, 4, 64, 64, 128), (1, 2, 1, 3, 5, 16)]
+
+    def run_attention(self, q, k, v, *extra):
+        refs = [save_torch(self, n, t) for n, t in (("q", q), ("k", k), ("v", v))]
+        out = self.path("o.h5")
+        self.run_ok("attention", "-q", refs[0], "-k", refs[1], "-v", refs[2], "--arith", "hf",
+                    "--emit", "logits,probs,output", "-o", out, *extra)
+        return [load_torch(f"{out}:/{n}", q.dtype)
+                for n in ("logits", "probs", "output")]
+
+    def inputs(self, shape, dtype, seed):
+        b, hq, hk, sq, sk, d = shape
+        g = torch.Generator().manual_seed(seed)
+        return [(torch.randn(*s, generator=g) * 1.5).to(dtype)
+                for s in ((b, hq, sq, d), (b, hk, sk, d), (b, hk, sk, d))]
+
+    def causal_padded_mask(self, shape, lengths, dtype):
+        b, _, _, sq, sk, _ = shape
+        i = torch.arange(sq)[:, None] + (sk - sq)
+        j = torch.arange(sk)[None, :]
+        allowed = (j <= i)[None, None] & (j[None, None] < torch.tensor(lengths)[:, None, None, None])
+        return ref.eager_mask(allowed, dtype)
+
+    def test_elementwise_steps_bit_for_bit(self):
+        for shape in self.SHAPES:
+            for dtype in (torch.float32, torch.bfloat16):
+                q, k, v = self.inputs(shape, dtype, 5)
+                lengths = [shape[4] - 3 * n for n in range(shape[0])]
+                klen = self.path("klen.npy")
+                np.save(klen, np.array(lengths, np.int64))
+                with self.subTest(shape=shape, dtype=str(dtype)):
+                    got = self.run_attention(q, k, v, "--causal", "--key-lengths", klen)
+                    want = ref.eager_attention_forward(
+                        q, k, v, self.causal_padded_mask(shape, lengths, dtype), shape[5] ** -0.5,
+                        shape[1] // shape[2], matmul=hf_matmul)
+                    for name, g, w in zip(("logits", "probs", "output"), got, want):
+                        self.assertEqual(bit_mismatches(g.to(dtype), w), 0, name)
+
+    def test_with_rope(self):
+        case = CASES[1]
+        shape = (1, 4, 2, 16, 40, 128)
+        q, k, v = self.inputs(shape, torch.bfloat16, 9)
+        start = 131072 - 40
+        cos, sin, _, _ = hf_tables(case, np.arange(start, start + 40), torch.bfloat16)
+        qr = ref.apply_rotary_pos_emb(q, cos[None, -16:], sin[None, -16:])
+        kr = ref.apply_rotary_pos_emb(k, cos[None], sin[None])
+        got = self.run_attention(q, k, v, "--rope", "--start", str(start), "--causal", *case[2])
+        allowed = torch.arange(40)[None, :] <= torch.arange(16)[:, None] + 24
+        want = ref.eager_attention_forward(qr, kr, v, ref.eager_mask(allowed[None, None], q.dtype),
+                                           128 ** -0.5, 2, matmul=hf_matmul)
+        for name, g, w in zip(("logits", "probs", "output"), got, want):
+            self.assertEqual(bit_mismatches(g, w), 0, name)
+
+    def test_bf16_matmul_bound_against_torch(self):
+        # torch's oneDNN bf16 matmul against posenc's once-rounded float64 product.
+        for shape in self.SHAPES + [(1, 4, 4, 16, 2048, 128)]:
+            q, k, v = self.inputs(shape, torch.bfloat16, 11)
+            got = self.run_attention(q, k, v)
+            want = ref.eager_attention_forward(q, k, v, None, shape[5] ** -0.5, shape[1] // shape[2])
+            g, w = got[0].double(), want[0].double()
+            kk = ref.repeat_kv(k, shape[1] // shape[2]).double()
+            mag = (q.double().abs() @ kk.abs().transpose(2, 3)) * shape[5] ** -0.5
+            with self.subTest(shape=shape):
+                self.assertTrue(bool((torch.abs(g - w) <= 2.0 ** -8 * mag).all()))
+                for a, b in zip(got, want):
+                    self.assertLess(bit_mismatches(a, b), 2e-3 * a.numel())
+
+
+class HfErrors(PosencTestCase):
+    def test_bad_combinations(self):
+        x = self.path("x.npy")
+        np.save(x, np.ones((4, 8), np.float32))
+        self.assert_fails(2, "rope", x, "-o", self.path("y.npy"), "--arith", "hf", "--precision",
+                          "f32", match="--precision")
+        self.assert_fails(2, "rope", x, "-o", self.path("y.npy"), "--arith", "fast",
+                          match="--arith")
+        np.save(self.path("i.npy"), np.ones((4, 8), np.int32))
+        self.assert_fails(3, "rope", self.path("i.npy"), "-o", self.path("y.npy"), "--arith", "hf",
+                          match="float")
+        self.assert_fails(2, "rope", x, "-o", self.path("y.npy"), "--arith", "hf", "--rope2d",
+                          "2", "2", match="exactly")
+        q = self.path("q.npy")
+        np.save(q, np.ones((1, 2, 4, 8), np.float32))
+        self.assert_fails(2, "attention", "-q", q, "-k", q, "-v", q, "-o", self.path("o.h5"),
+                          "--arith", "hf", "--alibi", match="alibi")
+        self.assert_fails(2, "attention", "-q", q, "-k", q, "-o", self.path("o.h5"),
+                          "--arith", "hf", "--emit", "lse", match="lse")
+        self.assert_fails(2, "attention", "-q", q, "-k", q, "-o", self.path("o.h5"),
+                          "--arith", "ggml", match="hf only")
+        np.save(self.path("k16.npy"), np.ones((1, 2, 4, 8), np.float16))
+        self.assert_fails(3, "attention", "-q", q, "-k", self.path("k16.npy"), "-o",
+                          self.path("o.h5"), "--arith", "hf", match="dtype")
+        self.assertEqual(os.listdir(self.tmp).count("y.npy"), 0)
+        self.assertEqual(os.listdir(self.tmp).count("o.h5"), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
