@@ -36,10 +36,46 @@ double yarn_mscale(double scale, double m = 1.0) {
   return 0.1 * m * std::log(scale) + 1.0;
 }
 
+double yarn_beta(const std::optional<double>& v, double fallback, const char* name) {
+  if (!v || *v == 0.0) return fallback;
+  if (!(*v > 0.0) || !std::isfinite(*v)) {
+    usage(fmt::format("{}: must be a positive number (0 means {}), got {}", name, fallback, *v));
+  }
+  return *v;
+}
+
 std::int64_t require_l0(const RopeParams& p, const char* scaling) {
   if (p.original_max_pos) return *p.original_max_pos;
   if (p.max_pos) return *p.max_pos;
   usage(fmt::format("scaling {}: needs original_max_pos (or max_pos)", scaling));
+}
+
+// Where the rotation sits in a head and which position feeds each pair.
+void set_layout(const RopeParams& p, RopeFreqs& f) {
+  Attrs& a = f.attrs;
+  if (p.rotary_last) {
+    if (p.scaling == RopeScaling::proportional) {
+      usage("rotary_last: cannot be combined with scaling proportional");
+    }
+    f.rotary_offset = f.head_dim - f.rotary_dim;
+    a.push_back({"rotary_offset", static_cast<long long>(f.rotary_offset)});
+  }
+  if (p.rope_interleave) {
+    if (p.style != RopeStyle::neox) {
+      usage(
+          "rope_interleave: takes interleaved input pairs to the neox order; use it with "
+          "style neox");
+    }
+    f.rope_interleave = true;
+    a.push_back({"rope_interleave", 1LL});
+  }
+  if (!p.mrope_section.empty()) {
+    f.mrope_section = p.mrope_section;
+    f.mrope_interleaved = p.mrope_interleaved;
+    std::vector<double> sec(p.mrope_section.begin(), p.mrope_section.end());
+    a.push_back({"mrope_section", sec});
+    a.push_back({"mrope_interleaved", static_cast<long long>(p.mrope_interleaved ? 1 : 0)});
+  }
 }
 
 }  // namespace
@@ -83,6 +119,38 @@ std::string rope_scaling_name(RopeScaling s) {
       return "proportional";
   }
   return "?";
+}
+
+std::vector<int> mrope_components(const std::vector<int>& sections, bool interleaved,
+                                  std::size_t pairs) {
+  if (sections.size() != 3) {
+    usage(fmt::format("mrope_section: expected three sections t,h,w (got {})", sections.size()));
+  }
+  std::size_t sum = 0;
+  for (int v : sections) {
+    if (v < 0) usage("mrope_section: sections must be >= 0");
+    sum += static_cast<std::size_t>(v);
+  }
+  if (sum != pairs) {
+    usage(
+        fmt::format("mrope_section: sections must sum to rotary_dim/2 = {} (got {})", pairs, sum));
+  }
+  std::vector<int> comp(pairs, 0);
+  if (interleaved) {
+    // Qwen3-VL apply_interleaved_mrope: T H W T H W ..., h and w only within 3 * section.
+    for (std::size_t j = 0; j < pairs; ++j) {
+      for (int c = 1; c <= 2; ++c) {
+        const auto lim = 3 * static_cast<std::size_t>(sections[static_cast<std::size_t>(c)]);
+        if (j % 3 == static_cast<std::size_t>(c) && j < lim) comp[j] = c;
+      }
+    }
+    return comp;
+  }
+  std::size_t j = 0;
+  for (int c = 0; c < 3; ++c) {
+    for (int k = 0; k < sections[static_cast<std::size_t>(c)]; ++k) comp[j++] = c;
+  }
+  return comp;
 }
 
 RopeFreqs compute_rope_freqs(const RopeParams& p) {
@@ -182,8 +250,9 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       const double s =
           factor_or_ratio("yarn", "scaling yarn: needs a factor (or max_pos and "
                                   "original_max_pos)");
-      double beta_fast = p.beta_fast.value_or(32.0);
-      double beta_slow = p.beta_slow.value_or(1.0);
+      // HF: `get("beta_fast") or 32`, so 0 and null mean the defaults.
+      const double beta_fast = yarn_beta(p.beta_fast, 32.0, "beta_fast");
+      const double beta_slow = yarn_beta(p.beta_slow, 1.0, "beta_slow");
       double att;
       if (p.attention_factor) {
         att = *p.attention_factor;
@@ -285,13 +354,13 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
 
     case RopeScaling::llama3: {
       double s = need_factor("llama3");
-      if (!p.original_max_pos) usage("scaling llama3: needs original_max_pos");
-      double l0 = static_cast<double>(*p.original_max_pos);
+      double l0 = static_cast<double>(require_l0(p, "llama3"));
       double lff = p.low_freq_factor.value_or(1.0);
       double hff = p.high_freq_factor.value_or(4.0);
-      if (!(lff > 0.0) || !(hff > 0.0) || lff == hff) {
+      // Equal factors (Llama-4: 1 and 1) leave no band to blend, as in HF.
+      if (!(lff > 0.0) || !(hff >= lff) || !std::isfinite(hff)) {
         usage(fmt::format(
-            "low_freq_factor/high_freq_factor: must be positive and different, got {} and {}",
+            "low_freq_factor/high_freq_factor: must be positive with low <= high, got {} and {}",
             lff, hff));
       }
       double low_wl = l0 / lff, high_wl = l0 / hff;
@@ -300,7 +369,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
         double wavelen = 2.0 * kPi / v;
         if (wavelen > low_wl) {
           v = v / s;
-        } else if (wavelen < high_wl) {
+        } else if (wavelen < high_wl || lff == hff) {
           // high frequencies are kept
         } else {
           double smooth = (l0 / wavelen - lff) / (hff - lff);
@@ -321,6 +390,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     usage(fmt::format("attention_factor: must be a positive number, got {}", f.attention_factor));
   }
   a.push_back({"attention_factor", f.attention_factor});
+  set_layout(p, f);
   return f;
 }
 
