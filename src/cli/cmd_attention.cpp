@@ -379,6 +379,12 @@ void register_attention(CLI::App& app) {
         "packed sequences (flash-attn varlen): boundaries [n+1]; a query attends only to "
         "keys of its own sequence, and with --rope positions restart at each one (sq = sk)");
   }
+  if (auto* p = sub->get_option_no_throw("--hf-config")) {
+    p->description(
+        "a HF config.json: scale, soft-cap, sliding window, chunking, temperature and ALiBi of "
+        "the --layer-type, its head counts and dims checked against Q, K, V, and with --rope "
+        "its RoPE (as transformers v5 reads the file); explicit options win");
+  }
   if (auto* p = sub->get_option_no_throw("--precision")) {
     p->description(
         "f32 or f64: arithmetic of RoPE and attention (default: RoPE f64; attention f64 for "
