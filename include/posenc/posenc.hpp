@@ -21,16 +21,17 @@
 #include <string>
 #include <type_traits>
 #include <utility>
-
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
 #include "posenc/tensor.hpp"

@@ -300,7 +300,8 @@ json rope_dict(const Config& c, const std::string& lt, const std::vector<std::st
   const std::string& mt = c.model_type();
   if ((mt == "gemma3_text" || mt == "gemma3") && lt == kSliding) {
     // v5 Gemma3TextConfig: sliding layers use rope_local_base_freq, unscaled.
-    return {{"rope_type", "default"}, {"rope_theta", *c.num("rope_local_base_freq")}};
+    return {{"rope_type", "default"},
+            {"rope_theta", c.num("rope_local_base_freq").value_or(10000.0)}};
   }
   if (mt.rfind("modernbert", 0) == 0) {
     const char* key = lt == kSliding ? "local_rope_theta" : "global_rope_theta";
@@ -339,10 +340,14 @@ void apply_l0(const Config& c, const json& rp, bool keyed, const std::string& ty
   auto inner = c.positive(rp, "original_max_position_embeddings");
   auto top = c.positive("original_max_position_embeddings");
   const bool scaled = type == "llama3" || type == "yarn" || type == "longrope";
+  // HF's standardize_rope_params: for a global dict the top-level value (Phi-3) wins;
+  // a dict keyed by layer type keeps its own; without one, L0 = max_position_embeddings.
   std::optional<std::int64_t> l0 = inner ? inner : top;
-  // HF's standardize_rope_params: the top-level value (Phi-3) wins for a global dict;
-  // without any, L0 = max_position_embeddings.
-  if (scaled && !keyed && top) l0 = top;
+  if (keyed) {
+    l0 = inner;
+  } else if (scaled && top) {
+    l0 = top;
+  }
   if (scaled && !l0) l0 = p.max_pos;
   if (l0) p.original_max_pos = *l0;
 }

@@ -28,11 +28,6 @@ def data(name):
 class HfConfigCase(PosencTestCase):
     rng = np.random.default_rng(11)
 
-    def npy(self, name, array):
-        path = self.path(name)
-        np.save(path, array)
-        return path
-
     def table(self, cfg, *args):
         out = self.path("t.npy")
         self.run_ok("table", "rope", "--hf-config", data(cfg), *args, "--dtype", "f64", "-o", out)

@@ -27,11 +27,6 @@ F64 = dict(rtol=1e-10, atol=1e-12)
 class Case(PosencTestCase):
     rng = np.random.default_rng(7)
 
-    def npy(self, name, array):
-        path = self.path(name)
-        np.save(path, array)
-        return path
-
     def config(self, cfg, name="config.json"):
         path = self.path(name)
         with open(path, "w") as f:
@@ -111,6 +106,19 @@ class ConfigRules(Case):
                 self.assertEqual(len(inv), 16)  # top-level partial 0.5 of 64
                 cos, sin = hf.cos_sin(inv, torch.tensor(pos), att)
                 np.testing.assert_allclose(np.load(out), np.stack([cos, sin]), err_msg=typ, **F64)
+
+    def test_keyed_rope_parameters_keep_their_own_original_max(self):
+        # Keyed by layer type (HF case 2): the top-level value does not apply.
+        yarn = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 20000.0}
+        cfg = self.config(dict(BASE, original_max_position_embeddings=2048,
+                               layer_types=["sliding_attention", "full_attention"],
+                               sliding_window=64,
+                               rope_parameters={"full_attention": yarn,
+                                                "sliding_attention": {"rope_type": "default"}}))
+        t = hf.load_text_config(cfg)
+        for lt in ("full_attention", "sliding_attention"):
+            np.testing.assert_allclose(self.inv_freq("--hf-config", cfg, "--layer-type", lt),
+                                       hf.rope_init(t, lt)[0].numpy(), rtol=1e-12, err_msg=lt)
 
     def test_llama3_without_original_max_uses_max_position_embeddings(self):
         cfg = self.config(dict(BASE, max_position_embeddings=8192, rope_scaling={
