@@ -21,12 +21,12 @@
 #include <string>
 #include <type_traits>
 #include <utility>
-
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
 #include "posenc/encodings/relative_attention.hpp"
+#include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/error.hpp"
@@ -34,6 +34,7 @@
 #include "posenc/ops/add_positions.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_relative.hpp"
+#include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
 #include "posenc/tensor.hpp"

@@ -19,10 +19,12 @@
 #include "cli/relative_options.hpp"
 #include "cli/rope_options.hpp"
 #include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
 
@@ -39,6 +41,9 @@ struct AttentionCmdOptions {
   double scale = 0;
   std::string causal;
   std::string window;
+  long long sliding_window = 0;
+  long long chunk_size = 0;
+  std::vector<double> temperature;  // SCALE FLOOR
   std::string mask;
   std::string key_lengths;
   std::string alibi;
@@ -123,6 +128,27 @@ std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
       names, emit.size(), outs.size()));
 }
 
+// --hf-config: the layer type's attention parameters, explicit options winning, and the
+// tensors checked against the config's head counts and dims.
+void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Tensor& q,
+                  const Tensor& k, const Tensor* v) {
+  const std::string& path = o.rope_opts.hf_config;
+  const HfAttentionConfig c = read_hf_attention_config(path, o.rope_opts.layer_type);
+  check_hf_attention_shapes(c, path, q.shape(), k.shape(), v ? &v->shape() : nullptr, opt.axes);
+  std::vector<std::string> keep;
+  const std::pair<const char*, const char*> kOptions[] = {{"--scale", "scale"},
+                                                          {"--sliding-window", "sliding_window"},
+                                                          {"--softcap", "softcap"},
+                                                          {"--chunk-size", "chunk_size"},
+                                                          {"--attn-temperature", "temperature"},
+                                                          {"--alibi", "alibi"}};
+  for (const auto& [option, name] : kOptions) {
+    if (given(o, option)) keep.push_back(name);
+  }
+  apply_hf_attention(c, opt, keep);
+  verbose(fmt::format("{}: layer type {}", path, c.layer_type));
+}
+
 void run_attention(AttentionCmdOptions& o) {
   // Option values first: a usage error never waits for a large read.
   if (given(o, "--scale") && !(o.scale > 0 && std::isfinite(o.scale))) {
@@ -142,7 +168,7 @@ void run_attention(AttentionCmdOptions& o) {
   if (!o.rope) {
     for (const char* name :
          {"--style", "--base", "--rotary-dim", "--partial", "--start", "--position-ids",
-          "--scaling", "--factor", "--hf-config", "--inverse"}) {
+          "--scaling", "--factor", "--inverse", "--rotary-last", "--rope-interleave"}) {
       if (given(o, name)) throw UsageError(fmt::format("{}: a ROPE OPTION needs --rope", name));
     }
   }
@@ -166,9 +192,34 @@ void run_attention(AttentionCmdOptions& o) {
       opt.window_right = parse_window_side(o.window.substr(comma + 1), o.window);
     }
   }
+  if (given(o, "--sliding-window")) {
+    if (o.sliding_window <= 0) {
+      throw UsageError(fmt::format("--sliding-window {}: must be at least 1", o.sliding_window));
+    }
+    opt.sliding_window = o.sliding_window;
+  }
+  if (given(o, "--chunk-size")) {
+    if (o.chunk_size <= 0) {
+      throw UsageError(fmt::format("--chunk-size {}: must be at least 1", o.chunk_size));
+    }
+    opt.chunk_size = o.chunk_size;
+  }
+  if (given(o, "--attn-temperature")) {
+    if (!std::isfinite(o.temperature[0]) || !(o.temperature[1] > 0)) {
+      throw UsageError("--attn-temperature: expected SCALE FLOOR, a number and a positive floor");
+    }
+    opt.temperature_scale = o.temperature[0];
+    opt.temperature_floor = o.temperature[1];
+  }
+  if (!o.rope_opts.layer_type.empty() && o.rope_opts.hf_config.empty()) {
+    throw UsageError("--layer-type: needs --hf-config");
+  }
   if (given(o, "--alibi")) {
     const std::string& a = o.alibi;
-    if (a.empty() || a == "causal") {
+    if (a == "bloom" || a == "falcon") {
+      opt.alibi = AlibiVariant::fairseq;
+      opt.alibi_before_scale = a == "falcon";
+    } else if (a.empty() || a == "causal") {
       opt.alibi = AlibiVariant::causal;
     } else if (a == "symmetric") {
       opt.alibi = AlibiVariant::symmetric;
@@ -177,8 +228,8 @@ void run_attention(AttentionCmdOptions& o) {
     } else if (a == "fairseq") {
       opt.alibi = AlibiVariant::fairseq;
     } else {
-      throw UsageError(
-          fmt::format("--alibi {}: expected causal, symmetric, bottom-right or fairseq", a));
+      throw UsageError(fmt::format(
+          "--alibi {}: expected causal, symmetric, bottom-right, fairseq, bloom or falcon", a));
     }
     opt.alibi_max_bias = o.alibi_max_bias;
     if (!(o.alibi_max_bias > 0)) {
@@ -235,6 +286,7 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
   side(o.sinks, sinks, opt.sinks);
+  if (!o.rope_opts.hf_config.empty()) apply_config(o, opt, q, k, v ? &*v : nullptr);
   // Positions (with --rope) and packed sequences, which also mask across sequences.
   const Positions pos = rope_positions(o.rope_opts);
   opt.cu_seqlens = pos.cu_seqlens;
@@ -286,20 +338,31 @@ void register_attention(CLI::App& app) {
                   "without -v)");
   sub->add_option("--scale", o->scale, "multiplies q.k (default 1/sqrt(d); 1 for T5)");
   sub->add_option("--causal", o->causal,
-                  "causal mask aligned bottom-right (default; flash-attn) or top-left (eager "
-                  "HF) when sq != sk")
+                  "causal mask aligned bottom-right (default; flash-attn, and HF with a KV cache) "
+                  "or top-left (torch SDPA is_causal) when sq != sk")
       ->expected(0, 1)
       ->type_name("[ALIGN]");
   sub->add_option("--window", o->window,
                   "LEFT[,RIGHT]: query i sees keys [i+sk-sq-LEFT, i+sk-sq+RIGHT] inclusive; "
                   "-1 = unbounded (RIGHT defaults to -1)");
+  sub->add_option("--sliding-window", o->sliding_window,
+                  "HF sliding_window W: keys with j > pos(i) - W (W keys with --causal), and "
+                  "j < pos(i) + W without --causal; equals --window W-1[,W-1]");
+  sub->add_option(
+      "--chunk-size", o->chunk_size,
+      "chunked attention (Llama-4 attention_chunk_size C): keys with j / C == pos(i) / C");
+  sub->add_option("--attn-temperature", o->temperature,
+                  "Llama-4 temperature tuning: scores of the query at position p times "
+                  "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)")
+      ->expected(2)
+      ->type_name("SCALE FLOOR");
   sub->add_option("--key-lengths", o->key_lengths,
                   "[b] integers: keys at or after the length are padding (masked)");
   sub->add_option("--mask", o->mask,
                   "bool/int (true = keep) or additive float mask, broadcastable to [b, h, sq, sk]");
   sub->add_option("--alibi", o->alibi,
                   "ALiBi bias: causal (default; -m(i-j)), symmetric (-m|i-j|), bottom-right "
-                  "(-m|i+sk-sq-j|) or fairseq (m j)")
+                  "(-m|i+sk-sq-j|), fairseq or bloom (m j), falcon (m j before the scale)")
       ->expected(0, 1);
   sub->add_option("--alibi-max-bias", o->alibi_max_bias,
                   "ALiBi slopes 2^(-max_bias (h+1)/H) (default 8)");
@@ -333,6 +396,12 @@ void register_attention(CLI::App& app) {
     p->description(
         "packed sequences (flash-attn varlen): boundaries [n+1]; a query attends only to "
         "keys of its own sequence, and with --rope positions restart at each one (sq = sk)");
+  }
+  if (auto* p = sub->get_option_no_throw("--hf-config")) {
+    p->description(
+        "a HF config.json: scale, soft-cap, sliding window, chunking, temperature and ALiBi of "
+        "the --layer-type, its head counts and dims checked against Q, K, V, and with --rope "
+        "its RoPE (as transformers v5 reads the file); explicit options win");
   }
   if (auto* p = sub->get_option_no_throw("--precision")) {
     p->description(

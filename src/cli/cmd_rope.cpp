@@ -34,6 +34,8 @@ struct RopeCmdOptions {
   std::vector<long long> grid;  // H W
   std::string order = "xy";
   std::string mrope_section;
+  bool mrope_interleaved = false;
+  bool grid_ids = false;
   bool allow_nonfinite = false;
   std::string max_memory;
 };
@@ -121,6 +123,17 @@ void run_rope(const RopeCmdOptions& o) {
     r.apply.grid_yx = o.order == "yx";
   }
   if (!o.mrope_section.empty()) r.apply.mrope_section = parse_sections(o.mrope_section);
+  if (o.mrope_interleaved && o.mrope_section.empty()) {
+    throw UsageError("--mrope-interleaved: needs --mrope-section");
+  }
+  r.apply.mrope_interleaved = o.mrope_interleaved;
+  if (o.grid_ids) {
+    if (!o.grid.empty()) throw UsageError("--rope2d-ids: cannot be combined with --rope2d");
+    if (o.rope.app->count("--order") > 0) {
+      throw UsageError("--order: the rows of --position-ids give the order with --rope2d-ids");
+    }
+    r.apply.grid_ids = true;
+  }
   // 2-D RoPE's frequencies default to base 100, as `table rope2d`.
   const bool base100 = r.apply.grid_h > 0 && o.rope.app->count("--base") == 0;
   r.params = [&o, base100](int head_dim) {
@@ -179,6 +192,11 @@ void register_rope(CLI::App& app) {
       ->expected(2)
       ->type_name("INT")  // shown as "INT x 2", CLI11's notation for two values
       ->group(g);
+  sub->add_flag("--rope2d-ids", opts->grid_ids,
+                "axial 2-D RoPE with coordinates from --position-ids [2, s] or [2, b, s]: row 0 "
+                "drives the first R/4 pairs, row 1 the next R/4 (Qwen2-VL vision (h, w) ids; "
+                "with --style neox, --base 10000 as there)")
+      ->group(g);
   sub->add_option("--order", opts->order,
                   "2-D RoPE: which coordinate takes the first R/4 pairs, xy (default) or yx")
       ->check(CLI::IsMember({"xy", "yx"}))
@@ -187,6 +205,10 @@ void register_rope(CLI::App& app) {
                   "M-RoPE (Qwen2-VL): pairs per t,h,w section, summing to R/2, e.g. 16,24,24; "
                   "--position-ids then has shape [3, s] or [3, b, s]")
       ->type_name("T,H,W")
+      ->group(g);
+  sub->add_flag("--mrope-interleaved", opts->mrope_interleaved,
+                "Qwen3-VL interleaved M-RoPE: pair j takes h when j % 3 = 1 and j < 3H, w when "
+                "j % 3 = 2 and j < 3W, else t")
       ->group(g);
   sub->add_flag("--allow-nonfinite", opts->allow_nonfinite,
                 "rotate NaN/Inf input values instead of refusing them");

@@ -25,6 +25,13 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
   sub->add_option("--base", o.base, "theta base, HF rope_theta (default 10000)")->group(g);
   sub->add_option("--rotary-dim", o.rotary_dim, "rotate only the first R dims (even, <= D)")
       ->group(g);
+  sub->add_flag("--rotary-last,!--no-rotary-last", o.rotary_last,
+                "rotate the last R dims instead of the first (DeepSeek MLA q = [nope | rope])")
+      ->group(g);
+  sub->add_flag("--rope-interleave,!--no-rope-interleave", o.rope_interleave,
+                "HF rope_interleave (DeepSeek-V3): input pairs (2i, 2i+1), output in the neox "
+                "order (i, i+R/2); needs --style neox")
+      ->group(g);
   sub->add_option("--partial", o.partial,
                   "rotate the first int(F*D) dims (partial_rotary_factor, default 1)")
       ->group(g);
@@ -70,8 +77,13 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
                   "longrope long_factor: comma list or tensor reference, R/2 values")
       ->group(g);
   sub->add_option("--hf-config", o.hf_config,
-                  "take rope_theta, head_dim, partial_rotary_factor, max_position_embeddings "
-                  "and rope_scaling/rope_parameters from a HF config.json; explicit options win")
+                  "take the RoPE of a HF config.json as transformers v5 reads it (rope_theta, "
+                  "head_dim, partial_rotary_factor, max_position_embeddings, "
+                  "rope_scaling/rope_parameters, mrope_section, ...); explicit options win")
+      ->group(g);
+  sub->add_option("--layer-type", o.layer_type,
+                  "with --hf-config: the layers to follow (a layer_types value such as "
+                  "sliding_attention); default full_attention, or the config's only type")
       ->group(g);
   sub->add_flag("--inverse", o.inverse, "apply the inverse rotation (R^T)")->group(g);
   sub->add_option("--precision", o.precision,
@@ -174,6 +186,8 @@ void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
     p.high_freq_factor = o.high_freq_factor;
   }
   if (o.no_truncate) p.truncate = false;
+  if (want("--rotary-last", o.rotary_last)) p.rotary_last = o.rotary_last;
+  if (want("--rope-interleave", o.rope_interleave)) p.rope_interleave = o.rope_interleave;
   if (want("--short-factor", !o.short_factor.empty())) {
     p.short_factor = factor_list(o.short_factor, "--short-factor");
   }
@@ -197,12 +211,15 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   // Meta's code only has the complex (interleaved) form.
   if (p.arith == Arith::meta && !given(o, "--style", false)) p.style = RopeStyle::gptj;
   if (head_dim > 0) p.head_dim = head_dim;
+  if (!o.layer_type.empty() && o.hf_config.empty()) {
+    throw UsageError("--layer-type: needs --hf-config");
+  }
   if (!o.hf_config.empty()) {
     std::vector<std::string> keep;
     if (head_dim > 0) keep.push_back("head_dim");
-    apply_hf_config(o.hf_config, p, keep);
-    // A config's partial_rotary_factor decides R unless --rotary-dim was given.
-    if (!given(o, "--rotary-dim", o.rotary_dim != 0)) p.rotary_dim = 0;
+    // A config's partial_rotary_factor (or MLA rope dim) decides R unless --rotary-dim.
+    if (given(o, "--rotary-dim", o.rotary_dim != 0)) keep.push_back("rotary_dim");
+    apply_hf_config(o.hf_config, p, keep, o.layer_type);
     set_explicit(o, p, true);
   }
   return p;

@@ -29,6 +29,9 @@ struct RopeCliOptions {
   bool no_truncate = false;
   std::string short_factor, long_factor;  ///< comma lists or tensor references
   std::string hf_config;
+  std::string layer_type;  ///< --layer-type: which layers of --hf-config
+  bool rotary_last = false;
+  bool rope_interleave = false;
   bool inverse = false;
   std::string precision = "f64";
   std::string arith = "exact";

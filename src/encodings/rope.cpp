@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "posenc/encodings/arith.hpp"
@@ -39,10 +37,46 @@ double yarn_mscale(double scale, double m = 1.0) {
   return 0.1 * m * std::log(scale) + 1.0;
 }
 
+double yarn_beta(const std::optional<double>& v, double fallback, const char* name) {
+  if (!v || *v == 0.0) return fallback;
+  if (!(*v > 0.0) || !std::isfinite(*v)) {
+    usage(fmt::format("{}: must be a positive number (0 means {}), got {}", name, fallback, *v));
+  }
+  return *v;
+}
+
 std::int64_t require_l0(const RopeParams& p, const char* scaling) {
   if (p.original_max_pos) return *p.original_max_pos;
   if (p.max_pos) return *p.max_pos;
   usage(fmt::format("scaling {}: needs original_max_pos (or max_pos)", scaling));
+}
+
+// Where the rotation sits in a head and which position feeds each pair.
+void set_layout(const RopeParams& p, RopeFreqs& f) {
+  Attrs& a = f.attrs;
+  if (p.rotary_last) {
+    if (p.scaling == RopeScaling::proportional) {
+      usage("rotary_last: cannot be combined with scaling proportional");
+    }
+    f.rotary_offset = f.head_dim - f.rotary_dim;
+    a.push_back({"rotary_offset", static_cast<long long>(f.rotary_offset)});
+  }
+  if (p.rope_interleave) {
+    if (p.style != RopeStyle::neox) {
+      usage(
+          "rope_interleave: takes interleaved input pairs to the neox order; use it with "
+          "style neox");
+    }
+    f.rope_interleave = true;
+    a.push_back({"rope_interleave", 1LL});
+  }
+  if (!p.mrope_section.empty()) {
+    f.mrope_section = p.mrope_section;
+    f.mrope_interleaved = p.mrope_interleaved;
+    std::vector<double> sec(p.mrope_section.begin(), p.mrope_section.end());
+    a.push_back({"mrope_section", sec});
+    a.push_back({"mrope_interleaved", static_cast<long long>(p.mrope_interleaved ? 1 : 0)});
+  }
 }
 
 }  // namespace
@@ -86,6 +120,38 @@ std::string rope_scaling_name(RopeScaling s) {
       return "proportional";
   }
   return "?";
+}
+
+std::vector<int> mrope_components(const std::vector<int>& sections, bool interleaved,
+                                  std::size_t pairs) {
+  if (sections.size() != 3) {
+    usage(fmt::format("mrope_section: expected three sections t,h,w (got {})", sections.size()));
+  }
+  std::size_t sum = 0;
+  for (int v : sections) {
+    if (v < 0) usage("mrope_section: sections must be >= 0");
+    sum += static_cast<std::size_t>(v);
+  }
+  if (sum != pairs) {
+    usage(
+        fmt::format("mrope_section: sections must sum to rotary_dim/2 = {} (got {})", pairs, sum));
+  }
+  std::vector<int> comp(pairs, 0);
+  if (interleaved) {
+    // Qwen3-VL apply_interleaved_mrope: T H W T H W ..., h and w only within 3 * section.
+    for (std::size_t j = 0; j < pairs; ++j) {
+      for (int c = 1; c <= 2; ++c) {
+        const auto lim = 3 * static_cast<std::size_t>(sections[static_cast<std::size_t>(c)]);
+        if (j % 3 == static_cast<std::size_t>(c) && j < lim) comp[j] = c;
+      }
+    }
+    return comp;
+  }
+  std::size_t j = 0;
+  for (int c = 0; c < 3; ++c) {
+    for (int k = 0; k < sections[static_cast<std::size_t>(c)]; ++k) comp[j++] = c;
+  }
+  return comp;
 }
 
 RopeFreqs compute_rope_freqs(const RopeParams& p) {
@@ -185,8 +251,9 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       const double s =
           factor_or_ratio("yarn", "scaling yarn: needs a factor (or max_pos and "
                                   "original_max_pos)");
-      double beta_fast = p.beta_fast.value_or(32.0);
-      double beta_slow = p.beta_slow.value_or(1.0);
+      // HF: `get("beta_fast") or 32`, so 0 and null mean the defaults.
+      const double beta_fast = yarn_beta(p.beta_fast, 32.0, "beta_fast");
+      const double beta_slow = yarn_beta(p.beta_slow, 1.0, "beta_slow");
       double att;
       if (p.attention_factor) {
         att = *p.attention_factor;
@@ -288,13 +355,13 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
 
     case RopeScaling::llama3: {
       double s = need_factor("llama3");
-      if (!p.original_max_pos) usage("scaling llama3: needs original_max_pos");
-      double l0 = static_cast<double>(*p.original_max_pos);
+      double l0 = static_cast<double>(require_l0(p, "llama3"));
       double lff = p.low_freq_factor.value_or(1.0);
       double hff = p.high_freq_factor.value_or(4.0);
-      if (!(lff > 0.0) || !(hff > 0.0) || lff == hff) {
+      // Equal factors (Llama-4: 1 and 1) leave no band to blend, as in HF.
+      if (!(lff > 0.0) || !(hff >= lff) || !std::isfinite(hff)) {
         usage(fmt::format(
-            "low_freq_factor/high_freq_factor: must be positive and different, got {} and {}",
+            "low_freq_factor/high_freq_factor: must be positive with low <= high, got {} and {}",
             lff, hff));
       }
       double low_wl = l0 / lff, high_wl = l0 / hff;
@@ -303,7 +370,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
         double wavelen = 2.0 * kPi / v;
         if (wavelen > low_wl) {
           v = v / s;
-        } else if (wavelen < high_wl) {
+        } else if (wavelen < high_wl || lff == hff) {
           // high frequencies are kept
         } else {
           double smooth = (l0 / wavelen - lff) / (hff - lff);
@@ -324,158 +391,9 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     usage(fmt::format("attention_factor: must be a positive number, got {}", f.attention_factor));
   }
   a.push_back({"attention_factor", f.attention_factor});
+  set_layout(p, f);
   if (p.arith != Arith::exact) attach_framework(p, f);
   return f;
-}
-
-// --- HF config.json ---------------------------------------------------------------
-
-namespace {
-
-using nlohmann::json;
-
-bool kept(const std::vector<std::string>& keep, const char* name) {
-  return std::find(keep.begin(), keep.end(), name) != keep.end();
-}
-
-}  // namespace
-
-void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open the HF config", path));
-  json cfg;
-  try {
-    cfg = json::parse(in);
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    throw InputError(fmt::format("{}: not valid JSON ({})", path, what.substr(0, 120)));
-  }
-  if (!cfg.is_object()) throw InputError(fmt::format("{}: expected a JSON object", path));
-
-  auto bad = [&](const std::string& key, const char* expected) -> InputError {
-    return InputError(fmt::format("{}: '{}' must be {}", path, key, expected));
-  };
-  auto num = [&](const json& obj, const char* key) -> std::optional<double> {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return std::nullopt;
-    if (!it->is_number()) throw bad(key, "a number");
-    return it->get<double>();
-  };
-  auto integer = [&](const json& obj, const char* key) -> std::optional<std::int64_t> {
-    auto v = num(obj, key);
-    if (!v) return std::nullopt;
-    if (*v != std::floor(*v) || *v <= 0 || *v > 9.0e15) throw bad(key, "a positive integer");
-    return static_cast<std::int64_t>(*v);
-  };
-  auto list = [&](const json& obj, const char* key) -> std::optional<std::vector<double>> {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return std::nullopt;
-    if (!it->is_array()) throw bad(key, "a list of numbers");
-    std::vector<double> v;
-    for (const auto& x : *it) {
-      if (!x.is_number()) throw bad(key, "a list of numbers");
-      v.push_back(x.get<double>());
-    }
-    return v;
-  };
-
-  // v5 moved everything into `rope_parameters`, possibly keyed by layer type.
-  json rp = json::object();
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    auto it = cfg.find(key);
-    if (it == cfg.end() || it->is_null()) continue;
-    if (!it->is_object()) throw bad(key, "an object");
-    rp = *it;
-    if (rp.contains("full_attention") && rp["full_attention"].is_object()) {
-      rp = rp["full_attention"];
-    }
-    break;
-  }
-
-  if (!kept(keep, "base")) {
-    if (auto v = num(rp, "rope_theta"))
-      p.base = *v;
-    else if (auto w = num(cfg, "rope_theta"))
-      p.base = *w;
-  }
-  if (!kept(keep, "partial")) {
-    if (auto v = num(rp, "partial_rotary_factor"))
-      p.partial = *v;
-    else if (auto w = num(cfg, "partial_rotary_factor"))
-      p.partial = *w;
-  }
-  if (!kept(keep, "head_dim")) {
-    if (auto hd = integer(cfg, "head_dim")) {
-      p.head_dim = static_cast<int>(*hd);
-    } else {
-      auto hs = integer(cfg, "hidden_size");
-      auto nh = integer(cfg, "num_attention_heads");
-      if (hs && nh) {
-        if (*hs % *nh != 0) {
-          throw InputError(fmt::format(
-              "{}: hidden_size {} is not a multiple of num_attention_heads {}", path, *hs, *nh));
-        }
-        p.head_dim = static_cast<int>(*hs / *nh);
-      }
-    }
-  }
-  if (!kept(keep, "max_pos")) {
-    if (auto v = integer(cfg, "max_position_embeddings")) p.max_pos = *v;
-  }
-  if (!kept(keep, "original_max_pos")) {
-    // Phi-3 keeps L0 at the top level, Llama-3 / YaRN configs inside rope_scaling.
-    if (auto v = integer(rp, "original_max_position_embeddings"))
-      p.original_max_pos = *v;
-    else if (auto w = integer(cfg, "original_max_position_embeddings"))
-      p.original_max_pos = *w;
-  }
-
-  std::string type = "default";
-  for (const char* key : {"rope_type", "type"}) {
-    auto it = rp.find(key);
-    if (it != rp.end() && !it->is_null()) {
-      if (!it->is_string()) throw bad(key, "a string");
-      type = it->get<std::string>();
-      break;
-    }
-  }
-  // Qwen2-VL's "mrope" is the default frequencies with sections.
-  if (type == "mrope") type = "default";
-  if (!kept(keep, "scaling")) {
-    try {
-      p.scaling = parse_rope_scaling(type);
-    } catch (const UsageError&) {
-      throw InputError(fmt::format(
-          "{}: unsupported rope_type '{}' (supported: default, linear, dynamic, yarn, longrope, "
-          "llama3, proportional)",
-          path, type));
-    }
-  }
-  auto set_num = [&](const char* name, const char* key, std::optional<double>& dst) {
-    if (kept(keep, name)) return;
-    if (auto v = num(rp, key)) dst = *v;
-  };
-  set_num("factor", "factor", p.factor);
-  set_num("beta_fast", "beta_fast", p.beta_fast);
-  set_num("beta_slow", "beta_slow", p.beta_slow);
-  set_num("mscale", "mscale", p.mscale);
-  set_num("mscale_all_dim", "mscale_all_dim", p.mscale_all_dim);
-  set_num("attention_factor", "attention_factor", p.attention_factor);
-  set_num("low_freq_factor", "low_freq_factor", p.low_freq_factor);
-  set_num("high_freq_factor", "high_freq_factor", p.high_freq_factor);
-  if (!kept(keep, "truncate")) {
-    auto it = rp.find("truncate");
-    if (it != rp.end() && !it->is_null()) {
-      if (!it->is_boolean()) throw bad("truncate", "true or false");
-      p.truncate = it->get<bool>();
-    }
-  }
-  if (!kept(keep, "short_factor")) {
-    if (auto v = list(rp, "short_factor")) p.short_factor = *v;
-  }
-  if (!kept(keep, "long_factor")) {
-    if (auto v = list(rp, "long_factor")) p.long_factor = *v;
-  }
 }
 
 }  // namespace posenc

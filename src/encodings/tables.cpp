@@ -146,6 +146,12 @@ std::vector<std::int64_t> table_ids(const RopeTableRequest& r, Shape& lead) {
     if (pos.start != 0) {
       throw UsageError("start: cannot be combined with position ids (ids are absolute)");
     }
+    if (!r.rope.mrope_section.empty() && !pos.ids_shape.empty() && pos.ids_shape[0] == 3 &&
+        pos.ids_shape.size() > 1) {
+      // M-RoPE ids [3, ...]: one table line per token, each pair from its component.
+      lead.assign(pos.ids_shape.begin() + 1, pos.ids_shape.end());
+      return pos.ids;
+    }
     if (r.positions && static_cast<std::size_t>(*r.positions) != pos.ids.size()) {
       throw UsageError(fmt::format("positions: {} does not match the {} position ids",
                                    *r.positions, pos.ids.size()));
@@ -172,8 +178,14 @@ std::vector<std::int64_t> table_ids(const RopeTableRequest& r, Shape& lead) {
     return ids;
   }
   if (r.emit != RopeEmit::inv_freq) {
-    if (!r.positions) throw UsageError("positions: the number of positions is required");
-    lead = {static_cast<std::size_t>(positive(*r.positions, "positions"))};
+    // HF's tables span max_position_embeddings.
+    const std::optional<std::int64_t> n = r.positions ? r.positions : r.rope.max_pos;
+    if (!n) {
+      throw UsageError(
+          "positions: the number of positions is required (or max_pos, HF "
+          "max_position_embeddings)");
+    }
+    lead = {static_cast<std::size_t>(positive(*n, "positions"))};
   }
   return ids;
 }
@@ -292,8 +304,9 @@ Table rope_table(const RopeTableRequest& r) {
   auto ids = std::make_shared<std::vector<std::int64_t>>(table_ids(r, lead));
   const std::int64_t start = r.where.start;
   const std::int64_t max_pos =
-      ids->empty() ? start + std::max<std::int64_t>(r.positions.value_or(1), 1) - 1
-                   : *std::max_element(ids->begin(), ids->end());
+      ids->empty()
+          ? start + std::max<std::int64_t>(lead.empty() ? r.positions.value_or(1) : lead[0], 1) - 1
+          : *std::max_element(ids->begin(), ids->end());
   RopeParams params = r.rope;
   if (params.seq_len == 0) params.seq_len = max_pos + 1;
   const RopeFreqs f = compute_rope_freqs(params);
@@ -320,7 +333,7 @@ Table rope_table(const RopeTableRequest& r) {
   }
   if (ids->empty()) {
     attrs.push_back({"start", static_cast<long long>(start)});
-    attrs.push_back({"positions", static_cast<long long>(*r.positions)});
+    attrs.push_back({"positions", static_cast<long long>(lead[0])});
   }
   RowShape rs;
   rs.emit = r.emit;
@@ -339,7 +352,13 @@ Table rope_table(const RopeTableRequest& r) {
   // Angles are positions ⊗ frequencies: one row of the outer product per line.
   auto inv = std::make_shared<xt::xtensor<double, 1>>(xt::adapt(f.inv_freq));
   auto inv32 = std::make_shared<xt::xtensor<float, 1>>(xt::cast<float>(*inv));
-  t.spec.line = [inv, inv32, ids, rs, rows, start, f32, fw](std::size_t line, double* out) {
+  // M-RoPE ids [3, ...]: pair j takes the position of its component.
+  std::shared_ptr<std::vector<int>> comp;
+  if (!f.mrope_section.empty() && ids->size() == 3 * rows) {
+    comp = std::make_shared<std::vector<int>>(
+        mrope_components(f.mrope_section, f.mrope_interleaved, rs.pairs));
+  }
+  t.spec.line = [inv, inv32, ids, comp, rs, rows, start, f32, fw](std::size_t line, double* out) {
     const int part = static_cast<int>(line / rows);
     const std::size_t row = line % rows;
     const std::int64_t p = ids->empty() ? start + static_cast<std::int64_t>(row) : (*ids)[row];
@@ -359,7 +378,13 @@ Table rope_table(const RopeTableRequest& r) {
     Scratch buf(rs.pairs);
     auto angle = xt::adapt(buf.get(), rs.pairs, xt::no_ownership(),
                            std::array<std::size_t, 1>{rs.pairs});
-    if (f32) {
+    if (comp) {
+      for (std::size_t j = 0; j < rs.pairs; ++j) {
+        const auto pj = (*ids)[static_cast<std::size_t>((*comp)[j]) * rows + row];
+        buf.get()[j] = f32 ? static_cast<double>(static_cast<float>(pj) * (*inv32)(j))
+                           : static_cast<double>(pj) * (*inv)(j);
+      }
+    } else if (f32) {
       // fp32(position) * fp32(correctly rounded inv_freq), rounded to fp32 (a
       // framework's own frequencies differ in the last bits: see Arith).
       angle = xt::cast<double>(static_cast<float>(p) * *inv32);

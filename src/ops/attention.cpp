@@ -285,6 +285,17 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   if (opt.alibi && !(opt.alibi_max_bias > 0)) {
     throw UsageError(fmt::format("alibi_max_bias {}: must be positive", opt.alibi_max_bias));
   }
+  if (opt.sliding_window < 0 || opt.chunk_size < 0) {
+    throw UsageError(fmt::format("sliding_window/chunk_size: must be >= 0, got {} and {}",
+                                 opt.sliding_window, opt.chunk_size));
+  }
+  if (!std::isfinite(opt.temperature_scale) ||
+      (opt.temperature_scale != 0 && !(opt.temperature_floor > 0))) {
+    throw UsageError(
+        fmt::format("temperature_scale/temperature_floor: need a finite scale and "
+                    "a positive floor, got {} and {}",
+                    opt.temperature_scale, opt.temperature_floor));
+  }
   // Side tensors: shapes checked here so nothing big is allocated for a bad input.
   if (!opt.cu_seqlens.empty()) {
     if (g.sq != g.sk) {
@@ -655,6 +666,8 @@ struct Plan {
   std::int64_t off = 0;  // query i sits at position i + off
   CausalAlign causal = CausalAlign::none;
   std::int64_t win_left = -1, win_right = -1;
+  std::int64_t chunk = 0;
+  double temp_scale = 0, temp_floor = 1;
   std::vector<std::int64_t> key_len;  // per batch, empty = none
   // Packed sequences: token i sees keys [doc_lo[i], doc_hi[i]]; empty = one sequence.
   std::vector<std::int64_t> doc_lo, doc_hi;
@@ -680,7 +693,8 @@ struct Plan {
   Strides out_st;
   std::byte* lse = nullptr;
   bool per_element() const {
-    return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0 || bias;
+    return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0 ||
+           bias || temp_scale != 0;
   }
 };
 
@@ -734,6 +748,11 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
     if (P.win_left >= 0) lo = std::max(lo, i + P.off - P.win_left);
     if (P.win_right >= 0) hi = std::min(hi, i + P.off + P.win_right);
     if (!P.key_len.empty()) hi = std::min(hi, P.key_len[bi] - 1);
+    if (P.chunk > 0) {
+      const std::int64_t c0 = (i + P.off) / P.chunk * P.chunk;
+      lo = std::max(lo, c0);
+      hi = std::min(hi, c0 + P.chunk - 1);
+    }
     if (!P.doc_lo.empty()) {
       lo = std::max(lo, P.doc_lo[static_cast<std::size_t>(i)]);
       hi = std::min(hi, P.doc_hi[static_cast<std::size_t>(i)]);
@@ -763,10 +782,14 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
         const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
         const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
         std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
+        const T temp = static_cast<T>(
+            1.0 +
+            P.temp_scale * std::log1p(std::floor(static_cast<double>(qpos + 1) / P.temp_floor)));
         for (std::size_t jj = 0; jj < n; ++jj) {
           const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
           T x = s[jj];
           if (qr) x += qr[P.rel_index[j + dshift]];
+          if (P.temp_scale != 0) x *= temp;
           if (br) x += br[j];
           if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
           if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
@@ -888,6 +911,16 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   P.causal = opt.causal;
   P.win_left = opt.window_left;
   P.win_right = opt.window_right;
+  if (opt.sliding_window > 0) {
+    // HF: kv > q - W (and kv < q + W without a causal mask), the narrower side wins.
+    const std::int64_t w = opt.sliding_window - 1;
+    P.win_left = P.win_left < 0 ? w : std::min(P.win_left, w);
+    if (opt.causal == CausalAlign::none)
+      P.win_right = P.win_right < 0 ? w : std::min(P.win_right, w);
+  }
+  P.chunk = opt.chunk_size;
+  P.temp_scale = opt.temperature_scale;
+  if (opt.temperature_scale != 0) P.temp_floor = opt.temperature_floor;
   P.masked_rows = opt.masked_rows;
   if (!opt.cu_seqlens.empty()) {
     P.doc_lo.resize(g.sk);
@@ -931,6 +964,10 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   if (opt.alibi) {
     P.alibi = opt.alibi;
     P.slopes = alibi_slopes(static_cast<int>(g.hq), opt.alibi_max_bias);
+    // Falcon adds the bias before the scale: scale (q.k + b) = scale q.k + (scale m) f.
+    if (opt.alibi_before_scale) {
+      for (double& m : P.slopes) m *= scale;
+    }
   }
   const std::size_t ndist = g.sq + g.sk - 1;
   const std::int64_t dmin = -(static_cast<std::int64_t>(g.sk) - 1);  // j - qpos at index 0
@@ -1101,6 +1138,14 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   a.push_back({"window", std::vector<double>{static_cast<double>(opt.window_left),
                                              static_cast<double>(opt.window_right)}});
   a.push_back({"softcap", opt.softcap});
+  if (opt.sliding_window > 0)
+    a.push_back({"sliding_window", static_cast<long long>(opt.sliding_window)});
+  if (opt.chunk_size > 0) a.push_back({"chunk_size", static_cast<long long>(opt.chunk_size)});
+  if (opt.temperature_scale != 0) {
+    a.push_back({"temperature_scale", opt.temperature_scale});
+    a.push_back({"temperature_floor", opt.temperature_floor});
+  }
+  if (opt.alibi_before_scale) a.push_back({"alibi_before_scale", 1LL});
   a.push_back({"alibi", opt.alibi ? alibi_name(*opt.alibi) : std::string("none")});
   if (opt.alibi) a.push_back({"alibi_max_bias", opt.alibi_max_bias});
   if (opt.t5_bias) {

@@ -91,6 +91,21 @@ void move_d_axis(const std::byte* src, std::byte* dst, const Shape& shape, std::
   }
 }
 
+/// Reorders the elements of each of `nvec` contiguous vectors of `D` elements of size
+/// `es`: gather (dst[k] = src[perm[k]]) or scatter (dst[perm[k]] = src[k]).
+void permute_vectors(const std::byte* src, std::byte* dst, std::size_t nvec, std::size_t D,
+                     std::size_t es, const std::vector<std::size_t>& perm, bool gather) {
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t v = 0; v < static_cast<std::ptrdiff_t>(nvec); ++v) {
+    const std::size_t base = static_cast<std::size_t>(v) * D;
+    for (std::size_t k = 0; k < D; ++k) {
+      const std::size_t from = gather ? base + perm[k] : base + k;
+      const std::size_t to = gather ? base + k : base + perm[k];
+      std::memcpy(dst + to * es, src + from * es, es);
+    }
+  }
+}
+
 }  // namespace
 
 struct RopeApplier::Impl {
@@ -117,6 +132,13 @@ struct RopeApplier::Impl {
   // --arith hf|meta|ggml: the framework's float32 table rows and rotation instead.
   std::shared_ptr<const FrameworkRope> fw;
   std::size_t H = 1;
+  // Position components carried by explicit ids: 3 (M-RoPE), 2 (axial ids) or 1.
+  int id_comps = 1;
+  // The rotated dims are not the first R in the kernel's pair order (rotary_last,
+  // rope_interleave): each vector is gathered into [rotated | passed] for the kernel
+  // and scattered back.
+  bool permute = false;
+  std::vector<std::size_t> in_perm, out_perm;
 
   // The table of the previous slab, reused when the next one needs the same rows.
   bool have_key = false;
@@ -144,6 +166,8 @@ struct RopeApplier::Impl {
   void set_positions(const Positions& pos, const RopeApplyOptions& opt);
   void use_framework(const RopeFreqs& f, DType in_dtype, const RopeApplyOptions& opt);
   bool run_framework(const rope_detail::KernelArgs& a, const Range& r, const char* roles) const;
+  void set_pairs(const RopeFreqs& f, const RopeApplyOptions& opt);
+  void set_permutation(const RopeFreqs& f);
   void build_table(const Range& r);
   template <class W>
   void fill_table(std::vector<W>& t, std::size_t rows, const Range& r, bool dense,
@@ -152,7 +176,7 @@ struct RopeApplier::Impl {
 
 void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptions& opt) {
   const bool grid = opt.grid_h > 0 || opt.grid_w > 0;
-  const bool mrope = !opt.mrope_section.empty();
+  const bool multi = id_comps > 1;  // ids carry one row per component
   if (pos.start < 0) {
     throw UsageError(fmt::format("start: must be >= 0 (got {})", pos.start));
   }
@@ -182,7 +206,10 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
     }
     return;
   }
-  comps = mrope ? 3 : 1;
+  comps = id_comps;
+  if (opt.grid_ids && pos.ids.empty()) {
+    throw UsageError("grid_ids: needs position ids of shape [2, s] or [2, b, s]");
+  }
   auto checked_add = [&](std::int64_t v, std::size_t at) {
     if (v < 0) {
       throw InputError(fmt::format("{}: negative position {} at flat index {}", pos.ids_what, v,
@@ -200,23 +227,27 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
       throw InputError(fmt::format("{}: shape {} does not match its {} values", pos.ids_what,
                                    shape_str(is), pos.ids.size()));
     }
-    // Which leading dims mean what: [s], [b, s], and for M-RoPE [3, s], [3, b, s].
+    // Which leading dims mean what: [s], [b, s], and with n components (M-RoPE 3,
+    // axial ids 2) [n, s], [n, b, s].
+    const auto nc = static_cast<std::size_t>(id_comps);
     std::size_t lead3 = 0, bdim = 1;
     bool ok = false;
     if (is.size() == 1) {
-      ok = is[0] == S;
-    } else if (mrope && is.size() == 2) {
-      lead3 = 3, ok = is[0] == 3 && is[1] == S;
-    } else if (mrope && is.size() == 3) {
-      lead3 = 3, bdim = is[1], ok = is[0] == 3 && (is[1] == 1 || is[1] == B) && is[2] == S;
-    } else if (!mrope && is.size() == 2) {
+      ok = is[0] == S && !opt.grid_ids;
+    } else if (multi && is.size() == 2) {
+      lead3 = nc, ok = is[0] == nc && is[1] == S;
+    } else if (multi && is.size() == 3) {
+      lead3 = nc, bdim = is[1], ok = is[0] == nc && (is[1] == 1 || is[1] == B) && is[2] == S;
+    } else if (!multi && is.size() == 2) {
       bdim = is[0], ok = (is[0] == 1 || is[0] == B) && is[1] == S;
     }
     if (!ok) {
+      const std::string expected =
+          !multi ? "[s] or [b, s]"
+                 : fmt::format("{}[{}, s] or [{}, b, s]", opt.grid_ids ? "" : "[s], ", nc, nc);
       throw InputError(fmt::format(
           "{}: shape {} does not match the input {} (expected {}, with b = {} and s = {})",
-          pos.ids_what, shape_str(is), shape_str(shape),
-          mrope ? "[s], [3, s] or [3, b, s]" : "[s] or [b, s]", B, S));
+          pos.ids_what, shape_str(is), shape_str(shape), expected, B, S));
     }
     tb = bdim;
     tokpos.resize(tb * S * comps);
@@ -256,8 +287,13 @@ void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype,
                                       const RopeApplyOptions& opt) {
   fw = f.framework;
   const std::string mode = "--arith " + arith_name(fw->arith);
-  if (opt.grid_h > 0 || opt.grid_w > 0 || !opt.mrope_section.empty()) {
+  if (opt.grid_h > 0 || opt.grid_w > 0 || opt.grid_ids || !opt.mrope_section.empty() ||
+      !f.mrope_section.empty()) {
     throw UsageError(mode + ": 2-D RoPE and M-RoPE sections are computed exactly only");
+  }
+  if (permute) {
+    throw UsageError(mode + ": RoPE on the last dims and rope_interleave are computed "
+                            "exactly only");
   }
   const bool ggml = fw->arith == Arith::ggml;
   if (!is_float(in_dtype) || (ggml && in_dtype != DType::f32 && in_dtype != DType::f16)) {
@@ -290,6 +326,64 @@ bool RopeApplier::Impl::run_framework(const rope_detail::KernelArgs& a, const Ra
     fa.meta_s0 = r.s0;
   }
   return rope_detail::run_framework_kernel(fa);
+}
+
+void RopeApplier::Impl::set_pairs(const RopeFreqs& f, const RopeApplyOptions& opt) {
+  const bool grid = opt.grid_h > 0 || opt.grid_w > 0 || opt.grid_ids;
+  const bool own = !opt.mrope_section.empty();
+  const std::vector<int>& sections = own ? opt.mrope_section : f.mrope_section;
+  const bool interleaved = own ? opt.mrope_interleaved : f.mrope_interleaved;
+  if (grid && !sections.empty()) {
+    throw UsageError("rope2d and mrope_section: give at most one of them");
+  }
+  if (opt.grid_ids && (opt.grid_h > 0 || opt.grid_w > 0)) {
+    throw UsageError("rope2d: give the grid size or grid_ids, not both");
+  }
+  pair_comp.assign(half, 0);
+  pair_freq = f.inv_freq;
+  if (grid) {
+    if (R % 4 != 0) {
+      throw UsageError(fmt::format("rope2d: the rotary dim must be a multiple of 4 (got {})", R));
+    }
+    // Two blocks of R/4 pairs share the frequencies of a rotary width R/2, which are
+    // the even-indexed ones of the width-R table: base^(-4j/R).
+    const std::size_t q = R / 4;
+    for (std::size_t j = 0; j < half; ++j) {
+      pair_comp[j] = j < q ? 0 : 1;
+      pair_freq[j] = f.inv_freq[2 * (j % q)];
+    }
+    id_comps = opt.grid_ids ? 2 : 1;
+    return;
+  }
+  if (sections.empty()) return;
+  pair_comp = mrope_components(sections, interleaved, half);
+  id_comps = 3;
+}
+
+void RopeApplier::Impl::set_permutation(const RopeFreqs& f) {
+  const auto off = static_cast<std::size_t>(f.rotary_offset);
+  if (f.rotary_offset < 0 || off + R > D) {
+    throw UsageError(
+        fmt::format("rotary_offset: rotated dims {}..{} exceed the head dim {}", off, off + R, D));
+  }
+  permute = off > 0 || f.rope_interleave;
+  if (!permute) return;
+  // The kernel rotates dims [0, R) and copies [R, D): gather the rotated dims first.
+  std::vector<std::size_t> rot(R), deint(R);
+  for (std::size_t k = 0; k < R; ++k) {
+    rot[k] = off + k;
+    // apply_rotary_pos_emb_interleave: (2i, 2i+1) become (i, i + R/2).
+    deint[k] = k < half ? off + 2 * k : off + 2 * (k - half) + 1;
+  }
+  const bool il = f.rope_interleave;
+  in_perm = il && !inverse ? deint : rot;
+  out_perm = il && inverse ? deint : rot;
+  for (std::size_t k = 0; k < D; ++k) {
+    if (k < off || k >= off + R) {
+      in_perm.push_back(k);
+      out_perm.push_back(k);
+    }
+  }
 }
 
 template <class W>
@@ -450,53 +544,17 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
     throw UsageError(fmt::format("attention_factor: must be positive and finite (got {})",
                                  m.af));
   }
-  const bool grid = opt.grid_h > 0 || opt.grid_w > 0;
-  if (grid && !opt.mrope_section.empty()) {
-    throw UsageError("rope2d and mrope_section: give at most one of them");
-  }
-  m.pair_comp.assign(m.half, 0);
-  m.pair_freq = f.inv_freq;
-  if (grid) {
-    if (m.R % 4 != 0) {
-      throw UsageError(fmt::format("rope2d: the rotary dim must be a multiple of 4 (got {})",
-                                   m.R));
-    }
-    // Two blocks of R/4 pairs share the frequencies of a rotary width R/2, which are
-    // the even-indexed ones of the width-R table: base^(-4j/R).
-    const std::size_t q = m.R / 4;
-    for (std::size_t j = 0; j < m.half; ++j) {
-      m.pair_comp[j] = j < q ? 0 : 1;
-      m.pair_freq[j] = f.inv_freq[2 * (j % q)];
-    }
-  } else if (!opt.mrope_section.empty()) {
-    if (opt.mrope_section.size() != 3) {
-      throw UsageError(fmt::format("mrope_section: expected three sections t,h,w (got {})",
-                                   opt.mrope_section.size()));
-    }
-    std::size_t sum = 0;
-    for (int v : opt.mrope_section) {
-      if (v < 0) throw UsageError("mrope_section: sections must be >= 0");
-      sum += static_cast<std::size_t>(v);
-    }
-    if (sum != m.half) {
-      throw UsageError(fmt::format("mrope_section: sections must sum to rotary_dim/2 = {} "
-                                   "(got {})",
-                                   m.half, sum));
-    }
-    std::size_t j = 0;
-    for (int c = 0; c < 3; ++c) {
-      for (int k = 0; k < opt.mrope_section[static_cast<std::size_t>(c)]; ++k) {
-        m.pair_comp[j++] = c;
-      }
-    }
-  }
+  m.set_pairs(f, opt);
+  m.set_permutation(f);
   m.set_positions(pos, opt);
   m.H = size_of('h');
   if (f.framework) {
     m.use_framework(f, in_dtype, opt);
     return;
   }
-  m.kernel = rope_detail::find_kernel(m.kin, m.out, m.prec, f.style);
+  // rope_interleave rotates the gathered (de-interleaved) pairs in the neox order.
+  m.kernel =
+      rope_detail::find_kernel(m.kin, m.out, m.prec, f.rope_interleave ? RopeStyle::neox : f.style);
   if (m.kernel == nullptr) {
     throw UsageError(fmt::format("{}: no RoPE kernel for {} -> {}", m.what, dtype_name(m.kin),
                                  dtype_name(m.out)));
@@ -527,6 +585,7 @@ std::size_t RopeApplier::table_bytes(std::size_t rows) const {
   if (m.id != static_cast<int>(m.shape.size()) - 1) {
     extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
   }
+  if (m.permute) extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
   return ntok * (m.R * m.wsize() + sizeof(std::int32_t)) + extra;
 }
 
@@ -563,9 +622,21 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
     out = moved_out.data();
   }
 
+  // Rotated dims that are not the first R in pair order go through gathered copies.
+  Buffer perm_in, perm_out;
+  std::byte* kout = out;
+  const std::size_t nvec = m.D == 0 ? 0 : elems / m.D;
+  if (m.permute) {
+    perm_in = Buffer(elems * dtype_size(m.kin));
+    perm_out = Buffer(elems * dtype_size(m.out));
+    permute_vectors(in, perm_in.data(), nvec, m.D, dtype_size(m.kin), m.in_perm, true);
+    in = perm_in.data();
+    kout = perm_out.data();
+  }
+
   rope_detail::KernelArgs a;
   a.src = in;
-  a.dst = out;
+  a.dst = kout;
   a.head_dim = m.D;
   a.rotary_dim = m.R;
   a.rowidx = m.rowidx.data();
@@ -604,8 +675,9 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
                                        16, std::max<std::size_t>(a.n2, 1));
   }
   // Past the size of a large last-level cache the output is written around the cache.
-  a.stream = elems * dtype_size(m.out) >= (std::size_t{32} << 20);
+  a.stream = !m.permute && elems * dtype_size(m.out) >= (std::size_t{32} << 20);
   const bool bad = m.fw ? m.run_framework(a, r, role) : m.kernel(a);
+  if (m.permute) permute_vectors(kout, out, nvec, m.D, dtype_size(m.out), m.out_perm, false);
   if (bad && !m.allow_nonfinite) {
     throw InputError(fmt::format("{}: input contains NaN or Inf (use allow_nonfinite to "
                                  "rotate it anyway)",

@@ -40,6 +40,12 @@ class PosencTestCase(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp, name)
 
+    def npy(self, name, array):
+        """Saves `array` as self.tmp/name (NPY) and returns the path."""
+        path = self.path(name)
+        np.save(path, array)
+        return path
+
     def run_ok(self, *args, **kw):
         p = run(*args, **kw)
         self.assertEqual(p.returncode, 0, f"posenc {' '.join(map(str, args))} failed: {p.stderr}")

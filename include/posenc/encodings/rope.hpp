@@ -56,6 +56,19 @@ struct RopeParams {
   /// positions by the caller).
   std::int64_t seq_len = 0;
   Arith arith = Arith::exact;  ///< framework arithmetic (see arith.hpp)
+  /// Rotate the last R dims of a head instead of the first (DeepSeek MLA: q = [nope |
+  /// rope]); the first D - R pass through.
+  bool rotary_last = false;
+  /// HF `rope_interleave` (DeepSeek-V3 `apply_rotary_pos_emb_interleave`): the input's
+  /// rotary pairs are (2i, 2i+1); the output holds pair i at (i, i + R/2), the neox
+  /// order. Needs the neox style; tables are the neox ones.
+  bool rope_interleave = false;
+  /// M-RoPE sections (t, h, w) in frequency pairs, summing to R/2 (HF `mrope_section`);
+  /// empty = plain RoPE. `mrope_interleaved` (Qwen3-VL) assigns pair j to h when
+  /// j % 3 == 1 and j < 3 h, to w when j % 3 == 2 and j < 3 w, else to t; otherwise the
+  /// sections are consecutive chunks (Qwen2-VL).
+  std::vector<int> mrope_section;
+  bool mrope_interleaved = false;
 };
 
 /// A reduced RoPE variant: everything the rotation needs.
@@ -65,6 +78,10 @@ struct RopeFreqs {
   int rotary_dim = 0;
   std::vector<double> inv_freq;   ///< rotary_dim / 2 entries, float64
   double attention_factor = 1.0;  ///< multiplies cos and sin (HF attention_scaling)
+  int rotary_offset = 0;          ///< first rotated dim: 0, or D - R for rotary_last
+  bool rope_interleave = false;   ///< see RopeParams::rope_interleave
+  std::vector<int> mrope_section;  ///< see RopeParams::mrope_section
+  bool mrope_interleaved = false;
   Attrs attrs;                    ///< the parameters used, for recording with outputs
   /// Set when the parameters asked for a framework's arithmetic (RopeParams::arith);
   /// inv_freq then holds that framework's float32 frequencies where it has them.
@@ -75,21 +92,33 @@ struct RopeFreqs {
 /// Also the frequencies of the sinusoidal table and (with dim = D / 2) of axial 2-D RoPE.
 std::vector<double> default_inv_freq(double base, int dim);
 
+/// The position component (0 t, 1 h, 2 w) of each of `pairs` frequency pairs for M-RoPE
+/// sections (RopeParams::mrope_section). Throws UsageError unless there are three
+/// non-negative sections summing to `pairs`.
+std::vector<int> mrope_components(const std::vector<int>& sections, bool interleaved,
+                                  std::size_t pairs);
+
 /// Reduces `p` to frequencies. Throws UsageError for inconsistent parameters (odd or
 /// too large rotary dim, missing factor, factor lists of the wrong length, ...).
 RopeFreqs compute_rope_freqs(const RopeParams& p);
 
-/// Fills rope fields of `p` from a HF model config.json (`rope_theta`,
-/// `partial_rotary_factor`, `head_dim` or hidden_size/num_attention_heads,
-/// `max_position_embeddings`, `original_max_position_embeddings` (top level or in the
-/// scaling object), `rope_scaling` / `rope_parameters` (its `full_attention` entry when
-/// keyed by layer type) with `rope_type` or legacy `type`). Fields named in `keep` are
-/// not overwritten; the names are the RopeParams members: base, partial, head_dim,
-/// max_pos, original_max_pos, scaling, factor, beta_fast, beta_slow, mscale,
-/// mscale_all_dim, attention_factor, low_freq_factor, high_freq_factor, truncate,
-/// short_factor, long_factor. Throws InputError naming the file for unreadable or
-/// malformed JSON, wrongly typed fields and unsupported rope types.
+/// Fills rope fields of `p` from a HF model config.json as HF transformers v5 reads it
+/// (see posenc/encodings/hf_config.hpp for the keys, the model-type defaults and the
+/// layer types): rope_theta, partial_rotary_factor, head_dim (qk_rope_head_dim for
+/// MLA, global_head_dim for Gemma-4 full layers, else hidden_size /
+/// num_attention_heads), max_position_embeddings, original_max_position_embeddings
+/// (the top level wins over the scaling object, as HF's standardisation does),
+/// rope_scaling / rope_parameters (the entry of `layer_type` when keyed by layer type;
+/// "" = full_attention, or the config's only layer type), mrope_section,
+/// mrope_interleaved, rope_interleave and the pair style of the model type. Fields named
+/// in `keep` are not overwritten; the names are the RopeParams members: base, partial,
+/// head_dim, rotary_dim, max_pos, original_max_pos, scaling, factor, beta_fast,
+/// beta_slow, mscale, mscale_all_dim, attention_factor, low_freq_factor,
+/// high_freq_factor, truncate, short_factor, long_factor, style, mrope_section,
+/// rope_interleave. Throws InputError naming the file for unreadable or malformed
+/// JSON, wrongly typed or out-of-range fields, unsupported rope types, unknown layer
+/// types and layer types without RoPE.
 void apply_hf_config(const std::string& path, RopeParams& p,
-                     const std::vector<std::string>& keep = {});
+                     const std::vector<std::string>& keep = {}, const std::string& layer_type = "");
 
 }  // namespace posenc

@@ -73,6 +73,17 @@ struct AttentionOptions {
   /// Sliding window, inclusive, like flash-attn: query i attends keys
   /// [i + sk - sq - left, i + sk - sq + right]; -1 = unbounded on that side.
   std::int64_t window_left = -1, window_right = -1;
+  /// HF's sliding_window W (0 = off): keys j > pos(i) - W, and without a causal mask also
+  /// j < pos(i) + W (HF's bidirectional window): `window` W-1 on each side. With
+  /// window_left/right too, the narrower side wins.
+  std::int64_t sliding_window = 0;
+  /// Chunked attention (Llama-4 attention_chunk_size C; 0 = off): a query at position p
+  /// sees only keys j with j / C == p / C (integer division).
+  std::int64_t chunk_size = 0;
+  /// Attention temperature tuning (Llama-4; scale 0 = off): the scores of a query at
+  /// position p are multiplied by 1 + temperature_scale * log1p(floor((p + 1) /
+  /// temperature_floor)), as scaling the query would, before soft-capping and biases.
+  double temperature_scale = 0, temperature_floor = 0;
   /// [b] integers: keys j >= length[b] are masked (right padding).
   const Tensor* key_lengths = nullptr;
   /// Packed sequences (flash-attn's varlen cu_seqlens): boundaries 0 = c0 <= c1 <= ...
@@ -85,6 +96,8 @@ struct AttentionOptions {
   /// ALiBi bias (slopes from alibi_slopes(hq, alibi_max_bias), bias from alibi_bias).
   std::optional<AlibiVariant> alibi;
   double alibi_max_bias = 8.0;
+  /// Falcon: the ALiBi bias is added before the scale, s = scale * (q.k + bias).
+  bool alibi_before_scale = false;
   /// T5 relative bias table [buckets, hq]; bias = table[t5_bucket(key pos - query pos)].
   const Tensor* t5_bias = nullptr;
   int t5_buckets = 32;

@@ -76,7 +76,15 @@ struct RopeApplyOptions {
   bool grid_yx = false;
   /// M-RoPE sections (t, h, w) in frequency pairs, summing to rotary_dim / 2
   /// (Qwen2-VL: chunked over the R/2 frequencies, the same chunks in both halves).
+  /// Empty: the sections of the RopeFreqs (from a HF config), if any.
   std::vector<int> mrope_section;
+  /// With `mrope_section`: Qwen3-VL's interleaved assignment (RopeParams::mrope_section).
+  bool mrope_interleaved = false;
+  /// Axial 2-D RoPE with explicit coordinates: `Positions::ids` of shape [2, s] or
+  /// [2, b, s] give each token's two coordinates (Qwen2-VL's vision (h, w) ids); row 0
+  /// drives the first R/4 pairs and row 1 the next, with the frequencies of the grid
+  /// form. Positions are used as given (no start).
+  bool grid_ids = false;
 };
 
 /// Rotates every vector along axis d of `x` by its position along axis s and returns

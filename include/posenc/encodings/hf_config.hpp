@@ -1,0 +1,70 @@
+#pragma once
+/// \file
+/// HF transformers model configs (config.json) read as transformers v5 reads them, for
+/// one layer type. What is read:
+/// - the text model's keys: those of `text_config` when the file has one (Gemma-3/4,
+///   Llama-4, Qwen3-VL), else the top level;
+/// - where a key is missing, the default of the model type's config class, for the
+///   model types whose defaults change numbers (gemma2, gemma3_text, gemma4_text,
+///   llama4_text, deepseek_v3, qwen2 family); other model types use the generic
+///   defaults (rope_theta 10000, no sliding window);
+/// - the layer types: `layer_types`, or the rule of the model type's config class
+///   (Gemma-2 alternating, Gemma-3 `sliding_window_pattern`, Llama-4
+///   `no_rope_layers`, Qwen2 `use_sliding_window` / `max_window_layers`, ...);
+/// - per layer type: RoPE (`apply_hf_config` in rope.hpp), the sliding window, chunked
+///   attention, NoPE layers and Llama-4's attention temperature tuning.
+/// The man page has the table "HF config key -> posenc option" of every key read.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace posenc {
+
+/// ALiBi as HF's ALiBi models add it.
+enum class HfAlibi {
+  none,
+  bloom,   ///< bias slope * key position, added after the 1/sqrt(d) scale
+  falcon,  ///< the same bias, added before the scale (`(q.k + bias) / sqrt(d)`)
+};
+
+/// The attention side of one layer type of a HF config. Unset optionals: the config
+/// does not say (posenc's defaults apply).
+struct HfAttentionConfig {
+  std::string model_type;
+  std::string layer_type;         ///< the layer type described
+  std::optional<int> heads;       ///< num_attention_heads
+  std::optional<int> kv_heads;    ///< num_key_value_heads (num_global_key_value_heads)
+  std::optional<int> head_dim;    ///< of queries and keys (qk_nope + qk_rope for MLA)
+  std::optional<int> v_head_dim;  ///< of values, where it differs (MLA v_head_dim)
+  /// The score scale where it is not 1/sqrt(head_dim): query_pre_attn_scalar^-0.5
+  /// (Gemma-2/3), attention_multiplier (Granite), DeepSeek's
+  /// qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2.
+  std::optional<double> scale;
+  /// HF's sliding_window W, for a sliding layer type: a query at position p sees keys
+  /// at positions p - W < j <= p.
+  std::optional<std::int64_t> sliding_window;
+  std::optional<double> softcap;  ///< attn_logit_softcapping
+  /// attention_chunk_size of a chunked layer type (Llama-4): keys in the query's chunk.
+  std::optional<std::int64_t> chunk_size;
+  bool rope = true;  ///< false for NoPE layers (Llama-4 no_rope_layers, Cohere-2 full)
+  /// Llama-4 attn_temperature_tuning on NoPE layers: queries at position p scaled by
+  /// 1 + attn_scale * log1p(floor((p + 1) / floor_scale)).
+  std::optional<double> temperature_scale, temperature_floor;
+  HfAlibi alibi = HfAlibi::none;
+};
+
+/// The layer types of the config's layers, in layer order (`layer_types`, or the
+/// model type's rule; every layer "full_attention" when the config says nothing).
+/// Throws InputError naming the file for unreadable or malformed configs.
+std::vector<std::string> hf_layer_types(const std::string& path);
+
+/// The attention parameters of `layer_type` ("" = "full_attention" when the config has
+/// such layers, else its only layer type). Throws InputError naming the file for
+/// unreadable or malformed configs, out-of-range values and layer types the config
+/// does not have.
+HfAttentionConfig read_hf_attention_config(const std::string& path,
+                                           const std::string& layer_type = "");
+
+}  // namespace posenc

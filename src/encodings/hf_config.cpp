@@ -1,0 +1,557 @@
+// HF model config.json reading, as transformers v5 reads a config: the text model's
+// keys, the config class's defaults for the model types whose defaults change
+// numbers, layer types, and per layer type the RoPE parameters (`apply_hf_config`,
+// declared in posenc/encodings/rope.hpp) and the attention parameters
+// (posenc/encodings/hf_config.hpp).
+
+#include "posenc/encodings/hf_config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "posenc/encodings/rope.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+namespace {
+
+using nlohmann::json;
+
+const char* const kFull = "full_attention";
+const char* const kSliding = "sliding_attention";
+const char* const kChunked = "chunked_attention";
+
+// The defaults of HF's config classes, for the keys posenc reads, where they differ
+// from the generic ones (configuration_<model>.py).
+json class_defaults(const std::string& model_type) {
+  if (model_type == "gemma2") {
+    return {{"rope_theta", 10000.0},        {"head_dim", 256},
+            {"query_pre_attn_scalar", 256}, {"attn_logit_softcapping", 50.0},
+            {"sliding_window", 4096},       {"max_position_embeddings", 8192}};
+  }
+  if (model_type == "gemma3_text" || model_type == "gemma3") {
+    return {{"rope_theta", 1000000.0},
+            {"rope_local_base_freq", 10000.0},
+            {"head_dim", 256},
+            {"query_pre_attn_scalar", 256},
+            {"sliding_window", 4096},
+            {"sliding_window_pattern", 6},
+            {"max_position_embeddings", 131072}};
+  }
+  if (model_type == "gemma4_text") {
+    return {{"head_dim", 256},
+            {"global_head_dim", 512},
+            {"sliding_window", 512},
+            {"max_position_embeddings", 131072},
+            {"rope_parameters",
+             {{kSliding, {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+              {kFull,
+               {{"rope_type", "proportional"},
+                {"partial_rotary_factor", 0.25},
+                {"rope_theta", 1000000.0}}}}}};
+  }
+  if (model_type == "llama4_text") {
+    return {{"rope_theta", 500000.0},
+            {"attention_chunk_size", 8192},
+            {"attn_temperature_tuning", true},
+            {"floor_scale", 8192},
+            {"attn_scale", 0.1},
+            {"no_rope_layer_interval", 4}};
+  }
+  if (model_type == "deepseek_v3" || model_type == "kimi_k2") return {{"rope_interleave", true}};
+  if (model_type == "cohere2") return {{"sliding_window_pattern", 4}};
+  return json::object();
+}
+
+// Model types whose RoPE pairs (2i, 2i+1): Meta's complex form (Llama-4, DeepSeek-V2)
+// and the interleaved rotate_half of Cohere and GLM.
+bool gptj_pairs(const std::string& model_type) {
+  static const std::set<std::string> kGptj = {"llama4_text", "deepseek_v2", "cohere",
+                                              "cohere2",     "glm",         "glm4"};
+  return kGptj.count(model_type) > 0;
+}
+
+// A config file: the text model's object plus its class defaults.
+class Config {
+ public:
+  explicit Config(const std::string& path) : path_(path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(fmt::format("{}: cannot open the HF config", path));
+    try {
+      root_ = json::parse(in);
+    } catch (const json::exception& e) {
+      std::string what = e.what();
+      throw InputError(fmt::format("{}: not valid JSON ({})", path, what.substr(0, 120)));
+    }
+    if (!root_.is_object()) throw InputError(fmt::format("{}: expected a JSON object", path));
+    auto tc = root_.find("text_config");
+    text_ = (tc != root_.end() && tc->is_object()) ? *tc : root_;
+    const json* mt = find("model_type");
+    if (mt == nullptr) mt = root_.contains("model_type") ? &root_["model_type"] : nullptr;
+    if (mt != nullptr && mt->is_string()) model_type_ = mt->get<std::string>();
+    defaults_ = class_defaults(model_type_);
+  }
+
+  const std::string& path() const { return path_; }
+  const std::string& model_type() const { return model_type_; }
+
+  /// The value of `key` in the text config, else the class default; null if neither.
+  const json* find(const char* key) const {
+    auto it = text_.find(key);
+    if (it != text_.end()) return &*it;
+    auto d = defaults_.find(key);
+    return d != defaults_.end() ? &*d : nullptr;
+  }
+  /// True when `key` is given (not null).
+  bool has(const char* key) const {
+    const json* v = find(key);
+    return v != nullptr && !v->is_null();
+  }
+
+  InputError bad(const std::string& key, const char* expected) const {
+    return InputError(fmt::format("{}: '{}' must be {}", path_, key, expected));
+  }
+
+  std::optional<double> num(const json& obj, const char* key) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number() || !std::isfinite(it->get<double>())) throw bad(key, "a number");
+    return it->get<double>();
+  }
+  std::optional<double> num(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr || v->is_null()) return std::nullopt;
+    if (!v->is_number() || !std::isfinite(v->get<double>())) throw bad(key, "a number");
+    return v->get<double>();
+  }
+  /// A positive integer up to `max` (head counts and dims: int range).
+  std::optional<std::int64_t> positive(const json& obj, const char* key,
+                                       double max = 9.0e15) const {
+    auto v = num(obj, key);
+    if (!v) return std::nullopt;
+    if (*v != std::floor(*v) || *v <= 0 || *v > max) {
+      throw bad(key, max <= INT_MAX ? "a positive integer that fits an int" : "a positive integer");
+    }
+    return static_cast<std::int64_t>(*v);
+  }
+  std::optional<std::int64_t> positive(const char* key, double max = 9.0e15) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    return positive(json{{key, *v}}, key, max);
+  }
+  std::optional<int> dim(const char* key) const {
+    auto v = positive(key, static_cast<double>(INT_MAX));
+    return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
+  }
+  /// HF treats these flags as Python truthiness (Llama-4 publishes 4 for true).
+  bool truthy(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr || v->is_null()) return false;
+    if (v->is_boolean()) return v->get<bool>();
+    if (v->is_number()) return v->get<double>() != 0.0;
+    throw bad(key, "true, false or a number");
+  }
+  std::optional<std::string> str(const json& obj, const char* key) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return std::nullopt;
+    if (!it->is_string()) throw bad(key, "a string");
+    return it->get<std::string>();
+  }
+
+ private:
+  std::string path_;
+  json root_, text_, defaults_;
+  std::string model_type_;
+};
+
+std::optional<int> heads_of(const Config& c) {
+  if (c.has("num_attention_heads")) return c.dim("num_attention_heads");
+  return c.dim("n_head");  // BLOOM, Falcon
+}
+
+// head_dim, else hidden_size / num_attention_heads (HF's getattr fallback).
+std::optional<int> plain_head_dim(const Config& c) {
+  if (auto hd = c.dim("head_dim")) return hd;
+  auto hs = c.has("hidden_size") ? c.positive("hidden_size") : c.positive("n_embed");
+  auto nh = heads_of(c);
+  if (!hs || !nh) return std::nullopt;
+  if (*hs % *nh != 0) {
+    throw InputError(fmt::format("{}: hidden_size {} is not a multiple of num_attention_heads {}",
+                                 c.path(), *hs, *nh));
+  }
+  return static_cast<int>(*hs / *nh);
+}
+
+// Layer types by the rule of the model type's config class, `n` layers.
+std::vector<std::string> derived_layer_types(const Config& c, std::optional<std::int64_t> n) {
+  const std::string& mt = c.model_type();
+  auto pattern = [&](std::int64_t every, bool last_full) {
+    if (!n) return std::vector<std::string>{kSliding, kFull};
+    std::vector<std::string> v;
+    for (std::int64_t i = 0; i < *n; ++i) v.push_back((i + 1) % every != 0 ? kSliding : kFull);
+    if (last_full && !v.empty()) v.back() = kFull;
+    return v;
+  };
+  if (mt == "gemma2") return pattern(2, false);
+  if (mt == "gemma3_text" || mt == "gemma3" || mt == "cohere2") {
+    return pattern(c.positive("sliding_window_pattern").value_or(6), false);
+  }
+  if (mt == "gemma4_text") return pattern(6, true);
+  if (mt == "llama4_text") {
+    const json* nr = c.find("no_rope_layers");
+    std::vector<std::string> v;
+    if (nr != nullptr && nr->is_array() && !nr->empty()) {
+      for (const auto& x : *nr) {
+        if (!x.is_number()) throw c.bad("no_rope_layers", "a list of 0 and 1");
+        v.push_back(x.get<double>() != 0 ? kChunked : kFull);
+      }
+      return v;
+    }
+    const std::int64_t every = c.positive("no_rope_layer_interval").value_or(4);
+    if (!n) return {kChunked, kFull};
+    for (std::int64_t i = 0; i < *n; ++i) v.push_back((i + 1) % every != 0 ? kChunked : kFull);
+    return v;
+  }
+  const bool qwen = mt.rfind("qwen2", 0) == 0 || mt.rfind("qwen3", 0) == 0;
+  if (qwen) {
+    if (!c.truthy("use_sliding_window") || !c.has("sliding_window")) {
+      return std::vector<std::string>(static_cast<std::size_t>(n.value_or(1)), kFull);
+    }
+    const std::int64_t from = c.positive("max_window_layers").value_or(28);
+    if (!n) return {kSliding, kFull};
+    std::vector<std::string> v;
+    for (std::int64_t i = 0; i < *n; ++i) v.push_back(i >= from ? kSliding : kFull);
+    return v;
+  }
+  return std::vector<std::string>(static_cast<std::size_t>(n.value_or(1)),
+                                  c.has("sliding_window") ? kSliding : kFull);
+}
+
+std::vector<std::string> layer_types_of(const Config& c) {
+  const json* lt = c.find("layer_types");
+  if (lt != nullptr && !lt->is_null()) {
+    if (!lt->is_array() || lt->empty()) throw c.bad("layer_types", "a list of layer types");
+    std::vector<std::string> v;
+    for (const auto& x : *lt) {
+      if (!x.is_string()) throw c.bad("layer_types", "a list of strings");
+      v.push_back(x.get<std::string>());
+    }
+    return v;
+  }
+  return derived_layer_types(c, c.positive("num_hidden_layers", 1.0e7));
+}
+
+std::string resolve_layer_type(const Config& c, const std::string& want,
+                               const std::vector<std::string>& types) {
+  const bool has_full = std::find(types.begin(), types.end(), kFull) != types.end();
+  if (want.empty()) return has_full ? kFull : types.front();
+  if (std::find(types.begin(), types.end(), want) != types.end()) return want;
+  std::vector<std::string> distinct;
+  for (const auto& t : types) {
+    if (std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
+  }
+  throw InputError(fmt::format("{}: layer_type '{}' is not a layer type of this config (it has {})",
+                               c.path(), want, fmt::join(distinct, ", ")));
+}
+
+// Whether layers of type `lt` apply RoPE, and why not.
+std::optional<std::string> no_rope_reason(const Config& c, const std::string& lt) {
+  if (c.model_type() == "llama4_text" && lt != kChunked) return std::string("no_rope_layers");
+  if (c.model_type() == "cohere2" && lt != kSliding) {
+    return std::string("Cohere-2 full-attention layers have no positional encoding");
+  }
+  if (c.model_type() == "falcon" && c.truthy("alibi")) return std::string("alibi");
+  if (c.model_type() == "bloom") return std::string("BLOOM uses ALiBi");
+  return std::nullopt;
+}
+
+// The RoPE dict of layer type `lt` (rope_parameters, legacy rope_scaling, or the legacy
+// per-layer keys), and whether the config keys RoPE by layer type.
+json rope_dict(const Config& c, const std::string& lt, const std::vector<std::string>& types,
+               bool& keyed) {
+  json raw = json::object();
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const json* v = c.find(key);
+    if (v == nullptr || v->is_null()) continue;
+    if (!v->is_object()) throw c.bad(key, "an object");
+    raw = *v;
+    break;
+  }
+  std::set<std::string> type_set(types.begin(), types.end());
+  type_set.insert({kFull, kSliding, kChunked});
+  keyed = !raw.empty();
+  for (auto it = raw.begin(); it != raw.end(); ++it) {
+    keyed = keyed && type_set.count(it.key()) > 0 && it.value().is_object();
+  }
+  if (keyed) {
+    if (!raw.contains(lt)) {
+      throw InputError(
+          fmt::format("{}: rope_parameters has no entry for layer type '{}'", c.path(), lt));
+    }
+    return raw[lt];
+  }
+  const std::string& mt = c.model_type();
+  if ((mt == "gemma3_text" || mt == "gemma3") && lt == kSliding) {
+    // v5 Gemma3TextConfig: sliding layers use rope_local_base_freq, unscaled.
+    return {{"rope_type", "default"},
+            {"rope_theta", c.num("rope_local_base_freq").value_or(10000.0)}};
+  }
+  if (mt.rfind("modernbert", 0) == 0) {
+    const char* key = lt == kSliding ? "local_rope_theta" : "global_rope_theta";
+    if (auto v = c.num(key)) return {{"rope_type", "default"}, {"rope_theta", *v}};
+  }
+  return raw;
+}
+
+bool kept(const std::vector<std::string>& keep, const char* name) {
+  return std::find(keep.begin(), keep.end(), name) != keep.end();
+}
+
+// head_dim, rotary_dim and where the rotation sits.
+void apply_head_dims(const Config& c, const std::string& lt, RopeParams& p,
+                     const std::vector<std::string>& keep) {
+  std::optional<int> hd;
+  std::optional<int> mla = c.dim("qk_rope_head_dim");
+  if (mla) {
+    hd = mla;  // HF DeepseekV3Config: head_dim = qk_rope_head_dim
+  } else if (c.model_type() == "gemma4_text" && lt == kFull) {
+    hd = c.dim("global_head_dim");
+  } else {
+    hd = plain_head_dim(c);
+  }
+  if (!kept(keep, "head_dim") && hd) p.head_dim = *hd;
+  if (kept(keep, "rotary_dim")) return;
+  p.rotary_dim = 0;  // partial_rotary_factor decides
+  if (mla) {
+    p.rotary_dim = *mla;
+    p.rotary_last = true;  // q = [q_nope | q_pe]
+  }
+}
+
+// original_max_position_embeddings with HF's standardisation priorities.
+void apply_l0(const Config& c, const json& rp, bool keyed, const std::string& type, RopeParams& p) {
+  auto inner = c.positive(rp, "original_max_position_embeddings");
+  auto top = c.positive("original_max_position_embeddings");
+  const bool scaled = type == "llama3" || type == "yarn" || type == "longrope";
+  // HF's standardize_rope_params: for a global dict the top-level value (Phi-3) wins;
+  // a dict keyed by layer type keeps its own; without one, L0 = max_position_embeddings.
+  std::optional<std::int64_t> l0 = inner ? inner : top;
+  if (keyed) {
+    l0 = inner;
+  } else if (scaled && top) {
+    l0 = top;
+  }
+  if (scaled && !l0) l0 = p.max_pos;
+  if (l0) p.original_max_pos = *l0;
+}
+
+void apply_mrope(const Config& c, const json& rp, RopeParams& p) {
+  auto it = rp.find("mrope_section");
+  if (it != rp.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() != 3) throw c.bad("mrope_section", "a list of three counts");
+    p.mrope_section.clear();
+    for (const auto& x : *it) {
+      if (!x.is_number_integer() || x.get<std::int64_t>() < 0 ||
+          x.get<std::int64_t>() > (1 << 20)) {
+        throw c.bad("mrope_section", "a list of three counts");
+      }
+      p.mrope_section.push_back(static_cast<int>(x.get<std::int64_t>()));
+    }
+  }
+  auto il = rp.find("mrope_interleaved");
+  if (il != rp.end() && !il->is_null()) {
+    if (!il->is_boolean()) throw c.bad("mrope_interleaved", "true or false");
+    p.mrope_interleaved = il->get<bool>();
+  }
+}
+
+void apply_scaling_keys(const Config& c, const json& rp, RopeParams& p,
+                        const std::vector<std::string>& keep) {
+  auto set_num = [&](const char* name, const char* key, std::optional<double>& dst) {
+    if (kept(keep, name)) return;
+    if (auto v = c.num(rp, key)) dst = *v;
+  };
+  set_num("factor", "factor", p.factor);
+  set_num("beta_fast", "beta_fast", p.beta_fast);
+  set_num("beta_slow", "beta_slow", p.beta_slow);
+  set_num("mscale", "mscale", p.mscale);
+  set_num("mscale_all_dim", "mscale_all_dim", p.mscale_all_dim);
+  set_num("attention_factor", "attention_factor", p.attention_factor);
+  set_num("low_freq_factor", "low_freq_factor", p.low_freq_factor);
+  set_num("high_freq_factor", "high_freq_factor", p.high_freq_factor);
+  if (!kept(keep, "truncate")) {
+    auto it = rp.find("truncate");
+    if (it != rp.end() && !it->is_null()) {
+      if (!it->is_boolean()) throw c.bad("truncate", "true or false");
+      p.truncate = it->get<bool>();
+    }
+  }
+  auto list = [&](const char* key, std::vector<double>& dst) {
+    if (kept(keep, key)) return;
+    auto it = rp.find(key);
+    if (it == rp.end() || it->is_null()) return;
+    if (!it->is_array()) throw c.bad(key, "a list of numbers");
+    dst.clear();
+    for (const auto& x : *it) {
+      if (!x.is_number()) throw c.bad(key, "a list of numbers");
+      dst.push_back(x.get<double>());
+    }
+  };
+  list("short_factor", p.short_factor);
+  list("long_factor", p.long_factor);
+}
+
+std::string rope_type_of(const Config& c, const json& rp) {
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    if (auto v = c.str(rp, key)) {
+      type = *v;
+      break;
+    }
+  }
+  // Qwen2-VL's "mrope" is the default frequencies with sections.
+  return type == "mrope" ? "default" : type;
+}
+
+}  // namespace
+
+std::vector<std::string> hf_layer_types(const std::string& path) {
+  return layer_types_of(Config(path));
+}
+
+void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
+                     const std::string& layer_type) {
+  const Config c(path);
+  const std::vector<std::string> types = layer_types_of(c);
+  std::string lt = resolve_layer_type(c, layer_type, types);
+  if (layer_type.empty() && no_rope_reason(c, lt)) {
+    // Unasked, take the first layer type that has RoPE (Llama-4: chunked_attention).
+    for (const auto& t : types) {
+      if (!no_rope_reason(c, t)) {
+        lt = t;
+        break;
+      }
+    }
+  }
+  if (auto why = no_rope_reason(c, lt)) {
+    throw InputError(fmt::format("{}: layers of type '{}' have no RoPE ({})", path, lt, *why));
+  }
+  bool keyed = false;
+  const json rp = rope_dict(c, lt, types, keyed);
+
+  if (!kept(keep, "base")) {
+    if (auto v = c.num(rp, "rope_theta"))
+      p.base = *v;
+    else if (auto w = c.num("rope_theta"))
+      p.base = *w;
+  }
+  if (!kept(keep, "partial")) {
+    // HF's standardisation assigns the top-level factor over the dict's.
+    if (auto w = c.num("partial_rotary_factor"))
+      p.partial = *w;
+    else if (auto v = c.num(rp, "partial_rotary_factor"))
+      p.partial = *v;
+  }
+  apply_head_dims(c, lt, p, keep);
+  if (!kept(keep, "max_pos")) {
+    if (auto v = c.positive("max_position_embeddings")) p.max_pos = *v;
+  }
+  const std::string type = rope_type_of(c, rp);
+  if (!kept(keep, "original_max_pos")) apply_l0(c, rp, keyed, type, p);
+  if (!kept(keep, "scaling")) {
+    try {
+      p.scaling = parse_rope_scaling(type);
+    } catch (const UsageError&) {
+      throw InputError(fmt::format(
+          "{}: unsupported rope_type '{}' (supported: default, linear, dynamic, yarn, longrope, "
+          "llama3, proportional)",
+          path, type));
+    }
+  }
+  if (!kept(keep, "style") && gptj_pairs(c.model_type())) p.style = RopeStyle::gptj;
+  if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
+  if (!kept(keep, "mrope_section")) apply_mrope(c, rp, p);
+  apply_scaling_keys(c, rp, p, keep);
+}
+
+namespace {
+
+// DeepSeek MLA: qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2 when scaled.
+std::optional<double> mla_scale(const Config& c, int qk_head_dim,
+                                const std::vector<std::string>& types) {
+  bool keyed = false;
+  const json rp = rope_dict(c, kFull, types, keyed);
+  const std::string type = rope_type_of(c, rp);
+  double scale = 1.0 / std::sqrt(static_cast<double>(qk_head_dim));
+  const double m_all = c.num(rp, "mscale_all_dim").value_or(0.0);
+  const auto factor = c.num(rp, "factor");
+  if (type != "default" && m_all != 0.0 && factor) {
+    const double m = *factor <= 1.0 ? 1.0 : 0.1 * m_all * std::log(*factor) + 1.0;
+    scale *= m * m;
+  }
+  return scale;
+}
+
+void attention_dims(const Config& c, const std::string& lt, HfAttentionConfig& a,
+                    const std::vector<std::string>& types) {
+  a.heads = heads_of(c);
+  a.kv_heads = c.has("num_key_value_heads") ? c.dim("num_key_value_heads") : a.heads;
+  auto rope = c.dim("qk_rope_head_dim");
+  auto nope = c.dim("qk_nope_head_dim");
+  if (rope && nope) {
+    a.head_dim = *rope + *nope;
+    a.v_head_dim = c.dim("v_head_dim");
+    a.scale = mla_scale(c, *a.head_dim, types);
+    return;
+  }
+  if (c.model_type() == "gemma4_text" && lt == kFull) {
+    a.head_dim = c.dim("global_head_dim");
+    if (c.truthy("attention_k_eq_v") && c.has("num_global_key_value_heads")) {
+      a.kv_heads = c.dim("num_global_key_value_heads");
+    }
+  } else {
+    a.head_dim = plain_head_dim(c);
+  }
+  if (auto q = c.num("query_pre_attn_scalar")) {
+    if (!(*q > 0)) throw c.bad("query_pre_attn_scalar", "a positive number");
+    a.scale = 1.0 / std::sqrt(*q);
+  }
+  if (auto m = c.num("attention_multiplier")) a.scale = *m;  // Granite
+}
+
+}  // namespace
+
+HfAttentionConfig read_hf_attention_config(const std::string& path, const std::string& layer_type) {
+  const Config c(path);
+  const std::vector<std::string> types = layer_types_of(c);
+  HfAttentionConfig a;
+  a.model_type = c.model_type();
+  a.layer_type = resolve_layer_type(c, layer_type, types);
+  attention_dims(c, a.layer_type, a, types);
+  if (auto s = c.num("attn_logit_softcapping")) {
+    if (!(*s > 0)) throw c.bad("attn_logit_softcapping", "a positive number");
+    a.softcap = *s;
+  }
+  if (a.layer_type == kSliding) a.sliding_window = c.positive("sliding_window");
+  if (a.layer_type == kChunked) a.chunk_size = c.positive("attention_chunk_size");
+  a.rope = !no_rope_reason(c, a.layer_type);
+  if (c.model_type() == "llama4_text" && !a.rope && c.truthy("attn_temperature_tuning")) {
+    a.temperature_scale = c.num("attn_scale");
+    a.temperature_floor = c.num("floor_scale");
+    if (!a.temperature_floor || !(*a.temperature_floor > 0)) {
+      throw c.bad("floor_scale", "a positive number");
+    }
+  }
+  if (c.model_type() == "bloom") a.alibi = HfAlibi::bloom;
+  if (c.model_type() == "falcon" && c.truthy("alibi")) a.alibi = HfAlibi::falcon;
+  return a;
+}
+
+}  // namespace posenc

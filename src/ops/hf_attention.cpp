@@ -1,0 +1,59 @@
+// A HF config's attention parameters applied to AttentionOptions and checked against
+// the tensors (posenc/ops/hf_attention.hpp).
+
+#include "posenc/ops/hf_attention.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "posenc/error.hpp"
+#include "posenc/ops/rope.hpp"
+
+namespace posenc {
+
+void apply_hf_attention(const HfAttentionConfig& c, AttentionOptions& opt,
+                        const std::vector<std::string>& keep) {
+  auto free = [&keep](const char* name) {
+    return std::find(keep.begin(), keep.end(), name) == keep.end();
+  };
+  if (c.scale && free("scale")) opt.scale = *c.scale;
+  if (c.sliding_window && free("sliding_window")) opt.sliding_window = *c.sliding_window;
+  if (c.softcap && free("softcap")) opt.softcap = *c.softcap;
+  if (c.chunk_size && free("chunk_size")) opt.chunk_size = *c.chunk_size;
+  if (c.temperature_scale && free("temperature")) {
+    opt.temperature_scale = *c.temperature_scale;
+    opt.temperature_floor = c.temperature_floor.value_or(0.0);
+  }
+  if (c.alibi != HfAlibi::none && free("alibi")) {
+    // BLOOM's build_alibi_tensor: slope * key position (cumsum of the mask - 1).
+    opt.alibi = AlibiVariant::fairseq;
+    opt.alibi_before_scale = c.alibi == HfAlibi::falcon;
+  }
+}
+
+void check_hf_attention_shapes(const HfAttentionConfig& c, const std::string& path, const Shape& q,
+                               const Shape& k, const Shape* v, const std::string& axes) {
+  const Axes ax = resolve_axes(axes, q.size(), "q");
+  auto check = [&](const Shape& s, const char* what, char axis, std::optional<int> want,
+                   const char* key) {
+    const int i = ax.index(axis);
+    if (!want || i < 0 || static_cast<std::size_t>(i) >= s.size()) return;
+    if (s[static_cast<std::size_t>(i)] != static_cast<std::size_t>(*want)) {
+      throw InputError(fmt::format("{}: shape {} has {} {} on axis {}, but {} ({}) says {}", what,
+                                   shape_str(s), s[static_cast<std::size_t>(i)],
+                                   axis == 'h' ? "heads" : "dims", axis, path, key, *want));
+    }
+  };
+  check(q, "q", 'h', c.heads, "num_attention_heads");
+  check(k, "k", 'h', c.kv_heads, "num_key_value_heads");
+  check(q, "q", 'd', c.head_dim, "head_dim");
+  check(k, "k", 'd', c.head_dim, "head_dim");
+  if (v != nullptr) {
+    check(*v, "v", 'h', c.kv_heads, "num_key_value_heads");
+    check(*v, "v", 'd', c.v_head_dim ? c.v_head_dim : c.head_dim,
+          c.v_head_dim ? "v_head_dim" : "head_dim");
+  }
+}
+
+}  // namespace posenc

@@ -1,0 +1,311 @@
+"""HF transformers parity beyond the published configs: the config-reading rules
+(priorities, defaults, bad values), HF's mask semantics (KV-cache causal alignment,
+sliding_window, chunked attention), the layouts (last-R rotation, rope_interleave,
+interleaved M-RoPE, 2-D RoPE from (h, w) ids, Falcon and BLOOM ALiBi, temperature
+tuning) and HF's stateful dynamic / longrope frequencies under a KV cache, each
+against tests/lib/hf_reference.py (written from HF's code).
+
+Tolerances: float64 rtol 1e-12 for frequencies, 1e-10 for rotated tensors and
+attention; masks and shapes exactly.
+"""
+import json
+import os
+import unittest
+
+import h5py
+import numpy as np
+import torch
+
+import hf_reference as hf
+from posenc_testlib import PosencTestCase
+from reference_bias import get_slopes
+
+torch.set_default_dtype(torch.float64)
+F64 = dict(rtol=1e-10, atol=1e-12)
+
+
+class Case(PosencTestCase):
+    rng = np.random.default_rng(7)
+
+    def config(self, cfg, name="config.json"):
+        path = self.path(name)
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        return path
+
+    def inv_freq(self, *args):
+        out = self.path("inv.npy")
+        self.run_ok("table", "rope", *args, "--emit", "inv-freq", "--dtype", "f64", "-o", out)
+        return np.load(out)
+
+    def rope(self, x, *args):
+        inp, out = self.npy("x.npy", x), self.path("y.npy")
+        self.run_ok("rope", inp, "-o", out, *args)
+        return np.load(out)
+
+    def attention(self, q, k, v, *args):
+        out = self.path("att.h5")
+        self.run_ok("attention", "-q", self.npy("q.npy", q), "-k", self.npy("k.npy", k), "-v",
+                    self.npy("v.npy", v), *args, "--emit", "logits,probs,output", "-o", out)
+        with h5py.File(out, "r") as f:
+            return f["logits"][()], f["probs"][()], f["output"][()]
+
+    def assert_attention(self, got, ref, msg=""):
+        for g, r, name in zip(got, ref, ("logits", "probs", "output")):
+            r = r.numpy() if isinstance(r, torch.Tensor) else r
+            both = np.isneginf(g) & np.isneginf(r)
+            np.testing.assert_allclose(np.where(both, 0, g), np.where(both, 0, r),
+                                       err_msg=f"{msg} {name}", **F64)
+
+
+BASE = {"hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+        "max_position_embeddings": 65536}
+
+
+class ConfigRules(Case):
+    def test_mla_head_dim_is_qk_rope_head_dim(self):
+        cfg = self.config(dict(BASE, hidden_size=7168, num_attention_heads=128,
+                               qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+                               model_type="deepseek_v2", rope_theta=10000))
+        got = self.inv_freq("--hf-config", cfg)
+        self.assertEqual(got.shape, (32,))  # not hidden_size / heads = 56 (28 frequencies)
+        t = hf.load_text_config(cfg)
+        np.testing.assert_allclose(got, hf.rope_init(t)[0].numpy(), rtol=1e-12)
+
+    def test_yarn_beta_zero_and_null_mean_the_defaults(self):
+        scaling = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}
+        ref_cfg = self.config(dict(BASE, rope_scaling=scaling), "ref.json")
+        ref = self.inv_freq("--hf-config", ref_cfg)
+        for fast, slow in ((0, 0), (None, None), (0, None)):
+            cfg = self.config(dict(BASE, rope_scaling=dict(scaling, beta_fast=fast, beta_slow=slow)))
+            got = self.inv_freq("--hf-config", cfg)
+            self.assertTrue(np.all(np.isfinite(got)))
+            np.testing.assert_array_equal(got, ref)
+            t = hf.load_text_config(cfg)
+            np.testing.assert_allclose(got, hf.rope_init(t)[0].numpy(), rtol=1e-12)
+        got = self.inv_freq("--hf-config", ref_cfg, "--beta-fast", 0, "--beta-slow", 0)
+        np.testing.assert_array_equal(got, ref)
+        self.assert_fails(2, "table", "rope", "--hf-config", ref_cfg, "--beta-fast", -1,
+                          "--emit", "inv-freq", "-o", self.path("x.npy"), match="beta-fast")
+
+    def test_top_level_original_max_and_partial_win(self):
+        for typ in ("yarn", "longrope"):
+            scaling = {"rope_type": typ, "factor": 4.0, "original_max_position_embeddings": 8192,
+                       "partial_rotary_factor": 1.0}
+            if typ == "longrope":
+                scaling.update(short_factor=[1.0] * 16, long_factor=[2.0] * 16)
+            cfg = self.config(dict(BASE, original_max_position_embeddings=2048,
+                                   partial_rotary_factor=0.5, rope_scaling=scaling))
+            t = hf.load_text_config(cfg)
+            for pos in ([0, 1, 2000], [0, 3000]):  # longrope: 3000 > 2048 (top), < 8192
+                ids = self.npy("ids.npy", np.array(pos, dtype=np.int64))
+                out = self.path("t.npy")
+                self.run_ok("table", "rope", "--hf-config", cfg, "--position-ids", ids,
+                            "--emit", "cos-sin", "--dtype", "f64", "-o", out)
+                inv, att = hf.rope_init(t, seq_len=max(pos) + 1)
+                self.assertEqual(len(inv), 16)  # top-level partial 0.5 of 64
+                cos, sin = hf.cos_sin(inv, torch.tensor(pos), att)
+                np.testing.assert_allclose(np.load(out), np.stack([cos, sin]), err_msg=typ, **F64)
+
+    def test_keyed_rope_parameters_keep_their_own_original_max(self):
+        # Keyed by layer type (HF case 2): the top-level value does not apply.
+        yarn = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 20000.0}
+        cfg = self.config(dict(BASE, original_max_position_embeddings=2048,
+                               layer_types=["sliding_attention", "full_attention"],
+                               sliding_window=64,
+                               rope_parameters={"full_attention": yarn,
+                                                "sliding_attention": {"rope_type": "default"}}))
+        t = hf.load_text_config(cfg)
+        for lt in ("full_attention", "sliding_attention"):
+            np.testing.assert_allclose(self.inv_freq("--hf-config", cfg, "--layer-type", lt),
+                                       hf.rope_init(t, lt)[0].numpy(), rtol=1e-12, err_msg=lt)
+
+    def test_llama3_without_original_max_uses_max_position_embeddings(self):
+        cfg = self.config(dict(BASE, max_position_embeddings=8192, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}))
+        t = hf.load_text_config(cfg)
+        np.testing.assert_allclose(self.inv_freq("--hf-config", cfg), hf.rope_init(t)[0].numpy(),
+                                   rtol=1e-12)
+
+    def test_bad_values_and_layer_types(self):
+        out = self.path("x.npy")
+        for bad, word in (({"head_dim": 3e9}, "head_dim"),
+                          ({"num_attention_heads": 2**40, "head_dim": None}, "num_attention_heads"),
+                          ({"qk_rope_head_dim": -64}, "qk_rope_head_dim"),
+                          ({"layer_types": "sliding"}, "layer_types"),
+                          ({"rope_scaling": {"rope_type": "default", "mrope_section": [1, 2]}},
+                           "mrope_section")):
+            cfg = self.config(dict(BASE, **bad))
+            self.assert_fails(3, "table", "rope", "--hf-config", cfg, "--emit", "inv-freq",
+                              "-o", out, match=word)
+        cfg = self.config(dict(BASE, layer_types=["sliding_attention", "full_attention"],
+                               sliding_window=8))
+        self.assert_fails(3, "table", "rope", "--hf-config", cfg, "--layer-type", "local",
+                          "--emit", "inv-freq", "-o", out, match="layer.type")
+        self.assert_fails(2, "table", "rope", "--dim", 64, "--layer-type", "full_attention",
+                          "--emit", "inv-freq", "-o", out, match="--layer-type")
+        self.assertFalse(os.path.exists(out))
+
+
+class Masks(Case):
+    def test_causal_with_a_kv_cache_is_bottom_right_as_in_hf(self):
+        sq, sk, d = 3, 9, 8
+        q, k, v = (self.rng.standard_normal((1, n, d)) for n in (sq, sk, sk))
+        qpos = torch.arange(sk - sq, sk)  # HF: cache_position of the new tokens
+        ref = hf.eager_attention(*(torch.from_numpy(a)[:, None] for a in (q, k, v)),
+                                 d ** -0.5, hf.hf_mask(qpos, sk))
+        self.assert_attention(self.attention(q, k, v, "--causal"),
+                              [r[:, 0] for r in ref], "bottom-right")
+        top_left = self.attention(q, k, v, "--causal", "top-left")[1]
+        self.assertFalse(np.allclose(top_left, ref[1][:, 0].numpy()))
+
+    def test_sliding_window_is_hf_sliding_window(self):
+        s, d, w = 12, 8, 4
+        q, k, v = (self.rng.standard_normal((1, s, d)) for _ in range(3))
+        qt, kt, vt = (torch.from_numpy(a)[:, None] for a in (q, k, v))
+        for causal in (True, False):
+            ref = hf.eager_attention(qt, kt, vt, d ** -0.5,
+                                     hf.hf_mask(torch.arange(s), s, sliding_window=w, causal=causal))
+            ref = [r[:, 0] for r in ref]
+            flag = ["--causal"] if causal else []
+            self.assert_attention(self.attention(q, k, v, "--sliding-window", w, *flag), ref,
+                                  f"causal={causal}")
+            window = f"{w - 1}" if causal else f"{w - 1},{w - 1}"
+            self.assert_attention(self.attention(q, k, v, "--window", window, *flag), ref,
+                                  f"--window W-1 causal={causal}")
+
+    def test_chunked_attention_with_a_kv_cache(self):
+        sq, sk, d, c = 5, 13, 8, 4
+        q, k, v = (self.rng.standard_normal((1, n, d)) for n in (sq, sk, sk))
+        qpos = torch.arange(sk - sq, sk)
+        ref = hf.eager_attention(*(torch.from_numpy(a)[:, None] for a in (q, k, v)), d ** -0.5,
+                                 hf.hf_mask(qpos, sk, chunk_size=c))
+        self.assert_attention(self.attention(q, k, v, "--causal", "--chunk-size", c),
+                              [r[:, 0] for r in ref])
+
+    def test_temperature_tuning(self):
+        sq, sk, d = 6, 30, 8
+        q, k, v = (self.rng.standard_normal((1, n, d)) for n in (sq, sk, sk))
+        qpos = torch.arange(sk - sq, sk)
+        qt = hf.llama4_temperature(torch.from_numpy(q)[:, :, None], qpos, 0.5, 4)[:, :, 0]
+        ref = hf.eager_attention(qt[:, None], torch.from_numpy(k)[:, None],
+                                 torch.from_numpy(v)[:, None], d ** -0.5, hf.hf_mask(qpos, sk))
+        self.assert_attention(self.attention(q, k, v, "--causal", "--attn-temperature", 0.5, 4),
+                              [r[:, 0] for r in ref])
+
+    def test_falcon_and_bloom_alibi(self):
+        h, s, d = 6, 7, 8  # 6 heads: BLOOM's slopes for a non-power of two
+        q, k, v = (self.rng.standard_normal((1, h, s, d)) for _ in range(3))
+        qt, kt, vt = map(torch.from_numpy, (q, k, v))
+        mask = hf.hf_mask(torch.arange(s), s)
+        slopes = get_slopes(h)
+        ref = hf.falcon_alibi_attention(qt, kt, vt, slopes, mask)
+        self.assert_attention(self.attention(q, k, v, "--causal", "--alibi", "falcon"), ref, "falcon")
+        cfg = self.config({"model_type": "falcon", "alibi": True, "num_attention_heads": h,
+                           "hidden_size": h * d})
+        self.assert_attention(self.attention(q, k, v, "--causal", "--hf-config", cfg), ref,
+                              "falcon config")
+        ref = hf.eager_attention(qt, kt, vt, d ** -0.5, mask, bias=hf.bloom_alibi(slopes, s))
+        self.assert_attention(self.attention(q, k, v, "--causal", "--alibi", "bloom"), ref, "bloom")
+
+
+class Layouts(Case):
+    def test_rotary_last(self):
+        x = self.rng.standard_normal((1, 2, 5, 24))
+        inv = 1.0 / 10000.0 ** (np.arange(0, 8, 2) / 8)
+        cos, sin = hf.cos_sin(torch.from_numpy(inv), torch.arange(5))
+        xt = torch.from_numpy(x)
+        ref = torch.cat([xt[..., :16], hf.apply_rotary_pos_emb(xt[..., 16:], cos, sin)], -1)
+        got = self.rope(x, "--rotary-dim", 8, "--rotary-last")
+        np.testing.assert_allclose(got, ref.numpy(), **F64)
+        ref = torch.cat([xt[..., :16],
+                         hf.apply_rotary_emb_complex(xt[..., 16:].transpose(1, 2),
+                                                     torch.from_numpy(inv),
+                                                     torch.arange(5)).transpose(1, 2)], -1)
+        got = self.rope(x, "--rotary-dim", 8, "--rotary-last", "--style", "gptj")
+        np.testing.assert_allclose(got, ref.numpy(), **F64)
+
+    def test_rope_interleave(self):
+        x = self.rng.standard_normal((1, 3, 6, 16))
+        inv = 1.0 / 500.0 ** (np.arange(0, 16, 2) / 16)
+        cos, sin = hf.cos_sin(torch.from_numpy(inv), torch.arange(6))
+        ref = hf.apply_rotary_pos_emb_interleave(torch.from_numpy(x), cos, sin)
+        got = self.rope(x, "--rope-interleave", "--base", 500)
+        np.testing.assert_allclose(got, ref.numpy(), **F64)
+        back = self.rope(got, "--rope-interleave", "--base", 500, "--inverse")
+        np.testing.assert_allclose(back, x, rtol=1e-12, atol=1e-12)
+        self.assert_fails(2, "rope", self.path("x.npy"), "-o", self.path("z.npy"),
+                          "--rope-interleave", "--style", "gptj", match="rope.interleave")
+
+    def test_interleaved_mrope_option(self):
+        ids = self.rng.integers(0, 50, size=(3, 9)).astype(np.int64)
+        x = self.rng.standard_normal((1, 2, 9, 32))
+        inv = torch.from_numpy(1.0 / 10000.0 ** (np.arange(0, 32, 2) / 32))
+        for il in (False, True):
+            cos, sin = hf.mrope_cos_sin(inv, torch.from_numpy(ids), [6, 5, 5], il)
+            ref = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin)
+            flags = ["--mrope-interleaved"] if il else []
+            got = self.rope(x, "--mrope-section", "6,5,5", *flags, "--position-ids",
+                            self.npy("ids.npy", ids))
+            np.testing.assert_allclose(got, ref.numpy(), err_msg=f"interleaved={il}", **F64)
+
+    def test_rope2d_from_hw_ids(self):
+        # Qwen2-VL vision tokens in spatial-merge order: (h, w) given per token.
+        hw = np.array([[0, 0], [0, 1], [1, 0], [1, 1], [0, 2], [0, 3], [1, 2], [1, 3]])
+        x = self.rng.standard_normal((8, 2, 80))  # [tokens, heads, head_dim 80]
+        ref = hf.vision_rope(torch.from_numpy(x), torch.from_numpy(hw))
+        ids = self.npy("hw.npy", hw.T.astype(np.int32))
+        got = self.rope(x, "--axes", "shd", "--rope2d-ids", "--position-ids", ids, "--style", "neox")
+        np.testing.assert_allclose(got, ref.numpy(), **F64)
+        self.assert_fails(2, "rope", self.path("x.npy"), "-o", self.path("z.npy"), "--axes",
+                          "shd", "--rope2d-ids", match="ids")
+        self.npy("flat.npy", np.arange(8))
+        self.assert_fails(3, "rope", self.path("x.npy"), "-o", self.path("z.npy"), "--axes",
+                          "shd", "--rope2d-ids", "--position-ids", self.path("flat.npy"),
+                          match="position")
+
+
+class StatefulFrequencies(Case):
+    """HF's dynamic_rope_update keeps state across forward calls: keys cached by an
+    earlier call keep that call's frequencies. posenc is stateless: each call's
+    frequencies follow its own positions (largest + 1, or --seq-len)."""
+
+    def stateful_cfg(self, scaling):
+        return self.config(dict(BASE, hidden_size=64, num_attention_heads=2,
+                                max_position_embeddings=16, rope_scaling=scaling))
+
+    def per_call(self, cfg, start, n, *extra):
+        out = self.path("c.npy")
+        self.run_ok("table", "rope", "--hf-config", cfg, "--start", start, "--positions", n,
+                    "--emit", "cos-sin", "--dtype", "f64", "--layout", "full", *extra, "-o", out)
+        return np.load(out)
+
+    def test_dynamic_ntk_prefill_then_decode(self):
+        cfg = self.stateful_cfg({"rope_type": "dynamic", "factor": 2.0})
+        module = hf.StatefulRotary(hf.load_text_config(cfg))
+        calls = [(0, 20), (20, 1), (21, 1), (0, 10), (0, 40), (0, 18)]
+        for start, n in calls:
+            cos, sin = module.forward(torch.arange(start, start + n))
+            if (start, n) == (0, 18):
+                # HF keeps the frequencies of seq_len 40 (18 > 16 resets nothing), posenc
+                # computes those of 18 unless told --seq-len 40.
+                got = self.per_call(cfg, start, n)
+                self.assertFalse(np.allclose(got[0], cos.numpy()))
+                got = self.per_call(cfg, start, n, "--seq-len", 40)
+            else:
+                got = self.per_call(cfg, start, n)
+            np.testing.assert_allclose(got, np.stack([cos, sin]), err_msg=f"{start}+{n}", **F64)
+
+    def test_longrope_switches_per_call(self):
+        cfg = self.stateful_cfg({"rope_type": "longrope", "original_max_position_embeddings": 8,
+                                 "short_factor": [1.0, 1.1, 1.2, 1.3] * 4,
+                                 "long_factor": [2.0, 3.0, 4.0, 5.0] * 4})
+        module = hf.StatefulRotary(hf.load_text_config(cfg))
+        for start, n in ((0, 6), (6, 2), (8, 1), (0, 4)):
+            cos, sin = module.forward(torch.arange(start, start + n))
+            np.testing.assert_allclose(self.per_call(cfg, start, n), np.stack([cos, sin]),
+                                       err_msg=f"{start}+{n}", **F64)
+
+
+if __name__ == "__main__":
+    unittest.main()
