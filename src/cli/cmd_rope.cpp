@@ -451,12 +451,12 @@ void run_rope(const RopeCmdOptions& o) {
           {"mrope_section",
            std::vector<double>(apply.mrope_section.begin(), apply.mrope_section.end())});
     }
-    verbose(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s) along "
-                        "axis {} ({})",
-                        what, out_refs[k].text, shape_str(info.shape), axes.letters,
-                        dtype_name(info.dtype), dtype_name(out_dtype),
-                        total_rows == 0 ? 0 : (total_rows + slab_rows - 1) / slab_rows, slab_rows,
-                        axis, axes.letters[axis]));
+    verbose(fmt::format(
+        "{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s) along "
+        "axis {} ({}), kernel {}",
+        what, out_refs[k].text, shape_str(info.shape), axes.letters, dtype_name(info.dtype),
+        dtype_name(out_dtype), total_rows == 0 ? 0 : (total_rows + slab_rows - 1) / slab_rows,
+        slab_rows, axis, axes.letters[axis], rope_kernel_variant()));
     verbose_attrs(out_info.attrs);
     TensorSink& sink = outputs.open(k, out_info);
 
