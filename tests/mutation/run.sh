@@ -33,24 +33,33 @@ if [ ${#names[@]} -eq 0 ]; then
   for p in "$here"/*.patch; do names+=("$(basename "$p" .patch)"); done
 fi
 
-# The tests that exercise each mutation (ctest -R regex).
+# The tests that exercise each mutation: ctest name patterns, one a line (no groups:
+# ctest's regular expressions allow only ten).
 relevant() {
+  local py=() unit=()
   case "$1" in
     bf16-truncation|f16-double-rounding|generic-f32-arithmetic|pair-sign|avx512-*)
-      echo 'reference\.test_(exact_rope|rope_apply|rope_stream|precision_option)|^Rope' ;;
+      py=(exact_rope rope_apply rope_stream precision_option); unit=(Rope) ;;
     precision-f32-ignored)
-      echo 'reference\.test_(precision_option|rope_apply|table_rope|exact_attention|attention_reference)' ;;
+      py=(precision_option rope_apply table_rope exact_attention attention_reference) ;;
     window-edge|attention-precision-ignored)
-      echo 'reference\.test_(exact_attention|attention_reference|attention_errors|precision_option)|^Attention' ;;
+      py=(exact_attention attention_reference attention_errors precision_option)
+      unit=(Attention) ;;
     tensor-f16-double-rounding)
-      echo 'reference\.test_(exact_tables|table_|exact_attention|attention_reference)|cli\.test_convert|^Tensor' ;;
+      py=(exact_tables table_sinusoidal table_rope table_rope2d table_bias exact_attention
+          attention_reference); unit=(Tensor) ;;
     position-ids-start-ignored)
-      echo 'reference\.test_(exact_rope|rope_apply|table_rope|exact_attention|attention_reference)|^Rope' ;;
+      py=(exact_rope rope_apply table_rope exact_attention attention_reference); unit=(Rope) ;;
     yarn-default-factor)
-      echo 'reference\.test_(exact_tables|table_rope|rope_apply)' ;;
-    *) echo '.' ;;
+      py=(exact_tables table_rope rope_apply) ;;
+    *) echo '.'; return ;;
   esac
+  for t in "${py[@]}"; do echo "^reference\.test_$t\$"; done
+  for t in "${unit[@]}"; do echo "^$t"; done
+  [ "$1" != tensor-f16-double-rounding ] || echo '^cli\.test_convert$'
 }
+# Patterns of several mutations as one ctest regex.
+regex_for() { for n in "$@"; do relevant "$n"; done | sort -u | paste -sd'|'; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/posenc-mutation.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -68,10 +77,11 @@ build() { cmake --build "$tree/build" -j "$jobs" --target posenc posenc_unit >"$
 run_tests() {
   local env=() out
   [ "$1" = default ] || env=(POSENC_ROPE_ISA="$1")
-  out=$(cd "$tree/build" && env "${env[@]}" ctest -j "$jobs" --no-tests=error -R "$2" 2>&1) && return 0
-  printf '%s\n' "$out" | sed -n '/tests FAILED:/,$s/^[[:space:]]*[0-9]* - \([^ ]*\) (.*)$/\1/p' |
+  (cd "$tree/build" && env "${env[@]}" ctest -j "$jobs" --no-tests=error -R "$2") \
+    >"$tmp/ctest.log" 2>&1 && return 0
+  sed -n '/tests FAILED:/,$s/^[[:space:]]*[0-9]* - \([^ ]*\) (.*)$/\1/p' "$tmp/ctest.log" |
     tr '\n' ' '
-  printf '%s\n' "$out" | grep -q 'No tests were found' && echo '(no test matched)'
+  grep -q 'No tests were found' "$tmp/ctest.log" && echo '(no test matched)'
   return 1
 }
 
@@ -79,9 +89,10 @@ build || { cat "$tmp/build.log" >&2; echo "run.sh: the unmutated tree does not b
 for isa in "${isas[@]}"; do
   regex='.'
   if [ $full -eq 0 ]; then
-    regex=$(for n in "${names[@]}"; do relevant "$n"; done | paste -sd'|')
+    regex=$(regex_for "${names[@]}")
   fi
   if ! failed=$(run_tests "$isa" "$regex"); then
+    tail -n 30 "$tmp/ctest.log" >&2
     echo "run.sh: the unmutated tree fails tests with kernel $isa: $failed" >&2
     exit 2
   fi
@@ -107,7 +118,7 @@ for name in "${names[@]}"; do
         continue
       fi
       regex='.'
-      [ $full -eq 1 ] || regex=$(relevant "$name")
+      [ $full -eq 1 ] || regex=$(regex_for "$name")
       if failed=$(run_tests "$isa" "$regex"); then
         printf '%-28s %-8s %-8s %s\n' "$name" "$isa" MISSED "(all tests passed)"
         missed=1

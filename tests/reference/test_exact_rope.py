@@ -25,20 +25,9 @@ import numpy as np
 
 from posenc_testlib import BIN, PosencTestCase
 from reference_rope import default_inv, near_ties, rope, yarn_inv
-from rounding import VECTORISED, assert_rounded_once, report_skipped_variants, round_bf16
+from rounding import VECTORISED, assert_rounded_once, report_skipped_variants, round_to
 
 IN_DTYPES = ("f16", "bf16", "f32", "f64")
-
-
-def stored(x64, dtype):
-    """x64 rounded to the input dtype, as float64 (the values posenc reads)."""
-    if dtype == "f16":
-        return x64.astype(np.float16).astype(np.float64)
-    if dtype == "f32":
-        return x64.astype(np.float32).astype(np.float64)
-    if dtype == "bf16":
-        return round_bf16(x64)
-    return x64.astype(np.float64)
 
 
 def write_bf16_h5(path, values):
@@ -66,7 +55,7 @@ class ExactRope(PosencTestCase):
 
     def write_input(self, name, x64, dtype):
         """Writes x64 rounded to dtype; returns (reference, values as read)."""
-        v = stored(x64, dtype)
+        v = round_to(x64, dtype)
         if dtype == "bf16":
             return write_bf16_h5(self.path(name + ".h5"), v), v
         p = self.path(name + ".npy")
