@@ -71,7 +71,9 @@ mkdir -p "$tree"
   tar --null -cf - -T -) | tar -xf - -C "$tree"
 jobs=$(nproc)
 cmake -S "$tree" -B "$tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-build() { cmake --build "$tree/build" -j "$jobs" --target posenc posenc_unit >"$tmp/build.log" 2>&1; }
+build() {
+  cmake --build "$tree/build" -j "$jobs" --target posenc posenc_unit >"$tmp/build.log" 2>&1
+}
 
 # Runs the tests matching $2 with kernel selection $1; prints the failed test names.
 run_tests() {
@@ -109,7 +111,8 @@ for name in "${names[@]}"; do
   fi
   patch -s -p1 -d "$tree" --forward <"$patch_file"
   if ! build; then
-    printf '%-28s %-8s %-8s %s\n' "$name" - ERROR "does not build: $(grep -m1 error "$tmp/build.log")"
+    printf '%-28s %-8s %-8s %s\n' "$name" - ERROR \
+      "does not build: $(grep -m1 error "$tmp/build.log")"
     missed=1
   else
     for isa in "${isas[@]}"; do
