@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "ops/rope_kernel.hpp"
+#include "posenc/ops/rope.hpp"
 
 namespace posenc::rope_detail {
 
@@ -14,7 +15,10 @@ Isa detect() {
   const char* forced = std::getenv("POSENC_ROPE_ISA");
   if (forced != nullptr) {
     if (std::strcmp(forced, "base") == 0) return Isa::base;
-    if (std::strcmp(forced, "avx2") == 0 && __builtin_cpu_supports("avx2")) return Isa::avx2;
+    if (std::strcmp(forced, "avx2") == 0 && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("f16c")) {
+      return Isa::avx2;  // the variant converts f16 with F16C
+    }
   }
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
@@ -50,3 +54,7 @@ const char* kernel_isa() {
 }
 
 }  // namespace posenc::rope_detail
+
+namespace posenc {
+const char* rope_kernel_variant() { return rope_detail::kernel_isa(); }
+}  // namespace posenc

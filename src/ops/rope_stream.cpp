@@ -187,11 +187,12 @@ void rope_stream_impl(const RopeStreamRequest& o) {
     }
     if (o.note) {
       o.note(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s) along "
-                        "axis {} ({})",
-                        what, out_refs[k].text, shape_str(info.shape), axes.letters,
-                        dtype_name(info.dtype), dtype_name(out_dtype),
-                        total_rows == 0 ? 0 : (total_rows + slab_rows - 1) / slab_rows, slab_rows,
-                        axis, axes.letters[axis]), out_info.attrs);
+                         "axis {} ({}), kernel {}",
+                         what, out_refs[k].text, shape_str(info.shape), axes.letters,
+                         dtype_name(info.dtype), dtype_name(out_dtype),
+                         total_rows == 0 ? 0 : (total_rows + slab_rows - 1) / slab_rows,
+                         slab_rows, axis, axes.letters[axis], rope_kernel_variant()),
+             out_info.attrs);
     }
     TensorSink& sink = outputs.open(k, out_info);
 

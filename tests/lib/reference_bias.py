@@ -3,8 +3,6 @@ written from the published code (Press et al.'s repository; HF transformers'
 T5Attention._relative_position_bucket), independent of posenc."""
 import math
 
-import torch
-
 
 def get_slopes(n):
     """Press et al., verbatim logic of the official repository."""
@@ -20,6 +18,8 @@ def get_slopes(n):
 
 def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
     """HF T5Attention._relative_position_bucket."""
+    import torch  # here, so that users of get_slopes alone need not load torch
+
     relative_buckets = 0
     if bidirectional:
         num_buckets //= 2

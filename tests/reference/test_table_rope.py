@@ -14,23 +14,15 @@ import h5py
 import numpy as np
 
 from posenc_testlib import PosencTestCase, run
+from reference_rope import mcos, msin
 
 
 # --- references (numpy, float64) ----------------------------------------------------
 # numpy's float64 sin/cos/power may use vectorised (SVML) kernels that are a few ulp
 # off; the references use libm through Python's math module (correctly rounded in
-# practice) so that "within one float32 ulp" compares against the true value.
-_sin = np.frompyfunc(math.sin, 1, 1)
-_cos = np.frompyfunc(math.cos, 1, 1)
+# practice; msin and mcos from tests/lib/reference_rope.py) so that "within one float32
+# ulp" compares against the true value.
 _pow = np.frompyfunc(math.pow, 2, 1)
-
-
-def msin(x):
-    return _sin(np.asarray(x, dtype=np.float64)).astype(np.float64)
-
-
-def mcos(x):
-    return _cos(np.asarray(x, dtype=np.float64)).astype(np.float64)
 
 
 def mpow(base, e):

@@ -133,7 +133,7 @@ TEST_F(AtomicTest, DirectoryTargetRefused) {
 }
 
 TEST_F(AtomicTest, DevFullReportsNoSpace) {
-  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no /dev/full";
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "SKIP: no /dev/full here";
   OutputFile out("/dev/full", {}, false);
   EXPECT_FALSE(out.atomic());
   try {
@@ -160,7 +160,7 @@ TEST_F(AtomicTest, SymlinkTargetReplacesTheFileItPointsTo) {
 }
 
 TEST_F(AtomicTest, WriteTensorsAllOrNothing) {
-  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no /dev/full";
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "SKIP: no /dev/full here";
   Tensor t(DType::f32, {4});
   for (std::size_t i = 0; i < 4; ++i) t.set(i, static_cast<double>(i));
   put(path("b.npy"), "old");

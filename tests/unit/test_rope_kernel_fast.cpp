@@ -9,10 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "../../src/ops/rope_kernel.hpp"
+#include "kernel_variants.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc {
@@ -32,22 +35,29 @@ struct Placed {
   }
 };
 
-bool avx512_present() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+using Find = test::FindKernel;
+
+/// Why AVX-512 variants are left out of this run ("SKIP: ..." lines; empty if none is).
+const std::string& fast_skipped() {
+  static const std::string why = [] {
+    std::string s;
+    test::selected_variants({"avx512", "avx512fp16"}, s);
+    return s;
+  }();
+  return why;
 }
 
-using Find = rope_detail::KernelFn (*)(DType, DType, Precision, RopeStyle);
-
-/// The AVX-512 variants this CPU runs, by name.
-std::vector<std::pair<const char*, Find>> fast_variants() {
-  std::vector<std::pair<const char*, Find>> v;
-  if (!avx512_present()) return v;
-  v.emplace_back("avx512", &rope_detail::avx512::find_kernel);
-  if (__builtin_cpu_supports("avx512fp16")) {
-    v.emplace_back("avx512fp16", &rope_detail::avx512fp16::find_kernel);
-  }
+/// The AVX-512 variants this run tests, by name (the others are reported once on stdout).
+const std::vector<std::pair<const char*, Find>>& fast_variants() {
+  static const std::vector<std::pair<const char*, Find>> v = [] {
+    std::string skipped;
+    std::vector<std::pair<const char*, Find>> r;
+    for (const auto& k : test::selected_variants({"avx512", "avx512fp16"}, skipped)) {
+      r.emplace_back(k.name, k.find);
+    }
+    std::cout << skipped;
+    return r;
+  }();
   return v;
 }
 
@@ -69,7 +79,7 @@ rope_detail::KernelArgs flat_args(const Tensor& x, std::size_t n, std::size_t d,
 }
 
 TEST(RopeKernelFast, MatchesDefinitionAndBaseKernel) {
-  if (!avx512_present()) GTEST_SKIP() << "no AVX-512";
+  if (fast_variants().empty()) GTEST_SKIP() << fast_skipped();
   const std::size_t S = 37, H = 3;
   for (const Case cs : {Case{128, 128}, Case{64, 32}, Case{48, 32}, Case{32, 16}}) {
     const std::size_t D = cs.d, R = cs.r, half = R / 2;
@@ -170,7 +180,7 @@ TEST(RopeKernelFast, RoundsF16TiesAndNearTiesOnce) {
   // c = 1 and s = ±2^-k (k = 11..18, times 1 or 1 + 2^-40) put x0·c - x1·s on, just
   // above and just below the midpoints between f16 values: a second rounding (f64 to
   // f32 to f16) would move some of them.
-  if (!avx512_present()) GTEST_SKIP() << "no AVX-512";
+  if (fast_variants().empty()) GTEST_SKIP() << fast_skipped();
   const std::size_t S = 16, D = 32, R = 32, half = R / 2, N = 64;
   std::vector<double> table(S * R);
   std::vector<std::int32_t> rowidx(N);
@@ -218,7 +228,7 @@ TEST(RopeKernelFast, RoundsF16TiesAndNearTiesOnce) {
 }
 
 TEST(RopeKernelFast, ReportsNonFiniteInRotatedPartAndTail) {
-  if (!avx512_present()) GTEST_SKIP() << "no AVX-512";
+  if (fast_variants().empty()) GTEST_SKIP() << fast_skipped();
   const std::size_t S = 4, D = 64, R = 32;
   std::vector<double> table(S * R, 0.5);
   std::vector<std::int32_t> rowidx(S, 0);

@@ -98,6 +98,12 @@ Tensor apply_rope(const Tensor& x, const Axes& axes, const RopeFreqs& f,
 /// f64 for integer and bool inputs (as numpy promotes int * float64).
 DType rope_default_out_dtype(DType in);
 
+/// The RoPE kernel variant this process runs: "avx512fp16", "avx512", "avx2" or "base".
+/// It is the widest the CPU supports, or the one the environment variable
+/// POSENC_ROPE_ISA names when the CPU supports that one (tests and benchmarks use it to
+/// run every variant).
+const char* rope_kernel_variant();
+
 /// RoPE prepared for one tensor geometry, applied slab by slab (rows along axis 0), so
 /// that inputs larger than memory can be streamed. Construction validates everything
 /// that can be checked without the data (axes against shape, head dim, rotary dim,
