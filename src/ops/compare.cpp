@@ -173,13 +173,12 @@ Comparator::Comparator(const CompareRule& rule) {
 }
 
 void Comparator::add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  const CompareRule& rule = r_.rule;
   const std::size_t first = r_.total, n = a.size();
+  if (n == 0) return;
   r_.total += n;
-
   // Masks are evaluated once into buffers; the reductions over them are std
-  // algorithms on contiguous memory.
+  // algorithms on contiguous memory. Blocks without NaN or infinities (the usual
+  // case) skip the masking.
   finite_ = xt::isfinite(a) && xt::isfinite(b);
   const bool all_finite = std::count(finite_.cbegin(), finite_.cend(), true) == std::ptrdiff_t(n);
   if (all_finite) {
@@ -192,10 +191,25 @@ void Comparator::add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 
     r_.nan_mismatches += xt::count_nonzero(xt::not_equal(nan_a, nan_b))();
     number_ = !(nan_a || nan_b);  // a pair without NaN
   }
+  offer_differences(a, b, first, all_finite);
+  ulp_distances(a, b, r_.rule.ulp_type, ulp_);
+  if (all_finite) {
+    const std::size_t i = xt::argmax(ulp_)();
+    offer_ulp(ulp_(i), first + i);
+  } else if (std::find(number_.cbegin(), number_.cend(), true) != number_.cend()) {
+    // The largest distance over pairs without NaN, and the first pair that has it.
+    const std::uint64_t most = xt::amax(xt::where(number_, ulp_, std::uint64_t{0}))();
+    offer_ulp(most, first + xt::argmax(number_ && xt::equal(ulp_, most))());
+  }
+  count_mismatches(a, b, first, all_finite);
+}
 
+void Comparator::offer_differences(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
+                                   std::size_t first, bool all_finite) {
   // What each pair offers to the largest differences: |a - b| and its size relative
   // to |b| for finite pairs, +Inf for a pair with an unequal infinity, and -1 (nothing)
   // for pairs with NaN or equal infinities.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   abs_ = xt::abs(a - b);
   rel_ = xt::where(xt::not_equal(b, 0.0), abs_ / xt::abs(b),
                    xt::where(xt::equal(abs_, 0.0), 0.0, kInf));
@@ -206,20 +220,14 @@ void Comparator::add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 
   }
   offer(r_.max_abs, abs_, a, b, first);
   offer(r_.max_rel, rel_, a, b, first);
+}
 
-  ulp_distances(a, b, rule.ulp_type, ulp_);
-  if (all_finite) {
-    const std::size_t i = xt::argmax(ulp_)();
-    offer_ulp(ulp_(i), first + i);
-  } else if (std::find(number_.cbegin(), number_.cend(), true) != number_.cend()) {
-    // The largest distance over pairs without NaN, and the first pair that has it.
-    const std::uint64_t most = xt::amax(xt::where(number_, ulp_, std::uint64_t{0}))();
-    offer_ulp(most, first + xt::argmax(number_ && xt::equal(ulp_, most))());
-  }
-
+void Comparator::count_mismatches(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
+                                  std::size_t first, bool all_finite) {
   // The test itself: numpy.isclose's, or the ULP bound (alone, or either of the two
   // when tolerances were given explicitly). An infinity matches only itself; NaN
   // matches NaN only with equal_nan.
+  const CompareRule& rule = r_.rule;
   const auto within_tol = xt::abs(a - b) <= rule.atol + rule.rtol * xt::abs(b);
   if (!rule.max_ulp) {
     ok_ = within_tol;

@@ -18,6 +18,7 @@ namespace posenc {
 
 void StatsAccumulator::scan(const xt::xtensor<double, 1>& c) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   const std::size_t first = count_;  // flat index of c(0)
   count_ += c.size();
   const auto finite = xt::isfinite(c);
@@ -30,13 +31,23 @@ void StatsAccumulator::scan(const xt::xtensor<double, 1>& c) {
     if (n == 0) return;
   }
   zeros_ += xt::count_nonzero(xt::equal(c, 0.0))();
-  // First occurrences: argmin/argmax return the first extreme of the chunk, and a
-  // later chunk replaces it only when strictly beyond. Non-finite values are moved
-  // out of the way (a NaN would stop std::min_element's ordering).
-  const std::size_t lo = all_finite ? xt::argmin(c)() : xt::argmin(xt::where(finite, c, kInf))();
-  const std::size_t hi = all_finite ? xt::argmax(c)() : xt::argmax(xt::where(finite, c, -kInf))();
-  if (c(lo) < min_) min_ = c(lo), argmin_ = first + lo;
-  if (c(hi) > max_) max_ = c(hi), argmax_ = first + hi;
+  // First occurrences: a chunk replaces the extremes only when strictly beyond them,
+  // at the first element equal to its own extreme. Non-finite values are moved out of
+  // the way (a NaN would stop the ordering). xt::minmax finds both values in one pass;
+  // the position is looked for only when it is needed, which after the first chunks
+  // is rare.
+  const auto extremes = all_finite ? xt::minmax(c)() : xt::minmax(xt::where(finite, c, kNaN))();
+  const auto position = [&](double v) {
+    return static_cast<std::size_t>(std::find(c.cbegin(), c.cend(), v) - c.cbegin());
+  };
+  if (extremes[0] < min_) {
+    const std::size_t lo = position(extremes[0]);
+    min_ = c(lo), argmin_ = first + lo;
+  }
+  if (extremes[1] > max_) {
+    const std::size_t hi = position(extremes[1]);
+    max_ = c(hi), argmax_ = first + hi;
+  }
   // In order and in long double (see the class comment): not an xt::sum, whose
   // accumulation order and type are xtensor's choice.
   long double s = block_sum_;

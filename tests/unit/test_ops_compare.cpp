@@ -188,6 +188,10 @@ TEST(Comparator, LargestDifferenceKeepsTheFirstAndBothValues) {
       run_blocks({kNaN, kNaN}, {kNaN, 1.0}, make_compare_rule(DType::f64, DType::f64, {}), 1);
   EXPECT_FALSE(r.max_abs.index || r.max_ulp);
   EXPECT_EQ(r.nan_mismatches, 1u);
+  Comparator empty(make_compare_rule(DType::f32, DType::f32, {}));
+  empty.add(xt::xtensor<double, 1>::from_shape({0}), xt::xtensor<double, 1>::from_shape({0}));
+  EXPECT_TRUE(empty.result().match());
+  EXPECT_EQ(empty.result().total, 0u);
 }
 
 TEST(Comparator, UlpBoundAloneOrWithTolerances) {

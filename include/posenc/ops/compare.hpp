@@ -96,7 +96,10 @@ class Comparator {
   const CompareResult& result() const { return r_; }
 
  private:
+  using Block = xt::xtensor<double, 1>;
+  void offer_differences(const Block& a, const Block& b, std::size_t first, bool all_finite);
   void offer_ulp(std::uint64_t ulps, std::size_t index);
+  void count_mismatches(const Block& a, const Block& b, std::size_t first, bool all_finite);
 
   CompareResult r_;
   // Per-block temporaries, kept to reuse their memory.
