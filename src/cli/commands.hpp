@@ -12,5 +12,7 @@ void register_attention(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_compare(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_plot(CLI::App& app);
+void register_analyze(CLI::App& app);
 
 }  // namespace posenc::cli

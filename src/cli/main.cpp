@@ -55,6 +55,8 @@ int run(int argc, char** argv) {
   posenc::cli::register_inspect(app);
   posenc::cli::register_compare(app);
   posenc::cli::register_convert(app);
+  posenc::cli::register_plot(app);
+  posenc::cli::register_analyze(app);
 
   // Threads are set before any command callback runs.
   app.parse_complete_callback([&g] {
@@ -78,7 +80,7 @@ int run(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     fmt::print(stderr, "{}", app.help());
-    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, inspect, compare or convert");
+    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, inspect, compare, convert, plot or analyze");
   }
   return posenc::cli::exit_code();
 }

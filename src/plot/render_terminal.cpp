@@ -1,0 +1,348 @@
+// Figures as text for a terminal. No Debian library draws charts into a terminal with
+// 24-bit colour (libcaca dithers images to 16 colours and cannot place labels), so this
+// file does the little it takes: a heatmap is a grid of upper-half blocks (two cells
+// per character: the foreground colours the upper one, the background the lower one),
+// a chart is a braille canvas (2 x 4 dots per character). Without colour both fall
+// back to plain ASCII: a character ramp for heatmaps, one character per series for
+// charts. Colours come from the same colour maps and scale as the image files.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "plot/plot_common.hpp"
+#include "posenc/error.hpp"
+#include "posenc/plot.hpp"
+
+namespace posenc {
+
+namespace {
+
+using plot_detail::number_label;
+
+constexpr const char* kReset = "\x1b[0m";
+constexpr Rgb kBlankRgb{200, 200, 200};
+constexpr Rgb kRefRgb{110, 110, 110};
+// ASCII ramps, from the low end of the colour map to the high end.
+constexpr const char* kSequentialRamp = ".,:-=+*#%@";
+constexpr const char* kDivergingRamp = "#Xx=-.+*oO@";
+constexpr const char* kSeriesChars = "*+ox#@%&=~";
+
+std::string fg(Rgb c) { return fmt::format("\x1b[38;2;{};{};{}m", c.r, c.g, c.b); }
+std::string bg(Rgb c) { return fmt::format("\x1b[48;2;{};{};{}m", c.r, c.g, c.b); }
+
+/// Display width of UTF-8 text without escape sequences (one column per code point).
+int text_width(const std::string& s) {
+  int n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+/// The first `w` code points of `s`.
+std::string clip(const std::string& s, int w) {
+  int n = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && n++ == w) return s.substr(0, i);
+  }
+  return s;
+}
+
+std::string pad_left(const std::string& s, int w) {
+  return std::string(static_cast<std::size_t>(std::max(0, w - text_width(s))), ' ') + s;
+}
+
+/// A label for a whole tensor index (or any other number).
+std::string index_label(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
+  return number_label(v);
+}
+
+std::string title_line(const std::string& title, const std::string& subtitle, int width,
+                       bool color) {
+  std::string t = clip(title, width);
+  std::string sub;
+  const int room = width - text_width(t) - 2;
+  if (!subtitle.empty() && room > 3) sub = clip(subtitle, room);
+  if (!color) return sub.empty() ? t : t + "  " + sub;
+  return "\x1b[1m" + t + kReset + (sub.empty() ? "" : "  \x1b[2m" + sub + kReset);
+}
+
+/// A line of `width` columns with labels placed at columns (left-aligned at 0,
+/// right-aligned at the end, centred elsewhere), skipping those that would overlap.
+std::string label_line(int width, const std::vector<std::pair<int, std::string>>& labels) {
+  std::string line(static_cast<std::size_t>(std::max(width, 0)), ' ');
+  std::vector<bool> used(line.size(), false);
+  for (const auto& [col, text] : labels) {
+    const int w = text_width(text);
+    int at = col == 0 ? 0 : col >= width - 1 ? width - w : col - w / 2;
+    if (at < 0 || at + w > width) continue;
+    bool clash = false;
+    for (int k = std::max(0, at - 1); k < std::min(width, at + w + 1); ++k) clash |= used[k];
+    if (clash) continue;
+    for (int k = 0; k < w; ++k) line[at + k] = text[k], used[at + k] = true;
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  return line;
+}
+
+/// Maps output cell k of n to the source entry (n cells over m entries).
+std::size_t source_of(int k, int n, std::size_t m) {
+  return std::min(m - 1, static_cast<std::size_t>((k + 0.5) * static_cast<double>(m) / n));
+}
+
+// --- heatmaps ------------------------------------------------------------------------
+
+std::vector<std::string> heatmap_lines(const HeatmapPanel& p, int width, int lines, bool color) {
+  const HeatScale scale = heat_scale(p);
+  std::vector<std::string> out{title_line(p.title, p.subtitle, width, color)};
+  const int plot_lines = std::max(2, lines - 3);
+  auto row_index = [&](std::size_t r) { return p.y.first + static_cast<double>(r) * p.y.step; };
+  auto col_index = [&](std::size_t c) { return p.x.first + static_cast<double>(c) * p.x.step; };
+  const int margin =
+      std::max(text_width(index_label(row_index(0))), text_width(index_label(row_index(p.rows - 1)))) + 1;
+  const int plot_w = std::max(4, width - margin);
+
+  // Character columns and pixel rows (two per line in colour) covering the matrix:
+  // whole cells scaled up to 4x when there is room, sampled when there is not.
+  const int ncols = static_cast<int>(p.cols) <= plot_w
+                        ? static_cast<int>(p.cols) * std::min(4, plot_w / static_cast<int>(p.cols))
+                        : plot_w;
+  const int avail = plot_lines * (color ? 2 : 1);
+  const int nrows = static_cast<int>(p.rows) <= avail
+                        ? static_cast<int>(p.rows) * std::min(4, avail / static_cast<int>(p.rows))
+                        : avail;
+  auto src_col = [&](int c) { return source_of(c, ncols, p.cols); };
+  auto src_row = [&](int r) { return source_of(r, nrows, p.rows); };
+  bool blank = false;
+  auto cell = [&](int r, int c) { return scale.position(p.z[src_row(r) * p.cols + src_col(c)]); };
+
+  const int text_rows = color ? (nrows + 1) / 2 : nrows;
+  const char* ramp = scale.map == ColorMap::diverging ? kDivergingRamp : kSequentialRamp;
+  const int ramp_n = static_cast<int>(std::char_traits<char>::length(ramp));
+  for (int line = 0; line < text_rows; ++line) {
+    const int top = color ? 2 * line : line;
+    const bool labelled = line == 0 || line == text_rows - 1 || line == text_rows / 2;
+    std::string s = pad_left(labelled ? index_label(row_index(src_row(top))) : "", margin - 1) + " ";
+    Rgb last_up, last_down;
+    for (int c = 0; c < ncols; ++c) {
+      const auto t = cell(top, c);
+      blank |= !t;
+      if (!color) {
+        s += t ? ramp[std::min(ramp_n - 1, static_cast<int>(*t * ramp_n))] : ' ';
+        continue;
+      }
+      // Escapes only where the colours change from the previous character.
+      const Rgb up = t ? colormap_rgb(scale.map, *t) : kBlankRgb;
+      if (c == 0 || !(up == last_up)) s += fg(up);
+      if (top + 1 < nrows) {
+        const auto b = cell(top + 1, c);
+        blank |= !b;
+        const Rgb down = b ? colormap_rgb(scale.map, *b) : kBlankRgb;
+        if (c == 0 || !(down == last_down)) s += bg(down);
+        last_down = down;
+      } else if (c == 0) {
+        s += "\x1b[49m";
+      }
+      last_up = up;
+      s += "▀";
+    }
+    if (color) s += kReset;
+    out.push_back(s);
+  }
+  std::vector<std::pair<int, std::string>> xl{{0, index_label(col_index(src_col(0)))},
+                                              {ncols - 1, index_label(col_index(src_col(ncols - 1)))},
+                                              {ncols / 2, index_label(col_index(src_col(ncols / 2)))}};
+  std::string xline = std::string(static_cast<std::size_t>(margin), ' ') + label_line(ncols, xl);
+  if (!p.ylabel.empty() || !p.xlabel.empty()) {
+    xline += "  (rows: " + (p.ylabel.empty() ? "-" : p.ylabel) +
+             ", columns: " + (p.xlabel.empty() ? "-" : p.xlabel) + ")";
+  }
+  out.push_back(xline);
+
+  // Legend: the colour bar (or the ramp) between the ends of the range.
+  auto end_label = [&](double v) { return number_label(scale.log ? std::pow(10.0, v) : v); };
+  std::string legend = end_label(scale.lo) + " ";
+  if (color) {
+    constexpr int kBar = 24;
+    for (int k = 0; k < kBar; ++k) legend += fg(colormap_rgb(scale.map, k / (kBar - 1.0))) + "█";
+    legend += kReset;
+  } else {
+    legend += std::string("[") + ramp + "]";
+  }
+  legend += " " + end_label(scale.hi);
+  if (!p.zlabel.empty()) legend += "  " + p.zlabel;
+  legend += "  (" + colormap_name(scale.map) + (scale.log ? ", log scale" : "") + ")";
+  if (blank) legend += color ? "  grey: not finite" : "  blank: not finite";
+  out.push_back(legend);
+  return out;
+}
+
+// --- line charts ---------------------------------------------------------------------
+
+/// Calls `dot(x, y)` for the points of a line between two grid points (Bresenham).
+template <class Dot>
+void segment(int x0, int y0, int x1, int y1, Dot dot) {
+  const int dx = std::abs(x1 - x0), dy = -std::abs(y1 - y0);
+  const int sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1;
+  int err = dx + dy;
+  for (;;) {
+    dot(x0, y0);
+    if (x0 == x1 && y0 == y1) return;
+    const int e2 = 2 * err;
+    if (e2 >= dy) err += dy, x0 += sx;
+    if (e2 <= dx) err += dx, y0 += sy;
+  }
+}
+
+/// A grid of w x h cells, each with `dx` x `dy` dots (braille: 2 x 4; ASCII: 1 x 1);
+/// every cell remembers its dots and the series that drew last in it.
+struct DotCanvas {
+  int w, h, dx, dy;
+  std::vector<unsigned> bits;
+  std::vector<int> owner;  // -1 empty, -2 reference line, else series index
+  DotCanvas(int w_, int h_, int dx_, int dy_)
+      : w(w_), h(h_), dx(dx_), dy(dy_), bits(static_cast<std::size_t>(w_ * h_), 0),
+        owner(static_cast<std::size_t>(w_ * h_), -1) {}
+  void set(int x, int y, int who) {
+    if (x < 0 || y < 0 || x >= w * dx || y >= h * dy) return;
+    const std::size_t k = static_cast<std::size_t>((y / dy) * w + x / dx);
+    if (who == -2 && owner[k] >= 0) return;  // reference lines stay behind the data
+    // Braille dot numbering: columns of 1-2-3-7 and 4-5-6-8.
+    static constexpr unsigned kDot[2][4] = {{0x01, 0x02, 0x04, 0x40}, {0x08, 0x10, 0x20, 0x80}};
+    bits[k] |= dx == 2 ? kDot[x % 2][y % 4] : 1u;
+    owner[k] = who;
+  }
+};
+
+std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, bool color) {
+  const plot_detail::LineRange r = plot_detail::line_range(p);
+  std::vector<std::string> out{title_line(p.title, p.subtitle, width, color)};
+
+  // Legend items, wrapped to the width.
+  std::vector<std::string> legend;
+  std::string cur;
+  int cur_w = 0;
+  auto add_item = [&](const std::string& mark, int mark_w, const std::string& label) {
+    const int w = mark_w + 1 + text_width(label);
+    if (cur_w > 0 && cur_w + 3 + w > width) legend.push_back(cur), cur.clear(), cur_w = 0;
+    if (cur_w > 0) cur += "   ", cur_w += 3;
+    cur += mark + " " + label;
+    cur_w += w;
+  };
+  for (std::size_t i = 0; i < p.series.size(); ++i) {
+    const PlotSeries& s = p.series[i];
+    if (s.label.empty()) continue;
+    const int ci = s.color >= 0 ? s.color : static_cast<int>(i);
+    if (color) {
+      add_item(fg(series_color(ci)) + "━━" + kReset, 2, s.label);
+    } else {
+      add_item(std::string(1, kSeriesChars[i % 10]), 1, s.label);
+    }
+  }
+  for (const auto& h : p.hlines) {
+    add_item(color ? fg(kRefRgb) + "┈┈" + kReset : std::string("--"), 2, h.label);
+  }
+  if (cur_w > 0) legend.push_back(cur);
+
+  const int plot_h = std::max(3, lines - 2 - static_cast<int>(legend.size()));
+  auto ylab = [&](double v) { return number_label(p.log_y ? std::pow(10.0, v) : v); };
+  const double ymid = (r.y0 + r.y1) / 2;
+  const int margin = std::max({text_width(ylab(r.y1)), text_width(ylab(r.y0)), text_width(ylab(ymid))}) + 1;
+  const int plot_w = std::max(8, width - margin - 1);
+
+  DotCanvas cv(plot_w, plot_h, color ? 2 : 1, color ? 4 : 1);
+  const int xdots = plot_w * cv.dx, ydots = plot_h * cv.dy;
+  auto gx = [&](double x) { return static_cast<int>(std::lround((x - r.x0) / (r.x1 - r.x0) * (xdots - 1))); };
+  auto gy = [&](double y) { return static_cast<int>(std::lround((r.y1 - y) / (r.y1 - r.y0) * (ydots - 1))); };
+  for (const auto& h : p.hlines) {
+    const double y = plot_detail::chart_y(p, h.y);
+    if (!std::isfinite(y) || y < r.y0 || y > r.y1) continue;
+    for (int x = 0; x < xdots; x += 2) cv.set(x, gy(y), -2);
+  }
+  for (std::size_t i = 0; i < p.series.size(); ++i) {
+    const PlotSeries& s = p.series[i];
+    bool have = false;
+    int px = 0, py = 0;
+    for (std::size_t k = 0; k < s.x.size() && k < s.y.size(); ++k) {
+      const double y = plot_detail::chart_y(p, s.y[k]);
+      if (!std::isfinite(s.x[k]) || !std::isfinite(y)) {
+        have = false;
+        continue;
+      }
+      const int x1 = gx(s.x[k]), y1 = gy(y);
+      const int who = static_cast<int>(i);
+      if (have) {
+        segment(px, py, x1, y1, [&](int x, int yy) { cv.set(x, yy, who); });
+      } else {
+        cv.set(x1, y1, who);
+      }
+      have = true, px = x1, py = y1;
+    }
+  }
+
+  for (int line = 0; line < plot_h; ++line) {
+    std::string label = line == 0 ? ylab(r.y1)
+                        : line == plot_h - 1 ? ylab(r.y0)
+                        : line == plot_h / 2 ? ylab(ymid) : "";
+    std::string s = pad_left(label, margin - 1) + " " + (color ? "│" : "|");
+    int last = -3;
+    for (int c = 0; c < plot_w; ++c) {
+      const std::size_t k = static_cast<std::size_t>(line * plot_w + c);
+      const int who = cv.owner[k];
+      if (color) {
+        if (who != last) {
+          s += who == -1 ? std::string(kReset)
+               : who == -2
+                   ? fg(kRefRgb)
+                   : fg(series_color(p.series[who].color >= 0 ? p.series[who].color : who));
+          last = who;
+        }
+        if (cv.bits[k] == 0) {
+          s += ' ';
+        } else {
+          const unsigned cp = 0x2800 + cv.bits[k];  // braille block, three UTF-8 bytes
+          s += static_cast<char>(0xE0 | (cp >> 12));
+          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+          s += static_cast<char>(0x80 | (cp & 0x3F));
+        }
+      } else {
+        s += who == -1 ? ' ' : who == -2 ? '-' : kSeriesChars[who % 10];
+      }
+    }
+    if (color) s += kReset;
+    while (!color && !s.empty() && s.back() == ' ') s.pop_back();
+    out.push_back(s);
+  }
+  std::vector<std::pair<int, std::string>> xl{{0, number_label(r.x0)},
+                                              {plot_w - 1, number_label(r.x1)},
+                                              {plot_w / 2, number_label((r.x0 + r.x1) / 2)}};
+  std::string xline = std::string(static_cast<std::size_t>(margin + 1), ' ') + label_line(plot_w, xl);
+  if (!p.xlabel.empty()) xline += "  " + p.xlabel;
+  out.push_back(xline);
+  for (auto& l : legend) out.push_back(l);
+  return out;
+}
+
+}  // namespace
+
+std::string render_terminal(const Figure& fig, const TerminalStyle& style) {
+  plot_detail::check_figure(fig);
+  const int width = std::max(20, style.columns);
+  // One line stays free for the shell prompt after the drawing.
+  const int total = std::max(8, style.lines) - 1;
+  const int per_panel = std::max(6, total / static_cast<int>(fig.panels.size()));
+  std::string text;
+  for (const auto& panel : fig.panels) {
+    const auto lines = std::holds_alternative<HeatmapPanel>(panel)
+                           ? heatmap_lines(std::get<HeatmapPanel>(panel), width, per_panel,
+                                           style.color)
+                           : chart_lines(std::get<LinePanel>(panel), width, per_panel, style.color);
+    for (const auto& l : lines) text += l + "\n";
+  }
+  return text;
+}
+
+}  // namespace posenc
