@@ -109,7 +109,7 @@ RelativeCheck rope_relative_check(const Tensor& q, const Tensor& k, const RopeFr
 /// (queries aligned bottom-right, as `posenc attention`). Fully masked rows (all 0 or
 /// all NaN) are left out. Columns: "head", "entropy", "mean_distance", "rows" (rows
 /// averaged). Throws InputError naming `what` and the row for negative or partly NaN
-/// probabilities and row sums away from 1 (beyond 1e-9 for f64, 1e-4 for f32, 2e-2 for
+/// probabilities and row sums away from 1 (beyond 1e-6 for f64, 1e-4 for f32, 2e-2 for
 /// f16/bf16), for non-float tensors and ranks outside 2-4.
 AnalysisTable attention_head_stats(const Tensor& probs, const std::string& what);
 

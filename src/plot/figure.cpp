@@ -192,7 +192,14 @@ LineRange line_range(const LinePanel& p) {
   if (!std::isfinite(y0) || !std::isfinite(y1) || !(y0 <= y1)) {
     throw UsageError("--ymin/--ymax: the y range is empty (or not positive on a log axis)");
   }
-  if (x0 == x1) x0 -= 0.5, x1 += 0.5;
+  if (x0 == x1) {
+    x0 -= 0.5, x1 += 0.5;
+  } else if (std::any_of(p.series.begin(), p.series.end(),
+                         [](const PlotSeries& s) { return s.markers; })) {
+    // Room for the markers at both ends.
+    const double pad = (x1 - x0) * 0.03;
+    x0 -= pad, x1 += pad;
+  }
   if (y0 == y1) {
     const double pad = y0 == 0.0 ? 0.5 : std::fabs(y0) * 0.05;
     y0 -= pad, y1 += pad;

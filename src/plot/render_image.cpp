@@ -244,8 +244,11 @@ void draw_series(const LinePanel& p, const PlotSeries& s) {
   std::vector<PLFLT> x, y;
   auto flush = [&] {
     if (x.size() >= 2) plline(static_cast<PLINT>(x.size()), x.data(), y.data());
-    if (x.size() == 1 && !s.markers) plstring(1, x.data(), y.data(), "•");
-    if (s.markers && !x.empty()) plstring(static_cast<PLINT>(x.size()), x.data(), y.data(), "•");
+    if (s.markers || x.size() == 1) {
+      plschr(0, 1.8);
+      plstring(static_cast<PLINT>(x.size()), x.data(), y.data(), "•");
+      plschr(0, 1.0);
+    }
     x.clear(), y.clear();
   };
   for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {

@@ -50,6 +50,26 @@ std::string clip(const std::string& s, int w) {
   return s;
 }
 
+/// `s` cut to `w` visible columns, escape sequences kept (they take no room), with the
+/// attributes reset when something was cut.
+std::string clip_visible(const std::string& s, int w) {
+  std::string out;
+  int n = 0;
+  for (std::size_t i = 0; i < s.size();) {
+    if (s[i] == '\x1b') {
+      const std::size_t end = s.find('m', i);
+      out += s.substr(i, end == std::string::npos ? std::string::npos : end + 1 - i);
+      i = end == std::string::npos ? s.size() : end + 1;
+      continue;
+    }
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && n++ == w) {
+      return out + (out.find('\x1b') != std::string::npos ? kReset : "");
+    }
+    out += s[i++];
+  }
+  return out;
+}
+
 std::string pad_left(const std::string& s, int w) {
   return std::string(static_cast<std::size_t>(std::max(0, w - text_width(s))), ' ') + s;
 }
@@ -340,7 +360,7 @@ std::string render_terminal(const Figure& fig, const TerminalStyle& style) {
                            ? heatmap_lines(std::get<HeatmapPanel>(panel), width, per_panel,
                                            style.color)
                            : chart_lines(std::get<LinePanel>(panel), width, per_panel, style.color);
-    for (const auto& l : lines) text += l + "\n";
+    for (const auto& l : lines) text += clip_visible(l, width) + "\n";
   }
   return text;
 }
