@@ -119,6 +119,16 @@ class Decay(PosencTestCase):
             self.assertAlmostEqual(vals[1], bound[m], places=13)
             self.assertAlmostEqual(vals[2], mean[m], places=13)
 
+    def test_thread_count_does_not_change_bytes(self):
+        outs = []
+        for j in ("1", "2"):
+            out = self.path(f"d{j}.npy")
+            self.run_ok("-j", j, "analyze", "decay", "--dim", "64", "--bases", "100,10000",
+                        "--max-distance", "5000", "-o", out)
+            with open(out, "rb") as fh:
+                outs.append(fh.read())
+        self.assertEqual(outs[0], outs[1])
+
     def test_bad_input(self):
         self.assert_fails(2, "analyze", "decay", "--max-distance", "10", match="--dim")
         self.assert_fails(2, "analyze", "decay", "--dim", "8", "--bases", "1e4,-3",
@@ -223,6 +233,17 @@ class Relative(PosencTestCase):
         self.assert_close(t[:, 2], ref, 0, tol)
         # The deviations are rounding, not zero: the check does compare something.
         self.assertGreater(t[:, 2].max(), 0)
+
+    def test_thread_count_does_not_change_bytes(self):
+        self.make(b=2, hq=4, hk=4, s=40, d=16, seed=4)
+        outs = []
+        for j in ("1", "2"):
+            out = self.path(f"r{j}.npy")
+            self.run_ok("-j", j, "analyze", "relative", "-q", self.path("q.npy"), "-k",
+                        self.path("k.npy"), "--precision", "f32", "-o", out)
+            with open(out, "rb") as fh:
+                outs.append(fh.read())
+        self.assertEqual(outs[0], outs[1])
 
     def test_f32_arithmetic_and_failure_exit(self):
         self.make(b=1, hq=2, hk=2, s=8, d=16)
