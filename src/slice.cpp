@@ -231,7 +231,8 @@ Tensor read_selection(TensorSource& src, const Selection& sel, const std::string
   const std::size_t isz = dtype_size(src.info().dtype);
   Tensor out(src.info().dtype, sel.shape);
   read_selection(src, sel, what, [&](const Tensor& values, std::size_t first) {
-    if (values.nbytes() > 0) std::memcpy(out.bytes() + first * isz, values.bytes(), values.nbytes());
+    if (values.nbytes() > 0)
+      std::memcpy(out.bytes() + first * isz, values.bytes(), values.nbytes());
   });
   return out;
 }

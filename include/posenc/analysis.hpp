@@ -63,20 +63,20 @@ AnalysisTable rope_wavelengths(const std::vector<RopeCurve>& curves, std::int64_
                                std::int64_t target);
 
 struct RelativeOptions {
-  std::string axes;                     ///< shared by q and k; empty = by rank
-  std::int64_t start = 0;               ///< position of token 0 (of q and of k)
+  std::string axes;        ///< shared by q and k; empty = by rank
+  std::int64_t start = 0;  ///< position of token 0 (of q and of k)
   std::vector<std::int64_t> shifts{1, 100, 10000};
   Precision precision = Precision::f64;  ///< rotation arithmetic (see ops/rope.hpp)
-  double tolerance = 0;                 ///< on the relative deviation; 0 = default_tolerance
+  double tolerance = 0;                  ///< on the relative deviation; 0 = default_tolerance
 };
 
 /// The result of `rope_relative_check`.
 struct RelativeCheck {
   AnalysisTable table;
-  double max_abs = 0;   ///< largest |score change|
-  double max_rel = 0;   ///< largest |score change| / (|q| |k|)
+  double max_abs = 0;  ///< largest |score change|
+  double max_rel = 0;  ///< largest |score change| / (|q| |k|)
   double tolerance = 0;
-  bool pass = true;     ///< max_rel <= tolerance
+  bool pass = true;  ///< max_rel <= tolerance
   /// Where max_rel occurs: batch, query head, query token, key token, shift.
   std::int64_t at_b = 0, at_h = 0, at_i = 0, at_j = 0, at_shift = 0;
   std::size_t scores = 0;  ///< score pairs compared (per shift)

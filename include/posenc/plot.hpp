@@ -60,11 +60,11 @@ struct HeatmapPanel {
   std::string title, subtitle;
   std::string xlabel, ylabel, zlabel;  ///< zlabel names the colour bar
   std::size_t rows = 0, cols = 0;
-  std::vector<double> z;  ///< rows * cols values, row-major; non-finite cells stay blank
-  AxisIndex y, x;         ///< the tensor indices of the rows and of the columns
-  std::optional<ColorMap> cmap;        ///< unset: diverging for signed data, else sequential
-  std::optional<double> vmin, vmax;    ///< unset: from the data (see heat_scale)
-  bool log = false;                    ///< colours by log10 of the values
+  std::vector<double> z;             ///< rows * cols values, row-major; non-finite cells stay blank
+  AxisIndex y, x;                    ///< the tensor indices of the rows and of the columns
+  std::optional<ColorMap> cmap;      ///< unset: diverging for signed data, else sequential
+  std::optional<double> vmin, vmax;  ///< unset: from the data (see heat_scale)
+  bool log = false;                  ///< colours by log10 of the values
 };
 
 /// One line of a chart. Non-finite points break the line.

@@ -45,8 +45,8 @@ RowStats row_stats(const Tensor& p, std::size_t at, std::size_t sk, double qpos,
       continue;
     }
     if (v < 0 || !std::isfinite(v)) {
-      throw InputError(fmt::format("{}: row {} holds {}, not a probability", where.what,
-                                   where(), v));
+      throw InputError(
+          fmt::format("{}: row {} holds {}, not a probability", where.what, where(), v));
     }
     sum += v;
     if (v > 0) r.entropy -= v * std::log(v);
@@ -60,8 +60,8 @@ RowStats row_stats(const Tensor& p, std::size_t at, std::size_t sk, double qpos,
     throw InputError(fmt::format("{}: row {} is partly NaN", where.what, where()));
   }
   if (std::fabs(sum - 1.0) > tol) {
-    throw InputError(fmt::format("{}: row {} sums to {}, not 1 (tolerance {})", where.what,
-                                 where(), sum, tol));
+    throw InputError(
+        fmt::format("{}: row {} sums to {}, not 1 (tolerance {})", where.what, where(), sum, tol));
   }
   return r;
 }
@@ -70,8 +70,8 @@ RowStats row_stats(const Tensor& p, std::size_t at, std::size_t sk, double qpos,
 
 AnalysisTable attention_head_stats(const Tensor& probs, const std::string& what) {
   if (!is_float(probs.dtype())) {
-    throw InputError(fmt::format("{}: expected float probabilities, got {}", what,
-                                 dtype_name(probs.dtype())));
+    throw InputError(
+        fmt::format("{}: expected float probabilities, got {}", what, dtype_name(probs.dtype())));
   }
   const Shape& sh = probs.shape();
   if (sh.size() < 2 || sh.size() > 4) {
@@ -99,7 +99,7 @@ AnalysisTable attention_head_stats(const Tensor& probs, const std::string& what)
             const std::string& what;
             std::size_t b, h, i, rank;
             std::string operator()() const {
-              return rank == 4 ? fmt::format("({}, {}, {})", b, h, i)
+              return rank == 4   ? fmt::format("({}, {}, {})", b, h, i)
                      : rank == 3 ? fmt::format("({}, {})", h, i)
                                  : fmt::format("({})", i);
             }

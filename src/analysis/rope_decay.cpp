@@ -46,7 +46,8 @@ std::vector<DecayQuantity> parse_decay_quantities(const std::string& list) {
     } else if (name == "mean-qk") {
       q = DecayQuantity::mean_qk;
     } else {
-      throw UsageError(fmt::format("--emit: unknown quantity '{}' (expected bound, mean-qk)", name));
+      throw UsageError(
+          fmt::format("--emit: unknown quantity '{}' (expected bound, mean-qk)", name));
     }
     if (std::find(out.begin(), out.end(), q) == out.end()) out.push_back(q);
     pos = comma + 1;

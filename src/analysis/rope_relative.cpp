@@ -30,8 +30,14 @@ Canon canonical(const Tensor& t, const Axes& axes) {
   const Shape& shape = t.shape();
   std::vector<std::size_t> stride(shape.size(), 1);
   for (std::size_t a = shape.size(); a-- > 1;) stride[a - 1] = stride[a] * shape[a];
-  auto extent = [&](char c) { int i = axes.index(c); return i < 0 ? std::size_t{1} : shape[i]; };
-  auto step = [&](char c) { int i = axes.index(c); return i < 0 ? std::size_t{0} : stride[i]; };
+  auto extent = [&](char c) {
+    int i = axes.index(c);
+    return i < 0 ? std::size_t{1} : shape[i];
+  };
+  auto step = [&](char c) {
+    int i = axes.index(c);
+    return i < 0 ? std::size_t{0} : stride[i];
+  };
   Canon c;
   c.b = extent('b'), c.h = extent('h'), c.s = extent('s'), c.d = extent('d');
   const std::size_t sb = step('b'), sh = step('h'), ss = step('s'), sd = step('d');
@@ -100,9 +106,9 @@ RelativeCheck rope_relative_check(const Tensor& q, const Tensor& k, const RopeFr
   }
   const Canon &q0 = qs[0], &k0 = ks[0];
   if (q0.d != k0.d || q0.b != k0.b || k0.h == 0 || q0.h % k0.h != 0) {
-    throw InputError(fmt::format(
-        "q {} and k {}: batch and head dims must match, and k's heads divide q's",
-        shape_str(q.shape()), shape_str(k.shape())));
+    throw InputError(
+        fmt::format("q {} and k {}: batch and head dims must match, and k's heads divide q's",
+                    shape_str(q.shape()), shape_str(k.shape())));
   }
   const std::size_t ndiag = q0.s + k0.s - 1, group = q0.h / k0.h, d = q0.d;
   std::vector<double> max_abs(ndiag, 0.0), max_rel(ndiag, 0.0);
@@ -144,9 +150,10 @@ RelativeCheck rope_relative_check(const Tensor& q, const Tensor& k, const RopeFr
 
   RelativeCheck r;
   const std::int64_t longest = static_cast<std::int64_t>(std::max(q0.s, k0.s)) - 1;
-  const std::int64_t max_pos = opt.start + *std::max_element(shifts.begin(), shifts.end()) + longest;
-  r.tolerance = opt.tolerance > 0 ? opt.tolerance
-                                  : relative_default_tolerance(f, opt.precision, max_pos);
+  const std::int64_t max_pos =
+      opt.start + *std::max_element(shifts.begin(), shifts.end()) + longest;
+  r.tolerance =
+      opt.tolerance > 0 ? opt.tolerance : relative_default_tolerance(f, opt.precision, max_pos);
   r.max_abs = *std::max_element(max_abs.begin(), max_abs.end());
   r.max_rel = *std::max_element(max_rel.begin(), max_rel.end());
   r.pass = r.max_rel <= r.tolerance;

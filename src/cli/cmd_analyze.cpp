@@ -46,7 +46,8 @@ std::string table_text(const AnalysisTable& t) {
   std::vector<std::size_t> width(cols, 0);
   for (std::size_t c = 0; c < cols; ++c) cells[0].push_back(t.columns[c]);
   for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t c = 0; c < cols; ++c) cells[r + 1].push_back(format_element(t.data, r * cols + c));
+    for (std::size_t c = 0; c < cols; ++c)
+      cells[r + 1].push_back(format_element(t.data, r * cols + c));
   }
   for (const auto& row : cells) {
     for (std::size_t c = 0; c < cols; ++c) width[c] = std::max(width[c], row[c].size());
@@ -219,15 +220,16 @@ void run_wavelengths(const RopeAnalysisOptions& o) {
   std::int64_t target = o.target_len;
   if (target == 0) {
     target = p.max_pos && *p.max_pos > *l0 ? *p.max_pos
-             : p.factor ? static_cast<std::int64_t>(std::llround(*p.factor * static_cast<double>(*l0)))
-                        : *l0;
+             : p.factor
+                 ? static_cast<std::int64_t>(std::llround(*p.factor * static_cast<double>(*l0)))
+                 : *l0;
   }
   // Default comparison: no scaling, every variant the parameters allow, and the
   // configured one.
   std::vector<RopeScaling> variants{RopeScaling::none};
   if (p.factor) {
-    for (RopeScaling v : {RopeScaling::linear, RopeScaling::dynamic, RopeScaling::yarn,
-                          RopeScaling::llama3}) {
+    for (RopeScaling v :
+         {RopeScaling::linear, RopeScaling::dynamic, RopeScaling::yarn, RopeScaling::llama3}) {
       variants.push_back(v);
     }
   }
@@ -278,8 +280,8 @@ void run_relative(const RelativeCliOptions& o) {
   const std::string line = fmt::format(
       "relative: {}: max |score change| / (|q| |k|) = {:.3g} (tolerance {:.3g}) at batch {}, "
       "head {}, q {}, k {}, shift {}; {} scores x {} shifts",
-      r.pass ? "pass" : "FAIL", r.max_rel, r.tolerance, r.at_b, r.at_h, r.at_i, r.at_j,
-      r.at_shift, r.scores, ro.shifts.size());
+      r.pass ? "pass" : "FAIL", r.max_rel, r.tolerance, r.at_b, r.at_h, r.at_i, r.at_j, r.at_shift,
+      r.scores, ro.shifts.size());
   const bool stdout_busy = (!o.c.out.outputs.empty() && o.c.out.outputs[0] == "-") ||
                            (o.c.plot == "-" && o.c.fig.format.empty());
   if (!globals().quiet) fmt::print(stdout_busy ? stderr : stdout, "{}\n", line);
@@ -321,8 +323,9 @@ void register_analyze(CLI::App& app) {
 
   auto decay = std::make_shared<RopeAnalysisOptions>();
   auto* d = sub->add_subcommand(
-      "decay", "RoPE's long-term decay: the RoFormer upper bound and the mean q.k of unit vectors "
-               "over relative distance");
+      "decay",
+      "RoPE's long-term decay: the RoFormer upper bound and the mean q.k of unit vectors "
+      "over relative distance");
   add_rope_analysis(d, *decay);
   d->add_option("--max-distance", decay->max_distance, "largest distance m (default 1024)");
   d->add_option("--step", decay->step, "distance step (default 1)");
@@ -330,9 +333,10 @@ void register_analyze(CLI::App& app) {
   d->callback([decay] { run_decay(*decay); });
 
   auto wl = std::make_shared<RopeAnalysisOptions>();
-  auto* w = sub->add_subcommand(
-      "wavelengths", "per frequency pair: wavelength and rotations within the trained and the "
-                     "target context, for each scaling variant");
+  auto* w =
+      sub->add_subcommand("wavelengths",
+                          "per frequency pair: wavelength and rotations within the trained and the "
+                          "target context, for each scaling variant");
   add_rope_analysis(w, *wl);
   w->add_option("--target-len", wl->target_len,
                 "target context (default: --max-pos when above L0, else factor x L0)");
@@ -346,7 +350,8 @@ void register_analyze(CLI::App& app) {
   r->add_option("--axes", rel->axes, "axes of q and k (default by rank: bhsd, bsd, sd)");
   add_rope_options(r, rel->rope);
   r->add_option("--shifts", rel->shifts, "position shifts to compare with (default 1,100,10000)");
-  r->add_option("--tol", rel->tol, "tolerance on the relative deviation (default 4 eps (A + D), see the man page)");
+  r->add_option("--tol", rel->tol,
+                "tolerance on the relative deviation (default 4 eps (A + D), see the man page)");
   add_common(r, rel->c);
   r->callback([rel] { run_relative(*rel); });
 

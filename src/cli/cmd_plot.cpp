@@ -67,7 +67,8 @@ std::vector<std::size_t> index_list(const std::string& text, const char* option)
   for (const auto& part : split(text, ',')) {
     const auto v = parse_integer(part);
     if (!v || *v < 0) {
-      throw UsageError(fmt::format("{}: '{}' is not a list of indices (e.g. 0,5,10)", option, text));
+      throw UsageError(
+          fmt::format("{}: '{}' is not a list of indices (e.g. 0,5,10)", option, text));
     }
     out.push_back(static_cast<std::size_t>(*v));
   }
@@ -82,9 +83,10 @@ Selected read_selected(const std::string& text, const std::string& slice) {
   const TensorInfo& info = src->info();
   const Selection sel = resolve_slice(slice, info.shape);
   if (sel.numel > kMaxValues) {
-    throw InputError(fmt::format("{}: the selection holds {} values, more than the {} a plot "
-                                 "takes (thin it with a --slice step)",
-                                 text, sel.numel, kMaxValues));
+    throw InputError(
+        fmt::format("{}: the selection holds {} values, more than the {} a plot "
+                    "takes (thin it with a --slice step)",
+                    text, sel.numel, kMaxValues));
   }
   if (sel.numel == 0) throw InputError(fmt::format("{}: the selection is empty", text));
   Tensor raw = read_selection(*src, sel, ref.text);
@@ -101,9 +103,10 @@ Selected read_selected(const std::string& text, const std::string& slice) {
     throw InputError(fmt::format("{}: the selection is a single value; nothing to plot", text));
   }
   if (shape.size() > 2) {
-    throw InputError(fmt::format("{}: the selection has shape {}; choose at most two axes with "
-                                 "--slice (e.g. --slice 0,0)",
-                                 text, shape_str(shape)));
+    throw InputError(
+        fmt::format("{}: the selection has shape {}; choose at most two axes with "
+                    "--slice (e.g. --slice 0,0)",
+                    text, shape_str(shape)));
   }
   s.values.reshape(shape);
   s.attrs = info.attrs;
@@ -119,9 +122,9 @@ Selected read_selected(const std::string& text, const std::string& slice) {
 
 /// "kind=rope emit=cos rope_theta=10000 ...": the recorded parameters, most telling first.
 std::string describe(const Attrs& attrs) {
-  static const char* const kFirst[] = {"kind",      "emit",       "variant",  "rope_type",
-                                       "rope_theta", "base",      "dim",      "head_dim",
-                                       "rotary_dim", "factor",    "heads"};
+  static const char* const kFirst[] = {"kind",       "emit",   "variant", "rope_type",
+                                       "rope_theta", "base",   "dim",     "head_dim",
+                                       "rotary_dim", "factor", "heads"};
   auto text = [](const AttrValue& v) -> std::string {
     if (const auto* s = std::get_if<std::string>(&v)) return *s;
     if (const auto* d = std::get_if<double>(&v)) return fmt::format("{:.6g}", *d);
@@ -156,8 +159,8 @@ void add_series(const Selected& s, const PlotOptions& o, bool several, LinePanel
   const std::string prefix = several ? s.name + " " : "";
   const double* v = s.values.data<double>();
   if (s.idx.size() == 1) {
-    panel.series.push_back({several ? s.name : "", coords(s.idx[0]),
-                            std::vector<double>(v, v + s.values.numel())});
+    panel.series.push_back(
+        {several ? s.name : "", coords(s.idx[0]), std::vector<double>(v, v + s.values.numel())});
     return;
   }
   const std::size_t nr = s.idx[0].size(), nc = s.idx[1].size();
@@ -236,6 +239,9 @@ HeatmapPanel heatmap(const Selected& s, const PlotOptions& o) {
 void run_plot(const PlotOptions& o) {
   if (o.lines && o.heatmap) throw UsageError("--lines and --heatmap exclude each other");
   if (!o.rows.empty() && !o.cols.empty()) throw UsageError("--rows and --cols exclude each other");
+  if (o.app->count("--x-col") > 0 && o.x_col < 0) {
+    throw UsageError(fmt::format("--x-col: must be >= 0, got {}", o.x_col));
+  }
   if (o.x_col >= 0 && !o.rows.empty()) throw UsageError("--x-col goes with --cols, not --rows");
   if (!o.slice.empty()) check_slice(o.slice);
   std::vector<Selected> sel;
@@ -259,14 +265,15 @@ void run_plot(const PlotOptions& o) {
     panel.xlabel = o.xlabel;
     for (const auto& s : sel) {
       if (s.idx.size() == 2 && o.rows.empty() && o.cols.empty() && s.columns.empty()) {
-        throw UsageError(fmt::format("{}: a 2-D selection as lines needs --rows or --cols", s.name));
+        throw UsageError(
+            fmt::format("{}: a 2-D selection as lines needs --rows or --cols", s.name));
       }
       add_series(s, o, several, panel);
     }
     if (!o.labels.empty()) {
       if (o.labels.size() > panel.series.size()) {
-        throw UsageError(fmt::format("--label: {} labels for {} lines", o.labels.size(),
-                                     panel.series.size()));
+        throw UsageError(
+            fmt::format("--label: {} labels for {} lines", o.labels.size(), panel.series.size()));
       }
       for (std::size_t i = 0; i < o.labels.size(); ++i) panel.series[i].label = o.labels[i];
     }
@@ -300,15 +307,16 @@ void register_plot(CLI::App& app) {
   sub->add_option("input", opt->inputs, "tensor reference(s) (x.npy, x.h5:/d, x.csv, x.json, -)")
       ->required();
   sub->add_option("-o,--output", opt->output,
-                  "image file: .png, .svg or .pdf (or --format); without it, draw in the terminal");
+                  "image file: .png, .svg or .pdf (or --format); without it (or with - and no "
+                  "--format), draw in the terminal");
   sub->add_option("--slice", opt->slice,
                   "numpy basic slicing applied to every input (e.g. \"0,3\" for batch 0, head 3); "
                   "axes of extent 1 are dropped, at most two may remain");
-  sub->add_option("--rows", opt->rows, "lines of these rows of a 2-D selection (tensor indices, "
-                                       "e.g. 0,8,16)");
+  sub->add_option("--rows", opt->rows,
+                  "lines of these rows of a 2-D selection (tensor indices, "
+                  "e.g. 0,8,16)");
   sub->add_option("--cols", opt->cols, "lines of these columns of a 2-D selection");
-  sub->add_option("--x-col", opt->x_col, "with --cols: take x from this column (e.g. 0)")
-      ->check(CLI::Range(0LL, 1LL << 40));
+  sub->add_option("--x-col", opt->x_col, "with --cols: take x from this column (e.g. 0)");
   sub->add_flag("--lines", opt->lines, "draw lines even where a heatmap is the default");
   sub->add_flag("--heatmap", opt->heatmap, "draw a heatmap (one 2-D selection)");
   sub->add_option("--cmap", opt->cmap,

@@ -2,10 +2,9 @@
 // Where `plot` and `analyze --plot` draw: an image file (PNG, SVG, PDF) or the
 // terminal (standard output), with the options both commands share.
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "posenc/io/atomic.hpp"
 #include "posenc/plot.hpp"

@@ -151,12 +151,12 @@ ImageFormat image_format(const std::string& path, const std::string& format) {
   if (ext == "svg") return ImageFormat::svg;
   if (ext == "pdf") return ImageFormat::pdf;
   if (!format.empty()) {
-    throw UsageError(fmt::format("--format: unknown image format '{}' (expected png, svg or pdf)",
-                                 format));
+    throw UsageError(
+        fmt::format("--format: unknown image format '{}' (expected png, svg or pdf)", format));
   }
-  throw UsageError(fmt::format(
-      "{}: unknown image type{} (expected .png, .svg or .pdf, or give --format)", path,
-      ext.empty() ? std::string() : " '." + ext + "'"));
+  throw UsageError(
+      fmt::format("{}: unknown image type{} (expected .png, .svg or .pdf, or give --format)", path,
+                  ext.empty() ? std::string() : " '." + ext + "'"));
 }
 
 namespace plot_detail {
@@ -218,8 +218,8 @@ std::string number_label(double v) {
 
 void check_figure(const Figure& fig) {
   if (fig.width < 64 || fig.width > 16384 || fig.height < 64 || fig.height > 16384) {
-    throw UsageError(fmt::format("--width/--height: {}x{} is outside 64..16384", fig.width,
-                                 fig.height));
+    throw UsageError(
+        fmt::format("--width/--height: {}x{} is outside 64..16384", fig.width, fig.height));
   }
   if (fig.panels.empty()) throw InputError("nothing to draw: the figure has no panel");
   for (const auto& panel : fig.panels) {

@@ -180,7 +180,7 @@ void cell_corner(PLFLT x, PLFLT y, PLFLT* tx, PLFLT* ty, PLPointer data) {
 /// The bottom and top of a panel's viewport in its subpage: stacked panels are
 /// shorter, so their axis labels need a larger share.
 std::pair<double, double> viewport_y(std::size_t panels) {
-  return panels <= 1 ? std::make_pair(0.11, 0.87)
+  return panels <= 1   ? std::make_pair(0.11, 0.87)
          : panels == 2 ? std::make_pair(0.17, 0.83)
                        : std::make_pair(0.22, 0.80);
 }
@@ -233,9 +233,9 @@ void draw_heatmap(const HeatmapPanel& p, std::size_t panels) {
   const PLFLT range[] = {scale.lo, scale.hi};
   const PLFLT* values[] = {range};
   plcolorbar(&w, &h, PL_COLORBAR_GRADIENT | PL_COLORBAR_LABEL_RIGHT,
-             PL_POSITION_RIGHT | PL_POSITION_OUTSIDE | PL_POSITION_VIEWPORT, 0.02, 0.0, 0.03,
-             1.0, kWhite, kBlack, 1, 0.0, 0.0, kBlack, 0.0, zlabel.empty() ? 0 : 1, label_opts,
-             labels, 1, axis_opts, ticks, sub_ticks, n_values, values);
+             PL_POSITION_RIGHT | PL_POSITION_OUTSIDE | PL_POSITION_VIEWPORT, 0.02, 0.0, 0.03, 1.0,
+             kWhite, kBlack, 1, 0.0, 0.0, kBlack, 0.0, zlabel.empty() ? 0 : 1, label_opts, labels,
+             1, axis_opts, ticks, sub_ticks, n_values, values);
 }
 
 /// Draws the finite runs of one series (a NaN or a non-positive value on a log axis

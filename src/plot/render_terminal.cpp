@@ -76,7 +76,8 @@ std::string pad_left(const std::string& s, int w) {
 
 /// A label for a whole tensor index (or any other number).
 std::string index_label(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
+  if (v == std::floor(v) && std::fabs(v) < 1e15)
+    return fmt::format("{}", static_cast<long long>(v));
   return number_label(v);
 }
 
@@ -121,8 +122,9 @@ std::vector<std::string> heatmap_lines(const HeatmapPanel& p, int width, int lin
   const int plot_lines = std::max(2, lines - 3);
   auto row_index = [&](std::size_t r) { return p.y.first + static_cast<double>(r) * p.y.step; };
   auto col_index = [&](std::size_t c) { return p.x.first + static_cast<double>(c) * p.x.step; };
-  const int margin =
-      std::max(text_width(index_label(row_index(0))), text_width(index_label(row_index(p.rows - 1)))) + 1;
+  const int margin = std::max(text_width(index_label(row_index(0))),
+                              text_width(index_label(row_index(p.rows - 1)))) +
+                     1;
   const int plot_w = std::max(4, width - margin);
 
   // Character columns and pixel rows (two per line in colour) covering the matrix:
@@ -145,7 +147,8 @@ std::vector<std::string> heatmap_lines(const HeatmapPanel& p, int width, int lin
   for (int line = 0; line < text_rows; ++line) {
     const int top = color ? 2 * line : line;
     const bool labelled = line == 0 || line == text_rows - 1 || line == text_rows / 2;
-    std::string s = pad_left(labelled ? index_label(row_index(src_row(top))) : "", margin - 1) + " ";
+    std::string s =
+        pad_left(labelled ? index_label(row_index(src_row(top))) : "", margin - 1) + " ";
     Rgb last_up, last_down;
     for (int c = 0; c < ncols; ++c) {
       const auto t = cell(top, c);
@@ -172,9 +175,10 @@ std::vector<std::string> heatmap_lines(const HeatmapPanel& p, int width, int lin
     if (color) s += kReset;
     out.push_back(s);
   }
-  std::vector<std::pair<int, std::string>> xl{{0, index_label(col_index(src_col(0)))},
-                                              {ncols - 1, index_label(col_index(src_col(ncols - 1)))},
-                                              {ncols / 2, index_label(col_index(src_col(ncols / 2)))}};
+  std::vector<std::pair<int, std::string>> xl{
+      {0, index_label(col_index(src_col(0)))},
+      {ncols - 1, index_label(col_index(src_col(ncols - 1)))},
+      {ncols / 2, index_label(col_index(src_col(ncols / 2)))}};
   std::string xline = std::string(static_cast<std::size_t>(margin), ' ') + label_line(ncols, xl);
   if (!p.ylabel.empty() || !p.xlabel.empty()) {
     xline += "  (rows: " + (p.ylabel.empty() ? "-" : p.ylabel) +
@@ -224,7 +228,11 @@ struct DotCanvas {
   std::vector<unsigned> bits;
   std::vector<int> owner;  // -1 empty, -2 reference line, else series index
   DotCanvas(int w_, int h_, int dx_, int dy_)
-      : w(w_), h(h_), dx(dx_), dy(dy_), bits(static_cast<std::size_t>(w_ * h_), 0),
+      : w(w_),
+        h(h_),
+        dx(dx_),
+        dy(dy_),
+        bits(static_cast<std::size_t>(w_ * h_), 0),
         owner(static_cast<std::size_t>(w_ * h_), -1) {}
   void set(int x, int y, int who) {
     if (x < 0 || y < 0 || x >= w * dx || y >= h * dy) return;
@@ -270,13 +278,18 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   const int plot_h = std::max(3, lines - 2 - static_cast<int>(legend.size()));
   auto ylab = [&](double v) { return number_label(p.log_y ? std::pow(10.0, v) : v); };
   const double ymid = (r.y0 + r.y1) / 2;
-  const int margin = std::max({text_width(ylab(r.y1)), text_width(ylab(r.y0)), text_width(ylab(ymid))}) + 1;
+  const int margin =
+      std::max({text_width(ylab(r.y1)), text_width(ylab(r.y0)), text_width(ylab(ymid))}) + 1;
   const int plot_w = std::max(8, width - margin - 1);
 
   DotCanvas cv(plot_w, plot_h, color ? 2 : 1, color ? 4 : 1);
   const int xdots = plot_w * cv.dx, ydots = plot_h * cv.dy;
-  auto gx = [&](double x) { return static_cast<int>(std::lround((x - r.x0) / (r.x1 - r.x0) * (xdots - 1))); };
-  auto gy = [&](double y) { return static_cast<int>(std::lround((r.y1 - y) / (r.y1 - r.y0) * (ydots - 1))); };
+  auto gx = [&](double x) {
+    return static_cast<int>(std::lround((x - r.x0) / (r.x1 - r.x0) * (xdots - 1)));
+  };
+  auto gy = [&](double y) {
+    return static_cast<int>(std::lround((r.y1 - y) / (r.y1 - r.y0) * (ydots - 1)));
+  };
   for (const auto& h : p.hlines) {
     const double y = plot_detail::chart_y(p, h.y);
     if (!std::isfinite(y) || y < r.y0 || y > r.y1) continue;
@@ -304,9 +317,10 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   }
 
   for (int line = 0; line < plot_h; ++line) {
-    std::string label = line == 0 ? ylab(r.y1)
+    std::string label = line == 0            ? ylab(r.y1)
                         : line == plot_h - 1 ? ylab(r.y0)
-                        : line == plot_h / 2 ? ylab(ymid) : "";
+                        : line == plot_h / 2 ? ylab(ymid)
+                                             : "";
     std::string s = pad_left(label, margin - 1) + " " + (color ? "│" : "|");
     int last = -3;
     for (int c = 0; c < plot_w; ++c) {
@@ -314,10 +328,9 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
       const int who = cv.owner[k];
       if (color) {
         if (who != last) {
-          s += who == -1 ? std::string(kReset)
-               : who == -2
-                   ? fg(kRefRgb)
-                   : fg(series_color(p.series[who].color >= 0 ? p.series[who].color : who));
+          s += who == -1   ? std::string(kReset)
+               : who == -2 ? fg(kRefRgb)
+                           : fg(series_color(p.series[who].color >= 0 ? p.series[who].color : who));
           last = who;
         }
         if (cv.bits[k] == 0) {
@@ -339,7 +352,8 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   std::vector<std::pair<int, std::string>> xl{{0, number_label(r.x0)},
                                               {plot_w - 1, number_label(r.x1)},
                                               {plot_w / 2, number_label((r.x0 + r.x1) / 2)}};
-  std::string xline = std::string(static_cast<std::size_t>(margin + 1), ' ') + label_line(plot_w, xl);
+  std::string xline =
+      std::string(static_cast<std::size_t>(margin + 1), ' ') + label_line(plot_w, xl);
   if (!p.xlabel.empty()) xline += "  " + p.xlabel;
   out.push_back(xline);
   for (auto& l : legend) out.push_back(l);
@@ -356,10 +370,10 @@ std::string render_terminal(const Figure& fig, const TerminalStyle& style) {
   const int per_panel = std::max(6, total / static_cast<int>(fig.panels.size()));
   std::string text;
   for (const auto& panel : fig.panels) {
-    const auto lines = std::holds_alternative<HeatmapPanel>(panel)
-                           ? heatmap_lines(std::get<HeatmapPanel>(panel), width, per_panel,
-                                           style.color)
-                           : chart_lines(std::get<LinePanel>(panel), width, per_panel, style.color);
+    const auto lines =
+        std::holds_alternative<HeatmapPanel>(panel)
+            ? heatmap_lines(std::get<HeatmapPanel>(panel), width, per_panel, style.color)
+            : chart_lines(std::get<LinePanel>(panel), width, per_panel, style.color);
     for (const auto& l : lines) text += clip_visible(l, width) + "\n";
   }
   return text;

@@ -18,8 +18,8 @@ RopeCurve curve(double base, int dim) {
 }
 
 TEST(Decay, AtZeroAndColumns) {
-  const AnalysisTable t = rope_decay({curve(10000, 16)}, {0, 5},
-                                     {DecayQuantity::bound, DecayQuantity::mean_qk});
+  const AnalysisTable t =
+      rope_decay({curve(10000, 16)}, {0, 5}, {DecayQuantity::bound, DecayQuantity::mean_qk});
   ASSERT_EQ(t.data.shape(), (Shape{2, 3}));
   EXPECT_EQ(t.columns, (std::vector<std::string>{"distance", "bound[c]", "mean_qk[c]"}));
   // m = 0: |S_j| = j, so the bound is (n + 1) / 2 with n = 8 pairs; every cosine is 1.
@@ -28,8 +28,8 @@ TEST(Decay, AtZeroAndColumns) {
   // m = 5, one pair of frequency 1: bound |e^{5i}| = 1, mean cos 5.
   RopeFreqs one;
   one.inv_freq = {1.0};
-  const AnalysisTable u = rope_decay({{"one", one}}, {5}, {DecayQuantity::bound,
-                                                           DecayQuantity::mean_qk});
+  const AnalysisTable u =
+      rope_decay({{"one", one}}, {5}, {DecayQuantity::bound, DecayQuantity::mean_qk});
   EXPECT_NEAR(u.data.get(1), 1.0, 1e-15);
   EXPECT_DOUBLE_EQ(u.data.get(2), std::cos(5.0));
   EXPECT_THROW(rope_decay({curve(10000, 16)}, {-1}, {DecayQuantity::bound}), UsageError);
