@@ -7,16 +7,13 @@
 // would need Python at run time, gnuplot a separate program and a pipe.
 //
 // Why its `extcairo` device rather than the pngcairo/svgcairo/pdfcairo file devices:
-// we create the cairo surface, so the bytes go through our own stream callback into
-// an atomic OutputFile, and we control the metadata: cairo 1.16's PDF surface writes
-// the current time as /CreationDate (and ignores SOURCE_DATE_EPOCH) unless told
-// otherwise, which would make two runs differ.
+// we create the cairo surface, so the bytes come back through our own stream callback
+// (the caller writes them atomically), and we control the metadata: cairo 1.16's PDF
+// surface writes the current time as /CreationDate (and ignores SOURCE_DATE_EPOCH)
+// unless told otherwise, which would make two runs differ. Both libraries are loaded
+// on first use (graphics_api.hpp).
 
-#include <cairo-pdf.h>
-#include <cairo-svg.h>
-#include <cairo.h>
 #include <fmt/format.h>
-#include <plplot.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "plot/graphics_api.hpp"
 #include "plot/plot_common.hpp"
 #include "posenc/error.hpp"
 #include "posenc/plot.hpp"
@@ -35,6 +33,7 @@ namespace posenc {
 
 namespace {
 
+using plot_detail::gfx;
 using plot_detail::LineRange;
 
 // cmap0 entries: background, ink, grid, blank cells, reference lines, then the palette.
@@ -69,8 +68,8 @@ std::string pl_text(const std::string& s) {
 }
 
 struct CairoDeleter {
-  void operator()(cairo_surface_t* s) const { cairo_surface_destroy(s); }
-  void operator()(cairo_t* c) const { cairo_destroy(c); }
+  void operator()(cairo_surface_t* s) const { gfx().cairo_surface_destroy(s); }
+  void operator()(cairo_t* c) const { gfx().cairo_destroy(c); }
 };
 using SurfacePtr = std::unique_ptr<cairo_surface_t, CairoDeleter>;
 using ContextPtr = std::unique_ptr<cairo_t, CairoDeleter>;
@@ -84,22 +83,22 @@ SurfacePtr make_surface(ImageFormat format, int w, int h, std::string* out) {
   cairo_surface_t* s = nullptr;
   switch (format) {
     case ImageFormat::png:
-      s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
+      s = gfx().cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
       break;
     case ImageFormat::svg:
-      s = cairo_svg_surface_create_for_stream(append_bytes, out, w, h);
+      s = gfx().cairo_svg_surface_create_for_stream(append_bytes, out, w, h);
       break;
     case ImageFormat::pdf:
-      s = cairo_pdf_surface_create_for_stream(append_bytes, out, w, h);
+      s = gfx().cairo_pdf_surface_create_for_stream(append_bytes, out, w, h);
       // A date that is not ISO 8601 makes cairo drop /CreationDate altogether.
-      cairo_pdf_surface_set_metadata(s, CAIRO_PDF_METADATA_CREATE_DATE, "none");
+      gfx().cairo_pdf_surface_set_metadata(s, CAIRO_PDF_METADATA_CREATE_DATE, "none");
       break;
   }
   SurfacePtr p(s);
-  if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
+  if (gfx().cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
     throw OutputError(fmt::format("cannot create a {}x{} {} surface: {}", w, h,
                                   image_format_name(format),
-                                  cairo_status_to_string(cairo_surface_status(s))));
+                                  gfx().cairo_status_to_string(gfx().cairo_surface_status(s))));
   }
   return p;
 }
@@ -111,7 +110,7 @@ void require_cairo_device() {
   std::vector<const char*> m(64), d(64);
   menu = m.data();
   names = d.data();
-  plgDevs(&menu, &names, &n);
+  gfx().plgDevs(&menu, &names, &n);
   for (int i = 0; i < n; ++i) {
     if (std::string(names[i]) == "extcairo") return;
   }
@@ -133,10 +132,10 @@ void set_palettes(ColorMap heat) {
   add({200, 200, 200});  // kBlank
   add({110, 110, 110});  // kRef
   for (int i = 0; i < kPaletteSize; ++i) add(series_color(i));
-  plscmap0(r.data(), g.data(), b.data(), static_cast<PLINT>(r.size()));
+  gfx().plscmap0(r.data(), g.data(), b.data(), static_cast<PLINT>(r.size()));
   r.clear(), g.clear(), b.clear();
   for (const Rgb& c : colormap_table(heat, kColors)) add(c);
-  plscmap1(r.data(), g.data(), b.data(), kColors);
+  gfx().plscmap1(r.data(), g.data(), b.data(), kColors);
 }
 
 /// A tick spacing of 1, 2 or 5 times a power of ten giving about `target` ticks over
@@ -155,15 +154,13 @@ double nice_tick(double span, int target, double minimum) {
 
 void titles(const std::string& title, const std::string& subtitle, const std::string& xlabel,
             const std::string& ylabel) {
-  plcol0(kBlack);
-  pllab(pl_text(xlabel).c_str(), pl_text(ylabel).c_str(), "");
-  plmtex("t", subtitle.empty() ? 1.2 : 2.6, 0.5, 0.5, pl_text(title).c_str());
+  gfx().plcol0(kBlack);
+  gfx().pllab(pl_text(xlabel).c_str(), pl_text(ylabel).c_str(), "");
+  gfx().plmtex("t", subtitle.empty() ? 1.2 : 2.6, 0.5, 0.5, pl_text(title).c_str());
   if (!subtitle.empty()) {
-    PLFLT def = 0, scale = 0;
-    plgchr(&def, &scale);
-    plschr(0, 0.8);
-    plmtex("t", 1.0, 0.5, 0.5, pl_text(subtitle).c_str());
-    plschr(0, 1.0);
+    gfx().plschr(0, 0.8);
+    gfx().plmtex("t", 1.0, 0.5, 0.5, pl_text(subtitle).c_str());
+    gfx().plschr(0, 1.0);
   }
 }
 
@@ -193,13 +190,13 @@ void draw_heatmap(const HeatmapPanel& p, std::size_t panels) {
   const double ytop = p.y.first - p.y.step / 2;
   const double ybot = p.y.first + (static_cast<double>(p.rows) - 0.5) * p.y.step;
   const auto [vy0, vy1] = viewport_y(panels);
-  plvpor(0.10, 0.84, vy0, vy1);
-  plwind(x0, x1, ybot, ytop);
+  gfx().plvpor(0.10, 0.84, vy0, vy1);
+  gfx().plwind(x0, x1, ybot, ytop);
 
   // Blank (non-finite) cells show the grey under the image.
-  plcol0(kBlank);
+  gfx().plcol0(kBlank);
   const PLFLT bx[4] = {x0, x1, x1, x0}, by[4] = {ytop, ytop, ybot, ybot};
-  plfill(4, bx, by);
+  gfx().plfill(4, bx, by);
 
   // PLplot wants data[ix][iy], x along the columns; values are colour positions. The
   // cell corners go through cell_corner: without a transform PLplot 5.15 spaces cells
@@ -214,11 +211,11 @@ void draw_heatmap(const HeatmapPanel& p, std::size_t panels) {
     }
   }
   CellGrid grid{x0, p.x.step, ytop, p.y.step};
-  plimagefr(columns.data(), static_cast<PLINT>(p.cols), static_cast<PLINT>(p.rows), x0, x1, ytop,
+  gfx().plimagefr(columns.data(), static_cast<PLINT>(p.cols), static_cast<PLINT>(p.rows), x0, x1, ytop,
             ybot, 0.0, 1.0, 0.0, 1.0, cell_corner, &grid);
 
-  plcol0(kBlack);
-  plbox("bcnst", nice_tick(x1 - x0, 8, std::fabs(p.x.step)), 0, "bcnstv",
+  gfx().plcol0(kBlack);
+  gfx().plbox("bcnst", nice_tick(x1 - x0, 8, std::fabs(p.x.step)), 0, "bcnstv",
         nice_tick(ybot - ytop, 8, std::fabs(p.y.step)), 0);
   titles(p.title, p.subtitle, p.xlabel, p.ylabel);
 
@@ -232,7 +229,7 @@ void draw_heatmap(const HeatmapPanel& p, std::size_t panels) {
   const PLINT n_values[] = {2};
   const PLFLT range[] = {scale.lo, scale.hi};
   const PLFLT* values[] = {range};
-  plcolorbar(&w, &h, PL_COLORBAR_GRADIENT | PL_COLORBAR_LABEL_RIGHT,
+  gfx().plcolorbar(&w, &h, PL_COLORBAR_GRADIENT | PL_COLORBAR_LABEL_RIGHT,
              PL_POSITION_RIGHT | PL_POSITION_OUTSIDE | PL_POSITION_VIEWPORT, 0.02, 0.0, 0.03, 1.0,
              kWhite, kBlack, 1, 0.0, 0.0, kBlack, 0.0, zlabel.empty() ? 0 : 1, label_opts, labels,
              1, axis_opts, ticks, sub_ticks, n_values, values);
@@ -243,11 +240,11 @@ void draw_heatmap(const HeatmapPanel& p, std::size_t panels) {
 void draw_series(const LinePanel& p, const PlotSeries& s) {
   std::vector<PLFLT> x, y;
   auto flush = [&] {
-    if (x.size() >= 2) plline(static_cast<PLINT>(x.size()), x.data(), y.data());
+    if (x.size() >= 2) gfx().plline(static_cast<PLINT>(x.size()), x.data(), y.data());
     if (s.markers || x.size() == 1) {
-      plschr(0, 1.8);
-      plstring(static_cast<PLINT>(x.size()), x.data(), y.data(), "•");
-      plschr(0, 1.0);
+      gfx().plschr(0, 1.8);
+      gfx().plstring(static_cast<PLINT>(x.size()), x.data(), y.data(), "•");
+      gfx().plschr(0, 1.0);
     }
     x.clear(), y.clear();
   };
@@ -287,69 +284,69 @@ void draw_legend(const LinePanel& p) {
   for (const auto& t : text) texts.push_back(t.c_str()), symbols.push_back("•");
   const auto n = static_cast<PLINT>(text.size());
   PLFLT w = 0, h = 0;
-  plschr(0, 0.85);
-  pllegend(&w, &h, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
+  gfx().plschr(0, 0.85);
+  gfx().pllegend(&w, &h, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
            PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.02, 0.06, kWhite,
            kBlack, 1, n, 1, n, opts.data(), 0.6, 1.0, 1.8, 0.0, text_colors.data(), texts.data(),
            nullptr, nullptr, nullptr, nullptr, colors.data(), styles.data(), widths.data(),
            colors.data(), symbol_scales.data(), symbol_numbers.data(), symbols.data());
-  plschr(0, 1.0);
+  gfx().plschr(0, 1.0);
 }
 
 void draw_lines(const LinePanel& p, std::size_t panels) {
   const LineRange r = plot_detail::line_range(p);
   const auto [vy0, vy1] = viewport_y(panels);
-  plvpor(0.11, 0.95, vy0, vy1);
-  plwind(r.x0, r.x1, r.y0, r.y1);
+  gfx().plvpor(0.11, 0.95, vy0, vy1);
+  gfx().plwind(r.x0, r.x1, r.y0, r.y1);
   const char* yopt = p.log_y ? "bcnstvl" : "bcnstv";
-  plcol0(kGrid);
-  plwidth(1.0);
-  plbox("g", 0, 0, p.log_y ? "gl" : "g", 0, 0);
-  plcol0(kRef);
-  pllsty(2);
+  gfx().plcol0(kGrid);
+  gfx().plwidth(1.0);
+  gfx().plbox("g", 0, 0, p.log_y ? "gl" : "g", 0, 0);
+  gfx().plcol0(kRef);
+  gfx().pllsty(2);
   for (const auto& h : p.hlines) {
     const double y = plot_detail::chart_y(p, h.y);
     if (!std::isfinite(y) || y < r.y0 || y > r.y1) continue;
     const PLFLT xs[2] = {r.x0, r.x1}, ys[2] = {y, y};
-    plline(2, xs, ys);
-    plschr(0, 0.75);
-    plptex(r.x0 + 0.01 * (r.x1 - r.x0), y, 1, 0, 0.0, (" " + pl_text(h.label)).c_str());
-    plschr(0, 1.0);
+    gfx().plline(2, xs, ys);
+    gfx().plschr(0, 0.75);
+    gfx().plptex(r.x0 + 0.01 * (r.x1 - r.x0), y, 1, 0, 0.0, (" " + pl_text(h.label)).c_str());
+    gfx().plschr(0, 1.0);
   }
-  plwidth(2.0);
+  gfx().plwidth(2.0);
   for (std::size_t i = 0; i < p.series.size(); ++i) {
     const PlotSeries& s = p.series[i];
-    plcol0(kPalette0 + (s.color >= 0 ? s.color : static_cast<int>(i)) % kPaletteSize);
-    pllsty(line_style(s.dash));
+    gfx().plcol0(kPalette0 + (s.color >= 0 ? s.color : static_cast<int>(i)) % kPaletteSize);
+    gfx().pllsty(line_style(s.dash));
     draw_series(p, s);
   }
-  pllsty(1);
-  plwidth(1.0);
-  plcol0(kBlack);
-  plbox("bcnst", 0, 0, yopt, 0, 0);
+  gfx().pllsty(1);
+  gfx().plwidth(1.0);
+  gfx().plcol0(kBlack);
+  gfx().plbox("bcnst", 0, 0, yopt, 0, 0);
   titles(p.title, p.subtitle, p.xlabel, p.ylabel);
   draw_legend(p);
 }
 
 void draw_figure(const Figure& fig, ColorMap heat, cairo_t* cr) {
-  plsexit(on_plplot_exit);
-  plsabort(on_plplot_abort);
+  gfx().plsexit(on_plplot_exit);
+  gfx().plsabort(on_plplot_abort);
   g_plplot_warning.clear();
-  plsdev("extcairo");
-  plspage(72, 72, fig.width, fig.height, 0, 0);
-  plssub(1, static_cast<PLINT>(fig.panels.size()));
+  gfx().plsdev("extcairo");
+  gfx().plspage(72, 72, fig.width, fig.height, 0, 0);
+  gfx().plssub(1, static_cast<PLINT>(fig.panels.size()));
   set_palettes(heat);
-  plinit();
-  pl_cmd(PLESC_DEVINIT, cr);
+  gfx().plinit();
+  gfx().pl_cmd(PLESC_DEVINIT, cr);
   for (const auto& panel : fig.panels) {
-    pladv(0);
+    gfx().pladv(0);
     if (const auto* h = std::get_if<HeatmapPanel>(&panel)) {
       draw_heatmap(*h, fig.panels.size());
     } else {
       draw_lines(std::get<LinePanel>(panel), fig.panels.size());
     }
   }
-  plend();
+  gfx().plend();
   if (!g_plplot_warning.empty()) {
     throw std::logic_error(fmt::format("PLplot: {}", g_plplot_warning));
   }
@@ -375,22 +372,22 @@ std::string render_image(const Figure& fig, ImageFormat format) {
   std::string bytes;
   SurfacePtr surface = make_surface(format, fig.width, fig.height, &bytes);
   {
-    ContextPtr cr(cairo_create(surface.get()));
-    cairo_set_source_rgb(cr.get(), 1.0, 1.0, 1.0);
-    cairo_paint(cr.get());
+    ContextPtr cr(gfx().cairo_create(surface.get()));
+    gfx().cairo_set_source_rgb(cr.get(), 1.0, 1.0, 1.0);
+    gfx().cairo_paint(cr.get());
     draw_figure(fig, heat.value_or(ColorMap::sequential), cr.get());
   }
   if (format == ImageFormat::png) {
-    cairo_surface_flush(surface.get());
-    if (cairo_surface_write_to_png_stream(surface.get(), append_bytes, &bytes) !=
+    gfx().cairo_surface_flush(surface.get());
+    if (gfx().cairo_surface_write_to_png_stream(surface.get(), append_bytes, &bytes) !=
         CAIRO_STATUS_SUCCESS) {
       throw OutputError("cannot encode the PNG image");
     }
   }
-  cairo_surface_finish(surface.get());
-  if (cairo_surface_status(surface.get()) != CAIRO_STATUS_SUCCESS) {
+  gfx().cairo_surface_finish(surface.get());
+  if (gfx().cairo_surface_status(surface.get()) != CAIRO_STATUS_SUCCESS) {
     throw OutputError(fmt::format("cannot draw the {} image: {}", image_format_name(format),
-                                  cairo_status_to_string(cairo_surface_status(surface.get()))));
+                                  gfx().cairo_status_to_string(gfx().cairo_surface_status(surface.get()))));
   }
   return bytes;
 }
