@@ -7,6 +7,11 @@
 
 namespace posenc::plot_detail {
 
+/// Non-finite heatmap cells, reference lines and chart grids, in both renderers.
+constexpr Rgb kBlankColor{200, 200, 200};
+constexpr Rgb kRefColor{110, 110, 110};
+constexpr Rgb kGridColor{222, 222, 222};
+
 /// The drawn ranges of a line chart: x over finite points, y over finite points (and
 /// the reference lines), in log10 units when the chart is logarithmic; ymin/ymax of the
 /// panel override. Never empty: a single value is widened. Throws InputError when no

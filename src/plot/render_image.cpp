@@ -104,15 +104,14 @@ SurfacePtr make_surface(ImageFormat format, int w, int h, std::string* out) {
 }
 
 void require_cairo_device() {
-  const char** menu = nullptr;
-  const char** names = nullptr;
-  int n = 64;
-  std::vector<const char*> m(64), d(64);
-  menu = m.data();
-  names = d.data();
-  gfx().plgDevs(&menu, &names, &n);
+  // plgDevs fills arrays the caller provides; n holds their size and then the count.
+  std::vector<const char*> menu(64), names(64);
+  const char** pm = menu.data();
+  const char** pn = names.data();
+  int n = static_cast<int>(names.size());
+  gfx().plgDevs(&pm, &pn, &n);
   for (int i = 0; i < n; ++i) {
-    if (std::string(names[i]) == "extcairo") return;
+    if (std::string(names[static_cast<std::size_t>(i)]) == "extcairo") return;
   }
   throw OutputError(
       "cannot draw images: PLplot's cairo driver is not installed (Debian package "
@@ -126,11 +125,11 @@ void set_palettes(ColorMap heat) {
     g.push_back(c.g);
     b.push_back(c.b);
   };
-  add({255, 255, 255});  // kWhite
-  add({0, 0, 0});        // kBlack
-  add({222, 222, 222});  // kGrid
-  add({200, 200, 200});  // kBlank
-  add({110, 110, 110});  // kRef
+  add({255, 255, 255});           // kWhite
+  add({0, 0, 0});                 // kBlack
+  add(plot_detail::kGridColor);   // kGrid
+  add(plot_detail::kBlankColor);  // kBlank
+  add(plot_detail::kRefColor);    // kRef
   for (int i = 0; i < kPaletteSize; ++i) add(series_color(i));
   gfx().plscmap0(r.data(), g.data(), b.data(), static_cast<PLINT>(r.size()));
   r.clear(), g.clear(), b.clear();
@@ -211,12 +210,12 @@ void draw_heatmap(const HeatmapPanel& p, std::size_t panels) {
     }
   }
   CellGrid grid{x0, p.x.step, ytop, p.y.step};
-  gfx().plimagefr(columns.data(), static_cast<PLINT>(p.cols), static_cast<PLINT>(p.rows), x0, x1, ytop,
-            ybot, 0.0, 1.0, 0.0, 1.0, cell_corner, &grid);
+  gfx().plimagefr(columns.data(), static_cast<PLINT>(p.cols), static_cast<PLINT>(p.rows), x0, x1,
+                  ytop, ybot, 0.0, 1.0, 0.0, 1.0, cell_corner, &grid);
 
   gfx().plcol0(kBlack);
   gfx().plbox("bcnst", nice_tick(x1 - x0, 8, std::fabs(p.x.step)), 0, "bcnstv",
-        nice_tick(ybot - ytop, 8, std::fabs(p.y.step)), 0);
+              nice_tick(ybot - ytop, 8, std::fabs(p.y.step)), 0);
   titles(p.title, p.subtitle, p.xlabel, p.ylabel);
 
   PLFLT w = 0, h = 0;
@@ -230,9 +229,9 @@ void draw_heatmap(const HeatmapPanel& p, std::size_t panels) {
   const PLFLT range[] = {scale.lo, scale.hi};
   const PLFLT* values[] = {range};
   gfx().plcolorbar(&w, &h, PL_COLORBAR_GRADIENT | PL_COLORBAR_LABEL_RIGHT,
-             PL_POSITION_RIGHT | PL_POSITION_OUTSIDE | PL_POSITION_VIEWPORT, 0.02, 0.0, 0.03, 1.0,
-             kWhite, kBlack, 1, 0.0, 0.0, kBlack, 0.0, zlabel.empty() ? 0 : 1, label_opts, labels,
-             1, axis_opts, ticks, sub_ticks, n_values, values);
+                   PL_POSITION_RIGHT | PL_POSITION_OUTSIDE | PL_POSITION_VIEWPORT, 0.02, 0.0, 0.03,
+                   1.0, kWhite, kBlack, 1, 0.0, 0.0, kBlack, 0.0, zlabel.empty() ? 0 : 1,
+                   label_opts, labels, 1, axis_opts, ticks, sub_ticks, n_values, values);
 }
 
 /// Draws the finite runs of one series (a NaN or a non-positive value on a log axis
@@ -286,10 +285,11 @@ void draw_legend(const LinePanel& p) {
   PLFLT w = 0, h = 0;
   gfx().plschr(0, 0.85);
   gfx().pllegend(&w, &h, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
-           PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.02, 0.06, kWhite,
-           kBlack, 1, n, 1, n, opts.data(), 0.6, 1.0, 1.8, 0.0, text_colors.data(), texts.data(),
-           nullptr, nullptr, nullptr, nullptr, colors.data(), styles.data(), widths.data(),
-           colors.data(), symbol_scales.data(), symbol_numbers.data(), symbols.data());
+                 PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.02, 0.06, kWhite,
+                 kBlack, 1, n, 1, n, opts.data(), 0.6, 1.0, 1.8, 0.0, text_colors.data(),
+                 texts.data(), nullptr, nullptr, nullptr, nullptr, colors.data(), styles.data(),
+                 widths.data(), colors.data(), symbol_scales.data(), symbol_numbers.data(),
+                 symbols.data());
   gfx().plschr(0, 1.0);
 }
 
@@ -328,6 +328,17 @@ void draw_lines(const LinePanel& p, std::size_t panels) {
   draw_legend(p);
 }
 
+void draw_panels(const Figure& fig) {
+  for (const auto& panel : fig.panels) {
+    gfx().pladv(0);
+    if (const auto* h = std::get_if<HeatmapPanel>(&panel)) {
+      draw_heatmap(*h, fig.panels.size());
+    } else {
+      draw_lines(std::get<LinePanel>(panel), fig.panels.size());
+    }
+  }
+}
+
 void draw_figure(const Figure& fig, ColorMap heat, cairo_t* cr) {
   gfx().plsexit(on_plplot_exit);
   gfx().plsabort(on_plplot_abort);
@@ -337,14 +348,16 @@ void draw_figure(const Figure& fig, ColorMap heat, cairo_t* cr) {
   gfx().plssub(1, static_cast<PLINT>(fig.panels.size()));
   set_palettes(heat);
   gfx().plinit();
-  gfx().pl_cmd(PLESC_DEVINIT, cr);
-  for (const auto& panel : fig.panels) {
-    gfx().pladv(0);
-    if (const auto* h = std::get_if<HeatmapPanel>(&panel)) {
-      draw_heatmap(*h, fig.panels.size());
-    } else {
-      draw_lines(std::get<LinePanel>(panel), fig.panels.size());
+  try {
+    gfx().pl_cmd(PLESC_DEVINIT, cr);
+    draw_panels(fig);
+  } catch (...) {
+    // Leave PLplot ready for the next figure of this process.
+    try {
+      gfx().plend();
+    } catch (...) {
     }
+    throw;
   }
   gfx().plend();
   if (!g_plplot_warning.empty()) {
@@ -386,8 +399,9 @@ std::string render_image(const Figure& fig, ImageFormat format) {
   }
   gfx().cairo_surface_finish(surface.get());
   if (gfx().cairo_surface_status(surface.get()) != CAIRO_STATUS_SUCCESS) {
-    throw OutputError(fmt::format("cannot draw the {} image: {}", image_format_name(format),
-                                  gfx().cairo_status_to_string(gfx().cairo_surface_status(surface.get()))));
+    throw OutputError(
+        fmt::format("cannot draw the {} image: {}", image_format_name(format),
+                    gfx().cairo_status_to_string(gfx().cairo_surface_status(surface.get()))));
   }
   return bytes;
 }

@@ -24,8 +24,8 @@ namespace {
 using plot_detail::number_label;
 
 constexpr const char* kReset = "\x1b[0m";
-constexpr Rgb kBlankRgb{200, 200, 200};
-constexpr Rgb kRefRgb{110, 110, 110};
+using plot_detail::kBlankColor;
+using plot_detail::kRefColor;
 // ASCII ramps, from the low end of the colour map to the high end.
 constexpr const char* kSequentialRamp = ".,:-=+*#%@";
 constexpr const char* kDivergingRamp = "#Xx=-.+*oO@";
@@ -158,12 +158,12 @@ std::vector<std::string> heatmap_lines(const HeatmapPanel& p, int width, int lin
         continue;
       }
       // Escapes only where the colours change from the previous character.
-      const Rgb up = t ? colormap_rgb(scale.map, *t) : kBlankRgb;
+      const Rgb up = t ? colormap_rgb(scale.map, *t) : kBlankColor;
       if (c == 0 || !(up == last_up)) s += fg(up);
       if (top + 1 < nrows) {
         const auto b = cell(top + 1, c);
         blank |= !b;
-        const Rgb down = b ? colormap_rgb(scale.map, *b) : kBlankRgb;
+        const Rgb down = b ? colormap_rgb(scale.map, *b) : kBlankColor;
         if (c == 0 || !(down == last_down)) s += bg(down);
         last_down = down;
       } else if (c == 0) {
@@ -271,7 +271,7 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
     }
   }
   for (const auto& h : p.hlines) {
-    add_item(color ? fg(kRefRgb) + "┈┈" + kReset : std::string("--"), 2, h.label);
+    add_item(color ? fg(kRefColor) + "┈┈" + kReset : std::string("--"), 2, h.label);
   }
   if (cur_w > 0) legend.push_back(cur);
 
@@ -329,7 +329,7 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
       if (color) {
         if (who != last) {
           s += who == -1   ? std::string(kReset)
-               : who == -2 ? fg(kRefRgb)
+               : who == -2 ? fg(kRefColor)
                            : fg(series_color(p.series[who].color >= 0 ? p.series[who].color : who));
           last = who;
         }
