@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <exception>
 
 #include "analysis/analysis_common.hpp"
 #include "posenc/analysis.hpp"
@@ -31,10 +32,11 @@ struct RowStats {
 };
 
 /// Entropy and attended distance of one row; `qpos` is the query's position on the key
-/// axis. Throws InputError (naming the row via `where`) for invalid probabilities.
-template <class Where>
+/// axis. Throws InputError, naming the row with `row()` ("probs.npy: row (0, 2, 5)"),
+/// for invalid probabilities.
+template <class Row>
 RowStats row_stats(const Tensor& p, std::size_t at, std::size_t sk, double qpos, double tol,
-                   const Where& where) {
+                   const Row& row) {
   RowStats r;
   std::size_t nan = 0;
   double sum = 0;
@@ -45,8 +47,7 @@ RowStats row_stats(const Tensor& p, std::size_t at, std::size_t sk, double qpos,
       continue;
     }
     if (v < 0 || !std::isfinite(v)) {
-      throw InputError(
-          fmt::format("{}: row {} holds {}, not a probability", where.what, where(), v));
+      throw InputError(fmt::format("{} holds {}, not a probability", row(), v));
     }
     sum += v;
     if (v > 0) r.entropy -= v * std::log(v);
@@ -56,19 +57,19 @@ RowStats row_stats(const Tensor& p, std::size_t at, std::size_t sk, double qpos,
     r.masked = true;
     return r;
   }
-  if (nan > 0) {
-    throw InputError(fmt::format("{}: row {} is partly NaN", where.what, where()));
-  }
+  if (nan > 0) throw InputError(fmt::format("{} is partly NaN", row()));
   if (std::fabs(sum - 1.0) > tol) {
-    throw InputError(
-        fmt::format("{}: row {} sums to {}, not 1 (tolerance {})", where.what, where(), sum, tol));
+    throw InputError(fmt::format("{} sums to {}, not 1 (tolerance {})", row(), sum, tol));
   }
   return r;
 }
 
-}  // namespace
+/// [b, h, sq, sk] of a probability tensor of rank 2-4 (missing axes have extent 1).
+struct ProbsShape {
+  std::size_t rank = 0, nb = 1, nh = 1, sq = 0, sk = 0;
+};
 
-AnalysisTable attention_head_stats(const Tensor& probs, const std::string& what) {
+ProbsShape probs_shape(const Tensor& probs, const std::string& what) {
   if (!is_float(probs.dtype())) {
     throw InputError(
         fmt::format("{}: expected float probabilities, got {}", what, dtype_name(probs.dtype())));
@@ -78,61 +79,57 @@ AnalysisTable attention_head_stats(const Tensor& probs, const std::string& what)
     throw InputError(fmt::format("{}: expected [b, h, sq, sk], [h, sq, sk] or [sq, sk], got {}",
                                  what, shape_str(sh)));
   }
-  const std::size_t r = sh.size();
-  const std::size_t nb = r == 4 ? sh[0] : 1, nh = r >= 3 ? sh[r - 3] : 1;
-  const std::size_t sq = sh[r - 2], sk = sh[r - 1];
+  ProbsShape ps;
+  ps.rank = sh.size();
+  ps.nb = ps.rank == 4 ? sh[0] : 1;
+  ps.nh = ps.rank >= 3 ? sh[ps.rank - 3] : 1;
+  ps.sq = sh[ps.rank - 2];
+  ps.sk = sh[ps.rank - 1];
+  return ps;
+}
+
+struct HeadMean {
+  double entropy = 0, distance = 0;
+  std::size_t rows = 0;
+};
+
+/// The means over batches and query rows of head `h`, summed in order.
+HeadMean head_mean(const Tensor& probs, const ProbsShape& ps, std::size_t h,
+                   const std::string& what) {
   const double tol = sum_tolerance(probs.dtype());
-  std::vector<double> head(nh), entropy(nh), distance(nh), rows(nh);
-  const auto heads = static_cast<std::ptrdiff_t>(nh);
-  // One head per work item, rows summed in order: results do not depend on threads.
-  // Errors are kept per head and the first one is thrown after the loop.
-  std::vector<std::string> errors(nh);
-#pragma omp parallel for schedule(dynamic)
-  for (std::ptrdiff_t hh = 0; hh < heads; ++hh) {
-    const auto h = static_cast<std::size_t>(hh);
-    double e = 0, dist = 0;
-    std::size_t used = 0;
-    try {
-      for (std::size_t b = 0; b < nb; ++b) {
-        for (std::size_t i = 0; i < sq; ++i) {
-          struct {
-            const std::string& what;
-            std::size_t b, h, i, rank;
-            std::string operator()() const {
-              return rank == 4   ? fmt::format("({}, {}, {})", b, h, i)
-                     : rank == 3 ? fmt::format("({}, {})", h, i)
-                                 : fmt::format("({})", i);
-            }
-          } where{what, b, h, i, r};
-          const std::size_t at = ((b * nh + h) * sq + i) * sk;
-          const double qpos = static_cast<double>(i + sk) - static_cast<double>(sq);
-          const RowStats s = row_stats(probs, at, sk, qpos, tol, where);
-          if (s.masked) continue;
-          e += s.entropy;
-          dist += s.distance;
-          ++used;
-        }
-      }
-    } catch (const InputError& err) {
-      errors[h] = err.what();
+  HeadMean m;
+  for (std::size_t b = 0; b < ps.nb; ++b) {
+    for (std::size_t i = 0; i < ps.sq; ++i) {
+      auto row = [&] {
+        return ps.rank == 4   ? fmt::format("{}: row ({}, {}, {})", what, b, h, i)
+               : ps.rank == 3 ? fmt::format("{}: row ({}, {})", what, h, i)
+                              : fmt::format("{}: row ({})", what, i);
+      };
+      const std::size_t at = ((b * ps.nh + h) * ps.sq + i) * ps.sk;
+      const double qpos = static_cast<double>(i + ps.sk) - static_cast<double>(ps.sq);
+      const RowStats s = row_stats(probs, at, ps.sk, qpos, tol, row);
+      if (s.masked) continue;
+      m.entropy += s.entropy;
+      m.distance += s.distance;
+      ++m.rows;
     }
-    head[h] = static_cast<double>(h);
-    entropy[h] = used ? e / static_cast<double>(used) : std::nan("");
-    distance[h] = used ? dist / static_cast<double>(used) : std::nan("");
-    rows[h] = static_cast<double>(used);
   }
-  for (const auto& e : errors) {
-    if (!e.empty()) throw InputError(e);
+  if (m.rows > 0) {
+    m.entropy /= static_cast<double>(m.rows);
+    m.distance /= static_cast<double>(m.rows);
+  } else {
+    m.entropy = m.distance = std::nan("");
   }
-  Attrs attrs{{"kind", std::string("attention-stats")},
-              {"source", what},
-              {"entropy_unit", std::string("nats")}};
-  AnalysisTable t = analysis_detail::make_table({"head", "entropy", "mean_distance", "rows"},
-                                                {head, entropy, distance, rows}, std::move(attrs));
+  return m;
+}
+
+Figure attention_figure(const std::vector<double>& head, const std::vector<double>& entropy,
+                        const std::vector<double>& distance, const ProbsShape& ps,
+                        const std::string& what) {
   LinePanel pe, pd;
   pe.title = fmt::format("attention entropy per head: {}", what);
   pe.subtitle = fmt::format("mean over {} batch(es) x {} queries, {} keys; uniform = {:.3g} nats",
-                            nb, sq, sk, std::log(static_cast<double>(sk)));
+                            ps.nb, ps.sq, ps.sk, std::log(static_cast<double>(ps.sk)));
   pe.xlabel = "head";
   pe.ylabel = "entropy (nats)";
   pe.series.push_back(PlotSeries{"", head, entropy, true, 0, 0});
@@ -140,8 +137,43 @@ AnalysisTable attention_head_stats(const Tensor& probs, const std::string& what)
   pd.xlabel = "head";
   pd.ylabel = "Σ p |i - j| (tokens)";
   pd.series.push_back(PlotSeries{"", head, distance, true, 0, 1});
-  t.figure.panels.push_back(std::move(pe));
-  t.figure.panels.push_back(std::move(pd));
+  Figure f;
+  f.panels.push_back(std::move(pe));
+  f.panels.push_back(std::move(pd));
+  return f;
+}
+
+}  // namespace
+
+AnalysisTable attention_head_stats(const Tensor& probs, const std::string& what) {
+  const ProbsShape ps = probs_shape(probs, what);
+  std::vector<double> head(ps.nh), entropy(ps.nh), distance(ps.nh), rows(ps.nh);
+  // One head per work item: results do not depend on threads. Errors are kept per head
+  // and the first one is thrown after the loop (exceptions must not leave the region).
+  std::vector<std::exception_ptr> errors(ps.nh);
+  const auto heads = static_cast<std::ptrdiff_t>(ps.nh);
+#pragma omp parallel for schedule(dynamic)
+  for (std::ptrdiff_t hh = 0; hh < heads; ++hh) {
+    const auto h = static_cast<std::size_t>(hh);
+    try {
+      const HeadMean m = head_mean(probs, ps, h, what);
+      head[h] = static_cast<double>(h);
+      entropy[h] = m.entropy;
+      distance[h] = m.distance;
+      rows[h] = static_cast<double>(m.rows);
+    } catch (...) {
+      errors[h] = std::current_exception();
+    }
+  }
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  Attrs attrs{{"kind", std::string("attention-stats")},
+              {"source", what},
+              {"entropy_unit", std::string("nats")}};
+  AnalysisTable t = analysis_detail::make_table({"head", "entropy", "mean_distance", "rows"},
+                                                {head, entropy, distance, rows}, std::move(attrs));
+  t.figure = attention_figure(head, entropy, distance, ps, what);
   return t;
 }
 

@@ -84,8 +84,10 @@ double relative_default_tolerance(const RopeFreqs& f, Precision p, std::int64_t 
   return 4.0 * eps * (angle + static_cast<double>(f.head_dim));
 }
 
-RelativeCheck rope_relative_check(const Tensor& q, const Tensor& k, const RopeFreqs& f,
-                                  const RelativeOptions& opt) {
+namespace {
+
+/// 0 and the shifts of `opt`, checked.
+std::vector<std::int64_t> shift_list(const RelativeOptions& opt) {
   if (opt.start < 0) throw UsageError(fmt::format("--start: must be >= 0, got {}", opt.start));
   std::vector<std::int64_t> shifts{0};
   for (std::int64_t t : opt.shifts) {
@@ -94,30 +96,51 @@ RelativeCheck rope_relative_check(const Tensor& q, const Tensor& k, const RopeFr
     shifts.push_back(t);
   }
   if (shifts.size() < 2) throw UsageError("--shifts: at least one shift is needed");
+  return shifts;
+}
+
+/// q and k rotated at every shift, in [B, H, S, D] order.
+struct Rotated {
+  std::vector<Canon> q, k;
+};
+
+Rotated rotate_at_shifts(const Tensor& q, const Tensor& k, const RopeFreqs& f,
+                         const RelativeOptions& opt, const std::vector<std::int64_t>& shifts) {
   const Axes aq = resolve_axes(opt.axes, q.ndim(), "q"), ak = resolve_axes(opt.axes, k.ndim(), "k");
   RopeApplyOptions ro;
   ro.precision = opt.precision;
-  std::vector<Canon> qs, ks;
+  Rotated r;
   for (std::int64_t t : shifts) {
     Positions pos;
     pos.start = opt.start + t;
-    qs.push_back(canonical(apply_rope(q, aq, f, pos, ro, DType::f64), aq));
-    ks.push_back(canonical(apply_rope(k, ak, f, pos, ro, DType::f64), ak));
+    r.q.push_back(canonical(apply_rope(q, aq, f, pos, ro, DType::f64), aq));
+    r.k.push_back(canonical(apply_rope(k, ak, f, pos, ro, DType::f64), ak));
   }
-  const Canon &q0 = qs[0], &k0 = ks[0];
+  const Canon &q0 = r.q[0], &k0 = r.k[0];
   if (q0.d != k0.d || q0.b != k0.b || k0.h == 0 || q0.h % k0.h != 0) {
     throw InputError(
         fmt::format("q {} and k {}: batch and head dims must match, and k's heads divide q's",
                     shape_str(q.shape()), shape_str(k.shape())));
   }
-  const std::size_t ndiag = q0.s + k0.s - 1, group = q0.h / k0.h, d = q0.d;
-  std::vector<double> max_abs(ndiag, 0.0), max_rel(ndiag, 0.0);
+  return r;
+}
+
+/// The largest deviations per diagonal i - j (index i + sk - 1 - j) and overall.
+struct Deviations {
+  std::vector<double> abs, rel;
   Worst worst;
+};
+
+/// Compares every score with its value at shift 0. Work is split by query row; maxima
+/// merge in any order, so the result does not depend on the thread count.
+Deviations scan(const Rotated& r) {
+  const Canon &q0 = r.q[0], &k0 = r.k[0];
+  const std::size_t ndiag = q0.s + k0.s - 1, group = q0.h / k0.h, d = q0.d;
+  Deviations out{std::vector<double>(ndiag, 0.0), std::vector<double>(ndiag, 0.0), {}};
   const auto rows = static_cast<std::ptrdiff_t>(q0.b * q0.h * q0.s);
 #pragma omp parallel
   {
-    std::vector<double> la(ndiag, 0.0), lr(ndiag, 0.0);
-    Worst lw;
+    Deviations mine{std::vector<double>(ndiag, 0.0), std::vector<double>(ndiag, 0.0), {}};
 #pragma omp for schedule(static)
     for (std::ptrdiff_t row = 0; row < rows; ++row) {
       const std::size_t i = static_cast<std::size_t>(row) % q0.s;
@@ -129,69 +152,83 @@ RelativeCheck rope_relative_check(const Tensor& q, const Tensor& k, const RopeFr
         const double* kv = k0.row(b, h / group, j);
         const double s0 = dot(qv, kv, d), norm = nq * std::sqrt(dot(kv, kv, d));
         const std::size_t diag = i + k0.s - 1 - j;
-        for (std::size_t t = 1; t < shifts.size(); ++t) {
-          const double dev = std::fabs(dot(qs[t].row(b, h, i), ks[t].row(b, h / group, j), d) - s0);
-          const double rel = norm > 0 ? dev / norm : 0.0;
-          la[diag] = std::max(la[diag], dev);
-          lr[diag] = std::max(lr[diag], rel);
-          lw.offer(rel, static_cast<std::size_t>(row), j, t);
+        for (std::size_t t = 1; t < r.q.size(); ++t) {
+          const double st = dot(r.q[t].row(b, h, i), r.k[t].row(b, h / group, j), d);
+          const double dev = std::fabs(st - s0), rel = norm > 0 ? dev / norm : 0.0;
+          mine.abs[diag] = std::max(mine.abs[diag], dev);
+          mine.rel[diag] = std::max(mine.rel[diag], rel);
+          mine.worst.offer(rel, static_cast<std::size_t>(row), j, t);
         }
       }
     }
 #pragma omp critical
     {
       for (std::size_t x = 0; x < ndiag; ++x) {
-        max_abs[x] = std::max(max_abs[x], la[x]);
-        max_rel[x] = std::max(max_rel[x], lr[x]);
+        out.abs[x] = std::max(out.abs[x], mine.abs[x]);
+        out.rel[x] = std::max(out.rel[x], mine.rel[x]);
       }
-      worst.offer(lw.rel, lw.row, lw.j, lw.shift);
+      out.worst.offer(mine.worst.rel, mine.worst.row, mine.worst.j, mine.worst.shift);
     }
   }
+  return out;
+}
 
-  RelativeCheck r;
-  const std::int64_t longest = static_cast<std::int64_t>(std::max(q0.s, k0.s)) - 1;
-  const std::int64_t max_pos =
-      opt.start + *std::max_element(shifts.begin(), shifts.end()) + longest;
-  r.tolerance =
-      opt.tolerance > 0 ? opt.tolerance : relative_default_tolerance(f, opt.precision, max_pos);
-  r.max_abs = *std::max_element(max_abs.begin(), max_abs.end());
-  r.max_rel = *std::max_element(max_rel.begin(), max_rel.end());
-  r.pass = r.max_rel <= r.tolerance;
-  r.scores = q0.b * q0.h * q0.s * k0.s;
-  if (worst.rel >= 0) {
-    r.at_i = static_cast<std::int64_t>(worst.row % q0.s);
-    r.at_h = static_cast<std::int64_t>(worst.row / q0.s % q0.h);
-    r.at_b = static_cast<std::int64_t>(worst.row / q0.s / q0.h);
-    r.at_j = static_cast<std::int64_t>(worst.j);
-    r.at_shift = shifts[worst.shift];
+/// The table (per diagonal), its parameters and its picture.
+AnalysisTable relative_table(const RelativeCheck& r, const Deviations& dev, std::size_t sk,
+                             const RopeFreqs& f, const RelativeOptions& opt,
+                             const std::vector<std::int64_t>& shifts) {
+  std::vector<double> distance(dev.abs.size());
+  for (std::size_t x = 0; x < distance.size(); ++x) {
+    distance[x] = static_cast<double>(x) - static_cast<double>(sk - 1);
   }
-
-  std::vector<double> distance(ndiag);
-  for (std::size_t x = 0; x < ndiag; ++x) {
-    distance[x] = static_cast<double>(x) - static_cast<double>(k0.s - 1);
-  }
-  std::vector<std::string> shift_text;
-  for (std::size_t t = 1; t < shifts.size(); ++t) shift_text.push_back(std::to_string(shifts[t]));
+  const std::vector<std::int64_t> moved(shifts.begin() + 1, shifts.end());
   Attrs attrs{{"kind", std::string("rope-relative")},
               {"start", static_cast<long long>(opt.start)},
-              {"shifts", fmt::format("{}", fmt::join(shift_text, ","))},
+              {"shifts", fmt::format("{}", fmt::join(moved, ","))},
               {"precision", std::string(opt.precision == Precision::f64 ? "f64" : "f32")},
               {"tolerance", r.tolerance},
               {"max_rel_dev", r.max_rel},
               {"pass", static_cast<long long>(r.pass ? 1 : 0)}};
   for (const auto& a : f.attrs) attrs.push_back(a);
-  r.table = analysis_detail::make_table({"distance", "max_abs_dev", "max_rel_dev"},
-                                        {distance, max_abs, max_rel}, std::move(attrs));
+  AnalysisTable t = analysis_detail::make_table({"distance", "max_abs_dev", "max_rel_dev"},
+                                                {distance, dev.abs, dev.rel}, std::move(attrs));
   LinePanel panel;
   panel.title = fmt::format("RoPE relative-position check: {}", r.pass ? "pass" : "FAIL");
   panel.subtitle = fmt::format("shifts {}; max |Δ score| / (|q||k|) = {:.3g}, tolerance {:.3g}",
-                               fmt::join(shift_text, ","), r.max_rel, r.tolerance);
+                               fmt::join(moved, ","), r.max_rel, r.tolerance);
   panel.xlabel = "diagonal i - j";
   panel.ylabel = "max relative change of the score";
   panel.log_y = r.max_rel > 0;
   panel.hlines = {{r.tolerance, "tolerance"}};
-  panel.series.push_back(PlotSeries{"max relative deviation", distance, max_rel, false, 0, 0});
-  r.table.figure.panels.push_back(std::move(panel));
+  panel.series.push_back(PlotSeries{"max relative deviation", distance, dev.rel, false, 0, 0});
+  t.figure.panels.push_back(std::move(panel));
+  return t;
+}
+
+}  // namespace
+
+RelativeCheck rope_relative_check(const Tensor& q, const Tensor& k, const RopeFreqs& f,
+                                  const RelativeOptions& opt) {
+  const std::vector<std::int64_t> shifts = shift_list(opt);
+  const Rotated rot = rotate_at_shifts(q, k, f, opt, shifts);
+  const Deviations dev = scan(rot);
+  const Canon &q0 = rot.q[0], &k0 = rot.k[0];
+  RelativeCheck r;
+  const auto longest = static_cast<std::int64_t>(std::max(q0.s, k0.s)) - 1;
+  const std::int64_t max_pos =
+      opt.start + *std::max_element(shifts.begin(), shifts.end()) + longest;
+  r.tolerance =
+      opt.tolerance > 0 ? opt.tolerance : relative_default_tolerance(f, opt.precision, max_pos);
+  r.max_abs = *std::max_element(dev.abs.begin(), dev.abs.end());
+  r.max_rel = *std::max_element(dev.rel.begin(), dev.rel.end());
+  r.pass = r.max_rel <= r.tolerance;
+  r.scores = q0.b * q0.h * q0.s * k0.s;
+  r.at_i = static_cast<std::int64_t>(dev.worst.row % q0.s);
+  r.at_h = static_cast<std::int64_t>(dev.worst.row / q0.s % q0.h);
+  r.at_b = static_cast<std::int64_t>(dev.worst.row / q0.s / q0.h);
+  r.at_j = static_cast<std::int64_t>(dev.worst.j);
+  r.at_shift = shifts[dev.worst.shift];
+  r.table = relative_table(r, dev, k0.s, f, opt, shifts);
   return r;
 }
 

@@ -236,60 +236,66 @@ HeatmapPanel heatmap(const Selected& s, const PlotOptions& o) {
   return h;
 }
 
-void run_plot(const PlotOptions& o) {
+void check_flags(const PlotOptions& o) {
   if (o.lines && o.heatmap) throw UsageError("--lines and --heatmap exclude each other");
   if (!o.rows.empty() && !o.cols.empty()) throw UsageError("--rows and --cols exclude each other");
   if (o.app->count("--x-col") > 0 && o.x_col < 0) {
     throw UsageError(fmt::format("--x-col: must be >= 0, got {}", o.x_col));
   }
   if (o.x_col >= 0 && !o.rows.empty()) throw UsageError("--x-col goes with --cols, not --rows");
+  if (o.heatmap && (o.inputs.size() > 1 || !o.rows.empty() || !o.cols.empty() || o.x_col >= 0)) {
+    throw UsageError("--heatmap: needs one 2-D selection and no --rows/--cols/--x-col");
+  }
   if (!o.slice.empty()) check_slice(o.slice);
+}
+
+/// One chart with the lines of every input.
+LinePanel line_panel(const std::vector<Selected>& sel, const PlotOptions& o,
+                     const std::string& where) {
+  const bool several = sel.size() > 1;
+  LinePanel panel;
+  panel.xlabel = o.xlabel;
+  for (const auto& s : sel) {
+    if (s.idx.size() == 2 && o.rows.empty() && o.cols.empty() && s.columns.empty()) {
+      throw UsageError(fmt::format("{}: a 2-D selection as lines needs --rows or --cols", s.name));
+    }
+    add_series(s, o, several, panel);
+  }
+  if (o.labels.size() > panel.series.size()) {
+    throw UsageError(
+        fmt::format("--label: {} labels for {} lines", o.labels.size(), panel.series.size()));
+  }
+  for (std::size_t i = 0; i < o.labels.size(); ++i) panel.series[i].label = o.labels[i];
+  if (panel.xlabel.empty()) panel.xlabel = "index";
+  panel.ylabel = o.ylabel.empty() ? "value" : o.ylabel;
+  std::vector<std::string> names;
+  for (const auto& s : sel) names.push_back(s.name);
+  panel.title = !o.title.empty() ? o.title : fmt::format("{}{}", fmt::join(names, ", "), where);
+  if (!several) panel.subtitle = describe(sel[0].attrs);
+  panel.log_y = o.log;
+  if (o.app->count("--vmin") > 0) panel.ymin = o.vmin;
+  if (o.app->count("--vmax") > 0) panel.ymax = o.vmax;
+  return panel;
+}
+
+void run_plot(const PlotOptions& o) {
+  check_flags(o);
   std::vector<Selected> sel;
   for (const auto& in : o.inputs) sel.push_back(read_selected(in, o.slice));
-  const bool several = sel.size() > 1;
-  const bool two_d = sel[0].idx.size() == 2;
-  const bool lines = o.lines || !o.rows.empty() || !o.cols.empty() || o.x_col >= 0 || several ||
-                     !two_d || (!o.heatmap && !sel[0].columns.empty());
-  Figure fig;
+  // A heatmap for one 2-D selection unless lines are asked for (or it is a table).
+  const bool lines = o.lines || !o.rows.empty() || !o.cols.empty() || o.x_col >= 0 ||
+                     sel.size() > 1 || sel[0].idx.size() != 2 ||
+                     (!o.heatmap && !sel[0].columns.empty());
+  if (lines && o.heatmap) throw UsageError("--heatmap: needs a 2-D selection");
   const std::string where = o.slice.empty() ? "" : fmt::format("[{}]", o.slice);
-  if (!lines) {
+  Figure fig;
+  if (lines) {
+    fig.panels.push_back(line_panel(sel, o, where));
+  } else {
     HeatmapPanel h = heatmap(sel[0], o);
     h.title = o.title.empty() ? sel[0].name + where : o.title;
     h.subtitle = describe(sel[0].attrs);
     fig.panels.push_back(std::move(h));
-  } else {
-    if (o.heatmap) {
-      throw UsageError("--heatmap: needs one 2-D selection and no --rows/--cols/--x-col");
-    }
-    LinePanel panel;
-    panel.xlabel = o.xlabel;
-    for (const auto& s : sel) {
-      if (s.idx.size() == 2 && o.rows.empty() && o.cols.empty() && s.columns.empty()) {
-        throw UsageError(
-            fmt::format("{}: a 2-D selection as lines needs --rows or --cols", s.name));
-      }
-      add_series(s, o, several, panel);
-    }
-    if (!o.labels.empty()) {
-      if (o.labels.size() > panel.series.size()) {
-        throw UsageError(
-            fmt::format("--label: {} labels for {} lines", o.labels.size(), panel.series.size()));
-      }
-      for (std::size_t i = 0; i < o.labels.size(); ++i) panel.series[i].label = o.labels[i];
-    }
-    if (panel.xlabel.empty()) panel.xlabel = "index";
-    panel.ylabel = o.ylabel.empty() ? "value" : o.ylabel;
-    panel.title = !o.title.empty() ? o.title : several ? "" : sel[0].name + where;
-    if (several && o.title.empty()) {
-      std::vector<std::string> names;
-      for (const auto& s : sel) names.push_back(s.name);
-      panel.title = fmt::format("{}", fmt::join(names, ", "));
-    }
-    if (!several) panel.subtitle = describe(sel[0].attrs);
-    panel.log_y = o.log;
-    if (o.app->count("--vmin") > 0) panel.ymin = o.vmin;
-    if (o.app->count("--vmax") > 0) panel.ymax = o.vmax;
-    fig.panels.push_back(std::move(panel));
   }
   FigureTarget target(o.output, o.fig, std::move(fig));
   target.commit();

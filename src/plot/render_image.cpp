@@ -163,6 +163,24 @@ void titles(const std::string& title, const std::string& subtitle, const std::st
   }
 }
 
+/// The colour bar right of the viewport: the map over the scale's range, labelled.
+void draw_colorbar(const HeatScale& scale, const std::string& label) {
+  PLFLT w = 0, h = 0;
+  const PLINT label_opts[] = {PL_COLORBAR_LABEL_RIGHT};
+  const std::string text = pl_text(label);
+  const char* labels[] = {text.c_str()};
+  const char* axis_opts[] = {scale.log ? "bcvtml" : "bcvtm"};
+  const PLFLT ticks[] = {0.0};
+  const PLINT sub_ticks[] = {0};
+  const PLINT n_values[] = {2};
+  const PLFLT range[] = {scale.lo, scale.hi};
+  const PLFLT* values[] = {range};
+  gfx().plcolorbar(&w, &h, PL_COLORBAR_GRADIENT | PL_COLORBAR_LABEL_RIGHT,
+                   PL_POSITION_RIGHT | PL_POSITION_OUTSIDE | PL_POSITION_VIEWPORT, 0.02, 0.0, 0.03,
+                   1.0, kWhite, kBlack, 1, 0.0, 0.0, kBlack, 0.0, text.empty() ? 0 : 1, label_opts,
+                   labels, 1, axis_opts, ticks, sub_ticks, n_values, values);
+}
+
 /// Where corner (x, y) of the cell grid (cell indices) lies in world coordinates.
 struct CellGrid {
   double x0, dx, y0, dy;
@@ -218,20 +236,7 @@ void draw_heatmap(const HeatmapPanel& p, std::size_t panels) {
               nice_tick(ybot - ytop, 8, std::fabs(p.y.step)), 0);
   titles(p.title, p.subtitle, p.xlabel, p.ylabel);
 
-  PLFLT w = 0, h = 0;
-  const PLINT label_opts[] = {PL_COLORBAR_LABEL_RIGHT};
-  const std::string zlabel = pl_text(p.zlabel);
-  const char* labels[] = {zlabel.c_str()};
-  const char* axis_opts[] = {scale.log ? "bcvtml" : "bcvtm"};
-  const PLFLT ticks[] = {0.0};
-  const PLINT sub_ticks[] = {0};
-  const PLINT n_values[] = {2};
-  const PLFLT range[] = {scale.lo, scale.hi};
-  const PLFLT* values[] = {range};
-  gfx().plcolorbar(&w, &h, PL_COLORBAR_GRADIENT | PL_COLORBAR_LABEL_RIGHT,
-                   PL_POSITION_RIGHT | PL_POSITION_OUTSIDE | PL_POSITION_VIEWPORT, 0.02, 0.0, 0.03,
-                   1.0, kWhite, kBlack, 1, 0.0, 0.0, kBlack, 0.0, zlabel.empty() ? 0 : 1,
-                   label_opts, labels, 1, axis_opts, ticks, sub_ticks, n_values, values);
+  draw_colorbar(scale, p.zlabel);
 }
 
 /// Draws the finite runs of one series (a NaN or a non-positive value on a log axis

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,91 +117,114 @@ std::size_t source_of(int k, int n, std::size_t m) {
 
 // --- heatmaps ------------------------------------------------------------------------
 
+/// A heatmap sampled onto `ncols` characters and `nrows` pixel rows (two per line in
+/// colour): whole cells scaled up to 4x when there is room, sampled when there is not.
+struct HeatGrid {
+  const HeatmapPanel& p;
+  HeatScale scale;
+  int ncols = 0, nrows = 0;
+  bool color = true;
+  mutable bool blank = false;  // a non-finite cell was drawn
+
+  HeatGrid(const HeatmapPanel& panel, int width, int lines, bool colour)
+      : p(panel), scale(heat_scale(panel)), color(colour) {
+    const auto fit = [](std::size_t n, int room) {
+      const int cells = static_cast<int>(n);
+      return cells <= room ? cells * std::min(4, room / cells) : room;
+    };
+    ncols = fit(p.cols, width);
+    nrows = fit(p.rows, lines * (color ? 2 : 1));
+  }
+  std::size_t src_col(int c) const { return source_of(c, ncols, p.cols); }
+  std::size_t src_row(int r) const { return source_of(r, nrows, p.rows); }
+  std::optional<double> cell(int r, int c) const {
+    const auto t = scale.position(p.z[src_row(r) * p.cols + src_col(c)]);
+    blank |= !t;
+    return t;
+  }
+  Rgb rgb(int r, int c) const {
+    const auto t = cell(r, c);
+    return t ? colormap_rgb(scale.map, *t) : kBlankColor;
+  }
+  const char* ramp() const {
+    return scale.map == ColorMap::diverging ? kDivergingRamp : kSequentialRamp;
+  }
+};
+
+/// The characters of one text line of the heatmap whose upper pixel row is `top`.
+std::string heat_row(const HeatGrid& g, int top) {
+  std::string s;
+  if (!g.color) {
+    const int n = static_cast<int>(std::char_traits<char>::length(g.ramp()));
+    for (int c = 0; c < g.ncols; ++c) {
+      const auto t = g.cell(top, c);
+      s += t ? g.ramp()[std::min(n - 1, static_cast<int>(*t * n))] : ' ';
+    }
+    return s;
+  }
+  Rgb last_up, last_down;
+  for (int c = 0; c < g.ncols; ++c) {
+    // Escapes only where the colours change from the previous character.
+    const Rgb up = g.rgb(top, c);
+    if (c == 0 || !(up == last_up)) s += fg(up);
+    if (top + 1 < g.nrows) {
+      const Rgb down = g.rgb(top + 1, c);
+      if (c == 0 || !(down == last_down)) s += bg(down);
+      last_down = down;
+    } else if (c == 0) {
+      s += "\x1b[49m";  // no lower pixel: the terminal's own background
+    }
+    last_up = up;
+    s += "▀";
+  }
+  return s + kReset;
+}
+
+/// The colour bar (or the ramp) between the ends of the range, and what it means.
+std::string heat_legend(const HeatGrid& g) {
+  const HeatScale& sc = g.scale;
+  auto end_label = [&](double v) { return number_label(sc.log ? std::pow(10.0, v) : v); };
+  std::string legend = end_label(sc.lo) + " ";
+  if (g.color) {
+    constexpr int kBar = 24;
+    for (int k = 0; k < kBar; ++k) legend += fg(colormap_rgb(sc.map, k / (kBar - 1.0))) + "█";
+    legend += kReset;
+  } else {
+    legend += std::string("[") + g.ramp() + "]";
+  }
+  legend += " " + end_label(sc.hi);
+  if (!g.p.zlabel.empty()) legend += "  " + g.p.zlabel;
+  legend += "  (" + colormap_name(sc.map) + (sc.log ? ", log scale" : "") + ")";
+  if (g.blank) legend += g.color ? "  grey: not finite" : "  blank: not finite";
+  return legend;
+}
+
 std::vector<std::string> heatmap_lines(const HeatmapPanel& p, int width, int lines, bool color) {
-  const HeatScale scale = heat_scale(p);
-  std::vector<std::string> out{title_line(p.title, p.subtitle, width, color)};
-  const int plot_lines = std::max(2, lines - 3);
   auto row_index = [&](std::size_t r) { return p.y.first + static_cast<double>(r) * p.y.step; };
   auto col_index = [&](std::size_t c) { return p.x.first + static_cast<double>(c) * p.x.step; };
   const int margin = std::max(text_width(index_label(row_index(0))),
                               text_width(index_label(row_index(p.rows - 1)))) +
                      1;
-  const int plot_w = std::max(4, width - margin);
-
-  // Character columns and pixel rows (two per line in colour) covering the matrix:
-  // whole cells scaled up to 4x when there is room, sampled when there is not.
-  const int ncols = static_cast<int>(p.cols) <= plot_w
-                        ? static_cast<int>(p.cols) * std::min(4, plot_w / static_cast<int>(p.cols))
-                        : plot_w;
-  const int avail = plot_lines * (color ? 2 : 1);
-  const int nrows = static_cast<int>(p.rows) <= avail
-                        ? static_cast<int>(p.rows) * std::min(4, avail / static_cast<int>(p.rows))
-                        : avail;
-  auto src_col = [&](int c) { return source_of(c, ncols, p.cols); };
-  auto src_row = [&](int r) { return source_of(r, nrows, p.rows); };
-  bool blank = false;
-  auto cell = [&](int r, int c) { return scale.position(p.z[src_row(r) * p.cols + src_col(c)]); };
-
-  const int text_rows = color ? (nrows + 1) / 2 : nrows;
-  const char* ramp = scale.map == ColorMap::diverging ? kDivergingRamp : kSequentialRamp;
-  const int ramp_n = static_cast<int>(std::char_traits<char>::length(ramp));
+  const HeatGrid g(p, std::max(4, width - margin), std::max(2, lines - 3), color);
+  std::vector<std::string> out{title_line(p.title, p.subtitle, width, color)};
+  const int text_rows = color ? (g.nrows + 1) / 2 : g.nrows;
   for (int line = 0; line < text_rows; ++line) {
     const int top = color ? 2 * line : line;
     const bool labelled = line == 0 || line == text_rows - 1 || line == text_rows / 2;
-    std::string s =
-        pad_left(labelled ? index_label(row_index(src_row(top))) : "", margin - 1) + " ";
-    Rgb last_up, last_down;
-    for (int c = 0; c < ncols; ++c) {
-      const auto t = cell(top, c);
-      blank |= !t;
-      if (!color) {
-        s += t ? ramp[std::min(ramp_n - 1, static_cast<int>(*t * ramp_n))] : ' ';
-        continue;
-      }
-      // Escapes only where the colours change from the previous character.
-      const Rgb up = t ? colormap_rgb(scale.map, *t) : kBlankColor;
-      if (c == 0 || !(up == last_up)) s += fg(up);
-      if (top + 1 < nrows) {
-        const auto b = cell(top + 1, c);
-        blank |= !b;
-        const Rgb down = b ? colormap_rgb(scale.map, *b) : kBlankColor;
-        if (c == 0 || !(down == last_down)) s += bg(down);
-        last_down = down;
-      } else if (c == 0) {
-        s += "\x1b[49m";
-      }
-      last_up = up;
-      s += "▀";
-    }
-    if (color) s += kReset;
-    out.push_back(s);
+    out.push_back(pad_left(labelled ? index_label(row_index(g.src_row(top))) : "", margin - 1) +
+                  " " + heat_row(g, top));
   }
   std::vector<std::pair<int, std::string>> xl{
-      {0, index_label(col_index(src_col(0)))},
-      {ncols - 1, index_label(col_index(src_col(ncols - 1)))},
-      {ncols / 2, index_label(col_index(src_col(ncols / 2)))}};
-  std::string xline = std::string(static_cast<std::size_t>(margin), ' ') + label_line(ncols, xl);
+      {0, index_label(col_index(g.src_col(0)))},
+      {g.ncols - 1, index_label(col_index(g.src_col(g.ncols - 1)))},
+      {g.ncols / 2, index_label(col_index(g.src_col(g.ncols / 2)))}};
+  std::string xline = std::string(static_cast<std::size_t>(margin), ' ') + label_line(g.ncols, xl);
   if (!p.ylabel.empty() || !p.xlabel.empty()) {
     xline += "  (rows: " + (p.ylabel.empty() ? "-" : p.ylabel) +
              ", columns: " + (p.xlabel.empty() ? "-" : p.xlabel) + ")";
   }
   out.push_back(xline);
-
-  // Legend: the colour bar (or the ramp) between the ends of the range.
-  auto end_label = [&](double v) { return number_label(scale.log ? std::pow(10.0, v) : v); };
-  std::string legend = end_label(scale.lo) + " ";
-  if (color) {
-    constexpr int kBar = 24;
-    for (int k = 0; k < kBar; ++k) legend += fg(colormap_rgb(scale.map, k / (kBar - 1.0))) + "█";
-    legend += kReset;
-  } else {
-    legend += std::string("[") + ramp + "]";
-  }
-  legend += " " + end_label(scale.hi);
-  if (!p.zlabel.empty()) legend += "  " + p.zlabel;
-  legend += "  (" + colormap_name(scale.map) + (scale.log ? ", log scale" : "") + ")";
-  if (blank) legend += color ? "  grey: not finite" : "  blank: not finite";
-  out.push_back(legend);
+  out.push_back(heat_legend(g));
   return out;
 }
 
@@ -245,11 +269,8 @@ struct DotCanvas {
   }
 };
 
-std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, bool color) {
-  const plot_detail::LineRange r = plot_detail::line_range(p);
-  std::vector<std::string> out{title_line(p.title, p.subtitle, width, color)};
-
-  // Legend items, wrapped to the width.
+/// The legend of a chart (series, then reference lines), wrapped to `width`.
+std::vector<std::string> chart_legend(const LinePanel& p, int width, bool color) {
   std::vector<std::string> legend;
   std::string cur;
   int cur_w = 0;
@@ -263,9 +284,9 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   for (std::size_t i = 0; i < p.series.size(); ++i) {
     const PlotSeries& s = p.series[i];
     if (s.label.empty()) continue;
-    const int ci = s.color >= 0 ? s.color : static_cast<int>(i);
     if (color) {
-      add_item(fg(series_color(ci)) + "━━" + kReset, 2, s.label);
+      add_item(fg(series_color(s.color >= 0 ? s.color : static_cast<int>(i))) + "━━" + kReset, 2,
+               s.label);
     } else {
       add_item(std::string(1, kSeriesChars[i % 10]), 1, s.label);
     }
@@ -274,29 +295,28 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
     add_item(color ? fg(kRefColor) + "┈┈" + kReset : std::string("--"), 2, h.label);
   }
   if (cur_w > 0) legend.push_back(cur);
+  return legend;
+}
 
-  const int plot_h = std::max(3, lines - 2 - static_cast<int>(legend.size()));
-  auto ylab = [&](double v) { return number_label(p.log_y ? std::pow(10.0, v) : v); };
-  const double ymid = (r.y0 + r.y1) / 2;
-  const int margin =
-      std::max({text_width(ylab(r.y1)), text_width(ylab(r.y0)), text_width(ylab(ymid))}) + 1;
-  const int plot_w = std::max(8, width - margin - 1);
-
-  DotCanvas cv(plot_w, plot_h, color ? 2 : 1, color ? 4 : 1);
-  const int xdots = plot_w * cv.dx, ydots = plot_h * cv.dy;
+/// The reference lines (dotted) and the series of `p` on a w x h canvas.
+DotCanvas draw_chart(const LinePanel& p, const plot_detail::LineRange& r, int w, int h,
+                     bool color) {
+  DotCanvas cv(w, h, color ? 2 : 1, color ? 4 : 1);
+  const int xdots = w * cv.dx, ydots = h * cv.dy;
   auto gx = [&](double x) {
     return static_cast<int>(std::lround((x - r.x0) / (r.x1 - r.x0) * (xdots - 1)));
   };
   auto gy = [&](double y) {
     return static_cast<int>(std::lround((r.y1 - y) / (r.y1 - r.y0) * (ydots - 1)));
   };
-  for (const auto& h : p.hlines) {
-    const double y = plot_detail::chart_y(p, h.y);
+  for (const auto& line : p.hlines) {
+    const double y = plot_detail::chart_y(p, line.y);
     if (!std::isfinite(y) || y < r.y0 || y > r.y1) continue;
     for (int x = 0; x < xdots; x += 2) cv.set(x, gy(y), -2);
   }
   for (std::size_t i = 0; i < p.series.size(); ++i) {
     const PlotSeries& s = p.series[i];
+    const int who = static_cast<int>(i);
     bool have = false;
     int px = 0, py = 0;
     for (std::size_t k = 0; k < s.x.size() && k < s.y.size(); ++k) {
@@ -306,7 +326,6 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
         continue;
       }
       const int x1 = gx(s.x[k]), y1 = gy(y);
-      const int who = static_cast<int>(i);
       if (have) {
         segment(px, py, x1, y1, [&](int x, int yy) { cv.set(x, yy, who); });
       } else {
@@ -315,39 +334,58 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
       have = true, px = x1, py = y1;
     }
   }
+  return cv;
+}
 
-  for (int line = 0; line < plot_h; ++line) {
-    std::string label = line == 0            ? ylab(r.y1)
-                        : line == plot_h - 1 ? ylab(r.y0)
-                        : line == plot_h / 2 ? ylab(ymid)
-                                             : "";
-    std::string s = pad_left(label, margin - 1) + " " + (color ? "│" : "|");
-    int last = -3;
-    for (int c = 0; c < plot_w; ++c) {
-      const std::size_t k = static_cast<std::size_t>(line * plot_w + c);
-      const int who = cv.owner[k];
-      if (color) {
-        if (who != last) {
-          s += who == -1   ? std::string(kReset)
-               : who == -2 ? fg(kRefColor)
-                           : fg(series_color(p.series[who].color >= 0 ? p.series[who].color : who));
-          last = who;
-        }
-        if (cv.bits[k] == 0) {
-          s += ' ';
-        } else {
-          const unsigned cp = 0x2800 + cv.bits[k];  // braille block, three UTF-8 bytes
-          s += static_cast<char>(0xE0 | (cp >> 12));
-          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-          s += static_cast<char>(0x80 | (cp & 0x3F));
-        }
-      } else {
-        s += who == -1 ? ' ' : who == -2 ? '-' : kSeriesChars[who % 10];
-      }
+/// Text line `line` of the canvas: braille in the series colours, or ASCII.
+std::string canvas_row(const LinePanel& p, const DotCanvas& cv, int line, bool color) {
+  std::string s;
+  int last = -3;
+  for (int c = 0; c < cv.w; ++c) {
+    const std::size_t k = static_cast<std::size_t>(line * cv.w + c);
+    const int who = cv.owner[k];
+    if (!color) {
+      s += who == -1 ? ' ' : who == -2 ? '-' : kSeriesChars[who % 10];
+      continue;
     }
-    if (color) s += kReset;
-    while (!color && !s.empty() && s.back() == ' ') s.pop_back();
-    out.push_back(s);
+    if (who != last) {
+      s += who == -1   ? std::string(kReset)
+           : who == -2 ? fg(kRefColor)
+                       : fg(series_color(p.series[who].color >= 0 ? p.series[who].color : who));
+      last = who;
+    }
+    if (cv.bits[k] == 0) {
+      s += ' ';
+    } else {
+      const unsigned cp = 0x2800 + cv.bits[k];  // braille block, three UTF-8 bytes
+      s += static_cast<char>(0xE0 | (cp >> 12));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  if (color) s += kReset;
+  while (!color && !s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, bool color) {
+  const plot_detail::LineRange r = plot_detail::line_range(p);
+  std::vector<std::string> out{title_line(p.title, p.subtitle, width, color)};
+  const std::vector<std::string> legend = chart_legend(p, width, color);
+  const int plot_h = std::max(3, lines - 2 - static_cast<int>(legend.size()));
+  auto ylab = [&](double v) { return number_label(p.log_y ? std::pow(10.0, v) : v); };
+  const double ymid = (r.y0 + r.y1) / 2;
+  const int margin =
+      std::max({text_width(ylab(r.y1)), text_width(ylab(r.y0)), text_width(ylab(ymid))}) + 1;
+  const int plot_w = std::max(8, width - margin - 1);
+  const DotCanvas cv = draw_chart(p, r, plot_w, plot_h, color);
+  for (int line = 0; line < plot_h; ++line) {
+    const std::string label = line == 0            ? ylab(r.y1)
+                              : line == plot_h - 1 ? ylab(r.y0)
+                              : line == plot_h / 2 ? ylab(ymid)
+                                                   : "";
+    out.push_back(pad_left(label, margin - 1) + " " + (color ? "│" : "|") +
+                  canvas_row(p, cv, line, color));
   }
   std::vector<std::pair<int, std::string>> xl{{0, number_label(r.x0)},
                                               {plot_w - 1, number_label(r.x1)},
@@ -356,7 +394,7 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
       std::string(static_cast<std::size_t>(margin + 1), ' ') + label_line(plot_w, xl);
   if (!p.xlabel.empty()) xline += "  " + p.xlabel;
   out.push_back(xline);
-  for (auto& l : legend) out.push_back(l);
+  out.insert(out.end(), legend.begin(), legend.end());
   return out;
 }
 
