@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,7 +68,7 @@ std::string table_text(const AnalysisTable& t) {
 /// error leaves no output behind.
 void emit(const AnalysisTable& t, const AnalyzeCommon& c, bool print = true) {
   const bool has_out = !c.out.outputs.empty();
-  if (has_out && c.out.outputs[0] == "-" && c.plot == "-" && c.fig.format.empty()) {
+  if (has_out && c.out.outputs[0] == "-" && c.plot == "-") {
     throw UsageError("-o - and --plot - would both write to standard output");
   }
   verbose_attrs(t.attrs);
@@ -90,13 +91,10 @@ void emit(const AnalysisTable& t, const AnalyzeCommon& c, bool print = true) {
   }
 }
 
-/// Comma list of numbers (positive when `positive`).
+/// A comma list of positive numbers.
 std::vector<double> number_list(const std::string& text, const char* option) {
   std::vector<double> out;
-  std::size_t pos = 0;
-  for (;;) {
-    const std::size_t at = std::min(text.find(',', pos), text.size());
-    const std::string part = text.substr(pos, at - pos);
+  for (const auto& part : split_list(text)) {
     std::size_t used = 0;
     double v = 0;
     try {
@@ -108,20 +106,8 @@ std::vector<double> number_list(const std::string& text, const char* option) {
       throw UsageError(fmt::format("{}: '{}' is not a list of positive numbers", option, text));
     }
     out.push_back(v);
-    if (at == text.size()) return out;
-    pos = at + 1;
   }
-}
-
-std::vector<std::string> name_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  for (;;) {
-    const std::size_t at = std::min(text.find(',', pos), text.size());
-    out.push_back(text.substr(pos, at - pos));
-    if (at == text.size()) return out;
-    pos = at + 1;
-  }
+  return out;
 }
 
 std::string base_text(double b) {
@@ -172,7 +158,7 @@ std::vector<RopeCurve> rope_curves(const RopeAnalysisOptions& o, const RopeParam
   if (o.variants.empty()) {
     variants = default_variants;
   } else {
-    for (const auto& v : name_list(o.variants)) variants.push_back(parse_rope_scaling(v));
+    for (const auto& v : split_list(o.variants)) variants.push_back(parse_rope_scaling(v));
   }
   std::vector<RopeCurve> curves;
   for (RopeScaling v : variants) {
@@ -266,7 +252,7 @@ void run_relative(const RelativeCliOptions& o) {
   ro.precision = rope_precision(o.rope);
   ro.tolerance = o.tol;
   ro.shifts.clear();
-  for (const auto& s : name_list(o.shifts)) {
+  for (const auto& s : split_list(o.shifts)) {
     const auto v = parse_integer(s);
     if (!v) throw UsageError(fmt::format("--shifts: '{}' is not a list of integers", o.shifts));
     ro.shifts.push_back(*v);
@@ -282,8 +268,8 @@ void run_relative(const RelativeCliOptions& o) {
       "head {}, q {}, k {}, shift {}; {} scores x {} shifts",
       r.pass ? "pass" : "FAIL", r.max_rel, r.tolerance, r.at_b, r.at_h, r.at_i, r.at_j, r.at_shift,
       r.scores, ro.shifts.size());
-  const bool stdout_busy = (!o.c.out.outputs.empty() && o.c.out.outputs[0] == "-") ||
-                           (o.c.plot == "-" && o.c.fig.format.empty());
+  const bool stdout_busy =
+      (!o.c.out.outputs.empty() && o.c.out.outputs[0] == "-") || o.c.plot == "-";
   if (!globals().quiet) fmt::print(stdout_busy ? stderr : stdout, "{}\n", line);
   if (!r.pass) exit_code() = 1;
 }

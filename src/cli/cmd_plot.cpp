@@ -51,20 +51,9 @@ struct Selected {
   std::vector<std::string> columns;  // names from the "columns" attribute, if any
 };
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  for (;;) {
-    const std::size_t at = s.find(sep, pos);
-    out.push_back(s.substr(pos, at == std::string::npos ? std::string::npos : at - pos));
-    if (at == std::string::npos) return out;
-    pos = at + 1;
-  }
-}
-
 std::vector<std::size_t> index_list(const std::string& text, const char* option) {
   std::vector<std::size_t> out;
-  for (const auto& part : split(text, ',')) {
+  for (const auto& part : split_list(text)) {
     const auto v = parse_integer(part);
     if (!v || *v < 0) {
       throw UsageError(
@@ -113,7 +102,7 @@ Selected read_selected(const std::string& text, const std::string& slice) {
   for (const auto& a : info.attrs) {
     const auto* names = std::get_if<std::string>(&a.value);
     if (a.name == "columns" && names && shape.size() == 2) {
-      auto cols = split(*names, ',');
+      auto cols = split_list(*names);
       if (cols.size() == info.shape.back()) s.columns = std::move(cols);
     }
   }

@@ -47,6 +47,9 @@ std::size_t parse_memory_size(const std::string& text, const std::string& option
 /// nullopt; for option values that hold integers inside other syntax.
 std::optional<long long> parse_integer(std::string_view s);
 
+/// The fields of a comma-separated list ("a,b,,c" gives four; "" gives one empty field).
+std::vector<std::string> split_list(const std::string& text);
+
 /// Physical memory of the machine in bytes, or 0 when the system does not tell.
 std::size_t physical_memory();
 

@@ -142,6 +142,8 @@ class Decay(PosencTestCase):
                           match="--position-ids")
         self.assert_fails(2, "analyze", "decay", "--dim", "8", "--max-distance", "-1",
                           match="--max-distance")
+        self.assert_fails(2, "analyze", "decay", "--dim", "8", "-o", "-", "--plot", "-",
+                          match="standard output")
 
 
 class Wavelengths(PosencTestCase):
