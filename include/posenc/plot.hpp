@@ -12,8 +12,8 @@
 /// - diverging: ColorBrewer RdBu, 11 classes, reversed so that negative values are blue,
 ///   zero is near-white (#f7f7f7) and positive values are red; for signed data, with a
 ///   range symmetric about zero;
-/// - sequential: viridis at 10 evenly spaced points (#440154 ... #fde725, the list
-///   plotly ships as Viridis); for non-negative data such as probabilities.
+/// - sequential: viridis at 10 evenly spaced points (#440154, #482878, ... #b5de2b,
+///   #fde725, the common 10-step list); for non-negative data such as probabilities.
 
 #include <cstdint>
 #include <optional>
