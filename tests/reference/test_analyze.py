@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from posenc_testlib import PosencTestCase
-from reference_rope import default_inv, dynamic_inv, linear_inv, llama3_inv, yarn
+from reference_rope_freqs import default_inv, dynamic_inv, linear_inv, llama3_inv, yarn
 
 
 def decay_reference(inv, distances):

@@ -14,8 +14,8 @@ import h5py
 import numpy as np
 
 from posenc_testlib import PosencTestCase, run
-from reference_rope import (default_inv, dynamic_inv, linear_inv, llama3_inv, longrope, mcos,
-                            msin, yarn)
+from reference_rope_freqs import (default_inv, dynamic_inv, linear_inv, llama3_inv, longrope,
+                                  mcos, msin, yarn)
 
 
 def tables(inv, positions, att=1.0, style="neox"):
