@@ -94,6 +94,17 @@ std::optional<long long> parse_integer(std::string_view s) {
   return v;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  for (;;) {
+    const std::size_t at = text.find(',', pos);
+    out.push_back(text.substr(pos, at == std::string::npos ? std::string::npos : at - pos));
+    if (at == std::string::npos) return out;
+    pos = at + 1;
+  }
+}
+
 void verbose(const std::string& msg) {
   if (globals().verbose) fmt::print(stderr, "posenc: {}\n", msg);
 }

@@ -47,6 +47,8 @@ std::size_t parse_memory_size(const std::string& text, const std::string& option
 /// nullopt; for option values that hold integers inside other syntax.
 std::optional<long long> parse_integer(std::string_view s);
 
+/// The fields of a comma-separated list ("a,b,,c" gives four; "" gives one empty field).
+std::vector<std::string> split_list(const std::string& text);
 
 /// Prints `posenc: <msg>` on stderr when --verbose is on.
 void verbose(const std::string& msg);

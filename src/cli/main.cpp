@@ -52,6 +52,8 @@ int run(int argc, char** argv) {
   posenc::cli::register_inspect(app);
   posenc::cli::register_compare(app);
   posenc::cli::register_convert(app);
+  posenc::cli::register_plot(app);
+  posenc::cli::register_analyze(app);
   posenc::cli::register_completion(app);
 
   // Threads are set before any command callback runs.
@@ -81,7 +83,9 @@ int run(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     fmt::print(stderr, "{}", app.help());
-    return fail(ExitStatus::kUsage, "a command is required: table, rope, attention, add, inspect, compare or convert");
+    return fail(ExitStatus::kUsage,
+                "a command is required: table, rope, attention, add, inspect, compare, "
+                "convert, plot, analyze or completion");
   }
   return posenc::cli::exit_code();
 }
