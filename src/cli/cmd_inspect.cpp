@@ -18,6 +18,7 @@
 #include "cli/common.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/hdf5.hpp"
+#include "posenc/io/npy.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/io/text.hpp"
 #include "posenc/tensor.hpp"
@@ -40,137 +41,20 @@ constexpr std::size_t kTableMax = 1000;  // selections up to this size print as 
 
 // --- slicing -------------------------------------------------------------------------
 
-/// One axis of a numpy basic-slicing expression.
-struct AxisSel {
-  bool index = false;  // an integer: the axis disappears
-  long long start = 0, stop = 0, step = 1;
-  bool has_start = false, has_stop = false;
-};
-
-long long parse_int(const std::string& s, const std::string& whole) {
-  const std::optional<long long> v = parse_integer(s);
-  if (!v) throw UsageError(fmt::format("--slice '{}': '{}' is not an integer", whole, s));
-  return *v;
-}
-
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
-/// Parses "0,:,:4", "1:-1:2", "...,0". Syntax errors are UsageErrors (exit 2).
-std::vector<std::optional<AxisSel>> parse_slice(const std::string& text) {
-  std::vector<std::optional<AxisSel>> out;  // nullopt marks "..."
-  std::string body = trim(text);
-  if (!body.empty() && body.front() == '[' && body.back() == ']') {
-    body = body.substr(1, body.size() - 2);
-  }
-  if (trim(body).empty()) return out;
-  std::size_t pos = 0;
-  bool ellipsis = false;
-  for (;;) {
-    std::size_t comma = body.find(',', pos);
-    std::string part =
-        trim(body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    if (part == "...") {
-      if (ellipsis) throw UsageError(fmt::format("--slice '{}': more than one '...'", text));
-      ellipsis = true;
-      out.emplace_back(std::nullopt);
-    } else if (part.empty()) {
-      throw UsageError(fmt::format("--slice '{}': empty axis (use ':' for a whole axis)", text));
-    } else {
-      AxisSel a;
-      std::vector<std::string> f;
-      std::size_t p = 0;
-      for (;;) {
-        std::size_t c = part.find(':', p);
-        f.push_back(trim(part.substr(p, c == std::string::npos ? std::string::npos : c - p)));
-        if (c == std::string::npos) break;
-        p = c + 1;
-      }
-      if (f.size() > 3) throw UsageError(fmt::format("--slice '{}': bad axis '{}'", text, part));
-      if (f.size() == 1) {
-        a.index = true;
-        a.start = parse_int(f[0], text);
-      } else {
-        if (!f[0].empty()) a.has_start = true, a.start = parse_int(f[0], text);
-        if (!f[1].empty()) a.has_stop = true, a.stop = parse_int(f[1], text);
-        if (f.size() == 3 && !f[2].empty()) a.step = parse_int(f[2], text);
-        if (a.step == 0) throw UsageError(fmt::format("--slice '{}': step is zero", text));
-      }
-      out.emplace_back(a);
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
-/// The indices one axis selects, by Python's slice.indices rules (slices clamp; an
-/// integer out of range is an InputError naming the axis and its size: exit 3).
-std::vector<std::size_t> axis_indices(const AxisSel& a, std::size_t n, std::size_t axis,
-                                      const std::string& text) {
-  const long long len = static_cast<long long>(n);
-  std::vector<std::size_t> idx;
-  if (a.index) {
-    long long i = a.start < 0 ? a.start + len : a.start;
-    if (i < 0 || i >= len) {
-      throw InputError(
-          fmt::format("--slice '{}': index {} is out of range for axis {} with size {}", text,
-                      a.start, axis, n));
-    }
-    idx.push_back(static_cast<std::size_t>(i));
-    return idx;
-  }
-  long long start, stop;
-  if (a.step > 0) {
-    start = !a.has_start ? 0 : a.start < 0 ? std::max(0LL, a.start + len) : std::min(a.start, len);
-    stop = !a.has_stop ? len : a.stop < 0 ? std::max(0LL, a.stop + len) : std::min(a.stop, len);
-    for (long long i = start; i < stop; i += a.step) idx.push_back(static_cast<std::size_t>(i));
-  } else {
-    start = !a.has_start  ? len - 1
-            : a.start < 0 ? std::max(-1LL, a.start + len)
-                          : std::min(a.start, len - 1);
-    stop = !a.has_stop ? -1 : a.stop < 0 ? std::max(-1LL, a.stop + len) : std::min(a.stop, len - 1);
-    for (long long i = start; i > stop; i += a.step) idx.push_back(static_cast<std::size_t>(i));
-  }
-  return idx;
-}
-
-/// A resolved selection: the indices taken on every axis and which axes remain.
+/// A resolved selection: one arithmetic progression per source axis (parse.hpp) and
+/// the shape of what remains. Nothing here is sized by the tensor's extents.
 struct Selection {
-  std::vector<std::vector<std::size_t>> idx;  // per source axis
-  std::vector<bool> keep;                     // axis kept in the result
-  Shape shape;                                // result shape
+  std::vector<AxisRange> axes;
+  Shape shape;  // result shape
   std::size_t numel = 1;
 };
 
 Selection resolve(const std::string& text, const Shape& shape) {
-  auto parts = parse_slice(text);
-  std::size_t explicit_axes = 0;
-  for (const auto& p : parts) explicit_axes += p.has_value();
-  if (explicit_axes > shape.size()) {
-    throw InputError(fmt::format("--slice '{}': {} axes given for shape {}", text, explicit_axes,
-                                 shape_str(shape)));
-  }
-  // Expand "..." (or the missing trailing axes) into whole-axis slices.
-  std::vector<AxisSel> full;
-  for (const auto& p : parts) {
-    if (p) {
-      full.push_back(*p);
-    } else {
-      for (std::size_t k = 0; k < shape.size() - explicit_axes; ++k) full.push_back(AxisSel{});
-    }
-  }
-  while (full.size() < shape.size()) full.push_back(AxisSel{});
   Selection s;
-  for (std::size_t ax = 0; ax < shape.size(); ++ax) {
-    s.idx.push_back(axis_indices(full[ax], shape[ax], ax, text));
-    s.keep.push_back(!full[ax].index);
-    if (!full[ax].index) s.shape.push_back(s.idx.back().size());
-    s.numel *= s.idx.back().size();
+  s.axes = resolve_slice(text, shape);
+  for (const AxisRange& r : s.axes) {
+    if (r.keep) s.shape.push_back(r.count);
+    s.numel *= r.count;  // at most the tensor's element count: no overflow
   }
   return s;
 }
@@ -232,68 +116,110 @@ struct Gathered {
   Tensor kept;  // the first min(keep_n, numel) selected values, source dtype, flat
 };
 
-Gathered gather(TensorSource& src, const Selection& sel, std::size_t keep_n,
+/// Walks the selected elements of one row (the axes after the row axis) in C order,
+/// keeping the element offset in step with an odometer: O(1) per element, no list.
+class RowWalk {
+ public:
+  RowWalk(const Shape& shape, const std::vector<AxisRange>& sel, std::size_t first_axis) {
+    std::int64_t stride = 1;
+    for (std::size_t ax = shape.size(); ax-- > first_axis;) {
+      axes_.insert(axes_.begin(), Axis{sel[ax], stride, 0});
+      stride *= static_cast<std::int64_t>(shape[ax]);
+    }
+    for (const Axis& a : axes_) count_ *= a.r.count;
+  }
+  std::size_t count() const { return count_; }
+  /// Calls f(offset) for each selected element of the row, in C order.
+  template <class F>
+  void each(F f) {
+    if (count_ == 0) return;
+    std::int64_t off = 0;
+    for (Axis& a : axes_) {
+      a.k = 0;
+      off += static_cast<std::int64_t>(a.r.start) * a.stride;
+    }
+    for (std::size_t n = 0; n < count_; ++n) {
+      f(static_cast<std::size_t>(off));
+      for (std::size_t j = axes_.size(); j-- > 0;) {
+        Axis& a = axes_[j];
+        const std::int64_t delta = a.r.step * a.stride;
+        if (++a.k < a.r.count) {
+          off += delta;
+          break;
+        }
+        off -= delta * static_cast<std::int64_t>(a.r.count - 1);
+        a.k = 0;
+      }
+    }
+  }
+
+ private:
+  struct Axis {
+    AxisRange r;
+    std::int64_t stride;
+    std::size_t k;
+  };
+  std::vector<Axis> axes_;
+  std::size_t count_ = 1;
+};
+
+/// `read(first, count, dst)` delivers `count` entries of the row axis from `first`.
+template <class Read>
+Gathered gather(const TensorInfo& info, Read read, const Selection& sel, std::size_t keep_n,
                 const std::string& what) {
-  const TensorInfo& info = src.info();
   const std::size_t isz = dtype_size(info.dtype);
   Gathered g;
-  std::size_t keep = std::min(keep_n, sel.numel);
+  const std::size_t keep = std::min(keep_n, sel.numel);
   g.kept = Tensor(info.dtype, Shape{keep});
   if (sel.numel == 0) return g;
 
   // Rows are the entries of the first axis whose extent is not 1 (the axes before it
   // have extent 1), so a [1, s, h, d] tensor is read along s, never as one row.
   const std::size_t row_axis = info.shape.empty() ? 0 : slab_axis(info.shape);
-  // Offsets (in elements) inside one row of the remaining axes, in selection order.
   Shape row_shape(info.shape.empty() ? info.shape.begin() : info.shape.begin() + row_axis + 1,
                   info.shape.end());
   const std::size_t row_elems = checked_numel(row_shape, isz, what);
-  std::vector<std::size_t> offsets{0};
-  for (std::size_t ax = row_axis + 1; ax < info.shape.size(); ++ax) {
-    std::vector<std::size_t> next;
-    next.reserve(offsets.size() * sel.idx[ax].size());
-    for (auto o : offsets) {
-      for (auto i : sel.idx[ax]) next.push_back(o * info.shape[ax] + i);
-    }
-    offsets.swap(next);
-  }
-  std::vector<std::size_t> rows =
-      info.shape.empty() ? std::vector<std::size_t>{0} : sel.idx[row_axis];
+  RowWalk walk(info.shape, sel.axes, info.shape.empty() ? 0 : row_axis + 1);
+  const AxisRange rows = info.shape.empty() ? AxisRange{} : sel.axes[row_axis];
+  const std::size_t nrows = info.shape.empty() ? 1 : rows.count;
   const std::size_t row_bytes = std::max<std::size_t>(1, row_elems * isz);
   const std::size_t slab_rows = std::max<std::size_t>(1, kSlabBytes / row_bytes);
+  constexpr std::size_t kStatsBlock = std::size_t{1} << 20;
 
   Tensor slab;
-  Tensor one(info.dtype, Shape{1});
   std::vector<double> values;
-  std::size_t flat = 0;
-  for (std::size_t k = 0; k < rows.size();) {
-    // A batch of selected rows whose span fits one slab read (always at least one).
-    std::size_t lo = rows[k], hi = rows[k], e = k + 1;
-    while (e < rows.size()) {
-      std::size_t nlo = std::min(lo, rows[e]), nhi = std::max(hi, rows[e]);
-      if (nhi - nlo + 1 > slab_rows) break;
-      lo = nlo, hi = nhi, ++e;
-    }
-    std::size_t span = hi - lo + 1;
-    Shape slab_shape{span * row_elems};
-    if (slab.numel() != slab_shape[0]) slab = Tensor(info.dtype, slab_shape);
-    src.read_slab(row_axis, lo, span, slab.bytes());
+  std::size_t flat = 0, block_first = 0;
+  auto flush = [&] {
+    g.stats.add_block(values, block_first);
+    block_first = flat;
     values.clear();
-    for (std::size_t r = k; r < e; ++r) {
-      std::size_t base = (rows[r] - lo) * row_elems;
-      for (auto o : offsets) {
-        std::size_t at = base + o;
-        values.push_back(slab.get(at));
-        if (flat + values.size() - 1 < keep) {
-          std::memcpy(g.kept.bytes() + (flat + values.size() - 1) * isz, slab.bytes() + at * isz,
-                      isz);
-        }
-      }
+  };
+  for (std::size_t k = 0; k < nrows;) {
+    // Selected rows k..e-1 whose span fits one slab read (always at least one); the
+    // rows are monotonic, so the span is between the first and the last.
+    std::size_t e = k + 1;
+    while (e < nrows) {
+      const std::size_t a = rows.at(k), b = rows.at(e);
+      if ((a > b ? a - b : b - a) + 1 > slab_rows) break;
+      ++e;
     }
-    g.stats.add_block(values, flat);
-    flat += values.size();
+    const std::size_t lo = std::min(rows.at(k), rows.at(e - 1));
+    const std::size_t span = std::max(rows.at(k), rows.at(e - 1)) - lo + 1;
+    if (slab.numel() != span * row_elems) slab = Tensor(info.dtype, Shape{span * row_elems});
+    read(lo, span, slab.bytes());
+    for (std::size_t r = k; r < e; ++r) {
+      const std::size_t base = (rows.at(r) - lo) * row_elems;
+      walk.each([&](std::size_t o) {
+        const std::size_t at = base + o;
+        if (flat < keep) std::memcpy(g.kept.bytes() + flat * isz, slab.bytes() + at * isz, isz);
+        values.push_back(slab.get(at));
+        ++flat;
+        if (values.size() >= kStatsBlock) flush();
+      });
+    }
     k = e;
   }
+  if (!values.empty()) flush();
   return g;
 }
 
@@ -446,36 +372,34 @@ void print_text(const TensorRef& ref, const TensorInfo& info, const std::string&
 }
 
 void list_file(const TensorRef& ref, bool json) {
-  auto names = list_hdf5_datasets(ref.path);
+  const std::vector<Hdf5Entry> entries = list_hdf5_entries(ref.path);
   std::vector<std::string> rows;
-  if (!json) fmt::print("{}: {} dataset{}\n", ref.path, names.size(), names.size() == 1 ? "" : "s");
-  for (const auto& name : names) {
-    TensorRef r = ref;
-    r.dataset = name;
-    r.text = ref.path + ":" + name;
-    try {
-      auto src = open_hdf5_source(r);
-      const auto& in = src->info();
+  if (!json) {
+    fmt::print("{}: {} dataset{}\n", ref.path, entries.size(), entries.size() == 1 ? "" : "s");
+  }
+  for (const Hdf5Entry& e : entries) {
+    if (e.error.empty()) {
+      const TensorInfo& in = e.info;
       if (json) {
         rows.push_back(fmt::format(
             "{{\"name\": {}, \"shape\": {}, \"dtype\": \"{}\", "
             "\"storage\": {}}}",
-            json_str(name), json_shape(in.shape), dtype_name(in.dtype), json_str(in.storage)));
+            json_str(e.name), json_shape(in.shape), dtype_name(in.dtype), json_str(in.storage)));
       } else {
-        fmt::print("  {}  {}  {}  {}\n", name, shape_str(in.shape), dtype_name(in.dtype),
+        fmt::print("  {}  {}  {}  {}\n", e.name, shape_str(in.shape), dtype_name(in.dtype),
                    in.storage);
       }
-    } catch (const InputError& e) {
-      // Unreadable datasets are listed with the reason, without the file prefix.
-      std::string why = e.what();
-      auto at = why.find(name + "': ");
-      if (at != std::string::npos) why = why.substr(at + name.size() + 3);
-      if (json) {
-        rows.push_back(
-            fmt::format("{{\"name\": {}, \"error\": {}}}", json_str(name), json_str(why)));
-      } else {
-        fmt::print("  {}  ({})\n", name, why);
-      }
+      continue;
+    }
+    // Unreadable datasets are listed with the reason, without the file prefix.
+    std::string why = e.error;
+    auto at = why.find(e.name + "': ");
+    if (at != std::string::npos) why = why.substr(at + e.name.size() + 3);
+    if (json) {
+      rows.push_back(
+          fmt::format("{{\"name\": {}, \"error\": {}}}", json_str(e.name), json_str(why)));
+    } else {
+      fmt::print("  {}  ({})\n", e.name, why);
     }
   }
   if (json) {
@@ -495,13 +419,25 @@ void run_inspect(const InspectOptions& o) {
   }
   // Check the slice syntax before touching the file (a usage error comes first).
   if (!o.slice.empty()) parse_slice(o.slice);
-  auto src = open_source(ref);
+  auto src = open_source(ref, {/*attrs=*/true});
   const TensorInfo& info = src->info();
   Selection sel = resolve(o.slice, info.shape);
   std::size_t head = o.head >= 0                            ? static_cast<std::size_t>(o.head)
                      : !o.slice.empty() || sel.numel <= 100 ? kTableMax
                                                             : kDefaultHead;
-  Gathered g = gather(*src, sel, head, ref.text);
+  // A stream (stdin) whose rows are too large to read one at a time is read whole
+  // first, in pieces as the data arrive: memory follows the data, not the header.
+  const std::size_t axis = slab_axis(info.shape);
+  std::size_t entry = dtype_size(info.dtype);
+  for (std::size_t ax = axis + 1; ax < info.shape.size(); ++ax) entry *= info.shape[ax];
+  const bool huge_rows = entry > kSlabBytes && !src->seekable();
+  Tensor whole;
+  if (huge_rows) whole = read_all_rows(*src);
+  auto read = [&](std::size_t first, std::size_t count, std::byte* dst) {
+    if (!huge_rows) return src->read_slab(axis, first, count, dst);
+    std::memcpy(dst, whole.bytes() + first * entry, count * entry);
+  };
+  Gathered g = gather(info, read, sel, head, ref.text);
   if (o.json) {
     print_json(ref, info, o.slice, sel, g, o.stats);
   } else {

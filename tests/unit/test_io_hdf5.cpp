@@ -68,7 +68,7 @@ void write_one(const std::string& path, const std::string& name, const Tensor& t
 
 Tensor read_all(const std::string& path, const std::string& name, TensorInfo* info = nullptr) {
   TensorRef ref{path + ":" + name, path, name, Format::hdf5};
-  auto src = open_hdf5_source(ref);
+  auto src = open_hdf5_source(ref, OpenOptions{/*attrs=*/true});
   Tensor t(src->info().dtype, src->info().shape);
   std::size_t rows = t.shape().empty() ? 1 : t.shape()[0];
   src->read_rows(0, rows, t.bytes());
