@@ -54,30 +54,6 @@ std::size_t default_max_memory() {
   return ram == 0 ? std::size_t{1} << 30 : ram / 4;
 }
 
-std::vector<int> parse_sections(const std::string& text) {
-  std::vector<int> v;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = text.find(',', at);
-    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos
-                                                                         : comma - at);
-    char* end = nullptr;
-    const long x = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || x < 0 || x > (1 << 20)) {
-      throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w such as "
-                                   "16,24,24, got '{}'",
-                                   text));
-    }
-    v.push_back(static_cast<int>(x));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  if (v.size() != 3) {
-    throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w, got '{}'", text));
-  }
-  return v;
-}
-
 /// The sequence length dynamic NTK and LongRoPE need when --seq-len is not given:
 /// the largest position used, plus one.
 std::int64_t positions_extent(const Positions& pos, std::size_t seq, const RopeApplyOptions& a) {
@@ -499,6 +475,7 @@ void register_rope(CLI::App& app) {
                   "axial 2-D RoPE over an H x W grid of tokens in row-major order: x and y "
                   "each get R/4 pairs with frequencies base^(-4j/R); --base defaults to 100")
       ->expected(2)
+      ->transform(integer_text())
       ->type_name("H W")
       ->group(g);
   sub->add_option("--order", opts->order,

@@ -103,6 +103,7 @@ struct SinusoidalOptions {
 void run_sinusoidal(const SinusoidalOptions& o) {
   const std::int64_t n = positive(o.positions, "--positions");
   if (o.start < 0) throw UsageError(fmt::format("--start: must be >= 0, got {}", o.start));
+  last_position(o.start, n);
   auto freqs = std::make_shared<std::vector<double>>(sinusoidal_freqs(o.dim, o.base));
   const auto layout =
       o.layout == "concat" ? SinusoidalLayout::concat : SinusoidalLayout::interleaved;
@@ -267,6 +268,7 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   } else if (!pos.cu_seqlens.empty()) {
     const std::int64_t total = pos.cu_seqlens.back();
     if (total <= 0) throw InputError("--cu-seqlens: the sequences hold no tokens");
+    last_position(pos.start, total);
     if (sub->count("--positions") > 0 && o.positions != total) {
       throw UsageError(fmt::format("--positions: {} does not match the {} tokens of --cu-seqlens",
                                    o.positions, total));
@@ -287,7 +289,7 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   if (!ids->empty()) {
     max_pos = *std::max_element(ids->begin(), ids->end());
   } else {
-    max_pos = pos.start + std::max<long long>(o.positions, 1) - 1;
+    max_pos = last_position(pos.start, std::max<long long>(o.positions, 1));
   }
 
   RopeParams params = rope_params(o.rope, o.dim);
@@ -464,6 +466,7 @@ void run_alibi(const AlibiOptions& o, CLI::App* sub) {
   attrs.push_back({"q_len", static_cast<long long>(q)});
   attrs.push_back({"k_len", static_cast<long long>(k)});
   spec.shape = {slopes->size(), static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
+  spec.allow_neg_inf = mask_future;
   spec.line = [slopes, v, q, k, mask_future](std::size_t line, double* out) {
     const std::size_t head = line / static_cast<std::size_t>(q);
     const auto i = static_cast<std::int64_t>(line % static_cast<std::size_t>(q));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -184,8 +185,18 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       const double s =
           factor_or_ratio("yarn", "--scaling yarn: needs --factor (or --max-pos and "
                                   "--original-max-pos)");
-      double beta_fast = p.beta_fast.value_or(32.0);
-      double beta_slow = p.beta_slow.value_or(1.0);
+      // HF reads `rope_scaling.get("beta_fast") or 32`: unset, null and 0 all mean the
+      // default. Negative or non-finite values would give NaN frequencies.
+      auto beta = [](const std::optional<double>& v, double dflt, const char* name) {
+        if (!v || *v == 0.0) return dflt;
+        if (!(*v > 0.0) || !std::isfinite(*v)) {
+          usage(fmt::format("--{}: must be a positive number (0 means the default {}), got {}",
+                            name, dflt, *v));
+        }
+        return *v;
+      };
+      double beta_fast = beta(p.beta_fast, 32.0, "beta-fast");
+      double beta_slow = beta(p.beta_slow, 1.0, "beta-slow");
       double att;
       if (p.attention_factor) {
         att = *p.attention_factor;
@@ -323,6 +334,14 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     usage(fmt::format("--attention-factor: must be a positive number, got {}", f.attention_factor));
   }
   a.push_back({"attention_factor", f.attention_factor});
+  // Whatever the parameters, a NaN or infinite frequency never reaches a table.
+  for (std::size_t i = 0; i < f.inv_freq.size(); ++i) {
+    if (!std::isfinite(f.inv_freq[i]) || f.inv_freq[i] < 0.0) {
+      usage(fmt::format("--scaling {}: these parameters give inverse frequency {} for pair {} "
+                        "(check --base, --factor and the scaling parameters)",
+                        rope_scaling_name(p.scaling), f.inv_freq[i], i));
+    }
+  }
   return f;
 }
 
@@ -359,12 +378,18 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
     if (!it->is_number()) throw bad(key, "a number");
     return it->get<double>();
   };
-  auto integer = [&](const json& obj, const char* key) -> std::optional<std::int64_t> {
+  // Positive integers up to `max` (sizes must fit posenc's int, positions 2^53).
+  auto integer = [&](const json& obj, const char* key,
+                     double max = 9.0e15) -> std::optional<std::int64_t> {
     auto v = num(obj, key);
     if (!v) return std::nullopt;
-    if (*v != std::floor(*v) || *v <= 0 || *v > 9.0e15) throw bad(key, "a positive integer");
+    if (*v != std::floor(*v) || *v <= 0 || *v > max) {
+      throw InputError(fmt::format("{}: '{}' must be a positive integer up to {:.0f}, got {}", path,
+                                   key, max, *v));
+    }
     return static_cast<std::int64_t>(*v);
   };
+  constexpr double kMaxSize = std::numeric_limits<int>::max();
   auto list = [&](const json& obj, const char* key) -> std::optional<std::vector<double>> {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return std::nullopt;
@@ -403,7 +428,7 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
       p.partial = *w;
   }
   if (!kept(keep, "head_dim")) {
-    if (auto hd = integer(cfg, "head_dim")) {
+    if (auto hd = integer(cfg, "head_dim", kMaxSize)) {
       p.head_dim = static_cast<int>(*hd);
     } else {
       auto hs = integer(cfg, "hidden_size");
@@ -412,6 +437,11 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
         if (*hs % *nh != 0) {
           throw InputError(fmt::format(
               "{}: hidden_size {} is not a multiple of num_attention_heads {}", path, *hs, *nh));
+        }
+        if (*hs / *nh > kMaxSize) {
+          throw InputError(fmt::format("{}: hidden_size / num_attention_heads = {} is too large "
+                                       "for a head dimension",
+                                       path, *hs / *nh));
         }
         p.head_dim = static_cast<int>(*hs / *nh);
       }
