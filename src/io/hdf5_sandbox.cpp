@@ -327,10 +327,7 @@ void inject_fault(std::byte* end, std::byte* slot_end) {
   }
   if (f == "alloc") {
     std::vector<std::unique_ptr<char[]>> hog;
-    for (;;) {
-      hog.emplace_back(new char[std::size_t{256} << 20]);
-      std::memset(hog.back().get(), 1, std::size_t{256} << 20);
-    }
+    for (;;) hog.emplace_back(new char[std::size_t{256} << 20]);
   }
 }
 
