@@ -250,7 +250,7 @@ int read_all(int fd, void* p, std::size_t n, std::int64_t deadline_ms) {
 
 // --- the child ------------------------------------------------------------------
 
-std::size_t address_space_bytes() {
+[[maybe_unused]] std::size_t address_space_bytes() {
   long pages = 0;
   if (FILE* f = std::fopen("/proc/self/statm", "r")) {
     if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;

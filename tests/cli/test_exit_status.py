@@ -15,7 +15,7 @@ import unittest
 
 import numpy as np
 
-from posenc_testlib import BIN, PosencTestCase
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase
 
 
 def posenc(args, stdout=subprocess.PIPE, preexec=None, stdin=None):
@@ -103,6 +103,7 @@ class OutputFailures(PosencTestCase):
                     with open(target, "rb") as f:
                         self.assertEqual(f.read(), b"keep me")
 
+    @unittest.skipIf(UNDER_ASAN, "AddressSanitizer cannot run under an address-space limit")
     def test_out_of_memory_message(self):
         def limit():
             resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
