@@ -30,7 +30,8 @@ constexpr std::size_t kSlabBytes = std::size_t{16} << 20;
 void run_convert(const ConvertOptions& o) {
   const TensorRef in_ref = parse_ref(o.input);
   const TensorRef out_ref = parse_ref(o.out.outputs.at(0), o.out.to);
-  auto src = open_source(in_ref);
+  // HDF5 attributes are carried over to HDF5 and JSON outputs, so they are read here.
+  auto src = open_source(in_ref, {/*attrs=*/true});
   const TensorInfo& in = src->info();
 
   TensorInfo out_info = in;

@@ -14,6 +14,7 @@ seconds=$2
 here=$(cd "$(dirname "$0")" && pwd)
 work=${3:-$(mktemp -d "${TMPDIR:-/tmp}/posenc-fuzz-XXXXXX")}
 mkdir -p "$work"
+work=$(cd "$work" && pwd)
 harnesses=(npy text hdf5 ref options)
 
 run_one() {
