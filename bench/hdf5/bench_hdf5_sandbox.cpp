@@ -71,7 +71,8 @@ void compare(const std::string& path, const char* label, int reps) {
   for (int i = 0; i < reps; ++i) {
     auto t0 = Clock::now();
     {
-      auto src = posenc::hdf5_detail::in_process_source(posenc::hdf5_detail::open_dataset(ref, false));
+      auto src =
+          posenc::hdf5_detail::in_process_source(posenc::hdf5_detail::open_dataset(ref, false));
       posenc::Tensor t = posenc::read_all_rows(*src);
       check_direct = t.data<float>()[t.numel() - 1];
     }

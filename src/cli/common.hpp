@@ -46,8 +46,9 @@ std::size_t physical_memory();
 CLI::Validator integer_text(bool is_signed = true);
 
 /// Adds to every integer and real-number option of `app` and its subcommands a check of
-/// the text (canonicalising integers) before CLI11 converts it (see integer_text_error, number_text_error), so
-/// that no option takes an octal, clamped, wrapped or non-finite value.
+/// the text (canonicalising integers) before CLI11 converts it (see integer_text_error,
+/// number_text_error), so that no option takes an octal, clamped, wrapped or non-finite
+/// value.
 void check_numeric_options(CLI::App& app);
 
 /// Prints `posenc: <msg>` on stderr when --verbose is on.

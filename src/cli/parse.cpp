@@ -62,8 +62,8 @@ long long parse_int_option(std::string_view text, std::string_view option, long 
                            long long hi) {
   const std::optional<long long> v = parse_integer(text);
   if (!v || *v < lo || *v > hi) {
-    throw UsageError(fmt::format("{}: expected an integer from {} to {}, got '{}'", option, lo,
-                                 hi, text));
+    throw UsageError(
+        fmt::format("{}: expected an integer from {} to {}, got '{}'", option, lo, hi, text));
   }
   return *v;
 }
@@ -183,9 +183,10 @@ std::vector<int> parse_sections(const std::string& text) {
   for (const std::string& item : split(text, ',')) {
     const std::optional<long long> x = parse_integer(trim(item));
     if (!x || *x < 0 || *x > (1 << 20)) {
-      throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w such as "
-                                   "16,24,24, got '{}'",
-                                   text));
+      throw UsageError(
+          fmt::format("--mrope-section: expected three counts t,h,w such as "
+                      "16,24,24, got '{}'",
+                      text));
     }
     v.push_back(static_cast<int>(*x));
   }
@@ -250,9 +251,9 @@ AxisRange slice_range(const SliceEntry& e, std::size_t n, std::size_t axis,
   if (e.index) {
     const long long i = e.start < 0 ? e.start + len : e.start;
     if (i < 0 || i >= len) {
-      throw InputError(fmt::format(
-          "--slice '{}': index {} is out of range for axis {} with size {}", text, e.start, axis,
-          n));
+      throw InputError(
+          fmt::format("--slice '{}': index {} is out of range for axis {} with size {}", text,
+                      e.start, axis, n));
     }
     r.start = static_cast<std::size_t>(i);
     r.count = 1;
@@ -269,10 +270,10 @@ AxisRange slice_range(const SliceEntry& e, std::size_t n, std::size_t axis,
     start = e.has_start ? clamp(e.start, 0, len) : 0;
     stop = e.has_stop ? clamp(e.stop, 0, len) : len;
     const auto dist = static_cast<unsigned long long>(stop - start);
-    r.count = stop > start ? static_cast<std::size_t>((dist - 1) / static_cast<unsigned long long>(
-                                                                      e.step) +
-                                                      1)
-                           : 0;
+    r.count =
+        stop > start
+            ? static_cast<std::size_t>((dist - 1) / static_cast<unsigned long long>(e.step) + 1)
+            : 0;
   } else {
     start = e.has_start ? clamp(e.start, -1, len - 1) : len - 1;
     stop = e.has_stop ? clamp(e.stop, -1, len - 1) : -1;

@@ -25,9 +25,8 @@ namespace {
 // The first value of a line that a table may not hold, or npos.
 std::size_t bad_value(const double* v, std::size_t n, bool allow_neg_inf) {
   for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(v[i]) && !(allow_neg_inf && v[i] == -std::numeric_limits<double>::infinity())) {
-      return i;
-    }
+    const bool neg_inf = v[i] == -std::numeric_limits<double>::infinity();
+    if (!std::isfinite(v[i]) && !(allow_neg_inf && neg_inf)) return i;
   }
   return static_cast<std::size_t>(-1);
 }

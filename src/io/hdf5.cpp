@@ -506,6 +506,15 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
       std::vector<hsize_t> chunk(std::max(rank, 1));
       check<InputError>(H5Pget_chunk(dcpl, rank, chunk.data()), what_);
       chunk.resize(rank);
+      // HDF5 refuses to create a chunk larger than a fixed-size dimension; a file that has
+      // one is malformed, and libhdf5 reads such chunks past their end (garbage values).
+      for (int k = 0; k < rank; ++k) {
+        if (maxdims_[k] != H5S_UNLIMITED && chunk[k] > maxdims_[k]) {
+          throw InputError(fmt::format("{}: malformed chunk shape {} for the fixed shape {}",
+                                       what_, shape_str(Shape(chunk.begin(), chunk.end())),
+                                       shape_str(info_.shape)));
+        }
+      }
       storage = fmt::format("HDF5 chunked {}", shape_str(Shape(chunk.begin(), chunk.end())));
     } else {
       throw InputError(what_ + ": unknown storage layout");
@@ -598,6 +607,19 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
     std::size_t size = H5Tget_size(t);
     H5T_order_t order = H5Tget_order(t);
     std::string endian = order == H5T_ORDER_BE ? "big-endian" : "little-endian";
+    if (cls == H5T_FLOAT || cls == H5T_INTEGER || cls == H5T_ENUM) {
+      // The significant bits must lie inside the element: libhdf5 converts a type whose
+      // precision runs past its size by reading beyond each element (garbage values).
+      const std::size_t precision = H5Tget_precision(t);
+      const int offset = H5Tget_offset(t);
+      if (size == 0 || precision == 0 || offset < 0 ||
+          static_cast<std::size_t>(offset) + precision > 8 * size) {
+        H5Eclear2(H5E_DEFAULT);
+        throw InputError(fmt::format(
+            "{}: malformed {}-byte {} type (precision {} bits at bit offset {})", what_, size,
+            class_name(cls), precision, offset));
+      }
+    }
     if (cls == H5T_FLOAT) {
       std::size_t spos, epos, esize, mpos, msize;
       check<InputError>(H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize), what_);
@@ -680,7 +702,8 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
             fmt::format("{} has {} dimensions (at most {} supported)", what_, rank, kMaxRank));
       }
       std::vector<hsize_t> dims(rank);
-      check<InputError>(H5Sget_simple_extent_dims(s, dims.data(), nullptr), what_);
+      maxdims_.assign(rank, 0);
+      check<InputError>(H5Sget_simple_extent_dims(s, dims.data(), maxdims_.data()), what_);
       info_.shape.assign(dims.begin(), dims.end());
     } else {
       throw InputError(what_ + ": unknown dataspace");
@@ -695,6 +718,7 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
   Hid dset_;
   Hid mem_type_;
   TensorInfo info_;
+  std::vector<hsize_t> maxdims_;  // per axis; H5S_UNLIMITED for extendible ones
 };
 
 // --- writing -------------------------------------------------------------------

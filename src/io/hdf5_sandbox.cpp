@@ -271,8 +271,8 @@ void enter_child(pid_t parent) {
   if (::getppid() != parent) ::_exit(1);  // the parent died before the line above
   // Crashes are plain signal deaths (no inherited handler from the parent, ASan or a
   // fuzzer runs in the child's place); a signal from the terminal ends the child too.
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGXCPU,
-                  SIGALRM}) {
+  for (int sig :
+       {SIGINT, SIGTERM, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGXCPU, SIGALRM}) {
     ::signal(sig, SIG_DFL);
   }
   ::signal(SIGPIPE, SIG_IGN);
@@ -432,8 +432,8 @@ class Child {
     shm_ = ::memfd_create("posenc-hdf5", MFD_CLOEXEC);
     if (shm_ < 0 || ::ftruncate(shm_, static_cast<off_t>(2 * kSlotBytes)) != 0) {
       cleanup();
-      throw InputError(fmt::format("{}: cannot set up the HDF5 reader: {}", what_,
-                                   std::strerror(errno)));
+      throw InputError(
+          fmt::format("{}: cannot set up the HDF5 reader: {}", what_, std::strerror(errno)));
     }
     // [slot 0][guard][slot 1][guard]: the guards stay PROT_NONE.
     void* base = ::mmap(nullptr, map_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -447,8 +447,8 @@ class Child {
     int sv[2] = {-1, -1};
     if (!ok || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
       cleanup();
-      throw InputError(fmt::format("{}: cannot set up the HDF5 reader: {}", what_,
-                                   std::strerror(errno)));
+      throw InputError(
+          fmt::format("{}: cannot set up the HDF5 reader: {}", what_, std::strerror(errno)));
     }
     const pid_t parent = ::getpid();
     pid_ = ::fork();
@@ -461,8 +461,8 @@ class Child {
     sock_ = sv[0];
     if (pid_ < 0) {
       cleanup();
-      throw InputError(fmt::format("{}: cannot start the HDF5 reader: {}", what_,
-                                   std::strerror(errno)));
+      throw InputError(
+          fmt::format("{}: cannot start the HDF5 reader: {}", what_, std::strerror(errno)));
     }
   }
   ~Child() { cleanup(); }
@@ -493,9 +493,10 @@ class Child {
     Reader r(msg.substr(1));
     if (kind == Reply::input_error) throw InputError(r.str());
     if (kind == Reply::out_of_memory) {
-      throw InputError(fmt::format("{}: {} needs more than the {} GiB of memory allowed to "
-                                   "libhdf5 (the file may be malformed)",
-                                   what_, doing, kChildHeadroom >> 30));
+      throw InputError(
+          fmt::format("{}: {} needs more than the {} GiB of memory allowed to "
+                      "libhdf5 (the file may be malformed)",
+                      what_, doing, kChildHeadroom >> 30));
     }
     if (kind == Reply::other_error) throw std::runtime_error(r.str());
     return r;
@@ -519,18 +520,20 @@ class Child {
     if (WIFSIGNALED(status)) {
       const int sig = WTERMSIG(status);
       if (sig == SIGXCPU) {
-        throw InputError(fmt::format("{}: libhdf5 used more than {} s of CPU {} and was stopped "
-                                     "(the file may be malformed)",
-                                     what_, timeout_, doing));
+        throw InputError(
+            fmt::format("{}: libhdf5 used more than {} s of CPU {} and was stopped "
+                        "(the file may be malformed)",
+                        what_, timeout_, doing));
       }
       throw InputError(fmt::format(
           "{}: libhdf5 crashed {} (signal {}, SIG{}); the file is malformed or uses something "
           "libhdf5 mishandles",
           what_, doing, sig, sigabbrev_np(sig) ? sigabbrev_np(sig) : "unknown"));
     }
-    throw InputError(fmt::format("{}: libhdf5 ended {} (exit status {}); the file is malformed "
-                                 "or uses something libhdf5 mishandles",
-                                 what_, doing, WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+    throw InputError(
+        fmt::format("{}: libhdf5 ended {} (exit status {}); the file is malformed "
+                    "or uses something libhdf5 mishandles",
+                    what_, doing, WIFEXITED(status) ? WEXITSTATUS(status) : -1));
   }
 
   int reap() {

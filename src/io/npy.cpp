@@ -461,9 +461,6 @@ class NpySource final : public TensorSource {
     }
   }
 
-  // Reads all data bytes of a stream into `raw`, allocating it only once the data
-  // have arrived, so a header that lies about a huge size cannot force a huge
-  // allocation before the stream runs dry.
   // Reads all data bytes of a stream, allocating as they arrive: pieces grow with what
   // has been read (64 KiB, then as much again, up to 64 MiB), so a header that lies
   // about a huge size costs about what the stream really delivered before it ran dry.

@@ -193,7 +193,8 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
                                    opt.grid_h, opt.grid_w));
     }
     const auto h = static_cast<std::size_t>(opt.grid_h), w = static_cast<std::size_t>(opt.grid_w);
-    if (h > S || w > S || h * w != S) {
+    std::size_t hw = 0;
+    if (__builtin_mul_overflow(h, w, &hw) || hw != S) {
       throw InputError(fmt::format("{}: --rope2d {} {} does not match the {} tokens along s", what,
                                    opt.grid_h, opt.grid_w, S));
     }

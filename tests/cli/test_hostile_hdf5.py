@@ -79,6 +79,18 @@ class HostileHdf5Input(PosencTestCase):
         self.contained(["inspect", f + ":/m"], r"dataset '/m': " + why)
         self.contained(["convert", f + ":/m", "-o", self.out], why)
 
+    def test_malformed_types_and_chunks_are_refused(self):
+        # libhdf5 would read past the data of these and return garbage (exit 0).
+        f = write_hostile("type_precision", self.path("prec.h5"))
+        self.contained(["inspect", f + ":/i"], r"malformed 1-byte integer type \(precision 16392")
+        self.contained(["convert", f + ":/i", "-o", self.out], r"malformed")
+        p = self.run_ok("inspect", f)  # the listing names the problem, other datasets read
+        self.assertIn(b"/i  (malformed 1-byte integer type", p.stdout)
+        self.assertRegex(p.stdout.decode(), r"/m  \(2,\)  bool")
+        f = write_hostile("chunk_overread", self.path("chunk.h5"))
+        self.contained(["inspect", f + ":/c"], r"malformed chunk shape \(8388612,\) for the "
+                                               r"fixed shape \(12,\)")
+
     def test_faults_of_the_child(self):
         src = self.path("ok.h5")
         with h5py.File(src, "w") as h:

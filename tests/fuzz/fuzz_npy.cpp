@@ -47,7 +47,7 @@ struct Outcome {
 // The whole tensor, then (from a fresh source) the same bytes read as slabs along the
 // slab axis in pieces of `piece` entries.
 Outcome read(std::unique_ptr<posenc::TensorSource> (*open)(const std::uint8_t*, std::size_t,
-                                                          std::uint8_t),
+                                                           std::uint8_t),
              const std::uint8_t* p, std::size_t n, std::uint8_t pattern) {
   Outcome o;
   try {

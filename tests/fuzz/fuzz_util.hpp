@@ -24,8 +24,7 @@ inline void expect(bool ok, const std::string& why) {
 
 /// A file of this process holding `bytes` (rewritten on each call), for parsers that
 /// take a path. Removed when the process exits.
-inline std::string temp_file(const std::string& suffix, const std::uint8_t* bytes,
-                             std::size_t n) {
+inline std::string temp_file(const std::string& suffix, const std::uint8_t* bytes, std::size_t n) {
   static std::string dir = [] {
     const char* t = std::getenv("TMPDIR");
     std::string tmpl = std::string(t && *t ? t : "/tmp") + "/posenc-fuzz-XXXXXX";

@@ -10,7 +10,11 @@ produce the effect. What each does to libhdf5 when read directly:
 - open_crash: segfault while opening dataset /a/d;
 - attr_hang: an endless loop reading the attributes of /a/d (the data read fine);
 - enum_alloc: an enum type of /m whose member count makes libhdf5 allocate and copy
-  gigabytes (a >1 GiB memcpy past its buffer under AddressSanitizer).
+  gigabytes (a >1 GiB memcpy past its buffer under AddressSanitizer);
+- type_precision: the 1-byte integers of /i declare 16392 bits of precision, and
+  libhdf5 converts them by reading past each element (values change from read to read);
+- chunk_overread: the chunks of the fixed-size /c are 8388612 elements long for 12,
+  and libhdf5 reads past the stored chunk (garbage values, as h5py and h5dump show).
 """
 import hashlib
 import os
@@ -24,6 +28,7 @@ SEEDS = os.path.join(SOURCE_DIR, "tests", "fuzz", "corpus", "hdf5")
 SEED_MD5 = {
     "attrs_links": "a5cc8bb2e1b093267eba6c8abee1c932",
     "bool_int": "c7157fcecdf15f6b2868c91662b3f476",
+    "compact_fletcher": "e0cb8ab0aeb6ab2f30439fe5591e3828",
 }
 
 _HEADER_EDITS = [(1869, 1873, bytes.fromhex("07")), (1880, 1881, b""),
@@ -41,6 +46,8 @@ EDITS = {
         (6182, 6421, bytes.fromhex("7374796c")), (6560, 6562, b""),
         (6563, 6564, bytes.fromhex("74796c"))]),
     "enum_alloc": ("bool_int", [(863, 864, bytes.fromhex("2a"))]),
+    "type_precision": ("bool_int", [(1467, 1468, bytes.fromhex("40"))]),
+    "chunk_overread": ("compact_fletcher", [(957, 958, bytes.fromhex("80"))]),
 }
 
 
