@@ -9,6 +9,8 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -22,6 +24,7 @@
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/npy.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/hf_attention.hpp"
@@ -67,13 +70,32 @@ struct AttentionCmdOptions {
 
 bool given(const AttentionCmdOptions& o, const char* name) { return o.app->count(name) > 0; }
 
-std::int64_t parse_window_side(const std::string& s, const std::string& text) {
-  const std::optional<long long> v = parse_integer(s);
-  if (!v || *v < -1) {
-    throw UsageError(
-        fmt::format("--window {}: expected LEFT[,RIGHT], integers >= 0 or -1 for unbounded", text));
+// --max-memory counts the inputs as well as what attention allocates (outputs, work,
+// converted and rotated copies): refused from the headers, before K and V are read.
+void check_budget(const TensorSource& q, const TensorSource& k, const TensorSource* v, bool rope,
+                  const AttentionOptions& opt) {
+  if (opt.max_memory == 0) return;
+  const TensorInfo &qi = q.info(), &ki = k.info();
+  const Shape* vs = v ? &v->info().shape : nullptr;
+  auto [need, names] = attention_memory(qi.shape, ki.shape, vs, qi.dtype, opt);
+  auto add = [&need](const TensorInfo& t, std::size_t item) {
+    const std::size_t bytes = checked_numel(t.shape, item, "attention") * item;
+    need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
+  };
+  add(qi, dtype_size(qi.dtype));
+  add(ki, dtype_size(ki.dtype));
+  if (v) add(v->info(), dtype_size(v->info().dtype));
+  if (rope) {  // rotated copies of Q and K in the arithmetic type
+    const bool f64 = opt.precision ? *opt.precision == Precision::f64 : qi.dtype == DType::f64;
+    add(qi, f64 ? 8 : 4);
+    add(ki, f64 ? 8 : 4);
   }
-  return *v;
+  if (need > opt.max_memory) {
+    throw InputError(fmt::format(
+        "{} would need {} with the inputs (Q {}, K {}{}) > --max-memory {}", names,
+        bytes_str(need), shape_str(qi.shape), shape_str(ki.shape),
+        v ? ", V " + shape_str(v->info().shape) : std::string(), bytes_str(opt.max_memory)));
+  }
 }
 
 // The output references for the emitted tensors (see the man page: one per tensor in
@@ -185,13 +207,7 @@ void run_attention(AttentionCmdOptions& o) {
       throw UsageError(fmt::format("--causal {}: expected bottom-right or top-left", o.causal));
     }
   }
-  if (given(o, "--window")) {
-    auto comma = o.window.find(',');
-    opt.window_left = parse_window_side(o.window.substr(0, comma), o.window);
-    if (comma != std::string::npos) {
-      opt.window_right = parse_window_side(o.window.substr(comma + 1), o.window);
-    }
-  }
+  if (given(o, "--window")) std::tie(opt.window_left, opt.window_right) = parse_window(o.window);
   if (given(o, "--sliding-window")) {
     if (o.sliding_window <= 0) {
       throw UsageError(fmt::format("--sliding-window {}: must be at least 1", o.sliding_window));
@@ -267,11 +283,17 @@ void run_attention(AttentionCmdOptions& o) {
 
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
 
-  // Inputs.
-  Tensor q = read_tensor(o.q);
-  Tensor k = read_tensor(o.k);
+  // Inputs: shapes from the headers first, so that the budget is checked before
+  // anything is read.
+  auto q_src = open_source(parse_ref(o.q));
+  auto k_src = open_source(parse_ref(o.k));
+  std::unique_ptr<TensorSource> v_src;
+  if (!o.v.empty()) v_src = open_source(parse_ref(o.v));
+  check_budget(*q_src, *k_src, v_src.get(), o.rope, opt);
+  Tensor q = read_all_rows(*q_src);
+  Tensor k = read_all_rows(*k_src);
   std::optional<Tensor> v;
-  if (!o.v.empty()) v = read_tensor(o.v);
+  if (v_src) v = read_all_rows(*v_src);
   const Axes axes = resolve_axes(o.axes, q.ndim(), o.q);
   opt.axes = axes.letters;
   std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks;

@@ -135,6 +135,9 @@ void print_text(const TensorRef& ra, DType da, const TensorRef& rb, DType db,
 
 void run_compare(const CompareCliOptions& o) {
   const TensorRef ra = parse_ref(o.a), rb = parse_ref(o.b);
+  if (ra.is_stdio() && rb.is_stdio()) {
+    throw UsageError("compare: only one of A and B can come from standard input");
+  }
   auto sa = open_source(ra);
   auto sb = open_source(rb);
   if ((o.rtol && !(*o.rtol >= 0)) || (o.atol && !(*o.atol >= 0))) {

@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/npy.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/cast.hpp"
 #include "posenc/tensor.hpp"
@@ -30,7 +31,8 @@ constexpr std::size_t kSlabBytes = std::size_t{16} << 20;
 void run_convert(const ConvertOptions& o) {
   const TensorRef in_ref = parse_ref(o.input);
   const TensorRef out_ref = parse_ref(o.out.outputs.at(0), o.out.to);
-  auto src = open_source(in_ref);
+  // HDF5 attributes are carried over to HDF5 and JSON outputs, so they are read here.
+  auto src = open_source(in_ref, {/*attrs=*/true});
   const TensorInfo& in = src->info();
 
   TensorInfo out_info = in;
@@ -42,28 +44,41 @@ void run_convert(const ConvertOptions& o) {
 
   auto sink = create_sink(out_ref, out_info, o.out.write_options());
 
-  const std::size_t rows = in.shape.empty() ? 1 : in.shape[0];
-  Shape row_shape(in.shape.empty() ? in.shape.begin() : in.shape.begin() + 1, in.shape.end());
-  const std::size_t row_elems = checked_numel(row_shape, 8, in_ref.text);
-  const std::size_t row_bytes = std::max<std::size_t>(1, row_elems * dtype_size(in.dtype));
-  // Rows of zero bytes (shape (n, 0, ...)) all go in one slab.
-  const std::size_t slab_rows = row_elems == 0 ? std::max<std::size_t>(rows, 1)
-                                               : std::max<std::size_t>(1, kSlabBytes / row_bytes);
+  // Slabs along the first axis whose extent is not 1, so [1, s, ...] goes in pieces of s.
+  const std::size_t axis = slab_axis(in.shape);
+  const std::size_t entries = in.shape.empty() ? 1 : in.shape[axis];
+  Shape entry_shape(in.shape.empty() ? in.shape.end() : in.shape.begin() + axis + 1,
+                    in.shape.end());
+  const std::size_t entry_elems = checked_numel(entry_shape, 8, in_ref.text);
+  const std::size_t entry_bytes = entry_elems * dtype_size(in.dtype);
+  // Entries of zero bytes (shape (n, 0, ...)) all go in one slab.
+  const std::size_t slab_entries =
+      entry_elems == 0 ? std::max<std::size_t>(entries, 1)
+                       : std::max<std::size_t>(1, kSlabBytes / entry_bytes);
+  // A stream (stdin) whose entries are too large for one slab is read whole first, in
+  // pieces as the data arrive: memory follows the data, not what the header claims.
+  const bool staged = entry_bytes > kSlabBytes && !src->seekable();
+  Tensor whole;
+  if (staged) whole = read_all_rows(*src);
 
-  for (std::size_t first = 0; first < rows || (rows == 0 && first == 0);) {
-    const std::size_t count = std::min(slab_rows, rows - first);
-    Shape slab_shape = row_shape;
+  for (std::size_t first = 0; first < entries || (entries == 0 && first == 0);) {
+    const std::size_t count = std::min(slab_entries, entries - first);
+    Shape slab_shape = entry_shape;
     slab_shape.insert(slab_shape.begin(), count);
     Tensor slab(in.dtype, slab_shape);
-    src->read_rows(first, count, slab.bytes());
+    if (staged) {
+      std::memcpy(slab.bytes(), whole.bytes() + first * entry_bytes, slab.nbytes());
+    } else {
+      src->read_slab(axis, first, count, slab.bytes());
+    }
     if (convert) {
       const Tensor converted = cast(slab, out_info.dtype);
-      sink->write_rows(converted.bytes(), count);
+      sink->write_slab(axis, converted.bytes(), count);
     } else {
-      sink->write_rows(slab.bytes(), count);
+      sink->write_slab(axis, slab.bytes(), count);
     }
     first += count;
-    if (rows == 0) break;
+    if (entries == 0) break;
   }
   sink->commit();
 }

@@ -15,6 +15,7 @@
 #include "cli/common.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/hdf5.hpp"
+#include "posenc/io/npy.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/io/text.hpp"
 #include "posenc/ops/select.hpp"
@@ -184,36 +185,34 @@ void print_text(const TensorRef& ref, const TensorInfo& info, const std::string&
 }
 
 void list_file(const TensorRef& ref, bool json) {
-  auto names = list_hdf5_datasets(ref.path);
+  const std::vector<Hdf5Entry> entries = list_hdf5_entries(ref.path);
   std::vector<std::string> rows;
-  if (!json) fmt::print("{}: {} dataset{}\n", ref.path, names.size(), names.size() == 1 ? "" : "s");
-  for (const auto& name : names) {
-    TensorRef r = ref;
-    r.dataset = name;
-    r.text = ref.path + ":" + name;
-    try {
-      auto src = open_hdf5_source(r);
-      const auto& in = src->info();
+  if (!json) {
+    fmt::print("{}: {} dataset{}\n", ref.path, entries.size(), entries.size() == 1 ? "" : "s");
+  }
+  for (const Hdf5Entry& e : entries) {
+    if (e.error.empty()) {
+      const TensorInfo& in = e.info;
       if (json) {
         rows.push_back(fmt::format(
             "{{\"name\": {}, \"shape\": {}, \"dtype\": \"{}\", "
             "\"storage\": {}}}",
-            json_str(name), json_shape(in.shape), dtype_name(in.dtype), json_str(in.storage)));
+            json_str(e.name), json_shape(in.shape), dtype_name(in.dtype), json_str(in.storage)));
       } else {
-        fmt::print("  {}  {}  {}  {}\n", name, shape_str(in.shape), dtype_name(in.dtype),
+        fmt::print("  {}  {}  {}  {}\n", e.name, shape_str(in.shape), dtype_name(in.dtype),
                    in.storage);
       }
-    } catch (const InputError& e) {
-      // Unreadable datasets are listed with the reason, without the file prefix.
-      std::string why = e.what();
-      auto at = why.find(name + "': ");
-      if (at != std::string::npos) why = why.substr(at + name.size() + 3);
-      if (json) {
-        rows.push_back(
-            fmt::format("{{\"name\": {}, \"error\": {}}}", json_str(name), json_str(why)));
-      } else {
-        fmt::print("  {}  ({})\n", name, why);
-      }
+      continue;
+    }
+    // Unreadable datasets are listed with the reason, without the file prefix.
+    std::string why = e.error;
+    auto at = why.find(e.name + "': ");
+    if (at != std::string::npos) why = why.substr(at + e.name.size() + 3);
+    if (json) {
+      rows.push_back(
+          fmt::format("{{\"name\": {}, \"error\": {}}}", json_str(e.name), json_str(why)));
+    } else {
+      fmt::print("  {}  ({})\n", e.name, why);
     }
   }
   if (json) {
@@ -233,7 +232,7 @@ void run_inspect(const InspectOptions& o) {
   }
   // Check the slice syntax before touching the file (a usage error comes first).
   const SliceSpec spec = naming_option([&] { return parse_slice(o.slice); });
-  auto src = open_source(ref);
+  auto src = open_source(ref, {/*attrs=*/true});  // shown
   const TensorInfo& info = src->info();
   const Selection sel = naming_option([&] { return resolve_selection(spec, info.shape); });
   std::size_t head = o.head >= 0                            ? static_cast<std::size_t>(o.head)

@@ -69,7 +69,7 @@ Selected read_selected(const std::string& text, const std::string& slice) {
   Selected s;
   s.name = text;
   const TensorRef ref = parse_ref(text);
-  auto src = open_source(ref);
+  auto src = open_source(ref, {/*attrs=*/true});  // titles and analyze columns
   const TensorInfo& info = src->info();
   const Selection sel =
       slice.empty() ? select_all(info.shape) : resolve_selection(parse_slice(slice), info.shape);

@@ -40,30 +40,6 @@ struct RopeCmdOptions {
   std::string max_memory;
 };
 
-std::vector<int> parse_sections(const std::string& text) {
-  std::vector<int> v;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = text.find(',', at);
-    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos
-                                                                         : comma - at);
-    char* end = nullptr;
-    const long x = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || x < 0 || x > (1 << 20)) {
-      throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w such as "
-                                   "16,24,24, got '{}'",
-                                   text));
-    }
-    v.push_back(static_cast<int>(x));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  if (v.size() != 3) {
-    throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w, got '{}'", text));
-  }
-  return v;
-}
-
 /// A progress line on stderr, only for a terminal and not with --quiet, at most 10 Hz.
 class Progress {
  public:
@@ -190,6 +166,7 @@ void register_rope(CLI::App& app) {
                   "H W: axial 2-D RoPE over an H x W grid of tokens in row-major order: x and y "
                   "each get R/4 pairs with frequencies base^(-4j/R); --base defaults to 100")
       ->expected(2)
+      ->transform(integer_text())
       ->type_name("INT")  // shown as "INT x 2", CLI11's notation for two values
       ->group(g);
   sub->add_flag("--rope2d-ids", opts->grid_ids,

@@ -47,51 +47,25 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool req
   sub->add_flag("--sync", o.sync, "fsync outputs before renaming them into place");
 }
 
-std::size_t parse_memory_size(const std::string& text, const std::string& option) {
-  std::size_t i = 0;
-  std::size_t digits = 0;
-  bool dot = false;
-  for (; i < text.size(); ++i) {
-    const char c = text[i];
-    if (std::isdigit(static_cast<unsigned char>(c))) {
-      ++digits;
-    } else if (c == '.' && !dot) {
-      dot = true;
-    } else {
-      break;
-    }
-  }
-  std::string unit = text.substr(i);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
-  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();  // KiB = K
-  double mult = 0;
-  if (unit.empty()) mult = 1;
-  const std::string kUnits = "KMGT";
-  if (unit.size() == 1 && kUnits.find(unit[0]) != std::string::npos) {
-    mult = std::ldexp(1.0, 10 * static_cast<int>(kUnits.find(unit[0]) + 1));
-  }
-  const double value = digits > 0 ? std::strtod(text.substr(0, i).c_str(), nullptr) : 0;
-  const double bytes = value * mult;
-  if (digits == 0 || mult == 0 || !(bytes >= 1)) {
-    throw UsageError(
-        fmt::format("{}: expected a size such as 512M, 2G, 1.5GiB or a byte count "
-                    "(K, M, G, T are powers of 1024), got '{}'",
-                    option, text));
-  }
-  if (bytes >= std::ldexp(1.0, 63)) {
-    throw UsageError(fmt::format("{}: size '{}' is too large", option, text));
-  }
-  return static_cast<std::size_t>(bytes);
+CLI::Validator integer_text(bool is_signed) {
+  return CLI::Validator([is_signed](std::string& s) { return integer_text_error(s, is_signed); },
+                        "");
 }
 
-std::optional<long long> parse_integer(std::string_view s) {
-  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
-  long long v = 0;
-  const char* end = s.data() + s.size();
-  auto [ptr, ec] = std::from_chars(s.data(), end, v);
-  if (s.empty() || ec != std::errc() || ptr != end) return std::nullopt;
-  return v;
+void check_numeric_options(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    // CLI11 names the value type first ("INT", "UINT:..." with a range check, "FLOAT").
+    const std::string type = opt->get_type_name();
+    const bool is_unsigned = type.rfind("UINT", 0) == 0;
+    if (is_unsigned || type.rfind("INT", 0) == 0) {
+      opt->transform(integer_text(!is_unsigned));
+    } else if (type.rfind("FLOAT", 0) == 0) {
+      opt->check(CLI::Validator([](std::string& s) { return number_text_error(s); }, ""));
+    }
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    check_numeric_options(*sub);
+  }
 }
 
 std::vector<std::string> split_list(const std::string& text) {

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/parse.hpp"
 #include "posenc/io/ref.hpp"
 
 namespace posenc::cli {
@@ -36,19 +37,19 @@ struct OutputOptions {
 void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
                         bool required = true, const char* help = nullptr);
 
-/// Parses a memory size such as `--max-memory` takes, in binary units as GNU sort -S:
-/// a byte count, or a number (decimals allowed) followed by K, M, G or T (powers of
-/// 1024; KiB, MiB, GiB, TiB mean the same; a trailing B is optional; any case), e.g.
-/// "512M", "2G", "1.5GiB", "1048576", "64KB". Throws UsageError naming `option` for
-/// anything else, for zero and for sizes of 2^63 bytes or more.
-std::size_t parse_memory_size(const std::string& text, const std::string& option);
-
-/// The integer `s` spells exactly (optional sign, decimal digits, nothing else), or
-/// nullopt; for option values that hold integers inside other syntax.
-std::optional<long long> parse_integer(std::string_view s);
-
 /// The fields of a comma-separated list ("a,b,,c" gives four; "" gives one empty field).
 std::vector<std::string> split_list(const std::string& text);
+
+/// A CLI11 transform that checks an option's text is a decimal integer in the 64-bit
+/// range and writes it in canonical form (`->transform(integer_text())`, for options
+/// whose type name is not CLI11's, which check_numeric_options cannot see).
+CLI::Validator integer_text(bool is_signed = true);
+
+/// Adds to every integer and real-number option of `app` and its subcommands a check of
+/// the text (canonicalising integers) before CLI11 converts it (see integer_text_error,
+/// number_text_error), so that no option takes an octal, clamped, wrapped or non-finite
+/// value.
+void check_numeric_options(CLI::App& app);
 
 /// Prints `posenc: <msg>` on stderr when --verbose is on.
 void verbose(const std::string& msg);

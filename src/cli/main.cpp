@@ -1,12 +1,18 @@
 // posenc: the driver. Builds the command line, runs the chosen command and maps
 // errors to the exit statuses of CLI.md. Everything else lives in the library.
 
+#include <fcntl.h>
 #include <omp.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <system_error>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -24,10 +30,51 @@ namespace {
 
 using posenc::ExitStatus;
 
-int fail(ExitStatus status, const std::string& msg) {
+int fail(ExitStatus status, std::string msg) {
   std::fflush(stdout);
-  fmt::print(stderr, "posenc: error: {}\n", msg);
+  // One line, whatever a library (HDF5, the C runtime) put into the message.
+  for (char& c : msg) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  // stdio, not fmt::print, which throws when stderr itself cannot be written.
+  std::fprintf(stderr, "posenc: error: %s\n", msg.c_str());
   return static_cast<int>(status);
+}
+
+// A closed standard descriptor would be handed out again by the next open(): an output
+// file would become "standard output". Each one closed is reopened on /dev/null in the
+// direction that fails (reads from a write-only 0, writes to a read-only 1), so using
+// it is an error rather than silent success; 2 becomes a sink.
+void reopen_closed_std_fds() {
+  const int kModes[3] = {O_WRONLY, O_RDONLY, O_WRONLY};
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int got = ::open("/dev/null", kModes[fd]);
+    if (got >= 0 && got != fd) {
+      ::dup2(got, fd);
+      ::close(got);
+    }
+  }
+}
+
+// Output to standard output goes through stdio: an error (closed pipe, /dev/full) is
+// only known once the buffer is flushed, so the exit status is decided here.
+int check_stdout(int code) {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  const int err = errno;
+  if (code != 0 && code != static_cast<int>(ExitStatus::kDiffer)) return code;
+  return fail(ExitStatus::kOutput,
+              std::string("cannot write to standard output: ") + std::strerror(err));
+}
+
+// "out of memory", with the option that bounds memory when the command has one.
+std::string out_of_memory(const CLI::App& app) {
+  const CLI::App* cmd = &app;
+  for (auto subs = app.get_subcommands(); !subs.empty(); subs = subs.back()->get_subcommands()) {
+    cmd = subs.back();
+  }
+  const bool has_limit = cmd->get_option_no_throw("--max-memory") != nullptr;
+  return has_limit ? "out of memory (see --max-memory)" : "out of memory";
 }
 
 int run(int argc, char** argv) {
@@ -55,6 +102,7 @@ int run(int argc, char** argv) {
   posenc::cli::register_plot(app);
   posenc::cli::register_analyze(app);
   posenc::cli::register_completion(app);
+  posenc::cli::check_numeric_options(app);
 
   // Threads are set before any command callback runs.
   app.parse_complete_callback([&g] {
@@ -80,6 +128,8 @@ int run(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return fail(ExitStatus::kUsage, posenc::cli::parse_error_message(app, e));
+  } catch (const std::bad_alloc&) {
+    return fail(ExitStatus::kBadInput, out_of_memory(app));
   }
   if (app.get_subcommands().empty()) {
     fmt::print(stderr, "{}", app.help());
@@ -93,12 +143,24 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  reopen_closed_std_fds();
+  // A closed pipe is EPIPE and a file size limit (ulimit -f) is EFBIG, both reported as
+  // output errors (exit 4), instead of signals that kill without a word.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
-    return run(argc, argv);
+    return check_stdout(run(argc, argv));
   } catch (const posenc::Error& e) {
     return fail(e.status(), e.what());
   } catch (const std::bad_alloc&) {
-    return fail(ExitStatus::kBadInput, "out of memory (see --max-memory)");
+    return fail(ExitStatus::kBadInput, "out of memory");
+  } catch (const std::system_error& e) {
+    // fmt::print throws this when stdio cannot write standard output.
+    if (std::ferror(stdout)) {
+      return fail(ExitStatus::kOutput,
+                  "cannot write to standard output: " + e.code().message());
+    }
+    return fail(ExitStatus::kInternal, std::string("internal error: ") + e.what());
   } catch (const std::exception& e) {
     return fail(ExitStatus::kInternal, std::string("internal error: ") + e.what());
   }

@@ -3,6 +3,8 @@
 
 #include "cli/rope_options.hpp"
 
+#include "cli/parse.hpp"
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -108,28 +110,7 @@ bool given(const RopeCliOptions& o, const char* name, bool fallback) {
 
 // A comma list of numbers ("1.0,1.1,...") or a tensor reference.
 std::vector<double> factor_list(const std::string& text, const char* option) {
-  std::vector<double> v;
-  bool numeric = !text.empty();
-  const char* s = text.c_str();
-  while (numeric && *s != '\0') {
-    char* end = nullptr;
-    errno = 0;
-    double x = std::strtod(s, &end);
-    if (end == s || errno == ERANGE) {
-      numeric = false;
-      break;
-    }
-    v.push_back(x);
-    s = end;
-    while (*s == ' ') ++s;
-    if (*s == ',') {
-      ++s;
-      if (*s == '\0') numeric = false;
-    } else if (*s != '\0') {
-      numeric = false;
-    }
-  }
-  if (numeric) return v;
+  if (auto list = parse_number_list(text, option)) return *list;
   Tensor t;
   try {
     t = read_tensor(text);
@@ -142,7 +123,7 @@ std::vector<double> factor_list(const std::string& text, const char* option) {
     throw InputError(fmt::format("{}: {}: expected a 1-D tensor, got shape {}", option, text,
                                  shape_str(t.shape())));
   }
-  v.resize(t.numel());
+  std::vector<double> v(t.numel());
   for (std::size_t i = 0; i < t.numel(); ++i) v[i] = t.get(i);
   return v;
 }
@@ -227,7 +208,10 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
 
 Positions rope_positions(const RopeCliOptions& o) {
   Positions pos;
-  if (o.start < 0) throw UsageError(fmt::format("--start: must be >= 0, got {}", o.start));
+  if (o.start < 0 || o.start > kMaxPosition) {
+    throw UsageError(
+        fmt::format("--start: must be from 0 to 2^53 = {}, got {}", kMaxPosition, o.start));
+  }
   pos.start = o.start;
   if (!o.position_ids.empty() && !o.cu_seqlens.empty()) {
     throw UsageError("--position-ids: cannot be combined with --cu-seqlens");
@@ -266,6 +250,11 @@ Positions rope_positions(const RopeCliOptions& o) {
         throw InputError(
             fmt::format("--position-ids: {}: negative position {}", o.position_ids, v));
       }
+      if (v > kMaxPosition - pos.start) {
+        throw InputError(fmt::format("--position-ids: {}: position {} (+ --start {}) is beyond "
+                                     "2^53 = {}",
+                                     o.position_ids, v, pos.start, kMaxPosition));
+      }
     }
   }
   if (!o.cu_seqlens.empty()) {
@@ -277,6 +266,11 @@ Positions rope_positions(const RopeCliOptions& o) {
                       o.cu_seqlens, shape_str(shape)));
     }
     for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
+      if (pos.cu_seqlens[i] > kMaxPosition - pos.start) {
+        throw InputError(fmt::format("--cu-seqlens: {}: boundary {} (+ --start {}) is beyond "
+                                     "2^53 = {}",
+                                     o.cu_seqlens, pos.cu_seqlens[i], pos.start, kMaxPosition));
+      }
       if (pos.cu_seqlens[i] < pos.cu_seqlens[i - 1]) {
         throw InputError(fmt::format("--cu-seqlens: {}: boundaries must not decrease ({} after {})",
                                      o.cu_seqlens, pos.cu_seqlens[i], pos.cu_seqlens[i - 1]));
@@ -284,6 +278,14 @@ Positions rope_positions(const RopeCliOptions& o) {
     }
   }
   return pos;
+}
+
+std::int64_t last_position(std::int64_t start, std::int64_t count) {
+  if (count > kMaxPosition - start + 1) {
+    throw UsageError(fmt::format("--start {} with {} positions goes beyond 2^53 = {}", start,
+                                 count, kMaxPosition));
+  }
+  return start + count - 1;
 }
 
 Precision rope_precision(const RopeCliOptions& o) {

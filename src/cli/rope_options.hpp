@@ -50,6 +50,10 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim);
 /// tensors).
 Positions rope_positions(const RopeCliOptions& o);
 
+/// The last of `count` (>= 1) consecutive positions from `start` (0 <= start <= 2^53);
+/// UsageError when it is beyond kMaxPosition.
+std::int64_t last_position(std::int64_t start, std::int64_t count);
+
 Precision rope_precision(const RopeCliOptions& o);
 
 /// --arith, checked against --precision (which only applies to the exact arithmetic).

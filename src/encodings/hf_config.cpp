@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -185,6 +186,11 @@ std::optional<int> plain_head_dim(const Config& c) {
   if (*hs % *nh != 0) {
     throw InputError(fmt::format("{}: hidden_size {} is not a multiple of num_attention_heads {}",
                                  c.path(), *hs, *nh));
+  }
+  if (*hs / *nh > std::numeric_limits<int>::max()) {
+    throw InputError(fmt::format("{}: hidden_size / num_attention_heads = {} is too large for a "
+                                 "head dimension",
+                                 c.path(), *hs / *nh));
   }
   return static_cast<int>(*hs / *nh);
 }

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "posenc/encodings/arith.hpp"
@@ -393,6 +396,14 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
   a.push_back({"attention_factor", f.attention_factor});
   set_layout(p, f);
   if (p.arith != Arith::exact) attach_framework(p, f);
+  // Whatever the parameters, a NaN or infinite frequency never reaches a table.
+  for (std::size_t i = 0; i < f.inv_freq.size(); ++i) {
+    if (!std::isfinite(f.inv_freq[i]) || f.inv_freq[i] < 0.0) {
+      usage(fmt::format("scaling {}: these parameters give inverse frequency {} for pair {} "
+                        "(check base, factor and the scaling parameters)",
+                        rope_scaling_name(p.scaling), f.inv_freq[i], i));
+    }
+  }
   return f;
 }
 

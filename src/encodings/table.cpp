@@ -8,12 +8,52 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <atomic>
+#include <cmath>
+#include <limits>
 #include <mutex>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "posenc/error.hpp"
 
 namespace posenc {
 
 namespace {
+
+// The first value of a line that a table may not hold, or npos.
+std::size_t bad_value(const double* v, std::size_t n, bool allow_neg_inf) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool neg_inf = v[i] == -std::numeric_limits<double>::infinity();
+    if (!std::isfinite(v[i]) && !(allow_neg_inf && neg_inf)) return i;
+  }
+  return static_cast<std::size_t>(-1);
+}
+
+[[noreturn]] void refuse(const TableSpec& t, std::size_t line, std::size_t col, double v) {
+  // The multi-index of the value: the line's indices over all axes but the last.
+  std::vector<std::size_t> idx(t.shape.size());
+  idx.back() = col;
+  for (std::size_t a = t.shape.size() - 1; a-- > 0;) {
+    idx[a] = t.shape[a] == 0 ? 0 : line % t.shape[a];
+    line = t.shape[a] == 0 ? 0 : line / t.shape[a];
+  }
+  std::string at;
+  for (std::size_t k = 0; k < idx.size(); ++k) at += (k ? ", " : "") + std::to_string(idx[k]);
+  throw UsageError(fmt::format("the parameters give {} at index ({}) of the table; check the "
+                               "options (and --hf-config) for values out of range",
+                               v, at));
+}
+
+// Computes line `l` into `buf` and checks it.
+void compute_line(const TableSpec& t, std::size_t l, double* buf) {
+  t.line(l, buf);
+  const std::size_t n = t.shape.back();
+  const std::size_t bad = bad_value(buf, n, t.allow_neg_inf);
+  if (bad < n) refuse(t, l, bad, buf[bad]);
+}
+
 template <class I>
 void to_int(const double* s, std::size_t n, void* d) {
   I* o = static_cast<I*>(d);
@@ -82,7 +122,7 @@ void write_table(const TableSpec& t, DType dtype, TensorSink& sink, std::size_t 
   if (t.shape.size() == 1) {
     // A vector is one line; its "rows" are its elements.
     std::vector<double> v(line_len);
-    t.line(0, v.data());
+    compute_line(t, 0, v.data());
     std::vector<std::byte> out(line_len * item);
     convert_values(v.data(), line_len, dtype, out.data());
     sink.write_rows(out.data(), rows);
@@ -97,15 +137,28 @@ void write_table(const TableSpec& t, DType dtype, TensorSink& sink, std::size_t 
     std::vector<std::byte> out(row_bytes);
     for (std::size_t r = 0; r < rows; ++r) {
       const auto lines = static_cast<std::int64_t>(row_lines);
+      // No exception may leave an OpenMP region: the first bad line is noted and
+      // recomputed (and refused) after it.
+      std::atomic<std::size_t> bad_line{static_cast<std::size_t>(-1)};
 #pragma omp parallel
       {
         std::vector<double> buf(line_len);
 #pragma omp for schedule(static)
         for (std::int64_t l = 0; l < lines; ++l) {
-          t.line(r * row_lines + static_cast<std::size_t>(l), buf.data());
+          const std::size_t line = r * row_lines + static_cast<std::size_t>(l);
+          t.line(line, buf.data());
+          if (bad_value(buf.data(), line_len, t.allow_neg_inf) < line_len) {
+            std::size_t cur = bad_line.load();
+            while (line < cur && !bad_line.compare_exchange_weak(cur, line)) {
+            }
+          }
           convert_values(buf.data(), line_len, dtype,
                          out.data() + static_cast<std::size_t>(l) * line_len * item);
         }
+      }
+      if (bad_line.load() != static_cast<std::size_t>(-1)) {
+        std::vector<double> buf(line_len);
+        compute_line(t, bad_line.load(), buf.data());
       }
       sink.write_rows(out.data(), 1);
     }
@@ -148,7 +201,7 @@ void write_table(const TableSpec& t, DType dtype, TensorSink& sink, std::size_t 
         if (out.size() < count * row_bytes) out.resize(block_rows * row_bytes);
         const std::size_t line0 = first * row_lines;
         for (std::size_t l = 0; l < count * row_lines; ++l) {
-          t.line(line0 + l, line.data());
+          compute_line(t, line0 + l, line.data());
           convert_values(line.data(), line_len, dtype, out.data() + l * line_len * item);
         }
       } catch (...) {

@@ -43,6 +43,15 @@ std::int64_t positive(std::int64_t v, const char* name) {
   return v;
 }
 
+// The last of `count` positions from `start`, within the 2^53 positions are exact to.
+std::int64_t last_position(std::int64_t start, std::int64_t count) {
+  if (count > kMaxPosition - start + 1) {
+    throw UsageError(fmt::format("start: {} with {} positions goes beyond 2^53 = {}", start,
+                                 count, kMaxPosition));
+  }
+  return start + count - 1;
+}
+
 // A request's (q_len, k_len): either gives the other by default.
 std::pair<std::int64_t, std::int64_t> lengths(const std::optional<std::int64_t>& q,
                                               const std::optional<std::int64_t>& k) {
@@ -163,6 +172,7 @@ std::vector<std::int64_t> table_ids(const RopeTableRequest& r, Shape& lead) {
   if (!pos.cu_seqlens.empty()) {
     const std::int64_t total = pos.cu_seqlens.back();
     if (total <= 0) throw InputError(pos.cu_what + ": the sequences hold no tokens");
+    last_position(pos.start, total);
     if (r.positions && *r.positions != total) {
       throw UsageError(fmt::format("positions: {} does not match the {} tokens of the packed "
                                    "sequences",
@@ -247,6 +257,7 @@ xt::xarray<double> evaluate_table(const Table& t) {
 Table sinusoidal_table(const SinusoidalRequest& r) {
   const std::int64_t n = positive(r.positions, "positions");
   if (r.start < 0) throw UsageError(fmt::format("start: must be >= 0, got {}", r.start));
+  last_position(r.start, n);
   auto freqs = std::make_shared<std::vector<double>>(sinusoidal_freqs(r.dim, r.base));
   Table t;
   t.spec.shape = {static_cast<std::size_t>(n), static_cast<std::size_t>(r.dim)};
@@ -498,6 +509,7 @@ Table alibi_table(const AlibiRequest& r) {
   attrs.push_back({"k_len", static_cast<long long>(k)});
   Table t;
   t.spec.shape = {slopes->size(), static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
+  t.spec.allow_neg_inf = mask_future;
   const std::int64_t qq = q, kk = k;
   t.spec.line = [slopes, v, qq, kk, mask_future](std::size_t line, double* out) {
     const std::size_t head = line / static_cast<std::size_t>(qq);

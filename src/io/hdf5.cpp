@@ -20,10 +20,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <utility>
 
+#include "io/hdf5_reader.hpp"
 #include "io/slab.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/atomic.hpp"
@@ -41,13 +43,22 @@ constexpr hsize_t kMaxStringAttr = 1 << 20;      // bytes of a string attribute
 
 // Silences the HDF5 error stack (no HDF5-DIAG output, ever) and disables filter
 // plugins. The library is thread-safe-built, so the error-stack setting is per
-// thread: done on first use in each thread.
+// thread: done on first use in each thread, and every entry point calls this (the
+// table writer writes from OpenMP threads). The library is kept from closing itself at
+// exit: after a failed write (disk full) it would close the broken file again there
+// and crash; every file posenc keeps is closed explicitly, and the rest is a
+// temporary file being discarded.
 void init_hdf5() {
   thread_local bool done = false;
   if (done) return;
-  H5open();
+  static const bool once = [] {
+    H5dont_atexit();
+    H5open();
+    H5PLset_loading_state(0);
+    return true;
+  }();
+  (void)once;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  H5PLset_loading_state(0);
   done = true;
 }
 
@@ -63,6 +74,16 @@ std::string h5_reason() {
       },
       &out);
   H5Eclear2(H5E_DEFAULT);
+  // The file driver's message spans lines and names posenc's temporary file; the errno
+  // in it says what happened ("No space left on device", "File too large").
+  const auto at = out.find("errno = ");
+  if (at != std::string::npos) {
+    const int e = std::atoi(out.c_str() + at + 8);
+    if (e > 0) out = std::strerror(e);
+  }
+  for (char& c : out) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
   return out.empty() ? "HDF5 library error" : out;
 }
 
@@ -436,9 +457,9 @@ Attrs read_attrs(hid_t loc) {
   return out;
 }
 
-class Hdf5Source final : public TensorSource {
+class Hdf5Dataset final : public hdf5_detail::DatasetReader {
  public:
-  explicit Hdf5Source(const TensorRef& ref) : what_(ref.path) {
+  Hdf5Dataset(const TensorRef& ref, bool attrs) : what_(ref.path) {
     f_ = open_file(ref.path);
     std::string name = normalize_name(ref.dataset);
     if (name.empty()) {
@@ -456,6 +477,9 @@ class Hdf5Source final : public TensorSource {
 
     Hid dapl = check_id<InputError>(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose, what_);
     check<InputError>(H5Pset_elink_cb(dapl, deny_external_link, nullptr), what_);
+    // Pieces of a read need not align with chunks: a cache holding a few rows of
+    // chunks keeps a chunk cut by a piece boundary from being decompressed twice.
+    check<InputError>(H5Pset_chunk_cache(dapl, 12421, std::size_t{64} << 20, 1.0), what_);
     dset_ = check_id<InputError>(H5Dopen2(f_.file, name.c_str(), dapl), H5Dclose,
                                  what_ + ": cannot open");
 
@@ -482,6 +506,15 @@ class Hdf5Source final : public TensorSource {
       std::vector<hsize_t> chunk(std::max(rank, 1));
       check<InputError>(H5Pget_chunk(dcpl, rank, chunk.data()), what_);
       chunk.resize(rank);
+      // HDF5 refuses to create a chunk larger than a fixed-size dimension; a file that has
+      // one is malformed, and libhdf5 reads such chunks past their end (garbage values).
+      for (int k = 0; k < rank; ++k) {
+        if (maxdims_[k] != H5S_UNLIMITED && chunk[k] > maxdims_[k]) {
+          throw InputError(fmt::format("{}: malformed chunk shape {} for the fixed shape {}",
+                                       what_, shape_str(Shape(chunk.begin(), chunk.end())),
+                                       shape_str(info_.shape)));
+        }
+      }
       storage = fmt::format("HDF5 chunked {}", shape_str(Shape(chunk.begin(), chunk.end())));
     } else {
       throw InputError(what_ + ": unknown storage layout");
@@ -509,53 +542,63 @@ class Hdf5Source final : public TensorSource {
     }
     if (dtype_size(info_.dtype) > 1 || info_.dtype == DType::b1) storage += ", " + stored_;
     info_.storage = storage;
-    info_.attrs = read_attrs(dset_);
+    if (attrs) info_.attrs = read_attrs(dset_);
   }
 
   const TensorInfo& info() const override { return info_; }
-  bool seekable() const override { return true; }
 
-  void read_rows(std::size_t first, std::size_t count, void* dst) override {
-    std::size_t rows = info_.shape.empty() ? 1 : info_.shape[0];
-    if (first > rows || count > rows - first) {
-      throw InputError(fmt::format("{}: rows {}..{} requested, the dataset has {}", what_, first,
-                                   first + count, rows));
-    }
-    read_hyperslab(0, first, count, dst);
-  }
-
-  // A hyperslab with zero offsets on the leading unit axes.
-  void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst) override {
-    io_detail::check_slab_axis(info_.shape, axis);
-    const std::size_t n = io_detail::slab_extent(info_.shape, axis);
-    if (first > n || count > n - first) {
-      throw InputError(fmt::format("{}: entries {}..{} along axis {} requested, the dataset has {}",
-                                   what_, first, first + count, axis, n));
-    }
-    read_hyperslab(axis, first, count, dst);
-  }
-
- private:
-  void read_hyperslab(std::size_t axis, std::size_t first, std::size_t count, void* dst) {
+  // The flat range as a union of at most 2 * rank hyperslabs, read into a 1-D memory
+  // space: HDF5 delivers selected elements in C order of the file dataspace.
+  void read_flat(std::size_t first, std::size_t count, void* dst) override {
     if (count == 0) return;
-    std::string what = fmt::format("{}: cannot read", what_);
+    const std::string what = fmt::format("{}: cannot read", what_);
     if (info_.shape.empty()) {
       check<InputError>(H5Dread(dset_, mem_type_, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst), what);
       return;
     }
-    for (std::size_t d : info_.shape) {
-      if (d == 0) return;
-    }
-    int rank = static_cast<int>(info_.shape.size());
-    std::vector<hsize_t> start(rank, 0), cnt(info_.shape.begin(), info_.shape.end());
-    start[axis] = first;
-    cnt[axis] = count;
     Hid fspace = check_id<InputError>(H5Dget_space(dset_), H5Sclose, what);
-    check<InputError>(
-        H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr),
-        what);
-    Hid mspace = check_id<InputError>(H5Screate_simple(rank, cnt.data(), nullptr), H5Sclose, what);
+    check<InputError>(H5Sselect_none(fspace), what);
+    std::vector<hsize_t> start(info_.shape.size(), 0);
+    select_flat(fspace, start, 0, first, first + count, what);
+    const hsize_t n = count;
+    Hid mspace = check_id<InputError>(H5Screate_simple(1, &n, nullptr), H5Sclose, what);
     check<InputError>(H5Dread(dset_, mem_type_, mspace, fspace, H5P_DEFAULT, dst), what);
+  }
+
+ private:
+  // Adds elements [a, b) (flat, C order) of the block of axes axis.. whose earlier
+  // coordinates are start[0..axis): a partial leading row, the whole rows, a partial
+  // trailing row.
+  void select_flat(hid_t space, std::vector<hsize_t>& start, std::size_t axis, std::size_t a,
+                   std::size_t b, const std::string& what) {
+    const Shape& s = info_.shape;
+    auto add = [&](std::size_t row0, std::size_t rows) {
+      std::vector<hsize_t> st(start.begin(), start.end()), cnt(s.size(), 1);
+      st[axis] = row0;
+      cnt[axis] = rows;
+      for (std::size_t k = axis + 1; k < s.size(); ++k) st[k] = 0, cnt[k] = s[k];
+      check<InputError>(
+          H5Sselect_hyperslab(space, H5S_SELECT_OR, st.data(), nullptr, cnt.data(), nullptr),
+          what);
+    };
+    if (axis + 1 == s.size()) return add(a, b - a);
+    std::size_t inner = 1;
+    for (std::size_t k = axis + 1; k < s.size(); ++k) inner *= s[k];
+    std::size_t ra = a / inner, rb = b / inner;
+    const std::size_t oa = a % inner, ob = b % inner;
+    if (ra == rb) {
+      start[axis] = ra;
+      return select_flat(space, start, axis + 1, oa, ob, what);
+    }
+    if (oa != 0) {
+      start[axis] = ra++;
+      select_flat(space, start, axis + 1, oa, inner, what);
+    }
+    if (rb > ra) add(ra, rb - ra);
+    if (ob != 0) {
+      start[axis] = rb;
+      select_flat(space, start, axis + 1, 0, ob, what);
+    }
   }
 
   void read_type() {
@@ -564,6 +607,19 @@ class Hdf5Source final : public TensorSource {
     std::size_t size = H5Tget_size(t);
     H5T_order_t order = H5Tget_order(t);
     std::string endian = order == H5T_ORDER_BE ? "big-endian" : "little-endian";
+    if (cls == H5T_FLOAT || cls == H5T_INTEGER || cls == H5T_ENUM) {
+      // The significant bits must lie inside the element: libhdf5 converts a type whose
+      // precision runs past its size by reading beyond each element (garbage values).
+      const std::size_t precision = H5Tget_precision(t);
+      const int offset = H5Tget_offset(t);
+      if (size == 0 || precision == 0 || offset < 0 ||
+          static_cast<std::size_t>(offset) + precision > 8 * size) {
+        H5Eclear2(H5E_DEFAULT);
+        throw InputError(fmt::format(
+            "{}: malformed {}-byte {} type (precision {} bits at bit offset {})", what_, size,
+            class_name(cls), precision, offset));
+      }
+    }
     if (cls == H5T_FLOAT) {
       std::size_t spos, epos, esize, mpos, msize;
       check<InputError>(H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize), what_);
@@ -646,7 +702,8 @@ class Hdf5Source final : public TensorSource {
             fmt::format("{} has {} dimensions (at most {} supported)", what_, rank, kMaxRank));
       }
       std::vector<hsize_t> dims(rank);
-      check<InputError>(H5Sget_simple_extent_dims(s, dims.data(), nullptr), what_);
+      maxdims_.assign(rank, 0);
+      check<InputError>(H5Sget_simple_extent_dims(s, dims.data(), maxdims_.data()), what_);
       info_.shape.assign(dims.begin(), dims.end());
     } else {
       throw InputError(what_ + ": unknown dataspace");
@@ -661,6 +718,7 @@ class Hdf5Source final : public TensorSource {
   Hid dset_;
   Hid mem_type_;
   TensorInfo info_;
+  std::vector<hsize_t> maxdims_;  // per axis; H5S_UNLIMITED for extendible ones
 };
 
 // --- writing -------------------------------------------------------------------
@@ -772,6 +830,7 @@ class Hdf5Sink final : public TensorSink {
   // Entries along `axis` are entries along the slab axis (or all of them, for an
   // earlier unit axis); the hyperslab has zero offsets on the leading unit axes.
   void write_slab(std::size_t axis, const void* src, std::size_t count) override {
+    init_hdf5();
     if (st_->committed) throw OutputError(what_ + ": written after commit");
     count = io_detail::slab_units(info_.shape, axis, count);
     if (count > st_->rows - st_->written) {
@@ -803,6 +862,7 @@ class Hdf5Sink final : public TensorSink {
   }
 
   void commit() override {
+    init_hdf5();
     if (st_->written != st_->rows) {
       throw OutputError(fmt::format("{}: only {} of {} were written", what_, st_->written,
                                     rows_text(*st_, st_->rows)));
@@ -840,6 +900,7 @@ Hdf5FileWriter::Hdf5FileWriter(const std::string& path, const WriteOptions& opt)
 }
 
 Hdf5FileWriter::~Hdf5FileWriter() {
+  init_hdf5();
   if (impl_ && !impl_->committed) {
     impl_->file.reset();  // the TempFile then removes the temporary
     H5Eclear2(H5E_DEFAULT);
@@ -848,6 +909,7 @@ Hdf5FileWriter::~Hdf5FileWriter() {
 
 std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_name,
                                                     const TensorInfo& info) {
+  init_hdf5();
   auto& im = *impl_;
   if (im.committed || im.file.get() < 0) throw OutputError(im.path + ": file already committed");
   std::string name = normalize_name(dataset_name);
@@ -926,6 +988,7 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
 }
 
 void Hdf5FileWriter::root_attrs(const Attrs& attrs) {
+  init_hdf5();
   auto& im = *impl_;
   if (im.committed || im.file.get() < 0) throw OutputError(im.path + ": file already committed");
   std::string w = fmt::format("{}: root group", im.path);
@@ -934,6 +997,7 @@ void Hdf5FileWriter::root_attrs(const Attrs& attrs) {
 }
 
 void Hdf5FileWriter::commit() {
+  init_hdf5();
   auto& im = *impl_;
   if (im.committed) return;
   for (const auto& d : im.datasets) {
@@ -948,13 +1012,17 @@ void Hdf5FileWriter::commit() {
   im.committed = true;
 }
 
-std::unique_ptr<TensorSource> open_hdf5_source(const TensorRef& ref) {
-  return std::make_unique<Hdf5Source>(ref);
+namespace hdf5_detail {
+
+std::unique_ptr<DatasetReader> open_dataset(const TensorRef& ref, bool attrs) {
+  return std::make_unique<Hdf5Dataset>(ref, attrs);
 }
 
-std::vector<std::string> list_hdf5_datasets(const std::string& path) {
+std::vector<std::string> list_datasets(const std::string& path) {
   OpenFile f = open_file(path);
   return datasets_in(f);
 }
+
+}  // namespace hdf5_detail
 
 }  // namespace posenc

@@ -350,6 +350,27 @@ class NpySource final : public TensorSource {
   const TensorInfo& info() const override { return info_; }
   bool seekable() const override { return stream_ == nullptr; }
 
+  /// The whole tensor from a stream, allocated only once its bytes have arrived.
+  Tensor read_whole_stream() {
+    if (next_byte_ != 0 || loaded_) {
+      throw InputError(fmt::format("{}: cannot read rows again from a stream", what_));
+    }
+    if (h_.fortran_order) {
+      load_fortran();
+      return std::move(cache_);
+    }
+    Tensor raw = read_stream_whole();
+    next_byte_ = h_.data_bytes;
+    eof_checked_ = true;
+    char extra[4096];
+    if (read_full(*stream_, extra, sizeof extra) > 0) {
+      throw InputError(fmt::format("{}: unexpected trailing bytes after the {} data bytes", what_,
+                                   h_.data_bytes));
+    }
+    if (h_.swap) byteswap_elements(raw.bytes(), raw.numel(), dtype_size(h_.dtype));
+    return raw;
+  }
+
   void read_rows(std::size_t first, std::size_t count, void* dst) override {
     if (first > rows_ || count > rows_ - first) {
       throw InputError(fmt::format("{}: rows {}..{} are outside the {} rows of the tensor", what_,
@@ -440,25 +461,25 @@ class NpySource final : public TensorSource {
     }
   }
 
-  // Reads all data bytes of a stream into `raw`, allocating it only once the data
-  // have arrived, so a header that lies about a huge size cannot force a huge
-  // allocation before the stream runs dry.
+  // Reads all data bytes of a stream, allocating as they arrive: pieces grow with what
+  // has been read (64 KiB, then as much again, up to 64 MiB), so a header that lies
+  // about a huge size costs about what the stream really delivered before it ran dry.
   Tensor read_stream_whole() {
-    if (h_.data_bytes <= kStreamChunk) {
-      Tensor raw(h_.dtype, h_.shape);
-      stream_read(raw.bytes(), raw.nbytes());
-      return raw;
-    }
-    std::vector<std::unique_ptr<std::byte[]>> chunks;
-    for (std::size_t done = 0; done < h_.data_bytes; done += kStreamChunk) {
-      const std::size_t n = std::min(kStreamChunk, h_.data_bytes - done);
-      chunks.emplace_back(new std::byte[n]);
-      stream_read(chunks.back().get(), n);
+    std::vector<std::unique_ptr<std::byte[]>> pieces;
+    std::vector<std::size_t> sizes;
+    for (std::size_t done = 0; done < h_.data_bytes;) {
+      const std::size_t want = std::clamp<std::size_t>(done, std::size_t{64} << 10, kStreamChunk);
+      const std::size_t n = std::min(want, h_.data_bytes - done);
+      pieces.emplace_back(new std::byte[n]);
+      sizes.push_back(n);
+      stream_read(pieces.back().get(), n);
+      done += n;
     }
     Tensor raw(h_.dtype, h_.shape);
-    for (std::size_t i = 0; i < chunks.size(); ++i) {
-      const std::size_t off = i * kStreamChunk;
-      std::memcpy(raw.bytes() + off, chunks[i].get(), std::min(kStreamChunk, h_.data_bytes - off));
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      std::memcpy(raw.bytes() + off, pieces[i].get(), sizes[i]);
+      off += sizes[i];
     }
     return raw;
   }
@@ -765,30 +786,13 @@ std::unique_ptr<TensorSource> open_npy_source(const std::string& path, const std
 }
 
 Tensor read_all_rows(TensorSource& src) {
+  // A stream is gathered in pieces as its bytes arrive, then allocated whole.
+  if (auto* npy = dynamic_cast<NpySource*>(&src); npy != nullptr && !src.seekable()) {
+    return npy->read_whole_stream();
+  }
   const TensorInfo& info = src.info();
-  const std::size_t rows = info.shape.empty() ? 1 : info.shape[0];
-  const std::size_t item = dtype_size(info.dtype);
-  const std::size_t total = checked_numel(info.shape, item, "tensor") * item;
-  if (src.seekable() || total <= kStreamChunk || rows <= 1) {
-    Tensor t(info.dtype, info.shape);
-    src.read_rows(0, rows, t.bytes());
-    return t;
-  }
-  // A stream: gather row slabs first, allocate the whole tensor once they all arrived.
-  const std::size_t row_bytes = total / rows;
-  const std::size_t slab_rows = std::max<std::size_t>(1, kStreamChunk / row_bytes);
-  std::vector<std::unique_ptr<std::byte[]>> slabs;
-  for (std::size_t first = 0; first < rows; first += slab_rows) {
-    const std::size_t n = std::min(slab_rows, rows - first);
-    slabs.emplace_back(new std::byte[n * row_bytes]);
-    src.read_rows(first, n, slabs.back().get());
-  }
   Tensor t(info.dtype, info.shape);
-  for (std::size_t i = 0; i < slabs.size(); ++i) {
-    const std::size_t first = i * slab_rows;
-    const std::size_t n = std::min(slab_rows, rows - first);
-    std::memcpy(t.bytes() + first * row_bytes, slabs[i].get(), n * row_bytes);
-  }
+  src.read_rows(0, info.shape.empty() ? 1 : info.shape[0], t.bytes());
   return t;
 }
 

@@ -200,25 +200,32 @@ class NpySink final : public TensorSink {
   std::size_t item_;
 };
 
-// Text formats are encoded whole by encode_text: rows are gathered, then written.
+// Text formats are encoded whole by encode_text: rows are gathered, then written. The
+// rows are kept as they arrive (not in a tensor of the declared size), so a source that
+// declares more than it delivers costs only what it delivered.
 class TextSink final : public TensorSink {
  public:
   TextSink(const TensorRef& ref, const TensorInfo& info, const WriteOptions& opt)
       : ref_(ref),
         attrs_(info.attrs),
         out_(ref.path, opt, false),
-        t_(info.dtype, info.shape),
+        dtype_(info.dtype),
+        shape_(info.shape),
         counter_(info.shape) {}
   void write_rows(const void* src, std::size_t count) override { write_slab(0, src, count); }
   void write_slab(std::size_t axis, const void* src, std::size_t count) override {
-    const std::size_t item = dtype_size(t_.dtype());
-    const std::size_t at = counter_.add(axis, count, item);
-    const std::size_t n = count * io_detail::slab_entry_bytes(t_.shape(), axis, item);
-    if (n) std::memcpy(t_.bytes() + at, src, n);
+    const std::size_t item = dtype_size(dtype_);
+    counter_.add(axis, count, item);  // in order: the data go at the end
+    const std::size_t n = count * io_detail::slab_entry_bytes(shape_, axis, item);
+    const auto* p = static_cast<const std::byte*>(src);
+    data_.insert(data_.end(), p, p + n);
   }
   void commit() override {
     counter_.check_complete();
-    out_.write(encode_text(ref_.format, t_, attrs_));
+    Tensor t(dtype_, shape_);
+    if (!data_.empty()) std::memcpy(t.bytes(), data_.data(), data_.size());
+    data_ = {};
+    out_.write(encode_text(ref_.format, t, attrs_));
     out_.commit();
   }
 
@@ -226,8 +233,10 @@ class TextSink final : public TensorSink {
   TensorRef ref_;
   Attrs attrs_;
   OutputFile out_;
-  Tensor t_;
+  DType dtype_;
+  Shape shape_;
   RowCounter counter_;
+  std::vector<std::byte> data_;
 };
 
 // One dataset in its own HDF5 file: the file becomes visible on commit.
@@ -398,14 +407,14 @@ TensorRef parse_ref(const std::string& text, const std::string& to,
   return ref;
 }
 
-std::unique_ptr<TensorSource> open_source(const TensorRef& ref) {
+std::unique_ptr<TensorSource> open_source(const TensorRef& ref, const OpenOptions& opt) {
   const std::string what = ref.is_stdio() ? "standard input" : ref.text;
   switch (ref.format) {
     case Format::npy:
       return open_npy_source(ref.path, what);
     case Format::hdf5:
       refuse_hdf5_stdio(ref, false);
-      return open_hdf5_source(ref);
+      return open_hdf5_source(ref, opt);
     case Format::csv:
     case Format::tsv:
     case Format::json:

@@ -39,6 +39,9 @@ std::string float_text(T v, Style style) {
     if (style == Style::json) return v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
     return v > 0 ? "inf" : "-inf";
   }
+  // JSON readers take "-0" for the integer 0: negative zero keeps its sign as "-0.0",
+  // as Python's json writes it.
+  if (style == Style::json && v == 0 && std::signbit(v)) return "-0.0";
   return fmt::format("{}", v);
 }
 
@@ -485,15 +488,17 @@ void json_store(Tensor& t, std::size_t i, const Json& j, const std::string& what
   }
 }
 
-void json_fill(Tensor& t, const Json& j, std::size_t axis, std::size_t& i, std::string where,
-               const std::string& what) {
-  const Shape& s = t.shape();
+// Stores the values of `j` into `t` in C order, checking the nesting against `s` (the
+// shape of `t`); with `t` null, only checks.
+void json_fill(Tensor* t, const Shape& s, const Json& j, std::size_t axis, std::size_t& i,
+               std::string where, const std::string& what) {
   if (axis == s.size()) {
     if (j.is_array()) {
       throw InputError(
           fmt::format("{}: \"data\"{}: nesting deeper than shape {}", what, where, shape_str(s)));
     }
-    json_store(t, i++, j, what, "\"data\"" + where);
+    if (t) json_store(*t, i, j, what, "\"data\"" + where);
+    ++i;
     return;
   }
   if (!j.is_array() || j.size() != s[axis]) {
@@ -503,7 +508,7 @@ void json_fill(Tensor& t, const Json& j, std::size_t axis, std::size_t& i, std::
         j.is_array() ? fmt::format("a list of {}", j.size()) : std::string(j.type_name())));
   }
   for (std::size_t k = 0; k < j.size(); ++k) {
-    json_fill(t, j[k], axis + 1, i, fmt::format("{}[{}]", where, k), what);
+    json_fill(t, s, j[k], axis + 1, i, fmt::format("{}[{}]", where, k), what);
   }
 }
 
@@ -511,9 +516,10 @@ Tensor decode_json(std::string_view content, const std::string& what) {
   Json doc;
   try {
     doc = Json::parse(content.begin(), content.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
     // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1,
-    // column 5: syntax error ..." — keep the part after the bracketed id.
+    // column 5: syntax error ..." — keep the part after the bracketed id. Numbers
+    // beyond a double (1e400) are out_of_range errors, just as malformed.
     std::string m = e.what();
     auto close = m.find("] ");
     if (close != std::string::npos) m = m.substr(close + 2);
@@ -556,13 +562,18 @@ Tensor decode_json(std::string_view content, const std::string& what) {
   json_shape(*data, 0, nested, what);
   Shape shape = declared ? *declared : nested;
   std::size_t n = checked_numel(shape, dtype_size(dtype), what);
+  // The values must be there before the tensor is allocated: a declared or nested
+  // shape cannot make posenc allocate more than the document holds.
+  const bool flat = declared && nested.size() == 1 && shape.size() != 1 && data->size() == n;
+  std::size_t counted = 0;
+  if (!flat) json_fill(nullptr, shape, *data, 0, counted, "", what);
   Tensor t(dtype, shape);
   std::size_t i = 0;
-  if (declared && nested.size() == 1 && shape.size() != 1 && data->size() == n) {
+  if (flat) {
     // A flat list with an explicit shape (C order).
     for (const auto& v : *data) json_store(t, i, v, what, fmt::format("\"data\"[{}]", i)), ++i;
   } else {
-    json_fill(t, *data, 0, i, "", what);
+    json_fill(&t, shape, *data, 0, i, "", what);
   }
   return t;
 }

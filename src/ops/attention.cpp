@@ -686,6 +686,9 @@ struct Plan {
   const T* bias = nullptr;   // score_bias [b][hq][sq][sk], or null
   std::vector<T> bias_copy;  // score_bias converted to T when its type differs
   MaskedRows masked_rows = MaskedRows::zero;
+  // Inputs were checked finite: a non-finite score is then an overflow of T, which must
+  // not pass for a masked (-inf) or poisoned (NaN) score.
+  bool check_overflow = false;
   // Outputs.
   std::byte* logits = nullptr;
   std::byte* probs = nullptr;
@@ -704,6 +707,33 @@ struct Scratch {
   std::vector<double> l;
   std::vector<std::int64_t> lo, hi;
 };
+
+// Whether every value is finite, on the bits (all-ones exponent), so the loop vectorises.
+inline bool all_finite(const float* p, std::size_t n) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bad |= static_cast<std::uint32_t>((__builtin_bit_cast(std::uint32_t, p[i]) & 0x7f800000u) ==
+                                      0x7f800000u);
+  }
+  return bad == 0;
+}
+inline bool all_finite(const double* p, std::size_t n) {
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bad |= static_cast<std::uint64_t>(
+        (__builtin_bit_cast(std::uint64_t, p[i]) & 0x7ff0000000000000ull) ==
+        0x7ff0000000000000ull);
+  }
+  return bad == 0;
+}
+
+template <class T>
+[[noreturn]] void overflow(std::size_t b, std::size_t h, std::size_t q0) {
+  throw InputError(fmt::format(
+      "attention scores overflow {} for finite inputs (batch {}, head {}, queries from {}): "
+      "|scale * q.k| plus biases exceeds {:g}; compute in f64 with --precision f64",
+      std::is_same_v<T, float> ? "f32" : "f64", b, h, q0, std::numeric_limits<T>::max()));
+}
 
 template <class T>
 void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q, std::size_t q0) {
@@ -773,6 +803,7 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
     if (!g.materialise() && (j1i < lo_min || j0i > hi_max)) continue;
     T* S = w.s.data();
     gemm(true, qn, n, g.d, P.scale, qp, P.q.s, kp + j0 * P.k.s, P.k.s, T(0), S);
+    if (P.check_overflow && !all_finite(S, qn * n)) overflow<T>(bi, hi_q, q0);
     for (std::size_t r = 0; r < qn; ++r) {
       T* s = S + r * n;
       const std::int64_t i = static_cast<std::int64_t>(q0 + r);
@@ -794,6 +825,9 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
           if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
           if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
           if (t5row) x += t5row[j + dshift];
+          if (P.check_overflow && !(std::abs(x) <= std::numeric_limits<T>::max())) {
+            overflow<T>(bi, hi_q, q0);
+          }
           if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
           if (P.has_keep_mask && !P.keep_mask[mbase + j * P.m_j]) x = neg_inf;
           s[jj] = x;
@@ -909,11 +943,14 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   P.softcap = static_cast<T>(opt.softcap);
   P.off = static_cast<std::int64_t>(g.sk) - static_cast<std::int64_t>(g.sq);
   P.causal = opt.causal;
-  P.win_left = opt.window_left;
-  P.win_right = opt.window_right;
+  // A window wider than every distance is unbounded: clamping keeps i + off + window
+  // far from overflow whatever the caller passed.
+  const auto span = static_cast<std::int64_t>(g.sq + g.sk);
+  P.win_left = opt.window_left < 0 ? -1 : std::min(opt.window_left, span);
+  P.win_right = opt.window_right < 0 ? -1 : std::min(opt.window_right, span);
   if (opt.sliding_window > 0) {
     // HF: kv > q - W (and kv < q + W without a causal mask), the narrower side wins.
-    const std::int64_t w = opt.sliding_window - 1;
+    const std::int64_t w = std::min(opt.sliding_window - 1, span);
     P.win_left = P.win_left < 0 ? w : std::min(P.win_left, w);
     if (opt.causal == CausalAlign::none)
       P.win_right = P.win_right < 0 ? w : std::min(P.win_right, w);
@@ -922,6 +959,7 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   P.temp_scale = opt.temperature_scale;
   if (opt.temperature_scale != 0) P.temp_floor = opt.temperature_floor;
   P.masked_rows = opt.masked_rows;
+  P.check_overflow = !opt.allow_nonfinite;
   if (!opt.cu_seqlens.empty()) {
     P.doc_lo.resize(g.sk);
     P.doc_hi.resize(g.sk);

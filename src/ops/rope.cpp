@@ -123,8 +123,37 @@ struct RopeApplier::Impl {
   int comps = 1;
   std::vector<int> pair_comp;
   std::vector<double> pair_freq;
-  std::size_t tb = 1;               // 1, or B when positions differ per batch row
-  std::vector<std::int64_t> tokpos;  // [tb][S][comps]
+  std::size_t tb = 1;  // 1, or B when positions differ per batch row
+  // Where positions come from. Only explicit ids are held per token (tokpos, [tb][S]
+  // [comps], as large as the ids tensor that exists); the other forms are computed per
+  // token, so nothing is sized by the input's extents before its data arrive.
+  enum class Source { start, packed, grid, ids } source = Source::start;
+  std::int64_t start = 0;
+  std::vector<std::int64_t> cu;      // packed boundaries
+  std::size_t grid_w = 1;
+  bool grid_yx = false;
+  std::vector<std::int64_t> tokpos;  // explicit ids, + start
+
+  /// Position component c of the token at (b, s); b counts only when tb > 1.
+  std::int64_t token_pos(std::size_t b, std::size_t s, int c) const {
+    switch (source) {
+      case Source::ids:
+        return tokpos[(b * S + s) * static_cast<std::size_t>(comps) + static_cast<std::size_t>(c)];
+      case Source::grid: {
+        const auto x = static_cast<std::int64_t>(s % grid_w);
+        const auto y = static_cast<std::int64_t>(s / grid_w);
+        return (c == 0) != grid_yx ? x : y;
+      }
+      case Source::packed: {
+        const auto si = static_cast<std::int64_t>(s);
+        const auto k = std::upper_bound(cu.begin(), cu.end(), si) - cu.begin() - 1;
+        return start + si - cu[static_cast<std::size_t>(k)];
+      }
+      case Source::start:
+        break;
+    }
+    return start + static_cast<std::int64_t>(s);
+  }
   Precision prec = Precision::f64;
   bool inverse = false, allow_nonfinite = false;
   double af = 1.0;
@@ -177,12 +206,14 @@ struct RopeApplier::Impl {
 void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptions& opt) {
   const bool grid = opt.grid_h > 0 || opt.grid_w > 0;
   const bool multi = id_comps > 1;  // ids carry one row per component
-  if (pos.start < 0) {
-    throw UsageError(fmt::format("start: must be >= 0 (got {})", pos.start));
+  if (pos.start < 0 || pos.start > kMaxPosition) {
+    throw UsageError(
+        fmt::format("start: must be from 0 to 2^53 = {} (got {})", kMaxPosition, pos.start));
   }
   if (!pos.ids.empty() && !pos.cu_seqlens.empty()) {
     throw UsageError("position_ids and cu_seqlens: give at most one of them");
   }
+  start = pos.start;
   if (grid) {
     if (!pos.ids.empty() || !pos.cu_seqlens.empty() || pos.start != 0) {
       throw UsageError("rope2d: positions come from the grid; start, position_ids and "
@@ -192,18 +223,16 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
       throw UsageError(fmt::format("rope2d: height and width must be positive (got {} {})",
                                    opt.grid_h, opt.grid_w));
     }
-    if (static_cast<std::size_t>(opt.grid_h) * static_cast<std::size_t>(opt.grid_w) != S) {
-      throw InputError(fmt::format("{}: rope2d grid {} x {} needs {} tokens along s, the tensor has {}",
-                                   what, opt.grid_h, opt.grid_w, opt.grid_h * opt.grid_w, S));
+    const auto h = static_cast<std::size_t>(opt.grid_h), w = static_cast<std::size_t>(opt.grid_w);
+    std::size_t hw = 0;
+    if (__builtin_mul_overflow(h, w, &hw) || hw != S) {
+      throw InputError(fmt::format("{}: rope2d grid {} x {} does not match the {} tokens along s", what,
+                                   opt.grid_h, opt.grid_w, S));
     }
     comps = 2;
-    tokpos.resize(S * 2);
-    for (std::size_t s = 0; s < S; ++s) {
-      const auto x = static_cast<std::int64_t>(s % static_cast<std::size_t>(opt.grid_w));
-      const auto y = static_cast<std::int64_t>(s / static_cast<std::size_t>(opt.grid_w));
-      tokpos[2 * s] = opt.grid_yx ? y : x;
-      tokpos[2 * s + 1] = opt.grid_yx ? x : y;
-    }
+    source = Source::grid;
+    grid_w = w;
+    grid_yx = opt.grid_yx;
     return;
   }
   comps = id_comps;
@@ -215,9 +244,9 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
       throw InputError(fmt::format("{}: negative position {} at flat index {}", pos.ids_what, v,
                                    at));
     }
-    if (v > std::numeric_limits<std::int64_t>::max() - pos.start) {
-      throw InputError(fmt::format("{}: position {} + start {} overflows", pos.ids_what, v,
-                                   pos.start));
+    if (v > kMaxPosition - pos.start) {
+      throw InputError(fmt::format("{}: position {} + start {} is beyond 2^53 = {}",
+                                   pos.ids_what, v, pos.start, kMaxPosition));
     }
     return v + pos.start;
   };
@@ -250,6 +279,7 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
           pos.ids_what, shape_str(is), shape_str(shape), expected, B, S));
     }
     tb = bdim;
+    source = Source::ids;
     tokpos.resize(tb * S * comps);
     for (std::size_t b = 0; b < tb; ++b) {
       for (std::size_t s = 0; s < S; ++s) {
@@ -262,22 +292,16 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
     }
     return;
   }
-  tokpos.resize(S * comps);
-  if (!pos.cu_seqlens.empty()) {
-    const auto& cu = pos.cu_seqlens;
-    check_cu_seqlens(cu, S, pos.cu_what);
-    std::size_t k = 0;
-    for (std::size_t s = 0; s < S; ++s) {
-      while (static_cast<std::int64_t>(s) >= cu[k + 1]) ++k;
-      const std::int64_t p = pos.start + static_cast<std::int64_t>(s) - cu[k];
-      for (int c = 0; c < comps; ++c) tokpos[s * comps + c] = p;
-    }
-    return;
+  // Consecutive positions (restarting per packed sequence): the last one is at most
+  // start + S - 1.
+  if (S > 0 && S - 1 > static_cast<std::uint64_t>(kMaxPosition - pos.start)) {
+    throw InputError(fmt::format("{}: positions --start {} + {} tokens go beyond 2^53 = {}", what,
+                                 pos.start, S, kMaxPosition));
   }
-  for (std::size_t s = 0; s < S; ++s) {
-    for (int c = 0; c < comps; ++c) {
-      tokpos[s * comps + c] = pos.start + static_cast<std::int64_t>(s);
-    }
+  if (!pos.cu_seqlens.empty()) {
+    check_cu_seqlens(pos.cu_seqlens, S, pos.cu_what);
+    cu = pos.cu_seqlens;
+    source = Source::packed;
   }
 }
 
@@ -399,10 +423,10 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t row = 0; row < static_cast<std::ptrdiff_t>(rows); ++row) {
     const auto u = static_cast<std::size_t>(row);
-    const std::int64_t* tp = nullptr;
+    std::int64_t tp[3] = {0, 0, 0};
     if (!dense) {
       const std::size_t lb = u / r.ns, ls = u % r.ns;
-      tp = &tokpos[((gb0 + lb) * S + r.s0 + ls) * comps];
+      for (int k = 0; k < comps; ++k) tp[k] = token_pos(gb0 + lb, r.s0 + ls, k);
     }
     W* c = t.data() + u * R;
     W* s = c + half;
@@ -440,10 +464,10 @@ void RopeApplier::Impl::build_table(const Range& r) {
     pmin = std::numeric_limits<std::int64_t>::max();
     pmax = std::numeric_limits<std::int64_t>::min();
     for (std::size_t lb = 0; lb < ntb; ++lb) {
-      const std::int64_t* tp = &tokpos[(gb0 + lb) * S + r.s0];
       for (std::size_t ls = 0; ls < r.ns; ++ls) {
-        pmin = std::min(pmin, tp[ls]);
-        pmax = std::max(pmax, tp[ls]);
+        const std::int64_t p = token_pos(gb0 + lb, r.s0 + ls, 0);
+        pmin = std::min(pmin, p);
+        pmax = std::max(pmax, p);
       }
     }
     // A dense table over [min, max] shares rows between tokens at the same position
@@ -458,7 +482,7 @@ void RopeApplier::Impl::build_table(const Range& r) {
     for (std::size_t ls = 0; ls < r.ns; ++ls) {
       const std::size_t tok = lb * r.ns + ls;
       rowidx[tok] = static_cast<std::int32_t>(
-          dense ? tokpos[(gb0 + lb) * S + r.s0 + ls] - pmin : static_cast<std::int64_t>(tok));
+          dense ? token_pos(gb0 + lb, r.s0 + ls, 0) - pmin : static_cast<std::int64_t>(tok));
     }
   }
   const std::int64_t k[5] = {dense ? 1 : 0,
@@ -586,7 +610,8 @@ std::size_t RopeApplier::table_bytes(std::size_t rows) const {
     extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
   }
   if (m.permute) extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
-  return ntok * (m.R * m.wsize() + sizeof(std::int32_t)) + extra;
+  return ntok * (m.R * m.wsize() + sizeof(std::int32_t)) + extra +
+         m.tokpos.size() * sizeof(std::int64_t);
 }
 
 void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_t count) {

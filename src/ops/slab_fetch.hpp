@@ -5,6 +5,10 @@
 #include <cstddef>
 #include <functional>
 
+#include <fmt/format.h>
+
+#include "posenc/error.hpp"
+
 #include "posenc/io/ref.hpp"
 #include "posenc/tensor.hpp"
 
@@ -27,6 +31,15 @@ inline FetchSlab fetch_from(TensorSource& src, Buffer& slab) {
   return [&src, &slab](std::size_t axis, std::size_t first, std::size_t count) {
     const TensorInfo& info = src.info();
     const std::size_t bytes = count * entry_bytes(info.shape, axis, info.dtype);
+    // A slab is at least one entry along `axis`; a header may claim entries of any
+    // size, so none larger than this is allocated before its data is seen.
+    constexpr std::size_t kMaxSlab = std::size_t{1} << 30;
+    if (bytes > kMaxSlab) {
+      throw InputError(fmt::format(
+          "one entry along axis {} holds {}, more than the {} read at once (select part of "
+          "it with a slice)",
+          axis, bytes_str(bytes), bytes_str(kMaxSlab)));
+    }
     if (slab.size() < bytes) slab = Buffer(bytes);
     src.read_slab(axis, first, count, slab.data());
     return static_cast<const std::byte*>(slab.data());

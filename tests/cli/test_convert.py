@@ -14,7 +14,7 @@ import unittest
 import h5py
 import numpy as np
 
-from posenc_testlib import BIN, PosencTestCase, run
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run
 
 
 def md5(path):
@@ -141,6 +141,7 @@ class OutputSafety(PosencTestCase):
         self.assertEqual(p.returncode, 0)
         self.assertEqual(os.stat(out).st_mode & 0o777, 0o640)
 
+    @unittest.skipIf(UNDER_ASAN, "LeakSanitizer does not run under strace")
     def test_sync_flushes_before_rename_only_when_asked(self):
         # strace shows the system calls: fsync of the temporary, then the rename.
         def calls(*extra):

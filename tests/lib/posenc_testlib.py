@@ -13,6 +13,9 @@ import unittest
 import numpy as np
 
 BIN = os.environ.get("POSENC_BIN", "posenc")
+# Set by .ci/test when POSENC_BIN is the AddressSanitizer build: peak memory means
+# nothing there (shadow memory, quarantine), nor do address-space limits or ptrace.
+UNDER_ASAN = os.environ.get("POSENC_TEST_ASAN") == "1"
 SOURCE_DIR = os.environ.get(
     "POSENC_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 

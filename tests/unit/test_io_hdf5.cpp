@@ -68,7 +68,7 @@ void write_one(const std::string& path, const std::string& name, const Tensor& t
 
 Tensor read_all(const std::string& path, const std::string& name, TensorInfo* info = nullptr) {
   TensorRef ref{path + ":" + name, path, name, Format::hdf5};
-  auto src = open_hdf5_source(ref);
+  auto src = open_hdf5_source(ref, OpenOptions{/*attrs=*/true});
   Tensor t(src->info().dtype, src->info().shape);
   std::size_t rows = t.shape().empty() ? 1 : t.shape()[0];
   src->read_rows(0, rows, t.bytes());
@@ -269,6 +269,38 @@ TEST_F(Hdf5Test, SlabsAlongTheFirstNonUnitAxis) {
     EXPECT_THROW(src->read_slab(1, 9, 3, buf.data()), InputError);
     EXPECT_THROW(src->read_slab(2, 0, 1, buf.data()), std::logic_error);
   }
+}
+
+// Reads go through the sandbox child in pieces of 16 MiB, which cut rows anywhere: a
+// piece is then a union of partial and whole rows over several axes. Whole reads and
+// slab reads must still return exactly the bytes written.
+TEST_F(Hdf5Test, SandboxPiecesCutRowsExactly) {
+  for (const Shape& shape : {Shape{3, 3000001}, Shape{2, 3, 1398103}, Shape{1, 5, 1048577}}) {
+    Tensor t(DType::f32, shape);
+    for (std::size_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(i);
+    const std::string file = path("big.h5");
+    write_one(file, "/x", t);
+    Tensor back = read_all(file, "/x");
+    ASSERT_EQ(back.shape(), shape);
+    EXPECT_EQ(std::memcmp(back.bytes(), t.bytes(), t.nbytes()), 0) << shape_str(shape);
+    // The last entry along the slab axis alone: a piece boundary inside it.
+    TensorRef ref{file + ":/x", file, "/x", Format::hdf5};
+    auto src = open_hdf5_source(ref);
+    const std::size_t axis = slab_axis(shape);
+    const std::size_t entry = t.nbytes() / shape[axis];
+    std::vector<std::byte> buf(entry);
+    src->read_slab(axis, shape[axis] - 1, 1, buf.data());
+    EXPECT_EQ(std::memcmp(buf.data(), t.bytes() + t.nbytes() - entry, entry), 0);
+  }
+}
+
+TEST_F(Hdf5Test, AttributesAreReadOnlyOnRequest) {
+  write_one(path("a.h5"), "/x", ramp(DType::f32, {3}), {{"note", std::string("kept")}});
+  TensorRef ref{path("a.h5") + ":/x", path("a.h5"), "/x", Format::hdf5};
+  EXPECT_TRUE(open_hdf5_source(ref)->info().attrs.empty());
+  const Attrs attrs = open_hdf5_source(ref, OpenOptions{true})->info().attrs;
+  ASSERT_EQ(attrs.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(attrs[0].value), "kept");
 }
 
 TEST_F(Hdf5Test, IncompleteSlabWritesAreRefused) {

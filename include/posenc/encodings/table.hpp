@@ -18,6 +18,8 @@ struct TableSpec {
   /// Fills line `line` (flat index over all axes but the last; 0 for a rank-1 table)
   /// with shape.back() float64 values. Called concurrently from several threads.
   std::function<void(std::size_t line, double* out)> line;
+  /// -inf is a value of this table (a mask); NaN and other infinities never are.
+  bool allow_neg_inf = false;
 };
 
 /// Converts `n` float64 values to `dtype` (floats round to nearest even, once;
@@ -26,7 +28,10 @@ void convert_values(const double* src, std::size_t n, DType dtype, void* dst);
 
 /// Computes `t` block by block (about `block_bytes` of output each, at least one axis-0
 /// row) and writes it to `sink` as `dtype`. Does not commit the sink. Each element is
-/// computed independently, so the result does not depend on the thread count.
+/// computed independently, so the result does not depend on the thread count. A value
+/// that is NaN or infinite (other than an allowed -inf) is a UsageError naming its
+/// index, thrown before the block holding it is written: parameters that make NaN
+/// give an error, never data.
 void write_table(const TableSpec& t, DType dtype, TensorSink& sink,
                  std::size_t block_bytes = std::size_t{1} << 20);
 

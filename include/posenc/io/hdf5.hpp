@@ -1,9 +1,12 @@
 #pragma once
 /// \file
 /// HDF5 datasets through the C API (no <hdf5.h> here). Reading treats files as
-/// semi-trusted: the HDF5 error stack is silenced, plugins are not loaded, external
-/// links, external storage and virtual datasets are refused, and type, rank and size
-/// are validated before anything is read. Writing creates groups as needed, records
+/// untrusted: libhdf5 runs in a child process with memory and CPU limits and a
+/// watchdog (a crash, hang or runaway allocation in the library is an InputError in
+/// the caller within seconds; POSENC_HDF5_TIMEOUT sets the watchdog, default 10 s),
+/// the HDF5 error stack is silenced, plugins are not loaded, external links, external
+/// storage and virtual datasets are refused, and type, rank and size are validated
+/// before anything is read. Writing creates groups as needed, records
 /// attributes, stores no timestamps (identical runs give identical bytes), writes f16
 /// as the IEEE half type h5py uses and bf16 as a 16-bit float type h5py reads.
 
@@ -18,11 +21,11 @@ namespace posenc {
 /// Opens `ref.dataset` in `ref.path` for reading (row slabs are hyperslab reads).
 /// An empty dataset name is accepted when the file holds exactly one dataset.
 /// info().storage reads like "HDF5 chunked (64, 128), shuffle, gzip 4, little-endian
-/// f32" and info().attrs holds the dataset's attributes. Every problem (missing file,
-/// not HDF5, no such dataset, a group, unsupported type, external link or storage,
-/// virtual dataset, unavailable filter) is a one-line InputError naming file and
-/// dataset.
-std::unique_ptr<TensorSource> open_hdf5_source(const TensorRef& ref);
+/// f32"; info().attrs holds the dataset's attributes when `opt.attrs` asks for them.
+/// Every problem (missing file, not HDF5, no such dataset, a group, unsupported type,
+/// external link or storage, virtual dataset, unavailable filter, a crash or hang of
+/// libhdf5) is a one-line InputError naming file and dataset.
+std::unique_ptr<TensorSource> open_hdf5_source(const TensorRef& ref, const OpenOptions& opt = {});
 
 /// Writes one HDF5 file holding one or more datasets. The file is created under a
 /// temporary name in the target's folder (a TempFile: removed on SIGINT/SIGTERM too)
@@ -53,5 +56,16 @@ class Hdf5FileWriter {
 /// The datasets in a file (full paths, sorted per group), for messages and `inspect`
 /// of a bare file. External links are not followed. InputError as for reading.
 std::vector<std::string> list_hdf5_datasets(const std::string& path);
+
+/// One dataset of a listing: its description (no attributes), or why it cannot be read.
+struct Hdf5Entry {
+  std::string name;
+  TensorInfo info;
+  std::string error;  ///< empty when `info` holds the description
+};
+
+/// The datasets of a file with their shapes, dtypes and storage, read by one child
+/// process (see list_hdf5_datasets).
+std::vector<Hdf5Entry> list_hdf5_entries(const std::string& path);
 
 }  // namespace posenc

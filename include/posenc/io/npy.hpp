@@ -92,10 +92,10 @@ std::string npy_descr(DType t, const std::string& what);
 /// C-ordered array of `dtype` and `shape`. Throws UsageError for bf16.
 std::string npy_header_bytes(DType dtype, const Shape& shape, const std::string& what);
 
-/// Reads every row of `src` into one tensor. Sources that are streams (not seekable)
-/// and large are read in slabs first and the tensor is allocated only when all data
-/// have arrived, so a header claiming a huge size on a short pipe gives "truncated
-/// data" rather than a huge allocation.
+/// Reads every row of `src` into one tensor. Streams (NPY on a pipe) are read in
+/// pieces of 64 MiB first and the tensor is allocated only when all data have
+/// arrived, so a header claiming a huge size on a short pipe gives "truncated data"
+/// rather than a huge allocation.
 Tensor read_all_rows(TensorSource& src);
 
 /// Reads a whole NPY tensor from `r` (data in C order, native byte order), then checks

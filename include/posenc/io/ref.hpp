@@ -83,7 +83,14 @@ class TensorSource {
 /// before it has extent 1, as read_slab/write_slab require.
 std::size_t slab_axis(const Shape& shape);
 
-std::unique_ptr<TensorSource> open_source(const TensorRef& ref);
+/// What a reader fetches besides shape, dtype and storage.
+struct OpenOptions {
+  /// HDF5: the dataset's attributes into info().attrs. Off by default: only `inspect`
+  /// shows them, and every attribute read exposes more of libhdf5 to the file.
+  bool attrs = false;
+};
+
+std::unique_ptr<TensorSource> open_source(const TensorRef& ref, const OpenOptions& opt = {});
 
 /// Reads the whole tensor. Throws InputError naming `ref.text` on any problem.
 Tensor read_tensor(const TensorRef& ref);

@@ -42,6 +42,11 @@ enum class Precision { f64, f32 };
 
 namespace posenc {
 
+/// Largest position posenc rotates by: 2^53, beyond which float64 (the precision of
+/// the angles) no longer holds every integer, and well inside int64 so that no sum of
+/// a start and a length can overflow. Larger positions are an error.
+inline constexpr std::int64_t kMaxPosition = std::int64_t{1} << 53;
+
 /// Where each token sits. Exactly one of the forms is used:
 /// - `ids` empty and `cu_seqlens` empty: positions start, start+1, ... along s;
 /// - `ids` with `ids_shape` [s] or [b, s] (any integer dtype converted to int64; a
@@ -127,7 +132,8 @@ class RopeApplier {
   /// Rows per slab must be a multiple of this... in practice 1, or all rows when d is
   /// the slab axis (the pairs would straddle slabs).
   std::size_t min_rows() const;
-  /// Upper bound of the cos/sin table bytes for a slab of `rows` rows.
+  /// Upper bound of the cos/sin table bytes for a slab of `rows` rows, plus the
+  /// per-token positions held for the whole tensor (explicit ids only).
   std::size_t table_bytes(std::size_t rows) const;
   std::size_t rows_total() const;
 

@@ -1,0 +1,199 @@
+// Checked parsing of option values (see parse.hpp).
+#include "cli/parse.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "posenc/error.hpp"
+
+namespace posenc::cli {
+
+namespace {
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string_view::npos) return "";
+  const auto e = s.find_last_not_of(" \t");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t next = s.find(sep, at);
+    out.push_back(s.substr(at, next == std::string::npos ? std::string::npos : next - at));
+    if (next == std::string::npos) return out;
+    at = next + 1;
+  }
+}
+
+bool all_digits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<long long> parse_integer(std::string_view s) {
+  std::string_view digits = s;
+  if (!digits.empty() && (digits.front() == '+' || digits.front() == '-')) {
+    digits.remove_prefix(1);
+  }
+  if (!all_digits(digits)) return std::nullopt;
+  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  long long v = 0;
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
+
+long long parse_int_option(std::string_view text, std::string_view option, long long lo,
+                           long long hi) {
+  const std::optional<long long> v = parse_integer(text);
+  if (!v || *v < lo || *v > hi) {
+    throw UsageError(
+        fmt::format("{}: expected an integer from {} to {}, got '{}'", option, lo, hi, text));
+  }
+  return *v;
+}
+
+std::string integer_text_error(std::string& text, bool is_signed) {
+  std::string_view digits = text;
+  const bool negative = !digits.empty() && digits.front() == '-';
+  if (!digits.empty() && (digits.front() == '+' || negative)) digits.remove_prefix(1);
+  if (!all_digits(digits)) return fmt::format("'{}' is not a decimal integer", text);
+  if (negative && !is_signed) return fmt::format("'{}' is negative", text);
+  // Out of the 64-bit range (as signed, or as unsigned for unsigned options).
+  if (is_signed) {
+    const std::optional<long long> v = parse_integer(text);
+    if (!v) return fmt::format("{} is out of range", text);
+    text = std::to_string(*v);
+  } else {
+    unsigned long long u = 0;
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), u);
+    if (ec != std::errc() || ptr != digits.data() + digits.size()) {
+      return fmt::format("{} is out of range", text);
+    }
+    text = std::to_string(u);
+  }
+  return "";
+}
+
+std::string number_text_error(const std::string& text) {
+  const std::string t = trim(text);
+  if (t.empty()) return "empty value";
+  const char* s = t.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s, &end);
+  if (end == s || *end != '\0') return fmt::format("'{}' is not a number", text);
+  if (std::isnan(v)) return fmt::format("'{}' is not a number", text);
+  if (std::isinf(v)) return fmt::format("{} is out of range", text);
+  return "";
+}
+
+std::size_t parse_memory_size(const std::string& text, const std::string& option) {
+  std::size_t i = 0;
+  std::size_t digits = 0;
+  bool dot = false;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      ++digits;
+    } else if (c == '.' && !dot) {
+      dot = true;
+    } else {
+      break;
+    }
+  }
+  std::string unit = text.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();  // KiB = K
+  double mult = 0;
+  if (unit.empty()) mult = 1;
+  const std::string kUnits = "KMGT";
+  if (unit.size() == 1 && kUnits.find(unit[0]) != std::string::npos) {
+    mult = std::ldexp(1.0, 10 * static_cast<int>(kUnits.find(unit[0]) + 1));
+  }
+  const double value = digits > 0 ? std::strtod(text.substr(0, i).c_str(), nullptr) : 0;
+  const double bytes = value * mult;
+  if (digits == 0 || mult == 0 || !(bytes >= 1)) {
+    throw UsageError(
+        fmt::format("{}: expected a size such as 512M, 2G, 1.5GiB or a byte count "
+                    "(K, M, G, T are powers of 1024), got '{}'",
+                    option, text));
+  }
+  if (bytes >= std::ldexp(1.0, 63)) {
+    throw UsageError(fmt::format("{}: size '{}' is too large", option, text));
+  }
+  return static_cast<std::size_t>(bytes);
+}
+
+std::optional<std::vector<double>> parse_number_list(const std::string& text,
+                                                     const std::string& option) {
+  if (trim(text).empty()) return std::nullopt;
+  std::vector<double> v;
+  for (const std::string& item : split(text, ',')) {
+    const std::string t = trim(item);
+    const char* s = t.c_str();
+    char* end = nullptr;
+    const double x = std::strtod(s, &end);
+    if (t.empty() || end == s || *end != '\0') return std::nullopt;
+    if (!std::isfinite(x)) {
+      throw UsageError(fmt::format("{}: '{}' is not a finite number", option, t));
+    }
+    v.push_back(x);
+  }
+  return v;
+}
+
+std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text) {
+  const std::vector<std::string> sides = split(text, ',');
+  auto side = [&](const std::string& s) -> std::int64_t {
+    const std::optional<long long> v = parse_integer(trim(s));
+    if (!v || *v < -1 || *v > kMaxWindow) {
+      throw UsageError(fmt::format(
+          "--window {}: expected LEFT[,RIGHT], integers from 0 to 2^53, or -1 for unbounded",
+          text));
+    }
+    return *v;
+  };
+  if (sides.size() > 2) {
+    throw UsageError(fmt::format("--window {}: expected LEFT[,RIGHT]", text));
+  }
+  const std::int64_t left = side(sides[0]);
+  const std::int64_t right = sides.size() == 2 ? side(sides[1]) : -1;
+  return {left, right};
+}
+
+std::vector<int> parse_sections(const std::string& text) {
+  std::vector<int> v;
+  for (const std::string& item : split(text, ',')) {
+    const std::optional<long long> x = parse_integer(trim(item));
+    if (!x || *x < 0 || *x > (1 << 20)) {
+      throw UsageError(
+          fmt::format("--mrope-section: expected three counts t,h,w such as "
+                      "16,24,24, got '{}'",
+                      text));
+    }
+    v.push_back(static_cast<int>(*x));
+  }
+  if (v.size() != 3) {
+    throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w, got '{}'", text));
+  }
+  return v;
+}
+
+}  // namespace posenc::cli

@@ -1,0 +1,34 @@
+#pragma once
+// Internal to the HDF5 reader: libhdf5 calls in this process (hdf5.cpp), used by the
+// sandbox child (hdf5_sandbox.cpp) and by the benchmark that measures the sandbox.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "posenc/io/ref.hpp"
+
+namespace posenc::hdf5_detail {
+
+/// One dataset opened with libhdf5 in the calling process.
+class DatasetReader {
+ public:
+  virtual ~DatasetReader() = default;
+  virtual const TensorInfo& info() const = 0;
+  /// Elements [first, first + count) in C order into `dst` (info().dtype, native byte
+  /// order). Throws InputError.
+  virtual void read_flat(std::size_t first, std::size_t count, void* dst) = 0;
+};
+
+/// Opens `ref.dataset` of `ref.path` (validated as open_hdf5_source describes); reads
+/// the attributes only when `attrs`. Throws InputError.
+std::unique_ptr<DatasetReader> open_dataset(const TensorRef& ref, bool attrs);
+
+/// The datasets of a file, as list_hdf5_datasets.
+std::vector<std::string> list_datasets(const std::string& path);
+
+/// A TensorSource over `r` in this process: no sandbox (benchmarks only).
+std::unique_ptr<TensorSource> in_process_source(std::unique_ptr<DatasetReader> r);
+
+}  // namespace posenc::hdf5_detail

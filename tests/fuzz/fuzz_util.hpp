@@ -1,0 +1,44 @@
+#pragma once
+// Shared by the fuzz harnesses: how a harness reports a finding (anything but the
+// documented errors), and a temporary file for parsers that read paths.
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace posenc::fuzz {
+
+/// A finding: the input broke a contract. Prints why and aborts, so libFuzzer (or the
+/// corpus replay) saves and reports the input.
+[[noreturn]] inline void finding(const std::string& why) {
+  std::fprintf(stderr, "fuzz finding: %s\n", why.c_str());
+  std::abort();
+}
+
+inline void expect(bool ok, const std::string& why) {
+  if (!ok) finding(why);
+}
+
+/// A file of this process holding `bytes` (rewritten on each call), for parsers that
+/// take a path. Removed when the process exits.
+inline std::string temp_file(const std::string& suffix, const std::uint8_t* bytes, std::size_t n) {
+  static std::string dir = [] {
+    const char* t = std::getenv("TMPDIR");
+    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/posenc-fuzz-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) finding("cannot create a temporary folder");
+    static std::string keep = tmpl;
+    std::atexit([] { std::system(("rm -rf '" + keep + "'").c_str()); });
+    return tmpl;
+  }();
+  const std::string path = dir + "/input" + suffix;
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr || (n > 0 && std::fwrite(bytes, 1, n, f) != n) || std::fclose(f) != 0) {
+    finding("cannot write the temporary input");
+  }
+  return path;
+}
+
+}  // namespace posenc::fuzz
