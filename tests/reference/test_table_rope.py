@@ -19,9 +19,9 @@ from reference_rope_freqs import (default_inv, dynamic_inv, linear_inv, llama3_i
                                   yarn)
 
 
-# --- references (numpy, float64): the frequency functions of tests/lib/reference_rope_freqs.py
-# (libm through Python's math module, so "within one float32 ulp" compares against the
-# true value).
+# --- references (numpy, float64) -----------------------------------------------------
+# The frequency functions come from tests/lib/reference_rope_freqs.py (libm through
+# Python's math module, so "within one float32 ulp" compares against the true value).
 
 
 def tables(inv, positions, att=1.0, style="neox"):
