@@ -48,6 +48,11 @@
 #endif
 #endif
 
+// In sanitizer builds (the fuzzers): the hook a fuzzer sets to save the input when a
+// sanitizer reports an error. The child clears it, so that libhdf5's errors it catches
+// end the child only. Absent (null) in ordinary builds.
+extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
+
 namespace posenc {
 
 namespace {
@@ -55,6 +60,7 @@ namespace {
 constexpr std::size_t kSlotBytes = std::size_t{16} << 20;
 constexpr std::size_t kChildHeadroom = std::size_t{1} << 30;
 constexpr int kDefaultTimeout = 10;
+constexpr int kChildFailed = 125;  // exit status of a child whose own code failed
 
 // --- the row and slab arithmetic shared by both sources ---------------------------
 
@@ -269,6 +275,7 @@ void limit(int resource, rlim_t soft, rlim_t hard) {
 void enter_child(pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);  // the parent died before the line above
+  if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(nullptr);
   // Crashes are plain signal deaths (no inherited handler from the parent, ASan or a
   // fuzzer runs in the child's place); a signal from the terminal ends the child too.
   for (int sig :
@@ -453,9 +460,15 @@ class Child {
     const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
-      ::close(sv[0]);
-      enter_child(parent);
-      serve(sv[1], slots_, timeout_);
+      // Nothing may return from here into the caller's code: an exception escaping the
+      // child (say, an allocation failing against its limit) ends it instead.
+      try {
+        ::close(sv[0]);
+        enter_child(parent);
+        serve(sv[1], slots_, timeout_);
+      } catch (...) {
+      }
+      ::_exit(kChildFailed);
     }
     ::close(sv[1]);
     sock_ = sv[0];
