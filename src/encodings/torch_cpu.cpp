@@ -40,7 +40,12 @@ void require(const char* what) {
 // Everything below runs only after available(). sleef.h declares its 8-lane functions
 // only when the whole file is compiled for AVX, which available() must not be; these
 // are its declarations (libsleef 3.5, the dispatchers torch's AVX2 kernels call).
+// (clang ignores GCC's target pragma; its own attribute pragma does the same.)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC target("avx2,fma")
+#endif
 
 extern "C" {
 __m256 Sleef_cosf8_u10(__m256);
@@ -87,6 +92,10 @@ void pow_scalar_base(float base, const float* e, float* y, std::size_t n) {
 }
 
 }  // namespace posenc::torch_cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 
 #else
 
