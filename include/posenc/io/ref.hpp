@@ -36,7 +36,8 @@ struct TensorRef {
 
 /// Parses `text`. `to` overrides the format taken from the extension (the `--to`
 /// option: "npy", "h5", "csv", "tsv", "json", "text"). An HDF5 reference without a
-/// dataset gets `default_dataset` (e.g. "/data"), or a UsageError when that is empty.
+/// dataset gets `default_dataset` (e.g. "/data"), or a UsageError when that is empty
+/// (listing, when the file exists, its first 20 datasets with shapes and dtypes).
 /// Unknown extensions are a UsageError naming the reference.
 TensorRef parse_ref(const std::string& text, const std::string& to = "",
                     const std::string& default_dataset = "");

@@ -15,9 +15,11 @@
 #include <cstdint>
 #include <optional>
 #include <utility>
+#include <vector>
 #include <xtensor/xtensor.hpp>
 
 #include "posenc/io/ref.hpp"
+#include "posenc/ops/select.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc {
@@ -27,6 +29,9 @@ struct CompareOptions {
   std::optional<double> rtol, atol;
   std::optional<std::uint64_t> max_ulp;  ///< match when the ULP distance is at most this
   bool equal_nan = false;
+  /// Compare only these elements: the same slicing applied to each tensor (resolved
+  /// against each one's shape); empty: everything.
+  SliceSpec slice;
 };
 
 /// The rule in force, with every default resolved.
@@ -66,11 +71,14 @@ struct DiffAt {
   double a = 0, b = 0;
 };
 
-/// The outcome of a comparison.
+/// The outcome of a comparison. Flat indices count the compared elements in C order
+/// (of the selections when a slice was given); `index_in_a` turns one into A's own
+/// coordinates.
 struct CompareResult {
   CompareRule rule;
-  Shape shape_a, shape_b;
-  bool shapes_equal = false;
+  Shape shape_a, shape_b;   ///< the tensors' shapes
+  Selection sel_a, sel_b;   ///< what was compared of each (everything without a slice)
+  bool shapes_equal = false;  ///< the compared shapes (sel_a.shape, sel_b.shape) agree
   std::size_t total = 0;  ///< elements compared (0 when the shapes differ)
   std::size_t mismatches = 0;
   std::optional<std::size_t> first_mismatch;  ///< flat index
@@ -80,6 +88,8 @@ struct CompareResult {
   std::size_t nan_a = 0, nan_b = 0;
   std::size_t nan_mismatches = 0;  ///< NaN on exactly one side
   bool match() const { return shapes_equal && mismatches == 0; }
+  /// The multi-index in A (its source coordinates) of compared element `flat`.
+  std::vector<std::size_t> index_in_a(std::size_t flat) const { return source_index(sel_a, flat); }
 };
 
 /// Compares blocks of values in order; the result does not depend on the blocks.
@@ -111,11 +121,12 @@ class Comparator {
 /// Default bytes read per slab and side when streaming.
 constexpr std::size_t kCompareSlabBytes = std::size_t{16} << 20;
 
-/// Compares the tensor `a` reads with the reference `b` reads, streaming both in slabs
-/// along the first axis whose extent is not 1 (memory: two slabs of about
-/// `slab_bytes`). Different shapes give a result with `shapes_equal` false and no data
-/// read. Throws InputError naming the source on short or malformed data, UsageError
-/// for a bad tolerance.
+/// Compares the tensor `a` reads with the reference `b` reads (or the parts `opt.slice`
+/// selects of each), streaming both in slabs along the first axis whose extent is not
+/// 1 (memory: two slabs of about `slab_bytes`). Different compared shapes give a
+/// result with `shapes_equal` false and no data read. Throws InputError naming the
+/// source on short or malformed data or a slice that does not fit its shape,
+/// UsageError for a bad tolerance.
 CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
                       std::size_t slab_bytes = kCompareSlabBytes);
 
