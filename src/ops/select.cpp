@@ -67,7 +67,12 @@ std::vector<std::string_view> split_entries(std::string_view s, std::string_view
   for (std::size_t i = 0; i <= s.size(); ++i) {
     const char c = i < s.size() ? s[i] : ',';
     if (c == '[') {
-      if (open) throw UsageError(fmt::format("slice '{}': nested '[' (lists hold integers)", text));
+      if (open) {
+        throw UsageError(fmt::format(
+            "slice '{}': nested '[' (a list holds integers; [[i,j,...]] is only for a list "
+            "that is the whole slice)",
+            text));
+      }
       open = true;
     } else if (c == ']') {
       if (!open) throw UsageError(fmt::format("slice '{}': ']' without '['", text));
@@ -251,8 +256,14 @@ Selection resolve_selection(const SliceSpec& spec, const Shape& shape) {
   std::size_t explicit_axes = 0;
   for (const auto& it : spec.items) explicit_axes += it.kind != SliceItem::Kind::ellipsis;
   if (explicit_axes > shape.size()) {
-    throw InputError(fmt::format("slice '{}': {} axes given for shape {}", spec_text(spec),
-                                 explicit_axes, shape_str(shape)));
+    // "[1,2,3]" is numpy's a[1,2,3]; the list was probably meant.
+    const std::string_view t = trim(spec.text);
+    const bool wrapped = t.size() > 1 && t.front() == '[' && t.back() == ']';
+    throw InputError(fmt::format("slice '{}': {} axes given for shape {}{}", spec_text(spec),
+                                 explicit_axes, shape_str(shape),
+                                 wrapped ? " (brackets around the whole slice are numpy's "
+                                           "a[...]; write a list on the first axis as [[i,j,...]])"
+                                         : ""));
   }
   // "..." (or the missing trailing entries) stands for whole axes.
   std::vector<SliceItem> full;

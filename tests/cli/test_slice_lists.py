@@ -157,7 +157,8 @@ class ConvertSlice(PosencTestCase):
             ("0, [1:2]", 2, r"lists hold integers"),
             ("0, [1,,2]", 2, r"empty entry"),
             ("0, x[1]", 2, r"bad axis"),
-            ("0, 0, 0", 3, r"3 axes given"),
+            ("0, 0, 0", 3, r"3 axes given for shape \(3, 4\) \("),
+            ("[0, 1, 2]", 3, r"3 axes given .*write a list on the first axis as \[\[i,j,\.\.\.\]\]"),
             ("::0", 2, r"step is zero"),
         ]:
             with self.subTest(slice=sl):
