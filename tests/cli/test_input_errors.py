@@ -29,6 +29,13 @@ class InputErrors(PosencTestCase):
         self.assert_fails(2, "rope", src8, "--rotary-dim", "5", "-o", self.path("o2.npy"),
                           match=r"--rotary-dim")
         self.assertFalse(os.path.exists(self.path("o2.npy")))
+        # A table of an odd --dim: that option is the problem, with the same fix.
+        self.assert_fails(2, "table", "rope", "--positions", "4", "--dim", "7",
+                          "-o", self.path("t.npy"),
+                          match=r"--dim: RoPE rotates pairs of dims and needs an even head "
+                                r"dimension, got 7; rotate an even part of it with "
+                                r"--rotary-dim \(e\.g\. 6\)$")
+        self.assertFalse(os.path.exists(self.path("t.npy")))
 
     def test_missing_output_folder_is_named(self):
         src = self.npy("a.npy", np.zeros((2, 3), dtype=np.float32))
