@@ -154,8 +154,8 @@ void run_compare(const CompareCliOptions& o) {
   // Each side's selection is checked here, so that an index outside a shape names it.
   resolve_slice_option(spec, sa->info().shape, ra.text);
   resolve_slice_option(spec, sb->info().shape, rb.text);
-  CompareOptions copt{o.rtol, o.atol, o.max_ulp, o.equal_nan, spec};
-  const CompareResult r = compare(*sa, *sb, copt);
+  const CompareResult r =
+      compare(*sa, *sb, CompareOptions{o.rtol, o.atol, o.max_ulp, o.equal_nan}, spec);
   exit_code() = r.match() ? 0 : 1;
   if (globals().quiet) return;
   if (o.json) {

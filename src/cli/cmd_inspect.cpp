@@ -227,7 +227,8 @@ void run_inspect(const InspectOptions& o) {
   TensorRef ref = parse_ref(o.input, "", "/");
   if (ref.format == Format::hdf5 && ref.dataset == "/") {
     if (!o.slice.empty()) {
-      throw UsageError(fmt::format("--slice needs a dataset: {}:/NAME", ref.path));
+      throw UsageError(
+          fmt::format("--slice needs a dataset: {}:/NAME{}", ref.path, datasets_hint(ref.path)));
     }
     list_file(ref, o.json);
     return;

@@ -329,11 +329,6 @@ void TensorSink::write_slab(std::size_t axis, const void* src, std::size_t count
   throw std::logic_error("this sink writes slabs along axis 0 only");
 }
 
-namespace {
-
-// "; x.h5 holds /a (3, 4) f32, /b (8,) f64": the datasets of an existing HDF5 file, at
-// most 20, read through the sandboxed listing; empty when the file is missing or
-// unreadable (the reference is wrong either way, and the message says so already).
 std::string datasets_hint(const std::string& path) {
   constexpr std::size_t kMaxListed = 20;
   struct stat st;
@@ -356,8 +351,6 @@ std::string datasets_hint(const std::string& path) {
       entries.size() > kMaxListed ? fmt::format(" and {} more", entries.size() - kMaxListed) : "";
   return fmt::format("; {} holds {}{}", path, fmt::join(names, ", "), more);
 }
-
-}  // namespace
 
 TensorRef parse_ref(const std::string& text, const std::string& to,
                     const std::string& default_dataset) {

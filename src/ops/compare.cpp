@@ -273,19 +273,18 @@ void load_doubles(DType t, const std::byte* slab, std::size_t first, std::size_t
 
 CompareResult compare_slabs(const TensorInfo& ia, const detail::FetchSlab& fa, const TensorInfo& ib,
                             const detail::FetchSlab& fb, const CompareOptions& opt,
-                            std::size_t slab_bytes, const std::string& what_a,
-                            const std::string& what_b) {
+                            const SliceSpec& slice, std::size_t slab_bytes) {
   Comparator cmp(make_compare_rule(ia.dtype, ib.dtype, opt));
   // Each side's slice against its own shape; an error names the side.
-  auto resolve = [&](const TensorInfo& info, const std::string& what) {
-    if (opt.slice.items.empty()) return select_all(info.shape);
+  auto resolve = [&](const TensorInfo& info, const char* side) {
+    if (slice.items.empty()) return select_all(info.shape);
     try {
-      return resolve_selection(opt.slice, info.shape);
+      return resolve_selection(slice, info.shape);
     } catch (const InputError& e) {
-      throw InputError(what.empty() ? std::string(e.what()) : what + ": " + e.what());
+      throw InputError(std::string(side) + ": " + e.what());
     }
   };
-  Selection sa = resolve(ia, what_a), sb = resolve(ib, what_b);
+  Selection sa = resolve(ia, "A"), sb = resolve(ib, "B");
   if (sa.shape == sb.shape) {
     // Blocks of both sides in step; each reads slabs of its own layout.
     detail::SelectedReader ra(ia, fa, sa, slab_bytes), rb(ib, fb, sb, slab_bytes);
@@ -319,14 +318,20 @@ CompareResult compare_slabs(const TensorInfo& ia, const detail::FetchSlab& fa, c
 
 CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
                       std::size_t slab_bytes) {
-  Buffer sa, sb;
-  return compare_slabs(a.info(), detail::fetch_from(a, sa), b.info(), detail::fetch_from(b, sb),
-                       opt, slab_bytes, "A", "B");
+  return compare(a, b, opt, SliceSpec{}, slab_bytes);
 }
 
-CompareResult compare(const Tensor& a, const Tensor& b, const CompareOptions& opt) {
+CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
+                      const SliceSpec& slice, std::size_t slab_bytes) {
+  Buffer sa, sb;
+  return compare_slabs(a.info(), detail::fetch_from(a, sa), b.info(), detail::fetch_from(b, sb),
+                       opt, slice, slab_bytes);
+}
+
+CompareResult compare(const Tensor& a, const Tensor& b, const CompareOptions& opt,
+                      const SliceSpec& slice) {
   return compare_slabs(detail::info_of(a), detail::fetch_from(a), detail::info_of(b),
-                       detail::fetch_from(b), opt, kCompareSlabBytes, "A", "B");
+                       detail::fetch_from(b), opt, slice, kCompareSlabBytes);
 }
 
 }  // namespace posenc

@@ -83,6 +83,9 @@ class InputErrors(PosencTestCase):
             f["x"] = np.zeros((3, 4), dtype=np.float32)
         p = self.assert_fails(2, "compare", small, small, match=r"small\.h5 holds /x \(3, 4\) "
                                                                 r"f32$")
+        self.assert_fails(2, "inspect", small, "--slice", "0",
+                          match=r"--slice needs a dataset: .*small\.h5:/NAME; .*small\.h5 holds "
+                                r"/x \(3, 4\) f32$")
         # A missing file: no listing, just the reference.
         self.assert_fails(2, "inspect", self.path("none.h5") + ":", "--slice", "0")
 

@@ -42,6 +42,11 @@ struct TensorRef {
 TensorRef parse_ref(const std::string& text, const std::string& to = "",
                     const std::string& default_dataset = "");
 
+/// For messages about an HDF5 file named without a dataset: "; x.h5 holds /a (3, 4) f32,
+/// /b (8,) f64" (at most 20 datasets, then "and N more"), read through the sandboxed
+/// listing; empty when `path` is not a readable HDF5 file.
+std::string datasets_hint(const std::string& path);
+
 /// One recorded parameter: written as an HDF5 attribute, a JSON field, or listed by
 /// `--verbose`.
 using AttrValue = std::variant<std::string, double, long long, std::vector<double>>;

@@ -29,9 +29,6 @@ struct CompareOptions {
   std::optional<double> rtol, atol;
   std::optional<std::uint64_t> max_ulp;  ///< match when the ULP distance is at most this
   bool equal_nan = false;
-  /// Compare only these elements: the same slicing applied to each tensor (resolved
-  /// against each one's shape); empty: everything.
-  SliceSpec slice;
 };
 
 /// The rule in force, with every default resolved.
@@ -121,16 +118,24 @@ class Comparator {
 /// Default bytes read per slab and side when streaming.
 constexpr std::size_t kCompareSlabBytes = std::size_t{16} << 20;
 
-/// Compares the tensor `a` reads with the reference `b` reads (or the parts `opt.slice`
-/// selects of each), streaming both in slabs along the first axis whose extent is not
-/// 1 (memory: two slabs of about `slab_bytes`). Different compared shapes give a
-/// result with `shapes_equal` false and no data read. Throws InputError naming the
-/// source on short or malformed data or a slice that does not fit its shape,
-/// UsageError for a bad tolerance.
+/// Compares the tensor `a` reads with the reference `b` reads, streaming both in slabs
+/// along the first axis whose extent is not 1 (memory: two slabs of about
+/// `slab_bytes`). Different shapes give a result with `shapes_equal` false and no data
+/// read. Throws InputError naming the source on short or malformed data, UsageError
+/// for a bad tolerance.
 CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
                       std::size_t slab_bytes = kCompareSlabBytes);
 
+/// The same for the parts `slice` selects of each (the same slicing, resolved against
+/// each one's shape; only the selected entries are read): the selections are compared
+/// when their shapes agree, and flat indices count the selection (see
+/// CompareResult::index_in_a). A slice that does not fit a shape is an InputError
+/// ("A: slice '...': ..." or "B: ...").
+CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
+                      const SliceSpec& slice, std::size_t slab_bytes = kCompareSlabBytes);
+
 /// The same for tensors in memory.
-CompareResult compare(const Tensor& a, const Tensor& b, const CompareOptions& opt);
+CompareResult compare(const Tensor& a, const Tensor& b, const CompareOptions& opt,
+                      const SliceSpec& slice = {});
 
 }  // namespace posenc
