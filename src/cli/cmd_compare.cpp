@@ -118,15 +118,14 @@ void print_text(const TensorRef& ra, DType da, const TensorRef& rb, DType db,
   fmt::print("rule: {}\n", text);
   auto at = [&](const DiffAt& e) {
     if (!e.index) return std::string();
-    return fmt::format(" at {}: a = {}, b = {}", index_str(r.index_in_a(*e.index)), e.a,
-                       e.b);
+    return fmt::format(" at {}: a = {}, b = {}", index_str(r.index_in_a(*e.index)), e.a, e.b);
   };
   fmt::print("max abs diff: {}{}\n", r.max_abs.value, at(r.max_abs));
   fmt::print("max rel diff: {}{}\n", r.max_rel.value, at(r.max_rel));
   if (r.max_ulp) {
-    fmt::print("max ulp diff: {} ({}){}\n", *r.max_ulp, ulp_type_name(rule),
-               r.max_ulp_index ? " at " + index_str(r.index_in_a(*r.max_ulp_index))
-                               : std::string());
+    fmt::print(
+        "max ulp diff: {} ({}){}\n", *r.max_ulp, ulp_type_name(rule),
+        r.max_ulp_index ? " at " + index_str(r.index_in_a(*r.max_ulp_index)) : std::string());
   }
   if (r.nan_a || r.nan_b) {
     fmt::print("NaN: {} in a, {} in b, {} where only one side is NaN\n", r.nan_a, r.nan_b,

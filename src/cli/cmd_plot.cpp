@@ -71,9 +71,9 @@ Selected read_selected(const std::string& text, const std::string& slice) {
   const TensorRef ref = parse_ref(text);
   auto src = open_source(ref, {/*attrs=*/true});  // titles and analyze columns
   const TensorInfo& info = src->info();
-  const Selection sel =
-      slice.empty() ? select_all(info.shape)
-                    : resolve_slice_option(parse_slice_option(slice), info.shape, text);
+  const Selection sel = slice.empty()
+                            ? select_all(info.shape)
+                            : resolve_slice_option(parse_slice_option(slice), info.shape, text);
   if (sel.numel > kMaxValues) {
     throw InputError(
         fmt::format("{}: the selection holds {} values, more than the {} a plot "

@@ -179,8 +179,7 @@ Selection resolve_slice_option(const SliceSpec& spec, const Shape& shape, const 
   try {
     return resolve_selection(spec, shape);
   } catch (const InputError& e) {
-    throw InputError(
-        fmt::format("--{} ({} has shape {})", e.what(), what, shape_str(shape)));
+    throw InputError(fmt::format("--{} ({} has shape {})", e.what(), what, shape_str(shape)));
   }
 }
 

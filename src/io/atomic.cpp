@@ -166,8 +166,8 @@ TempFile::TempFile(const std::string& target, bool no_clobber, bool sync)
     fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
     if (fd_ < 0) {
       const int e = errno;
-      throw OutputError(fmt::format("cannot create {}: {}", quoted(target),
-                                    missing_folder(dir_of(target_), e)));
+      throw OutputError(
+          fmt::format("cannot create {}: {}", quoted(target), missing_folder(dir_of(target_), e)));
     }
     path_ = tmpl;
     slot_ = register_temp(path_);

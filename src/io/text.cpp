@@ -282,10 +282,9 @@ std::string table_text(const Tensor& t, const TableLabels& labels) {
     for (std::size_t a = 0; a < lead.size(); ++a) {
       std::size_t v = axes[a][pos[a]];
       if (v == std::string::npos) gap = true;
-      parts.push_back(v == std::string::npos ? "..."
-                      : a < labels.size() && v < labels[a].size()
-                          ? fmt::format("{}", labels[a][v])
-                          : fmt::format("{}", v));
+      parts.push_back(v == std::string::npos                      ? "..."
+                      : a < labels.size() && v < labels[a].size() ? fmt::format("{}", labels[a][v])
+                                                                  : fmt::format("{}", v));
       offset = offset * lead[a] + (v == std::string::npos ? 0 : v);
     }
     // Print a gap marker once per skipped block (when the innermost skipped axis is

@@ -97,7 +97,8 @@ SliceItem parse_list(std::string_view part, std::string_view text) {
   const std::string_view body = trim(part.substr(1, part.size() - 2));
   if (body.empty()) return item;
   for (std::string_view v : split(body, ',')) {
-    if (v.empty()) throw UsageError(fmt::format("slice '{}': empty entry in list '{}'", text, part));
+    if (v.empty())
+      throw UsageError(fmt::format("slice '{}': empty entry in list '{}'", text, part));
     if (v.find(':') != std::string_view::npos) {
       throw UsageError(
           fmt::format("slice '{}': list '{}' holds a range; lists hold integers", text, part));

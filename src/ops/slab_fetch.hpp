@@ -29,8 +29,7 @@ inline std::size_t entry_bytes(const Shape& shape, std::size_t axis, DType t) {
 /// Reads slabs from `src` into `slab` (grown as needed).
 inline FetchSlab fetch_from(TensorSource& src, Buffer& slab) {
   std::size_t next = 0;  // entries before this one have gone by on a stream
-  return [&src, &slab, next](std::size_t axis, std::size_t first,
-                             std::size_t count) mutable {
+  return [&src, &slab, next](std::size_t axis, std::size_t first, std::size_t count) mutable {
     const TensorInfo& info = src.info();
     if (!src.seekable() && first < next) {
       throw InputError(fmt::format(

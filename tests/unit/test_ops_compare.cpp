@@ -250,7 +250,6 @@ TEST_F(CompareStreams, SlabsGiveTheInMemoryResult) {
   EXPECT_EQ(diff.shape_b, (Shape{50, 12}));
 }
 
-
 TEST_F(CompareStreams, SlicesCompareTheSameSelectionOfEach) {
   // A (6, 5) against a (4, 5) reference: the first rows of A, picked by an index list.
   Tensor a(DType::f64, {6, 5}), b(DType::f32, {4, 5});

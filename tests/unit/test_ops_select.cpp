@@ -294,7 +294,6 @@ TEST(Unravel, MatchesCOrder) {
   }
 }
 
-
 // --- index lists -------------------------------------------------------------------------
 
 SliceItem list(std::vector<std::int64_t> v) {
@@ -327,9 +326,9 @@ TEST(SliceLists, Parse) {
   EXPECT_TRUE(parse_slice("[ ], ...").items[0].list.empty());
   EXPECT_EQ(parse_slice("[-9223372036854775808]").items[0].index, kMin);
   EXPECT_EQ(parse_slice("0,[-9223372036854775808]").items[1].list[0], kMin);
-  for (const char* bad : {"[1", "1]", "0,[1,2", "0,[[1]]", "[[1]],2", "0,[1:2]", "0,[1,,2]",
-                          "0,[,]", "0,x[1]", "0,[1]x", "0,[1]:2", "0,[99999999999999999999]",
-                          "0,[a]"}) {
+  for (const char* bad :
+       {"[1", "1]", "0,[1,2", "0,[[1]]", "[[1]],2", "0,[1:2]", "0,[1,,2]", "0,[,]", "0,x[1]",
+        "0,[1]x", "0,[1]:2", "0,[99999999999999999999]", "0,[a]"}) {
     EXPECT_THROW(parse_slice(bad), UsageError) << bad;
     EXPECT_EQ(message_of([&] { parse_slice(bad); }).rfind(std::string("slice '") + bad + "'", 0),
               0u)
@@ -360,7 +359,9 @@ TEST(SliceLists, ResolveAndRangeCheck) {
     const SliceSpec spec{"", {list({0, bad})}};
     EXPECT_THROW(resolve_selection(spec, shape), InputError) << bad;
   }
-  EXPECT_EQ(message_of([&] { resolve_selection(SliceSpec{"", {index(0), list({9, 1})}}, shape); }),
+  EXPECT_EQ(message_of([&] {
+              resolve_selection(SliceSpec{"", {index(0), list({9, 1})}}, shape);
+            }),
             "slice '0,[9,1]': index 9 is out of range for axis 1 with size 4");
   EXPECT_THROW(strided_slices(resolve_selection(parse_slice("0,[1,0,2]"), shape)),
                std::invalid_argument);
@@ -381,7 +382,9 @@ TEST(SliceLists, SelectAndSourceIndexMatchOuterIndexing) {
         return std::uniform_int_distribution<std::int64_t>(-std::int64_t(n),
                                                            std::int64_t(n) - 1)(rng);
       };
-      const auto norm = [&](std::int64_t v) { return std::size_t(v < 0 ? v + std::int64_t(n) : v); };
+      const auto norm = [&](std::int64_t v) {
+        return std::size_t(v < 0 ? v + std::int64_t(n) : v);
+      };
       if (kind == 0) {
         const std::int64_t i = pick();
         spec.items.push_back(index(i));

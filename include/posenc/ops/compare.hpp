@@ -73,10 +73,10 @@ struct DiffAt {
 /// coordinates.
 struct CompareResult {
   CompareRule rule;
-  Shape shape_a, shape_b;   ///< the tensors' shapes
-  Selection sel_a, sel_b;   ///< what was compared of each (everything without a slice)
+  Shape shape_a, shape_b;     ///< the tensors' shapes
+  Selection sel_a, sel_b;     ///< what was compared of each (everything without a slice)
   bool shapes_equal = false;  ///< the compared shapes (sel_a.shape, sel_b.shape) agree
-  std::size_t total = 0;  ///< elements compared (0 when the shapes differ)
+  std::size_t total = 0;      ///< elements compared (0 when the shapes differ)
   std::size_t mismatches = 0;
   std::optional<std::size_t> first_mismatch;  ///< flat index
   DiffAt max_abs, max_rel;                    ///< over pairs without NaN

@@ -101,9 +101,10 @@ Selection select_all(const Shape& shape);
 bool has_index_list(const Selection& sel);
 
 /// The slices that `xt::strided_view` needs to view `sel` over a container of shape
-/// `sel.source` (no index list: throws std::invalid_argument otherwise). The bounds are already resolved here: xtensor 0.24's own range
-/// normalisation differs from numpy for some empty ranges (it gives `a[8:-1:-1]` an
-/// extent of 2^64 - 1 where numpy gives 0), so it only ever sees in-range values.
+/// `sel.source`; std::invalid_argument when `sel` holds an index list. The bounds are
+/// already resolved here: xtensor 0.24's own range normalisation differs from numpy for
+/// some empty ranges (it gives `a[8:-1:-1]` an extent of 2^64 - 1 where numpy gives 0),
+/// so it only ever sees in-range values.
 xt::xstrided_slice_vector strided_slices(const Selection& sel);
 
 /// A zero-copy xtensor view of `sel` over `e`, an xtensor expression (container,
