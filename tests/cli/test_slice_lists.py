@@ -261,6 +261,17 @@ class InspectLists(PosencTestCase):
         self.assertEqual(j["stats"]["argmin"], [2, 1])
 
 
+class PlotLists(PosencTestCase):
+    def test_heatmap_needs_even_spacing(self):
+        src = self.npy("a.npy", np.arange(60.0).reshape(3, 4, 5))
+        self.assert_fails(2, "plot", src, "--slice", "0,[3,0,1],:", "-o", self.path("h.svg"),
+                          match=r"--slice: a heatmap needs evenly spaced indices")
+        self.assertFalse(os.path.exists(self.path("h.svg")))
+        # An evenly spaced list is a range: the heatmap is drawn.
+        self.run_ok("plot", src, "--slice", "0,[3,1],:", "-o", self.path("h.svg"))
+        self.assertGreater(os.path.getsize(self.path("h.svg")), 0)
+
+
 class PipeDrain(PosencTestCase):
     def pipe(self, producer, consumer):
         p1 = subprocess.Popen([BIN, *producer], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
