@@ -13,6 +13,7 @@
 #include "posenc/io/npy.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/cast.hpp"
+#include "posenc/ops/select.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc::cli {
@@ -22,15 +23,43 @@ namespace {
 struct ConvertOptions {
   std::string input;
   std::string dtype = "same";
+  std::string slice;
   OutputOptions out;
 };
 
 // Bytes per slab: large enough to amortise calls, small enough to stream.
 constexpr std::size_t kSlabBytes = std::size_t{16} << 20;
 
+// --slice: the selected elements, streamed from the source in slabs; each block holds
+// whole entries of the output's slab axis (read_selection), so it goes to the sink as is.
+void convert_selection(TensorSource& src, const Selection& sel, const TensorInfo& out_info,
+                       TensorSink& sink) {
+  const Shape& shape = sel.shape;
+  const std::size_t axis = slab_axis(shape);
+  std::size_t entry = 1;  // elements per entry of the output's slab axis
+  for (std::size_t ax = axis + 1; ax < shape.size(); ++ax) entry *= shape[ax];
+  if (sel.numel == 0) {  // nothing to read; the sink still takes its (empty) entries
+    const std::byte none{};
+    sink.write_slab(axis, &none, shape.empty() ? 1 : shape[axis]);
+    return;
+  }
+  const DType in = src.info().dtype;
+  read_selection(src, sel, [&](const std::byte* data, std::size_t count) {
+    const std::size_t entries = shape.empty() ? 1 : count / entry;
+    if (out_info.dtype == in) {
+      sink.write_slab(axis, data, entries);
+      return;
+    }
+    Tensor block(in, Shape{count});
+    std::memcpy(block.bytes(), data, block.nbytes());
+    sink.write_slab(axis, cast(block, out_info.dtype).bytes(), entries);
+  });
+}
+
 void run_convert(const ConvertOptions& o) {
   const TensorRef in_ref = parse_ref(o.input);
   const TensorRef out_ref = parse_ref(o.out.outputs.at(0), o.out.to);
+  const SliceSpec spec = parse_slice_option(o.slice);  // usage errors before any read
   // HDF5 attributes are carried over to HDF5 and JSON outputs, so they are read here.
   auto src = open_source(in_ref, {/*attrs=*/true});
   const TensorInfo& in = src->info();
@@ -41,6 +70,15 @@ void run_convert(const ConvertOptions& o) {
   const bool convert = out_info.dtype != in.dtype;
   verbose(fmt::format("{}: {} {} ({})", in_ref.text, dtype_name(in.dtype), shape_str(in.shape),
                       in.storage));
+  if (!o.slice.empty()) {
+    const Selection sel = resolve_slice_option(spec, in.shape, in_ref.text);
+    out_info.shape = sel.shape;
+    verbose(fmt::format("--slice [{}] -> {}", o.slice, shape_str(sel.shape)));
+    auto sink = create_sink(out_ref, out_info, o.out.write_options());
+    convert_selection(*src, sel, out_info, *sink);
+    sink->commit();
+    return;
+  }
 
   auto sink = create_sink(out_ref, out_info, o.out.write_options());
 
@@ -96,6 +134,8 @@ void register_convert(CLI::App& app) {
   sub->add_option("--dtype", opt->dtype,
                   "output dtype: same (default), f64, f32, f16, bf16, i8..i64, u8..u64, bool; "
                   "as numpy's astype: float to int truncates toward zero, int to int wraps");
+  sub->add_option("--slice", opt->slice,
+                  std::string(kSliceHelp) + "; only the selection is read and written");
   add_output_options(sub, opt->out);
   sub->callback([opt] { run_convert(*opt); });
 }

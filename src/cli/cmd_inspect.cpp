@@ -37,22 +37,23 @@ struct InspectOptions {
 constexpr std::size_t kDefaultHead = 10;
 constexpr std::size_t kTableMax = 1000;  // selections up to this size print as a table
 
-// Library messages name the selection "slice"; on the command line it is --slice.
-template <class F>
-auto naming_option(F&& f) {
-  try {
-    return f();
-  } catch (const UsageError& e) {
-    throw UsageError(std::string("--") + e.what());
-  } catch (const InputError& e) {
-    throw InputError(std::string("--") + e.what());
-  }
-}
-
 // --- output ------------------------------------------------------------------------
 
-std::string index_str(std::size_t flat, const Shape& shape) {
-  return fmt::format("({})", fmt::join(unravel_index(flat, shape), ", "));
+// Indices are the tensor's own, also within a --slice: element `flat` of the selection.
+std::string index_str(std::size_t flat, const Selection& sel) {
+  return fmt::format("({})", fmt::join(source_index(sel, flat), ", "));
+}
+
+// The source index of every entry of each result axis, to label the printed grid.
+TableLabels source_labels(const Selection& sel) {
+  TableLabels labels;
+  for (const AxisSelection& a : sel.axes) {
+    if (a.drop) continue;
+    std::vector<std::size_t> l(a.size);
+    for (std::size_t k = 0; k < a.size; ++k) l[k] = a.at(k);
+    labels.push_back(std::move(l));
+  }
+  return labels;
 }
 
 std::string attr_text(const AttrValue& v) {
@@ -123,7 +124,7 @@ void print_json(const TensorRef& ref, const TensorInfo& info, const std::string&
     s.push_back(fmt::format("\"absmax\": {}", num(st.absmax)));
     s.push_back(fmt::format("\"zeros\": {}", st.zeros));
     auto idx = [&](std::size_t flat) {
-      return any ? json_shape(unravel_index(flat, sel.shape)) : std::string("null");
+      return any ? json_shape(source_index(sel, flat)) : std::string("null");
     };
     s.push_back(fmt::format("\"argmin\": {}", idx(st.argmin)));
     s.push_back(fmt::format("\"argmax\": {}", idx(st.argmax)));
@@ -158,15 +159,16 @@ void print_text(const TensorRef& ref, const TensorInfo& info, const std::string&
              st.posinf, st.neginf);
   if (extra && st.finite > 0) {
     fmt::print("  sum      {}\n  absmax   {}\n  zeros    {}\n", st.sum, st.absmax, st.zeros);
-    fmt::print("  argmin   {}\n  argmax   {}\n", index_str(st.argmin, sel.shape),
-               index_str(st.argmax, sel.shape));
+    fmt::print("  argmin   {}\n  argmax   {}\n", index_str(st.argmin, sel),
+               index_str(st.argmax, sel));
   }
   const std::size_t n = g.head.numel();
   if (n == sel.numel && n <= kTableMax) {
     // The whole selection: a grid, numpy-like.
     Tensor t = Tensor(info.dtype, sel.shape);
     if (t.nbytes() > 0) std::memcpy(t.bytes(), g.head.bytes(), t.nbytes());
-    std::string table = encode_text(Format::text, t);
+    // Rows and columns carry the tensor's own indices, not 0..n of the selection.
+    std::string table = encode_table(t, source_labels(sel));
     table = table.substr(table.find('\n') + 1);  // the header repeats shape and dtype
     std::string indented;
     for (std::size_t p = 0; p < table.size();) {
@@ -225,16 +227,17 @@ void run_inspect(const InspectOptions& o) {
   TensorRef ref = parse_ref(o.input, "", "/");
   if (ref.format == Format::hdf5 && ref.dataset == "/") {
     if (!o.slice.empty()) {
-      throw UsageError(fmt::format("--slice needs a dataset: {}:/NAME", ref.path));
+      throw UsageError(
+          fmt::format("--slice needs a dataset: {}:/NAME{}", ref.path, datasets_hint(ref.path)));
     }
     list_file(ref, o.json);
     return;
   }
   // Check the slice syntax before touching the file (a usage error comes first).
-  const SliceSpec spec = naming_option([&] { return parse_slice(o.slice); });
+  const SliceSpec spec = parse_slice_option(o.slice);
   auto src = open_source(ref, {/*attrs=*/true});  // shown
   const TensorInfo& info = src->info();
-  const Selection sel = naming_option([&] { return resolve_selection(spec, info.shape); });
+  const Selection sel = resolve_slice_option(spec, info.shape, ref.text);
   std::size_t head = o.head >= 0                            ? static_cast<std::size_t>(o.head)
                      : !o.slice.empty() || sel.numel <= 100 ? kTableMax
                                                             : kDefaultHead;
@@ -259,9 +262,9 @@ void register_inspect(CLI::App& app) {
       ->required();
   sub->add_flag("--stats", opt->stats, "also show sum, absmax, zero count, argmin and argmax");
   sub->add_option("--slice", opt->slice,
-                  "numpy basic slicing, one entry per axis: ints, a:b, a:b:c, negative "
-                  "indices, ':' and '...' (e.g. \"0,:,:4\"); statistics and values are of "
-                  "the selection");
+                  std::string(kSliceHelp) +
+                      "; statistics and values are of the selection, shown with the "
+                      "tensor's own indices");
   sub->add_flag("--json", opt->json, "print one JSON object");
   sub->add_option("--head", opt->head,
                   "number of leading values shown (default 10; the whole selection up to "

@@ -71,8 +71,9 @@ Selected read_selected(const std::string& text, const std::string& slice) {
   const TensorRef ref = parse_ref(text);
   auto src = open_source(ref, {/*attrs=*/true});  // titles and analyze columns
   const TensorInfo& info = src->info();
-  const Selection sel =
-      slice.empty() ? select_all(info.shape) : resolve_selection(parse_slice(slice), info.shape);
+  const Selection sel = slice.empty()
+                            ? select_all(info.shape)
+                            : resolve_slice_option(parse_slice_option(slice), info.shape, text);
   if (sel.numel > kMaxValues) {
     throw InputError(
         fmt::format("{}: the selection holds {} values, more than the {} a plot "
@@ -88,10 +89,7 @@ Selected read_selected(const std::string& text, const std::string& slice) {
     const AxisSelection& a = sel.axes[ax];
     if (a.drop || a.size == 1) continue;
     std::vector<std::size_t> idx(a.size);
-    for (std::size_t i = 0; i < a.size; ++i) {
-      idx[i] = static_cast<std::size_t>(static_cast<std::int64_t>(a.start) +
-                                        static_cast<std::int64_t>(i) * a.step);
-    }
+    for (std::size_t i = 0; i < a.size; ++i) idx[i] = a.at(i);
     s.idx.push_back(std::move(idx));
     s.axes.push_back(ax);
     shape.push_back(a.size);
@@ -215,6 +213,14 @@ HeatmapPanel heatmap(const Selected& s, const PlotOptions& o) {
   h.cols = s.idx[1].size();
   h.z.assign(s.values.data<double>(), s.values.data<double>() + s.values.numel());
   auto axis = [](const std::vector<std::size_t>& idx) {
+    // A heatmap axis is first + k * step; an uneven index list has no such labels.
+    for (std::size_t k = 2; k < idx.size(); ++k) {
+      if (idx[k] - idx[k - 1] != idx[1] - idx[0]) {
+        throw UsageError(
+            "--slice: a heatmap needs evenly spaced indices on each axis; use a range or "
+            "--lines");
+      }
+    }
     AxisIndex a;
     a.first = static_cast<double>(idx[0]);
     a.step = idx.size() > 1 ? static_cast<double>(idx[1]) - static_cast<double>(idx[0]) : 1.0;
@@ -243,7 +249,7 @@ void check_flags(const PlotOptions& o) {
   if (o.heatmap && (o.inputs.size() > 1 || !o.rows.empty() || !o.cols.empty() || o.x_col >= 0)) {
     throw UsageError("--heatmap: needs one 2-D selection and no --rows/--cols/--x-col");
   }
-  if (!o.slice.empty()) parse_slice(o.slice);  // syntax errors before any read
+  if (!o.slice.empty()) parse_slice_option(o.slice);  // syntax errors before any read
 }
 
 /// One chart with the lines of every input.
@@ -313,7 +319,8 @@ void register_plot(CLI::App& app) {
                   "image file: .png, .svg or .pdf (or --format); without it (or with - and no "
                   "--format), draw in the terminal");
   sub->add_option("--slice", opt->slice,
-                  "numpy basic slicing applied to every input (e.g. \"0,3\" for batch 0, head 3); "
+                  "numpy slicing as inspect's (index lists too) applied to every input (e.g. "
+                  "\"0,3\" for batch 0, head 3); "
                   "axes of extent 1 are dropped, at most two may remain");
   sub->add_option("--rows", opt->rows,
                   "lines of these rows of a 2-D selection (tensor indices, "

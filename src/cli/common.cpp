@@ -1,9 +1,11 @@
 #include "cli/common.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -154,6 +156,43 @@ std::string cli_terms(const CLI::App* cmd, const std::string& msg) {
     i = j;
   }
   return out;
+}
+
+}  // namespace posenc::cli
+
+namespace posenc::cli {
+
+const char* const kSliceHelp =
+    "numpy slicing, one entry per axis: ints, a:b, a:b:c, negative indices, ':', '...' "
+    "and index lists [i,j,...] (each list picks entries of its own axis, like np.ix_), "
+    "e.g. \"0,:,:4\" or \"1,[1,100],0\"";
+
+SliceSpec parse_slice_option(const std::string& text) {
+  try {
+    return parse_slice(text);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--") + e.what());
+  }
+}
+
+Selection resolve_slice_option(const SliceSpec& spec, const Shape& shape, const std::string& what) {
+  try {
+    return resolve_selection(spec, shape);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--{} ({} has shape {})", e.what(), what, shape_str(shape)));
+  }
+}
+
+void drain_stdin() {
+  struct stat st;
+  if (::fstat(STDIN_FILENO, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n > 0) continue;
+    if (n < 0 && errno == EINTR) continue;
+    return;  // end of data, or an error: nothing more to take
+  }
 }
 
 }  // namespace posenc::cli

@@ -10,6 +10,7 @@
 
 #include "cli/parse.hpp"
 #include "posenc/io/ref.hpp"
+#include "posenc/ops/select.hpp"
 
 namespace posenc::cli {
 
@@ -71,4 +72,22 @@ namespace posenc::cli {
 /// are the names before the first ':' (e.g. `q_len/k_len`, `scaling yarn`) and every
 /// name with an underscore elsewhere.
 std::string cli_terms(const CLI::App* cmd, const std::string& msg);
+}  // namespace posenc::cli
+
+namespace posenc::cli {
+/// The help text of --slice, shared by the commands that take it.
+extern const char* const kSliceHelp;
+
+/// Parses a --slice text (empty: everything); syntax errors are UsageErrors naming the
+/// option ("--slice '1:x': '1:x' ...").
+SliceSpec parse_slice_option(const std::string& text);
+
+/// Resolves a --slice against the shape of the input `what` (a reference as written);
+/// an index outside the shape is an InputError ("--slice '0,9': index 9 is out of
+/// range for axis 1 with size 4 (x.npy has shape (3, 4))").
+Selection resolve_slice_option(const SliceSpec& spec, const Shape& shape, const std::string& what);
+
+/// Reads standard input to its end when it is a pipe or socket, so that a producer
+/// whose output was only partly needed finishes without a broken pipe.
+void drain_stdin();
 }  // namespace posenc::cli

@@ -77,6 +77,22 @@ std::string out_of_memory(const CLI::App& app) {
   return has_limit ? "out of memory (see --max-memory)" : "out of memory";
 }
 
+// Whether the command read a tensor from standard input: an input option (any but
+// -o/--output) or argument given as "-".
+bool reads_stdin(const CLI::App& app) {
+  for (const CLI::App* cmd = &app;;) {
+    for (const CLI::Option* opt : cmd->get_options()) {
+      if (opt->check_name("-o")) continue;
+      for (const std::string& v : opt->results()) {
+        if (v == "-") return true;
+      }
+    }
+    const auto subs = cmd->get_subcommands();
+    if (subs.empty()) return false;
+    cmd = subs.front();
+  }
+}
+
 int run(int argc, char** argv) {
   CLI::App app{
       "posenc: positional encodings for transformers. Generates encoding tables, applies "
@@ -137,6 +153,10 @@ int run(int argc, char** argv) {
                 "a command is required: table, rope, attention, add, inspect, compare, "
                 "convert, plot, analyze or completion");
   }
+  // A command that needed only part of a piped tensor (inspect --slice 0, compare of
+  // different shapes) still takes the rest, so the producer does not fail with a
+  // broken pipe.
+  if (reads_stdin(app)) posenc::cli::drain_stdin();
   return posenc::cli::exit_code();
 }
 

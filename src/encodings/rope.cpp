@@ -187,6 +187,15 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     }
     r = p.head_dim;
   }
+  if (r % 2 != 0 && p.rotary_dim == 0 && p.partial == 1.0) {
+    // Nothing narrowed the rotation: the head dimension itself is odd.
+    const std::string fix =
+        p.head_dim > 2
+            ? fmt::format("; rotate an even part of it with rotary_dim (e.g. {})", p.head_dim - 1)
+            : std::string();
+    usage(fmt::format("dim: RoPE rotates pairs of dims and needs an even head dimension, got {}{}",
+                      p.head_dim, fix));
+  }
   if (r <= 0 || r % 2 != 0) {
     usage(fmt::format("rotary_dim: rotary dimension must be positive and even, got {}", r));
   }

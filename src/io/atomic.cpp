@@ -129,6 +129,15 @@ void refuse_binary_terminal(int fd, bool binary, bool force, const std::string& 
   }
 }
 
+// Why a file cannot be created in `dir`: for a missing folder (or a file in its place)
+// the folder is named, since the file name itself is not what is wrong.
+static std::string missing_folder(const std::string& dir, int err) {
+  const std::string shown = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+  if (err == ENOENT) return "no such directory: " + shown;
+  if (err == ENOTDIR) return "not a directory: " + dir;
+  return std::strerror(err);
+}
+
 // --- TempFile ----------------------------------------------------------------------
 
 TempFile::TempFile(const std::string& target, bool no_clobber, bool sync)
@@ -156,7 +165,9 @@ TempFile::TempFile(const std::string& target, bool no_clobber, bool sync)
     SignalBlock block;
     fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
     if (fd_ < 0) {
-      throw OutputError(fmt::format("cannot create {}: {}", quoted(target), std::strerror(errno)));
+      const int e = errno;
+      throw OutputError(
+          fmt::format("cannot create {}: {}", quoted(target), missing_folder(dir_of(target_), e)));
     }
     path_ = tmpl;
     slot_ = register_temp(path_);

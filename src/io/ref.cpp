@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -328,6 +329,29 @@ void TensorSink::write_slab(std::size_t axis, const void* src, std::size_t count
   throw std::logic_error("this sink writes slabs along axis 0 only");
 }
 
+std::string datasets_hint(const std::string& path) {
+  constexpr std::size_t kMaxListed = 20;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  std::vector<Hdf5Entry> entries;
+  try {
+    entries = list_hdf5_entries(path);
+  } catch (const std::exception&) {
+    return "";
+  }
+  if (entries.empty()) return fmt::format("; {} holds no datasets", path);
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < entries.size() && i < kMaxListed; ++i) {
+    const Hdf5Entry& e = entries[i];
+    names.push_back(e.error.empty() ? fmt::format("{} {} {}", e.name, shape_str(e.info.shape),
+                                                  dtype_name(e.info.dtype))
+                                    : e.name);
+  }
+  const std::string more =
+      entries.size() > kMaxListed ? fmt::format(" and {} more", entries.size() - kMaxListed) : "";
+  return fmt::format("; {} holds {}{}", path, fmt::join(names, ", "), more);
+}
+
 TensorRef parse_ref(const std::string& text, const std::string& to,
                     const std::string& default_dataset) {
   if (text.empty()) throw UsageError("empty tensor reference");
@@ -398,7 +422,8 @@ TensorRef parse_ref(const std::string& text, const std::string& to,
     if (!ref.dataset.empty() && ref.dataset[0] != '/') ref.dataset = "/" + ref.dataset;
     if (ref.dataset.empty() || ref.dataset == "/") {
       if (default_dataset.empty()) {
-        throw UsageError(fmt::format("{}: name a dataset, e.g. {}:/data", text, ref.path));
+        throw UsageError(fmt::format("{}: name a dataset, e.g. {}:/data{}", text, ref.path,
+                                     datasets_hint(ref.path)));
       }
       ref.dataset = default_dataset[0] == '/' ? default_dataset : "/" + default_dataset;
     }

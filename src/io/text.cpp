@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -190,14 +191,21 @@ std::vector<std::size_t> shown(std::size_t n, bool summarise) {
 // One 2-D grid (rows x cols of a C-ordered slice at `offset`) with row and column
 // indices, right-aligned per column.
 void table_grid(const Tensor& t, std::size_t offset, std::size_t rows, std::size_t cols,
-                bool summarise, std::string& out) {
+                bool summarise, std::string& out, const TableLabels& labels) {
   auto ri = shown(rows, summarise);
   auto ci = shown(cols, summarise);
   constexpr std::size_t kGap = std::string::npos;
   // cells[r][c], with row 0 the header and column 0 the row index.
   std::vector<std::vector<std::string>> cells;
   std::vector<std::string> header{""};
-  for (auto c : ci) header.push_back(c == kGap ? "..." : fmt::format("{}", c));
+  // Labels of the last two axes (one axis for a 1-D tensor, whose rows are its values).
+  const std::size_t nd = labels.size();
+  const std::vector<std::size_t>* row_label = nd >= 2 ? &labels[nd - 2] : nullptr;
+  const std::vector<std::size_t>* col_label = nd >= 1 ? &labels[nd - 1] : nullptr;
+  auto label = [](const std::vector<std::size_t>* l, std::size_t i) {
+    return l != nullptr && i < l->size() ? (*l)[i] : i;
+  };
+  for (auto c : ci) header.push_back(c == kGap ? "..." : fmt::format("{}", label(col_label, c)));
   cells.push_back(header);
   for (auto r : ri) {
     std::vector<std::string> row;
@@ -205,7 +213,7 @@ void table_grid(const Tensor& t, std::size_t offset, std::size_t rows, std::size
       row.push_back("...");
       for (std::size_t k = 0; k < ci.size(); ++k) row.push_back(ci[k] == kGap ? "" : "...");
     } else {
-      row.push_back(fmt::format("{}", r));
+      row.push_back(fmt::format("{}", label(row_label, r)));
       for (auto c : ci) {
         row.push_back(c == kGap ? "..." : element_text(t, offset + r * cols + c, Style::table));
       }
@@ -234,7 +242,7 @@ void table_grid(const Tensor& t, std::size_t offset, std::size_t rows, std::size
   }
 }
 
-std::string encode_table(const Tensor& t) {
+std::string table_text(const Tensor& t, const TableLabels& labels) {
   const Shape& s = t.shape();
   bool summarise = t.numel() > kTableThreshold;
   std::string out = fmt::format("# shape {}, {}", shape_str(s), dtype_name(t.dtype()));
@@ -252,14 +260,14 @@ std::string encode_table(const Tensor& t) {
     return out;
   }
   if (t.ndim() == 1) {
-    table_grid(t, 0, 1, s[0], summarise, out);
+    table_grid(t, 0, 1, s[0], summarise, out, labels);
     // The row index of a 1-D tensor means nothing: the grid shows "0" in front of
     // the values, which is fine to keep aligned; nothing else to add.
     return out;
   }
   std::size_t rows = s[s.size() - 2], cols = s[s.size() - 1];
   if (t.ndim() == 2) {
-    table_grid(t, 0, rows, cols, summarise, out);
+    table_grid(t, 0, rows, cols, summarise, out, labels);
     return out;
   }
   // Higher ranks: a grid per leading index tuple, headed like "[i, j, :, :]".
@@ -274,7 +282,9 @@ std::string encode_table(const Tensor& t) {
     for (std::size_t a = 0; a < lead.size(); ++a) {
       std::size_t v = axes[a][pos[a]];
       if (v == std::string::npos) gap = true;
-      parts.push_back(v == std::string::npos ? "..." : fmt::format("{}", v));
+      parts.push_back(v == std::string::npos                      ? "..."
+                      : a < labels.size() && v < labels[a].size() ? fmt::format("{}", labels[a][v])
+                                                                  : fmt::format("{}", v));
       offset = offset * lead[a] + (v == std::string::npos ? 0 : v);
     }
     // Print a gap marker once per skipped block (when the innermost skipped axis is
@@ -295,7 +305,7 @@ std::string encode_table(const Tensor& t) {
       }
     } else {
       out += fmt::format("\n[{}, :, :]\n", fmt::join(parts, ", "));
-      table_grid(t, offset * rows * cols, rows, cols, summarise, out);
+      table_grid(t, offset * rows * cols, rows, cols, summarise, out, labels);
     }
     // Next index tuple (odometer over the shown indices).
     std::size_t a = lead.size();
@@ -333,6 +343,21 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// Whether no field of `line` is a number and some field holds a letter ("pos,dim0").
+bool looks_like_header(std::string_view line, char sep) {
+  bool letter = false;
+  for (std::size_t p = 0; p <= line.size();) {
+    std::size_t e = line.find(sep, p);
+    if (e == std::string_view::npos) e = line.size();
+    std::string_view f = trim(line.substr(p, e - p));
+    double v = 0;
+    if (!f.empty() && parse_double(f, v)) return false;
+    for (char c : f) letter = letter || std::isalpha(static_cast<unsigned char>(c)) != 0;
+    p = e + 1;
+  }
+  return letter;
+}
+
 Tensor decode_csv(std::string_view content, char sep, const std::string& what) {
   std::vector<double> values;
   std::size_t cols = 0, rows = 0, first_line = 0;
@@ -363,8 +388,13 @@ Tensor decode_csv(std::string_view content, char sep, const std::string& what) {
       }
       if (!parse_double(field, v)) {
         std::string shown(field.substr(0, 40));
-        throw InputError(fmt::format("{}: line {}, column {}: '{}' is not a number (field {})",
-                                     what, line_no, col, shown, n));
+        // Names where the first row of numbers should be: a header (pandas writes one).
+        const std::string hint =
+            rows == 0 && looks_like_header(line, sep)
+                ? "; this looks like a header row: remove it or start it with '#'"
+                : "";
+        throw InputError(fmt::format("{}: line {}, column {}: '{}' is not a number (field {}){}",
+                                     what, line_no, col, shown, n, hint));
       }
       values.push_back(v);
       if (fend == line.size()) break;
@@ -580,6 +610,10 @@ Tensor decode_json(std::string_view content, const std::string& what) {
 
 }  // namespace
 
+std::string encode_table(const Tensor& t, const TableLabels& labels) {
+  return table_text(t, labels);
+}
+
 std::string encode_text(Format fmt, const Tensor& t, const Attrs& attrs) {
   switch (fmt) {
     case Format::csv:
@@ -589,7 +623,7 @@ std::string encode_text(Format fmt, const Tensor& t, const Attrs& attrs) {
     case Format::json:
       return encode_json(t, attrs);
     case Format::text:
-      return encode_table(t);
+      return table_text(t, {});
     default:
       throw UsageError("encode_text: not a text format");
   }

@@ -4,12 +4,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xsort.hpp>
 #include <xtensor/xview.hpp>
 
 #include "dtype_visit.hpp"
+#include "ops/select_batches.hpp"
 #include "ops/slab_fetch.hpp"
 #include "posenc/error.hpp"
 
@@ -270,37 +273,44 @@ void load_doubles(DType t, const std::byte* slab, std::size_t first, std::size_t
 
 CompareResult compare_slabs(const TensorInfo& ia, const detail::FetchSlab& fa, const TensorInfo& ib,
                             const detail::FetchSlab& fb, const CompareOptions& opt,
-                            std::size_t slab_bytes) {
+                            const SliceSpec& slice, std::size_t slab_bytes) {
   Comparator cmp(make_compare_rule(ia.dtype, ib.dtype, opt));
-  CompareResult r;
-  if (ia.shape == ib.shape) {
-    const Shape& shape = ia.shape;
-    const std::size_t axis = slab_axis(shape);
-    const std::size_t extent = shape.empty() ? 1 : shape[axis];
-    std::size_t entry = 1;  // elements per entry of the streaming axis
-    for (std::size_t ax = axis + 1; ax < shape.size(); ++ax) entry *= shape[ax];
-    const std::size_t item = std::max(dtype_size(ia.dtype), dtype_size(ib.dtype));
-    const std::size_t per_slab = entry == 0 ? std::max<std::size_t>(extent, 1)
-                                            : std::max<std::size_t>(1, slab_bytes / (entry * item));
+  // Each side's slice against its own shape; an error names the side.
+  auto resolve = [&](const TensorInfo& info, const char* side) {
+    if (slice.items.empty()) return select_all(info.shape);
+    try {
+      return resolve_selection(slice, info.shape);
+    } catch (const InputError& e) {
+      throw InputError(std::string(side) + ": " + e.what());
+    }
+  };
+  Selection sa = resolve(ia, "A"), sb = resolve(ib, "B");
+  if (sa.shape == sb.shape) {
+    // Blocks of both sides in step; each reads slabs of its own layout.
+    detail::SelectedReader ra(ia, fa, sa, slab_bytes), rb(ib, fb, sb, slab_bytes);
+    std::pair<const std::byte*, std::size_t> pa{nullptr, 0}, pb{nullptr, 0};
     constexpr std::size_t kChunk = 8192;  // values compared at a time: stays in cache
+    const std::size_t ea = dtype_size(ia.dtype), eb = dtype_size(ib.dtype);
     xt::xtensor<double, 1> a, b;
-    for (std::size_t first = 0; first < extent; first += per_slab) {
-      const std::size_t count = std::min(per_slab, extent - first);
-      const std::byte* sa = fa(axis, first, count);
-      const std::byte* sb = fb(axis, first, count);
-      const std::size_t n = count * entry;
-      for (std::size_t i = 0; i < n; i += kChunk) {
-        const std::size_t m = std::min(kChunk, n - i);
-        load_doubles(ia.dtype, sa, i, m, a);
-        load_doubles(ib.dtype, sb, i, m, b);
-        cmp.add(a, b);
-      }
+    for (std::size_t left = sa.numel; left > 0;) {
+      if (pa.second == 0) pa = ra.next();
+      if (pb.second == 0) pb = rb.next();
+      const std::size_t m = std::min({kChunk, pa.second, pb.second});
+      if (m == 0) throw std::logic_error("compare: the selections ended early");
+      load_doubles(ia.dtype, pa.first, 0, m, a);
+      load_doubles(ib.dtype, pb.first, 0, m, b);
+      cmp.add(a, b);
+      pa = {pa.first + m * ea, pa.second - m};
+      pb = {pb.first + m * eb, pb.second - m};
+      left -= m;
     }
   }
-  r = cmp.result();
+  CompareResult r = cmp.result();
   r.shape_a = ia.shape;
   r.shape_b = ib.shape;
-  r.shapes_equal = ia.shape == ib.shape;
+  r.shapes_equal = sa.shape == sb.shape;
+  r.sel_a = std::move(sa);
+  r.sel_b = std::move(sb);
   return r;
 }
 
@@ -308,14 +318,20 @@ CompareResult compare_slabs(const TensorInfo& ia, const detail::FetchSlab& fa, c
 
 CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
                       std::size_t slab_bytes) {
-  Buffer sa, sb;
-  return compare_slabs(a.info(), detail::fetch_from(a, sa), b.info(), detail::fetch_from(b, sb),
-                       opt, slab_bytes);
+  return compare(a, b, opt, SliceSpec{}, slab_bytes);
 }
 
-CompareResult compare(const Tensor& a, const Tensor& b, const CompareOptions& opt) {
+CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
+                      const SliceSpec& slice, std::size_t slab_bytes) {
+  Buffer sa, sb;
+  return compare_slabs(a.info(), detail::fetch_from(a, sa), b.info(), detail::fetch_from(b, sb),
+                       opt, slice, slab_bytes);
+}
+
+CompareResult compare(const Tensor& a, const Tensor& b, const CompareOptions& opt,
+                      const SliceSpec& slice) {
   return compare_slabs(detail::info_of(a), detail::fetch_from(a), detail::info_of(b),
-                       detail::fetch_from(b), opt, kCompareSlabBytes);
+                       detail::fetch_from(b), opt, slice, kCompareSlabBytes);
 }
 
 }  // namespace posenc

@@ -146,6 +146,14 @@ void rope_stream_impl(const RopeStreamRequest& o) {
       throw InputError(fmt::format("{}: head dimension {} is too large", what, head_dim));
     }
     RopeParams params = o.params(static_cast<int>(head_dim));
+    if (params.rotary_dim == 0 && params.partial == 1.0 && head_dim % 2 != 0) {
+      // Nothing asked for an odd width: the input's shape is the problem, not an option.
+      throw InputError(fmt::format(
+          "{}: head dim (axis d) of shape {} is {}, which is odd: RoPE rotates pairs of dims; "
+          "rotate the first {} with rotary_dim or a partial rotary factor, or check the axes "
+          "({})",
+          what, shape_str(info.shape), head_dim, head_dim - 1, axes.letters));
+    }
     if (params.seq_len == 0) params.seq_len = positions_extent(pos, seq, apply);
     const RopeFreqs freqs = compute_rope_freqs(params);
     const DType out_dtype = o.dtype ? *o.dtype : rope_default_out_dtype(info.dtype);

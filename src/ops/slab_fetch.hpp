@@ -28,8 +28,17 @@ inline std::size_t entry_bytes(const Shape& shape, std::size_t axis, DType t) {
 
 /// Reads slabs from `src` into `slab` (grown as needed).
 inline FetchSlab fetch_from(TensorSource& src, Buffer& slab) {
-  return [&src, &slab](std::size_t axis, std::size_t first, std::size_t count) {
+  std::size_t next = 0;  // entries before this one have gone by on a stream
+  return [&src, &slab, next](std::size_t axis, std::size_t first, std::size_t count) mutable {
     const TensorInfo& info = src.info();
+    if (!src.seekable() && first < next) {
+      throw InputError(fmt::format(
+          "the input is a stream, read forward only, but the selection goes back to entry {} "
+          "of axis {} after entry {}: put the index list in increasing order, or save the "
+          "input to a file first",
+          first, axis, next - 1));
+    }
+    next = first + count;
     const std::size_t bytes = count * entry_bytes(info.shape, axis, info.dtype);
     // A slab is at least one entry along `axis`; a header may claim entries of any
     // size, so none larger than this is allocated before its data is seen.

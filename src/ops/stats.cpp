@@ -10,6 +10,7 @@
 #include <xtensor/xsort.hpp>
 
 #include "dtype_visit.hpp"
+#include "ops/select_batches.hpp"
 #include "ops/slab_fetch.hpp"
 
 namespace posenc {
@@ -103,63 +104,6 @@ TensorStats StatsAccumulator::result() const {
 
 namespace {
 
-/// The batch of selected entries [k, k + m) along the streaming axis, as a selection
-/// of the slab that holds them (entries lo .. lo + span - 1 of that axis).
-struct Batch {
-  std::size_t lo = 0;
-  Selection local;
-};
-
-Batch batch_selection(const Selection& sel, std::size_t axis, std::size_t k, std::size_t m) {
-  const AxisSelection& rows = sel.axes[axis];
-  const auto first =
-      static_cast<std::int64_t>(rows.start) + static_cast<std::int64_t>(k) * rows.step;
-  const std::int64_t last = first + static_cast<std::int64_t>(m - 1) * rows.step;
-  Batch b;
-  b.lo = static_cast<std::size_t>(std::min(first, last));
-  b.local = sel;
-  b.local.source[axis] = static_cast<std::size_t>(std::abs(last - first)) + 1;
-  AxisSelection& a = b.local.axes[axis];
-  a.start = static_cast<std::size_t>(first) - b.lo;
-  a.size = m;
-  if (m <= 1) a.step = 1;
-  b.local.numel = sel.numel / rows.size * m;
-  if (!a.drop) {
-    std::size_t kept = 0;  // position of `axis` in the result shape
-    for (std::size_t ax = 0; ax < axis; ++ax) kept += !sel.axes[ax].drop;
-    b.local.shape[kept] = m;
-  }
-  return b;
-}
-
-/// Adds the selected elements of one slab to `acc` and copies the leading ones into
-/// `head` (from flat position `flat` of the selection).
-template <DType D>
-void scan_slab(const std::byte* slab, const Selection& local, std::size_t flat,
-               StatsAccumulator& acc, Tensor& head, std::vector<std::byte>& gather) {
-  using S = detail::storage_t<D>;
-  const std::size_t n = local.numel;
-  const S* values = nullptr;
-  if (auto off = contiguous_offset(local)) {
-    values = reinterpret_cast<const S*>(slab) + *off;  // zero-copy
-  } else {
-    gather.resize(n * sizeof(S));
-    std::size_t slab_numel = 1;
-    for (std::size_t e : local.source) slab_numel *= e;
-    auto src =
-        xt::adapt(reinterpret_cast<const S*>(slab), slab_numel, xt::no_ownership(), local.source);
-    auto dst = xt::adapt(reinterpret_cast<S*>(gather.data()), n, xt::no_ownership(), local.shape);
-    dst = select_view(src, local);
-    values = reinterpret_cast<const S*>(gather.data());
-  }
-  auto raw = xt::adapt(values, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
-  if (flat < head.numel()) {
-    const std::size_t k = std::min(head.numel() - flat, n);
-    std::copy_n(values, k, head.data<S>() + flat);
-  }
-  acc.add(detail::as_double<D>(raw));
-}
-
 SelectionSummary summarize_slabs(const TensorInfo& info, const detail::FetchSlab& fetch,
                                  const Selection& sel, std::size_t head, std::size_t slab_bytes) {
   if (sel.source != info.shape) {
@@ -169,39 +113,21 @@ SelectionSummary summarize_slabs(const TensorInfo& info, const detail::FetchSlab
   SelectionSummary out;
   out.head = Tensor(info.dtype, Shape{std::min(head, sel.numel)});
   StatsAccumulator acc;
-  std::vector<std::byte> gather;
-  if (sel.numel == 0) {
-    out.stats = acc.result();
-    return out;
-  }
-  const auto scan = [&](const std::byte* slab, const Selection& local, std::size_t flat) {
+  std::size_t flat = 0;  // position in the selection of the block's first value
+  detail::for_each_selected(info, fetch, sel, slab_bytes, [&](const std::byte* p, std::size_t n) {
     detail::visit_dtype(info.dtype, [&](auto tag) {
-      scan_slab<decltype(tag)::value>(slab, local, flat, acc, out.head, gather);
+      constexpr DType D = decltype(tag)::value;
+      using S = detail::storage_t<D>;
+      const S* values = reinterpret_cast<const S*>(p);
+      if (flat < out.head.numel()) {
+        const std::size_t k = std::min(out.head.numel() - flat, n);
+        std::copy_n(values, k, out.head.data<S>() + flat);
+      }
+      auto raw = xt::adapt(values, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
+      acc.add(detail::as_double<D>(raw));
     });
-  };
-  if (info.shape.empty()) {  // rank 0: one value
-    scan(fetch(0, 0, 1), sel, 0);
-    out.stats = acc.result();
-    return out;
-  }
-  // Entries of the first axis whose extent is not 1 (those before it have extent 1),
-  // so a [1, s, h, d] tensor streams along s, never as one row.
-  const std::size_t axis = slab_axis(info.shape);
-  const std::size_t entry =
-      std::max<std::size_t>(1, detail::entry_bytes(info.shape, axis, info.dtype));
-  const std::size_t slab_entries = std::max<std::size_t>(1, slab_bytes / entry);
-  // Selected entries whose span fits one slab: |step| * (m - 1) + 1 <= slab_entries.
-  const AxisSelection& rows = sel.axes[axis];
-  const auto stride = static_cast<std::size_t>(rows.step < 0 ? -rows.step : rows.step);
-  const std::size_t per_batch = (slab_entries - 1) / stride + 1;
-  std::size_t flat = 0;
-  for (std::size_t k = 0; k < rows.size;) {
-    const std::size_t m = std::min(per_batch, rows.size - k);
-    const Batch b = batch_selection(sel, axis, k, m);
-    scan(fetch(axis, b.lo, b.local.source[axis]), b.local, flat);
-    flat += b.local.numel;
-    k += m;
-  }
+    flat += n;
+  });
   out.stats = acc.result();
   return out;
 }

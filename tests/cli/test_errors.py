@@ -23,10 +23,11 @@ class GlobalBehaviour(PosencTestCase):
                 self.assertEqual(p.returncode, 0, p.stderr)
                 self.assertIn("posenc", p.stdout.decode())
         text = run("compare", "--help").stdout.decode()
-        for opt in ["--rtol", "--atol", "--max-ulp", "--json", "--equal-nan"]:
+        for opt in ["--rtol", "--atol", "--max-ulp", "--json", "--equal-nan", "--slice"]:
             self.assertIn(opt, text)
         text = run("convert", "--help").stdout.decode()
-        for opt in ["--dtype", "--to", "--force", "--no-clobber", "--compression", "-o"]:
+        for opt in ["--dtype", "--to", "--force", "--no-clobber", "--compression", "-o",
+                    "--slice"]:
             self.assertIn(opt, text)
 
     def test_no_command(self):

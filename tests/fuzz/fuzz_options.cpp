@@ -1,7 +1,8 @@
 // Fuzzes every option-value parser; the first input byte picks one, the rest is the
 // value text:
 //   0 --slice, resolved against a small shape taken from the next bytes, each axis
-//     checked against Python's slice.indices computed here in 128-bit arithmetic;
+//     checked against Python's slice.indices computed here in 128-bit arithmetic (and
+//     index lists entry by entry);
 //   1 --window; 2 sizes (--max-memory); 3 factor lists (--short-factor);
 //   4 integer option text (canonical form must parse back to the same value);
 //   5 real-number option text; 6 --mrope-section;
@@ -31,6 +32,10 @@ std::vector<i128> python_indices(const posenc::SliceItem& e, i128 n) {
   if (e.kind == posenc::SliceItem::Kind::index) {
     const i128 i = e.index < 0 ? e.index + n : e.index;
     if (i >= 0 && i < n) out.push_back(i);
+    return out;
+  }
+  if (e.kind == posenc::SliceItem::Kind::list) {  // every entry, in order
+    for (std::int64_t v : e.list) out.push_back(v < 0 ? v + n : v);
     return out;
   }
   const i128 step = e.step;
@@ -87,9 +92,10 @@ void check_slice(const std::string& text, const std::uint8_t* dims, std::size_t 
     expect(a.size == want.size(), "slice count differs from Python's");
     expect(a.drop == (full[ax].kind == Kind::index), "index axes are dropped, slices kept");
     for (std::size_t k = 0; k < want.size(); ++k) {
-      const i128 got = static_cast<i128>(a.start) + static_cast<i128>(k) * a.step;
-      expect(got == want[k], "slice index differs from Python's");
+      expect(want[k] >= 0 && want[k] < static_cast<i128>(shape[ax]), "index outside the axis");
+      expect(static_cast<i128>(a.at(k)) == want[k], "slice index differs from Python's");
     }
+    if (!a.indices.empty()) expect(a.indices.size() == a.size, "index list size");
   }
 }
 

@@ -129,6 +129,10 @@ def option_seeds():
             b'"short_factor": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], '
             b'"long_factor": [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2], '
             b'"original_max_position_embeddings": 4096}, "max_position_embeddings": 131072}'),
+        # index lists: outer indexing, negatives, repeats, empty, whole-text brackets
+        (0, b"\x03\x08\x05|1,[1,7,-8,1],0"), (0, b"\x04\x04|[[3,0,-1]]"),
+        (0, b"\x02\x03|[],[0,2]"), (0, b"\x03\x03|[0,[1,2]]"),
+        (0, b"\x02|[-9223372036854775808,0]"), (0, b"\x02\x02|[0,[1,,2]"),
     ]
     for i, (which, text) in enumerate(seeds):
         put("options", f"opt{i:02d}", bytes([which]) + text)

@@ -122,7 +122,7 @@ TEST_F(AtomicTest, MissingFolderNamesThePath) {
     ADD_FAILURE() << "accepted";
   } catch (const OutputError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "cannot create '" + path("nope/a.bin") + "': No such file or directory");
+              "cannot create '" + path("nope/a.bin") + "': no such directory: " + path("nope/"));
   }
 }
 

@@ -16,6 +16,7 @@
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/compare.hpp"
+#include "posenc/ops/select.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc {
@@ -247,6 +248,43 @@ TEST_F(CompareStreams, SlabsGiveTheInMemoryResult) {
   EXPECT_FALSE(diff.shapes_equal || diff.match());
   EXPECT_EQ(diff.total, 0u);
   EXPECT_EQ(diff.shape_b, (Shape{50, 12}));
+}
+
+TEST_F(CompareStreams, SlicesCompareTheSameSelectionOfEach) {
+  // A (6, 5) against a (4, 5) reference: the first rows of A, picked by an index list.
+  Tensor a(DType::f64, {6, 5}), b(DType::f32, {4, 5});
+  for (std::size_t i = 0; i < a.numel(); ++i) a.data<double>()[i] = static_cast<double>(i);
+  for (std::size_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = static_cast<float>(i);
+  b.data<float>()[3 * 5 + 4] += 1;  // row 3, column 4
+  b.data<float>()[1 * 5 + 2] += 2;  // row 1, column 2
+  write_tensor(parse_ref(pa_), a);
+  write_tensor(parse_ref(pb_), b);
+  const CompareOptions opt{0.0, 0.0, std::nullopt, false};
+  const SliceSpec spec = parse_slice("[3, 0, 1], 2:");
+  const CompareResult mem = compare(a, b, opt, spec);
+  EXPECT_TRUE(mem.shapes_equal);
+  EXPECT_EQ(mem.total, 9u);
+  EXPECT_EQ(mem.mismatches, 2u);
+  ASSERT_TRUE(mem.first_mismatch && mem.max_abs.index);
+  EXPECT_EQ(mem.index_in_a(*mem.first_mismatch), (std::vector<std::size_t>{3, 4}));
+  EXPECT_EQ(mem.index_in_a(*mem.max_abs.index), (std::vector<std::size_t>{1, 2}));
+  EXPECT_EQ(mem.max_abs.value, 2.0);
+  for (std::size_t slab : {std::size_t{1}, std::size_t{60}, kCompareSlabBytes}) {
+    auto sa = open_source(parse_ref(pa_)), sb = open_source(parse_ref(pb_));
+    const CompareResult r = compare(*sa, *sb, opt, spec, slab);
+    EXPECT_EQ(r.mismatches, mem.mismatches) << slab;
+    EXPECT_EQ(r.first_mismatch, mem.first_mismatch) << slab;
+    EXPECT_EQ(r.max_abs.index, mem.max_abs.index) << slab;
+  }
+  EXPECT_TRUE(compare(a, b, opt, parse_slice("[0, 2]")).match());
+  EXPECT_FALSE(compare(a, b, opt).shapes_equal);
+  try {
+    compare(a, b, opt, parse_slice("5"));
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "B: slice '5': index 5 is out of range for axis 0 with size 4");
+  }
 }
 
 }  // namespace

@@ -36,10 +36,16 @@ struct TensorRef {
 
 /// Parses `text`. `to` overrides the format taken from the extension (the `--to`
 /// option: "npy", "h5", "csv", "tsv", "json", "text"). An HDF5 reference without a
-/// dataset gets `default_dataset` (e.g. "/data"), or a UsageError when that is empty.
+/// dataset gets `default_dataset` (e.g. "/data"), or a UsageError when that is empty
+/// (listing, when the file exists, its first 20 datasets with shapes and dtypes).
 /// Unknown extensions are a UsageError naming the reference.
 TensorRef parse_ref(const std::string& text, const std::string& to = "",
                     const std::string& default_dataset = "");
+
+/// For messages about an HDF5 file named without a dataset: "; x.h5 holds /a (3, 4) f32,
+/// /b (8,) f64" (at most 20 datasets, then "and N more"), read through the sandboxed
+/// listing; empty when `path` is not a readable HDF5 file.
+std::string datasets_hint(const std::string& path);
 
 /// One recorded parameter: written as an HDF5 attribute, a JSON field, or listed by
 /// `--verbose`.

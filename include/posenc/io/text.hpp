@@ -9,6 +9,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "posenc/io/ref.hpp"
 #include "posenc/tensor.hpp"
@@ -18,6 +19,15 @@ namespace posenc {
 /// The full file content of `t` in `fmt` (csv, tsv, json or text). CSV/TSV accept
 /// rank 0-2 (a UsageError names the shape otherwise); json and text accept any rank.
 std::string encode_text(Format fmt, const Tensor& t, const Attrs& attrs = {});
+
+/// Index labels of a readable table: labels[a][i] is shown for entry i of axis a (for
+/// the rows and columns of each grid and the "[i, j, :, :]" headings); an axis without
+/// labels (or past the end of `labels`) shows 0, 1, ...
+using TableLabels = std::vector<std::vector<std::size_t>>;
+
+/// The readable table of `t` (what encode_text gives for Format::text) with the
+/// indices `labels` names, e.g. the source indices of a slice.
+std::string encode_table(const Tensor& t, const TableLabels& labels);
 
 /// Parses CSV/TSV or JSON content into a tensor. CSV/TSV give f64: one value per
 /// line is shape (n,), otherwise (rows, cols); blank lines and lines starting with

@@ -15,9 +15,11 @@
 #include <cstdint>
 #include <optional>
 #include <utility>
+#include <vector>
 #include <xtensor/xtensor.hpp>
 
 #include "posenc/io/ref.hpp"
+#include "posenc/ops/select.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc {
@@ -66,12 +68,15 @@ struct DiffAt {
   double a = 0, b = 0;
 };
 
-/// The outcome of a comparison.
+/// The outcome of a comparison. Flat indices count the compared elements in C order
+/// (of the selections when a slice was given); `index_in_a` turns one into A's own
+/// coordinates.
 struct CompareResult {
   CompareRule rule;
-  Shape shape_a, shape_b;
-  bool shapes_equal = false;
-  std::size_t total = 0;  ///< elements compared (0 when the shapes differ)
+  Shape shape_a, shape_b;     ///< the tensors' shapes
+  Selection sel_a, sel_b;     ///< what was compared of each (everything without a slice)
+  bool shapes_equal = false;  ///< the compared shapes (sel_a.shape, sel_b.shape) agree
+  std::size_t total = 0;      ///< elements compared (0 when the shapes differ)
   std::size_t mismatches = 0;
   std::optional<std::size_t> first_mismatch;  ///< flat index
   DiffAt max_abs, max_rel;                    ///< over pairs without NaN
@@ -80,6 +85,8 @@ struct CompareResult {
   std::size_t nan_a = 0, nan_b = 0;
   std::size_t nan_mismatches = 0;  ///< NaN on exactly one side
   bool match() const { return shapes_equal && mismatches == 0; }
+  /// The multi-index in A (its source coordinates) of compared element `flat`.
+  std::vector<std::size_t> index_in_a(std::size_t flat) const { return source_index(sel_a, flat); }
 };
 
 /// Compares blocks of values in order; the result does not depend on the blocks.
@@ -119,7 +126,16 @@ constexpr std::size_t kCompareSlabBytes = std::size_t{16} << 20;
 CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
                       std::size_t slab_bytes = kCompareSlabBytes);
 
+/// The same for the parts `slice` selects of each (the same slicing, resolved against
+/// each one's shape; only the selected entries are read): the selections are compared
+/// when their shapes agree, and flat indices count the selection (see
+/// CompareResult::index_in_a). A slice that does not fit a shape is an InputError
+/// ("A: slice '...': ..." or "B: ...").
+CompareResult compare(TensorSource& a, TensorSource& b, const CompareOptions& opt,
+                      const SliceSpec& slice, std::size_t slab_bytes = kCompareSlabBytes);
+
 /// The same for tensors in memory.
-CompareResult compare(const Tensor& a, const Tensor& b, const CompareOptions& opt);
+CompareResult compare(const Tensor& a, const Tensor& b, const CompareOptions& opt,
+                      const SliceSpec& slice = {});
 
 }  // namespace posenc
