@@ -23,9 +23,11 @@
 #endif
 
 // openblas_set_num_threads is not in the list: its trampoline is written out below.
-#define POSENC_BLAS_FUNCTIONS(X) \
-  X(cblas_sgemm, 14) X(cblas_dgemm, 14) X(cblas_sgemv, 12) X(cblas_dgemv, 12) \
+// clang-format off
+#define POSENC_BLAS_FUNCTIONS(X)                                                                   \
+  X(cblas_sgemm, 14) X(cblas_dgemm, 14) X(cblas_sgemv, 12) X(cblas_dgemv, 12)                      \
   X(openblas_get_num_threads, 0)
+// clang-format on
 
 namespace {
 
@@ -48,8 +50,8 @@ Blas load() {
   Blas b;
   void* lib = posenc::shim::open_library(POSENC_BLAS_SONAME, POSENC_BLAS_PACKAGE, &b.error);
   if (lib == nullptr) return b;
-#define POSENC_BIND(name)                                                                 \
-  if (b.error.empty()) {                                                                       \
+#define POSENC_BIND(name)                                                                          \
+  if (b.error.empty()) {                                                                           \
     b.name = reinterpret_cast<decltype(b.name)>(symbol(lib, POSENC_BLAS_SONAME, #name, &b.error)); \
   }
 #define POSENC_BIND_FUNCTION(name, n) POSENC_BIND(name)

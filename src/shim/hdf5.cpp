@@ -24,52 +24,56 @@
 #endif
 
 // H5open is not in the list: its trampoline is written out below.
-#define POSENC_HDF5_FUNCTIONS(X)                                                               \
-  X(H5Aclose, 1) X(H5Acreate2, 6) X(H5Adelete, 2) X(H5Aexists, 2) X(H5Aget_space, 1)           \
-  X(H5Aget_type, 1) X(H5Aiterate2, 6) X(H5Aopen, 3) X(H5Aread, 3) X(H5Awrite, 3)               \
-  X(H5Dclose, 1) X(H5Dcreate2, 7) X(H5Dget_create_plist, 1) X(H5Dget_space, 1)                 \
-  X(H5Dget_type, 1) X(H5Dopen2, 3) X(H5Dread, 6) X(H5Dwrite, 6) X(H5Eclear2, 1)                \
-  X(H5Eset_auto2, 3) X(H5Ewalk2, 4) X(H5Fclose, 1) X(H5Fcreate, 4) X(H5Fis_hdf5, 1)            \
-  X(H5Fopen, 3) X(H5Gclose, 1) X(H5Gcreate2, 5) X(H5Gopen2, 3) X(H5Lexists, 3)                 \
-  X(H5Lget_info, 4) X(H5Lvisit, 5) X(H5Oget_info_by_name2, 5) X(H5PLset_loading_state, 1)      \
-  X(H5Pclose, 1) X(H5Pcreate, 1) X(H5Pget_chunk, 3) X(H5Pget_external_count, 1)                \
-  X(H5Pget_filter2, 8) X(H5Pget_layout, 1) X(H5Pget_nfilters, 1) X(H5Pset_char_encoding, 2)    \
-  X(H5Pset_chunk, 3) X(H5Pset_chunk_cache, 4) X(H5Pset_deflate, 2) X(H5Pset_elink_cb, 3)       \
-  X(H5Pset_fclose_degree, 2) X(H5Pset_obj_track_times, 2) X(H5Pset_shuffle, 1)                 \
-  X(H5Sclose, 1) X(H5Screate, 1) X(H5Screate_simple, 3) X(H5Sget_simple_extent_dims, 3)        \
-  X(H5Sget_simple_extent_ndims, 1) X(H5Sget_simple_extent_npoints, 1)                          \
-  X(H5Sget_simple_extent_type, 1) X(H5Sselect_hyperslab, 6) X(H5Sselect_none, 1)              \
-  X(H5Tclose, 1) X(H5Tcopy, 1) X(H5Tenum_create, 1) X(H5Tenum_insert, 3) X(H5Tget_class, 1)    \
-  X(H5Tget_cset, 1) X(H5Tget_fields, 6) X(H5Tget_member_name, 2) X(H5Tget_member_value, 3)     \
-  X(H5Tget_native_type, 2) X(H5Tget_nmembers, 1) X(H5Tget_offset, 1) X(H5Tget_order, 1)        \
-  X(H5Tget_precision, 1) X(H5Tget_sign, 1) X(H5Tget_size, 1) X(H5Tis_variable_str, 1)          \
-  X(H5Tset_cset, 2) X(H5Tset_ebias, 2) X(H5Tset_fields, 6) X(H5Tset_precision, 2)              \
-  X(H5Tset_size, 2) X(H5Tset_strpad, 2) X(H5Zfilter_avail, 1) X(H5check_version, 3)            \
-  X(H5dont_atexit, 0) X(H5free_memory, 1)                                                      \
-  /* not called yet: groups, links, objects, extents */                                        \
-  X(H5Ldelete, 3) X(H5Lcreate_soft, 5) X(H5Lcreate_hard, 6) X(H5Lmove, 6) X(H5Literate, 6)     \
-  X(H5Lget_name_by_idx, 8) X(H5Gget_info, 2) X(H5Gget_info_by_name, 4) X(H5Oopen, 3)           \
-  X(H5Oclose, 1) X(H5Oget_info2, 3) X(H5Oexists_by_name, 3) X(H5Dset_extent, 2)                \
-  X(H5Dget_storage_size, 1) X(H5Dget_access_plist, 1) X(H5Dflush, 1) X(H5Fflush, 2)            \
-  X(H5Fget_intent, 2) X(H5Fget_name, 3) X(H5Iget_type, 1) X(H5Iget_name, 3) X(H5Iis_valid, 1)  \
-  X(H5Idec_ref, 1) X(H5Pset_link_creation_order, 2) X(H5Pset_libver_bounds, 3)                 \
-  X(H5Pset_layout, 2) X(H5Pset_fill_value, 3) X(H5Pset_alloc_time, 2)                          \
-  X(H5Pset_create_intermediate_group, 2) X(H5Aopen_by_name, 5) X(H5Aget_name, 3)               \
-  X(H5Aexists_by_name, 4) X(H5Sget_select_npoints, 1) X(H5Sselect_all, 1)                      \
-  X(H5Sset_extent_simple, 4) X(H5Tequal, 2) X(H5Tcreate, 2) X(H5Tinsert, 4)                    \
+// clang-format off
+#define POSENC_HDF5_FUNCTIONS(X)                                                                   \
+  X(H5Aclose, 1) X(H5Acreate2, 6) X(H5Adelete, 2) X(H5Aexists, 2) X(H5Aget_space, 1)               \
+  X(H5Aget_type, 1) X(H5Aiterate2, 6) X(H5Aopen, 3) X(H5Aread, 3) X(H5Awrite, 3)                   \
+  X(H5Dclose, 1) X(H5Dcreate2, 7) X(H5Dget_create_plist, 1) X(H5Dget_space, 1)                     \
+  X(H5Dget_type, 1) X(H5Dopen2, 3) X(H5Dread, 6) X(H5Dwrite, 6) X(H5Eclear2, 1)                    \
+  X(H5Eset_auto2, 3) X(H5Ewalk2, 4) X(H5Fclose, 1) X(H5Fcreate, 4) X(H5Fis_hdf5, 1)                \
+  X(H5Fopen, 3) X(H5Gclose, 1) X(H5Gcreate2, 5) X(H5Gopen2, 3) X(H5Lexists, 3)                     \
+  X(H5Lget_info, 4) X(H5Lvisit, 5) X(H5Oget_info_by_name2, 5) X(H5PLset_loading_state, 1)          \
+  X(H5Pclose, 1) X(H5Pcreate, 1) X(H5Pget_chunk, 3) X(H5Pget_external_count, 1)                    \
+  X(H5Pget_filter2, 8) X(H5Pget_layout, 1) X(H5Pget_nfilters, 1) X(H5Pset_char_encoding, 2)        \
+  X(H5Pset_chunk, 3) X(H5Pset_chunk_cache, 4) X(H5Pset_deflate, 2) X(H5Pset_elink_cb, 3)           \
+  X(H5Pset_fclose_degree, 2) X(H5Pset_obj_track_times, 2) X(H5Pset_shuffle, 1)                     \
+  X(H5Sclose, 1) X(H5Screate, 1) X(H5Screate_simple, 3) X(H5Sget_simple_extent_dims, 3)            \
+  X(H5Sget_simple_extent_ndims, 1) X(H5Sget_simple_extent_npoints, 1)                              \
+  X(H5Sget_simple_extent_type, 1) X(H5Sselect_hyperslab, 6) X(H5Sselect_none, 1)                   \
+  X(H5Tclose, 1) X(H5Tcopy, 1) X(H5Tenum_create, 1) X(H5Tenum_insert, 3) X(H5Tget_class, 1)        \
+  X(H5Tget_cset, 1) X(H5Tget_fields, 6) X(H5Tget_member_name, 2) X(H5Tget_member_value, 3)         \
+  X(H5Tget_native_type, 2) X(H5Tget_nmembers, 1) X(H5Tget_offset, 1) X(H5Tget_order, 1)            \
+  X(H5Tget_precision, 1) X(H5Tget_sign, 1) X(H5Tget_size, 1) X(H5Tis_variable_str, 1)              \
+  X(H5Tset_cset, 2) X(H5Tset_ebias, 2) X(H5Tset_fields, 6) X(H5Tset_precision, 2)                  \
+  X(H5Tset_size, 2) X(H5Tset_strpad, 2) X(H5Zfilter_avail, 1) X(H5check_version, 3)                \
+  X(H5dont_atexit, 0) X(H5free_memory, 1)                                                          \
+  /* not called yet: groups, links, objects, extents */                                            \
+  X(H5Ldelete, 3) X(H5Lcreate_soft, 5) X(H5Lcreate_hard, 6) X(H5Lmove, 6) X(H5Literate, 6)         \
+  X(H5Lget_name_by_idx, 8) X(H5Gget_info, 2) X(H5Gget_info_by_name, 4) X(H5Oopen, 3)               \
+  X(H5Oclose, 1) X(H5Oget_info2, 3) X(H5Oexists_by_name, 3) X(H5Dset_extent, 2)                    \
+  X(H5Dget_storage_size, 1) X(H5Dget_access_plist, 1) X(H5Dflush, 1) X(H5Fflush, 2)                \
+  X(H5Fget_intent, 2) X(H5Fget_name, 3) X(H5Iget_type, 1) X(H5Iget_name, 3) X(H5Iis_valid, 1)      \
+  X(H5Idec_ref, 1) X(H5Pset_link_creation_order, 2) X(H5Pset_libver_bounds, 3)                     \
+  X(H5Pset_layout, 2) X(H5Pset_fill_value, 3) X(H5Pset_alloc_time, 2)                              \
+  X(H5Pset_create_intermediate_group, 2) X(H5Aopen_by_name, 5) X(H5Aget_name, 3)                   \
+  X(H5Aexists_by_name, 4) X(H5Sget_select_npoints, 1) X(H5Sselect_all, 1)                          \
+  X(H5Sset_extent_simple, 4) X(H5Tequal, 2) X(H5Tcreate, 2) X(H5Tinsert, 4)                        \
   X(H5Dvlen_reclaim, 4) X(H5close, 0)
+// clang-format on
 
-#define POSENC_HDF5_VARIABLES(X)                                                               \
-  X(H5T_NATIVE_INT8_g) X(H5T_NATIVE_UINT8_g) X(H5T_NATIVE_INT16_g) X(H5T_NATIVE_UINT16_g)      \
-  X(H5T_NATIVE_INT32_g) X(H5T_NATIVE_UINT32_g) X(H5T_NATIVE_INT64_g) X(H5T_NATIVE_UINT64_g)    \
-  X(H5T_NATIVE_INT_g) X(H5T_NATIVE_LLONG_g) X(H5T_NATIVE_HSIZE_g) X(H5T_NATIVE_FLOAT_g)        \
-  X(H5T_NATIVE_DOUBLE_g) X(H5T_IEEE_F32LE_g) X(H5T_IEEE_F64LE_g) X(H5T_STD_I8LE_g)             \
-  X(H5T_STD_U8LE_g) X(H5T_STD_I16LE_g) X(H5T_STD_U16LE_g) X(H5T_STD_I32LE_g)                   \
-  X(H5T_STD_U32LE_g) X(H5T_STD_I64LE_g) X(H5T_STD_U64LE_g) X(H5T_C_S1_g)                       \
-  X(H5P_CLS_FILE_CREATE_ID_g) X(H5P_CLS_FILE_ACCESS_ID_g) X(H5P_CLS_DATASET_CREATE_ID_g)       \
-  X(H5P_CLS_DATASET_ACCESS_ID_g) X(H5P_CLS_DATASET_XFER_ID_g) X(H5P_CLS_GROUP_CREATE_ID_g)     \
-  X(H5P_CLS_GROUP_ACCESS_ID_g) X(H5P_CLS_LINK_CREATE_ID_g) X(H5P_CLS_LINK_ACCESS_ID_g)         \
+// clang-format off
+#define POSENC_HDF5_VARIABLES(X)                                                                   \
+  X(H5T_NATIVE_INT8_g) X(H5T_NATIVE_UINT8_g) X(H5T_NATIVE_INT16_g) X(H5T_NATIVE_UINT16_g)          \
+  X(H5T_NATIVE_INT32_g) X(H5T_NATIVE_UINT32_g) X(H5T_NATIVE_INT64_g) X(H5T_NATIVE_UINT64_g)        \
+  X(H5T_NATIVE_INT_g) X(H5T_NATIVE_LLONG_g) X(H5T_NATIVE_HSIZE_g) X(H5T_NATIVE_FLOAT_g)            \
+  X(H5T_NATIVE_DOUBLE_g) X(H5T_IEEE_F32LE_g) X(H5T_IEEE_F64LE_g) X(H5T_STD_I8LE_g)                 \
+  X(H5T_STD_U8LE_g) X(H5T_STD_I16LE_g) X(H5T_STD_U16LE_g) X(H5T_STD_I32LE_g)                       \
+  X(H5T_STD_U32LE_g) X(H5T_STD_I64LE_g) X(H5T_STD_U64LE_g) X(H5T_C_S1_g)                           \
+  X(H5P_CLS_FILE_CREATE_ID_g) X(H5P_CLS_FILE_ACCESS_ID_g) X(H5P_CLS_DATASET_CREATE_ID_g)           \
+  X(H5P_CLS_DATASET_ACCESS_ID_g) X(H5P_CLS_DATASET_XFER_ID_g) X(H5P_CLS_GROUP_CREATE_ID_g)         \
+  X(H5P_CLS_GROUP_ACCESS_ID_g) X(H5P_CLS_LINK_CREATE_ID_g) X(H5P_CLS_LINK_ACCESS_ID_g)             \
   X(H5P_CLS_ATTRIBUTE_CREATE_ID_g)
+// clang-format on
 
 // The variables the macros read, filled from the real library's after each H5open().
 // Not exported from the executable (it is not linked with -rdynamic), so libhdf5's own
@@ -96,8 +100,8 @@ Hdf5 load() {
   Hdf5 h;
   void* lib = posenc::shim::open_library(POSENC_HDF5_SONAME, POSENC_HDF5_PACKAGE, &h.error);
   if (lib == nullptr) return h;
-#define POSENC_BIND(name)                                                                 \
-  if (h.error.empty()) {                                                                       \
+#define POSENC_BIND(name)                                                                          \
+  if (h.error.empty()) {                                                                           \
     h.name = reinterpret_cast<decltype(h.name)>(symbol(lib, POSENC_HDF5_SONAME, #name, &h.error)); \
   }
 #define POSENC_BIND_FUNCTION(name, n) POSENC_BIND(name)

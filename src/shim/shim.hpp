@@ -73,9 +73,9 @@ void* symbol(void* lib, const char* soname, const char* name, std::string* error
 
 /// Defines the C function `fn` of `n` parameters as a call through `table().fn`, where
 /// `table()` returns the loaded library's function pointers (loading it if need be).
-#define POSENC_SHIM_TRAMPOLINE(table, fn, n)                                                   \
+#define POSENC_SHIM_TRAMPOLINE(table, fn, n)                                                     \
   extern "C" ::posenc::shim::Signature<decltype(&::fn)>::Result fn(POSENC_SHIM_PARAMS_##n(fn)) { \
     static_assert(::posenc::shim::Signature<decltype(&::fn)>::arity == n,                        \
-                  #fn ": its number of parameters in the shim list is wrong");                  \
-    return table().fn(POSENC_SHIM_ARGS_##n);                                                    \
+                  #fn ": its number of parameters in the shim list is wrong");                   \
+    return table().fn(POSENC_SHIM_ARGS_##n);                                                     \
   }

@@ -69,7 +69,7 @@ class LoadedLibraries(PosencTestCase):
     def test_attention_loads_openblas(self):
         p, libs = loaded_libraries("-j", "1", "attention", "-q", self.path("q.npy"),
                                    "-k", self.path("k.npy"), "-v", self.path("v.npy"),
-                                   "-o", self.path("o.npy"))
+                                   "--emit", "output", "-o", self.path("o.npy"))
         self.assertEqual(p.returncode, 0, errors(p))
         self.assertTrue(any(n.startswith("libopenblas") for n in libs), libs)
         self.assertFalse(any(n.startswith("libhdf5") for n in libs), libs)
@@ -105,7 +105,6 @@ class MissingLibhdf5(PosencTestCase):
         self.assertRegex(line, r"^posenc: error: .*out\.h5: cannot write HDF5 files: "
                                r"libhdf5\S* cannot be loaded \(Debian package libhdf5\S*\)$")
         self.assertFalse(os.path.exists(out))
-        self.assertEqual(os.listdir(self.tmp).count("out.h5"), 0)
 
     def test_other_commands_work(self):
         p = run("table", "sinusoidal", "--positions", 4, "--dim", 4, "-o", self.path("t.npy"),
@@ -118,7 +117,8 @@ class MissingLibhdf5(PosencTestCase):
         for name in ("q", "k", "v"):
             self.npy(name + ".npy", np.ones((1, 1, 2, 4), np.float32))
         line = self.one_error(4, "attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"),
-                              "-v", self.path("v.npy"), "-o", self.path("o.npy"))
+                              "-v", self.path("v.npy"), "--emit", "output",
+                              "-o", self.path("o.npy"))
         self.assertRegex(line, r"^posenc: error: cannot multiply matrices: libopenblas\S* "
                                r"cannot be loaded \(Debian package libopenblas0\)$")
 
