@@ -58,7 +58,7 @@
   X(H5Pset_create_intermediate_group, 2) X(H5Aopen_by_name, 5) X(H5Aget_name, 3)                   \
   X(H5Aexists_by_name, 4) X(H5Sget_select_npoints, 1) X(H5Sselect_all, 1)                          \
   X(H5Sset_extent_simple, 4) X(H5Tequal, 2) X(H5Tcreate, 2) X(H5Tinsert, 4)                        \
-  X(H5Dvlen_reclaim, 4) X(H5close, 0)
+  X(H5Dvlen_reclaim, 4) X(H5Ocopy, 6) X(H5Pset_virtual, 5) X(H5close, 0)
 // clang-format on
 
 // clang-format off
@@ -72,10 +72,11 @@
   X(H5P_CLS_FILE_CREATE_ID_g) X(H5P_CLS_FILE_ACCESS_ID_g) X(H5P_CLS_DATASET_CREATE_ID_g)           \
   X(H5P_CLS_DATASET_ACCESS_ID_g) X(H5P_CLS_DATASET_XFER_ID_g) X(H5P_CLS_GROUP_CREATE_ID_g)         \
   X(H5P_CLS_GROUP_ACCESS_ID_g) X(H5P_CLS_LINK_CREATE_ID_g) X(H5P_CLS_LINK_ACCESS_ID_g)             \
-  X(H5P_CLS_ATTRIBUTE_CREATE_ID_g)
+  X(H5P_CLS_ATTRIBUTE_CREATE_ID_g) X(H5P_CLS_OBJECT_COPY_ID_g)
 // clang-format on
 
-// The variables the macros read, filled from the real library's after each H5open().
+// The variables the macros read, filled from the real library's after the first
+// successful H5open().
 // Not exported from the executable (it is not linked with -rdynamic), so libhdf5's own
 // references still reach its own copies.
 #define POSENC_DEFINE_VARIABLE(name) hid_t name = H5I_INVALID_HID;
