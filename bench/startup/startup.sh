@@ -2,8 +2,9 @@
 # Whole-process start-up: /bin/true, `posenc --version`, a small NPY table, the same
 # table written to HDF5 and inspect of that HDF5 dataset, each run RUNS times (default
 # 300), the commands interleaved round-robin so that a change in machine load hits all
-# of them alike. Reports medians (and 10th/90th percentiles), each median as a ratio to
-# /bin/true's, and the number of shared libraries each command loads (LD_DEBUG=files).
+# of them alike. Reports medians of the wall time (and 10th/90th percentiles) and of the
+# CPU time each process used, each as a ratio to /bin/true's, and the number of shared
+# libraries each command loads (LD_DEBUG=files).
 # With a second posenc (say, a build from before a change) its commands run in the same
 # rounds.
 # Usage: bench/startup/startup.sh [path/to/posenc] [runs] [path/to/other/posenc]
@@ -43,19 +44,22 @@ def once(argv, env=None):
     pid = os.posix_spawn(argv[0], argv, env if env is not None else os.environ,
                          file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1),
                                        (os.POSIX_SPAWN_DUP2, devnull, 2)])
-    _, status = os.waitpid(pid, 0)
+    _, status, ru = os.wait4(pid, 0)
     t = time.perf_counter_ns() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(argv)}")
-    return t / 1e6
+    return t / 1e6, (ru.ru_utime + ru.ru_stime) * 1e3
 
 # The HDF5 file inspect reads, and a warm-up round.
 for _, argv in jobs:
     once(argv)
 times = {name: [] for name, _ in jobs}
+cpu = {name: [] for name, _ in jobs}
 for _ in range(runs):
     for name, argv in jobs:
-        times[name].append(once(argv))
+        wall, used = once(argv)
+        times[name].append(wall)
+        cpu[name].append(used)
 
 def libs(argv):
     p = subprocess.run(argv, env={**os.environ, "LD_DEBUG": "files"}, capture_output=True,
@@ -68,11 +72,14 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 base = statistics.median(times["/bin/true"])
-print(f"{runs} rounds; wall time of fork+exec+exit, ms")
-print(f"{'command':<22} {'median':>8} {'p10':>8} {'p90':>8} {'÷ true':>8} {'libs':>5}")
+cpu_base = statistics.median(cpu["/bin/true"])
+print(f"{runs} rounds. wall: fork+exec+exit as the caller waits, ms; cpu: the process's "
+      "user+system time, ms (less sensitive to other load)")
+print(f"{'command':<22} {'wall':>7} {'p10':>7} {'p90':>7} {'÷ true':>7} {'cpu':>7} {'÷ true':>7}"
+      f" {'libs':>5}")
 for name, argv in jobs:
-    m = statistics.median(times[name])
-    print(f"{name:<22} {m:8.2f} {pct(times[name], .1):8.2f} {pct(times[name], .9):8.2f} "
-          f"{m / base:8.2f} {libs(argv):>5}")
+    m, c = statistics.median(times[name]), statistics.median(cpu[name])
+    print(f"{name:<22} {m:7.2f} {pct(times[name], .1):7.2f} {pct(times[name], .9):7.2f} "
+          f"{m / base:7.2f} {c:7.2f} {c / cpu_base:7.2f} {libs(argv):>5}")
 PY
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
