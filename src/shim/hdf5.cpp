@@ -75,8 +75,7 @@
   X(H5P_CLS_ATTRIBUTE_CREATE_ID_g) X(H5P_CLS_OBJECT_COPY_ID_g)
 // clang-format on
 
-// The variables the macros read, filled from the real library's after the first
-// successful H5open().
+// The variables the macros read, filled from the real library's by H5open() below.
 // Not exported from the executable (it is not linked with -rdynamic), so libhdf5's own
 // references still reach its own copies.
 #define POSENC_DEFINE_VARIABLE(name) hid_t name = H5I_INVALID_HID;
@@ -137,15 +136,16 @@ POSENC_HDF5_FUNCTIONS(POSENC_TRAMPOLINE)
 extern "C" herr_t H5open(void) {
   const Hdf5& h = hdf5();
   const herr_t ret = h.H5open();
-  // The ids are set once the library is initialised and stay as long as it is (posenc
-  // never closes it): copied once, under a lock, since OpenMP threads call this too.
-  static std::once_flag copied;
+  // The ids are set when the library initialises (again after an H5close()). Copied
+  // under a lock, and only when they differ: OpenMP threads call this too, and read the
+  // variables after it without the lock.
   if (ret >= 0) {
-    std::call_once(copied, [&h] {
-#define POSENC_COPY(name) name = *h.name;
-      POSENC_HDF5_VARIABLES(POSENC_COPY)
+    static std::mutex m;
+    std::lock_guard<std::mutex> lock(m);
+#define POSENC_COPY(name) \
+  if (name != *h.name) name = *h.name;
+    POSENC_HDF5_VARIABLES(POSENC_COPY)
 #undef POSENC_COPY
-    });
   }
   return ret;
 }
