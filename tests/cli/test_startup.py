@@ -75,6 +75,20 @@ class LoadedLibraries(PosencTestCase):
         self.assertFalse(any(n.startswith("libhdf5") for n in libs), libs)
 
 
+class SearchPath(PosencTestCase):
+    def test_no_library_from_the_current_folder(self):
+        # An empty run path entry (CMake pads the build tree's with ':') is the current
+        # folder: the loader would try these first, and fail on them.
+        for name in ("libfmt.so.9", "libsleef.so.3", "libgomp.so.1", "libstdc++.so.6",
+                     "libhdf5_serial.so.103", "libopenblas.so.0"):
+            open(self.path(name), "wb").close()
+        self.npy("x.npy", np.ones((2, 3), np.float32))
+        p = run("--version", cwd=self.tmp)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = run("convert", "x.npy", "-o", "x.h5:/x", cwd=self.tmp)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+
 class MissingLibhdf5(PosencTestCase):
     """An unloadable libhdf5 (here: an empty file found first on LD_LIBRARY_PATH)."""
 
