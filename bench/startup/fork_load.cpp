@@ -24,7 +24,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 void* load() {
-  void* lib = dlopen(POSENC_HDF5_SONAME, RTLD_NOW | RTLD_LOCAL);
+  void* lib = dlopen(POSENC_HDF5_SONAME, RTLD_LAZY | RTLD_LOCAL);
   if (lib == nullptr) {
     std::fprintf(stderr, "%s\n", dlerror());
     std::exit(1);
