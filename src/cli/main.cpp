@@ -93,6 +93,49 @@ bool reads_stdin(const CLI::App& app) {
   }
 }
 
+struct Command {
+  const char* name;
+  void (*add)(CLI::App&);
+};
+
+constexpr Command kCommands[] = {
+    {"table", posenc::cli::register_table},
+    {"rope", posenc::cli::register_rope},
+    {"attention", posenc::cli::register_attention},
+    {"add", posenc::cli::register_add},
+    {"inspect", posenc::cli::register_inspect},
+    {"compare", posenc::cli::register_compare},
+    {"convert", posenc::cli::register_convert},
+    {"plot", posenc::cli::register_plot},
+    {"analyze", posenc::cli::register_analyze},
+    {"completion", posenc::cli::register_completion},
+};
+
+// Whether to define command `c` for this run. Defining all of them, with their
+// hundreds of options, was half of posenc's start-up once libhdf5 and OpenBLAS were
+// no longer loaded at start. A run that names a command needs no other (its help,
+// errors and suggestions are its own), `posenc --version` needs none; help, a command
+// word that is misspelt or missing, and `completion` (which writes scripts for all
+// commands) get all of them.
+bool defines(const Command& c, int argc, char** argv) {
+  bool version = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    if (w == "-j" || w == "--threads") {
+      ++i;
+    } else if (w == "--version") {
+      version = true;
+    } else if (w == "-h" || w == "--help" || w == "--help-all" || w == "--") {
+      return true;
+    } else if (w.empty() || w[0] != '-') {
+      bool known = false;
+      for (const Command& k : kCommands) known = known || w == k.name;
+      return !known || w == "completion" || w == c.name;
+    }
+  }
+  return !version;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{
       "posenc: positional encodings for transformers. Generates encoding tables, applies "
@@ -108,16 +151,9 @@ int run(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.fallthrough();
 
-  posenc::cli::register_table(app);
-  posenc::cli::register_rope(app);
-  posenc::cli::register_attention(app);
-  posenc::cli::register_add(app);
-  posenc::cli::register_inspect(app);
-  posenc::cli::register_compare(app);
-  posenc::cli::register_convert(app);
-  posenc::cli::register_plot(app);
-  posenc::cli::register_analyze(app);
-  posenc::cli::register_completion(app);
+  for (const Command& c : kCommands) {
+    if (defines(c, argc, argv)) c.add(app);
+  }
   posenc::cli::check_numeric_options(app);
 
   // Threads are set before any command callback runs.
@@ -177,8 +213,7 @@ int main(int argc, char** argv) {
   } catch (const std::system_error& e) {
     // fmt::print throws this when stdio cannot write standard output.
     if (std::ferror(stdout)) {
-      return fail(ExitStatus::kOutput,
-                  "cannot write to standard output: " + e.code().message());
+      return fail(ExitStatus::kOutput, "cannot write to standard output: " + e.code().message());
     }
     return fail(ExitStatus::kInternal, std::string("internal error: ") + e.what());
   } catch (const std::exception& e) {

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -308,7 +309,11 @@ void OutputFile::write(const void* data, std::size_t n) {
     write_fd(data, n);
     return;
   }
-  if (buf_.empty()) buf_.resize(kBufSize);
+  // Grown as needed: zeroing the whole 1 MiB up front took longer than writing a small
+  // file (a table of a few rows) from start to finish.
+  if (buf_.size() < used_ + n) {
+    buf_.resize(std::min(kBufSize, std::max(used_ + n, 2 * buf_.size())));
+  }
   std::memcpy(buf_.data() + used_, data, n);
   used_ += n;
 }

@@ -33,6 +33,11 @@
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "memory types for f16/bf16/bool assume a little-endian host");
 
+// Defined by the posenc executable, which loads libhdf5 when this is first called
+// (src/shim/hdf5.cpp): returns why it cannot, or null. Absent (a null weak symbol)
+// where libhdf5 is linked, as in libposenc.
+extern "C" const char* posenc_load_hdf5() __attribute__((weak));
+
 namespace posenc {
 namespace {
 
@@ -883,6 +888,9 @@ class Hdf5Sink final : public TensorSink {
 
 Hdf5FileWriter::Hdf5FileWriter(const std::string& path, const WriteOptions& opt)
     : impl_(std::make_unique<Impl>()) {
+  if (const std::string why = hdf5_detail::hdf5_unavailable(); !why.empty()) {
+    throw OutputError(fmt::format("{}: cannot write HDF5 files: {}", path, why));
+  }
   init_hdf5();
   impl_->path = path;
   impl_->opt = opt;
@@ -1013,6 +1021,12 @@ void Hdf5FileWriter::commit() {
 }
 
 namespace hdf5_detail {
+
+std::string hdf5_unavailable() {
+  if (posenc_load_hdf5 == nullptr) return {};
+  const char* why = posenc_load_hdf5();
+  return why == nullptr ? std::string() : std::string(why);
+}
 
 std::unique_ptr<DatasetReader> open_dataset(const TensorRef& ref, bool attrs) {
   return std::make_unique<Hdf5Dataset>(ref, attrs);

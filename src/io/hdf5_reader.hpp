@@ -11,6 +11,11 @@
 
 namespace posenc::hdf5_detail {
 
+/// Why libhdf5 cannot be used in this process, or "" if it can. The posenc executable
+/// loads libhdf5 on first use (src/shim/hdf5.cpp) and this loads it; the library as
+/// installed links libhdf5, and this is always "".
+std::string hdf5_unavailable();
+
 /// One dataset opened with libhdf5 in the calling process.
 class DatasetReader {
  public:

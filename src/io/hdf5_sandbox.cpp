@@ -434,6 +434,12 @@ int timeout_seconds() {
 class Child {
  public:
   explicit Child(std::string what) : what_(std::move(what)), timeout_(timeout_seconds()) {
+    // Where the posenc executable loads libhdf5 on first use, it is loaded here, in the
+    // parent: once per process rather than once per child. Loading runs no code on the
+    // file, so the child is as isolated as it was with libhdf5 linked.
+    if (const std::string why = hdf5_detail::hdf5_unavailable(); !why.empty()) {
+      throw InputError(fmt::format("{}: cannot read HDF5 files: {}", what_, why));
+    }
     page_ = static_cast<std::size_t>(::sysconf(_SC_PAGE_SIZE));
     map_bytes_ = 2 * (kSlotBytes + page_);
     shm_ = ::memfd_create("posenc-hdf5", MFD_CLOEXEC);
