@@ -11,6 +11,7 @@
 #include "cli/common.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
+#include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/cast.hpp"
 #include "posenc/tensor.hpp"
@@ -23,6 +24,7 @@ struct ConvertOptions {
   std::string input;
   std::string dtype = "same";
   OutputOptions out;
+  std::string part;
 };
 
 // Bytes per slab: large enough to amortise calls, small enough to stream.
@@ -42,11 +44,24 @@ void run_convert(const ConvertOptions& o) {
   verbose(fmt::format("{}: {} {} ({})", in_ref.text, dtype_name(in.dtype), shape_str(in.shape),
                       in.storage));
 
-  auto sink = create_sink(out_ref, out_info, o.out.write_options());
-
-  // Slabs along the first axis whose extent is not 1, so [1, s, ...] goes in pieces of s.
+  // Slabs along the first axis whose extent is not 1, so [1, s, ...] goes in pieces of s;
+  // a --part share is a range of the same axis.
   const std::size_t axis = slab_axis(in.shape);
-  const std::size_t entries = in.shape.empty() ? 1 : in.shape[axis];
+  const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
+  const auto [begin, entries] = part_range(part, in.shape.empty() ? 1 : in.shape[axis]);
+  if (!part.whole()) {
+    if (in.shape.empty()) throw UsageError("--part: a rank-0 tensor cannot be cut into parts");
+    out_info.shape = part_shape(part, in.shape, axis);
+    // A part of a part would record the wrong whole: the input's own part attributes go.
+    Attrs kept;
+    for (auto& a : out_info.attrs) {
+      if (a.name.rfind("part_", 0) != 0) kept.push_back(a);
+    }
+    out_info.attrs = std::move(kept);
+    const Attrs pa = part_attrs(part, in.shape, axis);
+    out_info.attrs.insert(out_info.attrs.end(), pa.begin(), pa.end());
+  }
+  auto sink = create_sink(out_ref, out_info, o.out.write_options());
   Shape entry_shape(in.shape.empty() ? in.shape.end() : in.shape.begin() + axis + 1,
                     in.shape.end());
   const std::size_t entry_elems = checked_numel(entry_shape, 8, in_ref.text);
@@ -61,7 +76,7 @@ void run_convert(const ConvertOptions& o) {
   Tensor whole;
   if (staged) whole = read_all_rows(*src);
 
-  for (std::size_t first = 0; first < entries || (entries == 0 && first == 0);) {
+  for (std::size_t first = begin; first < entries || (entries == begin && first == begin);) {
     const std::size_t count = std::min(slab_entries, entries - first);
     Shape slab_shape = entry_shape;
     slab_shape.insert(slab_shape.begin(), count);
@@ -78,7 +93,7 @@ void run_convert(const ConvertOptions& o) {
       sink->write_slab(axis, slab.bytes(), count);
     }
     first += count;
-    if (entries == 0) break;
+    if (entries == begin) break;
   }
   sink->commit();
 }
@@ -97,6 +112,7 @@ void register_convert(CLI::App& app) {
                   "output dtype: same (default), f64, f32, f16, bf16, i8..i64, u8..u64, bool; "
                   "as numpy's astype: float to int truncates toward zero, int to int wraps");
   add_output_options(sub, opt->out);
+  add_part_option(sub, opt->part, "the first axis of the input whose extent is not 1");
   sub->callback([opt] { run_convert(*opt); });
 }
 

@@ -99,6 +99,7 @@ int run(int argc, char** argv) {
   posenc::cli::register_inspect(app);
   posenc::cli::register_compare(app);
   posenc::cli::register_convert(app);
+  posenc::cli::register_join(app);
   posenc::cli::register_plot(app);
   posenc::cli::register_analyze(app);
   posenc::cli::register_completion(app);
@@ -135,7 +136,7 @@ int run(int argc, char** argv) {
     fmt::print(stderr, "{}", app.help());
     return fail(ExitStatus::kUsage,
                 "a command is required: table, rope, attention, add, inspect, compare, "
-                "convert, plot, analyze or completion");
+                "convert, join, plot, analyze or completion");
   }
   return posenc::cli::exit_code();
 }

@@ -76,7 +76,7 @@ SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& wha
   auto cost = [&](std::size_t rows) {
     return plan.depth * rows * (op.in_row_bytes + op.out_row_bytes) + op.table_bytes(rows);
   };
-  std::size_t lo = op.min_rows, hi = std::max<std::size_t>(op.total_rows, 1);
+  std::size_t lo = op.min_rows, hi = std::max<std::size_t>(op.total_rows - op.first_row, 1);
   if (cost(lo) > budget) plan.depth = 1;
   if (cost(lo) > budget) {
     throw UsageError(
@@ -112,8 +112,11 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
   std::vector<Buffer> in_bufs, out_bufs;
   Channel<std::size_t> free_in, free_out;
   Channel<Slab> read, transformed;
+  // A mapped source (a regular NPY file) is transformed in place of the page cache:
+  // no reader thread and no input buffers, which saves a copy of every byte.
+  const std::byte* mapped = src.mapped_data();
   for (std::size_t i = 0; i < plan.depth; ++i) {
-    in_bufs.emplace_back(slab_rows * op.in_row_bytes);
+    if (!mapped) in_bufs.emplace_back(slab_rows * op.in_row_bytes);
     out_bufs.emplace_back(slab_rows * op.out_row_bytes);
     free_in.push(i);
     free_out.push(i);
@@ -135,8 +138,9 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
   };
 
   std::thread reader([&] {
+    if (mapped) return;
     try {
-      for (std::size_t first = 0; first < total_rows; first += slab_rows) {
+      for (std::size_t first = op.first_row; first < total_rows; first += slab_rows) {
         Slab s{0, first, std::min(slab_rows, total_rows - first)};
         if (!free_in.pop(s.buf)) return;
         {
@@ -151,7 +155,7 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
   });
   auto write_all = [&] {
     try {
-      for (std::size_t first = 0; first < total_rows; first += slab_rows) {
+      for (std::size_t first = op.first_row; first < total_rows; first += slab_rows) {
         Slab s;
         if (!transformed.pop(s)) return;
         {
@@ -159,7 +163,7 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
           sink.write_slab(axis, out_bufs[s.buf].data(), s.rows);
         }
         free_out.push(s.buf);
-        if (done) done(s.first + s.rows);
+        if (done) done(s.first + s.rows - op.first_row);
       }
     } catch (...) {
       fail(std::current_exception());
@@ -182,13 +186,19 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
     omp_set_num_threads(std::max(1, std::min(saved_threads, omp_get_num_procs() - 2)));
   }
   try {
-    for (std::size_t first = 0; first < total_rows; first += slab_rows) {
+    for (std::size_t first = op.first_row; first < total_rows; first += slab_rows) {
       Slab in, out;
-      if (!read.pop(in) || !free_out.pop(out.buf)) break;
+      if (mapped) {
+        in = Slab{0, first, std::min(slab_rows, total_rows - first)};
+      } else if (!read.pop(in)) {
+        break;
+      }
+      if (!free_out.pop(out.buf)) break;
       out.first = in.first;
       out.rows = in.rows;
-      op.rows(in_bufs[in.buf].data(), out_bufs[out.buf].data(), in.first, in.rows);
-      free_in.push(in.buf);
+      op.rows(mapped ? mapped + in.first * op.in_row_bytes : in_bufs[in.buf].data(),
+              out_bufs[out.buf].data(), in.first, in.rows);
+      if (!mapped) free_in.push(in.buf);
       transformed.push(out);
     }
   } catch (...) {

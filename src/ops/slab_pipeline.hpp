@@ -25,6 +25,9 @@ struct SlabOp {
   std::size_t out_row_bytes = 0;  ///< the same, output
   std::size_t min_rows = 1;       ///< slabs hold at least this many entries
   std::size_t total_rows = 0;     ///< entries along the slab axis
+  /// Entries [first_row, total_rows) are streamed (a share of the job, `--part`); the
+  /// sink receives them as its first entries.
+  std::size_t first_row = 0;
   /// Bytes of the tables (or other working memory) a slab of `rows` entries needs.
   std::function<std::size_t(std::size_t rows)> table_bytes;
   /// Transforms entries [first, first + count): `src` in the input dtype, `dst` in the

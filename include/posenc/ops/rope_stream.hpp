@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "posenc/encodings/rope.hpp"
+#include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/rope.hpp"
 
@@ -37,6 +38,10 @@ struct RopeStreamRequest {
   /// Bytes for slab buffers and tables; 0 = a quarter of physical memory (1 GiB when
   /// unknown).
   std::size_t max_memory = 0;
+  /// The share of every input to rotate and write (`--part I/N`): part_range of its
+  /// first axis whose extent is not 1; the output holds that share only, with the
+  /// part attributes of io/part.hpp when it is HDF5. Default: the whole input.
+  Part part;
   /// OpenMP threads for the rotation; 0 = all cores but the two the reader and writer
   /// use (at least one).
   int threads = 0;
