@@ -145,8 +145,8 @@ Shape concatenated_shape(const std::vector<PartIn>& parts, std::size_t axis) {
     throw UsageError(fmt::format("axis: {} is not an axis of {} (shape {})", axis,
                                  parts.front().ref->text, shape_str(a.shape)));
   }
-  Shape total = a.shape;
-  total[axis] = 0;
+  Shape total = a.shape, others = a.shape;
+  total[axis] = others[axis] = 0;
   for (const auto& p : parts) {
     Shape s = p.info.shape;
     if (s.size() != total.size()) {
@@ -155,7 +155,7 @@ Shape concatenated_shape(const std::vector<PartIn>& parts, std::size_t axis) {
     }
     const std::size_t n = s[axis];
     s[axis] = 0;
-    if (s != total) {
+    if (s != others) {
       throw InputError(fmt::format("{} has shape {}, which differs from {}'s {} outside axis {}",
                                    p.ref->text, shape_str(p.info.shape),
                                    parts.front().ref->text, shape_str(a.shape), axis));

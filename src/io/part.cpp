@@ -42,8 +42,9 @@ Part parse_part(const std::string& text, const std::string& what) {
 
 std::pair<std::size_t, std::size_t> part_range(const Part& p, std::size_t extent) {
   // floor(i * R / N) without overflow for any R and N below 2^63: 128-bit products.
+  __extension__ typedef unsigned __int128 Wide;
   auto at = [&](std::size_t i) {
-    return static_cast<std::size_t>(static_cast<unsigned __int128>(i) * extent / p.count);
+    return static_cast<std::size_t>(static_cast<Wide>(i) * extent / p.count);
   };
   return {at(p.index), at(p.index + 1)};
 }

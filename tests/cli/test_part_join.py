@@ -180,5 +180,26 @@ class JoinErrors(PosencTestCase):
             self.assertEqual(f.read(), b"old")
 
 
+class MappedInputTruncated(PosencTestCase):
+    def test_input_truncated_while_mapped_is_one_error_line(self):
+        # The output is a FIFO read slowly, so posenc is mid-run (input mapped, a few
+        # slabs ahead of the reader) when the input is cut to its header.
+        x = np.ones((64, 1024, 256), np.float32)  # 64 MiB
+        src = self.npy("big.npy", x)
+        fifo = self.path("out.fifo")
+        os.mkfifo(fifo)
+        p = subprocess.Popen([BIN, "rope", src, "-o", fifo, "--axes", "shd"],
+                             stderr=subprocess.PIPE)
+        with open(fifo, "rb") as f:
+            f.read(1 << 20)
+            os.truncate(src, 128)
+            while f.read(1 << 20):
+                pass
+        err = p.communicate()[1].decode()
+        self.assertEqual(p.returncode, 3, err)
+        self.assertEqual(err.strip().splitlines(),
+                         [f"posenc: error: {src}: input file shrank while being read"])
+
+
 if __name__ == "__main__":
     unittest.main()
