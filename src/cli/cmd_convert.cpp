@@ -33,6 +33,7 @@ constexpr std::size_t kSlabBytes = std::size_t{16} << 20;
 void run_convert(const ConvertOptions& o) {
   const TensorRef in_ref = parse_ref(o.input);
   const TensorRef out_ref = parse_ref(o.out.outputs.at(0), o.out.to);
+  const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
   // HDF5 attributes are carried over to HDF5 and JSON outputs, so they are read here.
   auto src = open_source(in_ref, {/*attrs=*/true});
   const TensorInfo& in = src->info();
@@ -47,7 +48,7 @@ void run_convert(const ConvertOptions& o) {
   // Slabs along the first axis whose extent is not 1, so [1, s, ...] goes in pieces of s;
   // a --part share is a range of the same axis.
   const std::size_t axis = slab_axis(in.shape);
-  const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
+  // Entries [begin, entries) of that axis are converted (all of them without --part).
   const auto [begin, entries] = part_range(part, in.shape.empty() ? 1 : in.shape[axis]);
   if (!part.whole()) {
     if (in.shape.empty()) throw UsageError("--part: a rank-0 tensor cannot be cut into parts");
