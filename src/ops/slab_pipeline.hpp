@@ -2,7 +2,8 @@
 // Internal to the streaming operations (`posenc rope`, `posenc add`): one tensor read
 // slab by slab along an axis whose leading axes all have extent 1, transformed and
 // written, with reading, transforming and writing overlapped in three stages (a reader
-// thread, the calling thread with OpenMP, a writer thread). An operation describes
+// thread, the calling thread with OpenMP, a writer thread; no reader when the source is
+// mapped, see TensorSource::mapped_data). An operation describes
 // itself as a SlabOp; plan_slabs sizes the slabs for a memory budget and stream_slabs
 // runs the pipeline. Slabs are written in order, so the bytes written do not depend on
 // the slab size or the thread count as long as the operation's rows do not.
