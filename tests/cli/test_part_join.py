@@ -114,6 +114,22 @@ class ParallelParts(PosencTestCase):
                     self.path("joined.npy"))
         np.testing.assert_array_equal(np.load(self.path("joined.npy")), x.astype(np.float16))
 
+    def test_attention_batch_parts_joined_equal_whole(self):
+        rng = np.random.default_rng(4)
+        for n in "qkv":
+            self.npy(n + ".npy", rng.standard_normal((5, 4, 16, 8)).astype(np.float32))
+        self.run_ok("attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"), "-v",
+                    self.path("v.npy"), "--causal", "-o", self.path("whole.h5"))
+        self.parallel('"$BIN" attention -q q.npy -k k.npy -v v.npy --causal -o a{}.h5 '
+                      '--part {}/3', 3)
+        for name in ("probs", "output"):
+            self.run_ok("join", *[self.path(f"a{i}.h5") + ":/" + name for i in range(3)], "-o",
+                        self.path("joined.h5") + ":/" + name)
+            self.assert_same_h5(self.path("joined.h5"), self.path("whole.h5"), name)
+        self.assert_fails(2, "attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"),
+                          "--mask", self.path("q.npy"), "-o", self.path("m.h5"), "--part", "0/2",
+                          match="--part: not with --mask")
+
 
 class JoinErrors(PosencTestCase):
     def setUp(self):
