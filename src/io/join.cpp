@@ -43,8 +43,8 @@ std::size_t attr_size(const PartIn& p, const char* name) {
   const AttrValue* v = find_attr(p.info.attrs, name);
   double d = -1;
   if (v == nullptr) {
-    throw InputError(fmt::format("{}: not a part of a --part run (no attribute '{}')",
-                                 p.ref->text, name));
+    throw InputError(
+        fmt::format("{}: not a part of a --part run (no attribute '{}')", p.ref->text, name));
   }
   if (const auto* i = std::get_if<long long>(v)) d = static_cast<double>(*i);
   if (const auto* f = std::get_if<double>(v)) d = *f;
@@ -58,8 +58,8 @@ Shape attr_shape(const PartIn& p, const char* name) {
   const AttrValue* v = find_attr(p.info.attrs, name);
   const auto* vec = v == nullptr ? nullptr : std::get_if<std::vector<double>>(v);
   if (vec == nullptr) {
-    throw InputError(fmt::format("{}: not a part of a --part run (no attribute '{}')",
-                                 p.ref->text, name));
+    throw InputError(
+        fmt::format("{}: not a part of a --part run (no attribute '{}')", p.ref->text, name));
   }
   Shape s;
   for (double d : *vec) {
@@ -88,11 +88,11 @@ void read_record(PartIn& p) {
   Shape want_offset(p.total.size(), 0);
   want_offset[p.axis] = part_range(p.part, p.total[p.axis]).first;
   if (shape != want || p.offset != want_offset) {
-    throw InputError(fmt::format("{}: part {} of {} of a {} whole should have shape {} at offset "
-                                 "{}, has shape {} at offset {}",
-                                 p.ref->text, p.part.index, p.part.count, shape_str(p.total),
-                                 shape_str(want), shape_str(want_offset), shape_str(shape),
-                                 shape_str(p.offset)));
+    throw InputError(
+        fmt::format("{}: part {} of {} of a {} whole should have shape {} at offset "
+                    "{}, has shape {} at offset {}",
+                    p.ref->text, p.part.index, p.part.count, shape_str(p.total), shape_str(want),
+                    shape_str(want_offset), shape_str(shape), shape_str(p.offset)));
   }
 }
 
@@ -105,10 +105,11 @@ void check_recorded(std::vector<PartIn>& parts) {
                                    p.part.count, first.ref->text, first.part.count));
     }
     if (p.total != first.total || p.axis != first.axis) {
-      throw InputError(fmt::format("{} is a part of a {} whole cut along axis {}, but {} of a {} "
-                                   "whole cut along axis {}",
-                                   p.ref->text, shape_str(p.total), p.axis, first.ref->text,
-                                   shape_str(first.total), first.axis));
+      throw InputError(
+          fmt::format("{} is a part of a {} whole cut along axis {}, but {} of a {} "
+                      "whole cut along axis {}",
+                      p.ref->text, shape_str(p.total), p.axis, first.ref->text,
+                      shape_str(first.total), first.axis));
     }
   }
   std::sort(parts.begin(), parts.end(),
@@ -133,8 +134,8 @@ void check_recorded(std::vector<PartIn>& parts) {
       list += (i ? ", " : "") + std::to_string(missing[i]);
     }
     if (missing.size() > 8) list += ", ...";
-    throw InputError(fmt::format("parts: {} of {} missing (part {})", missing.size(),
-                                 first.part.count, list));
+    throw InputError(
+        fmt::format("parts: {} of {} missing (part {})", missing.size(), first.part.count, list));
   }
 }
 
@@ -157,16 +158,17 @@ Shape concatenated_shape(const std::vector<PartIn>& parts, std::size_t axis) {
     s[axis] = 0;
     if (s != others) {
       throw InputError(fmt::format("{} has shape {}, which differs from {}'s {} outside axis {}",
-                                   p.ref->text, shape_str(p.info.shape),
-                                   parts.front().ref->text, shape_str(a.shape), axis));
+                                   p.ref->text, shape_str(p.info.shape), parts.front().ref->text,
+                                   shape_str(a.shape), axis));
     }
     total[axis] += n;
   }
   for (std::size_t k = 0; k < axis; ++k) {
     if (total[k] != 1) {
-      throw UsageError(fmt::format("axis: parts are joined along an axis whose leading axes have "
-                                   "extent 1; axis {} of shape {} is not one",
-                                   axis, shape_str(total)));
+      throw UsageError(
+          fmt::format("axis: parts are joined along an axis whose leading axes have "
+                      "extent 1; axis {} of shape {} is not one",
+                      axis, shape_str(total)));
     }
   }
   return total;
@@ -199,8 +201,8 @@ JoinResult join_parts(const JoinRequest& r) {
     PartIn& p = parts[i];
     p.ref = &r.parts[i];
     if (p.ref->path == r.output.path && !p.ref->is_stdio()) {
-      throw UsageError(fmt::format("-o: {} is also a part (write the whole to another file)",
-                                   r.output.text));
+      throw UsageError(
+          fmt::format("-o: {} is also a part (write the whole to another file)", r.output.text));
     }
     p.info = open_source(*p.ref, {/*attrs=*/true})->info();
     if (find_attr(p.info.attrs, kPartCountAttr) != nullptr) {
@@ -209,18 +211,18 @@ JoinResult join_parts(const JoinRequest& r) {
     }
   }
   if (recorded != 0 && recorded != parts.size()) {
-    const auto plain = std::find_if(parts.begin(), parts.end(),
-                                    [](const PartIn& p) { return !p.recorded; });
-    throw InputError(fmt::format("{}: not a part of a --part run (no part attributes), but other "
-                                 "parts are",
-                                 plain->ref->text));
+    const auto plain =
+        std::find_if(parts.begin(), parts.end(), [](const PartIn& p) { return !p.recorded; });
+    throw InputError(
+        fmt::format("{}: not a part of a --part run (no part attributes), but other "
+                    "parts are",
+                    plain->ref->text));
   }
   const DType dtype = parts.front().info.dtype;
   for (const auto& p : parts) {
     if (p.info.dtype != dtype) {
-      throw InputError(fmt::format("{} is {}, but {} is {}", p.ref->text,
-                                   dtype_name(p.info.dtype), parts.front().ref->text,
-                                   dtype_name(dtype)));
+      throw InputError(fmt::format("{} is {}, but {} is {}", p.ref->text, dtype_name(p.info.dtype),
+                                   parts.front().ref->text, dtype_name(dtype)));
     }
   }
   JoinResult res;
@@ -249,9 +251,10 @@ JoinResult join_parts(const JoinRequest& r) {
     std::vector<Hdf5FileWriter::VirtualSource> sources;
     for (const auto& p : parts) {
       if (p.ref->format != Format::hdf5) {
-        throw UsageError(fmt::format("--virtual: {} is not HDF5 (a virtual dataset maps HDF5 "
-                                     "datasets; leave out --virtual to copy)",
-                                     p.ref->text));
+        throw UsageError(
+            fmt::format("--virtual: {} is not HDF5 (a virtual dataset maps HDF5 "
+                        "datasets; leave out --virtual to copy)",
+                        p.ref->text));
       }
       Shape offset(res.shape.size(), 0);
       std::size_t at = 0;
@@ -269,8 +272,7 @@ JoinResult join_parts(const JoinRequest& r) {
         const auto names = list_hdf5_datasets(p.ref->path);
         if (names.size() == 1) dataset = names.front();
       }
-      sources.push_back({source_name(p.ref->path, r.output.path), dataset,
-                         p.info.shape, offset});
+      sources.push_back({source_name(p.ref->path, r.output.path), dataset, p.info.shape, offset});
     }
     Hdf5FileWriter w(r.output.path, r.write);
     w.virtual_dataset(r.output.dataset, info, sources);

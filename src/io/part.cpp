@@ -28,8 +28,8 @@ Part parse_part(const std::string& text, const std::string& what) {
   Part p;
   if (slash == std::string::npos || !parse_size(text.substr(0, slash), p.index) ||
       !parse_size(text.substr(slash + 1), p.count)) {
-    throw UsageError(fmt::format("{}: expected I/N with 0 <= I < N (e.g. 0/4), got '{}'", what,
-                                 text));
+    throw UsageError(
+        fmt::format("{}: expected I/N with 0 <= I < N (e.g. 0/4), got '{}'", what, text));
   }
   if (p.count == 0 || p.index >= p.count) {
     throw UsageError(fmt::format(
