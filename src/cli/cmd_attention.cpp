@@ -288,8 +288,9 @@ void run_attention(AttentionCmdOptions& o) {
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
   if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() ||
                         !o.rope_opts.position_ids.empty() || !o.rope_opts.cu_seqlens.empty())) {
-    throw UsageError("--part: not with --mask, --key-lengths, --position-ids or --cu-seqlens "
-                     "(they follow the batch; run the whole batch)");
+    throw UsageError(
+        "--part: not with --mask, --key-lengths, --position-ids or --cu-seqlens "
+        "(they follow the batch; run the whole batch)");
   }
 
   // Inputs: shapes from the headers first, so that the budget is checked before
@@ -309,9 +310,10 @@ void run_attention(AttentionCmdOptions& o) {
   std::size_t batch = 0;
   if (!part.whole()) {
     if (axes.index('b') != 0 || q.shape()[0] < 2) {
-      throw UsageError(fmt::format("--part: cuts the batch axis b, and {} has no batch axis "
-                                   "longer than 1 (axes {}, shape {})",
-                                   o.q, axes.letters, shape_str(q.shape())));
+      throw UsageError(
+          fmt::format("--part: cuts the batch axis b, and {} has no batch axis "
+                      "longer than 1 (axes {}, shape {})",
+                      o.q, axes.letters, shape_str(q.shape())));
     }
     batch = q.shape()[0];
     const auto [first, last] = part_range(part, batch);

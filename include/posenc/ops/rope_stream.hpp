@@ -5,9 +5,10 @@
 /// extent is not 1 (s for [1, s, h, d]), rotated and written, with reading, rotating
 /// and writing overlapped (a reader thread, the calling thread with OpenMP, a writer
 /// thread); a regular NPY input is mapped instead of read (TensorSource::mapped_data)
-/// and rotated straight from the page cache. The slabs are sized so that every buffer and table fits `max_memory`. All
-/// outputs become visible together when every input is done, or none does. The bytes
-/// written do not depend on the slab size or the thread count.
+/// and rotated straight from the page cache. The slabs are sized so that every buffer
+/// and table fits `max_memory`. All outputs become visible together when every input
+/// is done, or none does. The bytes written do not depend on the slab size or the
+/// thread count.
 
 #include <cstddef>
 #include <functional>
