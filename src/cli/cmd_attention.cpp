@@ -25,17 +25,20 @@
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
+#include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
+#include "posenc/ops/select.hpp"
 
 namespace posenc::cli {
 
 namespace {
 
 struct AttentionCmdOptions {
+  std::string part;  // --part I/N: a share of the batch axis
   std::string q, k, v;
   OutputOptions out;
   std::string axes;
@@ -282,6 +285,13 @@ void run_attention(AttentionCmdOptions& o) {
   }
 
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
+  const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
+  if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() ||
+                        !o.rope_opts.position_ids.empty() || !o.rope_opts.cu_seqlens.empty())) {
+    throw UsageError(
+        "--part: not with --mask, --key-lengths, --position-ids or --cu-seqlens "
+        "(they follow the batch; run the whole batch)");
+  }
 
   // Inputs: shapes from the headers first, so that the budget is checked before
   // anything is read.
@@ -296,6 +306,27 @@ void run_attention(AttentionCmdOptions& o) {
   if (v_src) v = read_all_rows(*v_src);
   const Axes axes = resolve_axes(o.axes, q.ndim(), o.q);
   opt.axes = axes.letters;
+  // --part: rows [floor(I*B/N), floor((I+1)*B/N)) of the batch axis (axis 0) of Q, K, V.
+  std::size_t batch = 0;
+  if (!part.whole()) {
+    if (axes.index('b') != 0 || q.shape()[0] < 2) {
+      throw UsageError(
+          fmt::format("--part: cuts the batch axis b, and {} has no batch axis "
+                      "longer than 1 (axes {}, shape {})",
+                      o.q, axes.letters, shape_str(q.shape())));
+    }
+    batch = q.shape()[0];
+    const auto [first, last] = part_range(part, batch);
+    const SliceSpec rows = parse_slice(fmt::format("{}:{}", first, last));
+    // K and V are cut alike when they carry the same batch (otherwise attention names
+    // the mismatch).
+    auto cut = [&](Tensor& t) {
+      if (t.ndim() > 0 && t.shape()[0] == batch) t = select(t, resolve_selection(rows, t.shape()));
+    };
+    cut(q);
+    cut(k);
+    if (v) cut(*v);
+  }
   std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
@@ -334,6 +365,12 @@ void run_attention(AttentionCmdOptions& o) {
   for (std::size_t i = 0; i < opt.emit.size(); ++i) {
     Attrs a = attrs;
     a.push_back({"tensor", attention_emit_name(opt.emit[i])});
+    if (!part.whole()) {
+      Shape whole = res.get(opt.emit[i]).shape();
+      whole[0] = batch;
+      const Attrs pa = part_attrs(part, whole, 0);
+      a.insert(a.end(), pa.begin(), pa.end());
+    }
     named.push_back(NamedTensor{out_refs[i], &res.get(opt.emit[i]), a});
   }
   write_tensors(named, o.out.write_options());
@@ -435,6 +472,9 @@ void register_attention(CLI::App& app) {
         "exact (default) or hf: HF transformers' eager attention (and RoPE with --rope) in "
         "the model dtype, element operations bit for bit as torch's CPU kernels");
   }
+  add_part_option(sub, o->part,
+                  "the batch axis b of Q, K and V (not with --mask, --key-lengths, "
+                  "--position-ids or --cu-seqlens)");
   sub->callback([o] { run_attention(*o); });
 }
 

@@ -11,6 +11,7 @@
 #include "cli/common.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
+#include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/cast.hpp"
 #include "posenc/ops/select.hpp"
@@ -25,6 +26,7 @@ struct ConvertOptions {
   std::string dtype = "same";
   std::string slice;
   OutputOptions out;
+  std::string part;
 };
 
 // Bytes per slab: large enough to amortise calls, small enough to stream.
@@ -60,6 +62,10 @@ void run_convert(const ConvertOptions& o) {
   const TensorRef in_ref = parse_ref(o.input);
   const TensorRef out_ref = parse_ref(o.out.outputs.at(0), o.out.to);
   const SliceSpec spec = parse_slice_option(o.slice);  // usage errors before any read
+  const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
+  if (!o.slice.empty() && !part.whole()) {
+    throw UsageError("--slice and --part cannot be combined: slice first, then convert parts");
+  }
   // HDF5 attributes are carried over to HDF5 and JSON outputs, so they are read here.
   auto src = open_source(in_ref, {/*attrs=*/true});
   const TensorInfo& in = src->info();
@@ -80,11 +86,24 @@ void run_convert(const ConvertOptions& o) {
     return;
   }
 
-  auto sink = create_sink(out_ref, out_info, o.out.write_options());
-
-  // Slabs along the first axis whose extent is not 1, so [1, s, ...] goes in pieces of s.
+  // Slabs along the first axis whose extent is not 1, so [1, s, ...] goes in pieces of s;
+  // a --part share is a range of the same axis.
   const std::size_t axis = slab_axis(in.shape);
-  const std::size_t entries = in.shape.empty() ? 1 : in.shape[axis];
+  // Entries [begin, entries) of that axis are converted (all of them without --part).
+  const auto [begin, entries] = part_range(part, in.shape.empty() ? 1 : in.shape[axis]);
+  if (!part.whole()) {
+    if (in.shape.empty()) throw UsageError("--part: a rank-0 tensor cannot be cut into parts");
+    out_info.shape = part_shape(part, in.shape, axis);
+    // A part of a part would record the wrong whole: the input's own part attributes go.
+    Attrs kept;
+    for (auto& a : out_info.attrs) {
+      if (a.name.rfind("part_", 0) != 0) kept.push_back(a);
+    }
+    out_info.attrs = std::move(kept);
+    const Attrs pa = part_attrs(part, in.shape, axis);
+    out_info.attrs.insert(out_info.attrs.end(), pa.begin(), pa.end());
+  }
+  auto sink = create_sink(out_ref, out_info, o.out.write_options());
   Shape entry_shape(in.shape.empty() ? in.shape.end() : in.shape.begin() + axis + 1,
                     in.shape.end());
   const std::size_t entry_elems = checked_numel(entry_shape, 8, in_ref.text);
@@ -99,7 +118,7 @@ void run_convert(const ConvertOptions& o) {
   Tensor whole;
   if (staged) whole = read_all_rows(*src);
 
-  for (std::size_t first = 0; first < entries || (entries == 0 && first == 0);) {
+  for (std::size_t first = begin; first < entries || (entries == begin && first == begin);) {
     const std::size_t count = std::min(slab_entries, entries - first);
     Shape slab_shape = entry_shape;
     slab_shape.insert(slab_shape.begin(), count);
@@ -116,7 +135,7 @@ void run_convert(const ConvertOptions& o) {
       sink->write_slab(axis, slab.bytes(), count);
     }
     first += count;
-    if (entries == 0) break;
+    if (entries == begin) break;
   }
   sink->commit();
 }
@@ -137,6 +156,7 @@ void register_convert(CLI::App& app) {
   sub->add_option("--slice", opt->slice,
                   std::string(kSliceHelp) + "; only the selection is read and written");
   add_output_options(sub, opt->out);
+  add_part_option(sub, opt->part, "the first axis of the input whose extent is not 1");
   sub->callback([opt] { run_convert(*opt); });
 }
 

@@ -17,6 +17,7 @@
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
@@ -38,6 +39,7 @@ struct RopeCmdOptions {
   bool grid_ids = false;
   bool allow_nonfinite = false;
   std::string max_memory;
+  std::string part;
 };
 
 /// A progress line on stderr, only for a terminal and not with --quiet, at most 10 Hz.
@@ -121,6 +123,7 @@ void run_rope(const RopeCmdOptions& o) {
   if (o.rope.app->count("--max-memory") > 0) {
     r.max_memory = parse_memory_size(o.max_memory, "--max-memory");
   }
+  if (!o.part.empty()) r.part = parse_part(o.part, "--part");
   r.threads = globals().threads;
   std::unique_ptr<Progress> progress;  // one line per input
   std::string current;
@@ -193,6 +196,9 @@ void register_rope(CLI::App& app) {
                   "memory for buffers and tables (e.g. 512M, 2G, 1.5GiB or bytes; K, M, G, T are "
                   "powers of 1024; default 1/4 of physical memory); larger inputs are streamed "
                   "in slabs along their first axis whose extent is not 1");
+  add_part_option(sub, opts->part,
+                  "the first axis of the input whose extent is not 1 (b of [b, h, s, d], s of "
+                  "[1, s, h, d])");
   sub->callback([opts] { run_rope(*opts); });
 }
 

@@ -23,11 +23,15 @@ namespace {
 struct Common {
   OutputOptions out;
   std::string dtype;
+  std::string part;
 };
 
 void add_common(CLI::App* sub, Common& c, const char* dtype_help) {
   add_output_options(sub, c.out);
   sub->add_option("--dtype", c.dtype, dtype_help);
+  add_part_option(sub, c.part,
+                  "the table's first axis whose extent is not 1 (positions for sinusoidal and "
+                  "rope tables; cos|sin for --emit cos-sin)");
 }
 
 // An option's value when it was given on the command line.
@@ -48,6 +52,14 @@ void write_out(Table t, const Common& c) {
   TensorInfo info;
   info.dtype = dtype;
   info.shape = t.spec.shape;
+  if (!c.part.empty()) {
+    const Part part = parse_part(c.part, "--part");
+    const std::size_t axis = slab_axis(t.spec.shape);
+    const Attrs pa = part_attrs(part, t.spec.shape, axis);
+    t.attrs.insert(t.attrs.end(), pa.begin(), pa.end());
+    t.spec = table_part(t.spec, part, axis);
+    info.shape = t.spec.shape;
+  }
   info.attrs = std::move(t.attrs);
   auto sink = create_sink(ref, info, c.out.write_options());
   write_table(t.spec, dtype, *sink);

@@ -13,6 +13,7 @@ void register_add(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_compare(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_join(CLI::App& app);
 void register_plot(CLI::App& app);
 void register_analyze(CLI::App& app);
 void register_completion(CLI::App& app);

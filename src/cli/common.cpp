@@ -49,6 +49,15 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool req
   sub->add_flag("--sync", o.sync, "fsync outputs before renaming them into place");
 }
 
+void add_part_option(CLI::App* sub, std::string& part, const char* axis_help) {
+  sub->add_option("--part", part,
+                  fmt::format("compute and write only share I of N (0 <= I < N): entries "
+                              "[floor(I*R/N), floor((I+1)*R/N)) of {}; HDF5 outputs record the "
+                              "share for `posenc join`",
+                              axis_help))
+      ->type_name("I/N");
+}
+
 CLI::Validator integer_text(bool is_signed) {
   return CLI::Validator([is_signed](std::string& s) { return integer_text_error(s, is_signed); },
                         "");

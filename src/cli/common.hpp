@@ -38,6 +38,10 @@ struct OutputOptions {
 void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
                         bool required = true, const char* help = nullptr);
 
+/// Adds --part I/N (a share of the job for one of N processes; see io/part.hpp), with
+/// `axis_help` saying which axis is cut.
+void add_part_option(CLI::App* sub, std::string& part, const char* axis_help);
+
 /// The fields of a comma-separated list ("a,b,,c" gives four; "" gives one empty field).
 std::vector<std::string> split_list(const std::string& text);
 

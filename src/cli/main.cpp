@@ -106,6 +106,7 @@ constexpr Command kCommands[] = {
     {"inspect", posenc::cli::register_inspect},
     {"compare", posenc::cli::register_compare},
     {"convert", posenc::cli::register_convert},
+    {"join", posenc::cli::register_join},
     {"plot", posenc::cli::register_plot},
     {"analyze", posenc::cli::register_analyze},
     {"completion", posenc::cli::register_completion},
@@ -187,7 +188,7 @@ int run(int argc, char** argv) {
     fmt::print(stderr, "{}", app.help());
     return fail(ExitStatus::kUsage,
                 "a command is required: table, rope, attention, add, inspect, compare, "
-                "convert, plot, analyze or completion");
+                "convert, join, plot, analyze or completion");
   }
   // A command that needed only part of a piped tensor (inspect --slice 0, compare of
   // different shapes) still takes the rest, so the producer does not fail with a

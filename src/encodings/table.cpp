@@ -113,6 +113,30 @@ void convert_values(const double* src, std::size_t n, DType dtype, void* dst) {
   }
 }
 
+TableSpec table_part(const TableSpec& t, const Part& p, std::size_t axis) {
+  const auto [first, last] = part_range(p, t.shape.at(axis));
+  TableSpec part = t;
+  part.shape[axis] = last - first;
+  if (axis + 1 < t.shape.size()) {
+    // Leading extents are 1, so the whole's line index is the part's plus the lines
+    // before `first`.
+    std::size_t lines_per_entry = 1;
+    for (std::size_t k = axis + 1; k + 1 < t.shape.size(); ++k) lines_per_entry *= t.shape[k];
+    const std::size_t skip = first * lines_per_entry;
+    part.line = [line = t.line, skip](std::size_t l, double* out) { line(l + skip, out); };
+  } else {
+    // The cut runs along the line itself: compute it whole, keep the share.
+    const std::size_t len = t.shape.back();
+    part.line = [line = t.line, len, first = first, last = last](std::size_t l, double* out) {
+      std::vector<double> full(len);
+      line(l, full.data());
+      std::copy(full.begin() + static_cast<std::ptrdiff_t>(first),
+                full.begin() + static_cast<std::ptrdiff_t>(last), out);
+    };
+  }
+  return part;
+}
+
 void write_table(const TableSpec& t, DType dtype, TensorSink& sink, std::size_t block_bytes) {
   const std::size_t item = dtype_size(dtype);
   const std::size_t line_len = t.shape.back();

@@ -102,7 +102,66 @@ std::string base_of(const std::string& p) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
+// Mapped input files, readable from the SIGBUS handler (as the temporary slots above).
+constexpr int kMaxMapped = 16;
+struct MappedSlot {
+  const char* begin;
+  const char* end;
+  char message[512];
+  std::size_t message_len;
+  volatile sig_atomic_t live;
+};
+MappedSlot g_mapped[kMaxMapped];
+
+extern "C" void mapped_input_bus(int sig, siginfo_t* info, void*) {
+  const char* at = static_cast<const char*>(info->si_addr);
+  for (auto& m : g_mapped) {
+    if (m.live && at >= m.begin && at < m.end) {
+      ssize_t ignored = ::write(2, m.message, m.message_len);
+      (void)ignored;
+      for (auto& slot : g_slots) {
+        if (slot.live) ::unlink(slot.path);
+      }
+      ::_exit(3);
+    }
+  }
+  // Not ours: the default action (core dump) as if no handler had been installed.
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 }  // namespace
+
+int guard_mapped_input(const void* addr, std::size_t len, const std::string& what) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = mapped_input_bus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, nullptr);
+  });
+  const std::string msg =
+      fmt::format("posenc: error: {}: input file shrank while being read\n", what);
+  std::lock_guard<std::mutex> lock(g_slots_mutex);
+  for (int i = 0; i < kMaxMapped; ++i) {
+    MappedSlot& m = g_mapped[i];
+    if (m.live) continue;
+    m.begin = static_cast<const char*>(addr);
+    m.end = m.begin + len;
+    m.message_len = std::min(msg.size(), sizeof m.message);
+    std::memcpy(m.message, msg.data(), m.message_len);
+    m.live = 1;
+    return i;
+  }
+  return -1;
+}
+
+void unguard_mapped_input(int handle) noexcept {
+  if (handle < 0 || handle >= kMaxMapped) return;
+  std::lock_guard<std::mutex> lock(g_slots_mutex);
+  g_mapped[handle].live = 0;
+}
 
 void install_output_signal_handlers() {
   static std::once_flag once;

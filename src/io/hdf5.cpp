@@ -995,6 +995,42 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
                                     fmt::format("{}: dataset '{}'", im.path, name));
 }
 
+void Hdf5FileWriter::virtual_dataset(const std::string& dataset_name, const TensorInfo& info,
+                                     const std::vector<VirtualSource>& sources) {
+  init_hdf5();
+  auto& im = *impl_;
+  if (im.committed || im.file.get() < 0) throw OutputError(im.path + ": file already committed");
+  const std::string name = normalize_name(dataset_name);
+  if (name.empty()) throw UsageError(fmt::format("{}: empty HDF5 dataset name", im.path));
+  const std::string w = fmt::format("{}: cannot create virtual dataset '{}'", im.path, name);
+  const int rank = static_cast<int>(info.shape.size());
+  if (rank == 0 || rank > kMaxRank) throw OutputError(fmt::format("{}: rank {}", w, rank));
+  Hid ftype = type_for(info.dtype);
+  std::vector<hsize_t> dims(info.shape.begin(), info.shape.end());
+  Hid vspace = check_id<OutputError>(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, w);
+  Hid dcpl = plist(H5P_DATASET_CREATE, w);
+  check<OutputError>(H5Pset_obj_track_times(dcpl, 0), w);
+  for (const auto& src : sources) {
+    std::vector<hsize_t> start(src.offset.begin(), src.offset.end());
+    std::vector<hsize_t> count(src.shape.begin(), src.shape.end());
+    bool empty = false;
+    for (auto c : count) empty = empty || c == 0;
+    if (empty) continue;  // an empty part maps nothing
+    Hid sspace = check_id<OutputError>(H5Screate_simple(rank, count.data(), nullptr), H5Sclose, w);
+    check<OutputError>(H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start.data(), nullptr,
+                                           count.data(), nullptr),
+                       w);
+    check<OutputError>(
+        H5Pset_virtual(dcpl, vspace, src.file.c_str(), src.dataset.c_str(), sspace), w);
+  }
+  check<OutputError>(H5Sselect_all(vspace), w);
+  Hid lcpl = plist(H5P_LINK_CREATE, w);
+  check<OutputError>(H5Pset_create_intermediate_group(lcpl, 1), w);
+  Hid dset = check_id<OutputError>(
+      H5Dcreate2(im.file, name.c_str(), ftype, vspace, lcpl, dcpl, H5P_DEFAULT), H5Dclose, w);
+  write_attrs(dset, info.attrs, fmt::format("{}: dataset '{}'", im.path, name));
+}
+
 void Hdf5FileWriter::root_attrs(const Attrs& attrs) {
   init_hdf5();
   auto& im = *impl_;

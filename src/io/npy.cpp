@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 
 #include "io/slab.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/atomic.hpp"
 
 namespace posenc {
 
@@ -344,7 +346,36 @@ class NpySource final : public TensorSource {
     row_bytes_ = checked_numel(row_shape, dtype_size(h_.dtype), what_) * dtype_size(h_.dtype);
   }
   ~NpySource() override {
+    if (map_ != nullptr) {
+      unguard_mapped_input(guard_);
+      ::munmap(map_, map_bytes_);
+    }
     if (own_fd_ && fd_ >= 0) ::close(fd_);
+  }
+
+  // The file is mapped whole (the header is at most a page or so), read-only and shared:
+  // the page cache itself, no copy. Only for data usable as they are.
+  const std::byte* mapped_data() override {
+    if (map_ != nullptr) return static_cast<const std::byte*>(map_) + h_.data_offset;
+    if (stream_ || h_.fortran_order || h_.swap || h_.data_bytes == 0 || map_failed_) {
+      return nullptr;
+    }
+    map_failed_ = true;
+    struct stat st;
+    const std::size_t need = h_.data_offset + h_.data_bytes;
+    if (::fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < need) return nullptr;
+    void* p = ::mmap(nullptr, need, PROT_READ, MAP_SHARED, fd_, 0);
+    if (p == MAP_FAILED) return nullptr;
+    guard_ = guard_mapped_input(p, need, what_);
+    if (guard_ < 0) {
+      ::munmap(p, need);
+      return nullptr;
+    }
+    ::madvise(p, need, MADV_SEQUENTIAL);
+    map_ = p;
+    map_bytes_ = need;
+    map_failed_ = false;
+    return static_cast<const std::byte*>(map_) + h_.data_offset;
   }
 
   const TensorInfo& info() const override { return info_; }
@@ -517,6 +548,10 @@ class NpySource final : public TensorSource {
   bool eof_checked_ = false;
   bool loaded_ = false;
   Tensor cache_;
+  void* map_ = nullptr;
+  std::size_t map_bytes_ = 0;
+  int guard_ = -1;
+  bool map_failed_ = false;
 };
 
 // Adapts a borrowed reader to the owned-reader interface of NpySource.

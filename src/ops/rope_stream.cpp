@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/core.h>
@@ -168,15 +169,16 @@ void rope_stream_impl(const RopeStreamRequest& o) {
     op.out_row_bytes = applier.out_row_bytes();
     op.min_rows = applier.min_rows();
     op.total_rows = applier.rows_total();
+    std::tie(op.first_row, op.total_rows) = part_range(o.part, op.total_rows);
     op.table_bytes = [&applier](std::size_t rows) { return applier.table_bytes(rows); };
     op.rows = [&applier](const std::byte* in, std::byte* out, std::size_t first,
                          std::size_t n) { applier.rows(in, out, first, n); };
     const detail::SlabPlan plan = detail::plan_slabs(op, budget, what, axis, axes.letters[axis]);
-    const std::size_t total_rows = op.total_rows, slab_rows = plan.rows;
+    const std::size_t total_rows = op.total_rows - op.first_row, slab_rows = plan.rows;
 
     TensorInfo out_info;
     out_info.dtype = out_dtype;
-    out_info.shape = info.shape;
+    out_info.shape = part_shape(o.part, info.shape, axis);
     out_info.attrs = freqs.attrs;
     out_info.attrs.push_back({"rope_axes", axes.letters});
     out_info.attrs.push_back({"rope_precision", apply.precision == Precision::f64 ? "f64" : "f32"});
@@ -192,6 +194,10 @@ void rope_stream_impl(const RopeStreamRequest& o) {
       out_info.attrs.push_back(
           {"mrope_section",
            std::vector<double>(apply.mrope_section.begin(), apply.mrope_section.end())});
+    }
+    if (!o.part.whole()) {
+      const Attrs pa = part_attrs(o.part, info.shape, axis);
+      out_info.attrs.insert(out_info.attrs.end(), pa.begin(), pa.end());
     }
     if (o.note) {
       o.note(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s) along "

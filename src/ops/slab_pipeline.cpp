@@ -4,9 +4,12 @@
 
 #include <fmt/core.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -65,6 +68,17 @@ class Channel {
 /// slab i+1 and the writer drain slab i-1 while slab i is transformed.
 constexpr std::size_t kPipelineDepth = 2;
 
+/// Drops the page-table entries of the whole pages of [p, p + n) in a read-only file
+/// mapping once they are transformed: the pages stay in the page cache, but the
+/// process's resident memory stays at a few slabs however large the file (a later
+/// touch would simply map them again).
+void release_mapped(const std::byte* p, std::size_t n) {
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t lo = a / page * page, hi = (a + n) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 }  // namespace
 
 SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& what, std::size_t axis,
@@ -76,7 +90,7 @@ SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& wha
   auto cost = [&](std::size_t rows) {
     return plan.depth * rows * (op.in_row_bytes + op.out_row_bytes) + op.table_bytes(rows);
   };
-  std::size_t lo = op.min_rows, hi = std::max<std::size_t>(op.total_rows, 1);
+  std::size_t lo = op.min_rows, hi = std::max<std::size_t>(op.total_rows - op.first_row, 1);
   if (cost(lo) > budget) plan.depth = 1;
   if (cost(lo) > budget) {
     throw UsageError(
@@ -108,12 +122,26 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
   struct Slab {
     std::size_t buf = 0, first = 0, rows = 0;
   };
-  const std::size_t total_rows = op.total_rows, slab_rows = plan.rows;
+  // A mapped source (a regular NPY file) is transformed in place of the page cache:
+  // no reader thread and no input buffers, which saves a copy of every byte. The
+  // output slabs are then kept small, so that the writer copies them into the page
+  // cache while they are still in the CPU's cache.
+  const std::byte* mapped = src.mapped_data();
+  std::size_t slab_rows = plan.rows;
+  if (mapped) {
+    // 1 MiB: measured against 256 KiB to 8 MiB on 256 MiB files (bench/rope); 8 MiB
+    // slabs took twice as long as 256 KiB to 1 MiB ones.
+    constexpr std::size_t kMappedSlabBytes = std::size_t{1} << 20;
+    const std::size_t out_row = std::max<std::size_t>(op.out_row_bytes, 1);
+    slab_rows = std::max(op.min_rows,
+                         std::min(slab_rows, std::max<std::size_t>(kMappedSlabBytes / out_row, 1)));
+  }
+  const std::size_t total_rows = op.total_rows;
   std::vector<Buffer> in_bufs, out_bufs;
   Channel<std::size_t> free_in, free_out;
   Channel<Slab> read, transformed;
   for (std::size_t i = 0; i < plan.depth; ++i) {
-    in_bufs.emplace_back(slab_rows * op.in_row_bytes);
+    if (!mapped) in_bufs.emplace_back(slab_rows * op.in_row_bytes);
     out_bufs.emplace_back(slab_rows * op.out_row_bytes);
     free_in.push(i);
     free_out.push(i);
@@ -135,8 +163,9 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
   };
 
   std::thread reader([&] {
+    if (mapped) return;
     try {
-      for (std::size_t first = 0; first < total_rows; first += slab_rows) {
+      for (std::size_t first = op.first_row; first < total_rows; first += slab_rows) {
         Slab s{0, first, std::min(slab_rows, total_rows - first)};
         if (!free_in.pop(s.buf)) return;
         {
@@ -151,7 +180,7 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
   });
   auto write_all = [&] {
     try {
-      for (std::size_t first = 0; first < total_rows; first += slab_rows) {
+      for (std::size_t first = op.first_row; first < total_rows; first += slab_rows) {
         Slab s;
         if (!transformed.pop(s)) return;
         {
@@ -159,7 +188,7 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
           sink.write_slab(axis, out_bufs[s.buf].data(), s.rows);
         }
         free_out.push(s.buf);
-        if (done) done(s.first + s.rows);
+        if (done) done(s.first + s.rows - op.first_row);
       }
     } catch (...) {
       fail(std::current_exception());
@@ -182,13 +211,23 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
     omp_set_num_threads(std::max(1, std::min(saved_threads, omp_get_num_procs() - 2)));
   }
   try {
-    for (std::size_t first = 0; first < total_rows; first += slab_rows) {
+    for (std::size_t first = op.first_row; first < total_rows; first += slab_rows) {
       Slab in, out;
-      if (!read.pop(in) || !free_out.pop(out.buf)) break;
+      if (mapped) {
+        in = Slab{0, first, std::min(slab_rows, total_rows - first)};
+      } else if (!read.pop(in)) {
+        break;
+      }
+      if (!free_out.pop(out.buf)) break;
       out.first = in.first;
       out.rows = in.rows;
-      op.rows(in_bufs[in.buf].data(), out_bufs[out.buf].data(), in.first, in.rows);
-      free_in.push(in.buf);
+      op.rows(mapped ? mapped + in.first * op.in_row_bytes : in_bufs[in.buf].data(),
+              out_bufs[out.buf].data(), in.first, in.rows);
+      if (mapped) {
+        release_mapped(mapped + in.first * op.in_row_bytes, in.rows * op.in_row_bytes);
+      } else {
+        free_in.push(in.buf);
+      }
       transformed.push(out);
     }
   } catch (...) {

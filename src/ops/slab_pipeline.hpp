@@ -2,7 +2,8 @@
 // Internal to the streaming operations (`posenc rope`, `posenc add`): one tensor read
 // slab by slab along an axis whose leading axes all have extent 1, transformed and
 // written, with reading, transforming and writing overlapped in three stages (a reader
-// thread, the calling thread with OpenMP, a writer thread). An operation describes
+// thread, the calling thread with OpenMP, a writer thread; no reader when the source is
+// mapped, see TensorSource::mapped_data). An operation describes
 // itself as a SlabOp; plan_slabs sizes the slabs for a memory budget and stream_slabs
 // runs the pipeline. Slabs are written in order, so the bytes written do not depend on
 // the slab size or the thread count as long as the operation's rows do not.
@@ -25,6 +26,9 @@ struct SlabOp {
   std::size_t out_row_bytes = 0;  ///< the same, output
   std::size_t min_rows = 1;       ///< slabs hold at least this many entries
   std::size_t total_rows = 0;     ///< entries along the slab axis
+  /// Entries [first_row, total_rows) are streamed (a share of the job, `--part`); the
+  /// sink receives them as its first entries.
+  std::size_t first_row = 0;
   /// Bytes of the tables (or other working memory) a slab of `rows` entries needs.
   std::function<std::size_t(std::size_t rows)> table_bytes;
   /// Transforms entries [first, first + count): `src` in the input dtype, `dst` in the

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 
+#include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/tensor.hpp"
 
@@ -21,6 +22,10 @@ struct TableSpec {
   /// -inf is a value of this table (a mask); NaN and other infinities never are.
   bool allow_neg_inf = false;
 };
+
+/// Share `p` of table `t` cut along `axis` (every axis before which has extent 1; see
+/// io/part.hpp): the same values as the whole table's entries there, computed alone.
+TableSpec table_part(const TableSpec& t, const Part& p, std::size_t axis);
 
 /// Converts `n` float64 values to `dtype` (floats round to nearest even, once;
 /// integers must be exactly representable, which the table kinds guarantee).

@@ -105,4 +105,14 @@ void refuse_binary_terminal(int fd, bool binary, bool force, const std::string& 
 /// Called by TempFile and OutputFile; exposed for writers that manage files themselves.
 void install_output_signal_handlers();
 
+/// Makes a SIGBUS raised by an access to [addr, addr + len), a read-only mapping of the
+/// input file `what`, end the process with "posenc: error: WHAT: input file shrank while
+/// being read" on stderr and exit status 3 (bad input), after removing every live
+/// temporary output; the targets stay untouched. (A mapped file truncated by another
+/// process faults on the pages past its new end; nothing can be returned from there.)
+/// SIGBUS elsewhere keeps its default action. Returns a handle for unguard_mapped_input.
+int guard_mapped_input(const void* addr, std::size_t len, const std::string& what);
+/// Forgets a range registered by guard_mapped_input (before it is unmapped).
+void unguard_mapped_input(int handle) noexcept;
+
 }  // namespace posenc

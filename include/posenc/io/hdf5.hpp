@@ -44,6 +44,21 @@ class Hdf5FileWriter {
   /// as attributes. The sink's own commit() only checks all rows arrived; the file
   /// becomes visible with this writer's commit().
   std::unique_ptr<TensorSink> dataset(const std::string& name, const TensorInfo& info);
+  /// One source of a virtual dataset: all of dataset `dataset` of file `file` (a path
+  /// as stored: relative paths are found from the virtual file's folder) placed at
+  /// `offset` of the virtual dataset.
+  struct VirtualSource {
+    std::string file;
+    std::string dataset;
+    Shape shape;
+    Shape offset;
+  };
+  /// A virtual dataset `name` of `info.dtype` and `info.shape` whose contents are
+  /// `sources` (HDF5 1.10 VDS; h5py reads it as one dataset while the source files stay
+  /// where they are). posenc's own reader refuses virtual datasets (they can make a
+  /// reader open any file), so `posenc inspect` shows them not.
+  void virtual_dataset(const std::string& name, const TensorInfo& info,
+                       const std::vector<VirtualSource>& sources);
   /// Attributes on the root group (parameters shared by all datasets).
   void root_attrs(const Attrs& attrs);
   void commit();

@@ -82,6 +82,14 @@ class TensorSource {
   /// read_rows. Throws InputError for a range outside the axis, std::logic_error for
   /// an axis that is not allowed (see `slab_axis`).
   virtual void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst);
+  /// All of the tensor's bytes in place (C order, native byte order, the source dtype)
+  /// when the source can map its file into memory (a regular NPY file in C order and
+  /// native byte order), else nullptr. Reading through the mapping saves the copy a
+  /// read makes. Valid while the source lives. A file truncated by another process
+  /// while mapped cannot be read through the mapping: posenc ends with a one-line error
+  /// and exit status 3, removing its temporary outputs (see guard_mapped_input in
+  /// io/atomic.hpp).
+  virtual const std::byte* mapped_data() { return nullptr; }
 };
 
 /// The axis along which a tensor of `shape` streams in the smallest slabs: the first

@@ -4,9 +4,11 @@
 /// `posenc rope` does. Each input is read slab by slab along its first axis whose
 /// extent is not 1 (s for [1, s, h, d]), rotated and written, with reading, rotating
 /// and writing overlapped (a reader thread, the calling thread with OpenMP, a writer
-/// thread). The slabs are sized so that every buffer and table fits `max_memory`. All
-/// outputs become visible together when every input is done, or none does. The bytes
-/// written do not depend on the slab size or the thread count.
+/// thread); a regular NPY input is mapped instead of read (TensorSource::mapped_data)
+/// and rotated straight from the page cache. The slabs are sized so that every buffer
+/// and table fits `max_memory`. All outputs become visible together when every input
+/// is done, or none does. The bytes written do not depend on the slab size or the
+/// thread count.
 
 #include <cstddef>
 #include <functional>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "posenc/encodings/rope.hpp"
+#include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/rope.hpp"
 
@@ -37,6 +40,10 @@ struct RopeStreamRequest {
   /// Bytes for slab buffers and tables; 0 = a quarter of physical memory (1 GiB when
   /// unknown).
   std::size_t max_memory = 0;
+  /// The share of every input to rotate and write (`--part I/N`): part_range of its
+  /// first axis whose extent is not 1; the output holds that share only, with the
+  /// part attributes of io/part.hpp when it is HDF5. Default: the whole input.
+  Part part;
   /// OpenMP threads for the rotation; 0 = all cores but the two the reader and writer
   /// use (at least one).
   int threads = 0;

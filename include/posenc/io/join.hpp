@@ -1,0 +1,46 @@
+#pragma once
+/// \file
+/// Assembling the parts of a `--part I/N` job into one tensor (`posenc join`).
+///
+/// HDF5 parts carry their share (io/part.hpp attributes) and may be given in any order;
+/// they must all be parts of the same whole (count, axis, total shape, dtype), each
+/// index 0..N-1 exactly once, each with the shape and offset its index implies.
+/// Parts without part attributes (NPY files, or HDF5 datasets written without --part)
+/// are taken in the order given and concatenated along `axis`; every other extent and
+/// the dtype must agree. The two kinds cannot be mixed.
+///
+/// The output is a copy (any format) or, for HDF5 parts and an HDF5 output, a virtual
+/// dataset over the part files. Nothing is written when a check fails.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "posenc/io/ref.hpp"
+
+namespace posenc {
+
+struct JoinRequest {
+  std::vector<TensorRef> parts;
+  TensorRef output;
+  WriteOptions write;
+  /// An HDF5 virtual dataset over the part files instead of a copy.
+  bool virtual_dataset = false;
+  /// The axis along which parts without part attributes are concatenated.
+  std::size_t axis = 0;
+};
+
+/// What join_parts assembled (for `posenc -v`).
+struct JoinResult {
+  Shape shape;
+  DType dtype = DType::f32;
+  std::size_t axis = 0;
+  std::size_t parts = 0;
+};
+
+/// Checks the parts and writes the whole. InputError for parts that do not make one
+/// whole (naming the part and what is wrong), UsageError for an impossible request
+/// (--virtual without HDF5), OutputError when the output cannot be written.
+JoinResult join_parts(const JoinRequest& r);
+
+}  // namespace posenc
