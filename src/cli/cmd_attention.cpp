@@ -152,11 +152,11 @@ std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
 
 // --hf-config: the layer type's attention parameters, explicit options winning, and the
 // tensors checked against the config's head counts and dims.
-void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Tensor& q,
-                  const Tensor& k, const Tensor* v) {
+void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Shape& q,
+                  const Shape& k, const Shape* v) {
   const std::string& path = o.rope_opts.hf_config;
   const HfAttentionConfig c = read_hf_attention_config(path, o.rope_opts.layer_type);
-  check_hf_attention_shapes(c, path, q.shape(), k.shape(), v ? &v->shape() : nullptr, opt.axes);
+  check_hf_attention_shapes(c, path, q, k, v, opt.axes);
   std::vector<std::string> keep;
   const std::pair<const char*, const char*> kOptions[] = {{"--scale", "scale"},
                                                           {"--sliding-window", "sliding_window"},
@@ -169,6 +169,20 @@ void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Ten
   }
   apply_hf_attention(c, opt, keep);
   verbose(fmt::format("{}: layer type {}", path, c.layer_type));
+}
+
+void write_results(const AttentionResult& res, const AttentionOptions& opt,
+                   const std::vector<TensorRef>& out_refs, const AttentionCmdOptions& o) {
+  Attrs attrs = res.attrs;
+  attrs.push_back({"rope", static_cast<long long>(o.rope)});
+  verbose_attrs(attrs);
+  std::vector<NamedTensor> named;
+  for (std::size_t i = 0; i < opt.emit.size(); ++i) {
+    Attrs a = attrs;
+    a.push_back({"tensor", attention_emit_name(opt.emit[i])});
+    named.push_back(NamedTensor{out_refs[i], &res.get(opt.emit[i]), a});
+  }
+  write_tensors(named, o.out.write_options());
 }
 
 void run_attention(AttentionCmdOptions& o) {
@@ -284,17 +298,12 @@ void run_attention(AttentionCmdOptions& o) {
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
 
   // Inputs: shapes from the headers first, so that the budget is checked before
-  // anything is read.
+  // anything large is read.
   auto q_src = open_source(parse_ref(o.q));
   auto k_src = open_source(parse_ref(o.k));
   std::unique_ptr<TensorSource> v_src;
   if (!o.v.empty()) v_src = open_source(parse_ref(o.v));
-  check_budget(*q_src, *k_src, v_src.get(), o.rope, opt);
-  Tensor q = read_all_rows(*q_src);
-  Tensor k = read_all_rows(*k_src);
-  std::optional<Tensor> v;
-  if (v_src) v = read_all_rows(*v_src);
-  const Axes axes = resolve_axes(o.axes, q.ndim(), o.q);
+  const Axes axes = resolve_axes(o.axes, q_src->info().shape.size(), o.q);
   opt.axes = axes.letters;
   std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
@@ -308,12 +317,26 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
   side(o.sinks, sinks, opt.sinks);
-  if (!o.rope_opts.hf_config.empty()) apply_config(o, opt, q, k, v ? &*v : nullptr);
+  if (!o.rope_opts.hf_config.empty()) {
+    apply_config(o, opt, q_src->info().shape, k_src->info().shape,
+                 v_src ? &v_src->info().shape : nullptr);
+  }
   // Positions (with --rope) and packed sequences, which also mask across sequences.
   const Positions pos = rope_positions(o.rope_opts);
   opt.cu_seqlens = pos.cu_seqlens;
 
   AttentionResult res;
+  if (!o.rope && !relative_wanted(o.relative)) {
+    // The library reads the inputs itself: K and V in chunks within --max-memory.
+    res = attention(*q_src, *k_src, v_src.get(), opt);
+    write_results(res, opt, out_refs, o);
+    return;
+  }
+  check_budget(*q_src, *k_src, v_src.get(), o.rope, opt);
+  Tensor q = read_all_rows(*q_src);
+  Tensor k = read_all_rows(*k_src);
+  std::optional<Tensor> v;
+  if (v_src) v = read_all_rows(*v_src);
   if (relative_wanted(o.relative)) {
     res = relative_attention(o.relative, q, k, v ? &*v : nullptr, opt);
   } else if (o.rope) {
@@ -324,19 +347,8 @@ void run_attention(AttentionCmdOptions& o) {
     rope.apply.precision = rope_precision(o.rope_opts);
     rope.apply.allow_nonfinite = o.allow_nonfinite;
     res = attention(q, k, v ? &*v : nullptr, opt, rope);
-  } else {
-    res = attention(q, k, v ? &*v : nullptr, opt);
   }
-  Attrs attrs = res.attrs;
-  attrs.push_back({"rope", static_cast<long long>(o.rope)});
-  verbose_attrs(attrs);
-  std::vector<NamedTensor> named;
-  for (std::size_t i = 0; i < opt.emit.size(); ++i) {
-    Attrs a = attrs;
-    a.push_back({"tensor", attention_emit_name(opt.emit[i])});
-    named.push_back(NamedTensor{out_refs[i], &res.get(opt.emit[i]), a});
-  }
-  write_tensors(named, o.out.write_options());
+  write_results(res, opt, out_refs, o);
 }
 
 }  // namespace

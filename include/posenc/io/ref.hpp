@@ -76,6 +76,11 @@ class TensorSource {
   /// read_rows. Throws InputError for a range outside the axis, std::logic_error for
   /// an axis that is not allowed (see `slab_axis`).
   virtual void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst);
+  /// Reads elements [first, first + count) of the C-order data into `dst` (native byte
+  /// order, the source dtype): any hyperslab is a sequence of such ranges. Sources that
+  /// only know rows (see `seekable`) serve whole rows only and throw std::logic_error
+  /// otherwise; NPY files and HDF5 datasets serve any range.
+  virtual void read_elements(std::size_t first, std::size_t count, void* dst);
 };
 
 /// The axis along which a tensor of `shape` streams in the smallest slabs: the first
