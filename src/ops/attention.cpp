@@ -467,8 +467,22 @@ auto matrix(const T* p, std::size_t rows, std::size_t cols, std::size_t ld) {
 template <class T>
 void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
           std::size_t lda, const T* b, std::size_t ldb, T beta, T* c) {
-  auto out = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});
   const std::size_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  if (m == 1) {
+    // One query row (decoding): a matrix-vector product reads B once, where sgemm would
+    // first copy it into its packed layout.
+    auto x = xt::adapt(a, k, xt::no_ownership(), std::array<std::size_t, 1>{k});
+    auto y = xt::adapt(c, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
+    if (ldb == b_cols) {
+      xt::blas::gemv(xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
+                               std::array<std::size_t, 2>{b_rows, b_cols}),
+                     x, y, !trans_b, alpha, beta);
+    } else {
+      xt::blas::gemv(matrix(b, b_rows, b_cols, ldb), x, y, !trans_b, alpha, beta);
+    }
+    return;
+  }
+  auto out = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});
   auto with_b = [&](const auto& A) {
     if (ldb == b_cols) {
       xt::blas::gemm(A, xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
@@ -519,10 +533,11 @@ inline float exp_nonpositive(float x) {
 
 // p[j] = exp(s[j] - m) in place; returns the sum in double (NaN if a score is NaN;
 // `may_nan` false skips that check when the scores are known finite). One pass: the
-// exponentials go into 16 f32 lanes summed over chunks of 1024, the chunks added in f64
+// exponentials go into 16 f32 lanes summed over chunks of up to 1024, the chunks added
+// in f64, and the last n % 16 one by one in f64
 // (a fixed order, so the result does not depend on anything but the data).
-// AVX-512 and AVX2 clones: the same per-lane arithmetic (no FMA contraction under
-// -std=c++17), so the bits do not depend on the machine's vector width.
+// AVX-512 and AVX2 clones: the same per-lane arithmetic (attention.cpp is compiled with
+// -ffp-contract=off: no FMA), so the bits do not depend on the machine's vector width.
 __attribute__((target_clones("avx512f", "avx2", "default"), noinline)) double exp_shift_sum(
     float* s, std::size_t n, float m, bool may_nan) {
   if (may_nan) {
@@ -533,9 +548,11 @@ __attribute__((target_clones("avx512f", "avx2", "default"), noinline)) double ex
   constexpr std::size_t kLanes = 16, kChunk = 1024;
   double sum = 0;
   std::size_t j = 0;
-  for (; j + kChunk <= n; j += kChunk) {
+  const std::size_t whole = n / kLanes * kLanes;
+  for (; j < whole; j += kChunk) {
+    const std::size_t len = std::min(kChunk, whole - j);
     float acc[kLanes] = {};
-    for (std::size_t c = 0; c < kChunk; c += kLanes) {
+    for (std::size_t c = 0; c < len; c += kLanes) {
       for (std::size_t l = 0; l < kLanes; ++l) {
         const float e = exp_nonpositive(s[j + c + l] - m);
         s[j + c + l] = e;
@@ -544,6 +561,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"), noinline)) double ex
     }
     for (std::size_t l = 0; l < kLanes; ++l) sum += acc[l];
   }
+  j = whole;
   for (; j < n; ++j) {
     const float e = exp_nonpositive(s[j] - m);
     s[j] = e;
@@ -864,12 +882,19 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
   const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + hi_q * ndist;
   const double slope = P.alibi ? P.slopes[hi_q] : 0.0;
 
-  for (std::size_t j0 = j_begin; j0 < j_end; j0 += kB) {
-    const std::size_t n = std::min(kB, j_end - j0);
+  for (std::size_t jb = j_begin; jb < j_end; jb += kB) {
+    std::size_t j0 = jb, n = std::min(kB, j_end - jb);
+    if (!g.materialise()) {
+      // Only the keys some row of the item sees (logits and probs need every -inf): a
+      // block no row sees is skipped, the edges of one seen in part (the causal
+      // diagonal, window edges, padding) are cut off.
+      const std::int64_t a = std::max(static_cast<std::int64_t>(jb), lo_min);
+      const std::int64_t e = std::min(static_cast<std::int64_t>(jb + n) - 1, hi_max);
+      if (a > e) continue;
+      j0 = static_cast<std::size_t>(a);
+      n = static_cast<std::size_t>(e - a + 1);
+    }
     const std::int64_t j0i = static_cast<std::int64_t>(j0);
-    const std::int64_t j1i = j0i + static_cast<std::int64_t>(n) - 1;
-    // A block no row may see contributes nothing (streaming only: logits need -inf).
-    if (!g.materialise() && (j1i < lo_min || j0i > hi_max)) continue;
     T* S = tile.data();
     gemm(true, qn, n, g.d, P.scale, qp, P.q.s, kp + (j0 - c0) * K.s, K.s, T(0), S);
     // Overflow check: over the whole tile before the biases (a soft-cap would hide an
@@ -1444,7 +1469,13 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   // Streamed: as many whole key blocks per chunk as the budget allows.
   const StreamMemory m = stream_memory(g, qi, ki, vi, opt);
   const std::size_t kB = blocks_for(g, opt).k;
-  std::size_t chunk = g.sk;
+  // At most about 16 MiB of K and V per chunk even when the budget allows more: the
+  // chunk buffers are reused (no page faults for all of K and V), and a chunk just read
+  // is still in the last-level cache when the blocks use it. Bits do not depend on it.
+  constexpr std::size_t kChunkBytes = std::size_t{16} << 20;
+  std::size_t chunk =
+      std::min(g.sk, std::max<std::size_t>(1, kChunkBytes / std::max<std::size_t>(m.per_key, 1) /
+                                                  kB) * kB);
   if (opt.max_memory) {
     const std::size_t one = add_sat(m.fixed, mul_sat(m.per_key, kB));
     if (one > opt.max_memory) {
@@ -1455,7 +1486,7 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
           shape_str(ki.shape), vi ? ", V " + shape_str(vi->shape) : std::string()));
     }
     const std::size_t keys = (opt.max_memory - m.fixed) / std::max<std::size_t>(m.per_key, 1);
-    chunk = std::min(g.sk, std::max(kB, keys / kB * kB));
+    chunk = std::min(chunk, std::max(kB, keys / kB * kB));
   }
   Tensor qt = read_all_rows(q);
   if (!opt.allow_nonfinite) require_finite(qt, nullptr, nullptr, opt);
