@@ -418,8 +418,9 @@ void register_attention(CLI::App& app) {
       ->check(CLI::IsMember({"zero", "nan"}));
   sub->add_option("--dtype", o->dtype, "output dtype f64|f32|f16|bf16 (default: that of Q)");
   sub->add_option("--max-memory", o->max_memory,
-                  "fail up front if the outputs and work memory need more (e.g. 512M, 4G, "
-                  "1.5GiB or bytes; K, M, G, T are powers of 1024; default: physical memory)");
+                  "memory for inputs, outputs and work (e.g. 64M, 4G, 1.5GiB or bytes; K, M, "
+                  "G, T are powers of 1024; default: physical memory): with --emit output/lse "
+                  "K and V are read in chunks that fit, else the run fails up front (exit 3)");
   sub->add_flag("--allow-nonfinite", o->allow_nonfinite,
                 "compute with NaN/Inf inputs (they propagate) instead of refusing them");
   add_relative_options(sub, o->relative);

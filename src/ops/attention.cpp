@@ -468,18 +468,15 @@ template <class T>
 void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
           std::size_t lda, const T* b, std::size_t ldb, T beta, T* c) {
   const std::size_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
-  if (m == 1) {
+  if (m == 1 && ldb == b_cols) {
     // One query row (decoding): a matrix-vector product reads B once, where sgemm would
-    // first copy it into its packed layout.
+    // first copy it into its packed layout. (Strided B, as from bshd inputs, takes the
+    // gemm path, which evaluates it into a contiguous copy.)
     auto x = xt::adapt(a, k, xt::no_ownership(), std::array<std::size_t, 1>{k});
     auto y = xt::adapt(c, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
-    if (ldb == b_cols) {
-      xt::blas::gemv(xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
-                               std::array<std::size_t, 2>{b_rows, b_cols}),
-                     x, y, !trans_b, alpha, beta);
-    } else {
-      xt::blas::gemv(matrix(b, b_rows, b_cols, ldb), x, y, !trans_b, alpha, beta);
-    }
+    xt::blas::gemv(xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
+                             std::array<std::size_t, 2>{b_rows, b_cols}),
+                   x, y, !trans_b, alpha, beta);
     return;
   }
   auto out = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});

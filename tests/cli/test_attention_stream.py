@@ -62,6 +62,13 @@ class AttentionStreamTest(PosencTestCase):
         self.assert_same_streamed(q, k, v, "2M", "--window", "3000,0", "--alibi", "symmetric",
                                   emit="output")
 
+    def test_chunks_decode_one_query(self):
+        # sq = 1 takes the matrix-vector path; bshd K and V (strided) the gemm path.
+        q, k, v = self.inputs(hq=4, hk=1, sq=1, sk=5000)
+        self.assert_same_streamed(q, k, v, "1M", emit="output,lse")
+        q, k, v = self.inputs(hq=4, hk=2, sq=1, sk=5000, axes="bshd")
+        self.assert_same_streamed(q, k, v, "1M", "--axes", "bshd")
+
     def test_chunks_bshd_and_f16(self):
         q, k, v = self.inputs(axes="bshd", dtype=np.float16, sq=32, sk=6000)
         self.assert_same_streamed(q, k, v, "2M", "--axes", "bshd")
