@@ -21,6 +21,9 @@ Cases, all f32, b=1, 8 query heads, d=128, `--emit output` (output only):
 
 The reference for the compute cases is an sgemm of the same FLOPs (bench_sgemm_peak:
 4096 x K times K x 4096 with K = FLOPs / (2 * 4096^2), OpenBLAS's default threads).
+Both are reported by wall time (whole process for posenc) and per CPU second (user +
+system of the whole posenc process; CPU time of the sgemm call), the latter being
+steadier when other jobs share the cores.
 PyTorch is the script a user would otherwise run, whole process including the loading
 of the .npy files and the saving of the output: torch.nn.functional.
 scaled_dot_product_attention where the installed torch has it (2.0+), otherwise (Debian's
@@ -29,6 +32,7 @@ on CPU without a fused kernel. GQA is written with repeat_interleave of K and V.
 """
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -58,13 +62,18 @@ np.save(f"{d}/torch_output.npy", out.numpy())
 
 
 def wall(cmd):
+    """Wall seconds and CPU seconds (user + system) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    t = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return t, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
-def number(cmd):
-    return float(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+def numbers(cmd):
+    return [float(x) for x in
+            subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()]
 
 
 def rss_run(cmd):
@@ -92,20 +101,27 @@ def compute_case(name, args, tmp, rng, posenc, peak_bin):
     if causal:
         cmd.append("--causal")
     torch_cmd = [sys.executable, f"{tmp}/torch_attention.py", tmp, "1" if causal else "0"]
-    peaks, ours, torch_t = [], [], []
+    peaks, peaks_cpu, ours, ours_cpu, torch_t = [], [], [], [], []
     for _ in range(args.repeats):
-        peaks.append(number([peak_bin, "4096", "0", "1", str(k_dim)]))
-        ours.append(wall(cmd))
-        torch_t.append(wall(torch_cmd))
-    peak, t_ours, t_torch = (statistics.median(x) for x in (peaks, ours, torch_t))
+        p, p_cpu = numbers([peak_bin, "4096", "0", "1", str(k_dim)])
+        peaks.append(p)
+        peaks_cpu.append(p_cpu)
+        t, c = wall(cmd)
+        ours.append(t)
+        ours_cpu.append(c)
+        torch_t.append(wall(torch_cmd)[0])
+    peak, peak_cpu, t_ours, c_ours, t_torch = (
+        statistics.median(x) for x in (peaks, peaks_cpu, ours, ours_cpu, torch_t))
     diff = np.max(np.abs(np.load(f"{tmp}/posenc_output.npy") -
                          np.load(f"{tmp}/torch_output.npy")))
     rate = flops / t_ours / 1e9
     print(f"{name:7s} s={s} hq={h} hk={hk}{' causal' if causal else ''}: "
           f"{flops / 1e9:.1f} GFLOP needed; sgemm of the same FLOPs {peak:.1f} GFLOP/s; "
           f"posenc {t_ours * 1e3:.0f} ms = {rate:.1f} GFLOP/s whole process = "
-          f"{rate / peak:.2f} of the sgemm peak; torch script {t_torch * 1e3:.0f} ms "
-          f"(posenc {t_torch / t_ours:.1f}x faster); max |posenc - torch| {diff:.1e}")
+          f"{rate / peak:.2f} of the sgemm peak; per CPU second {flops / c_ours / 1e9:.1f} "
+          f"vs {peak_cpu:.1f} = {flops / c_ours / 1e9 / peak_cpu:.2f}; torch script "
+          f"{t_torch * 1e3:.0f} ms (posenc {t_torch / t_ours:.1f}x faster); "
+          f"max |posenc - torch| {diff:.1e}")
 
 
 def decode_case(args, tmp, rng, posenc, bw_bin):
@@ -119,9 +135,9 @@ def decode_case(args, tmp, rng, posenc, bw_bin):
     torch_cmd = [sys.executable, f"{tmp}/torch_attention.py", tmp, "0"]
     bws, ours, torch_t = [], [], []
     for _ in range(args.repeats):
-        bws.append(number([bw_bin, "256", "3"]))
-        ours.append(wall(cmd))
-        torch_t.append(wall(torch_cmd))
+        bws.append(numbers([bw_bin, "256", "3"])[0])
+        ours.append(wall(cmd)[0])
+        torch_t.append(wall(torch_cmd)[0])
     bw, t_ours, t_torch = (statistics.median(x) for x in (bws, ours, torch_t))
     rate = kv_bytes / t_ours / 1e9
     print(f"decode  sq=1 sk={sk} h={h}: K+V {kv_bytes / 2**20:.0f} MiB; memcpy {bw:.1f} GB/s; "

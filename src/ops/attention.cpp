@@ -1205,6 +1205,14 @@ void for_items(std::size_t n, std::size_t nthreads, F&& f) {
   if (failure) std::rethrow_exception(failure);
 }
 
+// Work item `it` as (batch, query head, first query). The last query blocks come
+// first: under a causal mask they see the most keys, and taking the large items first
+// leaves the small ones to even out the threads at the end.
+std::array<std::size_t, 3> item_at(const Geometry& g, const Blocks& bl, std::size_t nq,
+                                   std::size_t it) {
+  return {it / (nq * g.hq), (it / nq) % g.hq, (nq - 1 - it % nq) * bl.q};
+}
+
 std::size_t thread_count(std::size_t items) {
   return std::max<std::size_t>(
       1, std::min<std::size_t>(items, static_cast<std::size_t>(std::max(1, omp_get_max_threads()))));
@@ -1227,8 +1235,8 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
     const std::size_t nthreads = thread_count(items);
     std::vector<Scratch<T>> scratch(nthreads);
     for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
-      const std::size_t qb = it % nq, h = (it / nq) % g.hq, b = it / (nq * g.hq);
-      run_item<T>(P, scratch[t], b, h, qb * P.bl.q);
+      auto [b, h, q0] = item_at(g, P.bl, nq, it);
+      run_item<T>(P, scratch[t], b, h, q0);
     });
   }
   return res;
@@ -1306,9 +1314,7 @@ AttentionResult run_streamed(const Tensor& q, TensorSource& ks, TensorSource* vs
   const std::size_t nthreads = thread_count(items);
   std::vector<Scratch<T>> state(items);
   std::vector<std::vector<T>> tiles(nthreads);
-  auto at = [&](std::size_t it) {
-    return std::array<std::size_t, 3>{it / (nq * g.hq), (it / nq) % g.hq, it % nq * P.bl.q};
-  };
+  auto at = [&](std::size_t it) { return item_at(g, P.bl, nq, it); };
   for_items(items, nthreads, [&](std::size_t it, std::size_t) {
     auto [b, h, q0] = at(it);
     item_begin(P, state[it], b, h, q0);
