@@ -25,7 +25,8 @@
 /// given; Q·K^T and P·V go through BLAS, row sums of the softmax are accumulated in
 /// f64. When neither logits nor probs are asked for, keys are processed in blocks with
 /// an online (running max / running sum) softmax, so the [sq, sk] matrix is never
-/// materialised. Results do not depend on the thread count: the work is cut into
+/// materialised, and the TensorSource overload reads K and V in chunks of such blocks
+/// (out of core). Results do not depend on the thread count: the work is cut into
 /// (batch, head, query block) items of a size fixed by the shapes alone, and each item
 /// calls single-threaded BLAS (OpenBLAS's own threading changes the rounding with the
 /// thread count).
