@@ -62,6 +62,24 @@ class AttentionStreamTest(PosencTestCase):
         self.assert_same_streamed(q, k, v, "2M", "--window", "3000,0", "--alibi", "symmetric",
                                   emit="output")
 
+    def test_chunks_with_biases_tables_and_sinks(self):
+        # Everything indexed by the key position, and the Shaw value buckets, which are
+        # state carried from chunk to chunk.
+        q, k, v = self.inputs(b=2, sq=33, sk=5000)
+        rng = np.random.default_rng(3)
+        side = {name: self.npy(f"{name}.npy", x) for name, x in {
+            "rk": rng.standard_normal((9, 32)).astype(np.float32),
+            "rv": rng.standard_normal((9, 32)).astype(np.float32),
+            "mask": rng.random((33, 5000)) > 0.3,
+            "sinks": rng.standard_normal(2).astype(np.float32),
+            "kl": np.array([4000, 2500], dtype=np.int64),
+            "t5": rng.standard_normal((32, 2)).astype(np.float32)}.items()}
+        for opts in (["--relative-k", side["rk"], "--relative-v", side["rv"]],
+                     ["--mask", side["mask"], "--sinks", side["sinks"]],
+                     ["--key-lengths", side["kl"], "--t5-bias", side["t5"]],
+                     ["--softcap", "5", "--chunk-size", "700"]):
+            self.assert_same_streamed(q, k, v, "1500K", *opts, emit="output,lse")
+
     def test_chunks_decode_one_query(self):
         # sq = 1 takes the matrix-vector path; bshd K and V (strided) the gemm path.
         q, k, v = self.inputs(hq=4, hk=1, sq=1, sk=5000)
