@@ -1214,8 +1214,8 @@ std::array<std::size_t, 3> item_at(const Geometry& g, const Blocks& bl, std::siz
 }
 
 std::size_t thread_count(std::size_t items) {
-  return std::max<std::size_t>(
-      1, std::min<std::size_t>(items, static_cast<std::size_t>(std::max(1, omp_get_max_threads()))));
+  const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  return std::max<std::size_t>(1, std::min(items, threads));
 }
 
 template <class T>
@@ -1452,9 +1452,11 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
                        (!v || v->seekable());
   if (!streams) {
     // Everything in memory: the inputs count against the budget too.
-    auto [need, names] = memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
+    auto [need, names] =
+        memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
     for (const TensorInfo* t : {&qi, &ki, vi}) {
-      if (t) need = add_sat(need, mul_sat(checked_numel(t->shape, 1, "attention"), dtype_size(t->dtype)));
+      if (!t) continue;
+      need = add_sat(need, mul_sat(checked_numel(t->shape, 1, "attention"), dtype_size(t->dtype)));
     }
     if (opt.max_memory && need > opt.max_memory) {
       throw InputError(fmt::format(
