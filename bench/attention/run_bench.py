@@ -1,24 +1,40 @@
 #!/usr/bin/python3
-"""Benchmark `posenc attention` against what a user would otherwise run, in one run.
+"""Benchmark `posenc attention` against the machine's peak and PyTorch, in one run.
 
-  /usr/bin/python3 bench/attention/run_bench.py BUILD_DIR [--s 4096] [--repeats 3]
+  /usr/bin/python3 bench/attention/run_bench.py BUILD_DIR [--s 4096] [--repeats 5]
+      [--cases mha,gqa,causal,decode,long]
 
-BUILD_DIR is a build configured with -DPOSENC_BUILD_BENCH=ON (for bench_sgemm_peak).
-Measured side by side (the machines are shared and noisy, so only ratios taken in the
-same run mean much):
-  1. the machine's sgemm peak: bench_sgemm_peak, cblas_sgemm 4096^2 with OpenBLAS's
-     default threads;
-  2. the seeds' PyTorch attention as a script (load Q/K/V .npy, matmul, softmax, matmul,
-     save probs and output .npy), whole process, b=1 h=8 s=4096 d=128 f32;
-  3. `posenc attention` on the same files writing the same two outputs, and writing the
-     output alone; attention GFLOP/s = 4 b h s^2 d / whole-process time;
-  4. the long-sequence run: sq=256, sk=65536, d=128, h=8, --emit output, its peak RSS
-     (the keys and values alone are 537 MB), and the probs that --max-memory refuses.
+BUILD_DIR is a build configured with -DPOSENC_BUILD_BENCH=ON (bench_sgemm_peak and
+bench_memcpy_bw). The machines are shared and noisy, so every figure is a median of
+`repeats` rounds, and in each round the reference and the contenders run back to back
+(interleaved), so that a load spike hits all of them.
+
+Cases, all f32, b=1, 8 query heads, d=128, `--emit output` (output only):
+  mha     s = 4096 (68.7 GFLOP).
+  gqa     the same with one K/V head for the 8 query heads.
+  causal  the same as mha with --causal; FLOPs counted are only those needed
+          (4 h d s(s+1)/2, about half): posenc skips the key blocks a query block
+          cannot see, but computes the partly masked ones whole.
+  decode  sq = 1, sk = 65,536 (a long KV cache): memory-bound, so reported as the
+          bandwidth K + V bytes / whole-process time against memcpy bandwidth.
+  long    sq = 256, sk = 65,536: peak RSS with and without --max-memory 64M.
+
+The reference for the compute cases is an sgemm of the same FLOPs (bench_sgemm_peak:
+4096 x K times K x 4096 with K = FLOPs / (2 * 4096^2), OpenBLAS's default threads).
+Both are reported by wall time (whole process for posenc) and per CPU second (user +
+system of the whole posenc process; CPU time of the sgemm call), the latter being
+steadier when other jobs share the cores.
+PyTorch is the script a user would otherwise run, whole process including the loading
+of the .npy files and the saving of the output: torch.nn.functional.
+scaled_dot_product_attention where the installed torch has it (2.0+), otherwise (Debian's
+1.13) the same math path written out, matmul, softmax, matmul, which is what SDPA runs
+on CPU without a fused kernel. GQA is written with repeat_interleave of K and V.
 """
 import argparse
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,96 +45,165 @@ import numpy as np
 TORCH_SCRIPT = r"""
 import sys, math, numpy as np, torch
 import torch.nn.functional as F
-d = sys.argv[1]
+d, causal = sys.argv[1], sys.argv[2] == "1"
 q, k, v = (torch.from_numpy(np.load(f"{d}/{n}.npy")) for n in "qkv")
-att_logits = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(k.size(-1))
-att_scores = F.softmax(att_logits, dim=-1)
-out = torch.matmul(att_scores, v)
-np.save(f"{d}/torch_probs.npy", att_scores.numpy())
+if k.size(1) != q.size(1):  # grouped-query attention
+    k = k.repeat_interleave(q.size(1) // k.size(1), dim=1)
+    v = v.repeat_interleave(q.size(1) // v.size(1), dim=1)
+if hasattr(F, "scaled_dot_product_attention"):
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+else:
+    s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    out = torch.matmul(F.softmax(s, dim=-1), v)
 np.save(f"{d}/torch_output.npy", out.numpy())
 """
 
 
-def timed(cmd, repeats):
-    """Best wall time of `repeats` runs and the peak RSS (KiB) of the last one."""
-    best = float("inf")
-    for _ in range(repeats):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        best = min(best, time.perf_counter() - t0)
-    return best, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def wall(cmd):
+    """Wall seconds and CPU seconds (user + system) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    t = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return t, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def numbers(cmd):
+    return [float(x) for x in
+            subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()]
+
+
+def rss_run(cmd):
+    """Wall seconds, peak RSS in MiB and exit status of one run under /usr/bin/time."""
+    r = subprocess.run(["/usr/bin/time", "-f", "%e %M"] + cmd, capture_output=True, text=True)
+    secs, kb = r.stderr.strip().splitlines()[-1].split()
+    return float(secs), int(kb) / 1024, r.returncode, r.stderr.strip().splitlines()[0]
+
+
+def save(path, shape, rng):
+    np.save(path, rng.standard_normal(shape, dtype=np.float32))
+
+
+def compute_case(name, args, tmp, rng, posenc, peak_bin):
+    s, h, d = args.s, 8, 128
+    hk = 1 if name == "gqa" else h
+    causal = name == "causal"
+    save(f"{tmp}/q.npy", (1, h, s, d), rng)
+    save(f"{tmp}/k.npy", (1, hk, s, d), rng)
+    save(f"{tmp}/v.npy", (1, hk, s, d), rng)
+    flops = 4.0 * h * d * (s * (s + 1) / 2 if causal else s * s)
+    k_dim = max(1, round(flops / (2 * 4096 * 4096)))
+    cmd = [posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy", "-v",
+           f"{tmp}/v.npy", "--emit", "output", "-o", f"{tmp}/posenc_output.npy"]
+    if causal:
+        cmd.append("--causal")
+    torch_cmd = [sys.executable, f"{tmp}/torch_attention.py", tmp, "1" if causal else "0"]
+    peaks, peaks_cpu, ours, ours_cpu, torch_t = [], [], [], [], []
+    for _ in range(args.repeats):
+        p, p_cpu = numbers([peak_bin, "4096", "0", "1", str(k_dim)])
+        peaks.append(p)
+        peaks_cpu.append(p_cpu)
+        t, c = wall(cmd)
+        ours.append(t)
+        ours_cpu.append(c)
+        torch_t.append(wall(torch_cmd)[0])
+    peak, peak_cpu, t_ours, c_ours, t_torch = (
+        statistics.median(x) for x in (peaks, peaks_cpu, ours, ours_cpu, torch_t))
+    diff = np.max(np.abs(np.load(f"{tmp}/posenc_output.npy") -
+                         np.load(f"{tmp}/torch_output.npy")))
+    rate = flops / t_ours / 1e9
+    print(f"{name:7s} s={s} hq={h} hk={hk}{' causal' if causal else ''}: "
+          f"{flops / 1e9:.1f} GFLOP needed; sgemm of the same FLOPs {peak:.1f} GFLOP/s; "
+          f"posenc {t_ours * 1e3:.0f} ms = {rate:.1f} GFLOP/s whole process = "
+          f"{rate / peak:.2f} of the sgemm peak; per CPU second {flops / c_ours / 1e9:.1f} "
+          f"vs {peak_cpu:.1f} = {flops / c_ours / 1e9 / peak_cpu:.2f}; torch script "
+          f"{t_torch * 1e3:.0f} ms (posenc {t_torch / t_ours:.1f}x faster); "
+          f"max |posenc - torch| {diff:.1e}")
+
+
+def decode_case(args, tmp, rng, posenc, bw_bin):
+    h, d, sk = 8, 128, args.long_sk
+    save(f"{tmp}/q.npy", (1, h, 1, d), rng)
+    save(f"{tmp}/k.npy", (1, h, sk, d), rng)
+    save(f"{tmp}/v.npy", (1, h, sk, d), rng)
+    kv_bytes = 2 * h * sk * d * 4
+    cmd = [posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy", "-v",
+           f"{tmp}/v.npy", "--emit", "output", "-o", f"{tmp}/posenc_output.npy"]
+    torch_cmd = [sys.executable, f"{tmp}/torch_attention.py", tmp, "0"]
+    bws, ours, ours_cpu, torch_t = [], [], [], []
+    for _ in range(args.repeats):
+        bws.append(numbers([bw_bin, "256", "3"])[0])
+        t, c = wall(cmd)
+        ours.append(t)
+        ours_cpu.append(c)
+        torch_t.append(wall(torch_cmd)[0])
+    bw, t_ours, c_ours, t_torch = (statistics.median(x) for x in (bws, ours, ours_cpu, torch_t))
+    rate = kv_bytes / t_ours / 1e9
+    print(f"decode  sq=1 sk={sk} h={h}: K+V {kv_bytes / 2**20:.0f} MiB; memcpy {bw:.1f} GB/s; "
+          f"posenc {t_ours * 1e3:.0f} ms = {rate:.1f} GB/s of K+V whole process (read from "
+          f"the page cache) = {rate / bw:.2f} of memcpy; per CPU second "
+          f"{kv_bytes / c_ours / 1e9:.1f} GB/s; torch script {t_torch * 1e3:.0f} ms "
+          f"(posenc {t_torch / t_ours:.1f}x faster)")
+
+
+def long_case(args, tmp, rng, posenc):
+    h, d, sq, sk = 8, 128, 256, args.long_sk
+    save(f"{tmp}/q.npy", (1, h, sq, d), rng)
+    save(f"{tmp}/k.npy", (1, h, sk, d), rng)
+    save(f"{tmp}/v.npy", (1, h, sk, d), rng)
+    base = [posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy", "-v",
+            f"{tmp}/v.npy", "--emit", "output"]
+    out_mib = h * sq * d * 4 / 2**20
+    for budget in (None, "256M", "64M"):
+        extra = ["--max-memory", budget] if budget else []
+        secs, rss, rc, _ = rss_run(base + extra + ["-o", f"{tmp}/long_{budget}.npy"])
+        print(f"long    sq={sq} sk={sk} h={h} --max-memory {budget or 'default'}: exit {rc}, "
+              f"{secs:.2f} s, peak RSS {rss:.0f} MiB (K+V {2 * h * sk * d * 4 / 2**20:.0f} MiB, "
+              f"output {out_mib:.0f} MiB)")
+    same = open(f"{tmp}/long_None.npy", "rb").read() == open(f"{tmp}/long_64M.npy", "rb").read()
+    print(f"long    output with --max-memory 64M byte-identical to the default run: {same}")
+    _, _, rc, msg = rss_run(base + ["--max-memory", "1M", "-o", f"{tmp}/long_1M.npy"])
+    print(f"long    --max-memory 1M: exit {rc}: {msg}")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--s", type=int, default=4096)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--long-sq", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--long-sk", type=int, default=65536)
+    ap.add_argument("--cases", default="mha,gqa,causal,decode,long")
     args = ap.parse_args()
     posenc = os.path.join(args.build, "posenc")
     peak_bin = os.path.join(args.build, "bench", "attention", "bench_sgemm_peak")
-    b, h, s, d = 1, 8, args.s, 128
-    flops = 4.0 * b * h * s * s * d
+    bw_bin = os.path.join(args.build, "bench", "attention", "bench_memcpy_bw")
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), "?")
+    print(f"CPU {cpu}, {os.cpu_count()} CPUs, load average {' '.join(load)}; "
+          f"medians of {args.repeats} interleaved rounds")
     tmp = tempfile.mkdtemp(prefix="posenc-attn-bench-")
     try:
-        rng = np.random.default_rng(0)
-        for n in "qkv":
-            np.save(f"{tmp}/{n}.npy", rng.standard_normal((b, h, s, d), dtype=np.float32))
-        with open(f"{tmp}/seed_attention.py", "w") as f:
+        with open(f"{tmp}/torch_attention.py", "w") as f:
             f.write(TORCH_SCRIPT)
-
-        peak = float(subprocess.run([peak_bin, "4096", "0", "3"], check=True,
-                                    capture_output=True, text=True).stdout)
-        t_torch, _ = timed([sys.executable, f"{tmp}/seed_attention.py", tmp], args.repeats)
-        t_both, _ = timed([posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy",
-                           "-v", f"{tmp}/v.npy", "-o", f"{tmp}/posenc_{{}}.npy"], args.repeats)
-        t_out, _ = timed([posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy",
-                          "-v", f"{tmp}/v.npy", "--emit", "output", "-o",
-                          f"{tmp}/posenc_out.npy"], args.repeats)
-        peak_again = float(subprocess.run([peak_bin, "4096", "0", "3"], check=True,
-                                          capture_output=True, text=True).stdout)
-        # Same answer as torch (f32 vs f32: loose bound, both round differently).
-        diff = np.max(np.abs(np.load(f"{tmp}/posenc_output.npy") - np.load(f"{tmp}/torch_output.npy")))
-
-        print(f"b={b} h={h} s={s} d={d} f32, {flops / 1e9:.1f} GFLOP per attention")
-        print(f"sgemm peak (4096^2, before/after): {peak:.1f} / {peak_again:.1f} GFLOP/s")
-        print(f"seeds' torch script (probs+output): {t_torch * 1e3:.0f} ms")
-        print(f"posenc attention (probs+output):    {t_both * 1e3:.0f} ms  "
-              f"-> {t_torch / t_both:.2f}x faster")
-        print(f"posenc attention (output only):     {t_out * 1e3:.0f} ms  "
-              f"-> {flops / t_out / 1e9:.1f} GFLOP/s whole process = "
-              f"{100 * flops / t_out / 1e9 / max(peak, peak_again):.0f}% of the sgemm peak")
-        print(f"max |posenc - torch| output: {diff:.2e}")
-
-        # Long sequence, output only, in bounded memory.
-        for n in "kv":
-            os.remove(f"{tmp}/{n}.npy")
-        os.remove(f"{tmp}/q.npy")
-        for f in os.listdir(tmp):
-            if f.endswith(".npy"):
-                os.remove(f"{tmp}/{f}")
-        sq, sk = args.long_sq, args.long_sk
-        np.save(f"{tmp}/lq.npy", rng.standard_normal((1, h, sq, d), dtype=np.float32))
-        for n in "kv":
-            np.save(f"{tmp}/l{n}.npy", rng.standard_normal((1, h, sk, d), dtype=np.float32))
-        cmd = ["/usr/bin/time", "-f", "%e %M", posenc, "attention", "-q", f"{tmp}/lq.npy",
-               "-k", f"{tmp}/lk.npy", "-v", f"{tmp}/lv.npy", "--emit", "output", "--causal",
-               "-o", f"{tmp}/long_out.npy"]
-        r = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        secs, rss_kb = r.stderr.strip().splitlines()[-1].split()
-        kv_mb = 2 * h * sk * d * 4 / 1e6
-        print(f"long: sq={sq} sk={sk} d={d} h={h} --emit output: {float(secs):.2f} s, "
-              f"peak RSS {int(rss_kb) / 1024:.0f} MiB (K+V inputs {kv_mb:.0f} MB; "
-              f"probs would be {h * sq * sk * 4 / 1e6:.0f} MB)")
-        r = subprocess.run([posenc, "attention", "-q", f"{tmp}/lq.npy", "-k", f"{tmp}/lk.npy",
-                            "--emit", "probs", "--max-memory", "256M", "-o",
-                            f"{tmp}/long_probs.npy"], capture_output=True, text=True)
-        print(f"long probs with --max-memory 256M: exit {r.returncode}: {r.stderr.strip()}")
+        rng = np.random.default_rng(0)
+        for case in args.cases.split(","):
+            if case in ("mha", "gqa", "causal"):
+                compute_case(case, args, tmp, rng, posenc, peak_bin)
+            elif case == "decode":
+                decode_case(args, tmp, rng, posenc, bw_bin)
+            elif case == "long":
+                long_case(args, tmp, rng, posenc)
+            else:
+                sys.exit(f"unknown case {case}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    with open("/proc/loadavg") as f:
+        print(f"load average after: {' '.join(f.read().split()[:3])}")
 
 
 if __name__ == "__main__":

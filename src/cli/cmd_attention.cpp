@@ -155,11 +155,11 @@ std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
 
 // --hf-config: the layer type's attention parameters, explicit options winning, and the
 // tensors checked against the config's head counts and dims.
-void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Tensor& q,
-                  const Tensor& k, const Tensor* v) {
+void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Shape& q,
+                  const Shape& k, const Shape* v) {
   const std::string& path = o.rope_opts.hf_config;
   const HfAttentionConfig c = read_hf_attention_config(path, o.rope_opts.layer_type);
-  check_hf_attention_shapes(c, path, q.shape(), k.shape(), v ? &v->shape() : nullptr, opt.axes);
+  check_hf_attention_shapes(c, path, q, k, v, opt.axes);
   std::vector<std::string> keep;
   const std::pair<const char*, const char*> kOptions[] = {{"--scale", "scale"},
                                                           {"--sliding-window", "sliding_window"},
@@ -172,6 +172,28 @@ void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Ten
   }
   apply_hf_attention(c, opt, keep);
   verbose(fmt::format("{}: layer type {}", path, c.layer_type));
+}
+
+// `batch` is the whole batch of a --part run (its outputs record their share of it).
+void write_results(const AttentionResult& res, const AttentionOptions& opt,
+                   const std::vector<TensorRef>& out_refs, const AttentionCmdOptions& o,
+                   const Part& part = Part{}, std::size_t batch = 0) {
+  Attrs attrs = res.attrs;
+  attrs.push_back({"rope", static_cast<long long>(o.rope)});
+  verbose_attrs(attrs);
+  std::vector<NamedTensor> named;
+  for (std::size_t i = 0; i < opt.emit.size(); ++i) {
+    Attrs a = attrs;
+    a.push_back({"tensor", attention_emit_name(opt.emit[i])});
+    if (!part.whole()) {
+      Shape whole = res.get(opt.emit[i]).shape();
+      whole[0] = batch;
+      const Attrs pa = part_attrs(part, whole, 0);
+      a.insert(a.end(), pa.begin(), pa.end());
+    }
+    named.push_back(NamedTensor{out_refs[i], &res.get(opt.emit[i]), a});
+  }
+  write_tensors(named, o.out.write_options());
 }
 
 void run_attention(AttentionCmdOptions& o) {
@@ -294,38 +316,21 @@ void run_attention(AttentionCmdOptions& o) {
   }
 
   // Inputs: shapes from the headers first, so that the budget is checked before
-  // anything is read.
+  // anything large is read.
   auto q_src = open_source(parse_ref(o.q));
   auto k_src = open_source(parse_ref(o.k));
   std::unique_ptr<TensorSource> v_src;
   if (!o.v.empty()) v_src = open_source(parse_ref(o.v));
-  check_budget(*q_src, *k_src, v_src.get(), o.rope, opt);
-  Tensor q = read_all_rows(*q_src);
-  Tensor k = read_all_rows(*k_src);
-  std::optional<Tensor> v;
-  if (v_src) v = read_all_rows(*v_src);
-  const Axes axes = resolve_axes(o.axes, q.ndim(), o.q);
+  const Axes axes = resolve_axes(o.axes, q_src->info().shape.size(), o.q);
   opt.axes = axes.letters;
   // --part: rows [floor(I*B/N), floor((I+1)*B/N)) of the batch axis (axis 0) of Q, K, V.
-  std::size_t batch = 0;
-  if (!part.whole()) {
-    if (axes.index('b') != 0 || q.shape()[0] < 2) {
-      throw UsageError(
-          fmt::format("--part: cuts the batch axis b, and {} has no batch axis "
-                      "longer than 1 (axes {}, shape {})",
-                      o.q, axes.letters, shape_str(q.shape())));
-    }
-    batch = q.shape()[0];
-    const auto [first, last] = part_range(part, batch);
-    const SliceSpec rows = parse_slice(fmt::format("{}:{}", first, last));
-    // K and V are cut alike when they carry the same batch (otherwise attention names
-    // the mismatch).
-    auto cut = [&](Tensor& t) {
-      if (t.ndim() > 0 && t.shape()[0] == batch) t = select(t, resolve_selection(rows, t.shape()));
-    };
-    cut(q);
-    cut(k);
-    if (v) cut(*v);
+  const Shape& q_shape = q_src->info().shape;
+  const std::size_t batch = part.whole() ? 0 : q_shape[0];
+  if (!part.whole() && (axes.index('b') != 0 || batch < 2)) {
+    throw UsageError(
+        fmt::format("--part: cuts the batch axis b, and {} has no batch axis "
+                    "longer than 1 (axes {}, shape {})",
+                    o.q, axes.letters, shape_str(q_shape)));
   }
   std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
@@ -339,12 +344,38 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
   side(o.sinks, sinks, opt.sinks);
-  if (!o.rope_opts.hf_config.empty()) apply_config(o, opt, q, k, v ? &*v : nullptr);
+  if (!o.rope_opts.hf_config.empty()) {
+    apply_config(o, opt, q_src->info().shape, k_src->info().shape,
+                 v_src ? &v_src->info().shape : nullptr);
+  }
   // Positions (with --rope) and packed sequences, which also mask across sequences.
   const Positions pos = rope_positions(o.rope_opts);
   opt.cu_seqlens = pos.cu_seqlens;
 
   AttentionResult res;
+  if (!o.rope && !relative_wanted(o.relative) && part.whole()) {
+    // The library reads the inputs itself: K and V in chunks within --max-memory.
+    res = attention(*q_src, *k_src, v_src.get(), opt);
+    write_results(res, opt, out_refs, o);
+    return;
+  }
+  check_budget(*q_src, *k_src, v_src.get(), o.rope, opt);
+  Tensor q = read_all_rows(*q_src);
+  Tensor k = read_all_rows(*k_src);
+  std::optional<Tensor> v;
+  if (v_src) v = read_all_rows(*v_src);
+  if (!part.whole()) {
+    const auto [first, last] = part_range(part, batch);
+    const SliceSpec rows = parse_slice(fmt::format("{}:{}", first, last));
+    // K and V are cut alike when they carry the same batch (otherwise attention names
+    // the mismatch).
+    auto cut = [&](Tensor& t) {
+      if (t.ndim() > 0 && t.shape()[0] == batch) t = select(t, resolve_selection(rows, t.shape()));
+    };
+    cut(q);
+    cut(k);
+    if (v) cut(*v);
+  }
   if (relative_wanted(o.relative)) {
     res = relative_attention(o.relative, q, k, v ? &*v : nullptr, opt);
   } else if (o.rope) {
@@ -358,22 +389,7 @@ void run_attention(AttentionCmdOptions& o) {
   } else {
     res = attention(q, k, v ? &*v : nullptr, opt);
   }
-  Attrs attrs = res.attrs;
-  attrs.push_back({"rope", static_cast<long long>(o.rope)});
-  verbose_attrs(attrs);
-  std::vector<NamedTensor> named;
-  for (std::size_t i = 0; i < opt.emit.size(); ++i) {
-    Attrs a = attrs;
-    a.push_back({"tensor", attention_emit_name(opt.emit[i])});
-    if (!part.whole()) {
-      Shape whole = res.get(opt.emit[i]).shape();
-      whole[0] = batch;
-      const Attrs pa = part_attrs(part, whole, 0);
-      a.insert(a.end(), pa.begin(), pa.end());
-    }
-    named.push_back(NamedTensor{out_refs[i], &res.get(opt.emit[i]), a});
-  }
-  write_tensors(named, o.out.write_options());
+  write_results(res, opt, out_refs, o, part, batch);
 }
 
 }  // namespace
@@ -443,8 +459,9 @@ void register_attention(CLI::App& app) {
       ->check(CLI::IsMember({"zero", "nan"}));
   sub->add_option("--dtype", o->dtype, "output dtype f64|f32|f16|bf16 (default: that of Q)");
   sub->add_option("--max-memory", o->max_memory,
-                  "fail up front if the outputs and work memory need more (e.g. 512M, 4G, "
-                  "1.5GiB or bytes; K, M, G, T are powers of 1024; default: physical memory)");
+                  "memory for inputs, outputs and work (e.g. 64M, 4G, 1.5GiB or bytes; K, M, "
+                  "G, T are powers of 1024; default: physical memory): with --emit output/lse "
+                  "K and V are read in chunks that fit, else the run fails up front (exit 3)");
   sub->add_flag("--allow-nonfinite", o->allow_nonfinite,
                 "compute with NaN/Inf inputs (they propagate) instead of refusing them");
   add_relative_options(sub, o->relative);

@@ -84,6 +84,16 @@ class FlatSource : public TensorSource {
     if (count == 0 || entry == 0) return;
     read_flat(first * entry, count * entry, dst);
   }
+  // The child reads a flat range as a union of hyperslabs (hdf5.cpp).
+  void read_elements(std::size_t first, std::size_t count, void* dst) override {
+    std::size_t n = 1;
+    for (std::size_t e : info_.shape) n *= e;
+    if (first > n || count > n - first) {
+      throw InputError(fmt::format("{}: elements {}..{} requested, the dataset has {}", what_,
+                                   first, first + count, n));
+    }
+    if (count) read_flat(first, count, dst);
+  }
 
  protected:
   virtual void read_flat(std::size_t first, std::size_t count, void* dst) = 0;

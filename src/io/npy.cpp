@@ -423,6 +423,16 @@ class NpySource final : public TensorSource {
     read_range(first * entry, count * entry, dst);
   }
 
+  void read_elements(std::size_t first, std::size_t count, void* dst) override {
+    const std::size_t item = dtype_size(h_.dtype);
+    const std::size_t n = rows_ * (row_bytes_ / std::max<std::size_t>(item, 1));
+    if (first > n || count > n - first) {
+      throw InputError(fmt::format("{}: elements {}..{} are outside the {} of the tensor", what_,
+                                   first, first + count, n));
+    }
+    read_range(first * item, count * item, dst);
+  }
+
  private:
   // Data bytes [offset, offset + nbytes) in C order and native byte order.
   void read_range(std::size_t offset, std::size_t nbytes, void* dst) {

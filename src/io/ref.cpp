@@ -99,6 +99,14 @@ class MemorySource final : public TensorSource {
         io_detail::slab_entry_bytes(info_.shape, axis, dtype_size(info_.dtype));
     if (count) std::memcpy(dst, t_.bytes() + first * entry, count * entry);
   }
+  void read_elements(std::size_t first, std::size_t count, void* dst) override {
+    if (first > t_.numel() || count > t_.numel() - first) {
+      throw InputError(fmt::format("elements {}..{} are outside the {} of the tensor", first,
+                                   first + count, t_.numel()));
+    }
+    const std::size_t item = dtype_size(info_.dtype);
+    if (count) std::memcpy(dst, t_.bytes() + first * item, count * item);
+  }
 
  private:
   Tensor t_;
@@ -321,6 +329,17 @@ void TensorSource::read_slab(std::size_t axis, std::size_t first, std::size_t co
     throw std::logic_error("this source reads slabs along axis 0 only");
   }
   read_rows(0, 1, dst);
+}
+
+void TensorSource::read_elements(std::size_t first, std::size_t count, void* dst) {
+  const Shape& shape = info().shape;
+  std::size_t row = 1;
+  for (std::size_t ax = 1; ax < shape.size(); ++ax) row *= shape[ax];
+  if (count == 0) return;
+  if (row == 0 || first % row != 0 || count % row != 0) {
+    throw std::logic_error("this source reads whole rows only");
+  }
+  read_rows(first / row, count / row, dst);
 }
 
 void TensorSink::write_slab(std::size_t axis, const void* src, std::size_t count) {

@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <type_traits>
 
@@ -22,6 +24,7 @@
 #include "ops/blas_threads.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/npy.hpp"
 
 
 namespace posenc {
@@ -183,10 +186,11 @@ void require_float(DType t, const char* what) {
 }
 
 // NaN or Inf in an input would silently poison whole rows of the result.
-void require_finite(const Tensor& q, const Tensor& k, const Tensor* v,
+// K and V may be null (streamed: checked chunk by chunk).
+void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
                     const AttentionOptions& opt) {
   const std::pair<const Tensor*, const char*> strict[] = {
-      {&q, "q"}, {&k, "k"}, {v, "v"}, {opt.relative_k, "relative_k"},
+      {&q, "q"}, {k, "k"}, {v, "v"}, {opt.relative_k, "relative_k"},
       {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) {
@@ -463,8 +467,19 @@ auto matrix(const T* p, std::size_t rows, std::size_t cols, std::size_t ld) {
 template <class T>
 void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
           std::size_t lda, const T* b, std::size_t ldb, T beta, T* c) {
-  auto out = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});
   const std::size_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  if (m == 1 && ldb == b_cols) {
+    // One query row (decoding): a matrix-vector product reads B once, where sgemm would
+    // first copy it into its packed layout. (Strided B, as from bshd inputs, takes the
+    // gemm path, which evaluates it into a contiguous copy.)
+    auto x = xt::adapt(a, k, xt::no_ownership(), std::array<std::size_t, 1>{k});
+    auto y = xt::adapt(c, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
+    xt::blas::gemv(xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
+                             std::array<std::size_t, 2>{b_rows, b_cols}),
+                   x, y, !trans_b, alpha, beta);
+    return;
+  }
+  auto out = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});
   auto with_b = [&](const auto& A) {
     if (ldb == b_cols) {
       xt::blas::gemm(A, xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
@@ -513,30 +528,62 @@ inline float exp_nonpositive(float x) {
   return __builtin_bit_cast(float, __builtin_bit_cast(std::uint32_t, y * scale) & keep);
 }
 
-// p[j] = exp(s[j] - m) in place; returns the sum in double (NaN if a score is NaN).
-// Loops are split so that each one vectorises without -ffast-math: the exponentials,
-// then 16 f32 lanes summed over chunks of 1024 and the chunks added in f64 (a fixed
-// order, so the result does not depend on anything but the data).
-// AVX2 clone: the same per-lane arithmetic (no FMA contraction under -std=c++17), so the
-// bits do not depend on the machine's vector width.
-__attribute__((target_clones("avx2", "default"), noinline)) double exp_shift_sum(float* s,
-                                                                                 std::size_t n,
-                                                                                 float m) {
-  int nans = 0;
-  for (std::size_t j = 0; j < n; ++j) nans += s[j] != s[j];
-  if (nans) return std::numeric_limits<double>::quiet_NaN();
-  for (std::size_t j = 0; j < n; ++j) s[j] = exp_nonpositive(s[j] - m);
+// p[j] = exp(s[j] - m) in place; returns the sum in double (NaN if a score is NaN;
+// `may_nan` false skips that check when the scores are known finite). One pass: the
+// exponentials go into 16 f32 lanes summed over chunks of up to 1024, the chunks added
+// in f64, and the last n % 16 one by one in f64
+// (a fixed order, so the result does not depend on anything but the data).
+// AVX-512 and AVX2 clones: the same per-lane arithmetic (attention.cpp is compiled with
+// -ffp-contract=off: no FMA), so the bits do not depend on the machine's vector width.
+__attribute__((target_clones("avx512f", "avx2", "default"), noinline)) double exp_shift_sum(
+    float* s, std::size_t n, float m, bool may_nan) {
+  if (may_nan) {
+    int nans = 0;
+    for (std::size_t j = 0; j < n; ++j) nans += s[j] != s[j];
+    if (nans) return std::numeric_limits<double>::quiet_NaN();
+  }
   constexpr std::size_t kLanes = 16, kChunk = 1024;
   double sum = 0;
   std::size_t j = 0;
-  for (; j + kChunk <= n; j += kChunk) {
+  const std::size_t whole = n / kLanes * kLanes;
+  for (; j < whole; j += kChunk) {
+    const std::size_t len = std::min(kChunk, whole - j);
     float acc[kLanes] = {};
-    for (std::size_t c = 0; c < kChunk; c += kLanes)
-      for (std::size_t l = 0; l < kLanes; ++l) acc[l] += s[j + c + l];
+    for (std::size_t c = 0; c < len; c += kLanes) {
+      for (std::size_t l = 0; l < kLanes; ++l) {
+        const float e = exp_nonpositive(s[j + c + l] - m);
+        s[j + c + l] = e;
+        acc[l] += e;
+      }
+    }
     for (std::size_t l = 0; l < kLanes; ++l) sum += acc[l];
   }
-  for (; j < n; ++j) sum += s[j];
+  j = whole;
+  for (; j < n; ++j) {
+    const float e = exp_nonpositive(s[j] - m);
+    s[j] = e;
+    sum += e;
+  }
   return sum;
+}
+
+// Whether every value is finite, on the bits (all-ones exponent), so the loop vectorises.
+inline bool all_finite(const float* p, std::size_t n) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bad |= static_cast<std::uint32_t>((__builtin_bit_cast(std::uint32_t, p[i]) & 0x7f800000u) ==
+                                      0x7f800000u);
+  }
+  return bad == 0;
+}
+inline bool all_finite(const double* p, std::size_t n) {
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bad |= static_cast<std::uint64_t>(
+        (__builtin_bit_cast(std::uint64_t, p[i]) & 0x7ff0000000000000ull) ==
+        0x7ff0000000000000ull);
+  }
+  return bad == 0;
 }
 
 // Largest score of a row (lane-wise so it vectorises; NaNs are found by exp_shift_sum).
@@ -554,7 +601,37 @@ inline T row_max(const T* s, std::size_t n) {
   return m;
 }
 
-inline double exp_shift_sum(double* s, std::size_t n, double m) {
+// Largest of s[0, n) and whether every one is finite (on the bits), in one pass.
+__attribute__((target_clones("avx512f", "avx2", "default"), noinline)) float row_max_finite(
+    const float* s, std::size_t n, bool& finite) {
+  constexpr std::size_t kLanes = 16;
+  float acc[kLanes];
+  std::uint32_t bad[kLanes] = {};
+  for (auto& a : acc) a = -std::numeric_limits<float>::infinity();
+  std::size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (std::size_t l = 0; l < kLanes; ++l) {
+      const float x = s[j + l];
+      acc[l] = x > acc[l] ? x : acc[l];
+      bad[l] |= (__builtin_bit_cast(std::uint32_t, x) & 0x7f800000u) == 0x7f800000u;
+    }
+  }
+  float m = -std::numeric_limits<float>::infinity();
+  std::uint32_t any = 0;
+  for (std::size_t l = 0; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m, any |= bad[l];
+  for (; j < n; ++j) {
+    m = s[j] > m ? s[j] : m;
+    any |= (__builtin_bit_cast(std::uint32_t, s[j]) & 0x7f800000u) == 0x7f800000u;
+  }
+  finite = any == 0;
+  return m;
+}
+inline double row_max_finite(const double* s, std::size_t n, bool& finite) {
+  finite = all_finite(s, n);
+  return row_max(s, n);
+}
+
+inline double exp_shift_sum(double* s, std::size_t n, double m, bool) {
   double sum = 0;
   for (std::size_t j = 0; j < n; ++j) {
     double e = std::exp(s[j] - m);
@@ -661,6 +738,7 @@ struct Plan {
   Geometry g;
   Blocks bl;
   View<T> q, k, v;
+  bool has_v = false;
   T scale = 1;
   T softcap = 0;
   std::int64_t off = 0;  // query i sits at position i + off
@@ -706,26 +784,8 @@ struct Scratch {
   std::vector<T> s, o, qr, bucket, m;
   std::vector<double> l;
   std::vector<std::int64_t> lo, hi;
+  std::int64_t lo_min = 0, hi_max = -1;  // keys any row may see
 };
-
-// Whether every value is finite, on the bits (all-ones exponent), so the loop vectorises.
-inline bool all_finite(const float* p, std::size_t n) {
-  std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    bad |= static_cast<std::uint32_t>((__builtin_bit_cast(std::uint32_t, p[i]) & 0x7f800000u) ==
-                                      0x7f800000u);
-  }
-  return bad == 0;
-}
-inline bool all_finite(const double* p, std::size_t n) {
-  std::uint64_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    bad |= static_cast<std::uint64_t>(
-        (__builtin_bit_cast(std::uint64_t, p[i]) & 0x7ff0000000000000ull) ==
-        0x7ff0000000000000ull);
-  }
-  return bad == 0;
-}
 
 template <class T>
 [[noreturn]] void overflow(std::size_t b, std::size_t h, std::size_t q0) {
@@ -735,20 +795,21 @@ template <class T>
       std::is_same_v<T, float> ? "f32" : "f64", b, h, q0, std::numeric_limits<T>::max()));
 }
 
+// A work item is (batch, query head, query block). Its rows' running softmax state
+// lives in a Scratch: item_begin sets it up, item_keys folds in key blocks (in order,
+// each block of P.bl.k keys from a multiple of P.bl.k), item_end normalises and
+// stores. Whether the keys come in one piece (in memory) or in chunks (streamed from
+// a file), the blocks and so the bits are the same.
 template <class T>
-void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q, std::size_t q0) {
+void item_begin(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
+                std::size_t q0) {
   const Geometry& g = P.g;
   const std::size_t qn = std::min(P.bl.q, g.sq - q0);
-  const std::size_t kvh = hi_q / (g.hq / g.hk);
   const T* qp = P.q.p + bi * P.q.b + hi_q * P.q.h + q0 * P.q.s;
-  const T* kp = P.k.p + bi * P.k.b + kvh * P.k.h;
-  const T* vp = P.v.p ? P.v.p + bi * P.v.b + kvh * P.v.h : nullptr;
-  const bool need_v = vp && (g.emit_output);
-  const std::size_t kB = P.bl.k;
+  const bool need_v = P.has_v && g.emit_output;
   const std::size_t dv = g.dv;
   const T neg_inf = -std::numeric_limits<T>::infinity();
 
-  w.s.resize(qn * kB);
   w.m.assign(qn, neg_inf);
   w.l.assign(qn, 0.0);
   if (need_v) w.o.assign(qn * dv, T(0));
@@ -768,7 +829,6 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
   w.lo.resize(qn);
   w.hi.resize(qn);
   const std::int64_t sk = static_cast<std::int64_t>(g.sk);
-  const std::int64_t sq = static_cast<std::int64_t>(g.sq);
   std::int64_t lo_min = sk, hi_max = -1;
   for (std::size_t r = 0; r < qn; ++r) {
     std::int64_t i = static_cast<std::int64_t>(q0 + r);
@@ -791,24 +851,58 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
     w.hi[r] = hi;
     if (lo <= hi) lo_min = std::min(lo_min, lo), hi_max = std::max(hi_max, hi);
   }
+  w.lo_min = lo_min;
+  w.hi_max = hi_max;
+}
+
+// Key blocks [j_begin, j_end) of the item; K and V view the keys from c0 on (all of
+// them in memory, or the chunk read last).
+template <class T>
+void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View<T>& K,
+               const View<T>& V, std::size_t c0, std::size_t bi, std::size_t hi_q,
+               std::size_t q0, std::size_t j_begin, std::size_t j_end) {
+  const Geometry& g = P.g;
+  const std::size_t qn = std::min(P.bl.q, g.sq - q0);
+  const std::size_t kvh = hi_q / (g.hq / g.hk);
+  const T* qp = P.q.p + bi * P.q.b + hi_q * P.q.h + q0 * P.q.s;
+  const T* kp = K.p + bi * K.b + kvh * K.h;
+  const T* vp = V.p ? V.p + bi * V.b + kvh * V.h : nullptr;
+  const bool need_v = vp && g.emit_output;
+  const std::size_t kB = P.bl.k;
+  const std::size_t dv = g.dv;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const std::int64_t sk = static_cast<std::int64_t>(g.sk);
+  const std::int64_t sq = static_cast<std::int64_t>(g.sq);
+  const std::int64_t lo_min = w.lo_min, hi_max = w.hi_max;
+  if (tile.size() < qn * kB) tile.resize(qn * kB);
   const std::size_t ndist = g.sq + g.sk - 1;
   const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + hi_q * ndist;
   const double slope = P.alibi ? P.slopes[hi_q] : 0.0;
 
-  for (std::size_t j0 = 0; j0 < g.sk; j0 += kB) {
-    const std::size_t n = std::min(kB, g.sk - j0);
+  for (std::size_t jb = j_begin; jb < j_end; jb += kB) {
+    std::size_t j0 = jb, n = std::min(kB, j_end - jb);
+    if (!g.materialise()) {
+      // Only the keys some row of the item sees (logits and probs need every -inf): a
+      // block no row sees is skipped, the edges of one seen in part (the causal
+      // diagonal, window edges, padding) are cut off.
+      const std::int64_t a = std::max(static_cast<std::int64_t>(jb), lo_min);
+      const std::int64_t e = std::min(static_cast<std::int64_t>(jb + n) - 1, hi_max);
+      if (a > e) continue;
+      j0 = static_cast<std::size_t>(a);
+      n = static_cast<std::size_t>(e - a + 1);
+    }
     const std::int64_t j0i = static_cast<std::int64_t>(j0);
-    const std::int64_t j1i = j0i + static_cast<std::int64_t>(n) - 1;
-    // A block no row may see contributes nothing (streaming only: logits need -inf).
-    if (!g.materialise() && (j1i < lo_min || j0i > hi_max)) continue;
-    T* S = w.s.data();
-    gemm(true, qn, n, g.d, P.scale, qp, P.q.s, kp + j0 * P.k.s, P.k.s, T(0), S);
-    if (P.check_overflow && !all_finite(S, qn * n)) overflow<T>(bi, hi_q, q0);
+    T* S = tile.data();
+    gemm(true, qn, n, g.d, P.scale, qp, P.q.s, kp + (j0 - c0) * K.s, K.s, T(0), S);
+    // Overflow check: over the whole tile before the biases (a soft-cap would hide an
+    // infinite product), else row by row over the keys the row sees, with its maximum.
+    const bool per_element = P.per_element();
+    if (P.check_overflow && per_element && !all_finite(S, qn * n)) overflow<T>(bi, hi_q, q0);
     for (std::size_t r = 0; r < qn; ++r) {
       T* s = S + r * n;
       const std::int64_t i = static_cast<std::int64_t>(q0 + r);
       const std::int64_t qpos = i + P.off;
-      if (P.per_element()) {
+      if (per_element) {
         const T* qr = P.R ? w.qr.data() + r * P.R : nullptr;
         const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
         const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
@@ -833,19 +927,26 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
           s[jj] = x;
         }
       }
-      // Range masks.
+      // Range masks: keys [a, e) of the block are seen.
       const std::int64_t lo = w.lo[r] - j0i, hi = w.hi[r] - j0i;
-      if (lo > hi || hi < 0 || lo >= static_cast<std::int64_t>(n)) {
-        std::fill(s, s + n, neg_inf);
-      } else {
-        if (lo > 0) std::fill(s, s + lo, neg_inf);
-        if (hi + 1 < static_cast<std::int64_t>(n)) std::fill(s + hi + 1, s + n, neg_inf);
+      std::size_t a = 0, e = 0;
+      if (!(lo > hi || hi < 0 || lo >= static_cast<std::int64_t>(n))) {
+        a = static_cast<std::size_t>(std::max<std::int64_t>(lo, 0));
+        e = static_cast<std::size_t>(std::min<std::int64_t>(hi + 1, static_cast<std::int64_t>(n)));
       }
+      // The maximum over the seen keys (the masked ones are -inf).
+      T mt = neg_inf;
+      if (a < e) {
+        bool finite = true;
+        mt = row_max_finite(s + a, e - a, finite);
+        if (P.check_overflow && !per_element && !finite) overflow<T>(bi, hi_q, q0);
+      }
+      std::fill(s, s + a, neg_inf);
+      std::fill(s + e, s + n, neg_inf);
       if (P.logits) {
         store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk + j0, 1, s, n, T(1));
       }
       // Online softmax update.
-      const T mt = row_max(s, n);
       const T m_old = w.m[r];
       const T m_new = std::max(m_old, mt);
       if (m_new == neg_inf) {
@@ -858,7 +959,8 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
         continue;
       }
       const double alpha = m_old == neg_inf ? 0.0 : std::exp(static_cast<double>(m_old - m_new));
-      const double sum = exp_shift_sum(s, n, m_new);
+      // Scores checked finite cannot be NaN; masked ones are -inf and give 0.
+      const double sum = exp_shift_sum(s, n, m_new, !P.check_overflow);
       w.l[r] = w.l[r] * alpha + sum;
       w.m[r] = m_new;
       if (alpha != 1.0) {
@@ -880,9 +982,20 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
       }
     }
     if (need_v) {
-      gemm(false, qn, dv, n, T(1), S, n, vp + j0 * P.v.s, P.v.s, T(1), w.o.data());
+      gemm(false, qn, dv, n, T(1), S, n, vp + (j0 - c0) * V.s, V.s, T(1), w.o.data());
     }
   }
+}
+
+// Normalises the item's rows and stores them; `tile` holds the whole score rows when
+// probs are materialised.
+template <class T>
+void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::size_t bi,
+              std::size_t hi_q, std::size_t q0) {
+  const Geometry& g = P.g;
+  const std::size_t qn = std::min(P.bl.q, g.sq - q0);
+  const bool need_v = P.has_v && g.emit_output;
+  const std::size_t dv = g.dv;
   if (need_v && !w.bucket.empty()) {
     gemm(false, qn, dv, P.R, T(1), w.bucket.data(), P.R, P.rel_v.data(), dv, T(1), w.o.data());
   }
@@ -895,7 +1008,7 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
     T inv = empty ? T(0) : static_cast<T>(1.0 / l);
     if (empty && P.masked_rows == MaskedRows::nan) inv = nan;
     if (P.probs) {
-      const T* s = w.s.data() + r * g.sk;  // one block when probs are materialised
+      const T* s = tile.data() + r * g.sk;  // one block when probs are materialised
       if (empty) {
         fill<T>(g.out, P.probs, row * g.sk, 1, g.sk, static_cast<double>(inv));
       } else {
@@ -922,22 +1035,25 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
 }
 
 template <class T>
+void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q, std::size_t q0) {
+  item_begin(P, w, bi, hi_q, q0);
+  item_keys(P, w, w.s, P.k, P.v, 0, bi, hi_q, q0, 0, P.g.sk);
+  item_end(P, w, w.s, bi, hi_q, q0);
+}
+
+template <class T>
 std::vector<T> to_vector(const Tensor& t) {
   std::vector<T> v(t.numel());
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<T>(t.get(i));
   return v;
 }
 
+// Everything but the Q, K and V views; `has_v` says whether values are given.
 template <class T>
-AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geometry& g,
-                    const AttentionOptions& opt) {
-  Plan<T> P;
+void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v) {
   P.g = g;
   P.bl = blocks_for(g, opt);
-  Tensor hq_, hk_, hv_;
-  P.q = make_view<T>(q, g.axes, hq_);
-  P.k = make_view<T>(k, g.axes, hk_);
-  if (v) P.v = make_view<T>(*v, g.axes, hv_);
+  P.has_v = has_v;
   double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(g.d));
   P.scale = static_cast<T>(scale);
   P.softcap = static_cast<T>(opt.softcap);
@@ -1044,52 +1160,201 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
       P.bias = P.bias_copy.data();
     }
   }
+}
 
+// The emitted tensors, allocated, and P's pointers to them.
+template <class T>
+AttentionResult allocate(Plan<T>& P, const Shape& q_shape) {
+  const Geometry& g = P.g;
   AttentionResult res;
   if (g.emit_logits) res.logits = Tensor(g.out, g.logits_shape()), P.logits = res.logits.bytes();
   if (g.emit_probs) res.probs = Tensor(g.out, g.logits_shape()), P.probs = res.probs.bytes();
   if (g.emit_output) {
-    Shape os = q.shape();
+    Shape os = q_shape;
     os[g.axes.find('d')] = g.dv;
     res.output = Tensor(g.out, os);
     P.out = res.output.bytes();
     P.out_st = strides_of(os, g.axes);
   }
   if (g.emit_lse) res.lse = Tensor(g.lse, g.lse_shape()), P.lse = res.lse.bytes();
+  return res;
+}
 
+// Runs f(item, thread) for items [0, n) on plain threads, not an OpenMP team: BLAS is
+// never called inside an OpenMP region. Each item is independent and computed the same
+// way by whichever thread takes it, so the schedule cannot change any result. The
+// first exception stops the others and is rethrown.
+template <class F>
+void for_items(std::size_t n, std::size_t nthreads, F&& f) {
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&](std::size_t t) {
+    try {
+      for (std::size_t it = next++; it < n; it = next++) f(it, t);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next = n;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker, t);
+  worker(0);
+  for (auto& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// Work item `it` as (batch, query head, first query). The last query blocks come
+// first: under a causal mask they see the most keys, and taking the large items first
+// leaves the small ones to even out the threads at the end.
+std::array<std::size_t, 3> item_at(const Geometry& g, const Blocks& bl, std::size_t nq,
+                                   std::size_t it) {
+  return {it / (nq * g.hq), (it / nq) % g.hq, (nq - 1 - it % nq) * bl.q};
+}
+
+std::size_t thread_count(std::size_t items) {
+  const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  return std::max<std::size_t>(1, std::min(items, threads));
+}
+
+template <class T>
+AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geometry& g,
+                    const AttentionOptions& opt) {
+  Plan<T> P;
+  plan(P, g, opt, v != nullptr);
+  Tensor hq_, hk_, hv_;
+  P.q = make_view<T>(q, g.axes, hq_);
+  P.k = make_view<T>(k, g.axes, hk_);
+  if (v) P.v = make_view<T>(*v, g.axes, hv_);
+  AttentionResult res = allocate(P, q.shape());
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
   const std::size_t items = g.b * g.hq * nq;
   if (g.sq > 0) {
     OneBlasThread one_blas;
-    // Work items are spread over plain threads, not an OpenMP team: BLAS is never
-    // called inside an OpenMP region. Each item is independent and computed the same
-    // way by whichever thread takes it, so the schedule cannot change any result.
-    const std::size_t nthreads = std::min<std::size_t>(
-        items, static_cast<std::size_t>(std::max(1, omp_get_max_threads())));
-    std::atomic<std::size_t> next{0};
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-    auto worker = [&] {
-      try {
-        Scratch<T> w;
-        for (std::size_t it = next++; it < items; it = next++) {
-          std::size_t qb = it % nq;
-          std::size_t h = (it / nq) % g.hq;
-          std::size_t b = it / (nq * g.hq);
-          run_item<T>(P, w, b, h, qb * P.bl.q);
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-        next = items;
-      }
-    };
-    std::vector<std::thread> pool;
-    for (std::size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-    if (failure) std::rethrow_exception(failure);
+    const std::size_t nthreads = thread_count(items);
+    std::vector<Scratch<T>> scratch(nthreads);
+    for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
+      auto [b, h, q0] = item_at(g, P.bl, nq, it);
+      run_item<T>(P, scratch[t], b, h, q0);
+    });
   }
+  return res;
+}
+
+// ---------------------------------------------------------------------------------
+// Out of core: K and V read in chunks of whole key blocks.
+
+// What a streamed run holds besides the K and V chunks, and what each key of a chunk
+// adds (its raw bytes plus a converted copy when the type or the layout differs).
+struct StreamMemory {
+  std::size_t fixed = 0, per_key = 0;
+};
+
+StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorInfo& k,
+                           const TensorInfo* v, const AttentionOptions& opt) {
+  const std::size_t ts = dtype_size(g.compute), os = dtype_size(g.out);
+  const bool d_last = g.axes.back() == 'd';
+  const std::size_t rows = mul_sat(mul_sat(g.b, g.hq), g.sq);
+  Blocks bl = blocks_for(g, opt);
+  StreamMemory m;
+  std::size_t f = 0;
+  if (g.emit_output) f = add_sat(f, mul_sat(mul_sat(rows, g.dv), os));
+  if (g.emit_lse) f = add_sat(f, mul_sat(rows, dtype_size(g.lse)));
+  const std::size_t qn = checked_numel(q.shape, 1, "q");
+  f = add_sat(f, mul_sat(qn, dtype_size(q.dtype)));
+  if (q.dtype != g.compute || !d_last) f = add_sat(f, mul_sat(qn, ts));
+  // Per-row state of every work item: output accumulator, max, sum, key range, and the
+  // Shaw terms.
+  f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows) * ts + 8 + 16));
+  // Per-thread score tiles.
+  f = add_sat(f, mul_sat(mul_sat(bl.q, bl.k) * ts,
+                         static_cast<std::size_t>(std::max(1, omp_get_max_threads()))));
+  m.fixed = f;
+  auto per = [&](const TensorInfo& t, std::size_t width) {
+    std::size_t bytes = dtype_size(t.dtype) + (t.dtype != g.compute || !d_last ? ts : 0);
+    return mul_sat(mul_sat(mul_sat(g.b, g.hk), width), bytes);
+  };
+  m.per_key = per(k, g.d);
+  if (v) m.per_key = add_sat(m.per_key, per(*v, g.dv));
+  return m;
+}
+
+// Keys [c0, c0 + n) of a tensor along its axis `s_axis`: for each index of the axes
+// before it, one range of the C-order data. `t` is reused when the shape repeats.
+void read_keys(TensorSource& src, std::size_t s_axis, std::size_t c0, std::size_t n, Tensor& t) {
+  const TensorInfo& info = src.info();
+  Shape cs = info.shape;
+  cs[s_axis] = n;
+  if (t.shape() != cs || t.dtype() != info.dtype) {
+    t = Tensor();  // free the last chunk before allocating the next
+    t = Tensor(info.dtype, cs);
+  }
+  std::size_t outer = 1, inner = 1;
+  for (std::size_t ax = 0; ax < s_axis; ++ax) outer *= info.shape[ax];
+  for (std::size_t ax = s_axis + 1; ax < info.shape.size(); ++ax) inner *= info.shape[ax];
+  const std::size_t item = dtype_size(info.dtype), len = info.shape[s_axis];
+  for (std::size_t o = 0; o < outer; ++o) {
+    src.read_elements((o * len + c0) * inner, n * inner, t.bytes() + o * n * inner * item);
+  }
+}
+
+template <class T>
+AttentionResult run_streamed(const Tensor& q, TensorSource& ks, TensorSource* vs,
+                             const Geometry& g, const AttentionOptions& opt, std::size_t chunk) {
+  Plan<T> P;
+  plan(P, g, opt, vs != nullptr);
+  Tensor hq_;
+  P.q = make_view<T>(q, g.axes, hq_);
+  AttentionResult res = allocate(P, q.shape());
+  const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
+  const std::size_t items = g.b * g.hq * nq;
+  if (g.sq == 0) return res;
+  OneBlasThread one_blas;
+  const std::size_t nthreads = thread_count(items);
+  std::vector<Scratch<T>> state(items);
+  std::vector<std::vector<T>> tiles(nthreads);
+  auto at = [&](std::size_t it) { return item_at(g, P.bl, nq, it); };
+  for_items(items, nthreads, [&](std::size_t it, std::size_t) {
+    auto [b, h, q0] = at(it);
+    item_begin(P, state[it], b, h, q0);
+  });
+  // Chunks that no row may see are not read.
+  std::int64_t need_lo = static_cast<std::int64_t>(g.sk), need_hi = -1;
+  for (const Scratch<T>& w : state) {
+    if (w.lo_min <= w.hi_max) {
+      need_lo = std::min(need_lo, w.lo_min), need_hi = std::max(need_hi, w.hi_max);
+    }
+  }
+  const std::size_t s_axis = g.axes.find('s');
+  Tensor kc, vc, kh, vh;
+  for (std::size_t c0 = 0; c0 < g.sk; c0 += chunk) {
+    const std::size_t n = std::min(chunk, g.sk - c0);
+    if (static_cast<std::int64_t>(c0 + n) <= need_lo || static_cast<std::int64_t>(c0) > need_hi) {
+      continue;
+    }
+    read_keys(ks, s_axis, c0, n, kc);
+    if (vs) read_keys(*vs, s_axis, c0, n, vc);
+    if (!opt.allow_nonfinite) {
+      for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&kc, "k"}, {&vc, "v"}}) {
+        if (t->numel() && t->has_nonfinite()) {
+          throw InputError(fmt::format(
+              "{}: contains NaN or Inf (use allow_nonfinite to compute with it anyway)", what));
+        }
+      }
+    }
+    const View<T> K = make_view<T>(kc, g.axes, kh);
+    const View<T> V = vs ? make_view<T>(vc, g.axes, vh) : View<T>{};
+    for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
+      auto [b, h, q0] = at(it);
+      item_keys(P, state[it], tiles[t], K, V, c0, b, h, q0, c0, c0 + n);
+    });
+  }
+  for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
+    auto [b, h, q0] = at(it);
+    item_end(P, state[it], tiles[t], b, h, q0);
+    state[it] = Scratch<T>();
+  });
   return res;
 }
 
@@ -1136,6 +1401,9 @@ AttentionResult run_framework(const Tensor& q, const Tensor& k, const Tensor* v,
   return attention_detail::attention_hf(q, k, v, opt, h);
 }
 
+// The parameters used, for recording with the outputs.
+void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt, DType q_dtype);
+
 }  // namespace
 
 std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k, const Shape* v,
@@ -1164,10 +1432,78 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     throw InputError(fmt::format("{} would need {} > max_memory {}", names, bytes_str(need),
                                  bytes_str(opt.max_memory)));
   }
-  if (!opt.allow_nonfinite) require_finite(q, k, v, opt);
+  if (!opt.allow_nonfinite) require_finite(q, &k, v, opt);
   AttentionResult res = opt.arith != Arith::exact ? run_framework(q, k, v, g, opt)
                         : g.compute == DType::f64 ? run<double>(q, k, v, g, opt)
                                                   : run<float>(q, k, v, g, opt);
+  record(res, g, opt, q.dtype());
+  return res;
+}
+
+AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
+                          const AttentionOptions& opt) {
+  const TensorInfo &qi = q.info(), &ki = k.info();
+  const TensorInfo* vi = v ? &v->info() : nullptr;
+  require_float(qi.dtype, "q");
+  require_float(ki.dtype, "k");
+  if (vi) require_float(vi->dtype, "v");
+  Geometry g = check(qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
+  const bool streams = !g.materialise() && opt.arith == Arith::exact && k.seekable() &&
+                       (!v || v->seekable());
+  if (!streams) {
+    // Everything in memory: the inputs count against the budget too.
+    auto [need, names] =
+        memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
+    for (const TensorInfo* t : {&qi, &ki, vi}) {
+      if (!t) continue;
+      need = add_sat(need, mul_sat(checked_numel(t->shape, 1, "attention"), dtype_size(t->dtype)));
+    }
+    if (opt.max_memory && need > opt.max_memory) {
+      throw InputError(fmt::format(
+          "{} would need {} with the inputs (Q {}, K {}{}) > --max-memory {}", names,
+          bytes_str(need), shape_str(qi.shape), shape_str(ki.shape),
+          vi ? ", V " + shape_str(vi->shape) : std::string(), bytes_str(opt.max_memory)));
+    }
+    Tensor qt = read_all_rows(q), kt = read_all_rows(k);
+    std::optional<Tensor> vt;
+    if (v) vt = read_all_rows(*v);
+    AttentionOptions unlimited = opt;
+    unlimited.max_memory = 0;  // checked above, with the inputs
+    return attention(qt, kt, vt ? &*vt : nullptr, unlimited);
+  }
+  // Streamed: as many whole key blocks per chunk as the budget allows.
+  const StreamMemory m = stream_memory(g, qi, ki, vi, opt);
+  const std::size_t kB = blocks_for(g, opt).k;
+  // At most about 16 MiB of K and V per chunk even when the budget allows more: the
+  // chunk buffers are reused (no page faults for all of K and V), and a chunk just read
+  // is still in the last-level cache when the blocks use it. Bits do not depend on it.
+  constexpr std::size_t kChunkBytes = std::size_t{16} << 20;
+  std::size_t chunk =
+      std::min(g.sk, std::max<std::size_t>(1, kChunkBytes / std::max<std::size_t>(m.per_key, 1) /
+                                                  kB) * kB);
+  if (opt.max_memory) {
+    const std::size_t one = add_sat(m.fixed, mul_sat(m.per_key, kB));
+    if (one > opt.max_memory) {
+      throw InputError(fmt::format(
+          "--max-memory {}: too small to stream K and V: one block of {} keys needs {} with "
+          "the outputs, Q and work memory (Q {}, K {}{})",
+          bytes_str(opt.max_memory), kB, bytes_str(one), shape_str(qi.shape),
+          shape_str(ki.shape), vi ? ", V " + shape_str(vi->shape) : std::string()));
+    }
+    const std::size_t keys = (opt.max_memory - m.fixed) / std::max<std::size_t>(m.per_key, 1);
+    chunk = std::min(chunk, std::max(kB, keys / kB * kB));
+  }
+  Tensor qt = read_all_rows(q);
+  if (!opt.allow_nonfinite) require_finite(qt, nullptr, nullptr, opt);
+  AttentionResult res = g.compute == DType::f64 ? run_streamed<double>(qt, k, v, g, opt, chunk)
+                                                : run_streamed<float>(qt, k, v, g, opt, chunk);
+  record(res, g, opt, qi.dtype);
+  return res;
+}
+
+namespace {
+
+void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt, DType q_dtype) {
   double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(g.d));
   Attrs& a = res.attrs;
   a.push_back({"scale", scale});
@@ -1198,9 +1534,10 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   }
   a.push_back({"masked_rows", std::string(opt.masked_rows == MaskedRows::zero ? "zero" : "nan")});
   a.push_back(
-      {"precision", std::string(dtype_name(opt.arith == Arith::exact ? g.compute : q.dtype()))});
+      {"precision", std::string(dtype_name(opt.arith == Arith::exact ? g.compute : q_dtype))});
   a.push_back({"arith", arith_name(opt.arith)});
-  return res;
 }
+
+}  // namespace
 
 }  // namespace posenc

@@ -90,6 +90,11 @@ class TensorSource {
   /// and exit status 3, removing its temporary outputs (see guard_mapped_input in
   /// io/atomic.hpp).
   virtual const std::byte* mapped_data() { return nullptr; }
+  /// Reads elements [first, first + count) of the C-order data into `dst` (native byte
+  /// order, the source dtype): any hyperslab is a sequence of such ranges. Sources that
+  /// only know rows (see `seekable`) serve whole rows only and throw std::logic_error
+  /// otherwise; NPY files and HDF5 datasets serve any range.
+  virtual void read_elements(std::size_t first, std::size_t count, void* dst);
 };
 
 /// The axis along which a tensor of `shape` streams in the smallest slabs: the first

@@ -25,7 +25,8 @@
 /// given; Q·K^T and P·V go through BLAS, row sums of the softmax are accumulated in
 /// f64. When neither logits nor probs are asked for, keys are processed in blocks with
 /// an online (running max / running sum) softmax, so the [sq, sk] matrix is never
-/// materialised. Results do not depend on the thread count: the work is cut into
+/// materialised, and the TensorSource overload reads K and V in chunks of such blocks
+/// (out of core). Results do not depend on the thread count: the work is cut into
 /// (batch, head, query block) items of a size fixed by the shapes alone, and each item
 /// calls single-threaded BLAS (OpenBLAS's own threading changes the rounding with the
 /// thread count).
@@ -129,7 +130,8 @@ struct AttentionOptions {
   /// page, section Arithmetic). Other values are a UsageError.
   Arith arith = Arith::exact;
   /// Fail with InputError before allocating when the outputs and working memory would
-  /// need more bytes than this (0 = no limit).
+  /// need more bytes than this (0 = no limit). The TensorSource overload also counts
+  /// the inputs, and streams K and V in chunks that fit.
   std::size_t max_memory = 0;
   /// Otherwise NaN or Inf in Q, K, V, the relative and T5 tables, and NaN or +Inf in a
   /// float mask or the sinks (-Inf masks there), is an InputError. When allowed, they
@@ -157,6 +159,19 @@ struct AttentionResult {
 /// key lengths out of range, the --max-memory limit, non-finite values unless
 /// allowed), before any large allocation.
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
+                          const AttentionOptions& opt);
+
+/// Attention reading its inputs from sources: Q whole, and K and V streamed in chunks
+/// of whole key blocks when only output and lse are asked for (arith exact, seekable
+/// sources such as NPY files and HDF5 datasets), so that memory stays within
+/// `opt.max_memory` whatever sk is. The chunk is the largest multiple of the key block
+/// that fits beside the outputs, Q and the work memory; the key blocks and their order
+/// are those of the in-memory run, so the result is byte for byte that of `attention`
+/// on the whole tensors. Otherwise (logits or probs, --arith hf, streams) everything is
+/// read and the inputs count against the budget. Shapes and the budget are checked from
+/// the headers before anything is read: InputError when `opt.max_memory` cannot hold
+/// one key block (or, not streaming, the inputs with the outputs and work memory).
+AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
                           const AttentionOptions& opt);
 
 /// Bytes `attention` would allocate for these shapes and options (outputs and working

@@ -1,0 +1,139 @@
+"""`posenc attention` out of core: K and V read in chunks of key blocks within
+--max-memory, the same bytes as the run with everything in memory, and a budget too
+small for one block refused before anything is read."""
+import os
+import unittest
+
+import h5py
+import numpy as np
+
+from posenc_testlib import UNDER_ASAN, PosencTestCase, run_measured
+
+MIB = 1 << 20
+
+
+class AttentionStreamTest(PosencTestCase):
+    def inputs(self, b=1, hq=2, hk=2, sq=64, sk=8192, d=32, dtype=np.float32, seed=0,
+               axes="bhsd"):
+        rng = np.random.default_rng(seed)
+
+        def make(h, s):
+            shape = (b, h, s, d) if axes == "bhsd" else (b, s, h, d)
+            return rng.standard_normal(shape).astype(dtype)
+
+        return (self.npy("q.npy", make(hq, sq)), self.npy("k.npy", make(hk, sk)),
+                self.npy("v.npy", make(hk, sk)))
+
+    def attention(self, q, k, v, out, *extra, emit="output"):
+        """Runs attention writing OUT_{tensor}.npy; returns the bytes of each tensor."""
+        self.run_ok("attention", "-q", q, "-k", k, "-v", v, "-o", out + "_{}.npy", "--emit",
+                    emit, *extra)
+        got = []
+        for name in emit.split(","):
+            with open(f"{out}_{name}.npy", "rb") as f:
+                got.append(f.read())
+        return got
+
+    def assert_same_streamed(self, q, k, v, budget, *extra, emit="output"):
+        """The output with a small budget (several chunks) is byte for byte the one
+        computed with every key in memory, for 1 and 2 threads."""
+        whole = self.attention(q, k, v, self.path("whole"), *extra, emit=emit)
+        for threads in ("1", "2"):
+            part = self.attention(q, k, v, self.path(f"part{threads}"), "-j", threads,
+                                  "--max-memory", budget, *extra, emit=emit)
+            self.assertEqual(part, whole, f"-j {threads} --max-memory {budget} {extra}")
+        return whole
+
+    def test_chunks_give_the_same_bytes(self):
+        q, k, v = self.inputs()
+        out = self.assert_same_streamed(q, k, v, "2M")
+        # and the result is attention (loose f32 bound; the reference tests are exact-er)
+        qa, ka, va = (np.load(x).astype(np.float64) for x in (q, k, v))
+        s = qa @ ka.transpose(0, 1, 3, 2) / np.sqrt(qa.shape[-1])
+        p = np.exp(s - s.max(-1, keepdims=True))
+        ref = (p / p.sum(-1, keepdims=True)) @ va
+        np.testing.assert_allclose(np.load(self.path("whole_output.npy")), ref, rtol=1e-4,
+                                   atol=1e-5)
+        self.assertTrue(out)
+
+    def test_chunks_with_masks_gqa_and_lse(self):
+        q, k, v = self.inputs(hq=4, hk=2, sq=40, sk=5000)
+        self.assert_same_streamed(q, k, v, "2M", "--causal", emit="output,lse")
+        self.assert_same_streamed(q, k, v, "2M", "--window", "3000,0", "--alibi", "symmetric",
+                                  emit="output")
+
+    def test_chunks_with_biases_tables_and_sinks(self):
+        # Everything indexed by the key position, and the Shaw value buckets, which are
+        # state carried from chunk to chunk.
+        q, k, v = self.inputs(b=2, sq=33, sk=5000)
+        rng = np.random.default_rng(3)
+        side = {name: self.npy(f"{name}.npy", x) for name, x in {
+            "rk": rng.standard_normal((9, 32)).astype(np.float32),
+            "rv": rng.standard_normal((9, 32)).astype(np.float32),
+            "mask": rng.random((33, 5000)) > 0.3,
+            "sinks": rng.standard_normal(2).astype(np.float32),
+            "kl": np.array([4000, 2500], dtype=np.int64),
+            "t5": rng.standard_normal((32, 2)).astype(np.float32)}.items()}
+        for opts in (["--relative-k", side["rk"], "--relative-v", side["rv"]],
+                     ["--mask", side["mask"], "--sinks", side["sinks"]],
+                     ["--key-lengths", side["kl"], "--t5-bias", side["t5"]],
+                     ["--softcap", "5", "--chunk-size", "700"]):
+            self.assert_same_streamed(q, k, v, "1500K", *opts, emit="output,lse")
+
+    def test_chunks_decode_one_query(self):
+        # sq = 1 takes the matrix-vector path; bshd K and V (strided) the gemm path.
+        q, k, v = self.inputs(hq=4, hk=1, sq=1, sk=5000)
+        self.assert_same_streamed(q, k, v, "1M", emit="output,lse")
+        q, k, v = self.inputs(hq=4, hk=2, sq=1, sk=5000, axes="bshd")
+        self.assert_same_streamed(q, k, v, "1M", "--axes", "bshd")
+
+    def test_chunks_bshd_and_f16(self):
+        q, k, v = self.inputs(axes="bshd", dtype=np.float16, sq=32, sk=6000)
+        self.assert_same_streamed(q, k, v, "2M", "--axes", "bshd")
+
+    def test_chunks_from_hdf5(self):
+        q, k, v = self.inputs(sq=32, sk=6000)
+        h5 = self.path("kv.h5")
+        with h5py.File(h5, "w") as f:
+            f["k"] = np.load(k)
+            f.create_dataset("v", data=np.load(v), chunks=(1, 1, 512, 32))
+        whole = self.attention(q, k, v, self.path("whole"))
+        part = self.attention(q, h5 + ":/k", h5 + ":/v", self.path("part"), "--max-memory", "2M")
+        self.assertEqual(part, whole)
+
+    def test_budget_below_one_block_is_refused_before_reading(self):
+        q, k, v = self.inputs()
+        # NaN in Q and K: a run that read either would fail on that instead.
+        for path in (q, k):
+            x = np.load(path)
+            x[0, 0, 0, 0] = np.nan
+            np.save(path, x)
+        before = os.listdir(self.tmp)
+        p = self.assert_fails(3, "attention", "-q", q, "-k", k, "-v", v, "--emit", "output",
+                              "--max-memory", "256K", "-o", self.path("out.npy"),
+                              match=r"--max-memory 256\.0 KiB: too small to stream K and V: "
+                                    r"one block of 1024 keys needs")
+        self.assertNotIn("NaN", p.stderr)
+        self.assert_no_new_files(before)
+
+    @unittest.skipIf(UNDER_ASAN, "peak RSS means nothing under AddressSanitizer")
+    def test_peak_rss_within_the_budget(self):
+        # sq 256, sk 65,536, 8 heads, d 128: K and V are 256 MiB each.
+        rng = np.random.default_rng(1)
+        q = self.npy("q.npy", rng.standard_normal((1, 8, 256, 128), dtype=np.float32))
+        k = self.npy("k.npy", rng.standard_normal((1, 8, 65536, 128), dtype=np.float32))
+        v = self.npy("v.npy", rng.standard_normal((1, 8, 65536, 128), dtype=np.float32))
+        out_bytes = 8 * 256 * 128 * 4
+        rc, _, err, rss_kib = run_measured("attention", "-q", q, "-k", k, "-v", v, "--emit",
+                                           "output", "--max-memory", "64M", "-o",
+                                           self.path("small.npy"))
+        self.assertEqual(rc, 0, err)
+        self.assertLessEqual(rss_kib * 1024, 1.5 * 64 * MIB + out_bytes,
+                             f"peak RSS {rss_kib / 1024:.0f} MiB with --max-memory 64M")
+        whole = self.attention(q, k, v, self.path("whole"))
+        with open(self.path("small.npy"), "rb") as f:
+            self.assertEqual([f.read()], whole)
+
+
+if __name__ == "__main__":
+    unittest.main()
