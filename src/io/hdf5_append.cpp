@@ -335,9 +335,14 @@ void merge(const std::string& target, const std::string& display, const std::str
                                               new_bytes >> 24, std::uint64_t{1} << 20));
   run_isolated(display, "adding the datasets", timeout, true, [&] {
     hdf5_detail::merge_datasets(scratch, copy.path(), display, names, root_attrs, force);
-    // For the tests: a crash after the copy was modified, before it is published.
+    // For the tests: a crash, or a hang, after the copy was modified and before it is
+    // published.
     const char* fault = std::getenv("POSENC_HDF5_FAULT");
     if (fault != nullptr && std::strcmp(fault, "append-abort") == 0) std::abort();
+    if (fault != nullptr && std::strcmp(fault, "append-hang") == 0) {
+      for (volatile unsigned long spin = 0;; spin = spin + 1) {
+      }
+    }
   });
   copy.sync_and_close();
   struct stat after {};

@@ -3,17 +3,19 @@
 Checked with h5py: every dataset, group and attribute already in the file survives bit
 for bit; groups on the way are created; replacing a dataset needs --force; a group of
 the name, a dataset in the way of a group, a file that is not HDF5, a read-only folder,
-a full disk (ulimit -f), a crash of libhdf5 while adding, a crafted file and an error
-found after the output was opened all leave the file byte-identical (exit 4, or the
-error's own status) with no temporary files left. Several tables of one `table rope
+a full disk (ulimit -f), a crash or a hang of libhdf5 while adding, SIGTERM, a crafted
+file and an error found after the output was opened all leave the file byte-identical
+(exit 4, or the error's own status) with no temporary files left. Several tables of one `table rope
 --emit cos,sin` run and several attention outputs go into one file together; their
 values are compared with independent numpy references.
 """
 import math
 import os
 import resource
+import signal
 import stat
 import subprocess
+import time
 import unittest
 
 import h5py
@@ -223,6 +225,25 @@ class TestAppend(AppendCase):
         self.assert_untouched(4, "table", "sinusoidal", "--positions", 3, "--dim", 4,
                               "-o", self.h5 + ":/pe", env={"POSENC_HDF5_FAULT": "append-abort"},
                               match="libhdf5 crashed adding the datasets.*left as it was")
+
+    def test_hang_while_adding_is_stopped(self):
+        self.assert_untouched(4, "table", "sinusoidal", "--positions", 3, "--dim", 4,
+                              "-o", self.h5 + ":/pe",
+                              env={"POSENC_HDF5_FAULT": "append-hang", "POSENC_HDF5_TIMEOUT": "1"},
+                              match="did not finish adding the datasets within 1 s")
+
+    def test_signal_while_adding_leaves_the_file(self):
+        data, listing = self.read_bytes(), sorted(os.listdir(self.tmp))
+        env = dict(os.environ, POSENC_HDF5_FAULT="append-hang", POSENC_HDF5_TIMEOUT="60")
+        p = subprocess.Popen([BIN, "table", "sinusoidal", "--positions", "3", "--dim", "4",
+                              "-o", self.h5 + ":/pe"], env=env, stderr=subprocess.PIPE)
+        time.sleep(1.0)  # the child adding the datasets is spinning by now
+        p.send_signal(signal.SIGTERM)
+        # (-SIGTERM if a very slow start had not yet reached the output code.)
+        self.assertIn(p.wait(timeout=60), (128 + signal.SIGTERM, -signal.SIGTERM))
+        p.stderr.close()
+        self.assertEqual(self.read_bytes(), data)
+        self.assertEqual(sorted(os.listdir(self.tmp)), listing)
 
     def test_symlink_target_is_updated(self):
         link = self.path("link.h5")
