@@ -49,13 +49,11 @@ std::optional<std::int64_t> given(CLI::App* sub, const char* name, T v) {
 // visible together or none. `names` (for RoPE tables, whose -o may name one output per
 // table, a pattern or a group) name the tables in -o patterns and groups; without them
 // there is one table and one -o.
-void write_all(std::vector<Table> tables, const std::vector<std::string>& names,
-               const Common& c) {
+void write_all(std::vector<Table> tables, const std::vector<std::string>& names, const Common& c) {
   std::vector<std::string> defaults;
   std::vector<DType> dtypes;
   for (Table& t : tables) {
-    const DType dtype =
-        c.dtype.empty() ? default_table_dtype(t) : parse_dtype(c.dtype, "--dtype");
+    const DType dtype = c.dtype.empty() ? default_table_dtype(t) : parse_dtype(c.dtype, "--dtype");
     check_table_dtype(t, dtype);
     checked_numel(t.spec.shape, dtype_size(dtype), "table");
     t.attrs.push_back({"dtype", std::string(dtype_name(dtype))});

@@ -95,10 +95,10 @@ std::vector<TensorRef> emitted_output_refs(const OutputOptions& out,
     }
     return refs;
   }
-  throw UsageError(fmt::format(
-      "-o: {} {} gives {} tensors but {} outputs were given (give one -o per tensor in "
-      "{} order, a pattern with {{}} such as out_{{}}.npy, or one HDF5 file)",
-      emit_option, fmt::join(names, ","), names.size(), outs.size(), emit_option));
+  throw UsageError(
+      fmt::format("-o: {} {} gives {} tensors but {} outputs were given (give one -o per tensor in "
+                  "{} order, a pattern with {{}} such as out_{{}}.npy, or one HDF5 file)",
+                  emit_option, fmt::join(names, ","), names.size(), outs.size(), emit_option));
 }
 
 CLI::Validator integer_text(bool is_signed) {

@@ -1037,8 +1037,8 @@ namespace {
 // created) or a group reached by a hard link; the name itself must be missing, or a
 // dataset (replaced only with `force`). Returns whether that dataset exists. Errors are
 // OutputErrors naming `display` (the file as the user wrote it) and the dataset.
-bool check_output_name(hid_t file, hid_t lapl, const std::string& display,
-                       const std::string& name, bool force) {
+bool check_output_name(hid_t file, hid_t lapl, const std::string& display, const std::string& name,
+                       bool force) {
   std::size_t pos = 0;
   for (;;) {
     pos = name.find('/', pos + 1);
@@ -1060,12 +1060,12 @@ bool check_output_name(hid_t file, hid_t lapl, const std::string& display,
           display, prefix, kind));
     }
     H5O_info_t oi;
-    check<OutputError>(H5Oget_info_by_name2(file, prefix.c_str(), &oi, H5O_INFO_BASIC, lapl),
-                       look);
+    check<OutputError>(H5Oget_info_by_name2(file, prefix.c_str(), &oi, H5O_INFO_BASIC, lapl), look);
     if (!last) {
       if (oi.type != H5O_TYPE_GROUP) {
-        throw OutputError(fmt::format("{}: cannot create dataset '{}': '{}' is a dataset, not a group",
-                                      display, name, prefix));
+        throw OutputError(
+            fmt::format("{}: cannot create dataset '{}': '{}' is a dataset, not a group", display,
+                        name, prefix));
       }
       continue;
     }
@@ -1095,8 +1095,8 @@ void create_groups(hid_t file, const std::string& name, const std::string& what)
     const htri_t exists = H5Lexists(file, prefix.c_str(), H5P_DEFAULT);
     H5Eclear2(H5E_DEFAULT);
     if (exists > 0) continue;
-    Hid g = check_id<OutputError>(
-        H5Gcreate2(file, prefix.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT), H5Gclose, what);
+    Hid g = check_id<OutputError>(H5Gcreate2(file, prefix.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT),
+                                  H5Gclose, what);
   }
 }
 
@@ -1105,7 +1105,8 @@ Hid open_for_append(const std::string& path, unsigned flags, const std::string& 
   check<OutputError>(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), display);
   const hid_t id = H5Fopen(path.c_str(), flags, fapl);
   if (id < 0) {
-    throw OutputError(fmt::format("{}: cannot open the existing HDF5 file: {}", display, h5_reason()));
+    throw OutputError(
+        fmt::format("{}: cannot open the existing HDF5 file: {}", display, h5_reason()));
   }
   return Hid(id, H5Fclose);
 }

@@ -112,13 +112,78 @@ void enter_child(pid_t parent, int cpu_seconds, bool may_write) {
     if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
     std::fclose(f);
   }
-  limit(RLIMIT_AS, static_cast<rlim_t>(std::max(pages, 0L)) *
-                           static_cast<rlim_t>(::sysconf(_SC_PAGE_SIZE)) +
-                       kChildHeadroom);
+  limit(RLIMIT_AS,
+        static_cast<rlim_t>(std::max(pages, 0L)) * static_cast<rlim_t>(::sysconf(_SC_PAGE_SIZE)) +
+            kChildHeadroom);
 #endif
 }
 
 enum Kind : char { kOk = 0, kFailed = 1, kOutOfMemory = 2, kBug = 3 };
+
+// The child's body: runs `fn`, writes its outcome (a Kind, then a message) to `fd`.
+[[noreturn]] void child_main(int fd, pid_t parent, int timeout, bool may_write,
+                             const std::function<void()>& fn) {
+  Kind kind = kOk;
+  std::string msg;
+  try {
+    enter_child(parent, timeout, may_write);
+    fn();
+  } catch (const Error& e) {
+    kind = kFailed;
+    msg = e.what();
+  } catch (const std::bad_alloc&) {
+    kind = kOutOfMemory;
+  } catch (const std::exception& e) {
+    kind = kBug;
+    msg = e.what();
+  } catch (...) {
+    kind = kBug;
+  }
+  msg.insert(msg.begin(), static_cast<char>(kind));
+  for (std::size_t at = 0; at < msg.size();) {
+    const ssize_t w = ::write(fd, msg.data() + at, msg.size() - at);
+    if (w <= 0 && errno != EINTR) break;
+    if (w > 0) at += static_cast<std::size_t>(w);
+  }
+  ::_exit(0);
+}
+
+// Everything the child writes until it closes its end (exits); false on timeout.
+bool read_answer(int fd, int timeout, std::string& answer) {
+  const std::int64_t deadline = now_ms() + std::int64_t{1000} * timeout;
+  for (;;) {
+    const std::int64_t left = deadline - now_ms();
+    pollfd pfd{fd, POLLIN, 0};
+    const int pr = left <= 0 ? 0 : ::poll(&pfd, 1, static_cast<int>(left));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) return false;
+    char buf[4096];
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return true;
+    answer.append(buf, static_cast<std::size_t>(r));
+  }
+}
+
+// A child that ended without an answer: say how it died.
+[[noreturn]] void report_death(const std::string& display, const char* doing, int timeout,
+                               int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    if (sig == SIGXCPU) {
+      throw OutputError(
+          fmt::format("{}: libhdf5 used more than {} s of CPU {} and was stopped (the file may be "
+                      "malformed)",
+                      display, timeout, doing));
+    }
+    throw OutputError(fmt::format(
+        "{}: libhdf5 crashed {} (signal {}, SIG{}); the file is malformed or uses something "
+        "libhdf5 mishandles, and was left as it was",
+        display, doing, sig, sigabbrev_np(sig) ? sigabbrev_np(sig) : "unknown"));
+  }
+  throw OutputError(fmt::format("{}: libhdf5 ended {} (exit status {})", display, doing,
+                                WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+}
 
 // Runs `fn` in a forked child and waits at most `timeout` seconds (wall and CPU). An
 // Error thrown there comes back as an OutputError with its message; a crash, a hang or
@@ -127,91 +192,36 @@ void run_isolated(const std::string& display, const char* doing, int timeout, bo
                   const std::function<void()>& fn) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
-    throw OutputError(fmt::format("{}: cannot start libhdf5 {}: {}", display, doing,
-                                  std::strerror(errno)));
+    throw OutputError(
+        fmt::format("{}: cannot start libhdf5 {}: {}", display, doing, std::strerror(errno)));
   }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);
-    Kind kind = kOk;
-    std::string msg;
-    try {
-      enter_child(parent, timeout, may_write);
-      fn();
-    } catch (const Error& e) {
-      kind = kFailed;
-      msg = e.what();
-    } catch (const std::bad_alloc&) {
-      kind = kOutOfMemory;
-    } catch (const std::exception& e) {
-      kind = kBug;
-      msg = e.what();
-    } catch (...) {
-      kind = kBug;
-    }
-    msg.insert(msg.begin(), static_cast<char>(kind));
-    for (std::size_t at = 0; at < msg.size();) {
-      const ssize_t w = ::write(fds[1], msg.data() + at, msg.size() - at);
-      if (w <= 0 && errno != EINTR) break;
-      if (w > 0) at += static_cast<std::size_t>(w);
-    }
-    ::_exit(0);
+    child_main(fds[1], parent, timeout, may_write, fn);
   }
   ::close(fds[1]);
   if (pid < 0) {
     const int e = errno;
     ::close(fds[0]);
-    throw OutputError(fmt::format("{}: cannot start libhdf5 {}: {}", display, doing,
-                                  std::strerror(e)));
+    throw OutputError(
+        fmt::format("{}: cannot start libhdf5 {}: {}", display, doing, std::strerror(e)));
   }
-  // The answer is complete when the child closes its end (it exits).
   std::string answer;
-  bool timed_out = false;
-  const std::int64_t deadline = now_ms() + std::int64_t{1000} * timeout;
-  for (;;) {
-    const std::int64_t left = deadline - now_ms();
-    pollfd pfd{fds[0], POLLIN, 0};
-    const int pr = left <= 0 ? 0 : ::poll(&pfd, 1, static_cast<int>(left));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) {
-      timed_out = true;
-      break;
-    }
-    char buf[4096];
-    const ssize_t r = ::read(fds[0], buf, sizeof buf);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    answer.append(buf, static_cast<std::size_t>(r));
-  }
+  const bool finished = read_answer(fds[0], timeout, answer);
   ::close(fds[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
+  if (!finished) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (timed_out) {
+  if (!finished) {
     throw OutputError(fmt::format(
         "{}: libhdf5 did not finish {} within {} s and was stopped (the file may be malformed; "
         "POSENC_HDF5_TIMEOUT sets the limit)",
         display, doing, timeout));
   }
-  if (answer.empty()) {
-    if (WIFSIGNALED(status)) {
-      const int sig = WTERMSIG(status);
-      if (sig == SIGXCPU) {
-        throw OutputError(fmt::format(
-            "{}: libhdf5 used more than {} s of CPU {} and was stopped (the file may be "
-            "malformed)",
-            display, timeout, doing));
-      }
-      throw OutputError(fmt::format(
-          "{}: libhdf5 crashed {} (signal {}, SIG{}); the file is malformed or uses something "
-          "libhdf5 mishandles, and was left as it was",
-          display, doing, sig, sigabbrev_np(sig) ? sigabbrev_np(sig) : "unknown"));
-    }
-    throw OutputError(fmt::format("{}: libhdf5 ended {} (exit status {})", display, doing,
-                                  WIFEXITED(status) ? WEXITSTATUS(status) : -1));
-  }
+  if (answer.empty()) report_death(display, doing, timeout, status);
   const std::string msg = answer.substr(1);
   switch (answer[0]) {
     case kOk:
@@ -219,8 +229,9 @@ void run_isolated(const std::string& display, const char* doing, int timeout, bo
     case kFailed:
       throw OutputError(msg);
     case kOutOfMemory:
-      throw OutputError(fmt::format("{}: {} needs more than the {} GiB of memory allowed to libhdf5",
-                                    display, doing, kChildHeadroom >> 30));
+      throw OutputError(
+          fmt::format("{}: {} needs more than the {} GiB of memory allowed to libhdf5", display,
+                      doing, kChildHeadroom >> 30));
     default:
       throw std::runtime_error(msg.empty() ? "HDF5 append: unknown failure" : msg);
   }
@@ -242,8 +253,8 @@ bool has_hdf5_signature(int fd, std::uint64_t size) {
 struct stat copy_bytes(const std::string& from, int to_fd, const std::string& display) {
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) {
-    throw OutputError(fmt::format("{}: cannot read the existing file: {}", display,
-                                  std::strerror(errno)));
+    throw OutputError(
+        fmt::format("{}: cannot read the existing file: {}", display, std::strerror(errno)));
   }
   struct stat st {};
   auto fail = [&](const char* what) {
@@ -300,8 +311,8 @@ bool adds_to_existing(const std::string& target, const std::string& display, boo
   if (::stat(target.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return false;
   const int fd = ::open(target.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw OutputError(fmt::format("{}: cannot read the existing file: {}", display,
-                                  std::strerror(errno)));
+    throw OutputError(
+        fmt::format("{}: cannot read the existing file: {}", display, std::strerror(errno)));
   }
   const bool hdf5 = has_hdf5_signature(fd, static_cast<std::uint64_t>(st.st_size));
   ::close(fd);

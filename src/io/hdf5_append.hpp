@@ -49,8 +49,7 @@ void check_append_names(const std::string& path, const std::string& display,
 /// In this process: opens `copy` read-write and copies the datasets `names` of
 /// `scratch` into it (replacing existing ones when `force`, creating groups), then sets
 /// `root_attrs` on its root group and closes it.
-void merge_datasets(const std::string& scratch, const std::string& copy,
-                    const std::string& display, const std::vector<std::string>& names,
-                    const Attrs& root_attrs, bool force);
+void merge_datasets(const std::string& scratch, const std::string& copy, const std::string& display,
+                    const std::vector<std::string>& names, const Attrs& root_attrs, bool force);
 
 }  // namespace posenc::hdf5_detail

@@ -4,6 +4,7 @@
 
 #include "posenc/ops/rope_stream.hpp"
 
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,8 +12,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "ops/slab_pipeline.hpp"
 #include "posenc/error.hpp"

@@ -220,8 +220,7 @@ TEST_F(Hdf5Test, ExistingFileGetsDatasetsAdded) {
   EXPECT_THROW(write_one(target, "/old", ramp(DType::f32, {5})), OutputError);
   WriteOptions force;
   force.force = true;
-  EXPECT_THROW(Hdf5FileWriter(target, force).dataset("/g", {DType::f32, {1}, "", {}}),
-               OutputError);
+  EXPECT_THROW(Hdf5FileWriter(target, force).dataset("/g", {DType::f32, {1}, "", {}}), OutputError);
   EXPECT_EQ(slurp(target), before);
   {
     Hdf5FileWriter w(target, force);

@@ -102,7 +102,7 @@ struct WriteOptions {
   /// file, or an existing file that is not HDF5.
   bool force = false;
   int compression = 0;     ///< HDF5 gzip level (0 = none)
-  bool no_clobber = false; ///< refuse an existing target (HDF5: also adding to one)
+  bool no_clobber = false;  ///< refuse an existing target (HDF5: also adding to one)
   /// fsync each output before renaming it into place, so it survives a power loss.
   /// Off by default: atomicity against failed runs and signals does not need it, and
   /// it costs a full writeback of the file (more than the whole computation for a
