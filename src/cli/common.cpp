@@ -35,7 +35,7 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool req
       "-o,--output", o.outputs,
       help != nullptr ? help
                       : "output tensor reference (x.npy, x.h5:/d, x.csv, x.tsv, x.json, - for "
-                        "stdout)");
+                        "stdout); x.h5:/d is added to an existing HDF5 file x.h5");
   if (!multiple) opt->expected(1);
   if (required) opt->required();
   sub->add_option("--to", o.to, "output format, overriding the extension")
