@@ -102,55 +102,16 @@ void check_budget(const TensorSource& q, const TensorSource& k, const TensorSour
 }
 
 // The output references for the emitted tensors (see the man page: one per tensor in
-// --emit order, a {} / %s pattern, or one HDF5 file with a dataset per tensor).
+// --emit order, a {} / %s pattern, or one HDF5 file with a dataset per tensor, at
+// /NAME or /GROUP/NAME).
 std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
                                    const std::vector<AttentionEmit>& emit) {
-  const auto& outs = o.out.outputs;
-  std::vector<TensorRef> refs;
-  auto pattern_pos = [](const std::string& s) -> std::pair<std::size_t, std::size_t> {
-    auto p = s.find("{}");
-    if (p != std::string::npos) return {p, 2};
-    p = s.find("%s");
-    if (p != std::string::npos) return {p, 2};
-    return {std::string::npos, 0};
-  };
-  if (outs.size() == 1 && pattern_pos(outs[0]).first != std::string::npos) {
-    for (auto e : emit) {
-      std::string t = outs[0];
-      for (auto [p, n] = pattern_pos(t); p != std::string::npos; std::tie(p, n) = pattern_pos(t)) {
-        t.replace(p, n, attention_emit_name(e));
-      }
-      refs.push_back(parse_ref(t, o.out.to));
-    }
-    return refs;
+  std::vector<std::string> names, defaults;
+  for (auto e : emit) {
+    names.push_back(attention_emit_name(e));
+    defaults.push_back("/" + names.back());
   }
-  if (outs.size() == 1) {
-    static const std::string kNone = "/\x01none";
-    TensorRef base = parse_ref(outs[0], o.out.to, kNone);
-    if (base.format == Format::hdf5) {
-      // One named dataset for one tensor; otherwise the dataset is a group.
-      if (emit.size() == 1 && base.dataset != kNone) return {base};
-      std::string group = base.dataset == kNone ? "" : base.dataset;
-      while (!group.empty() && group.back() == '/') group.pop_back();
-      for (auto e : emit) {
-        TensorRef r = base;
-        r.dataset = group + "/" + attention_emit_name(e);
-        r.text = r.path + ":" + r.dataset;
-        refs.push_back(r);
-      }
-      return refs;
-    }
-  }
-  if (outs.size() == emit.size()) {
-    for (const auto& t : outs) refs.push_back(parse_ref(t, o.out.to));
-    return refs;
-  }
-  std::string names;
-  for (auto e : emit) names += (names.empty() ? "" : ",") + attention_emit_name(e);
-  throw UsageError(fmt::format(
-      "-o: --emit {} gives {} tensors but {} outputs were given (give one -o per tensor in "
-      "--emit order, a pattern with {{}}, or one HDF5 file)",
-      names, emit.size(), outs.size()));
+  return emitted_output_refs(o.out, names, defaults);
 }
 
 // --hf-config: the layer type's attention parameters, explicit options winning, and the

@@ -4,9 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -26,8 +28,14 @@ struct Common {
   std::string part;
 };
 
-void add_common(CLI::App* sub, Common& c, const char* dtype_help) {
-  add_output_options(sub, c.out);
+void add_common(CLI::App* sub, Common& c, const char* dtype_help, bool several = false) {
+  if (several) {
+    add_output_options(sub, c.out, /*multiple=*/true, /*required=*/true,
+                       "output reference(s): one per table of --emit in its order, one pattern "
+                       "with {} (out_{}.npy, f.h5:/{}), or one HDF5 file (a dataset per table)");
+  } else {
+    add_output_options(sub, c.out);
+  }
   sub->add_option("--dtype", c.dtype, dtype_help);
   add_part_option(sub, c.part,
                   "the table's first axis whose extent is not 1 (positions for sinusoidal and "
@@ -41,29 +49,70 @@ std::optional<std::int64_t> given(CLI::App* sub, const char* name, T v) {
   return static_cast<std::int64_t>(v);
 }
 
-void write_out(Table t, const Common& c) {
-  const DType dtype = c.dtype.empty() ? default_table_dtype(t) : parse_dtype(c.dtype, "--dtype");
-  check_table_dtype(t, dtype);
-  checked_numel(t.spec.shape, dtype_size(dtype), "table");
-  TensorRef ref = parse_ref(c.out.outputs.at(0), c.out.to, t.dataset);
-  t.attrs.push_back({"dtype", std::string(dtype_name(dtype))});
-  verbose(fmt::format("table shape {} as {}", shape_str(t.spec.shape), dtype_name(dtype)));
-  verbose_attrs(t.attrs);
-  TensorInfo info;
-  info.dtype = dtype;
-  info.shape = t.spec.shape;
-  if (!c.part.empty()) {
-    const Part part = parse_part(c.part, "--part");
-    const std::size_t axis = slab_axis(t.spec.shape);
-    const Attrs pa = part_attrs(part, t.spec.shape, axis);
-    t.attrs.insert(t.attrs.end(), pa.begin(), pa.end());
-    t.spec = table_part(t.spec, part, axis);
-    info.shape = t.spec.shape;
+// Writes the tables of one run (several for --emit cos,sin) to their outputs, all
+// visible together or none. `names` (for RoPE tables, whose -o may name one output per
+// table, a pattern or a group) name the tables in -o patterns and groups; without them
+// there is one table and one -o.
+void write_all(std::vector<Table> tables, const std::vector<std::string>& names, const Common& c) {
+  std::vector<std::string> defaults;
+  std::vector<DType> dtypes;
+  const Part part = c.part.empty() ? Part{} : parse_part(c.part, "--part");
+  for (Table& t : tables) {
+    const DType dtype = c.dtype.empty() ? default_table_dtype(t) : parse_dtype(c.dtype, "--dtype");
+    check_table_dtype(t, dtype);
+    checked_numel(t.spec.shape, dtype_size(dtype), "table");
+    t.attrs.push_back({"dtype", std::string(dtype_name(dtype))});
+    if (!part.whole()) {
+      const std::size_t axis = slab_axis(t.spec.shape);
+      const Attrs pa = part_attrs(part, t.spec.shape, axis);
+      t.attrs.insert(t.attrs.end(), pa.begin(), pa.end());
+      t.spec = table_part(t.spec, part, axis);
+    }
+    dtypes.push_back(dtype);
+    defaults.push_back(t.dataset);
   }
-  info.attrs = std::move(t.attrs);
-  auto sink = create_sink(ref, info, c.out.write_options());
-  write_table(t.spec, dtype, *sink);
-  sink->commit();
+  std::vector<TensorRef> refs =
+      names.empty() ? std::vector<TensorRef>{parse_ref(c.out.outputs.at(0), c.out.to, defaults[0])}
+                    : emitted_output_refs(c.out, names, defaults);
+  OutputSet outs(refs, c.out.write_options());
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    Table& t = tables[i];
+    verbose(fmt::format("{}: table shape {} as {}", refs[i].text, shape_str(t.spec.shape),
+                        dtype_name(dtypes[i])));
+    verbose_attrs(t.attrs);
+    TensorInfo info;
+    info.dtype = dtypes[i];
+    info.shape = t.spec.shape;
+    info.attrs = std::move(t.attrs);
+    write_table(t.spec, dtypes[i], outs.open(i, info));
+  }
+  outs.commit();
+}
+
+void write_out(Table t, const Common& c) {
+  std::vector<Table> one;
+  one.push_back(std::move(t));
+  write_all(std::move(one), {}, c);
+}
+
+// The tables of --emit: a comma list of emit values, each at most once.
+std::vector<RopeEmit> parse_emit_list(const std::string& text) {
+  std::vector<RopeEmit> out;
+  for (const std::string& field : split_list(text)) {
+    const RopeEmit e = parse_rope_emit(field);
+    if (std::find(out.begin(), out.end(), e) != out.end()) {
+      throw UsageError(fmt::format("--emit {}: '{}' is named twice", text, field));
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+// The name of an emitted table in patterns and groups: cos, sin, inv_freq, cos_sin, ...
+std::string emit_name(RopeEmit e) {
+  std::string name = rope_emit_name(e);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
 }
 
 struct SinusoidalOptions {
@@ -75,7 +124,8 @@ struct SinusoidalOptions {
 void add_emit_options(CLI::App* sub, std::string& emit, std::string& layout, bool& half_width) {
   sub->add_option("--emit", emit,
                   "inv-freq | angles | cos | sin | cos-sin ([2, N, W]: cos then sin) | "
-                  "cos-sin-cache (vLLM [N, R] = cat(cos_half, sin_half)); default cos-sin");
+                  "cos-sin-cache (vLLM [N, R] = cat(cos_half, sin_half)); default cos-sin; "
+                  "a comma list (cos,sin) writes each table to its own output or dataset");
   sub->add_option("--layout", layout,
                   "full ([N, R] in the --style pair layout, default) or half ([N, R/2], one "
                   "column per frequency as flash-attn takes cos/sin)")
@@ -101,7 +151,7 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
     throw UsageError("--dim: the head dimension is required (or give --hf-config)");
   }
   RopeTableRequest r;
-  r.emit = parse_rope_emit(o.emit);
+  const std::vector<RopeEmit> emits = parse_emit_list(o.emit);
   r.where = rope_positions(o.rope);
   if (sub->count("--position-ids") > 0 && sub->count("--start") > 0) {
     throw UsageError("--start: cannot be combined with --position-ids (ids are absolute)");
@@ -111,7 +161,15 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   r.half = o.half_width || o.layout == "half";
   r.inverse = o.rope.inverse;
   r.precision = rope_precision(o.rope);
-  write_out(rope_table(r), o.c);
+  // Every table is described (and its request checked) before any output is opened.
+  std::vector<Table> tables;
+  std::vector<std::string> names;
+  for (RopeEmit e : emits) {
+    r.emit = e;
+    tables.push_back(rope_table(r));
+    names.push_back(emit_name(e));
+  }
+  write_all(std::move(tables), names, o.c);
 }
 
 struct Rope2dOptions {
@@ -193,7 +251,7 @@ void register_table(CLI::App& app) {
     sub->add_option("--dim", o.dim, "head dimension D (or from --hf-config)");
     add_emit_options(sub, o.emit, o.layout, o.half_width);
     add_rope_options(sub, o.rope);
-    add_common(sub, o.c, kFloatDtypeHelp);
+    add_common(sub, o.c, kFloatDtypeHelp, /*several=*/true);
     sub->callback([sub] { run_rope(o, sub); });
   }
   {
@@ -210,13 +268,19 @@ void register_table(CLI::App& app) {
                     "pair layout of full-width tables: gptj (default; the seed's complex "
                     "form) or neox");
     add_emit_options(sub, o.emit, o.layout, o.half_width);
-    add_common(sub, o.c, kFloatDtypeHelp);
+    add_common(sub, o.c, kFloatDtypeHelp, /*several=*/true);
     sub->callback([] {
       o.r.y_first = o.order == "yx";
       o.r.style = parse_rope_style(o.style);
-      o.r.emit = parse_rope_emit(o.emit);
       o.r.half = o.half_width || o.layout == "half";
-      write_out(rope2d_table(o.r), o.c);
+      std::vector<Table> tables;
+      std::vector<std::string> names;
+      for (RopeEmit e : parse_emit_list(o.emit)) {
+        o.r.emit = e;
+        tables.push_back(rope2d_table(o.r));
+        names.push_back(emit_name(e));
+      }
+      write_all(std::move(tables), names, o.c);
     });
   }
   {

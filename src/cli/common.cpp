@@ -37,15 +37,18 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool req
       "-o,--output", o.outputs,
       help != nullptr ? help
                       : "output tensor reference (x.npy, x.h5:/d, x.csv, x.tsv, x.json, - for "
-                        "stdout)");
+                        "stdout); x.h5:/d is added to an existing HDF5 file x.h5");
   if (!multiple) opt->expected(1);
   if (required) opt->required();
   sub->add_option("--to", o.to, "output format, overriding the extension")
       ->check(CLI::IsMember({"npy", "h5", "hdf5", "csv", "tsv", "json", "text"}));
-  sub->add_flag("-f,--force", o.force, "write binary output to a terminal");
+  sub->add_flag("-f,--force", o.force,
+                "write binary output to a terminal; replace an existing dataset of an HDF5 "
+                "output, or a file at its path that is not HDF5");
   sub->add_option("--compression", o.compression, "HDF5 gzip level 0-9 (default 0)")
       ->check(CLI::Range(0, 9));
-  sub->add_flag("--no-clobber", o.no_clobber, "fail instead of replacing an existing output");
+  sub->add_flag("--no-clobber", o.no_clobber,
+                "fail if the output file exists (HDF5 too: nothing is added to it)");
   sub->add_flag("--sync", o.sync, "fsync outputs before renaming them into place");
 }
 
@@ -56,6 +59,57 @@ void add_part_option(CLI::App* sub, std::string& part, const char* axis_help) {
                               "share for `posenc join`",
                               axis_help))
       ->type_name("I/N");
+}
+
+std::vector<TensorRef> emitted_output_refs(const OutputOptions& out,
+                                           const std::vector<std::string>& names,
+                                           const std::vector<std::string>& defaults,
+                                           const std::string& emit_option) {
+  const auto& outs = out.outputs;
+  std::vector<TensorRef> refs;
+  auto pattern_pos = [](const std::string& s) -> std::size_t {
+    const auto p = s.find("{}");
+    return p != std::string::npos ? p : s.find("%s");
+  };
+  if (outs.size() == 1 && pattern_pos(outs[0]) != std::string::npos) {
+    for (const auto& name : names) {
+      std::string t = outs[0];
+      for (auto p = pattern_pos(t); p != std::string::npos; p = pattern_pos(t)) {
+        t.replace(p, 2, name);
+      }
+      refs.push_back(parse_ref(t, out.to));
+    }
+    return refs;
+  }
+  if (outs.size() == 1) {
+    static const std::string kNone = "/\x01none";
+    TensorRef base = parse_ref(outs[0], out.to, kNone);
+    if (base.format == Format::hdf5) {
+      if (names.size() == 1) {
+        if (base.dataset == kNone) base.dataset = defaults.at(0);
+        return {base};
+      }
+      std::string group = base.dataset;
+      while (!group.empty() && group.back() == '/') group.pop_back();
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        TensorRef r = base;
+        r.dataset = base.dataset == kNone ? defaults.at(i) : group + "/" + names[i];
+        r.text = r.path + ":" + r.dataset;
+        refs.push_back(r);
+      }
+      return refs;
+    }
+  }
+  if (outs.size() == names.size()) {
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      refs.push_back(parse_ref(outs[i], out.to, defaults.at(i)));
+    }
+    return refs;
+  }
+  throw UsageError(
+      fmt::format("-o: {} {} gives {} tensors but {} outputs were given (give one -o per tensor in "
+                  "{} order, a pattern with {{}} such as out_{{}}.npy, or one HDF5 file)",
+                  emit_option, fmt::join(names, ","), names.size(), outs.size(), emit_option));
 }
 
 CLI::Validator integer_text(bool is_signed) {

@@ -42,6 +42,17 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
 /// `axis_help` saying which axis is cut.
 void add_part_option(CLI::App* sub, std::string& part, const char* axis_help);
 
+/// The output references of a command that emits several tensors, `names` in --emit
+/// order (`defaults[i]`: where tensor i goes in a bare HDF5 file). Accepted: one -o per
+/// tensor, in order; one -o with a pattern `{}` (or `%s`) replaced by each name
+/// (out_{}.npy, f.h5:/layer0/{}); or one HDF5 file, `f.h5` (tensor i at defaults[i]) or
+/// `f.h5:/GROUP` (at /GROUP/NAME; a single tensor at /GROUP itself). Anything else is
+/// a UsageError naming -o and `emit_option`.
+std::vector<TensorRef> emitted_output_refs(const OutputOptions& out,
+                                           const std::vector<std::string>& names,
+                                           const std::vector<std::string>& defaults,
+                                           const std::string& emit_option = "--emit");
+
 /// The fields of a comma-separated list ("a,b,,c" gives four; "" gives one empty field).
 std::vector<std::string> split_list(const std::string& text);
 

@@ -25,6 +25,7 @@
 #include <optional>
 #include <utility>
 
+#include "io/hdf5_append.hpp"
 #include "io/hdf5_reader.hpp"
 #include "io/slab.hpp"
 #include "posenc/error.hpp"
@@ -812,6 +813,10 @@ struct Hdf5FileWriter::Impl {
   WriteOptions opt;
   Hid file;
   bool committed = false;
+  // The target is an existing HDF5 file: `file` is a scratch file whose datasets are
+  // added to a copy of it on commit (hdf5_append.hpp).
+  bool append = false;
+  Attrs root_attrs;
   // Shared with the sinks so a sink can report on a writer that is gone.
   std::vector<std::shared_ptr<DatasetState>> datasets;
 
@@ -897,6 +902,8 @@ Hdf5FileWriter::Hdf5FileWriter(const std::string& path, const WriteOptions& opt)
   // The temporary is registered for removal on SIGINT/SIGTERM; its descriptor stays
   // open (unused by HDF5) so commit() can fsync the same inode before renaming.
   impl_->tmp = std::make_unique<TempFile>(path, opt.no_clobber, opt.sync);
+  impl_->append =
+      !opt.no_clobber && hdf5_append::adds_to_existing(impl_->tmp->target(), path, opt.force);
   std::string w = fmt::format("{}: cannot create HDF5 file", path);
   Hid fcpl = plist(H5P_FILE_CREATE, w);
   // The root group's header would otherwise carry timestamps.
@@ -927,6 +934,8 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
     throw OutputError(fmt::format("{}: rank {} (at most {})", w, info.shape.size(), kMaxRank));
   }
   checked_numel(info.shape, dtype_size(info.dtype), w);
+  // Refused now, before anything is computed, rather than when the file is committed.
+  if (im.append) hdf5_append::check_name(im.tmp->target(), im.path, name, im.opt.force);
 
   // Groups on the way, created here (not with H5Pset_create_intermediate_group) so
   // they too get track_times off.
@@ -1038,6 +1047,7 @@ void Hdf5FileWriter::root_attrs(const Attrs& attrs) {
   std::string w = fmt::format("{}: root group", im.path);
   Hid root = check_id<OutputError>(H5Gopen2(im.file, "/", H5P_DEFAULT), H5Gclose, w);
   write_attrs(root, attrs, w);
+  im.root_attrs.insert(im.root_attrs.end(), attrs.begin(), attrs.end());
 }
 
 void Hdf5FileWriter::commit() {
@@ -1051,10 +1061,107 @@ void Hdf5FileWriter::commit() {
     }
   }
   check<OutputError>(im.file.reset(), fmt::format("{}: cannot write", im.path));
-  im.tmp->sync_and_close();
-  im.tmp->publish();
+  if (im.append) {
+    // The scratch file is read back and discarded: no fsync needed for it.
+    im.tmp->close_fd();
+    std::vector<std::string> names;
+    for (const auto& d : im.datasets) names.push_back(d->name);
+    hdf5_append::merge(im.tmp->target(), im.path, im.tmp->path(), names, im.root_attrs,
+                       im.opt.force);
+  } else {
+    im.tmp->sync_and_close();
+    im.tmp->publish();
+  }
   im.committed = true;
 }
+
+namespace {
+
+// Where `name` would go in an existing file: every proper prefix must be missing (to be
+// created) or a group reached by a hard link; the name itself must be missing, or a
+// dataset (replaced only with `force`). Returns whether that dataset exists. Errors are
+// OutputErrors naming `display` (the file as the user wrote it) and the dataset.
+bool check_output_name(hid_t file, hid_t lapl, const std::string& display, const std::string& name,
+                       bool force) {
+  std::size_t pos = 0;
+  for (;;) {
+    pos = name.find('/', pos + 1);
+    const bool last = pos == std::string::npos;
+    const std::string prefix = name.substr(0, pos);
+    const std::string look = fmt::format("{}: cannot look up '{}'", display, prefix);
+    const htri_t exists = H5Lexists(file, prefix.c_str(), lapl);
+    if (exists < 0) throw OutputError(fmt::format("{}: {}", look, h5_reason()));
+    if (exists == 0) return false;  // this group and what follows are created
+    H5L_info_t li;
+    check<OutputError>(H5Lget_info(file, prefix.c_str(), &li, lapl), look);
+    if (li.type != H5L_TYPE_HARD) {
+      const char* kind = li.type == H5L_TYPE_SOFT       ? "soft"
+                         : li.type == H5L_TYPE_EXTERNAL ? "external"
+                                                        : "user-defined";
+      throw OutputError(fmt::format(
+          "{}: '{}' is a {} link (posenc adds datasets only under groups and replaces only "
+          "datasets)",
+          display, prefix, kind));
+    }
+    H5O_info_t oi;
+    check<OutputError>(H5Oget_info_by_name2(file, prefix.c_str(), &oi, H5O_INFO_BASIC, lapl), look);
+    if (!last) {
+      if (oi.type != H5O_TYPE_GROUP) {
+        throw OutputError(
+            fmt::format("{}: cannot create dataset '{}': '{}' is a dataset, not a group", display,
+                        name, prefix));
+      }
+      continue;
+    }
+    if (oi.type == H5O_TYPE_GROUP) {
+      throw OutputError(fmt::format(
+          "{}: '{}' is a group, not a dataset (it is not replaced; name another dataset)", display,
+          name));
+    }
+    if (oi.type != H5O_TYPE_DATASET) {
+      throw OutputError(fmt::format("{}: '{}' exists and is not a dataset", display, name));
+    }
+    if (!force) {
+      throw OutputError(
+          fmt::format("{}: dataset '{}' already exists (--force replaces it)", display, name));
+    }
+    return true;
+  }
+}
+
+// The groups on the way to `name` that do not exist yet, without timestamps.
+void create_groups(hid_t file, const std::string& name, const std::string& what) {
+  Hid gcpl = plist(H5P_GROUP_CREATE, what);
+  check<OutputError>(H5Pset_obj_track_times(gcpl, 0), what);
+  for (std::size_t pos = name.find('/', 1); pos != std::string::npos;
+       pos = name.find('/', pos + 1)) {
+    const std::string prefix = name.substr(0, pos);
+    const htri_t exists = H5Lexists(file, prefix.c_str(), H5P_DEFAULT);
+    H5Eclear2(H5E_DEFAULT);
+    if (exists > 0) continue;
+    Hid g = check_id<OutputError>(H5Gcreate2(file, prefix.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT),
+                                  H5Gclose, what);
+  }
+}
+
+Hid open_for_append(const std::string& path, unsigned flags, const std::string& display) {
+  Hid fapl = plist(H5P_FILE_ACCESS, display);
+  check<OutputError>(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), display);
+  const hid_t id = H5Fopen(path.c_str(), flags, fapl);
+  if (id < 0) {
+    throw OutputError(
+        fmt::format("{}: cannot open the existing HDF5 file: {}", display, h5_reason()));
+  }
+  return Hid(id, H5Fclose);
+}
+
+Hid no_external_links(const std::string& display) {
+  Hid lapl = plist(H5P_LINK_ACCESS, display);
+  check<OutputError>(H5Pset_elink_cb(lapl, deny_external_link, nullptr), display);
+  return lapl;
+}
+
+}  // namespace
 
 namespace hdf5_detail {
 
@@ -1071,6 +1178,44 @@ std::unique_ptr<DatasetReader> open_dataset(const TensorRef& ref, bool attrs) {
 std::vector<std::string> list_datasets(const std::string& path) {
   OpenFile f = open_file(path);
   return datasets_in(f);
+}
+
+void check_append_names(const std::string& path, const std::string& display,
+                        const std::vector<std::string>& names, bool force) {
+  init_hdf5();
+  Hid file = open_for_append(path, H5F_ACC_RDONLY, display);
+  Hid lapl = no_external_links(display);
+  for (const std::string& name : names) {
+    check_output_name(file, lapl, display, normalize_name(name), force);
+  }
+}
+
+void merge_datasets(const std::string& scratch, const std::string& copy, const std::string& display,
+                    const std::vector<std::string>& names, const Attrs& root_attrs, bool force) {
+  init_hdf5();
+  Hid dst = open_for_append(copy, H5F_ACC_RDWR, display);
+  Hid src = check_id<OutputError>(H5Fopen(scratch.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
+                                  display + ": cannot reopen the new datasets");
+  Hid lapl = no_external_links(display);
+  // Attributes and data are copied; external links inside are not expanded (the
+  // scratch file holds none).
+  Hid ocpypl = plist(H5P_OBJECT_COPY, display);
+  for (const std::string& raw : names) {
+    const std::string name = normalize_name(raw);
+    const std::string w = fmt::format("{}: cannot add dataset '{}'", display, name);
+    if (check_output_name(dst, lapl, display, name, force)) {
+      check<OutputError>(H5Ldelete(dst, name.c_str(), lapl), w);
+    }
+    create_groups(dst, name, w);
+    check<OutputError>(H5Ocopy(src, name.c_str(), dst, name.c_str(), ocpypl, H5P_DEFAULT), w);
+  }
+  if (!root_attrs.empty()) {
+    const std::string w = display + ": root group";
+    Hid root = check_id<OutputError>(H5Gopen2(dst, "/", H5P_DEFAULT), H5Gclose, w);
+    write_attrs(root, root_attrs, w);
+  }
+  check<OutputError>(src.reset(), display);
+  check<OutputError>(dst.reset(), display + ": cannot write");
 }
 
 }  // namespace hdf5_detail

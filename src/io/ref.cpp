@@ -499,6 +499,67 @@ std::unique_ptr<TensorSink> create_sink(const TensorRef& ref, const TensorInfo& 
   throw std::logic_error("unknown format");
 }
 
+struct OutputSet::Impl {
+  std::vector<TensorRef> refs;
+  WriteOptions opt;
+  std::vector<std::unique_ptr<TensorSink>> sinks;
+  std::map<std::string, std::unique_ptr<Hdf5FileWriter>> h5;
+};
+
+OutputSet::OutputSet(std::vector<TensorRef> refs, const WriteOptions& opt)
+    : impl_(std::make_unique<Impl>()) {
+  int stdout_count = 0;
+  std::set<std::string> plain;
+  std::map<std::string, std::set<std::string>> h5;
+  for (const auto& r : refs) {
+    refuse_hdf5_stdio(r, true);
+    if (r.is_stdio()) {
+      if (++stdout_count > 1) throw UsageError("only one output can go to standard output");
+      continue;
+    }
+    if (r.format == Format::hdf5) {
+      if (plain.count(r.path) || !h5[r.path].insert(r.dataset).second) {
+        throw UsageError(fmt::format("{}: named by two outputs", r.text));
+      }
+    } else if (!plain.insert(r.path).second || h5.count(r.path)) {
+      throw UsageError(fmt::format("{}: the file is named by two outputs", r.path));
+    }
+  }
+  impl_->refs = std::move(refs);
+  impl_->opt = opt;
+  impl_->sinks.resize(impl_->refs.size());
+}
+
+OutputSet::~OutputSet() {
+  // Sinks before the writers they belong to.
+  if (impl_) impl_->sinks.clear();
+}
+
+TensorSink& OutputSet::open(std::size_t i, const TensorInfo& info) {
+  auto& im = *impl_;
+  const TensorRef& r = im.refs.at(i);
+  if (im.sinks[i]) throw std::logic_error("OutputSet::open: output opened twice");
+  if (r.format == Format::hdf5) {
+    auto& w = im.h5[r.path];
+    if (!w) w = std::make_unique<Hdf5FileWriter>(r.path, im.opt);
+    im.sinks[i] = w->dataset(r.dataset, info);
+  } else {
+    im.sinks[i] = create_sink(r, info, im.opt);
+  }
+  return *im.sinks[i];
+}
+
+void OutputSet::commit() {
+  auto& im = *impl_;
+  for (std::size_t i = 0; i < im.refs.size(); ++i) {
+    if (im.sinks[i] && im.refs[i].format == Format::hdf5) im.sinks[i]->commit();
+  }
+  for (auto& [path, w] : im.h5) w->commit();
+  for (std::size_t i = 0; i < im.refs.size(); ++i) {
+    if (im.sinks[i] && im.refs[i].format != Format::hdf5) im.sinks[i]->commit();
+  }
+}
+
 void write_tensor(const TensorRef& ref, const Tensor& t, const Attrs& attrs,
                   const WriteOptions& opt) {
   write_tensors({NamedTensor{ref, &t, attrs}}, opt);

@@ -4,22 +4,18 @@
 
 #include "posenc/ops/rope_stream.hpp"
 
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include <fmt/core.h>
-
 #include "ops/slab_pipeline.hpp"
 #include "posenc/error.hpp"
-#include "posenc/io/hdf5.hpp"
 
 namespace posenc {
 
@@ -49,57 +45,6 @@ std::int64_t positions_extent(const Positions& pos, std::size_t seq, const RopeA
   return pos.start + static_cast<std::int64_t>(std::max<std::size_t>(seq, 1));
 }
 
-/// The output side: plain sinks, and one writer per HDF5 file holding several
-/// datasets. Nothing is visible until commit_all().
-class Outputs {
- public:
-  Outputs(const std::vector<TensorRef>& refs, const WriteOptions& opt) : refs_(refs), opt_(opt) {
-    int stdout_count = 0;
-    std::set<std::string> plain;
-    std::map<std::string, std::set<std::string>> h5;
-    for (const auto& r : refs) {
-      if (r.is_stdio()) {
-        if (++stdout_count > 1) throw UsageError("-o: only one output can go to standard output");
-        continue;
-      }
-      if (r.format == Format::hdf5) {
-        if (plain.count(r.path) || !h5[r.path].insert(r.dataset).second) {
-          throw UsageError(fmt::format("-o: {} is named by two outputs", r.text));
-        }
-      } else if (!plain.insert(r.path).second || h5.count(r.path)) {
-        throw UsageError(fmt::format("-o: {} is named by two outputs", r.path));
-      }
-    }
-    sinks_.resize(refs.size());
-  }
-
-  TensorSink& open(std::size_t i, const TensorInfo& info) {
-    const TensorRef& r = refs_[i];
-    if (r.format == Format::hdf5 && !r.is_stdio()) {
-      auto& w = h5_[r.path];
-      if (!w) w = std::make_unique<Hdf5FileWriter>(r.path, opt_);
-      sinks_[i] = w->dataset(r.dataset, info);
-    } else {
-      sinks_[i] = create_sink(r, info, opt_);
-    }
-    return *sinks_[i];
-  }
-
-  void commit_all() {
-    // Plain files and datasets first (each only checks or renames), then HDF5 files.
-    for (auto& s : sinks_) {
-      if (s) s->commit();
-    }
-    for (auto& [path, w] : h5_) w->commit();
-  }
-
- private:
-  std::vector<TensorRef> refs_;
-  WriteOptions opt_;
-  std::vector<std::unique_ptr<TensorSink>> sinks_;
-  std::map<std::string, std::unique_ptr<Hdf5FileWriter>> h5_;
-};
-
 void rope_stream_impl(const RopeStreamRequest& o) {
   if (o.inputs.empty()) throw UsageError("inputs: give at least one input tensor");
   if (o.outputs.size() != o.inputs.size()) {
@@ -112,23 +57,15 @@ void rope_stream_impl(const RopeStreamRequest& o) {
   const std::vector<TensorRef>& in_refs = o.inputs;
   const std::vector<TensorRef>& out_refs = o.outputs;
   int stdin_count = 0;
-  std::set<std::string> h5_inputs;
   for (const auto& r : in_refs) {
     if (r.is_stdio() && ++stdin_count > 1) {
       throw UsageError("inputs: only one input can come from standard input");
     }
-    if (r.format == Format::hdf5) h5_inputs.insert(r.path);
   }
-  for (const auto& r : out_refs) {
-    // An HDF5 output is a new file renamed over the target: it would drop the input's
-    // other datasets.
-    if (r.format == Format::hdf5 && h5_inputs.count(r.path)) {
-      throw UsageError(fmt::format("outputs: {} would replace the input file {} (write the result "
-                                   "to another HDF5 file)",
-                                   r.text, r.path));
-    }
-  }
-  Outputs outputs(out_refs, o.write);
+  // An HDF5 output may name the input's file (rope f.h5:/q -o f.h5:/q_rot): the
+  // datasets are added to a copy that replaces the file only on commit, so the input
+  // is read from the file as it was.
+  OutputSet outputs(out_refs, o.write);
 
   const Positions& pos = o.positions;
   std::vector<std::unique_ptr<TensorSource>> sources;
@@ -218,7 +155,7 @@ void rope_stream_impl(const RopeStreamRequest& o) {
           if (o.progress) o.progress(what, rows_done * applier.in_row_bytes(), total_bytes);
         });
   }
-  outputs.commit_all();
+  outputs.commit();
 }
 
 }  // namespace

@@ -90,8 +90,12 @@ class OutputFailures(PosencTestCase):
             with open(target, "wb") as f:
                 f.write(b"keep me")
             ref = target + ":/x" if name.endswith(".h5") else target
-            for args in (["convert", self.x, "-o", ref],
-                         ["table", "sinusoidal", "--positions", 300, "--dim", 64, "-o", ref]):
+            # (--force: an HDF5 output is otherwise added to an existing HDF5 file, and a
+            # file that is not HDF5 is refused before anything is written.)
+            force = ["--force"] if name.endswith(".h5") else []
+            for args in (["convert", self.x, "-o", ref, *force],
+                         ["table", "sinusoidal", "--positions", 300, "--dim", 64, "-o", ref,
+                          *force]):
                 with self.subTest(target=name, cmd=args[0]):
                     before = sorted(os.listdir(self.tmp))
                     status, err = posenc(args, preexec=limit)

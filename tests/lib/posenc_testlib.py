@@ -98,6 +98,9 @@ def save_torch(case, name, t):
     import torch
     if t.dtype == torch.bfloat16:
         np.save(case.path(name + ".npy"), t.float().numpy())
+        # A fresh file: an HDF5 output is added to an existing file.
+        if os.path.exists(case.path(name + ".h5")):
+            os.remove(case.path(name + ".h5"))
         case.run_ok("convert", case.path(name + ".npy"), "-o", case.path(name + ".h5") + ":/x",
                     "--dtype", "bf16")
         return case.path(name + ".h5") + ":/x"
@@ -109,6 +112,9 @@ def out_ref(case, name, dtype):
     """An output reference of posenc for `dtype` (bf16 goes to HDF5)."""
     import torch
     if dtype == torch.bfloat16:
+        # A fresh file: an HDF5 output is added to an existing file.
+        if os.path.exists(case.path(name + ".h5")):
+            os.remove(case.path(name + ".h5"))
         return case.path(name + ".h5") + ":/y"
     return case.path(name + ".npy")
 

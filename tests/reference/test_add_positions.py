@@ -83,8 +83,9 @@ class TestAdd(PosencTestCase):
         ref = x.astype(np.float64) * math.sqrt(32) + annotated_pe(30, 32).numpy()[None]
         for dt, ulp in (("f32", 2.0 ** -23), ("f16", 2.0 ** -10), ("bf16", 2.0 ** -7)):
             out = self.path("y.h5")  # h5py reads bf16 as float32 values
+            # --force: /y of the previous dtype is replaced.
             self.run_ok("add", self.path("x.npy"), "--table", "sinusoidal", "--scale", "sqrt-d",
-                        "--dtype", dt, "-o", f"{out}:/y")
+                        "--dtype", dt, "--force", "-o", f"{out}:/y")
             with h5py.File(out, "r") as f:
                 self.assertEqual(f["y"].id.get_type().get_size(), 4 if dt == "f32" else 2)
                 got = f["y"][...].astype(np.float64)

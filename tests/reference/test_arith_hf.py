@@ -186,6 +186,8 @@ class HfAttention(PosencTestCase):
     def run_attention(self, q, k, v, *extra):
         refs = [save_torch(self, n, t) for n, t in (("q", q), ("k", k), ("v", v))]
         out = self.path("o.h5")
+        if os.path.exists(out):  # a fresh file: HDF5 outputs are added to existing files
+            os.remove(out)
         self.run_ok("attention", "-q", refs[0], "-k", refs[1], "-v", refs[2], "--arith", "hf",
                     "--emit", "logits,probs,output", "-o", out, *extra)
         return [load_torch(f"{out}:/{n}", q.dtype)

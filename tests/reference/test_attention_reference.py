@@ -135,6 +135,8 @@ class AttentionReference(PosencTestCase):
         if v is not None:
             cmd += ["-v", self.save("v.npy", v)]
         out = self.path("out.h5")
+        if os.path.exists(out):  # a fresh file: HDF5 outputs are added to existing files
+            os.remove(out)
         cmd += ["--emit", emit, "-o", out, *args]
         self.run_ok(*cmd)
         with h5py.File(out, "r") as f:

@@ -14,6 +14,7 @@ most 1e-3 of the elements within the margin of a boundary, accepted either way);
 float32 arithmetic every output must lie between the roundings of reference - margin and
 reference + margin.
 """
+import os
 import unittest
 
 import h5py
@@ -33,6 +34,8 @@ class ExactAttention(PosencTestCase):
 
     def attention(self, q, k, v, *args, emit="logits,probs,output,lse"):
         out = self.path("out.h5")
+        if os.path.exists(out):  # a fresh file: HDF5 outputs are added to existing files
+            os.remove(out)
         self.run_ok("attention", "-q", self.save("q.npy", q), "-k", self.save("k.npy", k),
                     "-v", self.save("v.npy", v), "--emit", emit, "-o", out, *args)
         with h5py.File(out, "r") as f:

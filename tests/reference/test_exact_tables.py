@@ -18,6 +18,7 @@ Also here: YaRN without --factor takes HF's default max_position_embeddings /
 original_max_position_embeddings (v5), from options and from a config whose ratio
 differs from every other number in it.
 """
+import os
 import json
 import unittest
 
@@ -44,6 +45,8 @@ def freq_ulps(w, ulps=1.0):
 class ExactTables(PosencTestCase):
     def table(self, kind, args, dtype):
         out = self.path(f"t_{dtype}.h5")
+        if os.path.exists(out):  # a fresh file: HDF5 outputs are added to existing files
+            os.remove(out)
         self.run_ok("table", kind, *args, "--dtype", dtype, "-o", out + ":/t")
         with h5py.File(out, "r") as f:
             return f["t"][()]
@@ -148,6 +151,8 @@ class TestYarnDefaultFactor(ExactTables):
 
     def cos_sin(self, *args):
         out = self.path("y.h5")
+        if os.path.exists(out):  # a fresh file: HDF5 outputs are added to existing files
+            os.remove(out)
         self.run_ok("table", "rope", "--positions", 3, "--start", 999, "--emit", "cos-sin",
                     "--half-width", "--dtype", "f64", *args, "-o", out + ":/t")
         with h5py.File(out, "r") as f:

@@ -42,6 +42,8 @@ class HfConfigCase(PosencTestCase):
     def attention(self, cfg, q, k, v, *args):
         qp, kp, vp = self.npy("q.npy", q), self.npy("k.npy", k), self.npy("v.npy", v)
         out = self.path("att.h5")
+        if os.path.exists(out):  # a fresh file: HDF5 outputs are added to existing files
+            os.remove(out)
         self.run_ok("attention", "-q", qp, "-k", kp, "-v", vp, "--hf-config", data(cfg), *args,
                     "--emit", "logits,probs,output", "-o", out)
         with h5py.File(out, "r") as f:

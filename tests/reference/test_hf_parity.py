@@ -45,6 +45,8 @@ class Case(PosencTestCase):
 
     def attention(self, q, k, v, *args):
         out = self.path("att.h5")
+        if os.path.exists(out):  # a fresh file: HDF5 outputs are added to existing files
+            os.remove(out)
         self.run_ok("attention", "-q", self.npy("q.npy", q), "-k", self.npy("k.npy", k), "-v",
                     self.npy("v.npy", v), *args, "--emit", "logits,probs,output", "-o", out)
         with h5py.File(out, "r") as f:

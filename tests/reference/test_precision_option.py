@@ -16,6 +16,7 @@ framework-arithmetic switch, can take these checks over).
   the default float32 arithmetic). `--precision f32` on f64 inputs: float32 arithmetic,
   within its error bound of the reference and measurably off the float64 result.
 """
+import os
 import math
 import unittest
 
@@ -107,6 +108,8 @@ class RopePrecisionF32(PosencTestCase):
 
     def run_rope(self, src, out, args, env):
         o = self.path("y.h5")
+        if os.path.exists(o):  # a fresh file: HDF5 outputs are added to existing files
+            os.remove(o)
         self.run_ok("rope", self.path(src), "-o", o + ":/y", "--precision", "f32", "--dtype",
                     out, *args, env=env)
         with h5py.File(o, "r") as f:
@@ -129,6 +132,8 @@ class TablePrecisionF32(PosencTestCase):
         self.assertGreater(np.abs(mcos(a64) - c).max(), 1e-4)
         for dt in ("f32", "f16", "bf16", "f64"):
             out = self.path(f"t_{dt}.h5")
+            if os.path.exists(out):  # a fresh file: HDF5 outputs are added to existing files
+                os.remove(out)
             self.run_ok("table", "rope", "--positions", n, "--start", start, "--dim", d,
                         "--emit", "cos", "--half-width", "--precision", "f32", "--dtype", dt,
                         "-o", out + ":/t")
@@ -144,6 +149,8 @@ class AttentionPrecision(PosencTestCase):
         for name, a in (("q", q), ("k", k), ("v", v)):
             np.save(self.path(f"{name}.npy"), a)
         out = self.path("out.h5")
+        if os.path.exists(out):  # a fresh file: HDF5 outputs are added to existing files
+            os.remove(out)
         self.run_ok("attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"), "-v",
                     self.path("v.npy"), "--emit", "probs,output,lse", "-o", out, *args)
         with h5py.File(out, "r") as f:

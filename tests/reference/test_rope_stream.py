@@ -95,7 +95,11 @@ class TestLeadingUnitAxes(PosencTestCase):
         self.assertEqual(p.stdout, mem)
 
         # NPY -> HDF5, HDF5 -> HDF5, HDF5 -> NPY: the same values; HDF5 files written in
-        # slabs and in one piece are the same bytes.
+        # slabs and in one piece are the same bytes. (New files each case: an HDF5
+        # output would otherwise be added to the previous case's file.)
+        for name in ("mem.h5", "a.h5", "b.h5", "z.h5"):
+            if os.path.exists(self.path(name)):
+                os.remove(self.path(name))
         self.run_ok("rope", self.path("x.npy"), "-o", self.path("mem.h5") + ":/y", *common)
         self.run_ok("rope", self.path("x.npy"), "-o", self.path("a.h5") + ":/y", *stream)
         self.run_ok("rope", self.path("x.h5") + ":/g/x", "-o", self.path("b.h5") + ":/y", *stream)

@@ -205,6 +205,62 @@ TEST_F(Hdf5Test, NoClobberRefusesExistingTarget) {
   EXPECT_THROW(Hdf5FileWriter(path("missing/dir/x.h5"), WriteOptions{}), OutputError);
 }
 
+TEST_F(Hdf5Test, ExistingFileGetsDatasetsAdded) {
+  std::string target = path("a.h5");
+  write_one(target, "/old", ramp(DType::f64, {3}), {{"note", std::string("kept")}});
+  write_one(target, "/g/new", ramp(DType::f32, {2, 2}));
+  TensorInfo info;
+  Tensor old = read_all(target, "/old", &info);
+  EXPECT_EQ(old.shape(), (Shape{3}));
+  EXPECT_EQ(old.get(2), ramp(DType::f64, {3}).get(2));
+  EXPECT_EQ(read_all(target, "/g/new").shape(), (Shape{2, 2}));
+  ASSERT_EQ(info.attrs.size(), 1u);
+  // Replacing needs force; a group is never replaced; the file stays as it was.
+  std::string before = slurp(target);
+  EXPECT_THROW(write_one(target, "/old", ramp(DType::f32, {5})), OutputError);
+  WriteOptions force;
+  force.force = true;
+  EXPECT_THROW(Hdf5FileWriter(target, force).dataset("/g", {DType::f32, {1}, "", {}}), OutputError);
+  EXPECT_EQ(slurp(target), before);
+  {
+    Hdf5FileWriter w(target, force);
+    Tensor t = ramp(DType::f32, {5});
+    auto s = w.dataset("/old", {t.dtype(), t.shape(), "", {}});
+    s->write_rows(t.bytes(), 5);
+    s->commit();
+    w.commit();
+  }
+  EXPECT_EQ(read_all(target, "/old").shape(), (Shape{5}));
+  EXPECT_EQ(read_all(target, "/g/new").shape(), (Shape{2, 2}));
+  EXPECT_EQ(files(), (std::vector<std::string>{"a.h5"}));
+}
+
+TEST_F(Hdf5Test, OutputSetCommitsAllOrNothing) {
+  const std::string h5 = path("s.h5");
+  std::vector<TensorRef> refs = {parse_ref(h5 + ":/a"), parse_ref(h5 + ":/b/c"),
+                                 parse_ref(path("d.npy"))};
+  Tensor t = ramp(DType::f32, {4});
+  {
+    OutputSet outs(refs, WriteOptions{});
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      outs.open(i, {t.dtype(), t.shape(), "", {}}).write_rows(t.bytes(), 4);
+    }
+    // Not committed: nothing appears.
+  }
+  EXPECT_TRUE(files().empty());
+  {
+    OutputSet outs(refs, WriteOptions{});
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      outs.open(i, {t.dtype(), t.shape(), "", {}}).write_rows(t.bytes(), 4);
+    }
+    outs.commit();
+  }
+  EXPECT_EQ(files(), (std::vector<std::string>{"d.npy", "s.h5"}));
+  EXPECT_EQ(read_all(h5, "/b/c").get(3), t.get(3));
+  EXPECT_THROW(OutputSet({parse_ref(h5 + ":/a"), parse_ref(h5 + ":/a")}, WriteOptions{}),
+               UsageError);
+}
+
 TEST_F(Hdf5Test, DatasetNamingErrors) {
   WriteOptions opt;
   Hdf5FileWriter w(path("n.h5"), opt);
@@ -279,6 +335,7 @@ TEST_F(Hdf5Test, SandboxPiecesCutRowsExactly) {
     Tensor t(DType::f32, shape);
     for (std::size_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(i);
     const std::string file = path("big.h5");
+    ::unlink(file.c_str());  // a new file each time (writing adds to an existing one)
     write_one(file, "/x", t);
     Tensor back = read_all(file, "/x");
     ASSERT_EQ(back.shape(), shape);

@@ -27,12 +27,21 @@ namespace posenc {
 /// libhdf5) is a one-line InputError naming file and dataset.
 std::unique_ptr<TensorSource> open_hdf5_source(const TensorRef& ref, const OpenOptions& opt = {});
 
-/// Writes one HDF5 file holding one or more datasets. The file is created under a
-/// temporary name in the target's folder (a TempFile: removed on SIGINT/SIGTERM too)
-/// and renamed over the target by `commit()`; destroying an uncommitted writer
-/// removes the temporary file. An existing target is replaced as a whole, never
-/// updated in place. Errors are OutputErrors naming the file. Sinks must not outlive
-/// their writer.
+/// Writes one or more datasets to an HDF5 file. The datasets are written to a file
+/// under a temporary name in the target's folder (a TempFile: removed on SIGINT/SIGTERM
+/// too) and become visible together with `commit()`; destroying an uncommitted writer
+/// removes the temporary file and leaves the target as it was.
+///
+/// A new (or empty) target is the temporary file renamed into place. An existing HDF5
+/// target gets the datasets added as h5py's mode 'a' would: everything else in it
+/// (datasets, groups, attributes) is kept; groups on the way are created; an existing
+/// dataset of the same name is replaced only with `opt.force`, and a group of that name
+/// never. The existing file is never modified in place: commit() copies it, adds the
+/// datasets to the copy, fsyncs it and renames it over the original, and all libhdf5
+/// work on it runs in child processes (io/hdf5_append.hpp), so that a crafted file
+/// cannot crash posenc. An existing target that is not HDF5 is an error unless
+/// `opt.force` (then it is replaced); with `opt.no_clobber` any existing target is an
+/// error. Errors are OutputErrors naming the file. Sinks must not outlive their writer.
 class Hdf5FileWriter {
  public:
   Hdf5FileWriter(const std::string& path, const WriteOptions& opt);
@@ -41,7 +50,8 @@ class Hdf5FileWriter {
   Hdf5FileWriter& operator=(const Hdf5FileWriter&) = delete;
 
   /// A sink for dataset `name` ("/g/d"; groups created as needed) with `info.attrs`
-  /// as attributes. The sink's own commit() only checks all rows arrived; the file
+  /// as attributes. For an existing target, whether `name` can be added is checked
+  /// here, before any data arrive. The sink's own commit() only checks all rows arrived; the file
   /// becomes visible with this writer's commit().
   std::unique_ptr<TensorSink> dataset(const std::string& name, const TensorInfo& info);
   /// One source of a virtual dataset: all of dataset `dataset` of file `file` (a path

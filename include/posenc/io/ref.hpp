@@ -117,9 +117,11 @@ Tensor read_tensor(const std::string& ref_text);
 
 /// Options shared by all writers.
 struct WriteOptions {
-  bool force = false;      ///< allow binary output to a terminal
+  /// Allow binary output to a terminal; replace existing datasets of an HDF5 output
+  /// file, or an existing file that is not HDF5.
+  bool force = false;
   int compression = 0;     ///< HDF5 gzip level (0 = none)
-  bool no_clobber = false; ///< refuse to replace an existing target
+  bool no_clobber = false;  ///< refuse an existing target (HDF5: also adding to one)
   /// fsync each output before renaming it into place, so it survives a power loss.
   /// Off by default: atomicity against failed runs and signals does not need it, and
   /// it costs a full writeback of the file (more than the whole computation for a
@@ -159,6 +161,28 @@ struct NamedTensor {
   TensorRef ref;
   const Tensor* tensor = nullptr;
   Attrs attrs;
+};
+
+/// Several streamed outputs of one run, made visible together: `open(i, info)` gives
+/// the sink of `refs[i]` (outputs naming datasets of one HDF5 file share that file's
+/// writer); `commit()` commits them all, HDF5 files first (their commit can still fail
+/// on a full disk or a changed file), then the renames of the other files. Destroying
+/// the set uncommitted leaves every target as it was. Two outputs naming the same file
+/// (or the same dataset) are a UsageError from the constructor.
+class OutputSet {
+ public:
+  OutputSet(std::vector<TensorRef> refs, const WriteOptions& opt);
+  ~OutputSet();
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+  /// Opens output `i` (once) for a tensor described by `info`. Rows are written to the
+  /// returned sink; its own commit() is called by this set's commit().
+  TensorSink& open(std::size_t i, const TensorInfo& info);
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 /// Writes several outputs so that all or none become visible: every target file is

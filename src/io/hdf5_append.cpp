@@ -1,0 +1,368 @@
+// Adding datasets to an existing HDF5 file without trusting it or risking it.
+//
+// Why the libhdf5 work runs in a child rather than after a validation pass: Debian's
+// libhdf5 1.10.8 has known parser bugs (see hdf5_sandbox.cpp), and a read-only walk of
+// a crafted file cannot show that the write path is safe: adding a dataset grows the
+// group's B-tree and local heap, allocates from the file's free-space information and
+// rewrites the superblock, none of which a read visits. So both the early check of the
+// names (before anything is computed) and the merge itself run in forked children with
+// the reader's limits (no core dump, address space and CPU bounded, a watchdog). The
+// merge child works on a private byte copy of the file: a crash, hang or error there
+// leaves the original untouched, and the parent removes the copy.
+//
+// Cost: the existing file is copied once (copy_file_range: in-kernel, or a reflink on
+// filesystems that have them) and the new datasets are written twice (scratch, then
+// copy). The copy is always fsynced before the rename, since it holds data that existed
+// before this run.
+
+#include "io/hdf5_append.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+#include "posenc/error.hpp"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define POSENC_APPEND_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define POSENC_APPEND_ASAN 1
+#endif
+#endif
+
+extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
+
+namespace posenc::hdf5_append {
+
+namespace {
+
+constexpr std::size_t kChildHeadroom = std::size_t{1} << 30;
+constexpr int kDefaultTimeout = 10;
+
+int timeout_seconds() {
+  const char* env = std::getenv("POSENC_HDF5_TIMEOUT");
+  if (env == nullptr || *env == '\0') return kDefaultTimeout;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || v < 1 || v > 86400) {
+    throw UsageError(fmt::format(
+        "POSENC_HDF5_TIMEOUT: expected a number of seconds from 1 to 86400, got '{}'", env));
+  }
+  return static_cast<int>(v);
+}
+
+std::int64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+void limit(int resource, rlim_t value) {
+  rlimit r{value, value};
+  ::setrlimit(resource, &r);
+}
+
+// The child's side of run_isolated: limits as for the HDF5 reader's child.
+void enter_child(pid_t parent, int cpu_seconds, bool may_write) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);
+  if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(nullptr);
+  // The parent's handlers would remove its temporary files: the child dies plainly.
+  for (int sig :
+       {SIGINT, SIGTERM, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGXCPU, SIGALRM}) {
+    ::signal(sig, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
+  if (std::getenv("POSENC_HDF5_DEBUG") == nullptr) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) {
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::close(null);
+    }
+  }
+  ::setenv("LIBC_FATAL_STDERR_", "1", 1);
+  limit(RLIMIT_CORE, 0);
+  if (!may_write) limit(RLIMIT_FSIZE, 0);
+  limit(RLIMIT_CPU, static_cast<rlim_t>(cpu_seconds) + 1);
+#ifndef POSENC_APPEND_ASAN
+  long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  limit(RLIMIT_AS,
+        static_cast<rlim_t>(std::max(pages, 0L)) * static_cast<rlim_t>(::sysconf(_SC_PAGE_SIZE)) +
+            kChildHeadroom);
+#endif
+}
+
+enum Kind : char { kOk = 0, kFailed = 1, kOutOfMemory = 2, kBug = 3 };
+
+// The child's body: runs `fn`, writes its outcome (a Kind, then a message) to `fd`.
+[[noreturn]] void child_main(int fd, pid_t parent, int timeout, bool may_write,
+                             const std::function<void()>& fn) {
+  Kind kind = kOk;
+  std::string msg;
+  try {
+    enter_child(parent, timeout, may_write);
+    fn();
+  } catch (const Error& e) {
+    kind = kFailed;
+    msg = e.what();
+  } catch (const std::bad_alloc&) {
+    kind = kOutOfMemory;
+  } catch (const std::exception& e) {
+    kind = kBug;
+    msg = e.what();
+  } catch (...) {
+    kind = kBug;
+  }
+  msg.insert(msg.begin(), static_cast<char>(kind));
+  for (std::size_t at = 0; at < msg.size();) {
+    const ssize_t w = ::write(fd, msg.data() + at, msg.size() - at);
+    if (w <= 0 && errno != EINTR) break;
+    if (w > 0) at += static_cast<std::size_t>(w);
+  }
+  ::_exit(0);
+}
+
+// Everything the child writes until it closes its end (exits); false on timeout.
+bool read_answer(int fd, int timeout, std::string& answer) {
+  const std::int64_t deadline = now_ms() + std::int64_t{1000} * timeout;
+  for (;;) {
+    const std::int64_t left = deadline - now_ms();
+    pollfd pfd{fd, POLLIN, 0};
+    const int pr = left <= 0 ? 0 : ::poll(&pfd, 1, static_cast<int>(left));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) return false;
+    char buf[4096];
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return true;
+    answer.append(buf, static_cast<std::size_t>(r));
+  }
+}
+
+// A child that ended without an answer: say how it died.
+[[noreturn]] void report_death(const std::string& display, const char* doing, int timeout,
+                               int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    if (sig == SIGXCPU) {
+      throw OutputError(
+          fmt::format("{}: libhdf5 used more than {} s of CPU {} and was stopped (the file may be "
+                      "malformed)",
+                      display, timeout, doing));
+    }
+    throw OutputError(fmt::format(
+        "{}: libhdf5 crashed {} (signal {}, SIG{}); the file is malformed or uses something "
+        "libhdf5 mishandles, and was left as it was",
+        display, doing, sig, sigabbrev_np(sig) ? sigabbrev_np(sig) : "unknown"));
+  }
+  throw OutputError(fmt::format("{}: libhdf5 ended {} (exit status {})", display, doing,
+                                WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+}
+
+// Runs `fn` in a forked child and waits at most `timeout` seconds (wall and CPU). An
+// Error thrown there comes back as an OutputError with its message; a crash, a hang or
+// an exhausted limit becomes an OutputError naming `display` and what was being done.
+void run_isolated(const std::string& display, const char* doing, int timeout, bool may_write,
+                  const std::function<void()>& fn) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    throw OutputError(
+        fmt::format("{}: cannot start libhdf5 {}: {}", display, doing, std::strerror(errno)));
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    child_main(fds[1], parent, timeout, may_write, fn);
+  }
+  ::close(fds[1]);
+  if (pid < 0) {
+    const int e = errno;
+    ::close(fds[0]);
+    throw OutputError(
+        fmt::format("{}: cannot start libhdf5 {}: {}", display, doing, std::strerror(e)));
+  }
+  std::string answer;
+  const bool finished = read_answer(fds[0], timeout, answer);
+  ::close(fds[0]);
+  if (!finished) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!finished) {
+    throw OutputError(fmt::format(
+        "{}: libhdf5 did not finish {} within {} s and was stopped (the file may be malformed; "
+        "POSENC_HDF5_TIMEOUT sets the limit)",
+        display, doing, timeout));
+  }
+  if (answer.empty()) report_death(display, doing, timeout, status);
+  const std::string msg = answer.substr(1);
+  switch (answer[0]) {
+    case kOk:
+      return;
+    case kFailed:
+      throw OutputError(msg);
+    case kOutOfMemory:
+      throw OutputError(
+          fmt::format("{}: {} needs more than the {} GiB of memory allowed to libhdf5", display,
+                      doing, kChildHeadroom >> 30));
+    default:
+      throw std::runtime_error(msg.empty() ? "HDF5 append: unknown failure" : msg);
+  }
+}
+
+// HDF5's signature, at byte 0 or after a user block of 512, 1024, 2048, ... bytes.
+bool has_hdf5_signature(int fd, std::uint64_t size) {
+  static const char kSignature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+  for (std::uint64_t at = 0; at + 8 <= size; at = at == 0 ? 512 : at * 2) {
+    char buf[8];
+    if (::pread(fd, buf, 8, static_cast<off_t>(at)) != 8) return false;
+    if (std::memcmp(buf, kSignature, 8) == 0) return true;
+  }
+  return false;
+}
+
+// Copies the bytes of `from` to `to_fd` (in the kernel where it can). Returns the stat of
+// `from` as copied.
+struct stat copy_bytes(const std::string& from, int to_fd, const std::string& display) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    throw OutputError(
+        fmt::format("{}: cannot read the existing file: {}", display, std::strerror(errno)));
+  }
+  struct stat st {};
+  auto fail = [&](const char* what) {
+    const int e = errno;
+    ::close(in);
+    throw OutputError(fmt::format("{}: cannot {}: {}", display, what, std::strerror(e)));
+  };
+  if (::fstat(in, &st) != 0) fail("read the existing file");
+  std::uint64_t left = static_cast<std::uint64_t>(st.st_size);
+  bool kernel = true;
+  std::vector<char> buf;
+  while (left > 0) {
+    if (kernel) {
+      const ssize_t n = ::copy_file_range(in, nullptr, to_fd, nullptr,
+                                          std::min<std::uint64_t>(left, std::uint64_t{1} << 30), 0);
+      if (n > 0) {
+        left -= static_cast<std::uint64_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+        kernel = false;  // offsets are unchanged: fall back to read/write
+        continue;
+      }
+      if (n == 0) break;  // the file shrank meanwhile: caught by the change check
+      fail("copy the existing file");
+    }
+    if (buf.empty()) buf.resize(std::size_t{1} << 20);
+    const ssize_t r = ::read(in, buf.data(), std::min<std::uint64_t>(left, buf.size()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail("read the existing file");
+    if (r == 0) break;
+    for (ssize_t at = 0; at < r;) {
+      const ssize_t w = ::write(to_fd, buf.data() + at, static_cast<std::size_t>(r - at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) fail("copy the existing file");
+      at += w;
+    }
+    left -= static_cast<std::uint64_t>(r);
+  }
+  ::close(in);
+  return st;
+}
+
+bool same_file_state(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_size == b.st_size &&
+         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
+bool adds_to_existing(const std::string& target, const std::string& display, bool force) {
+  struct stat st {};
+  if (::stat(target.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return false;
+  const int fd = ::open(target.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw OutputError(
+        fmt::format("{}: cannot read the existing file: {}", display, std::strerror(errno)));
+  }
+  const bool hdf5 = has_hdf5_signature(fd, static_cast<std::uint64_t>(st.st_size));
+  ::close(fd);
+  if (!hdf5) {
+    if (force) return false;
+    throw OutputError(fmt::format(
+        "{}: exists and is not an HDF5 file (datasets are added only to HDF5 files; --force "
+        "replaces it)",
+        display));
+  }
+  run_isolated(display, "opening it", timeout_seconds(), false,
+               [&] { hdf5_detail::check_append_names(target, display, {}, force); });
+  return true;
+}
+
+void check_name(const std::string& target, const std::string& display, const std::string& name,
+                bool force) {
+  run_isolated(display, "looking up the dataset", timeout_seconds(), false,
+               [&] { hdf5_detail::check_append_names(target, display, {name}, force); });
+}
+
+void merge(const std::string& target, const std::string& display, const std::string& scratch,
+           const std::vector<std::string>& names, const Attrs& root_attrs, bool force) {
+  TempFile copy(target, /*no_clobber=*/false, /*sync=*/true);
+  const struct stat before = copy_bytes(copy.target(), copy.fd(), display);
+  // Time for the data being copied as well (16 MiB/s at least), not only for the file's
+  // structure.
+  struct stat sst {};
+  const std::uint64_t new_bytes = ::stat(scratch.c_str(), &sst) == 0 ? sst.st_size : 0;
+  const int timeout = timeout_seconds() + static_cast<int>(std::min<std::uint64_t>(
+                                              new_bytes >> 24, std::uint64_t{1} << 20));
+  run_isolated(display, "adding the datasets", timeout, true, [&] {
+    hdf5_detail::merge_datasets(scratch, copy.path(), display, names, root_attrs, force);
+    // For the tests: a crash, or a hang, after the copy was modified and before it is
+    // published.
+    const char* fault = std::getenv("POSENC_HDF5_FAULT");
+    if (fault != nullptr && std::strcmp(fault, "append-abort") == 0) std::abort();
+    if (fault != nullptr && std::strcmp(fault, "append-hang") == 0) {
+      for (volatile unsigned long spin = 0;; spin = spin + 1) {
+      }
+    }
+  });
+  copy.sync_and_close();
+  struct stat after {};
+  if (::stat(copy.target().c_str(), &after) != 0 || !same_file_state(before, after)) {
+    throw OutputError(fmt::format(
+        "{}: the file changed while posenc was adding to it; left as the other writer made it",
+        display));
+  }
+  copy.publish();
+}
+
+}  // namespace posenc::hdf5_append
