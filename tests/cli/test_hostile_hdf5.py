@@ -51,10 +51,23 @@ class HostileHdf5Input(PosencTestCase):
         return p
 
     def test_listing_crash(self):
+        # The crash itself, made certain: the listing child dies of SIGSEGV.
+        f = self.path("plain.h5")
+        with h5py.File(f, "w") as h:
+            h["a"] = np.zeros(3, np.float32)
+        env = {"POSENC_HDF5_FAULT": "list-segv"}
+        self.contained(["inspect", f], r"libhdf5 crashed listing its datasets \(signal \d+, SIGSEGV\)",
+                       env=env)
+        self.contained(["inspect", f, "--json"], r"crashed listing", env=env)
+        # A crafted file on which Debian's libhdf5 1.10.8 usually crashes while listing
+        # (SIGSEGV; SIGBUS in the AddressSanitizer build's memory layout), but not on
+        # every run: what it reads depends on memory it never initialised. Either the
+        # crash is contained or the listing completes; posenc itself never crashes.
         f = write_hostile("list_crash", self.path("list.h5"))
-        # (SIGSEGV; SIGBUS in the AddressSanitizer build's memory layout.)
-        self.contained(["inspect", f], r"libhdf5 crashed listing its datasets \(signal \d+, SIG(SEGV|BUS)\)")
-        self.contained(["inspect", f, "--json"], r"crashed listing")
+        for args in (["inspect", f], ["inspect", f, "--json"]):
+            p = run(*args)
+            if p.returncode != 0:
+                self.contained(args, r"crashed listing")
 
     def test_open_crash(self):
         f = write_hostile("open_crash", self.path("open.h5"))

@@ -21,7 +21,7 @@ class PartRange(PosencTestCase):
         src = self.npy("x.npy", x)
         for n in (1, 2, 3, 7, 9):
             for i in range(n):
-                out = self.path(f"p{i}.h5")
+                out = self.path(f"p{n}_{i}.h5")
                 self.run_ok("convert", src, "-o", out + ":/x", "--part", f"{i}/{n}")
                 a, b = i * 7 // n, (i + 1) * 7 // n
                 with h5py.File(out, "r") as f:
@@ -94,16 +94,16 @@ class ParallelParts(PosencTestCase):
         self.assert_same_h5(self.path("joined.h5"), self.path("whole.h5"), "k")
 
     def test_table_parts_joined_equal_whole(self):
-        for kind in (["sinusoidal", "--positions", "1000", "--dim", "64"],
+        for j, kind in enumerate((["sinusoidal", "--positions", "1000", "--dim", "64"],
                      ["rope", "--positions", "777", "--dim", "32", "--emit", "cos",
-                      "--scaling", "dynamic", "--factor", "2", "--original-max-pos", "256"]):
-            self.run_ok("table", *kind, "-o", self.path("whole.h5") + ":/t")
+                      "--scaling", "dynamic", "--factor", "2", "--original-max-pos", "256"])):
+            self.run_ok("table", *kind, "-o", self.path(f"whole{j}.h5") + ":/t")
             args = " ".join(kind)
-            self.parallel('"$BIN" table ' + args + ' -o t{}.h5:/t --part {}/5', 5)
-            self.run_ok("join", *[self.path(f"t{i}.h5") + ":/t" for i in range(5)], "-o",
-                        self.path("joined.h5") + ":/t")
-            self.assert_same_h5(self.path("joined.h5"), self.path("whole.h5"), "t")
-            with h5py.File(self.path("joined.h5"), "r") as f:
+            self.parallel('"$BIN" table ' + args + f' -o t{j}_{{}}.h5:/t --part {{}}/5', 5)
+            self.run_ok("join", *[self.path(f"t{j}_{i}.h5") + ":/t" for i in range(5)], "-o",
+                        self.path(f"joined{j}.h5") + ":/t")
+            self.assert_same_h5(self.path(f"joined{j}.h5"), self.path(f"whole{j}.h5"), "t")
+            with h5py.File(self.path(f"joined{j}.h5"), "r") as f:
                 self.assertNotIn("part_index", f["t"].attrs)
 
     def test_convert_parts_joined_equal_whole(self):
