@@ -39,23 +39,14 @@
 #include <stdexcept>
 #include <vector>
 
+#include "io/hdf5_reader.hpp"
 #include "posenc/error.hpp"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define POSENC_APPEND_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define POSENC_APPEND_ASAN 1
-#endif
-#endif
-
-extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
 
 namespace posenc::hdf5_append {
 
 namespace {
 
-constexpr std::size_t kChildHeadroom = std::size_t{1} << 30;
+constexpr std::size_t kChildHeadroom = hdf5_detail::kSandboxHeadroom;
 constexpr int kDefaultTimeout = 10;
 
 int timeout_seconds() {
@@ -81,41 +72,10 @@ void limit(int resource, rlim_t value) {
   ::setrlimit(resource, &r);
 }
 
-// The child's side of run_isolated: limits as for the HDF5 reader's child.
+// The child's side of run_isolated: the HDF5 reader child's limits, and a CPU budget.
 void enter_child(pid_t parent, int cpu_seconds, bool may_write) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(1);
-  if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(nullptr);
-  // The parent's handlers would remove its temporary files: the child dies plainly.
-  for (int sig :
-       {SIGINT, SIGTERM, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGXCPU, SIGALRM}) {
-    ::signal(sig, SIG_DFL);
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
-  if (std::getenv("POSENC_HDF5_DEBUG") == nullptr) {
-    const int null = ::open("/dev/null", O_WRONLY);
-    if (null >= 0) {
-      ::dup2(null, 1);
-      ::dup2(null, 2);
-      ::close(null);
-    }
-  }
-  ::setenv("LIBC_FATAL_STDERR_", "1", 1);
-  limit(RLIMIT_CORE, 0);
-  if (!may_write) limit(RLIMIT_FSIZE, 0);
+  hdf5_detail::enter_sandbox_child(parent, may_write);
   limit(RLIMIT_CPU, static_cast<rlim_t>(cpu_seconds) + 1);
-#ifndef POSENC_APPEND_ASAN
-  long pages = 0;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-    std::fclose(f);
-  }
-  limit(RLIMIT_AS,
-        static_cast<rlim_t>(std::max(pages, 0L)) * static_cast<rlim_t>(::sysconf(_SC_PAGE_SIZE)) +
-            kChildHeadroom);
-#endif
 }
 
 enum Kind : char { kOk = 0, kFailed = 1, kOutOfMemory = 2, kBug = 3 };

@@ -2,6 +2,8 @@
 // Internal to the HDF5 reader: libhdf5 calls in this process (hdf5.cpp), used by the
 // sandbox child (hdf5_sandbox.cpp) and by the benchmark that measures the sandbox.
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -15,6 +17,17 @@ namespace posenc::hdf5_detail {
 /// loads libhdf5 on first use (src/shim/hdf5.cpp) and this loads it; the library as
 /// installed links libhdf5, and this is always "".
 std::string hdf5_unavailable();
+
+/// Address space a sandbox child may use beyond what it inherited from the parent.
+constexpr std::size_t kSandboxHeadroom = std::size_t{1} << 30;
+
+/// Everything a forked child changes about itself before libhdf5 touches a file: it dies
+/// with its parent and by plain signals (no inherited handlers, no sanitizer hooks), its
+/// stdout/stderr go to /dev/null (POSENC_HDF5_DEBUG keeps them), no core files, an
+/// address-space limit (not in AddressSanitizer builds), and no file writes unless
+/// `may_write`. Shared by the reader's child (hdf5_sandbox.cpp) and the appender's
+/// (hdf5_append.cpp).
+void enter_sandbox_child(pid_t parent, bool may_write);
 
 /// One dataset opened with libhdf5 in the calling process.
 class DatasetReader {

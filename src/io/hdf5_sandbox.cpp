@@ -59,7 +59,7 @@ namespace posenc {
 namespace {
 
 constexpr std::size_t kSlotBytes = std::size_t{16} << 20;
-constexpr std::size_t kChildHeadroom = std::size_t{1} << 30;
+constexpr std::size_t kChildHeadroom = hdf5_detail::kSandboxHeadroom;
 constexpr int kDefaultTimeout = 10;
 constexpr int kChildFailed = 125;  // exit status of a child whose own code failed
 
@@ -282,41 +282,6 @@ void limit(int resource, rlim_t soft, rlim_t hard) {
   ::setrlimit(resource, &r);
 }
 
-// Everything the child changes about itself before touching a file.
-void enter_child(pid_t parent) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(1);  // the parent died before the line above
-  if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(nullptr);
-  // Crashes are plain signal deaths (no inherited handler from the parent, ASan or a
-  // fuzzer runs in the child's place); a signal from the terminal ends the child too.
-  for (int sig :
-       {SIGINT, SIGTERM, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGXCPU, SIGALRM}) {
-    ::signal(sig, SIG_DFL);
-  }
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t none;
-  sigemptyset(&none);
-  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
-  // libhdf5's and the C library's own complaints (glibc's "malloc(): corrupted ...")
-  // must not reach the user's terminal: the parent reports one line.
-  if (std::getenv("POSENC_HDF5_DEBUG") == nullptr) {
-    const int null = ::open("/dev/null", O_WRONLY);
-    if (null >= 0) {
-      ::dup2(null, 1);
-      ::dup2(null, 2);
-      ::close(null);
-    }
-  }
-  ::setenv("LIBC_FATAL_STDERR_", "1", 1);
-  limit(RLIMIT_CORE, 0, 0);
-  limit(RLIMIT_FSIZE, 0, 0);
-#ifndef POSENC_ASAN
-  // (AddressSanitizer reserves terabytes of address space up front; its builds go
-  // without this limit.)
-  const rlim_t as = address_space_bytes() + kChildHeadroom;
-  limit(RLIMIT_AS, as, as);
-#endif
-}
 
 // Before each request: this much more CPU time, then SIGXCPU.
 void cpu_budget(int seconds) {
@@ -493,7 +458,7 @@ class Child {
       // child (say, an allocation failing against its limit) ends it instead.
       try {
         ::close(sv[0]);
-        enter_child(parent);
+        hdf5_detail::enter_sandbox_child(parent, /*may_write=*/false);
         serve(sv[1], slots_, timeout_);
       } catch (...) {
       }
@@ -656,6 +621,41 @@ class SandboxSource final : public FlatSource {
 }  // namespace
 
 namespace hdf5_detail {
+
+void enter_sandbox_child(pid_t parent, bool may_write) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);  // the parent died before the line above
+  if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(nullptr);
+  // Crashes are plain signal deaths (no inherited handler from the parent, ASan or a
+  // fuzzer runs in the child's place); a signal from the terminal ends the child too.
+  for (int sig :
+       {SIGINT, SIGTERM, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGXCPU, SIGALRM}) {
+    ::signal(sig, SIG_DFL);
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t none;
+  sigemptyset(&none);
+  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
+  // libhdf5's and the C library's own complaints (glibc's "malloc(): corrupted ...")
+  // must not reach the user's terminal: the parent reports one line.
+  if (std::getenv("POSENC_HDF5_DEBUG") == nullptr) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) {
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::close(null);
+    }
+  }
+  ::setenv("LIBC_FATAL_STDERR_", "1", 1);
+  limit(RLIMIT_CORE, 0, 0);
+  if (!may_write) limit(RLIMIT_FSIZE, 0, 0);
+#ifndef POSENC_ASAN
+  // (AddressSanitizer reserves terabytes of address space up front; its builds go
+  // without this limit.)
+  const rlim_t as = address_space_bytes() + kChildHeadroom;
+  limit(RLIMIT_AS, as, as);
+#endif
+}
 
 std::unique_ptr<TensorSource> in_process_source(std::unique_ptr<DatasetReader> r) {
   return std::make_unique<InProcessSource>(std::move(r));
