@@ -78,6 +78,13 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   }
   const Positions& pos = rope.positions;
   RopeParams params = rope.params(static_cast<int>(d));
+  if (params.rotary_dim == 0 && params.partial == 1.0 && d % 2 != 0) {
+    // Nothing asked for an odd width: Q's shape is the problem, not an option.
+    throw InputError(fmt::format(
+        "q: head dim (axis d) of shape {} is {}, which is odd: RoPE rotates pairs of dims; "
+        "rotate the first {} with rotary_dim or a partial rotary factor, or check the axes ({})",
+        shape_str(q.shape()), d, d - 1, axes.letters));
+  }
   if (params.seq_len == 0) {
     std::int64_t extent = pos.start + static_cast<std::int64_t>(sk);
     for (auto id : pos.ids) extent = std::max<std::int64_t>(extent, id + 1);

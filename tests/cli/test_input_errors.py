@@ -37,6 +37,31 @@ class InputErrors(PosencTestCase):
                                 r"--rotary-dim \(e\.g\. 6\)$")
         self.assertFalse(os.path.exists(self.path("t.npy")))
 
+    def test_odd_head_dim_in_attention_rope_blames_q(self):
+        x = np.random.default_rng(0).standard_normal((1, 2, 4, 7)).astype(np.float32)
+        src = self.npy("x.npy", x)
+        before = os.listdir(self.tmp)
+        p = self.assert_fails(3, "attention", "-q", src, "-k", src, "-v", src, "--rope",
+                              "--emit", "output", "-o", self.path("o.npy"),
+                              match=r"q: head dim \(axis d\) of shape \(1, 2, 4, 7\) is 7, "
+                                    r"which is odd")
+        self.assertIn("--rotary-dim", p.stderr)
+        self.assert_no_new_files(before)
+        # The fix it names: rotate the first 6 dims, attention over all 7 (numpy).
+        self.run_ok("attention", "-q", src, "-k", src, "-v", src, "--rope", "--rotary-dim", "6",
+                    "--emit", "output", "-o", self.path("o.npy"))
+        inv = 1.0 / 10000.0 ** (np.arange(0, 6, 2) / 6)
+        ang = np.arange(4)[:, None] * inv[None, :]
+        cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
+        xd = x.astype(np.float64)
+        r = xd[..., :6]
+        rot = np.concatenate([-r[..., 3:], r[..., :3]], -1)
+        xr = np.concatenate([r * cos + rot * sin, xd[..., 6:]], -1)
+        s = xr @ xr.transpose(0, 1, 3, 2) / np.sqrt(7)
+        pr = np.exp(s - s.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        np.testing.assert_allclose(np.load(self.path("o.npy")), pr @ xd, rtol=1e-5, atol=1e-6)
+
     def test_missing_output_folder_is_named(self):
         src = self.npy("a.npy", np.zeros((2, 3), dtype=np.float32))
         before = os.listdir(self.tmp)
