@@ -1,6 +1,8 @@
 // Unit tests of the RoPE frequency reduction and HF config reading. The Python
 // references (tests/reference/test_table_rope.py) carry the bulk of the evidence.
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -91,7 +93,8 @@ TEST(RopeStyle, Aliases) {
 }
 
 TEST(HfConfig, ReadsLlama3AndKeepsExplicitFields) {
-  std::string path = ::testing::TempDir() + "posenc_cfg_test.json";
+  std::string path =
+      ::testing::TempDir() + "posenc_cfg_test_" + std::to_string(::getpid()) + ".json";
   {
     std::ofstream f(path);
     f << R"({"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,

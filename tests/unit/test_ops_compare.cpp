@@ -2,6 +2,8 @@
 // numpy.isclose per element (NaN equal only with equal_nan, an infinity equal only to
 // itself), first occurrences by a plain scan, and ULP distances by counting
 // representable values (std::nextafter steps; the sorted list of all halves).
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -215,8 +217,9 @@ class CompareStreams : public ::testing::Test {
     std::remove(pa_.c_str());
     std::remove(pb_.c_str());
   }
-  std::string pa_ = ::testing::TempDir() + "posenc_cmp_a.npy";
-  std::string pb_ = ::testing::TempDir() + "posenc_cmp_b.npy";
+  // (Per process: ctest runs the tests of this fixture at the same time.)
+  std::string pa_ = ::testing::TempDir() + "posenc_cmp_a_" + std::to_string(::getpid()) + ".npy";
+  std::string pb_ = ::testing::TempDir() + "posenc_cmp_b_" + std::to_string(::getpid()) + ".npy";
 };
 
 TEST_F(CompareStreams, SlabsGiveTheInMemoryResult) {

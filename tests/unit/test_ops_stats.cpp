@@ -1,6 +1,8 @@
 // Statistics (ops/stats.hpp) against an independent computation: counts and extremes
 // by a plain scan, sum, mean and std two-pass in __float128 over all finite values at
 // once. The streaming entry points are checked against the same on the selection.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -133,7 +135,8 @@ class Summarize : public ::testing::Test {
     write_tensor(parse_ref(path_), t);
     return open_source(parse_ref(path_));
   }
-  std::string path_ = ::testing::TempDir() + "posenc_stats_test.npy";
+  std::string path_ =
+      ::testing::TempDir() + "posenc_stats_test_" + std::to_string(::getpid()) + ".npy";
 };
 
 std::vector<double> values_of(const Tensor& t) {
