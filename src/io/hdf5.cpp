@@ -627,20 +627,28 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
       }
     }
     if (cls == H5T_FLOAT) {
+      // Only the IEEE layouts themselves: libhdf5 converts other layouts (fields that
+      // overlap, another bias or normalisation) in software, and its conversion of such
+      // types gives different values for a partial read than for a whole one.
       std::size_t spos, epos, esize, mpos, msize;
       check<InputError>(H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize), what_);
-      if (size == 2 && spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10) {
+      const std::size_t ebias = H5Tget_ebias(t);
+      const bool plain = H5Tget_norm(t) == H5T_NORM_IMPLIED && H5Tget_offset(t) == 0 &&
+                         H5Tget_precision(t) == 8 * size && mpos == 0 && spos == 8 * size - 1 &&
+                         epos == mpos + msize && epos + esize == spos;
+      H5Eclear2(H5E_DEFAULT);
+      if (plain && size == 2 && esize == 5 && msize == 10 && ebias == 15) {
         info_.dtype = DType::f16;
-      } else if (size == 2 && spos == 15 && epos == 7 && esize == 8 && mpos == 0 && msize == 7) {
+      } else if (plain && size == 2 && esize == 8 && msize == 7 && ebias == 127) {
         info_.dtype = DType::bf16;
-      } else if (size == 4 && esize == 8 && msize == 23) {
+      } else if (plain && size == 4 && esize == 8 && msize == 23 && ebias == 127) {
         info_.dtype = DType::f32;
-      } else if (size == 8 && esize == 11 && msize == 52) {
+      } else if (plain && size == 8 && esize == 11 && msize == 52 && ebias == 1023) {
         info_.dtype = DType::f64;
       } else {
         throw InputError(
-            fmt::format("{}: unsupported {}-byte float type (expected float16, bfloat16, "
-                        "float32 or float64)",
+            fmt::format("{}: unsupported {}-byte float type (expected the IEEE layout of "
+                        "float16, bfloat16, float32 or float64)",
                         what_, size));
       }
       stored_ = fmt::format("{} {}", endian, dtype_name(info_.dtype));

@@ -133,6 +133,14 @@ class BadHdf5Inputs(PosencTestCase):
             f["ext"] = h5py.ExternalLink(self.path("other.h5"), "/x")
             f.create_dataset("lzf", data=np.arange(100.0), compression="lzf")
             f.create_dataset("cplx", data=np.arange(3) * 1j)
+            # Float types that are not the IEEE layouts: overlapping fields, another
+            # exponent bias (libhdf5 converts these in software, inconsistently).
+            for name, edit in (("overlap", lambda t: t.set_fields(63, 56, 7, 0, 52)),
+                               ("ebias", lambda t: t.set_ebias(1000))):
+                t = h5py.h5t.IEEE_F64LE.copy()
+                edit(t)
+                d = h5py.h5d.create(f.id, name.encode(), t, h5py.h5s.create_simple((4,)))
+                d.write(h5py.h5s.ALL, h5py.h5s.ALL, np.arange(4.0))
         with open(self.path("plain.h5"), "w") as fh:
             fh.write("not an hdf5 file\n")
 
@@ -141,11 +149,13 @@ class BadHdf5Inputs(PosencTestCase):
         cases = [
             (f"{self.path('plain.h5')}:/x", r"not an HDF5 file"),
             (f"{self.path('missing.h5')}:/x", r"missing\.h5.*No such file"),
-            (f"{f}:/g/v", r"no dataset '/g/v' \(datasets: /compound, /cplx, /g/k, /g/q"),
+            (f"{f}:/g/v", r"no dataset '/g/v' \(datasets: /compound, /cplx, /ebias, /g/k, /g/q"),
             (f"{f}:/g", r"'/g' is a group, not a dataset"),
             (f"{f}:/text", r"dataset '/text'.*unsupported type class string"),
             (f"{f}:/compound", r"unsupported type class compound"),
             (f"{f}:/cplx", r"unsupported type class compound"),
+            (f"{f}:/overlap", r"unsupported 8-byte float type \(expected the IEEE layout"),
+            (f"{f}:/ebias", r"unsupported 8-byte float type \(expected the IEEE layout"),
             (f"{f}:/ext", r"'/ext' is an external link"),
             (f"{f}:/lzf", r"'/lzf' is compressed with filter 32000.*not available"),
         ]
