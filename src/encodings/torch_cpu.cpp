@@ -31,6 +31,13 @@ void require(const char* what) {
     throw UsageError(fmt::format(
         "{}: reproduces torch's x86-64 AVX2 CPU kernels (SLEEF), which this CPU cannot run", what));
   }
+#if defined(POSENC_HAVE_SLEEF_AVX2)
+  // One SLEEF call here, on the calling thread and before any parallel region: the
+  // posenc executable loads SLEEF on its first call (src/shim/sleef.cpp), and a missing
+  // library is then reported here rather than inside a worker thread.
+  float x = 0.0f, y = 0.0f;
+  exp(&x, &y, 1);
+#endif
 }
 
 }  // namespace posenc::torch_cpu

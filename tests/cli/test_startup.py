@@ -12,9 +12,10 @@ import re
 
 import numpy as np
 
-from posenc_testlib import PosencTestCase, run
+from posenc_testlib import UNDER_ASAN, PosencTestCase, run
 
-HEAVY = ("libhdf5", "libopenblas", "libcurl", "libgssapi", "libldap", "libplplot", "libcairo")
+HEAVY = ("libhdf5", "libopenblas", "libcurl", "libgssapi", "libldap", "libplplot", "libcairo",
+         "libsleef")
 
 
 def loaded_libraries(*args, env=None):
@@ -57,6 +58,22 @@ class LoadedLibraries(PosencTestCase):
         self.assert_light("rope", self.x, "-o", self.path("y.npy"))
         self.assert_light("compare", self.x, self.x)
 
+    def test_no_shared_cxx_runtime(self):
+        # The GCC build links libstdc++, libgcc and libgomp statically (CMakeLists.txt);
+        # the sanitizer build keeps them shared.
+        if UNDER_ASAN:
+            self.skipTest("the sanitizer build links the C++ runtime as shared libraries")
+        libs = self.assert_light("--version")
+        shared = sorted(n for n in libs if n.startswith(("libstdc++", "libgcc_s", "libgomp",
+                                                         "libfmt")))
+        self.assertEqual(shared, [], libs)
+
+    def test_framework_arithmetic_loads_sleef(self):
+        p, libs = loaded_libraries("table", "rope", "--positions", 16, "--dim", 8,
+                                   "--arith", "hf", "-o", self.path("r.npy"))
+        self.assertEqual(p.returncode, 0, errors(p))
+        self.assertTrue(any(n.startswith("libsleef") for n in libs), libs)
+
     def test_hdf5_commands_load_libhdf5_only(self):
         h5 = self.path("t.h5")
         for args in (["table", "sinusoidal", "--positions", 16, "--dim", 8, "-o", h5 + ":/pe"],
@@ -96,7 +113,7 @@ class MissingLibhdf5(PosencTestCase):
         super().setUp()
         fake = self.path("lib")
         os.mkdir(fake)
-        for name in ("libhdf5_serial.so.103", "libopenblas.so.0"):
+        for name in ("libhdf5_serial.so.103", "libopenblas.so.0", "libsleef.so.3"):
             open(os.path.join(fake, name), "wb").close()
         self.env = {"LD_LIBRARY_PATH": fake}
         self.x = self.npy("x.npy", np.arange(12, dtype=np.float32).reshape(3, 4))
@@ -126,6 +143,13 @@ class MissingLibhdf5(PosencTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         p = run("inspect", self.x, env=self.env)
         self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_framework_arithmetic_without_sleef(self):
+        line = self.one_error(4, "table", "rope", "--positions", 4, "--dim", 4, "--arith", "hf",
+                              "-o", self.path("r.npy"))
+        self.assertRegex(line, r"^posenc: error: cannot reproduce torch's vector math: "
+                               r"libsleef\S* cannot be loaded \(Debian package libsleef3\)$")
+        self.assertFalse(os.path.exists(self.path("r.npy")))
 
     def test_attention_without_openblas(self):
         for name in ("q", "k", "v"):
