@@ -4,7 +4,9 @@
 # 300), the commands interleaved round-robin so that a change in machine load hits all
 # of them alike. Reports medians of the wall time (and 10th/90th percentiles) and of the
 # CPU time each process used, each as a ratio to /bin/true's, and the number of shared
-# libraries each command loads (LD_DEBUG=files).
+# libraries each command loads (LD_DEBUG=files). Two C++ hello worlds (iostream), one
+# linked with the shared libstdc++ and one with -static-libstdc++ -static-libgcc, show
+# what the C++ runtime alone costs each way.
 # With a second posenc (say, a build from before a change) its commands run in the same
 # rounds.
 # Usage: bench/startup/startup.sh [path/to/posenc] [runs] [path/to/other/posenc]
@@ -16,6 +18,9 @@ other=${3:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+printf '#include <iostream>\nint main() { std::cout << "hello\\n"; }\n' >"$work/hello.cpp"
+g++ -O2 "$work/hello.cpp" -o "$work/hello-shared"
+g++ -O2 -static-libstdc++ -static-libgcc "$work/hello.cpp" -o "$work/hello-static"
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/python3 - "$work" "$runs" "$posenc" $other <<'PY'
@@ -30,10 +35,12 @@ def commands(b, tag):
             ("table → NPY", [b, "table", "sinusoidal", "--positions", "16", "--dim", "8",
                              "-o", npy]),
             ("table → HDF5", [b, "table", "sinusoidal", "--positions", "16", "--dim", "8",
-                              "-o", h5 + ":/pe"]),
+                              "-o", h5 + ":/pe", "--force"]),
             ("inspect HDF5", [b, "inspect", h5 + ":/pe"])]
 
-jobs = [("/bin/true", ["/bin/true"])]
+jobs = [("/bin/true", ["/bin/true"]),
+        ("C++ hello, shared", [f"{work}/hello-shared"]),
+        ("C++ hello, static", [f"{work}/hello-static"])]
 for b, label in zip(bins, labels):
     jobs += [(f"{label} {name}", argv) for name, argv in commands(b, label)]
 
