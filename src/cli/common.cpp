@@ -26,6 +26,33 @@ Globals& globals() {
   return g;
 }
 
+bool defines_kind(std::string_view command, std::string_view kind,
+                  std::initializer_list<std::string_view> kinds) {
+  const std::vector<std::string>& w = globals().words;
+  std::size_t i = 0;
+  const auto next_word = [&w, &i]() -> const std::string* {
+    for (; i < w.size(); ++i) {
+      if (w[i] == "-j" || w[i] == "--threads") {
+        ++i;
+      } else if (w[i].empty() || w[i][0] != '-') {
+        return &w[i++];
+      }
+    }
+    return nullptr;
+  };
+  for (const std::string& x : w) {
+    if (x == "-h" || x == "--help" || x == "--help-all" || x == "--") return true;
+  }
+  const std::string* c = next_word();
+  if (c == nullptr || *c != command) return true;
+  const std::string* k = next_word();
+  if (k == nullptr) return true;
+  for (std::string_view known : kinds) {
+    if (*k == known) return *k == kind;
+  }
+  return true;
+}
+
 int& exit_code() {
   static int code = 0;
   return code;

@@ -1,6 +1,7 @@
 #pragma once
 // Pieces shared by the subcommands: global flags, output options, messages.
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,8 +20,16 @@ struct Globals {
   int threads = 0;  ///< 0 = all cores
   bool quiet = false;
   bool verbose = false;
+  std::vector<std::string> words;  ///< the command line after the program name
 };
 Globals& globals();
+
+/// Whether subcommand `kind` of `command` is to be defined for this run (see
+/// globals().words): when the run names `command` and then one of its `kinds`, only
+/// that kind is; with help asked for, a kind missing or misspelt, or another command
+/// named (completion writes every command), all are.
+bool defines_kind(std::string_view command, std::string_view kind,
+                  std::initializer_list<std::string_view> kinds);
 
 /// Output reference(s) and how to write them (-o, --to, --force, --compression,
 /// --no-clobber).

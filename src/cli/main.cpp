@@ -152,6 +152,7 @@ int run(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.fallthrough();
 
+  g.words.assign(argv + 1, argv + argc);
   for (const Command& c : kCommands) {
     if (defines(c, argc, argv)) c.add(app);
   }
