@@ -26,29 +26,31 @@ Globals& globals() {
   return g;
 }
 
+RunWords scan_run_words(int argc, const char* const* argv) {
+  RunWords r;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view w = argv[i];
+    if (w == "-j" || w == "--threads") {
+      ++i;
+    } else if (w == "-h" || w == "--help" || w == "--help-all" || w == "--") {
+      if (r.help_after == RunWords::kNone) r.help_after = r.words.size();
+    } else if (w == "--version") {
+      if (r.version_after == RunWords::kNone) r.version_after = r.words.size();
+    } else if (w.empty() || w[0] != '-') {
+      r.words.emplace_back(w);
+    }
+  }
+  return r;
+}
+
 bool defines_kind(std::string_view command, std::string_view kind,
                   std::initializer_list<std::string_view> kinds) {
-  const std::vector<std::string>& w = globals().words;
-  std::size_t i = 0;
-  const auto next_word = [&w, &i]() -> const std::string* {
-    for (; i < w.size(); ++i) {
-      if (w[i] == "-j" || w[i] == "--threads") {
-        ++i;
-      } else if (w[i].empty() || w[i][0] != '-') {
-        return &w[i++];
-      }
-    }
-    return nullptr;
-  };
-  for (const std::string& x : w) {
-    if (x == "-h" || x == "--help" || x == "--help-all" || x == "--") return true;
+  const RunWords& r = globals().run;
+  if (r.help_after != RunWords::kNone || r.words.size() < 2 || r.words[0] != command) {
+    return true;
   }
-  const std::string* c = next_word();
-  if (c == nullptr || *c != command) return true;
-  const std::string* k = next_word();
-  if (k == nullptr) return true;
   for (std::string_view known : kinds) {
-    if (*k == known) return *k == kind;
+    if (r.words[1] == known) return known == kind;
   }
   return true;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Pieces shared by the subcommands: global flags, output options, messages.
 
+#include <cstddef>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -16,16 +17,28 @@
 namespace posenc::cli {
 
 /// Global options (before the command name).
+/// The command line as far as choosing which commands to define needs it: the words
+/// that are not options (command, kind, operands; the value of -j/--threads skipped),
+/// and how many of them come before the first help word (-h, --help, --help-all, --)
+/// and before --version (kNone: not given).
+struct RunWords {
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::string> words;
+  std::size_t help_after = kNone;
+  std::size_t version_after = kNone;
+};
+RunWords scan_run_words(int argc, const char* const* argv);
+
 struct Globals {
   int threads = 0;  ///< 0 = all cores
   bool quiet = false;
   bool verbose = false;
-  std::vector<std::string> words;  ///< the command line after the program name
+  RunWords run;  ///< this run's command line, scanned before the commands are defined
 };
 Globals& globals();
 
 /// Whether subcommand `kind` of `command` is to be defined for this run (see
-/// globals().words): when the run names `command` and then one of its `kinds`, only
+/// globals().run): when the run names `command` and then one of its `kinds`, only
 /// that kind is; with help asked for, a kind missing or misspelt, or another command
 /// named (completion writes every command), all are.
 bool defines_kind(std::string_view command, std::string_view kind,

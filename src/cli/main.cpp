@@ -118,23 +118,13 @@ constexpr Command kCommands[] = {
 // errors and suggestions are its own), `posenc --version` needs none; help, a command
 // word that is misspelt or missing, and `completion` (which writes scripts for all
 // commands) get all of them.
-bool defines(const Command& c, int argc, char** argv) {
-  bool version = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string w = argv[i];
-    if (w == "-j" || w == "--threads") {
-      ++i;
-    } else if (w == "--version") {
-      version = true;
-    } else if (w == "-h" || w == "--help" || w == "--help-all" || w == "--") {
-      return true;
-    } else if (w.empty() || w[0] != '-') {
-      bool known = false;
-      for (const Command& k : kCommands) known = known || w == k.name;
-      return !known || w == "completion" || w == c.name;
-    }
-  }
-  return !version;
+bool defines(const Command& c, const posenc::cli::RunWords& r) {
+  if (r.help_after == 0) return true;
+  if (r.words.empty()) return r.version_after == posenc::cli::RunWords::kNone;
+  const std::string& w = r.words.front();
+  bool known = false;
+  for (const Command& k : kCommands) known = known || w == k.name;
+  return !known || w == "completion" || w == c.name;
 }
 
 int run(int argc, char** argv) {
@@ -152,9 +142,9 @@ int run(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.fallthrough();
 
-  g.words.assign(argv + 1, argv + argc);
+  g.run = posenc::cli::scan_run_words(argc, argv);
   for (const Command& c : kCommands) {
-    if (defines(c, argc, argv)) c.add(app);
+    if (defines(c, g.run)) c.add(app);
   }
   posenc::cli::check_numeric_options(app);
 

@@ -44,22 +44,15 @@ void require(const char* what) {
 
 #if defined(POSENC_HAVE_SLEEF_AVX2)
 
-// Everything below runs only after available(). sleef.h declares its 8-lane functions
-// only when the whole file is compiled for AVX, which available() must not be; these
-// are its declarations (libsleef 3.5, the dispatchers torch's AVX2 kernels call).
-// (clang ignores GCC's target pragma; its own attribute pragma does the same.)
+// Everything below runs only after available(), compiled for AVX2 (clang ignores GCC's
+// target pragma; its own attribute pragma does the same).
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
 #pragma GCC target("avx2,fma")
 #endif
 
-extern "C" {
-__m256 Sleef_cosf8_u10(__m256);
-__m256 Sleef_sinf8_u10(__m256);
-__m256 Sleef_expf8_u10(__m256);
-__m256 Sleef_powf8_u10(__m256, __m256);
-}
+#include "encodings/sleef_avx2.hpp"
 
 namespace posenc::torch_cpu {
 

@@ -1,9 +1,8 @@
 // SLEEF for the posenc executable, loaded on first use (see shim.hpp): only --arith hf
-// needs it. The four 8-lane functions torch's AVX2 kernels call, declared as in
-// encodings/torch_cpu.cpp (sleef.h declares them only when the whole file is compiled
-// for AVX). They take and return __m256 in ymm registers, so the trampolines are
-// compiled for AVX2 as their callers are; torch_cpu::require() calls one on the main
-// thread before any parallel region, which loads the library or reports it missing.
+// needs it. The four 8-lane functions of encodings/sleef_avx2.hpp take and return
+// __m256 in ymm registers, so the trampolines are compiled for AVX2 as their callers
+// are; torch_cpu::require() calls one on the main thread before any parallel region,
+// which loads the library or reports it missing.
 
 #if defined(__x86_64__)
 
@@ -24,12 +23,7 @@
 #pragma GCC target("avx2,fma")
 #endif
 
-extern "C" {
-__m256 Sleef_cosf8_u10(__m256);
-__m256 Sleef_sinf8_u10(__m256);
-__m256 Sleef_expf8_u10(__m256);
-__m256 Sleef_powf8_u10(__m256, __m256);
-}
+#include "encodings/sleef_avx2.hpp"
 
 namespace {
 
