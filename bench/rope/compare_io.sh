@@ -7,7 +7,10 @@
 #   bench/rope/compare_io.sh [POSENC_BIN] [ROUNDS] [WORKDIR]
 #
 # Cases: f32 and f16 NPY (256 MiB each: [16384, 32, 128] and [32768, 32, 128], s h d),
-# and the f32 file as an HDF5 dataset in and out.
+# and the f32 file as an HDF5 dataset in and out. Outputs are deleted before each command
+# (untimed), so every command writes a new file. A WORKDIR on tmpfs (/dev/shm) keeps the
+# disk's writeback, which made single runs of cp on ext4 vary from 70 to 710 ms, out of
+# the figures.
 set -eu
 BIN=${1:-build/posenc}
 ROUNDS=${2:-15}
@@ -31,7 +34,10 @@ now() { date +%s%N; }
 : >"$DIR/times.txt"
 timeit() {  # name command...
   name=$1; shift
-  t0=$(now); "$@" >/dev/null 2>&1; t1=$(now)
+  rm -f "$DIR"/o*.npy "$DIR"/o*.h5  # every output is a new file, as for cp
+  t0=$(now)
+  "$@" >/dev/null 2>"$DIR/stderr.txt" || { echo "failed: $*"; cat "$DIR/stderr.txt"; exit 1; }
+  t1=$(now)
   echo "$name $(( (t1 - t0) / 1000 ))" >>"$DIR/times.txt"
 }
 i=0

@@ -234,14 +234,14 @@ void run_wavelengths(const RopeAnalysisOptions& o) {
 
 // --- relative ------------------------------------------------------------------------
 
-struct RelativeCliOptions {
+struct RelativeCheckOptions {
   AnalyzeCommon c;
   RopeCliOptions rope;
   std::string q, k, axes, shifts = "1,100,10000";
   double tol = 0;
 };
 
-void run_relative(const RelativeCliOptions& o) {
+void run_relative(const RelativeCheckOptions& o) {
   refuse_positions(o.c.app, "relative");
   if (o.c.app->count("--tol") > 0 && !(o.tol > 0)) {
     throw UsageError(fmt::format("--tol: must be positive, got {}", o.tol));
@@ -328,7 +328,7 @@ void register_analyze(CLI::App& app) {
                 "target context (default: --max-pos when above L0, else factor x L0)");
   w->callback([wl] { run_wavelengths(*wl); });
 
-  auto rel = std::make_shared<RelativeCliOptions>();
+  auto rel = std::make_shared<RelativeCheckOptions>();
   auto* r = sub->add_subcommand(
       "relative", "check RoPE's relative-position property on real q/k (exit 1 when it fails)");
   r->add_option("-q,--query", rel->q, "query tensor (before RoPE)")->required();

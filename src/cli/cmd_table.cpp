@@ -36,7 +36,7 @@ void add_common(CLI::App* sub, Common& c, const char* dtype_help, bool several =
   } else {
     add_output_options(sub, c.out);
   }
-  sub->add_option("--dtype", c.dtype, dtype_help);
+  if (defines_option("--dtype")) sub->add_option("--dtype", c.dtype, dtype_help);
   add_part_option(sub, c.part,
                   "the table's first axis whose extent is not 1 (positions for sinusoidal and "
                   "rope tables; cos|sin for --emit cos-sin)");

@@ -39,8 +39,35 @@ RunWords scan_run_words(int argc, const char* const* argv) {
     } else if (w.empty() || w[0] != '-') {
       r.words.emplace_back(w);
     }
+    if (!w.empty() && w[0] == '-') r.dashed.emplace_back(w);
   }
   return r;
+}
+
+bool defines_option(std::string_view names) {
+  const RunWords& r = globals().run;
+  if (r.full || r.help_after != RunWords::kNone || r.words.empty() ||
+      r.words.front() == "completion") {
+    return true;
+  }
+  for (std::size_t pos = 0; pos <= names.size();) {
+    std::size_t end = names.find(',', pos);
+    if (end == std::string_view::npos) end = names.size();
+    const std::string_view name = names.substr(pos, end - pos);
+    pos = end + 1;
+    for (std::string_view arg : r.dashed) {
+      if (name.size() > 2 && name[1] == '-') {
+        if (arg.substr(0, name.size()) == name &&
+            (arg.size() == name.size() || arg[name.size()] == '=')) {
+          return true;
+        }
+      } else if (name.size() == 2 && arg.size() > 1 && arg[1] != '-' &&
+                 arg.find(name[1], 1) != std::string_view::npos) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 bool defines_kind(std::string_view command, std::string_view kind,
@@ -69,19 +96,30 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool req
                         "stdout); x.h5:/d is added to an existing HDF5 file x.h5");
   if (!multiple) opt->expected(1);
   if (required) opt->required();
-  sub->add_option("--to", o.to, "output format, overriding the extension")
-      ->check(CLI::IsMember({"npy", "h5", "hdf5", "csv", "tsv", "json", "text"}));
-  sub->add_flag("-f,--force", o.force,
-                "write binary output to a terminal; replace an existing dataset of an HDF5 "
-                "output, or a file at its path that is not HDF5");
-  sub->add_option("--compression", o.compression, "HDF5 gzip level 0-9 (default 0)")
-      ->check(CLI::Range(0, 9));
-  sub->add_flag("--no-clobber", o.no_clobber,
-                "fail if the output file exists (HDF5 too: nothing is added to it)");
-  sub->add_flag("--sync", o.sync, "fsync outputs before renaming them into place");
+  if (defines_option("--to")) {
+    sub->add_option("--to", o.to, "output format, overriding the extension")
+        ->check(CLI::IsMember({"npy", "h5", "hdf5", "csv", "tsv", "json", "text"}));
+  }
+  if (defines_option("-f,--force")) {
+    sub->add_flag("-f,--force", o.force,
+                  "write binary output to a terminal; replace an existing dataset of an HDF5 "
+                  "output, or a file at its path that is not HDF5");
+  }
+  if (defines_option("--compression")) {
+    sub->add_option("--compression", o.compression, "HDF5 gzip level 0-9 (default 0)")
+        ->check(CLI::Range(0, 9));
+  }
+  if (defines_option("--no-clobber")) {
+    sub->add_flag("--no-clobber", o.no_clobber,
+                  "fail if the output file exists (HDF5 too: nothing is added to it)");
+  }
+  if (defines_option("--sync")) {
+    sub->add_flag("--sync", o.sync, "fsync outputs before renaming them into place");
+  }
 }
 
 void add_part_option(CLI::App* sub, std::string& part, const char* axis_help) {
+  if (!defines_option("--part")) return;
   sub->add_option("--part", part,
                   fmt::format("compute and write only share I of N (0 <= I < N): entries "
                               "[floor(I*R/N), floor((I+1)*R/N)) of {}; HDF5 outputs record the "

@@ -24,10 +24,21 @@ namespace posenc::cli {
 struct RunWords {
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   std::vector<std::string> words;
+  std::vector<std::string> dashed;  ///< every argument that starts with '-'
   std::size_t help_after = kNone;
   std::size_t version_after = kNone;
+  bool full = false;  ///< every option defined (see defines_option)
 };
 RunWords scan_run_words(int argc, const char* const* argv);
+
+/// Whether an optional option with CLI11 names `names` ("-f,--force") is to be defined
+/// for this run. Each definition costs CLI11 about 12,000 instructions, so the shared
+/// output, --part and global options a run does not mention are left out: when no
+/// argument could be one of their names (`--name`, `--name=...`, or a short-option
+/// cluster holding its letter). Help, completion and a run without a command define
+/// everything, and so does the second parse that main() makes after any parse error,
+/// so messages and suggestions see every option.
+bool defines_option(std::string_view names);
 
 struct Globals {
   int threads = 0;  ///< 0 = all cores

@@ -127,22 +127,33 @@ bool defines(const Command& c, const posenc::cli::RunWords& r) {
   return !known || w == "completion" || w == c.name;
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{
+int run(int argc, char** argv, bool full = false) {
+  auto& g = posenc::cli::globals();
+  g.run = posenc::cli::scan_run_words(argc, argv);
+  g.run.full = full;
+  // Never destroyed: the process ends when run() returns, and freeing the definitions'
+  // strings and functions one by one was a tenth of a small command's instructions.
+  // Reachable from here, so leak checkers do not count it.
+  static CLI::App* defined[2] = {};  // lean, then full
+  CLI::App& app = *(defined[full ? 1 : 0] = new CLI::App{
       "posenc: positional encodings for transformers. Generates encoding tables, applies "
       "RoPE to tensors, adds absolute encodings to embeddings, computes reference attention, "
       "inspects and compares tensors.",
-      "posenc"};
+      "posenc"});
   app.set_version_flag("--version", "posenc " POSENC_VERSION);
-  auto& g = posenc::cli::globals();
-  app.add_option("-j,--threads", g.threads, "worker threads (default: all cores)")
-      ->check(CLI::Range(1, 4096));
-  app.add_flag("-q,--quiet", g.quiet, "no progress or notes on stderr");
-  app.add_flag("-v,--verbose", g.verbose, "print parameters and details on stderr");
+  if (posenc::cli::defines_option("-j,--threads")) {
+    app.add_option("-j,--threads", g.threads, "worker threads (default: all cores)")
+        ->check(CLI::Range(1, 4096));
+  }
+  if (posenc::cli::defines_option("-q,--quiet")) {
+    app.add_flag("-q,--quiet", g.quiet, "no progress or notes on stderr");
+  }
+  if (posenc::cli::defines_option("-v,--verbose")) {
+    app.add_flag("-v,--verbose", g.verbose, "print parameters and details on stderr");
+  }
   app.require_subcommand(0, 1);
   app.fallthrough();
 
-  g.run = posenc::cli::scan_run_words(argc, argv);
   for (const Command& c : kCommands) {
     if (defines(c, g.run)) c.add(app);
   }
@@ -171,6 +182,9 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // Said with every option defined: suggestions and usage lines need them all. (No
+    // command has run: CLI11 runs the callbacks after the whole line parsed.)
+    if (!full) return run(argc, argv, true);
     return fail(ExitStatus::kUsage, posenc::cli::parse_error_message(app, e));
   } catch (const std::bad_alloc&) {
     return fail(ExitStatus::kBadInput, out_of_memory(app));

@@ -3,6 +3,8 @@ the closest name and point at the command's own --help; library errors name the
 command's options. Each is one line on stderr with exit status 2."""
 import unittest
 
+import h5py
+
 from posenc_testlib import PosencTestCase, run
 
 
@@ -37,6 +39,32 @@ class Suggestions(PosencTestCase):
         # A misspelt required option: the typo is the error, not the missing option.
         msg = self.usage_error("attention", "-q", "q.npy", "-k", "k.npy", "--outptu", "x.npy")
         self.assertIn("unknown option '--outptu' (did you mean --output?)", msg)
+
+    def test_shared_options_a_run_does_not_name(self):
+        # A run defines only the shared output, --part and global options its arguments
+        # name; a typo of one of the others still gets its suggestion, and short options
+        # in clusters and --name=value forms are found.
+        table = ["table", "sinusoidal", "--positions", "4", "--dim", "8"]
+        msg = self.usage_error(*table, "-o", self.path("x.npy"), "--compresion", "3")
+        self.assertIn("unknown option '--compresion' (did you mean --compression?)", msg)
+        msg = self.usage_error(*table, "-o", self.path("x.npy"), "--forse")
+        self.assertIn("unknown option '--forse' (did you mean --force?)", msg)
+        msg = self.usage_error(*table, "-o", self.path("x.npy"), "--to=npz")
+        self.assertIn("--to: npz not in {npy,h5,hdf5,csv,tsv,json,text}", msg)
+        out = self.path("y.h5")
+        p = run(*table, "-o", out + ":/pe", "-fq", "--compression=4", "--part=1/2", "--dtype",
+                "f64", "--sync", "--no-clobber")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, "")
+        with h5py.File(out) as f:
+            self.assertEqual(f["pe"].shape, (2, 8))
+            self.assertEqual(f["pe"].dtype, "f8")
+            self.assertEqual(f["pe"].compression_opts, 4)
+        p = run(*table, "-o", out + ":/pe", "--to", "h5")
+        self.assertEqual(p.returncode, 4, p.stderr)  # the dataset exists: needs --force
+        p = run("-vj1", *table, "-o", out + ":/pe", "--force")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("posenc: kind = sinusoidal", p.stderr)
 
     def test_unrelated_word_has_no_suggestion(self):
         msg = self.usage_error("inspect", "x.npy", "--zzzzzzzz")

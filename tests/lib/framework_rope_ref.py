@@ -11,13 +11,20 @@ Only the parts posenc reproduces are kept; the arithmetic, dtypes and operation 
 are the frameworks'. torch runs single-threaded (see set_threads) so that its parallel
 split never cuts an inner loop.
 """
+import ctypes
 import math
 
 import torch
 
 
 def set_threads():
+    """torch on one thread, and the OpenBLAS it links too (the same library posenc loads):
+    torch.set_num_threads does not reach OpenBLAS's own pool, and a threaded sgemm splits
+    some products otherwise (AMD EPYC Zen 5, OpenBLAS 0.3.21 on its Haswell kernels: 4412
+    of the 16384 float32 logits of four 64x128 by 128x64 products differ with two
+    threads, by up to 2e-4 relative). posenc reproduces torch on one OpenBLAS thread."""
     torch.set_num_threads(1)
+    ctypes.CDLL("libopenblas.so.0").openblas_set_num_threads(1)
 
 
 class Config:
