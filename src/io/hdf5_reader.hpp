@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,11 @@ class DatasetReader {
   /// Elements [first, first + count) in C order into `dst` (info().dtype, native byte
   /// order). Throws InputError.
   virtual void read_flat(std::size_t first, std::size_t count, void* dst) = 0;
+  /// Where the dataset's bytes start in its file when they are info().dtype's C-order,
+  /// native-byte-order bytes as they are (contiguous storage, allocated, no filters, the
+  /// file type equal to the memory type), so that they can be mapped; else kNotRaw.
+  static constexpr std::uint64_t kNotRaw = ~std::uint64_t{0};
+  virtual std::uint64_t raw_offset() const { return kNotRaw; }
 };
 
 /// Opens `ref.dataset` of `ref.path` (validated as open_hdf5_source describes); reads

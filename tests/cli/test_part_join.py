@@ -216,6 +216,25 @@ class MappedInputTruncated(PosencTestCase):
         self.assertEqual(err.strip().splitlines(),
                          [f"posenc: error: {src}: input file shrank while being read"])
 
+    def test_hdf5_input_truncated_while_mapped_is_one_error_line(self):
+        # A contiguous dataset is mapped from its file like an NPY file.
+        src = self.path("big.h5")
+        with h5py.File(src, "w") as f:
+            f["x"] = np.ones((64, 1024, 256), np.float32)
+        fifo = self.path("out.fifo")
+        os.mkfifo(fifo)
+        p = subprocess.Popen([BIN, "rope", src + ":/x", "-o", fifo, "--axes", "shd"],
+                             stderr=subprocess.PIPE)
+        with open(fifo, "rb") as f:
+            f.read(1 << 20)
+            os.truncate(src, 4096)
+            while f.read(1 << 20):
+                pass
+        err = p.communicate()[1].decode()
+        self.assertEqual(p.returncode, 3, err)
+        self.assertEqual(err.strip().splitlines(),
+                         [f"posenc: error: {src}: dataset '/x': input file shrank while being read"])
+
 
 if __name__ == "__main__":
     unittest.main()
