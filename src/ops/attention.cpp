@@ -22,6 +22,7 @@
 #include "ops/attention_hf.hpp"
 #include "ops/axis_strides.hpp"
 #include "ops/blas_threads.hpp"
+#include "ops/row_max.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
@@ -601,31 +602,8 @@ inline T row_max(const T* s, std::size_t n) {
   return m;
 }
 
-// Largest of s[0, n) and whether every one is finite (on the bits), in one pass.
-__attribute__((target_clones("avx512f", "avx2", "default"), noinline)) float row_max_finite(
-    const float* s, std::size_t n, bool& finite) {
-  constexpr std::size_t kLanes = 16;
-  float acc[kLanes];
-  std::uint32_t bad[kLanes] = {};
-  for (auto& a : acc) a = -std::numeric_limits<float>::infinity();
-  std::size_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (std::size_t l = 0; l < kLanes; ++l) {
-      const float x = s[j + l];
-      acc[l] = x > acc[l] ? x : acc[l];
-      bad[l] |= (__builtin_bit_cast(std::uint32_t, x) & 0x7f800000u) == 0x7f800000u;
-    }
-  }
-  float m = -std::numeric_limits<float>::infinity();
-  std::uint32_t any = 0;
-  for (std::size_t l = 0; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m, any |= bad[l];
-  for (; j < n; ++j) {
-    m = s[j] > m ? s[j] : m;
-    any |= (__builtin_bit_cast(std::uint32_t, s[j]) & 0x7f800000u) == 0x7f800000u;
-  }
-  finite = any == 0;
-  return m;
-}
+// The largest float score of a row and whether all are finite: ops/row_max.hpp.
+using row_max_detail::row_max_finite;
 inline double row_max_finite(const double* s, std::size_t n, bool& finite) {
   finite = all_finite(s, n);
   return row_max(s, n);
