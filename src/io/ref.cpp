@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <set>
@@ -280,6 +282,13 @@ void refuse_hdf5_stdio(const TensorRef& ref, bool output) {
 }  // namespace
 
 namespace io_detail {
+
+void release_mapped(const std::byte* p, std::size_t n) {
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t lo = a / page * page, hi = (a + n) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
 
 std::size_t slab_extent(const Shape& shape, std::size_t axis) {
   return shape.empty() ? 1 : shape[axis];

@@ -22,4 +22,10 @@ std::size_t slab_entry_bytes(const Shape& shape, std::size_t axis, std::size_t i
 /// an axis before it has extent 1, so one of its entries is the whole tensor.
 std::size_t slab_units(const Shape& shape, std::size_t axis, std::size_t count);
 
+/// Drops the page-table entries of the whole pages of [p, p + n) in a read-only file
+/// mapping once they have been used: the pages stay in the page cache, but the
+/// process's resident memory stays at what it is working on however large the file (a
+/// later touch would simply map them again).
+void release_mapped(const std::byte* p, std::size_t n);
+
 }  // namespace posenc::io_detail

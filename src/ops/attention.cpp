@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "io/slab.hpp"
 #include "ops/attention_hf.hpp"
 #include "ops/axis_strides.hpp"
 #include "ops/blas_threads.hpp"
@@ -1277,14 +1279,61 @@ void read_keys(TensorSource& src, std::size_t s_axis, std::size_t c0, std::size_
   }
 }
 
+// K or V used in place, in the page cache, when its source maps its file (an NPY file
+// in C order and native byte order, a contiguous HDF5 dataset) and it is already in the
+// compute dtype with d last: no copy into a chunk buffer. `base` is null otherwise.
 template <class T>
-AttentionResult run_streamed(const Tensor& q, TensorSource& ks, TensorSource* vs,
-                             const Geometry& g, const AttentionOptions& opt, std::size_t chunk) {
+struct MappedKeys {
+  const T* base = nullptr;
+  Strides st;
+};
+
+template <class T>
+MappedKeys<T> mapped_keys(TensorSource& src, const Geometry& g) {
+  MappedKeys<T> m;
+  const TensorInfo& info = src.info();
+  if (info.dtype != dtype_of<T>() || g.axes.back() != 'd') return m;
+  const std::byte* p = src.mapped_data();
+  if (p == nullptr || reinterpret_cast<std::uintptr_t>(p) % alignof(T) != 0) return m;
+  m.base = reinterpret_cast<const T*>(p);
+  m.st = strides_of(info.shape, g.axes);
+  return m;
+}
+
+// Calls f(first element, count) for the ranges of the C-order data that hold keys
+// [c0, c0 + n) of a tensor of `shape` whose key axis is `s_axis` (read_keys' ranges).
+template <class F>
+void key_ranges(const Shape& shape, std::size_t s_axis, std::size_t c0, std::size_t n, F&& f) {
+  std::size_t outer = 1, inner = 1;
+  for (std::size_t ax = 0; ax < s_axis; ++ax) outer *= shape[ax];
+  for (std::size_t ax = s_axis + 1; ax < shape.size(); ++ax) inner *= shape[ax];
+  for (std::size_t o = 0; o < outer; ++o) f((o * shape[s_axis] + c0) * inner, n * inner);
+}
+
+InputError nonfinite_input(const char* what) {
+  return InputError(
+      fmt::format("{}: contains NaN or Inf (use allow_nonfinite to compute with it anyway)", what));
+}
+
+template <class T>
+AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* vs,
+                             const Geometry& g, const AttentionOptions& opt, std::size_t chunk,
+                             bool map_kv) {
+  // Q in place when its file is mapped, else read whole.
+  const MappedKeys<T> qm = mapped_keys<T>(qs, g);
+  Tensor qt, hq_;
+  if (qm.base == nullptr) qt = read_all_rows(qs);
+  if (!opt.allow_nonfinite) {
+    require_finite(qt, nullptr, nullptr, opt);  // (qt is empty when Q is mapped)
+    if (qm.base != nullptr &&
+        !all_finite(qm.base, checked_numel(qs.info().shape, sizeof(T), "q"))) {
+      throw nonfinite_input("q");
+    }
+  }
   Plan<T> P;
   plan(P, g, opt, vs != nullptr);
-  Tensor hq_;
-  P.q = make_view<T>(q, g.axes, hq_);
-  AttentionResult res = allocate(P, q.shape());
+  P.q = qm.base ? View<T>{qm.base, qm.st.b, qm.st.h, qm.st.s} : make_view<T>(qt, g.axes, hq_);
+  AttentionResult res = allocate(P, qs.info().shape);
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
   const std::size_t items = g.b * g.hq * nq;
   if (g.sq == 0) return res;
@@ -1305,28 +1354,43 @@ AttentionResult run_streamed(const Tensor& q, TensorSource& ks, TensorSource* vs
     }
   }
   const std::size_t s_axis = g.axes.find('s');
+  const MappedKeys<T> km = map_kv ? mapped_keys<T>(ks, g) : MappedKeys<T>{};
+  const MappedKeys<T> vm = map_kv && vs ? mapped_keys<T>(*vs, g) : MappedKeys<T>{};
   Tensor kc, vc, kh, vh;
   for (std::size_t c0 = 0; c0 < g.sk; c0 += chunk) {
     const std::size_t n = std::min(chunk, g.sk - c0);
     if (static_cast<std::int64_t>(c0 + n) <= need_lo || static_cast<std::int64_t>(c0) > need_hi) {
       continue;
     }
-    read_keys(ks, s_axis, c0, n, kc);
-    if (vs) read_keys(*vs, s_axis, c0, n, vc);
-    if (!opt.allow_nonfinite) {
-      for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&kc, "k"}, {&vc, "v"}}) {
-        if (t->numel() && t->has_nonfinite()) {
-          throw InputError(fmt::format(
-              "{}: contains NaN or Inf (use allow_nonfinite to compute with it anyway)", what));
-        }
+    // The chunk of K or V: in place in the mapping, or read into `c`.
+    auto keys = [&](TensorSource& src, const MappedKeys<T>& m, Tensor& c, Tensor& holder,
+                    const char* what) {
+      if (m.base == nullptr) {
+        read_keys(src, s_axis, c0, n, c);
+        if (!opt.allow_nonfinite && c.numel() && c.has_nonfinite()) throw nonfinite_input(what);
+        return make_view<T>(c, g.axes, holder);
       }
-    }
-    const View<T> K = make_view<T>(kc, g.axes, kh);
-    const View<T> V = vs ? make_view<T>(vc, g.axes, vh) : View<T>{};
+      if (!opt.allow_nonfinite) {
+        key_ranges(src.info().shape, s_axis, c0, n, [&](std::size_t first, std::size_t count) {
+          if (!all_finite(m.base + first, count)) throw nonfinite_input(what);
+        });
+      }
+      return View<T>{m.base + static_cast<std::ptrdiff_t>(c0) * m.st.s, m.st.b, m.st.h, m.st.s};
+    };
+    const View<T> K = keys(ks, km, kc, kh, "k");
+    const View<T> V = vs ? keys(*vs, vm, vc, vh, "v") : View<T>{};
     for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
       auto [b, h, q0] = at(it);
       item_keys(P, state[it], tiles[t], K, V, c0, b, h, q0, c0, c0 + n);
     });
+    // Mapped pages done with leave the process's resident memory (not the page cache).
+    for (auto [src, m] : {std::pair<TensorSource*, const MappedKeys<T>*>{&ks, &km}, {vs, &vm}}) {
+      if (m->base == nullptr) continue;
+      key_ranges(src->info().shape, s_axis, c0, n, [&](std::size_t first, std::size_t count) {
+        io_detail::release_mapped(reinterpret_cast<const std::byte*>(m->base + first),
+                                  count * sizeof(T));
+      });
+    }
   }
   for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
     auto [b, h, q0] = at(it);
@@ -1471,10 +1535,18 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
     const std::size_t keys = (opt.max_memory - m.fixed) / std::max<std::size_t>(m.per_key, 1);
     chunk = std::min(chunk, std::max(kB, keys / kB * kB));
   }
-  Tensor qt = read_all_rows(q);
-  if (!opt.allow_nonfinite) require_finite(qt, nullptr, nullptr, opt);
-  AttentionResult res = g.compute == DType::f64 ? run_streamed<double>(qt, k, v, g, opt, chunk)
-                                                : run_streamed<float>(qt, k, v, g, opt, chunk);
+  // K and V are used in place of a mapped file only when all of them fit the budget:
+  // the kernel maps a file's pages in folios of up to 2 MiB, so the pages resident at
+  // once are not bounded by the chunk (78 MiB for a 64 MiB budget and 512 MiB of K and
+  // V, against 29 MiB copying chunks).
+  std::size_t kv_bytes = mul_sat(checked_numel(ki.shape, 1, "k"), dtype_size(ki.dtype));
+  if (vi) {
+    kv_bytes = add_sat(kv_bytes, mul_sat(checked_numel(vi->shape, 1, "v"), dtype_size(vi->dtype)));
+  }
+  const bool map_kv = opt.max_memory == 0 || add_sat(m.fixed, kv_bytes) <= opt.max_memory;
+  AttentionResult res = g.compute == DType::f64
+                            ? run_streamed<double>(q, k, v, g, opt, chunk, map_kv)
+                            : run_streamed<float>(q, k, v, g, opt, chunk, map_kv);
   record(res, g, opt, qi.dtype);
   return res;
 }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/slab.hpp"
 #include "posenc/error.hpp"
 #include "posenc/ops/rope_stream.hpp"
 
@@ -67,17 +68,6 @@ class Channel {
 /// Buffers per side (input, output) of the slab pipeline: two let the reader fill
 /// slab i+1 and the writer drain slab i-1 while slab i is transformed.
 constexpr std::size_t kPipelineDepth = 2;
-
-/// Drops the page-table entries of the whole pages of [p, p + n) in a read-only file
-/// mapping once they are transformed: the pages stay in the page cache, but the
-/// process's resident memory stays at a few slabs however large the file (a later
-/// touch would simply map them again).
-void release_mapped(const std::byte* p, std::size_t n) {
-  static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t lo = a / page * page, hi = (a + n) / page * page;
-  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-}
 
 }  // namespace
 
@@ -224,7 +214,7 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
       op.rows(mapped ? mapped + in.first * op.in_row_bytes : in_bufs[in.buf].data(),
               out_bufs[out.buf].data(), in.first, in.rows);
       if (mapped) {
-        release_mapped(mapped + in.first * op.in_row_bytes, in.rows * op.in_row_bytes);
+        io_detail::release_mapped(mapped + in.first * op.in_row_bytes, in.rows * op.in_row_bytes);
       } else {
         free_in.push(in.buf);
       }

@@ -100,6 +100,10 @@ class AttentionStreamTest(PosencTestCase):
         whole = self.attention(q, k, v, self.path("whole"))
         part = self.attention(q, h5 + ":/k", h5 + ":/v", self.path("part"), "--max-memory", "2M")
         self.assertEqual(part, whole)
+        # Within the default budget the contiguous /k is used in place of the mapped file
+        # (as the NPY inputs of `whole` are), the chunked /v read through libhdf5.
+        mapped = self.attention(q, h5 + ":/k", h5 + ":/v", self.path("mapped"))
+        self.assertEqual(mapped, whole)
 
     def test_budget_below_one_block_is_refused_before_reading(self):
         q, k, v = self.inputs()
