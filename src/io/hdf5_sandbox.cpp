@@ -22,7 +22,6 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,7 +39,6 @@
 #include "io/hdf5_reader.hpp"
 #include "io/slab.hpp"
 #include "posenc/error.hpp"
-#include "posenc/io/atomic.hpp"
 #include "posenc/io/hdf5.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -599,47 +597,22 @@ class SandboxSource final : public FlatSource {
     path_ = ref.path;
   }
 
-  ~SandboxSource() override {
-    if (map_ != nullptr) {
-      unguard_mapped_input(guard_);
-      ::munmap(map_, map_bytes_);
-    }
-  }
-
   // A dataset whose bytes the child found stored as they are (contiguous, no filters,
   // the memory type) is mapped from the file like an NPY file: its values are the bytes
   // at that offset whoever reads them, so libhdf5 has nothing to interpret, and the
   // copy through the shared slots is saved. The offset is only used within the file's
   // size; a file truncated while mapped ends posenc with exit 3 (guard_mapped_input).
   const std::byte* mapped_data() override {
-    if (map_ != nullptr) return static_cast<const std::byte*>(map_) + (raw_offset_ - map_from_);
-    if (raw_offset_ == hdf5_detail::DatasetReader::kNotRaw || map_failed_) return nullptr;
-    map_failed_ = true;
-    const std::size_t bytes =
-        checked_numel(info_.shape, dtype_size(info_.dtype), what_) * dtype_size(info_.dtype);
+    if (!map_.empty()) return map_.data();
+    if (raw_offset_ == hdf5_detail::DatasetReader::kNotRaw || map_tried_) return nullptr;
+    map_tried_ = true;
     const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nullptr;
-    struct stat st {};
-    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGE_SIZE));
-    void* p = MAP_FAILED;
-    if (bytes > 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-        raw_offset_ <= static_cast<std::uint64_t>(st.st_size) &&
-        bytes <= static_cast<std::uint64_t>(st.st_size) - raw_offset_) {
-      map_from_ = raw_offset_ / page * page;
-      map_bytes_ = static_cast<std::size_t>(raw_offset_ - map_from_) + bytes;
-      p = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(map_from_));
-    }
+    const std::size_t bytes =
+        checked_numel(info_.shape, dtype_size(info_.dtype), what_) * dtype_size(info_.dtype);
+    map_ = io_detail::MappedFileRange(fd, raw_offset_, bytes, what_);
     ::close(fd);
-    if (p == MAP_FAILED) return nullptr;
-    guard_ = guard_mapped_input(p, map_bytes_, what_);
-    if (guard_ < 0) {
-      ::munmap(p, map_bytes_);
-      return nullptr;
-    }
-    ::madvise(p, map_bytes_, MADV_SEQUENTIAL);
-    map_ = p;
-    map_failed_ = false;
-    return static_cast<const std::byte*>(map_) + (raw_offset_ - map_from_);
+    return map_.empty() ? nullptr : map_.data();
   }
 
  private:
@@ -666,11 +639,8 @@ class SandboxSource final : public FlatSource {
   std::unique_ptr<Child> child_;
   std::string path_;
   std::uint64_t raw_offset_ = hdf5_detail::DatasetReader::kNotRaw;
-  std::uint64_t map_from_ = 0;
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
-  int guard_ = -1;
-  bool map_failed_ = false;
+  io_detail::MappedFileRange map_;
+  bool map_tried_ = false;
 };
 
 }  // namespace

@@ -346,36 +346,20 @@ class NpySource final : public TensorSource {
     row_bytes_ = checked_numel(row_shape, dtype_size(h_.dtype), what_) * dtype_size(h_.dtype);
   }
   ~NpySource() override {
-    if (map_ != nullptr) {
-      unguard_mapped_input(guard_);
-      ::munmap(map_, map_bytes_);
-    }
+    map_ = io_detail::MappedFileRange();
     if (own_fd_ && fd_ >= 0) ::close(fd_);
   }
 
-  // The file is mapped whole (the header is at most a page or so), read-only and shared:
-  // the page cache itself, no copy. Only for data usable as they are.
+  // The data mapped read-only and shared: the page cache itself, no copy. Only for data
+  // usable as they are.
   const std::byte* mapped_data() override {
-    if (map_ != nullptr) return static_cast<const std::byte*>(map_) + h_.data_offset;
-    if (stream_ || h_.fortran_order || h_.swap || h_.data_bytes == 0 || map_failed_) {
+    if (!map_.empty()) return map_.data();
+    if (stream_ || h_.fortran_order || h_.swap || h_.data_bytes == 0 || map_tried_) {
       return nullptr;
     }
-    map_failed_ = true;
-    struct stat st;
-    const std::size_t need = h_.data_offset + h_.data_bytes;
-    if (::fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < need) return nullptr;
-    void* p = ::mmap(nullptr, need, PROT_READ, MAP_SHARED, fd_, 0);
-    if (p == MAP_FAILED) return nullptr;
-    guard_ = guard_mapped_input(p, need, what_);
-    if (guard_ < 0) {
-      ::munmap(p, need);
-      return nullptr;
-    }
-    ::madvise(p, need, MADV_SEQUENTIAL);
-    map_ = p;
-    map_bytes_ = need;
-    map_failed_ = false;
-    return static_cast<const std::byte*>(map_) + h_.data_offset;
+    map_tried_ = true;
+    map_ = io_detail::MappedFileRange(fd_, h_.data_offset, h_.data_bytes, what_);
+    return map_.empty() ? nullptr : map_.data();
   }
 
   const TensorInfo& info() const override { return info_; }
@@ -558,10 +542,8 @@ class NpySource final : public TensorSource {
   bool eof_checked_ = false;
   bool loaded_ = false;
   Tensor cache_;
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
-  int guard_ = -1;
-  bool map_failed_ = false;
+  io_detail::MappedFileRange map_;
+  bool map_tried_ = false;
 };
 
 // Adapts a borrowed reader to the owned-reader interface of NpySource.

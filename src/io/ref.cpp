@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "io/slab.hpp"
 #include "posenc/error.hpp"
@@ -282,6 +283,54 @@ void refuse_hdf5_stdio(const TensorRef& ref, bool output) {
 }  // namespace
 
 namespace io_detail {
+
+MappedFileRange::MappedFileRange(int fd, std::uint64_t offset, std::size_t bytes,
+                                 const std::string& what) {
+  struct stat st {};
+  if (bytes == 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      offset > static_cast<std::uint64_t>(st.st_size) ||
+      bytes > static_cast<std::uint64_t>(st.st_size) - offset) {
+    return;
+  }
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t from = offset / page * page;
+  const std::size_t len = static_cast<std::size_t>(offset - from) + bytes;
+  void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(from));
+  if (p == MAP_FAILED) return;
+  const int guard = guard_mapped_input(p, len, what);
+  if (guard < 0) {
+    ::munmap(p, len);
+    return;
+  }
+  ::madvise(p, len, MADV_SEQUENTIAL);
+  base_ = p;
+  len_ = len;
+  skip_ = static_cast<std::size_t>(offset - from);
+  guard_ = guard;
+}
+
+MappedFileRange::~MappedFileRange() {
+  if (base_ == nullptr) return;
+  unguard_mapped_input(guard_);
+  ::munmap(base_, len_);
+}
+
+MappedFileRange::MappedFileRange(MappedFileRange&& o) noexcept
+    : base_(std::exchange(o.base_, nullptr)),
+      len_(o.len_),
+      skip_(o.skip_),
+      guard_(std::exchange(o.guard_, -1)) {}
+
+MappedFileRange& MappedFileRange::operator=(MappedFileRange&& o) noexcept {
+  if (this != &o) {
+    this->~MappedFileRange();
+    base_ = std::exchange(o.base_, nullptr);
+    len_ = o.len_;
+    skip_ = o.skip_;
+    guard_ = std::exchange(o.guard_, -1);
+  }
+  return *this;
+}
 
 void release_mapped(const std::byte* p, std::size_t n) {
   static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));

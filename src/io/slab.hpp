@@ -3,6 +3,8 @@
 // leading axes all have extent 1 (TensorSource::read_slab, TensorSink::write_slab).
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "posenc/tensor.hpp"
 
@@ -21,6 +23,29 @@ std::size_t slab_entry_bytes(const Shape& shape, std::size_t axis, std::size_t i
 /// `count` entries along a valid `axis` expressed as entries along slab_axis(shape):
 /// an axis before it has extent 1, so one of its entries is the whole tensor.
 std::size_t slab_units(const Shape& shape, std::size_t axis, std::size_t count);
+
+/// A read-only shared mapping of bytes [offset, offset + bytes) of an open file: the page
+/// cache itself, advised sequential, registered with guard_mapped_input (a file that
+/// shrinks while mapped ends posenc with one line naming `what`). Empty when the file is
+/// not a regular file holding the whole range, or cannot be mapped.
+class MappedFileRange {
+ public:
+  MappedFileRange() = default;
+  MappedFileRange(int fd, std::uint64_t offset, std::size_t bytes, const std::string& what);
+  ~MappedFileRange();
+  MappedFileRange(MappedFileRange&& o) noexcept;
+  MappedFileRange& operator=(MappedFileRange&& o) noexcept;
+  MappedFileRange(const MappedFileRange&) = delete;
+  MappedFileRange& operator=(const MappedFileRange&) = delete;
+  bool empty() const { return base_ == nullptr; }
+  /// The byte at `offset`.
+  const std::byte* data() const { return static_cast<const std::byte*>(base_) + skip_; }
+
+ private:
+  void* base_ = nullptr;
+  std::size_t len_ = 0, skip_ = 0;
+  int guard_ = -1;
+};
 
 /// Drops the page-table entries of the whole pages of [p, p + n) in a read-only file
 /// mapping once they have been used: the pages stay in the page cache, but the
