@@ -197,44 +197,33 @@ class JoinErrors(PosencTestCase):
 
 
 class MappedInputTruncated(PosencTestCase):
-    def test_input_truncated_while_mapped_is_one_error_line(self):
+    def cut_while_mapped(self, ref, path, keep, what):
         # The output is a FIFO read slowly, so posenc is mid-run (input mapped, a few
-        # slabs ahead of the reader) when the input is cut to its header.
-        x = np.ones((64, 1024, 256), np.float32)  # 64 MiB
-        src = self.npy("big.npy", x)
+        # slabs ahead of the reader) when the input file is cut to `keep` bytes.
         fifo = self.path("out.fifo")
         os.mkfifo(fifo)
-        p = subprocess.Popen([BIN, "rope", src, "-o", fifo, "--axes", "shd"],
+        p = subprocess.Popen([BIN, "rope", ref, "-o", fifo, "--axes", "shd"],
                              stderr=subprocess.PIPE)
         with open(fifo, "rb") as f:
             f.read(1 << 20)
-            os.truncate(src, 128)
+            os.truncate(path, keep)
             while f.read(1 << 20):
                 pass
         err = p.communicate()[1].decode()
         self.assertEqual(p.returncode, 3, err)
         self.assertEqual(err.strip().splitlines(),
-                         [f"posenc: error: {src}: input file shrank while being read"])
+                         [f"posenc: error: {what}: input file shrank while being read"])
+
+    def test_input_truncated_while_mapped_is_one_error_line(self):
+        src = self.npy("big.npy", np.ones((64, 1024, 256), np.float32))  # 64 MiB
+        self.cut_while_mapped(src, src, 128, src)
 
     def test_hdf5_input_truncated_while_mapped_is_one_error_line(self):
         # A contiguous dataset is mapped from its file like an NPY file.
         src = self.path("big.h5")
         with h5py.File(src, "w") as f:
             f["x"] = np.ones((64, 1024, 256), np.float32)
-        fifo = self.path("out.fifo")
-        os.mkfifo(fifo)
-        p = subprocess.Popen([BIN, "rope", src + ":/x", "-o", fifo, "--axes", "shd"],
-                             stderr=subprocess.PIPE)
-        with open(fifo, "rb") as f:
-            f.read(1 << 20)
-            os.truncate(src, 4096)
-            while f.read(1 << 20):
-                pass
-        err = p.communicate()[1].decode()
-        self.assertEqual(p.returncode, 3, err)
-        self.assertEqual(err.strip().splitlines(),
-                         [f"posenc: error: {src}: dataset '/x': input file shrank while being read"])
-
+        self.cut_while_mapped(src + ":/x", src, 4096, f"{src}: dataset '/x'")
 
 if __name__ == "__main__":
     unittest.main()
