@@ -1310,6 +1310,21 @@ void key_ranges(const Shape& shape, std::size_t s_axis, std::size_t c0, std::siz
   for (std::size_t o = 0; o < outer; ++o) f((o * shape[s_axis] + c0) * inner, n * inner);
 }
 
+// Whether keys [c0, c0 + n) of a mapped tensor are all finite, its ranges checked by
+// the worker threads (one range per index of the axes before s).
+template <class T>
+bool keys_finite(const T* base, const Shape& shape, std::size_t s_axis, std::size_t c0,
+                 std::size_t n) {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  key_ranges(shape, s_axis, c0, n,
+             [&](std::size_t first, std::size_t count) { ranges.emplace_back(first, count); });
+  std::atomic<bool> finite{true};
+  for_items(ranges.size(), thread_count(ranges.size()), [&](std::size_t i, std::size_t) {
+    if (!all_finite(base + ranges[i].first, ranges[i].second)) finite = false;
+  });
+  return finite;
+}
+
 InputError nonfinite_input(const char* what) {
   return InputError(
       fmt::format("{}: contains NaN or Inf (use allow_nonfinite to compute with it anyway)", what));
@@ -1325,8 +1340,8 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   if (qm.base == nullptr) qt = read_all_rows(qs);
   if (!opt.allow_nonfinite) {
     require_finite(qt, nullptr, nullptr, opt);  // (qt is empty when Q is mapped)
-    if (qm.base != nullptr &&
-        !all_finite(qm.base, checked_numel(qs.info().shape, sizeof(T), "q"))) {
+    const std::size_t q_axis = g.axes.find('s');
+    if (qm.base != nullptr && !keys_finite(qm.base, qs.info().shape, q_axis, 0, g.sq)) {
       throw nonfinite_input("q");
     }
   }
@@ -1370,10 +1385,8 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
         if (!opt.allow_nonfinite && c.numel() && c.has_nonfinite()) throw nonfinite_input(what);
         return make_view<T>(c, g.axes, holder);
       }
-      if (!opt.allow_nonfinite) {
-        key_ranges(src.info().shape, s_axis, c0, n, [&](std::size_t first, std::size_t count) {
-          if (!all_finite(m.base + first, count)) throw nonfinite_input(what);
-        });
+      if (!opt.allow_nonfinite && !keys_finite(m.base, src.info().shape, s_axis, c0, n)) {
+        throw nonfinite_input(what);
       }
       return View<T>{m.base + static_cast<std::ptrdiff_t>(c0) * m.st.s, m.st.b, m.st.h, m.st.s};
     };
