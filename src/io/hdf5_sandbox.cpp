@@ -610,7 +610,7 @@ class SandboxSource final : public FlatSource {
     if (fd < 0) return nullptr;
     const std::size_t bytes =
         checked_numel(info_.shape, dtype_size(info_.dtype), what_) * dtype_size(info_.dtype);
-    map_ = io_detail::MappedFileRange(fd, raw_offset_, bytes, what_);
+    map_ = io_detail::MappedFileRange(fd, raw_offset_, bytes, dtype_size(info_.dtype), what_);
     ::close(fd);
     return map_.empty() ? nullptr : map_.data();
   }

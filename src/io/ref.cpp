@@ -285,9 +285,9 @@ void refuse_hdf5_stdio(const TensorRef& ref, bool output) {
 namespace io_detail {
 
 MappedFileRange::MappedFileRange(int fd, std::uint64_t offset, std::size_t bytes,
-                                 const std::string& what) {
+                                 std::size_t align, const std::string& what) {
   struct stat st {};
-  if (bytes == 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+  if (bytes == 0 || align == 0 || offset % align != 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
       offset > static_cast<std::uint64_t>(st.st_size) ||
       bytes > static_cast<std::uint64_t>(st.st_size) - offset) {
     return;

@@ -26,12 +26,15 @@ std::size_t slab_units(const Shape& shape, std::size_t axis, std::size_t count);
 
 /// A read-only shared mapping of bytes [offset, offset + bytes) of an open file: the page
 /// cache itself, advised sequential, registered with guard_mapped_input (a file that
-/// shrinks while mapped ends posenc with one line naming `what`). Empty when the file is
-/// not a regular file holding the whole range, or cannot be mapped.
+/// shrinks while mapped ends posenc with one line naming `what`). Empty when `offset` is
+/// not a multiple of `align` (the element size: the kernels load whole elements, and an
+/// HDF5 dataset or a crafted NPY header may start anywhere), when the file is not a
+/// regular file holding the whole range, or when it cannot be mapped.
 class MappedFileRange {
  public:
   MappedFileRange() = default;
-  MappedFileRange(int fd, std::uint64_t offset, std::size_t bytes, const std::string& what);
+  MappedFileRange(int fd, std::uint64_t offset, std::size_t bytes, std::size_t align,
+                  const std::string& what);
   ~MappedFileRange();
   MappedFileRange(MappedFileRange&& o) noexcept;
   MappedFileRange& operator=(MappedFileRange&& o) noexcept;

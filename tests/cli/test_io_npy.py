@@ -115,6 +115,25 @@ class ReadsWhatNumpyWrites(PosencTestCase):
         np.testing.assert_array_equal(np.load(self.path("o2.npy")), b)
 
 
+    def test_data_at_an_odd_offset(self):
+        # A header padded to an odd length puts the data at an odd offset (numpy reads
+        # it); rope then reads the file instead of mapping it (the kernels load whole
+        # elements: UBSan builds check), with the bytes of the aligned file's run.
+        a = sample("<f8", (64, 2, 16), seed=7)
+        d = "{'descr': '<f8', 'fortran_order': False, 'shape': (64, 2, 16)}"
+        h = d + " " * (3 - (10 + len(d) + 1) % 8 + 8) + "\n"
+        self.assertEqual((10 + len(h)) % 8, 3)
+        odd = self.path("odd.npy")
+        with open(odd, "wb") as f:
+            f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() + a.tobytes())
+        np.testing.assert_array_equal(np.load(odd), a)
+        aligned = self.npy("aligned.npy", a)
+        self.run_ok("rope", odd, "-o", self.path("o_odd.npy"), "--axes", "shd")
+        self.run_ok("rope", aligned, "-o", self.path("o_aligned.npy"), "--axes", "shd")
+        with open(self.path("o_odd.npy"), "rb") as f1, open(self.path("o_aligned.npy"), "rb") as f2:
+            self.assertEqual(f1.read(), f2.read())
+
+
 class WritesLikeNpSave(PosencTestCase):
     def check_identical(self, a, name):
         ref, src, out = self.path(name + "_ref.npy"), self.path(name + "_src.npy"), \
