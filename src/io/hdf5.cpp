@@ -294,6 +294,22 @@ OpenFile open_file(const std::string& path) {
   return f;
 }
 
+// The device and inode of the file libhdf5 has open (its sec2 driver's descriptor), so
+// that the process that maps the dataset's bytes can tell it maps this very file.
+bool file_identity(hid_t file, std::uint64_t& dev, std::uint64_t& ino) {
+  Hid fapl(H5Fget_access_plist(file), H5Pclose);
+  void* handle = nullptr;
+  struct stat st {};
+  const bool ok = fapl.get() >= 0 && H5Pget_driver(fapl.get()) == H5FD_SEC2 &&
+                  H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) >= 0 && handle != nullptr &&
+                  ::fstat(*static_cast<int*>(handle), &st) == 0 && S_ISREG(st.st_mode);
+  H5Eclear2(H5E_DEFAULT);
+  if (!ok) return false;
+  dev = st.st_dev;
+  ino = st.st_ino;
+  return true;
+}
+
 struct Lister {
   hid_t lapl;
   std::vector<std::string> names;
@@ -561,8 +577,9 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
                            (H5Tget_class(t.get()) == H5T_FLOAT &&
                             H5Tget_order(t.get()) == H5T_ORDER_LE &&
                             H5Tget_size(t.get()) == dtype_size(info_.dtype)));
-      if (same && at != HADDR_UNDEF && H5Dget_storage_size(dset_) == bytes) {
-        raw_offset_ = at;
+      if (same && at != HADDR_UNDEF && H5Dget_storage_size(dset_) == bytes &&
+          file_identity(f_.file, raw_.dev, raw_.ino)) {
+        raw_.offset = at;
       }
       H5Eclear2(H5E_DEFAULT);
     }
@@ -570,7 +587,7 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
   }
 
   const TensorInfo& info() const override { return info_; }
-  std::uint64_t raw_offset() const override { return raw_offset_; }
+  RawBytes raw_bytes() const override { return raw_; }
 
   // The flat range as a union of at most 2 * rank hyperslabs, read into a 1-D memory
   // space: HDF5 delivers selected elements in C order of the file dataspace.
@@ -752,7 +769,7 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
   Hid mem_type_;
   TensorInfo info_;
   std::vector<hsize_t> maxdims_;  // per axis; H5S_UNLIMITED for extendible ones
-  std::uint64_t raw_offset_ = kNotRaw;
+  RawBytes raw_;
 };
 
 // --- writing -------------------------------------------------------------------

@@ -40,9 +40,13 @@ class DatasetReader {
   virtual void read_flat(std::size_t first, std::size_t count, void* dst) = 0;
   /// Where the dataset's bytes start in its file when they are info().dtype's C-order,
   /// native-byte-order bytes as they are (contiguous storage, allocated, no filters, the
-  /// file type equal to the memory type), so that they can be mapped; else kNotRaw.
+  /// file type equal to the memory type), so that they can be mapped, with the device and
+  /// inode of the file libhdf5 has open; `offset` is kNotRaw otherwise.
   static constexpr std::uint64_t kNotRaw = ~std::uint64_t{0};
-  virtual std::uint64_t raw_offset() const { return kNotRaw; }
+  struct RawBytes {
+    std::uint64_t offset = kNotRaw, dev = 0, ino = 0;
+  };
+  virtual RawBytes raw_bytes() const { return {}; }
 };
 
 /// Opens `ref.dataset` of `ref.path` (validated as open_hdf5_source describes); reads

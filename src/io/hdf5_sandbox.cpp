@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -357,7 +358,8 @@ std::string answer_error(Reply kind, const std::string& message) {
           ds = hdf5_detail::open_dataset(ref, attrs);
           Writer w;
           put_info(w, ds->info());
-          w.u64(ds->raw_offset());
+          const hdf5_detail::DatasetReader::RawBytes raw = ds->raw_bytes();
+          w.u64(raw.offset).u64(raw.dev).u64(raw.ino);
           out = answer_ok(w.bytes());
           break;
         }
@@ -593,24 +595,32 @@ class SandboxSource final : public FlatSource {
     child_->send(Op::open, w);
     Reader r = child_->receive("opening it");
     info_ = get_info(r);
-    raw_offset_ = r.u64();
+    raw_.offset = r.u64();
+    raw_.dev = r.u64();
+    raw_.ino = r.u64();
     path_ = ref.path;
   }
 
   // A dataset whose bytes the child found stored as they are (contiguous, no filters,
   // the memory type) is mapped from the file like an NPY file: its values are the bytes
   // at that offset whoever reads them, so libhdf5 has nothing to interpret, and the
-  // copy through the shared slots is saved. The offset is only used within the file's
-  // size; a file truncated while mapped ends posenc with exit 3 (guard_mapped_input).
+  // copy through the shared slots is saved. Only the file the child checked is mapped
+  // (same device and inode: a file put in its place meanwhile is read through the
+  // child), and the offset only within the file's size; a file truncated while mapped
+  // ends posenc with exit 3 (guard_mapped_input).
   const std::byte* mapped_data() override {
     if (!map_.empty()) return map_.data();
-    if (raw_offset_ == hdf5_detail::DatasetReader::kNotRaw || map_tried_) return nullptr;
+    if (raw_.offset == hdf5_detail::DatasetReader::kNotRaw || map_tried_) return nullptr;
     map_tried_ = true;
     const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nullptr;
-    const std::size_t bytes =
-        checked_numel(info_.shape, dtype_size(info_.dtype), what_) * dtype_size(info_.dtype);
-    map_ = io_detail::MappedFileRange(fd, raw_offset_, bytes, dtype_size(info_.dtype), what_);
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == raw_.dev &&
+        static_cast<std::uint64_t>(st.st_ino) == raw_.ino) {
+      const std::size_t bytes =
+          checked_numel(info_.shape, dtype_size(info_.dtype), what_) * dtype_size(info_.dtype);
+      map_ = io_detail::MappedFileRange(fd, raw_.offset, bytes, dtype_size(info_.dtype), what_);
+    }
     ::close(fd);
     return map_.empty() ? nullptr : map_.data();
   }
@@ -638,7 +648,7 @@ class SandboxSource final : public FlatSource {
 
   std::unique_ptr<Child> child_;
   std::string path_;
-  std::uint64_t raw_offset_ = hdf5_detail::DatasetReader::kNotRaw;
+  hdf5_detail::DatasetReader::RawBytes raw_;
   io_detail::MappedFileRange map_;
   bool map_tried_ = false;
 };

@@ -52,7 +52,9 @@
   X(H5Ldelete, 3) X(H5Lcreate_soft, 5) X(H5Lcreate_hard, 6) X(H5Lmove, 6) X(H5Literate, 6)         \
   X(H5Lget_name_by_idx, 8) X(H5Gget_info, 2) X(H5Gget_info_by_name, 4) X(H5Oopen, 3)               \
   X(H5Oclose, 1) X(H5Oget_info2, 3) X(H5Oexists_by_name, 3) X(H5Dset_extent, 2)                    \
-  X(H5Dget_storage_size, 1) X(H5Dget_offset, 1) X(H5Dget_access_plist, 1) X(H5Dflush, 1) X(H5Fflush, 2)                \
+  X(H5Dget_storage_size, 1) X(H5Dget_offset, 1) X(H5Dget_access_plist, 1) X(H5Dflush, 1)          \
+  X(H5Fflush, 2) X(H5Fget_access_plist, 1) X(H5Fget_vfd_handle, 3) X(H5Pget_driver, 1)            \
+  X(H5FD_sec2_init, 0)                                                                             \
   X(H5Fget_intent, 2) X(H5Fget_name, 3) X(H5Iget_type, 1) X(H5Iget_name, 3) X(H5Iis_valid, 1)      \
   X(H5Idec_ref, 1) X(H5Pset_link_creation_order, 2) X(H5Pset_libver_bounds, 3)                     \
   X(H5Pset_layout, 2) X(H5Pset_fill_value, 3) X(H5Pset_alloc_time, 2)                              \
