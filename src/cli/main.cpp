@@ -135,11 +135,12 @@ int run(int argc, char** argv, bool full = false) {
   // strings and functions one by one was a tenth of a small command's instructions.
   // Reachable from here, so leak checkers do not count it.
   static CLI::App* defined[2] = {};  // lean, then full
-  CLI::App& app = *(defined[full ? 1 : 0] = new CLI::App{
-      "posenc: positional encodings for transformers. Generates encoding tables, applies "
-      "RoPE to tensors, adds absolute encodings to embeddings, computes reference attention, "
-      "inspects and compares tensors.",
-      "posenc"});
+  CLI::App& app =
+      *(defined[full ? 1 : 0] = new CLI::App{
+            "posenc: positional encodings for transformers. Generates encoding tables, applies "
+            "RoPE to tensors, adds absolute encodings to embeddings, computes reference attention, "
+            "inspects and compares tensors.",
+            "posenc"});
   app.set_version_flag("--version", "posenc " POSENC_VERSION);
   if (posenc::cli::defines_option("-j,--threads")) {
     app.add_option("-j,--threads", g.threads, "worker threads (default: all cores)")

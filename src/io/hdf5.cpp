@@ -566,17 +566,16 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
     info_.storage = storage;
     if (layout == H5D_CONTIGUOUS && nf == 0 && info_.dtype != DType::b1) {
       Hid t(H5Dget_type(dset_), H5Tclose);
-      const std::size_t bytes = checked_numel(info_.shape, dtype_size(info_.dtype), what_) *
-                                dtype_size(info_.dtype);
+      const std::size_t bytes =
+          checked_numel(info_.shape, dtype_size(info_.dtype), what_) * dtype_size(info_.dtype);
       const haddr_t at = H5Dget_offset(dset_);
       // Floats passed read_type's check of the exact IEEE layout of info_.dtype, so a
       // little-endian one of that size is those bytes (h5py's f16 type and posenc's
       // differ in properties H5Tequal compares but the values do not depend on).
-      const bool same =
-          t.get() >= 0 && (H5Tequal(t.get(), mem_type_.get()) > 0 ||
-                           (H5Tget_class(t.get()) == H5T_FLOAT &&
-                            H5Tget_order(t.get()) == H5T_ORDER_LE &&
-                            H5Tget_size(t.get()) == dtype_size(info_.dtype)));
+      const bool same = t.get() >= 0 && (H5Tequal(t.get(), mem_type_.get()) > 0 ||
+                                         (H5Tget_class(t.get()) == H5T_FLOAT &&
+                                          H5Tget_order(t.get()) == H5T_ORDER_LE &&
+                                          H5Tget_size(t.get()) == dtype_size(info_.dtype)));
       if (same && at != HADDR_UNDEF && H5Dget_storage_size(dset_) == bytes &&
           file_identity(f_.file, raw_.dev, raw_.ino)) {
         raw_.offset = at;

@@ -28,9 +28,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
-#include <csignal>
 #include <cstring>
 #include <new>
 #include <stdexcept>

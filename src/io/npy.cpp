@@ -358,8 +358,8 @@ class NpySource final : public TensorSource {
       return nullptr;
     }
     map_tried_ = true;
-    map_ = io_detail::MappedFileRange(fd_, h_.data_offset, h_.data_bytes, dtype_size(h_.dtype),
-                                      what_);
+    map_ =
+        io_detail::MappedFileRange(fd_, h_.data_offset, h_.data_bytes, dtype_size(h_.dtype), what_);
     return map_.empty() ? nullptr : map_.data();
   }
 

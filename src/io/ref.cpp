@@ -284,11 +284,11 @@ void refuse_hdf5_stdio(const TensorRef& ref, bool output) {
 
 namespace io_detail {
 
-MappedFileRange::MappedFileRange(int fd, std::uint64_t offset, std::size_t bytes,
-                                 std::size_t align, const std::string& what) {
+MappedFileRange::MappedFileRange(int fd, std::uint64_t offset, std::size_t bytes, std::size_t align,
+                                 const std::string& what) {
   struct stat st {};
-  if (bytes == 0 || align == 0 || offset % align != 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      offset > static_cast<std::uint64_t>(st.st_size) ||
+  if (bytes == 0 || align == 0 || offset % align != 0 || ::fstat(fd, &st) != 0 ||
+      !S_ISREG(st.st_mode) || offset > static_cast<std::uint64_t>(st.st_size) ||
       bytes > static_cast<std::uint64_t>(st.st_size) - offset) {
     return;
   }
