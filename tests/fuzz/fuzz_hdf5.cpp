@@ -1,6 +1,6 @@
 // Fuzzes posenc's HDF5 reading as the commands use it: the listing `inspect FILE.h5`
 // shows, then every dataset opened with its attributes (as `inspect FILE.h5:/d` does)
-// and read whole and in slabs. libhdf5 runs in the sandbox child, so its crashes,
+// and read whole, in slabs and (when stored as its own bytes) through the mapping. libhdf5 runs in the sandbox child, so its crashes,
 // hangs and runaway allocations must come back as InputError; anything else escaping
 // (or this process crashing) is a finding. POSENC_HDF5_TIMEOUT is set to 2 s here so a
 // hanging input costs little.
@@ -30,6 +30,12 @@ void read_dataset(const std::string& path, const posenc::Hdf5Entry& e) {
   const std::size_t n = posenc::checked_numel(info.shape, item, "fuzz");
   if (n * item > kMaxRead) return;
   posenc::Tensor whole = posenc::read_all_rows(*src);
+  // A dataset the child found stored as its own bytes is mapped from the file (rope,
+  // attention): those bytes must be what libhdf5 reads.
+  if (const std::byte* mapped = src->mapped_data()) {
+    posenc::fuzz::expect(std::memcmp(mapped, whole.bytes(), whole.nbytes()) == 0,
+                         "the mapped bytes differ from libhdf5's read");
+  }
   // The same bytes slab by slab along the slab axis.
   const std::size_t axis = posenc::slab_axis(info.shape);
   const std::size_t entries = info.shape.empty() ? 1 : info.shape[axis];
