@@ -1,8 +1,9 @@
 // Fuzzes posenc's HDF5 reading as the commands use it: the listing `inspect FILE.h5`
 // shows, then every dataset opened with its attributes (as `inspect FILE.h5:/d` does)
-// and read whole, in slabs and (when stored as its own bytes) through the mapping. libhdf5 runs in the sandbox child, so its crashes,
-// hangs and runaway allocations must come back as InputError; anything else escaping
-// (or this process crashing) is a finding. POSENC_HDF5_TIMEOUT is set to 2 s here so a
+// and read whole, in slabs and (when stored as its own bytes) through the mapping.
+// libhdf5 runs in the sandbox child, so its crashes, hangs and runaway allocations must
+// come back as InputError; anything else escaping (or this process crashing) is a
+// finding. POSENC_HDF5_TIMEOUT is set to 2 s here so a
 // hanging input costs little.
 
 #include <cstdint>
