@@ -3,8 +3,7 @@
 // and read whole, in slabs and (when stored as its own bytes) through the mapping.
 // libhdf5 runs in the sandbox child, so its crashes, hangs and runaway allocations must
 // come back as InputError; anything else escaping (or this process crashing) is a
-// finding. POSENC_HDF5_TIMEOUT is set to 2 s here so a
-// hanging input costs little.
+// finding. POSENC_HDF5_TIMEOUT is set to 2 s here so a hanging input costs little.
 
 #include <cstdint>
 #include <cstdlib>
