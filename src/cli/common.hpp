@@ -16,7 +16,6 @@
 
 namespace posenc::cli {
 
-/// Global options (before the command name).
 /// The command line as far as choosing which commands to define needs it: the words
 /// that are not options (command, kind, operands; the value of -j/--threads skipped),
 /// and how many of them come before the first help word (-h, --help, --help-all, --)
@@ -40,6 +39,7 @@ RunWords scan_run_words(int argc, const char* const* argv);
 /// so messages and suggestions see every option.
 bool defines_option(std::string_view names);
 
+/// Global options (before the command name).
 struct Globals {
   int threads = 0;  ///< 0 = all cores
   bool quiet = false;

@@ -346,7 +346,6 @@ class NpySource final : public TensorSource {
     row_bytes_ = checked_numel(row_shape, dtype_size(h_.dtype), what_) * dtype_size(h_.dtype);
   }
   ~NpySource() override {
-    map_ = io_detail::MappedFileRange();
     if (own_fd_ && fd_ >= 0) ::close(fd_);
   }
 

@@ -322,13 +322,11 @@ MappedFileRange::MappedFileRange(MappedFileRange&& o) noexcept
       guard_(std::exchange(o.guard_, -1)) {}
 
 MappedFileRange& MappedFileRange::operator=(MappedFileRange&& o) noexcept {
-  if (this != &o) {
-    this->~MappedFileRange();
-    base_ = std::exchange(o.base_, nullptr);
-    len_ = o.len_;
-    skip_ = o.skip_;
-    guard_ = std::exchange(o.guard_, -1);
-  }
+  // The old mapping, if any, goes with `o`.
+  std::swap(base_, o.base_);
+  std::swap(len_, o.len_);
+  std::swap(skip_, o.skip_);
+  std::swap(guard_, o.guard_);
   return *this;
 }
 

@@ -188,6 +188,11 @@ void require_float(DType t, const char* what) {
   }
 }
 
+InputError nonfinite_input(const char* what) {
+  return InputError(
+      fmt::format("{}: contains NaN or Inf (use allow_nonfinite to compute with it anyway)", what));
+}
+
 // NaN or Inf in an input would silently poison whole rows of the result.
 // K and V may be null (streamed: checked chunk by chunk).
 void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
@@ -196,10 +201,7 @@ void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
       {&q, "q"}, {k, "k"}, {v, "v"}, {opt.relative_k, "relative_k"},
       {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"}};
   for (const auto& [t, what] : strict) {
-    if (t && t->has_nonfinite()) {
-      throw InputError(fmt::format(
-          "{}: contains NaN or Inf (use allow_nonfinite to compute with it anyway)", what));
-    }
+    if (t && t->has_nonfinite()) throw nonfinite_input(what);
   }
   const std::pair<const Tensor*, const char*> masks[] = {{opt.mask, "mask"},
                                                          {opt.sinks, "sinks"}};
@@ -1260,8 +1262,19 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
   return m;
 }
 
-// Keys [c0, c0 + n) of a tensor along its axis `s_axis`: for each index of the axes
-// before it, one range of the C-order data. `t` is reused when the shape repeats.
+// Calls f(first element, count) for the ranges of the C-order data that hold entries
+// [c0, c0 + n) along axis `s_axis` of a tensor of `shape`: one per index of the axes
+// before it.
+template <class F>
+void axis_ranges(const Shape& shape, std::size_t s_axis, std::size_t c0, std::size_t n, F&& f) {
+  std::size_t outer = 1, inner = 1;
+  for (std::size_t ax = 0; ax < s_axis; ++ax) outer *= shape[ax];
+  for (std::size_t ax = s_axis + 1; ax < shape.size(); ++ax) inner *= shape[ax];
+  for (std::size_t o = 0; o < outer; ++o) f((o * shape[s_axis] + c0) * inner, n * inner);
+}
+
+// Keys [c0, c0 + n) of a tensor along its axis `s_axis` into `t`, which is reused when
+// the shape repeats.
 void read_keys(TensorSource& src, std::size_t s_axis, std::size_t c0, std::size_t n, Tensor& t) {
   const TensorInfo& info = src.info();
   Shape cs = info.shape;
@@ -1270,54 +1283,41 @@ void read_keys(TensorSource& src, std::size_t s_axis, std::size_t c0, std::size_
     t = Tensor();  // free the last chunk before allocating the next
     t = Tensor(info.dtype, cs);
   }
-  std::size_t outer = 1, inner = 1;
-  for (std::size_t ax = 0; ax < s_axis; ++ax) outer *= info.shape[ax];
-  for (std::size_t ax = s_axis + 1; ax < info.shape.size(); ++ax) inner *= info.shape[ax];
-  const std::size_t item = dtype_size(info.dtype), len = info.shape[s_axis];
-  for (std::size_t o = 0; o < outer; ++o) {
-    src.read_elements((o * len + c0) * inner, n * inner, t.bytes() + o * n * inner * item);
-  }
+  std::byte* dst = t.bytes();
+  const std::size_t item = dtype_size(info.dtype);
+  axis_ranges(info.shape, s_axis, c0, n, [&](std::size_t first, std::size_t count) {
+    src.read_elements(first, count, dst);
+    dst += count * item;
+  });
 }
 
-// K or V used in place, in the page cache, when its source maps its file (an NPY file
+// Q, K or V used in place, in the page cache, when its source maps its file (an NPY file
 // in C order and native byte order, a contiguous HDF5 dataset) and it is already in the
-// compute dtype with d last: no copy into a chunk buffer. `base` is null otherwise.
+// compute dtype with d last: no copy. `base` is null otherwise.
 template <class T>
-struct MappedKeys {
+struct MappedInput {
   const T* base = nullptr;
   Strides st;
 };
 
 template <class T>
-MappedKeys<T> mapped_keys(TensorSource& src, const Geometry& g) {
-  MappedKeys<T> m;
+MappedInput<T> mapped_input(TensorSource& src, const Geometry& g) {
+  MappedInput<T> m;
   const TensorInfo& info = src.info();
   if (info.dtype != dtype_of<T>() || g.axes.back() != 'd') return m;
-  const std::byte* p = src.mapped_data();
-  if (p == nullptr || reinterpret_cast<std::uintptr_t>(p) % alignof(T) != 0) return m;
-  m.base = reinterpret_cast<const T*>(p);
+  m.base = reinterpret_cast<const T*>(src.mapped_data());  // aligned to the element size
   m.st = strides_of(info.shape, g.axes);
   return m;
 }
 
-// Calls f(first element, count) for the ranges of the C-order data that hold keys
-// [c0, c0 + n) of a tensor of `shape` whose key axis is `s_axis` (read_keys' ranges).
-template <class F>
-void key_ranges(const Shape& shape, std::size_t s_axis, std::size_t c0, std::size_t n, F&& f) {
-  std::size_t outer = 1, inner = 1;
-  for (std::size_t ax = 0; ax < s_axis; ++ax) outer *= shape[ax];
-  for (std::size_t ax = s_axis + 1; ax < shape.size(); ++ax) inner *= shape[ax];
-  for (std::size_t o = 0; o < outer; ++o) f((o * shape[s_axis] + c0) * inner, n * inner);
-}
-
-// Whether keys [c0, c0 + n) of a mapped tensor are all finite, its ranges checked by
-// the worker threads (one range per index of the axes before s).
+// Whether entries [c0, c0 + n) along axis `s_axis` of a mapped tensor are all finite,
+// its ranges checked by the worker threads.
 template <class T>
-bool keys_finite(const T* base, const Shape& shape, std::size_t s_axis, std::size_t c0,
-                 std::size_t n) {
+bool ranges_finite(const T* base, const Shape& shape, std::size_t s_axis, std::size_t c0,
+                   std::size_t n) {
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  key_ranges(shape, s_axis, c0, n,
-             [&](std::size_t first, std::size_t count) { ranges.emplace_back(first, count); });
+  axis_ranges(shape, s_axis, c0, n,
+              [&](std::size_t first, std::size_t count) { ranges.emplace_back(first, count); });
   std::atomic<bool> finite{true};
   for_items(ranges.size(), thread_count(ranges.size()), [&](std::size_t i, std::size_t) {
     if (!all_finite(base + ranges[i].first, ranges[i].second)) finite = false;
@@ -1325,23 +1325,18 @@ bool keys_finite(const T* base, const Shape& shape, std::size_t s_axis, std::siz
   return finite;
 }
 
-InputError nonfinite_input(const char* what) {
-  return InputError(
-      fmt::format("{}: contains NaN or Inf (use allow_nonfinite to compute with it anyway)", what));
-}
-
 template <class T>
 AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* vs,
                              const Geometry& g, const AttentionOptions& opt, std::size_t chunk,
                              bool map_kv) {
   // Q in place when its file is mapped, else read whole.
-  const MappedKeys<T> qm = mapped_keys<T>(qs, g);
+  const MappedInput<T> qm = mapped_input<T>(qs, g);
   Tensor qt, hq_;
   if (qm.base == nullptr) qt = read_all_rows(qs);
   if (!opt.allow_nonfinite) {
     require_finite(qt, nullptr, nullptr, opt);  // (qt is empty when Q is mapped)
     const std::size_t q_axis = g.axes.find('s');
-    if (qm.base != nullptr && !keys_finite(qm.base, qs.info().shape, q_axis, 0, g.sq)) {
+    if (qm.base != nullptr && !ranges_finite(qm.base, qs.info().shape, q_axis, 0, g.sq)) {
       throw nonfinite_input("q");
     }
   }
@@ -1369,8 +1364,8 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
     }
   }
   const std::size_t s_axis = g.axes.find('s');
-  const MappedKeys<T> km = map_kv ? mapped_keys<T>(ks, g) : MappedKeys<T>{};
-  const MappedKeys<T> vm = map_kv && vs ? mapped_keys<T>(*vs, g) : MappedKeys<T>{};
+  const MappedInput<T> km = map_kv ? mapped_input<T>(ks, g) : MappedInput<T>{};
+  const MappedInput<T> vm = map_kv && vs ? mapped_input<T>(*vs, g) : MappedInput<T>{};
   Tensor kc, vc, kh, vh;
   for (std::size_t c0 = 0; c0 < g.sk; c0 += chunk) {
     const std::size_t n = std::min(chunk, g.sk - c0);
@@ -1378,14 +1373,14 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
       continue;
     }
     // The chunk of K or V: in place in the mapping, or read into `c`.
-    auto keys = [&](TensorSource& src, const MappedKeys<T>& m, Tensor& c, Tensor& holder,
+    auto keys = [&](TensorSource& src, const MappedInput<T>& m, Tensor& c, Tensor& holder,
                     const char* what) {
       if (m.base == nullptr) {
         read_keys(src, s_axis, c0, n, c);
         if (!opt.allow_nonfinite && c.numel() && c.has_nonfinite()) throw nonfinite_input(what);
         return make_view<T>(c, g.axes, holder);
       }
-      if (!opt.allow_nonfinite && !keys_finite(m.base, src.info().shape, s_axis, c0, n)) {
+      if (!opt.allow_nonfinite && !ranges_finite(m.base, src.info().shape, s_axis, c0, n)) {
         throw nonfinite_input(what);
       }
       return View<T>{m.base + static_cast<std::ptrdiff_t>(c0) * m.st.s, m.st.b, m.st.h, m.st.s};
@@ -1397,9 +1392,9 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
       item_keys(P, state[it], tiles[t], K, V, c0, b, h, q0, c0, c0 + n);
     });
     // Mapped pages done with leave the process's resident memory (not the page cache).
-    for (auto [src, m] : {std::pair<TensorSource*, const MappedKeys<T>*>{&ks, &km}, {vs, &vm}}) {
+    for (auto [src, m] : {std::pair<TensorSource*, const MappedInput<T>*>{&ks, &km}, {vs, &vm}}) {
       if (m->base == nullptr) continue;
-      key_ranges(src->info().shape, s_axis, c0, n, [&](std::size_t first, std::size_t count) {
+      axis_ranges(src->info().shape, s_axis, c0, n, [&](std::size_t first, std::size_t count) {
         io_detail::release_mapped(reinterpret_cast<const std::byte*>(m->base + first),
                                   count * sizeof(T));
       });

@@ -114,7 +114,6 @@ class ReadsWhatNumpyWrites(PosencTestCase):
         self.run_ok("convert", self.path("hi.npy"), "-o", self.path("o2.npy"))
         np.testing.assert_array_equal(np.load(self.path("o2.npy")), b)
 
-
     def test_data_at_an_odd_offset(self):
         # A header padded to an odd length puts the data at an odd offset (numpy reads
         # it); rope then reads the file instead of mapping it (the kernels load whole

@@ -82,13 +82,13 @@ class TensorSource {
   /// read_rows. Throws InputError for a range outside the axis, std::logic_error for
   /// an axis that is not allowed (see `slab_axis`).
   virtual void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst);
-  /// All of the tensor's bytes in place (C order, native byte order, the source dtype)
-  /// when the source can map its file into memory (a regular NPY file in C order and
-  /// native byte order), else nullptr. Reading through the mapping saves the copy a
-  /// read makes. Valid while the source lives. A file truncated by another process
-  /// while mapped cannot be read through the mapping: posenc ends with a one-line error
-  /// and exit status 3, removing its temporary outputs (see guard_mapped_input in
-  /// io/atomic.hpp).
+  /// All of the tensor's bytes in place (C order, native byte order, the source dtype,
+  /// aligned to the element size) when the source can map its file into memory (a
+  /// regular NPY file in C order and native byte order, an HDF5 dataset stored as its
+  /// bytes), else nullptr. Reading through the mapping saves the copy a read makes.
+  /// Valid while the source lives. A file truncated by another process while mapped
+  /// cannot be read through the mapping: posenc ends with a one-line error and exit
+  /// status 3, removing its temporary outputs (see guard_mapped_input in io/atomic.hpp).
   virtual const std::byte* mapped_data() { return nullptr; }
   /// Reads elements [first, first + count) of the C-order data into `dst` (native byte
   /// order, the source dtype): any hyperslab is a sequence of such ranges. Sources that
