@@ -24,8 +24,6 @@
 #include "posenc/error.hpp"
 #include "posenc/version.hpp"
 
-extern "C" void openblas_set_num_threads(int num_threads);
-
 namespace {
 
 using posenc::ExitStatus;
@@ -160,12 +158,10 @@ int run(int argc, char** argv, bool full = false) {
   }
   posenc::cli::check_numeric_options(app);
 
-  // Threads are set before any command callback runs.
+  // Threads are set before any command callback runs. (OpenBLAS runs on one thread
+  // per call whatever the count: shim/blas.cpp.)
   app.parse_complete_callback([&g] {
-    if (g.threads > 0) {
-      omp_set_num_threads(g.threads);
-      openblas_set_num_threads(g.threads);
-    }
+    if (g.threads > 0) omp_set_num_threads(g.threads);
   });
 
   try {

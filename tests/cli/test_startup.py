@@ -1,7 +1,7 @@
 """Start-up: commands load only the shared libraries they use.
 
 The posenc executable is not linked with libhdf5 (which pulls in curl, krb5, ldap,
-gnutls, ...) nor with OpenBLAS (which starts a thread pool): it loads each on the first
+gnutls, ...) nor with OpenBLAS: it loads each on the first
 call that needs it (src/shim/). These tests read the dynamic loader's own record of
 what it loaded (LD_DEBUG=files), so they do not depend on the machine's speed; the
 timings are in bench/startup/startup.sh. A libhdf5 that cannot be loaded is one error
@@ -9,10 +9,13 @@ line for HDF5 commands only.
 """
 import os
 import re
+import shutil
+import subprocess
+import unittest
 
 import numpy as np
 
-from posenc_testlib import UNDER_ASAN, PosencTestCase, run
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run
 
 HEAVY = ("libhdf5", "libopenblas", "libcurl", "libgssapi", "libldap", "libplplot", "libcairo",
          "libsleef")
@@ -49,7 +52,7 @@ class LoadedLibraries(PosencTestCase):
 
     def test_light_commands(self):
         self.assert_light("--version")
-        self.assert_light("-j", "2", "--version")  # the BLAS thread count waits for BLAS
+        self.assert_light("-j", "2", "--version")  # a thread count loads nothing
         self.assert_light("--help")
         self.assert_light("table", "sinusoidal", "--positions", 16, "--dim", 8,
                           "-o", self.path("t.npy"))
@@ -90,6 +93,24 @@ class LoadedLibraries(PosencTestCase):
         self.assertEqual(p.returncode, 0, errors(p))
         self.assertTrue(any(n.startswith("libopenblas") for n in libs), libs)
         self.assertFalse(any(n.startswith("libhdf5") for n in libs), libs)
+
+    @unittest.skipIf(UNDER_ASAN or shutil.which("strace") is None, "needs strace, no ASan")
+    def test_openblas_starts_no_threads(self):
+        # OpenBLAS's idle pool threads spin for 0.1 s after it loads, taking a core from
+        # the workers; posenc calls BLAS on one thread, so it starts none. With -j 1
+        # posenc itself starts no thread either: no clone at all, even when the user's
+        # environment asks OpenBLAS for four.
+        trace = self.path("clone.trace")
+        p = subprocess.run(
+            ["strace", "-f", "-qq", "-e", "trace=clone,clone3", "-o", trace, BIN, "-j",
+             "1", "attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"), "-v",
+             self.path("v.npy"), "--emit", "output", "-o", self.path("o.npy")],
+            capture_output=True, text=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "4"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(trace) as f:
+            clones = [ln for ln in f if "clone" in ln]
+        self.assertEqual(clones, [])
+        self.assertTrue(np.isfinite(np.load(self.path("o.npy"))).all())
 
 
 class SearchPath(PosencTestCase):
