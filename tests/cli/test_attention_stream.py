@@ -105,6 +105,39 @@ class AttentionStreamTest(PosencTestCase):
         mapped = self.attention(q, h5 + ":/k", h5 + ":/v", self.path("mapped"))
         self.assertEqual(mapped, whole)
 
+    def test_nonfinite_keys_and_values_in_place_and_streamed(self):
+        # K and V in place (default budget) are checked block by block as the work items
+        # first read them; copied in chunks (2M), chunk by chunk. Either way NaN or Inf is
+        # one error line naming the input, the same for 1 and 2 threads. With both bad,
+        # the one named is in the first key block (chunk) holding either, K before V:
+        # here V's block 0 (head 0) before K's block 4 (head 1, another work item).
+        q, k, v = self.inputs()
+        good = {"k": np.load(k), "v": np.load(v)}
+        cases = [({"k": [(0, 1, 5000)]}, "k"), ({"v": [(0, 0, 8191)]}, "v"),
+                 ({"k": [(0, 1, 5000)], "v": [(0, 0, 100)]}, "v")]
+        for bad, name in cases:
+            for which, x in good.items():
+                x = x.copy()
+                for (b, h, j) in bad.get(which, []):
+                    x[b, h, j, 3] = np.inf if which == "k" else np.nan
+                np.save(k if which == "k" else v, x)
+            before = os.listdir(self.tmp)
+            for extra in ([], ["--max-memory", "2M"]):
+                for threads in ("1", "2", "2", "2"):
+                    self.assert_fails(3, "-j", threads, "attention", "-q", q, "-k", k, "-v", v,
+                                      "--emit", "output", "-o", self.path("out.npy"), *extra,
+                                      match=rf"^posenc: error: {name}: contains NaN or Inf")
+            self.assert_no_new_files(before)
+        # Keys no query sees (beyond --key-lengths, in blocks of their own) are not read.
+        x = good["k"].copy()
+        x[0, 0, 7000, 0] = np.nan
+        np.save(k, x)
+        np.save(v, good["v"])
+        kl = self.npy("kl.npy", np.array([4096], dtype=np.int64))
+        self.run_ok("attention", "-q", q, "-k", k, "-v", v, "--key-lengths", kl, "--emit",
+                    "output", "-o", self.path("kl_out.npy"))
+        self.assertTrue(np.isfinite(np.load(self.path("kl_out.npy"))).all())
+
     def test_budget_below_one_block_is_refused_before_reading(self):
         q, k, v = self.inputs()
         # NaN in Q and K: a run that read either would fail on that instead.
