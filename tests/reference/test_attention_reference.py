@@ -434,6 +434,25 @@ class AttentionReference(PosencTestCase):
         self.check(full, ref, F32, names=("probs", "output", "lse"))
         self.assert_close(streamed["output"], full["output"], rtol=1e-5, atol=1e-6)
 
+    def test_streamed_diagonal_and_window_cut_by_row_groups(self):
+        # 600 queries make items of 256 rows whose key ranges differ within a block of
+        # 1024 keys (the causal diagonal, window edges): each group of 64 rows is cut to
+        # its own keys. Against the float64 reference and the materialised path.
+        q, k, v = (self.randn(1, 2, 600, 32, dtype=np.float32),
+                   self.randn(1, 2, 1500, 32, dtype=np.float32),
+                   self.randn(1, 2, 1500, 32, dtype=np.float32))
+        i = np.arange(600)[:, None]
+        j = np.arange(1500)[None, :]
+        for args, keep in ((["--causal"], j <= i + 900),
+                           (["--causal", "--window", "300"], (j <= i + 900) & (j >= i + 600)),
+                           (["--causal", "top-left"], j <= i),
+                           (["--window", "200,100"], (j >= i + 700) & (j <= i + 1000))):
+            streamed = self.attn(q, k, v, *args, emit="output,lse")
+            ref = reference(q, k, v, keep=keep)
+            self.check(streamed, ref, F32, names=("output", "lse"))
+            full = self.attn(q, k, v, *args, emit="probs,output,lse")
+            self.assert_close(streamed["output"], full["output"], rtol=1e-5, atol=1e-6)
+
     def test_threads_do_not_change_bytes(self):
         q, k, v = (self.randn(1, 4, 300, 64, dtype=np.float32), self.randn(1, 2, 700, 64, dtype=np.float32),
                    self.randn(1, 2, 700, 64, dtype=np.float32))
