@@ -21,6 +21,7 @@ Cases, all f32, b=1, 8 query heads, d=128, `--emit output` (output only):
 
 The reference for the compute cases is an sgemm of the same FLOPs (bench_sgemm_peak:
 4096 x K times K x 4096 with K = FLOPs / (2 * 4096^2), OpenBLAS's default threads).
+Every run writes a new output file (the last round's is deleted, untimed).
 Both are reported by wall time (whole process for posenc) and per CPU second (user +
 system of the whole posenc process; CPU time of the sgemm call), the latter being
 steadier when other jobs share the cores.
@@ -71,6 +72,14 @@ def wall(cmd):
     return t, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
+def fresh(path):
+    """Deletes the output of the last round (untimed), so that every run writes a new
+    file, as a first run does: on ext4, renaming a new file over an existing one also
+    flushes it to disk (auto_da_alloc), which took 4 to 60 ms here."""
+    if os.path.exists(path):
+        os.remove(path)
+
+
 def numbers(cmd):
     return [float(x) for x in
             subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()]
@@ -106,9 +115,11 @@ def compute_case(name, args, tmp, rng, posenc, peak_bin):
         p, p_cpu = numbers([peak_bin, "4096", "0", "1", str(k_dim)])
         peaks.append(p)
         peaks_cpu.append(p_cpu)
+        fresh(f"{tmp}/posenc_output.npy")
         t, c = wall(cmd)
         ours.append(t)
         ours_cpu.append(c)
+        fresh(f"{tmp}/torch_output.npy")
         torch_t.append(wall(torch_cmd)[0])
     peak, peak_cpu, t_ours, c_ours, t_torch = (
         statistics.median(x) for x in (peaks, peaks_cpu, ours, ours_cpu, torch_t))
@@ -136,9 +147,11 @@ def decode_case(args, tmp, rng, posenc, bw_bin):
     bws, ours, ours_cpu, torch_t = [], [], [], []
     for _ in range(args.repeats):
         bws.append(numbers([bw_bin, "256", "3"])[0])
+        fresh(f"{tmp}/posenc_output.npy")
         t, c = wall(cmd)
         ours.append(t)
         ours_cpu.append(c)
+        fresh(f"{tmp}/torch_output.npy")
         torch_t.append(wall(torch_cmd)[0])
     bw, t_ours, c_ours, t_torch = (statistics.median(x) for x in (bws, ours, ours_cpu, torch_t))
     rate = kv_bytes / t_ours / 1e9
