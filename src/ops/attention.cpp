@@ -1476,10 +1476,12 @@ void run_in_place(const Plan<T>& P, bool check, std::size_t nq, std::size_t nthr
       }
       item_end(P, w, w.s, b, h, q0);
     });
-  } catch (const NonFiniteKeys&) {
-    // Named the same whichever thread got there first: the first key block, in key
-    // order, of any KV head that some item reads, K before V (as the chunked run does
-    // with chunks of one block).
+  } catch (...) {
+    // NaN or Inf in K or V is named before any other failure (an overflow another item
+    // met first), and the same whichever thread got there first: the first key block, in
+    // key order, of any KV head that some item reads, K before V (as the chunked run
+    // does with chunks of one block).
+    if (!check) throw;
     for (std::size_t blk = 0; blk < nblk; ++blk) {
       for (const bool keys : {true, false}) {
         for (std::size_t b = 0; b < g.b; ++b) {
@@ -1491,7 +1493,11 @@ void run_in_place(const Plan<T>& P, bool check, std::size_t nq, std::size_t nthr
         }
       }
     }
-    throw std::logic_error("attention: non-finite keys not found again");
+    try {
+      throw;
+    } catch (const NonFiniteKeys&) {
+      throw std::logic_error("attention: non-finite keys not found again");
+    }
   }
 }
 

@@ -128,6 +128,20 @@ class AttentionStreamTest(PosencTestCase):
                                       "--emit", "output", "-o", self.path("out.npy"), *extra,
                                       match=rf"^posenc: error: {name}: contains NaN or Inf")
             self.assert_no_new_files(before)
+        # In place, NaN or Inf anywhere in the keys read is named before an overflow
+        # that another item meets first (K of head 0 overflows f32 scores at key 10).
+        x, y = good["k"].copy(), good["v"].copy()
+        x[0, 0, 10, :] = 3e38
+        y[0, 1, 7000, 0] = np.nan
+        np.save(k, x)
+        np.save(v, y)
+        qa = np.load(q)
+        np.save(q, np.abs(qa))
+        for threads in ("1", "2", "2"):
+            self.assert_fails(3, "-j", threads, "attention", "-q", q, "-k", k, "-v", v,
+                              "--emit", "output", "-o", self.path("out.npy"),
+                              match=r"^posenc: error: v: contains NaN or Inf")
+        np.save(q, qa)
         # Keys no query sees (beyond --key-lengths, in blocks of their own) are not read.
         x = good["k"].copy()
         x[0, 0, 7000, 0] = np.nan
