@@ -1,7 +1,13 @@
 #!/usr/bin/python3
 """Writes cmake/startup-order.ld: the functions light commands run, laid out together.
 
-  /usr/bin/python3 bench/startup/order_functions.py BUILD/posenc > cmake/startup-order.ld
+  cmake -S . -B build-nolayout -G Ninja -DCMAKE_BUILD_TYPE=Release -DPOSENC_STARTUP_LAYOUT=OFF
+  cmake --build build-nolayout --target posenc
+  /usr/bin/python3 bench/startup/order_functions.py build-nolayout/posenc > cmake/startup-order.ld
+
+The posenc profiled must be linked without the layout (POSENC_STARTUP_LAYOUT=OFF):
+valgrind does not name the functions of the laid-out section, and the list would
+shrink to a few dozen entries.
 
 Runs the given posenc under callgrind for the commands that must start fast (--version,
 help, small tables to NPY, inspect, rope, compare, convert of small NPY files, a usage
@@ -40,26 +46,20 @@ ARCHIVES = ["libgomp.a", "libgcc.a"]
 
 def executed(posenc, out):
     """Mangled names of the functions callgrind saw run in the posenc executable."""
-    names = {}
+    names = {}  # ("ob" or "fn", id) -> name; a name is given at an id's first use
     order = []
     current = None
     for line in open(out):
-        line = line.rstrip("\n")
-        m = re.match(r"^(c?ob)=\((\d+)\)(?: (.*))?$", line)
-        if m:
-            kind, i, name = m.groups()
-            if name:
-                names["ob" + i] = name
-            if kind == "ob":
-                current = os.path.realpath(names["ob" + i])
+        m = re.match(r"^c?(ob|fn)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+        if not m:
             continue
-        m = re.match(r"^(c?fn)=\((\d+)\)(?: (.*))?$", line)
-        if m:
-            kind, i, name = m.groups()
-            if name:
-                names["fn" + i] = name
-            if kind == "fn" and current == posenc:
-                order.append(names["fn" + i])
+        kind, i, name = m.groups()
+        if name:
+            names[kind, i] = name
+        if line.startswith("ob="):
+            current = os.path.realpath(names[kind, i])
+        elif line.startswith("fn=") and current == posenc:
+            order.append(names[kind, i])
     return order
 
 
@@ -80,6 +80,10 @@ def archive_members(archive):
 
 def main():
     posenc = os.path.realpath(sys.argv[1])
+    sections = subprocess.run(["readelf", "-SW", posenc], capture_output=True, text=True).stdout
+    if ".text.posenc_startup" in sections:
+        sys.exit(f"{sys.argv[1]} is linked with the start-up layout, whose functions valgrind "
+                 "does not name: profile a build configured with -DPOSENC_STARTUP_LAYOUT=OFF")
     with tempfile.TemporaryDirectory() as d:
         import numpy as np
         np.save(f"{d}/x.npy", np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32))
@@ -103,11 +107,12 @@ def main():
 
     for name in functions:
         name = re.sub(r"'\d+$", "", name)  # callgrind's recursion depth
-        if not re.fullmatch(r"[A-Za-z0-9_.$]+", name):
-            continue
+        if not re.fullmatch(r"[A-Za-z_.$][A-Za-z0-9_.$]*", name):
+            continue  # "(below main)", or an address callgrind could not name
         base = name.split(".cold")[0]
-        if base in members or base.split(".")[0] in members:
-            archive, member = members.get(base) or members[base.split(".")[0]]
+        symbol = base if base in members else base.split(".")[0]  # (x.constprop.0)
+        if symbol in members:
+            archive, member = members[symbol]
             add(f"*{archive}:{member}(.text .text.*)")
             continue
         if name.endswith(".cold"):

@@ -1343,6 +1343,10 @@ template <class T>
 struct MappedInput {
   const T* base = nullptr;
   Strides st;
+  /// The view of entries from c0 on along s.
+  View<T> view(std::size_t c0 = 0) const {
+    return {base + static_cast<std::ptrdiff_t>(c0) * st.s, st.b, st.h, st.s};
+  }
 };
 
 template <class T>
@@ -1518,7 +1522,7 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   }
   Plan<T> P;
   plan(P, g, opt, vs != nullptr);
-  P.q = qm.base ? View<T>{qm.base, qm.st.b, qm.st.h, qm.st.s} : make_view<T>(qt, g.axes, hq_);
+  P.q = qm.base ? qm.view() : make_view<T>(qt, g.axes, hq_);
   AttentionResult res = allocate(P, qs.info().shape);
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
   const std::size_t items = g.b * g.hq * nq;
@@ -1528,8 +1532,8 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   const MappedInput<T> km = map_kv ? mapped_input<T>(ks, g) : MappedInput<T>{};
   const MappedInput<T> vm = map_kv && vs ? mapped_input<T>(*vs, g) : MappedInput<T>{};
   if (km.base != nullptr && (vs == nullptr || vm.base != nullptr)) {
-    P.k = View<T>{km.base, km.st.b, km.st.h, km.st.s};
-    if (vs) P.v = View<T>{vm.base, vm.st.b, vm.st.h, vm.st.s};
+    P.k = km.view();
+    if (vs) P.v = vm.view();
     run_in_place(P, !opt.allow_nonfinite, nq, nthreads);
     return res;
   }
@@ -1565,7 +1569,7 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
       if (!opt.allow_nonfinite && !ranges_finite(m.base, src.info().shape, s_axis, c0, n)) {
         throw nonfinite_input(what);
       }
-      return View<T>{m.base + static_cast<std::ptrdiff_t>(c0) * m.st.s, m.st.b, m.st.h, m.st.s};
+      return m.view(c0);
     };
     const View<T> K = keys(ks, km, kc, kh, "k");
     const View<T> V = vs ? keys(*vs, vm, vc, vh, "v") : View<T>{};
