@@ -135,12 +135,18 @@ void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Sha
   verbose(fmt::format("{}: layer type {}", path, c.layer_type));
 }
 
+// The parameters recorded with the outputs.
+Attrs result_attrs(const AttentionResult& res, const AttentionCmdOptions& o) {
+  Attrs attrs = res.attrs;
+  attrs.push_back({"rope", static_cast<long long>(o.rope)});
+  return attrs;
+}
+
 // `batch` is the whole batch of a --part run (its outputs record their share of it).
 void write_results(const AttentionResult& res, const AttentionOptions& opt,
                    const std::vector<TensorRef>& out_refs, const AttentionCmdOptions& o,
                    const Part& part = Part{}, std::size_t batch = 0) {
-  Attrs attrs = res.attrs;
-  attrs.push_back({"rope", static_cast<long long>(o.rope)});
+  const Attrs attrs = result_attrs(res, o);
   verbose_attrs(attrs);
   std::vector<NamedTensor> named;
   for (std::size_t i = 0; i < opt.emit.size(); ++i) {
@@ -315,9 +321,24 @@ void run_attention(AttentionCmdOptions& o) {
 
   AttentionResult res;
   if (!o.rope && !relative_wanted(o.relative) && part.whole()) {
-    // The library reads the inputs itself: K and V in chunks within --max-memory.
+    // The library reads the inputs itself: K and V in chunks within --max-memory. A
+    // lone NPY output is written by the workers as they finish its rows (into the
+    // temporary file, at their offsets), so no write of the whole output follows.
+    std::unique_ptr<TensorSink> sink;
+    if (opt.emit.size() == 1 && opt.emit[0] == AttentionEmit::output &&
+        out_refs[0].format == Format::npy) {
+      opt.output_sink = [&](const TensorInfo& info) {
+        sink = create_sink(out_refs[0], info, o.out.write_options());
+        return sink.get();
+      };
+    }
     res = attention(*q_src, *k_src, v_src.get(), opt);
-    write_results(res, opt, out_refs, o);
+    if (!sink) return write_results(res, opt, out_refs, o);
+    verbose_attrs(result_attrs(res, o));
+    // Standard output and other non-regular targets cannot take positional writes:
+    // the output was kept in memory and goes to the sink opened for it.
+    if (!res.output_streamed) sink->write_rows(res.output.bytes(), res.output.shape().at(0));
+    sink->commit();
     return;
   }
   check_budget(*q_src, *k_src, v_src.get(), o.rope, opt);

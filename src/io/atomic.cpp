@@ -353,6 +353,22 @@ void OutputFile::write_fd(const void* data, std::size_t n) {
   }
 }
 
+void OutputFile::write_at(std::uint64_t offset, const void* data, std::size_t n) {
+  if (!temp_ || finished_) throw std::logic_error("OutputFile::write_at: not an open regular file");
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd_, p, std::min<std::size_t>(n, std::size_t{1} << 30),
+                         static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw OutputError(fmt::format("cannot write {}: {}", display_, std::strerror(errno)));
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+    offset += static_cast<std::uint64_t>(w);
+  }
+}
+
 void OutputFile::flush_buffer() {
   if (used_ == 0) return;
   std::size_t n = used_;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
@@ -196,11 +197,25 @@ class NpySink final : public TensorSink {
   }
   void write_rows(const void* src, std::size_t count) override { write_slab(0, src, count); }
   void write_slab(std::size_t axis, const void* src, std::size_t count) override {
+    if (at_ > 0) throw std::logic_error("NpySink: sequential write after write_at");
     counter_.add(axis, count, item_);
     out_.write(src, count * io_detail::slab_entry_bytes(shape_, axis, item_));
   }
+  bool writes_at() const override { return out_.atomic(); }
+  // The header stays in the write() buffer, which finish() writes at offset 0 (pwrite
+  // leaves the file position alone), so the data go straight behind its length.
+  void write_at(std::size_t first, const void* src, std::size_t count) override {
+    if (!out_.atomic() || first > numel_ || count > numel_ - first) {
+      throw std::logic_error("NpySink::write_at: not a regular file, or past the end");
+    }
+    out_.write_at(header_.size() + std::uint64_t{first} * item_, src, count * item_);
+    at_ += count;
+  }
   void commit() override {
-    counter_.check_complete();
+    if (at_ > 0 && at_ != numel_) {
+      throw std::logic_error(fmt::format("NpySink: {} of {} entries written", at_.load(), numel_));
+    }
+    if (at_ == 0) counter_.check_complete();
     out_.commit();
   }
 
@@ -210,6 +225,8 @@ class NpySink final : public TensorSink {
   RowCounter counter_;
   Shape shape_;
   std::size_t item_;
+  std::size_t numel_ = checked_numel(shape_, 1, "npy");
+  std::atomic<std::size_t> at_{0};
 };
 
 // Text formats are encoded whole by encode_text: rows are gathered, then written. The
@@ -402,6 +419,10 @@ void TensorSink::write_slab(std::size_t axis, const void* src, std::size_t count
   if (axis == 0) return write_rows(src, count);
   if (count == 0) return;
   throw std::logic_error("this sink writes slabs along axis 0 only");
+}
+
+void TensorSink::write_at(std::size_t, const void*, std::size_t) {
+  throw std::logic_error("this sink does not write at positions");
 }
 
 std::string datasets_hint(const std::string& path) {

@@ -755,6 +755,7 @@ struct Plan {
   std::byte* probs = nullptr;
   std::byte* out = nullptr;
   Strides out_st;
+  TensorSink* out_sink = nullptr;  // instead of `out`: rows written as items end
   std::byte* lse = nullptr;
   bool per_element() const {
     return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0 ||
@@ -765,6 +766,7 @@ struct Plan {
 template <class T>
 struct Scratch {
   std::vector<T> s, o, qr, bucket, m;
+  std::vector<std::byte> out_rows;  // an item's output rows, for Plan::out_sink
   std::vector<double> l;
   std::vector<std::int64_t> lo, hi;
   std::int64_t lo_min = 0, hi_max = -1;  // keys any row may see
@@ -1026,7 +1028,16 @@ void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::
   if (need_v && !w.bucket.empty()) {
     gemm(false, qn, dv, P.R, T(1), w.bucket.data(), P.R, P.rel_v.data(), dv, T(1), w.o.data());
   }
-  // Normalise and store.
+  // Normalise and store: into the output, or into out_rows for the sink (rows of an
+  // item are then contiguous: out_st.s == dv).
+  const std::size_t out0 = bi * P.out_st.b + hi_q * P.out_st.h + q0 * P.out_st.s;
+  std::byte* out = P.out;
+  std::size_t out_at = out0;
+  if (P.out_sink) {
+    w.out_rows.resize(qn * dv * dtype_size(g.out));
+    out = w.out_rows.data();
+    out_at = 0;
+  }
   const T nan = std::numeric_limits<T>::quiet_NaN();
   for (std::size_t r = 0; r < qn; ++r) {
     const std::size_t row = (bi * g.hq + hi_q) * g.sq + q0 + r;
@@ -1042,12 +1053,12 @@ void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::
         store<T>(g.out, P.probs, row * g.sk, 1, s, g.sk, inv);
       }
     }
-    if (P.out) {
-      std::size_t off = bi * P.out_st.b + hi_q * P.out_st.h + (q0 + r) * P.out_st.s;
+    if (out) {
+      const std::size_t off = out_at + r * P.out_st.s;
       if (empty) {
-        fill<T>(g.out, P.out, off, P.out_st.d, dv, static_cast<double>(inv));
+        fill<T>(g.out, out, off, P.out_st.d, dv, static_cast<double>(inv));
       } else {
-        store<T>(g.out, P.out, off, P.out_st.d, w.o.data() + r * dv, dv, inv);
+        store<T>(g.out, out, off, P.out_st.d, w.o.data() + r * dv, dv, inv);
       }
     }
     if (P.lse) {
@@ -1059,6 +1070,7 @@ void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::
       }
     }
   }
+  if (P.out_sink) P.out_sink->write_at(out0, out, qn * dv);
 }
 
 template <class T>
@@ -1191,7 +1203,7 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
 
 // The emitted tensors, allocated, and P's pointers to them.
 template <class T>
-AttentionResult allocate(Plan<T>& P, const Shape& q_shape) {
+AttentionResult allocate(Plan<T>& P, const Shape& q_shape, const AttentionOptions& opt) {
   const Geometry& g = P.g;
   AttentionResult res;
   if (g.emit_logits) res.logits = Tensor(g.out, g.logits_shape()), P.logits = res.logits.bytes();
@@ -1199,9 +1211,18 @@ AttentionResult allocate(Plan<T>& P, const Shape& q_shape) {
   if (g.emit_output) {
     Shape os = q_shape;
     os[g.axes.find('d')] = g.dv;
-    res.output = Tensor(g.out, os);
-    P.out = res.output.bytes();
     P.out_st = strides_of(os, g.axes);
+    TensorSink* sink = nullptr;
+    if (opt.output_sink && P.out_st.d == 1 && P.out_st.s == static_cast<std::ptrdiff_t>(g.dv)) {
+      sink = opt.output_sink(TensorInfo{g.out, os, {}, {}});
+    }
+    if (sink && sink->writes_at()) {
+      P.out_sink = sink;
+      res.output_streamed = true;
+    } else {
+      res.output = Tensor(g.out, os);
+      P.out = res.output.bytes();
+    }
   }
   if (g.emit_lse) res.lse = Tensor(g.lse, g.lse_shape()), P.lse = res.lse.bytes();
   return res;
@@ -1254,7 +1275,7 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   P.q = make_view<T>(q, g.axes, hq_);
   P.k = make_view<T>(k, g.axes, hk_);
   if (v) P.v = make_view<T>(*v, g.axes, hv_);
-  AttentionResult res = allocate(P, q.shape());
+  AttentionResult res = allocate(P, q.shape(), opt);
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
   const std::size_t items = g.b * g.hq * nq;
   if (g.sq > 0) {
@@ -1523,7 +1544,7 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   Plan<T> P;
   plan(P, g, opt, vs != nullptr);
   P.q = qm.base ? qm.view() : make_view<T>(qt, g.axes, hq_);
-  AttentionResult res = allocate(P, qs.info().shape);
+  AttentionResult res = allocate(P, qs.info().shape, opt);
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
   const std::size_t items = g.b * g.hq * nq;
   if (g.sq == 0) return res;

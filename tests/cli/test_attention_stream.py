@@ -152,6 +152,56 @@ class AttentionStreamTest(PosencTestCase):
                     "output", "-o", self.path("kl_out.npy"))
         self.assertTrue(np.isfinite(np.load(self.path("kl_out.npy"))).all())
 
+    def test_output_written_by_rows(self):
+        # A lone NPY output in bhsd is written by the work items at their rows' offsets;
+        # standard output (no seeking) and bshd (rows of an item not contiguous) keep it
+        # in memory. Each is attention by a float64 reference, and the three agree bit
+        # for bit. An existing target is replaced.
+        q, k, v = self.inputs(hq=4, hk=2, sq=600, sk=1500, d=32)
+        qa, ka, va = (np.load(x).astype(np.float64) for x in (q, k, v))
+        ka, va = (np.repeat(x, 2, axis=1) for x in (ka, va))
+        s = qa @ ka.transpose(0, 1, 3, 2) / np.sqrt(32)
+        s = np.where(np.tril(np.ones((600, 1500), bool), 900), s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        ref = (p / p.sum(-1, keepdims=True)) @ va
+        bshd = [self.npy(f"{n}_bshd.npy", np.load(x).transpose(0, 2, 1, 3))
+                for n, x in zip("qkv", (q, k, v))]
+        for dtype, tol in (("f32", 2e-6), ("f16", 1e-3)):
+            out = self.path(f"out_{dtype}.npy")
+            with open(out, "wb") as f:
+                f.write(b"old")
+            common = ["--causal", "--dtype", dtype, "--emit", "output"]
+            for threads in ("1", "2"):
+                self.run_ok("-j", threads, "attention", "-q", q, "-k", k, "-v", v, "-o", out,
+                            *common)
+                got = np.load(out)
+                self.assertEqual(got.dtype, np.float32 if dtype == "f32" else np.float16)
+                self.assert_close(got.astype(np.float64), ref, rtol=tol, atol=tol,
+                                  msg=f"{dtype} -j {threads}")
+            piped = self.run_ok("attention", "-q", q, "-k", k, "-v", v, "-o", "-", "--force",
+                                *common).stdout
+            with open(out, "rb") as f:
+                self.assertEqual(piped, f.read(), dtype)
+            self.run_ok("attention", "-q", bshd[0], "-k", bshd[1], "-v", bshd[2], "--axes",
+                        "bshd", "-o", self.path("bshd.npy"), *common)
+            self.assertEqual(np.load(self.path("bshd.npy")).transpose(0, 2, 1, 3).tobytes(),
+                             np.load(out).tobytes(), dtype)
+        # A run that fails while items are writing (NaN in V's last block, met by the
+        # last item to run) leaves the existing target as it was and no temporary.
+        x = np.load(v)
+        x[0, 1, 1499, 0] = np.nan
+        np.save(v, x)
+        before = os.listdir(self.tmp)
+        with open(self.path("out_f32.npy"), "rb") as f:
+            kept = f.read()
+        for threads in ("1", "2"):
+            self.assert_fails(3, "-j", threads, "attention", "-q", q, "-k", k, "-v", v, "-o",
+                              self.path("out_f32.npy"), "--emit", "output",
+                              match=r"^posenc: error: v: contains NaN or Inf")
+        self.assert_no_new_files(before)
+        with open(self.path("out_f32.npy"), "rb") as f:
+            self.assertEqual(f.read(), kept)
+
     def test_budget_below_one_block_is_refused_before_reading(self):
         q, k, v = self.inputs()
         # NaN in Q and K: a run that read either would fail on that instead.

@@ -40,7 +40,9 @@ class OutputFailures(PosencTestCase):
                 ["convert", self.x, "-o", "-", "--to", "text"],
                 ["convert", self.x, "-o", "-", "--force"],
                 ["table", "sinusoidal", "--positions", 1000, "--dim", 64, "-o", "-", "--to", "csv"],
-                ["rope", self.x, "-o", "-", "--force"]]
+                ["rope", self.x, "-o", "-", "--force"],
+                ["attention", "-q", self.x, "-k", self.x, "-v", self.x, "--emit", "output",
+                 "-o", "-", "--force"]]
 
     def expect_stdout_error(self, status, err, why):
         self.assertEqual(status, 4, err)
@@ -93,9 +95,14 @@ class OutputFailures(PosencTestCase):
             # (--force: an HDF5 output is otherwise added to an existing HDF5 file, and a
             # file that is not HDF5 is refused before anything is written.)
             force = ["--force"] if name.endswith(".h5") else []
-            for args in (["convert", self.x, "-o", ref, *force],
-                         ["table", "sinusoidal", "--positions", 300, "--dim", 64, "-o", ref,
-                          *force]):
+            cmds = [["convert", self.x, "-o", ref, *force],
+                    ["table", "sinusoidal", "--positions", 300, "--dim", 64, "-o", ref,
+                     *force]]
+            if name == "out.npy":
+                # written by the attention workers at their rows' offsets (pwrite)
+                cmds.append(["attention", "-q", self.x, "-k", self.x, "-v", self.x, "--emit",
+                             "output", "-o", ref])
+            for args in cmds:
                 with self.subTest(target=name, cmd=args[0]):
                     before = sorted(os.listdir(self.tmp))
                     status, err = posenc(args, preexec=limit)

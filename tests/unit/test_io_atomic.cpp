@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "posenc/error.hpp"
@@ -207,6 +208,54 @@ TEST_F(AtomicTest, SinkStreamsRowsAndCommits) {
   ASSERT_EQ(back.dtype(), DType::i32);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(back.data<std::int32_t>()[i], rows[i]);
   EXPECT_EQ(slurp(path("s.npy")).size(), 128u + 24u);
+}
+
+TEST_F(AtomicTest, SinkWritesAtPositionsFromThreads) {
+  TensorInfo info;
+  info.dtype = DType::f32;
+  info.shape = {64, 32};
+  auto sink = create_sink(parse_ref(path("p.npy")), info);
+  ASSERT_TRUE(sink->writes_at());
+  // Two threads, each writing every other block of 4 rows, last block first.
+  auto writer = [&](int parity) {
+    std::vector<float> block(4 * 32);
+    for (int blk = 15; blk >= 0; --blk) {
+      if (blk % 2 != parity) continue;
+      for (std::size_t i = 0; i < block.size(); ++i) {
+        block[i] = static_cast<float>(blk * 4 * 32 + static_cast<int>(i));
+      }
+      sink->write_at(static_cast<std::size_t>(blk) * 4 * 32, block.data(), block.size());
+    }
+  };
+  std::thread a(writer, 0), b(writer, 1);
+  a.join();
+  b.join();
+  EXPECT_THROW(sink->write_at(64 * 32 - 1, info.shape.data(), 2), std::logic_error);
+  sink->commit();
+  Tensor back = read_tensor(path("p.npy"));
+  ASSERT_EQ(back.shape(), info.shape);
+  for (std::size_t i = 0; i < back.numel(); ++i) ASSERT_EQ(back.get(i), static_cast<double>(i));
+  EXPECT_EQ(list(), std::vector<std::string>{"p.npy"});
+}
+
+TEST_F(AtomicTest, SinkWriteAtIncompleteIsRefusedAndLeavesNothing) {
+  put(path("p.npy"), "old");
+  {
+    TensorInfo info;
+    info.shape = {4};
+    auto sink = create_sink(parse_ref(path("p.npy")), info);
+    const float x[2] = {1, 2};
+    sink->write_at(2, x, 2);
+    EXPECT_THROW(sink->commit(), std::logic_error);
+  }
+  EXPECT_EQ(list(), std::vector<std::string>{"p.npy"});
+  EXPECT_EQ(slurp(path("p.npy")), "old");
+  // Standard output cannot seek: no positional writes.
+  TensorInfo info;
+  info.shape = {1};
+  WriteOptions force;
+  force.force = true;
+  EXPECT_FALSE(create_sink(parse_ref("-"), info, force)->writes_at());
 }
 
 TEST(ParseRef, Forms) {

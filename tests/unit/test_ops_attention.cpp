@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <random>
 
 #include "posenc/error.hpp"
@@ -148,6 +151,88 @@ TEST(Attention, StreamedMatchesMaterialisedF32) {
   EXPECT_EQ(s.output.dtype(), DType::f32);
   expect_close(s.output, e.out, 1e-5, 1e-6, "streamed output");
   expect_close(s.lse, e.lse, 1e-5, 1e-6, "streamed lse");
+}
+
+// Keeps what attention writes through write_at, and how often each entry was written.
+class RecordingSink final : public TensorSink {
+ public:
+  explicit RecordingSink(const TensorInfo& info)
+      : info_(info), data_(info.dtype, info.shape), times_(data_.numel()) {}
+  void write_rows(const void*, std::size_t) override { FAIL() << "sequential write"; }
+  bool writes_at() const override { return true; }
+  void write_at(std::size_t first, const void* src, std::size_t count) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ASSERT_LE(first + count, data_.numel());
+    const std::size_t item = dtype_size(info_.dtype);
+    std::memcpy(data_.bytes() + first * item, src, count * item);
+    for (std::size_t i = first; i < first + count; ++i) ++times_[i];
+    ++calls_;
+  }
+  void commit() override {}
+  TensorInfo info_;
+  Tensor data_;
+  std::vector<int> times_;
+  int calls_ = 0;
+  std::mutex mutex_;
+};
+
+TEST(Attention, OutputSinkGetsEveryRowOnce) {
+  Tensor q = random_tensor({2, 3, 70, 16}, 40, DType::f32),
+         k = random_tensor({2, 3, 90, 16}, 41, DType::f32),
+         v = random_tensor({2, 3, 90, 8}, 42, DType::f32);
+  Ref e = naive(q.astype(DType::f64), k.astype(DType::f64), v.astype(DType::f64), 0.25,
+                CausalAlign::bottom_right, -1, -1, nullptr, 0, false);
+  for (auto dtype : {DType::f32, DType::f16}) {
+    AttentionOptions o;
+    o.causal = CausalAlign::bottom_right;
+    o.emit = {AttentionEmit::output, AttentionEmit::lse};
+    o.query_block = 16;  // several items per head, the last one short
+    o.key_block = 32;
+    o.dtype = dtype;
+    std::unique_ptr<RecordingSink> sink;
+    o.output_sink = [&](const TensorInfo& info) {
+      sink = std::make_unique<RecordingSink>(info);
+      return sink.get();
+    };
+    AttentionResult r = attention(q, k, &v, o);
+    ASSERT_TRUE(sink);
+    EXPECT_TRUE(r.output_streamed);
+    EXPECT_EQ(r.output.numel(), 0u);
+    EXPECT_EQ(r.lse.numel(), 2u * 3 * 70);
+    EXPECT_EQ(sink->info_.dtype, dtype);
+    EXPECT_EQ(sink->info_.shape, (Shape{2, 3, 70, 8}));
+    EXPECT_EQ(sink->calls_, 2 * 3 * 5);  // one per item
+    for (int t : sink->times_) ASSERT_EQ(t, 1);
+    // f16 rounds to 2^-11 relative.
+    const double tol = dtype == DType::f16 ? 2e-3 : 1e-5;
+    expect_close(sink->data_, e.out, tol, tol, "sink output");
+    // The same bits as the output kept in memory.
+    o.output_sink = nullptr;
+    AttentionResult m = attention(q, k, &v, o);
+    EXPECT_FALSE(m.output_streamed);
+    EXPECT_EQ(std::memcmp(m.output.bytes(), sink->data_.bytes(), m.output.nbytes()), 0);
+  }
+}
+
+TEST(Attention, OutputSinkDeclinedOrNotOffered) {
+  Tensor q = random_tensor({1, 5, 2, 8}, 43), k = random_tensor({1, 5, 2, 8}, 44),
+         v = random_tensor({1, 5, 2, 8}, 45);
+  AttentionOptions o;
+  int asked = 0;
+  o.output_sink = [&](const TensorInfo&) -> TensorSink* {
+    ++asked;
+    return nullptr;
+  };
+  // A null sink keeps the output in memory.
+  AttentionResult r = attention(q, k, &v, o);
+  EXPECT_EQ(asked, 1);
+  EXPECT_FALSE(r.output_streamed);
+  EXPECT_EQ(r.output.shape(), (Shape{1, 5, 2, 8}));
+  // bshd: an item's rows are not contiguous, so no sink is asked for.
+  o.axes = "bshd";
+  r = attention(q, k, &v, o);
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(r.output.shape(), (Shape{1, 5, 2, 8}));
 }
 
 TEST(Attention, FullyMaskedRows) {

@@ -15,6 +15,7 @@
 /// them so a closed pipe is an OutputError (EPIPE), not a silent death.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,11 @@ class OutputFile {
   /// device", "cannot write to standard output: Broken pipe").
   void write(const void* data, std::size_t n);
   void write(const std::string& s) { write(s.data(), s.size()); }
+  /// Writes `n` bytes at byte `offset` of the file, unbuffered (pwrite), leaving the
+  /// position of write() alone; safe to call from several threads at once. Only for
+  /// atomic() outputs (a pipe cannot seek): std::logic_error otherwise. Errors as
+  /// write().
+  void write_at(std::uint64_t offset, const void* data, std::size_t n);
   /// Flushes and, for a temporary file, closes it (fsync first with WriteOptions::sync);
   /// the target is unchanged.
   void finish();

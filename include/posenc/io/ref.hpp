@@ -139,6 +139,14 @@ class TensorSink {
   /// previous write (of rows or slabs) ended. std::logic_error for an axis that is not
   /// allowed or more entries than the shape holds.
   virtual void write_slab(std::size_t axis, const void* src, std::size_t count);
+  /// Whether write_at() is available: NPY to a regular file. Positional writes and
+  /// sequential ones (rows, slabs) are not mixed on one sink.
+  virtual bool writes_at() const { return false; }
+  /// Writes `count` entries (the sink dtype, C order) starting at entry `first` of the
+  /// tensor in C order. May be called from several threads at once, in any order, each
+  /// entry once; commit() checks that every entry was written. std::logic_error where
+  /// writes_at() is false or the range leaves the tensor.
+  virtual void write_at(std::size_t first, const void* src, std::size_t count);
   /// Finishes the output (all rows must have been written) and makes it visible.
   virtual void commit() = 0;
 };

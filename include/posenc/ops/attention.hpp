@@ -139,6 +139,15 @@ struct AttentionOptions {
   bool allow_nonfinite = false;
   /// Block sizes (0 = automatic). Tests use them to force several key blocks.
   std::size_t query_block = 0, key_block = 0;
+  /// Where the output may go as it is computed, instead of AttentionResult::output.
+  /// Called once, before the computation, with the output's dtype and shape, when the
+  /// output is computed in blocks of whole rows that are contiguous in C order: arith
+  /// exact, d the last axis and s the one before it (as in bhsd; not bshd). A returned
+  /// sink whose writes_at() is true gets every entry through write_at(), from several
+  /// threads, the output stays empty and output_streamed is set; the caller commits
+  /// the sink (or drops it when attention throws). A null return, or a sink without
+  /// write_at, keeps the output in memory. Not called otherwise.
+  std::function<TensorSink*(const TensorInfo&)> output_sink;
 };
 
 /// The emitted tensors (those not asked for are empty) and the parameters used.
@@ -148,6 +157,8 @@ struct AttentionResult {
   Tensor output;  ///< Q's shape and axes order with d replaced by dv
   Tensor lse;     ///< [b, hq, sq] (b and h only where Q has them)
   Attrs attrs;    ///< scale, masks, biases, ... for recording with the outputs
+  /// The output went to AttentionOptions::output_sink (and `output` is empty).
+  bool output_streamed = false;
   /// The tensor for `e`.
   const Tensor& get(AttentionEmit e) const;
 };
