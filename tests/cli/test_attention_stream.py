@@ -2,12 +2,15 @@
 --max-memory, the same bytes as the run with everything in memory, and a budget too
 small for one block refused before anything is read."""
 import os
+import signal
+import subprocess
+import time
 import unittest
 
 import h5py
 import numpy as np
 
-from posenc_testlib import UNDER_ASAN, PosencTestCase, run_measured
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run_measured
 
 MIB = 1 << 20
 
@@ -201,6 +204,36 @@ class AttentionStreamTest(PosencTestCase):
         self.assert_no_new_files(before)
         with open(self.path("out_f32.npy"), "rb") as f:
             self.assertEqual(f.read(), kept)
+
+    def test_signal_while_items_write_leaves_no_temp(self):
+        # The temporary output exists from the start of the computation (the items write
+        # into it); SIGTERM or SIGINT then removes it and leaves the target as it was.
+        # 137 GFLOP on one thread: over a second, so the signal lands mid-run.
+        q, k, v = self.inputs(hq=8, hk=8, sq=8192, sk=8192, d=64)
+        out = self.path("o.npy")
+        with open(out, "wb") as f:
+            f.write(b"old")
+        before = os.listdir(self.tmp)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with self.subTest(signal=sig):
+                proc = subprocess.Popen([BIN, "-j", "1", "attention", "-q", q, "-k", k, "-v", v,
+                                         "--emit", "output", "-o", out],
+                                        stderr=subprocess.PIPE)
+                deadline = time.time() + 30
+                while time.time() < deadline and proc.poll() is None:
+                    if any(n.startswith(".o.npy.") for n in os.listdir(self.tmp)):
+                        break
+                    time.sleep(0.01)
+                self.assertTrue(any(n.startswith(".o.npy.") for n in os.listdir(self.tmp)),
+                                "no temporary file appeared")
+                time.sleep(0.1)
+                proc.send_signal(sig)
+                proc.wait(timeout=60)
+                proc.stderr.close()
+                self.assertEqual(proc.returncode, 128 + sig)
+                self.assert_no_new_files(before)
+                with open(out, "rb") as f:
+                    self.assertEqual(f.read(), b"old")
 
     def test_budget_below_one_block_is_refused_before_reading(self):
         q, k, v = self.inputs()
