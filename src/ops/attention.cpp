@@ -1201,9 +1201,23 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
   }
 }
 
-// The emitted tensors, allocated, and P's pointers to them.
+// The sink AttentionOptions::output_sink gives for the output, when the output is
+// emitted in rows that an item holds contiguously (d last, s before it) and the sink
+// takes positional writes; null otherwise (the output is then kept in memory).
+TensorSink* take_output_sink(const Geometry& g, const Shape& q_shape, const AttentionOptions& opt) {
+  if (!g.emit_output || !opt.output_sink) return nullptr;
+  Shape os = q_shape;
+  os[g.axes.find('d')] = g.dv;
+  const Strides st = strides_of(os, g.axes);
+  if (st.d != 1 || st.s != static_cast<std::ptrdiff_t>(g.dv)) return nullptr;
+  TensorSink* sink = opt.output_sink(TensorInfo{g.out, os, {}, {}});
+  return sink && sink->writes_at() ? sink : nullptr;
+}
+
+// The emitted tensors (the output only when no sink takes it), allocated, and P's
+// pointers to them.
 template <class T>
-AttentionResult allocate(Plan<T>& P, const Shape& q_shape, const AttentionOptions& opt) {
+AttentionResult allocate(Plan<T>& P, const Shape& q_shape, TensorSink* out_sink) {
   const Geometry& g = P.g;
   AttentionResult res;
   if (g.emit_logits) res.logits = Tensor(g.out, g.logits_shape()), P.logits = res.logits.bytes();
@@ -1212,12 +1226,8 @@ AttentionResult allocate(Plan<T>& P, const Shape& q_shape, const AttentionOption
     Shape os = q_shape;
     os[g.axes.find('d')] = g.dv;
     P.out_st = strides_of(os, g.axes);
-    TensorSink* sink = nullptr;
-    if (opt.output_sink && P.out_st.d == 1 && P.out_st.s == static_cast<std::ptrdiff_t>(g.dv)) {
-      sink = opt.output_sink(TensorInfo{g.out, os, {}, {}});
-    }
-    if (sink && sink->writes_at()) {
-      P.out_sink = sink;
+    if (out_sink) {
+      P.out_sink = out_sink;
       res.output_streamed = true;
     } else {
       res.output = Tensor(g.out, os);
@@ -1275,7 +1285,7 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   P.q = make_view<T>(q, g.axes, hq_);
   P.k = make_view<T>(k, g.axes, hk_);
   if (v) P.v = make_view<T>(*v, g.axes, hv_);
-  AttentionResult res = allocate(P, q.shape(), opt);
+  AttentionResult res = allocate(P, q.shape(), take_output_sink(g, q.shape(), opt));
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
   const std::size_t items = g.b * g.hq * nq;
   if (g.sq > 0) {
@@ -1300,14 +1310,15 @@ struct StreamMemory {
 };
 
 StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorInfo& k,
-                           const TensorInfo* v, const AttentionOptions& opt) {
+                           const TensorInfo* v, const AttentionOptions& opt,
+                           bool output_in_memory) {
   const std::size_t ts = dtype_size(g.compute), os = dtype_size(g.out);
   const bool d_last = g.axes.back() == 'd';
   const std::size_t rows = mul_sat(mul_sat(g.b, g.hq), g.sq);
   Blocks bl = blocks_for(g, opt);
   StreamMemory m;
   std::size_t f = 0;
-  if (g.emit_output) f = add_sat(f, mul_sat(mul_sat(rows, g.dv), os));
+  if (g.emit_output && output_in_memory) f = add_sat(f, mul_sat(mul_sat(rows, g.dv), os));
   if (g.emit_lse) f = add_sat(f, mul_sat(rows, dtype_size(g.lse)));
   const std::size_t qn = checked_numel(q.shape, 1, "q");
   f = add_sat(f, mul_sat(qn, dtype_size(q.dtype)));
@@ -1529,7 +1540,7 @@ void run_in_place(const Plan<T>& P, bool check, std::size_t nq, std::size_t nthr
 template <class T>
 AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* vs,
                              const Geometry& g, const AttentionOptions& opt, std::size_t chunk,
-                             bool map_kv) {
+                             bool map_kv, TensorSink* out_sink) {
   // Q in place when its file is mapped, else read whole.
   const MappedInput<T> qm = mapped_input<T>(qs, g);
   Tensor qt, hq_;
@@ -1544,7 +1555,7 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   Plan<T> P;
   plan(P, g, opt, vs != nullptr);
   P.q = qm.base ? qm.view() : make_view<T>(qt, g.axes, hq_);
-  AttentionResult res = allocate(P, qs.info().shape, opt);
+  AttentionResult res = allocate(P, qs.info().shape, out_sink);
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
   const std::size_t items = g.b * g.hq * nq;
   if (g.sq == 0) return res;
@@ -1729,7 +1740,9 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
     return attention(qt, kt, vt ? &*vt : nullptr, unlimited);
   }
   // Streamed: as many whole key blocks per chunk as the budget allows.
-  const StreamMemory m = stream_memory(g, qi, ki, vi, opt);
+  // An output that goes to the sink as it is computed takes no memory.
+  TensorSink* out_sink = take_output_sink(g, qi.shape, opt);
+  const StreamMemory m = stream_memory(g, qi, ki, vi, opt, out_sink == nullptr);
   const std::size_t kB = blocks_for(g, opt).k;
   // At most about 16 MiB of K and V per chunk even when the budget allows more: the
   // chunk buffers are reused (no page faults for all of K and V), and a chunk just read
@@ -1760,8 +1773,8 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   }
   const bool map_kv = opt.max_memory == 0 || add_sat(m.fixed, kv_bytes) <= opt.max_memory;
   AttentionResult res = g.compute == DType::f64
-                            ? run_streamed<double>(q, k, v, g, opt, chunk, map_kv)
-                            : run_streamed<float>(q, k, v, g, opt, chunk, map_kv);
+                            ? run_streamed<double>(q, k, v, g, opt, chunk, map_kv, out_sink)
+                            : run_streamed<float>(q, k, v, g, opt, chunk, map_kv, out_sink);
   record(res, g, opt, qi.dtype);
   return res;
 }

@@ -205,6 +205,24 @@ class AttentionStreamTest(PosencTestCase):
         with open(self.path("out_f32.npy"), "rb") as f:
             self.assertEqual(f.read(), kept)
 
+    def test_output_written_by_rows_takes_no_budget(self):
+        # An output written by the items as they end is not held in memory, so it does
+        # not count against --max-memory: 21 MiB suffice for the NPY output here (one
+        # key block needs 17.2 MiB), not for the same run kept in memory for HDF5
+        # (25.2 MiB: 8 MiB more, the output).
+        rng = np.random.default_rng(3)
+        q = self.npy("q.npy", rng.standard_normal((1, 4, 2048, 64), dtype=np.float32))
+        k = self.npy("k.npy", rng.standard_normal((1, 4, 2048, 64), dtype=np.float32))
+        v = self.npy("v.npy", rng.standard_normal((1, 4, 2048, 256), dtype=np.float32))
+        args = ["-j", "2", "attention", "-q", q, "-k", k, "-v", v, "--emit", "output"]
+        self.run_ok(*args, "--max-memory", "21M", "-o", self.path("small.npy"))
+        self.run_ok(*args, "-o", self.path("whole.npy"))
+        with open(self.path("small.npy"), "rb") as a, open(self.path("whole.npy"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        self.assert_fails(3, *args, "--max-memory", "21M", "-o", self.path("o.h5") + ":/o",
+                          match=r"one block of 1024 keys needs 25\.2 MiB")
+        self.assertFalse(os.path.exists(self.path("o.h5")))
+
     def test_signal_while_items_write_leaves_no_temp(self):
         # The temporary output exists from the start of the computation (the items write
         # into it); SIGTERM or SIGINT then removes it and leaves the target as it was.

@@ -176,12 +176,13 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
 /// of whole key blocks when only output and lse are asked for (arith exact, seekable
 /// sources such as NPY files and HDF5 datasets), so that memory stays within
 /// `opt.max_memory` whatever sk is. The chunk is the largest multiple of the key block
-/// that fits beside the outputs, Q and the work memory; the key blocks and their order
-/// are those of the in-memory run, so the result is byte for byte that of `attention`
-/// on the whole tensors. Otherwise (logits or probs, --arith hf, streams) everything is
-/// read and the inputs count against the budget. Shapes and the budget are checked from
-/// the headers before anything is read: InputError when `opt.max_memory` cannot hold
-/// one key block (or, not streaming, the inputs with the outputs and work memory).
+/// that fits beside the outputs (not one taken by `opt.output_sink`), Q and the work
+/// memory; the key blocks and their order are those of the in-memory run, so the
+/// result is byte for byte that of `attention` on the whole tensors. Otherwise (logits
+/// or probs, --arith hf, streams) everything is read and the inputs count against the
+/// budget. Shapes and the budget are checked from the headers before anything is read:
+/// InputError when `opt.max_memory` cannot hold one key block (or, not streaming, the
+/// inputs with the outputs and work memory).
 AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
                           const AttentionOptions& opt);
 
