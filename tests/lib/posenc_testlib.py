@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -66,6 +67,21 @@ class PosencTestCase(unittest.TestCase):
         if match is not None:
             self.assertRegex(lines[0], match)
         return p
+
+    def signal_while_writing(self, proc, target, sig):
+        """Waits (up to 30 s) for the temporary file of `target` (a name in self.tmp)
+        to appear while `proc` runs, then sends `sig` 0.1 s later and waits for the
+        exit; asserts exit status 128 + sig."""
+        def temp_exists():
+            return any(n.startswith(f".{target}.") for n in os.listdir(self.tmp))
+        deadline = time.time() + 30
+        while time.time() < deadline and proc.poll() is None and not temp_exists():
+            time.sleep(0.01)
+        self.assertTrue(temp_exists(), "no temporary file appeared")
+        time.sleep(0.1)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        self.assertEqual(proc.returncode, 128 + sig)
 
     def assert_no_new_files(self, before):
         """No file other than those in `before` exists in self.tmp (no temp leftovers)."""
