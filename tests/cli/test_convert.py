@@ -13,7 +13,7 @@ import unittest
 import h5py
 import numpy as np
 
-from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase
 
 
 def md5(path):
