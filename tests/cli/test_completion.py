@@ -1,12 +1,11 @@
 """Shell completion: `posenc completion bash` sourced into a real bash completes real
 prefixes (commands, kinds, options, fixed option values, files); the zsh and fish
 scripts name the same commands and options."""
-import os
 import shutil
 import subprocess
 import unittest
 
-from posenc_testlib import BIN, PosencTestCase, run
+from posenc_testlib import PosencTestCase, run
 
 
 class BashCompletion(PosencTestCase):

@@ -24,7 +24,7 @@ import unittest
 
 import numpy as np
 
-from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase
 
 
 def npy_header(shape, descr="<f2"):

@@ -2,13 +2,12 @@
 expects (float16, groups, compression, attributes); bad files fail cleanly."""
 import filecmp
 import json
-import os
 import unittest
 
 import h5py
 import numpy as np
 
-from posenc_testlib import PosencTestCase, run
+from posenc_testlib import PosencTestCase
 
 
 def inspect_json(tc, ref, *extra):
@@ -54,7 +53,6 @@ class ReadH5pyFiles(PosencTestCase):
             f["deep/er/chunked"].attrs["factors"] = np.array([1.0, 0.5])
 
     def test_values_and_dtypes_exact(self):
-        expect_dtype = {"f16": "f16", "f32": "f32", "f64": "f64"}
         for name, a in self.arrays.items():
             with self.subTest(name=name):
                 j = inspect_json(self, f"{self.file}:/{name}")

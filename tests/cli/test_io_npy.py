@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from posenc_testlib import BIN, PosencTestCase, run
+from posenc_testlib import BIN, PosencTestCase
 
 DTYPES = ["<f2", ">f2", "<f4", ">f4", "<f8", ">f8", "|i1", "<i2", ">i2", "<i4", ">i4",
           "<i8", ">i8", "|u1", "<u2", ">u2", "<u4", ">u4", "<u8", ">u8", "|b1"]

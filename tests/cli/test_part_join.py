@@ -9,7 +9,7 @@ import unittest
 import h5py
 import numpy as np
 
-from posenc_testlib import BIN, PosencTestCase, run
+from posenc_testlib import BIN, PosencTestCase
 
 HAVE_PARALLEL = shutil.which("parallel") is not None
 
@@ -108,7 +108,7 @@ class ParallelParts(PosencTestCase):
 
     def test_convert_parts_joined_equal_whole(self):
         x = np.random.default_rng(3).standard_normal((23, 7)).astype(np.float64)
-        src = self.npy("x.npy", x)
+        self.npy("x.npy", x)
         self.parallel('"$BIN" convert x.npy --dtype f16 -o c{}.h5:/x --part {}/4', 4)
         self.run_ok("join", *[self.path(f"c{i}.h5") + ":/x" for i in range(4)], "-o",
                     self.path("joined.npy"))

@@ -11,7 +11,6 @@ to bf16, the attention test replaces those (only those) by that product, and a
 separate test bounds the difference from torch's own: |delta logits| <= 2^-8 * scale *
 sum_i |q_i k_i|, in under 0.2 % of the elements of each output.
 """
-import json
 import os
 import unittest
 
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 import framework_rope_ref as ref
-from posenc_testlib import (PosencTestCase, bit_mismatches, load_torch, out_ref, run,
+from posenc_testlib import (PosencTestCase, bit_mismatches, load_torch, out_ref,
                             save_torch)
 
 ref.set_threads()

@@ -26,7 +26,7 @@ import unittest
 import numpy as np
 import torch
 
-from posenc_testlib import PosencTestCase, run
+from posenc_testlib import PosencTestCase
 from reference_relative import (deberta_attention, transfo_xl_attention, transfo_xl_pos_emb,
                                 xlnet_rel_attn_core, xlnet_seg_mat)
 

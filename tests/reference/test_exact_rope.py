@@ -91,7 +91,6 @@ class ExactRope(PosencTestCase):
         for dt in IN_DTYPES:
             path, v = self.write_input(f"x_{dt}", x64, dt)
             inputs[dt] = (path, *rope(v, pos, inv, style, af, inverse))
-        d = shape[-1]
         for out in outs:
             cases = [(path, dt if out == "same" else out, ref, m, f"{dt} -> {out}")
                      for dt, (path, ref, m) in inputs.items()]

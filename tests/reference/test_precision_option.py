@@ -17,7 +17,6 @@ framework-arithmetic switch, can take these checks over).
   within its error bound of the reference and measurably off the float64 result.
 """
 import os
-import math
 import unittest
 
 import h5py

@@ -7,7 +7,6 @@ Tolerances: integer tables equal exactly; ALiBi f64 rtol 1e-12, f32 within one f
 ulp of the float64 value.
 """
 import math
-import os
 import unittest
 
 import numpy as np

@@ -8,7 +8,6 @@ position up to 2^20 for the columns of a D = 8 table and around p = 10^6 for D =
 f16 equal to numpy's astype; bf16 equal to round-to-nearest-even emulated in numpy.
 """
 import math
-import os
 import unittest
 
 import h5py
