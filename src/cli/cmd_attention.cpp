@@ -319,27 +319,27 @@ void run_attention(AttentionCmdOptions& o) {
   const Positions pos = rope_positions(o.rope_opts);
   opt.cu_seqlens = pos.cu_seqlens;
 
-  AttentionResult res;
-  if (!o.rope && !relative_wanted(o.relative) && part.whole()) {
-    // The library reads the inputs itself: K and V in chunks within --max-memory. A
-    // lone NPY output is written by the workers as they finish its rows (into the
-    // temporary file, at their offsets), so no write of the whole output follows.
-    std::unique_ptr<TensorSink> sink;
-    if (opt.emit.size() == 1 && opt.emit[0] == AttentionEmit::output &&
-        out_refs[0].format == Format::npy) {
-      opt.output_sink = [&](const TensorInfo& info) {
-        sink = create_sink(out_refs[0], info, o.out.write_options());
-        return sink.get();
-      };
-    }
-    res = attention(*q_src, *k_src, v_src.get(), opt);
-    if (!sink) return write_results(res, opt, out_refs, o);
+  // A lone NPY output is written by the work items as they finish its rows (into the
+  // temporary file, at their offsets), so no write of the whole output follows.
+  std::unique_ptr<TensorSink> sink;
+  if (opt.emit.size() == 1 && opt.emit[0] == AttentionEmit::output &&
+      out_refs[0].format == Format::npy && part.whole() && !relative_wanted(o.relative)) {
+    opt.output_sink = [&](const TensorInfo& info) {
+      sink = create_sink(out_refs[0], info, o.out.write_options());
+      return sink.get();
+    };
+  }
+  auto finish = [&](const AttentionResult& res) {
+    if (!sink) return write_results(res, opt, out_refs, o, part, batch);
     verbose_attrs(result_attrs(res, o));
     // Standard output and other non-regular targets cannot take positional writes:
     // the output was kept in memory and goes to the sink opened for it.
     if (!res.output_streamed) sink->write_rows(res.output.bytes(), res.output.shape().at(0));
     sink->commit();
-    return;
+  };
+  if (!o.rope && !relative_wanted(o.relative) && part.whole()) {
+    // The library reads the inputs itself: K and V in chunks within --max-memory.
+    return finish(attention(*q_src, *k_src, v_src.get(), opt));
   }
   check_budget(*q_src, *k_src, v_src.get(), o.rope, opt);
   Tensor q = read_all_rows(*q_src);
@@ -358,6 +358,7 @@ void run_attention(AttentionCmdOptions& o) {
     cut(k);
     if (v) cut(*v);
   }
+  AttentionResult res;
   if (relative_wanted(o.relative)) {
     res = relative_attention(o.relative, q, k, v ? &*v : nullptr, opt);
   } else if (o.rope) {
@@ -371,7 +372,7 @@ void run_attention(AttentionCmdOptions& o) {
   } else {
     res = attention(q, k, v ? &*v : nullptr, opt);
   }
-  write_results(res, opt, out_refs, o, part, batch);
+  finish(res);
 }
 
 }  // namespace
