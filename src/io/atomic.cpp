@@ -338,10 +338,11 @@ OutputFile::~OutputFile() {
   if (own_fd_ && fd_ >= 0) ::close(fd_);
 }
 
-void OutputFile::write_fd(const void* data, std::size_t n) {
+void OutputFile::write_fd(const void* data, std::size_t n, std::int64_t offset) const {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    ssize_t w = ::write(fd_, p, std::min<std::size_t>(n, std::size_t{1} << 30));
+    const std::size_t len = std::min<std::size_t>(n, std::size_t{1} << 30);
+    ssize_t w = offset < 0 ? ::write(fd_, p, len) : ::pwrite(fd_, p, len, offset);
     if (w < 0) {
       if (errno == EINTR) continue;
       const char* why = std::strerror(errno);
@@ -350,23 +351,15 @@ void OutputFile::write_fd(const void* data, std::size_t n) {
     }
     p += w;
     n -= static_cast<std::size_t>(w);
+    if (offset >= 0) offset += w;
   }
 }
 
 void OutputFile::write_at(std::uint64_t offset, const void* data, std::size_t n) {
-  if (!temp_ || finished_) throw std::logic_error("OutputFile::write_at: not an open regular file");
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::pwrite(fd_, p, std::min<std::size_t>(n, std::size_t{1} << 30),
-                         static_cast<off_t>(offset));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw OutputError(fmt::format("cannot write {}: {}", display_, std::strerror(errno)));
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-    offset += static_cast<std::uint64_t>(w);
+  if (!temp_ || finished_ || offset > static_cast<std::uint64_t>(INT64_MAX)) {
+    throw std::logic_error("OutputFile::write_at: not an open regular file, or past 2^63");
   }
+  write_fd(data, n, static_cast<std::int64_t>(offset));
 }
 
 void OutputFile::flush_buffer() {

@@ -151,6 +151,12 @@ struct Geometry {
     s.pop_back();
     return s;
   }
+  /// Q's shape with d replaced by dv.
+  Shape output_shape(const Shape& q) const {
+    Shape s = q;
+    s[axes.find('d')] = dv;
+    return s;
+  }
 };
 
 std::string resolve_letters(const std::string& user, std::size_t rank) {
@@ -1206,8 +1212,7 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
 // takes positional writes; null otherwise (the output is then kept in memory).
 TensorSink* take_output_sink(const Geometry& g, const Shape& q_shape, const AttentionOptions& opt) {
   if (!g.emit_output || !opt.output_sink) return nullptr;
-  Shape os = q_shape;
-  os[g.axes.find('d')] = g.dv;
+  const Shape os = g.output_shape(q_shape);
   const Strides st = strides_of(os, g.axes);
   if (st.d != 1 || st.s != static_cast<std::ptrdiff_t>(g.dv)) return nullptr;
   TensorSink* sink = opt.output_sink(TensorInfo{g.out, os, {}, {}});
@@ -1223,8 +1228,7 @@ AttentionResult allocate(Plan<T>& P, const Shape& q_shape, TensorSink* out_sink)
   if (g.emit_logits) res.logits = Tensor(g.out, g.logits_shape()), P.logits = res.logits.bytes();
   if (g.emit_probs) res.probs = Tensor(g.out, g.logits_shape()), P.probs = res.probs.bytes();
   if (g.emit_output) {
-    Shape os = q_shape;
-    os[g.axes.find('d')] = g.dv;
+    const Shape os = g.output_shape(q_shape);
     P.out_st = strides_of(os, g.axes);
     if (out_sink) {
       P.out_sink = out_sink;

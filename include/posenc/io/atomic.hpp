@@ -91,7 +91,9 @@ class OutputFile {
 
  private:
   void flush_buffer();
-  void write_fd(const void* data, std::size_t n);
+  // All of `n` bytes: at the file position (write), or at `offset` when it is not
+  // negative (pwrite).
+  void write_fd(const void* data, std::size_t n, std::int64_t offset = -1) const;
 
   std::string path_;
   std::string display_;
