@@ -1,13 +1,16 @@
 // Atomic output files and the signal-time cleanup of temporary files (see atomic.hpp).
 #include "posenc/io/atomic.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 
 #include "posenc/error.hpp"
 
@@ -198,104 +202,227 @@ static std::string missing_folder(const std::string& dir, int err) {
   return std::strerror(err);
 }
 
+// fsyncs the folder `dir`, so that a rename into it survives a power loss.
+static void sync_folder(const std::string& dir, const std::string& target) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS)) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    throw OutputError(fmt::format("cannot write {}: {} (syncing its folder)", quoted(target),
+                                  std::strerror(e)));
+  }
+  ::close(fd);
+}
+
+// Named temporaries `.BASE.posenc-XXXXXX` left by processes that died by SIGKILL (the
+// signal handlers remove them otherwise): a live one is flock'ed by its owner from
+// creation on, so one that can be locked and is older than a few seconds (an owner
+// locks it right after creating it) is removed.
+void remove_stale_temporaries(const std::string& dir, const std::string& base) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  const std::string prefix = "." + base + ".posenc-";
+  const time_t now = ::time(nullptr);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const int fd = ::openat(::dirfd(d), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_ctime > 2 &&
+        ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      ::unlinkat(::dirfd(d), name.c_str(), 0);
+    }
+    ::close(fd);
+  }
+  ::closedir(d);
+}
+
 // --- TempFile ----------------------------------------------------------------------
 
-TempFile::TempFile(const std::string& target, bool no_clobber, bool sync)
-    : target_(target), no_clobber_(no_clobber), sync_(sync) {
+std::string resolve_output_target(const std::string& target) {
+  struct stat st;
+  if (::stat(target.c_str(), &st) == 0) {
+    // Existing (through any links): its real name, so two spellings compare equal.
+    if (char* real = ::realpath(target.c_str(), nullptr)) {
+      std::string r(real);
+      std::free(real);
+      return r;
+    }
+    return target;
+  }
+  if (errno == ELOOP) {
+    throw OutputError(fmt::format("cannot write {}: symbolic link loop", quoted(target)));
+  }
+  // Missing: follow a dangling link to where it points (written through, as cp does),
+  // then name the file by its folder's real path.
+  std::string t = target;
+  for (int hops = 0;; ++hops) {
+    struct stat lst;
+    if (::lstat(t.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) break;
+    if (hops == 40) {
+      throw OutputError(fmt::format("cannot write {}: symbolic link loop", quoted(target)));
+    }
+    std::string link(PATH_MAX, '\0');
+    const ssize_t n = ::readlink(t.c_str(), link.data(), link.size());
+    if (n <= 0 || static_cast<std::size_t>(n) >= link.size()) break;
+    link.resize(static_cast<std::size_t>(n));
+    t = link[0] == '/' ? link : dir_of(t) + "/" + link;
+  }
+  struct stat dst;
+  char* real = ::stat(dir_of(t).c_str(), &dst) == 0 && S_ISDIR(dst.st_mode)
+                   ? ::realpath(dir_of(t).c_str(), nullptr)
+                   : nullptr;
+  if (real == nullptr) return t;  // no such folder: the create names it
+  std::string r(real);
+  std::free(real);
+  return (r == "/" ? r : r + "/") + base_of(t);
+}
+
+TempFile::TempFile(const std::string& target, bool no_clobber, bool sync, bool regular_only,
+                   bool named)
+    : no_clobber_(no_clobber), sync_(sync) {
   install_output_signal_handlers();
   struct stat lst;
-  const bool exists = ::lstat(target.c_str(), &lst) == 0;
-  if (exists && no_clobber) {
+  if (no_clobber && ::lstat(target.c_str(), &lst) == 0) {
     throw OutputError(fmt::format("{} already exists (no_clobber)", quoted(target)));
   }
-  // Replace what a symbolic link points to, not the link itself.
-  if (exists && S_ISLNK(lst.st_mode)) {
-    if (char* real = ::realpath(target.c_str(), nullptr)) {
-      target_ = real;
-      std::free(real);
-    }
-  }
+  target_ = resolve_output_target(target);
   struct stat st;
   const bool target_exists = ::stat(target_.c_str(), &st) == 0;
   if (target_exists && S_ISDIR(st.st_mode)) {
     throw OutputError(fmt::format("cannot write {}: Is a directory", quoted(target)));
   }
-  std::string tmpl = dir_of(target_) + "/." + base_of(target_) + ".posenc-XXXXXX";
+  if (target_exists && regular_only && !S_ISREG(st.st_mode)) {
+    throw OutputError(fmt::format(
+        "cannot write {}: not a regular file (this output is replaced as a whole, which a "
+        "device, pipe or socket cannot be)",
+        quoted(target)));
+  }
+  // Published with the mode a plain create would give, or the replaced file's mode.
+  mode_ = target_exists && S_ISREG(st.st_mode) ? (st.st_mode & 07777) : create_mode();
+  const std::string dir = dir_of(target_);
+  if (named) remove_stale_temporaries(dir, base_of(target_));
   {
     SignalBlock block;
-    fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
-    if (fd_ < 0) {
-      const int e = errno;
-      throw OutputError(
-          fmt::format("cannot create {}: {}", quoted(target), missing_folder(dir_of(target_), e)));
+    fd_ = named ? -1 : ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd_ >= 0) {
+      unnamed_ = true;
+      path_ = fmt::format("/proc/self/fd/{}", fd_);
+      struct stat pst;
+      if (::stat(path_.c_str(), &pst) != 0) {  // no /proc: the file cannot be named
+        ::close(fd_);
+        fd_ = -1;
+        unnamed_ = false;
+      }
     }
-    path_ = tmpl;
-    slot_ = register_temp(path_);
-  }
-  // mkstemp makes 0600 files; give the output the mode a plain create would, or keep
-  // the mode of the file being replaced.
-  const mode_t mode = target_exists && S_ISREG(st.st_mode) ? (st.st_mode & 07777) : create_mode();
-  if (::fchmod(fd_, mode) != 0) {
-    int e = errno;
-    ::close(fd_);
-    fd_ = -1;
-    ::unlink(path_.c_str());
-    unregister_temp(slot_);
-    slot_ = -1;
-    throw OutputError(fmt::format("cannot create {}: {}", quoted(target), std::strerror(e)));
+    if (fd_ < 0) {
+      std::string tmpl = dir + "/." + base_of(target_) + ".posenc-XXXXXX";
+      fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
+      if (fd_ < 0) {
+        const int e = errno;
+        throw OutputError(
+            fmt::format("cannot create {}: {}", quoted(target), missing_folder(dir, e)));
+      }
+      path_ = tmpl;
+      slot_ = register_temp(path_);
+    }
+    // Held while the temporary lives: marks it as in use (see remove_stale_temporaries),
+    // and keeps writers that lock (libhdf5, h5py, posenc) off the published file until
+    // the run that made it is done.
+    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
   }
 }
 
 TempFile::~TempFile() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!published_) {
+  if (!published_ && !unnamed_) {
     ::unlink(path_.c_str());
     unregister_temp(slot_);
   }
-}
-
-void TempFile::close_fd() noexcept {
   if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
 }
 
 void TempFile::sync_and_close() {
-  if (fd_ < 0) return;
   if (sync_ && ::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS) {
-    int e = errno;
-    close_fd();
-    throw OutputError(fmt::format("cannot write {}: {}", quoted(target_), std::strerror(e)));
-  }
-  int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0 && errno != EINTR) {
     throw OutputError(fmt::format("cannot write {}: {}", quoted(target_), std::strerror(errno)));
   }
 }
 
-void TempFile::publish() {
-  if (published_) return;
-  SignalBlock block;
-  int rc;
-  if (no_clobber_) {
-    // Refuse to replace a target created since we checked.
-    rc = ::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE);
-    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
-      rc = ::link(path_.c_str(), target_.c_str());
-      if (rc == 0) ::unlink(path_.c_str());
-    }
-    if (rc != 0 && errno == EEXIST) {
-      throw OutputError(fmt::format("{} already exists (no_clobber)", quoted(target_)));
-    }
-  } else {
-    rc = ::rename(path_.c_str(), target_.c_str());
+// Gives the unnamed temporary the name `name` (link(2) never replaces a file).
+void TempFile::link_as(const std::string& name) {
+  if (::linkat(AT_FDCWD, path_.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+    throw std::system_error(errno, std::generic_category());
   }
-  if (rc != 0) {
+}
+
+bool TempFile::publish(bool replace) {
+  if (published_) return true;
+  if (::fchmod(fd_, mode_) != 0) {
     throw OutputError(fmt::format("cannot create {}: {}", quoted(target_), std::strerror(errno)));
   }
+  SignalBlock block;
+  const bool exclusive = no_clobber_ || !replace;
+  int err = 0;
+  if (unnamed_ && exclusive) {
+    try {
+      link_as(target_);
+    } catch (const std::system_error& e) {
+      err = e.code().value();
+    }
+  } else if (unnamed_) {
+    // A name for the rename, random so that concurrent runs never share one; the window
+    // between link and rename is the only time a kill -9 can leave a file behind.
+    for (int tries = 0;; ++tries) {
+      std::string name = dir_of(target_) + "/." + base_of(target_) + ".posenc-XXXXXX";
+      const int probe = ::mkostemp(name.data(), O_CLOEXEC);
+      if (probe < 0) {
+        err = errno;
+        break;
+      }
+      ::close(probe);
+      ::unlink(name.c_str());
+      try {
+        link_as(name);
+      } catch (const std::system_error& e) {
+        if (e.code().value() == EEXIST && tries < 100) continue;
+        err = e.code().value();
+        break;
+      }
+      slot_ = register_temp(name);
+      if (::rename(name.c_str(), target_.c_str()) != 0) {
+        err = errno;
+        ::unlink(name.c_str());
+      }
+      unregister_temp(slot_);
+      slot_ = -1;
+      break;
+    }
+  } else if (exclusive) {
+    if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) != 0) {
+      err = errno;
+      if (err == EINVAL || err == ENOSYS) {
+        err = ::link(path_.c_str(), target_.c_str()) == 0 ? 0 : errno;
+        if (err == 0) ::unlink(path_.c_str());
+      }
+    }
+  } else if (::rename(path_.c_str(), target_.c_str()) != 0) {
+    err = errno;
+  }
+  if (err == EEXIST && no_clobber_) {
+    throw OutputError(fmt::format("{} already exists (no_clobber)", quoted(target_)));
+  }
+  if (err == EEXIST) return false;
+  if (err != 0) {
+    throw OutputError(fmt::format("cannot create {}: {}", quoted(target_), std::strerror(err)));
+  }
   published_ = true;
-  unregister_temp(slot_);
-  slot_ = -1;
+  if (!unnamed_) {
+    unregister_temp(slot_);
+    slot_ = -1;
+  }
+  if (sync_) sync_folder(dir_of(target_), target_);
+  return true;
 }
 
 // --- OutputFile --------------------------------------------------------------------

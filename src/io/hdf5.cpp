@@ -245,8 +245,9 @@ std::string class_name(H5T_class_t c) {
   }
 }
 
-/// "/a/b" from "a/b", "/a//b/", ...; "" stays "".
-std::string normalize_name(const std::string& name) {
+}  // namespace
+
+std::string hdf5_detail::normalize_name(const std::string& name) {
   std::string out;
   std::size_t i = 0;
   while (i < name.size()) {
@@ -258,6 +259,10 @@ std::string normalize_name(const std::string& name) {
   }
   return out;
 }
+
+namespace {
+
+using hdf5_detail::normalize_name;
 
 // --- reading -------------------------------------------------------------------
 
@@ -286,6 +291,9 @@ OpenFile open_file(const std::string& path) {
   Hid fapl = check_id<InputError>(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, path);
   // Closing the file closes every object in it: no id can outlive a failed read.
   check<InputError>(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), path);
+  // No shared flock: it would make a run that reads and adds to one file wait for
+  // itself. Writers that lock replace the file by rename, which an open file does not see.
+  check<InputError>(H5Pset_file_locking(fapl, 0, 1), path);
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
   if (id < 0) {
     throw InputError(fmt::format("{}: cannot open HDF5 file: {}", path, h5_reason()));
@@ -860,11 +868,20 @@ struct Hdf5FileWriter::Impl {
   // The target is an existing HDF5 file: `file` is a scratch file whose datasets are
   // added to a copy of it on commit (hdf5_append.hpp).
   bool append = false;
+  // No file was at the target: the new file must not replace one made meanwhile.
+  bool fresh = false;
+  std::unique_ptr<hdf5_append::Merge> merge;
+  bool prepared = false;
   Attrs root_attrs;
   // Shared with the sinks so a sink can report on a writer that is gone.
   std::vector<std::shared_ptr<DatasetState>> datasets;
 
   std::string what() const { return path; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& d : datasets) out.push_back(d->name);
+    return out;
+  }
 };
 
 namespace {
@@ -945,7 +962,10 @@ Hdf5FileWriter::Hdf5FileWriter(const std::string& path, const WriteOptions& opt)
   impl_->opt = opt;
   // The temporary is registered for removal on SIGINT/SIGTERM; its descriptor stays
   // open (unused by HDF5) so commit() can fsync the same inode before renaming.
-  impl_->tmp = std::make_unique<TempFile>(path, opt.no_clobber, opt.sync);
+  impl_->tmp = std::make_unique<TempFile>(path, opt.no_clobber, opt.sync, /*regular_only=*/true,
+                                          /*named=*/true);
+  struct stat st {};
+  impl_->fresh = ::stat(impl_->tmp->target().c_str(), &st) != 0;
   impl_->append =
       !opt.no_clobber && hdf5_append::adds_to_existing(impl_->tmp->target(), path, opt.force);
   std::string w = fmt::format("{}: cannot create HDF5 file", path);
@@ -954,6 +974,7 @@ Hdf5FileWriter::Hdf5FileWriter(const std::string& path, const WriteOptions& opt)
   check<OutputError>(H5Pset_obj_track_times(fcpl, 0), w);
   Hid fapl = plist(H5P_FILE_ACCESS, w);
   check<OutputError>(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), w);
+  check<OutputError>(H5Pset_file_locking(fapl, 0, 1), w);  // the TempFile holds the lock
   impl_->file = check_id<OutputError>(
       H5Fcreate(impl_->tmp->path().c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose, w);
 }
@@ -1094,10 +1115,10 @@ void Hdf5FileWriter::root_attrs(const Attrs& attrs) {
   im.root_attrs.insert(im.root_attrs.end(), attrs.begin(), attrs.end());
 }
 
-void Hdf5FileWriter::commit() {
+void Hdf5FileWriter::prepare() {
   init_hdf5();
   auto& im = *impl_;
-  if (im.committed) return;
+  if (im.prepared || im.committed) return;
   for (const auto& d : im.datasets) {
     if (!d->committed) {
       throw OutputError(fmt::format("{}: dataset '{}' is incomplete ({} of {})", im.path, d->name,
@@ -1107,16 +1128,45 @@ void Hdf5FileWriter::commit() {
   check<OutputError>(im.file.reset(), fmt::format("{}: cannot write", im.path));
   if (im.append) {
     // The scratch file is read back and discarded: no fsync needed for it.
-    im.tmp->close_fd();
-    std::vector<std::string> names;
-    for (const auto& d : im.datasets) names.push_back(d->name);
-    hdf5_append::merge(im.tmp->target(), im.path, im.tmp->path(), names, im.root_attrs,
-                       im.opt.force);
-  } else {
-    im.tmp->sync_and_close();
-    im.tmp->publish();
+    im.merge = std::make_unique<hdf5_append::Merge>(im.tmp->target(), im.path, im.tmp->path(),
+                                                    im.names(), im.root_attrs,
+                                                    im.opt.force);
+    if (!im.merge->ready()) {  // removed meanwhile: the scratch file becomes the file
+      im.merge.reset();
+      im.append = false;
+      im.fresh = true;
+    }
+  }
+  if (!im.append) im.tmp->sync_and_close();
+  im.prepared = true;
+}
+
+void Hdf5FileWriter::publish() {
+  auto& im = *impl_;
+  if (im.committed) return;
+  if (!im.prepared) throw std::logic_error("Hdf5FileWriter::publish before prepare");
+  if (im.merge) {
+    im.merge->publish();
+  } else if (!im.tmp->publish(/*replace=*/!im.fresh)) {
+    // Another writer made the file since this run started: add to it instead.
+    if (!hdf5_append::adds_to_existing(im.tmp->target(), im.path, false)) {
+      throw OutputError(fmt::format(
+          "{}: a file that is not HDF5 appeared there while posenc ran; left as it is", im.path));
+    }
+    im.merge = std::make_unique<hdf5_append::Merge>(im.tmp->target(), im.path, im.tmp->path(),
+                                                    im.names(), im.root_attrs,
+                                                    im.opt.force);
+    if (!im.merge->ready() && !im.tmp->publish(false)) {
+      throw OutputError(fmt::format("{}: other writers kept replacing it; left as it is", im.path));
+    }
+    if (im.merge->ready()) im.merge->publish();
   }
   im.committed = true;
+}
+
+void Hdf5FileWriter::commit() {
+  prepare();
+  publish();
 }
 
 namespace {
@@ -1188,9 +1238,13 @@ void create_groups(hid_t file, const std::string& name, const std::string& what)
   }
 }
 
+// Without libhdf5's own flock: the existing file is only read (a writer holding its lock
+// replaces it by rename, which an open file does not see), and the copy written is this
+// run's own, locked by the parent once the child is done (hdf5_append::Merge).
 Hid open_for_append(const std::string& path, unsigned flags, const std::string& display) {
   Hid fapl = plist(H5P_FILE_ACCESS, display);
   check<OutputError>(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), display);
+  check<OutputError>(H5Pset_file_locking(fapl, 0, 1), display);
   const hid_t id = H5Fopen(path.c_str(), flags, fapl);
   if (id < 0) {
     throw OutputError(
@@ -1238,7 +1292,9 @@ void merge_datasets(const std::string& scratch, const std::string& copy, const s
                     const std::vector<std::string>& names, const Attrs& root_attrs, bool force) {
   init_hdf5();
   Hid dst = open_for_append(copy, H5F_ACC_RDWR, display);
-  Hid src = check_id<OutputError>(H5Fopen(scratch.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
+  Hid src_fapl = plist(H5P_FILE_ACCESS, display);
+  check<OutputError>(H5Pset_file_locking(src_fapl, 0, 1), display);  // the parent holds it
+  Hid src = check_id<OutputError>(H5Fopen(scratch.c_str(), H5F_ACC_RDONLY, src_fapl), H5Fclose,
                                   display + ": cannot reopen the new datasets");
   Hid lapl = no_external_links(display);
   // Attributes and data are copied; external links inside are not expanded (the

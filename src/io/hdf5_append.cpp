@@ -23,7 +23,9 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -130,6 +132,12 @@ bool read_answer(int fd, int timeout, std::string& answer) {
                                int status) {
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
+    if (sig == SIGXFSZ) {
+      throw OutputError(fmt::format(
+          "{}: cannot write {}: File too large (the file-size limit, ulimit -f); the file was "
+          "left as it was",
+          display, doing));
+    }
     if (sig == SIGXCPU) {
       throw OutputError(
           fmt::format("{}: libhdf5 used more than {} s of CPU {} and was stopped (the file may be "
@@ -210,25 +218,20 @@ bool has_hdf5_signature(int fd, std::uint64_t size) {
 
 // Copies the bytes of `from` to `to_fd` (in the kernel where it can). Returns the stat of
 // `from` as copied.
-struct stat copy_bytes(const std::string& from, int to_fd, const std::string& display) {
-  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) {
-    throw OutputError(
-        fmt::format("{}: cannot read the existing file: {}", display, std::strerror(errno)));
-  }
+void copy_bytes(int in, int to_fd, const std::string& display) {
   struct stat st {};
   auto fail = [&](const char* what) {
     const int e = errno;
-    ::close(in);
     throw OutputError(fmt::format("{}: cannot {}: {}", display, what, std::strerror(e)));
   };
   if (::fstat(in, &st) != 0) fail("read the existing file");
   std::uint64_t left = static_cast<std::uint64_t>(st.st_size);
+  loff_t in_at = 0;
   bool kernel = true;
   std::vector<char> buf;
   while (left > 0) {
     if (kernel) {
-      const ssize_t n = ::copy_file_range(in, nullptr, to_fd, nullptr,
+      const ssize_t n = ::copy_file_range(in, &in_at, to_fd, nullptr,
                                           std::min<std::uint64_t>(left, std::uint64_t{1} << 30), 0);
       if (n > 0) {
         left -= static_cast<std::uint64_t>(n);
@@ -243,10 +246,11 @@ struct stat copy_bytes(const std::string& from, int to_fd, const std::string& di
       fail("copy the existing file");
     }
     if (buf.empty()) buf.resize(std::size_t{1} << 20);
-    const ssize_t r = ::read(in, buf.data(), std::min<std::uint64_t>(left, buf.size()));
+    const ssize_t r = ::pread(in, buf.data(), std::min<std::uint64_t>(left, buf.size()), in_at);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) fail("read the existing file");
     if (r == 0) break;
+    in_at += r;
     for (ssize_t at = 0; at < r;) {
       const ssize_t w = ::write(to_fd, buf.data() + at, static_cast<std::size_t>(r - at));
       if (w < 0 && errno == EINTR) continue;
@@ -255,8 +259,6 @@ struct stat copy_bytes(const std::string& from, int to_fd, const std::string& di
     }
     left -= static_cast<std::uint64_t>(r);
   }
-  ::close(in);
-  return st;
 }
 
 bool same_file_state(const struct stat& a, const struct stat& b) {
@@ -294,35 +296,131 @@ void check_name(const std::string& target, const std::string& display, const std
                [&] { hdf5_detail::check_append_names(target, display, {name}, force); });
 }
 
-void merge(const std::string& target, const std::string& display, const std::string& scratch,
-           const std::vector<std::string>& names, const Attrs& root_attrs, bool force) {
-  TempFile copy(target, /*no_clobber=*/false, /*sync=*/true);
-  const struct stat before = copy_bytes(copy.target(), copy.fd(), display);
-  // Time for the data being copied as well (16 MiB/s at least), not only for the file's
-  // structure.
+namespace {
+
+// Seconds to wait for another writer's lock: POSENC_LOCK_TIMEOUT, default 60.
+int lock_timeout_seconds() {
+  const char* env = std::getenv("POSENC_LOCK_TIMEOUT");
+  if (env == nullptr || *env == '\0') return 60;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || v < 0 || v > 86400) {
+    throw UsageError(fmt::format(
+        "POSENC_LOCK_TIMEOUT: expected a number of seconds from 0 to 86400, got '{}'", env));
+  }
+  return static_cast<int>(v);
+}
+
+// An exclusive flock on the file now at `target` (a file renamed over it while waiting
+// is locked anew); -1 when there is no file there any more.
+int lock_existing(const std::string& target, const std::string& display, struct stat& st) {
+  const std::int64_t deadline = now_ms() + std::int64_t{1000} * lock_timeout_seconds();
+  for (int pause_ms = 1;;) {
+    const int fd = ::open(target.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return -1;
+    if (fd < 0) {
+      throw OutputError(
+          fmt::format("{}: cannot read the existing file: {}", display, std::strerror(errno)));
+    }
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        const int e = errno;
+        ::close(fd);
+        throw OutputError(fmt::format("{}: cannot lock it: {}", display, std::strerror(e)));
+      }
+      if (now_ms() >= deadline) {
+        ::close(fd);
+        throw OutputError(fmt::format(
+            "{}: another process holds it open for writing (h5py, libhdf5 or posenc); gave up "
+            "after {} s (POSENC_LOCK_TIMEOUT); the file was left as it was",
+            display, lock_timeout_seconds()));
+      }
+      ::usleep(static_cast<useconds_t>(pause_ms) * 1000);
+      pause_ms = std::min(pause_ms * 2, 50);
+    }
+    struct stat now {};
+    if (::fstat(fd, &st) == 0 && ::stat(target.c_str(), &now) == 0 && now.st_dev == st.st_dev &&
+        now.st_ino == st.st_ino) {
+      return fd;
+    }
+    ::close(fd);  // replaced (or removed) while we waited: lock what is there now
+  }
+}
+
+std::uint64_t free_bytes(const std::string& path) {
+  struct statvfs vs {};
+  if (::statvfs(path.c_str(), &vs) != 0) return UINT64_MAX;
+  return static_cast<std::uint64_t>(vs.f_bavail) * vs.f_frsize;
+}
+
+std::string dir_of(const std::string& p) {
+  const auto slash = p.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+}
+
+}  // namespace
+
+Merge::Merge(const std::string& target, const std::string& display, const std::string& scratch,
+             const std::vector<std::string>& names, const Attrs& root_attrs, bool force)
+    : display_(display) {
+  lock_fd_ = lock_existing(target, display, locked_);
+  if (lock_fd_ < 0) return;
   struct stat sst {};
   const std::uint64_t new_bytes = ::stat(scratch.c_str(), &sst) == 0 ? sst.st_size : 0;
+  // The copy holds the whole file and the new datasets: refused before it fills the disk
+  // for every other writer there.
+  const std::uint64_t need = static_cast<std::uint64_t>(locked_.st_size) + new_bytes;
+  const std::uint64_t have = free_bytes(dir_of(target));
+  if (need + (std::uint64_t{4} << 20) > have) {
+    throw OutputError(fmt::format(
+        "{}: cannot add to it: No space left on device (the copy made to add to it needs {:.1f} "
+        "MiB, the filesystem has {:.1f} MiB free); the file was left as it was",
+        display, static_cast<double>(need) / 1048576.0, static_cast<double>(have) / 1048576.0));
+  }
+  copy_ = std::make_unique<TempFile>(target, /*no_clobber=*/false, /*sync=*/true,
+                                     /*regular_only=*/true, /*named=*/true);
+  copy_bytes(lock_fd_, copy_->fd(), display);
+  // Time for the data being copied as well (16 MiB/s at least), not only for the file's
+  // structure.
   const int timeout = timeout_seconds() + static_cast<int>(std::min<std::uint64_t>(
                                               new_bytes >> 24, std::uint64_t{1} << 20));
-  run_isolated(display, "adding the datasets", timeout, true, [&] {
-    hdf5_detail::merge_datasets(scratch, copy.path(), display, names, root_attrs, force);
-    // For the tests: a crash, or a hang, after the copy was modified and before it is
-    // published.
-    const char* fault = std::getenv("POSENC_HDF5_FAULT");
-    if (fault != nullptr && std::strcmp(fault, "append-abort") == 0) std::abort();
-    if (fault != nullptr && std::strcmp(fault, "append-hang") == 0) {
-      for (volatile unsigned long spin = 0;; spin = spin + 1) {
+  try {
+    run_isolated(display, "adding the datasets", timeout, true, [&] {
+      hdf5_detail::merge_datasets(scratch, copy_->path(), display, names, root_attrs, force);
+      // For the tests: a crash, or a hang, after the copy was modified and before it is
+      // published.
+      const char* fault = std::getenv("POSENC_HDF5_FAULT");
+      if (fault != nullptr && std::strcmp(fault, "append-abort") == 0) std::abort();
+      if (fault != nullptr && std::strcmp(fault, "append-hang") == 0) {
+        for (volatile unsigned long spin = 0;; spin = spin + 1) {
+        }
       }
+    });
+  } catch (const OutputError&) {
+    // libhdf5 reports a full disk as a failed (or aborted) write: say what it was.
+    if (free_bytes(dir_of(target)) < (std::uint64_t{1} << 20)) {
+      throw OutputError(fmt::format(
+          "{}: cannot add the datasets: No space left on device; the file was left as it was",
+          display));
     }
-  });
-  copy.sync_and_close();
+    throw;
+  }
+  copy_->sync_and_close();
+}
+
+Merge::~Merge() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+void Merge::publish() {
+  // Writers that do not lock (HDF5_USE_FILE_LOCKING=FALSE) are still noticed.
   struct stat after {};
-  if (::stat(copy.target().c_str(), &after) != 0 || !same_file_state(before, after)) {
+  if (::stat(copy_->target().c_str(), &after) != 0 || !same_file_state(locked_, after)) {
     throw OutputError(fmt::format(
         "{}: the file changed while posenc was adding to it; left as the other writer made it",
-        display));
+        display_));
   }
-  copy.publish();
+  copy_->publish();
 }
 
 }  // namespace posenc::hdf5_append

@@ -7,6 +7,9 @@
 // child (see hdf5_append.cpp for why), so a crafted file cannot crash posenc and a
 // failure at any point leaves the original as it was.
 
+#include <sys/stat.h>
+
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,19 +31,44 @@ bool adds_to_existing(const std::string& target, const std::string& display, boo
 void check_name(const std::string& target, const std::string& display, const std::string& name,
                 bool force);
 
-/// Publishes `scratch` (an HDF5 file holding the datasets `names`) into the existing
-/// `target`: a byte copy of the target in a TempFile beside it, the datasets (and
-/// `root_attrs`) copied into it by a child, fsync, a check that the target did not
-/// change meanwhile, and the rename. On any error the target is untouched and the
-/// copy removed. Throws OutputError naming `display`.
-void merge(const std::string& target, const std::string& display, const std::string& scratch,
-           const std::vector<std::string>& names, const Attrs& root_attrs, bool force);
+/// Adding the datasets `names` of `scratch` (an HDF5 file) to the existing `target`, in
+/// two steps so that a run with several outputs can finish them all before publishing
+/// any (see OutputSet).
+///
+/// The constructor takes an exclusive flock on the target, the lock libhdf5 and h5py
+/// take while a file is open for writing (waiting up to POSENC_LOCK_TIMEOUT seconds,
+/// default 60, for other writers; a target replaced meanwhile is locked anew), makes a
+/// byte copy of it in a TempFile beside it (after checking that the folder has room for
+/// it; the copy is locked from its creation), copies the datasets (and `root_attrs`)
+/// into the copy in a child and fsyncs it. publish() renames the copy over the target.
+/// The original and the new file stay locked until the Merge is destroyed: a concurrent
+/// adder waits and then adds to the file this one made, so no dataset is lost. On any
+/// error the target is untouched and the copy leaves nothing behind. Errors are
+/// OutputErrors naming `display`.
+class Merge {
+ public:
+  Merge(const std::string& target, const std::string& display, const std::string& scratch,
+        const std::vector<std::string>& names, const Attrs& root_attrs, bool force);
+  ~Merge();
+  Merge(const Merge&) = delete;
+  Merge& operator=(const Merge&) = delete;
+  /// False when the target was removed before it could be locked: nothing to add to.
+  bool ready() const { return lock_fd_ >= 0; }
+  void publish();
+
+ private:
+  std::string display_;
+  int lock_fd_ = -1;
+  struct stat locked_ {};
+  std::unique_ptr<TempFile> copy_;
+};
 
 }  // namespace posenc::hdf5_append
 
 namespace posenc::hdf5_detail {
 
-/// In this process: opens `path` read-only and checks each of `names` as the writer
+/// In this process: opens `path` read-only (without libhdf5's file lock: a writer that
+/// holds it replaces the file by rename, which the open file does not see) and checks each of `names` as the writer
 /// would add it (groups on the way, or missing; the name missing, or a dataset when
 /// `force`). OutputErrors name `display`.
 void check_append_names(const std::string& path, const std::string& display,

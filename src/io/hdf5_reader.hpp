@@ -14,6 +14,9 @@
 
 namespace posenc::hdf5_detail {
 
+/// "/a/b" from "a/b", "/a//b/", ...; "" stays "".
+std::string normalize_name(const std::string& name);
+
 /// Why libhdf5 cannot be used in this process, or "" if it can. The posenc executable
 /// loads libhdf5 on first use (src/shim/hdf5.cpp) and this loads it; the library as
 /// installed links libhdf5, and this is always "".

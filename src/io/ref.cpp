@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "io/hdf5_reader.hpp"
 #include "io/slab.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/atomic.hpp"
@@ -211,11 +212,15 @@ class NpySink final : public TensorSink {
     out_.write_at(header_.size() + std::uint64_t{first} * item_, src, count * item_);
     at_ += count;
   }
-  void commit() override {
+  void prepare() override {
     if (at_ > 0 && at_ != numel_) {
       throw std::logic_error(fmt::format("NpySink: {} of {} entries written", at_.load(), numel_));
     }
     if (at_ == 0) counter_.check_complete();
+    out_.finish();
+  }
+  void commit() override {
+    prepare();
     out_.commit();
   }
 
@@ -249,12 +254,18 @@ class TextSink final : public TensorSink {
     const auto* p = static_cast<const std::byte*>(src);
     data_.insert(data_.end(), p, p + n);
   }
-  void commit() override {
+  void prepare() override {
+    if (prepared_) return;
     counter_.check_complete();
     Tensor t(dtype_, shape_);
     if (!data_.empty()) std::memcpy(t.bytes(), data_.data(), data_.size());
     data_ = {};
     out_.write(encode_text(ref_.format, t, attrs_));
+    out_.finish();
+    prepared_ = true;
+  }
+  void commit() override {
+    prepare();
     out_.commit();
   }
 
@@ -266,6 +277,7 @@ class TextSink final : public TensorSink {
   Shape shape_;
   RowCounter counter_;
   std::vector<std::byte> data_;
+  bool prepared_ = false;
 };
 
 // One dataset in its own HDF5 file: the file becomes visible on commit.
@@ -278,10 +290,14 @@ class Hdf5Sink final : public TensorSink {
   void write_slab(std::size_t axis, const void* src, std::size_t count) override {
     ds_->write_slab(axis, src, count);
   }
-  void commit() override {
-    ds_->commit();
+  void prepare() override {
+    if (ds_) ds_->commit();
     ds_.reset();
-    writer_->commit();
+    writer_->prepare();
+  }
+  void commit() override {
+    prepare();
+    writer_->publish();
   }
 
  private:
@@ -576,6 +592,31 @@ std::unique_ptr<TensorSink> create_sink(const TensorRef& ref, const TensorInfo& 
   throw std::logic_error("unknown format");
 }
 
+void check_distinct_outputs(const std::vector<TensorRef>& refs) {
+  int stdout_count = 0;
+  // Files by what they resolve to, so that "x.npy" and "./x.npy" (or a link to it) are one.
+  std::map<std::string, std::set<std::string>> h5;
+  std::set<std::string> plain;
+  for (const auto& r : refs) {
+    refuse_hdf5_stdio(r, true);
+    if (r.is_stdio()) {
+      if (++stdout_count > 1) throw UsageError("only one output can go to standard output");
+      continue;
+    }
+    const std::string file = resolve_output_target(r.path);
+    if (r.format == Format::hdf5) {
+      if (plain.count(file)) {
+        throw UsageError(fmt::format("{}: the file is named by two outputs", r.path));
+      }
+      if (!h5[file].insert(hdf5_detail::normalize_name(r.dataset)).second) {
+        throw UsageError(fmt::format("{}: the dataset is named by two outputs", r.text));
+      }
+    } else if (!plain.insert(file).second || h5.count(file)) {
+      throw UsageError(fmt::format("{}: the file is named by two outputs", r.path));
+    }
+  }
+}
+
 struct OutputSet::Impl {
   std::vector<TensorRef> refs;
   WriteOptions opt;
@@ -585,23 +626,7 @@ struct OutputSet::Impl {
 
 OutputSet::OutputSet(std::vector<TensorRef> refs, const WriteOptions& opt)
     : impl_(std::make_unique<Impl>()) {
-  int stdout_count = 0;
-  std::set<std::string> plain;
-  std::map<std::string, std::set<std::string>> h5;
-  for (const auto& r : refs) {
-    refuse_hdf5_stdio(r, true);
-    if (r.is_stdio()) {
-      if (++stdout_count > 1) throw UsageError("only one output can go to standard output");
-      continue;
-    }
-    if (r.format == Format::hdf5) {
-      if (plain.count(r.path) || !h5[r.path].insert(r.dataset).second) {
-        throw UsageError(fmt::format("{}: named by two outputs", r.text));
-      }
-    } else if (!plain.insert(r.path).second || h5.count(r.path)) {
-      throw UsageError(fmt::format("{}: the file is named by two outputs", r.path));
-    }
-  }
+  check_distinct_outputs(refs);
   impl_->refs = std::move(refs);
   impl_->opt = opt;
   impl_->sinks.resize(impl_->refs.size());
@@ -617,7 +642,7 @@ TensorSink& OutputSet::open(std::size_t i, const TensorInfo& info) {
   const TensorRef& r = im.refs.at(i);
   if (im.sinks[i]) throw std::logic_error("OutputSet::open: output opened twice");
   if (r.format == Format::hdf5) {
-    auto& w = im.h5[r.path];
+    auto& w = im.h5[resolve_output_target(r.path)];
     if (!w) w = std::make_unique<Hdf5FileWriter>(r.path, im.opt);
     im.sinks[i] = w->dataset(r.dataset, info);
   } else {
@@ -626,12 +651,22 @@ TensorSink& OutputSet::open(std::size_t i, const TensorInfo& info) {
   return *im.sinks[i];
 }
 
+// Every output is finished (written, flushed, fsynced when asked, HDF5 additions made
+// in locked copies) before any is made visible; the renames, which do not fail on a full
+// disk, come last. New HDF5 files are published first: one may still turn into an
+// addition when another writer made the file meanwhile.
 void OutputSet::commit() {
   auto& im = *impl_;
   for (std::size_t i = 0; i < im.refs.size(); ++i) {
-    if (im.sinks[i] && im.refs[i].format == Format::hdf5) im.sinks[i]->commit();
+    if (!im.sinks[i]) continue;
+    if (im.refs[i].format == Format::hdf5) {
+      im.sinks[i]->commit();  // the dataset is complete; the file is the writer's
+    } else {
+      im.sinks[i]->prepare();
+    }
   }
-  for (auto& [path, w] : im.h5) w->commit();
+  for (auto& [path, w] : im.h5) w->prepare();
+  for (auto& [path, w] : im.h5) w->publish();
   for (std::size_t i = 0; i < im.refs.size(); ++i) {
     if (im.sinks[i] && im.refs[i].format != Format::hdf5) im.sinks[i]->commit();
   }
@@ -644,31 +679,14 @@ void write_tensor(const TensorRef& ref, const Tensor& t, const Attrs& attrs,
 
 void write_tensors(const std::vector<NamedTensor>& outs, const WriteOptions& opt) {
   // Validate the whole set before creating anything.
-  int stdout_count = 0;
-  std::set<std::string> plain_paths;
-  std::map<std::string, std::set<std::string>> h5_datasets;
+  std::vector<TensorRef> refs;
   for (const auto& o : outs) {
     if (o.tensor == nullptr) throw std::logic_error("write_tensors: null tensor");
-    refuse_hdf5_stdio(o.ref, true);
     if (o.ref.format == Format::npy) npy_descr(o.tensor->dtype(), o.ref.text);  // bf16 check
     check_text_rank(o.ref, o.tensor->shape());
-    if (o.ref.is_stdio()) {
-      if (++stdout_count > 1) throw UsageError("only one output can go to standard output");
-      continue;
-    }
-    if (o.ref.format == Format::hdf5) {
-      if (plain_paths.count(o.ref.path)) {
-        throw UsageError(fmt::format("{}: the file is named by two outputs", o.ref.path));
-      }
-      if (!h5_datasets[o.ref.path].insert(o.ref.dataset).second) {
-        throw UsageError(fmt::format("{}: the dataset is named by two outputs", o.ref.text));
-      }
-    } else {
-      if (!plain_paths.insert(o.ref.path).second || h5_datasets.count(o.ref.path)) {
-        throw UsageError(fmt::format("{}: the file is named by two outputs", o.ref.path));
-      }
-    }
+    refs.push_back(o.ref);
   }
+  check_distinct_outputs(refs);
 
   // Open every output (temporary files) before writing, so a bad folder fails fast.
   std::vector<std::unique_ptr<OutputFile>> files(outs.size());
@@ -676,7 +694,7 @@ void write_tensors(const std::vector<NamedTensor>& outs, const WriteOptions& opt
   for (std::size_t i = 0; i < outs.size(); ++i) {
     const auto& o = outs[i];
     if (o.ref.format == Format::hdf5) {
-      auto& w = h5_files[o.ref.path];
+      auto& w = h5_files[resolve_output_target(o.ref.path)];
       if (!w) w = std::make_unique<Hdf5FileWriter>(o.ref.path, opt);
     } else {
       files[i] = std::make_unique<OutputFile>(o.ref.path, opt, is_binary(o.ref.format));
@@ -696,7 +714,7 @@ void write_tensors(const std::vector<NamedTensor>& outs, const WriteOptions& opt
         info.dtype = t.dtype();
         info.shape = t.shape();
         info.attrs = o.attrs;
-        auto ds = h5_files[o.ref.path]->dataset(o.ref.dataset, info);
+        auto ds = h5_files[resolve_output_target(o.ref.path)]->dataset(o.ref.dataset, info);
         ds->write_rows(t.bytes(), row_count(t.shape()));
         ds->commit();
         break;
@@ -706,12 +724,12 @@ void write_tensors(const std::vector<NamedTensor>& outs, const WriteOptions& opt
         break;
     }
   }
+  // All finished before any is visible (as OutputSet::commit).
   for (auto& f : files) {
     if (f) f->finish();
   }
-  // Then make them visible: HDF5 files (whose commit may still fail) first, then the
-  // renames of the finished temporaries.
-  for (auto& [path, w] : h5_files) w->commit();
+  for (auto& [path, w] : h5_files) w->prepare();
+  for (auto& [path, w] : h5_files) w->publish();
   for (auto& f : files) {
     if (f) f->commit();
   }

@@ -36,7 +36,8 @@
   X(H5Pclose, 1) X(H5Pcreate, 1) X(H5Pget_chunk, 3) X(H5Pget_external_count, 1)                    \
   X(H5Pget_filter2, 8) X(H5Pget_layout, 1) X(H5Pget_nfilters, 1) X(H5Pset_char_encoding, 2)        \
   X(H5Pset_chunk, 3) X(H5Pset_chunk_cache, 4) X(H5Pset_deflate, 2) X(H5Pset_elink_cb, 3)           \
-  X(H5Pset_fclose_degree, 2) X(H5Pset_obj_track_times, 2) X(H5Pset_shuffle, 1)                     \
+  X(H5Pset_fclose_degree, 2) X(H5Pset_file_locking, 3) X(H5Pset_obj_track_times, 2)                \
+  X(H5Pset_shuffle, 1)                                                                             \
   X(H5Sclose, 1) X(H5Screate, 1) X(H5Screate_simple, 3) X(H5Sget_simple_extent_dims, 3)            \
   X(H5Sget_simple_extent_ndims, 1) X(H5Sget_simple_extent_npoints, 1)                              \
   X(H5Sget_simple_extent_type, 1) X(H5Sselect_hyperslab, 6) X(H5Sselect_none, 1)                   \

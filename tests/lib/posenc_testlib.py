@@ -71,9 +71,11 @@ class PosencTestCase(unittest.TestCase):
     def signal_while_writing(self, proc, target, sig):
         """Waits (up to 30 s) for the temporary file of `target` (a name in self.tmp)
         to appear while `proc` runs, then sends `sig` 0.1 s later and waits for the
-        exit; asserts exit status 128 + sig."""
+        exit; asserts exit status 128 + sig. A temporary is a named `.TARGET.posenc-*`
+        file or an unnamed (O_TMPFILE) one that `proc` holds open in self.tmp."""
         def temp_exists():
-            return any(n.startswith(f".{target}.") for n in os.listdir(self.tmp))
+            return (any(n.startswith(f".{target}.") for n in os.listdir(self.tmp))
+                    or holds_unnamed_file(proc.pid, self.tmp))
         deadline = time.time() + 30
         while time.time() < deadline and proc.poll() is None and not temp_exists():
             time.sleep(0.01)
@@ -93,6 +95,23 @@ class PosencTestCase(unittest.TestCase):
         self.assertEqual(actual.shape, expected.shape, msg)
         np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
                                    rtol=rtol, atol=atol, err_msg=msg)
+
+
+def holds_unnamed_file(pid, folder):
+    """Whether process `pid` has an unnamed (O_TMPFILE) file of `folder` open: the
+    kernel shows it in /proc/PID/fd as 'FOLDER/#INODE (deleted)'."""
+    prefix = os.path.realpath(folder) + "/#"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def run_measured(*args):

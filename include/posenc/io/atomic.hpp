@@ -20,40 +20,67 @@
 #include <string>
 #include <vector>
 
+#include <sys/types.h>
+
 #include "posenc/io/ref.hpp"
 
 namespace posenc {
 
-/// A temporary file beside `target`, removed unless published. Its permissions are
-/// those a plain create would give (0666 & ~umask), or the existing target's mode.
-/// Usable by any writer that needs a path (the HDF5 writer closes `fd()` and lets the
-/// library create the file at `path()`).
+/// The file an output named `path` writes: symbolic links followed (a dangling one to
+/// where it points), the folder's real path, so that two spellings of one file give
+/// the same string. OutputError for a link loop.
+std::string resolve_output_target(const std::string& path);
+
+/// A temporary file beside `target`, removed unless published. Where the filesystem has
+/// them (Linux ext4, xfs, btrfs, tmpfs) it is an unnamed file (O_TMPFILE) that a crash,
+/// even `kill -9`, cannot leave behind. A `named` one (libhdf5 opens files by a name it
+/// can resolve), or one where unnamed files are not available, is `.NAME.posenc-XXXXXX`:
+/// removed on failure and on SIGINT/SIGTERM/SIGHUP, and one left by a killed process is
+/// removed by the next TempFile made for the same target. Either is created 0600 (so
+/// any writer can reopen it under any umask) and given, when published, the mode a plain
+/// create would give (0666 & ~umask) or the replaced file's mode. It is flock'ed
+/// (LOCK_EX, the lock libhdf5 and h5py take to write) from creation until destroyed, so
+/// the published file is not changed by another locking writer before the run that
+/// made it is done; libhdf5 must open it with its own locking off.
+///
+/// The target is resolved first: a symbolic link is written through (also a dangling
+/// one, as cp does); a link loop, a directory and (for `regular_only`) a target that
+/// exists but is not a regular file are OutputErrors.
 class TempFile {
  public:
   /// Creates the file. Throws OutputError naming `target` (e.g. missing or unwritable
   /// folder). With `no_clobber`, an existing target is an OutputError now and
   /// `publish()` refuses to replace one created meanwhile.
-  TempFile(const std::string& target, bool no_clobber, bool sync = false);
+  TempFile(const std::string& target, bool no_clobber, bool sync = false,
+           bool regular_only = false, bool named = false);
   ~TempFile();
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
 
   int fd() const noexcept { return fd_; }
+  /// A path that opens the temporary (for libhdf5, here or in a forked child): its
+  /// name, or /proc/self/fd/N for an unnamed file.
   const std::string& path() const noexcept { return path_; }
+  /// The file that publish() replaces or creates (symbolic links resolved).
   const std::string& target() const noexcept { return target_; }
-  /// Flushes to disk (fsync, when `sync` was asked for) and closes the descriptor;
-  /// errors are OutputErrors naming the target. Safe to call twice.
+  /// Flushes to disk (fsync, when `sync` was asked for); errors are OutputErrors naming
+  /// the target. The descriptor stays open until the TempFile is destroyed.
   void sync_and_close();
-  /// Closes the descriptor without syncing (for writers that reopen by path).
-  void close_fd() noexcept;
-  /// Renames the temporary over the target (after sync_and_close()).
-  void publish();
+  /// Makes the temporary the target: renames it over an existing one when `replace`,
+  /// else creates the target only where no file is (returns false, the temporary kept,
+  /// when one appeared). With no_clobber an existing target is an OutputError. With
+  /// `sync` the folder is fsynced after.
+  bool publish(bool replace = true);
 
  private:
+  void link_as(const std::string& name);
+
   std::string target_;
   std::string path_;
   int fd_ = -1;
   int slot_ = -1;
+  mode_t mode_ = 0;
+  bool unnamed_ = false;
   bool no_clobber_ = false;
   bool sync_ = false;
   bool published_ = false;

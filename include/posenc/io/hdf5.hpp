@@ -32,7 +32,10 @@ std::unique_ptr<TensorSource> open_hdf5_source(const TensorRef& ref, const OpenO
 /// too) and become visible together with `commit()`; destroying an uncommitted writer
 /// removes the temporary file and leaves the target as it was.
 ///
-/// A new (or empty) target is the temporary file renamed into place. An existing HDF5
+/// A new (or empty) target is the temporary file renamed into place; where no file was
+/// at the start, it is published only where still none is (else the datasets are added
+/// to the file that appeared). Writers of one file serialise on its lock: concurrent
+/// runs adding to one file (posenc or h5py) all land, or fail having changed nothing. An existing HDF5
 /// target gets the datasets added as h5py's mode 'a' would: everything else in it
 /// (datasets, groups, attributes) is kept; groups on the way are created; an existing
 /// dataset of the same name is replaced only with `opt.force`, and a group of that name
@@ -71,6 +74,16 @@ class Hdf5FileWriter {
                        const std::vector<VirtualSource>& sources);
   /// Attributes on the root group (parameters shared by all datasets).
   void root_attrs(const Attrs& attrs);
+  /// Everything that can fail short of making the file visible: the file closed and
+  /// (with `sync`) fsynced, or for an existing target the datasets added to a locked
+  /// copy (io/hdf5_append.hpp). The file to be published is locked (flock, as libhdf5
+  /// and h5py lock a file open for writing) until the writer is destroyed.
+  void prepare();
+  /// Makes the file visible: renames the copy over the locked original, or links a new
+  /// file where none is. A file that another writer created at the target since this
+  /// writer was made is added to, never replaced.
+  void publish();
+  /// prepare() and publish().
   void commit();
 
  private:

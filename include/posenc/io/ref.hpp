@@ -147,6 +147,9 @@ class TensorSink {
   /// entry once; commit() checks that every entry was written. std::logic_error where
   /// writes_at() is false or the range leaves the tensor.
   virtual void write_at(std::size_t first, const void* src, std::size_t count);
+  /// Finishes the output (all rows must have been written) short of making it visible:
+  /// what can fail (a full disk, a missing row) fails here. Optional before commit().
+  virtual void prepare() {}
   /// Finishes the output (all rows must have been written) and makes it visible.
   virtual void commit() = 0;
 };
@@ -164,6 +167,11 @@ void write_tensor(const TensorRef& ref, const Tensor& t, const Attrs& attrs = {}
 
 namespace posenc {
 
+/// Refuses (UsageError) outputs that name one file twice, also through other spellings
+/// (`x.npy` and `./x.npy`, a symbolic link to it), one HDF5 dataset twice (`f.h5:/x` and
+/// `./f.h5:x`), an HDF5 file also named as another format, or standard output twice.
+void check_distinct_outputs(const std::vector<TensorRef>& refs);
+
 /// One output of a multi-output write.
 struct NamedTensor {
   TensorRef ref;
@@ -176,7 +184,8 @@ struct NamedTensor {
 /// writer); `commit()` commits them all, HDF5 files first (their commit can still fail
 /// on a full disk or a changed file), then the renames of the other files. Destroying
 /// the set uncommitted leaves every target as it was. Two outputs naming the same file
-/// (or the same dataset) are a UsageError from the constructor.
+/// (or the same dataset) are a UsageError from the constructor. commit() finishes every
+/// output (prepare) before it makes any visible.
 class OutputSet {
  public:
   OutputSet(std::vector<TensorRef> refs, const WriteOptions& opt);
