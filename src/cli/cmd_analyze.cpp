@@ -80,6 +80,9 @@ void emit(const AnalysisTable& t, const AnalyzeCommon& c, bool print = true) {
     fo.sync = c.out.sync;
     picture = std::make_unique<FigureTarget>(c.plot, fo, t.figure);
   }
+  // The picture is finished before the table is published, and published after it: a
+  // failure of either leaves both targets as they were.
+  if (picture && !c.plot.empty() && c.plot != "-") picture->prepare();
   if (has_out) {
     write_tensor(parse_ref(c.out.outputs[0], c.out.to), t.data, t.attrs, c.out.write_options());
   }

@@ -82,8 +82,16 @@ FigureTarget::FigureTarget(const std::string& path, const FigureOptions& o, Figu
 
 FigureTarget::~FigureTarget() = default;
 
-void FigureTarget::commit() {
+void FigureTarget::prepare() {
+  if (prepared_) return;
   out_->write(text_);
+  text_ = {};
+  out_->finish();
+  prepared_ = true;
+}
+
+void FigureTarget::commit() {
+  prepare();
   out_->commit();
 }
 

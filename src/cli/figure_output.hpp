@@ -29,10 +29,14 @@ class FigureTarget {
  public:
   FigureTarget(const std::string& path, const FigureOptions& o, Figure fig);
   ~FigureTarget();
-  /// Writes the image or prints the drawing.
+  /// Writes the image (or prints the drawing) short of making the file visible: a full
+  /// disk fails here, before another output of the run is published.
+  void prepare();
+  /// prepare() and then makes the image visible.
   void commit();
 
  private:
+  bool prepared_ = false;
   std::string text_;  // rendered bytes or text
   std::unique_ptr<OutputFile> out_;
 };

@@ -327,6 +327,8 @@ TempFile::TempFile(const std::string& target, bool no_clobber, bool sync, bool r
       path_ = tmpl;
       slot_ = register_temp(path_);
     }
+    // Writable by its owner whatever the umask (libhdf5 reopens it by name).
+    ::fchmod(fd_, 0600);
     // Held while the temporary lives: marks it as in use (see remove_stale_temporaries),
     // and keeps writers that lock (libhdf5, h5py, posenc) off the published file until
     // the run that made it is done.
