@@ -326,6 +326,77 @@ class Temporaries(PosencTestCase):
         self.assertEqual(os.listdir(self.tmp), [])
 
 
+def small_filesystem(test, mib):
+    """A tmpfs of `mib` MiB mounted in test.tmp (root only; unmounted at cleanup)."""
+    mnt = test.path("small")
+    os.makedirs(mnt)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", mnt],
+                       capture_output=True)
+    if p.returncode != 0:
+        test.skipTest(f"cannot mount a tmpfs: {p.stderr.decode().strip()}")
+    test.addCleanup(subprocess.run, ["umount", "-l", mnt])
+    return mnt
+
+
+def free_bytes(folder):
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root to mount a small filesystem")
+class FullDisk(PosencTestCase):
+    def test_add_that_does_not_fit_fails_before_filling_the_disk(self):
+        mnt = small_filesystem(self, 8)
+        path = os.path.join(mnt, "f.h5")
+        with h5py.File(path, "w") as f:
+            f["big"] = np.arange(5 << 17, dtype=np.float64)  # 5 MiB
+        before = open(path, "rb").read()
+        free = free_bytes(mnt)
+        p = run("table", "sinusoidal", "--positions", "8", "--dim", "4", "-o", f"{path}:/pe")
+        self.assertEqual(p.returncode, 4, p.stderr)
+        self.assertIn("No space left on device", p.stderr)
+        self.assertEqual(open(path, "rb").read(), before)
+        self.assertEqual(os.listdir(mnt), ["f.h5"])
+        self.assertEqual(free_bytes(mnt), free)
+
+    def test_second_output_does_not_fit(self):
+        mnt = small_filesystem(self, 1)
+        cos = os.path.join(mnt, "cos.npy")
+        np.save(cos, np.zeros(4))
+        before = open(cos, "rb").read()
+        # cos (64 KiB) fits, sin (64 KiB) does not once cos is written: neither appears.
+        with open(os.path.join(mnt, "fill"), "wb") as f:
+            f.write(b"\0" * (free_bytes(mnt) - (100 << 10)))
+        p = run("table", "rope", "--positions", "1024", "--dim", "32", "--emit", "cos,sin",
+                "--dtype", "f32", "-o", cos, "-o", os.path.join(mnt, "sin.npy"))
+        self.assertEqual(p.returncode, 4, p.stderr)
+        self.assertIn("No space left on device", p.stderr)
+        self.assertEqual(open(cos, "rb").read(), before)
+        self.assertEqual(sorted(os.listdir(mnt)), ["cos.npy", "fill"])
+
+
+@unittest.skipUnless(subprocess.run(["which", "strace"], capture_output=True).returncode == 0,
+                     "needs strace")
+class Sync(PosencTestCase):
+    def test_sync_flushes_file_and_folder(self):
+        out = self.path("t.npy")
+        p = subprocess.run(["strace", "-f", "-e", "trace=openat,open,fsync,rename,linkat,"
+                            "renameat,renameat2", BIN, "table", "sinusoidal", "--positions", "3",
+                            "--dim", "4", "-o", out, "--sync"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        log = p.stderr.splitlines()
+        # The folder opened with O_DIRECTORY, and its descriptor fsynced after the rename.
+        dir_fds = [line.rsplit("=", 1)[1].strip() for line in log
+                   if "O_DIRECTORY" in line and f'"{self.tmp}"' in line and "= " in line]
+        renamed = [i for i, line in enumerate(log) if "rename" in line and "t.npy" in line]
+        self.assertTrue(renamed, "no rename to t.npy")
+        synced = [line for line in log[renamed[-1]:]
+                  if any(line.startswith(f"fsync({fd})") or f"fsync({fd})" in line
+                         for fd in dir_fds)]
+        self.assertTrue(dir_fds and synced, "\n".join(log[-20:]))
+        np.testing.assert_allclose(np.load(out), sinusoidal(3, 4), rtol=0, atol=2e-7)
+
+
 @unittest.skipUnless(os.geteuid() == 0, "needs root to run posenc as another user")
 class Umask(PosencTestCase):
     def test_hdf5_under_a_umask_without_owner_write(self):
