@@ -13,5 +13,6 @@ extern "C" {
 __m256 Sleef_cosf8_u10(__m256);
 __m256 Sleef_sinf8_u10(__m256);
 __m256 Sleef_expf8_u10(__m256);
+__m256 Sleef_log1pf8_u10(__m256);
 __m256 Sleef_powf8_u10(__m256, __m256);
 }

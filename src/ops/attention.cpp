@@ -23,6 +23,7 @@
 
 #include "io/slab.hpp"
 #include "ops/attention_hf.hpp"
+#include "ops/attention_mask.hpp"
 #include "ops/axis_strides.hpp"
 #include "ops/blas_threads.hpp"
 #include "ops/row_max.hpp"
@@ -117,6 +118,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Shapes
 
 using Strides = AxisStrides;
+using attention_detail::key_rules;
+using attention_detail::KeyRules;
 Strides strides_of(const Shape& shape, const std::string& axes) {
   return axis_strides(shape, axes);
 }
@@ -731,13 +734,7 @@ struct Plan {
   T scale = 1;
   T softcap = 0;
   std::int64_t off = 0;  // query i sits at position i + off
-  CausalAlign causal = CausalAlign::none;
-  std::int64_t win_left = -1, win_right = -1;
-  std::int64_t chunk = 0;
-  double temp_scale = 0, temp_floor = 1;
-  std::vector<std::int64_t> key_len;  // per batch, empty = none
-  // Packed sequences: token i sees keys [doc_lo[i], doc_hi[i]]; empty = one sequence.
-  std::vector<std::int64_t> doc_lo, doc_hi;
+  KeyRules rules;  // which keys each query sees, and the temperature
   // Masks and biases.
   bool has_add_mask = false, has_keep_mask = false;
   std::vector<T> add_mask;
@@ -765,7 +762,7 @@ struct Plan {
   std::byte* lse = nullptr;
   bool per_element() const {
     return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0 ||
-           bias || temp_scale != 0;
+           bias || rules.temp_scale != 0;
   }
 };
 
@@ -786,27 +783,11 @@ template <class T>
       std::is_same_v<T, float> ? "f32" : "f64", b, h, q0, std::numeric_limits<T>::max()));
 }
 
-// The keys [lo, hi] query row i of batch bi may see, from causal, window, key length,
-// chunk and document masks (lo > hi: none).
+// The keys [lo, hi] query row i of batch bi may see (attention_mask.hpp).
 template <class T>
 std::pair<std::int64_t, std::int64_t> row_key_range(const Plan<T>& P, std::size_t bi,
                                                     std::int64_t i) {
-  std::int64_t lo = 0, hi = static_cast<std::int64_t>(P.g.sk) - 1;
-  if (P.causal == CausalAlign::bottom_right) hi = std::min(hi, i + P.off);
-  if (P.causal == CausalAlign::top_left) hi = std::min(hi, i);
-  if (P.win_left >= 0) lo = std::max(lo, i + P.off - P.win_left);
-  if (P.win_right >= 0) hi = std::min(hi, i + P.off + P.win_right);
-  if (!P.key_len.empty()) hi = std::min(hi, P.key_len[bi] - 1);
-  if (P.chunk > 0) {
-    const std::int64_t c0 = (i + P.off) / P.chunk * P.chunk;
-    lo = std::max(lo, c0);
-    hi = std::min(hi, c0 + P.chunk - 1);
-  }
-  if (!P.doc_lo.empty()) {
-    lo = std::max(lo, P.doc_lo[static_cast<std::size_t>(i)]);
-    hi = std::min(hi, P.doc_hi[static_cast<std::size_t>(i)]);
-  }
-  return {lo, hi};
+  return P.rules.range(bi, i);
 }
 
 // The keys [lo_min, hi_max] any row of the item from query q0 sees (hi_max < 0: none),
@@ -908,14 +889,12 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
         const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
         const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
         std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
-        const T temp = static_cast<T>(
-            1.0 +
-            P.temp_scale * std::log1p(std::floor(static_cast<double>(qpos + 1) / P.temp_floor)));
+        const T temp = static_cast<T>(P.rules.temperature(qpos));
         for (std::size_t jj = 0; jj < n; ++jj) {
           const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
           T x = s[jj];
           if (qr) x += qr[P.rel_index[j + dshift]];
-          if (P.temp_scale != 0) x *= temp;
+          if (P.rules.temp_scale != 0) x *= temp;
           if (br) x += br[j];
           if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
           if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
@@ -1103,40 +1082,9 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
   P.scale = static_cast<T>(scale);
   P.softcap = static_cast<T>(opt.softcap);
   P.off = static_cast<std::int64_t>(g.sk) - static_cast<std::int64_t>(g.sq);
-  P.causal = opt.causal;
-  // A window wider than every distance is unbounded: clamping keeps i + off + window
-  // far from overflow whatever the caller passed.
-  const auto span = static_cast<std::int64_t>(g.sq + g.sk);
-  P.win_left = opt.window_left < 0 ? -1 : std::min(opt.window_left, span);
-  P.win_right = opt.window_right < 0 ? -1 : std::min(opt.window_right, span);
-  if (opt.sliding_window > 0) {
-    // HF: kv > q - W (and kv < q + W without a causal mask), the narrower side wins.
-    const std::int64_t w = std::min(opt.sliding_window - 1, span);
-    P.win_left = P.win_left < 0 ? w : std::min(P.win_left, w);
-    if (opt.causal == CausalAlign::none)
-      P.win_right = P.win_right < 0 ? w : std::min(P.win_right, w);
-  }
-  P.chunk = opt.chunk_size;
-  P.temp_scale = opt.temperature_scale;
-  if (opt.temperature_scale != 0) P.temp_floor = opt.temperature_floor;
+  P.rules = key_rules(opt, g.sq, g.sk);
   P.masked_rows = opt.masked_rows;
   P.check_overflow = !opt.allow_nonfinite;
-  if (!opt.cu_seqlens.empty()) {
-    P.doc_lo.resize(g.sk);
-    P.doc_hi.resize(g.sk);
-    const auto& cu = opt.cu_seqlens;
-    for (std::size_t k = 0; k + 1 < cu.size(); ++k) {
-      for (std::int64_t i = cu[k]; i < cu[k + 1]; ++i) {
-        P.doc_lo[static_cast<std::size_t>(i)] = cu[k];
-        P.doc_hi[static_cast<std::size_t>(i)] = cu[k + 1] - 1;
-      }
-    }
-  }
-  if (opt.key_lengths) {
-    for (std::size_t i = 0; i < g.b; ++i) {
-      P.key_len.push_back(static_cast<std::int64_t>(opt.key_lengths->get(i)));
-    }
-  }
   if (opt.mask) {
     const Tensor& m = *opt.mask;
     // Broadcast strides over (b, h, i, j) of the scores: the mask's own strides (xtensor

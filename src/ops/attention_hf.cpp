@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "encodings/torch_cpu.hpp"
+#include "ops/attention_mask.hpp"
 #include "ops/axis_strides.hpp"
 #include "ops/blas_threads.hpp"
 #include "posenc/error.hpp"
@@ -169,6 +170,7 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
   no(opt.t5_bias != nullptr, "--t5-bias");
   no(opt.relative_k != nullptr || opt.relative_v != nullptr, "--relative-k/--relative-v");
   no(opt.softcap > 0, "--softcap");
+  no(opt.score_bias != nullptr, "relative score terms (--relative xl, xlnet or deberta)");
   no(opt.sinks != nullptr, "--sinks");
   no(g.emit_lse, "lse output");
   no(opt.masked_rows != MaskedRows::zero,
@@ -177,14 +179,13 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
   no(opt.precision.has_value(), "--precision (it computes in the model dtype)");
 }
 
-// The additive mask entry for (b, h, i, j): finfo(T).min where a mask option removes
-// the key, else the float --mask value in T (0 without one).
+// The additive mask entry for (b, h, i, j): finfo(T).min where the mask rules (the ones
+// the exact path applies: attention_mask.hpp) or a boolean mask remove the key, else the
+// float --mask value in T (0 without one).
 class Mask {
  public:
   Mask(const AttentionOptions& opt, const HfShape& g, const ModelType& mt)
-      : opt_(opt),
-        min_(mt.min()),
-        off_(static_cast<std::int64_t>(g.sk) - static_cast<std::int64_t>(g.sq)) {
+      : rules_(key_rules(opt, g.sq, g.sk)), min_(mt.min()) {
     if (opt.mask) {
       const Tensor& m = *opt.mask;
       Shape target = g.logits_shape;
@@ -207,26 +208,13 @@ class Mask {
         values_[i] = additive_ ? mt.round(m.get(i)) : (m.get(i) != 0.0 ? 1.0 : 0.0);
       }
     }
-    if (!opt.cu_seqlens.empty()) {
-      doc_.resize(g.sk);
-      for (std::size_t k = 0; k + 1 < opt.cu_seqlens.size(); ++k) {
-        for (std::int64_t i = opt.cu_seqlens[k]; i < opt.cu_seqlens[k + 1]; ++i) {
-          doc_[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(k);
-        }
-      }
-    }
   }
 
+  const KeyRules& rules() const { return rules_; }
+
   double at(std::size_t b, std::size_t h, std::int64_t i, std::int64_t j) const {
-    const std::int64_t qpos = i + off_;
-    bool keep = true;
-    if (opt_.causal == CausalAlign::bottom_right) keep = keep && j <= qpos;
-    if (opt_.causal == CausalAlign::top_left) keep = keep && j <= i;
-    if (opt_.window_left >= 0) keep = keep && j >= qpos - opt_.window_left;
-    if (opt_.window_right >= 0) keep = keep && j <= qpos + opt_.window_right;
-    if (opt_.key_lengths) keep = keep && static_cast<double>(j) < opt_.key_lengths->get(b);
-    if (!doc_.empty())
-      keep = keep && doc_[static_cast<std::size_t>(i)] == doc_[static_cast<std::size_t>(j)];
+    const auto [lo, hi] = rules_.range(b, i);
+    bool keep = lo <= j && j <= hi;
     double add = 0.0;
     if (!values_.empty()) {
       const double v = values_[static_cast<std::size_t>(static_cast<std::ptrdiff_t>(b) * mb_ +
@@ -242,14 +230,30 @@ class Mask {
   }
 
  private:
-  const AttentionOptions& opt_;
+  KeyRules rules_;
   double min_;
-  std::int64_t off_;
   bool additive_ = false;
   std::vector<double> values_;
   std::ptrdiff_t mb_ = 0, mh_ = 0, mi_ = 0, mj_ = 0;
-  std::vector<std::int64_t> doc_;
 };
+
+// Llama4TextAttention's temperature tuning, as HF computes it: attn_scales =
+// log1p(floor((cache_position.float() + 1.0) / floor_scale)) * attn_scale + 1.0 in
+// float32 (torch's log1p: SLEEF), one per query, then query_states = (query_states *
+// attn_scales).to(dtype): a float32 product (float64 for f64 models) rounded to T.
+std::vector<float> temperature_scales(const KeyRules& r, std::size_t sq) {
+  std::vector<float> t(sq);
+  if (r.temp_scale == 0) return t;
+  const float floor_scale = static_cast<float>(r.temp_floor);
+  for (std::size_t i = 0; i < sq; ++i) {
+    const float pos = static_cast<float>(static_cast<std::int64_t>(i) + r.off);
+    t[i] = std::floor((pos + 1.0f) / floor_scale);
+  }
+  torch_cpu::log1p(t.data(), t.data(), sq);
+  const float attn_scale = static_cast<float>(r.temp_scale);
+  for (float& x : t) x = x * attn_scale + 1.0f;
+  return t;
+}
 
 void store(Tensor& t, std::size_t i, double v) {
   switch (t.dtype()) {
@@ -296,6 +300,7 @@ AttentionResult run_hf(const Tensor& q, const Tensor& k, const Tensor* v,
   const double scaling =
       mt.scalar(opt.scale > 0 ? opt.scale : std::pow(static_cast<double>(g.d), -0.5));
   const Mask mask(opt, g, mt);
+  const std::vector<float> temp = temperature_scales(mask.rules(), g.sq);
 
   AttentionResult res;
   if (g.emit_logits) res.logits = Tensor(g.out, g.logits_shape);
@@ -313,6 +318,15 @@ AttentionResult run_hf(const Tensor& q, const Tensor& k, const Tensor* v,
     for (std::size_t h = 0; h < g.hq; ++h) {
       const std::size_t kh = h / (g.hq / g.hk);  // repeat_kv
       block(qw, g.axes, b, h, qb);
+      if (mask.rules().temp_scale != 0) {
+        for (std::size_t i = 0; i < g.sq; ++i) {
+          for (std::size_t c = 0; c < g.d; ++c) {
+            W& x = qb[i * g.d + c];
+            x = static_cast<W>(mt.is64() ? static_cast<double>(x) * temp[i]
+                                         : mt.op(static_cast<float>(x) * temp[i]));
+          }
+        }
+      }
       block(kw, g.axes, b, kh, kb);
       model_matmul(mt, true, g.sq, g.sk, g.d, qb.data(), kb.data(), sc.data());
       const std::size_t row0 = (b * g.hq + h) * g.sq;

@@ -33,7 +33,7 @@ using Unary = __m256 (*)(__m256);
 using Binary = __m256 (*)(__m256, __m256);
 
 struct Sleef {
-  Unary cosf8 = nullptr, sinf8 = nullptr, expf8 = nullptr;
+  Unary cosf8 = nullptr, sinf8 = nullptr, expf8 = nullptr, log1pf8 = nullptr;
   Binary powf8 = nullptr;
   std::string error;
 };
@@ -52,6 +52,7 @@ Sleef load() {
   bind(lib, "Sleef_cosf8_u10", &s.cosf8, &s.error);
   bind(lib, "Sleef_sinf8_u10", &s.sinf8, &s.error);
   bind(lib, "Sleef_expf8_u10", &s.expf8, &s.error);
+  bind(lib, "Sleef_log1pf8_u10", &s.log1pf8, &s.error);
   bind(lib, "Sleef_powf8_u10", &s.powf8, &s.error);
   return s;
 }
@@ -70,6 +71,7 @@ extern "C" {
 __m256 Sleef_cosf8_u10(__m256 x) { return sleef().cosf8(x); }
 __m256 Sleef_sinf8_u10(__m256 x) { return sleef().sinf8(x); }
 __m256 Sleef_expf8_u10(__m256 x) { return sleef().expf8(x); }
+__m256 Sleef_log1pf8_u10(__m256 x) { return sleef().log1pf8(x); }
 __m256 Sleef_powf8_u10(__m256 x, __m256 y) { return sleef().powf8(x, y); }
 }
 

@@ -235,6 +235,41 @@ class HfAttention(PosencTestCase):
         for name, g, w in zip(("logits", "probs", "output"), got, want):
             self.assertEqual(bit_mismatches(g, w), 0, name)
 
+    def test_window_chunk_and_temperature_bit_for_bit(self):
+        # The options HF's layers take from their configs (Mistral/Gemma sliding layers,
+        # Llama-4 chunked and NoPE layers) under --arith hf, against HF's eager path with
+        # HF's own masks (sliding_window_overlay, chunked_overlay on cache positions) and
+        # Llama4TextAttention's query temperature, computed by torch.
+        b, hq, hk, sq, sk, d = 1, 4, 2, 24, 70, 64
+        qpos = torch.arange(sk - sq, sk)[:, None]  # cache_position of the new tokens
+        kv = torch.arange(sk)[None, :]
+        cases = [
+            (("--causal", "--sliding-window", "9"), (kv <= qpos) & (kv > qpos - 9), None),
+            (("--sliding-window", "9"), (kv > qpos - 9) & (kv < qpos + 9), None),
+            (("--causal", "--chunk-size", "16"), (kv <= qpos) & (kv // 16 == qpos // 16), None),
+            (("--causal", "--attn-temperature", "0.1", "8"), kv <= qpos, (0.1, 8.0)),
+        ]
+        for dtype in (torch.float32, torch.bfloat16):
+            q, k, v = self.inputs((b, hq, hk, sq, sk, d), dtype, 21)
+            for flags, allowed, temp in cases:
+                qt = q
+                if temp is not None:
+                    attn_scale, floor_scale = temp
+                    scales = (torch.log1p(torch.floor((qpos[:, 0].float() + 1.0) / floor_scale))
+                              * attn_scale + 1.0)
+                    qt = (q * scales.view(1, 1, -1, 1)).to(dtype)
+                    self.assertFalse(torch.equal(qt, q))
+                with self.subTest(flags=flags, dtype=str(dtype)):
+                    got = self.run_attention(q, k, v, *flags)
+                    want = ref.eager_attention_forward(
+                        qt, k, v, ref.eager_mask(allowed[None, None], dtype), d ** -0.5,
+                        hq // hk, matmul=hf_matmul)
+                    for name, g, w in zip(("logits", "probs", "output"), got, want):
+                        self.assertEqual(bit_mismatches(g.to(dtype), w), 0, name)
+                    # Not the plain causal result the option used to be ignored for.
+                    plain = self.run_attention(q, k, v, "--causal")
+                    self.assertGreater(bit_mismatches(plain[2], got[2]), 0)
+
     def test_bf16_matmul_bound_against_torch(self):
         # torch's oneDNN bf16 matmul against posenc's once-rounded float64 product.
         for shape in self.SHAPES + [(1, 4, 4, 16, 2048, 128)]:

@@ -1,0 +1,73 @@
+// The mask rules of attention (see attention_mask.hpp).
+#include "ops/attention_mask.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace posenc::attention_detail {
+
+std::pair<std::int64_t, std::int64_t> KeyRules::range(std::size_t b, std::int64_t i) const {
+  std::int64_t lo = 0, hi = sk - 1;
+  if (causal == CausalAlign::bottom_right) hi = std::min(hi, i + off);
+  if (causal == CausalAlign::top_left) hi = std::min(hi, i);
+  if (win_left >= 0) lo = std::max(lo, i + off - win_left);
+  if (win_right >= 0) hi = std::min(hi, i + off + win_right);
+  if (!key_len.empty()) hi = std::min(hi, key_len[b] - 1);
+  if (chunk > 0) {
+    const std::int64_t c0 = (i + off) / chunk * chunk;
+    lo = std::max(lo, c0);
+    hi = std::min(hi, c0 + chunk - 1);
+  }
+  if (!doc_lo.empty()) {
+    lo = std::max(lo, doc_lo[static_cast<std::size_t>(i)]);
+    hi = std::min(hi, doc_hi[static_cast<std::size_t>(i)]);
+  }
+  return {lo, hi};
+}
+
+KeyRules key_rules(const AttentionOptions& opt, std::size_t sq, std::size_t sk) {
+  KeyRules r;
+  r.sk = static_cast<std::int64_t>(sk);
+  r.off = static_cast<std::int64_t>(sk) - static_cast<std::int64_t>(sq);
+  r.causal = opt.causal;
+  // A window wider than every distance is unbounded: clamping keeps i + off + window
+  // far from overflow whatever the caller passed.
+  const auto span = static_cast<std::int64_t>(sq + sk);
+  r.win_left = opt.window_left < 0 ? -1 : std::min(opt.window_left, span);
+  r.win_right = opt.window_right < 0 ? -1 : std::min(opt.window_right, span);
+  if (opt.sliding_window > 0) {
+    // HF: kv > q - W (and kv < q + W without a causal mask), the narrower side wins.
+    const std::int64_t w = std::min(opt.sliding_window - 1, span);
+    r.win_left = r.win_left < 0 ? w : std::min(r.win_left, w);
+    if (opt.causal == CausalAlign::none) r.win_right = r.win_right < 0 ? w : std::min(r.win_right, w);
+  }
+  r.chunk = opt.chunk_size;
+  if (opt.temperature_scale != 0) {
+    r.temp_scale = opt.temperature_scale;
+    r.temp_floor = opt.temperature_floor;
+  }
+  if (!opt.cu_seqlens.empty()) {
+    r.doc_lo.resize(sk);
+    r.doc_hi.resize(sk);
+    const auto& cu = opt.cu_seqlens;
+    for (std::size_t k = 0; k + 1 < cu.size(); ++k) {
+      for (std::int64_t i = cu[k]; i < cu[k + 1]; ++i) {
+        r.doc_lo[static_cast<std::size_t>(i)] = cu[k];
+        r.doc_hi[static_cast<std::size_t>(i)] = cu[k + 1] - 1;
+      }
+    }
+  }
+  if (opt.key_lengths) {
+    for (std::size_t i = 0; i < opt.key_lengths->numel(); ++i) {
+      r.key_len.push_back(static_cast<std::int64_t>(opt.key_lengths->get(i)));
+    }
+  }
+  return r;
+}
+
+double KeyRules::temperature(std::int64_t qpos) const {
+  if (temp_scale == 0) return 1.0;
+  return 1.0 + temp_scale * std::log1p(std::floor(static_cast<double>(qpos + 1) / temp_floor));
+}
+
+}  // namespace posenc::attention_detail
