@@ -158,6 +158,15 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   }
   r.positions = given(sub, "--positions", o.positions);
   r.rope = rope_params(o.rope, o.dim);
+  // Where the rotated dims sit in a head, and the input pair order: nothing of a table.
+  for (const char* flag : {"--rotary-last", "--rope-interleave"}) {
+    if (sub->count(flag) > 0) {
+      throw UsageError(fmt::format(
+          "{}: places the rotation in the input's head dims (posenc rope, attention --rope); a "
+          "table does not depend on it",
+          flag));
+    }
+  }
   r.half = o.half_width || o.layout == "half";
   r.inverse = o.rope.inverse;
   r.precision = rope_precision(o.rope);

@@ -76,6 +76,11 @@ void ggml_setup(const RopeParams& p, const RopeFreqs& exact, FrameworkRope& g) {
       g.freq_scale = 1.0f / static_cast<float>(attr_number(a, "factor"));
       break;
     case RopeScaling::yarn: {
+      if (!p.truncate) {
+        throw UsageError(
+            "--arith ggml: ggml's YaRN always rounds its correction range outward (floor, ceil); "
+            "--no-truncate has no ggml form");
+      }
       const double s = attr_number(a, "factor");
       g.freq_scale = 1.0f / static_cast<float>(s);
       g.ext_factor = 1.0f;

@@ -1,0 +1,284 @@
+"""Every option means the same in every arithmetic mode: honoured, or refused.
+
+For `attention`, `rope` and `table rope`, every long option of `--help` has a row below.
+A row that changes numbers is run in every `--arith` mode the command has, with and
+without the option (over a base that makes the option meaningful): the result must
+differ from the run without it, or the run must be refused with exit status 2 and a
+message naming the mode. Options that do not change numbers (where the output goes,
+budgets) are listed with the reason. A new option without a row fails
+`test_every_option_has_a_row`. The values themselves are checked against independent
+references in tests/reference/ (test_arith_hf.py, test_hf_parity.py, ...).
+"""
+import json
+import os
+import re
+import subprocess
+
+import numpy as np
+
+from posenc_testlib import BIN, PosencTestCase, run
+
+# Options that do not change the numbers, with the reason.
+NOT_NUMBERS = {
+    "--to": "output format", "--compression": "HDF5 storage", "--no-clobber": "output policy",
+    "--sync": "output durability", "--max-memory": "memory budget (same bytes: "
+    "test_attention_stream)", "--part": "a share of the same numbers (test_part_join)",
+    "--emit": "which tensors are written", "--allow-nonfinite": "what non-finite inputs do "
+    "(test_attention_errors)", "--arith": "the mode itself", "--layout": "table layout",
+    "--half-width": "table layout", "--positions": "table size", "--dim": "table size",
+    "--rope": "switches RoPE on: the base of every RoPE row",
+    "--t5-bidirectional": "the default T5 buckets; --t5-causal is the row that changes them",
+    "--max-distance": "must agree with the Shaw tables' 2M+1 rows; a check, not a number",
+    "--pos-att-type": "names the DeBERTa terms, which must be the ones whose tensors are given "
+    "(rows --pos-key, --pos-query); a check, not a number",
+}
+# The layout of the inputs: the same numbers in another order where the shapes allow
+# (test_rope_apply, test_attention_reference).
+NOT_NUMBERS_ATTENTION = {"--axes"}
+
+ROPE_ROWS = {
+    # option: (base, with)
+    "--style": (["--style", "gptj"], ["--style", "neox"]),
+    "--base": ([], ["--base", "500"]),
+    "--rotary-dim": ([], ["--rotary-dim", "4"]),
+    "--rotary-last": (["--rotary-dim", "4"], ["--rotary-dim", "4", "--rotary-last"]),
+    "--rope-interleave": ([], ["--rope-interleave"]),
+    "--partial": ([], ["--partial", "0.5"]),
+    "--start": ([], ["--start", "5"]),
+    "--position-ids": ([], ["--position-ids", "{ids}"]),
+    "--cu-seqlens": ([], ["--cu-seqlens", "{cu}"]),
+    "--scaling": ([], ["--scaling", "linear", "--factor", "2"]),
+    "--factor": (["--scaling", "linear", "--factor", "2"], ["--scaling", "linear", "--factor", "4"]),
+    "--original-max-pos": (["--scaling", "yarn", "--factor", "4", "--original-max-pos", "64"],
+                           ["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192"]),
+    "--max-pos": (["--scaling", "dynamic", "--factor", "4", "--max-pos", "64", "--seq-len", "256"],
+                  ["--scaling", "dynamic", "--factor", "4", "--max-pos", "32", "--seq-len", "256"]),
+    "--seq-len": (["--scaling", "dynamic", "--factor", "4", "--max-pos", "8", "--seq-len", "64"],
+                  ["--scaling", "dynamic", "--factor", "4", "--max-pos", "8", "--seq-len", "256"]),
+    "--beta-fast": (["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192"],
+                    ["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192",
+                     "--beta-fast", "8"]),
+    "--beta-slow": (["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192"],
+                    ["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192",
+                     "--beta-slow", "4"]),
+    "--mscale": (["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192"],
+                 ["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192",
+                  "--mscale", "2", "--mscale-all-dim", "1"]),
+    "--mscale-all-dim": (["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192",
+                          "--mscale", "1"],
+                         ["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192",
+                          "--mscale", "1", "--mscale-all-dim", "0.5"]),
+    "--attention-factor": (["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192"],
+                           ["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192",
+                            "--attention-factor", "1.5"]),
+    "--no-truncate": (["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192"],
+                      ["--scaling", "yarn", "--factor", "4", "--original-max-pos", "8192",
+                       "--no-truncate"]),
+    "--low-freq-factor": (["--scaling", "llama3", "--factor", "8", "--original-max-pos", "16"],
+                          ["--scaling", "llama3", "--factor", "8", "--original-max-pos", "16",
+                           "--low-freq-factor", "2"]),
+    "--high-freq-factor": (["--scaling", "llama3", "--factor", "8", "--original-max-pos", "16"],
+                           ["--scaling", "llama3", "--factor", "8", "--original-max-pos", "16",
+                            "--high-freq-factor", "2"]),
+    "--short-factor": (["--scaling", "longrope", "--original-max-pos", "8192", "--max-pos", "256",
+                        "--short-factor", "1,1,1,1", "--long-factor", "2,2,2,2"],
+                       ["--scaling", "longrope", "--original-max-pos", "8192", "--max-pos", "256",
+                        "--short-factor", "1.5,3,1,1", "--long-factor", "2,2,2,2"]),
+    "--long-factor": (["--scaling", "longrope", "--original-max-pos", "4", "--max-pos", "256",
+                       "--short-factor", "1,1,1,1", "--long-factor", "2,2,2,2"],
+                      ["--scaling", "longrope", "--original-max-pos", "4", "--max-pos", "256",
+                       "--short-factor", "1,1,1,1", "--long-factor", "3,5,2,2"]),
+    "--hf-config": ([], ["--hf-config", "{rope_cfg}"]),
+    "--layer-type": (["--hf-config", "{typed_cfg}"],
+                     ["--hf-config", "{typed_cfg}", "--layer-type", "sliding_attention"]),
+    "--inverse": ([], ["--inverse"]),
+    "--precision": ([], ["--precision", "f32"]),
+    "--dtype": ([], ["--dtype", "f64"]),
+    "--axes": ([], ["--axes", "bshd"]),
+    "--rope2d": ([], ["--rope2d", "2", "5"]),
+    "--rope2d-ids": (["--position-ids", "{ids}"], ["--position-ids", "{ids2}", "--rope2d-ids"]),
+    "--order": (["--rope2d", "2", "5"], ["--rope2d", "2", "5", "--order", "yx"]),
+    "--mrope-section": (["--position-ids", "{ids}"],
+                        ["--position-ids", "{ids3}", "--mrope-section", "1,1,2"]),
+    "--mrope-interleaved": (["--position-ids", "{ids3}", "--mrope-section", "1,1,2"],
+                            ["--position-ids", "{ids3}", "--mrope-section", "1,1,2",
+                             "--mrope-interleaved"]),
+}
+
+ATTENTION_ROWS = {
+    "--scale": ([], ["--scale", "0.5"]),
+    "--causal": ([], ["--causal"]),
+    "--window": ([], ["--window", "2"]),
+    "--sliding-window": ([], ["--sliding-window", "3"]),
+    "--chunk-size": ([], ["--chunk-size", "4"]),
+    "--attn-temperature": ([], ["--attn-temperature", "0.5", "2"]),
+    "--key-lengths": ([], ["--key-lengths", "{klen}"]),
+    "--mask": ([], ["--mask", "{mask}"]),
+    "--alibi": ([], ["--alibi"]),
+    "--alibi-max-bias": (["--alibi"], ["--alibi", "--alibi-max-bias", "4"]),
+    "--t5-bias": ([], ["--t5-bias", "{t5}"]),
+    "--t5-buckets": (["--t5-bias", "{t5_8}", "--t5-buckets", "8"],
+                     ["--t5-bias", "{t5_6}", "--t5-buckets", "6"]),
+    "--t5-max-distance": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--t5-max-distance", "9"]),
+    "--t5-causal": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--t5-causal"]),
+    "--relative-k": ([], ["--relative-k", "{rk}"]),
+    "--relative-v": ([], ["--relative-v", "{rv}"]),
+    "--softcap": ([], ["--softcap", "0.5"]),
+    "--sinks": ([], ["--sinks", "{sinks}"]),
+    "--masked-rows": (["--key-lengths", "{klen0}"], ["--key-lengths", "{klen0}",
+                                                     "--masked-rows", "nan"]),
+    "--dtype": ([], ["--dtype", "f64"]),
+    "--rel-keys": ([], ["--rel-keys", "{relk}"]),
+    "--content-bias": (["--rel-keys", "{relk}"], ["--rel-keys", "{relk}", "--content-bias", "{u}"]),
+    "--position-bias": (["--rel-keys", "{relk}"],
+                        ["--rel-keys", "{relk}", "--position-bias", "{u}"]),
+    # XLNet's segment term needs both: one row for the pair.
+    "--segment-ids": (["--rel-keys", "{relk}"], ["--rel-keys", "{relk}", "--segment-embed",
+                                                 "{segemb}", "--segment-ids", "{segids}"]),
+    "--segment-embed": (["--rel-keys", "{relk}"], ["--rel-keys", "{relk}", "--segment-ids",
+                                                   "{segids}", "--segment-embed", "{segemb}"]),
+    "--segment-bias": (["--rel-keys", "{relk}", "--segment-ids", "{segids}", "--segment-embed",
+                        "{segemb}"],
+                       ["--rel-keys", "{relk}", "--segment-ids", "{segids}", "--segment-embed",
+                        "{segemb}", "--segment-bias", "{u}"]),
+    "--pos-key": ([], ["--pos-key", "{posk}"]),
+    "--pos-query": ([], ["--pos-query", "{posk}"]),
+    "--position-buckets": (["--pos-key", "{posk}"],
+                           ["--pos-key", "{posk}", "--position-buckets", "2"]),
+    "--max-relative-positions": (["--pos-key", "{posk}", "--position-buckets", "0"],
+                                 ["--pos-key", "{posk}", "--position-buckets", "0",
+                                  "--max-relative-positions", "2"]),
+    "--hf-config": ([], ["--hf-config", "{attn_cfg}"]),
+    "--layer-type": (["--hf-config", "{typed_cfg}"],
+                     ["--hf-config", "{typed_cfg}", "--layer-type", "sliding_attention"]),
+    "--precision": ([], ["--precision", "f64"]),
+}
+# The RoPE options of `attention --rope`, over a base of --rope.
+ATTENTION_ROPE = {k: (["--rope"] + b, ["--rope"] + w) for k, (b, w) in ROPE_ROWS.items()
+                  if k not in ("--rope2d", "--rope2d-ids", "--order", "--mrope-section",
+                               "--mrope-interleaved", "--inverse", "--axes", "--dtype",
+                               "--precision", "--hf-config", "--layer-type")}
+ATTENTION_ROPE["--inverse"] = (["--rope"], ["--rope", "--inverse"])
+
+TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()
+              if k not in ("--rope2d", "--rope2d-ids", "--order", "--mrope-section",
+                           "--mrope-interleaved", "--axes")}
+# Refused by table rope (they place the rotation in an input): over a base that works.
+TABLE_ROWS["--rotary-last"] = (["--rotary-dim", "4"], ["--rotary-dim", "4", "--rotary-last"])
+TABLE_ROWS["--rope-interleave"] = ([], ["--rope-interleave"])
+
+
+def long_options(*command):
+    out = subprocess.run([BIN, *command, "--help"], capture_output=True, text=True).stdout
+    return sorted(set(re.findall(r"^\s+(?:-\w, )?(--[a-z0-9-]+)", out, re.M)) - {"--help"})
+
+
+class OptionMatrix(PosencTestCase):
+    rng = np.random.default_rng(3)
+
+    def setUp(self):
+        super().setUp()
+        r = self.rng
+        f = {}
+        def save(name, a):
+            f[name] = self.npy(f"{name}.npy", a)
+        # attention: q [1, 4, 6, 8], k/v [1, 2, 10, 8] (GQA 2:1); square [1, 4, 10, 8].
+        save("q", r.standard_normal((1, 4, 6, 8)).astype(np.float32))
+        save("k", r.standard_normal((1, 2, 10, 8)).astype(np.float32))
+        save("v", r.standard_normal((1, 2, 10, 8)).astype(np.float32))
+        save("qs", r.standard_normal((1, 4, 10, 8)).astype(np.float32))
+        save("ids", np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3], np.int64))
+        save("ids2", np.stack([np.arange(10) // 3, np.arange(10) % 3]).astype(np.int64))
+        save("ids3", np.stack([np.zeros(10), np.arange(10) // 3, np.arange(10) % 3]).astype(np.int64))
+        save("cu", np.array([0, 4, 10], np.int64))
+        save("klen", np.array([7], np.int64))
+        save("klen0", np.array([0], np.int64))
+        save("mask", r.standard_normal((6, 10)) > 0)
+        save("t5", r.standard_normal((32, 4)).astype(np.float32))
+        save("t5_8", r.standard_normal((8, 4)).astype(np.float32))
+        save("t5_6", r.standard_normal((6, 4)).astype(np.float32))
+        save("rk", r.standard_normal((5, 8)).astype(np.float32))
+        save("rv", r.standard_normal((5, 8)).astype(np.float32))
+        save("sinks", r.standard_normal(4).astype(np.float32))
+        save("relk", r.standard_normal((10, 4, 8)).astype(np.float32))
+        save("u", r.standard_normal((4, 8)).astype(np.float32))
+        save("segemb", r.standard_normal((2, 4, 8)).astype(np.float32))
+        save("segids", np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1], np.int64))
+        save("posk", r.standard_normal((1024, 4, 8)).astype(np.float32))
+        # rope: x [1, 4, 10, 8].
+        save("x", r.standard_normal((1, 4, 10, 8)).astype(np.float32))
+        base = {"model_type": "mistral", "num_attention_heads": 4, "num_key_value_heads": 2,
+                "hidden_size": 32, "head_dim": 8}
+        f["rope_cfg"] = self.config("rope.json", dict(base, rope_theta=77.0))
+        f["attn_cfg"] = self.config("attn.json", dict(base, sliding_window=3))
+        f["typed_cfg"] = self.config("typed.json", dict(
+            base, model_type="gemma3_text", sliding_window=3, num_hidden_layers=2,
+            layer_types=["sliding_attention", "full_attention"], rope_local_base_freq=100.0,
+            query_pre_attn_scalar=8))
+        self.files = f
+
+    def config(self, name, cfg):
+        with open(self.path(name), "w") as fh:
+            json.dump(cfg, fh)
+        return self.path(name)
+
+    def fill(self, args):
+        return [a.format(**self.files) if "{" in a else a for a in args]
+
+    def result(self, command, args, mode, square=False):
+        """(exit status, stderr, output bytes or None)."""
+        out = self.path("out.npy")
+        if os.path.exists(out):
+            os.remove(out)
+        f = self.files
+        if command == "attention":
+            head = ["attention", "-q", f["qs"] if square else f["q"], "-k", f["k"], "-v", f["v"],
+                    "--emit", "output"]
+        elif command == "rope":
+            head = ["rope", f["x"]]
+        else:
+            head = ["table", "rope", "--positions", "10", "--dim", "8", "--emit", "cos-sin"]
+        p = run(*head, *self.fill(args), "--arith", mode, "-o", out)
+        data = open(out, "rb").read() if p.returncode == 0 else None
+        return p.returncode, p.stderr, data
+
+    def check_rows(self, command, rows, modes):
+        for option, (base, with_option) in rows.items():
+            square = "--cu-seqlens" in with_option or "--pos-query" in with_option
+            for mode in modes:
+                with self.subTest(command=command, option=option, mode=mode):
+                    b = self.result(command, base, mode, square)
+                    w = self.result(command, with_option, mode, square)
+                    if w[0] == 2 and b[0] == 0:
+                        # Refused for the mode, or (table rope) as meaningless there.
+                        self.assertRegex(w[1], r"--arith|arith " + mode + "|" + option,
+                                         f"{option} refused without naming the mode")
+                        continue
+                    if b[0] == 2 and w[0] == 2:
+                        # The base itself is refused in this mode (e.g. --rope2d under hf).
+                        self.assertRegex(b[1], r"--arith|arith")
+                        continue
+                    self.assertEqual(b[0], 0, b[1])
+                    self.assertEqual(w[0], 0, w[1])
+                    self.assertTrue(b[2] != w[2], f"{option} ignored under --arith {mode}")
+
+    def test_every_option_has_a_row(self):
+        for command, rows in ((("attention",), {**ATTENTION_ROWS, **ATTENTION_ROPE}),
+                              (("rope",), ROPE_ROWS), (("table", "rope"), TABLE_ROWS)):
+            exempt = NOT_NUMBERS_ATTENTION if command == ("attention",) else set()
+            missing = [o for o in long_options(*command)
+                       if o not in rows and o not in NOT_NUMBERS and o not in exempt
+                       and o not in ("--output", "--force", "--threads", "--quiet", "--verbose")]
+            self.assertEqual(missing, [], f"{' '.join(command)}: options without a row")
+
+    def test_attention(self):
+        self.check_rows("attention", ATTENTION_ROWS, ("exact", "hf"))
+
+    def test_attention_rope(self):
+        self.check_rows("attention", ATTENTION_ROPE, ("exact", "hf"))
+
+    def test_rope(self):
+        self.check_rows("rope", ROPE_ROWS, ("exact", "hf", "meta", "ggml"))
+
+    def test_table_rope(self):
+        self.check_rows("table", TABLE_ROWS, ("exact", "hf", "meta", "ggml"))
