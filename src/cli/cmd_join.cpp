@@ -30,6 +30,9 @@ void run_join(const JoinOptions& o) {
   r.virtual_dataset = o.virtual_dataset;
   r.axis = o.axis;
   const JoinResult res = join_parts(r);
+  if (!globals().quiet) {
+    for (const auto& w : res.warnings) fmt::print(stderr, "posenc: warning: {}\n", w);
+  }
   verbose(fmt::format("{} part(s) joined along axis {}: {} {}{}", res.parts, res.axis,
                       dtype_name(res.dtype), shape_str(res.shape),
                       o.virtual_dataset ? " (virtual dataset)" : ""));
@@ -42,8 +45,11 @@ void register_join(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "join",
       "assemble the outputs of a --part I/N run into one tensor. HDF5 parts record their share "
-      "and may come in any order; they are checked to be complete, non-overlapping and "
-      "consistent. NPY parts are joined in the order given along --axis.");
+      "and parameters and may come in any order; they are checked to be complete, "
+      "non-overlapping and of one run (every recorded parameter equal). NPY parts record "
+      "nothing: they are joined in the order given along --axis, their order and "
+      "completeness cannot be checked (only the same file given twice is refused), and join "
+      "warns on stderr (not with -q).");
   sub->add_option("parts", opt->parts, "part tensor references (p0.h5:/q, p1.h5:/q, ... or .npy)")
       ->required();
   add_output_options(sub, opt->out, /*multiple=*/false, /*required=*/true,
