@@ -159,15 +159,16 @@ std::string value_text(const AttrValue* v) {
   return out + (vec.size() > 8 ? ", ...]" : "]");
 }
 
-// The first attribute, other than the per-part ones, in which `a` and `b` differ
-// (present in one only, or another value); empty when they agree.
+// The first attribute, other than the per-part ones, in which `a` and `b` differ: one
+// both carry with other values, else one only one carries; empty when they agree.
 std::string first_difference(const Attrs& a, const Attrs& b) {
-  for (const Attrs* side : {&a, &b}) {
-    for (const auto& at : *side) {
-      if (per_part(at.name)) continue;
-      const AttrValue* va = find_attr(a, at.name.c_str());
-      const AttrValue* vb = find_attr(b, at.name.c_str());
-      if (va == nullptr || vb == nullptr || !same_value(*va, *vb)) return at.name;
+  for (const auto& at : a) {
+    const AttrValue* vb = find_attr(b, at.name.c_str());
+    if (!per_part(at.name) && vb != nullptr && !same_value(at.value, *vb)) return at.name;
+  }
+  for (const auto& [one, other] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+    for (const auto& at : *one) {
+      if (!per_part(at.name) && find_attr(*other, at.name.c_str()) == nullptr) return at.name;
     }
   }
   return {};
