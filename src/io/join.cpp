@@ -161,6 +161,8 @@ std::string value_text(const AttrValue* v) {
 
 // The first attribute, other than the per-part ones, in which `a` and `b` differ: one
 // both carry with other values, else one only one carries; empty when they agree.
+// part_inputs counts only when both carry it: parts written before it was recorded
+// still join with those written after.
 std::string first_difference(const Attrs& a, const Attrs& b) {
   for (const auto& at : a) {
     const AttrValue* vb = find_attr(b, at.name.c_str());
@@ -168,7 +170,8 @@ std::string first_difference(const Attrs& a, const Attrs& b) {
   }
   for (const auto& [one, other] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
     for (const auto& at : *one) {
-      if (!per_part(at.name) && find_attr(*other, at.name.c_str()) == nullptr) return at.name;
+      if (per_part(at.name) || at.name == kPartInputsAttr) continue;
+      if (find_attr(*other, at.name.c_str()) == nullptr) return at.name;
     }
   }
   return {};

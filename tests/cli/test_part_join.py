@@ -34,6 +34,7 @@ class PartRange(PosencTestCase):
                         self.assertEqual(int(d.attrs["part_axis"]), 0)
                         self.assertEqual(list(d.attrs["part_offset"]), [a, 0])
                         self.assertEqual(list(d.attrs["part_total_shape"]), [7, 3])
+                        self.assertEqual(d.attrs["part_inputs"], os.path.realpath(src))
 
     def test_bad_part_values_are_usage_errors(self):
         src = self.npy("x.npy", np.zeros((4, 2), np.float32))
@@ -245,6 +246,41 @@ class JoinProvenance(PosencTestCase):
         self.refused("rope_style", p0, self.part("r2.h5", ["rope", src, "--style", "gptj"], 1))
         self.run_ok("join", p0, self.part("r3.h5", ["rope", src], 1), "-o",
                     self.path("ok.h5") + ":/t")
+
+    def test_parts_of_other_inputs_are_refused(self):
+        # Same command, same parameters, another input: only part_inputs tells.
+        rng = np.random.default_rng(6)
+        q = self.npy("q.npy", rng.standard_normal((4, 2, 6, 8)).astype(np.float32))
+        k = self.npy("k.npy", rng.standard_normal((4, 2, 6, 8)).astype(np.float32))
+        v = self.npy("v.npy", rng.standard_normal((4, 2, 6, 8)).astype(np.float32))
+        self.refused("part_inputs", self.part("q0.h5", ["rope", q], 0),
+                     self.part("k1.h5", ["rope", k], 1))
+        self.refused("part_inputs", self.part("cq0.h5", ["convert", q], 0),
+                     self.part("ck1.h5", ["convert", k], 1))
+        self.refused("part_inputs", self.part("a0.h5", ["attention", "-q", q, "-k", k], 0,
+                                              dataset="/probs"),
+                     self.part("a1.h5", ["attention", "-q", q, "-k", v], 1, dataset="/probs"))
+        # Another spelling of the same input (relative, through a link) is the same input.
+        os.symlink(q, self.path("link.npy"))
+        whole = self.path("whole.h5")
+        self.run_ok("rope", q, "-o", whole + ":/t")
+        p1 = self.path("q1.h5") + ":/t"
+        self.run_ok("rope", "link.npy", "-o", p1, "--part", "1/2", cwd=self.tmp)
+        self.run_ok("join", p1, self.path("q0.h5") + ":/t", "-o", self.path("j.h5") + ":/t")
+        with h5py.File(self.path("q0.h5"), "r") as f0, h5py.File(self.path("j.h5"), "r") as j, \
+                h5py.File(whole, "r") as w:
+            self.assertEqual(f0["t"].attrs["part_inputs"], os.path.realpath(q))
+            self.assertNotIn("part_inputs", j["t"].attrs)
+            self.assertEqual(j["t"][...].tobytes(), w["t"][...].tobytes())
+
+    def test_part_without_part_inputs_joins_with_one_that_has_it(self):
+        # A part written before part_inputs was recorded still joins with a newer one.
+        x = self.npy("x.npy", np.arange(12, dtype=np.float32).reshape(6, 2))
+        parts = [self.part(f"x{i}.h5", ["convert", x], i) for i in range(2)]
+        with h5py.File(self.path("x0.h5"), "a") as f:
+            del f["t"].attrs["part_inputs"]
+        self.run_ok("join", *parts, "-o", self.path("whole.npy"))
+        np.testing.assert_array_equal(np.load(self.path("whole.npy")), np.load(x))
 
     def test_old_parts_without_new_attributes_join_when_the_rest_agrees(self):
         # Parts written before an attribute existed lack it on every part: they join, and
