@@ -57,7 +57,8 @@ void register_join(CLI::App& app) {
   sub->add_flag("--virtual", opt->virtual_dataset,
                 "write an HDF5 virtual dataset over the part files instead of a copy (HDF5 parts "
                 "and output; the parts must stay where they are; read by h5py, refused by "
-                "posenc's own reader)");
+                "posenc's own reader). Like a copy, it is added to an existing HDF5 output "
+                "file, which may be a part file when it names another dataset");
   sub->add_option("--axis", opt->axis,
                   "parts without a record (NPY): the axis they are joined along (default 0)");
   sub->callback([opt] { run_join(*opt); });

@@ -413,6 +413,13 @@ class JoinNpyParts(PosencTestCase):
                               match="given twice")
             self.assert_no_new_files(before)
 
+    def test_output_over_a_part_is_refused(self):
+        # Another spelling of a part as the output would replace that part with the whole.
+        before = open(self.a, "rb").read()
+        self.assert_fails(2, "join", self.a, self.b, "-o", os.path.join(self.tmp, ".", "a.npy"),
+                          match="is also a part")
+        self.assertEqual(open(self.a, "rb").read(), before)
+
     def test_single_part_warns(self):
         p = self.run_ok("join", self.a, "-o", self.path("o.npy"))
         lines = p.stderr.strip().splitlines()
