@@ -293,7 +293,7 @@ std::string source_name(const std::string& part, const std::string& output) {
   return rp;
 }
 
-// Reads part `i`'s description and where it lives.
+// Reads a part's description, its part record if any, and where it lives.
 void open_part(PartIn& p) {
   p.info = open_source(*p.ref, {/*attrs=*/true})->info();
   if (find_attr(p.info.attrs, kPartCountAttr) != nullptr) read_record(p);
@@ -318,11 +318,10 @@ void check_distinct(const std::vector<PartIn>& parts) {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       const PartIn &a = parts[j], &b = parts[i];
-      const bool same = a.ref->is_stdio() && b.ref->is_stdio()
-                            ? true
-                            : a.stat_ok && b.stat_ok && a.dev == b.dev && a.ino == b.ino &&
-                                  a.dataset == b.dataset;
-      if (same) {
+      const bool both_stdin = a.ref->is_stdio() && b.ref->is_stdio();
+      const bool same_dataset =
+          a.stat_ok && b.stat_ok && a.dev == b.dev && a.ino == b.ino && a.dataset == b.dataset;
+      if (both_stdin || same_dataset) {
         throw InputError(fmt::format("{} and {} are the same part (the same {}) given twice",
                                      a.ref->text, b.ref->text,
                                      a.dataset.empty() ? "file" : "dataset of the same file"));
@@ -366,6 +365,82 @@ std::string unchecked_warning(const std::vector<PartIn>& parts, std::size_t axis
       "{} parts with no part record (NPY, or HDF5 written without --part) joined along axis {} "
       "in the order given; their order and completeness cannot be checked",
       parts.size(), axis);
+}
+
+// The whole is labelled with what its parts agree on: for recorded parts every
+// attribute but the part record (check_same_run has compared them); for parts without
+// a record, only the attributes every part carries with the same value.
+Attrs whole_attrs(const std::vector<PartIn>& parts) {
+  Attrs attrs;
+  for (const auto& a : parts.front().info.attrs) {
+    if (a.name.rfind("part_", 0) == 0) continue;
+    const bool shared = std::all_of(parts.begin(), parts.end(), [&](const PartIn& p) {
+      const AttrValue* v = find_attr(p.info.attrs, a.name.c_str());
+      return v != nullptr && same_value(*v, a.value);
+    });
+    if (shared) attrs.push_back(a);
+  }
+  return attrs;
+}
+
+// The whole as an HDF5 virtual dataset over the part datasets (`into_part`: the output
+// file is one of the part files).
+void write_virtual(const JoinRequest& r, const std::vector<PartIn>& parts, const TensorInfo& info,
+                   std::size_t axis, bool into_part) {
+  if (r.output.format != Format::hdf5 || r.output.is_stdio()) {
+    throw UsageError("--virtual: the output must be an HDF5 dataset (out.h5:/name)");
+  }
+  struct stat out_st {};
+  const bool out_exists = into_part && ::stat(r.output.path.c_str(), &out_st) == 0;
+  std::vector<Hdf5FileWriter::VirtualSource> sources;
+  std::size_t at = 0;  // parts without a record follow each other along `axis`
+  for (const auto& p : parts) {
+    if (p.ref->format != Format::hdf5) {
+      throw UsageError(
+          fmt::format("--virtual: {} is not HDF5 (a virtual dataset maps HDF5 "
+                      "datasets; leave out --virtual to copy)",
+                      p.ref->text));
+    }
+    Shape offset(info.shape.size(), 0);
+    if (p.recorded) {
+      offset = p.offset;
+    } else {
+      offset[axis] = at;
+      at += p.info.shape[axis];
+    }
+    // A part in the output file itself is "." (HDF5's name for the virtual dataset's
+    // own file), which stays right when the file is moved or renamed.
+    const std::string file = out_exists && same_file(p, out_st)
+                                 ? std::string(".")
+                                 : source_name(p.ref->path, r.output.path);
+    sources.push_back({file, p.dataset, p.info.shape, offset});
+  }
+  Hdf5FileWriter w(r.output.path, r.write);
+  w.virtual_dataset(r.output.dataset, info, sources);
+  w.commit();
+}
+
+// The whole as a copy: each part read in slabs along `axis`, in order.
+void write_copy(const JoinRequest& r, const std::vector<PartIn>& parts, const TensorInfo& info,
+                std::size_t axis) {
+  auto sink = create_sink(r.output, info, r.write);
+  Shape entry_shape(info.shape.begin() + static_cast<std::ptrdiff_t>(axis) + 1, info.shape.end());
+  const std::size_t entry_bytes =
+      checked_numel(entry_shape, dtype_size(info.dtype), r.output.text) * dtype_size(info.dtype);
+  const std::size_t slab = entry_bytes == 0 ? std::numeric_limits<std::size_t>::max()
+                                            : std::max<std::size_t>(1, kCopyBytes / entry_bytes);
+  std::vector<std::byte> buf;
+  for (const auto& p : parts) {
+    const std::size_t n = p.info.shape[axis];
+    auto src = open_source(*p.ref);
+    for (std::size_t first = 0; first < n; first += std::min(slab, n - first)) {
+      const std::size_t count = std::min(slab, n - first);
+      buf.resize(count * entry_bytes);
+      src->read_slab(axis, first, count, buf.data());
+      sink->write_slab(axis, buf.data(), count);
+    }
+  }
+  sink->commit();
 }
 
 }  // namespace
@@ -414,78 +489,15 @@ JoinResult join_parts(const JoinRequest& r) {
     res.warnings.push_back(unchecked_warning(parts, r.axis));
   }
 
-  // The whole is labelled with what its parts agree on: all non-share attributes for
-  // recorded parts (checked above); for parts without a record, only the attributes
-  // every part carries with the same value.
   TensorInfo info;
   info.dtype = dtype;
   info.shape = res.shape;
-  for (const auto& a : parts.front().info.attrs) {
-    if (a.name.rfind("part_", 0) == 0) continue;
-    const bool shared = std::all_of(parts.begin(), parts.end(), [&](const PartIn& p) {
-      const AttrValue* v = find_attr(p.info.attrs, a.name.c_str());
-      return v != nullptr && same_value(*v, a.value);
-    });
-    if (shared) info.attrs.push_back(a);
-  }
-
+  info.attrs = whole_attrs(parts);
   if (r.virtual_dataset) {
-    if (r.output.format != Format::hdf5 || r.output.is_stdio()) {
-      throw UsageError("--virtual: the output must be an HDF5 dataset (out.h5:/name)");
-    }
-    struct stat out_st {};
-    const bool out_exists = into_part && ::stat(r.output.path.c_str(), &out_st) == 0;
-    std::vector<Hdf5FileWriter::VirtualSource> sources;
-    for (const auto& p : parts) {
-      if (p.ref->format != Format::hdf5) {
-        throw UsageError(
-            fmt::format("--virtual: {} is not HDF5 (a virtual dataset maps HDF5 "
-                        "datasets; leave out --virtual to copy)",
-                        p.ref->text));
-      }
-      Shape offset(res.shape.size(), 0);
-      std::size_t at = 0;
-      if (p.recorded) {
-        offset = p.offset;
-      } else {
-        for (const auto& q : parts) {
-          if (&q == &p) break;
-          at += q.info.shape[res.axis];
-        }
-        offset[res.axis] = at;
-      }
-      // A part in the output file itself is "." (HDF5's name for the virtual
-      // dataset's own file), which stays right when the file is moved or renamed.
-      const std::string file = out_exists && same_file(p, out_st)
-                                   ? std::string(".")
-                                   : source_name(p.ref->path, r.output.path);
-      sources.push_back({file, p.dataset, p.info.shape, offset});
-    }
-    Hdf5FileWriter w(r.output.path, r.write);
-    w.virtual_dataset(r.output.dataset, info, sources);
-    w.commit();
-    return res;
+    write_virtual(r, parts, info, res.axis, into_part);
+  } else {
+    write_copy(r, parts, info, res.axis);
   }
-
-  auto sink = create_sink(r.output, info, r.write);
-  const std::size_t axis = res.axis;
-  Shape entry_shape(res.shape.begin() + static_cast<std::ptrdiff_t>(axis) + 1, res.shape.end());
-  const std::size_t entry_bytes =
-      checked_numel(entry_shape, dtype_size(dtype), r.output.text) * dtype_size(dtype);
-  const std::size_t slab = entry_bytes == 0 ? std::numeric_limits<std::size_t>::max()
-                                            : std::max<std::size_t>(1, kCopyBytes / entry_bytes);
-  std::vector<std::byte> buf;
-  for (auto& p : parts) {
-    const std::size_t n = p.info.shape[axis];
-    auto src = open_source(*p.ref);
-    for (std::size_t first = 0; first < n; first += std::min(slab, n - first)) {
-      const std::size_t count = std::min(slab, n - first);
-      buf.resize(count * entry_bytes);
-      src->read_slab(axis, first, count, buf.data());
-      sink->write_slab(axis, buf.data(), count);
-    }
-  }
-  sink->commit();
   return res;
 }
 
