@@ -2,6 +2,7 @@
 // an HDF5 virtual dataset with --virtual). The checks live in the library (io/join.hpp).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,7 +32,10 @@ void run_join(const JoinOptions& o) {
   r.axis = o.axis;
   const JoinResult res = join_parts(r);
   if (!globals().quiet) {
-    for (const auto& w : res.warnings) fmt::print(stderr, "posenc: warning: {}\n", w);
+    for (std::string w : res.warnings) {
+      std::replace(w.begin(), w.end(), '\n', ' ');  // one line, whatever the file names hold
+      fmt::print(stderr, "posenc: warning: {}\n", w);
+    }
   }
   verbose(fmt::format("{} part(s) joined along axis {}: {} {}{}", res.parts, res.axis,
                       dtype_name(res.dtype), shape_str(res.shape),

@@ -146,9 +146,16 @@ bool same_value(const AttrValue& a, const AttrValue& b) {
   return std::get<std::string>(a) == std::get<std::string>(b);
 }
 
+// Attribute names and values are untrusted: a long one is cut for messages (which the
+// CLI keeps on one line).
+std::string clip(const std::string& s) {
+  constexpr std::size_t kShown = 200;
+  return s.size() <= kShown ? s : fmt::format("{}... ({} bytes)", s.substr(0, kShown), s.size());
+}
+
 std::string value_text(const AttrValue* v) {
   if (v == nullptr) return "absent";
-  if (const auto* s = std::get_if<std::string>(v)) return fmt::format("'{}'", *s);
+  if (const auto* s = std::get_if<std::string>(v)) return fmt::format("'{}'", clip(*s));
   if (const auto* i = std::get_if<long long>(v)) return std::to_string(*i);
   if (const auto* f = std::get_if<double>(v)) return fmt::format("{}", *f);
   const auto& vec = std::get<std::vector<double>>(*v);
@@ -187,8 +194,9 @@ void check_same_run(const std::vector<PartIn>& parts) {
     if (name.empty()) continue;
     throw InputError(fmt::format(
         "{} and {} are parts of different runs: attribute '{}' is {} in {} but {} in {}",
-        first.ref->text, p.ref->text, name, value_text(find_attr(first.info.attrs, name.c_str())),
-        first.ref->text, value_text(find_attr(p.info.attrs, name.c_str())), p.ref->text));
+        first.ref->text, p.ref->text, clip(name),
+        value_text(find_attr(first.info.attrs, name.c_str())), first.ref->text,
+        value_text(find_attr(p.info.attrs, name.c_str())), p.ref->text));
   }
 }
 

@@ -494,6 +494,19 @@ class JoinCraftedParts(PosencTestCase):
             self.assertRegex(err.strip(), match)
             self.assert_no_new_files(before)
 
+    def test_crafted_attribute_value_is_one_short_line(self):
+        x = self.npy("x.npy", np.arange(8, dtype=np.float32).reshape(4, 2))
+        parts = []
+        for i in range(2):
+            self.run_ok("convert", x, "-o", self.path(f"p{i}.h5") + ":/x", "--part", f"{i}/2")
+            parts.append(self.path(f"p{i}.h5") + ":/x")
+        with h5py.File(self.path("p1.h5"), "a") as f:
+            f["x"].attrs["note"] = "line\n" * 20000
+        p = self.assert_fails(3, "join", *parts, "-o", self.path("o.h5") + ":/x",
+                              match=r"attribute 'note' is absent in .* but 'line line .*\.\.\. "
+                                    r"\(100000 bytes\)' in ")
+        self.assertLess(len(p.stderr), 1000)
+
     def test_missing_parts_named_and_counted(self):
         x = self.npy("x.npy", np.arange(20, dtype=np.float32).reshape(20, 1))
         for i in (0, 5, 19):
