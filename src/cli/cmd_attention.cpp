@@ -142,6 +142,17 @@ Attrs result_attrs(const AttentionResult& res, const AttentionCmdOptions& o) {
   return attrs;
 }
 
+// The tensors a --part share is computed from (recorded for join; the options that
+// follow the batch are refused with --part).
+std::vector<TensorRef> attention_inputs(const AttentionCmdOptions& o) {
+  std::vector<TensorRef> refs;
+  for (const std::string* r :
+       {&o.q, &o.k, &o.v, &o.t5_bias, &o.relative_k, &o.relative_v, &o.sinks}) {
+    if (!r->empty()) refs.push_back(parse_ref(*r));
+  }
+  return refs;
+}
+
 // `batch` is the whole batch of a --part run (its outputs record their share of it).
 void write_results(const AttentionResult& res, const AttentionOptions& opt,
                    const std::vector<TensorRef>& out_refs, const AttentionCmdOptions& o,
@@ -155,7 +166,7 @@ void write_results(const AttentionResult& res, const AttentionOptions& opt,
     if (!part.whole()) {
       Shape whole = res.get(opt.emit[i]).shape();
       whole[0] = batch;
-      const Attrs pa = part_attrs(part, whole, 0);
+      const Attrs pa = part_attrs(part, whole, 0, attention_inputs(o));
       a.insert(a.end(), pa.begin(), pa.end());
     }
     named.push_back(NamedTensor{out_refs[i], &res.get(opt.emit[i]), a});

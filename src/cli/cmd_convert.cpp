@@ -100,7 +100,7 @@ void run_convert(const ConvertOptions& o) {
       if (a.name.rfind("part_", 0) != 0) kept.push_back(a);
     }
     out_info.attrs = std::move(kept);
-    const Attrs pa = part_attrs(part, in.shape, axis);
+    const Attrs pa = part_attrs(part, in.shape, axis, {in_ref});
     out_info.attrs.insert(out_info.attrs.end(), pa.begin(), pa.end());
   }
   auto sink = create_sink(out_ref, out_info, o.out.write_options());

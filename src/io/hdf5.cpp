@@ -1069,6 +1069,20 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
                                     fmt::format("{}: dataset '{}'", im.path, name));
 }
 
+namespace {
+
+// A source file or dataset name for H5Pset_virtual, which expands '%' patterns.
+std::string vds_literal(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    out += c;
+    if (c == '%') out += '%';
+  }
+  return out;
+}
+
+}  // namespace
+
 void Hdf5FileWriter::virtual_dataset(const std::string& dataset_name, const TensorInfo& info,
                                      const std::vector<VirtualSource>& sources) {
   init_hdf5();
@@ -1079,6 +1093,8 @@ void Hdf5FileWriter::virtual_dataset(const std::string& dataset_name, const Tens
   const std::string w = fmt::format("{}: cannot create virtual dataset '{}'", im.path, name);
   const int rank = static_cast<int>(info.shape.size());
   if (rank == 0 || rank > kMaxRank) throw OutputError(fmt::format("{}: rank {}", w, rank));
+  // Refused now, as for dataset(); on commit the virtual dataset is added like the others.
+  if (im.append) hdf5_append::check_name(im.tmp->target(), im.path, name, im.opt.force);
   Hid ftype = type_for(info.dtype);
   std::vector<hsize_t> dims(info.shape.begin(), info.shape.end());
   Hid vspace = check_id<OutputError>(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, w);
@@ -1094,8 +1110,11 @@ void Hdf5FileWriter::virtual_dataset(const std::string& dataset_name, const Tens
     check<OutputError>(H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start.data(), nullptr,
                                            count.data(), nullptr),
                        w);
-    check<OutputError>(
-        H5Pset_virtual(dcpl, vspace, src.file.c_str(), src.dataset.c_str(), sspace), w);
+    // libhdf5 reads both names as printf-like patterns ("%b" is a block number): a
+    // literal '%' is written "%%".
+    check<OutputError>(H5Pset_virtual(dcpl, vspace, vds_literal(src.file).c_str(),
+                                      vds_literal(src.dataset).c_str(), sspace),
+                       w);
   }
   check<OutputError>(H5Sselect_all(vspace), w);
   Hid lcpl = plist(H5P_LINK_CREATE, w);
@@ -1103,6 +1122,11 @@ void Hdf5FileWriter::virtual_dataset(const std::string& dataset_name, const Tens
   Hid dset = check_id<OutputError>(
       H5Dcreate2(im.file, name.c_str(), ftype, vspace, lcpl, dcpl, H5P_DEFAULT), H5Dclose, w);
   write_attrs(dset, info.attrs, fmt::format("{}: dataset '{}'", im.path, name));
+  // Complete as created: listed so that commit() adds it to an existing target.
+  auto st = std::make_shared<DatasetState>();
+  st->name = name;
+  st->committed = true;
+  im.datasets.push_back(st);
 }
 
 void Hdf5FileWriter::root_attrs(const Attrs& attrs) {

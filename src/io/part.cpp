@@ -2,6 +2,8 @@
 #include "posenc/io/part.hpp"
 
 #include <fmt/format.h>
+#include <limits.h>
+#include <stdlib.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -58,14 +60,32 @@ Shape part_shape(const Part& p, const Shape& total, std::size_t axis) {
   return s;
 }
 
-Attrs part_attrs(const Part& p, const Shape& total, std::size_t axis) {
+std::string input_identity(const std::vector<TensorRef>& inputs) {
+  std::string out;
+  for (const auto& r : inputs) {
+    if (!out.empty()) out += ", ";
+    if (r.is_stdio()) {
+      out += "-";
+      continue;
+    }
+    char buf[PATH_MAX];
+    out += ::realpath(r.path.c_str(), buf) != nullptr ? std::string(buf) : r.path;
+    if (r.format == Format::hdf5) out += ":" + (r.dataset.empty() ? "/" : r.dataset);
+  }
+  return out;
+}
+
+Attrs part_attrs(const Part& p, const Shape& total, std::size_t axis,
+                 const std::vector<TensorRef>& inputs) {
   std::vector<double> offset(total.size(), 0.0), shape(total.begin(), total.end());
   if (!total.empty()) offset[axis] = static_cast<double>(part_range(p, total[axis]).first);
-  return {{kPartIndexAttr, static_cast<long long>(p.index)},
+  Attrs a{{kPartIndexAttr, static_cast<long long>(p.index)},
           {kPartCountAttr, static_cast<long long>(p.count)},
           {kPartAxisAttr, static_cast<long long>(axis)},
           {kPartOffsetAttr, offset},
           {kPartTotalShapeAttr, shape}};
+  if (!inputs.empty()) a.push_back({kPartInputsAttr, input_identity(inputs)});
+  return a;
 }
 
 }  // namespace posenc

@@ -133,7 +133,7 @@ void rope_stream_impl(const RopeStreamRequest& o) {
            std::vector<double>(apply.mrope_section.begin(), apply.mrope_section.end())});
     }
     if (!o.part.whole()) {
-      const Attrs pa = part_attrs(o.part, info.shape, axis);
+      const Attrs pa = part_attrs(o.part, info.shape, axis, {in_refs[k]});
       out_info.attrs.insert(out_info.attrs.end(), pa.begin(), pa.end());
     }
     if (o.note) {

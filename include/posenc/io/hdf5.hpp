@@ -58,8 +58,9 @@ class Hdf5FileWriter {
   /// becomes visible with this writer's commit().
   std::unique_ptr<TensorSink> dataset(const std::string& name, const TensorInfo& info);
   /// One source of a virtual dataset: all of dataset `dataset` of file `file` (a path
-  /// as stored: relative paths are found from the virtual file's folder) placed at
-  /// `offset` of the virtual dataset.
+  /// as stored: relative paths are found from the virtual file's folder; "." is the
+  /// virtual dataset's own file) placed at `offset` of the virtual dataset. Names are
+  /// literal: a '%' is escaped for libhdf5 here.
   struct VirtualSource {
     std::string file;
     std::string dataset;
@@ -69,7 +70,8 @@ class Hdf5FileWriter {
   /// A virtual dataset `name` of `info.dtype` and `info.shape` whose contents are
   /// `sources` (HDF5 1.10 VDS; h5py reads it as one dataset while the source files stay
   /// where they are). posenc's own reader refuses virtual datasets (they can make a
-  /// reader open any file), so `posenc inspect` shows them not.
+  /// reader open any file), so `posenc inspect` shows them not. Added to an existing
+  /// target on commit() like the datasets of dataset().
   void virtual_dataset(const std::string& name, const TensorInfo& info,
                        const std::vector<VirtualSource>& sources);
   /// Attributes on the root group (parameters shared by all datasets).

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "posenc/io/ref.hpp"
 #include "posenc/tensor.hpp"
@@ -34,15 +35,26 @@ std::pair<std::size_t, std::size_t> part_range(const Part& p, std::size_t extent
 
 /// Attribute names recorded on a part: part_index, part_count (I and N), part_axis,
 /// part_offset (the index of the part's first element in the whole, one entry per
-/// axis), part_total_shape (the whole's shape).
+/// axis), part_total_shape (the whole's shape), and part_inputs: the tensors the share
+/// was computed from (see input_identity), so that `join` tells the parts of
+/// `rope q.npy` from those of `rope k.npy`, whose other attributes agree. Of these only
+/// part_index and part_offset differ between the parts of one run.
 inline constexpr const char* kPartIndexAttr = "part_index";
 inline constexpr const char* kPartCountAttr = "part_count";
 inline constexpr const char* kPartAxisAttr = "part_axis";
 inline constexpr const char* kPartOffsetAttr = "part_offset";
 inline constexpr const char* kPartTotalShapeAttr = "part_total_shape";
+inline constexpr const char* kPartInputsAttr = "part_inputs";
 
-/// The attributes above for part `p` of a whole of shape `total` cut along `axis`.
-Attrs part_attrs(const Part& p, const Shape& total, std::size_t axis);
+/// Which tensors `inputs` are, independent of how they were spelt: each file's absolute
+/// path with symbolic links resolved (as given when it cannot be resolved), then
+/// ":/dataset" for HDF5; "-" for standard input; joined by ", " in the order given.
+std::string input_identity(const std::vector<TensorRef>& inputs);
+
+/// The attributes above for part `p` of a whole of shape `total` cut along `axis`,
+/// computed from `inputs` (part_inputs is left out when there are none: tables).
+Attrs part_attrs(const Part& p, const Shape& total, std::size_t axis,
+                 const std::vector<TensorRef>& inputs = {});
 
 /// The shape of part `p` of `total` cut along `axis`.
 Shape part_shape(const Part& p, const Shape& total, std::size_t axis);
