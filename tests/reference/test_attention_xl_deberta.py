@@ -34,6 +34,19 @@ F64 = dict(rtol=1e-12, atol=1e-12)
 F32 = dict(rtol=1e-5, atol=1e-5)
 
 
+def grouped_kv(k, v, n, kv_heads, head_axis):
+    """For grouped-query cases: keeps the first `kv_heads` heads of k and v (what posenc
+    reads) and returns them with their expansion to `n` heads as HF's repeat_kv makes it
+    (kv head j serves query heads j*g .. j*g+g-1), which the references take."""
+    if kv_heads is None:
+        return k, v, k, v
+    g = n // kv_heads
+    k_in = k.narrow(head_axis, 0, kv_heads).contiguous()
+    v_in = v.narrow(head_axis, 0, kv_heads).contiguous()
+    return (k_in, v_in, k_in.repeat_interleave(g, head_axis),
+            v_in.repeat_interleave(g, head_axis))
+
+
 class Base(PosencTestCase):
     def save(self, **tensors):
         for name, t in tensors.items():
@@ -49,7 +62,7 @@ class Base(PosencTestCase):
 
 class TestXLNet(Base):
     def xlnet_case(self, b, n, d, qlen, mlen, attn_type, dtype, tol, batched_r=True,
-                   segments=False, mask=False, seed=0):
+                   segments=False, mask=False, seed=0, kv_heads=None):
         g = torch.Generator().manual_seed(seed)
         klen = qlen + mlen
         rlen = klen + qlen if attn_type == "bi" else klen + 1
@@ -60,7 +73,8 @@ class TestXLNet(Base):
         u, vb = rnd(n, d), rnd(n, d)
         args = ["-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--axes", "sbhd",
                 "--rel-keys", "r.npy", "--content-bias", "u.npy", "--position-bias", "vb.npy"]
-        self.save(q=q, k=k, v=v, r=r if batched_r else r_shared, u=u, vb=vb)
+        k_in, v_in, k, v = grouped_kv(k, v, n, kv_heads, head_axis=2)
+        self.save(q=q, k=k_in, v=v_in, r=r if batched_r else r_shared, u=u, vb=vb)
         seg_kw = {}
         if segments:
             tt = torch.randint(0, 3, (qlen, b), generator=g)
@@ -79,7 +93,8 @@ class TestXLNet(Base):
             args += ["--mask", "keep.npy"]
         score, prob, vec = xlnet_rel_attn_core(q, k, v, r, u, vb, **seg_kw)
         logits, probs, output = self.attention(*args)
-        msg = f"xlnet {attn_type} b={b} n={n} q={qlen} m={mlen} seg={segments} mask={mask}"
+        msg = (f"xlnet {attn_type} b={b} n={n} kv={kv_heads} q={qlen} m={mlen} seg={segments} "
+               f"mask={mask}")
         if keep is None:
             self.assert_close(logits, score, **tol, msg=msg)
         else:
@@ -103,26 +118,31 @@ class TestXLNet(Base):
         self.xlnet_case(2, 5, 8, 6, 0, "bi", torch.float64, F64, segments=True, mask=True)
         self.xlnet_case(1, 3, 16, 4, 3, "uni", torch.float64, F64, segments=True, mask=True)
 
+    def test_grouped_query_heads_f64(self):
+        self.xlnet_case(2, 4, 8, 4, 3, "bi", torch.float64, F64, kv_heads=2, segments=True)
+        self.xlnet_case(1, 6, 8, 5, 2, "uni", torch.float64, F64, kv_heads=1)  # MQA
+
     def test_f32(self):
         self.xlnet_case(2, 3, 16, 7, 5, "bi", torch.float32, F32, segments=True)
         self.xlnet_case(1, 5, 8, 4, 2, "uni", torch.float32, F32, mask=True)
 
 
 class TestTransfoXL(Base):
-    def case(self, b, n, d, qlen, mlen, dtype, tol, causal, seed=1):
+    def case(self, b, n, d, qlen, mlen, dtype, tol, causal, seed=1, kv_heads=None):
         g = torch.Generator().manual_seed(seed)
         klen = qlen + mlen
         rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(dtype)
         q, k, v, r = rnd(qlen, b, n, d), rnd(klen, b, n, d), rnd(klen, b, n, d), rnd(klen, n, d)
         u, vb = rnd(n, d), rnd(n, d)
-        self.save(q=q, k=k, v=v, r=r, u=u, vb=vb)
+        k_in, v_in, k, v = grouped_kv(k, v, n, kv_heads, head_axis=2)
+        self.save(q=q, k=k_in, v=v_in, r=r, u=u, vb=vb)
         raw, prob, vec = transfo_xl_attention(q, k, v, r, u, vb, causal=causal)
         args = ["-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--axes", "sbhd", "--rel-keys",
                 "r.npy", "--content-bias", "u.npy", "--position-bias", "vb.npy"]
         if causal:
             args.append("--causal")  # bottom-right: key j <= mlen + i, HF's dec_attn_mask
         logits, probs, output = self.attention(*args)
-        msg = f"transfo-xl b={b} n={n} q={qlen} m={mlen} causal={causal}"
+        msg = f"transfo-xl b={b} n={n} kv={kv_heads} q={qlen} m={mlen} causal={causal}"
         if causal:
             seen = np.tril(np.ones((qlen, klen), bool), k=mlen)
             seen = np.broadcast_to(seen, logits.shape)
@@ -134,6 +154,11 @@ class TestTransfoXL(Base):
             self.assert_close(logits, raw, **tol, msg=msg)
         self.assert_close(probs, prob, **tol, msg=msg)
         self.assert_close(output, vec, **tol, msg=msg)
+
+    def test_grouped_query_heads_f64(self):
+        self.case(2, 4, 8, 4, 5, torch.float64, F64, causal=True, kv_heads=2)
+        self.case(1, 6, 8, 6, 0, torch.float64, F64, causal=False, kv_heads=3)
+        self.case(1, 4, 8, 3, 2, torch.float64, F64, causal=True, kv_heads=1)  # MQA
 
     def test_memory_f64(self):
         self.case(2, 3, 8, 4, 5, torch.float64, F64, causal=True)
@@ -174,13 +199,14 @@ class TestTransfoXL(Base):
 
 class TestDeberta(Base):
     def case(self, b, n, d, sq, sk, types, pb, mrp, dtype, tol, extra_rows=0, mask=False,
-             seed=2):
+             seed=2, kv_heads=None):
         g = torch.Generator().manual_seed(seed)
         rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(dtype)
         span = pb if pb > 0 else mrp
         q, k, v = rnd(b, n, sq, d), rnd(b, n, sk, d), rnd(b, n, sk, d)
         pk, pq = rnd(2 * span + extra_rows, n, d), rnd(2 * span + extra_rows, n, d)
-        self.save(q=q, k=k, v=v, pk=pk, pq=pq)
+        k_in, v_in, k, v = grouped_kv(k, v, n, kv_heads, head_axis=1)
+        self.save(q=q, k=k_in, v=v_in, pk=pk, pq=pq)
         args = ["-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--position-buckets", pb,
                 "--max-relative-positions", mrp]
         if "c2p" in types:
@@ -197,7 +223,7 @@ class TestDeberta(Base):
             q, k, v, pk, pq, types, pb, mrp,
             keep=None if keep is None else keep.expand(b, n, sq, sk))
         logits, probs, output = self.attention(*args)
-        msg = f"deberta {types} b={b} n={n} sq={sq} sk={sk} buckets={pb} max={mrp}"
+        msg = f"deberta {types} b={b} n={n} kv={kv_heads} sq={sq} sk={sk} buckets={pb} max={mrp}"
         if keep is None:
             self.assert_close(logits, scores, **tol, msg=msg)
         else:
@@ -211,6 +237,10 @@ class TestDeberta(Base):
         self.case(2, 3, 8, 9, 9, ["c2p", "p2c"], 4, 8, torch.float64, F64)
         self.case(1, 5, 16, 40, 40, ["c2p", "p2c"], 16, 24, torch.float64, F64)
         self.case(2, 1, 8, 7, 7, ["c2p", "p2c"], 5, 10, torch.float64, F64, extra_rows=3)
+
+    def test_grouped_query_heads_f64(self):
+        self.case(2, 4, 8, 9, 9, ["c2p", "p2c"], 4, 8, torch.float64, F64, kv_heads=2)
+        self.case(1, 6, 8, 3, 10, ["c2p"], 4, 12, torch.float64, F64, kv_heads=1)  # MQA
 
     def test_no_buckets_f64(self):
         # span = max_relative_positions = 6 < sequence: the clamp of c2p_pos/p2c_pos.
