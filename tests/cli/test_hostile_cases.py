@@ -1,0 +1,193 @@
+"""Hostile input, second round: crashes, hangs and wrong statuses found against 0.1.
+
+1. --hf-config with a document nested 60,000 objects or 300,000 arrays deep was a stack
+   overflow (SIGSEGV): refused before parsing (exit 3, naming the file), as is a config
+   larger than 16 MiB. JSON tensors larger than 32 MiB are refused before they are
+   parsed (their DOM takes 10-28x the text); under an address-space limit (ulimit -v)
+   a JSON tensor that does not fit is "out of memory" (exit 3), never an abort (freeing
+   a half-built nlohmann document allocates).
+4. Out-of-range values in a --hf-config file are bad input (exit 3) naming the file and
+   the key, never options the user did not give.
+"""
+import json
+import os
+import subprocess
+import unittest
+
+import numpy as np
+
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase
+
+
+def write(path, text, mode="w"):
+    with open(path, mode) as f:
+        f.write(text)
+    return path
+
+
+class DeepAndLargeJson(PosencTestCase):
+    def rope_table(self, config, *extra):
+        return ["table", "rope", "--positions", 4, "--dim", 8, "--hf-config", config,
+                "-o", self.path("t.npy"), *extra]
+
+    def test_deeply_nested_config_is_bad_input(self):
+        np.save(self.path("q.npy"), np.ones((1, 2, 4, 8), np.float32))
+        cases = {"objects": '{"a":' * 60000 + "1" + "}" * 60000,
+                 "arrays": "[" * 300000 + "]" * 300000,
+                 "in_rope_scaling": '{"head_dim": 8, "rope_scaling": ' + "[" * 300
+                                    + "]" * 300 + "}"}
+        for name, text in cases.items():
+            config = write(self.path(f"{name}.json"), text)
+            with self.subTest(name=name):
+                self.assert_fails(3, *self.rope_table(config),
+                                  match=rf"{name}\.json: nested deeper than 256 levels")
+                self.assert_fails(3, "attention", "-q", self.path("q.npy"), "-k",
+                                  self.path("q.npy"), "--hf-config", config, "-o",
+                                  self.path("a.npy"), match=rf"{name}\.json: nested deeper")
+        self.assertEqual(sorted(os.listdir(self.tmp)),
+                         ["arrays.json", "in_rope_scaling.json", "objects.json", "q.npy"])
+
+    def test_nesting_at_the_limit_is_read(self):
+        # 255 levels inside the top-level object: still a config (an unknown key).
+        deep = "[" * 255 + "]" * 255
+        config = write(self.path("c.json"), '{"head_dim": 8, "junk": ' + deep + "}")
+        self.run_ok(*self.rope_table(config))
+
+    def test_huge_config_is_refused_unread(self):
+        config = self.path("big.json")
+        with open(config, "w") as f:
+            f.write('{"head_dim": 8, "pad": "')
+            f.write("x" * (17 << 20))
+            f.write('"}')
+        self.assert_fails(3, *self.rope_table(config),
+                          match=r"big\.json: larger than 16 MiB; a HF config is a few kilobytes")
+
+    def test_deep_json_tensor(self):
+        path = write(self.path("x.json"), "[" * 300000 + "]" * 300000)
+        self.assert_fails(3, "inspect", path, match=r"x\.json: \"data\" is nested deeper than 8")
+        path = write(self.path("y.json"), '{"data": ' + "[" * 9 + "1" + "]" * 9 + "}")
+        self.assert_fails(3, "inspect", path, match=r"y\.json: \"data\" is nested deeper than 8")
+        path = write(self.path("z.json"), '{"data": ' + "[" * 8 + "1" + "]" * 8 + "}")
+        self.assertIn(b"(1, 1, 1, 1, 1, 1, 1, 1)", self.run_ok("inspect", path).stdout)
+
+    def test_large_json_tensor_is_refused(self):
+        path = self.path("big.json")
+        with open(path, "w") as f:
+            f.write("[" + "1.0," * (9 << 20) + "1.0]")  # 36 MiB
+        self.assert_fails(3, "inspect", path,
+                          match=r"big\.json: a JSON tensor of \d+ bytes is larger than the 32 "
+                                r"MiB posenc reads as JSON \(use NPY or HDF5\)")
+
+    @unittest.skipIf(UNDER_ASAN, "address-space limits mean nothing under ASan")
+    def test_json_tensor_under_an_address_space_limit(self):
+        # 28 MiB of text parses into ~300 MiB. Under each limit the run either fits or
+        # is "out of memory" (exit 3): freeing the half-built document once allocated
+        # (std::terminate, SIGABRT), whichever allocation failed first.
+        path = self.path("x.json")
+        with open(path, "w") as f:
+            f.write("[" + "1.0," * (7 << 20) + "1.0]")
+        refused = 0
+        for mib in (120, 200, 260, 290, 300, 310, 330, 360, 420):
+            for args in (["inspect", path], ["convert", path, "-o", self.path("o.npy")]):
+                with self.subTest(mib=mib, cmd=args[0]):
+                    p = subprocess.run(["bash", "-c", f'ulimit -v {mib << 10}; exec "$@"',
+                                        "posenc", BIN, *args], capture_output=True, timeout=300)
+                    err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+                    self.assertIn(p.returncode, (0, 3), err)
+                    if p.returncode == 3:
+                        refused += 1
+                        self.assertEqual(len(err), 1, err)
+                        self.assertRegex(err[0], r"^posenc: error: out of memory")
+                        self.assertFalse(os.path.exists(self.path("o.npy")))
+                    if os.path.exists(self.path("o.npy")):
+                        os.remove(self.path("o.npy"))
+        self.assertGreater(refused, 0)
+
+
+class ConfigValues(PosencTestCase):
+    BAD = [
+        ({"head_dim": 64, "rope_theta": 0}, "'rope_theta' must be a positive number, got 0"),
+        ({"head_dim": 64, "rope_theta": -5}, "'rope_theta' must be a positive number, got -5"),
+        ({"head_dim": 64, "rope_scaling": {"rope_type": "linear", "factor": 0}},
+         "'factor' must be a positive number, got 0"),
+        ({"head_dim": 64, "partial_rotary_factor": 0},
+         r"'partial_rotary_factor' must be in \(0, 1\], got 0"),
+        ({"head_dim": 64, "partial_rotary_factor": 1.5},
+         r"'partial_rotary_factor' must be in \(0, 1\], got 1.5"),
+        ({"head_dim": 64, "partial_rotary_factor": 0.3},
+         "'partial_rotary_factor' 0.3 of head dimension 64 gives rotary dimension 19"),
+        ({"head_dim": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_fast": -1,
+                                           "original_max_position_embeddings": 32}},
+         "'beta_fast' must be a positive number \\(0 means the default\\), got -1"),
+        ({"head_dim": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4,
+                                           "attention_factor": 0,
+                                           "original_max_position_embeddings": 32}},
+         "'attention_factor' must be a positive number, got 0"),
+        ({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8,
+                                           "low_freq_factor": 8, "high_freq_factor": 4,
+                                           "original_max_position_embeddings": 32}},
+         "'low_freq_factor' 8 must not exceed 'high_freq_factor' 4"),
+        ({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8,
+                                           "low_freq_factor": 5,
+                                           "original_max_position_embeddings": 32}},
+         "'low_freq_factor' 5 must not exceed 'high_freq_factor' 4"),
+        ({"head_dim": 8, "rope_scaling": {"rope_type": "longrope", "factor": 4,
+                                          "short_factor": [1, 1, 0, 1],
+                                          "long_factor": [1, 1, 1, 1],
+                                          "original_max_position_embeddings": 32}},
+         "'short_factor' must be a list of positive numbers, got 0"),
+        ({"head_dim": 8, "rope_scaling": {"rope_type": "longrope", "factor": 4,
+                                          "short_factor": [1, 1, 1],
+                                          "long_factor": [1, 1, 1, 1],
+                                          "original_max_position_embeddings": 32}},
+         "'short_factor' has 3 values, the rotary dimension 8 needs 4"),
+        ({"head_dim": 64, "rope_scaling": {"rope_type": "mrope", "mrope_section": [2, 2, 2]}},
+         "'mrope_section' sums to 6 frequency pairs, the rotary dimension 64 has 32"),
+        ({"head_dim": 64, "rope_local_base_freq": 0, "model_type": "gemma3_text",
+          "layer_types": ["sliding_attention"]},
+         "'rope_local_base_freq' must be a positive number, got 0"),
+    ]
+
+    def test_out_of_range_values_name_the_file_and_key(self):
+        for i, (cfg, msg) in enumerate(self.BAD):
+            path = write(self.path(f"config{i}.json"), json.dumps(cfg))
+            with self.subTest(cfg=cfg):
+                p = self.assert_fails(3, "table", "rope", "--positions", 4, "--hf-config", path,
+                                      "-o", self.path("t.npy"),
+                                      match=rf"^posenc: error: {self.tmp}/config{i}\.json: {msg}")
+                self.assertNotIn("--", p.stderr)
+        self.assertFalse(os.path.exists(self.path("t.npy")))
+
+    def test_rope_command_too(self):
+        np.save(self.path("q.npy"), np.ones((1, 2, 4, 64), np.float32))
+        path = write(self.path("config.json"), json.dumps({"head_dim": 64, "rope_theta": 0}))
+        self.assert_fails(3, "rope", self.path("q.npy"), "--hf-config", path, "-o",
+                          self.path("r.npy"), match=r"config\.json: 'rope_theta' must be a "
+                                                    r"positive number, got 0$")
+
+    def test_options_given_win_and_are_said_as_options(self):
+        bad = write(self.path("bad.json"), json.dumps(
+            {"head_dim": 64, "rope_theta": 0, "partial_rotary_factor": 1.5,
+             "rope_scaling": {"rope_type": "linear", "factor": 0}}))
+        # Every bad value is overridden: the config's are neither used nor checked.
+        self.run_ok("table", "rope", "--positions", 4, "--hf-config", bad, "--base", 500,
+                    "--partial", 0.5, "--factor", 2, "-o", self.path("t.npy"))
+        ref = self.path("ref.npy")
+        self.run_ok("table", "rope", "--positions", 4, "--dim", 64, "--base", 500,
+                    "--partial", 0.5, "--scaling", "linear", "--factor", 2, "-o", ref)
+        np.testing.assert_array_equal(np.load(self.path("t.npy")), np.load(ref))
+        good = write(self.path("good.json"), json.dumps({"head_dim": 64}))
+        self.assert_fails(2, "table", "rope", "--positions", 4, "--hf-config", good, "--base",
+                          0, "-o", self.path("u.npy"), match=r"--base: must be a positive")
+
+    def test_ignored_keys_are_not_checked(self):
+        # HF reads factor and low/high_freq_factor only for the variants that use them.
+        path = write(self.path("c.json"), json.dumps(
+            {"head_dim": 64, "rope_scaling": {"rope_type": "default", "factor": 0,
+                                              "low_freq_factor": 9, "beta_fast": -1}}))
+        self.run_ok("table", "rope", "--positions", 4, "--hf-config", path, "-o",
+                    self.path("t.npy"))
+
+
+if __name__ == "__main__":
+    unittest.main()
