@@ -6,6 +6,8 @@
    parsed (their DOM takes 10-28x the text); under an address-space limit (ulimit -v)
    a JSON tensor that does not fit is "out of memory" (exit 3), never an abort (freeing
    a half-built nlohmann document allocates).
+2. table alibi --heads 2^30 .. 2^31-1 looped forever (int overflow): exit 2 naming
+   --heads, at once.
 4. Out-of-range values in a --hf-config file are bad input (exit 3) naming the file and
    the key, never options the user did not give.
 """
@@ -16,7 +18,7 @@ import unittest
 
 import numpy as np
 
-from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run
 
 
 def write(path, text, mode="w"):
@@ -102,6 +104,25 @@ class DeepAndLargeJson(PosencTestCase):
                     if os.path.exists(self.path("o.npy")):
                         os.remove(self.path("o.npy"))
         self.assertGreater(refused, 0)
+
+
+class AlibiHeads(PosencTestCase):
+    def test_huge_head_counts_are_refused_at_once(self):
+        for heads in (2**20 + 1, 2**30, 2**30 + 7, 2**31 - 1):
+            with self.subTest(heads=heads):
+                p = run("table", "alibi", "--heads", heads, "-o", self.path("s.npy"), timeout=30)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertRegex(p.stderr.strip(),
+                                 rf"^posenc: error: --heads: at most 1048576 heads, got {heads}$")
+        self.assertFalse(os.path.exists(self.path("s.npy")))
+
+    def test_the_largest_count_is_computed(self):
+        self.run_ok("table", "alibi", "--heads", 2**20, "-o", self.path("s.npy"))
+        s = np.load(self.path("s.npy"))
+        self.assertEqual(s.shape, (2**20,))
+        # Press's slopes for a power of two: 2^(-8 (h+1) / n).
+        h = np.array([0, 1, 2**19, 2**20 - 1])
+        np.testing.assert_allclose(s[h], 2.0 ** (-8.0 * (h + 1) / 2**20), rtol=1e-6)
 
 
 class ConfigValues(PosencTestCase):
