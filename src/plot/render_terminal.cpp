@@ -304,10 +304,11 @@ DotCanvas draw_chart(const LinePanel& p, const plot_detail::LineRange& r, int w,
   DotCanvas cv(w, h, color ? 2 : 1, color ? 4 : 1);
   const int xdots = w * cv.dx, ydots = h * cv.dy;
   auto gx = [&](double x) {
-    return static_cast<int>(std::lround((x - r.x0) / (r.x1 - r.x0) * (xdots - 1)));
+    return static_cast<int>(std::lround(plot_detail::fraction(x, r.x0, r.x1) * (xdots - 1)));
   };
   auto gy = [&](double y) {
-    return static_cast<int>(std::lround((r.y1 - y) / (r.y1 - r.y0) * (ydots - 1)));
+    // (y1 - y) / (y1 - y0), negated to lo..hi order
+    return static_cast<int>(std::lround(plot_detail::fraction(-y, -r.y1, -r.y0) * (ydots - 1)));
   };
   for (const auto& line : p.hlines) {
     const double y = plot_detail::chart_y(p, line.y);
@@ -374,7 +375,7 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   const std::vector<std::string> legend = chart_legend(p, width, color);
   const int plot_h = std::max(3, lines - 2 - static_cast<int>(legend.size()));
   auto ylab = [&](double v) { return number_label(p.log_y ? std::pow(10.0, v) : v); };
-  const double ymid = (r.y0 + r.y1) / 2;
+  const double ymid = r.y0 / 2 + r.y1 / 2;  // no overflow near +-1.8e308
   const int margin =
       std::max({text_width(ylab(r.y1)), text_width(ylab(r.y0)), text_width(ylab(ymid))}) + 1;
   const int plot_w = std::max(8, width - margin - 1);
@@ -389,7 +390,7 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   }
   std::vector<std::pair<int, std::string>> xl{{0, number_label(r.x0)},
                                               {plot_w - 1, number_label(r.x1)},
-                                              {plot_w / 2, number_label((r.x0 + r.x1) / 2)}};
+                                              {plot_w / 2, number_label(r.x0 / 2 + r.x1 / 2)}};
   std::string xline =
       std::string(static_cast<std::size_t>(margin + 1), ' ') + label_line(plot_w, xl);
   if (!p.xlabel.empty()) xline += "  " + p.xlabel;

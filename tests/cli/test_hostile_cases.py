@@ -8,6 +8,9 @@
    a half-built nlohmann document allocates).
 2. table alibi --heads 2^30 .. 2^31-1 looped forever (int overflow): exit 2 naming
    --heads, at once.
+3. plot of data spanning +-1e308 (or --vmin -1e308 --vmax 1e308) crashed in the terminal
+   heatmap and drew wrong colours in images: every finite range scales correctly
+   (colours checked in the terminal and in a PNG).
 4. Out-of-range values in a --hf-config file are bad input (exit 3) naming the file and
    the key, never options the user did not give.
 """
@@ -17,7 +20,9 @@ import subprocess
 import unittest
 
 import numpy as np
+from PIL import Image
 
+import test_plot as tp
 from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run
 
 
@@ -123,6 +128,60 @@ class AlibiHeads(PosencTestCase):
         # Press's slopes for a power of two: 2^(-8 (h+1) / n).
         h = np.array([0, 1, 2**19, 2**20 - 1])
         np.testing.assert_allclose(s[h], 2.0 ** (-8.0 * (h + 1) / 2**20), rtol=1e-6)
+
+
+BIG = np.finfo(np.float64).max
+
+
+class HugeRanges(PosencTestCase):
+    def pty_colors(self, args):
+        code, out, err = tp.run_pty(["plot", *args], size=(20, 60))
+        self.assertEqual(code, 0, err)
+        first = out.split("\n")[1]
+        return [tuple(map(int, c)) for c in tp.re.findall(r"\x1b\[38;2;(\d+);(\d+);(\d+)m", first)]
+
+    def test_terminal_heatmap_of_plus_minus_1e308(self):
+        for lo, hi in ((-1e308, 1e308), (-BIG, BIG)):
+            np.save(self.path("a.npy"), np.array([[lo, 0.0, hi]] * 2))
+            with self.subTest(hi=hi):
+                self.assertEqual(self.pty_colors([self.path("a.npy")]),
+                                 [tp.cmap(tp.DIVERGING, t) for t in (0.0, 0.5, 1.0)])
+
+    def test_terminal_heatmap_with_huge_vmin_vmax(self):
+        np.save(self.path("a.npy"), np.array([[-1.0, 0.0, 1.0]] * 2))
+        colors = self.pty_colors([self.path("a.npy"), "--vmin", "-1e308", "--vmax", "1e308"])
+        self.assertEqual(set(colors), {tp.cmap(tp.DIVERGING, 0.5)})
+        # Sequential data from 0 to BIG: a quarter of the way is a quarter of the map.
+        np.save(self.path("b.npy"), np.array([[0.0, BIG / 4, BIG]] * 2))
+        self.assertEqual(self.pty_colors([self.path("b.npy")]),
+                         [tp.cmap(tp.SEQUENTIAL, t) for t in (0.0, 0.25, 1.0)])
+
+    def test_terminal_constant_and_ascii(self):
+        np.save(self.path("c.npy"), np.full((2, 2), 1e308))
+        self.run_ok("plot", self.path("c.npy"))
+        np.save(self.path("a.npy"), np.array([[-1e308, np.nan, 1e308]] * 2))
+        p = self.run_ok("plot", self.path("a.npy"))  # a pipe: plain ASCII
+        self.assertTrue(p.stdout.isascii())
+
+    def test_terminal_chart_of_plus_minus_1e308(self):
+        np.save(self.path("s.npy"), np.array([-1e308, 1e308, 0.0, -BIG, BIG]))
+        code, out, err = tp.run_pty(["plot", self.path("s.npy")], size=(24, 80))
+        self.assertEqual(code, 0, err)
+        self.assertTrue(any(0x2801 <= ord(ch) <= 0x28FF for ch in out), "braille dots")
+        self.assertNotIn("inf", out)
+        self.run_ok("plot", self.path("s.npy"), "-o", self.path("s.png"))
+
+    def test_png_colours_of_plus_minus_1e308(self):
+        a = np.array([[-1e308, -5e307, 0.0], [5e307, 1e308, np.nan]])
+        np.save(self.path("a.npy"), a)
+        self.run_ok("plot", self.path("a.npy"), "-o", self.path("a.png"))
+        got = tp.cell_colors(Image.open(self.path("a.png")), 2, 3)
+        for (r, c), v in np.ndenumerate(a):
+            exp = tp.BLANK if np.isnan(v) else tp.image_color(tp.DIVERGING, (v / 1e308 + 1) / 2)
+            self.assertLessEqual(np.abs(got[r, c] - exp).max(), 1, f"cell {r},{c} value {v}")
+        for fmt in ("svg", "pdf"):
+            self.run_ok("plot", self.path("a.npy"), "--vmin", "-1e308", "--vmax", "1e308", "-o",
+                        self.path(f"a.{fmt}"))
 
 
 class ConfigValues(PosencTestCase):
