@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "posenc/printable.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc::cli {
@@ -212,7 +213,7 @@ std::vector<std::string> split_list(const std::string& text) {
 }
 
 void verbose(const std::string& msg) {
-  if (globals().verbose) fmt::print(stderr, "posenc: {}\n", msg);
+  if (globals().verbose) fmt::print(stderr, "posenc: {}\n", printable(msg));
 }
 
 void verbose_attrs(const Attrs& attrs) {
@@ -228,7 +229,7 @@ void verbose_attrs(const Attrs& attrs) {
           }
         },
         a.value);
-    fmt::print(stderr, "posenc: {} = {}\n", a.name, v);
+    fmt::print(stderr, "posenc: {} = {}\n", printable(a.name), printable(v));
   }
 }
 

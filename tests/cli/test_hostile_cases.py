@@ -13,12 +13,15 @@
    (colours checked in the terminal and in a PNG).
 4. Out-of-range values in a --hf-config file are bad input (exit 3) naming the file and
    the key, never options the user did not give.
+5. Names, attributes and CSV cells from files reach the terminal with control
+   characters escaped (\\x1b), in inspect, plot titles and error lines.
 """
 import json
 import os
 import subprocess
 import unittest
 
+import h5py
 import numpy as np
 from PIL import Image
 
@@ -267,6 +270,58 @@ class ConfigValues(PosencTestCase):
                                               "low_freq_factor": 9, "beta_fast": -1}}))
         self.run_ok("table", "rope", "--positions", 4, "--hf-config", path, "-o",
                     self.path("t.npy"))
+
+
+ESC_TEXT = "\x1b[31mred\x1b]0;title\x07\u202e"
+
+
+class FileTextIsEscaped(PosencTestCase):
+    def h5(self):
+        path = self.path("t.h5")
+        with h5py.File(path, "w") as f:
+            d = f.create_dataset("x" + ESC_TEXT, data=np.arange(6.0).reshape(2, 3))
+            d.attrs["kind" + ESC_TEXT] = ESC_TEXT
+            d.attrs["kind"] = ESC_TEXT
+            d.attrs["bytes"] = np.void(b"\xff\x1b")
+        return path
+
+    def assert_escaped(self, text):
+        self.assertNotIn("\x1b", text)
+        self.assertNotIn("\x07", text)
+        self.assertNotIn("\u202e", text)
+        self.assertIn("\\x1b[31mred", text)
+
+    def test_inspect(self):
+        path = self.h5()
+        p = self.run_ok("inspect", path)
+        self.assert_escaped(p.stdout.decode())
+        p = self.run_ok("inspect", path + ":/x" + ESC_TEXT)
+        out = p.stdout.decode()
+        self.assert_escaped(out)
+        self.assertIn("\\x1b]0;title\\x07\\u202e", out)
+        p = self.run_ok("inspect", path + ":/x" + ESC_TEXT, "--json")
+        doc = json.loads(p.stdout)
+        self.assertEqual(doc["attrs"]["kind"], ESC_TEXT)  # JSON keeps the text, escaped
+
+    def test_plot_title(self):
+        path = self.h5()
+        p = self.run_ok("plot", path + ":/x" + ESC_TEXT)
+        self.assert_escaped(p.stdout.decode())
+        code, out, err = tp.run_pty(["plot", path + ":/x" + ESC_TEXT], size=(20, 100))
+        self.assertEqual(code, 0, err)
+        self.assertIn("\\x1b[31mred", out)
+        self.assertNotIn("\x1b[31mred", out)
+        self.assertNotIn("\x1b]0;", out)
+        self.run_ok("plot", path + ":/x" + ESC_TEXT, "-o", self.path("p.svg"))
+        import xml.etree.ElementTree as ET
+        ET.parse(self.path("p.svg"))  # no control character broke the XML
+
+    def test_error_lines(self):
+        csv = write(self.path("x.csv"), "1,2\n3,4" + ESC_TEXT + "\n")
+        p = self.assert_fails(3, "inspect", csv)
+        self.assert_escaped(p.stderr)
+        p = self.assert_fails(3, "inspect", self.h5() + ":/nothing" + ESC_TEXT)
+        self.assert_escaped(p.stderr)
 
 
 if __name__ == "__main__":

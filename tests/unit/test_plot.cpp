@@ -151,6 +151,29 @@ TEST(Terminal, ColourChartUsesBrailleAndPalette) {
   EXPECT_NE(out.find(" down"), std::string::npos);
 }
 
+TEST(Terminal, HugeRangesDrawAndTitlesAreEscaped) {
+  constexpr double kMax = std::numeric_limits<double>::max();
+  HeatmapPanel h = panel({-kMax, 0, kMax, std::nan("")}, 2, 2);
+  h.title = "t\x1b[2J";
+  h.subtitle = "kind=\x1b]0;x\x07";
+  Figure fig;
+  fig.panels.push_back(h);
+  for (bool color : {false, true}) {
+    const std::string out = render_terminal(fig, TerminalStyle{60, 20, color});
+    EXPECT_NE(out.find("t\\x1b[2J"), std::string::npos) << out;
+    EXPECT_NE(out.find("kind=\\x1b]0;x\\x07"), std::string::npos) << out;
+    EXPECT_EQ(out.find("\x1b[2J"), std::string::npos);
+  }
+  LinePanel l;
+  l.series.push_back({"s\x1b[31m", {0, 1, 2, 3}, {-kMax, kMax, 0, -1e308}});
+  fig.panels = {l};
+  for (bool color : {false, true}) {
+    const std::string out = render_terminal(fig, TerminalStyle{60, 20, color});
+    EXPECT_NE(out.find("s\\x1b[31m"), std::string::npos) << out;
+    EXPECT_EQ(out.find("inf"), std::string::npos) << out;
+  }
+}
+
 TEST(Terminal, NothingToDrawIsAnInputError) {
   Figure f;
   LinePanel p;
