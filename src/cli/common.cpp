@@ -126,7 +126,13 @@ void add_part_option(CLI::App* sub, std::string& part, const char* axis_help) {
                               "[floor(I*R/N), floor((I+1)*R/N)) of {}; HDF5 outputs record the "
                               "share for `posenc join`",
                               axis_help))
-      ->type_name("I/N");
+      ->type_name("I/N")
+      // Given, it names a share: '' is not "no part" (each command parses the rest).
+      ->check(
+          [](const std::string& s) {
+            return s.empty() ? std::string("expected I/N with 0 <= I < N (e.g. 0/4), got ''")
+                             : std::string();
+          });
 }
 
 std::vector<TensorRef> emitted_output_refs(const OutputOptions& out,

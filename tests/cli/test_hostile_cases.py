@@ -15,6 +15,8 @@
    the key, never options the user did not give.
 5. Names, attributes and CSV cells from files reach the terminal with control
    characters escaped (\\x1b), in inspect, plot titles and error lines.
+6. --part '' is a usage error, as are --emit output,output and an unknown
+   POSENC_ROPE_ISA.
 """
 import json
 import os
@@ -322,6 +324,42 @@ class FileTextIsEscaped(PosencTestCase):
         self.assert_escaped(p.stderr)
         p = self.assert_fails(3, "inspect", self.h5() + ":/nothing" + ESC_TEXT)
         self.assert_escaped(p.stderr)
+
+
+class ParsingEdges(PosencTestCase):
+    def test_empty_part(self):
+        np.save(self.path("q.npy"), np.ones((1, 1, 4, 8), np.float32))
+        for args in (["table", "rope", "--positions", 4, "--dim", 8],
+                     ["rope", self.path("q.npy")],
+                     ["convert", self.path("q.npy")],
+                     ["attention", "-q", self.path("q.npy"), "-k", self.path("q.npy")]):
+            with self.subTest(cmd=args[0]):
+                self.assert_fails(2, *args, "--part", "", "-o", self.path("o.h5") + ":/o",
+                                  match=r"--part: expected I/N with 0 <= I < N")
+        self.assertFalse(os.path.exists(self.path("o.h5")))
+
+    def test_emit_named_twice(self):
+        q = self.npy("q.npy", np.ones((1, 1, 4, 8), np.float32))
+        for emit in ("output,output", "probs,output,probs"):
+            with self.subTest(emit=emit):
+                self.assert_fails(2, "attention", "-q", q, "-k", q, "-v", q, "--emit", emit,
+                                  "-o", self.path("o.h5"),
+                                  match=rf"--emit {emit}: '\w+' is named twice")
+        self.assert_fails(2, "attention", "-q", q, "-k", q, "--emit", "", "-o",
+                          self.path("o.npy"), match=r"--emit: expected a comma list")
+        self.assertEqual(os.listdir(self.tmp), ["q.npy"])
+
+    def test_unknown_rope_isa(self):
+        q = self.npy("q.npy", np.ones((1, 1, 4, 8), np.float32))
+        for isa in ("avx3", "AVX2", "base "):
+            with self.subTest(isa=isa):
+                self.assert_fails(2, "rope", q, "-o", self.path("r.npy"),
+                                  env={"POSENC_ROPE_ISA": isa},
+                                  match=r"POSENC_ROPE_ISA: unknown kernel variant '.*' "
+                                        r"\(expected base, avx2, avx512 or avx512fp16\)")
+        for isa in ("base", "avx2", "avx512", ""):
+            with self.subTest(isa=isa):
+                self.run_ok("rope", q, "-o", self.path("r.npy"), env={"POSENC_ROPE_ISA": isa})
 
 
 if __name__ == "__main__":
