@@ -17,8 +17,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "posenc/printable.hpp"
 #include "posenc/error.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc::cli {
 
@@ -128,11 +128,10 @@ void add_part_option(CLI::App* sub, std::string& part, const char* axis_help) {
                               axis_help))
       ->type_name("I/N")
       // Given, it names a share: '' is not "no part" (each command parses the rest).
-      ->check(
-          [](const std::string& s) {
-            return s.empty() ? std::string("expected I/N with 0 <= I < N (e.g. 0/4), got ''")
-                             : std::string();
-          });
+      ->check([](const std::string& s) {
+        return s.empty() ? std::string("expected I/N with 0 <= I < N (e.g. 0/4), got ''")
+                         : std::string();
+      });
 }
 
 std::vector<TensorRef> emitted_output_refs(const OutputOptions& out,

@@ -10,9 +10,9 @@
 
 #include <algorithm>
 #include <climits>
-#include <limits>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -103,8 +103,8 @@ void parse_config(const std::string& path, json_doc::JsonDoc& doc) {
   if (in.bad()) throw InputError(fmt::format("{}: cannot read the HF config", path));
   try {
     json_doc::parse(text, doc, kMaxConfigDepth, [&path]() {
-      throw InputError(fmt::format("{}: nested deeper than {} levels; not a HF config", path,
-                                   kMaxConfigDepth));
+      throw InputError(
+          fmt::format("{}: nested deeper than {} levels; not a HF config", path, kMaxConfigDepth));
     });
   } catch (const json::exception& e) {
     std::string what = e.what();
@@ -333,8 +333,8 @@ std::optional<std::string> no_rope_reason(const Config& c, const std::string& lt
 // The RoPE dict of layer type `lt` (rope_parameters, legacy rope_scaling, or the legacy
 // per-layer keys), and whether the config keys RoPE by layer type. Refers into the
 // config; a dict the config only implies is built in `made`.
-const json& rope_dict(const Config& c, const std::string& lt,
-                      const std::vector<std::string>& types, bool& keyed, json& made) {
+const json& rope_dict(const Config& c, const std::string& lt, const std::vector<std::string>& types,
+                      bool& keyed, json& made) {
   made = json::object();
   const json* raw = &made;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
@@ -508,9 +508,10 @@ void check_rotary_pairs(const Config& c, const RopeParams& p,
     if (!(p.partial > 0.0 && p.partial <= 1.0)) return;  // checked as it is read
     r = static_cast<int>(static_cast<double>(p.head_dim) * p.partial);
     if (p.partial != 1.0 && p.scaling != RopeScaling::proportional && (r <= 0 || r % 2 != 0)) {
-      throw InputError(fmt::format("{}: 'partial_rotary_factor' {} of head dimension {} gives "
-                                   "rotary dimension {}, which is not a positive even number",
-                                   c.path(), p.partial, p.head_dim, r));
+      throw InputError(
+          fmt::format("{}: 'partial_rotary_factor' {} of head dimension {} gives "
+                      "rotary dimension {}, which is not a positive even number",
+                      c.path(), p.partial, p.head_dim, r));
     }
   }
   if (r > p.head_dim || r % 2 != 0) return;  // the head's own fault, said as such later
@@ -520,9 +521,10 @@ void check_rotary_pairs(const Config& c, const RopeParams& p,
     std::size_t sum = 0;
     for (int v : p.mrope_section) sum += static_cast<std::size_t>(v);
     if (sum != pairs) {
-      throw InputError(fmt::format("{}: 'mrope_section' sums to {} frequency pairs, the rotary "
-                                   "dimension {} has {}",
-                                   c.path(), sum, 2 * pairs, pairs));
+      throw InputError(
+          fmt::format("{}: 'mrope_section' sums to {} frequency pairs, the rotary "
+                      "dimension {} has {}",
+                      c.path(), sum, 2 * pairs, pairs));
     }
   }
   if (p.scaling == RopeScaling::longrope) {

@@ -549,9 +549,10 @@ Tensor decode_json(std::string_view content, const std::string& what) {
   // The parsed document takes 10 to 28 times the text's size: a JSON tensor is for
   // small data (NPY and HDF5 are for the rest), and a large one is refused unparsed.
   if (content.size() > kMaxJsonTensorBytes) {
-    throw InputError(fmt::format("{}: a JSON tensor of {} bytes is larger than the {} MiB posenc "
-                                 "reads as JSON (use NPY or HDF5)",
-                                 what, content.size(), kMaxJsonTensorBytes >> 20));
+    throw InputError(
+        fmt::format("{}: a JSON tensor of {} bytes is larger than the {} MiB posenc "
+                    "reads as JSON (use NPY or HDF5)",
+                    what, content.size(), kMaxJsonTensorBytes >> 20));
   }
   // The value nested deepest is a scalar of a rank-8 "data" in an object: any deeper
   // document is refused as it is read, before a DOM of it exists.

@@ -305,6 +305,15 @@ class FileTextIsEscaped(PosencTestCase):
         doc = json.loads(p.stdout)
         self.assertEqual(doc["attrs"]["kind"], ESC_TEXT)  # JSON keeps the text, escaped
 
+    def test_bytes_that_are_not_utf8(self):
+        path = self.path("b.h5")
+        with h5py.File(path, "w") as f:
+            f.create_dataset("x", data=np.arange(3.0)).attrs["raw"] = np.bytes_(b"\xff\x1bq")
+        self.assertIn(b"raw = \\xff\\x1bq\n", self.run_ok("inspect", path + ":/x").stdout)
+        # JSON has no such bytes: U+FFFD, not an internal error (exit 70).
+        doc = json.loads(self.run_ok("inspect", path + ":/x", "--json").stdout)
+        self.assertEqual(doc["attrs"]["raw"], "\ufffd\x1bq")
+
     def test_plot_title(self):
         path = self.h5()
         p = self.run_ok("plot", path + ":/x" + ESC_TEXT)

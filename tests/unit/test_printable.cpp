@@ -22,17 +22,17 @@ TEST(Printable, ControlsAreEscaped) {
   EXPECT_EQ(printable("a\nb\tc\rd\x07\x7f"), "a\\x0ab\\x09c\\x0dd\\x07\\x7f");
   EXPECT_EQ(printable(std::string("a\0b", 3)), "a\\x00b");
   // C1 controls (CSI U+009B) and bidirectional overrides, though valid UTF-8.
-  EXPECT_EQ(printable("\xc2\x9b" "2J"), "\\u009b2J");
-  EXPECT_EQ(printable("abc\xe2\x80\xae" "fed"), "abc\\u202efed");
+  EXPECT_EQ(printable("\xc2\x9b\x32J"), "\\u009b2J");
+  EXPECT_EQ(printable("abc\xe2\x80\xae\x66\x65\x64"), "abc\\u202efed");
   EXPECT_EQ(printable("\xe2\x81\xa6x\xe2\x81\xa9"), "\\u2066x\\u2069");
 }
 
 TEST(Printable, BytesThatAreNotUtf8AreEscaped) {
-  EXPECT_EQ(printable("\x9b" "2J"), "\\x9b2J");  // a raw 8-bit CSI
+  EXPECT_EQ(printable("\x9b\x32J"), "\\x9b2J");  // a raw 8-bit CSI
   EXPECT_EQ(printable("\xff\xfe"), "\\xff\\xfe");
-  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");            // overlong '/'
-  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");   // a surrogate
-  EXPECT_EQ(printable("\xe2\x82"), "\\xe2\\x82");            // cut short
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");                    // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");           // a surrogate
+  EXPECT_EQ(printable("\xe2\x82"), "\\xe2\\x82");                    // cut short
   EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // beyond U+10FFFF
 }
 
