@@ -327,6 +327,17 @@ class FileTextIsEscaped(PosencTestCase):
         import xml.etree.ElementTree as ET
         ET.parse(self.path("p.svg"))  # no control character broke the XML
 
+    def test_compare_of_files_with_odd_names(self):
+        esc = self.npy("a" + ESC_TEXT + ".npy", np.ones(3))
+        p = self.run_ok("compare", esc, esc)
+        self.assert_escaped(p.stdout.decode())
+        # A name that is not UTF-8 (bytes on the command line): --json still writes JSON.
+        raw = os.fsencode(self.tmp) + b"/b\xff.npy"
+        np.save(raw.decode("utf-8", "surrogateescape"), np.ones(3))
+        p = subprocess.run([BIN, "compare", raw, raw, "--json"], capture_output=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(json.loads(p.stdout)["a"]["ref"].endswith("/b\ufffd.npy"))
+
     def test_error_lines(self):
         csv = write(self.path("x.csv"), "1,2\n3,4" + ESC_TEXT + "\n")
         p = self.assert_fails(3, "inspect", csv)
