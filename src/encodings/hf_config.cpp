@@ -15,6 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "io/json_doc.hpp"
@@ -528,11 +529,12 @@ void check_rotary_pairs(const Config& c, const RopeParams& p,
     }
   }
   if (p.scaling == RopeScaling::longrope) {
-    for (const char* key : {"short_factor", "long_factor"}) {
-      const auto& v = std::string(key) == "short_factor" ? p.short_factor : p.long_factor;
-      if (!kept(keep, key) && !v.empty() && v.size() != pairs) {
+    const std::pair<const char*, const std::vector<double>*> lists[] = {
+        {"short_factor", &p.short_factor}, {"long_factor", &p.long_factor}};
+    for (const auto& [key, v] : lists) {
+      if (!kept(keep, key) && !v->empty() && v->size() != pairs) {
         throw InputError(fmt::format("{}: '{}' has {} values, the rotary dimension {} needs {}",
-                                     c.path(), key, v.size(), 2 * pairs, pairs));
+                                     c.path(), key, v->size(), 2 * pairs, pairs));
       }
     }
   }
