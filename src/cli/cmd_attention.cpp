@@ -269,6 +269,9 @@ void run_attention(AttentionCmdOptions& o) {
   opt.max_distance = o.max_distance;
   opt.softcap = o.softcap;
   opt.masked_rows = o.masked_rows == "nan" ? MaskedRows::nan : MaskedRows::zero;
+  if (given(o, "--emit") && o.emit.empty()) {
+    throw UsageError("--emit: expected a comma list of logits, probs, output, lse, got ''");
+  }
   opt.emit = parse_attention_emit(o.emit, !o.v.empty());
   if (!o.dtype.empty()) opt.dtype = parse_dtype(o.dtype, "--dtype");
   // No limit (0) when physical memory is unknown.

@@ -17,6 +17,7 @@
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/compare.hpp"
 #include "posenc/ops/select.hpp"
+#include "posenc/printable.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc::cli {
@@ -91,14 +92,16 @@ void print_json(const TensorRef& ra, DType da, const TensorRef& rb, DType db,
   j["nan_a"] = r.nan_a;
   j["nan_b"] = r.nan_b;
   j["nan_mismatches"] = r.nan_mismatches;
-  fmt::print("{}\n", j.dump(2));
+  // References may name files whose names are not UTF-8: U+FFFD, not an exception.
+  fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
 void print_text(const TensorRef& ra, DType da, const TensorRef& rb, DType db,
                 const CompareResult& r, const std::string& slice) {
   const CompareRule& rule = r.rule;
-  fmt::print("a: {}: {} {}\n", ra.text, dtype_name(da), shape_str(r.shape_a));
-  fmt::print("b: {}: {} {} (reference)\n", rb.text, dtype_name(db), shape_str(r.shape_b));
+  fmt::print("a: {}: {} {}\n", printable(ra.text), dtype_name(da), shape_str(r.shape_a));
+  fmt::print("b: {}: {} {} (reference)\n", printable(rb.text), dtype_name(db),
+             shape_str(r.shape_b));
   if (!slice.empty()) {
     fmt::print("slice: [{}] -> {} and {} (indices below are in a)\n", slice,
                shape_str(r.sel_a.shape), shape_str(r.sel_b.shape));

@@ -20,6 +20,7 @@
 #include "posenc/io/text.hpp"
 #include "posenc/ops/select.hpp"
 #include "posenc/ops/stats.hpp"
+#include "posenc/printable.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc::cli {
@@ -57,7 +58,7 @@ TableLabels source_labels(const Selection& sel) {
 }
 
 std::string attr_text(const AttrValue& v) {
-  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  if (const auto* s = std::get_if<std::string>(&v)) return printable(*s);
   if (const auto* d = std::get_if<double>(&v)) return fmt::format("{}", *d);
   if (const auto* i = std::get_if<long long>(&v)) return fmt::format("{}", *i);
   return fmt::format("[{}]", fmt::join(std::get<std::vector<double>>(v), ", "));
@@ -65,7 +66,11 @@ std::string attr_text(const AttrValue& v) {
 
 using Json = nlohmann::json;
 
-std::string json_str(const std::string& s) { return Json(s).dump(); }
+// JSON escapes control characters itself; bytes that are not UTF-8 (a file's names and
+// strings may hold any) become U+FFFD rather than an exception.
+std::string json_str(const std::string& s) {
+  return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 std::string json_double(double v) {
   if (std::isnan(v)) return "\"NaN\"";
@@ -140,12 +145,12 @@ void print_json(const TensorRef& ref, const TensorInfo& info, const std::string&
 void print_text(const TensorRef& ref, const TensorInfo& info, const std::string& slice,
                 const Selection& sel, const SelectionSummary& g, bool extra) {
   const TensorStats& st = g.stats;
-  fmt::print("{}\n", ref.text);
+  fmt::print("{}\n", printable(ref.text));
   fmt::print("  shape    {}\n", shape_str(info.shape));
   fmt::print("  dtype    {}\n", dtype_name(info.dtype));
-  fmt::print("  storage  {}\n", info.storage);
+  fmt::print("  storage  {}\n", printable(info.storage));
   for (std::size_t i = 0; i < info.attrs.size(); ++i) {
-    fmt::print("  {}  {} = {}\n", i == 0 ? "attrs  " : "       ", info.attrs[i].name,
+    fmt::print("  {}  {} = {}\n", i == 0 ? "attrs  " : "       ", printable(info.attrs[i].name),
                attr_text(info.attrs[i].value));
   }
   if (!slice.empty()) fmt::print("  slice    [{}] -> {}\n", slice, shape_str(sel.shape));
@@ -190,7 +195,8 @@ void list_file(const TensorRef& ref, bool json) {
   const std::vector<Hdf5Entry> entries = list_hdf5_entries(ref.path);
   std::vector<std::string> rows;
   if (!json) {
-    fmt::print("{}: {} dataset{}\n", ref.path, entries.size(), entries.size() == 1 ? "" : "s");
+    fmt::print("{}: {} dataset{}\n", printable(ref.path), entries.size(),
+               entries.size() == 1 ? "" : "s");
   }
   for (const Hdf5Entry& e : entries) {
     if (e.error.empty()) {
@@ -201,8 +207,8 @@ void list_file(const TensorRef& ref, bool json) {
             "\"storage\": {}}}",
             json_str(e.name), json_shape(in.shape), dtype_name(in.dtype), json_str(in.storage)));
       } else {
-        fmt::print("  {}  {}  {}  {}\n", e.name, shape_str(in.shape), dtype_name(in.dtype),
-                   in.storage);
+        fmt::print("  {}  {}  {}  {}\n", printable(e.name), shape_str(in.shape),
+                   dtype_name(in.dtype), printable(in.storage));
       }
       continue;
     }
@@ -214,7 +220,7 @@ void list_file(const TensorRef& ref, bool json) {
       rows.push_back(
           fmt::format("{{\"name\": {}, \"error\": {}}}", json_str(e.name), json_str(why)));
     } else {
-      fmt::print("  {}  ({})\n", e.name, why);
+      fmt::print("  {}  ({})\n", printable(e.name), printable(why));
     }
   }
   if (json) {

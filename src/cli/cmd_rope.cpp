@@ -21,6 +21,7 @@
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc::cli {
 
@@ -46,7 +47,7 @@ struct RopeCmdOptions {
 class Progress {
  public:
   Progress(std::string what, std::size_t total)
-      : what_(std::move(what)),
+      : what_(printable(what)),
         total_(total),
         on_(total > 0 && !globals().quiet && isatty(STDERR_FILENO) == 1),
         start_(std::chrono::steady_clock::now()) {}

@@ -18,6 +18,7 @@
 #include <fmt/ranges.h>
 
 #include "posenc/error.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc::cli {
 
@@ -125,7 +126,12 @@ void add_part_option(CLI::App* sub, std::string& part, const char* axis_help) {
                               "[floor(I*R/N), floor((I+1)*R/N)) of {}; HDF5 outputs record the "
                               "share for `posenc join`",
                               axis_help))
-      ->type_name("I/N");
+      ->type_name("I/N")
+      // Given, it names a share: '' is not "no part" (each command parses the rest).
+      ->check([](const std::string& s) {
+        return s.empty() ? std::string("expected I/N with 0 <= I < N (e.g. 0/4), got ''")
+                         : std::string();
+      });
 }
 
 std::vector<TensorRef> emitted_output_refs(const OutputOptions& out,
@@ -212,7 +218,7 @@ std::vector<std::string> split_list(const std::string& text) {
 }
 
 void verbose(const std::string& msg) {
-  if (globals().verbose) fmt::print(stderr, "posenc: {}\n", msg);
+  if (globals().verbose) fmt::print(stderr, "posenc: {}\n", printable(msg));
 }
 
 void verbose_attrs(const Attrs& attrs) {
@@ -228,7 +234,7 @@ void verbose_attrs(const Attrs& attrs) {
           }
         },
         a.value);
-    fmt::print(stderr, "posenc: {} = {}\n", a.name, v);
+    fmt::print(stderr, "posenc: {} = {}\n", printable(a.name), printable(v));
   }
 }
 

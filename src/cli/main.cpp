@@ -22,6 +22,7 @@
 #include "cli/common.hpp"
 #include "cli/suggest.hpp"
 #include "posenc/error.hpp"
+#include "posenc/printable.hpp"
 #include "posenc/version.hpp"
 
 namespace {
@@ -34,6 +35,8 @@ int fail(ExitStatus status, std::string msg) {
   for (char& c : msg) {
     if (c == '\n' || c == '\r') c = ' ';
   }
+  // Messages quote names and values from files: no escape sequence reaches the terminal.
+  msg = posenc::printable(msg);
   // stdio, not fmt::print, which throws when stderr itself cannot be written.
   std::fprintf(stderr, "posenc: error: %s\n", msg.c_str());
   return static_cast<int>(status);

@@ -200,6 +200,30 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
     if (head_dim > 0) keep.push_back("head_dim");
     // A config's partial_rotary_factor (or MLA rope dim) decides R unless --rotary-dim.
     if (given(o, "--rotary-dim", o.rotary_dim != 0)) keep.push_back("rotary_dim");
+    // What the command line gives is not the config's: the config's value is neither
+    // taken nor checked (set_explicit below sets the option's). Not the lengths: the
+    // config's max_position_embeddings stays L0's fallback whatever --max-pos says.
+    static const std::pair<const char*, const char*> kOptionField[] = {
+        {"--style", "style"},
+        {"--base", "base"},
+        {"--partial", "partial"},
+        {"--scaling", "scaling"},
+        {"--factor", "factor"},
+        {"--beta-fast", "beta_fast"},
+        {"--beta-slow", "beta_slow"},
+        {"--mscale", "mscale"},
+        {"--mscale-all-dim", "mscale_all_dim"},
+        {"--attention-factor", "attention_factor"},
+        {"--low-freq-factor", "low_freq_factor"},
+        {"--high-freq-factor", "high_freq_factor"},
+        {"--no-truncate", "truncate"},
+        {"--short-factor", "short_factor"},
+        {"--long-factor", "long_factor"},
+        {"--rope-interleave", "rope_interleave"},
+    };
+    for (const auto& [option, field] : kOptionField) {
+      if (given(o, option, false)) keep.push_back(field);
+    }
     apply_hf_config(o.hf_config, p, keep, o.layer_type);
     set_explicit(o, p, true);
   }

@@ -15,17 +15,24 @@ namespace posenc {
 
 std::vector<double> alibi_slopes(int heads, double max_bias) {
   if (heads <= 0) throw UsageError(fmt::format("heads: must be positive, got {}", heads));
+  // Models have tens of heads; millions are a typo, and a slope vector of 2^31 would
+  // be 16 GiB.
+  if (heads > kMaxAlibiHeads) {
+    throw UsageError(fmt::format("heads: at most {} heads, got {}", kMaxAlibiHeads, heads));
+  }
   if (!(max_bias > 0.0) || !std::isfinite(max_bias)) {
     throw UsageError(fmt::format("max_bias: must be a positive number, got {}", max_bias));
   }
   // Press's get_slopes: the n' = 2^floor(log2 n) geometric slopes 2^(-8(h+1)/n'), then
   // for the remaining heads every other slope of the 2n' sequence,
   // 2^(-8(2k+1)/(2n')). ggml's max_bias replaces the 8.
-  int n2 = 1;
+  // In 64 bits: doubling an int past 2^30 overflows and never ends the loop.
+  std::int64_t n2 = 1;
   while (n2 * 2 <= heads) n2 *= 2;
   std::vector<double> s(static_cast<std::size_t>(heads));
   for (int h = 0; h < heads; ++h) {
-    double e = h < n2 ? max_bias * (h + 1) / n2 : (max_bias / 2.0) * (2.0 * (h - n2) + 1.0) / n2;
+    const double n = static_cast<double>(n2);
+    double e = h < n2 ? max_bias * (h + 1) / n : (max_bias / 2.0) * (2.0 * (h - n) + 1.0) / n;
     s[static_cast<std::size_t>(h)] = std::exp2(-e);
   }
   return s;

@@ -10,12 +10,15 @@
 
 #include <algorithm>
 #include <climits>
-#include <limits>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
+#include <vector>
 
+#include "io/json_doc.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
 
@@ -79,34 +82,65 @@ bool gptj_pairs(const std::string& model_type) {
   return kGptj.count(model_type) > 0;
 }
 
-// A config file: the text model's object plus its class defaults.
+// A config.json is a few kilobytes; anything far larger, or nested deeper than any
+// config is, is refused before it is parsed. nlohmann's parser is iterative, but a
+// document tens of thousands of levels deep would overflow the stack of any recursive
+// walk (a copy, a comparison), so none is ever built, and the config is never copied.
+constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+constexpr int kMaxConfigDepth = 256;
+
+void parse_config(const std::string& path, json_doc::JsonDoc& doc) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open the HF config", path));
+  std::string text;
+  std::vector<char> buf(std::size_t{1} << 16);
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    text.append(buf.data(), static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxConfigBytes) {
+      throw InputError(fmt::format("{}: larger than {} MiB; a HF config is a few kilobytes", path,
+                                   kMaxConfigBytes >> 20));
+    }
+  }
+  if (in.bad()) throw InputError(fmt::format("{}: cannot read the HF config", path));
+  try {
+    json_doc::parse(text, doc, kMaxConfigDepth, [&path]() {
+      throw InputError(
+          fmt::format("{}: nested deeper than {} levels; not a HF config", path, kMaxConfigDepth));
+    });
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    throw InputError(fmt::format("{}: not valid JSON ({})", path, what.substr(0, 120)));
+  }
+}
+
+// A config file: the text model's object plus its class defaults. The text model's
+// object is referred to, never copied.
 class Config {
  public:
   explicit Config(const std::string& path) : path_(path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError(fmt::format("{}: cannot open the HF config", path));
-    try {
-      root_ = json::parse(in);
-    } catch (const json::exception& e) {
-      std::string what = e.what();
-      throw InputError(fmt::format("{}: not valid JSON ({})", path, what.substr(0, 120)));
-    }
-    if (!root_.is_object()) throw InputError(fmt::format("{}: expected a JSON object", path));
-    auto tc = root_.find("text_config");
-    text_ = (tc != root_.end() && tc->is_object()) ? *tc : root_;
+    parse_config(path, doc_);
+    const json& root = doc_.root;
+    if (!root.is_object()) throw InputError(fmt::format("{}: expected a JSON object", path));
+    auto tc = root.find("text_config");
+    text_ = (tc != root.end() && tc->is_object()) ? &*tc : &root;
     const json* mt = find("model_type");
-    if (mt == nullptr) mt = root_.contains("model_type") ? &root_["model_type"] : nullptr;
+    if (mt == nullptr) {
+      auto top = root.find("model_type");
+      mt = top != root.end() ? &*top : nullptr;
+    }
     if (mt != nullptr && mt->is_string()) model_type_ = mt->get<std::string>();
     defaults_ = class_defaults(model_type_);
   }
+  Config(const Config&) = delete;
+  Config& operator=(const Config&) = delete;
 
   const std::string& path() const { return path_; }
   const std::string& model_type() const { return model_type_; }
 
   /// The value of `key` in the text config, else the class default; null if neither.
   const json* find(const char* key) const {
-    auto it = text_.find(key);
-    if (it != text_.end()) return &*it;
+    auto it = text_->find(key);
+    if (it != text_->end()) return &*it;
     auto d = defaults_.find(key);
     return d != defaults_.end() ? &*d : nullptr;
   }
@@ -120,32 +154,49 @@ class Config {
     return InputError(fmt::format("{}: '{}' must be {}", path_, key, expected));
   }
 
-  std::optional<double> num(const json& obj, const char* key) const {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return std::nullopt;
-    if (!it->is_number() || !std::isfinite(it->get<double>())) throw bad(key, "a number");
-    return it->get<double>();
+  /// `key`'s value `got` is out of range: said in the config's terms.
+  InputError bad_value(const std::string& key, const char* expected, double got) const {
+    return InputError(fmt::format("{}: '{}' must be {}, got {}", path_, key, expected, got));
   }
-  std::optional<double> num(const char* key) const {
-    const json* v = find(key);
+  /// A number > 0 (rope_theta, factor, ...), if given.
+  std::optional<double> positive_real(const json& obj, const char* key) const {
+    auto v = num(obj, key);
+    if (v && !(*v > 0.0)) throw bad_value(key, "a positive number", *v);
+    return v;
+  }
+  std::optional<double> positive_real(const char* key) const {
+    auto v = num(key);
+    if (v && !(*v > 0.0)) throw bad_value(key, "a positive number", *v);
+    return v;
+  }
+
+  /// The number `v` (the value of `key`), if given.
+  std::optional<double> number(const json* v, const char* key) const {
     if (v == nullptr || v->is_null()) return std::nullopt;
     if (!v->is_number() || !std::isfinite(v->get<double>())) throw bad(key, "a number");
     return v->get<double>();
   }
+  std::optional<double> num(const json& obj, const char* key) const {
+    auto it = obj.find(key);
+    return number(it == obj.end() ? nullptr : &*it, key);
+  }
+  std::optional<double> num(const char* key) const { return number(find(key), key); }
   /// A positive integer up to `max` (head counts and dims: int range).
-  std::optional<std::int64_t> positive(const json& obj, const char* key,
-                                       double max = 9.0e15) const {
-    auto v = num(obj, key);
-    if (!v) return std::nullopt;
-    if (*v != std::floor(*v) || *v <= 0 || *v > max) {
+  std::optional<std::int64_t> positive_number(const json* v, const char* key, double max) const {
+    auto x = number(v, key);
+    if (!x) return std::nullopt;
+    if (*x != std::floor(*x) || *x <= 0 || *x > max) {
       throw bad(key, max <= INT_MAX ? "a positive integer that fits an int" : "a positive integer");
     }
-    return static_cast<std::int64_t>(*v);
+    return static_cast<std::int64_t>(*x);
+  }
+  std::optional<std::int64_t> positive(const json& obj, const char* key,
+                                       double max = 9.0e15) const {
+    auto it = obj.find(key);
+    return positive_number(it == obj.end() ? nullptr : &*it, key, max);
   }
   std::optional<std::int64_t> positive(const char* key, double max = 9.0e15) const {
-    const json* v = find(key);
-    if (v == nullptr) return std::nullopt;
-    return positive(json{{key, *v}}, key, max);
+    return positive_number(find(key), key, max);
   }
   std::optional<int> dim(const char* key) const {
     auto v = positive(key, static_cast<double>(INT_MAX));
@@ -168,7 +219,9 @@ class Config {
 
  private:
   std::string path_;
-  json root_, text_, defaults_;
+  json_doc::JsonDoc doc_;
+  const json* text_ = nullptr;  // into doc_
+  json defaults_;
   std::string model_type_;
 };
 
@@ -279,41 +332,48 @@ std::optional<std::string> no_rope_reason(const Config& c, const std::string& lt
 }
 
 // The RoPE dict of layer type `lt` (rope_parameters, legacy rope_scaling, or the legacy
-// per-layer keys), and whether the config keys RoPE by layer type.
-json rope_dict(const Config& c, const std::string& lt, const std::vector<std::string>& types,
-               bool& keyed) {
-  json raw = json::object();
+// per-layer keys), and whether the config keys RoPE by layer type. Refers into the
+// config; a dict the config only implies is built in `made`.
+const json& rope_dict(const Config& c, const std::string& lt, const std::vector<std::string>& types,
+                      bool& keyed, json& made) {
+  made = json::object();
+  const json* raw = &made;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     const json* v = c.find(key);
     if (v == nullptr || v->is_null()) continue;
     if (!v->is_object()) throw c.bad(key, "an object");
-    raw = *v;
+    raw = v;
     break;
   }
   std::set<std::string> type_set(types.begin(), types.end());
   type_set.insert({kFull, kSliding, kChunked});
-  keyed = !raw.empty();
-  for (auto it = raw.begin(); it != raw.end(); ++it) {
+  keyed = !raw->empty();
+  for (auto it = raw->begin(); it != raw->end(); ++it) {
     keyed = keyed && type_set.count(it.key()) > 0 && it.value().is_object();
   }
   if (keyed) {
-    if (!raw.contains(lt)) {
+    auto entry = raw->find(lt);
+    if (entry == raw->end()) {
       throw InputError(
           fmt::format("{}: rope_parameters has no entry for layer type '{}'", c.path(), lt));
     }
-    return raw[lt];
+    return *entry;
   }
   const std::string& mt = c.model_type();
   if ((mt == "gemma3_text" || mt == "gemma3") && lt == kSliding) {
     // v5 Gemma3TextConfig: sliding layers use rope_local_base_freq, unscaled.
-    return {{"rope_type", "default"},
-            {"rope_theta", c.num("rope_local_base_freq").value_or(10000.0)}};
+    made = {{"rope_type", "default"},
+            {"rope_theta", c.positive_real("rope_local_base_freq").value_or(10000.0)}};
+    return made;
   }
   if (mt.rfind("modernbert", 0) == 0) {
     const char* key = lt == kSliding ? "local_rope_theta" : "global_rope_theta";
-    if (auto v = c.num(key)) return {{"rope_type", "default"}, {"rope_theta", *v}};
+    if (auto v = c.positive_real(key)) {
+      made = {{"rope_type", "default"}, {"rope_theta", *v}};
+      return made;
+    }
   }
-  return raw;
+  return *raw;
 }
 
 bool kept(const std::vector<std::string>& keep, const char* name) {
@@ -378,20 +438,40 @@ void apply_mrope(const Config& c, const json& rp, RopeParams& p) {
   }
 }
 
+// The scaling parameters, each checked where the variant in `p.scaling` uses it (HF's
+// rope_config_validation): a key that variant ignores is ignored here too.
 void apply_scaling_keys(const Config& c, const json& rp, RopeParams& p,
                         const std::vector<std::string>& keep) {
-  auto set_num = [&](const char* name, const char* key, std::optional<double>& dst) {
-    if (kept(keep, name)) return;
-    if (auto v = c.num(rp, key)) dst = *v;
+  enum class Range { any, positive, zero_or_positive };
+  auto set_num = [&](const char* key, std::optional<double>& dst, Range range) {
+    if (kept(keep, key)) return;
+    auto v = c.num(rp, key);
+    if (!v) return;
+    if (range == Range::positive && !(*v > 0.0)) throw c.bad_value(key, "a positive number", *v);
+    if (range == Range::zero_or_positive && !(*v >= 0.0)) {
+      throw c.bad_value(key, "a positive number (0 means the default)", *v);
+    }
+    dst = *v;
   };
-  set_num("factor", "factor", p.factor);
-  set_num("beta_fast", "beta_fast", p.beta_fast);
-  set_num("beta_slow", "beta_slow", p.beta_slow);
-  set_num("mscale", "mscale", p.mscale);
-  set_num("mscale_all_dim", "mscale_all_dim", p.mscale_all_dim);
-  set_num("attention_factor", "attention_factor", p.attention_factor);
-  set_num("low_freq_factor", "low_freq_factor", p.low_freq_factor);
-  set_num("high_freq_factor", "high_freq_factor", p.high_freq_factor);
+  const RopeScaling type = p.scaling;
+  const auto when = [](bool used, Range r) { return used ? r : Range::any; };
+  set_num("factor", p.factor, when(type != RopeScaling::none, Range::positive));
+  const Range beta = when(type == RopeScaling::yarn, Range::zero_or_positive);
+  set_num("beta_fast", p.beta_fast, beta);
+  set_num("beta_slow", p.beta_slow, beta);
+  set_num("mscale", p.mscale, Range::any);
+  set_num("mscale_all_dim", p.mscale_all_dim, Range::any);
+  set_num("attention_factor", p.attention_factor, Range::positive);  // any variant
+  const bool llama3 = type == RopeScaling::llama3;
+  set_num("low_freq_factor", p.low_freq_factor, when(llama3, Range::positive));
+  set_num("high_freq_factor", p.high_freq_factor, when(llama3, Range::positive));
+  if (llama3 && !kept(keep, "low_freq_factor") && !kept(keep, "high_freq_factor")) {
+    const double low = p.low_freq_factor.value_or(1.0), high = p.high_freq_factor.value_or(4.0);
+    if (low > high) {
+      throw InputError(fmt::format("{}: 'low_freq_factor' {} must not exceed 'high_freq_factor' {}",
+                                   c.path(), low, high));
+    }
+  }
   if (!kept(keep, "truncate")) {
     auto it = rp.find("truncate");
     if (it != rp.end() && !it->is_null()) {
@@ -407,11 +487,57 @@ void apply_scaling_keys(const Config& c, const json& rp, RopeParams& p,
     dst.clear();
     for (const auto& x : *it) {
       if (!x.is_number()) throw c.bad(key, "a list of numbers");
-      dst.push_back(x.get<double>());
+      const double v = x.get<double>();
+      if (type == RopeScaling::longrope && !(v > 0.0)) {
+        throw c.bad_value(key, "a list of positive numbers", v);
+      }
+      dst.push_back(v);
     }
   };
   list("short_factor", p.short_factor);
   list("long_factor", p.long_factor);
+}
+
+// The rotary width the config itself implies must fit what it says about rotary pairs
+// (mrope_section, longrope factor lists). Not checked where the command line set the
+// rotary part: a mismatch is then the user's, said in the options' terms.
+void check_rotary_pairs(const Config& c, const RopeParams& p,
+                        const std::vector<std::string>& keep) {
+  if (p.head_dim <= 0 || kept(keep, "rotary_dim") || kept(keep, "partial")) return;
+  int r = p.rotary_dim;
+  if (r == 0) {
+    if (!(p.partial > 0.0 && p.partial <= 1.0)) return;  // checked as it is read
+    r = static_cast<int>(static_cast<double>(p.head_dim) * p.partial);
+    if (p.partial != 1.0 && p.scaling != RopeScaling::proportional && (r <= 0 || r % 2 != 0)) {
+      throw InputError(
+          fmt::format("{}: 'partial_rotary_factor' {} of head dimension {} gives "
+                      "rotary dimension {}, which is not a positive even number",
+                      c.path(), p.partial, p.head_dim, r));
+    }
+  }
+  if (r > p.head_dim || r % 2 != 0) return;  // the head's own fault, said as such later
+  const std::size_t pairs =
+      static_cast<std::size_t>(p.scaling == RopeScaling::proportional ? p.head_dim / 2 : r / 2);
+  if (!kept(keep, "mrope_section") && !p.mrope_section.empty()) {
+    std::size_t sum = 0;
+    for (int v : p.mrope_section) sum += static_cast<std::size_t>(v);
+    if (sum != pairs) {
+      throw InputError(
+          fmt::format("{}: 'mrope_section' sums to {} frequency pairs, the rotary "
+                      "dimension {} has {}",
+                      c.path(), sum, 2 * pairs, pairs));
+    }
+  }
+  if (p.scaling == RopeScaling::longrope) {
+    const std::pair<const char*, const std::vector<double>*> lists[] = {
+        {"short_factor", &p.short_factor}, {"long_factor", &p.long_factor}};
+    for (const auto& [key, v] : lists) {
+      if (!kept(keep, key) && !v->empty() && v->size() != pairs) {
+        throw InputError(fmt::format("{}: '{}' has {} values, the rotary dimension {} needs {}",
+                                     c.path(), key, v->size(), 2 * pairs, pairs));
+      }
+    }
+  }
 }
 
 std::string rope_type_of(const Config& c, const json& rp) {
@@ -450,20 +576,23 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
     throw InputError(fmt::format("{}: layers of type '{}' have no RoPE ({})", path, lt, *why));
   }
   bool keyed = false;
-  const json rp = rope_dict(c, lt, types, keyed);
+  json made;
+  const json& rp = rope_dict(c, lt, types, keyed, made);
 
   if (!kept(keep, "base")) {
-    if (auto v = c.num(rp, "rope_theta"))
+    if (auto v = c.positive_real(rp, "rope_theta"))
       p.base = *v;
-    else if (auto w = c.num("rope_theta"))
+    else if (auto w = c.positive_real("rope_theta"))
       p.base = *w;
   }
   if (!kept(keep, "partial")) {
     // HF's standardisation assigns the top-level factor over the dict's.
-    if (auto w = c.num("partial_rotary_factor"))
-      p.partial = *w;
-    else if (auto v = c.num(rp, "partial_rotary_factor"))
-      p.partial = *v;
+    auto f = c.num("partial_rotary_factor");
+    if (!f) f = c.num(rp, "partial_rotary_factor");
+    if (f && !(*f > 0.0 && *f <= 1.0)) {
+      throw c.bad_value("partial_rotary_factor", "in (0, 1]", *f);
+    }
+    if (f) p.partial = *f;
   }
   apply_head_dims(c, lt, p, keep);
   if (!kept(keep, "max_pos")) {
@@ -485,6 +614,7 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
   if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
   if (!kept(keep, "mrope_section")) apply_mrope(c, rp, p);
   apply_scaling_keys(c, rp, p, keep);
+  check_rotary_pairs(c, p, keep);
 }
 
 namespace {
@@ -493,7 +623,8 @@ namespace {
 std::optional<double> mla_scale(const Config& c, int qk_head_dim,
                                 const std::vector<std::string>& types) {
   bool keyed = false;
-  const json rp = rope_dict(c, kFull, types, keyed);
+  json made;
+  const json& rp = rope_dict(c, kFull, types, keyed, made);
   const std::string type = rope_type_of(c, rp);
   double scale = 1.0 / std::sqrt(static_cast<double>(qk_head_dim));
   const double m_all = c.num(rp, "mscale_all_dim").value_or(0.0);

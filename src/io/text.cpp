@@ -21,12 +21,15 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "io/json_doc.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
 namespace {
 
 constexpr std::size_t kMaxRank = 8;
+// The largest JSON tensor read (decode_json).
+constexpr std::size_t kMaxJsonTensorBytes = std::size_t{32} << 20;
 // Like numpy's print threshold: larger tensors are summarised in the text table.
 constexpr std::size_t kTableThreshold = 1000;
 constexpr std::size_t kTableEdge = 3;
@@ -543,9 +546,21 @@ void json_fill(Tensor* t, const Shape& s, const Json& j, std::size_t axis, std::
 }
 
 Tensor decode_json(std::string_view content, const std::string& what) {
-  Json doc;
+  // The parsed document takes 10 to 28 times the text's size: a JSON tensor is for
+  // small data (NPY and HDF5 are for the rest), and a large one is refused unparsed.
+  if (content.size() > kMaxJsonTensorBytes) {
+    throw InputError(
+        fmt::format("{}: a JSON tensor of {} bytes is larger than the {} MiB posenc "
+                    "reads as JSON (use NPY or HDF5)",
+                    what, content.size(), kMaxJsonTensorBytes >> 20));
+  }
+  // The value nested deepest is a scalar of a rank-8 "data" in an object: any deeper
+  // document is refused as it is read, before a DOM of it exists.
+  json_doc::JsonDoc parsed;
   try {
-    doc = Json::parse(content.begin(), content.end());
+    json_doc::parse(content, parsed, static_cast<int>(kMaxRank) + 2, [&what]() {
+      throw InputError(fmt::format("{}: \"data\" is nested deeper than {} levels", what, kMaxRank));
+    });
   } catch (const Json::exception& e) {
     // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1,
     // column 5: syntax error ..." — keep the part after the bracketed id. Numbers
@@ -555,6 +570,7 @@ Tensor decode_json(std::string_view content, const std::string& what) {
     if (close != std::string::npos) m = m.substr(close + 2);
     throw InputError(fmt::format("{}: invalid JSON: {}", what, m));
   }
+  const Json& doc = parsed.root;
   const Json* data = &doc;
   DType dtype = DType::f64;
   std::optional<Shape> declared;

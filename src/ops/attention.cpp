@@ -77,7 +77,11 @@ std::vector<AttentionEmit> parse_attention_emit(const std::string& list, bool ha
     if (e == AttentionEmit::output && !has_v) {
       throw UsageError("emit: output needs values (-v)");
     }
-    if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+    // Named twice is a slip (one output reference per tensor would not line up).
+    if (std::find(out.begin(), out.end(), e) != out.end()) {
+      throw UsageError(fmt::format("emit {}: '{}' is named twice", list, name));
+    }
+    out.push_back(e);
     pos = comma + 1;
   }
   return out;

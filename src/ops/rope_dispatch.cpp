@@ -1,9 +1,13 @@
 // Picks the widest RoPE kernel variant this CPU runs.
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <cstring>
 
 #include "ops/rope_kernel.hpp"
+#include "posenc/error.hpp"
 #include "posenc/ops/rope.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc::rope_detail {
 
@@ -13,7 +17,19 @@ enum class Isa { base, avx2, avx512, avx512fp16 };
 Isa detect() {
   __builtin_cpu_init();
   const char* forced = std::getenv("POSENC_ROPE_ISA");
+  if (forced != nullptr && *forced == '\0') forced = nullptr;  // set but empty: unset
   if (forced != nullptr) {
+    bool known = false;
+    for (const char* name : {"base", "avx2", "avx512", "avx512fp16"}) {
+      known = known || std::strcmp(forced, name) == 0;
+    }
+    // A misspelt variant would silently run another one and mislead a comparison.
+    if (!known) {
+      throw UsageError(fmt::format(
+          "POSENC_ROPE_ISA: unknown kernel variant '{}' (expected base, avx2, avx512 or "
+          "avx512fp16)",
+          printable(forced)));
+    }
     if (std::strcmp(forced, "base") == 0) return Isa::base;
     if (std::strcmp(forced, "avx2") == 0 && __builtin_cpu_supports("avx2") &&
         __builtin_cpu_supports("f16c")) {

@@ -77,7 +77,8 @@ std::optional<double> HeatScale::position(double v) const {
     if (!(v > 0.0)) return std::nullopt;
     v = std::log10(v);
   }
-  const double t = (v - lo) / (hi - lo);
+  const double t = plot_detail::fraction(v, lo, hi);
+  if (std::isnan(t)) return std::nullopt;
   return std::clamp(t, 0.0, 1.0);
 }
 
@@ -105,7 +106,15 @@ HeatScale heat_scale(const HeatmapPanel& p) {
     hi = m;
   }
   const double pad = p.log ? 1.0 : 0.5;
-  if (lo == hi) lo -= pad, hi += pad;
+  if (lo == hi) {
+    if (lo - pad != lo && hi + pad != hi) {
+      lo -= pad, hi += pad;
+    } else if (lo > 0.0) {
+      lo /= 2;  // too large to widen by 0.5 (and 1.5 * hi may overflow)
+    } else {
+      hi /= 2;
+    }
+  }
   auto given = [&](const std::optional<double>& v, const char* name) {
     if (!std::isfinite(*v)) throw UsageError(fmt::format("{}: must be a finite number", name));
     if (!p.log) return *v;
@@ -161,6 +170,14 @@ ImageFormat image_format(const std::string& path, const std::string& format) {
 
 namespace plot_detail {
 
+double fraction(double v, double lo, double hi) {
+  // In halves: hi - lo overflows for a range as wide as [-1e308, 1e308]. Halving is
+  // exact, so for any other range this is (v - lo) / (hi - lo) to the bit; where the
+  // halves of subnormal ends meet, the plain difference cannot overflow.
+  const double span = hi / 2 - lo / 2;
+  return span != 0.0 ? (v / 2 - lo / 2) / span : (v - lo) / (hi - lo);
+}
+
 double chart_y(const LinePanel& p, double y) {
   if (!p.log_y) return y;
   return y > 0.0 ? std::log10(y) : std::numeric_limits<double>::quiet_NaN();
@@ -197,7 +214,7 @@ LineRange line_range(const LinePanel& p) {
   } else if (std::any_of(p.series.begin(), p.series.end(),
                          [](const PlotSeries& s) { return s.markers; })) {
     // Room for the markers at both ends.
-    const double pad = (x1 - x0) * 0.03;
+    const double pad = (x1 / 2 - x0 / 2) * 0.06;
     x0 -= pad, x1 += pad;
   }
   if (y0 == y1) {
@@ -205,10 +222,15 @@ LineRange line_range(const LinePanel& p) {
     y0 -= pad, y1 += pad;
   } else if (!p.ymin && !p.ymax) {
     // A little air above and below the curves.
-    const double pad = (y1 - y0) * 0.03;
+    const double pad = (y1 / 2 - y0 / 2) * 0.06;
     y0 -= pad, y1 += pad;
   }
-  return {x0, x1, y0, y1};
+  // Padding data near +-1.8e308 must not make an infinite axis.
+  const auto finite = [](double v) {
+    const double max = std::numeric_limits<double>::max();
+    return std::clamp(v, -max, max);
+  };
+  return {finite(x0), finite(x1), finite(y0), finite(y1)};
 }
 
 std::string number_label(double v) {

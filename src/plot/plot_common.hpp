@@ -21,6 +21,10 @@ struct LineRange {
 };
 LineRange line_range(const LinePanel& p);
 
+/// (v - lo) / (hi - lo) without overflow for any finite v, lo and hi (a range may span
+/// [-1.8e308, 1.8e308]); NaN when lo == hi or v is NaN.
+double fraction(double v, double lo, double hi);
+
 /// y as drawn: log10(y) on a log chart (NaN for y <= 0), y otherwise.
 double chart_y(const LinePanel& p, double y);
 

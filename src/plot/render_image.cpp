@@ -28,6 +28,7 @@
 #include "plot/plot_common.hpp"
 #include "posenc/error.hpp"
 #include "posenc/plot.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc {
 
@@ -58,7 +59,9 @@ void on_plplot_abort(const char* msg) {
 }
 
 /// Text as PLplot shows it: '#' starts an escape sequence, so it is doubled.
-std::string pl_text(const std::string& s) {
+std::string pl_text(const std::string& text) {
+  // Names and attributes from files: no control character reaches an SVG or PDF.
+  const std::string s = printable(text);
   std::string out;
   for (char c : s) {
     out += c;

@@ -17,6 +17,7 @@
 #include "plot/plot_common.hpp"
 #include "posenc/error.hpp"
 #include "posenc/plot.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc {
 
@@ -84,10 +85,11 @@ std::string index_label(double v) {
 
 std::string title_line(const std::string& title, const std::string& subtitle, int width,
                        bool color) {
-  std::string t = clip(title, width);
+  // Titles quote names and attributes from files: escapes stay visible, not obeyed.
+  std::string t = clip(printable(title), width);
   std::string sub;
   const int room = width - text_width(t) - 2;
-  if (!subtitle.empty() && room > 3) sub = clip(subtitle, room);
+  if (!subtitle.empty() && room > 3) sub = clip(printable(subtitle), room);
   if (!color) return sub.empty() ? t : t + "  " + sub;
   return "\x1b[1m" + t + kReset + (sub.empty() ? "" : "  \x1b[2m" + sub + kReset);
 }
@@ -193,7 +195,7 @@ std::string heat_legend(const HeatGrid& g) {
     legend += std::string("[") + g.ramp() + "]";
   }
   legend += " " + end_label(sc.hi);
-  if (!g.p.zlabel.empty()) legend += "  " + g.p.zlabel;
+  if (!g.p.zlabel.empty()) legend += "  " + printable(g.p.zlabel);
   legend += "  (" + colormap_name(sc.map) + (sc.log ? ", log scale" : "") + ")";
   if (g.blank) legend += g.color ? "  grey: not finite" : "  blank: not finite";
   return legend;
@@ -220,8 +222,8 @@ std::vector<std::string> heatmap_lines(const HeatmapPanel& p, int width, int lin
       {g.ncols / 2, index_label(col_index(g.src_col(g.ncols / 2)))}};
   std::string xline = std::string(static_cast<std::size_t>(margin), ' ') + label_line(g.ncols, xl);
   if (!p.ylabel.empty() || !p.xlabel.empty()) {
-    xline += "  (rows: " + (p.ylabel.empty() ? "-" : p.ylabel) +
-             ", columns: " + (p.xlabel.empty() ? "-" : p.xlabel) + ")";
+    xline += "  (rows: " + (p.ylabel.empty() ? "-" : printable(p.ylabel)) +
+             ", columns: " + (p.xlabel.empty() ? "-" : printable(p.xlabel)) + ")";
   }
   out.push_back(xline);
   out.push_back(heat_legend(g));
@@ -274,7 +276,8 @@ std::vector<std::string> chart_legend(const LinePanel& p, int width, bool color)
   std::vector<std::string> legend;
   std::string cur;
   int cur_w = 0;
-  auto add_item = [&](const std::string& mark, int mark_w, const std::string& label) {
+  auto add_item = [&](const std::string& mark, int mark_w, const std::string& text) {
+    const std::string label = printable(text);
     const int w = mark_w + 1 + text_width(label);
     if (cur_w > 0 && cur_w + 3 + w > width) legend.push_back(cur), cur.clear(), cur_w = 0;
     if (cur_w > 0) cur += "   ", cur_w += 3;
@@ -304,10 +307,11 @@ DotCanvas draw_chart(const LinePanel& p, const plot_detail::LineRange& r, int w,
   DotCanvas cv(w, h, color ? 2 : 1, color ? 4 : 1);
   const int xdots = w * cv.dx, ydots = h * cv.dy;
   auto gx = [&](double x) {
-    return static_cast<int>(std::lround((x - r.x0) / (r.x1 - r.x0) * (xdots - 1)));
+    return static_cast<int>(std::lround(plot_detail::fraction(x, r.x0, r.x1) * (xdots - 1)));
   };
   auto gy = [&](double y) {
-    return static_cast<int>(std::lround((r.y1 - y) / (r.y1 - r.y0) * (ydots - 1)));
+    // (y1 - y) / (y1 - y0), negated to lo..hi order
+    return static_cast<int>(std::lround(plot_detail::fraction(-y, -r.y1, -r.y0) * (ydots - 1)));
   };
   for (const auto& line : p.hlines) {
     const double y = plot_detail::chart_y(p, line.y);
@@ -374,7 +378,7 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   const std::vector<std::string> legend = chart_legend(p, width, color);
   const int plot_h = std::max(3, lines - 2 - static_cast<int>(legend.size()));
   auto ylab = [&](double v) { return number_label(p.log_y ? std::pow(10.0, v) : v); };
-  const double ymid = (r.y0 + r.y1) / 2;
+  const double ymid = r.y0 / 2 + r.y1 / 2;  // no overflow near +-1.8e308
   const int margin =
       std::max({text_width(ylab(r.y1)), text_width(ylab(r.y0)), text_width(ylab(ymid))}) + 1;
   const int plot_w = std::max(8, width - margin - 1);
@@ -389,10 +393,10 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   }
   std::vector<std::pair<int, std::string>> xl{{0, number_label(r.x0)},
                                               {plot_w - 1, number_label(r.x1)},
-                                              {plot_w / 2, number_label((r.x0 + r.x1) / 2)}};
+                                              {plot_w / 2, number_label(r.x0 / 2 + r.x1 / 2)}};
   std::string xline =
       std::string(static_cast<std::size_t>(margin + 1), ' ') + label_line(plot_w, xl);
-  if (!p.xlabel.empty()) xline += "  " + p.xlabel;
+  if (!p.xlabel.empty()) xline += "  " + printable(p.xlabel);
   out.push_back(xline);
   out.insert(out.end(), legend.begin(), legend.end());
   return out;

@@ -9,7 +9,8 @@ make NaN, overflowing scores, and JSON edge cases, end to end.
   numpy's selection, --start / ids / --window beyond 2^53 and 18446744073709551616 are
   refused (exit 2 for options, 3 for data), "010" is ten, not octal.
 - Tables never hold NaN from parameters: yarn beta_fast/beta_slow 0 or null mean HF's
-  defaults (the table equals the one with 32 and 1), negative or NaN is exit 2;
+  defaults (the table equals the one with 32 and 1), negative or NaN is exit 2 (3 in a
+  --hf-config file);
   head_dim 4294967424 in a config is exit 3.
 - f32 attention of finite inputs near 1e20 says its scores overflow (exit 3) instead of
   reporting fully masked rows; with --precision f64 it matches numpy.
@@ -197,7 +198,8 @@ class FiniteTables(PosencTestCase):
             with self.subTest(opt=opt, value=value):
                 self.assert_fails(2, *yarn_table(opt, value), "-o", self.path("t.npy"))
         cfg = self.path("config.json")
-        for beta, status in [("0", 0), ("null", 0), ("-3", 2)]:
+        # In a config, a negative beta is the file's fault: bad input (exit 3).
+        for beta, status in [("0", 0), ("null", 0), ("-3", 3)]:
             with open(cfg, "w") as f:
                 f.write('{"rope_theta": 10000, "head_dim": 16, "rope_scaling": {"rope_type": '
                         '"yarn", "factor": 4, "original_max_position_embeddings": 32, '

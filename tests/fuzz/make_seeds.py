@@ -69,6 +69,9 @@ def text_seeds():
     put("text", "json_bool", bytes([js]) + b'{"dtype": "bool", "data": [true, false]}')
     put("text", "json_u64", bytes([js]) + b'{"dtype": "u64", "data": [18446744073709551615, 0]}')
     put("text", "json_f16", bytes([js]) + b'{"dtype": "f16", "shape": [], "data": 65504}')
+    # nested far deeper than any tensor (refused as it is parsed)
+    put("text", "json_deep", bytes([js]) + b"[" * 5000 + b"]" * 5000)
+    put("text", "json_deep_obj", bytes([js]) + b'{"data": ' + b"[" * 9 + b"1" + b"]" * 9 + b"}")
 
 
 def hdf5_seeds():
@@ -133,6 +136,15 @@ def option_seeds():
         (0, b"\x03\x08\x05|1,[1,7,-8,1],0"), (0, b"\x04\x04|[[3,0,-1]]"),
         (0, b"\x02\x03|[],[0,2]"), (0, b"\x03\x03|[0,[1,2]]"),
         (0, b"\x02|[-9223372036854775808,0]"), (0, b"\x02\x02|[0,[1,,2]"),
+        # hostile configs: nesting past the depth limit (once a stack overflow), and
+        # values out of range (InputError naming the key)
+        (7, b'{"a":' * 5000 + b"1" + b"}" * 5000), (7, b"[" * 5000 + b"]" * 5000),
+        (7, b'{"rope_theta": 0}'), (7, b'{"partial_rotary_factor": 1.5}'),
+        (7, b'{"rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_fast": -1, '
+            b'"original_max_position_embeddings": 32}}'),
+        (7, b'{"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 8, '
+            b'"high_freq_factor": 4, "original_max_position_embeddings": 32}}'),
+        (7, b'{"rope_scaling": {"rope_type": "mrope", "mrope_section": [2, 2, 2]}}'),
     ]
     for i, (which, text) in enumerate(seeds):
         put("options", f"opt{i:02d}", bytes([which]) + text)

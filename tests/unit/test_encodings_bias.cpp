@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 
 #include "posenc/encodings/bias.hpp"
@@ -22,6 +23,21 @@ TEST(Alibi, NonPowerOfTwoTakesOddSlopesOfTheDoubledSet) {
   for (int h = 0; h < 8; ++h) EXPECT_EQ(s[h], std::ldexp(1.0, -(h + 1)));
   for (int k = 0; k < 4; ++k) EXPECT_DOUBLE_EQ(s[8 + k], std::exp2(-0.5 - k));
   EXPECT_THROW(alibi_slopes(0), UsageError);
+}
+
+TEST(Alibi, HeadCountsNearTheIntLimitAreRefusedAtOnce) {
+  // Doubling an int from 2^30 overflowed and the loop never ended.
+  for (int heads : {kMaxAlibiHeads + 1, 1 << 30, (1 << 30) + 5, INT_MAX}) {
+    EXPECT_THROW(alibi_slopes(heads), UsageError) << heads;
+  }
+  // The largest count accepted: n' = 2^20 geometric slopes 2^(-8(h+1)/n').
+  const auto s = alibi_slopes(kMaxAlibiHeads);
+  ASSERT_EQ(s.size(), static_cast<std::size_t>(kMaxAlibiHeads));
+  EXPECT_EQ(s.back(), std::ldexp(1.0, -8));
+  EXPECT_EQ(s[(1 << 19) - 1], std::ldexp(1.0, -4));
+  // 2^20 - 1: n' = 2^19, the last head takes the odd slope 2^(-4 (2k+1) / 2^19).
+  const auto t = alibi_slopes(kMaxAlibiHeads - 1);
+  EXPECT_DOUBLE_EQ(t.back(), std::exp2(-4.0 * (2.0 * ((1 << 19) - 2) + 1.0) / (1 << 19)));
 }
 
 TEST(Alibi, BiasVariants) {

@@ -4,9 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
@@ -95,6 +100,92 @@ TEST(HfAttention, ScalesWindowsAndTemperature) {
       InputError);
   EXPECT_NO_THROW(
       check_hf_attention_shapes(g3, "cfg", {1, 32, 4, 128}, {1, 16, 4, 128}, nullptr, "bhsd"));
+}
+
+// A config file with `text` in the test's temporary folder, removed afterwards.
+class TempConfig {
+ public:
+  explicit TempConfig(const std::string& text)
+      : path_(::testing::TempDir() + "posenc_hf_" + std::to_string(::getpid()) + ".json") {
+    std::ofstream(path_, std::ios::binary) << text;
+  }
+  ~TempConfig() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The message of the InputError that applying `text` throws ("" if none).
+std::string config_error(const std::string& text, const std::vector<std::string>& keep = {}) {
+  TempConfig c(text);
+  RopeParams p;
+  try {
+    apply_hf_config(c.path(), p, keep);
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(c.path() + ": ", 0), 0u) << what;  // names the file first
+    return what.substr(c.path().size() + 2);
+  }
+  return "";
+}
+
+TEST(HfConfigFile, NestingAndSizeAreBoundedBeforeParsing) {
+  // 60,000 nested objects: a recursive copy of this document overflowed the stack.
+  std::string deep;
+  for (int i = 0; i < 60000; ++i) deep += "{\"a\":";
+  deep += "1" + std::string(60000, '}');
+  EXPECT_EQ(config_error(deep), "nested deeper than 256 levels; not a HF config");
+  EXPECT_EQ(config_error(std::string(300000, '[') + std::string(300000, ']')),
+            "nested deeper than 256 levels; not a HF config");
+  // At the limit it is a config (with an unknown key).
+  EXPECT_EQ(config_error("{\"head_dim\": 8, \"x\": " + std::string(255, '[') +
+                         std::string(255, ']') + "}"),
+            "");
+  const std::string big = "{\"pad\": \"" + std::string((16 << 20) + 1, 'x') + "\"}";
+  EXPECT_EQ(config_error(big), "larger than 16 MiB; a HF config is a few kilobytes");
+}
+
+TEST(HfConfigFile, OutOfRangeValuesNameTheKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"head_dim": 64, "rope_theta": 0})", "'rope_theta' must be a positive number, got 0"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "linear", "factor": 0}})",
+       "'factor' must be a positive number, got 0"},
+      {R"({"head_dim": 64, "partial_rotary_factor": 0})",
+       "'partial_rotary_factor' must be in (0, 1], got 0"},
+      {R"({"head_dim": 64, "partial_rotary_factor": 1.5})",
+       "'partial_rotary_factor' must be in (0, 1], got 1.5"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_fast": -1}})",
+       "'beta_fast' must be a positive number (0 means the default), got -1"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4,
+           "attention_factor": 0}})",
+       "'attention_factor' must be a positive number, got 0"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8,
+           "low_freq_factor": 8, "high_freq_factor": 4}})",
+       "'low_freq_factor' 8 must not exceed 'high_freq_factor' 4"},
+      {R"({"head_dim": 8, "rope_scaling": {"rope_type": "longrope", "short_factor": [1, -1, 1, 1]}})",
+       "'short_factor' must be a list of positive numbers, got -1"},
+      {R"({"head_dim": 8, "rope_scaling": {"rope_type": "longrope", "long_factor": [1, 1]}})",
+       "'long_factor' has 2 values, the rotary dimension 8 needs 4"},
+      {R"({"head_dim": 64, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}})",
+       "'mrope_section' sums to 64 frequency pairs, the rotary dimension 64 has 32"},
+  };
+  for (const auto& [text, message] : cases) EXPECT_EQ(config_error(text), message) << text;
+  // Keys the variant does not read are not checked (HF ignores them too) ...
+  EXPECT_EQ(config_error(R"({"head_dim": 64, "rope_scaling": {"factor": 0, "beta_fast": -1}})"),
+            "");
+  // ... nor are those the caller sets itself.
+  EXPECT_EQ(config_error(R"({"head_dim": 64, "rope_theta": 0, "partial_rotary_factor": 2})",
+                         {"base", "partial"}),
+            "");
+  EXPECT_EQ(config_error(R"({"head_dim": 64, "rope_scaling": {"type": "mrope",
+                             "mrope_section": [16, 24, 24]}})",
+                         {"rotary_dim"}),
+            "");
+  // Qwen2-VL as published: sections 16, 24, 24 of head_dim 128.
+  EXPECT_EQ(config_error(R"({"head_dim": 128, "rope_scaling": {"type": "mrope",
+                             "mrope_section": [16, 24, 24]}})"),
+            "");
 }
 
 }  // namespace

@@ -76,6 +76,39 @@ TEST(HeatScale, LogAndLimits) {
   EXPECT_THROW(heat_scale(p), InputError);
 }
 
+TEST(HeatScale, RangesAsWideAsDoublesGo) {
+  constexpr double kMax = std::numeric_limits<double>::max();
+  // (v - lo) / (hi - lo) overflowed: hi - lo is infinite, and the NaN it made for the
+  // ends indexed the terminal's ramp out of bounds.
+  for (double m : {1e308, kMax}) {
+    HeatScale s = heat_scale(panel({-m, 0, m, m / 2}, 2, 2));
+    EXPECT_EQ(s.map, ColorMap::diverging);
+    EXPECT_EQ(*s.position(-m), 0.0);
+    EXPECT_EQ(*s.position(0), 0.5);
+    EXPECT_EQ(*s.position(m), 1.0);
+    EXPECT_DOUBLE_EQ(*s.position(m / 2), 0.75);
+    EXPECT_EQ(*s.position(-kMax), 0.0);
+    EXPECT_FALSE(s.position(std::nan("")));
+  }
+  HeatmapPanel p = panel({-1, 0, 1, 0.5}, 2, 2);
+  p.vmin = -1e308;
+  p.vmax = 1e308;
+  HeatScale s = heat_scale(p);
+  EXPECT_EQ(*s.position(1), 0.5);
+  EXPECT_DOUBLE_EQ(*s.position(5e307), 0.75);
+  // A constant matrix too large to widen by 0.5 still has a range.
+  s = heat_scale(panel({kMax, kMax}, 1, 2));
+  EXPECT_LT(s.lo, s.hi);
+  EXPECT_EQ(*s.position(kMax), 1.0);
+  s = heat_scale(panel({-kMax, -kMax}, 1, 2));
+  EXPECT_LT(s.lo, s.hi);
+  // Subnormal ends: the halves meet, the difference does not overflow.
+  const double tiny = std::numeric_limits<double>::denorm_min();
+  s = heat_scale(panel({0, tiny}, 1, 2));
+  EXPECT_EQ(*s.position(tiny), 1.0);
+  EXPECT_EQ(*s.position(0), 0.0);
+}
+
 TEST(ImageFormat, FromExtensionOrFlag) {
   EXPECT_EQ(image_format("a/b.PNG"), ImageFormat::png);
   EXPECT_EQ(image_format("x.svg"), ImageFormat::svg);
@@ -116,6 +149,29 @@ TEST(Terminal, ColourChartUsesBrailleAndPalette) {
   EXPECT_NE(out.find("\x1b[38;2;255;127;14m"), std::string::npos);
   EXPECT_NE(out.find(" up"), std::string::npos);
   EXPECT_NE(out.find(" down"), std::string::npos);
+}
+
+TEST(Terminal, HugeRangesDrawAndTitlesAreEscaped) {
+  constexpr double kMax = std::numeric_limits<double>::max();
+  HeatmapPanel h = panel({-kMax, 0, kMax, std::nan("")}, 2, 2);
+  h.title = "t\x1b[2J";
+  h.subtitle = "kind=\x1b]0;x\x07";
+  Figure fig;
+  fig.panels.push_back(h);
+  for (bool color : {false, true}) {
+    const std::string out = render_terminal(fig, TerminalStyle{60, 20, color});
+    EXPECT_NE(out.find("t\\x1b[2J"), std::string::npos) << out;
+    EXPECT_NE(out.find("kind=\\x1b]0;x\\x07"), std::string::npos) << out;
+    EXPECT_EQ(out.find("\x1b[2J"), std::string::npos);
+  }
+  LinePanel l;
+  l.series.push_back({"s\x1b[31m", {0, 1, 2, 3}, {-kMax, kMax, 0, -1e308}});
+  fig.panels = {l};
+  for (bool color : {false, true}) {
+    const std::string out = render_terminal(fig, TerminalStyle{60, 20, color});
+    EXPECT_NE(out.find("s\\x1b[31m"), std::string::npos) << out;
+    EXPECT_EQ(out.find("inf"), std::string::npos) << out;
+  }
 }
 
 TEST(Terminal, NothingToDrawIsAnInputError) {

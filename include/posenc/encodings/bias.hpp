@@ -8,8 +8,12 @@
 
 namespace posenc {
 
+/// The most heads `alibi_slopes` accepts (2^20; models have tens).
+constexpr int kMaxAlibiHeads = 1 << 20;
+
 /// ALiBi slopes for `heads` heads (Press et al., `get_slopes`, including the rule for
-/// non-powers of two); `max_bias` generalises the 8 of the paper as ggml does.
+/// non-powers of two); `max_bias` generalises the 8 of the paper as ggml does. Throws
+/// UsageError unless 0 < heads <= kMaxAlibiHeads and max_bias is positive.
 std::vector<double> alibi_slopes(int heads, double max_bias = 8.0);
 
 enum class AlibiVariant { causal, symmetric, fairseq, bottom_right };

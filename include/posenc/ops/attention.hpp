@@ -52,9 +52,9 @@ enum class AttentionEmit { logits, probs, output, lse };
 /// "logits", "probs", "output", "lse".
 std::string attention_emit_name(AttentionEmit e);
 
-/// Parses a comma list such as "probs,output" (order kept, duplicates removed). An empty
-/// string gives the default: probs,output, or probs alone when `has_v` is false.
-/// Throws UsageError for unknown names, and for output without V.
+/// Parses a comma list such as "probs,output" (order kept). An empty string gives the
+/// default: probs,output, or probs alone when `has_v` is false. Throws UsageError for
+/// unknown names, a name given twice, and output without V.
 std::vector<AttentionEmit> parse_attention_emit(const std::string& list, bool has_v);
 
 /// Alignment of the causal mask when sq != sk: bottom-right (flash-attn; query i sees

@@ -106,7 +106,7 @@ DType rope_default_out_dtype(DType in);
 /// The RoPE kernel variant this process runs: "avx512fp16", "avx512", "avx2" or "base".
 /// It is the widest the CPU supports, or the one the environment variable
 /// POSENC_ROPE_ISA names when the CPU supports that one (tests and benchmarks use it to
-/// run every variant).
+/// run every variant). Throws UsageError when POSENC_ROPE_ISA holds another value.
 const char* rope_kernel_variant();
 
 /// RoPE prepared for one tensor geometry, applied slab by slab (rows along axis 0), so
