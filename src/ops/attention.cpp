@@ -144,6 +144,10 @@ struct Geometry {
   DType lse = DType::f32;
   bool emit_logits = false, emit_probs = false, emit_output = false, emit_lse = false;
   std::vector<AttentionEmit> emit;
+  // Worker threads, each with its own tiles: 0 = every OpenMP thread. A --max-memory
+  // budget counts one worker's tiles and runs more only where it has room for theirs,
+  // so whether a run fits does not depend on the thread count (the bits never do).
+  std::size_t threads = 0;
   bool materialise() const { return emit_logits || emit_probs; }
   Shape logits_shape() const {
     Shape s;
@@ -435,6 +439,12 @@ std::size_t add_sat(std::size_t a, std::size_t b) {
   return r;
 }
 
+// The score tiles and per-row work memory of one worker thread, in bytes.
+std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt) {
+  const Blocks bl = blocks_for(g, opt);
+  return mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + 4) * dtype_size(g.compute);
+}
+
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,
                                               const Shape* vs, DType q_dtype,
                                               const AttentionOptions& opt) {
@@ -459,12 +469,18 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
   if (q_dtype != g.compute) need = add_sat(need, mul_sat(numel(qs), ts));
   need = add_sat(need, mul_sat(numel(ks), ts));  // worst case: K converted
   if (vs) need = add_sat(need, mul_sat(numel(*vs), ts));
-  // Per-thread tiles.
-  Blocks bl = blocks_for(g, opt);
-  std::size_t tile = mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + 4) * ts;
-  need = add_sat(need, mul_sat(tile, static_cast<std::size_t>(omp_get_max_threads())));
+  // One worker's tiles (see Geometry::threads).
+  need = add_sat(need, worker_tiles(g, opt));
   if (names.empty()) names = "attention";
   return {need, names};
+}
+
+// The workers a budget of `budget` bytes runs when `need` bytes include one worker's
+// `tile` bytes: every OpenMP thread when there is no budget or room for all.
+std::size_t workers_within(std::size_t budget, std::size_t need, std::size_t tile) {
+  const auto all = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  if (budget == 0 || need >= budget) return budget == 0 ? 0 : 1;
+  return std::min(all, 1 + (budget - need) / std::max<std::size_t>(tile, 1));
 }
 
 
@@ -1227,8 +1243,9 @@ std::array<std::size_t, 3> item_at(const Geometry& g, const Blocks& bl, std::siz
   return {it / (nq * g.hq), (it / nq) % g.hq, (nq - 1 - it % nq) * bl.q};
 }
 
-std::size_t thread_count(std::size_t items) {
-  const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+std::size_t thread_count(std::size_t items, std::size_t cap = 0) {
+  auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  if (cap > 0) threads = std::min(threads, cap);
   return std::max<std::size_t>(1, std::min(items, threads));
 }
 
@@ -1246,7 +1263,7 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   const std::size_t items = g.b * g.hq * nq;
   if (g.sq > 0) {
     OneBlasThread one_blas;
-    const std::size_t nthreads = thread_count(items);
+    const std::size_t nthreads = thread_count(items, g.threads);
     std::vector<Scratch<T>> scratch(nthreads);
     for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
       auto [b, h, q0] = item_at(g, P.bl, nq, it);
@@ -1263,6 +1280,7 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
 // adds (its raw bytes plus a converted copy when the type or the layout differs).
 struct StreamMemory {
   std::size_t fixed = 0, per_key = 0;
+  std::size_t tile = 0;  // one more worker's tiles
 };
 
 StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorInfo& k,
@@ -1282,10 +1300,10 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
   // Per-row state of every work item: output accumulator, max, sum, key range, and the
   // Shaw terms.
   f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows) * ts + 8 + 16));
-  // Per-thread score tiles.
-  f = add_sat(f, mul_sat(mul_sat(bl.q, bl.k) * ts,
-                         static_cast<std::size_t>(std::max(1, omp_get_max_threads()))));
+  // One worker's score tiles (see Geometry::threads).
+  f = add_sat(f, mul_sat(bl.q, bl.k) * ts);
   m.fixed = f;
+  m.tile = mul_sat(bl.q, bl.k) * ts;
   auto per = [&](const TensorInfo& t, std::size_t width) {
     std::size_t bytes = dtype_size(t.dtype) + (t.dtype != g.compute || !d_last ? ts : 0);
     return mul_sat(mul_sat(mul_sat(g.b, g.hk), width), bytes);
@@ -1516,7 +1534,7 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   const std::size_t items = g.b * g.hq * nq;
   if (g.sq == 0) return res;
   OneBlasThread one_blas;
-  const std::size_t nthreads = thread_count(items);
+  const std::size_t nthreads = thread_count(items, g.threads);
   const MappedInput<T> km = map_kv ? mapped_input<T>(ks, g) : MappedInput<T>{};
   const MappedInput<T> vm = map_kv && vs ? mapped_input<T>(*vs, g) : MappedInput<T>{};
   if (km.base != nullptr && (vs == nullptr || vm.base != nullptr)) {
@@ -1656,6 +1674,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     throw InputError(fmt::format("{} would need {} > max_memory {}", names, bytes_str(need),
                                  bytes_str(opt.max_memory)));
   }
+  g.threads = workers_within(opt.max_memory, need, worker_tiles(g, opt));
   if (!opt.allow_nonfinite) require_finite(q, &k, v, opt);
   AttentionResult res = opt.arith != Arith::exact ? run_framework(q, k, v, g, opt)
                         : g.compute == DType::f64 ? run<double>(q, k, v, g, opt)
@@ -1678,6 +1697,7 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
     // Everything in memory: the inputs count against the budget too.
     auto [need, names] =
         memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
+    const std::size_t work_need = need;
     for (const TensorInfo* t : {&qi, &ki, vi}) {
       if (!t) continue;
       need = add_sat(need, mul_sat(checked_numel(t->shape, 1, "attention"), dtype_size(t->dtype)));
@@ -1691,9 +1711,10 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
     Tensor qt = read_all_rows(q), kt = read_all_rows(k);
     std::optional<Tensor> vt;
     if (v) vt = read_all_rows(*v);
-    AttentionOptions unlimited = opt;
-    unlimited.max_memory = 0;  // checked above, with the inputs
-    return attention(qt, kt, vt ? &*vt : nullptr, unlimited);
+    // Checked above, with the inputs; what is left of the budget bounds the workers.
+    AttentionOptions rest = opt;
+    if (opt.max_memory) rest.max_memory = opt.max_memory - (need - work_need);
+    return attention(qt, kt, vt ? &*vt : nullptr, rest);
   }
   // Streamed: as many whole key blocks per chunk as the budget allows.
   // An output that goes to the sink as it is computed takes no memory.
@@ -1716,7 +1737,16 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
           bytes_str(opt.max_memory), kB, bytes_str(one), shape_str(qi.shape),
           shape_str(ki.shape), vi ? ", V " + shape_str(vi->shape) : std::string()));
     }
-    const std::size_t keys = (opt.max_memory - m.fixed) / std::max<std::size_t>(m.per_key, 1);
+    // As many workers as have room for their tiles beside one key block, then the
+    // chunk from what is left.
+    std::size_t workers = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+    auto fixed = [&](std::size_t w) { return add_sat(m.fixed, mul_sat(w - 1, m.tile)); };
+    while (workers > 1 && add_sat(fixed(workers), mul_sat(m.per_key, kB)) > opt.max_memory) {
+      --workers;
+    }
+    g.threads = workers;
+    const std::size_t keys =
+        (opt.max_memory - fixed(workers)) / std::max<std::size_t>(m.per_key, 1);
     chunk = std::min(chunk, std::max(kB, keys / kB * kB));
   }
   // K and V are used in place of a mapped file only when all of them fit the budget:
@@ -1727,7 +1757,9 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   if (vi) {
     kv_bytes = add_sat(kv_bytes, mul_sat(checked_numel(vi->shape, 1, "v"), dtype_size(vi->dtype)));
   }
-  const bool map_kv = opt.max_memory == 0 || add_sat(m.fixed, kv_bytes) <= opt.max_memory;
+  const std::size_t tiles = mul_sat(g.threads > 0 ? g.threads - 1 : 0, m.tile);
+  const bool map_kv =
+      opt.max_memory == 0 || add_sat(add_sat(m.fixed, tiles), kv_bytes) <= opt.max_memory;
   AttentionResult res = g.compute == DType::f64
                             ? run_streamed<double>(q, k, v, g, opt, chunk, map_kv, out_sink)
                             : run_streamed<float>(q, k, v, g, opt, chunk, map_kv, out_sink);

@@ -9,7 +9,7 @@ import unittest
 import h5py
 import numpy as np
 
-from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run_measured
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run, run_measured
 
 MIB = 1 << 20
 
@@ -207,8 +207,8 @@ class AttentionStreamTest(PosencTestCase):
     def test_output_written_by_rows_takes_no_budget(self):
         # An output written by the items as they end is not held in memory, so it does
         # not count against --max-memory: 21 MiB suffice for the NPY output here (one
-        # key block needs 17.2 MiB), not for the same run kept in memory for HDF5
-        # (25.2 MiB: 8 MiB more, the output).
+        # key block needs 16.2 MiB with one worker's tiles), not for the same run kept in
+        # memory for HDF5 (24.2 MiB: 8 MiB more, the output).
         rng = np.random.default_rng(3)
         q = self.npy("q.npy", rng.standard_normal((1, 4, 2048, 64), dtype=np.float32))
         k = self.npy("k.npy", rng.standard_normal((1, 4, 2048, 64), dtype=np.float32))
@@ -219,7 +219,7 @@ class AttentionStreamTest(PosencTestCase):
         with open(self.path("small.npy"), "rb") as a, open(self.path("whole.npy"), "rb") as b:
             self.assertEqual(a.read(), b.read())
         self.assert_fails(3, *args, "--max-memory", "21M", "-o", self.path("o.h5") + ":/o",
-                          match=r"one block of 1024 keys needs 25\.2 MiB")
+                          match=r"one block of 1024 keys needs 24\.2 MiB")
         self.assertFalse(os.path.exists(self.path("o.h5")))
 
     def test_signal_while_items_write_leaves_no_temp(self):
@@ -240,6 +240,25 @@ class AttentionStreamTest(PosencTestCase):
                 self.assert_no_new_files(before)
                 with open(out, "rb") as f:
                     self.assertEqual(f.read(), b"old")
+
+    def test_budget_means_the_same_for_any_thread_count(self):
+        # Budgets around the smallest that fits, streamed (output) and in memory (probs):
+        # whether a run fits is the same at 1, 3 and 8 threads, and the bytes are too.
+        q, k, v = self.inputs(hq=8, hk=2, sq=256, sk=4096)
+        for emit, budgets in (("output", ("1200K", "1500K", "2M", "3M")),
+                              ("probs", ("40M", "45M", "50M", "64M"))):
+            for budget in budgets:
+                runs = []
+                for threads in ("1", "3", "8"):
+                    out = self.path(f"b{threads}.npy")
+                    p = run("attention", "-q", q, "-k", k, "-v", v, "--emit", emit,
+                            "--max-memory", budget, "-j", threads, "-o", out)
+                    runs.append((p.returncode, open(out, "rb").read() if p.returncode == 0
+                                 else p.stderr.split(":")[0]))
+                with self.subTest(emit=emit, budget=budget):
+                    self.assertIn(runs[0][0], (0, 3))
+                    self.assertEqual(runs[1], runs[0])
+                    self.assertEqual(runs[2], runs[0])
 
     def test_budget_below_one_block_is_refused_before_reading(self):
         q, k, v = self.inputs()
