@@ -42,6 +42,29 @@ bool all_digits(std::string_view s) {
   return true;
 }
 
+// The one grammar of real numbers, beside parse_integer's for integers: an optional
+// sign, decimal digits with an optional fraction, an optional decimal exponent. No
+// spaces, hex floats, inf or nan, which strtod alone would take.
+bool is_decimal_number(std::string_view s) {
+  std::size_t i = 0;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  std::size_t digits = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i, ++digits;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i, ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    std::size_t exp_digits = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i, ++exp_digits;
+    if (exp_digits == 0) return false;
+  }
+  return i == s.size();
+}
+
 }  // namespace
 
 std::optional<long long> parse_integer(std::string_view s) {
@@ -91,15 +114,11 @@ std::string integer_text_error(std::string& text, bool is_signed) {
 }
 
 std::string number_text_error(const std::string& text) {
-  const std::string t = trim(text);
-  if (t.empty()) return "empty value";
-  const char* s = t.c_str();
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(s, &end);
-  if (end == s || *end != '\0') return fmt::format("'{}' is not a number", text);
-  if (std::isnan(v)) return fmt::format("'{}' is not a number", text);
-  if (std::isinf(v)) return fmt::format("{} is out of range", text);
+  if (text.empty()) return "empty value";
+  if (!is_decimal_number(text)) return fmt::format("'{}' is not a decimal number", text);
+  if (std::isinf(std::strtod(text.c_str(), nullptr))) {
+    return fmt::format("{} is out of range", text);
+  }
   return "";
 }
 
@@ -147,10 +166,8 @@ std::optional<std::vector<double>> parse_number_list(const std::string& text,
   std::vector<double> v;
   for (const std::string& item : split(text, ',')) {
     const std::string t = trim(item);
-    const char* s = t.c_str();
-    char* end = nullptr;
-    const double x = std::strtod(s, &end);
-    if (t.empty() || end == s || *end != '\0') return std::nullopt;
+    if (!is_decimal_number(t)) return std::nullopt;
+    const double x = std::strtod(t.c_str(), nullptr);
     if (!std::isfinite(x)) {
       throw UsageError(fmt::format("{}: '{}' is not a finite number", option, t));
     }

@@ -381,6 +381,27 @@ class ParsingEdges(PosencTestCase):
             with self.subTest(isa=isa):
                 self.run_ok("rope", q, "-o", self.path("r.npy"), env={"POSENC_ROPE_ISA": isa})
 
+    def test_one_number_grammar(self):
+        # Reals and integers take the same decimal forms: no spaces around a single
+        # value, no hex, no inf or nan; the sinusoidal table of --base 500 (numpy's
+        # formula) shows the accepted forms are read as the number they spell.
+        table = ["table", "sinusoidal", "--positions", "3", "--dim", "4", "--to", "npy",
+                 "-o", self.path("t.npy")]
+        for bad in (" 5", "5 ", "0x1p3", "0x10", "1e", "inf", "nan", "1_000", ""):
+            with self.subTest(real=bad):
+                self.assert_fails(2, *table, "--base", bad, match=r"--base")
+            with self.subTest(integer=bad):
+                self.assert_fails(2, *table[:2], "--positions", bad, "--dim", "4",
+                                  "-o", self.path("t.npy"), match=r"--positions")
+        pos = np.arange(3.0)[:, None] * 500.0 ** (-np.arange(0, 4, 2) / 4.0)
+        for good in ("500", "+500", "500.", "5e2", "5.0E+2", "0500"):
+            with self.subTest(real=good):
+                self.run_ok(*table, "--base", good)
+                got = np.load(self.path("t.npy"))
+                np.testing.assert_allclose(got[:, 0::2], np.sin(pos), rtol=0, atol=2e-7)
+                np.testing.assert_allclose(got[:, 1::2], np.cos(pos), rtol=0, atol=2e-7)
+        self.assertEqual(os.listdir(self.tmp), ["t.npy"])
+
 
 if __name__ == "__main__":
     unittest.main()
