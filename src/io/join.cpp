@@ -13,6 +13,7 @@
 #include <optional>
 #include <variant>
 
+#include "io/join_records.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/hdf5.hpp"
 #include "posenc/io/part.hpp"
@@ -25,6 +26,7 @@ constexpr std::size_t kCopyBytes = std::size_t{16} << 20;
 
 struct PartIn {
   const TensorRef* ref = nullptr;
+  std::size_t given = 0;  // its place in the request
   TensorInfo info;  // read once; the source is reopened to copy, one part at a time
   // From the part attributes, when present.
   bool recorded = false;
@@ -452,6 +454,29 @@ void write_copy(const JoinRequest& r, const std::vector<PartIn>& parts, const Te
 }
 
 }  // namespace
+
+namespace join_detail {
+
+RecordedWhole check_recorded_parts(const std::vector<RecordedPart>& given) {
+  if (given.empty()) throw InputError("parts: none given");
+  std::vector<TensorRef> refs(given.size());
+  std::vector<PartIn> parts(given.size());
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    refs[i].text = given[i].name;
+    parts[i].ref = &refs[i];
+    parts[i].given = i;
+    parts[i].info = given[i].info;
+    read_record(parts[i]);
+  }
+  check_recorded(parts);
+  RecordedWhole w;
+  w.shape = parts.front().total;
+  w.axis = parts.front().axis;
+  for (const auto& p : parts) w.order.push_back(p.given);
+  return w;
+}
+
+}  // namespace join_detail
 
 JoinResult join_parts(const JoinRequest& r) {
   if (r.parts.empty()) throw UsageError("parts: give at least one part");

@@ -15,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=${3:-$(mktemp -d "${TMPDIR:-/tmp}/posenc-fuzz-XXXXXX")}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-harnesses=(npy text hdf5 ref options plot)
+harnesses=(npy text hdf5 ref options plot join)
 
 run_one() {
   local h=$1 dir=$work/$1
