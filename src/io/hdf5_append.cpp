@@ -51,17 +51,7 @@ namespace {
 constexpr std::size_t kChildHeadroom = hdf5_detail::kSandboxHeadroom;
 constexpr int kDefaultTimeout = 10;
 
-int timeout_seconds() {
-  const char* env = std::getenv("POSENC_HDF5_TIMEOUT");
-  if (env == nullptr || *env == '\0') return kDefaultTimeout;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  if (*end != '\0' || v < 1 || v > 86400) {
-    throw UsageError(fmt::format(
-        "POSENC_HDF5_TIMEOUT: expected a number of seconds from 1 to 86400, got '{}'", env));
-  }
-  return static_cast<int>(v);
-}
+int timeout_seconds() { return hdf5_detail::env_seconds("POSENC_HDF5_TIMEOUT", kDefaultTimeout, 1); }
 
 std::int64_t now_ms() {
   timespec ts;
@@ -298,18 +288,8 @@ void check_name(const std::string& target, const std::string& display, const std
 
 namespace {
 
-// Seconds to wait for another writer's lock: POSENC_LOCK_TIMEOUT, default 60.
-int lock_timeout_seconds() {
-  const char* env = std::getenv("POSENC_LOCK_TIMEOUT");
-  if (env == nullptr || *env == '\0') return 60;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  if (*end != '\0' || v < 0 || v > 86400) {
-    throw UsageError(fmt::format(
-        "POSENC_LOCK_TIMEOUT: expected a number of seconds from 0 to 86400, got '{}'", env));
-  }
-  return static_cast<int>(v);
-}
+// Seconds to wait for another writer's lock.
+int lock_timeout_seconds() { return hdf5_detail::env_seconds("POSENC_LOCK_TIMEOUT", 60, 0); }
 
 // An exclusive flock on the file now at `target` (a file renamed over it while waiting
 // is locked anew); -1 when there is no file there any more.

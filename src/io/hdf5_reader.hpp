@@ -17,6 +17,10 @@ namespace posenc::hdf5_detail {
 /// "/a/b" from "a/b", "/a//b/", ...; "" stays "".
 std::string normalize_name(const std::string& name);
 
+/// Seconds from the environment variable `name` (decimal, `lo` to 86400), or `fallback`
+/// when it is unset or empty. UsageError naming the variable otherwise.
+int env_seconds(const char* name, int fallback, int lo);
+
 /// Why libhdf5 cannot be used in this process, or "" if it can. The posenc executable
 /// loads libhdf5 on first use (src/shim/hdf5.cpp) and this loads it; the library as
 /// installed links libhdf5, and this is always "".

@@ -41,6 +41,7 @@
 #include "io/slab.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/hdf5.hpp"
+#include "posenc/printable.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define POSENC_ASAN 1
@@ -409,17 +410,7 @@ std::string answer_error(Reply kind, const std::string& message) {
 
 // --- the parent -----------------------------------------------------------------
 
-int timeout_seconds() {
-  const char* env = std::getenv("POSENC_HDF5_TIMEOUT");
-  if (env == nullptr || *env == '\0') return kDefaultTimeout;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  if (*end != '\0' || v < 1 || v > 86400) {
-    throw UsageError(fmt::format(
-        "POSENC_HDF5_TIMEOUT: expected a number of seconds from 1 to 86400, got '{}'", env));
-  }
-  return static_cast<int>(v);
-}
+int timeout_seconds() { return hdf5_detail::env_seconds("POSENC_HDF5_TIMEOUT", kDefaultTimeout, 1); }
 
 /// A forked child holding libhdf5, and the shared slots it reads into.
 class Child {
@@ -656,6 +647,19 @@ class SandboxSource final : public FlatSource {
 }  // namespace
 
 namespace hdf5_detail {
+
+int env_seconds(const char* name, int fallback, int lo) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || errno != 0 || !(env[0] >= '0' && env[0] <= '9') || v < lo || v > 86400) {
+    throw UsageError(fmt::format("{}: expected a number of seconds from {} to 86400, got '{}'",
+                                 name, lo, printable(env)));
+  }
+  return static_cast<int>(v);
+}
 
 void enter_sandbox_child(pid_t parent, bool may_write) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);

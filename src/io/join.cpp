@@ -13,6 +13,7 @@
 #include <optional>
 #include <variant>
 
+#include "io/hdf5_reader.hpp"
 #include "io/join_records.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/hdf5.hpp"
@@ -40,19 +41,6 @@ struct PartIn {
   ino_t ino = 0;
   std::string dataset;  // HDF5: normalized ("/g/d"), resolved when the reference names none
 };
-
-// "/a/b" from "a/b", "/a//b/", ... (as the HDF5 writer names datasets).
-std::string normalized(const std::string& name) {
-  std::string out;
-  for (std::size_t i = 0; i < name.size();) {
-    while (i < name.size() && name[i] == '/') ++i;
-    std::size_t j = name.find('/', i);
-    if (j == std::string::npos) j = name.size();
-    if (j > i) out += "/" + name.substr(i, j - i);
-    i = j;
-  }
-  return out;
-}
 
 bool same_file(const PartIn& p, const struct stat& st) {
   return p.stat_ok && p.dev == st.st_dev && p.ino == st.st_ino;
@@ -314,10 +302,10 @@ void open_part(PartIn& p) {
     p.ino = st.st_ino;
   }
   if (p.ref->format == Format::hdf5) {
-    p.dataset = normalized(p.ref->dataset);
+    p.dataset = hdf5_detail::normalize_name(p.ref->dataset);
     if (p.dataset.empty()) {
       const auto names = list_hdf5_datasets(p.ref->path);
-      if (names.size() == 1) p.dataset = normalized(names.front());
+      if (names.size() == 1) p.dataset = hdf5_detail::normalize_name(names.front());
     }
   }
 }
@@ -353,7 +341,7 @@ bool output_in_part(const JoinRequest& r, const std::vector<PartIn>& parts) {
       throw UsageError(
           fmt::format("-o: {} is also a part (write the whole to another file)", r.output.text));
     }
-    if (normalized(r.output.dataset) == p.dataset) {
+    if (hdf5_detail::normalize_name(r.output.dataset) == p.dataset) {
       throw UsageError(
           fmt::format("-o: {} is the part {} itself (name another dataset or file for the whole)",
                       r.output.text, p.ref->text));

@@ -21,26 +21,14 @@ namespace {
 
 using posenc::fuzz::expect;
 
-struct Bytes {
-  const std::uint8_t* p;
-  std::size_t n;
-  std::uint8_t byte() { return n ? (--n, *p++) : 0; }
-  std::uint64_t u64() {
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v = v << 8 | byte();
-    return v;
-  }
-};
+using posenc::fuzz::Bytes;
 
 // A count that is usually small (and so often consistent), sometimes anything.
 double count(Bytes& b) {
   const std::uint8_t k = b.byte();
   if (k < 200) return k % 5;
   if (k < 230) return static_cast<double>(static_cast<std::int64_t>(b.u64()));
-  double d;
-  const std::uint64_t u = b.u64();
-  std::memcpy(&d, &u, sizeof d);
-  return d;
+  return b.real();
 }
 
 posenc::AttrValue value(Bytes& b) {

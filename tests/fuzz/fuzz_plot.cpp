@@ -21,24 +21,7 @@ namespace {
 
 using posenc::fuzz::expect;
 
-struct Bytes {
-  const std::uint8_t* p;
-  std::size_t n;
-  std::uint8_t byte() { return n ? (--n, *p++) : 0; }
-  double real() {
-    double v = 0;
-    if (n >= sizeof v) {
-      std::memcpy(&v, p, sizeof v);
-      p += sizeof v, n -= sizeof v;
-    }
-    return v;
-  }
-  std::string text() {
-    std::string s;
-    for (std::size_t len = byte() % 24; len > 0 && n > 0; --len) s += static_cast<char>(byte());
-    return s;
-  }
-};
+using posenc::fuzz::Bytes;
 
 // A value to draw: often ordinary, sometimes extreme.
 double value(Bytes& b) {
@@ -52,10 +35,18 @@ double value(Bytes& b) {
   }
 }
 
+std::string text(Bytes& b) {
+  std::string s;
+  for (std::size_t len = b.byte() % 24; len > 0 && b.n > 0; --len) {
+    s += static_cast<char>(b.byte());
+  }
+  return s;
+}
+
 posenc::HeatmapPanel heatmap(Bytes& b) {
   posenc::HeatmapPanel p;
-  p.title = b.text();
-  p.subtitle = b.text();
+  p.title = text(b);
+  p.subtitle = text(b);
   p.rows = 1 + b.byte() % 24;
   p.cols = 1 + b.byte() % 24;
   for (std::size_t i = 0; i < p.rows * p.cols; ++i) p.z.push_back(value(b));
@@ -71,10 +62,10 @@ posenc::HeatmapPanel heatmap(Bytes& b) {
 
 posenc::LinePanel chart(Bytes& b) {
   posenc::LinePanel p;
-  p.title = b.text();
+  p.title = text(b);
   for (int s = 1 + b.byte() % 3; s > 0; --s) {
     posenc::PlotSeries ser;
-    ser.label = b.text();
+    ser.label = text(b);
     for (std::size_t i = 0, len = b.byte() % 40; i < len; ++i) {
       ser.x.push_back(b.byte() & 1 ? value(b) : static_cast<double>(i));
       ser.y.push_back(value(b));
@@ -85,7 +76,7 @@ posenc::LinePanel chart(Bytes& b) {
   const std::uint8_t opt = b.byte();
   if (opt & 1) p.ymin = value(b);
   if (opt & 2) p.ymax = value(b);
-  if (opt & 4) p.hlines.push_back({value(b), b.text()});
+  if (opt & 4) p.hlines.push_back({value(b), text(b)});
   p.log_y = opt & 8;
   return p;
 }

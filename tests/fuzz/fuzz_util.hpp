@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace posenc::fuzz {
@@ -21,6 +22,25 @@ namespace posenc::fuzz {
 inline void expect(bool ok, const std::string& why) {
   if (!ok) finding(why);
 }
+
+/// Reads a fuzz input front to back (x86-64: little-endian); past its end every read
+/// gives zeros.
+struct Bytes {
+  const std::uint8_t* p;
+  std::size_t n;
+  std::uint8_t byte() { return n ? (--n, *p++) : 0; }
+  std::uint64_t u64() {  // little-endian, as numpy's '<u8' writes it
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= std::uint64_t{byte()} << (8 * i);
+    return v;
+  }
+  double real() {  // the bytes of a little-endian double ('<f8')
+    const std::uint64_t u = u64();
+    double v;
+    std::memcpy(&v, &u, sizeof v);
+    return v;
+  }
+};
 
 /// A file of this process holding `bytes` (rewritten on each call), for parsers that
 /// take a path. Removed when the process exits.
