@@ -198,6 +198,13 @@ class Config {
   std::optional<std::int64_t> positive(const char* key, double max = 9.0e15) const {
     return positive_number(find(key), key, max);
   }
+  /// A whole number >= 0 (a layer index or count).
+  std::optional<std::int64_t> count(const char* key) const {
+    auto x = num(key);
+    if (!x) return std::nullopt;
+    if (*x != std::floor(*x) || *x < 0 || *x > 9.0e15) throw bad(key, "a whole number >= 0");
+    return static_cast<std::int64_t>(*x);
+  }
   std::optional<int> dim(const char* key) const {
     auto v = positive(key, static_cast<double>(INT_MAX));
     return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
@@ -283,7 +290,8 @@ std::vector<std::string> derived_layer_types(const Config& c, std::optional<std:
     if (!c.truthy("use_sliding_window") || !c.has("sliding_window")) {
       return std::vector<std::string>(static_cast<std::size_t>(n.value_or(1)), kFull);
     }
-    const std::int64_t from = c.positive("max_window_layers").value_or(28);
+    // max_window_layers 0 is valid: every layer slides (HF's i >= max_window_layers).
+    const std::int64_t from = c.count("max_window_layers").value_or(28);
     if (!n) return {kSliding, kFull};
     std::vector<std::string> v;
     for (std::int64_t i = 0; i < *n; ++i) v.push_back(i >= from ? kSliding : kFull);
@@ -301,6 +309,14 @@ std::vector<std::string> layer_types_of(const Config& c) {
     for (const auto& x : *lt) {
       if (!x.is_string()) throw c.bad("layer_types", "a list of strings");
       v.push_back(x.get<std::string>());
+    }
+    // HF's layer_type_validation refuses a list of another length.
+    const auto n = c.positive("num_hidden_layers", 1.0e7);
+    if (n && static_cast<std::int64_t>(v.size()) != *n) {
+      throw InputError(fmt::format(
+          "{}: layer_types has {} entries but num_hidden_layers is {} (transformers refuses "
+          "this config)",
+          c.path(), v.size(), *n));
     }
     return v;
   }

@@ -243,6 +243,30 @@ class ConfigValues(PosencTestCase):
                 self.assertNotIn("--", p.stderr)
         self.assertFalse(os.path.exists(self.path("t.npy")))
 
+    def test_layer_types_and_max_window_layers_as_hf(self):
+        # HF's layer_type_validation: a layer_types list of another length than
+        # num_hidden_layers is refused.
+        path = write(self.path("lt.json"), json.dumps(
+            {"model_type": "gemma3_text", "head_dim": 8, "num_hidden_layers": 3,
+             "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]}))
+        self.assert_fails(3, "table", "rope", "--positions", 4, "--hf-config", path, "-o",
+                          self.path("t.npy"),
+                          match=r"lt\.json: layer_types has 2 entries but num_hidden_layers is 3")
+        # Qwen2's max_window_layers 0: every layer slides (layer i slides when
+        # i >= max_window_layers), so the sliding layers are there to be chosen, with
+        # the table of the config's rope_theta (numpy's cos).
+        path = write(self.path("mw.json"), json.dumps(
+            {"model_type": "qwen2", "num_attention_heads": 2, "hidden_size": 16,
+             "num_hidden_layers": 3, "use_sliding_window": True, "sliding_window": 4,
+             "max_window_layers": 0, "rope_theta": 100.0}))
+        self.run_ok("table", "rope", "--positions", 4, "--hf-config", path, "--layer-type",
+                    "sliding_attention", "--emit", "cos", "--dtype", "f64", "-o",
+                    self.path("t.npy"))
+        inv = 100.0 ** (-np.arange(0, 8, 2) / 8.0)
+        ang = np.arange(4.0)[:, None] * inv
+        np.testing.assert_allclose(np.load(self.path("t.npy")),
+                                   np.cos(np.concatenate([ang, ang], 1)), rtol=1e-15, atol=0)
+
     def test_rope_command_too(self):
         np.save(self.path("q.npy"), np.ones((1, 2, 4, 64), np.float32))
         path = write(self.path("config.json"), json.dumps({"head_dim": 64, "rope_theta": 0}))
