@@ -218,7 +218,7 @@ static void sync_folder(const std::string& dir, const std::string& target) {
 // signal handlers remove them otherwise): a live one is flock'ed by its owner from
 // creation on, so one that can be locked and is older than a few seconds (an owner
 // locks it right after creating it) is removed.
-void remove_stale_temporaries(const std::string& dir, const std::string& base) {
+static void remove_stale_temporaries(const std::string& dir, const std::string& base) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return;
   const std::string prefix = "." + base + ".posenc-";
