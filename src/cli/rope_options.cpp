@@ -161,6 +161,9 @@ void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
   if (want("--mscale-all-dim", o.mscale_all_dim != 0)) p.mscale_all_dim = o.mscale_all_dim;
   if (want("--attention-factor", o.attention_factor != 0)) {
     p.attention_factor = o.attention_factor;
+    // Given on the command line, it also wins over a PhiMoE config's mscales.
+    p.short_mscale.reset();
+    p.long_mscale.reset();
   }
   if (want("--low-freq-factor", o.low_freq_factor != 0)) p.low_freq_factor = o.low_freq_factor;
   if (want("--high-freq-factor", o.high_freq_factor != 0)) {

@@ -67,6 +67,7 @@ json class_defaults(const std::string& model_type) {
             {"no_rope_layer_interval", 4}};
   }
   if (model_type == "deepseek_v3" || model_type == "kimi_k2") return {{"rope_interleave", true}};
+  if (model_type == "phimoe") return {{"rope_theta", 1000000.0}};  // PhimoeConfig.default_theta
   if (model_type == "cohere2") return {{"sliding_window_pattern", 4}};
   return json::object();
 }
@@ -414,6 +415,22 @@ void apply_scaling_keys(const Config& c, const json& rp, RopeParams& p,
   list("long_factor", p.long_factor);
 }
 
+// The RoPE keys only one model family reads, with its config class's checks.
+void apply_family_keys(const Config& c, const json& rp, const std::string& type, RopeParams& p,
+                       const std::vector<std::string>& keep) {
+  const std::string& mt = c.model_type();
+  if (mt == "phimoe" && type != "default") {
+    // PhimoeConfig.validate_rope requires both numbers; PhimoeRotaryEmbedding.forward
+    // multiplies cos and sin by one of them instead of the attention factor.
+    for (const char* key : {"short_mscale", "long_mscale"}) {
+      auto v = c.num(rp, key);
+      if (!v) throw c.bad(key, "a number (PhiMoE rope scaling needs short_mscale and long_mscale)");
+      if (kept(keep, key)) continue;
+      (key[0] == 's' ? p.short_mscale : p.long_mscale) = *v;
+    }
+  }
+}
+
 std::string rope_type_of(const Config& c, const json& rp) {
   std::string type = "default";
   for (const char* key : {"rope_type", "type"}) {
@@ -485,6 +502,7 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
   if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
   if (!kept(keep, "mrope_section")) apply_mrope(c, rp, p);
   apply_scaling_keys(c, rp, p, keep);
+  apply_family_keys(c, rp, type, p, keep);
 }
 
 namespace {

@@ -330,7 +330,16 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
                           use_long ? ">" : "<=", l0));
       }
       double att = 1.0;
-      if (p.attention_factor) {
+      const std::optional<double>& mscale = use_long ? p.long_mscale : p.short_mscale;
+      if (mscale) {
+        // PhimoeRotaryEmbedding.forward: the set's mscale replaces attention_scaling.
+        if (!(*mscale > 0.0) || !std::isfinite(*mscale)) {
+          usage(fmt::format("{}_mscale: must be a positive number, got {}",
+                            use_long ? "long" : "short", *mscale));
+        }
+        att = *mscale;
+        a.push_back({use_long ? "long_mscale" : "short_mscale", att});
+      } else if (p.attention_factor) {
         att = *p.attention_factor;
       } else {
         const double s = factor_or_ratio(

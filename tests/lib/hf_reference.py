@@ -5,6 +5,7 @@ of posenc:
   RotaryEmbeddingConfigMixin.standardize_rope_params (modeling_rope_utils.py);
 - the rope init functions of modeling_rope_utils.py (default, linear, dynamic, yarn,
   longrope, llama3, proportional) and dynamic_rope_update's stateful updates;
+- model-specific rotary embeddings: PhimoeRotaryEmbedding (short_mscale / long_mscale);
 - the applies: rotate_half apply_rotary_pos_emb, DeepSeek-V3
   apply_rotary_pos_emb_interleave, Llama-4 / DeepSeek-V2 complex apply_rotary_emb,
   Qwen2-VL apply_multimodal_rotary_pos_emb, Qwen3-VL apply_interleaved_mrope, Qwen2-VL
@@ -37,6 +38,7 @@ CLASS_DEFAULTS = {
                     "attn_temperature_tuning": True, "floor_scale": 8192, "attn_scale": 0.1,
                     "no_rope_layer_interval": 4},
     "deepseek_v3": {"rope_interleave": True},
+    "phimoe": {"rope_theta": 1_000_000.0},  # PhimoeConfig.default_theta
 }
 
 
@@ -200,6 +202,23 @@ def rope_init(t, layer_type="full_attention", seq_len=None):
         ext = torch.tensor(ext, dtype=torch.float64)
         return 1.0 / (ext * _pow(base, torch.arange(0, dim, 2, dtype=torch.float64) / dim)), att
     raise ValueError(typ)
+
+
+def phimoe_cos_sin(t, positions):
+    """PhimoeRotaryEmbedding.forward (modular_phimoe.py): seq_len = max(position_ids) + 1;
+    for a rope_type other than "default", mscale = long_mscale if seq_len >
+    original_max_position_embeddings else short_mscale, and cos, sin are multiplied by
+    it instead of the init function's attention_scaling; inv_freq is recomputed from
+    the init function at that seq_len on every call."""
+    positions = torch.as_tensor(positions)
+    seq_len = int(positions.max()) + 1
+    d = rope_parameters(t)
+    inv, att = rope_init(t, seq_len=seq_len)
+    mscale = None
+    if d["rope_type"] != "default":
+        mscale = d["long_mscale"] if seq_len > d["original_max_position_embeddings"] \
+            else d["short_mscale"]
+    return cos_sin(inv, positions, att if mscale is None else mscale)
 
 
 class StatefulRotary:

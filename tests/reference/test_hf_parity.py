@@ -309,5 +309,51 @@ class StatefulFrequencies(Case):
                                        err_msg=f"{start}+{n}", **F64)
 
 
+class Families(Case):
+    """Model families whose config alone decides something only their modeling code
+    does, each against its model's code as hf_reference.py transcribes it."""
+
+    def cos_sin(self, cfg, pos, *extra):
+        ids = self.npy("ids.npy", np.array(pos, dtype=np.int64))
+        out = self.path("t.npy")
+        self.run_ok("table", "rope", "--hf-config", cfg, "--position-ids", ids, "--emit",
+                    "cos-sin", "--dtype", "f64", *extra, "-o", out)
+        return np.load(out)
+
+    def test_phimoe_short_and_long_mscale(self):
+        # Phi-3.5-MoE's layout: top-level and inner L0 4096, no rope_theta (PhimoeConfig's
+        # default 1e6); mscales that differ from each other and from longrope's
+        # sqrt(1 + ln 32 / ln 4096) so that each choice shows.
+        scaling = {"type": "longrope", "original_max_position_embeddings": 4096,
+                   "short_factor": [1.0 + 0.01 * i for i in range(32)],
+                   "long_factor": [1.5 + 0.2 * i for i in range(32)],
+                   "short_mscale": 1.243163121016122, "long_mscale": 1.31}
+        cfg = self.config(dict(BASE, model_type="phimoe", max_position_embeddings=131072,
+                               original_max_position_embeddings=4096, rope_scaling=scaling))
+        t = hf.load_text_config(cfg)
+        for pos in ([0, 5, 4095], [3, 4096], [0, 70000]):
+            cos, sin = hf.phimoe_cos_sin(t, pos)
+            np.testing.assert_allclose(self.cos_sin(cfg, pos), np.stack([cos, sin]),
+                                       err_msg=str(pos), **F64)
+        # Applied to a tensor: the same factor on the rotation.
+        x = self.rng.standard_normal((1, 2, 3, 64))
+        cos, sin = hf.phimoe_cos_sin(t, [4100, 4101, 4102])
+        ref = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin)
+        np.testing.assert_allclose(self.rope(x, "--hf-config", cfg, "--start", 4100),
+                                   ref.numpy(), **F64)
+        # An explicit --attention-factor still wins.
+        got = self.cos_sin(cfg, [0, 7], "--attention-factor", 2.0)
+        inv, _ = hf.rope_init(t, seq_len=8)
+        np.testing.assert_allclose(got, np.stack(hf.cos_sin(inv, torch.tensor([0, 7]), 2.0)),
+                                   **F64)
+        # PhimoeConfig.validate_rope: both mscales must be numbers.
+        for bad in ({"long_mscale": None}, {"short_mscale": "1.2"}):
+            cfg = self.config(dict(BASE, model_type="phimoe", max_position_embeddings=131072,
+                                   rope_scaling=dict(scaling, **bad)))
+            key = next(iter(bad))
+            self.assert_fails(3, "table", "rope", "--hf-config", cfg, "--emit", "inv-freq",
+                              "-o", self.path("x.npy"), match=f"config.json: '{key}'")
+
+
 if __name__ == "__main__":
     unittest.main()
