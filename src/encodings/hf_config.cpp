@@ -429,6 +429,12 @@ void apply_family_keys(const Config& c, const json& rp, const std::string& type,
       (key[0] == 's' ? p.short_mscale : p.long_mscale) = *v;
     }
   }
+  if ((mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe") && type == "dynamic" &&
+      !kept(keep, "alpha")) {
+    // HunYuanDenseV1RotaryEmbedding: `rope_parameters.get("alpha")` truthy selects the
+    // NTK-alpha base.
+    if (auto a = c.num(rp, "alpha"); a && *a != 0.0) p.alpha = *a;
+  }
 }
 
 std::string rope_type_of(const Config& c, const json& rp) {

@@ -5,7 +5,8 @@ of posenc:
   RotaryEmbeddingConfigMixin.standardize_rope_params (modeling_rope_utils.py);
 - the rope init functions of modeling_rope_utils.py (default, linear, dynamic, yarn,
   longrope, llama3, proportional) and dynamic_rope_update's stateful updates;
-- model-specific rotary embeddings: PhimoeRotaryEmbedding (short_mscale / long_mscale);
+- model-specific rotary embeddings: PhimoeRotaryEmbedding (short_mscale / long_mscale),
+  HunYuanDenseV1RotaryEmbedding (dynamic NTK-alpha);
 - the applies: rotate_half apply_rotary_pos_emb, DeepSeek-V3
   apply_rotary_pos_emb_interleave, Llama-4 / DeepSeek-V2 complex apply_rotary_emb,
   Qwen2-VL apply_multimodal_rotary_pos_emb, Qwen3-VL apply_interleaved_mrope, Qwen2-VL
@@ -219,6 +220,24 @@ def phimoe_cos_sin(t, positions):
         mscale = d["long_mscale"] if seq_len > d["original_max_position_embeddings"] \
             else d["short_mscale"]
     return cos_sin(inv, positions, att if mscale is None else mscale)
+
+
+def hunyuan_inv_freq(t, seq_len=None):
+    """(inv_freq, attention_scaling) of HunYuanDenseV1RotaryEmbedding (modular_hunyuan_v1_dense.py,
+    HunYuanMoEV1 the same) for one call whose largest position is seq_len - 1. Its
+    __init__ ("DynamicNTKAlphaRotary"): rope_type "dynamic" with a truthy alpha gives
+    base = rope_theta * alpha ** (head_dim / (head_dim - 2)) and attention_scaling 1.
+    Its forward keeps Llama's @dynamic_rope_update, so a call with seq_len >
+    max_position_embeddings grows to ROPE_INIT_FUNCTIONS["dynamic"] (plain dynamic NTK
+    with the config's factor), and a shorter call afterwards resets to the alpha
+    frequencies (original_inv_freq)."""
+    d = rope_parameters(t)
+    if d["rope_type"] == "dynamic" and d.get("alpha"):
+        if seq_len is None or seq_len <= t["max_position_embeddings"]:
+            dim = head_dim(t)
+            base = float(d["rope_theta"]) * d["alpha"] ** (dim / (dim - 2))
+            return _default(base, dim), 1.0
+    return rope_init(t, seq_len=seq_len)
 
 
 class StatefulRotary:

@@ -354,6 +354,40 @@ class Families(Case):
             self.assert_fails(3, "table", "rope", "--hf-config", cfg, "--emit", "inv-freq",
                               "-o", self.path("x.npy"), match=f"config.json: '{key}'")
 
+    def test_hunyuan_dynamic_alpha(self):
+        # HunYuan-7B's rope_scaling: "dynamic" with alpha 1000 and factor 1.0.
+        scaling = {"alpha": 1000.0, "beta_fast": 32, "beta_slow": 1, "factor": 1.0,
+                   "mscale": 1.0, "mscale_all_dim": 1.0, "type": "dynamic"}
+        for mt in ("hunyuan_v1_dense", "hunyuan_v1_moe"):
+            cfg = self.config(dict(BASE, model_type=mt, hidden_size=512, head_dim=128,
+                                   max_position_embeddings=32768, rope_theta=10000.0,
+                                   rope_scaling=scaling))
+            t = hf.load_text_config(cfg)
+            # Within max_position_embeddings: the static alpha base; past it, HF's
+            # dynamic_rope_update grows to plain dynamic NTK (factor 1).
+            for pos in ([0, 1, 100, 30000], [0, 32767], [0, 40000]):
+                inv, att = hf.hunyuan_inv_freq(t, seq_len=max(pos) + 1)
+                cos, sin = hf.cos_sin(inv, torch.tensor(pos), att)
+                np.testing.assert_allclose(self.cos_sin(cfg, pos), np.stack([cos, sin]),
+                                           err_msg=f"{mt} {pos}", **F64)
+            inv, _ = hf.hunyuan_inv_freq(t)
+            np.testing.assert_allclose(self.inv_freq("--hf-config", cfg), inv.numpy(),
+                                       rtol=1e-12, err_msg=mt)
+        # --arith hf: HF's own float32 expression, bit for bit.
+        out = self.path("inv32.npy")
+        self.run_ok("table", "rope", "--hf-config", cfg, "--arith", "hf", "--emit", "inv-freq",
+                    "-o", out)
+        base = 10000.0 * 1000.0 ** (128 / 126)
+        ref = 1.0 / (base ** (torch.arange(0, 128, 2).float() / 128))
+        np.testing.assert_array_equal(np.load(out), ref.numpy())
+        # Without alpha the same type is plain dynamic NTK.
+        cfg = self.config(dict(BASE, model_type="hunyuan_v1_dense", max_position_embeddings=64,
+                               rope_scaling={"type": "dynamic", "factor": 2.0}))
+        t = hf.load_text_config(cfg)
+        inv, _ = hf.hunyuan_inv_freq(t, seq_len=100)
+        cos, sin = hf.cos_sin(inv, torch.tensor([0, 99]))
+        np.testing.assert_allclose(self.cos_sin(cfg, [0, 99]), np.stack([cos, sin]), **F64)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -54,6 +54,10 @@ struct RopeParams {
   /// PhiMoE (PhimoeRotaryEmbedding): the factor multiplying cos and sin with the short /
   /// long factor set, in place of the longrope attention factor.
   std::optional<double> short_mscale, long_mscale;
+  /// HunYuan's NTK-alpha form of dynamic (HunYuanDenseV1RotaryEmbedding): while the
+  /// sequence fits max_pos, base * alpha^(R / (R - 2)) and attention factor 1; past it,
+  /// HF's dynamic update recomputes the plain dynamic NTK frequencies.
+  std::optional<double> alpha;
   /// The sequence length the table is for: dynamic NTK uses max(seq_len, max_pos);
   /// longrope picks long_factor when seq_len > L0. 0 = not known (taken from the
   /// positions by the caller).
@@ -118,8 +122,8 @@ RopeFreqs compute_rope_freqs(const RopeParams& p);
 /// head_dim, rotary_dim, max_pos, original_max_pos, scaling, factor, beta_fast,
 /// beta_slow, mscale, mscale_all_dim, attention_factor, low_freq_factor,
 /// high_freq_factor, truncate, short_factor, long_factor, short_mscale, long_mscale,
-/// style, mrope_section, rope_interleave (short_mscale and long_mscale are
-/// PhiMoE's). Throws InputError naming the file for unreadable or
+/// alpha, style, mrope_section, rope_interleave (short_mscale and long_mscale are
+/// PhiMoE's, alpha HunYuan's). Throws InputError naming the file for unreadable or
 /// malformed JSON, wrongly typed or out-of-range fields, unsupported rope types, unknown
 /// layer types and layer types without RoPE.
 void apply_hf_config(const std::string& path, RopeParams& p,
