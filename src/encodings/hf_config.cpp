@@ -68,15 +68,35 @@ json class_defaults(const std::string& model_type) {
   }
   if (model_type == "deepseek_v3" || model_type == "kimi_k2") return {{"rope_interleave", true}};
   if (model_type == "phimoe") return {{"rope_theta", 1000000.0}};  // PhimoeConfig.default_theta
+  if (model_type == "ernie4_5" || model_type == "ernie4_5_moe") return {{"rope_theta", 500000.0}};
+  if (model_type == "moonshine") {
+    return {{"partial_rotary_factor", 0.9},
+            {"max_position_embeddings", 512},
+            {"hidden_size", 288},
+            {"encoder_num_attention_heads", 8}};
+  }
   if (model_type == "cohere2") return {{"sliding_window_pattern", 4}};
   return json::object();
 }
 
-// Model types whose RoPE pairs (2i, 2i+1): Meta's complex form (Llama-4, DeepSeek-V2)
-// and the interleaved rotate_half of Cohere and GLM.
+// The config key holding an attribute, where the config class's attribute_map names
+// another (MoonshineConfig: the encoder's head and layer counts).
+const char* attribute_alias(const std::string& model_type, const std::string& key) {
+  if (model_type == "moonshine") {
+    if (key == "num_attention_heads") return "encoder_num_attention_heads";
+    if (key == "num_key_value_heads") return "encoder_num_key_value_heads";
+    if (key == "num_hidden_layers") return "encoder_num_hidden_layers";
+  }
+  return nullptr;
+}
+
+// Model types whose RoPE pairs (2i, 2i+1): Meta's complex form (Llama-4, DeepSeek-V2),
+// the interleaved rotate_half of Cohere, and GLM's apply_rotary_pos_emb (the NeoX
+// table's first half repeat_interleave'd), which Helium, ERNIE-4.5 and Moonshine copy.
 bool gptj_pairs(const std::string& model_type) {
-  static const std::set<std::string> kGptj = {"llama4_text", "deepseek_v2", "cohere",
-                                              "cohere2",     "glm",         "glm4"};
+  static const std::set<std::string> kGptj = {"llama4_text",  "deepseek_v2", "cohere", "cohere2",
+                                              "glm",          "glm4",        "helium", "ernie4_5",
+                                              "ernie4_5_moe", "moonshine"};
   return kGptj.count(model_type) > 0;
 }
 
@@ -106,10 +126,15 @@ class Config {
 
   /// The value of `key` in the text config, else the class default; null if neither.
   const json* find(const char* key) const {
-    auto it = text_.find(key);
-    if (it != text_.end()) return &*it;
-    auto d = defaults_.find(key);
-    return d != defaults_.end() ? &*d : nullptr;
+    const char* alias = attribute_alias(model_type_, key);
+    for (const json* obj : {&text_, &defaults_}) {
+      for (const char* k : {key, alias}) {
+        if (k == nullptr) continue;
+        auto it = obj->find(k);
+        if (it != obj->end()) return &*it;
+      }
+    }
+    return nullptr;
   }
   /// True when `key` is given (not null).
   bool has(const char* key) const {

@@ -7,7 +7,8 @@ of posenc:
   longrope, llama3, proportional) and dynamic_rope_update's stateful updates;
 - model-specific rotary embeddings: PhimoeRotaryEmbedding (short_mscale / long_mscale),
   HunYuanDenseV1RotaryEmbedding (dynamic NTK-alpha);
-- the applies: rotate_half apply_rotary_pos_emb, DeepSeek-V3
+- the applies: rotate_half apply_rotary_pos_emb, GLM's interleaved apply_rotary_pos_emb
+  (glm, glm4, helium, ernie4_5, ernie4_5_moe, moonshine), DeepSeek-V3
   apply_rotary_pos_emb_interleave, Llama-4 / DeepSeek-V2 complex apply_rotary_emb,
   Qwen2-VL apply_multimodal_rotary_pos_emb, Qwen3-VL apply_interleaved_mrope, Qwen2-VL
   VisionRotaryEmbedding + apply_rotary_pos_emb_vision;
@@ -40,6 +41,17 @@ CLASS_DEFAULTS = {
                     "no_rope_layer_interval": 4},
     "deepseek_v3": {"rope_interleave": True},
     "phimoe": {"rope_theta": 1_000_000.0},  # PhimoeConfig.default_theta
+    "ernie4_5": {"rope_theta": 500_000.0},  # Ernie4_5Config.default_theta
+    "ernie4_5_moe": {"rope_theta": 500_000.0},  # Ernie4_5_MoeConfig.default_theta
+    "moonshine": {"partial_rotary_factor": 0.9, "max_position_embeddings": 512,
+                  "hidden_size": 288, "encoder_num_attention_heads": 8},
+}
+
+# The configuration classes' attribute_map: attribute -> the key the file holds.
+ATTRIBUTE_MAP = {
+    "moonshine": {"num_attention_heads": "encoder_num_attention_heads",
+                  "num_key_value_heads": "encoder_num_key_value_heads",
+                  "num_hidden_layers": "encoder_num_hidden_layers"},
 }
 
 
@@ -51,6 +63,9 @@ def load_text_config(path):
     t.setdefault("model_type", root.get("model_type"))
     for k, v in CLASS_DEFAULTS.get(t["model_type"], {}).items():
         t.setdefault(k, v)
+    for attr, key in ATTRIBUTE_MAP.get(t["model_type"], {}).items():
+        if key in t:
+            t.setdefault(attr, t[key])
     if t.get("qk_rope_head_dim") is not None:  # DeepseekV3Config
         t["head_dim"] = t["qk_rope_head_dim"]
         t["qk_head_dim"] = t["qk_nope_head_dim"] + t["qk_rope_head_dim"]
@@ -292,6 +307,28 @@ def apply_rotary_pos_emb(x, cos, sin):
 def apply_partial(x, cos, sin, rotary_dim):
     """Models with partial rotary: rotate x[..., :R], pass the rest."""
     return torch.cat([apply_rotary_pos_emb(x[..., :rotary_dim], cos, sin), x[..., rotary_dim:]], -1)
+
+
+def rotate_half_interleaved(x):
+    """GLM's rotate_half (modeling_glm.py; Helium's and ERNIE-4.5's are copies): pairs
+    (2i, 2i+1) become (-x[2i+1], x[2i])."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def apply_rotary_pos_emb_glm(x, cos, sin):
+    """GLM's apply_rotary_pos_emb (modeling_glm.py), which Moonshine imports and Helium
+    (HeliumModel) and ERNIE-4.5 (Ernie4_5 / Ernie4_5_Moe, in float32) copy: the NeoX
+    table's first half repeat_interleave(2), then the interleaved rotate_half on
+    x[..., :rotary_dim] and the rest passed through (Helium and ERNIE rotate the whole
+    head). cos/sin [s, R] or [b, s, R] as the rotary embedding returns them."""
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]
+    cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+    sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+    r = cos.shape[-1]
+    xr, xp = x[..., :r], x[..., r:]
+    return torch.cat([xr * cos + rotate_half_interleaved(xr) * sin, xp], -1)
 
 
 def apply_rotary_pos_emb_interleave(x, cos, sin):

@@ -388,6 +388,44 @@ class Families(Case):
         cos, sin = hf.cos_sin(inv, torch.tensor([0, 99]))
         np.testing.assert_allclose(self.cos_sin(cfg, [0, 99]), np.stack([cos, sin]), **F64)
 
+    def test_glm_style_pairs_of_helium_ernie_and_moonshine(self):
+        x = self.rng.standard_normal((1, 2, 5, 128))
+        cases = {
+            "helium": dict(BASE, hidden_size=512, rope_theta=100000.0),
+            "ernie4_5": dict(BASE, hidden_size=1024, num_attention_heads=16, head_dim=128),
+            "ernie4_5_moe": dict(BASE, hidden_size=2560, num_attention_heads=20, head_dim=128,
+                                 rope_theta=500000.0),
+            # moonshine-tiny's layout: encoder_* head counts (MoonshineConfig.attribute_map),
+            # partial_rotary_factor 0.9 by default: int(36 * 0.9) = 32 of 36 dims rotated.
+            "moonshine": {"hidden_size": 288, "encoder_num_attention_heads": 8,
+                          "decoder_num_attention_heads": 8, "encoder_num_hidden_layers": 6,
+                          "decoder_num_hidden_layers": 6, "max_position_embeddings": 194,
+                          "rope_theta": 10000.0},
+        }
+        for mt, keys in cases.items():
+            cfg = self.config(dict(keys, model_type=mt))
+            t = hf.load_text_config(cfg)
+            d = hf.head_dim(t)
+            inv, att = hf.rope_init(t, seq_len=105)
+            cos, sin = hf.cos_sin(inv, torch.arange(100, 105), att)
+            xt = torch.from_numpy(x[..., :d].copy())
+            ref = hf.apply_rotary_pos_emb_glm(xt, cos, sin)
+            got = self.rope(xt.numpy(), "--hf-config", cfg, "--start", 100)
+            np.testing.assert_allclose(got, ref.numpy(), err_msg=mt, **F64)
+            # Not the NeoX pairs.
+            self.assertFalse(np.allclose(got, hf.apply_partial(xt, cos, sin, 2 * len(inv))),
+                             mt)
+        # Moonshine's head counts are read for attention too.
+        cfg = self.config(dict(cases["moonshine"], model_type="moonshine"))
+        q = self.rng.standard_normal((1, 8, 4, 36))
+        got = self.attention(q, q, q, "--causal", "--rope", "--hf-config", cfg)
+        t = hf.load_text_config(cfg)
+        inv, att = hf.rope_init(t, seq_len=4)
+        qr = hf.apply_rotary_pos_emb_glm(torch.from_numpy(q), *hf.cos_sin(inv, torch.arange(4)))
+        ref = hf.eager_attention(qr, qr, torch.from_numpy(q), 36 ** -0.5,
+                                 hf.hf_mask(torch.arange(4), 4))
+        self.assert_attention(got, ref, "moonshine")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -6,7 +6,8 @@
 ///   Llama-4, Qwen3-VL), else the top level;
 /// - where a key is missing, the default of the model type's config class, for the
 ///   model types whose defaults change numbers (gemma2, gemma3_text, gemma4_text,
-///   llama4_text, deepseek_v3, qwen2 family, phimoe); other model types use the generic
+///   llama4_text, deepseek_v3, qwen2 family, phimoe, ernie4_5, moonshine) and its
+///   attribute_map (Moonshine's encoder head counts); other model types use the generic
 ///   defaults (rope_theta 10000, no sliding window);
 /// - the layer types: `layer_types`, or the rule of the model type's config class
 ///   (Gemma-2 alternating, Gemma-3 `sliding_window_pattern`, Llama-4
