@@ -46,6 +46,13 @@ json class_defaults(const std::string& model_type) {
             {"sliding_window_pattern", 6},
             {"max_position_embeddings", 131072}};
   }
+  if (model_type == "gemma3n_text") {  // Gemma3nTextConfig (default_theta global / local)
+    return {{"rope_theta", 1000000.0},
+            {"rope_local_base_freq", 10000.0},
+            {"head_dim", 256},
+            {"sliding_window", 512},
+            {"max_position_embeddings", 32768}};
+  }
   if (model_type == "gemma4_text") {
     return {{"head_dim", 256},
             {"global_head_dim", 512},
@@ -236,6 +243,7 @@ std::vector<std::string> derived_layer_types(const Config& c, std::optional<std:
     return pattern(c.positive("sliding_window_pattern").value_or(6), false);
   }
   if (mt == "gemma4_text") return pattern(6, true);
+  if (mt == "gemma3n_text") return pattern(5, false);
   if (mt == "llama4_text") {
     const json* nr = c.find("no_rope_layers");
     std::vector<std::string> v;
@@ -330,8 +338,9 @@ json rope_dict(const Config& c, const std::string& lt, const std::vector<std::st
     return raw[lt];
   }
   const std::string& mt = c.model_type();
-  if ((mt == "gemma3_text" || mt == "gemma3") && lt == kSliding) {
-    // v5 Gemma3TextConfig: sliding layers use rope_local_base_freq, unscaled.
+  if ((mt == "gemma3_text" || mt == "gemma3" || mt == "gemma3n_text") && lt == kSliding) {
+    // v5 Gemma3TextConfig, Gemma3nTextConfig: sliding layers use rope_local_base_freq,
+    // unscaled.
     return {{"rope_type", "default"},
             {"rope_theta", c.num("rope_local_base_freq").value_or(10000.0)}};
   }
@@ -579,6 +588,12 @@ void attention_dims(const Config& c, const std::string& lt, HfAttentionConfig& a
     a.scale = 1.0 / std::sqrt(*q);
   }
   if (auto m = c.num("attention_multiplier")) a.scale = *m;  // Granite
+  const std::string& mt = c.model_type();
+  if (mt == "gemma3n_text" || mt == "gemma4_text") {
+    // Gemma3nTextAttention, Gemma4TextAttention: self.scaling = 1.0 (q and k are
+    // RMS-normalised instead), whatever query_pre_attn_scalar says.
+    a.scale = 1.0;
+  }
 }
 
 }  // namespace

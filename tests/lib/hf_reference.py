@@ -34,6 +34,9 @@ CLASS_DEFAULTS = {
     "gemma3_text": {"rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
                     "head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 4096,
                     "sliding_window_pattern": 6, "max_position_embeddings": 131_072},
+    # Gemma3nTextConfig: default_theta {"global": 1e6, "local": 1e4}.
+    "gemma3n_text": {"rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
+                     "head_dim": 256, "sliding_window": 512, "max_position_embeddings": 32_768},
     "gemma4_text": {"head_dim": 256, "global_head_dim": 512, "sliding_window": 512,
                     "max_position_embeddings": 131_072},
     "llama4_text": {"rope_theta": 500000.0, "attention_chunk_size": 8192,
@@ -79,6 +82,8 @@ def layer_types(t):
     n, mt = t["num_hidden_layers"], t["model_type"]
     if mt == "gemma2":
         return ["sliding_attention" if bool((i + 1) % 2) else "full_attention" for i in range(n)]
+    if mt == "gemma3n_text":  # Gemma3nTextConfig.__post_init__
+        return ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(n)]
     if mt == "gemma3_text":
         p = t["sliding_window_pattern"]
         return ["sliding_attention" if bool((i + 1) % p) else "full_attention" for i in range(n)]
@@ -98,7 +103,8 @@ def rope_parameters(t, layer_type="full_attention"):
     convert_rope_params_to_dict maps them)."""
     rp = dict(t.get("rope_parameters") or t.get("rope_scaling") or {})
     types = layer_types(t)
-    if t["model_type"] == "gemma3_text" and not (rp and set(rp) <= set(types)):
+    # Gemma3nTextConfig.convert_rope_params_to_dict does the same as Gemma-3's.
+    if t["model_type"] in ("gemma3_text", "gemma3n_text") and not (rp and set(rp) <= set(types)):
         full = dict(rp) if rp else {"rope_type": "default"}
         full.setdefault("rope_theta", t["rope_theta"])
         rp = {"full_attention": full,
@@ -439,6 +445,17 @@ def llama4_temperature(q, positions, attn_scale, floor_scale):
     pos = torch.as_tensor(positions, dtype=torch.float64)
     scales = torch.log1p(torch.floor((pos + 1.0) / floor_scale)) * attn_scale + 1.0
     return q * scales.view(1, -1, 1, 1)
+
+
+def attention_scaling(t):
+    """The attention modules' self.scaling: 1.0 for Gemma3nTextAttention and
+    Gemma4TextAttention (q and k are RMS-normalised), query_pre_attn_scalar ** -0.5
+    for Gemma-2/3, else head_dim ** -0.5."""
+    if t["model_type"] in ("gemma3n_text", "gemma4_text"):
+        return 1.0
+    if t.get("query_pre_attn_scalar"):
+        return t["query_pre_attn_scalar"] ** -0.5
+    return head_dim(t) ** -0.5
 
 
 def deepseek_scaling(t):

@@ -426,6 +426,33 @@ class Families(Case):
                                  hf.hf_mask(torch.arange(4), 4))
         self.assert_attention(got, ref, "moonshine")
 
+    def test_gemma3n_attention_scale_one_and_per_layer_theta(self):
+        # Gemma-3n E4B's text_config keys, fewer layers, no layer_types (the class rule:
+        # every 5th layer full); query_pre_attn_scalar is there but HF ignores it.
+        cfg = self.config({"model_type": "gemma3n", "text_config": {
+            "model_type": "gemma3n_text", "hidden_size": 2048, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "head_dim": 256, "num_hidden_layers": 10,
+            "query_pre_attn_scalar": 256, "rope_theta": 1000000.0,
+            "rope_local_base_freq": 10000.0, "sliding_window": 512,
+            "max_position_embeddings": 32768}})
+        t = hf.load_text_config(cfg)
+        self.assertEqual(hf.layer_types(t)[3:5], ["sliding_attention", "full_attention"])
+        sq, sk = 4, 604  # past the 512-token window
+        q = self.rng.standard_normal((1, 8, sq, 256))
+        k, v = (self.rng.standard_normal((1, 2, sk, 256)) for _ in range(2))
+        qpos = torch.arange(sk - sq, sk)
+        for lt in ("sliding_attention", "full_attention"):
+            inv, att = hf.rope_init(t, lt)
+            qr = hf.apply_rotary_pos_emb(torch.from_numpy(q), *hf.cos_sin(inv, qpos, att))
+            kr = hf.apply_rotary_pos_emb(torch.from_numpy(k),
+                                         *hf.cos_sin(inv, torch.arange(sk), att))
+            window = t["sliding_window"] if lt == "sliding_attention" else None
+            ref = hf.eager_attention(qr, kr, torch.from_numpy(v), hf.attention_scaling(t),
+                                     hf.hf_mask(qpos, sk, sliding_window=window))
+            got = self.attention(q, k, v, "--rope", "--causal", "--hf-config", cfg,
+                                 "--layer-type", lt)
+            self.assert_attention(got, ref, f"gemma-3n {lt}")
+
 
 if __name__ == "__main__":
     unittest.main()

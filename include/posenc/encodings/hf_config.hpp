@@ -5,7 +5,7 @@
 /// - the text model's keys: those of `text_config` when the file has one (Gemma-3/4,
 ///   Llama-4, Qwen3-VL), else the top level;
 /// - where a key is missing, the default of the model type's config class, for the
-///   model types whose defaults change numbers (gemma2, gemma3_text, gemma4_text,
+///   model types whose defaults change numbers (gemma2, gemma3_text, gemma3n_text, gemma4_text,
 ///   llama4_text, deepseek_v3, qwen2 family, phimoe, ernie4_5, moonshine) and its
 ///   attribute_map (Moonshine's encoder head counts); other model types use the generic
 ///   defaults (rope_theta 10000, no sliding window);
@@ -40,7 +40,7 @@ struct HfAttentionConfig {
   std::optional<int> head_dim;    ///< of queries and keys (qk_nope + qk_rope for MLA)
   std::optional<int> v_head_dim;  ///< of values, where it differs (MLA v_head_dim)
   /// The score scale where it is not 1/sqrt(head_dim): query_pre_attn_scalar^-0.5
-  /// (Gemma-2/3), attention_multiplier (Granite), DeepSeek's
+  /// (Gemma-2/3), 1.0 (Gemma-3n, Gemma-4), attention_multiplier (Granite), DeepSeek's
   /// qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2.
   std::optional<double> scale;
   /// HF's sliding_window W, for a sliding layer type: a query at position p sees keys
