@@ -83,6 +83,9 @@ json class_defaults(const std::string& model_type) {
             {"encoder_num_attention_heads", 8}};
   }
   if (model_type == "cohere2") return {{"sliding_window_pattern", 4}};
+  if (model_type == "olmo3") {  // Olmo3Config
+    return {{"rope_theta", 500000.0}, {"sliding_window", 4096}, {"max_position_embeddings", 2048}};
+  }
   return json::object();
 }
 
@@ -244,6 +247,7 @@ std::vector<std::string> derived_layer_types(const Config& c, std::optional<std:
   }
   if (mt == "gemma4_text") return pattern(6, true);
   if (mt == "gemma3n_text") return pattern(5, false);
+  if (mt == "olmo3") return pattern(4, false);
   if (mt == "llama4_text") {
     const json* nr = c.find("no_rope_layers");
     std::vector<std::string> v;
@@ -343,6 +347,16 @@ json rope_dict(const Config& c, const std::string& lt, const std::vector<std::st
     // unscaled.
     return {{"rope_type", "default"},
             {"rope_theta", c.num("rope_local_base_freq").value_or(10000.0)}};
+  }
+  if (mt == "olmo3") {
+    // Olmo3Config.convert_rope_params_to_dict builds a dict keyed by layer type: a legacy
+    // rope_scaling updates full_attention only, which also takes the top-level
+    // rope_theta (kwargs.pop); sliding_attention is default RoPE, and its
+    // kwargs.pop("rope_theta", default_theta) finds the key already popped, so it gets
+    // default_theta (500000) whatever the file says.
+    keyed = true;
+    if (lt == kSliding) return {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+    return raw;
   }
   if (mt.rfind("modernbert", 0) == 0) {
     const char* key = lt == kSliding ? "local_rope_theta" : "global_rope_theta";

@@ -44,6 +44,7 @@ CLASS_DEFAULTS = {
                     "no_rope_layer_interval": 4},
     "deepseek_v3": {"rope_interleave": True},
     "phimoe": {"rope_theta": 1_000_000.0},  # PhimoeConfig.default_theta
+    "olmo3": {"sliding_window": 4096, "max_position_embeddings": 2048},  # Olmo3Config
     "ernie4_5": {"rope_theta": 500_000.0},  # Ernie4_5Config.default_theta
     "ernie4_5_moe": {"rope_theta": 500_000.0},  # Ernie4_5_MoeConfig.default_theta
     "moonshine": {"partial_rotary_factor": 0.9, "max_position_embeddings": 512,
@@ -82,6 +83,8 @@ def layer_types(t):
     n, mt = t["num_hidden_layers"], t["model_type"]
     if mt == "gemma2":
         return ["sliding_attention" if bool((i + 1) % 2) else "full_attention" for i in range(n)]
+    if mt == "olmo3":  # Olmo3Config.__post_init__
+        return ["sliding_attention" if (i + 1) % 4 != 0 else "full_attention" for i in range(n)]
     if mt == "gemma3n_text":  # Gemma3nTextConfig.__post_init__
         return ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(n)]
     if mt == "gemma3_text":
@@ -110,6 +113,15 @@ def rope_parameters(t, layer_type="full_attention"):
         rp = {"full_attention": full,
               "sliding_attention": {"rope_type": "default",
                                     "rope_theta": t["rope_local_base_freq"]}}
+    if t["model_type"] == "olmo3" and not (rp and set(rp) <= set(types)):
+        # Olmo3Config.convert_rope_params_to_dict: rope_scaling updates full_attention
+        # only; kwargs.pop("rope_theta", default_theta) gives full the file's rope_theta
+        # and sliding (the key being gone by then) default_theta.
+        full = {"rope_type": "default"}
+        full.update(rp)
+        full.setdefault("rope_theta", t.get("rope_theta", 500000.0))
+        rp = {"full_attention": full,
+              "sliding_attention": {"rope_type": "default", "rope_theta": 500000.0}}
     # The configuration classes' own renames: Phi3Config "su" -> "longrope", Qwen2-VL's
     # "mrope" -> the default frequencies.
     for key in ("type", "rope_type"):

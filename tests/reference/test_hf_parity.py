@@ -453,6 +453,32 @@ class Families(Case):
                                  "--layer-type", lt)
             self.assert_attention(got, ref, f"gemma-3n {lt}")
 
+    def test_olmo3_legacy_rope_scaling_on_full_layers_only(self):
+        # Olmo-3 7B's keys (fewer layers, no layer_types: every 4th layer full): a legacy
+        # yarn rope_scaling that Olmo3Config merges into full_attention only.
+        yarn = {"attention_factor": 1.2079441541679836, "beta_fast": 32, "beta_slow": 1,
+                "factor": 8.0, "original_max_position_embeddings": 8192, "rope_type": "yarn"}
+        keys = dict(BASE, model_type="olmo3", num_hidden_layers=8,
+                    max_position_embeddings=65536, rope_scaling=yarn)
+        for theta in (500000, 20000):  # 20000: sliding layers still get default_theta
+            cfg = self.config(dict(keys, rope_theta=theta))
+            t = hf.load_text_config(cfg)
+            self.assertEqual(hf.layer_types(t)[2:4], ["sliding_attention", "full_attention"])
+            pos = [0, 9, 70000]
+            for lt in ("sliding_attention", "full_attention"):
+                inv, att = hf.rope_init(t, lt, seq_len=max(pos) + 1)
+                cos, sin = hf.cos_sin(inv, torch.tensor(pos), att)
+                got = self.cos_sin(cfg, pos, "--layer-type", lt)
+                np.testing.assert_allclose(got, np.stack([cos, sin]), err_msg=f"{theta} {lt}",
+                                           **F64)
+        # The sliding window comes with the sliding layers.
+        q = self.rng.standard_normal((1, 4, 3, 64))
+        got = self.attention(q, q, q, "--causal", "--hf-config", cfg, "--layer-type",
+                             "sliding_attention")
+        ref = hf.eager_attention(*(torch.from_numpy(q),) * 3, 64 ** -0.5,
+                                 hf.hf_mask(torch.arange(3), 3, sliding_window=4096))
+        self.assert_attention(got, ref, "olmo-3 sliding")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -6,7 +6,7 @@
 ///   Llama-4, Qwen3-VL), else the top level;
 /// - where a key is missing, the default of the model type's config class, for the
 ///   model types whose defaults change numbers (gemma2, gemma3_text, gemma3n_text, gemma4_text,
-///   llama4_text, deepseek_v3, qwen2 family, phimoe, ernie4_5, moonshine) and its
+///   llama4_text, deepseek_v3, qwen2 family, olmo3, phimoe, ernie4_5, moonshine) and its
 ///   attribute_map (Moonshine's encoder head counts); other model types use the generic
 ///   defaults (rope_theta 10000, no sliding window);
 /// - the layer types: `layer_types`, or the rule of the model type's config class
