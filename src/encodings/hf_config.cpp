@@ -83,6 +83,10 @@ json class_defaults(const std::string& model_type) {
             {"encoder_num_attention_heads", 8}};
   }
   if (model_type == "cohere2") return {{"sliding_window_pattern", 4}};
+  if (model_type == "exaone4") {  // Exaone4Config
+    return {
+        {"sliding_window", 4096}, {"sliding_window_pattern", 4}, {"max_position_embeddings", 2048}};
+  }
   if (model_type == "olmo3") {  // Olmo3Config
     return {{"rope_theta", 500000.0}, {"sliding_window", 4096}, {"max_position_embeddings", 2048}};
   }
@@ -248,6 +252,14 @@ std::vector<std::string> derived_layer_types(const Config& c, std::optional<std:
   if (mt == "gemma4_text") return pattern(6, true);
   if (mt == "gemma3n_text") return pattern(5, false);
   if (mt == "olmo3") return pattern(4, false);
+  if (mt == "afmoe") return pattern(c.positive("global_attn_every_n_layers").value_or(4), false);
+  if (mt == "exaone4") {
+    // Exaone4Config: without a sliding window every layer is full attention.
+    if (!c.has("sliding_window")) {
+      return std::vector<std::string>(static_cast<std::size_t>(n.value_or(1)), kFull);
+    }
+    return pattern(c.positive("sliding_window_pattern").value_or(4), false);
+  }
   if (mt == "llama4_text") {
     const json* nr = c.find("no_rope_layers");
     std::vector<std::string> v;
@@ -310,6 +322,13 @@ std::optional<std::string> no_rope_reason(const Config& c, const std::string& lt
   if (c.model_type() == "llama4_text" && lt != kChunked) return std::string("no_rope_layers");
   if (c.model_type() == "cohere2" && lt != kSliding) {
     return std::string("Cohere-2 full-attention layers have no positional encoding");
+  }
+  if (c.model_type() == "exaone4" && lt != kSliding && c.has("sliding_window")) {
+    // Exaone4Attention: `if self.sliding_window is None or self.is_sliding`.
+    return std::string("EXAONE-4 models with a sliding window rotate only sliding layers");
+  }
+  if (c.model_type() == "afmoe" && lt != kSliding) {
+    return std::string("AFMoE rotates only sliding-attention layers");  // AfmoeAttention
   }
   if (c.model_type() == "falcon" && c.truthy("alibi")) return std::string("alibi");
   if (c.model_type() == "bloom") return std::string("BLOOM uses ALiBi");

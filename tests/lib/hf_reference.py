@@ -45,6 +45,8 @@ CLASS_DEFAULTS = {
     "deepseek_v3": {"rope_interleave": True},
     "phimoe": {"rope_theta": 1_000_000.0},  # PhimoeConfig.default_theta
     "olmo3": {"sliding_window": 4096, "max_position_embeddings": 2048},  # Olmo3Config
+    "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4,  # Exaone4Config
+                "max_position_embeddings": 2048},
     "ernie4_5": {"rope_theta": 500_000.0},  # Ernie4_5Config.default_theta
     "ernie4_5_moe": {"rope_theta": 500_000.0},  # Ernie4_5_MoeConfig.default_theta
     "moonshine": {"partial_rotary_factor": 0.9, "max_position_embeddings": 512,
@@ -83,6 +85,14 @@ def layer_types(t):
     n, mt = t["num_hidden_layers"], t["model_type"]
     if mt == "gemma2":
         return ["sliding_attention" if bool((i + 1) % 2) else "full_attention" for i in range(n)]
+    if mt == "exaone4":  # Exaone4Config.__init__ (no window: pattern 0, every layer full)
+        if t.get("sliding_window") is None:
+            return ["full_attention"] * n
+        p = t["sliding_window_pattern"]
+        return ["sliding_attention" if (i + 1) % p != 0 else "full_attention" for i in range(n)]
+    if mt == "afmoe":  # AfmoeConfig: every global_attn_every_n_layers-th layer full
+        p = t.get("global_attn_every_n_layers", 4)
+        return ["sliding_attention" if (i + 1) % p != 0 else "full_attention" for i in range(n)]
     if mt == "olmo3":  # Olmo3Config.__post_init__
         return ["sliding_attention" if (i + 1) % 4 != 0 else "full_attention" for i in range(n)]
     if mt == "gemma3n_text":  # Gemma3nTextConfig.__post_init__
@@ -457,6 +467,26 @@ def llama4_temperature(q, positions, attn_scale, floor_scale):
     pos = torch.as_tensor(positions, dtype=torch.float64)
     scales = torch.log1p(torch.floor((pos + 1.0) / floor_scale)) * attn_scale + 1.0
     return q * scales.view(1, -1, 1, 1)
+
+
+def layer_rotates(t, layer_idx):
+    """Whether the attention module of layer `layer_idx` applies RoPE:
+    Exaone4Attention.forward `if self.sliding_window is None or self.is_sliding`,
+    AfmoeAttention.forward `if self.is_local_attention`, SmolLM3Attention
+    `self.use_rope = config.no_rope_layers[layer_idx]` (default: every
+    no_rope_layer_interval-th layer NoPE); every layer elsewhere."""
+    lt = layer_types(t)[layer_idx]
+    mt = t["model_type"]
+    if mt == "exaone4":
+        return t.get("sliding_window") is None or lt == "sliding_attention"
+    if mt == "afmoe":
+        return lt == "sliding_attention"
+    if mt == "smollm3":
+        nr = t.get("no_rope_layers") or [
+            int((i + 1) % t.get("no_rope_layer_interval", 4) != 0)
+            for i in range(t["num_hidden_layers"])]
+        return bool(nr[layer_idx])
+    return True
 
 
 def attention_scaling(t):

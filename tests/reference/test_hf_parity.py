@@ -479,6 +479,55 @@ class Families(Case):
                                  hf.hf_mask(torch.arange(3), 3, sliding_window=4096))
         self.assert_attention(got, ref, "olmo-3 sliding")
 
+    def assert_nope_layer_type(self, cfg, lt, rotating):
+        """A layer type without RoPE: no table, no rotation, and attention on it is HF's
+        eager attention of unrotated q and k; the other layer type rotates."""
+        out = self.path("x.npy")
+        self.assert_fails(3, "table", "rope", "--hf-config", cfg, "--layer-type", lt, "--emit",
+                          "inv-freq", "-o", out, match="no RoPE")
+        x = self.rng.standard_normal((1, 4, 5, 64))
+        self.npy("x.npy", x)
+        self.assert_fails(3, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                          "--hf-config", cfg, "--layer-type", lt, match="no RoPE")
+        self.assert_fails(3, "attention", "-q", self.path("x.npy"), "-k", self.path("x.npy"),
+                          "--rope", "--hf-config", cfg, "--layer-type", lt, "--emit", "probs",
+                          "-o", self.path("p.npy"), match="no RoPE")
+        t = hf.load_text_config(cfg)
+        xt = torch.from_numpy(x)
+        window = t.get("sliding_window") if lt == "sliding_attention" else None
+        ref = hf.eager_attention(xt, xt, xt, 64 ** -0.5,
+                                 hf.hf_mask(torch.arange(5), 5, sliding_window=window))
+        self.assert_attention(self.attention(x, x, x, "--causal", "--hf-config", cfg,
+                                             "--layer-type", lt), ref, f"{cfg} {lt}")
+        inv, _ = hf.rope_init(t, rotating)
+        ref = hf.apply_rotary_pos_emb(xt, *hf.cos_sin(inv, torch.arange(5)))
+        np.testing.assert_allclose(self.rope(x, "--hf-config", cfg, "--layer-type", rotating),
+                                   ref.numpy(), **F64)
+
+    def test_exaone4_and_afmoe_rotate_only_sliding_layers(self):
+        for mt, extra in (("exaone4", {}), ("afmoe", {"global_attn_every_n_layers": 4,
+                                                      "sliding_window": 2048})):
+            cfg = self.config(dict(BASE, model_type=mt, num_hidden_layers=8, **extra))
+            t = hf.load_text_config(cfg)
+            types = hf.layer_types(t)
+            self.assertEqual(types[2:4], ["sliding_attention", "full_attention"])
+            self.assertEqual([hf.layer_rotates(t, i) for i in (2, 3)], [True, False])
+            self.assert_nope_layer_type(cfg, "full_attention", "sliding_attention")
+            # Unasked, the table is that of the rotating layers.
+            inv, _ = hf.rope_init(t, "sliding_attention")
+            np.testing.assert_allclose(self.inv_freq("--hf-config", cfg), inv.numpy(),
+                                       rtol=1e-12)
+        # EXAONE-4 without a sliding window (the 1.2B layout): every layer rotates.
+        cfg = self.config(dict(BASE, model_type="exaone4", sliding_window=None,
+                               layer_types=["full_attention"] * 2))
+        t = hf.load_text_config(cfg)
+        self.assertTrue(hf.layer_rotates(t, 0))
+        x = self.rng.standard_normal((1, 4, 5, 64))
+        inv, _ = hf.rope_init(t)
+        ref = hf.apply_rotary_pos_emb(torch.from_numpy(x), *hf.cos_sin(inv, torch.arange(5)))
+        np.testing.assert_allclose(self.rope(x, "--hf-config", cfg, "--layer-type",
+                                             "full_attention"), ref.numpy(), **F64)
+
 
 if __name__ == "__main__":
     unittest.main()
