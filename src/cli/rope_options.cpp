@@ -87,6 +87,10 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
                   "with --hf-config: the layers to follow (a layer_types value such as "
                   "sliding_attention); default full_attention, or the config's only type")
       ->group(g);
+  sub->add_option("--layer", o.layer,
+                  "with --hf-config: follow one layer (0-based index): its layer type and its "
+                  "own rules, such as SmolLM3's no_rope_layers")
+      ->group(g);
   sub->add_flag("--inverse", o.inverse, "apply the inverse rotation (R^T)")->group(g);
   sub->add_option("--precision", o.precision,
                   "posenc's own working precision for --arith exact: f64 (default; correctly "
@@ -188,6 +192,18 @@ void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
 
 }  // namespace
 
+void check_layer_option(const RopeCliOptions& o) {
+  if (o.layer == -1) return;
+  if (o.hf_config.empty()) throw UsageError("--layer: needs --hf-config");
+  if (o.layer < 0) throw UsageError(fmt::format("--layer: must be a layer index >= 0, got {}", o.layer));
+}
+
+HfLayer hf_layer(const RopeCliOptions& o) {
+  HfLayer layer{o.layer_type, std::nullopt};
+  if (o.layer >= 0) layer.index = o.layer;
+  return layer;
+}
+
 RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   RopeParams p;
   set_explicit(o, p, false);
@@ -198,12 +214,13 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   if (!o.layer_type.empty() && o.hf_config.empty()) {
     throw UsageError("--layer-type: needs --hf-config");
   }
+  check_layer_option(o);
   if (!o.hf_config.empty()) {
     std::vector<std::string> keep;
     if (head_dim > 0) keep.push_back("head_dim");
     // A config's partial_rotary_factor (or MLA rope dim) decides R unless --rotary-dim.
     if (given(o, "--rotary-dim", o.rotary_dim != 0)) keep.push_back("rotary_dim");
-    apply_hf_config(o.hf_config, p, keep, o.layer_type);
+    apply_hf_config(o.hf_config, p, keep, hf_layer(o));
     set_explicit(o, p, true);
   }
   return p;

@@ -83,6 +83,9 @@ json class_defaults(const std::string& model_type) {
             {"encoder_num_attention_heads", 8}};
   }
   if (model_type == "cohere2") return {{"sliding_window_pattern", 4}};
+  if (model_type == "smollm3") {  // SmolLM3Config
+    return {{"rope_theta", 2000000.0}, {"num_hidden_layers", 36}, {"no_rope_layer_interval", 4}};
+  }
   if (model_type == "exaone4") {  // Exaone4Config
     return {
         {"sliding_window", 4096}, {"sliding_window_pattern", 4}, {"max_position_embeddings", 2048}};
@@ -235,6 +238,27 @@ std::optional<int> plain_head_dim(const Config& c) {
   return static_cast<int>(*hs / *nh);
 }
 
+// SmolLM3Config.no_rope_layers of `n` layers: 1 rotates, 0 is NoPE; by default every
+// no_rope_layer_interval-th layer is NoPE.
+std::vector<bool> smollm3_rope_flags(const Config& c, std::int64_t n) {
+  std::vector<bool> v;
+  const json* nr = c.find("no_rope_layers");
+  if (nr != nullptr && !nr->is_null()) {
+    if (!nr->is_array()) throw c.bad("no_rope_layers", "a list of 0 and 1");
+    for (const auto& x : *nr) {
+      if (!x.is_number()) throw c.bad("no_rope_layers", "a list of 0 and 1");
+      v.push_back(x.get<double>() != 0);
+    }
+    if (static_cast<std::int64_t>(v.size()) < n) {
+      throw c.bad("no_rope_layers", "a list with a value for every layer (num_hidden_layers)");
+    }
+    return v;
+  }
+  const std::int64_t every = c.positive("no_rope_layer_interval").value_or(4);
+  for (std::int64_t i = 0; i < n; ++i) v.push_back((i + 1) % every != 0);
+  return v;
+}
+
 // Layer types by the rule of the model type's config class, `n` layers.
 std::vector<std::string> derived_layer_types(const Config& c, std::optional<std::int64_t> n) {
   const std::string& mt = c.model_type();
@@ -252,6 +276,17 @@ std::vector<std::string> derived_layer_types(const Config& c, std::optional<std:
   if (mt == "gemma4_text") return pattern(6, true);
   if (mt == "gemma3n_text") return pattern(5, false);
   if (mt == "olmo3") return pattern(4, false);
+  if (mt == "smollm3") {
+    // SmolLM3Config: NoPE layers slide when use_sliding_window and sliding_window are set.
+    const std::int64_t count = n.value_or(1);
+    const std::vector<bool> rope = smollm3_rope_flags(c, count);
+    const bool slide = c.truthy("use_sliding_window") && c.has("sliding_window");
+    std::vector<std::string> v;
+    for (std::int64_t i = 0; i < count; ++i) {
+      v.push_back(slide && !rope[static_cast<std::size_t>(i)] ? kSliding : kFull);
+    }
+    return v;
+  }
   if (mt == "afmoe") return pattern(c.positive("global_attn_every_n_layers").value_or(4), false);
   if (mt == "exaone4") {
     // Exaone4Config: without a sliding window every layer is full attention.
@@ -317,8 +352,34 @@ std::string resolve_layer_type(const Config& c, const std::string& want,
                                c.path(), want, fmt::join(distinct, ", ")));
 }
 
-// Whether layers of type `lt` apply RoPE, and why not.
-std::optional<std::string> no_rope_reason(const Config& c, const std::string& lt) {
+// The layer type of a selection: that of layer `index`, or `type` resolved.
+std::string selected_type(const Config& c, const HfLayer& layer,
+                          const std::vector<std::string>& types) {
+  if (!layer.index) return resolve_layer_type(c, layer.type, types);
+  const std::int64_t i = *layer.index;
+  if (!c.has("layer_types") && !c.has("num_hidden_layers")) {
+    throw InputError(fmt::format("{}: 'num_hidden_layers' is needed to select layer {}", c.path(), i));
+  }
+  if (i < 0 || i >= static_cast<std::int64_t>(types.size())) {
+    throw InputError(fmt::format("{}: layer {} is out of range (the config has {} layers)", c.path(),
+                                 i, types.size()));
+  }
+  const std::string& lt = types[static_cast<std::size_t>(i)];
+  if (!layer.type.empty() && layer.type != lt) {
+    throw InputError(fmt::format("{}: layer {} is a '{}' layer, not '{}'", c.path(), i, lt,
+                                 layer.type));
+  }
+  return lt;
+}
+
+// Whether layers of type `lt` (or layer `index` of that type) apply RoPE, and why not.
+std::optional<std::string> no_rope_reason(const Config& c, const std::string& lt,
+                                          std::optional<std::int64_t> index = std::nullopt) {
+  if (c.model_type() == "smollm3" && index) {
+    // SmolLM3Attention: use_rope = config.no_rope_layers[layer_idx].
+    const std::vector<bool> rope = smollm3_rope_flags(c, *index + 1);
+    if (!rope[static_cast<std::size_t>(*index)]) return std::string("no_rope_layers");
+  }
   if (c.model_type() == "llama4_text" && lt != kChunked) return std::string("no_rope_layers");
   if (c.model_type() == "cohere2" && lt != kSliding) {
     return std::string("Cohere-2 full-attention layers have no positional encoding");
@@ -524,10 +585,15 @@ std::vector<std::string> hf_layer_types(const std::string& path) {
 
 void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
                      const std::string& layer_type) {
+  apply_hf_config(path, p, keep, HfLayer{layer_type, std::nullopt});
+}
+
+void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
+                     const HfLayer& layer) {
   const Config c(path);
   const std::vector<std::string> types = layer_types_of(c);
-  std::string lt = resolve_layer_type(c, layer_type, types);
-  if (layer_type.empty() && no_rope_reason(c, lt)) {
+  std::string lt = selected_type(c, layer, types);
+  if (layer.type.empty() && !layer.index && no_rope_reason(c, lt)) {
     // Unasked, take the first layer type that has RoPE (Llama-4: chunked_attention).
     for (const auto& t : types) {
       if (!no_rope_reason(c, t)) {
@@ -536,7 +602,11 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
       }
     }
   }
-  if (auto why = no_rope_reason(c, lt)) {
+  if (auto why = no_rope_reason(c, lt, layer.index)) {
+    if (layer.index) {
+      throw InputError(
+          fmt::format("{}: layer {} ('{}') has no RoPE ({})", path, *layer.index, lt, *why));
+    }
     throw InputError(fmt::format("{}: layers of type '{}' have no RoPE ({})", path, lt, *why));
   }
   bool keyed = false;
@@ -632,19 +702,25 @@ void attention_dims(const Config& c, const std::string& lt, HfAttentionConfig& a
 }  // namespace
 
 HfAttentionConfig read_hf_attention_config(const std::string& path, const std::string& layer_type) {
+  return read_hf_attention_config(path, HfLayer{layer_type, std::nullopt});
+}
+
+HfAttentionConfig read_hf_attention_config(const std::string& path, const HfLayer& layer) {
   const Config c(path);
   const std::vector<std::string> types = layer_types_of(c);
   HfAttentionConfig a;
   a.model_type = c.model_type();
-  a.layer_type = resolve_layer_type(c, layer_type, types);
+  a.layer_type = selected_type(c, layer, types);
+  a.layer_index = layer.index;
   attention_dims(c, a.layer_type, a, types);
   if (auto s = c.num("attn_logit_softcapping")) {
     if (!(*s > 0)) throw c.bad("attn_logit_softcapping", "a positive number");
     a.softcap = *s;
   }
-  if (a.layer_type == kSliding) a.sliding_window = c.positive("sliding_window");
+  const bool windowed = c.model_type() != "smollm3" || c.truthy("use_sliding_window");
+  if (a.layer_type == kSliding && windowed) a.sliding_window = c.positive("sliding_window");
   if (a.layer_type == kChunked) a.chunk_size = c.positive("attention_chunk_size");
-  a.rope = !no_rope_reason(c, a.layer_type);
+  a.rope = !no_rope_reason(c, a.layer_type, layer.index);
   if (c.model_type() == "llama4_text" && !a.rope && c.truthy("attn_temperature_tuning")) {
     a.temperature_scale = c.num("attn_scale");
     a.temperature_floor = c.num("floor_scale");

@@ -45,6 +45,8 @@ CLASS_DEFAULTS = {
     "deepseek_v3": {"rope_interleave": True},
     "phimoe": {"rope_theta": 1_000_000.0},  # PhimoeConfig.default_theta
     "olmo3": {"sliding_window": 4096, "max_position_embeddings": 2048},  # Olmo3Config
+    "smollm3": {"rope_theta": 2_000_000.0, "num_hidden_layers": 36,  # SmolLM3Config
+                "no_rope_layer_interval": 4},
     "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4,  # Exaone4Config
                 "max_position_embeddings": 2048},
     "ernie4_5": {"rope_theta": 500_000.0},  # Ernie4_5Config.default_theta
@@ -85,6 +87,10 @@ def layer_types(t):
     n, mt = t["num_hidden_layers"], t["model_type"]
     if mt == "gemma2":
         return ["sliding_attention" if bool((i + 1) % 2) else "full_attention" for i in range(n)]
+    if mt == "smollm3":  # SmolLM3Config: NoPE layers slide with use_sliding_window
+        slide = t.get("use_sliding_window") and t.get("sliding_window") is not None
+        return ["sliding_attention" if slide and not layer_rotates(t, i) else "full_attention"
+                for i in range(n)]
     if mt == "exaone4":  # Exaone4Config.__init__ (no window: pattern 0, every layer full)
         if t.get("sliding_window") is None:
             return ["full_attention"] * n
@@ -475,17 +481,17 @@ def layer_rotates(t, layer_idx):
     AfmoeAttention.forward `if self.is_local_attention`, SmolLM3Attention
     `self.use_rope = config.no_rope_layers[layer_idx]` (default: every
     no_rope_layer_interval-th layer NoPE); every layer elsewhere."""
-    lt = layer_types(t)[layer_idx]
     mt = t["model_type"]
-    if mt == "exaone4":
-        return t.get("sliding_window") is None or lt == "sliding_attention"
-    if mt == "afmoe":
-        return lt == "sliding_attention"
     if mt == "smollm3":
         nr = t.get("no_rope_layers") or [
             int((i + 1) % t.get("no_rope_layer_interval", 4) != 0)
             for i in range(t["num_hidden_layers"])]
         return bool(nr[layer_idx])
+    lt = layer_types(t)[layer_idx]
+    if mt == "exaone4":
+        return t.get("sliding_window") is None or lt == "sliding_attention"
+    if mt == "afmoe":
+        return lt == "sliding_attention"
     return True
 
 

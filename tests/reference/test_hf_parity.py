@@ -528,6 +528,52 @@ class Families(Case):
         np.testing.assert_allclose(self.rope(x, "--hf-config", cfg, "--layer-type",
                                              "full_attention"), ref.numpy(), **F64)
 
+    def test_smollm3_no_rope_layers_by_layer_index(self):
+        # SmolLM3-3B's layout: every 4th layer NoPE, all layers full_attention, so the
+        # layer type cannot tell; --layer N follows SmolLM3Attention.use_rope of layer N.
+        cases = (dict(num_hidden_layers=8),  # the no_rope_layer_interval rule
+                 dict(num_hidden_layers=4, no_rope_layers=[1, 0, 1, 1]),
+                 dict(num_hidden_layers=8, use_sliding_window=True, sliding_window=3))
+        x = self.rng.standard_normal((1, 4, 5, 64))
+        xt = torch.from_numpy(x)
+        for extra in cases:
+            cfg = self.config(dict(BASE, model_type="smollm3", **extra))
+            t = hf.load_text_config(cfg)
+            inv, _ = hf.rope_init(t)
+            self.assertEqual(float(inv[1]), 2_000_000.0 ** (-2 / 64))  # default_theta
+            cos, sin = hf.cos_sin(inv, torch.arange(5))
+            for i in range(t["num_hidden_layers"]):
+                lt = hf.layer_types(t)[i]
+                window = 3 if lt == "sliding_attention" else None
+                if hf.layer_rotates(t, i):
+                    ref = hf.apply_rotary_pos_emb(xt, cos, sin)
+                    np.testing.assert_allclose(
+                        self.rope(x, "--hf-config", cfg, "--layer", i), ref.numpy(),
+                        err_msg=f"{extra} layer {i}", **F64)
+                    q = ref
+                else:
+                    self.assert_fails(3, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                                      "--hf-config", cfg, "--layer", i,
+                                      match=f"layer {i} .* no RoPE")
+                    self.assert_fails(3, "table", "rope", "--hf-config", cfg, "--layer", i,
+                                      "--emit", "inv-freq", "-o", self.path("t.npy"),
+                                      match="no_rope_layers")
+                    q = xt
+                ref = hf.eager_attention(q, q, xt, 64 ** -0.5,
+                                         hf.hf_mask(torch.arange(5), 5, sliding_window=window))
+                rope = ["--rope"] if hf.layer_rotates(t, i) else []
+                got = self.attention(x, x, x, "--causal", *rope, "--hf-config", cfg,
+                                     "--layer", i)
+                self.assert_attention(got, ref, f"{extra} layer {i}")
+        # Out of range, or not a layer of the named type: exit 3 naming the file.
+        self.assert_fails(3, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                          "--hf-config", cfg, "--layer", 8, match="config.json: layer 8")
+        self.assert_fails(3, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                          "--hf-config", cfg, "--layer", 3, "--layer-type", "full_attention",
+                          match="config.json: layer 3 is a 'sliding_attention' layer")
+        self.assert_fails(2, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                          "--layer", 0, match="--layer")
+
 
 if __name__ == "__main__":
     unittest.main()

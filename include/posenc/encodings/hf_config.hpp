@@ -23,6 +23,16 @@
 
 namespace posenc {
 
+struct RopeParams;
+
+/// The layers of a HF config a command follows: all layers of one layer type, or one
+/// layer by index, which also decides the rules no layer type carries (SmolLM3's
+/// no_rope_layers).
+struct HfLayer {
+  std::string type;                   ///< a layer_types value; "" = the default (below)
+  std::optional<std::int64_t> index;  ///< one layer, 0-based; `type`, if given, must match
+};
+
 /// ALiBi as HF's ALiBi models add it.
 enum class HfAlibi {
   none,
@@ -49,7 +59,10 @@ struct HfAttentionConfig {
   std::optional<double> softcap;  ///< attn_logit_softcapping
   /// attention_chunk_size of a chunked layer type (Llama-4): keys in the query's chunk.
   std::optional<std::int64_t> chunk_size;
-  bool rope = true;  ///< false for NoPE layers (Llama-4 no_rope_layers, Cohere-2 full)
+  std::optional<std::int64_t> layer_index;  ///< the layer described, when one was selected
+  /// false for NoPE layers (Llama-4 no_rope_layers, Cohere-2, EXAONE-4 and AFMoE full
+  /// layers, SmolLM3 no_rope_layers of a selected layer)
+  bool rope = true;
   /// Llama-4 attn_temperature_tuning on NoPE layers: queries at position p scaled by
   /// 1 + attn_scale * log1p(floor((p + 1) / floor_scale)).
   std::optional<double> temperature_scale, temperature_floor;
@@ -67,5 +80,13 @@ std::vector<std::string> hf_layer_types(const std::string& path);
 /// does not have.
 HfAttentionConfig read_hf_attention_config(const std::string& path,
                                            const std::string& layer_type = "");
+/// The same for a layer selection: a layer index out of range, or whose type is not
+/// `layer.type`, throws InputError naming the file.
+HfAttentionConfig read_hf_attention_config(const std::string& path, const HfLayer& layer);
+
+/// apply_hf_config (rope.hpp) for a layer selection; a selected layer without RoPE
+/// throws InputError naming the file and the layer.
+void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
+                     const HfLayer& layer);
 
 }  // namespace posenc
