@@ -195,7 +195,9 @@ void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
 void check_layer_option(const RopeCliOptions& o) {
   if (o.layer == -1) return;
   if (o.hf_config.empty()) throw UsageError("--layer: needs --hf-config");
-  if (o.layer < 0) throw UsageError(fmt::format("--layer: must be a layer index >= 0, got {}", o.layer));
+  if (o.layer < 0) {
+    throw UsageError(fmt::format("--layer: must be a layer index >= 0, got {}", o.layer));
+  }
 }
 
 HfLayer hf_layer(const RopeCliOptions& o) {

@@ -358,16 +358,17 @@ std::string selected_type(const Config& c, const HfLayer& layer,
   if (!layer.index) return resolve_layer_type(c, layer.type, types);
   const std::int64_t i = *layer.index;
   if (!c.has("layer_types") && !c.has("num_hidden_layers")) {
-    throw InputError(fmt::format("{}: 'num_hidden_layers' is needed to select layer {}", c.path(), i));
+    throw InputError(
+        fmt::format("{}: 'num_hidden_layers' is needed to select layer {}", c.path(), i));
   }
   if (i < 0 || i >= static_cast<std::int64_t>(types.size())) {
-    throw InputError(fmt::format("{}: layer {} is out of range (the config has {} layers)", c.path(),
-                                 i, types.size()));
+    throw InputError(fmt::format("{}: layer {} is out of range (the config has {} layers)",
+                                 c.path(), i, types.size()));
   }
   const std::string& lt = types[static_cast<std::size_t>(i)];
   if (!layer.type.empty() && layer.type != lt) {
-    throw InputError(fmt::format("{}: layer {} is a '{}' layer, not '{}'", c.path(), i, lt,
-                                 layer.type));
+    throw InputError(
+        fmt::format("{}: layer {} is a '{}' layer, not '{}'", c.path(), i, lt, layer.type));
   }
   return lt;
 }
