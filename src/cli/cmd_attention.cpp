@@ -119,7 +119,7 @@ std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
 void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Shape& q,
                   const Shape& k, const Shape* v) {
   const std::string& path = o.rope_opts.hf_config;
-  const HfAttentionConfig c = read_hf_attention_config(path, o.rope_opts.layer_type);
+  const HfAttentionConfig c = read_hf_attention_config(path, hf_layer(o.rope_opts));
   check_hf_attention_shapes(c, path, q, k, v, opt.axes);
   std::vector<std::string> keep;
   const std::pair<const char*, const char*> kOptions[] = {{"--scale", "scale"},
@@ -132,7 +132,8 @@ void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Sha
     if (given(o, option)) keep.push_back(name);
   }
   apply_hf_attention(c, opt, keep);
-  verbose(fmt::format("{}: layer type {}", path, c.layer_type));
+  verbose(c.layer_index ? fmt::format("{}: layer {} ({})", path, *c.layer_index, c.layer_type)
+                        : fmt::format("{}: layer type {}", path, c.layer_type));
 }
 
 // The parameters recorded with the outputs.
@@ -233,6 +234,7 @@ void run_attention(AttentionCmdOptions& o) {
   if (!o.rope_opts.layer_type.empty() && o.rope_opts.hf_config.empty()) {
     throw UsageError("--layer-type: needs --hf-config");
   }
+  check_layer_option(o.rope_opts);
   if (given(o, "--alibi")) {
     const std::string& a = o.alibi;
     if (a == "bloom" || a == "falcon") {

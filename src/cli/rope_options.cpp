@@ -87,6 +87,10 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
                   "with --hf-config: the layers to follow (a layer_types value such as "
                   "sliding_attention); default full_attention, or the config's only type")
       ->group(g);
+  sub->add_option("--layer", o.layer,
+                  "with --hf-config: follow one layer (0-based index): its layer type and its "
+                  "own rules, such as SmolLM3's no_rope_layers")
+      ->group(g);
   sub->add_flag("--inverse", o.inverse, "apply the inverse rotation (R^T)")->group(g);
   sub->add_option("--precision", o.precision,
                   "posenc's own working precision for --arith exact: f64 (default; correctly "
@@ -161,6 +165,9 @@ void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
   if (want("--mscale-all-dim", o.mscale_all_dim != 0)) p.mscale_all_dim = o.mscale_all_dim;
   if (want("--attention-factor", o.attention_factor != 0)) {
     p.attention_factor = o.attention_factor;
+    // Given on the command line, it also wins over a PhiMoE config's mscales.
+    p.short_mscale.reset();
+    p.long_mscale.reset();
   }
   if (want("--low-freq-factor", o.low_freq_factor != 0)) p.low_freq_factor = o.low_freq_factor;
   if (want("--high-freq-factor", o.high_freq_factor != 0)) {
@@ -185,6 +192,20 @@ void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
 
 }  // namespace
 
+void check_layer_option(const RopeCliOptions& o) {
+  if (o.layer == -1) return;
+  if (o.hf_config.empty()) throw UsageError("--layer: needs --hf-config");
+  if (o.layer < 0) {
+    throw UsageError(fmt::format("--layer: must be a layer index >= 0, got {}", o.layer));
+  }
+}
+
+HfLayer hf_layer(const RopeCliOptions& o) {
+  HfLayer layer{o.layer_type, std::nullopt};
+  if (o.layer >= 0) layer.index = o.layer;
+  return layer;
+}
+
 RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   RopeParams p;
   set_explicit(o, p, false);
@@ -195,6 +216,7 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   if (!o.layer_type.empty() && o.hf_config.empty()) {
     throw UsageError("--layer-type: needs --hf-config");
   }
+  check_layer_option(o);
   if (!o.hf_config.empty()) {
     std::vector<std::string> keep;
     if (head_dim > 0) keep.push_back("head_dim");
@@ -224,7 +246,7 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
     for (const auto& [option, field] : kOptionField) {
       if (given(o, option, false)) keep.push_back(field);
     }
-    apply_hf_config(o.hf_config, p, keep, o.layer_type);
+    apply_hf_config(o.hf_config, p, keep, hf_layer(o));
     set_explicit(o, p, true);
   }
   return p;

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/ops/rope.hpp"
 
@@ -30,6 +31,7 @@ struct RopeCliOptions {
   std::string short_factor, long_factor;  ///< comma lists or tensor references
   std::string hf_config;
   std::string layer_type;  ///< --layer-type: which layers of --hf-config
+  long long layer = -1;    ///< --layer: one layer of --hf-config, 0-based; -1 = not given
   bool rotary_last = false;
   bool rope_interleave = false;
   bool inverse = false;
@@ -45,6 +47,11 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o);
 /// Builds RopeParams (applying --hf-config first, explicit flags winning) for a head
 /// dimension `head_dim`. Throws UsageError for bad values.
 RopeParams rope_params(const RopeCliOptions& o, int head_dim);
+
+/// The layers --layer-type / --layer select, and the check of --layer (UsageError
+/// without --hf-config or below 0).
+HfLayer hf_layer(const RopeCliOptions& o);
+void check_layer_option(const RopeCliOptions& o);
 
 /// Positions from --start / --position-ids / --cu-seqlens (reading the referenced
 /// tensors).

@@ -49,6 +49,13 @@ json class_defaults(const std::string& model_type) {
             {"sliding_window_pattern", 6},
             {"max_position_embeddings", 131072}};
   }
+  if (model_type == "gemma3n_text") {  // Gemma3nTextConfig (default_theta global / local)
+    return {{"rope_theta", 1000000.0},
+            {"rope_local_base_freq", 10000.0},
+            {"head_dim", 256},
+            {"sliding_window", 512},
+            {"max_position_embeddings", 32768}};
+  }
   if (model_type == "gemma4_text") {
     return {{"head_dim", 256},
             {"global_head_dim", 512},
@@ -70,15 +77,46 @@ json class_defaults(const std::string& model_type) {
             {"no_rope_layer_interval", 4}};
   }
   if (model_type == "deepseek_v3" || model_type == "kimi_k2") return {{"rope_interleave", true}};
+  if (model_type == "phimoe") return {{"rope_theta", 1000000.0}};  // PhimoeConfig.default_theta
+  if (model_type == "ernie4_5" || model_type == "ernie4_5_moe") return {{"rope_theta", 500000.0}};
+  if (model_type == "moonshine") {
+    return {{"partial_rotary_factor", 0.9},
+            {"max_position_embeddings", 512},
+            {"hidden_size", 288},
+            {"encoder_num_attention_heads", 8}};
+  }
   if (model_type == "cohere2") return {{"sliding_window_pattern", 4}};
+  if (model_type == "smollm3") {  // SmolLM3Config
+    return {{"rope_theta", 2000000.0}, {"num_hidden_layers", 36}, {"no_rope_layer_interval", 4}};
+  }
+  if (model_type == "exaone4") {  // Exaone4Config
+    return {
+        {"sliding_window", 4096}, {"sliding_window_pattern", 4}, {"max_position_embeddings", 2048}};
+  }
+  if (model_type == "olmo3") {  // Olmo3Config
+    return {{"rope_theta", 500000.0}, {"sliding_window", 4096}, {"max_position_embeddings", 2048}};
+  }
   return json::object();
 }
 
-// Model types whose RoPE pairs (2i, 2i+1): Meta's complex form (Llama-4, DeepSeek-V2)
-// and the interleaved rotate_half of Cohere and GLM.
+// The config key holding an attribute, where the config class's attribute_map names
+// another (MoonshineConfig: the encoder's head and layer counts).
+const char* attribute_alias(const std::string& model_type, const std::string& key) {
+  if (model_type == "moonshine") {
+    if (key == "num_attention_heads") return "encoder_num_attention_heads";
+    if (key == "num_key_value_heads") return "encoder_num_key_value_heads";
+    if (key == "num_hidden_layers") return "encoder_num_hidden_layers";
+  }
+  return nullptr;
+}
+
+// Model types whose RoPE pairs (2i, 2i+1): Meta's complex form (Llama-4, DeepSeek-V2),
+// the interleaved rotate_half of Cohere, and GLM's apply_rotary_pos_emb (the NeoX
+// table's first half repeat_interleave'd), which Helium, ERNIE-4.5 and Moonshine copy.
 bool gptj_pairs(const std::string& model_type) {
-  static const std::set<std::string> kGptj = {"llama4_text", "deepseek_v2", "cohere",
-                                              "cohere2",     "glm",         "glm4"};
+  static const std::set<std::string> kGptj = {"llama4_text",  "deepseek_v2", "cohere", "cohere2",
+                                              "glm",          "glm4",        "helium", "ernie4_5",
+                                              "ernie4_5_moe", "moonshine"};
   return kGptj.count(model_type) > 0;
 }
 
@@ -139,10 +177,15 @@ class Config {
 
   /// The value of `key` in the text config, else the class default; null if neither.
   const json* find(const char* key) const {
-    auto it = text_->find(key);
-    if (it != text_->end()) return &*it;
-    auto d = defaults_.find(key);
-    return d != defaults_.end() ? &*d : nullptr;
+    const char* alias = attribute_alias(model_type_, key);
+    for (const json* obj : {text_, &defaults_}) {
+      for (const char* k : {key, alias}) {
+        if (k == nullptr) continue;
+        auto it = obj->find(k);
+        if (it != obj->end()) return &*it;
+      }
+    }
+    return nullptr;
   }
   /// True when `key` is given (not null).
   bool has(const char* key) const {
@@ -255,6 +298,27 @@ std::optional<int> plain_head_dim(const Config& c) {
   return static_cast<int>(*hs / *nh);
 }
 
+// SmolLM3Config.no_rope_layers of `n` layers: 1 rotates, 0 is NoPE; by default every
+// no_rope_layer_interval-th layer is NoPE.
+std::vector<bool> smollm3_rope_flags(const Config& c, std::int64_t n) {
+  std::vector<bool> v;
+  const json* nr = c.find("no_rope_layers");
+  if (nr != nullptr && !nr->is_null()) {
+    if (!nr->is_array()) throw c.bad("no_rope_layers", "a list of 0 and 1");
+    for (const auto& x : *nr) {
+      if (!x.is_number()) throw c.bad("no_rope_layers", "a list of 0 and 1");
+      v.push_back(x.get<double>() != 0);
+    }
+    if (static_cast<std::int64_t>(v.size()) < n) {
+      throw c.bad("no_rope_layers", "a list with a value for every layer (num_hidden_layers)");
+    }
+    return v;
+  }
+  const std::int64_t every = c.positive("no_rope_layer_interval").value_or(4);
+  for (std::int64_t i = 0; i < n; ++i) v.push_back((i + 1) % every != 0);
+  return v;
+}
+
 // Layer types by the rule of the model type's config class, `n` layers.
 std::vector<std::string> derived_layer_types(const Config& c, std::optional<std::int64_t> n) {
   const std::string& mt = c.model_type();
@@ -270,6 +334,27 @@ std::vector<std::string> derived_layer_types(const Config& c, std::optional<std:
     return pattern(c.positive("sliding_window_pattern").value_or(6), false);
   }
   if (mt == "gemma4_text") return pattern(6, true);
+  if (mt == "gemma3n_text") return pattern(5, false);
+  if (mt == "olmo3") return pattern(4, false);
+  if (mt == "smollm3") {
+    // SmolLM3Config: NoPE layers slide when use_sliding_window and sliding_window are set.
+    const std::int64_t count = n.value_or(1);
+    const std::vector<bool> rope = smollm3_rope_flags(c, count);
+    const bool slide = c.truthy("use_sliding_window") && c.has("sliding_window");
+    std::vector<std::string> v;
+    for (std::int64_t i = 0; i < count; ++i) {
+      v.push_back(slide && !rope[static_cast<std::size_t>(i)] ? kSliding : kFull);
+    }
+    return v;
+  }
+  if (mt == "afmoe") return pattern(c.positive("global_attn_every_n_layers").value_or(4), false);
+  if (mt == "exaone4") {
+    // Exaone4Config: without a sliding window every layer is full attention.
+    if (!c.has("sliding_window")) {
+      return std::vector<std::string>(static_cast<std::size_t>(n.value_or(1)), kFull);
+    }
+    return pattern(c.positive("sliding_window_pattern").value_or(4), false);
+  }
   if (mt == "llama4_text") {
     const json* nr = c.find("no_rope_layers");
     std::vector<std::string> v;
@@ -336,11 +421,45 @@ std::string resolve_layer_type(const Config& c, const std::string& want,
                                c.path(), want, fmt::join(distinct, ", ")));
 }
 
-// Whether layers of type `lt` apply RoPE, and why not.
-std::optional<std::string> no_rope_reason(const Config& c, const std::string& lt) {
+// The layer type of a selection: that of layer `index`, or `type` resolved.
+std::string selected_type(const Config& c, const HfLayer& layer,
+                          const std::vector<std::string>& types) {
+  if (!layer.index) return resolve_layer_type(c, layer.type, types);
+  const std::int64_t i = *layer.index;
+  if (!c.has("layer_types") && !c.has("num_hidden_layers")) {
+    throw InputError(
+        fmt::format("{}: 'num_hidden_layers' is needed to select layer {}", c.path(), i));
+  }
+  if (i < 0 || i >= static_cast<std::int64_t>(types.size())) {
+    throw InputError(fmt::format("{}: layer {} is out of range (the config has {} layers)",
+                                 c.path(), i, types.size()));
+  }
+  const std::string& lt = types[static_cast<std::size_t>(i)];
+  if (!layer.type.empty() && layer.type != lt) {
+    throw InputError(
+        fmt::format("{}: layer {} is a '{}' layer, not '{}'", c.path(), i, lt, layer.type));
+  }
+  return lt;
+}
+
+// Whether layers of type `lt` (or layer `index` of that type) apply RoPE, and why not.
+std::optional<std::string> no_rope_reason(const Config& c, const std::string& lt,
+                                          std::optional<std::int64_t> index = std::nullopt) {
+  if (c.model_type() == "smollm3" && index) {
+    // SmolLM3Attention: use_rope = config.no_rope_layers[layer_idx].
+    const std::vector<bool> rope = smollm3_rope_flags(c, *index + 1);
+    if (!rope[static_cast<std::size_t>(*index)]) return std::string("no_rope_layers");
+  }
   if (c.model_type() == "llama4_text" && lt != kChunked) return std::string("no_rope_layers");
   if (c.model_type() == "cohere2" && lt != kSliding) {
     return std::string("Cohere-2 full-attention layers have no positional encoding");
+  }
+  if (c.model_type() == "exaone4" && lt != kSliding && c.has("sliding_window")) {
+    // Exaone4Attention: `if self.sliding_window is None or self.is_sliding`.
+    return std::string("EXAONE-4 models with a sliding window rotate only sliding layers");
+  }
+  if (c.model_type() == "afmoe" && lt != kSliding) {
+    return std::string("AFMoE rotates only sliding-attention layers");  // AfmoeAttention
   }
   if (c.model_type() == "falcon" && c.truthy("alibi")) return std::string("alibi");
   if (c.model_type() == "bloom") return std::string("BLOOM uses ALiBi");
@@ -376,11 +495,25 @@ const json& rope_dict(const Config& c, const std::string& lt, const std::vector<
     return *entry;
   }
   const std::string& mt = c.model_type();
-  if ((mt == "gemma3_text" || mt == "gemma3") && lt == kSliding) {
-    // v5 Gemma3TextConfig: sliding layers use rope_local_base_freq, unscaled.
+  if ((mt == "gemma3_text" || mt == "gemma3" || mt == "gemma3n_text") && lt == kSliding) {
+    // v5 Gemma3TextConfig, Gemma3nTextConfig: sliding layers use rope_local_base_freq,
+    // unscaled.
     made = {{"rope_type", "default"},
             {"rope_theta", c.positive_real("rope_local_base_freq").value_or(10000.0)}};
     return made;
+  }
+  if (mt == "olmo3") {
+    // Olmo3Config.convert_rope_params_to_dict builds a dict keyed by layer type: a legacy
+    // rope_scaling updates full_attention only, which also takes the top-level
+    // rope_theta (kwargs.pop); sliding_attention is default RoPE, and its
+    // kwargs.pop("rope_theta", default_theta) finds the key already popped, so it gets
+    // default_theta (500000) whatever the file says.
+    keyed = true;
+    if (lt == kSliding) {
+      made = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+      return made;
+    }
+    return *raw;
   }
   if (mt.rfind("modernbert", 0) == 0) {
     const char* key = lt == kSliding ? "local_rope_theta" : "global_rope_theta";
@@ -556,6 +689,28 @@ void check_rotary_pairs(const Config& c, const RopeParams& p,
   }
 }
 
+// The RoPE keys only one model family reads, with its config class's checks.
+void apply_family_keys(const Config& c, const json& rp, const std::string& type, RopeParams& p,
+                       const std::vector<std::string>& keep) {
+  const std::string& mt = c.model_type();
+  if (mt == "phimoe" && type != "default") {
+    // PhimoeConfig.validate_rope requires both numbers; PhimoeRotaryEmbedding.forward
+    // multiplies cos and sin by one of them instead of the attention factor.
+    for (const char* key : {"short_mscale", "long_mscale"}) {
+      auto v = c.num(rp, key);
+      if (!v) throw c.bad(key, "a number (PhiMoE rope scaling needs short_mscale and long_mscale)");
+      if (kept(keep, key)) continue;
+      (key[0] == 's' ? p.short_mscale : p.long_mscale) = *v;
+    }
+  }
+  if ((mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe") && type == "dynamic" &&
+      !kept(keep, "alpha")) {
+    // HunYuanDenseV1RotaryEmbedding: `rope_parameters.get("alpha")` truthy selects the
+    // NTK-alpha base.
+    if (auto a = c.num(rp, "alpha"); a && *a != 0.0) p.alpha = *a;
+  }
+}
+
 std::string rope_type_of(const Config& c, const json& rp) {
   std::string type = "default";
   for (const char* key : {"rope_type", "type"}) {
@@ -576,10 +731,15 @@ std::vector<std::string> hf_layer_types(const std::string& path) {
 
 void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
                      const std::string& layer_type) {
+  apply_hf_config(path, p, keep, HfLayer{layer_type, std::nullopt});
+}
+
+void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
+                     const HfLayer& layer) {
   const Config c(path);
   const std::vector<std::string> types = layer_types_of(c);
-  std::string lt = resolve_layer_type(c, layer_type, types);
-  if (layer_type.empty() && no_rope_reason(c, lt)) {
+  std::string lt = selected_type(c, layer, types);
+  if (layer.type.empty() && !layer.index && no_rope_reason(c, lt)) {
     // Unasked, take the first layer type that has RoPE (Llama-4: chunked_attention).
     for (const auto& t : types) {
       if (!no_rope_reason(c, t)) {
@@ -588,7 +748,11 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
       }
     }
   }
-  if (auto why = no_rope_reason(c, lt)) {
+  if (auto why = no_rope_reason(c, lt, layer.index)) {
+    if (layer.index) {
+      throw InputError(
+          fmt::format("{}: layer {} ('{}') has no RoPE ({})", path, *layer.index, lt, *why));
+    }
     throw InputError(fmt::format("{}: layers of type '{}' have no RoPE ({})", path, lt, *why));
   }
   bool keyed = false;
@@ -630,6 +794,7 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
   if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
   if (!kept(keep, "mrope_section")) apply_mrope(c, rp, p);
   apply_scaling_keys(c, rp, p, keep);
+  apply_family_keys(c, rp, type, p, keep);
   check_rotary_pairs(c, p, keep);
 }
 
@@ -677,24 +842,36 @@ void attention_dims(const Config& c, const std::string& lt, HfAttentionConfig& a
     a.scale = 1.0 / std::sqrt(*q);
   }
   if (auto m = c.num("attention_multiplier")) a.scale = *m;  // Granite
+  const std::string& mt = c.model_type();
+  if (mt == "gemma3n_text" || mt == "gemma4_text") {
+    // Gemma3nTextAttention, Gemma4TextAttention: self.scaling = 1.0 (q and k are
+    // RMS-normalised instead), whatever query_pre_attn_scalar says.
+    a.scale = 1.0;
+  }
 }
 
 }  // namespace
 
 HfAttentionConfig read_hf_attention_config(const std::string& path, const std::string& layer_type) {
+  return read_hf_attention_config(path, HfLayer{layer_type, std::nullopt});
+}
+
+HfAttentionConfig read_hf_attention_config(const std::string& path, const HfLayer& layer) {
   const Config c(path);
   const std::vector<std::string> types = layer_types_of(c);
   HfAttentionConfig a;
   a.model_type = c.model_type();
-  a.layer_type = resolve_layer_type(c, layer_type, types);
+  a.layer_type = selected_type(c, layer, types);
+  a.layer_index = layer.index;
   attention_dims(c, a.layer_type, a, types);
   if (auto s = c.num("attn_logit_softcapping")) {
     if (!(*s > 0)) throw c.bad("attn_logit_softcapping", "a positive number");
     a.softcap = *s;
   }
-  if (a.layer_type == kSliding) a.sliding_window = c.positive("sliding_window");
+  const bool windowed = c.model_type() != "smollm3" || c.truthy("use_sliding_window");
+  if (a.layer_type == kSliding && windowed) a.sliding_window = c.positive("sliding_window");
   if (a.layer_type == kChunked) a.chunk_size = c.positive("attention_chunk_size");
-  a.rope = !no_rope_reason(c, a.layer_type);
+  a.rope = !no_rope_reason(c, a.layer_type, layer.index);
   if (c.model_type() == "llama4_text" && !a.rope && c.truthy("attn_temperature_tuning")) {
     a.temperature_scale = c.num("attn_scale");
     a.temperature_floor = c.num("floor_scale");

@@ -243,11 +243,26 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     }
 
     case RopeScaling::dynamic: {
-      double s = need_factor("dynamic");
       std::int64_t mp = p.max_pos ? *p.max_pos : p.original_max_pos ? *p.original_max_pos : 0;
       if (mp <= 0) usage("scaling dynamic: needs max_pos (max_position_embeddings)");
       if (r <= 2) usage("scaling dynamic: needs a rotary dimension above 2");
       std::int64_t seq = std::max<std::int64_t>(p.seq_len, mp);
+      if (p.alpha && seq == mp) {
+        // HunYuan's NTK-alpha: a fixed base while no position passes max_pos; beyond it
+        // HF's dynamic_rope_update recomputes the plain dynamic frequencies below.
+        if (!(*p.alpha > 0.0) || !std::isfinite(*p.alpha)) {
+          usage(fmt::format("alpha: must be a positive number, got {}", *p.alpha));
+        }
+        const double base =
+            p.base * std::pow(*p.alpha, static_cast<double>(r) / static_cast<double>(r - 2));
+        f.inv_freq = default_inv_freq(base, r);
+        a.push_back({"alpha", *p.alpha});
+        a.push_back({"max_position_embeddings", static_cast<long long>(mp)});
+        a.push_back({"seq_len", static_cast<long long>(seq)});
+        a.push_back({"dynamic_base", base});
+        break;
+      }
+      double s = need_factor("dynamic");
       double base =
           p.base * std::pow(s * static_cast<double>(seq) / static_cast<double>(mp) - (s - 1.0),
                             static_cast<double>(r) / static_cast<double>(r - 2));
@@ -330,7 +345,16 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
                           use_long ? ">" : "<=", l0));
       }
       double att = 1.0;
-      if (p.attention_factor) {
+      const std::optional<double>& mscale = use_long ? p.long_mscale : p.short_mscale;
+      if (mscale) {
+        // PhimoeRotaryEmbedding.forward: the set's mscale replaces attention_scaling.
+        if (!(*mscale > 0.0) || !std::isfinite(*mscale)) {
+          usage(fmt::format("{}_mscale: must be a positive number, got {}",
+                            use_long ? "long" : "short", *mscale));
+        }
+        att = *mscale;
+        a.push_back({use_long ? "long_mscale" : "short_mscale", att});
+      } else if (p.attention_factor) {
         att = *p.attention_factor;
       } else {
         const double s = factor_or_ratio(

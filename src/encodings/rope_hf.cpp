@@ -150,6 +150,11 @@ std::vector<float> hf_inv_freq(const RopeParams& p, const RopeFreqs& exact) {
       return inv;
     }
     case RopeScaling::dynamic: {
+      // HunYuanDenseV1RotaryEmbedding's alpha form: a Python float base, then the
+      // default expression 1.0 / (base ** (arange(0, dim, 2).float() / dim)).
+      if (p.alpha && attr_number(a, "seq_len") <= attr_number(a, "max_position_embeddings")) {
+        return hf_default_inv_freq(attr_number(a, "dynamic_base"), r, r / 2);
+      }
       const float b =
           dynamic_base(p.base, attr_number(a, "factor"), attr_number(a, "max_position_embeddings"),
                        attr_number(a, "seq_len"), r);

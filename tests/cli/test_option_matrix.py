@@ -91,6 +91,7 @@ ROPE_ROWS = {
     "--hf-config": ([], ["--hf-config", "{rope_cfg}"]),
     "--layer-type": (["--hf-config", "{typed_cfg}"],
                      ["--hf-config", "{typed_cfg}", "--layer-type", "sliding_attention"]),
+    "--layer": (["--hf-config", "{typed_cfg}"], ["--hf-config", "{typed_cfg}", "--layer", "0"]),
     "--inverse": ([], ["--inverse"]),
     "--precision": ([], ["--precision", "f32"]),
     "--dtype": ([], ["--dtype", "f64"]),
@@ -151,13 +152,14 @@ ATTENTION_ROWS = {
     "--hf-config": ([], ["--hf-config", "{attn_cfg}"]),
     "--layer-type": (["--hf-config", "{typed_cfg}"],
                      ["--hf-config", "{typed_cfg}", "--layer-type", "sliding_attention"]),
+    "--layer": (["--hf-config", "{typed_cfg}"], ["--hf-config", "{typed_cfg}", "--layer", "0"]),
     "--precision": ([], ["--precision", "f64"]),
 }
 # The RoPE options of `attention --rope`, over a base of --rope.
 ATTENTION_ROPE = {k: (["--rope"] + b, ["--rope"] + w) for k, (b, w) in ROPE_ROWS.items()
                   if k not in ("--rope2d", "--rope2d-ids", "--order", "--mrope-section",
                                "--mrope-interleaved", "--inverse", "--axes", "--dtype",
-                               "--precision", "--hf-config", "--layer-type")}
+                               "--precision", "--hf-config", "--layer-type", "--layer")}
 ATTENTION_ROPE["--inverse"] = (["--rope"], ["--rope", "--inverse"])
 
 TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()

@@ -5,7 +5,10 @@ of posenc:
   RotaryEmbeddingConfigMixin.standardize_rope_params (modeling_rope_utils.py);
 - the rope init functions of modeling_rope_utils.py (default, linear, dynamic, yarn,
   longrope, llama3, proportional) and dynamic_rope_update's stateful updates;
-- the applies: rotate_half apply_rotary_pos_emb, DeepSeek-V3
+- model-specific rotary embeddings: PhimoeRotaryEmbedding (short_mscale / long_mscale),
+  HunYuanDenseV1RotaryEmbedding (dynamic NTK-alpha);
+- the applies: rotate_half apply_rotary_pos_emb, GLM's interleaved apply_rotary_pos_emb
+  (glm, glm4, helium, ernie4_5, ernie4_5_moe, moonshine), DeepSeek-V3
   apply_rotary_pos_emb_interleave, Llama-4 / DeepSeek-V2 complex apply_rotary_emb,
   Qwen2-VL apply_multimodal_rotary_pos_emb, Qwen3-VL apply_interleaved_mrope, Qwen2-VL
   VisionRotaryEmbedding + apply_rotary_pos_emb_vision;
@@ -31,12 +34,32 @@ CLASS_DEFAULTS = {
     "gemma3_text": {"rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
                     "head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 4096,
                     "sliding_window_pattern": 6, "max_position_embeddings": 131_072},
+    # Gemma3nTextConfig: default_theta {"global": 1e6, "local": 1e4}.
+    "gemma3n_text": {"rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
+                     "head_dim": 256, "sliding_window": 512, "max_position_embeddings": 32_768},
     "gemma4_text": {"head_dim": 256, "global_head_dim": 512, "sliding_window": 512,
                     "max_position_embeddings": 131_072},
     "llama4_text": {"rope_theta": 500000.0, "attention_chunk_size": 8192,
                     "attn_temperature_tuning": True, "floor_scale": 8192, "attn_scale": 0.1,
                     "no_rope_layer_interval": 4},
     "deepseek_v3": {"rope_interleave": True},
+    "phimoe": {"rope_theta": 1_000_000.0},  # PhimoeConfig.default_theta
+    "olmo3": {"sliding_window": 4096, "max_position_embeddings": 2048},  # Olmo3Config
+    "smollm3": {"rope_theta": 2_000_000.0, "num_hidden_layers": 36,  # SmolLM3Config
+                "no_rope_layer_interval": 4},
+    "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4,  # Exaone4Config
+                "max_position_embeddings": 2048},
+    "ernie4_5": {"rope_theta": 500_000.0},  # Ernie4_5Config.default_theta
+    "ernie4_5_moe": {"rope_theta": 500_000.0},  # Ernie4_5_MoeConfig.default_theta
+    "moonshine": {"partial_rotary_factor": 0.9, "max_position_embeddings": 512,
+                  "hidden_size": 288, "encoder_num_attention_heads": 8},
+}
+
+# The configuration classes' attribute_map: attribute -> the key the file holds.
+ATTRIBUTE_MAP = {
+    "moonshine": {"num_attention_heads": "encoder_num_attention_heads",
+                  "num_key_value_heads": "encoder_num_key_value_heads",
+                  "num_hidden_layers": "encoder_num_hidden_layers"},
 }
 
 
@@ -48,6 +71,9 @@ def load_text_config(path):
     t.setdefault("model_type", root.get("model_type"))
     for k, v in CLASS_DEFAULTS.get(t["model_type"], {}).items():
         t.setdefault(k, v)
+    for attr, key in ATTRIBUTE_MAP.get(t["model_type"], {}).items():
+        if key in t:
+            t.setdefault(attr, t[key])
     if t.get("qk_rope_head_dim") is not None:  # DeepseekV3Config
         t["head_dim"] = t["qk_rope_head_dim"]
         t["qk_head_dim"] = t["qk_nope_head_dim"] + t["qk_rope_head_dim"]
@@ -61,6 +87,22 @@ def layer_types(t):
     n, mt = t["num_hidden_layers"], t["model_type"]
     if mt == "gemma2":
         return ["sliding_attention" if bool((i + 1) % 2) else "full_attention" for i in range(n)]
+    if mt == "smollm3":  # SmolLM3Config: NoPE layers slide with use_sliding_window
+        slide = t.get("use_sliding_window") and t.get("sliding_window") is not None
+        return ["sliding_attention" if slide and not layer_rotates(t, i) else "full_attention"
+                for i in range(n)]
+    if mt == "exaone4":  # Exaone4Config.__init__ (no window: pattern 0, every layer full)
+        if t.get("sliding_window") is None:
+            return ["full_attention"] * n
+        p = t["sliding_window_pattern"]
+        return ["sliding_attention" if (i + 1) % p != 0 else "full_attention" for i in range(n)]
+    if mt == "afmoe":  # AfmoeConfig: every global_attn_every_n_layers-th layer full
+        p = t.get("global_attn_every_n_layers", 4)
+        return ["sliding_attention" if (i + 1) % p != 0 else "full_attention" for i in range(n)]
+    if mt == "olmo3":  # Olmo3Config.__post_init__
+        return ["sliding_attention" if (i + 1) % 4 != 0 else "full_attention" for i in range(n)]
+    if mt == "gemma3n_text":  # Gemma3nTextConfig.__post_init__
+        return ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(n)]
     if mt == "gemma3_text":
         p = t["sliding_window_pattern"]
         return ["sliding_attention" if bool((i + 1) % p) else "full_attention" for i in range(n)]
@@ -80,12 +122,22 @@ def rope_parameters(t, layer_type="full_attention"):
     convert_rope_params_to_dict maps them)."""
     rp = dict(t.get("rope_parameters") or t.get("rope_scaling") or {})
     types = layer_types(t)
-    if t["model_type"] == "gemma3_text" and not (rp and set(rp) <= set(types)):
+    # Gemma3nTextConfig.convert_rope_params_to_dict does the same as Gemma-3's.
+    if t["model_type"] in ("gemma3_text", "gemma3n_text") and not (rp and set(rp) <= set(types)):
         full = dict(rp) if rp else {"rope_type": "default"}
         full.setdefault("rope_theta", t["rope_theta"])
         rp = {"full_attention": full,
               "sliding_attention": {"rope_type": "default",
                                     "rope_theta": t["rope_local_base_freq"]}}
+    if t["model_type"] == "olmo3" and not (rp and set(rp) <= set(types)):
+        # Olmo3Config.convert_rope_params_to_dict: rope_scaling updates full_attention
+        # only; kwargs.pop("rope_theta", default_theta) gives full the file's rope_theta
+        # and sliding (the key being gone by then) default_theta.
+        full = {"rope_type": "default"}
+        full.update(rp)
+        full.setdefault("rope_theta", t.get("rope_theta", 500000.0))
+        rp = {"full_attention": full,
+              "sliding_attention": {"rope_type": "default", "rope_theta": 500000.0}}
     # The configuration classes' own renames: Phi3Config "su" -> "longrope", Qwen2-VL's
     # "mrope" -> the default frequencies.
     for key in ("type", "rope_type"):
@@ -202,6 +254,41 @@ def rope_init(t, layer_type="full_attention", seq_len=None):
     raise ValueError(typ)
 
 
+def phimoe_cos_sin(t, positions):
+    """PhimoeRotaryEmbedding.forward (modular_phimoe.py): seq_len = max(position_ids) + 1;
+    for a rope_type other than "default", mscale = long_mscale if seq_len >
+    original_max_position_embeddings else short_mscale, and cos, sin are multiplied by
+    it instead of the init function's attention_scaling; inv_freq is recomputed from
+    the init function at that seq_len on every call."""
+    positions = torch.as_tensor(positions)
+    seq_len = int(positions.max()) + 1
+    d = rope_parameters(t)
+    inv, att = rope_init(t, seq_len=seq_len)
+    mscale = None
+    if d["rope_type"] != "default":
+        mscale = d["long_mscale"] if seq_len > d["original_max_position_embeddings"] \
+            else d["short_mscale"]
+    return cos_sin(inv, positions, att if mscale is None else mscale)
+
+
+def hunyuan_inv_freq(t, seq_len=None):
+    """(inv_freq, attention_scaling) of HunYuanDenseV1RotaryEmbedding (modular_hunyuan_v1_dense.py,
+    HunYuanMoEV1 the same) for one call whose largest position is seq_len - 1. Its
+    __init__ ("DynamicNTKAlphaRotary"): rope_type "dynamic" with a truthy alpha gives
+    base = rope_theta * alpha ** (head_dim / (head_dim - 2)) and attention_scaling 1.
+    Its forward keeps Llama's @dynamic_rope_update, so a call with seq_len >
+    max_position_embeddings grows to ROPE_INIT_FUNCTIONS["dynamic"] (plain dynamic NTK
+    with the config's factor), and a shorter call afterwards resets to the alpha
+    frequencies (original_inv_freq)."""
+    d = rope_parameters(t)
+    if d["rope_type"] == "dynamic" and d.get("alpha"):
+        if seq_len is None or seq_len <= t["max_position_embeddings"]:
+            dim = head_dim(t)
+            base = float(d["rope_theta"]) * d["alpha"] ** (dim / (dim - 2))
+            return _default(base, dim), 1.0
+    return rope_init(t, seq_len=seq_len)
+
+
 class StatefulRotary:
     """A rotary embedding module with dynamic_rope_update: `inv_freq` for each forward
     call from its position ids, keeping state across calls as HF does."""
@@ -254,6 +341,28 @@ def apply_rotary_pos_emb(x, cos, sin):
 def apply_partial(x, cos, sin, rotary_dim):
     """Models with partial rotary: rotate x[..., :R], pass the rest."""
     return torch.cat([apply_rotary_pos_emb(x[..., :rotary_dim], cos, sin), x[..., rotary_dim:]], -1)
+
+
+def rotate_half_interleaved(x):
+    """GLM's rotate_half (modeling_glm.py; Helium's and ERNIE-4.5's are copies): pairs
+    (2i, 2i+1) become (-x[2i+1], x[2i])."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def apply_rotary_pos_emb_glm(x, cos, sin):
+    """GLM's apply_rotary_pos_emb (modeling_glm.py), which Moonshine imports and Helium
+    (HeliumModel) and ERNIE-4.5 (Ernie4_5 / Ernie4_5_Moe, in float32) copy: the NeoX
+    table's first half repeat_interleave(2), then the interleaved rotate_half on
+    x[..., :rotary_dim] and the rest passed through (Helium and ERNIE rotate the whole
+    head). cos/sin [s, R] or [b, s, R] as the rotary embedding returns them."""
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]
+    cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+    sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+    r = cos.shape[-1]
+    xr, xp = x[..., :r], x[..., r:]
+    return torch.cat([xr * cos + rotate_half_interleaved(xr) * sin, xp], -1)
 
 
 def apply_rotary_pos_emb_interleave(x, cos, sin):
@@ -364,6 +473,37 @@ def llama4_temperature(q, positions, attn_scale, floor_scale):
     pos = torch.as_tensor(positions, dtype=torch.float64)
     scales = torch.log1p(torch.floor((pos + 1.0) / floor_scale)) * attn_scale + 1.0
     return q * scales.view(1, -1, 1, 1)
+
+
+def layer_rotates(t, layer_idx):
+    """Whether the attention module of layer `layer_idx` applies RoPE:
+    Exaone4Attention.forward `if self.sliding_window is None or self.is_sliding`,
+    AfmoeAttention.forward `if self.is_local_attention`, SmolLM3Attention
+    `self.use_rope = config.no_rope_layers[layer_idx]` (default: every
+    no_rope_layer_interval-th layer NoPE); every layer elsewhere."""
+    mt = t["model_type"]
+    if mt == "smollm3":
+        nr = t.get("no_rope_layers") or [
+            int((i + 1) % t.get("no_rope_layer_interval", 4) != 0)
+            for i in range(t["num_hidden_layers"])]
+        return bool(nr[layer_idx])
+    lt = layer_types(t)[layer_idx]
+    if mt == "exaone4":
+        return t.get("sliding_window") is None or lt == "sliding_attention"
+    if mt == "afmoe":
+        return lt == "sliding_attention"
+    return True
+
+
+def attention_scaling(t):
+    """The attention modules' self.scaling: 1.0 for Gemma3nTextAttention and
+    Gemma4TextAttention (q and k are RMS-normalised), query_pre_attn_scalar ** -0.5
+    for Gemma-2/3, else head_dim ** -0.5."""
+    if t["model_type"] in ("gemma3n_text", "gemma4_text"):
+        return 1.0
+    if t.get("query_pre_attn_scalar"):
+        return t["query_pre_attn_scalar"] ** -0.5
+    return head_dim(t) ** -0.5
 
 
 def deepseek_scaling(t):

@@ -258,6 +258,23 @@ class Attention(HfConfigCase):
                           "--layer-type", "full_attention", "--rope", "-o", self.path("x.npy"),
                           "--emit", "probs", match="no RoPE")
 
+    def test_gemma4_scale_one_on_both_layer_types(self):
+        # Gemma4TextAttention: self.scaling = 1.0; full layers have global_head_dim 512.
+        t = hf.load_text_config(data("gemma-4-e4b.json"))
+        self.assertEqual(hf.attention_scaling(t), 1.0)
+        for lt, d in (("sliding_attention", 256), ("full_attention", 512)):
+            q = self.rng.standard_normal((1, 8, 5, d))
+            k, v = (self.rng.standard_normal((1, 2, 5, d)) for _ in range(2))
+            got = self.attention("gemma-4-e4b.json", q, k, v, "--rope", "--causal",
+                                 "--layer-type", lt)
+            inv, att = hf.rope_init(t, lt)
+            cos, sin = hf.cos_sin(inv, torch.arange(5), att)
+            qr, kr = (hf.apply_rotary_pos_emb(torch.from_numpy(a), cos, sin) for a in (q, k))
+            ref = hf.eager_attention(qr, kr, torch.from_numpy(v), 1.0,
+                                     hf.hf_mask(torch.arange(5), 5))
+            self.assert_attention(got, ref, f"gemma-4 {lt}")
+            self.assertEqual(got[3]["scale"], 1.0)
+
     def test_head_counts_checked_against_the_config(self):
         q = self.rng.standard_normal((1, 4, 3, 128))
         k = self.rng.standard_normal((1, 4, 3, 128))

@@ -67,6 +67,23 @@ TEST(HfRope, PerLayerTypeAndMla) {
       InputError);
 }
 
+TEST(HfLayer, AnIndexSelectsTheLayersTypeAndRules) {
+  // Llama-4 Scout: 48 layers, every 4th (index 3, 7, ...) full_attention without RoPE.
+  const std::string path = data("llama-4-scout-17b-16e-instruct.json");
+  RopeParams p;
+  apply_hf_config(path, p, {}, HfLayer{"", 2});
+  EXPECT_EQ(p.base, 500000.0);
+  EXPECT_THROW(apply_hf_config(path, p, {}, HfLayer{"", 3}), InputError);
+  const HfAttentionConfig nope = read_hf_attention_config(path, HfLayer{"", 3});
+  EXPECT_EQ(nope.layer_type, "full_attention");
+  EXPECT_EQ(nope.layer_index, std::optional<std::int64_t>(3));
+  EXPECT_FALSE(nope.rope);
+  EXPECT_TRUE(nope.temperature_scale.has_value());
+  EXPECT_TRUE(read_hf_attention_config(path, HfLayer{"chunked_attention", 46}).rope);
+  EXPECT_THROW(read_hf_attention_config(path, HfLayer{"", 48}), InputError);  // 48 layers
+  EXPECT_THROW(read_hf_attention_config(path, HfLayer{"full_attention", 2}), InputError);
+}
+
 TEST(HfAttention, ScalesWindowsAndTemperature) {
   const auto g3 = read_hf_attention_config(data("gemma-3-27b-it.json"), "sliding_attention");
   EXPECT_DOUBLE_EQ(*g3.scale, 1.0 / std::sqrt(168.0));

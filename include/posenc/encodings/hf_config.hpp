@@ -5,8 +5,9 @@
 /// - the text model's keys: those of `text_config` when the file has one (Gemma-3/4,
 ///   Llama-4, Qwen3-VL), else the top level;
 /// - where a key is missing, the default of the model type's config class, for the
-///   model types whose defaults change numbers (gemma2, gemma3_text, gemma4_text,
-///   llama4_text, deepseek_v3, qwen2 family); other model types use the generic
+///   model types whose defaults change numbers (gemma2, gemma3_text, gemma3n_text, gemma4_text,
+///   llama4_text, deepseek_v3, qwen2 family, olmo3, phimoe, ernie4_5, moonshine) and its
+///   attribute_map (Moonshine's encoder head counts); other model types use the generic
 ///   defaults (rope_theta 10000, no sliding window);
 /// - the layer types: `layer_types`, or the rule of the model type's config class
 ///   (Gemma-2 alternating, Gemma-3 `sliding_window_pattern`, Llama-4
@@ -21,6 +22,16 @@
 #include <vector>
 
 namespace posenc {
+
+struct RopeParams;
+
+/// The layers of a HF config a command follows: all layers of one layer type, or one
+/// layer by index, which also decides the rules no layer type carries (SmolLM3's
+/// no_rope_layers).
+struct HfLayer {
+  std::string type;                   ///< a layer_types value; "" = the default (below)
+  std::optional<std::int64_t> index;  ///< one layer, 0-based; `type`, if given, must match
+};
 
 /// ALiBi as HF's ALiBi models add it.
 enum class HfAlibi {
@@ -39,7 +50,7 @@ struct HfAttentionConfig {
   std::optional<int> head_dim;    ///< of queries and keys (qk_nope + qk_rope for MLA)
   std::optional<int> v_head_dim;  ///< of values, where it differs (MLA v_head_dim)
   /// The score scale where it is not 1/sqrt(head_dim): query_pre_attn_scalar^-0.5
-  /// (Gemma-2/3), attention_multiplier (Granite), DeepSeek's
+  /// (Gemma-2/3), 1.0 (Gemma-3n, Gemma-4), attention_multiplier (Granite), DeepSeek's
   /// qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2.
   std::optional<double> scale;
   /// HF's sliding_window W, for a sliding layer type: a query at position p sees keys
@@ -48,7 +59,10 @@ struct HfAttentionConfig {
   std::optional<double> softcap;  ///< attn_logit_softcapping
   /// attention_chunk_size of a chunked layer type (Llama-4): keys in the query's chunk.
   std::optional<std::int64_t> chunk_size;
-  bool rope = true;  ///< false for NoPE layers (Llama-4 no_rope_layers, Cohere-2 full)
+  std::optional<std::int64_t> layer_index;  ///< the layer described, when one was selected
+  /// false for NoPE layers (Llama-4 no_rope_layers, Cohere-2, EXAONE-4 and AFMoE full
+  /// layers, SmolLM3 no_rope_layers of a selected layer)
+  bool rope = true;
   /// Llama-4 attn_temperature_tuning on NoPE layers: queries at position p scaled by
   /// 1 + attn_scale * log1p(floor((p + 1) / floor_scale)).
   std::optional<double> temperature_scale, temperature_floor;
@@ -66,5 +80,13 @@ std::vector<std::string> hf_layer_types(const std::string& path);
 /// does not have.
 HfAttentionConfig read_hf_attention_config(const std::string& path,
                                            const std::string& layer_type = "");
+/// The same for a layer selection: a layer index out of range, or whose type is not
+/// `layer.type`, throws InputError naming the file.
+HfAttentionConfig read_hf_attention_config(const std::string& path, const HfLayer& layer);
+
+/// apply_hf_config (rope.hpp) for a layer selection; a selected layer without RoPE
+/// throws InputError naming the file and the layer.
+void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
+                     const HfLayer& layer);
 
 }  // namespace posenc

@@ -51,6 +51,13 @@ struct RopeParams {
   bool truncate = true;                          ///< yarn: floor/ceil the correction range
   std::optional<double> low_freq_factor, high_freq_factor;  ///< llama3, default 1 / 4
   std::vector<double> short_factor, long_factor;            ///< longrope, R/2 each
+  /// PhiMoE (PhimoeRotaryEmbedding): the factor multiplying cos and sin with the short /
+  /// long factor set, in place of the longrope attention factor.
+  std::optional<double> short_mscale, long_mscale;
+  /// HunYuan's NTK-alpha form of dynamic (HunYuanDenseV1RotaryEmbedding): while the
+  /// sequence fits max_pos, base * alpha^(R / (R - 2)) and attention factor 1; past it,
+  /// HF's dynamic update recomputes the plain dynamic NTK frequencies.
+  std::optional<double> alpha;
   /// The sequence length the table is for: dynamic NTK uses max(seq_len, max_pos);
   /// longrope picks long_factor when seq_len > L0. 0 = not known (taken from the
   /// positions by the caller).
@@ -114,10 +121,11 @@ RopeFreqs compute_rope_freqs(const RopeParams& p);
 /// in `keep` are not overwritten; the names are the RopeParams members: base, partial,
 /// head_dim, rotary_dim, max_pos, original_max_pos, scaling, factor, beta_fast,
 /// beta_slow, mscale, mscale_all_dim, attention_factor, low_freq_factor,
-/// high_freq_factor, truncate, short_factor, long_factor, style, mrope_section,
-/// rope_interleave. Throws InputError naming the file for unreadable or malformed
-/// JSON, wrongly typed or out-of-range fields, unsupported rope types, unknown layer
-/// types and layer types without RoPE.
+/// high_freq_factor, truncate, short_factor, long_factor, short_mscale, long_mscale,
+/// alpha, style, mrope_section, rope_interleave (short_mscale and long_mscale are
+/// PhiMoE's, alpha HunYuan's). Throws InputError naming the file for unreadable or
+/// malformed JSON, wrongly typed or out-of-range fields, unsupported rope types, unknown
+/// layer types and layer types without RoPE.
 void apply_hf_config(const std::string& path, RopeParams& p,
                      const std::vector<std::string>& keep = {}, const std::string& layer_type = "");
 
