@@ -4,7 +4,7 @@
 # timeout or out-of-memory of a harness is a finding: the input is kept in WORK/<name>/
 # and the script exits 1.
 #
-#   tests/fuzz/run_fuzz.sh BUILD_DIR SECONDS [WORK]
+#   [POSENC_FUZZ_HARNESSES="plot join"] tests/fuzz/run_fuzz.sh BUILD_DIR SECONDS [WORK]
 #
 # BUILD_DIR is a POSENC_FUZZ=ON build (see tests/fuzz/CMakeLists.txt); WORK defaults to
 # a temporary folder, removed when nothing was found.
@@ -15,7 +15,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=${3:-$(mktemp -d "${TMPDIR:-/tmp}/posenc-fuzz-XXXXXX")}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-harnesses=(npy text hdf5 ref options plot join)
+# POSENC_FUZZ_HARNESSES="plot join" runs only those.
+# shellcheck disable=SC2206  # a list of words
+harnesses=(${POSENC_FUZZ_HARNESSES:-npy text hdf5 ref options plot join})
 
 run_one() {
   local h=$1 dir=$work/$1
