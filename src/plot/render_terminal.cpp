@@ -306,12 +306,16 @@ DotCanvas draw_chart(const LinePanel& p, const plot_detail::LineRange& r, int w,
                      bool color) {
   DotCanvas cv(w, h, color ? 2 : 1, color ? 4 : 1);
   const int xdots = w * cv.dx, ydots = h * cv.dy;
-  auto gx = [&](double x) {
-    return static_cast<int>(std::lround(plot_detail::fraction(x, r.x0, r.x1) * (xdots - 1)));
+  // Points outside --ymin/--ymax (or the x range) may lie any distance off the canvas:
+  // their fraction is kept within a few canvases of it, so a segment toward them leaves
+  // in about the right direction and its dots stay countable (and in int range).
+  auto dot = [](double fraction, int dots) {
+    return static_cast<int>(std::lround(std::clamp(fraction, -4.0, 5.0) * (dots - 1)));
   };
+  auto gx = [&](double x) { return dot(plot_detail::fraction(x, r.x0, r.x1), xdots); };
   auto gy = [&](double y) {
     // (y1 - y) / (y1 - y0), negated to lo..hi order
-    return static_cast<int>(std::lround(plot_detail::fraction(-y, -r.y1, -r.y0) * (ydots - 1)));
+    return dot(plot_detail::fraction(-y, -r.y1, -r.y0), ydots);
   };
   for (const auto& line : p.hlines) {
     const double y = plot_detail::chart_y(p, line.y);

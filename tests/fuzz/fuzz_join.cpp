@@ -33,8 +33,10 @@ double count(Bytes& b) {
 
 posenc::AttrValue value(Bytes& b) {
   switch (b.byte() % 5) {
-    case 0:
-      return static_cast<long long>(count(b));
+    case 0: {  // an integer attribute: small, or any 64-bit value
+      const std::uint8_t k = b.byte();
+      return k < 200 ? static_cast<long long>(k % 5) : static_cast<long long>(b.u64());
+    }
     case 1:
       return count(b);
     case 2: {
