@@ -14,6 +14,7 @@ Checked with h5py and numpy, never with posenc's own reading:
 - a run killed with SIGKILL leaves no temporary behind once the next run writes there;
 - HDF5 outputs work under a umask that removes the owner's write bit (as a normal user).
 """
+import io
 import multiprocessing
 import os
 import signal
@@ -25,7 +26,7 @@ import unittest
 import h5py
 import numpy as np
 
-from posenc_testlib import BIN, PosencTestCase, run
+from posenc_testlib import BIN, PosencTestCase, holds_unnamed_file, run
 
 
 def sinusoidal(positions, dim):
@@ -36,6 +37,12 @@ def sinusoidal(positions, dim):
     out[:, 0::2] = np.sin(pos * inv)
     out[:, 1::2] = np.cos(pos * inv)
     return out
+
+
+def npy_bytes(array):
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
 
 
 def add_table(path, i, env=None):
@@ -145,17 +152,18 @@ class OtherWriters(PosencTestCase):
 
     def test_file_created_meanwhile_is_added_to_not_replaced(self):
         path = self.path("f.h5")
-        # posenc starts with no file there; h5py makes one while posenc computes (a slow
-        # stdin input keeps it running).
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        data = npy_bytes(x)
+        # posenc starts with no file there and opens its output once the input's header
+        # arrives; h5py makes the file while posenc waits for the rest of the input.
         proc = subprocess.Popen([BIN, "convert", "-", "-o", f"{path}:/x"],
                                 stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdin.write(data[:-4])
+        proc.stdin.flush()
         time.sleep(0.5)
         with h5py.File(path, "w") as f:
             f["other"] = np.arange(3.0)
-        x = np.arange(6, dtype=np.float32).reshape(2, 3)
-        buf = __import__("io").BytesIO()
-        np.save(buf, x)
-        _, err = proc.communicate(buf.getvalue(), timeout=60)
+        _, err = proc.communicate(data[-4:], timeout=60)
         self.assertEqual(proc.returncode, 0, err)
         with h5py.File(path, "r") as f:
             np.testing.assert_array_equal(f["other"][...], np.arange(3.0))
@@ -318,9 +326,15 @@ class Temporaries(PosencTestCase):
 
     def test_npy_temporaries_are_unnamed(self):
         # A SIGKILL while an NPY output is written leaves nothing: the file has no name.
+        data = npy_bytes(np.ones((1024, 64), np.float32))
         proc = subprocess.Popen([BIN, "convert", "-", "-o", self.path("x.npy")],
                                 stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        time.sleep(0.3)
+        proc.stdin.write(data[: len(data) // 2])  # the output is open, half written
+        proc.stdin.flush()
+        deadline = time.time() + 10
+        while time.time() < deadline and not holds_unnamed_file(proc.pid, self.tmp):
+            time.sleep(0.02)
+        self.assertTrue(holds_unnamed_file(proc.pid, self.tmp))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         self.assertEqual(os.listdir(self.tmp), [])
