@@ -27,16 +27,13 @@ import h5py
 import numpy as np
 
 from posenc_testlib import BIN, PosencTestCase, holds_unnamed_file, run
+from reference_sinusoidal import sinusoidal as sinusoidal_at
 
 
 def sinusoidal(positions, dim):
-    """The interleaved sinusoidal table [positions, dim] (sin, cos pairs) in float64."""
-    pos = np.arange(positions, dtype=np.float64)[:, None]
-    inv = 10000.0 ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
-    out = np.empty((positions, dim))
-    out[:, 0::2] = np.sin(pos * inv)
-    out[:, 1::2] = np.cos(pos * inv)
-    return out
+    """The interleaved sinusoidal table [positions, dim] in float64."""
+    return sinusoidal_at(np.arange(positions), dim)
+
 
 
 def npy_bytes(array):
@@ -260,20 +257,29 @@ class OutputKinds(PosencTestCase):
         self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
 
     def test_device_is_refused_and_kept(self):
-        for dev in ["/dev/null", "/proc/self/fd/1"]:
+        # A device of the test's own (a copy of /dev/null's node, as root), so that a
+        # posenc that wrongly replaced it would not replace the machine's /dev/null.
+        targets = ["/proc/self/fd/1"]
+        if os.geteuid() == 0:
+            os.mknod(self.path("null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            targets.append(self.path("null"))
+        for dev in targets:
             link = self.path("dev.h5")
             if os.path.lexists(link):
                 os.unlink(link)
             os.symlink(dev, link)
-            p = self.table_to(link)
+            with self.subTest(dev=dev):
+                p = self.table_to(link)
+                self.assertEqual(p.returncode, 4, p.stderr)
+                self.assertIn("not a regular file", p.stderr)
+                self.assertTrue(os.path.islink(link))
+        if os.geteuid() == 0:
+            before = os.stat(self.path("null"))
+            p = self.table_to(self.path("null"))
             self.assertEqual(p.returncode, 4, p.stderr)
-            self.assertTrue(os.path.islink(link))
-        before = os.stat("/dev/null")
-        p = self.table_to("/dev/null")
-        self.assertEqual(p.returncode, 4, p.stderr)
-        after = os.stat("/dev/null")
-        self.assertTrue(stat.S_ISCHR(after.st_mode))
-        self.assertEqual(before.st_ino, after.st_ino)
+            after = os.stat(self.path("null"))
+            self.assertTrue(stat.S_ISCHR(after.st_mode))
+            self.assertEqual(before.st_ino, after.st_ino)
 
     def test_dangling_link_is_written_through(self):
         os.symlink("real.h5", self.path("link.h5"))
