@@ -26,7 +26,7 @@ import unittest
 import h5py
 import numpy as np
 
-from posenc_testlib import BIN, PosencTestCase, holds_unnamed_file, run
+from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, holds_unnamed_file, run
 from reference_sinusoidal import sinusoidal as sinusoidal_at
 
 
@@ -34,6 +34,11 @@ def sinusoidal(positions, dim):
     """The interleaved sinusoidal table [positions, dim] in float64."""
     return sinusoidal_at(np.arange(positions), dim)
 
+
+
+def slurp(path, mode="rb"):
+    with open(path, mode) as f:
+        return f.read()
 
 
 def npy_bytes(array):
@@ -118,20 +123,20 @@ class OtherWriters(PosencTestCase):
         path = self.path("f.h5")
         with h5py.File(path, "w") as f:
             f["a"] = np.arange(4.0)
-        before = open(path, "rb").read()
+        before = slurp(path)
         with h5py.File(path, "r+"):
             p = run("table", "sinusoidal", "--positions", "3", "--dim", "4", "-o",
                     f"{path}:/pe", env={"POSENC_LOCK_TIMEOUT": "1"})
         self.assertEqual(p.returncode, 4, p.stderr)
         self.assertRegex(p.stderr, r"holds it open for writing.*POSENC_LOCK_TIMEOUT")
-        self.assertEqual(open(path, "rb").read(), before)
+        self.assertEqual(slurp(path), before)
         self.assertEqual(temporaries(self.tmp), [])
 
     def test_h5py_cannot_write_while_posenc_adds(self):
         path = self.path("f.h5")
         with h5py.File(path, "w") as f:
             f["a"] = np.arange(4.0)
-        before = open(path, "rb").read()
+        before = slurp(path)
         # The add hangs in libhdf5 (a test fault) while posenc holds the file's lock.
         proc = subprocess.Popen(
             [BIN, "table", "sinusoidal", "--positions", "3", "--dim", "4", "-o",
@@ -145,7 +150,7 @@ class OtherWriters(PosencTestCase):
             h5py.File(path, "a")
         _, err = proc.communicate(timeout=60)
         self.assertEqual(proc.returncode, 4, err)
-        self.assertEqual(open(path, "rb").read(), before)
+        self.assertEqual(slurp(path), before)
 
     def test_file_created_meanwhile_is_added_to_not_replaced(self):
         path = self.path("f.h5")
@@ -176,23 +181,23 @@ class AllOrNone(PosencTestCase):
     def test_two_files_one_full(self):
         old = self.path("cos.npy")
         np.save(old, np.zeros(3))
-        before = open(old, "rb").read()
+        before = slurp(old)
         p = run("table", "rope", "--positions", "8", "--dim", "8", "--emit", "cos,sin",
                 "-o", old, "-o", "/dev/full")
         self.assertEqual(p.returncode, 4, p.stderr)
         self.assertIn("No space left on device", p.stderr)
-        self.assertEqual(open(old, "rb").read(), before)
+        self.assertEqual(slurp(old), before)
         self.assertEqual(sorted(os.listdir(self.tmp)), ["cos.npy"])
 
     def test_hdf5_addition_and_a_full_file(self):
         path = self.path("f.h5")
         with h5py.File(path, "w") as f:
             f["a"] = np.arange(4.0)
-        before = open(path, "rb").read()
+        before = slurp(path)
         p = run("table", "rope", "--positions", "8", "--dim", "8", "--emit", "cos,sin",
                 "-o", f"{path}:/cos", "-o", "/dev/full")
         self.assertEqual(p.returncode, 4, p.stderr)
-        self.assertEqual(open(path, "rb").read(), before)
+        self.assertEqual(slurp(path), before)
         self.assertEqual(sorted(os.listdir(self.tmp)), ["f.h5"])
 
     def test_rope_two_inputs_second_output_full(self):
@@ -200,10 +205,10 @@ class AllOrNone(PosencTestCase):
         k = self.npy("k.npy", np.ones((1, 2, 4, 8), np.float32))
         old = self.path("q_rot.npy")
         np.save(old, np.zeros(2))
-        before = open(old, "rb").read()
+        before = slurp(old)
         p = run("rope", q, k, "-o", old, "-o", "/dev/full")
         self.assertEqual(p.returncode, 4, p.stderr)
-        self.assertEqual(open(old, "rb").read(), before)
+        self.assertEqual(slurp(old), before)
 
     def test_analyze_table_and_full_plot(self):
         old = self.path("t.csv")
@@ -212,7 +217,7 @@ class AllOrNone(PosencTestCase):
         p = run("analyze", "decay", "--dim", "16", "--max-distance", "32", "-o", old,
                 "--plot", "/dev/full", "--format", "svg")
         self.assertEqual(p.returncode, 4, p.stderr)
-        self.assertEqual(open(old).read(), "old\n")
+        self.assertEqual(slurp(old, "r"), "old\n")
 
 
 class OutputNames(PosencTestCase):
@@ -308,7 +313,7 @@ class Temporaries(PosencTestCase):
         path = self.path("f.h5")
         with h5py.File(path, "w") as f:
             f["a"] = np.arange(1 << 16, dtype=np.float64)
-        before = open(path, "rb").read()
+        before = slurp(path)
         for _ in range(3):
             proc = subprocess.Popen(
                 [BIN, "table", "sinusoidal", "--positions", "64", "--dim", "8", "-o",
@@ -320,7 +325,7 @@ class Temporaries(PosencTestCase):
             self.assertGreaterEqual(len(temporaries(self.tmp)), 1)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        self.assertEqual(open(path, "rb").read(), before)
+        self.assertEqual(slurp(path), before)
         # The next run removes what killed runs left (once they are a few seconds old).
         time.sleep(3.1)
         self.run_ok("table", "sinusoidal", "--positions", "3", "--dim", "4", "-o",
@@ -370,12 +375,12 @@ class FullDisk(PosencTestCase):
         path = os.path.join(mnt, "f.h5")
         with h5py.File(path, "w") as f:
             f["big"] = np.arange(5 << 17, dtype=np.float64)  # 5 MiB
-        before = open(path, "rb").read()
+        before = slurp(path)
         free = free_bytes(mnt)
         p = run("table", "sinusoidal", "--positions", "8", "--dim", "4", "-o", f"{path}:/pe")
         self.assertEqual(p.returncode, 4, p.stderr)
         self.assertIn("No space left on device", p.stderr)
-        self.assertEqual(open(path, "rb").read(), before)
+        self.assertEqual(slurp(path), before)
         self.assertEqual(os.listdir(mnt), ["f.h5"])
         self.assertEqual(free_bytes(mnt), free)
 
@@ -383,7 +388,7 @@ class FullDisk(PosencTestCase):
         mnt = small_filesystem(self, 1)
         cos = os.path.join(mnt, "cos.npy")
         np.save(cos, np.zeros(4))
-        before = open(cos, "rb").read()
+        before = slurp(cos)
         # cos (64 KiB) fits, sin (64 KiB) does not once cos is written: neither appears.
         with open(os.path.join(mnt, "fill"), "wb") as f:
             f.write(b"\0" * (free_bytes(mnt) - (100 << 10)))
@@ -391,12 +396,13 @@ class FullDisk(PosencTestCase):
                 "--dtype", "f32", "-o", cos, "-o", os.path.join(mnt, "sin.npy"))
         self.assertEqual(p.returncode, 4, p.stderr)
         self.assertIn("No space left on device", p.stderr)
-        self.assertEqual(open(cos, "rb").read(), before)
+        self.assertEqual(slurp(cos), before)
         self.assertEqual(sorted(os.listdir(mnt)), ["cos.npy", "fill"])
 
 
 @unittest.skipUnless(subprocess.run(["which", "strace"], capture_output=True).returncode == 0,
                      "needs strace")
+@unittest.skipIf(UNDER_ASAN, "LeakSanitizer does not run under ptrace")
 class Sync(PosencTestCase):
     def test_sync_flushes_file_and_folder(self):
         out = self.path("t.npy")
