@@ -26,6 +26,11 @@ namespace posenc {
 
 namespace {
 
+// Head counts and dimensions a config may give: far beyond any model (the largest
+// head dims are 256 to 576), small enough that the tables they size stay cheap.
+constexpr double kMaxDim = 1 << 20;
+
+
 using nlohmann::json;
 
 const char* const kFull = "full_attention";
@@ -229,7 +234,9 @@ class Config {
     auto x = number(v, key);
     if (!x) return std::nullopt;
     if (*x != std::floor(*x) || *x <= 0 || *x > max) {
-      throw bad(key, max <= INT_MAX ? "a positive integer that fits an int" : "a positive integer");
+      throw bad(key, max == kMaxDim       ? "a positive integer up to 1048576"
+                     : max <= INT_MAX      ? "a positive integer that fits an int"
+                                           : "a positive integer");
     }
     return static_cast<std::int64_t>(*x);
   }
@@ -248,8 +255,9 @@ class Config {
     if (*x != std::floor(*x) || *x < 0 || *x > 9.0e15) throw bad(key, "a whole number >= 0");
     return static_cast<std::int64_t>(*x);
   }
+  /// A head count or dimension: a positive integer up to kMaxDim.
   std::optional<int> dim(const char* key) const {
-    auto v = positive(key, static_cast<double>(INT_MAX));
+    auto v = positive(key, static_cast<double>(kMaxDim));
     return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
   }
   /// HF treats these flags as Python truthiness (Llama-4 publishes 4 for true).
@@ -290,7 +298,7 @@ std::optional<int> plain_head_dim(const Config& c) {
     throw InputError(fmt::format("{}: hidden_size {} is not a multiple of num_attention_heads {}",
                                  c.path(), *hs, *nh));
   }
-  if (*hs / *nh > std::numeric_limits<int>::max()) {
+  if (*hs / *nh > kMaxDim) {
     throw InputError(fmt::format("{}: hidden_size / num_attention_heads = {} is too large for a "
                                  "head dimension",
                                  c.path(), *hs / *nh));

@@ -158,8 +158,12 @@ std::vector<int> mrope_components(const std::vector<int>& sections, bool interle
 }
 
 RopeFreqs compute_rope_freqs(const RopeParams& p) {
-  if (p.head_dim <= 0)
-    usage(fmt::format("dim: head dimension must be positive, got {}", p.head_dim));
+  // Far beyond any model's head, and small enough that the tables it sizes stay cheap.
+  constexpr int kMaxHeadDim = 1 << 20;
+  if (p.head_dim <= 0 || p.head_dim > kMaxHeadDim) {
+    usage(fmt::format("dim: head dimension must be from 1 to {}, got {}", kMaxHeadDim,
+                      p.head_dim));
+  }
   if (!(p.base > 0.0) || !std::isfinite(p.base)) {
     usage(fmt::format("base: must be a positive number, got {}", p.base));
   }
