@@ -116,6 +116,46 @@ class DeepAndLargeJson(PosencTestCase):
         self.assertGreater(refused, 0)
 
 
+@unittest.skipIf(UNDER_ASAN, "AddressSanitizer reserves more address space than any limit")
+class EveryReaderUnderAMemoryLimit(PosencTestCase):
+    def test_out_of_memory_is_one_line_for_every_reader(self):
+        # Each reader (NPY, CSV, TSV, JSON, HDF5, and a --hf-config file) under
+        # address-space limits from too small to enough: it ends with its result (0) or
+        # one "out of memory" line (exit 3), never an abort or a crash.
+        x = np.random.default_rng(0).standard_normal((512, 1024))
+        inputs = [self.npy("x.npy", x)]
+        for ext, sep in (("csv", ","), ("tsv", "\t")):
+            path = self.path(f"x.{ext}")
+            np.savetxt(path, x, delimiter=sep)
+            inputs.append(path)
+        with open(self.path("x.json"), "w") as f:
+            json.dump(x.tolist(), f)
+        inputs.append(self.path("x.json"))
+        with h5py.File(self.path("x.h5"), "w") as f:
+            f["x"] = x
+        inputs.append(self.path("x.h5") + ":/x")
+        cfg = self.path("c.json")
+        with open(cfg, "w") as f:
+            json.dump({"head_dim": 64, "rope_theta": 5e5, "pad": ["x" * 1000] * 4000}, f)
+        runs = [["inspect", i] for i in inputs]
+        runs.append(["table", "rope", "--positions", "4", "--hf-config", cfg, "-o",
+                     self.path("t.npy")])
+        outcomes = set()
+        for mib in (40, 90, 160, 400):
+            for args in runs:
+                with self.subTest(mib=mib, args=args[:2]):
+                    p = subprocess.run(["bash", "-c", f'ulimit -v {mib << 10}; exec "$@"',
+                                        "posenc", BIN, *args], capture_output=True, timeout=300)
+                    err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+                    self.assertIn(p.returncode, (0, 3), err)
+                    if p.returncode == 3:
+                        self.assertEqual(len(err), 1, err)
+                        self.assertRegex(err[0], r"^posenc: error: .*(out of memory|Cannot "
+                                                 r"allocate memory)")
+                    outcomes.add(p.returncode)
+        self.assertEqual(outcomes, {0, 3}, "the limits reach both sides")
+
+
 class AlibiHeads(PosencTestCase):
     def test_huge_head_counts_are_refused_at_once(self):
         for heads in (2**20 + 1, 2**30, 2**30 + 7, 2**31 - 1):
