@@ -882,6 +882,15 @@ struct Hdf5FileWriter::Impl {
     for (const auto& d : datasets) out.push_back(d->name);
     return out;
   }
+  // Adds the scratch file's datasets to a locked copy of the file at the target
+  // (hdf5_append::Merge); false when no file is there any more.
+  bool start_merge() {
+    merge = std::make_unique<hdf5_append::Merge>(tmp->target(), path, tmp->path(), names(),
+                                                 root_attrs, opt.force);
+    if (merge->ready()) return true;
+    merge.reset();
+    return false;
+  }
 };
 
 namespace {
@@ -1150,16 +1159,11 @@ void Hdf5FileWriter::prepare() {
     }
   }
   check<OutputError>(im.file.reset(), fmt::format("{}: cannot write", im.path));
-  if (im.append) {
-    // The scratch file is read back and discarded: no fsync needed for it.
-    im.merge = std::make_unique<hdf5_append::Merge>(im.tmp->target(), im.path, im.tmp->path(),
-                                                    im.names(), im.root_attrs,
-                                                    im.opt.force);
-    if (!im.merge->ready()) {  // removed meanwhile: the scratch file becomes the file
-      im.merge.reset();
-      im.append = false;
-      im.fresh = true;
-    }
+  // For an addition the scratch file is read back and discarded (no fsync needed); if
+  // the target was removed meanwhile, the scratch file becomes the file.
+  if (im.append && !im.start_merge()) {
+    im.append = false;
+    im.fresh = true;
   }
   if (!im.append) im.tmp->sync_and_close();
   im.prepared = true;
@@ -1177,13 +1181,11 @@ void Hdf5FileWriter::publish() {
       throw OutputError(fmt::format(
           "{}: a file that is not HDF5 appeared there while posenc ran; left as it is", im.path));
     }
-    im.merge = std::make_unique<hdf5_append::Merge>(im.tmp->target(), im.path, im.tmp->path(),
-                                                    im.names(), im.root_attrs,
-                                                    im.opt.force);
-    if (!im.merge->ready() && !im.tmp->publish(false)) {
+    if (im.start_merge()) {
+      im.merge->publish();
+    } else if (!im.tmp->publish(false)) {
       throw OutputError(fmt::format("{}: other writers kept replacing it; left as it is", im.path));
     }
-    if (im.merge->ready()) im.merge->publish();
   }
   im.committed = true;
 }

@@ -1301,9 +1301,8 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
   // Shaw terms.
   f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows) * ts + 8 + 16));
   // One worker's score tiles (see Geometry::threads).
-  f = add_sat(f, mul_sat(bl.q, bl.k) * ts);
-  m.fixed = f;
   m.tile = mul_sat(bl.q, bl.k) * ts;
+  m.fixed = add_sat(f, m.tile);
   auto per = [&](const TensorInfo& t, std::size_t width) {
     std::size_t bytes = dtype_size(t.dtype) + (t.dtype != g.compute || !d_last ? ts : 0);
     return mul_sat(mul_sat(mul_sat(g.b, g.hk), width), bytes);
@@ -1739,14 +1738,9 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
     }
     // As many workers as have room for their tiles beside one key block, then the
     // chunk from what is left.
-    std::size_t workers = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
-    auto fixed = [&](std::size_t w) { return add_sat(m.fixed, mul_sat(w - 1, m.tile)); };
-    while (workers > 1 && add_sat(fixed(workers), mul_sat(m.per_key, kB)) > opt.max_memory) {
-      --workers;
-    }
-    g.threads = workers;
-    const std::size_t keys =
-        (opt.max_memory - fixed(workers)) / std::max<std::size_t>(m.per_key, 1);
+    g.threads = workers_within(opt.max_memory, one, m.tile);
+    const std::size_t fixed = add_sat(m.fixed, mul_sat(g.threads - 1, m.tile));
+    const std::size_t keys = (opt.max_memory - fixed) / std::max<std::size_t>(m.per_key, 1);
     chunk = std::min(chunk, std::max(kB, keys / kB * kB));
   }
   // K and V are used in place of a mapped file only when all of them fit the budget:
