@@ -584,6 +584,16 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
                                          (H5Tget_class(t.get()) == H5T_FLOAT &&
                                           H5Tget_order(t.get()) == H5T_ORDER_LE &&
                                           H5Tget_size(t.get()) == dtype_size(info_.dtype)));
+      // A dataset stored past the file's end-of-allocation address (a crafted or
+      // truncated superblock) reads as zeros whole but as the file's bytes by slabs:
+      // refused, so that no two reads of it disagree.
+      haddr_t eoa = 0;
+      if (at != HADDR_UNDEF && H5Fget_eoa(f_.file, &eoa) >= 0 && (at > eoa || bytes > eoa - at)) {
+        throw InputError(fmt::format(
+            "{}: the data lie past the end of the file its superblock declares (crafted or "
+            "truncated file)",
+            what_));
+      }
       if (same && at != HADDR_UNDEF && H5Dget_storage_size(dset_) == bytes &&
           file_identity(f_.file, raw_.dev, raw_.ino)) {
         raw_.offset = at;

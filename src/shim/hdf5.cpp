@@ -30,7 +30,8 @@
   X(H5Aget_type, 1) X(H5Aiterate2, 6) X(H5Aopen, 3) X(H5Aread, 3) X(H5Awrite, 3)                   \
   X(H5Dclose, 1) X(H5Dcreate2, 7) X(H5Dget_create_plist, 1) X(H5Dget_space, 1)                     \
   X(H5Dget_type, 1) X(H5Dopen2, 3) X(H5Dread, 6) X(H5Dwrite, 6) X(H5Eclear2, 1)                    \
-  X(H5Eset_auto2, 3) X(H5Ewalk2, 4) X(H5Fclose, 1) X(H5Fcreate, 4) X(H5Fis_hdf5, 1)                \
+  X(H5Eset_auto2, 3) X(H5Ewalk2, 4) X(H5Fclose, 1) X(H5Fcreate, 4) X(H5Fget_eoa, 2)              \
+  X(H5Fis_hdf5, 1)                                                                                 \
   X(H5Fopen, 3) X(H5Gclose, 1) X(H5Gcreate2, 5) X(H5Gopen2, 3) X(H5Lexists, 3)                     \
   X(H5Lget_info, 4) X(H5Lvisit, 5) X(H5Oget_info_by_name2, 5) X(H5PLset_loading_state, 1)          \
   X(H5Pclose, 1) X(H5Pcreate, 1) X(H5Pget_chunk, 3) X(H5Pget_external_count, 1)                    \
