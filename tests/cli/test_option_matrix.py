@@ -89,6 +89,9 @@ ROPE_ROWS = {
                       ["--scaling", "longrope", "--original-max-pos", "4", "--max-pos", "256",
                        "--short-factor", "1,1,1,1", "--long-factor", "3,5,2,2"]),
     "--hf-config": ([], ["--hf-config", "{rope_cfg}"]),
+    # 4.51-4.55 take YaRN's factor as max_position_embeddings / L0 (2 here, not 4).
+    "--hf-version": (["--hf-config", "{yarn_cfg}"],
+                     ["--hf-config", "{yarn_cfg}", "--hf-version", "4.51"]),
     "--layer-type": (["--hf-config", "{typed_cfg}"],
                      ["--hf-config", "{typed_cfg}", "--layer-type", "sliding_attention"]),
     "--layer": (["--hf-config", "{typed_cfg}"], ["--hf-config", "{typed_cfg}", "--layer", "0"]),
@@ -113,6 +116,7 @@ ATTENTION_ROWS = {
     "--sliding-window": ([], ["--sliding-window", "3"]),
     "--chunk-size": ([], ["--chunk-size", "4"]),
     "--attn-temperature": ([], ["--attn-temperature", "0.5", "2"]),
+    "--llama4-scaling": ([], ["--llama4-scaling", "0.5", "2"]),
     "--key-lengths": ([], ["--key-lengths", "{klen}"]),
     "--mask": ([], ["--mask", "{mask}"]),
     "--alibi": ([], ["--alibi"]),
@@ -213,6 +217,9 @@ class OptionMatrix(PosencTestCase):
                 "hidden_size": 32, "head_dim": 8}
         f["rope_cfg"] = self.config("rope.json", dict(base, rope_theta=77.0))
         f["attn_cfg"] = self.config("attn.json", dict(base, sliding_window=3))
+        f["yarn_cfg"] = self.config("yarn.json", dict(
+            base, max_position_embeddings=64,
+            rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}))
         f["typed_cfg"] = self.config("typed.json", dict(
             base, model_type="gemma3_text", sliding_window=3, num_hidden_layers=2,
             layer_types=["sliding_attention", "full_attention"], rope_local_base_freq=100.0,
@@ -241,7 +248,10 @@ class OptionMatrix(PosencTestCase):
         else:
             head = ["table", "rope", "--positions", "10", "--dim", "8", "--emit", "cos-sin"]
         p = run(*head, *self.fill(args), "--arith", mode, "-o", out)
-        data = open(out, "rb").read() if p.returncode == 0 else None
+        data = None
+        if p.returncode == 0:
+            with open(out, "rb") as fh:
+                data = fh.read()
         return p.returncode, p.stderr, data
 
     def check_rows(self, command, rows, modes):
