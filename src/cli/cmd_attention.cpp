@@ -101,7 +101,7 @@ void check_budget(const TensorSource& q, const TensorSource& k, const TensorSour
   }
 }
 
-// The output references for the emitted tensors (see the man page: one per tensor in
+// The output references for the emitted tensors (see posenc-attention(1): one per tensor in
 // --emit order, a {} / %s pattern, or one HDF5 file with a dataset per tensor, at
 // /NAME or /GROUP/NAME).
 std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,

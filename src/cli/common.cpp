@@ -249,6 +249,7 @@ std::string option_for(const CLI::App* cmd, std::string name) {
   // Library names that differ from their option.
   if (name == "head_dim") name = "dim";
   if (name == "grid_ids") name = "rope2d_ids";
+  if (name == "help") return "";  // no library parameter; `posenc help` says its name
   std::replace(name.begin(), name.end(), '_', '-');
   const std::string flag = "--" + name;
   for (const CLI::App* a = cmd; a != nullptr; a = a->get_parent()) {
