@@ -102,7 +102,7 @@ void check_budget(const TensorSource& q, const TensorSource& k, const TensorSour
   }
 }
 
-// The output references for the emitted tensors (see the man page: one per tensor in
+// The output references for the emitted tensors (see posenc-attention(1): one per tensor in
 // --emit order, a {} / %s pattern, or one HDF5 file with a dataset per tensor, at
 // /NAME or /GROUP/NAME).
 std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
@@ -455,7 +455,8 @@ void register_attention(CLI::App& app) {
   sub->add_option("--alibi", o->alibi,
                   "ALiBi bias: causal (default; -m(i-j)), symmetric (-m|i-j|), bottom-right "
                   "(-m|i+sk-sq-j|), fairseq or bloom (m j), falcon (m j before the scale)")
-      ->expected(0, 1);
+      ->expected(0, 1)
+      ->type_name("[VARIANT]");
   sub->add_option("--alibi-max-bias", o->alibi_max_bias,
                   "ALiBi slopes 2^(-max_bias (h+1)/H) (default 8)");
   sub->add_option("--t5-bias", o->t5_bias, "T5 relative bias embedding [buckets, hq]");
