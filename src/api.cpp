@@ -64,6 +64,9 @@ xt::xarray<double> xl_relative(const XlRelativeRequest& r) {
 xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r) {
   return integral(deberta_bucket_table(r));
 }
+xt::xarray<double> window_index(const WindowIndexRequest& r) {
+  return evaluate_table(window_index_table(r));
+}
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r) {
   return integral(t5_bucket_table(r));
 }

@@ -29,6 +29,7 @@
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/tables.hpp"
+#include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/add_positions.hpp"
@@ -115,6 +116,9 @@ xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r);
 /// Transformer-XL / XLNet relative table R [rlen, D]; DeBERTa bucketed positions [Q, K].
 xt::xarray<double> xl_relative(const XlRelativeRequest& r);
 xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r);
+/// Swin / BEiT window relative index [N, N], or the bias [heads, N, N] of a learned
+/// table (window_index.hpp); index values are exact in float64.
+xt::xarray<double> window_index(const WindowIndexRequest& r);
 
 /// cos and sin [N, R] for positions start .. start + N - 1 in the pair layout of
 /// `p.style` (as `posenc table rope --emit cos-sin`), scaled by the attention factor.

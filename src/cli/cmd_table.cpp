@@ -1,6 +1,7 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
-// t5-bucket, xl-relative, deberta-bucket). The options fill the library's table requests (encodings/tables.hpp);
-// the table is computed in float64 and streamed to the output block by block.
+// t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index). The options fill the
+// library's table requests (encodings/tables.hpp and the modules beside it); the table is
+// computed in float64 and streamed to the output block by block.
 
 #include <fmt/format.h>
 
@@ -8,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.hpp"
@@ -15,6 +18,7 @@
 #include "cli/rope_options.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/tables.hpp"
+#include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 
@@ -220,6 +224,28 @@ struct DebertaBucketOptions {
   long long q_len = 0, k_len = 0;
 };
 
+struct WindowIndexOptions {
+  Common c;
+  std::vector<long long> window;
+  std::string bias_table;
+};
+
+// A window H x W from `--window H [W]`; the library checks the range.
+std::pair<std::int64_t, std::int64_t> window_sides(const std::vector<long long>& v) {
+  return {v.at(0), v.size() > 1 ? v[1] : v[0]};
+}
+
+// A learned table [entries, heads] of any numeric dtype, as float64.
+xt::xarray<double> read_bias_table(const std::string& ref) {
+  const Tensor t = read_tensor(ref);
+  if (t.dtype() == DType::b1) {
+    throw InputError(fmt::format("--bias-table: {}: expected numbers, got bool", ref));
+  }
+  xt::xarray<double> out = xt::empty<double>(t.shape());
+  for (std::size_t i = 0; i < t.numel(); ++i) out.data()[i] = t.get(i);
+  return out;
+}
+
 constexpr const char* kFloatDtypeHelp =
     "output dtype: f32 (default), f64, f16, bf16 (computed in f64, rounded once)";
 constexpr const char* kIntDtypeHelp =
@@ -235,7 +261,33 @@ void register_table(CLI::App& app) {
   const auto wanted = [](std::string_view kind) {
     return defines_kind("table", kind,
                         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
-                         "xl-relative", "deberta-bucket"});
+                         "xl-relative", "deberta-bucket", "swin-index", "beit-index"});
+  };
+  // swin-index and beit-index: one set of options, the class token apart.
+  const auto add_window_kind = [table](const char* name, const char* help,
+                                       WindowIndexOptions& o, bool class_token) {
+    auto* sub = table->add_subcommand(name, help);
+    sub->add_option("--window", o.window,
+                    "window H [W]: rows and columns of tokens (one value: a square window; "
+                    "HF window_size / patch grid)")
+        ->required()
+        ->expected(1, 2);
+    sub->add_option("--bias-table", o.bias_table,
+                    "learned relative_position_bias_table REF [entries, heads]: write the bias "
+                    "it gives, [heads, N, N], instead of the index");
+    add_common(sub, o.c,
+               "output dtype: i64 (default) or any integer dtype that holds the largest index, "
+               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
+    sub->callback([&o, class_token] {
+      WindowIndexRequest r;
+      std::tie(r.height, r.width) = window_sides(o.window);
+      r.class_token = class_token;
+      if (!o.bias_table.empty()) {
+        check_window(r.height, r.width);  // before reading the table
+        r.bias_table = read_bias_table(o.bias_table);
+      }
+      write_out(window_index_table(r), o.c);
+    });
   };
 
   if (wanted("sinusoidal")) {
@@ -404,6 +456,14 @@ void register_table(CLI::App& app) {
       o.r.k_len = given(sub, "--k-len", o.k_len);
       write_out(deberta_bucket_table(o.r), o.c);
     });
+  }
+  if (wanted("swin-index")) {
+    static WindowIndexOptions o;
+    add_window_kind("swin-index",
+                    "Swin relative_position_index of an H x W window: (dy + H-1)(2W-1) + dx + "
+                    "W-1; shape [HW, HW], integers (or the bias [heads, HW, HW] of a learned "
+                    "table)",
+                    o, false);
   }
 }
 

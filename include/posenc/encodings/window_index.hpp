@@ -1,0 +1,62 @@
+#pragma once
+/// \file
+/// Relative position indices of windowed 2-D attention, and the learned biases they
+/// gather, for `posenc table swin-index` and `posenc table beit-index`.
+///
+/// - Swin (Liu et al. 2021; HF `SwinSelfAttention`): for tokens i, j of an H x W
+///   window in row-major order at (y, x), the index of the pair is
+///   (y_i - y_j + H - 1) * (2W - 1) + (x_i - x_j + W - 1), one of (2H - 1)(2W - 1)
+///   entries of the learned table `relative_position_bias_table` [entries, heads].
+///   The bias added to the logits is table[index] permuted to [heads, HW, HW].
+/// - BEiT / Data2Vec-vision (Bao et al. 2022; HF `BeitRelativePositionBias`) put a
+///   class token first: (2H - 1)(2W - 1) + 3 entries, the last three for class to
+///   token (row 0), token to class (column 0) and class to class ((0, 0)); the matrix
+///   is [HW + 1, HW + 1].
+
+#include <cstdint>
+#include <optional>
+
+#include <xtensor/xarray.hpp>
+
+#include "posenc/encodings/tables.hpp"
+
+namespace posenc {
+
+/// The largest window side accepted (windows of Swin are 7 to 24, BEiT's patch grids
+/// up to a few dozen).
+constexpr std::int64_t kMaxWindowSide = 1024;
+
+/// The windowed relative-index scheme: an H x W window, with or without BEiT's class
+/// token.
+struct WindowIndex {
+  std::int64_t height = 0, width = 0;
+  bool class_token = false;
+
+  /// Tokens per side of the matrix: H * W, plus one with the class token.
+  std::int64_t tokens() const { return height * width + (class_token ? 1 : 0); }
+  /// Entries of the learned table (HF num_relative_distance): (2H - 1)(2W - 1), plus 3.
+  std::int64_t entries() const {
+    return (2 * height - 1) * (2 * width - 1) + (class_token ? 3 : 0);
+  }
+  /// The table entry of query token i and key token j (0 <= i, j < tokens()).
+  std::int64_t index(std::int64_t i, std::int64_t j) const;
+};
+
+/// Throws UsageError ("window height: must be from 1 to 1024, got 0") unless both sides are in
+/// [1, kMaxWindowSide].
+void check_window(std::int64_t height, std::int64_t width);
+
+struct WindowIndexRequest {
+  std::int64_t height = 0, width = 0;  ///< the window H x W
+  bool class_token = false;            ///< BEiT's class token and three extra entries
+  /// A learned table [entries, heads] (HF relative_position_bias_table): the table is
+  /// then the bias it gives, [heads, N, N], instead of the index matrix [N, N].
+  std::optional<xt::xarray<double>> bias_table;
+};
+
+/// The index matrix [N, N] (integers, N = tokens()) or, with a bias table, the bias
+/// [heads, N, N] as HF adds it to the logits (before its unsqueeze(0)). A bias table of
+/// the wrong shape or with non-finite values is an InputError naming "bias_table".
+Table window_index_table(const WindowIndexRequest& r);
+
+}  // namespace posenc

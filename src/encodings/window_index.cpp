@@ -1,0 +1,90 @@
+// Relative position indices of windowed 2-D attention (Swin, BEiT) and the biases they
+// gather (encodings/window_index.hpp).
+
+#include "posenc/encodings/window_index.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+std::int64_t WindowIndex::index(std::int64_t i, std::int64_t j) const {
+  if (class_token) {
+    const std::int64_t n = entries();
+    if (i == 0) return j == 0 ? n - 1 : n - 3;  // class to class, class to token
+    if (j == 0) return n - 2;                   // token to class
+    --i;
+    --j;
+  }
+  const std::int64_t dy = i / width - j / width + height - 1;
+  const std::int64_t dx = i % width - j % width + width - 1;
+  return dy * (2 * width - 1) + dx;
+}
+
+void check_window(std::int64_t height, std::int64_t width) {
+  for (const auto& [name, v] : {std::pair{"height", height}, std::pair{"width", width}}) {
+    if (v < 1 || v > kMaxWindowSide) {
+      throw UsageError(fmt::format("window {}: must be from 1 to {}, got {}", name, kMaxWindowSide, v));
+    }
+  }
+}
+
+Table window_index_table(const WindowIndexRequest& r) {
+  check_window(r.height, r.width);
+  const WindowIndex w{r.height, r.width, r.class_token};
+  const std::int64_t n = w.tokens();
+  const auto un = static_cast<std::size_t>(n);
+  Table t;
+  t.attrs = {{"kind", std::string(r.class_token ? "beit-index" : "swin-index")},
+             {"height", static_cast<long long>(r.height)},
+             {"width", static_cast<long long>(r.width)},
+             {"num_relative_distance", static_cast<long long>(w.entries())}};
+  t.dataset = r.class_token ? "/beit_index" : "/swin_index";
+  if (!r.bias_table) {
+    t.integral = true;
+    t.max_value = w.entries() - 1;
+    t.spec.shape = {un, un};
+    t.spec.line = [w, n](std::size_t i, double* out) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        out[j] = static_cast<double>(w.index(static_cast<std::int64_t>(i), j));
+      }
+    };
+    return t;
+  }
+  const xt::xarray<double>& b = *r.bias_table;
+  if (b.dimension() != 2 || b.shape(0) != static_cast<std::size_t>(w.entries()) ||
+      b.shape(1) == 0) {
+    std::string shape;
+    for (std::size_t d : b.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    throw InputError(fmt::format(
+        "bias_table: expected shape ({}, heads) for a {} x {} window{}, got ({})", w.entries(),
+        r.height, r.width, r.class_token ? " with a class token" : "", shape));
+  }
+  for (std::size_t k = 0; k < b.size(); ++k) {
+    if (!std::isfinite(b.data()[k])) {
+      throw InputError(fmt::format("bias_table: entry ({}, {}) is not finite", k / b.shape(1),
+                                   k % b.shape(1)));
+    }
+  }
+  auto table = std::make_shared<xt::xarray<double>>(b);
+  const std::size_t heads = b.shape(1);
+  t.attrs.push_back({"heads", static_cast<long long>(heads)});
+  t.dataset += "_bias";
+  t.spec.shape = {heads, un, un};
+  // relative_position_bias_table[index.view(-1)].view(N, N, -1).permute(2, 0, 1)
+  t.spec.line = [w, n, un, heads, table](std::size_t line, double* out) {
+    const std::size_t h = line / un;
+    const auto i = static_cast<std::int64_t>(line % un);
+    const double* tb = table->data();
+    for (std::int64_t j = 0; j < n; ++j) {
+      out[j] = tb[static_cast<std::size_t>(w.index(i, j)) * heads + h];
+    }
+  };
+  return t;
+}
+
+}  // namespace posenc

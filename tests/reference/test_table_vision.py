@@ -1,0 +1,110 @@
+"""`posenc table swin-index` against HF transformers' own code, written out here in
+torch (float64 where values are real):
+
+- swin-index: the relative_position_index of HF `SwinSelfAttention.__init__`
+  (meshgrid "ij", coords_flatten[:, :, None] - coords_flatten[:, None, :], shifted by
+  window - 1, rows multiplied by 2W - 1, summed), equal exactly for square and
+  rectangular windows; with --bias-table, the bias of `SwinSelfAttention.forward`
+  (relative_position_bias_table[index.view(-1)].view(N, N, -1).permute(2, 0, 1)) equal
+  exactly in float64 (a gather: no arithmetic) and as float32 in NPY and HDF5;
+- bad window sizes and tables: exit 2 or 3 with one line.
+"""
+import os
+import unittest
+
+import h5py
+import numpy as np
+import torch
+
+from posenc_testlib import PosencTestCase
+
+
+def swin_relative_position_index(window_size):
+    """HF SwinSelfAttention.__init__ (window_size a pair)."""
+    coords_h = torch.arange(window_size[0])
+    coords_w = torch.arange(window_size[1])
+    coords = torch.stack(torch.meshgrid([coords_h, coords_w], indexing="ij"))
+    coords_flatten = torch.flatten(coords, 1)
+    relative_coords = coords_flatten[:, :, None] - coords_flatten[:, None, :]
+    relative_coords = relative_coords.permute(1, 2, 0).contiguous()
+    relative_coords[:, :, 0] += window_size[0] - 1
+    relative_coords[:, :, 1] += window_size[1] - 1
+    relative_coords[:, :, 0] *= 2 * window_size[1] - 1
+    return relative_coords.sum(-1)
+
+
+def swin_bias(table, index, window_size):
+    """HF SwinSelfAttention.forward: the bias added to the attention scores (without
+    the final unsqueeze(0))."""
+    relative_position_bias = table[index.view(-1)]
+    relative_position_bias = relative_position_bias.view(
+        window_size[0] * window_size[1], window_size[0] * window_size[1], -1)
+    return relative_position_bias.permute(2, 0, 1).contiguous()
+
+
+class SwinIndex(PosencTestCase):
+    def table(self, *args, name="t.npy"):
+        out = self.path(name)
+        self.run_ok("table", "swin-index", *args, "-o", out)
+        return np.load(out)
+
+    def test_index(self):
+        for h, w in [(1, 1), (2, 2), (7, 7), (12, 12), (3, 5), (6, 2), (1, 9), (24, 24)]:
+            args = ("--window", h) if h == w else ("--window", h, w)
+            got = self.table(*args)
+            ref = swin_relative_position_index((h, w)).numpy()
+            self.assertEqual(got.dtype, np.int64)
+            np.testing.assert_array_equal(got, ref, err_msg=f"{h} x {w}")
+            self.assertEqual(got.max(), (2 * h - 1) * (2 * w - 1) - 1)
+
+    def test_small_dtypes(self):
+        got = self.table("--window", 7, "--dtype", "u8")
+        np.testing.assert_array_equal(got, swin_relative_position_index((7, 7)).numpy())
+        self.assert_fails(2, "table", "swin-index", "--window", 9, "--dtype", "u8", "-o",
+                          self.path("x.npy"), match="cannot hold the largest index 288")
+
+    def test_bias_table(self):
+        gen = torch.Generator().manual_seed(5)
+        for (h, w), heads in [((7, 7), 3), ((3, 5), 4), ((1, 1), 2), ((4, 2), 1)]:
+            entries = (2 * h - 1) * (2 * w - 1)
+            tab = torch.randn(entries, heads, generator=gen, dtype=torch.float64)
+            ref = swin_bias(tab, swin_relative_position_index((h, w)), (h, w)).numpy()
+            ref_path = self.npy("tab.npy", tab.numpy())
+            got = self.table("--window", h, w, "--bias-table", ref_path, "--dtype", "f64")
+            self.assertEqual(got.dtype, np.float64)
+            np.testing.assert_array_equal(got, ref, err_msg=f"{h} x {w}")
+            # float32 output in a second format: each value rounded once.
+            h5 = self.path("b.h5")
+            self.run_ok("table", "swin-index", "--window", h, w, "--bias-table", ref_path,
+                        "-o", h5 + ":/bias")
+            with h5py.File(h5, "r") as f:
+                d = f["/bias"]
+                self.assertEqual(d.dtype, np.float32)
+                np.testing.assert_array_equal(d[...], ref.astype(np.float32))
+                self.assertEqual(d.attrs["kind"], "swin-index")
+                self.assertEqual(int(d.attrs["heads"]), heads)
+            os.remove(h5)
+
+    def test_errors(self):
+        out = self.path("x.npy")
+        for window in (["0"], ["3", "0"], ["-2"], ["1025"], ["4", "5000"]):
+            self.assert_fails(2, "table", "swin-index", "--window", *window, "-o", out,
+                              match="--window (height|width): must be from 1 to 1024")
+        self.assert_fails(2, "table", "swin-index", "--window", "1", "2", "3", "-o", out)
+        self.assert_fails(2, "table", "swin-index", "-o", out, match="--window")
+        self.assert_fails(2, "table", "swin-index", "--window", "x", "-o", out)
+        bad = self.npy("bad.npy", np.zeros((48, 2)))
+        self.assert_fails(3, "table", "swin-index", "--window", 4, "--bias-table", bad, "-o",
+                          out, match=r"--bias-table: expected shape \(49, heads\)")
+        nan = np.zeros((9, 2))
+        nan[4, 1] = np.nan
+        self.assert_fails(3, "table", "swin-index", "--window", 2, "--bias-table",
+                          self.npy("nan.npy", nan), "-o", out, match=r"entry \(4, 1\)")
+        self.assert_fails(2, "table", "swin-index", "--window", 2, "--bias-table",
+                          self.npy("ok.npy", np.zeros((9, 2))), "--dtype", "i64", "-o", out,
+                          match="real numbers")
+        self.assertFalse(os.path.exists(out))
+
+
+if __name__ == "__main__":
+    unittest.main()
