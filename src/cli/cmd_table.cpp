@@ -465,6 +465,14 @@ void register_table(CLI::App& app) {
                     "table)",
                     o, false);
   }
+  if (wanted("beit-index")) {
+    static WindowIndexOptions o;
+    add_window_kind("beit-index",
+                    "BEiT / Data2Vec-vision relative_position_index: swin-index with a class "
+                    "token first and 3 more entries (class to token, token to class, class to "
+                    "class); shape [HW+1, HW+1], integers (or the bias of a learned table)",
+                    o, true);
+  }
 }
 
 }  // namespace posenc::cli

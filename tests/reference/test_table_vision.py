@@ -1,5 +1,5 @@
-"""`posenc table swin-index` against HF transformers' own code, written out here in
-torch (float64 where values are real):
+"""`posenc table swin-index | beit-index` against HF transformers' own code, written
+out here in torch (float64 where values are real):
 
 - swin-index: the relative_position_index of HF `SwinSelfAttention.__init__`
   (meshgrid "ij", coords_flatten[:, :, None] - coords_flatten[:, None, :], shifted by
@@ -7,8 +7,16 @@ torch (float64 where values are real):
   rectangular windows; with --bias-table, the bias of `SwinSelfAttention.forward`
   (relative_position_bias_table[index.view(-1)].view(N, N, -1).permute(2, 0, 1)) equal
   exactly in float64 (a gather: no arithmetic) and as float32 in NPY and HDF5;
+- beit-index: HF `BeitRelativePositionBias.generate_relative_position_index` (the
+  class token's three entries num_relative_distance - 3, - 2, - 1), equal exactly; with
+  --bias-table, `BeitRelativePositionBias.forward` run whole (its bilinear resize of the
+  table to the same size is the identity) on square windows, equal exactly in float64.
+  For rectangular windows HF's forward reshapes the table as (width, height) and
+  resizes it, so there the reference is the plain gather of BEiT/timm
+  (table[index.view(-1)].view(N, N, -1).permute(2, 0, 1)), which posenc computes;
 - bad window sizes and tables: exit 2 or 3 with one line.
 """
+import json
 import os
 import unittest
 
@@ -39,6 +47,53 @@ def swin_bias(table, index, window_size):
     relative_position_bias = table[index.view(-1)]
     relative_position_bias = relative_position_bias.view(
         window_size[0] * window_size[1], window_size[0] * window_size[1], -1)
+    return relative_position_bias.permute(2, 0, 1).contiguous()
+
+
+def beit_generate_relative_position_index(window_size):
+    """HF BeitRelativePositionBias.generate_relative_position_index."""
+    num_relative_distance = (2 * window_size[0] - 1) * (2 * window_size[1] - 1) + 3
+    # cls to token & token 2 cls & cls to cls
+    # get pair-wise relative position index for each token inside the window
+    window_area = window_size[0] * window_size[1]
+    grid = torch.meshgrid(torch.arange(window_size[0]), torch.arange(window_size[1]), indexing="ij")
+    coords = torch.stack(grid)  # 2, Wh, Ww
+    coords_flatten = torch.flatten(coords, 1)  # 2, Wh*Ww
+    relative_coords = coords_flatten[:, :, None] - coords_flatten[:, None, :]  # 2, Wh*Ww, Wh*Ww
+    relative_coords = relative_coords.permute(1, 2, 0).contiguous()  # Wh*Ww, Wh*Ww, 2
+    relative_coords[:, :, 0] += window_size[0] - 1  # shift to start from 0
+    relative_coords[:, :, 1] += window_size[1] - 1
+    relative_coords[:, :, 0] *= 2 * window_size[1] - 1
+    relative_position_index = torch.zeros(size=(window_area + 1,) * 2, dtype=relative_coords.dtype)
+    relative_position_index[1:, 1:] = relative_coords.sum(-1)  # Wh*Ww, Wh*Ww
+    relative_position_index[0, 0:] = num_relative_distance - 3
+    relative_position_index[0:, 0] = num_relative_distance - 2
+    relative_position_index[0, 0] = num_relative_distance - 1
+    return relative_position_index
+
+
+def beit_forward(relative_position_bias_table, trained_window, window_size):
+    """HF BeitRelativePositionBias.forward (interpolate_pos_encoding=False), the module's
+    state passed in; returns the bias without the final unsqueeze(0)."""
+    nn = torch.nn
+    old_height = 2 * trained_window[0] - 1
+    old_width = 2 * trained_window[1] - 1
+    new_height = 2 * window_size[0] - 1
+    new_width = 2 * window_size[1] - 1
+    old_relative_position_bias_table = relative_position_bias_table
+    old_num_relative_distance = old_height * old_width + 3
+    new_num_relative_distance = new_height * new_width + 3
+    old_sub_table = old_relative_position_bias_table[: old_num_relative_distance - 3]
+    old_sub_table = old_sub_table.reshape(1, old_width, old_height, -1).permute(0, 3, 1, 2)
+    new_sub_table = nn.functional.interpolate(
+        old_sub_table, size=(int(new_height), int(new_width)), mode="bilinear")
+    new_sub_table = new_sub_table.permute(0, 2, 3, 1).reshape(new_num_relative_distance - 3, -1)
+    new_relative_position_bias_table = torch.cat(
+        [new_sub_table, old_relative_position_bias_table[old_num_relative_distance - 3:]])
+    index = beit_generate_relative_position_index(window_size)
+    relative_position_bias = new_relative_position_bias_table[index.view(-1)]
+    relative_position_bias = relative_position_bias.view(
+        window_size[0] * window_size[1] + 1, window_size[0] * window_size[1] + 1, -1)
     return relative_position_bias.permute(2, 0, 1).contiguous()
 
 
@@ -103,6 +158,50 @@ class SwinIndex(PosencTestCase):
         self.assert_fails(2, "table", "swin-index", "--window", 2, "--bias-table",
                           self.npy("ok.npy", np.zeros((9, 2))), "--dtype", "i64", "-o", out,
                           match="real numbers")
+        self.assertFalse(os.path.exists(out))
+
+
+class BeitIndex(PosencTestCase):
+    def table(self, *args, name="t.npy"):
+        out = self.path(name)
+        self.run_ok("table", "beit-index", *args, "-o", out)
+        return np.load(out)
+
+    def test_index(self):
+        for h, w in [(1, 1), (2, 2), (14, 14), (3, 5), (5, 3), (1, 7), (24, 24)]:
+            got = self.table("--window", h, w)
+            ref = beit_generate_relative_position_index((h, w)).numpy()
+            self.assertEqual(got.shape, (h * w + 1, h * w + 1))
+            np.testing.assert_array_equal(got, ref, err_msg=f"{h} x {w}")
+
+    def test_bias_table(self):
+        gen = torch.Generator().manual_seed(7)
+        for (h, w), heads in [((14, 14), 3), ((5, 5), 12), ((1, 1), 2), ((3, 5), 4), ((4, 2), 1)]:
+            entries = (2 * h - 1) * (2 * w - 1) + 3
+            tab = torch.randn(entries, heads, generator=gen, dtype=torch.float64)
+            if h == w:
+                ref = beit_forward(tab, (h, w), (h, w)).numpy()
+            else:
+                ref = swin_bias(tab, beit_generate_relative_position_index((h, w)),
+                                (h * w + 1, 1)).numpy()
+            path = self.npy("tab.npy", tab.numpy())
+            got = self.table("--window", h, w, "--bias-table", path, "--dtype", "f64")
+            np.testing.assert_array_equal(got, ref, err_msg=f"{h} x {w}")
+            got = self.run_ok("table", "beit-index", "--window", h, w, "--bias-table", path,
+                              "-o", "-", "--to", "json").stdout
+            doc = json.loads(got)
+            self.assertEqual(doc["shape"], [heads, h * w + 1, h * w + 1])
+            np.testing.assert_array_equal(np.array(doc["data"], dtype=np.float32).reshape(doc["shape"]),
+                                          ref.astype(np.float32))
+
+    def test_errors(self):
+        out = self.path("x.npy")
+        self.assert_fails(2, "table", "beit-index", "--window", 0, "-o", out,
+                          match="--window height: must be from 1 to 1024, got 0")
+        swin_sized = self.npy("s.npy", np.zeros((49, 2)))
+        self.assert_fails(3, "table", "beit-index", "--window", 4, "--bias-table", swin_sized,
+                          "-o", out, match=r"expected shape \(52, heads\) for a 4 x 4 window "
+                          "with a class token, got \(49, 2\)")
         self.assertFalse(os.path.exists(out))
 
 
