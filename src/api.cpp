@@ -67,6 +67,7 @@ xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r) {
 xt::xarray<double> window_index(const WindowIndexRequest& r) {
   return evaluate_table(window_index_table(r));
 }
+xt::xarray<double> detr_sine(const DetrSineRequest& r) { return evaluate_table(detr_sine_table(r)); }
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r) {
   return integral(t5_bucket_table(r));
 }

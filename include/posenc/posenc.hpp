@@ -25,6 +25,7 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
@@ -119,6 +120,8 @@ xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r);
 /// Swin / BEiT window relative index [N, N], or the bias [heads, N, N] of a learned
 /// table (window_index.hpp); index values are exact in float64.
 xt::xarray<double> window_index(const WindowIndexRequest& r);
+/// DETR's sine embedding [b, 2E, H, W] (family_sinusoids.hpp).
+xt::xarray<double> detr_sine(const DetrSineRequest& r);
 
 /// cos and sin [N, R] for positions start .. start + N - 1 in the pair layout of
 /// `p.style` (as `posenc table rope --emit cos-sin`), scaled by the attention factor.

@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
+#include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
@@ -230,6 +231,15 @@ struct WindowIndexOptions {
   std::string bias_table;
 };
 
+struct DetrSineOptions {
+  Common c;
+  DetrSineRequest r;
+  std::string mask;
+  std::vector<long long> size;
+  double scale = 0.0;
+  bool no_normalize = false;
+};
+
 // A window H x W from `--window H [W]`; the library checks the range.
 std::pair<std::int64_t, std::int64_t> window_sides(const std::vector<long long>& v) {
   return {v.at(0), v.size() > 1 ? v[1] : v[0]};
@@ -241,6 +251,14 @@ xt::xarray<double> read_bias_table(const std::string& ref) {
   if (t.dtype() == DType::b1) {
     throw InputError(fmt::format("--bias-table: {}: expected numbers, got bool", ref));
   }
+  xt::xarray<double> out = xt::empty<double>(t.shape());
+  for (std::size_t i = 0; i < t.numel(); ++i) out.data()[i] = t.get(i);
+  return out;
+}
+
+// A pixel mask of any numeric dtype (bool included), as float64.
+xt::xarray<double> read_mask(const std::string& ref) {
+  const Tensor t = read_tensor(ref);
   xt::xarray<double> out = xt::empty<double>(t.shape());
   for (std::size_t i = 0; i < t.numel(); ++i) out.data()[i] = t.get(i);
   return out;
@@ -261,7 +279,8 @@ void register_table(CLI::App& app) {
   const auto wanted = [](std::string_view kind) {
     return defines_kind("table", kind,
                         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
-                         "xl-relative", "deberta-bucket", "swin-index", "beit-index"});
+                         "xl-relative", "deberta-bucket", "swin-index", "beit-index",
+                         "detr-sine"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help,
@@ -472,6 +491,39 @@ void register_table(CLI::App& app) {
                     "token first and 3 more entries (class to token, token to class, class to "
                     "class); shape [HW+1, HW+1], integers (or the bias of a learned table)",
                     o, true);
+  }
+  if (wanted("detr-sine")) {
+    static DetrSineOptions o;
+    auto* sub = table->add_subcommand(
+        "detr-sine",
+        "DETR 2-D sine embedding of a pixel mask (HF DetrSinePositionEmbedding): y then x "
+        "channels, sin/cos interleaved; shape [b, 2E, H, W]");
+    sub->add_option("--mask", o.mask, "pixel mask REF [b, H, W] (1 = pixel, 0 = padding)");
+    sub->add_option("--size", o.size, "H W: an all-ones mask [1, H, W] instead of --mask")
+        ->expected(2);
+    sub->add_option("--embedding-dim", o.r.embedding_dim,
+                    "E, channels per axis (HF embedding_dim; DETR passes d_model / 2), even")
+        ->required();
+    sub->add_option("--temperature", o.r.temperature, "temperature T (default 10000)");
+    sub->add_flag("--no-normalize", o.no_normalize,
+                  "use the raw cumulative sums (HF normalize=False; DETR normalises)");
+    sub->add_option("--scale", o.scale,
+                    "scale of the normalised sums (default 2 pi; needs normalisation)");
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([sub] {
+      if (o.mask.empty() == o.size.empty()) {
+        throw UsageError("--mask: give a pixel mask or --size H W (one of them)");
+      }
+      o.r.normalize = !o.no_normalize;
+      if (sub->count("--scale") > 0) o.r.scale = o.scale;
+      if (!o.size.empty()) {
+        o.r.height = o.size[0];
+        o.r.width = o.size[1];
+      } else {
+        o.r.mask = read_mask(o.mask);
+      }
+      write_out(detr_sine_table(o.r), o.c);
+    });
   }
 }
 

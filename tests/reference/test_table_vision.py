@@ -1,4 +1,4 @@
-"""`posenc table swin-index | beit-index` against HF transformers' own code, written
+"""`posenc table swin-index | beit-index | detr-sine` against HF transformers' own code, written
 out here in torch (float64 where values are real):
 
 - swin-index: the relative_position_index of HF `SwinSelfAttention.__init__`
@@ -14,9 +14,15 @@ out here in torch (float64 where values are real):
   For rectangular windows HF's forward reshapes the table as (width, height) and
   resizes it, so there the reference is the plain gather of BEiT/timm
   (table[index.view(-1)].view(N, N, -1).permute(2, 0, 1)), which posenc computes;
-- bad window sizes and tables: exit 2 or 3 with one line.
+- detr-sine: HF `DetrSinePositionEmbedding.forward` run in float64 (its float32
+  cumsum and arange made float64), normalised (DETR's build_position_encoding) or not,
+  other scales and temperatures, padded masks in a batch and all-ones masks of --size:
+  within 1e-12 (the reference divides by the same dim_t; sin/cos of double angles);
+  float32 output in HDF5 within one float32 rounding of the float64 reference;
+- bad window sizes, tables, masks and embedding sizes: exit 2 or 3 with one line.
 """
 import json
+import math
 import os
 import unittest
 
@@ -202,6 +208,115 @@ class BeitIndex(PosencTestCase):
         self.assert_fails(3, "table", "beit-index", "--window", 4, "--bias-table", swin_sized,
                           "-o", out, match=r"expected shape \(52, heads\) for a 4 x 4 window "
                           "with a class token, got \(49, 2\)")
+        self.assertFalse(os.path.exists(out))
+
+
+def detr_sine(pixel_mask, embedding_dim, temperature=10000, normalize=False, scale=None,
+              dtype=torch.float64):
+    """HF DetrSinePositionEmbedding (__init__ and forward), float32 replaced by `dtype`."""
+    if scale is not None and normalize is False:
+        raise ValueError("normalize should be True if scale is passed")
+    if scale is None:
+        scale = 2 * math.pi
+    y_embed = pixel_mask.cumsum(1, dtype=dtype)
+    x_embed = pixel_mask.cumsum(2, dtype=dtype)
+    if normalize:
+        y_embed = y_embed / (y_embed[:, -1:, :] + 1e-6) * scale
+        x_embed = x_embed / (x_embed[:, :, -1:] + 1e-6) * scale
+
+    dim_t = torch.arange(embedding_dim, dtype=torch.int64).to(dtype)
+    dim_t = temperature ** (2 * torch.div(dim_t, 2, rounding_mode="floor") / embedding_dim)
+
+    pos_x = x_embed[:, :, :, None] / dim_t
+    pos_y = y_embed[:, :, :, None] / dim_t
+    pos_x = torch.stack((pos_x[:, :, :, 0::2].sin(), pos_x[:, :, :, 1::2].cos()), dim=4).flatten(3)
+    pos_y = torch.stack((pos_y[:, :, :, 0::2].sin(), pos_y[:, :, :, 1::2].cos()), dim=4).flatten(3)
+    pos = torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
+    return pos
+
+
+class DetrSine(PosencTestCase):
+    def table(self, *args, name="t.npy", dtype="f64"):
+        out = self.path(name)
+        self.run_ok("table", "detr-sine", *args, "--dtype", dtype, "-o", out)
+        return np.load(out)
+
+    def padded_masks(self, b, h, w, seed):
+        """A batch of pixel masks as DETR's image processor pads: each image's pixels
+        top-left, padding right and below."""
+        rng = np.random.default_rng(seed)
+        mask = np.zeros((b, h, w), dtype=np.int64)
+        for i in range(b):
+            mask[i, :rng.integers(1, h + 1), :rng.integers(1, w + 1)] = 1
+        mask[0] = 1
+        return mask
+
+    def test_ones(self):
+        for (h, w), e in [((1, 1), 2), ((5, 7), 16), ((25, 38), 128), ((3, 2), 6)]:
+            ref = detr_sine(torch.ones(1, h, w, dtype=torch.int64), e, normalize=True).numpy()
+            got = self.table("--size", h, w, "--embedding-dim", e)
+            self.assert_close(got, ref, rtol=1e-12, atol=1e-12, msg=f"{h} x {w} E={e}")
+
+    def test_masks_and_options(self):
+        cases = [((3, 6, 9), 8, {}), ((2, 20, 13), 64, {"scale": 1.0}),
+                 ((4, 5, 5), 10, {"temperature": 20.0}), ((2, 9, 4), 32, {"normalize": False}),
+                 ((3, 12, 17), 128, {"normalize": False, "temperature": 100.0})]
+        for k, ((b, h, w), e, opt) in enumerate(cases):
+            mask = self.padded_masks(b, h, w, k)
+            normalize = opt.get("normalize", True)
+            ref = detr_sine(torch.from_numpy(mask), e, temperature=opt.get("temperature", 10000),
+                            normalize=normalize, scale=opt.get("scale")).numpy()
+            args = ["--mask", self.npy("m.npy", mask), "--embedding-dim", e]
+            if not normalize:
+                args.append("--no-normalize")
+            if "scale" in opt:
+                args += ["--scale", opt["scale"]]
+            if "temperature" in opt:
+                args += ["--temperature", opt["temperature"]]
+            got = self.table(*args)
+            self.assertEqual(got.shape, (b, 2 * e, h, w))
+            # Without normalisation the angles reach H: sin/cos within |angle| ulps.
+            self.assert_close(got, ref, rtol=1e-12, atol=1e-12 * max(h, w), msg=str(opt))
+        # A bool mask is a mask too.
+        mask = self.padded_masks(2, 4, 6, 9)
+        got = self.table("--mask", self.npy("b.npy", mask.astype(bool)), "--embedding-dim", 4)
+        ref = detr_sine(torch.from_numpy(mask), 4, normalize=True).numpy()
+        self.assert_close(got, ref, rtol=1e-12, atol=1e-12, msg="bool mask")
+
+    def test_float32_hdf5(self):
+        mask = self.padded_masks(2, 10, 14, 3)
+        ref = detr_sine(torch.from_numpy(mask), 32, normalize=True).numpy()
+        h5 = self.path("pos.h5")
+        self.run_ok("table", "detr-sine", "--mask", self.npy("m.npy", mask), "--embedding-dim",
+                    32, "-o", h5 + ":/pos")
+        with h5py.File(h5, "r") as f:
+            got = f["/pos"][...]
+            self.assertEqual(f["/pos"].attrs["kind"], "detr-sine")
+        self.assertEqual(got.dtype, np.float32)
+        ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+        self.assertTrue((np.abs(got.astype(np.float64) - ref) <= ulp).all())
+
+    def test_errors(self):
+        out = self.path("x.npy")
+        base = ("table", "detr-sine", "-o", out)
+        self.assert_fails(2, *base, "--embedding-dim", 4, match="--mask: give a pixel mask or")
+        self.assert_fails(2, *base, "--embedding-dim", 4, "--size", 3, 4, "--mask",
+                          self.npy("m.npy", np.ones((1, 3, 4))), match="one of them")
+        for size in ((0, 4), (4, -1), (70000, 2)):
+            self.assert_fails(2, *base, "--embedding-dim", 4, "--size", *size,
+                              match="--size (height|width): must be from 1 to 65536")
+        for e in (0, 3, -2, 1 << 17):
+            self.assert_fails(2, *base, "--embedding-dim", e, "--size", 2, 2,
+                              match="--embedding-dim: must be even")
+        self.assert_fails(2, *base, "--embedding-dim", 4, "--size", 2, 2, "--temperature", 0,
+                          match="--temperature: must be positive")
+        self.assert_fails(2, *base, "--embedding-dim", 4, "--size", 2, 2, "--no-normalize",
+                          "--scale", 3, match="--scale: needs normalize")
+        self.assert_fails(3, *base, "--embedding-dim", 4, "--mask",
+                          self.npy("m2.npy", np.ones((3, 4))), match=r"--mask: expected a pixel "
+                          r"mask \[b, H, W\], got shape \(3, 4\)")
+        self.assert_fails(3, *base, "--embedding-dim", 4, "--mask",
+                          self.npy("m3.npy", np.full((1, 3, 4), 2)), match="0 and 1")
         self.assertFalse(os.path.exists(out))
 
 

@@ -1,0 +1,44 @@
+#pragma once
+/// \file
+/// Sinusoidal absolute encodings of particular model families, as their HF code forms
+/// them, for `posenc table detr-sine` and `posenc table fairseq-sinusoidal`.
+///
+/// - DETR (Carion et al. 2020; HF `DetrSinePositionEmbedding`, also Conditional/
+///   Deformable DETR, Table Transformer): from a pixel mask [b, H, W] the cumulative
+///   sums y (down the rows) and x (along the columns), optionally normalised to
+///   y / (y_last + 1e-6) * scale; with dim_t[k] = T^(2 floor(k/2) / E), channel k of
+///   each axis is sin(v / dim_t[k]) for even k and cos(v / dim_t[k]) for odd k; the
+///   result [b, 2E, H, W] holds the y channels, then the x channels.
+/// - fairseq (M2M-100, NLLB, XGLM, ... ; HF `*SinusoidalPositionalEmbedding.
+///   get_embedding`): row p = [sin(p f_0..f_{h-1}) | cos(...)], f_i = exp(-i ln(10000) /
+///   (h - 1)), h = D / 2, a zero column appended for odd D, the row padding_idx zero;
+///   the positions of tokens are `create_position_ids_from_input_ids`: (cumsum of
+///   ids != padding_idx + past) * mask + padding_idx, so padding tokens take the zero row.
+
+#include <cstdint>
+#include <optional>
+
+#include <xtensor/xarray.hpp>
+
+#include "posenc/encodings/tables.hpp"
+
+namespace posenc {
+
+/// The largest DETR feature-map side and embedding_dim accepted.
+constexpr std::int64_t kMaxDetrSide = 1 << 16;
+constexpr int kMaxEmbeddingDim = 1 << 16;
+
+struct DetrSineRequest {
+  /// The pixel mask [b, H, W] (1 = pixel, 0 = padding); without it, all ones of
+  /// [1, height, width].
+  std::optional<xt::xarray<double>> mask;
+  std::int64_t height = 0, width = 0;  ///< the size without a mask
+  int embedding_dim = 64;              ///< E, channels per axis (HF: d_model / 2), even
+  double temperature = 10000.0;
+  bool normalize = true;        ///< as DETR's build_position_encoding (the class: False)
+  std::optional<double> scale;  ///< needs normalize; default 2 pi
+};
+/// HF DetrSinePositionEmbedding.forward: [b, 2E, H, W], computed in float64.
+Table detr_sine_table(const DetrSineRequest& r);
+
+}  // namespace posenc

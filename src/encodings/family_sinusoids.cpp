@@ -1,0 +1,147 @@
+// Sinusoidal absolute encodings of model families: DETR's 2-D sine embedding and
+// fairseq's sinusoidal positions (encodings/family_sinusoids.hpp).
+
+#include "posenc/encodings/family_sinusoids.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+namespace {
+
+constexpr double kTwoPi = 6.283185307179586;
+
+std::int64_t in_range(std::int64_t v, std::int64_t lo, std::int64_t hi, const char* name) {
+  if (v < lo || v > hi) {
+    throw UsageError(fmt::format("{}: must be from {} to {}, got {}", name, lo, hi, v));
+  }
+  return v;
+}
+
+// The cumulative sums of a DETR pixel mask [b, H, W], normalised as asked: y down the
+// rows, x along the columns, each [b, H, W].
+struct DetrEmbed {
+  std::size_t batch = 0, height = 0, width = 0;
+  std::vector<double> y, x;
+};
+
+DetrEmbed detr_embed(const DetrSineRequest& r) {
+  DetrEmbed e;
+  const xt::xarray<double>* m = r.mask ? &*r.mask : nullptr;
+  if (m != nullptr) {
+    if (m->dimension() != 3 || m->size() == 0) {
+      std::string shape;
+      for (std::size_t d : m->shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      throw InputError(fmt::format("mask: expected a pixel mask [b, H, W], got shape ({})", shape));
+    }
+    e.batch = m->shape(0);
+    e.height = m->shape(1);
+    e.width = m->shape(2);
+    in_range(static_cast<std::int64_t>(e.height), 1, kMaxDetrSide, "mask height");
+    in_range(static_cast<std::int64_t>(e.width), 1, kMaxDetrSide, "mask width");
+    for (std::size_t k = 0; k < m->size(); ++k) {
+      const double v = m->data()[k];
+      if (v != 0.0 && v != 1.0) {
+        throw InputError(fmt::format("mask: entry {} is {}; a pixel mask holds 0 and 1", k, v));
+      }
+    }
+  } else {
+    e.batch = 1;
+    e.height = static_cast<std::size_t>(in_range(r.height, 1, kMaxDetrSide, "size height"));
+    e.width = static_cast<std::size_t>(in_range(r.width, 1, kMaxDetrSide, "size width"));
+  }
+  const std::size_t h = e.height, w = e.width, plane = h * w;
+  e.y.assign(e.batch * plane, 0.0);
+  e.x.assign(e.batch * plane, 0.0);
+  for (std::size_t b = 0; b < e.batch; ++b) {
+    const double* mb = m != nullptr ? m->data() + b * plane : nullptr;
+    double* y = e.y.data() + b * plane;
+    double* x = e.x.data() + b * plane;
+    for (std::size_t i = 0; i < h; ++i) {
+      for (std::size_t j = 0; j < w; ++j) {
+        const double v = mb != nullptr ? mb[i * w + j] : 1.0;
+        // pixel_mask.cumsum(1) and .cumsum(2): sums of 0/1, exact.
+        y[i * w + j] = v + (i > 0 ? y[(i - 1) * w + j] : 0.0);
+        x[i * w + j] = v + (j > 0 ? x[i * w + j - 1] : 0.0);
+      }
+    }
+    if (r.normalize) {
+      const double scale = r.scale.value_or(kTwoPi);
+      std::vector<double> y_last(y + (h - 1) * w, y + h * w);
+      for (std::size_t i = 0; i < h; ++i) {
+        const double x_last = x[i * w + w - 1];
+        for (std::size_t j = 0; j < w; ++j) {
+          y[i * w + j] = y[i * w + j] / (y_last[j] + 1e-6) * scale;
+          x[i * w + j] = x[i * w + j] / (x_last + 1e-6) * scale;
+        }
+      }
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+Table detr_sine_table(const DetrSineRequest& r) {
+  const int dim = r.embedding_dim;
+  if (dim < 2 || dim > kMaxEmbeddingDim || dim % 2 != 0) {
+    throw UsageError(fmt::format(
+        "embedding_dim: must be even, from 2 to {} (HF pairs channels 2k and 2k+1), got {}",
+        kMaxEmbeddingDim, dim));
+  }
+  if (!(r.temperature > 0.0) || !std::isfinite(r.temperature)) {
+    throw UsageError(fmt::format("temperature: must be positive and finite, got {}", r.temperature));
+  }
+  if (r.scale && !r.normalize) {
+    throw UsageError("scale: needs normalize (HF: normalize should be True if scale is passed)");
+  }
+  if (r.scale && !std::isfinite(*r.scale)) {
+    throw UsageError(fmt::format("scale: must be finite, got {}", *r.scale));
+  }
+  auto e = std::make_shared<const DetrEmbed>(detr_embed(r));
+  // dim_t = temperature ** (2 * floor(k / 2) / embedding_dim)
+  auto dim_t = std::make_shared<std::vector<double>>(static_cast<std::size_t>(dim));
+  for (int k = 0; k < dim; ++k) {
+    (*dim_t)[static_cast<std::size_t>(k)] =
+        std::pow(r.temperature, 2.0 * static_cast<double>(k / 2) / static_cast<double>(dim));
+  }
+  const auto channels = static_cast<std::size_t>(2 * dim);
+  Table t;
+  t.attrs = {{"kind", std::string("detr-sine")},
+             {"batch", static_cast<long long>(e->batch)},
+             {"height", static_cast<long long>(e->height)},
+             {"width", static_cast<long long>(e->width)},
+             {"embedding_dim", static_cast<long long>(dim)},
+             {"temperature", r.temperature},
+             {"normalize", static_cast<long long>(r.normalize ? 1 : 0)}};
+  if (r.normalize) t.attrs.push_back({"scale", r.scale.value_or(kTwoPi)});
+  t.attrs.push_back({"mask", std::string(r.mask ? "given" : "ones")});
+  t.spec.shape = {e->batch, channels, e->height, e->width};
+  const std::size_t half = static_cast<std::size_t>(dim);
+  t.spec.line = [e, dim_t, channels, half](std::size_t line, double* out) {
+    const std::size_t h = e->height, w = e->width;
+    const std::size_t row = line % h;
+    const std::size_t c = (line / h) % channels;
+    const std::size_t b = line / (h * channels);
+    // Channels [0, E) are pos_y, [E, 2E) pos_x.
+    const std::vector<double>& v = c < half ? e->y : e->x;
+    const std::size_t k = c < half ? c : c - half;
+    const double* src = v.data() + (b * h + row) * w;
+    std::vector<double> angle(w), s(w), co(w);
+    for (std::size_t j = 0; j < w; ++j) angle[j] = src[j] / (*dim_t)[k];
+    sincos_array(angle.data(), s.data(), co.data(), w);
+    const std::vector<double>& pick = k % 2 == 0 ? s : co;
+    std::copy(pick.begin(), pick.end(), out);
+  };
+  t.dataset = "/detr_sine";
+  return t;
+}
+
+}  // namespace posenc
