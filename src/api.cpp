@@ -68,6 +68,9 @@ xt::xarray<double> window_index(const WindowIndexRequest& r) {
   return evaluate_table(window_index_table(r));
 }
 xt::xarray<double> detr_sine(const DetrSineRequest& r) { return evaluate_table(detr_sine_table(r)); }
+xt::xarray<double> fairseq_sinusoidal(const FairseqSinusoidalRequest& r) {
+  return evaluate_table(fairseq_sinusoidal_table(r));
+}
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r) {
   return integral(t5_bucket_table(r));
 }

@@ -122,6 +122,8 @@ xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r);
 xt::xarray<double> window_index(const WindowIndexRequest& r);
 /// DETR's sine embedding [b, 2E, H, W] (family_sinusoids.hpp).
 xt::xarray<double> detr_sine(const DetrSineRequest& r);
+/// fairseq / M2M-100 sinusoidal weights [N, D] or token embeddings [b, s, D].
+xt::xarray<double> fairseq_sinusoidal(const FairseqSinusoidalRequest& r);
 
 /// cos and sin [N, R] for positions start .. start + N - 1 in the pair layout of
 /// `p.style` (as `posenc table rope --emit cos-sin`), scaled by the attention factor.

@@ -240,6 +240,33 @@ struct DetrSineOptions {
   bool no_normalize = false;
 };
 
+struct FairseqOptions {
+  Common c;
+  FairseqSinusoidalRequest r;
+  long long positions = 0, padding_idx = 0;
+  std::string input_ids;
+};
+
+// Token ids [b, s] of an integer dtype, as int64.
+xt::xarray<std::int64_t> read_ids(const std::string& ref) {
+  const Tensor t = read_tensor(ref);
+  if (!is_integer(t.dtype())) {
+    throw InputError(fmt::format("--input-ids: {}: expected an integer dtype, got {}", ref,
+                                 dtype_name(t.dtype())));
+  }
+  xt::xarray<std::int64_t> out = xt::empty<std::int64_t>(t.shape());
+  for (std::size_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::u64 && t.data<std::uint64_t>()[i] > INT64_MAX) {
+      throw InputError(fmt::format("--input-ids: {}: id {} is too large", ref,
+                                   t.data<std::uint64_t>()[i]));
+    }
+    out.data()[i] = t.dtype() == DType::i64   ? t.data<std::int64_t>()[i]
+                    : t.dtype() == DType::u64 ? static_cast<std::int64_t>(t.data<std::uint64_t>()[i])
+                                              : static_cast<std::int64_t>(t.get(i));
+  }
+  return out;
+}
+
 // A window H x W from `--window H [W]`; the library checks the range.
 std::pair<std::int64_t, std::int64_t> window_sides(const std::vector<long long>& v) {
   return {v.at(0), v.size() > 1 ? v[1] : v[0]};
@@ -280,7 +307,7 @@ void register_table(CLI::App& app) {
     return defines_kind("table", kind,
                         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
                          "xl-relative", "deberta-bucket", "swin-index", "beit-index",
-                         "detr-sine"});
+                         "detr-sine", "fairseq-sinusoidal"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help,
@@ -523,6 +550,33 @@ void register_table(CLI::App& app) {
         o.r.mask = read_mask(o.mask);
       }
       write_out(detr_sine_table(o.r), o.c);
+    });
+  }
+  if (wanted("fairseq-sinusoidal")) {
+    static FairseqOptions o;
+    auto* sub = table->add_subcommand(
+        "fairseq-sinusoidal",
+        "fairseq sinusoidal positions (HF M2M-100, NLLB, XGLM get_embedding): [sin | cos] "
+        "with frequencies exp(-i ln(10000) / (D/2 - 1)); shape [N, D], or [b, s, D] for the "
+        "tokens of --input-ids");
+    sub->add_option("--positions", o.positions, "rows N of the weights (not with --input-ids)");
+    sub->add_option("--dim", o.r.dim, "embedding dimension D (>= 4; odd D: a zero column)")
+        ->required();
+    sub->add_option("--padding-idx", o.padding_idx,
+                    "the row set to zero, and the id of padding tokens (HF padding_idx = "
+                    "pad_token_id; needed with --input-ids)");
+    sub->add_option("--input-ids", o.input_ids,
+                    "token ids REF [b, s]: positions (cumsum of non-padding tokens + past) + "
+                    "padding_idx, as HF create_position_ids_from_input_ids");
+    sub->add_option("--past-length", o.r.past_length,
+                    "HF past_key_values_length added to the positions (default 0; with "
+                    "--input-ids)");
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([sub] {
+      o.r.positions = given(sub, "--positions", o.positions);
+      o.r.padding_idx = given(sub, "--padding-idx", o.padding_idx);
+      if (!o.input_ids.empty()) o.r.input_ids = read_ids(o.input_ids);
+      write_out(fairseq_sinusoidal_table(o.r), o.c);
     });
   }
 }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -141,6 +142,85 @@ Table detr_sine_table(const DetrSineRequest& r) {
     std::copy(pick.begin(), pick.end(), out);
   };
   t.dataset = "/detr_sine";
+  return t;
+}
+
+Table fairseq_sinusoidal_table(const FairseqSinusoidalRequest& r) {
+  const int dim = r.dim;
+  if (dim < 4 || dim > kMaxEmbeddingDim) {
+    throw UsageError(fmt::format(
+        "dim: must be from 4 to {} (the frequencies divide by D/2 - 1), got {}",
+        kMaxEmbeddingDim, dim));
+  }
+  const bool with_ids = r.input_ids.has_value();
+  if (with_ids && r.positions) {
+    throw UsageError("positions: cannot be combined with input_ids (the ids give the shape)");
+  }
+  if (!with_ids && !r.positions) {
+    throw UsageError("positions: the number of rows is required (or input_ids)");
+  }
+  if (with_ids && !r.padding_idx) {
+    throw UsageError("padding_idx: needed with input_ids (padding tokens are ids equal to it)");
+  }
+  if (r.padding_idx) in_range(*r.padding_idx, 0, std::int64_t{1} << 40, "padding_idx");
+  in_range(r.past_length, 0, std::int64_t{1} << 40, "past_length");
+  if (!with_ids && r.past_length != 0) {
+    throw UsageError("past_length: applies to input_ids only");
+  }
+  const std::int64_t pad = r.padding_idx.value_or(-1);
+
+  // emb = exp(arange(half_dim) * -(log(10000) / (half_dim - 1)))
+  const int half = dim / 2;
+  const double step = std::log(10000.0) / static_cast<double>(half - 1);
+  auto freqs = std::make_shared<std::vector<double>>(static_cast<std::size_t>(half));
+  for (int i = 0; i < half; ++i) (*freqs)[static_cast<std::size_t>(i)] = std::exp(i * -step);
+
+  Table t;
+  t.attrs = {{"kind", std::string("fairseq-sinusoidal")}, {"dim", static_cast<long long>(dim)}};
+  if (r.padding_idx) t.attrs.push_back({"padding_idx", static_cast<long long>(pad)});
+  auto ids = std::make_shared<std::vector<std::int64_t>>();
+  if (with_ids) {
+    const xt::xarray<std::int64_t>& in = *r.input_ids;
+    if (in.dimension() != 2 || in.size() == 0) {
+      std::string shape;
+      for (std::size_t d : in.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      throw InputError(fmt::format("input_ids: expected token ids [b, s], got shape ({})", shape));
+    }
+    const std::size_t b = in.shape(0), s = in.shape(1);
+    // create_position_ids_from_input_ids: (cumsum(mask) + past) * mask + padding_idx
+    ids->resize(b * s);
+    for (std::size_t i = 0; i < b; ++i) {
+      std::int64_t count = 0;
+      for (std::size_t j = 0; j < s; ++j) {
+        const bool token = in(i, j) != pad;
+        count += token ? 1 : 0;
+        (*ids)[i * s + j] = (token ? count + r.past_length : 0) + pad;
+      }
+    }
+    t.attrs.push_back({"past_length", static_cast<long long>(r.past_length)});
+    t.spec.shape = {b, s, static_cast<std::size_t>(dim)};
+  } else {
+    const std::int64_t n = in_range(*r.positions, 1, std::int64_t{1} << 40, "positions");
+    if (r.padding_idx && pad >= n) {
+      throw UsageError(fmt::format("padding_idx: {} is not a row of the {} positions", pad, n));
+    }
+    t.attrs.push_back({"positions", static_cast<long long>(n)});
+    t.spec.shape = {static_cast<std::size_t>(n), static_cast<std::size_t>(dim)};
+  }
+  t.spec.line = [freqs, ids, pad, dim, half](std::size_t line, double* out) {
+    const std::int64_t p = ids->empty() ? static_cast<std::int64_t>(line) : (*ids)[line];
+    const auto h = static_cast<std::size_t>(half);
+    if (p == pad) {
+      std::fill(out, out + dim, 0.0);
+      return;
+    }
+    std::vector<double> angle(h);
+    for (std::size_t i = 0; i < h; ++i) angle[i] = static_cast<double>(p) * (*freqs)[i];
+    // [sin | cos], then a zero column for odd D
+    sincos_array(angle.data(), out, out + h, h);
+    if (dim % 2 == 1) out[dim - 1] = 0.0;
+  };
+  t.dataset = "/fairseq_sinusoidal";
   return t;
 }
 

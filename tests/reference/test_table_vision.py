@@ -1,4 +1,4 @@
-"""`posenc table swin-index | beit-index | detr-sine` against HF transformers' own code, written
+"""`posenc table swin-index | beit-index | detr-sine | fairseq-sinusoidal` against HF transformers' own code, written
 out here in torch (float64 where values are real):
 
 - swin-index: the relative_position_index of HF `SwinSelfAttention.__init__`
@@ -19,7 +19,12 @@ out here in torch (float64 where values are real):
   other scales and temperatures, padded masks in a batch and all-ones masks of --size:
   within 1e-12 (the reference divides by the same dim_t; sin/cos of double angles);
   float32 output in HDF5 within one float32 rounding of the float64 reference;
-- bad window sizes, tables, masks and embedding sizes: exit 2 or 3 with one line.
+- fairseq-sinusoidal: HF `M2M100SinusoidalPositionalEmbedding.get_embedding` in
+  float64 (even and odd D, with and without padding_idx), and with --input-ids the
+  module's forward: `create_position_ids_from_input_ids` (with past_key_values_length)
+  and index_select of the weights; within 1e-12 * (1 + |position|) (angles formed the
+  same way in float64); float32 CSV output within one float32 rounding;
+- bad window sizes, tables, masks, ids and embedding sizes: exit 2 or 3 with one line.
 """
 import json
 import math
@@ -317,6 +322,118 @@ class DetrSine(PosencTestCase):
                           r"mask \[b, H, W\], got shape \(3, 4\)")
         self.assert_fails(3, *base, "--embedding-dim", 4, "--mask",
                           self.npy("m3.npy", np.full((1, 3, 4), 2)), match="0 and 1")
+        self.assertFalse(os.path.exists(out))
+
+
+def get_embedding(num_embeddings, embedding_dim, padding_idx=None):
+    """HF M2M100SinusoidalPositionalEmbedding.get_embedding, torch.float -> float64."""
+    half_dim = embedding_dim // 2
+    emb = math.log(10000) / (half_dim - 1)
+    emb = torch.exp(torch.arange(half_dim, dtype=torch.float64) * -emb)
+    emb = torch.arange(num_embeddings, dtype=torch.float64).unsqueeze(1) * emb.unsqueeze(0)
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)
+    if embedding_dim % 2 == 1:
+        # zero pad
+        emb = torch.cat([emb, torch.zeros(num_embeddings, 1, dtype=torch.float64)], dim=1)
+    if padding_idx is not None:
+        emb[padding_idx, :] = 0
+    return emb
+
+
+def create_position_ids_from_input_ids(input_ids, padding_idx, past_key_values_length=0):
+    """HF (M2M-100, from fairseq's utils.make_positions)."""
+    mask = input_ids.ne(padding_idx).int()
+    incremental_indices = (torch.cumsum(mask, dim=1).type_as(mask) + past_key_values_length) * mask
+    return incremental_indices.long() + padding_idx
+
+
+def fairseq_forward(input_ids, embedding_dim, padding_idx, past_key_values_length=0):
+    """The module's forward for input ids: weights large enough, index_select."""
+    bsz, seq_len = input_ids.size()
+    position_ids = create_position_ids_from_input_ids(input_ids, padding_idx,
+                                                      past_key_values_length)
+    weights = get_embedding(int(position_ids.max()) + 1, embedding_dim, padding_idx)
+    return weights.index_select(0, position_ids.view(-1)).view(bsz, seq_len, -1), position_ids
+
+
+class FairseqSinusoidal(PosencTestCase):
+    def table(self, *args, name="t.npy", dtype="f64"):
+        out = self.path(name)
+        self.run_ok("table", "fairseq-sinusoidal", *args, "--dtype", dtype, "-o", out)
+        return np.load(out)
+
+    def test_weights(self):
+        for n, d, pad in [(10, 4, None), (130, 1024, 1), (66, 7, 1), (40, 5, 0), (2050, 512, 1),
+                          (12, 9, 11)]:
+            args = ["--positions", n, "--dim", d] + ([] if pad is None else ["--padding-idx", pad])
+            got = self.table(*args)
+            ref = get_embedding(n, d, pad).numpy()
+            tol = 1e-12 * (1 + n)
+            self.assert_close(got, ref, rtol=0, atol=tol, msg=f"{n} {d} {pad}")
+            if pad is not None:
+                self.assertTrue((got[pad] == 0).all())
+            if d % 2:
+                self.assertTrue((got[:, -1] == 0).all())
+
+    def test_input_ids(self):
+        rng = np.random.default_rng(3)
+        for (b, s), d, pad, past in [((2, 9), 16, 1, 0), ((3, 40), 1024, 1, 0), ((1, 5), 7, 0, 3),
+                                     ((4, 17), 64, 2, 100)]:
+            ids = rng.integers(0, 6, size=(b, s))
+            ids[0, -2:] = pad  # right padding
+            ids[-1, :2] = pad  # left padding
+            ref, pos = fairseq_forward(torch.from_numpy(ids), d, pad, past)
+            args = ["--input-ids", self.npy("ids.npy", ids), "--dim", d, "--padding-idx", pad]
+            if past:
+                args += ["--past-length", past]
+            got = self.table(*args)
+            self.assertEqual(got.shape, (b, s, d))
+            tol = 1e-12 * (1 + int(pos.max()))
+            self.assert_close(got, ref.numpy(), rtol=0, atol=tol, msg=f"{b} {s} {d} {pad} {past}")
+            self.assertTrue((got[ids == pad] == 0).all())
+        # int32 ids work as int64 ids do.
+        ids = np.array([[4, 5, 1, 1]], dtype=np.int32)
+        got = self.table("--input-ids", self.npy("i32.npy", ids), "--dim", 8, "--padding-idx", 1)
+        self.assert_close(got, fairseq_forward(torch.from_numpy(ids.astype(np.int64)), 8, 1)[0],
+                          rtol=0, atol=1e-12)
+
+    def test_float32_csv(self):
+        ref = get_embedding(50, 12, 1).numpy()
+        out = self.path("w.csv")
+        self.run_ok("table", "fairseq-sinusoidal", "--positions", 50, "--dim", 12,
+                    "--padding-idx", 1, "-o", out)
+        # Shortest round-trip float32 text: parsed as float32, the values written.
+        got = np.loadtxt(out, delimiter=",", dtype=np.float32).astype(np.float64)
+        self.assertEqual(got.shape, (50, 12))
+        ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+        self.assertTrue((np.abs(got - ref) <= ulp).all())
+
+    def test_errors(self):
+        out = self.path("x.npy")
+        base = ("table", "fairseq-sinusoidal", "-o", out)
+        for d in (0, 3, -4, 70000):
+            self.assert_fails(2, *base, "--positions", 4, "--dim", d,
+                              match="--dim: must be from 4 to 65536")
+        self.assert_fails(2, *base, "--dim", 8, match="--positions: the number of rows is required")
+        self.assert_fails(2, *base, "--dim", 8, "--positions", 0, match="--positions: must be from 1")
+        self.assert_fails(2, *base, "--dim", 8, "--positions", 4, "--padding-idx", 4,
+                          match="--padding-idx: 4 is not a row of the 4 positions")
+        self.assert_fails(2, *base, "--dim", 8, "--positions", 4, "--padding-idx", -1,
+                          match="--padding-idx: must be from 0")
+        ids = self.npy("ids.npy", np.array([[3, 4]]))
+        self.assert_fails(2, *base, "--dim", 8, "--input-ids", ids,
+                          match="--padding-idx: needed with --input-ids")
+        self.assert_fails(2, *base, "--dim", 8, "--input-ids", ids, "--padding-idx", 1,
+                          "--positions", 2, match="--positions: cannot be combined with --input-ids")
+        self.assert_fails(2, *base, "--dim", 8, "--positions", 2, "--past-length", 2,
+                          match="--past-length: applies to --input-ids only")
+        self.assert_fails(2, *base, "--dim", 8, "--input-ids", ids, "--padding-idx", 1,
+                          "--past-length", -1, match="--past-length: must be from 0")
+        self.assert_fails(3, *base, "--dim", 8, "--padding-idx", 1, "--input-ids",
+                          self.npy("f.npy", np.ones((1, 3))), match="expected an integer dtype")
+        self.assert_fails(3, *base, "--dim", 8, "--padding-idx", 1, "--input-ids",
+                          self.npy("v.npy", np.ones(3, dtype=np.int64)),
+                          match=r"--input-ids: expected token ids \[b, s\], got shape \(3\)")
         self.assertFalse(os.path.exists(out))
 
 

@@ -41,4 +41,16 @@ struct DetrSineRequest {
 /// HF DetrSinePositionEmbedding.forward: [b, 2E, H, W], computed in float64.
 Table detr_sine_table(const DetrSineRequest& r);
 
+struct FairseqSinusoidalRequest {
+  std::optional<std::int64_t> positions;  ///< rows 0 .. N-1 of the weights (without ids)
+  int dim = 0;                            ///< D (embedding_dim) >= 4
+  std::optional<std::int64_t> padding_idx;  ///< the zero row; required with input_ids
+  /// Token ids [b, s]: the table is then the embedding of each token, [b, s, D].
+  std::optional<xt::xarray<std::int64_t>> input_ids;
+  std::int64_t past_length = 0;  ///< HF past_key_values_length, with input_ids
+};
+/// The weights [N, D] of get_embedding(N, D, padding_idx), or with input ids the
+/// embeddings [b, s, D] that the module's forward returns for them.
+Table fairseq_sinusoidal_table(const FairseqSinusoidalRequest& r);
+
 }  // namespace posenc
