@@ -67,6 +67,9 @@ xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r) {
 xt::xarray<double> window_index(const WindowIndexRequest& r) {
   return evaluate_table(window_index_table(r));
 }
+xt::xarray<double> levit_index(const LevitIndexRequest& r) {
+  return evaluate_table(levit_index_table(r));
+}
 xt::xarray<double> detr_sine(const DetrSineRequest& r) { return evaluate_table(detr_sine_table(r)); }
 xt::xarray<double> fairseq_sinusoidal(const FairseqSinusoidalRequest& r) {
   return evaluate_table(fairseq_sinusoidal_table(r));

@@ -120,6 +120,8 @@ xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r);
 /// Swin / BEiT window relative index [N, N], or the bias [heads, N, N] of a learned
 /// table (window_index.hpp); index values are exact in float64.
 xt::xarray<double> window_index(const WindowIndexRequest& r);
+/// LeViT attention_bias_idxs [R_out^2, R^2], or the bias of a learned table.
+xt::xarray<double> levit_index(const LevitIndexRequest& r);
 /// DETR's sine embedding [b, 2E, H, W] (family_sinusoids.hpp).
 xt::xarray<double> detr_sine(const DetrSineRequest& r);
 /// fairseq / M2M-100 sinusoidal weights [N, D] or token embeddings [b, s, D].

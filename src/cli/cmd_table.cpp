@@ -231,6 +231,12 @@ struct WindowIndexOptions {
   std::string bias_table;
 };
 
+struct LevitOptions {
+  Common c;
+  LevitIndexRequest r;
+  std::string bias_table;
+};
+
 struct DetrSineOptions {
   Common c;
   DetrSineRequest r;
@@ -307,7 +313,7 @@ void register_table(CLI::App& app) {
     return defines_kind("table", kind,
                         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
                          "xl-relative", "deberta-bucket", "swin-index", "beit-index",
-                         "detr-sine", "fairseq-sinusoidal"});
+                         "levit-index", "detr-sine", "fairseq-sinusoidal"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help,
@@ -518,6 +524,32 @@ void register_table(CLI::App& app) {
                     "token first and 3 more entries (class to token, token to class, class to "
                     "class); shape [HW+1, HW+1], integers (or the bias of a learned table)",
                     o, true);
+  }
+  if (wanted("levit-index")) {
+    static LevitOptions o;
+    auto* sub = table->add_subcommand(
+        "levit-index",
+        "LeViT attention_bias_idxs: offset (|dy|, |dx|) numbered |dy| R + |dx| between "
+        "queries (every stride-th point) and keys of an R x R grid; shape [R_out^2, R^2], "
+        "integers (or the bias of a learned table)");
+    sub->add_option("--resolution", o.r.resolution, "grid side R (HF resolution, resolution_in)")
+        ->required();
+    sub->add_option("--stride", o.r.stride,
+                    "query stride s (default 1; 2 for LevitAttentionSubsample: R_out = "
+                    "(R - 1) / s + 1)");
+    sub->add_option("--bias-table", o.bias_table,
+                    "learned attention_biases REF [heads, R^2]: write the bias it gives, "
+                    "[heads, R_out^2, R^2], instead of the index");
+    add_common(sub, o.c,
+               "output dtype: i64 (default) or any integer dtype that holds the largest index, "
+               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
+    sub->callback([] {
+      if (!o.bias_table.empty()) {
+        levit_index_table(o.r);  // the sizes checked before the table is read
+        o.r.bias_table = read_bias_table(o.bias_table);
+      }
+      write_out(levit_index_table(o.r), o.c);
+    });
   }
   if (wanted("detr-sine")) {
     static DetrSineOptions o;

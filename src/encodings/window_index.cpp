@@ -87,4 +87,74 @@ Table window_index_table(const WindowIndexRequest& r) {
   return t;
 }
 
+Table levit_index_table(const LevitIndexRequest& r) {
+  const std::int64_t res = r.resolution;
+  if (res < 1 || res > kMaxWindowSide) {
+    throw UsageError(
+        fmt::format("resolution: must be from 1 to {}, got {}", kMaxWindowSide, res));
+  }
+  if (r.stride < 1 || r.stride > res) {
+    throw UsageError(fmt::format("stride: must be from 1 to the resolution {}, got {}", res,
+                                 r.stride));
+  }
+  const std::int64_t stride = r.stride;
+  const std::int64_t out_res = (res - 1) / stride + 1;
+  const auto keys = static_cast<std::size_t>(res * res);
+  const auto queries = static_cast<std::size_t>(out_res * out_res);
+  Table t;
+  t.attrs = {{"kind", std::string("levit-index")},
+             {"resolution", static_cast<long long>(res)},
+             {"stride", static_cast<long long>(stride)},
+             {"resolution_out", static_cast<long long>(out_res)},
+             {"offsets", static_cast<long long>(keys)}};
+  t.dataset = "/levit_index";
+  // Query q at (qy, qx) * stride, key k at (ky, kx): offset (|dy|, |dx|), numbered
+  // |dy| * R + |dx| (the order the first query row meets them in HF's loop).
+  const auto index = [res, out_res, stride](std::int64_t q, std::int64_t k) {
+    const std::int64_t dy = q / out_res * stride - k / res;
+    const std::int64_t dx = q % out_res * stride - k % res;
+    return (dy < 0 ? -dy : dy) * res + (dx < 0 ? -dx : dx);
+  };
+  if (!r.bias_table) {
+    t.integral = true;
+    t.max_value = res * res - 1;
+    t.spec.shape = {queries, keys};
+    t.spec.line = [index, keys](std::size_t q, double* out) {
+      for (std::size_t k = 0; k < keys; ++k) {
+        out[k] = static_cast<double>(
+            index(static_cast<std::int64_t>(q), static_cast<std::int64_t>(k)));
+      }
+    };
+    return t;
+  }
+  const xt::xarray<double>& b = *r.bias_table;
+  if (b.dimension() != 2 || b.shape(1) != keys || b.shape(0) == 0) {
+    std::string shape;
+    for (std::size_t d : b.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    throw InputError(fmt::format("bias_table: expected shape (heads, {}) for resolution {}, got "
+                                 "({})",
+                                 keys, res, shape));
+  }
+  for (std::size_t k = 0; k < b.size(); ++k) {
+    if (!std::isfinite(b.data()[k])) {
+      throw InputError(
+          fmt::format("bias_table: entry ({}, {}) is not finite", k / keys, k % keys));
+    }
+  }
+  auto table = std::make_shared<xt::xarray<double>>(b);
+  const std::size_t heads = b.shape(0);
+  t.attrs.push_back({"heads", static_cast<long long>(heads)});
+  t.dataset += "_bias";
+  t.spec.shape = {heads, queries, keys};
+  t.spec.line = [index, keys, queries, table](std::size_t line, double* out) {
+    const std::size_t h = line / queries;
+    const auto q = static_cast<std::int64_t>(line % queries);
+    const double* tb = table->data() + h * keys;
+    for (std::size_t k = 0; k < keys; ++k) {
+      out[k] = tb[index(q, static_cast<std::int64_t>(k))];
+    }
+  };
+  return t;
+}
+
 }  // namespace posenc

@@ -1,4 +1,5 @@
-"""`posenc table swin-index | beit-index | detr-sine | fairseq-sinusoidal` against HF transformers' own code, written
+"""`posenc table swin-index | beit-index | levit-index | detr-sine | fairseq-sinusoidal`
+against HF transformers' own code, written
 out here in torch (float64 where values are real):
 
 - swin-index: the relative_position_index of HF `SwinSelfAttention.__init__`
@@ -14,6 +15,10 @@ out here in torch (float64 where values are real):
   For rectangular windows HF's forward reshapes the table as (width, height) and
   resizes it, so there the reference is the plain gather of BEiT/timm
   (table[index.view(-1)].view(N, N, -1).permute(2, 0, 1)), which posenc computes;
+- levit-index: the attention_bias_idxs loops of HF `LevitAttention` (stride 1) and
+  `LevitAttentionSubsample` (offsets numbered in order of first appearance), equal
+  exactly, LeViT's own stride-2 stages (14 -> 7, 7 -> 4) among them; with --bias-table,
+  attention_biases[:, attention_bias_idxs] equal exactly in float64;
 - detr-sine: HF `DetrSinePositionEmbedding.forward` run in float64 (its float32
   cumsum and arange made float64), normalised (DETR's build_position_encoding) or not,
   other scales and temperatures, padded masks in a batch and all-ones masks of --size:
@@ -26,6 +31,7 @@ out here in torch (float64 where values are real):
   same way in float64); float32 CSV output within one float32 rounding;
 - bad window sizes, tables, masks, ids and embedding sizes: exit 2 or 3 with one line.
 """
+import itertools
 import json
 import math
 import os
@@ -213,6 +219,93 @@ class BeitIndex(PosencTestCase):
         self.assert_fails(3, "table", "beit-index", "--window", 4, "--bias-table", swin_sized,
                           "-o", out, match=r"expected shape \(52, heads\) for a 4 x 4 window "
                           "with a class token, got \(49, 2\)")
+        self.assertFalse(os.path.exists(out))
+
+
+def levit_attention_bias_idxs(resolution_in, resolution_out, stride):
+    """HF LevitAttentionSubsample.__init__ (LevitAttention's loop is the stride-1 case
+    with resolution_out = resolution_in: p1 * 1 - p2)."""
+    points = list(itertools.product(range(resolution_in), range(resolution_in)))
+    points_ = list(itertools.product(range(resolution_out), range(resolution_out)))
+    len_points, len_points_ = len(points), len(points_)
+    attention_offsets, indices = {}, []
+    for p1 in points_:
+        for p2 in points:
+            size = 1
+            offset = (abs(p1[0] * stride - p2[0] + (size - 1) / 2),
+                      abs(p1[1] * stride - p2[1] + (size - 1) / 2))
+            if offset not in attention_offsets:
+                attention_offsets[offset] = len(attention_offsets)
+            indices.append(attention_offsets[offset])
+    return torch.LongTensor(indices).view(len_points_, len_points), len(attention_offsets)
+
+
+def levit_attention_idxs(resolution):
+    """HF LevitAttention.__init__."""
+    points = list(itertools.product(range(resolution), range(resolution)))
+    len_points = len(points)
+    attention_offsets, indices = {}, []
+    for p1 in points:
+        for p2 in points:
+            offset = (abs(p1[0] - p2[0]), abs(p1[1] - p2[1]))
+            if offset not in attention_offsets:
+                attention_offsets[offset] = len(attention_offsets)
+            indices.append(attention_offsets[offset])
+    return torch.LongTensor(indices).view(len_points, len_points), len(attention_offsets)
+
+
+class LevitIndex(PosencTestCase):
+    def table(self, *args, name="t.npy"):
+        out = self.path(name)
+        self.run_ok("table", "levit-index", *args, "-o", out)
+        return np.load(out)
+
+    def test_index(self):
+        for r in (1, 2, 4, 7, 14):
+            ref, n = levit_attention_idxs(r)
+            got = self.table("--resolution", r)
+            np.testing.assert_array_equal(got, ref.numpy(), err_msg=f"R={r}")
+            self.assertEqual(n, r * r)
+        for r, s in [(14, 2), (7, 2), (9, 3), (5, 5), (6, 4), (3, 1)]:
+            r_out = (r - 1) // s + 1
+            ref, n = levit_attention_bias_idxs(r, r_out, s)
+            got = self.table("--resolution", r, "--stride", s)
+            self.assertEqual(got.shape, (r_out * r_out, r * r))
+            np.testing.assert_array_equal(got, ref.numpy(), err_msg=f"R={r} s={s}")
+            self.assertEqual(n, r * r)
+
+    def test_bias_table(self):
+        gen = torch.Generator().manual_seed(11)
+        for r, s, heads in [(7, 1, 4), (14, 2, 8), (4, 2, 1)]:
+            r_out = (r - 1) // s + 1
+            idxs, n = levit_attention_bias_idxs(r, r_out, s)
+            attention_biases = torch.randn(heads, n, generator=gen, dtype=torch.float64)
+            ref = attention_biases[:, idxs].numpy()
+            path = self.npy("ab.npy", attention_biases.numpy())
+            got = self.table("--resolution", r, "--stride", s, "--bias-table", path,
+                             "--dtype", "f64")
+            np.testing.assert_array_equal(got, ref, err_msg=f"R={r} s={s}")
+            h5 = self.path(f"ab{r}.h5")
+            self.run_ok("table", "levit-index", "--resolution", r, "--stride", s,
+                        "--bias-table", path, "-o", h5 + ":/ab")
+            with h5py.File(h5, "r") as f:
+                np.testing.assert_array_equal(f["/ab"][...], ref.astype(np.float32))
+
+    def test_errors(self):
+        out = self.path("x.npy")
+        for r in (0, -3, 1025):
+            self.assert_fails(2, "table", "levit-index", "--resolution", r, "-o", out,
+                              match="--resolution: must be from 1 to 1024")
+        for s in (0, 5):
+            self.assert_fails(2, "table", "levit-index", "--resolution", 4, "--stride", s,
+                              "-o", out, match="--stride: must be from 1 to the resolution 4")
+        # Sizes are checked before the table is read: a missing table does not matter.
+        self.assert_fails(2, "table", "levit-index", "--resolution", 0, "--bias-table",
+                          self.path("missing.npy"), "-o", out, match="--resolution")
+        swin_layout = self.npy("t.npy", np.zeros((16, 2)))
+        self.assert_fails(3, "table", "levit-index", "--resolution", 4, "--bias-table",
+                          swin_layout, "-o", out,
+                          match=r"--bias-table: expected shape \(heads, 16\) for resolution 4")
         self.assertFalse(os.path.exists(out))
 
 

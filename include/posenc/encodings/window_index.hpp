@@ -12,6 +12,10 @@
 ///   class token first: (2H - 1)(2W - 1) + 3 entries, the last three for class to
 ///   token (row 0), token to class (column 0) and class to class ((0, 0)); the matrix
 ///   is [HW + 1, HW + 1].
+/// - LeViT (Graham et al. 2021; HF `LevitAttention`, `LevitAttentionSubsample`) index a
+///   learned `attention_biases` [heads, offsets] by the offset (|dy|, |dx|) between a
+///   query of the R_out x R_out grid (at stride s) and a key of the R x R grid, in the
+///   order offsets first appear, which is |dy| * R + |dx|.
 
 #include <cstdint>
 #include <optional>
@@ -58,5 +62,16 @@ struct WindowIndexRequest {
 /// [heads, N, N] as HF adds it to the logits (before its unsqueeze(0)). A bias table of
 /// the wrong shape or with non-finite values is an InputError naming "bias_table".
 Table window_index_table(const WindowIndexRequest& r);
+
+struct LevitIndexRequest {
+  std::int64_t resolution = 0;  ///< R: keys on an R x R grid
+  std::int64_t stride = 1;      ///< s > 1: queries subsampled, R_out = (R - 1) / s + 1
+  /// A learned attention_biases [heads, R * R]: the table is then the bias
+  /// attention_biases[:, attention_bias_idxs], [heads, R_out^2, R^2].
+  std::optional<xt::xarray<double>> bias_table;
+};
+
+/// LeViT's attention_bias_idxs [R_out^2, R^2] (integers), or the bias of a learned table.
+Table levit_index_table(const LevitIndexRequest& r);
 
 }  // namespace posenc
