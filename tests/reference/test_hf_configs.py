@@ -1,6 +1,7 @@
 """Published model configs (tests/data, see its README) through `--hf-config` alone,
 against references that follow HF transformers v5's code (tests/lib/hf_reference.py):
-rope tables, RoPE applied to tensors in each model's layout, and attention with each
+rope tables, RoPE applied to tensors in each model's layout (GLM pairs of Helium and
+ERNIE-4.5, HunYuan's NTK alpha, AFMoE's NoPE full layers), and attention with each
 model's scale, soft-cap, sliding window, sinks, chunking and temperature.
 
 Tolerances: float64 outputs rtol 1e-12 for frequency tables and 1e-10 for rotated
@@ -317,6 +318,99 @@ class Attention(HfConfigCase):
         self.assert_fails(3, "attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"),
                           "--hf-config", data("llama-3.1-8b.json"), "--emit", "probs",
                           "-o", self.path("p.npy"), match="num_attention_heads")
+        self.assertFalse(os.path.exists(self.path("p.npy")))
+
+
+class PublishedFamilies(HfConfigCase):
+    """Families whose modeling code, not only the rope init, decides the numbers: each
+    published config through --hf-config alone against that family's code as
+    hf_reference.py transcribes it."""
+
+    def cos_sin(self, cfg, pos, *extra):
+        ids = self.npy("ids.npy", np.array(pos, dtype=np.int64))
+        return self.table(cfg, "--position-ids", ids, "--emit", "cos-sin", *extra)
+
+    def test_helium_and_ernie_rotate_glm_pairs(self):
+        # HeliumAttention / Ernie4_5Attention: GLM's interleaved pairs over the whole
+        # 128-dim head; Helium's rope_theta 1e5, ERNIE's 5e5 (an integer in the file).
+        x = self.rng.standard_normal((1, 3, 5, 128))
+        for cfg in ("helium-1-preview-2b.json", "ernie-4.5-0.3b.json"):
+            t = hf.load_text_config(data(cfg))
+            self.assertEqual(hf.head_dim(t), 128)
+            inv, att = hf.rope_init(t, seq_len=4101)
+            np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq"), inv.numpy(),
+                                       rtol=1e-12, atol=0, err_msg=cfg)
+            cos, sin = hf.cos_sin(inv, torch.arange(4096, 4101), att)
+            ref = hf.apply_rotary_pos_emb_glm(torch.from_numpy(x), cos, sin)
+            got = self.rope(cfg, x, "--start", 4096)
+            np.testing.assert_allclose(got, ref.numpy(), err_msg=cfg, **F64)
+            # Not the NeoX halves a Llama-shaped reading would give.
+            neox = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin)
+            self.assertFalse(np.allclose(got, neox.numpy()), cfg)
+
+    def test_hunyuan_mt_ntk_alpha(self):
+        # HunYuanDenseV1RotaryEmbedding: base 1e4 * alpha ** (d / (d - 2)) with alpha 1e5;
+        # within max_position_embeddings (32768) the static base, past it HF's
+        # dynamic_rope_update (factor 1.0).
+        cfg = "hunyuan-mt-7b.json"
+        t = hf.load_text_config(data(cfg))
+        inv, _ = hf.hunyuan_inv_freq(t)
+        np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq"), inv.numpy(),
+                                   rtol=1e-12, atol=0)
+        self.assertAlmostEqual(float(inv[1]) ** -64 / (1e4 * 1e5 ** (128 / 126)), 1.0, places=9)
+        for pos in ([0, 1, 100, 30000], [0, 32767], [5, 40000]):
+            inv, att = hf.hunyuan_inv_freq(t, seq_len=max(pos) + 1)
+            cos, sin = hf.cos_sin(inv, torch.tensor(pos), att)
+            np.testing.assert_allclose(self.cos_sin(cfg, pos), np.stack([cos, sin]),
+                                       err_msg=str(pos), **F64)
+        # Applied to q with 32 heads, NeoX halves.
+        x = self.rng.standard_normal((1, 32, 3, 128))
+        inv, att = hf.hunyuan_inv_freq(t, seq_len=20003)
+        ref = hf.apply_rotary_pos_emb(torch.from_numpy(x),
+                                      *hf.cos_sin(inv, torch.arange(20000, 20003), att))
+        np.testing.assert_allclose(self.rope(cfg, x, "--start", 20000), ref.numpy(), **F64)
+
+    def test_trinity_nano_rotates_only_sliding_layers(self):
+        # AfmoeConfig: no layer_types in the file, every 4th of 56 layers full
+        # (global_attn_every_n_layers 4); AfmoeAttention rotates only the local layers.
+        cfg = "trinity-nano-preview.json"
+        t = hf.load_text_config(data(cfg))
+        types = hf.layer_types(t)
+        self.assertEqual(len(types), 56)
+        self.assertEqual(types.count("full_attention"), 14)
+        inv, att = hf.rope_init(t, "sliding_attention")
+        for args in ([], ["--layer-type", "sliding_attention"], ["--layer", "2"]):
+            np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq", *args),
+                                       inv.numpy(), rtol=1e-12, atol=0, err_msg=str(args))
+        out = self.path("none.npy")
+        for args in (["--layer-type", "full_attention"], ["--layer", "55"]):
+            self.assert_fails(3, "table", "rope", "--hf-config", data(cfg), *args,
+                              "--emit", "inv-freq", "-o", out, match="no RoPE")
+        self.assertFalse(os.path.exists(out))
+        # Attention, GQA 8:2 heads of 128: a sliding layer rotates q and k and masks
+        # keys past the 2048-token window; a full layer is causal and unrotated, and
+        # refuses --rope.
+        sq, sk = 3, 2052
+        q = self.rng.standard_normal((1, 8, sq, 128))
+        k, v = (self.rng.standard_normal((1, 2, sk, 128)) for _ in range(2))
+        qpos = torch.arange(sk - sq, sk)
+        for layer in (2, 3):
+            lt = types[layer]
+            rotates = hf.layer_rotates(t, layer)
+            self.assertEqual(rotates, lt == "sliding_attention")
+            qt, kt = torch.from_numpy(q), torch.from_numpy(k)
+            if rotates:
+                qt = hf.apply_rotary_pos_emb(qt, *hf.cos_sin(inv, qpos, att))
+                kt = hf.apply_rotary_pos_emb(kt, *hf.cos_sin(inv, torch.arange(sk), att))
+            window = t["sliding_window"] if lt == "sliding_attention" else None
+            ref = hf.eager_attention(qt, kt, torch.from_numpy(v), hf.attention_scaling(t),
+                                     hf.hf_mask(qpos, sk, sliding_window=window))
+            rope = ["--rope"] if rotates else []
+            got = self.attention(cfg, q, k, v, "--causal", *rope, "--layer", str(layer))
+            self.assert_attention(got, ref, f"trinity layer {layer}")
+        self.assert_fails(3, "attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"),
+                          "--hf-config", data(cfg), "--layer", "3", "--rope", "--emit",
+                          "probs", "-o", self.path("p.npy"), match="no RoPE")
         self.assertFalse(os.path.exists(self.path("p.npy")))
 
 
