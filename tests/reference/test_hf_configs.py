@@ -414,5 +414,42 @@ class PublishedFamilies(HfConfigCase):
         self.assertFalse(os.path.exists(self.path("p.npy")))
 
 
+    def test_smollm3_no_rope_every_fourth_layer(self):
+        # SmolLM3-3B-Base publishes no_rope_layer_interval 4 and no no_rope_layers:
+        # SmolLM3Config builds [1, 1, 1, 0] * 9; every layer is full_attention, so only
+        # --layer N tells a NoPE layer. rope_theta 5e6 from the file (class default 2e6).
+        cfg = "smollm3-3b-base.json"
+        t = hf.load_text_config(data(cfg))
+        self.assertEqual(set(hf.layer_types(t)), {"full_attention"})
+        nope = [i for i in range(36) if not hf.layer_rotates(t, i)]
+        self.assertEqual(nope, list(range(3, 36, 4)))
+        inv, att = hf.rope_init(t, seq_len=70001)
+        self.assertAlmostEqual(float(inv[1]), 5_000_000.0 ** (-2 / 128), places=14)
+        np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq"), inv.numpy(),
+                                   rtol=1e-12, atol=0)
+        x = self.rng.standard_normal((1, 16, 4, 128))
+        cos, sin = hf.cos_sin(inv, torch.arange(70000 - 3, 70001), att)
+        ref = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin)
+        for layer in (0, 2, 4, 34):
+            np.testing.assert_allclose(self.rope(cfg, x, "--start", 70000 - 3, "--layer",
+                                                 str(layer)), ref.numpy(),
+                                       err_msg=f"layer {layer}", **F64)
+        os.remove(self.path("y.npy"))
+        for layer in (3, 35):
+            self.assert_fails(3, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                              "--hf-config", data(cfg), "--layer", str(layer),
+                              match=f"layer {layer} .* no RoPE")
+            self.assert_fails(3, "table", "rope", "--hf-config", data(cfg), "--layer",
+                              str(layer), "--emit", "inv-freq", "-o", self.path("t.npy"),
+                              match="no_rope_layers")
+        self.assertFalse(os.path.exists(self.path("y.npy")))
+        # Attention on a NoPE layer: q and k as they are, causal, scale 128^-0.5 (GQA 16:4).
+        q = self.rng.standard_normal((1, 16, 5, 128))
+        k, v = (self.rng.standard_normal((1, 4, 5, 128)) for _ in range(2))
+        ref = hf.eager_attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v),
+                                 128 ** -0.5, hf.hf_mask(torch.arange(5), 5))
+        self.assert_attention(self.attention(cfg, q, k, v, "--causal", "--layer", "7"), ref,
+                              "smollm3 layer 7")
+
 if __name__ == "__main__":
     unittest.main()
