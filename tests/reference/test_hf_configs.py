@@ -1,8 +1,8 @@
 """Published model configs (tests/data, see its README) through `--hf-config` alone,
 against references that follow HF transformers v5's code (tests/lib/hf_reference.py):
 rope tables, RoPE applied to tensors in each model's layout (GLM pairs of Helium and
-ERNIE-4.5, HunYuan's NTK alpha, AFMoE's NoPE full layers), and attention with each
-model's scale, soft-cap, sliding window, sinks, chunking and temperature.
+ERNIE-4.5, HunYuan's NTK alpha, the NoPE layers of AFMoE and SmolLM3), and attention
+with each model's scale, soft-cap, sliding window, sinks, chunking and temperature.
 
 Tolerances: float64 outputs rtol 1e-12 for frequency tables and 1e-10 for rotated
 tensors and attention (against float64 torch); float32 tables rtol 1e-6.
