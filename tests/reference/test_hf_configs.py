@@ -347,6 +347,19 @@ class PublishedFamilies(HfConfigCase):
             # Not the NeoX halves a Llama-shaped reading would give.
             neox = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin)
             self.assertFalse(np.allclose(got, neox.numpy()), cfg)
+        # Attention with --rope rotates the same pairs; ERNIE's heads are head_dim 128,
+        # not hidden_size / heads = 64, with 16 query heads on 2 KV heads.
+        for cfg, hq, hk in (("helium-1-preview-2b.json", 20, 20), ("ernie-4.5-0.3b.json", 16, 2)):
+            t = hf.load_text_config(data(cfg))
+            q = self.rng.standard_normal((1, hq, 6, 128))
+            k, v = (self.rng.standard_normal((1, hk, 6, 128)) for _ in range(2))
+            inv, att = hf.rope_init(t, seq_len=6)
+            cos, sin = hf.cos_sin(inv, torch.arange(6), att)
+            qr, kr = (hf.apply_rotary_pos_emb_glm(torch.from_numpy(a), cos, sin) for a in (q, k))
+            ref = hf.eager_attention(qr, kr, torch.from_numpy(v), 128 ** -0.5,
+                                     hf.hf_mask(torch.arange(6), 6))
+            got = self.attention(cfg, q, k, v, "--rope", "--causal")
+            self.assert_attention(got, ref, cfg)
 
     def test_hunyuan_mt_ntk_alpha(self):
         # HunYuanDenseV1RotaryEmbedding: base 1e4 * alpha ** (d / (d - 2)) with alpha 1e5;
