@@ -464,5 +464,35 @@ class PublishedFamilies(HfConfigCase):
         self.assert_attention(self.attention(cfg, q, k, v, "--causal", "--layer", "7"), ref,
                               "smollm3 layer 7")
 
+    def test_moonshine_partial_glm_pairs_from_rope_parameters(self):
+        # A v5-written Moonshine config: partial_rotary_factor 0.62 inside rope_parameters,
+        # head_dim 416 / 8 = 52, int(52 * 0.62) = 32 dims rotated in GLM pairs, 20 passed;
+        # pad_head_dim_to_multiple_of pads q, k, v with zeros around attention at the
+        # unpadded scale 52^-0.5, which leaves the numbers as they are.
+        cfg = "moonshine-shisa-realtime-asr-0.92b.json"
+        t = hf.load_text_config(data(cfg))
+        self.assertEqual(hf.head_dim(t), 52)
+        inv, att = hf.rope_init(t, seq_len=105)
+        self.assertEqual(len(inv), 16)
+        np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq"), inv.numpy(),
+                                   rtol=1e-12, atol=0)
+        x = self.rng.standard_normal((1, 8, 5, 52))
+        cos, sin = hf.cos_sin(inv, torch.arange(100, 105), att)
+        ref = hf.apply_rotary_pos_emb_glm(torch.from_numpy(x), cos, sin)
+        got = self.rope(cfg, x, "--start", 100)
+        np.testing.assert_allclose(got, ref.numpy(), **F64)
+        np.testing.assert_array_equal(got[..., 32:], x[..., 32:])
+        self.assertFalse(np.allclose(got, hf.apply_partial(torch.from_numpy(x), cos, sin,
+                                                           32).numpy()))
+        q = self.rng.standard_normal((1, 8, 4, 52))
+        k, v = (self.rng.standard_normal((1, 8, 4, 52)) for _ in range(2))
+        cos, sin = hf.cos_sin(inv, torch.arange(4), att)
+        qr, kr = (hf.apply_rotary_pos_emb_glm(torch.from_numpy(a), cos, sin) for a in (q, k))
+        ref = hf.eager_attention(qr, kr, torch.from_numpy(v), hf.attention_scaling(t),
+                                 hf.hf_mask(torch.arange(4), 4))
+        got = self.attention(cfg, q, k, v, "--rope", "--causal")
+        self.assert_attention(got, ref, "moonshine")
+        self.assertAlmostEqual(got[3]["scale"], 52 ** -0.5, delta=1e-15)
+
 if __name__ == "__main__":
     unittest.main()
