@@ -382,6 +382,13 @@ class PublishedFamilies(HfConfigCase):
         ref = hf.apply_rotary_pos_emb(torch.from_numpy(x),
                                       *hf.cos_sin(inv, torch.arange(20000, 20003), att))
         np.testing.assert_allclose(self.rope(cfg, x, "--start", 20000), ref.numpy(), **F64)
+        # --arith hf: HunYuanDenseV1RotaryEmbedding's float32 expression, bit for bit.
+        out = self.path("inv32.npy")
+        self.run_ok("table", "rope", "--hf-config", data(cfg), "--arith", "hf", "--emit",
+                    "inv-freq", "-o", out)
+        base = 10000.0 * 100000.0 ** (128 / 126)
+        np.testing.assert_array_equal(
+            np.load(out), (1.0 / (base ** (torch.arange(0, 128, 2).float() / 128))).numpy())
 
     def test_trinity_nano_rotates_only_sliding_layers(self):
         # AfmoeConfig: no layer_types in the file, every 4th of 56 layers full
