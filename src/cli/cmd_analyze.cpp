@@ -14,8 +14,8 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/figure_output.hpp"
-#include "cli/table_output.hpp"
 #include "cli/rope_options.hpp"
+#include "cli/table_output.hpp"
 #include "posenc/analysis.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
@@ -32,8 +32,8 @@ struct AnalyzeCommon : TableOutputOptions {
 
 void add_common(CLI::App* sub, AnalyzeCommon& c) {
   c.app = sub;
-  add_table_output_options(sub, c, nullptr,
-                           "draw the table: an image file (.png, .svg, .pdf) or - for the terminal");
+  add_table_output_options(
+      sub, c, nullptr, "draw the table: an image file (.png, .svg, .pdf) or - for the terminal");
 }
 
 void emit(const AnalysisTable& t, const AnalyzeCommon& c, bool print = true) {

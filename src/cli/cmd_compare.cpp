@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -255,8 +255,8 @@ void print_text(std::FILE* to, const TensorRef& ra, DType da, const TensorRef& r
   fmt::print(to, "max abs diff: {}{}\n", r.max_abs.value, at(r.max_abs));
   fmt::print(to, "max rel diff: {}{}\n", r.max_rel.value, at(r.max_rel));
   if (r.max_ulp) {
-    fmt::print(to, 
-        "max ulp diff: {} ({}){}\n", *r.max_ulp, ulp_type_name(rule),
+    fmt::print(
+        to, "max ulp diff: {} ({}){}\n", *r.max_ulp, ulp_type_name(rule),
         r.max_ulp_index ? " at " + index_str(r.index_in_a(*r.max_ulp_index)) : std::string());
   }
   if (r.nan_a || r.nan_b) {
@@ -298,7 +298,8 @@ void run_compare(const CompareCliOptions& o) {
   const bool pair = std::any_of(by.begin(), by.end(), [](const ByItem& i) { return i.pair; });
   if (!o.pairs.empty()) parse_pair_style(o.pairs);
   if ((!o.pairs.empty() || o.rotary_dim) && !pair) {
-    throw UsageError(fmt::format("{}: applies to --by pair", o.pairs.empty() ? "--rotary-dim" : "--pairs"));
+    throw UsageError(
+        fmt::format("{}: applies to --by pair", o.pairs.empty() ? "--rotary-dim" : "--pairs"));
   }
   if (o.rotary_dim && (*o.rotary_dim == 0 || *o.rotary_dim % 2 != 0)) {
     throw UsageError(fmt::format("--rotary-dim: must be even and positive, got {}", *o.rotary_dim));
@@ -395,8 +396,7 @@ void register_compare(CLI::App& app) {
                   "or ulp / max_ulp; ties by |a - b|, then index) with their indices and values")
       ->group(g);
   add_table_output_options(
-      sub, opt->table,
-      "write the --by table (x.npy, x.h5:/d, x.csv, x.tsv, x.json, - for stdout)",
+      sub, opt->table, "write the --by table (x.npy, x.h5:/d, x.csv, x.tsv, x.json, - for stdout)",
       "draw the --by table: an image file (.png, .svg, .pdf) or - for the terminal: curves "
       "for one axis, heatmaps for two");
   sub->callback([opt] { run_compare(*opt); });

@@ -1,13 +1,13 @@
 #include "posenc/ops/compare.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
-
-#include <fmt/format.h>
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xsort.hpp>
@@ -189,8 +189,8 @@ double tol_ratio(double a, double b, const CompareRule& rule) {
   auto ratio = [](double x, double bound) { return bound > 0 ? x / bound : x > 0 ? kInf : 0.0; };
   const double by_tol = ratio(std::fabs(a - b), rule.atol + rule.rtol * std::fabs(b));
   if (!rule.max_ulp) return by_tol;
-  const double by_ulp =
-      ratio(static_cast<double>(ulp_distance(a, b, rule.ulp_type)), static_cast<double>(*rule.max_ulp));
+  const double by_ulp = ratio(static_cast<double>(ulp_distance(a, b, rule.ulp_type)),
+                              static_cast<double>(*rule.max_ulp));
   return rule.tolerance_explicit ? std::min(by_tol, by_ulp) : by_ulp;
 }
 
@@ -200,8 +200,8 @@ double tol_ratio(double a, double b, const CompareRule& rule) {
 /// so far (a heap whose front is the least bad of them).
 struct Comparator::Locator {
   struct Axis {
-    std::size_t stride = 1;      ///< compared elements per step along the axis
-    std::size_t n = 1;           ///< entries along the axis (1 for an axis a slice fixes)
+    std::size_t stride = 1;          ///< compared elements per step along the axis
+    std::size_t n = 1;               ///< entries along the axis (1 for an axis a slice fixes)
     std::vector<std::size_t> group;  ///< entry -> group coordinate; empty: the entry itself
   };
   std::vector<Axis> axes;
@@ -235,9 +235,10 @@ std::vector<std::size_t> pair_groups(std::size_t extent, std::optional<std::size
   }
   const std::size_t r = rotary.value_or(extent);
   if (r == 0 || r % 2 != 0 || r > extent) {
-    throw InputError(fmt::format("rotary_dim: must be even and within 2..{} (the extent of axis "
-                                 "{}), got {}",
-                                 extent, axis, r));
+    throw InputError(
+        fmt::format("rotary_dim: must be even and within 2..{} (the extent of axis "
+                    "{}), got {}",
+                    extent, axis, r));
   }
   std::vector<std::size_t> g(extent);
   for (std::size_t j = 0; j < extent; ++j) {
@@ -285,15 +286,17 @@ Comparator::Comparator(const CompareRule& rule, const CompareLocate& locate, con
     std::vector<std::size_t> coords;
     if (!as.drop) {
       ax.n = as.size;
-      for (std::size_t r = result_axis[by.axis] + 1; r < sel.shape.size(); ++r) ax.stride *= sel.shape[r];
+      for (std::size_t r = result_axis[by.axis] + 1; r < sel.shape.size(); ++r)
+        ax.stride *= sel.shape[r];
     }
     if (by.pairs) {
       const std::size_t extent = sel.source[by.axis];
       if (as.drop || as.size != extent || (extent > 1 && (as.start != 0 || as.step != 1)) ||
           !as.indices.empty()) {
-        throw InputError(fmt::format("by: pairs of axis {} need the whole axis, which the slice "
-                                     "cuts",
-                                     by.axis));
+        throw InputError(
+            fmt::format("by: pairs of axis {} need the whole axis, which the slice "
+                        "cuts",
+                        by.axis));
       }
       ax.group = pair_groups(extent, locate.rotary_dim, locate.pairs, by.axis);
       for (std::size_t p = 0; p < extent / 2; ++p) coords.push_back(p);

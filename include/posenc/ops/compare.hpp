@@ -150,7 +150,7 @@ struct CompareResult {
   std::optional<std::uint64_t> max_ulp;       ///< over pairs without NaN
   std::optional<std::size_t> max_ulp_index;
   std::size_t nan_a = 0, nan_b = 0;
-  std::size_t nan_mismatches = 0;  ///< NaN on exactly one side
+  std::size_t nan_mismatches = 0;             ///< NaN on exactly one side
   std::optional<CompareBreakdown> breakdown;  ///< with CompareLocate::by
   /// With CompareLocate::top: the worst elements, worst first: by tol_ratio, then by
   /// |a - b| (NaN as +Inf), then by index; ties at the end of the list are cut in index
