@@ -303,7 +303,7 @@ Comparator::Comparator(const CompareRule& rule, const CompareLocate& locate, con
     } else {
       for (std::size_t e = 0; e < (as.drop ? 1 : as.size); ++e) coords.push_back(as.at(e));
     }
-    rows *= std::max<std::size_t>(coords.size(), 1);
+    rows *= coords.size();
     if (rows > kMaxByRows) {
       throw UsageError(fmt::format("by: the breakdown would have more than {} rows", kMaxByRows));
     }
