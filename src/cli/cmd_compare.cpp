@@ -355,7 +355,8 @@ void register_compare(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "compare",
       "compare tensor A with reference B element-wise: |a - b| <= atol + rtol * |b| "
-      "(numpy.isclose) and/or a ULP bound. Exit 0 if all match, 1 if not.");
+      "(numpy.isclose) and/or a ULP bound. Exit 0 if all match, 1 if not. --by and --top "
+      "say where they differ.");
   sub->add_option("a", opt->a, "tensor to check")->required();
   sub->add_option("b", opt->b, "reference tensor")->required();
   sub->add_option("--rtol", opt->rtol,

@@ -247,6 +247,12 @@ TEST(Breakdown, TableHasOneRowPerGroup) {
   EXPECT_EQ(t.data.get(7 * 8 + 4), 1.0);  // max_abs
   EXPECT_EQ(t.data.get(6 * 8 + 3), 0.0);
   ASSERT_EQ(t.figure.panels.size(), 2u);
+  // An axis of extent 0: no rows.
+  loc.by = {{1, false}};
+  const CompareResult e = run_blocks({}, {}, make_compare_rule(DType::f32, DType::f32, {}), loc,
+                                     select_all({3, 0, 4}), 12);
+  EXPECT_EQ(e.breakdown->groups.size(), 0u);
+  EXPECT_EQ(compare_breakdown_table(e, {"s"}).data.shape(), (Shape{0, 7}));
   EXPECT_TRUE(std::get<HeatmapPanel>(t.figure.panels[1]).log);
   EXPECT_FALSE(std::get<HeatmapPanel>(t.figure.panels[0]).log);
 }
