@@ -316,11 +316,20 @@ Comparator::Comparator(const CompareRule& rule, const CompareLocate& locate, con
   loc_ = std::move(loc);
 }
 
-CompareResult Comparator::result() const {
+CompareResult Comparator::result() const& {
   CompareResult r = r_;
   if (!loc_) return r;
   if (!loc_->breakdown.axes.empty()) r.breakdown = loc_->breakdown;
   r.worst = loc_->heap;
+  std::sort(r.worst.begin(), r.worst.end(), worse);
+  return r;
+}
+
+CompareResult Comparator::result() && {
+  CompareResult r = std::move(r_);
+  if (!loc_) return r;
+  if (!loc_->breakdown.axes.empty()) r.breakdown = std::move(loc_->breakdown);
+  r.worst = std::move(loc_->heap);
   std::sort(r.worst.begin(), r.worst.end(), worse);
   return r;
 }
@@ -533,7 +542,7 @@ CompareResult compare_slabs(const TensorInfo& ia, const detail::FetchSlab& fa, c
       left -= m;
     }
   }
-  CompareResult r = cmp.result();
+  CompareResult r = std::move(cmp).result();
   r.shape_a = ia.shape;
   r.shape_b = ib.shape;
   r.shapes_equal = sa.shape == sb.shape;

@@ -181,7 +181,9 @@ class Comparator {
   void add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b);
 
   /// The result so far (shapes are the caller's to fill in).
-  CompareResult result() const;
+  CompareResult result() const&;
+  /// The same, moving the breakdown out rather than copying it.
+  CompareResult result() &&;
 
  private:
   struct Locator;
