@@ -188,6 +188,14 @@ class CompareBy(PosencTestCase):
         self.assertEqual(tj["shape"], list(want.shape))
         np.testing.assert_array_equal(np.array(tj["data"], dtype=np.float64).reshape(want.shape),
                                       want)
+        # A pair axis records the pairing; -q writes the table and prints nothing.
+        p = run("-q", "compare", self.pa, self.pb, "--by", "pair", "--pairs", "gptj",
+                "-o", self.path("t.h5") + ":/pairs")
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (1, b"", ""))
+        with h5py.File(self.path("t.h5"), "r") as f:
+            self.assertEqual(f["pairs"].attrs["pairs"], "gptj")
+            self.assertEqual(f["pairs"].shape, (64, 7))
+            self.assertIn("err/bh", f)
         # -o - puts the table on stdout and the report on stderr.
         p = self.compare("--by", "h", "-o", "-")
         self.assertTrue(p.stdout.startswith(b"\x93NUMPY"))
@@ -249,6 +257,24 @@ class CompareBy(PosencTestCase):
         sel_a, sel_b = self.a[0, 3, 400:420], self.b[0, 3, 400:420]
         bad = ~np.isclose(sel_a.astype(np.float64), sel_b.astype(np.float64), rtol=RTOL, atol=ATOL)
         np.testing.assert_array_equal(rows[:, 2], bad.sum(axis=1))
+        # --top reports A's indices too.
+        j = json.loads(self.compare("--top", "1", "--slice", "0,3,400:420", "--json").stdout)
+        d = np.abs(sel_a.astype(np.float64) - sel_b.astype(np.float64))
+        ratio = d / (ATOL + RTOL * np.abs(sel_b.astype(np.float64)))
+        s, k = np.unravel_index(np.argmax(ratio), ratio.shape)
+        self.assertEqual(j["worst"][0]["index"], [0, 3, 400 + int(s), int(k)])
+
+    def test_shapes_differ(self):
+        c = self.npy("c.npy", self.b[:, :, :10])
+        before = sorted(os.listdir(self.tmp))
+        p = run("compare", self.pa, c, "--by", "h", "--top", "2", "--json", "-o",
+                self.path("t.npy"))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        j = json.loads(p.stdout)
+        self.assertFalse(j["shapes_equal"])
+        self.assertNotIn("by", j)
+        self.assertEqual(j["worst"], [])
+        self.assert_no_new_files(before)
 
 
 class CompareByStreamed(PosencTestCase):
