@@ -8,7 +8,7 @@ import xml.dom.minidom
 
 import numpy as np
 
-from posenc_testlib import PosencTestCase, run
+from posenc_testlib import UNDER_ASAN, PosencTestCase, run, run_measured
 
 RTOL, ATOL = 1e-5, 1e-6
 COLUMNS = ["count", "mismatches", "max_abs", "max_rel", "max_ulp", "max_tol_ratio"]
@@ -279,23 +279,29 @@ class CompareBy(PosencTestCase):
 
 class CompareByStreamed(PosencTestCase):
     def test_several_slabs_any_thread_count_and_stdin(self):
-        # 18 MB a side: more than one 16 MiB slab, so the breakdown spans slabs.
-        a, b = planted(shape=(4, 8, 1100, 128), head=5, start=900, seed=2)
+        # 49 MB a side: several 16 MiB slabs (along h), so the breakdown spans slabs.
+        a, b = planted(shape=(1, 16, 3000, 256), head=5, start=2000, pairs=range(120, 124),
+                       seed=2)
         pa, pb = self.npy("a.npy", a), self.npy("b.npy", b)
         outs = []
         for threads in ("1", "2"):
-            p = run("-j", threads, "compare", pa, pb, "--rtol", RTOL, "--atol", ATOL,
-                    "--by", "h,pair", "--top", "5", "--json")
-            self.assertEqual(p.returncode, 1, p.stderr)
-            outs.append(p.stdout)
+            rc, out, err, rss = run_measured("-j", threads, "compare", pa, pb, "--rtol", RTOL,
+                                             "--atol", ATOL, "--by", "h,pair", "--top", "5",
+                                             "--json")
+            self.assertEqual(rc, 1, err)
+            # Two slabs and the program, against 98 MB of input (RSS means nothing
+            # under AddressSanitizer).
+            self.assertTrue(UNDER_ASAN or rss < 64 * 1024, rss)
+            outs.append(out)
         self.assertEqual(outs[0], outs[1])
         j = json.loads(outs[0])
         idx = np.indices(a.shape)
-        want = stats(a, b, (idx[1] * 64 + idx[3] % 64).ravel(), 8 * 64)
+        want = stats(a, b, (idx[1] * 128 + idx[3] % 128).ravel(), 16 * 128)
         rows = np.array(j["by"]["rows"])
         np.testing.assert_array_equal(rows[:, 2:5], want[:, 0:3])
-        self.assertEqual(j["by"]["mismatches_at"], {"h": [[5, 5]], "pair": [[60, 63]]})
-        self.assertTrue(all(w["index"][1] == 5 and w["index"][2] >= 900 for w in j["worst"]))
+        np.testing.assert_allclose(rows[:, 7], want[:, 5], rtol=1e-15)
+        self.assertEqual(j["by"]["mismatches_at"], {"h": [[5, 5]], "pair": [[120, 123]]})
+        self.assertTrue(all(w["index"][1] == 5 and w["index"][2] >= 2000 for w in j["worst"]))
         with open(pa, "rb") as f:
             p = run("compare", "-", pb, "--rtol", RTOL, "--atol", ATOL, "--by", "h,pair",
                     "--top", "5", "--json", stdin=f.read())
