@@ -66,14 +66,14 @@ void hf_pair(DType t, double xa, double xb, float c, float s, double& ya, double
   yb = round_to(t, round_to(t, b * cc) + round_to(t, a * ss));
 }
 
-// ERNIE-4.5's: (q.float() * cos) + (rotate_half(q).float() * sin) in float32 (float64
-// for f64 inputs, whose q.float() is float32 values), rounded once to the type t; cos and
-// sin in t first when `cast_trig`.
+// ERNIE-4.5's: (q.float() * cos) + (rotate_half(q).float() * sin) in float32, rounded
+// once to the type t; cos and sin in t first when `cast_trig` (then an f64 input's
+// float32 values meet float64 cos and sin, and the products are float64).
 void hf_float32_pair(DType t, double xa, double xb, float c, float s, bool cast_trig,
                      double& ya, double& yb) {
   const float cc = cast_trig ? round_to(t, c) : c, ss = cast_trig ? round_to(t, s) : s;
   const auto a = static_cast<float>(xa), b = static_cast<float>(xb);
-  if (t == DType::f64) {
+  if (t == DType::f64 && cast_trig) {
     const double a64 = a, b64 = b, c64 = cc, s64 = ss;
     ya = a64 * c64 + (-b64) * s64;
     yb = b64 * c64 + a64 * s64;
