@@ -1471,20 +1471,31 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
                                                     std::min(kB, g.sk - j0)};
   };
   // The block as a view of T from its first key on: in place, or widened into `buf`.
+  // Widening finds whether the keys are finite on the way; `finite` (when given) gets
+  // it, and for keys in place checks them.
   auto block = [&](const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk,
-                   std::vector<T>& buf) -> View<T> {
+                   std::vector<T>& buf, bool* finite) -> View<T> {
     auto [p, n] = rows_of(m, b, h, blk);
-    if (m.dtype == dtype_of<T>()) return {reinterpret_cast<const T*>(p), 0, 0, m.st.s};
+    if (m.dtype == dtype_of<T>()) {
+      const View<T> x{reinterpret_cast<const T*>(p), 0, 0, m.st.s};
+      if (finite) *finite = keys_finite(x, 0, 0, 0, n, m.width);
+      return x;
+    }
     buf.resize(n * m.width);
     const std::size_t es = dtype_size(m.dtype);
+    bool all = true;
     for (std::size_t j = 0; j < n; ++j) {
-      detail::widen(m.dtype, p + j * m.st.s * es, buf.data() + j * m.width, m.width);
+      all &= detail::widen(m.dtype, p + j * m.st.s * es, buf.data() + j * m.width, m.width);
     }
+    if (finite) *finite = all;
     return {buf.data(), 0, 0, static_cast<std::ptrdiff_t>(m.width),
             m.st.s != static_cast<std::ptrdiff_t>(m.width)};
   };
-  auto finite = [&](const View<T>& x, std::size_t b, std::size_t blk, std::size_t width) {
-    return keys_finite(x, b, 0, 0, std::min(kB, g.sk - blk * kB), width);
+  auto finite = [&](const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk,
+                    std::vector<T>& buf) {
+    bool ok = true;
+    block(m, b, h, blk, buf, &ok);
+    return ok;
   };
   // Released in spans of at least kReleaseBytes: each release interrupts the other
   // cores to flush their TLBs (releasing every 512 KiB block of a 512 MiB decode cost
@@ -1520,12 +1531,14 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
         for (std::size_t blk = static_cast<std::size_t>(w.lo_min) / kB;
              blk <= static_cast<std::size_t>(w.hi_max) / kB; ++blk) {
           const std::size_t sl = slot(b, h, blk);
-          const View<T> K = block(km, b, h, blk, widened[t][0]);
-          const View<T> V = has_v ? block(*vm, b, h, blk, widened[t][1]) : View<T>{};
-          if (check && !checked[sl].load(std::memory_order_acquire)) {
-            if (!finite(K, b, blk, g.d) || (has_v && !finite(V, b, blk, g.dv))) {
-              throw NonFiniteKeys{};
-            }
+          const bool check_now = check && !checked[sl].load(std::memory_order_acquire);
+          bool k_ok = true, v_ok = true;
+          const View<T> K = block(km, b, h, blk, widened[t][0], check_now ? &k_ok : nullptr);
+          const View<T> V = has_v ? block(*vm, b, h, blk, widened[t][1],
+                                          check_now && k_ok ? &v_ok : nullptr)
+                                  : View<T>{};
+          if (check_now) {
+            if (!k_ok || !v_ok) throw NonFiniteKeys{};
             checked[sl].store(true, std::memory_order_release);
           }
           const std::size_t j0 = blk * kB;
@@ -1550,12 +1563,8 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
         for (std::size_t b = 0; b < g.b; ++b) {
           for (std::size_t h = 0; h < g.hq; h += group) {
             if (!used[slot(b, h, blk)]) continue;
-            if (keys && !finite(block(km, b, h, blk, buf), b, blk, g.d)) {
-              throw nonfinite_input("k");
-            }
-            if (!keys && has_v && !finite(block(*vm, b, h, blk, buf), b, blk, g.dv)) {
-              throw nonfinite_input("v");
-            }
+            if (keys && !finite(km, b, h, blk, buf)) throw nonfinite_input("k");
+            if (!keys && has_v && !finite(*vm, b, h, blk, buf)) throw nonfinite_input("v");
           }
         }
       }

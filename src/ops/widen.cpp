@@ -9,11 +9,21 @@
 namespace posenc::widen_detail {
 
 namespace base {
-void f16(const std::uint16_t* src, float* dst, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+bool f16(const std::uint16_t* src, float* dst, std::size_t n) {
+  bool special = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = half_to_float(src[i]);
+    special |= (src[i] & 0x7c00) == 0x7c00;
+  }
+  return !special;
 }
-void bf16(const std::uint16_t* src, float* dst, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+bool bf16(const std::uint16_t* src, float* dst, std::size_t n) {
+  bool special = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = bf16_to_float(src[i]);
+    special |= (src[i] & 0x7f80) == 0x7f80;
+  }
+  return !special;
 }
 }  // namespace base
 
@@ -44,21 +54,23 @@ const char* widen_isa() { return chosen().name; }
 
 namespace posenc::detail {
 
-void widen(DType from, const void* src, float* dst, std::size_t n) {
+bool widen(DType from, const void* src, float* dst, std::size_t n) {
   const auto* s = static_cast<const std::uint16_t*>(src);
   const auto& c = widen_detail::chosen();
-  (from == DType::bf16 ? c.bf16 : c.f16)(s, dst, n);
+  return (from == DType::bf16 ? c.bf16 : c.f16)(s, dst, n);
 }
 
-void widen(DType from, const void* src, double* dst, std::size_t n) {
+bool widen(DType from, const void* src, double* dst, std::size_t n) {
   const auto* s = static_cast<const std::uint16_t*>(src);
   constexpr std::size_t kBlock = 1024;
   alignas(64) float buf[kBlock];
+  bool finite = true;
   for (std::size_t i = 0; i < n; i += kBlock) {
     const std::size_t m = std::min(kBlock, n - i);
-    widen(from, s + i, buf, m);
+    finite &= widen(from, s + i, buf, m);
     std::copy_n(buf, m, dst + i);
   }
+  return finite;
 }
 
 }  // namespace posenc::detail

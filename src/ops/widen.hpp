@@ -12,19 +12,21 @@
 
 namespace posenc::widen_detail {
 
-using WidenFn = void (*)(const std::uint16_t* src, float* dst, std::size_t n);
+/// Widens n values; returns whether all of them are finite (no Inf, no NaN), which the
+/// conversion finds for free, so that a caller checking its inputs reads them once.
+using WidenFn = bool (*)(const std::uint16_t* src, float* dst, std::size_t n);
 
 namespace base {
-void f16(const std::uint16_t* src, float* dst, std::size_t n);
-void bf16(const std::uint16_t* src, float* dst, std::size_t n);
+bool f16(const std::uint16_t* src, float* dst, std::size_t n);
+bool bf16(const std::uint16_t* src, float* dst, std::size_t n);
 }  // namespace base
 namespace avx2 {  // needs avx2 and f16c
-void f16(const std::uint16_t* src, float* dst, std::size_t n);
-void bf16(const std::uint16_t* src, float* dst, std::size_t n);
+bool f16(const std::uint16_t* src, float* dst, std::size_t n);
+bool bf16(const std::uint16_t* src, float* dst, std::size_t n);
 }  // namespace avx2
 namespace avx512 {  // needs avx512f and avx512bw
-void f16(const std::uint16_t* src, float* dst, std::size_t n);
-void bf16(const std::uint16_t* src, float* dst, std::size_t n);
+bool f16(const std::uint16_t* src, float* dst, std::size_t n);
+bool bf16(const std::uint16_t* src, float* dst, std::size_t n);
 }  // namespace avx512
 
 /// The variant's name the dispatch uses ("avx512", "avx2" or "base").
@@ -37,9 +39,10 @@ namespace posenc::detail {
 /// Whether widen() takes `t` (f16 or bf16).
 constexpr bool widens(DType t) { return t == DType::f16 || t == DType::bf16; }
 
-/// The `n` values at `src`, stored as `from` (f16 or bf16), as floats in `dst`.
-void widen(DType from, const void* src, float* dst, std::size_t n);
+/// The `n` values at `src`, stored as `from` (f16 or bf16), as floats in `dst`; returns
+/// whether all are finite.
+bool widen(DType from, const void* src, float* dst, std::size_t n);
 /// The same as doubles (every f16 and bf16 value is exact in both).
-void widen(DType from, const void* src, double* dst, std::size_t n);
+bool widen(DType from, const void* src, double* dst, std::size_t n);
 
 }  // namespace posenc::detail

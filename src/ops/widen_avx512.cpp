@@ -15,8 +15,9 @@ constexpr __mmask16 kAll = 0xffff;
 
 namespace posenc::widen_detail::avx512 {
 
-void f16(const std::uint16_t* src, float* dst, std::size_t n) {
+bool f16(const std::uint16_t* src, float* dst, std::size_t n) {
   const __m512i exp = _mm512_set1_epi32(0x7c00);
+  bool special_seen = false;
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
@@ -25,6 +26,7 @@ void f16(const std::uint16_t* src, float* dst, std::size_t n) {
     const __m512i x = _mm512_maskz_cvtepu16_epi32(kAll, h);
     const __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_maskz_and_epi32(kAll, x, exp), exp);
     if (special != 0) {
+      special_seen = true;
       const __m512i sign = _mm512_maskz_slli_epi32(
           kAll, _mm512_maskz_and_epi32(kAll, x, _mm512_set1_epi32(0x8000)), 16);
       const __m512i mant = _mm512_maskz_slli_epi32(
@@ -35,17 +37,29 @@ void f16(const std::uint16_t* src, float* dst, std::size_t n) {
     }
     _mm512_storeu_ps(dst + i, f);
   }
-  for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+  for (; i < n; ++i) {
+    dst[i] = half_to_float(src[i]);
+    special_seen |= (src[i] & 0x7c00) == 0x7c00;
+  }
+  return !special_seen;
 }
 
-void bf16(const std::uint16_t* src, float* dst, std::size_t n) {
+bool bf16(const std::uint16_t* src, float* dst, std::size_t n) {
+  const __m256i exp = _mm256_set1_epi16(0x7f80);
+  __m256i special = _mm256_setzero_si256();
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    special = _mm256_or_si256(special, _mm256_cmpeq_epi16(_mm256_and_si256(h, exp), exp));
     const __m512i x = _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16);
     _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(x));
   }
-  for (; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+  bool special_seen = !_mm256_testz_si256(special, special);
+  for (; i < n; ++i) {
+    dst[i] = bf16_to_float(src[i]);
+    special_seen |= (src[i] & 0x7f80) == 0x7f80;
+  }
+  return !special_seen;
 }
 
 }  // namespace posenc::widen_detail::avx512

@@ -1,7 +1,8 @@
 // f16 and bf16 widened to float (ops/widen.hpp): every variant this CPU runs, on every
 // one of the 65,536 bit patterns, at lengths and offsets that reach each vector loop's
 // tail, bit for bit against the values written out here from the formats' definitions
-// (sign, exponent, mantissa; NaN payloads kept, signalling ones left signalling).
+// (sign, exponent, mantissa; NaN payloads kept, signalling ones left signalling), and
+// whether a range holds Inf or NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,21 +72,30 @@ void check_variant(widen_detail::WidenFn fn, std::uint32_t (*ref)(std::uint16_t)
                    const char* what) {
   const std::vector<std::uint16_t> all = every_pattern();
   std::vector<float> out(all.size());
-  fn(all.data(), out.data(), all.size());
+  EXPECT_FALSE(fn(all.data(), out.data(), all.size())) << what << ": Inf and NaN not seen";
   for (std::size_t i = 0; i < all.size(); ++i) {
     ASSERT_EQ(bits(out[i]), ref(all[i])) << what << " of 0x" << std::hex << all[i];
   }
+  // Finite ranges say so: every pattern below the first Inf of each sign.
+  EXPECT_TRUE(fn(all.data(), out.data(), 0x7b00)) << what;
+  EXPECT_TRUE(fn(all.data() + 0x8000, out.data(), 0x7b00)) << what;
   // Lengths 0..40 from offsets 0..17: every tail of the 8- and 16-wide loops; the float
   // past the end stays untouched.
-  for (std::size_t off = 0; off < 18; ++off) {
-    for (std::size_t n = 0; n <= 40; ++n) {
-      std::vector<float> dst(n + 1, -7.0f);
-      const std::uint16_t* src = all.data() + 0x7bf0 + off;  // finite, Inf and NaN alike
-      fn(src, dst.data(), n);
-      for (std::size_t i = 0; i < n; ++i) {
-        ASSERT_EQ(bits(dst[i]), ref(src[i])) << what << " n " << n << " offset " << off;
+  // From below f16's Inf (0x7c00) and below bf16's (0x7f80): finite, Inf and NaN alike.
+  for (const std::size_t start : {0x7bf0, 0x7f70}) {
+    for (std::size_t off = 0; off < 18; ++off) {
+      for (std::size_t n = 0; n <= 40; ++n) {
+        std::vector<float> dst(n + 1, -7.0f);
+        const std::uint16_t* src = all.data() + start + off;
+        const bool finite = fn(src, dst.data(), n);
+        bool want_finite = true;
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(bits(dst[i]), ref(src[i])) << what << " n " << n << " offset " << off;
+          want_finite = want_finite && (ref(src[i]) & 0x7f800000u) != 0x7f800000u;
+        }
+        ASSERT_EQ(finite, want_finite) << what << " n " << n << " offset " << off;
+        ASSERT_EQ(dst[n], -7.0f) << what << " wrote past n " << n;
       }
-      ASSERT_EQ(dst[n], -7.0f) << what << " wrote past n " << n;
     }
   }
 }
