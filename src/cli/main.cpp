@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <new>
 #include <string>
 #include <system_error>
@@ -95,24 +96,8 @@ bool reads_stdin(const CLI::App& app) {
   }
 }
 
-struct Command {
-  const char* name;
-  void (*add)(CLI::App&);
-};
-
-constexpr Command kCommands[] = {
-    {"table", posenc::cli::register_table},
-    {"rope", posenc::cli::register_rope},
-    {"attention", posenc::cli::register_attention},
-    {"add", posenc::cli::register_add},
-    {"inspect", posenc::cli::register_inspect},
-    {"compare", posenc::cli::register_compare},
-    {"convert", posenc::cli::register_convert},
-    {"join", posenc::cli::register_join},
-    {"plot", posenc::cli::register_plot},
-    {"analyze", posenc::cli::register_analyze},
-    {"completion", posenc::cli::register_completion},
-};
+using posenc::cli::Command;
+using posenc::cli::kCommands;
 
 // Whether to define command `c` for this run. Defining all of them, with their
 // hundreds of options, was half of posenc's start-up once libhdf5 and OpenBLAS were
@@ -192,9 +177,12 @@ int run(int argc, char** argv, bool full = false) {
   }
   if (app.get_subcommands().empty()) {
     fmt::print(stderr, "{}", app.help());
-    return fail(ExitStatus::kUsage,
-                "a command is required: table, rope, attention, add, inspect, compare, "
-                "convert, join, plot, analyze or completion");
+    std::string names;
+    for (const Command& c : kCommands) {
+      if (!names.empty()) names += &c == std::end(kCommands) - 1 ? " or " : ", ";
+      names += c.name;
+    }
+    return fail(ExitStatus::kUsage, "a command is required: " + names);
   }
   // A command that needed only part of a piped tensor (inspect --slice 0, compare of
   // different shapes) still takes the rest, so the producer does not fail with a

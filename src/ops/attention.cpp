@@ -324,6 +324,18 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                     "a positive floor, got {} and {}",
                     opt.temperature_scale, opt.temperature_floor));
   }
+  if (!std::isfinite(opt.llama4_scaling_beta) ||
+      (opt.llama4_scaling_beta != 0 && opt.llama4_scaling_period <= 0)) {
+    throw UsageError(
+        fmt::format("llama4_scaling_beta/llama4_scaling_period: need a finite beta and a "
+                    "positive period, got {} and {}",
+                    opt.llama4_scaling_beta, opt.llama4_scaling_period));
+  }
+  if (opt.llama4_scaling_beta != 0 && opt.temperature_scale != 0) {
+    throw UsageError(
+        "llama4_scaling_beta and temperature_scale: no model scales its queries both ways; "
+        "give one");
+  }
   // Side tensors: shapes checked here so nothing big is allocated for a bad input.
   if (!opt.cu_seqlens.empty()) {
     if (g.sq != g.sk) {
@@ -787,7 +799,7 @@ struct Plan {
   std::byte* lse = nullptr;
   bool per_element() const {
     return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0 ||
-           bias || rules.temp_scale != 0;
+           bias || rules.scales_queries();
   }
 };
 
@@ -919,7 +931,7 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
           const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
           T x = s[jj];
           if (qr) x += qr[P.rel_index[j + dshift]];
-          if (P.rules.temp_scale != 0) x *= temp;
+          if (P.rules.scales_queries()) x *= temp;
           if (br) x += br[j];
           if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
           if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
@@ -1851,6 +1863,10 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
   if (opt.temperature_scale != 0) {
     a.push_back({"temperature_scale", opt.temperature_scale});
     a.push_back({"temperature_floor", opt.temperature_floor});
+  }
+  if (opt.llama4_scaling_beta != 0) {
+    a.push_back({"llama4_scaling_beta", opt.llama4_scaling_beta});
+    a.push_back({"llama4_scaling_period", static_cast<long long>(opt.llama4_scaling_period)});
   }
   if (opt.alibi_before_scale) a.push_back({"alibi_before_scale", 1LL});
   a.push_back({"alibi", opt.alibi ? alibi_name(*opt.alibi) : std::string("none")});

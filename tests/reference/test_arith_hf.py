@@ -248,12 +248,20 @@ class HfAttention(PosencTestCase):
             (("--sliding-window", "9"), (kv > qpos - 9) & (kv < qpos + 9), None),
             (("--causal", "--chunk-size", "16"), (kv <= qpos) & (kv // 16 == qpos // 16), None),
             (("--causal", "--attn-temperature", "0.1", "8"), kv <= qpos, (0.1, 8.0)),
+            (("--causal", "--llama4-scaling", "0.1", "16"), kv <= qpos, ("llama4", 0.1, 16)),
         ]
         for dtype in (torch.float32, torch.bfloat16):
             q, k, v = self.inputs((b, hq, hk, sq, sk, d), dtype, 21)
             for flags, allowed, temp in cases:
                 qt = q
-                if temp is not None:
+                if temp is not None and temp[0] == "llama4":
+                    # Ministral3Attention: _get_llama_4_attn_scale(cache_position, beta,
+                    # original_max_position_embeddings).to(query_states.dtype).
+                    _, beta, period = temp
+                    scales = 1 + beta * torch.log(1 + torch.floor(qpos[:, 0] / period))
+                    qt = q * scales.unsqueeze(-1).to(dtype)
+                    self.assertFalse(torch.equal(qt, q))
+                elif temp is not None:
                     attn_scale, floor_scale = temp
                     scales = (torch.log1p(torch.floor((qpos[:, 0].float() + 1.0) / floor_scale))
                               * attn_scale + 1.0)

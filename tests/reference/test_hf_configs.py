@@ -6,6 +6,7 @@ model's scale, soft-cap, sliding window, sinks, chunking and temperature.
 Tolerances: float64 outputs rtol 1e-12 for frequency tables and 1e-10 for rotated
 tensors and attention (against float64 torch); float32 tables rtol 1e-6.
 """
+import json
 import os
 import unittest
 
@@ -257,6 +258,39 @@ class Attention(HfConfigCase):
                           "--hf-config", data("llama-4-scout-17b-16e-instruct.json"),
                           "--layer-type", "full_attention", "--rope", "-o", self.path("x.npy"),
                           "--emit", "probs", match="no RoPE")
+
+    def test_ministral3_llama4_query_scaling(self):
+        # Devstral-Small-2 (ministral3): every query times 1 + 0.1 log(1 + floor(p / 8192)),
+        # the period being rope_parameters' original_max_position_embeddings.
+        cfg = "devstral-small-2-24b-text.json"
+        t = hf.load_text_config(data(cfg))
+        rp = t["rope_parameters"]
+        sq, sk = 4, 8194  # queries at positions 8190..8193 cross the period
+        q = self.rng.standard_normal((1, sq, 128))
+        k, v = self.rng.standard_normal((1, sk, 128)), self.rng.standard_normal((1, sk, 128))
+        got = self.attention(cfg, q, k, v, "--causal")
+        self.assertEqual(got[3]["llama4_scaling_beta"], 0.1)
+        self.assertEqual(got[3]["llama4_scaling_period"], 8192)
+        qpos = torch.arange(sk - sq, sk)
+        qt = hf.llama4_attn_scale(torch.from_numpy(q)[:, :, None], qpos,
+                                  rp["llama_4_scaling_beta"],
+                                  rp["original_max_position_embeddings"])[:, :, 0]
+        ref = hf.eager_attention(qt[:, None], torch.from_numpy(k)[:, None],
+                                 torch.from_numpy(v)[:, None], 128 ** -0.5, hf.hf_mask(qpos, sk))
+        self.assert_attention(got, tuple(r[:, 0] for r in ref), "ministral3")
+        # An explicit --llama4-scaling wins over the config's.
+        got2 = self.attention(cfg, q, k, v, "--causal", "--llama4-scaling", "0.5", "4096")
+        self.assertEqual(got2[3]["llama4_scaling_period"], 4096)
+        # HF fails on a ministral3 config without the key; posenc refuses it (exit 3).
+        with open(data(cfg)) as f:
+            broken = json.load(f)
+        del broken["text_config"]["rope_parameters"]["llama_4_scaling_beta"]
+        path = self.path("broken.json")
+        with open(path, "w") as f:
+            json.dump(broken, f)
+        self.assert_fails(3, "attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"),
+                          "--hf-config", path, "--emit", "probs", "-o", self.path("x.npy"),
+                          match="llama_4_scaling_beta")
 
     def test_gemma4_scale_one_on_both_layer_types(self):
         # Gemma4TextAttention: self.scaling = 1.0; full layers have global_head_dim 512.
