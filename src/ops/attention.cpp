@@ -1496,8 +1496,12 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
     buf.resize(n * m.width);
     const std::size_t es = dtype_size(m.dtype);
     bool all = true;
-    for (std::size_t j = 0; j < n; ++j) {
-      all &= detail::widen(m.dtype, p + j * m.st.s * es, buf.data() + j * m.width, m.width);
+    if (m.st.s == static_cast<std::ptrdiff_t>(m.width)) {  // rows contiguous: one call
+      all = detail::widen(m.dtype, p, buf.data(), n * m.width);
+    } else {
+      for (std::size_t j = 0; j < n; ++j) {
+        all &= detail::widen(m.dtype, p + j * m.st.s * es, buf.data() + j * m.width, m.width);
+      }
     }
     if (finite) *finite = all;
     return {buf.data(), 0, 0, static_cast<std::ptrdiff_t>(m.width),
