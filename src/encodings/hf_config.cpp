@@ -889,6 +889,11 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
     }
   }
   if (!kept(keep, "style") && gptj_pairs(c.model_type())) p.style = RopeStyle::gptj;
+  // Ernie4_5's and Ernie4_5_MoE's apply_rotary_pos_emb: q.float() * cos +
+  // rotate_half(q).float() * sin, then .to(original_dtype); the dense model's cos and
+  // sin come cast to q's dtype, the MoE's stay float32.
+  if (c.model_type() == "ernie4_5") p.hf_rotation = HfRotation::float32_cast_trig;
+  if (c.model_type() == "ernie4_5_moe") p.hf_rotation = HfRotation::float32;
   if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
   if (!kept(keep, "mrope_section")) apply_mrope(c, rp, p);
   apply_scaling_keys(c, rp, p, keep);
