@@ -262,13 +262,17 @@ xt::xarray<std::int64_t> read_ids(const std::string& ref) {
   }
   xt::xarray<std::int64_t> out = xt::empty<std::int64_t>(t.shape());
   for (std::size_t i = 0; i < t.numel(); ++i) {
-    if (t.dtype() == DType::u64 && t.data<std::uint64_t>()[i] > INT64_MAX) {
-      throw InputError(fmt::format("--input-ids: {}: id {} is too large", ref,
-                                   t.data<std::uint64_t>()[i]));
+    if (t.dtype() == DType::i64) {
+      out.data()[i] = t.data<std::int64_t>()[i];
+    } else if (t.dtype() == DType::u64) {
+      const std::uint64_t u = t.data<std::uint64_t>()[i];
+      if (u > static_cast<std::uint64_t>(INT64_MAX)) {
+        throw InputError(fmt::format("--input-ids: {}: id {} is too large", ref, u));
+      }
+      out.data()[i] = static_cast<std::int64_t>(u);
+    } else {
+      out.data()[i] = static_cast<std::int64_t>(t.get(i));  // exact below 64 bits
     }
-    out.data()[i] = t.dtype() == DType::i64   ? t.data<std::int64_t>()[i]
-                    : t.dtype() == DType::u64 ? static_cast<std::int64_t>(t.data<std::uint64_t>()[i])
-                                              : static_cast<std::int64_t>(t.get(i));
   }
   return out;
 }
@@ -312,12 +316,12 @@ void register_table(CLI::App& app) {
   const auto wanted = [](std::string_view kind) {
     return defines_kind("table", kind,
                         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
-                         "xl-relative", "deberta-bucket", "swin-index", "beit-index",
-                         "levit-index", "detr-sine", "fairseq-sinusoidal"});
+                         "xl-relative", "deberta-bucket", "swin-index", "beit-index", "levit-index",
+                         "detr-sine", "fairseq-sinusoidal"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
-  const auto add_window_kind = [table](const char* name, const char* help,
-                                       WindowIndexOptions& o, bool class_token) {
+  const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
+                                       bool class_token) {
     auto* sub = table->add_subcommand(name, help);
     sub->add_option("--window", o.window,
                     "window H [W]: rows and columns of tokens (one value: a square window; "

@@ -98,7 +98,8 @@ Table detr_sine_table(const DetrSineRequest& r) {
         kMaxEmbeddingDim, dim));
   }
   if (!(r.temperature > 0.0) || !std::isfinite(r.temperature)) {
-    throw UsageError(fmt::format("temperature: must be positive and finite, got {}", r.temperature));
+    throw UsageError(
+        fmt::format("temperature: must be positive and finite, got {}", r.temperature));
   }
   if (r.scale && !r.normalize) {
     throw UsageError("scale: needs normalize (HF: normalize should be True if scale is passed)");
@@ -148,9 +149,9 @@ Table detr_sine_table(const DetrSineRequest& r) {
 Table fairseq_sinusoidal_table(const FairseqSinusoidalRequest& r) {
   const int dim = r.dim;
   if (dim < 4 || dim > kMaxEmbeddingDim) {
-    throw UsageError(fmt::format(
-        "dim: must be from 4 to {} (the frequencies divide by D/2 - 1), got {}",
-        kMaxEmbeddingDim, dim));
+    throw UsageError(
+        fmt::format("dim: must be from 4 to {} (the frequencies divide by D/2 - 1), got {}",
+                    kMaxEmbeddingDim, dim));
   }
   const bool with_ids = r.input_ids.has_value();
   if (with_ids && r.positions) {

@@ -28,7 +28,8 @@ std::int64_t WindowIndex::index(std::int64_t i, std::int64_t j) const {
 void check_window(std::int64_t height, std::int64_t width) {
   for (const auto& [name, v] : {std::pair{"height", height}, std::pair{"width", width}}) {
     if (v < 1 || v > kMaxWindowSide) {
-      throw UsageError(fmt::format("window {}: must be from 1 to {}, got {}", name, kMaxWindowSide, v));
+      throw UsageError(
+          fmt::format("window {}: must be from 1 to {}, got {}", name, kMaxWindowSide, v));
     }
   }
 }
@@ -66,8 +67,8 @@ Table window_index_table(const WindowIndexRequest& r) {
   }
   for (std::size_t k = 0; k < b.size(); ++k) {
     if (!std::isfinite(b.data()[k])) {
-      throw InputError(fmt::format("bias_table: entry ({}, {}) is not finite", k / b.shape(1),
-                                   k % b.shape(1)));
+      throw InputError(
+          fmt::format("bias_table: entry ({}, {}) is not finite", k / b.shape(1), k % b.shape(1)));
     }
   }
   auto table = std::make_shared<xt::xarray<double>>(b);
@@ -90,12 +91,11 @@ Table window_index_table(const WindowIndexRequest& r) {
 Table levit_index_table(const LevitIndexRequest& r) {
   const std::int64_t res = r.resolution;
   if (res < 1 || res > kMaxWindowSide) {
-    throw UsageError(
-        fmt::format("resolution: must be from 1 to {}, got {}", kMaxWindowSide, res));
+    throw UsageError(fmt::format("resolution: must be from 1 to {}, got {}", kMaxWindowSide, res));
   }
   if (r.stride < 1 || r.stride > res) {
-    throw UsageError(fmt::format("stride: must be from 1 to the resolution {}, got {}", res,
-                                 r.stride));
+    throw UsageError(
+        fmt::format("stride: must be from 1 to the resolution {}, got {}", res, r.stride));
   }
   const std::int64_t stride = r.stride;
   const std::int64_t out_res = (res - 1) / stride + 1;
@@ -121,8 +121,8 @@ Table levit_index_table(const LevitIndexRequest& r) {
     t.spec.shape = {queries, keys};
     t.spec.line = [index, keys](std::size_t q, double* out) {
       for (std::size_t k = 0; k < keys; ++k) {
-        out[k] = static_cast<double>(
-            index(static_cast<std::int64_t>(q), static_cast<std::int64_t>(k)));
+        out[k] =
+            static_cast<double>(index(static_cast<std::int64_t>(q), static_cast<std::int64_t>(k)));
       }
     };
     return t;
@@ -131,14 +131,14 @@ Table levit_index_table(const LevitIndexRequest& r) {
   if (b.dimension() != 2 || b.shape(1) != keys || b.shape(0) == 0) {
     std::string shape;
     for (std::size_t d : b.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-    throw InputError(fmt::format("bias_table: expected shape (heads, {}) for resolution {}, got "
-                                 "({})",
-                                 keys, res, shape));
+    throw InputError(
+        fmt::format("bias_table: expected shape (heads, {}) for resolution {}, got "
+                    "({})",
+                    keys, res, shape));
   }
   for (std::size_t k = 0; k < b.size(); ++k) {
     if (!std::isfinite(b.data()[k])) {
-      throw InputError(
-          fmt::format("bias_table: entry ({}, {}) is not finite", k / keys, k % keys));
+      throw InputError(fmt::format("bias_table: entry ({}, {}) is not finite", k / keys, k % keys));
     }
   }
   auto table = std::make_shared<xt::xarray<double>>(b);

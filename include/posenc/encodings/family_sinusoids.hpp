@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <optional>
-
 #include <xtensor/xarray.hpp>
 
 #include "posenc/encodings/tables.hpp"
@@ -42,8 +41,8 @@ struct DetrSineRequest {
 Table detr_sine_table(const DetrSineRequest& r);
 
 struct FairseqSinusoidalRequest {
-  std::optional<std::int64_t> positions;  ///< rows 0 .. N-1 of the weights (without ids)
-  int dim = 0;                            ///< D (embedding_dim) >= 4
+  std::optional<std::int64_t> positions;    ///< rows 0 .. N-1 of the weights (without ids)
+  int dim = 0;                              ///< D (embedding_dim) >= 4
   std::optional<std::int64_t> padding_idx;  ///< the zero row; required with input_ids
   /// Token ids [b, s]: the table is then the embedding of each token, [b, s, D].
   std::optional<xt::xarray<std::int64_t>> input_ids;

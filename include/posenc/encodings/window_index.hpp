@@ -19,7 +19,6 @@
 
 #include <cstdint>
 #include <optional>
-
 #include <xtensor/xarray.hpp>
 
 #include "posenc/encodings/tables.hpp"
