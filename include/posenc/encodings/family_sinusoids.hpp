@@ -24,7 +24,7 @@
 namespace posenc {
 
 /// The largest DETR feature-map side and embedding_dim accepted.
-constexpr std::int64_t kMaxDetrSide = 1 << 16;
+constexpr std::int64_t kMaxDetrSide = 1 << 14;
 constexpr int kMaxEmbeddingDim = 1 << 16;
 
 struct DetrSineRequest {

@@ -26,8 +26,8 @@
 namespace posenc {
 
 /// The largest window side accepted (windows of Swin are 7 to 24, BEiT's patch grids
-/// up to a few dozen).
-constexpr std::int64_t kMaxWindowSide = 1024;
+/// and LeViT's resolutions a few dozen): 256 x 256 tokens make a matrix of 2^32 entries.
+constexpr std::int64_t kMaxWindowSide = 256;
 
 /// The windowed relative-index scheme: an H x W window, with or without BEiT's class
 /// token.
@@ -45,7 +45,7 @@ struct WindowIndex {
   std::int64_t index(std::int64_t i, std::int64_t j) const;
 };
 
-/// Throws UsageError ("window height: must be from 1 to 1024, got 0") unless both sides are in
+/// Throws UsageError ("window height: must be from 1 to 256, got 0") unless both sides are in
 /// [1, kMaxWindowSide].
 void check_window(std::int64_t height, std::int64_t width);
 
