@@ -242,6 +242,7 @@ struct DetrSineOptions {
   DetrSineRequest r;
   std::string mask;
   std::vector<long long> size;
+  std::string layout = "channels";
   double scale = 0.0;
   bool no_normalize = false;
 };
@@ -572,12 +573,17 @@ void register_table(CLI::App& app) {
                   "use the raw cumulative sums (HF normalize=False; DETR normalises)");
     sub->add_option("--scale", o.scale,
                     "scale of the normalised sums (default 2 pi; needs normalisation)");
+    sub->add_option("--layout", o.layout,
+                    "channels ([b, 2E, H, W], default) or tokens ([b, H*W, 2E], flattened for "
+                    "the encoder as HF's refactored forward does)")
+        ->check(CLI::IsMember({"channels", "tokens"}));
     add_common(sub, o.c, kFloatDtypeHelp);
     sub->callback([sub] {
       if (o.mask.empty() == o.size.empty()) {
         throw UsageError("--mask: give a pixel mask or --size H W (one of them)");
       }
       o.r.normalize = !o.no_normalize;
+      o.r.tokens = o.layout == "tokens";
       if (sub->count("--scale") > 0) o.r.scale = o.scale;
       if (!o.size.empty()) {
         o.r.height = o.size[0];

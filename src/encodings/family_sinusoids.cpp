@@ -125,8 +125,25 @@ Table detr_sine_table(const DetrSineRequest& r) {
              {"normalize", static_cast<long long>(r.normalize ? 1 : 0)}};
   if (r.normalize) t.attrs.push_back({"scale", r.scale.value_or(kTwoPi)});
   t.attrs.push_back({"mask", std::string(r.mask ? "given" : "ones")});
-  t.spec.shape = {e->batch, channels, e->height, e->width};
+  t.attrs.push_back({"layout", std::string(r.tokens ? "tokens" : "channels")});
+  t.dataset = "/detr_sine";
   const std::size_t half = static_cast<std::size_t>(dim);
+  if (r.tokens) {
+    // pos.flatten(2).permute(0, 2, 1): one line per token, its 2E channels.
+    t.spec.shape = {e->batch, e->height * e->width, channels};
+    t.spec.line = [e, dim_t, channels, half](std::size_t line, double* out) {
+      const double y = e->y[line], x = e->x[line];
+      std::vector<double> angle(channels), s(channels), co(channels);
+      for (std::size_t k = 0; k < half; ++k) {
+        angle[k] = y / (*dim_t)[k];
+        angle[half + k] = x / (*dim_t)[k];
+      }
+      sincos_array(angle.data(), s.data(), co.data(), channels);
+      for (std::size_t c = 0; c < channels; ++c) out[c] = (c % half) % 2 == 0 ? s[c] : co[c];
+    };
+    return t;
+  }
+  t.spec.shape = {e->batch, channels, e->height, e->width};
   t.spec.line = [e, dim_t, channels, half](std::size_t line, double* out) {
     const std::size_t h = e->height, w = e->width;
     const std::size_t row = line % h;
@@ -142,7 +159,6 @@ Table detr_sine_table(const DetrSineRequest& r) {
     const std::vector<double>& pick = k % 2 == 0 ? s : co;
     std::copy(pick.begin(), pick.end(), out);
   };
-  t.dataset = "/detr_sine";
   return t;
 }
 

@@ -24,6 +24,8 @@ out here in torch (float64 where values are real):
   other scales and temperatures, padded masks in a batch and all-ones masks of --size:
   within 1e-12 (the reference divides by the same dim_t; sin/cos of double angles);
   float32 output in HDF5 within one float32 rounding of the float64 reference;
+  --layout tokens against the reference flattened as HF's refactored forward does
+  (pos.flatten(2).permute(0, 2, 1));
 - fairseq-sinusoidal: HF `M2M100SinusoidalPositionalEmbedding.get_embedding` in
   float64 (even and odd D, with and without padding_idx), and with --input-ids the
   module's forward: `create_position_ids_from_input_ids` (with past_key_values_length)
@@ -375,6 +377,15 @@ class DetrSine(PosencTestCase):
             self.assertEqual(got.shape, (b, 2 * e, h, w))
             # Without normalisation the angles reach H: sin/cos within |angle| ulps.
             self.assert_close(got, ref, rtol=1e-12, atol=1e-12 * max(h, w), msg=str(opt))
+        # --layout tokens: HF's refactored forward ends with
+        # pos.flatten(2).permute(0, 2, 1), the encoder's [b, H*W, 2E].
+        mask = self.padded_masks(3, 7, 5, 4)
+        pos = detr_sine(torch.from_numpy(mask), 16, normalize=True)
+        ref = pos.flatten(2).permute(0, 2, 1).numpy()
+        got = self.table("--mask", self.npy("m.npy", mask), "--embedding-dim", 16, "--layout",
+                         "tokens")
+        self.assertEqual(got.shape, (3, 35, 32))
+        self.assert_close(got, ref, rtol=1e-12, atol=1e-12, msg="tokens layout")
         # A bool mask is a mask too.
         mask = self.padded_masks(2, 4, 6, 9)
         got = self.table("--mask", self.npy("b.npy", mask.astype(bool)), "--embedding-dim", 4)

@@ -36,8 +36,12 @@ struct DetrSineRequest {
   double temperature = 10000.0;
   bool normalize = true;        ///< as DETR's build_position_encoding (the class: False)
   std::optional<double> scale;  ///< needs normalize; default 2 pi
+  /// [b, H*W, 2E] (tokens in row-major order, as HF's refactored forward flattens it
+  /// for the encoder) instead of [b, 2E, H, W].
+  bool tokens = false;
 };
-/// HF DetrSinePositionEmbedding.forward: [b, 2E, H, W], computed in float64.
+/// HF DetrSinePositionEmbedding.forward: [b, 2E, H, W] (or [b, H*W, 2E]), computed in
+/// float64.
 Table detr_sine_table(const DetrSineRequest& r);
 
 struct FairseqSinusoidalRequest {
