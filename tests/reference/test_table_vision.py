@@ -405,6 +405,18 @@ class DetrSine(PosencTestCase):
         ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
         self.assertTrue((np.abs(got.astype(np.float64) - ref) <= ulp).all())
 
+    def test_threads_do_not_change_the_bytes(self):
+        mask = self.npy("m.npy", self.padded_masks(2, 30, 41, 6))
+        runs = {}
+        for j in (1, 2, 3):
+            out = self.path(f"j{j}.npy")
+            self.run_ok("-j", j, "table", "detr-sine", "--mask", mask, "--embedding-dim", 64,
+                        "--layout", "tokens", "-o", out)
+            with open(out, "rb") as f:
+                runs[j] = f.read()
+        self.assertEqual(runs[1], runs[2])
+        self.assertEqual(runs[1], runs[3])
+
     def test_errors(self):
         out = self.path("x.npy")
         base = ("table", "detr-sine", "-o", out)
