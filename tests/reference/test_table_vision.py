@@ -7,7 +7,9 @@ out here in torch (float64 where values are real):
   window - 1, rows multiplied by 2W - 1, summed), equal exactly for square and
   rectangular windows; with --bias-table, the bias of `SwinSelfAttention.forward`
   (relative_position_bias_table[index.view(-1)].view(N, N, -1).permute(2, 0, 1)) equal
-  exactly in float64 (a gather: no arithmetic) and as float32 in NPY and HDF5;
+  exactly in float64 (a gather: no arithmetic) and as float32 in NPY and HDF5; fed to
+  `posenc attention --mask`, the bias gives SwinSelfAttention.forward's probabilities
+  and context to 1e-12;
 - beit-index: HF `BeitRelativePositionBias.generate_relative_position_index` (the
   class token's three entries num_relative_distance - 3, - 2, - 1), equal exactly; with
   --bias-table, `BeitRelativePositionBias.forward` run whole (its bilinear resize of the
@@ -158,6 +160,30 @@ class SwinIndex(PosencTestCase):
                 self.assertEqual(d.attrs["kind"], "swin-index")
                 self.assertEqual(int(d.attrs["heads"]), heads)
             os.remove(h5)
+
+    def test_bias_as_attention_mask(self):
+        # The bias fed to `posenc attention --mask` gives SwinSelfAttention.forward's
+        # probabilities and context (no shift mask): softmax(q k^T / sqrt(d) + bias) v.
+        gen = torch.Generator().manual_seed(2)
+        h, w, heads, d = 4, 3, 3, 8
+        n = h * w
+        q, k, v = (torch.randn(2, heads, n, d, generator=gen, dtype=torch.float64)
+                   for _ in range(3))
+        tab = torch.randn((2 * h - 1) * (2 * w - 1), heads, generator=gen, dtype=torch.float64)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d)
+        scores = scores + swin_bias(tab, swin_relative_position_index((h, w)), (h, w)).unsqueeze(0)
+        probs = torch.nn.functional.softmax(scores, dim=-1)
+        context = torch.matmul(probs, v)
+        bias = self.path("bias.npy")
+        self.run_ok("table", "swin-index", "--window", h, w, "--bias-table",
+                    self.npy("tab.npy", tab.numpy()), "--dtype", "f64", "-o", bias)
+        out = self.path("att.h5")
+        self.run_ok("attention", "-q", self.npy("q.npy", q.numpy()), "-k",
+                    self.npy("k.npy", k.numpy()), "-v", self.npy("v.npy", v.numpy()), "--mask",
+                    bias, "--emit", "probs,output", "--dtype", "f64", "-o", out)
+        with h5py.File(out, "r") as f:
+            self.assert_close(f["/probs"][...], probs.numpy(), rtol=1e-12, atol=1e-14)
+            self.assert_close(f["/output"][...], context.numpy(), rtol=1e-12, atol=1e-13)
 
     def test_errors(self):
         out = self.path("x.npy")
