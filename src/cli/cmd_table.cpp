@@ -1,7 +1,8 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
-// t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index). The options fill the
-// library's table requests (encodings/tables.hpp and the modules beside it); the table is
-// computed in float64 and streamed to the output block by block.
+// t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, levit-index, detr-sine,
+// fairseq-sinusoidal). The options fill the library's table requests (encodings/tables.hpp
+// and the modules beside it); the table is computed in float64 and streamed to the output
+// block by block.
 
 #include <fmt/format.h>
 
@@ -283,20 +284,13 @@ std::pair<std::int64_t, std::int64_t> window_sides(const std::vector<long long>&
   return {v.at(0), v.size() > 1 ? v[1] : v[0]};
 }
 
-// A learned table [entries, heads] of any numeric dtype, as float64.
-xt::xarray<double> read_bias_table(const std::string& ref) {
+// A tensor of any numeric dtype as float64: a learned table (`allow_bool` false) or a
+// pixel mask (bool allowed). The library checks its shape and values.
+xt::xarray<double> read_values(const std::string& ref, const char* option, bool allow_bool) {
   const Tensor t = read_tensor(ref);
-  if (t.dtype() == DType::b1) {
-    throw InputError(fmt::format("--bias-table: {}: expected numbers, got bool", ref));
+  if (t.dtype() == DType::b1 && !allow_bool) {
+    throw InputError(fmt::format("{}: {}: expected numbers, got bool", option, ref));
   }
-  xt::xarray<double> out = xt::empty<double>(t.shape());
-  for (std::size_t i = 0; i < t.numel(); ++i) out.data()[i] = t.get(i);
-  return out;
-}
-
-// A pixel mask of any numeric dtype (bool included), as float64.
-xt::xarray<double> read_mask(const std::string& ref) {
-  const Tensor t = read_tensor(ref);
   xt::xarray<double> out = xt::empty<double>(t.shape());
   for (std::size_t i = 0; i < t.numel(); ++i) out.data()[i] = t.get(i);
   return out;
@@ -341,7 +335,7 @@ void register_table(CLI::App& app) {
       r.class_token = class_token;
       if (!o.bias_table.empty()) {
         check_window(r.height, r.width);  // before reading the table
-        r.bias_table = read_bias_table(o.bias_table);
+        r.bias_table = read_values(o.bias_table, "--bias-table", false);
       }
       write_out(window_index_table(r), o.c);
     });
@@ -551,7 +545,7 @@ void register_table(CLI::App& app) {
     sub->callback([] {
       if (!o.bias_table.empty()) {
         levit_index_table(o.r);  // the sizes checked before the table is read
-        o.r.bias_table = read_bias_table(o.bias_table);
+        o.r.bias_table = read_values(o.bias_table, "--bias-table", false);
       }
       write_out(levit_index_table(o.r), o.c);
     });
@@ -589,7 +583,7 @@ void register_table(CLI::App& app) {
         o.r.height = o.size[0];
         o.r.width = o.size[1];
       } else {
-        o.r.mask = read_mask(o.mask);
+        o.r.mask = read_values(o.mask, "--mask", true);
       }
       write_out(detr_sine_table(o.r), o.c);
     });
