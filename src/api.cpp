@@ -70,6 +70,9 @@ xt::xarray<double> window_index(const WindowIndexRequest& r) {
 xt::xarray<double> levit_index(const LevitIndexRequest& r) {
   return evaluate_table(levit_index_table(r));
 }
+xt::xarray<double> swinv2_coords(const SwinV2CoordsRequest& r) {
+  return evaluate_table(swinv2_coords_table(r));
+}
 xt::xarray<double> detr_sine(const DetrSineRequest& r) { return evaluate_table(detr_sine_table(r)); }
 xt::xarray<double> fairseq_sinusoidal(const FairseqSinusoidalRequest& r) {
   return evaluate_table(fairseq_sinusoidal_table(r));

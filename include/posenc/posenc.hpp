@@ -122,6 +122,8 @@ xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r);
 xt::xarray<double> window_index(const WindowIndexRequest& r);
 /// LeViT attention_bias_idxs [R_out^2, R^2], or the bias of a learned table.
 xt::xarray<double> levit_index(const LevitIndexRequest& r);
+/// Swin-V2 relative_coords_table [2H-1, 2W-1, 2].
+xt::xarray<double> swinv2_coords(const SwinV2CoordsRequest& r);
 /// DETR's sine embedding [b, 2E, H, W] (family_sinusoids.hpp).
 xt::xarray<double> detr_sine(const DetrSineRequest& r);
 /// fairseq / M2M-100 sinusoidal weights [N, D] or token embeddings [b, s, D].

@@ -1,8 +1,8 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
-// t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, levit-index, detr-sine,
-// fairseq-sinusoidal). The options fill the library's table requests (encodings/tables.hpp
-// and the modules beside it); the table is computed in float64 and streamed to the output
-// block by block.
+// t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
+// levit-index, detr-sine, fairseq-sinusoidal). The options fill the library's table requests
+// (encodings/tables.hpp and the modules beside it); the table is computed in float64 and streamed
+// to the output block by block.
 
 #include <fmt/format.h>
 
@@ -232,6 +232,11 @@ struct WindowIndexOptions {
   std::string bias_table;
 };
 
+struct SwinV2Options {
+  Common c;
+  std::vector<long long> window, pretrained;
+};
+
 struct LevitOptions {
   Common c;
   LevitIndexRequest r;
@@ -311,8 +316,8 @@ void register_table(CLI::App& app) {
   const auto wanted = [](std::string_view kind) {
     return defines_kind("table", kind,
                         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
-                         "xl-relative", "deberta-bucket", "swin-index", "beit-index", "levit-index",
-                         "detr-sine", "fairseq-sinusoidal"});
+                         "xl-relative", "deberta-bucket", "swin-index", "beit-index",
+                         "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -523,6 +528,31 @@ void register_table(CLI::App& app) {
                     "token first and 3 more entries (class to token, token to class, class to "
                     "class); shape [HW+1, HW+1], integers (or the bias of a learned table)",
                     o, true);
+  }
+  if (wanted("swinv2-coords")) {
+    static SwinV2Options o;
+    auto* sub = table->add_subcommand(
+        "swinv2-coords",
+        "Swin-V2 relative_coords_table, the input of its position-bias MLP: sign(c) "
+        "log2(1 + |c|) / 3 with c = 8 d / (P - 1) for the offsets d of an H x W window; "
+        "shape [2H-1, 2W-1, 2]");
+    sub->add_option("--window", o.window,
+                    "window H [W] (one value: a square window; HF window_size)")
+        ->required()
+        ->expected(1, 2);
+    sub->add_option("--pretrained-window", o.pretrained,
+                    "P_H [P_W]: HF pretrained_window_size, dividing the offsets instead of the "
+                    "window (each at least 2)")
+        ->expected(1, 2);
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([] {
+      SwinV2CoordsRequest r;
+      std::tie(r.height, r.width) = window_sides(o.window);
+      if (!o.pretrained.empty()) {
+        std::tie(r.pretrained_height, r.pretrained_width) = window_sides(o.pretrained);
+      }
+      write_out(swinv2_coords_table(r), o.c);
+    });
   }
   if (wanted("levit-index")) {
     static LevitOptions o;

@@ -88,6 +88,47 @@ Table window_index_table(const WindowIndexRequest& r) {
   return t;
 }
 
+Table swinv2_coords_table(const SwinV2CoordsRequest& r) {
+  check_window(r.height, r.width);
+  const bool pretrained = r.pretrained_height != 0 || r.pretrained_width != 0;
+  if (pretrained) {
+    for (const auto& [name, v] : {std::pair{"pretrained_window height", r.pretrained_height},
+                                  std::pair{"pretrained_window width", r.pretrained_width}}) {
+      if (v < 2 || v > kMaxWindowSide) {
+        throw UsageError(
+            fmt::format("{}: must be from 2 to {} (offsets are divided by it - 1), "
+                        "got {}",
+                        name, kMaxWindowSide, v));
+      }
+    }
+  }
+  // relative_coords_table[..., a] /= side - 1 (the pretrained one if given; skipped
+  // for a window of side 1, whose only offset is 0), *= 8, then sign * log2(|c| + 1) / 3.
+  const double div_y = static_cast<double>((pretrained ? r.pretrained_height : r.height) - 1);
+  const double div_x = static_cast<double>((pretrained ? r.pretrained_width : r.width) - 1);
+  const std::int64_t h = r.height, w = r.width;
+  Table t;
+  t.attrs = {{"kind", std::string("swinv2-coords")},
+             {"height", static_cast<long long>(h)},
+             {"width", static_cast<long long>(w)},
+             {"pretrained_height", static_cast<long long>(r.pretrained_height)},
+             {"pretrained_width", static_cast<long long>(r.pretrained_width)}};
+  t.dataset = "/swinv2_coords";
+  t.spec.shape = {static_cast<std::size_t>(2 * h - 1), static_cast<std::size_t>(2 * w - 1), 2};
+  const auto log_spaced = [](double d, double div) {
+    const double c = (div > 0 ? d / div : d) * 8.0;
+    const double s = c > 0 ? 1.0 : (c < 0 ? -1.0 : 0.0);
+    return s * std::log2(std::fabs(c) + 1.0) / std::log2(8.0);
+  };
+  t.spec.line = [h, w, div_y, div_x, log_spaced](std::size_t line, double* out) {
+    const auto row = static_cast<std::int64_t>(line) / (2 * w - 1);
+    const auto col = static_cast<std::int64_t>(line) % (2 * w - 1);
+    out[0] = log_spaced(static_cast<double>(row - (h - 1)), div_y);
+    out[1] = log_spaced(static_cast<double>(col - (w - 1)), div_x);
+  };
+  return t;
+}
+
 Table levit_index_table(const LevitIndexRequest& r) {
   const std::int64_t res = r.resolution;
   if (res < 1 || res > kMaxWindowSide) {

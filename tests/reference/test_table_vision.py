@@ -1,5 +1,5 @@
-"""`posenc table swin-index | beit-index | levit-index | detr-sine | fairseq-sinusoidal`
-against HF transformers' own code, written
+"""`posenc table swin-index | beit-index | swinv2-coords | levit-index | detr-sine |
+fairseq-sinusoidal` against HF transformers' own code, written
 out here in torch (float64 where values are real):
 
 - swin-index: the relative_position_index of HF `SwinSelfAttention.__init__`
@@ -17,6 +17,9 @@ out here in torch (float64 where values are real):
   For rectangular windows HF's forward reshapes the table as (width, height) and
   resizes it, so there the reference is the plain gather of BEiT/timm
   (table[index.view(-1)].view(N, N, -1).permute(2, 0, 1)), which posenc computes;
+- swinv2-coords: the relative_coords_table of HF `Swinv2SelfAttention.__init__` in
+  float64 (its int64 arange made float64 instead of float32), with and without
+  pretrained_window_size, square and rectangular windows: within 1e-15;
 - levit-index: the attention_bias_idxs loops of HF `LevitAttention` (stride 1) and
   `LevitAttentionSubsample` (offsets numbered in order of first appearance), equal
   exactly, LeViT's own stride-2 stages (14 -> 7, 7 -> 4) among them; with --bias-table,
@@ -280,6 +283,60 @@ def levit_attention_idxs(resolution):
                 attention_offsets[offset] = len(attention_offsets)
             indices.append(attention_offsets[offset])
     return torch.LongTensor(indices).view(len_points, len_points), len(attention_offsets)
+
+
+def swinv2_relative_coords_table(window_size, pretrained_window_size=(0, 0)):
+    """HF Swinv2SelfAttention.__init__ (`window_size > 1` there compares HF's int
+    window_size: here, whether the window has more than one token per side)."""
+    relative_coords_h = torch.arange(-(window_size[0] - 1), window_size[0], dtype=torch.int64).double()
+    relative_coords_w = torch.arange(-(window_size[1] - 1), window_size[1], dtype=torch.int64).double()
+    relative_coords_table = (
+        torch.stack(torch.meshgrid([relative_coords_h, relative_coords_w], indexing="ij"))
+        .permute(1, 2, 0)
+        .contiguous()
+        .unsqueeze(0)
+    )  # [1, 2*window_height - 1, 2*window_width - 1, 2]
+    if pretrained_window_size[0] > 0:
+        relative_coords_table[:, :, :, 0] /= pretrained_window_size[0] - 1
+        relative_coords_table[:, :, :, 1] /= pretrained_window_size[1] - 1
+    elif min(window_size) > 1:
+        relative_coords_table[:, :, :, 0] /= window_size[0] - 1
+        relative_coords_table[:, :, :, 1] /= window_size[1] - 1
+    relative_coords_table *= 8  # normalize to -8, 8
+    relative_coords_table = (
+        torch.sign(relative_coords_table) * torch.log2(torch.abs(relative_coords_table) + 1.0)
+        / math.log2(8)
+    )
+    return relative_coords_table[0]
+
+
+class SwinV2Coords(PosencTestCase):
+    def test_against_hf(self):
+        for win, pre in [((8, 8), None), ((16, 16), (8, 8)), ((12, 12), (12, 12)), ((3, 5), None),
+                         ((24, 24), (12, 12)), ((1, 1), None), ((4, 6), (2, 3))]:
+            ref = swinv2_relative_coords_table(win, pre or (0, 0)).numpy()
+            args = ["--window", *win] + (["--pretrained-window", *pre] if pre else [])
+            out = self.path("c.npy")
+            self.run_ok("table", "swinv2-coords", *args, "--dtype", "f64", "-o", out)
+            got = np.load(out)
+            self.assertEqual(got.shape, (2 * win[0] - 1, 2 * win[1] - 1, 2))
+            self.assert_close(got, ref, rtol=0, atol=1e-15, msg=f"{win} {pre}")
+        # A share of the table (--part) as JSON: the same values as the whole's rows.
+        ref = swinv2_relative_coords_table((4, 4)).numpy()
+        doc = json.loads(self.run_ok("table", "swinv2-coords", "--window", 4, "--dtype", "f64",
+                                     "--part", "1/7", "-o", "-", "--to", "json").stdout)
+        got = np.array(doc["data"]).reshape(doc["shape"])
+        self.assert_close(got, ref[1:2], rtol=0, atol=1e-15, msg="json, one row of a part")
+
+    def test_errors(self):
+        out = self.path("x.npy")
+        self.assert_fails(2, "table", "swinv2-coords", "--window", 0, "-o", out,
+                          match="--window height: must be from 1 to 256")
+        self.assert_fails(2, "table", "swinv2-coords", "--window", 8, "--pretrained-window", 1,
+                          "-o", out, match="--pretrained-window height: must be from 2 to 256")
+        self.assert_fails(2, "table", "swinv2-coords", "--window", 8, "--pretrained-window", 8,
+                          0, "-o", out, match="--pretrained-window width: must be from 2")
+        self.assertFalse(os.path.exists(out))
 
 
 class LevitIndex(PosencTestCase):

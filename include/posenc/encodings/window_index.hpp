@@ -12,6 +12,10 @@
 ///   class token first: (2H - 1)(2W - 1) + 3 entries, the last three for class to
 ///   token (row 0), token to class (column 0) and class to class ((0, 0)); the matrix
 ///   is [HW + 1, HW + 1].
+/// - Swin-V2 (Liu et al. 2022; HF `Swinv2SelfAttention`) replaces the learned table by
+///   an MLP of log-spaced coordinates: relative_coords_table [2H - 1, 2W - 1, 2] holds
+///   sign(c) log2(1 + |c|) / log2(8) with c = 8 d / (P - 1) for each axis offset d, P
+///   the pretrained window side (or the window's own side).
 /// - LeViT (Graham et al. 2021; HF `LevitAttention`, `LevitAttentionSubsample`) index a
 ///   learned `attention_biases` [heads, offsets] by the offset (|dy|, |dx|) between a
 ///   query of the R_out x R_out grid (at stride s) and a key of the R x R grid, in the
@@ -61,6 +65,17 @@ struct WindowIndexRequest {
 /// [heads, N, N] as HF adds it to the logits (before its unsqueeze(0)). A bias table of
 /// the wrong shape or with non-finite values is an InputError naming "bias_table".
 Table window_index_table(const WindowIndexRequest& r);
+
+struct SwinV2CoordsRequest {
+  std::int64_t height = 0, width = 0;  ///< the window H x W
+  /// HF pretrained_window_size (both > 0) normalises the offsets instead of the window.
+  std::int64_t pretrained_height = 0, pretrained_width = 0;
+};
+/// Swin-V2's relative_coords_table [2H - 1, 2W - 1, 2] (HF's buffer without its leading
+/// 1): (dy, dx) for offsets from -(side - 1) to side - 1, normalised and log-spaced. A
+/// window side of 1 has only the offset 0 (HF skips the division there); a pretrained
+/// side must be at least 2.
+Table swinv2_coords_table(const SwinV2CoordsRequest& r);
 
 struct LevitIndexRequest {
   std::int64_t resolution = 0;  ///< R: keys on an R x R grid
