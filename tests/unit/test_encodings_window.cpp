@@ -73,6 +73,22 @@ TEST(WindowIndex, BiasGathersTheLearnedTable) {
   EXPECT_THROW(window_index_table(r), UsageError);
 }
 
+TEST(SwinV2Coords, EdgesAreOneAndTheCentreZero) {
+  // c = 8 d / (H - 1) reaches 8 at the edge: log2(9) / log2(8); the centre is 0.
+  SwinV2CoordsRequest r;
+  r.height = 5;
+  r.width = 3;
+  const auto t = evaluate_table(swinv2_coords_table(r));  // [9, 5, 2]
+  ASSERT_EQ(t.shape(0), 9u);
+  EXPECT_DOUBLE_EQ(t(0, 0, 0), -std::log2(9.0) / 3.0);
+  EXPECT_DOUBLE_EQ(t(8, 4, 1), std::log2(9.0) / 3.0);
+  EXPECT_EQ(t(4, 2, 0), 0.0);
+  EXPECT_EQ(t(4, 2, 1), 0.0);
+  r.pretrained_height = 1;
+  r.pretrained_width = 3;
+  EXPECT_THROW(swinv2_coords_table(r), UsageError);
+}
+
 TEST(LevitIndex, ClosedFormMatchesFirstAppearanceNumbering) {
   // HF numbers offsets in the order its loop meets them; the table says |dy| R + |dx|.
   for (auto [res, stride] : {std::pair{5, 1}, std::pair{7, 2}, std::pair{9, 4}}) {
