@@ -43,7 +43,7 @@ enum class HfAlibi {
 /// The attention side of one layer type of a HF config. Unset optionals: the config
 /// does not say (posenc's defaults apply).
 struct HfAttentionConfig {
-  std::string model_type;
+  std::string model_type;         ///< the config's model_type (of its text_config)
   std::string layer_type;         ///< the layer type described
   std::optional<int> heads;       ///< num_attention_heads
   std::optional<int> kv_heads;    ///< num_key_value_heads (num_global_key_value_heads)
@@ -65,8 +65,9 @@ struct HfAttentionConfig {
   bool rope = true;
   /// Llama-4 attn_temperature_tuning on NoPE layers: queries at position p scaled by
   /// 1 + attn_scale * log1p(floor((p + 1) / floor_scale)).
-  std::optional<double> temperature_scale, temperature_floor;
-  HfAlibi alibi = HfAlibi::none;
+  std::optional<double> temperature_scale;
+  std::optional<double> temperature_floor;  ///< floor_scale (temperature_scale: attn_scale)
+  HfAlibi alibi = HfAlibi::none;  ///< the layers' ALiBi (Falcon's alibi, BLOOM), if any
 };
 
 /// The layer types of the config's layers, in layer order (`layer_types`, or the
