@@ -68,27 +68,27 @@ AnalysisTable rope_wavelengths(const std::vector<RopeCurve>& curves, std::int64_
 
 /// `posenc analyze relative`: --axes, --start, --shifts, --precision, --tol.
 struct RelativeOptions {
-  std::string axes;        ///< shared by q and k; empty = by rank
-  std::int64_t start = 0;  ///< position of token 0 (of q and of k)
+  std::string axes;                                 ///< shared by q and k; empty = by rank
+  std::int64_t start = 0;                           ///< position of token 0 (of q and of k)
   std::vector<std::int64_t> shifts{1, 100, 10000};  ///< the shifts t compared with 0
-  Precision precision = Precision::f64;  ///< rotation arithmetic (see ops/rope.hpp)
-  double tolerance = 0;                  ///< on the relative deviation; 0 = default_tolerance
+  Precision precision = Precision::f64;             ///< rotation arithmetic (see ops/rope.hpp)
+  double tolerance = 0;  ///< on the relative deviation; 0 = default_tolerance
 };
 
 /// The result of `rope_relative_check`.
 struct RelativeCheck {
-  AnalysisTable table;  ///< per shift and diagonal i - j: the largest deviations
-  double max_abs = 0;  ///< largest |score change|
-  double max_rel = 0;  ///< largest |score change| / (|q| |k|)
+  AnalysisTable table;   ///< per shift and diagonal i - j: the largest deviations
+  double max_abs = 0;    ///< largest |score change|
+  double max_rel = 0;    ///< largest |score change| / (|q| |k|)
   double tolerance = 0;  ///< the bound max_rel was held to (given or default_tolerance)
-  bool pass = true;  ///< max_rel <= tolerance
+  bool pass = true;      ///< max_rel <= tolerance
   // Where max_rel occurs:
   std::int64_t at_b = 0;      ///< batch
   std::int64_t at_h = 0;      ///< query head
   std::int64_t at_i = 0;      ///< query token
   std::int64_t at_j = 0;      ///< key token
   std::int64_t at_shift = 0;  ///< shift
-  std::size_t scores = 0;  ///< score pairs compared (per shift)
+  std::size_t scores = 0;     ///< score pairs compared (per shift)
 };
 
 /// The default tolerance on the relative deviation, 4 ε (A + D): ε is the unit roundoff

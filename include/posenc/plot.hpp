@@ -64,30 +64,30 @@ struct AxisIndex {
 
 /// A heatmap of a rows x cols matrix, row 0 at the top (as numpy / matplotlib imshow).
 struct HeatmapPanel {
-  std::string title;     ///< above the panel
-  std::string subtitle;  ///< under the title, smaller (e.g. the recorded parameters)
-  std::string xlabel;    ///< names the columns' axis
-  std::string ylabel;    ///< names the rows' axis
-  std::string zlabel;    ///< names the colour bar
-  std::size_t rows = 0;  ///< matrix rows (the y axis)
-  std::size_t cols = 0;  ///< matrix columns (the x axis)
-  std::vector<double> z;             ///< rows * cols values, row-major; non-finite cells stay blank
-  AxisIndex y;                    ///< the tensor indices of the rows
-  AxisIndex x;                    ///< the tensor indices of the columns
-  std::optional<ColorMap> cmap;   ///< unset: diverging for signed data, else sequential
-  std::optional<double> vmin;     ///< value at the low end of the colours; unset: see heat_scale
-  std::optional<double> vmax;     ///< value at the high end of the colours; unset: see heat_scale
-  bool log = false;                  ///< colours by log10 of the values
+  std::string title;             ///< above the panel
+  std::string subtitle;          ///< under the title, smaller (e.g. the recorded parameters)
+  std::string xlabel;            ///< names the columns' axis
+  std::string ylabel;            ///< names the rows' axis
+  std::string zlabel;            ///< names the colour bar
+  std::size_t rows = 0;          ///< matrix rows (the y axis)
+  std::size_t cols = 0;          ///< matrix columns (the x axis)
+  std::vector<double> z;         ///< rows * cols values, row-major; non-finite cells stay blank
+  AxisIndex y;                   ///< the tensor indices of the rows
+  AxisIndex x;                   ///< the tensor indices of the columns
+  std::optional<ColorMap> cmap;  ///< unset: diverging for signed data, else sequential
+  std::optional<double> vmin;    ///< value at the low end of the colours; unset: see heat_scale
+  std::optional<double> vmax;    ///< value at the high end of the colours; unset: see heat_scale
+  bool log = false;              ///< colours by log10 of the values
 };
 
 /// One line of a chart. Non-finite points break the line.
 struct PlotSeries {
-  std::string label;  ///< legend text; empty = not in the legend
+  std::string label;      ///< legend text; empty = not in the legend
   std::vector<double> x;  ///< the points' x values (pairs with y; the shorter one counts)
   std::vector<double> y;  ///< the points' y values
-  bool markers = false;  ///< draw a marker at every point
-  int dash = 0;          ///< 0 solid, 1 dashed, 2 dotted
-  int color = -1;        ///< palette index (see series_color); -1 = by position
+  bool markers = false;   ///< draw a marker at every point
+  int dash = 0;           ///< 0 solid, 1 dashed, 2 dotted
+  int color = -1;         ///< palette index (see series_color); -1 = by position
 };
 
 /// A horizontal reference line across a chart (e.g. a context length).
@@ -104,7 +104,7 @@ struct LinePanel {
   std::string ylabel;              ///< names the y axis
   std::vector<PlotSeries> series;  ///< the lines, drawn in order (later ones on top)
   std::vector<RefLine> hlines;     ///< dotted reference lines, behind the series
-  bool log_y = false;  ///< logarithmic y axis; points <= 0 are left out
+  bool log_y = false;              ///< logarithmic y axis; points <= 0 are left out
   std::optional<double> ymin;      ///< bottom of the y range; unset: the data's, with a margin
   std::optional<double> ymax;      ///< top of the y range; unset: the data's, with a margin
 };
@@ -125,9 +125,9 @@ Rgb series_color(int i);
 /// The resolved colour scale of a heatmap: map, range (in log10 units when `log`).
 struct HeatScale {
   ColorMap map = ColorMap::sequential;  ///< the colour map
-  double lo = 0;     ///< the value at colour position 0 (log10 of it when `log`)
-  double hi = 1;     ///< the value at colour position 1 (log10 of it when `log`)
-  bool log = false;  ///< positions are taken on log10 of the values
+  double lo = 0;                        ///< the value at colour position 0 (log10 of it when `log`)
+  double hi = 1;                        ///< the value at colour position 1 (log10 of it when `log`)
+  bool log = false;                     ///< positions are taken on log10 of the values
   /// Position in [0, 1] of value `v`, or nullopt for a blank cell (non-finite, or not
   /// positive with `log`).
   std::optional<double> position(double v) const;

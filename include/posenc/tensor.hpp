@@ -91,13 +91,13 @@ class Tensor {
   /// Allocates uninitialised storage. Throws InputError if the size overflows.
   Tensor(DType dtype, Shape shape);
 
-  DType dtype() const noexcept { return dtype_; }                 ///< element type
-  const Shape& shape() const noexcept { return shape_; }          ///< extents, C order
-  std::size_t ndim() const noexcept { return shape_.size(); }     ///< rank (0: a scalar)
-  std::size_t numel() const noexcept { return numel_; }           ///< element count
+  DType dtype() const noexcept { return dtype_; }              ///< element type
+  const Shape& shape() const noexcept { return shape_; }       ///< extents, C order
+  std::size_t ndim() const noexcept { return shape_.size(); }  ///< rank (0: a scalar)
+  std::size_t numel() const noexcept { return numel_; }        ///< element count
   std::size_t nbytes() const noexcept { return numel_ * dtype_size(dtype_); }  ///< data size
-  std::byte* bytes() noexcept { return buf_.data(); }              ///< the raw data
-  const std::byte* bytes() const noexcept { return buf_.data(); }  ///< the raw data
+  std::byte* bytes() noexcept { return buf_.data(); }                          ///< the raw data
+  const std::byte* bytes() const noexcept { return buf_.data(); }              ///< the raw data
 
   /// Typed access; T must match the storage size of dtype() (uint16_t for f16/bf16,
   /// uint8_t for bool).

@@ -67,7 +67,7 @@ struct HfAttentionConfig {
   /// 1 + attn_scale * log1p(floor((p + 1) / floor_scale)).
   std::optional<double> temperature_scale;
   std::optional<double> temperature_floor;  ///< floor_scale (temperature_scale: attn_scale)
-  HfAlibi alibi = HfAlibi::none;  ///< the layers' ALiBi (Falcon's alibi, BLOOM), if any
+  HfAlibi alibi = HfAlibi::none;            ///< the layers' ALiBi (Falcon's alibi, BLOOM), if any
 };
 
 /// The layer types of the config's layers, in layer order (`layer_types`, or the

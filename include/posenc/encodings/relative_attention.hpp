@@ -44,7 +44,7 @@ struct XlRelativeRequest {
   int dim = 0;                        ///< D (d_model), even
   double base = 10000.0;              ///< frequencies 1 / base^(2i/D)
   XlForm form = XlForm::transfo_xl;   ///< which rows R holds
-  std::int64_t clamp_len = 0;  ///< > 0 clamps positions to [-clamp_len, clamp_len]; >= 0
+  std::int64_t clamp_len = 0;         ///< > 0 clamps positions to [-clamp_len, clamp_len]; >= 0
 };
 /// The sinusoidal relative table R [rlen, D] (before the layer's projection W_r).
 Table xl_relative_table(const XlRelativeRequest& r);
@@ -71,8 +71,8 @@ void check_deberta_buckets(int position_buckets, int max_relative_positions);
 struct DebertaBucketRequest {
   std::optional<std::int64_t> q_len;  ///< Q; unset: k_len (either gives the other)
   std::optional<std::int64_t> k_len;  ///< K; unset: q_len
-  int position_buckets = 256;                ///< <= 0: no buckets (plain i - j)
-  int max_relative_positions = 512;          ///< HF: max_position_embeddings when < 1
+  int position_buckets = 256;         ///< <= 0: no buckets (plain i - j)
+  int max_relative_positions = 512;   ///< HF: max_position_embeddings when < 1
 };
 /// The relative-position matrix [Q, K] of HF `build_relative_position` (integers,
 /// negative for keys after the query).

@@ -52,12 +52,12 @@ Tensor add_positions(const Tensor& x, const std::string& axes, const AbsoluteEnc
 /// input is streamed slab by slab along its first axis whose extent is not 1, as
 /// `rope_stream` does.
 struct AddStreamRequest {
-  TensorRef input;             ///< the embeddings X
-  TensorRef output;            ///< where X * scale + PE goes
-  WriteOptions write;          ///< how the output is written
-  std::string axes;            ///< "" = by rank
-  std::optional<DType> dtype;  ///< output type; default the input's
-  AbsoluteEncoding encoding;   ///< the table, start and scale
+  TensorRef input;               ///< the embeddings X
+  TensorRef output;              ///< where X * scale + PE goes
+  WriteOptions write;            ///< how the output is written
+  std::string axes;              ///< "" = by rank
+  std::optional<DType> dtype;    ///< output type; default the input's
+  AbsoluteEncoding encoding;     ///< the table, start and scale
   bool allow_nonfinite = false;  ///< otherwise NaN/Inf in X (or the table) is an InputError
   /// Bytes for slab buffers and the table rows; 0 = a quarter of physical memory.
   std::size_t max_memory = 0;

@@ -52,8 +52,8 @@ struct XlAttention {
 struct DebertaAttention {
   const Tensor* pos_key = nullptr;    ///< projected keys of the relative embeddings (c2p)
   const Tensor* pos_query = nullptr;  ///< projected queries of them (p2c)
-  int position_buckets = 256;        ///< <= 0: no buckets
-  int max_relative_positions = 512;  ///< HF: max_position_embeddings when < 1
+  int position_buckets = 256;         ///< <= 0: no buckets
+  int max_relative_positions = 512;   ///< HF: max_position_embeddings when < 1
 };
 
 /// The additive terms [b, hq, sq, sk] (b, h as Q has them) in the arithmetic type of

@@ -41,12 +41,12 @@ struct SliceItem {
     ellipsis,  ///< ...: as many full ranges as needed
     list       ///< [i, j, ...]: these entries of the axis
   };
-  Kind kind = Kind::range;                  ///< which of the forms below holds
-  std::int64_t index = 0;                   ///< Kind::index; negative counts from the end
-  std::optional<std::int64_t> start;        ///< Kind::range; nullopt when omitted
-  std::optional<std::int64_t> stop;         ///< Kind::range; nullopt when omitted
-  std::int64_t step = 1;                    ///< Kind::range; never 0
-  std::vector<std::int64_t> list;           ///< Kind::list; negative counts from the end
+  Kind kind = Kind::range;            ///< which of the forms below holds
+  std::int64_t index = 0;             ///< Kind::index; negative counts from the end
+  std::optional<std::int64_t> start;  ///< Kind::range; nullopt when omitted
+  std::optional<std::int64_t> stop;   ///< Kind::range; nullopt when omitted
+  std::int64_t step = 1;              ///< Kind::range; never 0
+  std::vector<std::int64_t> list;     ///< Kind::list; negative counts from the end
 };
 
 /// A parsed slicing expression; `text` (as written, for messages) may be empty when
