@@ -22,6 +22,7 @@
 
 namespace posenc {
 
+/// What an analysis computes: a float64 table with named columns, and its figure.
 struct AnalysisTable {
   Tensor data;                       ///< f64 [rows, columns.size()]
   std::vector<std::string> columns;  ///< name of each column
@@ -31,12 +32,15 @@ struct AnalysisTable {
 
 /// One RoPE variant of a comparison, with its legend label (e.g. "base=500000", "yarn").
 struct RopeCurve {
-  std::string label;
-  RopeFreqs freqs;
+  std::string label;  ///< the legend text and the column suffix [LABEL]
+  RopeFreqs freqs;    ///< the variant (compute_rope_freqs)
 };
 
 /// The decay quantities of `rope_decay`.
-enum class DecayQuantity { bound, mean_qk };
+enum class DecayQuantity {
+  bound,   ///< the RoFormer upper bound (1/n) Σ_j |S_j|
+  mean_qk  ///< the mean q·k of unit vectors (1/n) Σ_k cos(m θ_k)
+};
 
 /// Parses a comma list of "bound" and "mean-qk" (order kept). Throws UsageError naming
 /// `--emit` for anything else or an empty list.
@@ -63,24 +67,29 @@ AnalysisTable rope_decay(const std::vector<RopeCurve>& curves,
 AnalysisTable rope_wavelengths(const std::vector<RopeCurve>& curves, std::int64_t trained,
                                std::int64_t target);
 
+/// `posenc analyze relative`: --axes, --start, --shifts, --precision, --tol.
 struct RelativeOptions {
-  std::string axes;        ///< shared by q and k; empty = by rank
-  std::int64_t start = 0;  ///< position of token 0 (of q and of k)
-  std::vector<std::int64_t> shifts{1, 100, 10000};
-  Precision precision = Precision::f64;  ///< rotation arithmetic (see ops/rope.hpp)
-  double tolerance = 0;                  ///< on the relative deviation; 0 = default_tolerance
+  std::string axes;                                 ///< shared by q and k; empty = by rank
+  std::int64_t start = 0;                           ///< position of token 0 (of q and of k)
+  std::vector<std::int64_t> shifts{1, 100, 10000};  ///< the shifts t compared with 0
+  Precision precision = Precision::f64;             ///< rotation arithmetic (see ops/rope.hpp)
+  double tolerance = 0;  ///< on the relative deviation; 0 = default_tolerance
 };
 
 /// The result of `rope_relative_check`.
 struct RelativeCheck {
-  AnalysisTable table;
-  double max_abs = 0;  ///< largest |score change|
-  double max_rel = 0;  ///< largest |score change| / (|q| |k|)
-  double tolerance = 0;
-  bool pass = true;  ///< max_rel <= tolerance
-  /// Where max_rel occurs: batch, query head, query token, key token, shift.
-  std::int64_t at_b = 0, at_h = 0, at_i = 0, at_j = 0, at_shift = 0;
-  std::size_t scores = 0;  ///< score pairs compared (per shift)
+  AnalysisTable table;   ///< per shift and diagonal i - j: the largest deviations
+  double max_abs = 0;    ///< largest |score change|
+  double max_rel = 0;    ///< largest |score change| / (|q| |k|)
+  double tolerance = 0;  ///< the bound max_rel was held to (given or default_tolerance)
+  bool pass = true;      ///< max_rel <= tolerance
+  // Where max_rel occurs:
+  std::int64_t at_b = 0;      ///< batch
+  std::int64_t at_h = 0;      ///< query head
+  std::int64_t at_i = 0;      ///< query token
+  std::int64_t at_j = 0;      ///< key token
+  std::int64_t at_shift = 0;  ///< shift
+  std::size_t scores = 0;     ///< score pairs compared (per shift)
 };
 
 /// The default tolerance on the relative deviation, 4 ε (A + D): ε is the unit roundoff

@@ -23,6 +23,7 @@ enum class ExitStatus : int {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  /// The exit status the command reports this error with.
   virtual ExitStatus status() const noexcept = 0;
 };
 
@@ -30,21 +31,21 @@ class Error : public std::runtime_error {
 class UsageError : public Error {
  public:
   using Error::Error;
-  ExitStatus status() const noexcept override { return ExitStatus::kUsage; }
+  ExitStatus status() const noexcept override { return ExitStatus::kUsage; }  ///< 2
 };
 
 /// Unreadable, malformed or inconsistent input data (exit 3).
 class InputError : public Error {
  public:
   using Error::Error;
-  ExitStatus status() const noexcept override { return ExitStatus::kBadInput; }
+  ExitStatus status() const noexcept override { return ExitStatus::kBadInput; }  ///< 3
 };
 
 /// An output that could not be created or written (exit 4).
 class OutputError : public Error {
  public:
   using Error::Error;
-  ExitStatus status() const noexcept override { return ExitStatus::kOutput; }
+  ExitStatus status() const noexcept override { return ExitStatus::kOutput; }  ///< 4
 };
 
 }  // namespace posenc

@@ -10,10 +10,10 @@
 ///
 /// Colour maps (control points, linear interpolation in sRGB between them):
 /// - diverging: ColorBrewer RdBu, 11 classes, reversed so that negative values are blue,
-///   zero is near-white (#f7f7f7) and positive values are red; for signed data, with a
+///   zero is near-white (`#f7f7f7`) and positive values are red; for signed data, with a
 ///   range symmetric about zero;
-/// - sequential: viridis at 10 evenly spaced points (#440154, #482878, ... #b5de2b,
-///   #fde725, the common 10-step list); for non-negative data such as probabilities.
+/// - sequential: viridis at 10 evenly spaced points (`#440154`, `#482878`, ... `#b5de2b`,
+///   `#fde725`, the common 10-step list); for non-negative data such as probabilities.
 
 #include <cstdint>
 #include <optional>
@@ -27,11 +27,18 @@ namespace posenc {
 
 /// An sRGB colour.
 struct Rgb {
-  std::uint8_t r = 0, g = 0, b = 0;
+  std::uint8_t r = 0;  ///< red, 0..255
+  std::uint8_t g = 0;  ///< green, 0..255
+  std::uint8_t b = 0;  ///< blue, 0..255
+  /// Equal in all three channels.
   bool operator==(const Rgb& o) const { return r == o.r && g == o.g && b == o.b; }
 };
 
-enum class ColorMap { diverging, sequential };
+/// The two colour maps of heatmaps (see the file comment for their colours).
+enum class ColorMap {
+  diverging,  ///< RdBu: blue for negative, near-white for 0, red for positive
+  sequential  ///< viridis: dark purple for the smallest values to yellow for the largest
+};
 
 /// "diverging", "sequential".
 std::string colormap_name(ColorMap m);
@@ -51,53 +58,65 @@ std::vector<Rgb> colormap_table(ColorMap m, int n);
 /// The tensor index of each row or column of a heatmap: first, first + step, ...
 /// (slices are arithmetic progressions; the step may be negative).
 struct AxisIndex {
-  double first = 0;
-  double step = 1;
+  double first = 0;  ///< the tensor index of row (column) 0
+  double step = 1;   ///< the index difference from one row (column) to the next
 };
 
 /// A heatmap of a rows x cols matrix, row 0 at the top (as numpy / matplotlib imshow).
 struct HeatmapPanel {
-  std::string title, subtitle;
-  std::string xlabel, ylabel, zlabel;  ///< zlabel names the colour bar
-  std::size_t rows = 0, cols = 0;
-  std::vector<double> z;             ///< rows * cols values, row-major; non-finite cells stay blank
-  AxisIndex y, x;                    ///< the tensor indices of the rows and of the columns
-  std::optional<ColorMap> cmap;      ///< unset: diverging for signed data, else sequential
-  std::optional<double> vmin, vmax;  ///< unset: from the data (see heat_scale)
-  bool log = false;                  ///< colours by log10 of the values
+  std::string title;             ///< above the panel
+  std::string subtitle;          ///< under the title, smaller (e.g. the recorded parameters)
+  std::string xlabel;            ///< names the columns' axis
+  std::string ylabel;            ///< names the rows' axis
+  std::string zlabel;            ///< names the colour bar
+  std::size_t rows = 0;          ///< matrix rows (the y axis)
+  std::size_t cols = 0;          ///< matrix columns (the x axis)
+  std::vector<double> z;         ///< rows * cols values, row-major; non-finite cells stay blank
+  AxisIndex y;                   ///< the tensor indices of the rows
+  AxisIndex x;                   ///< the tensor indices of the columns
+  std::optional<ColorMap> cmap;  ///< unset: diverging for signed data, else sequential
+  std::optional<double> vmin;    ///< value at the low end of the colours; unset: see heat_scale
+  std::optional<double> vmax;    ///< value at the high end of the colours; unset: see heat_scale
+  bool log = false;              ///< colours by log10 of the values
 };
 
 /// One line of a chart. Non-finite points break the line.
 struct PlotSeries {
-  std::string label;  ///< legend text; empty = not in the legend
-  std::vector<double> x, y;
-  bool markers = false;  ///< draw a marker at every point
-  int dash = 0;          ///< 0 solid, 1 dashed, 2 dotted
-  int color = -1;        ///< palette index (see series_color); -1 = by position
+  std::string label;      ///< legend text; empty = not in the legend
+  std::vector<double> x;  ///< the points' x values (pairs with y; the shorter one counts)
+  std::vector<double> y;  ///< the points' y values
+  bool markers = false;   ///< draw a marker at every point
+  int dash = 0;           ///< 0 solid, 1 dashed, 2 dotted
+  int color = -1;         ///< palette index (see series_color); -1 = by position
 };
 
 /// A horizontal reference line across a chart (e.g. a context length).
 struct RefLine {
-  double y = 0;
-  std::string label;
+  double y = 0;       ///< where the line is drawn (a y value; drawn only within the y range)
+  std::string label;  ///< written at its left end and in the legend
 };
 
 /// A line chart.
 struct LinePanel {
-  std::string title, subtitle;
-  std::string xlabel, ylabel;
-  std::vector<PlotSeries> series;
-  std::vector<RefLine> hlines;
-  bool log_y = false;  ///< logarithmic y axis; points <= 0 are left out
-  std::optional<double> ymin, ymax;
+  std::string title;               ///< above the panel
+  std::string subtitle;            ///< under the title, smaller
+  std::string xlabel;              ///< names the x axis
+  std::string ylabel;              ///< names the y axis
+  std::vector<PlotSeries> series;  ///< the lines, drawn in order (later ones on top)
+  std::vector<RefLine> hlines;     ///< dotted reference lines, behind the series
+  bool log_y = false;              ///< logarithmic y axis; points <= 0 are left out
+  std::optional<double> ymin;      ///< bottom of the y range; unset: the data's, with a margin
+  std::optional<double> ymax;      ///< top of the y range; unset: the data's, with a margin
 };
 
+/// One panel of a figure: a heatmap or a line chart.
 using PlotPanel = std::variant<HeatmapPanel, LinePanel>;
 
+/// What render_image and render_terminal draw: panels stacked top to bottom.
 struct Figure {
   std::vector<PlotPanel> panels;  ///< stacked top to bottom
-  int width = 960;                ///< pixels (PNG) or points (SVG, PDF)
-  int height = 720;
+  int width = 960;                ///< pixels (PNG) or points (SVG, PDF), 64..16384
+  int height = 720;               ///< pixels (PNG) or points (SVG, PDF), 64..16384
 };
 
 /// The colour of line series number `i` (a 10-colour palette, repeated).
@@ -105,9 +124,10 @@ Rgb series_color(int i);
 
 /// The resolved colour scale of a heatmap: map, range (in log10 units when `log`).
 struct HeatScale {
-  ColorMap map = ColorMap::sequential;
-  double lo = 0, hi = 1;
-  bool log = false;
+  ColorMap map = ColorMap::sequential;  ///< the colour map
+  double lo = 0;                        ///< the value at colour position 0 (log10 of it when `log`)
+  double hi = 1;                        ///< the value at colour position 1 (log10 of it when `log`)
+  bool log = false;                     ///< positions are taken on log10 of the values
   /// Position in [0, 1] of value `v`, or nullopt for a blank cell (non-finite, or not
   /// positive with `log`).
   std::optional<double> position(double v) const;
@@ -121,7 +141,12 @@ struct HeatScale {
 /// with log. A constant matrix gets a range of +-0.5 (+-1 in log10) around its value.
 HeatScale heat_scale(const HeatmapPanel& p);
 
-enum class ImageFormat { png, svg, pdf };
+/// The image file formats render_image writes.
+enum class ImageFormat {
+  png,  ///< PNG, 8-bit RGB
+  svg,  ///< SVG, text as glyph outlines
+  pdf   ///< PDF, without a creation date
+};
 
 /// "png", "svg", "pdf".
 std::string image_format_name(ImageFormat f);

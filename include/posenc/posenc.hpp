@@ -107,15 +107,24 @@ xt::xtensor<double, 1> inv_freq(const RopeParams& p);
 }  // namespace rope
 
 namespace table {
-/// Any table of `posenc table`, computed whole in float64 (see tables.hpp for shapes).
+// Any table of `posenc table`, computed whole in float64 (see tables.hpp for shapes).
+// Each throws UsageError naming the request member that is out of range.
+
+/// `table sinusoidal`: [N, D] (sinusoidal_table).
 xt::xarray<double> sinusoidal(const SinusoidalRequest& r);
+/// `table rope`: the table of `r.emit` (rope_table: [R/2], [N, W], [2, N, W], ...).
 xt::xarray<double> rope(const RopeTableRequest& r);
+/// `table rope2d`: as rope with H * W rows (rope2d_table).
 xt::xarray<double> rope2d(const Rope2dRequest& r);
+/// `table alibi`: slopes [H] or a bias [H, Q, K] (alibi_table).
 xt::xarray<double> alibi(const AlibiRequest& r);
+/// `table relative`: Shaw's clipped index [Q, K] (relative_table).
 xt::xarray<std::int64_t> relative(const RelativeRequest& r);
+/// `table t5-bucket`: HF T5's bucket of j - i, [Q, K] (t5_bucket_table).
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r);
-/// Transformer-XL / XLNet relative table R [rlen, D]; DeBERTa bucketed positions [Q, K].
+/// `table xl-relative`: the Transformer-XL / XLNet relative table R [rlen, D].
 xt::xarray<double> xl_relative(const XlRelativeRequest& r);
+/// `table deberta-bucket`: DeBERTa's bucketed relative positions [Q, K].
 xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r);
 /// Swin / BEiT window relative index [N, N], or the bias [heads, N, N] of a learned
 /// table (window_index.hpp); index values are exact in float64.
@@ -143,6 +152,7 @@ std::pair<xt::xtensor<double, 2>, xt::xtensor<double, 2>> rope_cos_sin(
 /// as apply_rope on Tensors does.
 void apply_rope(float* data, const Shape& shape, const std::string& axes, const RopeParams& p,
                 const Positions& pos = {}, const RopeApplyOptions& opt = {});
+/// The same for float64 data.
 void apply_rope(double* data, const Shape& shape, const std::string& axes, const RopeParams& p,
                 const Positions& pos = {}, const RopeApplyOptions& opt = {});
 
@@ -167,9 +177,11 @@ Tensor apply_rope(const Tensor& x, const std::string& axes, const RopeParams& p,
 /// The tensors `attention` emits, as xtensor containers (those not asked for are unset).
 template <class T>
 struct AttentionArrays {
-  std::optional<xt::xarray<T>> logits, probs, output;
+  std::optional<xt::xarray<T>> logits;  ///< the final scores s_ij (see ops/attention.hpp)
+  std::optional<xt::xarray<T>> probs;   ///< the softmax of the logits, their shape
+  std::optional<xt::xarray<T>> output;  ///< sum_j p_ij v_j, one vector per query
   std::optional<xt::xarray<double>> lse;  ///< f32 or f64 values, as the arithmetic
-  Attrs attrs;
+  Attrs attrs;  ///< the parameters used (scale, masks, biases), as recorded with outputs
 };
 
 /// Attention of q over k (and v) given as xtensor expressions of one float type (f32

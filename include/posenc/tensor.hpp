@@ -22,6 +22,7 @@ namespace posenc {
 /// are storage types converted with round-to-nearest-even.
 enum class DType : std::uint8_t { f16, bf16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, b1 };
 
+/// Extents of a tensor's axes, outermost first (C order); empty for a scalar.
 using Shape = std::vector<std::size_t>;
 
 /// Bytes per element of `t`.
@@ -31,6 +32,7 @@ std::string_view dtype_name(DType t) noexcept;
 /// Parses a name from `dtype_name` (also numpy spellings "float32", "float16", "int64",
 /// "bool", "bfloat16"). Throws UsageError naming `what` when unknown.
 DType parse_dtype(std::string_view name, std::string_view what = "--dtype");
+/// Whether `t` is a floating type: f16, bf16, f32 or f64.
 bool is_float(DType t) noexcept;
 bool is_integer(DType t) noexcept;  ///< signed or unsigned integer, not bool
 
@@ -47,12 +49,17 @@ std::size_t checked_numel(const Shape& s, std::size_t itemsize, std::string_view
 
 /// IEEE binary16 / bfloat16 conversions, round to nearest even, NaN kept quiet.
 /// Portable bit manipulation (clang-14 has no _Float16 on x86).
+/// f32 → f16 bits, rounded to nearest even (overflow gives infinity).
 std::uint16_t float_to_half(float f) noexcept;
+/// f16 bits → f32, exact.
 float half_to_float(std::uint16_t h) noexcept;
+/// f32 → bf16 bits, rounded to nearest even.
 std::uint16_t float_to_bf16(float f) noexcept;
+/// bf16 bits → f32, exact.
 float bf16_to_float(std::uint16_t h) noexcept;
-/// f64 → f16/bf16 rounded once (no double rounding through f32).
+/// f64 → f16 bits rounded once (no double rounding through f32).
 std::uint16_t double_to_half(double d) noexcept;
+/// f64 → bf16 bits rounded once (no double rounding through f32).
 std::uint16_t double_to_bf16(double d) noexcept;
 
 /// A 64-byte aligned, uninitialised byte buffer (large tensors are filled by a read,
@@ -60,9 +67,13 @@ std::uint16_t double_to_bf16(double d) noexcept;
 class Buffer {
  public:
   Buffer() = default;
+  /// `bytes` uninitialised bytes (std::bad_alloc when they cannot be had).
   explicit Buffer(std::size_t bytes);
+  /// The first byte, 64-byte aligned; nullptr for an empty buffer.
   std::byte* data() noexcept { return ptr_.get(); }
+  /// The first byte, 64-byte aligned; nullptr for an empty buffer.
   const std::byte* data() const noexcept { return ptr_.get(); }
+  /// The size in bytes.
   std::size_t size() const noexcept { return size_; }
 
  private:
@@ -80,13 +91,13 @@ class Tensor {
   /// Allocates uninitialised storage. Throws InputError if the size overflows.
   Tensor(DType dtype, Shape shape);
 
-  DType dtype() const noexcept { return dtype_; }
-  const Shape& shape() const noexcept { return shape_; }
-  std::size_t ndim() const noexcept { return shape_.size(); }
-  std::size_t numel() const noexcept { return numel_; }
-  std::size_t nbytes() const noexcept { return numel_ * dtype_size(dtype_); }
-  std::byte* bytes() noexcept { return buf_.data(); }
-  const std::byte* bytes() const noexcept { return buf_.data(); }
+  DType dtype() const noexcept { return dtype_; }              ///< element type
+  const Shape& shape() const noexcept { return shape_; }       ///< extents, C order
+  std::size_t ndim() const noexcept { return shape_.size(); }  ///< rank (0: a scalar)
+  std::size_t numel() const noexcept { return numel_; }        ///< element count
+  std::size_t nbytes() const noexcept { return numel_ * dtype_size(dtype_); }  ///< data size
+  std::byte* bytes() noexcept { return buf_.data(); }                          ///< the raw data
+  const std::byte* bytes() const noexcept { return buf_.data(); }              ///< the raw data
 
   /// Typed access; T must match the storage size of dtype() (uint16_t for f16/bf16,
   /// uint8_t for bool).
@@ -94,6 +105,7 @@ class Tensor {
   T* data() noexcept {
     return reinterpret_cast<T*>(buf_.data());
   }
+  /// Typed access, read-only (as data()).
   template <class T>
   const T* data() const noexcept {
     return reinterpret_cast<const T*>(buf_.data());

@@ -284,8 +284,9 @@ void register_analyze(CLI::App& app) {
   r->add_option("--axes", rel->axes, "axes of q and k (default by rank: bhsd, bsd, sd)");
   add_rope_options(r, rel->rope);
   r->add_option("--shifts", rel->shifts, "position shifts to compare with (default 1,100,10000)");
-  r->add_option("--tol", rel->tol,
-                "tolerance on the relative deviation (default 4 eps (A + D), see posenc help analyze)");
+  r->add_option(
+      "--tol", rel->tol,
+      "tolerance on the relative deviation (default 4 eps (A + D), see posenc help analyze)");
   add_common(r, rel->c);
   r->callback([rel] { run_relative(*rel); });
 

@@ -3,6 +3,7 @@
 // `cmake --install` puts it (bin/../share/man/man1), or in the source tree when the
 // binary is the one in the build tree; without man(1) its path is printed instead.
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -10,8 +11,6 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -90,7 +89,9 @@ void show_page(const std::string& command) {
     throw InputError(fmt::format(
         "help: the manual page {} is not installed (looked in {}); '{}--help' prints the "
         "options",
-        page, dirs.empty() ? std::string("no folder: /proc/self/exe unreadable") : fmt::format("{}", fmt::join(dirs, ", ")),
+        page,
+        dirs.empty() ? std::string("no folder: /proc/self/exe unreadable")
+                     : fmt::format("{}", fmt::join(dirs, ", ")),
         command.empty() || command == "help" ? "posenc " : "posenc " + command + " "));
   }
   const std::string man = on_path("man");

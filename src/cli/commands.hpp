@@ -27,12 +27,18 @@ struct Command {
 
 /// Every command, in the order of `posenc --help` and of the manual.
 inline constexpr Command kCommands[] = {
-    {"table", register_table},     {"rope", register_rope},
-    {"attention", register_attention}, {"add", register_add},
-    {"inspect", register_inspect}, {"compare", register_compare},
-    {"convert", register_convert}, {"join", register_join},
-    {"plot", register_plot},       {"analyze", register_analyze},
-    {"completion", register_completion}, {"help", register_help},
+    {"table", register_table},
+    {"rope", register_rope},
+    {"attention", register_attention},
+    {"add", register_add},
+    {"inspect", register_inspect},
+    {"compare", register_compare},
+    {"convert", register_convert},
+    {"join", register_join},
+    {"plot", register_plot},
+    {"analyze", register_analyze},
+    {"completion", register_completion},
+    {"help", register_help},
 };
 
 }  // namespace posenc::cli

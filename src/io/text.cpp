@@ -271,8 +271,7 @@ void table_vector(const Tensor& t, bool summarise, std::string& out, const Table
   }
   std::size_t label_w = 3;  // "..."
   for (const auto& h : heads) label_w = std::max(label_w, h.size());
-  const std::size_t per_line =
-      std::max<std::size_t>(1, (kTableWidth - label_w) / (cell_w + 2));
+  const std::size_t per_line = std::max<std::size_t>(1, (kTableWidth - label_w) / (cell_w + 2));
   // The header line ends with a newline: reopen it to say how the lines go.
   out.pop_back();
   out += fmt::format(", {} values a line, led by the first one's index\n", per_line);

@@ -404,10 +404,9 @@ void draw_legend(const LinePanel& p, const LegendPlace& place) {
   gfx().plschr(0, kLegendCharScale);
   gfx().pllegend(&w, &h, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX, place.position,
                  kLegendInset, place.y, kLegendSample, kWhite, kBlack, 1, n, 1, n, opts.data(),
-                 kLegendTextOffset, 1.0, kLegendSpacing, 0.0, text_colors.data(),
-                 texts.data(), nullptr, nullptr, nullptr, nullptr, colors.data(), styles.data(),
-                 widths.data(), colors.data(), symbol_scales.data(), symbol_numbers.data(),
-                 symbols.data());
+                 kLegendTextOffset, 1.0, kLegendSpacing, 0.0, text_colors.data(), texts.data(),
+                 nullptr, nullptr, nullptr, nullptr, colors.data(), styles.data(), widths.data(),
+                 colors.data(), symbol_scales.data(), symbol_numbers.data(), symbols.data());
   gfx().plschr(0, 1.0);
 }
 

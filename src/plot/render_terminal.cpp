@@ -402,8 +402,7 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   const std::vector<std::string> legend = chart_legend(p, width, color);
   // The x axis name on its own line under the ticks, right-aligned.
   const bool xname = !p.xlabel.empty();
-  const int plot_h =
-      std::max(3, lines - 2 - static_cast<int>(legend.size()) - (xname ? 1 : 0));
+  const int plot_h = std::max(3, lines - 2 - static_cast<int>(legend.size()) - (xname ? 1 : 0));
   auto ylab = [&](double v) {
     return p.log_y ? number_label(std::pow(10.0, v)) : tick_label(v, r.y0, r.y1);
   };

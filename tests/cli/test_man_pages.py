@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import unittest
 
 from posenc_testlib import BIN, SOURCE_DIR, PosencTestCase, run
@@ -116,6 +117,20 @@ class Pages(PosencTestCase):
                 if not ok:
                     missing.append(f"{path.replace('/', ' ').strip()} {o}")
         self.assertEqual(missing, [], "options documented in no page")
+
+    def test_library_section_lists_every_field_of_the_headers(self):
+        """posenc(1)'s LIBRARY field lists are what man/library_fields.py makes of the
+        headers now (a field added, renamed or documented anew without rerunning it
+        fails here), and name the fields users guessed at before."""
+        p = subprocess.run([sys.executable, os.path.join(MAN, "library_fields.py"), "--check"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        library = section(page_text("posenc"), "LIBRARY")
+        for struct, field in (("RopeParams", "low_freq_factor"), ("RopeParams", "short_factor"),
+                              ("AttentionOptions", "sliding_window"),
+                              ("RopeTableRequest", "emit"), ("Positions", "cu_seqlens")):
+            body = library.split(f".SS {struct} ")[1].split(".SS ")[0]
+            self.assertIn(f".TP\n.B {field}\n", body, f"{struct}::{field}")
 
 
 class Help(PosencTestCase):

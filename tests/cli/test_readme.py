@@ -52,7 +52,9 @@ def readme_commands():
     return commands
 
 
-class Readme(PosencTestCase):
+class ExampleRunner(PosencTestCase):
+    """Runs documented commands in a folder of example inputs (no tests of its own)."""
+
     def setUp(self):
         super().setUp()
         rng = np.random.default_rng(31)
@@ -119,6 +121,33 @@ class Readme(PosencTestCase):
         return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=self.tmp, env=full,
                               capture_output=True, text=True, timeout=600)
 
+    def slurm(self, cmd):
+        """The Slurm recipe without Slurm: the --wrap command of each array task."""
+        wrap = re.search(r"--wrap\s+'(.*)'$", cmd).group(1)
+        m = re.search(r"--array=0-(\d+)", cmd)
+        tasks = range(int(m.group(1)) + 1) if m else [None]
+        for i in tasks:
+            env = {} if i is None else {"SLURM_ARRAY_TASK_ID": str(i)}
+            p = self.shell(wrap, **env)
+            self.assertEqual(p.returncode, 0, f"{wrap} (task {i})\n{p.stderr}")
+        out = re.search(r" -o (\S+)\.h5:/q --virtual", wrap)
+        if out:  # the join: one virtual dataset the shape of the whole
+            with h5py.File(self.path(out.group(1) + ".h5"), "r") as f, \
+                    h5py.File(self.path("acts.h5"), "r") as a:
+                self.assertTrue(f["q"].is_virtual)
+                self.assertEqual(f["q"][...].shape, a["q"].shape)
+
+    def h5ls(self, cmd):
+        if not shutil.which("h5ls"):
+            print(f"SKIP: examples: h5ls (hdf5-tools) is not installed: {cmd}")
+            return
+        p = self.shell(cmd.split("#")[0])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        listed = {ln.split()[0] for ln in p.stdout.splitlines() if "Dataset" in ln}
+        self.assertEqual(listed, set(cmd.split("#")[1].split()))
+
+
+class Readme(ExampleRunner):
     def test_every_example_runs(self):
         commands = readme_commands()
         self.assertGreater(len(commands), 30)  # all of them found
@@ -143,31 +172,6 @@ class Readme(PosencTestCase):
                 self.after(cmd)
                 ran += 1
         self.assertGreater(ran, 25)
-
-    def slurm(self, cmd):
-        """The Slurm recipe without Slurm: the --wrap command of each array task."""
-        wrap = re.search(r"--wrap '(.*)'$", cmd).group(1)
-        m = re.search(r"--array=0-(\d+)", cmd)
-        tasks = range(int(m.group(1)) + 1) if m else [None]
-        for i in tasks:
-            env = {} if i is None else {"SLURM_ARRAY_TASK_ID": str(i)}
-            p = self.shell(wrap, **env)
-            self.assertEqual(p.returncode, 0, f"{wrap} (task {i})\n{p.stderr}")
-        out = re.search(r" -o (\S+)\.h5:/q --virtual", wrap)
-        if out:  # the join: one virtual dataset the shape of the whole
-            with h5py.File(self.path(out.group(1) + ".h5"), "r") as f, \
-                    h5py.File(self.path("acts.h5"), "r") as a:
-                self.assertTrue(f["q"].is_virtual)
-                self.assertEqual(f["q"][...].shape, a["q"].shape)
-
-    def h5ls(self, cmd):
-        if not shutil.which("h5ls"):
-            print(f"SKIP: README: h5ls (hdf5-tools) is not installed: {cmd}")
-            return
-        p = self.shell(cmd.split("#")[0])
-        self.assertEqual(p.returncode, 0, p.stderr)
-        listed = {ln.split()[0] for ln in p.stdout.splitlines() if "Dataset" in ln}
-        self.assertEqual(listed, set(cmd.split("#")[1].split()))
 
 
 if __name__ == "__main__":

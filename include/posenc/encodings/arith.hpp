@@ -22,14 +22,15 @@ namespace posenc {
 
 /// exact|hf|meta|ggml. Throws UsageError naming --arith otherwise.
 Arith parse_arith(const std::string& s);
+/// "exact", "hf", "meta" or "ggml".
 std::string arith_name(Arith a);
 
 /// A RoPE variant reduced to one framework's float32 arithmetic.
 struct FrameworkRope {
-  Arith arith = Arith::hf;
-  RopeStyle style = RopeStyle::neox;
-  int head_dim = 0;
-  int rotary_dim = 0;
+  Arith arith = Arith::hf;            ///< the framework (never exact)
+  RopeStyle style = RopeStyle::neox;  ///< pair layout
+  int head_dim = 0;                   ///< D
+  int rotary_dim = 0;                 ///< R
   /// hf, meta: the float32 inverse frequencies the framework computes (R/2).
   std::vector<float> inv_freq;
   /// hf: HF's attention_scaling as the float32 that multiplies cos and sin.
@@ -39,12 +40,16 @@ struct FrameworkRope {
   /// ggml: the parameters of ggml_rope_ext as llama.cpp passes them (float32), the
   /// derived theta_scale = powf(freq_base, -2/n_dims) and YaRN correction dims, and
   /// the per-pair freq_factors (empty when the op has none).
-  float freq_base = 10000.0f, freq_scale = 1.0f, ext_factor = 0.0f, attn_factor = 1.0f;
-  float beta_fast = 32.0f, beta_slow = 1.0f;
-  int n_ctx_orig = 0;
-  float theta_scale = 1.0f;
-  float corr_dims[2] = {0.0f, 0.0f};
-  std::vector<float> freq_factors;
+  float freq_base = 10000.0f;         ///< ggml: freq_base (rope_theta)
+  float freq_scale = 1.0f;            ///< ggml: freq_scale, 1 / factor
+  float ext_factor = 0.0f;            ///< ggml: ext_factor, YaRN's extrapolation mix (0: none)
+  float attn_factor = 1.0f;           ///< ggml: attn_factor, multiplies cos and sin
+  float beta_fast = 32.0f;            ///< ggml: beta_fast (YaRN)
+  float beta_slow = 1.0f;             ///< ggml: beta_slow (YaRN)
+  int n_ctx_orig = 0;                 ///< ggml: n_ctx_orig, the trained context L0
+  float theta_scale = 1.0f;           ///< ggml: powf(freq_base, -2 / n_dims)
+  float corr_dims[2] = {0.0f, 0.0f};  ///< ggml: YaRN correction dims (ggml_rope_yarn_corr_dims)
+  std::vector<float> freq_factors;    ///< ggml: per-pair divisors (llama3, longrope); empty: none
 };
 
 /// Reduces `p` (with p.arith != exact) to the framework's arithmetic, given the

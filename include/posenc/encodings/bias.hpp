@@ -16,7 +16,13 @@ constexpr int kMaxAlibiHeads = 1 << 20;
 /// UsageError unless 0 < heads <= kMaxAlibiHeads and max_bias is positive.
 std::vector<double> alibi_slopes(int heads, double max_bias = 8.0);
 
-enum class AlibiVariant { causal, symmetric, fairseq, bottom_right };
+/// The ALiBi bias forms (see alibi_bias for each formula).
+enum class AlibiVariant {
+  causal,       ///< -m·(i - j), Press et al.
+  symmetric,    ///< -m·|i - j|, encoders
+  fairseq,      ///< m·j, fairseq and BLOOM
+  bottom_right  ///< -m·|i + k_len - q_len - j|, flash-attn
+};
 
 /// Bias for query i, key j of a head with slope m:
 ///   causal       -m·(i - j)                 (paper; meaningful for j <= i)

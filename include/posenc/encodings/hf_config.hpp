@@ -38,7 +38,9 @@ struct HfLayer {
 /// releases (see hf_rules_text). Releases 4.43 (the first with modeling_rope_utils)
 /// and later are modelled.
 struct HfVersion {
-  int major = 5, minor = 0;
+  int major = 5;  ///< 4 or 5
+  int minor = 0;  ///< 43 and up for major 4
+  /// Same release (the rules of two releases may still agree: same_hf_rules).
   bool operator==(const HfVersion& o) const { return major == o.major && minor == o.minor; }
 };
 
@@ -71,7 +73,7 @@ enum class HfAlibi {
 /// The attention side of one layer type of a HF config. Unset optionals: the config
 /// does not say (posenc's defaults apply).
 struct HfAttentionConfig {
-  std::string model_type;
+  std::string model_type;         ///< the config's model_type (of its text_config)
   std::string layer_type;         ///< the layer type described
   std::optional<int> heads;       ///< num_attention_heads
   std::optional<int> kv_heads;    ///< num_key_value_heads (num_global_key_value_heads)
@@ -93,13 +95,14 @@ struct HfAttentionConfig {
   bool rope = true;
   /// Llama-4 attn_temperature_tuning on NoPE layers: queries at position p scaled by
   /// 1 + attn_scale * log1p(floor((p + 1) / floor_scale)).
-  std::optional<double> temperature_scale, temperature_floor;
+  std::optional<double> temperature_scale;
+  std::optional<double> temperature_floor;  ///< floor_scale (temperature_scale: attn_scale)
   /// Ministral-3's rope_parameters llama_4_scaling_beta and the period it divides
   /// positions by (original_max_position_embeddings): queries at position p scaled by
   /// 1 + beta * log(1 + floor(p / period)).
   std::optional<double> llama4_scaling_beta;
-  std::optional<std::int64_t> llama4_scaling_period;
-  HfAlibi alibi = HfAlibi::none;
+  std::optional<std::int64_t> llama4_scaling_period;  ///< see llama4_scaling_beta
+  HfAlibi alibi = HfAlibi::none;            ///< the layers' ALiBi (Falcon's alibi, BLOOM), if any
 };
 
 /// The layer types of the config's layers, in layer order (`layer_types`, or the

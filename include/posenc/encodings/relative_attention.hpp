@@ -27,6 +27,7 @@ enum class XlForm {
 };
 /// transfo-xl | xlnet-bi | xlnet-uni (UsageError naming "form").
 XlForm parse_xl_form(const std::string& s);
+/// "transfo-xl", "xlnet-bi" or "xlnet-uni".
 std::string xl_form_name(XlForm f);
 
 /// Rows of R (rlen) for the form and lengths.
@@ -36,12 +37,14 @@ std::int64_t xl_relative_rows(XlForm f, std::int64_t q_len, std::int64_t k_len);
 /// Transformer-XL, k_len - c for XLNet.
 std::int64_t xl_relative_position(XlForm f, std::int64_t k_len, std::int64_t c);
 
+/// `posenc table xl-relative`: --q-len, --k-len, --dim, --base, --form, --clamp-len.
 struct XlRelativeRequest {
-  std::optional<std::int64_t> q_len, k_len;  ///< either gives the other by default
-  int dim = 0;                               ///< D (d_model), even
-  double base = 10000.0;
-  XlForm form = XlForm::transfo_xl;
-  std::int64_t clamp_len = 0;  ///< > 0 clamps positions to [-clamp_len, clamp_len]; >= 0
+  std::optional<std::int64_t> q_len;  ///< Q; unset: k_len (either gives the other)
+  std::optional<std::int64_t> k_len;  ///< K (memory plus current tokens); unset: q_len
+  int dim = 0;                        ///< D (d_model), even
+  double base = 10000.0;              ///< frequencies 1 / base^(2i/D)
+  XlForm form = XlForm::transfo_xl;   ///< which rows R holds
+  std::int64_t clamp_len = 0;         ///< > 0 clamps positions to [-clamp_len, clamp_len]; >= 0
 };
 /// The sinusoidal relative table R [rlen, D] (before the layer's projection W_r).
 Table xl_relative_table(const XlRelativeRequest& r);
@@ -63,10 +66,13 @@ std::int64_t deberta_relative_position(std::int64_t i, std::int64_t j, int bucke
 /// by log((max - 1) / mid)).
 void check_deberta_buckets(int position_buckets, int max_relative_positions);
 
+/// `posenc table deberta-bucket`: --q-len, --k-len, --position-buckets,
+/// --max-relative-positions.
 struct DebertaBucketRequest {
-  std::optional<std::int64_t> q_len, k_len;  ///< either gives the other by default
-  int position_buckets = 256;                ///< <= 0: no buckets (plain i - j)
-  int max_relative_positions = 512;          ///< HF: max_position_embeddings when < 1
+  std::optional<std::int64_t> q_len;  ///< Q; unset: k_len (either gives the other)
+  std::optional<std::int64_t> k_len;  ///< K; unset: q_len
+  int position_buckets = 256;         ///< <= 0: no buckets (plain i - j)
+  int max_relative_positions = 512;   ///< HF: max_position_embeddings when < 1
 };
 /// The relative-position matrix [Q, K] of HF `build_relative_position` (integers,
 /// negative for keys after the query).

@@ -18,14 +18,30 @@ namespace posenc {
 
 /// Pairing of dimensions: neox pairs (i, i + r/2) (HF rotate_half), gptj pairs
 /// (2i, 2i+1) (GPT-J, Meta's complex form).
-enum class RopeStyle { neox, gptj };
+enum class RopeStyle {
+  neox,  ///< (i, i + r/2): HF rotate_half, GPT-NeoX, Llama in HF (--style neox, alias half)
+  gptj   ///< (2i, 2i+1): GPT-J, Meta's complex form, ggml's normal mode (alias interleaved)
+};
 /// `proportional` is HF v5's Gemma-4 type: the rotation spans the whole head, with
 /// int(partial * D) / 2 frequencies 1 / base^(2j / D) and zeros after them.
-enum class RopeScaling { none, linear, dynamic, yarn, longrope, llama3, proportional };
+enum class RopeScaling {
+  none,          ///< HF "default": 1 / base^(2i/R)
+  linear,        ///< frequencies divided by factor (position interpolation)
+  dynamic,       ///< dynamic NTK: the base grows with the sequence length past max_pos
+  yarn,          ///< YaRN: interpolation blended with extrapolation, attention factor
+  longrope,      ///< LongRoPE (Phi-3 "su"): per-pair short or long factors
+  llama3,        ///< Llama 3.1: low frequencies divided by factor, a smooth band between
+  proportional   ///< HF v5 (Gemma-4 global layers), see above
+};
 
 /// Whose arithmetic the numbers follow: the correctly rounded value (exact) or one
 /// framework's float32 operation sequence, bit for bit (see posenc/encodings/arith.hpp).
-enum class Arith { exact, hf, meta, ggml };
+enum class Arith {
+  exact,  ///< float64, rounded once on output (the default)
+  hf,     ///< HF transformers on torch's CPU
+  meta,   ///< Meta's llama reference (complex64)
+  ggml    ///< ggml's CPU rope op
+};
 
 /// How HF's apply_rotary_pos_emb rounds under `--arith hf` (f32 inputs: the same in
 /// every form).
@@ -41,30 +57,41 @@ struct FrameworkRope;
 
 RopeStyle parse_rope_style(const std::string& s);      ///< neox|half|gptj|interleaved
 RopeScaling parse_rope_scaling(const std::string& s);  ///< none|default|linear|...|proportional
+/// "neox" or "gptj" (as recorded in the rope_style attribute).
 std::string rope_style_name(RopeStyle s);
+/// HF's rope_type name: "default", "linear", "dynamic", "yarn", "longrope", "llama3",
+/// "proportional" (as recorded in the rope_type attribute).
 std::string rope_scaling_name(RopeScaling s);
 
 /// The user-facing parameters (names as in HF `rope_scaling`). Unset optionals take
-/// HF's defaults.
+/// HF's defaults. Each field is one option of the ROPE OPTIONS (posenc-rope(1)): the
+/// option is the field's name with dashes (`low_freq_factor` is --low-freq-factor),
+/// except head_dim (--dim) and scaling (--scaling).
 struct RopeParams {
-  RopeStyle style = RopeStyle::neox;
-  int head_dim = 0;       ///< D
+  RopeStyle style = RopeStyle::neox;  ///< pair layout (--style)
+  int head_dim = 0;       ///< D, the head dimension (--dim), even unless rotary_dim is
   int rotary_dim = 0;     ///< R; 0 = int(partial * D), truncating as HF does
-  double partial = 1.0;   ///< partial_rotary_factor
-  double base = 10000.0;  ///< rope_theta
-  RopeScaling scaling = RopeScaling::none;
-  std::optional<double> factor;                  ///< s
+  double partial = 1.0;   ///< partial_rotary_factor, in (0, 1]
+  double base = 10000.0;  ///< rope_theta, > 0
+  RopeScaling scaling = RopeScaling::none;       ///< rope_type (--scaling)
+  std::optional<double> factor;  ///< s > 0 (linear, dynamic, yarn, longrope, llama3)
   std::optional<std::int64_t> original_max_pos;  ///< L0 (original_max_position_embeddings)
   std::optional<std::int64_t> max_pos;           ///< max_position_embeddings
-  std::optional<double> beta_fast, beta_slow;    ///< yarn, default 32 / 1
-  std::optional<double> mscale, mscale_all_dim;  ///< yarn (DeepSeek)
+  std::optional<double> beta_fast;               ///< yarn: fast correction bound, default 32
+  std::optional<double> beta_slow;               ///< yarn: slow correction bound, default 1
+  std::optional<double> mscale;                  ///< yarn (DeepSeek): get_mscale's mscale
+  std::optional<double> mscale_all_dim;          ///< yarn (DeepSeek): its mscale_all_dim
   std::optional<double> attention_factor;        ///< yarn / longrope override
   bool truncate = true;                          ///< yarn: floor/ceil the correction range
-  std::optional<double> low_freq_factor, high_freq_factor;  ///< llama3, default 1 / 4
-  std::vector<double> short_factor, long_factor;            ///< longrope, R/2 each
-  /// PhiMoE (PhimoeRotaryEmbedding): the factor multiplying cos and sin with the short /
-  /// long factor set, in place of the longrope attention factor.
-  std::optional<double> short_mscale, long_mscale;
+  std::optional<double> low_freq_factor;         ///< llama3: default 1
+  std::optional<double> high_freq_factor;        ///< llama3: default 4
+  std::vector<double> short_factor;              ///< longrope: R/2 divisors up to L0
+  std::vector<double> long_factor;               ///< longrope: R/2 divisors past L0
+  /// PhiMoE (PhimoeRotaryEmbedding): the factor multiplying cos and sin with the short
+  /// factor set, in place of the longrope attention factor.
+  std::optional<double> short_mscale;
+  /// PhiMoE: the factor multiplying cos and sin with the long factor set.
+  std::optional<double> long_mscale;
   /// HunYuan's NTK-alpha form of dynamic (HunYuanDenseV1RotaryEmbedding): while the
   /// sequence fits max_pos, base * alpha^(R / (R - 2)) and attention factor 1; past it,
   /// HF's dynamic update recomputes the plain dynamic NTK frequencies.
@@ -86,7 +113,7 @@ struct RopeParams {
   /// j % 3 == 1 and j < 3 h, to w when j % 3 == 2 and j < 3 w, else to t; otherwise the
   /// sections are consecutive chunks (Qwen2-VL).
   std::vector<int> mrope_section;
-  bool mrope_interleaved = false;
+  bool mrope_interleaved = false;  ///< Qwen3-VL's interleaved sections (see mrope_section)
   /// `--arith hf`: the rounding of the rotation (set by apply_hf_config for the model
   /// types whose apply_rotary_pos_emb computes in float32).
   HfRotation hf_rotation = HfRotation::storage;
@@ -94,15 +121,15 @@ struct RopeParams {
 
 /// A reduced RoPE variant: everything the rotation needs.
 struct RopeFreqs {
-  RopeStyle style = RopeStyle::neox;
-  int head_dim = 0;
-  int rotary_dim = 0;
+  RopeStyle style = RopeStyle::neox;  ///< pair layout
+  int head_dim = 0;                   ///< D
+  int rotary_dim = 0;                 ///< R, the rotated dims (even, <= D)
   std::vector<double> inv_freq;   ///< rotary_dim / 2 entries, float64
   double attention_factor = 1.0;  ///< multiplies cos and sin (HF attention_scaling)
   int rotary_offset = 0;          ///< first rotated dim: 0, or D - R for rotary_last
   bool rope_interleave = false;   ///< see RopeParams::rope_interleave
   std::vector<int> mrope_section;  ///< see RopeParams::mrope_section
-  bool mrope_interleaved = false;
+  bool mrope_interleaved = false;  ///< see RopeParams::mrope_interleaved
   Attrs attrs;                    ///< the parameters used, for recording with outputs
   /// Set when the parameters asked for a framework's arithmetic (RopeParams::arith);
   /// inv_freq then holds that framework's float32 frequencies where it has them.

@@ -16,6 +16,7 @@ namespace posenc {
 /// whose reduction is exact for any argument. Not parallel itself: call it per row.
 void sincos_array(const double* angle, double* sin_out, double* cos_out, std::size_t n);
 
+/// The order of sin and cos along D (--layout).
 enum class SinusoidalLayout {
   interleaved,  ///< PE[p, 2i] = sin, PE[p, 2i+1] = cos (Vaswani, the seeds)
   concat        ///< [sin(p w_0..w_{D/2-1}) | cos(...)] (tensor2tensor)

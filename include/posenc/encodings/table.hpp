@@ -14,6 +14,7 @@
 
 namespace posenc {
 
+/// A table's shape and how to compute each line of it (in any order, in parallel).
 struct TableSpec {
   Shape shape;  ///< rank >= 1; the last axis is the line
   /// Fills line `line` (flat index over all axes but the last; 0 for a rank-1 table)

@@ -26,7 +26,7 @@ namespace posenc {
 
 /// A table described, not yet computed.
 struct Table {
-  TableSpec spec;
+  TableSpec spec;            ///< shape and the function computing each line
   Attrs attrs;               ///< parameters used, recorded with the output
   std::string dataset;       ///< default HDF5 dataset name, e.g. "/rope_cos_sin"
   bool integral = false;     ///< the values are integers (index tables)
@@ -49,12 +49,13 @@ xt::xarray<double> evaluate_table(const Table& t);
 
 // --- requests ---------------------------------------------------------------------
 
+/// `posenc table sinusoidal`: --positions, --dim, --base, --start, --layout.
 struct SinusoidalRequest {
   std::int64_t positions = 0;  ///< N >= 1
   int dim = 0;                 ///< D, even
-  double base = 10000.0;
+  double base = 10000.0;       ///< B of the frequencies w_i = 1 / B^(2i/D), > 0
   std::int64_t start = 0;      ///< first position, >= 0
-  SinusoidalLayout layout = SinusoidalLayout::interleaved;
+  SinusoidalLayout layout = SinusoidalLayout::interleaved;  ///< sin/cos order along D
 };
 /// Vaswani's table [N, D]: PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i).
 Table sinusoidal_table(const SinusoidalRequest& r);
@@ -64,8 +65,12 @@ Table sinusoidal_table(const SinusoidalRequest& r);
 enum class RopeEmit { inv_freq, angles, cos, sin, cos_sin, cos_sin_cache };
 /// inv-freq | angles | cos | sin | cos-sin | cos-sin-cache (UsageError naming "emit").
 RopeEmit parse_rope_emit(const std::string& s);
+/// "inv_freq", "angles", "cos", "sin", "cos_sin", "cos_sin_cache": the name of the
+/// table (its default dataset name without the "rope_" prefix).
 std::string rope_emit_name(RopeEmit e);
 
+/// `posenc table rope`: the ROPE OPTIONS (in `rope`), --positions, --start,
+/// --position-ids, --cu-seqlens, --emit, --half-width, --inverse, --precision.
 struct RopeTableRequest {
   /// The variant. `rope.seq_len` 0 means one past the largest position of the table.
   RopeParams rope;
@@ -75,7 +80,7 @@ struct RopeTableRequest {
   /// start, explicit ids (any shape: the table gets that shape plus the line axis) or
   /// cu_seqlens (positions restart at each boundary). `start` cannot go with ids.
   Positions where;
-  RopeEmit emit = RopeEmit::cos_sin;
+  RopeEmit emit = RopeEmit::cos_sin;  ///< which table (one per request)
   bool half = false;     ///< lines of R/2 (one per frequency, flash-attn) instead of R
   bool inverse = false;  ///< sin (and angles) negated: the table of R^T
   /// f32: float32 angles fp32(position) * fp32(inv_freq) rounded to fp32; cos/sin then
@@ -87,14 +92,17 @@ struct RopeTableRequest {
 /// [b, s] the table is [b, s, W] (and [2, b, s, W]).
 Table rope_table(const RopeTableRequest& r);
 
+/// `posenc table rope2d`: --height, --width, --dim, --base, --order, --style, --emit,
+/// --half-width.
 struct Rope2dRequest {
-  std::int64_t height = 0, width = 0;  ///< grid H x W, tokens in row-major order
-  int dim = 0;                         ///< D, a multiple of 4
-  double base = 100.0;
-  bool y_first = false;  ///< the y block takes the first R/4 pairs
-  RopeStyle style = RopeStyle::gptj;
-  RopeEmit emit = RopeEmit::cos_sin;
-  bool half = false;
+  std::int64_t height = 0;  ///< grid rows H >= 1 (tokens in row-major order)
+  std::int64_t width = 0;   ///< grid columns W >= 1
+  int dim = 0;              ///< D, a multiple of 4
+  double base = 100.0;      ///< frequencies base^(-4j/D), j < D/4 (RoPE-ViT's 100)
+  bool y_first = false;     ///< the y block takes the first R/4 pairs (--order yx)
+  RopeStyle style = RopeStyle::gptj;  ///< pair layout of a line
+  RopeEmit emit = RopeEmit::cos_sin;  ///< which table
+  bool half = false;                  ///< lines of D/2 (one per frequency) instead of D
 };
 /// Axial 2-D RoPE for an H x W grid: inv_freq [D/4], otherwise as rope_table with
 /// H * W rows.
@@ -104,28 +112,38 @@ Table rope2d_table(const Rope2dRequest& r);
 /// above the diagonal: the bias including the causal mask).
 enum class AlibiTable { slopes, causal, symmetric, fairseq, bottom_right };
 AlibiTable parse_alibi_table(const std::string& s);  ///< slopes|causal|symmetric|fairseq|bottom-right
+/// "slopes", "causal", "symmetric", "fairseq", "bottom-right".
 std::string alibi_table_name(AlibiTable v);
+/// `posenc table alibi`: --heads, --q-len, --k-len, --variant, --max-bias.
 struct AlibiRequest {
-  int heads = 0;
-  std::optional<std::int64_t> q_len, k_len;  ///< either gives the other by default
-  std::optional<AlibiTable> variant;         ///< default: slopes without lengths, causal with
-  double max_bias = 8.0;
+  int heads = 0;                       ///< H >= 1
+  std::optional<std::int64_t> q_len;   ///< Q; unset: k_len (either gives the other)
+  std::optional<std::int64_t> k_len;   ///< K; unset: q_len
+  std::optional<AlibiTable> variant;   ///< default: slopes without lengths, causal with
+  double max_bias = 8.0;               ///< slopes 2^(-max_bias (h+1) / H), > 0
 };
+/// The slopes [H] (Press et al.'s get_slopes, also for H not a power of two) or a bias
+/// matrix [H, Q, K] of the variant (see AlibiTable).
 Table alibi_table(const AlibiRequest& r);
 
+/// `posenc table relative`: --q-len, --k-len, --max-distance, --sign.
 struct RelativeRequest {
-  std::optional<std::int64_t> q_len, k_len;  ///< either gives the other by default
+  std::optional<std::int64_t> q_len;  ///< Q; unset: k_len (either gives the other)
+  std::optional<std::int64_t> k_len;  ///< K; unset: q_len
   std::int64_t max_distance = -1;            ///< M >= 0, required
   bool q_minus_k = false;                    ///< i - j instead of j - i
 };
 /// Shaw's clipped relative index clip(j - i, -M, M) + M, [Q, K].
 Table relative_table(const RelativeRequest& r);
 
+/// `posenc table t5-bucket`: --q-len, --k-len, --buckets, --max-distance,
+/// --bidirectional / --causal.
 struct T5BucketRequest {
-  std::optional<std::int64_t> q_len, k_len;  ///< either gives the other by default
-  int buckets = 32;
-  std::int64_t max_distance = 128;
-  bool bidirectional = true;
+  std::optional<std::int64_t> q_len;  ///< Q; unset: k_len (either gives the other)
+  std::optional<std::int64_t> k_len;  ///< K; unset: q_len
+  int buckets = 32;                   ///< HF num_buckets, > 0
+  std::int64_t max_distance = 128;    ///< HF max_distance, > 0: farther distances share a bucket
+  bool bidirectional = true;          ///< encoder buckets; false: decoder (causal) buckets
 };
 /// HF T5's _relative_position_bucket of j - i, [Q, K].
 Table t5_bucket_table(const T5BucketRequest& r);

@@ -57,7 +57,7 @@ class TempFile {
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
 
-  int fd() const noexcept { return fd_; }
+  int fd() const noexcept { return fd_; }  ///< the open descriptor, for writing
   /// A path that opens the temporary (for libhdf5, here or in a forked child): its
   /// name, or /proc/self/fd/N for an unnamed file.
   const std::string& path() const noexcept { return path_; }
@@ -100,7 +100,7 @@ class OutputFile {
   /// Appends bytes (buffered). Throws OutputError ("cannot write 'x': No space left on
   /// device", "cannot write to standard output: Broken pipe").
   void write(const void* data, std::size_t n);
-  void write(const std::string& s) { write(s.data(), s.size()); }
+  void write(const std::string& s) { write(s.data(), s.size()); }  ///< appends `s`'s bytes
   /// Writes `n` bytes at byte `offset` of the file, unbuffered (pwrite), leaving the
   /// position of write() alone; safe to call from several threads at once. Only for
   /// atomic() outputs (a pipe cannot seek): std::logic_error otherwise. Errors as

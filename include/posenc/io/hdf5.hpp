@@ -47,7 +47,9 @@ std::unique_ptr<TensorSource> open_hdf5_source(const TensorRef& ref, const OpenO
 /// error. Errors are OutputErrors naming the file. Sinks must not outlive their writer.
 class Hdf5FileWriter {
  public:
+  /// A writer of the HDF5 file `path` with `opt` (see above for an existing file).
   Hdf5FileWriter(const std::string& path, const WriteOptions& opt);
+  /// Without commit(): the temporary removed, the target as it was.
   ~Hdf5FileWriter();
   Hdf5FileWriter(const Hdf5FileWriter&) = delete;
   Hdf5FileWriter& operator=(const Hdf5FileWriter&) = delete;
@@ -62,10 +64,10 @@ class Hdf5FileWriter {
   /// virtual dataset's own file) placed at `offset` of the virtual dataset. Names are
   /// literal: a '%' is escaped for libhdf5 here.
   struct VirtualSource {
-    std::string file;
-    std::string dataset;
-    Shape shape;
-    Shape offset;
+    std::string file;     ///< the source file, as stored in the virtual dataset
+    std::string dataset;  ///< the source dataset's path in that file
+    Shape shape;          ///< the source dataset's shape
+    Shape offset;         ///< where it starts in the virtual dataset
   };
   /// A virtual dataset `name` of `info.dtype` and `info.shape` whose contents are
   /// `sources` (HDF5 1.10 VDS; h5py reads it as one dataset while the source files stay
@@ -99,8 +101,8 @@ std::vector<std::string> list_hdf5_datasets(const std::string& path);
 
 /// One dataset of a listing: its description (no attributes), or why it cannot be read.
 struct Hdf5Entry {
-  std::string name;
-  TensorInfo info;
+  std::string name;   ///< full path in the file ("/g/d")
+  TensorInfo info;    ///< dtype, shape and storage, when readable
   std::string error;  ///< empty when `info` holds the description
 };
 

@@ -25,10 +25,11 @@
 
 namespace posenc {
 
+/// `posenc join`: the parts, -o, the output options, --virtual, --axis.
 struct JoinRequest {
-  std::vector<TensorRef> parts;
-  TensorRef output;
-  WriteOptions write;
+  std::vector<TensorRef> parts;  ///< the part tensors, in any order when they are HDF5
+  TensorRef output;              ///< where the whole goes
+  WriteOptions write;            ///< how the output is written
   /// An HDF5 virtual dataset over the part files instead of a copy.
   bool virtual_dataset = false;
   /// The axis along which parts without part attributes are concatenated.
@@ -37,10 +38,10 @@ struct JoinRequest {
 
 /// What join_parts assembled (for `posenc -v`).
 struct JoinResult {
-  Shape shape;
-  DType dtype = DType::f32;
-  std::size_t axis = 0;
-  std::size_t parts = 0;
+  Shape shape;               ///< the whole's shape
+  DType dtype = DType::f32;  ///< its dtype
+  std::size_t axis = 0;      ///< the axis the parts were joined along
+  std::size_t parts = 0;     ///< how many parts
   /// What could not be checked (one line each, for stderr).
   std::vector<std::string> warnings;
 };

@@ -47,6 +47,7 @@ class ByteReader {
 /// Reads from a file descriptor (retrying EINTR). Does not own the descriptor.
 class FdReader final : public ByteReader {
  public:
+  /// Reads `fd`; `what` names it in messages.
   FdReader(int fd, std::string what) : fd_(fd), what_(std::move(what)) {}
   std::size_t read_some(void* dst, std::size_t n) override;
 
@@ -61,15 +62,15 @@ std::size_t read_full(ByteReader& r, void* dst, std::size_t n);
 
 /// What an NPY header says.
 struct NpyHeader {
-  int major = 1;
-  int minor = 0;
-  DType dtype = DType::f32;
-  std::string descr;  ///< as written, e.g. "<f4"
-  bool swap = false;  ///< stored in the other byte order than this machine's
-  bool fortran_order = false;
-  Shape shape;
-  std::size_t numel = 0;
-  std::size_t data_bytes = 0;
+  int major = 1;                ///< format version: 1, 2 or 3
+  int minor = 0;                ///< format minor version (0)
+  DType dtype = DType::f32;     ///< the element type `descr` names
+  std::string descr;            ///< as written, e.g. "<f4"
+  bool swap = false;            ///< stored in the other byte order than this machine's
+  bool fortran_order = false;   ///< stored in Fortran (column-major) order
+  Shape shape;                  ///< extents as written
+  std::size_t numel = 0;        ///< element count of `shape`
+  std::size_t data_bytes = 0;   ///< numel times the element size
   std::size_t data_offset = 0;  ///< bytes before the data (magic + length + header)
 };
 

@@ -21,10 +21,11 @@
 
 namespace posenc {
 
+/// Share I of N of a job (--part I/N).
 struct Part {
-  std::size_t index = 0;  ///< I, 0-based
-  std::size_t count = 1;  ///< N; 1 = the whole job
-  bool whole() const { return count == 1; }
+  std::size_t index = 0;                     ///< I, 0-based
+  std::size_t count = 1;                     ///< N; 1 = the whole job
+  bool whole() const { return count == 1; }  ///< whether this is the whole job (N = 1)
 };
 
 /// Parses "I/N" (0 <= I < N, N >= 1). UsageError naming `what` otherwise.
@@ -40,11 +41,11 @@ std::pair<std::size_t, std::size_t> part_range(const Part& p, std::size_t extent
 /// `rope q.npy` from those of `rope k.npy`, whose other attributes agree. Of these only
 /// part_index and part_offset differ between the parts of one run.
 inline constexpr const char* kPartIndexAttr = "part_index";
-inline constexpr const char* kPartCountAttr = "part_count";
-inline constexpr const char* kPartAxisAttr = "part_axis";
-inline constexpr const char* kPartOffsetAttr = "part_offset";
-inline constexpr const char* kPartTotalShapeAttr = "part_total_shape";
-inline constexpr const char* kPartInputsAttr = "part_inputs";
+inline constexpr const char* kPartCountAttr = "part_count";             ///< see kPartIndexAttr
+inline constexpr const char* kPartAxisAttr = "part_axis";               ///< see kPartIndexAttr
+inline constexpr const char* kPartOffsetAttr = "part_offset";           ///< see kPartIndexAttr
+inline constexpr const char* kPartTotalShapeAttr = "part_total_shape";  ///< see kPartIndexAttr
+inline constexpr const char* kPartInputsAttr = "part_inputs";           ///< see kPartIndexAttr
 
 /// Which tensors `inputs` are, independent of how they were spelt: each file's absolute
 /// path with symbolic links resolved (as given when it cannot be resolved), then

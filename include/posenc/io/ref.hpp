@@ -23,14 +23,23 @@
 
 namespace posenc {
 
-enum class Format { npy, hdf5, csv, tsv, json, text };
+/// The file format of a tensor reference (from its extension, or `--to`).
+enum class Format {
+  npy,   ///< .npy, format 1.0/2.0/3.0
+  hdf5,  ///< .h5/.hdf5 with a dataset path
+  csv,   ///< .csv, rank 0 to 2
+  tsv,   ///< .tsv, rank 0 to 2
+  json,  ///< .json: {"shape": [...], "dtype": "...", "data": [...]}
+  text   ///< a readable table (output only)
+};
 
 /// A parsed tensor reference.
 struct TensorRef {
   std::string text;     ///< as the user wrote it, for messages
   std::string path;     ///< file path; "-" for stdin/stdout
   std::string dataset;  ///< HDF5 dataset path ("/g/d"); empty for other formats
-  Format format = Format::npy;
+  Format format = Format::npy;  ///< from the extension, or `to` of parse_ref
+  /// Whether the reference is standard input or output ("-").
   bool is_stdio() const { return path == "-"; }
 };
 
@@ -50,16 +59,18 @@ std::string datasets_hint(const std::string& path);
 /// One recorded parameter: written as an HDF5 attribute, a JSON field, or listed by
 /// `--verbose`.
 using AttrValue = std::variant<std::string, double, long long, std::vector<double>>;
+/// A named parameter recorded with an output (see AttrValue).
 struct Attr {
-  std::string name;
-  AttrValue value;
+  std::string name;  ///< e.g. "rope_theta", as HF names the parameter where it has one
+  AttrValue value;   ///< text, a real, an integer or a list of reals
 };
+/// The recorded parameters of an output, in the order they are written.
 using Attrs = std::vector<Attr>;
 
 /// What a reader learned from a header, and what `inspect` shows about storage.
 struct TensorInfo {
-  DType dtype = DType::f32;
-  Shape shape;
+  DType dtype = DType::f32;  ///< element type as stored
+  Shape shape;               ///< extents, C order
   std::string storage;  ///< e.g. "NPY 1.0, C order, little-endian" or
                         ///< "HDF5, chunked (64, 128), gzip 4, shuffle"
   Attrs attrs;          ///< HDF5 attributes of the dataset, if any
@@ -69,6 +80,7 @@ struct TensorInfo {
 class TensorSource {
  public:
   virtual ~TensorSource() = default;
+  /// Dtype, shape, storage and (when asked for) attributes, known once opened.
   virtual const TensorInfo& info() const = 0;
   /// Reads rows [first, first + count) of axis 0 into `dst` (C order, native byte
   /// order, the source dtype). A rank-0 tensor has one row. Streams (stdin) only allow
@@ -109,10 +121,14 @@ struct OpenOptions {
   bool attrs = false;
 };
 
+/// Opens `ref` for reading: its header is read and checked (InputError naming the
+/// reference on any problem), the data is read through the source's methods. HDF5 is
+/// read by libhdf5 in a sandboxed child process.
 std::unique_ptr<TensorSource> open_source(const TensorRef& ref, const OpenOptions& opt = {});
 
 /// Reads the whole tensor. Throws InputError naming `ref.text` on any problem.
 Tensor read_tensor(const TensorRef& ref);
+/// Reads the whole tensor of the reference `ref_text` (parse_ref, then read_tensor).
 Tensor read_tensor(const std::string& ref_text);
 
 /// Options shared by all writers.
@@ -129,6 +145,9 @@ struct WriteOptions {
   bool sync = false;
 };
 
+/// Where a tensor is written: rows (or slabs) in order, or entries at any position,
+/// then commit(). Nothing is visible at the target before commit(); a sink destroyed
+/// uncommitted leaves the target as it was.
 class TensorSink {
  public:
   virtual ~TensorSink() = default;
@@ -168,15 +187,15 @@ void write_tensor(const TensorRef& ref, const Tensor& t, const Attrs& attrs = {}
 namespace posenc {
 
 /// Refuses (UsageError) outputs that name one file twice, also through other spellings
-/// (`x.npy` and `./x.npy`, a symbolic link to it), one HDF5 dataset twice (`f.h5:/x` and
-/// `./f.h5:x`), an HDF5 file also named as another format, or standard output twice.
+/// (x.npy and ./x.npy, a symbolic link to it), one HDF5 dataset twice (f.h5:/x and
+/// ./f.h5:x), an HDF5 file also named as another format, or standard output twice.
 void check_distinct_outputs(const std::vector<TensorRef>& refs);
 
 /// One output of a multi-output write.
 struct NamedTensor {
-  TensorRef ref;
-  const Tensor* tensor = nullptr;
-  Attrs attrs;
+  TensorRef ref;                   ///< where it goes
+  const Tensor* tensor = nullptr;  ///< what is written (not owned; outlives the write)
+  Attrs attrs;                     ///< parameters recorded with it (HDF5 attributes)
 };
 
 /// Several streamed outputs of one run, made visible together: `open(i, info)` gives
@@ -188,13 +207,17 @@ struct NamedTensor {
 /// output (prepare) before it makes any visible.
 class OutputSet {
  public:
+  /// The outputs `refs`, written with `opt`; nothing is opened yet. UsageError for
+  /// two references to one file or dataset (check_distinct_outputs).
   OutputSet(std::vector<TensorRef> refs, const WriteOptions& opt);
+  /// Without commit(): every temporary removed, every target as it was.
   ~OutputSet();
   OutputSet(const OutputSet&) = delete;
   OutputSet& operator=(const OutputSet&) = delete;
   /// Opens output `i` (once) for a tensor described by `info`. Rows are written to the
   /// returned sink; its own commit() is called by this set's commit().
   TensorSink& open(std::size_t i, const TensorInfo& info);
+  /// Finishes every opened output, then makes all of them visible (HDF5 files first).
   void commit();
 
  private:

@@ -31,7 +31,7 @@ struct AbsoluteEncoding {
   /// Sinusoidal table: frequency base and layout (interleaved sin/cos pairs as Vaswani
   /// and the Annotated Transformer; concat [sin | cos] as tensor2tensor).
   double base = 10000.0;
-  SinusoidalLayout layout = SinusoidalLayout::interleaved;
+  SinusoidalLayout layout = SinusoidalLayout::interleaved;  ///< see `base`
   /// Position of the first token (a KV-cache offset, or GPT-2's past length); >= 0.
   std::int64_t start = 0;
   /// Multiplies the embedding before the encoding is added; finite. 0 is allowed.
@@ -52,12 +52,13 @@ Tensor add_positions(const Tensor& x, const std::string& axes, const AbsoluteEnc
 /// input is streamed slab by slab along its first axis whose extent is not 1, as
 /// `rope_stream` does.
 struct AddStreamRequest {
-  TensorRef input, output;
-  WriteOptions write;
-  std::string axes;            ///< "" = by rank
-  std::optional<DType> dtype;  ///< output type; default the input's
-  AbsoluteEncoding encoding;
-  bool allow_nonfinite = false;
+  TensorRef input;               ///< the embeddings X
+  TensorRef output;              ///< where X * scale + PE goes
+  WriteOptions write;            ///< how the output is written
+  std::string axes;              ///< "" = by rank
+  std::optional<DType> dtype;    ///< output type; default the input's
+  AbsoluteEncoding encoding;     ///< the table, start and scale
+  bool allow_nonfinite = false;  ///< otherwise NaN/Inf in X (or the table) is an InputError
   /// Bytes for slab buffers and the table rows; 0 = a quarter of physical memory.
   std::size_t max_memory = 0;
   int threads = 0;  ///< OpenMP threads; 0 = all cores but the two I/O threads use

@@ -19,7 +19,7 @@
 ///   logit (one per query head) joins the denominator and is dropped from the probs.
 /// - Output = sum_j p_ij (v_j + rv[rel(i, j)]); lse = log(sum_j exp(s_ij) [+ exp(sink)]).
 /// - A row with no unmasked key and no sink ("fully masked") gives probs 0, output 0 and
-///   lse -inf under MaskedRows::zero; probs and output NaN (lse -inf) under ::nan.
+///   lse -inf under MaskedRows::zero; probs and output NaN (lse -inf) under MaskedRows::nan.
 ///
 /// Arithmetic: f32 for f16/bf16/f32 inputs, f64 for f64 inputs, unless `precision` is
 /// given; Q·K^T and P·V go through BLAS, row sums of the softmax are accumulated in
@@ -59,21 +59,31 @@ std::vector<AttentionEmit> parse_attention_emit(const std::string& list, bool ha
 
 /// Alignment of the causal mask when sq != sk: bottom-right (flash-attn; query i sees
 /// keys j <= i + sk - sq) or top-left (eager/HF default; j <= i).
-enum class CausalAlign { none, bottom_right, top_left };
+enum class CausalAlign {
+  none,          ///< no causal mask
+  bottom_right,  ///< j <= i + sk - sq (flash-attn; --causal, --causal bottom-right)
+  top_left       ///< j <= i (torch SDPA is_causal; --causal top-left)
+};
 
 /// What a fully masked row gives (see the file comment).
-enum class MaskedRows { zero, nan };
+enum class MaskedRows {
+  zero,  ///< probs 0, output 0 (flash-attn)
+  nan    ///< probs and output NaN (PyTorch's eager softmax)
+};
 
+/// `posenc attention`'s options: each field is the option of its name with dashes
+/// (`sliding_window` is --sliding-window) unless its comment names another.
 struct AttentionOptions {
   /// Axes letters shared by Q, K and V (e.g. "bhsd", "bshd"); empty = by rank
   /// (4 bhsd, 3 bsd, 2 sd).
   std::string axes;
   /// Multiplies q.k; 0 = 1/sqrt(d). Must not be negative.
   double scale = 0;
-  CausalAlign causal = CausalAlign::none;
+  CausalAlign causal = CausalAlign::none;  ///< causal mask and its alignment (--causal)
   /// Sliding window, inclusive, like flash-attn: query i attends keys
   /// [i + sk - sq - left, i + sk - sq + right]; -1 = unbounded on that side.
-  std::int64_t window_left = -1, window_right = -1;
+  std::int64_t window_left = -1;
+  std::int64_t window_right = -1;  ///< (--window LEFT,RIGHT)
   /// HF's sliding_window W (0 = off): keys j > pos(i) - W, and without a causal mask also
   /// j < pos(i) + W (HF's bidirectional window): `window` W-1 on each side. With
   /// window_left/right too, the narrower side wins.
@@ -84,13 +94,14 @@ struct AttentionOptions {
   /// Attention temperature tuning (Llama-4; scale 0 = off): the scores of a query at
   /// position p are multiplied by 1 + temperature_scale * log1p(floor((p + 1) /
   /// temperature_floor)), as scaling the query would, before soft-capping and biases.
-  double temperature_scale = 0, temperature_floor = 0;
+  double temperature_scale = 0;
+  double temperature_floor = 0;  ///< (--attn-temperature SCALE FLOOR)
   /// Llama-4 attention scaling as Ministral-3 applies it (rope_parameters'
   /// llama_4_scaling_beta; beta 0 = off): queries at position p are multiplied by
   /// 1 + llama4_scaling_beta * log(1 + floor(p / llama4_scaling_period)), the period being
   /// the config's original_max_position_embeddings. Not together with temperature_scale.
   double llama4_scaling_beta = 0;
-  std::int64_t llama4_scaling_period = 0;
+  std::int64_t llama4_scaling_period = 0;  ///< (--llama4-scaling BETA PERIOD)
   /// [b] integers: keys j >= length[b] are masked (right padding).
   const Tensor* key_lengths = nullptr;
   /// Packed sequences (flash-attn's varlen cu_seqlens): boundaries 0 = c0 <= c1 <= ...
@@ -102,17 +113,17 @@ struct AttentionOptions {
   const Tensor* mask = nullptr;
   /// ALiBi bias (slopes from alibi_slopes(hq, alibi_max_bias), bias from alibi_bias).
   std::optional<AlibiVariant> alibi;
-  double alibi_max_bias = 8.0;
+  double alibi_max_bias = 8.0;  ///< slopes 2^(-max_bias (h+1) / H), > 0
   /// Falcon: the ALiBi bias is added before the scale, s = scale * (q.k + bias).
   bool alibi_before_scale = false;
   /// T5 relative bias table [buckets, hq]; bias = table[t5_bucket(key pos - query pos)].
   const Tensor* t5_bias = nullptr;
-  int t5_buckets = 32;
-  int t5_max_distance = 128;
-  bool t5_bidirectional = true;
+  int t5_buckets = 32;            ///< HF num_buckets of the T5 bucketing
+  int t5_max_distance = 128;      ///< HF max_distance of the T5 bucketing
+  bool t5_bidirectional = true;   ///< encoder buckets; false: decoder (--t5-causal)
   /// Shaw et al. tables [2M+1, d] and [2M+1, dv], index relative_index(qpos, j, M).
   const Tensor* relative_k = nullptr;
-  const Tensor* relative_v = nullptr;
+  const Tensor* relative_v = nullptr;  ///< the value table (--relative-v), or nullptr
   std::int64_t max_distance = -1;  ///< M; -1 = from the table's rows
   /// Additive score terms [b, hq, sq, sk] (b and h only where Q has them), f32 or f64,
   /// already scaled: added to scale * q.k with the Shaw term, before the soft-cap. The
@@ -123,7 +134,7 @@ struct AttentionOptions {
   double softcap = 0;
   /// [hq] sink logits (gpt-oss).
   const Tensor* sinks = nullptr;
-  MaskedRows masked_rows = MaskedRows::zero;
+  MaskedRows masked_rows = MaskedRows::zero;  ///< what a fully masked row gives
   /// What to compute; empty = the default of parse_attention_emit.
   std::vector<AttentionEmit> emit;
   /// Arithmetic; unset = f64 for f64 inputs (Q), f32 otherwise.
@@ -144,7 +155,8 @@ struct AttentionOptions {
   /// propagate as in PyTorch's eager attention.
   bool allow_nonfinite = false;
   /// Block sizes (0 = automatic). Tests use them to force several key blocks.
-  std::size_t query_block = 0, key_block = 0;
+  std::size_t query_block = 0;
+  std::size_t key_block = 0;  ///< keys per block (query_block: queries per block)
   /// Where the output may go as it is computed, instead of AttentionResult::output.
   /// Called once, before the computation, with the output's dtype and shape, when the
   /// output is computed in blocks of whole rows that are contiguous in C order: arith

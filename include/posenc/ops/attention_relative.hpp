@@ -42,18 +42,18 @@ struct XlAttention {
   /// query i has the id of key mlen + i; HF gives memory keys id 0), the embeddings
   /// seg_embed [2, hq, d] ([2, d] without h) and r_s_bias (as u; null = 0).
   const Tensor* segment_ids = nullptr;
-  const Tensor* segment_embed = nullptr;
-  const Tensor* segment_bias = nullptr;
+  const Tensor* segment_embed = nullptr;  ///< seg_embed (see segment_ids)
+  const Tensor* segment_bias = nullptr;   ///< r_s_bias (see segment_ids)
 };
 
 /// DeBERTa-v2/v3 tensors: the projected relative embeddings [rows, hq, d] ([rows, d]
 /// without h), rows >= 2 span (the first 2 span are used, as HF slices
 /// rel_embeddings). pos_key gives the c2p term, pos_query the p2c term (HF pos_att_type).
 struct DebertaAttention {
-  const Tensor* pos_key = nullptr;
-  const Tensor* pos_query = nullptr;
-  int position_buckets = 256;        ///< <= 0: no buckets
-  int max_relative_positions = 512;  ///< HF: max_position_embeddings when < 1
+  const Tensor* pos_key = nullptr;    ///< projected keys of the relative embeddings (c2p)
+  const Tensor* pos_query = nullptr;  ///< projected queries of them (p2c)
+  int position_buckets = 256;         ///< <= 0: no buckets
+  int max_relative_positions = 512;   ///< HF: max_position_embeddings when < 1
 };
 
 /// The additive terms [b, hq, sq, sk] (b, h as Q has them) in the arithmetic type of
@@ -62,6 +62,7 @@ struct DebertaAttention {
 /// tensors of the wrong shape or dtype, UsageError for bad parameters.
 Tensor xl_score_bias(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
                      const XlAttention& xl);
+/// The same for DeBERTa's c2p and p2c terms.
 Tensor deberta_score_bias(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
                           const DebertaAttention& deb);
 

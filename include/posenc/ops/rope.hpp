@@ -36,7 +36,11 @@ struct Axes {
 /// tensor `what` is an InputError naming `what` and its rank.
 Axes resolve_axes(const std::string& user, std::size_t rank, const std::string& what);
 
-enum class Precision { f64, f32 };
+/// The arithmetic of posenc's own RoPE (--precision; a framework's is Arith).
+enum class Precision {
+  f64,  ///< angles, cos, sin and the rotation in float64, rounded once on output
+  f32   ///< the float64 frequency rounded to float32, everything after in float32
+};
 
 }  // namespace posenc
 
@@ -55,10 +59,10 @@ inline constexpr std::int64_t kMaxPosition = std::int64_t{1} << 53;
 /// - `cu_seqlens` [n+1] boundaries along s: positions restart at 0 (+ start) per
 ///   packed sequence.
 struct Positions {
-  std::int64_t start = 0;
-  std::vector<std::int64_t> ids;
-  Shape ids_shape;
-  std::vector<std::int64_t> cu_seqlens;
+  std::int64_t start = 0;                ///< first position, or added to every id (--start)
+  std::vector<std::int64_t> ids;         ///< explicit positions, C order (--position-ids)
+  Shape ids_shape;                       ///< the shape of `ids`
+  std::vector<std::int64_t> cu_seqlens;  ///< packed-sequence boundaries (--cu-seqlens)
   std::string ids_what = "position_ids";    ///< names the source in messages
   std::string cu_what = "cu_seqlens";       ///< names the source in messages
 };
@@ -69,6 +73,8 @@ struct Positions {
 void check_cu_seqlens(const std::vector<std::int64_t>& cu, std::size_t length,
                       const std::string& what);
 
+/// How apply_rope and RopeApplier rotate (the options of `posenc rope` besides the
+/// frequencies and positions).
 struct RopeApplyOptions {
   bool inverse = false;                  ///< apply the inverse rotation
   Precision precision = Precision::f64;  ///< arithmetic of angles and rotation
@@ -77,8 +83,9 @@ struct RopeApplyOptions {
   /// rotary dims are split in two blocks of R/4 pairs (x then y, or y then x with
   /// `grid_yx`), each block using the R/4 frequencies of a rotary width R/2 (the
   /// `table rope2d` frequencies base^(-4j/R)); token t sits at x = t % W, y = t / W.
-  std::int64_t grid_h = 0, grid_w = 0;
-  bool grid_yx = false;
+  std::int64_t grid_h = 0;
+  std::int64_t grid_w = 0;  ///< W of the grid (grid_h is H)
+  bool grid_yx = false;     ///< the y block first (--order yx)
   /// M-RoPE sections (t, h, w) in frequency pairs, summing to rotary_dim / 2
   /// (Qwen2-VL: chunked over the R/2 frequencies, the same chunks in both halves).
   /// Empty: the sections of the RopeFreqs (from a HF config), if any.
@@ -126,8 +133,9 @@ class RopeApplier {
   RopeApplier(const RopeApplier&) = delete;
   RopeApplier& operator=(const RopeApplier&) = delete;
 
-  /// Bytes of one row (along the slab axis) of the input / of the output.
+  /// Bytes of one row (along the slab axis) of the input.
   std::size_t in_row_bytes() const;
+  /// Bytes of one row (along the slab axis) of the output.
   std::size_t out_row_bytes() const;
   /// Rows per slab must be a multiple of this... in practice 1, or all rows when d is
   /// the slab axis (the pairs would straddle slabs).
@@ -135,6 +143,7 @@ class RopeApplier {
   /// Upper bound of the cos/sin table bytes for a slab of `rows` rows, plus the
   /// per-token positions held for the whole tensor (explicit ids only).
   std::size_t table_bytes(std::size_t rows) const;
+  /// The extent of the slab axis: the rows rows() takes in all.
   std::size_t rows_total() const;
 
   /// Rotates rows [first, first + count) of the slab axis: `src` holds them in the input

@@ -26,17 +26,18 @@ namespace posenc {
 /// Physical memory of the machine in bytes, or 0 when the system does not tell.
 std::size_t physical_memory();
 
+/// `posenc rope` from tensor references to tensor references (see rope_stream).
 struct RopeStreamRequest {
   std::vector<TensorRef> inputs;   ///< at most one standard input
   std::vector<TensorRef> outputs;  ///< one per input; distinct targets
-  WriteOptions write;
+  WriteOptions write;              ///< how the outputs are written
   std::string axes;                ///< axis letters of the inputs; "" = by rank
   std::optional<DType> dtype;      ///< output type; default rope_default_out_dtype
   /// The RoPE variant for an input whose axis d has extent `head_dim`. `seq_len` 0 is
   /// filled in from the positions (dynamic NTK, LongRoPE).
   std::function<RopeParams(int head_dim)> params;
-  Positions positions;
-  RopeApplyOptions apply;
+  Positions positions;             ///< where each token sits (shared by all inputs)
+  RopeApplyOptions apply;          ///< inverse, precision, 2-D and M-RoPE forms
   /// Bytes for slab buffers and tables; 0 = a quarter of physical memory (1 GiB when
   /// unknown).
   std::size_t max_memory = 0;

@@ -34,19 +34,26 @@ namespace posenc {
 
 /// One comma-separated entry of a slicing expression.
 struct SliceItem {
-  enum class Kind : std::uint8_t { index, range, ellipsis, list };
-  Kind kind = Kind::range;
-  std::int64_t index = 0;                   ///< Kind::index; negative counts from the end
-  std::optional<std::int64_t> start, stop;  ///< Kind::range; nullopt when omitted
-  std::int64_t step = 1;                    ///< Kind::range; never 0
-  std::vector<std::int64_t> list;           ///< Kind::list; negative counts from the end
+  /// What the entry is.
+  enum class Kind : std::uint8_t {
+    index,     ///< an integer: the axis is dropped
+    range,     ///< a:b:c (or ':')
+    ellipsis,  ///< ...: as many full ranges as needed
+    list       ///< [i, j, ...]: these entries of the axis
+  };
+  Kind kind = Kind::range;            ///< which of the forms below holds
+  std::int64_t index = 0;             ///< Kind::index; negative counts from the end
+  std::optional<std::int64_t> start;  ///< Kind::range; nullopt when omitted
+  std::optional<std::int64_t> stop;   ///< Kind::range; nullopt when omitted
+  std::int64_t step = 1;              ///< Kind::range; never 0
+  std::vector<std::int64_t> list;     ///< Kind::list; negative counts from the end
 };
 
 /// A parsed slicing expression; `text` (as written, for messages) may be empty when
 /// the items were built in code.
 struct SliceSpec {
-  std::string text;
-  std::vector<SliceItem> items;
+  std::string text;              ///< as written
+  std::vector<SliceItem> items;  ///< one per comma-separated entry
 };
 
 /// Parses a slicing expression: comma-separated entries, each an integer, `a:b`, `a:b:c`

@@ -25,17 +25,20 @@ namespace posenc {
 /// Statistics of a sequence of values. min, max, absmax, sum, mean and std are over
 /// the finite values and NaN when there are none.
 struct TensorStats {
-  std::size_t count = 0;   ///< all values
-  std::size_t finite = 0;  ///< neither NaN nor ±Inf
-  std::size_t nan = 0, posinf = 0, neginf = 0;
-  std::size_t zeros = 0;  ///< values equal to 0 (either sign)
-  double min = std::numeric_limits<double>::quiet_NaN();
-  double max = std::numeric_limits<double>::quiet_NaN();
-  std::size_t argmin = 0, argmax = 0;  ///< flat index (C order) of the first min / max
-  double absmax = std::numeric_limits<double>::quiet_NaN();
-  double sum = std::numeric_limits<double>::quiet_NaN();
-  double mean = std::numeric_limits<double>::quiet_NaN();
-  double std = std::numeric_limits<double>::quiet_NaN();  ///< population (ddof 0)
+  std::size_t count = 0;                                  ///< all values
+  std::size_t finite = 0;                                 ///< neither NaN nor ±Inf
+  std::size_t nan = 0;                                    ///< NaN values
+  std::size_t posinf = 0;                                 ///< +Inf values
+  std::size_t neginf = 0;                                 ///< -Inf values
+  std::size_t zeros = 0;                                  ///< values equal to 0 (either sign)
+  double min = std::numeric_limits<double>::quiet_NaN();  ///< smallest finite value
+  double max = std::numeric_limits<double>::quiet_NaN();  ///< largest finite value
+  std::size_t argmin = 0;                                 ///< flat index (C order) of the first min
+  std::size_t argmax = 0;                                 ///< flat index (C order) of the first max
+  double absmax = std::numeric_limits<double>::quiet_NaN();  ///< largest finite |value|
+  double sum = std::numeric_limits<double>::quiet_NaN();     ///< sum of the finite values
+  double mean = std::numeric_limits<double>::quiet_NaN();    ///< sum / finite
+  double std = std::numeric_limits<double>::quiet_NaN();     ///< population (ddof 0)
 };
 
 /// Accumulates TensorStats over blocks of values given in order.
@@ -100,8 +103,8 @@ constexpr std::size_t kStatsSlabBytes = std::size_t{16} << 20;
 
 /// Statistics of a selection and its leading values.
 struct SelectionSummary {
-  TensorStats stats;
-  Tensor head;  ///< the first selected values (C order of the selection), source dtype, 1-D
+  TensorStats stats;  ///< over the whole selection
+  Tensor head;        ///< the first selected values (C order of the selection), source dtype, 1-D
 };
 
 /// Reads the elements `sel` selects from `src` (resolved against src.info().shape) in
