@@ -31,13 +31,14 @@ struct DetrSineRequest {
   /// The pixel mask [b, H, W] (1 = pixel, 0 = padding); without it, all ones of
   /// [1, height, width].
   std::optional<xt::xarray<double>> mask;
-  std::int64_t height = 0, width = 0;  ///< the size without a mask
+  std::int64_t height = 0, width = 0;  ///< the size without a mask (--size)
   int embedding_dim = 64;              ///< E, channels per axis (HF: d_model / 2), even
-  double temperature = 10000.0;
-  bool normalize = true;        ///< as DETR's build_position_encoding (the class: False)
+  double temperature = 10000.0;        ///< T of dim_t[k] = T^(2 floor(k/2) / E)
+  /// as DETR's build_position_encoding (the class: False); false is --no-normalize
+  bool normalize = true;
   std::optional<double> scale;  ///< needs normalize; default 2 pi
   /// [b, H*W, 2E] (tokens in row-major order, as HF's refactored forward flattens it
-  /// for the encoder) instead of [b, 2E, H, W].
+  /// for the encoder) instead of [b, 2E, H, W] (--layout tokens).
   bool tokens = false;
 };
 /// HF DetrSinePositionEmbedding.forward: [b, 2E, H, W] (or [b, H*W, 2E]), computed in

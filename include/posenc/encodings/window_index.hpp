@@ -54,8 +54,8 @@ struct WindowIndex {
 void check_window(std::int64_t height, std::int64_t width);
 
 struct WindowIndexRequest {
-  std::int64_t height = 0, width = 0;  ///< the window H x W
-  bool class_token = false;            ///< BEiT's class token and three extra entries
+  std::int64_t height = 0, width = 0;  ///< the window H x W (--window)
+  bool class_token = false;            ///< BEiT's class token and three extra entries (beit-index)
   /// A learned table [entries, heads] (HF relative_position_bias_table): the table is
   /// then the bias it gives, [heads, N, N], instead of the index matrix [N, N].
   std::optional<xt::xarray<double>> bias_table;
@@ -67,8 +67,9 @@ struct WindowIndexRequest {
 Table window_index_table(const WindowIndexRequest& r);
 
 struct SwinV2CoordsRequest {
-  std::int64_t height = 0, width = 0;  ///< the window H x W
-  /// HF pretrained_window_size (both > 0) normalises the offsets instead of the window.
+  std::int64_t height = 0, width = 0;  ///< the window H x W (--window)
+  /// HF pretrained_window_size (--pretrained-window; both > 0) normalises the offsets
+  /// instead of the window.
   std::int64_t pretrained_height = 0, pretrained_width = 0;
 };
 /// Swin-V2's relative_coords_table [2H - 1, 2W - 1, 2] (HF's buffer without its leading
