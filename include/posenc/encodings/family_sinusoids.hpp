@@ -23,8 +23,9 @@
 
 namespace posenc {
 
-/// The largest DETR feature-map side and embedding_dim accepted.
+/// The largest DETR feature-map side accepted.
 constexpr std::int64_t kMaxDetrSide = 1 << 14;
+/// The largest DETR embedding_dim and fairseq dim accepted.
 constexpr int kMaxEmbeddingDim = 1 << 16;
 
 struct DetrSineRequest {
