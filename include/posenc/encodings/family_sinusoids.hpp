@@ -28,13 +28,16 @@ constexpr std::int64_t kMaxDetrSide = 1 << 14;
 /// The largest DETR embedding_dim and fairseq dim accepted.
 constexpr int kMaxEmbeddingDim = 1 << 16;
 
+/// `posenc table detr-sine`: --mask or --size, --embedding-dim, --temperature,
+/// --no-normalize, --scale, --layout.
 struct DetrSineRequest {
   /// The pixel mask [b, H, W] (1 = pixel, 0 = padding); without it, all ones of
   /// [1, height, width].
   std::optional<xt::xarray<double>> mask;
-  std::int64_t height = 0, width = 0;  ///< the size without a mask (--size)
-  int embedding_dim = 64;              ///< E, channels per axis (HF: d_model / 2), even
-  double temperature = 10000.0;        ///< T of dim_t[k] = T^(2 floor(k/2) / E)
+  std::int64_t height = 0;       ///< mask rows without a mask (--size H W)
+  std::int64_t width = 0;        ///< mask columns without a mask
+  int embedding_dim = 64;        ///< E, channels per axis (HF: d_model / 2), even
+  double temperature = 10000.0;  ///< T of dim_t[k] = T^(2 floor(k/2) / E)
   /// as DETR's build_position_encoding (the class: False); false is --no-normalize
   bool normalize = true;
   std::optional<double> scale;  ///< needs normalize; default 2 pi
@@ -46,6 +49,8 @@ struct DetrSineRequest {
 /// float64.
 Table detr_sine_table(const DetrSineRequest& r);
 
+/// `posenc table fairseq-sinusoidal`: --positions or --input-ids, --dim, --padding-idx,
+/// --past-length.
 struct FairseqSinusoidalRequest {
   std::optional<std::int64_t> positions;    ///< rows 0 .. N-1 of the weights (without ids)
   int dim = 0;                              ///< D (embedding_dim) >= 4

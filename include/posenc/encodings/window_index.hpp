@@ -36,8 +36,9 @@ constexpr std::int64_t kMaxWindowSide = 256;
 /// The windowed relative-index scheme: an H x W window, with or without BEiT's class
 /// token.
 struct WindowIndex {
-  std::int64_t height = 0, width = 0;
-  bool class_token = false;
+  std::int64_t height = 0;   ///< window rows H
+  std::int64_t width = 0;    ///< window columns W
+  bool class_token = false;  ///< BEiT's class token first
 
   /// Tokens per side of the matrix: H * W, plus one with the class token.
   std::int64_t tokens() const { return height * width + (class_token ? 1 : 0); }
@@ -53,9 +54,11 @@ struct WindowIndex {
 /// [1, kMaxWindowSide].
 void check_window(std::int64_t height, std::int64_t width);
 
+/// `posenc table swin-index` and `beit-index`: --window, --bias-table.
 struct WindowIndexRequest {
-  std::int64_t height = 0, width = 0;  ///< the window H x W (--window)
-  bool class_token = false;            ///< BEiT's class token and three extra entries (beit-index)
+  std::int64_t height = 0;   ///< window rows H, 1 to kMaxWindowSide (--window H W)
+  std::int64_t width = 0;    ///< window columns W, 1 to kMaxWindowSide
+  bool class_token = false;  ///< BEiT's class token and three extra entries (beit-index)
   /// A learned table [entries, heads] (HF relative_position_bias_table): the table is
   /// then the bias it gives, [heads, N, N], instead of the index matrix [N, N].
   std::optional<xt::xarray<double>> bias_table;
@@ -66,11 +69,15 @@ struct WindowIndexRequest {
 /// the wrong shape or with non-finite values is an InputError naming "bias_table".
 Table window_index_table(const WindowIndexRequest& r);
 
+/// `posenc table swinv2-coords`: --window, --pretrained-window.
 struct SwinV2CoordsRequest {
-  std::int64_t height = 0, width = 0;  ///< the window H x W (--window)
-  /// HF pretrained_window_size (--pretrained-window; both > 0) normalises the offsets
-  /// instead of the window.
-  std::int64_t pretrained_height = 0, pretrained_width = 0;
+  std::int64_t height = 0;  ///< window rows H (--window H W)
+  std::int64_t width = 0;   ///< window columns W
+  /// HF pretrained_window_size[0] (--pretrained-window): with pretrained_width, when
+  /// either is not 0 (then both 2 to kMaxWindowSide), normalises the offsets instead of
+  /// the window.
+  std::int64_t pretrained_height = 0;
+  std::int64_t pretrained_width = 0;  ///< HF pretrained_window_size[1]
 };
 /// Swin-V2's relative_coords_table [2H - 1, 2W - 1, 2] (HF's buffer without its leading
 /// 1): (dy, dx) for offsets from -(side - 1) to side - 1, normalised and log-spaced. A
@@ -78,6 +85,7 @@ struct SwinV2CoordsRequest {
 /// side must be at least 2.
 Table swinv2_coords_table(const SwinV2CoordsRequest& r);
 
+/// `posenc table levit-index`: --resolution, --stride, --bias-table.
 struct LevitIndexRequest {
   std::int64_t resolution = 0;  ///< R: keys on an R x R grid
   std::int64_t stride = 1;      ///< s > 1: queries subsampled, R_out = (R - 1) / s + 1
