@@ -719,4 +719,47 @@ Tensor apply_rope(const Tensor& x, const Axes& axes, const RopeFreqs& f, const P
   return y;
 }
 
+namespace {
+
+// The sequence length dynamic NTK and LongRoPE need when seq_len is not given: the
+// largest position used, plus one.
+std::int64_t positions_extent(const Positions& pos, std::size_t seq, const RopeApplyOptions& a) {
+  if (a.grid_h > 0) return std::max(a.grid_h, a.grid_w);
+  if (!pos.ids.empty()) {
+    return pos.start + *std::max_element(pos.ids.begin(), pos.ids.end()) + 1;
+  }
+  if (!pos.cu_seqlens.empty()) {
+    std::int64_t longest = 0;
+    for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
+      longest = std::max(longest, pos.cu_seqlens[i] - pos.cu_seqlens[i - 1]);
+    }
+    return pos.start + std::max<std::int64_t>(longest, 1);
+  }
+  return pos.start + static_cast<std::int64_t>(std::max<std::size_t>(seq, 1));
+}
+
+}  // namespace
+
+RopeFreqs rope_freqs_for(const Shape& shape, const Axes& axes,
+                         const std::function<RopeParams(int head_dim)>& params,
+                         const Positions& pos, const RopeApplyOptions& apply,
+                         const std::string& what) {
+  const std::size_t head_dim = shape[static_cast<std::size_t>(axes.index('d'))];
+  const std::size_t seq = shape[static_cast<std::size_t>(axes.index('s'))];
+  if (head_dim > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    throw InputError(fmt::format("{}: head dimension {} is too large", what, head_dim));
+  }
+  RopeParams p = params(static_cast<int>(head_dim));
+  if (p.rotary_dim == 0 && p.partial == 1.0 && head_dim % 2 != 0) {
+    // Nothing asked for an odd width: the input's shape is the problem, not an option.
+    throw InputError(fmt::format(
+        "{}: head dim (axis d) of shape {} is {}, which is odd: RoPE rotates pairs of dims; "
+        "rotate the first {} with rotary_dim or a partial rotary factor, or check the axes "
+        "({})",
+        what, shape_str(shape), head_dim, head_dim - 1, axes.letters));
+  }
+  if (p.seq_len == 0) p.seq_len = positions_extent(pos, seq, apply);
+  return compute_rope_freqs(p);
+}
+
 }  // namespace posenc
