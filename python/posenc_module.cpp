@@ -320,9 +320,9 @@ py::dict attrs_to(const Attrs& attrs) {
 
 // Rotates x into out (which may be x itself: each vector is read whole before its
 // rotation is stored).
-py::dict rope_into(const py::array& x, const std::string& x_dtype, py::array out,
-                   const std::string& out_dtype, const std::string& axes_text,
-                   const py::dict& rope_d, const py::dict& pos_d, const py::dict& apply_d) {
+void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
+               const std::string& out_dtype, const std::string& axes_text, const py::dict& rope_d,
+               const py::dict& pos_d, const py::dict& apply_d) {
   const DType in = dtype_of(x, x_dtype, "x");
   const DType to = dtype_of(out, out_dtype, "out");
   if (!out.writeable()) throw UsageError("out: the array is read-only");
@@ -351,7 +351,6 @@ py::dict rope_into(const py::array& x, const std::string& x_dtype, py::array out
     RopeApplier applier(shape, in, axes, f, pos, apply, to, "x");
     applier.rows(src, dst, 0, applier.rows_total());
   }
-  return attrs_to(f.attrs);
 }
 
 // --- tables -------------------------------------------------------------------------

@@ -94,17 +94,9 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     mrope_section: M-RoPE (t, h, w) pair counts (or "16,24,24"); mrope_interleaved.
     allow_nonfinite: rotate NaN/Inf instead of raising InputError.
     """
+    given = locals()
     a, in_name, like = _view(x, "x")
-    kw = dict(style=style, base=base, rotary_dim=rotary_dim, partial=partial,
-              rotary_last=rotary_last, rope_interleave=rope_interleave, scaling=scaling,
-              factor=factor, original_max_pos=original_max_pos, max_pos=max_pos,
-              seq_len=seq_len, beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale,
-              mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
-              truncate=truncate, low_freq_factor=low_freq_factor,
-              high_freq_factor=high_freq_factor, short_factor=short_factor,
-              long_factor=long_factor, hf_config=hf_config, layer_type=layer_type,
-              layer=layer, arith=arith)
-    rope_d = _rope_dict(kw, precision)
+    rope_d = _rope_dict(given, precision)
     pos = _positions(start, position_ids, cu_seqlens)
     if mrope_interleaved and mrope_section is None:
         raise UsageError("mrope_interleaved: needs mrope_section")
@@ -112,33 +104,47 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         raise UsageError("rope2d_ids: cannot be combined with rope2d")
     if rope2d_ids and order is not None:
         raise UsageError("order: the rows of position_ids give the order with rope2d_ids")
-    apply = {"inverse": bool(inverse), "precision": precision,
-             "allow_nonfinite": bool(allow_nonfinite),
-             "rope2d": tuple(rope2d) if rope2d is not None else None, "order": order,
-             "mrope_section": _sections(mrope_section),
-             "mrope_interleaved": bool(mrope_interleaved), "grid_ids": bool(rope2d_ids)}
+    apply = {}
+    if inverse:
+        apply["inverse"] = True
+    if precision is not None:
+        apply["precision"] = precision
+    if allow_nonfinite:
+        apply["allow_nonfinite"] = True
+    if rope2d is not None:
+        apply["rope2d"] = tuple(rope2d)
+    if order is not None:
+        apply["order"] = order
+    if mrope_section is not None:
+        apply["mrope_section"] = _sections(mrope_section)
+    if mrope_interleaved:
+        apply["mrope_interleaved"] = True
+    if rope2d_ids:
+        apply["grid_ids"] = True
     want = _dtype_name(dtype)
     if want is None or want == "same":
-        want = in_name if in_name in ("f16", "bf16", "f32", "f64") else "f64"
+        want = in_name if in_name in _FLOAT_NAMES else "f64"
     src = _contiguous(a)
     if out is None:
         dst = _empty(a.shape, want)
         _posenc.rope(src, in_name, dst, want, axes or "", rope_d, pos, apply)
         return _wrap(dst, want, like)
-    o, out_name, _ = _view(out, "out")
+    if out is x:
+        o, out_name = a, in_name
+    else:
+        o, out_name, _ = _view(out, "out")
     if dtype is not None and out_name != want:
         raise UsageError(f"out: dtype {out_name} differs from dtype {want}")
     if o.shape != a.shape:
         raise UsageError(f"out: shape {o.shape} differs from x's {a.shape}")
     if not o.flags.writeable:
         raise UsageError("out: the array is read-only")
-    same = (o.__array_interface__["data"][0] == a.__array_interface__["data"][0]
-            and o.strides == a.strides and o.dtype == a.dtype)
+    same = o is a or (o.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+                      and o.strides == a.strides and o.dtype == a.dtype)
     if o.flags.c_contiguous and o.dtype.isnative and (same or not np.shares_memory(o, a)):
         # In place (src is x itself) or into separate memory: no copy.
-        _posenc.rope(src, in_name, o, out_name, axes or "", rope_d,
-                     pos, apply)
-    elif np.shares_memory(o, a) and not same:
+        _posenc.rope(src, in_name, o, out_name, axes or "", rope_d, pos, apply)
+    elif not same and np.shares_memory(o, a):
         raise UsageError("out: overlaps x without being x")
     else:
         tmp = _empty(a.shape, out_name)
@@ -147,6 +153,7 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     return out
 
 
+_FLOAT_NAMES = ("f16", "bf16", "f32", "f64")
 _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
                       "rope_interleave", "scaling", "factor", "original_max_pos", "max_pos",
                       "seq_len", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",

@@ -92,6 +92,11 @@ def view(x, what):
     """(numpy array, posenc dtype name, 'torch' or 'numpy') for an input, without a copy
     where numpy can view it: numpy arrays, CPU torch tensors (bf16 as its bits), objects
     with __array_interface__ / the buffer protocol, DLPack producers."""
+    if type(x) is np.ndarray:
+        name = _NAMES.get(x.dtype)
+        if name is not None:
+            return x, name, "numpy"
+        return x, dtype_name(x.dtype, what), "numpy"
     if isinstance(x, BF16):
         return x.bits, "bf16", "numpy"
     t = _torch()
@@ -118,6 +123,8 @@ def view(x, what):
 
 def contiguous(a):
     """`a` itself when it is C-contiguous in native byte order, else a copy that is."""
+    if a.flags.c_contiguous and a.dtype.isnative:
+        return a
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     return np.ascontiguousarray(a)
@@ -132,14 +139,11 @@ def arg(x, what):
 
 
 def empty(shape, name):
-    return np.empty(shape, dtype=np.uint16 if name == "bf16" else _numpy_dtype(name))
+    return np.empty(shape, dtype=_NUMPY[name])
 
 
-def _numpy_dtype(name):
-    for d, n in _NAMES.items():
-        if n == name:
-            return d
-    raise UsageError(f"dtype: unknown dtype {name!r}")
+_NUMPY = {n: d for d, n in _NAMES.items()}
+_NUMPY["bf16"] = np.dtype(np.uint16)
 
 
 def wrap(a, name, like):

@@ -41,8 +41,11 @@ def factor_list(value, what):
 
 
 def rope_dict(kw, precision=None):
-    """The given ROPE OPTIONS of `kw` as the C++ module's dict."""
+    """The given ROPE OPTIONS of `kw` (a dict holding every name of ROPE_PARAMS) as the
+    C++ module's dict."""
     d = {k: kw[k] for k in ROPE_PARAMS if kw.get(k) is not None}
+    if not d and precision is None:
+        return d
     for k in ("short_factor", "long_factor"):
         if k in d:
             d[k] = factor_list(d[k], k)
@@ -59,7 +62,12 @@ def rope_dict(kw, precision=None):
     return d
 
 
+_NO_POSITIONS = {}
+
+
 def positions_dict(start=0, position_ids=None, cu_seqlens=None):
+    if start == 0 and position_ids is None and cu_seqlens is None:
+        return _NO_POSITIONS
     if position_ids is not None and cu_seqlens is not None:
         raise UsageError("position_ids: cannot be combined with cu_seqlens")
     if not isinstance(start, (int, np.integer)) or isinstance(start, bool):

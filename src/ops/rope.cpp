@@ -75,7 +75,7 @@ void move_d_axis(const std::byte* src, std::byte* dst, const Shape& shape, std::
   const std::size_t outer = product(shape, 0, d);
   const std::size_t len = shape[d];
   const std::size_t inner = product(shape, d + 1, shape.size());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (outer * len * inner >= rope_detail::kParallelElements)
   for (std::ptrdiff_t o = 0; o < static_cast<std::ptrdiff_t>(outer); ++o) {
     for (std::size_t k = 0; k < len; ++k) {
       for (std::size_t i = 0; i < inner; ++i) {
@@ -95,7 +95,7 @@ void move_d_axis(const std::byte* src, std::byte* dst, const Shape& shape, std::
 /// `es`: gather (dst[k] = src[perm[k]]) or scatter (dst[perm[k]] = src[k]).
 void permute_vectors(const std::byte* src, std::byte* dst, std::size_t nvec, std::size_t D,
                      std::size_t es, const std::vector<std::size_t>& perm, bool gather) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nvec * D >= rope_detail::kParallelElements)
   for (std::ptrdiff_t v = 0; v < static_cast<std::ptrdiff_t>(nvec); ++v) {
     const std::size_t base = static_cast<std::size_t>(v) * D;
     for (std::size_t k = 0; k < D; ++k) {
@@ -420,7 +420,7 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
   const double cscale = inverse ? 1.0 / af : af;
   const double sscale = inverse ? -1.0 / af : af;
   (void)ntb;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * R >= rope_detail::kParallelElements)
   for (std::ptrdiff_t row = 0; row < static_cast<std::ptrdiff_t>(rows); ++row) {
     const auto u = static_cast<std::size_t>(row);
     std::int64_t tp[3] = {0, 0, 0};
