@@ -217,39 +217,37 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
     throw UsageError("--layer-type: needs --hf-config");
   }
   check_layer_option(o);
-  if (!o.hf_config.empty()) {
-    std::vector<std::string> keep;
-    if (head_dim > 0) keep.push_back("head_dim");
-    // A config's partial_rotary_factor (or MLA rope dim) decides R unless --rotary-dim.
-    if (given(o, "--rotary-dim", o.rotary_dim != 0)) keep.push_back("rotary_dim");
-    // What the command line gives is not the config's: the config's value is neither
-    // taken nor checked (set_explicit below sets the option's). Not the lengths: the
-    // config's max_position_embeddings stays L0's fallback whatever --max-pos says.
-    static const std::pair<const char*, const char*> kOptionField[] = {
-        {"--style", "style"},
-        {"--base", "base"},
-        {"--partial", "partial"},
-        {"--scaling", "scaling"},
-        {"--factor", "factor"},
-        {"--beta-fast", "beta_fast"},
-        {"--beta-slow", "beta_slow"},
-        {"--mscale", "mscale"},
-        {"--mscale-all-dim", "mscale_all_dim"},
-        {"--attention-factor", "attention_factor"},
-        {"--low-freq-factor", "low_freq_factor"},
-        {"--high-freq-factor", "high_freq_factor"},
-        {"--no-truncate", "truncate"},
-        {"--short-factor", "short_factor"},
-        {"--long-factor", "long_factor"},
-        {"--rope-interleave", "rope_interleave"},
-    };
-    for (const auto& [option, field] : kOptionField) {
-      if (given(o, option, false)) keep.push_back(field);
-    }
-    apply_hf_config(o.hf_config, p, keep, hf_layer(o));
-    set_explicit(o, p, true);
+  if (o.hf_config.empty()) return p;
+  // The config fills what the command line does not give (merge_hf_config, as the
+  // Python module does); the names are the RopeParams members the options set.
+  static const std::pair<const char*, const char*> kOptionField[] = {
+      {"--style", "style"},
+      {"--base", "base"},
+      {"--rotary-dim", "rotary_dim"},
+      {"--partial", "partial"},
+      {"--scaling", "scaling"},
+      {"--factor", "factor"},
+      {"--original-max-pos", "original_max_pos"},
+      {"--max-pos", "max_pos"},
+      {"--seq-len", "seq_len"},
+      {"--beta-fast", "beta_fast"},
+      {"--beta-slow", "beta_slow"},
+      {"--mscale", "mscale"},
+      {"--mscale-all-dim", "mscale_all_dim"},
+      {"--attention-factor", "attention_factor"},
+      {"--low-freq-factor", "low_freq_factor"},
+      {"--high-freq-factor", "high_freq_factor"},
+      {"--no-truncate", "truncate"},
+      {"--short-factor", "short_factor"},
+      {"--long-factor", "long_factor"},
+      {"--rotary-last", "rotary_last"},
+      {"--rope-interleave", "rope_interleave"},
+  };
+  std::vector<std::string> names;
+  for (const auto& [option, field] : kOptionField) {
+    if (given(o, option, false)) names.emplace_back(field);
   }
-  return p;
+  return merge_hf_config(p, names, o.hf_config, hf_layer(o));
 }
 
 Positions rope_positions(const RopeCliOptions& o) {
