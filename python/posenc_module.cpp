@@ -845,14 +845,32 @@ PYBIND11_MODULE(_posenc, m) {
     }
   });
 
-  m.def("rope", &rope_into);
-  m.def("table", &tables);
-  m.def("attention", &attention);
-  m.def("compare", &compare);
-  m.def("read", &posenc::python::read);
-  m.def("write", &posenc::python::write);
-  m.def("kernel_variant", [] { return std::string(posenc::rope_kernel_variant()); });
-  m.def("time_rope_cpp", &time_rope_cpp);
-  m.def("time_attention_cpp", &time_attention_cpp);
-  m.def("noop", [] {});
+  m.def("rope", &rope_into,
+        "rope(x, x_dtype, out, out_dtype, axes, rope, positions, apply): rotates x into out "
+        "(which may be x); the options as dicts of RopeParams, Positions and RopeApplyOptions "
+        "members. Use posenc.rope.");
+  m.def("table", &tables,
+        "table(kind, request, rope, positions, dtype): the tables of one request as "
+        "((array, attrs), ...). Use posenc.table.");
+  m.def("attention", &attention,
+        "attention(tensors, options, rope, positions, apply, with_rope, relative): the emitted "
+        "tensors and attrs as a dict. Use posenc.attention.");
+  m.def("compare", &compare,
+        "compare(a, a_dtype, b, b_dtype, options): the comparison as a dict. Use "
+        "posenc.compare.");
+  m.def("read", &posenc::python::read,
+        "read(ref): (array, dtype name) of a tensor reference. Use posenc.read.");
+  m.def("write", &posenc::python::write,
+        "write(ref, x, dtype, attrs, options): writes x atomically. Use posenc.write.");
+  m.def(
+      "kernel_variant", [] { return std::string(posenc::rope_kernel_variant()); },
+      "The RoPE kernel variant this process runs.");
+  m.def("time_rope_cpp", &time_rope_cpp,
+        "time_rope_cpp(x, dtype, axes, repeats): best time in seconds of the C++ in-place "
+        "rotation of x (default RoPE), for bench/python.");
+  m.def("time_attention_cpp", &time_attention_cpp,
+        "time_attention_cpp(q, k, v, dtype, causal, repeats): best time in seconds of the C++ "
+        "attention call (output only), for bench/python.");
+  m.def(
+      "noop", [] {}, "Does nothing: the cost of a call into the module, for bench/python.");
 }

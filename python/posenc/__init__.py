@@ -291,6 +291,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
 def _relative(rope, rel_keys, content_bias, position_bias, segment_ids, segment_embed,
               segment_bias, pos_key, pos_query, pos_att_type, position_buckets,
               max_relative_positions):
+    """The Transformer-XL / XLNet and DeBERTa arguments, checked as the command checks
+    them, as the C++ module's dict."""
     xl = rel_keys is not None
     deberta = pos_key is not None or pos_query is not None
     for name, value in (("content_bias", content_bias), ("position_bias", position_bias),

@@ -139,6 +139,7 @@ def arg(x, what):
 
 
 def empty(shape, name):
+    """An uninitialised C-order array for posenc dtype `name` (bf16 as uint16)."""
     return np.empty(shape, dtype=_NUMPY[name])
 
 

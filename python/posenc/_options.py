@@ -66,6 +66,7 @@ _NO_POSITIONS = {}
 
 
 def positions_dict(start=0, position_ids=None, cu_seqlens=None):
+    """start / position_ids / cu_seqlens as the C++ module's dict (int64 arrays)."""
     if start == 0 and position_ids is None and cu_seqlens is None:
         return _NO_POSITIONS
     if position_ids is not None and cu_seqlens is not None:
@@ -77,6 +78,7 @@ def positions_dict(start=0, position_ids=None, cu_seqlens=None):
 
 
 def sections(value, what="mrope_section"):
+    """M-RoPE sections from a sequence of integers or a "T,H,W" text."""
     if value is None:
         return None
     if isinstance(value, str):

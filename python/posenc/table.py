@@ -18,10 +18,12 @@ __all__ = ["sinusoidal", "rope", "rope2d", "alibi", "relative", "t5_bucket", "xl
 
 
 def _like(dtype):
+    """"torch" when `dtype` is a torch dtype (results as torch tensors), else "numpy"."""
     return "torch" if type(dtype).__module__ == "torch" else "numpy"
 
 
 def _run(kind, request, dtype, rope=None, pos=None, emits=None, single=True):
+    """Computes the tables of one request: an array, or a tuple for several emits."""
     name = _dtype_name(dtype) or ""
     if emits is not None:
         request["emit"] = [e.replace("_", "-") for e in emits]
@@ -33,6 +35,7 @@ def _run(kind, request, dtype, rope=None, pos=None, emits=None, single=True):
 
 
 def _layout(layout):
+    """Whether `layout` ("full" or "half") asks for half-width lines."""
     if layout not in ("full", "half"):
         raise UsageError(f"layout: expected full or half, got '{layout}'")
     return layout == "half"
