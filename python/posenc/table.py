@@ -3,8 +3,6 @@
 a numpy array (a torch tensor when `dtype` is a torch dtype); the RoPE kinds return a
 tuple of arrays when `emit` is a sequence."""
 
-import numpy as np
-
 from . import _posenc
 from ._arrays import dtype_name as _dtype_name
 from ._arrays import wrap as _wrap
@@ -138,5 +136,3 @@ def deberta_bucket(*, q_len=None, k_len=None, position_buckets=256,
                                    "position_buckets": position_buckets,
                                    "max_relative_positions": max_relative_positions}, dtype)
 
-
-del np

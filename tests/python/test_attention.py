@@ -1,10 +1,7 @@
 """posenc.attention against the float64 eager reference of
-tests/lib/reference_attention.py (with its error bounds) and torch's
-scaled_dot_product_attention; options pass through to the library."""
-import math
-
+tests/lib/reference_attention.py (with its error bounds) and torch's eager attention;
+options pass through to the library."""
 import numpy as np
-import pytest
 import torch
 
 import posenc

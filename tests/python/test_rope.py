@@ -1,7 +1,6 @@
 """posenc.rope against the independent numpy reference of tests/lib/reference_rope.py
 (also used by the CLI's tests), in place and out of place, numpy and torch, every float
 dtype; the in-place rotation must not copy (the input's data pointer is the output's)."""
-import math
 
 import numpy as np
 import pytest

@@ -1,6 +1,5 @@
 """posenc.table kinds against the references of tests/lib (sinusoidal, RoPE frequencies,
 ALiBi slopes, T5 buckets) and closed forms written here (Shaw indices)."""
-import math
 
 import numpy as np
 import pytest
