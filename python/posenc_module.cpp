@@ -36,6 +36,7 @@
 #include "posenc/ops/compare.hpp"
 #include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
+#include "posenc/ops/rope_stream.hpp"
 #include "posenc/ops/select.hpp"
 #include "posenc/tensor.hpp"
 
@@ -567,6 +568,8 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
                        "\"))");
     }
   }
+  // As the command: at most physical memory unless told (0 = no limit).
+  opt.max_memory = physical_memory();
   if (auto m = get<std::int64_t>(d, "max_memory")) {
     if (*m < 0) throw UsageError("max_memory: must not be negative");
     opt.max_memory = static_cast<std::size_t>(*m);

@@ -195,7 +195,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     t5_bias [buckets, hq] with t5_buckets, t5_max_distance, t5_causal.
     relative_k [2M+1, d], relative_v [2M+1, dv], max_distance: Shaw relative tables.
     softcap C; sinks [hq]; masked_rows "zero" or "nan"; dtype of the results;
-    max_memory in bytes (InputError when the run would need more); allow_nonfinite.
+    max_memory in bytes (InputError when the run would need more; default physical
+    memory, 0 no limit); allow_nonfinite.
     precision "f32"/"f64"; arith "exact" or "hf" (HF eager attention's bits).
     hf_config (path), layer_type, layer: a HF config's scale, soft-cap, windows, chunks,
         temperature and ALiBi (explicit keywords win), its shapes checked.

@@ -71,6 +71,8 @@ def test_input_errors():
     q = np.zeros((1, 2, 3, 8))
     with pytest.raises(posenc.InputError):
         posenc.attention(q, np.zeros((1, 2, 3, 4)), emit="probs")
+    with pytest.raises(posenc.InputError, match="would need .* bytes > max_memory 10 bytes"):
+        posenc.attention(q, np.zeros((1, 2, 4, 8)), emit="probs", max_memory=10)
     with pytest.raises(posenc.InputError):
         posenc.read("/nonexistent/x.npy")
 
