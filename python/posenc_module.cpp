@@ -7,6 +7,7 @@
 // points the command's subcommands call. Results leave as numpy arrays that own the
 // library's Tensor storage (no copy). Computation runs without the GIL.
 
+#include <omp.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -874,6 +875,14 @@ PYBIND11_MODULE(_posenc, m) {
   m.def("time_attention_cpp", &time_attention_cpp,
         "time_attention_cpp(q, k, v, dtype, causal, repeats): best time in seconds of the C++ "
         "attention call (output only), for bench/python.");
+  m.def(
+      "set_threads",
+      [](int n) {
+        if (n < 0) throw posenc::UsageError("threads: must be >= 0, got " + std::to_string(n));
+        omp_set_num_threads(n > 0 ? n : omp_get_num_procs());
+      },
+      "set_threads(n): worker threads for the calls that follow (0 = all cores), as the "
+      "command's -j/--threads. Results do not depend on it.");
   m.def(
       "noop", [] {}, "Does nothing: the cost of a call into the module, for bench/python.");
 }

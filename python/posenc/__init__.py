@@ -42,13 +42,19 @@ __version__ = _posenc.__version__
 
 __all__ = ["rope", "attention", "compare", "read", "write", "table", "CompareResult", "BF16",
            "bf16_to_float32", "float32_to_bf16", "Error", "UsageError", "InputError",
-           "OutputError", "DifferError", "kernel_variant", "__version__"]
+           "OutputError", "DifferError", "kernel_variant", "set_threads", "__version__"]
 
 
 class DifferError(Error):
     """Two tensors differ (exit status 1 of ``posenc compare``)."""
 
     status = 1
+
+
+def set_threads(n):
+    """Worker threads for the calls that follow (0 = all cores), as the command's
+    -j/--threads. Results do not depend on it."""
+    _posenc.set_threads(int(n))
 
 
 def kernel_variant():

@@ -94,9 +94,26 @@ def test_gil_released_during_computation():
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-4)  # so that the hand-over around a call is short
     try:
-        free, span = turns_during(lambda: posenc.rope(x, out=x))
+        # Four rotations (about half a second): long against the hand-over around a
+        # call, which a loaded machine can stretch to several milliseconds.
+        free, span = turns_during(lambda: [posenc.rope(x, out=x) for _ in range(4)])
         held, _ = turns_during(lambda: usleep(int(span * 1e6)))
     finally:
         sys.setswitchinterval(old)
     assert span > 0.005
     assert free > 3 * held, (free, held, span)
+
+
+def test_results_do_not_depend_on_threads():
+    x = np.random.default_rng(4).standard_normal((2, 8, 512, 64)).astype(np.float32)
+    q, k, v = (np.random.default_rng(i).standard_normal((1, 4, 300, 32)) for i in range(3))
+    try:
+        posenc.set_threads(1)
+        one = posenc.rope(x), posenc.attention(q, k, v, causal=True, emit="output")
+        posenc.set_threads(2)
+        two = posenc.rope(x), posenc.attention(q, k, v, causal=True, emit="output")
+    finally:
+        posenc.set_threads(0)
+    assert all(np.array_equal(a, b) for a, b in zip(one, two))
+    with pytest.raises(posenc.UsageError):
+        posenc.set_threads(-1)
