@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -100,11 +101,17 @@ DType dtype_of(const py::array& a, const std::string& name, const std::string& w
   return t;
 }
 
-// A copy of `a` as a library Tensor (the library's Tensor owns its storage).
+// `a` as a library Tensor: its own memory, borrowed (the caller keeps `a` alive for the
+// call; the library only reads its inputs), or a copy when it is not aligned to its
+// element size.
 Tensor to_tensor(const py::array& a, const std::string& dtype, const std::string& what) {
-  Tensor t(dtype_of(a, dtype, what), shape_of(a));
-  if (t.nbytes() > 0) std::memcpy(t.bytes(), a.data(), t.nbytes());
-  return t;
+  const DType t = dtype_of(a, dtype, what);
+  if (reinterpret_cast<std::uintptr_t>(a.data()) % dtype_size(t) == 0) {
+    return Tensor::borrow(t, shape_of(a), const_cast<void*>(a.data()));
+  }
+  Tensor copy(t, shape_of(a));
+  if (copy.nbytes() > 0) std::memcpy(copy.bytes(), a.data(), copy.nbytes());
+  return copy;
 }
 
 // A numpy array owning `t`'s storage.
@@ -125,6 +132,11 @@ py::array to_array(Tensor&& t) {
 std::optional<Tensor> tensor_arg(const py::dict& d, const char* key) {
   if (!d.contains(key) || d[key].is_none()) return std::nullopt;
   auto pair = d[key].cast<std::pair<py::array, std::string>>();
+  // Borrowed memory must outlive this function: the array the dict holds does, a
+  // converted temporary would not.
+  if (!py::isinstance<py::array>(d[key].cast<py::tuple>()[0])) {
+    throw UsageError(std::string(key) + ": expected a numpy array");
+  }
   return to_tensor(pair.first, pair.second, key);
 }
 

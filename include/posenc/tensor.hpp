@@ -61,12 +61,17 @@ class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(std::size_t bytes);
+  /// `bytes` bytes at `data`, owned elsewhere: not freed by the buffer.
+  static Buffer borrow(std::byte* data, std::size_t bytes) noexcept;
   std::byte* data() noexcept { return ptr_.get(); }
   const std::byte* data() const noexcept { return ptr_.get(); }
   std::size_t size() const noexcept { return size_; }
 
  private:
   struct Free {
+    Free() noexcept : owned(true) {}
+    explicit Free(bool own) noexcept : owned(own) {}
+    bool owned;  ///< false for borrowed memory
     void operator()(std::byte* p) const noexcept;
   };
   std::unique_ptr<std::byte, Free> ptr_;
@@ -79,6 +84,12 @@ class Tensor {
   Tensor() = default;
   /// Allocates uninitialised storage. Throws InputError if the size overflows.
   Tensor(DType dtype, Shape shape);
+  /// A tensor over memory it does not own (C order, native byte order, aligned to the
+  /// element size; not necessarily to 64 bytes), such as a caller's array: `data` must
+  /// hold the elements and outlive the tensor. The library's functions read their
+  /// const Tensor& inputs only, so a borrowed input is never written. Throws InputError
+  /// if the size overflows.
+  static Tensor borrow(DType dtype, Shape shape, void* data);
 
   DType dtype() const noexcept { return dtype_; }
   const Shape& shape() const noexcept { return shape_; }
