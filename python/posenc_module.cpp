@@ -222,7 +222,12 @@ RopeParams rope_params(const py::dict& d, int head_dim) {
     layer.index = *index;
   }
   if (!layer.type.empty() && config.empty()) throw UsageError("layer_type: needs hf_config");
-  return merge_hf_config(p, names, config, layer);
+  HfVersion version;
+  if (auto v = get<std::string>(d, "hf_version")) {
+    if (config.empty()) throw UsageError("hf_version: needs hf_config");
+    version = parse_hf_version(*v);
+  }
+  return merge_hf_config(p, names, config, layer, version);
 }
 
 Precision precision_of(const std::string& s) {
@@ -543,6 +548,8 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "chunk_size", opt.chunk_size);
   set_if(d, "temperature_scale", opt.temperature_scale);
   set_if(d, "temperature_floor", opt.temperature_floor);
+  set_if(d, "llama4_scaling_beta", opt.llama4_scaling_beta);
+  set_if(d, "llama4_scaling_period", opt.llama4_scaling_period);
   if (auto a = get<std::string>(d, "alibi")) {
     if (*a == "bloom" || *a == "falcon") {
       opt.alibi = AlibiVariant::fairseq;
@@ -637,6 +644,7 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     if (opt_d.contains("temperature_scale") && !opt_d["temperature_scale"].is_none()) {
       keep.emplace_back("temperature");
     }
+    if (opt_d.contains("llama4_scaling_beta")) keep.emplace_back("llama4_scaling");
     apply_hf_attention(c, opt, keep);
   } else if (rope_d.contains("layer_type") || rope_d.contains("layer")) {
     throw UsageError(std::string(rope_d.contains("layer") ? "layer" : "layer_type") +

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "posenc/encodings/rope.hpp"
+#include "posenc/ops/compare.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/plot.hpp"
@@ -112,5 +113,17 @@ RelativeCheck rope_relative_check(const Tensor& q, const Tensor& k, const RopeFr
 /// probabilities and row sums away from 1 (beyond 1e-6 for f64, 1e-4 for f32, 2e-2 for
 /// f16/bf16), for non-float tensors and ranks outside 2-4.
 AnalysisTable attention_head_stats(const Tensor& probs, const std::string& what);
+
+/// The breakdown of a comparison (CompareResult::breakdown, which must be set) as a
+/// table: one row per group in C order over the breakdown's axes, with columns: the
+/// axes' names (`names`, one per axis; the cells hold A's index along it, or the pair
+/// index), "count" (elements compared), "mismatches", "max_abs", "max_rel", "max_ulp",
+/// "max_tol_ratio" (see GroupStats; NaN where a group has no value). Attributes: the
+/// rule (rtol, atol, max_ulp when set, ulp_type), "by" (the names comma-joined), `extra`,
+/// then "columns". The figure: for one axis, line charts of max |a - b| (log axis when
+/// some value is positive) and of the mismatches along it; for two, heatmaps of the
+/// mismatches and of max |a - b| (log colours), rows the first axis, columns the second.
+AnalysisTable compare_breakdown_table(const CompareResult& r, const std::vector<std::string>& names,
+                                      Attrs extra = {});
 
 }  // namespace posenc

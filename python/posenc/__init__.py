@@ -68,7 +68,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
          original_max_pos=None, max_pos=None, seq_len=None, beta_fast=None, beta_slow=None,
          mscale=None, mscale_all_dim=None, attention_factor=None, truncate=None,
          low_freq_factor=None, high_freq_factor=None, short_factor=None, long_factor=None,
-         hf_config=None, layer_type=None, layer=None, precision=None, arith=None,
+         hf_config=None, hf_version=None, layer_type=None, layer=None, precision=None,
+         arith=None,
          rope2d=None, rope2d_ids=False, order=None, mrope_section=None,
          mrope_interleaved=False, allow_nonfinite=False):
     """Rotary position embedding of every vector along axis d of `x`, the position of
@@ -92,7 +93,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         low_freq_factor, high_freq_factor, short_factor, long_factor (lists, arrays,
         comma lists or tensor references): HF rope_scaling's names.
     hf_config: a HF config.json (path) supplying all of the above; explicit keywords win.
-        layer_type / layer pick its layers.
+        layer_type / layer pick its layers; hf_version ("4.51", "5") reads it as that
+        transformers release does.
     precision: "f64" (default, correctly rounded) or "f32" (arith "exact" only).
     arith: "exact" (default), "hf", "meta" or "ggml": a framework's bits.
     rope2d: (H, W) axial 2-D RoPE over a grid (base defaults to 100); order "xy"/"yx";
@@ -168,12 +170,14 @@ _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
 
 
 def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, window=None,
-              sliding_window=None, chunk_size=None, attn_temperature=None, key_lengths=None,
+              sliding_window=None, chunk_size=None, attn_temperature=None,
+              llama4_scaling=None, key_lengths=None,
               mask=None, alibi=None, alibi_max_bias=None, t5_bias=None, t5_buckets=None,
               t5_max_distance=None, t5_causal=False, relative_k=None, relative_v=None,
               max_distance=None, softcap=None, sinks=None, masked_rows=None, dtype=None,
               max_memory=None, allow_nonfinite=False, precision=None, arith=None,
-              hf_config=None, layer_type=None, layer=None, cu_seqlens=None,
+              hf_config=None, hf_version=None, layer_type=None, layer=None,
+              cu_seqlens=None,
               rope=False, start=0, position_ids=None, inverse=False, style=None, base=None,
               rotary_dim=None, partial=None, rotary_last=None, rope_interleave=None,
               scaling=None, factor=None, original_max_pos=None, max_pos=None, seq_len=None,
@@ -193,7 +197,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     scale: multiplies q.k (default 1/sqrt(d)). causal: True (bottom-right), "top-left"
         or "bottom-right". window: LEFT or (LEFT, RIGHT) (-1 unbounded).
         sliding_window: HF's W. chunk_size: Llama-4 chunks. attn_temperature:
-        (SCALE, FLOOR) of Llama-4's temperature tuning.
+        (SCALE, FLOOR) of Llama-4's temperature tuning. llama4_scaling: (BETA, PERIOD),
+        queries at position p times 1 + BETA log(1 + floor(p / PERIOD)) (Ministral-3).
     key_lengths [b]; mask (bool/int keep, or additive float), broadcastable to
         [b, h, sq, sk]; cu_seqlens: packed sequences.
     alibi: True or "causal", "symmetric", "bottom-right", "fairseq", "bloom", "falcon";
@@ -204,7 +209,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     max_memory in bytes (InputError when the run would need more; default physical
     memory, 0 no limit); allow_nonfinite.
     precision "f32"/"f64"; arith "exact" or "hf" (HF eager attention's bits).
-    hf_config (path), layer_type, layer: a HF config's scale, soft-cap, windows, chunks,
+    hf_config (path), hf_version, layer_type, layer: a HF config's scale, soft-cap, windows, chunks,
         temperature and ALiBi (explicit keywords win), its shapes checked.
     rope=True rotates q and k first, with the ROPE OPTIONS of posenc.rope (start,
         position_ids, inverse, style, base, scaling, factor, ...; hf_config's RoPE).
@@ -224,6 +229,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         raise UsageError("layer_type: needs hf_config")
     if layer is not None and hf_config is None:
         raise UsageError("layer: needs hf_config")
+    if hf_version is not None and hf_config is None:
+        raise UsageError("hf_version: needs hf_config")
     qa, q_name, like = _view(q, "q")
     tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v"),
                "mask": _arg(mask, "mask"), "key_lengths": _arg(key_lengths, "key_lengths"),
@@ -256,6 +263,12 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
             raise UsageError("attn_temperature: expected (SCALE, FLOOR), a number and a "
                              "positive floor")
         opt["temperature_scale"], opt["temperature_floor"] = float(t_scale), float(t_floor)
+    if llama4_scaling is not None:
+        beta, period = llama4_scaling
+        if not np.isfinite(beta) or not period >= 1 or period > 9.0e15 or period != int(period):
+            raise UsageError("llama4_scaling: expected (BETA, PERIOD), a number and a positive "
+                             "whole period")
+        opt["llama4_scaling_beta"], opt["llama4_scaling_period"] = float(beta), int(period)
     if alibi is not None and alibi is not False:
         opt["alibi"] = "causal" if alibi is True else alibi
         if alibi_max_bias is not None:
@@ -283,7 +296,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
               truncate=truncate, low_freq_factor=low_freq_factor,
               high_freq_factor=high_freq_factor, short_factor=short_factor,
-              long_factor=long_factor, hf_config=hf_config, layer_type=layer_type,
+              long_factor=long_factor, hf_config=hf_config, hf_version=hf_version,
+              layer_type=layer_type,
               layer=layer, arith=arith)
     rope_d = _rope_dict(kw, precision)
     pos = _positions(start, position_ids, cu_seqlens)

@@ -13,8 +13,8 @@ from ._posenc import InputError, UsageError
 ROPE_PARAMS = ("style", "base", "rotary_dim", "partial", "scaling", "factor",
                "original_max_pos", "max_pos", "seq_len", "beta_fast", "beta_slow", "mscale",
                "mscale_all_dim", "attention_factor", "truncate", "low_freq_factor",
-               "high_freq_factor", "short_factor", "long_factor", "hf_config", "layer_type",
-               "layer", "rotary_last", "rope_interleave", "arith")
+               "high_freq_factor", "short_factor", "long_factor", "hf_config", "hf_version",
+               "layer_type", "layer", "rotary_last", "rope_interleave", "arith")
 
 
 def factor_list(value, what):

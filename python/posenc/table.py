@@ -52,7 +52,8 @@ def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", 
          partial=None, scaling=None, factor=None, original_max_pos=None, max_pos=None,
          seq_len=None, beta_fast=None, beta_slow=None, mscale=None, mscale_all_dim=None,
          attention_factor=None, truncate=None, low_freq_factor=None, high_freq_factor=None,
-         short_factor=None, long_factor=None, hf_config=None, layer_type=None, layer=None,
+         short_factor=None, long_factor=None, hf_config=None, hf_version=None, layer_type=None,
+         layer=None,
          inverse=False, precision=None, arith=None):
     """RoPE tables with HF's scaling variants (``posenc table rope``).
 
@@ -64,7 +65,7 @@ def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", 
         "cos-sin-cache" [N, R] (vLLM); a sequence (("cos", "sin")) returns a tuple.
     layout: "full" (W = R in the style's pair layout) or "half" (W = R/2, flash-attn).
     The ROPE OPTIONS (style, base, rotary_dim, partial, scaling, factor, ..., hf_config,
-    inverse, precision, arith) are those of posenc.rope.
+    hf_version, inverse, precision, arith) are those of posenc.rope.
     """
     if dim is not None and dim <= 0:
         raise UsageError(f"dim: must be at least 1, got {dim}")
@@ -78,7 +79,8 @@ def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", 
               mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
               truncate=truncate, low_freq_factor=low_freq_factor,
               high_freq_factor=high_freq_factor, short_factor=short_factor,
-              long_factor=long_factor, hf_config=hf_config, layer_type=layer_type,
+              long_factor=long_factor, hf_config=hf_config, hf_version=hf_version,
+              layer_type=layer_type,
               layer=layer, arith=arith)
     rope_d = _rope_dict(kw, precision)
     pos = _positions(start, position_ids, cu_seqlens)

@@ -26,6 +26,7 @@ def rope(*, positions: Optional[int] = ..., dim: Optional[int] = ...,
          truncate: Optional[bool] = ..., low_freq_factor: Optional[float] = ...,
          high_freq_factor: Optional[float] = ..., short_factor: Optional[Factors] = ...,
          long_factor: Optional[Factors] = ..., hf_config: Optional[Union[str, PathLike]] = ...,
+         hf_version: Optional[str] = ...,
          layer_type: Optional[str] = ..., layer: Optional[int] = ..., inverse: bool = ...,
          precision: Optional[Precision] = ..., arith: Optional[Arith] = ...) -> Any: ...
 def rope2d(*, height: int, width: int, dim: int, base: float = ...,

@@ -15,6 +15,7 @@
 #include "cli/common.hpp"
 #include "cli/figure_output.hpp"
 #include "cli/rope_options.hpp"
+#include "cli/table_output.hpp"
 #include "posenc/analysis.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
@@ -25,73 +26,18 @@ namespace posenc::cli {
 namespace {
 
 /// What every analyze subcommand shares: outputs and the picture.
-struct AnalyzeCommon {
-  OutputOptions out;
-  std::string plot;
-  FigureOptions fig;
+struct AnalyzeCommon : TableOutputOptions {
   CLI::App* app = nullptr;
 };
 
 void add_common(CLI::App* sub, AnalyzeCommon& c) {
   c.app = sub;
-  add_output_options(sub, c.out, false, false);
-  sub->add_option("--plot", c.plot,
-                  "draw the table: an image file (.png, .svg, .pdf) or - for the terminal");
-  add_figure_options(sub, c.fig, false);
+  add_table_output_options(
+      sub, c, nullptr, "draw the table: an image file (.png, .svg, .pdf) or - for the terminal");
 }
 
-/// The table as aligned text with the column names on top (standard output without -o).
-std::string table_text(const AnalysisTable& t) {
-  const std::size_t rows = t.data.shape()[0], cols = t.columns.size();
-  std::vector<std::vector<std::string>> cells(rows + 1);
-  std::vector<std::size_t> width(cols, 0);
-  for (std::size_t c = 0; c < cols; ++c) cells[0].push_back(t.columns[c]);
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t c = 0; c < cols; ++c)
-      cells[r + 1].push_back(format_element(t.data, r * cols + c));
-  }
-  for (const auto& row : cells) {
-    for (std::size_t c = 0; c < cols; ++c) width[c] = std::max(width[c], row[c].size());
-  }
-  std::string out;
-  for (const auto& row : cells) {
-    for (std::size_t c = 0; c < cols; ++c) {
-      out += (c ? "  " : "") + std::string(width[c] - row[c].size(), ' ') + row[c];
-    }
-    out += '\n';
-  }
-  return out;
-}
-
-/// Writes the table (-o), draws it (--plot), or prints it when neither is asked for
-/// and `print` is set. The picture is rendered before anything is written, so a drawing
-/// error leaves no output behind.
 void emit(const AnalysisTable& t, const AnalyzeCommon& c, bool print = true) {
-  const bool has_out = !c.out.outputs.empty();
-  if (has_out && c.out.outputs[0] == "-" && c.plot == "-") {
-    throw UsageError("-o - and --plot - would both write to standard output");
-  }
-  verbose_attrs(t.attrs);
-  std::unique_ptr<FigureTarget> picture;
-  if (!c.plot.empty()) {
-    FigureOptions fo = c.fig;
-    fo.force = c.out.force;
-    fo.no_clobber = c.out.no_clobber;
-    fo.sync = c.out.sync;
-    picture = std::make_unique<FigureTarget>(c.plot, fo, t.figure);
-  }
-  // The picture is finished before the table is published, and published after it: a
-  // failure of either leaves both targets as they were.
-  if (picture && !c.plot.empty() && c.plot != "-") picture->prepare();
-  if (has_out) {
-    write_tensor(parse_ref(c.out.outputs[0], c.out.to), t.data, t.attrs, c.out.write_options());
-  }
-  if (picture) picture->commit();
-  if (!has_out && !picture && print) {
-    OutputFile out("-", c.out.write_options(), false);
-    out.write(table_text(t));
-    out.commit();
-  }
+  emit_table(t, c, print);
 }
 
 /// A comma list of positive numbers.
@@ -271,8 +217,7 @@ void run_relative(const RelativeCheckOptions& o) {
       "head {}, q {}, k {}, shift {}; {} scores x {} shifts",
       r.pass ? "pass" : "FAIL", r.max_rel, r.tolerance, r.at_b, r.at_h, r.at_i, r.at_j, r.at_shift,
       r.scores, ro.shifts.size());
-  const bool stdout_busy =
-      (!o.c.out.outputs.empty() && o.c.out.outputs[0] == "-") || o.c.plot == "-";
+  const bool stdout_busy = o.c.stdout_taken();
   if (!globals().quiet) fmt::print(stdout_busy ? stderr : stdout, "{}\n", line);
   if (!r.pass) exit_code() = 1;
 }
@@ -340,7 +285,7 @@ void register_analyze(CLI::App& app) {
   add_rope_options(r, rel->rope);
   r->add_option("--shifts", rel->shifts, "position shifts to compare with (default 1,100,10000)");
   r->add_option("--tol", rel->tol,
-                "tolerance on the relative deviation (default 4 eps (A + D), see the man page)");
+                "tolerance on the relative deviation (default 4 eps (A + D), see posenc help analyze)");
   add_common(r, rel->c);
   r->callback([rel] { run_relative(*rel); });
 

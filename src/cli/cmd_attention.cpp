@@ -50,6 +50,7 @@ struct AttentionCmdOptions {
   long long sliding_window = 0;
   long long chunk_size = 0;
   std::vector<double> temperature;  // SCALE FLOOR
+  std::vector<double> llama4_scaling;  // BETA PERIOD
   std::string mask;
   std::string key_lengths;
   std::string alibi;
@@ -101,7 +102,7 @@ void check_budget(const TensorSource& q, const TensorSource& k, const TensorSour
   }
 }
 
-// The output references for the emitted tensors (see the man page: one per tensor in
+// The output references for the emitted tensors (see posenc-attention(1): one per tensor in
 // --emit order, a {} / %s pattern, or one HDF5 file with a dataset per tensor, at
 // /NAME or /GROUP/NAME).
 std::vector<TensorRef> output_refs(const AttentionCmdOptions& o,
@@ -127,6 +128,7 @@ void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Sha
                                                           {"--softcap", "softcap"},
                                                           {"--chunk-size", "chunk_size"},
                                                           {"--attn-temperature", "temperature"},
+                                                          {"--llama4-scaling", "llama4_scaling"},
                                                           {"--alibi", "alibi"}};
   for (const auto& [option, name] : kOptions) {
     if (given(o, option)) keep.push_back(name);
@@ -230,6 +232,16 @@ void run_attention(AttentionCmdOptions& o) {
     }
     opt.temperature_scale = o.temperature[0];
     opt.temperature_floor = o.temperature[1];
+  }
+  if (given(o, "--llama4-scaling")) {
+    const double period = o.llama4_scaling[1];
+    if (!std::isfinite(o.llama4_scaling[0]) || !(period >= 1) || period > 9.0e15 ||
+        period != std::floor(period)) {
+      throw UsageError(
+          "--llama4-scaling: expected BETA PERIOD, a number and a positive whole period");
+    }
+    opt.llama4_scaling_beta = o.llama4_scaling[0];
+    opt.llama4_scaling_period = static_cast<std::int64_t>(period);
   }
   if (!o.rope_opts.layer_type.empty() && o.rope_opts.hf_config.empty()) {
     throw UsageError("--layer-type: needs --hf-config");
@@ -430,6 +442,12 @@ void register_attention(CLI::App& app) {
                   "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)")
       ->expected(2)
       ->type_name("SCALE FLOOR");
+  sub->add_option("--llama4-scaling", o->llama4_scaling,
+                  "Llama-4 query scaling as Ministral-3 applies it: queries at position p times "
+                  "1 + BETA log(1 + floor(p / PERIOD)) (HF llama_4_scaling_beta, "
+                  "original_max_position_embeddings)")
+      ->expected(2)
+      ->type_name("BETA PERIOD");
   sub->add_option("--key-lengths", o->key_lengths,
                   "[b] integers: keys at or after the length are padding (masked)");
   sub->add_option("--mask", o->mask,
@@ -437,7 +455,8 @@ void register_attention(CLI::App& app) {
   sub->add_option("--alibi", o->alibi,
                   "ALiBi bias: causal (default; -m(i-j)), symmetric (-m|i-j|), bottom-right "
                   "(-m|i+sk-sq-j|), fairseq or bloom (m j), falcon (m j before the scale)")
-      ->expected(0, 1);
+      ->expected(0, 1)
+      ->type_name("[VARIANT]");
   sub->add_option("--alibi-max-bias", o->alibi_max_bias,
                   "ALiBi slopes 2^(-max_bias (h+1)/H) (default 8)");
   sub->add_option("--t5-bias", o->t5_bias, "T5 relative bias embedding [buckets, hq]");
@@ -474,7 +493,8 @@ void register_attention(CLI::App& app) {
   }
   if (auto* p = sub->get_option_no_throw("--hf-config")) {
     p->description(
-        "a HF config.json: scale, soft-cap, sliding window, chunking, temperature and ALiBi of "
+        "a HF config.json: scale, soft-cap, sliding window, chunking, temperature, Llama-4 "
+        "query scaling and ALiBi of "
         "the --layer-type, its head counts and dims checked against Q, K, V, and with --rope "
         "its RoPE (as transformers v5 reads the file); explicit options win");
   }

@@ -1,11 +1,15 @@
 // posenc compare A B: element-wise comparison with numpy.isclose semantics (B is the
 // reference: |a - b| <= atol + rtol * |b|) and/or a bound on the distance in units in
 // the last place. Exit 0 when every element matches, 1 when any differs or the shapes
-// differ.
+// differ. --by and --top say where the errors are: a table per index along one or two
+// axes (written with -o, drawn with --plot like the analyses' tables) and the worst
+// elements.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -13,9 +17,12 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/table_output.hpp"
+#include "posenc/analysis.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/compare.hpp"
+#include "posenc/ops/compare_locate.hpp"
 #include "posenc/ops/select.hpp"
 #include "posenc/printable.hpp"
 #include "posenc/tensor.hpp"
@@ -31,7 +38,60 @@ struct CompareCliOptions {
   bool json = false;
   bool equal_nan = false;
   std::string slice;
+  std::string axes, pairs;
+  std::optional<std::string> by;
+  std::optional<std::size_t> rotary_dim, top;
+  TableOutputOptions table;
 };
+
+/// What the report says about the breakdown: the axes' names and the table.
+struct Located {
+  std::vector<std::string> names;
+  std::optional<AnalysisTable> table;
+};
+
+/// For axis k of the breakdown: the entries whose groups hold mismatches.
+std::vector<std::size_t> entries_with_mismatches(const CompareBreakdown& bd, std::size_t k) {
+  const std::size_t inner = bd.coords.size() == 2 ? bd.coords[1].size() : 1;
+  std::vector<bool> hit(bd.coords[k].size(), false);
+  for (std::size_t g = 0; g < bd.groups.size(); ++g) {
+    if (bd.groups[g].mismatches == 0) continue;
+    hit[bd.coords.size() == 1 ? g : k == 0 ? g / inner : g % inner] = true;
+  }
+  std::vector<std::size_t> out;
+  for (std::size_t e = 0; e < hit.size(); ++e) {
+    if (hit[e]) out.push_back(e);
+  }
+  return out;
+}
+
+/// The indices of those entries as runs of consecutive indices [first, last].
+std::vector<std::pair<std::size_t, std::size_t>> mismatch_runs(const CompareBreakdown& bd,
+                                                               std::size_t k) {
+  std::vector<std::pair<std::size_t, std::size_t>> runs;
+  for (std::size_t e : entries_with_mismatches(bd, k)) {
+    const std::size_t c = bd.coords[k][e];
+    if (!runs.empty() && runs.back().second + 1 == c) {
+      runs.back().second = c;
+    } else {
+      runs.emplace_back(c, c);
+    }
+  }
+  return runs;
+}
+
+std::string runs_text(const std::vector<std::pair<std::size_t, std::size_t>>& runs) {
+  if (runs.empty()) return "none";
+  constexpr std::size_t kShown = 12;
+  std::string s;
+  for (std::size_t i = 0; i < runs.size() && i < kShown; ++i) {
+    s += i ? ", " : "";
+    s += runs[i].first == runs[i].second ? fmt::format("{}", runs[i].first)
+                                         : fmt::format("{}-{}", runs[i].first, runs[i].second);
+  }
+  if (runs.size() > kShown) s += fmt::format(", ... ({} runs)", runs.size());
+  return s;
+}
 
 std::string index_str(const std::vector<std::size_t>& idx) {
   if (idx.size() == 1) return fmt::format("({},)", idx[0]);
@@ -56,8 +116,8 @@ nlohmann::ordered_json index_json(std::optional<std::size_t> flat, const Compare
   return r.index_in_a(*flat);
 }
 
-void print_json(const TensorRef& ra, DType da, const TensorRef& rb, DType db,
-                const CompareResult& r, const std::string& slice) {
+void print_json(std::FILE* to, const TensorRef& ra, DType da, const TensorRef& rb, DType db,
+                const CompareResult& r, const std::string& slice, const Located& loc, bool top) {
   const CompareRule& rule = r.rule;
   auto side = [&](const TensorRef& ref, DType t, const Shape& s, const Selection& sel) {
     nlohmann::ordered_json j;
@@ -92,22 +152,91 @@ void print_json(const TensorRef& ra, DType da, const TensorRef& rb, DType db,
   j["nan_a"] = r.nan_a;
   j["nan_b"] = r.nan_b;
   j["nan_mismatches"] = r.nan_mismatches;
+  if (loc.table) {
+    const AnalysisTable& t = *loc.table;
+    nlohmann::ordered_json by;
+    by["axes"] = loc.names;
+    std::vector<std::size_t> numbers;
+    for (const ByAxis& a : r.breakdown->axes) numbers.push_back(a.axis);
+    by["axis_numbers"] = numbers;
+    nlohmann::ordered_json where = nlohmann::ordered_json::object();
+    for (std::size_t k = 0; k < loc.names.size(); ++k) {
+      nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+      for (const auto& [lo, hi] : mismatch_runs(*r.breakdown, k)) runs.push_back({lo, hi});
+      where[loc.names[k]] = runs;
+    }
+    by["mismatches_at"] = where;
+    by["columns"] = t.columns;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    const std::size_t cols = t.columns.size();
+    for (std::size_t i = 0; i < t.data.shape()[0]; ++i) {
+      nlohmann::ordered_json row = nlohmann::ordered_json::array();
+      for (std::size_t c = 0; c < cols; ++c) row.push_back(json_number(t.data.get(i * cols + c)));
+      rows.push_back(std::move(row));
+    }
+    by["rows"] = std::move(rows);
+    j["by"] = std::move(by);
+  }
+  if (top) {
+    nlohmann::ordered_json worst = nlohmann::ordered_json::array();
+    for (const WorstElement& w : r.worst) {
+      nlohmann::ordered_json e;
+      e["index"] = r.index_in_a(w.flat);
+      e["a"] = json_number(w.a);
+      e["b"] = json_number(w.b);
+      e["abs_diff"] = json_number(std::fabs(w.a - w.b));
+      e["tol_ratio"] = json_number(w.tol_ratio);
+      e["mismatch"] = w.mismatch;
+      worst.push_back(std::move(e));
+    }
+    j["worst"] = std::move(worst);
+  }
   // References may name files whose names are not UTF-8: U+FFFD, not an exception.
-  fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  fmt::print(to, "{}\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
-void print_text(const TensorRef& ra, DType da, const TensorRef& rb, DType db,
-                const CompareResult& r, const std::string& slice) {
+/// What the tolerance ratio is under `rule`, for the heading of the worst elements.
+std::string ratio_text(const CompareRule& rule) {
+  const std::string tol = "|a - b| / (atol + rtol |b|)";
+  if (!rule.max_ulp) return tol;
+  const std::string ulp = "ulp / max_ulp";
+  return rule.tolerance_explicit ? "min(" + ulp + ", " + tol + ")" : ulp;
+}
+
+void print_located(std::FILE* to, const CompareResult& r, const Located& loc, bool print_table,
+                   bool top) {
+  if (loc.table) {
+    std::string where;
+    for (std::size_t k = 0; k < loc.names.size(); ++k) {
+      where += fmt::format("{}{} {}", k ? "; " : "", loc.names[k],
+                           runs_text(mismatch_runs(*r.breakdown, k)));
+    }
+    fmt::print(to, "mismatches at: {}\n", where);
+    if (print_table) fmt::print(to, "{}", table_text(*loc.table));
+  }
+  if (top) {
+    fmt::print(to, "worst {} by {}:\n", r.worst.size(), ratio_text(r.rule));
+    for (const WorstElement& w : r.worst) {
+      fmt::print(to, "  {}: a = {}, b = {}, |a - b| = {}, ratio {}{}\n",
+                 index_str(r.index_in_a(w.flat)), w.a, w.b, std::fabs(w.a - w.b), w.tol_ratio,
+                 w.mismatch ? "" : " (matches)");
+    }
+  }
+}
+
+void print_text(std::FILE* to, const TensorRef& ra, DType da, const TensorRef& rb, DType db,
+                const CompareResult& r, const std::string& slice, const Located& loc,
+                bool print_table, bool top) {
   const CompareRule& rule = r.rule;
-  fmt::print("a: {}: {} {}\n", printable(ra.text), dtype_name(da), shape_str(r.shape_a));
-  fmt::print("b: {}: {} {} (reference)\n", printable(rb.text), dtype_name(db),
+  fmt::print(to, "a: {}: {} {}\n", printable(ra.text), dtype_name(da), shape_str(r.shape_a));
+  fmt::print(to, "b: {}: {} {} (reference)\n", printable(rb.text), dtype_name(db),
              shape_str(r.shape_b));
   if (!slice.empty()) {
-    fmt::print("slice: [{}] -> {} and {} (indices below are in a)\n", slice,
+    fmt::print(to, "slice: [{}] -> {} and {} (indices below are in a)\n", slice,
                shape_str(r.sel_a.shape), shape_str(r.sel_b.shape));
   }
   if (!r.shapes_equal) {
-    fmt::print("shapes differ: {} vs {}\ndiffer\n", shape_str(r.sel_a.shape),
+    fmt::print(to, "shapes differ: {} vs {}\ndiffer\n", shape_str(r.sel_a.shape),
                shape_str(r.sel_b.shape));
     return;
   }
@@ -118,28 +247,45 @@ void print_text(const TensorRef& ra, DType da, const TensorRef& rb, DType db,
     text = rule.tolerance_explicit ? ulp_rule + " or " + text : ulp_rule;
   }
   if (rule.equal_nan) text += " (NaN equals NaN)";
-  fmt::print("rule: {}\n", text);
+  fmt::print(to, "rule: {}\n", text);
   auto at = [&](const DiffAt& e) {
     if (!e.index) return std::string();
     return fmt::format(" at {}: a = {}, b = {}", index_str(r.index_in_a(*e.index)), e.a, e.b);
   };
-  fmt::print("max abs diff: {}{}\n", r.max_abs.value, at(r.max_abs));
-  fmt::print("max rel diff: {}{}\n", r.max_rel.value, at(r.max_rel));
+  fmt::print(to, "max abs diff: {}{}\n", r.max_abs.value, at(r.max_abs));
+  fmt::print(to, "max rel diff: {}{}\n", r.max_rel.value, at(r.max_rel));
   if (r.max_ulp) {
     fmt::print(
-        "max ulp diff: {} ({}){}\n", *r.max_ulp, ulp_type_name(rule),
+        to, "max ulp diff: {} ({}){}\n", *r.max_ulp, ulp_type_name(rule),
         r.max_ulp_index ? " at " + index_str(r.index_in_a(*r.max_ulp_index)) : std::string());
   }
   if (r.nan_a || r.nan_b) {
-    fmt::print("NaN: {} in a, {} in b, {} where only one side is NaN\n", r.nan_a, r.nan_b,
+    fmt::print(to, "NaN: {} in a, {} in b, {} where only one side is NaN\n", r.nan_a, r.nan_b,
                r.nan_mismatches);
   }
   const double pct = r.total ? 100.0 * static_cast<double>(r.mismatches) / r.total : 0.0;
-  fmt::print("mismatches: {} of {} ({:.3g}%)", r.mismatches, r.total, pct);
+  fmt::print(to, "mismatches: {} of {} ({:.3g}%)", r.mismatches, r.total, pct);
   if (r.first_mismatch) {
-    fmt::print(", first at {}", index_str(r.index_in_a(*r.first_mismatch)));
+    fmt::print(to, ", first at {}", index_str(r.index_in_a(*r.first_mismatch)));
   }
-  fmt::print("\n{}\n", r.match() ? "match" : "differ");
+  fmt::print(to, "\n");
+  print_located(to, r, loc, print_table, top);
+  fmt::print(to, "{}\n", r.match() ? "match" : "differ");
+}
+
+/// The --by, --pairs and --rotary-dim request, resolved against A's shape.
+CompareLocate locate_request(const CompareCliOptions& o, const std::vector<ByItem>& by,
+                             const Shape& shape_a, const std::string& what,
+                             std::vector<std::string>& names) {
+  CompareLocate loc;
+  loc.top = o.top.value_or(0);
+  if (by.empty()) return loc;
+  const std::string layout = compare_layout(o.axes, shape_a.size(), what);
+  loc.by = resolve_by(by, layout, shape_a.size(), what);
+  if (!o.pairs.empty()) loc.pairs = parse_pair_style(o.pairs);
+  loc.rotary_dim = o.rotary_dim;
+  for (const ByAxis& a : loc.by) names.push_back(by_axis_name(a, layout));
+  return loc;
 }
 
 void run_compare(const CompareCliOptions& o) {
@@ -148,6 +294,25 @@ void run_compare(const CompareCliOptions& o) {
     throw UsageError("compare: only one of A and B can come from standard input");
   }
   const SliceSpec spec = parse_slice_option(o.slice);  // usage errors before any read
+  const std::vector<ByItem> by = o.by ? parse_by(*o.by) : std::vector<ByItem>{};
+  const bool pair = std::any_of(by.begin(), by.end(), [](const ByItem& i) { return i.pair; });
+  if (!o.pairs.empty()) parse_pair_style(o.pairs);
+  if ((!o.pairs.empty() || o.rotary_dim) && !pair) {
+    throw UsageError(
+        fmt::format("{}: applies to --by pair", o.pairs.empty() ? "--rotary-dim" : "--pairs"));
+  }
+  if (o.rotary_dim && (*o.rotary_dim == 0 || *o.rotary_dim % 2 != 0)) {
+    throw UsageError(fmt::format("--rotary-dim: must be even and positive, got {}", *o.rotary_dim));
+  }
+  if (!o.axes.empty() && by.empty()) throw UsageError("--axes: applies to --by");
+  if (o.top && *o.top == 0) throw UsageError("--top: must be at least 1");
+  if (by.empty() && (!o.table.out.outputs.empty() || !o.table.plot.empty())) {
+    throw UsageError(fmt::format("{}: writes the table of --by; give --by",
+                                 o.table.plot.empty() ? "-o" : "--plot"));
+  }
+  if (!o.table.out.outputs.empty() && o.table.out.outputs[0] == "-" && o.table.plot == "-") {
+    throw UsageError("-o - and --plot - would both write to standard output");
+  }
   auto sa = open_source(ra);
   auto sb = open_source(rb);
   if ((o.rtol && !(*o.rtol >= 0)) || (o.atol && !(*o.atol >= 0))) {
@@ -156,14 +321,30 @@ void run_compare(const CompareCliOptions& o) {
   // Each side's selection is checked here, so that an index outside a shape names it.
   resolve_slice_option(spec, sa->info().shape, ra.text);
   resolve_slice_option(spec, sb->info().shape, rb.text);
-  const CompareResult r =
-      compare(*sa, *sb, CompareOptions{o.rtol, o.atol, o.max_ulp, o.equal_nan}, spec);
+  Located loc;
+  CompareOptions co{o.rtol, o.atol, o.max_ulp, o.equal_nan};
+  co.locate = locate_request(o, by, sa->info().shape, ra.text, loc.names);
+  const CompareResult r = compare(*sa, *sb, co, spec);
+  if (r.breakdown) {
+    Attrs extra;
+    if (co.locate.by.size() && std::any_of(co.locate.by.begin(), co.locate.by.end(),
+                                           [](const ByAxis& a) { return a.pairs; })) {
+      extra.push_back({"pairs", pair_style_name(co.locate.pairs)});
+    }
+    if (!o.slice.empty()) extra.push_back({"slice", o.slice});
+    loc.table = compare_breakdown_table(r, loc.names, std::move(extra));
+    emit_table(*loc.table, o.table, false);
+  }
   exit_code() = r.match() ? 0 : 1;
   if (globals().quiet) return;
+  // With -o - or --plot -, standard output holds the table; the report goes to stderr.
+  std::FILE* to = o.table.stdout_taken() ? stderr : stdout;
+  const bool print_table = o.table.out.outputs.empty() && o.table.plot.empty();
   if (o.json) {
-    print_json(ra, sa->info().dtype, rb, sb->info().dtype, r, o.slice);
+    print_json(to, ra, sa->info().dtype, rb, sb->info().dtype, r, o.slice, loc, o.top.has_value());
   } else {
-    print_text(ra, sa->info().dtype, rb, sb->info().dtype, r, o.slice);
+    print_text(to, ra, sa->info().dtype, rb, sb->info().dtype, r, o.slice, loc, print_table,
+               o.top.has_value());
   }
 }
 
@@ -174,7 +355,8 @@ void register_compare(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "compare",
       "compare tensor A with reference B element-wise: |a - b| <= atol + rtol * |b| "
-      "(numpy.isclose) and/or a ULP bound. Exit 0 if all match, 1 if not.");
+      "(numpy.isclose) and/or a ULP bound. Exit 0 if all match, 1 if not. --by and --top "
+      "say where they differ.");
   sub->add_option("a", opt->a, "tensor to check")->required();
   sub->add_option("b", opt->b, "reference tensor")->required();
   sub->add_option("--rtol", opt->rtol,
@@ -193,6 +375,31 @@ void register_compare(CLI::App& app) {
                   std::string(kSliceHelp) +
                       "; the same selection of A and of B is compared (each resolved against "
                       "its own shape); reported indices are A's own, not the selection's");
+  const char* g = "LOCATING ERRORS";
+  sub->add_option("--by", opt->by,
+                  "where the errors are: mismatches and max abs/rel/ulp error and tolerance "
+                  "ratio per index along 1 or 2 axes (comma list of axis letters of --axes, "
+                  "axis numbers, or pair: the dimension pairs of axis d), e.g. --by h,s")
+      ->group(g);
+  sub->add_option("--axes", opt->axes,
+                  "axis letters of A for --by (b, h, s, d; default by rank: bhsd, bsd, sd)")
+      ->group(g);
+  sub->add_option("--pairs", opt->pairs,
+                  "how --by pair groups dims: neox (j, j + R/2; alias half) or gptj (2j, 2j + 1; "
+                  "alias interleaved); default neox")
+      ->group(g);
+  sub->add_option("--rotary-dim", opt->rotary_dim,
+                  "with --by pair: the first R dims rotate (default all); dims R.. count as "
+                  "consecutive pairs after them")
+      ->group(g);
+  sub->add_option("--top", opt->top,
+                  "list the N worst elements (by tolerance ratio: |a - b| / (atol + rtol |b|), "
+                  "or ulp / max_ulp; ties by |a - b|, then index) with their indices and values")
+      ->group(g);
+  add_table_output_options(
+      sub, opt->table, "write the --by table (x.npy, x.h5:/d, x.csv, x.tsv, x.json, - for stdout)",
+      "draw the --by table: an image file (.png, .svg, .pdf) or - for the terminal: curves "
+      "for one axis, heatmaps for two");
   sub->callback([opt] { run_compare(*opt); });
 }
 

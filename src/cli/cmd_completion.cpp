@@ -186,7 +186,7 @@ std::string fish(const std::vector<Node>& nodes) {
 void register_completion(CLI::App& app) {
   static std::string shell;
   auto* sub = app.add_subcommand(
-      "completion", "print a shell completion script for bash, zsh or fish (see the man page)");
+      "completion", "print a shell completion script for bash, zsh or fish (see posenc help completion)");
   sub->add_option("shell", shell, "bash, zsh or fish")
       ->required()
       ->check(CLI::IsMember({"bash", "zsh", "fish"}));

@@ -48,6 +48,7 @@ struct Selected {
   Tensor values;                              // f64, shape = one entry per axis below
   std::vector<std::vector<std::size_t>> idx;  // tensor indices along each remaining axis
   std::vector<std::size_t> axes;              // which tensor axis each one is
+  std::size_t rank = 0;                       // of the whole tensor
   Attrs attrs;
   std::vector<std::string> columns;  // names from the "columns" attribute, if any
 };
@@ -104,6 +105,7 @@ Selected read_selected(const std::string& text, const std::string& slice) {
                     text, shape_str(shape)));
   }
   s.values.reshape(shape);
+  s.rank = info.shape.size();
   s.attrs = info.attrs;
   for (const auto& a : info.attrs) {
     const auto* names = std::get_if<std::string>(&a.value);
@@ -199,9 +201,9 @@ std::string axis_name(const Selected& s, std::size_t k) {
   for (const auto& a : s.attrs) {
     const auto* kind = std::get_if<std::string>(&a.value);
     if (a.name != "kind" || kind == nullptr) continue;
-    if ((*kind == "sinusoidal" || *kind == "rope") && s.values.ndim() == 2) {
-      return k == 0 ? fmt::format("position (axis {})", axis)
-                    : fmt::format("dimension (axis {})", axis);
+    if ((*kind == "sinusoidal" || *kind == "rope") && s.rank == 2) {
+      return axis == 0 ? fmt::format("position (axis {})", axis)
+                       : fmt::format("dimension (axis {})", axis);
     }
   }
   return fmt::format("axis {}", axis);
@@ -269,7 +271,18 @@ LinePanel line_panel(const std::vector<Selected>& sel, const PlotOptions& o,
         fmt::format("--label: {} labels for {} lines", o.labels.size(), panel.series.size()));
   }
   for (std::size_t i = 0; i < o.labels.size(); ++i) panel.series[i].label = o.labels[i];
-  if (panel.xlabel.empty()) panel.xlabel = "index";
+  if (panel.xlabel.empty()) {
+    // The x axis is an axis of each tensor: named as a heatmap names it ("axis 1",
+    // "position (axis 0)") when every input agrees, else plain "index".
+    for (std::size_t i = 0; i < sel.size(); ++i) {
+      const Selected& s = sel[i];
+      const std::string name = s.idx.size() == 2 && o.x_col >= 0
+                                   ? fmt::format("column {}", o.x_col)
+                                   : axis_name(s, s.idx.size() == 2 && !o.rows.empty() ? 1 : 0);
+      if (i == 0) panel.xlabel = name;
+      if (name != panel.xlabel) panel.xlabel = "index";
+    }
+  }
   panel.ylabel = o.ylabel.empty() ? "value" : o.ylabel;
   std::vector<std::string> names;
   for (const auto& s : sel) names.push_back(s.name);

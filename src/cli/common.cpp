@@ -249,6 +249,7 @@ std::string option_for(const CLI::App* cmd, std::string name) {
   // Library names that differ from their option.
   if (name == "head_dim") name = "dim";
   if (name == "grid_ids") name = "rope2d_ids";
+  if (name == "help") return "";  // no library parameter; `posenc help` says its name
   std::replace(name.begin(), name.end(), '_', '-');
   const std::string flag = "--" + name;
   for (const CLI::App* a = cmd; a != nullptr; a = a->get_parent()) {
@@ -285,8 +286,12 @@ std::string cli_terms(const CLI::App* cmd, const std::string& msg) {
     // The message's first name (and names joined to it by '/') names the parameter.
     const bool in_prefix = colon != std::string::npos && j <= colon &&
                            (i == 0 || (before == '/' && last_mapped));
+    // "scaling llama3: needs factor": the name a message says is missing.
+    const bool needed = i >= 6 && msg.compare(i - 6, 6, "needs ") == 0;
     std::string flag;
-    if (ends && (in_prefix || word.find('_') != std::string::npos)) flag = option_for(cmd, word);
+    if (ends && (in_prefix || needed || word.find('_') != std::string::npos)) {
+      flag = option_for(cmd, word);
+    }
     out += flag.empty() ? word : flag;
     last_mapped = !flag.empty();
     i = j;

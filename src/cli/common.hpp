@@ -117,8 +117,9 @@ namespace posenc::cli {
 /// A library message in command-line terms: the library names its parameters
 /// (`rotary_dim: must be even`, `needs original_max_pos`); where the command `cmd` (or a
 /// parent) has the matching option, the name becomes it (`--rotary-dim: ...`). Mapped
-/// are the names before the first ':' (e.g. `q_len/k_len`, `scaling yarn`) and every
-/// name with an underscore elsewhere.
+/// are the names before the first ':' (e.g. `q_len/k_len`, `scaling yarn`), a name
+/// right after "needs " (`needs factor` becomes `needs --factor`) and every name with an
+/// underscore elsewhere.
 std::string cli_terms(const CLI::App* cmd, const std::string& msg);
 }  // namespace posenc::cli
 

@@ -7,9 +7,11 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <new>
 #include <string>
 #include <system_error>
@@ -94,24 +96,8 @@ bool reads_stdin(const CLI::App& app) {
   }
 }
 
-struct Command {
-  const char* name;
-  void (*add)(CLI::App&);
-};
-
-constexpr Command kCommands[] = {
-    {"table", posenc::cli::register_table},
-    {"rope", posenc::cli::register_rope},
-    {"attention", posenc::cli::register_attention},
-    {"add", posenc::cli::register_add},
-    {"inspect", posenc::cli::register_inspect},
-    {"compare", posenc::cli::register_compare},
-    {"convert", posenc::cli::register_convert},
-    {"join", posenc::cli::register_join},
-    {"plot", posenc::cli::register_plot},
-    {"analyze", posenc::cli::register_analyze},
-    {"completion", posenc::cli::register_completion},
-};
+using posenc::cli::Command;
+using posenc::cli::kCommands;
 
 // Whether to define command `c` for this run. Defining all of them, with their
 // hundreds of options, was half of posenc's start-up once libhdf5 and OpenBLAS were
@@ -191,9 +177,12 @@ int run(int argc, char** argv, bool full = false) {
   }
   if (app.get_subcommands().empty()) {
     fmt::print(stderr, "{}", app.help());
-    return fail(ExitStatus::kUsage,
-                "a command is required: table, rope, attention, add, inspect, compare, "
-                "convert, join, plot, analyze or completion");
+    std::string names;
+    for (const Command& c : kCommands) {
+      if (!names.empty()) names += &c == std::end(kCommands) - 1 ? " or " : ", ";
+      names += c.name;
+    }
+    return fail(ExitStatus::kUsage, "a command is required: " + names);
   }
   // A command that needed only part of a piped tensor (inspect --slice 0, compare of
   // different shapes) still takes the rest, so the producer does not fail with a
@@ -202,9 +191,50 @@ int run(int argc, char** argv, bool full = false) {
   return posenc::cli::exit_code();
 }
 
+// OpenMP workers that wait passively (sleep on a futex) between parallel regions,
+// unless the user chose a policy (OMP_WAIT_POLICY, GOMP_SPINCOUNT). libgomp spins
+// 300,000 rounds by default after each region: the streaming commands run one region
+// per slab beside a reader and a writer thread, and with -j 2 on two cores the spinning
+// worker took the writer's core (a 256 MiB RoPE took 19 s against 0.9 s with -j 1
+// beside other builds). libgomp reads its environment once, in its own constructor:
+// this one runs first (a numbered priority sorts before libgomp's), and main() takes
+// the variable out again so that no child process inherits it.
+bool g_set_wait_policy = false;
+
+#ifdef POSENC_STATIC_LIBGOMP
+__attribute__((constructor(101))) void passive_openmp_wait() {
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    g_set_wait_policy = ::setenv("OMP_WAIT_POLICY", "passive", 0) == 0;
+  }
+}
+#else
+// A shared libgomp has read the environment before any constructor here: a run that
+// sets the thread count starts itself again with the policy in its environment.
+void passive_openmp_wait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  bool threads = false;
+  for (char** a = argv + 1; *a && !threads; ++a) {
+    threads = std::strncmp(*a, "-j", 2) == 0 || std::strncmp(*a, "--threads", 9) == 0;
+  }
+  if (!threads || ::setenv("OMP_WAIT_POLICY", "passive", 0) != 0) return;
+  if (::setenv("POSENC_UNSET_WAIT_POLICY", "1", 1) == 0) ::execv("/proc/self/exe", argv);
+  ::unsetenv("OMP_WAIT_POLICY");  // exec failed: run on as before
+  ::unsetenv("POSENC_UNSET_WAIT_POLICY");
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifndef POSENC_STATIC_LIBGOMP
+  if (std::getenv("POSENC_UNSET_WAIT_POLICY")) {
+    g_set_wait_policy = true;
+    ::unsetenv("POSENC_UNSET_WAIT_POLICY");
+  } else {
+    passive_openmp_wait(argv);
+  }
+#endif
+  if (g_set_wait_policy) ::unsetenv("OMP_WAIT_POLICY");
   reopen_closed_std_fds();
   // A closed pipe is EPIPE and a file size limit (ulimit -f) is EFBIG, both reported as
   // output errors (exit 4), instead of signals that kill without a word.

@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "cli/common.hpp"
 #include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/hf_config.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 
@@ -82,6 +84,12 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
                   "take the RoPE of a HF config.json as transformers v5 reads it (rope_theta, "
                   "head_dim, partial_rotary_factor, max_position_embeddings, "
                   "rope_scaling/rope_parameters, mrope_section, ...); explicit options win")
+      ->group(g);
+  sub->add_option("--hf-version", o.hf_version,
+                  "with --hf-config: read the config as this transformers release does "
+                  "(4.43 to 5.x; default 5), where releases differ: the YaRN factor rule, "
+                  "original_max_position_embeddings, rope_parameters")
+      ->type_name("X.Y")
       ->group(g);
   sub->add_option("--layer-type", o.layer_type,
                   "with --hf-config: the layers to follow (a layer_types value such as "
@@ -190,6 +198,42 @@ void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
   }
 }
 
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+    lines.push_back(text.substr(start, nl - start));
+  }
+  lines.push_back(text.substr(start));
+  return lines;
+}
+
+// One note on stderr (not with --quiet) when the release that wrote the config reads it
+// into other RoPE values than the rules applied.
+void note_version_drift(const RopeCliOptions& o, const RopeParams& given_only,
+                        const RopeParams& applied, const std::vector<std::string>& keep,
+                        const HfVersion& version) {
+  if (globals().quiet) return;
+  const std::optional<HfVersion> wrote = hf_config_version(o.hf_config);
+  if (!wrote || same_hf_rules(*wrote, version)) return;
+  RopeParams theirs = given_only;
+  try {
+    apply_hf_config(o.hf_config, theirs, keep, hf_layer(o), *wrote);
+  } catch (const InputError&) {
+    return;  // that release could not read it at all (a v5 key in a 4.x-era file)
+  }
+  if (theirs.factor == applied.factor && theirs.original_max_pos == applied.original_max_pos &&
+      theirs.attention_factor == applied.attention_factor && theirs.truncate == applied.truncate) {
+    return;
+  }
+  fmt::print(stderr,
+             "posenc: note: {} was written by transformers {}.{}, which reads its RoPE into "
+             "other values than the {}.{} rules applied here (--hf-version {}.{} gives that "
+             "release's)\n",
+             o.hf_config, wrote->major, wrote->minor, version.major, version.minor, wrote->major,
+             wrote->minor);
+}
+
 }  // namespace
 
 void check_layer_option(const RopeCliOptions& o) {
@@ -216,38 +260,48 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   if (!o.layer_type.empty() && o.hf_config.empty()) {
     throw UsageError("--layer-type: needs --hf-config");
   }
-  check_layer_option(o);
-  if (o.hf_config.empty()) return p;
-  // The config fills what the command line does not give (merge_hf_config, as the
-  // Python module does); the names are the RopeParams members the options set.
-  static const std::pair<const char*, const char*> kOptionField[] = {
-      {"--style", "style"},
-      {"--base", "base"},
-      {"--rotary-dim", "rotary_dim"},
-      {"--partial", "partial"},
-      {"--scaling", "scaling"},
-      {"--factor", "factor"},
-      {"--original-max-pos", "original_max_pos"},
-      {"--max-pos", "max_pos"},
-      {"--seq-len", "seq_len"},
-      {"--beta-fast", "beta_fast"},
-      {"--beta-slow", "beta_slow"},
-      {"--mscale", "mscale"},
-      {"--mscale-all-dim", "mscale_all_dim"},
-      {"--attention-factor", "attention_factor"},
-      {"--low-freq-factor", "low_freq_factor"},
-      {"--high-freq-factor", "high_freq_factor"},
-      {"--no-truncate", "truncate"},
-      {"--short-factor", "short_factor"},
-      {"--long-factor", "long_factor"},
-      {"--rotary-last", "rotary_last"},
-      {"--rope-interleave", "rope_interleave"},
-  };
-  std::vector<std::string> names;
-  for (const auto& [option, field] : kOptionField) {
-    if (given(o, option, false)) names.emplace_back(field);
+  const bool versioned = given(o, "--hf-version", !o.hf_version.empty());
+  if (versioned && o.hf_config.empty()) {
+    throw UsageError("--hf-version: needs --hf-config");
   }
-  return merge_hf_config(p, names, o.hf_config, hf_layer(o));
+  check_layer_option(o);
+  if (!o.hf_config.empty()) {
+    std::vector<std::string> keep;
+    if (head_dim > 0) keep.push_back("head_dim");
+    // A config's partial_rotary_factor (or MLA rope dim) decides R unless --rotary-dim.
+    if (given(o, "--rotary-dim", o.rotary_dim != 0)) keep.push_back("rotary_dim");
+    // What the command line gives is not the config's: the config's value is neither
+    // taken nor checked (set_explicit below sets the option's). Not the lengths: the
+    // config's max_position_embeddings stays L0's fallback whatever --max-pos says.
+    static const std::pair<const char*, const char*> kOptionField[] = {
+        {"--style", "style"},
+        {"--base", "base"},
+        {"--partial", "partial"},
+        {"--scaling", "scaling"},
+        {"--factor", "factor"},
+        {"--beta-fast", "beta_fast"},
+        {"--beta-slow", "beta_slow"},
+        {"--mscale", "mscale"},
+        {"--mscale-all-dim", "mscale_all_dim"},
+        {"--attention-factor", "attention_factor"},
+        {"--low-freq-factor", "low_freq_factor"},
+        {"--high-freq-factor", "high_freq_factor"},
+        {"--no-truncate", "truncate"},
+        {"--short-factor", "short_factor"},
+        {"--long-factor", "long_factor"},
+        {"--rope-interleave", "rope_interleave"},
+    };
+    for (const auto& [option, field] : kOptionField) {
+      if (given(o, option, false)) keep.push_back(field);
+    }
+    const HfVersion version = versioned ? parse_hf_version(o.hf_version) : HfVersion{};
+    const RopeParams given_only = p;
+    apply_hf_config(o.hf_config, p, keep, hf_layer(o), version);
+    for (const std::string& line : split_lines(hf_rules_text(version))) verbose(line);
+    note_version_drift(o, given_only, p, keep, version);
+    set_explicit(o, p, true);
+  }
+  return p;
 }
 
 Positions rope_positions(const RopeCliOptions& o) {

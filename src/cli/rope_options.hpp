@@ -30,6 +30,7 @@ struct RopeCliOptions {
   bool no_truncate = false;
   std::string short_factor, long_factor;  ///< comma lists or tensor references
   std::string hf_config;
+  std::string hf_version;  ///< --hf-version: the transformers release whose rules read it
   std::string layer_type;  ///< --layer-type: which layers of --hf-config
   long long layer = -1;    ///< --layer: one layer of --hf-config, 0-based; -1 = not given
   bool rotary_last = false;

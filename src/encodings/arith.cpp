@@ -79,6 +79,7 @@ FrameworkRope framework_rope(const RopeParams& p, const RopeFreqs& exact) {
       torch_cpu::require("--arith hf");
       f.inv_freq = framework_detail::hf_inv_freq(p, exact);
       f.attention_scaling = static_cast<float>(exact.attention_factor);
+      f.hf_rotation = p.hf_rotation;
       break;
     case Arith::meta:
       torch_cpu::require("--arith meta");

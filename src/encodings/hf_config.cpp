@@ -9,11 +9,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <utility>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "io/json_doc.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc {
 
@@ -191,6 +194,11 @@ class Config {
       }
     }
     return nullptr;
+  }
+  /// The value of `key` at the file's top level (outside text_config); null if absent.
+  const json* find_top(const char* key) const {
+    auto it = doc_.root.find(key);
+    return it != doc_.root.end() ? &*it : nullptr;
   }
   /// True when `key` is given (not null).
   bool has(const char* key) const {
@@ -558,6 +566,70 @@ void apply_head_dims(const Config& c, const std::string& lt, RopeParams& p,
   }
 }
 
+// Where transformers releases read a RoPE config differently, as each release's
+// modeling_rope_utils.py (and v5's RotaryEmbeddingConfigMixin) reads it.
+enum class YarnForm {
+  a,  // 4.43-4.50: the config's factor; correction range from max_position_embeddings;
+      // attention factor 0.1 ln(factor) + 1, mscale keys unread
+  b,  // 4.51-4.55: factor = max_position_embeddings / L0 whenever rope_scaling has L0
+  c,  // 4.56-4.57 (PR #40320, "explicit factor > implicit factor"): the config's factor
+  d,  // 5.x: the config's factor; the ratio only where the factor is null
+};
+
+struct Rules {
+  YarnForm yarn = YarnForm::d;
+  bool truncate_key = true;  // rope_scaling's truncate read (4.55, gpt-oss, and later)
+  bool v5 = true;            // rope_parameters; the standardisation's L0 priorities
+  bool operator==(const Rules& o) const {
+    return yarn == o.yarn && truncate_key == o.truncate_key && v5 == o.v5;
+  }
+};
+
+Rules rules_of(const HfVersion& v) {
+  Rules r;
+  r.v5 = v.major >= 5;
+  r.truncate_key = r.v5 || v.minor >= 55;
+  if (!r.v5) r.yarn = v.minor <= 50 ? YarnForm::a : v.minor <= 55 ? YarnForm::b : YarnForm::c;
+  return r;
+}
+
+// original_max_position_embeddings as transformers 4.x reads it: llama3 and YaRN from
+// rope_scaling (YaRN falling back to max_position_embeddings), LongRoPE from the top
+// level only (hasattr(config, "original_max_position_embeddings")).
+void apply_l0_4x(const Config& c, const json& rp, const std::string& type, RopeParams& p) {
+  auto inner = c.positive(rp, "original_max_position_embeddings");
+  auto top = c.positive("original_max_position_embeddings");
+  std::optional<std::int64_t> l0 = inner;
+  if (type == "longrope") l0 = top;
+  if ((type == "yarn" || type == "longrope") && !l0) l0 = p.max_pos;
+  if (l0) p.original_max_pos = *l0;
+}
+
+// The factor and attention factor rules of 4.x releases, after the keys are read.
+void apply_4x_factors(const Config& c, const json& rp, const std::string& type, const Rules& r,
+                      RopeParams& p, const std::vector<std::string>& keep) {
+  if (r.v5) return;
+  if (!r.truncate_key && !kept(keep, "truncate")) p.truncate = true;
+  const auto max_pos = c.positive("max_position_embeddings");
+  if (type == "longrope" && !kept(keep, "factor")) {
+    // factor = max_position_embeddings / original_max_position_embeddings whenever the
+    // config has the latter at its top level, whatever rope_scaling's factor says.
+    auto top = c.positive("original_max_position_embeddings");
+    if (top && max_pos) p.factor = static_cast<double>(*max_pos) / static_cast<double>(*top);
+  }
+  if (type != "yarn") return;
+  if (r.yarn == YarnForm::b && !kept(keep, "factor")) {
+    auto inner = c.positive(rp, "original_max_position_embeddings");
+    if (inner && max_pos) p.factor = static_cast<double>(*max_pos) / static_cast<double>(*inner);
+  }
+  if (r.yarn == YarnForm::a) {
+    if (!kept(keep, "original_max_pos") && max_pos) p.original_max_pos = *max_pos;
+    if (!kept(keep, "attention_factor") && !p.attention_factor && p.factor) {
+      p.attention_factor = 0.1 * std::log(*p.factor) + 1.0;
+    }
+  }
+}
+
 // original_max_position_embeddings with HF's standardisation priorities.
 void apply_l0(const Config& c, const json& rp, bool keyed, const std::string& type, RopeParams& p) {
   auto inner = c.positive(rp, "original_max_position_embeddings");
@@ -744,7 +816,19 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
 
 void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
                      const HfLayer& layer) {
+  apply_hf_config(path, p, keep, layer, HfVersion{});
+}
+
+void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
+                     const HfLayer& layer, const HfVersion& version) {
+  const Rules rules = rules_of(version);
   const Config c(path);
+  if (!rules.v5 && c.has("rope_parameters")) {
+    throw InputError(fmt::format(
+        "{}: 'rope_parameters' is transformers v5's key; release {}.{} reads only "
+        "'rope_scaling' and 'rope_theta', and would build plain RoPE from this config",
+        path, version.major, version.minor));
+  }
   const std::vector<std::string> types = layer_types_of(c);
   std::string lt = selected_type(c, layer, types);
   if (layer.type.empty() && !layer.index && no_rope_reason(c, lt)) {
@@ -787,7 +871,13 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
     if (auto v = c.positive("max_position_embeddings")) p.max_pos = *v;
   }
   const std::string type = rope_type_of(c, rp);
-  if (!kept(keep, "original_max_pos")) apply_l0(c, rp, keyed, type, p);
+  if (!kept(keep, "original_max_pos")) {
+    if (rules.v5) {
+      apply_l0(c, rp, keyed, type, p);
+    } else {
+      apply_l0_4x(c, rp, type, p);
+    }
+  }
   if (!kept(keep, "scaling")) {
     try {
       p.scaling = parse_rope_scaling(type);
@@ -799,9 +889,15 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
     }
   }
   if (!kept(keep, "style") && gptj_pairs(c.model_type())) p.style = RopeStyle::gptj;
+  // Ernie4_5's and Ernie4_5_MoE's apply_rotary_pos_emb: q.float() * cos +
+  // rotate_half(q).float() * sin, then .to(original_dtype); the dense model's cos and
+  // sin come cast to q's dtype, the MoE's stay float32.
+  if (c.model_type() == "ernie4_5") p.hf_rotation = HfRotation::float32_cast_trig;
+  if (c.model_type() == "ernie4_5_moe") p.hf_rotation = HfRotation::float32;
   if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
   if (!kept(keep, "mrope_section")) apply_mrope(c, rp, p);
   apply_scaling_keys(c, rp, p, keep);
+  apply_4x_factors(c, rp, type, rules, p, keep);
   apply_family_keys(c, rp, type, p, keep);
   check_rotary_pairs(c, p, keep);
 }
@@ -858,6 +954,26 @@ void attention_dims(const Config& c, const std::string& lt, HfAttentionConfig& a
   }
 }
 
+
+// Ministral3Attention scales every query by _get_llama_4_attn_scale(cache_position,
+// rope_parameters["llama_4_scaling_beta"], rope_parameters["original_max_position_
+// embeddings"]); HF fails on a config without them, so posenc refuses it.
+void ministral3_scaling(const Config& c, HfAttentionConfig& a,
+                        const std::vector<std::string>& types) {
+  bool keyed = false;
+  json made;
+  const json& rp = rope_dict(c, a.layer_type, types, keyed, made);
+  a.llama4_scaling_beta = c.num(rp, "llama_4_scaling_beta");
+  a.llama4_scaling_period = c.positive(rp, "original_max_position_embeddings");
+  if (!a.llama4_scaling_beta || !std::isfinite(*a.llama4_scaling_beta)) {
+    throw c.bad("llama_4_scaling_beta", "a number (Ministral-3 scales its queries by it)");
+  }
+  if (!a.llama4_scaling_period) {
+    throw c.bad("original_max_position_embeddings",
+                "a positive count (Ministral-3 divides positions by it)");
+  }
+}
+
 }  // namespace
 
 HfAttentionConfig read_hf_attention_config(const std::string& path, const std::string& layer_type) {
@@ -887,9 +1003,85 @@ HfAttentionConfig read_hf_attention_config(const std::string& path, const HfLaye
       throw c.bad("floor_scale", "a positive number");
     }
   }
+  if (c.model_type() == "ministral3") ministral3_scaling(c, a, types);
   if (c.model_type() == "bloom") a.alibi = HfAlibi::bloom;
   if (c.model_type() == "falcon" && c.truthy("alibi")) a.alibi = HfAlibi::falcon;
   return a;
+}
+
+HfVersion parse_hf_version(const std::string& text) {
+  // A release as PEP 440 spells transformers': 4.51, 4.51.3, 5.0.0rc1, 4.57.0.dev0.
+  static const std::regex kRelease(
+      R"(v?([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:\.[0-9]{1,4})?(?:\.?(?:dev|rc|a|b|post)[0-9]{0,4})?)");
+  std::smatch m;
+  if (!std::regex_match(text, m, kRelease)) {
+    throw UsageError(fmt::format("--hf-version: '{}' is not a transformers release such as 4.51 "
+                                 "or 5",
+                                 printable(text)));
+  }
+  HfVersion v;
+  v.major = std::stoi(m[1].str());
+  v.minor = m[2].matched ? std::stoi(m[2].str()) : 0;
+  if (v.major < 4 || (v.major == 4 && v.minor < 43) || v.major > 5) {
+    throw UsageError(fmt::format(
+        "--hf-version: release {}.{} is not one posenc models (4.43, the first with "
+        "modeling_rope_utils, to 5.x)",
+        v.major, v.minor));
+  }
+  return v;
+}
+
+std::optional<HfVersion> hf_config_version(const std::string& path) {
+  const Config c(path);
+  const json* v = c.find("transformers_version");
+  if (v == nullptr || !v->is_string()) {
+    // A composite config records it at the top level, outside text_config.
+    v = c.find_top("transformers_version");
+  }
+  if (v == nullptr || !v->is_string()) return std::nullopt;
+  try {
+    return parse_hf_version(v->get<std::string>());
+  } catch (const UsageError&) {
+    return std::nullopt;
+  }
+}
+
+bool same_hf_rules(const HfVersion& a, const HfVersion& b) { return rules_of(a) == rules_of(b); }
+
+std::string hf_rules_text(const HfVersion& v) {
+  const Rules r = rules_of(v);
+  std::string s = fmt::format("transformers {}.{} rules:", v.major, v.minor);
+  if (r.v5) {
+    s += "\n  config keys: rope_parameters (or legacy rope_scaling), per layer type";
+    s += "\n  original_max_position_embeddings: the top-level value wins for llama3, yarn and "
+         "longrope, else the dict's, else max_position_embeddings";
+    s += "\n  longrope factor: the config's, else max_position_embeddings / L0";
+  } else {
+    s += "\n  config keys: rope_scaling and rope_theta (rope_parameters is not read)";
+    s += "\n  original_max_position_embeddings: rope_scaling's for llama3 and yarn, the top "
+         "level's for longrope, else max_position_embeddings";
+    s += "\n  longrope factor: max_position_embeddings / the top-level "
+         "original_max_position_embeddings when the config has one, else the config's";
+  }
+  switch (r.yarn) {
+    case YarnForm::a:
+      s += "\n  yarn factor: the config's; correction range from max_position_embeddings; "
+           "attention factor 0.1 ln(factor) + 1 (mscale keys not read)";
+      break;
+    case YarnForm::b:
+      s += "\n  yarn factor: max_position_embeddings / original_max_position_embeddings "
+           "whenever rope_scaling has the latter, else the config's";
+      break;
+    case YarnForm::c:
+      s += "\n  yarn factor: the config's (the ratio is not used)";
+      break;
+    case YarnForm::d:
+      s += "\n  yarn factor: the config's, else max_position_embeddings / L0";
+      break;
+  }
+  s += r.truncate_key ? "\n  yarn truncate: read from the config"
+                      : "\n  yarn truncate: not read (the correction range is always rounded)";
+  return s;
 }
 
 }  // namespace posenc

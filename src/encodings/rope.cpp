@@ -217,7 +217,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
   a.push_back({"rope_type", rope_scaling_name(p.scaling)});
 
   auto need_factor = [&](const char* name) {
-    if (!p.factor) usage(fmt::format("scaling {}: needs a factor", name));
+    if (!p.factor) usage(fmt::format("scaling {}: needs factor", name));
     if (!(*p.factor > 0.0) || !std::isfinite(*p.factor)) {
       usage(fmt::format("factor: must be a positive number, got {}", *p.factor));
     }
@@ -280,7 +280,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
     case RopeScaling::yarn: {
       std::int64_t l0 = require_l0(p, "yarn");
       const double s =
-          factor_or_ratio("yarn", "scaling yarn: needs a factor (or max_pos and "
+          factor_or_ratio("yarn", "scaling yarn: needs factor (or max_pos and "
                                   "original_max_pos)");
       // HF: `get("beta_fast") or 32`, so 0 and null mean the defaults.
       const double beta_fast = yarn_beta(p.beta_fast, 32.0, "beta_fast");
@@ -363,7 +363,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       } else {
         const double s = factor_or_ratio(
             "longrope",
-            "scaling longrope: needs a factor (or max_pos and original_max_pos, or "
+            "scaling longrope: needs factor (or max_pos and original_max_pos, or "
             "attention_factor)");
         att = s <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(s) / std::log(static_cast<double>(l0)));
       }

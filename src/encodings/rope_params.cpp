@@ -10,7 +10,8 @@
 namespace posenc {
 
 RopeParams merge_hf_config(const RopeParams& given, const std::vector<std::string>& names,
-                           const std::string& path, const HfLayer& layer) {
+                           const std::string& path, const HfLayer& layer,
+                           const HfVersion& version) {
   auto has = [&names](const char* n) {
     return std::find(names.begin(), names.end(), n) != names.end();
   };
@@ -35,7 +36,7 @@ RopeParams merge_hf_config(const RopeParams& given, const std::vector<std::strin
   for (const char* n : kKeepable) {
     if (has(n)) keep.push_back(n);
   }
-  apply_hf_config(path, p, keep, layer);
+  apply_hf_config(path, p, keep, layer, version);
   // The lengths and placement are not the config's to decide when given.
   if (has("original_max_pos")) p.original_max_pos = given.original_max_pos;
   if (has("max_pos")) p.max_pos = given.max_pos;

@@ -14,5 +14,6 @@ __m256 Sleef_cosf8_u10(__m256);
 __m256 Sleef_sinf8_u10(__m256);
 __m256 Sleef_expf8_u10(__m256);
 __m256 Sleef_log1pf8_u10(__m256);
+__m256 Sleef_logf8_u10(__m256);
 __m256 Sleef_powf8_u10(__m256, __m256);
 }

@@ -79,6 +79,7 @@ void cos(const float* x, float* y, std::size_t n) { map8(x, y, n, Sleef_cosf8_u1
 void sin(const float* x, float* y, std::size_t n) { map8(x, y, n, Sleef_sinf8_u10); }
 void exp(const float* x, float* y, std::size_t n) { map8(x, y, n, Sleef_expf8_u10); }
 void log1p(const float* x, float* y, std::size_t n) { map8(x, y, n, Sleef_log1pf8_u10); }
+void log(const float* x, float* y, std::size_t n) { map8(x, y, n, Sleef_logf8_u10); }
 
 // torch's vectorized_loop: two vectors per step, then the scalar op (std::pow on
 // floats, i.e. powf) for what is left.
@@ -106,6 +107,7 @@ void cos(const float*, float*, std::size_t) { require("torch_cpu::cos"); }
 void sin(const float*, float*, std::size_t) { require("torch_cpu::sin"); }
 void exp(const float*, float*, std::size_t) { require("torch_cpu::exp"); }
 void log1p(const float*, float*, std::size_t) { require("torch_cpu::log1p"); }
+void log(const float*, float*, std::size_t) { require("torch_cpu::log"); }
 void pow_scalar_base(float, const float*, float*, std::size_t) { require("torch_cpu::pow"); }
 
 }  // namespace posenc::torch_cpu

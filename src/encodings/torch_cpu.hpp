@@ -31,6 +31,8 @@ void sin(const float* x, float* y, std::size_t n);
 void exp(const float* x, float* y, std::size_t n);
 /// y[i] = log1p(x[i]) as torch.log1p (float32, SLEEF's u10 function). Needs available().
 void log1p(const float* x, float* y, std::size_t n);
+/// y[i] = log(x[i]) as torch.log (float32, SLEEF's u10 function). Needs available().
+void log(const float* x, float* y, std::size_t n);
 
 /// y = base ** e for a float32 tensor e of n contiguous elements (torch.pow with a
 /// scalar base, which torch casts to float32 first). Needs available().

@@ -517,7 +517,10 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
     H5D_layout_t layout = H5Pget_layout(dcpl);
     std::string storage;
     if (layout == H5D_VIRTUAL) {
-      throw InputError(what_ + " is a virtual dataset (refused: it reads other files)");
+      // What `posenc join --virtual` writes: say what reads it instead.
+      throw InputError(what_ +
+                       " is a virtual dataset (refused: it reads other files; h5py reads it, "
+                       "and 'posenc join' without --virtual writes a copy posenc reads)");
     }
     int next = check<InputError>(H5Pget_external_count(dcpl), what_);
     if (next > 0) {

@@ -33,6 +33,8 @@ constexpr std::size_t kMaxJsonTensorBytes = std::size_t{32} << 20;
 // Like numpy's print threshold: larger tensors are summarised in the text table.
 constexpr std::size_t kTableThreshold = 1000;
 constexpr std::size_t kTableEdge = 3;
+// The widest line a readable table of a 1-D tensor prints before it wraps.
+constexpr std::size_t kTableWidth = 80;
 
 enum class Style { csv, json, table };
 
@@ -245,6 +247,47 @@ void table_grid(const Tensor& t, std::size_t offset, std::size_t rows, std::size
   }
 }
 
+// A 1-D tensor: as one row under a header of indices when that fits in kTableWidth
+// columns (the grid's "0" row label then means nothing, but keeps it aligned);
+// otherwise wrapped, as numpy prints, k values a line, each line led by the index of
+// its first value, and the header line says so.
+void table_vector(const Tensor& t, bool summarise, std::string& out, const TableLabels& labels) {
+  const std::size_t n = t.shape()[0];
+  constexpr std::size_t kGap = std::string::npos;
+  const auto idx = shown(n, summarise);
+  const std::vector<std::size_t>* l = labels.empty() ? nullptr : &labels.back();
+  auto label = [l](std::size_t i) { return l != nullptr && i < l->size() ? (*l)[i] : i; };
+  std::vector<std::string> cells, heads;
+  std::size_t cell_w = 0, one_row = 1;  // one_row: the width of the unwrapped row
+  for (auto i : idx) {
+    cells.push_back(i == kGap ? "..." : element_text(t, i, Style::table));
+    heads.push_back(i == kGap ? "..." : fmt::format("{}", label(i)));
+    cell_w = std::max(cell_w, cells.back().size());
+    one_row += 2 + std::max(cells.back().size(), heads.back().size());
+  }
+  if (one_row <= kTableWidth) {
+    table_grid(t, 0, 1, n, summarise, out, labels);
+    return;
+  }
+  std::size_t label_w = 3;  // "..."
+  for (const auto& h : heads) label_w = std::max(label_w, h.size());
+  const std::size_t per_line =
+      std::max<std::size_t>(1, (kTableWidth - label_w) / (cell_w + 2));
+  // The header line ends with a newline: reopen it to say how the lines go.
+  out.pop_back();
+  out += fmt::format(", {} values a line, led by the first one's index\n", per_line);
+  for (std::size_t a = 0; a < cells.size(); a += per_line) {
+    std::string line = heads[a];
+    line.append(label_w - heads[a].size(), ' ');
+    for (std::size_t k = a; k < cells.size() && k < a + per_line; ++k) {
+      line += "  ";
+      line.append(cell_w - cells[k].size(), ' ');
+      line += cells[k];
+    }
+    out += line + '\n';
+  }
+}
+
 std::string table_text(const Tensor& t, const TableLabels& labels) {
   const Shape& s = t.shape();
   bool summarise = t.numel() > kTableThreshold;
@@ -263,9 +306,7 @@ std::string table_text(const Tensor& t, const TableLabels& labels) {
     return out;
   }
   if (t.ndim() == 1) {
-    table_grid(t, 0, 1, s[0], summarise, out, labels);
-    // The row index of a 1-D tensor means nothing: the grid shows "0" in front of
-    // the values, which is fine to keep aligned; nothing else to add.
+    table_vector(t, summarise, out, labels);
     return out;
   }
   std::size_t rows = s[s.size() - 2], cols = s[s.size() - 1];

@@ -27,6 +27,7 @@
 #include "ops/axis_strides.hpp"
 #include "ops/blas_threads.hpp"
 #include "ops/row_max.hpp"
+#include "ops/widen.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
@@ -323,6 +324,18 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                     "a positive floor, got {} and {}",
                     opt.temperature_scale, opt.temperature_floor));
   }
+  if (!std::isfinite(opt.llama4_scaling_beta) ||
+      (opt.llama4_scaling_beta != 0 && opt.llama4_scaling_period <= 0)) {
+    throw UsageError(
+        fmt::format("llama4_scaling_beta/llama4_scaling_period: need a finite beta and a "
+                    "positive period, got {} and {}",
+                    opt.llama4_scaling_beta, opt.llama4_scaling_period));
+  }
+  if (opt.llama4_scaling_beta != 0 && opt.temperature_scale != 0) {
+    throw UsageError(
+        "llama4_scaling_beta and temperature_scale: no model scales its queries both ways; "
+        "give one");
+  }
   // Side tensors: shapes checked here so nothing big is allocated for a bad input.
   if (!opt.cu_seqlens.empty()) {
     if (g.sq != g.sk) {
@@ -501,12 +514,13 @@ auto matrix(const T* p, std::size_t rows, std::size_t cols, std::size_t ld) {
 
 template <class T>
 void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
-          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c) {
+          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, bool b_strided = false) {
   const std::size_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
-  if (m == 1 && ldb == b_cols) {
+  if (m == 1 && ldb == b_cols && !b_strided) {
     // One query row (decoding): a matrix-vector product reads B once, where sgemm would
     // first copy it into its packed layout. (Strided B, as from bshd inputs, takes the
-    // gemm path, which evaluates it into a contiguous copy.)
+    // gemm path, which evaluates it into a contiguous copy; so does B marked
+    // `b_strided`, a contiguous copy of strided rows made by the caller.)
     auto x = xt::adapt(a, k, xt::no_ownership(), std::array<std::size_t, 1>{k});
     auto y = xt::adapt(c, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
     xt::blas::gemv(xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
@@ -706,6 +720,9 @@ template <class T>
 struct View {
   const T* p = nullptr;
   std::ptrdiff_t b = 0, h = 0, s = 0;  // element strides; d is contiguous
+  // Contiguous rows widened from a layout whose rows are strided (bshd): the products
+  // take the path they take on strided rows, so the bits are the same.
+  bool strided = false;
 };
 
 template <class T>
@@ -782,7 +799,7 @@ struct Plan {
   std::byte* lse = nullptr;
   bool per_element() const {
     return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0 ||
-           bias || rules.temp_scale != 0;
+           bias || rules.scales_queries();
   }
 };
 
@@ -895,7 +912,7 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
     const std::int64_t j0i = static_cast<std::int64_t>(j0);
     T* S = tile.data() + r0 * n;  // (fits: r0 * n + rows * n <= qn * kB)
     gemm(true, rows, n, g.d, P.scale, qp + r0 * P.q.s, P.q.s, kp + (j0 - c0) * K.s, K.s, T(0),
-         S);
+         S, K.strided);
     // Overflow check: over the whole tile before the biases (a soft-cap would hide an
     // infinite product), else row by row over the keys the row sees, with its maximum.
     const bool per_element = P.per_element();
@@ -914,7 +931,7 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
           const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
           T x = s[jj];
           if (qr) x += qr[P.rel_index[j + dshift]];
-          if (P.rules.temp_scale != 0) x *= temp;
+          if (P.rules.scales_queries()) x *= temp;
           if (br) x += br[j];
           if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
           if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
@@ -982,7 +999,8 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
       }
     }
     if (need_v) {
-      gemm(false, rows, dv, n, T(1), S, n, vp + (j0 - c0) * V.s, V.s, T(1), w.o.data() + r0 * dv);
+      gemm(false, rows, dv, n, T(1), S, n, vp + (j0 - c0) * V.s, V.s, T(1), w.o.data() + r0 * dv,
+           V.strided);
     }
   };
 
@@ -1364,6 +1382,32 @@ MappedInput<T> mapped_input(TensorSource& src, const Geometry& g) {
   return m;
 }
 
+// K or V used in place of its mapped file for the run in place: stored in T and used as
+// it is, or stored as f16 or bf16 and widened one key block at a time into the worker's
+// buffer, while the block is in the cache for the product (no copy of the whole tensor,
+// no pass of its own). Widening is exact, so the bits are those of a run on the tensor
+// converted first. `base` is null when the file is not mapped or the dtype is another.
+struct MappedKV {
+  const std::byte* base = nullptr;
+  DType dtype = DType::f32;
+  Strides st;
+  std::size_t width = 0;  // d or dv
+};
+
+template <class T>
+MappedKV mapped_kv(TensorSource& src, const Geometry& g, std::size_t width) {
+  MappedKV m;
+  const TensorInfo& info = src.info();
+  if (g.axes.back() != 'd' || (info.dtype != dtype_of<T>() && !detail::widens(info.dtype))) {
+    return m;
+  }
+  m.base = src.mapped_data();
+  m.dtype = info.dtype;
+  m.st = strides_of(info.shape, g.axes);
+  m.width = width;
+  return m;
+}
+
 // Whether entries [c0, c0 + n) along axis `s_axis` of a mapped tensor are all finite,
 // its ranges checked by the worker threads.
 template <class T>
@@ -1404,13 +1448,14 @@ struct NonFiniteKeys {};
 // the same blocks in the same order, so the same bits. (Decode, sq 1 and sk 65,536 of
 // 8 heads: 21.7 ms against 38.6 ms chunked, peak RSS 55 MiB.)
 template <class T>
-void run_in_place(const Plan<T>& P, bool check, std::size_t nq, std::size_t nthreads) {
+void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool check,
+                  std::size_t nq, std::size_t nthreads) {
   const Geometry& g = P.g;
   const std::size_t items = g.b * g.hq * nq;
   const std::size_t kB = std::max<std::size_t>(P.bl.k, 1);
   const std::size_t nblk = (g.sk + kB - 1) / kB;
   const std::size_t group = g.hq / g.hk;
-  const bool has_v = P.v.p != nullptr;
+  const bool has_v = vm != nullptr;
   auto at = [&](std::size_t it) { return item_at(g, P.bl, nq, it); };
   auto slot = [&](std::size_t b, std::size_t h, std::size_t blk) {
     return (b * g.hk + h / group) * nblk + blk;
@@ -1430,10 +1475,43 @@ void run_in_place(const Plan<T>& P, bool check, std::size_t nq, std::size_t nthr
       used[slot(b, h, blk)] = true;
     }
   }
-  auto finite = [&](const View<T>& x, std::size_t b, std::size_t h, std::size_t blk,
-                    std::size_t width) {
+  // The stored rows of block `blk` of batch b, query head h, and their number.
+  auto rows_of = [&](const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk) {
     const std::size_t j0 = blk * kB;
-    return keys_finite(x, b, h / group, j0, std::min(kB, g.sk - j0), width);
+    const std::ptrdiff_t off = b * m.st.b + (h / group) * m.st.h + j0 * m.st.s;
+    return std::pair<const std::byte*, std::size_t>{m.base + off * dtype_size(m.dtype),
+                                                    std::min(kB, g.sk - j0)};
+  };
+  // The block as a view of T from its first key on: in place, or widened into `buf`.
+  // Widening finds whether the keys are finite on the way; `finite` (when given) gets
+  // it, and for keys in place checks them.
+  auto block = [&](const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk,
+                   std::vector<T>& buf, bool* finite) -> View<T> {
+    auto [p, n] = rows_of(m, b, h, blk);
+    if (m.dtype == dtype_of<T>()) {
+      const View<T> x{reinterpret_cast<const T*>(p), 0, 0, m.st.s};
+      if (finite) *finite = keys_finite(x, 0, 0, 0, n, m.width);
+      return x;
+    }
+    buf.resize(n * m.width);
+    const std::size_t es = dtype_size(m.dtype);
+    bool all = true;
+    if (m.st.s == static_cast<std::ptrdiff_t>(m.width)) {  // rows contiguous: one call
+      all = detail::widen(m.dtype, p, buf.data(), n * m.width);
+    } else {
+      for (std::size_t j = 0; j < n; ++j) {
+        all &= detail::widen(m.dtype, p + j * m.st.s * es, buf.data() + j * m.width, m.width);
+      }
+    }
+    if (finite) *finite = all;
+    return {buf.data(), 0, 0, static_cast<std::ptrdiff_t>(m.width),
+            m.st.s != static_cast<std::ptrdiff_t>(m.width)};
+  };
+  auto finite = [&](const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk,
+                    std::vector<T>& buf) {
+    bool ok = true;
+    block(m, b, h, blk, buf, &ok);
+    return ok;
   };
   // Released in spans of at least kReleaseBytes: each release interrupts the other
   // cores to flush their TLBs (releasing every 512 KiB block of a 512 MiB decode cost
@@ -1452,14 +1530,14 @@ void run_in_place(const Plan<T>& P, bool check, std::size_t nq, std::size_t nthr
     }
   };
   std::vector<std::array<Span, 2>> spans(nthreads);  // K, V per thread
-  auto release = [&](Span& span, const View<T>& x, std::size_t b, std::size_t h, std::size_t blk,
-                     std::size_t width) {
-    if (x.s != static_cast<std::ptrdiff_t>(width)) return;  // rows of heads interleaved
-    const std::size_t j0 = blk * kB;
-    span.add(reinterpret_cast<const std::byte*>(x.p + b * x.b + (h / group) * x.h + j0 * x.s),
-             std::min(kB, g.sk - j0) * width * sizeof(T));
+  auto release = [&](Span& span, const MappedKV& m, std::size_t b, std::size_t h,
+                     std::size_t blk) {
+    if (m.st.s != static_cast<std::ptrdiff_t>(m.width)) return;  // rows of heads interleaved
+    auto [p, n] = rows_of(m, b, h, blk);
+    span.add(p, n * m.width * dtype_size(m.dtype));
   };
   std::vector<Scratch<T>> scratch(nthreads);
+  std::vector<std::array<std::vector<T>, 2>> widened(nthreads);  // K, V per thread
   try {
     for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
       auto [b, h, q0] = at(it);
@@ -1469,17 +1547,21 @@ void run_in_place(const Plan<T>& P, bool check, std::size_t nq, std::size_t nthr
         for (std::size_t blk = static_cast<std::size_t>(w.lo_min) / kB;
              blk <= static_cast<std::size_t>(w.hi_max) / kB; ++blk) {
           const std::size_t sl = slot(b, h, blk);
-          if (check && !checked[sl].load(std::memory_order_acquire)) {
-            if (!finite(P.k, b, h, blk, g.d) || (has_v && !finite(P.v, b, h, blk, g.dv))) {
-              throw NonFiniteKeys{};
-            }
+          const bool check_now = check && !checked[sl].load(std::memory_order_acquire);
+          bool k_ok = true, v_ok = true;
+          const View<T> K = block(km, b, h, blk, widened[t][0], check_now ? &k_ok : nullptr);
+          const View<T> V = has_v ? block(*vm, b, h, blk, widened[t][1],
+                                          check_now && k_ok ? &v_ok : nullptr)
+                                  : View<T>{};
+          if (check_now) {
+            if (!k_ok || !v_ok) throw NonFiniteKeys{};
             checked[sl].store(true, std::memory_order_release);
           }
           const std::size_t j0 = blk * kB;
-          item_keys(P, w, w.s, P.k, P.v, 0, b, h, q0, j0, std::min(j0 + kB, g.sk));
+          item_keys(P, w, w.s, K, V, j0, b, h, q0, j0, std::min(j0 + kB, g.sk));
           if (left[sl].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-            release(spans[t][0], P.k, b, h, blk, g.d);
-            if (has_v) release(spans[t][1], P.v, b, h, blk, g.dv);
+            release(spans[t][0], km, b, h, blk);
+            if (has_v) release(spans[t][1], *vm, b, h, blk);
           }
         }
       }
@@ -1491,13 +1573,14 @@ void run_in_place(const Plan<T>& P, bool check, std::size_t nq, std::size_t nthr
     // key order, of any KV head that some item reads, K before V (as the chunked run
     // does with chunks of one block).
     if (!check) throw;
+    std::vector<T> buf;
     for (std::size_t blk = 0; blk < nblk; ++blk) {
       for (const bool keys : {true, false}) {
         for (std::size_t b = 0; b < g.b; ++b) {
           for (std::size_t h = 0; h < g.hq; h += group) {
             if (!used[slot(b, h, blk)]) continue;
-            if (keys && !finite(P.k, b, h, blk, g.d)) throw nonfinite_input("k");
-            if (!keys && has_v && !finite(P.v, b, h, blk, g.dv)) throw nonfinite_input("v");
+            if (keys && !finite(km, b, h, blk, buf)) throw nonfinite_input("k");
+            if (!keys && has_v && !finite(*vm, b, h, blk, buf)) throw nonfinite_input("v");
           }
         }
       }
@@ -1534,14 +1617,14 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   if (g.sq == 0) return res;
   OneBlasThread one_blas;
   const std::size_t nthreads = thread_count(items, g.threads);
-  const MappedInput<T> km = map_kv ? mapped_input<T>(ks, g) : MappedInput<T>{};
-  const MappedInput<T> vm = map_kv && vs ? mapped_input<T>(*vs, g) : MappedInput<T>{};
-  if (km.base != nullptr && (vs == nullptr || vm.base != nullptr)) {
-    P.k = km.view();
-    if (vs) P.v = vm.view();
-    run_in_place(P, !opt.allow_nonfinite, nq, nthreads);
+  const MappedKV kp = map_kv ? mapped_kv<T>(ks, g, g.d) : MappedKV{};
+  const MappedKV vp = map_kv && vs ? mapped_kv<T>(*vs, g, g.dv) : MappedKV{};
+  if (kp.base != nullptr && (vs == nullptr || vp.base != nullptr)) {
+    run_in_place(P, kp, vs ? &vp : nullptr, !opt.allow_nonfinite, nq, nthreads);
     return res;
   }
+  const MappedInput<T> km = map_kv ? mapped_input<T>(ks, g) : MappedInput<T>{};
+  const MappedInput<T> vm = map_kv && vs ? mapped_input<T>(*vs, g) : MappedInput<T>{};
   std::vector<Scratch<T>> state(items);
   std::vector<std::vector<T>> tiles(nthreads);
   auto at = [&](std::size_t it) { return item_at(g, P.bl, nq, it); };
@@ -1751,7 +1834,13 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   if (vi) {
     kv_bytes = add_sat(kv_bytes, mul_sat(checked_numel(vi->shape, 1, "v"), dtype_size(vi->dtype)));
   }
-  const std::size_t tiles = mul_sat(g.threads > 0 ? g.threads - 1 : 0, m.tile);
+  std::size_t tiles = mul_sat(g.threads > 0 ? g.threads - 1 : 0, m.tile);
+  // K or V stored as f16 or bf16 is widened one key block at a time, by each worker.
+  std::size_t widen_row = 0;
+  if (ki.dtype != g.compute) widen_row = g.d;
+  if (vi && vi->dtype != g.compute) widen_row += g.dv;
+  tiles = add_sat(tiles, mul_sat(mul_sat(std::max<std::size_t>(g.threads, 1), kB),
+                                 widen_row * dtype_size(g.compute)));
   const bool map_kv =
       opt.max_memory == 0 || add_sat(add_sat(m.fixed, tiles), kv_bytes) <= opt.max_memory;
   AttentionResult res = g.compute == DType::f64
@@ -1778,6 +1867,10 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
   if (opt.temperature_scale != 0) {
     a.push_back({"temperature_scale", opt.temperature_scale});
     a.push_back({"temperature_floor", opt.temperature_floor});
+  }
+  if (opt.llama4_scaling_beta != 0) {
+    a.push_back({"llama4_scaling_beta", opt.llama4_scaling_beta});
+    a.push_back({"llama4_scaling_period", static_cast<long long>(opt.llama4_scaling_period)});
   }
   if (opt.alibi_before_scale) a.push_back({"alibi_before_scale", 1LL});
   a.push_back({"alibi", opt.alibi ? alibi_name(*opt.alibi) : std::string("none")});

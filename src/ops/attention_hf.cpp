@@ -237,12 +237,29 @@ class Mask {
   std::ptrdiff_t mb_ = 0, mh_ = 0, mi_ = 0, mj_ = 0;
 };
 
-// Llama4TextAttention's temperature tuning, as HF computes it: attn_scales =
-// log1p(floor((cache_position.float() + 1.0) / floor_scale)) * attn_scale + 1.0 in
-// float32 (torch's log1p: SLEEF), one per query, then query_states = (query_states *
-// attn_scales).to(dtype): a float32 product (float64 for f64 models) rounded to T.
-std::vector<float> temperature_scales(const KeyRules& r, std::size_t sq) {
+// The per-query factors as HF computes them, one per query, in float32 (torch's log and
+// log1p: SLEEF); the query is then multiplied by its factor, a float32 product (float64
+// for f64 models) rounded to T.
+// - Llama4TextAttention's temperature tuning: attn_scales = log1p(floor((cache_position
+//   .float() + 1.0) / floor_scale)) * attn_scale + 1.0, and query_states = (query_states
+//   * attn_scales).to(dtype).
+// - Ministral3Attention's _get_llama_4_attn_scale: 1 + beta * log(1 + floor(cache_position
+//   / original_max_position_embeddings)) (an int64 tensor over a Python int: a float32
+//   true division), then .to(query_states.dtype) before the product: the factor itself
+//   is rounded to T.
+std::vector<float> query_scales(const KeyRules& r, std::size_t sq, const ModelType& mt) {
   std::vector<float> t(sq);
+  if (r.l4_beta != 0) {
+    const float period = static_cast<float>(r.l4_period);
+    for (std::size_t i = 0; i < sq; ++i) {
+      const float pos = static_cast<float>(static_cast<std::int64_t>(i) + r.off);
+      t[i] = 1.0f + std::floor(pos / period);
+    }
+    torch_cpu::log(t.data(), t.data(), sq);
+    const float beta = static_cast<float>(r.l4_beta);
+    for (float& x : t) x = static_cast<float>(mt.round(1.0f + beta * x));
+    return t;
+  }
   if (r.temp_scale == 0) return t;
   const float floor_scale = static_cast<float>(r.temp_floor);
   for (std::size_t i = 0; i < sq; ++i) {
@@ -300,7 +317,7 @@ AttentionResult run_hf(const Tensor& q, const Tensor& k, const Tensor* v,
   const double scaling =
       mt.scalar(opt.scale > 0 ? opt.scale : std::pow(static_cast<double>(g.d), -0.5));
   const Mask mask(opt, g, mt);
-  const std::vector<float> temp = temperature_scales(mask.rules(), g.sq);
+  const std::vector<float> temp = query_scales(mask.rules(), g.sq, mt);
 
   AttentionResult res;
   if (g.emit_logits) res.logits = Tensor(g.out, g.logits_shape);
@@ -318,7 +335,7 @@ AttentionResult run_hf(const Tensor& q, const Tensor& k, const Tensor* v,
     for (std::size_t h = 0; h < g.hq; ++h) {
       const std::size_t kh = h / (g.hq / g.hk);  // repeat_kv
       block(qw, g.axes, b, h, qb);
-      if (mask.rules().temp_scale != 0) {
+      if (mask.rules().scales_queries()) {
         for (std::size_t i = 0; i < g.sq; ++i) {
           for (std::size_t c = 0; c < g.d; ++c) {
             W& x = qb[i * g.d + c];

@@ -46,6 +46,10 @@ KeyRules key_rules(const AttentionOptions& opt, std::size_t sq, std::size_t sk) 
     r.temp_scale = opt.temperature_scale;
     r.temp_floor = opt.temperature_floor;
   }
+  if (opt.llama4_scaling_beta != 0) {
+    r.l4_beta = opt.llama4_scaling_beta;
+    r.l4_period = opt.llama4_scaling_period;
+  }
   if (!opt.cu_seqlens.empty()) {
     r.doc_lo.resize(sk);
     r.doc_hi.resize(sk);
@@ -66,6 +70,10 @@ KeyRules key_rules(const AttentionOptions& opt, std::size_t sq, std::size_t sk) 
 }
 
 double KeyRules::temperature(std::int64_t qpos) const {
+  if (l4_beta != 0) {
+    const double n = std::floor(static_cast<double>(qpos) / static_cast<double>(l4_period));
+    return 1.0 + l4_beta * std::log(1.0 + n);
+  }
   if (temp_scale == 0) return 1.0;
   return 1.0 + temp_scale * std::log1p(std::floor(static_cast<double>(qpos + 1) / temp_floor));
 }

@@ -24,11 +24,16 @@ struct KeyRules {
   // Packed sequences: token i sees keys [doc_lo[i], doc_hi[i]]; empty = one sequence.
   std::vector<std::int64_t> doc_lo, doc_hi;
   double temp_scale = 0, temp_floor = 1;  // Llama-4 temperature tuning; scale 0 = off
+  double l4_beta = 0;                     // Ministral-3's Llama-4 scaling; 0 = off
+  std::int64_t l4_period = 1;
 
   /// The keys [lo, hi] query row i of batch b sees (lo > hi: none).
   std::pair<std::int64_t, std::int64_t> range(std::size_t b, std::int64_t i) const;
-  /// Llama-4's attention temperature of the query at position `qpos`:
-  /// 1 + temp_scale * log1p(floor((qpos + 1) / temp_floor)), in float64; 1 when off.
+  /// True when queries are scaled by position (temperature() is not always 1).
+  bool scales_queries() const { return temp_scale != 0 || l4_beta != 0; }
+  /// The factor of the query at position `qpos`, in float64: Llama-4's temperature
+  /// 1 + temp_scale * log1p(floor((qpos + 1) / temp_floor)), or Ministral-3's
+  /// 1 + l4_beta * log(1 + floor(qpos / l4_period)); 1 when off.
   double temperature(std::int64_t qpos) const;
 };
 

@@ -7,6 +7,7 @@
 #include <xtensor/xvectorize.hpp>
 
 #include "dtype_visit.hpp"
+#include "ops/widen.hpp"
 
 namespace posenc {
 
@@ -62,6 +63,16 @@ Tensor cast(const Tensor& t, DType to) {
   Tensor out(to, t.shape());
   if (to == t.dtype()) {
     std::copy_n(t.bytes(), t.nbytes(), out.bytes());
+    return out;
+  }
+  // Exact widenings, vectorised (the element-by-element path was a third of an f16
+  // attention's time).
+  if (detail::widens(t.dtype()) && to == DType::f32) {
+    detail::widen(t.dtype(), t.bytes(), out.data<float>(), t.numel());
+    return out;
+  }
+  if (detail::widens(t.dtype()) && to == DType::f64) {
+    detail::widen(t.dtype(), t.bytes(), out.data<double>(), t.numel());
     return out;
   }
   detail::visit_dtype(t.dtype(), [&](auto from) {

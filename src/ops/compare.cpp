@@ -1,5 +1,7 @@
 #include "posenc/ops/compare.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -175,6 +177,163 @@ Comparator::Comparator(const CompareRule& rule) {
   r_.shapes_equal = true;
 }
 
+Comparator::~Comparator() = default;
+Comparator::Comparator(Comparator&&) noexcept = default;
+Comparator& Comparator::operator=(Comparator&&) noexcept = default;
+
+double tol_ratio(double a, double b, const CompareRule& rule) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const bool nan_a = std::isnan(a), nan_b = std::isnan(b);
+  if (nan_a || nan_b) return nan_a && nan_b && rule.equal_nan ? 0.0 : kInf;
+  if (!std::isfinite(a) || !std::isfinite(b)) return a == b ? 0.0 : kInf;
+  auto ratio = [](double x, double bound) { return bound > 0 ? x / bound : x > 0 ? kInf : 0.0; };
+  const double by_tol = ratio(std::fabs(a - b), rule.atol + rule.rtol * std::fabs(b));
+  if (!rule.max_ulp) return by_tol;
+  const double by_ulp = ratio(static_cast<double>(ulp_distance(a, b, rule.ulp_type)),
+                              static_cast<double>(*rule.max_ulp));
+  return rule.tolerance_explicit ? std::min(by_tol, by_ulp) : by_ulp;
+}
+
+// --- locating the errors ----------------------------------------------------------------
+
+/// The breakdown's axes walked along the compared elements, and the worst elements kept
+/// so far (a heap whose front is the least bad of them).
+struct Comparator::Locator {
+  struct Axis {
+    std::size_t stride = 1;          ///< compared elements per step along the axis
+    std::size_t n = 1;               ///< entries along the axis (1 for an axis a slice fixes)
+    std::vector<std::size_t> group;  ///< entry -> group coordinate; empty: the entry itself
+  };
+  std::vector<Axis> axes;
+  std::size_t inner_groups = 1;  ///< groups of the second axis (1 with one axis)
+  CompareBreakdown breakdown;
+  std::size_t top = 0;
+  std::vector<WorstElement> heap;
+  std::vector<std::uint32_t> gid;  ///< group of each value of the block
+};
+
+namespace {
+
+/// |a - b| for ordering the worst elements: NaN counts as +Inf.
+double abs_key(const WorstElement& w) {
+  const double d = std::fabs(w.a - w.b);
+  return std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
+}
+
+/// Whether x is worse than y (comes first in the list): see CompareResult::worst.
+bool worse(const WorstElement& x, const WorstElement& y) {
+  if (x.tol_ratio != y.tol_ratio) return x.tol_ratio > y.tol_ratio;
+  const double ax = abs_key(x), ay = abs_key(y);
+  if (ax != ay) return ax > ay;
+  return x.flat < y.flat;
+}
+
+std::vector<std::size_t> pair_groups(std::size_t extent, std::optional<std::size_t> rotary,
+                                     PairStyle style, std::size_t axis) {
+  if (extent % 2 != 0) {
+    throw InputError(fmt::format("by: pairs of axis {} need an even extent, got {}", axis, extent));
+  }
+  const std::size_t r = rotary.value_or(extent);
+  if (r == 0 || r % 2 != 0 || r > extent) {
+    throw InputError(
+        fmt::format("rotary_dim: must be even and within 2..{} (the extent of axis "
+                    "{}), got {}",
+                    extent, axis, r));
+  }
+  std::vector<std::size_t> g(extent);
+  for (std::size_t j = 0; j < extent; ++j) {
+    if (j >= r) {
+      g[j] = r / 2 + (j - r) / 2;
+    } else {
+      g[j] = style == PairStyle::neox ? j % (r / 2) : j / 2;
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+Comparator::Comparator(const CompareRule& rule, const CompareLocate& locate, const Selection& sel)
+    : Comparator(rule) {
+  if (locate.by.empty() && locate.top == 0) return;
+  if (locate.top > kMaxTop) {
+    throw UsageError(fmt::format("top: at most {} elements, got {}", kMaxTop, locate.top));
+  }
+  if (locate.by.size() > kMaxByAxes) {
+    throw UsageError(fmt::format("by: at most {} axes, got {}", kMaxByAxes, locate.by.size()));
+  }
+  auto loc = std::make_unique<Locator>();
+  loc->top = locate.top;
+  // Result axis of each kept source axis, and the strides of the result.
+  const std::size_t rank = sel.source.size();
+  std::vector<std::size_t> result_axis(rank, 0);
+  for (std::size_t k = 0, r = 0; k < rank; ++k) {
+    if (!sel.axes[k].drop) result_axis[k] = r++;
+  }
+  std::size_t rows = 1;
+  for (std::size_t i = 0; i < locate.by.size(); ++i) {
+    const ByAxis& by = locate.by[i];
+    if (by.axis >= rank) {
+      throw InputError(fmt::format("by: axis {} is out of range for a {}-D tensor", by.axis, rank));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (locate.by[j].axis == by.axis) {
+        throw UsageError(fmt::format("by: axis {} is named twice", by.axis));
+      }
+    }
+    const AxisSelection& as = sel.axes[by.axis];
+    Locator::Axis ax;
+    std::vector<std::size_t> coords;
+    if (!as.drop) {
+      ax.n = as.size;
+      for (std::size_t r = result_axis[by.axis] + 1; r < sel.shape.size(); ++r)
+        ax.stride *= sel.shape[r];
+    }
+    if (by.pairs) {
+      const std::size_t extent = sel.source[by.axis];
+      if (as.drop || as.size != extent || (extent > 1 && (as.start != 0 || as.step != 1)) ||
+          !as.indices.empty()) {
+        throw InputError(
+            fmt::format("by: pairs of axis {} need the whole axis, which the slice "
+                        "cuts",
+                        by.axis));
+      }
+      ax.group = pair_groups(extent, locate.rotary_dim, locate.pairs, by.axis);
+      for (std::size_t p = 0; p < extent / 2; ++p) coords.push_back(p);
+    } else {
+      for (std::size_t e = 0; e < (as.drop ? 1 : as.size); ++e) coords.push_back(as.at(e));
+    }
+    rows *= coords.size();
+    if (rows > kMaxByRows) {
+      throw UsageError(fmt::format("by: the breakdown would have more than {} rows", kMaxByRows));
+    }
+    if (i == 1) loc->inner_groups = coords.size();
+    loc->breakdown.coords.push_back(std::move(coords));
+    loc->axes.push_back(std::move(ax));
+  }
+  loc->breakdown.axes = locate.by;
+  if (!locate.by.empty()) loc->breakdown.groups.resize(rows);
+  loc_ = std::move(loc);
+}
+
+CompareResult Comparator::result() const& {
+  CompareResult r = r_;
+  if (!loc_) return r;
+  if (!loc_->breakdown.axes.empty()) r.breakdown = loc_->breakdown;
+  r.worst = loc_->heap;
+  std::sort(r.worst.begin(), r.worst.end(), worse);
+  return r;
+}
+
+CompareResult Comparator::result() && {
+  CompareResult r = std::move(r_);
+  if (!loc_) return r;
+  if (!loc_->breakdown.axes.empty()) r.breakdown = std::move(loc_->breakdown);
+  r.worst = std::move(loc_->heap);
+  std::sort(r.worst.begin(), r.worst.end(), worse);
+  return r;
+}
+
 void Comparator::add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b) {
   const std::size_t first = r_.total, n = a.size();
   if (n == 0) return;
@@ -205,6 +364,81 @@ void Comparator::add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 
     offer_ulp(most, first + xt::argmax(number_ && xt::equal(ulp_, most))());
   }
   count_mismatches(a, b, first, all_finite);
+  if (loc_) locate(a, b, first, all_finite);
+}
+
+void Comparator::tol_ratios(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
+                            bool all_finite) {
+  // tol_ratio() for a block: the same cases, with the ULP distances already in ulp_.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const CompareRule& rule = r_.rule;
+  const auto tol = rule.atol + rule.rtol * xt::abs(b);
+  const auto d = xt::abs(a - b);
+  const auto by_tol = xt::where(tol > 0, d / tol, xt::where(d > 0, kInf, 0.0));
+  if (!rule.max_ulp) {
+    ratio_ = by_tol;
+  } else {
+    const auto u = xt::cast<double>(ulp_);
+    const double m = static_cast<double>(*rule.max_ulp);
+    if (m > 0) {
+      ratio_ = u / m;
+    } else {
+      ratio_ = xt::where(u > 0.0, kInf, 0.0);
+    }
+    if (rule.tolerance_explicit) ratio_ = xt::minimum(by_tol, ratio_);
+  }
+  if (!all_finite) {
+    ratio_ = xt::where(number_, xt::where(finite_, ratio_, xt::where(xt::equal(a, b), 0.0, kInf)),
+                       xt::where(rule.equal_nan && xt::isnan(a) && xt::isnan(b), 0.0, kInf));
+  }
+}
+
+void Comparator::locate(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
+                        std::size_t first, bool all_finite) {
+  tol_ratios(a, b, all_finite);
+  Locator& L = *loc_;
+  const std::size_t n = a.size();
+  if (!L.breakdown.axes.empty()) {
+    // The group of every value: each axis's entry walks on as the flat index does.
+    L.gid.assign(n, 0);
+    for (std::size_t k = 0; k < L.axes.size(); ++k) {
+      const Locator::Axis& ax = L.axes[k];
+      const std::size_t scale = k == 0 && L.axes.size() == 2 ? L.inner_groups : 1;
+      std::size_t entry = (first / ax.stride) % ax.n, left = ax.stride - first % ax.stride;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t g = ax.group.empty() ? entry : ax.group[entry];
+        L.gid[i] += static_cast<std::uint32_t>(g * scale);
+        if (--left == 0) {
+          left = ax.stride;
+          entry = entry + 1 == ax.n ? 0 : entry + 1;
+        }
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      GroupStats& s = L.breakdown.groups[L.gid[i]];
+      ++s.count;
+      s.mismatches += ok_(i) ? 0 : 1;
+      s.max_abs = std::max(s.max_abs, abs_(i));
+      s.max_rel = std::max(s.max_rel, rel_(i));
+      s.max_tol_ratio = std::max(s.max_tol_ratio, ratio_(i));
+      if (number_(i)) {
+        s.max_ulp = std::max(s.max_ulp, ulp_(i));
+        s.any_ulp = true;
+      }
+    }
+  }
+  if (L.top == 0) return;
+  for (std::size_t i = 0; i < n; ++i) {
+    WorstElement w{first + i, a(i), b(i), ratio_(i), !ok_(i)};
+    if (L.heap.size() < L.top) {
+      L.heap.push_back(w);
+      std::push_heap(L.heap.begin(), L.heap.end(), worse);
+    } else if (worse(w, L.heap.front())) {
+      std::pop_heap(L.heap.begin(), L.heap.end(), worse);
+      L.heap.back() = w;
+      std::push_heap(L.heap.begin(), L.heap.end(), worse);
+    }
+  }
 }
 
 void Comparator::offer_differences(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
@@ -274,7 +508,7 @@ void load_doubles(DType t, const std::byte* slab, std::size_t first, std::size_t
 CompareResult compare_slabs(const TensorInfo& ia, const detail::FetchSlab& fa, const TensorInfo& ib,
                             const detail::FetchSlab& fb, const CompareOptions& opt,
                             const SliceSpec& slice, std::size_t slab_bytes) {
-  Comparator cmp(make_compare_rule(ia.dtype, ib.dtype, opt));
+  const CompareRule rule = make_compare_rule(ia.dtype, ib.dtype, opt);
   // Each side's slice against its own shape; an error names the side.
   auto resolve = [&](const TensorInfo& info, const char* side) {
     if (slice.items.empty()) return select_all(info.shape);
@@ -285,6 +519,9 @@ CompareResult compare_slabs(const TensorInfo& ia, const detail::FetchSlab& fa, c
     }
   };
   Selection sa = resolve(ia, "A"), sb = resolve(ib, "B");
+  // The breakdown follows A's axes; it is checked even when the shapes differ.
+  Comparator cmp(rule, opt.locate, sa);
+  if (sa.shape != sb.shape) cmp = Comparator(rule);
   if (sa.shape == sb.shape) {
     // Blocks of both sides in step; each reads slabs of its own layout.
     detail::SelectedReader ra(ia, fa, sa, slab_bytes), rb(ib, fb, sb, slab_bytes);
@@ -305,7 +542,7 @@ CompareResult compare_slabs(const TensorInfo& ia, const detail::FetchSlab& fa, c
       left -= m;
     }
   }
-  CompareResult r = cmp.result();
+  CompareResult r = std::move(cmp).result();
   r.shape_a = ia.shape;
   r.shape_b = ib.shape;
   r.shapes_equal = sa.shape == sb.shape;

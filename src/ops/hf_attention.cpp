@@ -25,6 +25,10 @@ void apply_hf_attention(const HfAttentionConfig& c, AttentionOptions& opt,
     opt.temperature_scale = *c.temperature_scale;
     opt.temperature_floor = c.temperature_floor.value_or(0.0);
   }
+  if (c.llama4_scaling_beta && free("llama4_scaling")) {
+    opt.llama4_scaling_beta = *c.llama4_scaling_beta;
+    opt.llama4_scaling_period = c.llama4_scaling_period.value_or(0);
+  }
   if (c.alibi != HfAlibi::none && free("alibi")) {
     // BLOOM's build_alibi_tensor: slope * key position (cumsum of the mask - 1).
     opt.alibi = AlibiVariant::fairseq;

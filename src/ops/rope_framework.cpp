@@ -66,6 +66,24 @@ void hf_pair(DType t, double xa, double xb, float c, float s, double& ya, double
   yb = round_to(t, round_to(t, b * cc) + round_to(t, a * ss));
 }
 
+// ERNIE-4.5's: (q.float() * cos) + (rotate_half(q).float() * sin) in float32, rounded
+// once to the type t; cos and sin in t first when `cast_trig` (then an f64 input's
+// float32 values meet float64 cos and sin, and the products are float64).
+void hf_float32_pair(DType t, double xa, double xb, float c, float s, bool cast_trig,
+                     double& ya, double& yb) {
+  const float cc = cast_trig ? round_to(t, c) : c, ss = cast_trig ? round_to(t, s) : s;
+  const auto a = static_cast<float>(xa), b = static_cast<float>(xb);
+  if (t == DType::f64 && cast_trig) {
+    const double a64 = a, b64 = b, c64 = cc, s64 = ss;
+    ya = a64 * c64 + (-b64) * s64;
+    yb = b64 * c64 + a64 * s64;
+    return;
+  }
+  const float pa = a * cc, qa = (-b) * ss, pb = b * cc, qb = a * ss;
+  ya = round_to(t, pa + qa);
+  yb = round_to(t, pb + qb);
+}
+
 // Meta's and ggml's pair rotation, (x0 cos - x1 sin, x0 sin + x1 cos) on the values
 // as float32, then stored in the type t:
 // - Meta: (x0 + i x1) * (cos + i sin) in complex64 on x.float(), then type_as(x); torch's
@@ -143,7 +161,12 @@ bool run_framework_kernel(const FrameworkKernelArgs& a) {
         const bool neox = f.style == RopeStyle::neox;
         const std::size_t ia = neox ? j : 2 * j, ib = neox ? j + half : 2 * j + 1;
         if (f.arith == Arith::hf) {
-          hf_pair(a.in, x[ia], x[ib], cs[j], cs[half + j], y[ia], y[ib]);
+          if (f.hf_rotation == HfRotation::storage) {
+            hf_pair(a.in, x[ia], x[ib], cs[j], cs[half + j], y[ia], y[ib]);
+          } else {
+            hf_float32_pair(a.in, x[ia], x[ib], cs[j], cs[half + j],
+                            f.hf_rotation == HfRotation::float32_cast_trig, y[ia], y[ib]);
+          }
           continue;
         }
         const bool fused = f.arith == Arith::meta ? meta_fused(meta_off + j, a.meta_row)

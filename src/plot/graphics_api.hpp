@@ -16,7 +16,8 @@
   X(c_plsdev) X(c_plspage) X(c_plssub) X(c_plscmap0) X(c_plscmap1) X(c_plinit) X(pl_cmd)       \
   X(c_pladv) X(c_plvpor) X(c_plwind) X(c_plcol0) X(c_plfill) X(c_plimagefr) X(c_plbox)         \
   X(c_pllab) X(c_plmtex) X(c_plschr) X(c_plcolorbar) X(c_plline) X(c_plstring) X(c_pllsty)     \
-  X(c_plwidth) X(c_plptex) X(c_pllegend) X(c_plend) X(plsexit) X(plsabort) X(plgDevs)
+  X(c_plwidth) X(c_plptex) X(c_pllegend) X(c_plend) X(plsexit) X(plsabort) X(plgDevs)     \
+  X(c_plgchr) X(c_plgspa)
 
 #define POSENC_CAIRO_FUNCTIONS(X)                                                             \
   X(cairo_image_surface_create) X(cairo_svg_surface_create_for_stream)                         \

@@ -269,7 +269,117 @@ void draw_series(const LinePanel& p, const PlotSeries& s) {
 
 PLINT line_style(int dash) { return dash == 1 ? 3 : dash == 2 ? 8 : 1; }
 
-void draw_legend(const LinePanel& p) {
+// The legend's layout (pllegend's arguments below): the line sample's width in
+// viewport units, the gap after it and the entry spacing in character heights, and the
+// legend's offset from the plot box's edges.
+constexpr double kLegendSample = 0.06, kLegendTextOffset = 0.6, kLegendSpacing = 1.8;
+constexpr double kLegendInset = 0.02, kLegendCharScale = 0.85;
+
+/// Where a chart's legend goes: `position` for pllegend and the right end of the plot
+/// box (a fraction of the subpage).
+struct LegendPlace {
+  PLINT position = PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE;
+  double y = kLegendInset;  ///< pllegend's y offset
+  double right = 0.95;
+  /// The fraction of the plot box's height the curves keep below the legend (1: all).
+  double data_height = 1.0;
+};
+
+/// The inside corner of the plot box whose legend covers the fewest points of the
+/// curves and reference lines (top right first among equals, as matplotlib's "best");
+/// when every corner would cover some, the legend goes outside on the right, with the
+/// plot box narrowed to make room; when it is too wide for that, it stays in the top
+/// right corner and the y range grows so that the curves stay below it. The legend's
+/// size is estimated from the character height and the longest label (a generous 0.65
+/// character heights per code point).
+LegendPlace place_legend(const LinePanel& p, const LineRange& r, double left, double right,
+                         double bottom, double top) {
+  LegendPlace place;
+  place.right = right;
+  std::size_t entries = 0, longest = 0;
+  for (const auto& s : p.series) {
+    if (s.label.empty()) continue;
+    ++entries;
+    std::size_t n = 0;
+    for (unsigned char c : pl_text(s.label)) n += (c & 0xC0) != 0x80;
+    longest = std::max(longest, n);
+  }
+  if (entries == 0) return place;
+  PLFLT def = 0, ht = 0, sx0 = 0, sx1 = 0, sy0 = 0, sy1 = 0;
+  gfx().plgchr(&def, &ht);
+  gfx().plgspa(&sx0, &sx1, &sy0, &sy1);
+  const double ch = def * kLegendCharScale;  // mm
+  const double vw = (sx1 - sx0) * (right - left), vh = (sy1 - sy0) * (top - bottom);
+  if (!(ch > 0.0) || !(vw > 0.0) || !(vh > 0.0)) return place;
+  // In units of the plot box.
+  const double w =
+      kLegendSample + (kLegendTextOffset + 1.0 + 0.65 * static_cast<double>(longest)) * ch / vw;
+  const double h = (kLegendSpacing * static_cast<double>(entries) + 0.6) * ch / vh;
+  struct Corner {
+    PLINT position;
+    double x0, y0;  // lower-left corner of the legend
+  };
+  const Corner corners[] = {
+      {PL_POSITION_TOP | PL_POSITION_RIGHT, 1 - kLegendInset - w, 1 - kLegendInset - h},
+      {PL_POSITION_TOP | PL_POSITION_LEFT, kLegendInset, 1 - kLegendInset - h},
+      {PL_POSITION_BOTTOM | PL_POSITION_RIGHT, 1 - kLegendInset - w, kLegendInset},
+      {PL_POSITION_BOTTOM | PL_POSITION_LEFT, kLegendInset, kLegendInset}};
+  std::size_t hits[4] = {0, 0, 0, 0};
+  auto mark = [&](double fx, double fy) {
+    for (int k = 0; k < 4; ++k) {
+      const Corner& c = corners[k];
+      hits[k] += fx >= c.x0 && fx <= c.x0 + w && fy >= c.y0 && fy <= c.y0 + h;
+    }
+  };
+  for (const auto& line : p.hlines) {
+    const double y = plot_detail::chart_y(p, line.y);
+    if (!std::isfinite(y) || y < r.y0 || y > r.y1) continue;
+    for (int k = 0; k <= 200; ++k) mark(k / 200.0, plot_detail::fraction(y, r.y0, r.y1));
+  }
+  for (const auto& s : p.series) {
+    bool have = false;
+    double px = 0, py = 0;
+    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      const double y = plot_detail::chart_y(p, s.y[i]);
+      if (!std::isfinite(s.x[i]) || !std::isfinite(y)) {
+        have = false;
+        continue;
+      }
+      const double fx = plot_detail::fraction(s.x[i], r.x0, r.x1);
+      const double fy = plot_detail::fraction(y, r.y0, r.y1);
+      // Points along the segment from the previous point, about 1/400 of the box apart.
+      const double len = have ? std::hypot(fx - px, fy - py) : 0.0;
+      const int steps = have ? static_cast<int>(std::min(4000.0, std::ceil(len * 400))) : 0;
+      for (int k = 1; k <= steps; ++k) {
+        const double t = static_cast<double>(k) / steps;
+        mark(px + t * (fx - px), py + t * (fy - py));
+      }
+      mark(fx, fy);
+      have = true, px = fx, py = fy;
+    }
+  }
+  int best = 0;
+  for (int k = 1; k < 4; ++k) {
+    if (hits[k] < hits[best]) best = k;
+  }
+  if (hits[best] == 0) {
+    place.position = corners[best].position | PL_POSITION_INSIDE;
+    return place;
+  }
+  // Outside: the legend's width in subpage units, and a gap on each side of it.
+  const double outside = w * (right - left) + 2 * kLegendInset;
+  if (right - outside - left < 0.45) {  // too wide: the box would be a sliver
+    place.data_height = std::max(0.3, 1.0 - 2 * kLegendInset - h);
+    return place;
+  }
+  // Centred on the right side by PLplot; moved up to start level with the box's top.
+  place.position = PL_POSITION_RIGHT | PL_POSITION_OUTSIDE;
+  place.y = std::max(0.0, (1.0 - h) / 2);
+  place.right = right - outside;
+  return place;
+}
+
+void draw_legend(const LinePanel& p, const LegendPlace& place) {
   std::vector<std::string> text;
   std::vector<PLINT> opts, text_colors, colors, styles, symbol_numbers;
   std::vector<PLFLT> widths, symbol_scales;
@@ -291,10 +401,10 @@ void draw_legend(const LinePanel& p) {
   for (const auto& t : text) texts.push_back(t.c_str()), symbols.push_back("•");
   const auto n = static_cast<PLINT>(text.size());
   PLFLT w = 0, h = 0;
-  gfx().plschr(0, 0.85);
-  gfx().pllegend(&w, &h, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
-                 PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.02, 0.06, kWhite,
-                 kBlack, 1, n, 1, n, opts.data(), 0.6, 1.0, 1.8, 0.0, text_colors.data(),
+  gfx().plschr(0, kLegendCharScale);
+  gfx().pllegend(&w, &h, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX, place.position,
+                 kLegendInset, place.y, kLegendSample, kWhite, kBlack, 1, n, 1, n, opts.data(),
+                 kLegendTextOffset, 1.0, kLegendSpacing, 0.0, text_colors.data(),
                  texts.data(), nullptr, nullptr, nullptr, nullptr, colors.data(), styles.data(),
                  widths.data(), colors.data(), symbol_scales.data(), symbol_numbers.data(),
                  symbols.data());
@@ -302,9 +412,15 @@ void draw_legend(const LinePanel& p) {
 }
 
 void draw_lines(const LinePanel& p, std::size_t panels) {
-  const LineRange r = plot_detail::line_range(p);
+  LineRange r = plot_detail::line_range(p);
   const auto [vy0, vy1] = viewport_y(panels);
-  gfx().plvpor(0.11, 0.95, vy0, vy1);
+  const LegendPlace legend = place_legend(p, r, 0.11, 0.95, vy0, vy1);
+  if (legend.data_height < 1.0 && !p.ymax) {  // (a --vmax the user gave stays)
+    // Headroom for the legend: the range so far fills the lower data_height of the box.
+    const double y1 = r.y0 + 2 * ((r.y1 / 2 - r.y0 / 2) / legend.data_height);
+    if (std::isfinite(y1)) r.y1 = y1;
+  }
+  gfx().plvpor(0.11, legend.right, vy0, vy1);
   gfx().plwind(r.x0, r.x1, r.y0, r.y1);
   const char* yopt = p.log_y ? "bcnstvl" : "bcnstv";
   gfx().plcol0(kGrid);
@@ -333,7 +449,7 @@ void draw_lines(const LinePanel& p, std::size_t panels) {
   gfx().plcol0(kBlack);
   gfx().plbox("bcnst", 0, 0, yopt, 0, 0);
   titles(p.title, p.subtitle, p.xlabel, p.ylabel);
-  draw_legend(p);
+  draw_legend(p, legend);
 }
 
 void draw_panels(const Figure& fig) {

@@ -83,6 +83,15 @@ std::string index_label(double v) {
   return number_label(v);
 }
 
+/// A tick label on a linear axis from `lo` to `hi`: a value within a thousandth of the
+/// span of 0 (far less than one line or column of the drawing) reads 0, so the middle
+/// of a nearly symmetric range says 0, not the 1.997e-05 that its ends leave.
+std::string tick_label(double v, double lo, double hi) {
+  const double half_span = hi / 2 - lo / 2;  // no overflow near +-1.8e308
+  if (half_span > 0.0 && std::isfinite(half_span) && std::fabs(v) < half_span * 2e-3) v = 0.0;
+  return number_label(v);
+}
+
 std::string title_line(const std::string& title, const std::string& subtitle, int width,
                        bool color) {
   // Titles quote names and attributes from files: escapes stay visible, not obeyed.
@@ -207,7 +216,17 @@ std::vector<std::string> heatmap_lines(const HeatmapPanel& p, int width, int lin
   const int margin = std::max(text_width(index_label(row_index(0))),
                               text_width(index_label(row_index(p.rows - 1)))) +
                      1;
-  const HeatGrid g(p, std::max(4, width - margin), std::max(2, lines - 3), color);
+  // The axis names go after the column ticks, or on a line of their own when they do
+  // not fit beside them.
+  std::string names;
+  if (!p.ylabel.empty() || !p.xlabel.empty()) {
+    names = "(rows: " + (p.ylabel.empty() ? "-" : printable(p.ylabel)) +
+            ", columns: " + (p.xlabel.empty() ? "-" : printable(p.xlabel)) + ")";
+  }
+  const int names_w = names.empty() ? 0 : text_width(names) + 2;
+  const bool names_apart = names_w > 0 && width - margin < 4 + names_w;
+  const HeatGrid g(p, std::max(4, width - margin - (names_apart ? 0 : names_w)),
+                   std::max(2, lines - 3 - (names_apart ? 1 : 0)), color);
   std::vector<std::string> out{title_line(p.title, p.subtitle, width, color)};
   const int text_rows = color ? (g.nrows + 1) / 2 : g.nrows;
   for (int line = 0; line < text_rows; ++line) {
@@ -221,11 +240,12 @@ std::vector<std::string> heatmap_lines(const HeatmapPanel& p, int width, int lin
       {g.ncols - 1, index_label(col_index(g.src_col(g.ncols - 1)))},
       {g.ncols / 2, index_label(col_index(g.src_col(g.ncols / 2)))}};
   std::string xline = std::string(static_cast<std::size_t>(margin), ' ') + label_line(g.ncols, xl);
-  if (!p.ylabel.empty() || !p.xlabel.empty()) {
-    xline += "  (rows: " + (p.ylabel.empty() ? "-" : printable(p.ylabel)) +
-             ", columns: " + (p.xlabel.empty() ? "-" : printable(p.xlabel)) + ")";
+  if (!names.empty() && !names_apart) {
+    xline.append(static_cast<std::size_t>(std::max(0, margin + g.ncols - text_width(xline))), ' ');
+    xline += "  " + names;
   }
   out.push_back(xline);
+  if (names_apart) out.push_back(pad_left(names, width));
   out.push_back(heat_legend(g));
   return out;
 }
@@ -380,8 +400,13 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
   const plot_detail::LineRange r = plot_detail::line_range(p);
   std::vector<std::string> out{title_line(p.title, p.subtitle, width, color)};
   const std::vector<std::string> legend = chart_legend(p, width, color);
-  const int plot_h = std::max(3, lines - 2 - static_cast<int>(legend.size()));
-  auto ylab = [&](double v) { return number_label(p.log_y ? std::pow(10.0, v) : v); };
+  // The x axis name on its own line under the ticks, right-aligned.
+  const bool xname = !p.xlabel.empty();
+  const int plot_h =
+      std::max(3, lines - 2 - static_cast<int>(legend.size()) - (xname ? 1 : 0));
+  auto ylab = [&](double v) {
+    return p.log_y ? number_label(std::pow(10.0, v)) : tick_label(v, r.y0, r.y1);
+  };
   const double ymid = r.y0 / 2 + r.y1 / 2;  // no overflow near +-1.8e308
   const int margin =
       std::max({text_width(ylab(r.y1)), text_width(ylab(r.y0)), text_width(ylab(ymid))}) + 1;
@@ -395,13 +420,13 @@ std::vector<std::string> chart_lines(const LinePanel& p, int width, int lines, b
     out.push_back(pad_left(label, margin - 1) + " " + (color ? "│" : "|") +
                   canvas_row(p, cv, line, color));
   }
-  std::vector<std::pair<int, std::string>> xl{{0, number_label(r.x0)},
-                                              {plot_w - 1, number_label(r.x1)},
-                                              {plot_w / 2, number_label(r.x0 / 2 + r.x1 / 2)}};
+  auto xlab = [&](double v) { return tick_label(v, r.x0, r.x1); };
+  std::vector<std::pair<int, std::string>> xl{
+      {0, xlab(r.x0)}, {plot_w - 1, xlab(r.x1)}, {plot_w / 2, xlab(r.x0 / 2 + r.x1 / 2)}};
   std::string xline =
       std::string(static_cast<std::size_t>(margin + 1), ' ') + label_line(plot_w, xl);
-  if (!p.xlabel.empty()) xline += "  " + printable(p.xlabel);
   out.push_back(xline);
+  if (xname) out.push_back(pad_left(clip(printable(p.xlabel), width), width));
   out.insert(out.end(), legend.begin(), legend.end());
   return out;
 }

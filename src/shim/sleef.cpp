@@ -1,5 +1,5 @@
 // SLEEF for the posenc executable, loaded on first use (see shim.hpp): only --arith hf
-// needs it. The four 8-lane functions of encodings/sleef_avx2.hpp take and return
+// needs it. The 8-lane functions of encodings/sleef_avx2.hpp take and return
 // __m256 in ymm registers, so the trampolines are compiled for AVX2 as their callers
 // are; torch_cpu::require() calls one on the main thread before any parallel region,
 // which loads the library or reports it missing.
@@ -33,7 +33,7 @@ using Unary = __m256 (*)(__m256);
 using Binary = __m256 (*)(__m256, __m256);
 
 struct Sleef {
-  Unary cosf8 = nullptr, sinf8 = nullptr, expf8 = nullptr, log1pf8 = nullptr;
+  Unary cosf8 = nullptr, sinf8 = nullptr, expf8 = nullptr, log1pf8 = nullptr, logf8 = nullptr;
   Binary powf8 = nullptr;
   std::string error;
 };
@@ -53,6 +53,7 @@ Sleef load() {
   bind(lib, "Sleef_sinf8_u10", &s.sinf8, &s.error);
   bind(lib, "Sleef_expf8_u10", &s.expf8, &s.error);
   bind(lib, "Sleef_log1pf8_u10", &s.log1pf8, &s.error);
+  bind(lib, "Sleef_logf8_u10", &s.logf8, &s.error);
   bind(lib, "Sleef_powf8_u10", &s.powf8, &s.error);
   return s;
 }
@@ -72,6 +73,7 @@ __m256 Sleef_cosf8_u10(__m256 x) { return sleef().cosf8(x); }
 __m256 Sleef_sinf8_u10(__m256 x) { return sleef().sinf8(x); }
 __m256 Sleef_expf8_u10(__m256 x) { return sleef().expf8(x); }
 __m256 Sleef_log1pf8_u10(__m256 x) { return sleef().log1pf8(x); }
+__m256 Sleef_logf8_u10(__m256 x) { return sleef().logf8(x); }
 __m256 Sleef_powf8_u10(__m256 x, __m256 y) { return sleef().powf8(x, y); }
 }
 

@@ -57,7 +57,7 @@ class OtherShells(PosencTestCase):
         self.assertTrue(z.startswith("#compdef posenc"))
         self.assertIn("'/table') subs=(sinusoidal rope rope2d alibi relative t5-bucket", z)
         self.assertIn("'/table/rope:--layout') compadd -- full half", z)
-        self.assertRegex(f, r"-f -a 'table rope attention .*inspect compare convert .*completion'")
+        self.assertRegex(f, r"-f -a 'table rope attention .*inspect compare convert .*completion help'")
         # Each option once per command.
         attention = z[z.index("'/attention') subs=()"):].splitlines()[0]
         names = attention.split("opts=(")[1].rstrip(") ;").split()

@@ -56,6 +56,26 @@ class GlobalBehaviour(PosencTestCase):
                 self.assertNotRegex(p.stderr, re.compile("terminate|what\\(\\)|Aborted"))
         self.assert_no_new_files([])
 
+    def test_optional_values_show_in_help(self):
+        """An option whose value may be left out shows it in brackets, as the man page
+        does (`--alibi [VARIANT]`), not as a required TEXT."""
+        text = run("attention", "--help").stdout.decode()
+        self.assertRegex(text, r"\n  --alibi \[VARIANT\] ")
+        self.assertRegex(text, r"\n  --causal \[ALIGN\] ")
+        self.assertNotRegex(text, r"--alibi TEXT")
+
+    def test_a_missing_parameter_is_named_as_its_option(self):
+        for scaling, extra, pattern in [
+                ("llama3", [], r"--scaling llama3: needs --factor$"),
+                ("linear", [], r"--scaling linear: needs --factor$"),
+                ("yarn", ["--original-max-pos", "16"],
+                 r"--scaling yarn: needs --factor \(or --max-pos and --original-max-pos\)$")]:
+            with self.subTest(scaling=scaling):
+                self.assert_fails(2, "table", "rope", "--positions", "4", "--dim", "8",
+                                  "--scaling", scaling, *extra, "-o", self.path("t.npy"),
+                                  match=pattern)
+        self.assert_no_new_files([])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -100,6 +100,38 @@ class TextOutput(PosencTestCase):
         self.assertLess(len(out.splitlines()), 12)
         self.assertIn("9999", out)
 
+    def test_text_vector_wraps_at_80_columns(self):
+        """A rank-1 tensor too wide for one 80-column row is wrapped, each line led by the
+        index of its first value (numpy prints such vectors wrapped too); a short one is
+        still one row under its indices."""
+        v = np.arange(100, dtype=np.float64) * 1.25 - 7
+        np.save(self.path("v.npy"), v)
+        out = self.run_ok("convert", self.path("v.npy"), "-o", "-", "--to", "text").stdout.decode()
+        lines = out.splitlines()
+        self.assertRegex(lines[0], r"^# shape \(100,\), f64, (\d+) values a line, led by the "
+                         r"first one's index$")
+        per_line = int(re.search(r"f64, (\d+) values", lines[0]).group(1))
+        self.assertGreater(per_line, 1)
+        self.assertTrue(all(len(ln) <= 80 for ln in lines), lines)  # the header too
+        got = []
+        for ln in lines[1:]:
+            first, *values = ln.split()
+            self.assertEqual(int(first), len(got))
+            self.assertLessEqual(len(values), per_line)
+            got += [float(x) for x in values]
+        self.assertEqual(got, v.tolist())
+        # Of a slice, the lines are led by the tensor's own indices.
+        out = self.run_ok("inspect", self.path("v.npy"), "--slice", "3:100:2").stdout.decode()
+        rows = [ln.split() for ln in out.split("values\n", 1)[1].splitlines() if ln.strip()]
+        self.assertEqual(int(rows[0][0]), 3)
+        self.assertEqual(float(rows[0][1]), v[3])
+        self.assertEqual(int(rows[1][0]), 3 + 2 * (len(rows[0]) - 1))
+        self.assertEqual(float(rows[1][1]), v[int(rows[1][0])])
+        # Short: one row under a header of indices.
+        np.save(self.path("s.npy"), np.array([0.5, 0.25, 0.125]))
+        out = self.run_ok("convert", self.path("s.npy"), "-o", "-", "--to", "text").stdout.decode()
+        self.assertEqual(out, "# shape (3,), f64\n     0     1      2\n0  0.5  0.25  0.125\n")
+
 
 class TextInput(PosencTestCase):
     def write(self, name, text):

@@ -4,11 +4,15 @@ For `attention`, `rope` and `table rope`, every long option of `--help` has a ro
 A row that changes numbers is run in every `--arith` mode the command has, with and
 without the option (over a base that makes the option meaningful): the result must
 differ from the run without it, or the run must be refused with exit status 2 and a
-message naming the mode. Options that do not change numbers (where the output goes,
+message naming the mode. In the framework modes (hf, meta, ggml) the option must also
+move the result towards its meaning: nearer to the exact mode's result with the option
+than the run without it is (the exact mode being checked against independent references
+in tests/reference/). Options that do not change numbers (where the output goes,
 budgets) are listed with the reason. A new option without a row fails
 `test_every_option_has_a_row`. The values themselves are checked against independent
 references in tests/reference/ (test_arith_hf.py, test_hf_parity.py, ...).
 """
+import io
 import json
 import os
 import re
@@ -89,6 +93,9 @@ ROPE_ROWS = {
                       ["--scaling", "longrope", "--original-max-pos", "4", "--max-pos", "256",
                        "--short-factor", "1,1,1,1", "--long-factor", "3,5,2,2"]),
     "--hf-config": ([], ["--hf-config", "{rope_cfg}"]),
+    # 4.51-4.55 take YaRN's factor as max_position_embeddings / L0 (2 here, not 4).
+    "--hf-version": (["--hf-config", "{yarn_cfg}"],
+                     ["--hf-config", "{yarn_cfg}", "--hf-version", "4.51"]),
     "--layer-type": (["--hf-config", "{typed_cfg}"],
                      ["--hf-config", "{typed_cfg}", "--layer-type", "sliding_attention"]),
     "--layer": (["--hf-config", "{typed_cfg}"], ["--hf-config", "{typed_cfg}", "--layer", "0"]),
@@ -113,6 +120,7 @@ ATTENTION_ROWS = {
     "--sliding-window": ([], ["--sliding-window", "3"]),
     "--chunk-size": ([], ["--chunk-size", "4"]),
     "--attn-temperature": ([], ["--attn-temperature", "0.5", "2"]),
+    "--llama4-scaling": ([], ["--llama4-scaling", "0.5", "2"]),
     "--key-lengths": ([], ["--key-lengths", "{klen}"]),
     "--mask": ([], ["--mask", "{mask}"]),
     "--alibi": ([], ["--alibi"]),
@@ -170,6 +178,20 @@ TABLE_ROWS["--rotary-last"] = (["--rotary-dim", "4"], ["--rotary-dim", "4", "--r
 TABLE_ROWS["--rope-interleave"] = ([], ["--rope-interleave"])
 
 
+def array(data):
+    return np.load(io.BytesIO(data)).astype(np.float64)
+
+
+def distance(a, b):
+    """Largest absolute difference, NaN where exactly one side is NaN counting as inf;
+    arrays of other shapes are infinitely far apart."""
+    if a.shape != b.shape:
+        return np.inf
+    both = np.isnan(a) & np.isnan(b)
+    d = np.abs(np.where(both, 0, a) - np.where(both, 0, b))
+    return float(np.nan_to_num(d, nan=np.inf).max(initial=0.0))
+
+
 def long_options(*command):
     out = subprocess.run([BIN, *command, "--help"], capture_output=True, text=True).stdout
     return sorted(set(re.findall(r"^\s+(?:-\w, )?(--[a-z0-9-]+)", out, re.M)) - {"--help"})
@@ -213,6 +235,9 @@ class OptionMatrix(PosencTestCase):
                 "hidden_size": 32, "head_dim": 8}
         f["rope_cfg"] = self.config("rope.json", dict(base, rope_theta=77.0))
         f["attn_cfg"] = self.config("attn.json", dict(base, sliding_window=3))
+        f["yarn_cfg"] = self.config("yarn.json", dict(
+            base, max_position_embeddings=64,
+            rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}))
         f["typed_cfg"] = self.config("typed.json", dict(
             base, model_type="gemma3_text", sliding_window=3, num_hidden_layers=2,
             layer_types=["sliding_attention", "full_attention"], rope_local_base_freq=100.0,
@@ -241,12 +266,16 @@ class OptionMatrix(PosencTestCase):
         else:
             head = ["table", "rope", "--positions", "10", "--dim", "8", "--emit", "cos-sin"]
         p = run(*head, *self.fill(args), "--arith", mode, "-o", out)
-        data = open(out, "rb").read() if p.returncode == 0 else None
+        data = None
+        if p.returncode == 0:
+            with open(out, "rb") as fh:
+                data = fh.read()
         return p.returncode, p.stderr, data
 
     def check_rows(self, command, rows, modes):
         for option, (base, with_option) in rows.items():
             square = "--cu-seqlens" in with_option or "--pos-query" in with_option
+            exact = {}
             for mode in modes:
                 with self.subTest(command=command, option=option, mode=mode):
                     b = self.result(command, base, mode, square)
@@ -263,6 +292,30 @@ class OptionMatrix(PosencTestCase):
                     self.assertEqual(b[0], 0, b[1])
                     self.assertEqual(w[0], 0, w[1])
                     self.assertTrue(b[2] != w[2], f"{option} ignored under --arith {mode}")
+                    if mode == "exact":
+                        continue
+                    # The option moves the framework's result towards what it means: the
+                    # exact result with the option (which tests/reference checks against
+                    # independent references) under the mode's own conventions (Meta's
+                    # code pairs (2i, 2i+1)): nearer than without it, or equal to it
+                    # within float32 rounding where the option barely moves the numbers
+                    # (--start under attention, whose RoPE terms are relative).
+                    ref_args = list(with_option)
+                    if mode == "meta" and "--style" not in ref_args:
+                        ref_args += ["--style", "gptj"]
+                    key = tuple(ref_args)
+                    if key not in exact:
+                        exact[key] = self.result(command, ref_args, "exact", square)
+                    if exact[key][0] != 0:
+                        continue
+                    ref, wa, ba = array(exact[key][2]), array(w[2]), array(b[2])
+                    if wa.shape == ba.shape and np.array_equal(wa, ba, equal_nan=True):
+                        continue  # the same values in another dtype (--dtype)
+                    near = 1e-5 * max(1.0, float(np.nanmax(np.abs(ref), initial=0.0)))
+                    dw, db = distance(wa, ref), distance(ba, ref)
+                    self.assertTrue(dw < db or dw <= near,
+                                    f"{option} under --arith {mode}: {dw} from the exact result "
+                                    f"with it, {db} without it")
 
     def test_every_option_has_a_row(self):
         for command, rows in ((("attention",), {**ATTENTION_ROWS, **ATTENTION_ROPE}),

@@ -78,6 +78,11 @@ class ParallelParts(PosencTestCase):
                 h5py.File(self.path("whole.h5"), "r") as w:
             self.assertTrue(f["g/q"].is_virtual)
             self.assertEqual(f["g/q"][...].tobytes(), w["q"][...].tobytes())
+        # posenc's own reader refuses it, and says what reads it instead.
+        self.assert_fails(3, "inspect", self.path("virtual.h5") + ":/g/q",
+                          match=r"virtual\.h5: dataset '/g/q' is a virtual dataset \(refused: it "
+                          r"reads other files; h5py reads it, and 'posenc join' without "
+                          r"--virtual writes a copy posenc reads\)$")
         # NPY parts carry no record: joined in the order given.
         self.parallel('"$BIN" rope q.npy -o part{}.npy --part {}/' + str(n), n)
         self.run_ok("join", *[self.path(f"part{i}.npy") for i in range(n)], "-o",

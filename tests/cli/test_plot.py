@@ -367,6 +367,99 @@ class Terminal(PosencTestCase):
                         "--plot", "-")
         self.assertIn(b"RoPE long-term decay", p.stdout)
 
+    def chart(self, *args):
+        """An ASCII chart (standard output a pipe) 80 x 24: the y tick labels by line,
+        and the whole text."""
+        out = self.run_ok("plot", *args, env={"COLUMNS": "80", "LINES": "24"}).stdout.decode()
+        ticks = [m.group(1) for m in re.finditer(r"^ *(\S+) \|", out, re.M)]
+        return ticks, out
+
+    def test_chart_ticks_say_zero_where_they_mean_it(self):
+        x = np.linspace(0, 6, 200)
+        y = np.sin(x)  # max 0.99998, min -0.99992: the padded range is not symmetric
+        np.save(self.path("s.npy"), y)
+        ticks, _ = self.chart(self.path("s.npy"))
+        self.assertEqual(len(ticks), 3, ticks)
+        pad = 0.03 * (y.max() - y.min())  # 6% of the half range above and below
+        self.assertAlmostEqual(float(ticks[0]), y.max() + pad, places=3)
+        self.assertEqual(ticks[1], "0")
+        self.assertAlmostEqual(float(ticks[2]), y.min() - pad, places=3)
+        # A middle that is not 0 keeps its value.
+        np.save(self.path("u.npy"), np.linspace(0, 1, 50))
+        ticks, out = self.chart(self.path("u.npy"))
+        self.assertEqual(ticks[1], "0.5")
+        # x ticks of indices 0..49: 0, 24.5 and 49.
+        self.assertRegex(out, r"\n +0 +24\.5 +49\n +axis 0\n$")
+
+    def test_charts_name_axes_as_heatmaps_do(self):
+        h5 = self.path("t.h5")
+        self.run_ok("table", "sinusoidal", "--positions", "16", "--dim", "8", "-o", h5 + ":/pe")
+        heat = self.run_ok("plot", h5 + ":/pe", env={"COLUMNS": "120", "LINES": "24"}).stdout.decode()
+        self.assertIn("(rows: position (axis 0), columns: dimension (axis 1))", heat)
+        _, col = self.chart(h5 + ":/pe", "--slice", ":,1")
+        self.assertRegex(col, r"\n +0 .* 15\n +position \(axis 0\)\n$")
+        _, row = self.chart(h5 + ":/pe", "--rows", "3")
+        self.assertRegex(row, r" dimension \(axis 1\)\n\* row 3\n$")
+        np.save(self.path("v.npy"), np.zeros((2, 5)))
+        _, plain = self.chart(self.path("v.npy"), "--slice", "1")
+        self.assertRegex(plain, r" axis 1\n$")
+        _, xcol = self.chart(self.path("v.npy"), "--cols", "1", "--x-col", "0")
+        self.assertRegex(xcol, r" column 0\n\* column 1\n$")
+
+
+def svg_paths(path):
+    """(style, [(x, y), ...]) of every path of an SVG cairo wrote (M/L commands)."""
+    out = []
+    for el in ET.parse(path).getroot().iter("{http://www.w3.org/2000/svg}path"):
+        nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", el.get("d", ""))]
+        out.append((el.get("style", ""), list(zip(nums[0::2], nums[1::2])), el.get("transform")))
+    return out
+
+
+class Legend(PosencTestCase):
+    def assert_legend_clear(self, *inputs):
+        """The legend's box (its white background) holds no point of any curve (each
+        segment sampled every 0.25 pt). Inputs are names in self.tmp, the labels."""
+        out = self.path("c.svg")
+        self.run_ok("plot", *inputs, "-o", out, cwd=self.tmp)
+        paths = svg_paths(out)
+        boxes = [p for s, p, _ in paths if "fill:rgb(100%,100%,100%)" in s]
+        self.assertEqual(len(boxes), 1, "one legend background")
+        xs, ys = zip(*boxes[0])
+        x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+        # The curves (the legend's line samples have round caps).
+        curves = [p for s, p, _ in paths
+                  if "stroke-width:2" in s and "linecap:butt" in s and "fill:none" in s]
+        self.assertGreaterEqual(len(curves), 2)
+        for pts in curves:
+            for (ax, ay), (bx, by) in zip(pts, pts[1:]):
+                n = max(1, int(math.hypot(bx - ax, by - ay) * 4))
+                for k in range(n + 1):
+                    x, y = ax + (bx - ax) * k / n, ay + (by - ay) * k / n
+                    self.assertFalse(x0 < x < x1 and y0 < y < y1,
+                                     f"curve point ({x:.1f}, {y:.1f}) under the legend "
+                                     f"[{x0:.1f}, {x1:.1f}] x [{y0:.1f}, {y1:.1f}]")
+        return (x0, x1, y0, y1), curves
+
+    def test_legend_covers_no_curve(self):
+        x = np.linspace(0, 20, 400)
+        for name, v in (("up", np.linspace(0, 1, 50)), ("down", np.linspace(1, 0, 50)),
+                        ("sin", np.sin(x)), ("cos", np.cos(x)), ("rise", x ** 2)):
+            np.save(self.path(name + ".npy"), v)
+        # Every corner holds a curve: the legend goes outside, right of the plot box.
+        (x0, _, _, _), curves = self.assert_legend_clear("up.npy", "down.npy")
+        self.assertGreaterEqual(x0, max(px for pts in curves for px, _ in pts))
+        self.assert_legend_clear("sin.npy", "cos.npy")
+        # A free corner (top left: x^2 rises to the right) takes it, inside the box.
+        (x0, _, _, _), curves = self.assert_legend_clear("rise.npy", "sin.npy")
+        self.assertLess(x0, max(px for pts in curves for px, _ in pts) / 2)
+        # Too wide to go beside the box: inside, the curves kept below it.
+        long = "a-rather-long-name-for-a-tensor-file-" * 2
+        for name in ("up", "down"):
+            os.rename(self.path(name + ".npy"), self.path(long + name + ".npy"))
+        (x0, _, y0, _), curves = self.assert_legend_clear(long + "up.npy", long + "down.npy")
+        self.assertLess(x0, max(px for pts in curves for px, _ in pts))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -475,6 +475,14 @@ def llama4_temperature(q, positions, attn_scale, floor_scale):
     return q * scales.view(1, -1, 1, 1)
 
 
+def llama4_attn_scale(q, positions, beta, period):
+    """Ministral3Attention after RoPE: q [b, s, h, d] times _get_llama_4_attn_scale =
+    1 + beta * log(1 + floor(cache_position / original_max_position_embeddings))."""
+    pos = torch.as_tensor(positions, dtype=torch.float64)
+    scales = 1 + beta * torch.log(1 + torch.floor(pos / period))
+    return q * scales.view(1, -1, 1, 1)
+
+
 def layer_rotates(t, layer_idx):
     """Whether the attention module of layer `layer_idx` applies RoPE:
     Exaone4Attention.forward `if self.sliding_window is None or self.is_sliding`,

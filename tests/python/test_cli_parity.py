@@ -92,6 +92,16 @@ def test_rope_hf_config_layer_type(tmp_path):
         same(posenc.rope(x, hf_config=cfg, layer_type=layer_type), np.load("y.npy"))
     run("rope", "x.npy", "-o", "y.npy", "--hf-config", cfg, "--layer", "5", "--base", "1000")
     same(posenc.rope(x, hf_config=cfg, layer=5, base=1000.0), np.load("y.npy"))
+    cfg = os.path.join(DATA, "deepseek-v3.json")
+    x = np.random.default_rng(3).standard_normal((1, 2, 8, 64))
+    np.save("x.npy", x)
+    for version in ("4.45", "5"):
+        run("table", "rope", "--positions", "8", "--hf-config", cfg, "--hf-version", version,
+            "--dtype", "f64", "-o", "t.npy")
+        same(posenc.table.rope(positions=8, hf_config=cfg, hf_version=version, dtype="f64"),
+             np.load("t.npy"))
+        run("rope", "x.npy", "-o", "y.npy", "--hf-config", cfg, "--hf-version", version)
+        same(posenc.rope(x, hf_config=cfg, hf_version=version), np.load("y.npy"))
 
 
 TABLE_CASES = [
@@ -167,6 +177,7 @@ ATT_CASES = [
     (["--sliding-window", "3", "--causal"], dict(sliding_window=3, causal=True)),
     (["--chunk-size", "4"], dict(chunk_size=4)),
     (["--attn-temperature", "0.1", "2"], dict(attn_temperature=(0.1, 2.0))),
+    (["--llama4-scaling", "0.1", "3"], dict(llama4_scaling=(0.1, 3))),
     (["--key-lengths", "kl.npy"], dict(key_lengths=np.array([5, 9]))),
     (["--mask", "mask.npy"], dict(mask=np.arange(54).reshape(6, 9) % 4 != 0)),
     (["--alibi", "falcon", "--alibi-max-bias", "4"], dict(alibi="falcon", alibi_max_bias=4.0)),

@@ -52,6 +52,8 @@ def test_usage_errors():
         posenc.rope(x, axes="bq")
     with pytest.raises(posenc.UsageError, match="precision: applies to arith exact only"):
         posenc.rope(x, arith="hf", precision="f32")
+    with pytest.raises(posenc.UsageError, match="hf_version: needs hf_config"):
+        posenc.rope(x, hf_version="4.51")
     with pytest.raises(posenc.UsageError, match="a ROPE OPTION needs rope=True"):
         posenc.attention(x, x, x, base=10.0)
     with pytest.raises(posenc.UsageError, match="out: overlaps x"):

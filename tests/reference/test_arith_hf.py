@@ -11,6 +11,7 @@ to bf16, the attention test replaces those (only those) by that product, and a
 separate test bounds the difference from torch's own: |delta logits| <= 2^-8 * scale *
 sum_i |q_i k_i|, in under 0.2 % of the elements of each output.
 """
+import json
 import os
 import unittest
 
@@ -128,6 +129,49 @@ class HfRope(PosencTestCase):
         self.run_ok("rope", src, "-o", out, "--arith", "hf", "--start", str(start), *case[2])
         self.assertEqual(bit_mismatches(load_torch(out, x.dtype),
                                         ref.apply_rotary_pos_emb(x, cos[None], sin[None])), 0)
+
+
+class HfErnie(PosencTestCase):
+    # Ernie4_5's and Ernie4_5_MoE's apply_rotary_pos_emb (modeling_ernie4_5*.py): GLM
+    # pairs, q.float() * cos + rotate_half(q).float() * sin in float32, then
+    # .to(original_dtype); the dense model's rotary embedding returns cos, sin cast to
+    # q's dtype, the MoE's keeps them float32.
+    CASE = ("ernie", 128, [], {"rope_type": "default", "rope_theta": 500000.0}, 131072)
+
+    def ernie_apply(self, x, cos, sin):
+        cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)[None]
+        sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)[None]
+        rot = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+        return ((x.float() * cos) + (rot.float() * sin)).to(x.dtype)
+
+    def test_float32_rotation_bit_for_bit(self):
+        with open(os.path.join(os.environ["POSENC_SOURCE_DIR"], "tests", "data",
+                               "ernie-4.5-0.3b.json")) as f:
+            cfg = json.load(f)
+        pos = positions(120, 131071)
+        ids = self.path("ids.npy")
+        np.save(ids, pos)
+        for model_type in ("ernie4_5", "ernie4_5_moe"):
+            path = self.path(f"{model_type}.json")
+            with open(path, "w") as f:
+                json.dump(dict(cfg, model_type=model_type), f)
+            for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+                x = (torch.randn(1, 2, len(pos), 128, generator=torch.Generator().manual_seed(5))
+                     * 4).to(dtype)
+                trig = dtype if model_type == "ernie4_5" else torch.float32
+                cos, sin, _, _ = hf_tables(self.CASE, pos, trig)
+                want = self.ernie_apply(x, cos, sin)
+                src, out = save_torch(self, "x", x), out_ref(self, "y", dtype)
+                self.run_ok("rope", src, "-o", out, "--arith", "hf", "--position-ids", ids,
+                            "--hf-config", path)
+                got = load_torch(out, dtype)
+                with self.subTest(model_type=model_type, dtype=str(dtype)):
+                    self.assertEqual(bit_mismatches(got, want), 0)
+                    if dtype in (torch.bfloat16, torch.float16):
+                        # Not the rounding of each operation in the storage type.
+                        glm = ref.apply_rotary_pos_emb_interleaved(x, cos.to(dtype)[None],
+                                                                   sin.to(dtype)[None])
+                        self.assertGreater(bit_mismatches(got, glm), 0)
 
 
 class HfTables(PosencTestCase):
@@ -248,12 +292,20 @@ class HfAttention(PosencTestCase):
             (("--sliding-window", "9"), (kv > qpos - 9) & (kv < qpos + 9), None),
             (("--causal", "--chunk-size", "16"), (kv <= qpos) & (kv // 16 == qpos // 16), None),
             (("--causal", "--attn-temperature", "0.1", "8"), kv <= qpos, (0.1, 8.0)),
+            (("--causal", "--llama4-scaling", "0.1", "16"), kv <= qpos, ("llama4", 0.1, 16)),
         ]
         for dtype in (torch.float32, torch.bfloat16):
             q, k, v = self.inputs((b, hq, hk, sq, sk, d), dtype, 21)
             for flags, allowed, temp in cases:
                 qt = q
-                if temp is not None:
+                if temp is not None and temp[0] == "llama4":
+                    # Ministral3Attention: _get_llama_4_attn_scale(cache_position, beta,
+                    # original_max_position_embeddings).to(query_states.dtype).
+                    _, beta, period = temp
+                    scales = 1 + beta * torch.log(1 + torch.floor(qpos[:, 0] / period))
+                    qt = q * scales.unsqueeze(-1).to(dtype)
+                    self.assertFalse(torch.equal(qt, q))
+                elif temp is not None:
                     attn_scale, floor_scale = temp
                     scales = (torch.log1p(torch.floor((qpos[:, 0].float() + 1.0) / floor_scale))
                               * attn_scale + 1.0)

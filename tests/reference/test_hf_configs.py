@@ -1,11 +1,13 @@
 """Published model configs (tests/data, see its README) through `--hf-config` alone,
 against references that follow HF transformers v5's code (tests/lib/hf_reference.py):
-rope tables, RoPE applied to tensors in each model's layout, and attention with each
-model's scale, soft-cap, sliding window, sinks, chunking and temperature.
+rope tables, RoPE applied to tensors in each model's layout (GLM pairs of Helium and
+ERNIE-4.5, HunYuan's NTK alpha, the NoPE layers of AFMoE and SmolLM3), and attention
+with each model's scale, soft-cap, sliding window, sinks, chunking and temperature.
 
 Tolerances: float64 outputs rtol 1e-12 for frequency tables and 1e-10 for rotated
 tensors and attention (against float64 torch); float32 tables rtol 1e-6.
 """
+import json
 import os
 import unittest
 
@@ -258,6 +260,39 @@ class Attention(HfConfigCase):
                           "--layer-type", "full_attention", "--rope", "-o", self.path("x.npy"),
                           "--emit", "probs", match="no RoPE")
 
+    def test_ministral3_llama4_query_scaling(self):
+        # Devstral-Small-2 (ministral3): every query times 1 + 0.1 log(1 + floor(p / 8192)),
+        # the period being rope_parameters' original_max_position_embeddings.
+        cfg = "devstral-small-2-24b-text.json"
+        t = hf.load_text_config(data(cfg))
+        rp = t["rope_parameters"]
+        sq, sk = 4, 8194  # queries at positions 8190..8193 cross the period
+        q = self.rng.standard_normal((1, sq, 128))
+        k, v = self.rng.standard_normal((1, sk, 128)), self.rng.standard_normal((1, sk, 128))
+        got = self.attention(cfg, q, k, v, "--causal")
+        self.assertEqual(got[3]["llama4_scaling_beta"], 0.1)
+        self.assertEqual(got[3]["llama4_scaling_period"], 8192)
+        qpos = torch.arange(sk - sq, sk)
+        qt = hf.llama4_attn_scale(torch.from_numpy(q)[:, :, None], qpos,
+                                  rp["llama_4_scaling_beta"],
+                                  rp["original_max_position_embeddings"])[:, :, 0]
+        ref = hf.eager_attention(qt[:, None], torch.from_numpy(k)[:, None],
+                                 torch.from_numpy(v)[:, None], 128 ** -0.5, hf.hf_mask(qpos, sk))
+        self.assert_attention(got, tuple(r[:, 0] for r in ref), "ministral3")
+        # An explicit --llama4-scaling wins over the config's.
+        got2 = self.attention(cfg, q, k, v, "--causal", "--llama4-scaling", "0.5", "4096")
+        self.assertEqual(got2[3]["llama4_scaling_period"], 4096)
+        # HF fails on a ministral3 config without the key; posenc refuses it (exit 3).
+        with open(data(cfg)) as f:
+            broken = json.load(f)
+        del broken["text_config"]["rope_parameters"]["llama_4_scaling_beta"]
+        path = self.path("broken.json")
+        with open(path, "w") as f:
+            json.dump(broken, f)
+        self.assert_fails(3, "attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"),
+                          "--hf-config", path, "--emit", "probs", "-o", self.path("x.npy"),
+                          match="llama_4_scaling_beta")
+
     def test_gemma4_scale_one_on_both_layer_types(self):
         # Gemma4TextAttention: self.scaling = 1.0; full layers have global_head_dim 512.
         t = hf.load_text_config(data("gemma-4-e4b.json"))
@@ -285,6 +320,186 @@ class Attention(HfConfigCase):
                           "-o", self.path("p.npy"), match="num_attention_heads")
         self.assertFalse(os.path.exists(self.path("p.npy")))
 
+
+class PublishedFamilies(HfConfigCase):
+    """Families whose modeling code, not only the rope init, decides the numbers: each
+    published config through --hf-config alone against that family's code as
+    hf_reference.py transcribes it."""
+
+    def cos_sin(self, cfg, pos, *extra):
+        ids = self.npy("ids.npy", np.array(pos, dtype=np.int64))
+        return self.table(cfg, "--position-ids", ids, "--emit", "cos-sin", *extra)
+
+    def test_helium_and_ernie_rotate_glm_pairs(self):
+        # HeliumAttention / Ernie4_5Attention: GLM's interleaved pairs over the whole
+        # 128-dim head; Helium's rope_theta 1e5, ERNIE's 5e5 (an integer in the file).
+        x = self.rng.standard_normal((1, 3, 5, 128))
+        for cfg in ("helium-1-preview-2b.json", "ernie-4.5-0.3b.json"):
+            t = hf.load_text_config(data(cfg))
+            self.assertEqual(hf.head_dim(t), 128)
+            inv, att = hf.rope_init(t, seq_len=4101)
+            np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq"), inv.numpy(),
+                                       rtol=1e-12, atol=0, err_msg=cfg)
+            cos, sin = hf.cos_sin(inv, torch.arange(4096, 4101), att)
+            ref = hf.apply_rotary_pos_emb_glm(torch.from_numpy(x), cos, sin)
+            got = self.rope(cfg, x, "--start", 4096)
+            np.testing.assert_allclose(got, ref.numpy(), err_msg=cfg, **F64)
+            # Not the NeoX halves a Llama-shaped reading would give.
+            neox = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin)
+            self.assertFalse(np.allclose(got, neox.numpy()), cfg)
+        # Attention with --rope rotates the same pairs; ERNIE's heads are head_dim 128,
+        # not hidden_size / heads = 64, with 16 query heads on 2 KV heads.
+        for cfg, hq, hk in (("helium-1-preview-2b.json", 20, 20), ("ernie-4.5-0.3b.json", 16, 2)):
+            t = hf.load_text_config(data(cfg))
+            q = self.rng.standard_normal((1, hq, 6, 128))
+            k, v = (self.rng.standard_normal((1, hk, 6, 128)) for _ in range(2))
+            inv, att = hf.rope_init(t, seq_len=6)
+            cos, sin = hf.cos_sin(inv, torch.arange(6), att)
+            qr, kr = (hf.apply_rotary_pos_emb_glm(torch.from_numpy(a), cos, sin) for a in (q, k))
+            ref = hf.eager_attention(qr, kr, torch.from_numpy(v), 128 ** -0.5,
+                                     hf.hf_mask(torch.arange(6), 6))
+            got = self.attention(cfg, q, k, v, "--rope", "--causal")
+            self.assert_attention(got, ref, cfg)
+
+    def test_hunyuan_mt_ntk_alpha(self):
+        # HunYuanDenseV1RotaryEmbedding: base 1e4 * alpha ** (d / (d - 2)) with alpha 1e5;
+        # within max_position_embeddings (32768) the static base, past it HF's
+        # dynamic_rope_update (factor 1.0).
+        cfg = "hunyuan-mt-7b.json"
+        t = hf.load_text_config(data(cfg))
+        inv, _ = hf.hunyuan_inv_freq(t)
+        np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq"), inv.numpy(),
+                                   rtol=1e-12, atol=0)
+        self.assertAlmostEqual(float(inv[1]) ** -64 / (1e4 * 1e5 ** (128 / 126)), 1.0, places=9)
+        for pos in ([0, 1, 100, 30000], [0, 32767], [5, 40000]):
+            inv, att = hf.hunyuan_inv_freq(t, seq_len=max(pos) + 1)
+            cos, sin = hf.cos_sin(inv, torch.tensor(pos), att)
+            np.testing.assert_allclose(self.cos_sin(cfg, pos), np.stack([cos, sin]),
+                                       err_msg=str(pos), **F64)
+        # Applied to q with 32 heads, NeoX halves.
+        x = self.rng.standard_normal((1, 32, 3, 128))
+        inv, att = hf.hunyuan_inv_freq(t, seq_len=20003)
+        ref = hf.apply_rotary_pos_emb(torch.from_numpy(x),
+                                      *hf.cos_sin(inv, torch.arange(20000, 20003), att))
+        np.testing.assert_allclose(self.rope(cfg, x, "--start", 20000), ref.numpy(), **F64)
+        # --arith hf: HunYuanDenseV1RotaryEmbedding's float32 expression, bit for bit.
+        out = self.path("inv32.npy")
+        self.run_ok("table", "rope", "--hf-config", data(cfg), "--arith", "hf", "--emit",
+                    "inv-freq", "-o", out)
+        base = 10000.0 * 100000.0 ** (128 / 126)
+        np.testing.assert_array_equal(
+            np.load(out), (1.0 / (base ** (torch.arange(0, 128, 2).float() / 128))).numpy())
+
+    def test_trinity_nano_rotates_only_sliding_layers(self):
+        # AfmoeConfig: no layer_types in the file, every 4th of 56 layers full
+        # (global_attn_every_n_layers 4); AfmoeAttention rotates only the local layers.
+        cfg = "trinity-nano-preview.json"
+        t = hf.load_text_config(data(cfg))
+        types = hf.layer_types(t)
+        self.assertEqual(len(types), 56)
+        self.assertEqual(types.count("full_attention"), 14)
+        inv, att = hf.rope_init(t, "sliding_attention")
+        for args in ([], ["--layer-type", "sliding_attention"], ["--layer", "2"]):
+            np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq", *args),
+                                       inv.numpy(), rtol=1e-12, atol=0, err_msg=str(args))
+        out = self.path("none.npy")
+        for args in (["--layer-type", "full_attention"], ["--layer", "55"]):
+            self.assert_fails(3, "table", "rope", "--hf-config", data(cfg), *args,
+                              "--emit", "inv-freq", "-o", out, match="no RoPE")
+        self.assertFalse(os.path.exists(out))
+        # Attention, GQA 8:2 heads of 128: a sliding layer rotates q and k and masks
+        # keys past the 2048-token window; a full layer is causal and unrotated, and
+        # refuses --rope.
+        sq, sk = 3, 2052
+        q = self.rng.standard_normal((1, 8, sq, 128))
+        k, v = (self.rng.standard_normal((1, 2, sk, 128)) for _ in range(2))
+        qpos = torch.arange(sk - sq, sk)
+        for layer in (2, 3):
+            lt = types[layer]
+            rotates = hf.layer_rotates(t, layer)
+            self.assertEqual(rotates, lt == "sliding_attention")
+            qt, kt = torch.from_numpy(q), torch.from_numpy(k)
+            if rotates:
+                qt = hf.apply_rotary_pos_emb(qt, *hf.cos_sin(inv, qpos, att))
+                kt = hf.apply_rotary_pos_emb(kt, *hf.cos_sin(inv, torch.arange(sk), att))
+            window = t["sliding_window"] if lt == "sliding_attention" else None
+            ref = hf.eager_attention(qt, kt, torch.from_numpy(v), hf.attention_scaling(t),
+                                     hf.hf_mask(qpos, sk, sliding_window=window))
+            rope = ["--rope"] if rotates else []
+            got = self.attention(cfg, q, k, v, "--causal", *rope, "--layer", str(layer))
+            self.assert_attention(got, ref, f"trinity layer {layer}")
+        self.assert_fails(3, "attention", "-q", self.path("q.npy"), "-k", self.path("k.npy"),
+                          "--hf-config", data(cfg), "--layer", "3", "--rope", "--emit",
+                          "probs", "-o", self.path("p.npy"), match="no RoPE")
+        self.assertFalse(os.path.exists(self.path("p.npy")))
+
+
+    def test_smollm3_no_rope_every_fourth_layer(self):
+        # SmolLM3-3B-Base publishes no_rope_layer_interval 4 and no no_rope_layers:
+        # SmolLM3Config builds [1, 1, 1, 0] * 9; every layer is full_attention, so only
+        # --layer N tells a NoPE layer. rope_theta 5e6 from the file (class default 2e6).
+        cfg = "smollm3-3b-base.json"
+        t = hf.load_text_config(data(cfg))
+        self.assertEqual(set(hf.layer_types(t)), {"full_attention"})
+        nope = [i for i in range(36) if not hf.layer_rotates(t, i)]
+        self.assertEqual(nope, list(range(3, 36, 4)))
+        inv, att = hf.rope_init(t, seq_len=70001)
+        self.assertAlmostEqual(float(inv[1]), 5_000_000.0 ** (-2 / 128), places=14)
+        np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq"), inv.numpy(),
+                                   rtol=1e-12, atol=0)
+        x = self.rng.standard_normal((1, 16, 4, 128))
+        cos, sin = hf.cos_sin(inv, torch.arange(70000 - 3, 70001), att)
+        ref = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin)
+        for layer in (0, 2, 4, 34):
+            np.testing.assert_allclose(self.rope(cfg, x, "--start", 70000 - 3, "--layer",
+                                                 str(layer)), ref.numpy(),
+                                       err_msg=f"layer {layer}", **F64)
+        os.remove(self.path("y.npy"))
+        for layer in (3, 35):
+            self.assert_fails(3, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
+                              "--hf-config", data(cfg), "--layer", str(layer),
+                              match=f"layer {layer} .* no RoPE")
+            self.assert_fails(3, "table", "rope", "--hf-config", data(cfg), "--layer",
+                              str(layer), "--emit", "inv-freq", "-o", self.path("t.npy"),
+                              match="no_rope_layers")
+        self.assertFalse(os.path.exists(self.path("y.npy")))
+        # Attention on a NoPE layer: q and k as they are, causal, scale 128^-0.5 (GQA 16:4).
+        q = self.rng.standard_normal((1, 16, 5, 128))
+        k, v = (self.rng.standard_normal((1, 4, 5, 128)) for _ in range(2))
+        ref = hf.eager_attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v),
+                                 128 ** -0.5, hf.hf_mask(torch.arange(5), 5))
+        self.assert_attention(self.attention(cfg, q, k, v, "--causal", "--layer", "7"), ref,
+                              "smollm3 layer 7")
+
+    def test_moonshine_partial_glm_pairs_from_rope_parameters(self):
+        # A v5-written Moonshine config: partial_rotary_factor 0.62 inside rope_parameters,
+        # head_dim 416 / 8 = 52, int(52 * 0.62) = 32 dims rotated in GLM pairs, 20 passed;
+        # pad_head_dim_to_multiple_of pads q, k, v with zeros around attention at the
+        # unpadded scale 52^-0.5, which leaves the numbers as they are.
+        cfg = "moonshine-shisa-realtime-asr-0.92b.json"
+        t = hf.load_text_config(data(cfg))
+        self.assertEqual(hf.head_dim(t), 52)
+        inv, att = hf.rope_init(t, seq_len=105)
+        self.assertEqual(len(inv), 16)
+        np.testing.assert_allclose(self.table(cfg, "--emit", "inv-freq"), inv.numpy(),
+                                   rtol=1e-12, atol=0)
+        x = self.rng.standard_normal((1, 8, 5, 52))
+        cos, sin = hf.cos_sin(inv, torch.arange(100, 105), att)
+        ref = hf.apply_rotary_pos_emb_glm(torch.from_numpy(x), cos, sin)
+        got = self.rope(cfg, x, "--start", 100)
+        np.testing.assert_allclose(got, ref.numpy(), **F64)
+        np.testing.assert_array_equal(got[..., 32:], x[..., 32:])
+        self.assertFalse(np.allclose(got, hf.apply_partial(torch.from_numpy(x), cos, sin,
+                                                           32).numpy()))
+        q = self.rng.standard_normal((1, 8, 4, 52))
+        k, v = (self.rng.standard_normal((1, 8, 4, 52)) for _ in range(2))
+        cos, sin = hf.cos_sin(inv, torch.arange(4), att)
+        qr, kr = (hf.apply_rotary_pos_emb_glm(torch.from_numpy(a), cos, sin) for a in (q, k))
+        ref = hf.eager_attention(qr, kr, torch.from_numpy(v), hf.attention_scaling(t),
+                                 hf.hf_mask(torch.arange(4), 4))
+        got = self.attention(cfg, q, k, v, "--rope", "--causal")
+        self.assert_attention(got, ref, "moonshine")
+        self.assertAlmostEqual(got[3]["scale"], 52 ** -0.5, delta=1e-15)
 
 if __name__ == "__main__":
     unittest.main()

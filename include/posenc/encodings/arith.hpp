@@ -34,6 +34,8 @@ struct FrameworkRope {
   std::vector<float> inv_freq;
   /// hf: HF's attention_scaling as the float32 that multiplies cos and sin.
   float attention_scaling = 1.0f;
+  /// hf: how the rotation rounds (RopeParams::hf_rotation).
+  HfRotation hf_rotation = HfRotation::storage;
   /// ggml: the parameters of ggml_rope_ext as llama.cpp passes them (float32), the
   /// derived theta_scale = powf(freq_base, -2/n_dims) and YaRN correction dims, and
   /// the per-pair freq_factors (empty when the op has none).

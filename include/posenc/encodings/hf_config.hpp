@@ -33,6 +33,34 @@ struct HfLayer {
   std::optional<std::int64_t> index;  ///< one layer, 0-based; `type`, if given, must match
 };
 
+/// The transformers release whose rules read the config (`--hf-version`): RoPE
+/// configs are read as that release reads them where the rules changed between
+/// releases (see hf_rules_text). Releases 4.43 (the first with modeling_rope_utils)
+/// and later are modelled.
+struct HfVersion {
+  int major = 5, minor = 0;
+  bool operator==(const HfVersion& o) const { return major == o.major && minor == o.minor; }
+};
+
+/// "4.51", "4.51.3", "v4.51", "5", "5.0.0rc1", "4.57.0.dev0": the release (patch and
+/// suffixes ignored). Throws UsageError for text that is no version, or a release
+/// before 4.43 or after 5.x.
+HfVersion parse_hf_version(const std::string& text);
+
+/// The transformers_version a config.json records, when it records one this can read
+/// (a release posenc models); nullopt otherwise. Throws InputError for an unreadable
+/// or malformed config.
+std::optional<HfVersion> hf_config_version(const std::string& path);
+
+/// The rules a release applies where releases differ, one line each: the YaRN factor
+/// and correction length, its attention factor and `truncate`, where L0 comes from for
+/// llama3/YaRN/LongRoPE, and whether `rope_parameters` is read.
+std::string hf_rules_text(const HfVersion& v);
+
+/// True when `a` and `b` apply the same rules (the releases between which nothing
+/// posenc reads changed).
+bool same_hf_rules(const HfVersion& a, const HfVersion& b);
+
 /// ALiBi as HF's ALiBi models add it.
 enum class HfAlibi {
   none,
@@ -66,6 +94,11 @@ struct HfAttentionConfig {
   /// Llama-4 attn_temperature_tuning on NoPE layers: queries at position p scaled by
   /// 1 + attn_scale * log1p(floor((p + 1) / floor_scale)).
   std::optional<double> temperature_scale, temperature_floor;
+  /// Ministral-3's rope_parameters llama_4_scaling_beta and the period it divides
+  /// positions by (original_max_position_embeddings): queries at position p scaled by
+  /// 1 + beta * log(1 + floor(p / period)).
+  std::optional<double> llama4_scaling_beta;
+  std::optional<std::int64_t> llama4_scaling_period;
   HfAlibi alibi = HfAlibi::none;
 };
 
@@ -88,6 +121,9 @@ HfAttentionConfig read_hf_attention_config(const std::string& path, const HfLaye
 /// throws InputError naming the file and the layer.
 void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
                      const HfLayer& layer);
+/// The same, read as transformers release `version` reads the config.
+void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,
+                     const HfLayer& layer, const HfVersion& version);
 
 }  // namespace posenc
 
@@ -99,8 +135,10 @@ namespace posenc {
 /// max_pos, seq_len, rotary_last); `path` empty means no config. The config fills
 /// what was not given; an explicit `partial` without `rotary_dim` lets the factor decide
 /// R, and an explicit `attention_factor` also wins over PhiMoE's mscales. `given`'s
-/// head_dim, when not 0, is kept.
+/// head_dim, when not 0, is kept. `version`: the transformers release whose rules read
+/// the config (`--hf-version`).
 RopeParams merge_hf_config(const RopeParams& given, const std::vector<std::string>& names,
-                           const std::string& path, const HfLayer& layer = {});
+                           const std::string& path, const HfLayer& layer = {},
+                           const HfVersion& version = {});
 
 }  // namespace posenc

@@ -26,6 +26,17 @@ enum class RopeScaling { none, linear, dynamic, yarn, longrope, llama3, proporti
 /// Whose arithmetic the numbers follow: the correctly rounded value (exact) or one
 /// framework's float32 operation sequence, bit for bit (see posenc/encodings/arith.hpp).
 enum class Arith { exact, hf, meta, ggml };
+
+/// How HF's apply_rotary_pos_emb rounds under `--arith hf` (f32 inputs: the same in
+/// every form).
+enum class HfRotation {
+  storage,  ///< Llama and most models: cos, sin cast to q's dtype, each operation in it
+  /// ERNIE-4.5-MoE: q.float() * cos + rotate_half(q).float() * sin with float32 cos and
+  /// sin, rounded once to q's dtype (q.float() narrows f64 inputs to float32 first).
+  float32,
+  /// ERNIE-4.5: the same with cos and sin cast to q's dtype first.
+  float32_cast_trig,
+};
 struct FrameworkRope;
 
 RopeStyle parse_rope_style(const std::string& s);      ///< neox|half|gptj|interleaved
@@ -76,6 +87,9 @@ struct RopeParams {
   /// sections are consecutive chunks (Qwen2-VL).
   std::vector<int> mrope_section;
   bool mrope_interleaved = false;
+  /// `--arith hf`: the rounding of the rotation (set by apply_hf_config for the model
+  /// types whose apply_rotary_pos_emb computes in float32).
+  HfRotation hf_rotation = HfRotation::storage;
 };
 
 /// A reduced RoPE variant: everything the rotation needs.

@@ -85,6 +85,12 @@ struct AttentionOptions {
   /// position p are multiplied by 1 + temperature_scale * log1p(floor((p + 1) /
   /// temperature_floor)), as scaling the query would, before soft-capping and biases.
   double temperature_scale = 0, temperature_floor = 0;
+  /// Llama-4 attention scaling as Ministral-3 applies it (rope_parameters'
+  /// llama_4_scaling_beta; beta 0 = off): queries at position p are multiplied by
+  /// 1 + llama4_scaling_beta * log(1 + floor(p / llama4_scaling_period)), the period being
+  /// the config's original_max_position_embeddings. Not together with temperature_scale.
+  double llama4_scaling_beta = 0;
+  std::int64_t llama4_scaling_period = 0;
   /// [b] integers: keys j >= length[b] are masked (right padding).
   const Tensor* key_lengths = nullptr;
   /// Packed sequences (flash-attn's varlen cu_seqlens): boundaries 0 = c0 <= c1 <= ...

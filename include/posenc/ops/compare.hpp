@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -24,11 +25,40 @@
 
 namespace posenc {
 
+/// How the dims of a head-dim axis of extent D form the pairs a rotation mixes (as the
+/// RoPE styles): neox pairs (j, j + R/2), gptj pairs (2j, 2j + 1), for dims below the
+/// rotary dim R; the dims R..D-1 pass through and count as the pairs (R + 2k, R + 2k + 1),
+/// numbered R/2 + k.
+enum class PairStyle { neox, gptj };
+
+/// One axis of a breakdown of the errors: source axis `axis` of A, or with `pairs` the
+/// dimension pairs of that axis.
+struct ByAxis {
+  std::size_t axis = 0;
+  bool pairs = false;
+  bool operator==(const ByAxis& o) const { return axis == o.axis && pairs == o.pairs; }
+};
+
+/// Where the errors are, besides how large: statistics per index along one or two axes,
+/// and the worst elements.
+struct CompareLocate {
+  std::vector<ByAxis> by;  ///< at most 2 (kMaxByAxes), distinct axes; empty: no breakdown
+  PairStyle pairs = PairStyle::neox;
+  std::optional<std::size_t> rotary_dim;  ///< for `pairs`; default: the whole axis
+  std::size_t top = 0;                    ///< the `top` worst elements (0: none)
+};
+
+/// Limits of CompareLocate: axes of a breakdown, its rows, and the worst elements kept.
+constexpr std::size_t kMaxByAxes = 2;
+constexpr std::size_t kMaxByRows = std::size_t{1} << 22;
+constexpr std::size_t kMaxTop = 1'000'000;
+
 /// What the caller asks for; unset tolerances take defaults by dtype.
 struct CompareOptions {
   std::optional<double> rtol, atol;
   std::optional<std::uint64_t> max_ulp;  ///< match when the ULP distance is at most this
   bool equal_nan = false;
+  CompareLocate locate = {};
 };
 
 /// The rule in force, with every default resolved.
@@ -68,6 +98,43 @@ struct DiffAt {
   double a = 0, b = 0;
 };
 
+/// The tolerance ratio of a pair: how far it is from matching under `rule`, the
+/// quantity `--top` ranks by and the breakdown's max_tol_ratio. For numpy.isclose's
+/// test |a - b| / (atol + rtol |b|); for the ULP bound alone ulps / max_ulp; with both
+/// (either suffices) the smaller of the two. x / 0 is +Inf for x > 0 and 0 for x = 0;
+/// a NaN on one side only, or an unequal pair with an infinity, is +Inf; NaN on both
+/// sides is 0 with equal_nan (+Inf without); the same infinity on both sides is 0. The
+/// pair is a mismatch exactly when the ratio exceeds 1.
+double tol_ratio(double a, double b, const CompareRule& rule);
+
+/// The statistics of one group of a breakdown. max_abs, max_rel and max_ulp are over
+/// pairs without NaN, as CompareResult's (-1 / any_ulp false when the group has none);
+/// max_tol_ratio is over every pair, so a group with a mismatch has one above 1.
+struct GroupStats {
+  std::size_t count = 0, mismatches = 0;
+  double max_abs = -1, max_rel = -1, max_tol_ratio = -1;  ///< -1: nothing offered yet
+  std::uint64_t max_ulp = 0;
+  bool any_ulp = false;
+};
+
+/// Statistics per index along the CompareLocate::by axes: groups in C order over the
+/// axes (row r1 * n2 + r2 for two axes). An axis of the breakdown counts the entries a
+/// --slice takes of it (one for an axis the slice fixes), and `coords` gives each one's
+/// index in A (or the pair index).
+struct CompareBreakdown {
+  std::vector<ByAxis> axes;
+  std::vector<std::vector<std::size_t>> coords;  ///< per axis: A's index of each entry
+  std::vector<GroupStats> groups;
+};
+
+/// One of the worst elements.
+struct WorstElement {
+  std::size_t flat = 0;  ///< flat index among the compared elements (see index_in_a)
+  double a = 0, b = 0;
+  double tol_ratio = 0;  ///< see tol_ratio()
+  bool mismatch = false;
+};
+
 /// The outcome of a comparison. Flat indices count the compared elements in C order
 /// (of the selections when a slice was given); `index_in_a` turns one into A's own
 /// coordinates.
@@ -83,7 +150,12 @@ struct CompareResult {
   std::optional<std::uint64_t> max_ulp;       ///< over pairs without NaN
   std::optional<std::size_t> max_ulp_index;
   std::size_t nan_a = 0, nan_b = 0;
-  std::size_t nan_mismatches = 0;  ///< NaN on exactly one side
+  std::size_t nan_mismatches = 0;             ///< NaN on exactly one side
+  std::optional<CompareBreakdown> breakdown;  ///< with CompareLocate::by
+  /// With CompareLocate::top: the worst elements, worst first: by tol_ratio, then by
+  /// |a - b| (NaN as +Inf), then by index; ties at the end of the list are cut in index
+  /// order, so the list is the same however the values were read.
+  std::vector<WorstElement> worst;
   bool match() const { return shapes_equal && mismatches == 0; }
   /// The multi-index in A (its source coordinates) of compared element `flat`.
   std::vector<std::size_t> index_in_a(std::size_t flat) const { return source_index(sel_a, flat); }
@@ -93,6 +165,15 @@ struct CompareResult {
 class Comparator {
  public:
   explicit Comparator(const CompareRule& rule);
+  /// Also locates the errors as `locate` asks, for the compared elements `sel` (of A)
+  /// describes. Throws InputError for an axis outside A or pairs the axis cannot form
+  /// (an odd extent or rotary dim, or a slice that takes part of the axis), UsageError
+  /// for more than kMaxByAxes axes, a repeated axis, a breakdown of more than kMaxByRows
+  /// rows, or a top above kMaxTop.
+  Comparator(const CompareRule& rule, const CompareLocate& locate, const Selection& sel);
+  ~Comparator();
+  Comparator(Comparator&&) noexcept;
+  Comparator& operator=(Comparator&&) noexcept;
 
   /// Compares the next values of A (`a`) and B (`b`, the same size), continuing the
   /// flat index. Blocks of a few thousand values are fastest: the temporaries of the
@@ -100,18 +181,24 @@ class Comparator {
   void add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b);
 
   /// The result so far (shapes are the caller's to fill in).
-  const CompareResult& result() const { return r_; }
+  CompareResult result() const&;
+  /// The same, moving the breakdown out rather than copying it.
+  CompareResult result() &&;
 
  private:
+  struct Locator;
   using Block = xt::xtensor<double, 1>;
   void offer_differences(const Block& a, const Block& b, std::size_t first, bool all_finite);
   void offer_ulp(std::uint64_t ulps, std::size_t index);
   void count_mismatches(const Block& a, const Block& b, std::size_t first, bool all_finite);
+  void tol_ratios(const Block& a, const Block& b, bool all_finite);
+  void locate(const Block& a, const Block& b, std::size_t first, bool all_finite);
 
   CompareResult r_;
+  std::unique_ptr<Locator> loc_;  ///< null without CompareLocate
   // Per-block temporaries, kept to reuse their memory.
   xt::xtensor<bool, 1> finite_, number_, ok_;
-  xt::xtensor<double, 1> abs_, rel_;
+  xt::xtensor<double, 1> abs_, rel_, ratio_;
   xt::xtensor<std::uint64_t, 1> ulp_;
 };
 

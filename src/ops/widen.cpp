@@ -1,0 +1,76 @@
+// The base variant of widen.hpp and the dispatch.
+#include "ops/widen.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/rope_kernel.hpp"
+
+namespace posenc::widen_detail {
+
+namespace base {
+bool f16(const std::uint16_t* src, float* dst, std::size_t n) {
+  bool special = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = half_to_float(src[i]);
+    special |= (src[i] & 0x7c00) == 0x7c00;
+  }
+  return !special;
+}
+bool bf16(const std::uint16_t* src, float* dst, std::size_t n) {
+  bool special = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = bf16_to_float(src[i]);
+    special |= (src[i] & 0x7f80) == 0x7f80;
+  }
+  return !special;
+}
+}  // namespace base
+
+namespace {
+struct Chosen {
+  WidenFn f16, bf16;
+  const char* name;
+};
+
+// The RoPE kernels' choice (POSENC_ROPE_ISA or the widest this CPU runs): avx512fp16
+// widens with the avx512 variant.
+Chosen choose() {
+  const char* isa = rope_detail::kernel_isa();
+  if (std::strcmp(isa, "base") == 0) return {&base::f16, &base::bf16, "base"};
+  if (std::strcmp(isa, "avx2") == 0) return {&avx2::f16, &avx2::bf16, "avx2"};
+  return {&avx512::f16, &avx512::bf16, "avx512"};
+}
+
+const Chosen& chosen() {
+  static const Chosen c = choose();
+  return c;
+}
+}  // namespace
+
+const char* widen_isa() { return chosen().name; }
+
+}  // namespace posenc::widen_detail
+
+namespace posenc::detail {
+
+bool widen(DType from, const void* src, float* dst, std::size_t n) {
+  const auto* s = static_cast<const std::uint16_t*>(src);
+  const auto& c = widen_detail::chosen();
+  return (from == DType::bf16 ? c.bf16 : c.f16)(s, dst, n);
+}
+
+bool widen(DType from, const void* src, double* dst, std::size_t n) {
+  const auto* s = static_cast<const std::uint16_t*>(src);
+  constexpr std::size_t kBlock = 1024;
+  alignas(64) float buf[kBlock];
+  bool finite = true;
+  for (std::size_t i = 0; i < n; i += kBlock) {
+    const std::size_t m = std::min(kBlock, n - i);
+    finite &= widen(from, s + i, buf, m);
+    std::copy_n(buf, m, dst + i);
+  }
+  return finite;
+}
+
+}  // namespace posenc::detail

@@ -1,0 +1,48 @@
+#pragma once
+// f16 and bf16 values widened to float at memory speed: F16C or AVX-512 conversions,
+// eight or sixteen at a time, with the variant picked at run time as for the RoPE
+// kernels (POSENC_ROPE_ISA selects it too). Every variant gives exactly the bits of
+// half_to_float and bf16_to_float, signalling-NaN payloads included (the conversion
+// instructions would quiet them), so a result never depends on the variant.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "posenc/tensor.hpp"
+
+namespace posenc::widen_detail {
+
+/// Widens n values; returns whether all of them are finite (no Inf, no NaN), which the
+/// conversion finds for free, so that a caller checking its inputs reads them once.
+using WidenFn = bool (*)(const std::uint16_t* src, float* dst, std::size_t n);
+
+namespace base {
+bool f16(const std::uint16_t* src, float* dst, std::size_t n);
+bool bf16(const std::uint16_t* src, float* dst, std::size_t n);
+}  // namespace base
+namespace avx2 {  // needs avx2 and f16c
+bool f16(const std::uint16_t* src, float* dst, std::size_t n);
+bool bf16(const std::uint16_t* src, float* dst, std::size_t n);
+}  // namespace avx2
+namespace avx512 {  // needs avx512f and avx512bw
+bool f16(const std::uint16_t* src, float* dst, std::size_t n);
+bool bf16(const std::uint16_t* src, float* dst, std::size_t n);
+}  // namespace avx512
+
+/// The variant's name the dispatch uses ("avx512", "avx2" or "base").
+const char* widen_isa();
+
+}  // namespace posenc::widen_detail
+
+namespace posenc::detail {
+
+/// Whether widen() takes `t` (f16 or bf16).
+constexpr bool widens(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+/// The `n` values at `src`, stored as `from` (f16 or bf16), as floats in `dst`; returns
+/// whether all are finite.
+bool widen(DType from, const void* src, float* dst, std::size_t n);
+/// The same as doubles (every f16 and bf16 value is exact in both).
+bool widen(DType from, const void* src, double* dst, std::size_t n);
+
+}  // namespace posenc::detail

@@ -1,0 +1,112 @@
+"""`posenc attention` with f16 or bf16 K and V: used in place of their mapped files and
+widened to f32 one key block at a time (src/ops/widen.hpp, vectorised, the variant
+picked as for the RoPE kernels). Widening is exact, so the output must be byte for
+byte the one computed from the same values stored as f32, for every variant
+(POSENC_ROPE_ISA=base, avx2, avx512), for decode (sq 1) and small sq, bhsd and bshd,
+grouped heads, in place and in chunks; and attention by a float64 numpy reference."""
+import os
+import unittest
+
+import numpy as np
+
+from posenc_testlib import PosencTestCase
+
+VARIANTS = ("base", "avx2", "avx512")
+
+
+def to_bf16_values(x):
+    """float32 values exactly representable in bf16 (the top 16 bits kept)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+    return u.view(np.float32)
+
+
+class AttentionWidenTest(PosencTestCase):
+    def make(self, dtype, hq, hk, sq, sk, d=64, axes="bhsd", seed=0):
+        """Q (f32 NPY), K and V stored as `dtype` (f16 NPY or bf16 HDF5) and the same
+        values as f32 NPY. Returns (q, k_low, v_low, k_f32, v_f32, arrays)."""
+        rng = np.random.default_rng(seed)
+
+        def shape(h, s):
+            return (1, h, s, d) if axes == "bhsd" else (1, s, h, d)
+
+        q = self.npy("q.npy", rng.standard_normal(shape(hq, sq)).astype(np.float32))
+        refs, exact = [], {}
+        for name in ("k", "v"):
+            x = rng.standard_normal(shape(hk, sk)).astype(np.float32)
+            x = x.astype(np.float16).astype(np.float32) if dtype == "f16" else to_bf16_values(x)
+            exact[name] = x
+            f32 = self.npy(f"{name}32.npy", x)
+            if dtype == "f16":
+                low = self.npy(f"{name}16.npy", x.astype(np.float16))
+            else:  # numpy has no bf16: posenc writes it, from values it holds exactly
+                low = self.path(f"{name}.h5") + f":/{name}"
+                self.run_ok("convert", f32, "--dtype", "bf16", "-o", low, "--force")
+            refs.append((low, f32))
+        return q, refs[0][0], refs[1][0], refs[0][1], refs[1][1], exact
+
+    def attention(self, q, k, v, tag, *extra, env=None):
+        out = self.path(f"{tag}_{{}}.npy")
+        self.run_ok("attention", "-q", q, "-k", k, "-v", v, "-o", out, "--emit", "output,lse",
+                    *extra, env=env)
+        got = []
+        for name in ("output", "lse"):
+            with open(out.format(name), "rb") as f:
+                got.append(f.read())
+        return got
+
+    def check(self, dtype, hq, hk, sq, sk, axes="bhsd"):
+        q, kl, vl, k32, v32, exact = self.make(dtype, hq, hk, sq, sk, axes=axes)
+        extra = ["--axes", axes]
+        want = self.attention(q, k32, v32, "f32", *extra)
+        what = f"{dtype} hq {hq} hk {hk} sq {sq} sk {sk} {axes}"
+        for isa in VARIANTS:
+            for threads in ("1", "2"):
+                got = self.attention(q, kl, vl, f"{isa}{threads}", "-j", threads, *extra,
+                                     env={"POSENC_ROPE_ISA": isa})
+                self.assertTrue(got == want, f"{what}: {isa} -j {threads} differs from f32")
+        # In chunks (a budget below K and V, so they are not mapped), the same bytes.
+        budget = "2M" if axes == "bhsd" else "4M"  # bshd blocks are copied to bhsd
+        chunked = self.attention(q, kl, vl, "chunked", "--max-memory", budget, *extra)
+        self.assertTrue(chunked == want, f"{what}: chunked differs from f32")
+        # And it is attention: float64 numpy on the same values.
+        qa = np.load(q).astype(np.float64)
+        ka, va = exact["k"].astype(np.float64), exact["v"].astype(np.float64)
+        if axes == "bshd":
+            qa, ka, va = (x.transpose(0, 2, 1, 3) for x in (qa, ka, va))
+        ka, va = (np.repeat(x, hq // hk, axis=1) for x in (ka, va))
+        s = qa @ ka.transpose(0, 1, 3, 2) / np.sqrt(qa.shape[-1])
+        p = np.exp(s - s.max(-1, keepdims=True))
+        ref = (p / p.sum(-1, keepdims=True)) @ va
+        if axes == "bshd":
+            ref = ref.transpose(0, 2, 1, 3)
+        out = np.load(self.path("f32_output.npy"))
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5, err_msg=what)
+
+    def test_f16_decode(self):
+        self.check("f16", hq=4, hk=2, sq=1, sk=9000)
+        self.check("f16", hq=4, hk=4, sq=1, sk=5001, axes="bshd")
+
+    def test_f16_small_sq(self):
+        self.check("f16", hq=2, hk=1, sq=16, sk=17000)
+
+    def test_bf16_decode(self):
+        self.check("bf16", hq=4, hk=2, sq=1, sk=9000)
+        self.check("bf16", hq=2, hk=2, sq=3, sk=9217, axes="bshd")
+
+    def test_nonfinite_f16_keys_named(self):
+        q, kl, vl, _, _, exact = self.make("f16", hq=2, hk=2, sq=1, sk=4000)
+        for name, path in (("k", kl), ("v", vl)):
+            x = exact[name].astype(np.float16)
+            x[0, 1, 3000, 5] = np.inf if name == "k" else np.nan
+            np.save(path, x)
+            for isa in VARIANTS:
+                self.assert_fails(3, "attention", "-q", q, "-k", kl, "-v", vl, "--emit",
+                                  "output", "-o", self.path("bad.npy"),
+                                  match=rf"^posenc: error: {name}: contains NaN or Inf",
+                                  env={"POSENC_ROPE_ISA": isa})
+            np.save(path, exact[name].astype(np.float16))
+        self.assertFalse(os.path.exists(self.path("bad.npy")))
+
+
+if __name__ == "__main__":
+    unittest.main()
