@@ -199,7 +199,16 @@ float bf16_to_float(std::uint16_t h) noexcept {
 
 // --- Buffer / Tensor ------------------------------------------------------------
 
-void Buffer::Free::operator()(std::byte* p) const noexcept { std::free(p); }
+void Buffer::Free::operator()(std::byte* p) const noexcept {
+  if (owned) std::free(p);
+}
+
+Buffer Buffer::borrow(std::byte* data, std::size_t bytes) noexcept {
+  Buffer b;
+  b.ptr_ = std::unique_ptr<std::byte, Free>(data, Free{false});
+  b.size_ = bytes;
+  return b;
+}
 
 Buffer::Buffer(std::size_t bytes) : size_(bytes) {
   // aligned_alloc wants a multiple of the alignment; 0 bytes still gets a pointer.
@@ -215,6 +224,15 @@ Tensor::Tensor(DType dtype, Shape shape)
       shape_(std::move(shape)),
       numel_(checked_numel(shape_, dtype_size(dtype), "tensor")),
       buf_(numel_ * dtype_size(dtype)) {}
+
+Tensor Tensor::borrow(DType dtype, Shape shape, void* data) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = checked_numel(t.shape_, dtype_size(dtype), "tensor");
+  t.buf_ = Buffer::borrow(static_cast<std::byte*>(data), t.numel_ * dtype_size(dtype));
+  return t;
+}
 
 void Tensor::reshape(Shape shape) {
   if (checked_numel(shape, dtype_size(dtype_), "reshape") != numel_) {

@@ -69,7 +69,10 @@ class Buffer {
   Buffer() = default;
   /// `bytes` uninitialised bytes (std::bad_alloc when they cannot be had).
   explicit Buffer(std::size_t bytes);
-  /// The first byte, 64-byte aligned; nullptr for an empty buffer.
+  /// `bytes` bytes at `data`, owned elsewhere: not freed by the buffer.
+  static Buffer borrow(std::byte* data, std::size_t bytes) noexcept;
+  /// The first byte, 64-byte aligned (a borrowed buffer: as aligned as its memory);
+  /// nullptr for an empty buffer.
   std::byte* data() noexcept { return ptr_.get(); }
   /// The first byte, 64-byte aligned; nullptr for an empty buffer.
   const std::byte* data() const noexcept { return ptr_.get(); }
@@ -78,6 +81,9 @@ class Buffer {
 
  private:
   struct Free {
+    Free() noexcept : owned(true) {}
+    explicit Free(bool own) noexcept : owned(own) {}
+    bool owned;  ///< false for borrowed memory
     void operator()(std::byte* p) const noexcept;
   };
   std::unique_ptr<std::byte, Free> ptr_;
@@ -90,6 +96,12 @@ class Tensor {
   Tensor() = default;
   /// Allocates uninitialised storage. Throws InputError if the size overflows.
   Tensor(DType dtype, Shape shape);
+  /// A tensor over memory it does not own (C order, native byte order, aligned to the
+  /// element size; not necessarily to 64 bytes), such as a caller's array: `data` must
+  /// hold the elements and outlive the tensor. The library's functions read their
+  /// const Tensor& inputs only, so a borrowed input is never written. Throws InputError
+  /// if the size overflows.
+  static Tensor borrow(DType dtype, Shape shape, void* data);
 
   DType dtype() const noexcept { return dtype_; }              ///< element type
   const Shape& shape() const noexcept { return shape_; }       ///< extents, C order

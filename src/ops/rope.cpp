@@ -75,7 +75,7 @@ void move_d_axis(const std::byte* src, std::byte* dst, const Shape& shape, std::
   const std::size_t outer = product(shape, 0, d);
   const std::size_t len = shape[d];
   const std::size_t inner = product(shape, d + 1, shape.size());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (outer * len * inner >= rope_detail::kParallelElements)
   for (std::ptrdiff_t o = 0; o < static_cast<std::ptrdiff_t>(outer); ++o) {
     for (std::size_t k = 0; k < len; ++k) {
       for (std::size_t i = 0; i < inner; ++i) {
@@ -95,7 +95,7 @@ void move_d_axis(const std::byte* src, std::byte* dst, const Shape& shape, std::
 /// `es`: gather (dst[k] = src[perm[k]]) or scatter (dst[perm[k]] = src[k]).
 void permute_vectors(const std::byte* src, std::byte* dst, std::size_t nvec, std::size_t D,
                      std::size_t es, const std::vector<std::size_t>& perm, bool gather) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nvec * D >= rope_detail::kParallelElements)
   for (std::ptrdiff_t v = 0; v < static_cast<std::ptrdiff_t>(nvec); ++v) {
     const std::size_t base = static_cast<std::size_t>(v) * D;
     for (std::size_t k = 0; k < D; ++k) {
@@ -420,7 +420,7 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
   const double cscale = inverse ? 1.0 / af : af;
   const double sscale = inverse ? -1.0 / af : af;
   (void)ntb;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * R >= rope_detail::kParallelElements)
   for (std::ptrdiff_t row = 0; row < static_cast<std::ptrdiff_t>(rows); ++row) {
     const auto u = static_cast<std::size_t>(row);
     std::int64_t tp[3] = {0, 0, 0};
@@ -717,6 +717,49 @@ Tensor apply_rope(const Tensor& x, const Axes& axes, const RopeFreqs& f, const P
   Tensor y(out_dtype, x.shape());
   ap.rows(x.bytes(), y.bytes(), 0, x.shape().empty() ? 1 : x.shape()[0]);
   return y;
+}
+
+namespace {
+
+// The sequence length dynamic NTK and LongRoPE need when seq_len is not given: the
+// largest position used, plus one.
+std::int64_t positions_extent(const Positions& pos, std::size_t seq, const RopeApplyOptions& a) {
+  if (a.grid_h > 0) return std::max(a.grid_h, a.grid_w);
+  if (!pos.ids.empty()) {
+    return pos.start + *std::max_element(pos.ids.begin(), pos.ids.end()) + 1;
+  }
+  if (!pos.cu_seqlens.empty()) {
+    std::int64_t longest = 0;
+    for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
+      longest = std::max(longest, pos.cu_seqlens[i] - pos.cu_seqlens[i - 1]);
+    }
+    return pos.start + std::max<std::int64_t>(longest, 1);
+  }
+  return pos.start + static_cast<std::int64_t>(std::max<std::size_t>(seq, 1));
+}
+
+}  // namespace
+
+RopeFreqs rope_freqs_for(const Shape& shape, const Axes& axes,
+                         const std::function<RopeParams(int head_dim)>& params,
+                         const Positions& pos, const RopeApplyOptions& apply,
+                         const std::string& what) {
+  const std::size_t head_dim = shape[static_cast<std::size_t>(axes.index('d'))];
+  const std::size_t seq = shape[static_cast<std::size_t>(axes.index('s'))];
+  if (head_dim > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    throw InputError(fmt::format("{}: head dimension {} is too large", what, head_dim));
+  }
+  RopeParams p = params(static_cast<int>(head_dim));
+  if (p.rotary_dim == 0 && p.partial == 1.0 && head_dim % 2 != 0) {
+    // Nothing asked for an odd width: the input's shape is the problem, not an option.
+    throw InputError(fmt::format(
+        "{}: head dim (axis d) of shape {} is {}, which is odd: RoPE rotates pairs of dims; "
+        "rotate the first {} with rotary_dim or a partial rotary factor, or check the axes "
+        "({})",
+        what, shape_str(shape), head_dim, head_dim - 1, axes.letters));
+  }
+  if (p.seq_len == 0) p.seq_len = positions_extent(pos, seq, apply);
+  return compute_rope_freqs(p);
 }
 
 }  // namespace posenc

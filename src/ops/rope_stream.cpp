@@ -28,23 +28,6 @@ std::size_t physical_memory() {
 
 namespace {
 
-/// The sequence length dynamic NTK and LongRoPE need when --seq-len is not given:
-/// the largest position used, plus one.
-std::int64_t positions_extent(const Positions& pos, std::size_t seq, const RopeApplyOptions& a) {
-  if (a.grid_h > 0) return std::max(a.grid_h, a.grid_w);
-  if (!pos.ids.empty()) {
-    return pos.start + *std::max_element(pos.ids.begin(), pos.ids.end()) + 1;
-  }
-  if (!pos.cu_seqlens.empty()) {
-    std::int64_t longest = 0;
-    for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
-      longest = std::max(longest, pos.cu_seqlens[i] - pos.cu_seqlens[i - 1]);
-    }
-    return pos.start + std::max<std::int64_t>(longest, 1);
-  }
-  return pos.start + static_cast<std::int64_t>(std::max<std::size_t>(seq, 1));
-}
-
 void rope_stream_impl(const RopeStreamRequest& o) {
   if (o.inputs.empty()) throw UsageError("inputs: give at least one input tensor");
   if (o.outputs.size() != o.inputs.size()) {
@@ -76,24 +59,7 @@ void rope_stream_impl(const RopeStreamRequest& o) {
     const TensorInfo& info = src.info();
     const std::string& what = in_refs[k].text;
     const Axes axes = resolve_axes(o.axes, info.shape.size(), what);
-    const std::size_t head_dim = info.shape[static_cast<std::size_t>(axes.index('d'))];
-    const int is = axes.index('s');
-    const std::size_t seq = info.shape[static_cast<std::size_t>(is)];
-
-    if (head_dim > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
-      throw InputError(fmt::format("{}: head dimension {} is too large", what, head_dim));
-    }
-    RopeParams params = o.params(static_cast<int>(head_dim));
-    if (params.rotary_dim == 0 && params.partial == 1.0 && head_dim % 2 != 0) {
-      // Nothing asked for an odd width: the input's shape is the problem, not an option.
-      throw InputError(fmt::format(
-          "{}: head dim (axis d) of shape {} is {}, which is odd: RoPE rotates pairs of dims; "
-          "rotate the first {} with rotary_dim or a partial rotary factor, or check the axes "
-          "({})",
-          what, shape_str(info.shape), head_dim, head_dim - 1, axes.letters));
-    }
-    if (params.seq_len == 0) params.seq_len = positions_extent(pos, seq, apply);
-    const RopeFreqs freqs = compute_rope_freqs(params);
+    const RopeFreqs freqs = rope_freqs_for(info.shape, axes, o.params, pos, apply, what);
     const DType out_dtype = o.dtype ? *o.dtype : rope_default_out_dtype(info.dtype);
 
     // Leading axes of extent 1 (b in [1, s, h, d]) carry no slabs: stream along the

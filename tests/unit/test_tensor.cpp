@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -77,6 +79,23 @@ TEST(Tensor, AstypeRoundsAndTruncates) {
   EXPECT_TRUE(std::isnan(f.data<float>()[3]));
   EXPECT_EQ(shape_str({3}), "(3,)");
   EXPECT_EQ(shape_str({2, 3}), "(2, 3)");
+}
+
+TEST(Tensor, BorrowReadsTheCallersMemoryAndLeavesItAlone) {
+  std::vector<float> data = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+  {
+    Tensor t = Tensor::borrow(DType::f32, {2, 3}, data.data());
+    EXPECT_EQ(t.data<float>(), data.data());
+    EXPECT_EQ(t.numel(), 6u);
+    EXPECT_EQ(t.get(4), 5.0);
+    Tensor moved = std::move(t);  // still borrowed: nothing freed at either end
+    EXPECT_EQ(moved.data<float>(), data.data());
+    const Tensor copy = moved.astype(DType::f64);  // an owned copy
+    EXPECT_NE(copy.bytes(), moved.bytes());
+    EXPECT_EQ(copy.get(5), 6.0);
+  }
+  EXPECT_EQ(data[5], 6.0f);  // the vector's memory outlives the tensors, untouched
+  EXPECT_THROW(Tensor::borrow(DType::f64, {SIZE_MAX / 4, 4}, data.data()), InputError);
 }
 
 }  // namespace

@@ -129,3 +129,19 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
                      const HfLayer& layer, const HfVersion& version);
 
 }  // namespace posenc
+
+namespace posenc {
+
+/// RoPE parameters from values given explicitly and a HF config, as the commands' ROPE
+/// OPTIONS combine them: `given` holds the explicit values and `names` the RopeParams
+/// members set in it (the names of apply_hf_config's `keep`, plus original_max_pos,
+/// max_pos, seq_len, rotary_last); `path` empty means no config. The config fills
+/// what was not given; an explicit `partial` without `rotary_dim` lets the factor decide
+/// R, and an explicit `attention_factor` also wins over PhiMoE's mscales. `given`'s
+/// head_dim, when not 0, is kept. `version`: the transformers release whose rules read
+/// the config (`--hf-version`).
+RopeParams merge_hf_config(const RopeParams& given, const std::vector<std::string>& names,
+                           const std::string& path, const HfLayer& layer = {},
+                           const HfVersion& version = {});
+
+}  // namespace posenc

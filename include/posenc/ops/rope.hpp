@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,6 +106,17 @@ struct RopeApplyOptions {
 /// values unless allowed).
 Tensor apply_rope(const Tensor& x, const Axes& axes, const RopeFreqs& f,
                   const Positions& pos, const RopeApplyOptions& opt, DType out_dtype);
+
+/// The RoPE variant for a tensor of `shape` (axes `axes`, named `what` in messages):
+/// `params(head_dim)` with the head dimension of axis d, its `seq_len` (when 0) filled in
+/// from the positions (the largest position used plus one: ids, the longest packed
+/// sequence, the grid side, or start + s), reduced by compute_rope_freqs. An odd head
+/// dimension with no rotary width asked for is an InputError naming `what`, and so is
+/// one beyond int. What `posenc rope` and the Python module do for each input.
+RopeFreqs rope_freqs_for(const Shape& shape, const Axes& axes,
+                         const std::function<RopeParams(int head_dim)>& params,
+                         const Positions& pos, const RopeApplyOptions& apply,
+                         const std::string& what);
 
 /// The element type `apply_rope` writes for `--dtype same`: the input float type, or
 /// f64 for integer and bool inputs (as numpy promotes int * float64).

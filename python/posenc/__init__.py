@@ -1,0 +1,427 @@
+"""posenc from Python: positional-encoding tables, RoPE, attention, comparison and
+NPY/HDF5 references, computed by posenc's C++ library (the same code as the ``posenc``
+command, with the command's options as keyword arguments).
+
+- ``posenc.table.rope(positions=..., dim=..., ...)`` and the other ``posenc.table`` kinds
+- ``posenc.rope(x, ...)``: rotary embedding, in place with ``out=x``
+- ``posenc.attention(q, k, v, ...)``
+- ``posenc.compare(a, b, ...)``, ``posenc.read(ref)``, ``posenc.write(ref, x)``
+
+Arrays: numpy arrays, CPU torch tensors, and anything numpy views without a copy
+(buffer protocol, ``__array_interface__``, DLPack). f16 is numpy's float16; bf16 is a
+torch.bfloat16 tensor or uint16 bit patterns wrapped as ``posenc.BF16(bits)`` (bf16
+results come back as torch tensors for torch inputs, else as uint16 bit patterns).
+Torch inputs give torch results sharing memory with the numpy ones.
+
+Errors are ``posenc.Error`` subclasses, one per exit status of the command:
+``UsageError`` (2: a bad option value), ``InputError`` (3: bad input data, shapes),
+``OutputError`` (4: an output could not be written); ``DifferError`` (1) is raised by
+``CompareResult.check()``. The messages are the library's, naming the keyword argument.
+The GIL is released while posenc computes.
+"""
+
+import os
+
+import numpy as np
+
+from . import _posenc
+from ._arrays import BF16, bf16_to_float32, float32_to_bf16
+from ._arrays import arg as _arg
+from ._arrays import contiguous as _contiguous
+from ._arrays import dtype_name as _dtype_name
+from ._arrays import empty as _empty
+from ._arrays import view as _view
+from ._arrays import wrap as _wrap
+from ._options import emit_list as _emit_list
+from ._options import positions_dict as _positions
+from ._options import rope_dict as _rope_dict
+from ._options import sections as _sections
+from ._posenc import Error, InputError, OutputError, UsageError
+
+__version__ = _posenc.__version__
+
+__all__ = ["rope", "attention", "compare", "read", "write", "table", "CompareResult", "BF16",
+           "bf16_to_float32", "float32_to_bf16", "Error", "UsageError", "InputError",
+           "OutputError", "DifferError", "kernel_variant", "set_threads", "__version__"]
+
+
+class DifferError(Error):
+    """Two tensors differ (exit status 1 of ``posenc compare``)."""
+
+    status = 1
+
+
+def set_threads(n):
+    """Worker threads for the calls that follow (0 = all cores), as the command's
+    -j/--threads. Results do not depend on it."""
+    _posenc.set_threads(int(n))
+
+
+def kernel_variant():
+    """The RoPE kernel this process runs: "avx512fp16", "avx512", "avx2" or "base"."""
+    return _posenc.kernel_variant()
+
+
+def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=None,
+         rotary_dim=None, partial=None, rotary_last=None, rope_interleave=None, start=0,
+         position_ids=None, cu_seqlens=None, scaling=None, factor=None,
+         original_max_pos=None, max_pos=None, seq_len=None, beta_fast=None, beta_slow=None,
+         mscale=None, mscale_all_dim=None, attention_factor=None, truncate=None,
+         low_freq_factor=None, high_freq_factor=None, short_factor=None, long_factor=None,
+         hf_config=None, hf_version=None, layer_type=None, layer=None, precision=None,
+         arith=None,
+         rope2d=None, rope2d_ids=False, order=None, mrope_section=None,
+         mrope_interleaved=False, allow_nonfinite=False):
+    """Rotary position embedding of every vector along axis d of `x`, the position of
+    each taken from axis s (``posenc rope``).
+
+    x: array or CPU torch tensor of f16, bf16, f32, f64 (or integers: f64 result).
+    axes: letters b, h, s, d (default by rank: "sd", "bsd", "bhsd"; "bshd" works as is).
+    dtype: result type (default: x's float type); "f64", "f32", "f16", "bf16", a numpy
+        or torch dtype.
+    out: where the result goes; ``out=x`` rotates x in place (no copy when x is
+        C-contiguous: the data of x is rewritten). Returns `out` when given.
+    inverse: the inverse rotation R^T.
+    style: "neox" (pairs i, i+R/2; alias "half") or "gptj" (2i, 2i+1; "interleaved").
+    base, rotary_dim, partial, rotary_last, rope_interleave: the variant, as the
+        command's --base, --rotary-dim, --partial, --rotary-last, --rope-interleave.
+    start, position_ids ([s] or [b, s] integers; [3, ...] with mrope_section, [2, ...]
+        with rope2d_ids), cu_seqlens ([n+1] packed-sequence boundaries): positions.
+    scaling: "none", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"
+        with factor, original_max_pos, max_pos, seq_len, beta_fast, beta_slow, mscale,
+        mscale_all_dim, attention_factor, truncate (False = --no-truncate),
+        low_freq_factor, high_freq_factor, short_factor, long_factor (lists, arrays,
+        comma lists or tensor references): HF rope_scaling's names.
+    hf_config: a HF config.json (path) supplying all of the above; explicit keywords win.
+        layer_type / layer pick its layers; hf_version ("4.51", "5") reads it as that
+        transformers release does.
+    precision: "f64" (default, correctly rounded) or "f32" (arith "exact" only).
+    arith: "exact" (default), "hf", "meta" or "ggml": a framework's bits.
+    rope2d: (H, W) axial 2-D RoPE over a grid (base defaults to 100); order "xy"/"yx";
+        rope2d_ids: 2-D coordinates from position_ids [2, s].
+    mrope_section: M-RoPE (t, h, w) pair counts (or "16,24,24"); mrope_interleaved.
+    allow_nonfinite: rotate NaN/Inf instead of raising InputError.
+    """
+    given = locals()
+    a, in_name, like = _view(x, "x")
+    rope_d = _rope_dict(given, precision)
+    pos = _positions(start, position_ids, cu_seqlens)
+    if mrope_interleaved and mrope_section is None:
+        raise UsageError("mrope_interleaved: needs mrope_section")
+    if rope2d_ids and rope2d is not None:
+        raise UsageError("rope2d_ids: cannot be combined with rope2d")
+    if rope2d_ids and order is not None:
+        raise UsageError("order: the rows of position_ids give the order with rope2d_ids")
+    apply = {}
+    if inverse:
+        apply["inverse"] = True
+    if precision is not None:
+        apply["precision"] = precision
+    if allow_nonfinite:
+        apply["allow_nonfinite"] = True
+    if rope2d is not None:
+        apply["rope2d"] = tuple(rope2d)
+    if order is not None:
+        apply["order"] = order
+    if mrope_section is not None:
+        apply["mrope_section"] = _sections(mrope_section)
+    if mrope_interleaved:
+        apply["mrope_interleaved"] = True
+    if rope2d_ids:
+        apply["grid_ids"] = True
+    want = _dtype_name(dtype)
+    if want is None or want == "same":
+        want = in_name if in_name in _FLOAT_NAMES else "f64"
+    src = _contiguous(a)
+    if out is None:
+        dst = _empty(a.shape, want)
+        _posenc.rope(src, in_name, dst, want, axes or "", rope_d, pos, apply)
+        return _wrap(dst, want, like)
+    if out is x:
+        o, out_name = a, in_name
+    else:
+        o, out_name, _ = _view(out, "out")
+    if dtype is not None and out_name != want:
+        raise UsageError(f"out: dtype {out_name} differs from dtype {want}")
+    if o.shape != a.shape:
+        raise UsageError(f"out: shape {o.shape} differs from x's {a.shape}")
+    if not o.flags.writeable:
+        raise UsageError("out: the array is read-only")
+    same = o is a or (o.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+                      and o.strides == a.strides and o.dtype == a.dtype)
+    if o.flags.c_contiguous and o.dtype.isnative and (same or not np.shares_memory(o, a)):
+        # In place (src is x itself) or into separate memory: no copy.
+        _posenc.rope(src, in_name, o, out_name, axes or "", rope_d, pos, apply)
+    elif not same and np.shares_memory(o, a):
+        raise UsageError("out: overlaps x without being x")
+    else:
+        tmp = _empty(a.shape, out_name)
+        _posenc.rope(src, in_name, tmp, out_name, axes or "", rope_d, pos, apply)
+        o[...] = tmp
+    return out
+
+
+_FLOAT_NAMES = ("f16", "bf16", "f32", "f64")
+_ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
+                      "rope_interleave", "scaling", "factor", "original_max_pos", "max_pos",
+                      "seq_len", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                      "attention_factor", "truncate", "low_freq_factor", "high_freq_factor",
+                      "short_factor", "long_factor", "inverse", "position_ids")
+
+
+def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, window=None,
+              sliding_window=None, chunk_size=None, attn_temperature=None,
+              llama4_scaling=None, key_lengths=None,
+              mask=None, alibi=None, alibi_max_bias=None, t5_bias=None, t5_buckets=None,
+              t5_max_distance=None, t5_causal=False, relative_k=None, relative_v=None,
+              max_distance=None, softcap=None, sinks=None, masked_rows=None, dtype=None,
+              max_memory=None, allow_nonfinite=False, precision=None, arith=None,
+              hf_config=None, hf_version=None, layer_type=None, layer=None,
+              cu_seqlens=None,
+              rope=False, start=0, position_ids=None, inverse=False, style=None, base=None,
+              rotary_dim=None, partial=None, rotary_last=None, rope_interleave=None,
+              scaling=None, factor=None, original_max_pos=None, max_pos=None, seq_len=None,
+              beta_fast=None, beta_slow=None, mscale=None, mscale_all_dim=None,
+              attention_factor=None, truncate=None, low_freq_factor=None,
+              high_freq_factor=None, short_factor=None, long_factor=None,
+              rel_keys=None, content_bias=None, position_bias=None, segment_ids=None,
+              segment_embed=None, segment_bias=None, pos_key=None, pos_query=None,
+              pos_att_type=None, position_buckets=None, max_relative_positions=None):
+    """Attention of q over k (and v): logits, probs, output, lse (``posenc attention``).
+
+    q [b, hq, sq, d], k [b, hk, sk, d], v [b, hk, sk, dv] (any `axes` order; rank 3
+    "bsd" and 2 "sd" too); hk divides hq (grouped-query).
+    emit: one of "logits", "probs", "output", "lse" (returns that array) or a sequence
+        of them (returns a tuple in that order). Default ("probs", "output"), or
+        "probs" without v.
+    scale: multiplies q.k (default 1/sqrt(d)). causal: True (bottom-right), "top-left"
+        or "bottom-right". window: LEFT or (LEFT, RIGHT) (-1 unbounded).
+        sliding_window: HF's W. chunk_size: Llama-4 chunks. attn_temperature:
+        (SCALE, FLOOR) of Llama-4's temperature tuning. llama4_scaling: (BETA, PERIOD),
+        queries at position p times 1 + BETA log(1 + floor(p / PERIOD)) (Ministral-3).
+    key_lengths [b]; mask (bool/int keep, or additive float), broadcastable to
+        [b, h, sq, sk]; cu_seqlens: packed sequences.
+    alibi: True or "causal", "symmetric", "bottom-right", "fairseq", "bloom", "falcon";
+        alibi_max_bias (default 8).
+    t5_bias [buckets, hq] with t5_buckets, t5_max_distance, t5_causal.
+    relative_k [2M+1, d], relative_v [2M+1, dv], max_distance: Shaw relative tables.
+    softcap C; sinks [hq]; masked_rows "zero" or "nan"; dtype of the results;
+    max_memory in bytes (InputError when the run would need more; default physical
+    memory, 0 no limit); allow_nonfinite.
+    precision "f32"/"f64"; arith "exact" or "hf" (HF eager attention's bits).
+    hf_config (path), hf_version, layer_type, layer: a HF config's scale, soft-cap, windows, chunks,
+        temperature and ALiBi (explicit keywords win), its shapes checked.
+    rope=True rotates q and k first, with the ROPE OPTIONS of posenc.rope (start,
+        position_ids, inverse, style, base, scaling, factor, ...; hf_config's RoPE).
+    rel_keys, content_bias, position_bias, segment_ids, segment_embed, segment_bias:
+        Transformer-XL / XLNet. pos_key, pos_query, pos_att_type ("c2p", "p2c" or
+        "c2p,p2c"), position_buckets, max_relative_positions: DeBERTa.
+    """
+    given = {n: v_ for n, v_ in locals().items() if n in _ROPE_OPTION_NAMES}
+    if not rope:
+        for name in _ROPE_OPTION_NAMES:
+            value = given[name]
+            if value is not None and value is not False:
+                raise UsageError(f"{name}: a ROPE OPTION needs rope=True")
+        if start != 0:
+            raise UsageError("start: a ROPE OPTION needs rope=True")
+    if layer_type is not None and hf_config is None:
+        raise UsageError("layer_type: needs hf_config")
+    if layer is not None and hf_config is None:
+        raise UsageError("layer: needs hf_config")
+    if hf_version is not None and hf_config is None:
+        raise UsageError("hf_version: needs hf_config")
+    qa, q_name, like = _view(q, "q")
+    tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v"),
+               "mask": _arg(mask, "mask"), "key_lengths": _arg(key_lengths, "key_lengths"),
+               "t5_bias": _arg(t5_bias, "t5_bias"), "relative_k": _arg(relative_k, "relative_k"),
+               "relative_v": _arg(relative_v, "relative_v"), "sinks": _arg(sinks, "sinks")}
+    names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
+    opt = {"axes": axes, "emit": names, "scale": scale, "softcap": softcap,
+           "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
+           "arith": arith, "max_memory": max_memory, "allow_nonfinite": bool(allow_nonfinite),
+           "sliding_window": sliding_window, "chunk_size": chunk_size,
+           "max_distance": max_distance}
+    if softcap is not None and not softcap > 0:
+        raise UsageError(f"softcap {softcap}: must be a positive number")
+    if sliding_window is not None and sliding_window <= 0:
+        raise UsageError(f"sliding_window {sliding_window}: must be at least 1")
+    if chunk_size is not None and chunk_size <= 0:
+        raise UsageError(f"chunk_size {chunk_size}: must be at least 1")
+    if causal is True:
+        opt["causal"] = "bottom-right"
+    elif causal:
+        opt["causal"] = causal
+    if window is not None:
+        left, right = (window, -1) if np.isscalar(window) else tuple(window)
+        if left < -1 or right < -1:
+            raise UsageError(f"window {window}: sides must be >= -1 (-1 = unbounded)")
+        opt["window_left"], opt["window_right"] = int(left), int(right)
+    if attn_temperature is not None:
+        t_scale, t_floor = attn_temperature
+        if not np.isfinite(t_scale) or not t_floor > 0:
+            raise UsageError("attn_temperature: expected (SCALE, FLOOR), a number and a "
+                             "positive floor")
+        opt["temperature_scale"], opt["temperature_floor"] = float(t_scale), float(t_floor)
+    if llama4_scaling is not None:
+        beta, period = llama4_scaling
+        if not np.isfinite(beta) or not period >= 1 or period > 9.0e15 or period != int(period):
+            raise UsageError("llama4_scaling: expected (BETA, PERIOD), a number and a positive "
+                             "whole period")
+        opt["llama4_scaling_beta"], opt["llama4_scaling_period"] = float(beta), int(period)
+    if alibi is not None and alibi is not False:
+        opt["alibi"] = "causal" if alibi is True else alibi
+        if alibi_max_bias is not None:
+            if not alibi_max_bias > 0:
+                raise UsageError(f"alibi_max_bias {alibi_max_bias}: must be positive")
+            opt["alibi_max_bias"] = float(alibi_max_bias)
+    elif alibi_max_bias is not None:
+        raise UsageError("alibi_max_bias needs alibi")
+    if t5_bias is None and (t5_buckets is not None or t5_max_distance is not None or t5_causal):
+        raise UsageError("t5_buckets/t5_max_distance/t5_causal need t5_bias")
+    opt.update(t5_buckets=t5_buckets, t5_max_distance=t5_max_distance,
+               t5_bidirectional=not t5_causal)
+    if max_distance is not None:
+        if max_distance < 0:
+            raise UsageError(f"max_distance {max_distance}: must be >= 0")
+        if relative_k is None and relative_v is None:
+            raise UsageError("max_distance needs relative_k or relative_v")
+    relative = _relative(rope, rel_keys, content_bias, position_bias, segment_ids,
+                         segment_embed, segment_bias, pos_key, pos_query, pos_att_type,
+                         position_buckets, max_relative_positions)
+    kw = dict(style=style, base=base, rotary_dim=rotary_dim, partial=partial,
+              rotary_last=rotary_last, rope_interleave=rope_interleave, scaling=scaling,
+              factor=factor, original_max_pos=original_max_pos, max_pos=max_pos,
+              seq_len=seq_len, beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale,
+              mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
+              truncate=truncate, low_freq_factor=low_freq_factor,
+              high_freq_factor=high_freq_factor, short_factor=short_factor,
+              long_factor=long_factor, hf_config=hf_config, hf_version=hf_version,
+              layer_type=layer_type,
+              layer=layer, arith=arith)
+    rope_d = _rope_dict(kw, precision)
+    pos = _positions(start, position_ids, cu_seqlens)
+    apply = {"inverse": bool(inverse), "precision": precision}
+    opt = {key: val for key, val in opt.items() if val is not None}
+    res = _posenc.attention(tensors, opt, rope_d, pos, apply, bool(rope), relative)
+    out_name = _dtype_name(dtype) or q_name
+    arrays = tuple(_wrap(res[n], out_name if n != "lse" else "f", like) for n in names)
+    return arrays[0] if single else arrays
+
+
+def _relative(rope, rel_keys, content_bias, position_bias, segment_ids, segment_embed,
+              segment_bias, pos_key, pos_query, pos_att_type, position_buckets,
+              max_relative_positions):
+    """The Transformer-XL / XLNet and DeBERTa arguments, checked as the command checks
+    them, as the C++ module's dict."""
+    xl = rel_keys is not None
+    deberta = pos_key is not None or pos_query is not None
+    for name, value in (("content_bias", content_bias), ("position_bias", position_bias),
+                        ("segment_ids", segment_ids), ("segment_embed", segment_embed),
+                        ("segment_bias", segment_bias)):
+        if value is not None and not xl:
+            raise UsageError(f"{name}: a Transformer-XL / XLNet option needs rel_keys")
+    for name, value in (("pos_att_type", pos_att_type), ("position_buckets", position_buckets),
+                        ("max_relative_positions", max_relative_positions)):
+        if value is not None and not deberta:
+            raise UsageError(f"{name}: a DeBERTa option needs pos_key or pos_query")
+    if xl and deberta:
+        raise UsageError("rel_keys: Transformer-XL / XLNet and DeBERTa terms exclude each other")
+    if rope and (xl or deberta):
+        raise UsageError(f"{'rel_keys' if xl else 'pos_key/pos_query'}: cannot be combined "
+                         "with rope=True")
+    if pos_att_type is not None:
+        items = pos_att_type.split(",") if isinstance(pos_att_type, str) else list(pos_att_type)
+        if any(i not in ("c2p", "p2c") for i in items):
+            raise UsageError(f"pos_att_type {pos_att_type}: expected a comma list of c2p, p2c")
+        if ("c2p" in items) != (pos_key is not None):
+            raise UsageError("pos_att_type c2p: needs pos_key" if "c2p" in items
+                             else "pos_key: c2p is not in pos_att_type")
+        if ("p2c" in items) != (pos_query is not None):
+            raise UsageError("pos_att_type p2c: needs pos_query" if "p2c" in items
+                             else "pos_query: p2c is not in pos_att_type")
+    d = {"rel_keys": _arg(rel_keys, "rel_keys"), "content_bias": _arg(content_bias, "content_bias"),
+         "position_bias": _arg(position_bias, "position_bias"),
+         "segment_ids": _arg(segment_ids, "segment_ids"),
+         "segment_embed": _arg(segment_embed, "segment_embed"),
+         "segment_bias": _arg(segment_bias, "segment_bias"), "pos_key": _arg(pos_key, "pos_key"),
+         "pos_query": _arg(pos_query, "pos_query"), "position_buckets": position_buckets,
+         "max_relative_positions": max_relative_positions}
+    return {key: val for key, val in d.items() if val is not None}
+
+
+class CompareResult:
+    """The outcome of posenc.compare: ``bool(result)`` is whether the tensors match.
+
+    Attributes: match, shapes_equal, shape_a, shape_b, total (elements compared),
+    mismatches, first_mismatch (flat index) and first_mismatch_index (in a), max_abs and
+    max_rel (dicts: value, index, a, b), max_ulp, nan_a, nan_b, nan_mismatches, and the
+    rule in force: rtol, atol, ulp."""
+
+    def __init__(self, d):
+        self.__dict__.update(d)
+
+    def __bool__(self):
+        return self.match
+
+    def __repr__(self):
+        return f"CompareResult({self.summary()})"
+
+    def summary(self):
+        """One line as ``posenc compare`` reports: match or the differences."""
+        if not self.shapes_equal:
+            return f"shapes differ: {tuple(self.shape_a)} vs {tuple(self.shape_b)}"
+        head = "match" if self.match else f"{self.mismatches} of {self.total} differ"
+        return (f"{head}; max abs diff {self.max_abs['value']:.6g} at {self.max_abs['index']}, "
+                f"max rel diff {self.max_rel['value']:.6g} at {self.max_rel['index']}"
+                + (f", max ulp {self.max_ulp}" if self.max_ulp is not None else "")
+                + f" (rtol {self.rtol:g}, atol {self.atol:g}"
+                + (f", ulp {self.ulp}" if self.ulp is not None else "") + ")")
+
+    def check(self):
+        """Raises DifferError with the summary unless the tensors match."""
+        if not self.match:
+            raise DifferError(self.summary())
+        return self
+
+
+def compare(a, b, *, rtol=None, atol=None, ulp=None, equal_nan=False, slice=None):
+    """Compares a with the reference b (``posenc compare``): |a - b| <= atol + rtol |b|
+    and/or at most `ulp` units in the last place. Unset tolerances take
+    torch.testing.assert_close's defaults for the less precise dtype. `slice` ("0,:,:4")
+    compares that part of each. Returns a CompareResult (``.check()`` raises
+    DifferError)."""
+    (aa, an), (ba, bn) = _arg(a, "a"), _arg(b, "b")
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if tol is not None and not tol >= 0:
+            raise UsageError(f"{name} {tol}: must be a non-negative number")
+    d = {"rtol": rtol, "atol": atol, "max_ulp": ulp, "equal_nan": bool(equal_nan),
+         "slice": slice}
+    return CompareResult(_posenc.compare(aa, an, ba, bn, {k: v for k, v in d.items()
+                                                          if v is not None}))
+
+
+def read(ref, *, torch=False):
+    """Reads a tensor reference ("x.npy", "f.h5:/group/name", "x.csv", "x.tsv", "x.json")
+    whole. Returns a numpy array (bf16 data as uint16 bit patterns), or a torch tensor
+    with ``torch=True`` (bf16 as torch.bfloat16)."""
+    a, name = _posenc.read(os.fspath(ref))
+    return _wrap(a, name, "torch" if torch else "numpy")
+
+
+def write(ref, x, *, attrs=None, force=False, compression=0, no_clobber=False, sync=False,
+          to=None):
+    """Writes x to a tensor reference atomically (HDF5: "f.h5:/group/name", adding to an
+    existing file as h5py's mode 'a'; a bare "f.h5" writes /data). `attrs` (a dict of
+    str, int, float or lists of floats) are recorded as HDF5 attributes; force replaces
+    an existing dataset; compression is the HDF5 gzip level; no_clobber refuses an
+    existing target; sync fsyncs before the rename; `to` overrides the format ("npy",
+    "h5", "csv", "tsv", "json", "text")."""
+    a, name = _arg(x, "x")
+    opts = {"force": bool(force), "compression": int(compression),
+            "no_clobber": bool(no_clobber), "sync": bool(sync), "to": to}
+    _posenc.write(os.fspath(ref), a, name, dict(attrs or {}),
+                  {k: v for k, v in opts.items() if v is not None})
+
+
+from . import table  # noqa: E402  (the table kinds use the names above)

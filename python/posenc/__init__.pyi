@@ -1,0 +1,138 @@
+# Type stubs of the package posenc (docstrings: help(posenc.rope) etc.).
+from os import PathLike
+from typing import Any, Literal, Mapping, Optional, Sequence, Tuple, Union, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from . import table as table
+
+ArrayLike = Any  # numpy arrays, CPU torch tensors, BF16, buffer / DLPack objects
+DTypeLike = Union[str, np.dtype, type, Any]  # "f32", np.float32, torch.bfloat16, ...
+Ref = Union[str, PathLike]
+Style = Literal["neox", "half", "gptj", "interleaved"]
+Scaling = Literal["none", "default", "linear", "dynamic", "yarn", "longrope", "llama3",
+                  "proportional"]
+Arith = Literal["exact", "hf", "meta", "ggml"]
+Precision = Literal["f64", "f32"]
+Factors = Union[Sequence[float], npt.ArrayLike, str]
+Emit = Literal["logits", "probs", "output", "lse"]
+
+__version__: str
+
+class Error(Exception):
+    status: int
+class UsageError(Error): ...
+class InputError(Error): ...
+class OutputError(Error): ...
+class DifferError(Error): ...
+
+class BF16:
+    bits: npt.NDArray[np.uint16]
+    def __init__(self, bits: npt.ArrayLike) -> None: ...
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+
+def bf16_to_float32(bits: Union[npt.ArrayLike, BF16]) -> npt.NDArray[np.float32]: ...
+def float32_to_bf16(x: npt.ArrayLike) -> npt.NDArray[np.uint16]: ...
+def kernel_variant() -> str: ...
+def set_threads(n: int) -> None: ...
+
+def rope(x: ArrayLike, *, axes: Optional[str] = ..., dtype: Optional[DTypeLike] = ...,
+         out: Optional[ArrayLike] = ..., inverse: bool = ..., style: Optional[Style] = ...,
+         base: Optional[float] = ..., rotary_dim: Optional[int] = ...,
+         partial: Optional[float] = ..., rotary_last: Optional[bool] = ...,
+         rope_interleave: Optional[bool] = ..., start: int = ...,
+         position_ids: Optional[ArrayLike] = ..., cu_seqlens: Optional[ArrayLike] = ...,
+         scaling: Optional[Scaling] = ..., factor: Optional[float] = ...,
+         original_max_pos: Optional[int] = ..., max_pos: Optional[int] = ...,
+         seq_len: Optional[int] = ..., beta_fast: Optional[float] = ...,
+         beta_slow: Optional[float] = ..., mscale: Optional[float] = ...,
+         mscale_all_dim: Optional[float] = ..., attention_factor: Optional[float] = ...,
+         truncate: Optional[bool] = ..., low_freq_factor: Optional[float] = ...,
+         high_freq_factor: Optional[float] = ..., short_factor: Optional[Factors] = ...,
+         long_factor: Optional[Factors] = ..., hf_config: Optional[Ref] = ..., hf_version: Optional[str] = ...,
+         layer_type: Optional[str] = ..., layer: Optional[int] = ...,
+         precision: Optional[Precision] = ..., arith: Optional[Arith] = ...,
+         rope2d: Optional[Tuple[int, int]] = ..., rope2d_ids: bool = ...,
+         order: Optional[Literal["xy", "yx"]] = ...,
+         mrope_section: Optional[Union[Sequence[int], str]] = ...,
+         mrope_interleaved: bool = ..., allow_nonfinite: bool = ...) -> Any: ...
+
+@overload
+def attention(q: ArrayLike, k: ArrayLike, v: Optional[ArrayLike] = ..., *, emit: Emit,
+              **options: Any) -> Any: ...
+@overload
+def attention(q: ArrayLike, k: ArrayLike, v: Optional[ArrayLike] = ..., *,
+              emit: Optional[Sequence[Emit]] = ..., **options: Any) -> Tuple[Any, ...]: ...
+def attention(q: ArrayLike, k: ArrayLike, v: Optional[ArrayLike] = ..., *,
+              axes: Optional[str] = ..., emit: Union[Emit, Sequence[Emit], None] = ...,
+              scale: Optional[float] = ...,
+              causal: Union[bool, Literal["bottom-right", "top-left"]] = ...,
+              window: Union[int, Tuple[int, int], None] = ...,
+              sliding_window: Optional[int] = ..., chunk_size: Optional[int] = ...,
+              attn_temperature: Optional[Tuple[float, float]] = ...,
+              llama4_scaling: Optional[Tuple[float, int]] = ...,
+              key_lengths: Optional[ArrayLike] = ..., mask: Optional[ArrayLike] = ...,
+              alibi: Union[bool, Literal["causal", "symmetric", "bottom-right", "fairseq",
+                                         "bloom", "falcon"], None] = ...,
+              alibi_max_bias: Optional[float] = ..., t5_bias: Optional[ArrayLike] = ...,
+              t5_buckets: Optional[int] = ..., t5_max_distance: Optional[int] = ...,
+              t5_causal: bool = ..., relative_k: Optional[ArrayLike] = ...,
+              relative_v: Optional[ArrayLike] = ..., max_distance: Optional[int] = ...,
+              softcap: Optional[float] = ..., sinks: Optional[ArrayLike] = ...,
+              masked_rows: Optional[Literal["zero", "nan"]] = ...,
+              dtype: Optional[DTypeLike] = ..., max_memory: Optional[int] = ...,
+              allow_nonfinite: bool = ..., precision: Optional[Precision] = ...,
+              arith: Optional[Literal["exact", "hf"]] = ..., hf_config: Optional[Ref] = ..., hf_version: Optional[str] = ...,
+              layer_type: Optional[str] = ..., layer: Optional[int] = ...,
+              cu_seqlens: Optional[ArrayLike] = ..., rope: bool = ..., start: int = ...,
+              position_ids: Optional[ArrayLike] = ..., inverse: bool = ...,
+              style: Optional[Style] = ..., base: Optional[float] = ...,
+              rotary_dim: Optional[int] = ..., partial: Optional[float] = ...,
+              rotary_last: Optional[bool] = ..., rope_interleave: Optional[bool] = ...,
+              scaling: Optional[Scaling] = ..., factor: Optional[float] = ...,
+              original_max_pos: Optional[int] = ..., max_pos: Optional[int] = ...,
+              seq_len: Optional[int] = ..., beta_fast: Optional[float] = ...,
+              beta_slow: Optional[float] = ..., mscale: Optional[float] = ...,
+              mscale_all_dim: Optional[float] = ..., attention_factor: Optional[float] = ...,
+              truncate: Optional[bool] = ..., low_freq_factor: Optional[float] = ...,
+              high_freq_factor: Optional[float] = ..., short_factor: Optional[Factors] = ...,
+              long_factor: Optional[Factors] = ..., rel_keys: Optional[ArrayLike] = ...,
+              content_bias: Optional[ArrayLike] = ..., position_bias: Optional[ArrayLike] = ...,
+              segment_ids: Optional[ArrayLike] = ..., segment_embed: Optional[ArrayLike] = ...,
+              segment_bias: Optional[ArrayLike] = ..., pos_key: Optional[ArrayLike] = ...,
+              pos_query: Optional[ArrayLike] = ..., pos_att_type: Optional[str] = ...,
+              position_buckets: Optional[int] = ...,
+              max_relative_positions: Optional[int] = ...) -> Any: ...
+
+class CompareResult:
+    match: bool
+    shapes_equal: bool
+    shape_a: Sequence[int]
+    shape_b: Sequence[int]
+    total: int
+    mismatches: int
+    first_mismatch: Optional[int]
+    first_mismatch_index: Optional[Sequence[int]]
+    max_abs: Mapping[str, Any]
+    max_rel: Mapping[str, Any]
+    max_ulp: Optional[int]
+    nan_a: int
+    nan_b: int
+    nan_mismatches: int
+    rtol: float
+    atol: float
+    ulp: Optional[int]
+    def __bool__(self) -> bool: ...
+    def summary(self) -> str: ...
+    def check(self) -> "CompareResult": ...
+
+def compare(a: ArrayLike, b: ArrayLike, *, rtol: Optional[float] = ...,
+            atol: Optional[float] = ..., ulp: Optional[int] = ..., equal_nan: bool = ...,
+            slice: Optional[str] = ...) -> CompareResult: ...
+def read(ref: Ref, *, torch: bool = ...) -> Any: ...
+def write(ref: Ref, x: ArrayLike, *, attrs: Optional[Mapping[str, Any]] = ...,
+          force: bool = ..., compression: int = ..., no_clobber: bool = ...,
+          sync: bool = ..., to: Optional[Literal["npy", "h5", "csv", "tsv", "json", "text"]] = ...
+          ) -> None: ...

@@ -1,0 +1,171 @@
+"""Arrays in and out of the C++ module: numpy arrays, CPU torch tensors, DLPack
+capsules and bf16 bit patterns, viewed without copies where their layout allows."""
+
+import sys
+
+import numpy as np
+
+from ._posenc import InputError, UsageError
+
+# numpy dtype -> posenc dtype name (the library's parse_dtype spellings).
+_NAMES = {
+    np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
+    np.dtype(np.int8): "i8", np.dtype(np.int16): "i16", np.dtype(np.int32): "i32",
+    np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16",
+    np.dtype(np.uint32): "u32", np.dtype(np.uint64): "u64", np.dtype(np.bool_): "bool",
+}
+_FLOATS = ("f16", "bf16", "f32", "f64")
+
+
+class BF16:
+    """bfloat16 values held as their uint16 bit patterns (numpy has no bfloat16).
+
+    ``posenc.BF16(bits)`` marks a uint16 array as bf16 input; bf16 results given back
+    as numpy arrays are such bit patterns (plain uint16 arrays). ``float32_to_bf16`` and
+    ``bf16_to_float32`` convert. A torch.bfloat16 tensor needs no wrapper."""
+
+    def __init__(self, bits):
+        self.bits = np.asarray(bits)
+        if self.bits.dtype != np.uint16:
+            raise UsageError(f"BF16: expected uint16 bit patterns, got {self.bits.dtype}")
+
+    @property
+    def shape(self):
+        return self.bits.shape
+
+    def __repr__(self):
+        return f"BF16({bf16_to_float32(self.bits)!r})"
+
+
+def bf16_to_float32(bits):
+    """float32 values of bf16 bit patterns (uint16 array); exact."""
+    bits = np.asarray(bits.bits if isinstance(bits, BF16) else bits, dtype=np.uint16)
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bf16(x):
+    """bf16 bit patterns (uint16 array) of x rounded to nearest even, once, from float32
+    (float64 input is rounded to float32 first: use posenc's dtype="bf16" for a
+    single rounding from float64)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    r = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    nan = np.isnan(u.view(np.float32))
+    r[nan] = ((u[nan] >> 16) | np.uint32(0x40)).astype(np.uint16)
+    return r
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def is_torch(x):
+    t = _torch()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def dtype_name(dtype, what="dtype"):
+    """posenc's name for a dtype given as a string, numpy dtype or torch dtype; None
+    stays None."""
+    if dtype is None:
+        return None
+    t = _torch()
+    if t is not None and isinstance(dtype, t.dtype):
+        if dtype == t.bfloat16:
+            return "bf16"
+        dtype = t.empty((), dtype=dtype).numpy().dtype
+    if isinstance(dtype, str):
+        low = dtype.lower()
+        if low in ("bf16", "bfloat16"):
+            return "bf16"
+        if low in ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"):
+            return low
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        raise UsageError(f"{what}: unknown dtype {dtype!r}") from None
+    if d.newbyteorder("=") not in _NAMES:
+        raise UsageError(f"{what}: posenc has no dtype {d}")
+    return _NAMES[d.newbyteorder("=")]
+
+
+def view(x, what):
+    """(numpy array, posenc dtype name, 'torch' or 'numpy') for an input, without a copy
+    where numpy can view it: numpy arrays, CPU torch tensors (bf16 as its bits), objects
+    with __array_interface__ / the buffer protocol, DLPack producers."""
+    if type(x) is np.ndarray:
+        name = _NAMES.get(x.dtype)
+        if name is not None:
+            return x, name, "numpy"
+        return x, dtype_name(x.dtype, what), "numpy"
+    if isinstance(x, BF16):
+        return x.bits, "bf16", "numpy"
+    t = _torch()
+    if t is not None and isinstance(x, t.Tensor):
+        if x.device.type != "cpu":
+            raise UsageError(f"{what}: a tensor on {x.device}; posenc computes on the CPU "
+                             "(move it with .cpu())")
+        if x.is_conj() or x.is_neg():
+            x = x.resolve_conj().resolve_neg()
+        y = x.detach()
+        if y.dtype == t.bfloat16:
+            return y.view(t.int16).numpy().view(np.uint16), "bf16", "torch"
+        a = y.numpy()
+        return a, dtype_name(a.dtype, what), "torch"
+    if isinstance(x, np.ndarray):
+        a = x
+    elif (hasattr(x, "__dlpack__") and not hasattr(x, "__array_interface__")
+          and not hasattr(x, "__array__")):
+        a = np.from_dlpack(x)
+    else:
+        a = np.asarray(x)
+    return a, dtype_name(a.dtype, what), "numpy"
+
+
+def contiguous(a):
+    """`a` itself when it is C-contiguous in native byte order, else a copy that is."""
+    if a.flags.c_contiguous and a.dtype.isnative:
+        return a
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return np.ascontiguousarray(a)
+
+
+def arg(x, what):
+    """(C-contiguous array, dtype name) for a tensor argument, None for None."""
+    if x is None:
+        return None
+    a, name, _ = view(x, what)
+    return contiguous(a), name
+
+
+def empty(shape, name):
+    """An uninitialised C-order array for posenc dtype `name` (bf16 as uint16)."""
+    return np.empty(shape, dtype=_NUMPY[name])
+
+
+_NUMPY = {n: d for d, n in _NAMES.items()}
+_NUMPY["bf16"] = np.dtype(np.uint16)
+
+
+def wrap(a, name, like):
+    """The result array `a` (posenc dtype `name`) as numpy or as a torch tensor sharing
+    its memory (`like` 'torch')."""
+    if like != "torch":
+        return a
+    t = _torch()
+    if name == "bf16":
+        return t.from_numpy(a.view(np.int16)).view(t.bfloat16)
+    return t.from_numpy(a)
+
+
+def ints(x, what):
+    """An integer tensor argument as a C-contiguous int64 array."""
+    if x is None:
+        return None
+    a, name, _ = view(x, what)
+    if name in _FLOATS or name == "bool":
+        raise InputError(f"{what}: expected an integer dtype, got {name}")
+    if name == "u64" and a.size and a.max() > np.iinfo(np.int64).max:
+        raise InputError(f"{what}: value {a.max()} is too large")
+    return np.ascontiguousarray(a, dtype=np.int64)
+

@@ -1,0 +1,102 @@
+"""The ROPE OPTIONS shared by posenc.table.rope, posenc.rope and posenc.attention, turned
+into the dicts the C++ module reads (keys: the library's RopeParams member names)."""
+
+import os
+
+import numpy as np
+
+from . import _posenc
+from ._arrays import ints
+from ._posenc import InputError, UsageError
+
+# Keyword -> RopeParams member; values None are "not given".
+ROPE_PARAMS = ("style", "base", "rotary_dim", "partial", "scaling", "factor",
+               "original_max_pos", "max_pos", "seq_len", "beta_fast", "beta_slow", "mscale",
+               "mscale_all_dim", "attention_factor", "truncate", "low_freq_factor",
+               "high_freq_factor", "short_factor", "long_factor", "hf_config", "hf_version",
+               "layer_type", "layer", "rotary_last", "rope_interleave", "arith")
+
+
+def factor_list(value, what):
+    """A longrope factor list: numbers, an array, a comma list or a tensor reference."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return [float(f) for f in value.split(",")]
+        except ValueError:
+            pass
+        try:
+            a, _ = _posenc.read(value)
+        except UsageError:
+            raise UsageError(f"{what}: '{value}' is neither a comma-separated list of numbers "
+                             "nor a tensor reference") from None
+        if a.ndim > 1:
+            raise InputError(f"{what}: {value}: expected a 1-D tensor, got shape {a.shape}")
+        return [float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
+    a = np.asarray(value.cpu() if hasattr(value, "cpu") else value, dtype=np.float64)
+    if a.ndim > 1:
+        raise InputError(f"{what}: expected a 1-D list, got shape {a.shape}")
+    return [float(v) for v in a.ravel()]
+
+
+def rope_dict(kw, precision=None):
+    """The given ROPE OPTIONS of `kw` (a dict holding every name of ROPE_PARAMS) as the
+    C++ module's dict."""
+    d = {k: kw[k] for k in ROPE_PARAMS if kw.get(k) is not None}
+    if not d and precision is None:
+        return d
+    for k in ("short_factor", "long_factor"):
+        if k in d:
+            d[k] = factor_list(d[k], k)
+    if "hf_config" in d:
+        d["hf_config"] = os.fspath(d["hf_config"])
+    arith = d.get("arith", "exact")
+    if arith not in ("exact", "hf", "meta", "ggml"):
+        raise UsageError(f"arith: expected exact, hf, meta or ggml, got '{arith}'")
+    if arith != "exact" and precision is not None:
+        raise UsageError(f"precision: applies to arith exact only (arith {arith} has its "
+                         "framework's own arithmetic)")
+    if precision is not None and precision not in ("f64", "f32"):
+        raise UsageError(f"precision: expected f64 or f32, got '{precision}'")
+    return d
+
+
+_NO_POSITIONS = {}
+
+
+def positions_dict(start=0, position_ids=None, cu_seqlens=None):
+    """start / position_ids / cu_seqlens as the C++ module's dict (int64 arrays)."""
+    if start == 0 and position_ids is None and cu_seqlens is None:
+        return _NO_POSITIONS
+    if position_ids is not None and cu_seqlens is not None:
+        raise UsageError("position_ids: cannot be combined with cu_seqlens")
+    if not isinstance(start, (int, np.integer)) or isinstance(start, bool):
+        raise UsageError(f"start: expected an integer, got {start!r}")
+    return {"start": int(start), "position_ids": ints(position_ids, "position_ids"),
+            "cu_seqlens": ints(cu_seqlens, "cu_seqlens")}
+
+
+def sections(value, what="mrope_section"):
+    """M-RoPE sections from a sequence of integers or a "T,H,W" text."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = [int(v) for v in value.split(",")]
+        except ValueError:
+            raise UsageError(f"{what}: expected T,H,W integers, got '{value}'") from None
+    return [int(v) for v in value]
+
+
+def emit_list(emit, default):
+    """(list of names, whether one name was given)."""
+    if emit is None:
+        return list(default), False
+    if isinstance(emit, str):
+        return [emit], True
+    names = list(emit)
+    for e in names:
+        if names.count(e) > 1:
+            raise UsageError(f"emit {tuple(names)}: '{e}' is named twice")
+    return names, False

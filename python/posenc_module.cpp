@@ -1,0 +1,908 @@
+// posenc._posenc: the C++ library behind the Python package `posenc` (python/posenc/).
+// Arrays come in as C-contiguous numpy arrays with the posenc dtype name next to them
+// (the package's Python layer views torch tensors, DLPack capsules and bf16 bit
+// patterns as such arrays without copying); options come in as dicts keyed by the
+// library's own member names, holding only what the caller gave. Each function turns
+// them into the library's parameter values in one place and calls the library entry
+// points the command's subcommands call. Results leave as numpy arrays that own the
+// library's Tensor storage (no copy). Computation runs without the GIL.
+
+#include <omp.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/hf_config.hpp"
+#include "posenc/encodings/relative_attention.hpp"
+#include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/table.hpp"
+#include "posenc/encodings/tables.hpp"
+#include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_relative.hpp"
+#include "posenc/ops/compare.hpp"
+#include "posenc/ops/hf_attention.hpp"
+#include "posenc/ops/rope.hpp"
+#include "posenc/ops/rope_stream.hpp"
+#include "posenc/ops/select.hpp"
+#include "posenc/tensor.hpp"
+
+namespace py = pybind11;
+
+namespace posenc::python {
+
+namespace {
+
+// --- arrays ------------------------------------------------------------------------
+
+const char* numpy_name(DType t) {
+  switch (t) {
+    case DType::f16:
+      return "float16";
+    case DType::bf16:
+      return "uint16";  // bit patterns; the Python layer labels them
+    case DType::f32:
+      return "float32";
+    case DType::f64:
+      return "float64";
+    case DType::i8:
+      return "int8";
+    case DType::i16:
+      return "int16";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
+    case DType::u8:
+      return "uint8";
+    case DType::u16:
+      return "uint16";
+    case DType::u32:
+      return "uint32";
+    case DType::u64:
+      return "uint64";
+    case DType::b1:
+      return "bool";
+  }
+  return "float64";
+}
+
+Shape shape_of(const py::array& a) {
+  Shape s;
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s.push_back(static_cast<std::size_t>(a.shape(i)));
+  return s;
+}
+
+// The array's dtype as posenc names it, checked against its item size.
+DType dtype_of(const py::array& a, const std::string& name, const std::string& what) {
+  const DType t = parse_dtype(name, what);
+  if (static_cast<std::size_t>(a.itemsize()) != dtype_size(t)) {
+    throw UsageError(what + ": the array's items are " + std::to_string(a.itemsize()) +
+                     " bytes, not those of " + std::string(dtype_name(t)));
+  }
+  if (!(a.flags() & py::array::c_style)) {
+    throw UsageError(what + ": the array is not C-contiguous");
+  }
+  return t;
+}
+
+// `a` as a library Tensor: its own memory, borrowed (the caller keeps `a` alive for the
+// call; the library only reads its inputs), or a copy when it is not aligned to its
+// element size.
+Tensor to_tensor(const py::array& a, const std::string& dtype, const std::string& what) {
+  const DType t = dtype_of(a, dtype, what);
+  if (reinterpret_cast<std::uintptr_t>(a.data()) % dtype_size(t) == 0) {
+    return Tensor::borrow(t, shape_of(a), const_cast<void*>(a.data()));
+  }
+  Tensor copy(t, shape_of(a));
+  if (copy.nbytes() > 0) std::memcpy(copy.bytes(), a.data(), copy.nbytes());
+  return copy;
+}
+
+// A numpy array owning `t`'s storage.
+py::array to_array(Tensor&& t) {
+  auto* owned = new Tensor(std::move(t));
+  py::capsule base(owned, [](void* p) { delete static_cast<Tensor*>(p); });
+  std::vector<py::ssize_t> shape, strides(owned->ndim());
+  for (std::size_t n : owned->shape()) shape.push_back(static_cast<py::ssize_t>(n));
+  py::ssize_t step = static_cast<py::ssize_t>(dtype_size(owned->dtype()));
+  for (std::size_t i = owned->ndim(); i-- > 0;) {
+    strides[i] = step;
+    step *= shape[i];
+  }
+  return py::array(py::dtype(numpy_name(owned->dtype())), shape, strides, owned->bytes(), base);
+}
+
+// A tensor argument: (array, dtype name) or None.
+std::optional<Tensor> tensor_arg(const py::dict& d, const char* key) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  auto pair = d[key].cast<std::pair<py::array, std::string>>();
+  // Borrowed memory must outlive this function: the array the dict holds does, a
+  // converted temporary would not.
+  if (!py::isinstance<py::array>(d[key].cast<py::tuple>()[0])) {
+    throw UsageError(std::string(key) + ": expected a numpy array");
+  }
+  return to_tensor(pair.first, pair.second, key);
+}
+
+// --- option dicts ------------------------------------------------------------------
+
+template <class T>
+std::optional<T> get(const py::dict& d, const char* key) {
+  if (!d.contains(key)) return std::nullopt;
+  py::object v = d[key];
+  if (v.is_none()) return std::nullopt;
+  try {
+    return v.cast<T>();
+  } catch (const py::cast_error&) {
+    throw UsageError(std::string(key) + ": unexpected type " +
+                     py::str(py::type::of(v).attr("__name__")).cast<std::string>());
+  }
+}
+
+template <class T>
+void set_if(const py::dict& d, const char* key, T& dst) {
+  if (auto v = get<T>(d, key)) dst = *v;
+}
+
+template <class T>
+void set_if(const py::dict& d, const char* key, std::optional<T>& dst) {
+  if (auto v = get<T>(d, key)) dst = *v;
+}
+
+std::int64_t positive(const py::dict& d, const char* key) {
+  const auto v = *get<std::int64_t>(d, key);
+  if (v <= 0) throw UsageError(std::string(key) + ": must be positive, got " + std::to_string(v));
+  return v;
+}
+
+// RopeParams from the ROPE OPTIONS given (keys as RopeParams members, plus hf_config,
+// layer_type and layer), a HF config completing them as the command does.
+RopeParams rope_params(const py::dict& d, int head_dim) {
+  RopeParams p;
+  std::vector<std::string> names;
+  auto mark = [&](const char* key) {
+    const bool has = d.contains(key) && !d[key].is_none();
+    if (has) names.emplace_back(key);
+    return has;
+  };
+  if (mark("style")) p.style = parse_rope_style(*get<std::string>(d, "style"));
+  if (mark("base")) p.base = *get<double>(d, "base");
+  if (mark("rotary_dim")) p.rotary_dim = *get<int>(d, "rotary_dim");
+  if (mark("partial")) p.partial = *get<double>(d, "partial");
+  if (mark("scaling")) p.scaling = parse_rope_scaling(*get<std::string>(d, "scaling"));
+  if (mark("factor")) p.factor = get<double>(d, "factor");
+  if (mark("original_max_pos")) p.original_max_pos = positive(d, "original_max_pos");
+  if (mark("max_pos")) p.max_pos = positive(d, "max_pos");
+  if (mark("seq_len")) p.seq_len = positive(d, "seq_len");
+  const std::pair<const char*, std::optional<double>*> optional_reals[] = {
+      {"beta_fast", &p.beta_fast},
+      {"beta_slow", &p.beta_slow},
+      {"mscale", &p.mscale},
+      {"mscale_all_dim", &p.mscale_all_dim},
+      {"attention_factor", &p.attention_factor},
+      {"low_freq_factor", &p.low_freq_factor},
+      {"high_freq_factor", &p.high_freq_factor}};
+  for (const auto& [key, dst] : optional_reals) {
+    if (mark(key)) *dst = get<double>(d, key);
+  }
+  if (mark("truncate")) p.truncate = *get<bool>(d, "truncate");
+  if (mark("short_factor")) p.short_factor = *get<std::vector<double>>(d, "short_factor");
+  if (mark("long_factor")) p.long_factor = *get<std::vector<double>>(d, "long_factor");
+  if (mark("rotary_last")) p.rotary_last = *get<bool>(d, "rotary_last");
+  if (mark("rope_interleave")) p.rope_interleave = *get<bool>(d, "rope_interleave");
+  if (auto a = get<std::string>(d, "arith")) {
+    p.arith = parse_arith(*a);
+    // Meta's code only has the complex (interleaved) form.
+    if (p.arith == Arith::meta && !d.contains("style")) p.style = RopeStyle::gptj;
+  }
+  if (head_dim > 0) p.head_dim = head_dim;
+  const std::string config = get<std::string>(d, "hf_config").value_or("");
+  HfLayer layer{get<std::string>(d, "layer_type").value_or(""), std::nullopt};
+  if (auto index = get<std::int64_t>(d, "layer")) {
+    if (config.empty()) throw UsageError("layer: needs hf_config");
+    if (*index < 0) {
+      throw UsageError("layer: must be a layer index >= 0, got " + std::to_string(*index));
+    }
+    layer.index = *index;
+  }
+  if (!layer.type.empty() && config.empty()) throw UsageError("layer_type: needs hf_config");
+  HfVersion version;
+  if (auto v = get<std::string>(d, "hf_version")) {
+    if (config.empty()) throw UsageError("hf_version: needs hf_config");
+    version = parse_hf_version(*v);
+  }
+  return merge_hf_config(p, names, config, layer, version);
+}
+
+Precision precision_of(const std::string& s) {
+  if (s == "f64" || s == "float64") return Precision::f64;
+  if (s == "f32" || s == "float32") return Precision::f32;
+  throw UsageError("precision: expected f64 or f32, got '" + s + "'");
+}
+
+// start / position_ids / cu_seqlens, checked as the command checks them.
+Positions positions(const py::dict& d) {
+  Positions pos;
+  pos.start = get<std::int64_t>(d, "start").value_or(0);
+  if (pos.start < 0 || pos.start > kMaxPosition) {
+    throw UsageError("start: must be from 0 to 2^53 = " + std::to_string(kMaxPosition) + ", got " +
+                     std::to_string(pos.start));
+  }
+  auto ints = [&d](const char* key, Shape& shape) {
+    auto a = d[key].cast<py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>>();
+    shape = shape_of(a);
+    return std::vector<std::int64_t>(a.data(), a.data() + a.size());
+  };
+  if (d.contains("position_ids") && !d["position_ids"].is_none()) {
+    pos.ids = ints("position_ids", pos.ids_shape);
+    if (pos.ids_shape.empty() || pos.ids_shape.size() > 3) {
+      throw InputError("position_ids: expected shape [s] or [b, s], got " +
+                       shape_str(pos.ids_shape));
+    }
+    for (std::int64_t v : pos.ids) {
+      if (v < 0) throw InputError("position_ids: negative position " + std::to_string(v));
+      if (v > kMaxPosition - pos.start) {
+        throw InputError("position_ids: position " + std::to_string(v) + " (+ start " +
+                         std::to_string(pos.start) + ") is beyond 2^53");
+      }
+    }
+  }
+  if (d.contains("cu_seqlens") && !d["cu_seqlens"].is_none()) {
+    Shape shape;
+    pos.cu_seqlens = ints("cu_seqlens", shape);
+    if (shape.size() != 1 || pos.cu_seqlens.empty() || pos.cu_seqlens[0] != 0) {
+      throw InputError("cu_seqlens: expected a 1-D tensor starting at 0, got shape " +
+                       shape_str(shape));
+    }
+    for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
+      if (pos.cu_seqlens[i] > kMaxPosition - pos.start) {
+        throw InputError("cu_seqlens: boundary " + std::to_string(pos.cu_seqlens[i]) +
+                         " (+ start) is beyond 2^53");
+      }
+      if (pos.cu_seqlens[i] < pos.cu_seqlens[i - 1]) {
+        throw InputError("cu_seqlens: boundaries must not decrease (" +
+                         std::to_string(pos.cu_seqlens[i]) + " after " +
+                         std::to_string(pos.cu_seqlens[i - 1]) + ")");
+      }
+    }
+  }
+  return pos;
+}
+
+RopeApplyOptions apply_options(const py::dict& d) {
+  RopeApplyOptions a;
+  set_if(d, "inverse", a.inverse);
+  if (auto p = get<std::string>(d, "precision")) a.precision = precision_of(*p);
+  set_if(d, "allow_nonfinite", a.allow_nonfinite);
+  if (auto grid = get<std::pair<std::int64_t, std::int64_t>>(d, "rope2d")) {
+    if (grid->first <= 0 || grid->second <= 0) {
+      throw UsageError("rope2d: height and width must be positive, got " +
+                       std::to_string(grid->first) + " " + std::to_string(grid->second));
+    }
+    a.grid_h = grid->first;
+    a.grid_w = grid->second;
+  }
+  if (auto order = get<std::string>(d, "order")) {
+    if (*order != "xy" && *order != "yx") {
+      throw UsageError("order: expected xy or yx, got '" + *order + "'");
+    }
+    a.grid_yx = *order == "yx";
+  }
+  set_if(d, "mrope_section", a.mrope_section);
+  set_if(d, "mrope_interleaved", a.mrope_interleaved);
+  set_if(d, "grid_ids", a.grid_ids);
+  return a;
+}
+
+Attrs attrs_from(const py::dict& d) {
+  Attrs out;
+  for (auto [k, v] : d) {
+    const std::string name = py::str(k);
+    if (py::isinstance<py::bool_>(v) || py::isinstance<py::int_>(v)) {
+      out.push_back({name, v.cast<long long>()});
+    } else if (py::isinstance<py::float_>(v)) {
+      out.push_back({name, v.cast<double>()});
+    } else if (py::isinstance<py::str>(v)) {
+      out.push_back({name, v.cast<std::string>()});
+    } else {
+      out.push_back({name, v.cast<std::vector<double>>()});
+    }
+  }
+  return out;
+}
+
+py::dict attrs_to(const Attrs& attrs) {
+  py::dict d;
+  for (const Attr& a : attrs) {
+    std::visit([&](const auto& v) { d[py::str(a.name)] = py::cast(v); }, a.value);
+  }
+  return d;
+}
+
+// --- rope ---------------------------------------------------------------------------
+
+// Rotates x into out (which may be x itself: each vector is read whole before its
+// rotation is stored).
+void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
+               const std::string& out_dtype, const std::string& axes_text, const py::dict& rope_d,
+               const py::dict& pos_d, const py::dict& apply_d) {
+  const DType in = dtype_of(x, x_dtype, "x");
+  const DType to = dtype_of(out, out_dtype, "out");
+  if (!out.writeable()) throw UsageError("out: the array is read-only");
+  const Shape shape = shape_of(x);
+  if (shape_of(out) != shape) {
+    throw UsageError("out: shape " + shape_str(shape_of(out)) + " differs from x's " +
+                     shape_str(shape));
+  }
+  const Axes axes = resolve_axes(axes_text, shape.size(), "x");
+  const RopeApplyOptions apply = apply_options(apply_d);
+  const Positions pos = positions(pos_d);
+  // 2-D RoPE's frequencies default to base 100, as `table rope2d`.
+  const bool base100 = apply.grid_h > 0 && !rope_d.contains("base");
+  const RopeFreqs f = rope_freqs_for(
+      shape, axes,
+      [&](int head_dim) {
+        RopeParams p = rope_params(rope_d, head_dim);
+        if (base100) p.base = 100.0;
+        return p;
+      },
+      pos, apply, "x");
+  const void* src = x.data();
+  void* dst = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    RopeApplier applier(shape, in, axes, f, pos, apply, to, "x");
+    applier.rows(src, dst, 0, applier.rows_total());
+  }
+}
+
+// --- tables -------------------------------------------------------------------------
+
+// A sink writing a table's rows into a Tensor.
+class MemorySink : public TensorSink {
+ public:
+  explicit MemorySink(Tensor& t)
+      : t_(t),
+        row_bytes_(t.ndim() == 0 || t.shape()[0] == 0 ? t.nbytes() : t.nbytes() / t.shape()[0]) {}
+  void write_rows(const void* src, std::size_t count) override {
+    std::memcpy(t_.bytes() + at_, src, count * row_bytes_);
+    at_ += count * row_bytes_;
+  }
+  void commit() override {}
+
+ private:
+  Tensor& t_;
+  std::size_t row_bytes_;
+  std::size_t at_ = 0;
+};
+
+std::optional<std::int64_t> length(const py::dict& d, const char* key) {
+  return get<std::int64_t>(d, key);
+}
+
+std::vector<RopeEmit> emits_of(const py::dict& d) {
+  std::vector<RopeEmit> out;
+  for (const auto& e :
+       get<std::vector<std::string>>(d, "emit").value_or(std::vector<std::string>{"cos-sin"})) {
+    out.push_back(parse_rope_emit(e));
+  }
+  return out;
+}
+
+std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
+                                   const py::dict& rope_d, const py::dict& pos_d) {
+  std::vector<Table> tables;
+  if (kind == "sinusoidal") {
+    SinusoidalRequest r;
+    set_if(d, "positions", r.positions);
+    set_if(d, "dim", r.dim);
+    set_if(d, "base", r.base);
+    set_if(d, "start", r.start);
+    if (auto l = get<std::string>(d, "layout")) {
+      if (*l != "interleaved" && *l != "concat") {
+        throw UsageError("layout: expected interleaved or concat, got '" + *l + "'");
+      }
+      r.layout = *l == "concat" ? SinusoidalLayout::concat : SinusoidalLayout::interleaved;
+    }
+    tables.push_back(sinusoidal_table(r));
+  } else if (kind == "rope") {
+    RopeTableRequest r;
+    r.where = positions(pos_d);
+    r.positions = get<std::int64_t>(d, "positions");
+    r.rope = rope_params(rope_d, get<int>(d, "dim").value_or(0));
+    set_if(d, "half", r.half);
+    set_if(d, "inverse", r.inverse);
+    if (auto p = get<std::string>(d, "precision")) r.precision = precision_of(*p);
+    for (RopeEmit e : emits_of(d)) {
+      r.emit = e;
+      tables.push_back(rope_table(r));
+    }
+  } else if (kind == "rope2d") {
+    Rope2dRequest r;
+    set_if(d, "height", r.height);
+    set_if(d, "width", r.width);
+    set_if(d, "dim", r.dim);
+    set_if(d, "base", r.base);
+    if (auto o = get<std::string>(d, "order")) {
+      if (*o != "xy" && *o != "yx") throw UsageError("order: expected xy or yx, got '" + *o + "'");
+      r.y_first = *o == "yx";
+    }
+    if (auto s = get<std::string>(d, "style")) r.style = parse_rope_style(*s);
+    set_if(d, "half", r.half);
+    for (RopeEmit e : emits_of(d)) {
+      r.emit = e;
+      tables.push_back(rope2d_table(r));
+    }
+  } else if (kind == "alibi") {
+    AlibiRequest r;
+    set_if(d, "heads", r.heads);
+    r.q_len = length(d, "q_len");
+    r.k_len = length(d, "k_len");
+    if (auto v = get<std::string>(d, "variant")) r.variant = parse_alibi_table(*v);
+    set_if(d, "max_bias", r.max_bias);
+    tables.push_back(alibi_table(r));
+  } else if (kind == "relative") {
+    RelativeRequest r;
+    r.q_len = length(d, "q_len");
+    r.k_len = length(d, "k_len");
+    set_if(d, "max_distance", r.max_distance);
+    if (auto s = get<std::string>(d, "sign")) {
+      if (*s != "k-q" && *s != "q-k")
+        throw UsageError("sign: expected k-q or q-k, got '" + *s + "'");
+      r.q_minus_k = *s == "q-k";
+    }
+    tables.push_back(relative_table(r));
+  } else if (kind == "t5-bucket") {
+    T5BucketRequest r;
+    r.q_len = length(d, "q_len");
+    r.k_len = length(d, "k_len");
+    set_if(d, "buckets", r.buckets);
+    set_if(d, "max_distance", r.max_distance);
+    set_if(d, "bidirectional", r.bidirectional);
+    tables.push_back(t5_bucket_table(r));
+  } else if (kind == "xl-relative") {
+    XlRelativeRequest r;
+    r.q_len = length(d, "q_len");
+    r.k_len = length(d, "k_len");
+    set_if(d, "dim", r.dim);
+    set_if(d, "base", r.base);
+    set_if(d, "clamp_len", r.clamp_len);
+    if (auto f = get<std::string>(d, "form")) r.form = parse_xl_form(*f);
+    tables.push_back(xl_relative_table(r));
+  } else if (kind == "deberta-bucket") {
+    DebertaBucketRequest r;
+    r.q_len = length(d, "q_len");
+    r.k_len = length(d, "k_len");
+    set_if(d, "position_buckets", r.position_buckets);
+    set_if(d, "max_relative_positions", r.max_relative_positions);
+    tables.push_back(deberta_bucket_table(r));
+  } else {
+    throw UsageError("kind: unknown table kind '" + kind + "'");
+  }
+  return tables;
+}
+
+// The tables of one request (several for a list of emits), each computed in float64
+// and rounded once to `dtype` ("" = the table's default).
+py::tuple tables(const std::string& kind, const py::dict& d, const py::dict& rope_d,
+                 const py::dict& pos_d, const std::string& dtype) {
+  std::vector<Table> tables = describe_tables(kind, d, rope_d, pos_d);
+  std::vector<DType> types;
+  for (const Table& t : tables) {
+    const DType dt = dtype.empty() ? default_table_dtype(t) : parse_dtype(dtype, "dtype");
+    check_table_dtype(t, dt);
+    checked_numel(t.spec.shape, dtype_size(dt), "table");
+    types.push_back(dt);
+  }
+  py::tuple out(tables.size());
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    Tensor values(types[i], tables[i].spec.shape);
+    {
+      py::gil_scoped_release nogil;
+      MemorySink sink(values);
+      write_table(tables[i].spec, types[i], sink, std::size_t{8} << 20);
+    }
+    out[i] = py::make_tuple(to_array(std::move(values)), attrs_to(tables[i].attrs));
+  }
+  return out;
+}
+
+// --- attention ----------------------------------------------------------------------
+
+void attention_options(const py::dict& d, AttentionOptions& opt) {
+  set_if(d, "axes", opt.axes);
+  if (auto s = get<double>(d, "scale")) {
+    if (!(*s > 0 && std::isfinite(*s))) {
+      throw UsageError("scale " + py::str(py::float_(*s)).cast<std::string>() +
+                       ": must be a positive number");
+    }
+    opt.scale = *s;
+  }
+  if (auto c = get<std::string>(d, "causal")) {
+    if (*c == "bottom-right")
+      opt.causal = CausalAlign::bottom_right;
+    else if (*c == "top-left")
+      opt.causal = CausalAlign::top_left;
+    else
+      throw UsageError("causal " + *c + ": expected bottom-right or top-left");
+  }
+  set_if(d, "window_left", opt.window_left);
+  set_if(d, "window_right", opt.window_right);
+  set_if(d, "sliding_window", opt.sliding_window);
+  set_if(d, "chunk_size", opt.chunk_size);
+  set_if(d, "temperature_scale", opt.temperature_scale);
+  set_if(d, "temperature_floor", opt.temperature_floor);
+  set_if(d, "llama4_scaling_beta", opt.llama4_scaling_beta);
+  set_if(d, "llama4_scaling_period", opt.llama4_scaling_period);
+  if (auto a = get<std::string>(d, "alibi")) {
+    if (*a == "bloom" || *a == "falcon") {
+      opt.alibi = AlibiVariant::fairseq;
+      opt.alibi_before_scale = *a == "falcon";
+    } else if (*a == "causal") {
+      opt.alibi = AlibiVariant::causal;
+    } else if (*a == "symmetric") {
+      opt.alibi = AlibiVariant::symmetric;
+    } else if (*a == "bottom-right") {
+      opt.alibi = AlibiVariant::bottom_right;
+    } else if (*a == "fairseq") {
+      opt.alibi = AlibiVariant::fairseq;
+    } else {
+      throw UsageError("alibi " + *a +
+                       ": expected causal, symmetric, bottom-right, fairseq, bloom or falcon");
+    }
+  }
+  set_if(d, "alibi_max_bias", opt.alibi_max_bias);
+  set_if(d, "t5_buckets", opt.t5_buckets);
+  set_if(d, "t5_max_distance", opt.t5_max_distance);
+  set_if(d, "t5_bidirectional", opt.t5_bidirectional);
+  set_if(d, "max_distance", opt.max_distance);
+  set_if(d, "softcap", opt.softcap);
+  if (auto m = get<std::string>(d, "masked_rows")) {
+    if (*m != "zero" && *m != "nan")
+      throw UsageError("masked_rows: expected zero or nan, got '" + *m + "'");
+    opt.masked_rows = *m == "nan" ? MaskedRows::nan : MaskedRows::zero;
+  }
+  if (auto dt = get<std::string>(d, "dtype")) opt.dtype = parse_dtype(*dt, "dtype");
+  if (auto p = get<std::string>(d, "precision")) opt.precision = precision_of(*p);
+  if (auto a = get<std::string>(d, "arith")) {
+    opt.arith = parse_arith(*a);
+    if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {
+      throw UsageError("arith " + *a +
+                       ": attention reproduces hf only (rotate with posenc.rope(arith=\"" + *a +
+                       "\"))");
+    }
+  }
+  // As the command: at most physical memory unless told (0 = no limit).
+  opt.max_memory = physical_memory();
+  if (auto m = get<std::int64_t>(d, "max_memory")) {
+    if (*m < 0) throw UsageError("max_memory: must not be negative");
+    opt.max_memory = static_cast<std::size_t>(*m);
+  }
+  set_if(d, "allow_nonfinite", opt.allow_nonfinite);
+}
+
+py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dict& rope_d,
+                   const py::dict& pos_d, const py::dict& apply_d, bool with_rope,
+                   const py::dict& relative_d) {
+  AttentionOptions opt;
+  attention_options(opt_d, opt);
+  const std::vector<std::string> emit_names =
+      get<std::vector<std::string>>(opt_d, "emit").value_or(std::vector<std::string>{});
+  std::string emit_list;
+  for (const auto& e : emit_names) emit_list += (emit_list.empty() ? "" : ",") + e;
+  if (opt_d.contains("emit") && !opt_d["emit"].is_none() && emit_names.empty()) {
+    throw UsageError("emit: expected a list of logits, probs, output, lse, got ()");
+  }
+  std::optional<Tensor> q = tensor_arg(tensors, "q"), k = tensor_arg(tensors, "k"),
+                        v = tensor_arg(tensors, "v");
+  opt.emit = parse_attention_emit(emit_list, v.has_value());
+  std::optional<Tensor> mask = tensor_arg(tensors, "mask"),
+                        key_lengths = tensor_arg(tensors, "key_lengths"),
+                        t5 = tensor_arg(tensors, "t5_bias"),
+                        rel_k = tensor_arg(tensors, "relative_k"),
+                        rel_v = tensor_arg(tensors, "relative_v"),
+                        sinks = tensor_arg(tensors, "sinks");
+  if (mask) opt.mask = &*mask;
+  if (key_lengths) opt.key_lengths = &*key_lengths;
+  if (t5) opt.t5_bias = &*t5;
+  if (rel_k) opt.relative_k = &*rel_k;
+  if (rel_v) opt.relative_v = &*rel_v;
+  if (sinks) opt.sinks = &*sinks;
+  const Axes axes = resolve_axes(opt.axes, q->ndim(), "q");
+  opt.axes = axes.letters;
+  if (auto config = get<std::string>(rope_d, "hf_config")) {
+    HfLayer layer{get<std::string>(rope_d, "layer_type").value_or(""), std::nullopt};
+    if (auto index = get<std::int64_t>(rope_d, "layer")) {
+      if (*index < 0) {
+        throw UsageError("layer: must be a layer index >= 0, got " + std::to_string(*index));
+      }
+      layer.index = *index;
+    }
+    const HfAttentionConfig c = read_hf_attention_config(*config, layer);
+    check_hf_attention_shapes(c, *config, q->shape(), k->shape(), v ? &v->shape() : nullptr,
+                              opt.axes);
+    std::vector<std::string> keep;
+    for (const char* name : {"scale", "sliding_window", "softcap", "chunk_size", "alibi"}) {
+      if (opt_d.contains(name) && !opt_d[name].is_none()) keep.emplace_back(name);
+    }
+    if (opt_d.contains("temperature_scale") && !opt_d["temperature_scale"].is_none()) {
+      keep.emplace_back("temperature");
+    }
+    if (opt_d.contains("llama4_scaling_beta")) keep.emplace_back("llama4_scaling");
+    apply_hf_attention(c, opt, keep);
+  } else if (rope_d.contains("layer_type") || rope_d.contains("layer")) {
+    throw UsageError(std::string(rope_d.contains("layer") ? "layer" : "layer_type") +
+                     ": needs hf_config");
+  }
+  const Positions pos = positions(pos_d);
+  opt.cu_seqlens = pos.cu_seqlens;
+
+  std::optional<Tensor> r_keys = tensor_arg(relative_d, "rel_keys"),
+                        c_bias = tensor_arg(relative_d, "content_bias"),
+                        p_bias = tensor_arg(relative_d, "position_bias"),
+                        seg_ids = tensor_arg(relative_d, "segment_ids"),
+                        seg_embed = tensor_arg(relative_d, "segment_embed"),
+                        seg_bias = tensor_arg(relative_d, "segment_bias"),
+                        pos_key = tensor_arg(relative_d, "pos_key"),
+                        pos_query = tensor_arg(relative_d, "pos_query");
+  AttentionResult res;
+  if (r_keys) {
+    XlAttention xl;
+    xl.rel_keys = &*r_keys;
+    if (c_bias) xl.content_bias = &*c_bias;
+    if (p_bias) xl.position_bias = &*p_bias;
+    if (seg_ids) xl.segment_ids = &*seg_ids;
+    if (seg_embed) xl.segment_embed = &*seg_embed;
+    if (seg_bias) xl.segment_bias = &*seg_bias;
+    py::gil_scoped_release nogil;
+    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, xl);
+  } else if (pos_key || pos_query) {
+    DebertaAttention deb;
+    if (pos_key) deb.pos_key = &*pos_key;
+    if (pos_query) deb.pos_query = &*pos_query;
+    set_if(relative_d, "position_buckets", deb.position_buckets);
+    set_if(relative_d, "max_relative_positions", deb.max_relative_positions);
+    py::gil_scoped_release nogil;
+    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, deb);
+  } else if (with_rope) {
+    AttentionRope rope;
+    // The variant for Q's head dim, computed here with the GIL (the dict is Python's)
+    // and handed to the library as a value.
+    const int head_dim = static_cast<int>(q->shape()[static_cast<std::size_t>(axes.index('d'))]);
+    const RopeParams params = rope_params(rope_d, head_dim);
+    rope.params = [params](int hd) {
+      RopeParams p = params;
+      p.head_dim = hd;
+      return p;
+    };
+    rope.positions = pos;
+    rope.apply = apply_options(apply_d);
+    rope.apply.allow_nonfinite = opt.allow_nonfinite;
+    py::gil_scoped_release nogil;
+    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, rope);
+  } else {
+    py::gil_scoped_release nogil;
+    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt);
+  }
+  py::dict out;
+  for (AttentionEmit e : opt.emit) {
+    Tensor* t = e == AttentionEmit::logits   ? &res.logits
+                : e == AttentionEmit::probs  ? &res.probs
+                : e == AttentionEmit::output ? &res.output
+                                             : &res.lse;
+    out[py::str(attention_emit_name(e))] = to_array(std::move(*t));
+  }
+  out["attrs"] = attrs_to(res.attrs);
+  return out;
+}
+
+// --- compare, read, write -----------------------------------------------------------
+
+py::dict diff_at(const DiffAt& d) {
+  py::dict o;
+  o["value"] = d.value;
+  o["index"] = d.index ? py::cast(*d.index) : py::none();
+  o["a"] = d.a;
+  o["b"] = d.b;
+  return o;
+}
+
+py::dict compare(const py::array& a, const std::string& a_dtype, const py::array& b,
+                 const std::string& b_dtype, const py::dict& d) {
+  const Tensor ta = to_tensor(a, a_dtype, "a"), tb = to_tensor(b, b_dtype, "b");
+  CompareOptions opt;
+  set_if(d, "rtol", opt.rtol);
+  set_if(d, "atol", opt.atol);
+  if (auto u = get<std::int64_t>(d, "max_ulp")) {
+    if (*u < 0) throw UsageError("ulp: must not be negative, got " + std::to_string(*u));
+    opt.max_ulp = static_cast<std::uint64_t>(*u);
+  }
+  set_if(d, "equal_nan", opt.equal_nan);
+  const SliceSpec slice = parse_slice(get<std::string>(d, "slice").value_or(""));
+  CompareResult r;
+  {
+    py::gil_scoped_release nogil;
+    r = posenc::compare(ta, tb, opt, slice);
+  }
+  py::dict o;
+  o["match"] = r.match();
+  o["shapes_equal"] = r.shapes_equal;
+  o["shape_a"] = r.shape_a;
+  o["shape_b"] = r.shape_b;
+  o["total"] = r.total;
+  o["mismatches"] = r.mismatches;
+  o["first_mismatch"] = r.first_mismatch ? py::cast(*r.first_mismatch) : py::none();
+  o["first_mismatch_index"] =
+      r.first_mismatch ? py::cast(r.index_in_a(*r.first_mismatch)) : py::none();
+  o["max_abs"] = diff_at(r.max_abs);
+  o["max_rel"] = diff_at(r.max_rel);
+  o["max_ulp"] = r.max_ulp ? py::cast(*r.max_ulp) : py::none();
+  o["nan_a"] = r.nan_a;
+  o["nan_b"] = r.nan_b;
+  o["nan_mismatches"] = r.nan_mismatches;
+  o["rtol"] = r.rule.rtol;
+  o["atol"] = r.rule.atol;
+  o["ulp"] = r.rule.max_ulp ? py::cast(*r.rule.max_ulp) : py::none();
+  return o;
+}
+
+py::tuple read(const std::string& ref) {
+  Tensor t;
+  {
+    py::gil_scoped_release nogil;
+    t = read_tensor(ref);
+  }
+  const std::string name(dtype_name(t.dtype()));
+  return py::make_tuple(to_array(std::move(t)), name);
+}
+
+void write(const std::string& ref, const py::array& x, const std::string& dtype,
+           const py::dict& attrs, const py::dict& d) {
+  const Tensor t = to_tensor(x, dtype, "x");
+  WriteOptions w;
+  set_if(d, "force", w.force);
+  set_if(d, "compression", w.compression);
+  set_if(d, "no_clobber", w.no_clobber);
+  set_if(d, "sync", w.sync);
+  const TensorRef r = parse_ref(ref, get<std::string>(d, "to").value_or(""), "/data");
+  if (r.is_stdio())
+    throw UsageError("ref: '-' (standard output) is the command's, not the module's");
+  const Attrs a = attrs_from(attrs);
+  py::gil_scoped_release nogil;
+  write_tensor(r, t, a, w);
+}
+
+// --- benchmarks' reference points ---------------------------------------------------
+
+// The C++ kernel's own time for an in-place rotation of x (f32/f64), in seconds: what
+// posenc.rope's overhead is measured against (bench/python).
+double time_rope_cpp(py::array x, const std::string& dtype, const std::string& axes_text,
+                     int repeats) {
+  const DType t = dtype_of(x, dtype, "x");
+  const Shape shape = shape_of(x);
+  void* data = x.mutable_data();
+  py::gil_scoped_release nogil;
+  const Axes axes = resolve_axes(axes_text, shape.size(), "x");
+  double best = 1e300;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const RopeFreqs f = rope_freqs_for(
+        shape, axes,
+        [](int head_dim) {
+          RopeParams p;
+          p.head_dim = head_dim;
+          return p;
+        },
+        {}, {}, "x");
+    RopeApplier ap(shape, t, axes, f, {}, {}, t, "x");
+    ap.rows(data, data, 0, ap.rows_total());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// The C++ attention call's own time (inputs already Tensors), in seconds.
+double time_attention_cpp(const py::array& q, const py::array& k, const py::array& v,
+                          const std::string& dtype, bool causal, int repeats) {
+  const Tensor tq = to_tensor(q, dtype, "q"), tk = to_tensor(k, dtype, "k"),
+               tv = to_tensor(v, dtype, "v");
+  AttentionOptions opt;
+  opt.causal = causal ? CausalAlign::bottom_right : CausalAlign::none;
+  opt.emit = {AttentionEmit::output};
+  py::gil_scoped_release nogil;
+  double best = 1e300;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    AttentionResult r = posenc::attention(tq, tk, &tv, opt);
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+}  // namespace posenc::python
+
+PYBIND11_MODULE(_posenc, m) {
+  using namespace posenc::python;
+  m.doc() = "posenc's C++ library (the package posenc wraps it; use that)";
+  m.attr("__version__") = POSENC_VERSION;
+
+  // One exception type per exit status of the command, under posenc.Error.
+  static py::exception<posenc::Error> error(m, "Error");
+  static py::exception<posenc::UsageError> usage(m, "UsageError", error.ptr());
+  static py::exception<posenc::InputError> input(m, "InputError", error.ptr());
+  static py::exception<posenc::OutputError> output(m, "OutputError", error.ptr());
+  error.attr("status") = 70;
+  usage.attr("status") = 2;
+  input.attr("status") = 3;
+  output.attr("status") = 4;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const posenc::UsageError& e) {
+      PyErr_SetString(usage.ptr(), e.what());
+    } catch (const posenc::InputError& e) {
+      PyErr_SetString(input.ptr(), e.what());
+    } catch (const posenc::OutputError& e) {
+      PyErr_SetString(output.ptr(), e.what());
+    } catch (const posenc::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  m.def("rope", &rope_into,
+        "rope(x, x_dtype, out, out_dtype, axes, rope, positions, apply): rotates x into out "
+        "(which may be x); the options as dicts of RopeParams, Positions and RopeApplyOptions "
+        "members. Use posenc.rope.");
+  m.def("table", &tables,
+        "table(kind, request, rope, positions, dtype): the tables of one request as "
+        "((array, attrs), ...). Use posenc.table.");
+  m.def("attention", &attention,
+        "attention(tensors, options, rope, positions, apply, with_rope, relative): the emitted "
+        "tensors and attrs as a dict. Use posenc.attention.");
+  m.def("compare", &compare,
+        "compare(a, a_dtype, b, b_dtype, options): the comparison as a dict. Use "
+        "posenc.compare.");
+  m.def("read", &posenc::python::read,
+        "read(ref): (array, dtype name) of a tensor reference. Use posenc.read.");
+  m.def("write", &posenc::python::write,
+        "write(ref, x, dtype, attrs, options): writes x atomically. Use posenc.write.");
+  m.def(
+      "kernel_variant", [] { return std::string(posenc::rope_kernel_variant()); },
+      "The RoPE kernel variant this process runs.");
+  m.def("time_rope_cpp", &time_rope_cpp,
+        "time_rope_cpp(x, dtype, axes, repeats): best time in seconds of the C++ in-place "
+        "rotation of x (default RoPE), for bench/python.");
+  m.def("time_attention_cpp", &time_attention_cpp,
+        "time_attention_cpp(q, k, v, dtype, causal, repeats): best time in seconds of the C++ "
+        "attention call (output only), for bench/python.");
+  m.def(
+      "set_threads",
+      [](int n) {
+        if (n < 0) throw posenc::UsageError("threads: must be >= 0, got " + std::to_string(n));
+        omp_set_num_threads(n > 0 ? n : omp_get_num_procs());
+      },
+      "set_threads(n): worker threads for the calls that follow (0 = all cores), as the "
+      "command's -j/--threads. Results do not depend on it.");
+  m.def(
+      "noop", [] {}, "Does nothing: the cost of a call into the module, for bench/python.");
+}

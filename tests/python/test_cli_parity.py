@@ -1,0 +1,277 @@
+"""Every option of the command reaches the module: for each ROPE OPTION, table kind and
+attention option, posenc.* with the keyword gives the bytes `posenc` gives with the
+flag (the numbers themselves are checked against independent references in
+test_rope.py, test_table.py, test_attention.py and the CLI's own tests)."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import posenc
+
+BIN = os.environ.get("POSENC_BIN")
+DATA = os.path.join(os.environ.get("POSENC_SOURCE_DIR", ""), "tests", "data")
+pytestmark = pytest.mark.skipif(not BIN, reason="POSENC_BIN is not set")
+
+
+def run(*args):
+    r = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def same(got, want):
+    got = np.asarray(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+X = np.random.default_rng(11).standard_normal((2, 4, 12, 64))
+IDS = np.array([[0, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]] * 2)
+CU = np.array([0, 5, 12])
+MIDS = np.stack([IDS[0], IDS[0] // 2, IDS[0] // 3])  # [3, s] M-RoPE
+
+ROPE_CASES = [
+    ([], {}),
+    (["--style", "gptj", "--base", "500"], dict(style="gptj", base=500.0)),
+    (["--rotary-dim", "32", "--rotary-last"], dict(rotary_dim=32, rotary_last=True)),
+    (["--partial", "0.5", "--inverse"], dict(partial=0.5, inverse=True)),
+    (["--rope-interleave"], dict(rope_interleave=True)),
+    (["--start", "100"], dict(start=100)),
+    (["--position-ids", "ids.npy"], dict(position_ids=IDS)),
+    (["--cu-seqlens", "cu.npy"], dict(cu_seqlens=CU)),
+    (["--scaling", "linear", "--factor", "2"], dict(scaling="linear", factor=2.0)),
+    (["--scaling", "dynamic", "--factor", "2", "--max-pos", "8", "--seq-len", "40"],
+     dict(scaling="dynamic", factor=2.0, max_pos=8, seq_len=40)),
+    (["--scaling", "yarn", "--factor", "4", "--original-max-pos", "16", "--beta-fast", "16",
+      "--beta-slow", "2", "--mscale", "1", "--mscale-all-dim", "0.5", "--no-truncate"],
+     dict(scaling="yarn", factor=4.0, original_max_pos=16, beta_fast=16.0, beta_slow=2.0,
+          mscale=1.0, mscale_all_dim=0.5, truncate=False)),
+    (["--scaling", "yarn", "--factor", "4", "--original-max-pos", "16",
+      "--attention-factor", "1.5"],
+     dict(scaling="yarn", factor=4.0, original_max_pos=16, attention_factor=1.5)),
+    (["--scaling", "llama3", "--factor", "8", "--original-max-pos", "8",
+      "--low-freq-factor", "2", "--high-freq-factor", "3"],
+     dict(scaling="llama3", factor=8.0, original_max_pos=8, low_freq_factor=2.0,
+          high_freq_factor=3.0)),
+    (["--scaling", "longrope", "--original-max-pos", "4", "--max-pos", "16",
+      "--short-factor", ",".join(["1"] * 32), "--long-factor", ",".join(["2"] * 32)],
+     dict(scaling="longrope", original_max_pos=4, max_pos=16, short_factor=[1.0] * 32,
+          long_factor=np.full(32, 2.0))),
+    (["--precision", "f32"], dict(precision="f32")),
+    (["--arith", "hf"], dict(arith="hf")),
+    (["--arith", "meta"], dict(arith="meta")),
+    (["--arith", "ggml"], dict(arith="ggml")),
+    (["--rope2d", "3", "4", "--order", "yx"], dict(rope2d=(3, 4), order="yx")),
+    (["--mrope-section", "8,12,12", "--mrope-interleaved", "--position-ids", "mids.npy"],
+     dict(mrope_section=(8, 12, 12), mrope_interleaved=True, position_ids=MIDS)),
+    (["--dtype", "f16"], dict(dtype=np.float16)),
+    (["--axes", "bshd"], dict(axes="bshd")),
+]
+
+
+@pytest.mark.parametrize("args,kw", ROPE_CASES, ids=[" ".join(a) or "default" for a, _ in ROPE_CASES])
+def test_rope_options(tmp_path, args, kw):
+    os.chdir(tmp_path)
+    x = X.astype(np.float32) if "arith" in kw else X
+    np.save("x.npy", x)
+    np.save("ids.npy", IDS)
+    np.save("cu.npy", CU)
+    np.save("mids.npy", MIDS)
+    run("rope", "x.npy", "-o", "y.npy", *args)
+    same(posenc.rope(x, **kw), np.load("y.npy"))
+
+
+def test_rope_hf_config_layer_type(tmp_path):
+    os.chdir(tmp_path)
+    cfg = os.path.join(DATA, "gemma-3-27b-it.json")
+    x = np.random.default_rng(2).standard_normal((1, 2, 8, 128))
+    np.save("x.npy", x)
+    for layer_type in ("sliding_attention", "full_attention"):
+        run("rope", "x.npy", "-o", "y.npy", "--hf-config", cfg, "--layer-type", layer_type)
+        same(posenc.rope(x, hf_config=cfg, layer_type=layer_type), np.load("y.npy"))
+    run("rope", "x.npy", "-o", "y.npy", "--hf-config", cfg, "--layer", "5", "--base", "1000")
+    same(posenc.rope(x, hf_config=cfg, layer=5, base=1000.0), np.load("y.npy"))
+    cfg = os.path.join(DATA, "deepseek-v3.json")
+    x = np.random.default_rng(3).standard_normal((1, 2, 8, 64))
+    np.save("x.npy", x)
+    for version in ("4.45", "5"):
+        run("table", "rope", "--positions", "8", "--hf-config", cfg, "--hf-version", version,
+            "--dtype", "f64", "-o", "t.npy")
+        same(posenc.table.rope(positions=8, hf_config=cfg, hf_version=version, dtype="f64"),
+             np.load("t.npy"))
+        run("rope", "x.npy", "-o", "y.npy", "--hf-config", cfg, "--hf-version", version)
+        same(posenc.rope(x, hf_config=cfg, hf_version=version), np.load("y.npy"))
+
+
+TABLE_CASES = [
+    (["sinusoidal", "--positions", "9", "--dim", "8", "--base", "100", "--start", "2",
+      "--layout", "concat"],
+     lambda: posenc.table.sinusoidal(positions=9, dim=8, base=100.0, start=2, layout="concat")),
+    (["rope", "--positions", "9", "--dim", "16", "--emit", "cos-sin-cache", "--scaling", "yarn",
+      "--factor", "4", "--original-max-pos", "4", "--dtype", "f64"],
+     lambda: posenc.table.rope(positions=9, dim=16, emit="cos-sin-cache", scaling="yarn",
+                               factor=4.0, original_max_pos=4, dtype=np.float64)),
+    (["rope", "--dim", "16", "--position-ids", "ids.npy", "--emit", "angles", "--layout",
+      "half", "--inverse", "--precision", "f32"],
+     lambda: posenc.table.rope(dim=16, position_ids=IDS, emit="angles", layout="half",
+                               inverse=True, precision="f32")),
+    (["rope", "--dim", "16", "--cu-seqlens", "cu.npy", "--emit", "sin", "--arith", "hf"],
+     lambda: posenc.table.rope(dim=16, cu_seqlens=CU, emit="sin", arith="hf")),
+    (["rope", "--positions", "5", "--hf-config", os.path.join(DATA, "llama-3.1-8b.json"),
+      "--emit", "inv-freq"],
+     lambda: posenc.table.rope(positions=5, hf_config=os.path.join(DATA, "llama-3.1-8b.json"),
+                               emit="inv-freq")),
+    (["rope2d", "--height", "3", "--width", "5", "--dim", "16", "--base", "50", "--order", "yx",
+      "--style", "neox", "--emit", "cos", "--layout", "half", "--dtype", "bf16"],
+     lambda: posenc.table.rope2d(height=3, width=5, dim=16, base=50.0, order="yx",
+                                 style="neox", emit="cos", layout="half", dtype="bf16")),
+    (["alibi", "--heads", "6", "--q-len", "4", "--k-len", "7", "--variant", "bottom-right",
+      "--max-bias", "4"],
+     lambda: posenc.table.alibi(heads=6, q_len=4, k_len=7, variant="bottom-right",
+                                max_bias=4.0)),
+    (["relative", "--q-len", "4", "--k-len", "9", "--max-distance", "2", "--sign", "q-k",
+      "--dtype", "i8"],
+     lambda: posenc.table.relative(q_len=4, k_len=9, max_distance=2, sign="q-k", dtype="i8")),
+    (["t5-bucket", "--q-len", "4", "--buckets", "16", "--max-distance", "20", "--causal"],
+     lambda: posenc.table.t5_bucket(q_len=4, buckets=16, max_distance=20, causal=True)),
+    (["xl-relative", "--q-len", "3", "--k-len", "5", "--dim", "8", "--form", "xlnet-bi",
+      "--clamp-len", "2", "--base", "100"],
+     lambda: posenc.table.xl_relative(q_len=3, k_len=5, dim=8, form="xlnet-bi", clamp_len=2,
+                                      base=100.0)),
+    (["deberta-bucket", "--q-len", "40", "--position-buckets", "8",
+      "--max-relative-positions", "32"],
+     lambda: posenc.table.deberta_bucket(q_len=40, position_buckets=8,
+                                         max_relative_positions=32)),
+]
+
+
+@pytest.mark.parametrize("args,call", TABLE_CASES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in TABLE_CASES])
+def test_table_kinds(tmp_path, args, call):
+    os.chdir(tmp_path)
+    np.save("ids.npy", IDS)
+    np.save("cu.npy", CU)
+    if "bf16" in args:
+        run("table", *args, "-o", "t.h5:/t")
+        same(call(), posenc.read("t.h5:/t"))
+    else:
+        run("table", *args, "-o", "t.npy")
+        same(call(), np.load("t.npy"))
+
+
+def test_table_rope_emit_list(tmp_path):
+    os.chdir(tmp_path)
+    run("table", "rope", "--positions", "6", "--dim", "8", "--emit", "cos,sin", "-o",
+        "{}.npy")
+    cos, sin = posenc.table.rope(positions=6, dim=8, emit=("cos", "sin"))
+    same(cos, np.load("cos.npy"))
+    same(sin, np.load("sin.npy"))
+
+
+G = np.random.default_rng(5)
+Q, K, V = G.standard_normal((2, 4, 6, 16)), G.standard_normal((2, 2, 9, 16)), G.standard_normal((2, 2, 9, 16))
+ATT_CASES = [
+    (["--causal"], dict(causal=True)),
+    (["--causal", "top-left", "--scale", "0.3"], dict(causal="top-left", scale=0.3)),
+    (["--window", "2,1"], dict(window=(2, 1))),
+    (["--sliding-window", "3", "--causal"], dict(sliding_window=3, causal=True)),
+    (["--chunk-size", "4"], dict(chunk_size=4)),
+    (["--attn-temperature", "0.1", "2"], dict(attn_temperature=(0.1, 2.0))),
+    (["--llama4-scaling", "0.1", "3"], dict(llama4_scaling=(0.1, 3))),
+    (["--key-lengths", "kl.npy"], dict(key_lengths=np.array([5, 9]))),
+    (["--mask", "mask.npy"], dict(mask=np.arange(54).reshape(6, 9) % 4 != 0)),
+    (["--alibi", "falcon", "--alibi-max-bias", "4"], dict(alibi="falcon", alibi_max_bias=4.0)),
+    (["--alibi"], dict(alibi=True)),
+    (["--t5-bias", "t5.npy", "--t5-buckets", "8", "--t5-max-distance", "16", "--t5-causal"],
+     dict(t5_bias=np.linspace(-1, 1, 32).reshape(8, 4), t5_buckets=8, t5_max_distance=16,
+          t5_causal=True)),
+    (["--relative-k", "rk.npy", "--relative-v", "rv.npy", "--max-distance", "2"],
+     dict(relative_k=G.standard_normal((5, 16)), relative_v=G.standard_normal((5, 16)),
+          max_distance=2)),
+    (["--softcap", "2"], dict(softcap=2.0)),
+    (["--sinks", "sinks.npy"], dict(sinks=np.array([0.5, -1.0, 2.0, 0.0]))),
+    (["--key-lengths", "kl0.npy", "--masked-rows", "nan", "--causal", "top-left"],
+     dict(key_lengths=np.array([0, 9]), masked_rows="nan", causal="top-left")),
+    (["--dtype", "f32", "--precision", "f32"], dict(dtype=np.float32, precision="f32")),
+    (["--rope", "--base", "100", "--start", "3", "--style", "gptj", "--inverse"],
+     dict(rope=True, base=100.0, start=3, style="gptj", inverse=True)),
+    (["--rope", "--position-ids", "kids.npy"], dict(rope=True, position_ids=np.arange(9) * 2)),
+    (["--max-memory", "1000000"], dict(max_memory=1000000)),
+]
+
+
+def save_side(kw):
+    names = {"key_lengths": "kl.npy", "mask": "mask.npy", "t5_bias": "t5.npy",
+             "relative_k": "rk.npy", "relative_v": "rv.npy", "sinks": "sinks.npy",
+             "position_ids": "kids.npy"}
+    for key, name in names.items():
+        if key in kw:
+            if key == "key_lengths" and kw[key][0] == 0:
+                name = "kl0.npy"
+            np.save(name, kw[key])
+
+
+@pytest.mark.parametrize("args,kw", ATT_CASES, ids=[" ".join(a) for a, _ in ATT_CASES])
+def test_attention_options(tmp_path, args, kw):
+    os.chdir(tmp_path)
+    q, k, v = (a.astype(np.float32) for a in (Q, K, V)) if "precision" in kw else (Q, K, V)
+    if "sinks" in kw:
+        k, v = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
+    np.save("q.npy", q), np.save("k.npy", k), np.save("v.npy", v)
+    save_side(kw)
+    run("attention", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--emit",
+        "logits,probs,output,lse", "-o", "{}.npy", *args)
+    got = posenc.attention(q, k, v, emit=("logits", "probs", "output", "lse"), **kw)
+    for name, g in zip(("logits", "probs", "output", "lse"), got):
+        same(g, np.load(f"{name}.npy"))
+
+
+def test_attention_hf_config_arith_hf_and_relative(tmp_path):
+    os.chdir(tmp_path)
+    g = np.random.default_rng(8)
+    cfg = os.path.join(DATA, "gemma-2-27b.json")
+    q = g.standard_normal((1, 32, 5, 128)).astype(np.float32)
+    k = g.standard_normal((1, 16, 5, 128)).astype(np.float32)
+    v = g.standard_normal((1, 16, 5, 128)).astype(np.float32)
+    for a, n in ((q, "q"), (k, "k"), (v, "v")):
+        np.save(f"{n}.npy", a)
+    run("attention", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--emit", "output", "-o",
+        "o.npy", "--rope", "--hf-config", cfg, "--layer-type", "sliding_attention",
+        "--causal")
+    same(posenc.attention(q, k, v, emit="output", rope=True, hf_config=cfg,
+                          layer_type="sliding_attention", causal=True), np.load("o.npy"))
+    cfg = os.path.join(DATA, "llama-3.1-8b.json")
+    k, v = k[:, :8], v[:, :8]
+    np.save("k.npy", k), np.save("v.npy", v)
+    run("attention", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--emit", "output", "-o",
+        "o.npy", "--rope", "--hf-config", cfg, "--causal", "--arith", "hf", "--start", "7")
+    same(posenc.attention(q, k, v, emit="output", rope=True, hf_config=cfg, causal=True,
+                          arith="hf", start=7), np.load("o.npy"))
+    # Transformer-XL and DeBERTa terms
+    q2, k2, v2 = (g.standard_normal((1, 2, 4, 8)) for _ in range(3))
+    r, u, w = g.standard_normal((4, 2, 8)), g.standard_normal((2, 8)), g.standard_normal((2, 8))
+    for a, n in ((q2, "q2"), (k2, "k2"), (v2, "v2"), (r, "r"), (u, "u"), (w, "w")):
+        np.save(f"{n}.npy", a)
+    run("attention", "-q", "q2.npy", "-k", "k2.npy", "-v", "v2.npy", "--emit", "output", "-o",
+        "o2.npy", "--rel-keys", "r.npy", "--content-bias", "u.npy", "--position-bias", "w.npy")
+    same(posenc.attention(q2, k2, v2, emit="output", rel_keys=r, content_bias=u,
+                          position_bias=w), np.load("o2.npy"))
+    pk = g.standard_normal((8, 2, 8))
+    np.save("pk.npy", pk)
+    run("attention", "-q", "q2.npy", "-k", "k2.npy", "-v", "v2.npy", "--emit", "output", "-o",
+        "o3.npy", "--pos-key", "pk.npy", "--pos-query", "pk.npy", "--position-buckets", "4",
+        "--max-relative-positions", "8", "--pos-att-type", "c2p,p2c")
+    same(posenc.attention(q2, k2, v2, emit="output", pos_key=pk, pos_query=pk,
+                          position_buckets=4, max_relative_positions=8,
+                          pos_att_type="c2p,p2c"), np.load("o3.npy"))
+
+
+def test_compare_matches_command(tmp_path):
+    os.chdir(tmp_path)
+    a = np.linspace(0, 1, 50, dtype=np.float32)
+    b = a + np.float32(1e-6)
+    np.save("a.npy", a), np.save("b.npy", b)
+    for args, kw in (([], {}), (["--atol", "1e-7", "--rtol", "0"], dict(atol=1e-7, rtol=0.0)),
+                     (["--max-ulp", "20"], dict(ulp=20))):
+        r = subprocess.run([BIN, "compare", "a.npy", "b.npy", *args], capture_output=True)
+        assert posenc.compare(a, b, **kw).match == (r.returncode == 0)
