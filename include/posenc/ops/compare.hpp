@@ -34,8 +34,9 @@ enum class PairStyle { neox, gptj };
 /// One axis of a breakdown of the errors: source axis `axis` of A, or with `pairs` the
 /// dimension pairs of that axis.
 struct ByAxis {
-  std::size_t axis = 0;
-  bool pairs = false;
+  std::size_t axis = 0;  ///< the source axis of A (0-based)
+  bool pairs = false;    ///< group that axis's dims into rotation pairs (PairStyle)
+  /// Same axis, same grouping.
   bool operator==(const ByAxis& o) const { return axis == o.axis && pairs == o.pairs; }
 };
 
@@ -43,32 +44,34 @@ struct ByAxis {
 /// and the worst elements.
 struct CompareLocate {
   std::vector<ByAxis> by;  ///< at most 2 (kMaxByAxes), distinct axes; empty: no breakdown
-  PairStyle pairs = PairStyle::neox;
+  PairStyle pairs = PairStyle::neox;      ///< how a `pairs` axis forms its pairs
   std::optional<std::size_t> rotary_dim;  ///< for `pairs`; default: the whole axis
   std::size_t top = 0;                    ///< the `top` worst elements (0: none)
 };
 
 /// Limits of CompareLocate: axes of a breakdown, its rows, and the worst elements kept.
-constexpr std::size_t kMaxByAxes = 2;
-constexpr std::size_t kMaxByRows = std::size_t{1} << 22;
-constexpr std::size_t kMaxTop = 1'000'000;
+constexpr std::size_t kMaxByAxes = 2;                     ///< axes of a breakdown
+constexpr std::size_t kMaxByRows = std::size_t{1} << 22;  ///< rows of a breakdown
+constexpr std::size_t kMaxTop = 1'000'000;                ///< worst elements kept
 
 /// What the caller asks for; unset tolerances take defaults by dtype.
 struct CompareOptions {
-  std::optional<double> rtol, atol;
+  std::optional<double> rtol;            ///< relative tolerance; unset: by dtype
+  std::optional<double> atol;            ///< absolute tolerance; unset: by dtype
   std::optional<std::uint64_t> max_ulp;  ///< match when the ULP distance is at most this
-  bool equal_nan = false;
-  CompareLocate locate = {};
+  bool equal_nan = false;                ///< NaN on both sides matches
+  CompareLocate locate = {};             ///< where the errors are (breakdown, worst)
 };
 
 /// The rule in force, with every default resolved.
 struct CompareRule {
-  double rtol = 0, atol = 0;
-  std::optional<std::uint64_t> max_ulp;
+  double rtol = 0;                       ///< relative tolerance in force
+  double atol = 0;                       ///< absolute tolerance in force
+  std::optional<std::uint64_t> max_ulp;  ///< the ULP bound, if any
   /// With max_ulp: whether rtol/atol were given, so that either test suffices;
   /// otherwise the ULP bound alone decides.
   bool tolerance_explicit = false;
-  bool equal_nan = false;
+  bool equal_nan = false;         ///< NaN on both sides matches
   std::optional<DType> ulp_type;  ///< the type ULPs count in; nullopt: integers (ULP 1)
 };
 
@@ -93,9 +96,10 @@ std::uint64_t ulp_distance(double a, double b, std::optional<DType> t);
 
 /// A largest difference and where it first occurs, with both values there.
 struct DiffAt {
-  double value = 0;
+  double value = 0;                  ///< the difference
   std::optional<std::size_t> index;  ///< flat (C order); nullopt when nothing compared
-  double a = 0, b = 0;
+  double a = 0;                      ///< A's value there
+  double b = 0;                      ///< B's value there
 };
 
 /// The tolerance ratio of a pair: how far it is from matching under `rule`, the
@@ -111,10 +115,13 @@ double tol_ratio(double a, double b, const CompareRule& rule);
 /// pairs without NaN, as CompareResult's (-1 / any_ulp false when the group has none);
 /// max_tol_ratio is over every pair, so a group with a mismatch has one above 1.
 struct GroupStats {
-  std::size_t count = 0, mismatches = 0;
-  double max_abs = -1, max_rel = -1, max_tol_ratio = -1;  ///< -1: nothing offered yet
-  std::uint64_t max_ulp = 0;
-  bool any_ulp = false;
+  std::size_t count = 0;       ///< elements in the group
+  std::size_t mismatches = 0;  ///< of them, mismatches
+  double max_abs = -1;         ///< largest |a - b|; -1: nothing offered yet
+  double max_rel = -1;         ///< largest |a - b| / |b|; -1: nothing offered yet
+  double max_tol_ratio = -1;   ///< largest tol_ratio(); -1: nothing offered yet
+  std::uint64_t max_ulp = 0;   ///< largest ULP distance (with any_ulp)
+  bool any_ulp = false;        ///< some pair had a ULP distance
 };
 
 /// Statistics per index along the CompareLocate::by axes: groups in C order over the
@@ -122,40 +129,46 @@ struct GroupStats {
 /// --slice takes of it (one for an axis the slice fixes), and `coords` gives each one's
 /// index in A (or the pair index).
 struct CompareBreakdown {
-  std::vector<ByAxis> axes;
+  std::vector<ByAxis> axes;                      ///< the CompareLocate::by axes
   std::vector<std::vector<std::size_t>> coords;  ///< per axis: A's index of each entry
-  std::vector<GroupStats> groups;
+  std::vector<GroupStats> groups;                ///< one per row, C order over the axes
 };
 
 /// One of the worst elements.
 struct WorstElement {
   std::size_t flat = 0;  ///< flat index among the compared elements (see index_in_a)
-  double a = 0, b = 0;
+  double a = 0;          ///< A's value
+  double b = 0;          ///< B's value
   double tol_ratio = 0;  ///< see tol_ratio()
-  bool mismatch = false;
+  bool mismatch = false;  ///< the pair fails the rule
 };
 
 /// The outcome of a comparison. Flat indices count the compared elements in C order
 /// (of the selections when a slice was given); `index_in_a` turns one into A's own
 /// coordinates.
 struct CompareResult {
-  CompareRule rule;
-  Shape shape_a, shape_b;     ///< the tensors' shapes
-  Selection sel_a, sel_b;     ///< what was compared of each (everything without a slice)
+  CompareRule rule;           ///< the rule applied
+  Shape shape_a;              ///< A's shape
+  Shape shape_b;              ///< B's shape
+  Selection sel_a;            ///< what was compared of A (everything without a slice)
+  Selection sel_b;            ///< what was compared of B
   bool shapes_equal = false;  ///< the compared shapes (sel_a.shape, sel_b.shape) agree
   std::size_t total = 0;      ///< elements compared (0 when the shapes differ)
-  std::size_t mismatches = 0;
+  std::size_t mismatches = 0;                 ///< elements failing the rule
   std::optional<std::size_t> first_mismatch;  ///< flat index
-  DiffAt max_abs, max_rel;                    ///< over pairs without NaN
+  DiffAt max_abs;                             ///< largest |a - b|, pairs without NaN
+  DiffAt max_rel;                             ///< largest |a - b| / |b|, pairs without NaN
   std::optional<std::uint64_t> max_ulp;       ///< over pairs without NaN
-  std::optional<std::size_t> max_ulp_index;
-  std::size_t nan_a = 0, nan_b = 0;
+  std::optional<std::size_t> max_ulp_index;   ///< flat index of max_ulp
+  std::size_t nan_a = 0;                      ///< NaNs in A's compared elements
+  std::size_t nan_b = 0;                      ///< NaNs in B's compared elements
   std::size_t nan_mismatches = 0;             ///< NaN on exactly one side
   std::optional<CompareBreakdown> breakdown;  ///< with CompareLocate::by
   /// With CompareLocate::top: the worst elements, worst first: by tol_ratio, then by
   /// |a - b| (NaN as +Inf), then by index; ties at the end of the list are cut in index
   /// order, so the list is the same however the values were read.
   std::vector<WorstElement> worst;
+  /// The shapes agree and nothing mismatches (exit status 0).
   bool match() const { return shapes_equal && mismatches == 0; }
   /// The multi-index in A (its source coordinates) of compared element `flat`.
   std::vector<std::size_t> index_in_a(std::size_t flat) const { return source_index(sel_a, flat); }
@@ -164,6 +177,7 @@ struct CompareResult {
 /// Compares blocks of values in order; the result does not depend on the blocks.
 class Comparator {
  public:
+  /// Compares under `rule`, without locating the errors.
   explicit Comparator(const CompareRule& rule);
   /// Also locates the errors as `locate` asks, for the compared elements `sel` (of A)
   /// describes. Throws InputError for an axis outside A or pairs the axis cannot form
@@ -171,9 +185,9 @@ class Comparator {
   /// for more than kMaxByAxes axes, a repeated axis, a breakdown of more than kMaxByRows
   /// rows, or a top above kMaxTop.
   Comparator(const CompareRule& rule, const CompareLocate& locate, const Selection& sel);
-  ~Comparator();
-  Comparator(Comparator&&) noexcept;
-  Comparator& operator=(Comparator&&) noexcept;
+  ~Comparator();                                  ///< frees the locator
+  Comparator(Comparator&&) noexcept;              ///< moves the state
+  Comparator& operator=(Comparator&&) noexcept;  ///< moves the state
 
   /// Compares the next values of A (`a`) and B (`b`, the same size), continuing the
   /// flat index. Blocks of a few thousand values are fastest: the temporaries of the
