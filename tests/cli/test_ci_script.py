@@ -35,6 +35,8 @@ class CiTest(PosencTestCase):
                     os.path.join(self.tree, "tests", "consumer"))
         write(os.path.join(self.tree, "tests", "fuzz", "run_fuzz.sh"),
               "#!/bin/sh\necho fuzzing done\n", executable=True)
+        write(os.path.join(self.tree, ".ci", "python-module"),
+              "#!/bin/sh\necho python module checked\n", executable=True)
         # The Release run's log, as ctest leaves it.
         write(os.path.join(self.tree, "build", "Testing", "Temporary", "LastTest.log"),
               """\
@@ -77,6 +79,7 @@ class CiTest(PosencTestCase):
                                       "SKIP: rope kernel avx512fp16 not tested: this CPU lacks it",
                                       "test_x (m.T) ... skipped 'no /dev/full here'"])
         self.assertLess(lines.index("fuzzing done"), lines.index("man pages: lint clean"))
+        self.assertLess(lines.index("python module checked"), lines.index("fuzzing done"))
 
     def test_and_after_a_failure(self):
         p = self.run_ci(groff="#!/bin/sh\necho 'warning: bad macro' >&2\n")
