@@ -34,12 +34,17 @@ struct Chosen {
 };
 
 // The RoPE kernels' choice (POSENC_ROPE_ISA or the widest this CPU runs): avx512fp16
-// widens with the avx512 variant.
+// widens with the avx512 variant. The fuzz harnesses (tests/fuzz), built by clang
+// without the kernels, take the base variant.
 Chosen choose() {
+#ifdef POSENC_WIDEN_BASE_ONLY
+  return {&base::f16, &base::bf16, "base"};
+#else
   const char* isa = rope_detail::kernel_isa();
   if (std::strcmp(isa, "base") == 0) return {&base::f16, &base::bf16, "base"};
   if (std::strcmp(isa, "avx2") == 0) return {&avx2::f16, &avx2::bf16, "avx2"};
   return {&avx512::f16, &avx512::bf16, "avx512"};
+#endif
 }
 
 const Chosen& chosen() {
