@@ -188,6 +188,24 @@ def _yarn_mscale(scale, mscale=1.0):
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
+def yarn_inv_freq(base, dim, factor, length, beta_fast, beta_slow, truncate):
+    """_compute_yarn_parameters' frequencies, the correction range computed from
+    `length` (original_max_position_embeddings, or max_position_embeddings before 4.51)."""
+    def corr(n):
+        return (dim * math.log(length / (n * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = corr(beta_fast), corr(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+    pos = _pow(base, torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    extra = 1 - ramp
+    return (1 / (factor * pos)) * (1 - extra) + (1 / pos) * extra
+
+
 def rope_init(t, layer_type="full_attention", seq_len=None):
     """(inv_freq, attention_factor) of ROPE_INIT_FUNCTIONS[rope_type](config, seq_len)."""
     d = rope_parameters(t, layer_type)
@@ -229,21 +247,8 @@ def rope_init(t, layer_type="full_attention", seq_len=None):
         if att is None:
             att = (_yarn_mscale(factor, ms) / _yarn_mscale(factor, msa)) if ms and msa \
                 else _yarn_mscale(factor)
-        bf, bs = d.get("beta_fast") or 32, d.get("beta_slow") or 1
-
-        def corr(n):
-            return (dim * math.log(l0 / (n * 2 * math.pi))) / (2 * math.log(base))
-
-        low, high = corr(bf), corr(bs)
-        if d.get("truncate", True):
-            low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, dim - 1)
-        if low == high:
-            high += 0.001
-        ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
-        pos = _pow(base, torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-        extra = 1 - ramp
-        return (1 / (factor * pos)) * (1 - extra) + (1 / pos) * extra, att
+        return yarn_inv_freq(base, dim, factor, l0, d.get("beta_fast") or 32,
+                             d.get("beta_slow") or 1, d.get("truncate", True)), att
     if typ == "longrope":
         att = d.get("attention_factor")
         if att is None:

@@ -81,17 +81,5 @@ def rope_init(t, version, seq_len=None):
                 else hf._yarn_mscale(factor)
         if version[1] >= 55:
             truncate = rs.get("truncate", True)
-    bf, bs = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
-
-    def corr(n):
-        return (dim * math.log(length / (n * 2 * math.pi))) / (2 * math.log(base))
-
-    low, high = corr(bf), corr(bs)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
-    extra = 1 - ramp
-    return (1 / (factor * pos)) * (1 - extra) + (1 / pos) * extra, att
+    return hf.yarn_inv_freq(base, dim, factor, length, rs.get("beta_fast") or 32,
+                            rs.get("beta_slow") or 1, truncate), att
