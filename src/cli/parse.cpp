@@ -195,20 +195,19 @@ std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text) {
   return {left, right};
 }
 
-std::vector<int> parse_sections(const std::string& text) {
+std::vector<int> parse_sections(const std::string& text, const std::string& what,
+                                const std::string& order, const std::string& example) {
   std::vector<int> v;
   for (const std::string& item : split(text, ',')) {
     const std::optional<long long> x = parse_integer(trim(item));
     if (!x || *x < 0 || *x > (1 << 20)) {
-      throw UsageError(
-          fmt::format("--mrope-section: expected three counts t,h,w such as "
-                      "16,24,24, got '{}'",
-                      text));
+      throw UsageError(fmt::format("{}: expected three counts {} such as {}, got '{}'", what,
+                                   order, example, text));
     }
     v.push_back(static_cast<int>(*x));
   }
   if (v.size() != 3) {
-    throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w, got '{}'", text));
+    throw UsageError(fmt::format("{}: expected three counts {}, got '{}'", what, order, text));
   }
   return v;
 }
@@ -242,13 +241,16 @@ RopeLayoutSpec parse_rope_layout(const std::string& text) {
     throw UsageError("--layout: a matrix layout comes from --inv-freq FILE");
   }
   spec.preset = parse_rope_layout_preset(name);
-  const bool has_sections =
-      spec.preset == RopeLayoutPreset::sections || spec.preset == RopeLayoutPreset::interleaved;
+  const bool ernie = spec.preset == RopeLayoutPreset::ernie_vl;
+  const bool has_sections = spec.preset == RopeLayoutPreset::sections ||
+                            spec.preset == RopeLayoutPreset::interleaved || ernie;
   if (has_sections) {
     if (args.empty()) {
-      throw UsageError(fmt::format("--layout: {} needs its counts, e.g. {}:16,24,24", name, name));
+      throw UsageError(fmt::format("--layout: {} needs its counts, e.g. {}:{}", name, name,
+                                   ernie ? "22,22,20" : "16,24,24"));
     }
-    spec.sections = parse_sections(args);
+    spec.sections = ernie ? parse_sections(args, "--layout ernie-vl", "h,w,t", "22,22,20")
+                          : parse_sections(args);
   } else if (spec.preset == RopeLayoutPreset::chunks) {
     spec.axes = 3;
     if (!args.empty()) {

@@ -55,8 +55,11 @@ std::optional<std::vector<double>> parse_number_list(const std::string& text,
 std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text);
 inline constexpr std::int64_t kMaxWindow = std::int64_t{1} << 53;
 
-/// `--mrope-section T,H,W`: three counts of frequency pairs.
-std::vector<int> parse_sections(const std::string& text);
+/// `--mrope-section T,H,W`: three counts of frequency pairs, from 0 to 2^20; UsageError
+/// naming `what` (the option), the counts' `order` and an `example` otherwise.
+std::vector<int> parse_sections(const std::string& text, const std::string& what = "--mrope-section",
+                                const std::string& order = "t,h,w",
+                                const std::string& example = "16,24,24");
 
 /// `--coords grid:E1,E2[,...]` (grid indices in row-major order) or `centres:E1,E2[,...]`
 /// (DINOv3's normalised patch centres): 1 to kMaxRopeAxes extents, each from 1 to

@@ -42,6 +42,11 @@ const char* const kChunked = "chunked_attention";
 
 // The defaults of HF's config classes, for the keys posenc reads, where they differ
 // from the generic ones (configuration_<model>.py).
+// ERNIE-4.5-VL: the composite model's type, or its text config's.
+bool ernie_vl(const std::string& model_type) {
+  return model_type == "ernie4_5_vl_moe" || model_type == "ernie4_5_vl_moe_text";
+}
+
 json class_defaults(const std::string& model_type) {
   if (model_type == "gemma2") {
     return {{"rope_theta", 10000.0},        {"head_dim", 256},
@@ -87,6 +92,12 @@ json class_defaults(const std::string& model_type) {
   if (model_type == "deepseek_v3" || model_type == "kimi_k2") return {{"rope_interleave", true}};
   if (model_type == "phimoe") return {{"rope_theta", 1000000.0}};  // PhimoeConfig.default_theta
   if (model_type == "ernie4_5" || model_type == "ernie4_5_moe") return {{"rope_theta", 500000.0}};
+  if (ernie_vl(model_type)) {  // Ernie4_5_VL_MoeTextConfig (default_theta 500000)
+    return {{"rope_theta", 500000.0},
+            {"hidden_size", 2560},
+            {"num_attention_heads", 20},
+            {"max_position_embeddings", 131072}};
+  }
   if (model_type == "moonshine") {
     return {{"partial_rotary_factor", 0.9},
             {"max_position_embeddings", 512},
@@ -125,6 +136,8 @@ bool gptj_pairs(const std::string& model_type) {
   static const std::set<std::string> kGptj = {"llama4_text",  "deepseek_v2", "cohere", "cohere2",
                                               "glm",          "glm4",        "helium", "ernie4_5",
                                               "ernie4_5_moe", "moonshine"};
+  // ERNIE-4.5-VL's rotate_half_text pairs (2i, 2i+1) as well.
+  if (ernie_vl(model_type)) return true;
   return kGptj.count(model_type) > 0;
 }
 
@@ -667,6 +680,32 @@ void apply_mrope(const Config& c, const json& rp, RopeParams& p) {
   }
 }
 
+// Ernie4_5_VL_MoeTextRotaryEmbedding: default RoPE only, and mrope_section (h, w, t;
+// [22, 22, 20] when absent) drives its ernie-vl layout (rope_layout_ernie_vl), checked
+// as its compute_default_rope_parameters and recomposition_to_3d need: h == w, the
+// three summing to the rotary pairs. Sections the command line gives replace the
+// layout (keep "mrope_section": posenc's M-RoPE sections); so does a layout it gives.
+void apply_ernie_vl(const Config& c, const json& rp, const std::string& type, RopeParams& p,
+                    const std::vector<std::string>& keep) {
+  if (type != "default" && !kept(keep, "scaling")) {
+    throw InputError(fmt::format("{}: ERNIE-4.5-VL requires the default rope type (got '{}')",
+                                 c.path(), type));
+  }
+  if (kept(keep, "mrope_section") || kept(keep, "layout")) return;
+  RopeParams sec;
+  apply_mrope(c, rp, sec);
+  if (sec.mrope_section.empty()) sec.mrope_section = {22, 22, 20};
+  const std::vector<int>& v = sec.mrope_section;
+  if (v[0] != v[1]) {
+    throw InputError(fmt::format("{}: 'mrope_section' [{}, {}, {}]: ERNIE-4.5-VL pairs its h "
+                                 "and w sections, which must be equal",
+                                 c.path(), v[0], v[1], v[2]));
+  }
+  p.layout = RopeLayoutSpec{};
+  p.layout.preset = RopeLayoutPreset::ernie_vl;
+  p.layout.sections = v;
+}
+
 // The scaling parameters, each checked where the variant in `p.scaling` uses it (HF's
 // rope_config_validation): a key that variant ignores is ignored here too.
 void apply_scaling_keys(const Config& c, const json& rp, RopeParams& p,
@@ -747,9 +786,11 @@ void check_rotary_pairs(const Config& c, const RopeParams& p,
   if (r > p.head_dim || r % 2 != 0) return;  // the head's own fault, said as such later
   const std::size_t pairs =
       static_cast<std::size_t>(p.scaling == RopeScaling::proportional ? p.head_dim / 2 : r / 2);
-  if (!kept(keep, "mrope_section") && !p.mrope_section.empty()) {
+  const bool ernie = p.layout.preset == RopeLayoutPreset::ernie_vl;
+  const std::vector<int>& sections = ernie ? p.layout.sections : p.mrope_section;
+  if (!kept(keep, "mrope_section") && !sections.empty()) {
     std::size_t sum = 0;
-    for (int v : p.mrope_section) sum += static_cast<std::size_t>(v);
+    for (int v : sections) sum += static_cast<std::size_t>(v);
     if (sum != pairs) {
       throw InputError(
           fmt::format("{}: 'mrope_section' sums to {} frequency pairs, the rotary "
@@ -893,9 +934,15 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
   // rotate_half(q).float() * sin, then .to(original_dtype); the dense model's cos and
   // sin come cast to q's dtype, the MoE's stay float32.
   if (c.model_type() == "ernie4_5") p.hf_rotation = HfRotation::float32_cast_trig;
-  if (c.model_type() == "ernie4_5_moe") p.hf_rotation = HfRotation::float32;
+  if (c.model_type() == "ernie4_5_moe" || ernie_vl(c.model_type())) {
+    p.hf_rotation = HfRotation::float32;
+  }
   if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
-  if (!kept(keep, "mrope_section")) apply_mrope(c, rp, p);
+  if (ernie_vl(c.model_type())) {
+    apply_ernie_vl(c, rp, type, p, keep);
+  } else if (!kept(keep, "mrope_section")) {
+    apply_mrope(c, rp, p);
+  }
   apply_scaling_keys(c, rp, p, keep);
   apply_4x_factors(c, rp, type, rules, p, keep);
   apply_family_keys(c, rp, type, p, keep);

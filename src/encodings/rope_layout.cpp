@@ -91,6 +91,41 @@ RopeLayout rope_layout_sections(const RopeFreqs& f, const std::vector<int>& sect
   return l;
 }
 
+RopeLayout rope_layout_ernie_vl(const RopeFreqs& f, const std::vector<int>& sections) {
+  const std::size_t half = f.inv_freq.size();
+  if (sections.size() != 3) {
+    throw UsageError(fmt::format("ernie-vl: expected three sections h,w,t (got {})",
+                                 sections.size()));
+  }
+  std::size_t sum = 0;
+  for (int v : sections) {
+    if (v < 0) throw UsageError("ernie-vl: sections must be >= 0");
+    sum += static_cast<std::size_t>(v);
+  }
+  if (sections[0] != sections[1]) {
+    // recomposition_to_3d stacks the h and w parts pair by pair: they must match.
+    throw UsageError(fmt::format("ernie-vl: the h and w sections must be equal (got {} and {})",
+                                 sections[0], sections[1]));
+  }
+  if (sum != half) {
+    throw UsageError(fmt::format("ernie-vl: sections must sum to rotary_dim/2 = {} (got {})",
+                                 half, sum));
+  }
+  // compute_default_rope_parameters puts inv_freq[0::2] of the first h + w pairs at
+  // 0..h-1 (read with row h) and inv_freq[1::2] at h..h+w-1 (row w); recomposition_to_3d
+  // takes them back pair by pair (h0 w0 h1 w1 ...): pair j gets inv_freq[j] again.
+  const auto hw = static_cast<std::size_t>(sections[0] + sections[1]);
+  RopeLayout l;
+  l.axes = 3;
+  l.freq.assign(3 * half, 0.0);
+  for (std::size_t j = 0; j < half; ++j) {
+    const std::size_t axis = j >= hw ? 0 : j % 2 == 0 ? 1 : 2;
+    l.freq[axis * half + j] = f.inv_freq[j];
+  }
+  l.name = "ernie-vl";
+  return l;
+}
+
 RopeLayout rope_layout_chunks(const RopeFreqs& f, std::size_t axes) {
   const auto R = static_cast<std::size_t>(f.rotary_dim);
   if (axes == 0 || axes > kMaxRopeAxes || R == 0 || R % (2 * axes) != 0) {
@@ -127,7 +162,7 @@ constexpr std::pair<RopeLayoutPreset, const char*> kPresetNames[] = {
     {RopeLayoutPreset::plain, "plain"},       {RopeLayoutPreset::axial, "axial"},
     {RopeLayoutPreset::even_odd, "even-odd"}, {RopeLayoutPreset::sections, "sections"},
     {RopeLayoutPreset::interleaved, "interleaved"}, {RopeLayoutPreset::chunks, "chunks"},
-    {RopeLayoutPreset::matrix, "matrix"}};
+    {RopeLayoutPreset::ernie_vl, "ernie-vl"}, {RopeLayoutPreset::matrix, "matrix"}};
 
 }  // namespace
 
@@ -136,7 +171,7 @@ RopeLayoutPreset parse_rope_layout_preset(const std::string& name) {
     if (name == n) return p;
   }
   throw UsageError(fmt::format("layout: unknown RoPE layout '{}' (plain, axial, even-odd, "
-                               "sections, interleaved, chunks, matrix)",
+                               "sections, interleaved, chunks, ernie-vl, matrix)",
                                name));
 }
 
@@ -158,6 +193,7 @@ RopeLayout resolve_rope_layout(const RopeLayoutSpec& spec, const RopeFreqs& f) {
       l = rope_layout_sections(f, spec.sections, spec.preset == RopeLayoutPreset::interleaved);
       break;
     case RopeLayoutPreset::chunks: l = rope_layout_chunks(f, spec.axes); break;
+    case RopeLayoutPreset::ernie_vl: l = rope_layout_ernie_vl(f, spec.sections); break;
     case RopeLayoutPreset::matrix: l = rope_layout_matrix(spec.axes, spec.freq); break;
   }
   if (!(spec.scale > 0) || !std::isfinite(spec.scale)) {

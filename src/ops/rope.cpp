@@ -447,7 +447,7 @@ void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype,
   fw = f.framework;
   const std::string mode = "--arith " + arith_name(fw->arith);
   if (opt.grid_h > 0 || opt.grid_w > 0 || opt.grid_ids || !opt.mrope_section.empty() ||
-      !f.mrope_section.empty() || opt.layout.custom()) {
+      !f.mrope_section.empty() || opt.layout.custom() || f.layout.custom()) {
     throw UsageError(mode + ": 2-D RoPE, M-RoPE sections and RoPE layouts are computed "
                             "exactly only");
   }
@@ -509,11 +509,19 @@ void RopeApplier::Impl::set_layout(const RopeFreqs& f, const RopeApplyOptions& o
                                  grid ? "rope2d" : own ? "mrope_section"
                                                        : "the M-RoPE sections of the config"));
   }
+  // A layout the parameters imply (ERNIE-4.5-VL's) is treated as their M-RoPE sections
+  // above: the options' sections replace it, a layout or 2-D grid is refused with it.
+  if (f.layout.custom() && (custom || grid)) {
+    throw UsageError(fmt::format("{}: replaces the RoPE layout '{}' of the parameters; give "
+                                 "one of them",
+                                 custom ? "rope layout" : "rope2d",
+                                 rope_layout_preset_name(f.layout.preset)));
+  }
   if (grid && R % 4 != 0) {
     throw UsageError(fmt::format("rope2d: the rotary dim must be a multiple of 4 (got {})", R));
   }
   // The options' presets: 2-D RoPE (grid, grid_ids) and M-RoPE sections.
-  RopeLayoutSpec spec = opt.layout;
+  RopeLayoutSpec spec = f.layout.custom() && !own ? f.layout : opt.layout;
   if (grid) spec.preset = RopeLayoutPreset::axial;
   if (!sections.empty()) {
     spec.preset = interleaved ? RopeLayoutPreset::interleaved : RopeLayoutPreset::sections;

@@ -74,6 +74,15 @@ RopeLayout rope_layout_even_odd(const RopeFreqs& f);
 RopeLayout rope_layout_sections(const RopeFreqs& f, const std::vector<int>& sections,
                                 bool interleaved);
 
+/// ERNIE-4.5-VL (`Ernie4_5_VL_MoeTextRotaryEmbedding`): `sections` are the config's
+/// mrope_section (h, w, t) in frequency pairs, h == w, summing to R/2. Its
+/// compute_default_rope_parameters pre-permutes inv_freq and recomposition_to_3d
+/// interleaves h and w pair by pair, then appends t; followed through, pair j keeps its
+/// own frequency inv_freq[j] and takes axis 1 (h) for even j < h + w, axis 2 (w) for odd
+/// j < h + w, and axis 0 (t) from h + w on (axes t, h, w as the position ids' rows). ERNIE
+/// pairs (2j, 2j + 1) (rotate_half_text): use it with the gptj style.
+RopeLayout rope_layout_ernie_vl(const RopeFreqs& f, const std::vector<int>& sections);
+
 /// V-JEPA2: `axes` chunks of width c = R / axes (even), chunk a on axis a with the
 /// frequencies of width c (1 / base^(2k / c) = inv_freq[axes * k], k < c/2), tiled
 /// pairing. Throws UsageError unless R splits so.
@@ -91,6 +100,7 @@ enum class RopeLayoutPreset {
   sections,     ///< rope_layout_sections, contiguous (Qwen2-VL)
   interleaved,  ///< rope_layout_sections, interleaved (Qwen3-VL)
   chunks,       ///< rope_layout_chunks (V-JEPA2)
+  ernie_vl,     ///< rope_layout_ernie_vl (ERNIE-4.5-VL)
   matrix        ///< rope_layout_matrix (from a file)
 };
 
@@ -98,7 +108,9 @@ enum class RopeLayoutPreset {
 /// arguments. resolve_rope_layout turns it into a RopeLayout for one RopeFreqs.
 struct RopeLayoutSpec {
   RopeLayoutPreset preset = RopeLayoutPreset::plain;  ///< which layout
-  std::vector<int> sections;  ///< sections, interleaved: pairs per t, h, w
+  /// sections, interleaved: pairs per t, h, w; ernie_vl: pairs per h, w, t (its config's
+  /// mrope_section order)
+  std::vector<int> sections;
   std::size_t axes = 0;       ///< chunks: the number of chunks; matrix: rows of `freq`
   std::vector<double> freq;   ///< matrix: [axes, R/2] row-major
   double scale = 1.0;         ///< multiplies every frequency (DINOv3's 2*pi)
@@ -108,7 +120,8 @@ struct RopeLayoutSpec {
   bool custom() const { return preset != RopeLayoutPreset::plain || scale != 1.0 || tiled; }
 };
 
-/// Parses a preset name: plain, axial, even-odd, sections, interleaved, chunks, matrix.
+/// Parses a preset name: plain, axial, even-odd, sections, interleaved, chunks, ernie-vl,
+/// matrix.
 /// Throws UsageError for others.
 RopeLayoutPreset parse_rope_layout_preset(const std::string& name);
 /// The name parse_rope_layout_preset reads.
