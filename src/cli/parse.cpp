@@ -251,6 +251,19 @@ RopeLayoutSpec parse_rope_layout(const std::string& text) {
     }
     spec.sections = ernie ? parse_sections(args, "--layout ernie-vl", "h,w,t", "22,22,20")
                           : parse_sections(args);
+  } else if (spec.preset == RopeLayoutPreset::xdrope) {
+    // HunYuan-VL: one half-head size per coordinate axis.
+    const auto bad = [&text]() {
+      return UsageError(fmt::format("--layout: xdrope needs 2 to {} counts, one per coordinate "
+                                    "axis, such as xdrope:16,16,16,16, got '{}'",
+                                    kMaxRopeAxes, text));
+    };
+    for (const std::string& item : split(args, ',')) {
+      const std::optional<long long> x = parse_integer(trim(item));
+      if (!x || *x < 0 || *x > (1 << 20)) throw bad();
+      spec.sections.push_back(static_cast<int>(*x));
+    }
+    if (spec.sections.size() < 2 || spec.sections.size() > kMaxRopeAxes) throw bad();
   } else if (spec.preset == RopeLayoutPreset::chunks) {
     spec.axes = 3;
     if (!args.empty()) {

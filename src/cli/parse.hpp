@@ -67,8 +67,9 @@ std::vector<int> parse_sections(const std::string& text, const std::string& what
 CoordGrid parse_coord_grid(const std::string& text);
 
 /// `--layout NAME[:ARGS]`: plain, axial, even-odd, sections:T,H,W, interleaved:T,H,W,
-/// chunks[:N] (N in 1..kMaxRopeAxes, default 3). UsageError otherwise (matrix comes
-/// from --inv-freq, not from text).
+/// ernie-vl:H,W,T, xdrope:S1,...,Sn (n in 2..kMaxRopeAxes), chunks[:N] (N in
+/// 1..kMaxRopeAxes, default 3); counts from 0 to 2^20. UsageError otherwise (matrix
+/// comes from --inv-freq, not from text).
 RopeLayoutSpec parse_rope_layout(const std::string& text);
 
 /// `--freq-scale X`: a positive finite number, or 2pi (also tau) for 2 * pi exactly as

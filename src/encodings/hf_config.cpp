@@ -47,6 +47,11 @@ bool ernie_vl(const std::string& model_type) {
   return model_type == "ernie4_5_vl_moe" || model_type == "ernie4_5_vl_moe_text";
 }
 
+// HunYuan-VL (HunyuanOCR): the composite model's type, or its text config's.
+bool hunyuan_vl(const std::string& model_type) {
+  return model_type == "hunyuan_vl" || model_type == "hunyuan_vl_text";
+}
+
 json class_defaults(const std::string& model_type) {
   if (model_type == "gemma2") {
     return {{"rope_theta", 10000.0},        {"head_dim", 256},
@@ -92,6 +97,9 @@ json class_defaults(const std::string& model_type) {
   if (model_type == "deepseek_v3" || model_type == "kimi_k2") return {{"rope_interleave", true}};
   if (model_type == "phimoe") return {{"rope_theta", 1000000.0}};  // PhimoeConfig.default_theta
   if (model_type == "ernie4_5" || model_type == "ernie4_5_moe") return {{"rope_theta", 500000.0}};
+  if (hunyuan_vl(model_type)) {  // HunYuanVLTextConfig
+    return {{"hidden_size", 4096}, {"num_attention_heads", 32}, {"max_position_embeddings", 2048}};
+  }
   if (ernie_vl(model_type)) {  // Ernie4_5_VL_MoeTextConfig (default_theta 500000)
     return {{"rope_theta", 500000.0},
             {"hidden_size", 2560},
@@ -121,6 +129,8 @@ json class_defaults(const std::string& model_type) {
 // The config key holding an attribute, where the config class's attribute_map names
 // another (MoonshineConfig: the encoder's head and layer counts).
 const char* attribute_alias(const std::string& model_type, const std::string& key) {
+  // HunYuanVLTextConfig: legacy Tencent checkpoints' attention_head_dim.
+  if (hunyuan_vl(model_type) && key == std::string("head_dim")) return "attention_head_dim";
   if (model_type == "moonshine") {
     if (key == "num_attention_heads") return "encoder_num_attention_heads";
     if (key == "num_key_value_heads") return "encoder_num_key_value_heads";
@@ -706,6 +716,38 @@ void apply_ernie_vl(const Config& c, const json& rp, const std::string& type, Ro
   p.layout.sections = v;
 }
 
+// HunYuanVLTextConfig: mrope_section, or the legacy xdrope_section (the same if both),
+// half-head sizes of integral value, one per position-id row: the xdrope layout
+// (rope_layout_xdrope). Absent, the model rotates as plain RoPE.
+void apply_hunyuan_vl(const Config& c, const json& rp, RopeParams& p,
+                      const std::vector<std::string>& keep) {
+  if (kept(keep, "mrope_section") || kept(keep, "layout")) return;
+  auto read = [&](const char* key, std::vector<int>& out) {
+    auto it = rp.find(key);
+    if (it == rp.end() || it->is_null()) return false;
+    const std::string want = fmt::format("a list of 2 to {} integral counts", kMaxRopeAxes);
+    if (!it->is_array() || it->size() < 2 || it->size() > kMaxRopeAxes) throw c.bad(key, want.c_str());
+    for (const auto& x : *it) {
+      if (!x.is_number()) throw c.bad(key, want.c_str());
+      const double v = x.get<double>();
+      if (!(v >= 0 && v <= (1 << 20)) || v != std::floor(v)) throw c.bad(key, want.c_str());
+      out.push_back(static_cast<int>(v));
+    }
+    return true;
+  };
+  std::vector<int> sec, legacy;
+  const bool has = read("mrope_section", sec);
+  const bool has_legacy = read("xdrope_section", legacy);
+  if (has && has_legacy && sec != legacy) {
+    throw InputError(fmt::format("{}: 'mrope_section' and the legacy 'xdrope_section' differ",
+                                 c.path()));
+  }
+  if (!has && !has_legacy) return;
+  p.layout = RopeLayoutSpec{};
+  p.layout.preset = RopeLayoutPreset::xdrope;
+  p.layout.sections = has ? sec : legacy;
+}
+
 // The scaling parameters, each checked where the variant in `p.scaling` uses it (HF's
 // rope_config_validation): a key that variant ignores is ignored here too.
 void apply_scaling_keys(const Config& c, const json& rp, RopeParams& p,
@@ -786,8 +828,9 @@ void check_rotary_pairs(const Config& c, const RopeParams& p,
   if (r > p.head_dim || r % 2 != 0) return;  // the head's own fault, said as such later
   const std::size_t pairs =
       static_cast<std::size_t>(p.scaling == RopeScaling::proportional ? p.head_dim / 2 : r / 2);
-  const bool ernie = p.layout.preset == RopeLayoutPreset::ernie_vl;
-  const std::vector<int>& sections = ernie ? p.layout.sections : p.mrope_section;
+  const bool from_layout = p.layout.preset == RopeLayoutPreset::ernie_vl ||
+                           p.layout.preset == RopeLayoutPreset::xdrope;
+  const std::vector<int>& sections = from_layout ? p.layout.sections : p.mrope_section;
   if (!kept(keep, "mrope_section") && !sections.empty()) {
     std::size_t sum = 0;
     for (int v : sections) sum += static_cast<std::size_t>(v);
@@ -824,7 +867,7 @@ void apply_family_keys(const Config& c, const json& rp, const std::string& type,
       (key[0] == 's' ? p.short_mscale : p.long_mscale) = *v;
     }
   }
-  if ((mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe") && type == "dynamic" &&
+  if ((mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe" || hunyuan_vl(mt)) && type == "dynamic" &&
       !kept(keep, "alpha")) {
     // HunYuanDenseV1RotaryEmbedding: `rope_parameters.get("alpha")` truthy selects the
     // NTK-alpha base.
@@ -840,6 +883,8 @@ std::string rope_type_of(const Config& c, const json& rp) {
       break;
     }
   }
+  // HunYuanVLTextConfig.convert_rope_params_to_dict: the legacy "xdrope" is dynamic.
+  if (type == "xdrope" && hunyuan_vl(c.model_type())) return "dynamic";
   // Qwen2-VL's "mrope" is the default frequencies with sections.
   return type == "mrope" ? "default" : type;
 }
@@ -940,6 +985,8 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
   if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
   if (ernie_vl(c.model_type())) {
     apply_ernie_vl(c, rp, type, p, keep);
+  } else if (hunyuan_vl(c.model_type())) {
+    apply_hunyuan_vl(c, rp, p, keep);
   } else if (!kept(keep, "mrope_section")) {
     apply_mrope(c, rp, p);
   }

@@ -13,7 +13,12 @@
 namespace posenc {
 
 std::string rope_pairing_name(RopePairing p) {
-  return p == RopePairing::tiled ? "tiled" : "style";
+  switch (p) {
+    case RopePairing::tiled: return "tiled";
+    case RopePairing::split: return "split";
+    case RopePairing::style: break;
+  }
+  return "style";
 }
 
 void check_rope_layout(const RopeLayout& l, std::size_t rotary_dim) {
@@ -21,7 +26,7 @@ void check_rope_layout(const RopeLayout& l, std::size_t rotary_dim) {
     throw UsageError(fmt::format("rope layout: 1 to {} coordinate axes, got {}", kMaxRopeAxes,
                                  l.axes));
   }
-  const std::size_t half = rotary_dim / 2;
+  const std::size_t half = l.pairing == RopePairing::split ? rotary_dim : rotary_dim / 2;
   if (l.freq.size() != l.axes * half) {
     throw UsageError(fmt::format("rope layout: {} axes x {} angles (rotary dim {}) need {} "
                                  "frequencies, got {}",
@@ -126,6 +131,35 @@ RopeLayout rope_layout_ernie_vl(const RopeFreqs& f, const std::vector<int>& sect
   return l;
 }
 
+RopeLayout rope_layout_xdrope(const RopeFreqs& f, const std::vector<int>& sections) {
+  const std::size_t half = f.inv_freq.size(), R = 2 * half;
+  if (sections.size() < 2 || sections.size() > kMaxRopeAxes) {
+    throw UsageError(fmt::format("xdrope: expected 2 to {} sections (got {})", kMaxRopeAxes,
+                                 sections.size()));
+  }
+  std::size_t sum = 0;
+  for (int v : sections) {
+    if (v < 0) throw UsageError("xdrope: sections must be >= 0");
+    sum += static_cast<std::size_t>(v);
+  }
+  if (sum != half) {
+    throw UsageError(fmt::format("xdrope: sections must sum to rotary_dim/2 = {} (got {})",
+                                 half, sum));
+  }
+  // apply_rotary_pos_emb_xdrope: cos.split([s * 2 for s in sections]) over the R dims of
+  // cat(freqs, freqs), chunk i from channel i.
+  RopeLayout l;
+  l.axes = sections.size();
+  l.freq.assign(l.axes * R, 0.0);
+  std::size_t k = 0;
+  for (std::size_t a = 0; a < l.axes; ++a) {
+    for (int n = 0; n < 2 * sections[a]; ++n, ++k) l.freq[a * R + k] = f.inv_freq[k % half];
+  }
+  l.pairing = RopePairing::split;
+  l.name = "xdrope";
+  return l;
+}
+
 RopeLayout rope_layout_chunks(const RopeFreqs& f, std::size_t axes) {
   const auto R = static_cast<std::size_t>(f.rotary_dim);
   if (axes == 0 || axes > kMaxRopeAxes || R == 0 || R % (2 * axes) != 0) {
@@ -162,7 +196,8 @@ constexpr std::pair<RopeLayoutPreset, const char*> kPresetNames[] = {
     {RopeLayoutPreset::plain, "plain"},       {RopeLayoutPreset::axial, "axial"},
     {RopeLayoutPreset::even_odd, "even-odd"}, {RopeLayoutPreset::sections, "sections"},
     {RopeLayoutPreset::interleaved, "interleaved"}, {RopeLayoutPreset::chunks, "chunks"},
-    {RopeLayoutPreset::ernie_vl, "ernie-vl"}, {RopeLayoutPreset::matrix, "matrix"}};
+    {RopeLayoutPreset::ernie_vl, "ernie-vl"}, {RopeLayoutPreset::xdrope, "xdrope"},
+    {RopeLayoutPreset::matrix, "matrix"}};
 
 }  // namespace
 
@@ -171,7 +206,7 @@ RopeLayoutPreset parse_rope_layout_preset(const std::string& name) {
     if (name == n) return p;
   }
   throw UsageError(fmt::format("layout: unknown RoPE layout '{}' (plain, axial, even-odd, "
-                               "sections, interleaved, chunks, ernie-vl, matrix)",
+                               "sections, interleaved, chunks, ernie-vl, xdrope, matrix)",
                                name));
 }
 
@@ -194,6 +229,7 @@ RopeLayout resolve_rope_layout(const RopeLayoutSpec& spec, const RopeFreqs& f) {
       break;
     case RopeLayoutPreset::chunks: l = rope_layout_chunks(f, spec.axes); break;
     case RopeLayoutPreset::ernie_vl: l = rope_layout_ernie_vl(f, spec.sections); break;
+    case RopeLayoutPreset::xdrope: l = rope_layout_xdrope(f, spec.sections); break;
     case RopeLayoutPreset::matrix: l = rope_layout_matrix(spec.axes, spec.freq); break;
   }
   if (!(spec.scale > 0) || !std::isfinite(spec.scale)) {

@@ -110,6 +110,14 @@ void check_hf_config(const std::uint8_t* p, std::size_t n) {
     for (double v : f.inv_freq) expect(std::isfinite(v) && v >= 0, "non-finite frequency");
     expect(std::isfinite(f.attention_factor) && f.attention_factor > 0, "bad attention factor");
     expect(f.rotary_dim > 0 && f.rotary_dim <= f.head_dim, "rotary dim out of range");
+    if (f.layout.custom()) {
+      // A layout from the config is checked as the config is read: it must resolve.
+      try {
+        posenc::resolve_rope_layout(f.layout, f);
+      } catch (const posenc::UsageError&) {
+        expect(false, "the config's RoPE layout does not resolve");
+      }
+    }
   } catch (const posenc::UsageError&) {
   } catch (const posenc::InputError&) {
   }
@@ -164,9 +172,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           expect(std::isfinite(std::strtod(text.c_str(), nullptr)), "non-finite number accepted");
         }
         break;
-      case 6:
-        expect(cli::parse_sections(text).size() == 3, "sections are three counts");
+      case 6: {
+        try {
+          expect(cli::parse_sections(text).size() == 3, "sections are three counts");
+        } catch (const posenc::UsageError&) {
+        }
+        // --layout NAME[:ARGS]: counts in range, as many as the preset has axes.
+        const posenc::RopeLayoutSpec spec = cli::parse_rope_layout(text);
+        using P = posenc::RopeLayoutPreset;
+        for (int v : spec.sections) expect(v >= 0 && v <= (1 << 20), "section out of range");
+        if (spec.preset == P::sections || spec.preset == P::interleaved ||
+            spec.preset == P::ernie_vl) {
+          expect(spec.sections.size() == 3, "sections are three counts");
+        }
+        if (spec.preset == P::xdrope) {
+          expect(spec.sections.size() >= 2 && spec.sections.size() <= posenc::kMaxRopeAxes,
+                 "xdrope sections out of range");
+        }
+        if (spec.preset == P::chunks) {
+          expect(spec.axes >= 1 && spec.axes <= posenc::kMaxRopeAxes, "chunks out of range");
+        }
         break;
+      }
       default:
         check_hf_config(data + 1, size - 1);
     }
