@@ -155,8 +155,11 @@ std::vector<std::int64_t> table_ids(const RopeTableRequest& r, Shape& lead) {
     if (pos.start != 0) {
       throw UsageError("start: cannot be combined with position ids (ids are absolute)");
     }
-    const bool three = !r.rope.mrope_section.empty() || r.rope.layout.custom();
-    if (three && !pos.ids_shape.empty() && pos.ids_shape[0] == 3 &&
+    // Rows of coordinates: M-RoPE's three, or one per section of a layout from the
+    // parameters (its table is refused below if it has none).
+    const std::size_t rows = r.rope.layout.custom() ? r.rope.layout.sections.size() : 3;
+    const bool multi = !r.rope.mrope_section.empty() || r.rope.layout.custom();
+    if (multi && !pos.ids_shape.empty() && pos.ids_shape[0] == rows &&
         pos.ids_shape.size() > 1) {
       // M-RoPE ids [3, ...]: one table line per token, each pair from its component.
       lead.assign(pos.ids_shape.begin() + 1, pos.ids_shape.end());
@@ -395,7 +398,7 @@ Table rope_table(const RopeTableRequest& r) {
   if (!f.mrope_section.empty() && ids->size() == 3 * rows) {
     comp = std::make_shared<std::vector<int>>(
         mrope_components(f.mrope_section, f.mrope_interleaved, rs.pairs));
-  } else if (f.layout.custom() && ids->size() == 3 * rows) {
+  } else if (f.layout.custom() && ids->size() == f.layout.sections.size() * rows) {
     comp = std::make_shared<std::vector<int>>(layout_components(f));
   }
   t.spec.line = [inv, inv32, ids, comp, rs, rows, start, f32, fw](std::size_t line, double* out) {
