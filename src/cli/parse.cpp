@@ -195,85 +195,22 @@ std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text) {
   return {left, right};
 }
 
-std::vector<int> parse_sections(const std::string& text, const std::string& what,
-                                const std::string& order, const std::string& example) {
+std::vector<int> parse_sections(const std::string& text) {
   std::vector<int> v;
   for (const std::string& item : split(text, ',')) {
     const std::optional<long long> x = parse_integer(trim(item));
     if (!x || *x < 0 || *x > (1 << 20)) {
-      throw UsageError(fmt::format("{}: expected three counts {} such as {}, got '{}'", what,
-                                   order, example, text));
+      throw UsageError(
+          fmt::format("--mrope-section: expected three counts t,h,w such as "
+                      "16,24,24, got '{}'",
+                      text));
     }
     v.push_back(static_cast<int>(*x));
   }
   if (v.size() != 3) {
-    throw UsageError(fmt::format("{}: expected three counts {}, got '{}'", what, order, text));
+    throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w, got '{}'", text));
   }
   return v;
-}
-
-CoordGrid parse_coord_grid(const std::string& text) {
-  const auto colon = text.find(':');
-  const std::string kind = colon == std::string::npos ? text : text.substr(0, colon);
-  auto bad = [&text]() {
-    return UsageError(fmt::format("--coords: expected grid:E1,E2,... or centres:E1,E2,... with "
-                                  "1 to {} positive extents such as grid:16,16, got '{}'",
-                                  kMaxRopeAxes, text));
-  };
-  if (colon == std::string::npos || (kind != "grid" && kind != "centres")) throw bad();
-  CoordGrid g;
-  g.centres = kind == "centres";
-  for (const std::string& item : split(text.substr(colon + 1), ',')) {
-    const std::optional<long long> x = parse_integer(trim(item));
-    if (!x || *x < 1 || *x > (1LL << 31)) throw bad();
-    g.extent.push_back(*x);
-  }
-  if (g.extent.empty() || g.extent.size() > kMaxRopeAxes) throw bad();
-  return g;
-}
-
-RopeLayoutSpec parse_rope_layout(const std::string& text) {
-  const auto colon = text.find(':');
-  const std::string name = colon == std::string::npos ? text : text.substr(0, colon);
-  const std::string args = colon == std::string::npos ? "" : text.substr(colon + 1);
-  RopeLayoutSpec spec;
-  if (name == "matrix") {
-    throw UsageError("--layout: a matrix layout comes from --inv-freq FILE");
-  }
-  spec.preset = parse_rope_layout_preset(name);
-  const bool ernie = spec.preset == RopeLayoutPreset::ernie_vl;
-  const bool has_sections = spec.preset == RopeLayoutPreset::sections ||
-                            spec.preset == RopeLayoutPreset::interleaved || ernie;
-  if (has_sections) {
-    if (args.empty()) {
-      throw UsageError(fmt::format("--layout: {} needs its counts, e.g. {}:{}", name, name,
-                                   ernie ? "22,22,20" : "16,24,24"));
-    }
-    spec.sections = ernie ? parse_sections(args, "--layout ernie-vl", "h,w,t", "22,22,20")
-                          : parse_sections(args);
-  } else if (spec.preset == RopeLayoutPreset::xdrope) {
-    // HunYuan-VL: one half-head size per coordinate axis.
-    const auto bad = [&text]() {
-      return UsageError(fmt::format("--layout: xdrope needs 2 to {} counts, one per coordinate "
-                                    "axis, such as xdrope:16,16,16,16, got '{}'",
-                                    kMaxRopeAxes, text));
-    };
-    for (const std::string& item : split(args, ',')) {
-      const std::optional<long long> x = parse_integer(trim(item));
-      if (!x || *x < 0 || *x > (1 << 20)) throw bad();
-      spec.sections.push_back(static_cast<int>(*x));
-    }
-    if (spec.sections.size() < 2 || spec.sections.size() > kMaxRopeAxes) throw bad();
-  } else if (spec.preset == RopeLayoutPreset::chunks) {
-    spec.axes = 3;
-    if (!args.empty()) {
-      spec.axes = static_cast<std::size_t>(parse_int_option(
-          args, "--layout chunks", 1, static_cast<long long>(kMaxRopeAxes)));
-    }
-  } else if (!args.empty()) {
-    throw UsageError(fmt::format("--layout: {} takes no arguments, got '{}'", name, text));
-  }
-  return spec;
 }
 
 double parse_freq_scale(const std::string& text) {

@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "posenc/ops/rope.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc::cli {
@@ -55,22 +54,8 @@ std::optional<std::vector<double>> parse_number_list(const std::string& text,
 std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text);
 inline constexpr std::int64_t kMaxWindow = std::int64_t{1} << 53;
 
-/// `--mrope-section T,H,W`: three counts of frequency pairs, from 0 to 2^20; UsageError
-/// naming `what` (the option), the counts' `order` and an `example` otherwise.
-std::vector<int> parse_sections(const std::string& text, const std::string& what = "--mrope-section",
-                                const std::string& order = "t,h,w",
-                                const std::string& example = "16,24,24");
-
-/// `--coords grid:E1,E2[,...]` (grid indices in row-major order) or `centres:E1,E2[,...]`
-/// (DINOv3's normalised patch centres): 1 to kMaxRopeAxes extents, each from 1 to
-/// 2^31. UsageError otherwise. Prefix and merge window are separate options.
-CoordGrid parse_coord_grid(const std::string& text);
-
-/// `--layout NAME[:ARGS]`: plain, axial, even-odd, sections:T,H,W, interleaved:T,H,W,
-/// ernie-vl:H,W,T, xdrope:S1,...,Sn (n in 2..kMaxRopeAxes), chunks[:N] (N in
-/// 1..kMaxRopeAxes, default 3); counts from 0 to 2^20. UsageError otherwise (matrix
-/// comes from --inv-freq, not from text).
-RopeLayoutSpec parse_rope_layout(const std::string& text);
+/// `--mrope-section T,H,W`: three counts of frequency pairs.
+std::vector<int> parse_sections(const std::string& text);
 
 /// `--freq-scale X`: a positive finite number, or 2pi (also tau) for 2 * pi exactly as
 /// a double rounds it. UsageError otherwise.

@@ -300,8 +300,8 @@ class TestErnieVl(VlCase):
                           "--position-ids", self.path("ids.npy"), match="h and w")
         self.assert_fails(2, *run, "--layout", "ernie-vl:20,20,20",
                           "--position-ids", self.path("ids.npy"), match="sum")
-        self.assert_fails(2, *run, "--layout", "ernie-vl:22,22", match="three counts")
-        self.assert_fails(2, *run, "--layout", "ernie-vl", match="needs its counts")
+        self.assert_fails(2, *run, "--layout", "ernie-vl:22,22", match="three counts h,w,t")
+        self.assert_fails(2, *run, "--layout", "ernie-vl", match="three counts h,w,t")
         self.assert_fails(3, *run, "--layout", "ernie-vl:22,22,20",
                           "--position-ids", self.path("ids2.npy"), match=r"\[3, s\]")
         cfg = self.config(ernie_vl_config((22, 20, 22)))
