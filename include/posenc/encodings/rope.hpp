@@ -115,9 +115,10 @@ struct RopeParams {
   /// sections are consecutive chunks (Qwen2-VL).
   std::vector<int> mrope_section;
   bool mrope_interleaved = false;  ///< Qwen3-VL's interleaved sections (see mrope_section)
-  /// A RoPE layout the model type implies (apply_hf_config: ERNIE-4.5-VL's ernie_vl with
-  /// its mrope_section); plain = none. The rotation uses it when its own options name
-  /// no layout; not combined with mrope_section.
+  /// A RoPE layout the model type implies (apply_hf_config: ERNIE-4.5-VL's ernie_vl,
+  /// HunYuan-VL's xdrope, with their config's sections); plain = none, and not with
+  /// mrope_section. The rotation uses it unless its options give M-RoPE sections (which
+  /// replace it); a layout or 2-D grid in the options is refused with it.
   RopeLayoutSpec layout;
   /// `--arith hf`: the rounding of the rotation (set by apply_hf_config for the model
   /// types whose apply_rotary_pos_emb computes in float32).
