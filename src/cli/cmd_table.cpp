@@ -261,28 +261,7 @@ struct FairseqOptions {
 };
 
 // Token ids [b, s] of an integer dtype, as int64.
-xt::xarray<std::int64_t> read_ids(const std::string& ref) {
-  const Tensor t = read_tensor(ref);
-  if (!is_integer(t.dtype())) {
-    throw InputError(fmt::format("--input-ids: {}: expected an integer dtype, got {}", ref,
-                                 dtype_name(t.dtype())));
-  }
-  xt::xarray<std::int64_t> out = xt::empty<std::int64_t>(t.shape());
-  for (std::size_t i = 0; i < t.numel(); ++i) {
-    if (t.dtype() == DType::i64) {
-      out.data()[i] = t.data<std::int64_t>()[i];
-    } else if (t.dtype() == DType::u64) {
-      const std::uint64_t u = t.data<std::uint64_t>()[i];
-      if (u > static_cast<std::uint64_t>(INT64_MAX)) {
-        throw InputError(fmt::format("--input-ids: {}: id {} is too large", ref, u));
-      }
-      out.data()[i] = static_cast<std::int64_t>(u);
-    } else {
-      out.data()[i] = static_cast<std::int64_t>(t.get(i));  // exact below 64 bits
-    }
-  }
-  return out;
-}
+xt::xarray<std::int64_t> read_ids(const std::string& ref) { return read_int64(ref, "--input-ids"); }
 
 // A window H x W from `--window H [W]`; the library checks the range.
 std::pair<std::int64_t, std::int64_t> window_sides(const std::vector<long long>& v) {

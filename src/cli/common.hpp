@@ -9,6 +9,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <xtensor/xarray.hpp>
 
 #include "cli/parse.hpp"
 #include "posenc/io/ref.hpp"
@@ -139,4 +141,9 @@ Selection resolve_slice_option(const SliceSpec& spec, const Shape& shape, const 
 /// Reads standard input to its end when it is a pipe or socket, so that a producer
 /// whose output was only partly needed finishes without a broken pipe.
 void drain_stdin();
+
+/// The integers of `ref` (any integer dtype) as int64, for ids, positions and masks
+/// read for `option`: InputError ("--input-ids: ids.npy: expected an integer dtype, got
+/// f64") for other dtypes and u64 values above INT64_MAX.
+xt::xarray<std::int64_t> read_int64(const std::string& ref, const char* option);
 }  // namespace posenc::cli
