@@ -1,6 +1,6 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
-// levit-index, detr-sine, fairseq-sinusoidal). The options fill the library's table requests
+// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket). The options fill the library's table requests
 // (encodings/tables.hpp and the modules beside it); the table is computed in float64 and streamed
 // to the output block by block.
 
@@ -18,6 +18,7 @@
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
+#include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
@@ -253,6 +254,15 @@ struct DetrSineOptions {
   bool no_normalize = false;
 };
 
+struct LayoutBucketOptions {
+  Common c;
+  std::string axis = "1d";
+  long long seq_len = 0, max_distance = 0;
+  int buckets = 0;
+  std::string position_ids, bbox;
+  std::vector<std::string> bias_table;
+};
+
 struct FairseqOptions {
   Common c;
   FairseqSinusoidalRequest r;
@@ -296,7 +306,8 @@ void register_table(CLI::App& app) {
     return defines_kind("table", kind,
                         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
                          "xl-relative", "deberta-bucket", "swin-index", "beit-index",
-                         "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal"});
+                         "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal",
+                         "layoutlm-bucket"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -622,6 +633,63 @@ void register_table(CLI::App& app) {
       o.r.padding_idx = given(sub, "--padding-idx", o.padding_idx);
       if (!o.input_ids.empty()) o.r.input_ids = read_ids(o.input_ids);
       write_out(fairseq_sinusoidal_table(o.r), o.c);
+    });
+  }
+  if (wanted("layoutlm-bucket")) {
+    static LayoutBucketOptions o;
+    auto* sub = table->add_subcommand(
+        "layoutlm-bucket",
+        "LayoutLMv2/v3 relative buckets (HF relative_position_bucket, bidirectional) of "
+        "position or bounding-box offsets c_j - c_i per row; shape [b, s, s], integers (or "
+        "the bias [b, heads, s, s] of learned weights)");
+    sub->add_option("--axis", o.axis,
+                    "1d (token positions, default), x (bbox[..., 0]), y (bbox[..., 3]) or xy "
+                    "(the x bias plus the y bias; needs two --bias-table weights)")
+        ->check(CLI::IsMember({"1d", "x", "y", "xy"}));
+    sub->add_option("--seq-len", o.seq_len, "1d: positions 0 .. S-1 of one row, [1, S, S]");
+    sub->add_option("--position-ids", o.position_ids, "1d: integer positions REF [b, s]");
+    sub->add_option("--bbox", o.bbox,
+                    "x, y, xy: integer boxes REF [b, s, 4] (x0, y0, x1, y1 as HF bbox)");
+    sub->add_option("--buckets", o.buckets,
+                    "num_buckets (HF rel_pos_bins, default 32; rel_2d_pos_bins for boxes, "
+                    "default 64)");
+    sub->add_option("--max-distance", o.max_distance,
+                    "max_distance (HF max_rel_pos, default 128; max_rel_2d_pos for boxes, "
+                    "default 256)");
+    sub->add_option("--bias-table", o.bias_table,
+                    "learned weight REF [heads, buckets] (nn.Linear rel_pos_bias, rel_pos_x_bias "
+                    "or rel_pos_y_bias; for xy two: x then y): write the bias it gives, [b, "
+                    "heads, s, s], instead of the buckets")
+        ->expected(1, 2);
+    add_common(sub, o.c,
+               "output dtype: i64 (default) or any integer dtype that holds the largest bucket, "
+               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
+    sub->callback([sub] {
+      LayoutBucketRequest r;
+      r.axis = parse_layout_axis(o.axis);
+      if (sub->count("--seq-len") > 0) r.seq_len = o.seq_len;
+      if (sub->count("--buckets") > 0) r.buckets = o.buckets;
+      if (sub->count("--max-distance") > 0) r.max_distance = o.max_distance;
+      if (o.bias_table.size() == 2 && r.axis != LayoutAxis::xy) {
+        throw UsageError("--bias-table: two weights are for --axis xy (x then y)");
+      }
+      if (r.axis == LayoutAxis::xy && o.bias_table.size() != 2) {
+        throw UsageError("--axis xy: needs --bias-table WX WY (the buckets are per axis: x or y)");
+      }
+      if (!o.position_ids.empty()) r.position_ids = read_int64(o.position_ids, "--position-ids");
+      if (!o.bbox.empty()) r.bbox = read_int64(o.bbox, "--bbox");
+      if (!o.bias_table.empty()) r.bias_table = read_values(o.bias_table[0], "--bias-table", false);
+      if (o.bias_table.size() == 2) {
+        r.bias_table_y = read_values(o.bias_table[1], "--bias-table", false);
+      }
+      try {
+        write_out(layout_bucket_table(r), o.c);
+      } catch (const InputError& e) {
+        // The library's second weight is the second value of --bias-table.
+        const std::string msg = e.what();
+        if (msg.rfind("bias_table_y: ", 0) != 0) throw;
+        throw InputError("--bias-table (y, the second): " + msg.substr(14));
+      }
     });
   }
 }
