@@ -419,20 +419,50 @@ void register_table(CLI::App& app) {
   }
   if (wanted("relative")) {
     static PairOptions o;
+    static long long left = 0, right = 0;
+    static std::string beyond = "clamp", embeddings;
     auto* sub = table->add_subcommand(
-        "relative", "Shaw clipped relative index clip(j-i, -M, M) + M; shape [Q, K], integers");
+        "relative",
+        "Shaw relative index clip(d, -L, R) + L of the distance d = j-i (or i-j), L = R = M "
+        "by default; -1 beyond the window with --beyond zero; shape [Q, K], integers (or the "
+        "rows of a learned table gathered, [Q, K, dim])");
     sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
     sub->add_option("--k-len", o.k_len, "key length K (default: Q)");
-    sub->add_option("--max-distance", o.max_distance, "clipping distance M")->required();
-    sub->add_option("--sign", o.sign, "k-q (j - i, default; tensor2tensor) or q-k (i - j)")
+    sub->add_option("--max-distance", o.max_distance,
+                    "clipping distance M on both sides (needed unless --left and --right)");
+    sub->add_option("--left", left,
+                    "L: the window below 0 (default M; Wav2Vec2-BERT left_max_position_embeddings "
+                    "64; SpeechT5 max_length)");
+    sub->add_option("--right", right,
+                    "R: the window above 0 (default M; Wav2Vec2-BERT right_max_position_embeddings "
+                    "8; SpeechT5 max_length - 1)");
+    sub->add_option("--sign", o.sign,
+                    "k-q (d = j - i, default; tensor2tensor, Wav2Vec2-BERT, VITS) or q-k "
+                    "(d = i - j; SpeechT5)")
         ->check(CLI::IsMember({"k-q", "q-k"}));
-    add_common(sub, o.c, kIntDtypeHelp);
+    sub->add_option("--beyond", beyond,
+                    "clamp (distances outside [-L, R] take the edge row, default) or zero "
+                    "(index -1, a zero row: VITS)")
+        ->check(CLI::IsMember({"clamp", "zero"}));
+    sub->add_option("--embeddings", embeddings,
+                    "learned table REF [L + R + 1, dim] (distance_embedding, pe_k, emb_rel_k): "
+                    "write its rows gathered, [Q, K, dim] (zeros for -1), instead of the index");
+    add_common(sub, o.c,
+               "output dtype: i64 (default), any integer dtype that holds the indices (signed "
+               "with --beyond zero), f32 or f64; with --embeddings f32 (default), f64, f16, bf16");
     sub->callback([sub] {
       RelativeRequest r;
       r.q_len = given(sub, "--q-len", o.q_len);
       r.k_len = given(sub, "--k-len", o.k_len);
       r.max_distance = o.max_distance;
+      r.left = given(sub, "--left", left);
+      r.right = given(sub, "--right", right);
       r.q_minus_k = o.sign == "q-k";
+      r.zero_beyond = beyond == "zero";
+      if (!embeddings.empty()) {
+        relative_table(r);  // the window checked before the table is read
+        r.embeddings = read_values(embeddings, "--embeddings", false);
+      }
       write_out(relative_table(r), o.c);
     });
   }
