@@ -26,6 +26,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include "posenc/encodings/family_sinusoids.hpp"
+#include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
@@ -118,8 +119,12 @@ xt::xarray<double> rope(const RopeTableRequest& r);
 xt::xarray<double> rope2d(const Rope2dRequest& r);
 /// `table alibi`: slopes [H] or a bias [H, Q, K] (alibi_table).
 xt::xarray<double> alibi(const AlibiRequest& r);
-/// `table relative`: Shaw's clipped index [Q, K] (relative_table).
+/// `table relative`: the relative index [Q, K] of the window (relative_table; -1
+/// outside it with zero_beyond). UsageError with `embeddings` (relative_table gathers).
 xt::xarray<std::int64_t> relative(const RelativeRequest& r);
+/// `table layoutlm-bucket`: LayoutLMv2/v3 buckets [b, s, s], or the bias [b, heads, s, s]
+/// of learned weights (layout_bucket.hpp); buckets are exact in float64.
+xt::xarray<double> layoutlm_buckets(const LayoutBucketRequest& r);
 /// `table t5-bucket`: HF T5's bucket of j - i, [Q, K] (t5_bucket_table).
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r);
 /// `table xl-relative`: the Transformer-XL / XLNet relative table R [rlen, D].

@@ -153,6 +153,20 @@ class LayoutlmBucket(PosencTestCase):
         # Not the y bias (the test can fail).
         self.assertGreater(np.abs(got - bias_2d(bbox, wx, wy).numpy()).max(), 0.1)
 
+    def test_bias_as_attention_mask(self):
+        # The 1-D bias as LayoutLMv2's attention adds it: softmax(q k^T / sqrt(d) + rel_pos).
+        ids = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 3, 9, 30, 31, 200]])
+        w = torch.randn(3, 32, generator=self.gen, dtype=torch.float64)
+        q, k = (torch.randn(2, 3, 6, 8, generator=self.gen, dtype=torch.float64) for _ in range(2))
+        probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8) + bias_1d(ids, w), -1)
+        bias = self.path("bias.npy")
+        self.run_ok("table", "layoutlm-bucket", "--position-ids", self.npy("p.npy", ids.numpy()),
+                    "--bias-table", self.npy("w.npy", w.numpy()), "--dtype", "f64", "-o", bias)
+        out = self.path("p.npy")
+        self.run_ok("attention", "-q", self.npy("q.npy", q.numpy()), "-k", self.npy("k.npy", k.numpy()),
+                    "--mask", bias, "--emit", "probs", "--dtype", "f64", "-o", out)
+        self.assert_close(np.load(out), probs.numpy(), rtol=1e-12, atol=1e-14)
+
     def test_errors(self):
         out = self.path("x.npy")
         base = ("table", "layoutlm-bucket", "-o", out)
