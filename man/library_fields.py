@@ -38,6 +38,7 @@ STRUCTS = [
     ("encodings/family_sinusoids.hpp", "DetrSineRequest"),
     ("encodings/family_sinusoids.hpp", "FairseqSinusoidalRequest"),
     ("encodings/layout_bucket.hpp", "LayoutBucketRequest"),
+    ("encodings/complex_order.hpp", "ComplexOrderRequest"),
     ("ops/attention.hpp", "AttentionOptions"),
     ("ops/attention_relative.hpp", "XlAttention"),
     ("ops/attention_relative.hpp", "DebertaAttention"),

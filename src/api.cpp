@@ -62,6 +62,9 @@ xt::xarray<std::int64_t> relative(const RelativeRequest& r) {
   }
   return integral(relative_table(r));
 }
+xt::xarray<double> complex_order(const ComplexOrderRequest& r) {
+  return evaluate_table(complex_order_table(r));
+}
 xt::xarray<double> layoutlm_buckets(const LayoutBucketRequest& r) {
   return evaluate_table(layout_bucket_table(r));
 }

@@ -25,6 +25,7 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "posenc/encodings/complex_order.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
@@ -125,6 +126,9 @@ xt::xarray<std::int64_t> relative(const RelativeRequest& r);
 /// `table layoutlm-bucket`: LayoutLMv2/v3 buckets [b, s, s], or the bias [b, heads, s, s]
 /// of learned weights (layout_bucket.hpp); buckets are exact in float64.
 xt::xarray<double> layoutlm_buckets(const LayoutBucketRequest& r);
+/// `table complex-order`: Wang et al.'s complex word-order embeddings, real then
+/// imaginary parts, [2, N, D] or [2, b, s, D] (complex_order.hpp).
+xt::xarray<double> complex_order(const ComplexOrderRequest& r);
 /// `table t5-bucket`: HF T5's bucket of j - i, [Q, K] (t5_bucket_table).
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r);
 /// `table xl-relative`: the Transformer-XL / XLNet relative table R [rlen, D].

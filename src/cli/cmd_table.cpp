@@ -1,6 +1,6 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
-// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket). The options fill the library's table requests
+// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order). The options fill the library's table requests
 // (encodings/tables.hpp and the modules beside it); the table is computed in float64 and streamed
 // to the output block by block.
 
@@ -18,6 +18,7 @@
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
+#include "posenc/encodings/complex_order.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/tables.hpp"
@@ -263,6 +264,12 @@ struct LayoutBucketOptions {
   std::vector<std::string> bias_table;
 };
 
+struct ComplexOrderOptions {
+  Common c;
+  std::string frequency, amplitude, phase, input_ids;
+  long long positions = 0, start = 0;
+};
+
 struct FairseqOptions {
   Common c;
   FairseqSinusoidalRequest r;
@@ -307,7 +314,7 @@ void register_table(CLI::App& app) {
                         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
                          "xl-relative", "deberta-bucket", "swin-index", "beit-index",
                          "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal",
-                         "layoutlm-bucket"});
+                         "layoutlm-bucket", "complex-order"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -720,6 +727,35 @@ void register_table(CLI::App& app) {
         if (msg.rfind("bias_table_y: ", 0) != 0) throw;
         throw InputError("--bias-table (y, the second): " + msg.substr(14));
       }
+    });
+  }
+  if (wanted("complex-order")) {
+    static ComplexOrderOptions o;
+    auto* sub = table->add_subcommand(
+        "complex-order",
+        "Wang et al. 2020 complex word-order embeddings r exp(i (w pos + theta)): real parts "
+        "r cos(w pos + theta), then imaginary parts r sin(...); shape [2, N, D], or [2, b, s, "
+        "D] for the tokens of --input-ids");
+    sub->add_option("--frequency", o.frequency,
+                    "frequencies w REF: a vector [D], or a table [V, D] of one per word (with "
+                    "--input-ids)")
+        ->required();
+    sub->add_option("--amplitude", o.amplitude, "amplitudes r REF, the shape of w (default 1)");
+    sub->add_option("--phase", o.phase, "initial phases theta REF, the shape of w (default 0)");
+    sub->add_option("--positions", o.positions, "rows N for vectors [D]: positions start ..");
+    sub->add_option("--start", o.start, "position of the first row or token (default 0)");
+    sub->add_option("--input-ids", o.input_ids,
+                    "token ids REF [b, s] into tables [V, D]: token (b, s) at position start + s");
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([sub] {
+      ComplexOrderRequest r;
+      if (sub->count("--positions") > 0) r.positions = o.positions;
+      r.start = o.start;
+      r.frequency = read_values(o.frequency, "--frequency", false);
+      if (!o.amplitude.empty()) r.amplitude = read_values(o.amplitude, "--amplitude", false);
+      if (!o.phase.empty()) r.phase = read_values(o.phase, "--phase", false);
+      if (!o.input_ids.empty()) r.input_ids = read_int64(o.input_ids, "--input-ids");
+      write_out(complex_order_table(r), o.c);
     });
   }
 }
