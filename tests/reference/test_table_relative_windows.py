@@ -16,8 +16,15 @@ against HF transformers' own code written out here in torch (float64 tables):
   relative embeddings at offset j - i exactly, and the relative logits
   matmul(q, rel^T) skewed to absolute positions equal q . rows to 1e-12;
 - symmetric Shaw tables unchanged (left = right = M);
+- `posenc attention --relative-k/-v` with the same windows (--relative-left/-right,
+  --relative-sign, --relative-beyond) against each family's attention in float64:
+  Wav2Vec2-BERT's scores (q k^T + einsum(q, positional_embedding)) / sqrt(d), SpeechT5's
+  scaled q k^T + q . pe_k[pos_seq], VITS's logits with the skewed relative logits and
+  its output with the relative values (_absolute_position_to_relative_position): probs
+  and output within 1e-12;
 - bad windows and tables: exit 2 or 3 with one line and no output.
 """
+import math
 import os
 import unittest
 
@@ -55,6 +62,16 @@ def vits_get_relative_embeddings(relative_embeddings, length, window_size):
     slice_start_position = max((window_size + 1) - length, 0)
     slice_end_position = slice_start_position + 2 * length - 1
     return relative_embeddings[:, slice_start_position:slice_end_position]
+
+
+def vits_absolute_position_to_relative_position(x):
+    """HF VitsAttention._absolute_position_to_relative_position."""
+    batch_heads, length, _ = x.size()
+    x = nn.functional.pad(x, [0, length - 1, 0, 0, 0, 0])
+    x_flat = x.view([batch_heads, length * (2 * length - 1)])
+    x_flat = nn.functional.pad(x_flat, [length, 0, 0, 0])
+    x_final = x_flat.view([batch_heads, length, 2 * length])[:, :, 1:]
+    return x_final
 
 
 def vits_relative_position_to_absolute_position(x):
@@ -164,6 +181,105 @@ class RelativeWindows(PosencTestCase):
         self.assert_fails(2, *base, "--max-distance", 1, "--embeddings",
                           self.npy("e.npy", np.zeros((3, 2))), "--dtype", "i64", match="--dtype")
         self.assertFalse(os.path.exists(out))
+
+
+class AttentionWindows(PosencTestCase):
+    def setUp(self):
+        super().setUp()
+        self.gen = torch.Generator().manual_seed(21)
+
+    def randn(self, *shape):
+        return torch.randn(*shape, generator=self.gen, dtype=torch.float64)
+
+    def attend(self, q, k, v, *args):
+        out = self.path("att.h5")
+        if os.path.exists(out):
+            os.remove(out)
+        self.run_ok("attention", "-q", self.npy("q.npy", q.numpy()), "-k", self.npy("k.npy", k.numpy()),
+                    "-v", self.npy("v.npy", v.numpy()), *args, "--emit", "probs,output", "--dtype",
+                    "f64", "-o", out)
+        import h5py
+        with h5py.File(out, "r") as f:
+            return f["/probs"][...], f["/output"][...]
+
+    def test_wav2vec2_bert(self):
+        b, h, s, d, left, right = 2, 3, 80, 8, 64, 8
+        q, k, v = self.randn(b, h, s, d), self.randn(b, h, s, d), self.randn(b, h, s, d)
+        emb = nn.Embedding(left + right + 1, d).double()
+        with torch.no_grad():
+            emb.weight.copy_(self.randn(left + right + 1, d))
+        # Wav2Vec2BertSelfAttention.forward with position_embeddings_type "relative_key".
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d)
+        _, positional_embedding = w2v_bert_positional_embedding(emb, s, s, left, right)
+        rel = torch.einsum("bhld,lrd->bhlr", q, positional_embedding.detach())
+        probs = torch.softmax(scores + rel / math.sqrt(d), dim=-1)
+        out = torch.matmul(probs, v)
+        got_p, got_o = self.attend(q, k, v, "--relative-k", self.npy("e.npy", emb.weight.detach().numpy()),
+                                   "--relative-left", left, "--relative-right", right)
+        self.assert_close(got_p, probs.numpy(), rtol=1e-12, atol=1e-15)
+        self.assert_close(got_o, out.numpy(), rtol=1e-12, atol=1e-13)
+
+    def test_speecht5(self):
+        h, s, d, m = 4, 30, 8, 10
+        q, k, v = self.randn(1, h, s, d), self.randn(1, h, s, d), self.randn(1, h, s, d)
+        pe_k = nn.Embedding(2 * m, d).double()
+        with torch.no_grad():
+            pe_k.weight.copy_(self.randn(2 * m, d))
+        _, position_bias = speecht5_relative(pe_k, s, m)
+        # SpeechT5Attention: scaled queries, bmm with keys, + q . position_bias.
+        qs = q[0] * d ** -0.5
+        attn = torch.bmm(qs, k[0].transpose(1, 2))
+        reshape_q = qs.transpose(0, 1)
+        rel_pos_bias = torch.matmul(reshape_q, position_bias.detach().transpose(-2, -1)).transpose(0, 1)
+        probs = torch.softmax(attn + rel_pos_bias, dim=-1)
+        out = torch.bmm(probs, v[0])
+        got_p, got_o = self.attend(q, k, v, "--relative-k", self.npy("e.npy", pe_k.weight.detach().numpy()),
+                                   "--relative-sign", "q-k", "--relative-left", m,
+                                   "--relative-right", m - 1)
+        self.assert_close(got_p[0], probs.numpy(), rtol=1e-12, atol=1e-15)
+        self.assert_close(got_o[0], out.numpy(), rtol=1e-12, atol=1e-13)
+
+    def test_vits(self):
+        h, s, d, window = 2, 11, 6, 4
+        q, k, v = self.randn(1, h, s, d), self.randn(1, h, s, d), self.randn(1, h, s, d)
+        emb_rel_k, emb_rel_v = self.randn(1, 2 * window + 1, d), self.randn(1, 2 * window + 1, d)
+        # VitsAttention.forward (no mask): relative keys and values, zero beyond the window.
+        qs = q[0] * d ** -0.5
+        attn_weights = torch.bmm(qs, k[0].transpose(1, 2))
+        key_relative_embeddings = vits_get_relative_embeddings(emb_rel_k, s, window)
+        relative_logits = torch.matmul(qs, key_relative_embeddings.transpose(-2, -1))
+        attn_weights = attn_weights + vits_relative_position_to_absolute_position(relative_logits)
+        probs = torch.softmax(attn_weights, dim=-1)
+        out = torch.bmm(probs, v[0])
+        value_relative_embeddings = vits_get_relative_embeddings(emb_rel_v, s, window)
+        relative_weights = vits_absolute_position_to_relative_position(probs)
+        out = out + torch.matmul(relative_weights, value_relative_embeddings)
+        got_p, got_o = self.attend(q, k, v, "--relative-k", self.npy("rk.npy", emb_rel_k[0].numpy()),
+                                   "--relative-v", self.npy("rv.npy", emb_rel_v[0].numpy()),
+                                   "--max-distance", window, "--relative-beyond", "zero")
+        self.assert_close(got_p[0], probs.numpy(), rtol=1e-12, atol=1e-15)
+        self.assert_close(got_o[0], out.numpy(), rtol=1e-12, atol=1e-13)
+        # Clamping instead (the edge rows beyond the window) is a different attention.
+        got_c, _ = self.attend(q, k, v, "--relative-k", self.path("rk.npy"), "--relative-v",
+                               self.path("rv.npy"), "--max-distance", window)
+        self.assertGreater(np.abs(got_c[0] - probs.numpy()).max(), 1e-3)
+
+    def test_errors(self):
+        q = self.npy("q.npy", np.zeros((1, 2, 5, 4)))
+        e = self.npy("e.npy", np.zeros((73, 4)))
+        base = ("attention", "-q", q, "-k", q, "-v", q, "-o", self.path("o.npy"), "--emit", "output")
+        self.assert_fails(2, *base, "--relative-left", 64, "--relative-right", 8,
+                          match="need --relative-k or --relative-v")
+        self.assert_fails(2, *base, "--relative-k", e, "--relative-left", 64,
+                          match="--relative-left/--relative-right: give both")
+        self.assert_fails(2, *base, "--relative-k", e, "--relative-left", -1, "--relative-right", 8,
+                          match="--relative-left: must be from 0 to 2\\^30, got -1")
+        self.assert_fails(2, *base, "--relative-k", e, "--relative-left", 64, "--relative-right", 8,
+                          "--max-distance", 3, match="--max-distance: cannot be combined")
+        self.assert_fails(2, *base, "--relative-k", e, "--relative-beyond", "wrap")
+        self.assert_fails(3, *base, "--relative-k", e, "--relative-left", 60, "--relative-right", 8,
+                          match="--relative-k: 73 rows, but left 60 and right 8 need 69")
+        self.assertFalse(os.path.exists(self.path("o.npy")))
 
 
 if __name__ == "__main__":
