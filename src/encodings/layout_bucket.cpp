@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -100,6 +101,27 @@ std::shared_ptr<const xt::xarray<double>> weight(const xt::xarray<double>& w, in
   return std::make_shared<const xt::xarray<double>>(w);
 }
 
+// The bucket of every offset d, as a table over [-md, md]: beyond max_distance every
+// offset shares the last bucket of its side (HF's min(val_if_large, num_buckets - 1)),
+// so clamping d to +-md first gives the same bucket.
+class BucketLookup {
+ public:
+  BucketLookup(int buckets, int max_distance) : md_(max_distance) {
+    lut_.resize(2 * static_cast<std::size_t>(md_) + 1);
+    for (std::int64_t d = -md_; d <= md_; ++d) {
+      lut_[static_cast<std::size_t>(d + md_)] =
+          static_cast<std::int32_t>(t5_bucket(d, true, buckets, max_distance));
+    }
+  }
+  std::int32_t operator()(std::int64_t d) const {
+    return lut_[static_cast<std::size_t>(std::clamp<std::int64_t>(d, -md_, md_) + md_)];
+  }
+
+ private:
+  std::int64_t md_;
+  std::vector<std::int32_t> lut_;
+};
+
 }  // namespace
 
 Table layout_bucket_table(const LayoutBucketRequest& r) {
@@ -134,8 +156,8 @@ Table layout_bucket_table(const LayoutBucketRequest& r) {
   if (nb < 4 || nb > (1 << 20)) {
     throw UsageError(fmt::format("buckets: must be from 4 to 2^20, got {}", nb));
   }
-  if (md < 1 || md > std::numeric_limits<int>::max()) {
-    throw UsageError(fmt::format("max_distance: must be from 1 to 2^31 - 1, got {}", md));
+  if (md < 1 || md > (1 << 24)) {
+    throw UsageError(fmt::format("max_distance: must be from 1 to 2^24, got {}", md));
   }
   t5_bucket(0, true, nb, static_cast<int>(md));  // the pair checked (UsageError)
 
@@ -154,18 +176,16 @@ Table layout_bucket_table(const LayoutBucketRequest& r) {
              {"max_distance", static_cast<long long>(md)},
              {"bidirectional", 1LL}};
   t.dataset = "/layoutlm_bucket";
-  const int imd = static_cast<int>(md);
+  auto bucket = std::make_shared<const BucketLookup>(nb, static_cast<int>(md));
   if (!r.bias_table) {
     t.integral = true;
     t.max_value = nb - 1;
     t.spec.shape = {B, S, S};
     // rel_pos_mat = c.unsqueeze(-2) - c.unsqueeze(-1): entry (i, j) is c_j - c_i.
-    t.spec.line = [c1, S, nb, imd](std::size_t line, double* out) {
+    t.spec.line = [c1, S, bucket](std::size_t line, double* out) {
       const std::vector<std::int64_t>& c = (*c1)[line / S];
       const std::int64_t ci = c[line % S];
-      for (std::size_t j = 0; j < S; ++j) {
-        out[j] = static_cast<double>(t5_bucket(c[j] - ci, true, nb, imd));
-      }
+      for (std::size_t j = 0; j < S; ++j) out[j] = static_cast<double>((*bucket)(c[j] - ci));
     };
     return t;
   }
@@ -181,15 +201,16 @@ Table layout_bucket_table(const LayoutBucketRequest& r) {
   t.spec.shape = {B, heads, S, S};
   // W.t()[bucket].permute(0, 3, 1, 2): line (b, h, i), entry j is W[h, bucket(i, j)];
   // for xy the x bias plus the y bias.
-  t.spec.line = [c1, c2, w1, w2, S, heads, nb, imd](std::size_t line, double* out) {
+  t.spec.line = [c1, c2, w1, w2, S, heads, nb, bucket](std::size_t line, double* out) {
     const std::size_t i = line % S, h = (line / S) % heads, b = line / S / heads;
+    const BucketLookup& bk = *bucket;
     const double* wx = w1->data() + h * static_cast<std::size_t>(nb);
     const std::vector<std::int64_t>& c = (*c1)[b];
-    for (std::size_t j = 0; j < S; ++j) out[j] = wx[t5_bucket(c[j] - c[i], true, nb, imd)];
+    for (std::size_t j = 0; j < S; ++j) out[j] = wx[bk(c[j] - c[i])];
     if (c2) {
       const double* wy = w2->data() + h * static_cast<std::size_t>(nb);
       const std::vector<std::int64_t>& y = (*c2)[b];
-      for (std::size_t j = 0; j < S; ++j) out[j] += wy[t5_bucket(y[j] - y[i], true, nb, imd)];
+      for (std::size_t j = 0; j < S; ++j) out[j] += wy[bk(y[j] - y[i])];
     }
   };
   return t;

@@ -49,7 +49,7 @@ struct LayoutBucketRequest {
   /// boxes. At least 4 (bidirectional).
   std::optional<int> buckets;
   /// HF max_distance (max_rel_pos / max_rel_2d_pos); default 128 for positions, 256 for
-  /// boxes. Above buckets / 4.
+  /// boxes. Above buckets / 4, at most 2^24.
   std::optional<std::int64_t> max_distance;
   /// The learned weight [heads, buckets] (rel_pos_bias, or rel_pos_x_bias for x and xy):
   /// the table is then the bias [b, heads, s, s] instead of the buckets [b, s, s].
