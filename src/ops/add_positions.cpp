@@ -219,18 +219,29 @@ class AddApplier {
       for (std::size_t li = 0; li < lines; ++li) {
         load_line(in_, src + li * L * dtype_size(in_), L, buf.data());
         bool line_bad = false;
-        for (std::size_t k = 0; k < L; ++k) {
-          const std::size_t g = g0 + li * L + k;
-          const std::size_t s = (g / strides_[s_axis_]) % S_;
-          const std::size_t d = last == d_axis_ ? k : (g / strides_[d_axis_]) % D_;
-          const std::size_t b = b_axis_ == std::string::npos ? 0 : (g / strides_[b_axis_]) % B_;
-          const std::int64_t row = row_of(b, s);
+        const auto b_of = [&](std::size_t g) {
+          return b_axis_ == std::string::npos ? 0 : (g / strides_[b_axis_]) % B_;
+        };
+        const auto use_row = [&](std::int64_t row) {
           if (row != cached) {
             pe_row(row, pe.data());
             cached = row;
           }
-          line_bad |= !std::isfinite(buf[k]);
-          buf[k] = combine(buf[k] * scale, pe[d]);
+        };
+        if (last == d_axis_) {  // the line is one token
+          const std::size_t g = g0 + li * L;
+          use_row(row_of(b_of(g), (g / strides_[s_axis_]) % S_));
+          for (std::size_t k = 0; k < L; ++k) {
+            line_bad |= !std::isfinite(buf[k]);
+            buf[k] = combine(buf[k] * scale, pe[k]);
+          }
+        } else {
+          for (std::size_t k = 0; k < L; ++k) {
+            const std::size_t g = g0 + li * L + k;
+            use_row(row_of(b_of(g), (g / strides_[s_axis_]) % S_));
+            line_bad |= !std::isfinite(buf[k]);
+            buf[k] = combine(buf[k] * scale, pe[(g / strides_[d_axis_]) % D_]);
+          }
         }
         if (line_bad) bad = true;
         convert_values(buf.data(), L, out_, dst + li * L * dtype_size(out_));
