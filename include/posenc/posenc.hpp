@@ -27,9 +27,9 @@
 
 #include "posenc/encodings/complex_order.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
+#include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
-#include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"

@@ -65,7 +65,8 @@ std::size_t sequence_length(const TensorRef& input, const std::string& axes) {
   std::string letters = axes;
   if (letters.empty()) letters = info.shape.size() == 3 ? "bsd" : "sd";
   const std::size_t at = letters.find('s');
-  if (at == std::string::npos || letters.size() != info.shape.size()) return 0;  // the add reports it
+  if (at == std::string::npos || letters.size() != info.shape.size())
+    return 0;  // the add reports it
   return info.shape[at];
 }
 

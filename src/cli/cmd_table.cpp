@@ -1,8 +1,8 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
-// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order). The options fill the library's table requests
-// (encodings/tables.hpp and the modules beside it); the table is computed in float64 and streamed
-// to the output block by block.
+// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order). The options fill the
+// library's table requests (encodings/tables.hpp and the modules beside it); the table is computed
+// in float64 and streamed to the output block by block.
 
 #include <fmt/format.h>
 
@@ -17,8 +17,8 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
-#include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/complex_order.hpp"
+#include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/tables.hpp"
@@ -310,11 +310,11 @@ void register_table(CLI::App& app) {
   // Only the kind this run names is defined: the options of all of them were two
   // thirds of a small table's run time.
   const auto wanted = [](std::string_view kind) {
-    return defines_kind("table", kind,
-                        {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
-                         "xl-relative", "deberta-bucket", "swin-index", "beit-index",
-                         "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal",
-                         "layoutlm-bucket", "complex-order"});
+    return defines_kind(
+        "table", kind,
+        {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
+         "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
+         "fairseq-sinusoidal", "layoutlm-bucket", "complex-order"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,

@@ -1,15 +1,14 @@
 #pragma once
 // Pieces shared by the subcommands: global flags, output options, messages.
 
+#include <CLI/CLI.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <cstdint>
 #include <xtensor/xarray.hpp>
 
 #include "cli/parse.hpp"

@@ -28,8 +28,8 @@ std::string shape_text(const xt::xarray<double>::shape_type& shape) {
 void check_finite(const xt::xarray<double>& a, const char* name) {
   for (std::size_t k = 0; k < a.size(); ++k) {
     if (!std::isfinite(a.data()[k])) {
-      throw InputError(fmt::format("{}: value {} (flat index {}) is not finite", name,
-                                   a.data()[k], k));
+      throw InputError(
+          fmt::format("{}: value {} (flat index {}) is not finite", name, a.data()[k], k));
     }
   }
 }
@@ -46,13 +46,14 @@ Table complex_order_table(const ComplexOrderRequest& r) {
   const xt::xarray<double>& w = r.frequency;
   const bool per_word = w.dimension() == 2;
   if (w.dimension() != 1 && !per_word) {
-    throw InputError(fmt::format(
-        "frequency: expected a vector [D] or a table [V, D], got shape {}", shape_text(w.shape())));
+    throw InputError(fmt::format("frequency: expected a vector [D] or a table [V, D], got shape {}",
+                                 shape_text(w.shape())));
   }
   if (w.size() == 0) {
     throw InputError(fmt::format("frequency: empty, shape {}", shape_text(w.shape())));
   }
-  for (const auto& [name, a] : {std::pair{"amplitude", &r.amplitude}, std::pair{"phase", &r.phase}}) {
+  for (const auto& [name, a] :
+       {std::pair{"amplitude", &r.amplitude}, std::pair{"phase", &r.phase}}) {
     if (*a && (*a)->shape() != w.shape()) {
       throw InputError(fmt::format("{}: shape {} differs from the frequency's {}", name,
                                    shape_text((*a)->shape()), shape_text(w.shape())));
@@ -114,9 +115,10 @@ Table complex_order_table(const ComplexOrderRequest& r) {
     for (std::size_t k = 0; k < a.size(); ++k) {
       const std::int64_t id = a.data()[k];
       if (id < 0 || static_cast<std::size_t>(id) >= p->rows) {
-        throw InputError(fmt::format("input_ids: id {} at (b {}, s {}) is not a row of the {} "
-                                     "words",
-                                     id, k / seq, k % seq, p->rows));
+        throw InputError(
+            fmt::format("input_ids: id {} at (b {}, s {}) is not a row of the {} "
+                        "words",
+                        id, k / seq, k % seq, p->rows));
       }
       ids->push_back(id);
     }

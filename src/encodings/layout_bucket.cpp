@@ -52,9 +52,10 @@ std::vector<std::vector<std::int64_t>> coordinates(const LayoutBucketRequest& r,
   const char* what = column < 0 ? "position_ids" : "bbox";
   const auto check = [what](std::int64_t v, std::size_t b, std::size_t s) {
     if (v < -kMaxLayoutCoordinate || v > kMaxLayoutCoordinate) {
-      throw InputError(fmt::format("{}: entry of row {}, token {} is {}; coordinates must be "
-                                   "within +-2^40",
-                                   what, b, s, v));
+      throw InputError(
+          fmt::format("{}: entry of row {}, token {} is {}; coordinates must be "
+                      "within +-2^40",
+                      what, b, s, v));
     }
     return v;
   };
@@ -72,8 +73,8 @@ std::vector<std::vector<std::int64_t>> coordinates(const LayoutBucketRequest& r,
                                  shape_text({a.shape().begin(), a.shape().end()})));
   }
   if (a.shape(1) > static_cast<std::size_t>(kMaxLayoutTokens)) {
-    throw InputError(fmt::format("{}: {} tokens per row; at most {}", what, a.shape(1),
-                                 kMaxLayoutTokens));
+    throw InputError(
+        fmt::format("{}: {} tokens per row; at most {}", what, a.shape(1), kMaxLayoutTokens));
   }
   c.resize(a.shape(0));
   for (std::size_t b = 0; b < a.shape(0); ++b) {
@@ -88,9 +89,10 @@ std::vector<std::vector<std::int64_t>> coordinates(const LayoutBucketRequest& r,
 std::shared_ptr<const xt::xarray<double>> weight(const xt::xarray<double>& w, int buckets,
                                                  const char* name) {
   if (w.dimension() != 2 || w.shape(1) != static_cast<std::size_t>(buckets) || w.shape(0) == 0) {
-    throw InputError(fmt::format("{}: expected a weight (heads, {}) (nn.Linear(buckets, heads)), "
-                                 "got shape {}",
-                                 name, buckets, shape_text({w.shape().begin(), w.shape().end()})));
+    throw InputError(
+        fmt::format("{}: expected a weight (heads, {}) (nn.Linear(buckets, heads)), "
+                    "got shape {}",
+                    name, buckets, shape_text({w.shape().begin(), w.shape().end()})));
   }
   for (std::size_t k = 0; k < w.size(); ++k) {
     if (!std::isfinite(w.data()[k])) {
@@ -193,8 +195,8 @@ Table layout_bucket_table(const LayoutBucketRequest& r) {
   auto w2 = c2 ? weight(*r.bias_table_y, nb, "bias_table_y") : nullptr;
   const std::size_t heads = w1->shape(0);
   if (w2 && w2->shape(0) != heads) {
-    throw InputError(fmt::format("bias_table_y: {} heads, but bias_table has {}", w2->shape(0),
-                                 heads));
+    throw InputError(
+        fmt::format("bias_table_y: {} heads, but bias_table has {}", w2->shape(0), heads));
   }
   t.attrs.push_back({"heads", static_cast<long long>(heads)});
   t.dataset += "_bias";

@@ -582,9 +582,10 @@ Table relative_table(const RelativeRequest& r) {
   if (e.dimension() != 2 || static_cast<std::int64_t>(e.shape(0)) != w.rows() || e.shape(1) == 0) {
     std::string shape;
     for (std::size_t d : e.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-    throw InputError(fmt::format("embeddings: expected shape ({}, dim) for left {} and right {}, "
-                                 "got ({})",
-                                 w.rows(), w.left, w.right, shape));
+    throw InputError(
+        fmt::format("embeddings: expected shape ({}, dim) for left {} and right {}, "
+                    "got ({})",
+                    w.rows(), w.left, w.right, shape));
   }
   for (std::size_t n = 0; n < e.size(); ++n) {
     if (!std::isfinite(e.data()[n])) {

@@ -13,7 +13,6 @@
 #include <memory>
 #include <set>
 #include <vector>
-
 #include <xtensor/xtensor.hpp>
 
 #include "ops/slab_pipeline.hpp"

@@ -403,7 +403,8 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     std::optional<RelativeWindow> win = opt.relative_window;
     const bool sides_from_rows = win && win->left < 0 && win->right < 0;
     if (win && !sides_from_rows && opt.max_distance >= 0) {
-      throw UsageError("max_distance: cannot be combined with relative_window (its left and right)");
+      throw UsageError(
+          "max_distance: cannot be combined with relative_window (its left and right)");
     }
     if (win && !sides_from_rows &&
         (win->left < 0 || win->right < 0 || win->left > (std::int64_t{1} << 30) ||

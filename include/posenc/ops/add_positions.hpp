@@ -26,7 +26,6 @@
 #include <functional>
 #include <optional>
 #include <string>
-
 #include <xtensor/xarray.hpp>
 
 #include "posenc/encodings/sinusoidal.hpp"
@@ -74,8 +73,8 @@ struct AbsoluteEncoding {
   Combine combine = Combine::add;  ///< x * scale + PE or (x * scale) * PE
 };
 
-/// x * scale + PE (or (x * scale) * PE) for an in-memory tensor of any float dtype; `axes` letters from b, s,
-/// d with s and d required ("" = by rank: bsd, sd). Returns `out` (a float dtype).
+/// x * scale + PE (or (x * scale) * PE) for an in-memory tensor of any float dtype; `axes` letters
+/// from b, s, d with s and d required ("" = by rank: bsd, sd). Returns `out` (a float dtype).
 /// Throws UsageError for bad axes or parameters, InputError for a non-float input, a
 /// learned table that is not [max_len, d] or too short for the rows asked for, positions
 /// of the wrong shape or outside the table, and non-finite values (unless
