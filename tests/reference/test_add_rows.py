@@ -11,6 +11,10 @@ transformers' own position modules written out here in torch float64:
 - fairseq's `LearnedPositionalEmbedding` with `utils.make_positions` ((cumsum(mask) *
   mask) + padding_idx, mask = ids != padding_idx) as --attention-mask with --offset
   padding_idx + 1: equal exactly;
+- fairseq's sinusoidal positions (HF M2M-100: `create_position_ids_from_input_ids`
+  and the weights of `get_embedding`, tests/lib/reference_fairseq.py) as `posenc table
+  fairseq-sinusoidal` weights added with --attention-mask (ids != padding_idx) and
+  --offset padding_idx + 1, with a past given as ones leading the mask: within 1e-12;
 - --position-ids [b, s] / [1, s] / [s] with the sinusoidal table (the Annotated
   Transformer's buffer indexed by each token's position) and with sequence-first
   input (sbd): within 1e-12;
@@ -29,6 +33,7 @@ import torch
 
 from posenc_testlib import PosencTestCase
 from reference_relative import annotated_pe
+from reference_fairseq import fairseq_forward
 
 F64 = dict(rtol=1e-12, atol=1e-12)
 
@@ -106,6 +111,23 @@ class AddRows(PosencTestCase):
         got = self.add(x, "--table", self.npy("w.npy", w.numpy()), "--attention-mask",
                        self.npy("m.npy", mask.numpy()), "--offset", pad + 1)
         np.testing.assert_array_equal(got, ref.numpy())
+
+    def test_fairseq_sinusoidal(self):
+        pad, d = 1, 10
+        ids = torch.tensor([[5, 9, 7, pad, pad, pad], [pad, pad, 4, 4, 8, 3]])
+        x = self.randn(2, 6, d)
+        weights = self.path("w.npy")
+        self.run_ok("table", "fairseq-sinusoidal", "--positions", 20, "--dim", d, "--padding-idx",
+                    pad, "--dtype", "f64", "-o", weights)
+        for past in (0, 4):
+            emb, _ = fairseq_forward(ids, d, pad, past)
+            # The past as real tokens before the current ones: the mask's running count.
+            mask = torch.cat([torch.ones(2, past, dtype=torch.long), (ids != pad).long()], 1)
+            got = self.add(x, "--table", weights, "--attention-mask",
+                           self.npy("m.npy", mask.numpy()), "--offset", pad + 1)
+            self.assert_close(got, (x + emb).numpy(), **F64)
+            # Padding tokens add the zero row.
+            np.testing.assert_array_equal(got[0, 4], x[0, 4].numpy())
 
     def test_position_ids_sinusoidal(self):
         pe = annotated_pe(64, 16).numpy()
