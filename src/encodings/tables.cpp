@@ -533,6 +533,9 @@ RelativeWindow relative_window(const RelativeRequest& r) {
         "max_distance: needed (from 0 to 2^52) unless left and right are both given, got {}",
         r.max_distance));
   }
+  if (r.max_distance >= 0 && r.left && r.right) {
+    throw UsageError("max_distance: not used when left and right are both given (give two of them)");
+  }
   if (r.max_distance > kMax) {
     throw UsageError(fmt::format("max_distance: must be from 0 to 2^52, got {}", r.max_distance));
   }

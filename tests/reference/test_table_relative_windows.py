@@ -168,6 +168,8 @@ class RelativeWindows(PosencTestCase):
         self.assert_fails(2, *base, "--max-distance", 2, "--right", -3,
                           match="--right: must be from 0 to 2\\^52, got -3")
         self.assert_fails(2, *base, "--max-distance", 2, "--beyond", "wrap", match="--beyond")
+        self.assert_fails(2, *base, "--max-distance", 2, "--left", 1, "--right", 1,
+                          match="--max-distance: not used when")
         self.assert_fails(3, *base, "--left", 2, "--right", 1, "--embeddings",
                           self.npy("e.npy", np.zeros((5, 3))),
                           match=r"--embeddings: expected shape \(4, dim\) for left 2 and right 1, "
