@@ -9,6 +9,7 @@ namespace posenc::cli {
 
 void register_table(CLI::App& app);
 void register_rope(CLI::App& app);
+void register_rope_ids(CLI::App& app);
 void register_attention(CLI::App& app);
 void register_add(CLI::App& app);
 void register_inspect(CLI::App& app);
@@ -29,6 +30,7 @@ struct Command {
 inline constexpr Command kCommands[] = {
     {"table", register_table},
     {"rope", register_rope},
+    {"rope-ids", register_rope_ids},
     {"attention", register_attention},
     {"add", register_add},
     {"inspect", register_inspect},

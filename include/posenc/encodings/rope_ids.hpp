@@ -1,0 +1,121 @@
+#pragma once
+/// \file
+/// Multimodal RoPE position ids (M-RoPE, rows t, h, w) of a prompt, as HF transformers v5
+/// computes them in a model's `get_rope_index` (the layouts of modeling_rope_utils'
+/// `get_mrope_index`): from the prompt's layout, a sequence of text runs, images, videos
+/// and audio clips, instead of token ids and grid tensors.
+///
+/// A family's rules are a small value (RopeIdsRules): how far the running position
+/// advances after a vision block, how a video's time axis is scaled and in which
+/// arithmetic, whether videos are laid out frame by frame. One function executes any
+/// such value.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+
+/// The model families whose position ids are computed.
+enum class RopeIdsFamily {
+  qwen2_vl,     ///< Qwen2-VL: videos step 1 per temporal grid
+  qwen2_5_vl,   ///< Qwen2.5-VL: videos step tokens_per_second * int(seconds per grid)
+  qwen3_vl,     ///< Qwen3-VL: videos frame by frame between timestamp text
+  qwen2_5_omni  ///< Qwen2.5-Omni TMRoPE: audio spans, time in position_id_per_seconds
+};
+
+/// "qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen2.5-omni".
+std::string_view rope_ids_family_name(RopeIdsFamily f) noexcept;
+/// Parses a family name (also HF model_type spellings: qwen2_vl, qwen2_5_vl, qwen3_vl,
+/// qwen3_vl_moe, qwen2_5_omni, qwen2_5_omni_thinker). Throws UsageError naming `what`.
+RopeIdsFamily parse_rope_ids_family(std::string_view name, std::string_view what = "--family");
+
+/// One part of a prompt.
+struct PromptSegment {
+  enum class Kind { text, image, video, audio };
+  Kind kind = Kind::text;
+  std::int64_t tokens = 0;  ///< text, audio: the number of tokens
+  /// image, video: the grid in patches (HF's grid_thw), before the spatial merge.
+  std::int64_t t = 0, h = 0, w = 0;
+  /// video: seconds per temporal grid (HF's second_per_grid_ts entry); 0 = not given.
+  double seconds_per_grid = 0;
+  /// video (qwen3-vl): text tokens between consecutive frames (the timestamp and the
+  /// vision end/start tokens HF's processor puts there); -1 = not given.
+  std::int64_t frame_gap = -1;
+};
+
+/// A prompt as a sequence of segments, in order.
+struct PromptLayout {
+  std::vector<PromptSegment> segments;
+};
+
+/// Parses the compact layout SPEC: comma-separated segments
+///   text:N | image:TxHxW | video:TxHxW[@SECONDS][/GAP] | audio:N
+/// (N, T, H, W, GAP decimal integers; SECONDS a decimal number > 0). Throws UsageError
+/// naming `what` and the segment for malformed text or a value out of range (counts
+/// and grids 1 to 2^31-1).
+PromptLayout parse_prompt_layout(std::string_view spec, std::string_view what = "--layout");
+
+/// The layout in the canonical SPEC form (what parse_prompt_layout reads back).
+std::string prompt_layout_text(const PromptLayout& layout);
+
+/// The family's numbers (HF config keys in parentheses).
+struct RopeIdsRules {
+  RopeIdsFamily family = RopeIdsFamily::qwen2_vl;
+  std::int64_t spatial_merge_size = 2;  ///< vision_config.spatial_merge_size
+  /// qwen2.5-vl: vision_config.tokens_per_second; 0 = not known (a video is then an error).
+  double tokens_per_second = 0;
+  /// qwen2.5-omni: position_id_per_seconds (HF default 25).
+  double position_id_per_seconds = 25;
+};
+
+/// Position ids of a layout and HF's mrope_position_delta (max id + 1 - tokens).
+struct RopeIds {
+  Tensor ids;                ///< [3, s] i64: rows t, h, w
+  std::int64_t delta = 0;    ///< rope_deltas of get_rope_index, for decoding after the prompt
+  std::int64_t tokens = 0;   ///< s
+};
+
+/// The most tokens a layout may have.
+inline constexpr std::int64_t kMaxLayoutTokens = (std::int64_t{1} << 31) - 1;
+
+/// Computes the ids as transformers v5 does:
+/// - text: the running position p, p+1, ... on all three rows;
+/// - image/video of grid (T, H, W), merge m: T*(H/m)*(W/m) tokens with ids
+///   (p + time(k), p + i, p + j), k, i, j in C order; qwen2-vl/2.5-vl/3-vl then advance p
+///   by max(H, W)/m (v5's rule; 4.x used max id + 1), qwen2.5-omni starts every block
+///   (text included) at the previous max id + 1;
+/// - time(k): k for images and qwen2-vl videos; qwen2.5-vl videos
+///   k * (tokens_per_second * int(seconds)), in int64 when tokens_per_second is a whole
+///   number, else trunc of a float32 product; qwen2.5-omni trunc(f32(k) * f32(seconds *
+///   position_id_per_seconds)), seconds first rounded to float32 as HF's
+///   second_per_grid_ts tensor holds it; images k * position_id_per_seconds;
+/// - qwen3-vl: a video of T grids is T frames of grid (1, H, W), GAP text tokens between
+///   them, each frame's time id p;
+/// - audio (qwen2.5-omni): N tokens counting up from the previous max id + 1.
+/// Throws UsageError for a layout the family cannot have (audio outside qwen2.5-omni, a
+/// grid not divisible by the merge size, two images or two videos with no text between,
+/// which HF takes as one run, an omni media segment without the text token before and
+/// after it, seconds where the family ignores them), for a missing tokens_per_second
+/// and for positions or token counts out of range (ids must stay below 2^53, tokens at
+/// most kMaxLayoutTokens).
+RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules);
+
+/// The numbers a HF config.json gives (unset: the config does not say).
+struct RopeIdsConfig {
+  std::string model_type;                   ///< top-level model_type
+  std::int64_t spatial_merge_size = 0;      ///< 0: not given
+  double tokens_per_second = 0;             ///< 0: not given
+  double position_id_per_seconds = 0;       ///< 0: not given
+};
+
+/// Reads model_type, vision_config.spatial_merge_size, vision_config.tokens_per_second
+/// and position_id_per_seconds (top level or thinker_config) from a HF config.json.
+/// Throws InputError naming the file for an unreadable or malformed config or a value
+/// out of range.
+RopeIdsConfig read_rope_ids_config(const std::string& path);
+
+}  // namespace posenc

@@ -1,0 +1,507 @@
+// M-RoPE position ids of a prompt layout, as transformers v5's get_mrope_index lays them
+// out (modeling_rope_utils: _mrope_index_interleaved_runs for the Qwen-VL family,
+// _mrope_index_audio_chunked for Qwen2.5-Omni). See rope_ids.hpp for the rules.
+
+#include "posenc/encodings/rope_ids.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "io/json_doc.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+namespace {
+
+using Kind = PromptSegment::Kind;
+
+constexpr std::int64_t kMaxCount = (std::int64_t{1} << 31) - 1;
+constexpr double kMaxPosition = 9007199254740992.0;  // 2^53: ids stay exact in a double
+constexpr double kMaxSeconds = 1e6;
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::text: return "text";
+    case Kind::image: return "image";
+    case Kind::video: return "video";
+    case Kind::audio: return "audio";
+  }
+  return "?";
+}
+
+// A decimal count in [lo, kMaxCount]: digits only.
+std::int64_t parse_count(std::string_view s, std::int64_t lo, std::string_view what,
+                         std::string_view seg, std::string_view field) {
+  std::int64_t v = 0;
+  const bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return c >= '0' && c <= '9';
+  });
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (!digits || r.ec != std::errc() || r.ptr != s.data() + s.size()) {
+    if (digits) {
+      throw UsageError(fmt::format("{}: segment '{}': {} {} is larger than {}", what, seg, field,
+                                   s, kMaxCount));
+    }
+    throw UsageError(fmt::format("{}: segment '{}': {} '{}' is not a decimal integer", what, seg,
+                                 field, s));
+  }
+  if (v < lo || v > kMaxCount) {
+    throw UsageError(fmt::format("{}: segment '{}': {} must be {} to {}, got {}", what, seg, field,
+                                 lo, kMaxCount, v));
+  }
+  return v;
+}
+
+double parse_seconds(std::string_view s, std::string_view what, std::string_view seg) {
+  // digits[.digits] or .digits: no sign, exponent, inf or nan.
+  const auto dot = s.find('.');
+  auto all_digits = [](std::string_view x) {
+    return std::all_of(x.begin(), x.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const std::string_view ip = s.substr(0, dot);
+  const std::string_view fp = dot == std::string_view::npos ? std::string_view() : s.substr(dot + 1);
+  const bool ok = all_digits(ip) && all_digits(fp) && (ip.size() + fp.size() > 0) &&
+                  (dot == std::string_view::npos || !fp.empty());
+  double v = 0;
+  if (ok) {
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size()) v = -1;
+  }
+  if (!ok || !(v > 0) || v > kMaxSeconds) {
+    throw UsageError(fmt::format(
+        "{}: segment '{}': seconds per grid '{}' must be a decimal number above 0 and at most {}",
+        what, seg, s, kMaxSeconds));
+  }
+  return v;
+}
+
+PromptSegment parse_segment(std::string_view seg, std::string_view what) {
+  const auto colon = seg.find(':');
+  if (colon == std::string_view::npos) {
+    throw UsageError(fmt::format(
+        "{}: segment '{}': expected KIND:VALUE (text:N, image:TxHxW, video:TxHxW[@S][/GAP], "
+        "audio:N)",
+        what, seg));
+  }
+  const std::string_view kind = seg.substr(0, colon);
+  std::string_view value = seg.substr(colon + 1);
+  PromptSegment s;
+  if (kind == "text" || kind == "audio") {
+    s.kind = kind == "text" ? Kind::text : Kind::audio;
+    s.tokens = parse_count(value, 1, what, seg, "the token count");
+    return s;
+  }
+  if (kind != "image" && kind != "video") {
+    throw UsageError(fmt::format("{}: segment '{}': unknown kind '{}' (text, image, video, audio)",
+                                 what, seg, kind));
+  }
+  s.kind = kind == "image" ? Kind::image : Kind::video;
+  if (s.kind == Kind::video) {
+    const auto slash = value.find('/');
+    if (slash != std::string_view::npos) {
+      s.frame_gap = parse_count(value.substr(slash + 1), 0, what, seg, "the frame gap");
+      value = value.substr(0, slash);
+    }
+    const auto at = value.find('@');
+    if (at != std::string_view::npos) {
+      s.seconds_per_grid = parse_seconds(value.substr(at + 1), what, seg);
+      value = value.substr(0, at);
+    }
+  }
+  std::int64_t* dims[3] = {&s.t, &s.h, &s.w};
+  const char* names[3] = {"T", "H", "W"};
+  for (int i = 0; i < 3; ++i) {
+    const auto x = value.find('x');
+    if ((i < 2) == (x == std::string_view::npos)) {
+      throw UsageError(fmt::format("{}: segment '{}': expected the grid as TxHxW{}", what, seg,
+                                   s.kind == Kind::video ? " (then @SECONDS, /GAP)" : ""));
+    }
+    *dims[i] = parse_count(value.substr(0, x), 1, what, seg, fmt::format("grid {}", names[i]));
+    value = i < 2 ? value.substr(x + 1) : std::string_view();
+  }
+  return s;
+}
+
+// How a block's time ids grow with k: k * step in int64, or trunc(f32(k) * f32 step) as
+// torch computes an int64 arange times a Python float.
+struct TimeScale {
+  bool f32 = false;
+  std::int64_t step = 1;
+  float fstep = 1;
+  double at(std::int64_t k) const {  // exact for the ranges rope_ids admits
+    if (!f32) return static_cast<double>(k) * static_cast<double>(step);
+    const float prod = static_cast<float>(k) * fstep;
+    return std::trunc(static_cast<double>(prod));
+  }
+  std::int64_t id(std::int64_t k) const {
+    return f32 ? static_cast<std::int64_t>(std::trunc(static_cast<float>(k) * fstep)) : k * step;
+  }
+};
+
+// A Python number as HF multiplies it: whole numbers stay int (int64 arithmetic),
+// others are a float the tensor product rounds to float32.
+TimeScale scale_of(double step) {
+  TimeScale s;
+  if (step == std::trunc(step) && step <= kMaxPosition) {
+    s.step = static_cast<std::int64_t>(step);
+  } else {
+    s.f32 = true;
+    s.fstep = static_cast<float>(step);
+  }
+  return s;
+}
+
+// The family as data: what differs between the layouts.
+struct FamilyRules {
+  bool advance_max_hw = true;  // v5 Qwen-VL: p += max(H, W)/m after a vision block; else max+1
+  bool split_frames = false;   // qwen3-vl
+  bool audio = false;          // qwen2.5-omni
+  bool seconds = false;        // the family reads seconds per grid
+  bool frame_gap = false;      // the family reads /GAP
+};
+
+FamilyRules family_rules(RopeIdsFamily f) {
+  FamilyRules r;
+  switch (f) {
+    case RopeIdsFamily::qwen2_vl: break;
+    case RopeIdsFamily::qwen2_5_vl: r.seconds = true; break;
+    case RopeIdsFamily::qwen3_vl:
+      r.split_frames = true;
+      r.frame_gap = true;
+      break;
+    case RopeIdsFamily::qwen2_5_omni:
+      r.advance_max_hw = false;
+      r.audio = true;
+      r.seconds = true;
+      break;
+  }
+  return r;
+}
+
+// One block of ids: text/audio (a run) or a vision grid after the merge.
+struct Block {
+  bool vision = false;
+  std::int64_t n = 0;             // run length
+  std::int64_t t = 0, h = 0, w = 0;  // merged grid
+  TimeScale time;
+};
+
+std::string seg_text(const PromptSegment& s) {
+  PromptLayout one;
+  one.segments.push_back(s);
+  return prompt_layout_text(one);
+}
+
+// The family's checks of the layout, and the blocks it expands to.
+std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules& rules) {
+  const FamilyRules fr = family_rules(rules.family);
+  const std::string_view fam = rope_ids_family_name(rules.family);
+  const std::int64_t m = rules.spatial_merge_size;
+  if (m < 1 || m > kMaxCount) {
+    throw UsageError(fmt::format("spatial_merge_size: must be 1 to {}, got {}", kMaxCount, m));
+  }
+  if (layout.segments.empty()) throw UsageError("--layout: the layout has no segment");
+  std::vector<Block> blocks;
+  const auto& segs = layout.segments;
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    const PromptSegment& s = segs[i];
+    const std::string where = fmt::format("--layout: segment {} '{}'", i + 1, seg_text(s));
+    if (s.kind == Kind::text) {
+      blocks.push_back({false, s.tokens, 0, 0, 0, {}});
+      continue;
+    }
+    if (s.kind == Kind::audio && !fr.audio) {
+      throw UsageError(fmt::format("{}: {} has no audio input (only qwen2.5-omni)", where, fam));
+    }
+    const bool text_before = i > 0 && segs[i - 1].kind == Kind::text;
+    const bool text_after = i + 1 < segs.size() && segs[i + 1].kind == Kind::text;
+    if (fr.audio && (!text_before || !text_after)) {
+      throw UsageError(fmt::format(
+          "{}: {} opens and closes each {} with a start and an end token, which the text before "
+          "and after it holds: put text (at least 1 token) on both sides",
+          where, fam, kind_name(s.kind)));
+    }
+    if (!fr.audio && i > 0 && segs[i - 1].kind == s.kind) {
+      throw UsageError(fmt::format(
+          "{}: follows another {} with no text between; HF groups the tokens of both into one "
+          "run with one grid (a prompt has vision start/end tokens between them: text:2)",
+          where, kind_name(s.kind)));
+    }
+    if (s.kind == Kind::audio) {
+      blocks.push_back({false, s.tokens, 0, 0, 0, {}});
+      continue;
+    }
+    if (s.h % m != 0 || s.w % m != 0) {
+      throw UsageError(fmt::format("{}: grid H and W must be multiples of the spatial merge size {}",
+                                   where, m));
+    }
+    if (s.seconds_per_grid > 0 && (s.kind != Kind::video || !fr.seconds)) {
+      throw UsageError(fmt::format("{}: {} does not use seconds per grid (@SECONDS)", where, fam));
+    }
+    if (s.frame_gap >= 0 && !fr.frame_gap) {
+      throw UsageError(fmt::format("{}: /GAP (text between frames) is for qwen3-vl only", where));
+    }
+    Block b;
+    b.vision = true;
+    b.h = s.h / m;
+    b.w = s.w / m;
+    b.t = s.t;
+    if (s.kind == Kind::image) {
+      // Images step 1 per temporal grid; Omni scales them by position_id_per_seconds.
+      b.time = fr.audio ? scale_of(rules.position_id_per_seconds) : TimeScale{};
+    } else if (rules.family == RopeIdsFamily::qwen2_5_vl) {
+      if (!(rules.tokens_per_second > 0)) {
+        throw UsageError(fmt::format(
+            "{}: qwen2.5-vl videos need --tokens-per-second or --hf-config (vision_config."
+            "tokens_per_second: HF's default is 4, the released checkpoints say 2)",
+            where));
+      }
+      // tokens_per_second * int(second_per_grid_ts[i]), the tensor entry a float32.
+      const double secs = s.seconds_per_grid > 0 ? s.seconds_per_grid : 1.0;
+      const double whole = std::trunc(static_cast<double>(static_cast<float>(secs)));
+      if (rules.tokens_per_second == std::trunc(rules.tokens_per_second)) {
+        b.time = scale_of(rules.tokens_per_second * whole);
+      } else {  // a float tokens_per_second makes the interval a Python float
+        b.time.f32 = true;
+        b.time.fstep = static_cast<float>(rules.tokens_per_second * whole);
+      }
+    } else if (rules.family == RopeIdsFamily::qwen2_5_omni) {
+      if (!(s.seconds_per_grid > 0)) {
+        throw UsageError(fmt::format(
+            "{}: qwen2.5-omni videos need the seconds per grid: video:TxHxW@SECONDS", where));
+      }
+      // float(second_per_grid_ts[i]) * position_id_per_seconds: always a Python float.
+      const double secs = static_cast<double>(static_cast<float>(s.seconds_per_grid));
+      b.time.f32 = true;
+      b.time.fstep = static_cast<float>(secs * rules.position_id_per_seconds);
+    }
+    if (fr.split_frames && s.kind == Kind::video) {
+      if (s.t > 1 && s.frame_gap < 1) {
+        throw UsageError(fmt::format(
+            "{}: qwen3-vl lays a video out frame by frame with timestamp text between frames; "
+            "give the text tokens between frames as video:TxHxW/GAP (GAP at least 1)",
+            where));
+      }
+      for (std::int64_t k = 0; k < s.t; ++k) {
+        if (k > 0) blocks.push_back({false, s.frame_gap, 0, 0, 0, {}});
+        Block f = b;
+        f.t = 1;
+        blocks.push_back(f);
+      }
+      continue;
+    }
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+std::int64_t block_tokens(const Block& b) {
+  if (!b.vision) return b.n;
+  // Each factor is at most 2^31-1: t*h fits, the product is checked.
+  std::int64_t hw = 0, n = 0;
+  if (__builtin_mul_overflow(b.h, b.w, &hw) || __builtin_mul_overflow(hw, b.t, &n)) {
+    return std::numeric_limits<std::int64_t>::max();
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string_view rope_ids_family_name(RopeIdsFamily f) noexcept {
+  switch (f) {
+    case RopeIdsFamily::qwen2_vl: return "qwen2-vl";
+    case RopeIdsFamily::qwen2_5_vl: return "qwen2.5-vl";
+    case RopeIdsFamily::qwen3_vl: return "qwen3-vl";
+    case RopeIdsFamily::qwen2_5_omni: return "qwen2.5-omni";
+  }
+  return "?";
+}
+
+RopeIdsFamily parse_rope_ids_family(std::string_view name, std::string_view what) {
+  if (name == "qwen2-vl" || name == "qwen2_vl") return RopeIdsFamily::qwen2_vl;
+  if (name == "qwen2.5-vl" || name == "qwen2_5_vl") return RopeIdsFamily::qwen2_5_vl;
+  if (name == "qwen3-vl" || name == "qwen3_vl" || name == "qwen3_vl_moe") {
+    return RopeIdsFamily::qwen3_vl;
+  }
+  if (name == "qwen2.5-omni" || name == "qwen2_5_omni" || name == "qwen2_5_omni_thinker") {
+    return RopeIdsFamily::qwen2_5_omni;
+  }
+  throw UsageError(fmt::format("{}: unknown family '{}' (qwen2-vl, qwen2.5-vl, qwen3-vl, "
+                               "qwen2.5-omni)",
+                               what, name));
+}
+
+PromptLayout parse_prompt_layout(std::string_view spec, std::string_view what) {
+  PromptLayout out;
+  if (spec.empty()) throw UsageError(fmt::format("{}: the layout is empty", what));
+  std::size_t pos = 0;
+  while (true) {
+    const auto comma = spec.find(',', pos);
+    const std::string_view seg = spec.substr(pos, comma == std::string_view::npos ? spec.npos
+                                                                                  : comma - pos);
+    if (seg.empty()) throw UsageError(fmt::format("{}: empty segment in '{}'", what, spec));
+    out.segments.push_back(parse_segment(seg, what));
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::string prompt_layout_text(const PromptLayout& layout) {
+  std::string out;
+  for (const PromptSegment& s : layout.segments) {
+    if (!out.empty()) out += ',';
+    out += kind_name(s.kind);
+    out += ':';
+    if (s.kind == Kind::text || s.kind == Kind::audio) {
+      out += std::to_string(s.tokens);
+      continue;
+    }
+    out += fmt::format("{}x{}x{}", s.t, s.h, s.w);
+    if (s.seconds_per_grid > 0) out += fmt::format("@{}", s.seconds_per_grid);
+    if (s.frame_gap >= 0) out += fmt::format("/{}", s.frame_gap);
+  }
+  return out;
+}
+
+RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
+  if (!(rules.position_id_per_seconds > 0) || rules.position_id_per_seconds > kMaxPosition) {
+    throw UsageError("position_id_per_seconds: must be above 0 and below 2^53");
+  }
+  if (!(rules.tokens_per_second >= 0) || rules.tokens_per_second > kMaxPosition) {
+    throw UsageError("tokens_per_second: must be above 0 and below 2^53");
+  }
+  const std::vector<Block> blocks = layout_blocks(layout, rules);
+  std::int64_t total = 0;
+  for (const Block& b : blocks) {
+    const std::int64_t n = block_tokens(b);
+    if (n > kMaxLayoutTokens || total > kMaxLayoutTokens - n) {
+      throw UsageError(fmt::format("--layout: more than {} tokens", kMaxLayoutTokens));
+    }
+    total += n;
+  }
+  const bool omni = !family_rules(rules.family).advance_max_hw;
+  RopeIds r;
+  r.tokens = total;
+  r.ids = Tensor(DType::i64, {3, static_cast<std::size_t>(total)});
+  std::int64_t* row[3];
+  for (int a = 0; a < 3; ++a) row[a] = r.ids.data<std::int64_t>() + a * total;
+  std::int64_t at = 0;        // next token
+  std::int64_t pos = 0;       // the running position (Qwen-VL v5: current_pos)
+  std::int64_t max_id = -1;   // the largest id so far
+  for (const Block& b : blocks) {
+    const std::int64_t start = omni ? max_id + 1 : pos;
+    if (!b.vision) {
+      if (static_cast<double>(start) + static_cast<double>(b.n) > kMaxPosition) {
+        throw UsageError("--layout: position ids reach 2^53");
+      }
+      for (std::int64_t k = 0; k < b.n; ++k) {
+        row[0][at] = row[1][at] = row[2][at] = start + k;
+        ++at;
+      }
+      max_id = std::max(max_id, start + b.n - 1);
+      pos = start + b.n;
+      continue;
+    }
+    // Time is monotonic in k: the block's largest id is at its last grid, row or column.
+    const double last = std::max({b.time.at(b.t - 1), static_cast<double>(b.h - 1),
+                                  static_cast<double>(b.w - 1)});
+    if (static_cast<double>(start) + last >= kMaxPosition) {
+      throw UsageError("--layout: position ids reach 2^53");
+    }
+    for (std::int64_t k = 0; k < b.t; ++k) {
+      const std::int64_t tk = start + b.time.id(k);
+      for (std::int64_t i = 0; i < b.h; ++i) {
+        for (std::int64_t j = 0; j < b.w; ++j) {
+          row[0][at] = tk;
+          row[1][at] = start + i;
+          row[2][at] = start + j;
+          ++at;
+        }
+      }
+    }
+    max_id = std::max(max_id, start + static_cast<std::int64_t>(last));
+    pos = start + std::max(b.h, b.w);
+  }
+  r.delta = max_id + 1 - total;
+  return r;
+}
+
+namespace {
+
+constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+
+using json_doc::Json;
+
+const Json* member(const Json* obj, const char* key) {
+  if (obj == nullptr || !obj->is_object()) return nullptr;
+  auto it = obj->find(key);
+  return it == obj->end() ? nullptr : &*it;
+}
+
+double number(const std::string& path, const Json* v, const char* key) {
+  if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()) ||
+      v->get<double>() >= kMaxPosition) {
+    throw InputError(fmt::format("{}: {} must be a number above 0 and below 2^53", path, key));
+  }
+  return v->get<double>();
+}
+
+}  // namespace
+
+RopeIdsConfig read_rope_ids_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open the HF config", path));
+  std::string text;
+  std::vector<char> buf(std::size_t{1} << 16);
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    text.append(buf.data(), static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxConfigBytes) {
+      throw InputError(fmt::format("{}: larger than 16 MiB; a HF config is a few kilobytes", path));
+    }
+  }
+  if (in.bad()) throw InputError(fmt::format("{}: cannot read the HF config", path));
+  json_doc::JsonDoc doc;
+  try {
+    json_doc::parse(text, doc, 64, [&path]() {
+      throw InputError(fmt::format("{}: nested deeper than 64 levels; not a HF config", path));
+    });
+  } catch (const Json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON ({})", path, std::string(e.what()).substr(0, 120)));
+  }
+  const Json* root = &doc.root;
+  if (!root->is_object()) throw InputError(fmt::format("{}: expected a JSON object", path));
+  RopeIdsConfig c;
+  if (const Json* mt = member(root, "model_type"); mt != nullptr && mt->is_string()) {
+    c.model_type = mt->get<std::string>();
+  }
+  // Qwen2.5-Omni keeps the thinker's keys under thinker_config.
+  const Json* thinker = member(root, "thinker_config");
+  const Json* vision = member(root, "vision_config");
+  if (vision == nullptr) vision = member(thinker, "vision_config");
+  if (const Json* v = member(vision, "spatial_merge_size"); v != nullptr) {
+    if (!v->is_number_integer() || v->get<std::int64_t>() < 1 ||
+        v->get<std::int64_t>() > kMaxCount) {
+      throw InputError(fmt::format("{}: vision_config.spatial_merge_size must be an integer 1 to {}",
+                                   path, kMaxCount));
+    }
+    c.spatial_merge_size = v->get<std::int64_t>();
+  }
+  if (const Json* v = member(vision, "tokens_per_second"); v != nullptr) {
+    c.tokens_per_second = number(path, v, "vision_config.tokens_per_second");
+  }
+  const Json* pips = member(root, "position_id_per_seconds");
+  if (pips == nullptr) pips = member(thinker, "position_id_per_seconds");
+  if (pips != nullptr) c.position_id_per_seconds = number(path, pips, "position_id_per_seconds");
+  return c;
+}
+
+}  // namespace posenc
