@@ -221,13 +221,24 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
     if (s.kind == Kind::audio && !fr.audio) {
       throw UsageError(fmt::format("{}: {} has no audio input (only qwen2.5-omni)", where, fam));
     }
-    const bool text_before = i > 0 && segs[i - 1].kind == Kind::text;
-    const bool text_after = i + 1 < segs.size() && segs[i + 1].kind == Kind::text;
-    if (fr.audio && (!text_before || !text_after)) {
-      throw UsageError(fmt::format(
-          "{}: {} opens and closes each {} with a start and an end token, which the text before "
-          "and after it holds: put text (at least 1 token) on both sides",
-          where, fam, kind_name(s.kind)));
+    if (fr.audio) {
+      // The text runs around the segment (consecutive text segments are one run). Its
+      // start token ends the run before and its end token begins the run after; a run
+      // between two media segments holds an end and a start token.
+      std::int64_t before = 0, after = 0;
+      std::size_t b = i;
+      while (b > 0 && segs[b - 1].kind == Kind::text) before += segs[--b].tokens;
+      for (std::size_t a = i + 1; a < segs.size() && segs[a].kind == Kind::text; ++a) {
+        after += segs[a].tokens;
+      }
+      const std::int64_t need_before = b > 0 ? 2 : 1;
+      if (before < need_before || after < 1) {
+        throw UsageError(fmt::format(
+            "{}: {} opens and closes each {} with a start and an end token, which the text "
+            "before and after it holds: put at least 1 text token on each side (2 between two "
+            "media segments)",
+            where, fam, kind_name(s.kind)));
+      }
     }
     if (!fr.audio && i > 0 && segs[i - 1].kind == s.kind) {
       throw UsageError(fmt::format(

@@ -1,0 +1,442 @@
+"""`posenc rope-ids` against HF transformers v5's M-RoPE position ids, re-implemented here
+in torch from HF's code (transformers v5, src/transformers/modeling_rope_utils.py:
+get_mrope_vision_positions, _mrope_index_interleaved_runs (the layout of Qwen2-VL,
+Qwen2.5-VL and Qwen3-VL's get_rope_index: `mrope_layout` "interleaved_runs") and
+_mrope_index_audio_chunked (Qwen2.5-Omni's get_rope_index), as HF's main branch holds
+them in its v5 series; the per-model v5 get_rope_index of qwen2_5_vl computes the same
+`tokens_per_second * int(second_per_grid_ts[i])` interval):
+
+- the reference takes what HF takes: input_ids, mm_token_type_ids (or placeholder
+  token ids for Omni), image/video grid_thw, second_per_grid_ts, audio mel lengths;
+  the test builds them from the same prompt the layout SPEC describes;
+- ids and mrope_position_deltas equal exactly (integers), for text only, image first,
+  consecutive images, videos with whole and fractional seconds, Qwen3-VL frames with
+  timestamp text, Omni audio, images and videos;
+- end to end: the ids fed to `posenc rope --mrope-section 6,5,5 --position-ids` give
+  HF's apply_multimodal_rotary_pos_emb (hf_reference.mrope_cos_sin) within 1e-10;
+- bad layouts: exit 2 with one line and no output file.
+"""
+import itertools
+import json
+import os
+import unittest
+
+import h5py
+import numpy as np
+import torch
+
+import hf_reference as hf
+from posenc_testlib import PosencTestCase
+
+F64 = dict(rtol=1e-10, atol=1e-12)
+
+# Qwen2.5-Omni's token ids (Qwen2_5OmniThinkerConfig defaults).
+IMAGE, VIDEO, AUDIO = 151655, 151656, 151646
+VISION_START, AUDIO_START = 151652, 151647
+TEXT = 1000
+
+
+# --- HF v5 modeling_rope_utils, re-implemented (attention_mask None, batch 1) ---------
+
+def get_mrope_vision_positions(start_position, grid_thw, temporal_merge_size=1,
+                               spatial_merge_size=1, time_interval=1, dtype=torch.long):
+    llm_grid_t = int(grid_thw[0]) // temporal_merge_size
+    llm_grid_h = int(grid_thw[1]) // spatial_merge_size
+    llm_grid_w = int(grid_thw[2]) // spatial_merge_size
+    position_temporal = (torch.arange(llm_grid_t) * time_interval).to(dtype)
+    position_height = torch.arange(llm_grid_h, dtype=dtype) + start_position
+    position_width = torch.arange(llm_grid_w, dtype=dtype) + start_position
+    t, h, w = torch.meshgrid(position_temporal, position_height, position_width, indexing="ij")
+    ids = torch.stack([t, h, w], dim=0).reshape(3, -1)
+    ids[0] += start_position
+    return ids
+
+
+def positions_block(length, start):
+    return torch.arange(int(length), dtype=torch.long).view(1, -1).expand(3, -1) + start
+
+
+def interleaved_runs(input_ids, mm_token_type_ids, spatial_merge_size, image_grid_thw=None,
+                     video_grid_thw=None, second_per_grid_ts=None, tokens_per_second=None,
+                     split_video_frames=False):
+    """_mrope_index_interleaved_runs for one sequence: (position_ids [3, 1, s], deltas)."""
+    if split_video_frames and video_grid_thw is not None:
+        video_grid_thw = torch.repeat_interleave(video_grid_thw, video_grid_thw[:, 0], dim=0)
+        video_grid_thw[:, 0] = 1
+    grid_iters = {1: iter(image_grid_thw) if image_grid_thw is not None else None,
+                  2: iter(video_grid_thw) if video_grid_thw is not None else None}
+    second_iter = (iter(second_per_grid_ts) if second_per_grid_ts is not None
+                   else iter([1] * input_ids.shape[1]))
+    token_types = mm_token_type_ids[0]
+    groups = []
+    for key, group in itertools.groupby(enumerate(token_types.tolist()), lambda x: x[1]):
+        group = list(group)
+        groups.append((key, group[0][0], group[-1][0] + 1))
+    current_pos = 0
+    blocks = []
+    for modality, start, end in groups:
+        if modality == 0:
+            blocks.append(positions_block(end - start, current_pos))
+            current_pos += end - start
+        else:
+            grid_thw = next(grid_iters[modality])
+            if modality == 2 and tokens_per_second is not None:
+                time_interval = tokens_per_second * int(next(second_iter))
+            else:
+                time_interval = 1
+            blocks.append(get_mrope_vision_positions(current_pos, grid_thw, 1, spatial_merge_size,
+                                                     time_interval))
+            current_pos += max(grid_thw[1], grid_thw[2]) // spatial_merge_size
+    positions = torch.cat(blocks, dim=1).reshape(3, -1)
+    return positions, int(positions.max() + 1 - input_ids.shape[1])
+
+
+def audio_length_pooled(audio_seqlen):
+    return ((audio_seqlen - 1) // 2 + 1 - 2) // 2 + 1
+
+
+def audio_chunked(input_ids, spatial_merge_size, position_id_per_seconds, image_grid_thw=None,
+                  video_grid_thw=None, second_per_grid_ts=None, audio_seqlens=None):
+    """_mrope_index_audio_chunked for one sequence, use_audio_in_video False."""
+    token_ids = input_ids[0]
+    input_tokens = token_ids.tolist()
+    blocks = []
+
+    def next_position():
+        return blocks[-1].max() + 1 if blocks else 0
+
+    def block(length, start=None):
+        return positions_block(length, next_position() if start is None else start)
+
+    vision_start_indices = torch.argwhere(token_ids == VISION_START).squeeze(1)
+    vision_tokens = token_ids[vision_start_indices + 1]
+    num_audios = (token_ids == AUDIO_START).sum()
+    num_images = (vision_tokens == IMAGE).sum()
+    num_videos = (vision_tokens == VIDEO).sum()
+    remain_images, remain_videos, remain_audios = num_images, num_videos, num_audios
+    image_idx = video_idx = audio_idx = 0
+    st = 0
+    for _ in range(num_images + num_videos + num_audios):
+        unreachable = len(input_tokens) + 1
+        ed_image = (input_tokens.index(IMAGE, st) if IMAGE in input_tokens and remain_images > 0
+                    else unreachable)
+        ed_video = (input_tokens.index(VIDEO, st) if VIDEO in input_tokens and remain_videos > 0
+                    else unreachable)
+        ed_audio = (input_tokens.index(AUDIO, st) if AUDIO in input_tokens and remain_audios > 0
+                    else unreachable)
+        min_ed = min(ed_image, ed_video, ed_audio)
+        text_len = min_ed - st - 1
+        if text_len != 0:
+            blocks.append(block(text_len))
+        if min_ed == ed_audio:
+            blocks.append(block(1))
+            audio_len = audio_length_pooled(audio_seqlens[audio_idx])
+            blocks.append(block(audio_len))
+            blocks.append(block(1))
+            st += int(text_len + 1 + audio_len + 1)
+            audio_idx += 1
+            remain_audios -= 1
+        elif min_ed == ed_image:
+            blocks.append(block(1))
+            grid_thw = image_grid_thw[image_idx]
+            blocks.append(get_mrope_vision_positions(next_position(), grid_thw,
+                                                     spatial_merge_size=spatial_merge_size,
+                                                     time_interval=position_id_per_seconds))
+            image_len = grid_thw.prod() // (spatial_merge_size ** 2)
+            blocks.append(block(1))
+            st += int(text_len + 1 + image_len + 1)
+            image_idx += 1
+            remain_images -= 1
+        else:
+            blocks.append(block(1))
+            grid_thw = video_grid_thw[video_idx]
+            blocks.append(get_mrope_vision_positions(
+                next_position(), grid_thw, spatial_merge_size=spatial_merge_size,
+                time_interval=float(second_per_grid_ts[video_idx]) * position_id_per_seconds))
+            video_len = grid_thw.prod() // (spatial_merge_size ** 2)
+            blocks.append(block(1))
+            st += int(text_len + 1 + video_len + 1)
+            video_idx += 1
+            remain_videos -= 1
+    if st < len(input_tokens):
+        blocks.append(block(len(input_tokens) - st))
+    positions = torch.cat(blocks, dim=1).reshape(3, -1)
+    return positions, int(positions.max() + 1 - len(input_tokens))
+
+
+# --- HF's inputs for a prompt ----------------------------------------------------------
+
+def qwen_inputs(segments, merge, split_frames=False):
+    """input_ids, mm_token_type_ids and grids for [(kind, value), ...]: ("text", n),
+    ("image", (t, h, w)), ("video", (t, h, w, seconds, gap))."""
+    types, images, videos, seconds = [], [], [], []
+    for kind, v in segments:
+        if kind == "text":
+            types += [0] * v
+        elif kind == "image":
+            images.append(v)
+            types += [1] * (v[0] * (v[1] // merge) * (v[2] // merge))
+        else:
+            t, h, w, secs, gap = v
+            videos.append((t, h, w))
+            seconds.append(secs)
+            frame = (h // merge) * (w // merge)
+            if split_frames:
+                for k in range(t):
+                    types += ([0] * gap if k else []) + [2] * frame
+            else:
+                types += [2] * (t * frame)
+    ids = torch.full((1, len(types)), TEXT, dtype=torch.long)
+    return dict(input_ids=ids, mm_token_type_ids=torch.tensor([types]),
+                image_grid_thw=torch.tensor(images) if images else None,
+                video_grid_thw=torch.tensor(videos) if videos else None,
+                second_per_grid_ts=torch.tensor(seconds) if seconds else None)
+
+
+def omni_inputs(segments, merge):
+    """Token ids with each media segment's start token ending the text before it."""
+    tokens, images, videos, seconds, mels = [], [], [], [], []
+    for kind, v in segments:
+        if kind == "text":
+            tokens += [TEXT] * v
+            continue
+        if kind == "audio":  # v: mel length
+            tokens[-1] = AUDIO_START
+            mels.append(v)
+            tokens += [AUDIO] * audio_length_pooled(v)
+        elif kind == "image":
+            tokens[-1] = VISION_START
+            images.append(v)
+            tokens += [IMAGE] * (v[0] * (v[1] // merge) * (v[2] // merge))
+        else:
+            t, h, w, secs = v
+            tokens[-1] = VISION_START
+            videos.append((t, h, w))
+            seconds.append(secs)
+            tokens += [VIDEO] * (t * (h // merge) * (w // merge))
+    return dict(input_ids=torch.tensor([tokens]),
+                image_grid_thw=torch.tensor(images) if images else None,
+                video_grid_thw=torch.tensor(videos) if videos else None,
+                second_per_grid_ts=torch.tensor(seconds) if seconds else None,
+                audio_seqlens=torch.tensor(mels) if mels else None)
+
+
+def norm(segments):
+    """Video entries padded to (t, h, w, seconds or None, gap or None)."""
+    return [(k, tuple(v) + (None,) * (5 - len(v)) if k == "video" else v) for k, v in segments]
+
+
+def spec_of(segments, omni=False):
+    out = []
+    for kind, v in norm(segments):
+        if kind == "text":
+            out.append(f"text:{v}")
+        elif kind == "audio":
+            out.append(f"audio:{audio_length_pooled(v)}")
+        elif kind == "image":
+            out.append("image:{}x{}x{}".format(*v))
+        else:
+            s = "video:{}x{}x{}".format(*v[:3])
+            if v[3] is not None:
+                s += f"@{v[3]}"
+            if not omni and v[4] is not None:
+                s += f"/{v[4]}"
+            out.append(s)
+    return ",".join(out)
+
+
+class RopeIds(PosencTestCase):
+
+    def ids(self, family, spec, *args, out="ids.npy"):
+        path = self.path(out)
+        self.run_ok("rope-ids", "--family", family, "--layout", spec, "-o", path, *args)
+        return np.load(path) if out.endswith(".npy") else path
+
+    def check_qwen(self, family, segments, merge=2, tps=None, split=False):
+        hf_segments = [(k, (v[0], v[1], v[2], 1.0 if v[3] is None else v[3], v[4])
+                        if k == "video" else v) for k, v in norm(segments)]
+        inp = qwen_inputs(hf_segments, merge, split_frames=split)
+        ref, delta = interleaved_runs(
+            inp["input_ids"], inp["mm_token_type_ids"], merge, inp["image_grid_thw"],
+            inp["video_grid_thw"], inp["second_per_grid_ts"], tps, split)
+        args = ["--spatial-merge-size", merge]
+        if tps is not None:
+            args += ["--tokens-per-second", tps]
+        spec = spec_of(segments)
+        path = self.ids(family, spec, *args, out="ids.h5:/ids")
+        with h5py.File(self.path("ids.h5"), "r") as f:
+            got = f["ids"][()]
+            attrs = dict(f["ids"].attrs)
+        self.assertEqual(got.dtype, np.int64)
+        np.testing.assert_array_equal(got, ref.numpy(), err_msg=f"{family} {spec}")
+        self.assertEqual(int(attrs["mrope_position_delta"]), delta, spec)
+        self.assertEqual(attrs["family"], family)
+        os.remove(self.path("ids.h5"))
+        return got
+
+    def test_qwen2_vl(self):
+        for segs in (
+            [("text", 7)],                                           # text only
+            [("image", (1, 4, 6)), ("text", 3)],                     # image first
+            [("text", 5), ("image", (1, 4, 6)), ("text", 3), ("video", (2, 4, 4, None)),
+             ("text", 1)],
+            [("text", 2), ("image", (1, 8, 4)), ("text", 2), ("image", (1, 2, 6)),
+             ("text", 2)],                                           # consecutive images
+            [("text", 1), ("video", (9, 4, 4, None)), ("text", 4)],  # t beyond max(h, w)
+            [("image", (1, 6, 6)), ("video", (3, 2, 4, None))],      # image then video, ends on it
+        ):
+            self.check_qwen("qwen2-vl", segs)
+        self.check_qwen("qwen2-vl", [("text", 2), ("image", (2, 9, 6)), ("text", 1)], merge=3)
+
+    def test_qwen2_5_vl(self):
+        for tps in (2, 4, 25):
+            for segs in (
+                [("text", 4), ("video", (3, 4, 4, 2.0)), ("text", 2)],
+                [("text", 4), ("video", (4, 4, 6, 0.5)), ("text", 2)],   # int(0.5) = 0
+                [("text", 4), ("video", (4, 4, 6, 1.5)), ("text", 2), ("video", (2, 2, 2, 3.7)),
+                 ("text", 1)],
+                [("video", (5, 2, 2, None)), ("text", 3)],              # no seconds: 1
+                [("text", 3), ("image", (1, 4, 4)), ("video", (2, 4, 4, 2.0)), ("text", 1)],
+            ):
+                self.check_qwen("qwen2.5-vl", segs, tps=tps)
+
+    def test_qwen3_vl(self):
+        for segs in (
+            [("text", 3), ("video", (3, 4, 6, None, 5)), ("text", 2)],
+            [("text", 1), ("image", (1, 4, 4)), ("text", 4), ("video", (1, 8, 8, None, None)),
+             ("text", 2)],
+            [("video", (2, 2, 2, None, 1))],
+        ):
+            self.check_qwen("qwen3-vl", segs, split=True)
+
+    def check_omni(self, segments, merge=2, pips=25):
+        inp = omni_inputs(segments, merge)
+        ref, delta = audio_chunked(inp["input_ids"], merge, pips, inp["image_grid_thw"],
+                                   inp["video_grid_thw"], inp["second_per_grid_ts"],
+                                   inp["audio_seqlens"])
+        spec = spec_of(segments, omni=True)
+        got = self.ids("qwen2.5-omni", spec, "--spatial-merge-size", merge,
+                       "--position-id-per-seconds", pips)
+        np.testing.assert_array_equal(got, ref.numpy(), err_msg=spec)
+        self.assertEqual(got.shape[1], inp["input_ids"].shape[1])
+        p = self.run_ok("-v", "rope-ids", "--family", "qwen2.5-omni", "--layout", spec,
+                        "--position-id-per-seconds", pips, "--spatial-merge-size", merge,
+                        "-o", self.path("v.npy"))
+        self.assertIn(f"mrope_position_delta {delta}", p.stderr)
+
+    def test_qwen2_5_omni(self):
+        self.check_omni([("text", 3), ("audio", 100), ("text", 2)])
+        self.check_omni([("text", 1), ("image", (1, 4, 6)), ("text", 3), ("audio", 37),
+                         ("text", 1)])
+        for secs in (2.0, 0.5, 0.3, 1.7, 0.04):
+            self.check_omni([("text", 2), ("video", (4, 4, 4, secs)), ("text", 2),
+                             ("image", (1, 2, 2)), ("text", 1)])
+        self.check_omni([("text", 2), ("video", (6, 2, 2, 0.3)), ("text", 1)], pips=13)
+
+    def test_hf_config(self):
+        cfg = self.path("config.json")
+        with open(cfg, "w") as f:
+            json.dump({"model_type": "qwen2_5_vl",
+                       "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2}}, f)
+        a = self.ids("qwen2.5-vl", "text:2,video:3x4x4@2,text:1", "--tokens-per-second", 2)
+        p = self.path("b.npy")
+        self.run_ok("rope-ids", "--hf-config", cfg, "--layout", "text:2,video:3x4x4@2,text:1",
+                    "-o", p)
+        np.testing.assert_array_equal(np.load(p), a)
+        self.assertEqual(list(a[0, 2:14:4]), [2, 6, 10])
+        # An Omni config keeps its keys under thinker_config.
+        with open(cfg, "w") as f:
+            json.dump({"model_type": "qwen2_5_omni", "thinker_config": {
+                "position_id_per_seconds": 10, "vision_config": {"spatial_merge_size": 1}}}, f)
+        self.run_ok("rope-ids", "--hf-config", cfg, "--layout", "text:1,video:2x1x1@1,text:1",
+                    "-o", p)
+        np.testing.assert_array_equal(np.load(p)[0], [0, 1, 11, 12])
+        with open(cfg, "w") as f:
+            json.dump({"model_type": "llama"}, f)
+        self.assert_fails(3, "rope-ids", "--hf-config", cfg, "--layout", "text:1", "-o", p,
+                          match="model_type")
+
+    def test_end_to_end_rope(self):
+        # posenc rope with the ids gives HF's apply_multimodal_rotary_pos_emb.
+        segs = [("text", 3), ("image", (1, 4, 6)), ("text", 2), ("video", (2, 4, 4, 2.0)),
+                ("text", 2)]
+        ids = self.ids("qwen2.5-vl", spec_of(segs), "--tokens-per-second", 2)
+        inp = qwen_inputs(norm(segs), 2)
+        ref_ids, _ = interleaved_runs(inp["input_ids"], inp["mm_token_type_ids"], 2,
+                                      inp["image_grid_thw"], inp["video_grid_thw"],
+                                      inp["second_per_grid_ts"], 2)
+        s = ids.shape[1]
+        rng = np.random.default_rng(5)
+        x = rng.standard_normal((1, 2, s, 32))
+        inv = torch.from_numpy(1.0 / 10000.0 ** (np.arange(0, 32, 2) / 32))
+        cos, sin = hf.mrope_cos_sin(inv, ref_ids, [6, 5, 5], False)
+        ref = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin).numpy()
+        xin, out = self.npy("x.npy", x), self.path("y.npy")
+        self.run_ok("rope", xin, "-o", out, "--mrope-section", "6,5,5", "--position-ids",
+                    self.path("ids.npy"))
+        np.testing.assert_allclose(np.load(out), ref, **F64)
+
+    def test_bad_layouts(self):
+        out = self.path("bad.npy")
+        cases = [
+            ("qwen2-vl", "", "empty"),
+            ("qwen2-vl", "text:", "decimal"),
+            ("qwen2-vl", "text:5,", "empty segment"),
+            ("qwen2-vl", "txt:5", "unknown kind"),
+            ("qwen2-vl", "text5", "KIND:VALUE"),
+            ("qwen2-vl", "image:1x4", "TxHxW"),
+            ("qwen2-vl", "image:1x4x4x4", "decimal|TxHxW"),
+            ("qwen2-vl", "image:0x4x4", "1 to"),
+            ("qwen2-vl", "image:1x-4x4", "decimal"),
+            ("qwen2-vl", "text:0", "1 to"),
+            ("qwen2-vl", "image:1x3x4", "multiples"),
+            ("qwen2-vl", "text:1,image:1x4x4,image:1x4x4", "no text between"),
+            ("qwen2-vl", "text:1,audio:4", "audio"),
+            ("qwen2-vl", "text:1,video:2x4x4@2", "seconds"),
+            ("qwen2.5-vl", "text:1,video:2x4x4@2", "tokens-per-second"),
+            ("qwen2.5-vl", "text:1,video:2x4x4@-2", "seconds per grid"),
+            ("qwen2.5-vl", "text:1,video:2x4x4@nan", "seconds per grid"),
+            ("qwen3-vl", "text:1,video:2x4x4,text:1", "GAP"),
+            ("qwen2-vl", "text:1,video:2x4x4/3", "qwen3-vl"),
+            ("qwen2.5-omni", "image:1x4x4,text:1", "start and an end"),
+            ("qwen2.5-omni", "text:1,audio:5,text:1,audio:5,text:1", "start and an end"),
+            ("qwen2.5-omni", "text:1,video:2x4x4,text:1", "SECONDS"),
+            ("qwen2-vl", "text:99999999999", "1 to"),
+            ("qwen2-vl", "image:2147483647x2147483646x2147483646", "tokens"),
+            ("qwen2-vl", ",".join(["text:2000000000"] * 2), "tokens"),
+            ("qwen4", "text:1", "unknown family"),
+        ]
+        for family, spec, match in cases:
+            with self.subTest(spec=spec):
+                self.assert_fails(2, "rope-ids", "--family", family, "--layout", spec, "-o",
+                                  out, match=match)
+                self.assertFalse(os.path.exists(out))
+        # Time ids past 2^53: 2^31-1 frames 2^31 apart.
+        self.assert_fails(2, "rope-ids", "--family", "qwen2.5-vl", "--layout",
+                          "text:1,video:4x2x2@1000000,text:1", "--tokens-per-second",
+                          "4000000000000", "-o", out, match="2.53")
+        self.assert_fails(2, "rope-ids", "--family", "qwen2-vl", "--layout", "text:1",
+                          "--spatial-merge-size", 0, "-o", out, match="spatial-merge-size")
+        self.assert_fails(2, "rope-ids", "--layout", "text:1", "-o", out, match="family")
+        self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_output_formats(self):
+        spec = "text:2,image:1x2x4,text:1"
+        ref = self.ids("qwen2-vl", spec)
+        for name in ("ids.csv", "ids.json"):
+            p = self.path(name)
+            self.run_ok("rope-ids", "--family", "qwen2-vl", "--layout", spec, "-o", p)
+            self.assertTrue(os.path.getsize(p) > 0)
+        with open(self.path("ids.json")) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["shape"], [3, 5])
+        np.testing.assert_array_equal(np.array(doc["data"]).reshape(3, 5), ref)
+        self.run_ok("rope-ids", "--family", "qwen2-vl", "--layout", spec, "-o",
+                    self.path("f.h5"))
+        with h5py.File(self.path("f.h5"), "r") as f:
+            np.testing.assert_array_equal(f["position_ids"][()], ref)
+            self.assertEqual(f["position_ids"].attrs["layout"], spec)
+
+
+if __name__ == "__main__":
+    unittest.main()
