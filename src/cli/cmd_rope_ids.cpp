@@ -118,8 +118,8 @@ void register_rope_ids(CLI::App& app) {
       "The layout is a comma list of text:N, image:TxHxW, video:TxHxW[@SECONDS][/GAP] and "
       "audio:N (grids in patches, before the spatial merge); see posenc help rope-ids");
   sub->add_option("--family", opt->family,
-                  "qwen2-vl | qwen2.5-vl | qwen3-vl | qwen2.5-omni (default: the --hf-config "
-                  "model_type)");
+                  "qwen2-vl | qwen2.5-vl | qwen3-vl | qwen2.5-omni | glm4v (default: the "
+                  "--hf-config model_type)");
   sub->add_option("--layout", opt->layout,
                   "the prompt: e.g. text:5,image:1x4x6,text:3,video:2x4x4@2.0,text:1")
       ->required();

@@ -1,6 +1,7 @@
 // M-RoPE position ids of a prompt layout, as transformers v5's get_mrope_index lays them
 // out (modeling_rope_utils: _mrope_index_interleaved_runs for the Qwen-VL family,
-// _mrope_index_audio_chunked for Qwen2.5-Omni). See rope_ids.hpp for the rules.
+// _mrope_index_audio_chunked for Qwen2.5-Omni), and as Glm4vModel.get_rope_index does.
+// See rope_ids.hpp for the rules.
 
 #include "posenc/encodings/rope_ids.hpp"
 
@@ -166,6 +167,7 @@ struct FamilyRules {
   bool audio = false;          // qwen2.5-omni
   bool seconds = false;        // the family reads seconds per grid
   bool frame_gap = false;      // the family reads /GAP
+  bool wrapped_video = false;  // glm4v: a video's start/end tokens are text around it
 };
 
 FamilyRules family_rules(RopeIdsFamily f) {
@@ -181,6 +183,12 @@ FamilyRules family_rules(RopeIdsFamily f) {
       r.advance_max_hw = false;
       r.audio = true;
       r.seconds = true;
+      break;
+    case RopeIdsFamily::glm4v:
+      r.advance_max_hw = false;
+      r.split_frames = true;
+      r.frame_gap = true;
+      r.wrapped_video = true;
       break;
   }
   return r;
@@ -240,6 +248,14 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
             where, fam, kind_name(s.kind)));
       }
     }
+    if (fr.wrapped_video && s.kind == Kind::video &&
+        !(i > 0 && segs[i - 1].kind == Kind::text && i + 1 < segs.size() &&
+          segs[i + 1].kind == Kind::text)) {
+      throw UsageError(fmt::format(
+          "{}: glm4v marks a video by its start and end tokens, which the text before and after "
+          "it holds: put at least 1 text token on each side",
+          where));
+    }
     if (!fr.audio && i > 0 && segs[i - 1].kind == s.kind) {
       throw UsageError(fmt::format(
           "{}: follows another {} with no text between; HF groups the tokens of both into one "
@@ -258,7 +274,8 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
       throw UsageError(fmt::format("{}: {} does not use seconds per grid (@SECONDS)", where, fam));
     }
     if (s.frame_gap >= 0 && !fr.frame_gap) {
-      throw UsageError(fmt::format("{}: /GAP (text between frames) is for qwen3-vl only", where));
+      throw UsageError(
+          fmt::format("{}: /GAP (text between frames) is for qwen3-vl and glm4v only", where));
     }
     Block b;
     b.vision = true;
@@ -297,9 +314,9 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
     if (fr.split_frames && s.kind == Kind::video) {
       if (s.t > 1 && s.frame_gap < 1) {
         throw UsageError(fmt::format(
-            "{}: qwen3-vl lays a video out frame by frame with timestamp text between frames; "
+            "{}: {} lays a video out frame by frame with timestamp text between frames; "
             "give the text tokens between frames as video:TxHxW/GAP (GAP at least 1)",
-            where));
+            where, fam));
       }
       for (std::int64_t k = 0; k < s.t; ++k) {
         if (k > 0) blocks.push_back({false, s.frame_gap, 0, 0, 0, {}});
@@ -332,6 +349,7 @@ std::string_view rope_ids_family_name(RopeIdsFamily f) noexcept {
     case RopeIdsFamily::qwen2_5_vl: return "qwen2.5-vl";
     case RopeIdsFamily::qwen3_vl: return "qwen3-vl";
     case RopeIdsFamily::qwen2_5_omni: return "qwen2.5-omni";
+    case RopeIdsFamily::glm4v: return "glm4v";
   }
   return "?";
 }
@@ -345,8 +363,9 @@ RopeIdsFamily parse_rope_ids_family(std::string_view name, std::string_view what
   if (name == "qwen2.5-omni" || name == "qwen2_5_omni" || name == "qwen2_5_omni_thinker") {
     return RopeIdsFamily::qwen2_5_omni;
   }
+  if (name == "glm4v" || name == "glm4v_moe") return RopeIdsFamily::glm4v;
   throw UsageError(fmt::format("{}: unknown family '{}' (qwen2-vl, qwen2.5-vl, qwen3-vl, "
-                               "qwen2.5-omni)",
+                               "qwen2.5-omni, glm4v)",
                                what, name));
 }
 

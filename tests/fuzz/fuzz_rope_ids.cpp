@@ -42,7 +42,7 @@ i128 tokens_of(const posenc::PromptLayout& l, std::int64_t m, bool frames) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 2) return 0;
   posenc::RopeIdsRules rules;
-  rules.family = static_cast<posenc::RopeIdsFamily>(data[0] % 4);
+  rules.family = static_cast<posenc::RopeIdsFamily>(data[0] % 5);
   rules.spatial_merge_size = 1 + (data[1] & 3);
   rules.tokens_per_second = (data[1] >> 2) % 3 == 0 ? 2.0 : (data[1] >> 2) % 3 == 1 ? 0.0 : 2.5;
   const std::string spec(reinterpret_cast<const char*>(data) + 2, size - 2);
@@ -59,7 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const posenc::UsageError& e) {
     posenc::fuzz::finding("canonical text refused: " + text + ": " + e.what());
   }
-  const bool frames = rules.family == posenc::RopeIdsFamily::qwen3_vl;
+  const bool frames = rules.family == posenc::RopeIdsFamily::qwen3_vl ||
+                      rules.family == posenc::RopeIdsFamily::glm4v;
   if (tokens_of(layout, rules.spatial_merge_size, frames) > (1 << 16)) return 0;
   posenc::RopeIds r;
   try {

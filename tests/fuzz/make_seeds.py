@@ -151,7 +151,7 @@ def option_seeds():
 
 
 def rope_ids_seeds():
-    # byte 0: family (0 qwen2-vl, 1 qwen2.5-vl, 2 qwen3-vl, 3 qwen2.5-omni); byte 1: merge
+    # byte 0: family (0 qwen2-vl, 1 qwen2.5-vl, 2 qwen3-vl, 3 qwen2.5-omni, 4 glm4v); byte 1: merge
     # size - 1 in its low 2 bits, tokens_per_second choice above; then the SPEC.
     seeds = [
         (0, 1, b"text:5,image:1x4x6,text:3,video:2x4x4,text:1"),
@@ -164,6 +164,7 @@ def rope_ids_seeds():
         (0, 0, b"text:0,text:99999999999,image:1x-4x4,video:1x2x2@nan/"),
         (1, 1, b"text:1,video:4x2x2@1000000,text:1"),
         (2, 3, b"video:1x8x8/0,video:2x8x8/1"),
+        (4, 1, b"text:2,video:3x4x4/2,text:1,image:2x4x6,text:1"),
     ]
     for i, (family, knobs, spec) in enumerate(seeds):
         put("rope_ids", f"layout{i:02d}", bytes([family, knobs]) + spec)

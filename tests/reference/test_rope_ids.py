@@ -12,6 +12,10 @@ them in its v5 series; the per-model v5 get_rope_index of qwen2_5_vl computes th
 - ids and mrope_position_deltas equal exactly (integers), for text only, image first,
   consecutive images, videos with whole and fractional seconds, Qwen3-VL frames with
   timestamp text, Omni audio, images and videos;
+- GLM-4V: Glm4vModel.get_rope_index (src/transformers/models/glm4v/modeling_glm4v.py as
+  the index stores it at commit 03eac6f6; every block from the previous max id + 1, a
+  video's frames told apart by the timestamp text between them, video tokens being image
+  tokens between video start and end tokens);
 - end to end: the ids fed to `posenc rope --mrope-section 6,5,5 --position-ids` give
   HF's apply_multimodal_rotary_pos_emb (hf_reference.mrope_cos_sin) within 1e-10;
 - bad layouts: exit 2 with one line and no output file.
@@ -164,6 +168,64 @@ def audio_chunked(input_ids, spatial_merge_size, position_id_per_seconds, image_
     return positions, int(positions.max() + 1 - len(input_tokens))
 
 
+GLM_IMAGE, GLM_VIDEO_START, GLM_VIDEO_END = 151343, 151341, 151342
+
+
+def glm4v_rope_index(input_ids, spatial_merge_size, image_grid_thw=None, video_grid_thw=None):
+    """Glm4vModel.get_rope_index for one sequence, attention_mask all ones."""
+    input_tokens = input_ids[0].tolist()
+    token_type = []
+    in_video = False
+    for token in input_tokens:
+        if token == GLM_VIDEO_START:
+            in_video = True
+        elif token == GLM_VIDEO_END:
+            in_video = False
+        if token == GLM_IMAGE and not in_video:
+            token_type.append("image")
+        elif token == GLM_IMAGE and in_video:
+            token_type.append("video")
+        else:
+            token_type.append("text")
+    groups = []
+    for key, group in itertools.groupby(enumerate(token_type), lambda x: x[1]):
+        group = list(group)
+        groups.append((key, group[0][0], group[-1][0] + 1))
+    image_index = video_index = video_group_index = 0
+    blocks = []
+    video_frame_num = 1
+    for modality, start, end in groups:
+        st_idx = blocks[-1].max() + 1 if blocks else 0
+        if modality == "image":
+            t, h, w = image_grid_thw[image_index]
+            gt, gh, gw = t.item(), h.item() // spatial_merge_size, w.item() // spatial_merge_size
+            t_index = torch.arange(gt).view(-1, 1).expand(-1, gh * gw).flatten()
+            h_index = torch.arange(gh).view(1, -1, 1).expand(gt, -1, gw).flatten()
+            w_index = torch.arange(gw).view(1, 1, -1).expand(gt, gh, -1).flatten()
+            blocks.append(torch.stack([t_index, h_index, w_index]) + st_idx)
+            image_index += 1
+            video_frame_num = 1
+        elif modality == "video":
+            gt = video_frame_num
+            gh = video_grid_thw[video_index][1].item() // spatial_merge_size
+            gw = video_grid_thw[video_index][2].item() // spatial_merge_size
+            for t_idx in range(gt):
+                t_index = torch.tensor(t_idx).view(-1, 1).expand(-1, gh * gw).flatten()
+                h_index = torch.arange(gh).view(1, -1, 1).expand(1, -1, gw).flatten()
+                w_index = torch.arange(gw).view(1, 1, -1).expand(1, gh, -1).flatten()
+                blocks.append(torch.stack([t_index, h_index, w_index]) + st_idx)
+            video_group_index += 1
+            if video_group_index >= video_grid_thw[video_index][0]:
+                video_index += 1
+                video_group_index = 0
+            video_frame_num += 1
+        else:
+            blocks.append(torch.arange(end - start).view(1, -1).expand(3, -1) + st_idx)
+            video_frame_num = 1
+    positions = torch.cat(blocks, dim=1).reshape(3, -1)
+    return positions, int(positions.max() + 1 - len(input_tokens))
+
+
 # --- HF's inputs for a prompt ----------------------------------------------------------
 
 def qwen_inputs(segments, merge, split_frames=False):
@@ -224,6 +286,32 @@ def omni_inputs(segments, merge):
 def norm(segments):
     """Video entries padded to (t, h, w, seconds or None, gap or None)."""
     return [(k, tuple(v) + (None,) * (5 - len(v)) if k == "video" else v) for k, v in segments]
+
+
+def glm4v_inputs(segments, merge):
+    """Token ids: a video's start token ends the text before it, its end token begins the
+    text after it; (t, h, w, None, gap) videos have gap text tokens between frames."""
+    tokens, images, videos = [], [], []
+    close_video = False
+    for kind, v in segments:
+        if kind == "text":
+            tokens += [TEXT] * v
+            if close_video:
+                tokens[-v] = GLM_VIDEO_END
+                close_video = False
+        elif kind == "image":
+            images.append(v)
+            tokens += [GLM_IMAGE] * (v[0] * (v[1] // merge) * (v[2] // merge))
+        else:
+            t, h, w, _, gap = v
+            tokens[-1] = GLM_VIDEO_START
+            videos.append((t, h, w))
+            for k in range(t):
+                tokens += ([TEXT] * gap if k else []) + [GLM_IMAGE] * ((h // merge) * (w // merge))
+            close_video = True
+    return dict(input_ids=torch.tensor([tokens]),
+                image_grid_thw=torch.tensor(images) if images else None,
+                video_grid_thw=torch.tensor(videos) if videos else None)
 
 
 def spec_of(segments, omni=False):
@@ -333,6 +421,26 @@ class RopeIds(PosencTestCase):
                              ("image", (1, 2, 2)), ("text", 1)])
         self.check_omni([("text", 2), ("video", (6, 2, 2, 0.3)), ("text", 1)], pips=13)
 
+    def test_glm4v(self):
+        for segs in (
+            [("text", 4)],
+            [("image", (1, 4, 6)), ("text", 2)],
+            [("text", 2), ("image", (1, 4, 6)), ("text", 3), ("image", (2, 2, 2)), ("text", 1)],
+            [("text", 2), ("video", (3, 4, 4, None, 2)), ("text", 1), ("image", (1, 4, 6)),
+             ("text", 1)],
+            [("text", 1), ("video", (1, 8, 2, None, None)), ("text", 3),
+             ("video", (4, 2, 4, None, 5)), ("text", 2)],
+        ):
+            inp = glm4v_inputs(norm(segs), 2)
+            ref, delta = glm4v_rope_index(inp["input_ids"], 2, inp["image_grid_thw"],
+                                          inp["video_grid_thw"])
+            spec = spec_of(segs)
+            got = self.ids("glm4v", spec)
+            np.testing.assert_array_equal(got, ref.numpy(), err_msg=spec)
+            p = self.run_ok("-v", "rope-ids", "--family", "glm4v", "--layout", spec, "-o",
+                            self.path("v.npy"))
+            self.assertIn(f"mrope_position_delta {delta}", p.stderr)
+
     def test_hf_config(self):
         cfg = self.path("config.json")
         with open(cfg, "w") as f:
@@ -401,6 +509,9 @@ class RopeIds(PosencTestCase):
             ("qwen2.5-omni", "image:1x4x4,text:1", "start and an end"),
             ("qwen2.5-omni", "text:1,audio:5,text:1,audio:5,text:1", "start and an end"),
             ("qwen2.5-omni", "text:1,video:2x4x4,text:1", "SECONDS"),
+            ("glm4v", "video:2x4x4/1,text:1", "start and end"),
+            ("glm4v", "text:1,video:2x4x4,text:1", "GAP"),
+            ("glm4v", "text:1,video:1x4x4@2,text:1", "seconds"),
             ("qwen2-vl", "text:99999999999", "1 to"),
             ("qwen2-vl", "image:2147483647x2147483646x2147483646", "tokens"),
             ("qwen2-vl", ",".join(["text:2000000000"] * 2), "tokens"),

@@ -24,13 +24,15 @@ enum class RopeIdsFamily {
   qwen2_vl,     ///< Qwen2-VL: videos step 1 per temporal grid
   qwen2_5_vl,   ///< Qwen2.5-VL: videos step tokens_per_second * int(seconds per grid)
   qwen3_vl,     ///< Qwen3-VL: videos frame by frame between timestamp text
-  qwen2_5_omni  ///< Qwen2.5-Omni TMRoPE: audio spans, time in position_id_per_seconds
+  qwen2_5_omni,  ///< Qwen2.5-Omni TMRoPE: audio spans, time in position_id_per_seconds
+  glm4v          ///< GLM-4.1V/4.5V: blocks from max id + 1, videos frame by frame
 };
 
-/// "qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen2.5-omni".
+/// "qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen2.5-omni", "glm4v".
 std::string_view rope_ids_family_name(RopeIdsFamily f) noexcept;
 /// Parses a family name (also HF model_type spellings: qwen2_vl, qwen2_5_vl, qwen3_vl,
-/// qwen3_vl_moe, qwen2_5_omni, qwen2_5_omni_thinker). Throws UsageError naming `what`.
+/// qwen3_vl_moe, qwen2_5_omni, qwen2_5_omni_thinker, glm4v, glm4v_moe). Throws UsageError
+/// naming `what`.
 RopeIdsFamily parse_rope_ids_family(std::string_view name, std::string_view what = "--family");
 
 /// One part of a prompt.
@@ -86,20 +88,22 @@ inline constexpr std::int64_t kMaxLayoutTokens = (std::int64_t{1} << 31) - 1;
 /// - text: the running position p, p+1, ... on all three rows;
 /// - image/video of grid (T, H, W), merge m: T*(H/m)*(W/m) tokens with ids
 ///   (p + time(k), p + i, p + j), k, i, j in C order; qwen2-vl/2.5-vl/3-vl then advance p
-///   by max(H, W)/m (v5's rule; 4.x used max id + 1), qwen2.5-omni starts every block
-///   (text included) at the previous max id + 1;
+///   by max(H, W)/m (v5's rule; 4.x used max id + 1), qwen2.5-omni and glm4v start every
+///   block (text included) at the previous max id + 1;
 /// - time(k): k for images and qwen2-vl videos; qwen2.5-vl videos
 ///   k * (tokens_per_second * int(seconds)), in int64 when tokens_per_second is a whole
 ///   number, else trunc of a float32 product; qwen2.5-omni trunc(f32(k) * f32(seconds *
 ///   position_id_per_seconds)), seconds first rounded to float32 as HF's
 ///   second_per_grid_ts tensor holds it; images k * position_id_per_seconds;
-/// - qwen3-vl: a video of T grids is T frames of grid (1, H, W), GAP text tokens between
-///   them, each frame's time id p;
+/// - qwen3-vl, glm4v: a video of T grids is T frames of grid (1, H, W), GAP text tokens
+///   between them, each frame's time id p (glm4v: its video start and end tokens in the
+///   text before and after the video);
 /// - audio (qwen2.5-omni): N tokens counting up from the previous max id + 1.
 /// Throws UsageError for a layout the family cannot have (audio outside qwen2.5-omni, a
 /// grid not divisible by the merge size, two images or two videos with no text between,
-/// which HF takes as one run, an omni media segment without the text token before and
-/// after it, seconds where the family ignores them), for a missing tokens_per_second
+/// which HF takes as one run, an omni media segment or a glm4v video without the text
+/// token before and after it, seconds where the family ignores them), for a missing
+/// tokens_per_second
 /// and for positions or token counts out of range (ids must stay below 2^53, tokens at
 /// most kMaxLayoutTokens).
 RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules);
