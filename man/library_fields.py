@@ -37,6 +37,7 @@ STRUCTS = [
     ("encodings/window_index.hpp", "LevitIndexRequest"),
     ("encodings/family_sinusoids.hpp", "DetrSineRequest"),
     ("encodings/family_sinusoids.hpp", "FairseqSinusoidalRequest"),
+    ("encodings/rope_ids.hpp", "RopeIdsRules"),
     ("ops/attention.hpp", "AttentionOptions"),
     ("ops/attention_relative.hpp", "XlAttention"),
     ("ops/attention_relative.hpp", "DebertaAttention"),

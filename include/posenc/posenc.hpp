@@ -29,6 +29,7 @@
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_ids.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"

@@ -30,7 +30,6 @@ struct Command {
 inline constexpr Command kCommands[] = {
     {"table", register_table},
     {"rope", register_rope},
-    {"rope-ids", register_rope_ids},
     {"attention", register_attention},
     {"add", register_add},
     {"inspect", register_inspect},
@@ -39,6 +38,7 @@ inline constexpr Command kCommands[] = {
     {"join", register_join},
     {"plot", register_plot},
     {"analyze", register_analyze},
+    {"rope-ids", register_rope_ids},
     {"completion", register_completion},
     {"help", register_help},
 };

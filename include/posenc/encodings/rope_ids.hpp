@@ -66,7 +66,7 @@ std::string prompt_layout_text(const PromptLayout& layout);
 
 /// The family's numbers (HF config keys in parentheses).
 struct RopeIdsRules {
-  RopeIdsFamily family = RopeIdsFamily::qwen2_vl;
+  RopeIdsFamily family = RopeIdsFamily::qwen2_vl;  ///< whose get_rope_index is followed
   std::int64_t spatial_merge_size = 2;  ///< vision_config.spatial_merge_size
   /// qwen2.5-vl: vision_config.tokens_per_second; 0 = not known (a video is then an error).
   double tokens_per_second = 0;
