@@ -26,6 +26,7 @@ using Kind = PromptSegment::Kind;
 
 constexpr std::int64_t kMaxCount = (std::int64_t{1} << 31) - 1;
 constexpr double kMaxPosition = 9007199254740992.0;  // 2^53: ids stay exact in a double
+constexpr double kMinSeconds = 1e-6;
 constexpr double kMaxSeconds = 1e6;
 
 const char* kind_name(Kind k) {
@@ -76,9 +77,9 @@ double parse_seconds(std::string_view s, std::string_view what, std::string_view
     const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
     if (r.ec != std::errc() || r.ptr != s.data() + s.size()) v = -1;
   }
-  if (!ok || !(v > 0) || v > kMaxSeconds) {
+  if (!ok || !(v >= kMinSeconds) || v > kMaxSeconds) {
     throw UsageError(fmt::format(
-        "{}: segment '{}': seconds per grid '{}' must be a decimal number above 0 and at most {}",
+        "{}: segment '{}': seconds per grid '{}' must be a decimal number from 0.000001 to {}",
         what, seg, s, kMaxSeconds));
   }
   return v;
@@ -201,6 +202,18 @@ struct Block {
   std::int64_t t = 0, h = 0, w = 0;  // merged grid
   TimeScale time;
 };
+
+// The shortest fixed-point text (no exponent: the SPEC has none) that reads back as `v`.
+std::string seconds_text(double v) {
+  std::string t;
+  for (int digits = 0; digits <= 40; ++digits) {
+    t = fmt::format("{:.{}f}", v, digits);
+    double back = 0;
+    std::from_chars(t.data(), t.data() + t.size(), back);
+    if (back == v) break;
+  }
+  return t;
+}
 
 std::string seg_text(const PromptSegment& s) {
   PromptLayout one;
@@ -396,7 +409,7 @@ std::string prompt_layout_text(const PromptLayout& layout) {
       continue;
     }
     out += fmt::format("{}x{}x{}", s.t, s.h, s.w);
-    if (s.seconds_per_grid > 0) out += fmt::format("@{}", s.seconds_per_grid);
+    if (s.seconds_per_grid > 0) out += "@" + seconds_text(s.seconds_per_grid);
     if (s.frame_gap >= 0) out += fmt::format("/{}", s.frame_gap);
   }
   return out;

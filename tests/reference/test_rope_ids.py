@@ -504,6 +504,8 @@ class RopeIds(PosencTestCase):
             ("qwen2.5-vl", "text:1,video:2x4x4@2", "tokens-per-second"),
             ("qwen2.5-vl", "text:1,video:2x4x4@-2", "seconds per grid"),
             ("qwen2.5-vl", "text:1,video:2x4x4@nan", "seconds per grid"),
+            ("qwen2.5-vl", "text:1,video:2x4x4@1e-3", "seconds per grid"),
+            ("qwen2.5-vl", "text:1,video:2x4x4@0.0000001", "seconds per grid"),
             ("qwen3-vl", "text:1,video:2x4x4,text:1", "GAP"),
             ("qwen2-vl", "text:1,video:2x4x4/3", "qwen3-vl"),
             ("qwen2.5-omni", "image:1x4x4,text:1", "start and an end"),

@@ -56,7 +56,8 @@ struct PromptLayout {
 
 /// Parses the compact layout SPEC: comma-separated segments
 ///   text:N | image:TxHxW | video:TxHxW[@SECONDS][/GAP] | audio:N
-/// (N, T, H, W, GAP decimal integers; SECONDS a decimal number > 0). Throws UsageError
+/// (N, T, H, W, GAP decimal integers; SECONDS a decimal number, no exponent, 1e-6 to
+/// 1e6). Throws UsageError
 /// naming `what` and the segment for malformed text or a value out of range (counts
 /// and grids 1 to 2^31-1).
 PromptLayout parse_prompt_layout(std::string_view spec, std::string_view what = "--layout");
