@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -25,16 +26,21 @@ namespace {
 using Kind = PromptSegment::Kind;
 
 constexpr std::int64_t kMaxCount = (std::int64_t{1} << 31) - 1;
+__extension__ typedef __int128 i128;  // token counts of a grid, which cannot overflow it
 constexpr double kMaxPosition = 9007199254740992.0;  // 2^53: ids stay exact in a double
 constexpr double kMinSeconds = 1e-6;
 constexpr double kMaxSeconds = 1e6;
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::text: return "text";
-    case Kind::image: return "image";
-    case Kind::video: return "video";
-    case Kind::audio: return "audio";
+    case Kind::text:
+      return "text";
+    case Kind::image:
+      return "image";
+    case Kind::video:
+      return "video";
+    case Kind::audio:
+      return "audio";
   }
   return "?";
 }
@@ -43,17 +49,16 @@ const char* kind_name(Kind k) {
 std::int64_t parse_count(std::string_view s, std::int64_t lo, std::string_view what,
                          std::string_view seg, std::string_view field) {
   std::int64_t v = 0;
-  const bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return c >= '0' && c <= '9';
-  });
+  const bool digits =
+      !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
   if (!digits || r.ec != std::errc() || r.ptr != s.data() + s.size()) {
     if (digits) {
-      throw UsageError(fmt::format("{}: segment '{}': {} {} is larger than {}", what, seg, field,
-                                   s, kMaxCount));
+      throw UsageError(
+          fmt::format("{}: segment '{}': {} {} is larger than {}", what, seg, field, s, kMaxCount));
     }
-    throw UsageError(fmt::format("{}: segment '{}': {} '{}' is not a decimal integer", what, seg,
-                                 field, s));
+    throw UsageError(
+        fmt::format("{}: segment '{}': {} '{}' is not a decimal integer", what, seg, field, s));
   }
   if (v < lo || v > kMaxCount) {
     throw UsageError(fmt::format("{}: segment '{}': {} must be {} to {}, got {}", what, seg, field,
@@ -69,7 +74,8 @@ double parse_seconds(std::string_view s, std::string_view what, std::string_view
     return std::all_of(x.begin(), x.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
   const std::string_view ip = s.substr(0, dot);
-  const std::string_view fp = dot == std::string_view::npos ? std::string_view() : s.substr(dot + 1);
+  const std::string_view fp =
+      dot == std::string_view::npos ? std::string_view() : s.substr(dot + 1);
   const bool ok = all_digits(ip) && all_digits(fp) && (ip.size() + fp.size() > 0) &&
                   (dot == std::string_view::npos || !fp.empty());
   double v = 0;
@@ -174,8 +180,11 @@ struct FamilyRules {
 FamilyRules family_rules(RopeIdsFamily f) {
   FamilyRules r;
   switch (f) {
-    case RopeIdsFamily::qwen2_vl: break;
-    case RopeIdsFamily::qwen2_5_vl: r.seconds = true; break;
+    case RopeIdsFamily::qwen2_vl:
+      break;
+    case RopeIdsFamily::qwen2_5_vl:
+      r.seconds = true;
+      break;
     case RopeIdsFamily::qwen3_vl:
       r.split_frames = true;
       r.frame_gap = true;
@@ -198,7 +207,7 @@ FamilyRules family_rules(RopeIdsFamily f) {
 // One block of ids: text/audio (a run) or a vision grid after the merge.
 struct Block {
   bool vision = false;
-  std::int64_t n = 0;             // run length
+  std::int64_t n = 0;                // run length
   std::int64_t t = 0, h = 0, w = 0;  // merged grid
   TimeScale time;
 };
@@ -280,8 +289,8 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
       continue;
     }
     if (s.h % m != 0 || s.w % m != 0) {
-      throw UsageError(fmt::format("{}: grid H and W must be multiples of the spatial merge size {}",
-                                   where, m));
+      throw UsageError(
+          fmt::format("{}: grid H and W must be multiples of the spatial merge size {}", where, m));
     }
     if (s.seconds_per_grid > 0 && (s.kind != Kind::video || !fr.seconds)) {
       throw UsageError(fmt::format("{}: {} does not use seconds per grid (@SECONDS)", where, fam));
@@ -358,11 +367,16 @@ std::int64_t block_tokens(const Block& b) {
 
 std::string_view rope_ids_family_name(RopeIdsFamily f) noexcept {
   switch (f) {
-    case RopeIdsFamily::qwen2_vl: return "qwen2-vl";
-    case RopeIdsFamily::qwen2_5_vl: return "qwen2.5-vl";
-    case RopeIdsFamily::qwen3_vl: return "qwen3-vl";
-    case RopeIdsFamily::qwen2_5_omni: return "qwen2.5-omni";
-    case RopeIdsFamily::glm4v: return "glm4v";
+    case RopeIdsFamily::qwen2_vl:
+      return "qwen2-vl";
+    case RopeIdsFamily::qwen2_5_vl:
+      return "qwen2.5-vl";
+    case RopeIdsFamily::qwen3_vl:
+      return "qwen3-vl";
+    case RopeIdsFamily::qwen2_5_omni:
+      return "qwen2.5-omni";
+    case RopeIdsFamily::glm4v:
+      return "glm4v";
   }
   return "?";
 }
@@ -377,9 +391,10 @@ RopeIdsFamily parse_rope_ids_family(std::string_view name, std::string_view what
     return RopeIdsFamily::qwen2_5_omni;
   }
   if (name == "glm4v" || name == "glm4v_moe") return RopeIdsFamily::glm4v;
-  throw UsageError(fmt::format("{}: unknown family '{}' (qwen2-vl, qwen2.5-vl, qwen3-vl, "
-                               "qwen2.5-omni, glm4v)",
-                               what, name));
+  throw UsageError(
+      fmt::format("{}: unknown family '{}' (qwen2-vl, qwen2.5-vl, qwen3-vl, "
+                  "qwen2.5-omni, glm4v)",
+                  what, name));
 }
 
 PromptLayout parse_prompt_layout(std::string_view spec, std::string_view what) {
@@ -388,8 +403,8 @@ PromptLayout parse_prompt_layout(std::string_view spec, std::string_view what) {
   std::size_t pos = 0;
   while (true) {
     const auto comma = spec.find(',', pos);
-    const std::string_view seg = spec.substr(pos, comma == std::string_view::npos ? spec.npos
-                                                                                  : comma - pos);
+    const std::string_view seg =
+        spec.substr(pos, comma == std::string_view::npos ? spec.npos : comma - pos);
     if (seg.empty()) throw UsageError(fmt::format("{}: empty segment in '{}'", what, spec));
     out.segments.push_back(parse_segment(seg, what));
     if (comma == std::string_view::npos) break;
@@ -437,9 +452,9 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
   r.ids = Tensor(DType::i64, {3, static_cast<std::size_t>(total)});
   std::int64_t* row[3];
   for (int a = 0; a < 3; ++a) row[a] = r.ids.data<std::int64_t>() + a * total;
-  std::int64_t at = 0;        // next token
-  std::int64_t pos = 0;       // the running position (Qwen-VL v5: current_pos)
-  std::int64_t max_id = -1;   // the largest id so far
+  std::int64_t at = 0;       // next token
+  std::int64_t pos = 0;      // the running position (Qwen-VL v5: current_pos)
+  std::int64_t max_id = -1;  // the largest id so far
   for (const Block& b : blocks) {
     const std::int64_t start = omni ? max_id + 1 : pos;
     if (!b.vision) {
@@ -455,8 +470,8 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
       continue;
     }
     // Time is monotonic in k: the block's largest id is at its last grid, row or column.
-    const double last = std::max({b.time.at(b.t - 1), static_cast<double>(b.h - 1),
-                                  static_cast<double>(b.w - 1)});
+    const double last =
+        std::max({b.time.at(b.t - 1), static_cast<double>(b.h - 1), static_cast<double>(b.w - 1)});
     if (static_cast<double>(start) + last >= kMaxPosition) {
       throw UsageError("--layout: position ids reach 2^53");
     }
@@ -476,6 +491,193 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
   }
   r.delta = max_id + 1 - total;
   return r;
+}
+
+namespace {
+
+// The grids of one medium, [n, 3] positive integers, taken in order.
+struct GridQueue {
+  const char* what;  // "image_grid_thw"
+  std::vector<std::array<std::int64_t, 3>> rows;
+  std::size_t next = 0;
+  std::int64_t frames_left = 0;  // split frames: frames of rows[next - 1] not yet used
+
+  GridQueue(const char* name, const Tensor* t) : what(name) {
+    if (t == nullptr) return;
+    if (!is_integer(t->dtype()) || t->ndim() != 2 || t->shape()[1] != 3) {
+      throw InputError(fmt::format("{}: expected an [n, 3] integer tensor, got {} {}", what,
+                                   dtype_name(t->dtype()), shape_str(t->shape())));
+    }
+    for (std::size_t i = 0; i < t->shape()[0]; ++i) {
+      std::array<std::int64_t, 3> r{};
+      for (std::size_t a = 0; a < 3; ++a) {
+        const double v = t->get(i * 3 + a);
+        if (!(v >= 1 && v <= static_cast<double>(kMaxCount))) {
+          throw InputError(fmt::format("{}: row {}: grid extents must be 1 to {}, got {}", what, i,
+                                       kMaxCount, v));
+        }
+        r[a] = static_cast<std::int64_t>(v);
+      }
+      rows.push_back(r);
+    }
+  }
+  const std::array<std::int64_t, 3>& take(const std::string& where) {
+    if (next >= rows.size()) {
+      throw InputError(
+          fmt::format("{}: no {} row left for it ({} given)", where, what, rows.size()));
+    }
+    return rows[next++];
+  }
+};
+
+}  // namespace
+
+std::vector<PromptLayout> layouts_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& rules) {
+  const Tensor& ids = in.input_ids;
+  if (!is_integer(ids.dtype()) || ids.ndim() < 1 || ids.ndim() > 2) {
+    throw InputError(fmt::format("input_ids: expected [s] or [b, s] integers, got {} {}",
+                                 dtype_name(ids.dtype()), shape_str(ids.shape())));
+  }
+  const std::size_t rows = ids.ndim() == 2 ? ids.shape()[0] : 1;
+  const std::size_t len = ids.shape().back();
+  if (len == 0 || rows == 0) throw InputError("input_ids: empty");
+  if (len > static_cast<std::size_t>(kMaxLayoutTokens)) {
+    throw InputError(fmt::format("input_ids: more than {} tokens a row", kMaxLayoutTokens));
+  }
+  const FamilyRules fr = family_rules(rules.family);
+  const MediaTokenIds& tok = in.tokens;
+  const std::int64_t m = rules.spatial_merge_size;
+  GridQueue images("image_grid_thw", in.image_grid_thw);
+  GridQueue videos("video_grid_thw", in.video_grid_thw);
+  std::vector<double> seconds;
+  if (in.second_per_grid_ts != nullptr) {
+    const Tensor& t = *in.second_per_grid_ts;
+    if (t.ndim() != 1 || t.shape()[0] != videos.rows.size()) {
+      throw InputError(fmt::format("second_per_grid_ts: expected [{}] (one per video), got {}",
+                                   videos.rows.size(), shape_str(t.shape())));
+    }
+    for (std::size_t i = 0; i < t.numel(); ++i) {
+      const double v = t.get(i);
+      if (!(v >= kMinSeconds && v <= kMaxSeconds)) {
+        throw InputError(
+            fmt::format("second_per_grid_ts: entry {} must be 1e-6 to 1e6, got {}", i, v));
+      }
+      seconds.push_back(v);
+    }
+  }
+  if (tok.image < 0 && tok.video < 0 && tok.audio < 0) {
+    throw UsageError("input_ids: no media token id known (give --hf-config or the token ids)");
+  }
+  std::vector<PromptLayout> out(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    // 0 text, 1 image, 2 video, 3 audio, for each token of the row.
+    std::vector<std::uint8_t> kind(len);
+    bool in_video = false;
+    for (std::size_t i = 0; i < len; ++i) {
+      const double v = ids.get(r * len + i);
+      const std::int64_t id = v >= -9.2e18 && v <= 9.2e18 ? static_cast<std::int64_t>(v) : -2;
+      std::uint8_t k = 0;
+      if (fr.wrapped_video) {  // GLM-4V: image tokens between video start and end are frames
+        if (id == tok.video_start) in_video = true;
+        if (id == tok.video_end) in_video = false;
+        if (id == tok.image) k = in_video ? 2 : 1;
+      } else if (id == tok.image) {
+        k = 1;
+      } else if (id == tok.video) {
+        k = 2;
+      } else if (id == tok.audio && fr.audio) {
+        k = 3;
+      }
+      kind[i] = k;
+    }
+    for (std::size_t i = 0; i < len;) {
+      std::size_t j = i;
+      while (j < len && kind[j] == kind[i]) ++j;
+      const std::int64_t n = static_cast<std::int64_t>(j - i);
+      const std::string where = fmt::format("input_ids row {} tokens {} to {}", r, i, j - 1);
+      PromptSegment s;
+      switch (kind[i]) {
+        case 0:
+          s.kind = Kind::text;
+          s.tokens = n;
+          break;
+        case 3:
+          s.kind = Kind::audio;
+          s.tokens = n;
+          break;
+        default: {
+          const bool video = kind[i] == 2;
+          s.kind = video ? Kind::video : Kind::image;
+          std::array<std::int64_t, 3> g{};
+          if (video && fr.split_frames) {
+            if (videos.frames_left == 0) {
+              g = videos.take(where);
+              videos.frames_left = g[0];
+            } else {
+              g = videos.rows[videos.next - 1];
+            }
+            --videos.frames_left;
+            g[0] = 1;
+          } else {
+            g = video ? videos.take(where) : images.take(where);
+            if (video && fr.seconds && videos.next <= seconds.size()) {
+              s.seconds_per_grid = seconds[videos.next - 1];
+            }
+          }
+          s.t = g[0];
+          s.h = g[1];
+          s.w = g[2];
+          if (g[1] % m != 0 || g[2] % m != 0) {
+            throw InputError(fmt::format(
+                "{}: grid ({}, {}, {}): H and W must be multiples of the spatial merge size {}",
+                where, g[0], g[1], g[2], m));
+          }
+          const i128 want = static_cast<i128>(g[0]) * (g[1] / m) * (g[2] / m);
+          if (want != n) {
+            throw InputError(fmt::format("{}: {} {} tokens, but its grid ({}, {}, {}) gives {}",
+                                         where, n, video ? "video" : "image", g[0], g[1], g[2],
+                                         static_cast<long long>(std::min<i128>(want, kMaxCount))));
+          }
+        }
+      }
+      out[r].segments.push_back(s);
+      i = j;
+    }
+  }
+  if (images.next != images.rows.size() || videos.next != videos.rows.size() ||
+      videos.frames_left != 0) {
+    throw InputError(
+        fmt::format("input_ids: {} of {} image grids and {} of {} video grids used{}", images.next,
+                    images.rows.size(), videos.next, videos.rows.size(),
+                    videos.frames_left != 0
+                        ? fmt::format(" ({} frames of the last video missing)", videos.frames_left)
+                        : std::string()));
+  }
+  return out;
+}
+
+RopeIdsBatch rope_ids_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& rules) {
+  const std::vector<PromptLayout> layouts = layouts_from_tokens(in, rules);
+  const std::size_t rows = layouts.size();
+  const std::size_t len = in.input_ids.shape().back();
+  RopeIdsBatch b;
+  b.ids =
+      in.input_ids.ndim() == 2 ? Tensor(DType::i64, {3, rows, len}) : Tensor(DType::i64, {3, len});
+  std::int64_t* out = b.ids.data<std::int64_t>();
+  for (std::size_t r = 0; r < rows; ++r) {
+    RopeIds one;
+    try {
+      one = rope_ids(layouts[r], rules);
+    } catch (const UsageError& e) {
+      throw InputError(fmt::format("input_ids row {}: {}", r, e.what()));
+    }
+    const std::int64_t* src = one.ids.data<std::int64_t>();
+    for (std::size_t a = 0; a < 3; ++a) {
+      std::copy(src + a * len, src + (a + 1) * len, out + (a * rows + r) * len);
+    }
+    b.deltas.push_back(one.delta);
+  }
+  return b;
 }
 
 namespace {
@@ -518,7 +720,8 @@ RopeIdsConfig read_rope_ids_config(const std::string& path) {
       throw InputError(fmt::format("{}: nested deeper than 64 levels; not a HF config", path));
     });
   } catch (const Json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON ({})", path, std::string(e.what()).substr(0, 120)));
+    throw InputError(
+        fmt::format("{}: not valid JSON ({})", path, std::string(e.what()).substr(0, 120)));
   }
   const Json* root = &doc.root;
   if (!root->is_object()) throw InputError(fmt::format("{}: expected a JSON object", path));
@@ -533,8 +736,8 @@ RopeIdsConfig read_rope_ids_config(const std::string& path) {
   if (const Json* v = member(vision, "spatial_merge_size"); v != nullptr) {
     if (!v->is_number_integer() || v->get<std::int64_t>() < 1 ||
         v->get<std::int64_t>() > kMaxCount) {
-      throw InputError(fmt::format("{}: vision_config.spatial_merge_size must be an integer 1 to {}",
-                                   path, kMaxCount));
+      throw InputError(fmt::format(
+          "{}: vision_config.spatial_merge_size must be an integer 1 to {}", path, kMaxCount));
     }
     c.spatial_merge_size = v->get<std::int64_t>();
   }
@@ -544,6 +747,26 @@ RopeIdsConfig read_rope_ids_config(const std::string& path) {
   const Json* pips = member(root, "position_id_per_seconds");
   if (pips == nullptr) pips = member(thinker, "position_id_per_seconds");
   if (pips != nullptr) c.position_id_per_seconds = number(path, pips, "position_id_per_seconds");
+  // Token ids: "_id" (Qwen-VL, GLM-4V) or "_index" (Qwen2.5-Omni's thinker).
+  auto token = [&](const char* base, std::int64_t& dst) {
+    for (const Json* obj : {root, thinker}) {
+      for (const char* suffix : {"_id", "_index"}) {
+        const std::string key = std::string(base) + suffix;
+        const Json* v = member(obj, key.c_str());
+        if (v == nullptr || v->is_null()) continue;
+        if (!v->is_number_integer() || v->get<std::int64_t>() < 0) {
+          throw InputError(fmt::format("{}: {} must be a non-negative integer", path, key));
+        }
+        dst = v->get<std::int64_t>();
+        return;
+      }
+    }
+  };
+  token("image_token", c.tokens.image);
+  token("video_token", c.tokens.video);
+  token("audio_token", c.tokens.audio);
+  token("video_start_token", c.tokens.video_start);
+  token("video_end_token", c.tokens.video_end);
   return c;
 }
 

@@ -18,7 +18,11 @@ them in its v5 series; the per-model v5 get_rope_index of qwen2_5_vl computes th
   tokens between video start and end tokens);
 - end to end: the ids fed to `posenc rope --mrope-section 6,5,5 --position-ids` give
   HF's apply_multimodal_rotary_pos_emb (hf_reference.mrope_cos_sin) within 1e-10;
-- bad layouts: exit 2 with one line and no output file.
+- the same prompts as HF's own inputs (`--input-ids` with the grid tensors and the media
+  token ids, from options or a config), and a batch of two rows ([3, b, s], grids taken
+  in order across rows);
+- bad layouts: exit 2 with one line and no output file; bad token inputs (a run whose
+  length is not its grid's, grids left over or missing, malformed grid tensors): exit 3.
 """
 import itertools
 import json
@@ -248,7 +252,7 @@ def qwen_inputs(segments, merge, split_frames=False):
                     types += ([0] * gap if k else []) + [2] * frame
             else:
                 types += [2] * (t * frame)
-    ids = torch.full((1, len(types)), TEXT, dtype=torch.long)
+    ids = torch.tensor([[{0: TEXT, 1: IMAGE, 2: VIDEO}[k] for k in types]], dtype=torch.long)
     return dict(input_ids=ids, mm_token_type_ids=torch.tensor([types]),
                 image_grid_thw=torch.tensor(images) if images else None,
                 video_grid_thw=torch.tensor(videos) if videos else None,
@@ -333,12 +337,31 @@ def spec_of(segments, omni=False):
     return ",".join(out)
 
 
+TOKEN_ARGS = ["--image-token-id", IMAGE, "--video-token-id", VIDEO, "--audio-token-id", AUDIO]
+GLM_TOKEN_ARGS = ["--image-token-id", GLM_IMAGE, "--video-start-token-id", GLM_VIDEO_START,
+                  "--video-end-token-id", GLM_VIDEO_END]
+
+
 class RopeIds(PosencTestCase):
 
     def ids(self, family, spec, *args, out="ids.npy"):
         path = self.path(out)
         self.run_ok("rope-ids", "--family", family, "--layout", spec, "-o", path, *args)
         return np.load(path) if out.endswith(".npy") else path
+
+    def ids_from_tokens(self, family, inp, *args, token_args=TOKEN_ARGS):
+        """The input-ids form: HF's own tensors as files."""
+        files = ["--input-ids", self.npy("in_ids.npy", inp["input_ids"].numpy())]
+        for key, flag in (("image_grid_thw", "--image-grid-thw"),
+                          ("video_grid_thw", "--video-grid-thw"),
+                          ("second_per_grid_ts", "--second-per-grid-ts")):
+            if inp.get(key) is not None:
+                files += [flag, self.npy(f"{key}.npy", inp[key].numpy())]
+        out = self.path("tok.npy")
+        self.run_ok("rope-ids", "--family", family, *files, *token_args, *args, "-o", out)
+        got = np.load(out)
+        self.assertEqual(got.shape, (3, 1, inp["input_ids"].shape[1]))  # [3, b, s] for [b, s]
+        return got[:, 0]
 
     def check_qwen(self, family, segments, merge=2, tps=None, split=False):
         hf_segments = [(k, (v[0], v[1], v[2], 1.0 if v[3] is None else v[3], v[4])
@@ -360,6 +383,9 @@ class RopeIds(PosencTestCase):
         self.assertEqual(int(attrs["mrope_position_delta"]), delta, spec)
         self.assertEqual(attrs["family"], family)
         os.remove(self.path("ids.h5"))
+        if tps is None or family == "qwen2.5-vl":
+            tok = self.ids_from_tokens(family, inp, *args)
+            np.testing.assert_array_equal(tok, ref.numpy(), err_msg=f"{family} {spec} from input_ids")
         return got
 
     def test_qwen2_vl(self):
@@ -407,6 +433,9 @@ class RopeIds(PosencTestCase):
                        "--position-id-per-seconds", pips)
         np.testing.assert_array_equal(got, ref.numpy(), err_msg=spec)
         self.assertEqual(got.shape[1], inp["input_ids"].shape[1])
+        tok = self.ids_from_tokens("qwen2.5-omni", inp, "--spatial-merge-size", merge,
+                                   "--position-id-per-seconds", pips)
+        np.testing.assert_array_equal(tok, ref.numpy(), err_msg=f"{spec} from input_ids")
         p = self.run_ok("-v", "rope-ids", "--family", "qwen2.5-omni", "--layout", spec,
                         "--position-id-per-seconds", pips, "--spatial-merge-size", merge,
                         "-o", self.path("v.npy"))
@@ -437,9 +466,57 @@ class RopeIds(PosencTestCase):
             spec = spec_of(segs)
             got = self.ids("glm4v", spec)
             np.testing.assert_array_equal(got, ref.numpy(), err_msg=spec)
+            tok = self.ids_from_tokens("glm4v", inp, token_args=GLM_TOKEN_ARGS)
+            np.testing.assert_array_equal(tok, ref.numpy(), err_msg=f"{spec} from input_ids")
             p = self.run_ok("-v", "rope-ids", "--family", "glm4v", "--layout", spec, "-o",
                             self.path("v.npy"))
             self.assertIn(f"mrope_position_delta {delta}", p.stderr)
+
+    def test_input_ids_batch(self):
+        # Two rows of 11 tokens; the grids are taken in order across rows, as HF's iterators.
+        a = qwen_inputs([("text", 3), ("image", (1, 4, 6)), ("text", 2)], 2)
+        b = qwen_inputs([("text", 5), ("image", (1, 2, 4)), ("text", 4)], 2)
+        ids = torch.cat([a["input_ids"], b["input_ids"]])
+        types = torch.cat([a["mm_token_type_ids"], b["mm_token_type_ids"]])
+        grids = torch.cat([a["image_grid_thw"], b["image_grid_thw"]])
+        ref_a, da = interleaved_runs(a["input_ids"], a["mm_token_type_ids"], 2, grids[:1])
+        ref_b, db = interleaved_runs(b["input_ids"], b["mm_token_type_ids"], 2, grids[1:])
+        self.assertEqual(types.shape, ids.shape)
+        out = self.path("batch.h5")
+        self.run_ok("rope-ids", "--family", "qwen2-vl", "--input-ids", self.npy("b.npy", ids.numpy()),
+                    "--image-grid-thw", self.npy("g.npy", grids.numpy().astype(np.int32)),
+                    *TOKEN_ARGS, "-o", out)
+        with h5py.File(out, "r") as f:
+            got = f["position_ids"][()]
+            deltas = list(f["position_ids"].attrs["mrope_position_deltas"])
+        self.assertEqual(got.shape, (3, 2, 11))
+        np.testing.assert_array_equal(got[:, 0], ref_a.numpy())
+        np.testing.assert_array_equal(got[:, 1], ref_b.numpy())
+        self.assertEqual(deltas, [da, db])
+
+    def test_input_ids_errors(self):
+        inp = qwen_inputs([("text", 3), ("image", (1, 4, 6)), ("text", 2)], 2)
+        ids = self.npy("i.npy", inp["input_ids"].numpy())
+        out = self.path("e.npy")
+        base = ["rope-ids", "--family", "qwen2-vl", "--input-ids", ids, *TOKEN_ARGS, "-o", out]
+        self.assert_fails(3, *base, "--image-grid-thw", self.npy("g.npy", np.array([[1, 4, 4]])),
+                          match="6 image tokens, but its grid")
+        self.assert_fails(3, *base, "--image-grid-thw",
+                          self.npy("g.npy", np.array([[1, 4, 6], [1, 2, 2]])), match="1 of 2")
+        self.assert_fails(3, *base, match="no --image-grid-thw row left")
+        self.assert_fails(3, *base, "--image-grid-thw", self.npy("g.npy", np.array([1, 4, 6])),
+                          match="n, 3")
+        self.assert_fails(3, *base, "--image-grid-thw", self.npy("g.npy", np.array([[1, 0, 6]])),
+                          match="1 to")
+        self.assert_fails(3, *base, "--image-grid-thw",
+                          self.npy("g.npy", np.array([[1.0, 4.0, 6.0]])), match="integer")
+        self.assert_fails(2, *base, "--layout", "text:1", match="one of the two")
+        self.assert_fails(2, "rope-ids", "--family", "qwen2-vl", "-o", out, match="one of")
+        self.assert_fails(2, "rope-ids", "--family", "qwen2-vl", "--layout", "text:1",
+                          "--image-grid-thw", self.path("g.npy"), "-o", out, match="input-ids")
+        self.assert_fails(3, "rope-ids", "--family", "qwen2-vl", "--input-ids",
+                          self.path("missing.npy"), *TOKEN_ARGS, "-o", out)
+        self.assertFalse(os.path.exists(out))
 
     def test_hf_config(self):
         cfg = self.path("config.json")
@@ -459,6 +536,19 @@ class RopeIds(PosencTestCase):
         self.run_ok("rope-ids", "--hf-config", cfg, "--layout", "text:1,video:2x1x1@1,text:1",
                     "-o", p)
         np.testing.assert_array_equal(np.load(p)[0], [0, 1, 11, 12])
+        # Token ids from the config (Qwen2.5-Omni's thinker spells them _index).
+        with open(cfg, "w") as f:
+            json.dump({"model_type": "qwen2_5_omni", "thinker_config": {
+                "image_token_index": IMAGE, "video_token_index": VIDEO,
+                "audio_token_index": AUDIO, "vision_config": {"spatial_merge_size": 2}}}, f)
+        inp = omni_inputs([("text", 2), ("image", (1, 4, 4)), ("text", 2), ("audio", 40),
+                           ("text", 1)], 2)
+        ref, _ = audio_chunked(inp["input_ids"], 2, 25, inp["image_grid_thw"],
+                               audio_seqlens=inp["audio_seqlens"])
+        self.run_ok("rope-ids", "--hf-config", cfg, "--input-ids",
+                    self.npy("t.npy", inp["input_ids"].numpy()[0]), "--image-grid-thw",
+                    self.npy("g.npy", inp["image_grid_thw"].numpy()), "-o", p)
+        np.testing.assert_array_equal(np.load(p), ref.numpy())  # [s] in, [3, s] out
         with open(cfg, "w") as f:
             json.dump({"model_type": "llama"}, f)
         self.assert_fails(3, "rope-ids", "--hf-config", cfg, "--layout", "text:1", "-o", p,

@@ -29,15 +29,16 @@ posenc::RopeIds ids(RopeIdsFamily f, const char* spec, double tps = 0) {
 }
 
 TEST(RopeIds, ParsesAndPrintsTheSpec) {
-  const PromptLayout l = posenc::parse_prompt_layout("text:5,image:1x4x6,video:2x4x4@2.5/3,audio:7");
+  const PromptLayout l =
+      posenc::parse_prompt_layout("text:5,image:1x4x6,video:2x4x4@2.5/3,audio:7");
   ASSERT_EQ(l.segments.size(), 4u);
   EXPECT_EQ(l.segments[1].h, 4);
   EXPECT_EQ(l.segments[2].seconds_per_grid, 2.5);
   EXPECT_EQ(l.segments[2].frame_gap, 3);
   EXPECT_EQ(posenc::prompt_layout_text(l), "text:5,image:1x4x6,video:2x4x4@2.5/3,audio:7");
-  for (const char* bad : {"", "text", "text:", "text:-1", "text:+1", "text:1,", "image:1x2",
-                          "image:1x2x3x4", "video:1x2x2@", "video:1x2x2@1e3", "video:1x2x2/x",
-                          "pixels:3", "text:2147483648"}) {
+  for (const char* bad :
+       {"", "text", "text:", "text:-1", "text:+1", "text:1,", "image:1x2", "image:1x2x3x4",
+        "video:1x2x2@", "video:1x2x2@1e3", "video:1x2x2/x", "pixels:3", "text:2147483648"}) {
     EXPECT_THROW(posenc::parse_prompt_layout(bad), posenc::UsageError) << bad;
   }
 }

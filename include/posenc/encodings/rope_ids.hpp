@@ -21,9 +21,9 @@ namespace posenc {
 
 /// The model families whose position ids are computed.
 enum class RopeIdsFamily {
-  qwen2_vl,     ///< Qwen2-VL: videos step 1 per temporal grid
-  qwen2_5_vl,   ///< Qwen2.5-VL: videos step tokens_per_second * int(seconds per grid)
-  qwen3_vl,     ///< Qwen3-VL: videos frame by frame between timestamp text
+  qwen2_vl,      ///< Qwen2-VL: videos step 1 per temporal grid
+  qwen2_5_vl,    ///< Qwen2.5-VL: videos step tokens_per_second * int(seconds per grid)
+  qwen3_vl,      ///< Qwen3-VL: videos frame by frame between timestamp text
   qwen2_5_omni,  ///< Qwen2.5-Omni TMRoPE: audio spans, time in position_id_per_seconds
   glm4v          ///< GLM-4.1V/4.5V: blocks from max id + 1, videos frame by frame
 };
@@ -68,7 +68,7 @@ std::string prompt_layout_text(const PromptLayout& layout);
 /// The family's numbers (HF config keys in parentheses).
 struct RopeIdsRules {
   RopeIdsFamily family = RopeIdsFamily::qwen2_vl;  ///< whose get_rope_index is followed
-  std::int64_t spatial_merge_size = 2;  ///< vision_config.spatial_merge_size
+  std::int64_t spatial_merge_size = 2;             ///< vision_config.spatial_merge_size
   /// qwen2.5-vl: vision_config.tokens_per_second; 0 = not known (a video is then an error).
   double tokens_per_second = 0;
   /// qwen2.5-omni: position_id_per_seconds (HF default 25).
@@ -77,9 +77,9 @@ struct RopeIdsRules {
 
 /// Position ids of a layout and HF's mrope_position_delta (max id + 1 - tokens).
 struct RopeIds {
-  Tensor ids;                ///< [3, s] i64: rows t, h, w
-  std::int64_t delta = 0;    ///< rope_deltas of get_rope_index, for decoding after the prompt
-  std::int64_t tokens = 0;   ///< s
+  Tensor ids;               ///< [3, s] i64: rows t, h, w
+  std::int64_t delta = 0;   ///< rope_deltas of get_rope_index, for decoding after the prompt
+  std::int64_t tokens = 0;  ///< s
 };
 
 /// The most tokens a layout may have.
@@ -109,18 +109,58 @@ inline constexpr std::int64_t kMaxLayoutTokens = (std::int64_t{1} << 31) - 1;
 /// most kMaxLayoutTokens).
 RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules);
 
-/// The numbers a HF config.json gives (unset: the config does not say).
-struct RopeIdsConfig {
-  std::string model_type;                   ///< top-level model_type
-  std::int64_t spatial_merge_size = 0;      ///< 0: not given
-  double tokens_per_second = 0;             ///< 0: not given
-  double position_id_per_seconds = 0;       ///< 0: not given
+/// The token ids that mark media in input_ids (-1: none).
+struct MediaTokenIds {
+  std::int64_t image = -1;        ///< image_token_id (image_token_index); GLM-4V: also video frames
+  std::int64_t video = -1;        ///< video_token_id (video_token_index)
+  std::int64_t audio = -1;        ///< audio_token_id (audio_token_index), qwen2.5-omni
+  std::int64_t video_start = -1;  ///< glm4v: video_start_token_id
+  std::int64_t video_end = -1;    ///< glm4v: video_end_token_id
 };
 
-/// Reads model_type, vision_config.spatial_merge_size, vision_config.tokens_per_second
-/// and position_id_per_seconds (top level or thinker_config) from a HF config.json.
-/// Throws InputError naming the file for an unreadable or malformed config or a value
-/// out of range.
+/// HF's interface: token ids and the processor's grids instead of a layout.
+struct RopeIdsTokens {
+  Tensor input_ids;                            ///< [s] or [b, s], integer
+  const Tensor* image_grid_thw = nullptr;      ///< [images, 3] integer, or none
+  const Tensor* video_grid_thw = nullptr;      ///< [videos, 3] integer, or none
+  const Tensor* second_per_grid_ts = nullptr;  ///< [videos], or none
+  MediaTokenIds tokens;                        ///< which ids mark which medium
+};
+
+/// Ids of a batch: [3, s] for 1-D input_ids, [3, b, s] for 2-D, and one delta per row.
+struct RopeIdsBatch {
+  Tensor ids;                        ///< i64
+  std::vector<std::int64_t> deltas;  ///< mrope_position_deltas, one per row
+};
+
+/// The prompt layouts the token ids describe, one per row of input_ids: maximal runs of
+/// a medium's token become its segments, taking the grids in order across rows as HF's
+/// iterators do (qwen3-vl and glm4v: one frame of the current video per run), with the
+/// seconds of second_per_grid_ts for the families that read them. Throws InputError
+/// (naming the row and the token offset) for input_ids that are not 1-D or 2-D integers,
+/// grids that are not [n, 3] positive integers below 2^31, a run whose length is not its
+/// grid's token count, a run without a grid, grids or seconds left over, and the
+/// family's rules (rope_ids) broken by a row.
+std::vector<PromptLayout> layouts_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& rules);
+
+/// rope_ids of every row of layouts_from_tokens. Throws as that function does, with
+/// rope_ids' errors as InputError naming the row.
+RopeIdsBatch rope_ids_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& rules);
+
+/// The numbers a HF config.json gives (unset: the config does not say).
+struct RopeIdsConfig {
+  std::string model_type;               ///< top-level model_type
+  std::int64_t spatial_merge_size = 0;  ///< 0: not given
+  double tokens_per_second = 0;         ///< 0: not given
+  double position_id_per_seconds = 0;   ///< 0: not given
+  MediaTokenIds tokens;                 ///< -1 where not given
+};
+
+/// Reads model_type, vision_config.spatial_merge_size, vision_config.tokens_per_second,
+/// position_id_per_seconds and the media token ids (image/video/audio_token_id or
+/// _index, video_start/end_token_id; top level or thinker_config) from a HF
+/// config.json. Throws InputError naming the file for an unreadable or malformed config
+/// or a value out of range.
 RopeIdsConfig read_rope_ids_config(const std::string& path);
 
 }  // namespace posenc
