@@ -34,6 +34,7 @@ struct RopeIdsOptions {
   long long spatial_merge_size = 0;
   double tokens_per_second = 0;
   double position_id_per_seconds = 0;
+  double seconds_per_chunk = 0;
   OutputOptions out;
 };
 
@@ -88,6 +89,17 @@ RopeIdsRules rules_of(const RopeIdsOptions& o, CLI::App* sub, const RopeIdsConfi
     r.position_id_per_seconds = o.position_id_per_seconds;
   } else if (cfg.position_id_per_seconds > 0) {
     r.position_id_per_seconds = cfg.position_id_per_seconds;
+  }
+  if (sub->count("--seconds-per-chunk") > 0) {
+    if (r.family != RopeIdsFamily::qwen2_5_omni) {
+      throw UsageError("--seconds-per-chunk: only qwen2.5-omni reads it");
+    }
+    if (!(o.seconds_per_chunk > 0) || o.seconds_per_chunk >= 9007199254740992.0) {
+      throw UsageError("--seconds-per-chunk: must be above 0 and below 2^53");
+    }
+    r.seconds_per_chunk = o.seconds_per_chunk;
+  } else if (cfg.seconds_per_chunk > 0) {
+    r.seconds_per_chunk = cfg.seconds_per_chunk;
   }
   return r;
 }
@@ -183,6 +195,7 @@ void run_rope_ids(const RopeIdsOptions& o, CLI::App* sub) {
   }
   if (rules.family == RopeIdsFamily::qwen2_5_omni) {
     attrs.push_back({"position_id_per_seconds", rules.position_id_per_seconds});
+    attrs.push_back({"seconds_per_chunk", rules.seconds_per_chunk});
   }
   verbose(fmt::format("{}: position ids {} i64, mrope_position_delta {}", ref.text,
                       shape_str(ids.ids.shape()), fmt::join(ids.deltas, ",")));
@@ -231,6 +244,8 @@ void register_rope_ids(CLI::App& app) {
                   "released checkpoints say 2, HF's class default is 4)");
   sub->add_option("--position-id-per-seconds", opt->position_id_per_seconds,
                   "qwen2.5-omni: time ids per second of media (default 25)");
+  sub->add_option("--seconds-per-chunk", opt->seconds_per_chunk,
+                  "qwen2.5-omni: seconds per chunk of a video+audio span (default 2)");
   add_output_options(sub, opt->out, /*multiple=*/false, /*required=*/true,
                      "output reference for the [3, s] int64 ids (x.npy, x.h5:/d (default "
                      "/position_ids), x.csv, x.json, - for stdout)");

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/json_doc.hpp"
@@ -113,6 +114,11 @@ PromptSegment parse_segment(std::string_view seg, std::string_view what) {
   }
   s.kind = kind == "image" ? Kind::image : Kind::video;
   if (s.kind == Kind::video) {
+    const auto plus = value.find("+audio:");
+    if (plus != std::string_view::npos) {
+      s.audio_tokens = parse_count(value.substr(plus + 7), 1, what, seg, "the audio token count");
+      value = value.substr(0, plus);
+    }
     const auto slash = value.find('/');
     if (slash != std::string_view::npos) {
       s.frame_gap = parse_count(value.substr(slash + 1), 0, what, seg, "the frame gap");
@@ -210,6 +216,7 @@ struct Block {
   std::int64_t n = 0;                // run length
   std::int64_t t = 0, h = 0, w = 0;  // merged grid
   TimeScale time;
+  std::int64_t audio = 0;  // a video's own audio tokens (Omni's use_audio_in_video)
 };
 
 // The shortest fixed-point text (no exponent: the SPEC has none) that reads back as `v`.
@@ -251,17 +258,35 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
     if (s.kind == Kind::audio && !fr.audio) {
       throw UsageError(fmt::format("{}: {} has no audio input (only qwen2.5-omni)", where, fam));
     }
-    if (fr.audio) {
+    const bool with_audio = s.kind == Kind::video && s.audio_tokens > 0;
+    if (with_audio && !fr.audio) {
+      throw UsageError(
+          fmt::format("{}: +audio (a video with its soundtrack) is for qwen2.5-omni only", where));
+    }
+    if (fr.audio && s.kind == Kind::video) {
+      // HF's use_audio_in_video holds for every video of the prompt.
+      for (const PromptSegment& o : segs) {
+        if (o.kind == Kind::video && (o.audio_tokens > 0) != with_audio) {
+          throw UsageError(fmt::format(
+              "{}: qwen2.5-omni's use_audio_in_video applies to every video: either all videos "
+              "have +audio or none",
+              where));
+        }
+      }
+    }
+    if (fr.audio && !with_audio) {
       // The text runs around the segment (consecutive text segments are one run). Its
       // start token ends the run before and its end token begins the run after; a run
-      // between two media segments holds an end and a start token.
+      // between two media segments holds an end and a start token (a video with audio
+      // holds its own).
       std::int64_t before = 0, after = 0;
       std::size_t b = i;
       while (b > 0 && segs[b - 1].kind == Kind::text) before += segs[--b].tokens;
       for (std::size_t a = i + 1; a < segs.size() && segs[a].kind == Kind::text; ++a) {
         after += segs[a].tokens;
       }
-      const std::int64_t need_before = b > 0 ? 2 : 1;
+      const bool media_before = b > 0 && segs[b - 1].audio_tokens == 0;
+      const std::int64_t need_before = media_before ? 2 : 1;
       if (before < need_before || after < 1) {
         throw UsageError(fmt::format(
             "{}: {} opens and closes each {} with a start and an end token, which the text "
@@ -348,6 +373,7 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
       }
       continue;
     }
+    b.audio = s.audio_tokens;
     blocks.push_back(b);
   }
   return blocks;
@@ -357,10 +383,83 @@ std::int64_t block_tokens(const Block& b) {
   if (!b.vision) return b.n;
   // Each factor is at most 2^31-1: t*h fits, the product is checked.
   std::int64_t hw = 0, n = 0;
-  if (__builtin_mul_overflow(b.h, b.w, &hw) || __builtin_mul_overflow(hw, b.t, &n)) {
+  if (__builtin_mul_overflow(b.h, b.w, &hw) || __builtin_mul_overflow(hw, b.t, &n) ||
+      n > kMaxLayoutTokens) {
     return std::numeric_limits<std::int64_t>::max();
   }
-  return n;
+  return b.audio > 0 ? n + b.audio + 4 : n;  // with its two start and two end tokens
+}
+
+// HF's _mrope_temporal_chunks: [start, end) index ranges of a monotonic time row, a new
+// chunk where the time from `origin` first reaches the next multiple of `per_chunk`.
+std::vector<std::pair<std::int64_t, std::int64_t>> temporal_chunks(
+    const std::vector<std::int64_t>& time, std::int64_t per_chunk, std::int64_t origin) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> chunks;
+  std::int64_t chunk_start = 0, chunk_index = 1;
+  const auto n = static_cast<std::int64_t>(time.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (static_cast<i128>(time[i] - origin) >= static_cast<i128>(chunk_index) * per_chunk) {
+      chunks.emplace_back(chunk_start, i);
+      chunk_start = i;
+      ++chunk_index;
+    }
+  }
+  chunks.emplace_back(chunk_start, n);
+  return chunks;
+}
+
+// Qwen2.5-Omni's use_audio_in_video span at `start` (the previous max id + 1): two start
+// tokens there, the video's and the audio's ids from start + 1 cut into time chunks and
+// emitted video chunk, audio chunk, ..., two end tokens at the last chunk's max id + 1.
+// Writes the block's tokens from `at` and returns the largest id of its last block (the
+// end tokens'), from which the next block starts.
+std::int64_t interleave_audio_video(const Block& b, std::int64_t start, std::int64_t per_chunk,
+                                    std::int64_t* const row[3], std::int64_t& at) {
+  auto put = [&](std::int64_t t, std::int64_t h, std::int64_t w) {
+    row[0][at] = t;
+    row[1][at] = h;
+    row[2][at] = w;
+    ++at;
+  };
+  put(start, start, start);
+  put(start, start, start);
+  const std::int64_t q = start + 1;
+  const std::int64_t n = b.t * b.h * b.w;
+  std::vector<std::int64_t> vt(n), vh(n), vw(n), audio(b.audio);
+  std::int64_t x = 0;
+  for (std::int64_t k = 0; k < b.t; ++k) {
+    for (std::int64_t i = 0; i < b.h; ++i) {
+      for (std::int64_t j = 0; j < b.w; ++j, ++x) {
+        vt[x] = q + b.time.id(k);
+        vh[x] = q + i;
+        vw[x] = q + j;
+      }
+    }
+  }
+  for (std::int64_t a = 0; a < b.audio; ++a) audio[a] = q + a;
+  const auto video_chunks = temporal_chunks(vt, per_chunk, q);
+  const auto audio_chunks = temporal_chunks(audio, per_chunk, q);
+  std::int64_t last_max = -1;
+  for (std::size_t c = 0; c < std::max(video_chunks.size(), audio_chunks.size()); ++c) {
+    if (c < video_chunks.size()) {
+      last_max = -1;
+      for (std::int64_t y = video_chunks[c].first; y < video_chunks[c].second; ++y) {
+        put(vt[y], vh[y], vw[y]);
+        last_max = std::max({last_max, vt[y], vh[y], vw[y]});
+      }
+    }
+    if (c < audio_chunks.size()) {
+      last_max = -1;
+      for (std::int64_t y = audio_chunks[c].first; y < audio_chunks[c].second; ++y) {
+        put(audio[y], audio[y], audio[y]);
+        last_max = std::max(last_max, audio[y]);
+      }
+    }
+  }
+  const std::int64_t eos = last_max + 1;
+  put(eos, eos, eos);
+  put(eos, eos, eos);
+  return eos;
 }
 
 }  // namespace
@@ -426,6 +525,7 @@ std::string prompt_layout_text(const PromptLayout& layout) {
     out += fmt::format("{}x{}x{}", s.t, s.h, s.w);
     if (s.seconds_per_grid > 0) out += "@" + seconds_text(s.seconds_per_grid);
     if (s.frame_gap >= 0) out += fmt::format("/{}", s.frame_gap);
+    if (s.audio_tokens > 0) out += fmt::format("+audio:{}", s.audio_tokens);
   }
   return out;
 }
@@ -454,8 +554,17 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
   for (int a = 0; a < 3; ++a) row[a] = r.ids.data<std::int64_t>() + a * total;
   std::int64_t at = 0;       // next token
   std::int64_t pos = 0;      // the running position (Qwen-VL v5: current_pos)
-  std::int64_t max_id = -1;  // the largest id so far
+  std::int64_t max_id = -1;  // the largest id of the last block (Omni: the next starts past it)
+  std::int64_t top = -1;     // the largest id so far
+  // Omni's int(position_id_per_seconds * seconds_per_chunk), a Python float made int.
+  const double chunk = std::trunc(rules.position_id_per_seconds * rules.seconds_per_chunk);
+  if (omni && !(chunk >= 1 && chunk < kMaxPosition)) {
+    throw UsageError(
+        "seconds_per_chunk: position_id_per_seconds * seconds_per_chunk must be 1 to 2^53");
+  }
+  const std::int64_t per_chunk = omni ? static_cast<std::int64_t>(chunk) : 1;
   for (const Block& b : blocks) {
+    top = std::max(top, max_id);
     const std::int64_t start = omni ? max_id + 1 : pos;
     if (!b.vision) {
       if (static_cast<double>(start) + static_cast<double>(b.n) > kMaxPosition) {
@@ -470,10 +579,19 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
       continue;
     }
     // Time is monotonic in k: the block's largest id is at its last grid, row or column.
-    const double last =
-        std::max({b.time.at(b.t - 1), static_cast<double>(b.h - 1), static_cast<double>(b.w - 1)});
+    // A video with audio has its audio ids and, after them, its end tokens too.
+    const double last = std::max({b.time.at(b.t - 1), static_cast<double>(b.h - 1),
+                                  static_cast<double>(b.w - 1), static_cast<double>(b.audio)}) +
+                        (b.audio > 0 ? 2 : 0);
     if (static_cast<double>(start) + last >= kMaxPosition) {
       throw UsageError("--layout: position ids reach 2^53");
+    }
+    if (b.audio > 0) {
+      const std::int64_t from = at;
+      max_id = interleave_audio_video(b, start, per_chunk, row, at);
+      for (std::int64_t y = from; y < at; ++y)
+        top = std::max({top, row[0][y], row[1][y], row[2][y]});
+      continue;
     }
     for (std::int64_t k = 0; k < b.t; ++k) {
       const std::int64_t tk = start + b.time.id(k);
@@ -489,7 +607,8 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
     max_id = std::max(max_id, start + static_cast<std::int64_t>(last));
     pos = start + std::max(b.h, b.w);
   }
-  r.delta = max_id + 1 - total;
+  top = std::max(top, max_id);
+  r.delta = top + 1 - total;
   return r;
 }
 
@@ -747,6 +866,9 @@ RopeIdsConfig read_rope_ids_config(const std::string& path) {
   const Json* pips = member(root, "position_id_per_seconds");
   if (pips == nullptr) pips = member(thinker, "position_id_per_seconds");
   if (pips != nullptr) c.position_id_per_seconds = number(path, pips, "position_id_per_seconds");
+  const Json* spc = member(root, "seconds_per_chunk");
+  if (spc == nullptr) spc = member(thinker, "seconds_per_chunk");
+  if (spc != nullptr) c.seconds_per_chunk = number(path, spc, "seconds_per_chunk");
   // Token ids: "_id" (Qwen-VL, GLM-4V) or "_index" (Qwen2.5-Omni's thinker).
   auto token = [&](const char* base, std::int64_t& dst) {
     for (const Json* obj : {root, thinker}) {

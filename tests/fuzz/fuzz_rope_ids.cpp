@@ -30,6 +30,7 @@ i128 tokens_of(const posenc::PromptLayout& l, std::int64_t m, bool frames) {
       continue;
     }
     n += static_cast<i128>(s.t) * (s.h / m) * (s.w / m);
+    if (s.audio_tokens > 0) n += s.audio_tokens + 4;
     if (frames && s.kind == posenc::PromptSegment::Kind::video && s.frame_gap > 0) {
       n += static_cast<i128>(s.t - 1) * s.frame_gap;
     }

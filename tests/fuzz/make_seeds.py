@@ -165,6 +165,8 @@ def rope_ids_seeds():
         (1, 1, b"text:1,video:4x2x2@1000000,text:1"),
         (2, 3, b"video:1x8x8/0,video:2x8x8/1"),
         (4, 1, b"text:2,video:3x4x4/2,text:1,image:2x4x6,text:1"),
+        (3, 1, b"text:1,video:4x4x2@1.0+audio:50,video:2x2x2@2+audio:8,text:2,audio:3,text:1"),
+        (3, 1, b"video:1x60x60@2+audio:10"),
     ]
     for i, (family, knobs, spec) in enumerate(seeds):
         put("rope_ids", f"layout{i:02d}", bytes([family, knobs]) + spec)

@@ -103,9 +103,23 @@ def audio_length_pooled(audio_seqlen):
     return ((audio_seqlen - 1) // 2 + 1 - 2) // 2 + 1
 
 
+def temporal_chunks(temporal_positions, positions_per_chunk, start_position):
+    """_mrope_temporal_chunks."""
+    chunks = []
+    chunk_start, chunk_index = 0, 1
+    for index in range(len(temporal_positions)):
+        if temporal_positions[index] - start_position >= chunk_index * positions_per_chunk:
+            chunks.append((chunk_start, index))
+            chunk_start = index
+            chunk_index += 1
+    chunks.append((chunk_start, len(temporal_positions)))
+    return chunks
+
+
 def audio_chunked(input_ids, spatial_merge_size, position_id_per_seconds, image_grid_thw=None,
-                  video_grid_thw=None, second_per_grid_ts=None, audio_seqlens=None):
-    """_mrope_index_audio_chunked for one sequence, use_audio_in_video False."""
+                  video_grid_thw=None, second_per_grid_ts=None, audio_seqlens=None,
+                  use_audio_in_video=False, seconds_per_chunk=2.0):
+    """_mrope_index_audio_chunked for one sequence."""
     token_ids = input_ids[0]
     input_tokens = token_ids.tolist()
     blocks = []
@@ -120,11 +134,14 @@ def audio_chunked(input_ids, spatial_merge_size, position_id_per_seconds, image_
     vision_tokens = token_ids[vision_start_indices + 1]
     num_audios = (token_ids == AUDIO_START).sum()
     num_images = (vision_tokens == IMAGE).sum()
-    num_videos = (vision_tokens == VIDEO).sum()
+    num_videos = ((vision_tokens == AUDIO_START).sum() if use_audio_in_video
+                  else (vision_tokens == VIDEO).sum())
     remain_images, remain_videos, remain_audios = num_images, num_videos, num_audios
     image_idx = video_idx = audio_idx = 0
+    num_spans = (num_images + num_audios if use_audio_in_video
+                 else num_images + num_videos + num_audios)
     st = 0
-    for _ in range(num_images + num_videos + num_audios):
+    for _ in range(num_spans):
         unreachable = len(input_tokens) + 1
         ed_image = (input_tokens.index(IMAGE, st) if IMAGE in input_tokens and remain_images > 0
                     else unreachable)
@@ -133,7 +150,7 @@ def audio_chunked(input_ids, spatial_merge_size, position_id_per_seconds, image_
         ed_audio = (input_tokens.index(AUDIO, st) if AUDIO in input_tokens and remain_audios > 0
                     else unreachable)
         min_ed = min(ed_image, ed_video, ed_audio)
-        text_len = min_ed - st - 1
+        text_len = min_ed - st - (2 if min_ed == ed_video and use_audio_in_video else 1)
         if text_len != 0:
             blocks.append(block(text_len))
         if min_ed == ed_audio:
@@ -155,6 +172,34 @@ def audio_chunked(input_ids, spatial_merge_size, position_id_per_seconds, image_
             st += int(text_len + 1 + image_len + 1)
             image_idx += 1
             remain_images -= 1
+        elif min_ed == ed_video and use_audio_in_video:
+            bos_position = next_position()
+            blocks.append(block(1, bos_position))
+            blocks.append(block(1, bos_position))
+            span_start = next_position()
+            grid_thw = video_grid_thw[video_idx]
+            audio_len = audio_length_pooled(audio_seqlens[audio_idx])
+            audio_positions = block(audio_len, span_start)
+            video_positions = get_mrope_vision_positions(
+                span_start, grid_thw, spatial_merge_size=spatial_merge_size,
+                time_interval=float(second_per_grid_ts[video_idx]) * position_id_per_seconds)
+            positions_per_chunk = int(position_id_per_seconds * seconds_per_chunk)
+            video_chunks = temporal_chunks(video_positions[0], positions_per_chunk, span_start)
+            audio_chunks = temporal_chunks(audio_positions[0], positions_per_chunk, span_start)
+            for video_chunk, audio_chunk in itertools.zip_longest(video_chunks, audio_chunks):
+                if video_chunk is not None:
+                    blocks.append(video_positions[:, video_chunk[0]:video_chunk[1]])
+                if audio_chunk is not None:
+                    blocks.append(audio_positions[:, audio_chunk[0]:audio_chunk[1]])
+            video_len = grid_thw.prod() // (spatial_merge_size ** 2)
+            eos_position = next_position()
+            blocks.append(block(1, eos_position))
+            blocks.append(block(1, eos_position))
+            st += int(text_len + 2 + audio_len + video_len + 2)
+            audio_idx += 1
+            video_idx += 1
+            remain_videos -= 1
+            remain_audios -= 1
         else:
             blocks.append(block(1))
             grid_thw = video_grid_thw[video_idx]
@@ -274,6 +319,13 @@ def omni_inputs(segments, merge):
             tokens[-1] = VISION_START
             images.append(v)
             tokens += [IMAGE] * (v[0] * (v[1] // merge) * (v[2] // merge))
+        elif len(v) == 5:  # a video with its soundtrack (mel length v[4]): its own 2+2 wrappers
+            t, h, w, secs, mel = v
+            videos.append((t, h, w))
+            seconds.append(secs)
+            mels.append(mel)
+            tokens += [VISION_START, AUDIO_START] + [VIDEO] * (t * (h // merge) * (w // merge))
+            tokens += [AUDIO] * audio_length_pooled(mel) + [TEXT, TEXT]
         else:
             t, h, w, secs = v
             tokens[-1] = VISION_START
@@ -288,7 +340,8 @@ def omni_inputs(segments, merge):
 
 
 def norm(segments):
-    """Video entries padded to (t, h, w, seconds or None, gap or None)."""
+    """Video entries padded to (t, h, w, seconds or None, gap or None); Omni's videos with
+    audio have the mel length of their soundtrack in place of the gap."""
     return [(k, tuple(v) + (None,) * (5 - len(v)) if k == "video" else v) for k, v in segments]
 
 
@@ -327,6 +380,8 @@ def spec_of(segments, omni=False):
             out.append(f"audio:{audio_length_pooled(v)}")
         elif kind == "image":
             out.append("image:{}x{}x{}".format(*v))
+        elif omni and len(v) == 5 and v[4] is not None:
+            out.append("video:{}x{}x{}@{}+audio:{}".format(*v[:4], audio_length_pooled(v[4])))
         else:
             s = "video:{}x{}x{}".format(*v[:3])
             if v[3] is not None:
@@ -423,16 +478,25 @@ class RopeIds(PosencTestCase):
         ):
             self.check_qwen("qwen3-vl", segs, split=True)
 
-    def check_omni(self, segments, merge=2, pips=25):
+    def check_omni(self, segments, merge=2, pips=25, spc=None):
         inp = omni_inputs(segments, merge)
+        av = any(k == "video" and len(v) == 5 for k, v in segments)
+        chunk_args = [] if spc is None else ["--seconds-per-chunk", spc]
         ref, delta = audio_chunked(inp["input_ids"], merge, pips, inp["image_grid_thw"],
                                    inp["video_grid_thw"], inp["second_per_grid_ts"],
-                                   inp["audio_seqlens"])
+                                   inp["audio_seqlens"], use_audio_in_video=av,
+                                   seconds_per_chunk=2.0 if spc is None else spc)
         spec = spec_of(segments, omni=True)
         got = self.ids("qwen2.5-omni", spec, "--spatial-merge-size", merge,
-                       "--position-id-per-seconds", pips)
+                       "--position-id-per-seconds", pips, *chunk_args)
         np.testing.assert_array_equal(got, ref.numpy(), err_msg=spec)
         self.assertEqual(got.shape[1], inp["input_ids"].shape[1])
+        p = self.run_ok("-v", "rope-ids", "--family", "qwen2.5-omni", "--layout", spec,
+                        "--position-id-per-seconds", pips, "--spatial-merge-size", merge,
+                        *chunk_args, "-o", self.path("v.npy"))
+        self.assertIn(f"mrope_position_delta {delta}", p.stderr)
+        if av:
+            return  # the input-ids form does not read a video's interleaved soundtrack
         tok = self.ids_from_tokens("qwen2.5-omni", inp, "--spatial-merge-size", merge,
                                    "--position-id-per-seconds", pips)
         np.testing.assert_array_equal(tok, ref.numpy(), err_msg=f"{spec} from input_ids")
@@ -449,6 +513,23 @@ class RopeIds(PosencTestCase):
             self.check_omni([("text", 2), ("video", (4, 4, 4, secs)), ("text", 2),
                              ("image", (1, 2, 2)), ("text", 1)])
         self.check_omni([("text", 2), ("video", (6, 2, 2, 0.3)), ("text", 1)], pips=13)
+
+    def test_qwen2_5_omni_audio_in_video(self):
+        # use_audio_in_video: a video and its soundtrack cut into seconds_per_chunk chunks.
+        for segs, kw in (
+            ([("text", 2), ("video", (4, 4, 4, 2.0, 800)), ("text", 3)], {}),
+            ([("video", (3, 2, 4, 0.5, 300))], {}),                          # first and last
+            ([("text", 1), ("video", (8, 2, 2, 0.3, 100)), ("text", 2), ("image", (1, 4, 4)),
+              ("text", 2), ("audio", 60), ("text", 1)], {}),
+            ([("text", 1), ("video", (4, 4, 2, 1.0, 200)), ("video", (2, 2, 2, 2.0, 30)),
+              ("text", 1)], dict(spc=0.7)),                                  # back to back
+            ([("text", 1), ("video", (5, 6, 6, 2.0, 16)), ("text", 1)], dict(pips=7, spc=3.0)),
+            # the last chunk is audio, whose ids stay below the video's: the end tokens and
+            # the text after them continue from the audio's (HF's blocks[-1].max() + 1)
+            ([("text", 1), ("video", (1, 60, 60, 2.0, 40)), ("text", 2)], {}),
+        ):
+            with self.subTest(segs=segs):
+                self.check_omni(segs, **kw)
 
     def test_glm4v(self):
         for segs in (
@@ -601,6 +682,10 @@ class RopeIds(PosencTestCase):
             ("qwen2.5-omni", "image:1x4x4,text:1", "start and an end"),
             ("qwen2.5-omni", "text:1,audio:5,text:1,audio:5,text:1", "start and an end"),
             ("qwen2.5-omni", "text:1,video:2x4x4,text:1", "SECONDS"),
+            ("qwen2.5-omni", "text:1,video:1x2x2@1+audio:3,text:2,video:1x2x2@1,text:1",
+             "every video"),
+            ("qwen2.5-vl", "text:1,video:1x2x2@1+audio:3", "qwen2.5-omni only"),
+            ("qwen2.5-omni", "text:1,video:1x2x2@1+audio:0", "1 to"),
             ("glm4v", "video:2x4x4/1,text:1", "start and end"),
             ("glm4v", "text:1,video:2x4x4,text:1", "GAP"),
             ("glm4v", "text:1,video:1x4x4@2,text:1", "seconds"),

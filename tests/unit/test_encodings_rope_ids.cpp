@@ -43,6 +43,20 @@ TEST(RopeIds, ParsesAndPrintsTheSpec) {
   }
 }
 
+TEST(RopeIds, OmniVideoWithItsAudio) {
+  // Start tokens at 1, from q = 2 a 1x2x2 merged video at time 0 (one chunk) and 3 audio
+  // tokens (one chunk): video 2,2,2 / 2,2,3 / 2,3,2 / 2,3,3, audio 2, 3, 4; end tokens at
+  // the audio chunk's max + 1 = 5.
+  RopeIdsRules rules;
+  rules.family = RopeIdsFamily::qwen2_5_omni;
+  const auto r =
+      posenc::rope_ids(posenc::parse_prompt_layout("text:1,video:1x4x4@2+audio:3"), rules);
+  EXPECT_EQ(row(r, 0), (std::vector<std::int64_t>{0, 1, 1, 2, 2, 2, 2, 2, 3, 4, 5, 5}));
+  EXPECT_EQ(row(r, 2), (std::vector<std::int64_t>{0, 1, 1, 2, 3, 2, 3, 2, 3, 4, 5, 5}));
+  EXPECT_EQ(posenc::prompt_layout_text(posenc::parse_prompt_layout("video:1x4x4@2+audio:3")),
+            "video:1x4x4@2+audio:3");
+}
+
 TEST(RopeIds, Qwen2VlImageThenText) {
   // 3 text tokens, an image of 2x3 merged patches, 2 text tokens from 3 + max(2, 3).
   const auto r = ids(RopeIdsFamily::qwen2_vl, "text:3,image:1x4x6,text:2");

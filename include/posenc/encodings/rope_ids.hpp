@@ -47,6 +47,10 @@ struct PromptSegment {
   /// video (qwen3-vl): text tokens between consecutive frames (the timestamp and the
   /// vision end/start tokens HF's processor puts there); -1 = not given.
   std::int64_t frame_gap = -1;
+  /// video (qwen2.5-omni, use_audio_in_video): the audio tokens of its soundtrack, laid
+  /// out with it in time chunks; 0 = a video without audio. Such a segment holds its two
+  /// start and two end tokens.
+  std::int64_t audio_tokens = 0;
 };
 
 /// A prompt as a sequence of segments, in order.
@@ -55,7 +59,7 @@ struct PromptLayout {
 };
 
 /// Parses the compact layout SPEC: comma-separated segments
-///   text:N | image:TxHxW | video:TxHxW[@SECONDS][/GAP] | audio:N
+///   text:N | image:TxHxW | video:TxHxW[@SECONDS][/GAP][+audio:N] | audio:N
 /// (N, T, H, W, GAP decimal integers; SECONDS a decimal number, no exponent, 1e-6 to
 /// 1e6). Throws UsageError
 /// naming `what` and the segment for malformed text or a value out of range (counts
@@ -73,6 +77,8 @@ struct RopeIdsRules {
   double tokens_per_second = 0;
   /// qwen2.5-omni: position_id_per_seconds (HF default 25).
   double position_id_per_seconds = 25;
+  /// qwen2.5-omni: seconds_per_chunk of audio-in-video interleaving (HF default 2).
+  double seconds_per_chunk = 2;
 };
 
 /// Position ids of a layout and HF's mrope_position_delta (max id + 1 - tokens).
@@ -99,7 +105,12 @@ inline constexpr std::int64_t kMaxLayoutTokens = (std::int64_t{1} << 31) - 1;
 /// - qwen3-vl, glm4v: a video of T grids is T frames of grid (1, H, W), GAP text tokens
 ///   between them, each frame's time id p (glm4v: its video start and end tokens in the
 ///   text before and after the video);
-/// - audio (qwen2.5-omni): N tokens counting up from the previous max id + 1.
+/// - audio (qwen2.5-omni): N tokens counting up from the previous max id + 1;
+/// - video+audio (qwen2.5-omni use_audio_in_video): two start tokens at b (the previous
+///   max id + 1), then from q = b + 1 the video's ids and the audio's q, q+1, ... cut at
+///   every int(position_id_per_seconds * seconds_per_chunk) of time from q and emitted
+///   video chunk, audio chunk, ...; two end tokens at the last chunk's max id + 1 (HF's
+///   _mrope_temporal_chunks and its zip_longest).
 /// Throws UsageError for a layout the family cannot have (audio outside qwen2.5-omni, a
 /// grid not divisible by the merge size, two images or two videos with no text between,
 /// which HF takes as one run, an omni media segment or a glm4v video without the text
@@ -153,11 +164,12 @@ struct RopeIdsConfig {
   std::int64_t spatial_merge_size = 0;  ///< 0: not given
   double tokens_per_second = 0;         ///< 0: not given
   double position_id_per_seconds = 0;   ///< 0: not given
+  double seconds_per_chunk = 0;         ///< 0: not given
   MediaTokenIds tokens;                 ///< -1 where not given
 };
 
 /// Reads model_type, vision_config.spatial_merge_size, vision_config.tokens_per_second,
-/// position_id_per_seconds and the media token ids (image/video/audio_token_id or
+/// position_id_per_seconds, seconds_per_chunk and the media token ids (image/video/audio_token_id or
 /// _index, video_start/end_token_id; top level or thinker_config) from a HF
 /// config.json. Throws InputError naming the file for an unreadable or malformed config
 /// or a value out of range.
