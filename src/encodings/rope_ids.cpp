@@ -237,144 +237,166 @@ std::string seg_text(const PromptSegment& s) {
   return prompt_layout_text(one);
 }
 
-// The family's checks of the layout, and the blocks it expands to.
-std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules& rules) {
+// What the family allows of media segment i and its neighbours (see rope_ids.hpp).
+// `av`: the layout's videos carry their soundtrack (Omni's use_audio_in_video).
+void check_media(const std::vector<PromptSegment>& segs, std::size_t i, const RopeIdsRules& rules,
+                 bool av, const std::string& where) {
   const FamilyRules fr = family_rules(rules.family);
   const std::string_view fam = rope_ids_family_name(rules.family);
+  const PromptSegment& s = segs[i];
+  const bool with_audio = s.kind == Kind::video && s.audio_tokens > 0;
+  if (s.kind == Kind::audio && !fr.audio) {
+    throw UsageError(fmt::format("{}: {} has no audio input (only qwen2.5-omni)", where, fam));
+  }
+  if (with_audio && !fr.audio) {
+    throw UsageError(
+        fmt::format("{}: +audio (a video with its soundtrack) is for qwen2.5-omni only", where));
+  }
+  if (s.kind == Kind::video && with_audio != av) {
+    throw UsageError(fmt::format(
+        "{}: qwen2.5-omni's use_audio_in_video applies to every video: either all videos have "
+        "+audio or none",
+        where));
+  }
+  if (fr.audio && !with_audio) {
+    // The text runs around the segment (consecutive text segments are one run). Its start
+    // token ends the run before and its end token begins the run after; a run between two
+    // media segments holds an end and a start token (a video with audio holds its own).
+    std::int64_t before = 0, after = 0;
+    std::size_t b = i;
+    while (b > 0 && segs[b - 1].kind == Kind::text) before += segs[--b].tokens;
+    for (std::size_t a = i + 1; a < segs.size() && segs[a].kind == Kind::text; ++a) {
+      after += segs[a].tokens;
+    }
+    const std::int64_t need_before = b > 0 && segs[b - 1].audio_tokens == 0 ? 2 : 1;
+    if (before < need_before || after < 1) {
+      throw UsageError(fmt::format(
+          "{}: {} opens and closes each {} with a start and an end token, which the text "
+          "before and after it holds: put at least 1 text token on each side (2 between two "
+          "media segments)",
+          where, fam, kind_name(s.kind)));
+    }
+  }
+  const bool text_around = i > 0 && segs[i - 1].kind == Kind::text && i + 1 < segs.size() &&
+                           segs[i + 1].kind == Kind::text;
+  if (fr.wrapped_video && s.kind == Kind::video && !text_around) {
+    throw UsageError(fmt::format(
+        "{}: glm4v marks a video by its start and end tokens, which the text before and after "
+        "it holds: put at least 1 text token on each side",
+        where));
+  }
+  if (!fr.audio && i > 0 && segs[i - 1].kind == s.kind) {
+    throw UsageError(fmt::format(
+        "{}: follows another {} with no text between; HF groups the tokens of both into one "
+        "run with one grid (a prompt has vision start/end tokens between them: text:2)",
+        where, kind_name(s.kind)));
+  }
+  if (s.kind == Kind::audio) return;
+  if (s.h % rules.spatial_merge_size != 0 || s.w % rules.spatial_merge_size != 0) {
+    throw UsageError(fmt::format("{}: grid H and W must be multiples of the spatial merge size {}",
+                                 where, rules.spatial_merge_size));
+  }
+  if (s.seconds_per_grid > 0 && (s.kind != Kind::video || !fr.seconds)) {
+    throw UsageError(fmt::format("{}: {} does not use seconds per grid (@SECONDS)", where, fam));
+  }
+  if (s.frame_gap >= 0 && !fr.frame_gap) {
+    throw UsageError(
+        fmt::format("{}: /GAP (text between frames) is for qwen3-vl and glm4v only", where));
+  }
+  if (fr.split_frames && s.kind == Kind::video && s.t > 1 && s.frame_gap < 1) {
+    throw UsageError(fmt::format(
+        "{}: {} lays a video out frame by frame with timestamp text between frames; give the "
+        "text tokens between frames as video:TxHxW/GAP (GAP at least 1)",
+        where, fam));
+  }
+}
+
+// How the time ids of a vision segment grow (see rope_ids.hpp, time(k)).
+TimeScale vision_time(const PromptSegment& s, const RopeIdsRules& rules, const std::string& where) {
+  if (s.kind == Kind::image) {
+    // Images step 1 per temporal grid; Omni scales them by position_id_per_seconds.
+    return rules.family == RopeIdsFamily::qwen2_5_omni ? scale_of(rules.position_id_per_seconds)
+                                                       : TimeScale{};
+  }
+  TimeScale time;
+  if (rules.family == RopeIdsFamily::qwen2_5_vl) {
+    if (!(rules.tokens_per_second > 0)) {
+      throw UsageError(fmt::format(
+          "{}: qwen2.5-vl videos need --tokens-per-second or --hf-config (vision_config."
+          "tokens_per_second: HF's default is 4, the released checkpoints say 2)",
+          where));
+    }
+    // tokens_per_second * int(second_per_grid_ts[i]), the tensor entry a float32.
+    const double secs = s.seconds_per_grid > 0 ? s.seconds_per_grid : 1.0;
+    const double whole = std::trunc(static_cast<double>(static_cast<float>(secs)));
+    if (rules.tokens_per_second == std::trunc(rules.tokens_per_second)) {
+      return scale_of(rules.tokens_per_second * whole);
+    }
+    time.f32 = true;  // a float tokens_per_second makes the interval a Python float
+    time.fstep = static_cast<float>(rules.tokens_per_second * whole);
+  } else if (rules.family == RopeIdsFamily::qwen2_5_omni) {
+    if (!(s.seconds_per_grid > 0)) {
+      throw UsageError(fmt::format(
+          "{}: qwen2.5-omni videos need the seconds per grid: video:TxHxW@SECONDS", where));
+    }
+    // float(second_per_grid_ts[i]) * position_id_per_seconds: always a Python float.
+    const double secs = static_cast<double>(static_cast<float>(s.seconds_per_grid));
+    time.f32 = true;
+    time.fstep = static_cast<float>(secs * rules.position_id_per_seconds);
+  }
+  return time;
+}
+
+// Tokens of a block (INT64_MAX when more than kMaxLayoutTokens).
+std::int64_t block_tokens(const Block& b);
+
+// The family's checks of the layout, and the blocks it expands to (at most
+// kMaxLayoutTokens tokens, checked before a video is expanded frame by frame).
+std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules& rules) {
+  const FamilyRules fr = family_rules(rules.family);
   const std::int64_t m = rules.spatial_merge_size;
   if (m < 1 || m > kMaxCount) {
     throw UsageError(fmt::format("spatial_merge_size: must be 1 to {}, got {}", kMaxCount, m));
   }
-  if (layout.segments.empty()) throw UsageError("--layout: the layout has no segment");
-  std::vector<Block> blocks;
   const auto& segs = layout.segments;
+  if (segs.empty()) throw UsageError("--layout: the layout has no segment");
+  const bool av = std::any_of(segs.begin(), segs.end(), [](const PromptSegment& s) {
+    return s.kind == Kind::video && s.audio_tokens > 0;
+  });
+  std::vector<Block> blocks;
+  std::int64_t total = 0;
+  auto add = [&](const Block& b, std::int64_t copies, std::int64_t gap) {
+    // copies blocks b with runs of gap text tokens between them
+    const i128 n =
+        static_cast<i128>(block_tokens(b)) * copies + static_cast<i128>(gap) * (copies - 1);
+    if (n > kMaxLayoutTokens - total) {
+      throw UsageError(fmt::format("--layout: more than {} tokens", kMaxLayoutTokens));
+    }
+    total += static_cast<std::int64_t>(n);
+    for (std::int64_t k = 0; k < copies; ++k) {
+      if (k > 0) blocks.push_back({false, gap, 0, 0, 0, {}, 0});
+      blocks.push_back(b);
+    }
+  };
   for (std::size_t i = 0; i < segs.size(); ++i) {
     const PromptSegment& s = segs[i];
-    const std::string where = fmt::format("--layout: segment {} '{}'", i + 1, seg_text(s));
     if (s.kind == Kind::text) {
-      blocks.push_back({false, s.tokens, 0, 0, 0, {}});
+      add({false, s.tokens, 0, 0, 0, {}, 0}, 1, 0);
       continue;
     }
-    if (s.kind == Kind::audio && !fr.audio) {
-      throw UsageError(fmt::format("{}: {} has no audio input (only qwen2.5-omni)", where, fam));
-    }
-    const bool with_audio = s.kind == Kind::video && s.audio_tokens > 0;
-    if (with_audio && !fr.audio) {
-      throw UsageError(
-          fmt::format("{}: +audio (a video with its soundtrack) is for qwen2.5-omni only", where));
-    }
-    if (fr.audio && s.kind == Kind::video) {
-      // HF's use_audio_in_video holds for every video of the prompt.
-      for (const PromptSegment& o : segs) {
-        if (o.kind == Kind::video && (o.audio_tokens > 0) != with_audio) {
-          throw UsageError(fmt::format(
-              "{}: qwen2.5-omni's use_audio_in_video applies to every video: either all videos "
-              "have +audio or none",
-              where));
-        }
-      }
-    }
-    if (fr.audio && !with_audio) {
-      // The text runs around the segment (consecutive text segments are one run). Its
-      // start token ends the run before and its end token begins the run after; a run
-      // between two media segments holds an end and a start token (a video with audio
-      // holds its own).
-      std::int64_t before = 0, after = 0;
-      std::size_t b = i;
-      while (b > 0 && segs[b - 1].kind == Kind::text) before += segs[--b].tokens;
-      for (std::size_t a = i + 1; a < segs.size() && segs[a].kind == Kind::text; ++a) {
-        after += segs[a].tokens;
-      }
-      const bool media_before = b > 0 && segs[b - 1].audio_tokens == 0;
-      const std::int64_t need_before = media_before ? 2 : 1;
-      if (before < need_before || after < 1) {
-        throw UsageError(fmt::format(
-            "{}: {} opens and closes each {} with a start and an end token, which the text "
-            "before and after it holds: put at least 1 text token on each side (2 between two "
-            "media segments)",
-            where, fam, kind_name(s.kind)));
-      }
-    }
-    if (fr.wrapped_video && s.kind == Kind::video &&
-        !(i > 0 && segs[i - 1].kind == Kind::text && i + 1 < segs.size() &&
-          segs[i + 1].kind == Kind::text)) {
-      throw UsageError(fmt::format(
-          "{}: glm4v marks a video by its start and end tokens, which the text before and after "
-          "it holds: put at least 1 text token on each side",
-          where));
-    }
-    if (!fr.audio && i > 0 && segs[i - 1].kind == s.kind) {
-      throw UsageError(fmt::format(
-          "{}: follows another {} with no text between; HF groups the tokens of both into one "
-          "run with one grid (a prompt has vision start/end tokens between them: text:2)",
-          where, kind_name(s.kind)));
-    }
+    const std::string where = fmt::format("--layout: segment {} '{}'", i + 1, seg_text(s));
+    check_media(segs, i, rules, av, where);
     if (s.kind == Kind::audio) {
-      blocks.push_back({false, s.tokens, 0, 0, 0, {}});
+      add({false, s.tokens, 0, 0, 0, {}, 0}, 1, 0);
       continue;
     }
-    if (s.h % m != 0 || s.w % m != 0) {
-      throw UsageError(
-          fmt::format("{}: grid H and W must be multiples of the spatial merge size {}", where, m));
-    }
-    if (s.seconds_per_grid > 0 && (s.kind != Kind::video || !fr.seconds)) {
-      throw UsageError(fmt::format("{}: {} does not use seconds per grid (@SECONDS)", where, fam));
-    }
-    if (s.frame_gap >= 0 && !fr.frame_gap) {
-      throw UsageError(
-          fmt::format("{}: /GAP (text between frames) is for qwen3-vl and glm4v only", where));
-    }
-    Block b;
-    b.vision = true;
-    b.h = s.h / m;
-    b.w = s.w / m;
-    b.t = s.t;
-    if (s.kind == Kind::image) {
-      // Images step 1 per temporal grid; Omni scales them by position_id_per_seconds.
-      b.time = fr.audio ? scale_of(rules.position_id_per_seconds) : TimeScale{};
-    } else if (rules.family == RopeIdsFamily::qwen2_5_vl) {
-      if (!(rules.tokens_per_second > 0)) {
-        throw UsageError(fmt::format(
-            "{}: qwen2.5-vl videos need --tokens-per-second or --hf-config (vision_config."
-            "tokens_per_second: HF's default is 4, the released checkpoints say 2)",
-            where));
-      }
-      // tokens_per_second * int(second_per_grid_ts[i]), the tensor entry a float32.
-      const double secs = s.seconds_per_grid > 0 ? s.seconds_per_grid : 1.0;
-      const double whole = std::trunc(static_cast<double>(static_cast<float>(secs)));
-      if (rules.tokens_per_second == std::trunc(rules.tokens_per_second)) {
-        b.time = scale_of(rules.tokens_per_second * whole);
-      } else {  // a float tokens_per_second makes the interval a Python float
-        b.time.f32 = true;
-        b.time.fstep = static_cast<float>(rules.tokens_per_second * whole);
-      }
-    } else if (rules.family == RopeIdsFamily::qwen2_5_omni) {
-      if (!(s.seconds_per_grid > 0)) {
-        throw UsageError(fmt::format(
-            "{}: qwen2.5-omni videos need the seconds per grid: video:TxHxW@SECONDS", where));
-      }
-      // float(second_per_grid_ts[i]) * position_id_per_seconds: always a Python float.
-      const double secs = static_cast<double>(static_cast<float>(s.seconds_per_grid));
-      b.time.f32 = true;
-      b.time.fstep = static_cast<float>(secs * rules.position_id_per_seconds);
-    }
+    Block b{true, 0, s.t, s.h / m, s.w / m, vision_time(s, rules, where), s.audio_tokens};
     if (fr.split_frames && s.kind == Kind::video) {
-      if (s.t > 1 && s.frame_gap < 1) {
-        throw UsageError(fmt::format(
-            "{}: {} lays a video out frame by frame with timestamp text between frames; "
-            "give the text tokens between frames as video:TxHxW/GAP (GAP at least 1)",
-            where, fam));
-      }
-      for (std::int64_t k = 0; k < s.t; ++k) {
-        if (k > 0) blocks.push_back({false, s.frame_gap, 0, 0, 0, {}});
-        Block f = b;
-        f.t = 1;
-        blocks.push_back(f);
-      }
-      continue;
+      b.t = 1;  // T frames of grid (1, H, W), GAP text tokens between them
+      add(b, s.t, std::max<std::int64_t>(s.frame_gap, 0));
+    } else {
+      add(b, 1, 0);
     }
-    b.audio = s.audio_tokens;
-    blocks.push_back(b);
   }
   return blocks;
 }

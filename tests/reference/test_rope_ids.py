@@ -692,6 +692,7 @@ class RopeIds(PosencTestCase):
             ("qwen2-vl", "text:99999999999", "1 to"),
             ("qwen2-vl", "image:2147483647x2147483646x2147483646", "tokens"),
             ("qwen2-vl", ",".join(["text:2000000000"] * 2), "tokens"),
+            ("qwen3-vl", "text:1,video:2147483647x2x2/1,text:1", "tokens"),  # not expanded first
             ("qwen4", "text:1", "unknown family"),
         ]
         for family, spec, match in cases:
