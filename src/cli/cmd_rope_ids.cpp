@@ -1,6 +1,7 @@
 // `posenc rope-ids`: the [3, s] M-RoPE position ids (rows t, h, w) of a multimodal prompt,
-// as HF transformers v5's get_rope_index computes them, from a layout SPEC. The options
-// fill the library's PromptLayout and RopeIdsRules (encodings/rope_ids.hpp).
+// as HF transformers v5's get_rope_index computes them, from a layout SPEC or from HF's own
+// input_ids and grids ([3, b, s] for a batch). The options fill the library's PromptLayout
+// or RopeIdsTokens and RopeIdsRules (encodings/rope_ids.hpp).
 
 #include <fmt/format.h>
 

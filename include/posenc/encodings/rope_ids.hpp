@@ -3,7 +3,7 @@
 /// Multimodal RoPE position ids (M-RoPE, rows t, h, w) of a prompt, as HF transformers v5
 /// computes them in a model's `get_rope_index` (the layouts of modeling_rope_utils'
 /// `get_mrope_index`): from the prompt's layout, a sequence of text runs, images, videos
-/// and audio clips, instead of token ids and grid tensors.
+/// and audio clips, or from HF's own token ids and grid tensors (layouts_from_tokens).
 ///
 /// A family's rules are a small value (RopeIdsRules): how far the running position
 /// advances after a vision block, how a video's time axis is scaled and in which
