@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -15,6 +16,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/parse.hpp"
 #include "cli/rope_options.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/part.hpp"
@@ -38,6 +40,13 @@ struct RopeCmdOptions {
   std::string mrope_section;
   bool mrope_interleaved = false;
   bool grid_ids = false;
+  std::string layout;     // --layout NAME[:ARGS]
+  std::string inv_freq;   // --inv-freq: [axes, R/2] frequency matrix
+  std::string freq_scale;
+  std::string coords;     // --coords grid:...|centres:...
+  long long prefix_tokens = 0;
+  long long merge_window = 1;
+  std::string angles;     // --angles: [s, R/2] or [b, s, R/2]
   bool allow_nonfinite = false;
   std::string max_memory;
   std::string part;
@@ -78,6 +87,79 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_;
 };
 
+/// --layout / --inv-freq / --freq-scale / --style tiled into the layout spec.
+void set_layout(const RopeCmdOptions& o, RopeStreamRequest& r) {
+  RopeLayoutSpec& l = r.apply.layout;
+  if (!o.layout.empty() && !o.inv_freq.empty()) {
+    throw UsageError("--inv-freq: gives the layout itself; not with --layout");
+  }
+  if (!o.layout.empty()) l = parse_rope_layout(o.layout, "--layout");
+  if (!o.inv_freq.empty()) {
+    const Tensor t = read_tensor(o.inv_freq);
+    if (!is_float(t.dtype()) && !is_integer(t.dtype())) {
+      throw InputError(fmt::format("--inv-freq: {}: expected a numeric tensor, got {}",
+                                   o.inv_freq, dtype_name(t.dtype())));
+    }
+    if (t.shape().size() != 2 || t.shape()[0] < 1 || t.shape()[0] > kMaxRopeAxes) {
+      throw InputError(fmt::format("--inv-freq: {}: expected shape [axes, R/2] with 1 to {} "
+                                   "axes, got {}",
+                                   o.inv_freq, kMaxRopeAxes, shape_str(t.shape())));
+    }
+    l.preset = RopeLayoutPreset::matrix;
+    l.axes = t.shape()[0];
+    l.freq.resize(t.numel());
+    for (std::size_t i = 0; i < t.numel(); ++i) {
+      l.freq[i] = t.get(i);
+      if (!std::isfinite(l.freq[i])) {
+        throw InputError(fmt::format("--inv-freq: {}: value at flat index {} is not finite",
+                                     o.inv_freq, i));
+      }
+    }
+  }
+  if (!o.freq_scale.empty()) l.scale = parse_freq_scale(o.freq_scale);
+  l.tiled = o.rope.style == "tiled";
+  const bool old_forms = !o.grid.empty() || o.grid_ids || !o.mrope_section.empty();
+  if (l.custom() && old_forms) {
+    throw UsageError("--layout: --rope2d, --rope2d-ids and --mrope-section are layouts "
+                     "themselves; give one of them");
+  }
+}
+
+/// --coords / --prefix-tokens / --merge-window / --angles into the positions.
+void set_coordinates(const RopeCmdOptions& o, Positions& pos) {
+  const bool has_grid = !o.coords.empty();
+  if (!has_grid && (o.rope.app->count("--prefix-tokens") > 0 ||
+                    o.rope.app->count("--merge-window") > 0)) {
+    throw UsageError(fmt::format("{}: applies to --coords only",
+                                 o.rope.app->count("--prefix-tokens") > 0 ? "--prefix-tokens"
+                                                                          : "--merge-window"));
+  }
+  if (has_grid) {
+    pos.grid = parse_coord_grid(o.coords, "--coords");
+    if (o.prefix_tokens < 0 || o.prefix_tokens > (1LL << 31)) {
+      throw UsageError(fmt::format("--prefix-tokens: must be from 0 to 2^31, got {}",
+                                   o.prefix_tokens));
+    }
+    if (o.merge_window < 1 || o.merge_window > (1LL << 31)) {
+      throw UsageError(fmt::format("--merge-window: must be from 1 to 2^31, got {}",
+                                   o.merge_window));
+    }
+    pos.grid.prefix = o.prefix_tokens;
+    pos.grid.merge = o.merge_window;
+  }
+  if (!o.angles.empty()) {
+    const Tensor t = read_tensor(o.angles);
+    if (!is_float(t.dtype())) {
+      throw InputError(fmt::format("--angles: {}: expected a float tensor, got {}", o.angles,
+                                   dtype_name(t.dtype())));
+    }
+    pos.angles_shape = t.shape();
+    pos.angles.resize(t.numel());
+    for (std::size_t i = 0; i < t.numel(); ++i) pos.angles[i] = t.get(i);
+    pos.angles_what = "--angles: " + o.angles;
+  }
+}
+
 void run_rope(const RopeCmdOptions& o) {
   RopeStreamRequest r;
   for (const auto& t : o.inputs) r.inputs.push_back(parse_ref(t));
@@ -113,14 +195,25 @@ void run_rope(const RopeCmdOptions& o) {
     }
     r.apply.grid_ids = true;
   }
+  set_layout(o, r);
   // 2-D RoPE's frequencies default to base 100, as `table rope2d`.
   const bool base100 = r.apply.grid_h > 0 && o.rope.app->count("--base") == 0;
-  r.params = [&o, base100](int head_dim) {
-    RopeParams p = rope_params(o.rope, head_dim);
+  // --style tiled: the neox frequencies with the tiled pairing (RopePairing::tiled).
+  auto rope = std::make_shared<RopeCliOptions>(o.rope);
+  if (rope->style == "tiled") rope->style = "neox";
+  const bool chunks = r.apply.layout.preset == RopeLayoutPreset::chunks &&
+                      o.rope.app->count("--rotary-dim") == 0 &&
+                      o.rope.app->count("--partial") == 0;
+  const std::size_t nchunks = r.apply.layout.axes;
+  r.params = [rope, base100, chunks, nchunks](int head_dim) {
+    RopeParams p = rope_params(*rope, head_dim);
     if (base100) p.base = 100.0;
+    // V-JEPA2 rotates 3 chunks of 2 * ((D / 3) / 2) dims and passes the rest.
+    if (chunks) p.rotary_dim = rope_chunks_width(head_dim, nchunks);
     return p;
   };
-  r.positions = rope_positions(o.rope);
+  r.positions = rope_positions(o.rope, /*real_coords=*/true);
+  set_coordinates(o, r.positions);
   if (o.rope.app->count("--max-memory") > 0) {
     r.max_memory = parse_memory_size(o.max_memory, "--max-memory");
   }
@@ -190,6 +283,40 @@ void register_rope(CLI::App& app) {
   sub->add_flag("--mrope-interleaved", opts->mrope_interleaved,
                 "Qwen3-VL interleaved M-RoPE: pair j takes h when j % 3 = 1 and j < 3H, w when "
                 "j % 3 = 2 and j < 3W, else t")
+      ->group(g);
+  sub->add_option("--layout", opts->layout,
+                  "the frequency assignment over coordinate axes: plain (default), axial (2-D, "
+                  "the --rope2d frequencies), even-odd (Pixtral: height the even-indexed, width "
+                  "the odd-indexed frequencies), sections:T,H,W or interleaved:T,H,W (M-RoPE), "
+                  "chunks[:N] (V-JEPA2: N chunks of 2*((D/N)/2) dims, default 3, tiled pairing)")
+      ->type_name("NAME[:ARGS]")
+      ->group(g);
+  sub->add_option("--inv-freq", opts->inv_freq,
+                  "any frequency assignment: tensor [axes, R/2]; angle j = sum over axes of "
+                  "coordinate * freq[axis, j] (LightGlue: its projector weight transposed)")
+      ->group(g);
+  sub->add_option("--freq-scale", opts->freq_scale,
+                  "multiply every frequency of the layout (2pi for DINOv3's 2*pi)")
+      ->type_name("X|2pi")
+      ->group(g);
+  sub->add_option("--coords", opts->coords,
+                  "generated coordinates: grid:E1,E2,... (indices of a row-major grid, one axis "
+                  "each) or centres:H,W (DINOv3 patch centres in [-1, 1])")
+      ->type_name("grid:..|centres:..")
+      ->group(g);
+  sub->add_option("--prefix-tokens", opts->prefix_tokens,
+                  "--coords: tokens before the grid (class, register tokens), at coordinate 0 "
+                  "and so not rotated")
+      ->transform(integer_text())
+      ->group(g);
+  sub->add_option("--merge-window", opts->merge_window,
+                  "--coords: patches in M x M windows over the last two axes (Qwen2-VL's vision "
+                  "spatial_merge_size order)")
+      ->transform(integer_text())
+      ->group(g);
+  sub->add_option("--angles", opts->angles,
+                  "the angles themselves, tensor [s, R/2] or [b, s, R/2] in radians (learned "
+                  "angles, e.g. LightGlue's projected keypoints)")
       ->group(g);
   sub->add_flag("--allow-nonfinite", opts->allow_nonfinite,
                 "rotate NaN/Inf input values instead of refusing them");

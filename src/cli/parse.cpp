@@ -213,4 +213,15 @@ std::vector<int> parse_sections(const std::string& text) {
   return v;
 }
 
+double parse_freq_scale(const std::string& text) {
+  if (text == "2pi" || text == "tau") return 2.0 * 3.14159265358979323846;
+  std::string t = text;
+  const double v = std::strtod(t.c_str(), nullptr);
+  if (!number_text_error(t).empty() || !(v > 0) || !std::isfinite(v)) {
+    throw UsageError(fmt::format("--freq-scale: expected a positive number or 2pi, got '{}'",
+                                 text));
+  }
+  return v;
+}
+
 }  // namespace posenc::cli

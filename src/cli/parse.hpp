@@ -57,4 +57,8 @@ inline constexpr std::int64_t kMaxWindow = std::int64_t{1} << 53;
 /// `--mrope-section T,H,W`: three counts of frequency pairs.
 std::vector<int> parse_sections(const std::string& text);
 
+/// `--freq-scale X`: a positive finite number, or 2pi (also tau) for 2 * pi exactly as
+/// a double rounds it. UsageError otherwise.
+double parse_freq_scale(const std::string& text);
+
 }  // namespace posenc::cli

@@ -24,7 +24,8 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
   const char* g = "ROPE OPTIONS";
   sub->add_option("--style", o.style,
                   "pair layout: neox (i, i+r/2; alias half) or gptj (2i, 2i+1; alias "
-                  "interleaved); default neox")
+                  "interleaved); default neox; posenc rope also takes tiled (V-JEPA2: adjacent "
+                  "pairs, dim l of a chunk of width c using angle l mod c/2)")
       ->group(g);
   sub->add_option("--base", o.base, "theta base, HF rope_theta (default 10000)")->group(g);
   sub->add_option("--rotary-dim", o.rotary_dim, "rotate only the first R dims (even, <= D)")
@@ -304,7 +305,7 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   return p;
 }
 
-Positions rope_positions(const RopeCliOptions& o) {
+Positions rope_positions(const RopeCliOptions& o, bool real_coords) {
   Positions pos;
   if (o.start < 0 || o.start > kMaxPosition) {
     throw UsageError(
@@ -337,6 +338,20 @@ Positions rope_positions(const RopeCliOptions& o) {
     }
     return v;
   };
+  if (!o.position_ids.empty() && real_coords) {
+    Tensor t = read_tensor(o.position_ids);
+    if (is_float(t.dtype())) {
+      pos.coords_shape = t.shape();
+      pos.coords.resize(t.numel());
+      for (std::size_t i = 0; i < t.numel(); ++i) pos.coords[i] = t.get(i);
+      if (pos.coords_shape.empty() || pos.coords_shape.size() > 3) {
+        throw InputError(fmt::format("--position-ids: {}: expected shape [s], [b, s], [n, s] "
+                                     "or [n, b, s], got {}",
+                                     o.position_ids, shape_str(pos.coords_shape)));
+      }
+      return pos;
+    }
+  }
   if (!o.position_ids.empty()) {
     pos.ids = read_ints(o.position_ids, "--position-ids", pos.ids_shape);
     if (pos.ids_shape.empty() || pos.ids_shape.size() > 3) {

@@ -55,8 +55,9 @@ HfLayer hf_layer(const RopeCliOptions& o);
 void check_layer_option(const RopeCliOptions& o);
 
 /// Positions from --start / --position-ids / --cu-seqlens (reading the referenced
-/// tensors).
-Positions rope_positions(const RopeCliOptions& o);
+/// tensors). With `real_coords`, a float --position-ids tensor gives real coordinates
+/// (Positions::coords); otherwise it must hold integers.
+Positions rope_positions(const RopeCliOptions& o, bool real_coords = false);
 
 /// The last of `count` (>= 1) consecutive positions from `start` (0 <= start <= 2^53);
 /// UsageError when it is beyond kMaxPosition.

@@ -118,41 +118,87 @@ struct RopeApplier::Impl {
   // The slab axis (leading axes before it have extent 1) and its letter.
   std::size_t lead = 0;
   char axis0 = 's';
-  // Conventions as data: each frequency pair j uses position component pair_comp[j]
-  // (0 for plain RoPE; x/y for 2-D; t/h/w for M-RoPE) and frequency pair_freq[j].
+  // Conventions as data (RopeLayout): angle j of a token is the sum over its terms
+  // term_start[j] <= t < term_start[j + 1] of coordinate term_axis[t] times term_freq[t]
+  // (one term for every preset, so those compute the one product p * f).
   int comps = 1;
-  std::vector<int> pair_comp;
-  std::vector<double> pair_freq;
+  std::vector<std::size_t> term_start, term_axis;
+  std::vector<double> term_freq;
+  RopePairing pairing = RopePairing::style;
+  std::size_t chunks = 1;
   std::size_t tb = 1;  // 1, or B when positions differ per batch row
-  // Where positions come from. Only explicit ids are held per token (tokpos, [tb][S]
-  // [comps], as large as the ids tensor that exists); the other forms are computed per
-  // token, so nothing is sized by the input's extents before its data arrive.
-  enum class Source { start, packed, grid, ids } source = Source::start;
+  // Where coordinates come from. Only explicit ids, coordinates and angles are held per
+  // token (tokpos [tb][S][comps], tokang [tb][S][R/2], as large as the tensors that
+  // exist); the other forms are computed per token, so nothing is sized by the input's
+  // extents before its data arrive.
+  enum class Source { start, packed, grid, ids, angles } source = Source::start;
+  bool integral = true;  // every coordinate is an integer (dense tables possible)
   std::int64_t start = 0;
-  std::vector<std::int64_t> cu;      // packed boundaries
-  std::size_t grid_w = 1;
-  bool grid_yx = false;
-  std::vector<std::int64_t> tokpos;  // explicit ids, + start
+  std::vector<std::int64_t> cu;  // packed boundaries
+  CoordGrid grid;                // generated coordinates
+  bool grid_reverse = false;     // coordinate c is grid axis n-1-c (rope2d's x, y order)
+  std::vector<double> tokpos;    // explicit ids (+ start) or coordinates
+  std::vector<double> tokang;    // explicit angles
 
-  /// Position component c of the token at (b, s); b counts only when tb > 1.
-  std::int64_t token_pos(std::size_t b, std::size_t s, int c) const {
+  /// The coordinates of the token at (b, s) into out[0..comps); b counts only when tb > 1.
+  void token_coords(std::size_t b, std::size_t s, double* out) const {
     switch (source) {
-      case Source::ids:
-        return tokpos[(b * S + s) * static_cast<std::size_t>(comps) + static_cast<std::size_t>(c)];
-      case Source::grid: {
-        const auto x = static_cast<std::int64_t>(s % grid_w);
-        const auto y = static_cast<std::int64_t>(s / grid_w);
-        return (c == 0) != grid_yx ? x : y;
+      case Source::ids: {
+        const double* p = tokpos.data() + (b * S + s) * static_cast<std::size_t>(comps);
+        std::copy(p, p + comps, out);
+        return;
       }
+      case Source::grid:
+        grid_coords(s, out);
+        return;
       case Source::packed: {
         const auto si = static_cast<std::int64_t>(s);
         const auto k = std::upper_bound(cu.begin(), cu.end(), si) - cu.begin() - 1;
-        return start + si - cu[static_cast<std::size_t>(k)];
+        out[0] = static_cast<double>(start + si - cu[static_cast<std::size_t>(k)]);
+        return;
       }
       case Source::start:
+      case Source::angles:
         break;
     }
-    return start + static_cast<std::int64_t>(s);
+    out[0] = static_cast<double>(start + static_cast<std::int64_t>(s));
+  }
+  /// CoordGrid's coordinates of token s.
+  void grid_coords(std::size_t s, double* out) const {
+    const std::size_t n = grid.extent.size();
+    const auto prefix = static_cast<std::size_t>(grid.prefix);
+    if (s < prefix) {
+      std::fill(out, out + n, 0.0);
+      return;
+    }
+    std::size_t idx = s - prefix;
+    std::size_t at[kMaxRopeAxes] = {};
+    const auto m = static_cast<std::size_t>(grid.merge);
+    std::size_t inner = n;  // axes below this one are peeled off row-major
+    if (m > 1) {
+      // Qwen2-VL's vision order over (H, W): windows (hb, wb), then (mh, mw) inside.
+      const auto h = static_cast<std::size_t>(grid.extent[n - 2]);
+      const auto w = static_cast<std::size_t>(grid.extent[n - 1]);
+      const std::size_t mw = idx % m, mh = (idx / m) % m;
+      idx /= m * m;
+      const std::size_t wb = idx % (w / m);
+      idx /= w / m;
+      const std::size_t hb = idx % (h / m);
+      idx /= h / m;
+      at[n - 2] = hb * m + mh;
+      at[n - 1] = wb * m + mw;
+      inner = n - 2;
+    }
+    for (std::size_t k = inner; k-- > 0;) {
+      const auto e = static_cast<std::size_t>(grid.extent[k]);
+      at[k] = idx % e;
+      idx /= e;
+    }
+    for (std::size_t c = 0; c < n; ++c) {
+      const std::size_t k = grid_reverse ? n - 1 - c : c;
+      const auto i = static_cast<double>(at[k]);
+      out[c] = grid.centres ? (i + 0.5) / static_cast<double>(grid.extent[k]) * 2.0 - 1.0 : i;
+    }
   }
   Precision prec = Precision::f64;
   bool inverse = false, allow_nonfinite = false;
@@ -161,8 +207,6 @@ struct RopeApplier::Impl {
   // --arith hf|meta|ggml: the framework's float32 table rows and rotation instead.
   std::shared_ptr<const FrameworkRope> fw;
   std::size_t H = 1;
-  // Position components carried by explicit ids: 3 (M-RoPE), 2 (axial ids) or 1.
-  int id_comps = 1;
   // The rotated dims are not the first R in the kernel's pair order (rotary_last,
   // rope_interleave): each vector is gathered into [rotated | passed] for the kernel
   // and scattered back.
@@ -193,9 +237,14 @@ struct RopeApplier::Impl {
   }
 
   void set_positions(const Positions& pos, const RopeApplyOptions& opt);
+  void set_grid(const CoordGrid& g, const Positions& pos, const char* name);
+  void set_angles(const Positions& pos);
   void use_framework(const RopeFreqs& f, DType in_dtype, const RopeApplyOptions& opt);
   bool run_framework(const rope_detail::KernelArgs& a, const Range& r, const char* roles) const;
-  void set_pairs(const RopeFreqs& f, const RopeApplyOptions& opt);
+  void set_layout(const RopeFreqs& f, const RopeApplyOptions& opt);
+  bool rotate_tiled(const rope_detail::KernelArgs& a) const;
+  template <class W>
+  bool rotate_tiled_in(const rope_detail::KernelArgs& a) const;
   void set_permutation(const RopeFreqs& f);
   void build_table(const Range& r);
   template <class W>
@@ -204,69 +253,63 @@ struct RopeApplier::Impl {
 };
 
 void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptions& opt) {
-  const bool grid = opt.grid_h > 0 || opt.grid_w > 0;
-  const bool multi = id_comps > 1;  // ids carry one row per component
+  const bool rope2d = opt.grid_h > 0 || opt.grid_w > 0;
   if (pos.start < 0 || pos.start > kMaxPosition) {
     throw UsageError(
         fmt::format("start: must be from 0 to 2^53 = {} (got {})", kMaxPosition, pos.start));
   }
-  if (!pos.ids.empty() && !pos.cu_seqlens.empty()) {
-    throw UsageError("position_ids and cu_seqlens: give at most one of them");
+  const int forms = !pos.ids.empty() + !pos.coords.empty() + !pos.cu_seqlens.empty() +
+                    !pos.grid.extent.empty() + !pos.angles.empty() + rope2d;
+  if (forms > 1) {
+    throw UsageError("positions: give at most one of position_ids, coordinates, cu_seqlens, "
+                     "a coordinate grid, angles and rope2d");
   }
   start = pos.start;
-  if (grid) {
-    if (!pos.ids.empty() || !pos.cu_seqlens.empty() || pos.start != 0) {
-      throw UsageError("rope2d: positions come from the grid; start, position_ids and "
-                       "cu_seqlens do not apply");
-    }
+  if (rope2d) {
     if (opt.grid_h <= 0 || opt.grid_w <= 0) {
       throw UsageError(fmt::format("rope2d: height and width must be positive (got {} {})",
                                    opt.grid_h, opt.grid_w));
     }
-    const auto h = static_cast<std::size_t>(opt.grid_h), w = static_cast<std::size_t>(opt.grid_w);
-    std::size_t hw = 0;
-    if (__builtin_mul_overflow(h, w, &hw) || hw != S) {
-      throw InputError(fmt::format("{}: rope2d grid {} x {} does not match the {} tokens along s", what,
-                                   opt.grid_h, opt.grid_w, S));
-    }
-    comps = 2;
-    source = Source::grid;
-    grid_w = w;
-    grid_yx = opt.grid_yx;
+    CoordGrid g;
+    g.extent = {opt.grid_h, opt.grid_w};
+    grid_reverse = !opt.grid_yx;  // xy: coordinate 0 is x, the column
+    set_grid(g, pos, "rope2d grid");
     return;
   }
-  comps = id_comps;
-  if (opt.grid_ids && pos.ids.empty()) {
+  if (!pos.grid.extent.empty()) {
+    set_grid(pos.grid, pos, "coordinate grid");
+    return;
+  }
+  if (!pos.angles.empty()) {
+    set_angles(pos);
+    return;
+  }
+  if (opt.grid_ids && pos.ids.empty() && pos.coords.empty()) {
     throw UsageError("grid_ids: needs position ids of shape [2, s] or [2, b, s]");
   }
-  auto checked_add = [&](std::int64_t v, std::size_t at) {
-    if (v < 0) {
-      throw InputError(fmt::format("{}: negative position {} at flat index {}", pos.ids_what, v,
-                                   at));
-    }
-    if (v > kMaxPosition - pos.start) {
-      throw InputError(fmt::format("{}: position {} + start {} is beyond 2^53 = {}",
-                                   pos.ids_what, v, pos.start, kMaxPosition));
-    }
-    return v + pos.start;
-  };
-  if (!pos.ids.empty()) {
-    const Shape& is = pos.ids_shape;
-    if (product(is, 0, is.size()) != pos.ids.size()) {
+  const bool real = !pos.coords.empty();
+  if (real && pos.start != 0) {
+    throw UsageError("start: applies to integer position ids, not to real coordinates");
+  }
+  if (!pos.ids.empty() || real) {
+    const Shape& is = real ? pos.coords_shape : pos.ids_shape;
+    const std::size_t count = real ? pos.coords.size() : pos.ids.size();
+    if (product(is, 0, is.size()) != count) {
       throw InputError(fmt::format("{}: shape {} does not match its {} values", pos.ids_what,
-                                   shape_str(is), pos.ids.size()));
+                                   shape_str(is), count));
     }
-    // Which leading dims mean what: [s], [b, s], and with n components (M-RoPE 3,
-    // axial ids 2) [n, s], [n, b, s].
-    const auto nc = static_cast<std::size_t>(id_comps);
-    std::size_t lead3 = 0, bdim = 1;
+    // Which leading dims mean what: [s], [b, s], and with n coordinate axes [n, s],
+    // [n, b, s] ([s] also gives every axis the same position: text tokens of M-RoPE).
+    const bool multi = comps > 1;
+    const auto nc = static_cast<std::size_t>(comps);
+    std::size_t lead = 0, bdim = 1;
     bool ok = false;
     if (is.size() == 1) {
       ok = is[0] == S && !opt.grid_ids;
     } else if (multi && is.size() == 2) {
-      lead3 = nc, ok = is[0] == nc && is[1] == S;
+      lead = nc, ok = is[0] == nc && is[1] == S;
     } else if (multi && is.size() == 3) {
-      lead3 = nc, bdim = is[1], ok = is[0] == nc && (is[1] == 1 || is[1] == B) && is[2] == S;
+      lead = nc, bdim = is[1], ok = is[0] == nc && (is[1] == 1 || is[1] == B) && is[2] == S;
     } else if (!multi && is.size() == 2) {
       bdim = is[0], ok = (is[0] == 1 || is[0] == B) && is[1] == S;
     }
@@ -280,17 +323,43 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
     }
     tb = bdim;
     source = Source::ids;
-    tokpos.resize(tb * S * comps);
+    integral = !real;
+    tokpos.resize(tb * S * nc);
     for (std::size_t b = 0; b < tb; ++b) {
       for (std::size_t s = 0; s < S; ++s) {
-        for (int c = 0; c < comps; ++c) {
-          const std::size_t at = lead3 ? (static_cast<std::size_t>(c) * tb + b) * S + s
-                                       : b * S + s;
-          tokpos[(b * S + s) * comps + c] = checked_add(pos.ids[at], at);
+        for (std::size_t c = 0; c < nc; ++c) {
+          const std::size_t at = lead ? (c * tb + b) * S + s : b * S + s;
+          double v = 0;
+          if (real) {
+            v = pos.coords[at];
+            if (!std::isfinite(v) || std::fabs(v) > static_cast<double>(kMaxPosition)) {
+              throw InputError(fmt::format("{}: coordinate {} at flat index {} is not finite "
+                                           "or beyond 2^53",
+                                           pos.ids_what, v, at));
+            }
+          } else {
+            const std::int64_t id = pos.ids[at];
+            if (id < 0) {
+              throw InputError(fmt::format("{}: negative position {} at flat index {}",
+                                           pos.ids_what, id, at));
+            }
+            if (id > kMaxPosition - pos.start) {
+              throw InputError(fmt::format("{}: position {} + start {} is beyond 2^53 = {}",
+                                           pos.ids_what, id, pos.start, kMaxPosition));
+            }
+            v = static_cast<double>(id + pos.start);  // exact: at most 2^53
+          }
+          tokpos[(b * S + s) * nc + c] = v;
         }
       }
     }
     return;
+  }
+  if (comps > 1) {
+    throw UsageError(fmt::format("positions: the RoPE layout has {} coordinate axes; give "
+                                 "position ids or coordinates with {} rows, or a coordinate "
+                                 "grid",
+                                 comps, comps));
   }
   // Consecutive positions (restarting per packed sequence): the last one is at most
   // start + S - 1.
@@ -305,6 +374,72 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
   }
 }
 
+void RopeApplier::Impl::set_grid(const CoordGrid& g, const Positions& pos,
+                                 const char* name) {
+  if (pos.start != 0) {
+    throw UsageError(fmt::format("start: positions come from the {}; start does not apply", name));
+  }
+  const std::size_t n = g.extent.size();
+  if (n != static_cast<std::size_t>(comps)) {
+    throw UsageError(fmt::format("{}: {} extents for a RoPE layout of {} coordinate axes", name,
+                                 n, comps));
+  }
+  std::size_t cells = 1;
+  for (std::int64_t e : g.extent) {
+    if (e <= 0 || __builtin_mul_overflow(cells, static_cast<std::size_t>(e), &cells)) {
+      throw UsageError(fmt::format("{}: extents must be positive and their product must fit "
+                                   "(got {})",
+                                   name, e));
+    }
+  }
+  if (g.merge < 1 || (g.merge > 1 && (n < 2 || g.extent[n - 1] % g.merge != 0 ||
+                                       g.extent[n - 2] % g.merge != 0))) {
+    throw UsageError(fmt::format("{}: the merge window {} must be >= 1 and divide the last two "
+                                 "extents",
+                                 name, g.merge));
+  }
+  std::size_t total = 0;
+  if (g.prefix < 0 || __builtin_add_overflow(cells, static_cast<std::size_t>(g.prefix), &total) ||
+      total != S) {
+    throw InputError(fmt::format("{}: a {} of {} tokens{} does not match the {} tokens along s",
+                                 what, name, cells,
+                                 g.prefix > 0 ? fmt::format(" after {} prefix tokens", g.prefix)
+                                              : std::string(),
+                                 S));
+  }
+  grid = g;
+  source = Source::grid;
+  integral = !g.centres;
+}
+
+void RopeApplier::Impl::set_angles(const Positions& pos) {
+  if (comps != 1 || term_freq.size() != half || pairing != RopePairing::style) {
+    throw UsageError("angles: replace the frequency assignment; not with a RoPE layout");
+  }
+  if (pos.start != 0) throw UsageError("start: does not apply to explicit angles");
+  const Shape& as = pos.angles_shape;
+  if (product(as, 0, as.size()) != pos.angles.size()) {
+    throw InputError(fmt::format("{}: shape {} does not match its {} values", pos.angles_what,
+                                 shape_str(as), pos.angles.size()));
+  }
+  const bool ok = (as.size() == 2 && as[0] == S && as[1] == half) ||
+                  (as.size() == 3 && (as[0] == 1 || as[0] == B) && as[1] == S && as[2] == half);
+  if (!ok) {
+    throw InputError(fmt::format("{}: shape {} does not match the input {} (expected [s, R/2] "
+                                 "or [b, s, R/2], with b = {}, s = {}, R/2 = {})",
+                                 pos.angles_what, shape_str(as), shape_str(shape), B, S, half));
+  }
+  for (std::size_t i = 0; i < pos.angles.size(); ++i) {
+    if (!std::isfinite(pos.angles[i])) {
+      throw InputError(fmt::format("{}: angle at flat index {} is not finite", pos.angles_what, i));
+    }
+  }
+  tb = as.size() == 3 ? as[0] : 1;
+  tokang = pos.angles;
+  source = Source::angles;
+  integral = false;
+}
+
 // --arith hf|meta|ggml: float32 table rows from the framework and its own rotation, in
 // the framework's storage type (the input's) before the output conversion.
 void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype,
@@ -312,8 +447,13 @@ void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype,
   fw = f.framework;
   const std::string mode = "--arith " + arith_name(fw->arith);
   if (opt.grid_h > 0 || opt.grid_w > 0 || opt.grid_ids || !opt.mrope_section.empty() ||
-      !f.mrope_section.empty()) {
-    throw UsageError(mode + ": 2-D RoPE and M-RoPE sections are computed exactly only");
+      !f.mrope_section.empty() || opt.layout.custom()) {
+    throw UsageError(mode + ": 2-D RoPE, M-RoPE sections and RoPE layouts are computed "
+                            "exactly only");
+  }
+  if (!integral || source == Source::grid) {
+    throw UsageError(mode + ": real coordinates, coordinate grids and explicit angles are "
+                            "computed exactly only");
   }
   if (permute) {
     throw UsageError(mode + ": RoPE on the last dims and rope_interleave are computed "
@@ -352,36 +492,54 @@ bool RopeApplier::Impl::run_framework(const rope_detail::KernelArgs& a, const Ra
   return rope_detail::run_framework_kernel(fa);
 }
 
-void RopeApplier::Impl::set_pairs(const RopeFreqs& f, const RopeApplyOptions& opt) {
+void RopeApplier::Impl::set_layout(const RopeFreqs& f, const RopeApplyOptions& opt) {
   const bool grid = opt.grid_h > 0 || opt.grid_w > 0 || opt.grid_ids;
   const bool own = !opt.mrope_section.empty();
   const std::vector<int>& sections = own ? opt.mrope_section : f.mrope_section;
   const bool interleaved = own ? opt.mrope_interleaved : f.mrope_interleaved;
+  const bool custom = opt.layout.custom();
   if (grid && !sections.empty()) {
     throw UsageError("rope2d and mrope_section: give at most one of them");
   }
   if (opt.grid_ids && (opt.grid_h > 0 || opt.grid_w > 0)) {
     throw UsageError("rope2d: give the grid size or grid_ids, not both");
   }
-  pair_comp.assign(half, 0);
-  pair_freq = f.inv_freq;
-  if (grid) {
-    if (R % 4 != 0) {
-      throw UsageError(fmt::format("rope2d: the rotary dim must be a multiple of 4 (got {})", R));
-    }
-    // Two blocks of R/4 pairs share the frequencies of a rotary width R/2, which are
-    // the even-indexed ones of the width-R table: base^(-4j/R).
-    const std::size_t q = R / 4;
-    for (std::size_t j = 0; j < half; ++j) {
-      pair_comp[j] = j < q ? 0 : 1;
-      pair_freq[j] = f.inv_freq[2 * (j % q)];
-    }
-    id_comps = opt.grid_ids ? 2 : 1;
-    return;
+  if (custom && (grid || !sections.empty())) {
+    throw UsageError(fmt::format("rope layout: replaces {}; give one of them",
+                                 grid ? "rope2d" : own ? "mrope_section"
+                                                       : "the M-RoPE sections of the config"));
   }
-  if (sections.empty()) return;
-  pair_comp = mrope_components(sections, interleaved, half);
-  id_comps = 3;
+  if (grid && R % 4 != 0) {
+    throw UsageError(fmt::format("rope2d: the rotary dim must be a multiple of 4 (got {})", R));
+  }
+  // The options' presets: 2-D RoPE (grid, grid_ids) and M-RoPE sections.
+  RopeLayoutSpec spec = opt.layout;
+  if (grid) spec.preset = RopeLayoutPreset::axial;
+  if (!sections.empty()) {
+    spec.preset = interleaved ? RopeLayoutPreset::interleaved : RopeLayoutPreset::sections;
+    spec.sections = sections;
+  }
+  const RopeLayout l = resolve_rope_layout(spec, f);
+  comps = static_cast<int>(l.axes);
+  pairing = l.pairing;
+  chunks = l.chunks;
+  term_start.assign(1, 0);
+  term_axis.clear();
+  term_freq.clear();
+  for (std::size_t j = 0; j < half; ++j) {
+    for (std::size_t a = 0; a < l.axes; ++a) {
+      const double v = l.freq[a * half + j];
+      if (v == 0.0) continue;
+      term_axis.push_back(a);
+      term_freq.push_back(v);
+    }
+    term_start.push_back(term_axis.size());
+  }
+  if (pairing == RopePairing::tiled && (inverse || f.rope_interleave)) {
+    throw UsageError(inverse ? "inverse: the tiled pairing is not a rotation (the two dims of "
+                               "a pair use different angles), so it has no inverse rotation"
+                             : "rope_interleave: not with the tiled pairing");
+  }
 }
 
 void RopeApplier::Impl::set_permutation(const RopeFreqs& f) {
@@ -414,43 +572,93 @@ template <class W>
 void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Range& r,
                                    bool dense, std::int64_t pmin) {
   t.resize(rows * R);
-  const std::size_t ntb = tb > 1 ? r.nb : 1;
   const std::size_t gb0 = tb > 1 ? r.b0 : 0;
   // The inverse of the scaled rotation a·R(θ) is R(-θ)/a.
   const double cscale = inverse ? 1.0 / af : af;
   const double sscale = inverse ? -1.0 / af : af;
-  (void)ntb;
 #pragma omp parallel for schedule(static) if (rows * R >= rope_detail::kParallelElements)
   for (std::ptrdiff_t row = 0; row < static_cast<std::ptrdiff_t>(rows); ++row) {
     const auto u = static_cast<std::size_t>(row);
-    std::int64_t tp[3] = {0, 0, 0};
-    if (!dense) {
-      const std::size_t lb = u / r.ns, ls = u % r.ns;
-      for (int k = 0; k < comps; ++k) tp[k] = token_pos(gb0 + lb, r.s0 + ls, k);
+    const std::size_t lb = u / std::max<std::size_t>(r.ns, 1), ls = u % std::max<std::size_t>(r.ns, 1);
+    double tp[kMaxRopeAxes] = {};
+    if (dense) {
+      tp[0] = static_cast<double>(pmin + row);
+    } else if (source != Source::angles) {
+      token_coords(gb0 + lb, r.s0 + ls, tp);
     }
     W* c = t.data() + u * R;
     W* s = c + half;
     if constexpr (std::is_same_v<W, float>) {
       if (fw) {
         std::vector<float> angle(half);
-        framework_rope_row(*fw, dense ? pmin + row : tp[0], inverse, angle.data(), c, s);
+        framework_rope_row(*fw, static_cast<std::int64_t>(tp[0]), inverse, angle.data(), c, s);
         continue;
       }
     }
+    const double* given =
+        source == Source::angles ? tokang.data() + ((gb0 + lb) * S + r.s0 + ls) * half : nullptr;
     for (std::size_t j = 0; j < half; ++j) {
-      const std::int64_t p = dense ? pmin + row : tp[pair_comp[j]];
-      if constexpr (std::is_same_v<W, double>) {
-        const double a = static_cast<double>(p) * pair_freq[j];
-        c[j] = std::cos(a) * cscale;
-        s[j] = std::sin(a) * sscale;
+      // Angle j: the sum of its terms, the first one alone when there is one.
+      W a = 0;
+      if (given != nullptr) {
+        a = static_cast<W>(given[j]);
       } else {
-        // Framework arithmetic: f32 frequency, f32 product, f32 cos/sin and scaling.
-        const float a = static_cast<float>(p) * static_cast<float>(pair_freq[j]);
-        c[j] = std::cos(a) * static_cast<float>(cscale);
-        s[j] = std::sin(a) * static_cast<float>(sscale);
+        for (std::size_t k = term_start[j]; k < term_start[j + 1]; ++k) {
+          // Precision f32: f32 coordinate, f32 frequency, f32 products and sums.
+          const W term = static_cast<W>(tp[term_axis[k]]) * static_cast<W>(term_freq[k]);
+          a = k == term_start[j] ? term : a + term;
+        }
+      }
+      c[j] = std::cos(a) * static_cast<W>(cscale);
+      s[j] = std::sin(a) * static_cast<W>(sscale);
+    }
+  }
+}
+
+// The tiled pairing (RopePairing::tiled) is not a rotation of pairs, so it has no SIMD
+// kernel: the slab goes through float64 copies (exact for every input type), each
+// element is computed in the working precision W from its own input pair and table
+// row, and the result is rounded once to the output type.
+template <class W>
+bool RopeApplier::Impl::rotate_tiled_in(const rope_detail::KernelArgs& a) const {
+  const std::size_t nvec = a.n0 * a.n1 * a.n2;
+  Tensor x(kin, {nvec * D});
+  std::memcpy(x.bytes(), a.src, x.nbytes());
+  const Tensor x64 = x.astype(DType::f64);
+  Tensor y64(DType::f64, {nvec * D});
+  const double* xs = x64.data<double>();
+  double* ys = y64.data<double>();
+  const W* table = static_cast<const W*>(a.table);
+  const std::size_t c = R / chunks, ch = c / 2;
+  int bad = 0;
+#pragma omp parallel for collapse(2) schedule(static) reduction(| : bad) if (nvec * D >= rope_detail::kParallelElements)
+  for (std::ptrdiff_t i0 = 0; i0 < static_cast<std::ptrdiff_t>(a.n0); ++i0) {
+    for (std::ptrdiff_t i1 = 0; i1 < static_cast<std::ptrdiff_t>(a.n1); ++i1) {
+      for (std::size_t i2 = 0; i2 < a.n2; ++i2) {
+        const std::ptrdiff_t at = i0 * a.st0 + i1 * a.st1 + static_cast<std::ptrdiff_t>(i2) * a.st2;
+        const std::ptrdiff_t t = i0 * a.t0 + i1 * a.t1 + static_cast<std::ptrdiff_t>(i2) * a.t2;
+        const W* cs = table + static_cast<std::size_t>(a.rowidx[t]) * R;
+        const W* sn = cs + half;
+        const double* xv = xs + at;
+        double* yv = ys + at;
+        for (std::size_t k = 0; k < D; ++k) bad |= std::isfinite(xv[k]) ? 0 : 1;
+        for (std::size_t k = 0; k < R; ++k) {
+          const std::size_t l = k % c, j = (k / c) * ch + l % ch;
+          const W xk = static_cast<W>(xv[k]), xp = static_cast<W>(xv[k ^ 1]);
+          // Even dims: x cos - partner sin; odd dims: x cos + partner sin.
+          yv[k] = static_cast<double>(l % 2 == 0 ? xk * cs[j] - xp * sn[j] : xk * cs[j] + xp * sn[j]);
+        }
+        for (std::size_t k = R; k < D; ++k) yv[k] = static_cast<double>(static_cast<W>(xv[k]));
       }
     }
   }
+  const Tensor y = y64.astype(out);
+  std::memcpy(a.dst, y.bytes(), y.nbytes());
+  return bad != 0;
+}
+
+bool RopeApplier::Impl::rotate_tiled(const rope_detail::KernelArgs& a) const {
+  return prec == Precision::f64 ? rotate_tiled_in<double>(a) : rotate_tiled_in<float>(a);
 }
 
 void RopeApplier::Impl::build_table(const Range& r) {
@@ -460,12 +668,18 @@ void RopeApplier::Impl::build_table(const Range& r) {
   rowidx.resize(ntok);
   bool dense = false;
   std::int64_t pmin = 0, pmax = -1;
-  if (comps == 1 && ntok > 0) {
+  // Integer positions of one axis: [token] -> position.
+  auto pos_of = [&](std::size_t lb, std::size_t ls) {
+    double p = 0;
+    token_coords(gb0 + lb, r.s0 + ls, &p);
+    return static_cast<std::int64_t>(p);
+  };
+  if (comps == 1 && integral && source != Source::grid && ntok > 0) {
     pmin = std::numeric_limits<std::int64_t>::max();
     pmax = std::numeric_limits<std::int64_t>::min();
     for (std::size_t lb = 0; lb < ntb; ++lb) {
       for (std::size_t ls = 0; ls < r.ns; ++ls) {
-        const std::int64_t p = token_pos(gb0 + lb, r.s0 + ls, 0);
+        const std::int64_t p = pos_of(lb, ls);
         pmin = std::min(pmin, p);
         pmax = std::max(pmax, p);
       }
@@ -482,7 +696,7 @@ void RopeApplier::Impl::build_table(const Range& r) {
     for (std::size_t ls = 0; ls < r.ns; ++ls) {
       const std::size_t tok = lb * r.ns + ls;
       rowidx[tok] = static_cast<std::int32_t>(
-          dense ? token_pos(gb0 + lb, r.s0 + ls, 0) - pmin : static_cast<std::int64_t>(tok));
+          dense ? pos_of(lb, ls) - pmin : static_cast<std::int64_t>(tok));
     }
   }
   const std::int64_t k[5] = {dense ? 1 : 0,
@@ -568,7 +782,7 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
     throw UsageError(fmt::format("attention_factor: must be positive and finite (got {})",
                                  m.af));
   }
-  m.set_pairs(f, opt);
+  m.set_layout(f, opt);
   m.set_permutation(f);
   m.set_positions(pos, opt);
   m.H = size_of('h');
@@ -576,6 +790,7 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
     m.use_framework(f, in_dtype, opt);
     return;
   }
+  if (m.pairing == RopePairing::tiled) return;  // rotate_tiled, below
   // rope_interleave rotates the gathered (de-interleaved) pairs in the neox order.
   m.kernel =
       rope_detail::find_kernel(m.kin, m.out, m.prec, f.rope_interleave ? RopeStyle::neox : f.style);
@@ -610,8 +825,9 @@ std::size_t RopeApplier::table_bytes(std::size_t rows) const {
     extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
   }
   if (m.permute) extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
+  if (m.pairing == RopePairing::tiled) extra += elems * (8 + 8 + dtype_size(m.out));
   return ntok * (m.R * m.wsize() + sizeof(std::int32_t)) + extra +
-         m.tokpos.size() * sizeof(std::int64_t);
+         (m.tokpos.size() + m.tokang.size()) * sizeof(double);
 }
 
 void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_t count) {
@@ -701,7 +917,9 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
   }
   // Past the size of a large last-level cache the output is written around the cache.
   a.stream = !m.permute && elems * dtype_size(m.out) >= (std::size_t{32} << 20);
-  const bool bad = m.fw ? m.run_framework(a, r, role) : m.kernel(a);
+  const bool bad = m.fw                                 ? m.run_framework(a, r, role)
+                   : m.pairing == RopePairing::tiled ? m.rotate_tiled(a)
+                                                     : m.kernel(a);
   if (m.permute) permute_vectors(kout, out, nvec, m.D, dtype_size(m.out), m.out_perm, false);
   if (bad && !m.allow_nonfinite) {
     throw InputError(fmt::format("{}: input contains NaN or Inf (use allow_nonfinite to "

@@ -98,6 +98,27 @@ void rope_stream_impl(const RopeStreamRequest& o) {
           {"mrope_section",
            std::vector<double>(apply.mrope_section.begin(), apply.mrope_section.end())});
     }
+    if (apply.layout.custom()) {
+      out_info.attrs.push_back({"rope_layout", rope_layout_preset_name(apply.layout.preset)});
+      if (apply.layout.scale != 1.0) {
+        out_info.attrs.push_back({"rope_layout_scale", apply.layout.scale});
+      }
+      if (apply.layout.tiled || apply.layout.preset == RopeLayoutPreset::chunks) {
+        out_info.attrs.push_back({"rope_pairing", std::string("tiled")});
+      }
+    }
+    if (!pos.grid.extent.empty()) {
+      out_info.attrs.push_back(
+          {"rope_grid", std::vector<double>(pos.grid.extent.begin(), pos.grid.extent.end())});
+      out_info.attrs.push_back(
+          {"rope_grid_coords", std::string(pos.grid.centres ? "centres" : "indices")});
+      if (pos.grid.prefix > 0) {
+        out_info.attrs.push_back({"rope_grid_prefix", static_cast<long long>(pos.grid.prefix)});
+      }
+      if (pos.grid.merge > 1) {
+        out_info.attrs.push_back({"rope_grid_merge", static_cast<long long>(pos.grid.merge)});
+      }
+    }
     if (!o.part.whole()) {
       const Attrs pa = part_attrs(o.part, info.shape, axis, {in_refs[k]});
       out_info.attrs.insert(out_info.attrs.end(), pa.begin(), pa.end());

@@ -111,7 +111,21 @@ ROPE_ROWS = {
     "--mrope-interleaved": (["--position-ids", "{ids3}", "--mrope-section", "1,1,2"],
                             ["--position-ids", "{ids3}", "--mrope-section", "1,1,2",
                              "--mrope-interleaved"]),
+    "--layout": (["--coords", "grid:2,5", "--layout", "axial"],
+                 ["--coords", "grid:2,5", "--layout", "even-odd"]),
+    "--coords": ([], ["--coords", "centres:10"]),
+    "--freq-scale": (["--coords", "centres:10"], ["--coords", "centres:10", "--freq-scale", "2pi"]),
+    "--prefix-tokens": (["--coords", "grid:10"], ["--coords", "grid:8", "--prefix-tokens", "2"]),
+    "--merge-window": (["--coords", "grid:2,4", "--prefix-tokens", "2", "--layout", "axial"],
+                       ["--coords", "grid:2,4", "--prefix-tokens", "2", "--layout", "axial",
+                        "--merge-window", "2"]),
+    "--inv-freq": ([], ["--inv-freq", "{invf}"]),
+    "--angles": ([], ["--angles", "{angles}"]),
 }
+# Options of `posenc rope` alone (the layout, coordinates and angles).
+ROPE_ONLY = ("--rope2d", "--rope2d-ids", "--order", "--mrope-section", "--mrope-interleaved",
+             "--layout", "--coords", "--freq-scale", "--prefix-tokens", "--merge-window",
+             "--inv-freq", "--angles")
 
 ATTENTION_ROWS = {
     "--scale": ([], ["--scale", "0.5"]),
@@ -165,14 +179,12 @@ ATTENTION_ROWS = {
 }
 # The RoPE options of `attention --rope`, over a base of --rope.
 ATTENTION_ROPE = {k: (["--rope"] + b, ["--rope"] + w) for k, (b, w) in ROPE_ROWS.items()
-                  if k not in ("--rope2d", "--rope2d-ids", "--order", "--mrope-section",
-                               "--mrope-interleaved", "--inverse", "--axes", "--dtype",
-                               "--precision", "--hf-config", "--layer-type", "--layer")}
+                  if k not in ROPE_ONLY + ("--inverse", "--axes", "--dtype", "--precision",
+                                           "--hf-config", "--layer-type", "--layer")}
 ATTENTION_ROPE["--inverse"] = (["--rope"], ["--rope", "--inverse"])
 
 TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()
-              if k not in ("--rope2d", "--rope2d-ids", "--order", "--mrope-section",
-                           "--mrope-interleaved", "--axes")}
+              if k not in ROPE_ONLY + ("--axes",)}
 # Refused by table rope (they place the rotation in an input): over a base that works.
 TABLE_ROWS["--rotary-last"] = (["--rotary-dim", "4"], ["--rotary-dim", "4", "--rotary-last"])
 TABLE_ROWS["--rope-interleave"] = ([], ["--rope-interleave"])
@@ -231,6 +243,8 @@ class OptionMatrix(PosencTestCase):
         save("posk", r.standard_normal((1024, 4, 8)).astype(np.float32))
         # rope: x [1, 4, 10, 8].
         save("x", r.standard_normal((1, 4, 10, 8)).astype(np.float32))
+        save("invf", r.uniform(0.1, 1, (1, 4)))
+        save("angles", r.uniform(-3, 3, (10, 4)))
         base = {"model_type": "mistral", "num_attention_heads": 4, "num_key_value_heads": 2,
                 "hidden_size": 32, "head_dim": 8}
         f["rope_cfg"] = self.config("rope.json", dict(base, rope_theta=77.0))

@@ -6,7 +6,9 @@
 //   1 --window; 2 sizes (--max-memory); 3 factor lists (--short-factor);
 //   4 integer option text (canonical form must parse back to the same value);
 //   5 real-number option text; 6 --mrope-section;
-//   7 --hf-config JSON, applied and reduced to frequencies, which must be finite.
+//   7 --hf-config JSON, applied and reduced to frequencies, which must be finite;
+//   8 --coords (extents in range); 9 --layout (resolved against a small RopeFreqs:
+//     a layout that resolves passes check_rope_layout); 10 --freq-scale (positive).
 // Contract: only UsageError / InputError, and the checks above.
 
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "cli/parse.hpp"
 #include "fuzz_util.hpp"
 #include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_layout.hpp"
 #include "posenc/error.hpp"
 #include "posenc/ops/select.hpp"
 
@@ -119,7 +122,7 @@ void check_hf_config(const std::uint8_t* p, std::size_t n) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
-  const std::uint8_t which = data[0] % 8;
+  const std::uint8_t which = data[0] % 11;
   std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
   namespace cli = posenc::cli;
   try {
@@ -167,6 +170,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 6:
         expect(cli::parse_sections(text).size() == 3, "sections are three counts");
         break;
+      case 8: {
+        const posenc::CoordGrid g = posenc::parse_coord_grid(text);
+        expect(!g.extent.empty() && g.extent.size() <= posenc::kMaxRopeAxes, "extent count");
+        for (std::int64_t e : g.extent) expect(e >= 1 && e <= (std::int64_t{1} << 31), "extent");
+        break;
+      }
+      case 9: {
+        const posenc::RopeLayoutSpec spec = posenc::parse_rope_layout(text);
+        posenc::RopeParams p;
+        p.head_dim = 64;
+        const posenc::RopeFreqs f = posenc::compute_rope_freqs(p);
+        const posenc::RopeLayout l = posenc::resolve_rope_layout(spec, f);
+        expect(l.axes >= 1 && l.freq.size() == l.axes * 32, "resolved layout shape");
+        break;
+      }
+      case 10: {
+        const double v = cli::parse_freq_scale(text);
+        expect(v > 0 && std::isfinite(v), "scale out of range");
+        break;
+      }
       default:
         check_hf_config(data + 1, size - 1);
     }

@@ -145,6 +145,10 @@ def option_seeds():
         (7, b'{"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 8, '
             b'"high_freq_factor": 4, "original_max_position_embeddings": 32}}'),
         (7, b'{"rope_scaling": {"rope_type": "mrope", "mrope_section": [2, 2, 2]}}'),
+        # RoPE layouts and generated coordinates
+        (8, b"grid:2,16,16"), (8, b"centres:37,37"), (8, b"grid:2147483648,1,1,1,1,1,1,1,1"),
+        (9, b"sections:16,8,8"), (9, b"interleaved:24,4,4"), (9, b"chunks:3"), (9, b"even-odd"),
+        (9, b"chunks:99999999999999999999"), (10, b"2pi"), (10, b"-0"), (10, b"1e308"),
     ]
     for i, (which, text) in enumerate(seeds):
         put("options", f"opt{i:02d}", bytes([which]) + text)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_layout.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc {
@@ -55,17 +56,28 @@ inline constexpr std::int64_t kMaxPosition = std::int64_t{1} << 53;
 /// Where each token sits. Exactly one of the forms is used:
 /// - `ids` empty and `cu_seqlens` empty: positions start, start+1, ... along s;
 /// - `ids` with `ids_shape` [s] or [b, s] (any integer dtype converted to int64; a
-///   leading 1 broadcasts over b), or [3, s] / [3, b, s] for M-RoPE sections; `start`
-///   is added to every id;
+///   leading 1 broadcasts over b), or [n, s] / [n, b, s] for a layout with n coordinate
+///   axes (M-RoPE: 3); `start` is added to every id;
+/// - `coords` with `coords_shape` in the same shapes: real coordinates (DINOv3's patch
+///   centres, LightGlue's keypoints), used as given;
+/// - `grid`: coordinates generated for a grid of tokens (CoordGrid);
+/// - `angles` with `angles_shape` [s, R/2] or [b, s, R/2]: the angles themselves (a
+///   model whose angles are learned), in radians, replacing coordinates and frequencies;
 /// - `cu_seqlens` [n+1] boundaries along s: positions restart at 0 (+ start) per
 ///   packed sequence.
 struct Positions {
   std::int64_t start = 0;                ///< first position, or added to every id (--start)
   std::vector<std::int64_t> ids;         ///< explicit positions, C order (--position-ids)
   Shape ids_shape;                       ///< the shape of `ids`
+  std::vector<double> coords;            ///< real coordinates, C order (--position-ids)
+  Shape coords_shape;                    ///< the shape of `coords`
+  CoordGrid grid;                        ///< generated coordinates (--coords)
+  std::vector<double> angles;            ///< explicit angles, C order (--angles)
+  Shape angles_shape;                    ///< the shape of `angles`
   std::vector<std::int64_t> cu_seqlens;  ///< packed-sequence boundaries (--cu-seqlens)
   std::string ids_what = "position_ids";    ///< names the source in messages
   std::string cu_what = "cu_seqlens";       ///< names the source in messages
+  std::string angles_what = "angles";       ///< names the source in messages
 };
 
 /// Throws InputError (naming `what`) unless `cu` is a list of packed-sequence
@@ -98,6 +110,11 @@ struct RopeApplyOptions {
   /// drives the first R/4 pairs and row 1 the next, with the frequencies of the grid
   /// form. Positions are used as given (no start).
   bool grid_ids = false;
+  /// The variant as data (posenc/encodings/rope_layout.hpp): frequency assignment over
+  /// coordinate axes and pairing, resolved against the RopeFreqs of each input. Plain
+  /// (the default): plain RoPE, or the preset the options above select (grid,
+  /// grid_ids: axial; mrope_section: sections or interleaved); not combined with them.
+  RopeLayoutSpec layout;
 };
 
 /// Rotates every vector along axis d of `x` by its position along axis s and returns
