@@ -26,6 +26,7 @@ struct RopeIdsOptions {
   std::string image_grid_thw;
   std::string video_grid_thw;
   std::string second_per_grid_ts;
+  std::string attention_mask;
   long long image_token_id = -1;
   long long video_token_id = -1;
   long long audio_token_id = -1;
@@ -117,7 +118,11 @@ RopeIdsBatch from_tokens(const RopeIdsOptions& o, CLI::App* sub, const RopeIdsCo
                          const RopeIdsRules& rules) {
   RopeIdsTokens in;
   in.input_ids = read_tensor(o.input_ids);
-  Tensor images, videos, seconds;
+  Tensor images, videos, seconds, mask;
+  if (!o.attention_mask.empty()) {
+    mask = read_tensor(o.attention_mask);
+    in.attention_mask = &mask;
+  }
   if (!o.image_grid_thw.empty()) {
     images = read_tensor(o.image_grid_thw);
     in.image_grid_thw = &images;
@@ -157,9 +162,10 @@ void run_rope_ids(const RopeIdsOptions& o, CLI::App* sub) {
         "the two");
   }
   if (by_layout) {
-    for (const char* flag : {"--image-grid-thw", "--video-grid-thw", "--second-per-grid-ts",
-                             "--image-token-id", "--video-token-id", "--audio-token-id",
-                             "--video-start-token-id", "--video-end-token-id"}) {
+    for (const char* flag :
+         {"--image-grid-thw", "--video-grid-thw", "--second-per-grid-ts", "--attention-mask",
+          "--image-token-id", "--video-token-id", "--audio-token-id", "--video-start-token-id",
+          "--video-end-token-id"}) {
       if (sub->count(flag) > 0) {
         throw UsageError(fmt::format("{}: goes with --input-ids, not --layout", flag));
       }
@@ -227,6 +233,8 @@ void register_rope_ids(CLI::App& app) {
   sub->add_option("--video-grid-thw", opt->video_grid_thw, "[videos, 3] grids (--input-ids)");
   sub->add_option("--second-per-grid-ts", opt->second_per_grid_ts,
                   "[videos] seconds per temporal grid (--input-ids; qwen2.5-vl, qwen2.5-omni)");
+  sub->add_option("--attention-mask", opt->attention_mask,
+                  "1 for tokens, 0 for padding, the shape of --input-ids (HF's attention_mask)");
   sub->add_option("--image-token-id", opt->image_token_id, "image_token_id (--input-ids)");
   sub->add_option("--video-token-id", opt->video_token_id, "video_token_id (--input-ids)");
   sub->add_option("--audio-token-id", opt->audio_token_id,

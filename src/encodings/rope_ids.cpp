@@ -671,6 +671,33 @@ struct GridQueue {
   }
 };
 
+// The token indices of row r that count: those whose attention_mask entry is 1 (all
+// without a mask). The mask is checked by check_mask.
+std::vector<std::size_t> kept_tokens(const RopeIdsTokens& in, std::size_t r, std::size_t len) {
+  std::vector<std::size_t> kept;
+  for (std::size_t i = 0; i < len; ++i) {
+    if (in.attention_mask == nullptr || in.attention_mask->get(r * len + i) != 0) kept.push_back(i);
+  }
+  return kept;
+}
+
+void check_mask(const RopeIdsTokens& in) {
+  const Tensor* m = in.attention_mask;
+  if (m == nullptr) return;
+  if (m->shape() != in.input_ids.shape() || !(is_integer(m->dtype()) || m->dtype() == DType::b1)) {
+    throw InputError(fmt::format(
+        "attention_mask: expected {} integers or bools (the shape of "
+        "input_ids), got {} {}",
+        shape_str(in.input_ids.shape()), dtype_name(m->dtype()), shape_str(m->shape())));
+  }
+  for (std::size_t i = 0; i < m->numel(); ++i) {
+    const double v = m->get(i);
+    if (v != 0 && v != 1) {
+      throw InputError(fmt::format("attention_mask: entry {} is {}; expected 0 or 1", i, v));
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<PromptLayout> layouts_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& rules) {
@@ -706,16 +733,20 @@ std::vector<PromptLayout> layouts_from_tokens(const RopeIdsTokens& in, const Rop
       seconds.push_back(v);
     }
   }
+  check_mask(in);
   if (tok.image < 0 && tok.video < 0 && tok.audio < 0) {
     throw UsageError("input_ids: no media token id known (give --hf-config or the token ids)");
   }
   std::vector<PromptLayout> out(rows);
   for (std::size_t r = 0; r < rows; ++r) {
-    // 0 text, 1 image, 2 video, 3 audio, for each token of the row.
-    std::vector<std::uint8_t> kind(len);
+    // 0 text, 1 image, 2 video, 3 audio, for each unpadded token of the row.
+    const std::vector<std::size_t> idx = kept_tokens(in, r, len);
+    if (idx.empty()) throw InputError(fmt::format("attention_mask: row {} has no token", r));
+    const std::size_t n_kept = idx.size();
+    std::vector<std::uint8_t> kind(n_kept);
     bool in_video = false;
-    for (std::size_t i = 0; i < len; ++i) {
-      const double v = ids.get(r * len + i);
+    for (std::size_t i = 0; i < n_kept; ++i) {
+      const double v = ids.get(r * len + idx[i]);
       const std::int64_t id = v >= -9.2e18 && v <= 9.2e18 ? static_cast<std::int64_t>(v) : -2;
       std::uint8_t k = 0;
       if (fr.wrapped_video) {  // GLM-4V: image tokens between video start and end are frames
@@ -731,11 +762,12 @@ std::vector<PromptLayout> layouts_from_tokens(const RopeIdsTokens& in, const Rop
       }
       kind[i] = k;
     }
-    for (std::size_t i = 0; i < len;) {
+    for (std::size_t i = 0; i < n_kept;) {
       std::size_t j = i;
-      while (j < len && kind[j] == kind[i]) ++j;
+      while (j < n_kept && kind[j] == kind[i]) ++j;
       const std::int64_t n = static_cast<std::int64_t>(j - i);
-      const std::string where = fmt::format("input_ids row {} tokens {} to {}", r, i, j - 1);
+      const std::string where =
+          fmt::format("input_ids row {} tokens {} to {}", r, idx[i], idx[j - 1]);
       PromptSegment s;
       switch (kind[i]) {
         case 0:
@@ -805,6 +837,11 @@ RopeIdsBatch rope_ids_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& r
   b.ids =
       in.input_ids.ndim() == 2 ? Tensor(DType::i64, {3, rows, len}) : Tensor(DType::i64, {3, len});
   std::int64_t* out = b.ids.data<std::int64_t>();
+  // Padded slots: HF's _mrope_place_positions fills 0 (Omni's layout 1); GLM-4V's
+  // get_rope_index starts from torch.ones.
+  const bool pad_one =
+      rules.family == RopeIdsFamily::qwen2_5_omni || rules.family == RopeIdsFamily::glm4v;
+  std::fill(out, out + b.ids.numel(), pad_one ? 1 : 0);
   for (std::size_t r = 0; r < rows; ++r) {
     RopeIds one;
     try {
@@ -812,11 +849,16 @@ RopeIdsBatch rope_ids_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& r
     } catch (const UsageError& e) {
       throw InputError(fmt::format("input_ids row {}: {}", r, e.what()));
     }
+    const std::vector<std::size_t> idx = kept_tokens(in, r, len);
     const std::int64_t* src = one.ids.data<std::int64_t>();
     for (std::size_t a = 0; a < 3; ++a) {
-      std::copy(src + a * len, src + (a + 1) * len, out + (a * rows + r) * len);
+      for (std::size_t i = 0; i < idx.size(); ++i) {
+        out[(a * rows + r) * len + idx[i]] = src[a * idx.size() + i];
+      }
     }
-    b.deltas.push_back(one.delta);
+    // GLM-4V subtracts the padded row's length, the others the unpadded one's.
+    const auto padding = static_cast<std::int64_t>(len - idx.size());
+    b.deltas.push_back(rules.family == RopeIdsFamily::glm4v ? one.delta - padding : one.delta);
   }
   return b;
 }

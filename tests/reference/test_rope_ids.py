@@ -575,6 +575,79 @@ class RopeIds(PosencTestCase):
         np.testing.assert_array_equal(got[:, 1], ref_b.numpy())
         self.assertEqual(deltas, [da, db])
 
+    def padded_batch(self, family, rows, pad_value, reference, token_args, left, glm=False):
+        """Rows of different lengths padded to one (left or right) with an attention_mask,
+        against HF's _mrope_place_positions: positions on the unpadded tokens, padded
+        slots at pad_value, delta = max + 1 - unpadded length (GLM-4V: - padded length)."""
+        s = max(r["input_ids"].shape[1] for r in rows)
+        ids = np.zeros((len(rows), s), np.int64)
+        mask = np.zeros((len(rows), s), np.int64)
+        want = np.full((3, len(rows), s), pad_value, np.int64)
+        deltas = []
+        for b, r in enumerate(rows):
+            n = r["input_ids"].shape[1]
+            cols = slice(s - n, s) if left else slice(0, n)
+            ids[b, cols] = r["input_ids"][0].numpy()
+            mask[b, cols] = 1
+            pos, _ = reference(r)
+            want[:, b, cols] = pos.numpy()
+            deltas.append(int(pos.max()) + 1 - (s if glm else n))
+        grids = {}
+        for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
+            parts = [r[key] for r in rows if r.get(key) is not None]
+            if parts:
+                grids[key] = torch.cat(parts)
+        files = []
+        for key, flag in (("image_grid_thw", "--image-grid-thw"),
+                          ("video_grid_thw", "--video-grid-thw"),
+                          ("second_per_grid_ts", "--second-per-grid-ts")):
+            if key in grids:
+                files += [flag, self.npy(f"{key}.npy", grids[key].numpy())]
+        out = self.path("padded.h5")
+        if os.path.exists(out):
+            os.remove(out)
+        self.run_ok("rope-ids", "--family", family, "--input-ids", self.npy("ids.npy", ids),
+                    "--attention-mask", self.npy("mask.npy", mask.astype(bool)), *files,
+                    *token_args, "-o", out)
+        with h5py.File(out, "r") as f:
+            got = f["position_ids"][()]
+            self.assertEqual(list(f["position_ids"].attrs["mrope_position_deltas"]), deltas)
+        np.testing.assert_array_equal(got, want, err_msg=f"{family} left={left}")
+
+    def test_input_ids_padding(self):
+        q = [qwen_inputs([("text", 3), ("image", (1, 4, 6)), ("text", 2)], 2),
+             qwen_inputs([("text", 1), ("video", (3, 2, 2, 2.0, None)), ("text", 1)], 2),
+             qwen_inputs([("text", 5)], 2)]
+        for left in (True, False):
+            self.padded_batch(
+                "qwen2.5-vl", q, 0,
+                lambda r: interleaved_runs(r["input_ids"], r["mm_token_type_ids"], 2,
+                                           r["image_grid_thw"], r["video_grid_thw"],
+                                           r["second_per_grid_ts"], 2),
+                TOKEN_ARGS + ["--tokens-per-second", 2], left)
+            o = [omni_inputs([("text", 2), ("audio", 50), ("text", 1)], 2),
+                 omni_inputs([("text", 1), ("image", (1, 4, 4)), ("text", 3)], 2)]
+            self.padded_batch(
+                "qwen2.5-omni", o, 1,
+                lambda r: audio_chunked(r["input_ids"], 2, 25, r["image_grid_thw"],
+                                        audio_seqlens=r["audio_seqlens"]),
+                TOKEN_ARGS, left)
+            g = [glm4v_inputs(norm([("text", 2), ("video", (2, 4, 4, None, 1)), ("text", 1)]), 2),
+                 glm4v_inputs(norm([("text", 1), ("image", (1, 2, 4)), ("text", 1)]), 2)]
+            self.padded_batch(
+                "glm4v", g, 1,
+                lambda r: glm4v_rope_index(r["input_ids"], 2, r["image_grid_thw"],
+                                           r["video_grid_thw"]),
+                GLM_TOKEN_ARGS, left, glm=True)
+        ids = self.npy("i.npy", np.array([[TEXT, TEXT]]))
+        out = self.path("m.npy")
+        for mask, match in ((np.array([[0, 0]]), "no token"), (np.array([[1, 2]]), "0 or 1"),
+                            (np.array([1, 1]), "shape")):
+            self.assert_fails(3, "rope-ids", "--family", "qwen2-vl", "--input-ids", ids,
+                              "--attention-mask", self.npy("mk.npy", mask), *TOKEN_ARGS,
+                              "-o", out, match=match)
+        self.assertFalse(os.path.exists(out))
+
     def test_input_ids_errors(self):
         inp = qwen_inputs([("text", 3), ("image", (1, 4, 6)), ("text", 2)], 2)
         ids = self.npy("i.npy", inp["input_ids"].numpy())

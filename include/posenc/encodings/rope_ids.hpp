@@ -135,16 +135,22 @@ struct RopeIdsTokens {
   const Tensor* image_grid_thw = nullptr;      ///< [images, 3] integer, or none
   const Tensor* video_grid_thw = nullptr;      ///< [videos, 3] integer, or none
   const Tensor* second_per_grid_ts = nullptr;  ///< [videos], or none
-  MediaTokenIds tokens;                        ///< which ids mark which medium
+  /// The shape of input_ids, 1 for tokens and 0 for padding (HF's attention_mask), or
+  /// none (every token counts). Padded slots get HF's padding position: 1 for
+  /// qwen2.5-omni and glm4v, 0 for the others.
+  const Tensor* attention_mask = nullptr;
+  MediaTokenIds tokens;  ///< which ids mark which medium
 };
 
-/// Ids of a batch: [3, s] for 1-D input_ids, [3, b, s] for 2-D, and one delta per row.
+/// Ids of a batch: [3, s] for 1-D input_ids, [3, b, s] for 2-D, and one delta per row
+/// (max id + 1 - the row's unpadded tokens; glm4v: - s, as its get_rope_index has it).
 struct RopeIdsBatch {
   Tensor ids;                        ///< i64
   std::vector<std::int64_t> deltas;  ///< mrope_position_deltas, one per row
 };
 
-/// The prompt layouts the token ids describe, one per row of input_ids: maximal runs of
+/// The prompt layouts the token ids describe, one per row of input_ids (its unpadded
+/// tokens, with attention_mask): maximal runs of
 /// a medium's token become its segments, taking the grids in order across rows as HF's
 /// iterators do (qwen3-vl and glm4v: one frame of the current video per run), with the
 /// seconds of second_per_grid_ts for the families that read them. Throws InputError
@@ -169,10 +175,9 @@ struct RopeIdsConfig {
 };
 
 /// Reads model_type, vision_config.spatial_merge_size, vision_config.tokens_per_second,
-/// position_id_per_seconds, seconds_per_chunk and the media token ids (image/video/audio_token_id or
-/// _index, video_start/end_token_id; top level or thinker_config) from a HF
-/// config.json. Throws InputError naming the file for an unreadable or malformed config
-/// or a value out of range.
+/// position_id_per_seconds, seconds_per_chunk and the media token ids (image/video/audio_token_id
+/// or _index, video_start/end_token_id; top level or thinker_config) from a HF config.json. Throws
+/// InputError naming the file for an unreadable or malformed config or a value out of range.
 RopeIdsConfig read_rope_ids_config(const std::string& path);
 
 }  // namespace posenc
