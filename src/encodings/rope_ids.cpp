@@ -11,26 +11,21 @@
 #include <array>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "io/json_doc.hpp"
+#include "encodings/rope_ids_detail.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
 
+using namespace rope_ids_detail;  // NOLINT: this module's own constants
+
 namespace {
 
 using Kind = PromptSegment::Kind;
-
-constexpr std::int64_t kMaxCount = (std::int64_t{1} << 31) - 1;
-__extension__ typedef __int128 i128;  // token counts of a grid, which cannot overflow it
-constexpr double kMaxPosition = 9007199254740992.0;  // 2^53: ids stay exact in a double
-constexpr double kMinSeconds = 1e-6;
-constexpr double kMaxSeconds = 1e6;
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -171,43 +166,6 @@ TimeScale scale_of(double step) {
     s.fstep = static_cast<float>(step);
   }
   return s;
-}
-
-// The family as data: what differs between the layouts.
-struct FamilyRules {
-  bool advance_max_hw = true;  // v5 Qwen-VL: p += max(H, W)/m after a vision block; else max+1
-  bool split_frames = false;   // qwen3-vl
-  bool audio = false;          // qwen2.5-omni
-  bool seconds = false;        // the family reads seconds per grid
-  bool frame_gap = false;      // the family reads /GAP
-  bool wrapped_video = false;  // glm4v: a video's start/end tokens are text around it
-};
-
-FamilyRules family_rules(RopeIdsFamily f) {
-  FamilyRules r;
-  switch (f) {
-    case RopeIdsFamily::qwen2_vl:
-      break;
-    case RopeIdsFamily::qwen2_5_vl:
-      r.seconds = true;
-      break;
-    case RopeIdsFamily::qwen3_vl:
-      r.split_frames = true;
-      r.frame_gap = true;
-      break;
-    case RopeIdsFamily::qwen2_5_omni:
-      r.advance_max_hw = false;
-      r.audio = true;
-      r.seconds = true;
-      break;
-    case RopeIdsFamily::glm4v:
-      r.advance_max_hw = false;
-      r.split_frames = true;
-      r.frame_gap = true;
-      r.wrapped_video = true;
-      break;
-  }
-  return r;
 }
 
 // One block of ids: text/audio (a run) or a vision grid after the merge.
@@ -486,6 +444,37 @@ std::int64_t interleave_audio_video(const Block& b, std::int64_t start, std::int
 
 }  // namespace
 
+namespace rope_ids_detail {
+
+FamilyRules family_rules(RopeIdsFamily f) {
+  FamilyRules r;
+  switch (f) {
+    case RopeIdsFamily::qwen2_vl:
+      break;
+    case RopeIdsFamily::qwen2_5_vl:
+      r.seconds = true;
+      break;
+    case RopeIdsFamily::qwen3_vl:
+      r.split_frames = true;
+      r.frame_gap = true;
+      break;
+    case RopeIdsFamily::qwen2_5_omni:
+      r.advance_max_hw = false;
+      r.audio = true;
+      r.seconds = true;
+      break;
+    case RopeIdsFamily::glm4v:
+      r.advance_max_hw = false;
+      r.split_frames = true;
+      r.frame_gap = true;
+      r.wrapped_video = true;
+      break;
+  }
+  return r;
+}
+
+}  // namespace rope_ids_detail
+
 std::string_view rope_ids_family_name(RopeIdsFamily f) noexcept {
   switch (f) {
     case RopeIdsFamily::qwen2_vl:
@@ -632,328 +621,6 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
   top = std::max(top, max_id);
   r.delta = top + 1 - total;
   return r;
-}
-
-namespace {
-
-// The grids of one medium, [n, 3] positive integers, taken in order.
-struct GridQueue {
-  const char* what;  // "image_grid_thw"
-  std::vector<std::array<std::int64_t, 3>> rows;
-  std::size_t next = 0;
-  std::int64_t frames_left = 0;  // split frames: frames of rows[next - 1] not yet used
-
-  GridQueue(const char* name, const Tensor* t) : what(name) {
-    if (t == nullptr) return;
-    if (!is_integer(t->dtype()) || t->ndim() != 2 || t->shape()[1] != 3) {
-      throw InputError(fmt::format("{}: expected an [n, 3] integer tensor, got {} {}", what,
-                                   dtype_name(t->dtype()), shape_str(t->shape())));
-    }
-    for (std::size_t i = 0; i < t->shape()[0]; ++i) {
-      std::array<std::int64_t, 3> r{};
-      for (std::size_t a = 0; a < 3; ++a) {
-        const double v = t->get(i * 3 + a);
-        if (!(v >= 1 && v <= static_cast<double>(kMaxCount))) {
-          throw InputError(fmt::format("{}: row {}: grid extents must be 1 to {}, got {}", what, i,
-                                       kMaxCount, v));
-        }
-        r[a] = static_cast<std::int64_t>(v);
-      }
-      rows.push_back(r);
-    }
-  }
-  const std::array<std::int64_t, 3>& take(const std::string& where) {
-    if (next >= rows.size()) {
-      throw InputError(
-          fmt::format("{}: no {} row left for it ({} given)", where, what, rows.size()));
-    }
-    return rows[next++];
-  }
-};
-
-// The token indices of row r that count: those whose attention_mask entry is 1 (all
-// without a mask). The mask is checked by check_mask.
-std::vector<std::size_t> kept_tokens(const RopeIdsTokens& in, std::size_t r, std::size_t len) {
-  std::vector<std::size_t> kept;
-  for (std::size_t i = 0; i < len; ++i) {
-    if (in.attention_mask == nullptr || in.attention_mask->get(r * len + i) != 0) kept.push_back(i);
-  }
-  return kept;
-}
-
-void check_mask(const RopeIdsTokens& in) {
-  const Tensor* m = in.attention_mask;
-  if (m == nullptr) return;
-  if (m->shape() != in.input_ids.shape() || !(is_integer(m->dtype()) || m->dtype() == DType::b1)) {
-    throw InputError(fmt::format(
-        "attention_mask: expected {} integers or bools (the shape of "
-        "input_ids), got {} {}",
-        shape_str(in.input_ids.shape()), dtype_name(m->dtype()), shape_str(m->shape())));
-  }
-  for (std::size_t i = 0; i < m->numel(); ++i) {
-    const double v = m->get(i);
-    if (v != 0 && v != 1) {
-      throw InputError(fmt::format("attention_mask: entry {} is {}; expected 0 or 1", i, v));
-    }
-  }
-}
-
-}  // namespace
-
-std::vector<PromptLayout> layouts_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& rules) {
-  const Tensor& ids = in.input_ids;
-  if (!is_integer(ids.dtype()) || ids.ndim() < 1 || ids.ndim() > 2) {
-    throw InputError(fmt::format("input_ids: expected [s] or [b, s] integers, got {} {}",
-                                 dtype_name(ids.dtype()), shape_str(ids.shape())));
-  }
-  const std::size_t rows = ids.ndim() == 2 ? ids.shape()[0] : 1;
-  const std::size_t len = ids.shape().back();
-  if (len == 0 || rows == 0) throw InputError("input_ids: empty");
-  if (len > static_cast<std::size_t>(kMaxLayoutTokens)) {
-    throw InputError(fmt::format("input_ids: more than {} tokens a row", kMaxLayoutTokens));
-  }
-  const FamilyRules fr = family_rules(rules.family);
-  const MediaTokenIds& tok = in.tokens;
-  const std::int64_t m = rules.spatial_merge_size;
-  GridQueue images("image_grid_thw", in.image_grid_thw);
-  GridQueue videos("video_grid_thw", in.video_grid_thw);
-  std::vector<double> seconds;
-  if (in.second_per_grid_ts != nullptr) {
-    const Tensor& t = *in.second_per_grid_ts;
-    if (t.ndim() != 1 || t.shape()[0] != videos.rows.size()) {
-      throw InputError(fmt::format("second_per_grid_ts: expected [{}] (one per video), got {}",
-                                   videos.rows.size(), shape_str(t.shape())));
-    }
-    for (std::size_t i = 0; i < t.numel(); ++i) {
-      const double v = t.get(i);
-      if (!(v >= kMinSeconds && v <= kMaxSeconds)) {
-        throw InputError(
-            fmt::format("second_per_grid_ts: entry {} must be 1e-6 to 1e6, got {}", i, v));
-      }
-      seconds.push_back(v);
-    }
-  }
-  check_mask(in);
-  if (tok.image < 0 && tok.video < 0 && tok.audio < 0) {
-    throw UsageError("input_ids: no media token id known (give --hf-config or the token ids)");
-  }
-  std::vector<PromptLayout> out(rows);
-  for (std::size_t r = 0; r < rows; ++r) {
-    // 0 text, 1 image, 2 video, 3 audio, for each unpadded token of the row.
-    const std::vector<std::size_t> idx = kept_tokens(in, r, len);
-    if (idx.empty()) throw InputError(fmt::format("attention_mask: row {} has no token", r));
-    const std::size_t n_kept = idx.size();
-    std::vector<std::uint8_t> kind(n_kept);
-    bool in_video = false;
-    for (std::size_t i = 0; i < n_kept; ++i) {
-      const double v = ids.get(r * len + idx[i]);
-      const std::int64_t id = v >= -9.2e18 && v <= 9.2e18 ? static_cast<std::int64_t>(v) : -2;
-      std::uint8_t k = 0;
-      if (fr.wrapped_video) {  // GLM-4V: image tokens between video start and end are frames
-        if (id == tok.video_start) in_video = true;
-        if (id == tok.video_end) in_video = false;
-        if (id == tok.image) k = in_video ? 2 : 1;
-      } else if (id == tok.image) {
-        k = 1;
-      } else if (id == tok.video) {
-        k = 2;
-      } else if (id == tok.audio && fr.audio) {
-        k = 3;
-      }
-      kind[i] = k;
-    }
-    for (std::size_t i = 0; i < n_kept;) {
-      std::size_t j = i;
-      while (j < n_kept && kind[j] == kind[i]) ++j;
-      const std::int64_t n = static_cast<std::int64_t>(j - i);
-      const std::string where =
-          fmt::format("input_ids row {} tokens {} to {}", r, idx[i], idx[j - 1]);
-      PromptSegment s;
-      switch (kind[i]) {
-        case 0:
-          s.kind = Kind::text;
-          s.tokens = n;
-          break;
-        case 3:
-          s.kind = Kind::audio;
-          s.tokens = n;
-          break;
-        default: {
-          const bool video = kind[i] == 2;
-          s.kind = video ? Kind::video : Kind::image;
-          std::array<std::int64_t, 3> g{};
-          if (video && fr.split_frames) {
-            if (videos.frames_left == 0) {
-              g = videos.take(where);
-              videos.frames_left = g[0];
-            } else {
-              g = videos.rows[videos.next - 1];
-            }
-            --videos.frames_left;
-            g[0] = 1;
-          } else {
-            g = video ? videos.take(where) : images.take(where);
-            if (video && fr.seconds && videos.next <= seconds.size()) {
-              s.seconds_per_grid = seconds[videos.next - 1];
-            }
-          }
-          s.t = g[0];
-          s.h = g[1];
-          s.w = g[2];
-          if (g[1] % m != 0 || g[2] % m != 0) {
-            throw InputError(fmt::format(
-                "{}: grid ({}, {}, {}): H and W must be multiples of the spatial merge size {}",
-                where, g[0], g[1], g[2], m));
-          }
-          const i128 want = static_cast<i128>(g[0]) * (g[1] / m) * (g[2] / m);
-          if (want != n) {
-            throw InputError(fmt::format("{}: {} {} tokens, but its grid ({}, {}, {}) gives {}",
-                                         where, n, video ? "video" : "image", g[0], g[1], g[2],
-                                         static_cast<long long>(std::min<i128>(want, kMaxCount))));
-          }
-        }
-      }
-      out[r].segments.push_back(s);
-      i = j;
-    }
-  }
-  if (images.next != images.rows.size() || videos.next != videos.rows.size() ||
-      videos.frames_left != 0) {
-    throw InputError(
-        fmt::format("input_ids: {} of {} image grids and {} of {} video grids used{}", images.next,
-                    images.rows.size(), videos.next, videos.rows.size(),
-                    videos.frames_left != 0
-                        ? fmt::format(" ({} frames of the last video missing)", videos.frames_left)
-                        : std::string()));
-  }
-  return out;
-}
-
-RopeIdsBatch rope_ids_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& rules) {
-  const std::vector<PromptLayout> layouts = layouts_from_tokens(in, rules);
-  const std::size_t rows = layouts.size();
-  const std::size_t len = in.input_ids.shape().back();
-  RopeIdsBatch b;
-  b.ids =
-      in.input_ids.ndim() == 2 ? Tensor(DType::i64, {3, rows, len}) : Tensor(DType::i64, {3, len});
-  std::int64_t* out = b.ids.data<std::int64_t>();
-  // Padded slots: HF's _mrope_place_positions fills 0 (Omni's layout 1); GLM-4V's
-  // get_rope_index starts from torch.ones.
-  const bool pad_one =
-      rules.family == RopeIdsFamily::qwen2_5_omni || rules.family == RopeIdsFamily::glm4v;
-  std::fill(out, out + b.ids.numel(), pad_one ? 1 : 0);
-  for (std::size_t r = 0; r < rows; ++r) {
-    RopeIds one;
-    try {
-      one = rope_ids(layouts[r], rules);
-    } catch (const UsageError& e) {
-      throw InputError(fmt::format("input_ids row {}: {}", r, e.what()));
-    }
-    const std::vector<std::size_t> idx = kept_tokens(in, r, len);
-    const std::int64_t* src = one.ids.data<std::int64_t>();
-    for (std::size_t a = 0; a < 3; ++a) {
-      for (std::size_t i = 0; i < idx.size(); ++i) {
-        out[(a * rows + r) * len + idx[i]] = src[a * idx.size() + i];
-      }
-    }
-    // GLM-4V subtracts the padded row's length, the others the unpadded one's.
-    const auto padding = static_cast<std::int64_t>(len - idx.size());
-    b.deltas.push_back(rules.family == RopeIdsFamily::glm4v ? one.delta - padding : one.delta);
-  }
-  return b;
-}
-
-namespace {
-
-constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
-
-using json_doc::Json;
-
-const Json* member(const Json* obj, const char* key) {
-  if (obj == nullptr || !obj->is_object()) return nullptr;
-  auto it = obj->find(key);
-  return it == obj->end() ? nullptr : &*it;
-}
-
-double number(const std::string& path, const Json* v, const char* key) {
-  if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()) ||
-      v->get<double>() >= kMaxPosition) {
-    throw InputError(fmt::format("{}: {} must be a number above 0 and below 2^53", path, key));
-  }
-  return v->get<double>();
-}
-
-}  // namespace
-
-RopeIdsConfig read_rope_ids_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open the HF config", path));
-  std::string text;
-  std::vector<char> buf(std::size_t{1} << 16);
-  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
-    text.append(buf.data(), static_cast<std::size_t>(in.gcount()));
-    if (text.size() > kMaxConfigBytes) {
-      throw InputError(fmt::format("{}: larger than 16 MiB; a HF config is a few kilobytes", path));
-    }
-  }
-  if (in.bad()) throw InputError(fmt::format("{}: cannot read the HF config", path));
-  json_doc::JsonDoc doc;
-  try {
-    json_doc::parse(text, doc, 64, [&path]() {
-      throw InputError(fmt::format("{}: nested deeper than 64 levels; not a HF config", path));
-    });
-  } catch (const Json::exception& e) {
-    throw InputError(
-        fmt::format("{}: not valid JSON ({})", path, std::string(e.what()).substr(0, 120)));
-  }
-  const Json* root = &doc.root;
-  if (!root->is_object()) throw InputError(fmt::format("{}: expected a JSON object", path));
-  RopeIdsConfig c;
-  if (const Json* mt = member(root, "model_type"); mt != nullptr && mt->is_string()) {
-    c.model_type = mt->get<std::string>();
-  }
-  // Qwen2.5-Omni keeps the thinker's keys under thinker_config.
-  const Json* thinker = member(root, "thinker_config");
-  const Json* vision = member(root, "vision_config");
-  if (vision == nullptr) vision = member(thinker, "vision_config");
-  if (const Json* v = member(vision, "spatial_merge_size"); v != nullptr) {
-    if (!v->is_number_integer() || v->get<std::int64_t>() < 1 ||
-        v->get<std::int64_t>() > kMaxCount) {
-      throw InputError(fmt::format(
-          "{}: vision_config.spatial_merge_size must be an integer 1 to {}", path, kMaxCount));
-    }
-    c.spatial_merge_size = v->get<std::int64_t>();
-  }
-  if (const Json* v = member(vision, "tokens_per_second"); v != nullptr) {
-    c.tokens_per_second = number(path, v, "vision_config.tokens_per_second");
-  }
-  const Json* pips = member(root, "position_id_per_seconds");
-  if (pips == nullptr) pips = member(thinker, "position_id_per_seconds");
-  if (pips != nullptr) c.position_id_per_seconds = number(path, pips, "position_id_per_seconds");
-  const Json* spc = member(root, "seconds_per_chunk");
-  if (spc == nullptr) spc = member(thinker, "seconds_per_chunk");
-  if (spc != nullptr) c.seconds_per_chunk = number(path, spc, "seconds_per_chunk");
-  // Token ids: "_id" (Qwen-VL, GLM-4V) or "_index" (Qwen2.5-Omni's thinker).
-  auto token = [&](const char* base, std::int64_t& dst) {
-    for (const Json* obj : {root, thinker}) {
-      for (const char* suffix : {"_id", "_index"}) {
-        const std::string key = std::string(base) + suffix;
-        const Json* v = member(obj, key.c_str());
-        if (v == nullptr || v->is_null()) continue;
-        if (!v->is_number_integer() || v->get<std::int64_t>() < 0) {
-          throw InputError(fmt::format("{}: {} must be a non-negative integer", path, key));
-        }
-        dst = v->get<std::int64_t>();
-        return;
-      }
-    }
-  };
-  token("image_token", c.tokens.image);
-  token("video_token", c.tokens.video);
-  token("audio_token", c.tokens.audio);
-  token("video_start_token", c.tokens.video_start);
-  token("video_end_token", c.tokens.video_end);
-  return c;
 }
 
 }  // namespace posenc
