@@ -39,6 +39,7 @@ STRUCTS = [
     ("encodings/family_sinusoids.hpp", "FairseqSinusoidalRequest"),
     ("encodings/layout_bucket.hpp", "LayoutBucketRequest"),
     ("encodings/complex_order.hpp", "ComplexOrderRequest"),
+    ("encodings/rope_ids.hpp", "RopeIdsRules"),
     ("ops/attention.hpp", "AttentionOptions"),
     ("ops/attention_relative.hpp", "XlAttention"),
     ("ops/attention_relative.hpp", "DebertaAttention"),
