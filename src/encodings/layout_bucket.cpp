@@ -72,9 +72,9 @@ std::vector<std::vector<std::int64_t>> coordinates(const LayoutBucketRequest& r,
                                  column < 0 ? "positions [b, s]" : "boxes [b, s, 4]",
                                  shape_text({a.shape().begin(), a.shape().end()})));
   }
-  if (a.shape(1) > static_cast<std::size_t>(kMaxLayoutTokens)) {
+  if (a.shape(1) > static_cast<std::size_t>(kMaxLayoutBucketTokens)) {
     throw InputError(
-        fmt::format("{}: {} tokens per row; at most {}", what, a.shape(1), kMaxLayoutTokens));
+        fmt::format("{}: {} tokens per row; at most {}", what, a.shape(1), kMaxLayoutBucketTokens));
   }
   c.resize(a.shape(0));
   for (std::size_t b = 0; b < a.shape(0); ++b) {
@@ -140,9 +140,9 @@ Table layout_bucket_table(const LayoutBucketRequest& r) {
     if (r.position_ids.has_value() == r.seq_len.has_value()) {
       throw UsageError("seq_len/position_ids: give one of them for axis 1d");
     }
-    if (r.seq_len && (*r.seq_len < 1 || *r.seq_len > kMaxLayoutTokens)) {
+    if (r.seq_len && (*r.seq_len < 1 || *r.seq_len > kMaxLayoutBucketTokens)) {
       throw UsageError(
-          fmt::format("seq_len: must be from 1 to {}, got {}", kMaxLayoutTokens, *r.seq_len));
+          fmt::format("seq_len: must be from 1 to {}, got {}", kMaxLayoutBucketTokens, *r.seq_len));
     }
   }
   if (r.axis == LayoutAxis::xy && (!r.bias_table || !r.bias_table_y)) {

@@ -34,7 +34,7 @@ LayoutAxis parse_layout_axis(const std::string& s);
 /// The largest |coordinate| accepted (differences stay exact in float and int64).
 constexpr std::int64_t kMaxLayoutCoordinate = std::int64_t{1} << 40;
 /// The largest sequence length accepted (an s x s matrix per row).
-constexpr std::int64_t kMaxLayoutTokens = std::int64_t{1} << 16;
+constexpr std::int64_t kMaxLayoutBucketTokens = std::int64_t{1} << 16;
 
 /// `posenc table layoutlm-bucket`: --seq-len or --position-ids, --bbox, --axis,
 /// --buckets, --max-distance, --bias-table.
