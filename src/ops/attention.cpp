@@ -138,8 +138,8 @@ struct Geometry {
   std::string axes;
   std::size_t b = 1, hq = 1, hk = 1, sq = 0, sk = 0, d = 0, dv = 0;
   bool has_b = false, has_h = false;
-  std::size_t rel_rows = 0;  // 2M+1 of the Shaw tables, 0 if none
-  std::int64_t max_distance = 0;
+  std::size_t rel_rows = 0;  // rows of the Shaw tables, 0 if none
+  RelativeWindow window;     // their window (symmetric M, M by default)
   DType compute = DType::f32;
   DType out = DType::f32;
   DType lse = DType::f32;
@@ -399,11 +399,30 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     const char* what = t == opt.relative_k ? "relative_k" : "relative_v";
     require_float(t->dtype(), what);
     std::size_t width = t == opt.relative_k ? g.d : g.dv;
-    if (t->ndim() != 2 || t->shape()[1] != width || t->shape()[0] % 2 != 1) {
-      throw InputError(
-          fmt::format("{}: expected shape (2M+1, {}), got {}", what, width, shape_str(t->shape())));
+    // A window whose sides are both -1 takes them from the rows (2M+1: M, M).
+    std::optional<RelativeWindow> win = opt.relative_window;
+    const bool sides_from_rows = win && win->left < 0 && win->right < 0;
+    if (win && !sides_from_rows && opt.max_distance >= 0) {
+      throw UsageError(
+          "max_distance: cannot be combined with relative_window (its left and right)");
+    }
+    if (win && !sides_from_rows &&
+        (win->left < 0 || win->right < 0 || win->left > (std::int64_t{1} << 30) ||
+         win->right > (std::int64_t{1} << 30))) {
+      throw UsageError(fmt::format("relative_window: left {} and right {} must be from 0 to 2^30",
+                                   win->left, win->right));
+    }
+    const bool symmetric = !win || sides_from_rows;
+    if (t->ndim() != 2 || t->shape()[1] != width || (symmetric && t->shape()[0] % 2 != 1)) {
+      throw InputError(fmt::format("{}: expected shape ({}, {}), got {}", what,
+                                   symmetric ? std::string("2M+1") : std::to_string(win->rows()),
+                                   width, shape_str(t->shape())));
     }
     std::size_t rows = t->shape()[0];
+    if (!symmetric && rows != static_cast<std::size_t>(win->rows())) {
+      throw InputError(fmt::format("{}: {} rows, but left {} and right {} need {}", what, rows,
+                                   win->left, win->right, win->rows()));
+    }
     if (opt.max_distance >= 0 && rows != static_cast<std::size_t>(2 * opt.max_distance + 1)) {
       throw InputError(fmt::format("{}: {} rows, but max_distance {} needs {}", what, rows,
                                    opt.max_distance, 2 * opt.max_distance + 1));
@@ -413,7 +432,9 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
           fmt::format("relative_k and relative_v: {} and {} rows differ", g.rel_rows, rows));
     }
     g.rel_rows = rows;
-    g.max_distance = static_cast<std::int64_t>((rows - 1) / 2);
+    const auto m = static_cast<std::int64_t>((rows - 1) / 2);
+    g.window = win.value_or(RelativeWindow{m, m, false, false});
+    if (sides_from_rows) g.window.left = g.window.right = m;
   }
   return g;
 }
@@ -1169,18 +1190,25 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
     }
   }
   if (g.rel_rows) {
-    P.R = g.rel_rows;
+    // Outside a zero_beyond window a pair takes one more row of zeros (index -1 of the
+    // window): the kernel gathers and scatters as for any row.
+    const bool zero_row = g.window.zero_beyond;
+    P.R = g.rel_rows + (zero_row ? 1 : 0);
     P.rel_index.resize(ndist);
     for (std::size_t di = 0; di < ndist; ++di) {
-      P.rel_index[di] = static_cast<std::int32_t>(
-          relative_index(0, dmin + static_cast<std::int64_t>(di), g.max_distance));
+      const std::int64_t row = g.window.index(0, dmin + static_cast<std::int64_t>(di));
+      P.rel_index[di] = static_cast<std::int32_t>(row < 0 ? g.rel_rows : row);
     }
     if (opt.relative_k) {
       P.rel_k = to_vector<T>(*opt.relative_k);
+      if (zero_row) P.rel_k.resize(P.R * g.d, T(0));
     } else {
       P.rel_k.assign(P.R * g.d, T(0));  // only values are relative: q.0 adds nothing
     }
-    if (opt.relative_v) P.rel_v = to_vector<T>(*opt.relative_v);
+    if (opt.relative_v) {
+      P.rel_v = to_vector<T>(*opt.relative_v);
+      if (zero_row) P.rel_v.resize(P.R * g.dv, T(0));
+    }
   }
   if (opt.sinks) P.sinks = to_vector<T>(*opt.sinks);
   if (opt.score_bias) {
@@ -1880,7 +1908,15 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
     a.push_back({"t5_max_distance", static_cast<long long>(opt.t5_max_distance)});
     a.push_back({"t5_bidirectional", static_cast<long long>(opt.t5_bidirectional)});
   }
-  if (g.rel_rows) a.push_back({"max_distance", static_cast<long long>(g.max_distance)});
+  if (g.rel_rows) {
+    if (g.window.left == g.window.right) {
+      a.push_back({"max_distance", static_cast<long long>(g.window.left)});
+    }
+    a.push_back({"relative_left", static_cast<long long>(g.window.left)});
+    a.push_back({"relative_right", static_cast<long long>(g.window.right)});
+    a.push_back({"relative_sign", std::string(g.window.q_minus_k ? "q-k" : "k-q")});
+    a.push_back({"relative_beyond", std::string(g.window.zero_beyond ? "zero" : "clamp")});
+  }
   a.push_back({"sinks", static_cast<long long>(opt.sinks != nullptr)});
   if (!opt.cu_seqlens.empty()) {
     a.push_back({"packed_sequences", static_cast<long long>(opt.cu_seqlens.size() - 1)});
