@@ -716,6 +716,34 @@ void apply_ernie_vl(const Config& c, const json& rp, const std::string& type, Ro
   p.layout.sections = v;
 }
 
+// The vision towers whose RoPE is a layout of their own, read from the tower's own config
+// (model_type at the top level): Pixtral (PixtralRotaryEmbedding: even-odd), DINOv3
+// (DINOv3ViTRopePositionEmbedding: axial, angles times 2 pi; theta from rope_theta) and
+// V-JEPA2 (VJEPA2RopeAttention: three chunks, tiled pairing, base 10000, the rotary
+// width 3 * 2 * ((D / 3) / 2)). The coordinates stay the caller's (--coords,
+// --position-ids; DINOv3's prefix tokens are 1 + num_register_tokens). False for other
+// model types.
+bool apply_vision_tower(const Config& c, RopeParams& p, const std::vector<std::string>& keep) {
+  const std::string& mt = c.model_type();
+  if (mt != "pixtral" && mt != "dinov3_vit" && mt != "vjepa2") return false;
+  if (kept(keep, "layout")) return true;
+  p.layout = RopeLayoutSpec{};
+  if (mt == "pixtral") {
+    p.layout.preset = RopeLayoutPreset::even_odd;
+  } else if (mt == "dinov3_vit") {
+    p.layout.preset = RopeLayoutPreset::axial;
+    p.layout.scale = 2.0 * 3.14159265358979323846;  // 2 * math.pi
+  } else {
+    p.layout.preset = RopeLayoutPreset::chunks;
+    p.layout.axes = 3;
+    if (!kept(keep, "base")) p.base = 10000.0;
+    if (!kept(keep, "rotary_dim") && !kept(keep, "partial")) {
+      p.rotary_dim = rope_chunks_width(p.head_dim, 3);
+    }
+  }
+  return true;
+}
+
 // HunYuanVLTextConfig: mrope_section, or the legacy xdrope_section (the same if both),
 // half-head sizes of integral value, one per position-id row: the xdrope layout
 // (rope_layout_xdrope). Absent, the model rotates as plain RoPE.
@@ -985,6 +1013,7 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
   if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
   if (ernie_vl(c.model_type())) {
     apply_ernie_vl(c, rp, type, p, keep);
+  } else if (apply_vision_tower(c, p, keep)) {
   } else if (hunyuan_vl(c.model_type())) {
     apply_hunyuan_vl(c, rp, p, keep);
   } else if (!kept(keep, "mrope_section")) {

@@ -125,6 +125,42 @@ class Layouts(PosencTestCase):
         got = self.rope(x, "--style", "gptj", "--angles", self.npy("a.npy", proj.numpy()))
         self.check(got, ref, "lightglue angles")
 
+    def test_from_hf_configs(self):
+        # Vision tower configs shaped like the published ones (mistral-community/pixtral-12b
+        # vision_config, facebook/dinov3-vits16-pretrain-lvd1689m, facebook/vjepa2-vitl-fpc64-256):
+        # the layout, base and rotary width come from the config, the coordinates from
+        # the options.
+        import json
+        def config(name, d):
+            path = self.path(name)
+            with open(path, "w") as f:
+                json.dump(d, f)
+            return path
+        pix = config("pixtral.json", {"model_type": "pixtral", "hidden_size": 1024,
+                                      "num_attention_heads": 16, "head_dim": 64,
+                                      "rope_theta": 10000.0, "image_size": 1024,
+                                      "patch_size": 16})
+        dino = config("dinov3.json", {"model_type": "dinov3_vit", "hidden_size": 384,
+                                      "num_attention_heads": 6, "rope_theta": 100.0,
+                                      "num_register_tokens": 4, "patch_size": 16})
+        vj = config("vjepa2.json", {"model_type": "vjepa2", "hidden_size": 1024,
+                                    "num_attention_heads": 16, "patch_size": 16,
+                                    "crop_size": 256, "frames_per_clip": 64, "tubelet_size": 2})
+        x = self.rng.standard_normal((1, 2, 12, 64))
+        ids = np.stack(np.meshgrid(np.arange(3), np.arange(4), indexing="ij")).reshape(2, -1)
+        self.check(self.rope(x, "--hf-config", pix, "--coords", "grid:3,4"),
+                   pixtral(torch.from_numpy(x), torch.from_numpy(ids), max_width=4), "pixtral")
+        x = self.rng.standard_normal((1, 2, 5 + 12, 64))
+        self.check(self.rope(x, "--hf-config", dino, "--coords", "centres:3,4",
+                             "--prefix-tokens", "5"),
+                   dinov3(torch.from_numpy(x), 3, 4, 5), "dinov3")
+        x = self.rng.standard_normal((1, 2, 2 * 4 * 4, 64))
+        self.check(self.rope(x, "--hf-config", vj, "--coords", "grid:2,4,4"),
+                   vjepa2(torch.from_numpy(x), 2, 4), "vjepa2")
+        # A layout on the command line does not silently replace the config's.
+        self.assert_fails(2, "rope", self.npy("x.npy", x), "-o", self.path("n.npy"),
+                          "--hf-config", vj, "--layout", "axial", match="layout")
+
     def test_layout_attributes_recorded(self):
         x = self.rng.standard_normal((1, 1, 6, 16))
         src = self.npy("x.npy", x)
