@@ -61,6 +61,8 @@ struct AttentionCmdOptions {
   bool t5_bidirectional = false, t5_causal = false;
   std::string relative_k, relative_v;
   long long max_distance = -1;
+  std::vector<std::string> decomposed;    // RH RW
+  std::vector<long long> grid, key_grid;  // H W
   double softcap = 0;
   std::string sinks;
   std::string masked_rows = "zero";
@@ -153,6 +155,7 @@ std::vector<TensorRef> attention_inputs(const AttentionCmdOptions& o) {
        {&o.q, &o.k, &o.v, &o.t5_bias, &o.relative_k, &o.relative_v, &o.sinks}) {
     if (!r->empty()) refs.push_back(parse_ref(*r));
   }
+  for (const std::string& r : o.decomposed) refs.push_back(parse_ref(r));
   return refs;
 }
 
@@ -175,6 +178,33 @@ void write_results(const AttentionResult& res, const AttentionOptions& opt,
     named.push_back(NamedTensor{out_refs[i], &res.get(opt.emit[i]), a});
   }
   write_tensors(named, o.out.write_options());
+}
+
+// --decomposed-rel-pos RH RW, --grid H W, --key-grid H W: the grids into `opt` (the
+// tables are read with the other side tensors).
+void decomposed_options(const AttentionCmdOptions& o, AttentionOptions& opt) {
+  if (o.decomposed.empty()) {
+    if (given(o, "--grid") || given(o, "--key-grid")) {
+      throw UsageError("--grid/--key-grid: only with --decomposed-rel-pos");
+    }
+    return;
+  }
+  if (!given(o, "--grid")) {
+    throw UsageError("--decomposed-rel-pos: needs --grid H W (the query grid)");
+  }
+  auto side = [](const std::vector<long long>& v, const char* name) {
+    for (long long n : v) {
+      if (n < 1 || n > (1LL << 31)) {
+        throw UsageError(fmt::format("{} {} {}: sides must be in [1, 2^31]", name, v[0], v[1]));
+      }
+    }
+    return std::pair<std::size_t, std::size_t>{static_cast<std::size_t>(v[0]),
+                                               static_cast<std::size_t>(v[1])};
+  };
+  std::tie(opt.grid_h, opt.grid_w) = side(o.grid, "--grid");
+  if (given(o, "--key-grid")) {
+    std::tie(opt.key_grid_h, opt.key_grid_w) = side(o.key_grid, "--key-grid");
+  }
 }
 
 void run_attention(AttentionCmdOptions& o) {
@@ -281,6 +311,7 @@ void run_attention(AttentionCmdOptions& o) {
     throw UsageError("--max-distance needs --relative-k or --relative-v");
   }
   opt.max_distance = o.max_distance;
+  decomposed_options(o, opt);
   opt.softcap = o.softcap;
   opt.masked_rows = o.masked_rows == "nan" ? MaskedRows::nan : MaskedRows::zero;
   if (given(o, "--emit") && o.emit.empty()) {
@@ -327,7 +358,7 @@ void run_attention(AttentionCmdOptions& o) {
                     "longer than 1 (axes {}, shape {})",
                     o.q, axes.letters, shape_str(q_shape)));
   }
-  std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks;
+  std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks, rel_h, rel_w;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
     t = read_tensor(ref);
@@ -339,6 +370,10 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
   side(o.sinks, sinks, opt.sinks);
+  if (!o.decomposed.empty()) {
+    side(o.decomposed[0], rel_h, opt.rel_pos_h);
+    side(o.decomposed[1], rel_w, opt.rel_pos_w);
+  }
   if (!o.rope_opts.hf_config.empty()) {
     apply_config(o, opt, q_src->info().shape, k_src->info().shape,
                  v_src ? &v_src->info().shape : nullptr);
@@ -405,6 +440,13 @@ void run_attention(AttentionCmdOptions& o) {
 
 }  // namespace
 
+// An option of exactly two values, shown as `names` (SCALE FLOOR) in --help.
+template <class V>
+void add_pair_option(CLI::App* sub, const char* name, std::vector<V>& values, const char* help,
+                     const char* names) {
+  sub->add_option(name, values, help)->expected(2)->type_name(names);
+}
+
 void register_attention(CLI::App& app) {
   auto o = std::make_shared<AttentionCmdOptions>();
   auto* sub = app.add_subcommand(
@@ -437,17 +479,15 @@ void register_attention(CLI::App& app) {
   sub->add_option(
       "--chunk-size", o->chunk_size,
       "chunked attention (Llama-4 attention_chunk_size C): keys with j / C == pos(i) / C");
-  sub->add_option("--attn-temperature", o->temperature,
+  add_pair_option(sub, "--attn-temperature", o->temperature,
                   "Llama-4 temperature tuning: scores of the query at position p times "
-                  "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)")
-      ->expected(2)
-      ->type_name("SCALE FLOOR");
-  sub->add_option("--llama4-scaling", o->llama4_scaling,
+                  "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)",
+                  "SCALE FLOOR");
+  add_pair_option(sub, "--llama4-scaling", o->llama4_scaling,
                   "Llama-4 query scaling as Ministral-3 applies it: queries at position p times "
                   "1 + BETA log(1 + floor(p / PERIOD)) (HF llama_4_scaling_beta, "
-                  "original_max_position_embeddings)")
-      ->expected(2)
-      ->type_name("BETA PERIOD");
+                  "original_max_position_embeddings)",
+                  "BETA PERIOD");
   sub->add_option("--key-lengths", o->key_lengths,
                   "[b] integers: keys at or after the length are padding (masked)");
   sub->add_option("--mask", o->mask,
@@ -470,6 +510,18 @@ void register_attention(CLI::App& app) {
                   "Shaw relative value table [2M+1, dv]: output += sum_j p_ij rv[clip(j-i)+M]");
   sub->add_option("--max-distance", o->max_distance,
                   "M of the relative tables (default: from their rows)");
+  add_pair_option(sub, "--decomposed-rel-pos", o->decomposed,
+                  "SAM / ViTDet decomposed relative positions: tables RH [LH, d] and RW [LW, d]; "
+                  "logits += q.RH[row offset] + q.RW[column offset] over --grid (HF "
+                  "add_decomposed_rel_pos; tables resized linearly to 2 max(q, k) - 1 rows)",
+                  "RH RW");
+  add_pair_option(sub, "--grid", o->grid,
+                  "the queries' grid: H rows of W in row-major order (H W = sq), for "
+                  "--decomposed-rel-pos",
+                  "H W");
+  add_pair_option(sub, "--key-grid", o->key_grid,
+                  "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos",
+                  "H W");
   sub->add_option("--softcap", o->softcap, "soft-cap C: logits = C tanh(scale q.k / C)");
   sub->add_option("--sinks", o->sinks, "[hq] sink logits (gpt-oss): an extra softmax column");
   sub->add_option("--masked-rows", o->masked_rows,

@@ -315,6 +315,14 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
     a.push_back({"t5_bidirectional", static_cast<long long>(opt.t5_bidirectional)});
   }
   if (g.rel_rows) a.push_back({"max_distance", static_cast<long long>(g.max_distance)});
+  if (g.dec_cols) {
+    const bool kg = opt.key_grid_h > 0;
+    a.push_back({"grid", std::vector<double>{static_cast<double>(opt.grid_h),
+                                             static_cast<double>(opt.grid_w)}});
+    a.push_back({"key_grid",
+                 std::vector<double>{static_cast<double>(kg ? opt.key_grid_h : opt.grid_h),
+                                     static_cast<double>(kg ? opt.key_grid_w : opt.grid_w)}});
+  }
   a.push_back({"sinks", static_cast<long long>(opt.sinks != nullptr)});
   if (!opt.cu_seqlens.empty()) {
     a.push_back({"packed_sequences", static_cast<long long>(opt.cu_seqlens.size() - 1)});

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/attention_decomposed.hpp"
 #include "posenc/encodings/arith.hpp"
 
 namespace posenc::attention_detail {
@@ -76,7 +77,8 @@ void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
                     const AttentionOptions& opt) {
   const std::pair<const Tensor*, const char*> strict[] = {
       {&q, "q"}, {k, "k"}, {v, "v"}, {opt.relative_k, "relative_k"},
-      {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"}};
+      {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"},
+      {opt.rel_pos_h, "rel_pos_h"}, {opt.rel_pos_w, "rel_pos_w"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) throw nonfinite_input(what);
   }
@@ -273,6 +275,7 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     g.rel_rows = rows;
     g.max_distance = static_cast<std::int64_t>((rows - 1) / 2);
   }
+  check_decomposed(g, opt);
   return g;
 }
 
@@ -298,7 +301,7 @@ Blocks blocks_for(const Geometry& g, const AttentionOptions& opt) {
 // The score tiles and per-row work memory of one worker thread, in bytes.
 std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt) {
   const Blocks bl = blocks_for(g, opt);
-  return mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + 4) * dtype_size(g.compute);
+  return mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + g.dec_cols + 4) * dtype_size(g.compute);
 }
 
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,

@@ -39,6 +39,7 @@ struct Geometry {
   bool has_b = false, has_h = false;
   std::size_t rel_rows = 0;  // 2M+1 of the Shaw tables, 0 if none
   std::int64_t max_distance = 0;
+  std::size_t dec_cols = 0;  // key rows + key columns of the decomposed term, 0 if none
   DType compute = DType::f32;
   DType out = DType::f32;
   DType lse = DType::f32;

@@ -68,8 +68,8 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
   f = add_sat(f, mul_sat(qn, dtype_size(q.dtype)));
   if (q.dtype != g.compute || !d_last) f = add_sat(f, mul_sat(qn, ts));
   // Per-row state of every work item: output accumulator, max, sum, key range, and the
-  // Shaw terms.
-  f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows) * ts + 8 + 16));
+  // Shaw and decomposed terms.
+  f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows + g.dec_cols) * ts + 8 + 16));
   // One worker's score tiles (see Geometry::threads).
   m.tile = mul_sat(bl.q, bl.k) * ts;
   m.fixed = add_sat(f, m.tile);

@@ -252,6 +252,11 @@ void item_begin(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_
     gemm(true, qn, P.R, g.d, P.scale, qp, P.q.s, P.rel_k.data(), g.d, T(0), w.qr.data());
     if (need_v && !P.rel_v.empty()) w.bucket.assign(qn * P.R, T(0));
   }
+  if (P.dec.on()) {
+    const std::size_t cols = P.dec.cols();
+    w.dec.resize(qn * cols);
+    for (std::size_t r = 0; r < qn; ++r) P.dec.row(qp + r * P.q.s, q0 + r, w.dec.data() + r * cols);
+  }
   if (!P.sinks.empty()) {
     T sink = P.sinks[hi_q];
     if (sink > neg_inf) {
@@ -305,6 +310,7 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
       const std::int64_t qpos = i + P.off;
       if (per_element) {
         const T* qr = P.R ? w.qr.data() + r * P.R : nullptr;
+        const T* dr = P.dec.on() ? w.dec.data() + r * P.dec.cols() : nullptr;
         const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
         const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
         std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
@@ -313,6 +319,10 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
           const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
           T x = s[jj];
           if (qr) x += qr[P.rel_index[j + dshift]];
+          if (dr) {
+            const auto jk = static_cast<std::size_t>(j);
+            x = x + dr[jk / P.dec.kw] + dr[P.dec.kh + jk % P.dec.kw];  // (s + rel_h) + rel_w
+          }
           if (P.rules.scales_queries()) x *= temp;
           if (br) x += br[j];
           if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);

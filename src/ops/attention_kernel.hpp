@@ -20,6 +20,7 @@
 
 #include <omp.h>
 
+#include "ops/attention_decomposed.hpp"
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_mask.hpp"
 #include "posenc/ops/attention.hpp"
@@ -116,6 +117,7 @@ struct Plan {
   std::vector<std::int32_t> rel_index;  // by distance, as t5
   std::vector<T> rel_k, rel_v;          // [R, d], [R, dv]
   std::size_t R = 0;
+  Decomposed dec;            // SAM decomposed relative positions (attention_decomposed)
   const T* bias = nullptr;   // score_bias [b][hq][sq][sk], or null
   std::vector<T> bias_copy;  // score_bias converted to T when its type differs
   MaskedRows masked_rows = MaskedRows::zero;
@@ -131,13 +133,14 @@ struct Plan {
   std::byte* lse = nullptr;
   bool per_element() const {
     return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0 ||
-           bias || rules.scales_queries();
+           bias || rules.scales_queries() || dec.on();
   }
 };
 
 template <class T>
 struct Scratch {
   std::vector<T> s, o, qr, bucket, m;
+  std::vector<T> dec;  // the rows' decomposed terms, Decomposed::cols() per row
   std::vector<std::byte> out_rows;  // an item's output rows, for Plan::out_sink
   std::vector<double> l;
   std::vector<std::int64_t> lo, hi;

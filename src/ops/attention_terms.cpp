@@ -1,6 +1,7 @@
 // The plan of an attention run (attention_kernel.hpp's Plan) from the options: the
 // masks, and the score terms the kernel adds element by element (Shaw's relative keys
-// and values, ALiBi, T5's bucketed bias, sinks, a score bias, soft-capping).
+// and values, SAM's decomposed relative positions, ALiBi, T5's bucketed bias, sinks, a
+// score bias, soft-capping).
 #include <xtensor/xstrides.hpp>
 #include <fmt/format.h>
 
@@ -84,6 +85,7 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
     }
     if (opt.relative_v) P.rel_v = to_vector<T>(*opt.relative_v);
   }
+  P.dec = Decomposed::from(g, opt);
   if (opt.sinks) P.sinks = to_vector<T>(*opt.sinks);
   if (opt.score_bias) {
     if (opt.score_bias->dtype() == dtype_of<T>()) {

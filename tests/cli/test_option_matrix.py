@@ -146,6 +146,18 @@ ATTENTION_ROWS = {
     "--t5-causal": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--t5-causal"]),
     "--relative-k": ([], ["--relative-k", "{rk}"]),
     "--relative-v": ([], ["--relative-v", "{rv}"]),
+    # SAM's decomposed relative positions: q (6 queries) on a 2 x 3 grid, k (10 keys)
+    # on a 2 x 5 grid; the tables are resized (7 and 9 rows to 3 and 9).
+    "--decomposed-rel-pos": ([], ["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "2", "3",
+                                  "--key-grid", "2", "5"]),
+    "--grid": (["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "2", "3",
+                "--key-grid", "2", "5"],
+               ["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "3", "2",
+                "--key-grid", "2", "5"]),
+    "--key-grid": (["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "2", "3",
+                    "--key-grid", "2", "5"],
+                   ["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "2", "3",
+                    "--key-grid", "5", "2"]),
     "--softcap": ([], ["--softcap", "0.5"]),
     "--sinks": ([], ["--sinks", "{sinks}"]),
     "--masked-rows": (["--key-lengths", "{klen0}"], ["--key-lengths", "{klen0}",
@@ -236,6 +248,8 @@ class OptionMatrix(PosencTestCase):
         save("rk", r.standard_normal((5, 8)).astype(np.float32))
         save("rv", r.standard_normal((5, 8)).astype(np.float32))
         save("sinks", r.standard_normal(4).astype(np.float32))
+        save("rph", r.standard_normal((7, 8)).astype(np.float32))
+        save("rpw", r.standard_normal((9, 8)).astype(np.float32))
         save("relk", r.standard_normal((10, 4, 8)).astype(np.float32))
         save("u", r.standard_normal((4, 8)).astype(np.float32))
         save("segemb", r.standard_normal((2, 4, 8)).astype(np.float32))

@@ -125,6 +125,21 @@ struct AttentionOptions {
   const Tensor* relative_k = nullptr;
   const Tensor* relative_v = nullptr;  ///< the value table (--relative-v), or nullptr
   std::int64_t max_distance = -1;  ///< M; -1 = from the table's rows
+  /// SAM / SAM-HQ / ViTDet / GOT-OCR2 decomposed relative positions (HF
+  /// SamVisionAttention.add_decomposed_rel_pos): the queries are a grid_h x grid_w grid
+  /// in row-major order, the keys a key_grid_h x key_grid_w grid, and score (i, j) gains
+  /// q_i.Rh[dh] + q_i.Rw[dw], q_i the query as given (before the scale), Rh and Rw the
+  /// tables [Lh, d] and [Lw, d] resized to 2 max(q, k) - 1 rows along each axis as
+  /// F.interpolate(mode="linear") does, and dh, dw the row and column offsets of HF's
+  /// get_rel_pos (its coordinates scaled by max(k/q, 1), computed in float32 as torch's
+  /// default dtype does). The products are summed in float64. Both tables or neither.
+  const Tensor* rel_pos_h = nullptr;
+  const Tensor* rel_pos_w = nullptr;  ///< the width table Rw [Lw, d] (rel_pos_h: Rh)
+  std::size_t grid_h = 0;  ///< query grid rows (grid_h * grid_w = sq); 0 = none
+  std::size_t grid_w = 0;  ///< query grid columns
+  /// Key grid rows (key_grid_h * key_grid_w = sk); 0 = the query grid's.
+  std::size_t key_grid_h = 0;
+  std::size_t key_grid_w = 0;  ///< key grid columns; 0 = the query grid's
   /// Additive score terms [b, hq, sq, sk] (b and h only where Q has them), f32 or f64,
   /// already scaled: added to scale * q.k with the Shaw term, before the soft-cap. The
   /// relative schemes of ops/attention_relative.hpp (Transformer-XL, XLNet, DeBERTa)
