@@ -263,6 +263,34 @@ Positions positions(const py::dict& d) {
       }
     }
   }
+  // Real coordinates, generated ones and explicit angles (posenc.rope's layout keywords;
+  // the arrays arrive as C-contiguous float64).
+  auto reals = [&d](const char* key, Shape& shape) {
+    auto a = d[key].cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+    shape = shape_of(a);
+    return std::vector<double>(a.data(), a.data() + a.size());
+  };
+  if (d.contains("coords")) {
+    pos.coords = reals("coords", pos.coords_shape);
+    if (pos.coords_shape.empty() || pos.coords_shape.size() > 3) {
+      throw InputError("position_ids: expected shape [s], [b, s], [n, s] or [n, b, s], got " +
+                       shape_str(pos.coords_shape));
+    }
+  }
+  if (auto g = get<std::string>(d, "grid")) {
+    pos.grid = parse_coord_grid(*g);
+    pos.grid.prefix = get<std::int64_t>(d, "prefix_tokens").value_or(0);
+    pos.grid.merge = get<std::int64_t>(d, "merge_window").value_or(1);
+    if (pos.grid.prefix < 0 || pos.grid.prefix > (std::int64_t{1} << 31)) {
+      throw UsageError("prefix_tokens: must be from 0 to 2^31, got " +
+                       std::to_string(pos.grid.prefix));
+    }
+    if (pos.grid.merge < 1 || pos.grid.merge > (std::int64_t{1} << 31)) {
+      throw UsageError("merge_window: must be from 1 to 2^31, got " +
+                       std::to_string(pos.grid.merge));
+    }
+  }
+  if (d.contains("angles")) pos.angles = reals("angles", pos.angles_shape);
   if (d.contains("cu_seqlens") && !d["cu_seqlens"].is_none()) {
     Shape shape;
     pos.cu_seqlens = ints("cu_seqlens", shape);
@@ -307,6 +335,24 @@ RopeApplyOptions apply_options(const py::dict& d) {
   set_if(d, "mrope_section", a.mrope_section);
   set_if(d, "mrope_interleaved", a.mrope_interleaved);
   set_if(d, "grid_ids", a.grid_ids);
+  if (auto l = get<std::string>(d, "layout")) a.layout = parse_rope_layout(*l);
+  if (d.contains("inv_freq")) {
+    auto m = d["inv_freq"].cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+    if (m.ndim() != 2 || m.shape(0) < 1 || static_cast<std::size_t>(m.shape(0)) > kMaxRopeAxes) {
+      throw InputError("inv_freq: expected shape [axes, R/2] with 1 to 8 axes, got " +
+                       shape_str(shape_of(m)));
+    }
+    a.layout.preset = RopeLayoutPreset::matrix;
+    a.layout.axes = static_cast<std::size_t>(m.shape(0));
+    a.layout.freq.assign(m.data(), m.data() + m.size());
+  }
+  set_if(d, "freq_scale", a.layout.scale);
+  set_if(d, "tiled", a.layout.tiled);
+  if (a.layout.custom() &&
+      (a.grid_h > 0 || a.grid_ids || !a.mrope_section.empty())) {
+    throw UsageError("layout: rope2d, rope2d_ids and mrope_section are layouts themselves; "
+                     "give one of them");
+  }
   return a;
 }
 
@@ -355,11 +401,15 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
   const Positions pos = positions(pos_d);
   // 2-D RoPE's frequencies default to base 100, as `table rope2d`.
   const bool base100 = apply.grid_h > 0 && !rope_d.contains("base");
+  // V-JEPA2's chunks set the rotary width unless it is given.
+  const bool chunks = apply.layout.preset == RopeLayoutPreset::chunks &&
+                      !rope_d.contains("rotary_dim") && !rope_d.contains("partial");
   const RopeFreqs f = rope_freqs_for(
       shape, axes,
       [&](int head_dim) {
         RopeParams p = rope_params(rope_d, head_dim);
         if (base100) p.base = 100.0;
+        if (chunks) p.rotary_dim = rope_chunks_width(head_dim, apply.layout.axes);
         return p;
       },
       pos, apply, "x");

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Two posenc binaries side by side in one run (hyperfine, warm cache): a RoPE table,
-# RoPE on a 128 MiB f32 file, and attention b1 h8 s2048 d128 f32 (output only). For
-# checking that a change (e.g. the library refactor) costs no speed.
+# RoPE on a 128 MiB f32 file (plain, M-RoPE sections with [3, s] ids, and 2-D over a
+# 64 x 128 grid: the table rows per token that RoPE layouts build), and attention b1 h8
+# s2048 d128 f32 (output only). For checking that a change (e.g. the library refactor,
+# RoPE as data) costs no speed.
 #
 #   bench/library/before_after.sh OLD_BIN NEW_BIN [RUNS]
 set -eu
@@ -15,6 +17,8 @@ import sys, numpy as np
 rng = np.random.default_rng(0)
 d = sys.argv[1]
 np.save(f"{d}/x.npy", rng.standard_normal((8192, 32, 128), dtype=np.float32))  # 128 MiB
+t = np.arange(8192)
+np.save(f"{d}/ids3.npy", np.stack([t // 256, (t // 16) % 16, t % 16]).astype(np.int64))
 for n in "qkv":
     np.save(f"{d}/{n}.npy", rng.standard_normal((1, 8, 2048, 128), dtype=np.float32))
 PYEOF
@@ -26,8 +30,15 @@ hyperfine -N -w 2 -r "$RUNS" --export-markdown "$DIR/table.md" \
 hyperfine -N -w 2 -r "$RUNS" \
   -n old "$OLD rope $DIR/x.npy --axes shd -o $DIR/r_old.npy" \
   -n new "$NEW rope $DIR/x.npy --axes shd -o $DIR/r_new.npy"
+hyperfine -N -w 2 -r "$RUNS" \
+  -n old "$OLD rope $DIR/x.npy --axes shd --mrope-section 16,24,24 --position-ids $DIR/ids3.npy -o $DIR/m_old.npy" \
+  -n new "$NEW rope $DIR/x.npy --axes shd --mrope-section 16,24,24 --position-ids $DIR/ids3.npy -o $DIR/m_new.npy"
+hyperfine -N -w 2 -r "$RUNS" \
+  -n old "$OLD rope $DIR/x.npy --axes shd --rope2d 64 128 -o $DIR/g_old.npy" \
+  -n new "$NEW rope $DIR/x.npy --axes shd --rope2d 64 128 -o $DIR/g_new.npy"
 hyperfine -N -w 1 -r "$RUNS" \
   -n old "$OLD attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --emit output -o $DIR/a_old.npy" \
   -n new "$NEW attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --emit output -o $DIR/a_new.npy"
 cmp "$DIR/t_old.npy" "$DIR/t_new.npy" && cmp "$DIR/r_old.npy" "$DIR/r_new.npy" &&
+  cmp "$DIR/m_old.npy" "$DIR/m_new.npy" && cmp "$DIR/g_old.npy" "$DIR/g_new.npy" &&
   cmp "$DIR/a_old.npy" "$DIR/a_new.npy" && echo "outputs: byte-identical"

@@ -33,6 +33,8 @@ from ._arrays import empty as _empty
 from ._arrays import view as _view
 from ._arrays import wrap as _wrap
 from ._options import emit_list as _emit_list
+from ._arrays import is_real as _is_real
+from ._options import layout_dicts as _layout_dicts
 from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
 from ._options import sections as _sections
@@ -71,7 +73,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
          hf_config=None, hf_version=None, layer_type=None, layer=None, precision=None,
          arith=None,
          rope2d=None, rope2d_ids=False, order=None, mrope_section=None,
-         mrope_interleaved=False, allow_nonfinite=False):
+         mrope_interleaved=False, layout=None, inv_freq=None, freq_scale=None, coords=None,
+         prefix_tokens=None, merge_window=None, angles=None, allow_nonfinite=False):
     """Rotary position embedding of every vector along axis d of `x`, the position of
     each taken from axis s (``posenc rope``).
 
@@ -100,12 +103,21 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     rope2d: (H, W) axial 2-D RoPE over a grid (base defaults to 100); order "xy"/"yx";
         rope2d_ids: 2-D coordinates from position_ids [2, s].
     mrope_section: M-RoPE (t, h, w) pair counts (or "16,24,24"); mrope_interleaved.
+    layout: the RoPE variant as data, as --layout: "axial", "even-odd" (Pixtral),
+        "sections:T,H,W", "interleaved:T,H,W", "chunks[:N]" (V-JEPA2); inv_freq: any
+        assignment [n, R/2] (angle j = sum of coordinate a * inv_freq[a, j]);
+        freq_scale: multiplies the frequencies (a number or "2pi", DINOv3); style
+        "tiled": V-JEPA2's pairing. A layout of n axes takes position_ids [n, s] or
+        [n, b, s], integers or reals (float position_ids are real coordinates).
+    coords: generated coordinates, "grid:E1,E2,..." or "centres:H,W" (DINOv3), with
+        prefix_tokens (unrotated tokens before the grid) and merge_window (Qwen2-VL's
+        vision patch order). angles: the angles themselves, [s, R/2] or [b, s, R/2].
     allow_nonfinite: rotate NaN/Inf instead of raising InputError.
     """
     given = locals()
     a, in_name, like = _view(x, "x")
     rope_d = _rope_dict(given, precision)
-    pos = _positions(start, position_ids, cu_seqlens)
+    pos = _positions(start, None if _is_real(position_ids) else position_ids, cu_seqlens)
     if mrope_interleaved and mrope_section is None:
         raise UsageError("mrope_interleaved: needs mrope_section")
     if rope2d_ids and rope2d is not None:
@@ -129,6 +141,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         apply["mrope_interleaved"] = True
     if rope2d_ids:
         apply["grid_ids"] = True
+    pos = _layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
+                        coords, prefix_tokens, merge_window, angles)
     want = _dtype_name(dtype)
     if want is None or want == "same":
         want = in_name if in_name in _FLOAT_NAMES else "f64"

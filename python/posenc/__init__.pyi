@@ -10,7 +10,7 @@ from . import table as table
 ArrayLike = Any  # numpy arrays, CPU torch tensors, BF16, buffer / DLPack objects
 DTypeLike = Union[str, np.dtype, type, Any]  # "f32", np.float32, torch.bfloat16, ...
 Ref = Union[str, PathLike]
-Style = Literal["neox", "half", "gptj", "interleaved"]
+Style = Literal["neox", "half", "gptj", "interleaved", "tiled"]
 Scaling = Literal["none", "default", "linear", "dynamic", "yarn", "longrope", "llama3",
                   "proportional"]
 Arith = Literal["exact", "hf", "meta", "ggml"]
@@ -57,7 +57,11 @@ def rope(x: ArrayLike, *, axes: Optional[str] = ..., dtype: Optional[DTypeLike] 
          rope2d: Optional[Tuple[int, int]] = ..., rope2d_ids: bool = ...,
          order: Optional[Literal["xy", "yx"]] = ...,
          mrope_section: Optional[Union[Sequence[int], str]] = ...,
-         mrope_interleaved: bool = ..., allow_nonfinite: bool = ...) -> Any: ...
+         mrope_interleaved: bool = ..., layout: Optional[str] = ...,
+         inv_freq: Optional[ArrayLike] = ..., freq_scale: Union[float, str, None] = ...,
+         coords: Optional[str] = ..., prefix_tokens: Optional[int] = ...,
+         merge_window: Optional[int] = ..., angles: Optional[ArrayLike] = ...,
+         allow_nonfinite: bool = ...) -> Any: ...
 
 @overload
 def attention(q: ArrayLike, k: ArrayLike, v: Optional[ArrayLike] = ..., *, emit: Emit,

@@ -169,3 +169,19 @@ def ints(x, what):
         raise InputError(f"{what}: value {a.max()} is too large")
     return np.ascontiguousarray(a, dtype=np.int64)
 
+
+def reals(x, what):
+    """A real-valued tensor argument as a C-contiguous float64 array."""
+    if x is None:
+        return None
+    a, name, _ = view(x, what)
+    if name == "bool":
+        raise InputError(f"{what}: expected a numeric dtype, got bool")
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def is_real(x):
+    """True when the tensor argument x holds floats (f16, bf16, f32, f64)."""
+    if x is None:
+        return False
+    return view(x, "x")[1] in _FLOATS

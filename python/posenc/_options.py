@@ -1,12 +1,13 @@
 """The ROPE OPTIONS shared by posenc.table.rope, posenc.rope and posenc.attention, turned
 into the dicts the C++ module reads (keys: the library's RopeParams member names)."""
 
+import math
 import os
 
 import numpy as np
 
 from . import _posenc
-from ._arrays import ints
+from ._arrays import ints, is_real, reals
 from ._posenc import InputError, UsageError
 
 # Keyword -> RopeParams member; values None are "not given".
@@ -100,3 +101,35 @@ def emit_list(emit, default):
         if names.count(e) > 1:
             raise UsageError(f"emit {tuple(names)}: '{e}' is named twice")
     return names, False
+
+
+def layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale, coords,
+                 prefix_tokens, merge_window, angles):
+    """The RoPE layout keywords (posenc.rope) into the positions, apply and rope dicts:
+    real position_ids become coordinates, style "tiled" the tiled pairing."""
+    pos = dict(pos)
+    if is_real(position_ids):
+        pos.pop("position_ids", None)
+        pos["coords"] = reals(position_ids, "position_ids")
+    if coords is not None:
+        pos["grid"] = str(coords)
+        pos["prefix_tokens"] = 0 if prefix_tokens is None else int(prefix_tokens)
+        pos["merge_window"] = 1 if merge_window is None else int(merge_window)
+    elif prefix_tokens is not None or merge_window is not None:
+        raise UsageError(("prefix_tokens" if prefix_tokens is not None else "merge_window")
+                         + ": applies to coords only")
+    if angles is not None:
+        pos["angles"] = reals(angles, "angles")
+    if layout is not None and inv_freq is not None:
+        raise UsageError("inv_freq: gives the layout itself; not with layout")
+    if layout is not None:
+        apply["layout"] = str(layout)
+    if inv_freq is not None:
+        apply["inv_freq"] = reals(inv_freq, "inv_freq")
+    if freq_scale is not None:
+        apply["freq_scale"] = (2 * math.pi if freq_scale in ("2pi", "tau")
+                               else float(freq_scale))
+    if rope_d.get("style") == "tiled":
+        rope_d["style"] = "neox"
+        apply["tiled"] = True
+    return pos

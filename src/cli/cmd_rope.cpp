@@ -93,7 +93,7 @@ void set_layout(const RopeCmdOptions& o, RopeStreamRequest& r) {
   if (!o.layout.empty() && !o.inv_freq.empty()) {
     throw UsageError("--inv-freq: gives the layout itself; not with --layout");
   }
-  if (!o.layout.empty()) l = parse_rope_layout(o.layout);
+  if (!o.layout.empty()) l = parse_rope_layout(o.layout, "--layout");
   if (!o.inv_freq.empty()) {
     const Tensor t = read_tensor(o.inv_freq);
     if (!is_float(t.dtype()) && !is_integer(t.dtype())) {
@@ -135,7 +135,7 @@ void set_coordinates(const RopeCmdOptions& o, Positions& pos) {
                                                                           : "--merge-window"));
   }
   if (has_grid) {
-    pos.grid = parse_coord_grid(o.coords);
+    pos.grid = parse_coord_grid(o.coords, "--coords");
     if (o.prefix_tokens < 0 || o.prefix_tokens > (1LL << 31)) {
       throw UsageError(fmt::format("--prefix-tokens: must be from 0 to 2^31, got {}",
                                    o.prefix_tokens));
@@ -209,7 +209,7 @@ void run_rope(const RopeCmdOptions& o) {
     RopeParams p = rope_params(*rope, head_dim);
     if (base100) p.base = 100.0;
     // V-JEPA2 rotates 3 chunks of 2 * ((D / 3) / 2) dims and passes the rest.
-    if (chunks) p.rotary_dim = static_cast<int>(nchunks) * 2 * ((head_dim / static_cast<int>(nchunks)) / 2);
+    if (chunks) p.rotary_dim = rope_chunks_width(head_dim, nchunks);
     return p;
   };
   r.positions = rope_positions(o.rope, /*real_coords=*/true);

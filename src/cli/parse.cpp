@@ -213,54 +213,6 @@ std::vector<int> parse_sections(const std::string& text) {
   return v;
 }
 
-CoordGrid parse_coord_grid(const std::string& text) {
-  const auto colon = text.find(':');
-  const std::string kind = colon == std::string::npos ? text : text.substr(0, colon);
-  auto bad = [&text]() {
-    return UsageError(fmt::format("--coords: expected grid:E1,E2,... or centres:E1,E2,... with "
-                                  "1 to {} positive extents such as grid:16,16, got '{}'",
-                                  kMaxRopeAxes, text));
-  };
-  if (colon == std::string::npos || (kind != "grid" && kind != "centres")) throw bad();
-  CoordGrid g;
-  g.centres = kind == "centres";
-  for (const std::string& item : split(text.substr(colon + 1), ',')) {
-    const std::optional<long long> x = parse_integer(trim(item));
-    if (!x || *x < 1 || *x > (1LL << 31)) throw bad();
-    g.extent.push_back(*x);
-  }
-  if (g.extent.empty() || g.extent.size() > kMaxRopeAxes) throw bad();
-  return g;
-}
-
-RopeLayoutSpec parse_rope_layout(const std::string& text) {
-  const auto colon = text.find(':');
-  const std::string name = colon == std::string::npos ? text : text.substr(0, colon);
-  const std::string args = colon == std::string::npos ? "" : text.substr(colon + 1);
-  RopeLayoutSpec spec;
-  if (name == "matrix") {
-    throw UsageError("--layout: a matrix layout comes from --inv-freq FILE");
-  }
-  spec.preset = parse_rope_layout_preset(name);
-  const bool has_sections =
-      spec.preset == RopeLayoutPreset::sections || spec.preset == RopeLayoutPreset::interleaved;
-  if (has_sections) {
-    if (args.empty()) {
-      throw UsageError(fmt::format("--layout: {} needs its counts, e.g. {}:16,24,24", name, name));
-    }
-    spec.sections = parse_sections(args);
-  } else if (spec.preset == RopeLayoutPreset::chunks) {
-    spec.axes = 3;
-    if (!args.empty()) {
-      spec.axes = static_cast<std::size_t>(parse_int_option(
-          args, "--layout chunks", 1, static_cast<long long>(kMaxRopeAxes)));
-    }
-  } else if (!args.empty()) {
-    throw UsageError(fmt::format("--layout: {} takes no arguments, got '{}'", name, text));
-  }
-  return spec;
-}
-
 double parse_freq_scale(const std::string& text) {
   if (text == "2pi" || text == "tau") return 2.0 * 3.14159265358979323846;
   std::string t = text;

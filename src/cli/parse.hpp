@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "posenc/ops/rope.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc::cli {
@@ -57,16 +56,6 @@ inline constexpr std::int64_t kMaxWindow = std::int64_t{1} << 53;
 
 /// `--mrope-section T,H,W`: three counts of frequency pairs.
 std::vector<int> parse_sections(const std::string& text);
-
-/// `--coords grid:E1,E2[,...]` (grid indices in row-major order) or `centres:E1,E2[,...]`
-/// (DINOv3's normalised patch centres): 1 to kMaxRopeAxes extents, each from 1 to
-/// 2^31. UsageError otherwise. Prefix and merge window are separate options.
-CoordGrid parse_coord_grid(const std::string& text);
-
-/// `--layout NAME[:ARGS]`: plain, axial, even-odd, sections:T,H,W, interleaved:T,H,W,
-/// chunks[:N] (N in 1..kMaxRopeAxes, default 3). UsageError otherwise (matrix comes
-/// from --inv-freq, not from text).
-RopeLayoutSpec parse_rope_layout(const std::string& text);
 
 /// `--freq-scale X`: a positive finite number, or 2pi (also tau) for 2 * pi exactly as
 /// a double rounds it. UsageError otherwise.

@@ -2,6 +2,8 @@
 
 #include "posenc/encodings/rope_layout.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <utility>
 
@@ -113,6 +115,12 @@ RopeLayout rope_layout_chunks(const RopeFreqs& f, std::size_t axes) {
   return l;
 }
 
+int rope_chunks_width(int head_dim, std::size_t axes) {
+  if (axes == 0) return 0;
+  const int n = static_cast<int>(axes);
+  return n * 2 * ((head_dim / n) / 2);
+}
+
 RopeLayout rope_layout_matrix(std::size_t axes, std::vector<double> freq) {
   RopeLayout l;
   l.axes = axes;
@@ -171,6 +179,84 @@ RopeLayout resolve_rope_layout(const RopeLayoutSpec& spec, const RopeFreqs& f) {
   if (spec.tiled) l.pairing = RopePairing::tiled;
   check_rope_layout(l, static_cast<std::size_t>(f.rotary_dim));
   return l;
+}
+
+namespace {
+
+/// A comma list of integers in [lo, hi] (decimal digits, no sign or spaces), or nullopt.
+bool parse_counts(const std::string& text, long long lo, long long hi,
+                  std::vector<long long>& out) {
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    long long v = 0;
+    const char* first = text.data() + at;
+    const char* last = text.data() + comma;
+    if (first == last || *first == '+' || *first == '-') return false;
+    const auto [end, ec] = std::from_chars(first, last, v);
+    if (ec != std::errc() || end != last || v < lo || v > hi) return false;
+    out.push_back(v);
+    if (comma == text.size()) return true;
+    at = comma + 1;
+  }
+}
+
+}  // namespace
+
+CoordGrid parse_coord_grid(const std::string& text, const std::string& what) {
+  const auto colon = text.find(':');
+  const std::string kind = colon == std::string::npos ? text : text.substr(0, colon);
+  std::vector<long long> ext;
+  if (colon == std::string::npos || (kind != "grid" && kind != "centres") ||
+      !parse_counts(text.substr(colon + 1), 1, 1LL << 31, ext) || ext.size() > kMaxRopeAxes) {
+    throw UsageError(fmt::format("{}: expected grid:E1,E2,... or centres:E1,E2,... with 1 to {} "
+                                 "extents from 1 to 2^31 such as grid:16,16, got '{}'",
+                                 what, kMaxRopeAxes, text));
+  }
+  CoordGrid g;
+  g.centres = kind == "centres";
+  g.extent.assign(ext.begin(), ext.end());
+  return g;
+}
+
+RopeLayoutSpec parse_rope_layout(const std::string& text, const std::string& what) {
+  const auto colon = text.find(':');
+  const std::string name = colon == std::string::npos ? text : text.substr(0, colon);
+  const std::string args = colon == std::string::npos ? "" : text.substr(colon + 1);
+  if (name == "matrix") {
+    throw UsageError(fmt::format("{}: a matrix layout takes its frequencies as a tensor "
+                                 "(--inv-freq)",
+                                 what));
+  }
+  RopeLayoutSpec spec;
+  spec.preset = parse_rope_layout_preset(name);
+  std::vector<long long> v;
+  switch (spec.preset) {
+    case RopeLayoutPreset::sections:
+    case RopeLayoutPreset::interleaved:
+      if (!parse_counts(args, 0, 1 << 20, v) || v.size() != 3) {
+        throw UsageError(fmt::format("{}: {} needs three counts t,h,w such as {}:16,24,24, got "
+                                     "'{}'",
+                                     what, name, name, text));
+      }
+      spec.sections.assign(v.begin(), v.end());
+      break;
+    case RopeLayoutPreset::chunks:
+      spec.axes = 3;
+      if (colon != std::string::npos) {
+        if (!parse_counts(args, 1, static_cast<long long>(kMaxRopeAxes), v) || v.size() != 1) {
+          throw UsageError(fmt::format("{}: chunks takes a count from 1 to {}, got '{}'", what,
+                                       kMaxRopeAxes, text));
+        }
+        spec.axes = static_cast<std::size_t>(v[0]);
+      }
+      break;
+    default:
+      if (colon != std::string::npos) {
+        throw UsageError(fmt::format("{}: {} takes no arguments, got '{}'", what, name, text));
+      }
+  }
+  return spec;
 }
 
 }  // namespace posenc

@@ -171,13 +171,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         expect(cli::parse_sections(text).size() == 3, "sections are three counts");
         break;
       case 8: {
-        const posenc::CoordGrid g = cli::parse_coord_grid(text);
+        const posenc::CoordGrid g = posenc::parse_coord_grid(text);
         expect(!g.extent.empty() && g.extent.size() <= posenc::kMaxRopeAxes, "extent count");
         for (std::int64_t e : g.extent) expect(e >= 1 && e <= (std::int64_t{1} << 31), "extent");
         break;
       }
       case 9: {
-        const posenc::RopeLayoutSpec spec = cli::parse_rope_layout(text);
+        const posenc::RopeLayoutSpec spec = posenc::parse_rope_layout(text);
         posenc::RopeParams p;
         p.head_dim = 64;
         const posenc::RopeFreqs f = posenc::compute_rope_freqs(p);

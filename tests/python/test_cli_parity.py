@@ -30,6 +30,10 @@ X = np.random.default_rng(11).standard_normal((2, 4, 12, 64))
 IDS = np.array([[0, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]] * 2)
 CU = np.array([0, 5, 12])
 MIDS = np.stack([IDS[0], IDS[0] // 2, IDS[0] // 3])  # [3, s] M-RoPE
+# RoPE layouts: a [2, R/2] frequency matrix with real [2, s] coordinates, explicit angles.
+INVF = np.random.default_rng(5).uniform(-1, 1, (2, 32))
+COORDS = np.random.default_rng(6).uniform(-2, 2, (2, 12))
+ANGLES = np.random.default_rng(7).uniform(-4, 4, (2, 12, 32))
 
 ROPE_CASES = [
     ([], {}),
@@ -67,6 +71,17 @@ ROPE_CASES = [
      dict(mrope_section=(8, 12, 12), mrope_interleaved=True, position_ids=MIDS)),
     (["--dtype", "f16"], dict(dtype=np.float16)),
     (["--axes", "bshd"], dict(axes="bshd")),
+    (["--layout", "even-odd", "--coords", "grid:3,4"], dict(layout="even-odd", coords="grid:3,4")),
+    (["--layout", "axial", "--coords", "centres:2,5", "--prefix-tokens", "2", "--freq-scale",
+      "2pi", "--base", "100"],
+     dict(layout="axial", coords="centres:2,5", prefix_tokens=2, freq_scale="2pi", base=100.0)),
+    (["--layout", "axial", "--coords", "grid:2,4", "--prefix-tokens", "4", "--merge-window", "2"],
+     dict(layout="axial", coords="grid:2,4", prefix_tokens=4, merge_window=2)),
+    (["--layout", "chunks:2", "--coords", "grid:3,4"], dict(layout="chunks:2", coords="grid:3,4")),
+    (["--style", "tiled", "--precision", "f32"], dict(style="tiled", precision="f32")),
+    (["--inv-freq", "invf.npy", "--position-ids", "coords.npy"],
+     dict(inv_freq=INVF, position_ids=COORDS)),
+    (["--angles", "angles.npy"], dict(angles=ANGLES)),
 ]
 
 
@@ -78,6 +93,9 @@ def test_rope_options(tmp_path, args, kw):
     np.save("ids.npy", IDS)
     np.save("cu.npy", CU)
     np.save("mids.npy", MIDS)
+    np.save("invf.npy", INVF)
+    np.save("coords.npy", COORDS)
+    np.save("angles.npy", ANGLES)
     run("rope", "x.npy", "-o", "y.npy", *args)
     same(posenc.rope(x, **kw), np.load("y.npy"))
 

@@ -12,6 +12,7 @@
 /// presets give the same bits as the branch-per-variant code they replace.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,24 @@ struct RopeLayout {
 /// Largest number of coordinate axes a layout may have.
 inline constexpr std::size_t kMaxRopeAxes = 8;
 
+/// Generated coordinates: the tokens along s are `prefix` tokens at coordinate 0 (class
+/// and register tokens, left unrotated) followed by a grid of extents `extent` (e.g.
+/// {H, W} or {T, H, W}) in row-major order, or in `merge` x `merge` windows over the last
+/// two axes (Qwen2-VL's vision patch order). Token coordinates are the grid indices, one
+/// axis each, or with `centres` the patch centres (i + 0.5) / n * 2 - 1 in [-1, 1]
+/// (DINOv3's `get_patches_center_coordinates`).
+struct CoordGrid {
+  std::vector<std::int64_t> extent;  ///< grid extents, outer to inner; empty = no grid
+  bool centres = false;              ///< normalised patch centres instead of indices
+  std::int64_t prefix = 0;           ///< tokens before the grid, at coordinate 0
+  std::int64_t merge = 1;            ///< spatial-merge window side over the last two axes
+};
+
+/// Parses `grid:E1,E2,...` (grid indices in row-major order) or `centres:E1,E2,...`
+/// (DINOv3's normalised patch centres): 1 to kMaxRopeAxes extents, each from 1 to 2^31
+/// (prefix and merge stay 0 and 1). Throws UsageError naming `what` otherwise.
+CoordGrid parse_coord_grid(const std::string& text, const std::string& what = "coords");
+
 /// Throws UsageError unless `l` is consistent for a rotary width `rotary_dim`: axes in
 /// 1..kMaxRopeAxes, freq of axes * R/2 finite values, every angle driven by some axis,
 /// and for tiled pairing R divisible by 2 * chunks.
@@ -78,6 +97,10 @@ RopeLayout rope_layout_sections(const RopeFreqs& f, const std::vector<int>& sect
 /// frequencies of width c (1 / base^(2k / c) = inv_freq[axes * k], k < c/2), tiled
 /// pairing. Throws UsageError unless R splits so.
 RopeLayout rope_layout_chunks(const RopeFreqs& f, std::size_t axes);
+
+/// The rotary width V-JEPA2 gives `axes` chunks of a head of `head_dim`: axes chunks of
+/// 2 * ((head_dim / axes) / 2) dims (the rest passes through). 0 for axes 0.
+int rope_chunks_width(int head_dim, std::size_t axes);
 
 /// Any assignment: `freq` [axes, R/2] row-major (from a file); each angle is the sum of
 /// coordinate times frequency over the axes (LightGlue's learned projection is one).
@@ -113,6 +136,11 @@ struct RopeLayoutSpec {
 RopeLayoutPreset parse_rope_layout_preset(const std::string& name);
 /// The name parse_rope_layout_preset reads.
 std::string rope_layout_preset_name(RopeLayoutPreset p);
+
+/// Parses `NAME[:ARGS]`: plain, axial, even-odd, sections:T,H,W, interleaved:T,H,W,
+/// chunks[:N] (N in 1..kMaxRopeAxes, default 3). Throws UsageError naming `what`
+/// otherwise (a matrix layout has no text form: its frequencies come as a tensor).
+RopeLayoutSpec parse_rope_layout(const std::string& text, const std::string& what = "layout");
 
 /// The layout `spec` asks for, with the frequencies of `f`; checked by check_rope_layout.
 RopeLayout resolve_rope_layout(const RopeLayoutSpec& spec, const RopeFreqs& f);

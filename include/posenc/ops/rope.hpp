@@ -53,19 +53,6 @@ namespace posenc {
 /// a start and a length can overflow. Larger positions are an error.
 inline constexpr std::int64_t kMaxPosition = std::int64_t{1} << 53;
 
-/// Generated coordinates: the tokens along s are `prefix` tokens at coordinate 0 (class
-/// and register tokens, left unrotated) followed by a grid of extents `extent` (e.g.
-/// {H, W} or {T, H, W}) in row-major order, or in `merge` x `merge` windows over the last
-/// two axes (Qwen2-VL's vision patch order). Token coordinates are the grid indices, one
-/// axis each, or with `centres` the patch centres (i + 0.5) / n * 2 - 1 in [-1, 1]
-/// (DINOv3's `get_patches_center_coordinates`).
-struct CoordGrid {
-  std::vector<std::int64_t> extent;  ///< grid extents, outer to inner; empty = no grid
-  bool centres = false;              ///< normalised patch centres instead of indices
-  std::int64_t prefix = 0;           ///< tokens before the grid, at coordinate 0
-  std::int64_t merge = 1;            ///< spatial-merge window side over the last two axes
-};
-
 /// Where each token sits. Exactly one of the forms is used:
 /// - `ids` empty and `cu_seqlens` empty: positions start, start+1, ... along s;
 /// - `ids` with `ids_shape` [s] or [b, s] (any integer dtype converted to int64; a
