@@ -61,6 +61,7 @@ struct AttentionCmdOptions {
   bool t5_bidirectional = false, t5_causal = false;
   std::string relative_k, relative_v;
   long long max_distance = -1;
+  std::vector<std::string> wavlm_gate;    // X W B C
   std::vector<std::string> decomposed;    // RH RW
   std::vector<long long> grid, key_grid;  // H W
   double softcap = 0;
@@ -215,6 +216,9 @@ void run_attention(AttentionCmdOptions& o) {
   if (given(o, "--softcap") && !(o.softcap > 0 && std::isfinite(o.softcap))) {
     throw UsageError(fmt::format("--softcap {}: must be a positive number", o.softcap));
   }
+  if (!o.wavlm_gate.empty() && o.t5_bias.empty()) {
+    throw UsageError("--wavlm-gate: gates the --t5-bias term; give --t5-bias");
+  }
   if (o.t5_bidirectional && o.t5_causal) {
     throw UsageError("--t5-bidirectional and --t5-causal exclude each other");
   }
@@ -334,10 +338,10 @@ void run_attention(AttentionCmdOptions& o) {
 
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
-  if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() ||
+  if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() || !o.wavlm_gate.empty() ||
                         !o.rope_opts.position_ids.empty() || !o.rope_opts.cu_seqlens.empty())) {
     throw UsageError(
-        "--part: not with --mask, --key-lengths, --position-ids or --cu-seqlens "
+        "--part: not with --mask, --key-lengths, --wavlm-gate, --position-ids or --cu-seqlens "
         "(they follow the batch; run the whole batch)");
   }
 
@@ -359,6 +363,7 @@ void run_attention(AttentionCmdOptions& o) {
                     o.q, axes.letters, shape_str(q_shape)));
   }
   std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks, rel_h, rel_w;
+  std::optional<Tensor> gate[4];
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
     t = read_tensor(ref);
@@ -370,6 +375,10 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
   side(o.sinks, sinks, opt.sinks);
+  if (!o.wavlm_gate.empty()) {
+    const Tensor** slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias, &opt.gate_const};
+    for (int i = 0; i < 4; ++i) side(o.wavlm_gate[i], gate[i], *slots[i]);
+  }
   if (!o.decomposed.empty()) {
     side(o.decomposed[0], rel_h, opt.rel_pos_h);
     side(o.decomposed[1], rel_w, opt.rel_pos_w);
@@ -504,6 +513,12 @@ void register_attention(CLI::App& app) {
   sub->add_option("--t5-max-distance", o->t5_max_distance, "T5 max distance (default 128)");
   sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
   sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
+  sub->add_option("--wavlm-gate", o->wavlm_gate,
+                  "WavLM's gate on --t5-bias: the layer's hidden states X [b, sq, hidden], "
+                  "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
+                  "query i of head h gets bias times a (g C_h - 1) + 2 (HF WavLMAttention)")
+      ->expected(4)
+      ->type_name("X W B C");
   sub->add_option("--relative-k", o->relative_k,
                   "Shaw relative key table [2M+1, d]: logits += q.rk[clip(j-i,-M,M)+M]");
   sub->add_option("--relative-v", o->relative_v,
@@ -562,7 +577,7 @@ void register_attention(CLI::App& app) {
   }
   add_part_option(sub, o->part,
                   "the batch axis b of Q, K and V (not with --mask, --key-lengths, "
-                  "--position-ids or --cu-seqlens)");
+                  "--wavlm-gate, --position-ids or --cu-seqlens)");
   sub->callback([o] { run_attention(*o); });
 }
 

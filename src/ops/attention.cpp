@@ -313,6 +313,7 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
     a.push_back({"t5_buckets", static_cast<long long>(opt.t5_buckets)});
     a.push_back({"t5_max_distance", static_cast<long long>(opt.t5_max_distance)});
     a.push_back({"t5_bidirectional", static_cast<long long>(opt.t5_bidirectional)});
+    if (opt.gate_input) a.push_back({"wavlm_gate", 1LL});
   }
   if (g.rel_rows) a.push_back({"max_distance", static_cast<long long>(g.max_distance)});
   if (g.dec_cols) {

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "ops/attention_decomposed.hpp"
+#include "ops/attention_gate.hpp"
 #include "posenc/encodings/arith.hpp"
 
 namespace posenc::attention_detail {
@@ -78,7 +79,9 @@ void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
   const std::pair<const Tensor*, const char*> strict[] = {
       {&q, "q"}, {k, "k"}, {v, "v"}, {opt.relative_k, "relative_k"},
       {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"},
-      {opt.rel_pos_h, "rel_pos_h"}, {opt.rel_pos_w, "rel_pos_w"}};
+      {opt.rel_pos_h, "rel_pos_h"}, {opt.rel_pos_w, "rel_pos_w"}, {opt.gate_input, "gate_input"},
+      {opt.gate_weight, "gate_weight"}, {opt.gate_bias, "gate_bias"},
+      {opt.gate_const, "gate_const"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) throw nonfinite_input(what);
   }
@@ -276,6 +279,7 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     g.max_distance = static_cast<std::int64_t>((rows - 1) / 2);
   }
   check_decomposed(g, opt);
+  check_gate(g, opt);
   return g;
 }
 

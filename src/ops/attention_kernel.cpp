@@ -311,6 +311,8 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
       if (per_element) {
         const T* qr = P.R ? w.qr.data() + r * P.R : nullptr;
         const T* dr = P.dec.on() ? w.dec.data() + r * P.dec.cols() : nullptr;
+        const T* gate5 =
+            P.t5_gate.empty() ? nullptr : &P.t5_gate[(bi * g.hq + hi_q) * g.sq + q0 + r];
         const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
         const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
         std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
@@ -327,7 +329,7 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
           if (br) x += br[j];
           if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
           if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
-          if (t5row) x += t5row[j + dshift];
+          if (t5row) x += gate5 ? *gate5 * t5row[j + dshift] : t5row[j + dshift];
           if (P.check_overflow && !(std::abs(x) <= std::numeric_limits<T>::max())) {
             overflow<T>(bi, hi_q, q0);
           }

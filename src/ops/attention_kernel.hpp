@@ -113,6 +113,7 @@ struct Plan {
   std::optional<AlibiVariant> alibi;
   std::vector<double> slopes;
   std::vector<T> t5;  // [hq][sq + sk - 1] bias by distance j - qpos + sk - 1
+  std::vector<T> t5_gate;  // WavLM's factor of the t5 row [b][hq][sq], or empty
   std::vector<T> sinks;
   std::vector<std::int32_t> rel_index;  // by distance, as t5
   std::vector<T> rel_k, rel_v;          // [R, d], [R, dv]

@@ -1,12 +1,13 @@
 // The plan of an attention run (attention_kernel.hpp's Plan) from the options: the
 // masks, and the score terms the kernel adds element by element (Shaw's relative keys
-// and values, SAM's decomposed relative positions, ALiBi, T5's bucketed bias, sinks, a
-// score bias, soft-capping).
+// and values, SAM's decomposed relative positions, ALiBi, T5's bucketed bias and
+// WavLM's gate on it, sinks, a score bias, soft-capping).
 #include <xtensor/xstrides.hpp>
 #include <fmt/format.h>
 
 #include <cmath>
 
+#include "ops/attention_gate.hpp"
 #include "ops/attention_kernel.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
@@ -71,6 +72,7 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
       for (std::size_t h = 0; h < g.hq; ++h) P.t5[h * ndist + di] = emb[bucket * g.hq + h];
     }
   }
+  for (double f : gate_factors(g, opt)) P.t5_gate.push_back(static_cast<T>(f));
   if (g.rel_rows) {
     P.R = g.rel_rows;
     P.rel_index.resize(ndist);

@@ -144,6 +144,8 @@ ATTENTION_ROWS = {
                      ["--t5-bias", "{t5_6}", "--t5-buckets", "6"]),
     "--t5-max-distance": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--t5-max-distance", "9"]),
     "--t5-causal": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--t5-causal"]),
+    "--wavlm-gate": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--wavlm-gate", "{gx}", "{gw}",
+                                              "{gb}", "{gc}"]),
     "--relative-k": ([], ["--relative-k", "{rk}"]),
     "--relative-v": ([], ["--relative-v", "{rv}"]),
     # SAM's decomposed relative positions: q (6 queries) on a 2 x 3 grid, k (10 keys)
@@ -249,6 +251,11 @@ class OptionMatrix(PosencTestCase):
         save("rv", r.standard_normal((5, 8)).astype(np.float32))
         save("sinks", r.standard_normal(4).astype(np.float32))
         save("rph", r.standard_normal((7, 8)).astype(np.float32))
+        # WavLM's gate: hidden states [1, 6, 4 heads x 5], gru_rel_pos_linear, const.
+        save("gx", r.standard_normal((1, 6, 20)).astype(np.float32))
+        save("gw", r.standard_normal((8, 5)).astype(np.float32))
+        save("gb", r.standard_normal(8).astype(np.float32))
+        save("gc", r.standard_normal((1, 4, 1, 1)).astype(np.float32))
         save("rpw", r.standard_normal((9, 8)).astype(np.float32))
         save("relk", r.standard_normal((10, 4, 8)).astype(np.float32))
         save("u", r.standard_normal((4, 8)).astype(np.float32))

@@ -121,6 +121,16 @@ struct AttentionOptions {
   int t5_buckets = 32;            ///< HF num_buckets of the T5 bucketing
   int t5_max_distance = 128;      ///< HF max_distance of the T5 bucketing
   bool t5_bidirectional = true;   ///< encoder buckets; false: decoder (--t5-causal)
+  /// WavLM's gated relative position bias (HF WavLMAttention: gru_rel_pos_linear,
+  /// gru_rel_pos_const): the t5_bias term (needed) of query i in head h is multiplied
+  /// by gate = a (g c[h] - 1) + 2, a = sigmoid(p0 + p1 + p2 + p3), g = sigmoid(p4 + ... +
+  /// p7), p = gate_weight x + gate_bias, x the head's slice h E .. h E + E - 1 of the
+  /// layer's input hidden states at query i (E = hidden / hq). Computed in float64.
+  /// gate_input: [b, sq, hq E] ([sq, hq E] when Q has no b axis).
+  const Tensor* gate_input = nullptr;
+  const Tensor* gate_weight = nullptr;  ///< gru_rel_pos_linear.weight [8, E]
+  const Tensor* gate_bias = nullptr;    ///< gru_rel_pos_linear.bias [8]
+  const Tensor* gate_const = nullptr;   ///< gru_rel_pos_const, hq values ([1, hq, 1, 1] or [hq])
   /// Shaw et al. tables [2M+1, d] and [2M+1, dv], index relative_index(qpos, j, M).
   const Tensor* relative_k = nullptr;
   const Tensor* relative_v = nullptr;  ///< the value table (--relative-v), or nullptr
