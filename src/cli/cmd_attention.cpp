@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -61,6 +62,8 @@ struct AttentionCmdOptions {
   bool t5_bidirectional = false, t5_causal = false;
   std::string relative_k, relative_v;
   long long max_distance = -1;
+  std::string clipped_bias;
+  bool clipped_symmetric = false;
   std::vector<std::string> wavlm_gate;    // X W B C
   std::vector<std::string> decomposed;    // RH RW
   std::vector<long long> grid, key_grid;  // H W
@@ -153,7 +156,8 @@ Attrs result_attrs(const AttentionResult& res, const AttentionCmdOptions& o) {
 std::vector<TensorRef> attention_inputs(const AttentionCmdOptions& o) {
   std::vector<TensorRef> refs;
   for (const std::string* r :
-       {&o.q, &o.k, &o.v, &o.t5_bias, &o.relative_k, &o.relative_v, &o.sinks}) {
+       {&o.q, &o.k, &o.v, &o.t5_bias, &o.relative_k, &o.relative_v, &o.sinks,
+        &o.clipped_bias}) {
     if (!r->empty()) refs.push_back(parse_ref(*r));
   }
   for (const std::string& r : o.decomposed) refs.push_back(parse_ref(r));
@@ -215,6 +219,9 @@ void run_attention(AttentionCmdOptions& o) {
   }
   if (given(o, "--softcap") && !(o.softcap > 0 && std::isfinite(o.softcap))) {
     throw UsageError(fmt::format("--softcap {}: must be a positive number", o.softcap));
+  }
+  if (o.clipped_symmetric && o.clipped_bias.empty()) {
+    throw UsageError("--clipped-symmetric: needs --clipped-bias");
   }
   if (!o.wavlm_gate.empty() && o.t5_bias.empty()) {
     throw UsageError("--wavlm-gate: gates the --t5-bias term; give --t5-bias");
@@ -363,7 +370,7 @@ void run_attention(AttentionCmdOptions& o) {
                     o.q, axes.letters, shape_str(q_shape)));
   }
   std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks, rel_h, rel_w;
-  std::optional<Tensor> gate[4];
+  std::optional<Tensor> gate[4], clipped;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
     t = read_tensor(ref);
@@ -375,6 +382,8 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
   side(o.sinks, sinks, opt.sinks);
+  side(o.clipped_bias, clipped, opt.clipped_bias);
+  opt.clipped_symmetric = o.clipped_symmetric;
   if (!o.wavlm_gate.empty()) {
     const Tensor** slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias, &opt.gate_const};
     for (int i = 0; i < 4; ++i) side(o.wavlm_gate[i], gate[i], *slots[i]);
@@ -449,11 +458,13 @@ void run_attention(AttentionCmdOptions& o) {
 
 }  // namespace
 
-// An option of exactly two values, shown as `names` (SCALE FLOOR) in --help.
+// An option of exactly as many values as `names` has words (SCALE FLOOR), shown so in
+// --help.
 template <class V>
-void add_pair_option(CLI::App* sub, const char* name, std::vector<V>& values, const char* help,
-                     const char* names) {
-  sub->add_option(name, values, help)->expected(2)->type_name(names);
+void add_values_option(CLI::App* sub, const char* name, std::vector<V>& values,
+                       const char* help, const std::string& names) {
+  const auto n = std::count(names.begin(), names.end(), ' ') + 1;
+  sub->add_option(name, values, help)->expected(static_cast<int>(n))->type_name(names);
 }
 
 void register_attention(CLI::App& app) {
@@ -488,15 +499,15 @@ void register_attention(CLI::App& app) {
   sub->add_option(
       "--chunk-size", o->chunk_size,
       "chunked attention (Llama-4 attention_chunk_size C): keys with j / C == pos(i) / C");
-  add_pair_option(sub, "--attn-temperature", o->temperature,
-                  "Llama-4 temperature tuning: scores of the query at position p times "
-                  "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)",
-                  "SCALE FLOOR");
-  add_pair_option(sub, "--llama4-scaling", o->llama4_scaling,
-                  "Llama-4 query scaling as Ministral-3 applies it: queries at position p times "
-                  "1 + BETA log(1 + floor(p / PERIOD)) (HF llama_4_scaling_beta, "
-                  "original_max_position_embeddings)",
-                  "BETA PERIOD");
+  add_values_option(sub, "--attn-temperature", o->temperature,
+                    "Llama-4 temperature tuning: scores of the query at position p times "
+                    "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)",
+                    "SCALE FLOOR");
+  add_values_option(sub, "--llama4-scaling", o->llama4_scaling,
+                    "Llama-4 query scaling as Ministral-3 applies it: queries at position p times "
+                    "1 + BETA log(1 + floor(p / PERIOD)) (HF llama_4_scaling_beta, "
+                    "original_max_position_embeddings)",
+                    "BETA PERIOD");
   sub->add_option("--key-lengths", o->key_lengths,
                   "[b] integers: keys at or after the length are padding (masked)");
   sub->add_option("--mask", o->mask,
@@ -513,30 +524,34 @@ void register_attention(CLI::App& app) {
   sub->add_option("--t5-max-distance", o->t5_max_distance, "T5 max distance (default 128)");
   sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
   sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
-  sub->add_option("--wavlm-gate", o->wavlm_gate,
-                  "WavLM's gate on --t5-bias: the layer's hidden states X [b, sq, hidden], "
-                  "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
-                  "query i of head h gets bias times a (g C_h - 1) + 2 (HF WavLMAttention)")
-      ->expected(4)
-      ->type_name("X W B C");
+  sub->add_option("--clipped-bias", o->clipped_bias,
+                  "Phi-4-multimodal audio bias_values [2M, hq]: logits += table[clip(j-pos(i), "
+                  "-M, M-1) + M] (HF Phi4MultimodalAudioRelativeAttentionBias)");
+  sub->add_flag("--clipped-symmetric", o->clipped_symmetric,
+                "--clipped-bias is HF's bias_symmetric table [M, hq], indexed by |clip(j-pos(i))|");
+  add_values_option(sub, "--wavlm-gate", o->wavlm_gate,
+                    "WavLM's gate on --t5-bias: the layer's hidden states X [b, sq, hidden], "
+                    "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
+                    "query i of head h gets bias times a (g C_h - 1) + 2 (HF WavLMAttention)",
+                    "X W B C");
   sub->add_option("--relative-k", o->relative_k,
                   "Shaw relative key table [2M+1, d]: logits += q.rk[clip(j-i,-M,M)+M]");
   sub->add_option("--relative-v", o->relative_v,
                   "Shaw relative value table [2M+1, dv]: output += sum_j p_ij rv[clip(j-i)+M]");
   sub->add_option("--max-distance", o->max_distance,
                   "M of the relative tables (default: from their rows)");
-  add_pair_option(sub, "--decomposed-rel-pos", o->decomposed,
-                  "SAM / ViTDet decomposed relative positions: tables RH [LH, d] and RW [LW, d]; "
-                  "logits += q.RH[row offset] + q.RW[column offset] over --grid (HF "
-                  "add_decomposed_rel_pos; tables resized linearly to 2 max(q, k) - 1 rows)",
-                  "RH RW");
-  add_pair_option(sub, "--grid", o->grid,
-                  "the queries' grid: H rows of W in row-major order (H W = sq), for "
-                  "--decomposed-rel-pos",
-                  "H W");
-  add_pair_option(sub, "--key-grid", o->key_grid,
-                  "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos",
-                  "H W");
+  add_values_option(sub, "--decomposed-rel-pos", o->decomposed,
+                    "SAM / ViTDet decomposed relative positions: tables RH [LH, d] and RW [LW, d]; "
+                    "logits += q.RH[row offset] + q.RW[column offset] over --grid (HF "
+                    "add_decomposed_rel_pos; tables resized linearly to 2 max(q, k) - 1 rows)",
+                    "RH RW");
+  add_values_option(sub, "--grid", o->grid,
+                    "the queries' grid: H rows of W in row-major order (H W = sq), for "
+                    "--decomposed-rel-pos",
+                    "H W");
+  add_values_option(sub, "--key-grid", o->key_grid,
+                    "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos",
+                    "H W");
   sub->add_option("--softcap", o->softcap, "soft-cap C: logits = C tanh(scale q.k / C)");
   sub->add_option("--sinks", o->sinks, "[hq] sink logits (gpt-oss): an extra softmax column");
   sub->add_option("--masked-rows", o->masked_rows,

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "io/slab.hpp"
+#include "ops/attention_clipped.hpp"
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_hf.hpp"
 #include "ops/attention_io.hpp"
@@ -314,6 +315,10 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
     a.push_back({"t5_max_distance", static_cast<long long>(opt.t5_max_distance)});
     a.push_back({"t5_bidirectional", static_cast<long long>(opt.t5_bidirectional)});
     if (opt.gate_input) a.push_back({"wavlm_gate", 1LL});
+  }
+  if (opt.clipped_bias) {
+    a.push_back({"clipped_max_distance", static_cast<long long>(clipped_distance(opt))});
+    a.push_back({"clipped_symmetric", static_cast<long long>(opt.clipped_symmetric)});
   }
   if (g.rel_rows) a.push_back({"max_distance", static_cast<long long>(g.max_distance)});
   if (g.dec_cols) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
 #include "ops/attention_gate.hpp"
 #include "posenc/encodings/arith.hpp"
@@ -81,7 +82,7 @@ void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
       {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"},
       {opt.rel_pos_h, "rel_pos_h"}, {opt.rel_pos_w, "rel_pos_w"}, {opt.gate_input, "gate_input"},
       {opt.gate_weight, "gate_weight"}, {opt.gate_bias, "gate_bias"},
-      {opt.gate_const, "gate_const"}};
+      {opt.gate_const, "gate_const"}, {opt.clipped_bias, "clipped_bias"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) throw nonfinite_input(what);
   }
@@ -280,6 +281,7 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   }
   check_decomposed(g, opt);
   check_gate(g, opt);
+  check_clipped(g, opt);
   return g;
 }
 

@@ -112,7 +112,9 @@ struct Plan {
   std::ptrdiff_t m_b = 0, m_h = 0, m_i = 0, m_j = 0;
   std::optional<AlibiVariant> alibi;
   std::vector<double> slopes;
-  std::vector<T> t5;  // [hq][sq + sk - 1] bias by distance j - qpos + sk - 1
+  // [hq][sq + sk - 1] bias by distance j - qpos + sk - 1: T5's buckets or Phi-4
+  // audio's clipped distances gathered
+  std::vector<T> t5;
   std::vector<T> t5_gate;  // WavLM's factor of the t5 row [b][hq][sq], or empty
   std::vector<T> sinks;
   std::vector<std::int32_t> rel_index;  // by distance, as t5

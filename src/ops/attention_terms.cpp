@@ -1,12 +1,14 @@
 // The plan of an attention run (attention_kernel.hpp's Plan) from the options: the
 // masks, and the score terms the kernel adds element by element (Shaw's relative keys
 // and values, SAM's decomposed relative positions, ALiBi, T5's bucketed bias and
-// WavLM's gate on it, sinks, a score bias, soft-capping).
+// WavLM's gate on it, Phi-4-multimodal audio's clipped-distance bias, sinks, a score
+// bias, soft-capping).
 #include <xtensor/xstrides.hpp>
 #include <fmt/format.h>
 
 #include <cmath>
 
+#include "ops/attention_clipped.hpp"
 #include "ops/attention_gate.hpp"
 #include "ops/attention_kernel.hpp"
 #include "posenc/encodings/arith.hpp"
@@ -70,6 +72,16 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
         throw InputError(fmt::format("t5_bias: bucket {} out of range", bucket));
       }
       for (std::size_t h = 0; h < g.hq; ++h) P.t5[h * ndist + di] = emb[bucket * g.hq + h];
+    }
+  }
+  if (opt.clipped_bias) {
+    const std::vector<T> emb = to_vector<T>(*opt.clipped_bias);  // [rows, hq]
+    const std::int64_t m = clipped_distance(opt);
+    P.t5.resize(g.hq * ndist);
+    for (std::size_t di = 0; di < ndist; ++di) {
+      const auto row = static_cast<std::size_t>(
+          clipped_row(dmin + static_cast<std::int64_t>(di), m, opt.clipped_symmetric));
+      for (std::size_t h = 0; h < g.hq; ++h) P.t5[h * ndist + di] = emb[row * g.hq + h];
     }
   }
   for (double f : gate_factors(g, opt)) P.t5_gate.push_back(static_cast<T>(f));

@@ -144,6 +144,10 @@ ATTENTION_ROWS = {
                      ["--t5-bias", "{t5_6}", "--t5-buckets", "6"]),
     "--t5-max-distance": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--t5-max-distance", "9"]),
     "--t5-causal": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--t5-causal"]),
+    # Phi-4 audio's clipped distances: 12 rows, M 6 (asymmetric) or M 12 (symmetric).
+    "--clipped-bias": ([], ["--clipped-bias", "{clip}"]),
+    "--clipped-symmetric": (["--clipped-bias", "{clip}"],
+                            ["--clipped-bias", "{clip}", "--clipped-symmetric"]),
     "--wavlm-gate": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--wavlm-gate", "{gx}", "{gw}",
                                               "{gb}", "{gc}"]),
     "--relative-k": ([], ["--relative-k", "{rk}"]),
@@ -251,6 +255,7 @@ class OptionMatrix(PosencTestCase):
         save("rv", r.standard_normal((5, 8)).astype(np.float32))
         save("sinks", r.standard_normal(4).astype(np.float32))
         save("rph", r.standard_normal((7, 8)).astype(np.float32))
+        save("clip", r.standard_normal((12, 4)).astype(np.float32))
         # WavLM's gate: hidden states [1, 6, 4 heads x 5], gru_rel_pos_linear, const.
         save("gx", r.standard_normal((1, 6, 20)).astype(np.float32))
         save("gw", r.standard_normal((8, 5)).astype(np.float32))

@@ -68,6 +68,14 @@ class PosencTestCase(unittest.TestCase):
             self.assertRegex(lines[0], match)
         return p
 
+    def assert_each_fails(self, base, cases, before):
+        """For each (status, extra args, match) of `cases`: `posenc *base *extra` fails as
+        assert_fails says and leaves no file but those in `before`."""
+        for status, extra, match in cases:
+            with self.subTest(extra=extra):
+                self.assert_fails(status, *base, *extra, match=match)
+                self.assert_no_new_files(before)
+
     def signal_while_writing(self, proc, target, sig):
         """Waits (up to 30 s) for the temporary file of `target` (a name in self.tmp)
         to appear while `proc` runs, then sends `sig` 0.1 s later and waits for the

@@ -198,10 +198,7 @@ class DecomposedRelPos(PosencTestCase):
             (2, dec + ["--grid", "0", "12"], r"--grid 0 12: sides"),
             (2, dec + ["--grid", "3", "4", "--arith", "hf"], r"--arith hf.*--decomposed-rel-pos"),
         ]
-        for status, extra, match in cases:
-            with self.subTest(extra=extra):
-                self.assert_fails(status, *base, *extra, match=match)
-                self.assert_no_new_files(before)
+        self.assert_each_fails(base, cases, before)
 
 
 if __name__ == "__main__":

@@ -170,10 +170,7 @@ class GatedBias(PosencTestCase):
             (2, [a for i, a in enumerate(base) if i not in (
                 base.index("--t5-bias"), base.index("--t5-bias") + 1)], r"give --t5-bias"),
         ]
-        for status, args, match in cases:
-            with self.subTest(match=match):
-                self.assert_fails(status, *args, match=match)
-                self.assert_no_new_files(before)
+        self.assert_each_fails([], cases, before)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,14 @@ struct AttentionOptions {
   int t5_buckets = 32;            ///< HF num_buckets of the T5 bucketing
   int t5_max_distance = 128;      ///< HF max_distance of the T5 bucketing
   bool t5_bidirectional = true;   ///< encoder buckets; false: decoder (--t5-causal)
+  /// Phi-4-multimodal audio's clipped-distance bias (HF
+  /// Phi4MultimodalAudioRelativeAttentionBias, bias_values.weight): a table [rows, hq];
+  /// score (i, j) gains table[row, h] with rel = clip(j - pos(i), -M, M - 1) and row = rel
+  /// + M (2 M rows, M = bias_max_distance) or |rel| (clipped_symmetric: M rows; keys M
+  /// or more before a query are then refused, HF indexing past the table). Not with
+  /// t5_bias.
+  const Tensor* clipped_bias = nullptr;
+  bool clipped_symmetric = false;  ///< HF bias_symmetric (--clipped-symmetric)
   /// WavLM's gated relative position bias (HF WavLMAttention: gru_rel_pos_linear,
   /// gru_rel_pos_const): the t5_bias term (needed) of query i in head h is multiplied
   /// by gate = a (g c[h] - 1) + 2, a = sigmoid(p0 + p1 + p2 + p3), g = sigmoid(p4 + ... +
