@@ -512,10 +512,17 @@ std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
     r.q_len = length(d, "q_len");
     r.k_len = length(d, "k_len");
     set_if(d, "max_distance", r.max_distance);
+    set_if(d, "left", r.left);
+    set_if(d, "right", r.right);
     if (auto s = get<std::string>(d, "sign")) {
       if (*s != "k-q" && *s != "q-k")
         throw UsageError("sign: expected k-q or q-k, got '" + *s + "'");
       r.q_minus_k = *s == "q-k";
+    }
+    if (auto s = get<std::string>(d, "beyond")) {
+      if (*s != "clamp" && *s != "zero")
+        throw UsageError("beyond: expected clamp or zero, got '" + *s + "'");
+      r.zero_beyond = *s == "zero";
     }
     tables.push_back(relative_table(r));
   } else if (kind == "t5-bucket") {

@@ -56,7 +56,17 @@ xt::xarray<double> rope(const RopeTableRequest& r) { return evaluate_table(rope_
 xt::xarray<double> rope2d(const Rope2dRequest& r) { return evaluate_table(rope2d_table(r)); }
 xt::xarray<double> alibi(const AlibiRequest& r) { return evaluate_table(alibi_table(r)); }
 xt::xarray<std::int64_t> relative(const RelativeRequest& r) {
+  if (r.embeddings) {
+    throw UsageError(
+        "embeddings: table::relative returns the index (the gathered rows: relative_table)");
+  }
   return integral(relative_table(r));
+}
+xt::xarray<double> complex_order(const ComplexOrderRequest& r) {
+  return evaluate_table(complex_order_table(r));
+}
+xt::xarray<double> layoutlm_buckets(const LayoutBucketRequest& r) {
+  return evaluate_table(layout_bucket_table(r));
 }
 xt::xarray<double> xl_relative(const XlRelativeRequest& r) {
   return evaluate_table(xl_relative_table(r));

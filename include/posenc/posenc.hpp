@@ -25,10 +25,13 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "posenc/encodings/complex_order.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
-#include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/hf_config.hpp"
+#include "posenc/encodings/layout_bucket.hpp"
+#include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_ids.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
@@ -118,8 +121,15 @@ xt::xarray<double> rope(const RopeTableRequest& r);
 xt::xarray<double> rope2d(const Rope2dRequest& r);
 /// `table alibi`: slopes [H] or a bias [H, Q, K] (alibi_table).
 xt::xarray<double> alibi(const AlibiRequest& r);
-/// `table relative`: Shaw's clipped index [Q, K] (relative_table).
+/// `table relative`: the relative index [Q, K] of the window (relative_table; -1
+/// outside it with zero_beyond). UsageError with `embeddings` (relative_table gathers).
 xt::xarray<std::int64_t> relative(const RelativeRequest& r);
+/// `table layoutlm-bucket`: LayoutLMv2/v3 buckets [b, s, s], or the bias [b, heads, s, s]
+/// of learned weights (layout_bucket.hpp); buckets are exact in float64.
+xt::xarray<double> layoutlm_buckets(const LayoutBucketRequest& r);
+/// `table complex-order`: Wang et al.'s complex word-order embeddings, real then
+/// imaginary parts, [2, N, D] or [2, b, s, D] (complex_order.hpp).
+xt::xarray<double> complex_order(const ComplexOrderRequest& r);
 /// `table t5-bucket`: HF T5's bucket of j - i, [Q, K] (t5_bucket_table).
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r);
 /// `table xl-relative`: the Transformer-XL / XLNet relative table R [rlen, D].

@@ -107,10 +107,14 @@ def alibi(*, heads, q_len=None, k_len=None, variant=None, max_bias=8.0, dtype=No
                           "max_bias": max_bias}, dtype)
 
 
-def relative(*, max_distance, q_len=None, k_len=None, sign="k-q", dtype=None):
-    """Shaw's clipped relative index clip(j - i, -M, M) + M [Q, K] (sign "q-k": i - j)."""
+def relative(*, max_distance=None, q_len=None, k_len=None, sign="k-q", left=None, right=None,
+             beyond="clamp", dtype=None):
+    """Shaw's clipped relative index clip(j - i, -L, R) + L [Q, K], L = left and R =
+    right (default max_distance; sign "q-k": i - j); beyond "zero": -1 outside the
+    window (VITS) instead of the edge row."""
     return _run("relative", {"q_len": q_len, "k_len": k_len, "max_distance": max_distance,
-                             "sign": sign}, dtype)
+                             "sign": sign, "left": left, "right": right, "beyond": beyond},
+                dtype)
 
 
 def t5_bucket(*, q_len=None, k_len=None, buckets=32, max_distance=128, causal=False,

@@ -37,8 +37,11 @@ def alibi(*, heads: int, q_len: Optional[int] = ..., k_len: Optional[int] = ...,
           variant: Optional[Literal["slopes", "causal", "symmetric", "fairseq",
                                     "bottom-right"]] = ...,
           max_bias: float = ..., dtype: Optional[DTypeLike] = ...) -> Any: ...
-def relative(*, max_distance: int, q_len: Optional[int] = ..., k_len: Optional[int] = ...,
-             sign: Literal["k-q", "q-k"] = ..., dtype: Optional[DTypeLike] = ...) -> Any: ...
+def relative(*, max_distance: Optional[int] = ..., q_len: Optional[int] = ...,
+             k_len: Optional[int] = ..., sign: Literal["k-q", "q-k"] = ...,
+             left: Optional[int] = ..., right: Optional[int] = ...,
+             beyond: Literal["clamp", "zero"] = ...,
+             dtype: Optional[DTypeLike] = ...) -> Any: ...
 def t5_bucket(*, q_len: Optional[int] = ..., k_len: Optional[int] = ..., buckets: int = ...,
               max_distance: int = ..., causal: bool = ...,
               dtype: Optional[DTypeLike] = ...) -> Any: ...

@@ -26,6 +26,10 @@ struct AddCmdOptions {
   std::string scale = "1";
   double base = 10000.0;
   long long start = 0;
+  long long offset = 0;
+  std::string combine = "add";
+  std::string attention_mask;
+  std::string position_ids;
   std::string layout = "interleaved";
   std::string axes;
   std::string dtype = "same";
@@ -49,6 +53,21 @@ std::optional<double> parse_scale(const std::string& text) {
         fmt::format("--scale {}: expected a finite number or sqrt-d (sqrt of d_model)", text));
   }
   return v;
+}
+
+// The extent of axis s of the input (from its header; a stdin input is refused, as its
+// header cannot be read twice).
+std::size_t sequence_length(const TensorRef& input, const std::string& axes) {
+  if (input.is_stdio()) {
+    throw UsageError("--attention-mask: needs the input in a file (its length is read first)");
+  }
+  const TensorInfo info = open_source(input)->info();
+  std::string letters = axes;
+  if (letters.empty()) letters = info.shape.size() == 3 ? "bsd" : "sd";
+  const std::size_t at = letters.find('s');
+  if (at == std::string::npos || letters.size() != info.shape.size())
+    return 0;  // the add reports it
+  return info.shape[at];
 }
 
 void run_add(const AddCmdOptions& o) {
@@ -77,6 +96,25 @@ void run_add(const AddCmdOptions& o) {
     learned = read_tensor(o.table);
     r.encoding.table = &*learned;
   }
+  r.encoding.offset = o.offset;
+  r.encoding.combine = parse_combine(o.combine);
+  if (!o.attention_mask.empty() && !o.position_ids.empty()) {
+    throw UsageError("--attention-mask: cannot be combined with --position-ids");
+  }
+  if ((!o.attention_mask.empty() || !o.position_ids.empty()) && o.app->count("--start") > 0) {
+    throw UsageError(fmt::format("--start: cannot be combined with {} (positions are absolute)",
+                                 o.attention_mask.empty() ? "--position-ids" : "--attention-mask"));
+  }
+  std::optional<xt::xarray<std::int64_t>> positions;
+  if (!o.position_ids.empty()) {
+    positions = read_int64(o.position_ids, "--position-ids");
+  } else if (!o.attention_mask.empty()) {
+    // The sequence length comes from the input's header: the mask's last s columns.
+    const xt::xarray<std::int64_t> mask = read_int64(o.attention_mask, "--attention-mask");
+    const std::size_t s = sequence_length(r.input, o.axes);
+    positions = positions_from_mask(mask, s);
+  }
+  if (positions) r.encoding.positions = &*positions;
   r.encoding.scale = scale.value_or(1.0);
   r.encoding.scale_sqrt_d = !scale;
   if (o.app->count("--max-memory") > 0) {
@@ -87,7 +125,15 @@ void run_add(const AddCmdOptions& o) {
     verbose(plan);
     verbose_attrs(attrs);
   };
-  add_positions_stream(r);
+  try {
+    add_positions_stream(r);
+  } catch (const InputError& e) {
+    // The library's "positions" are those of --position-ids or of the mask.
+    const std::string msg = e.what();
+    if (msg.rfind("positions: ", 0) != 0 || !positions) throw;
+    throw InputError((o.position_ids.empty() ? "--attention-mask: " : "--position-ids: ") +
+                     msg.substr(11));
+  }
 }
 
 }  // namespace
@@ -97,7 +143,9 @@ void register_add(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "add",
       "Add an absolute position encoding to token embeddings [b, s, d] or [s, d]: "
-      "x * scale + PE[start + s], PE the sinusoidal table or a learned table [max_len, d]. "
+      "x * scale + PE[row], row = start + s + offset or a per-token position + offset (OPT, "
+      "BART, fairseq), PE the sinusoidal table or a learned table [max_len, d]; --combine mul "
+      "multiplies instead. "
       "Inputs larger than --max-memory are streamed.");
   o->app = sub;
   sub->add_option("input", o->input, "embeddings (x.npy, x.h5:/x, x.csv, - for stdin)")->required();
@@ -109,7 +157,21 @@ void register_add(CLI::App& app) {
   sub->add_option("--scale", o->scale,
                   "multiplies the embedding before PE is added (default 1; sqrt-d = sqrt(d_model) "
                   "as the Annotated Transformer)");
-  sub->add_option("--start", o->start, "position of the first token (default 0)");
+  sub->add_option("--start", o->start,
+                  "position of the first token (default 0; BART: past_key_values_length)");
+  sub->add_option("--offset", o->offset,
+                  "added to every position to give the table row (default 0; 2 for BART's and "
+                  "OPT's learned tables, padding_idx + 1 for fairseq's with --attention-mask)");
+  sub->add_option("--position-ids", o->position_ids,
+                  "integer positions REF [b, s], [1, s] or [s]: the table row of each token is "
+                  "its position + offset (instead of start + s)");
+  sub->add_option("--attention-mask", o->attention_mask,
+                  "OPT's positions from an attention mask REF [b, n] of 0/1 (n >= s): "
+                  "cumsum(mask) * mask - 1 per row, its last s columns (n - s = past length); "
+                  "padding tokens take position -1");
+  sub->add_option("--combine", o->combine,
+                  "add (x * scale + PE, default) or mul ((x * scale) * PE, elementwise)")
+      ->check(CLI::IsMember({"add", "mul"}));
   sub->add_option("--base", o->base, "sinusoidal frequency base (default 10000)");
   sub->add_option(
          "--layout", o->layout,

@@ -62,6 +62,8 @@ struct AttentionCmdOptions {
   bool t5_bidirectional = false, t5_causal = false;
   std::string relative_k, relative_v;
   long long max_distance = -1;
+  long long relative_left = -1, relative_right = -1;
+  std::string relative_sign = "k-q", relative_beyond = "clamp";
   std::string clipped_bias;
   bool clipped_symmetric = false;
   std::vector<std::string> wavlm_gate;    // X W B C
@@ -322,6 +324,35 @@ void run_attention(AttentionCmdOptions& o) {
     throw UsageError("--max-distance needs --relative-k or --relative-v");
   }
   opt.max_distance = o.max_distance;
+  const bool windowed = given(o, "--relative-left") || given(o, "--relative-right") ||
+                        given(o, "--relative-sign") || given(o, "--relative-beyond");
+  if (windowed) {
+    if (o.relative_k.empty() && o.relative_v.empty()) {
+      throw UsageError(
+          "--relative-left/--relative-right/--relative-sign/--relative-beyond need --relative-k or "
+          "--relative-v");
+    }
+    if (given(o, "--max-distance") &&
+        (given(o, "--relative-left") || given(o, "--relative-right"))) {
+      throw UsageError("--max-distance: cannot be combined with --relative-left/--relative-right");
+    }
+    if (given(o, "--relative-left") != given(o, "--relative-right")) {
+      throw UsageError(
+          "--relative-left/--relative-right: give both (or --max-distance for both sides)");
+    }
+    for (const auto& [name, v] : {std::pair{"--relative-left", o.relative_left},
+                                  std::pair{"--relative-right", o.relative_right}}) {
+      if (given(o, name) && (v < 0 || v > (1LL << 30))) {
+        throw UsageError(fmt::format("{}: must be from 0 to 2^30, got {}", name, v));
+      }
+    }
+    RelativeWindow w;
+    w.left = given(o, "--relative-left") ? o.relative_left : -1;  // -1: from the rows
+    w.right = given(o, "--relative-right") ? o.relative_right : -1;
+    w.q_minus_k = o.relative_sign == "q-k";
+    w.zero_beyond = o.relative_beyond == "zero";
+    opt.relative_window = w;
+  }
   decomposed_options(o, opt);
   opt.softcap = o.softcap;
   opt.masked_rows = o.masked_rows == "nan" ? MaskedRows::nan : MaskedRows::zero;
@@ -540,6 +571,18 @@ void register_attention(CLI::App& app) {
                   "Shaw relative value table [2M+1, dv]: output += sum_j p_ij rv[clip(j-i)+M]");
   sub->add_option("--max-distance", o->max_distance,
                   "M of the relative tables (default: from their rows)");
+  sub->add_option("--relative-left", o->relative_left,
+                  "L: an asymmetric window, tables of L + R + 1 rows indexed clip(d, -L, R) + L "
+                  "(Wav2Vec2-BERT left_max_position_embeddings 64); with --relative-right");
+  sub->add_option("--relative-right", o->relative_right,
+                  "R of the window (Wav2Vec2-BERT right_max_position_embeddings 8)");
+  sub->add_option("--relative-sign", o->relative_sign,
+                  "distance d of the relative tables: k-q (j - i, default) or q-k (i - j, "
+                  "SpeechT5)")
+      ->check(CLI::IsMember({"k-q", "q-k"}));
+  sub->add_option("--relative-beyond", o->relative_beyond,
+                  "pairs outside [-L, R]: clamp (the edge row, default) or zero (no term, VITS)")
+      ->check(CLI::IsMember({"clamp", "zero"}));
   add_values_option(sub, "--decomposed-rel-pos", o->decomposed,
                     "SAM / ViTDet decomposed relative positions: tables RH [LH, d] and RW [LW, d]; "
                     "logits += q.RH[row offset] + q.RW[column offset] over --grid (HF "

@@ -1,8 +1,8 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
-// levit-index, detr-sine, fairseq-sinusoidal). The options fill the library's table requests
-// (encodings/tables.hpp and the modules beside it); the table is computed in float64 and streamed
-// to the output block by block.
+// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order). The options fill the
+// library's table requests (encodings/tables.hpp and the modules beside it); the table is computed
+// in float64 and streamed to the output block by block.
 
 #include <fmt/format.h>
 
@@ -17,7 +17,9 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
+#include "posenc/encodings/complex_order.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
+#include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
@@ -253,6 +255,21 @@ struct DetrSineOptions {
   bool no_normalize = false;
 };
 
+struct LayoutBucketOptions {
+  Common c;
+  std::string axis = "1d";
+  long long seq_len = 0, max_distance = 0;
+  int buckets = 0;
+  std::string position_ids, bbox;
+  std::vector<std::string> bias_table;
+};
+
+struct ComplexOrderOptions {
+  Common c;
+  std::string frequency, amplitude, phase, input_ids;
+  long long positions = 0, start = 0;
+};
+
 struct FairseqOptions {
   Common c;
   FairseqSinusoidalRequest r;
@@ -261,28 +278,7 @@ struct FairseqOptions {
 };
 
 // Token ids [b, s] of an integer dtype, as int64.
-xt::xarray<std::int64_t> read_ids(const std::string& ref) {
-  const Tensor t = read_tensor(ref);
-  if (!is_integer(t.dtype())) {
-    throw InputError(fmt::format("--input-ids: {}: expected an integer dtype, got {}", ref,
-                                 dtype_name(t.dtype())));
-  }
-  xt::xarray<std::int64_t> out = xt::empty<std::int64_t>(t.shape());
-  for (std::size_t i = 0; i < t.numel(); ++i) {
-    if (t.dtype() == DType::i64) {
-      out.data()[i] = t.data<std::int64_t>()[i];
-    } else if (t.dtype() == DType::u64) {
-      const std::uint64_t u = t.data<std::uint64_t>()[i];
-      if (u > static_cast<std::uint64_t>(INT64_MAX)) {
-        throw InputError(fmt::format("--input-ids: {}: id {} is too large", ref, u));
-      }
-      out.data()[i] = static_cast<std::int64_t>(u);
-    } else {
-      out.data()[i] = static_cast<std::int64_t>(t.get(i));  // exact below 64 bits
-    }
-  }
-  return out;
-}
+xt::xarray<std::int64_t> read_ids(const std::string& ref) { return read_int64(ref, "--input-ids"); }
 
 // A window H x W from `--window H [W]`; the library checks the range.
 std::pair<std::int64_t, std::int64_t> window_sides(const std::vector<long long>& v) {
@@ -314,10 +310,11 @@ void register_table(CLI::App& app) {
   // Only the kind this run names is defined: the options of all of them were two
   // thirds of a small table's run time.
   const auto wanted = [](std::string_view kind) {
-    return defines_kind("table", kind,
-                        {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket",
-                         "xl-relative", "deberta-bucket", "swin-index", "beit-index",
-                         "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal"});
+    return defines_kind(
+        "table", kind,
+        {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
+         "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
+         "fairseq-sinusoidal", "layoutlm-bucket", "complex-order"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -429,20 +426,50 @@ void register_table(CLI::App& app) {
   }
   if (wanted("relative")) {
     static PairOptions o;
+    static long long left = 0, right = 0;
+    static std::string beyond = "clamp", embeddings;
     auto* sub = table->add_subcommand(
-        "relative", "Shaw clipped relative index clip(j-i, -M, M) + M; shape [Q, K], integers");
+        "relative",
+        "Shaw relative index clip(d, -L, R) + L of the distance d = j-i (or i-j), L = R = M "
+        "by default; -1 beyond the window with --beyond zero; shape [Q, K], integers (or the "
+        "rows of a learned table gathered, [Q, K, dim])");
     sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
     sub->add_option("--k-len", o.k_len, "key length K (default: Q)");
-    sub->add_option("--max-distance", o.max_distance, "clipping distance M")->required();
-    sub->add_option("--sign", o.sign, "k-q (j - i, default; tensor2tensor) or q-k (i - j)")
+    sub->add_option("--max-distance", o.max_distance,
+                    "clipping distance M on both sides (needed unless --left and --right)");
+    sub->add_option("--left", left,
+                    "L: the window below 0 (default M; Wav2Vec2-BERT left_max_position_embeddings "
+                    "64; SpeechT5 max_length)");
+    sub->add_option("--right", right,
+                    "R: the window above 0 (default M; Wav2Vec2-BERT right_max_position_embeddings "
+                    "8; SpeechT5 max_length - 1)");
+    sub->add_option("--sign", o.sign,
+                    "k-q (d = j - i, default; tensor2tensor, Wav2Vec2-BERT, VITS) or q-k "
+                    "(d = i - j; SpeechT5)")
         ->check(CLI::IsMember({"k-q", "q-k"}));
-    add_common(sub, o.c, kIntDtypeHelp);
+    sub->add_option("--beyond", beyond,
+                    "clamp (distances outside [-L, R] take the edge row, default) or zero "
+                    "(index -1, a zero row: VITS)")
+        ->check(CLI::IsMember({"clamp", "zero"}));
+    sub->add_option("--embeddings", embeddings,
+                    "learned table REF [L + R + 1, dim] (distance_embedding, pe_k, emb_rel_k): "
+                    "write its rows gathered, [Q, K, dim] (zeros for -1), instead of the index");
+    add_common(sub, o.c,
+               "output dtype: i64 (default), any integer dtype that holds the indices (signed "
+               "with --beyond zero), f32 or f64; with --embeddings f32 (default), f64, f16, bf16");
     sub->callback([sub] {
       RelativeRequest r;
       r.q_len = given(sub, "--q-len", o.q_len);
       r.k_len = given(sub, "--k-len", o.k_len);
       r.max_distance = o.max_distance;
+      r.left = given(sub, "--left", left);
+      r.right = given(sub, "--right", right);
       r.q_minus_k = o.sign == "q-k";
+      r.zero_beyond = beyond == "zero";
+      if (!embeddings.empty()) {
+        relative_table(r);  // the window checked before the table is read
+        r.embeddings = read_values(embeddings, "--embeddings", false);
+      }
       write_out(relative_table(r), o.c);
     });
   }
@@ -643,6 +670,92 @@ void register_table(CLI::App& app) {
       o.r.padding_idx = given(sub, "--padding-idx", o.padding_idx);
       if (!o.input_ids.empty()) o.r.input_ids = read_ids(o.input_ids);
       write_out(fairseq_sinusoidal_table(o.r), o.c);
+    });
+  }
+  if (wanted("layoutlm-bucket")) {
+    static LayoutBucketOptions o;
+    auto* sub = table->add_subcommand(
+        "layoutlm-bucket",
+        "LayoutLMv2/v3 relative buckets (HF relative_position_bucket, bidirectional) of "
+        "position or bounding-box offsets c_j - c_i per row; shape [b, s, s], integers (or "
+        "the bias [b, heads, s, s] of learned weights)");
+    sub->add_option("--axis", o.axis,
+                    "1d (token positions, default), x (bbox[..., 0]), y (bbox[..., 3]) or xy "
+                    "(the x bias plus the y bias; needs two --bias-table weights)")
+        ->check(CLI::IsMember({"1d", "x", "y", "xy"}));
+    sub->add_option("--seq-len", o.seq_len, "1d: positions 0 .. S-1 of one row, [1, S, S]");
+    sub->add_option("--position-ids", o.position_ids, "1d: integer positions REF [b, s]");
+    sub->add_option("--bbox", o.bbox,
+                    "x, y, xy: integer boxes REF [b, s, 4] (x0, y0, x1, y1 as HF bbox)");
+    sub->add_option("--buckets", o.buckets,
+                    "num_buckets (HF rel_pos_bins, default 32; rel_2d_pos_bins for boxes, "
+                    "default 64)");
+    sub->add_option("--max-distance", o.max_distance,
+                    "max_distance (HF max_rel_pos, default 128; max_rel_2d_pos for boxes, "
+                    "default 256)");
+    sub->add_option("--bias-table", o.bias_table,
+                    "learned weight REF [heads, buckets] (nn.Linear rel_pos_bias, rel_pos_x_bias "
+                    "or rel_pos_y_bias; for xy two: x then y): write the bias it gives, [b, "
+                    "heads, s, s], instead of the buckets")
+        ->expected(1, 2);
+    add_common(sub, o.c,
+               "output dtype: i64 (default) or any integer dtype that holds the largest bucket, "
+               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
+    sub->callback([sub] {
+      LayoutBucketRequest r;
+      r.axis = parse_layout_axis(o.axis);
+      if (sub->count("--seq-len") > 0) r.seq_len = o.seq_len;
+      if (sub->count("--buckets") > 0) r.buckets = o.buckets;
+      if (sub->count("--max-distance") > 0) r.max_distance = o.max_distance;
+      if (o.bias_table.size() == 2 && r.axis != LayoutAxis::xy) {
+        throw UsageError("--bias-table: two weights are for --axis xy (x then y)");
+      }
+      if (r.axis == LayoutAxis::xy && o.bias_table.size() != 2) {
+        throw UsageError("--axis xy: needs --bias-table WX WY (the buckets are per axis: x or y)");
+      }
+      if (!o.position_ids.empty()) r.position_ids = read_int64(o.position_ids, "--position-ids");
+      if (!o.bbox.empty()) r.bbox = read_int64(o.bbox, "--bbox");
+      if (!o.bias_table.empty()) r.bias_table = read_values(o.bias_table[0], "--bias-table", false);
+      if (o.bias_table.size() == 2) {
+        r.bias_table_y = read_values(o.bias_table[1], "--bias-table", false);
+      }
+      try {
+        write_out(layout_bucket_table(r), o.c);
+      } catch (const InputError& e) {
+        // The library's second weight is the second value of --bias-table.
+        const std::string msg = e.what();
+        if (msg.rfind("bias_table_y: ", 0) != 0) throw;
+        throw InputError("--bias-table (y, the second): " + msg.substr(14));
+      }
+    });
+  }
+  if (wanted("complex-order")) {
+    static ComplexOrderOptions o;
+    auto* sub = table->add_subcommand(
+        "complex-order",
+        "Wang et al. 2020 complex word-order embeddings r exp(i (w pos + theta)): real parts "
+        "r cos(w pos + theta), then imaginary parts r sin(...); shape [2, N, D], or [2, b, s, "
+        "D] for the tokens of --input-ids");
+    sub->add_option("--frequency", o.frequency,
+                    "frequencies w REF: a vector [D], or a table [V, D] of one per word (with "
+                    "--input-ids)")
+        ->required();
+    sub->add_option("--amplitude", o.amplitude, "amplitudes r REF, the shape of w (default 1)");
+    sub->add_option("--phase", o.phase, "initial phases theta REF, the shape of w (default 0)");
+    sub->add_option("--positions", o.positions, "rows N for vectors [D]: positions start ..");
+    sub->add_option("--start", o.start, "position of the first row or token (default 0)");
+    sub->add_option("--input-ids", o.input_ids,
+                    "token ids REF [b, s] into tables [V, D]: token (b, s) at position start + s");
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([sub] {
+      ComplexOrderRequest r;
+      if (sub->count("--positions") > 0) r.positions = o.positions;
+      r.start = o.start;
+      r.frequency = read_values(o.frequency, "--frequency", false);
+      if (!o.amplitude.empty()) r.amplitude = read_values(o.amplitude, "--amplitude", false);
+      if (!o.phase.empty()) r.phase = read_values(o.phase, "--phase", false);
+      if (!o.input_ids.empty()) r.input_ids = read_int64(o.input_ids, "--input-ids");
+      write_out(complex_order_table(r), o.c);
     });
   }
 }

@@ -9,6 +9,7 @@ namespace posenc::cli {
 
 void register_table(CLI::App& app);
 void register_rope(CLI::App& app);
+void register_rope_ids(CLI::App& app);
 void register_attention(CLI::App& app);
 void register_add(CLI::App& app);
 void register_inspect(CLI::App& app);
@@ -37,6 +38,7 @@ inline constexpr Command kCommands[] = {
     {"join", register_join},
     {"plot", register_plot},
     {"analyze", register_analyze},
+    {"rope-ids", register_rope_ids},
     {"completion", register_completion},
     {"help", register_help},
 };

@@ -337,3 +337,30 @@ void drain_stdin() {
 }
 
 }  // namespace posenc::cli
+
+namespace posenc::cli {
+
+xt::xarray<std::int64_t> read_int64(const std::string& ref, const char* option) {
+  const Tensor t = read_tensor(ref);
+  if (!is_integer(t.dtype())) {
+    throw InputError(fmt::format("{}: {}: expected an integer dtype, got {}", option, ref,
+                                 dtype_name(t.dtype())));
+  }
+  xt::xarray<std::int64_t> out = xt::empty<std::int64_t>(t.shape());
+  for (std::size_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::i64) {
+      out.data()[i] = t.data<std::int64_t>()[i];
+    } else if (t.dtype() == DType::u64) {
+      const std::uint64_t u = t.data<std::uint64_t>()[i];
+      if (u > static_cast<std::uint64_t>(INT64_MAX)) {
+        throw InputError(fmt::format("{}: {}: value {} is too large", option, ref, u));
+      }
+      out.data()[i] = static_cast<std::int64_t>(u);
+    } else {
+      out.data()[i] = static_cast<std::int64_t>(t.get(i));  // exact below 64 bits
+    }
+  }
+  return out;
+}
+
+}  // namespace posenc::cli

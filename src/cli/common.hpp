@@ -1,14 +1,15 @@
 #pragma once
 // Pieces shared by the subcommands: global flags, output options, messages.
 
+#include <CLI/CLI.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <CLI/CLI.hpp>
+#include <xtensor/xarray.hpp>
 
 #include "cli/parse.hpp"
 #include "posenc/io/ref.hpp"
@@ -139,4 +140,9 @@ Selection resolve_slice_option(const SliceSpec& spec, const Shape& shape, const 
 /// Reads standard input to its end when it is a pipe or socket, so that a producer
 /// whose output was only partly needed finishes without a broken pipe.
 void drain_stdin();
+
+/// The integers of `ref` (any integer dtype) as int64, for ids, positions and masks
+/// read for `option`: InputError ("--input-ids: ids.npy: expected an integer dtype, got
+/// f64") for other dtypes and u64 values above INT64_MAX.
+xt::xarray<std::int64_t> read_int64(const std::string& ref, const char* option);
 }  // namespace posenc::cli

@@ -53,10 +53,15 @@ double alibi_bias(AlibiVariant v, double slope, std::int64_t i, std::int64_t j, 
   return 0.0;
 }
 
+std::int64_t RelativeWindow::index(std::int64_t i, std::int64_t j) const {
+  const std::int64_t d = q_minus_k ? i - j : j - i;
+  if (zero_beyond && (d < -left || d > right)) return -1;
+  return std::clamp(d, -left, right) + left;
+}
+
 std::int64_t relative_index(std::int64_t i, std::int64_t j, std::int64_t max_distance,
                             bool q_minus_k) {
-  std::int64_t d = q_minus_k ? i - j : j - i;
-  return std::clamp(d, -max_distance, max_distance) + max_distance;
+  return RelativeWindow{max_distance, max_distance, q_minus_k, false}.index(i, j);
 }
 
 std::int64_t t5_bucket(std::int64_t relative_position, bool bidirectional, int num_buckets,

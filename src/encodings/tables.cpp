@@ -526,28 +526,90 @@ Table alibi_table(const AlibiRequest& r) {
 
 // --- relative and t5-bucket -----------------------------------------------------------
 
-Table relative_table(const RelativeRequest& r) {
-  const auto [q, k] = lengths(r.q_len, r.k_len);
-  if (r.max_distance < 0 || r.max_distance > (std::int64_t{1} << 52)) {
+RelativeWindow relative_window(const RelativeRequest& r) {
+  constexpr std::int64_t kMax = std::int64_t{1} << 52;
+  if (r.max_distance < 0 && !(r.left && r.right)) {
+    throw UsageError(fmt::format(
+        "max_distance: needed (from 0 to 2^52) unless left and right are both given, got {}",
+        r.max_distance));
+  }
+  if (r.max_distance >= 0 && r.left && r.right) {
+    throw UsageError("max_distance: not used when left and right are both given (give two of them)");
+  }
+  if (r.max_distance > kMax) {
     throw UsageError(fmt::format("max_distance: must be from 0 to 2^52, got {}", r.max_distance));
   }
-  const std::int64_t m = r.max_distance, kk = k;
-  const bool q_minus_k = r.q_minus_k;
+  RelativeWindow w;
+  w.left = r.left.value_or(r.max_distance);
+  w.right = r.right.value_or(r.max_distance);
+  for (const auto& [name, v] : {std::pair{"left", w.left}, std::pair{"right", w.right}}) {
+    if (v < 0 || v > kMax) {
+      throw UsageError(fmt::format("{}: must be from 0 to 2^52, got {}", name, v));
+    }
+  }
+  w.q_minus_k = r.q_minus_k;
+  w.zero_beyond = r.zero_beyond;
+  return w;
+}
+
+Table relative_table(const RelativeRequest& r) {
+  const auto [q, k] = lengths(r.q_len, r.k_len);
+  const RelativeWindow w = relative_window(r);
+  // Distances d of the pairs: j - i from -(Q-1) to K-1 (k-q), i - j from -(K-1) to Q-1.
+  const std::int64_t dmin = r.q_minus_k ? 1 - k : 1 - q, dmax = r.q_minus_k ? q - 1 : k - 1;
+  const bool some_beyond = dmin < -w.left || dmax > w.right;
+  const std::int64_t kk = k;
   Table t;
-  t.integral = true;
-  t.max_value = 2 * m;
   t.attrs = {{"kind", std::string("relative")},
              {"q_len", static_cast<long long>(q)},
              {"k_len", static_cast<long long>(k)},
-             {"max_distance", static_cast<long long>(m)},
-             {"sign", std::string(q_minus_k ? "q-k" : "k-q")}};
-  t.spec.shape = {static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
-  t.spec.line = [kk, m, q_minus_k](std::size_t i, double* out) {
-    for (std::int64_t j = 0; j < kk; ++j) {
-      out[j] = static_cast<double>(relative_index(static_cast<std::int64_t>(i), j, m, q_minus_k));
+             {"left", static_cast<long long>(w.left)},
+             {"right", static_cast<long long>(w.right)},
+             {"sign", std::string(r.q_minus_k ? "q-k" : "k-q")},
+             {"beyond", std::string(r.zero_beyond ? "zero" : "clamp")}};
+  if (w.left == w.right) t.attrs.push_back({"max_distance", static_cast<long long>(w.left)});
+  t.dataset = "/relative";
+  if (!r.embeddings) {
+    t.integral = true;
+    t.max_value = w.left + w.right;
+    t.min_value = r.zero_beyond && some_beyond ? -1 : 0;
+    t.spec.shape = {static_cast<std::size_t>(q), static_cast<std::size_t>(k)};
+    t.spec.line = [kk, w](std::size_t i, double* out) {
+      for (std::int64_t j = 0; j < kk; ++j) {
+        out[j] = static_cast<double>(w.index(static_cast<std::int64_t>(i), j));
+      }
+    };
+    return t;
+  }
+  const xt::xarray<double>& e = *r.embeddings;
+  if (e.dimension() != 2 || static_cast<std::int64_t>(e.shape(0)) != w.rows() || e.shape(1) == 0) {
+    std::string shape;
+    for (std::size_t d : e.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    throw InputError(
+        fmt::format("embeddings: expected shape ({}, dim) for left {} and right {}, "
+                    "got ({})",
+                    w.rows(), w.left, w.right, shape));
+  }
+  for (std::size_t n = 0; n < e.size(); ++n) {
+    if (!std::isfinite(e.data()[n])) {
+      throw InputError(
+          fmt::format("embeddings: entry ({}, {}) is not finite", n / e.shape(1), n % e.shape(1)));
+    }
+  }
+  auto table = std::make_shared<const xt::xarray<double>>(e);
+  const std::size_t dim = e.shape(1);
+  t.attrs.push_back({"dim", static_cast<long long>(dim)});
+  t.dataset += "_embeddings";
+  t.spec.shape = {static_cast<std::size_t>(q), static_cast<std::size_t>(k), dim};
+  // embedding(index): line (i, j) is row index(i, j), or zeros.
+  t.spec.line = [kk, w, table, dim](std::size_t line, double* out) {
+    const auto i = static_cast<std::int64_t>(line / static_cast<std::size_t>(kk));
+    const auto j = static_cast<std::int64_t>(line % static_cast<std::size_t>(kk));
+    const std::int64_t row = w.index(i, j);
+    for (std::size_t c = 0; c < dim; ++c) {
+      out[c] = row < 0 ? 0.0 : table->data()[static_cast<std::size_t>(row) * dim + c];
     }
   };
-  t.dataset = "/relative";
   return t;
 }
 

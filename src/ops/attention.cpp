@@ -320,7 +320,15 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
     a.push_back({"clipped_max_distance", static_cast<long long>(clipped_distance(opt))});
     a.push_back({"clipped_symmetric", static_cast<long long>(opt.clipped_symmetric)});
   }
-  if (g.rel_rows) a.push_back({"max_distance", static_cast<long long>(g.max_distance)});
+  if (g.rel_rows) {
+    if (g.window.left == g.window.right) {
+      a.push_back({"max_distance", static_cast<long long>(g.window.left)});
+    }
+    a.push_back({"relative_left", static_cast<long long>(g.window.left)});
+    a.push_back({"relative_right", static_cast<long long>(g.window.right)});
+    a.push_back({"relative_sign", std::string(g.window.q_minus_k ? "q-k" : "k-q")});
+    a.push_back({"relative_beyond", std::string(g.window.zero_beyond ? "zero" : "clamp")});
+  }
   if (g.dec_cols) {
     const bool kg = opt.key_grid_h > 0;
     a.push_back({"grid", std::vector<double>{static_cast<double>(opt.grid_h),

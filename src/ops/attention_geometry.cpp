@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
@@ -263,11 +264,30 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     const char* what = t == opt.relative_k ? "relative_k" : "relative_v";
     require_float(t->dtype(), what);
     std::size_t width = t == opt.relative_k ? g.d : g.dv;
-    if (t->ndim() != 2 || t->shape()[1] != width || t->shape()[0] % 2 != 1) {
-      throw InputError(
-          fmt::format("{}: expected shape (2M+1, {}), got {}", what, width, shape_str(t->shape())));
+    // A window whose sides are both -1 takes them from the rows (2M+1: M, M).
+    std::optional<RelativeWindow> win = opt.relative_window;
+    const bool sides_from_rows = win && win->left < 0 && win->right < 0;
+    if (win && !sides_from_rows && opt.max_distance >= 0) {
+      throw UsageError(
+          "max_distance: cannot be combined with relative_window (its left and right)");
+    }
+    if (win && !sides_from_rows &&
+        (win->left < 0 || win->right < 0 || win->left > (std::int64_t{1} << 30) ||
+         win->right > (std::int64_t{1} << 30))) {
+      throw UsageError(fmt::format("relative_window: left {} and right {} must be from 0 to 2^30",
+                                   win->left, win->right));
+    }
+    const bool symmetric = !win || sides_from_rows;
+    if (t->ndim() != 2 || t->shape()[1] != width || (symmetric && t->shape()[0] % 2 != 1)) {
+      throw InputError(fmt::format("{}: expected shape ({}, {}), got {}", what,
+                                   symmetric ? std::string("2M+1") : std::to_string(win->rows()),
+                                   width, shape_str(t->shape())));
     }
     std::size_t rows = t->shape()[0];
+    if (!symmetric && rows != static_cast<std::size_t>(win->rows())) {
+      throw InputError(fmt::format("{}: {} rows, but left {} and right {} need {}", what, rows,
+                                   win->left, win->right, win->rows()));
+    }
     if (opt.max_distance >= 0 && rows != static_cast<std::size_t>(2 * opt.max_distance + 1)) {
       throw InputError(fmt::format("{}: {} rows, but max_distance {} needs {}", what, rows,
                                    opt.max_distance, 2 * opt.max_distance + 1));
@@ -277,7 +297,9 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
           fmt::format("relative_k and relative_v: {} and {} rows differ", g.rel_rows, rows));
     }
     g.rel_rows = rows;
-    g.max_distance = static_cast<std::int64_t>((rows - 1) / 2);
+    const auto m = static_cast<std::int64_t>((rows - 1) / 2);
+    g.window = win.value_or(RelativeWindow{m, m, false, false});
+    if (sides_from_rows) g.window.left = g.window.right = m;
   }
   check_decomposed(g, opt);
   check_gate(g, opt);

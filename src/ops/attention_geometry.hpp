@@ -37,8 +37,8 @@ struct Geometry {
   std::string axes;
   std::size_t b = 1, hq = 1, hk = 1, sq = 0, sk = 0, d = 0, dv = 0;
   bool has_b = false, has_h = false;
-  std::size_t rel_rows = 0;  // 2M+1 of the Shaw tables, 0 if none
-  std::int64_t max_distance = 0;
+  std::size_t rel_rows = 0;  // rows of the Shaw tables, 0 if none
+  RelativeWindow window;     // their window (symmetric M, M by default)
   std::size_t dec_cols = 0;  // key rows + key columns of the decomposed term, 0 if none
   DType compute = DType::f32;
   DType out = DType::f32;

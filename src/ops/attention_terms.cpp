@@ -86,18 +86,25 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
   }
   for (double f : gate_factors(g, opt)) P.t5_gate.push_back(static_cast<T>(f));
   if (g.rel_rows) {
-    P.R = g.rel_rows;
+    // Outside a zero_beyond window a pair takes one more row of zeros (index -1 of the
+    // window): the kernel gathers and scatters as for any row.
+    const bool zero_row = g.window.zero_beyond;
+    P.R = g.rel_rows + (zero_row ? 1 : 0);
     P.rel_index.resize(ndist);
     for (std::size_t di = 0; di < ndist; ++di) {
-      P.rel_index[di] = static_cast<std::int32_t>(
-          relative_index(0, dmin + static_cast<std::int64_t>(di), g.max_distance));
+      const std::int64_t row = g.window.index(0, dmin + static_cast<std::int64_t>(di));
+      P.rel_index[di] = static_cast<std::int32_t>(row < 0 ? g.rel_rows : row);
     }
     if (opt.relative_k) {
       P.rel_k = to_vector<T>(*opt.relative_k);
+      if (zero_row) P.rel_k.resize(P.R * g.d, T(0));
     } else {
       P.rel_k.assign(P.R * g.d, T(0));  // only values are relative: q.0 adds nothing
     }
-    if (opt.relative_v) P.rel_v = to_vector<T>(*opt.relative_v);
+    if (opt.relative_v) {
+      P.rel_v = to_vector<T>(*opt.relative_v);
+      if (zero_row) P.rel_v.resize(P.R * g.dv, T(0));
+    }
   }
   P.dec = Decomposed::from(g, opt);
   if (opt.sinks) P.sinks = to_vector<T>(*opt.sinks);

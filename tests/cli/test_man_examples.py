@@ -71,6 +71,8 @@ class ManExamples(test_readme.ExampleRunner):
         save("vcache.npy", normal(1, 8, 64, 128))
         save("rel.npy", normal(32, 32))  # T5 bias [buckets, heads]
         save("wpe.npy", normal(1024, 64))
+        # posenc-add(1): OPT's left-padded attention mask for emb.npy [2, 16, 64].
+        save("attn_mask.npy", np.array([[0] * 3 + [1] * 13, [1] * 16], dtype=np.int64))
         exp = normal(4, 8)
         save("expected.npy", exp)
         save("out.npy", exp * np.float32(1 + 1e-6))

@@ -152,6 +152,13 @@ ATTENTION_ROWS = {
                                               "{gb}", "{gc}"]),
     "--relative-k": ([], ["--relative-k", "{rk}"]),
     "--relative-v": ([], ["--relative-v", "{rv}"]),
+    "--relative-sign": (["--relative-k", "{rk}"], ["--relative-k", "{rk}", "--relative-sign", "q-k"]),
+    "--relative-beyond": (["--relative-k", "{rk}"],
+                          ["--relative-k", "{rk}", "--relative-beyond", "zero"]),
+    "--relative-left": (["--relative-k", "{rk}", "--relative-left", "2", "--relative-right", "2"],
+                        ["--relative-k", "{rk}", "--relative-left", "3", "--relative-right", "1"]),
+    "--relative-right": (["--relative-k", "{rk}", "--relative-left", "2", "--relative-right", "2"],
+                         ["--relative-k", "{rk}", "--relative-left", "1", "--relative-right", "3"]),
     # SAM's decomposed relative positions: q (6 queries) on a 2 x 3 grid, k (10 keys)
     # on a 2 x 5 grid; the tables are resized (7 and 9 rows to 3 and 9).
     "--decomposed-rel-pos": ([], ["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "2", "3",

@@ -154,14 +154,37 @@ def option_seeds():
         put("options", f"opt{i:02d}", bytes([which]) + text)
 
 
+def rope_ids_seeds():
+    # byte 0: family (0 qwen2-vl, 1 qwen2.5-vl, 2 qwen3-vl, 3 qwen2.5-omni, 4 glm4v); byte 1: merge
+    # size - 1 in its low 2 bits, tokens_per_second choice above; then the SPEC.
+    seeds = [
+        (0, 1, b"text:5,image:1x4x6,text:3,video:2x4x4,text:1"),
+        (1, 1, b"text:4,video:4x4x6@0.5,text:2,video:2x2x2@3.7,text:1"),
+        (1, 9, b"text:1,video:3x4x4@2.0,text:1"),
+        (2, 1, b"text:3,video:3x4x6/5,text:2"),
+        (3, 1, b"text:2,video:4x4x4@0.04,text:2,image:1x2x2,text:1,audio:7,text:1"),
+        (3, 1, b"image:1x4x4,text:1"),
+        (0, 1, b"image:2147483647x2147483646x2147483646"),
+        (0, 0, b"text:0,text:99999999999,image:1x-4x4,video:1x2x2@nan/"),
+        (1, 1, b"text:1,video:4x2x2@1000000,text:1"),
+        (2, 3, b"video:1x8x8/0,video:2x8x8/1"),
+        (4, 1, b"text:2,video:3x4x4/2,text:1,image:2x4x6,text:1"),
+        (3, 1, b"text:1,video:4x4x2@1.0+audio:50,video:2x2x2@2+audio:8,text:2,audio:3,text:1"),
+        (3, 1, b"video:1x60x60@2+audio:10"),
+    ]
+    for i, (family, knobs, spec) in enumerate(seeds):
+        put("rope_ids", f"layout{i:02d}", bytes([family, knobs]) + spec)
+
+
 def main():
-    for h in ("npy", "text", "hdf5", "ref", "options"):
+    for h in ("npy", "text", "hdf5", "ref", "options", "rope_ids"):
         shutil.rmtree(os.path.join(CORPUS, h), ignore_errors=True)
     npy_seeds()
     text_seeds()
     hdf5_seeds()
     ref_seeds()
     option_seeds()
+    rope_ids_seeds()
 
 
 if __name__ == "__main__":

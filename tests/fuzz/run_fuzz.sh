@@ -17,7 +17,7 @@ mkdir -p "$work"
 work=$(cd "$work" && pwd)
 # POSENC_FUZZ_HARNESSES="plot join" runs only those.
 # shellcheck disable=SC2206  # a list of words
-harnesses=(${POSENC_FUZZ_HARNESSES:-npy text hdf5 ref options plot join})
+harnesses=(${POSENC_FUZZ_HARNESSES:-npy text hdf5 ref options plot join rope_ids})
 
 run_one() {
   local h=$1 dir=$work/$1

@@ -151,6 +151,8 @@ TABLE_CASES = [
     (["relative", "--q-len", "4", "--k-len", "9", "--max-distance", "2", "--sign", "q-k",
       "--dtype", "i8"],
      lambda: posenc.table.relative(q_len=4, k_len=9, max_distance=2, sign="q-k", dtype="i8")),
+    (["relative", "--q-len", "12", "--left", "4", "--right", "2", "--beyond", "zero"],
+     lambda: posenc.table.relative(q_len=12, left=4, right=2, beyond="zero")),
     (["t5-bucket", "--q-len", "4", "--buckets", "16", "--max-distance", "20", "--causal"],
      lambda: posenc.table.t5_bucket(q_len=4, buckets=16, max_distance=20, causal=True)),
     (["xl-relative", "--q-len", "3", "--k-len", "5", "--dim", "8", "--form", "xlnet-bi",

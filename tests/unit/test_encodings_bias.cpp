@@ -56,6 +56,31 @@ TEST(Relative, ClipsAndShifts) {
   EXPECT_EQ(relative_index(3, 4, 2, true), 1);
 }
 
+TEST(Relative, WindowsAsData) {
+  // Wav2Vec2-BERT: k - q clamped to [-64, 8], + 64.
+  const RelativeWindow w2v{64, 8, false, false};
+  EXPECT_EQ(w2v.rows(), 73);
+  EXPECT_EQ(w2v.index(0, 0), 64);
+  EXPECT_EQ(w2v.index(0, 100), 72);
+  EXPECT_EQ(w2v.index(100, 0), 0);
+  EXPECT_EQ(w2v.index(10, 5), 59);
+  // SpeechT5 with max_length 3: q - k in [-3, 2], + 3.
+  const RelativeWindow t5{3, 2, true, false};
+  EXPECT_EQ(t5.index(9, 0), 5);
+  EXPECT_EQ(t5.index(0, 9), 0);
+  EXPECT_EQ(t5.index(4, 3), 4);
+  // VITS: no row beyond the window.
+  const RelativeWindow vits{4, 4, false, true};
+  EXPECT_EQ(vits.index(0, 4), 8);
+  EXPECT_EQ(vits.index(0, 5), -1);
+  EXPECT_EQ(vits.index(5, 0), -1);
+  EXPECT_EQ(vits.index(5, 1), 0);
+  // Shaw's symmetric index is the window with L = R = M.
+  for (std::int64_t d = -6; d <= 6; ++d) {
+    EXPECT_EQ(relative_index(6, 6 + d, 3), (RelativeWindow{3, 3, false, false}.index(6, 6 + d)));
+  }
+}
+
 TEST(T5, KnownBuckets) {
   // bidirectional 32/128: 16 per side, 0..7 exact, key after query in the upper half.
   EXPECT_EQ(t5_bucket(0, true, 32, 128), 0);

@@ -126,14 +126,25 @@ struct AlibiRequest {
 /// matrix [H, Q, K] of the variant (see AlibiTable).
 Table alibi_table(const AlibiRequest& r);
 
-/// `posenc table relative`: --q-len, --k-len, --max-distance, --sign.
+/// `posenc table relative`: --q-len, --k-len, --max-distance, --left, --right, --sign,
+/// --beyond, --embeddings.
 struct RelativeRequest {
   std::optional<std::int64_t> q_len;  ///< Q; unset: k_len (either gives the other)
   std::optional<std::int64_t> k_len;  ///< K; unset: q_len
-  std::int64_t max_distance = -1;            ///< M >= 0, required
-  bool q_minus_k = false;                    ///< i - j instead of j - i
+  /// M, 0 to 2^52: the window on both sides; needed unless left and right are given.
+  std::int64_t max_distance = -1;
+  std::optional<std::int64_t> left;   ///< L (0 to 2^52); default M
+  std::optional<std::int64_t> right;  ///< R (0 to 2^52); default M
+  bool q_minus_k = false;             ///< i - j instead of j - i
+  bool zero_beyond = false;           ///< outside the window: -1 (a zero row), not the edge
+  /// A learned table [L + R + 1, dim] (distance_embedding, pe_k, emb_rel_k): the table
+  /// is then its rows gathered, [Q, K, dim], zero where the index is -1.
+  std::optional<xt::xarray<double>> embeddings;
 };
-/// Shaw's clipped relative index clip(j - i, -M, M) + M, [Q, K].
+/// The window of a request (RelativeWindow, bias.hpp), checked (UsageError).
+RelativeWindow relative_window(const RelativeRequest& r);
+/// The relative index [Q, K] of the window (clip(j - i, -L, R) + L by default), or the
+/// embeddings gathered [Q, K, dim].
 Table relative_table(const RelativeRequest& r);
 
 /// `posenc table t5-bucket`: --q-len, --k-len, --buckets, --max-distance,

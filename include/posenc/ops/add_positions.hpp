@@ -7,6 +7,15 @@
 /// Transformer's `Embeddings` (lut(x) * sqrt(d_model)) followed by its
 /// `PositionalEncoding` (x + pe[:, :s]).
 ///
+/// Per-token positions: the row of token (b, s) may come from a positions array [b, s]
+/// instead of start + s, and an offset is added to every row index: BART's and OPT's
+/// learned tables (HF `BartLearnedPositionalEmbedding`: arange(past, past + s) + 2;
+/// `OPTLearnedPositionalEmbedding`: cumsum(attention_mask) * attention_mask - 1, + 2,
+/// see positions_from_mask), fairseq's `LearnedPositionalEmbedding` (padding_idx P:
+/// the mask form with offset P + 1). The encoding is combined with the embedding by
+/// addition or, as the multiplicative schemes of the source articles, by the
+/// elementwise product (x * scale) * PE.
+///
 /// Arithmetic is float64 (the sinusoid as `posenc table sinusoidal` computes it, the
 /// learned table's values as stored), rounded once to the output type. Each element
 /// depends only on its own input value and position, so results do not depend on the
@@ -17,12 +26,29 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <xtensor/xarray.hpp>
 
 #include "posenc/encodings/sinusoidal.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc {
+
+/// How the encoding meets the embedding.
+enum class Combine {
+  add,  ///< x * scale + PE (Vaswani, BERT, GPT-2, OPT, BART)
+  mul   ///< (x * scale) * PE, elementwise (the multiplicative combination)
+};
+/// add | mul (UsageError naming "combine").
+Combine parse_combine(const std::string& s);
+
+/// The positions of OPT's learned table before its offset (HF
+/// `OPTLearnedPositionalEmbedding.forward`): for an attention mask [b, n] of 0 and 1,
+/// cumsum(mask, 1) * mask - 1 per row, of which the last `s` columns (HF slices off the
+/// past_key_values_length = n - s first ones). Padding tokens get -1. Throws
+/// InputError naming "attention_mask" for a mask that is not [b, n] with n >= s or holds
+/// values other than 0 and 1.
+xt::xarray<std::int64_t> positions_from_mask(const xt::xarray<std::int64_t>& mask, std::size_t s);
 
 /// The encoding added and how.
 struct AbsoluteEncoding {
@@ -38,13 +64,21 @@ struct AbsoluteEncoding {
   double scale = 1.0;
   /// Use sqrt(d) (d the embedding's extent along axis d) as the scale instead.
   bool scale_sqrt_d = false;
+  /// Per-token positions [b, s] (b the input's batch, or 1 for all rows) or [s]; null =
+  /// start + s. Not with start != 0. The pointee must outlive the call.
+  const xt::xarray<std::int64_t>* positions = nullptr;
+  /// Added to every position to give the table row (HF's offset 2 of BART and OPT);
+  /// |offset| <= 2^52. Rows must lie in [0, max_len) of a learned table.
+  std::int64_t offset = 0;
+  Combine combine = Combine::add;  ///< x * scale + PE or (x * scale) * PE
 };
 
-/// x * scale + PE for an in-memory tensor of any float dtype; `axes` letters from b, s,
-/// d with s and d required ("" = by rank: bsd, sd). Returns `out` (a float dtype).
+/// x * scale + PE (or (x * scale) * PE) for an in-memory tensor of any float dtype; `axes` letters
+/// from b, s, d with s and d required ("" = by rank: bsd, sd). Returns `out` (a float dtype).
 /// Throws UsageError for bad axes or parameters, InputError for a non-float input, a
-/// learned table that is not [max_len, d] or too short for start + s positions, and
-/// non-finite values (unless `allow_nonfinite`).
+/// learned table that is not [max_len, d] or too short for the rows asked for, positions
+/// of the wrong shape or outside the table, and non-finite values (unless
+/// `allow_nonfinite`).
 Tensor add_positions(const Tensor& x, const std::string& axes, const AbsoluteEncoding& e, DType out,
                      bool allow_nonfinite = false);
 

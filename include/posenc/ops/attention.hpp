@@ -143,6 +143,11 @@ struct AttentionOptions {
   const Tensor* relative_k = nullptr;
   const Tensor* relative_v = nullptr;  ///< the value table (--relative-v), or nullptr
   std::int64_t max_distance = -1;  ///< M; -1 = from the table's rows
+  /// The Shaw tables' window as data (left, right, sign, beyond; bias.hpp): the tables
+  /// then hold window.rows() rows, and a pair outside a zero_beyond window adds nothing
+  /// (Wav2Vec2-BERT's relative_key, SpeechT5, VITS). Unset: {M, M, k-q, clamp}. Sides
+  /// both -1: M, M from the rows (or max_distance); other sides not with max_distance.
+  std::optional<RelativeWindow> relative_window;
   /// SAM / SAM-HQ / ViTDet / GOT-OCR2 decomposed relative positions (HF
   /// SamVisionAttention.add_decomposed_rel_pos): the queries are a grid_h x grid_w grid
   /// in row-major order, the keys a key_grid_h x key_grid_w grid, and score (i, j) gains

@@ -1,0 +1,264 @@
+// `posenc rope-ids`: the [3, s] M-RoPE position ids (rows t, h, w) of a multimodal prompt,
+// as HF transformers v5's get_rope_index computes them, from a layout SPEC or from HF's own
+// input_ids and grids ([3, b, s] for a batch). The options fill the library's PromptLayout
+// or RopeIdsTokens and RopeIdsRules (encodings/rope_ids.hpp).
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "posenc/encodings/rope_ids.hpp"
+#include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
+
+namespace posenc::cli {
+
+namespace {
+
+struct RopeIdsOptions {
+  std::string family;
+  std::string layout;
+  std::string input_ids;
+  std::string image_grid_thw;
+  std::string video_grid_thw;
+  std::string second_per_grid_ts;
+  std::string attention_mask;
+  long long image_token_id = -1;
+  long long video_token_id = -1;
+  long long audio_token_id = -1;
+  long long video_start_token_id = -1;
+  long long video_end_token_id = -1;
+  std::string hf_config;
+  long long spatial_merge_size = 0;
+  double tokens_per_second = 0;
+  double position_id_per_seconds = 0;
+  double seconds_per_chunk = 0;
+  OutputOptions out;
+};
+
+// The rules: the options given, else the config's keys, else HF's class defaults.
+RopeIdsRules rules_of(const RopeIdsOptions& o, CLI::App* sub, const RopeIdsConfig& cfg) {
+  RopeIdsRules r;
+  if (!o.family.empty()) {
+    r.family = parse_rope_ids_family(o.family, "--family");
+  } else if (!cfg.model_type.empty()) {
+    try {
+      r.family = parse_rope_ids_family(cfg.model_type, "model_type");
+    } catch (const UsageError&) {
+      throw InputError(
+          fmt::format("{}: model_type '{}' is not a family rope-ids knows; give "
+                      "--family",
+                      o.hf_config, cfg.model_type));
+    }
+  } else {
+    throw UsageError("--family: required (or give --hf-config with a model_type)");
+  }
+  if (sub->count("--spatial-merge-size") > 0) {
+    if (o.spatial_merge_size < 1 || o.spatial_merge_size > kMaxLayoutTokens) {
+      throw UsageError(fmt::format("--spatial-merge-size: must be 1 to {}, got {}",
+                                   kMaxLayoutTokens, o.spatial_merge_size));
+    }
+    r.spatial_merge_size = o.spatial_merge_size;
+  } else if (cfg.spatial_merge_size > 0) {
+    r.spatial_merge_size = cfg.spatial_merge_size;
+  }
+  const bool tps_given = sub->count("--tokens-per-second") > 0;
+  const bool pips_given = sub->count("--position-id-per-seconds") > 0;
+  if (tps_given && r.family != RopeIdsFamily::qwen2_5_vl) {
+    throw UsageError("--tokens-per-second: only qwen2.5-vl scales video time by it");
+  }
+  if (pips_given && r.family != RopeIdsFamily::qwen2_5_omni) {
+    throw UsageError("--position-id-per-seconds: only qwen2.5-omni reads it");
+  }
+  if (tps_given) {
+    if (!(o.tokens_per_second > 0) || o.tokens_per_second >= 9007199254740992.0) {
+      throw UsageError("--tokens-per-second: must be above 0 and below 2^53");
+    }
+    r.tokens_per_second = o.tokens_per_second;
+  } else if (cfg.tokens_per_second > 0) {
+    r.tokens_per_second = cfg.tokens_per_second;
+  } else if (!o.hf_config.empty()) {
+    r.tokens_per_second = 4;  // Qwen2_5_VLVisionConfig's default, for a config without the key
+  }
+  if (pips_given) {
+    if (!(o.position_id_per_seconds > 0) || o.position_id_per_seconds >= 9007199254740992.0) {
+      throw UsageError("--position-id-per-seconds: must be above 0 and below 2^53");
+    }
+    r.position_id_per_seconds = o.position_id_per_seconds;
+  } else if (cfg.position_id_per_seconds > 0) {
+    r.position_id_per_seconds = cfg.position_id_per_seconds;
+  }
+  if (sub->count("--seconds-per-chunk") > 0) {
+    if (r.family != RopeIdsFamily::qwen2_5_omni) {
+      throw UsageError("--seconds-per-chunk: only qwen2.5-omni reads it");
+    }
+    if (!(o.seconds_per_chunk > 0) || o.seconds_per_chunk >= 9007199254740992.0) {
+      throw UsageError("--seconds-per-chunk: must be above 0 and below 2^53");
+    }
+    r.seconds_per_chunk = o.seconds_per_chunk;
+  } else if (cfg.seconds_per_chunk > 0) {
+    r.seconds_per_chunk = cfg.seconds_per_chunk;
+  }
+  return r;
+}
+
+// A media token id: the option when given, else the config's.
+std::int64_t token_id(CLI::App* sub, const char* name, long long given, std::int64_t config) {
+  if (sub->count(name) == 0) return config;
+  if (given < 0) throw UsageError(fmt::format("{}: must not be negative, got {}", name, given));
+  return given;
+}
+
+// HF's interface: input_ids and the grid tensors, read whole.
+RopeIdsBatch from_tokens(const RopeIdsOptions& o, CLI::App* sub, const RopeIdsConfig& cfg,
+                         const RopeIdsRules& rules) {
+  RopeIdsTokens in;
+  in.input_ids = read_tensor(o.input_ids);
+  Tensor images, videos, seconds, mask;
+  if (!o.attention_mask.empty()) {
+    mask = read_tensor(o.attention_mask);
+    in.attention_mask = &mask;
+  }
+  if (!o.image_grid_thw.empty()) {
+    images = read_tensor(o.image_grid_thw);
+    in.image_grid_thw = &images;
+  }
+  if (!o.video_grid_thw.empty()) {
+    videos = read_tensor(o.video_grid_thw);
+    in.video_grid_thw = &videos;
+  }
+  if (!o.second_per_grid_ts.empty()) {
+    if (o.video_grid_thw.empty()) {
+      throw UsageError("--second-per-grid-ts: needs --video-grid-thw");
+    }
+    seconds = read_tensor(o.second_per_grid_ts);
+    in.second_per_grid_ts = &seconds;
+  }
+  in.tokens.image = token_id(sub, "--image-token-id", o.image_token_id, cfg.tokens.image);
+  in.tokens.video = token_id(sub, "--video-token-id", o.video_token_id, cfg.tokens.video);
+  in.tokens.audio = token_id(sub, "--audio-token-id", o.audio_token_id, cfg.tokens.audio);
+  in.tokens.video_start =
+      token_id(sub, "--video-start-token-id", o.video_start_token_id, cfg.tokens.video_start);
+  in.tokens.video_end =
+      token_id(sub, "--video-end-token-id", o.video_end_token_id, cfg.tokens.video_end);
+  if (rules.family == RopeIdsFamily::glm4v &&
+      (in.tokens.video_start < 0 || in.tokens.video_end < 0) && in.video_grid_thw != nullptr) {
+    throw UsageError(
+        "--video-start-token-id: glm4v videos need the video start and end token ids (or "
+        "--hf-config)");
+  }
+  return rope_ids_from_tokens(in, rules);
+}
+
+void run_rope_ids(const RopeIdsOptions& o, CLI::App* sub) {
+  const bool by_layout = sub->count("--layout") > 0;
+  if (by_layout == (sub->count("--input-ids") > 0)) {
+    throw UsageError(
+        "--layout: give the prompt as --layout SPEC or as --input-ids REF, one of "
+        "the two");
+  }
+  if (by_layout) {
+    for (const char* flag :
+         {"--image-grid-thw", "--video-grid-thw", "--second-per-grid-ts", "--attention-mask",
+          "--image-token-id", "--video-token-id", "--audio-token-id", "--video-start-token-id",
+          "--video-end-token-id"}) {
+      if (sub->count(flag) > 0) {
+        throw UsageError(fmt::format("{}: goes with --input-ids, not --layout", flag));
+      }
+    }
+  }
+  const PromptLayout layout =
+      by_layout ? parse_prompt_layout(o.layout, "--layout") : PromptLayout{};
+  const TensorRef ref = parse_ref(o.out.outputs.at(0), o.out.to, "/position_ids");
+  RopeIdsConfig cfg;
+  if (!o.hf_config.empty()) cfg = read_rope_ids_config(o.hf_config);
+  const RopeIdsRules rules = rules_of(o, sub, cfg);
+  RopeIdsBatch ids;
+  if (!by_layout) {
+    ids = from_tokens(o, sub, cfg, rules);
+  } else {
+    RopeIds one = rope_ids(layout, rules);
+    ids.ids = std::move(one.ids);
+    ids.deltas.push_back(one.delta);
+  }
+  Attrs attrs = {
+      {"family", std::string(rope_ids_family_name(rules.family))},
+      {"spatial_merge_size", static_cast<long long>(rules.spatial_merge_size)},
+      {"hf_rules", std::string("transformers v5 get_rope_index (get_mrope_index)")},
+  };
+  if (by_layout) attrs.push_back({"layout", prompt_layout_text(layout)});
+  if (ids.ids.ndim() == 2) {
+    attrs.push_back({"mrope_position_delta", static_cast<long long>(ids.deltas[0])});
+  } else {
+    attrs.push_back(
+        {"mrope_position_deltas", std::vector<double>(ids.deltas.begin(), ids.deltas.end())});
+  }
+  if (rules.family == RopeIdsFamily::qwen2_5_vl && rules.tokens_per_second > 0) {
+    attrs.push_back({"tokens_per_second", rules.tokens_per_second});
+  }
+  if (rules.family == RopeIdsFamily::qwen2_5_omni) {
+    attrs.push_back({"position_id_per_seconds", rules.position_id_per_seconds});
+    attrs.push_back({"seconds_per_chunk", rules.seconds_per_chunk});
+  }
+  verbose(fmt::format("{}: position ids {} i64, mrope_position_delta {}", ref.text,
+                      shape_str(ids.ids.shape()), fmt::join(ids.deltas, ",")));
+  verbose_attrs(attrs);
+  write_tensor(ref, ids.ids, attrs, o.out.write_options());
+}
+
+}  // namespace
+
+void register_rope_ids(CLI::App& app) {
+  auto opt = std::make_shared<RopeIdsOptions>();
+  auto* sub = app.add_subcommand(
+      "rope-ids",
+      "multimodal RoPE position ids [3, s] (rows t, h, w) of a prompt layout, as HF transformers "
+      "v5's get_rope_index computes them, for posenc rope --mrope-section ... --position-ids. "
+      "The layout is a comma list of text:N, image:TxHxW, video:TxHxW[@SECONDS][/GAP] and "
+      "audio:N (grids in patches, before the spatial merge); see posenc help rope-ids");
+  sub->add_option("--family", opt->family,
+                  "qwen2-vl | qwen2.5-vl | qwen3-vl | qwen2.5-omni | glm4v (default: the "
+                  "--hf-config model_type)");
+  sub->add_option("--layout", opt->layout,
+                  "the prompt: e.g. text:5,image:1x4x6,text:3,video:2x4x4@2.0,text:1 (or "
+                  "--input-ids)");
+  sub->add_option("--input-ids", opt->input_ids,
+                  "the prompt as HF takes it: token ids [s] or [b, s] (ids [3, b, s]), with "
+                  "--image-grid-thw, --video-grid-thw and the media token ids (--hf-config)");
+  sub->add_option("--image-grid-thw", opt->image_grid_thw, "[images, 3] grids (--input-ids)");
+  sub->add_option("--video-grid-thw", opt->video_grid_thw, "[videos, 3] grids (--input-ids)");
+  sub->add_option("--second-per-grid-ts", opt->second_per_grid_ts,
+                  "[videos] seconds per temporal grid (--input-ids; qwen2.5-vl, qwen2.5-omni)");
+  sub->add_option("--attention-mask", opt->attention_mask,
+                  "1 for tokens, 0 for padding, the shape of --input-ids (HF's attention_mask)");
+  sub->add_option("--image-token-id", opt->image_token_id, "image_token_id (--input-ids)");
+  sub->add_option("--video-token-id", opt->video_token_id, "video_token_id (--input-ids)");
+  sub->add_option("--audio-token-id", opt->audio_token_id,
+                  "audio_token_id (--input-ids; qwen2.5-omni)");
+  sub->add_option("--video-start-token-id", opt->video_start_token_id,
+                  "video_start_token_id (--input-ids; glm4v)");
+  sub->add_option("--video-end-token-id", opt->video_end_token_id,
+                  "video_end_token_id (--input-ids; glm4v)");
+  sub->add_option("--hf-config", opt->hf_config,
+                  "HF config.json: model_type, vision_config.spatial_merge_size and "
+                  "tokens_per_second, position_id_per_seconds (options given win)");
+  sub->add_option("--spatial-merge-size", opt->spatial_merge_size,
+                  "patches merged per side into one token (default 2)");
+  sub->add_option("--tokens-per-second", opt->tokens_per_second,
+                  "qwen2.5-vl: video time ids per second (vision_config.tokens_per_second; the "
+                  "released checkpoints say 2, HF's class default is 4)");
+  sub->add_option("--position-id-per-seconds", opt->position_id_per_seconds,
+                  "qwen2.5-omni: time ids per second of media (default 25)");
+  sub->add_option("--seconds-per-chunk", opt->seconds_per_chunk,
+                  "qwen2.5-omni: seconds per chunk of a video+audio span (default 2)");
+  add_output_options(sub, opt->out, /*multiple=*/false, /*required=*/true,
+                     "output reference for the [3, s] int64 ids (x.npy, x.h5:/d (default "
+                     "/position_ids), x.csv, x.json, - for stdout)");
+  sub->callback([opt, sub] { run_rope_ids(*opt, sub); });
+}
+
+}  // namespace posenc::cli

@@ -1,0 +1,221 @@
+// LayoutLMv2/v3 relative-position buckets over positions and bounding boxes, and the
+// biases a learned weight gives them (encodings/layout_bucket.hpp).
+
+#include "posenc/encodings/layout_bucket.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "posenc/encodings/bias.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+
+LayoutAxis parse_layout_axis(const std::string& s) {
+  if (s == "1d") return LayoutAxis::positions;
+  if (s == "x") return LayoutAxis::x;
+  if (s == "y") return LayoutAxis::y;
+  if (s == "xy") return LayoutAxis::xy;
+  throw UsageError(fmt::format("axis {}: expected 1d, x, y or xy", s));
+}
+
+namespace {
+
+const char* axis_name(LayoutAxis a) {
+  switch (a) {
+    case LayoutAxis::positions:
+      return "1d";
+    case LayoutAxis::x:
+      return "x";
+    case LayoutAxis::y:
+      return "y";
+    case LayoutAxis::xy:
+      break;
+  }
+  return "xy";
+}
+
+std::string shape_text(const std::vector<std::size_t>& shape) {
+  std::string out;
+  for (std::size_t d : shape) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return "(" + out + ")";
+}
+
+// The coordinates per row, [b][s]: positions, or one column of the boxes.
+std::vector<std::vector<std::int64_t>> coordinates(const LayoutBucketRequest& r, int column) {
+  std::vector<std::vector<std::int64_t>> c;
+  const char* what = column < 0 ? "position_ids" : "bbox";
+  const auto check = [what](std::int64_t v, std::size_t b, std::size_t s) {
+    if (v < -kMaxLayoutCoordinate || v > kMaxLayoutCoordinate) {
+      throw InputError(
+          fmt::format("{}: entry of row {}, token {} is {}; coordinates must be "
+                      "within +-2^40",
+                      what, b, s, v));
+    }
+    return v;
+  };
+  if (column < 0 && !r.position_ids) {
+    const std::int64_t s = *r.seq_len;
+    c.emplace_back();
+    for (std::int64_t i = 0; i < s; ++i) c[0].push_back(i);
+    return c;
+  }
+  const xt::xarray<std::int64_t>& a = column < 0 ? *r.position_ids : *r.bbox;
+  const bool ok = column < 0 ? a.dimension() == 2 : a.dimension() == 3 && a.shape(2) == 4;
+  if (!ok) {
+    throw InputError(fmt::format("{}: expected {}, got shape {}", what,
+                                 column < 0 ? "positions [b, s]" : "boxes [b, s, 4]",
+                                 shape_text({a.shape().begin(), a.shape().end()})));
+  }
+  if (a.shape(1) > static_cast<std::size_t>(kMaxLayoutBucketTokens)) {
+    throw InputError(
+        fmt::format("{}: {} tokens per row; at most {}", what, a.shape(1), kMaxLayoutBucketTokens));
+  }
+  c.resize(a.shape(0));
+  for (std::size_t b = 0; b < a.shape(0); ++b) {
+    for (std::size_t s = 0; s < a.shape(1); ++s) {
+      c[b].push_back(check(column < 0 ? a(b, s) : a(b, s, static_cast<std::size_t>(column)), b, s));
+    }
+  }
+  return c;
+}
+
+// A learned weight [heads, buckets], checked.
+std::shared_ptr<const xt::xarray<double>> weight(const xt::xarray<double>& w, int buckets,
+                                                 const char* name) {
+  if (w.dimension() != 2 || w.shape(1) != static_cast<std::size_t>(buckets) || w.shape(0) == 0) {
+    throw InputError(
+        fmt::format("{}: expected a weight (heads, {}) (nn.Linear(buckets, heads)), "
+                    "got shape {}",
+                    name, buckets, shape_text({w.shape().begin(), w.shape().end()})));
+  }
+  for (std::size_t k = 0; k < w.size(); ++k) {
+    if (!std::isfinite(w.data()[k])) {
+      throw InputError(
+          fmt::format("{}: entry ({}, {}) is not finite", name, k / w.shape(1), k % w.shape(1)));
+    }
+  }
+  return std::make_shared<const xt::xarray<double>>(w);
+}
+
+// The bucket of every offset d, as a table over [-md, md]: beyond max_distance every
+// offset shares the last bucket of its side (HF's min(val_if_large, num_buckets - 1)),
+// so clamping d to +-md first gives the same bucket.
+class BucketLookup {
+ public:
+  BucketLookup(int buckets, int max_distance) : md_(max_distance) {
+    lut_.resize(2 * static_cast<std::size_t>(md_) + 1);
+    for (std::int64_t d = -md_; d <= md_; ++d) {
+      lut_[static_cast<std::size_t>(d + md_)] =
+          static_cast<std::int32_t>(t5_bucket(d, true, buckets, max_distance));
+    }
+  }
+  std::int32_t operator()(std::int64_t d) const {
+    return lut_[static_cast<std::size_t>(std::clamp<std::int64_t>(d, -md_, md_) + md_)];
+  }
+
+ private:
+  std::int64_t md_;
+  std::vector<std::int32_t> lut_;
+};
+
+}  // namespace
+
+Table layout_bucket_table(const LayoutBucketRequest& r) {
+  const bool boxes = r.axis != LayoutAxis::positions;
+  // Which inputs go with the axis.
+  if (boxes) {
+    if (!r.bbox) throw UsageError(fmt::format("bbox: needed for axis {}", axis_name(r.axis)));
+    if (r.position_ids || r.seq_len) {
+      throw UsageError(fmt::format("{}: is for axis 1d (boxes give axis {})",
+                                   r.position_ids ? "position_ids" : "seq_len", axis_name(r.axis)));
+    }
+  } else {
+    if (r.bbox) throw UsageError("bbox: needs axis x, y or xy");
+    if (r.position_ids.has_value() == r.seq_len.has_value()) {
+      throw UsageError("seq_len/position_ids: give one of them for axis 1d");
+    }
+    if (r.seq_len && (*r.seq_len < 1 || *r.seq_len > kMaxLayoutBucketTokens)) {
+      throw UsageError(
+          fmt::format("seq_len: must be from 1 to {}, got {}", kMaxLayoutBucketTokens, *r.seq_len));
+    }
+  }
+  if (r.axis == LayoutAxis::xy && (!r.bias_table || !r.bias_table_y)) {
+    throw UsageError(
+        "axis xy: needs both weights, bias_table (x) and bias_table_y (the buckets are per axis: "
+        "x or y)");
+  }
+  if (r.bias_table_y && r.axis != LayoutAxis::xy) {
+    throw UsageError("bias_table_y: is for axis xy only");
+  }
+  const int nb = r.buckets.value_or(boxes ? 64 : 32);
+  const std::int64_t md = r.max_distance.value_or(boxes ? 256 : 128);
+  if (nb < 4 || nb > (1 << 20)) {
+    throw UsageError(fmt::format("buckets: must be from 4 to 2^20, got {}", nb));
+  }
+  if (md < 1 || md > (1 << 24)) {
+    throw UsageError(fmt::format("max_distance: must be from 1 to 2^24, got {}", md));
+  }
+  t5_bucket(0, true, nb, static_cast<int>(md));  // the pair checked (UsageError)
+
+  // Coordinates: one set, or x and y for xy.
+  using Coords = std::vector<std::vector<std::int64_t>>;
+  const int col = r.axis == LayoutAxis::y ? 3 : r.axis == LayoutAxis::positions ? -1 : 0;
+  auto c1 = std::make_shared<const Coords>(coordinates(r, col));
+  auto c2 = r.axis == LayoutAxis::xy ? std::make_shared<const Coords>(coordinates(r, 3)) : nullptr;
+  const std::size_t B = c1->size();
+  const std::size_t S = B == 0 ? 0 : (*c1)[0].size();
+
+  Table t;
+  t.attrs = {{"kind", std::string("layoutlm-bucket")},
+             {"axis", std::string(axis_name(r.axis))},
+             {"num_buckets", static_cast<long long>(nb)},
+             {"max_distance", static_cast<long long>(md)},
+             {"bidirectional", 1LL}};
+  t.dataset = "/layoutlm_bucket";
+  auto bucket = std::make_shared<const BucketLookup>(nb, static_cast<int>(md));
+  if (!r.bias_table) {
+    t.integral = true;
+    t.max_value = nb - 1;
+    t.spec.shape = {B, S, S};
+    // rel_pos_mat = c.unsqueeze(-2) - c.unsqueeze(-1): entry (i, j) is c_j - c_i.
+    t.spec.line = [c1, S, bucket](std::size_t line, double* out) {
+      const std::vector<std::int64_t>& c = (*c1)[line / S];
+      const std::int64_t ci = c[line % S];
+      for (std::size_t j = 0; j < S; ++j) out[j] = static_cast<double>((*bucket)(c[j] - ci));
+    };
+    return t;
+  }
+  auto w1 = weight(*r.bias_table, nb, "bias_table");
+  auto w2 = c2 ? weight(*r.bias_table_y, nb, "bias_table_y") : nullptr;
+  const std::size_t heads = w1->shape(0);
+  if (w2 && w2->shape(0) != heads) {
+    throw InputError(
+        fmt::format("bias_table_y: {} heads, but bias_table has {}", w2->shape(0), heads));
+  }
+  t.attrs.push_back({"heads", static_cast<long long>(heads)});
+  t.dataset += "_bias";
+  t.spec.shape = {B, heads, S, S};
+  // W.t()[bucket].permute(0, 3, 1, 2): line (b, h, i), entry j is W[h, bucket(i, j)];
+  // for xy the x bias plus the y bias.
+  t.spec.line = [c1, c2, w1, w2, S, heads, nb, bucket](std::size_t line, double* out) {
+    const std::size_t i = line % S, h = (line / S) % heads, b = line / S / heads;
+    const BucketLookup& bk = *bucket;
+    const double* wx = w1->data() + h * static_cast<std::size_t>(nb);
+    const std::vector<std::int64_t>& c = (*c1)[b];
+    for (std::size_t j = 0; j < S; ++j) out[j] = wx[bk(c[j] - c[i])];
+    if (c2) {
+      const double* wy = w2->data() + h * static_cast<std::size_t>(nb);
+      const std::vector<std::int64_t>& y = (*c2)[b];
+      for (std::size_t j = 0; j < S; ++j) out[j] += wy[bk(y[j] - y[i])];
+    }
+  };
+  return t;
+}
+
+}  // namespace posenc
