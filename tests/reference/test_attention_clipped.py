@@ -93,6 +93,15 @@ class ClippedBias(PosencTestCase):
         self.check(1, 3, 12, 8, 12, True)
         self.check(2, 2, 5, 4, 9, True)
 
+    def test_streamed_bits(self):
+        # 1,600 keys: two key blocks of 1,024, each its own chunk at 800K.
+        r = self.rng
+        q = self.npy("sq.npy", r.standard_normal((1, 2, 64, 8)))
+        k = self.npy("sk.npy", r.standard_normal((1, 2, 1600, 8)))
+        v = self.npy("sv.npy", r.standard_normal((1, 2, 1600, 5)))
+        t = self.npy("st.npy", r.standard_normal((20, 2)))
+        self.assert_streamed_bits("-q", q, "-k", k, "-v", v, "--clipped-bias", t)
+
     def test_bad_inputs(self):
         r = self.rng
         q, k, v = (self.npy(n + ".npy", r.standard_normal((1, 2, 10, 4))) for n in "qkv")

@@ -144,6 +144,15 @@ class GatedBias(PosencTestCase):
     def test_small_buckets(self):
         self.check(1, 50, 3, 4, 16, 20)
 
+    def test_streamed_bits(self):
+        # 1,600 keys: two key blocks of 1,024, each its own chunk at 800K.
+        r = self.rng
+        arrays = {"q": (1, 2, 64, 8), "k": (1, 2, 1600, 8), "v": (1, 2, 1600, 5),
+                  "t5": (32, 2), "x": (1, 64, 6), "w": (8, 3), "b": (8,), "c": (2,)}
+        p = {n: self.npy(n + ".npy", r.standard_normal(s)) for n, s in arrays.items()}
+        self.assert_streamed_bits("-q", p["q"], "-k", p["k"], "-v", p["v"], "--t5-bias", p["t5"],
+                                  "--wavlm-gate", p["x"], p["w"], p["b"], p["c"])
+
     def test_bad_inputs(self):
         p, _ = self.layer(1, 10, 2, 4, 16, 20)
         r = self.rng
