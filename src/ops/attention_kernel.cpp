@@ -308,11 +308,19 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
       T* s = S + (r - r0) * n;
       const std::int64_t i = static_cast<std::int64_t>(q0 + r);
       const std::int64_t qpos = i + P.off;
+      if (P.dec.on()) {
+        // SAM's terms first, on the scaled scores as HF adds them: (s + rel_h) + rel_w.
+        const T* dr = w.dec.data() + r * P.dec.cols();
+        for (std::size_t jj = 0; jj < n; ++jj) {
+          const std::size_t jk = j0 + jj;
+          s[jj] = s[jj] + dr[jk / P.dec.kw] + dr[P.dec.kh + jk % P.dec.kw];
+        }
+      }
       if (per_element) {
         const T* qr = P.R ? w.qr.data() + r * P.R : nullptr;
-        const T* dr = P.dec.on() ? w.dec.data() + r * P.dec.cols() : nullptr;
-        const T* gate5 =
-            P.t5_gate.empty() ? nullptr : &P.t5_gate[(bi * g.hq + hi_q) * g.sq + q0 + r];
+        // WavLM's gate on the T5 row (1 without one: 1 * t is t, bit for bit).
+        const T gate5 =
+            P.t5_gate.empty() ? T(1) : P.t5_gate[(bi * g.hq + hi_q) * g.sq + q0 + r];
         const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
         const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
         std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
@@ -321,15 +329,11 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
           const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
           T x = s[jj];
           if (qr) x += qr[P.rel_index[j + dshift]];
-          if (dr) {
-            const auto jk = static_cast<std::size_t>(j);
-            x = x + dr[jk / P.dec.kw] + dr[P.dec.kh + jk % P.dec.kw];  // (s + rel_h) + rel_w
-          }
           if (P.rules.scales_queries()) x *= temp;
           if (br) x += br[j];
           if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
           if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
-          if (t5row) x += gate5 ? *gate5 * t5row[j + dshift] : t5row[j + dshift];
+          if (t5row) x += gate5 * t5row[j + dshift];
           if (P.check_overflow && !(std::abs(x) <= std::numeric_limits<T>::max())) {
             overflow<T>(bi, hi_q, q0);
           }
