@@ -104,7 +104,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         rope2d_ids: 2-D coordinates from position_ids [2, s].
     mrope_section: M-RoPE (t, h, w) pair counts (or "16,24,24"); mrope_interleaved.
     layout: the RoPE variant as data, as --layout: "axial", "even-odd" (Pixtral),
-        "sections:T,H,W", "interleaved:T,H,W", "chunks[:N]" (V-JEPA2); inv_freq: any
+        "sections:T,H,W", "interleaved:T,H,W", "chunks[:N]" (V-JEPA2), "ernie-vl:H,W,T"
+        (ERNIE-4.5-VL, with style "gptj"), "xdrope:S1,...,Sn" (HunYuan-VL); inv_freq: any
         assignment [n, R/2] (angle j = sum of coordinate a * inv_freq[a, j]);
         freq_scale: multiplies the frequencies (a number or "2pi", DINOv3); style
         "tiled": V-JEPA2's pairing. A layout of n axes takes position_ids [n, s] or

@@ -288,7 +288,10 @@ void register_rope(CLI::App& app) {
                   "the frequency assignment over coordinate axes: plain (default), axial (2-D, "
                   "the --rope2d frequencies), even-odd (Pixtral: height the even-indexed, width "
                   "the odd-indexed frequencies), sections:T,H,W or interleaved:T,H,W (M-RoPE), "
-                  "chunks[:N] (V-JEPA2: N chunks of 2*((D/N)/2) dims, default 3, tiled pairing)")
+                  "chunks[:N] (V-JEPA2: N chunks of 2*((D/N)/2) dims, default 3, tiled pairing), "
+                  "ernie-vl:H,W,T (ERNIE-4.5-VL, with --style gptj: pairs below H+W alternate "
+                  "h and w, the rest t; ids t,h,w), xdrope:S1,...,Sn (HunYuan-VL: chunks of "
+                  "2*Si dims in the neox order on axis i, each dim its own angle)")
       ->type_name("NAME[:ARGS]")
       ->group(g);
   sub->add_option("--inv-freq", opts->inv_freq,

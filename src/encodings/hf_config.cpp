@@ -42,6 +42,16 @@ const char* const kChunked = "chunked_attention";
 
 // The defaults of HF's config classes, for the keys posenc reads, where they differ
 // from the generic ones (configuration_<model>.py).
+// ERNIE-4.5-VL: the composite model's type, or its text config's.
+bool ernie_vl(const std::string& model_type) {
+  return model_type == "ernie4_5_vl_moe" || model_type == "ernie4_5_vl_moe_text";
+}
+
+// HunYuan-VL (HunyuanOCR): the composite model's type, or its text config's.
+bool hunyuan_vl(const std::string& model_type) {
+  return model_type == "hunyuan_vl" || model_type == "hunyuan_vl_text";
+}
+
 json class_defaults(const std::string& model_type) {
   if (model_type == "gemma2") {
     return {{"rope_theta", 10000.0},        {"head_dim", 256},
@@ -87,6 +97,15 @@ json class_defaults(const std::string& model_type) {
   if (model_type == "deepseek_v3" || model_type == "kimi_k2") return {{"rope_interleave", true}};
   if (model_type == "phimoe") return {{"rope_theta", 1000000.0}};  // PhimoeConfig.default_theta
   if (model_type == "ernie4_5" || model_type == "ernie4_5_moe") return {{"rope_theta", 500000.0}};
+  if (hunyuan_vl(model_type)) {  // HunYuanVLTextConfig
+    return {{"hidden_size", 4096}, {"num_attention_heads", 32}, {"max_position_embeddings", 2048}};
+  }
+  if (ernie_vl(model_type)) {  // Ernie4_5_VL_MoeTextConfig (default_theta 500000)
+    return {{"rope_theta", 500000.0},
+            {"hidden_size", 2560},
+            {"num_attention_heads", 20},
+            {"max_position_embeddings", 131072}};
+  }
   if (model_type == "moonshine") {
     return {{"partial_rotary_factor", 0.9},
             {"max_position_embeddings", 512},
@@ -110,6 +129,8 @@ json class_defaults(const std::string& model_type) {
 // The config key holding an attribute, where the config class's attribute_map names
 // another (MoonshineConfig: the encoder's head and layer counts).
 const char* attribute_alias(const std::string& model_type, const std::string& key) {
+  // HunYuanVLTextConfig: legacy Tencent checkpoints' attention_head_dim.
+  if (hunyuan_vl(model_type) && key == std::string("head_dim")) return "attention_head_dim";
   if (model_type == "moonshine") {
     if (key == "num_attention_heads") return "encoder_num_attention_heads";
     if (key == "num_key_value_heads") return "encoder_num_key_value_heads";
@@ -125,6 +146,8 @@ bool gptj_pairs(const std::string& model_type) {
   static const std::set<std::string> kGptj = {"llama4_text",  "deepseek_v2", "cohere", "cohere2",
                                               "glm",          "glm4",        "helium", "ernie4_5",
                                               "ernie4_5_moe", "moonshine"};
+  // ERNIE-4.5-VL's rotate_half_text pairs (2i, 2i+1) as well.
+  if (ernie_vl(model_type)) return true;
   return kGptj.count(model_type) > 0;
 }
 
@@ -667,6 +690,64 @@ void apply_mrope(const Config& c, const json& rp, RopeParams& p) {
   }
 }
 
+// Ernie4_5_VL_MoeTextRotaryEmbedding: default RoPE only, and mrope_section (h, w, t;
+// [22, 22, 20] when absent) drives its ernie-vl layout (rope_layout_ernie_vl), checked
+// as its compute_default_rope_parameters and recomposition_to_3d need: h == w, the
+// three summing to the rotary pairs. Sections the command line gives replace the
+// layout (keep "mrope_section": posenc's M-RoPE sections); so does a layout it gives.
+void apply_ernie_vl(const Config& c, const json& rp, const std::string& type, RopeParams& p,
+                    const std::vector<std::string>& keep) {
+  if (type != "default" && !kept(keep, "scaling")) {
+    throw InputError(fmt::format("{}: ERNIE-4.5-VL requires the default rope type (got '{}')",
+                                 c.path(), type));
+  }
+  if (kept(keep, "mrope_section") || kept(keep, "layout")) return;
+  RopeParams sec;
+  apply_mrope(c, rp, sec);
+  if (sec.mrope_section.empty()) sec.mrope_section = {22, 22, 20};
+  const std::vector<int>& v = sec.mrope_section;
+  if (v[0] != v[1]) {
+    throw InputError(fmt::format("{}: 'mrope_section' [{}, {}, {}]: ERNIE-4.5-VL pairs its h "
+                                 "and w sections, which must be equal",
+                                 c.path(), v[0], v[1], v[2]));
+  }
+  p.layout = RopeLayoutSpec{};
+  p.layout.preset = RopeLayoutPreset::ernie_vl;
+  p.layout.sections = v;
+}
+
+// HunYuanVLTextConfig: mrope_section, or the legacy xdrope_section (the same if both),
+// half-head sizes of integral value, one per position-id row: the xdrope layout
+// (rope_layout_xdrope). Absent, the model rotates as plain RoPE.
+void apply_hunyuan_vl(const Config& c, const json& rp, RopeParams& p,
+                      const std::vector<std::string>& keep) {
+  if (kept(keep, "mrope_section") || kept(keep, "layout")) return;
+  auto read = [&](const char* key, std::vector<int>& out) {
+    auto it = rp.find(key);
+    if (it == rp.end() || it->is_null()) return false;
+    const std::string want = fmt::format("a list of 2 to {} integral counts", kMaxRopeAxes);
+    if (!it->is_array() || it->size() < 2 || it->size() > kMaxRopeAxes) throw c.bad(key, want.c_str());
+    for (const auto& x : *it) {
+      if (!x.is_number()) throw c.bad(key, want.c_str());
+      const double v = x.get<double>();
+      if (!(v >= 0 && v <= (1 << 20)) || v != std::floor(v)) throw c.bad(key, want.c_str());
+      out.push_back(static_cast<int>(v));
+    }
+    return true;
+  };
+  std::vector<int> sec, legacy;
+  const bool has = read("mrope_section", sec);
+  const bool has_legacy = read("xdrope_section", legacy);
+  if (has && has_legacy && sec != legacy) {
+    throw InputError(fmt::format("{}: 'mrope_section' and the legacy 'xdrope_section' differ",
+                                 c.path()));
+  }
+  if (!has && !has_legacy) return;
+  p.layout = RopeLayoutSpec{};
+  p.layout.preset = RopeLayoutPreset::xdrope;
+  p.layout.sections = has ? sec : legacy;
+}
+
 // The scaling parameters, each checked where the variant in `p.scaling` uses it (HF's
 // rope_config_validation): a key that variant ignores is ignored here too.
 void apply_scaling_keys(const Config& c, const json& rp, RopeParams& p,
@@ -747,9 +828,12 @@ void check_rotary_pairs(const Config& c, const RopeParams& p,
   if (r > p.head_dim || r % 2 != 0) return;  // the head's own fault, said as such later
   const std::size_t pairs =
       static_cast<std::size_t>(p.scaling == RopeScaling::proportional ? p.head_dim / 2 : r / 2);
-  if (!kept(keep, "mrope_section") && !p.mrope_section.empty()) {
+  const bool from_layout = p.layout.preset == RopeLayoutPreset::ernie_vl ||
+                           p.layout.preset == RopeLayoutPreset::xdrope;
+  const std::vector<int>& sections = from_layout ? p.layout.sections : p.mrope_section;
+  if (!kept(keep, "mrope_section") && !sections.empty()) {
     std::size_t sum = 0;
-    for (int v : p.mrope_section) sum += static_cast<std::size_t>(v);
+    for (int v : sections) sum += static_cast<std::size_t>(v);
     if (sum != pairs) {
       throw InputError(
           fmt::format("{}: 'mrope_section' sums to {} frequency pairs, the rotary "
@@ -783,7 +867,7 @@ void apply_family_keys(const Config& c, const json& rp, const std::string& type,
       (key[0] == 's' ? p.short_mscale : p.long_mscale) = *v;
     }
   }
-  if ((mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe") && type == "dynamic" &&
+  if ((mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe" || hunyuan_vl(mt)) && type == "dynamic" &&
       !kept(keep, "alpha")) {
     // HunYuanDenseV1RotaryEmbedding: `rope_parameters.get("alpha")` truthy selects the
     // NTK-alpha base.
@@ -799,6 +883,8 @@ std::string rope_type_of(const Config& c, const json& rp) {
       break;
     }
   }
+  // HunYuanVLTextConfig.convert_rope_params_to_dict: the legacy "xdrope" is dynamic.
+  if (type == "xdrope" && hunyuan_vl(c.model_type())) return "dynamic";
   // Qwen2-VL's "mrope" is the default frequencies with sections.
   return type == "mrope" ? "default" : type;
 }
@@ -893,9 +979,17 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
   // rotate_half(q).float() * sin, then .to(original_dtype); the dense model's cos and
   // sin come cast to q's dtype, the MoE's stay float32.
   if (c.model_type() == "ernie4_5") p.hf_rotation = HfRotation::float32_cast_trig;
-  if (c.model_type() == "ernie4_5_moe") p.hf_rotation = HfRotation::float32;
+  if (c.model_type() == "ernie4_5_moe" || ernie_vl(c.model_type())) {
+    p.hf_rotation = HfRotation::float32;
+  }
   if (!kept(keep, "rope_interleave") && c.truthy("rope_interleave")) p.rope_interleave = true;
-  if (!kept(keep, "mrope_section")) apply_mrope(c, rp, p);
+  if (ernie_vl(c.model_type())) {
+    apply_ernie_vl(c, rp, type, p, keep);
+  } else if (hunyuan_vl(c.model_type())) {
+    apply_hunyuan_vl(c, rp, p, keep);
+  } else if (!kept(keep, "mrope_section")) {
+    apply_mrope(c, rp, p);
+  }
   apply_scaling_keys(c, rp, p, keep);
   apply_4x_factors(c, rp, type, rules, p, keep);
   apply_family_keys(c, rp, type, p, keep);

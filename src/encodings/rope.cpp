@@ -80,6 +80,15 @@ void set_layout(const RopeParams& p, RopeFreqs& f) {
     a.push_back({"mrope_section", sec});
     a.push_back({"mrope_interleaved", static_cast<long long>(p.mrope_interleaved ? 1 : 0)});
   }
+  if (p.layout.custom()) {
+    if (!p.mrope_section.empty()) usage("layout: replaces mrope_section; give one of them");
+    f.layout = p.layout;
+    a.push_back({"rope_layout", rope_layout_preset_name(p.layout.preset)});
+    if (!p.layout.sections.empty()) {
+      a.push_back({"rope_layout_sections",
+                   std::vector<double>(p.layout.sections.begin(), p.layout.sections.end())});
+    }
+  }
 }
 
 }  // namespace

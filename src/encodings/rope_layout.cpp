@@ -15,7 +15,12 @@
 namespace posenc {
 
 std::string rope_pairing_name(RopePairing p) {
-  return p == RopePairing::tiled ? "tiled" : "style";
+  switch (p) {
+    case RopePairing::tiled: return "tiled";
+    case RopePairing::split: return "split";
+    case RopePairing::style: break;
+  }
+  return "style";
 }
 
 void check_rope_layout(const RopeLayout& l, std::size_t rotary_dim) {
@@ -23,7 +28,7 @@ void check_rope_layout(const RopeLayout& l, std::size_t rotary_dim) {
     throw UsageError(fmt::format("rope layout: 1 to {} coordinate axes, got {}", kMaxRopeAxes,
                                  l.axes));
   }
-  const std::size_t half = rotary_dim / 2;
+  const std::size_t half = l.pairing == RopePairing::split ? rotary_dim : rotary_dim / 2;
   if (l.freq.size() != l.axes * half) {
     throw UsageError(fmt::format("rope layout: {} axes x {} angles (rotary dim {}) need {} "
                                  "frequencies, got {}",
@@ -93,6 +98,70 @@ RopeLayout rope_layout_sections(const RopeFreqs& f, const std::vector<int>& sect
   return l;
 }
 
+RopeLayout rope_layout_ernie_vl(const RopeFreqs& f, const std::vector<int>& sections) {
+  const std::size_t half = f.inv_freq.size();
+  if (sections.size() != 3) {
+    throw UsageError(fmt::format("ernie-vl: expected three sections h,w,t (got {})",
+                                 sections.size()));
+  }
+  std::size_t sum = 0;
+  for (int v : sections) {
+    if (v < 0) throw UsageError("ernie-vl: sections must be >= 0");
+    sum += static_cast<std::size_t>(v);
+  }
+  if (sections[0] != sections[1]) {
+    // recomposition_to_3d stacks the h and w parts pair by pair: they must match.
+    throw UsageError(fmt::format("ernie-vl: the h and w sections must be equal (got {} and {})",
+                                 sections[0], sections[1]));
+  }
+  if (sum != half) {
+    throw UsageError(fmt::format("ernie-vl: sections must sum to rotary_dim/2 = {} (got {})",
+                                 half, sum));
+  }
+  // compute_default_rope_parameters puts inv_freq[0::2] of the first h + w pairs at
+  // 0..h-1 (read with row h) and inv_freq[1::2] at h..h+w-1 (row w); recomposition_to_3d
+  // takes them back pair by pair (h0 w0 h1 w1 ...): pair j gets inv_freq[j] again.
+  const auto hw = static_cast<std::size_t>(sections[0] + sections[1]);
+  RopeLayout l;
+  l.axes = 3;
+  l.freq.assign(3 * half, 0.0);
+  for (std::size_t j = 0; j < half; ++j) {
+    const std::size_t axis = j >= hw ? 0 : j % 2 == 0 ? 1 : 2;
+    l.freq[axis * half + j] = f.inv_freq[j];
+  }
+  l.name = "ernie-vl";
+  return l;
+}
+
+RopeLayout rope_layout_xdrope(const RopeFreqs& f, const std::vector<int>& sections) {
+  const std::size_t half = f.inv_freq.size(), R = 2 * half;
+  if (sections.size() < 2 || sections.size() > kMaxRopeAxes) {
+    throw UsageError(fmt::format("xdrope: expected 2 to {} sections (got {})", kMaxRopeAxes,
+                                 sections.size()));
+  }
+  std::size_t sum = 0;
+  for (int v : sections) {
+    if (v < 0) throw UsageError("xdrope: sections must be >= 0");
+    sum += static_cast<std::size_t>(v);
+  }
+  if (sum != half) {
+    throw UsageError(fmt::format("xdrope: sections must sum to rotary_dim/2 = {} (got {})",
+                                 half, sum));
+  }
+  // apply_rotary_pos_emb_xdrope: cos.split([s * 2 for s in sections]) over the R dims of
+  // cat(freqs, freqs), chunk i from channel i.
+  RopeLayout l;
+  l.axes = sections.size();
+  l.freq.assign(l.axes * R, 0.0);
+  std::size_t k = 0;
+  for (std::size_t a = 0; a < l.axes; ++a) {
+    for (int n = 0; n < 2 * sections[a]; ++n, ++k) l.freq[a * R + k] = f.inv_freq[k % half];
+  }
+  l.pairing = RopePairing::split;
+  l.name = "xdrope";
+  return l;
+}
+
 RopeLayout rope_layout_chunks(const RopeFreqs& f, std::size_t axes) {
   const auto R = static_cast<std::size_t>(f.rotary_dim);
   if (axes == 0 || axes > kMaxRopeAxes || R == 0 || R % (2 * axes) != 0) {
@@ -135,6 +204,7 @@ constexpr std::pair<RopeLayoutPreset, const char*> kPresetNames[] = {
     {RopeLayoutPreset::plain, "plain"},       {RopeLayoutPreset::axial, "axial"},
     {RopeLayoutPreset::even_odd, "even-odd"}, {RopeLayoutPreset::sections, "sections"},
     {RopeLayoutPreset::interleaved, "interleaved"}, {RopeLayoutPreset::chunks, "chunks"},
+    {RopeLayoutPreset::ernie_vl, "ernie-vl"}, {RopeLayoutPreset::xdrope, "xdrope"},
     {RopeLayoutPreset::matrix, "matrix"}};
 
 }  // namespace
@@ -144,7 +214,7 @@ RopeLayoutPreset parse_rope_layout_preset(const std::string& name) {
     if (name == n) return p;
   }
   throw UsageError(fmt::format("layout: unknown RoPE layout '{}' (plain, axial, even-odd, "
-                               "sections, interleaved, chunks, matrix)",
+                               "sections, interleaved, chunks, ernie-vl, xdrope, matrix)",
                                name));
 }
 
@@ -166,6 +236,8 @@ RopeLayout resolve_rope_layout(const RopeLayoutSpec& spec, const RopeFreqs& f) {
       l = rope_layout_sections(f, spec.sections, spec.preset == RopeLayoutPreset::interleaved);
       break;
     case RopeLayoutPreset::chunks: l = rope_layout_chunks(f, spec.axes); break;
+    case RopeLayoutPreset::ernie_vl: l = rope_layout_ernie_vl(f, spec.sections); break;
+    case RopeLayoutPreset::xdrope: l = rope_layout_xdrope(f, spec.sections); break;
     case RopeLayoutPreset::matrix: l = rope_layout_matrix(spec.axes, spec.freq); break;
   }
   if (!(spec.scale > 0) || !std::isfinite(spec.scale)) {
@@ -238,6 +310,24 @@ RopeLayoutSpec parse_rope_layout(const std::string& text, const std::string& wha
         throw UsageError(fmt::format("{}: {} needs three counts t,h,w such as {}:16,24,24, got "
                                      "'{}'",
                                      what, name, name, text));
+      }
+      spec.sections.assign(v.begin(), v.end());
+      break;
+    case RopeLayoutPreset::ernie_vl:
+      // The config's mrope_section order.
+      if (!parse_counts(args, 0, 1 << 20, v) || v.size() != 3) {
+        throw UsageError(fmt::format("{}: ernie-vl needs three counts h,w,t such as "
+                                     "ernie-vl:22,22,20, got '{}'",
+                                     what, text));
+      }
+      spec.sections.assign(v.begin(), v.end());
+      break;
+    case RopeLayoutPreset::xdrope:
+      // HunYuan-VL: one half-head size per coordinate axis.
+      if (!parse_counts(args, 0, 1 << 20, v) || v.size() < 2 || v.size() > kMaxRopeAxes) {
+        throw UsageError(fmt::format("{}: xdrope needs 2 to {} counts, one per coordinate axis, "
+                                     "such as xdrope:16,16,16,16, got '{}'",
+                                     what, kMaxRopeAxes, text));
       }
       spec.sections.assign(v.begin(), v.end());
       break;

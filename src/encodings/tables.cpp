@@ -155,7 +155,11 @@ std::vector<std::int64_t> table_ids(const RopeTableRequest& r, Shape& lead) {
     if (pos.start != 0) {
       throw UsageError("start: cannot be combined with position ids (ids are absolute)");
     }
-    if (!r.rope.mrope_section.empty() && !pos.ids_shape.empty() && pos.ids_shape[0] == 3 &&
+    // Rows of coordinates: M-RoPE's three, or one per section of a layout from the
+    // parameters (its table is refused below if it has none).
+    const std::size_t rows = r.rope.layout.custom() ? r.rope.layout.sections.size() : 3;
+    const bool multi = !r.rope.mrope_section.empty() || r.rope.layout.custom();
+    if (multi && !pos.ids_shape.empty() && pos.ids_shape[0] == rows &&
         pos.ids_shape.size() > 1) {
       // M-RoPE ids [3, ...]: one table line per token, each pair from its component.
       lead.assign(pos.ids_shape.begin() + 1, pos.ids_shape.end());
@@ -198,6 +202,32 @@ std::vector<std::int64_t> table_ids(const RopeTableRequest& r, Shape& lead) {
     lead = {static_cast<std::size_t>(positive(*n, "positions"))};
   }
   return ids;
+}
+
+// The position component (row of ids [3, ...]) of each pair under the layout the
+// parameters imply (ERNIE-4.5-VL's), for a table with one line per token. Only layouts
+// that give each pair one of the three components and its own frequency have such a
+// table; others are refused.
+std::vector<int> layout_components(const RopeFreqs& f) {
+  const RopeLayout l = resolve_rope_layout(f.layout, f);
+  const std::size_t half = f.inv_freq.size();
+  bool ok = l.axes == 3 && l.pairing == RopePairing::style;
+  std::vector<int> comp(half, 0);
+  for (std::size_t j = 0; ok && j < half; ++j) {
+    int terms = 0;
+    for (std::size_t a = 0; a < l.axes; ++a) {
+      if (l.freq[a * half + j] == 0.0) continue;
+      comp[j] = static_cast<int>(a);
+      ++terms;
+    }
+    ok = terms <= 1 && l.freq[static_cast<std::size_t>(comp[j]) * half + j] == f.inv_freq[j];
+  }
+  if (!ok) {
+    throw UsageError(fmt::format("table rope: the RoPE layout '{}' has no table of one line "
+                                 "per token; posenc rope applies it",
+                                 rope_layout_preset_name(f.layout.preset)));
+  }
+  return comp;
 }
 
 }  // namespace
@@ -368,6 +398,8 @@ Table rope_table(const RopeTableRequest& r) {
   if (!f.mrope_section.empty() && ids->size() == 3 * rows) {
     comp = std::make_shared<std::vector<int>>(
         mrope_components(f.mrope_section, f.mrope_interleaved, rs.pairs));
+  } else if (f.layout.custom() && ids->size() == f.layout.sections.size() * rows) {
+    comp = std::make_shared<std::vector<int>>(layout_components(f));
   }
   t.spec.line = [inv, inv32, ids, comp, rs, rows, start, f32, fw](std::size_t line, double* out) {
     const int part = static_cast<int>(line / rows);

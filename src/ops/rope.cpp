@@ -125,7 +125,14 @@ struct RopeApplier::Impl {
   std::vector<std::size_t> term_start, term_axis;
   std::vector<double> term_freq;
   RopePairing pairing = RopePairing::style;
-  std::size_t chunks = 1;
+  // Angles per token: R/2, or R for the split pairing (one per rotated dim). A table row
+  // holds nang cos then nang sin.
+  std::size_t nang = 0;
+  // Pairings other than style (tiled, split), executed element by element: rotated dim k
+  // takes angle dim_angle[k] and partner dim dim_partner[k], and is x cos - partner sin
+  // where dim_first[k], else x cos + partner sin.
+  std::vector<std::size_t> dim_angle, dim_partner;
+  std::vector<char> dim_first;
   std::size_t tb = 1;  // 1, or B when positions differ per batch row
   // Where coordinates come from. Only explicit ids, coordinates and angles are held per
   // token (tokpos [tb][S][comps], tokang [tb][S][R/2], as large as the tensors that
@@ -242,9 +249,9 @@ struct RopeApplier::Impl {
   void use_framework(const RopeFreqs& f, DType in_dtype, const RopeApplyOptions& opt);
   bool run_framework(const rope_detail::KernelArgs& a, const Range& r, const char* roles) const;
   void set_layout(const RopeFreqs& f, const RopeApplyOptions& opt);
-  bool rotate_tiled(const rope_detail::KernelArgs& a) const;
+  bool rotate_per_dim(const rope_detail::KernelArgs& a) const;
   template <class W>
-  bool rotate_tiled_in(const rope_detail::KernelArgs& a) const;
+  bool rotate_per_dim_in(const rope_detail::KernelArgs& a) const;
   void set_permutation(const RopeFreqs& f);
   void build_table(const Range& r);
   template <class W>
@@ -447,7 +454,7 @@ void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype,
   fw = f.framework;
   const std::string mode = "--arith " + arith_name(fw->arith);
   if (opt.grid_h > 0 || opt.grid_w > 0 || opt.grid_ids || !opt.mrope_section.empty() ||
-      !f.mrope_section.empty() || opt.layout.custom()) {
+      !f.mrope_section.empty() || opt.layout.custom() || f.layout.custom()) {
     throw UsageError(mode + ": 2-D RoPE, M-RoPE sections and RoPE layouts are computed "
                             "exactly only");
   }
@@ -509,11 +516,19 @@ void RopeApplier::Impl::set_layout(const RopeFreqs& f, const RopeApplyOptions& o
                                  grid ? "rope2d" : own ? "mrope_section"
                                                        : "the M-RoPE sections of the config"));
   }
+  // A layout the parameters imply (ERNIE-4.5-VL's) is treated as their M-RoPE sections
+  // above: the options' sections replace it, a layout or 2-D grid is refused with it.
+  if (f.layout.custom() && (custom || grid)) {
+    throw UsageError(fmt::format("{}: replaces the RoPE layout '{}' of the parameters; give "
+                                 "one of them",
+                                 custom ? "rope layout" : "rope2d",
+                                 rope_layout_preset_name(f.layout.preset)));
+  }
   if (grid && R % 4 != 0) {
     throw UsageError(fmt::format("rope2d: the rotary dim must be a multiple of 4 (got {})", R));
   }
   // The options' presets: 2-D RoPE (grid, grid_ids) and M-RoPE sections.
-  RopeLayoutSpec spec = opt.layout;
+  RopeLayoutSpec spec = f.layout.custom() && !own ? f.layout : opt.layout;
   if (grid) spec.preset = RopeLayoutPreset::axial;
   if (!sections.empty()) {
     spec.preset = interleaved ? RopeLayoutPreset::interleaved : RopeLayoutPreset::sections;
@@ -522,23 +537,44 @@ void RopeApplier::Impl::set_layout(const RopeFreqs& f, const RopeApplyOptions& o
   const RopeLayout l = resolve_rope_layout(spec, f);
   comps = static_cast<int>(l.axes);
   pairing = l.pairing;
-  chunks = l.chunks;
+  nang = l.angles();
   term_start.assign(1, 0);
   term_axis.clear();
   term_freq.clear();
-  for (std::size_t j = 0; j < half; ++j) {
+  for (std::size_t j = 0; j < nang; ++j) {
     for (std::size_t a = 0; a < l.axes; ++a) {
-      const double v = l.freq[a * half + j];
+      const double v = l.freq[a * nang + j];
       if (v == 0.0) continue;
       term_axis.push_back(a);
       term_freq.push_back(v);
     }
     term_start.push_back(term_axis.size());
   }
-  if (pairing == RopePairing::tiled && (inverse || f.rope_interleave)) {
-    throw UsageError(inverse ? "inverse: the tiled pairing is not a rotation (the two dims of "
-                               "a pair use different angles), so it has no inverse rotation"
-                             : "rope_interleave: not with the tiled pairing");
+  if (pairing != RopePairing::style && (inverse || f.rope_interleave)) {
+    const std::string name = rope_pairing_name(pairing);
+    throw UsageError(inverse ? fmt::format("inverse: the {} pairing is not a rotation (the two "
+                                           "dims of a pair use different angles), so it has no "
+                                           "inverse rotation",
+                                           name)
+                             : fmt::format("rope_interleave: not with the {} pairing", name));
+  }
+  dim_angle.assign(R, 0);
+  dim_partner.assign(R, 0);
+  dim_first.assign(R, 0);
+  for (std::size_t k = 0; k < R && pairing != RopePairing::style; ++k) {
+    if (pairing == RopePairing::tiled) {
+      // V-JEPA2: adjacent pairs, dim l of a chunk of width c on the chunk's angle l mod c/2.
+      const std::size_t c = R / l.chunks, ch = c / 2, lk = k % c;
+      dim_angle[k] = (k / c) * ch + lk % ch;
+      dim_partner[k] = k ^ 1;
+      dim_first[k] = lk % 2 == 0;
+    } else {
+      // Split: the style's pairs, each dim on its own angle k.
+      const bool gptj = f.style == RopeStyle::gptj;
+      dim_angle[k] = k;
+      dim_partner[k] = gptj ? k ^ 1 : k < half ? k + half : k - half;
+      dim_first[k] = gptj ? k % 2 == 0 : k < half;
+    }
   }
 }
 
@@ -571,12 +607,13 @@ void RopeApplier::Impl::set_permutation(const RopeFreqs& f) {
 template <class W>
 void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Range& r,
                                    bool dense, std::int64_t pmin) {
-  t.resize(rows * R);
+  const std::size_t width = 2 * nang;
+  t.resize(rows * width);
   const std::size_t gb0 = tb > 1 ? r.b0 : 0;
   // The inverse of the scaled rotation a·R(θ) is R(-θ)/a.
   const double cscale = inverse ? 1.0 / af : af;
   const double sscale = inverse ? -1.0 / af : af;
-#pragma omp parallel for schedule(static) if (rows * R >= rope_detail::kParallelElements)
+#pragma omp parallel for schedule(static) if (rows * width >= rope_detail::kParallelElements)
   for (std::ptrdiff_t row = 0; row < static_cast<std::ptrdiff_t>(rows); ++row) {
     const auto u = static_cast<std::size_t>(row);
     const std::size_t lb = u / std::max<std::size_t>(r.ns, 1), ls = u % std::max<std::size_t>(r.ns, 1);
@@ -586,8 +623,8 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
     } else if (source != Source::angles) {
       token_coords(gb0 + lb, r.s0 + ls, tp);
     }
-    W* c = t.data() + u * R;
-    W* s = c + half;
+    W* c = t.data() + u * width;
+    W* s = c + nang;
     if constexpr (std::is_same_v<W, float>) {
       if (fw) {
         std::vector<float> angle(half);
@@ -597,7 +634,7 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
     }
     const double* given =
         source == Source::angles ? tokang.data() + ((gb0 + lb) * S + r.s0 + ls) * half : nullptr;
-    for (std::size_t j = 0; j < half; ++j) {
+    for (std::size_t j = 0; j < nang; ++j) {
       // Angle j: the sum of its terms, the first one alone when there is one.
       W a = 0;
       if (given != nullptr) {
@@ -615,12 +652,13 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
   }
 }
 
-// The tiled pairing (RopePairing::tiled) is not a rotation of pairs, so it has no SIMD
-// kernel: the slab goes through float64 copies (exact for every input type), each
-// element is computed in the working precision W from its own input pair and table
-// row, and the result is rounded once to the output type.
+// The tiled and split pairings (RopePairing) are not rotations of pairs, so they have no
+// SIMD kernel: the slab goes through float64 copies (exact for every input type), each
+// element is computed in the working precision W from its own input, its partner and
+// its angle (dim_angle, dim_partner, dim_first), and the result is rounded once to the
+// output type.
 template <class W>
-bool RopeApplier::Impl::rotate_tiled_in(const rope_detail::KernelArgs& a) const {
+bool RopeApplier::Impl::rotate_per_dim_in(const rope_detail::KernelArgs& a) const {
   const std::size_t nvec = a.n0 * a.n1 * a.n2;
   Tensor x(kin, {nvec * D});
   std::memcpy(x.bytes(), a.src, x.nbytes());
@@ -629,7 +667,6 @@ bool RopeApplier::Impl::rotate_tiled_in(const rope_detail::KernelArgs& a) const 
   const double* xs = x64.data<double>();
   double* ys = y64.data<double>();
   const W* table = static_cast<const W*>(a.table);
-  const std::size_t c = R / chunks, ch = c / 2;
   int bad = 0;
 #pragma omp parallel for collapse(2) schedule(static) reduction(| : bad) if (nvec * D >= rope_detail::kParallelElements)
   for (std::ptrdiff_t i0 = 0; i0 < static_cast<std::ptrdiff_t>(a.n0); ++i0) {
@@ -637,16 +674,15 @@ bool RopeApplier::Impl::rotate_tiled_in(const rope_detail::KernelArgs& a) const 
       for (std::size_t i2 = 0; i2 < a.n2; ++i2) {
         const std::ptrdiff_t at = i0 * a.st0 + i1 * a.st1 + static_cast<std::ptrdiff_t>(i2) * a.st2;
         const std::ptrdiff_t t = i0 * a.t0 + i1 * a.t1 + static_cast<std::ptrdiff_t>(i2) * a.t2;
-        const W* cs = table + static_cast<std::size_t>(a.rowidx[t]) * R;
-        const W* sn = cs + half;
+        const W* cs = table + static_cast<std::size_t>(a.rowidx[t]) * 2 * nang;
+        const W* sn = cs + nang;
         const double* xv = xs + at;
         double* yv = ys + at;
         for (std::size_t k = 0; k < D; ++k) bad |= std::isfinite(xv[k]) ? 0 : 1;
         for (std::size_t k = 0; k < R; ++k) {
-          const std::size_t l = k % c, j = (k / c) * ch + l % ch;
-          const W xk = static_cast<W>(xv[k]), xp = static_cast<W>(xv[k ^ 1]);
-          // Even dims: x cos - partner sin; odd dims: x cos + partner sin.
-          yv[k] = static_cast<double>(l % 2 == 0 ? xk * cs[j] - xp * sn[j] : xk * cs[j] + xp * sn[j]);
+          const std::size_t j = dim_angle[k];
+          const W xk = static_cast<W>(xv[k]), xp = static_cast<W>(xv[dim_partner[k]]);
+          yv[k] = static_cast<double>(dim_first[k] ? xk * cs[j] - xp * sn[j] : xk * cs[j] + xp * sn[j]);
         }
         for (std::size_t k = R; k < D; ++k) yv[k] = static_cast<double>(static_cast<W>(xv[k]));
       }
@@ -657,8 +693,8 @@ bool RopeApplier::Impl::rotate_tiled_in(const rope_detail::KernelArgs& a) const 
   return bad != 0;
 }
 
-bool RopeApplier::Impl::rotate_tiled(const rope_detail::KernelArgs& a) const {
-  return prec == Precision::f64 ? rotate_tiled_in<double>(a) : rotate_tiled_in<float>(a);
+bool RopeApplier::Impl::rotate_per_dim(const rope_detail::KernelArgs& a) const {
+  return prec == Precision::f64 ? rotate_per_dim_in<double>(a) : rotate_per_dim_in<float>(a);
 }
 
 void RopeApplier::Impl::build_table(const Range& r) {
@@ -790,7 +826,7 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
     m.use_framework(f, in_dtype, opt);
     return;
   }
-  if (m.pairing == RopePairing::tiled) return;  // rotate_tiled, below
+  if (m.pairing != RopePairing::style) return;  // rotate_per_dim, below
   // rope_interleave rotates the gathered (de-interleaved) pairs in the neox order.
   m.kernel =
       rope_detail::find_kernel(m.kin, m.out, m.prec, f.rope_interleave ? RopeStyle::neox : f.style);
@@ -825,8 +861,8 @@ std::size_t RopeApplier::table_bytes(std::size_t rows) const {
     extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
   }
   if (m.permute) extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
-  if (m.pairing == RopePairing::tiled) extra += elems * (8 + 8 + dtype_size(m.out));
-  return ntok * (m.R * m.wsize() + sizeof(std::int32_t)) + extra +
+  if (m.pairing != RopePairing::style) extra += elems * (8 + 8 + dtype_size(m.out));
+  return ntok * (2 * m.nang * m.wsize() + sizeof(std::int32_t)) + extra +
          (m.tokpos.size() + m.tokang.size()) * sizeof(double);
 }
 
@@ -911,14 +947,14 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
   if (role[2] == 's') {
     // About 256 KiB of table rows per work item: they stay in L2 while every head
     // of the block is rotated.
-    const std::size_t row_bytes = m.R * m.wsize();
+    const std::size_t row_bytes = 2 * m.nang * m.wsize();
     a.block2 = std::clamp<std::size_t>((std::size_t{256} << 10) / std::max<std::size_t>(row_bytes, 1),
                                        16, std::max<std::size_t>(a.n2, 1));
   }
   // Past the size of a large last-level cache the output is written around the cache.
   a.stream = !m.permute && elems * dtype_size(m.out) >= (std::size_t{32} << 20);
   const bool bad = m.fw                                 ? m.run_framework(a, r, role)
-                   : m.pairing == RopePairing::tiled ? m.rotate_tiled(a)
+                   : m.pairing != RopePairing::style ? m.rotate_per_dim(a)
                                                      : m.kernel(a);
   if (m.permute) permute_vectors(kout, out, nvec, m.D, dtype_size(m.out), m.out_perm, false);
   if (bad && !m.allow_nonfinite) {

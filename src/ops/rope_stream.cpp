@@ -106,6 +106,9 @@ void rope_stream_impl(const RopeStreamRequest& o) {
       if (apply.layout.tiled || apply.layout.preset == RopeLayoutPreset::chunks) {
         out_info.attrs.push_back({"rope_pairing", std::string("tiled")});
       }
+      if (apply.layout.preset == RopeLayoutPreset::xdrope) {
+        out_info.attrs.push_back({"rope_pairing", std::string("split")});
+      }
     }
     if (!pos.grid.extent.empty()) {
       out_info.attrs.push_back(

@@ -6,7 +6,8 @@
 //   1 --window; 2 sizes (--max-memory); 3 factor lists (--short-factor);
 //   4 integer option text (canonical form must parse back to the same value);
 //   5 real-number option text; 6 --mrope-section;
-//   7 --hf-config JSON, applied and reduced to frequencies, which must be finite;
+//   7 --hf-config JSON, applied and reduced to frequencies, which must be finite (a
+//     RoPE layout the config implies must resolve);
 //   8 --coords (extents in range); 9 --layout (resolved against a small RopeFreqs:
 //     a layout that resolves passes check_rope_layout); 10 --freq-scale (positive).
 // Contract: only UsageError / InputError, and the checks above.
@@ -113,6 +114,14 @@ void check_hf_config(const std::uint8_t* p, std::size_t n) {
     for (double v : f.inv_freq) expect(std::isfinite(v) && v >= 0, "non-finite frequency");
     expect(std::isfinite(f.attention_factor) && f.attention_factor > 0, "bad attention factor");
     expect(f.rotary_dim > 0 && f.rotary_dim <= f.head_dim, "rotary dim out of range");
+    if (f.layout.custom()) {
+      // A layout from the config is checked as the config is read: it must resolve.
+      try {
+        posenc::resolve_rope_layout(f.layout, f);
+      } catch (const posenc::UsageError&) {
+        expect(false, "the config's RoPE layout does not resolve");
+      }
+    }
   } catch (const posenc::UsageError&) {
   } catch (const posenc::InputError&) {
   }
@@ -182,7 +191,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.head_dim = 64;
         const posenc::RopeFreqs f = posenc::compute_rope_freqs(p);
         const posenc::RopeLayout l = posenc::resolve_rope_layout(spec, f);
-        expect(l.axes >= 1 && l.freq.size() == l.axes * 32, "resolved layout shape");
+        // 32 angles per token, 64 for the split pairing (one per rotated dim).
+        const std::size_t angles = l.pairing == posenc::RopePairing::split ? 64 : 32;
+        expect(l.axes >= 1 && l.freq.size() == l.axes * angles, "resolved layout shape");
         break;
       }
       case 10: {

@@ -149,6 +149,14 @@ def option_seeds():
         (8, b"grid:2,16,16"), (8, b"centres:37,37"), (8, b"grid:2147483648,1,1,1,1,1,1,1,1"),
         (9, b"sections:16,8,8"), (9, b"interleaved:24,4,4"), (9, b"chunks:3"), (9, b"even-odd"),
         (9, b"chunks:99999999999999999999"), (10, b"2pi"), (10, b"-0"), (10, b"1e308"),
+        # ERNIE-4.5-VL and HunYuan-VL layouts, from options and from configs
+        (9, b"ernie-vl:8,8,16"), (9, b"ernie-vl:8,6,18"), (9, b"xdrope:8,8,8,8"),
+        (9, b"xdrope:32"),
+        (7, b'{"model_type": "ernie4_5_vl_moe", "text_config": {"model_type": '
+            b'"ernie4_5_vl_moe_text", "rope_parameters": {"rope_type": "default", '
+            b'"rope_theta": 500000, "mrope_section": [8, 8, 16]}}}'),
+        (7, b'{"model_type": "hunyuan_vl", "head_dim": 64, "rope_scaling": {"type": "xdrope", '
+            b'"alpha": 1000, "xdrope_section": [8, 8, 8, 8]}}'),
     ]
     for i, (which, text) in enumerate(seeds):
         put("options", f"opt{i:02d}", bytes([which]) + text)

@@ -86,3 +86,19 @@ def test_bad_data_is_an_input_error():
         posenc.rope(x, angles=np.zeros((4, 3)))
     with pytest.raises(posenc.InputError, match="does not match"):
         posenc.rope(x, layout="axial", coords="grid:3,3")
+
+
+def test_ernie_vl_and_hunyuan_vl_presets():
+    # tests/lib/vl_rope_reference.py: HF's ERNIE-4.5-VL and HunYuan-VL functions.
+    from vl_rope_reference import ernie_reference, hunyuan_reference
+    r = rng()
+    x = r.standard_normal((2, 3, 9, 128))
+    ids = r.integers(0, 4000, (3, 2, 9)).astype(np.int64)
+    got = posenc.rope(x, layout="ernie-vl:22,22,20", style="gptj", base=500000,
+                      position_ids=ids)
+    close(got, torch.from_numpy(ernie_reference(x, ids, 500000.0, (22, 22, 20))))
+    ids4 = r.integers(0, 4000, (4, 2, 9)).astype(np.int64)
+    got = posenc.rope(x, layout="xdrope:16,16,16,16", position_ids=ids4)
+    close(got, torch.from_numpy(hunyuan_reference(x, ids4, 10000.0, 1.0, [16, 16, 16, 16])))
+    with pytest.raises(posenc.UsageError):
+        posenc.rope(x, layout="ernie-vl:22,20,22", style="gptj", position_ids=ids)

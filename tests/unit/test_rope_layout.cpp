@@ -142,5 +142,77 @@ TEST(RopeLayout, TiledPairing) {
   EXPECT_THROW(apply_rope(x, Axes{"sd"}, f, pos, inv, DType::f64), UsageError);
 }
 
+// ERNIE-4.5-VL (sections h, w, t): pair j < h + w on h (even j) or w (odd j), the rest on
+// t, each pair with its own frequency; h must equal w.
+TEST(RopeLayout, ErnieVlMatrix) {
+  const RopeFreqs f = freqs(24);  // 12 angles: h = w = 4, t = 4
+  const RopeLayout l = rope_layout_ernie_vl(f, {4, 4, 4});
+  ASSERT_EQ(l.axes, 3u);
+  ASSERT_EQ(l.freq.size(), 36u);
+  EXPECT_EQ(l.pairing, RopePairing::style);
+  for (std::size_t j = 0; j < 12; ++j) {
+    const std::size_t axis = j >= 8 ? 0 : j % 2 == 0 ? 1 : 2;
+    for (std::size_t a = 0; a < 3; ++a) {
+      EXPECT_EQ(l.freq[a * 12 + j], a == axis ? f.inv_freq[j] : 0.0) << a << " " << j;
+    }
+  }
+  EXPECT_THROW(rope_layout_ernie_vl(f, {4, 2, 6}), UsageError);   // h != w
+  EXPECT_THROW(rope_layout_ernie_vl(f, {4, 4, 2}), UsageError);   // sum != 12
+  EXPECT_THROW(rope_layout_ernie_vl(f, {6, 6}), UsageError);      // two sections
+  RopeLayoutSpec spec = parse_rope_layout("ernie-vl:4,4,4");
+  EXPECT_EQ(spec.preset, RopeLayoutPreset::ernie_vl);
+  EXPECT_EQ(resolve_rope_layout(spec, f).freq, l.freq);
+  EXPECT_THROW(parse_rope_layout("ernie-vl:4,4"), UsageError);
+}
+
+// HunYuan-VL's xdrope: chunks of 2 * s_i of the R rotated dims (neox order) on axis i,
+// dim k with inv_freq[k mod R/2]; the split pairing gives every dim its own angle.
+TEST(RopeLayout, XdropeSplitPairing) {
+  const int D = 16, S = 3;
+  const RopeFreqs f = freqs(D);
+  const std::vector<int> sec = {2, 3, 1, 2};  // dims 0-3, 4-9, 10-11, 12-15
+  const RopeLayout l = rope_layout_xdrope(f, sec);
+  ASSERT_EQ(l.axes, 4u);
+  ASSERT_EQ(l.freq.size(), 4u * D);
+  EXPECT_EQ(l.pairing, RopePairing::split);
+  const int axis_of[D] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3};
+  for (int k = 0; k < D; ++k) {
+    for (int a = 0; a < 4; ++a) {
+      EXPECT_EQ(l.freq[static_cast<std::size_t>(a * D + k)],
+                a == axis_of[k] ? f.inv_freq[static_cast<std::size_t>(k % (D / 2))] : 0.0);
+    }
+  }
+  EXPECT_THROW(rope_layout_xdrope(f, {8}), UsageError);
+  EXPECT_THROW(rope_layout_xdrope(f, {2, 2, 2, 1}), UsageError);
+  EXPECT_THROW(parse_rope_layout("xdrope:8"), UsageError);
+  EXPECT_THROW(parse_rope_layout("xdrope:1,1,1,1,1,1,1,1,0"), UsageError);
+
+  RopeApplyOptions opt;
+  opt.layout = parse_rope_layout("xdrope:2,3,1,2");
+  Positions pos;
+  pos.ids_shape = {4, S};
+  std::mt19937 g(11);
+  std::uniform_int_distribution<int> id(0, 300);
+  for (int i = 0; i < 4 * S; ++i) pos.ids.push_back(id(g));
+  Tensor x(DType::f64, {static_cast<std::size_t>(S), static_cast<std::size_t>(D)});
+  std::normal_distribution<double> n(0, 1);
+  for (std::size_t i = 0; i < x.numel(); ++i) x.set(i, n(g));
+  const Tensor y = apply_rope(x, Axes{"sd"}, f, pos, opt, DType::f64);
+  for (int s = 0; s < S; ++s) {
+    for (int k = 0; k < D; ++k) {
+      const double a = static_cast<double>(pos.ids[static_cast<std::size_t>(axis_of[k] * S + s)]) *
+                       f.inv_freq[static_cast<std::size_t>(k % (D / 2))];
+      const bool first = k < D / 2;
+      const double xk = x.get(s * D + k), xp = x.get(s * D + (first ? k + D / 2 : k - D / 2));
+      const double want = first ? xk * std::cos(a) - xp * std::sin(a)
+                                : xk * std::cos(a) + xp * std::sin(a);
+      EXPECT_NEAR(y.get(s * D + k), want, 1e-14) << s << " " << k;
+    }
+  }
+  RopeApplyOptions inv = opt;
+  inv.inverse = true;
+  EXPECT_THROW(apply_rope(x, Axes{"sd"}, f, pos, inv, DType::f64), UsageError);
+}
+
 }  // namespace
 }  // namespace posenc

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "posenc/encodings/rope_layout.hpp"
 #include "posenc/io/ref.hpp"
 
 namespace posenc {
@@ -114,6 +115,11 @@ struct RopeParams {
   /// sections are consecutive chunks (Qwen2-VL).
   std::vector<int> mrope_section;
   bool mrope_interleaved = false;  ///< Qwen3-VL's interleaved sections (see mrope_section)
+  /// A RoPE layout the model type implies (apply_hf_config: ERNIE-4.5-VL's ernie_vl,
+  /// HunYuan-VL's xdrope, with their config's sections); plain = none, and not with
+  /// mrope_section. The rotation uses it unless its options give M-RoPE sections (which
+  /// replace it); a layout or 2-D grid in the options is refused with it.
+  RopeLayoutSpec layout;
   /// `--arith hf`: the rounding of the rotation (set by apply_hf_config for the model
   /// types whose apply_rotary_pos_emb computes in float32).
   HfRotation hf_rotation = HfRotation::storage;
@@ -130,6 +136,7 @@ struct RopeFreqs {
   bool rope_interleave = false;   ///< see RopeParams::rope_interleave
   std::vector<int> mrope_section;  ///< see RopeParams::mrope_section
   bool mrope_interleaved = false;  ///< see RopeParams::mrope_interleaved
+  RopeLayoutSpec layout;           ///< see RopeParams::layout
   Attrs attrs;                    ///< the parameters used, for recording with outputs
   /// Set when the parameters asked for a framework's arithmetic (RopeParams::arith);
   /// inv_freq then holds that framework's float32 frequencies where it has them.
@@ -158,12 +165,13 @@ RopeFreqs compute_rope_freqs(const RopeParams& p);
 /// (the top level wins over the scaling object, as HF's standardisation does),
 /// rope_scaling / rope_parameters (the entry of `layer_type` when keyed by layer type;
 /// "" = full_attention, or the config's only layer type), mrope_section,
-/// mrope_interleaved, rope_interleave and the pair style of the model type. Fields named
+/// mrope_interleaved, rope_interleave and the pair style of the model type; for
+/// ERNIE-4.5-VL (ernie4_5_vl_moe) the ernie_vl layout of its mrope_section. Fields named
 /// in `keep` are not overwritten; the names are the RopeParams members: base, partial,
 /// head_dim, rotary_dim, max_pos, original_max_pos, scaling, factor, beta_fast,
 /// beta_slow, mscale, mscale_all_dim, attention_factor, low_freq_factor,
 /// high_freq_factor, truncate, short_factor, long_factor, short_mscale, long_mscale,
-/// alpha, style, mrope_section, rope_interleave (short_mscale and long_mscale are
+/// alpha, style, mrope_section, rope_interleave, layout (short_mscale and long_mscale are
 /// PhiMoE's, alpha HunYuan's). Throws InputError naming the file for unreadable or
 /// malformed JSON, wrongly typed or out-of-range fields, unsupported rope types, unknown
 /// layer types and layer types without RoPE.

@@ -30,22 +30,28 @@ enum class RopePairing {
   /// the chunk uses the chunk's angle l mod (c/2) (a table tiled twice), so the two dims
   /// of a pair use different angles: y[2i] = x[2i] cos θ_(2i mod c/2) - x[2i+1] sin θ_(2i mod c/2),
   /// y[2i+1] = x[2i+1] cos θ_((2i+1) mod c/2) + x[2i] sin θ_((2i+1) mod c/2).
-  tiled
+  tiled,
+  /// HunYuan-VL (xdrope): the style's pairs, but each rotated dim k < R has its own angle
+  /// θ_k (R angles per token, `freq` [axes, R]); neox: y[k] = x[k] cos θ_k -
+  /// x[k + R/2] sin θ_k and y[k + R/2] = x[k + R/2] cos θ_(k+R/2) + x[k] sin θ_(k+R/2)
+  /// for k < R/2. Not a rotation unless both angles of a pair agree.
+  split
 };
 
-/// "style" or "tiled".
+/// "style", "tiled" or "split".
 std::string rope_pairing_name(RopePairing p);
 
 /// The frequency assignment and the pairing of a RoPE variant. An empty layout (axes 0)
 /// means plain RoPE: one coordinate, the RopeFreqs' own frequencies, its style.
 struct RopeLayout {
   std::size_t axes = 0;         ///< coordinates per token (1 to kMaxRopeAxes); 0 = plain
-  std::vector<double> freq;     ///< [axes, R/2] row-major; freq[a * R/2 + j]
+  /// [axes, R/2] row-major, freq[a * R/2 + j]; [axes, R] for the split pairing
+  std::vector<double> freq;
   RopePairing pairing = RopePairing::style;  ///< see RopePairing
   std::size_t chunks = 1;       ///< tiled: equal chunks of the rotary width
   std::string name;             ///< the preset's name, recorded with outputs ("" = custom)
 
-  /// R/2, the angles per token (0 for a plain layout).
+  /// The angles per token: R/2, R for the split pairing (0 for a plain layout).
   std::size_t angles() const { return axes == 0 ? 0 : freq.size() / axes; }
 };
 
@@ -71,8 +77,8 @@ struct CoordGrid {
 CoordGrid parse_coord_grid(const std::string& text, const std::string& what = "coords");
 
 /// Throws UsageError unless `l` is consistent for a rotary width `rotary_dim`: axes in
-/// 1..kMaxRopeAxes, freq of axes * R/2 finite values, every angle driven by some axis,
-/// and for tiled pairing R divisible by 2 * chunks.
+/// 1..kMaxRopeAxes, freq of axes * R/2 (split: axes * R) finite values, and for tiled
+/// pairing R divisible by 2 * chunks.
 void check_rope_layout(const RopeLayout& l, std::size_t rotary_dim);
 
 /// Plain RoPE as a layout: one axis with the frequencies of `f`.
@@ -92,6 +98,23 @@ RopeLayout rope_layout_even_odd(const RopeFreqs& f);
 /// Qwen3-VL's interleave) and its own frequency inv_freq[j]. Three sections, t h w.
 RopeLayout rope_layout_sections(const RopeFreqs& f, const std::vector<int>& sections,
                                 bool interleaved);
+
+/// ERNIE-4.5-VL (`Ernie4_5_VL_MoeTextRotaryEmbedding`): `sections` are the config's
+/// mrope_section (h, w, t) in frequency pairs, h == w, summing to R/2. Its
+/// compute_default_rope_parameters pre-permutes inv_freq and recomposition_to_3d
+/// interleaves h and w pair by pair, then appends t; followed through, pair j keeps its
+/// own frequency inv_freq[j] and takes axis 1 (h) for even j < h + w, axis 2 (w) for odd
+/// j < h + w, and axis 0 (t) from h + w on (axes t, h, w as the position ids' rows). ERNIE
+/// pairs (2j, 2j + 1) (rotate_half_text): use it with the gptj style.
+RopeLayout rope_layout_ernie_vl(const RopeFreqs& f, const std::vector<int>& sections);
+
+/// HunYuan-VL's xdrope (`apply_rotary_pos_emb_xdrope`): one section per coordinate axis
+/// (2 to kMaxRopeAxes of them, in half-head sizes summing to R/2); the rotated dims in
+/// the neox order (cos = cat(freqs, freqs)) split into consecutive chunks of 2 * s_i
+/// dims, chunk i on axis i, dim k with frequency inv_freq[k mod R/2]; split pairing.
+/// HunYuan's 4 axes are (position, width, height, image index), 3 (width, height, image
+/// index).
+RopeLayout rope_layout_xdrope(const RopeFreqs& f, const std::vector<int>& sections);
 
 /// V-JEPA2: `axes` chunks of width c = R / axes (even), chunk a on axis a with the
 /// frequencies of width c (1 / base^(2k / c) = inv_freq[axes * k], k < c/2), tiled
@@ -114,6 +137,8 @@ enum class RopeLayoutPreset {
   sections,     ///< rope_layout_sections, contiguous (Qwen2-VL)
   interleaved,  ///< rope_layout_sections, interleaved (Qwen3-VL)
   chunks,       ///< rope_layout_chunks (V-JEPA2)
+  ernie_vl,     ///< rope_layout_ernie_vl (ERNIE-4.5-VL)
+  xdrope,       ///< rope_layout_xdrope (HunYuan-VL)
   matrix        ///< rope_layout_matrix (from a file)
 };
 
@@ -121,7 +146,9 @@ enum class RopeLayoutPreset {
 /// arguments. resolve_rope_layout turns it into a RopeLayout for one RopeFreqs.
 struct RopeLayoutSpec {
   RopeLayoutPreset preset = RopeLayoutPreset::plain;  ///< which layout
-  std::vector<int> sections;  ///< sections, interleaved: pairs per t, h, w
+  /// sections, interleaved: pairs per t, h, w; ernie_vl: pairs per h, w, t (its config's
+  /// mrope_section order); xdrope: half-head sizes, one per axis
+  std::vector<int> sections;
   std::size_t axes = 0;       ///< chunks: the number of chunks; matrix: rows of `freq`
   std::vector<double> freq;   ///< matrix: [axes, R/2] row-major
   double scale = 1.0;         ///< multiplies every frequency (DINOv3's 2*pi)
@@ -131,14 +158,15 @@ struct RopeLayoutSpec {
   bool custom() const { return preset != RopeLayoutPreset::plain || scale != 1.0 || tiled; }
 };
 
-/// Parses a preset name: plain, axial, even-odd, sections, interleaved, chunks, matrix.
-/// Throws UsageError for others.
+/// Parses a preset name: plain, axial, even-odd, sections, interleaved, chunks, ernie-vl,
+/// xdrope, matrix. Throws UsageError for others.
 RopeLayoutPreset parse_rope_layout_preset(const std::string& name);
 /// The name parse_rope_layout_preset reads.
 std::string rope_layout_preset_name(RopeLayoutPreset p);
 
 /// Parses `NAME[:ARGS]`: plain, axial, even-odd, sections:T,H,W, interleaved:T,H,W,
-/// chunks[:N] (N in 1..kMaxRopeAxes, default 3). Throws UsageError naming `what`
+/// ernie-vl:H,W,T, xdrope:S1,...,Sn (n in 2..kMaxRopeAxes), chunks[:N] (N in
+/// 1..kMaxRopeAxes, default 3); counts from 0 to 2^20. Throws UsageError naming `what`
 /// otherwise (a matrix layout has no text form: its frequencies come as a tensor).
 RopeLayoutSpec parse_rope_layout(const std::string& text, const std::string& what = "layout");
 
