@@ -629,6 +629,11 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "t5_max_distance", opt.t5_max_distance);
   set_if(d, "t5_bidirectional", opt.t5_bidirectional);
   set_if(d, "max_distance", opt.max_distance);
+  set_if(d, "grid_h", opt.grid_h);
+  set_if(d, "grid_w", opt.grid_w);
+  set_if(d, "key_grid_h", opt.key_grid_h);
+  set_if(d, "key_grid_w", opt.key_grid_w);
+  set_if(d, "clipped_symmetric", opt.clipped_symmetric);
   set_if(d, "softcap", opt.softcap);
   if (auto m = get<std::string>(d, "masked_rows")) {
     if (*m != "zero" && *m != "nan")
@@ -674,7 +679,21 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                         t5 = tensor_arg(tensors, "t5_bias"),
                         rel_k = tensor_arg(tensors, "relative_k"),
                         rel_v = tensor_arg(tensors, "relative_v"),
-                        sinks = tensor_arg(tensors, "sinks");
+                        sinks = tensor_arg(tensors, "sinks"),
+                        rel_pos_h = tensor_arg(tensors, "rel_pos_h"),
+                        rel_pos_w = tensor_arg(tensors, "rel_pos_w"),
+                        clipped = tensor_arg(tensors, "clipped_bias");
+  std::optional<Tensor> gate[4];
+  const char* gate_names[] = {"gate_input", "gate_weight", "gate_bias", "gate_const"};
+  const Tensor** gate_slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias,
+                                 &opt.gate_const};
+  for (int i = 0; i < 4; ++i) {
+    gate[i] = tensor_arg(tensors, gate_names[i]);
+    if (gate[i]) *gate_slots[i] = &*gate[i];
+  }
+  if (rel_pos_h) opt.rel_pos_h = &*rel_pos_h;
+  if (rel_pos_w) opt.rel_pos_w = &*rel_pos_w;
+  if (clipped) opt.clipped_bias = &*clipped;
   if (mask) opt.mask = &*mask;
   if (key_lengths) opt.key_lengths = &*key_lengths;
   if (t5) opt.t5_bias = &*t5;

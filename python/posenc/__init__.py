@@ -189,7 +189,9 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               llama4_scaling=None, key_lengths=None,
               mask=None, alibi=None, alibi_max_bias=None, t5_bias=None, t5_buckets=None,
               t5_max_distance=None, t5_causal=False, relative_k=None, relative_v=None,
-              max_distance=None, softcap=None, sinks=None, masked_rows=None, dtype=None,
+              max_distance=None, decomposed_rel_pos=None, grid=None, key_grid=None,
+              clipped_bias=None, clipped_symmetric=False, wavlm_gate=None,
+              softcap=None, sinks=None, masked_rows=None, dtype=None,
               max_memory=None, allow_nonfinite=False, precision=None, arith=None,
               hf_config=None, hf_version=None, layer_type=None, layer=None,
               cu_seqlens=None,
@@ -220,6 +222,11 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         alibi_max_bias (default 8).
     t5_bias [buckets, hq] with t5_buckets, t5_max_distance, t5_causal.
     relative_k [2M+1, d], relative_v [2M+1, dv], max_distance: Shaw relative tables.
+    decomposed_rel_pos (RH [LH, d], RW [LW, d]) with grid (H, W) and key_grid (H, W):
+        SAM / ViTDet decomposed relative positions. clipped_bias [2M, hq] (or [M, hq]
+        with clipped_symmetric): Phi-4-multimodal audio's clipped-distance bias.
+        wavlm_gate (X [b, sq, hidden], W [8, hidden/hq], B [8], C [hq]): WavLM's gate
+        on t5_bias.
     softcap C; sinks [hq]; masked_rows "zero" or "nan"; dtype of the results;
     max_memory in bytes (InputError when the run would need more; default physical
     memory, 0 no limit); allow_nonfinite.
@@ -250,13 +257,35 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v"),
                "mask": _arg(mask, "mask"), "key_lengths": _arg(key_lengths, "key_lengths"),
                "t5_bias": _arg(t5_bias, "t5_bias"), "relative_k": _arg(relative_k, "relative_k"),
-               "relative_v": _arg(relative_v, "relative_v"), "sinks": _arg(sinks, "sinks")}
+               "relative_v": _arg(relative_v, "relative_v"), "sinks": _arg(sinks, "sinks"),
+               "clipped_bias": _arg(clipped_bias, "clipped_bias")}
+    if decomposed_rel_pos is not None:
+        tensors["rel_pos_h"] = _arg(decomposed_rel_pos[0], "rel_pos_h")
+        tensors["rel_pos_w"] = _arg(decomposed_rel_pos[1], "rel_pos_w")
+    if wavlm_gate is not None:
+        if t5_bias is None:
+            raise UsageError("wavlm_gate: gates the t5_bias term; give t5_bias")
+        for name, t in zip(("gate_input", "gate_weight", "gate_bias", "gate_const"),
+                           wavlm_gate):
+            tensors[name] = _arg(t, name)
     names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
     opt = {"axes": axes, "emit": names, "scale": scale, "softcap": softcap,
            "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
            "arith": arith, "max_memory": max_memory, "allow_nonfinite": bool(allow_nonfinite),
            "sliding_window": sliding_window, "chunk_size": chunk_size,
-           "max_distance": max_distance}
+           "max_distance": max_distance, "clipped_symmetric": bool(clipped_symmetric)}
+    if clipped_symmetric and clipped_bias is None:
+        raise UsageError("clipped_symmetric: needs clipped_bias")
+    if decomposed_rel_pos is None and (grid is not None or key_grid is not None):
+        raise UsageError("grid/key_grid: only with decomposed_rel_pos")
+    if decomposed_rel_pos is not None and grid is None:
+        raise UsageError("decomposed_rel_pos: needs grid (H, W), the query grid")
+    for name, g in (("grid", grid), ("key_grid", key_grid)):
+        if g is None:
+            continue
+        if len(g) != 2 or any(int(n) != n or not 1 <= n <= 2**31 for n in g):
+            raise UsageError(f"{name} {tuple(g)}: sides must be whole numbers in [1, 2^31]")
+        opt[name + "_h"], opt[name + "_w"] = int(g[0]), int(g[1])
     if softcap is not None and not softcap > 0:
         raise UsageError(f"softcap {softcap}: must be a positive number")
     if sliding_window is not None and sliding_window <= 0:

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -63,6 +64,11 @@ struct AttentionCmdOptions {
   long long max_distance = -1;
   long long relative_left = -1, relative_right = -1;
   std::string relative_sign = "k-q", relative_beyond = "clamp";
+  std::string clipped_bias;
+  bool clipped_symmetric = false;
+  std::vector<std::string> wavlm_gate;    // X W B C
+  std::vector<std::string> decomposed;    // RH RW
+  std::vector<long long> grid, key_grid;  // H W
   double softcap = 0;
   std::string sinks;
   std::string masked_rows = "zero";
@@ -152,9 +158,11 @@ Attrs result_attrs(const AttentionResult& res, const AttentionCmdOptions& o) {
 std::vector<TensorRef> attention_inputs(const AttentionCmdOptions& o) {
   std::vector<TensorRef> refs;
   for (const std::string* r :
-       {&o.q, &o.k, &o.v, &o.t5_bias, &o.relative_k, &o.relative_v, &o.sinks}) {
+       {&o.q, &o.k, &o.v, &o.t5_bias, &o.relative_k, &o.relative_v, &o.sinks,
+        &o.clipped_bias}) {
     if (!r->empty()) refs.push_back(parse_ref(*r));
   }
+  for (const std::string& r : o.decomposed) refs.push_back(parse_ref(r));
   return refs;
 }
 
@@ -179,6 +187,33 @@ void write_results(const AttentionResult& res, const AttentionOptions& opt,
   write_tensors(named, o.out.write_options());
 }
 
+// --decomposed-rel-pos RH RW, --grid H W, --key-grid H W: the grids into `opt` (the
+// tables are read with the other side tensors).
+void decomposed_options(const AttentionCmdOptions& o, AttentionOptions& opt) {
+  if (o.decomposed.empty()) {
+    if (given(o, "--grid") || given(o, "--key-grid")) {
+      throw UsageError("--grid/--key-grid: only with --decomposed-rel-pos");
+    }
+    return;
+  }
+  if (!given(o, "--grid")) {
+    throw UsageError("--decomposed-rel-pos: needs --grid H W (the query grid)");
+  }
+  auto side = [](const std::vector<long long>& v, const char* name) {
+    for (long long n : v) {
+      if (n < 1 || n > (1LL << 31)) {
+        throw UsageError(fmt::format("{} {} {}: sides must be in [1, 2^31]", name, v[0], v[1]));
+      }
+    }
+    return std::pair<std::size_t, std::size_t>{static_cast<std::size_t>(v[0]),
+                                               static_cast<std::size_t>(v[1])};
+  };
+  std::tie(opt.grid_h, opt.grid_w) = side(o.grid, "--grid");
+  if (given(o, "--key-grid")) {
+    std::tie(opt.key_grid_h, opt.key_grid_w) = side(o.key_grid, "--key-grid");
+  }
+}
+
 void run_attention(AttentionCmdOptions& o) {
   // Option values first: a usage error never waits for a large read.
   if (given(o, "--scale") && !(o.scale > 0 && std::isfinite(o.scale))) {
@@ -186,6 +221,12 @@ void run_attention(AttentionCmdOptions& o) {
   }
   if (given(o, "--softcap") && !(o.softcap > 0 && std::isfinite(o.softcap))) {
     throw UsageError(fmt::format("--softcap {}: must be a positive number", o.softcap));
+  }
+  if (o.clipped_symmetric && o.clipped_bias.empty()) {
+    throw UsageError("--clipped-symmetric: needs --clipped-bias");
+  }
+  if (!o.wavlm_gate.empty() && o.t5_bias.empty()) {
+    throw UsageError("--wavlm-gate: gates the --t5-bias term; give --t5-bias");
   }
   if (o.t5_bidirectional && o.t5_causal) {
     throw UsageError("--t5-bidirectional and --t5-causal exclude each other");
@@ -312,6 +353,7 @@ void run_attention(AttentionCmdOptions& o) {
     w.zero_beyond = o.relative_beyond == "zero";
     opt.relative_window = w;
   }
+  decomposed_options(o, opt);
   opt.softcap = o.softcap;
   opt.masked_rows = o.masked_rows == "nan" ? MaskedRows::nan : MaskedRows::zero;
   if (given(o, "--emit") && o.emit.empty()) {
@@ -334,10 +376,10 @@ void run_attention(AttentionCmdOptions& o) {
 
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
-  if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() ||
+  if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() || !o.wavlm_gate.empty() ||
                         !o.rope_opts.position_ids.empty() || !o.rope_opts.cu_seqlens.empty())) {
     throw UsageError(
-        "--part: not with --mask, --key-lengths, --position-ids or --cu-seqlens "
+        "--part: not with --mask, --key-lengths, --wavlm-gate, --position-ids or --cu-seqlens "
         "(they follow the batch; run the whole batch)");
   }
 
@@ -358,7 +400,8 @@ void run_attention(AttentionCmdOptions& o) {
                     "longer than 1 (axes {}, shape {})",
                     o.q, axes.letters, shape_str(q_shape)));
   }
-  std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks;
+  std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks, rel_h, rel_w;
+  std::optional<Tensor> gate[4], clipped;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
     t = read_tensor(ref);
@@ -370,6 +413,16 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
   side(o.sinks, sinks, opt.sinks);
+  side(o.clipped_bias, clipped, opt.clipped_bias);
+  opt.clipped_symmetric = o.clipped_symmetric;
+  if (!o.wavlm_gate.empty()) {
+    const Tensor** slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias, &opt.gate_const};
+    for (int i = 0; i < 4; ++i) side(o.wavlm_gate[i], gate[i], *slots[i]);
+  }
+  if (!o.decomposed.empty()) {
+    side(o.decomposed[0], rel_h, opt.rel_pos_h);
+    side(o.decomposed[1], rel_w, opt.rel_pos_w);
+  }
   if (!o.rope_opts.hf_config.empty()) {
     apply_config(o, opt, q_src->info().shape, k_src->info().shape,
                  v_src ? &v_src->info().shape : nullptr);
@@ -436,6 +489,15 @@ void run_attention(AttentionCmdOptions& o) {
 
 }  // namespace
 
+// An option of exactly as many values as `names` has words (SCALE FLOOR), shown so in
+// --help.
+template <class V>
+void add_values_option(CLI::App* sub, const char* name, std::vector<V>& values,
+                       const char* help, const std::string& names) {
+  const auto n = std::count(names.begin(), names.end(), ' ') + 1;
+  sub->add_option(name, values, help)->expected(static_cast<int>(n))->type_name(names);
+}
+
 void register_attention(CLI::App& app) {
   auto o = std::make_shared<AttentionCmdOptions>();
   auto* sub = app.add_subcommand(
@@ -468,17 +530,15 @@ void register_attention(CLI::App& app) {
   sub->add_option(
       "--chunk-size", o->chunk_size,
       "chunked attention (Llama-4 attention_chunk_size C): keys with j / C == pos(i) / C");
-  sub->add_option("--attn-temperature", o->temperature,
-                  "Llama-4 temperature tuning: scores of the query at position p times "
-                  "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)")
-      ->expected(2)
-      ->type_name("SCALE FLOOR");
-  sub->add_option("--llama4-scaling", o->llama4_scaling,
-                  "Llama-4 query scaling as Ministral-3 applies it: queries at position p times "
-                  "1 + BETA log(1 + floor(p / PERIOD)) (HF llama_4_scaling_beta, "
-                  "original_max_position_embeddings)")
-      ->expected(2)
-      ->type_name("BETA PERIOD");
+  add_values_option(sub, "--attn-temperature", o->temperature,
+                    "Llama-4 temperature tuning: scores of the query at position p times "
+                    "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)",
+                    "SCALE FLOOR");
+  add_values_option(sub, "--llama4-scaling", o->llama4_scaling,
+                    "Llama-4 query scaling as Ministral-3 applies it: queries at position p times "
+                    "1 + BETA log(1 + floor(p / PERIOD)) (HF llama_4_scaling_beta, "
+                    "original_max_position_embeddings)",
+                    "BETA PERIOD");
   sub->add_option("--key-lengths", o->key_lengths,
                   "[b] integers: keys at or after the length are padding (masked)");
   sub->add_option("--mask", o->mask,
@@ -495,6 +555,16 @@ void register_attention(CLI::App& app) {
   sub->add_option("--t5-max-distance", o->t5_max_distance, "T5 max distance (default 128)");
   sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
   sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
+  sub->add_option("--clipped-bias", o->clipped_bias,
+                  "Phi-4-multimodal audio bias_values [2M, hq]: logits += table[clip(j-pos(i), "
+                  "-M, M-1) + M] (HF Phi4MultimodalAudioRelativeAttentionBias)");
+  sub->add_flag("--clipped-symmetric", o->clipped_symmetric,
+                "--clipped-bias is HF's bias_symmetric table [M, hq], indexed by |clip(j-pos(i))|");
+  add_values_option(sub, "--wavlm-gate", o->wavlm_gate,
+                    "WavLM's gate on --t5-bias: the layer's hidden states X [b, sq, hidden], "
+                    "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
+                    "query i of head h gets bias times a (g C_h - 1) + 2 (HF WavLMAttention)",
+                    "X W B C");
   sub->add_option("--relative-k", o->relative_k,
                   "Shaw relative key table [2M+1, d]: logits += q.rk[clip(j-i,-M,M)+M]");
   sub->add_option("--relative-v", o->relative_v,
@@ -513,6 +583,18 @@ void register_attention(CLI::App& app) {
   sub->add_option("--relative-beyond", o->relative_beyond,
                   "pairs outside [-L, R]: clamp (the edge row, default) or zero (no term, VITS)")
       ->check(CLI::IsMember({"clamp", "zero"}));
+  add_values_option(sub, "--decomposed-rel-pos", o->decomposed,
+                    "SAM / ViTDet decomposed relative positions: tables RH [LH, d] and RW [LW, d]; "
+                    "logits += q.RH[row offset] + q.RW[column offset] over --grid (HF "
+                    "add_decomposed_rel_pos; tables resized linearly to 2 max(q, k) - 1 rows)",
+                    "RH RW");
+  add_values_option(sub, "--grid", o->grid,
+                    "the queries' grid: H rows of W in row-major order (H W = sq), for "
+                    "--decomposed-rel-pos",
+                    "H W");
+  add_values_option(sub, "--key-grid", o->key_grid,
+                    "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos",
+                    "H W");
   sub->add_option("--softcap", o->softcap, "soft-cap C: logits = C tanh(scale q.k / C)");
   sub->add_option("--sinks", o->sinks, "[hq] sink logits (gpt-oss): an extra softmax column");
   sub->add_option("--masked-rows", o->masked_rows,
@@ -553,7 +635,7 @@ void register_attention(CLI::App& app) {
   }
   add_part_option(sub, o->part,
                   "the batch axis b of Q, K and V (not with --mask, --key-lengths, "
-                  "--position-ids or --cu-seqlens)");
+                  "--wavlm-gate, --position-ids or --cu-seqlens)");
   sub->callback([o] { run_attention(*o); });
 }
 

@@ -168,8 +168,12 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
   };
   no(opt.alibi.has_value(), "--alibi");
   no(opt.t5_bias != nullptr, "--t5-bias");
+  no(opt.gate_input != nullptr, "--wavlm-gate");
+  no(opt.clipped_bias != nullptr, "--clipped-bias");
   no(opt.relative_k != nullptr || opt.relative_v != nullptr, "--relative-k/--relative-v");
   no(opt.softcap > 0, "--softcap");
+  no(opt.rel_pos_h != nullptr || opt.rel_pos_w != nullptr,
+     "--decomposed-rel-pos (SAM's terms: use --arith exact)");
   no(opt.score_bias != nullptr, "relative score terms (--relative xl, xlnet or deberta)");
   no(opt.sinks != nullptr, "--sinks");
   no(g.emit_lse, "lse output");

@@ -21,8 +21,8 @@ struct HfShape {
 };
 
 /// Runs HF's eager path in Q's dtype. Throws UsageError for options that path does not
-/// have (ALiBi, T5 and Shaw biases, soft-capping, sinks, lse, --masked-rows) and
-/// InputError when K or V has another dtype than Q.
+/// have (ALiBi, T5 and Shaw biases, SAM's decomposed terms, soft-capping, sinks, lse,
+/// --masked-rows) and InputError when K or V has another dtype than Q.
 AttentionResult attention_hf(const Tensor& q, const Tensor& k, const Tensor* v,
                              const AttentionOptions& opt, const HfShape& g);
 

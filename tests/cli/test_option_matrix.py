@@ -144,6 +144,12 @@ ATTENTION_ROWS = {
                      ["--t5-bias", "{t5_6}", "--t5-buckets", "6"]),
     "--t5-max-distance": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--t5-max-distance", "9"]),
     "--t5-causal": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--t5-causal"]),
+    # Phi-4 audio's clipped distances: 12 rows, M 6 (asymmetric) or M 12 (symmetric).
+    "--clipped-bias": ([], ["--clipped-bias", "{clip}"]),
+    "--clipped-symmetric": (["--clipped-bias", "{clip}"],
+                            ["--clipped-bias", "{clip}", "--clipped-symmetric"]),
+    "--wavlm-gate": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--wavlm-gate", "{gx}", "{gw}",
+                                              "{gb}", "{gc}"]),
     "--relative-k": ([], ["--relative-k", "{rk}"]),
     "--relative-v": ([], ["--relative-v", "{rv}"]),
     "--relative-sign": (["--relative-k", "{rk}"], ["--relative-k", "{rk}", "--relative-sign", "q-k"]),
@@ -153,6 +159,18 @@ ATTENTION_ROWS = {
                         ["--relative-k", "{rk}", "--relative-left", "3", "--relative-right", "1"]),
     "--relative-right": (["--relative-k", "{rk}", "--relative-left", "2", "--relative-right", "2"],
                          ["--relative-k", "{rk}", "--relative-left", "1", "--relative-right", "3"]),
+    # SAM's decomposed relative positions: q (6 queries) on a 2 x 3 grid, k (10 keys)
+    # on a 2 x 5 grid; the tables are resized (7 and 9 rows to 3 and 9).
+    "--decomposed-rel-pos": ([], ["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "2", "3",
+                                  "--key-grid", "2", "5"]),
+    "--grid": (["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "2", "3",
+                "--key-grid", "2", "5"],
+               ["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "3", "2",
+                "--key-grid", "2", "5"]),
+    "--key-grid": (["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "2", "3",
+                    "--key-grid", "2", "5"],
+                   ["--decomposed-rel-pos", "{rph}", "{rpw}", "--grid", "2", "3",
+                    "--key-grid", "5", "2"]),
     "--softcap": ([], ["--softcap", "0.5"]),
     "--sinks": ([], ["--sinks", "{sinks}"]),
     "--masked-rows": (["--key-lengths", "{klen0}"], ["--key-lengths", "{klen0}",
@@ -243,6 +261,14 @@ class OptionMatrix(PosencTestCase):
         save("rk", r.standard_normal((5, 8)).astype(np.float32))
         save("rv", r.standard_normal((5, 8)).astype(np.float32))
         save("sinks", r.standard_normal(4).astype(np.float32))
+        save("rph", r.standard_normal((7, 8)).astype(np.float32))
+        save("clip", r.standard_normal((12, 4)).astype(np.float32))
+        # WavLM's gate: hidden states [1, 6, 4 heads x 5], gru_rel_pos_linear, const.
+        save("gx", r.standard_normal((1, 6, 20)).astype(np.float32))
+        save("gw", r.standard_normal((8, 5)).astype(np.float32))
+        save("gb", r.standard_normal(8).astype(np.float32))
+        save("gc", r.standard_normal((1, 4, 1, 1)).astype(np.float32))
+        save("rpw", r.standard_normal((9, 8)).astype(np.float32))
         save("relk", r.standard_normal((10, 4, 8)).astype(np.float32))
         save("u", r.standard_normal((4, 8)).astype(np.float32))
         save("segemb", r.standard_normal((2, 4, 8)).astype(np.float32))

@@ -68,6 +68,31 @@ class PosencTestCase(unittest.TestCase):
             self.assertRegex(lines[0], match)
         return p
 
+    def assert_streamed_bits(self, *args, budgets=("800K", "64M")):
+        """`posenc attention *args --emit output,lse` gives the same bytes in memory and
+        under each --max-memory of `budgets` (K and V read in chunks, or used in place in
+        their mapped files)."""
+        def outputs(*extra):
+            out = self.path("bits_{}.npy")
+            self.run_ok("attention", *args, *extra, "--emit", "output,lse", "-o", out)
+            got = {}
+            for name in ("output", "lse"):
+                with open(out.format(name), "rb") as f:
+                    got[name] = f.read()
+                os.remove(out.format(name))
+            return got
+        whole = outputs()
+        for budget in budgets:
+            self.assertEqual(outputs("--max-memory", budget), whole, f"at --max-memory {budget}")
+
+    def assert_each_fails(self, base, cases, before):
+        """For each (status, extra args, match) of `cases`: `posenc *base *extra` fails as
+        assert_fails says and leaves no file but those in `before`."""
+        for status, extra, match in cases:
+            with self.subTest(extra=extra):
+                self.assert_fails(status, *base, *extra, match=match)
+                self.assert_no_new_files(before)
+
     def signal_while_writing(self, proc, target, sig):
         """Waits (up to 30 s) for the temporary file of `target` (a name in self.tmp)
         to appear while `proc` runs, then sends `sig` 0.1 s later and waits for the

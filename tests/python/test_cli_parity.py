@@ -208,6 +208,16 @@ ATT_CASES = [
     (["--relative-k", "rk.npy", "--relative-v", "rv.npy", "--max-distance", "2"],
      dict(relative_k=G.standard_normal((5, 16)), relative_v=G.standard_normal((5, 16)),
           max_distance=2)),
+    (["--decomposed-rel-pos", "rph.npy", "rpw.npy", "--grid", "2", "3", "--key-grid", "3", "3"],
+     dict(decomposed_rel_pos=(G.standard_normal((5, 16)), G.standard_normal((4, 16))),
+          grid=(2, 3), key_grid=(3, 3))),
+    (["--clipped-bias", "clip.npy"], dict(clipped_bias=G.standard_normal((6, 4)))),
+    (["--clipped-bias", "clip.npy", "--clipped-symmetric"],
+     dict(clipped_bias=G.standard_normal((9, 4)), clipped_symmetric=True)),
+    (["--t5-bias", "t5.npy", "--wavlm-gate", "gx.npy", "gw.npy", "gb.npy", "gc.npy"],
+     dict(t5_bias=np.linspace(-1, 1, 128).reshape(32, 4),
+          wavlm_gate=(G.standard_normal((2, 6, 12)), G.standard_normal((8, 3)),
+                      G.standard_normal(8), G.standard_normal(4)))),
     (["--softcap", "2"], dict(softcap=2.0)),
     (["--sinks", "sinks.npy"], dict(sinks=np.array([0.5, -1.0, 2.0, 0.0]))),
     (["--key-lengths", "kl0.npy", "--masked-rows", "nan", "--causal", "top-left"],
@@ -224,6 +234,12 @@ def save_side(kw):
     names = {"key_lengths": "kl.npy", "mask": "mask.npy", "t5_bias": "t5.npy",
              "relative_k": "rk.npy", "relative_v": "rv.npy", "sinks": "sinks.npy",
              "position_ids": "kids.npy"}
+    names.update(clipped_bias="clip.npy")
+    pairs = {"decomposed_rel_pos": ("rph.npy", "rpw.npy"),
+             "wavlm_gate": ("gx.npy", "gw.npy", "gb.npy", "gc.npy")}
+    for key, files in pairs.items():
+        for name, a in zip(files, kw.get(key, ())):
+            np.save(name, a)
     for key, name in names.items():
         if key in kw:
             if key == "key_lengths" and kw[key][0] == 0:

@@ -343,5 +343,58 @@ TEST(Attention, BroadcastMasks) {
   expect_close(b.output, e.out, 1e-12, 1e-13, "additive mask output");
 }
 
+
+// SAM's decomposed relative positions on equal query and key grids with tables of
+// 2 H - 1 and 2 W - 1 rows (no resizing): the term is q.Rh[a - c + H - 1] +
+// q.Rw[b - e + W - 1], written out here as a score bias, in several query and key
+// blocks (the online softmax across blocks).
+TEST(Attention, DecomposedRelPosEqualsItsScoreBias) {
+  const std::size_t H = 3, W = 4, S = H * W, d = 8;
+  Tensor q = random_tensor({2, 2, S, d}, 31), k = random_tensor({2, 1, S, d}, 32),
+         v = random_tensor({2, 1, S, 5}, 33);
+  Tensor rh = random_tensor({2 * H - 1, d}, 34), rw = random_tensor({2 * W - 1, d}, 35);
+  Tensor bias(DType::f64, Shape{2, 2, S, S});
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t i = 0; i < S; ++i)
+        for (std::size_t j = 0; j < S; ++j) {
+          double th = 0, tw = 0;
+          for (std::size_t c = 0; c < d; ++c) {
+            const double qc = q.get(((b * 2 + h) * S + i) * d + c);
+            th += qc * rh.get((i / W + H - 1 - j / W) * d + c);
+            tw += qc * rw.get((i % W + W - 1 - j % W) * d + c);
+          }
+          bias.data<double>()[((b * 2 + h) * S + i) * S + j] = th + tw;
+        }
+  AttentionOptions with = all_emits(), ref = all_emits();
+  with.rel_pos_h = &rh;
+  with.rel_pos_w = &rw;
+  with.grid_h = H;
+  with.grid_w = W;
+  with.causal = ref.causal = CausalAlign::bottom_right;
+  ref.score_bias = &bias;
+  const AttentionResult e = attention(q, k, &v, ref);
+  for (std::size_t kb : {std::size_t{0}, std::size_t{5}}) {
+    with.key_block = kb;
+    with.query_block = kb ? 3 : 0;
+    const AttentionResult r = attention(q, k, &v, with);
+    std::vector<double> lg(e.logits.numel()), out(e.output.numel());
+    for (std::size_t i = 0; i < lg.size(); ++i) lg[i] = e.logits.get(i);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = e.output.get(i);
+    expect_close(r.logits, lg, 1e-12, 1e-12, "logits");
+    expect_close(r.output, out, 1e-12, 1e-12, "output");
+  }
+  // Misuse: one table, no grid, a grid that does not hold the queries.
+  AttentionOptions bad = with;
+  bad.rel_pos_w = nullptr;
+  EXPECT_THROW(attention(q, k, &v, bad), UsageError);
+  bad = with;
+  bad.grid_h = bad.grid_w = 0;
+  EXPECT_THROW(attention(q, k, &v, bad), UsageError);
+  bad = with;
+  bad.grid_w = 5;
+  EXPECT_THROW(attention(q, k, &v, bad), InputError);
+}
+
 }  // namespace
 }  // namespace posenc

@@ -121,6 +121,24 @@ struct AttentionOptions {
   int t5_buckets = 32;            ///< HF num_buckets of the T5 bucketing
   int t5_max_distance = 128;      ///< HF max_distance of the T5 bucketing
   bool t5_bidirectional = true;   ///< encoder buckets; false: decoder (--t5-causal)
+  /// Phi-4-multimodal audio's clipped-distance bias (HF
+  /// Phi4MultimodalAudioRelativeAttentionBias, bias_values.weight): a table [rows, hq];
+  /// score (i, j) gains table[row, h] with rel = clip(j - pos(i), -M, M - 1) and row = rel
+  /// + M (2 M rows, M = bias_max_distance) or |rel| (clipped_symmetric: M rows; keys M
+  /// or more before a query are then refused, HF indexing past the table). Not with
+  /// t5_bias.
+  const Tensor* clipped_bias = nullptr;
+  bool clipped_symmetric = false;  ///< HF bias_symmetric (--clipped-symmetric)
+  /// WavLM's gated relative position bias (HF WavLMAttention: gru_rel_pos_linear,
+  /// gru_rel_pos_const): the t5_bias term (needed) of query i in head h is multiplied
+  /// by gate = a (g c[h] - 1) + 2, a = sigmoid(p0 + p1 + p2 + p3), g = sigmoid(p4 + ... +
+  /// p7), p = gate_weight x + gate_bias, x the head's slice h E .. h E + E - 1 of the
+  /// layer's input hidden states at query i (E = hidden / hq). Computed in float64.
+  /// gate_input: [b, sq, hq E] ([sq, hq E] when Q has no b axis).
+  const Tensor* gate_input = nullptr;
+  const Tensor* gate_weight = nullptr;  ///< gru_rel_pos_linear.weight [8, E]
+  const Tensor* gate_bias = nullptr;    ///< gru_rel_pos_linear.bias [8]
+  const Tensor* gate_const = nullptr;   ///< gru_rel_pos_const, hq values ([1, hq, 1, 1] or [hq])
   /// Shaw et al. tables [2M+1, d] and [2M+1, dv], index relative_index(qpos, j, M).
   const Tensor* relative_k = nullptr;
   const Tensor* relative_v = nullptr;  ///< the value table (--relative-v), or nullptr
@@ -130,6 +148,21 @@ struct AttentionOptions {
   /// (Wav2Vec2-BERT's relative_key, SpeechT5, VITS). Unset: {M, M, k-q, clamp}. Sides
   /// both -1: M, M from the rows (or max_distance); other sides not with max_distance.
   std::optional<RelativeWindow> relative_window;
+  /// SAM / SAM-HQ / ViTDet / GOT-OCR2 decomposed relative positions (HF
+  /// SamVisionAttention.add_decomposed_rel_pos): the queries are a grid_h x grid_w grid
+  /// in row-major order, the keys a key_grid_h x key_grid_w grid, and score (i, j) gains
+  /// q_i.Rh[dh] + q_i.Rw[dw], q_i the query as given (before the scale), Rh and Rw the
+  /// tables [Lh, d] and [Lw, d] resized to 2 max(q, k) - 1 rows along each axis as
+  /// F.interpolate(mode="linear") does, and dh, dw the row and column offsets of HF's
+  /// get_rel_pos (its coordinates scaled by max(k/q, 1), computed in float32 as torch's
+  /// default dtype does). The products are summed in float64. Both tables or neither.
+  const Tensor* rel_pos_h = nullptr;
+  const Tensor* rel_pos_w = nullptr;  ///< the width table Rw [Lw, d] (rel_pos_h: Rh)
+  std::size_t grid_h = 0;  ///< query grid rows (grid_h * grid_w = sq); 0 = none
+  std::size_t grid_w = 0;  ///< query grid columns
+  /// Key grid rows (key_grid_h * key_grid_w = sk); 0 = the query grid's.
+  std::size_t key_grid_h = 0;
+  std::size_t key_grid_w = 0;  ///< key grid columns; 0 = the query grid's
   /// Additive score terms [b, hq, sq, sk] (b and h only where Q has them), f32 or f64,
   /// already scaled: added to scale * q.k with the Shaw term, before the soft-cap. The
   /// relative schemes of ops/attention_relative.hpp (Transformer-XL, XLNet, DeBERTa)

@@ -1,0 +1,26 @@
+#pragma once
+// WavLM's gate on the T5 relative bias as an attention score term (HF WavLMAttention:
+// gru_rel_pos_linear and gru_rel_pos_const): one factor per (batch, head, query) from
+// the layer's input hidden states, multiplying that query's T5 bias row. The options
+// are checked here (check_gate) and the factors computed once per run (gate_factors);
+// the kernel applies them (attention_kernel.cpp). Internal to the library.
+
+#include <vector>
+
+#include "ops/attention_geometry.hpp"
+#include "posenc/ops/attention.hpp"
+
+namespace posenc::attention_detail {
+
+/// Checks the gate tensors of `opt` against Q (g.b, g.hq, g.sq): UsageError for some
+/// of them alone or without t5_bias; InputError for shapes that do not fit or
+/// non-float tensors.
+void check_gate(const Geometry& g, const AttentionOptions& opt);
+
+/// The factors [b][hq][sq] in float64 (empty without a gate): HF's
+///   proj = gru_rel_pos_linear(x).view(..., 2, 4).sum(-1)
+///   gate_a, gate_b = sigmoid(proj).chunk(2)
+///   gate = gate_a * (gate_b * gru_rel_pos_const - 1.0) + 2.0
+std::vector<double> gate_factors(const Geometry& g, const AttentionOptions& opt);
+
+}  // namespace posenc::attention_detail

@@ -1,0 +1,42 @@
+#pragma once
+// Attention's I/O plumbing: the outputs (allocated, or rows handed to a sink as work
+// items end) and the out-of-core run (K and V read in chunks of whole key blocks, or
+// used in place in their mapped files), with the memory it needs. Internal to the
+// library.
+
+#include <cstddef>
+
+#include "ops/attention_kernel.hpp"
+
+namespace posenc::attention_detail {
+
+// The sink AttentionOptions::output_sink gives for the output, when the output is
+// emitted in rows that an item holds contiguously (d last, s before it) and the sink
+// takes positional writes; null otherwise (the output is then kept in memory).
+TensorSink* take_output_sink(const Geometry& g, const Shape& q_shape, const AttentionOptions& opt);
+
+// The emitted tensors (the output only when no sink takes it), allocated, and P's
+// pointers to them.
+template <class T>
+AttentionResult allocate(Plan<T>& P, const Shape& q_shape, TensorSink* out_sink);
+
+// What a streamed run holds besides the K and V chunks, and what each key of a chunk
+// adds (its raw bytes plus a converted copy when the type or the layout differs).
+struct StreamMemory {
+  std::size_t fixed = 0, per_key = 0;
+  std::size_t tile = 0;  // one more worker's tiles
+};
+
+StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorInfo& k,
+                           const TensorInfo* v, const AttentionOptions& opt,
+                           bool output_in_memory);
+
+/// The streamed run: Q read whole (or in place), K and V in chunks of `chunk` keys (a
+/// multiple of the key block), or in place when `map_kv` allows and their files are
+/// mapped; the output to `out_sink` when given.
+template <class T>
+AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* vs,
+                             const Geometry& g, const AttentionOptions& opt, std::size_t chunk,
+                             bool map_kv, TensorSink* out_sink);
+
+}  // namespace posenc::attention_detail

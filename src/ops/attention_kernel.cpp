@@ -1,0 +1,517 @@
+// Attention's blocked kernel (attention_kernel.hpp): the products by BLAS, the softmax
+// exponentials, the stores in the output dtype, and a work item's three steps: its
+// rows' state set up, key blocks folded in with an online softmax (the score terms are
+// applied here, element by element), normalised and stored.
+#include "ops/attention_kernel.hpp"
+
+#include <xtensor-blas/xblas.hpp>
+#include <xtensor/xadapt.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "ops/row_max.hpp"
+#include "posenc/encodings/arith.hpp"
+#include "posenc/error.hpp"
+#include "posenc/io/npy.hpp"
+
+namespace posenc::attention_detail {
+
+namespace {
+
+// ---------------------------------------------------------------------------------
+// BLAS, single-threaded per call (see the file comment of attention.hpp), through
+// xtensor-blas. Blocks whose rows are contiguous (the default bhsd layout, every tile)
+// are zero-copy row-major adaptors; a block with a longer row stride (bshd inputs) is a
+// strided adaptor, which xtensor-blas evaluates into a contiguous copy first (O(rows *
+// cols) next to the O(m * n * k) product). C is a contiguous m x n tile.
+
+// (The adaptor's element count is rows * cols, as xtensor requires of strided adaptors;
+// the elements lie within rows * ld.)
+template <class T>
+auto matrix(const T* p, std::size_t rows, std::size_t cols, std::size_t ld) {
+  return xt::adapt(p, rows * cols, xt::no_ownership(), std::array<std::size_t, 2>{rows, cols},
+                   std::array<std::ptrdiff_t, 2>{static_cast<std::ptrdiff_t>(ld), 1});
+}
+
+template <class T>
+void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, bool b_strided = false) {
+  const std::size_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  if (m == 1 && ldb == b_cols && !b_strided) {
+    // One query row (decoding): a matrix-vector product reads B once, where sgemm would
+    // first copy it into its packed layout. (Strided B, as from bshd inputs, takes the
+    // gemm path, which evaluates it into a contiguous copy; so does B marked
+    // `b_strided`, a contiguous copy of strided rows made by the caller.)
+    auto x = xt::adapt(a, k, xt::no_ownership(), std::array<std::size_t, 1>{k});
+    auto y = xt::adapt(c, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
+    xt::blas::gemv(xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
+                             std::array<std::size_t, 2>{b_rows, b_cols}),
+                   x, y, !trans_b, alpha, beta);
+    return;
+  }
+  auto out = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});
+  auto with_b = [&](const auto& A) {
+    if (ldb == b_cols) {
+      xt::blas::gemm(A, xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
+                                  std::array<std::size_t, 2>{b_rows, b_cols}),
+                     out, false, trans_b, alpha, beta);
+    } else {
+      xt::blas::gemm(A, matrix(b, b_rows, b_cols, ldb), out, false, trans_b, alpha, beta);
+    }
+  };
+  if (lda == k) {
+    with_b(xt::adapt(a, m * k, xt::no_ownership(), std::array<std::size_t, 2>{m, k}));
+  } else {
+    with_b(matrix(a, m, k, lda));
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// exp
+
+// exp(x) for x <= 0 (scores minus their row maximum), written so that GCC vectorises
+// the loop: Cephes' expf polynomial (max error about 1 ulp) with a 2^n scaling built
+// from the exponent bits; below -87 (where expf is subnormal or 0) the result is 0,
+// so masked (-inf) scores give exactly 0.
+inline float exp_nonpositive(float x) {
+  // The clamp and the final zeroing are integer selects on the bits (negative floats
+  // order like their bits as unsigned), which GCC vectorises under -ftrapping-math.
+  const std::uint32_t xb = __builtin_bit_cast(std::uint32_t, x);
+  const std::uint32_t lim = __builtin_bit_cast(std::uint32_t, -87.0f);
+  const std::uint32_t keep = xb > lim ? 0u : ~0u;
+  const float xc = __builtin_bit_cast(float, (xb & keep) | (lim & ~keep));
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: rounds to an integer in the mantissa
+  const float t = xc * 1.44269504088896341f + shifter;
+  const float n = t - shifter;
+  const std::int32_t ni =
+      __builtin_bit_cast(std::int32_t, t) - __builtin_bit_cast(std::int32_t, shifter);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const float scale = __builtin_bit_cast(float, (ni + 127) << 23);
+  return __builtin_bit_cast(float, __builtin_bit_cast(std::uint32_t, y * scale) & keep);
+}
+
+// p[j] = exp(s[j] - m) in place; returns the sum in double (NaN if a score is NaN;
+// `may_nan` false skips that check when the scores are known finite). One pass: the
+// exponentials go into 16 f32 lanes summed over chunks of up to 1024, the chunks added
+// in f64, and the last n % 16 one by one in f64
+// (a fixed order, so the result does not depend on anything but the data).
+// AVX-512 and AVX2 clones: the same per-lane arithmetic (attention.cpp is compiled with
+// -ffp-contract=off: no FMA), so the bits do not depend on the machine's vector width.
+__attribute__((target_clones("avx512f", "avx2", "default"), noinline)) double exp_shift_sum(
+    float* s, std::size_t n, float m, bool may_nan) {
+  if (may_nan) {
+    int nans = 0;
+    for (std::size_t j = 0; j < n; ++j) nans += s[j] != s[j];
+    if (nans) return std::numeric_limits<double>::quiet_NaN();
+  }
+  constexpr std::size_t kLanes = 16, kChunk = 1024;
+  double sum = 0;
+  std::size_t j = 0;
+  const std::size_t whole = n / kLanes * kLanes;
+  for (; j < whole; j += kChunk) {
+    const std::size_t len = std::min(kChunk, whole - j);
+    float acc[kLanes] = {};
+    for (std::size_t c = 0; c < len; c += kLanes) {
+      for (std::size_t l = 0; l < kLanes; ++l) {
+        const float e = exp_nonpositive(s[j + c + l] - m);
+        s[j + c + l] = e;
+        acc[l] += e;
+      }
+    }
+    for (std::size_t l = 0; l < kLanes; ++l) sum += acc[l];
+  }
+  j = whole;
+  for (; j < n; ++j) {
+    const float e = exp_nonpositive(s[j] - m);
+    s[j] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+
+// Largest score of a row (lane-wise so it vectorises; NaNs are found by exp_shift_sum).
+template <class T>
+inline T row_max(const T* s, std::size_t n) {
+  constexpr std::size_t kLanes = 16;
+  T acc[kLanes];
+  for (auto& a : acc) a = -std::numeric_limits<T>::infinity();
+  std::size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] = s[j + l] > acc[l] ? s[j + l] : acc[l];
+  T m = -std::numeric_limits<T>::infinity();
+  for (std::size_t l = 0; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m;
+  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+// The largest float score of a row and whether all are finite: ops/row_max.hpp.
+using row_max_detail::row_max_finite;
+inline double row_max_finite(const double* s, std::size_t n, bool& finite) {
+  finite = all_finite(s, n);
+  return row_max(s, n);
+}
+
+inline double exp_shift_sum(double* s, std::size_t n, double m, bool) {
+  double sum = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    double e = std::exp(s[j] - m);
+    s[j] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+// ---------------------------------------------------------------------------------
+// Storing rows in the output dtype.
+
+template <class T>
+void store(DType dt, std::byte* base, std::size_t offset, std::ptrdiff_t stride, const T* src,
+           std::size_t n, T mul) {
+  switch (dt) {
+    case DType::f32: {
+      float* p = reinterpret_cast<float*>(base) + offset;
+      for (std::size_t j = 0; j < n; ++j) p[j * stride] = static_cast<float>(src[j] * mul);
+      break;
+    }
+    case DType::f64: {
+      double* p = reinterpret_cast<double*>(base) + offset;
+      for (std::size_t j = 0; j < n; ++j) p[j * stride] = static_cast<double>(src[j] * mul);
+      break;
+    }
+    case DType::f16: {
+      auto* p = reinterpret_cast<std::uint16_t*>(base) + offset;
+      for (std::size_t j = 0; j < n; ++j) {
+        p[j * stride] = std::is_same_v<T, double> ? double_to_half(src[j] * mul)
+                                                  : float_to_half(static_cast<float>(src[j] * mul));
+      }
+      break;
+    }
+    case DType::bf16: {
+      auto* p = reinterpret_cast<std::uint16_t*>(base) + offset;
+      for (std::size_t j = 0; j < n; ++j) {
+        p[j * stride] = std::is_same_v<T, double> ? double_to_bf16(src[j] * mul)
+                                                  : float_to_bf16(static_cast<float>(src[j] * mul));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+template <class T>
+void fill(DType dt, std::byte* base, std::size_t offset, std::ptrdiff_t stride, std::size_t n,
+          double v) {
+  T one = 1;
+  std::vector<T> tmp(n, static_cast<T>(v));
+  store<T>(dt, base, offset, stride, tmp.data(), n, one);
+}
+
+template <class T>
+[[noreturn]] void overflow(std::size_t b, std::size_t h, std::size_t q0) {
+  throw InputError(fmt::format(
+      "attention scores overflow {} for finite inputs (batch {}, head {}, queries from {}): "
+      "|scale * q.k| plus biases exceeds {:g}; compute in f64 with --precision f64",
+      std::is_same_v<T, float> ? "f32" : "f64", b, h, q0, std::numeric_limits<T>::max()));
+}
+
+}  // namespace
+
+// A work item is (batch, query head, query block). Its rows' running softmax state
+// lives in a Scratch: item_begin sets it up, item_keys folds in key blocks (in order,
+// each block of P.bl.k keys from a multiple of P.bl.k), item_end normalises and
+// stores. Whether the keys come in one piece (in memory) or in chunks (streamed from
+// a file), the blocks and so the bits are the same.
+template <class T>
+void item_begin(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
+                std::size_t q0) {
+  const Geometry& g = P.g;
+  const std::size_t qn = std::min(P.bl.q, g.sq - q0);
+  const T* qp = P.q.p + bi * P.q.b + hi_q * P.q.h + q0 * P.q.s;
+  const bool need_v = P.has_v && g.emit_output;
+  const std::size_t dv = g.dv;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+
+  w.m.assign(qn, neg_inf);
+  w.l.assign(qn, 0.0);
+  if (need_v) w.o.assign(qn * dv, T(0));
+  if (P.R) {
+    w.qr.resize(qn * P.R);
+    gemm(true, qn, P.R, g.d, P.scale, qp, P.q.s, P.rel_k.data(), g.d, T(0), w.qr.data());
+    if (need_v && !P.rel_v.empty()) w.bucket.assign(qn * P.R, T(0));
+  }
+  if (P.dec.on()) {
+    const std::size_t cols = P.dec.cols();
+    w.dec.resize(qn * cols);
+    for (std::size_t r = 0; r < qn; ++r) P.dec.row(qp + r * P.q.s, q0 + r, w.dec.data() + r * cols);
+  }
+  if (!P.sinks.empty()) {
+    T sink = P.sinks[hi_q];
+    if (sink > neg_inf) {
+      std::fill(w.m.begin(), w.m.end(), sink);
+      std::fill(w.l.begin(), w.l.end(), 1.0);  // exp(sink - sink)
+    }
+  }
+  w.lo.resize(qn);
+  w.hi.resize(qn);
+  std::tie(w.lo_min, w.hi_max) = item_key_range(P, bi, q0, w.lo.data(), w.hi.data());
+}
+
+// Key blocks [j_begin, j_end) of the item; K and V view the keys from c0 on (all of
+// them in memory, or the chunk read last).
+template <class T>
+void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View<T>& K,
+               const View<T>& V, std::size_t c0, std::size_t bi, std::size_t hi_q,
+               std::size_t q0, std::size_t j_begin, std::size_t j_end) {
+  const Geometry& g = P.g;
+  const std::size_t qn = std::min(P.bl.q, g.sq - q0);
+  const std::size_t kvh = hi_q / (g.hq / g.hk);
+  const T* qp = P.q.p + bi * P.q.b + hi_q * P.q.h + q0 * P.q.s;
+  const T* kp = K.p + bi * K.b + kvh * K.h;
+  const T* vp = V.p ? V.p + bi * V.b + kvh * V.h : nullptr;
+  const bool need_v = vp && g.emit_output;
+  const std::size_t kB = P.bl.k;
+  const std::size_t dv = g.dv;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const std::int64_t sk = static_cast<std::int64_t>(g.sk);
+  const std::int64_t sq = static_cast<std::int64_t>(g.sq);
+  if (tile.size() < qn * kB) tile.resize(qn * kB);
+  const std::size_t ndist = g.sq + g.sk - 1;
+  const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + hi_q * ndist;
+  const double slope = P.alibi ? P.slopes[hi_q] : 0.0;
+
+  // Rows [r0, r1) of the item against keys [j0, j0 + n) of the block: the scores, the
+  // online softmax update and the product with V.
+  auto fold = [&](std::size_t r0, std::size_t r1, std::size_t j0, std::size_t n) {
+    const std::size_t rows = r1 - r0;
+    const std::int64_t j0i = static_cast<std::int64_t>(j0);
+    T* S = tile.data() + r0 * n;  // (fits: r0 * n + rows * n <= qn * kB)
+    gemm(true, rows, n, g.d, P.scale, qp + r0 * P.q.s, P.q.s, kp + (j0 - c0) * K.s, K.s, T(0),
+         S, K.strided);
+    // Overflow check: over the whole tile before the biases (a soft-cap would hide an
+    // infinite product), else row by row over the keys the row sees, with its maximum.
+    const bool per_element = P.per_element();
+    if (P.check_overflow && per_element && !all_finite(S, rows * n)) overflow<T>(bi, hi_q, q0);
+    for (std::size_t r = r0; r < r1; ++r) {
+      T* s = S + (r - r0) * n;
+      const std::int64_t i = static_cast<std::int64_t>(q0 + r);
+      const std::int64_t qpos = i + P.off;
+      if (P.dec.on()) {
+        // SAM's terms first, on the scaled scores as HF adds them: (s + rel_h) + rel_w.
+        const T* dr = w.dec.data() + r * P.dec.cols();
+        for (std::size_t jj = 0; jj < n; ++jj) {
+          const std::size_t jk = j0 + jj;
+          s[jj] = s[jj] + dr[jk / P.dec.kw] + dr[P.dec.kh + jk % P.dec.kw];
+        }
+      }
+      if (per_element) {
+        const T* qr = P.R ? w.qr.data() + r * P.R : nullptr;
+        // WavLM's gate on the T5 row (1 without one: 1 * t is t, bit for bit).
+        const T gate5 =
+            P.t5_gate.empty() ? T(1) : P.t5_gate[(bi * g.hq + hi_q) * g.sq + q0 + r];
+        const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
+        const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
+        std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
+        const T temp = static_cast<T>(P.rules.temperature(qpos));
+        for (std::size_t jj = 0; jj < n; ++jj) {
+          const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
+          T x = s[jj];
+          if (qr) x += qr[P.rel_index[j + dshift]];
+          if (P.rules.scales_queries()) x *= temp;
+          if (br) x += br[j];
+          if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
+          if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
+          if (t5row) x += gate5 * t5row[j + dshift];
+          if (P.check_overflow && !(std::abs(x) <= std::numeric_limits<T>::max())) {
+            overflow<T>(bi, hi_q, q0);
+          }
+          if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
+          if (P.has_keep_mask && !P.keep_mask[mbase + j * P.m_j]) x = neg_inf;
+          s[jj] = x;
+        }
+      }
+      // Range masks: keys [a, e) of the block are seen.
+      const std::int64_t lo = w.lo[r] - j0i, hi = w.hi[r] - j0i;
+      std::size_t a = 0, e = 0;
+      if (!(lo > hi || hi < 0 || lo >= static_cast<std::int64_t>(n))) {
+        a = static_cast<std::size_t>(std::max<std::int64_t>(lo, 0));
+        e = static_cast<std::size_t>(std::min<std::int64_t>(hi + 1, static_cast<std::int64_t>(n)));
+      }
+      // The maximum over the seen keys (the masked ones are -inf).
+      T mt = neg_inf;
+      if (a < e) {
+        bool finite = true;
+        mt = row_max_finite(s + a, e - a, finite);
+        if (P.check_overflow && !per_element && !finite) overflow<T>(bi, hi_q, q0);
+      }
+      std::fill(s, s + a, neg_inf);
+      std::fill(s + e, s + n, neg_inf);
+      if (P.logits) {
+        store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk + j0, 1, s, n, T(1));
+      }
+      // Online softmax update.
+      const T m_old = w.m[r];
+      const T m_new = std::max(m_old, mt);
+      if (m_new == neg_inf) {
+        // Every score so far is -inf or NaN (row_max skips NaN): a NaN must still
+        // poison the row, not make it look fully masked.
+        if (std::any_of(s, s + n, [](T x) { return x != x; })) {
+          w.l[r] = std::numeric_limits<double>::quiet_NaN();
+        }
+        std::fill(s, s + n, T(0));
+        continue;
+      }
+      const double alpha = m_old == neg_inf ? 0.0 : std::exp(static_cast<double>(m_old - m_new));
+      // Scores checked finite cannot be NaN; masked ones are -inf and give 0.
+      const double sum = exp_shift_sum(s, n, m_new, !P.check_overflow);
+      w.l[r] = w.l[r] * alpha + sum;
+      w.m[r] = m_new;
+      if (alpha != 1.0) {
+        if (need_v) {
+          T a = static_cast<T>(alpha);
+          for (std::size_t c = 0; c < dv; ++c) w.o[r * dv + c] *= a;
+        }
+        if (!w.bucket.empty()) {
+          T a = static_cast<T>(alpha);
+          for (std::size_t c = 0; c < P.R; ++c) w.bucket[r * P.R + c] *= a;
+        }
+      }
+      if (!w.bucket.empty()) {
+        const std::int64_t dshift = sk - 1 - qpos;
+        T* bk = w.bucket.data() + r * P.R;
+        for (std::size_t jj = 0; jj < n; ++jj) {
+          bk[P.rel_index[j0i + static_cast<std::int64_t>(jj) + dshift]] += s[jj];
+        }
+      }
+    }
+    if (need_v) {
+      gemm(false, rows, dv, n, T(1), S, n, vp + (j0 - c0) * V.s, V.s, T(1), w.o.data() + r0 * dv,
+           V.strided);
+    }
+  };
+
+  for (std::size_t jb = j_begin; jb < j_end; jb += kB) {
+    const std::size_t nb = std::min(kB, j_end - jb);
+    if (g.materialise()) {
+      fold(0, qn, jb, nb);  // logits and probs need every -inf
+      continue;
+    }
+    // Only the keys some row sees: a block no row of the item sees is skipped, the
+    // edges of one seen in part (the causal diagonal, window edges, padding) are cut
+    // off, for each group of kRowGroup rows on its own when their ranges differ, so
+    // that at most a kRowGroup-wide triangle of the causal diagonal is computed and
+    // masked (a 256 x 256 triangle was 6% of the FLOPs of a causal run at s 4096).
+    const std::int64_t b0 = static_cast<std::int64_t>(jb), b1 = b0 + static_cast<std::int64_t>(nb);
+    auto cut = [&](std::size_t r0, std::size_t r1) {
+      std::int64_t a = b1, e = b0 - 1;
+      for (std::size_t r = r0; r < r1; ++r) {
+        if (w.lo[r] > w.hi[r]) continue;
+        a = std::min(a, std::max(b0, w.lo[r]));
+        e = std::max(e, std::min(b1 - 1, w.hi[r]));
+      }
+      return std::pair<std::int64_t, std::int64_t>{a, e};
+    };
+    const auto whole = cut(0, qn);
+    if (whole.first > whole.second) continue;
+    bool same = true;
+    for (std::size_t r0 = 0; r0 < qn && same; r0 += kRowGroup) {
+      same = cut(r0, std::min(qn, r0 + kRowGroup)) == whole;
+    }
+    for (std::size_t r0 = 0; r0 < qn; r0 += same ? qn : kRowGroup) {
+      const std::size_t r1 = same ? qn : std::min(qn, r0 + kRowGroup);
+      const auto [a, e] = same ? whole : cut(r0, r1);
+      if (a <= e) fold(r0, r1, static_cast<std::size_t>(a), static_cast<std::size_t>(e - a + 1));
+    }
+  }
+}
+
+// Normalises the item's rows and stores them; `tile` holds the whole score rows when
+// probs are materialised.
+template <class T>
+void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::size_t bi,
+              std::size_t hi_q, std::size_t q0) {
+  const Geometry& g = P.g;
+  const std::size_t qn = std::min(P.bl.q, g.sq - q0);
+  const bool need_v = P.has_v && g.emit_output;
+  const std::size_t dv = g.dv;
+  if (need_v && !w.bucket.empty()) {
+    gemm(false, qn, dv, P.R, T(1), w.bucket.data(), P.R, P.rel_v.data(), dv, T(1), w.o.data());
+  }
+  // Normalise and store: into the output, or into out_rows for the sink (rows of an
+  // item are then contiguous: out_st.s == dv).
+  const std::size_t out0 = bi * P.out_st.b + hi_q * P.out_st.h + q0 * P.out_st.s;
+  std::byte* out = P.out;
+  std::size_t out_at = out0;
+  if (P.out_sink) {
+    w.out_rows.resize(qn * dv * dtype_size(g.out));
+    out = w.out_rows.data();
+    out_at = 0;
+  }
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  for (std::size_t r = 0; r < qn; ++r) {
+    const std::size_t row = (bi * g.hq + hi_q) * g.sq + q0 + r;
+    const double l = w.l[r];
+    const bool empty = !(l > 0) && !std::isnan(l);
+    T inv = empty ? T(0) : static_cast<T>(1.0 / l);
+    if (empty && P.masked_rows == MaskedRows::nan) inv = nan;
+    if (P.probs) {
+      const T* s = tile.data() + r * g.sk;  // one block when probs are materialised
+      if (empty) {
+        fill<T>(g.out, P.probs, row * g.sk, 1, g.sk, static_cast<double>(inv));
+      } else {
+        store<T>(g.out, P.probs, row * g.sk, 1, s, g.sk, inv);
+      }
+    }
+    if (out) {
+      const std::size_t off = out_at + r * P.out_st.s;
+      if (empty) {
+        fill<T>(g.out, out, off, P.out_st.d, dv, static_cast<double>(inv));
+      } else {
+        store<T>(g.out, out, off, P.out_st.d, w.o.data() + r * dv, dv, inv);
+      }
+    }
+    if (P.lse) {
+      double v = empty ? -kInf : static_cast<double>(w.m[r]) + std::log(l);
+      if (g.lse == DType::f64) {
+        reinterpret_cast<double*>(P.lse)[row] = v;
+      } else {
+        reinterpret_cast<float*>(P.lse)[row] = static_cast<float>(v);
+      }
+    }
+  }
+  if (P.out_sink) P.out_sink->write_at(out0, out, qn * dv);
+}
+
+template <class T>
+void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q, std::size_t q0) {
+  item_begin(P, w, bi, hi_q, q0);
+  item_keys(P, w, w.s, P.k, P.v, 0, bi, hi_q, q0, 0, P.g.sk);
+  item_end(P, w, w.s, bi, hi_q, q0);
+}
+
+#define POSENC_ATTENTION_KERNEL(T)                                                          \
+  template void item_begin<T>(const Plan<T>&, Scratch<T>&, std::size_t, std::size_t,        \
+                              std::size_t);                                                 \
+  template void item_keys<T>(const Plan<T>&, Scratch<T>&, std::vector<T>&, const View<T>&,  \
+                             const View<T>&, std::size_t, std::size_t, std::size_t,         \
+                             std::size_t, std::size_t, std::size_t);                        \
+  template void item_end<T>(const Plan<T>&, Scratch<T>&, const std::vector<T>&, std::size_t, \
+                            std::size_t, std::size_t);                                      \
+  template void run_item<T>(const Plan<T>&, Scratch<T>&, std::size_t, std::size_t, std::size_t);
+POSENC_ATTENTION_KERNEL(float)
+POSENC_ATTENTION_KERNEL(double)
+#undef POSENC_ATTENTION_KERNEL
+
+}  // namespace posenc::attention_detail

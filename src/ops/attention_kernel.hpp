@@ -1,0 +1,257 @@
+#pragma once
+// Attention's blocked kernel, shared by the in-memory and the streamed runs: the views
+// of Q, K and V, the plan of a run (Plan: masks, score terms, outputs), a work item's
+// running online-softmax state (Scratch) and the three steps of a work item
+// (item_begin, item_keys, item_end, in attention_kernel.cpp), and the plain threads
+// that run the items. Internal to the library.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <omp.h>
+
+#include "ops/attention_decomposed.hpp"
+#include "ops/attention_geometry.hpp"
+#include "ops/attention_mask.hpp"
+#include "posenc/ops/attention.hpp"
+
+namespace posenc::attention_detail {
+
+// Whether every value is finite, on the bits (all-ones exponent), so the loop vectorises.
+inline bool all_finite(const float* p, std::size_t n) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bad |= static_cast<std::uint32_t>((__builtin_bit_cast(std::uint32_t, p[i]) & 0x7f800000u) ==
+                                      0x7f800000u);
+  }
+  return bad == 0;
+}
+inline bool all_finite(const double* p, std::size_t n) {
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bad |= static_cast<std::uint64_t>(
+        (__builtin_bit_cast(std::uint64_t, p[i]) & 0x7ff0000000000000ull) ==
+        0x7ff0000000000000ull);
+  }
+  return bad == 0;
+}
+
+// ---------------------------------------------------------------------------------
+// The engine.
+
+template <class T>
+struct View {
+  const T* p = nullptr;
+  std::ptrdiff_t b = 0, h = 0, s = 0;  // element strides; d is contiguous
+  // Contiguous rows widened from a layout whose rows are strided (bshd): the products
+  // take the path they take on strided rows, so the bits are the same.
+  bool strided = false;
+};
+
+template <class T>
+constexpr DType dtype_of() {
+  return std::is_same_v<T, float> ? DType::f32 : DType::f64;
+}
+
+// A view of x in type T with contiguous d, converting or transposing into `holder`
+// when needed.
+template <class T>
+View<T> make_view(const Tensor& x, const std::string& axes, Tensor& holder) {
+  const Tensor* src = &x;
+  if (x.dtype() != dtype_of<T>()) {
+    holder = x.astype(dtype_of<T>());
+    src = &holder;
+  }
+  Strides st = strides_of(src->shape(), axes);
+  std::size_t dsize = axis_size(src->shape(), axes, 'd');
+  if (st.d != 1 && dsize > 1) {
+    // d is not the last axis: copy into b, h, s, d order for BLAS.
+    std::size_t nb = axis_size(src->shape(), axes, 'b'), nh = axis_size(src->shape(), axes, 'h'),
+                ns = axis_size(src->shape(), axes, 's');
+    Tensor t(dtype_of<T>(), Shape{nb, nh, ns, dsize});
+    const T* in = src->data<T>();
+    T* out = t.data<T>();
+    for (std::size_t b = 0; b < nb; ++b)
+      for (std::size_t h = 0; h < nh; ++h)
+        for (std::size_t s = 0; s < ns; ++s)
+          for (std::size_t c = 0; c < dsize; ++c)
+            *out++ = in[b * st.b + h * st.h + s * st.s + c * st.d];
+    holder = std::move(t);
+    src = &holder;
+    return {src->data<T>(), static_cast<std::ptrdiff_t>(nh * ns * dsize),
+            static_cast<std::ptrdiff_t>(ns * dsize), static_cast<std::ptrdiff_t>(dsize)};
+  }
+  return {src->data<T>(), st.b, st.h, st.s};
+}
+
+// Everything a work item reads; built once, shared read-only by the threads.
+template <class T>
+struct Plan {
+  Geometry g;
+  Blocks bl;
+  View<T> q, k, v;
+  bool has_v = false;
+  T scale = 1;
+  T softcap = 0;
+  std::int64_t off = 0;  // query i sits at position i + off
+  KeyRules rules;  // which keys each query sees, and the temperature
+  // Masks and biases.
+  bool has_add_mask = false, has_keep_mask = false;
+  std::vector<T> add_mask;
+  std::vector<std::uint8_t> keep_mask;
+  std::ptrdiff_t m_b = 0, m_h = 0, m_i = 0, m_j = 0;
+  std::optional<AlibiVariant> alibi;
+  std::vector<double> slopes;
+  // [hq][sq + sk - 1] bias by distance j - qpos + sk - 1: T5's buckets or Phi-4
+  // audio's clipped distances gathered
+  std::vector<T> t5;
+  std::vector<T> t5_gate;  // WavLM's factor of the t5 row [b][hq][sq], or empty
+  std::vector<T> sinks;
+  std::vector<std::int32_t> rel_index;  // by distance, as t5
+  std::vector<T> rel_k, rel_v;          // [R, d], [R, dv]
+  std::size_t R = 0;
+  Decomposed dec;            // SAM decomposed relative positions (attention_decomposed)
+  const T* bias = nullptr;   // score_bias [b][hq][sq][sk], or null
+  std::vector<T> bias_copy;  // score_bias converted to T when its type differs
+  MaskedRows masked_rows = MaskedRows::zero;
+  // Inputs were checked finite: a non-finite score is then an overflow of T, which must
+  // not pass for a masked (-inf) or poisoned (NaN) score.
+  bool check_overflow = false;
+  // Outputs.
+  std::byte* logits = nullptr;
+  std::byte* probs = nullptr;
+  std::byte* out = nullptr;
+  Strides out_st;
+  TensorSink* out_sink = nullptr;  // instead of `out`: rows written as items end
+  std::byte* lse = nullptr;
+  bool per_element() const {
+    return softcap > 0 || alibi || !t5.empty() || has_add_mask || has_keep_mask || R > 0 ||
+           bias || rules.scales_queries() || dec.on();
+  }
+};
+
+template <class T>
+struct Scratch {
+  std::vector<T> s, o, qr, bucket, m;
+  std::vector<T> dec;  // the rows' decomposed terms, Decomposed::cols() per row
+  std::vector<std::byte> out_rows;  // an item's output rows, for Plan::out_sink
+  std::vector<double> l;
+  std::vector<std::int64_t> lo, hi;
+  std::int64_t lo_min = 0, hi_max = -1;  // keys any row may see
+};
+
+// The keys [lo, hi] query row i of batch bi may see (attention_mask.hpp).
+template <class T>
+std::pair<std::int64_t, std::int64_t> row_key_range(const Plan<T>& P, std::size_t bi,
+                                                    std::int64_t i) {
+  return P.rules.range(bi, i);
+}
+
+// The keys [lo_min, hi_max] any row of the item from query q0 sees (hi_max < 0: none),
+// and each row's range into lo and hi when they are given.
+template <class T>
+std::pair<std::int64_t, std::int64_t> item_key_range(const Plan<T>& P, std::size_t bi,
+                                                     std::size_t q0, std::int64_t* lo = nullptr,
+                                                     std::int64_t* hi = nullptr) {
+  const std::size_t qn = std::min(P.bl.q, P.g.sq - q0);
+  std::int64_t lo_min = static_cast<std::int64_t>(P.g.sk), hi_max = -1;
+  for (std::size_t r = 0; r < qn; ++r) {
+    auto [a, e] = row_key_range(P, bi, static_cast<std::int64_t>(q0 + r));
+    if (lo) lo[r] = a, hi[r] = e;
+    if (a <= e) lo_min = std::min(lo_min, a), hi_max = std::max(hi_max, e);
+  }
+  return {lo_min, hi_max};
+}
+
+// A work item is (batch, query head, query block). Its rows' running softmax state
+// lives in a Scratch: item_begin sets it up, item_keys folds in key blocks (in order,
+// each block of P.bl.k keys from a multiple of P.bl.k), item_end normalises and
+// stores. Whether the keys come in one piece (in memory) or in chunks (streamed from
+// a file), the blocks and so the bits are the same.
+template <class T>
+void item_begin(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
+                std::size_t q0);
+
+// Rows of an item cut to their own keys within a block when the ranges of its rows
+// differ (see item_keys).
+constexpr std::size_t kRowGroup = 64;
+
+// Key blocks [j_begin, j_end) of the item; K and V view the keys from c0 on (all of
+// them in memory, or the chunk read last).
+template <class T>
+void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View<T>& K,
+               const View<T>& V, std::size_t c0, std::size_t bi, std::size_t hi_q,
+               std::size_t q0, std::size_t j_begin, std::size_t j_end);
+
+// Normalises the item's rows and stores them; `tile` holds the whole score rows when
+// probs are materialised.
+template <class T>
+void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::size_t bi,
+              std::size_t hi_q, std::size_t q0);
+
+/// item_begin, item_keys over all the keys in memory, item_end.
+template <class T>
+void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q, std::size_t q0);
+
+template <class T>
+std::vector<T> to_vector(const Tensor& t) {
+  std::vector<T> v(t.numel());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<T>(t.get(i));
+  return v;
+}
+
+// (attention_terms.cpp)
+// Everything but the Q, K and V views; `has_v` says whether values are given.
+template <class T>
+void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v);
+
+// Runs f(item, thread) for items [0, n) on plain threads, not an OpenMP team: BLAS is
+// never called inside an OpenMP region. Each item is independent and computed the same
+// way by whichever thread takes it, so the schedule cannot change any result. The
+// first exception stops the others and is rethrown.
+template <class F>
+void for_items(std::size_t n, std::size_t nthreads, F&& f) {
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&](std::size_t t) {
+    try {
+      for (std::size_t it = next++; it < n; it = next++) f(it, t);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next = n;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker, t);
+  worker(0);
+  for (auto& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// Work item `it` as (batch, query head, first query). The last query blocks come
+// first: under a causal mask they see the most keys, and taking the large items first
+// leaves the small ones to even out the threads at the end.
+inline std::array<std::size_t, 3> item_at(const Geometry& g, const Blocks& bl, std::size_t nq,
+                                   std::size_t it) {
+  return {it / (nq * g.hq), (it / nq) % g.hq, (nq - 1 - it % nq) * bl.q};
+}
+
+inline std::size_t thread_count(std::size_t items, std::size_t cap = 0) {
+  auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  if (cap > 0) threads = std::min(threads, cap);
+  return std::max<std::size_t>(1, std::min(items, threads));
+}
+
+}  // namespace posenc::attention_detail
