@@ -1,6 +1,7 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
-// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order). The options fill the
+// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order,
+// reformer-axial). The options fill the
 // library's table requests (encodings/tables.hpp and the modules beside it); the table is computed
 // in float64 and streamed to the output block by block.
 
@@ -17,6 +18,7 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/rope_options.hpp"
+#include "posenc/encodings/axial_positions.hpp"
 #include "posenc/encodings/complex_order.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
@@ -270,6 +272,14 @@ struct ComplexOrderOptions {
   long long positions = 0, start = 0;
 };
 
+struct ReformerAxialOptions {
+  Common c;
+  std::vector<long long> axial_shape;
+  std::vector<std::string> weights;
+  long long positions = 0;
+  std::string position_ids;
+};
+
 struct FairseqOptions {
   Common c;
   FairseqSinusoidalRequest r;
@@ -314,7 +324,7 @@ void register_table(CLI::App& app) {
         "table", kind,
         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
          "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
-         "fairseq-sinusoidal", "layoutlm-bucket", "complex-order"});
+         "fairseq-sinusoidal", "layoutlm-bucket", "complex-order", "reformer-axial"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -756,6 +766,46 @@ void register_table(CLI::App& app) {
       if (!o.phase.empty()) r.phase = read_values(o.phase, "--phase", false);
       if (!o.input_ids.empty()) r.input_ids = read_int64(o.input_ids, "--input-ids");
       write_out(complex_order_table(r), o.c);
+    });
+  }
+  if (wanted("reformer-axial")) {
+    static ReformerAxialOptions o;
+    auto* sub = table->add_subcommand(
+        "reformer-axial",
+        "Reformer axial position embeddings (HF AxialPositionEmbeddings): each axis weight "
+        "broadcast over the grid n_1 x .. x n_k, concatenated along the features, rows in "
+        "row-major order; shape [n_1 .. n_k, hidden], [N, hidden] or [b, s, hidden]");
+    sub->add_option("--axial-shape", o.axial_shape,
+                    "N1,N2[,..]: HF axial_pos_shape (1 to 8 sides; product at most 2^40)")
+        ->required()
+        ->delimiter(',');
+    sub->add_option("--weights", o.weights,
+                    "one weight REF per axis, in order, shaped as HF stores them: [N1, 1, d1], "
+                    "[1, N2, d2], .. (HF weights.0, weights.1; d1 + d2 + .. = hidden)")
+        ->required()
+        ->expected(1, 8);
+    sub->add_option("--positions", o.positions,
+                    "rows N: positions 0 .. N-1 (N at most N1 N2 ..; default the whole table)");
+    sub->add_option("--position-ids", o.position_ids,
+                    "integer positions REF [b, s] (each below N1 N2 ..): the rows HF's "
+                    "eval-mode forward selects, [b, s, hidden]");
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([sub] {
+      AxialPositionsRequest r;
+      for (long long n : o.axial_shape) r.axial_shape.push_back(n);
+      r.positions = given(sub, "--positions", o.positions);
+      // The shape and counts checked before any file is read (as the library checks them).
+      axial_rows(r.axial_shape);
+      if (o.weights.size() != r.axial_shape.size()) {
+        throw UsageError(fmt::format("--weights: one per axis of --axial-shape, {} expected, got {}",
+                                     r.axial_shape.size(), o.weights.size()));
+      }
+      if (r.positions && !o.position_ids.empty()) {
+        throw UsageError("--positions: cannot be combined with --position-ids");
+      }
+      for (const std::string& w : o.weights) r.weights.push_back(read_values(w, "--weights", false));
+      if (!o.position_ids.empty()) r.position_ids = read_int64(o.position_ids, "--position-ids");
+      write_out(axial_positions_table(r), o.c);
     });
   }
 }
