@@ -1,7 +1,7 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
 // levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order,
-// reformer-axial). The options fill the
+// reformer-axial, cpmant-bucket). The options fill the
 // library's table requests (encodings/tables.hpp and the modules beside it); the table is computed
 // in float64 and streamed to the output block by block.
 
@@ -20,6 +20,7 @@
 #include "cli/rope_options.hpp"
 #include "posenc/encodings/axial_positions.hpp"
 #include "posenc/encodings/complex_order.hpp"
+#include "posenc/encodings/cpmant_bucket.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
@@ -280,6 +281,14 @@ struct ReformerAxialOptions {
   std::string position_ids;
 };
 
+struct CpmAntBucketOptions {
+  Common c;
+  CpmAntBucketRequest r;
+  std::vector<std::string> segment_ids;
+  long long seq_len = 0;
+  std::string bias_table;
+};
+
 struct FairseqOptions {
   Common c;
   FairseqSinusoidalRequest r;
@@ -324,7 +333,7 @@ void register_table(CLI::App& app) {
         "table", kind,
         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
          "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
-         "fairseq-sinusoidal", "layoutlm-bucket", "complex-order", "reformer-axial"});
+         "fairseq-sinusoidal", "layoutlm-bucket", "complex-order", "reformer-axial", "cpmant-bucket"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -806,6 +815,50 @@ void register_table(CLI::App& app) {
       for (const std::string& w : o.weights) r.weights.push_back(read_values(w, "--weights", false));
       if (!o.position_ids.empty()) r.position_ids = read_int64(o.position_ids, "--position-ids");
       write_out(axial_positions_table(r), o.c);
+    });
+  }
+  if (wanted("cpmant-bucket")) {
+    static CpmAntBucketOptions o;
+    auto* sub = table->add_subcommand(
+        "cpmant-bucket",
+        "CPM-Ant segment-aware relative buckets (HF CpmAntSegmentPositionEmbedding): T5 "
+        "bidirectional buckets of j - i within a segment, buckets + q_seg * segments + k_seg "
+        "across segments; shape [b, q, k], integers (or the bias [b, heads, q, k] of a "
+        "learned table)");
+    sub->add_option("--segment-ids", o.segment_ids,
+                    "integer segments REF [b, s] (HF segment; each below --segments), or two: "
+                    "query [b, q] then key [b, k] segments")
+        ->expected(1, 2);
+    sub->add_option("--seq-len", o.seq_len,
+                    "S: one row of S tokens in segment 0 (the position buckets alone), [1, S, S]");
+    sub->add_option("--segments", o.r.segments, "HF segment_types (num_segments; default 32)");
+    sub->add_option("--buckets", o.r.buckets,
+                    "HF position_bias_num_buckets (default 512; at least 4)");
+    sub->add_option("--max-distance", o.r.max_distance,
+                    "HF position_bias_max_distance (default 2048)");
+    sub->add_option("--bias-table", o.bias_table,
+                    "learned relative_attention_bias REF [segments^2 + buckets, heads]: write "
+                    "the bias it gives, [b, heads, q, k], instead of the buckets");
+    add_common(sub, o.c,
+               "output dtype: i64 (default) or any integer dtype that holds the largest bucket, "
+               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
+    sub->callback([sub] {
+      CpmAntBucketRequest r = o.r;
+      if (sub->count("--seq-len") > 0) r.seq_len = o.seq_len;
+      cpmant_bucket_check(r, !o.segment_ids.empty());
+      if (!o.segment_ids.empty()) r.segment_ids = read_int64(o.segment_ids[0], "--segment-ids");
+      if (o.segment_ids.size() == 2) {
+        r.key_segment_ids = read_int64(o.segment_ids[1], "--segment-ids");
+      }
+      if (!o.bias_table.empty()) r.bias_table = read_values(o.bias_table, "--bias-table", false);
+      try {
+        write_out(cpmant_bucket_table(r), o.c);
+      } catch (const InputError& e) {
+        // The library's key segments are the second value of --segment-ids.
+        const std::string msg = e.what();
+        if (msg.rfind("key_segment_ids: ", 0) != 0) throw;
+        throw InputError("--segment-ids (key, the second): " + msg.substr(17));
+      }
     });
   }
 }
