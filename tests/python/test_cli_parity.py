@@ -259,6 +259,24 @@ def test_table_rope_emit_list(tmp_path):
     same(sin, np.load("sin.npy"))
 
 
+def test_table_bf16_and_torch_inputs(tmp_path):
+    # bf16 tables and a torch mask read as the command reads their files
+    torch = pytest.importorskip("torch")
+    os.chdir(tmp_path)
+    bits = posenc.float32_to_bf16(SIDE["lvbt.npy"].astype(np.float32))
+    posenc.write("w.h5:/w", posenc.BF16(bits))
+    run("table", "levit-index", "--resolution", "4", "--bias-table", "w.h5:/w", "-o", "t.npy")
+    same(posenc.table.levit_index(resolution=4, bias_table=posenc.BF16(bits)), np.load("t.npy"))
+    tw = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+    got = posenc.table.levit_index(resolution=4, bias_table=tw, dtype=torch.float32)
+    assert isinstance(got, torch.Tensor)
+    same(got.numpy(), np.load("t.npy"))
+    np.save("mask.npy", SIDE["mask.npy"])
+    run("table", "detr-sine", "--mask", "mask.npy", "--embedding-dim", "4", "-o", "d.npy")
+    same(posenc.table.detr_sine(mask=torch.from_numpy(SIDE["mask.npy"]), embedding_dim=4,
+                                dtype=np.float32), np.load("d.npy"))
+
+
 QWEN2_VL = os.path.join(DATA, "qwen2-vl-7b-instruct.json")
 IMG, VID = 151655, 151656
 
