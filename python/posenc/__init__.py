@@ -43,8 +43,8 @@ from ._posenc import Error, InputError, OutputError, UsageError
 
 __version__ = _posenc.__version__
 
-__all__ = ["rope", "rope_ids", "attention", "compare", "read", "write", "table", "CompareResult", "BF16",
-           "bf16_to_float32", "float32_to_bf16", "Error", "UsageError", "InputError",
+__all__ = ["rope", "rope_ids", "attention", "compare", "read", "write", "table", "CompareResult",
+           "BF16", "bf16_to_float32", "float32_to_bf16", "Error", "UsageError", "InputError",
            "OutputError", "DifferError", "kernel_variant", "set_threads", "__version__"]
 
 
