@@ -21,16 +21,22 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/complex_order.hpp"
+#include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/hf_config.hpp"
+#include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_ids.hpp"
 #include "posenc/encodings/table.hpp"
 #include "posenc/encodings/tables.hpp"
+#include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
@@ -446,6 +452,23 @@ std::optional<std::int64_t> length(const py::dict& d, const char* key) {
   return get<std::int64_t>(d, key);
 }
 
+// An array argument (the Python layer hands C-contiguous float64 or int64 arrays; the
+// library checks shapes and values) as the xtensor array of a request, none for None.
+template <class T>
+std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  auto a = d[key].cast<py::array_t<T, py::array::c_style | py::array::forcecast>>();
+  xt::xarray<T> out = xt::empty<T>(shape_of(a));
+  std::copy(a.data(), a.data() + a.size(), out.data());
+  return out;
+}
+
+// A window (H, W) of the request dict's `key` ("window": the command's --window H W).
+std::pair<std::int64_t, std::int64_t> window_of(const py::dict& d, const char* key) {
+  return get<std::pair<std::int64_t, std::int64_t>>(d, key).value_or(
+      std::pair<std::int64_t, std::int64_t>{0, 0});
+}
+
 std::vector<RopeEmit> emits_of(const py::dict& d) {
   std::vector<RopeEmit> out;
   for (const auto& e :
@@ -549,6 +572,83 @@ std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
     set_if(d, "position_buckets", r.position_buckets);
     set_if(d, "max_relative_positions", r.max_relative_positions);
     tables.push_back(deberta_bucket_table(r));
+  } else if (kind == "swin-index" || kind == "beit-index") {
+    WindowIndexRequest r;
+    std::tie(r.height, r.width) = window_of(d, "window");
+    r.class_token = kind == "beit-index";
+    r.bias_table = xarray_arg<double>(d, "bias_table");
+    tables.push_back(window_index_table(r));
+  } else if (kind == "swinv2-coords") {
+    SwinV2CoordsRequest r;
+    std::tie(r.height, r.width) = window_of(d, "window");
+    std::tie(r.pretrained_height, r.pretrained_width) = window_of(d, "pretrained_window");
+    tables.push_back(swinv2_coords_table(r));
+  } else if (kind == "levit-index") {
+    LevitIndexRequest r;
+    set_if(d, "resolution", r.resolution);
+    set_if(d, "stride", r.stride);
+    r.bias_table = xarray_arg<double>(d, "bias_table");
+    tables.push_back(levit_index_table(r));
+  } else if (kind == "detr-sine") {
+    DetrSineRequest r;
+    r.mask = xarray_arg<double>(d, "mask");
+    const auto size = get<std::pair<std::int64_t, std::int64_t>>(d, "size");
+    if (r.mask.has_value() == size.has_value()) {
+      throw UsageError("mask: give a pixel mask or size H W (one of them)");
+    }
+    if (size) std::tie(r.height, r.width) = *size;
+    set_if(d, "embedding_dim", r.embedding_dim);
+    set_if(d, "temperature", r.temperature);
+    set_if(d, "normalize", r.normalize);
+    r.scale = get<double>(d, "scale");
+    if (auto l = get<std::string>(d, "layout")) {
+      if (*l != "channels" && *l != "tokens") {
+        throw UsageError("layout: expected channels or tokens, got '" + *l + "'");
+      }
+      r.tokens = *l == "tokens";
+    }
+    tables.push_back(detr_sine_table(r));
+  } else if (kind == "fairseq-sinusoidal") {
+    FairseqSinusoidalRequest r;
+    r.positions = get<std::int64_t>(d, "positions");
+    set_if(d, "dim", r.dim);
+    r.padding_idx = get<std::int64_t>(d, "padding_idx");
+    r.input_ids = xarray_arg<std::int64_t>(d, "input_ids");
+    set_if(d, "past_length", r.past_length);
+    tables.push_back(fairseq_sinusoidal_table(r));
+  } else if (kind == "layoutlm-bucket") {
+    LayoutBucketRequest r;
+    r.axis = parse_layout_axis(get<std::string>(d, "axis").value_or("1d"));
+    r.seq_len = get<std::int64_t>(d, "seq_len");
+    r.buckets = get<int>(d, "buckets");
+    r.max_distance = get<std::int64_t>(d, "max_distance");
+    r.position_ids = xarray_arg<std::int64_t>(d, "position_ids");
+    r.bbox = xarray_arg<std::int64_t>(d, "bbox");
+    r.bias_table = xarray_arg<double>(d, "bias_table");
+    r.bias_table_y = xarray_arg<double>(d, "bias_table_y");
+    if (r.bias_table_y && r.axis != LayoutAxis::xy) {
+      throw UsageError("bias_table: two weights are for axis xy (x then y)");
+    }
+    if (r.axis == LayoutAxis::xy && !r.bias_table_y) {
+      throw UsageError("axis xy: needs bias_table WX WY (the buckets are per axis: x or y)");
+    }
+    try {
+      tables.push_back(layout_bucket_table(r));
+    } catch (const InputError& e) {
+      // The library's second weight is the second of bias_table's pair.
+      const std::string msg = e.what();
+      if (msg.rfind("bias_table_y: ", 0) != 0) throw;
+      throw InputError("bias_table (y, the second): " + msg.substr(14));
+    }
+  } else if (kind == "complex-order") {
+    ComplexOrderRequest r;
+    if (auto w = xarray_arg<double>(d, "frequency")) r.frequency = std::move(*w);
+    r.amplitude = xarray_arg<double>(d, "amplitude");
+    r.phase = xarray_arg<double>(d, "phase");
+    r.positions = get<std::int64_t>(d, "positions");
+    set_if(d, "start", r.start);
+    r.input_ids = xarray_arg<std::int64_t>(d, "input_ids");
+    tables.push_back(complex_order_table(r));
   } else {
     throw UsageError("kind: unknown table kind '" + kind + "'");
   }
@@ -578,6 +678,164 @@ py::tuple tables(const std::string& kind, const py::dict& d, const py::dict& rop
     out[i] = py::make_tuple(to_array(std::move(values)), attrs_to(tables[i].attrs));
   }
   return out;
+}
+
+// --- rope-ids -----------------------------------------------------------------------
+
+// The rules of `posenc rope-ids`: the options given, else the config's keys, else HF's
+// class defaults (the command's rules_of, keyword names for option names).
+RopeIdsRules rope_ids_rules(const py::dict& d, const RopeIdsConfig& cfg,
+                            const std::string& config) {
+  constexpr double k2p53 = 9007199254740992.0;
+  RopeIdsRules r;
+  if (auto f = get<std::string>(d, "family")) {
+    r.family = parse_rope_ids_family(*f, "family");
+  } else if (!cfg.model_type.empty()) {
+    try {
+      r.family = parse_rope_ids_family(cfg.model_type, "model_type");
+    } catch (const UsageError&) {
+      throw InputError(config + ": model_type '" + cfg.model_type +
+                       "' is not a family rope-ids knows; give family");
+    }
+  } else {
+    throw UsageError("family: required (or give hf_config with a model_type)");
+  }
+  if (auto m = get<std::int64_t>(d, "spatial_merge_size")) {
+    if (*m < 1 || *m > kMaxLayoutTokens) {
+      throw UsageError("spatial_merge_size: must be 1 to " + std::to_string(kMaxLayoutTokens) +
+                       ", got " + std::to_string(*m));
+    }
+    r.spatial_merge_size = *m;
+  } else if (cfg.spatial_merge_size > 0) {
+    r.spatial_merge_size = cfg.spatial_merge_size;
+  }
+  const auto tps = get<double>(d, "tokens_per_second");
+  const auto pips = get<double>(d, "position_id_per_seconds");
+  if (tps && r.family != RopeIdsFamily::qwen2_5_vl) {
+    throw UsageError("tokens_per_second: only qwen2.5-vl scales video time by it");
+  }
+  if (pips && r.family != RopeIdsFamily::qwen2_5_omni) {
+    throw UsageError("position_id_per_seconds: only qwen2.5-omni reads it");
+  }
+  if (tps) {
+    if (!(*tps > 0) || *tps >= k2p53) {
+      throw UsageError("tokens_per_second: must be above 0 and below 2^53");
+    }
+    r.tokens_per_second = *tps;
+  } else if (cfg.tokens_per_second > 0) {
+    r.tokens_per_second = cfg.tokens_per_second;
+  } else if (!config.empty()) {
+    r.tokens_per_second = 4;  // Qwen2_5_VLVisionConfig's default, for a config without the key
+  }
+  if (pips) {
+    if (!(*pips > 0) || *pips >= k2p53) {
+      throw UsageError("position_id_per_seconds: must be above 0 and below 2^53");
+    }
+    r.position_id_per_seconds = *pips;
+  } else if (cfg.position_id_per_seconds > 0) {
+    r.position_id_per_seconds = cfg.position_id_per_seconds;
+  }
+  if (auto spc = get<double>(d, "seconds_per_chunk")) {
+    if (r.family != RopeIdsFamily::qwen2_5_omni) {
+      throw UsageError("seconds_per_chunk: only qwen2.5-omni reads it");
+    }
+    if (!(*spc > 0) || *spc >= k2p53) {
+      throw UsageError("seconds_per_chunk: must be above 0 and below 2^53");
+    }
+    r.seconds_per_chunk = *spc;
+  } else if (cfg.seconds_per_chunk > 0) {
+    r.seconds_per_chunk = cfg.seconds_per_chunk;
+  }
+  return r;
+}
+
+// The M-RoPE ids of a prompt given as a layout SPEC or as HF's input_ids and grids
+// (`tensors`: (array, dtype name) pairs), and the mrope_position_delta(s):
+// (ids [3, s], delta) or (ids [3, b, s], [delta per row]).
+py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
+  const auto spec = get<std::string>(d, "layout");
+  const bool by_layout = spec.has_value();
+  const bool has_ids = tensors.contains("input_ids") && !tensors["input_ids"].is_none();
+  if (by_layout == has_ids) {
+    throw UsageError(
+        "layout: give the prompt as layout SPEC or as input_ids REF, one of the two");
+  }
+  const char* token_keys[] = {"image_token_id", "video_token_id", "audio_token_id",
+                              "video_start_token_id", "video_end_token_id"};
+  if (by_layout) {
+    for (const char* key : {"image_grid_thw", "video_grid_thw", "second_per_grid_ts",
+                            "attention_mask"}) {
+      if (tensors.contains(key) && !tensors[key].is_none()) {
+        throw UsageError(std::string(key) + ": goes with input_ids, not layout");
+      }
+    }
+    for (const char* key : token_keys) {
+      if (d.contains(key) && !d[key].is_none()) {
+        throw UsageError(std::string(key) + ": goes with input_ids, not layout");
+      }
+    }
+  }
+  const PromptLayout layout = by_layout ? parse_prompt_layout(*spec, "layout") : PromptLayout{};
+  const std::string config = get<std::string>(d, "hf_config").value_or("");
+  RopeIdsConfig cfg;
+  if (!config.empty()) cfg = read_rope_ids_config(config);
+  const RopeIdsRules rules = rope_ids_rules(d, cfg, config);
+  if (by_layout) {
+    RopeIds one;
+    try {
+      py::gil_scoped_release nogil;
+      one = rope_ids(layout, rules);
+    } catch (const UsageError& e) {
+      // rope_ids names the layout as the command's option.
+      const std::string msg = e.what();
+      if (msg.rfind("--layout: ", 0) != 0) throw;
+      throw UsageError(msg.substr(2));
+    }
+    return py::make_tuple(to_array(std::move(one.ids)), one.delta);
+  }
+  RopeIdsTokens in;
+  std::optional<Tensor> ids = tensor_arg(tensors, "input_ids"),
+                        images = tensor_arg(tensors, "image_grid_thw"),
+                        videos = tensor_arg(tensors, "video_grid_thw"),
+                        seconds = tensor_arg(tensors, "second_per_grid_ts"),
+                        mask = tensor_arg(tensors, "attention_mask");
+  in.input_ids = std::move(*ids);
+  if (images) in.image_grid_thw = &*images;
+  if (videos) in.video_grid_thw = &*videos;
+  if (seconds) {
+    if (!videos) throw UsageError("second_per_grid_ts: needs video_grid_thw");
+    in.second_per_grid_ts = &*seconds;
+  }
+  if (mask) in.attention_mask = &*mask;
+  std::int64_t* slots[] = {&in.tokens.image, &in.tokens.video, &in.tokens.audio,
+                           &in.tokens.video_start, &in.tokens.video_end};
+  const std::int64_t from_config[] = {cfg.tokens.image, cfg.tokens.video, cfg.tokens.audio,
+                                      cfg.tokens.video_start, cfg.tokens.video_end};
+  for (int i = 0; i < 5; ++i) {
+    *slots[i] = from_config[i];
+    if (auto v = get<std::int64_t>(d, token_keys[i])) {
+      if (*v < 0) {
+        throw UsageError(std::string(token_keys[i]) + ": must not be negative, got " +
+                         std::to_string(*v));
+      }
+      *slots[i] = *v;
+    }
+  }
+  if (rules.family == RopeIdsFamily::glm4v &&
+      (in.tokens.video_start < 0 || in.tokens.video_end < 0) && in.video_grid_thw != nullptr) {
+    throw UsageError(
+        "video_start_token_id: glm4v videos need the video start and end token ids (or "
+        "hf_config)");
+  }
+  RopeIdsBatch batch;
+  {
+    py::gil_scoped_release nogil;
+    batch = rope_ids_from_tokens(in, rules);
+  }
+  const bool one_row = batch.ids.ndim() == 2;
+  py::object deltas = one_row ? py::object(py::int_(batch.deltas.at(0)))
+                              : py::object(py::cast(batch.deltas));
+  return py::make_tuple(to_array(std::move(batch.ids)), deltas);
 }
 
 // --- attention ----------------------------------------------------------------------
@@ -952,6 +1210,9 @@ PYBIND11_MODULE(_posenc, m) {
   m.def("table", &tables,
         "table(kind, request, rope, positions, dtype): the tables of one request as "
         "((array, attrs), ...). Use posenc.table.");
+  m.def("rope_ids", &rope_ids_of,
+        "rope_ids(options, tensors): (ids, delta or deltas) of a prompt, as `posenc rope-ids`. "
+        "Use posenc.rope_ids.");
   m.def("attention", &attention,
         "attention(tensors, options, rope, positions, apply, with_rope, relative): the emitted "
         "tensors and attrs as a dict. Use posenc.attention.");

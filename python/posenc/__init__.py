@@ -4,6 +4,7 @@ command, with the command's options as keyword arguments).
 
 - ``posenc.table.rope(positions=..., dim=..., ...)`` and the other ``posenc.table`` kinds
 - ``posenc.rope(x, ...)``: rotary embedding, in place with ``out=x``
+- ``posenc.rope_ids(family, layout)``: M-RoPE position ids of a prompt (``posenc rope-ids``)
 - ``posenc.attention(q, k, v, ...)``
 - ``posenc.compare(a, b, ...)``, ``posenc.read(ref)``, ``posenc.write(ref, x)``
 
@@ -42,8 +43,8 @@ from ._posenc import Error, InputError, OutputError, UsageError
 
 __version__ = _posenc.__version__
 
-__all__ = ["rope", "attention", "compare", "read", "write", "table", "CompareResult", "BF16",
-           "bf16_to_float32", "float32_to_bf16", "Error", "UsageError", "InputError",
+__all__ = ["rope", "rope_ids", "attention", "compare", "read", "write", "table", "CompareResult",
+           "BF16", "bf16_to_float32", "float32_to_bf16", "Error", "UsageError", "InputError",
            "OutputError", "DifferError", "kernel_variant", "set_threads", "__version__"]
 
 
@@ -466,6 +467,47 @@ def write(ref, x, *, attrs=None, force=False, compression=0, no_clobber=False, s
             "no_clobber": bool(no_clobber), "sync": bool(sync), "to": to}
     _posenc.write(os.fspath(ref), a, name, dict(attrs or {}),
                   {k: v for k, v in opts.items() if v is not None})
+
+
+def rope_ids(family=None, layout=None, *, input_ids=None, image_grid_thw=None,
+             video_grid_thw=None, second_per_grid_ts=None, attention_mask=None,
+             image_token_id=None, video_token_id=None, audio_token_id=None,
+             video_start_token_id=None, video_end_token_id=None, hf_config=None,
+             spatial_merge_size=None, tokens_per_second=None, position_id_per_seconds=None,
+             seconds_per_chunk=None):
+    """Multimodal RoPE position ids (rows t, h, w) of a prompt as HF transformers v5's
+    get_rope_index computes them (``posenc rope-ids``), for
+    ``posenc.rope(..., mrope_section=..., position_ids=ids)``.
+
+    family: "qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen2.5-omni" or "glm4v" (HF
+        model_type spellings too; default: hf_config's model_type).
+    layout: the prompt as a SPEC, comma-separated text:N, image:TxHxW,
+        video:TxHxW[@SECONDS][/GAP][+audio:N], audio:N (grids in patches, before the
+        spatial merge); or instead input_ids [s] or [b, s] with image_grid_thw
+        [images, 3], video_grid_thw [videos, 3], second_per_grid_ts [videos],
+        attention_mask (input_ids' shape) and the media token ids (or hf_config's).
+    hf_config: a HF config.json giving model_type, spatial_merge_size,
+        tokens_per_second, position_id_per_seconds, seconds_per_chunk and the token ids
+        (keywords given win).
+    Returns (ids, delta): ids [3, s] int64 and HF's mrope_position_delta (an int); for
+    2-D input_ids, ids [3, b, s] and a list of one delta per row.
+    """
+    opts = {"family": family, "layout": layout,
+            "hf_config": None if hf_config is None else os.fspath(hf_config),
+            "image_token_id": image_token_id, "video_token_id": video_token_id,
+            "audio_token_id": audio_token_id, "video_start_token_id": video_start_token_id,
+            "video_end_token_id": video_end_token_id, "spatial_merge_size": spatial_merge_size,
+            "tokens_per_second": tokens_per_second,
+            "position_id_per_seconds": position_id_per_seconds,
+            "seconds_per_chunk": seconds_per_chunk}
+    tensors = {"input_ids": _arg(input_ids, "input_ids"),
+               "image_grid_thw": _arg(image_grid_thw, "image_grid_thw"),
+               "video_grid_thw": _arg(video_grid_thw, "video_grid_thw"),
+               "second_per_grid_ts": _arg(second_per_grid_ts, "second_per_grid_ts"),
+               "attention_mask": _arg(attention_mask, "attention_mask")}
+    ids, delta = _posenc.rope_ids({k: v for k, v in opts.items() if v is not None},
+                                  {k: v for k, v in tensors.items() if v is not None})
+    return ids, delta
 
 
 from . import table  # noqa: E402  (the table kinds use the names above)

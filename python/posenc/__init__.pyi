@@ -63,6 +63,22 @@ def rope(x: ArrayLike, *, axes: Optional[str] = ..., dtype: Optional[DTypeLike] 
          merge_window: Optional[int] = ..., angles: Optional[ArrayLike] = ...,
          allow_nonfinite: bool = ...) -> Any: ...
 
+RopeIdsFamily = Literal["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen2.5-omni", "glm4v",
+                        "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen2_5_omni",
+                        "qwen2_5_omni_thinker", "glm4v_moe"]
+
+def rope_ids(family: Optional[RopeIdsFamily] = ..., layout: Optional[str] = ..., *,
+             input_ids: Optional[ArrayLike] = ..., image_grid_thw: Optional[ArrayLike] = ...,
+             video_grid_thw: Optional[ArrayLike] = ...,
+             second_per_grid_ts: Optional[ArrayLike] = ...,
+             attention_mask: Optional[ArrayLike] = ..., image_token_id: Optional[int] = ...,
+             video_token_id: Optional[int] = ..., audio_token_id: Optional[int] = ...,
+             video_start_token_id: Optional[int] = ..., video_end_token_id: Optional[int] = ...,
+             hf_config: Optional[Union[str, PathLike]] = ...,
+             spatial_merge_size: Optional[int] = ..., tokens_per_second: Optional[float] = ...,
+             position_id_per_seconds: Optional[float] = ...,
+             seconds_per_chunk: Optional[float] = ...) -> Tuple[Any, Union[int, list]]: ...
+
 @overload
 def attention(q: ArrayLike, k: ArrayLike, v: Optional[ArrayLike] = ..., *, emit: Emit,
               **options: Any) -> Any: ...

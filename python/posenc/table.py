@@ -3,16 +3,22 @@
 a numpy array (a torch tensor when `dtype` is a torch dtype); the RoPE kinds return a
 tuple of arrays when `emit` is a sequence."""
 
+import numpy as np
+
 from . import _posenc
 from ._arrays import dtype_name as _dtype_name
+from ._arrays import ints as _ints
+from ._arrays import bf16_to_float32 as _bf16_to_float32
+from ._arrays import view as _view
 from ._arrays import wrap as _wrap
 from ._options import emit_list as _emit_list
 from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
-from ._posenc import UsageError
+from ._posenc import InputError, UsageError
 
 __all__ = ["sinusoidal", "rope", "rope2d", "alibi", "relative", "t5_bucket", "xl_relative",
-           "deberta_bucket"]
+           "deberta_bucket", "swin_index", "beit_index", "swinv2_coords", "levit_index",
+           "detr_sine", "fairseq_sinusoidal", "layoutlm_bucket", "complex_order"]
 
 
 def _like(dtype):
@@ -142,3 +148,126 @@ def deberta_bucket(*, q_len=None, k_len=None, position_buckets=256,
                                    "position_buckets": position_buckets,
                                    "max_relative_positions": max_relative_positions}, dtype)
 
+
+
+def _values(x, what, allow_bool=False):
+    """A learned table, frequencies or a pixel mask (`allow_bool`) of any numeric dtype as
+    C-contiguous float64, as the command reads such files; None for None."""
+    if x is None:
+        return None
+    a, name, _ = _view(x, what)
+    if name == "bool" and not allow_bool:
+        raise InputError(f"{what}: expected numbers, got bool")
+    if name == "bf16":
+        a = _bf16_to_float32(a)
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _window(window, what="window"):
+    """(H, W) of a window given as H (square) or (H, W), as the command's --window H [W]."""
+    if window is None:
+        return None
+    if isinstance(window, (int,)) or getattr(window, "ndim", None) == 0:
+        return (int(window), int(window))
+    sides = tuple(window)
+    if len(sides) not in (1, 2):
+        raise UsageError(f"{what}: expected H or (H, W), got {len(sides)} values")
+    return (int(sides[0]), int(sides[-1]))
+
+
+def swin_index(*, window, bias_table=None, dtype=None):
+    """Swin relative_position_index of an H x W window (`window` H or (H, W)):
+    (dy + H-1)(2W-1) + dx + W-1, [HW, HW] integers; with a learned bias_table
+    [(2H-1)(2W-1), heads] the bias it gives, [heads, HW, HW] (HF SwinSelfAttention)."""
+    return _run("swin-index", {"window": _window(window),
+                               "bias_table": _values(bias_table, "bias_table")}, dtype)
+
+
+def beit_index(*, window, bias_table=None, dtype=None):
+    """BEiT / Data2Vec-vision relative_position_index: swin_index with a class token
+    first and 3 more entries (class to token, token to class, class to class),
+    [HW+1, HW+1]; with bias_table [(2H-1)(2W-1) + 3, heads] the bias [heads, HW+1, HW+1]."""
+    return _run("beit-index", {"window": _window(window),
+                               "bias_table": _values(bias_table, "bias_table")}, dtype)
+
+
+def swinv2_coords(*, window, pretrained_window=None, dtype=None):
+    """Swin-V2 relative_coords_table [2H-1, 2W-1, 2]: sign(c) log2(1 + |c|) / 3 with
+    c = 8 d / (P - 1) for the offsets d of the window; pretrained_window (P_H, P_W)
+    (HF pretrained_window_size, each at least 2) divides instead of the window."""
+    return _run("swinv2-coords", {"window": _window(window),
+                                  "pretrained_window": _window(pretrained_window,
+                                                               "pretrained_window")}, dtype)
+
+
+def levit_index(*, resolution, stride=1, bias_table=None, dtype=None):
+    """LeViT attention_bias_idxs [R_out^2, R^2]: the offset (|dy|, |dx|) numbered
+    |dy| R + |dx| between queries (every stride-th point, R_out = (R - 1) / stride + 1)
+    and keys of an R x R grid; with attention_biases bias_table [heads, R^2] the bias
+    [heads, R_out^2, R^2]."""
+    return _run("levit-index", {"resolution": resolution, "stride": stride,
+                                "bias_table": _values(bias_table, "bias_table")}, dtype)
+
+
+def detr_sine(*, embedding_dim, mask=None, size=None, temperature=10000.0, normalize=True,
+              scale=None, layout="channels", dtype=None):
+    """DETR's 2-D sine embedding of a pixel mask [b, H, W] (1 = pixel, 0 = padding; bool
+    or numbers) or of an all-ones mask of size (H, W) (HF DetrSinePositionEmbedding):
+    y then x channels, E = embedding_dim each, sin/cos interleaved; [b, 2E, H, W], or
+    [b, H*W, 2E] for layout "tokens". normalize=False uses the raw cumulative sums
+    (the command's --no-normalize); scale defaults to 2 pi."""
+    m = None
+    if mask is not None:
+        m = _values(mask, "mask", allow_bool=True)
+    return _run("detr-sine", {"mask": m, "size": None if size is None else tuple(size),
+                              "embedding_dim": embedding_dim, "temperature": temperature,
+                              "normalize": bool(normalize), "scale": scale,
+                              "layout": layout}, dtype)
+
+
+def fairseq_sinusoidal(*, dim, positions=None, padding_idx=None, input_ids=None,
+                       past_length=0, dtype=None):
+    """fairseq sinusoidal positions (HF M2M-100, NLLB, XGLM get_embedding): rows
+    [sin | cos] with frequencies exp(-i ln(10000) / (D/2 - 1)), the row padding_idx
+    zero, [positions, D]; or for token ids input_ids [b, s] (needs padding_idx) the
+    embeddings [b, s, D] at positions cumsum(non-padding) + past_length + padding_idx."""
+    return _run("fairseq-sinusoidal", {"positions": positions, "dim": dim,
+                                       "padding_idx": padding_idx,
+                                       "input_ids": _ints(input_ids, "input_ids"),
+                                       "past_length": past_length}, dtype)
+
+
+def layoutlm_bucket(*, axis="1d", seq_len=None, position_ids=None, bbox=None, buckets=None,
+                    max_distance=None, bias_table=None, dtype=None):
+    """LayoutLMv2/v3 relative buckets (HF relative_position_bucket, bidirectional) of
+    c_j - c_i per row, [b, s, s] integers: axis "1d" of positions 0 .. seq_len-1 or
+    position_ids [b, s]; "x" / "y" of bbox [b, s, 4] (x0, y0, x1, y1). buckets and
+    max_distance default to 32, 128 (1d) or 64, 256 (boxes). bias_table [heads, buckets]
+    gives the bias [b, heads, s, s] instead; axis "xy" takes a pair (WX, WY) and sums
+    the x and y biases."""
+    bias_y = None
+    if isinstance(bias_table, tuple):
+        if len(bias_table) != 2:
+            raise UsageError(f"bias_table: expected one weight or a pair (x, y), got "
+                             f"{len(bias_table)}")
+        bias_table, bias_y = bias_table
+    return _run("layoutlm-bucket", {"axis": axis, "seq_len": seq_len,
+                                    "position_ids": _ints(position_ids, "position_ids"),
+                                    "bbox": _ints(bbox, "bbox"), "buckets": buckets,
+                                    "max_distance": max_distance,
+                                    "bias_table": _values(bias_table, "bias_table"),
+                                    "bias_table_y": _values(bias_y, "bias_table")}, dtype)
+
+
+def complex_order(*, frequency, amplitude=None, phase=None, positions=None, start=0,
+                  input_ids=None, dtype=None):
+    """Wang et al. 2020 complex word-order embeddings r exp(i (w pos + theta)): real
+    parts then imaginary parts, [2, positions, D] for vectors w [D] (positions start ..),
+    or [2, b, s, D] for tables w [V, D] and token ids input_ids [b, s] (token (b, s) at
+    position start + s). amplitude r (default 1) and phase theta (default 0) have w's
+    shape."""
+    return _run("complex-order", {"frequency": _values(frequency, "frequency"),
+                                  "amplitude": _values(amplitude, "amplitude"),
+                                  "phase": _values(phase, "phase"), "positions": positions,
+                                  "start": start,
+                                  "input_ids": _ints(input_ids, "input_ids")}, dtype)

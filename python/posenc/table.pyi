@@ -1,6 +1,6 @@
 # Type stubs of posenc.table (docstrings: help(posenc.table.rope) etc.).
 from os import PathLike
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence, Tuple, Union
 
 import numpy.typing as npt
 
@@ -52,3 +52,30 @@ def xl_relative(*, dim: int, q_len: Optional[int] = ..., k_len: Optional[int] = 
 def deberta_bucket(*, q_len: Optional[int] = ..., k_len: Optional[int] = ...,
                    position_buckets: int = ..., max_relative_positions: int = ...,
                    dtype: Optional[DTypeLike] = ...) -> Any: ...
+Window = Union[int, Tuple[int, int]]
+
+def swin_index(*, window: Window, bias_table: Optional[ArrayLike] = ...,
+               dtype: Optional[DTypeLike] = ...) -> Any: ...
+def beit_index(*, window: Window, bias_table: Optional[ArrayLike] = ...,
+               dtype: Optional[DTypeLike] = ...) -> Any: ...
+def swinv2_coords(*, window: Window, pretrained_window: Optional[Window] = ...,
+                  dtype: Optional[DTypeLike] = ...) -> Any: ...
+def levit_index(*, resolution: int, stride: int = ..., bias_table: Optional[ArrayLike] = ...,
+                dtype: Optional[DTypeLike] = ...) -> Any: ...
+def detr_sine(*, embedding_dim: int, mask: Optional[ArrayLike] = ...,
+              size: Optional[Tuple[int, int]] = ..., temperature: float = ...,
+              normalize: bool = ..., scale: Optional[float] = ...,
+              layout: Literal["channels", "tokens"] = ...,
+              dtype: Optional[DTypeLike] = ...) -> Any: ...
+def fairseq_sinusoidal(*, dim: int, positions: Optional[int] = ...,
+                       padding_idx: Optional[int] = ..., input_ids: Optional[ArrayLike] = ...,
+                       past_length: int = ..., dtype: Optional[DTypeLike] = ...) -> Any: ...
+def layoutlm_bucket(*, axis: Literal["1d", "x", "y", "xy"] = ..., seq_len: Optional[int] = ...,
+                    position_ids: Optional[ArrayLike] = ..., bbox: Optional[ArrayLike] = ...,
+                    buckets: Optional[int] = ..., max_distance: Optional[int] = ...,
+                    bias_table: Optional[Union[ArrayLike, Tuple[ArrayLike, ArrayLike]]] = ...,
+                    dtype: Optional[DTypeLike] = ...) -> Any: ...
+def complex_order(*, frequency: ArrayLike, amplitude: Optional[ArrayLike] = ...,
+                  phase: Optional[ArrayLike] = ..., positions: Optional[int] = ...,
+                  start: int = ..., input_ids: Optional[ArrayLike] = ...,
+                  dtype: Optional[DTypeLike] = ...) -> Any: ...

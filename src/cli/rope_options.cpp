@@ -42,7 +42,9 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
       ->group(g);
   sub->add_option("--start", o.start, "first position (KV-cache offset), default 0")->group(g);
   sub->add_option("--position-ids", o.position_ids,
-                  "explicit positions: tensor of any integer dtype, shape [s] or [b, s]")
+                  "explicit positions: tensor of any integer dtype, shape [s] or [b, s] ([n, s] "
+                  "or [n, b, s] for n coordinate axes; posenc rope also takes real coordinates "
+                  "as a float tensor)")
       ->group(g);
   sub->add_option("--cu-seqlens", o.cu_seqlens,
                   "packed sequences: boundaries [n+1]; positions restart at each one")

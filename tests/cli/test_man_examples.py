@@ -105,6 +105,14 @@ class ManExamples(test_readme.ExampleRunner):
             if cmd.startswith(prefix) and not os.path.exists(self.path(name)):
                 with h5py.File(self.path(name), "w") as f:
                     f[dataset] = value
+        if "--decomposed-rel-pos rel_pos_h.npy" in cmd:
+            # SAM's image encoder: 14 x 14 tokens, tables of 2 * 14 - 1 rows.
+            r = np.random.default_rng(5)
+            for name in ("sam_q", "sam_k", "sam_v"):
+                np.save(self.path(f"{name}.npy"),
+                        r.standard_normal((1, 12, 196, 64)).astype(np.float32))
+            for name in ("rel_pos_h", "rel_pos_w"):
+                np.save(self.path(f"{name}.npy"), r.standard_normal((27, 64)).astype(np.float32))
         if cmd.startswith("posenc compare mine.npy"):
             super().before(cmd)  # mine.npy: the attention output, nearly
         if cmd.startswith("posenc attention -q fixture.h5:/q_rot"):

@@ -165,12 +165,83 @@ TABLE_CASES = [
                                          max_relative_positions=32)),
 ]
 
+# Inputs of the kinds that read tensors: saved as the files the command is given.
+T = np.random.default_rng(13)
+SIDE = {
+    "swbt.npy": T.standard_normal((35, 2)),           # swin 3 x 4: (2*3-1)(2*4-1) entries
+    "bebt.npy": T.standard_normal((12, 3)).astype(np.float32),  # beit 2 x 2: 3*3 + 3
+    "lvbt.npy": T.standard_normal((2, 16)),           # levit R = 4
+    "mask.npy": np.arange(24).reshape(2, 3, 4) % 5 != 0,
+    "fsids.npy": np.array([[5, 6, 7, 1, 1], [1, 9, 9, 9, 9]]),
+    "pids.npy": np.array([[0, 2, 5, 9, 30], [4, 3, 2, 1, 0]]),
+    "bbox.npy": T.integers(0, 1000, (2, 5, 4)),
+    "lwx.npy": T.standard_normal((2, 16)),
+    "lwy.npy": T.standard_normal((2, 16)).astype(np.float16),
+    "freq.npy": T.uniform(0, 2, (5, 4)),
+    "amp.npy": T.uniform(0.5, 1.5, (5, 4)),
+    "phase.npy": T.uniform(-1, 1, (5, 4)),
+    "cids.npy": np.array([[0, 4, 2], [1, 1, 3]], dtype=np.int32),
+    "vfreq.npy": T.uniform(0, 2, 4),
+}
+TABLE_CASES += [
+    (["swin-index", "--window", "3", "4", "--dtype", "i16"],
+     lambda: posenc.table.swin_index(window=(3, 4), dtype="i16")),
+    (["swin-index", "--window", "3", "4", "--bias-table", "swbt.npy", "--dtype", "f64"],
+     lambda: posenc.table.swin_index(window=(3, 4), bias_table=SIDE["swbt.npy"], dtype="f64")),
+    (["beit-index", "--window", "3"], lambda: posenc.table.beit_index(window=3)),
+    (["beit-index", "--window", "2", "--bias-table", "bebt.npy"],
+     lambda: posenc.table.beit_index(window=2, bias_table=SIDE["bebt.npy"])),
+    (["swinv2-coords", "--window", "3", "5", "--pretrained-window", "4", "6", "--dtype", "f64"],
+     lambda: posenc.table.swinv2_coords(window=(3, 5), pretrained_window=(4, 6), dtype="f64")),
+    (["swinv2-coords", "--window", "1", "4"],
+     lambda: posenc.table.swinv2_coords(window=(1, 4))),
+    (["levit-index", "--resolution", "5", "--stride", "2"],
+     lambda: posenc.table.levit_index(resolution=5, stride=2)),
+    (["levit-index", "--resolution", "4", "--bias-table", "lvbt.npy", "--dtype", "f64"],
+     lambda: posenc.table.levit_index(resolution=4, bias_table=SIDE["lvbt.npy"], dtype="f64")),
+    (["detr-sine", "--mask", "mask.npy", "--embedding-dim", "8", "--temperature", "100",
+      "--scale", "3", "--layout", "tokens", "--dtype", "f64"],
+     lambda: posenc.table.detr_sine(mask=SIDE["mask.npy"], embedding_dim=8, temperature=100.0,
+                                    scale=3.0, layout="tokens", dtype="f64")),
+    (["detr-sine", "--size", "3", "2", "--embedding-dim", "6", "--no-normalize"],
+     lambda: posenc.table.detr_sine(size=(3, 2), embedding_dim=6, normalize=False)),
+    (["fairseq-sinusoidal", "--positions", "6", "--dim", "8", "--padding-idx", "0"],
+     lambda: posenc.table.fairseq_sinusoidal(positions=6, dim=8, padding_idx=0)),
+    (["fairseq-sinusoidal", "--input-ids", "fsids.npy", "--dim", "9", "--padding-idx", "1",
+      "--past-length", "2", "--dtype", "f64"],
+     lambda: posenc.table.fairseq_sinusoidal(input_ids=SIDE["fsids.npy"], dim=9, padding_idx=1,
+                                             past_length=2, dtype="f64")),
+    (["layoutlm-bucket", "--seq-len", "7", "--buckets", "8", "--max-distance", "16"],
+     lambda: posenc.table.layoutlm_bucket(seq_len=7, buckets=8, max_distance=16)),
+    (["layoutlm-bucket", "--position-ids", "pids.npy", "--dtype", "i8"],
+     lambda: posenc.table.layoutlm_bucket(position_ids=SIDE["pids.npy"], dtype="i8")),
+    (["layoutlm-bucket", "--axis", "y", "--bbox", "bbox.npy", "--buckets", "16",
+      "--bias-table", "lwx.npy"],
+     lambda: posenc.table.layoutlm_bucket(axis="y", bbox=SIDE["bbox.npy"], buckets=16,
+                                          bias_table=SIDE["lwx.npy"])),
+    (["layoutlm-bucket", "--axis", "xy", "--bbox", "bbox.npy", "--buckets", "16",
+      "--max-distance", "300", "--bias-table", "lwx.npy", "lwy.npy", "--dtype", "f64"],
+     lambda: posenc.table.layoutlm_bucket(axis="xy", bbox=SIDE["bbox.npy"], buckets=16,
+                                          max_distance=300,
+                                          bias_table=(SIDE["lwx.npy"], SIDE["lwy.npy"]),
+                                          dtype="f64")),
+    (["complex-order", "--frequency", "freq.npy", "--amplitude", "amp.npy", "--phase",
+      "phase.npy", "--input-ids", "cids.npy", "--start", "2", "--dtype", "f64"],
+     lambda: posenc.table.complex_order(frequency=SIDE["freq.npy"], amplitude=SIDE["amp.npy"],
+                                        phase=SIDE["phase.npy"], input_ids=SIDE["cids.npy"],
+                                        start=2, dtype="f64")),
+    (["complex-order", "--frequency", "vfreq.npy", "--positions", "6"],
+     lambda: posenc.table.complex_order(frequency=SIDE["vfreq.npy"], positions=6)),
+]
+
 
 @pytest.mark.parametrize("args,call", TABLE_CASES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in TABLE_CASES])
 def test_table_kinds(tmp_path, args, call):
     os.chdir(tmp_path)
     np.save("ids.npy", IDS)
     np.save("cu.npy", CU)
+    for name, a in SIDE.items():
+        np.save(name, a)
     if "bf16" in args:
         run("table", *args, "-o", "t.h5:/t")
         same(call(), posenc.read("t.h5:/t"))
@@ -186,6 +257,90 @@ def test_table_rope_emit_list(tmp_path):
     cos, sin = posenc.table.rope(positions=6, dim=8, emit=("cos", "sin"))
     same(cos, np.load("cos.npy"))
     same(sin, np.load("sin.npy"))
+
+
+def test_table_bf16_and_torch_inputs(tmp_path):
+    # bf16 tables and a torch mask read as the command reads their files
+    torch = pytest.importorskip("torch")
+    os.chdir(tmp_path)
+    bits = posenc.float32_to_bf16(SIDE["lvbt.npy"].astype(np.float32))
+    posenc.write("w.h5:/w", posenc.BF16(bits))
+    run("table", "levit-index", "--resolution", "4", "--bias-table", "w.h5:/w", "-o", "t.npy")
+    same(posenc.table.levit_index(resolution=4, bias_table=posenc.BF16(bits)), np.load("t.npy"))
+    tw = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+    got = posenc.table.levit_index(resolution=4, bias_table=tw, dtype=torch.float32)
+    assert isinstance(got, torch.Tensor)
+    same(got.numpy(), np.load("t.npy"))
+    np.save("mask.npy", SIDE["mask.npy"])
+    run("table", "detr-sine", "--mask", "mask.npy", "--embedding-dim", "4", "-o", "d.npy")
+    same(posenc.table.detr_sine(mask=torch.from_numpy(SIDE["mask.npy"]), embedding_dim=4,
+                                dtype=np.float32), np.load("d.npy"))
+
+
+QWEN2_VL = os.path.join(DATA, "qwen2-vl-7b-instruct.json")
+IMG, VID = 151655, 151656
+
+
+def _h5_ids(path):
+    import h5py
+    with h5py.File(path, "r") as f:
+        d = f["/position_ids"]
+        return d[()], dict(d.attrs)
+
+
+@pytest.mark.parametrize("args,kw", [
+    (["--family", "qwen2-vl", "--layout", "text:5,image:1x4x6,text:3,video:2x4x4,text:1"],
+     dict(family="qwen2-vl", layout="text:5,image:1x4x6,text:3,video:2x4x4,text:1")),
+    (["--family", "qwen2.5-vl", "--layout", "text:2,video:4x4x4@1.5,text:2",
+      "--tokens-per-second", "2", "--spatial-merge-size", "1"],
+     dict(family="qwen2.5-vl", layout="text:2,video:4x4x4@1.5,text:2", tokens_per_second=2.0,
+          spatial_merge_size=1)),
+    (["--family", "qwen2.5-omni", "--layout", "text:2,audio:5,text:2,image:1x2x2,text:1",
+      "--position-id-per-seconds", "13", "--seconds-per-chunk", "1"],
+     dict(family="qwen2.5-omni", layout="text:2,audio:5,text:2,image:1x2x2,text:1",
+          position_id_per_seconds=13.0, seconds_per_chunk=1.0)),
+    (["--hf-config", QWEN2_VL, "--layout", "text:1,image:2x2x4,text:2"],
+     dict(hf_config=QWEN2_VL, layout="text:1,image:2x2x4,text:2")),
+], ids=["qwen2-vl", "qwen2.5-vl", "qwen2.5-omni", "hf-config"])
+def test_rope_ids_layout(tmp_path, args, kw):
+    os.chdir(tmp_path)
+    run("rope-ids", *args, "-o", "ids.h5")
+    want, attrs = _h5_ids("ids.h5")
+    ids, delta = posenc.rope_ids(**kw)
+    same(ids, want)
+    assert ids.shape[0] == 3 and delta == attrs["mrope_position_delta"]
+
+
+def test_rope_ids_tokens(tmp_path):
+    os.chdir(tmp_path)
+    row = [1, 2, IMG, IMG, IMG, IMG, 3, VID, VID, VID, VID, VID, VID, VID, VID, 4]
+    # the second row: 3 padding slots, an image, then a video of 1x2x4 patches (2 tokens)
+    ids_b = np.array([row, [0, 0, 0, 1, 2, IMG, IMG, IMG, IMG, 3, VID, VID, 4, 5, 6, 7]])
+    mask = np.array([[1] * 16, [0, 0, 0] + [1] * 13])
+    grids_i = np.array([[1, 4, 4], [1, 4, 4]])
+    grids_v = np.array([[2, 4, 4], [1, 2, 4]])
+    for name, a in (("in.npy", ids_b), ("mask.npy", mask), ("gi.npy", grids_i),
+                    ("gv.npy", grids_v), ("in1.npy", ids_b[0]), ("gi1.npy", grids_i[:1]),
+                    ("gv1.npy", grids_v[:1])):
+        np.save(name, a)
+    run("rope-ids", "--hf-config", QWEN2_VL, "--input-ids", "in.npy", "--attention-mask",
+        "mask.npy", "--image-grid-thw", "gi.npy", "--video-grid-thw", "gv.npy", "-o", "b.h5")
+    want, attrs = _h5_ids("b.h5")
+    ids, deltas = posenc.rope_ids(hf_config=QWEN2_VL, input_ids=ids_b, attention_mask=mask,
+                                  image_grid_thw=grids_i, video_grid_thw=grids_v)
+    same(ids, want)
+    assert ids.shape == (3, 2, 16)
+    assert deltas == list(attrs["mrope_position_deltas"])
+    run("rope-ids", "--family", "qwen2-vl", "--input-ids", "in1.npy", "--image-token-id",
+        str(IMG), "--video-token-id", str(VID), "--image-grid-thw", "gi1.npy",
+        "--video-grid-thw", "gv1.npy", "-o", "one.h5")
+    want, attrs = _h5_ids("one.h5")
+    # the first row alone takes the first image and the first video
+    ids, delta = posenc.rope_ids("qwen2-vl", input_ids=ids_b[0], image_token_id=IMG,
+                                 video_token_id=VID, image_grid_thw=grids_i[:1],
+                                 video_grid_thw=grids_v[:1])
+    same(ids, want)
+    assert isinstance(delta, int) and delta == attrs["mrope_position_delta"]
 
 
 G = np.random.default_rng(5)

@@ -37,6 +37,34 @@ def test_hierarchy_and_status():
      lambda: posenc.table.rope(dim=8, positions=4, style="diagonal")),
     (["table", "sinusoidal", "--dim", "7", "--positions", "4"],
      lambda: posenc.table.sinusoidal(dim=7, positions=4)),
+    # the table kinds after deberta-bucket, and rope-ids
+    (["table", "swin-index", "--window", "0", "3"],
+     lambda: posenc.table.swin_index(window=(0, 3))),
+    (["table", "beit-index", "--window", "300"], lambda: posenc.table.beit_index(window=300)),
+    (["table", "swinv2-coords", "--window", "3", "--pretrained-window", "1"],
+     lambda: posenc.table.swinv2_coords(window=3, pretrained_window=1)),
+    (["table", "levit-index", "--resolution", "0"], lambda: posenc.table.levit_index(resolution=0)),
+    (["table", "detr-sine", "--embedding-dim", "8"],
+     lambda: posenc.table.detr_sine(embedding_dim=8)),
+    (["table", "detr-sine", "--size", "2", "3", "--embedding-dim", "7"],
+     lambda: posenc.table.detr_sine(size=(2, 3), embedding_dim=7)),
+    (["table", "detr-sine", "--size", "2", "3", "--embedding-dim", "8", "--no-normalize",
+      "--scale", "2"],
+     lambda: posenc.table.detr_sine(size=(2, 3), embedding_dim=8, normalize=False, scale=2.0)),
+    (["table", "fairseq-sinusoidal", "--positions", "4", "--dim", "2"],
+     lambda: posenc.table.fairseq_sinusoidal(positions=4, dim=2)),
+    (["table", "layoutlm-bucket", "--axis", "x", "--seq-len", "4"],
+     lambda: posenc.table.layoutlm_bucket(axis="x", seq_len=4)),
+    (["rope-ids", "--layout", "text:3"], lambda: posenc.rope_ids(layout="text:3")),
+    (["rope-ids", "--family", "qwen2-vl"], lambda: posenc.rope_ids("qwen2-vl")),
+    (["rope-ids", "--family", "qwen9", "--layout", "text:3"],
+     lambda: posenc.rope_ids("qwen9", "text:3")),
+    (["rope-ids", "--family", "qwen2-vl", "--layout", "text:3,image:1x3x4"],
+     lambda: posenc.rope_ids("qwen2-vl", "text:3,image:1x3x4")),
+    (["rope-ids", "--family", "qwen2-vl", "--layout", "text:3", "--tokens-per-second", "2"],
+     lambda: posenc.rope_ids("qwen2-vl", "text:3", tokens_per_second=2.0)),
+    (["rope-ids", "--family", "qwen2-vl", "--layout", "text:3", "--image-token-id", "5"],
+     lambda: posenc.rope_ids("qwen2-vl", "text:3", image_token_id=5)),
 ])
 def test_same_message_and_type_as_the_command(tmp_path, args, call):
     status, msg = cli_message(*args, "-o", str(tmp_path / "out.npy"))
@@ -82,3 +110,22 @@ def test_input_errors():
 def test_output_error(tmp_path):
     with pytest.raises(posenc.OutputError):
         posenc.write(tmp_path / "no" / "such" / "dir.npy", np.zeros(3))
+
+
+def test_table_array_errors(tmp_path):
+    # messages naming the keyword where the command names its file
+    with pytest.raises(posenc.InputError, match="bias_table: expected numbers, got bool"):
+        posenc.table.swin_index(window=2, bias_table=np.ones((9, 2), bool))
+    with pytest.raises(posenc.InputError, match="input_ids: expected an integer dtype"):
+        posenc.table.fairseq_sinusoidal(dim=8, padding_idx=1, input_ids=np.ones((1, 3)))
+    with pytest.raises(posenc.InputError, match=r"^bias_table \(y, the second\): "):
+        posenc.table.layoutlm_bucket(axis="xy", bbox=np.zeros((1, 2, 4), np.int64), buckets=4,
+                                     bias_table=(np.zeros((2, 4)), np.zeros((2, 5))))
+    status, msg = cli_message("table", "layoutlm-bucket", "--axis", "xy", "--bbox", "b.npy",
+                              "-o", str(tmp_path / "out.npy"))
+    with pytest.raises(posenc.UsageError) as e:
+        posenc.table.layoutlm_bucket(axis="xy", bbox=np.zeros((1, 2, 4), np.int64))
+    assert status == 2 and str(e.value) == msg
+    with pytest.raises(posenc.UsageError, match="two weights are for axis xy"):
+        posenc.table.layoutlm_bucket(axis="x", bbox=np.zeros((1, 2, 4), np.int64),
+                                     bias_table=(np.zeros((2, 64)), np.zeros((2, 64))))
