@@ -39,6 +39,8 @@ STRUCTS = [
     ("encodings/family_sinusoids.hpp", "FairseqSinusoidalRequest"),
     ("encodings/layout_bucket.hpp", "LayoutBucketRequest"),
     ("encodings/complex_order.hpp", "ComplexOrderRequest"),
+    ("encodings/axial_positions.hpp", "AxialPositionsRequest"),
+    ("encodings/cpmant_bucket.hpp", "CpmAntBucketRequest"),
     ("encodings/rope_ids.hpp", "RopeIdsRules"),
     ("ops/attention.hpp", "AttentionOptions"),
     ("ops/attention_relative.hpp", "XlAttention"),

@@ -65,6 +65,12 @@ xt::xarray<std::int64_t> relative(const RelativeRequest& r) {
 xt::xarray<double> complex_order(const ComplexOrderRequest& r) {
   return evaluate_table(complex_order_table(r));
 }
+xt::xarray<double> reformer_axial(const AxialPositionsRequest& r) {
+  return evaluate_table(axial_positions_table(r));
+}
+xt::xarray<double> cpmant_buckets(const CpmAntBucketRequest& r) {
+  return evaluate_table(cpmant_bucket_table(r));
+}
 xt::xarray<double> layoutlm_buckets(const LayoutBucketRequest& r) {
   return evaluate_table(layout_bucket_table(r));
 }

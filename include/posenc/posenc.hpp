@@ -25,7 +25,9 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "posenc/encodings/axial_positions.hpp"
 #include "posenc/encodings/complex_order.hpp"
+#include "posenc/encodings/cpmant_bucket.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
@@ -130,6 +132,12 @@ xt::xarray<double> layoutlm_buckets(const LayoutBucketRequest& r);
 /// `table complex-order`: Wang et al.'s complex word-order embeddings, real then
 /// imaginary parts, [2, N, D] or [2, b, s, D] (complex_order.hpp).
 xt::xarray<double> complex_order(const ComplexOrderRequest& r);
+/// `table reformer-axial`: Reformer's axial position embeddings [n_1 ... n_k, hidden],
+/// [N, hidden] or [b, s, hidden] (axial_positions.hpp).
+xt::xarray<double> reformer_axial(const AxialPositionsRequest& r);
+/// `table cpmant-bucket`: CPM-Ant segment-aware buckets [b, q, k], or the bias
+/// [b, heads, q, k] of a learned table (cpmant_bucket.hpp); buckets are exact in float64.
+xt::xarray<double> cpmant_buckets(const CpmAntBucketRequest& r);
 /// `table t5-bucket`: HF T5's bucket of j - i, [Q, K] (t5_bucket_table).
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r);
 /// `table xl-relative`: the Transformer-XL / XLNet relative table R [rlen, D].
