@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/axial_positions.hpp"
 #include "posenc/encodings/complex_order.hpp"
+#include "posenc/encodings/cpmant_bucket.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
@@ -649,6 +651,31 @@ std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
     set_if(d, "start", r.start);
     r.input_ids = xarray_arg<std::int64_t>(d, "input_ids");
     tables.push_back(complex_order_table(r));
+  } else if (kind == "reformer-axial") {
+    AxialPositionsRequest r;
+    r.axial_shape = get<std::vector<std::int64_t>>(d, "axial_shape").value_or(
+        std::vector<std::int64_t>{});
+    if (d.contains("weights") && !d["weights"].is_none()) {
+      for (const py::handle w : d["weights"].cast<py::list>()) {
+        auto a = w.cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+        xt::xarray<double> x = xt::empty<double>(shape_of(a));
+        std::copy(a.data(), a.data() + a.size(), x.data());
+        r.weights.push_back(std::move(x));
+      }
+    }
+    r.positions = get<std::int64_t>(d, "positions");
+    r.position_ids = xarray_arg<std::int64_t>(d, "position_ids");
+    tables.push_back(axial_positions_table(r));
+  } else if (kind == "cpmant-bucket") {
+    CpmAntBucketRequest r;
+    r.segment_ids = xarray_arg<std::int64_t>(d, "segment_ids");
+    r.key_segment_ids = xarray_arg<std::int64_t>(d, "key_segment_ids");
+    r.seq_len = get<std::int64_t>(d, "seq_len");
+    set_if(d, "segments", r.segments);
+    set_if(d, "buckets", r.buckets);
+    set_if(d, "max_distance", r.max_distance);
+    r.bias_table = xarray_arg<double>(d, "bias_table");
+    tables.push_back(cpmant_bucket_table(r));
   } else {
     throw UsageError("kind: unknown table kind '" + kind + "'");
   }

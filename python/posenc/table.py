@@ -18,7 +18,7 @@ from ._posenc import InputError, UsageError
 
 __all__ = ["sinusoidal", "rope", "rope2d", "alibi", "relative", "t5_bucket", "xl_relative",
            "deberta_bucket", "swin_index", "beit_index", "swinv2_coords", "levit_index",
-           "detr_sine", "fairseq_sinusoidal", "layoutlm_bucket", "complex_order"]
+           "detr_sine", "fairseq_sinusoidal", "layoutlm_bucket", "complex_order", "reformer_axial", "cpmant_bucket"]
 
 
 def _like(dtype):
@@ -271,3 +271,32 @@ def complex_order(*, frequency, amplitude=None, phase=None, positions=None, star
                                   "phase": _values(phase, "phase"), "positions": positions,
                                   "start": start,
                                   "input_ids": _ints(input_ids, "input_ids")}, dtype)
+
+
+def reformer_axial(*, axial_shape, weights, positions=None, position_ids=None, dtype=None):
+    """Reformer axial position embeddings (HF AxialPositionEmbeddings): each weight of
+    `weights` (one per side of axial_shape, shaped as HF stores them: [N1, 1, d1],
+    [1, N2, d2], ..) broadcast over the grid and concatenated along the features, rows
+    in row-major order: [N1 N2 .., hidden]; the rows 0 .. positions-1, or the rows of
+    position_ids [b, s] ([b, s, hidden]) as HF's eval-mode forward selects them."""
+    if weights is None or isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
+        raise UsageError("weights: expected a sequence of weights, one per axis")
+    return _run("reformer-axial", {"axial_shape": [int(n) for n in axial_shape],
+                                   "weights": [_values(w, "weights") for w in weights],
+                                   "positions": positions,
+                                   "position_ids": _ints(position_ids, "position_ids")}, dtype)
+
+
+def cpmant_bucket(*, segment_ids=None, key_segment_ids=None, seq_len=None, segments=32,
+                  buckets=512, max_distance=2048, bias_table=None, dtype=None):
+    """CPM-Ant segment-aware relative buckets (HF CpmAntSegmentPositionEmbedding),
+    [b, q, k] integers: T5 bidirectional buckets of j - i within a segment, buckets +
+    q_seg * segments + k_seg across segments, for segment_ids [b, s] (queries and keys;
+    key_segment_ids [b, k] for other keys) or seq_len tokens of segment 0. bias_table
+    (relative_attention_bias [segments^2 + buckets, heads]) gives the bias
+    [b, heads, q, k] instead."""
+    return _run("cpmant-bucket", {"segment_ids": _ints(segment_ids, "segment_ids"),
+                                  "key_segment_ids": _ints(key_segment_ids, "key_segment_ids"),
+                                  "seq_len": seq_len, "segments": segments,
+                                  "buckets": buckets, "max_distance": max_distance,
+                                  "bias_table": _values(bias_table, "bias_table")}, dtype)

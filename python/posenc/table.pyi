@@ -79,3 +79,11 @@ def complex_order(*, frequency: ArrayLike, amplitude: Optional[ArrayLike] = ...,
                   phase: Optional[ArrayLike] = ..., positions: Optional[int] = ...,
                   start: int = ..., input_ids: Optional[ArrayLike] = ...,
                   dtype: Optional[DTypeLike] = ...) -> Any: ...
+def reformer_axial(*, axial_shape: Sequence[int], weights: Sequence[ArrayLike],
+                   positions: Optional[int] = ..., position_ids: Optional[ArrayLike] = ...,
+                   dtype: Optional[DTypeLike] = ...) -> Any: ...
+def cpmant_bucket(*, segment_ids: Optional[ArrayLike] = ...,
+                  key_segment_ids: Optional[ArrayLike] = ..., seq_len: Optional[int] = ...,
+                  segments: int = ..., buckets: int = ..., max_distance: int = ...,
+                  bias_table: Optional[ArrayLike] = ...,
+                  dtype: Optional[DTypeLike] = ...) -> Any: ...
