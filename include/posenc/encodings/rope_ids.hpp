@@ -37,11 +37,20 @@ RopeIdsFamily parse_rope_ids_family(std::string_view name, std::string_view what
 
 /// One part of a prompt.
 struct PromptSegment {
-  enum class Kind { text, image, video, audio };
-  Kind kind = Kind::text;
+  /// What the segment holds.
+  enum class Kind {
+    text,   ///< text tokens
+    image,  ///< one image's patches
+    video,  ///< one video's patches (frames in time)
+    audio   ///< audio tokens
+  };
+  Kind kind = Kind::text;   ///< what the segment holds
   std::int64_t tokens = 0;  ///< text, audio: the number of tokens
-  /// image, video: the grid in patches (HF's grid_thw), before the spatial merge.
-  std::int64_t t = 0, h = 0, w = 0;
+  /// image, video: the temporal extent of the grid in patches (HF's grid_thw), before
+  /// the spatial merge.
+  std::int64_t t = 0;
+  std::int64_t h = 0;  ///< image, video: the grid's height in patches
+  std::int64_t w = 0;  ///< image, video: the grid's width in patches
   /// video: seconds per temporal grid (HF's second_per_grid_ts entry); 0 = not given.
   double seconds_per_grid = 0;
   /// video (qwen3-vl): text tokens between consecutive frames (the timestamp and the
@@ -55,11 +64,11 @@ struct PromptSegment {
 
 /// A prompt as a sequence of segments, in order.
 struct PromptLayout {
-  std::vector<PromptSegment> segments;
+  std::vector<PromptSegment> segments;  ///< the segments, in prompt order
 };
 
 /// Parses the compact layout SPEC: comma-separated segments
-///   text:N | image:TxHxW | video:TxHxW[@SECONDS][/GAP][+audio:N] | audio:N
+///   text:N | image:TxHxW | video:TxHxW[\@SECONDS][/GAP][+audio:N] | audio:N
 /// (N, T, H, W, GAP decimal integers; SECONDS a decimal number, no exponent, 1e-6 to
 /// 1e6). Throws UsageError
 /// naming `what` and the segment for malformed text or a value out of range (counts
