@@ -356,11 +356,6 @@ RopeApplyOptions apply_options(const py::dict& d) {
   }
   set_if(d, "freq_scale", a.layout.scale);
   set_if(d, "tiled", a.layout.tiled);
-  if (a.layout.custom() &&
-      (a.grid_h > 0 || a.grid_ids || !a.mrope_section.empty())) {
-    throw UsageError("layout: rope2d, rope2d_ids and mrope_section are layouts themselves; "
-                     "give one of them");
-  }
   return a;
 }
 

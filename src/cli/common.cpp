@@ -341,7 +341,10 @@ void drain_stdin() {
 namespace posenc::cli {
 
 xt::xarray<std::int64_t> read_int64(const std::string& ref, const char* option) {
-  const Tensor t = read_tensor(ref);
+  return int64_values(read_tensor(ref), ref, option);
+}
+
+xt::xarray<std::int64_t> int64_values(const Tensor& t, const std::string& ref, const char* option) {
   if (!is_integer(t.dtype())) {
     throw InputError(fmt::format("{}: {}: expected an integer dtype, got {}", option, ref,
                                  dtype_name(t.dtype())));

@@ -145,4 +145,6 @@ void drain_stdin();
 /// read for `option`: InputError ("--input-ids: ids.npy: expected an integer dtype, got
 /// f64") for other dtypes and u64 values above INT64_MAX.
 xt::xarray<std::int64_t> read_int64(const std::string& ref, const char* option);
+/// The same for a tensor already read from `ref`.
+xt::xarray<std::int64_t> int64_values(const Tensor& t, const std::string& ref, const char* option);
 }  // namespace posenc::cli

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "posenc/encodings/rope_layout.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc::cli {
@@ -214,7 +215,7 @@ std::vector<int> parse_sections(const std::string& text) {
 }
 
 double parse_freq_scale(const std::string& text) {
-  if (text == "2pi" || text == "tau") return 2.0 * 3.14159265358979323846;
+  if (text == "2pi" || text == "tau") return kRopeTwoPi;
   std::string t = text;
   const double v = std::strtod(t.c_str(), nullptr);
   if (!number_text_error(t).empty() || !(v > 0) || !std::isfinite(v)) {

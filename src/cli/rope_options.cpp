@@ -317,32 +317,14 @@ Positions rope_positions(const RopeCliOptions& o, bool real_coords) {
   if (!o.position_ids.empty() && !o.cu_seqlens.empty()) {
     throw UsageError("--position-ids: cannot be combined with --cu-seqlens");
   }
-  auto read_ints = [](const std::string& ref, const char* option, Shape& shape) {
-    Tensor t = read_tensor(ref);
-    if (!is_integer(t.dtype())) {
-      throw InputError(fmt::format("{}: {}: expected an integer dtype, got {}", option, ref,
-                                   dtype_name(t.dtype())));
-    }
+  auto ints = [](const Tensor& t, const std::string& ref, const char* option, Shape& shape) {
+    const xt::xarray<std::int64_t> a = int64_values(t, ref, option);
     shape = t.shape();
-    std::vector<std::int64_t> v(t.numel());
-    for (std::size_t i = 0; i < t.numel(); ++i) {
-      if (t.dtype() == DType::i64) {
-        v[i] = t.data<std::int64_t>()[i];
-      } else if (t.dtype() == DType::u64) {
-        std::uint64_t u = t.data<std::uint64_t>()[i];
-        if (u > static_cast<std::uint64_t>(INT64_MAX)) {
-          throw InputError(fmt::format("{}: {}: value {} is too large", option, ref, u));
-        }
-        v[i] = static_cast<std::int64_t>(u);
-      } else {
-        v[i] = static_cast<std::int64_t>(t.get(i));
-      }
-    }
-    return v;
+    return std::vector<std::int64_t>(a.begin(), a.end());
   };
-  if (!o.position_ids.empty() && real_coords) {
-    Tensor t = read_tensor(o.position_ids);
-    if (is_float(t.dtype())) {
+  if (!o.position_ids.empty()) {
+    const Tensor t = read_tensor(o.position_ids);
+    if (real_coords && is_float(t.dtype())) {
       pos.coords_shape = t.shape();
       pos.coords.resize(t.numel());
       for (std::size_t i = 0; i < t.numel(); ++i) pos.coords[i] = t.get(i);
@@ -353,9 +335,7 @@ Positions rope_positions(const RopeCliOptions& o, bool real_coords) {
       }
       return pos;
     }
-  }
-  if (!o.position_ids.empty()) {
-    pos.ids = read_ints(o.position_ids, "--position-ids", pos.ids_shape);
+    pos.ids = ints(t, o.position_ids, "--position-ids", pos.ids_shape);
     if (pos.ids_shape.empty() || pos.ids_shape.size() > 3) {
       throw InputError(fmt::format("--position-ids: {}: expected shape [s] or [b, s], got {}",
                                    o.position_ids, shape_str(pos.ids_shape)));
@@ -374,7 +354,7 @@ Positions rope_positions(const RopeCliOptions& o, bool real_coords) {
   }
   if (!o.cu_seqlens.empty()) {
     Shape shape;
-    pos.cu_seqlens = read_ints(o.cu_seqlens, "--cu-seqlens", shape);
+    pos.cu_seqlens = ints(read_tensor(o.cu_seqlens), o.cu_seqlens, "--cu-seqlens", shape);
     if (shape.size() != 1 || pos.cu_seqlens.empty() || pos.cu_seqlens[0] != 0) {
       throw InputError(
           fmt::format("--cu-seqlens: {}: expected a 1-D tensor starting at 0, got shape {}",

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "encodings/hf_config_file.hpp"
 #include "io/json_doc.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/error.hpp"
@@ -151,43 +152,14 @@ bool gptj_pairs(const std::string& model_type) {
   return kGptj.count(model_type) > 0;
 }
 
-// A config.json is a few kilobytes; anything far larger, or nested deeper than any
-// config is, is refused before it is parsed. nlohmann's parser is iterative, but a
-// document tens of thousands of levels deep would overflow the stack of any recursive
-// walk (a copy, a comparison), so none is ever built, and the config is never copied.
-constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
 constexpr int kMaxConfigDepth = 256;
-
-void parse_config(const std::string& path, json_doc::JsonDoc& doc) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open the HF config", path));
-  std::string text;
-  std::vector<char> buf(std::size_t{1} << 16);
-  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
-    text.append(buf.data(), static_cast<std::size_t>(in.gcount()));
-    if (text.size() > kMaxConfigBytes) {
-      throw InputError(fmt::format("{}: larger than {} MiB; a HF config is a few kilobytes", path,
-                                   kMaxConfigBytes >> 20));
-    }
-  }
-  if (in.bad()) throw InputError(fmt::format("{}: cannot read the HF config", path));
-  try {
-    json_doc::parse(text, doc, kMaxConfigDepth, [&path]() {
-      throw InputError(
-          fmt::format("{}: nested deeper than {} levels; not a HF config", path, kMaxConfigDepth));
-    });
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    throw InputError(fmt::format("{}: not valid JSON ({})", path, what.substr(0, 120)));
-  }
-}
 
 // A config file: the text model's object plus its class defaults. The text model's
 // object is referred to, never copied.
 class Config {
  public:
   explicit Config(const std::string& path) : path_(path) {
-    parse_config(path, doc_);
+    read_hf_config_file(path, doc_, kMaxConfigDepth);
     const json& root = doc_.root;
     if (!root.is_object()) throw InputError(fmt::format("{}: expected a JSON object", path));
     auto tc = root.find("text_config");
@@ -732,7 +704,7 @@ bool apply_vision_tower(const Config& c, RopeParams& p, const std::vector<std::s
     p.layout.preset = RopeLayoutPreset::even_odd;
   } else if (mt == "dinov3_vit") {
     p.layout.preset = RopeLayoutPreset::axial;
-    p.layout.scale = 2.0 * 3.14159265358979323846;  // 2 * math.pi
+    p.layout.scale = kRopeTwoPi;
   } else {
     p.layout.preset = RopeLayoutPreset::chunks;
     p.layout.axes = 3;
@@ -921,6 +893,30 @@ std::string rope_type_of(const Config& c, const json& rp) {
 
 std::vector<std::string> hf_layer_types(const std::string& path) {
   return layer_types_of(Config(path));
+}
+
+void read_hf_config_file(const std::string& path, json_doc::JsonDoc& doc, int max_depth) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open the HF config", path));
+  std::string text;
+  std::vector<char> buf(std::size_t{1} << 16);
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    text.append(buf.data(), static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxConfigBytes) {
+      throw InputError(fmt::format("{}: larger than {} MiB; a HF config is a few kilobytes", path,
+                                   kMaxConfigBytes >> 20));
+    }
+  }
+  if (in.bad()) throw InputError(fmt::format("{}: cannot read the HF config", path));
+  try {
+    json_doc::parse(text, doc, max_depth, [&path, max_depth]() {
+      throw InputError(
+          fmt::format("{}: nested deeper than {} levels; not a HF config", path, max_depth));
+    });
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    throw InputError(fmt::format("{}: not valid JSON ({})", path, what.substr(0, 120)));
+  }
 }
 
 void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<std::string>& keep,

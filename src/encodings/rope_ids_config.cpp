@@ -4,10 +4,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "encodings/hf_config_file.hpp"
 #include "encodings/rope_ids_detail.hpp"
 #include "io/json_doc.hpp"
 #include "posenc/encodings/rope_ids.hpp"
@@ -18,8 +18,6 @@ namespace posenc {
 using namespace rope_ids_detail;  // NOLINT: this module's own constants
 
 namespace {
-
-constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
 
 using json_doc::Json;
 
@@ -40,26 +38,8 @@ double number(const std::string& path, const Json* v, const char* key) {
 }  // namespace
 
 RopeIdsConfig read_rope_ids_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open the HF config", path));
-  std::string text;
-  std::vector<char> buf(std::size_t{1} << 16);
-  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
-    text.append(buf.data(), static_cast<std::size_t>(in.gcount()));
-    if (text.size() > kMaxConfigBytes) {
-      throw InputError(fmt::format("{}: larger than 16 MiB; a HF config is a few kilobytes", path));
-    }
-  }
-  if (in.bad()) throw InputError(fmt::format("{}: cannot read the HF config", path));
   json_doc::JsonDoc doc;
-  try {
-    json_doc::parse(text, doc, 64, [&path]() {
-      throw InputError(fmt::format("{}: nested deeper than 64 levels; not a HF config", path));
-    });
-  } catch (const Json::exception& e) {
-    throw InputError(
-        fmt::format("{}: not valid JSON ({})", path, std::string(e.what()).substr(0, 120)));
-  }
+  read_hf_config_file(path, doc, 64);
   const Json* root = &doc.root;
   if (!root->is_object()) throw InputError(fmt::format("{}: expected a JSON object", path));
   RopeIdsConfig c;

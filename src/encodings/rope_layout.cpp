@@ -53,7 +53,6 @@ RopeLayout rope_layout_plain(const RopeFreqs& f) {
   RopeLayout l;
   l.axes = 1;
   l.freq = f.inv_freq;
-  l.name = "plain";
   return l;
 }
 
@@ -74,7 +73,6 @@ RopeLayout two_axes(const RopeFreqs& f, std::size_t odd, const char* name) {
     l.freq[j] = f.inv_freq[2 * j];
     l.freq[half + q + j] = f.inv_freq[2 * j + odd];
   }
-  l.name = name;
   return l;
 }
 
@@ -94,7 +92,6 @@ RopeLayout rope_layout_sections(const RopeFreqs& f, const std::vector<int>& sect
   for (std::size_t j = 0; j < half; ++j) {
     l.freq[static_cast<std::size_t>(comp[j]) * half + j] = f.inv_freq[j];
   }
-  l.name = interleaved ? "interleaved" : "sections";
   return l;
 }
 
@@ -129,7 +126,6 @@ RopeLayout rope_layout_ernie_vl(const RopeFreqs& f, const std::vector<int>& sect
     const std::size_t axis = j >= hw ? 0 : j % 2 == 0 ? 1 : 2;
     l.freq[axis * half + j] = f.inv_freq[j];
   }
-  l.name = "ernie-vl";
   return l;
 }
 
@@ -158,7 +154,6 @@ RopeLayout rope_layout_xdrope(const RopeFreqs& f, const std::vector<int>& sectio
     for (int n = 0; n < 2 * sections[a]; ++n, ++k) l.freq[a * R + k] = f.inv_freq[k % half];
   }
   l.pairing = RopePairing::split;
-  l.name = "xdrope";
   return l;
 }
 
@@ -180,7 +175,6 @@ RopeLayout rope_layout_chunks(const RopeFreqs& f, std::size_t axes) {
   }
   l.pairing = RopePairing::tiled;
   l.chunks = axes;
-  l.name = "chunks";
   return l;
 }
 
@@ -194,7 +188,6 @@ RopeLayout rope_layout_matrix(std::size_t axes, std::vector<double> freq) {
   RopeLayout l;
   l.axes = axes;
   l.freq = std::move(freq);
-  l.name = "matrix";
   return l;
 }
 

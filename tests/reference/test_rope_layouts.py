@@ -1,20 +1,9 @@
 """`posenc rope` with RoPE layouts (frequency assignment over coordinate axes, pairing,
 generated coordinates, explicit angles) against the vision families' own HF transformers
 code, rewritten in torch float64 with the structure of the upstream functions
-(tests/lib/vision_rope_reference.py):
-
-- Pixtral (`PixtralRotaryEmbedding`, `position_ids_in_meshgrid`): height takes the
-  even-indexed frequencies, width the odd-indexed ones; ids h * max_width + w.
-- DINOv3 (`DINOv3ViTRopePositionEmbedding`, `get_patches_center_coordinates`,
-  `apply_rotary_pos_emb` skipping the prefix tokens): angles 2 pi c f at patch centres
-  c in [-1, 1], theta 100.
-- Qwen2-VL vision (`VisionRotaryEmbedding`, `Qwen2VisionTransformerPretrainedModel.
-  rot_pos_emb` with spatial_merge_size 2, `apply_rotary_pos_emb_vision`).
-- V-JEPA2 (`VJEPA2RopeAttention.get_position_ids`, `apply_rotary_embeddings`,
-  `rotate_queries_or_keys`): three chunks of 2 * ((D/3)/2) dims, tiled table, adjacent
-  pairs.
-- LightGlue (`LightGluePositionalEncoder`, GPT-J `rotate_half`): angles from a learned
-  projection of keypoints, as a frequency matrix and as explicit angles.
+(tests/lib/vision_rope_reference.py, which names each upstream function): Pixtral,
+DINOv3, Qwen2-VL's vision tower, V-JEPA2 and LightGlue (its projection as a frequency
+matrix and as explicit angles), from options and from the towers' own configs.
 
 Tolerance: max abs difference 1e-12 * max|x| in float64 (both sides compute angles,
 cos and sin in float64; the products differ in rounding only). The presets that

@@ -49,11 +49,14 @@ struct RopeLayout {
   std::vector<double> freq;
   RopePairing pairing = RopePairing::style;  ///< see RopePairing
   std::size_t chunks = 1;       ///< tiled: equal chunks of the rotary width
-  std::string name;             ///< the preset's name, recorded with outputs ("" = custom)
 
   /// The angles per token: R/2, R for the split pairing (0 for a plain layout).
   std::size_t angles() const { return axes == 0 ? 0 : freq.size() / axes; }
 };
+
+/// 2 pi as Python's 2 * math.pi (the double nearest pi, doubled exactly): DINOv3's
+/// frequency scale (RopeLayoutSpec::scale).
+inline constexpr double kRopeTwoPi = 2.0 * 3.14159265358979323846;
 
 /// Largest number of coordinate axes a layout may have.
 inline constexpr std::size_t kMaxRopeAxes = 8;
