@@ -704,71 +704,20 @@ py::tuple tables(const std::string& kind, const py::dict& d, const py::dict& rop
 
 // --- rope-ids -----------------------------------------------------------------------
 
-// The rules of `posenc rope-ids`: the options given, else the config's keys, else HF's
-// class defaults (the command's rules_of, keyword names for option names).
-RopeIdsRules rope_ids_rules(const py::dict& d, const RopeIdsConfig& cfg,
-                            const std::string& config) {
-  constexpr double k2p53 = 9007199254740992.0;
-  RopeIdsRules r;
-  if (auto f = get<std::string>(d, "family")) {
-    r.family = parse_rope_ids_family(*f, "family");
-  } else if (!cfg.model_type.empty()) {
-    try {
-      r.family = parse_rope_ids_family(cfg.model_type, "model_type");
-    } catch (const UsageError&) {
-      throw InputError(config + ": model_type '" + cfg.model_type +
-                       "' is not a family rope-ids knows; give family");
-    }
-  } else {
-    throw UsageError("family: required (or give hf_config with a model_type)");
-  }
-  if (auto m = get<std::int64_t>(d, "spatial_merge_size")) {
-    if (*m < 1 || *m > kMaxLayoutTokens) {
-      throw UsageError("spatial_merge_size: must be 1 to " + std::to_string(kMaxLayoutTokens) +
-                       ", got " + std::to_string(*m));
-    }
-    r.spatial_merge_size = *m;
-  } else if (cfg.spatial_merge_size > 0) {
-    r.spatial_merge_size = cfg.spatial_merge_size;
-  }
-  const auto tps = get<double>(d, "tokens_per_second");
-  const auto pips = get<double>(d, "position_id_per_seconds");
-  if (tps && r.family != RopeIdsFamily::qwen2_5_vl) {
-    throw UsageError("tokens_per_second: only qwen2.5-vl scales video time by it");
-  }
-  if (pips && r.family != RopeIdsFamily::qwen2_5_omni) {
-    throw UsageError("position_id_per_seconds: only qwen2.5-omni reads it");
-  }
-  if (tps) {
-    if (!(*tps > 0) || *tps >= k2p53) {
-      throw UsageError("tokens_per_second: must be above 0 and below 2^53");
-    }
-    r.tokens_per_second = *tps;
-  } else if (cfg.tokens_per_second > 0) {
-    r.tokens_per_second = cfg.tokens_per_second;
-  } else if (!config.empty()) {
-    r.tokens_per_second = 4;  // Qwen2_5_VLVisionConfig's default, for a config without the key
-  }
-  if (pips) {
-    if (!(*pips > 0) || *pips >= k2p53) {
-      throw UsageError("position_id_per_seconds: must be above 0 and below 2^53");
-    }
-    r.position_id_per_seconds = *pips;
-  } else if (cfg.position_id_per_seconds > 0) {
-    r.position_id_per_seconds = cfg.position_id_per_seconds;
-  }
-  if (auto spc = get<double>(d, "seconds_per_chunk")) {
-    if (r.family != RopeIdsFamily::qwen2_5_omni) {
-      throw UsageError("seconds_per_chunk: only qwen2.5-omni reads it");
-    }
-    if (!(*spc > 0) || *spc >= k2p53) {
-      throw UsageError("seconds_per_chunk: must be above 0 and below 2^53");
-    }
-    r.seconds_per_chunk = *spc;
-  } else if (cfg.seconds_per_chunk > 0) {
-    r.seconds_per_chunk = cfg.seconds_per_chunk;
-  }
-  return r;
+// What the keywords give (named as keywords in messages), with the config's path.
+RopeIdsRequest rope_ids_request(const py::dict& d) {
+  RopeIdsRequest q;
+  q.option_names = false;
+  q.hf_config = get<std::string>(d, "hf_config").value_or("");
+  q.family = get<std::string>(d, "family");
+  q.spatial_merge_size = get<std::int64_t>(d, "spatial_merge_size");
+  q.tokens_per_second = get<double>(d, "tokens_per_second");
+  q.position_id_per_seconds = get<double>(d, "position_id_per_seconds");
+  q.seconds_per_chunk = get<double>(d, "seconds_per_chunk");
+  const char* ids[] = {"image_token_id", "video_token_id", "audio_token_id",
+                       "video_start_token_id", "video_end_token_id"};
+  for (int i = 0; i < 5; ++i) q.token_ids[i] = get<std::int64_t>(d, ids[i]);
+  return q;
 }
 
 // The M-RoPE ids of a prompt given as a layout SPEC or as HF's input_ids and grids
@@ -798,20 +747,15 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
     }
   }
   const PromptLayout layout = by_layout ? parse_prompt_layout(*spec, "layout") : PromptLayout{};
-  const std::string config = get<std::string>(d, "hf_config").value_or("");
+  const RopeIdsRequest req = rope_ids_request(d);
   RopeIdsConfig cfg;
-  if (!config.empty()) cfg = read_rope_ids_config(config);
-  const RopeIdsRules rules = rope_ids_rules(d, cfg, config);
+  if (!req.hf_config.empty()) cfg = read_rope_ids_config(req.hf_config);
+  const RopeIdsRules rules = resolve_rope_ids_rules(req, cfg);
   if (by_layout) {
     RopeIds one;
-    try {
+    {
       py::gil_scoped_release nogil;
       one = rope_ids(layout, rules);
-    } catch (const UsageError& e) {
-      // rope_ids names the layout as the command's option.
-      const std::string msg = e.what();
-      if (msg.rfind("--layout: ", 0) != 0) throw;
-      throw UsageError(msg.substr(2));
     }
     return py::make_tuple(to_array(std::move(one.ids)), one.delta);
   }
@@ -829,26 +773,7 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
     in.second_per_grid_ts = &*seconds;
   }
   if (mask) in.attention_mask = &*mask;
-  std::int64_t* slots[] = {&in.tokens.image, &in.tokens.video, &in.tokens.audio,
-                           &in.tokens.video_start, &in.tokens.video_end};
-  const std::int64_t from_config[] = {cfg.tokens.image, cfg.tokens.video, cfg.tokens.audio,
-                                      cfg.tokens.video_start, cfg.tokens.video_end};
-  for (int i = 0; i < 5; ++i) {
-    *slots[i] = from_config[i];
-    if (auto v = get<std::int64_t>(d, token_keys[i])) {
-      if (*v < 0) {
-        throw UsageError(std::string(token_keys[i]) + ": must not be negative, got " +
-                         std::to_string(*v));
-      }
-      *slots[i] = *v;
-    }
-  }
-  if (rules.family == RopeIdsFamily::glm4v &&
-      (in.tokens.video_start < 0 || in.tokens.video_end < 0) && in.video_grid_thw != nullptr) {
-    throw UsageError(
-        "video_start_token_id: glm4v videos need the video start and end token ids (or "
-        "hf_config)");
-  }
+  in.tokens = resolve_media_token_ids(req, cfg, rules.family, in.video_grid_thw != nullptr);
   RopeIdsBatch batch;
   {
     py::gil_scoped_release nogil;
