@@ -193,8 +193,9 @@ bool keys_finite(const View<T>& x, std::size_t b, std::size_t h, std::size_t j0,
 
 struct NonFiniteKeys {};
 
-// K and V used in place in their mapped files (P.k, P.v): each work item walks its own
-// key blocks from first to last, begins, folds and stores without waiting for the
+// K and V used in place in their mapped files (P.k, P.v): each work item (when decoding,
+// the query heads of one KV head: heads_per_item) walks its own key blocks from first
+// to last, begins, folds and stores without waiting for the
 // others, and its scratch is its thread's. A key block of a KV head is checked finite
 // by the first item that uses it, while it is in the cache for the product, so K and V
 // are read once; blocks no row sees are neither read nor checked. Its pages leave the
@@ -206,12 +207,13 @@ template <class T>
 void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool check,
                   std::size_t nq, std::size_t nthreads) {
   const Geometry& g = P.g;
-  const std::size_t items = g.b * g.hq * nq;
+  const std::size_t gs = heads_per_item(g, nq, nthreads);  // query heads an item
+  const std::size_t items = g.b * (g.hq / gs) * nq;
   const std::size_t kB = std::max<std::size_t>(P.bl.k, 1);
   const std::size_t nblk = (g.sk + kB - 1) / kB;
   const std::size_t group = g.hq / g.hk;
   const bool has_v = vm != nullptr;
-  auto at = [&](std::size_t it) { return item_at(g, P.bl, nq, it); };
+  auto at = [&](std::size_t it) { return item_at(g, P.bl, nq, it, gs); };
   auto slot = [&](std::size_t b, std::size_t h, std::size_t blk) {
     return (b * g.hk + h / group) * nblk + blk;
   };
@@ -291,13 +293,14 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
     auto [p, n] = rows_of(m, b, h, blk);
     span.add(p, n * m.width * dtype_size(m.dtype));
   };
-  std::vector<Scratch<T>> scratch(nthreads);
+  std::vector<std::vector<Scratch<T>>> scratch(nthreads, std::vector<Scratch<T>>(gs));
   std::vector<std::array<std::vector<T>, 2>> widened(nthreads);  // K, V per thread
   try {
     for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
       auto [b, h, q0] = at(it);
-      Scratch<T>& w = scratch[t];
-      item_begin(P, w, b, h, q0);
+      std::vector<Scratch<T>>& ws = scratch[t];
+      for (std::size_t i = 0; i < gs; ++i) item_begin(P, ws[i], b, h + i, q0);
+      const Scratch<T>& w = ws[0];  // the keys seen do not depend on the head
       if (w.lo_min <= w.hi_max) {
         for (std::size_t blk = static_cast<std::size_t>(w.lo_min) / kB;
              blk <= static_cast<std::size_t>(w.hi_max) / kB; ++blk) {
@@ -313,14 +316,16 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
             checked[sl].store(true, std::memory_order_release);
           }
           const std::size_t j0 = blk * kB;
-          item_keys(P, w, w.s, K, V, j0, b, h, q0, j0, std::min(j0 + kB, g.sk));
+          for (std::size_t i = 0; i < gs; ++i) {
+            item_keys(P, ws[i], ws[i].s, K, V, j0, b, h + i, q0, j0, std::min(j0 + kB, g.sk));
+          }
           if (left[sl].fetch_sub(1, std::memory_order_acq_rel) == 1) {
             release(spans[t][0], km, b, h, blk);
             if (has_v) release(spans[t][1], *vm, b, h, blk);
           }
         }
       }
-      item_end(P, w, w.s, b, h, q0);
+      for (std::size_t i = 0; i < gs; ++i) item_end(P, ws[i], ws[i].s, b, h + i, q0);
     });
   } catch (...) {
     // NaN or Inf in K or V is named before any other failure (an overflow another item
