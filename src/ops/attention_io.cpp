@@ -149,18 +149,23 @@ struct MappedKV {
   std::size_t width = 0;  // d or dv
 };
 
+// K or V of `dtype` and `shape` at `base` (a mapped file, or a tensor in memory) as a
+// MappedKV, when it can be used in place.
 template <class T>
-MappedKV mapped_kv(TensorSource& src, const Geometry& g, std::size_t width) {
+MappedKV mapped_kv(const std::byte* base, DType dtype, const Shape& shape, const Geometry& g,
+                   std::size_t width) {
   MappedKV m;
-  const TensorInfo& info = src.info();
-  if (g.axes.back() != 'd' || (info.dtype != dtype_of<T>() && !detail::widens(info.dtype))) {
-    return m;
-  }
-  m.base = src.mapped_data();
-  m.dtype = info.dtype;
-  m.st = strides_of(info.shape, g.axes);
+  if (g.axes.back() != 'd' || (dtype != dtype_of<T>() && !detail::widens(dtype))) return m;
+  m.base = base;
+  m.dtype = dtype;
+  m.st = strides_of(shape, g.axes);
   m.width = width;
   return m;
+}
+
+template <class T>
+MappedKV mapped_kv(TensorSource& src, const Geometry& g, std::size_t width) {
+  return mapped_kv<T>(src.mapped_data(), src.info().dtype, src.info().shape, g, width);
 }
 
 // Whether entries [c0, c0 + n) along axis `s_axis` of a mapped tensor are all finite,
@@ -205,7 +210,7 @@ struct NonFiniteKeys {};
 // 8 heads: 21.7 ms against 38.6 ms chunked, peak RSS 55 MiB.)
 template <class T>
 void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool check,
-                  std::size_t nq, std::size_t nthreads) {
+                  std::size_t nq, std::size_t nthreads, bool mapped) {
   const Geometry& g = P.g;
   const std::size_t gs = heads_per_item(g, nq, nthreads);  // query heads an item
   const std::size_t items = g.b * (g.hq / gs) * nq;
@@ -289,6 +294,7 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
   std::vector<std::array<Span, 2>> spans(nthreads);  // K, V per thread
   auto release = [&](Span& span, const MappedKV& m, std::size_t b, std::size_t h,
                      std::size_t blk) {
+    if (!mapped) return;  // a tensor in memory stays as it is
     if (m.st.s != static_cast<std::ptrdiff_t>(m.width)) return;  // rows of heads interleaved
     auto [p, n] = rows_of(m, b, h, blk);
     span.add(p, n * m.width * dtype_size(m.dtype));
@@ -382,7 +388,7 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   const MappedKV kp = map_kv ? mapped_kv<T>(ks, g, g.d) : MappedKV{};
   const MappedKV vp = map_kv && vs ? mapped_kv<T>(*vs, g, g.dv) : MappedKV{};
   if (kp.base != nullptr && (vs == nullptr || vp.base != nullptr)) {
-    run_in_place(P, kp, vs ? &vp : nullptr, !opt.allow_nonfinite, nq, nthreads);
+    run_in_place(P, kp, vs ? &vp : nullptr, !opt.allow_nonfinite, nq, nthreads, true);
     return res;
   }
   const MappedInput<T> km = map_kv ? mapped_input<T>(ks, g) : MappedInput<T>{};
@@ -444,6 +450,22 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   return res;
 }
 
+template <class T>
+bool run_widening(const Plan<T>& P, const Tensor& k, const Tensor* v, std::size_t nq,
+                  std::size_t nthreads) {
+  const Geometry& g = P.g;
+  const bool widens = k.dtype() != dtype_of<T>() || (v && v->dtype() != dtype_of<T>());
+  const MappedKV km = mapped_kv<T>(k.bytes(), k.dtype(), k.shape(), g, g.d);
+  const MappedKV vm = v ? mapped_kv<T>(v->bytes(), v->dtype(), v->shape(), g, g.dv) : MappedKV{};
+  if (!widens || km.base == nullptr || (v && vm.base == nullptr)) return false;
+  run_in_place(P, km, v ? &vm : nullptr, false, nq, nthreads, false);
+  return true;
+}
+
+template bool run_widening<float>(const Plan<float>&, const Tensor&, const Tensor*, std::size_t,
+                                  std::size_t);
+template bool run_widening<double>(const Plan<double>&, const Tensor&, const Tensor*,
+                                   std::size_t, std::size_t);
 template AttentionResult allocate<float>(Plan<float>&, const Shape&, TensorSink*);
 template AttentionResult allocate<double>(Plan<double>&, const Shape&, TensorSink*);
 template AttentionResult run_streamed<float>(TensorSource&, TensorSource&, TensorSource*,
