@@ -562,6 +562,16 @@ std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
     set_if(d, "clamp_len", r.clamp_len);
     if (auto f = get<std::string>(d, "form")) r.form = parse_xl_form(*f);
     tables.push_back(xl_relative_table(r));
+  } else if (kind == "funnel-relative") {
+    FunnelRelativeRequest r;
+    set_if(d, "seq_len", r.seq_len);
+    set_if(d, "dim", r.dim);
+    set_if(d, "block", r.block);
+    set_if(d, "shift", r.shift);
+    set_if(d, "separate_cls", r.separate_cls);
+    set_if(d, "truncate_seq", r.truncate_seq);
+    set_if(d, "base", r.base);
+    tables.push_back(funnel_relative_table(r));
   } else if (kind == "deberta-bucket") {
     DebertaBucketRequest r;
     r.q_len = length(d, "q_len");
@@ -1016,11 +1026,26 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                         seg_embed = tensor_arg(relative_d, "segment_embed"),
                         seg_bias = tensor_arg(relative_d, "segment_bias"),
                         pos_key = tensor_arg(relative_d, "pos_key"),
-                        pos_query = tensor_arg(relative_d, "pos_query");
+                        pos_query = tensor_arg(relative_d, "pos_query"),
+                        seg_index = tensor_arg(relative_d, "segment_index"),
+                        r_kernel = tensor_arg(relative_d, "rel_kernel"),
+                        phi = tensor_arg(relative_d, "phi"), pi = tensor_arg(relative_d, "pi"),
+                        psi = tensor_arg(relative_d, "psi"),
+                        omega = tensor_arg(relative_d, "omega");
   AttentionResult res;
-  if (r_keys) {
+  if (r_keys || phi) {
     XlAttention xl;
-    xl.rel_keys = &*r_keys;
+    if (r_keys) xl.rel_keys = &*r_keys;
+    if (seg_index) xl.segment_index = &*seg_index;
+    if (r_kernel) xl.rel_kernel = &*r_kernel;
+    if (phi) {
+      xl.phi = &*phi;
+      xl.pi = &*pi;
+      xl.psi = &*psi;
+      xl.omega = &*omega;
+    }
+    set_if(relative_d, "rel_shift", xl.shift);
+    set_if(relative_d, "separate_cls", xl.cls_mask);
     if (c_bias) xl.content_bias = &*c_bias;
     if (p_bias) xl.position_bias = &*p_bias;
     if (seg_ids) xl.segment_ids = &*seg_ids;

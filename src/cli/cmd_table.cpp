@@ -1,5 +1,5 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
-// t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
+// t5-bucket, xl-relative, funnel-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
 // levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order,
 // reformer-axial, cpmant-bucket). The options fill the
 // library's table requests (encodings/tables.hpp and the modules beside it); the table is computed
@@ -225,6 +225,12 @@ struct XlRelativeOptions {
   std::string form = "transfo-xl";
 };
 
+struct FunnelRelativeOptions {
+  Common c;
+  FunnelRelativeRequest r;
+  long long seq_len = 0, block = 0;
+};
+
 struct DebertaBucketOptions {
   Common c;
   DebertaBucketRequest r;
@@ -332,7 +338,7 @@ void register_table(CLI::App& app) {
     return defines_kind(
         "table", kind,
         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
-         "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
+         "funnel-relative", "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
          "fairseq-sinusoidal", "layoutlm-bucket", "complex-order", "reformer-axial", "cpmant-bucket"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
@@ -538,6 +544,31 @@ void register_table(CLI::App& app) {
       o.r.k_len = given(sub, "--k-len", o.k_len);
       o.r.form = parse_xl_form(o.form);
       write_out(xl_relative_table(o.r), o.c);
+    });
+  }
+  if (wanted("funnel-relative")) {
+    static FunnelRelativeOptions o;
+    auto* sub = table->add_subcommand(
+        "funnel-relative",
+        "Funnel Transformer relative_shift position embeddings of a block [rows, D] = "
+        "[sin(p w) | cos(p w)] for HF relative_pos with pooling (get_position_embeds)");
+    sub->add_option("--seq-len", o.seq_len, "the model's input length L")->required();
+    sub->add_option("--dim", o.r.dim, "d_model D (even)")->required();
+    sub->add_option("--block", o.block,
+                    "block index b (default 0): queries pooled b times");
+    sub->add_option("--shift", o.r.shift,
+                    "1 (keys pooled as the queries, stride 2^b; default) or 2 (the block's first "
+                    "layer: keys pooled b-1 times, stride 2^(b-1)); HF position_embeds[b][shift-1]");
+    sub->add_flag("--separate-cls", o.r.separate_cls,
+                  "HF separate_cls: the <cls> token pooled apart at position 1 - 2^b");
+    sub->add_flag("--truncate-seq", o.r.truncate_seq,
+                  "HF truncate_seq (with --separate-cls): the last position dropped at each pooling");
+    sub->add_option("--base", o.r.base, "frequency base (default 10000)");
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([] {
+      o.r.seq_len = o.seq_len;
+      o.r.block = o.block;
+      write_out(funnel_relative_table(o.r), o.c);
     });
   }
   if (wanted("deberta-bucket")) {
