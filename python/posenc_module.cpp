@@ -610,6 +610,19 @@ const std::map<std::string, TableKind>& table_kinds() {
          set_if(a.d, "base", r.base);
          tables.push_back(funnel_relative_table(r));
        }},
+      {"funnel-factorized",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         FunnelFactorizedRequest r;
+         set_if(a.d, "seq_len", r.seq_len);
+         set_if(a.d, "dim", r.dim);
+         set_if(a.d, "block", r.block);
+         set_if(a.d, "key_block", r.key_block);
+         set_if(a.d, "separate_cls", r.separate_cls);
+         set_if(a.d, "truncate_seq", r.truncate_seq);
+         set_if(a.d, "base", r.base);
+         if (auto e = get<std::string>(a.d, "emit")) r.emit = parse_funnel_factor(*e);
+         tables.push_back(funnel_factorized_table(r));
+       }},
       {"deberta-bucket",
        [](const TableArgs& a, std::vector<Table>& tables) {
          DebertaBucketRequest r;

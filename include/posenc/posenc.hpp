@@ -145,6 +145,9 @@ xt::xarray<double> xl_relative(const XlRelativeRequest& r);
 /// `table funnel-relative`: a Funnel block's relative_shift position embeddings
 /// [rows, D] (funnel_relative_table).
 xt::xarray<double> funnel_relative(const FunnelRelativeRequest& r);
+/// `table funnel-factorized`: one of Funnel's factorized tables phi, pi, psi, omega
+/// [rows, D] (funnel_factorized_table).
+xt::xarray<double> funnel_factorized(const FunnelFactorizedRequest& r);
 /// `table deberta-bucket`: DeBERTa's bucketed relative positions [Q, K].
 xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r);
 /// Swin / BEiT window relative index [N, N], or the bias [heads, N, N] of a learned

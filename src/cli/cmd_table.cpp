@@ -1,5 +1,5 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
-// t5-bucket, xl-relative, funnel-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
+// t5-bucket, xl-relative, funnel-relative, funnel-factorized, deberta-bucket, swin-index, beit-index, swinv2-coords,
 // levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order,
 // reformer-axial, cpmant-bucket). The options fill the
 // library's table requests (encodings/tables.hpp and the modules beside it); the table is computed
@@ -231,6 +231,36 @@ struct FunnelRelativeOptions {
   long long seq_len = 0, block = 0;
 };
 
+struct FunnelFactorizedOptions {
+  Common c;
+  FunnelFactorizedRequest r;
+  long long seq_len = 0, block = 0, key_block = 0;
+  std::string emit = "phi,pi,psi,omega";
+};
+
+// --emit of funnel-factorized: a comma list of phi, pi, psi, omega, each at most once.
+std::vector<FunnelFactor> parse_factor_list(const std::string& text) {
+  std::vector<FunnelFactor> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string field = text.substr(at, comma - at);
+    FunnelFactor f;
+    try {
+      f = parse_funnel_factor(field);
+    } catch (const UsageError&) {
+      throw UsageError(
+          fmt::format("--emit {}: expected a comma list of phi, pi, psi, omega", text));
+    }
+    if (std::find(out.begin(), out.end(), f) != out.end()) {
+      throw UsageError(fmt::format("--emit {}: '{}' is named twice", text, field));
+    }
+    out.push_back(f);
+    at = comma + 1;
+  }
+  return out;
+}
+
 struct DebertaBucketOptions {
   Common c;
   DebertaBucketRequest r;
@@ -338,7 +368,7 @@ void register_table(CLI::App& app) {
     return defines_kind(
         "table", kind,
         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
-         "funnel-relative", "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
+         "funnel-relative", "funnel-factorized", "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
          "fairseq-sinusoidal", "layoutlm-bucket", "complex-order", "reformer-axial", "cpmant-bucket"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
@@ -569,6 +599,41 @@ void register_table(CLI::App& app) {
       o.r.seq_len = o.seq_len;
       o.r.block = o.block;
       write_out(funnel_relative_table(o.r), o.c);
+    });
+  }
+  if (wanted("funnel-factorized")) {
+    static FunnelFactorizedOptions o;
+    auto* sub = table->add_subcommand(
+        "funnel-factorized",
+        "Funnel Transformer factorized attention tables phi, pi [queries, D] and psi, omega "
+        "[keys, D] of sin/cos over pooled token positions (HF get_position_embeds)");
+    sub->add_option("--seq-len", o.seq_len, "the model's input length L")->required();
+    sub->add_option("--dim", o.r.dim, "d_model D (even)")->required();
+    sub->add_option("--block", o.block,
+                    "poolings of the queries' tables phi, pi (default 0; HF's block index)");
+    sub->add_option("--key-block", o.key_block,
+                    "poolings of the keys' tables psi, omega (default --block; --block minus 1 in "
+                    "a block's first layer with pool_q_only)");
+    sub->add_option("--emit", o.emit,
+                    "comma list of phi, pi, psi, omega (default all four, in that order)");
+    sub->add_flag("--separate-cls", o.r.separate_cls,
+                  "HF separate_cls: each pooling keeps the first row (the <cls> token) apart");
+    sub->add_flag("--truncate-seq", o.r.truncate_seq,
+                  "HF truncate_seq (with --separate-cls): each pooling drops the last row");
+    sub->add_option("--base", o.r.base, "frequency base (default 10000)");
+    add_common(sub, o.c, kFloatDtypeHelp, /*several=*/true);
+    sub->callback([sub] {
+      o.r.seq_len = o.seq_len;
+      o.r.block = o.block;
+      o.r.key_block = given(sub, "--key-block", o.key_block);
+      std::vector<Table> tables;
+      std::vector<std::string> names;
+      for (FunnelFactor f : parse_factor_list(o.emit)) {
+        o.r.emit = f;
+        tables.push_back(funnel_factorized_table(o.r));
+        names.push_back(funnel_factor_name(f));
+      }
+      write_all(std::move(tables), names, o.c);
     });
   }
   if (wanted("deberta-bucket")) {

@@ -12,7 +12,8 @@ reference's get_position_embeds first), and posenc gets them with the layer's r_
 - block 0 (no pooling, shift 1); a block's first layer with pool_q_only (queries pooled b
   times, keys b - 1 times: shift 2); a pooled block (both pooled: shift 1); blocks 1 to 3;
 - separate_cls on and off (the <cls> position 1 - 2^b, the cls_mask), truncate_seq;
-- several heads, batch 2, the factorized attention type (phi, pi, psi, omega);
+- several heads, batch 2, the factorized attention type (phi, pi, psi, omega from posenc
+  table funnel-factorized, checked against the reference's pooled tables first);
 - float64 to 1e-12 (rtol and atol: the values are differently rounded sums of the same
   products), float32 against the reference run in float32 (1e-5);
 - -j 1 and -j 2 give the same bytes;
@@ -187,18 +188,27 @@ class TestFactorized(Base):
             phi, pi = st.stride_pool(phi, 0), st.stride_pool(pi, 0)
         for _ in range(nk):
             psi, omega = st.stride_pool(psi, 0), st.stride_pool(omega, 0)
+        # The same tables from posenc table funnel-factorized, one run for all four.
+        args = ["table", "funnel-factorized", "--seq-len", L, "--dim", d_model, "--block", nq,
+                "--key-block", nk, "--dtype", "f64", "-o", self.path("f_{}.npy")]
+        args += ["--separate-cls"] if sep else []
+        args += ["--truncate-seq"] if trunc else []
+        self.run_ok(*args)
+        for name, want in (("phi", phi), ("pi", pi), ("psi", psi), ("omega", omega)):
+            got = np.load(self.path(f"f_{name}.npy"))
+            self.assert_close(got, want, **F64, msg=f"{name} L={L} nq={nq} nk={nk} sep={sep}")
         g = torch.Generator().manual_seed(seed + 200)
         rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
         q, k, v = rnd(batch, sq, n, d), rnd(batch, sk, n, d), rnd(batch, sk, n, d)
         w = rnd(d_model, n, d) * 0.3
         u, vb, sb, se = rnd(n, d), rnd(n, d), rnd(n, d), rnd(2, n, d)
-        self.save(q=q, k=k, v=v, w=w, u=u, vb=vb, sb=sb, se=se, tt=mat, phi=phi, pi=pi,
-                  psi=psi, omega=omega, m=(-1e6 * (1 - keep))[:, None, None, :])
+        self.save(q=q, k=k, v=v, w=w, u=u, vb=vb, sb=sb, se=se, tt=mat,
+                  m=(-1e6 * (1 - keep))[:, None, None, :])
         score, prob, vec = funnel_attention(
             q, k, v, u, vb, w, attention_type="factorized", factorized=(phi, pi, psi, omega),
             r_s_bias=sb, seg_embed=se, token_type_mat=mat, attention_mask=keep, cls_mask=cls)
         cmd = ["-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--axes", "bshd", "--factorized",
-               "phi.npy", "pi.npy", "psi.npy", "omega.npy", "--rel-kernel", "w.npy",
+               "f_phi.npy", "f_pi.npy", "f_psi.npy", "f_omega.npy", "--rel-kernel", "w.npy",
                "--content-bias", "u.npy", "--position-bias", "vb.npy", "--segment-index",
                "tt.npy", "--segment-embed", "se.npy", "--segment-bias", "sb.npy", "--mask",
                "m.npy"]
@@ -299,6 +309,20 @@ class TestErrors(Base):
                    "--rel-kernel", "w.npy")
         self.fails(3, r"--factorized: phi: expected shape", "--factorized", "psi.npy",
                    "phi.npy", "psi.npy", "psi.npy", "--rel-kernel", "w.npy")
+
+    def test_factorized_table_usage(self):
+        before = sorted(os.listdir(self.tmp))
+        base = ["table", "funnel-factorized", "--seq-len", "8", "-o", self.path("f_{}.npy")]
+        d8 = ["--dim", "8"]
+        for extra, match in (
+                (d8 + ["--emit", "phi,rho"], r"--emit phi,rho: expected a comma list of phi, pi"),
+                (d8 + ["--emit", "phi,phi"], r"--emit phi,phi: 'phi' is named twice"),
+                (d8 + ["--block", "-1"], r"--block: must be from 0 to 62"),
+                (d8 + ["--key-block", "63"], r"--key-block: must be from 0 to 62"),
+                (d8 + ["--truncate-seq"], r"--truncate-seq: only with --separate-cls"),
+                (["--dim", "5"], r"--dim: .*even")):
+            self.assert_fails(2, *base, *extra, match=match)
+            self.assert_no_new_files(before)
 
     def test_table_usage(self):
         before = sorted(os.listdir(self.tmp))

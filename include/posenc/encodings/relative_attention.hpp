@@ -83,6 +83,33 @@ FunnelPositions funnel_relative_positions(const FunnelRelativeRequest& r);
 /// The table [rows, D] (before the layer's projection r_kernel).
 Table funnel_relative_table(const FunnelRelativeRequest& r);
 
+/// The four tables of HF Funnel's factorized attention (get_position_embeds with
+/// attention_type "factorized"): over token positions p, with s = sin(p w), c = cos(p w),
+/// w_i = 1 / base^(2i/D) (i < D/2): phi = [s | s], pi = [c | c] (the queries' side),
+/// psi = [c | s], omega = [-s | c] (the keys' side).
+enum class FunnelFactor { phi, pi, psi, omega };
+/// phi | pi | psi | omega (UsageError naming "emit").
+FunnelFactor parse_funnel_factor(const std::string& s);
+/// "phi", "pi", "psi" or "omega".
+std::string funnel_factor_name(FunnelFactor f);
+
+/// `posenc table funnel-factorized`: the positions 0 .. seq_len - 1 pooled as HF's
+/// stride_pool pools the tables' rows (every second row; with separate_cls the first row
+/// repeated in front first, and with truncate_seq the last pooled row dropped), `block`
+/// times for phi and pi and `key_block` times for psi and omega.
+struct FunnelFactorizedRequest {
+  std::int64_t seq_len = 0;              ///< L, the model's input length, >= 1
+  int dim = 0;                           ///< D (d_model), even
+  std::int64_t block = 0;                ///< poolings of the queries' rows, 0 .. 62
+  std::optional<std::int64_t> key_block;  ///< poolings of the keys' rows; unset: block
+  bool separate_cls = false;             ///< HF separate_cls
+  bool truncate_seq = false;             ///< HF truncate_seq (with separate_cls)
+  double base = 10000.0;                 ///< HF uses 10000
+  FunnelFactor emit = FunnelFactor::phi;  ///< which table
+};
+/// The table [rows, D] (rows: the positions left after the poolings).
+Table funnel_factorized_table(const FunnelFactorizedRequest& r);
+
 /// DeBERTa-v2's `make_log_bucket_position` of one relative position q - k, including
 /// its float32 arithmetic (logf, float division and ceil) so that every bucket matches
 /// HF's: |rel| <= bucket_size / 2 stays as it is, larger distances share logarithmic
