@@ -239,9 +239,19 @@ std::size_t terms_bytes(const Geo& g, const Tensor& q, const Tensor& k) {
   return g.b * g.hq * g.sq * g.sk * dtype_size(g.compute) + (q.numel() + k.numel()) * 16;
 }
 
+// Funnel's float64 work besides: r projected by the kernel [hq, rlen, d], and the
+// factorized products [b, hq, sq, d_model] twice with the four tables.
+std::size_t funnel_bytes(const Geo& g, const XlAttention& xl) {
+  if (!xl.rel_kernel || xl.rel_kernel->ndim() == 0) return 0;
+  const std::size_t dm = xl.rel_kernel->shape()[0];
+  if (xl.phi) return (2 * g.b * g.hq * g.sq + 2 * (g.sq + g.sk)) * dm * 8;
+  return xl.rel_keys && xl.rel_keys->ndim() > 0 ? g.hq * xl.rel_keys->shape()[0] * g.d * 8 : 0;
+}
+
 template <class Terms>
 AttentionResult with_terms(const Tensor& q, const Tensor& k, const Tensor* v,
-                           const AttentionOptions& user, Terms terms, const char* scheme) {
+                           const AttentionOptions& user, Terms terms, const char* scheme,
+                           std::size_t extra_bytes = 0) {
   AttentionOptions opt = user;
   if (opt.score_bias) {
     throw UsageError(fmt::format("score_bias: {} attention computes its own terms", scheme));
@@ -249,7 +259,7 @@ AttentionResult with_terms(const Tensor& q, const Tensor& k, const Tensor* v,
   const Geo g = geometry(q, k, opt);
   auto [need, names] =
       attention_memory(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
-  need += terms_bytes(g, q, k);
+  need += terms_bytes(g, q, k) + extra_bytes;
   if (opt.max_memory && need > opt.max_memory) {
     throw InputError(fmt::format("{} with the {} terms would need {} > max_memory {}", names,
                                  scheme, bytes_str(need), bytes_str(opt.max_memory)));
@@ -624,7 +634,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v, Att
       [&](const Geo& g, double& scale, Attrs& attrs) {
         return xl_terms(q, k, opt, xl, g, scale, attrs);
       },
-      "Transformer-XL / XLNet");
+      "Transformer-XL / XLNet / Funnel", funnel_bytes(geometry(q, k, opt), xl));
 }
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v, AttentionOptions opt,

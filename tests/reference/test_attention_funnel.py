@@ -307,6 +307,13 @@ class TestErrors(Base):
         self.fails(3, r"--factorized: psi: expected shape \(rows, 6\) .*rows = k_len 5",
                    "--factorized", "phi.npy", "phi.npy", "psi_bad.npy", "psi.npy",
                    "--rel-kernel", "w.npy")
+        # The factorized products [b, h, sq, d_model] count against --max-memory.
+        wide = np.random.default_rng(1).standard_normal
+        self.save(phi_w=wide((3, 8192)), psi_w=wide((5, 8192)), w_w=wide((8192, 2, 4)))
+        self.before = sorted(os.listdir(self.tmp))
+        self.fails(3, r"Transformer-XL / XLNet / Funnel terms would need .* > --max-memory",
+                   "--factorized", "phi_w.npy", "phi_w.npy", "psi_w.npy", "psi_w.npy",
+                   "--rel-kernel", "w_w.npy", "--max-memory", "2M")
         self.fails(3, r"--factorized: phi: expected shape", "--factorized", "psi.npy",
                    "phi.npy", "psi.npy", "psi.npy", "--rel-kernel", "w.npy")
 
