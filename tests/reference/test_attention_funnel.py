@@ -88,6 +88,23 @@ class TestTable(Base):
                     self.assert_close(R, embeds[block][shift - 1], **F64,
                                       msg=f"L={L} d={d} sep={sep} trunc={trunc} b={block} s={shift}")
 
+    def test_f32_within_hf_float32(self):
+        # HF builds the table in the model dtype: angles formed in float32 are off by up
+        # to |angle| 2^-23 (and the frequencies by their rounding), so the float32 table
+        # (posenc's: correctly rounded) agrees within 2 L 2^-22 + 2^-23.
+        for L, d, sep in ((64, 16, True), (40, 32, False)):
+            st = Structure(d, sep, dtype=torch.float32)
+            embeds = st.relative_shift_embeds(L, 3)
+            for block, shift in ((0, 1), (1, 2), (2, 1), (2, 2)):
+                args = ["table", "funnel-relative", "--seq-len", L, "--dim", d, "--block", block,
+                        "--shift", shift, "-o", self.path("R32.npy")]
+                self.run_ok(*args + (["--separate-cls"] if sep else []))
+                R = np.load(self.path("R32.npy"))
+                self.assertEqual(R.dtype, np.float32)
+                tol = 2 * L * 2.0 ** -22 + 2.0 ** -23
+                self.assert_close(R, embeds[block][shift - 1], rtol=0, atol=tol,
+                                  msg=f"f32 L={L} d={d} sep={sep} b={block} s={shift}")
+
     def test_hdf5_records_lengths(self):
         out = self.path("t.h5")
         self.run_ok("table", "funnel-relative", "--seq-len", 16, "--dim", 8, "--block", 2,
