@@ -315,6 +315,12 @@ class TestErrors(Base):
                    "--rel-kernel", "w.npy")
         self.fails(3, r"--rel-kernel: expected shape \(d_model, 2, 4\)", "--rel-keys", "R.npy",
                    "--rel-kernel", "w_bad.npy")
+        w_nan = np.ones((6, 2, 4))
+        w_nan[1, 1, 1] = np.nan
+        self.save(w_nan=w_nan)
+        self.before = sorted(os.listdir(self.tmp))
+        self.fails(3, r"--rel-kernel: contains NaN or Inf", "--rel-keys", "R.npy",
+                   "--rel-kernel", "w_nan.npy")
         self.fails(3, r"--segment-index: values must be 0 or 1", *xl, "--segment-index",
                    "tt_two.npy", "--segment-embed", "se.npy")
         self.fails(3, r"--segment-index: expected bool or integers of shape \(3, 5\)", *xl,
