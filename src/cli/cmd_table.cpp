@@ -1,9 +1,9 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
-// t5-bucket, xl-relative, funnel-relative, funnel-factorized, deberta-bucket, swin-index, beit-index, swinv2-coords,
-// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order,
-// reformer-axial, cpmant-bucket). The options fill the
-// library's table requests (encodings/tables.hpp and the modules beside it); the table is computed
-// in float64 and streamed to the output block by block.
+// t5-bucket, xl-relative, funnel-relative, funnel-factorized, deberta-bucket, swin-index,
+// beit-index, swinv2-coords, levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket,
+// complex-order, reformer-axial, cpmant-bucket). The options fill the library's table requests
+// (encodings/tables.hpp and the modules beside it); the table is computed in float64 and streamed
+// to the output block by block.
 
 #include <fmt/format.h>
 
@@ -368,8 +368,9 @@ void register_table(CLI::App& app) {
     return defines_kind(
         "table", kind,
         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
-         "funnel-relative", "funnel-factorized", "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
-         "fairseq-sinusoidal", "layoutlm-bucket", "complex-order", "reformer-axial", "cpmant-bucket"});
+         "funnel-relative", "funnel-factorized", "deberta-bucket", "swin-index", "beit-index",
+         "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal", "layoutlm-bucket",
+         "complex-order", "reformer-axial", "cpmant-bucket"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -586,13 +587,15 @@ void register_table(CLI::App& app) {
     sub->add_option("--dim", o.r.dim, "d_model D (even)")->required();
     sub->add_option("--block", o.block,
                     "block index b (default 0): queries pooled b times");
-    sub->add_option("--shift", o.r.shift,
-                    "1 (keys pooled as the queries, stride 2^b; default) or 2 (the block's first "
-                    "layer: keys pooled b-1 times, stride 2^(b-1)); HF position_embeds[b][shift-1]");
+    sub->add_option(
+        "--shift", o.r.shift,
+        "1 (keys pooled as the queries, stride 2^b; default) or 2 (the block's first "
+        "layer: keys pooled b-1 times, stride 2^(b-1)); HF position_embeds[b][shift-1]");
     sub->add_flag("--separate-cls", o.r.separate_cls,
                   "HF separate_cls: the <cls> token pooled apart at position 1 - 2^b");
-    sub->add_flag("--truncate-seq", o.r.truncate_seq,
-                  "HF truncate_seq (with --separate-cls): the last position dropped at each pooling");
+    sub->add_flag(
+        "--truncate-seq", o.r.truncate_seq,
+        "HF truncate_seq (with --separate-cls): the last position dropped at each pooling");
     sub->add_option("--base", o.r.base, "frequency base (default 10000)");
     add_common(sub, o.c, kFloatDtypeHelp);
     sub->callback([] {

@@ -143,9 +143,9 @@ void check_relative_options(const RelativeCliOptions& o, bool rope) {
     throw UsageError("--rel-keys: Transformer-XL / XLNet and DeBERTa terms exclude each other");
   }
   if (rope && relative_wanted(o)) {
-    throw UsageError(fmt::format(
-        "{}: cannot be combined with --rope",
-        xl_wanted(o) ? (o.rel_keys.empty() ? "--factorized" : "--rel-keys") : "--pos-key/--pos-query"));
+    throw UsageError(fmt::format("{}: cannot be combined with --rope",
+                                 xl_wanted(o) ? (o.rel_keys.empty() ? "--factorized" : "--rel-keys")
+                                              : "--pos-key/--pos-query"));
   }
   if (given(o, "--pos-att-type")) {
     bool c2p = false, p2c = false;

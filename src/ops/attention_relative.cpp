@@ -1,4 +1,4 @@
-// Transformer-XL / XLNet and DeBERTa relative attention as additive score terms
+// Transformer-XL / XLNet / Funnel and DeBERTa relative attention as additive score terms
 // (ops/attention_relative.hpp). The terms are dot products accumulated in float64 in a
 // fixed order, one score at a time, spread over OpenMP threads by rows: no BLAS, and
 // nothing depends on the thread count.
@@ -316,9 +316,10 @@ Kernel kernel(const Tensor& t, const Geo& g, const AttentionOptions& opt) {
   const bool ok = (s.size() == 3 && s[1] == g.hq && s[2] == g.d) ||
                   (!g.has_h && s.size() == 2 && s[1] == g.d);
   if (!ok || s[0] == 0) {
-    throw InputError(fmt::format("rel_kernel: expected shape (d_model, {}, {}) ([d_model, heads, d]), "
-                                 "got {}",
-                                 g.hq, g.d, shape_str(s)));
+    throw InputError(
+        fmt::format("rel_kernel: expected shape (d_model, {}, {}) ([d_model, heads, d]), "
+                    "got {}",
+                    g.hq, g.d, shape_str(s)));
   }
   const Tensor c = t.astype(DType::f64);
   return Kernel{std::vector<double>(c.data<double>(), c.data<double>() + c.numel()), s[0]};
@@ -375,7 +376,8 @@ Factorized factorized(const XlAttention& xl, const Kernel& w, const std::vector<
   const std::string k_text = fmt::format("rows = k_len {}", g.sk);
   Factorized f;
   f.dm = dm;
-  const std::vector<double> phi = embeddings(*xl.phi, "factorized: phi", dm, opt, rows(g.sq), q_text);
+  const std::vector<double> phi =
+      embeddings(*xl.phi, "factorized: phi", dm, opt, rows(g.sq), q_text);
   const std::vector<double> pi = embeddings(*xl.pi, "factorized: pi", dm, opt, rows(g.sq), q_text);
   f.psi = embeddings(*xl.psi, "factorized: psi", dm, opt, rows(g.sk), k_text);
   f.omega = embeddings(*xl.omega, "factorized: omega", dm, opt, rows(g.sk), k_text);
@@ -403,13 +405,15 @@ void check_xl(const XlAttention& xl, const Geo& g, bool fact) {
       throw UsageError("factorized: needs the four tables phi, pi, psi and omega");
     }
     if (xl.rel_keys) throw UsageError("rel_keys: not with the factorized tables (they replace r)");
-    if (!xl.rel_kernel) throw UsageError("factorized: needs rel_kernel (W, which projects the tables)");
+    if (!xl.rel_kernel)
+      throw UsageError("factorized: needs rel_kernel (W, which projects the tables)");
     if (xl.shift != 0) throw UsageError("shift: the factorized term has no shift");
   } else if (!xl.rel_keys) {
     throw UsageError("rel_keys: Transformer-XL / XLNet attention needs r");
   }
   if (xl.shift < 0 || xl.shift > (std::int64_t{1} << 30)) {
-    throw UsageError(fmt::format("shift: must be from 0 (by the rows of r) to 2^30, got {}", xl.shift));
+    throw UsageError(
+        fmt::format("shift: must be from 0 (by the rows of r) to 2^30, got {}", xl.shift));
   }
   if (xl.segment_ids && xl.segment_index) {
     throw UsageError("segment_ids/segment_index: give one (ids per key, or the row per score)");

@@ -145,7 +145,8 @@ TEST(FunnelPositions, SeparateClsBlockTwoShiftTwo) {
   EXPECT_EQ(p.q_len, 3);
   EXPECT_EQ(p.k_len, 5);
   ASSERT_EQ(p.relative.size(), 11u);
-  for (std::size_t c = 0; c < 11; ++c) EXPECT_EQ(p.relative[c], 10 - 2 * static_cast<std::int64_t>(c));
+  for (std::size_t c = 0; c < 11; ++c)
+    EXPECT_EQ(p.relative[c], 10 - 2 * static_cast<std::int64_t>(c));
   r.block = 0;
   EXPECT_THROW(funnel_relative_positions(r), UsageError);
 }
