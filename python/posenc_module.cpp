@@ -598,6 +598,31 @@ const std::map<std::string, TableKind>& table_kinds() {
          if (auto f = get<std::string>(a.d, "form")) r.form = parse_xl_form(*f);
          tables.push_back(xl_relative_table(r));
        }},
+      {"funnel-relative",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         FunnelRelativeRequest r;
+         set_if(a.d, "seq_len", r.seq_len);
+         set_if(a.d, "dim", r.dim);
+         set_if(a.d, "block", r.block);
+         set_if(a.d, "shift", r.shift);
+         set_if(a.d, "separate_cls", r.separate_cls);
+         set_if(a.d, "truncate_seq", r.truncate_seq);
+         set_if(a.d, "base", r.base);
+         tables.push_back(funnel_relative_table(r));
+       }},
+      {"funnel-factorized",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         FunnelFactorizedRequest r;
+         set_if(a.d, "seq_len", r.seq_len);
+         set_if(a.d, "dim", r.dim);
+         set_if(a.d, "block", r.block);
+         set_if(a.d, "key_block", r.key_block);
+         set_if(a.d, "separate_cls", r.separate_cls);
+         set_if(a.d, "truncate_seq", r.truncate_seq);
+         set_if(a.d, "base", r.base);
+         if (auto e = get<std::string>(a.d, "emit")) r.emit = parse_funnel_factor(*e);
+         tables.push_back(funnel_factorized_table(r));
+       }},
       {"deberta-bucket",
        [](const TableArgs& a, std::vector<Table>& tables) {
          DebertaBucketRequest r;
@@ -997,11 +1022,26 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                         seg_embed = tensor_arg(relative_d, "segment_embed"),
                         seg_bias = tensor_arg(relative_d, "segment_bias"),
                         pos_key = tensor_arg(relative_d, "pos_key"),
-                        pos_query = tensor_arg(relative_d, "pos_query");
+                        pos_query = tensor_arg(relative_d, "pos_query"),
+                        seg_index = tensor_arg(relative_d, "segment_index"),
+                        r_kernel = tensor_arg(relative_d, "rel_kernel"),
+                        phi = tensor_arg(relative_d, "phi"), pi = tensor_arg(relative_d, "pi"),
+                        psi = tensor_arg(relative_d, "psi"),
+                        omega = tensor_arg(relative_d, "omega");
   AttentionResult res;
-  if (r_keys) {
+  if (r_keys || phi) {
     XlAttention xl;
-    xl.rel_keys = &*r_keys;
+    if (r_keys) xl.rel_keys = &*r_keys;
+    if (seg_index) xl.segment_index = &*seg_index;
+    if (r_kernel) xl.rel_kernel = &*r_kernel;
+    if (phi) {
+      xl.phi = &*phi;
+      xl.pi = &*pi;
+      xl.psi = &*psi;
+      xl.omega = &*omega;
+    }
+    set_if(relative_d, "rel_shift", xl.shift);
+    set_if(relative_d, "separate_cls", xl.cls_mask);
     if (c_bias) xl.content_bias = &*c_bias;
     if (p_bias) xl.position_bias = &*p_bias;
     if (seg_ids) xl.segment_ids = &*seg_ids;

@@ -174,7 +174,8 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
   no(opt.softcap > 0, "--softcap");
   no(opt.rel_pos_h != nullptr || opt.rel_pos_w != nullptr,
      "--decomposed-rel-pos (SAM's terms: use --arith exact)");
-  no(opt.score_bias != nullptr, "relative score terms (--relative xl, xlnet or deberta)");
+  no(opt.score_bias != nullptr,
+     "relative score terms (--rel-keys, --factorized, --pos-key/--pos-query)");
   no(opt.sinks != nullptr, "--sinks");
   no(g.emit_lse, "lse output");
   no(opt.masked_rows != MaskedRows::zero,

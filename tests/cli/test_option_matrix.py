@@ -189,6 +189,16 @@ ATTENTION_ROWS = {
                         "{segemb}"],
                        ["--rel-keys", "{relk}", "--segment-ids", "{segids}", "--segment-embed",
                         "{segemb}", "--segment-bias", "{u}"]),
+    # Funnel: the shift over 6 pooled queries and 10 keys (22 rows), the projection of
+    # unprojected rows [10, d_model 6], the factorized tables, token_type_mat, cls_mask.
+    "--rel-shift": (["--rel-keys", "{relf}"], ["--rel-keys", "{relf}", "--rel-shift", "2"]),
+    "--rel-kernel": (["--rel-keys", "{relk}"], ["--rel-keys", "{relraw}", "--rel-kernel",
+                                                "{rker}"]),
+    "--factorized": ([], ["--factorized", "{phi}", "{phi}", "{psi}", "{psi}", "--rel-kernel",
+                          "{rker}"]),
+    "--segment-index": (["--rel-keys", "{relk}"], ["--rel-keys", "{relk}", "--segment-index",
+                                                   "{segidx}", "--segment-embed", "{segemb}"]),
+    "--separate-cls": (["--rel-keys", "{relk}"], ["--rel-keys", "{relk}", "--separate-cls"]),
     "--pos-key": ([], ["--pos-key", "{posk}"]),
     "--pos-query": ([], ["--pos-query", "{posk}"]),
     "--position-buckets": (["--pos-key", "{posk}"],
@@ -274,6 +284,12 @@ class OptionMatrix(PosencTestCase):
         save("segemb", r.standard_normal((2, 4, 8)).astype(np.float32))
         save("segids", np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1], np.int64))
         save("posk", r.standard_normal((1024, 4, 8)).astype(np.float32))
+        save("relf", r.standard_normal((22, 4, 8)).astype(np.float32))
+        save("relraw", r.standard_normal((10, 6)).astype(np.float32))
+        save("rker", r.standard_normal((6, 4, 8)).astype(np.float32))
+        save("phi", r.standard_normal((6, 6)).astype(np.float32))
+        save("psi", r.standard_normal((10, 6)).astype(np.float32))
+        save("segidx", r.standard_normal((6, 10)) > 0)
         # rope: x [1, 4, 10, 8].
         save("x", r.standard_normal((1, 4, 10, 8)).astype(np.float32))
         save("invf", r.uniform(0.1, 1, (1, 4)))
