@@ -95,7 +95,16 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
       const std::int64_t row = g.window.index(0, dmin + static_cast<std::int64_t>(di));
       P.rel_index[di] = static_cast<std::int32_t>(row < 0 ? g.rel_rows : row);
     }
-    if (opt.relative_k) {
+    if (opt.relative_k && g.rel_k_per_head) {
+      // [rows, hq, d] to one [R, d] table per head, each with its zero row.
+      const std::vector<T> t = to_vector<T>(*opt.relative_k);
+      P.rel_k_head = P.R * g.d;
+      P.rel_k.assign(g.hq * P.rel_k_head, T(0));
+      for (std::size_t r = 0; r < g.rel_rows; ++r)
+        for (std::size_t h = 0; h < g.hq; ++h)
+          std::copy_n(t.data() + (r * g.hq + h) * g.d, g.d,
+                      P.rel_k.data() + h * P.rel_k_head + r * g.d);
+    } else if (opt.relative_k) {
       P.rel_k = to_vector<T>(*opt.relative_k);
       if (zero_row) P.rel_k.resize(P.R * g.d, T(0));
     } else {
