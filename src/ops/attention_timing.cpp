@@ -50,7 +50,7 @@ void check_timing(Geometry& g, const AttentionOptions& opt) {
   constexpr std::int64_t kMaxSide = std::int64_t{1} << 30;
   if (!w || w->left < 0 || w->right < 0 || w->left > kMaxSide || w->right > kMaxSide) {
     throw UsageError(
-        "relative_proj: needs relative_window with left and right from 0 to 2^30 (the "
+        "relative_proj: needs the relative window's left and right, 0 to 2^30 (the "
         "distances it projects)");
   }
   const Tensor& p = *opt.relative_proj;
