@@ -70,6 +70,7 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
   // Per-row state of every work item: output accumulator, max, sum, key range, and the
   // Shaw and decomposed terms.
   f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows + g.dec_cols) * ts + 8 + 16));
+  f = add_sat(f, plan_bytes(g, opt));
   // One worker's score tiles (see Geometry::threads).
   m.tile = mul_sat(bl.q, bl.k) * ts;
   m.fixed = add_sat(f, m.tile);
