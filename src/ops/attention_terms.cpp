@@ -142,9 +142,14 @@ std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt) {
   // gate_factors' float64 values, then their copy in the working type.
   if (opt.gate_input) n = add_sat(n, mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), 8 + ts));
   if (g.rel_rows) {
-    n = add_sat(n, mul_sat(mul_sat(g.rel_rows + 1, g.d + g.dv), ts));
+    // A per-head relative_k holds hq tables (each with its zero row).
+    const std::size_t kd = g.rel_k_per_head ? mul_sat(g.hq, g.d) : g.d;
+    n = add_sat(n, mul_sat(mul_sat(g.rel_rows + 1, add_sat(kd, g.dv)), ts));
     n = add_sat(n, mul_sat(ndist, sizeof(std::int32_t)));
   }
+  // Gemma-3n's inputs (attention_timing): the scaled copy of Q, the float64 table.
+  if (opt.per_dim_scale) n = add_sat(n, mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.d * ts));
+  if (opt.relative_proj) n = add_sat(n, mul_sat(mul_sat(g.rel_rows, g.hq * g.d), 8));
   n = add_sat(n, mul_sat(numel(opt.sinks), ts));
   if (opt.score_bias && opt.score_bias->dtype() != g.compute) {
     n = add_sat(n, mul_sat(numel(opt.score_bias), ts));
