@@ -139,6 +139,45 @@ class Gemma3nAudio(PosencTestCase):
         self.run_case(1, 26, 4, 8, 12, 13, 0, 50.0, padded, f32_buffers=True,
                       softmax_f32=True, tol=1e-6)
 
+    def test_float32_inputs(self):
+        # float32 heads compute in float32: within 1e-5 of the float64 reference, and
+        # the outputs are float32.
+        q, k, v, per_dim, proj = self.inputs(1, 26, 4, 8)
+        padded = np.zeros((1, 26), bool)
+        model = AudioAttention(4, 32, 12, 13, 0, 50.0, torch.from_numpy(per_dim),
+                               torch.from_numpy(proj), f32_buffers=False)
+        want = model.forward(*(torch.from_numpy(a) for a in (q, k, v)),
+                             torch.from_numpy(padded))[0].numpy()
+        p = {n: self.npy(n + ".npy", a.astype(np.float32)) for n, a in
+             (("q", q), ("k", k), ("v", v), ("pds", per_dim), ("proj", proj))}
+        out = self.path("o32.npy")
+        self.run_ok("attention", "-q", p["q"], "-k", p["k"], "-v", p["v"], "--axes", "bshd",
+                    "--window", "12,0", "--softcap", "50", "--per-dim-scale", p["pds"],
+                    "--relative-proj", p["proj"], "--relative-left", "12",
+                    "--relative-right", "0", "--emit", "output", "-o", out)
+        got = np.load(out)
+        self.assertEqual(got.dtype, np.float32)
+        # the reference from the float32-rounded inputs
+        model = AudioAttention(4, 32, 12, 13, 0, 50.0,
+                               torch.from_numpy(per_dim.astype(np.float32).astype(np.float64)),
+                               torch.from_numpy(proj.astype(np.float32).astype(np.float64)),
+                               f32_buffers=False)
+        want = model.forward(*(torch.from_numpy(a.astype(np.float32).astype(np.float64))
+                               for a in (q, k, v)), torch.from_numpy(padded))[0].numpy()
+        scale = float(np.abs(want).max())
+        self.assert_close(got, want, rtol=1e-5, atol=1e-5 * scale)
+
+    def test_streamed_bits(self):
+        # A per-head --relative-k with K and V streamed in chunks: the same bytes.
+        r = self.rng
+        q = self.npy("sq.npy", r.standard_normal((1, 2, 64, 8)))
+        k = self.npy("sk.npy", r.standard_normal((1, 2, 1600, 8)))
+        v = self.npy("sv.npy", r.standard_normal((1, 2, 1600, 5)))
+        t = self.npy("st.npy", r.standard_normal((14, 2, 8)))
+        self.assert_streamed_bits("-q", q, "-k", k, "-v", v, "--relative-k", t,
+                                  "--relative-left", "12", "--relative-right", "1",
+                                  "--relative-beyond", "zero", "--softcap", "50")
+
     def test_threads_do_not_change_bits(self):
         q, k, v, per_dim, proj = self.inputs(2, 40, 4, 8)
         p = {n: self.npy(n + ".npy", a) for n, a in
