@@ -589,7 +589,7 @@ void register_attention(CLI::App& app) {
   sub->add_option("--relative-proj", o->relative_proj,
                   "Gemma-3n audio: pos_proj.weight W [hq*d, D]; --relative-k becomes the "
                   "per-head table W timing(i-j) over --relative-left/--relative-right "
-                  "(timing: [sin | cos] of (i-j) exp(-c ln(1e4)/(D/2-1)), HF "
+                  "(timing: [sin | cos] of (i-j) exp(-c ln(1e4)/max(D/2-1,1)), HF "
                   "Gemma3nAudioRelativePositionEmbedding)");
   sub->add_option("--per-dim-scale", o->per_dim_scale,
                   "Gemma-3n audio: per_dim_scale P [d]; query dim c times softplus(P_c), "

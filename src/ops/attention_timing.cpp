@@ -17,8 +17,7 @@ double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 std::vector<double> timing_signal(double t, std::size_t channels) {
   const std::size_t half = channels / 2;
   // HF: log(max_timescale / min_timescale) / max(num_timescales - 1, 1)
-  const double step =
-      std::log(1.0e4) / static_cast<double>(half > 1 ? half - 1 : std::size_t{1});
+  const double step = std::log(1.0e4) / static_cast<double>(half > 1 ? half - 1 : std::size_t{1});
   std::vector<double> row(channels);
   for (std::size_t i = 0; i < half; ++i) {
     const double a = t * std::exp(static_cast<double>(i) * -step);
@@ -55,11 +54,10 @@ void check_timing(Geometry& g, const AttentionOptions& opt) {
   }
   const Tensor& p = *opt.relative_proj;
   require_float(p.dtype(), "relative_proj");
-  if (p.ndim() != 2 || p.shape()[0] != g.hq * g.d || p.shape()[1] == 0 ||
-      p.shape()[1] % 2 != 0) {
-    throw InputError(fmt::format(
-        "relative_proj: expected shape ({}, D) ([heads * d, D], D even), got {}", g.hq * g.d,
-        shape_str(p.shape())));
+  if (p.ndim() != 2 || p.shape()[0] != g.hq * g.d || p.shape()[1] == 0 || p.shape()[1] % 2 != 0) {
+    throw InputError(
+        fmt::format("relative_proj: expected shape ({}, D) ([heads * d, D], D even), got {}",
+                    g.hq * g.d, shape_str(p.shape())));
   }
   const auto rows = static_cast<std::size_t>(w->rows());
   if (g.rel_rows && g.rel_rows != rows) {

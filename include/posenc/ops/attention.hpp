@@ -13,7 +13,8 @@
 /// - Positions are aligned bottom-right (KV cache): query i sits at position
 ///   i + sk - sq, key j at j. Window, T5 and Shaw distances use these positions; the
 ///   causal mask has both alignments.
-/// - Per score: s = scale * (q.k + q.rk[rel(i, j)]); s = C tanh(s / C) with a soft-cap C;
+/// - Per score: s = scale * (q.k + q.rk[rel(i, j)]) (q first multiplied by
+///   softplus(per_dim_scale) per dimension, Gemma-3n audio); s = C tanh(s / C) with a soft-cap C;
 ///   then ALiBi, T5 and additive-mask biases are added; masked scores become -inf.
 ///   This final s is what `logits` holds. The softmax subtracts the row maximum; a sink
 ///   logit (one per query head) joins the denominator and is dropped from the probs.
