@@ -6,6 +6,7 @@
 // applies the mask properly (masked scores are -inf before the softmax).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -191,6 +192,38 @@ TEST(Attention, Gemma3nPerDimScaleAndTimingProjection) {
   AttentionOptions bad_p = all_emits();
   bad_p.per_dim_scale = &p3;
   EXPECT_THROW(attention(q, k, &v, bad_p), InputError);
+}
+
+// A per-head relative_k table [rows, hq, d] with grouped-query decoding (few query rows,
+// query heads of one KV head sharing work items): head h adds q.R[row, h].
+TEST(Attention, PerHeadRelativeKeysGqaDecode) {
+  const std::size_t hq = 4, hk = 2, sq = 3, sk = 11, d = 8;
+  const Tensor q = random_tensor({2, hq, sq, d}, 41), k = random_tensor({2, hk, sk, d}, 42),
+               v = random_tensor({2, hk, sk, d}, 43), t = random_tensor({6, hq, d}, 44);
+  AttentionOptions o = all_emits();
+  o.relative_k = &t;
+  o.relative_window = RelativeWindow{4, 1, false, false};  // clip(j - pos(i), -4, 1) + 4
+  const AttentionResult r = attention(q, k, &v, o);
+  std::vector<double> logits(2 * hq * sq * sk);
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t h = 0; h < hq; ++h)
+      for (std::size_t i = 0; i < sq; ++i)
+        for (std::size_t j = 0; j < sk; ++j) {
+          const long rel = std::clamp(long(j) - long(i + sk - sq), -4L, 1L) + 4;
+          double x = 0;
+          for (std::size_t c = 0; c < d; ++c) {
+            const double qc = q.get(((b * hq + h) * sq + i) * d + c);
+            x += qc * (k.get(((b * hk + h / 2) * sk + j) * d + c) +
+                       t.get((std::size_t(rel) * hq + h) * d + c));
+          }
+          logits[((b * hq + h) * sq + i) * sk + j] = x / std::sqrt(double(d));
+        }
+  expect_close(r.logits, logits, 1e-12, 1e-13, "logits");
+  o.emit = {AttentionEmit::output};  // the blocked path without scores
+  const AttentionResult out = attention(q, k, &v, o);
+  for (std::size_t i = 0; i < out.output.numel(); ++i) {
+    EXPECT_NEAR(out.output.get(i), r.output.get(i), 1e-14);
+  }
 }
 
 TEST(Attention, StreamedMatchesMaterialisedF32) {
