@@ -868,6 +868,34 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
 
 // --- attention ----------------------------------------------------------------------
 
+// The relative tables' window (relative_left, relative_right, relative_sign,
+// relative_beyond), as the command's --relative-* options.
+void relative_window_options(const py::dict& d, AttentionOptions& opt) {
+  auto left = get<std::int64_t>(d, "relative_left"), right = get<std::int64_t>(d, "relative_right");
+  auto sign = get<std::string>(d, "relative_sign"), beyond = get<std::string>(d, "relative_beyond");
+  if (!left && !right && !sign && !beyond) return;
+  if (left.has_value() != right.has_value()) {
+    throw UsageError("relative_left/relative_right: give both (or max_distance for both sides)");
+  }
+  for (const auto& [name, v] : {std::pair{"relative_left", left}, std::pair{"relative_right", right}}) {
+    if (v && (*v < 0 || *v > (std::int64_t{1} << 30))) {
+      throw UsageError(std::string(name) + ": must be from 0 to 2^30, got " + std::to_string(*v));
+    }
+  }
+  if (sign && *sign != "k-q" && *sign != "q-k") {
+    throw UsageError("relative_sign: expected k-q or q-k, got '" + *sign + "'");
+  }
+  if (beyond && *beyond != "clamp" && *beyond != "zero") {
+    throw UsageError("relative_beyond: expected clamp or zero, got '" + *beyond + "'");
+  }
+  RelativeWindow w;
+  w.left = left.value_or(-1);  // -1: from the rows
+  w.right = right.value_or(-1);
+  w.q_minus_k = sign && *sign == "q-k";
+  w.zero_beyond = beyond && *beyond == "zero";
+  opt.relative_window = w;
+}
+
 void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "axes", opt.axes);
   if (auto s = get<double>(d, "scale")) {
@@ -920,6 +948,7 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "key_grid_h", opt.key_grid_h);
   set_if(d, "key_grid_w", opt.key_grid_w);
   set_if(d, "clipped_symmetric", opt.clipped_symmetric);
+  relative_window_options(d, opt);
   set_if(d, "softcap", opt.softcap);
   if (auto m = get<std::string>(d, "masked_rows")) {
     if (*m != "zero" && *m != "nan")
@@ -968,7 +997,11 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                         sinks = tensor_arg(tensors, "sinks"),
                         rel_pos_h = tensor_arg(tensors, "rel_pos_h"),
                         rel_pos_w = tensor_arg(tensors, "rel_pos_w"),
-                        clipped = tensor_arg(tensors, "clipped_bias");
+                        clipped = tensor_arg(tensors, "clipped_bias"),
+                        rel_proj = tensor_arg(tensors, "relative_proj"),
+                        per_dim = tensor_arg(tensors, "per_dim_scale");
+  if (rel_proj) opt.relative_proj = &*rel_proj;
+  if (per_dim) opt.per_dim_scale = &*per_dim;
   std::optional<Tensor> gate[4];
   const char* gate_names[] = {"gate_input", "gate_weight", "gate_bias", "gate_const"};
   const Tensor** gate_slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias,

@@ -192,6 +192,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               t5_max_distance=None, t5_causal=False, relative_k=None, relative_v=None,
               max_distance=None, decomposed_rel_pos=None, grid=None, key_grid=None,
               clipped_bias=None, clipped_symmetric=False, wavlm_gate=None,
+              relative_left=None, relative_right=None, relative_sign=None,
+              relative_beyond=None, relative_proj=None, per_dim_scale=None,
               softcap=None, sinks=None, masked_rows=None, dtype=None,
               max_memory=None, allow_nonfinite=False, precision=None, arith=None,
               hf_config=None, hf_version=None, layer_type=None, layer=None,
@@ -230,6 +232,11 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         with clipped_symmetric): Phi-4-multimodal audio's clipped-distance bias.
         wavlm_gate (X [b, sq, hidden], W [8, hidden/hq], B [8], C [hq]): WavLM's gate
         on t5_bias.
+    relative_left, relative_right, relative_sign ("k-q" or "q-k"), relative_beyond
+        ("clamp" or "zero"): the relative tables' window (--relative-left, ...).
+        relative_k may also be per head [rows, hq, d].
+    relative_proj [hq d, D] (with relative_left and relative_right), per_dim_scale [d]:
+        Gemma-3n audio's timing-signal relative keys and per-dimension query scale.
     softcap C; sinks [hq]; masked_rows "zero" or "nan"; dtype of the results;
     max_memory in bytes (InputError when the run would need more; default physical
     memory, 0 no limit); allow_nonfinite.
@@ -265,7 +272,9 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
                "mask": _arg(mask, "mask"), "key_lengths": _arg(key_lengths, "key_lengths"),
                "t5_bias": _arg(t5_bias, "t5_bias"), "relative_k": _arg(relative_k, "relative_k"),
                "relative_v": _arg(relative_v, "relative_v"), "sinks": _arg(sinks, "sinks"),
-               "clipped_bias": _arg(clipped_bias, "clipped_bias")}
+               "clipped_bias": _arg(clipped_bias, "clipped_bias"),
+               "relative_proj": _arg(relative_proj, "relative_proj"),
+               "per_dim_scale": _arg(per_dim_scale, "per_dim_scale")}
     if decomposed_rel_pos is not None:
         tensors["rel_pos_h"] = _arg(decomposed_rel_pos[0], "rel_pos_h")
         tensors["rel_pos_w"] = _arg(decomposed_rel_pos[1], "rel_pos_w")
@@ -280,7 +289,14 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
            "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
            "arith": arith, "max_memory": max_memory, "allow_nonfinite": bool(allow_nonfinite),
            "sliding_window": sliding_window, "chunk_size": chunk_size,
-           "max_distance": max_distance, "clipped_symmetric": bool(clipped_symmetric)}
+           "max_distance": max_distance, "clipped_symmetric": bool(clipped_symmetric),
+           "relative_left": relative_left, "relative_right": relative_right,
+           "relative_sign": relative_sign, "relative_beyond": relative_beyond}
+    if (any(x is not None for x in (relative_left, relative_right, relative_sign,
+                                     relative_beyond))
+            and relative_k is None and relative_v is None and relative_proj is None):
+        raise UsageError("relative_left/relative_right/relative_sign/relative_beyond: need "
+                         "relative_k, relative_v or relative_proj")
     if clipped_symmetric and clipped_bias is None:
         raise UsageError("clipped_symmetric: needs clipped_bias")
     if decomposed_rel_pos is None and (grid is not None or key_grid is not None):

@@ -15,6 +15,7 @@
 #include "ops/attention_hf.hpp"
 #include "ops/attention_io.hpp"
 #include "ops/attention_kernel.hpp"
+#include "ops/attention_timing.hpp"
 #include "ops/blas_threads.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
@@ -194,6 +195,15 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   }
   g.threads = workers_within(opt.max_memory, need, worker_tiles(g, opt));
   if (!opt.allow_nonfinite) require_finite(q, &k, v, opt);
+  if (opt.arith == Arith::exact && (opt.per_dim_scale || opt.relative_proj)) {
+    // Gemma-3n audio: the scaled queries and the projected relative keys as data.
+    TimingInputs t;
+    timing_inputs(t, q, g, opt);
+    AttentionResult res = attention(t.q.numel() ? t.q : q, k, v, t.opt);
+    if (opt.per_dim_scale) res.attrs.push_back({"per_dim_scale", 1LL});
+    if (opt.relative_proj) res.attrs.push_back({"relative_proj", 1LL});
+    return res;
+  }
   AttentionResult res = opt.arith != Arith::exact ? run_framework(q, k, v, g, opt)
                         : g.compute == DType::f64 ? run<double>(q, k, v, g, opt)
                                                   : run<float>(q, k, v, g, opt);
@@ -209,8 +219,9 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   require_float(ki.dtype, "k");
   if (vi) require_float(vi->dtype, "v");
   Geometry g = check(qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
+  // Gemma-3n's inputs are prepared in memory (attention_timing.hpp).
   const bool streams = !g.materialise() && opt.arith == Arith::exact && k.seekable() &&
-                       (!v || v->seekable());
+                       (!v || v->seekable()) && !opt.per_dim_scale && !opt.relative_proj;
   if (!streams) {
     // Everything in memory: the inputs count against the budget too.
     auto [need, names] =

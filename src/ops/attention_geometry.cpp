@@ -13,6 +13,7 @@
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
 #include "ops/attention_gate.hpp"
+#include "ops/attention_timing.hpp"
 #include "posenc/encodings/arith.hpp"
 
 namespace posenc::attention_detail {
@@ -83,7 +84,8 @@ void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
       {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"},
       {opt.rel_pos_h, "rel_pos_h"}, {opt.rel_pos_w, "rel_pos_w"}, {opt.gate_input, "gate_input"},
       {opt.gate_weight, "gate_weight"}, {opt.gate_bias, "gate_bias"},
-      {opt.gate_const, "gate_const"}, {opt.clipped_bias, "clipped_bias"}};
+      {opt.gate_const, "gate_const"}, {opt.clipped_bias, "clipped_bias"},
+      {opt.relative_proj, "relative_proj"}, {opt.per_dim_scale, "per_dim_scale"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) throw nonfinite_input(what);
   }
@@ -278,11 +280,19 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                                    win->left, win->right));
     }
     const bool symmetric = !win || sides_from_rows;
-    if (t->ndim() != 2 || t->shape()[1] != width || (symmetric && t->shape()[0] % 2 != 1)) {
-      throw InputError(fmt::format("{}: expected shape ({}, {}), got {}", what,
-                                   symmetric ? std::string("2M+1") : std::to_string(win->rows()),
-                                   width, shape_str(t->shape())));
+    // relative_k may hold a table per query head (Gemma-3n audio).
+    const bool per_head = t == opt.relative_k && t->ndim() == 3;
+    const bool shape_ok = per_head ? t->shape()[1] == g.hq && t->shape()[2] == width
+                                   : t->ndim() == 2 && t->shape()[1] == width;
+    if (!shape_ok || (symmetric && t->shape()[0] % 2 != 1)) {
+      const std::string rows_text = symmetric ? std::string("2M+1") : std::to_string(win->rows());
+      throw InputError(
+          per_head ? fmt::format("{}: expected shape ({}, {}, {}) ([rows, heads, d]), got {}",
+                                 what, rows_text, g.hq, width, shape_str(t->shape()))
+                   : fmt::format("{}: expected shape ({}, {}), got {}", what, rows_text, width,
+                                 shape_str(t->shape())));
     }
+    if (per_head) g.rel_k_per_head = true;
     std::size_t rows = t->shape()[0];
     if (!symmetric && rows != static_cast<std::size_t>(win->rows())) {
       throw InputError(fmt::format("{}: {} rows, but left {} and right {} need {}", what, rows,
@@ -304,6 +314,7 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   check_decomposed(g, opt);
   check_gate(g, opt);
   check_clipped(g, opt);
+  check_timing(g, opt);
   return g;
 }
 

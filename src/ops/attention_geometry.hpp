@@ -39,6 +39,7 @@ struct Geometry {
   bool has_b = false, has_h = false;
   std::size_t rel_rows = 0;  // rows of the Shaw tables, 0 if none
   RelativeWindow window;     // their window (symmetric M, M by default)
+  bool rel_k_per_head = false;  // relative_k [rows, hq, d] (or relative_proj)
   std::size_t dec_cols = 0;  // key rows + key columns of the decomposed term, 0 if none
   DType compute = DType::f32;
   DType out = DType::f32;

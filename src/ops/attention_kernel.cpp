@@ -249,7 +249,8 @@ void item_begin(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_
   if (need_v) w.o.assign(qn * dv, T(0));
   if (P.R) {
     w.qr.resize(qn * P.R);
-    gemm(true, qn, P.R, g.d, P.scale, qp, P.q.s, P.rel_k.data(), g.d, T(0), w.qr.data());
+    gemm(true, qn, P.R, g.d, P.scale, qp, P.q.s, P.rel_k.data() + hi_q * P.rel_k_head, g.d, T(0),
+         w.qr.data());
     if (need_v && !P.rel_v.empty()) w.bucket.assign(qn * P.R, T(0));
   }
   if (P.dec.on()) {

@@ -118,7 +118,8 @@ struct Plan {
   std::vector<T> t5_gate;  // WavLM's factor of the t5 row [b][hq][sq], or empty
   std::vector<T> sinks;
   std::vector<std::int32_t> rel_index;  // by distance, as t5
-  std::vector<T> rel_k, rel_v;          // [R, d], [R, dv]
+  std::vector<T> rel_k, rel_v;          // [R, d] (per head: [hq][R][d]), [R, dv]
+  std::size_t rel_k_head = 0;           // rel_k's stride between heads; 0 = one table
   std::size_t R = 0;
   Decomposed dec;            // SAM decomposed relative positions (attention_decomposed)
   const T* bias = nullptr;   // score_bias [b][hq][sq][sk], or null

@@ -151,6 +151,9 @@ ATTENTION_ROWS = {
     "--wavlm-gate": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--wavlm-gate", "{gx}", "{gw}",
                                               "{gb}", "{gc}"]),
     "--relative-k": ([], ["--relative-k", "{rk}"]),
+    "--per-dim-scale": ([], ["--per-dim-scale", "{pds}"]),
+    "--relative-proj": ([], ["--relative-proj", "{rproj}", "--relative-left", "2",
+                             "--relative-right", "1"]),
     "--relative-v": ([], ["--relative-v", "{rv}"]),
     "--relative-sign": (["--relative-k", "{rk}"], ["--relative-k", "{rk}", "--relative-sign", "q-k"]),
     "--relative-beyond": (["--relative-k", "{rk}"],
@@ -273,6 +276,9 @@ class OptionMatrix(PosencTestCase):
         save("sinks", r.standard_normal(4).astype(np.float32))
         save("rph", r.standard_normal((7, 8)).astype(np.float32))
         save("clip", r.standard_normal((12, 4)).astype(np.float32))
+        # Gemma-3n audio: per_dim_scale [d], pos_proj.weight [4 heads x 8, 6].
+        save("pds", r.standard_normal(8).astype(np.float32))
+        save("rproj", r.standard_normal((32, 6)).astype(np.float32))
         # WavLM's gate: hidden states [1, 6, 4 heads x 5], gru_rel_pos_linear, const.
         save("gx", r.standard_normal((1, 6, 20)).astype(np.float32))
         save("gw", r.standard_normal((8, 5)).astype(np.float32))

@@ -413,6 +413,14 @@ ATT_CASES = [
      dict(t5_bias=np.linspace(-1, 1, 128).reshape(32, 4),
           wavlm_gate=(G.standard_normal((2, 6, 12)), G.standard_normal((8, 3)),
                       G.standard_normal(8), G.standard_normal(4)))),
+    (["--relative-k", "rkh.npy", "--relative-left", "2", "--relative-right", "1",
+      "--relative-beyond", "zero"],
+     dict(relative_k=G.standard_normal((4, 4, 16)), relative_left=2, relative_right=1,
+          relative_beyond="zero")),
+    (["--per-dim-scale", "pds.npy", "--relative-proj", "rproj.npy", "--relative-left", "3",
+      "--relative-right", "0", "--window", "3,0", "--softcap", "5"],
+     dict(per_dim_scale=G.standard_normal(16), relative_proj=G.standard_normal((64, 8)),
+          relative_left=3, relative_right=0, window=(3, 0), softcap=5.0)),
     (["--softcap", "2"], dict(softcap=2.0)),
     (["--sinks", "sinks.npy"], dict(sinks=np.array([0.5, -1.0, 2.0, 0.0]))),
     (["--key-lengths", "kl0.npy", "--masked-rows", "nan", "--causal", "top-left"],
@@ -429,7 +437,9 @@ def save_side(kw):
     names = {"key_lengths": "kl.npy", "mask": "mask.npy", "t5_bias": "t5.npy",
              "relative_k": "rk.npy", "relative_v": "rv.npy", "sinks": "sinks.npy",
              "position_ids": "kids.npy"}
-    names.update(clipped_bias="clip.npy")
+    names.update(clipped_bias="clip.npy", per_dim_scale="pds.npy", relative_proj="rproj.npy")
+    if "relative_k" in kw and kw["relative_k"].ndim == 3:
+        names["relative_k"] = "rkh.npy"
     pairs = {"decomposed_rel_pos": ("rph.npy", "rpw.npy"),
              "wavlm_gate": ("gx.npy", "gw.npy", "gb.npy", "gc.npy")}
     for key, files in pairs.items():
