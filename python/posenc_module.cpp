@@ -914,6 +914,7 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "key_grid_h", opt.key_grid_h);
   set_if(d, "key_grid_w", opt.key_grid_w);
   set_if(d, "clipped_symmetric", opt.clipped_symmetric);
+  set_if(d, "global_block_size", opt.global_block_size);
   set_if(d, "softcap", opt.softcap);
   if (auto m = get<std::string>(d, "masked_rows")) {
     if (*m != "zero" && *m != "nan")
@@ -962,7 +963,10 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                         sinks = tensor_arg(tensors, "sinks"),
                         rel_pos_h = tensor_arg(tensors, "rel_pos_h"),
                         rel_pos_w = tensor_arg(tensors, "rel_pos_w"),
-                        clipped = tensor_arg(tensors, "clipped_bias");
+                        clipped = tensor_arg(tensors, "clipped_bias"),
+                        global_k = tensor_arg(tensors, "global_k"),
+                        global_v = tensor_arg(tensors, "global_v"),
+                        global_bias = tensor_arg(tensors, "global_bias");
   std::optional<Tensor> gate[4];
   const char* gate_names[] = {"gate_input", "gate_weight", "gate_bias", "gate_const"};
   const Tensor** gate_slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias,
@@ -974,6 +978,9 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   if (rel_pos_h) opt.rel_pos_h = &*rel_pos_h;
   if (rel_pos_w) opt.rel_pos_w = &*rel_pos_w;
   if (clipped) opt.clipped_bias = &*clipped;
+  if (global_k) opt.global_k = &*global_k;
+  if (global_v) opt.global_v = &*global_v;
+  if (global_bias) opt.global_bias = &*global_bias;
   if (mask) opt.mask = &*mask;
   if (key_lengths) opt.key_lengths = &*key_lengths;
   if (t5) opt.t5_bias = &*t5;

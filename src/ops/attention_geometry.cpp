@@ -13,6 +13,7 @@
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
 #include "ops/attention_gate.hpp"
+#include "ops/attention_global.hpp"
 #include "posenc/encodings/arith.hpp"
 
 namespace posenc::attention_detail {
@@ -83,7 +84,8 @@ void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
       {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"},
       {opt.rel_pos_h, "rel_pos_h"}, {opt.rel_pos_w, "rel_pos_w"}, {opt.gate_input, "gate_input"},
       {opt.gate_weight, "gate_weight"}, {opt.gate_bias, "gate_bias"},
-      {opt.gate_const, "gate_const"}, {opt.clipped_bias, "clipped_bias"}};
+      {opt.gate_const, "gate_const"}, {opt.clipped_bias, "clipped_bias"},
+      {opt.global_k, "global_k"}, {opt.global_v, "global_v"}, {opt.global_bias, "global_bias"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) throw nonfinite_input(what);
   }
@@ -304,6 +306,7 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   check_decomposed(g, opt);
   check_gate(g, opt);
   check_clipped(g, opt);
+  check_global(g, vs, opt);
   return g;
 }
 
@@ -329,7 +332,8 @@ Blocks blocks_for(const Geometry& g, const AttentionOptions& opt) {
 // The score tiles and per-row work memory of one worker thread, in bytes.
 std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt) {
   const Blocks bl = blocks_for(g, opt);
-  return mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + g.dec_cols + 4) * dtype_size(g.compute);
+  return mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + g.dec_cols + g.global + 4) *
+         dtype_size(g.compute);
 }
 
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,
@@ -337,7 +341,7 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
                                               const AttentionOptions& opt) {
   std::size_t ts = dtype_size(g.compute);
   std::size_t os = dtype_size(g.out);
-  std::size_t scores = mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.sk);
+  std::size_t scores = mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.cols());
   std::size_t need = 0;
   std::string names;
   auto add_name = [&names](const char* n) {
@@ -356,6 +360,11 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
   if (q_dtype != g.compute) need = add_sat(need, mul_sat(numel(qs), ts));
   need = add_sat(need, mul_sat(numel(ks), ts));  // worst case: K converted
   if (vs) need = add_sat(need, mul_sat(numel(*vs), ts));
+  // The side keys and values in T, with their block ids (attention_global).
+  if (g.global) {
+    need = add_sat(need, mul_sat(mul_sat(mul_sat(g.b, g.hk), g.global), (g.d + g.dv) * ts));
+    need = add_sat(need, mul_sat(mul_sat(g.b, g.sk), 8));
+  }
   // One worker's tiles (see Geometry::threads).
   need = add_sat(need, worker_tiles(g, opt));
   if (names.empty()) names = "attention";

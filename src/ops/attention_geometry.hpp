@@ -40,6 +40,7 @@ struct Geometry {
   std::size_t rel_rows = 0;  // rows of the Shaw tables, 0 if none
   RelativeWindow window;     // their window (symmetric M, M by default)
   std::size_t dec_cols = 0;  // key rows + key columns of the decomposed term, 0 if none
+  std::size_t global = 0;    // LongT5 side keys after the sk keys (attention_global), 0 if none
   DType compute = DType::f32;
   DType out = DType::f32;
   DType lse = DType::f32;
@@ -56,6 +57,14 @@ struct Geometry {
     if (has_h) s.push_back(hq);
     s.push_back(sq);
     s.push_back(sk);
+    return s;
+  }
+  /// Columns of the emitted logits and probs: the keys, then the side keys.
+  std::size_t cols() const { return sk + global; }
+  /// The emitted logits' and probs' shape: logits_shape() with cols() columns.
+  Shape scores_shape() const {
+    Shape s = logits_shape();
+    s.back() = cols();
     return s;
   }
   Shape lse_shape() const {

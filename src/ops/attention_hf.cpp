@@ -176,6 +176,7 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
      "--decomposed-rel-pos (SAM's terms: use --arith exact)");
   no(opt.score_bias != nullptr, "relative score terms (--relative xl, xlnet or deberta)");
   no(opt.sinks != nullptr, "--sinks");
+  no(opt.global_k != nullptr, "--global-kv (LongT5's side keys: use --arith exact)");
   no(g.emit_lse, "lse output");
   no(opt.masked_rows != MaskedRows::zero,
      "--masked-rows (fully masked rows give what its "

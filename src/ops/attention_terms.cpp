@@ -1,8 +1,8 @@
 // The plan of an attention run (attention_kernel.hpp's Plan) from the options: the
 // masks, and the score terms the kernel adds element by element (Shaw's relative keys
 // and values, SAM's decomposed relative positions, ALiBi, T5's bucketed bias and
-// WavLM's gate on it, Phi-4-multimodal audio's clipped-distance bias, sinks, a score
-// bias, soft-capping).
+// WavLM's gate on it, Phi-4-multimodal audio's clipped-distance bias, LongT5's side
+// keys, sinks, a score bias, soft-capping).
 #include <xtensor/xstrides.hpp>
 #include <fmt/format.h>
 
@@ -107,6 +107,7 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
     }
   }
   P.dec = Decomposed::from(g, opt);
+  P.global = GlobalKeys<T>::from(g, opt);
   if (opt.sinks) P.sinks = to_vector<T>(*opt.sinks);
   if (opt.score_bias) {
     if (opt.score_bias->dtype() == dtype_of<T>()) {
