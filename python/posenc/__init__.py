@@ -350,17 +350,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     relative = _relative(rope, rel_keys, content_bias, position_bias, segment_ids,
                          segment_embed, segment_bias, pos_key, pos_query, pos_att_type,
                          position_buckets, max_relative_positions)
-    kw = dict(style=style, base=base, rotary_dim=rotary_dim, partial=partial,
-              rotary_last=rotary_last, rope_interleave=rope_interleave, scaling=scaling,
-              factor=factor, original_max_pos=original_max_pos, max_pos=max_pos,
-              seq_len=seq_len, beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale,
-              mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
-              truncate=truncate, low_freq_factor=low_freq_factor,
-              high_freq_factor=high_freq_factor, short_factor=short_factor,
-              long_factor=long_factor, hf_config=hf_config, hf_version=hf_version,
-              layer_type=layer_type,
-              layer=layer, arith=arith)
-    rope_d = _rope_dict(kw, precision)
+    rope_d = _rope_dict(locals(), precision)  # the ROPE OPTIONS among the arguments
     pos = _positions(start, position_ids, cu_seqlens)
     apply = {"inverse": bool(inverse), "precision": precision}
     opt = {key: val for key, val in opt.items() if val is not None}

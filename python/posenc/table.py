@@ -79,16 +79,7 @@ def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", 
         raise UsageError("dim: the head dimension is required (or give hf_config)")
     if position_ids is not None and start != 0:
         raise UsageError("start: cannot be combined with position_ids (ids are absolute)")
-    kw = dict(style=style, base=base, rotary_dim=rotary_dim, partial=partial, scaling=scaling,
-              factor=factor, original_max_pos=original_max_pos, max_pos=max_pos,
-              seq_len=seq_len, beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale,
-              mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
-              truncate=truncate, low_freq_factor=low_freq_factor,
-              high_freq_factor=high_freq_factor, short_factor=short_factor,
-              long_factor=long_factor, hf_config=hf_config, hf_version=hf_version,
-              layer_type=layer_type,
-              layer=layer, arith=arith)
-    rope_d = _rope_dict(kw, precision)
+    rope_d = _rope_dict(locals(), precision)  # the ROPE OPTIONS among the arguments
     pos = _positions(start, position_ids, cu_seqlens)
     emits, single = _emit_list(emit, ("cos-sin",))
     request = {"positions": positions, "dim": dim, "half": _layout(layout),

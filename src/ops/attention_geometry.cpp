@@ -360,13 +360,9 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
   if (q_dtype != g.compute) need = add_sat(need, mul_sat(numel(qs), ts));
   need = add_sat(need, mul_sat(numel(ks), ts));  // worst case: K converted
   if (vs) need = add_sat(need, mul_sat(numel(*vs), ts));
-  // The side keys and values in T, with their block ids (attention_global).
-  if (g.global) {
-    need = add_sat(need, mul_sat(mul_sat(mul_sat(g.b, g.hk), g.global), (g.d + g.dv) * ts));
-    need = add_sat(need, mul_sat(mul_sat(g.b, g.sk), 8));
-  }
-  // One worker's tiles (see Geometry::threads).
+  // One worker's tiles (see Geometry::threads), and the score terms.
   need = add_sat(need, worker_tiles(g, opt));
+  need = add_sat(need, plan_bytes(g, opt));
   if (names.empty()) names = "attention";
   return {need, names};
 }

@@ -113,6 +113,11 @@ Blocks blocks_for(const Geometry& g, const AttentionOptions& opt);
 
 // The score tiles and per-row work memory of one worker thread, in bytes.
 std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt);
+/// The bytes the plan of a run holds besides Q, K, V and the tiles: a mask's copy, the
+/// T5 or clipped bias gathered by distance, WavLM's gate factors, the Shaw tables, the
+/// sinks, a converted score bias and LongT5's side keys (attention_terms.cpp, beside
+/// plan()).
+std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt);
 /// The memory an in-memory run needs, and the names of what takes it.
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,
                                               const Shape* vs, DType q_dtype,

@@ -70,9 +70,7 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
   // Per-row state of every work item: output accumulator, max, sum, key range, and the
   // Shaw and decomposed terms.
   f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows + g.dec_cols) * ts + 8 + 16));
-  // The side keys and values in T, with their block ids (attention_global).
-  f = add_sat(f, mul_sat(mul_sat(mul_sat(g.b, g.hk), g.global), (g.d + g.dv) * ts));
-  if (g.global) f = add_sat(f, mul_sat(mul_sat(g.b, g.sk), 8));
+  f = add_sat(f, plan_bytes(g, opt));
   // One worker's score tiles (see Geometry::threads).
   m.tile = mul_sat(bl.q, bl.k + g.global) * ts;
   m.fixed = add_sat(f, m.tile);

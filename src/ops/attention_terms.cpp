@@ -119,6 +119,37 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
   }
 }
 
+std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt) {
+  const std::size_t ts = dtype_size(g.compute);
+  auto numel = [](const Tensor* t) { return t ? t->numel() : std::size_t{0}; };
+  std::size_t n = 0;
+  if (opt.mask) n = mul_sat(numel(opt.mask), is_float(opt.mask->dtype()) ? ts : 1);
+  const std::size_t ndist = add_sat(g.sq, g.sk);
+  if (opt.t5_bias || opt.clipped_bias) {
+    // The table's copy and its rows gathered by distance.
+    n = add_sat(n, mul_sat(add_sat(numel(opt.t5_bias) + numel(opt.clipped_bias),
+                                   mul_sat(g.hq, ndist)),
+                           ts));
+  }
+  // gate_factors' float64 values, then their copy in the working type.
+  if (opt.gate_input) n = add_sat(n, mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), 8 + ts));
+  if (g.rel_rows) {
+    n = add_sat(n, mul_sat(mul_sat(g.rel_rows + 1, g.d + g.dv), ts));
+    n = add_sat(n, mul_sat(ndist, sizeof(std::int32_t)));
+  }
+  n = add_sat(n, mul_sat(numel(opt.sinks), ts));
+  if (opt.score_bias && opt.score_bias->dtype() != g.compute) {
+    n = add_sat(n, mul_sat(numel(opt.score_bias), ts));
+  }
+  if (g.global) {
+    // LongT5's side keys and values in T, their bias by distance, block ids and masks.
+    n = add_sat(n, mul_sat(mul_sat(mul_sat(g.b, g.hk), g.global), mul_sat(g.d + g.dv, ts)));
+    n = add_sat(n, mul_sat(mul_sat(g.hq, 2 * g.global), ts));
+    n = add_sat(n, mul_sat(mul_sat(g.b, g.sk + g.global), 6));
+  }
+  return n;
+}
+
 template void plan<float>(Plan<float>&, const Geometry&, const AttentionOptions&, bool);
 template void plan<double>(Plan<double>&, const Geometry&, const AttentionOptions&, bool);
 

@@ -396,5 +396,30 @@ TEST(Attention, DecomposedRelPosEqualsItsScoreBias) {
   EXPECT_THROW(attention(q, k, &v, bad), InputError);
 }
 
+// The budget counts what the plan holds: WavLM's gate factors (float64, then their copy
+// in the working type) and a float mask's copy, so --max-memory refuses before either
+// is allocated.
+TEST(Attention, BudgetCountsTheGateAndTheMask) {
+  const std::size_t b = 2, hq = 4, sq = 300, sk = 5, d = 8, e = 3;
+  const Shape qs{b, hq, sq, d}, ks{b, hq, sk, d}, vs{b, hq, sk, d};
+  AttentionOptions opt;
+  opt.emit = {AttentionEmit::output};
+  const std::size_t plain = attention_memory(qs, ks, &vs, DType::f32, opt).first;
+  Tensor t5 = random_tensor({32, hq}, 1), x = random_tensor({b, sq, hq * e}, 2),
+         w = random_tensor({8, e}, 3), bias = random_tensor({8}, 4), c = random_tensor({hq}, 5);
+  opt.t5_bias = &t5;
+  const std::size_t with_t5 = attention_memory(qs, ks, &vs, DType::f32, opt).first;
+  EXPECT_EQ(with_t5 - plain, (32 * hq + hq * (sq + sk)) * sizeof(float));
+  opt.gate_input = &x, opt.gate_weight = &w, opt.gate_bias = &bias, opt.gate_const = &c;
+  const std::size_t gated = attention_memory(qs, ks, &vs, DType::f32, opt).first;
+  EXPECT_EQ(gated - with_t5, b * hq * sq * (sizeof(double) + sizeof(float)));
+  AttentionOptions masked;
+  masked.emit = {AttentionEmit::output};
+  Tensor m = random_tensor({b, 1, sq, sk}, 6);  // f64, copied as f32
+  masked.mask = &m;
+  EXPECT_EQ(attention_memory(qs, ks, &vs, DType::f32, masked).first - plain,
+            b * sq * sk * sizeof(float));
+}
+
 }  // namespace
 }  // namespace posenc
