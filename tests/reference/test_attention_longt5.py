@@ -173,23 +173,24 @@ class LongT5Attention(PosencTestCase):
     def test_output_alone_and_streamed_bits(self):
         # --emit output alone (the output written as items end) agrees with the
         # reference; output and lse are the same bytes in memory and streamed (1,600
-        # keys: two key blocks, each its own chunk at 3100K, where one block needs
-        # about 3.0 MiB with the 256 x 1124 score tile; K and V in place at 64M).
+        # keys: two key blocks, each its own chunk at 10M, where one block needs about
+        # 9.3 MiB with the outputs, Q and the tiles, and two 10.4 MiB; K and V in place
+        # at 64M).
         m = self.layer(2, 4, 3, global_block_size=8)
         am = self.mask(2, 40, (40, 33))
         ref, got, _ = self.run_case(m, self.inputs(2, 40), am, "lengths", True, emit=("output",))
         self.compare(ref, got, am, "tglobal, output alone")
         r = np.random.default_rng(28)
         s, n = 1600, 100
-        arrays = {"q": (1, 2, s, 8), "k": (1, 2, s, 8), "v": (1, 2, s, 5), "kg": (1, 2, n, 8),
-                  "vg": (1, 2, n, 5), "t5": (32, 2), "gb": (32, 2)}
+        arrays = {"q": (1, 2, s, 64), "k": (1, 2, s, 64), "v": (1, 2, s, 64),
+                  "kg": (1, 2, n, 64), "vg": (1, 2, n, 64), "t5": (32, 2), "gb": (32, 2)}
         p = {k: self.npy(k + ".npy", r.standard_normal(sh)) for k, sh in arrays.items()}
         self.npy("len.npy", np.array([1500]))
         self.assert_streamed_bits("-q", p["q"], "-k", p["k"], "-v", p["v"], "--scale", "1",
                                   "--window", "127,127", "--t5-bias", p["t5"],
                                   "--key-lengths", self.path("len.npy"),
                                   "--global-kv", p["kg"], p["vg"], "--global-block-size", "16",
-                                  "--global-bias", p["gb"], budgets=("3100K", "64M"))
+                                  "--global-bias", p["gb"], budgets=("10M", "64M"))
 
     def test_bad_inputs(self):
         m = self.layer(2, 4, 3, global_block_size=5)
