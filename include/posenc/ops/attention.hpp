@@ -151,9 +151,11 @@ struct AttentionOptions {
   /// block joining it. Padding is read from key_lengths and a boolean mask over keys
   /// alone ([b, 1, 1, sk]). Needs sq == sk; not with cu_seqlens, softcap or query scaling.
   const Tensor* global_k = nullptr;
-  const Tensor* global_v = nullptr;       ///< (--global-kv KG VG)
-  std::int64_t global_block_size = 0;     ///< G, >= 1 with global_k
-  const Tensor* global_bias = nullptr;    ///< global_relative_attention_bias [buckets, hq]
+  /// The side values [b, hk, n_global, dv] (--global-kv KG VG: global_k is KG).
+  const Tensor* global_v = nullptr;
+  std::int64_t global_block_size = 0;  ///< HF's global_block_size G, >= 1 with global_k
+  /// HF's global_relative_attention_bias [buckets, hq], or none (no side bias).
+  const Tensor* global_bias = nullptr;
   /// Shaw et al. tables [2M+1, d] and [2M+1, dv], index relative_index(qpos, j, M).
   const Tensor* relative_k = nullptr;
   const Tensor* relative_v = nullptr;  ///< the value table (--relative-v), or nullptr
