@@ -31,6 +31,7 @@
 #include "posenc/encodings/axial_positions.hpp"
 #include "posenc/encodings/complex_order.hpp"
 #include "posenc/encodings/cpmant_bucket.hpp"
+#include "posenc/encodings/longt5_global.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
@@ -720,6 +721,23 @@ const std::map<std::string, TableKind>& table_kinds() {
          set_if(a.d, "max_distance", r.max_distance);
          r.bias_table = xarray_arg<double>(a.d, "bias_table");
          tables.push_back(cpmant_bucket_table(r));
+       }},
+      {"longt5-global",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         LongT5GlobalRequest r;
+         r.attention_mask = xarray_arg<std::int64_t>(a.d, "attention_mask");
+         r.seq_len = get<std::int64_t>(a.d, "seq_len");
+         set_if(a.d, "global_block_size", r.global_block_size);
+         const std::string emit = get<std::string>(a.d, "emit").value_or("block-ids");
+         if (emit == "segment-ids") {
+           r.emit = LongT5GlobalMap::segment_ids;
+         } else if (emit == "side-positions") {
+           r.emit = LongT5GlobalMap::side_positions;
+         } else if (emit != "block-ids") {
+           throw UsageError("emit " + emit +
+                            ": expected block-ids, segment-ids or side-positions");
+         }
+         tables.push_back(longt5_global_table(r));
        }},
   };
   return kinds;

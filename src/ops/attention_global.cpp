@@ -9,6 +9,7 @@
 
 #include "ops/attention_kernel.hpp"
 #include "posenc/encodings/bias.hpp"
+#include "posenc/encodings/longt5_global.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc::attention_detail {
@@ -95,38 +96,6 @@ void check_global(Geometry& g, const Shape* vs, const AttentionOptions& opt) {
   g.global = n;
 }
 
-void fixed_block_ids(const std::uint8_t* valid, std::size_t s, std::int64_t block_size,
-                     std::int32_t* ids, std::uint8_t* seg) {
-  // HF: fixed = cumsum(ones / G) - ones / G in float32 (torch's CPU cumsum adds in
-  // double and rounds each sum), then floor(mask + fixed - 1.0) in float32. For G not
-  // a power of two this is not always floor(i / G) (G 25: token 425 lands in block 16).
-  const float c = 1.0f / static_cast<float>(block_size);
-  std::int64_t full = 0;
-  for (std::size_t i = 0; i < s; ++i) {
-    std::int32_t id = -1;
-    if (valid[i]) {
-      const auto cum = static_cast<float>(static_cast<double>(c) * static_cast<double>(i + 1));
-      const float fixed = cum - c;
-      const float x = (1.0f + fixed) - 1.0f;
-      id = static_cast<std::int32_t>(std::max(-1.0f, std::floor(x)));
-    }
-    ids[i] = id;
-    if (static_cast<std::int64_t>(i % static_cast<std::size_t>(block_size)) == block_size - 1 &&
-        id >= 0) {
-      ++full;
-    }
-  }
-  // Orphans (the tokens after the last full block) join the last full block.
-  const auto last = static_cast<std::int32_t>(full - 1);
-  std::int32_t top = -1;
-  for (std::size_t i = 0; i < s; ++i) {
-    ids[i] = std::min(ids[i], last);
-    top = std::max(top, ids[i]);
-  }
-  const std::size_t n = s / static_cast<std::size_t>(block_size);
-  for (std::size_t gi = 0; gi < n; ++gi) seg[gi] = static_cast<std::int64_t>(gi) <= top;
-}
-
 template <class T>
 GlobalKeys<T> GlobalKeys<T>::from(const Geometry& g, const AttentionOptions& opt) {
   GlobalKeys<T> G;
@@ -163,8 +132,8 @@ GlobalKeys<T> GlobalKeys<T>::from(const Geometry& g, const AttentionOptions& opt
   G.ids.resize(g.b * s);
   G.seg.resize(g.b * n);
   for (std::size_t b = 0; b < g.b; ++b) {
-    fixed_block_ids(G.valid.data() + b * s, s, opt.global_block_size, G.ids.data() + b * s,
-                    G.seg.data() + b * n);
+    longt5_global_block_ids(G.valid.data() + b * s, s, opt.global_block_size,
+                            G.ids.data() + b * s, G.seg.data() + b * n);
   }
   if (opt.global_bias) {
     // g - block(i) runs from -(n - 1) (block n - 1) to n (padding, block -1).

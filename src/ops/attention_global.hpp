@@ -2,8 +2,9 @@
 // LongT5's transient-global side keys as extra attention keys (HF
 // LongT5TransientGlobalAttention): the K and V of the global block aggregates, seen by
 // every query after its own keys, with a T5-bucketed bias by block distance and HF's
-// side mask. The options are checked here (check_global), the block ids and the
-// bias by distance made once per run (GlobalKeys::from); the kernel folds the side
+// side mask. The options are checked here (check_global), the block ids
+// (longt5_global_block_ids, encodings/longt5_global.hpp) and the bias by distance made
+// once per run (GlobalKeys::from); the kernel folds the side
 // keys into each work item's softmax (attention_kernel.cpp, item_global). Internal to
 // the library.
 
@@ -22,12 +23,6 @@ namespace posenc::attention_detail {
 /// scaling); InputError for shapes that do not fit, sq != sk, and a mask that does not
 /// say which tokens are padding (a float mask, or one that varies by query or head).
 void check_global(Geometry& g, const Shape* vs, const AttentionOptions& opt);
-
-/// HF's _make_global_fixed_block_ids for one sequence of s tokens (`valid`: not
-/// padding): the block of each token into `ids` (-1 for padding) and, for the s / G
-/// global blocks, whether each is a segment of the sequence (1) or not (0) into `seg`.
-void fixed_block_ids(const std::uint8_t* valid, std::size_t s, std::int64_t block_size,
-                     std::int32_t* ids, std::uint8_t* seg);
 
 /// The run's side keys in the arithmetic type T: K and V held in b, h, s, d order, and
 /// per batch the block ids, padding and segments, the bias by g - block + n - 1 [hq][2n].

@@ -186,6 +186,7 @@ SIDE = {
     "ax1.npy": T.standard_normal((1, 4, 3)).astype(np.float32),
     "axids.npy": np.array([[0, 11, 5], [7, 7, 2]]),
     "cseg.npy": np.array([[0, 0, 1, 1, 2], [0, 1, 0, 2, 2]], dtype=np.int32),
+    "lmask.npy": np.array([[1] * 11, [1] * 8 + [0] * 3]),
     "ckseg.npy": np.array([[0, 2, 1], [1, 1, 0]]),
     "cbt.npy": T.standard_normal((9 + 8, 2)),
 }
@@ -262,6 +263,12 @@ TABLE_CASES += [
      lambda: posenc.table.cpmant_bucket(segment_ids=SIDE["cseg.npy"],
                                         key_segment_ids=SIDE["ckseg.npy"], segments=3,
                                         buckets=8, max_distance=10, bias_table=SIDE["cbt.npy"])),
+    (["longt5-global", "--attention-mask", "lmask.npy", "--global-block-size", "3",
+      "--emit", "side-positions"],
+     lambda: posenc.table.longt5_global(attention_mask=SIDE["lmask.npy"], global_block_size=3,
+                                        emit="side-positions")),
+    (["longt5-global", "--seq-len", "450", "--global-block-size", "25"],
+     lambda: posenc.table.longt5_global(seq_len=450, global_block_size=25)),
     (["cpmant-bucket", "--seq-len", "40"],
      lambda: posenc.table.cpmant_bucket(seq_len=40)),
 ]
