@@ -20,7 +20,8 @@ softmax in float64 (what "float64 rounding" means for the comparison).
 Returned per head, before the output projection `o`: q, k, v [b, h, s, d], the side k
 and v [b, h, n_global, d], and the probabilities and outputs scattered from the blocks
 back to sequence positions: probs [b, h, s, s] (local keys) and [b, h, s, n_global]
-(side keys), output [b, h, s, d].
+(side keys), output [b, h, s, d], and the logits (scores plus position_bias) likewise,
+-inf where HF adds -1e10 or the 3 blocks hold no such key.
 """
 import math
 
@@ -199,6 +200,8 @@ class LongT5Layer:
         # Back to sequence positions: block c, slot t of the 3 blocks is key
         # (c - 1) bl + t.
         full = torch.zeros(b, self.heads, s, s, dtype=torch.float64)
+        logits = torch.full((b, self.heads, s, s), -math.inf, dtype=torch.float64)
+        sb = torch.where(scores < -1e9, -math.inf, scores).permute(0, 2, 1, 3, 4)
         pb = probs.permute(0, 2, 1, 3, 4)  # [b, h, blocks, bl, 3 bl (+ n)]
         for c in range(nblocks):
             for r in range(bl):
@@ -209,12 +212,15 @@ class LongT5Layer:
                     j = (c - 1) * bl + t
                     if 0 <= j < s:
                         full[:, :, i, j] = pb[:, :, c, r, t]
-        side_probs = None
+                        logits[:, :, i, j] = sb[:, :, c, r, t]
+        side_probs = side_logits = None
         if transient_global:
             n = side_k.shape[1]
             side_probs = pb[..., 3 * bl:].reshape(b, self.heads, -1, n)[:, :, :s]
+            side_logits = sb[..., 3 * bl:].reshape(b, self.heads, -1, n)[:, :, :s]
         heads = lambda x: x.transpose(1, 2).contiguous()  # [b, s, h, d] -> [b, h, s, d]
         return dict(q=heads(q), k=heads(k), v=heads(v),
                     side_k=None if side_k is None else heads(side_k),
                     side_v=None if side_v is None else heads(side_v),
-                    probs=full, side_probs=side_probs, output=heads(out))
+                    probs=full, side_probs=side_probs, output=heads(out),
+                    logits=logits, side_logits=side_logits)

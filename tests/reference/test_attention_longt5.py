@@ -47,7 +47,8 @@ class LongT5Attention(PosencTestCase):
     def inputs(self, b, s):
         return torch.randn(b, s, 16, generator=self.gen, dtype=torch.float64)
 
-    def run_case(self, m, hidden, attention_mask, padding, tglobal, emit=("probs", "output")):
+    def run_case(self, m, hidden, attention_mask, padding, tglobal,
+                 emit=("logits", "probs", "output")):
         """posenc's probs and output for HF's layer `m` on `hidden`; `padding` is
         "lengths" (right padding as --key-lengths) or "mask" (a boolean --mask [b, 1, 1,
         s]). Returns (reference dict, posenc dict)."""
@@ -73,14 +74,19 @@ class LongT5Attention(PosencTestCase):
     def compare(self, ref, got, attention_mask, what):
         s = attention_mask.shape[1]
         rows = attention_mask.numpy() != 0  # [b, s]: real tokens
-        want_p = ref["probs"].numpy()
-        if ref["side_probs"] is not None:
-            want_p = np.concatenate([want_p, ref["side_probs"].numpy()], axis=-1)
-        want = {"probs": want_p, "output": ref["output"].numpy()}
+        want = {"output": ref["output"].numpy()}
+        for name in ("probs", "logits"):
+            want[name] = ref[name].numpy()
+            if ref["side_" + name] is not None:
+                want[name] = np.concatenate([want[name], ref["side_" + name].numpy()], axis=-1)
         for name, g in got.items():
             w = want[name]
             self.assertEqual(g.shape, w.shape, f"{what}: {name}")
             g, w = g.transpose(0, 2, 1, 3)[rows], w.transpose(0, 2, 1, 3)[rows]
+            if name == "logits":
+                # Masked alike (-inf; HF's -1e10), the others compared below.
+                np.testing.assert_array_equal(np.isinf(g), np.isinf(w), err_msg=what)
+                g, w = g[np.isfinite(w)], w[np.isfinite(w)]
             err = float(np.abs(g - w).max())
             if VERBOSE:
                 print(f"{what}: {name} max abs error {err:.3g} (max |ref| "
