@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <fmt/format.h>
 #include <limits.h>
 #include <signal.h>
@@ -489,6 +491,17 @@ void OutputFile::write_at(std::uint64_t offset, const void* data, std::size_t n)
     throw std::logic_error("OutputFile::write_at: not an open regular file, or past 2^63");
   }
   write_fd(data, n, static_cast<std::int64_t>(offset));
+}
+
+// On a disk file system (ext4: RoPE of 256 MiB NPY to NPY from 1.40 to 1.15 times cp and
+// mv) the writes then find their blocks allocated instead of reserving them page by
+// page. Not on tmpfs, where allocating is zeroing pages the writes then fill.
+void OutputFile::reserve(std::uint64_t n) {
+  if (!temp_ || finished_ || n == 0 || n > static_cast<std::uint64_t>(INT64_MAX)) return;
+  struct statfs fs {};
+  if (::fstatfs(fd_, &fs) != 0 || fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return;
+  // Errors (no such support, no space yet) are for the writes to report.
+  (void)::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(n));
 }
 
 void OutputFile::flush_buffer() {

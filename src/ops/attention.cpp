@@ -100,18 +100,19 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   plan(P, g, opt, v != nullptr);
   Tensor hq_, hk_, hv_;
   P.q = make_view<T>(q, g.axes, hq_);
-  P.k = make_view<T>(k, g.axes, hk_);
-  if (v) P.v = make_view<T>(*v, g.axes, hv_);
   AttentionResult res = allocate(P, q.shape(), take_output_sink(g, q.shape(), opt));
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
-  const std::size_t items = g.b * g.hq * nq;
+  const std::size_t nthreads = thread_count(g.b * g.hq * nq, g.threads);
+  OneBlasThread one_blas;
+  if (g.sq > 0 && run_widening(P, k, v, nq, nthreads)) return res;
+  P.k = make_view<T>(k, g.axes, hk_);
+  if (v) P.v = make_view<T>(*v, g.axes, hv_);
   if (g.sq > 0) {
-    OneBlasThread one_blas;
-    const std::size_t nthreads = thread_count(items, g.threads);
-    std::vector<Scratch<T>> scratch(nthreads);
-    for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
-      auto [b, h, q0] = item_at(g, P.bl, nq, it);
-      run_item<T>(P, scratch[t], b, h, q0);
+    const std::size_t gs = heads_per_item(g, nq, nthreads);
+    std::vector<std::vector<Scratch<T>>> scratch(nthreads, std::vector<Scratch<T>>(gs));
+    for_items(g.b * (g.hq / gs) * nq, nthreads, [&](std::size_t it, std::size_t t) {
+      auto [b, h0, q0] = item_at(g, P.bl, nq, it, gs);
+      run_items<T>(P, scratch[t], b, h0, q0);
     });
   }
   return res;

@@ -330,10 +330,21 @@ Blocks blocks_for(const Geometry& g, const AttentionOptions& opt) {
 }
 
 // The score tiles and per-row work memory of one worker thread, in bytes.
+std::size_t heads_per_item(const Geometry& g, std::size_t nq, std::size_t threads) {
+  const std::size_t group = g.hk > 0 ? g.hq / g.hk : 1;
+  if (g.sq > kGroupRows || group <= 1) return 1;
+  for (std::size_t gs = group; gs > 1; --gs) {
+    if (group % gs == 0 && g.b * (g.hq / gs) * nq >= threads) return gs;
+  }
+  return 1;
+}
+
 std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt) {
   const Blocks bl = blocks_for(g, opt);
-  return mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + g.dec_cols + g.global + 4) *
-         dtype_size(g.compute);
+  const std::size_t heads = g.sq <= kGroupRows && g.hk > 0 ? g.hq / g.hk : 1;
+  return mul_sat(mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + g.dec_cols + g.global + 4) *
+                     dtype_size(g.compute),
+                 heads);
 }
 
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,

@@ -70,6 +70,24 @@ TEST_F(AtomicTest, VisibleOnlyAfterCommit) {
   EXPECT_EQ(slurp(path("a.bin")), "hello");
 }
 
+// reserve() is a hint: the file holds what was written, however much was reserved, and
+// a reservation larger than the file system can give changes nothing.
+TEST_F(AtomicTest, ReserveKeepsTheSizeWritten) {
+  {
+    OutputFile out(path("a.bin"), {}, true);
+    out.reserve(std::uint64_t{8} << 20);
+    out.write(std::string(3 << 20, 'x'));
+    out.write("end", 3);
+    out.commit();
+  }
+  EXPECT_EQ(slurp(path("a.bin")), std::string(3 << 20, 'x') + "end");
+  OutputFile big(path("b.bin"), {}, true);
+  big.reserve(std::uint64_t{1} << 62);
+  big.write("b", 1);
+  big.commit();
+  EXPECT_EQ(slurp(path("b.bin")), "b");
+}
+
 TEST_F(AtomicTest, UncommittedLeavesNothingAndTargetUntouched) {
   put(path("a.bin"), "old");
   {

@@ -421,5 +421,42 @@ TEST(Attention, BudgetCountsTheGateAndTheMask) {
             b * sq * sk * sizeof(float));
 }
 
+// K and V in memory as f16 or bf16 are used in place, each key block widened as it is
+// used: the bits of the same run on K and V converted whole, for every emit, the bhsd
+// and bshd layouts, decoding (query heads sharing items) and prefill.
+TEST(Attention, WidenedInPlaceEqualsConvertedFirst) {
+  for (DType kv : {DType::f16, DType::bf16}) {
+    for (std::size_t sq : {std::size_t{1}, std::size_t{40}}) {
+      for (const char* axes : {"bhsd", "bshd"}) {
+        const bool bshd = axes[1] == 's';
+        auto shape = [&](std::size_t h, std::size_t s, std::size_t d) {
+          return bshd ? Shape{2, s, h, d} : Shape{2, h, s, d};
+        };
+        Tensor q = random_tensor(shape(4, sq, 16), 50, DType::f32);
+        Tensor k = random_tensor(shape(2, 2500, 16), 51, DType::f32).astype(kv);
+        Tensor v = random_tensor(shape(2, 2500, 8), 52, DType::f32).astype(kv);
+        Tensor k32 = k.astype(DType::f32), v32 = v.astype(DType::f32);
+        for (auto emit : {std::vector<AttentionEmit>{AttentionEmit::output, AttentionEmit::lse},
+                          std::vector<AttentionEmit>{AttentionEmit::probs,
+                                                     AttentionEmit::output}}) {
+          AttentionOptions o;
+          o.axes = axes;
+          o.causal = CausalAlign::bottom_right;
+          o.window_left = 1500;
+          o.emit = emit;
+          AttentionResult a = attention(q, k, &v, o), b = attention(q, k32, &v32, o);
+          for (AttentionEmit e : emit) {
+            const Tensor &x = a.get(e), &y = b.get(e);
+            ASSERT_EQ(x.nbytes(), y.nbytes());
+            EXPECT_EQ(std::memcmp(x.bytes(), y.bytes(), x.nbytes()), 0)
+                << dtype_name(kv) << " sq " << sq << " " << axes << " "
+                << attention_emit_name(e);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace posenc

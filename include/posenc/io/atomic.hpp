@@ -106,6 +106,9 @@ class OutputFile {
   /// atomic() outputs (a pipe cannot seek): std::logic_error otherwise. Errors as
   /// write().
   void write_at(std::uint64_t offset, const void* data, std::size_t n);
+  /// Allocates `n` bytes of disk for a temporary file the caller will fill (a hint:
+  /// nothing for other outputs, or when the file system cannot; the size is unchanged).
+  void reserve(std::uint64_t n);
   /// Flushes and, for a temporary file, closes it (fsync first with WriteOptions::sync);
   /// the target is unchanged.
   void finish();
