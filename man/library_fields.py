@@ -43,6 +43,7 @@ STRUCTS = [
     ("encodings/complex_order.hpp", "ComplexOrderRequest"),
     ("encodings/axial_positions.hpp", "AxialPositionsRequest"),
     ("encodings/cpmant_bucket.hpp", "CpmAntBucketRequest"),
+    ("encodings/longt5_global.hpp", "LongT5GlobalRequest"),
     ("encodings/rope_ids.hpp", "RopeIdsRules"),
     ("ops/attention.hpp", "AttentionOptions"),
     ("ops/attention_relative.hpp", "XlAttention"),

@@ -31,6 +31,7 @@
 #include "posenc/encodings/axial_positions.hpp"
 #include "posenc/encodings/complex_order.hpp"
 #include "posenc/encodings/cpmant_bucket.hpp"
+#include "posenc/encodings/longt5_global.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
@@ -746,6 +747,23 @@ const std::map<std::string, TableKind>& table_kinds() {
          r.bias_table = xarray_arg<double>(a.d, "bias_table");
          tables.push_back(cpmant_bucket_table(r));
        }},
+      {"longt5-global",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         LongT5GlobalRequest r;
+         r.attention_mask = xarray_arg<std::int64_t>(a.d, "attention_mask");
+         r.seq_len = get<std::int64_t>(a.d, "seq_len");
+         set_if(a.d, "global_block_size", r.global_block_size);
+         const std::string emit = get<std::string>(a.d, "emit").value_or("block-ids");
+         if (emit == "segment-ids") {
+           r.emit = LongT5GlobalMap::segment_ids;
+         } else if (emit == "side-positions") {
+           r.emit = LongT5GlobalMap::side_positions;
+         } else if (emit != "block-ids") {
+           throw UsageError("emit " + emit +
+                            ": expected block-ids, segment-ids or side-positions");
+         }
+         tables.push_back(longt5_global_table(r));
+       }},
   };
   return kinds;
 }
@@ -949,6 +967,7 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "key_grid_w", opt.key_grid_w);
   set_if(d, "clipped_symmetric", opt.clipped_symmetric);
   relative_window_options(d, opt);
+  set_if(d, "global_block_size", opt.global_block_size);
   set_if(d, "softcap", opt.softcap);
   if (auto m = get<std::string>(d, "masked_rows")) {
     if (*m != "zero" && *m != "nan")
@@ -999,7 +1018,10 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                         rel_pos_w = tensor_arg(tensors, "rel_pos_w"),
                         clipped = tensor_arg(tensors, "clipped_bias"),
                         rel_proj = tensor_arg(tensors, "relative_proj"),
-                        per_dim = tensor_arg(tensors, "per_dim_scale");
+                        per_dim = tensor_arg(tensors, "per_dim_scale"),
+                        global_k = tensor_arg(tensors, "global_k"),
+                        global_v = tensor_arg(tensors, "global_v"),
+                        global_bias = tensor_arg(tensors, "global_bias");
   if (rel_proj) opt.relative_proj = &*rel_proj;
   if (per_dim) opt.per_dim_scale = &*per_dim;
   std::optional<Tensor> gate[4];
@@ -1013,6 +1035,9 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   if (rel_pos_h) opt.rel_pos_h = &*rel_pos_h;
   if (rel_pos_w) opt.rel_pos_w = &*rel_pos_w;
   if (clipped) opt.clipped_bias = &*clipped;
+  if (global_k) opt.global_k = &*global_k;
+  if (global_v) opt.global_v = &*global_v;
+  if (global_bias) opt.global_bias = &*global_bias;
   if (mask) opt.mask = &*mask;
   if (key_lengths) opt.key_lengths = &*key_lengths;
   if (t5) opt.t5_bias = &*t5;

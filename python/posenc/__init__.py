@@ -194,6 +194,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               clipped_bias=None, clipped_symmetric=False, wavlm_gate=None,
               relative_left=None, relative_right=None, relative_sign=None,
               relative_beyond=None, relative_proj=None, per_dim_scale=None,
+              global_kv=None, global_block_size=None, global_bias=None,
               softcap=None, sinks=None, masked_rows=None, dtype=None,
               max_memory=None, allow_nonfinite=False, precision=None, arith=None,
               hf_config=None, hf_version=None, layer_type=None, layer=None,
@@ -237,6 +238,9 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         relative_k may also be per head [rows, hq, d].
     relative_proj [hq d, D] (with relative_left and relative_right), per_dim_scale [d]:
         Gemma-3n audio's timing-signal relative keys and per-dimension query scale.
+    global_kv (KG [b, hk, n, d], VG [b, hk, n, dv]) with global_block_size G (n = sk //
+        G) and global_bias [buckets, hq] (the t5_* bucket options): LongT5's
+        transient-global side keys, columns sk .. sk + n - 1 of the scores.
     softcap C; sinks [hq]; masked_rows "zero" or "nan"; dtype of the results;
     max_memory in bytes (InputError when the run would need more; default physical
     memory, 0 no limit); allow_nonfinite.
@@ -284,6 +288,16 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         for name, t in zip(("gate_input", "gate_weight", "gate_bias", "gate_const"),
                            wavlm_gate):
             tensors[name] = _arg(t, name)
+    if global_kv is not None:
+        if global_block_size is None:
+            raise UsageError("global_kv: needs global_block_size G (HF global_block_size)")
+        if v is None:
+            raise UsageError("global_kv: needs v (the side values go with the values)")
+        tensors["global_k"] = _arg(global_kv[0], "global_k")
+        tensors["global_v"] = _arg(global_kv[1], "global_v")
+        tensors["global_bias"] = _arg(global_bias, "global_bias")
+    elif global_block_size is not None or global_bias is not None:
+        raise UsageError("global_block_size/global_bias: only with global_kv")
     names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
     opt = {"axes": axes, "emit": names, "scale": scale, "softcap": softcap,
            "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
@@ -291,7 +305,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
            "sliding_window": sliding_window, "chunk_size": chunk_size,
            "max_distance": max_distance, "clipped_symmetric": bool(clipped_symmetric),
            "relative_left": relative_left, "relative_right": relative_right,
-           "relative_sign": relative_sign, "relative_beyond": relative_beyond}
+           "relative_sign": relative_sign, "relative_beyond": relative_beyond,
+           "global_block_size": global_block_size}
     if (any(x is not None for x in (relative_left, relative_right, relative_sign,
                                      relative_beyond))
             and relative_k is None and relative_v is None and relative_proj is None):
@@ -344,8 +359,9 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
             opt["alibi_max_bias"] = float(alibi_max_bias)
     elif alibi_max_bias is not None:
         raise UsageError("alibi_max_bias needs alibi")
-    if t5_bias is None and (t5_buckets is not None or t5_max_distance is not None or t5_causal):
-        raise UsageError("t5_buckets/t5_max_distance/t5_causal need t5_bias")
+    if t5_bias is None and global_bias is None and (
+            t5_buckets is not None or t5_max_distance is not None or t5_causal):
+        raise UsageError("t5_buckets/t5_max_distance/t5_causal need t5_bias or global_bias")
     opt.update(t5_buckets=t5_buckets, t5_max_distance=t5_max_distance,
                t5_bidirectional=not t5_causal)
     if max_distance is not None:

@@ -18,7 +18,8 @@ from ._posenc import InputError, UsageError
 
 __all__ = ["sinusoidal", "rope", "rope2d", "alibi", "relative", "t5_bucket", "xl_relative",
            "funnel_relative", "funnel_factorized", "deberta_bucket", "swin_index", "beit_index", "swinv2_coords", "levit_index",
-           "detr_sine", "fairseq_sinusoidal", "layoutlm_bucket", "complex_order", "reformer_axial", "cpmant_bucket"]
+           "detr_sine", "fairseq_sinusoidal", "layoutlm_bucket", "complex_order", "reformer_axial", "cpmant_bucket",
+           "longt5_global"]
 
 
 def _like(dtype):
@@ -312,3 +313,14 @@ def cpmant_bucket(*, segment_ids=None, key_segment_ids=None, seq_len=None, segme
                                   "seq_len": seq_len, "segments": segments,
                                   "buckets": buckets, "max_distance": max_distance,
                                   "bias_table": _values(bias_table, "bias_table")}, dtype)
+
+
+def longt5_global(*, attention_mask=None, seq_len=None, global_block_size=16, emit="block-ids",
+                  dtype=None):
+    """LongT5's transient-global index maps (HF _make_global_fixed_block_ids,
+    _make_side_relative_position_ids) for attention_mask [b, s] of 1 and 0 or seq_len
+    tokens: emit "block-ids" [b, s] (-1 for padding), "segment-ids" [b, s // G] or
+    "side-positions" [b, s, s // G], integers."""
+    return _run("longt5-global", {"attention_mask": _ints(attention_mask, "attention_mask"),
+                                  "seq_len": seq_len, "global_block_size": global_block_size,
+                                  "emit": emit}, dtype)

@@ -95,3 +95,6 @@ def cpmant_bucket(*, segment_ids: Optional[ArrayLike] = ...,
                   segments: int = ..., buckets: int = ..., max_distance: int = ...,
                   bias_table: Optional[ArrayLike] = ...,
                   dtype: Optional[DTypeLike] = ...) -> Any: ...
+def longt5_global(*, attention_mask: Optional[ArrayLike] = ..., seq_len: Optional[int] = ...,
+                  global_block_size: int = ..., emit: str = ...,
+                  dtype: Optional[DTypeLike] = ...) -> Any: ...

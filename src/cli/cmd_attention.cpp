@@ -68,6 +68,9 @@ struct AttentionCmdOptions {
   bool clipped_symmetric = false;
   std::string relative_proj, per_dim_scale;  // Gemma-3n audio
   std::vector<std::string> wavlm_gate;    // X W B C
+  std::vector<std::string> global_kv;     // KG VG
+  long long global_block_size = 0;
+  std::string global_bias;
   std::vector<std::string> decomposed;    // RH RW
   std::vector<long long> grid, key_grid;  // H W
   double softcap = 0;
@@ -160,7 +163,7 @@ std::vector<TensorRef> attention_inputs(const AttentionCmdOptions& o) {
   std::vector<TensorRef> refs;
   for (const std::string* r :
        {&o.q, &o.k, &o.v, &o.t5_bias, &o.relative_k, &o.relative_v, &o.sinks,
-        &o.clipped_bias, &o.relative_proj, &o.per_dim_scale}) {
+        &o.clipped_bias, &o.relative_proj, &o.per_dim_scale, &o.global_bias}) {
     if (!r->empty()) refs.push_back(parse_ref(*r));
   }
   for (const std::string& r : o.decomposed) refs.push_back(parse_ref(r));
@@ -215,6 +218,27 @@ void decomposed_options(const AttentionCmdOptions& o, AttentionOptions& opt) {
   }
 }
 
+// --global-kv KG VG, --global-block-size G, --global-bias T (LongT5 transient-global):
+// option values checked (the tensors are read with the other side tensors).
+void global_options(const AttentionCmdOptions& o) {
+  if (o.global_kv.empty()) {
+    if (given(o, "--global-block-size") || !o.global_bias.empty()) {
+      throw UsageError("--global-block-size/--global-bias: only with --global-kv");
+    }
+    return;
+  }
+  if (!given(o, "--global-block-size")) {
+    throw UsageError("--global-kv: needs --global-block-size G (HF global_block_size)");
+  }
+  if (o.global_block_size < 1 || o.global_block_size > (1LL << 31)) {
+    throw UsageError(
+        fmt::format("--global-block-size {}: must be from 1 to 2^31", o.global_block_size));
+  }
+  if (o.v.empty()) {
+    throw UsageError("--global-kv: needs -v (the side values VG go with the values)");
+  }
+}
+
 void run_attention(AttentionCmdOptions& o) {
   // Option values first: a usage error never waits for a large read.
   if (given(o, "--scale") && !(o.scale > 0 && std::isfinite(o.scale))) {
@@ -232,11 +256,14 @@ void run_attention(AttentionCmdOptions& o) {
   if (o.t5_bidirectional && o.t5_causal) {
     throw UsageError("--t5-bidirectional and --t5-causal exclude each other");
   }
-  if (o.t5_bias.empty() && (given(o, "--t5-buckets") || given(o, "--t5-max-distance") ||
-                            o.t5_bidirectional || o.t5_causal)) {
+  if (o.t5_bias.empty() && o.global_bias.empty() &&
+      (given(o, "--t5-buckets") || given(o, "--t5-max-distance") || o.t5_bidirectional ||
+       o.t5_causal)) {
     throw UsageError(
-        "--t5-buckets/--t5-max-distance/--t5-bidirectional/--t5-causal need --t5-bias");
+        "--t5-buckets/--t5-max-distance/--t5-bidirectional/--t5-causal need --t5-bias or "
+        "--global-bias");
   }
+  global_options(o);
   if (!o.rope) {
     for (const char* name :
          {"--style", "--base", "--rotary-dim", "--partial", "--start", "--position-ids",
@@ -391,10 +418,11 @@ void run_attention(AttentionCmdOptions& o) {
   const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
   if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() || !o.wavlm_gate.empty() ||
-                        !o.rope_opts.position_ids.empty() || !o.rope_opts.cu_seqlens.empty())) {
+                        !o.global_kv.empty() || !o.rope_opts.position_ids.empty() ||
+                        !o.rope_opts.cu_seqlens.empty())) {
     throw UsageError(
-        "--part: not with --mask, --key-lengths, --wavlm-gate, --position-ids or --cu-seqlens "
-        "(they follow the batch; run the whole batch)");
+        "--part: not with --mask, --key-lengths, --wavlm-gate, --global-kv, --position-ids or "
+        "--cu-seqlens (they follow the batch; run the whole batch)");
   }
 
   // Inputs: shapes from the headers first, so that the budget is checked before
@@ -415,7 +443,7 @@ void run_attention(AttentionCmdOptions& o) {
                     o.q, axes.letters, shape_str(q_shape)));
   }
   std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks, rel_h, rel_w;
-  std::optional<Tensor> gate[4], clipped, rel_proj, per_dim;
+  std::optional<Tensor> gate[4], clipped, rel_proj, per_dim, global_k, global_v, global_bias;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
     t = read_tensor(ref);
@@ -434,6 +462,12 @@ void run_attention(AttentionCmdOptions& o) {
   if (!o.wavlm_gate.empty()) {
     const Tensor** slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias, &opt.gate_const};
     for (int i = 0; i < 4; ++i) side(o.wavlm_gate[i], gate[i], *slots[i]);
+  }
+  if (!o.global_kv.empty()) {
+    side(o.global_kv[0], global_k, opt.global_k);
+    side(o.global_kv[1], global_v, opt.global_v);
+    side(o.global_bias, global_bias, opt.global_bias);
+    opt.global_block_size = o.global_block_size;
   }
   if (!o.decomposed.empty()) {
     side(o.decomposed[0], rel_h, opt.rel_pos_h);
@@ -581,6 +615,17 @@ void register_attention(CLI::App& app) {
                     "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
                     "query i of head h gets bias times a (g C_h - 1) + 2 (HF WavLMAttention)",
                     "X W B C");
+  add_values_option(sub, "--global-kv", o->global_kv,
+                    "LongT5 transient-global side keys and values [b, hk, n, d] and [b, hk, n, "
+                    "dv], n = sk / G (HF k(global_inputs), v(global_inputs)): every query "
+                    "also sees the global blocks of its sequence, as columns sk .. sk+n-1",
+                    "KG VG");
+  sub->add_option("--global-block-size", o->global_block_size,
+                  "G of --global-kv (HF global_block_size): token i is in global block "
+                  "floor(i/G) as HF computes it, padding in none");
+  sub->add_option("--global-bias", o->global_bias,
+                  "HF global_relative_attention_bias [buckets, hq]: side score (i, g) += "
+                  "table[t5_bucket(g - block(i))], with the --t5-* bucket options");
   sub->add_option("--relative-k", o->relative_k,
                   "Shaw relative key table [2M+1, d] (or per head [2M+1, hq, d]): logits += "
                   "q.rk[clip(j-i,-M,M)+M]");
@@ -660,7 +705,7 @@ void register_attention(CLI::App& app) {
   }
   add_part_option(sub, o->part,
                   "the batch axis b of Q, K and V (not with --mask, --key-lengths, "
-                  "--wavlm-gate, --position-ids or --cu-seqlens)");
+                  "--wavlm-gate, --global-kv, --position-ids or --cu-seqlens)");
   sub->callback([o] { run_attention(*o); });
 }
 

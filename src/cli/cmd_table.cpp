@@ -1,9 +1,9 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket, xl-relative, funnel-relative, funnel-factorized, deberta-bucket, swin-index,
 // beit-index, swinv2-coords, levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket,
-// complex-order, reformer-axial, cpmant-bucket). The options fill the library's table requests
-// (encodings/tables.hpp and the modules beside it); the table is computed in float64 and streamed
-// to the output block by block.
+// complex-order, reformer-axial, cpmant-bucket, longt5-global). The options fill the library's
+// table requests (encodings/tables.hpp and the modules beside it); the table is computed in
+// float64 and streamed to the output block by block.
 
 #include <fmt/format.h>
 
@@ -23,6 +23,7 @@
 #include "posenc/encodings/cpmant_bucket.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
+#include "posenc/encodings/longt5_global.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
@@ -325,6 +326,14 @@ struct CpmAntBucketOptions {
   std::string bias_table;
 };
 
+struct LongT5GlobalOptions {
+  Common c;
+  std::string attention_mask;
+  long long seq_len = 0;
+  long long global_block_size = 16;
+  std::string emit = "block-ids";
+};
+
 struct FairseqOptions {
   Common c;
   FairseqSinusoidalRequest r;
@@ -370,7 +379,7 @@ void register_table(CLI::App& app) {
         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
          "funnel-relative", "funnel-factorized", "deberta-bucket", "swin-index", "beit-index",
          "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal", "layoutlm-bucket",
-         "complex-order", "reformer-axial", "cpmant-bucket"});
+         "complex-order", "reformer-axial", "cpmant-bucket", "longt5-global"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -914,6 +923,37 @@ void register_table(CLI::App& app) {
       for (const std::string& w : o.weights) r.weights.push_back(read_values(w, "--weights", false));
       if (!o.position_ids.empty()) r.position_ids = read_int64(o.position_ids, "--position-ids");
       write_out(axial_positions_table(r), o.c);
+    });
+  }
+  if (wanted("longt5-global")) {
+    static LongT5GlobalOptions o;
+    auto* sub = table->add_subcommand(
+        "longt5-global",
+        "LongT5 transient-global index maps (HF _make_global_fixed_block_ids, "
+        "_make_side_relative_position_ids): block ids [b, s], global segment ids [b, s/G] or "
+        "side relative positions [b, s, s/G], integers");
+    sub->add_option("--attention-mask", o.attention_mask,
+                    "HF attention_mask REF [b, s] of 1 (token) and 0 (padding)");
+    sub->add_option("--seq-len", o.seq_len, "S: one row of S tokens without padding, [1, S]");
+    sub->add_option("--global-block-size", o.global_block_size,
+                    "HF global_block_size G (default 16)");
+    sub->add_option("--emit", o.emit,
+                    "block-ids (default; HF global_block_ids, -1 for padding), segment-ids (HF "
+                    "global_segment_ids) or side-positions (g - block(i))")
+        ->check(CLI::IsMember({"block-ids", "segment-ids", "side-positions"}));
+    add_common(sub, o.c, kIntDtypeHelp);
+    sub->callback([sub] {
+      LongT5GlobalRequest r;
+      r.global_block_size = o.global_block_size;
+      if (sub->count("--seq-len") > 0) r.seq_len = o.seq_len;
+      r.emit = o.emit == "segment-ids"      ? LongT5GlobalMap::segment_ids
+               : o.emit == "side-positions" ? LongT5GlobalMap::side_positions
+                                            : LongT5GlobalMap::block_ids;
+      longt5_global_check(r, !o.attention_mask.empty());  // before the mask is read
+      if (!o.attention_mask.empty()) {
+        r.attention_mask = read_int64(o.attention_mask, "--attention-mask");
+      }
+      write_out(longt5_global_table(r), o.c);
     });
   }
   if (wanted("cpmant-bucket")) {

@@ -178,7 +178,8 @@ Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
   AttentionOptions scores_only = opt;
   scores_only.emit = {AttentionEmit::logits};
   scores_only.relative_v = nullptr;  // belongs with V
-  return check(q, k, nullptr, q_dtype, scores_only).logits_shape();
+  scores_only.global_v = nullptr;  // belongs with V
+  return check(q, k, nullptr, q_dtype, scores_only).scores_shape();
 }
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
@@ -348,6 +349,16 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
     a.push_back({"key_grid",
                  std::vector<double>{static_cast<double>(kg ? opt.key_grid_h : opt.grid_h),
                                      static_cast<double>(kg ? opt.key_grid_w : opt.grid_w)}});
+  }
+  if (g.global) {
+    a.push_back({"global_block_size", static_cast<long long>(opt.global_block_size)});
+    a.push_back({"global_blocks", static_cast<long long>(g.global)});
+    a.push_back({"global_bias", static_cast<long long>(opt.global_bias != nullptr)});
+    if (opt.global_bias && !opt.t5_bias) {
+      a.push_back({"t5_buckets", static_cast<long long>(opt.t5_buckets)});
+      a.push_back({"t5_max_distance", static_cast<long long>(opt.t5_max_distance)});
+      a.push_back({"t5_bidirectional", static_cast<long long>(opt.t5_bidirectional)});
+    }
   }
   a.push_back({"sinks", static_cast<long long>(opt.sinks != nullptr)});
   if (!opt.cu_seqlens.empty()) {

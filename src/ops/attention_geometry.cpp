@@ -13,6 +13,7 @@
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
 #include "ops/attention_gate.hpp"
+#include "ops/attention_global.hpp"
 #include "ops/attention_timing.hpp"
 #include "posenc/encodings/arith.hpp"
 
@@ -85,7 +86,8 @@ void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
       {opt.rel_pos_h, "rel_pos_h"}, {opt.rel_pos_w, "rel_pos_w"}, {opt.gate_input, "gate_input"},
       {opt.gate_weight, "gate_weight"}, {opt.gate_bias, "gate_bias"},
       {opt.gate_const, "gate_const"}, {opt.clipped_bias, "clipped_bias"},
-      {opt.relative_proj, "relative_proj"}, {opt.per_dim_scale, "per_dim_scale"}};
+      {opt.relative_proj, "relative_proj"}, {opt.per_dim_scale, "per_dim_scale"},
+      {opt.global_k, "global_k"}, {opt.global_v, "global_v"}, {opt.global_bias, "global_bias"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) throw nonfinite_input(what);
   }
@@ -315,6 +317,7 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   check_gate(g, opt);
   check_clipped(g, opt);
   check_timing(g, opt);
+  check_global(g, vs, opt);
   return g;
 }
 
@@ -350,7 +353,7 @@ std::size_t heads_per_item(const Geometry& g, std::size_t nq, std::size_t thread
 std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt) {
   const Blocks bl = blocks_for(g, opt);
   const std::size_t heads = g.sq <= kGroupRows && g.hk > 0 ? g.hq / g.hk : 1;
-  return mul_sat(mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + g.dec_cols + 4) *
+  return mul_sat(mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + g.dec_cols + g.global + 4) *
                      dtype_size(g.compute),
                  heads);
 }
@@ -360,7 +363,7 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
                                               const AttentionOptions& opt) {
   std::size_t ts = dtype_size(g.compute);
   std::size_t os = dtype_size(g.out);
-  std::size_t scores = mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.sk);
+  std::size_t scores = mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.cols());
   std::size_t need = 0;
   std::string names;
   auto add_name = [&names](const char* n) {

@@ -41,6 +41,7 @@ struct Geometry {
   RelativeWindow window;     // their window (symmetric M, M by default)
   bool rel_k_per_head = false;  // relative_k [rows, hq, d] (or relative_proj)
   std::size_t dec_cols = 0;  // key rows + key columns of the decomposed term, 0 if none
+  std::size_t global = 0;    // LongT5 side keys after the sk keys (attention_global), 0 if none
   DType compute = DType::f32;
   DType out = DType::f32;
   DType lse = DType::f32;
@@ -57,6 +58,14 @@ struct Geometry {
     if (has_h) s.push_back(hq);
     s.push_back(sq);
     s.push_back(sk);
+    return s;
+  }
+  /// Columns of the emitted logits and probs: the keys, then the side keys.
+  std::size_t cols() const { return sk + global; }
+  /// The emitted logits' and probs' shape: logits_shape() with cols() columns.
+  Shape scores_shape() const {
+    Shape s = logits_shape();
+    s.back() = cols();
     return s;
   }
   Shape lse_shape() const {
@@ -118,7 +127,8 @@ std::size_t heads_per_item(const Geometry& g, std::size_t nq, std::size_t thread
 std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt);
 /// The bytes the plan of a run holds besides Q, K, V and the tiles: a mask's copy, the
 /// T5 or clipped bias gathered by distance, WavLM's gate factors, the Shaw tables, the
-/// sinks and a converted score bias (attention_terms.cpp, beside plan()).
+/// sinks, a converted score bias and LongT5's side keys (attention_terms.cpp, beside
+/// plan()).
 std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt);
 /// The memory an in-memory run needs, and the names of what takes it.
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,

@@ -179,6 +179,7 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
   no(opt.score_bias != nullptr,
      "relative score terms (--rel-keys, --factorized, --pos-key/--pos-query)");
   no(opt.sinks != nullptr, "--sinks");
+  no(opt.global_k != nullptr, "--global-kv (LongT5's side keys: use --arith exact)");
   no(g.emit_lse, "lse output");
   no(opt.masked_rows != MaskedRows::zero,
      "--masked-rows (fully masked rows give what its "

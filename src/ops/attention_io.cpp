@@ -36,8 +36,8 @@ template <class T>
 AttentionResult allocate(Plan<T>& P, const Shape& q_shape, TensorSink* out_sink) {
   const Geometry& g = P.g;
   AttentionResult res;
-  if (g.emit_logits) res.logits = Tensor(g.out, g.logits_shape()), P.logits = res.logits.bytes();
-  if (g.emit_probs) res.probs = Tensor(g.out, g.logits_shape()), P.probs = res.probs.bytes();
+  if (g.emit_logits) res.logits = Tensor(g.out, g.scores_shape()), P.logits = res.logits.bytes();
+  if (g.emit_probs) res.probs = Tensor(g.out, g.scores_shape()), P.probs = res.probs.bytes();
   if (g.emit_output) {
     const Shape os = g.output_shape(q_shape);
     P.out_st = strides_of(os, g.axes);
@@ -72,7 +72,7 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
   f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows + g.dec_cols) * ts + 8 + 16));
   f = add_sat(f, plan_bytes(g, opt));
   // One worker's score tiles (see Geometry::threads).
-  m.tile = mul_sat(bl.q, bl.k) * ts;
+  m.tile = mul_sat(bl.q, bl.k + g.global) * ts;
   m.fixed = add_sat(f, m.tile);
   auto per = [&](const TensorInfo& t, std::size_t width) {
     std::size_t bytes = dtype_size(t.dtype) + (t.dtype != g.compute || !d_last ? ts : 0);

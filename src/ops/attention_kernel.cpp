@@ -360,7 +360,8 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
       std::fill(s, s + a, neg_inf);
       std::fill(s + e, s + n, neg_inf);
       if (P.logits) {
-        store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk + j0, 1, s, n, T(1));
+        store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.cols() + j0, 1, s, n,
+                 T(1));
       }
       // Online softmax update.
       const T m_old = w.m[r];
@@ -438,6 +439,74 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
   }
 }
 
+// LongT5's side keys (attention_global.hpp) folded into the item's rows after all its
+// key blocks, as one more block of P.global.n keys: scores scale q.kg plus the bias by
+// block distance, HF's side mask, the online softmax update, the product with the side
+// values. In item_end, so that every run (in memory, chunked, in place) folds them the
+// same way. w.side keeps the rows' exponentials for the probs, w.side_alpha the factor
+// of the key-block exponentials kept in the tile.
+template <class T>
+void item_global(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
+                 std::size_t q0) {
+  const Geometry& g = P.g;
+  const GlobalKeys<T>& G = P.global;
+  const std::size_t qn = std::min(P.bl.q, g.sq - q0), n = G.n, dv = g.dv;
+  const std::size_t kvh = hi_q / (g.hq / g.hk);
+  const bool need_v = P.has_v && g.emit_output;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T* qp = P.q.p + bi * P.q.b + hi_q * P.q.h + q0 * P.q.s;
+  w.side.resize(qn * n);
+  w.side_alpha.assign(qn, T(1));
+  gemm(true, qn, n, g.d, P.scale, qp, P.q.s, G.k.data() + (bi * g.hk + kvh) * n * g.d, g.d, T(0),
+       w.side.data());
+  if (P.check_overflow && !all_finite(w.side.data(), qn * n)) overflow<T>(bi, hi_q, q0);
+  const T* bias = G.bias.empty() ? nullptr : G.bias.data() + hi_q * 2 * n;
+  for (std::size_t r = 0; r < qn; ++r) {
+    T* s = w.side.data() + r * n;
+    const std::size_t tok = bi * g.sq + q0 + r;
+    const std::uint8_t valid = G.valid[tok];
+    // Index of g - block(i) in the bias: g - block + n - 1.
+    const std::int64_t shift = static_cast<std::int64_t>(n) - 1 - G.ids[tok];
+    for (std::size_t c = 0; c < n; ++c) {
+      T x = s[c];
+      if (bias) x += bias[static_cast<std::int64_t>(c) + shift];
+      if (P.check_overflow && !(std::abs(x) <= std::numeric_limits<T>::max())) {
+        overflow<T>(bi, hi_q, q0);
+      }
+      s[c] = G.seg[bi * n + c] == valid ? x : neg_inf;
+    }
+    if (P.logits) {
+      store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.cols() + g.sk, 1, s, n,
+               T(1));
+    }
+    const T m_old = w.m[r];
+    const T m_new = std::max(m_old, row_max(s, n));
+    if (m_new == neg_inf) {
+      if (std::any_of(s, s + n, [](T x) { return x != x; })) {
+        w.l[r] = std::numeric_limits<double>::quiet_NaN();
+      }
+      std::fill(s, s + n, T(0));
+      continue;
+    }
+    const double alpha = m_old == neg_inf ? 0.0 : std::exp(static_cast<double>(m_old - m_new));
+    const double sum = exp_shift_sum(s, n, m_new, !P.check_overflow);
+    w.l[r] = w.l[r] * alpha + sum;
+    w.m[r] = m_new;
+    if (alpha != 1.0) {
+      const T a = static_cast<T>(alpha);
+      w.side_alpha[r] = a;
+      if (need_v) {
+        for (std::size_t c = 0; c < dv; ++c) w.o[r * dv + c] *= a;
+      }
+      for (std::size_t c = 0; !w.bucket.empty() && c < P.R; ++c) w.bucket[r * P.R + c] *= a;
+    }
+  }
+  if (need_v) {
+    gemm(false, qn, dv, n, T(1), w.side.data(), n, G.v.data() + (bi * g.hk + kvh) * n * dv, dv,
+         T(1), w.o.data());
+  }
+}
+
 // Normalises the item's rows and stores them; `tile` holds the whole score rows when
 // probs are materialised.
 template <class T>
@@ -447,6 +516,7 @@ void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::
   const std::size_t qn = std::min(P.bl.q, g.sq - q0);
   const bool need_v = P.has_v && g.emit_output;
   const std::size_t dv = g.dv;
+  if (P.global.on()) item_global(P, w, bi, hi_q, q0);
   if (need_v && !w.bucket.empty()) {
     gemm(false, qn, dv, P.R, T(1), w.bucket.data(), P.R, P.rel_v.data(), dv, T(1), w.o.data());
   }
@@ -470,7 +540,11 @@ void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::
     if (P.probs) {
       const T* s = tile.data() + r * g.sk;  // one block when probs are materialised
       if (empty) {
-        fill<T>(g.out, P.probs, row * g.sk, 1, g.sk, static_cast<double>(inv));
+        fill<T>(g.out, P.probs, row * g.cols(), 1, g.cols(), static_cast<double>(inv));
+      } else if (P.global.on()) {
+        store<T>(g.out, P.probs, row * g.cols(), 1, s, g.sk, inv * w.side_alpha[r]);
+        store<T>(g.out, P.probs, row * g.cols() + g.sk, 1, w.side.data() + r * P.global.n,
+                 P.global.n, inv);
       } else {
         store<T>(g.out, P.probs, row * g.sk, 1, s, g.sk, inv);
       }

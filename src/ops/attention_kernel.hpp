@@ -22,6 +22,7 @@
 
 #include "ops/attention_decomposed.hpp"
 #include "ops/attention_geometry.hpp"
+#include "ops/attention_global.hpp"
 #include "ops/attention_mask.hpp"
 #include "posenc/ops/attention.hpp"
 
@@ -122,6 +123,7 @@ struct Plan {
   std::size_t rel_k_head = 0;           // rel_k's stride between heads; 0 = one table
   std::size_t R = 0;
   Decomposed dec;            // SAM decomposed relative positions (attention_decomposed)
+  GlobalKeys<T> global;      // LongT5's side keys (attention_global), folded in by item_end
   const T* bias = nullptr;   // score_bias [b][hq][sq][sk], or null
   std::vector<T> bias_copy;  // score_bias converted to T when its type differs
   MaskedRows masked_rows = MaskedRows::zero;
@@ -145,6 +147,9 @@ template <class T>
 struct Scratch {
   std::vector<T> s, o, qr, bucket, m;
   std::vector<T> dec;  // the rows' decomposed terms, Decomposed::cols() per row
+  // The rows' side-key probabilities (unnormalised), and the factor their key-block
+  // exponentials took when the side keys raised the row maximum (attention_global).
+  std::vector<T> side, side_alpha;
   std::vector<std::byte> out_rows;  // an item's output rows, for Plan::out_sink
   std::vector<double> l;
   std::vector<std::int64_t> lo, hi;
@@ -194,8 +199,8 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
                const View<T>& V, std::size_t c0, std::size_t bi, std::size_t hi_q,
                std::size_t q0, std::size_t j_begin, std::size_t j_end);
 
-// Normalises the item's rows and stores them; `tile` holds the whole score rows when
-// probs are materialised.
+// Normalises the item's rows and stores them, after folding in the side keys of
+// P.global; `tile` holds the whole score rows when probs are materialised.
 template <class T>
 void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::size_t bi,
               std::size_t hi_q, std::size_t q0);

@@ -1,8 +1,8 @@
 // The plan of an attention run (attention_kernel.hpp's Plan) from the options: the
 // masks, and the score terms the kernel adds element by element (Shaw's relative keys
 // and values, SAM's decomposed relative positions, ALiBi, T5's bucketed bias and
-// WavLM's gate on it, Phi-4-multimodal audio's clipped-distance bias, sinks, a score
-// bias, soft-capping).
+// WavLM's gate on it, Phi-4-multimodal audio's clipped-distance bias, LongT5's side
+// keys, sinks, a score bias, soft-capping).
 #include <xtensor/xstrides.hpp>
 #include <fmt/format.h>
 
@@ -116,6 +116,7 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
     }
   }
   P.dec = Decomposed::from(g, opt);
+  P.global = GlobalKeys<T>::from(g, opt);
   if (opt.sinks) P.sinks = to_vector<T>(*opt.sinks);
   if (opt.score_bias) {
     if (opt.score_bias->dtype() == dtype_of<T>()) {
@@ -153,6 +154,12 @@ std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt) {
   n = add_sat(n, mul_sat(numel(opt.sinks), ts));
   if (opt.score_bias && opt.score_bias->dtype() != g.compute) {
     n = add_sat(n, mul_sat(numel(opt.score_bias), ts));
+  }
+  if (g.global) {
+    // LongT5's side keys and values in T, their bias by distance, block ids and masks.
+    n = add_sat(n, mul_sat(mul_sat(mul_sat(g.b, g.hk), g.global), mul_sat(g.d + g.dv, ts)));
+    n = add_sat(n, mul_sat(mul_sat(g.hq, 2 * g.global), ts));
+    n = add_sat(n, mul_sat(mul_sat(g.b, g.sk + g.global), 6));
   }
   return n;
 }

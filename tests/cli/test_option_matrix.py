@@ -150,6 +150,16 @@ ATTENTION_ROWS = {
                             ["--clipped-bias", "{clip}", "--clipped-symmetric"]),
     "--wavlm-gate": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--wavlm-gate", "{gx}", "{gw}",
                                               "{gb}", "{gc}"]),
+    # LongT5's side keys (square queries): 10 keys in 3 blocks of 3, or 2 of 4 or 5
+    # (token 4 in block 1, then 0: the bias by block distance moves).
+    "--global-kv": ([], ["--global-kv", "{kg}", "{vg}", "--global-block-size", "3"]),
+    "--global-block-size": (["--global-kv", "{kg2}", "{vg2}", "--global-block-size", "4",
+                             "--global-bias", "{gbias}"],
+                            ["--global-kv", "{kg2}", "{vg2}", "--global-block-size", "5",
+                             "--global-bias", "{gbias}"]),
+    "--global-bias": (["--global-kv", "{kg}", "{vg}", "--global-block-size", "3"],
+                      ["--global-kv", "{kg}", "{vg}", "--global-block-size", "3",
+                       "--global-bias", "{gbias}"]),
     "--relative-k": ([], ["--relative-k", "{rk}"]),
     "--per-dim-scale": ([], ["--per-dim-scale", "{pds}"]),
     "--relative-proj": ([], ["--relative-proj", "{rproj}", "--relative-left", "2",
@@ -285,6 +295,10 @@ class OptionMatrix(PosencTestCase):
         save("gb", r.standard_normal(8).astype(np.float32))
         save("gc", r.standard_normal((1, 4, 1, 1)).astype(np.float32))
         save("rpw", r.standard_normal((9, 8)).astype(np.float32))
+        for n in (3, 2):  # LongT5's side keys and values of n global blocks
+            save(f"kg{'' if n == 3 else n}", r.standard_normal((1, 2, n, 8)).astype(np.float32))
+            save(f"vg{'' if n == 3 else n}", r.standard_normal((1, 2, n, 8)).astype(np.float32))
+        save("gbias", r.standard_normal((32, 4)).astype(np.float32))
         save("relk", r.standard_normal((10, 4, 8)).astype(np.float32))
         save("u", r.standard_normal((4, 8)).astype(np.float32))
         save("segemb", r.standard_normal((2, 4, 8)).astype(np.float32))
@@ -343,7 +357,7 @@ class OptionMatrix(PosencTestCase):
 
     def check_rows(self, command, rows, modes):
         for option, (base, with_option) in rows.items():
-            square = "--cu-seqlens" in with_option or "--pos-query" in with_option
+            square = any(o in with_option for o in ("--cu-seqlens", "--pos-query", "--global-kv"))
             exact = {}
             for mode in modes:
                 with self.subTest(command=command, option=option, mode=mode):

@@ -194,6 +194,7 @@ SIDE = {
     "ax1.npy": T.standard_normal((1, 4, 3)).astype(np.float32),
     "axids.npy": np.array([[0, 11, 5], [7, 7, 2]]),
     "cseg.npy": np.array([[0, 0, 1, 1, 2], [0, 1, 0, 2, 2]], dtype=np.int32),
+    "lmask.npy": np.array([[1] * 11, [1] * 8 + [0] * 3]),
     "ckseg.npy": np.array([[0, 2, 1], [1, 1, 0]]),
     "cbt.npy": T.standard_normal((9 + 8, 2)),
 }
@@ -270,6 +271,12 @@ TABLE_CASES += [
      lambda: posenc.table.cpmant_bucket(segment_ids=SIDE["cseg.npy"],
                                         key_segment_ids=SIDE["ckseg.npy"], segments=3,
                                         buckets=8, max_distance=10, bias_table=SIDE["cbt.npy"])),
+    (["longt5-global", "--attention-mask", "lmask.npy", "--global-block-size", "3",
+      "--emit", "side-positions"],
+     lambda: posenc.table.longt5_global(attention_mask=SIDE["lmask.npy"], global_block_size=3,
+                                        emit="side-positions")),
+    (["longt5-global", "--seq-len", "450", "--global-block-size", "25"],
+     lambda: posenc.table.longt5_global(seq_len=450, global_block_size=25)),
     (["cpmant-bucket", "--seq-len", "40"],
      lambda: posenc.table.cpmant_bucket(seq_len=40)),
 ]
@@ -465,6 +472,31 @@ def test_attention_options(tmp_path, args, kw):
     got = posenc.attention(q, k, v, emit=("logits", "probs", "output", "lse"), **kw)
     for name, g in zip(("logits", "probs", "output", "lse"), got):
         same(g, np.load(f"{name}.npy"))
+
+
+def test_attention_global_kv(tmp_path):
+    # LongT5 transient-global: side keys, their block size and bias, with key lengths.
+    os.chdir(tmp_path)
+    g = np.random.default_rng(9)
+    q, k, v = (g.standard_normal((2, 2, 11, 4)) for _ in range(3))
+    kg, vg = g.standard_normal((2, 2, 3, 4)), g.standard_normal((2, 2, 3, 4))
+    gb, t5 = g.standard_normal((8, 2)), g.standard_normal((8, 2))
+    lengths = np.array([11, 7])
+    for name, a in (("q", q), ("k", k), ("v", v), ("kg", kg), ("vg", vg), ("gb", gb),
+                    ("t5", t5), ("kl", lengths)):
+        np.save(f"{name}.npy", a)
+    run("attention", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy", "--emit",
+        "logits,probs,output,lse", "-o", "{}.npy", "--scale", "1", "--window", "2,2",
+        "--t5-bias", "t5.npy", "--t5-buckets", "8", "--key-lengths", "kl.npy",
+        "--global-kv", "kg.npy", "vg.npy", "--global-block-size", "3", "--global-bias", "gb.npy")
+    got = posenc.attention(q, k, v, emit=("logits", "probs", "output", "lse"), scale=1.0,
+                           window=(2, 2), t5_bias=t5, t5_buckets=8, key_lengths=lengths,
+                           global_kv=(kg, vg), global_block_size=3, global_bias=gb)
+    for name, a in zip(("logits", "probs", "output", "lse"), got):
+        same(a, np.load(f"{name}.npy"))
+    assert got[1].shape == (2, 2, 11, 14)
+    with pytest.raises(posenc.UsageError, match="global_kv: needs global_block_size"):
+        posenc.attention(q, k, v, global_kv=(kg, vg))
 
 
 def test_attention_hf_config_arith_hf_and_relative(tmp_path):

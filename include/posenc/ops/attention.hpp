@@ -140,6 +140,23 @@ struct AttentionOptions {
   const Tensor* gate_weight = nullptr;  ///< gru_rel_pos_linear.weight [8, E]
   const Tensor* gate_bias = nullptr;    ///< gru_rel_pos_linear.bias [8]
   const Tensor* gate_const = nullptr;   ///< gru_rel_pos_const, hq values ([1, hq, 1, 1] or [hq])
+  /// LongT5's transient-global side keys (HF LongT5TransientGlobalAttention): K and V
+  /// of the n_global = sk / global_block_size block aggregates, [b, hk, n_global, d] and
+  /// [b, hk, n_global, dv] in the axes order of Q (global_v is needed with V, and not
+  /// without). They follow the sk keys as columns sk .. sk + n_global - 1 of the scores;
+  /// score (i, g) = scale q_i.kg_g + global_bias[bucket(g - block(i)), h] (T5 buckets of
+  /// t5_buckets, t5_max_distance, t5_bidirectional), and the query sees side key g when
+  /// "g <= the largest block id" equals "token i is not padding" (HF's eq(mask,
+  /// global_segment_ids)). block(i) is HF's _make_global_fixed_block_ids: floor(i / G)
+  /// computed in float32 as upstream, -1 for padding, the tokens after the last full
+  /// block joining it. Padding is read from key_lengths and a boolean mask over keys
+  /// alone ([b, 1, 1, sk]). Needs sq == sk; not with cu_seqlens, softcap or query scaling.
+  const Tensor* global_k = nullptr;
+  /// The side values [b, hk, n_global, dv] (--global-kv KG VG: global_k is KG).
+  const Tensor* global_v = nullptr;
+  std::int64_t global_block_size = 0;  ///< HF's global_block_size G, >= 1 with global_k
+  /// HF's global_relative_attention_bias [buckets, hq], or none (no side bias).
+  const Tensor* global_bias = nullptr;
   /// Shaw et al. tables [2M+1, d] and [2M+1, dv], index relative_index(qpos, j, M).
   /// relative_k may also hold one table per query head, [2M+1, hq, d] (Gemma-3n audio's
   /// projected timing signals, HF Gemma3nAudioRelativePositionEmbedding's sin_emb).
@@ -224,7 +241,9 @@ struct AttentionOptions {
 
 /// The emitted tensors (those not asked for are empty) and the parameters used.
 struct AttentionResult {
-  Tensor logits;  ///< [b, hq, sq, sk] (b and h only where Q has them)
+  /// [b, hq, sq, sk] (b and h only where Q has them; sk + n_global columns with
+  /// global_k)
+  Tensor logits;
   Tensor probs;   ///< same shape as logits
   Tensor output;  ///< Q's shape and axes order with d replaced by dv
   Tensor lse;     ///< [b, hq, sq] (b and h only where Q has them)
@@ -265,7 +284,7 @@ std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape
                                                      DType q_dtype, const AttentionOptions& opt);
 
 /// The shape of the scores (logits, probs) for Q and K of these shapes: [b, hq, sq, sk],
-/// b and h only where Q has them. Checks Q, K and the options as `attention` does (V
+/// b and h only where Q has them, sk + n_global columns with global_k. Checks Q, K and the options as `attention` does (V
 /// and the emitted tensors aside).
 Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
                              const AttentionOptions& opt);
