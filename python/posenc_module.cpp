@@ -640,6 +640,9 @@ const std::map<std::string, TableKind>& table_kinds() {
          SwinV2CoordsRequest r;
          std::tie(r.height, r.width) = window_of(a.d, "window");
          std::tie(r.pretrained_height, r.pretrained_width) = window_of(a.d, "pretrained_window");
+         r.mlp_w1 = xarray_arg<double>(a.d, "mlp_w1");
+         r.mlp_b1 = xarray_arg<double>(a.d, "mlp_b1");
+         r.mlp_w2 = xarray_arg<double>(a.d, "mlp_w2");
          tables.push_back(swinv2_coords_table(r));
        }},
       {"levit-index",

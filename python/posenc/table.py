@@ -204,13 +204,21 @@ def beit_index(*, window, bias_table=None, dtype=None):
                                "bias_table": _values(bias_table, "bias_table")}, dtype)
 
 
-def swinv2_coords(*, window, pretrained_window=None, dtype=None):
+def swinv2_coords(*, window, pretrained_window=None, mlp=None, dtype=None):
     """Swin-V2 relative_coords_table [2H-1, 2W-1, 2]: sign(c) log2(1 + |c|) / 3 with
     c = 8 d / (P - 1) for the offsets d of the window; pretrained_window (P_H, P_W)
-    (HF pretrained_window_size, each at least 2) divides instead of the window."""
+    (HF pretrained_window_size, each at least 2) divides instead of the window.
+    mlp (W1 [hidden, 2], B1 [hidden], W2 [heads, hidden]), HF's
+    continuous_position_bias_mlp: the bias 16 sigmoid(mlp(coords)) gathered by
+    relative_position_index, [heads, HW, HW], instead."""
+    if mlp is not None and len(mlp) != 3:
+        raise UsageError("mlp: expected the three weights (W1, B1, W2)")
+    w1, b1, w2 = mlp if mlp is not None else (None, None, None)
     return _run("swinv2-coords", {"window": _window(window),
                                   "pretrained_window": _window(pretrained_window,
-                                                               "pretrained_window")}, dtype)
+                                                               "pretrained_window"),
+                                  "mlp_w1": _values(w1, "mlp"), "mlp_b1": _values(b1, "mlp"),
+                                  "mlp_w2": _values(w2, "mlp")}, dtype)
 
 
 def levit_index(*, resolution, stride=1, bias_table=None, dtype=None):

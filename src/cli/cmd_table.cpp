@@ -277,6 +277,7 @@ struct WindowIndexOptions {
 struct SwinV2Options {
   Common c;
   std::vector<long long> window, pretrained;
+  std::vector<std::string> mlp;  // W1 B1 W2
 };
 
 struct LevitOptions {
@@ -689,7 +690,7 @@ void register_table(CLI::App& app) {
         "swinv2-coords",
         "Swin-V2 relative_coords_table, the input of its position-bias MLP: sign(c) "
         "log2(1 + |c|) / 3 with c = 8 d / (P - 1) for the offsets d of an H x W window; "
-        "shape [2H-1, 2W-1, 2]");
+        "shape [2H-1, 2W-1, 2] (with --mlp: the bias [heads, HW, HW])");
     sub->add_option("--window", o.window,
                     "window H [W] (one value: a square window; HF window_size)")
         ->required()
@@ -698,12 +699,22 @@ void register_table(CLI::App& app) {
                     "P_H [P_W]: HF pretrained_window_size, dividing the offsets instead of the "
                     "window (each at least 2)")
         ->expected(1, 2);
+    sub->add_option("--mlp", o.mlp,
+                    "W1 B1 W2: HF continuous_position_bias_mlp weights ([hidden, 2], [hidden], "
+                    "[heads, hidden]); the table is then the bias 16 sigmoid(mlp(coords)) "
+                    "gathered by relative_position_index, [heads, HW, HW]")
+        ->expected(3);
     add_common(sub, o.c, kFloatDtypeHelp);
     sub->callback([] {
       SwinV2CoordsRequest r;
       std::tie(r.height, r.width) = window_sides(o.window);
       if (!o.pretrained.empty()) {
         std::tie(r.pretrained_height, r.pretrained_width) = window_sides(o.pretrained);
+      }
+      if (!o.mlp.empty()) {
+        r.mlp_w1 = read_values(o.mlp[0], "--mlp", false);
+        r.mlp_b1 = read_values(o.mlp[1], "--mlp", false);
+        r.mlp_w2 = read_values(o.mlp[2], "--mlp", false);
       }
       write_out(swinv2_coords_table(r), o.c);
     });

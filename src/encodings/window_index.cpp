@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -120,11 +121,67 @@ Table swinv2_coords_table(const SwinV2CoordsRequest& r) {
     const double s = c > 0 ? 1.0 : (c < 0 ? -1.0 : 0.0);
     return s * std::log2(std::fabs(c) + 1.0) / std::log2(8.0);
   };
-  t.spec.line = [h, w, div_y, div_x, log_spaced](std::size_t line, double* out) {
-    const auto row = static_cast<std::int64_t>(line) / (2 * w - 1);
-    const auto col = static_cast<std::int64_t>(line) % (2 * w - 1);
-    out[0] = log_spaced(static_cast<double>(row - (h - 1)), div_y);
-    out[1] = log_spaced(static_cast<double>(col - (w - 1)), div_x);
+  // The coordinates of offset entry e (row-major over [2H - 1, 2W - 1]).
+  const auto coords = [h, w, div_y, div_x, log_spaced](std::int64_t e, double* out) {
+    out[0] = log_spaced(static_cast<double>(e / (2 * w - 1) - (h - 1)), div_y);
+    out[1] = log_spaced(static_cast<double>(e % (2 * w - 1) - (w - 1)), div_x);
+  };
+  if (!r.mlp_w1 && !r.mlp_b1 && !r.mlp_w2) {
+    t.spec.line = [coords](std::size_t line, double* out) {
+      coords(static_cast<std::int64_t>(line), out);
+    };
+    return t;
+  }
+  if (!r.mlp_w1 || !r.mlp_b1 || !r.mlp_w2) {
+    throw UsageError("mlp: needs the three weights W1 [hidden, 2], B1 [hidden], W2 [heads, hidden]");
+  }
+  const xt::xarray<double>&w1 = *r.mlp_w1, &b1 = *r.mlp_b1, &w2 = *r.mlp_w2;
+  const std::size_t hidden = w1.dimension() == 2 ? w1.shape(0) : 0;
+  const std::size_t heads = w2.dimension() == 2 ? w2.shape(0) : 0;
+  if (hidden == 0 || w1.shape(1) != 2 || b1.dimension() != 1 || b1.shape(0) != hidden ||
+      heads == 0 || w2.shape(1) != hidden) {
+    throw InputError(fmt::format(
+        "mlp: expected W1 [hidden, 2], B1 [hidden] and W2 [heads, hidden] (HF "
+        "continuous_position_bias_mlp), got {}, {} and {}",
+        shape_str(Shape(w1.shape().begin(), w1.shape().end())),
+        shape_str(Shape(b1.shape().begin(), b1.shape().end())),
+        shape_str(Shape(w2.shape().begin(), w2.shape().end()))));
+  }
+  for (const xt::xarray<double>* x : {&w1, &b1, &w2}) {
+    if (!std::all_of(x->begin(), x->end(), [](double v) { return std::isfinite(v); })) {
+      throw InputError("mlp: the weights hold NaN or Inf");
+    }
+  }
+  // relative_position_bias_table = mlp(coords).view(-1, heads), one row an offset.
+  const WindowIndex wi{h, w, false};
+  const std::int64_t entries = wi.entries();
+  auto table = std::make_shared<std::vector<double>>(static_cast<std::size_t>(entries) * heads);
+  std::vector<double> act(hidden);
+  for (std::int64_t e = 0; e < entries; ++e) {
+    double c[2];
+    coords(e, c);
+    for (std::size_t k = 0; k < hidden; ++k) {
+      act[k] = std::max(0.0, c[0] * w1(k, 0) + c[1] * w1(k, 1) + b1(k));
+    }
+    for (std::size_t hd = 0; hd < heads; ++hd) {
+      double sum = 0;
+      for (std::size_t k = 0; k < hidden; ++k) sum += w2(hd, k) * act[k];
+      (*table)[static_cast<std::size_t>(e) * heads + hd] = 16.0 * (1.0 / (1.0 + std::exp(-sum)));
+    }
+  }
+  const auto n = static_cast<std::size_t>(wi.tokens());
+  t.attrs.push_back({"heads", static_cast<long long>(heads)});
+  t.attrs[0] = {"kind", std::string("swinv2-bias")};
+  t.dataset = "/swinv2_bias";
+  t.spec.shape = {heads, n, n};
+  // 16 * sigmoid(table[relative_position_index].view(N, N, -1).permute(2, 0, 1))
+  t.spec.line = [wi, n, heads, table](std::size_t line, double* out) {
+    const std::size_t hd = line / n;
+    const auto i = static_cast<std::int64_t>(line % n);
+    for (std::size_t j = 0; j < n; ++j) {
+      out[j] = (*table)[static_cast<std::size_t>(wi.index(i, static_cast<std::int64_t>(j))) *
+                            heads + hd];
+    }
   };
   return t;
 }

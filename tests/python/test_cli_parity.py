@@ -197,6 +197,9 @@ SIDE = {
     "lmask.npy": np.array([[1] * 11, [1] * 8 + [0] * 3]),
     "ckseg.npy": np.array([[0, 2, 1], [1, 1, 0]]),
     "cbt.npy": T.standard_normal((9 + 8, 2)),
+    "mw1.npy": T.standard_normal((16, 2)),            # swinv2 continuous_position_bias_mlp
+    "mb1.npy": T.standard_normal(16),
+    "mw2.npy": T.standard_normal((3, 16)).astype(np.float32),
 }
 TABLE_CASES += [
     (["swin-index", "--window", "3", "4", "--dtype", "i16"],
@@ -210,6 +213,9 @@ TABLE_CASES += [
      lambda: posenc.table.swinv2_coords(window=(3, 5), pretrained_window=(4, 6), dtype="f64")),
     (["swinv2-coords", "--window", "1", "4"],
      lambda: posenc.table.swinv2_coords(window=(1, 4))),
+    (["swinv2-coords", "--window", "3", "4", "--mlp", "mw1.npy", "mb1.npy", "mw2.npy"],
+     lambda: posenc.table.swinv2_coords(window=(3, 4), mlp=(SIDE["mw1.npy"], SIDE["mb1.npy"],
+                                                            SIDE["mw2.npy"]))),
     (["levit-index", "--resolution", "5", "--stride", "2"],
      lambda: posenc.table.levit_index(resolution=5, stride=2)),
     (["levit-index", "--resolution", "4", "--bias-table", "lvbt.npy", "--dtype", "f64"],

@@ -19,7 +19,9 @@ out here in torch (float64 where values are real):
   (table[index.view(-1)].view(N, N, -1).permute(2, 0, 1)), which posenc computes;
 - swinv2-coords: the relative_coords_table of HF `Swinv2SelfAttention.__init__` in
   float64 (its int64 arange made float64 instead of float32), with and without
-  pretrained_window_size, square and rectangular windows: within 1e-15;
+  pretrained_window_size, square and rectangular windows: within 1e-15; with --mlp, the
+  bias of `Swinv2SelfAttention.forward` (continuous_position_bias_mlp of the table,
+  gathered by relative_position_index, 16 * sigmoid) in float64: within 1e-13;
 - levit-index: the attention_bias_idxs loops of HF `LevitAttention` (stride 1) and
   `LevitAttentionSubsample` (offsets numbered in order of first appearance), equal
   exactly, LeViT's own stride-2 stages (14 -> 7, 7 -> 4) among them; with --bias-table,
@@ -328,6 +330,43 @@ class SwinV2Coords(PosencTestCase):
                                      "--part", "1/7", "-o", "-", "--to", "json").stdout)
         got = np.array(doc["data"]).reshape(doc["shape"])
         self.assert_close(got, ref[1:2], rtol=0, atol=1e-15, msg="json, one row of a part")
+
+    def test_position_bias_mlp(self):
+        torch.manual_seed(0)
+        for win, pre, heads in [((8, 8), None, 3), ((4, 6), (2, 3), 2), ((1, 1), None, 1),
+                                ((12, 12), (8, 8), 4)]:
+            mlp = torch.nn.Sequential(torch.nn.Linear(2, 32, bias=True), torch.nn.ReLU(inplace=True),
+                                      torch.nn.Linear(32, heads, bias=False)).double()
+            with torch.no_grad():  # HF Swinv2SelfAttention.forward's position bias
+                table = mlp(swinv2_relative_coords_table(win, pre or (0, 0))[None]).view(-1, heads)
+                index = swin_relative_position_index(win)
+                n = win[0] * win[1]
+                ref = table[index.view(-1)].view(n, n, -1).permute(2, 0, 1).contiguous()
+                ref = (16 * torch.sigmoid(ref)).numpy()
+            w = [self.path(f"w{i}.npy") for i in range(3)]
+            np.save(w[0], mlp[0].weight.detach().numpy())
+            np.save(w[1], mlp[0].bias.detach().numpy())
+            np.save(w[2], mlp[2].weight.detach().numpy().astype(np.float32))  # any float dtype
+            args = ["--window", *win] + (["--pretrained-window", *pre] if pre else [])
+            out = self.path("b.npy")
+            self.run_ok("table", "swinv2-coords", *args, "--mlp", *w, "--dtype", "f64", "-o", out)
+            got = np.load(out)
+            self.assertEqual(got.shape, (heads, n, n))
+            ref32 = table.new_tensor(mlp[2].weight.detach().numpy().astype(np.float32))
+            with torch.no_grad():  # the f32 file's values, as posenc read them
+                mlp[2].weight.copy_(ref32)
+                table = mlp(swinv2_relative_coords_table(win, pre or (0, 0))[None]).view(-1, heads)
+                ref = (16 * torch.sigmoid(table[index.view(-1)].view(n, n, -1).permute(2, 0, 1))).numpy()
+            self.assert_close(got, ref, rtol=1e-13, atol=1e-13, msg=f"{win} {pre}")
+        bad = self.path("bad.npy")
+        np.save(bad, np.zeros((32, 3)))
+        self.assert_fails(3, "table", "swinv2-coords", "--window", 4, "--mlp", bad, w[1], w[2],
+                          "-o", out, match="mlp: expected W1 \\[hidden, 2\\]")
+        np.save(bad, np.array([np.nan] * 32))
+        self.assert_fails(3, "table", "swinv2-coords", "--window", 4, "--mlp", w[0], bad, w[2],
+                          "-o", out, match="mlp: the weights hold NaN or Inf")
+        self.assert_fails(2, "table", "swinv2-coords", "--window", 4, "--mlp", w[0], w[1],
+                          "-o", out, match="--mlp")
 
     def test_errors(self):
         out = self.path("x.npy")

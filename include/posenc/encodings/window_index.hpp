@@ -78,11 +78,20 @@ struct SwinV2CoordsRequest {
   /// the window.
   std::int64_t pretrained_height = 0;
   std::int64_t pretrained_width = 0;  ///< HF pretrained_window_size[1]
+  /// HF continuous_position_bias_mlp (--mlp W1 B1 W2): Linear(2, hidden) weight
+  /// [hidden, 2] and bias [hidden], ReLU, Linear(hidden, heads, bias=False) weight
+  /// [heads, hidden]. All three or none.
+  std::optional<xt::xarray<double>> mlp_w1;
+  std::optional<xt::xarray<double>> mlp_b1;  ///< the first layer's bias [hidden]
+  std::optional<xt::xarray<double>> mlp_w2;  ///< the second layer's weight [heads, hidden]
 };
 /// Swin-V2's relative_coords_table [2H - 1, 2W - 1, 2] (HF's buffer without its leading
 /// 1): (dy, dx) for offsets from -(side - 1) to side - 1, normalised and log-spaced. A
 /// window side of 1 has only the offset 0 (HF skips the division there); a pretrained
-/// side must be at least 2.
+/// side must be at least 2. With the MLP, the bias Swinv2SelfAttention adds to its
+/// logits instead: 16 sigmoid(mlp(coords)) gathered by swin-index's
+/// relative_position_index, [heads, HW, HW], in float64. Weights of other shapes or
+/// with non-finite values are an InputError naming "mlp".
 Table swinv2_coords_table(const SwinV2CoordsRequest& r);
 
 /// `posenc table levit-index`: --resolution, --stride, --bias-table.
