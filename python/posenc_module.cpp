@@ -664,6 +664,8 @@ const std::map<std::string, TableKind>& table_kinds() {
          if (size) std::tie(r.height, r.width) = *size;
          set_if(a.d, "embedding_dim", r.embedding_dim);
          set_if(a.d, "temperature", r.temperature);
+         r.temperature_width = get<double>(a.d, "temperature_width");
+         set_if(a.d, "offset", r.offset);
          set_if(a.d, "normalize", r.normalize);
          r.scale = get<double>(a.d, "scale");
          if (auto l = get<std::string>(a.d, "layout")) {
@@ -673,6 +675,14 @@ const std::map<std::string, TableKind>& table_kinds() {
            r.tokens = *l == "tokens";
          }
          tables.push_back(detr_sine_table(r));
+       }},
+      {"rt-detr-sincos",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         RtDetrSincosRequest r;
+         std::tie(r.height, r.width) = window_of(a.d, "size");
+         set_if(a.d, "embedding_dim", r.embedding_dim);
+         set_if(a.d, "temperature", r.temperature);
+         tables.push_back(rt_detr_sincos_table(r));
        }},
       {"fairseq-sinusoidal",
        [](const TableArgs& a, std::vector<Table>& tables) {

@@ -19,7 +19,7 @@ from ._posenc import InputError, UsageError
 __all__ = ["sinusoidal", "rope", "rope2d", "alibi", "relative", "t5_bucket", "xl_relative",
            "funnel_relative", "funnel_factorized", "deberta_bucket", "swin_index", "beit_index", "swinv2_coords", "levit_index",
            "detr_sine", "fairseq_sinusoidal", "layoutlm_bucket", "complex_order", "reformer_axial", "cpmant_bucket",
-           "longt5_global"]
+           "longt5_global", "rt_detr_sincos"]
 
 
 def _like(dtype):
@@ -231,19 +231,31 @@ def levit_index(*, resolution, stride=1, bias_table=None, dtype=None):
 
 
 def detr_sine(*, embedding_dim, mask=None, size=None, temperature=10000.0, normalize=True,
-              scale=None, layout="channels", dtype=None):
+              scale=None, layout="channels", temperature_width=None, offset=0.0, dtype=None):
     """DETR's 2-D sine embedding of a pixel mask [b, H, W] (1 = pixel, 0 = padding; bool
     or numbers) or of an all-ones mask of size (H, W) (HF DetrSinePositionEmbedding):
     y then x channels, E = embedding_dim each, sin/cos interleaved; [b, 2E, H, W], or
     [b, H*W, 2E] for layout "tokens". normalize=False uses the raw cumulative sums
-    (the command's --no-normalize); scale defaults to 2 pi."""
+    (the command's --no-normalize); scale defaults to 2 pi. temperature_width: DAB-DETR's
+    temperature of the x channels (temperature is then its temperature_height); offset:
+    subtracted before normalising (Deformable DETR, Grounding-DINO: 0.5)."""
     m = None
     if mask is not None:
         m = _values(mask, "mask", allow_bool=True)
     return _run("detr-sine", {"mask": m, "size": None if size is None else tuple(size),
                               "embedding_dim": embedding_dim, "temperature": temperature,
                               "normalize": bool(normalize), "scale": scale,
-                              "layout": layout}, dtype)
+                              "layout": layout, "temperature_width": temperature_width,
+                              "offset": offset}, dtype)
+
+
+def rt_detr_sincos(*, size, embedding_dim=256, temperature=10000.0, dtype=None):
+    """RT-DETR's 2-D sin-cos embedding of an H x W feature map (HF RTDetrHybridEncoder.
+    build_2d_sincos_position_embedding; also RT-DETRv2, D-FINE): [1, H*W, E], channels
+    sin/cos of the row then of the column, frequencies 1 / T^(k / (E/4))."""
+    return _run("rt-detr-sincos", {"size": _window(size, "size"),
+                                   "embedding_dim": embedding_dim,
+                                   "temperature": temperature}, dtype)
 
 
 def fairseq_sinusoidal(*, dim, positions=None, padding_idx=None, input_ids=None,

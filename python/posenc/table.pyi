@@ -75,7 +75,10 @@ def detr_sine(*, embedding_dim: int, mask: Optional[ArrayLike] = ...,
               size: Optional[Tuple[int, int]] = ..., temperature: float = ...,
               normalize: bool = ..., scale: Optional[float] = ...,
               layout: Literal["channels", "tokens"] = ...,
+              temperature_width: Optional[float] = ..., offset: float = ...,
               dtype: Optional[DTypeLike] = ...) -> Any: ...
+def rt_detr_sincos(*, size: Window, embedding_dim: int = ..., temperature: float = ...,
+                   dtype: Optional[DTypeLike] = ...) -> Any: ...
 def fairseq_sinusoidal(*, dim: int, positions: Optional[int] = ...,
                        padding_idx: Optional[int] = ..., input_ids: Optional[ArrayLike] = ...,
                        past_length: int = ..., dtype: Optional[DTypeLike] = ...) -> Any: ...

@@ -1,9 +1,9 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket, xl-relative, funnel-relative, funnel-factorized, deberta-bucket, swin-index,
 // beit-index, swinv2-coords, levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket,
-// complex-order, reformer-axial, cpmant-bucket, longt5-global). The options fill the library's
-// table requests (encodings/tables.hpp and the modules beside it); the table is computed in
-// float64 and streamed to the output block by block.
+// complex-order, reformer-axial, cpmant-bucket, longt5-global, rt-detr-sincos). The options
+// fill the library's table requests (encodings/tables.hpp and the modules beside it); the
+// table is computed in float64 and streamed to the output block by block.
 
 #include <fmt/format.h>
 
@@ -293,6 +293,7 @@ struct DetrSineOptions {
   std::vector<long long> size;
   std::string layout = "channels";
   double scale = 0.0;
+  double temperature_width = 0.0;
   bool no_normalize = false;
 };
 
@@ -333,6 +334,12 @@ struct LongT5GlobalOptions {
   long long seq_len = 0;
   long long global_block_size = 16;
   std::string emit = "block-ids";
+};
+
+struct RtDetrOptions {
+  Common c;
+  RtDetrSincosRequest r;
+  std::vector<long long> size;
 };
 
 struct FairseqOptions {
@@ -380,7 +387,7 @@ void register_table(CLI::App& app) {
         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
          "funnel-relative", "funnel-factorized", "deberta-bucket", "swin-index", "beit-index",
          "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal", "layoutlm-bucket",
-         "complex-order", "reformer-axial", "cpmant-bucket", "longt5-global"});
+         "complex-order", "reformer-axial", "cpmant-bucket", "longt5-global", "rt-detr-sincos"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -757,7 +764,15 @@ void register_table(CLI::App& app) {
     sub->add_option("--embedding-dim", o.r.embedding_dim,
                     "E, channels per axis (HF embedding_dim; DETR passes d_model / 2), even")
         ->required();
-    sub->add_option("--temperature", o.r.temperature, "temperature T (default 10000)");
+    sub->add_option("--temperature", o.r.temperature,
+                    "temperature T (default 10000; DAB-DETR temperature_height with "
+                    "--temperature-width)");
+    sub->add_option("--temperature-width", o.temperature_width,
+                    "DAB-DETR temperature_width: the T of the x channels (default: "
+                    "--temperature)");
+    sub->add_option("--offset", o.r.offset,
+                    "subtracted from the cumulative sums before normalising (Deformable DETR, "
+                    "Grounding-DINO: 0.5; default 0)");
     sub->add_flag("--no-normalize", o.no_normalize,
                   "use the raw cumulative sums (HF normalize=False; DETR normalises)");
     sub->add_option("--scale", o.scale,
@@ -774,6 +789,7 @@ void register_table(CLI::App& app) {
       o.r.normalize = !o.no_normalize;
       o.r.tokens = o.layout == "tokens";
       if (sub->count("--scale") > 0) o.r.scale = o.scale;
+      if (sub->count("--temperature-width") > 0) o.r.temperature_width = o.temperature_width;
       if (!o.size.empty()) {
         o.r.height = o.size[0];
         o.r.width = o.size[1];
@@ -781,6 +797,27 @@ void register_table(CLI::App& app) {
         o.r.mask = read_values(o.mask, "--mask", true);
       }
       write_out(detr_sine_table(o.r), o.c);
+    });
+  }
+  if (wanted("rt-detr-sincos")) {
+    static RtDetrOptions o;
+    auto* sub = table->add_subcommand(
+        "rt-detr-sincos",
+        "RT-DETR 2-D sin-cos embedding of an H x W feature map (HF RTDetrHybridEncoder."
+        "build_2d_sincos_position_embedding; also RT-DETRv2, D-FINE): channels sin/cos of y "
+        "then of x, frequencies 1 / T^(k / (E/4)); shape [1, H*W, E]");
+    sub->add_option("--size", o.size, "H W: the feature map's rows and columns")
+        ->required()
+        ->expected(2);
+    sub->add_option("--embedding-dim", o.r.embedding_dim,
+                    "E (HF encoder_hidden_dim, default 256), a multiple of 4");
+    sub->add_option("--temperature", o.r.temperature,
+                    "T (HF positional_encoding_temperature, default 10000)");
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([] {
+      o.r.height = o.size[0];
+      o.r.width = o.size[1];
+      write_out(rt_detr_sincos_table(o.r), o.c);
     });
   }
   if (wanted("fairseq-sinusoidal")) {

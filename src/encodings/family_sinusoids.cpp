@@ -79,8 +79,8 @@ DetrEmbed detr_embed(const DetrSineRequest& r) {
       for (std::size_t i = 0; i < h; ++i) {
         const double x_last = x[i * w + w - 1];
         for (std::size_t j = 0; j < w; ++j) {
-          y[i * w + j] = y[i * w + j] / (y_last[j] + 1e-6) * scale;
-          x[i * w + j] = x[i * w + j] / (x_last + 1e-6) * scale;
+          y[i * w + j] = (y[i * w + j] - r.offset) / (y_last[j] + 1e-6) * scale;
+          x[i * w + j] = (x[i * w + j] - r.offset) / (x_last + 1e-6) * scale;
         }
       }
     }
@@ -97,9 +97,18 @@ Table detr_sine_table(const DetrSineRequest& r) {
         "embedding_dim: must be even, from 2 to {} (HF pairs channels 2k and 2k+1), got {}",
         kMaxEmbeddingDim, dim));
   }
-  if (!(r.temperature > 0.0) || !std::isfinite(r.temperature)) {
-    throw UsageError(
-        fmt::format("temperature: must be positive and finite, got {}", r.temperature));
+  for (const auto& [name, v] : {std::pair{"temperature", r.temperature},
+                                std::pair{"temperature_width",
+                                          r.temperature_width.value_or(r.temperature)}}) {
+    if (!(v > 0.0) || !std::isfinite(v)) {
+      throw UsageError(fmt::format("{}: must be positive and finite, got {}", name, v));
+    }
+  }
+  if (!std::isfinite(r.offset)) {
+    throw UsageError(fmt::format("offset: must be finite, got {}", r.offset));
+  }
+  if (r.offset != 0.0 && !r.normalize) {
+    throw UsageError("offset: applies to normalised positions (not with normalize off)");
   }
   if (r.scale && !r.normalize) {
     throw UsageError("scale: needs normalize (HF: normalize should be True if scale is passed)");
@@ -108,11 +117,13 @@ Table detr_sine_table(const DetrSineRequest& r) {
     throw UsageError(fmt::format("scale: must be finite, got {}", *r.scale));
   }
   auto e = std::make_shared<const DetrEmbed>(detr_embed(r));
-  // dim_t = temperature ** (2 * floor(k / 2) / embedding_dim)
-  auto dim_t = std::make_shared<std::vector<double>>(static_cast<std::size_t>(dim));
-  for (int k = 0; k < dim; ++k) {
+  // dim_t = temperature ** (2 * floor(k / 2) / embedding_dim): y's channels in [0, E),
+  // x's (DAB-DETR: its temperature_width) in [E, 2E).
+  auto dim_t = std::make_shared<std::vector<double>>(2 * static_cast<std::size_t>(dim));
+  for (int k = 0; k < 2 * dim; ++k) {
+    const double temp = k < dim ? r.temperature : r.temperature_width.value_or(r.temperature);
     (*dim_t)[static_cast<std::size_t>(k)] =
-        std::pow(r.temperature, 2.0 * static_cast<double>(k / 2) / static_cast<double>(dim));
+        std::pow(temp, 2.0 * static_cast<double>((k % dim) / 2) / static_cast<double>(dim));
   }
   const auto channels = static_cast<std::size_t>(2 * dim);
   Table t;
@@ -123,7 +134,9 @@ Table detr_sine_table(const DetrSineRequest& r) {
              {"embedding_dim", static_cast<long long>(dim)},
              {"temperature", r.temperature},
              {"normalize", static_cast<long long>(r.normalize ? 1 : 0)}};
+  if (r.temperature_width) t.attrs.push_back({"temperature_width", *r.temperature_width});
   if (r.normalize) t.attrs.push_back({"scale", r.scale.value_or(kTwoPi)});
+  if (r.offset != 0.0) t.attrs.push_back({"offset", r.offset});
   t.attrs.push_back({"mask", std::string(r.mask ? "given" : "ones")});
   t.attrs.push_back({"layout", std::string(r.tokens ? "tokens" : "channels")});
   t.dataset = "/detr_sine";
@@ -136,7 +149,7 @@ Table detr_sine_table(const DetrSineRequest& r) {
       std::vector<double> angle(channels), s(channels), co(channels);
       for (std::size_t k = 0; k < half; ++k) {
         angle[k] = y / (*dim_t)[k];
-        angle[half + k] = x / (*dim_t)[k];
+        angle[half + k] = x / (*dim_t)[half + k];
       }
       sincos_array(angle.data(), s.data(), co.data(), channels);
       for (std::size_t c = 0; c < channels; ++c) out[c] = (c % half) % 2 == 0 ? s[c] : co[c];
@@ -154,10 +167,55 @@ Table detr_sine_table(const DetrSineRequest& r) {
     const std::size_t k = c < half ? c : c - half;
     const double* src = v.data() + (b * h + row) * w;
     std::vector<double> angle(w), s(w), co(w);
-    for (std::size_t j = 0; j < w; ++j) angle[j] = src[j] / (*dim_t)[k];
+    for (std::size_t j = 0; j < w; ++j) angle[j] = src[j] / (*dim_t)[c];
     sincos_array(angle.data(), s.data(), co.data(), w);
     const std::vector<double>& pick = k % 2 == 0 ? s : co;
     std::copy(pick.begin(), pick.end(), out);
+  };
+  return t;
+}
+
+Table rt_detr_sincos_table(const RtDetrSincosRequest& r) {
+  const int dim = r.embedding_dim;
+  if (dim < 4 || dim > kMaxEmbeddingDim || dim % 4 != 0) {
+    throw UsageError(fmt::format(
+        "embedding_dim: must be a multiple of 4, from 4 to {} (sin and cos of y and x), got {}",
+        kMaxEmbeddingDim, dim));
+  }
+  if (!(r.temperature > 0.0) || !std::isfinite(r.temperature)) {
+    throw UsageError(fmt::format("temperature: must be positive and finite, got {}", r.temperature));
+  }
+  const auto h = static_cast<std::size_t>(in_range(r.height, 1, kMaxDetrSide, "size height"));
+  const auto w = static_cast<std::size_t>(in_range(r.width, 1, kMaxDetrSide, "size width"));
+  // omega = 1 / temperature ** (arange(pos_dim) / pos_dim)
+  const std::size_t pos_dim = static_cast<std::size_t>(dim) / 4;
+  auto omega = std::make_shared<std::vector<double>>(pos_dim);
+  for (std::size_t k = 0; k < pos_dim; ++k) {
+    (*omega)[k] = 1.0 / std::pow(r.temperature,
+                                 static_cast<double>(k) / static_cast<double>(pos_dim));
+  }
+  Table t;
+  t.attrs = {{"kind", std::string("rt-detr-sincos")},
+             {"height", static_cast<long long>(h)},
+             {"width", static_cast<long long>(w)},
+             {"embedding_dim", static_cast<long long>(dim)},
+             {"temperature", r.temperature}};
+  t.dataset = "/rt_detr_sincos";
+  t.spec.shape = {1, h * w, static_cast<std::size_t>(dim)};
+  t.spec.line = [omega, pos_dim, w](std::size_t line, double* out) {
+    const double y = static_cast<double>(line / w), x = static_cast<double>(line % w);
+    std::vector<double> angle(2 * pos_dim), s(2 * pos_dim), c(2 * pos_dim);
+    for (std::size_t k = 0; k < pos_dim; ++k) {
+      angle[k] = y * (*omega)[k];
+      angle[pos_dim + k] = x * (*omega)[k];
+    }
+    sincos_array(angle.data(), s.data(), c.data(), 2 * pos_dim);
+    for (std::size_t k = 0; k < pos_dim; ++k) {
+      out[k] = s[k];
+      out[pos_dim + k] = c[k];
+      out[2 * pos_dim + k] = s[pos_dim + k];
+      out[3 * pos_dim + k] = c[pos_dim + k];
+    }
   };
   return t;
 }

@@ -458,6 +458,90 @@ def detr_sine(pixel_mask, embedding_dim, temperature=10000, normalize=False, sca
     return pos
 
 
+def deformable_detr_sine(pixel_mask, embedding_dim, temperature=10000, dtype=torch.float64):
+    """HF DeformableDetrSinePositionEmbedding as build_position_encoding makes it
+    (normalize=True; also GroundingDinoSinePositionEmbedding): the sums less 0.5 before
+    the division."""
+    scale = 2 * math.pi
+    y_embed = pixel_mask.cumsum(1, dtype=dtype)
+    x_embed = pixel_mask.cumsum(2, dtype=dtype)
+    eps = 1e-6
+    y_embed = (y_embed - 0.5) / (y_embed[:, -1:, :] + eps) * scale
+    x_embed = (x_embed - 0.5) / (x_embed[:, :, -1:] + eps) * scale
+    dim_t = torch.arange(embedding_dim, dtype=dtype)
+    dim_t = temperature ** (2 * torch.div(dim_t, 2, rounding_mode="floor") / embedding_dim)
+    pos_x = x_embed[:, :, :, None] / dim_t
+    pos_y = y_embed[:, :, :, None] / dim_t
+    pos_x = torch.stack((pos_x[:, :, :, 0::2].sin(), pos_x[:, :, :, 1::2].cos()), dim=4).flatten(3)
+    pos_y = torch.stack((pos_y[:, :, :, 0::2].sin(), pos_y[:, :, :, 1::2].cos()), dim=4).flatten(3)
+    return torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
+
+
+def dab_detr_sine(pixel_mask, hidden_size, temperature_height, temperature_width,
+                  dtype=torch.float64):
+    """HF DabDetrPositionEmbedding (embedding_dim hidden_size / 2, a float; its float32
+    made `dtype`): one temperature for y, another for x."""
+    embedding_dim = hidden_size / 2
+    scale = 2 * math.pi
+    y_embed = pixel_mask.cumsum(1, dtype=dtype)
+    x_embed = pixel_mask.cumsum(2, dtype=dtype)
+    y_embed = y_embed / (y_embed[:, -1:, :] + 1e-6) * scale
+    x_embed = x_embed / (x_embed[:, :, -1:] + 1e-6) * scale
+    dim_tx = torch.arange(embedding_dim, dtype=dtype)
+    dim_tx = temperature_width ** (2 * (dim_tx // 2) / embedding_dim)
+    pos_x = x_embed[:, :, :, None] / dim_tx
+    dim_ty = torch.arange(embedding_dim, dtype=dtype)
+    dim_ty = temperature_height ** (2 * (dim_ty // 2) / embedding_dim)
+    pos_y = y_embed[:, :, :, None] / dim_ty
+    pos_x = torch.stack((pos_x[:, :, :, 0::2].sin(), pos_x[:, :, :, 1::2].cos()), dim=4).flatten(3)
+    pos_y = torch.stack((pos_y[:, :, :, 0::2].sin(), pos_y[:, :, :, 1::2].cos()), dim=4).flatten(3)
+    return torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
+
+
+def rt_detr_sincos(width, height, embed_dim=256, temperature=10000.0, dtype=torch.float64,
+                   indexing="xy"):
+    """HF RTDetrHybridEncoder.build_2d_sincos_position_embedding in `dtype`: transformers
+    5 (meshgrid "xy", the h channels first); indexing "ij" is the 4.x form (x-major
+    tokens, the w channels first)."""
+    grid_w = torch.arange(int(width)).to(dtype)
+    grid_h = torch.arange(int(height)).to(dtype)
+    grid_w, grid_h = torch.meshgrid(grid_w, grid_h, indexing=indexing)
+    pos_dim = embed_dim // 4
+    omega = torch.arange(pos_dim).to(dtype) / pos_dim
+    omega = 1.0 / (temperature ** omega)
+    out_w = grid_w.flatten()[..., None] @ omega[None]
+    out_h = grid_h.flatten()[..., None] @ omega[None]
+    if indexing == "ij":
+        return torch.concat([out_w.sin(), out_w.cos(), out_h.sin(), out_h.cos()], dim=1)[None]
+    return torch.concat([out_h.sin(), out_h.cos(), out_w.sin(), out_w.cos()], dim=1)[None]
+
+
+class RtDetrSincos(PosencTestCase):
+    def test_against_hf(self):
+        out = self.path("t.npy")
+        for (h, w), e, t in [((20, 20), 256, 10000.0), ((7, 13), 64, 10000.0), ((1, 5), 4, 20.0),
+                             ((40, 25), 128, 1000.0)]:
+            self.run_ok("table", "rt-detr-sincos", "--size", h, w, "--embedding-dim", e,
+                        "--temperature", t, "--dtype", "f64", "-o", out)
+            got = np.load(out)
+            ref = rt_detr_sincos(w, h, e, t).numpy()
+            self.assertEqual(got.shape, (1, h * w, e))
+            # Angles up to max(H, W): sin and cos within a few ulps of them.
+            self.assert_close(got, ref, rtol=0, atol=1e-15 * max(h, w) * 4, msg=f"{h} {w} {e}")
+            # transformers 4.x: the same table of the transposed size.
+            self.run_ok("table", "rt-detr-sincos", "--size", w, h, "--embedding-dim", e,
+                        "--temperature", t, "--dtype", "f64", "-o", out)
+            old = rt_detr_sincos(w, h, e, t, indexing="ij").numpy()
+            self.assert_close(np.load(out), old, rtol=0, atol=1e-15 * max(h, w) * 4,
+                              msg=f"4.x {h} {w} {e}")
+        self.assert_fails(2, "table", "rt-detr-sincos", "--size", 4, 4, "--embedding-dim", 6,
+                          "-o", out, match="multiple of 4")
+        self.assert_fails(2, "table", "rt-detr-sincos", "--size", 0, 4, "-o", out,
+                          match="height")
+        self.assert_fails(2, "table", "rt-detr-sincos", "--size", 4, 4, "--temperature", -1,
+                          "-o", out, match="temperature")
+
+
 class DetrSine(PosencTestCase):
     def table(self, *args, name="t.npy", dtype="f64"):
         out = self.path(name)
@@ -514,6 +598,31 @@ class DetrSine(PosencTestCase):
         got = self.table("--mask", self.npy("b.npy", mask.astype(bool)), "--embedding-dim", 4)
         ref = detr_sine(torch.from_numpy(mask), 4, normalize=True).numpy()
         self.assert_close(got, ref, rtol=1e-12, atol=1e-12, msg="bool mask")
+
+    def test_deformable_and_dab_detr(self):
+        # Deformable DETR / Grounding-DINO: --offset 0.5; DAB-DETR: its two temperatures.
+        for k, ((b, h, w), e) in enumerate([((2, 9, 13), 128), ((3, 5, 5), 16), ((1, 1, 1), 2)]):
+            mask = self.padded_masks(b, h, w, 20 + k)
+            m = self.npy("m.npy", mask)
+            ref = deformable_detr_sine(torch.from_numpy(mask), e).numpy()
+            got = self.table("--mask", m, "--embedding-dim", e, "--offset", 0.5)
+            # Padding rows and columns (sums 0) take angles near -0.5 / 1e-6 * 2 pi: there
+            # one ulp of HF's pow(T, .) is 3e-10 of angle.
+            pixel = np.broadcast_to(mask[:, None] == 1, got.shape)
+            self.assert_close(got[pixel], ref[pixel], rtol=1e-12, atol=1e-12,
+                              msg=f"deformable {b} {h} {w}")
+            self.assert_close(got[~pixel], ref[~pixel], rtol=0, atol=1e-8,
+                              msg=f"deformable padding {b} {h} {w}")
+            ref = dab_detr_sine(torch.from_numpy(mask), 2 * e, 20, 30).numpy()
+            got = self.table("--mask", m, "--embedding-dim", e, "--temperature", 20,
+                             "--temperature-width", 30)
+            self.assert_close(got, ref, rtol=1e-12, atol=1e-12, msg=f"dab {b} {h} {w}")
+        out = self.path("x.npy")
+        self.assert_fails(2, "table", "detr-sine", "--size", 3, 3, "--embedding-dim", 4,
+                          "--temperature-width", 0, "-o", out, match="temperature.width")
+        self.assert_fails(2, "table", "detr-sine", "--size", 3, 3, "--embedding-dim", 4,
+                          "--offset", 0.5, "--no-normalize", "-o", out, match="offset")
+        self.assertFalse(os.path.exists(out))
 
     def test_float32_hdf5(self):
         mask = self.padded_masks(2, 10, 14, 3)

@@ -38,6 +38,12 @@ struct DetrSineRequest {
   std::int64_t width = 0;        ///< mask columns without a mask
   int embedding_dim = 64;        ///< E, channels per axis (HF: d_model / 2), even
   double temperature = 10000.0;  ///< T of dim_t[k] = T^(2 floor(k/2) / E)
+  /// DAB-DETR's temperature_width, the T of x's channels (temperature is then y's,
+  /// temperature_height); unset: temperature for both.
+  std::optional<double> temperature_width;
+  /// Subtracted from the cumulative sums before they are normalised (Deformable DETR,
+  /// Grounding-DINO: 0.5; --offset); needs normalize.
+  double offset = 0.0;
   /// as DETR's build_position_encoding (the class: False); false is --no-normalize
   bool normalize = true;
   std::optional<double> scale;  ///< needs normalize; default 2 pi
@@ -48,6 +54,20 @@ struct DetrSineRequest {
 /// HF DetrSinePositionEmbedding.forward: [b, 2E, H, W] (or [b, H*W, 2E]), computed in
 /// float64.
 Table detr_sine_table(const DetrSineRequest& r);
+
+/// `posenc table rt-detr-sincos`: --size, --embedding-dim, --temperature.
+struct RtDetrSincosRequest {
+  std::int64_t height = 0;       ///< feature map rows H, 1 to kMaxDetrSide
+  std::int64_t width = 0;        ///< feature map columns W, 1 to kMaxDetrSide
+  int embedding_dim = 256;       ///< E (HF encoder_hidden_dim), a multiple of 4
+  double temperature = 10000.0;  ///< T (HF positional_encoding_temperature)
+};
+/// HF RTDetrHybridEncoder.build_2d_sincos_position_embedding (also RT-DETRv2, D-FINE):
+/// [1, H*W, E], tokens in row-major order, channels [sin(y w), cos(y w), sin(x w),
+/// cos(x w)] with w_k = 1 / T^(k / (E/4)) and x, y the column and row indices; in
+/// float64. (Releases before transformers 5 built it x-major with the x channels first,
+/// which is this table of the transposed size W H.)
+Table rt_detr_sincos_table(const RtDetrSincosRequest& r);
 
 /// `posenc table fairseq-sinusoidal`: --positions or --input-ids, --dim, --padding-idx,
 /// --past-length.
