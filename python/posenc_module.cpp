@@ -720,6 +720,21 @@ const std::map<std::string, TableKind>& table_kinds() {
            throw InputError("bias_table (y, the second): " + msg.substr(14));
          }
        }},
+      {"udop-bucket",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         UdopBucketRequest r;
+         r.axis = parse_udop_axis(get<std::string>(a.d, "axis").value_or("1d"));
+         r.seq_len = get<std::int64_t>(a.d, "seq_len");
+         set_if(a.d, "buckets", r.buckets);
+         r.max_distance = get<std::int64_t>(a.d, "max_distance");
+         r.scaling_factor = get<double>(a.d, "scaling_factor");
+         r.bbox = xarray_arg<double>(a.d, "bbox");
+         set_if(a.d, "bbox_f32", r.bbox_f32);
+         for (const char* key : {"bias_table_0", "bias_table_1", "bias_table_2"}) {
+           if (auto w = xarray_arg<double>(a.d, key)) r.bias_tables.push_back(std::move(*w));
+         }
+         tables.push_back(udop_bucket_table(r));
+       }},
       {"complex-order",
        [](const TableArgs& a, std::vector<Table>& tables) {
          ComplexOrderRequest r;

@@ -19,7 +19,7 @@ from ._posenc import InputError, UsageError
 __all__ = ["sinusoidal", "rope", "rope2d", "alibi", "relative", "t5_bucket", "xl_relative",
            "funnel_relative", "funnel_factorized", "deberta_bucket", "swin_index", "beit_index", "swinv2_coords", "levit_index",
            "detr_sine", "fairseq_sinusoidal", "layoutlm_bucket", "complex_order", "reformer_axial", "cpmant_bucket",
-           "longt5_global", "rt_detr_sincos"]
+           "longt5_global", "rt_detr_sincos", "udop_bucket"]
 
 
 def _like(dtype):
@@ -290,6 +290,30 @@ def layoutlm_bucket(*, axis="1d", seq_len=None, position_ids=None, bbox=None, bu
                                     "max_distance": max_distance,
                                     "bias_table": _values(bias_table, "bias_table"),
                                     "bias_table_y": _values(bias_y, "bias_table")}, dtype)
+
+
+def udop_bucket(*, axis="1d", seq_len=None, bbox=None, buckets=32, max_distance=None,
+                scaling_factor=None, bias_table=None, dtype=None):
+    """UDOP relative buckets (HF RelativePositionBias1D / Horizontal / Vertical): T5
+    bidirectional buckets of trunc((p_j - p_i) * scaling_factor), [b, s, s] integers, for
+    axis "1d" (positions 0 .. seq_len-1, or of bbox's s), "horizontal" ((x0 + x1) / 2 of
+    bbox [b, s, 4]) or "vertical" ((y0 + y1) / 2); a float32 bbox is computed in float32
+    as HF does. bias_table [buckets, heads] (nn.Embedding weight) gives the bias
+    [b, heads, s, s]; axis "all" takes three (1d, horizontal, vertical) and sums them."""
+    tables = list(bias_table) if isinstance(bias_table, (tuple, list)) else (
+        [] if bias_table is None else [bias_table])
+    if len(tables) > 3:
+        raise UsageError(f"bias_table: at most three weights, got {len(tables)}")
+    box = None
+    f32 = False
+    if bbox is not None:
+        f32 = _view(bbox, "bbox")[1] == "f32"
+        box = _values(bbox, "bbox")
+    req = {"axis": axis, "seq_len": seq_len, "bbox": box, "bbox_f32": f32, "buckets": buckets,
+           "max_distance": max_distance, "scaling_factor": scaling_factor}
+    for k, w in enumerate(tables):
+        req[f"bias_table_{k}"] = _values(w, "bias_table")
+    return _run("udop-bucket", req, dtype)
 
 
 def complex_order(*, frequency, amplitude=None, phase=None, positions=None, start=0,

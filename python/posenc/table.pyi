@@ -87,6 +87,11 @@ def layoutlm_bucket(*, axis: Literal["1d", "x", "y", "xy"] = ..., seq_len: Optio
                     buckets: Optional[int] = ..., max_distance: Optional[int] = ...,
                     bias_table: Optional[Union[ArrayLike, Tuple[ArrayLike, ArrayLike]]] = ...,
                     dtype: Optional[DTypeLike] = ...) -> Any: ...
+def udop_bucket(*, axis: Literal["1d", "horizontal", "vertical", "all"] = ...,
+                seq_len: Optional[int] = ..., bbox: Optional[ArrayLike] = ..., buckets: int = ...,
+                max_distance: Optional[int] = ..., scaling_factor: Optional[float] = ...,
+                bias_table: Union[ArrayLike, Sequence[ArrayLike], None] = ...,
+                dtype: Optional[DTypeLike] = ...) -> Any: ...
 def complex_order(*, frequency: ArrayLike, amplitude: Optional[ArrayLike] = ...,
                   phase: Optional[ArrayLike] = ..., positions: Optional[int] = ...,
                   start: int = ..., input_ids: Optional[ArrayLike] = ...,

@@ -1,9 +1,9 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
 // t5-bucket, xl-relative, funnel-relative, funnel-factorized, deberta-bucket, swin-index,
 // beit-index, swinv2-coords, levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket,
-// complex-order, reformer-axial, cpmant-bucket, longt5-global, rt-detr-sincos). The options
-// fill the library's table requests (encodings/tables.hpp and the modules beside it); the
-// table is computed in float64 and streamed to the output block by block.
+// complex-order, reformer-axial, cpmant-bucket, longt5-global, rt-detr-sincos, udop-bucket).
+// The options fill the library's table requests (encodings/tables.hpp and the modules beside
+// it); the table is computed in float64 and streamed to the output block by block.
 
 #include <fmt/format.h>
 
@@ -306,6 +306,15 @@ struct LayoutBucketOptions {
   std::vector<std::string> bias_table;
 };
 
+struct UdopBucketOptions {
+  Common c;
+  std::string axis = "1d", bbox;
+  long long seq_len = 0, max_distance = 0;
+  int buckets = 32;
+  double scaling_factor = 0;
+  std::vector<std::string> bias_table;
+};
+
 struct ComplexOrderOptions {
   Common c;
   std::string frequency, amplitude, phase, input_ids;
@@ -359,8 +368,10 @@ std::pair<std::int64_t, std::int64_t> window_sides(const std::vector<long long>&
 
 // A tensor of any numeric dtype as float64: a learned table (`allow_bool` false) or a
 // pixel mask (bool allowed). The library checks its shape and values.
-xt::xarray<double> read_values(const std::string& ref, const char* option, bool allow_bool) {
+xt::xarray<double> read_values(const std::string& ref, const char* option, bool allow_bool,
+                               DType* dtype = nullptr) {
   const Tensor t = read_tensor(ref);
+  if (dtype != nullptr) *dtype = t.dtype();
   if (t.dtype() == DType::b1 && !allow_bool) {
     throw InputError(fmt::format("{}: {}: expected numbers, got bool", option, ref));
   }
@@ -387,7 +398,8 @@ void register_table(CLI::App& app) {
         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
          "funnel-relative", "funnel-factorized", "deberta-bucket", "swin-index", "beit-index",
          "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal", "layoutlm-bucket",
-         "complex-order", "reformer-axial", "cpmant-bucket", "longt5-global", "rt-detr-sincos"});
+         "complex-order", "reformer-axial", "cpmant-bucket", "longt5-global", "rt-detr-sincos",
+         "udop-bucket"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -797,6 +809,54 @@ void register_table(CLI::App& app) {
         o.r.mask = read_values(o.mask, "--mask", true);
       }
       write_out(detr_sine_table(o.r), o.c);
+    });
+  }
+  if (wanted("udop-bucket")) {
+    static UdopBucketOptions o;
+    auto* sub = table->add_subcommand(
+        "udop-bucket",
+        "UDOP relative buckets (HF RelativePositionBias1D / Horizontal / Vertical): T5 "
+        "bidirectional buckets of trunc((p_j - p_i) * scaling_factor) over token positions or "
+        "box centres; shape [b, s, s], integers, or the bias [b, heads, s, s] of learned "
+        "weights (--axis all: the three summed, as RelativePositionBiasAggregated)");
+    sub->add_option("--axis", o.axis,
+                    "1d (token positions, default), horizontal ((x0 + x1) / 2 of --bbox), "
+                    "vertical ((y0 + y1) / 2) or all (the three biases summed; needs three "
+                    "--bias-table weights)")
+        ->check(CLI::IsMember({"1d", "horizontal", "vertical", "all"}));
+    sub->add_option("--seq-len", o.seq_len, "1d without --bbox: positions 0 .. S-1, [1, S, S]");
+    sub->add_option("--bbox", o.bbox,
+                    "boxes REF [b, s, 4] (x0, y0, x1, y1, UDOP's normalised coordinates; a "
+                    "float32 file is computed in float32, as HF does)");
+    sub->add_option("--buckets", o.buckets, "relative_attention_num_buckets (default 32)");
+    sub->add_option("--max-distance", o.max_distance,
+                    "max_distance (default 128 for 1d, 100 for the boxes)");
+    sub->add_option("--scaling-factor", o.scaling_factor,
+                    "scaling_factor (default 1 for 1d, 100 for the boxes)");
+    sub->add_option("--bias-table", o.bias_table,
+                    "learned weight REF [buckets, heads] (relative_attention_bias.weight; for "
+                    "--axis all three: 1d, horizontal, vertical): write the bias, [b, heads, s, "
+                    "s]")
+        ->expected(1, 3);
+    add_common(sub, o.c,
+               "output dtype: i64 (default) or any integer dtype that holds the largest bucket, "
+               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
+    sub->callback([sub] {
+      UdopBucketRequest r;
+      r.axis = parse_udop_axis(o.axis);
+      if (sub->count("--seq-len") > 0) r.seq_len = o.seq_len;
+      r.buckets = o.buckets;
+      if (sub->count("--max-distance") > 0) r.max_distance = o.max_distance;
+      if (sub->count("--scaling-factor") > 0) r.scaling_factor = o.scaling_factor;
+      if (!o.bbox.empty()) {
+        DType dt = DType::f64;
+        r.bbox = read_values(o.bbox, "--bbox", false, &dt);
+        r.bbox_f32 = dt == DType::f32;
+      }
+      for (const std::string& w : o.bias_table) {
+        r.bias_tables.push_back(read_values(w, "--bias-table", false));
+      }
+      write_out(udop_bucket_table(r), o.c);
     });
   }
   if (wanted("rt-detr-sincos")) {

@@ -218,4 +218,197 @@ Table layout_bucket_table(const LayoutBucketRequest& r) {
   return t;
 }
 
+UdopAxis parse_udop_axis(const std::string& s) {
+  if (s == "1d") return UdopAxis::positions;
+  if (s == "horizontal") return UdopAxis::horizontal;
+  if (s == "vertical") return UdopAxis::vertical;
+  if (s == "all") return UdopAxis::all;
+  throw UsageError(fmt::format("axis {}: expected 1d, horizontal, vertical or all", s));
+}
+
+namespace {
+
+// One of UDOP's bias modules: which positions, and its bucketing.
+struct UdopModule {
+  UdopAxis axis;
+  std::int64_t max_distance;
+  double scaling;
+};
+
+// The positions of a module per row, [b][s] (one row for 1d): token indices, or box
+// centres as HF's bbox[:, :, [0, 2]].mean(-1) forms them (in float32 for a float32 box).
+std::vector<std::vector<double>> udop_positions(const UdopBucketRequest& r, UdopAxis axis,
+                                                std::size_t s) {
+  if (axis == UdopAxis::positions) {
+    std::vector<double> p(s);
+    for (std::size_t i = 0; i < s; ++i) p[i] = static_cast<double>(i);
+    return {p};
+  }
+  const xt::xarray<double>& a = *r.bbox;
+  const std::size_t c = axis == UdopAxis::horizontal ? 0 : 1;
+  std::vector<std::vector<double>> out(a.shape(0), std::vector<double>(s));
+  for (std::size_t b = 0; b < a.shape(0); ++b) {
+    for (std::size_t i = 0; i < s; ++i) {
+      const double lo = a(b, i, c), hi = a(b, i, c + 2);
+      out[b][i] = r.bbox_f32 ? static_cast<double>((static_cast<float>(lo) + static_cast<float>(hi)) / 2.0f)
+                             : (lo + hi) / 2.0;
+    }
+  }
+  return out;
+}
+
+// trunc((p_j - p_i) * scaling) as HF's .to(torch.long), clamped to +-(md + 1) (the
+// buckets are the same beyond max_distance).
+std::int64_t udop_offset(double pi, double pj, double scaling, bool f32, std::int64_t md) {
+  const double v = f32 ? static_cast<double>((static_cast<float>(pj) - static_cast<float>(pi)) *
+                                             static_cast<float>(scaling))
+                       : (pj - pi) * scaling;
+  const double lim = static_cast<double>(md + 1);
+  return static_cast<std::int64_t>(std::clamp(std::trunc(v), -lim, lim));
+}
+
+}  // namespace
+
+Table udop_bucket_table(const UdopBucketRequest& r) {
+  const bool boxes = r.axis != UdopAxis::positions;
+  if (boxes && !r.bbox) throw UsageError("bbox: needed for axis horizontal, vertical and all");
+  if (r.bbox && r.seq_len) throw UsageError("seq_len: not with bbox (the boxes give s)");
+  if (!r.bbox && !r.seq_len) throw UsageError("seq_len: needed for axis 1d without bbox");
+  if (r.seq_len && (*r.seq_len < 1 || *r.seq_len > kMaxLayoutBucketTokens)) {
+    throw UsageError(
+        fmt::format("seq_len: must be from 1 to {}, got {}", kMaxLayoutBucketTokens, *r.seq_len));
+  }
+  if (r.axis == UdopAxis::all && (r.max_distance || r.scaling_factor)) {
+    throw UsageError("max_distance/scaling_factor: axis all takes each module's HF default");
+  }
+  if (r.axis == UdopAxis::all && r.bias_tables.size() != 3) {
+    throw UsageError("axis all: needs the three weights (1d, horizontal, vertical)");
+  }
+  if (r.axis != UdopAxis::all && r.bias_tables.size() > 1) {
+    throw UsageError("bias_table: one weight for one axis (three for axis all)");
+  }
+  if (r.buckets < 4 || r.buckets > (1 << 20)) {
+    throw UsageError(fmt::format("buckets: must be from 4 to 2^20, got {}", r.buckets));
+  }
+  std::vector<UdopModule> mods;
+  for (UdopAxis a : {UdopAxis::positions, UdopAxis::horizontal, UdopAxis::vertical}) {
+    if (r.axis != UdopAxis::all && r.axis != a) continue;
+    const bool pos = a == UdopAxis::positions;
+    mods.push_back({a, r.max_distance.value_or(pos ? 128 : 100),
+                    r.scaling_factor.value_or(pos ? 1.0 : 100.0)});
+  }
+  for (const UdopModule& m : mods) {
+    if (m.max_distance < 1 || m.max_distance > (1 << 24)) {
+      throw UsageError(fmt::format("max_distance: must be from 1 to 2^24, got {}", m.max_distance));
+    }
+    if (!(m.scaling > 0) || !std::isfinite(m.scaling) || m.scaling > 1e9) {
+      throw UsageError(fmt::format("scaling_factor: must be above 0 and at most 1e9, got {}",
+                                   m.scaling));
+    }
+    t5_bucket(0, true, r.buckets, static_cast<int>(m.max_distance));  // the pair checked
+  }
+  std::size_t B = 1, S = 0;
+  if (r.bbox) {
+    const xt::xarray<double>& a = *r.bbox;
+    if (a.dimension() != 3 || a.shape(2) != 4 || a.shape(0) == 0 || a.shape(1) == 0) {
+      throw InputError(fmt::format("bbox: expected boxes [b, s, 4], got shape {}",
+                                   shape_text({a.shape().begin(), a.shape().end()})));
+    }
+    if (a.shape(1) > static_cast<std::size_t>(kMaxLayoutBucketTokens)) {
+      throw InputError(fmt::format("bbox: {} tokens per row; at most {}", a.shape(1),
+                                   kMaxLayoutBucketTokens));
+    }
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      const double v = a.data()[k];
+      if (!(std::fabs(v) <= static_cast<double>(kMaxLayoutCoordinate))) {
+        throw InputError(fmt::format("bbox: entry {} is {}; coordinates must be finite, within "
+                                     "+-2^40",
+                                     k, v));
+      }
+    }
+    B = a.shape(0);
+    S = a.shape(1);
+  } else {
+    S = static_cast<std::size_t>(*r.seq_len);
+  }
+  // Per module: positions [rows][S] and bucket lookup.
+  struct Mod {
+    std::vector<std::vector<double>> p;
+    std::shared_ptr<const BucketLookup> lut;
+    UdopModule m;
+    std::shared_ptr<const xt::xarray<double>> w;  // [buckets, heads]
+  };
+  auto mv = std::make_shared<std::vector<Mod>>();
+  std::size_t heads = 0;
+  for (std::size_t k = 0; k < mods.size(); ++k) {
+    Mod md{udop_positions(r, mods[k].axis, S),
+           std::make_shared<const BucketLookup>(r.buckets, static_cast<int>(mods[k].max_distance)),
+           mods[k], nullptr};
+    if (!r.bias_tables.empty()) {
+      const xt::xarray<double>& w = r.bias_tables[k];
+      if (w.dimension() != 2 || w.shape(0) != static_cast<std::size_t>(r.buckets) ||
+          w.shape(1) == 0 || (heads != 0 && w.shape(1) != heads)) {
+        throw InputError(fmt::format(
+            "bias_table: expected a weight ({}, heads) (nn.Embedding(buckets, heads)){}, got "
+            "shape {}",
+            r.buckets, heads != 0 ? fmt::format(" with {} heads", heads) : std::string(),
+            shape_text({w.shape().begin(), w.shape().end()})));
+      }
+      if (!std::all_of(w.begin(), w.end(), [](double v) { return std::isfinite(v); })) {
+        throw InputError("bias_table: the weight holds NaN or Inf");
+      }
+      heads = w.shape(1);
+      md.w = std::make_shared<const xt::xarray<double>>(w);
+    }
+    mv->push_back(std::move(md));
+  }
+  const bool f32 = r.bbox_f32;
+  Table t;
+  const char* names[] = {"1d", "horizontal", "vertical", "all"};
+  t.attrs = {{"kind", std::string("udop-bucket")},
+             {"axis", std::string(names[static_cast<int>(r.axis)])},
+             {"num_buckets", static_cast<long long>(r.buckets)},
+             {"bidirectional", 1LL}};
+  if (r.axis != UdopAxis::all) {
+    t.attrs.push_back({"max_distance", static_cast<long long>(mods[0].max_distance)});
+    t.attrs.push_back({"scaling_factor", mods[0].scaling});
+  }
+  t.dataset = "/udop_bucket";
+  if (r.bias_tables.empty()) {
+    const Mod& m = (*mv)[0];
+    const std::size_t rows = m.p.size();
+    t.integral = true;
+    t.max_value = r.buckets - 1;
+    t.spec.shape = {rows, S, S};
+    t.spec.line = [mv, S, f32](std::size_t line, double* out) {
+      const Mod& m = (*mv)[0];
+      const std::vector<double>& p = m.p[line / S];
+      const double pi = p[line % S];
+      for (std::size_t j = 0; j < S; ++j) {
+        out[j] = (*m.lut)(udop_offset(pi, p[j], m.m.scaling, f32, m.m.max_distance));
+      }
+    };
+    return t;
+  }
+  t.attrs.push_back({"heads", static_cast<long long>(heads)});
+  t.dataset += "_bias";
+  const std::size_t rows = r.axis == UdopAxis::positions ? 1 : B;
+  t.spec.shape = {rows, heads, S, S};
+  // relative_attention_bias(bucket).permute(0, 3, 1, 2), summed x = bias + x over the
+  // modules in order.
+  t.spec.line = [mv, S, heads, f32](std::size_t line, double* out) {
+    const std::size_t i = line % S, h = (line / S) % heads, b = line / S / heads;
+    std::fill(out, out + S, 0.0);
+    for (const Mod& m : *mv) {
+      const std::vector<double>& p = m.p[m.p.size() == 1 ? 0 : b];
+      const double* w = m.w->data();
+      for (std::size_t j = 0; j < S; ++j) {
+        const std::int64_t bk = (*m.lut)(udop_offset(p[i], p[j], m.m.scaling, f32, m.m.max_distance));
+        out[j] = w[static_cast<std::size_t>(bk) * heads + h] + out[j];
+      }
+    }
+  };
+  return t;
+}
+
 }  // namespace posenc

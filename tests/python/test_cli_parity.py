@@ -200,6 +200,8 @@ SIDE = {
     "mw1.npy": T.standard_normal((16, 2)),            # swinv2 continuous_position_bias_mlp
     "mb1.npy": T.standard_normal(16),
     "mw2.npy": T.standard_normal((3, 16)).astype(np.float32),
+    "ubox.npy": T.uniform(0, 1, (2, 6, 4)).astype(np.float32),
+    "uw.npy": T.standard_normal((32, 3)),
 }
 TABLE_CASES += [
     (["swin-index", "--window", "3", "4", "--dtype", "i16"],
@@ -230,6 +232,12 @@ TABLE_CASES += [
       "--temperature", "20", "--temperature-width", "40"],
      lambda: posenc.table.detr_sine(mask=SIDE["mask.npy"], embedding_dim=8, offset=0.5,
                                     temperature=20.0, temperature_width=40.0)),
+    (["udop-bucket", "--axis", "vertical", "--bbox", "ubox.npy", "--scaling-factor", "50"],
+     lambda: posenc.table.udop_bucket(axis="vertical", bbox=SIDE["ubox.npy"], scaling_factor=50)),
+    (["udop-bucket", "--axis", "all", "--bbox", "ubox.npy", "--bias-table", "uw.npy", "uw.npy",
+      "uw.npy", "--dtype", "f64"],
+     lambda: posenc.table.udop_bucket(axis="all", bbox=SIDE["ubox.npy"],
+                                      bias_table=[SIDE["uw.npy"]] * 3, dtype="f64")),
     (["rt-detr-sincos", "--size", "3", "5", "--embedding-dim", "16", "--temperature", "100"],
      lambda: posenc.table.rt_detr_sincos(size=(3, 5), embedding_dim=16, temperature=100.0)),
     (["fairseq-sinusoidal", "--positions", "6", "--dim", "8", "--padding-idx", "0"],

@@ -64,4 +64,38 @@ struct LayoutBucketRequest {
 /// weights.
 Table layout_bucket_table(const LayoutBucketRequest& r);
 
+/// UDOP's relative biases (Tang et al. 2023; HF `RelativePositionBias1D`,
+/// `RelativePositionBiasHorizontal`, `RelativePositionBiasVertical`,
+/// `RelativePositionBiasAggregated`): for positions p of the tokens (1-D: 0 .. s-1;
+/// horizontal: the boxes' centres (x0 + x1) / 2; vertical: (y0 + y1) / 2), the pair
+/// (i, j) takes T5's bidirectional bucket of trunc((p_j - p_i) * scaling_factor); an
+/// nn.Embedding weight [buckets, heads] gathers the bias [b, heads, s, s]; the aggregated
+/// bias sums the three in HF's order (vertical + (horizontal + 1-D)).
+enum class UdopAxis { positions, horizontal, vertical, all };
+/// 1d | horizontal | vertical | all (UsageError naming "axis").
+UdopAxis parse_udop_axis(const std::string& s);
+
+/// `posenc table udop-bucket`: --seq-len or --bbox, --axis, --buckets, --max-distance,
+/// --scaling-factor, --bias-table.
+struct UdopBucketRequest {
+  UdopAxis axis = UdopAxis::positions;  ///< which bias
+  std::optional<std::int64_t> seq_len;  ///< s of axis 1d without boxes
+  /// Boxes [b, s, 4] (x0, y0, x1, y1; UDOP's normalised coordinates) for horizontal,
+  /// vertical and all.
+  std::optional<xt::xarray<double>> bbox;
+  /// The boxes were float32: centres and products in float32, as HF computes them.
+  bool bbox_f32 = false;
+  int buckets = 32;                           ///< HF relative_attention_num_buckets
+  std::optional<std::int64_t> max_distance;   ///< default 128 (1d), 100 (boxes); not with all
+  std::optional<double> scaling_factor;       ///< default 1 (1d), 100 (boxes); not with all
+  /// The learned weights [buckets, heads] (relative_attention_bias.weight): one, or
+  /// three for all (1d, horizontal, vertical); the table is then the bias.
+  std::vector<xt::xarray<double>> bias_tables;
+};
+
+/// The buckets [b, s, s] (integers; [1, s, s] for 1d) or the bias [b, heads, s, s].
+/// UsageError for bad parameters, InputError for boxes or weights of the wrong shape,
+/// non-finite or beyond +-2^40.
+Table udop_bucket_table(const UdopBucketRequest& r);
+
 }  // namespace posenc
