@@ -31,6 +31,8 @@ STRUCTS = [
     ("encodings/tables.hpp", "RelativeRequest"),
     ("encodings/tables.hpp", "T5BucketRequest"),
     ("encodings/relative_attention.hpp", "XlRelativeRequest"),
+    ("encodings/relative_attention.hpp", "FunnelRelativeRequest"),
+    ("encodings/relative_attention.hpp", "FunnelFactorizedRequest"),
     ("encodings/relative_attention.hpp", "DebertaBucketRequest"),
     ("encodings/window_index.hpp", "WindowIndexRequest"),
     ("encodings/window_index.hpp", "SwinV2CoordsRequest"),

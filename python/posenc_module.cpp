@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -475,205 +476,286 @@ std::vector<RopeEmit> emits_of(const py::dict& d) {
   return out;
 }
 
+// The keywords of one posenc.table call: the kind's own (`d`), RoPE's and the positions'.
+struct TableArgs {
+  const std::string& kind;
+  const py::dict& d;
+  const py::dict& rope;
+  const py::dict& pos;
+};
+
+// One table kind: its keywords to its tables.
+using TableKind = void (*)(const TableArgs& a, std::vector<Table>& tables);
+
+// swin-index and beit-index (with BEiT's three class-token entries).
+void window_index_kind(const TableArgs& a, std::vector<Table>& tables) {
+  WindowIndexRequest r;
+  std::tie(r.height, r.width) = window_of(a.d, "window");
+  r.class_token = a.kind == "beit-index";
+  r.bias_table = xarray_arg<double>(a.d, "bias_table");
+  tables.push_back(window_index_table(r));
+}
+
+// Every kind posenc.table knows, by name.
+const std::map<std::string, TableKind>& table_kinds() {
+  static const std::map<std::string, TableKind> kinds = {
+      {"sinusoidal",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         SinusoidalRequest r;
+         set_if(a.d, "positions", r.positions);
+         set_if(a.d, "dim", r.dim);
+         set_if(a.d, "base", r.base);
+         set_if(a.d, "start", r.start);
+         if (auto l = get<std::string>(a.d, "layout")) {
+           if (*l != "interleaved" && *l != "concat") {
+             throw UsageError("layout: expected interleaved or concat, got '" + *l + "'");
+           }
+           r.layout = *l == "concat" ? SinusoidalLayout::concat : SinusoidalLayout::interleaved;
+         }
+         tables.push_back(sinusoidal_table(r));
+       }},
+      {"rope",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         RopeTableRequest r;
+         r.where = positions(a.pos);
+         r.positions = get<std::int64_t>(a.d, "positions");
+         r.rope = rope_params(a.rope, get<int>(a.d, "dim").value_or(0));
+         set_if(a.d, "half", r.half);
+         set_if(a.d, "inverse", r.inverse);
+         if (auto p = get<std::string>(a.d, "precision")) r.precision = precision_of(*p);
+         for (RopeEmit e : emits_of(a.d)) {
+           r.emit = e;
+           tables.push_back(rope_table(r));
+         }
+       }},
+      {"rope2d",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         Rope2dRequest r;
+         set_if(a.d, "height", r.height);
+         set_if(a.d, "width", r.width);
+         set_if(a.d, "dim", r.dim);
+         set_if(a.d, "base", r.base);
+         if (auto o = get<std::string>(a.d, "order")) {
+           if (*o != "xy" && *o != "yx")
+             throw UsageError("order: expected xy or yx, got '" + *o + "'");
+           r.y_first = *o == "yx";
+         }
+         if (auto s = get<std::string>(a.d, "style")) r.style = parse_rope_style(*s);
+         set_if(a.d, "half", r.half);
+         for (RopeEmit e : emits_of(a.d)) {
+           r.emit = e;
+           tables.push_back(rope2d_table(r));
+         }
+       }},
+      {"alibi",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         AlibiRequest r;
+         set_if(a.d, "heads", r.heads);
+         r.q_len = length(a.d, "q_len");
+         r.k_len = length(a.d, "k_len");
+         if (auto v = get<std::string>(a.d, "variant")) r.variant = parse_alibi_table(*v);
+         set_if(a.d, "max_bias", r.max_bias);
+         tables.push_back(alibi_table(r));
+       }},
+      {"relative",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         RelativeRequest r;
+         r.q_len = length(a.d, "q_len");
+         r.k_len = length(a.d, "k_len");
+         set_if(a.d, "max_distance", r.max_distance);
+         set_if(a.d, "left", r.left);
+         set_if(a.d, "right", r.right);
+         if (auto s = get<std::string>(a.d, "sign")) {
+           if (*s != "k-q" && *s != "q-k")
+             throw UsageError("sign: expected k-q or q-k, got '" + *s + "'");
+           r.q_minus_k = *s == "q-k";
+         }
+         if (auto s = get<std::string>(a.d, "beyond")) {
+           if (*s != "clamp" && *s != "zero")
+             throw UsageError("beyond: expected clamp or zero, got '" + *s + "'");
+           r.zero_beyond = *s == "zero";
+         }
+         tables.push_back(relative_table(r));
+       }},
+      {"t5-bucket",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         T5BucketRequest r;
+         r.q_len = length(a.d, "q_len");
+         r.k_len = length(a.d, "k_len");
+         set_if(a.d, "buckets", r.buckets);
+         set_if(a.d, "max_distance", r.max_distance);
+         set_if(a.d, "bidirectional", r.bidirectional);
+         tables.push_back(t5_bucket_table(r));
+       }},
+      {"xl-relative",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         XlRelativeRequest r;
+         r.q_len = length(a.d, "q_len");
+         r.k_len = length(a.d, "k_len");
+         set_if(a.d, "dim", r.dim);
+         set_if(a.d, "base", r.base);
+         set_if(a.d, "clamp_len", r.clamp_len);
+         if (auto f = get<std::string>(a.d, "form")) r.form = parse_xl_form(*f);
+         tables.push_back(xl_relative_table(r));
+       }},
+      {"funnel-relative",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         FunnelRelativeRequest r;
+         set_if(a.d, "seq_len", r.seq_len);
+         set_if(a.d, "dim", r.dim);
+         set_if(a.d, "block", r.block);
+         set_if(a.d, "shift", r.shift);
+         set_if(a.d, "separate_cls", r.separate_cls);
+         set_if(a.d, "truncate_seq", r.truncate_seq);
+         set_if(a.d, "base", r.base);
+         tables.push_back(funnel_relative_table(r));
+       }},
+      {"funnel-factorized",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         FunnelFactorizedRequest r;
+         set_if(a.d, "seq_len", r.seq_len);
+         set_if(a.d, "dim", r.dim);
+         set_if(a.d, "block", r.block);
+         set_if(a.d, "key_block", r.key_block);
+         set_if(a.d, "separate_cls", r.separate_cls);
+         set_if(a.d, "truncate_seq", r.truncate_seq);
+         set_if(a.d, "base", r.base);
+         if (auto e = get<std::string>(a.d, "emit")) r.emit = parse_funnel_factor(*e);
+         tables.push_back(funnel_factorized_table(r));
+       }},
+      {"deberta-bucket",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         DebertaBucketRequest r;
+         r.q_len = length(a.d, "q_len");
+         r.k_len = length(a.d, "k_len");
+         set_if(a.d, "position_buckets", r.position_buckets);
+         set_if(a.d, "max_relative_positions", r.max_relative_positions);
+         tables.push_back(deberta_bucket_table(r));
+       }},
+      {"swin-index", window_index_kind},
+      {"beit-index", window_index_kind},
+      {"swinv2-coords",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         SwinV2CoordsRequest r;
+         std::tie(r.height, r.width) = window_of(a.d, "window");
+         std::tie(r.pretrained_height, r.pretrained_width) = window_of(a.d, "pretrained_window");
+         tables.push_back(swinv2_coords_table(r));
+       }},
+      {"levit-index",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         LevitIndexRequest r;
+         set_if(a.d, "resolution", r.resolution);
+         set_if(a.d, "stride", r.stride);
+         r.bias_table = xarray_arg<double>(a.d, "bias_table");
+         tables.push_back(levit_index_table(r));
+       }},
+      {"detr-sine",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         DetrSineRequest r;
+         r.mask = xarray_arg<double>(a.d, "mask");
+         const auto size = get<std::pair<std::int64_t, std::int64_t>>(a.d, "size");
+         if (r.mask.has_value() == size.has_value()) {
+           throw UsageError("mask: give a pixel mask or size H W (one of them)");
+         }
+         if (size) std::tie(r.height, r.width) = *size;
+         set_if(a.d, "embedding_dim", r.embedding_dim);
+         set_if(a.d, "temperature", r.temperature);
+         set_if(a.d, "normalize", r.normalize);
+         r.scale = get<double>(a.d, "scale");
+         if (auto l = get<std::string>(a.d, "layout")) {
+           if (*l != "channels" && *l != "tokens") {
+             throw UsageError("layout: expected channels or tokens, got '" + *l + "'");
+           }
+           r.tokens = *l == "tokens";
+         }
+         tables.push_back(detr_sine_table(r));
+       }},
+      {"fairseq-sinusoidal",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         FairseqSinusoidalRequest r;
+         r.positions = get<std::int64_t>(a.d, "positions");
+         set_if(a.d, "dim", r.dim);
+         r.padding_idx = get<std::int64_t>(a.d, "padding_idx");
+         r.input_ids = xarray_arg<std::int64_t>(a.d, "input_ids");
+         set_if(a.d, "past_length", r.past_length);
+         tables.push_back(fairseq_sinusoidal_table(r));
+       }},
+      {"layoutlm-bucket",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         LayoutBucketRequest r;
+         r.axis = parse_layout_axis(get<std::string>(a.d, "axis").value_or("1d"));
+         r.seq_len = get<std::int64_t>(a.d, "seq_len");
+         r.buckets = get<int>(a.d, "buckets");
+         r.max_distance = get<std::int64_t>(a.d, "max_distance");
+         r.position_ids = xarray_arg<std::int64_t>(a.d, "position_ids");
+         r.bbox = xarray_arg<std::int64_t>(a.d, "bbox");
+         r.bias_table = xarray_arg<double>(a.d, "bias_table");
+         r.bias_table_y = xarray_arg<double>(a.d, "bias_table_y");
+         if (r.bias_table_y && r.axis != LayoutAxis::xy) {
+           throw UsageError("bias_table: two weights are for axis xy (x then y)");
+         }
+         if (r.axis == LayoutAxis::xy && !r.bias_table_y) {
+           throw UsageError("axis xy: needs bias_table WX WY (the buckets are per axis: x or y)");
+         }
+         try {
+           tables.push_back(layout_bucket_table(r));
+         } catch (const InputError& e) {
+           // The library's second weight is the second of bias_table's pair.
+           const std::string msg = e.what();
+           if (msg.rfind("bias_table_y: ", 0) != 0) throw;
+           throw InputError("bias_table (y, the second): " + msg.substr(14));
+         }
+       }},
+      {"complex-order",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         ComplexOrderRequest r;
+         if (auto w = xarray_arg<double>(a.d, "frequency")) r.frequency = std::move(*w);
+         r.amplitude = xarray_arg<double>(a.d, "amplitude");
+         r.phase = xarray_arg<double>(a.d, "phase");
+         r.positions = get<std::int64_t>(a.d, "positions");
+         set_if(a.d, "start", r.start);
+         r.input_ids = xarray_arg<std::int64_t>(a.d, "input_ids");
+         tables.push_back(complex_order_table(r));
+       }},
+      {"reformer-axial",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         AxialPositionsRequest r;
+         r.axial_shape = get<std::vector<std::int64_t>>(a.d, "axial_shape")
+                             .value_or(std::vector<std::int64_t>{});
+         if (a.d.contains("weights") && !a.d["weights"].is_none()) {
+           for (const py::handle w : a.d["weights"].cast<py::list>()) {
+             auto a = w.cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+             xt::xarray<double> x = xt::empty<double>(shape_of(a));
+             std::copy(a.data(), a.data() + a.size(), x.data());
+             r.weights.push_back(std::move(x));
+           }
+         }
+         r.positions = get<std::int64_t>(a.d, "positions");
+         r.position_ids = xarray_arg<std::int64_t>(a.d, "position_ids");
+         tables.push_back(axial_positions_table(r));
+       }},
+      {"cpmant-bucket",
+       [](const TableArgs& a, std::vector<Table>& tables) {
+         CpmAntBucketRequest r;
+         r.segment_ids = xarray_arg<std::int64_t>(a.d, "segment_ids");
+         r.key_segment_ids = xarray_arg<std::int64_t>(a.d, "key_segment_ids");
+         r.seq_len = get<std::int64_t>(a.d, "seq_len");
+         set_if(a.d, "segments", r.segments);
+         set_if(a.d, "buckets", r.buckets);
+         set_if(a.d, "max_distance", r.max_distance);
+         r.bias_table = xarray_arg<double>(a.d, "bias_table");
+         tables.push_back(cpmant_bucket_table(r));
+       }},
+  };
+  return kinds;
+}
+
 std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
                                    const py::dict& rope_d, const py::dict& pos_d) {
+  const auto it = table_kinds().find(kind);
+  if (it == table_kinds().end()) throw UsageError("kind: unknown table kind '" + kind + "'");
   std::vector<Table> tables;
-  if (kind == "sinusoidal") {
-    SinusoidalRequest r;
-    set_if(d, "positions", r.positions);
-    set_if(d, "dim", r.dim);
-    set_if(d, "base", r.base);
-    set_if(d, "start", r.start);
-    if (auto l = get<std::string>(d, "layout")) {
-      if (*l != "interleaved" && *l != "concat") {
-        throw UsageError("layout: expected interleaved or concat, got '" + *l + "'");
-      }
-      r.layout = *l == "concat" ? SinusoidalLayout::concat : SinusoidalLayout::interleaved;
-    }
-    tables.push_back(sinusoidal_table(r));
-  } else if (kind == "rope") {
-    RopeTableRequest r;
-    r.where = positions(pos_d);
-    r.positions = get<std::int64_t>(d, "positions");
-    r.rope = rope_params(rope_d, get<int>(d, "dim").value_or(0));
-    set_if(d, "half", r.half);
-    set_if(d, "inverse", r.inverse);
-    if (auto p = get<std::string>(d, "precision")) r.precision = precision_of(*p);
-    for (RopeEmit e : emits_of(d)) {
-      r.emit = e;
-      tables.push_back(rope_table(r));
-    }
-  } else if (kind == "rope2d") {
-    Rope2dRequest r;
-    set_if(d, "height", r.height);
-    set_if(d, "width", r.width);
-    set_if(d, "dim", r.dim);
-    set_if(d, "base", r.base);
-    if (auto o = get<std::string>(d, "order")) {
-      if (*o != "xy" && *o != "yx") throw UsageError("order: expected xy or yx, got '" + *o + "'");
-      r.y_first = *o == "yx";
-    }
-    if (auto s = get<std::string>(d, "style")) r.style = parse_rope_style(*s);
-    set_if(d, "half", r.half);
-    for (RopeEmit e : emits_of(d)) {
-      r.emit = e;
-      tables.push_back(rope2d_table(r));
-    }
-  } else if (kind == "alibi") {
-    AlibiRequest r;
-    set_if(d, "heads", r.heads);
-    r.q_len = length(d, "q_len");
-    r.k_len = length(d, "k_len");
-    if (auto v = get<std::string>(d, "variant")) r.variant = parse_alibi_table(*v);
-    set_if(d, "max_bias", r.max_bias);
-    tables.push_back(alibi_table(r));
-  } else if (kind == "relative") {
-    RelativeRequest r;
-    r.q_len = length(d, "q_len");
-    r.k_len = length(d, "k_len");
-    set_if(d, "max_distance", r.max_distance);
-    set_if(d, "left", r.left);
-    set_if(d, "right", r.right);
-    if (auto s = get<std::string>(d, "sign")) {
-      if (*s != "k-q" && *s != "q-k")
-        throw UsageError("sign: expected k-q or q-k, got '" + *s + "'");
-      r.q_minus_k = *s == "q-k";
-    }
-    if (auto s = get<std::string>(d, "beyond")) {
-      if (*s != "clamp" && *s != "zero")
-        throw UsageError("beyond: expected clamp or zero, got '" + *s + "'");
-      r.zero_beyond = *s == "zero";
-    }
-    tables.push_back(relative_table(r));
-  } else if (kind == "t5-bucket") {
-    T5BucketRequest r;
-    r.q_len = length(d, "q_len");
-    r.k_len = length(d, "k_len");
-    set_if(d, "buckets", r.buckets);
-    set_if(d, "max_distance", r.max_distance);
-    set_if(d, "bidirectional", r.bidirectional);
-    tables.push_back(t5_bucket_table(r));
-  } else if (kind == "xl-relative") {
-    XlRelativeRequest r;
-    r.q_len = length(d, "q_len");
-    r.k_len = length(d, "k_len");
-    set_if(d, "dim", r.dim);
-    set_if(d, "base", r.base);
-    set_if(d, "clamp_len", r.clamp_len);
-    if (auto f = get<std::string>(d, "form")) r.form = parse_xl_form(*f);
-    tables.push_back(xl_relative_table(r));
-  } else if (kind == "deberta-bucket") {
-    DebertaBucketRequest r;
-    r.q_len = length(d, "q_len");
-    r.k_len = length(d, "k_len");
-    set_if(d, "position_buckets", r.position_buckets);
-    set_if(d, "max_relative_positions", r.max_relative_positions);
-    tables.push_back(deberta_bucket_table(r));
-  } else if (kind == "swin-index" || kind == "beit-index") {
-    WindowIndexRequest r;
-    std::tie(r.height, r.width) = window_of(d, "window");
-    r.class_token = kind == "beit-index";
-    r.bias_table = xarray_arg<double>(d, "bias_table");
-    tables.push_back(window_index_table(r));
-  } else if (kind == "swinv2-coords") {
-    SwinV2CoordsRequest r;
-    std::tie(r.height, r.width) = window_of(d, "window");
-    std::tie(r.pretrained_height, r.pretrained_width) = window_of(d, "pretrained_window");
-    tables.push_back(swinv2_coords_table(r));
-  } else if (kind == "levit-index") {
-    LevitIndexRequest r;
-    set_if(d, "resolution", r.resolution);
-    set_if(d, "stride", r.stride);
-    r.bias_table = xarray_arg<double>(d, "bias_table");
-    tables.push_back(levit_index_table(r));
-  } else if (kind == "detr-sine") {
-    DetrSineRequest r;
-    r.mask = xarray_arg<double>(d, "mask");
-    const auto size = get<std::pair<std::int64_t, std::int64_t>>(d, "size");
-    if (r.mask.has_value() == size.has_value()) {
-      throw UsageError("mask: give a pixel mask or size H W (one of them)");
-    }
-    if (size) std::tie(r.height, r.width) = *size;
-    set_if(d, "embedding_dim", r.embedding_dim);
-    set_if(d, "temperature", r.temperature);
-    set_if(d, "normalize", r.normalize);
-    r.scale = get<double>(d, "scale");
-    if (auto l = get<std::string>(d, "layout")) {
-      if (*l != "channels" && *l != "tokens") {
-        throw UsageError("layout: expected channels or tokens, got '" + *l + "'");
-      }
-      r.tokens = *l == "tokens";
-    }
-    tables.push_back(detr_sine_table(r));
-  } else if (kind == "fairseq-sinusoidal") {
-    FairseqSinusoidalRequest r;
-    r.positions = get<std::int64_t>(d, "positions");
-    set_if(d, "dim", r.dim);
-    r.padding_idx = get<std::int64_t>(d, "padding_idx");
-    r.input_ids = xarray_arg<std::int64_t>(d, "input_ids");
-    set_if(d, "past_length", r.past_length);
-    tables.push_back(fairseq_sinusoidal_table(r));
-  } else if (kind == "layoutlm-bucket") {
-    LayoutBucketRequest r;
-    r.axis = parse_layout_axis(get<std::string>(d, "axis").value_or("1d"));
-    r.seq_len = get<std::int64_t>(d, "seq_len");
-    r.buckets = get<int>(d, "buckets");
-    r.max_distance = get<std::int64_t>(d, "max_distance");
-    r.position_ids = xarray_arg<std::int64_t>(d, "position_ids");
-    r.bbox = xarray_arg<std::int64_t>(d, "bbox");
-    r.bias_table = xarray_arg<double>(d, "bias_table");
-    r.bias_table_y = xarray_arg<double>(d, "bias_table_y");
-    if (r.bias_table_y && r.axis != LayoutAxis::xy) {
-      throw UsageError("bias_table: two weights are for axis xy (x then y)");
-    }
-    if (r.axis == LayoutAxis::xy && !r.bias_table_y) {
-      throw UsageError("axis xy: needs bias_table WX WY (the buckets are per axis: x or y)");
-    }
-    try {
-      tables.push_back(layout_bucket_table(r));
-    } catch (const InputError& e) {
-      // The library's second weight is the second of bias_table's pair.
-      const std::string msg = e.what();
-      if (msg.rfind("bias_table_y: ", 0) != 0) throw;
-      throw InputError("bias_table (y, the second): " + msg.substr(14));
-    }
-  } else if (kind == "complex-order") {
-    ComplexOrderRequest r;
-    if (auto w = xarray_arg<double>(d, "frequency")) r.frequency = std::move(*w);
-    r.amplitude = xarray_arg<double>(d, "amplitude");
-    r.phase = xarray_arg<double>(d, "phase");
-    r.positions = get<std::int64_t>(d, "positions");
-    set_if(d, "start", r.start);
-    r.input_ids = xarray_arg<std::int64_t>(d, "input_ids");
-    tables.push_back(complex_order_table(r));
-  } else if (kind == "reformer-axial") {
-    AxialPositionsRequest r;
-    r.axial_shape = get<std::vector<std::int64_t>>(d, "axial_shape").value_or(
-        std::vector<std::int64_t>{});
-    if (d.contains("weights") && !d["weights"].is_none()) {
-      for (const py::handle w : d["weights"].cast<py::list>()) {
-        auto a = w.cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
-        xt::xarray<double> x = xt::empty<double>(shape_of(a));
-        std::copy(a.data(), a.data() + a.size(), x.data());
-        r.weights.push_back(std::move(x));
-      }
-    }
-    r.positions = get<std::int64_t>(d, "positions");
-    r.position_ids = xarray_arg<std::int64_t>(d, "position_ids");
-    tables.push_back(axial_positions_table(r));
-  } else if (kind == "cpmant-bucket") {
-    CpmAntBucketRequest r;
-    r.segment_ids = xarray_arg<std::int64_t>(d, "segment_ids");
-    r.key_segment_ids = xarray_arg<std::int64_t>(d, "key_segment_ids");
-    r.seq_len = get<std::int64_t>(d, "seq_len");
-    set_if(d, "segments", r.segments);
-    set_if(d, "buckets", r.buckets);
-    set_if(d, "max_distance", r.max_distance);
-    r.bias_table = xarray_arg<double>(d, "bias_table");
-    tables.push_back(cpmant_bucket_table(r));
-  } else {
-    throw UsageError("kind: unknown table kind '" + kind + "'");
-  }
+  it->second(TableArgs{kind, d, rope_d, pos_d}, tables);
   return tables;
 }
 
@@ -704,71 +786,20 @@ py::tuple tables(const std::string& kind, const py::dict& d, const py::dict& rop
 
 // --- rope-ids -----------------------------------------------------------------------
 
-// The rules of `posenc rope-ids`: the options given, else the config's keys, else HF's
-// class defaults (the command's rules_of, keyword names for option names).
-RopeIdsRules rope_ids_rules(const py::dict& d, const RopeIdsConfig& cfg,
-                            const std::string& config) {
-  constexpr double k2p53 = 9007199254740992.0;
-  RopeIdsRules r;
-  if (auto f = get<std::string>(d, "family")) {
-    r.family = parse_rope_ids_family(*f, "family");
-  } else if (!cfg.model_type.empty()) {
-    try {
-      r.family = parse_rope_ids_family(cfg.model_type, "model_type");
-    } catch (const UsageError&) {
-      throw InputError(config + ": model_type '" + cfg.model_type +
-                       "' is not a family rope-ids knows; give family");
-    }
-  } else {
-    throw UsageError("family: required (or give hf_config with a model_type)");
-  }
-  if (auto m = get<std::int64_t>(d, "spatial_merge_size")) {
-    if (*m < 1 || *m > kMaxLayoutTokens) {
-      throw UsageError("spatial_merge_size: must be 1 to " + std::to_string(kMaxLayoutTokens) +
-                       ", got " + std::to_string(*m));
-    }
-    r.spatial_merge_size = *m;
-  } else if (cfg.spatial_merge_size > 0) {
-    r.spatial_merge_size = cfg.spatial_merge_size;
-  }
-  const auto tps = get<double>(d, "tokens_per_second");
-  const auto pips = get<double>(d, "position_id_per_seconds");
-  if (tps && r.family != RopeIdsFamily::qwen2_5_vl) {
-    throw UsageError("tokens_per_second: only qwen2.5-vl scales video time by it");
-  }
-  if (pips && r.family != RopeIdsFamily::qwen2_5_omni) {
-    throw UsageError("position_id_per_seconds: only qwen2.5-omni reads it");
-  }
-  if (tps) {
-    if (!(*tps > 0) || *tps >= k2p53) {
-      throw UsageError("tokens_per_second: must be above 0 and below 2^53");
-    }
-    r.tokens_per_second = *tps;
-  } else if (cfg.tokens_per_second > 0) {
-    r.tokens_per_second = cfg.tokens_per_second;
-  } else if (!config.empty()) {
-    r.tokens_per_second = 4;  // Qwen2_5_VLVisionConfig's default, for a config without the key
-  }
-  if (pips) {
-    if (!(*pips > 0) || *pips >= k2p53) {
-      throw UsageError("position_id_per_seconds: must be above 0 and below 2^53");
-    }
-    r.position_id_per_seconds = *pips;
-  } else if (cfg.position_id_per_seconds > 0) {
-    r.position_id_per_seconds = cfg.position_id_per_seconds;
-  }
-  if (auto spc = get<double>(d, "seconds_per_chunk")) {
-    if (r.family != RopeIdsFamily::qwen2_5_omni) {
-      throw UsageError("seconds_per_chunk: only qwen2.5-omni reads it");
-    }
-    if (!(*spc > 0) || *spc >= k2p53) {
-      throw UsageError("seconds_per_chunk: must be above 0 and below 2^53");
-    }
-    r.seconds_per_chunk = *spc;
-  } else if (cfg.seconds_per_chunk > 0) {
-    r.seconds_per_chunk = cfg.seconds_per_chunk;
-  }
-  return r;
+// What the keywords give (named as keywords in messages), with the config's path.
+RopeIdsRequest rope_ids_request(const py::dict& d) {
+  RopeIdsRequest q;
+  q.option_names = false;
+  q.hf_config = get<std::string>(d, "hf_config").value_or("");
+  q.family = get<std::string>(d, "family");
+  q.spatial_merge_size = get<std::int64_t>(d, "spatial_merge_size");
+  q.tokens_per_second = get<double>(d, "tokens_per_second");
+  q.position_id_per_seconds = get<double>(d, "position_id_per_seconds");
+  q.seconds_per_chunk = get<double>(d, "seconds_per_chunk");
+  const char* ids[] = {"image_token_id", "video_token_id", "audio_token_id", "video_start_token_id",
+                       "video_end_token_id"};
+  for (int i = 0; i < 5; ++i) q.token_ids[i] = get<std::int64_t>(d, ids[i]);
+  return q;
 }
 
 // The M-RoPE ids of a prompt given as a layout SPEC or as HF's input_ids and grids
@@ -779,14 +810,13 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
   const bool by_layout = spec.has_value();
   const bool has_ids = tensors.contains("input_ids") && !tensors["input_ids"].is_none();
   if (by_layout == has_ids) {
-    throw UsageError(
-        "layout: give the prompt as layout SPEC or as input_ids REF, one of the two");
+    throw UsageError("layout: give the prompt as layout SPEC or as input_ids REF, one of the two");
   }
   const char* token_keys[] = {"image_token_id", "video_token_id", "audio_token_id",
                               "video_start_token_id", "video_end_token_id"};
   if (by_layout) {
-    for (const char* key : {"image_grid_thw", "video_grid_thw", "second_per_grid_ts",
-                            "attention_mask"}) {
+    for (const char* key :
+         {"image_grid_thw", "video_grid_thw", "second_per_grid_ts", "attention_mask"}) {
       if (tensors.contains(key) && !tensors[key].is_none()) {
         throw UsageError(std::string(key) + ": goes with input_ids, not layout");
       }
@@ -798,20 +828,15 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
     }
   }
   const PromptLayout layout = by_layout ? parse_prompt_layout(*spec, "layout") : PromptLayout{};
-  const std::string config = get<std::string>(d, "hf_config").value_or("");
+  const RopeIdsRequest req = rope_ids_request(d);
   RopeIdsConfig cfg;
-  if (!config.empty()) cfg = read_rope_ids_config(config);
-  const RopeIdsRules rules = rope_ids_rules(d, cfg, config);
+  if (!req.hf_config.empty()) cfg = read_rope_ids_config(req.hf_config);
+  const RopeIdsRules rules = resolve_rope_ids_rules(req, cfg);
   if (by_layout) {
     RopeIds one;
-    try {
+    {
       py::gil_scoped_release nogil;
       one = rope_ids(layout, rules);
-    } catch (const UsageError& e) {
-      // rope_ids names the layout as the command's option.
-      const std::string msg = e.what();
-      if (msg.rfind("--layout: ", 0) != 0) throw;
-      throw UsageError(msg.substr(2));
     }
     return py::make_tuple(to_array(std::move(one.ids)), one.delta);
   }
@@ -829,38 +854,47 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
     in.second_per_grid_ts = &*seconds;
   }
   if (mask) in.attention_mask = &*mask;
-  std::int64_t* slots[] = {&in.tokens.image, &in.tokens.video, &in.tokens.audio,
-                           &in.tokens.video_start, &in.tokens.video_end};
-  const std::int64_t from_config[] = {cfg.tokens.image, cfg.tokens.video, cfg.tokens.audio,
-                                      cfg.tokens.video_start, cfg.tokens.video_end};
-  for (int i = 0; i < 5; ++i) {
-    *slots[i] = from_config[i];
-    if (auto v = get<std::int64_t>(d, token_keys[i])) {
-      if (*v < 0) {
-        throw UsageError(std::string(token_keys[i]) + ": must not be negative, got " +
-                         std::to_string(*v));
-      }
-      *slots[i] = *v;
-    }
-  }
-  if (rules.family == RopeIdsFamily::glm4v &&
-      (in.tokens.video_start < 0 || in.tokens.video_end < 0) && in.video_grid_thw != nullptr) {
-    throw UsageError(
-        "video_start_token_id: glm4v videos need the video start and end token ids (or "
-        "hf_config)");
-  }
+  in.tokens = resolve_media_token_ids(req, cfg, rules.family, in.video_grid_thw != nullptr);
   RopeIdsBatch batch;
   {
     py::gil_scoped_release nogil;
     batch = rope_ids_from_tokens(in, rules);
   }
   const bool one_row = batch.ids.ndim() == 2;
-  py::object deltas = one_row ? py::object(py::int_(batch.deltas.at(0)))
-                              : py::object(py::cast(batch.deltas));
+  py::object deltas =
+      one_row ? py::object(py::int_(batch.deltas.at(0))) : py::object(py::cast(batch.deltas));
   return py::make_tuple(to_array(std::move(batch.ids)), deltas);
 }
 
 // --- attention ----------------------------------------------------------------------
+
+// The relative tables' window (relative_left, relative_right, relative_sign,
+// relative_beyond), as the command's --relative-* options.
+void relative_window_options(const py::dict& d, AttentionOptions& opt) {
+  auto left = get<std::int64_t>(d, "relative_left"), right = get<std::int64_t>(d, "relative_right");
+  auto sign = get<std::string>(d, "relative_sign"), beyond = get<std::string>(d, "relative_beyond");
+  if (!left && !right && !sign && !beyond) return;
+  if (left.has_value() != right.has_value()) {
+    throw UsageError("relative_left/relative_right: give both (or max_distance for both sides)");
+  }
+  for (const auto& [name, v] : {std::pair{"relative_left", left}, std::pair{"relative_right", right}}) {
+    if (v && (*v < 0 || *v > (std::int64_t{1} << 30))) {
+      throw UsageError(std::string(name) + ": must be from 0 to 2^30, got " + std::to_string(*v));
+    }
+  }
+  if (sign && *sign != "k-q" && *sign != "q-k") {
+    throw UsageError("relative_sign: expected k-q or q-k, got '" + *sign + "'");
+  }
+  if (beyond && *beyond != "clamp" && *beyond != "zero") {
+    throw UsageError("relative_beyond: expected clamp or zero, got '" + *beyond + "'");
+  }
+  RelativeWindow w;
+  w.left = left.value_or(-1);  // -1: from the rows
+  w.right = right.value_or(-1);
+  w.q_minus_k = sign && *sign == "q-k";
+  w.zero_beyond = beyond && *beyond == "zero";
+  opt.relative_window = w;
+}
 
 void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "axes", opt.axes);
@@ -914,6 +948,7 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "key_grid_h", opt.key_grid_h);
   set_if(d, "key_grid_w", opt.key_grid_w);
   set_if(d, "clipped_symmetric", opt.clipped_symmetric);
+  relative_window_options(d, opt);
   set_if(d, "softcap", opt.softcap);
   if (auto m = get<std::string>(d, "masked_rows")) {
     if (*m != "zero" && *m != "nan")
@@ -962,7 +997,11 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                         sinks = tensor_arg(tensors, "sinks"),
                         rel_pos_h = tensor_arg(tensors, "rel_pos_h"),
                         rel_pos_w = tensor_arg(tensors, "rel_pos_w"),
-                        clipped = tensor_arg(tensors, "clipped_bias");
+                        clipped = tensor_arg(tensors, "clipped_bias"),
+                        rel_proj = tensor_arg(tensors, "relative_proj"),
+                        per_dim = tensor_arg(tensors, "per_dim_scale");
+  if (rel_proj) opt.relative_proj = &*rel_proj;
+  if (per_dim) opt.per_dim_scale = &*per_dim;
   std::optional<Tensor> gate[4];
   const char* gate_names[] = {"gate_input", "gate_weight", "gate_bias", "gate_const"};
   const Tensor** gate_slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias,
@@ -1016,11 +1055,26 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                         seg_embed = tensor_arg(relative_d, "segment_embed"),
                         seg_bias = tensor_arg(relative_d, "segment_bias"),
                         pos_key = tensor_arg(relative_d, "pos_key"),
-                        pos_query = tensor_arg(relative_d, "pos_query");
+                        pos_query = tensor_arg(relative_d, "pos_query"),
+                        seg_index = tensor_arg(relative_d, "segment_index"),
+                        r_kernel = tensor_arg(relative_d, "rel_kernel"),
+                        phi = tensor_arg(relative_d, "phi"), pi = tensor_arg(relative_d, "pi"),
+                        psi = tensor_arg(relative_d, "psi"),
+                        omega = tensor_arg(relative_d, "omega");
   AttentionResult res;
-  if (r_keys) {
+  if (r_keys || phi) {
     XlAttention xl;
-    xl.rel_keys = &*r_keys;
+    if (r_keys) xl.rel_keys = &*r_keys;
+    if (seg_index) xl.segment_index = &*seg_index;
+    if (r_kernel) xl.rel_kernel = &*r_kernel;
+    if (phi) {
+      xl.phi = &*phi;
+      xl.pi = &*pi;
+      xl.psi = &*psi;
+      xl.omega = &*omega;
+    }
+    set_if(relative_d, "rel_shift", xl.shift);
+    set_if(relative_d, "separate_cls", xl.cls_mask);
     if (c_bias) xl.content_bias = &*c_bias;
     if (p_bias) xl.position_bias = &*p_bias;
     if (seg_ids) xl.segment_ids = &*seg_ids;

@@ -77,6 +77,14 @@ xt::xarray<double> layoutlm_buckets(const LayoutBucketRequest& r) {
 xt::xarray<double> xl_relative(const XlRelativeRequest& r) {
   return evaluate_table(xl_relative_table(r));
 }
+
+xt::xarray<double> funnel_relative(const FunnelRelativeRequest& r) {
+  return evaluate_table(funnel_relative_table(r));
+}
+
+xt::xarray<double> funnel_factorized(const FunnelFactorizedRequest& r) {
+  return evaluate_table(funnel_factorized_table(r));
+}
 xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r) {
   return integral(deberta_bucket_table(r));
 }

@@ -2,7 +2,7 @@
 """Decode attention (sq 1, a long KV cache) against a memcpy of the K and V bytes.
 
   /usr/bin/python3 bench/decode/decode.py POSENC [--before OLD_POSENC] [--rounds 7]
-      [--sk 65536] [--heads 8] [--dirs /dev/shm,/tmp] [--dtypes f32,f16,bf16]
+      [--sk 65536] [--heads 8] [--kv-heads 8] [--dirs /dev/shm,/tmp] [--dtypes f32,f16,bf16]
 
 Decode reads every key and value once for a few FLOPs each, so its bound is the
 machine's memory bandwidth. For each K/V dtype (f32 and f16 as NPY, bf16 as a contiguous
@@ -58,12 +58,12 @@ def load():
         return " ".join(f.read().split()[:3])
 
 
-def write_inputs(folder, sk, heads, d, dtype, posenc):
+def write_inputs(folder, sk, heads, kv_heads, d, dtype, posenc):
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, heads, 1, d), dtype=np.float32)
     np.save(f"{folder}/q.npy", q)
     for name in ("k", "v"):
-        x = rng.standard_normal((1, heads, sk, d), dtype=np.float32)
+        x = rng.standard_normal((1, kv_heads, sk, d), dtype=np.float32)
         path = f"{folder}/{name}_{dtype}.npy"
         if dtype == "bf16":
             path = f"{folder}/{name}_{dtype}.h5"
@@ -100,18 +100,20 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--sk", type=int, default=65536)
     ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv-heads", type=int, help="K and V heads (default --heads; fewer: GQA)")
     ap.add_argument("--dirs", default="/dev/shm,/tmp")
     ap.add_argument("--dtypes", default="f32,f16,bf16")
     args = ap.parse_args()
+    kv_heads = args.kv_heads or args.heads
     d = 128
     print(f"cpu: {cpu_name()}, {os.cpu_count()} cpus; load before {load()}")
     for base in args.dirs.split(","):
         folder = tempfile.mkdtemp(prefix="posenc-decode-", dir=base)
         try:
             for dtype in args.dtypes.split(","):
-                write_inputs(folder, args.sk, args.heads, d, dtype, args.posenc)
+                write_inputs(folder, args.sk, args.heads, kv_heads, d, dtype, args.posenc)
                 es = 4 if dtype == "f32" else 2
-                kv = 2 * args.heads * args.sk * d * es
+                kv = 2 * kv_heads * args.sk * d * es
                 src = np.ones(kv // 4, dtype=np.float32)
                 dst = np.zeros_like(src)
                 np.copyto(dst, src)  # touched

@@ -142,6 +142,12 @@ xt::xarray<double> cpmant_buckets(const CpmAntBucketRequest& r);
 xt::xarray<std::int64_t> t5_buckets(const T5BucketRequest& r);
 /// `table xl-relative`: the Transformer-XL / XLNet relative table R [rlen, D].
 xt::xarray<double> xl_relative(const XlRelativeRequest& r);
+/// `table funnel-relative`: a Funnel block's relative_shift position embeddings
+/// [rows, D] (funnel_relative_table).
+xt::xarray<double> funnel_relative(const FunnelRelativeRequest& r);
+/// `table funnel-factorized`: one of Funnel's factorized tables phi, pi, psi, omega
+/// [rows, D] (funnel_factorized_table).
+xt::xarray<double> funnel_factorized(const FunnelFactorizedRequest& r);
 /// `table deberta-bucket`: DeBERTa's bucketed relative positions [Q, K].
 xt::xarray<std::int64_t> deberta_buckets(const DebertaBucketRequest& r);
 /// Swin / BEiT window relative index [N, N], or the bias [heads, N, N] of a learned

@@ -192,6 +192,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               t5_max_distance=None, t5_causal=False, relative_k=None, relative_v=None,
               max_distance=None, decomposed_rel_pos=None, grid=None, key_grid=None,
               clipped_bias=None, clipped_symmetric=False, wavlm_gate=None,
+              relative_left=None, relative_right=None, relative_sign=None,
+              relative_beyond=None, relative_proj=None, per_dim_scale=None,
               softcap=None, sinks=None, masked_rows=None, dtype=None,
               max_memory=None, allow_nonfinite=False, precision=None, arith=None,
               hf_config=None, hf_version=None, layer_type=None, layer=None,
@@ -203,8 +205,10 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               attention_factor=None, truncate=None, low_freq_factor=None,
               high_freq_factor=None, short_factor=None, long_factor=None,
               rel_keys=None, content_bias=None, position_bias=None, segment_ids=None,
-              segment_embed=None, segment_bias=None, pos_key=None, pos_query=None,
-              pos_att_type=None, position_buckets=None, max_relative_positions=None):
+              segment_embed=None, segment_bias=None, segment_index=None, rel_shift=None,
+              rel_kernel=None, factorized=None, separate_cls=False, pos_key=None,
+              pos_query=None, pos_att_type=None, position_buckets=None,
+              max_relative_positions=None):
     """Attention of q over k (and v): logits, probs, output, lse (``posenc attention``).
 
     q [b, hq, sq, d], k [b, hk, sk, d], v [b, hk, sk, dv] (any `axes` order; rank 3
@@ -228,6 +232,11 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         with clipped_symmetric): Phi-4-multimodal audio's clipped-distance bias.
         wavlm_gate (X [b, sq, hidden], W [8, hidden/hq], B [8], C [hq]): WavLM's gate
         on t5_bias.
+    relative_left, relative_right, relative_sign ("k-q" or "q-k"), relative_beyond
+        ("clamp" or "zero"): the relative tables' window (--relative-left, ...).
+        relative_k may also be per head [rows, hq, d].
+    relative_proj [hq d, D] (with relative_left and relative_right), per_dim_scale [d]:
+        Gemma-3n audio's timing-signal relative keys and per-dimension query scale.
     softcap C; sinks [hq]; masked_rows "zero" or "nan"; dtype of the results;
     max_memory in bytes (InputError when the run would need more; default physical
     memory, 0 no limit); allow_nonfinite.
@@ -237,7 +246,11 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     rope=True rotates q and k first, with the ROPE OPTIONS of posenc.rope (start,
         position_ids, inverse, style, base, scaling, factor, ...; hf_config's RoPE).
     rel_keys, content_bias, position_bias, segment_ids, segment_embed, segment_bias:
-        Transformer-XL / XLNet. pos_key, pos_query, pos_att_type ("c2p", "p2c" or
+        Transformer-XL / XLNet; with segment_index (the seg_embed row per score, HF
+        Funnel's token_type_mat), rel_shift (Funnel's _relative_shift_gather shift),
+        rel_kernel (r_kernel [d_model, h, d]: rel_keys unprojected), factorized
+        ((phi, pi, psi, omega), instead of rel_keys) and separate_cls (the cls_mask):
+        Funnel. pos_key, pos_query, pos_att_type ("c2p", "p2c" or
         "c2p,p2c"), position_buckets, max_relative_positions: DeBERTa.
     """
     given = {n: v_ for n, v_ in locals().items() if n in _ROPE_OPTION_NAMES}
@@ -259,7 +272,9 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
                "mask": _arg(mask, "mask"), "key_lengths": _arg(key_lengths, "key_lengths"),
                "t5_bias": _arg(t5_bias, "t5_bias"), "relative_k": _arg(relative_k, "relative_k"),
                "relative_v": _arg(relative_v, "relative_v"), "sinks": _arg(sinks, "sinks"),
-               "clipped_bias": _arg(clipped_bias, "clipped_bias")}
+               "clipped_bias": _arg(clipped_bias, "clipped_bias"),
+               "relative_proj": _arg(relative_proj, "relative_proj"),
+               "per_dim_scale": _arg(per_dim_scale, "per_dim_scale")}
     if decomposed_rel_pos is not None:
         tensors["rel_pos_h"] = _arg(decomposed_rel_pos[0], "rel_pos_h")
         tensors["rel_pos_w"] = _arg(decomposed_rel_pos[1], "rel_pos_w")
@@ -274,7 +289,14 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
            "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
            "arith": arith, "max_memory": max_memory, "allow_nonfinite": bool(allow_nonfinite),
            "sliding_window": sliding_window, "chunk_size": chunk_size,
-           "max_distance": max_distance, "clipped_symmetric": bool(clipped_symmetric)}
+           "max_distance": max_distance, "clipped_symmetric": bool(clipped_symmetric),
+           "relative_left": relative_left, "relative_right": relative_right,
+           "relative_sign": relative_sign, "relative_beyond": relative_beyond}
+    if (any(x is not None for x in (relative_left, relative_right, relative_sign,
+                                     relative_beyond))
+            and relative_k is None and relative_v is None and relative_proj is None):
+        raise UsageError("relative_left/relative_right/relative_sign/relative_beyond: need "
+                         "relative_k, relative_v or relative_proj")
     if clipped_symmetric and clipped_bias is None:
         raise UsageError("clipped_symmetric: needs clipped_bias")
     if decomposed_rel_pos is None and (grid is not None or key_grid is not None):
@@ -333,18 +355,11 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
             raise UsageError("max_distance needs relative_k or relative_v")
     relative = _relative(rope, rel_keys, content_bias, position_bias, segment_ids,
                          segment_embed, segment_bias, pos_key, pos_query, pos_att_type,
-                         position_buckets, max_relative_positions)
-    kw = dict(style=style, base=base, rotary_dim=rotary_dim, partial=partial,
-              rotary_last=rotary_last, rope_interleave=rope_interleave, scaling=scaling,
-              factor=factor, original_max_pos=original_max_pos, max_pos=max_pos,
-              seq_len=seq_len, beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale,
-              mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
-              truncate=truncate, low_freq_factor=low_freq_factor,
-              high_freq_factor=high_freq_factor, short_factor=short_factor,
-              long_factor=long_factor, hf_config=hf_config, hf_version=hf_version,
-              layer_type=layer_type,
-              layer=layer, arith=arith)
-    rope_d = _rope_dict(kw, precision)
+                         position_buckets, max_relative_positions,
+                         dict(segment_index=segment_index, rel_shift=rel_shift,
+                              rel_kernel=rel_kernel, factorized=factorized,
+                              separate_cls=separate_cls))
+    rope_d = _rope_dict(locals(), precision)  # the ROPE OPTIONS among the arguments
     pos = _positions(start, position_ids, cu_seqlens)
     apply = {"inverse": bool(inverse), "precision": precision}
     opt = {key: val for key, val in opt.items() if val is not None}
@@ -356,22 +371,43 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
 
 def _relative(rope, rel_keys, content_bias, position_bias, segment_ids, segment_embed,
               segment_bias, pos_key, pos_query, pos_att_type, position_buckets,
-              max_relative_positions):
-    """The Transformer-XL / XLNet and DeBERTa arguments, checked as the command checks
-    them, as the C++ module's dict."""
-    xl = rel_keys is not None
+              max_relative_positions, funnel):
+    """The Transformer-XL / XLNet / Funnel and DeBERTa arguments, checked as the command
+    checks them, as the C++ module's dict."""
+    factorized = funnel["factorized"]
+    xl = rel_keys is not None or factorized is not None
     deberta = pos_key is not None or pos_query is not None
     for name, value in (("content_bias", content_bias), ("position_bias", position_bias),
                         ("segment_ids", segment_ids), ("segment_embed", segment_embed),
-                        ("segment_bias", segment_bias)):
+                        ("segment_bias", segment_bias),
+                        ("segment_index", funnel["segment_index"]),
+                        ("rel_shift", funnel["rel_shift"]), ("rel_kernel", funnel["rel_kernel"]),
+                        ("separate_cls", funnel["separate_cls"] or None)):
         if value is not None and not xl:
-            raise UsageError(f"{name}: a Transformer-XL / XLNet option needs rel_keys")
+            raise UsageError(f"{name}: a Transformer-XL / XLNet / Funnel option needs rel_keys "
+                             "or factorized")
+    shift = funnel["rel_shift"]
+    if shift is not None and (not isinstance(shift, int) or isinstance(shift, bool)
+                              or not 1 <= shift <= 2 ** 30):
+        raise UsageError(f"rel_shift {shift}: must be from 1 to 2^30")
+    if factorized is not None:
+        if isinstance(factorized, (str, bytes)) or len(factorized) != 4:
+            raise UsageError("factorized: expected the four tables (phi, pi, psi, omega)")
+        if rel_keys is not None:
+            raise UsageError("factorized: replaces rel_keys (give one)")
+        if funnel["rel_kernel"] is None:
+            raise UsageError("factorized: needs rel_kernel (W, which projects the tables)")
+        if shift is not None:
+            raise UsageError("rel_shift: the factorized term has no shift")
+    if segment_ids is not None and funnel["segment_index"] is not None:
+        raise UsageError("segment_ids: not with segment_index (give one)")
     for name, value in (("pos_att_type", pos_att_type), ("position_buckets", position_buckets),
                         ("max_relative_positions", max_relative_positions)):
         if value is not None and not deberta:
             raise UsageError(f"{name}: a DeBERTa option needs pos_key or pos_query")
     if xl and deberta:
-        raise UsageError("rel_keys: Transformer-XL / XLNet and DeBERTa terms exclude each other")
+        raise UsageError("rel_keys: Transformer-XL / XLNet / Funnel and DeBERTa terms exclude "
+                         "each other")
     if rope and (xl or deberta):
         raise UsageError(f"{'rel_keys' if xl else 'pos_key/pos_query'}: cannot be combined "
                          "with rope=True")
@@ -391,7 +427,13 @@ def _relative(rope, rel_keys, content_bias, position_bias, segment_ids, segment_
          "segment_embed": _arg(segment_embed, "segment_embed"),
          "segment_bias": _arg(segment_bias, "segment_bias"), "pos_key": _arg(pos_key, "pos_key"),
          "pos_query": _arg(pos_query, "pos_query"), "position_buckets": position_buckets,
-         "max_relative_positions": max_relative_positions}
+         "max_relative_positions": max_relative_positions,
+         "segment_index": _arg(funnel["segment_index"], "segment_index"),
+         "rel_kernel": _arg(funnel["rel_kernel"], "rel_kernel"), "rel_shift": shift,
+         "separate_cls": bool(funnel["separate_cls"]) or None}
+    if factorized is not None:
+        for name, t in zip(("phi", "pi", "psi", "omega"), factorized):
+            d[name] = _arg(t, "factorized " + name)
     return {key: val for key, val in d.items() if val is not None}
 
 

@@ -17,7 +17,7 @@ from ._options import rope_dict as _rope_dict
 from ._posenc import InputError, UsageError
 
 __all__ = ["sinusoidal", "rope", "rope2d", "alibi", "relative", "t5_bucket", "xl_relative",
-           "deberta_bucket", "swin_index", "beit_index", "swinv2_coords", "levit_index",
+           "funnel_relative", "funnel_factorized", "deberta_bucket", "swin_index", "beit_index", "swinv2_coords", "levit_index",
            "detr_sine", "fairseq_sinusoidal", "layoutlm_bucket", "complex_order", "reformer_axial", "cpmant_bucket"]
 
 
@@ -79,16 +79,7 @@ def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", 
         raise UsageError("dim: the head dimension is required (or give hf_config)")
     if position_ids is not None and start != 0:
         raise UsageError("start: cannot be combined with position_ids (ids are absolute)")
-    kw = dict(style=style, base=base, rotary_dim=rotary_dim, partial=partial, scaling=scaling,
-              factor=factor, original_max_pos=original_max_pos, max_pos=max_pos,
-              seq_len=seq_len, beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale,
-              mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
-              truncate=truncate, low_freq_factor=low_freq_factor,
-              high_freq_factor=high_freq_factor, short_factor=short_factor,
-              long_factor=long_factor, hf_config=hf_config, hf_version=hf_version,
-              layer_type=layer_type,
-              layer=layer, arith=arith)
-    rope_d = _rope_dict(kw, precision)
+    rope_d = _rope_dict(locals(), precision)  # the ROPE OPTIONS among the arguments
     pos = _positions(start, position_ids, cu_seqlens)
     emits, single = _emit_list(emit, ("cos-sin",))
     request = {"positions": positions, "dim": dim, "half": _layout(layout),
@@ -138,6 +129,27 @@ def xl_relative(*, dim, q_len=None, k_len=None, form="transfo-xl", clamp_len=0, 
     "transfo-xl", "xlnet-bi" or "xlnet-uni"; clamp_len > 0 clamps positions."""
     return _run("xl-relative", {"q_len": q_len, "k_len": k_len, "dim": dim, "form": form,
                                 "clamp_len": clamp_len, "base": base}, dtype)
+
+
+def funnel_relative(*, seq_len, dim, block=0, shift=1, separate_cls=False, truncate_seq=False,
+                    base=10000.0, dtype=None):
+    """Funnel Transformer relative_shift position embeddings of a block [rows, D] (HF
+    get_position_embeds()[block][shift - 1]): shift 2 for the block's first layer
+    (queries pooled, keys not), 1 otherwise."""
+    return _run("funnel-relative", {"seq_len": seq_len, "dim": dim, "block": block,
+                                    "shift": shift, "separate_cls": bool(separate_cls),
+                                    "truncate_seq": bool(truncate_seq), "base": base}, dtype)
+
+
+def funnel_factorized(*, seq_len, dim, emit="phi", block=0, key_block=None,
+                      separate_cls=False, truncate_seq=False, base=10000.0, dtype=None):
+    """One of Funnel Transformer's factorized attention tables (emit "phi", "pi", "psi"
+    or "omega") [rows, D], its rows pooled `block` times (phi, pi) or `key_block` times
+    (psi, omega; default block)."""
+    return _run("funnel-factorized", {"seq_len": seq_len, "dim": dim, "emit": emit,
+                                      "block": block, "key_block": key_block,
+                                      "separate_cls": bool(separate_cls),
+                                      "truncate_seq": bool(truncate_seq), "base": base}, dtype)
 
 
 def deberta_bucket(*, q_len=None, k_len=None, position_buckets=256,

@@ -49,6 +49,14 @@ def xl_relative(*, dim: int, q_len: Optional[int] = ..., k_len: Optional[int] = 
                 form: Literal["transfo-xl", "xlnet-bi", "xlnet-uni"] = ...,
                 clamp_len: int = ..., base: float = ...,
                 dtype: Optional[DTypeLike] = ...) -> Any: ...
+def funnel_relative(*, seq_len: int, dim: int, block: int = ..., shift: int = ...,
+                    separate_cls: bool = ..., truncate_seq: bool = ..., base: float = ...,
+                    dtype: Optional[DTypeLike] = ...) -> Any: ...
+def funnel_factorized(*, seq_len: int, dim: int,
+                      emit: Literal["phi", "pi", "psi", "omega"] = ..., block: int = ...,
+                      key_block: Optional[int] = ..., separate_cls: bool = ...,
+                      truncate_seq: bool = ..., base: float = ...,
+                      dtype: Optional[DTypeLike] = ...) -> Any: ...
 def deberta_bucket(*, q_len: Optional[int] = ..., k_len: Optional[int] = ...,
                    position_buckets: int = ..., max_relative_positions: int = ...,
                    dtype: Optional[DTypeLike] = ...) -> Any: ...

@@ -66,6 +66,7 @@ struct AttentionCmdOptions {
   std::string relative_sign = "k-q", relative_beyond = "clamp";
   std::string clipped_bias;
   bool clipped_symmetric = false;
+  std::string relative_proj, per_dim_scale;  // Gemma-3n audio
   std::vector<std::string> wavlm_gate;    // X W B C
   std::vector<std::string> decomposed;    // RH RW
   std::vector<long long> grid, key_grid;  // H W
@@ -159,7 +160,7 @@ std::vector<TensorRef> attention_inputs(const AttentionCmdOptions& o) {
   std::vector<TensorRef> refs;
   for (const std::string* r :
        {&o.q, &o.k, &o.v, &o.t5_bias, &o.relative_k, &o.relative_v, &o.sinks,
-        &o.clipped_bias}) {
+        &o.clipped_bias, &o.relative_proj, &o.per_dim_scale}) {
     if (!r->empty()) refs.push_back(parse_ref(*r));
   }
   for (const std::string& r : o.decomposed) refs.push_back(parse_ref(r));
@@ -323,14 +324,27 @@ void run_attention(AttentionCmdOptions& o) {
   if (given(o, "--max-distance") && o.relative_k.empty() && o.relative_v.empty()) {
     throw UsageError("--max-distance needs --relative-k or --relative-v");
   }
+  if (!o.relative_proj.empty()) {
+    if (!o.relative_k.empty()) {
+      throw UsageError("--relative-proj: not with --relative-k (it computes the relative keys)");
+    }
+    if (!given(o, "--relative-left") || !given(o, "--relative-right")) {
+      throw UsageError(
+          "--relative-proj needs --relative-left and --relative-right (the distances it "
+          "projects; Gemma-3n: context_left - 1 and context_right)");
+    }
+    if (given(o, "--max-distance")) {
+      throw UsageError("--max-distance: not with --relative-proj (give --relative-left/right)");
+    }
+  }
   opt.max_distance = o.max_distance;
   const bool windowed = given(o, "--relative-left") || given(o, "--relative-right") ||
                         given(o, "--relative-sign") || given(o, "--relative-beyond");
   if (windowed) {
-    if (o.relative_k.empty() && o.relative_v.empty()) {
+    if (o.relative_k.empty() && o.relative_v.empty() && o.relative_proj.empty()) {
       throw UsageError(
-          "--relative-left/--relative-right/--relative-sign/--relative-beyond need --relative-k or "
-          "--relative-v");
+          "--relative-left/--relative-right/--relative-sign/--relative-beyond need --relative-k, "
+          "--relative-v or --relative-proj");
     }
     if (given(o, "--max-distance") &&
         (given(o, "--relative-left") || given(o, "--relative-right"))) {
@@ -401,7 +415,7 @@ void run_attention(AttentionCmdOptions& o) {
                     o.q, axes.letters, shape_str(q_shape)));
   }
   std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks, rel_h, rel_w;
-  std::optional<Tensor> gate[4], clipped;
+  std::optional<Tensor> gate[4], clipped, rel_proj, per_dim;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
     t = read_tensor(ref);
@@ -415,6 +429,8 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.sinks, sinks, opt.sinks);
   side(o.clipped_bias, clipped, opt.clipped_bias);
   opt.clipped_symmetric = o.clipped_symmetric;
+  side(o.relative_proj, rel_proj, opt.relative_proj);
+  side(o.per_dim_scale, per_dim, opt.per_dim_scale);
   if (!o.wavlm_gate.empty()) {
     const Tensor** slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias, &opt.gate_const};
     for (int i = 0; i < 4; ++i) side(o.wavlm_gate[i], gate[i], *slots[i]);
@@ -566,9 +582,18 @@ void register_attention(CLI::App& app) {
                     "query i of head h gets bias times a (g C_h - 1) + 2 (HF WavLMAttention)",
                     "X W B C");
   sub->add_option("--relative-k", o->relative_k,
-                  "Shaw relative key table [2M+1, d]: logits += q.rk[clip(j-i,-M,M)+M]");
+                  "Shaw relative key table [2M+1, d] (or per head [2M+1, hq, d]): logits += "
+                  "q.rk[clip(j-i,-M,M)+M]");
   sub->add_option("--relative-v", o->relative_v,
                   "Shaw relative value table [2M+1, dv]: output += sum_j p_ij rv[clip(j-i)+M]");
+  sub->add_option("--relative-proj", o->relative_proj,
+                  "Gemma-3n audio: pos_proj.weight W [hq*d, D]; --relative-k becomes the "
+                  "per-head table W timing(i-j) over --relative-left/--relative-right "
+                  "(timing: [sin | cos] of (i-j) exp(-c ln(1e4)/max(D/2-1,1)), HF "
+                  "Gemma3nAudioRelativePositionEmbedding)");
+  sub->add_option("--per-dim-scale", o->per_dim_scale,
+                  "Gemma-3n audio: per_dim_scale P [d]; query dim c times softplus(P_c), "
+                  "default --scale 1/(sqrt(d) ln 2) (HF Gemma3nAudioAttention q_scale)");
   sub->add_option("--max-distance", o->max_distance,
                   "M of the relative tables (default: from their rows)");
   sub->add_option("--relative-left", o->relative_left,

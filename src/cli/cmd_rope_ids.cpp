@@ -40,82 +40,32 @@ struct RopeIdsOptions {
   OutputOptions out;
 };
 
-// The rules: the options given, else the config's keys, else HF's class defaults.
-RopeIdsRules rules_of(const RopeIdsOptions& o, CLI::App* sub, const RopeIdsConfig& cfg) {
-  RopeIdsRules r;
-  if (!o.family.empty()) {
-    r.family = parse_rope_ids_family(o.family, "--family");
-  } else if (!cfg.model_type.empty()) {
-    try {
-      r.family = parse_rope_ids_family(cfg.model_type, "model_type");
-    } catch (const UsageError&) {
-      throw InputError(
-          fmt::format("{}: model_type '{}' is not a family rope-ids knows; give "
-                      "--family",
-                      o.hf_config, cfg.model_type));
-    }
-  } else {
-    throw UsageError("--family: required (or give --hf-config with a model_type)");
+// What the options give: those on the command line, with the config's path.
+RopeIdsRequest request_of(const RopeIdsOptions& o, CLI::App* sub) {
+  RopeIdsRequest q;
+  q.hf_config = o.hf_config;
+  if (!o.family.empty()) q.family = o.family;
+  if (sub->count("--spatial-merge-size") > 0) q.spatial_merge_size = o.spatial_merge_size;
+  if (sub->count("--tokens-per-second") > 0) q.tokens_per_second = o.tokens_per_second;
+  if (sub->count("--position-id-per-seconds") > 0) {
+    q.position_id_per_seconds = o.position_id_per_seconds;
   }
-  if (sub->count("--spatial-merge-size") > 0) {
-    if (o.spatial_merge_size < 1 || o.spatial_merge_size > kMaxLayoutTokens) {
-      throw UsageError(fmt::format("--spatial-merge-size: must be 1 to {}, got {}",
-                                   kMaxLayoutTokens, o.spatial_merge_size));
-    }
-    r.spatial_merge_size = o.spatial_merge_size;
-  } else if (cfg.spatial_merge_size > 0) {
-    r.spatial_merge_size = cfg.spatial_merge_size;
+  if (sub->count("--seconds-per-chunk") > 0) q.seconds_per_chunk = o.seconds_per_chunk;
+  const std::pair<const char*, long long> ids[] = {
+      {"--image-token-id", o.image_token_id},
+      {"--video-token-id", o.video_token_id},
+      {"--audio-token-id", o.audio_token_id},
+      {"--video-start-token-id", o.video_start_token_id},
+      {"--video-end-token-id", o.video_end_token_id}};
+  for (int i = 0; i < 5; ++i) {
+    if (sub->count(ids[i].first) > 0) q.token_ids[i] = ids[i].second;
   }
-  const bool tps_given = sub->count("--tokens-per-second") > 0;
-  const bool pips_given = sub->count("--position-id-per-seconds") > 0;
-  if (tps_given && r.family != RopeIdsFamily::qwen2_5_vl) {
-    throw UsageError("--tokens-per-second: only qwen2.5-vl scales video time by it");
-  }
-  if (pips_given && r.family != RopeIdsFamily::qwen2_5_omni) {
-    throw UsageError("--position-id-per-seconds: only qwen2.5-omni reads it");
-  }
-  if (tps_given) {
-    if (!(o.tokens_per_second > 0) || o.tokens_per_second >= 9007199254740992.0) {
-      throw UsageError("--tokens-per-second: must be above 0 and below 2^53");
-    }
-    r.tokens_per_second = o.tokens_per_second;
-  } else if (cfg.tokens_per_second > 0) {
-    r.tokens_per_second = cfg.tokens_per_second;
-  } else if (!o.hf_config.empty()) {
-    r.tokens_per_second = 4;  // Qwen2_5_VLVisionConfig's default, for a config without the key
-  }
-  if (pips_given) {
-    if (!(o.position_id_per_seconds > 0) || o.position_id_per_seconds >= 9007199254740992.0) {
-      throw UsageError("--position-id-per-seconds: must be above 0 and below 2^53");
-    }
-    r.position_id_per_seconds = o.position_id_per_seconds;
-  } else if (cfg.position_id_per_seconds > 0) {
-    r.position_id_per_seconds = cfg.position_id_per_seconds;
-  }
-  if (sub->count("--seconds-per-chunk") > 0) {
-    if (r.family != RopeIdsFamily::qwen2_5_omni) {
-      throw UsageError("--seconds-per-chunk: only qwen2.5-omni reads it");
-    }
-    if (!(o.seconds_per_chunk > 0) || o.seconds_per_chunk >= 9007199254740992.0) {
-      throw UsageError("--seconds-per-chunk: must be above 0 and below 2^53");
-    }
-    r.seconds_per_chunk = o.seconds_per_chunk;
-  } else if (cfg.seconds_per_chunk > 0) {
-    r.seconds_per_chunk = cfg.seconds_per_chunk;
-  }
-  return r;
-}
-
-// A media token id: the option when given, else the config's.
-std::int64_t token_id(CLI::App* sub, const char* name, long long given, std::int64_t config) {
-  if (sub->count(name) == 0) return config;
-  if (given < 0) throw UsageError(fmt::format("{}: must not be negative, got {}", name, given));
-  return given;
+  return q;
 }
 
 // HF's interface: input_ids and the grid tensors, read whole.
-RopeIdsBatch from_tokens(const RopeIdsOptions& o, CLI::App* sub, const RopeIdsConfig& cfg,
-                         const RopeIdsRules& rules) {
+RopeIdsBatch from_tokens(const RopeIdsOptions& o, const RopeIdsRequest& req,
+                         const RopeIdsConfig& cfg, const RopeIdsRules& rules) {
   RopeIdsTokens in;
   in.input_ids = read_tensor(o.input_ids);
   Tensor images, videos, seconds, mask;
@@ -138,19 +88,7 @@ RopeIdsBatch from_tokens(const RopeIdsOptions& o, CLI::App* sub, const RopeIdsCo
     seconds = read_tensor(o.second_per_grid_ts);
     in.second_per_grid_ts = &seconds;
   }
-  in.tokens.image = token_id(sub, "--image-token-id", o.image_token_id, cfg.tokens.image);
-  in.tokens.video = token_id(sub, "--video-token-id", o.video_token_id, cfg.tokens.video);
-  in.tokens.audio = token_id(sub, "--audio-token-id", o.audio_token_id, cfg.tokens.audio);
-  in.tokens.video_start =
-      token_id(sub, "--video-start-token-id", o.video_start_token_id, cfg.tokens.video_start);
-  in.tokens.video_end =
-      token_id(sub, "--video-end-token-id", o.video_end_token_id, cfg.tokens.video_end);
-  if (rules.family == RopeIdsFamily::glm4v &&
-      (in.tokens.video_start < 0 || in.tokens.video_end < 0) && in.video_grid_thw != nullptr) {
-    throw UsageError(
-        "--video-start-token-id: glm4v videos need the video start and end token ids (or "
-        "--hf-config)");
-  }
+  in.tokens = resolve_media_token_ids(req, cfg, rules.family, in.video_grid_thw != nullptr);
   return rope_ids_from_tokens(in, rules);
 }
 
@@ -176,10 +114,11 @@ void run_rope_ids(const RopeIdsOptions& o, CLI::App* sub) {
   const TensorRef ref = parse_ref(o.out.outputs.at(0), o.out.to, "/position_ids");
   RopeIdsConfig cfg;
   if (!o.hf_config.empty()) cfg = read_rope_ids_config(o.hf_config);
-  const RopeIdsRules rules = rules_of(o, sub, cfg);
+  const RopeIdsRequest req = request_of(o, sub);
+  const RopeIdsRules rules = resolve_rope_ids_rules(req, cfg);
   RopeIdsBatch ids;
   if (!by_layout) {
-    ids = from_tokens(o, sub, cfg, rules);
+    ids = from_tokens(o, req, cfg, rules);
   } else {
     RopeIds one = rope_ids(layout, rules);
     ids.ids = std::move(one.ids);

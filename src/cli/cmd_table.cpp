@@ -1,9 +1,9 @@
 // `posenc table KIND`: every encoding table (sinusoidal, rope, rope2d, alibi, relative,
-// t5-bucket, xl-relative, deberta-bucket, swin-index, beit-index, swinv2-coords,
-// levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket, complex-order,
-// reformer-axial, cpmant-bucket). The options fill the
-// library's table requests (encodings/tables.hpp and the modules beside it); the table is computed
-// in float64 and streamed to the output block by block.
+// t5-bucket, xl-relative, funnel-relative, funnel-factorized, deberta-bucket, swin-index,
+// beit-index, swinv2-coords, levit-index, detr-sine, fairseq-sinusoidal, layoutlm-bucket,
+// complex-order, reformer-axial, cpmant-bucket). The options fill the library's table requests
+// (encodings/tables.hpp and the modules beside it); the table is computed in float64 and streamed
+// to the output block by block.
 
 #include <fmt/format.h>
 
@@ -225,6 +225,42 @@ struct XlRelativeOptions {
   std::string form = "transfo-xl";
 };
 
+struct FunnelRelativeOptions {
+  Common c;
+  FunnelRelativeRequest r;
+  long long seq_len = 0, block = 0;
+};
+
+struct FunnelFactorizedOptions {
+  Common c;
+  FunnelFactorizedRequest r;
+  long long seq_len = 0, block = 0, key_block = 0;
+  std::string emit = "phi,pi,psi,omega";
+};
+
+// --emit of funnel-factorized: a comma list of phi, pi, psi, omega, each at most once.
+std::vector<FunnelFactor> parse_factor_list(const std::string& text) {
+  std::vector<FunnelFactor> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string field = text.substr(at, comma - at);
+    FunnelFactor f;
+    try {
+      f = parse_funnel_factor(field);
+    } catch (const UsageError&) {
+      throw UsageError(
+          fmt::format("--emit {}: expected a comma list of phi, pi, psi, omega", text));
+    }
+    if (std::find(out.begin(), out.end(), f) != out.end()) {
+      throw UsageError(fmt::format("--emit {}: '{}' is named twice", text, field));
+    }
+    out.push_back(f);
+    at = comma + 1;
+  }
+  return out;
+}
+
 struct DebertaBucketOptions {
   Common c;
   DebertaBucketRequest r;
@@ -332,8 +368,9 @@ void register_table(CLI::App& app) {
     return defines_kind(
         "table", kind,
         {"sinusoidal", "rope", "rope2d", "alibi", "relative", "t5-bucket", "xl-relative",
-         "deberta-bucket", "swin-index", "beit-index", "swinv2-coords", "levit-index", "detr-sine",
-         "fairseq-sinusoidal", "layoutlm-bucket", "complex-order", "reformer-axial", "cpmant-bucket"});
+         "funnel-relative", "funnel-factorized", "deberta-bucket", "swin-index", "beit-index",
+         "swinv2-coords", "levit-index", "detr-sine", "fairseq-sinusoidal", "layoutlm-bucket",
+         "complex-order", "reformer-axial", "cpmant-bucket"});
   };
   // swin-index and beit-index: one set of options, the class token apart.
   const auto add_window_kind = [table](const char* name, const char* help, WindowIndexOptions& o,
@@ -538,6 +575,68 @@ void register_table(CLI::App& app) {
       o.r.k_len = given(sub, "--k-len", o.k_len);
       o.r.form = parse_xl_form(o.form);
       write_out(xl_relative_table(o.r), o.c);
+    });
+  }
+  if (wanted("funnel-relative")) {
+    static FunnelRelativeOptions o;
+    auto* sub = table->add_subcommand(
+        "funnel-relative",
+        "Funnel Transformer relative_shift position embeddings of a block [rows, D] = "
+        "[sin(p w) | cos(p w)] for HF relative_pos with pooling (get_position_embeds)");
+    sub->add_option("--seq-len", o.seq_len, "the model's input length L")->required();
+    sub->add_option("--dim", o.r.dim, "d_model D (even)")->required();
+    sub->add_option("--block", o.block,
+                    "block index b (default 0): queries pooled b times");
+    sub->add_option(
+        "--shift", o.r.shift,
+        "1 (keys pooled as the queries, stride 2^b; default) or 2 (the block's first "
+        "layer: keys pooled b-1 times, stride 2^(b-1)); HF position_embeds[b][shift-1]");
+    sub->add_flag("--separate-cls", o.r.separate_cls,
+                  "HF separate_cls: the <cls> token pooled apart at position 1 - 2^b");
+    sub->add_flag(
+        "--truncate-seq", o.r.truncate_seq,
+        "HF truncate_seq (with --separate-cls): the last position dropped at each pooling");
+    sub->add_option("--base", o.r.base, "frequency base (default 10000)");
+    add_common(sub, o.c, kFloatDtypeHelp);
+    sub->callback([] {
+      o.r.seq_len = o.seq_len;
+      o.r.block = o.block;
+      write_out(funnel_relative_table(o.r), o.c);
+    });
+  }
+  if (wanted("funnel-factorized")) {
+    static FunnelFactorizedOptions o;
+    auto* sub = table->add_subcommand(
+        "funnel-factorized",
+        "Funnel Transformer factorized attention tables phi, pi [queries, D] and psi, omega "
+        "[keys, D] of sin/cos over pooled token positions (HF get_position_embeds)");
+    sub->add_option("--seq-len", o.seq_len, "the model's input length L")->required();
+    sub->add_option("--dim", o.r.dim, "d_model D (even)")->required();
+    sub->add_option("--block", o.block,
+                    "poolings of the queries' tables phi, pi (default 0; HF's block index)");
+    sub->add_option("--key-block", o.key_block,
+                    "poolings of the keys' tables psi, omega (default --block; --block minus 1 in "
+                    "a block's first layer with pool_q_only)");
+    sub->add_option("--emit", o.emit,
+                    "comma list of phi, pi, psi, omega (default all four, in that order)");
+    sub->add_flag("--separate-cls", o.r.separate_cls,
+                  "HF separate_cls: each pooling keeps the first row (the <cls> token) apart");
+    sub->add_flag("--truncate-seq", o.r.truncate_seq,
+                  "HF truncate_seq (with --separate-cls): each pooling drops the last row");
+    sub->add_option("--base", o.r.base, "frequency base (default 10000)");
+    add_common(sub, o.c, kFloatDtypeHelp, /*several=*/true);
+    sub->callback([sub] {
+      o.r.seq_len = o.seq_len;
+      o.r.block = o.block;
+      o.r.key_block = given(sub, "--key-block", o.key_block);
+      std::vector<Table> tables;
+      std::vector<std::string> names;
+      for (FunnelFactor f : parse_factor_list(o.emit)) {
+        o.r.emit = f;
+        tables.push_back(funnel_factorized_table(o.r));
+        names.push_back(funnel_factor_name(f));
+      }
+      write_all(std::move(tables), names, o.c);
     });
   }
   if (wanted("deberta-bucket")) {

@@ -15,7 +15,7 @@ namespace {
 
 bool given(const RelativeCliOptions& o, const char* name) { return o.app->count(name) > 0; }
 
-bool xl_wanted(const RelativeCliOptions& o) { return !o.rel_keys.empty(); }
+bool xl_wanted(const RelativeCliOptions& o) { return !o.rel_keys.empty() || !o.factorized.empty(); }
 bool deberta_wanted(const RelativeCliOptions& o) {
   return !o.pos_key.empty() || !o.pos_query.empty();
 }
@@ -61,6 +61,31 @@ void add_relative_options(CLI::App* sub, RelativeCliOptions& o) {
                   "XLNet seg_embed [2, h, d]: (q + r_s_bias).seg_embed[different segment]")
       ->group(g);
   sub->add_option("--segment-bias", o.segment_bias, "XLNet r_s_bias [h, d] (default 0)")->group(g);
+  sub->add_option("--segment-index", o.segment_index,
+                  "instead of --segment-ids: the --segment-embed row (0 or 1) of every score, "
+                  "[sq, sk] or [b, sq, sk] (HF Funnel's token_type_mat as it is: true = same "
+                  "segment = row 1)")
+      ->group(g);
+  sub->add_option("--rel-shift", o.rel_shift,
+                  "HF Funnel _relative_shift_gather shift S: score (i, j) reads column "
+                  "S (sq - i) + j of (q + v).r (2: pooled queries over unpooled keys, 1: "
+                  "otherwise, as XLNet; rlen >= sk + S); default: by the rows of --rel-keys")
+      ->group(g);
+  sub->add_option("--rel-kernel", o.rel_kernel,
+                  "projection W [d_model, h, d] (HF Funnel r_kernel, XLNet r): --rel-keys and the "
+                  "--factorized tables are then unprojected [rows, d_model], r = R W")
+      ->group(g);
+  sub->add_option("--factorized", o.factorized,
+                  "HF Funnel attention_type factorized, instead of --rel-keys (needs "
+                  "--rel-kernel): tables PHI, PI [sq, d_model], PSI, OMEGA [sk, d_model]; "
+                  "position term ((q + v).W) . (PHI_i PSI_j + PI_i OMEGA_j)")
+      ->expected(4)
+      ->type_name("PHI PI PSI OMEGA")
+      ->group(g);
+  sub->add_flag("--separate-cls", o.separate_cls,
+                "HF Funnel separate_cls (cls_mask): query 0 and key 0 get no position or "
+                "segment term")
+      ->group(g);
   sub->add_option("--pos-key", o.pos_key,
                   "DeBERTa c2p: projected relative embeddings [2 span, h, d] (pos_key_proj, or "
                   "key_proj with share_att_key)")
@@ -84,11 +109,30 @@ void add_relative_options(CLI::App* sub, RelativeCliOptions& o) {
 bool relative_wanted(const RelativeCliOptions& o) { return xl_wanted(o) || deberta_wanted(o); }
 
 void check_relative_options(const RelativeCliOptions& o, bool rope) {
-  for (const char* name : {"--content-bias", "--position-bias", "--segment-ids", "--segment-embed",
-                           "--segment-bias"}) {
+  for (const char* name :
+       {"--content-bias", "--position-bias", "--segment-ids", "--segment-embed", "--segment-bias",
+        "--segment-index", "--rel-shift", "--rel-kernel", "--separate-cls"}) {
     if (given(o, name) && !xl_wanted(o)) {
-      throw UsageError(fmt::format("{}: a Transformer-XL / XLNet option needs --rel-keys", name));
+      throw UsageError(fmt::format(
+          "{}: a Transformer-XL / XLNet / Funnel option needs --rel-keys or --factorized", name));
     }
+  }
+  if (given(o, "--rel-shift") && (o.rel_shift < 1 || o.rel_shift > (1LL << 30))) {
+    throw UsageError(fmt::format("--rel-shift {}: must be from 1 to 2^30", o.rel_shift));
+  }
+  if (!o.factorized.empty()) {
+    if (!o.rel_keys.empty()) {
+      throw UsageError("--factorized: replaces --rel-keys (give one)");
+    }
+    if (o.rel_kernel.empty()) {
+      throw UsageError("--factorized: needs --rel-kernel (W, which projects the tables)");
+    }
+    if (given(o, "--rel-shift")) {
+      throw UsageError("--rel-shift: the --factorized term has no shift");
+    }
+  }
+  if (!o.segment_ids.empty() && !o.segment_index.empty()) {
+    throw UsageError("--segment-ids: not with --segment-index (give one)");
   }
   for (const char* name : {"--pos-att-type", "--position-buckets", "--max-relative-positions"}) {
     if (given(o, name) && !deberta_wanted(o)) {
@@ -100,7 +144,8 @@ void check_relative_options(const RelativeCliOptions& o, bool rope) {
   }
   if (rope && relative_wanted(o)) {
     throw UsageError(fmt::format("{}: cannot be combined with --rope",
-                                 xl_wanted(o) ? "--rel-keys" : "--pos-key/--pos-query"));
+                                 xl_wanted(o) ? (o.rel_keys.empty() ? "--factorized" : "--rel-keys")
+                                              : "--pos-key/--pos-query"));
   }
   if (given(o, "--pos-att-type")) {
     bool c2p = false, p2c = false;
@@ -132,6 +177,15 @@ AttentionResult relative_attention(const RelativeCliOptions& o, const Tensor& q,
     xl.segment_ids = read(o.segment_ids, d);
     xl.segment_embed = read(o.segment_embed, e);
     xl.segment_bias = read(o.segment_bias, f);
+    std::optional<Tensor> index, kernel, tables[4];
+    xl.segment_index = read(o.segment_index, index);
+    xl.rel_kernel = read(o.rel_kernel, kernel);
+    if (!o.factorized.empty()) {
+      const Tensor** slots[] = {&xl.phi, &xl.pi, &xl.psi, &xl.omega};
+      for (int i = 0; i < 4; ++i) *slots[i] = read(o.factorized[i], tables[i]);
+    }
+    xl.shift = o.rel_shift;
+    xl.cls_mask = o.separate_cls;
     return attention(q, k, v, opt, xl);
   }
   DebertaAttention deb;

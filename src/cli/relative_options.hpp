@@ -1,9 +1,10 @@
 #pragma once
-// The Transformer-XL / XLNet and DeBERTa options of `posenc attention`: binding, checks
+// The Transformer-XL / XLNet / Funnel and DeBERTa options of `posenc attention`: binding, checks
 // of their combinations, and the call into ops/attention_relative.hpp.
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "posenc/ops/attention.hpp"
 
@@ -13,6 +14,12 @@ struct RelativeCliOptions {
   // Transformer-XL / XLNet (tensor references).
   std::string rel_keys, content_bias, position_bias;
   std::string segment_ids, segment_embed, segment_bias;
+  // Funnel Transformer: the shift, the projection, the factorized tables, the per-score
+  // segment rows and the <cls> mask.
+  long long rel_shift = 0;
+  std::string rel_kernel, segment_index;
+  std::vector<std::string> factorized;  // PHI PI PSI OMEGA
+  bool separate_cls = false;
   // DeBERTa.
   std::string pos_key, pos_query, pos_att_type;
   int position_buckets = 256;
@@ -23,7 +30,7 @@ struct RelativeCliOptions {
 /// Binds the options to `o` on `sub` (group "RELATIVE ATTENTION").
 void add_relative_options(CLI::App* sub, RelativeCliOptions& o);
 
-/// Whether a Transformer-XL / XLNet or DeBERTa term was asked for.
+/// Whether a Transformer-XL / XLNet / Funnel or DeBERTa term was asked for.
 bool relative_wanted(const RelativeCliOptions& o);
 
 /// Throws UsageError for options that do not go together (before anything is read);

@@ -90,6 +90,195 @@ Table xl_relative_table(const XlRelativeRequest& r) {
   return t;
 }
 
+namespace {
+
+// HF stride_pool_pos for block b >= 1.
+std::vector<std::int64_t> funnel_pool(const std::vector<std::int64_t>& pos, std::int64_t block,
+                                      const FunnelRelativeRequest& r) {
+  std::vector<std::int64_t> out;
+  std::size_t first = 0, end = pos.size();
+  if (r.separate_cls) {
+    out.push_back(1 - (std::int64_t{1} << block));
+    first = 1;
+    if (r.truncate_seq && end > 0) --end;
+  }
+  for (std::size_t i = first; i < end; i += 2) out.push_back(pos[i]);
+  return out;
+}
+
+// HF relative_pos: max_dist down to min_dist in steps of stride.
+std::vector<std::int64_t> funnel_relative(const std::vector<std::int64_t>& pos,
+                                          const std::vector<std::int64_t>& pooled,
+                                          std::int64_t stride, std::int64_t shift) {
+  const std::int64_t ref = pooled.front() - pos.front();
+  const std::int64_t max_dist = ref + shift * static_cast<std::int64_t>(pooled.size()) * stride;
+  const std::int64_t min_dist = pooled.front() - pos.back();
+  std::vector<std::int64_t> out;
+  for (std::int64_t p = max_dist; p > min_dist - 1; p -= stride) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+FunnelPositions funnel_relative_positions(const FunnelRelativeRequest& r) {
+  positive(r.seq_len, "seq_len");
+  if (r.seq_len > (std::int64_t{1} << 30)) {
+    throw UsageError(fmt::format("seq_len: {} is too large (at most 2^30)", r.seq_len));
+  }
+  if (r.block < 0 || r.block > 62) {
+    throw UsageError(fmt::format("block: must be from 0 to 62, got {}", r.block));
+  }
+  if (r.shift != 1 && r.shift != 2) {
+    throw UsageError(fmt::format("shift: must be 1 or 2, got {}", r.shift));
+  }
+  if (r.shift == 2 && r.block == 0) {
+    throw UsageError("shift: 2 (pooled queries, unpooled keys) needs block 1 or more");
+  }
+  if (r.truncate_seq && !r.separate_cls) {
+    throw UsageError("truncate_seq: only with separate_cls (HF drops the last token then)");
+  }
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(r.seq_len));
+  for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<std::int64_t>(i);
+  std::vector<std::int64_t> keys = pos;
+  for (std::int64_t b = 1; b <= r.block; ++b) {
+    keys = pos;
+    pos = funnel_pool(pos, b, r);
+    if (pos.empty()) {
+      throw UsageError(fmt::format("block: {} poolings leave no position of seq_len {}", b,
+                                   r.seq_len));
+    }
+  }
+  FunnelPositions out;
+  if (r.shift == 2) {
+    out.relative = funnel_relative(keys, pos, std::int64_t{1} << (r.block - 1), 2);
+    out.k_len = static_cast<std::int64_t>(keys.size());
+  } else {
+    out.relative = funnel_relative(pos, pos, std::int64_t{1} << r.block, 1);
+    out.k_len = static_cast<std::int64_t>(pos.size());
+  }
+  out.q_len = static_cast<std::int64_t>(pos.size());
+  const std::int64_t lo = -2 * r.seq_len, hi = 2 * r.seq_len;
+  for (const std::int64_t p : out.relative) {
+    if (p < lo || p >= hi) {
+      throw UsageError(fmt::format(
+          "block: relative position {} of block {} lies outside HF's table [-2 seq_len, 2 "
+          "seq_len) = [{}, {}) (HF's gather fails there)",
+          p, r.block, lo, hi));
+    }
+  }
+  return out;
+}
+
+Table funnel_relative_table(const FunnelRelativeRequest& r) {
+  auto freqs = std::make_shared<std::vector<double>>(sinusoidal_freqs(r.dim, r.base));
+  const FunnelPositions fp = funnel_relative_positions(r);
+  auto rel = std::make_shared<std::vector<std::int64_t>>(fp.relative);
+  Table t;
+  t.attrs = {{"kind", std::string("funnel-relative")},
+             {"seq_len", static_cast<long long>(r.seq_len)},
+             {"dim", static_cast<long long>(r.dim)},
+             {"block", static_cast<long long>(r.block)},
+             {"shift", static_cast<long long>(r.shift)},
+             {"separate_cls", static_cast<long long>(r.separate_cls)},
+             {"truncate_seq", static_cast<long long>(r.truncate_seq)},
+             {"base", r.base},
+             {"q_len", static_cast<long long>(fp.q_len)},
+             {"k_len", static_cast<long long>(fp.k_len)},
+             {"layout", std::string("concat")}};
+  t.spec.shape = {rel->size(), static_cast<std::size_t>(r.dim)};
+  t.spec.line = [freqs, rel](std::size_t c, double* out) {
+    sinusoidal_row(static_cast<double>((*rel)[c]), *freqs, SinusoidalLayout::concat, out);
+  };
+  t.dataset = "/funnel_relative";
+  return t;
+}
+
+FunnelFactor parse_funnel_factor(const std::string& s) {
+  if (s == "phi") return FunnelFactor::phi;
+  if (s == "pi") return FunnelFactor::pi;
+  if (s == "psi") return FunnelFactor::psi;
+  if (s == "omega") return FunnelFactor::omega;
+  throw UsageError(fmt::format("emit {}: expected phi, pi, psi or omega", s));
+}
+
+std::string funnel_factor_name(FunnelFactor f) {
+  switch (f) {
+    case FunnelFactor::phi:
+      return "phi";
+    case FunnelFactor::pi:
+      return "pi";
+    case FunnelFactor::psi:
+      return "psi";
+    case FunnelFactor::omega:
+      return "omega";
+  }
+  return "?";
+}
+
+Table funnel_factorized_table(const FunnelFactorizedRequest& r) {
+  positive(r.seq_len, "seq_len");
+  if (r.seq_len > (std::int64_t{1} << 30)) {
+    throw UsageError(fmt::format("seq_len: {} is too large (at most 2^30)", r.seq_len));
+  }
+  const std::int64_t key_block = r.key_block.value_or(r.block);
+  for (const auto& [name, v] : {std::pair{"block", r.block}, std::pair{"key_block", key_block}}) {
+    if (v < 0 || v > 62) throw UsageError(fmt::format("{}: must be from 0 to 62, got {}", name, v));
+  }
+  if (r.truncate_seq && !r.separate_cls) {
+    throw UsageError("truncate_seq: only with separate_cls (HF drops the last token then)");
+  }
+  auto freqs = std::make_shared<std::vector<double>>(sinusoidal_freqs(r.dim, r.base));
+  const bool queries = r.emit == FunnelFactor::phi || r.emit == FunnelFactor::pi;
+  const std::int64_t pools = queries ? r.block : key_block;
+  auto pos = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(r.seq_len));
+  for (std::size_t i = 0; i < pos->size(); ++i) (*pos)[i] = static_cast<std::int64_t>(i);
+  for (std::int64_t b = 0; b < pools; ++b) {
+    std::vector<std::int64_t> rows;
+    if (r.separate_cls) rows.push_back(pos->front());
+    rows.insert(rows.end(), pos->begin(), pos->end());
+    const std::size_t end = r.separate_cls && r.truncate_seq ? rows.size() - 1 : rows.size();
+    std::vector<std::int64_t> pooled;
+    for (std::size_t i = 0; i < end; i += 2) pooled.push_back(rows[i]);
+    *pos = std::move(pooled);
+  }
+  const FunnelFactor f = r.emit;
+  const std::size_t half = freqs->size();
+  Table t;
+  t.attrs = {{"kind", std::string("funnel-factorized")},
+             {"emit", funnel_factor_name(f)},
+             {"seq_len", static_cast<long long>(r.seq_len)},
+             {"dim", static_cast<long long>(r.dim)},
+             {"block", static_cast<long long>(r.block)},
+             {"key_block", static_cast<long long>(key_block)},
+             {"separate_cls", static_cast<long long>(r.separate_cls)},
+             {"truncate_seq", static_cast<long long>(r.truncate_seq)},
+             {"base", r.base}};
+  t.spec.shape = {pos->size(), static_cast<std::size_t>(r.dim)};
+  t.spec.line = [freqs, pos, f, half](std::size_t row, double* out) {
+    // [sin | cos] of the position, then arranged as the factor wants.
+    sinusoidal_row(static_cast<double>((*pos)[row]), *freqs, SinusoidalLayout::concat, out);
+    for (std::size_t i = 0; i < half; ++i) {
+      const double s = out[i], c = out[half + i];
+      switch (f) {
+        case FunnelFactor::phi:
+          out[i] = s, out[half + i] = s;
+          break;
+        case FunnelFactor::pi:
+          out[i] = c, out[half + i] = c;
+          break;
+        case FunnelFactor::psi:
+          out[i] = c, out[half + i] = s;
+          break;
+        case FunnelFactor::omega:
+          out[i] = -s, out[half + i] = c;
+          break;
+      }
+    }
+  };
+  t.dataset = "/funnel_" + funnel_factor_name(f);
+  return t;
+}
+
 std::int64_t deberta_log_bucket(std::int64_t rel, int bucket_size, int max_position) {
   const std::int64_t mid = bucket_size / 2;
   // HF: abs_pos = mid - 1 inside (-mid, mid), where the result is rel itself anyway.

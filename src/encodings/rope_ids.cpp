@@ -317,7 +317,7 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
     throw UsageError(fmt::format("spatial_merge_size: must be 1 to {}, got {}", kMaxCount, m));
   }
   const auto& segs = layout.segments;
-  if (segs.empty()) throw UsageError("--layout: the layout has no segment");
+  if (segs.empty()) throw UsageError(layout.what + ": the layout has no segment");
   const bool av = std::any_of(segs.begin(), segs.end(), [](const PromptSegment& s) {
     return s.kind == Kind::video && s.audio_tokens > 0;
   });
@@ -328,7 +328,7 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
     const i128 n =
         static_cast<i128>(block_tokens(b)) * copies + static_cast<i128>(gap) * (copies - 1);
     if (n > kMaxLayoutTokens - total) {
-      throw UsageError(fmt::format("--layout: more than {} tokens", kMaxLayoutTokens));
+      throw UsageError(fmt::format("{}: more than {} tokens", layout.what, kMaxLayoutTokens));
     }
     total += static_cast<std::int64_t>(n);
     for (std::int64_t k = 0; k < copies; ++k) {
@@ -342,7 +342,7 @@ std::vector<Block> layout_blocks(const PromptLayout& layout, const RopeIdsRules&
       add({false, s.tokens, 0, 0, 0, {}, 0}, 1, 0);
       continue;
     }
-    const std::string where = fmt::format("--layout: segment {} '{}'", i + 1, seg_text(s));
+    const std::string where = fmt::format("{}: segment {} '{}'", layout.what, i + 1, seg_text(s));
     check_media(segs, i, rules, av, where);
     if (s.kind == Kind::audio) {
       add({false, s.tokens, 0, 0, 0, {}, 0}, 1, 0);
@@ -509,6 +509,7 @@ RopeIdsFamily parse_rope_ids_family(std::string_view name, std::string_view what
 
 PromptLayout parse_prompt_layout(std::string_view spec, std::string_view what) {
   PromptLayout out;
+  out.what = std::string(what);
   if (spec.empty()) throw UsageError(fmt::format("{}: the layout is empty", what));
   std::size_t pos = 0;
   while (true) {
@@ -553,7 +554,7 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
   for (const Block& b : blocks) {
     const std::int64_t n = block_tokens(b);
     if (n > kMaxLayoutTokens || total > kMaxLayoutTokens - n) {
-      throw UsageError(fmt::format("--layout: more than {} tokens", kMaxLayoutTokens));
+      throw UsageError(fmt::format("{}: more than {} tokens", layout.what, kMaxLayoutTokens));
     }
     total += n;
   }
@@ -579,7 +580,7 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
     const std::int64_t start = omni ? max_id + 1 : pos;
     if (!b.vision) {
       if (static_cast<double>(start) + static_cast<double>(b.n) > kMaxPosition) {
-        throw UsageError("--layout: position ids reach 2^53");
+        throw UsageError(layout.what + ": position ids reach 2^53");
       }
       for (std::int64_t k = 0; k < b.n; ++k) {
         row[0][at] = row[1][at] = row[2][at] = start + k;
@@ -595,7 +596,7 @@ RopeIds rope_ids(const PromptLayout& layout, const RopeIdsRules& rules) {
                                   static_cast<double>(b.w - 1), static_cast<double>(b.audio)}) +
                         (b.audio > 0 ? 2 : 0);
     if (static_cast<double>(start) + last >= kMaxPosition) {
-      throw UsageError("--layout: position ids reach 2^53");
+      throw UsageError(layout.what + ": position ids reach 2^53");
     }
     if (b.audio > 0) {
       const std::int64_t from = at;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -88,6 +89,91 @@ RopeIdsConfig read_rope_ids_config(const std::string& path) {
   token("video_start_token", c.tokens.video_start);
   token("video_end_token", c.tokens.video_end);
   return c;
+}
+
+std::string rope_ids_name(const RopeIdsRequest& req, std::string_view member) {
+  if (!req.option_names) return std::string(member);
+  std::string name = "--" + std::string(member);
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+RopeIdsRules resolve_rope_ids_rules(const RopeIdsRequest& req, const RopeIdsConfig& cfg) {
+  auto name = [&req](std::string_view member) { return rope_ids_name(req, member); };
+  RopeIdsRules r;
+  if (req.family) {
+    r.family = parse_rope_ids_family(*req.family, name("family"));
+  } else if (!cfg.model_type.empty()) {
+    try {
+      r.family = parse_rope_ids_family(cfg.model_type, "model_type");
+    } catch (const UsageError&) {
+      throw InputError(fmt::format("{}: model_type '{}' is not a family rope-ids knows; give {}",
+                                   req.hf_config, cfg.model_type, name("family")));
+    }
+  } else {
+    throw UsageError(fmt::format("{}: required (or give {} with a model_type)", name("family"),
+                                 name("hf_config")));
+  }
+  if (req.spatial_merge_size) {
+    const std::int64_t m = *req.spatial_merge_size;
+    if (m < 1 || m > kMaxLayoutTokens) {
+      throw UsageError(fmt::format("{}: must be 1 to {}, got {}", name("spatial_merge_size"),
+                                   kMaxLayoutTokens, m));
+    }
+    r.spatial_merge_size = m;
+  } else if (cfg.spatial_merge_size > 0) {
+    r.spatial_merge_size = cfg.spatial_merge_size;
+  }
+  // A number of seconds or a rate: given (only to the family that reads it), else the
+  // config's, else `fallback`.
+  auto rate = [&](std::string_view member, const std::optional<double>& given, double config,
+                  RopeIdsFamily reader, const char* reads, double fallback) {
+    if (given) {
+      if (r.family != reader) {
+        throw UsageError(fmt::format("{}: only {} {}", name(member),
+                                     rope_ids_family_name(reader), reads));
+      }
+      if (!(*given > 0) || *given >= kMaxPosition) {
+        throw UsageError(fmt::format("{}: must be above 0 and below 2^53", name(member)));
+      }
+      return *given;
+    }
+    return config > 0 ? config : fallback;
+  };
+  r.tokens_per_second =
+      rate("tokens_per_second", req.tokens_per_second, cfg.tokens_per_second,
+           RopeIdsFamily::qwen2_5_vl, "scales video time by it",
+           // Qwen2_5_VLVisionConfig's default, for a config without the key
+           req.hf_config.empty() ? r.tokens_per_second : 4);
+  r.position_id_per_seconds =
+      rate("position_id_per_seconds", req.position_id_per_seconds, cfg.position_id_per_seconds,
+           RopeIdsFamily::qwen2_5_omni, "reads it", r.position_id_per_seconds);
+  r.seconds_per_chunk = rate("seconds_per_chunk", req.seconds_per_chunk, cfg.seconds_per_chunk,
+                             RopeIdsFamily::qwen2_5_omni, "reads it", r.seconds_per_chunk);
+  return r;
+}
+
+MediaTokenIds resolve_media_token_ids(const RopeIdsRequest& req, const RopeIdsConfig& cfg,
+                                      RopeIdsFamily family, bool has_videos) {
+  static constexpr const char* kNames[] = {"image_token_id", "video_token_id", "audio_token_id",
+                                           "video_start_token_id", "video_end_token_id"};
+  MediaTokenIds ids = cfg.tokens;
+  std::int64_t* slots[] = {&ids.image, &ids.video, &ids.audio, &ids.video_start,
+                           &ids.video_end};
+  for (int i = 0; i < 5; ++i) {
+    if (!req.token_ids[i]) continue;
+    if (*req.token_ids[i] < 0) {
+      throw UsageError(fmt::format("{}: must not be negative, got {}",
+                                   rope_ids_name(req, kNames[i]), *req.token_ids[i]));
+    }
+    *slots[i] = *req.token_ids[i];
+  }
+  if (family == RopeIdsFamily::glm4v && has_videos && (ids.video_start < 0 || ids.video_end < 0)) {
+    throw UsageError(fmt::format(
+        "{}: glm4v videos need the video start and end token ids (or {})",
+        rope_ids_name(req, "video_start_token_id"), rope_ids_name(req, "hf_config")));
+  }
+  return ids;
 }
 
 }  // namespace posenc

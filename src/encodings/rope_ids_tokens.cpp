@@ -190,6 +190,7 @@ PromptLayout row_layout(const RopeIdsTokens& in, const Tensor& ids, std::size_t 
   if (idx.empty()) throw InputError(fmt::format("attention_mask: row {} has no token", r));
   const std::vector<std::uint8_t> kind = token_kinds(ids, r, idx, in.tokens, fr);
   PromptLayout out;
+  out.what = fmt::format("input_ids row {}", r);
   for (std::size_t i = 0; i < idx.size();) {
     std::size_t j = i;
     while (j < idx.size() && kind[j] == kind[i]) ++j;
@@ -265,7 +266,7 @@ RopeIdsBatch rope_ids_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& r
     try {
       one = rope_ids(layouts[r], rules);
     } catch (const UsageError& e) {
-      throw InputError(fmt::format("input_ids row {}: {}", r, e.what()));
+      throw InputError(e.what());  // the layout's name is the row's
     }
     const std::vector<std::size_t> idx = kept_tokens(in, r, len);
     const std::int64_t* src = one.ids.data<std::int64_t>();

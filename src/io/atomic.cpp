@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <fmt/format.h>
 #include <limits.h>
 #include <signal.h>
@@ -489,6 +491,18 @@ void OutputFile::write_at(std::uint64_t offset, const void* data, std::size_t n)
     throw std::logic_error("OutputFile::write_at: not an open regular file, or past 2^63");
   }
   write_fd(data, n, static_cast<std::int64_t>(offset));
+}
+
+// ext4: RoPE of a 256 MiB NPY to NPY went from 1.40 to 1.15 times cp and mv with it.
+void reserve_blocks(int fd, std::uint64_t n) {
+  if (fd < 0 || n == 0 || n > static_cast<std::uint64_t>(INT64_MAX)) return;
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0 || fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return;
+  (void)::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(n));
+}
+
+void OutputFile::reserve(std::uint64_t n) {
+  if (temp_ && !finished_) reserve_blocks(fd_, n);
 }
 
 void OutputFile::flush_buffer() {

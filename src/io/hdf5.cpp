@@ -1081,6 +1081,15 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
   Hid dset = check_id<OutputError>(
       H5Dcreate2(im.file, name.c_str(), ftype, space, H5P_DEFAULT, dcpl, dapl), H5Dclose, w);
   write_attrs(dset, info.attrs, fmt::format("{}: dataset '{}'", im.path, name));
+  if (!im.append && im.opt.compression == 0) {
+    // The data go at or behind the end of what the file holds now (its metadata and
+    // earlier datasets), so the file ends past this and no block reserved is left over.
+    struct stat fst {};
+    if (::fstat(im.tmp->fd(), &fst) == 0) {
+      reserve_blocks(im.tmp->fd(), static_cast<std::uint64_t>(fst.st_size) +
+                                       std::uint64_t{numel} * dtype_size(info.dtype));
+    }
+  }
 
   auto st = std::make_shared<DatasetState>();
   st->name = name;

@@ -195,6 +195,7 @@ class NpySink final : public TensorSink {
         shape_(info.shape),
         item_(dtype_size(info.dtype)) {
     out_.write(header_);
+    out_.reserve(header_.size() + std::uint64_t{numel_} * item_);
   }
   void write_rows(const void* src, std::size_t count) override { write_slab(0, src, count); }
   void write_slab(std::size_t axis, const void* src, std::size_t count) override {
@@ -705,10 +706,13 @@ void write_tensors(const std::vector<NamedTensor>& outs, const WriteOptions& opt
     const auto& o = outs[i];
     const Tensor& t = *o.tensor;
     switch (o.ref.format) {
-      case Format::npy:
-        files[i]->write(npy_header_bytes(t.dtype(), t.shape(), o.ref.text));
+      case Format::npy: {
+        const std::string header = npy_header_bytes(t.dtype(), t.shape(), o.ref.text);
+        files[i]->reserve(header.size() + std::uint64_t{t.nbytes()});
+        files[i]->write(header);
         files[i]->write(t.bytes(), t.nbytes());
         break;
+      }
       case Format::hdf5: {
         TensorInfo info;
         info.dtype = t.dtype();

@@ -15,6 +15,7 @@
 #include "ops/attention_hf.hpp"
 #include "ops/attention_io.hpp"
 #include "ops/attention_kernel.hpp"
+#include "ops/attention_timing.hpp"
 #include "ops/blas_threads.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
@@ -100,18 +101,19 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   plan(P, g, opt, v != nullptr);
   Tensor hq_, hk_, hv_;
   P.q = make_view<T>(q, g.axes, hq_);
-  P.k = make_view<T>(k, g.axes, hk_);
-  if (v) P.v = make_view<T>(*v, g.axes, hv_);
   AttentionResult res = allocate(P, q.shape(), take_output_sink(g, q.shape(), opt));
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
-  const std::size_t items = g.b * g.hq * nq;
+  const std::size_t nthreads = thread_count(g.b * g.hq * nq, g.threads);
+  OneBlasThread one_blas;
+  if (g.sq > 0 && run_widening(P, k, v, nq, nthreads)) return res;
+  P.k = make_view<T>(k, g.axes, hk_);
+  if (v) P.v = make_view<T>(*v, g.axes, hv_);
   if (g.sq > 0) {
-    OneBlasThread one_blas;
-    const std::size_t nthreads = thread_count(items, g.threads);
-    std::vector<Scratch<T>> scratch(nthreads);
-    for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
-      auto [b, h, q0] = item_at(g, P.bl, nq, it);
-      run_item<T>(P, scratch[t], b, h, q0);
+    const std::size_t gs = heads_per_item(g, nq, nthreads);
+    std::vector<std::vector<Scratch<T>>> scratch(nthreads, std::vector<Scratch<T>>(gs));
+    for_items(g.b * (g.hq / gs) * nq, nthreads, [&](std::size_t it, std::size_t t) {
+      auto [b, h0, q0] = item_at(g, P.bl, nq, it, gs);
+      run_items<T>(P, scratch[t], b, h0, q0);
     });
   }
   return res;
@@ -193,6 +195,15 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   }
   g.threads = workers_within(opt.max_memory, need, worker_tiles(g, opt));
   if (!opt.allow_nonfinite) require_finite(q, &k, v, opt);
+  if (opt.arith == Arith::exact && (opt.per_dim_scale || opt.relative_proj)) {
+    // Gemma-3n audio: the scaled queries and the projected relative keys as data.
+    TimingInputs t;
+    timing_inputs(t, q, g, opt);
+    AttentionResult res = attention(t.q.numel() ? t.q : q, k, v, t.opt);
+    if (opt.per_dim_scale) res.attrs.push_back({"per_dim_scale", 1LL});
+    if (opt.relative_proj) res.attrs.push_back({"relative_proj", 1LL});
+    return res;
+  }
   AttentionResult res = opt.arith != Arith::exact ? run_framework(q, k, v, g, opt)
                         : g.compute == DType::f64 ? run<double>(q, k, v, g, opt)
                                                   : run<float>(q, k, v, g, opt);
@@ -208,8 +219,9 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   require_float(ki.dtype, "k");
   if (vi) require_float(vi->dtype, "v");
   Geometry g = check(qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
+  // Gemma-3n's inputs are prepared in memory (attention_timing.hpp).
   const bool streams = !g.materialise() && opt.arith == Arith::exact && k.seekable() &&
-                       (!v || v->seekable());
+                       (!v || v->seekable()) && !opt.per_dim_scale && !opt.relative_proj;
   if (!streams) {
     // Everything in memory: the inputs count against the budget too.
     auto [need, names] =

@@ -13,6 +13,7 @@
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
 #include "ops/attention_gate.hpp"
+#include "ops/attention_timing.hpp"
 #include "posenc/encodings/arith.hpp"
 
 namespace posenc::attention_detail {
@@ -83,7 +84,8 @@ void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
       {opt.relative_v, "relative_v"}, {opt.t5_bias, "t5_bias"}, {opt.score_bias, "score_bias"},
       {opt.rel_pos_h, "rel_pos_h"}, {opt.rel_pos_w, "rel_pos_w"}, {opt.gate_input, "gate_input"},
       {opt.gate_weight, "gate_weight"}, {opt.gate_bias, "gate_bias"},
-      {opt.gate_const, "gate_const"}, {opt.clipped_bias, "clipped_bias"}};
+      {opt.gate_const, "gate_const"}, {opt.clipped_bias, "clipped_bias"},
+      {opt.relative_proj, "relative_proj"}, {opt.per_dim_scale, "per_dim_scale"}};
   for (const auto& [t, what] : strict) {
     if (t && t->has_nonfinite()) throw nonfinite_input(what);
   }
@@ -278,11 +280,19 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                                    win->left, win->right));
     }
     const bool symmetric = !win || sides_from_rows;
-    if (t->ndim() != 2 || t->shape()[1] != width || (symmetric && t->shape()[0] % 2 != 1)) {
-      throw InputError(fmt::format("{}: expected shape ({}, {}), got {}", what,
-                                   symmetric ? std::string("2M+1") : std::to_string(win->rows()),
-                                   width, shape_str(t->shape())));
+    // relative_k may hold a table per query head (Gemma-3n audio).
+    const bool per_head = t == opt.relative_k && t->ndim() == 3;
+    const bool shape_ok = per_head ? t->shape()[1] == g.hq && t->shape()[2] == width
+                                   : t->ndim() == 2 && t->shape()[1] == width;
+    if (!shape_ok || (symmetric && t->shape()[0] % 2 != 1)) {
+      const std::string rows_text = symmetric ? std::string("2M+1") : std::to_string(win->rows());
+      throw InputError(
+          per_head ? fmt::format("{}: expected shape ({}, {}, {}) ([rows, heads, d]), got {}",
+                                 what, rows_text, g.hq, width, shape_str(t->shape()))
+                   : fmt::format("{}: expected shape ({}, {}), got {}", what, rows_text, width,
+                                 shape_str(t->shape())));
     }
+    if (per_head) g.rel_k_per_head = true;
     std::size_t rows = t->shape()[0];
     if (!symmetric && rows != static_cast<std::size_t>(win->rows())) {
       throw InputError(fmt::format("{}: {} rows, but left {} and right {} need {}", what, rows,
@@ -304,6 +314,7 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   check_decomposed(g, opt);
   check_gate(g, opt);
   check_clipped(g, opt);
+  check_timing(g, opt);
   return g;
 }
 
@@ -327,9 +338,21 @@ Blocks blocks_for(const Geometry& g, const AttentionOptions& opt) {
 }
 
 // The score tiles and per-row work memory of one worker thread, in bytes.
+std::size_t heads_per_item(const Geometry& g, std::size_t nq, std::size_t threads) {
+  const std::size_t group = g.hk > 0 ? g.hq / g.hk : 1;
+  if (g.sq > kGroupRows || group <= 1) return 1;
+  for (std::size_t gs = group; gs > 1; --gs) {
+    if (group % gs == 0 && g.b * (g.hq / gs) * nq >= threads) return gs;
+  }
+  return 1;
+}
+
 std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt) {
   const Blocks bl = blocks_for(g, opt);
-  return mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + g.dec_cols + 4) * dtype_size(g.compute);
+  const std::size_t heads = g.sq <= kGroupRows && g.hk > 0 ? g.hq / g.hk : 1;
+  return mul_sat(mul_sat(bl.q, bl.k + g.dv + 2 * g.rel_rows + g.dec_cols + 4) *
+                     dtype_size(g.compute),
+                 heads);
 }
 
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,
@@ -356,8 +379,9 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
   if (q_dtype != g.compute) need = add_sat(need, mul_sat(numel(qs), ts));
   need = add_sat(need, mul_sat(numel(ks), ts));  // worst case: K converted
   if (vs) need = add_sat(need, mul_sat(numel(*vs), ts));
-  // One worker's tiles (see Geometry::threads).
+  // One worker's tiles (see Geometry::threads), and the score terms.
   need = add_sat(need, worker_tiles(g, opt));
+  need = add_sat(need, plan_bytes(g, opt));
   if (names.empty()) names = "attention";
   return {need, names};
 }

@@ -39,6 +39,7 @@ struct Geometry {
   bool has_b = false, has_h = false;
   std::size_t rel_rows = 0;  // rows of the Shaw tables, 0 if none
   RelativeWindow window;     // their window (symmetric M, M by default)
+  bool rel_k_per_head = false;  // relative_k [rows, hq, d] (or relative_proj)
   std::size_t dec_cols = 0;  // key rows + key columns of the decomposed term, 0 if none
   DType compute = DType::f32;
   DType out = DType::f32;
@@ -102,8 +103,23 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
 // is the same whatever -j says.
 Blocks blocks_for(const Geometry& g, const AttentionOptions& opt);
 
-// The score tiles and per-row work memory of one worker thread, in bytes.
+// Decoding (at most kGroupRows query rows): the query heads of one KV head share work
+// items, each key block folded into every head's rows in turn while it is in the cache,
+// instead of each head reading all of K and V (8 times the bytes at 8:1 GQA). Each head
+// folds the same blocks in the same order as in an item of its own: the same bits.
+constexpr std::size_t kGroupRows = 16;
+
+// Query heads per work item: 1, or when decoding the largest divisor of hq / hk that
+// leaves at least `threads` items (of `nq` query blocks each head) for the workers.
+std::size_t heads_per_item(const Geometry& g, std::size_t nq, std::size_t threads);
+
+// The score tiles and per-row work memory of one worker thread, in bytes (for as many
+// heads as an item may hold).
 std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt);
+/// The bytes the plan of a run holds besides Q, K, V and the tiles: a mask's copy, the
+/// T5 or clipped bias gathered by distance, WavLM's gate factors, the Shaw tables, the
+/// sinks and a converted score bias (attention_terms.cpp, beside plan()).
+std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt);
 /// The memory an in-memory run needs, and the names of what takes it.
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,
                                               const Shape* vs, DType q_dtype,

@@ -171,10 +171,13 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
   no(opt.gate_input != nullptr, "--wavlm-gate");
   no(opt.clipped_bias != nullptr, "--clipped-bias");
   no(opt.relative_k != nullptr || opt.relative_v != nullptr, "--relative-k/--relative-v");
+  no(opt.relative_proj != nullptr, "--relative-proj (Gemma-3n audio: use --arith exact)");
+  no(opt.per_dim_scale != nullptr, "--per-dim-scale (Gemma-3n audio: use --arith exact)");
   no(opt.softcap > 0, "--softcap");
   no(opt.rel_pos_h != nullptr || opt.rel_pos_w != nullptr,
      "--decomposed-rel-pos (SAM's terms: use --arith exact)");
-  no(opt.score_bias != nullptr, "relative score terms (--relative xl, xlnet or deberta)");
+  no(opt.score_bias != nullptr,
+     "relative score terms (--rel-keys, --factorized, --pos-key/--pos-query)");
   no(opt.sinks != nullptr, "--sinks");
   no(g.emit_lse, "lse output");
   no(opt.masked_rows != MaskedRows::zero,

@@ -70,6 +70,7 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
   // Per-row state of every work item: output accumulator, max, sum, key range, and the
   // Shaw and decomposed terms.
   f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows + g.dec_cols) * ts + 8 + 16));
+  f = add_sat(f, plan_bytes(g, opt));
   // One worker's score tiles (see Geometry::threads).
   m.tile = mul_sat(bl.q, bl.k) * ts;
   m.fixed = add_sat(f, m.tile);
@@ -148,18 +149,23 @@ struct MappedKV {
   std::size_t width = 0;  // d or dv
 };
 
+// K or V of `dtype` and `shape` at `base` (a mapped file, or a tensor in memory) as a
+// MappedKV, when it can be used in place.
 template <class T>
-MappedKV mapped_kv(TensorSource& src, const Geometry& g, std::size_t width) {
+MappedKV mapped_kv(const std::byte* base, DType dtype, const Shape& shape, const Geometry& g,
+                   std::size_t width) {
   MappedKV m;
-  const TensorInfo& info = src.info();
-  if (g.axes.back() != 'd' || (info.dtype != dtype_of<T>() && !detail::widens(info.dtype))) {
-    return m;
-  }
-  m.base = src.mapped_data();
-  m.dtype = info.dtype;
-  m.st = strides_of(info.shape, g.axes);
+  if (g.axes.back() != 'd' || (dtype != dtype_of<T>() && !detail::widens(dtype))) return m;
+  m.base = base;
+  m.dtype = dtype;
+  m.st = strides_of(shape, g.axes);
   m.width = width;
   return m;
+}
+
+template <class T>
+MappedKV mapped_kv(TensorSource& src, const Geometry& g, std::size_t width) {
+  return mapped_kv<T>(src.mapped_data(), src.info().dtype, src.info().shape, g, width);
 }
 
 // Whether entries [c0, c0 + n) along axis `s_axis` of a mapped tensor are all finite,
@@ -192,8 +198,9 @@ bool keys_finite(const View<T>& x, std::size_t b, std::size_t h, std::size_t j0,
 
 struct NonFiniteKeys {};
 
-// K and V used in place in their mapped files (P.k, P.v): each work item walks its own
-// key blocks from first to last, begins, folds and stores without waiting for the
+// K and V used in place in their mapped files (P.k, P.v): each work item (when decoding,
+// the query heads of one KV head: heads_per_item) walks its own key blocks from first
+// to last, begins, folds and stores without waiting for the
 // others, and its scratch is its thread's. A key block of a KV head is checked finite
 // by the first item that uses it, while it is in the cache for the product, so K and V
 // are read once; blocks no row sees are neither read nor checked. Its pages leave the
@@ -203,14 +210,15 @@ struct NonFiniteKeys {};
 // 8 heads: 21.7 ms against 38.6 ms chunked, peak RSS 55 MiB.)
 template <class T>
 void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool check,
-                  std::size_t nq, std::size_t nthreads) {
+                  std::size_t nq, std::size_t nthreads, bool mapped) {
   const Geometry& g = P.g;
-  const std::size_t items = g.b * g.hq * nq;
+  const std::size_t gs = heads_per_item(g, nq, nthreads);  // query heads an item
+  const std::size_t items = g.b * (g.hq / gs) * nq;
   const std::size_t kB = std::max<std::size_t>(P.bl.k, 1);
   const std::size_t nblk = (g.sk + kB - 1) / kB;
   const std::size_t group = g.hq / g.hk;
   const bool has_v = vm != nullptr;
-  auto at = [&](std::size_t it) { return item_at(g, P.bl, nq, it); };
+  auto at = [&](std::size_t it) { return item_at(g, P.bl, nq, it, gs); };
   auto slot = [&](std::size_t b, std::size_t h, std::size_t blk) {
     return (b * g.hk + h / group) * nblk + blk;
   };
@@ -286,17 +294,19 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
   std::vector<std::array<Span, 2>> spans(nthreads);  // K, V per thread
   auto release = [&](Span& span, const MappedKV& m, std::size_t b, std::size_t h,
                      std::size_t blk) {
+    if (!mapped) return;  // a tensor in memory stays as it is
     if (m.st.s != static_cast<std::ptrdiff_t>(m.width)) return;  // rows of heads interleaved
     auto [p, n] = rows_of(m, b, h, blk);
     span.add(p, n * m.width * dtype_size(m.dtype));
   };
-  std::vector<Scratch<T>> scratch(nthreads);
+  std::vector<std::vector<Scratch<T>>> scratch(nthreads, std::vector<Scratch<T>>(gs));
   std::vector<std::array<std::vector<T>, 2>> widened(nthreads);  // K, V per thread
   try {
     for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
       auto [b, h, q0] = at(it);
-      Scratch<T>& w = scratch[t];
-      item_begin(P, w, b, h, q0);
+      std::vector<Scratch<T>>& ws = scratch[t];
+      for (std::size_t i = 0; i < gs; ++i) item_begin(P, ws[i], b, h + i, q0);
+      const Scratch<T>& w = ws[0];  // the keys seen do not depend on the head
       if (w.lo_min <= w.hi_max) {
         for (std::size_t blk = static_cast<std::size_t>(w.lo_min) / kB;
              blk <= static_cast<std::size_t>(w.hi_max) / kB; ++blk) {
@@ -312,14 +322,16 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
             checked[sl].store(true, std::memory_order_release);
           }
           const std::size_t j0 = blk * kB;
-          item_keys(P, w, w.s, K, V, j0, b, h, q0, j0, std::min(j0 + kB, g.sk));
+          for (std::size_t i = 0; i < gs; ++i) {
+            item_keys(P, ws[i], ws[i].s, K, V, j0, b, h + i, q0, j0, std::min(j0 + kB, g.sk));
+          }
           if (left[sl].fetch_sub(1, std::memory_order_acq_rel) == 1) {
             release(spans[t][0], km, b, h, blk);
             if (has_v) release(spans[t][1], *vm, b, h, blk);
           }
         }
       }
-      item_end(P, w, w.s, b, h, q0);
+      for (std::size_t i = 0; i < gs; ++i) item_end(P, ws[i], ws[i].s, b, h + i, q0);
     });
   } catch (...) {
     // NaN or Inf in K or V is named before any other failure (an overflow another item
@@ -376,7 +388,7 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   const MappedKV kp = map_kv ? mapped_kv<T>(ks, g, g.d) : MappedKV{};
   const MappedKV vp = map_kv && vs ? mapped_kv<T>(*vs, g, g.dv) : MappedKV{};
   if (kp.base != nullptr && (vs == nullptr || vp.base != nullptr)) {
-    run_in_place(P, kp, vs ? &vp : nullptr, !opt.allow_nonfinite, nq, nthreads);
+    run_in_place(P, kp, vs ? &vp : nullptr, !opt.allow_nonfinite, nq, nthreads, true);
     return res;
   }
   const MappedInput<T> km = map_kv ? mapped_input<T>(ks, g) : MappedInput<T>{};
@@ -438,6 +450,22 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   return res;
 }
 
+template <class T>
+bool run_widening(const Plan<T>& P, const Tensor& k, const Tensor* v, std::size_t nq,
+                  std::size_t nthreads) {
+  const Geometry& g = P.g;
+  const bool widens = k.dtype() != dtype_of<T>() || (v && v->dtype() != dtype_of<T>());
+  const MappedKV km = mapped_kv<T>(k.bytes(), k.dtype(), k.shape(), g, g.d);
+  const MappedKV vm = v ? mapped_kv<T>(v->bytes(), v->dtype(), v->shape(), g, g.dv) : MappedKV{};
+  if (!widens || km.base == nullptr || (v && vm.base == nullptr)) return false;
+  run_in_place(P, km, v ? &vm : nullptr, false, nq, nthreads, false);
+  return true;
+}
+
+template bool run_widening<float>(const Plan<float>&, const Tensor&, const Tensor*, std::size_t,
+                                  std::size_t);
+template bool run_widening<double>(const Plan<double>&, const Tensor&, const Tensor*,
+                                   std::size_t, std::size_t);
 template AttentionResult allocate<float>(Plan<float>&, const Shape&, TensorSink*);
 template AttentionResult allocate<double>(Plan<double>&, const Shape&, TensorSink*);
 template AttentionResult run_streamed<float>(TensorSource&, TensorSource&, TensorSource*,

@@ -31,6 +31,14 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
                            const TensorInfo* v, const AttentionOptions& opt,
                            bool output_in_memory);
 
+/// The in-memory run with K or V stored as f16 or bf16 (d last): used in place, each key
+/// block widened as the file-mapped run widens it (no converted copy of the whole
+/// tensor, the same bits). False, having done nothing, when K and V are not such. NaN
+/// and Inf are the caller's to check.
+template <class T>
+bool run_widening(const Plan<T>& P, const Tensor& k, const Tensor* v, std::size_t nq,
+                  std::size_t nthreads);
+
 /// The streamed run: Q read whole (or in place), K and V in chunks of `chunk` keys (a
 /// multiple of the key block), or in place when `map_kv` allows and their files are
 /// mapped; the output to `out_sink` when given.

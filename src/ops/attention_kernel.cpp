@@ -249,7 +249,8 @@ void item_begin(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_
   if (need_v) w.o.assign(qn * dv, T(0));
   if (P.R) {
     w.qr.resize(qn * P.R);
-    gemm(true, qn, P.R, g.d, P.scale, qp, P.q.s, P.rel_k.data(), g.d, T(0), w.qr.data());
+    gemm(true, qn, P.R, g.d, P.scale, qp, P.q.s, P.rel_k.data() + hi_q * P.rel_k_head, g.d, T(0),
+         w.qr.data());
     if (need_v && !P.rel_v.empty()) w.bucket.assign(qn * P.R, T(0));
   }
   if (P.dec.on()) {
@@ -495,10 +496,22 @@ void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::
 }
 
 template <class T>
-void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q, std::size_t q0) {
-  item_begin(P, w, bi, hi_q, q0);
-  item_keys(P, w, w.s, P.k, P.v, 0, bi, hi_q, q0, 0, P.g.sk);
-  item_end(P, w, w.s, bi, hi_q, q0);
+void run_items(const Plan<T>& P, std::vector<Scratch<T>>& ws, std::size_t bi, std::size_t h0,
+               std::size_t q0) {
+  const std::size_t n = ws.size();
+  for (std::size_t i = 0; i < n; ++i) item_begin(P, ws[i], bi, h0 + i, q0);
+  if (n == 1) {
+    item_keys(P, ws[0], ws[0].s, P.k, P.v, 0, bi, h0, q0, 0, P.g.sk);
+  } else {
+    const std::size_t kB = std::max<std::size_t>(P.bl.k, 1);
+    for (std::size_t j0 = 0; j0 < P.g.sk; j0 += kB) {
+      const std::size_t j1 = std::min(j0 + kB, P.g.sk);
+      for (std::size_t i = 0; i < n; ++i) {
+        item_keys(P, ws[i], ws[i].s, P.k, P.v, 0, bi, h0 + i, q0, j0, j1);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) item_end(P, ws[i], ws[i].s, bi, h0 + i, q0);
 }
 
 #define POSENC_ATTENTION_KERNEL(T)                                                          \
@@ -509,7 +522,8 @@ void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q,
                              std::size_t, std::size_t, std::size_t);                        \
   template void item_end<T>(const Plan<T>&, Scratch<T>&, const std::vector<T>&, std::size_t, \
                             std::size_t, std::size_t);                                      \
-  template void run_item<T>(const Plan<T>&, Scratch<T>&, std::size_t, std::size_t, std::size_t);
+  template void run_items<T>(const Plan<T>&, std::vector<Scratch<T>>&, std::size_t, std::size_t, \
+                             std::size_t);
 POSENC_ATTENTION_KERNEL(float)
 POSENC_ATTENTION_KERNEL(double)
 #undef POSENC_ATTENTION_KERNEL

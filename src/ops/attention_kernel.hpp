@@ -118,7 +118,8 @@ struct Plan {
   std::vector<T> t5_gate;  // WavLM's factor of the t5 row [b][hq][sq], or empty
   std::vector<T> sinks;
   std::vector<std::int32_t> rel_index;  // by distance, as t5
-  std::vector<T> rel_k, rel_v;          // [R, d], [R, dv]
+  std::vector<T> rel_k, rel_v;          // [R, d] (per head: [hq][R][d]), [R, dv]
+  std::size_t rel_k_head = 0;           // rel_k's stride between heads; 0 = one table
   std::size_t R = 0;
   Decomposed dec;            // SAM decomposed relative positions (attention_decomposed)
   const T* bias = nullptr;   // score_bias [b][hq][sq][sk], or null
@@ -199,9 +200,12 @@ template <class T>
 void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::size_t bi,
               std::size_t hi_q, std::size_t q0);
 
-/// item_begin, item_keys over all the keys in memory, item_end.
+/// The items of query heads h0, h0 + 1, ... (one a Scratch of `ws`) over all the keys in
+/// memory: item_begin, item_keys block by block, each block for every head in turn,
+/// item_end.
 template <class T>
-void run_item(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_q, std::size_t q0);
+void run_items(const Plan<T>& P, std::vector<Scratch<T>>& ws, std::size_t bi, std::size_t h0,
+               std::size_t q0);
 
 template <class T>
 std::vector<T> to_vector(const Tensor& t) {
@@ -243,9 +247,12 @@ void for_items(std::size_t n, std::size_t nthreads, F&& f) {
 // Work item `it` as (batch, query head, first query). The last query blocks come
 // first: under a causal mask they see the most keys, and taking the large items first
 // leaves the small ones to even out the threads at the end.
+// Work item `it` of `gs` query heads each (heads_per_item): its batch, first query
+// head and first query row.
 inline std::array<std::size_t, 3> item_at(const Geometry& g, const Blocks& bl, std::size_t nq,
-                                   std::size_t it) {
-  return {it / (nq * g.hq), (it / nq) % g.hq, (nq - 1 - it % nq) * bl.q};
+                                          std::size_t it, std::size_t gs = 1) {
+  const std::size_t groups = g.hq / gs;
+  return {it / (nq * groups), (it / nq) % groups * gs, (nq - 1 - it % nq) * bl.q};
 }
 
 inline std::size_t thread_count(std::size_t items, std::size_t cap = 0) {

@@ -1,4 +1,4 @@
-// Transformer-XL / XLNet and DeBERTa relative attention as additive score terms
+// Transformer-XL / XLNet / Funnel and DeBERTa relative attention as additive score terms
 // (ops/attention_relative.hpp). The terms are dot products accumulated in float64 in a
 // fixed order, one score at a time, spread over OpenMP threads by rows: no BLAS, and
 // nothing depends on the thread count.
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -192,21 +193,23 @@ struct ShiftSource {
   bool zero = false;
 };
 
-ShiftSource xl_shift(std::size_t sq, std::size_t rlen, std::size_t sk, std::size_t i,
-                     std::size_t j) {
-  const std::size_t c = sq - i + j;
-  if (rlen == sk) {
-    // _rel_shift: row i of [sq, rlen + 1] with a zero first column, read in the layout
-    // of [rlen + 1, sq] without its first row: c <= rlen stays in row i.
+// `shift` 0 with rlen = sk is Transformer-XL's _rel_shift: row i of [sq, rlen + 1] with
+// a zero first column, read in the layout of [rlen + 1, sq] without its first row.
+// Otherwise HF's reshape-and-slice of XLNet (rel_shift_bnij, shift 1) and Funnel
+// (_relative_shift_gather, shift s): [sq, rlen] read as [rlen, sq] without its first s
+// rows, as [sq, rlen - s], first sk columns. Score (i, j) is then entry
+// i rlen + s (sq - i) + j of the unshifted matrix.
+ShiftSource xl_shift(std::size_t sq, std::size_t rlen, std::size_t sk, std::size_t shift,
+                     std::size_t i, std::size_t j) {
+  if (shift == 0 && rlen == sk) {
+    const std::size_t c = sq - i + j;
     if (c <= rlen) return {i, c - 1, false};
     const std::size_t c2 = c - rlen - 1;
     if (c2 == 0) return {0, 0, true};
     return {i + 1, c2 - 1, false};
   }
-  // rel_shift_bnij: [sq, rlen] read as [rlen, sq] without its first row, as
-  // [sq, rlen - 1], first sk columns.
-  if (c < rlen) return {i, c, false};
-  return {i + 1, c - rlen, false};
+  const std::size_t c = (shift == 0 ? 1 : shift) * (sq - i) + j;
+  return {i + c / rlen, c % rlen, false};
 }
 
 std::vector<std::int64_t> segment_ids(const Tensor& t, const Geo& g) {
@@ -236,9 +239,19 @@ std::size_t terms_bytes(const Geo& g, const Tensor& q, const Tensor& k) {
   return g.b * g.hq * g.sq * g.sk * dtype_size(g.compute) + (q.numel() + k.numel()) * 16;
 }
 
+// Funnel's float64 work besides: r projected by the kernel [hq, rlen, d], and the
+// factorized products [b, hq, sq, d_model] twice with the four tables.
+std::size_t funnel_bytes(const Geo& g, const XlAttention& xl) {
+  if (!xl.rel_kernel || xl.rel_kernel->ndim() == 0) return 0;
+  const std::size_t dm = xl.rel_kernel->shape()[0];
+  if (xl.phi) return (2 * g.b * g.hq * g.sq + 2 * (g.sq + g.sk)) * dm * 8;
+  return xl.rel_keys && xl.rel_keys->ndim() > 0 ? g.hq * xl.rel_keys->shape()[0] * g.d * 8 : 0;
+}
+
 template <class Terms>
 AttentionResult with_terms(const Tensor& q, const Tensor& k, const Tensor* v,
-                           const AttentionOptions& user, Terms terms, const char* scheme) {
+                           const AttentionOptions& user, Terms terms, const char* scheme,
+                           std::size_t extra_bytes = 0) {
   AttentionOptions opt = user;
   if (opt.score_bias) {
     throw UsageError(fmt::format("score_bias: {} attention computes its own terms", scheme));
@@ -246,7 +259,7 @@ AttentionResult with_terms(const Tensor& q, const Tensor& k, const Tensor* v,
   const Geo g = geometry(q, k, opt);
   auto [need, names] =
       attention_memory(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
-  need += terms_bytes(g, q, k);
+  need += terms_bytes(g, q, k) + extra_bytes;
   if (opt.max_memory && need > opt.max_memory) {
     throw InputError(fmt::format("{} with the {} terms would need {} > max_memory {}", names,
                                  scheme, bytes_str(need), bytes_str(opt.max_memory)));
@@ -262,32 +275,199 @@ AttentionResult with_terms(const Tensor& q, const Tensor& k, const Tensor* v,
   return res;
 }
 
+// segment_index [sq, sk] or [b, sq, sk] (bool or integers 0 / 1) as [b][sq][sk].
+std::vector<std::uint8_t> segment_rows(const Tensor& t, const Geo& g) {
+  const Shape& s = t.shape();
+  const bool ok = (is_integer(t.dtype()) || t.dtype() == DType::b1) &&
+                  (s == Shape{g.sq, g.sk} || s == Shape{g.b, g.sq, g.sk});
+  if (!ok) {
+    throw InputError(fmt::format(
+        "segment_index: expected bool or integers of shape ({}, {}) or ({}, {}, {}) (the "
+        "seg_embed row of every score), got {} of shape {}",
+        g.sq, g.sk, g.b, g.sq, g.sk, dtype_name(t.dtype()), shape_str(s)));
+  }
+  const std::size_t per = g.sq * g.sk;
+  std::vector<std::uint8_t> rows(g.b * per);
+  for (std::size_t n = 0; n < rows.size(); ++n) {
+    const std::size_t at = s.size() == 3 ? n : n % per;
+    const double v = t.get(at);
+    if (v != 0 && v != 1) {
+      throw InputError(fmt::format("segment_index: values must be 0 or 1 (rows of seg_embed), got "
+                                   "{} at flat index {}",
+                                   v, at));
+    }
+    rows[n] = static_cast<std::uint8_t>(v);
+  }
+  return rows;
+}
+
+// A projection W [d_model, hq, d] ([d_model, d] without h) as float64 [d_model][hq][d].
+struct Kernel {
+  std::vector<double> w;
+  std::size_t dm = 0;
+  const double* at(std::size_t m, std::size_t h, std::size_t hq, std::size_t d) const {
+    return w.data() + (m * hq + h) * d;
+  }
+};
+
+Kernel kernel(const Tensor& t, const Geo& g, const AttentionOptions& opt) {
+  require_values(t, "rel_kernel", opt);
+  const Shape& s = t.shape();
+  const bool ok = (s.size() == 3 && s[1] == g.hq && s[2] == g.d) ||
+                  (!g.has_h && s.size() == 2 && s[1] == g.d);
+  if (!ok || s[0] == 0) {
+    throw InputError(
+        fmt::format("rel_kernel: expected shape (d_model, {}, {}) ([d_model, heads, d]), "
+                    "got {}",
+                    g.hq, g.d, shape_str(s)));
+  }
+  const Tensor c = t.astype(DType::f64);
+  return Kernel{std::vector<double>(c.data<double>(), c.data<double>() + c.numel()), s[0]};
+}
+
+// Unprojected embeddings [rows, d_model] as float64, checked.
+template <class RowsOk>
+std::vector<double> embeddings(const Tensor& t, const std::string& name, std::size_t dm,
+                               const AttentionOptions& opt, RowsOk rows_ok,
+                               const std::string& rows_text) {
+  require_values(t, name.c_str(), opt);
+  const Shape& s = t.shape();
+  if (s.size() != 2 || s[1] != dm || !rows_ok(s[0])) {
+    throw InputError(fmt::format("{}: expected shape (rows, {}) ([rows, d_model] of rel_kernel) "
+                                 "with {}, got {}",
+                                 name, dm, rows_text, shape_str(s)));
+  }
+  const Tensor c = t.astype(DType::f64);
+  return std::vector<double>(c.data<double>(), c.data<double>() + c.numel());
+}
+
+// r_head = r·W (HF einsum "td,dnh->tnh"), each entry a sum over d_model in order.
+RelRows project(const std::vector<double>& r, const Kernel& w, const Geo& g) {
+  RelRows out;
+  out.rows = r.size() / w.dm;
+  out.v.assign(g.hq * out.rows * g.d, 0.0);
+  const std::int64_t n = static_cast<std::int64_t>(g.hq * out.rows);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t hr = 0; hr < n; ++hr) {
+    const std::size_t h = static_cast<std::size_t>(hr) / out.rows;
+    const std::size_t row = static_cast<std::size_t>(hr) % out.rows;
+    double* o = out.v.data() + static_cast<std::size_t>(hr) * g.d;
+    for (std::size_t m = 0; m < w.dm; ++m) {
+      const double x = r[row * w.dm + m];
+      const double* wm = w.at(m, h, g.hq, g.d);
+      for (std::size_t c = 0; c < g.d; ++c) o[c] += x * wm[c];
+    }
+  }
+  return out;
+}
+
+// Funnel's factorized term, per (b, h, i): a = qr * phi_i and c = qr * pi_i with
+// qr[D] = (q_i + v)·W[D]; the term is a·psi_j + c·omega_j.
+struct Factorized {
+  std::vector<double> a, c, psi, omega;
+  std::size_t dm = 0;
+};
+
+Factorized factorized(const XlAttention& xl, const Kernel& w, const std::vector<double>& qd,
+                      const std::vector<double>& vb, const Geo& g, const AttentionOptions& opt) {
+  const std::size_t dm = w.dm;
+  auto rows = [](std::size_t n) { return [n](std::size_t r) { return r == n; }; };
+  const std::string q_text = fmt::format("rows = q_len {}", g.sq);
+  const std::string k_text = fmt::format("rows = k_len {}", g.sk);
+  Factorized f;
+  f.dm = dm;
+  const std::vector<double> phi =
+      embeddings(*xl.phi, "factorized: phi", dm, opt, rows(g.sq), q_text);
+  const std::vector<double> pi = embeddings(*xl.pi, "factorized: pi", dm, opt, rows(g.sq), q_text);
+  f.psi = embeddings(*xl.psi, "factorized: psi", dm, opt, rows(g.sk), k_text);
+  f.omega = embeddings(*xl.omega, "factorized: omega", dm, opt, rows(g.sk), k_text);
+  const std::size_t n = g.b * g.hq * g.sq, d = g.d;
+  f.a.resize(n * dm);
+  f.c.resize(n * dm);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t row = 0; row < static_cast<std::int64_t>(n); ++row) {
+    const std::size_t r = static_cast<std::size_t>(row);
+    const std::size_t i = r % g.sq, h = (r / g.sq) % g.hq;
+    std::vector<double> qv(d);
+    for (std::size_t c = 0; c < d; ++c) qv[c] = qd[r * d + c] + vb[h * d + c];
+    for (std::size_t m = 0; m < dm; ++m) {
+      const double qr = dot(qv.data(), w.at(m, h, g.hq, d), d);
+      f.a[r * dm + m] = qr * phi[i * dm + m];
+      f.c[r * dm + m] = qr * pi[i * dm + m];
+    }
+  }
+  return f;
+}
+
+void check_xl(const XlAttention& xl, const Geo& g, bool fact) {
+  if (fact) {
+    if (!(xl.phi && xl.pi && xl.psi && xl.omega)) {
+      throw UsageError("factorized: needs the four tables phi, pi, psi and omega");
+    }
+    if (xl.rel_keys) throw UsageError("rel_keys: not with the factorized tables (they replace r)");
+    if (!xl.rel_kernel)
+      throw UsageError("factorized: needs rel_kernel (W, which projects the tables)");
+    if (xl.shift != 0) throw UsageError("shift: the factorized term has no shift");
+  } else if (!xl.rel_keys) {
+    throw UsageError("rel_keys: Transformer-XL / XLNet attention needs r");
+  }
+  if (xl.shift < 0 || xl.shift > (std::int64_t{1} << 30)) {
+    throw UsageError(
+        fmt::format("shift: must be from 0 (by the rows of r) to 2^30, got {}", xl.shift));
+  }
+  if (xl.segment_ids && xl.segment_index) {
+    throw UsageError("segment_ids/segment_index: give one (ids per key, or the row per score)");
+  }
+  const bool seg = xl.segment_ids || xl.segment_index || xl.segment_embed || xl.segment_bias;
+  if (seg && (!xl.segment_embed || !(xl.segment_ids || xl.segment_index))) {
+    throw UsageError(
+        "segment_ids/segment_embed: the XLNet segment term needs both (or segment_index and "
+        "segment_embed)");
+  }
+  // XLNet's keys are the memory and the queries: query i is key sk - sq + i.
+  if ((xl.shift == 0 && !fact) || xl.segment_ids) {
+    if (g.sq > g.sk) {
+      throw InputError(fmt::format(
+          "{}: Transformer-XL / XLNet keys are the memory and the queries, so k_len {} must "
+          "be at least q_len {}",
+          xl.segment_ids && (xl.shift != 0 || fact) ? "segment_ids" : "rel_keys", g.sk, g.sq));
+    }
+  }
+}
+
 Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
                 const XlAttention& xl, const Geo& g, double& scale, Attrs& attrs) {
-  if (!xl.rel_keys) throw UsageError("rel_keys: Transformer-XL / XLNet attention needs r");
-  if (g.sq > g.sk) {
-    throw InputError(fmt::format(
-        "rel_keys: Transformer-XL / XLNet keys are the memory and the queries, so k_len {} must "
-        "be at least q_len {}",
-        g.sk, g.sq));
+  const bool fact = xl.phi || xl.pi || xl.psi || xl.omega;
+  check_xl(xl, g, fact);
+  const std::size_t shift = static_cast<std::size_t>(xl.shift);
+  std::optional<Kernel> w;
+  if (xl.rel_kernel) w = kernel(*xl.rel_kernel, g, opt);
+  RelRows r;
+  if (!fact) {
+    const std::size_t min_rows = shift == 0 ? g.sk : g.sk + shift;
+    auto rows_ok = [min_rows](std::size_t rows) { return rows >= min_rows; };
+    const std::string rows_text =
+        shift == 0 ? fmt::format("rows = k_len {} (Transformer-XL) or more (XLNet: k_len + q_len = "
+                                 "{}, or k_len + 1 = {})",
+                                 g.sk, g.sk + g.sq, g.sk + 1)
+                   : fmt::format("rows >= k_len + shift = {} (Funnel: k_len + shift q_len = {})",
+                                 min_rows, g.sk + shift * g.sq);
+    if (w) {
+      r = project(embeddings(*xl.rel_keys, "rel_keys", w->dm, opt, rows_ok, rows_text), *w, g);
+    } else {
+      r = rel_rows(*xl.rel_keys, "rel_keys", g, opt, /*allow_batched=*/true, rows_ok, rows_text);
+    }
   }
-  const RelRows r = rel_rows(
-      *xl.rel_keys, "rel_keys", g, opt, /*allow_batched=*/true,
-      [&g](std::size_t rows) { return rows >= g.sk; },
-      fmt::format("rows = k_len {} (Transformer-XL) or more (XLNet: k_len + q_len = {}, or "
-                  "k_len + 1 = {})",
-                  g.sk, g.sk + g.sq, g.sk + 1));
   const std::vector<double> u = per_head(xl.content_bias, "content_bias", g, opt);
   const std::vector<double> vb = per_head(xl.position_bias, "position_bias", g, opt);
-  const bool seg = xl.segment_ids || xl.segment_embed || xl.segment_bias;
+  const bool seg = xl.segment_embed != nullptr;
   std::vector<std::int64_t> ids;
+  std::vector<std::uint8_t> seg_rows;
   RelRows se;
   std::vector<double> sb;
   if (seg) {
-    if (!xl.segment_ids || !xl.segment_embed) {
-      throw UsageError("segment_ids/segment_embed: the XLNet segment term needs both");
-    }
-    ids = segment_ids(*xl.segment_ids, g);
+    if (xl.segment_ids) ids = segment_ids(*xl.segment_ids, g);
+    if (xl.segment_index) seg_rows = segment_rows(*xl.segment_index, g);
     se = rel_rows(
         *xl.segment_embed, "segment_embed", g, opt, false,
         [](std::size_t rows) { return rows == 2; }, "rows = 2");
@@ -295,6 +475,8 @@ Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
   }
   const std::vector<double> qd = bhsd(q, g.axes), kd = bhsd(k, g.axes);
   const std::size_t d = g.d, group = g.hq / g.hk, rlen = r.rows;
+  Factorized f;
+  if (fact) f = factorized(xl, *w, qd, vb, g, opt);
   auto qrow = [&](std::size_t b, std::size_t h, std::size_t i) {
     return qd.data() + ((b * g.hq + h) * g.sq + i) * d;
   };
@@ -323,20 +505,39 @@ Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
   Tensor out(g.compute, g.scores);
   fill_scores(out, g, [&](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
     const std::size_t bh = b * g.hq + h;
-    const ShiftSource src = xl_shift(g.sq, rlen, g.sk, i, j);
+    const double content = uk[bh * g.sk + j];
+    if (xl.cls_mask && (i == 0 || j == 0)) return scale * content;
     double bd = 0;
-    if (!src.zero)
-      bd = dot(qrow(b, h, src.row), r.at(b, h, g.hq, src.col, d), d) + vr[bh * rlen + src.col];
+    if (fact) {
+      const std::size_t at = (bh * g.sq + i) * f.dm;
+      bd = dot(f.a.data() + at, f.psi.data() + j * f.dm, f.dm) +
+           dot(f.c.data() + at, f.omega.data() + j * f.dm, f.dm);
+    } else {
+      const ShiftSource src = xl_shift(g.sq, rlen, g.sk, shift, i, j);
+      if (!src.zero)
+        bd = dot(qrow(b, h, src.row), r.at(b, h, g.hq, src.col, d), d) + vr[bh * rlen + src.col];
+    }
     double e = 0;
     if (seg) {
-      const bool differ = ids[b * g.sk + mlen + i] != ids[b * g.sk + j];
-      e = ef[(bh * g.sq + i) * 2 + (differ ? 1 : 0)];
+      std::size_t row = 0;
+      if (!seg_rows.empty()) {
+        row = seg_rows[(b * g.sq + i) * g.sk + j];
+      } else {
+        row = ids[b * g.sk + mlen + i] != ids[b * g.sk + j] ? 1 : 0;
+      }
+      e = ef[(bh * g.sq + i) * 2 + row];
     }
-    return scale * (uk[bh * g.sk + j] + bd + e);
+    return scale * (content + bd + e);
   });
-  attrs.push_back({"relative", std::string(rlen == g.sk ? "transfo-xl" : "xlnet")});
-  attrs.push_back({"rel_rows", static_cast<long long>(rlen)});
+  const char* scheme = fact ? "funnel-factorized"
+                       : shift > 0 ? "funnel"
+                       : rlen == g.sk ? "transfo-xl"
+                                      : "xlnet";
+  attrs.push_back({"relative", std::string(scheme)});
+  attrs.push_back({"rel_rows", static_cast<long long>(fact ? 0 : rlen)});
+  attrs.push_back({"rel_shift", static_cast<long long>(shift)});
   attrs.push_back({"segment_term", static_cast<long long>(seg)});
+  attrs.push_back({"cls_mask", static_cast<long long>(xl.cls_mask)});
   return out;
 }
 
@@ -437,7 +638,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v, Att
       [&](const Geo& g, double& scale, Attrs& attrs) {
         return xl_terms(q, k, opt, xl, g, scale, attrs);
       },
-      "Transformer-XL / XLNet");
+      "Transformer-XL / XLNet / Funnel", funnel_bytes(geometry(q, k, opt), xl));
 }
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v, AttentionOptions opt,

@@ -95,7 +95,16 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
       const std::int64_t row = g.window.index(0, dmin + static_cast<std::int64_t>(di));
       P.rel_index[di] = static_cast<std::int32_t>(row < 0 ? g.rel_rows : row);
     }
-    if (opt.relative_k) {
+    if (opt.relative_k && g.rel_k_per_head) {
+      // [rows, hq, d] to one [R, d] table per head, each with its zero row.
+      const std::vector<T> t = to_vector<T>(*opt.relative_k);
+      P.rel_k_head = P.R * g.d;
+      P.rel_k.assign(g.hq * P.rel_k_head, T(0));
+      for (std::size_t r = 0; r < g.rel_rows; ++r)
+        for (std::size_t h = 0; h < g.hq; ++h)
+          std::copy_n(t.data() + (r * g.hq + h) * g.d, g.d,
+                      P.rel_k.data() + h * P.rel_k_head + r * g.d);
+    } else if (opt.relative_k) {
       P.rel_k = to_vector<T>(*opt.relative_k);
       if (zero_row) P.rel_k.resize(P.R * g.d, T(0));
     } else {
@@ -116,6 +125,36 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
       P.bias = P.bias_copy.data();
     }
   }
+}
+
+std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt) {
+  const std::size_t ts = dtype_size(g.compute);
+  auto numel = [](const Tensor* t) { return t ? t->numel() : std::size_t{0}; };
+  std::size_t n = 0;
+  if (opt.mask) n = mul_sat(numel(opt.mask), is_float(opt.mask->dtype()) ? ts : 1);
+  const std::size_t ndist = add_sat(g.sq, g.sk);
+  if (opt.t5_bias || opt.clipped_bias) {
+    // The table's copy and its rows gathered by distance.
+    n = add_sat(n, mul_sat(add_sat(numel(opt.t5_bias) + numel(opt.clipped_bias),
+                                   mul_sat(g.hq, ndist)),
+                           ts));
+  }
+  // gate_factors' float64 values, then their copy in the working type.
+  if (opt.gate_input) n = add_sat(n, mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), 8 + ts));
+  if (g.rel_rows) {
+    // A per-head relative_k holds hq tables (each with its zero row).
+    const std::size_t kd = g.rel_k_per_head ? mul_sat(g.hq, g.d) : g.d;
+    n = add_sat(n, mul_sat(mul_sat(g.rel_rows + 1, add_sat(kd, g.dv)), ts));
+    n = add_sat(n, mul_sat(ndist, sizeof(std::int32_t)));
+  }
+  // Gemma-3n's inputs (attention_timing): the scaled copy of Q, the float64 table.
+  if (opt.per_dim_scale) n = add_sat(n, mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.d * ts));
+  if (opt.relative_proj) n = add_sat(n, mul_sat(mul_sat(g.rel_rows, g.hq * g.d), 8));
+  n = add_sat(n, mul_sat(numel(opt.sinks), ts));
+  if (opt.score_bias && opt.score_bias->dtype() != g.compute) {
+    n = add_sat(n, mul_sat(numel(opt.score_bias), ts));
+  }
+  return n;
 }
 
 template void plan<float>(Plan<float>&, const Geometry&, const AttentionOptions&, bool);

@@ -151,6 +151,9 @@ ATTENTION_ROWS = {
     "--wavlm-gate": (["--t5-bias", "{t5}"], ["--t5-bias", "{t5}", "--wavlm-gate", "{gx}", "{gw}",
                                               "{gb}", "{gc}"]),
     "--relative-k": ([], ["--relative-k", "{rk}"]),
+    "--per-dim-scale": ([], ["--per-dim-scale", "{pds}"]),
+    "--relative-proj": ([], ["--relative-proj", "{rproj}", "--relative-left", "2",
+                             "--relative-right", "1"]),
     "--relative-v": ([], ["--relative-v", "{rv}"]),
     "--relative-sign": (["--relative-k", "{rk}"], ["--relative-k", "{rk}", "--relative-sign", "q-k"]),
     "--relative-beyond": (["--relative-k", "{rk}"],
@@ -189,6 +192,16 @@ ATTENTION_ROWS = {
                         "{segemb}"],
                        ["--rel-keys", "{relk}", "--segment-ids", "{segids}", "--segment-embed",
                         "{segemb}", "--segment-bias", "{u}"]),
+    # Funnel: the shift over 6 pooled queries and 10 keys (22 rows), the projection of
+    # unprojected rows [10, d_model 6], the factorized tables, token_type_mat, cls_mask.
+    "--rel-shift": (["--rel-keys", "{relf}"], ["--rel-keys", "{relf}", "--rel-shift", "2"]),
+    "--rel-kernel": (["--rel-keys", "{relk}"], ["--rel-keys", "{relraw}", "--rel-kernel",
+                                                "{rker}"]),
+    "--factorized": ([], ["--factorized", "{phi}", "{phi}", "{psi}", "{psi}", "--rel-kernel",
+                          "{rker}"]),
+    "--segment-index": (["--rel-keys", "{relk}"], ["--rel-keys", "{relk}", "--segment-index",
+                                                   "{segidx}", "--segment-embed", "{segemb}"]),
+    "--separate-cls": (["--rel-keys", "{relk}"], ["--rel-keys", "{relk}", "--separate-cls"]),
     "--pos-key": ([], ["--pos-key", "{posk}"]),
     "--pos-query": ([], ["--pos-query", "{posk}"]),
     "--position-buckets": (["--pos-key", "{posk}"],
@@ -263,6 +276,9 @@ class OptionMatrix(PosencTestCase):
         save("sinks", r.standard_normal(4).astype(np.float32))
         save("rph", r.standard_normal((7, 8)).astype(np.float32))
         save("clip", r.standard_normal((12, 4)).astype(np.float32))
+        # Gemma-3n audio: per_dim_scale [d], pos_proj.weight [4 heads x 8, 6].
+        save("pds", r.standard_normal(8).astype(np.float32))
+        save("rproj", r.standard_normal((32, 6)).astype(np.float32))
         # WavLM's gate: hidden states [1, 6, 4 heads x 5], gru_rel_pos_linear, const.
         save("gx", r.standard_normal((1, 6, 20)).astype(np.float32))
         save("gw", r.standard_normal((8, 5)).astype(np.float32))
@@ -274,6 +290,12 @@ class OptionMatrix(PosencTestCase):
         save("segemb", r.standard_normal((2, 4, 8)).astype(np.float32))
         save("segids", np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1], np.int64))
         save("posk", r.standard_normal((1024, 4, 8)).astype(np.float32))
+        save("relf", r.standard_normal((22, 4, 8)).astype(np.float32))
+        save("relraw", r.standard_normal((10, 6)).astype(np.float32))
+        save("rker", r.standard_normal((6, 4, 8)).astype(np.float32))
+        save("phi", r.standard_normal((6, 6)).astype(np.float32))
+        save("psi", r.standard_normal((10, 6)).astype(np.float32))
+        save("segidx", r.standard_normal((6, 10)) > 0)
         # rope: x [1, 4, 10, 8].
         save("x", r.standard_normal((1, 4, 10, 8)).astype(np.float32))
         save("invf", r.uniform(0.1, 1, (1, 4)))

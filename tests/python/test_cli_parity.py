@@ -159,6 +159,14 @@ TABLE_CASES = [
       "--clamp-len", "2", "--base", "100"],
      lambda: posenc.table.xl_relative(q_len=3, k_len=5, dim=8, form="xlnet-bi", clamp_len=2,
                                       base=100.0)),
+    (["funnel-relative", "--seq-len", "16", "--dim", "8", "--block", "2", "--shift", "2",
+      "--separate-cls", "--truncate-seq", "--base", "100"],
+     lambda: posenc.table.funnel_relative(seq_len=16, dim=8, block=2, shift=2,
+                                          separate_cls=True, truncate_seq=True, base=100.0)),
+    (["funnel-factorized", "--seq-len", "13", "--dim", "6", "--block", "2", "--key-block", "1",
+      "--separate-cls", "--emit", "omega"],
+     lambda: posenc.table.funnel_factorized(seq_len=13, dim=6, block=2, key_block=1,
+                                            separate_cls=True, emit="omega")),
     (["deberta-bucket", "--q-len", "40", "--position-buckets", "8",
       "--max-relative-positions", "32"],
      lambda: posenc.table.deberta_bucket(q_len=40, position_buckets=8,
@@ -405,6 +413,14 @@ ATT_CASES = [
      dict(t5_bias=np.linspace(-1, 1, 128).reshape(32, 4),
           wavlm_gate=(G.standard_normal((2, 6, 12)), G.standard_normal((8, 3)),
                       G.standard_normal(8), G.standard_normal(4)))),
+    (["--relative-k", "rkh.npy", "--relative-left", "2", "--relative-right", "1",
+      "--relative-beyond", "zero"],
+     dict(relative_k=G.standard_normal((4, 4, 16)), relative_left=2, relative_right=1,
+          relative_beyond="zero")),
+    (["--per-dim-scale", "pds.npy", "--relative-proj", "rproj.npy", "--relative-left", "3",
+      "--relative-right", "0", "--window", "3,0", "--softcap", "5"],
+     dict(per_dim_scale=G.standard_normal(16), relative_proj=G.standard_normal((64, 8)),
+          relative_left=3, relative_right=0, window=(3, 0), softcap=5.0)),
     (["--softcap", "2"], dict(softcap=2.0)),
     (["--sinks", "sinks.npy"], dict(sinks=np.array([0.5, -1.0, 2.0, 0.0]))),
     (["--key-lengths", "kl0.npy", "--masked-rows", "nan", "--causal", "top-left"],
@@ -421,7 +437,9 @@ def save_side(kw):
     names = {"key_lengths": "kl.npy", "mask": "mask.npy", "t5_bias": "t5.npy",
              "relative_k": "rk.npy", "relative_v": "rv.npy", "sinks": "sinks.npy",
              "position_ids": "kids.npy"}
-    names.update(clipped_bias="clip.npy")
+    names.update(clipped_bias="clip.npy", per_dim_scale="pds.npy", relative_proj="rproj.npy")
+    if "relative_k" in kw and kw["relative_k"].ndim == 3:
+        names["relative_k"] = "rkh.npy"
     pairs = {"decomposed_rel_pos": ("rph.npy", "rpw.npy"),
              "wavlm_gate": ("gx.npy", "gw.npy", "gb.npy", "gc.npy")}
     for key, files in pairs.items():
@@ -479,6 +497,27 @@ def test_attention_hf_config_arith_hf_and_relative(tmp_path):
         "o2.npy", "--rel-keys", "r.npy", "--content-bias", "u.npy", "--position-bias", "w.npy")
     same(posenc.attention(q2, k2, v2, emit="output", rel_keys=r, content_bias=u,
                           position_bias=w), np.load("o2.npy"))
+    # Funnel: pooled queries over unpooled keys (shift 2), r_kernel, token_type_mat,
+    # cls_mask; and the factorized tables
+    q3 = g.standard_normal((1, 2, 3, 8))
+    r3, kr = g.standard_normal((4 + 2 * 3, 6)), g.standard_normal((6, 2, 8))
+    tt, se = g.standard_normal((3, 4)) > 0, g.standard_normal((2, 2, 8))
+    fa, fb = g.standard_normal((3, 6)), g.standard_normal((4, 6))
+    for a, n in ((q3, "q3"), (r3, "r3"), (kr, "kr"), (tt, "tt"), (se, "se"), (fa, "fa"),
+                 (fb, "fb")):
+        np.save(f"{n}.npy", a)
+    run("attention", "-q", "q3.npy", "-k", "k2.npy", "-v", "v2.npy", "--emit", "output", "-o",
+        "o4.npy", "--rel-keys", "r3.npy", "--rel-kernel", "kr.npy", "--rel-shift", "2",
+        "--content-bias", "u.npy", "--position-bias", "w.npy", "--segment-index", "tt.npy",
+        "--segment-embed", "se.npy", "--separate-cls")
+    same(posenc.attention(q3, k2, v2, emit="output", rel_keys=r3, rel_kernel=kr, rel_shift=2,
+                          content_bias=u, position_bias=w, segment_index=tt, segment_embed=se,
+                          separate_cls=True), np.load("o4.npy"))
+    run("attention", "-q", "q3.npy", "-k", "k2.npy", "-v", "v2.npy", "--emit", "output", "-o",
+        "o5.npy", "--factorized", "fa.npy", "fa.npy", "fb.npy", "fb.npy", "--rel-kernel",
+        "kr.npy", "--position-bias", "w.npy")
+    same(posenc.attention(q3, k2, v2, emit="output", factorized=(fa, fa, fb, fb), rel_kernel=kr,
+                          position_bias=w), np.load("o5.npy"))
     pk = g.standard_normal((8, 2, 8))
     np.save("pk.npy", pk)
     run("attention", "-q", "q2.npy", "-k", "k2.npy", "-v", "v2.npy", "--emit", "output", "-o",

@@ -55,6 +55,14 @@ def test_hierarchy_and_status():
      lambda: posenc.table.fairseq_sinusoidal(positions=4, dim=2)),
     (["table", "layoutlm-bucket", "--axis", "x", "--seq-len", "4"],
      lambda: posenc.table.layoutlm_bucket(axis="x", seq_len=4)),
+    (["table", "funnel-relative", "--seq-len", "8", "--dim", "8", "--shift", "2"],
+     lambda: posenc.table.funnel_relative(seq_len=8, dim=8, shift=2)),
+    (["table", "funnel-relative", "--seq-len", "8", "--dim", "8", "--block", "3",
+      "--separate-cls"],
+     lambda: posenc.table.funnel_relative(seq_len=8, dim=8, block=3, separate_cls=True)),
+    (["table", "funnel-factorized", "--seq-len", "8", "--dim", "8", "--key-block", "63",
+      "--emit", "psi"],
+     lambda: posenc.table.funnel_factorized(seq_len=8, dim=8, key_block=63, emit="psi")),
     (["rope-ids", "--layout", "text:3"], lambda: posenc.rope_ids(layout="text:3")),
     (["rope-ids", "--family", "qwen2-vl"], lambda: posenc.rope_ids("qwen2-vl")),
     (["rope-ids", "--family", "qwen9", "--layout", "text:3"],
@@ -88,6 +96,16 @@ def test_usage_errors():
         posenc.rope(x, out=x[:, ::-1])
     with pytest.raises(posenc.UsageError):
         posenc.rope(np.zeros((4, 8), complex))
+    q, r, w = np.zeros((1, 2, 3, 8)), np.zeros((7, 6)), np.zeros((6, 2, 8))
+    with pytest.raises(posenc.UsageError, match="rel_shift 0: must be from 1 to 2"):
+        posenc.attention(q, q, rel_keys=r, rel_kernel=w, rel_shift=0)
+    with pytest.raises(posenc.UsageError, match="factorized: needs rel_kernel"):
+        posenc.attention(q, q, factorized=(r, r, r, r))
+    with pytest.raises(posenc.UsageError, match="separate_cls: .*needs rel_keys or factorized"):
+        posenc.attention(q, q, separate_cls=True)
+    with pytest.raises(posenc.InputError, match="segment_index: values must be 0 or 1"):
+        posenc.attention(q, q, rel_keys=r, rel_kernel=w, segment_index=np.full((3, 3), 2),
+                         segment_embed=np.zeros((2, 2, 8)))
 
 
 def test_input_errors():

@@ -467,5 +467,43 @@ class AttentionReference(PosencTestCase):
             self.assertEqual(blobs[0], blobs[1], emit)
 
 
+    def test_gqa_decode_items_of_several_heads_keep_the_bits(self):
+        # Decoding (at most 16 query rows) runs the query heads of a KV head in one work
+        # item, each key block for every head in turn. Each head must get the bits it
+        # gets alone: those of the same run with K and V repeated per head (MHA, one head
+        # an item), with f32 and f16 K and V (widened per block), mapped in place and
+        # read in chunks (--max-memory), on 1 and 2 threads; and the float64 reference.
+        for sq, hq, hk in ((1, 8, 1), (3, 8, 2), (16, 6, 3)):
+            q = self.randn(2, hq, sq, 32, dtype=np.float32)
+            k = self.randn(2, hk, 20000, 32, dtype=np.float32)
+            v = self.randn(2, hk, 20000, 16, dtype=np.float32)
+            rep = hq // hk
+            for kv_dtype in (np.float32, np.float16):
+                kd, vd = k.astype(kv_dtype), v.astype(kv_dtype)
+                paths = [self.save(f"{n}.npy", a) for n, a in (
+                    ("q", q), ("k", kd), ("v", vd), ("kr", np.repeat(kd, rep, axis=1)),
+                    ("vr", np.repeat(vd, rep, axis=1)))]
+                blobs = {}
+                for kv in ("gqa", "mha"):
+                    kp, vp = (paths[1], paths[2]) if kv == "gqa" else (paths[3], paths[4])
+                    for j in (1, 2):
+                        for budget in ([], ["--max-memory", "6M"]):
+                            out = self.path(f"{kv}{j}{len(budget)}_{{}}.npy")
+                            self.run_ok("-j", j, "attention", "-q", paths[0], "-k", kp, "-v", vp,
+                                        "--causal", "--window", "2000", "--emit", "output,lse",
+                                        "-o", out, *budget)
+                            blobs[kv, j, len(budget)] = [self.read_bytes(out.replace("{}", e))
+                                                         for e in ("output", "lse")]
+                first = blobs["mha", 1, 0]
+                for key, got in blobs.items():
+                    self.assertEqual(got, first, f"sq {sq} hq {hq} hk {hk} {kv_dtype} {key}")
+                i = np.arange(sq)[:, None] + 20000 - sq
+                jj = np.arange(20000)[None, :]
+                ref = reference(q, kd.astype(np.float32), vd.astype(np.float32),
+                                keep=(jj <= i) & (jj >= i - 2000))
+                got = {"output": np.load(self.path("gqa20_output.npy")),
+                       "lse": np.load(self.path("gqa20_lse.npy"))}
+                self.check(got, ref, F32, names=("output", "lse"))
+
 if __name__ == "__main__":
     unittest.main()

@@ -271,7 +271,7 @@ class AttentionWindows(PosencTestCase):
         e = self.npy("e.npy", np.zeros((73, 4)))
         base = ("attention", "-q", q, "-k", q, "-v", q, "-o", self.path("o.npy"), "--emit", "output")
         self.assert_fails(2, *base, "--relative-left", 64, "--relative-right", 8,
-                          match="need --relative-k or --relative-v")
+                          match="need --relative-k, --relative-v or --relative-proj")
         self.assert_fails(2, *base, "--relative-k", e, "--relative-left", 64,
                           match="--relative-left/--relative-right: give both")
         self.assert_fails(2, *base, "--relative-k", e, "--relative-left", -1, "--relative-right", 8,

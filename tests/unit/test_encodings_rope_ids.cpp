@@ -97,3 +97,92 @@ TEST(RopeIds, RefusesWhatHfCannotLayOut) {
 }
 
 }  // namespace
+
+// A request for `family` with option names or member names.
+posenc::RopeIdsRequest request(const char* family, bool option_names = true) {
+  posenc::RopeIdsRequest q;
+  if (family != nullptr) q.family = family;
+  q.option_names = option_names;
+  return q;
+}
+
+// Precedence of resolve_rope_ids_rules: the request, else the config, else HF's defaults;
+// and the names its messages use.
+TEST(RopeIds, RulesComeFromTheRequestThenTheConfigThenHf) {
+  posenc::RopeIdsConfig cfg;
+  cfg.model_type = "qwen2_5_vl";
+  cfg.spatial_merge_size = 4;
+  posenc::RopeIdsRequest req;
+  req.hf_config = "config.json";
+  RopeIdsRules r = posenc::resolve_rope_ids_rules(req, cfg);
+  EXPECT_EQ(r.family, RopeIdsFamily::qwen2_5_vl);
+  EXPECT_EQ(r.spatial_merge_size, 4);
+  EXPECT_EQ(r.tokens_per_second, 4);  // Qwen2_5_VLVisionConfig's default
+  req.spatial_merge_size = 2;
+  req.tokens_per_second = 2.5;
+  r = posenc::resolve_rope_ids_rules(req, cfg);
+  EXPECT_EQ(r.spatial_merge_size, 2);
+  EXPECT_EQ(r.tokens_per_second, 2.5);
+  // Without a config nothing is made up: a qwen2.5-vl video then needs the rate.
+  r = posenc::resolve_rope_ids_rules(request("qwen2.5-vl"), {});
+  EXPECT_EQ(r.tokens_per_second, 0);
+  EXPECT_EQ(r.position_id_per_seconds, 25);
+  EXPECT_EQ(r.seconds_per_chunk, 2);
+
+  auto message = [](const posenc::RopeIdsRequest& q) {
+    try {
+      posenc::resolve_rope_ids_rules(q, {});
+    } catch (const posenc::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  posenc::RopeIdsRequest bad = request("qwen2-vl");
+  bad.tokens_per_second = 2.0;
+  EXPECT_EQ(message(bad), "--tokens-per-second: only qwen2.5-vl scales video time by it");
+  bad.option_names = false;
+  EXPECT_EQ(message(bad), "tokens_per_second: only qwen2.5-vl scales video time by it");
+  posenc::RopeIdsRequest omni = request("qwen2.5-omni");
+  omni.seconds_per_chunk = 0.0;
+  EXPECT_EQ(message(omni), "--seconds-per-chunk: must be above 0 and below 2^53");
+  EXPECT_EQ(message(request(nullptr, false)),
+            "family: required (or give hf_config with a model_type)");
+  cfg.model_type = "llama";
+  req = request(nullptr);
+  req.hf_config = "c.json";
+  EXPECT_THROW(posenc::resolve_rope_ids_rules(req, cfg), posenc::InputError);
+}
+
+TEST(RopeIds, MediaTokenIdsAndTheirMessages) {
+  posenc::RopeIdsConfig cfg;
+  cfg.tokens.image = 7;
+  cfg.tokens.video = 8;
+  posenc::RopeIdsRequest req;
+  req.token_ids[1] = 9;
+  const auto ids = posenc::resolve_media_token_ids(req, cfg, RopeIdsFamily::qwen2_vl, true);
+  EXPECT_EQ(ids.image, 7);
+  EXPECT_EQ(ids.video, 9);
+  EXPECT_THROW(posenc::resolve_media_token_ids(req, cfg, RopeIdsFamily::glm4v, true),
+               posenc::UsageError);
+  EXPECT_NO_THROW(posenc::resolve_media_token_ids(req, cfg, RopeIdsFamily::glm4v, false));
+  req.token_ids[0] = -1;
+  req.option_names = false;
+  try {
+    posenc::resolve_media_token_ids(req, cfg, RopeIdsFamily::qwen2_vl, false);
+    ADD_FAILURE() << "a negative id was taken";
+  } catch (const posenc::UsageError& e) {
+    EXPECT_STREQ(e.what(), "image_token_id: must not be negative, got -1");
+  }
+}
+
+// rope_ids names the layout as its parser was told to, and a row of input_ids by its row.
+TEST(RopeIds, MessagesNameTheLayoutAsGiven) {
+  RopeIdsRules rules;
+  rules.family = RopeIdsFamily::qwen2_vl;
+  try {
+    posenc::rope_ids(posenc::parse_prompt_layout("image:1x3x4", "layout"), rules);
+    ADD_FAILURE() << "a grid the merge does not divide was taken";
+  } catch (const posenc::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("layout: segment 1 ", 0), 0u) << e.what();
+  }
+}

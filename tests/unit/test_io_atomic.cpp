@@ -70,6 +70,31 @@ TEST_F(AtomicTest, VisibleOnlyAfterCommit) {
   EXPECT_EQ(slurp(path("a.bin")), "hello");
 }
 
+// reserve() is a hint: the file holds what was written and no more blocks than that
+// (on a disk file system the blocks were allocated up front), and a reservation the file
+// system cannot give changes nothing.
+TEST_F(AtomicTest, ReserveKeepsTheSizeWritten) {
+  const std::size_t n = (3 << 20) + 3;
+  {
+    OutputFile out(path("a.bin"), {}, true);
+    out.reserve(n);
+    out.write(std::string(3 << 20, 'x'));
+    out.write("end", 3);
+    out.commit();
+  }
+  EXPECT_EQ(slurp(path("a.bin")), std::string(3 << 20, 'x') + "end");
+  struct stat st {};
+  ASSERT_EQ(::stat(path("a.bin").c_str(), &st), 0);
+  EXPECT_LE(static_cast<std::size_t>(st.st_blocks) * 512, n + (std::size_t{64} << 10));
+  OutputFile big(path("b.bin"), {}, true);
+  big.reserve(std::uint64_t{1} << 62);
+  big.write("b", 1);
+  big.commit();
+  EXPECT_EQ(slurp(path("b.bin")), "b");
+  ASSERT_EQ(::stat(path("b.bin").c_str(), &st), 0);
+  EXPECT_LE(st.st_blocks * 512, 1 << 16);
+}
+
 TEST_F(AtomicTest, UncommittedLeavesNothingAndTargetUntouched) {
   put(path("a.bin"), "old");
   {

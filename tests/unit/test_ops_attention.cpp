@@ -6,6 +6,7 @@
 // applies the mask properly (masked scores are -inf before the softmax).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -132,6 +133,96 @@ TEST(Attention, GqaCausalWindowSinksSoftcap) {
     expect_close(r.probs, e.probs, 1e-12, 1e-14, "probs");
     expect_close(r.output, e.out, 1e-12, 1e-13, "output");
     expect_close(r.lse, e.lse, 1e-12, 1e-13, "lse");
+  }
+}
+
+// Gemma-3n audio: per_dim_scale and relative_proj against the score written out:
+// s = scale (q'.k + q'.R_h[i - j]), q'_c = q_c softplus(p_c), R = pos_proj timing(i - j),
+// soft-capped, in a window of 3 back and 1 ahead (the relative rows' window).
+TEST(Attention, Gemma3nPerDimScaleAndTimingProjection) {
+  const std::size_t hq = 2, s = 9, d = 4, D = 6;
+  Tensor q = random_tensor({1, hq, s, d}, 31), k = random_tensor({1, hq, s, d}, 32),
+         v = random_tensor({1, hq, s, d}, 33), p = random_tensor({d}, 34),
+         w = random_tensor({hq * d, D}, 35);
+  AttentionOptions o = all_emits();
+  o.per_dim_scale = &p;
+  o.relative_proj = &w;
+  o.relative_window = RelativeWindow{3, 1, false, true};
+  o.window_left = 3;
+  o.window_right = 1;
+  o.softcap = 1.5;
+  const AttentionResult r = attention(q, k, &v, o);
+  const double scale = 1 / (std::sqrt(double(d)) * std::log(2.0));
+  std::vector<double> logits(hq * s * s, -INFINITY);
+  for (std::size_t h = 0; h < hq; ++h)
+    for (std::size_t i = 0; i < s; ++i)
+      for (std::size_t j = 0; j < s; ++j) {
+        const long t = long(i) - long(j);  // query minus key
+        if (t > 3 || t < -1) continue;
+        std::vector<double> sig(D);
+        for (std::size_t e = 0; e < D / 2; ++e) {
+          const double a = double(t) * std::exp(-double(e) * std::log(1e4) / double(D / 2 - 1));
+          sig[e] = std::sin(a);
+          sig[D / 2 + e] = std::cos(a);
+        }
+        double x = 0;
+        for (std::size_t c = 0; c < d; ++c) {
+          double rel = 0;
+          for (std::size_t e = 0; e < D; ++e) rel += w.get((h * d + c) * D + e) * sig[e];
+          const double qc = q.get((h * s + i) * d + c) * std::log1p(std::exp(p.get(c)));
+          x += qc * (k.get((h * s + j) * d + c) + rel);
+        }
+        x *= scale;
+        logits[(h * s + i) * s + j] = 1.5 * std::tanh(x / 1.5);
+      }
+  expect_close(r.logits, logits, 1e-12, 1e-13, "logits");
+  EXPECT_EQ(r.output.shape(), (Shape{1, hq, s, d}));
+  // Refused: no window, with relative_k, --arith hf; a per_dim_scale of the wrong size.
+  AttentionOptions bad = all_emits();
+  bad.relative_proj = &w;
+  EXPECT_THROW(attention(q, k, &v, bad), UsageError);  // no window
+  bad.relative_window = RelativeWindow{3, 1, false, true};
+  const Tensor table = random_tensor({5, d}, 37);
+  bad.relative_k = &table;
+  EXPECT_THROW(attention(q, k, &v, bad), UsageError);  // with relative_k
+  bad.relative_k = nullptr;
+  bad.arith = Arith::hf;
+  EXPECT_THROW(attention(q, k, &v, bad), UsageError);
+  Tensor p3 = random_tensor({d + 1}, 36);
+  AttentionOptions bad_p = all_emits();
+  bad_p.per_dim_scale = &p3;
+  EXPECT_THROW(attention(q, k, &v, bad_p), InputError);
+}
+
+// A per-head relative_k table [rows, hq, d] with grouped-query decoding (few query rows,
+// query heads of one KV head sharing work items): head h adds q.R[row, h].
+TEST(Attention, PerHeadRelativeKeysGqaDecode) {
+  const std::size_t hq = 4, hk = 2, sq = 3, sk = 11, d = 8;
+  const Tensor q = random_tensor({2, hq, sq, d}, 41), k = random_tensor({2, hk, sk, d}, 42),
+               v = random_tensor({2, hk, sk, d}, 43), t = random_tensor({6, hq, d}, 44);
+  AttentionOptions o = all_emits();
+  o.relative_k = &t;
+  o.relative_window = RelativeWindow{4, 1, false, false};  // clip(j - pos(i), -4, 1) + 4
+  const AttentionResult r = attention(q, k, &v, o);
+  std::vector<double> logits(2 * hq * sq * sk);
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t h = 0; h < hq; ++h)
+      for (std::size_t i = 0; i < sq; ++i)
+        for (std::size_t j = 0; j < sk; ++j) {
+          const long rel = std::clamp(long(j) - long(i + sk - sq), -4L, 1L) + 4;
+          double x = 0;
+          for (std::size_t c = 0; c < d; ++c) {
+            const double qc = q.get(((b * hq + h) * sq + i) * d + c);
+            x += qc * (k.get(((b * hk + h / 2) * sk + j) * d + c) +
+                       t.get((std::size_t(rel) * hq + h) * d + c));
+          }
+          logits[((b * hq + h) * sq + i) * sk + j] = x / std::sqrt(double(d));
+        }
+  expect_close(r.logits, logits, 1e-12, 1e-13, "logits");
+  o.emit = {AttentionEmit::output};  // the blocked path without scores
+  const AttentionResult out = attention(q, k, &v, o);
+  for (std::size_t i = 0; i < out.output.numel(); ++i) {
+    EXPECT_NEAR(out.output.get(i), r.output.get(i), 1e-14);
   }
 }
 
@@ -394,6 +485,68 @@ TEST(Attention, DecomposedRelPosEqualsItsScoreBias) {
   bad = with;
   bad.grid_w = 5;
   EXPECT_THROW(attention(q, k, &v, bad), InputError);
+}
+
+// The budget counts what the plan holds: WavLM's gate factors (float64, then their copy
+// in the working type) and a float mask's copy, so --max-memory refuses before either
+// is allocated.
+TEST(Attention, BudgetCountsTheGateAndTheMask) {
+  const std::size_t b = 2, hq = 4, sq = 300, sk = 5, d = 8, e = 3;
+  const Shape qs{b, hq, sq, d}, ks{b, hq, sk, d}, vs{b, hq, sk, d};
+  AttentionOptions opt;
+  opt.emit = {AttentionEmit::output};
+  const std::size_t plain = attention_memory(qs, ks, &vs, DType::f32, opt).first;
+  Tensor t5 = random_tensor({32, hq}, 1), x = random_tensor({b, sq, hq * e}, 2),
+         w = random_tensor({8, e}, 3), bias = random_tensor({8}, 4), c = random_tensor({hq}, 5);
+  opt.t5_bias = &t5;
+  const std::size_t with_t5 = attention_memory(qs, ks, &vs, DType::f32, opt).first;
+  EXPECT_EQ(with_t5 - plain, (32 * hq + hq * (sq + sk)) * sizeof(float));
+  opt.gate_input = &x, opt.gate_weight = &w, opt.gate_bias = &bias, opt.gate_const = &c;
+  const std::size_t gated = attention_memory(qs, ks, &vs, DType::f32, opt).first;
+  EXPECT_EQ(gated - with_t5, b * hq * sq * (sizeof(double) + sizeof(float)));
+  AttentionOptions masked;
+  masked.emit = {AttentionEmit::output};
+  Tensor m = random_tensor({b, 1, sq, sk}, 6);  // f64, copied as f32
+  masked.mask = &m;
+  EXPECT_EQ(attention_memory(qs, ks, &vs, DType::f32, masked).first - plain,
+            b * sq * sk * sizeof(float));
+}
+
+// K and V in memory as f16 or bf16 are used in place, each key block widened as it is
+// used: the bits of the same run on K and V converted whole, for every emit, the bhsd
+// and bshd layouts, decoding (query heads sharing items) and prefill.
+TEST(Attention, WidenedInPlaceEqualsConvertedFirst) {
+  for (DType kv : {DType::f16, DType::bf16}) {
+    for (std::size_t sq : {std::size_t{1}, std::size_t{40}}) {
+      for (const char* axes : {"bhsd", "bshd"}) {
+        const bool bshd = axes[1] == 's';
+        auto shape = [&](std::size_t h, std::size_t s, std::size_t d) {
+          return bshd ? Shape{2, s, h, d} : Shape{2, h, s, d};
+        };
+        Tensor q = random_tensor(shape(4, sq, 16), 50, DType::f32);
+        Tensor k = random_tensor(shape(2, 2500, 16), 51, DType::f32).astype(kv);
+        Tensor v = random_tensor(shape(2, 2500, 8), 52, DType::f32).astype(kv);
+        Tensor k32 = k.astype(DType::f32), v32 = v.astype(DType::f32);
+        for (auto emit : {std::vector<AttentionEmit>{AttentionEmit::output, AttentionEmit::lse},
+                          std::vector<AttentionEmit>{AttentionEmit::probs,
+                                                     AttentionEmit::output}}) {
+          AttentionOptions o;
+          o.axes = axes;
+          o.causal = CausalAlign::bottom_right;
+          o.window_left = 1500;
+          o.emit = emit;
+          AttentionResult a = attention(q, k, &v, o), b = attention(q, k32, &v32, o);
+          for (AttentionEmit e : emit) {
+            const Tensor &x = a.get(e), &y = b.get(e);
+            ASSERT_EQ(x.nbytes(), y.nbytes());
+            EXPECT_EQ(std::memcmp(x.bytes(), y.bytes(), x.nbytes()), 0)
+                << dtype_name(kv) << " sq " << sq << " " << axes << " "
+                << attention_emit_name(e);
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

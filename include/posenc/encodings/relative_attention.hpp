@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// Relative positions of Transformer-XL / XLNet and DeBERTa, and their tables for
-/// `posenc table xl-relative` and `posenc table deberta-bucket`.
+/// Relative positions of Transformer-XL / XLNet, Funnel and DeBERTa, and their tables for
+/// `posenc table xl-relative`, `funnel-relative` and `deberta-bucket`.
 ///
 /// - Transformer-XL (Dai et al. 2019) and XLNet (Yang et al. 2019) embed the distance
 ///   between a query and a key with a sinusoidal table R (HF `PositionalEmbedding` /
@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "posenc/encodings/tables.hpp"
 
@@ -48,6 +49,66 @@ struct XlRelativeRequest {
 };
 /// The sinusoidal relative table R [rlen, D] (before the layer's projection W_r).
 Table xl_relative_table(const XlRelativeRequest& r);
+
+/// `posenc table funnel-relative`: the position embeddings of HF Funnel Transformer's
+/// relative_shift attention (FunnelAttentionStructure.get_position_embeds), one entry
+/// of its per-block list. The token positions start as 0 .. seq_len - 1 and are pooled
+/// once per block after the first (stride_pool_pos: every second position, and with
+/// separate_cls the <cls> token kept apart at 1 - 2^block, its last position dropped
+/// first with truncate_seq). Block b's relative positions (relative_pos) run from
+/// p_q[0] - p_k[0] + shift n_q stride down to p_q[0] - p_k[-1] in steps of stride, with
+/// queries p_q pooled b times; shift 1: keys pooled alike, stride 2^b; shift 2 (b >= 1,
+/// the block's first layer pooling its queries only): keys pooled b - 1 times, stride
+/// 2^(b-1). Row c holds [sin(p_c w) | cos(p_c w)], w_i = 1 / base^(2i/D).
+struct FunnelRelativeRequest {
+  std::int64_t seq_len = 0;   ///< L, the model's input length, >= 1
+  int dim = 0;                ///< D (d_model), even
+  std::int64_t block = 0;     ///< block index b, 0 .. 62
+  int shift = 1;              ///< 1 or 2 (HF position_embeds[b][shift - 1])
+  bool separate_cls = false;  ///< HF separate_cls
+  bool truncate_seq = false;  ///< HF truncate_seq (with separate_cls)
+  double base = 10000.0;      ///< HF uses 10000
+};
+
+/// The block's relative positions (rows of the table) and the query and key lengths
+/// its attention has (n_q, n_k; rows = n_k + shift n_q). Throws UsageError for bad
+/// parameters and for positions beyond HF's range [-2 L, 2 L) (where HF's gather
+/// fails).
+struct FunnelPositions {
+  std::vector<std::int64_t> relative;
+  std::int64_t q_len = 0, k_len = 0;
+};
+FunnelPositions funnel_relative_positions(const FunnelRelativeRequest& r);
+
+/// The table [rows, D] (before the layer's projection r_kernel).
+Table funnel_relative_table(const FunnelRelativeRequest& r);
+
+/// The four tables of HF Funnel's factorized attention (get_position_embeds with
+/// attention_type "factorized"): over token positions p, with s = sin(p w), c = cos(p w),
+/// w_i = 1 / base^(2i/D) (i < D/2): phi = [s | s], pi = [c | c] (the queries' side),
+/// psi = [c | s], omega = [-s | c] (the keys' side).
+enum class FunnelFactor { phi, pi, psi, omega };
+/// phi | pi | psi | omega (UsageError naming "emit").
+FunnelFactor parse_funnel_factor(const std::string& s);
+/// "phi", "pi", "psi" or "omega".
+std::string funnel_factor_name(FunnelFactor f);
+
+/// `posenc table funnel-factorized`: the positions 0 .. seq_len - 1 pooled as HF's
+/// stride_pool pools the tables' rows (every second row; with separate_cls the first row
+/// repeated in front first, and with truncate_seq the last pooled row dropped), `block`
+/// times for phi and pi and `key_block` times for psi and omega.
+struct FunnelFactorizedRequest {
+  std::int64_t seq_len = 0;              ///< L, the model's input length, >= 1
+  int dim = 0;                           ///< D (d_model), even
+  std::int64_t block = 0;                ///< poolings of the queries' rows, 0 .. 62
+  std::optional<std::int64_t> key_block;  ///< poolings of the keys' rows; unset: block
+  bool separate_cls = false;             ///< HF separate_cls
+  bool truncate_seq = false;             ///< HF truncate_seq (with separate_cls)
+  double base = 10000.0;                 ///< HF uses 10000
+  FunnelFactor emit = FunnelFactor::phi;  ///< which table
+};
+/// The table [rows, D] (rows: the positions left after the poolings).
+Table funnel_factorized_table(const FunnelFactorizedRequest& r);
 
 /// DeBERTa-v2's `make_log_bucket_position` of one relative position q - k, including
 /// its float32 arithmetic (logf, float division and ceil) so that every bucket matches

@@ -11,6 +11,7 @@
 /// such value.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,9 @@ struct PromptSegment {
 /// A prompt as a sequence of segments, in order.
 struct PromptLayout {
   std::vector<PromptSegment> segments;  ///< the segments, in prompt order
+  /// How rope_ids' messages name the layout: parse_prompt_layout's `what`, or the row of
+  /// input_ids it came from.
+  std::string what = "layout";
 };
 
 /// Parses the compact layout SPEC: comma-separated segments
@@ -173,6 +177,23 @@ std::vector<PromptLayout> layouts_from_tokens(const RopeIdsTokens& in, const Rop
 /// rope_ids' errors as InputError naming the row.
 RopeIdsBatch rope_ids_from_tokens(const RopeIdsTokens& in, const RopeIdsRules& rules);
 
+/// What a caller gave for the rules (unset: not given), and how its messages name each
+/// member: as an option (`--tokens-per-second`) or by the member's own name.
+struct RopeIdsRequest {
+  std::optional<std::string> family;               ///< a family name (--family)
+  std::optional<std::int64_t> spatial_merge_size;  ///< 1 to kMaxLayoutTokens
+  std::optional<double> tokens_per_second;         ///< qwen2.5-vl only; above 0, below 2^53
+  std::optional<double> position_id_per_seconds;   ///< qwen2.5-omni only; likewise
+  std::optional<double> seconds_per_chunk;         ///< qwen2.5-omni only; likewise
+  /// The media token ids (image, video, audio, video_start, video_end); not negative.
+  std::optional<std::int64_t> token_ids[5];
+  std::string hf_config;     ///< the config's path, "" = none (the members' fallback)
+  bool option_names = true;  ///< name members as options (the command) or as is
+};
+
+/// The name `member` (snake_case) has in a request's messages.
+std::string rope_ids_name(const RopeIdsRequest& req, std::string_view member);
+
 /// The numbers a HF config.json gives (unset: the config does not say).
 struct RopeIdsConfig {
   std::string model_type;               ///< top-level model_type
@@ -188,5 +209,17 @@ struct RopeIdsConfig {
 /// or _index, video_start/end_token_id; top level or thinker_config) from a HF config.json. Throws
 /// InputError naming the file for an unreadable or malformed config or a value out of range.
 RopeIdsConfig read_rope_ids_config(const std::string& path);
+
+/// The rules of a request: each member given, else the config's (`cfg`, read from
+/// req.hf_config), else HF's class defaults (tokens_per_second 4 for a config without the
+/// key, none without a config). Throws UsageError for a member out of range or given to a
+/// family that does not read it, and for no family at all; InputError for a config
+/// model_type that is not a family.
+RopeIdsRules resolve_rope_ids_rules(const RopeIdsRequest& req, const RopeIdsConfig& cfg);
+
+/// The media token ids of a request: each given, else the config's. Throws UsageError for
+/// a glm4v prompt with videos (`has_videos`) but without its video start and end ids.
+MediaTokenIds resolve_media_token_ids(const RopeIdsRequest& req, const RopeIdsConfig& cfg,
+                                      RopeIdsFamily family, bool has_videos);
 
 }  // namespace posenc

@@ -31,6 +31,14 @@ namespace posenc {
 /// the same string. OutputError for a link loop.
 std::string resolve_output_target(const std::string& path);
 
+/// Allocates the first `n` bytes of the open file `fd` (fallocate, keeping its size) on
+/// a disk file system, so that the writes that follow find their blocks allocated
+/// instead of reserving them page by page: a hint, which does nothing on tmpfs (there it
+/// would zero pages the writes then fill) or where the file system cannot, and leaves
+/// errors such as a full disk to the writes. Blocks past the file's final end stay
+/// allocated to it, so `n` is at most the size the file will have.
+void reserve_blocks(int fd, std::uint64_t n);
+
 /// A temporary file beside `target`, removed unless published. Where the filesystem has
 /// them (Linux ext4, xfs, btrfs, tmpfs) it is an unnamed file (O_TMPFILE) that a crash,
 /// even `kill -9`, cannot leave behind. A `named` one (libhdf5 opens files by a name it
@@ -106,6 +114,10 @@ class OutputFile {
   /// atomic() outputs (a pipe cannot seek): std::logic_error otherwise. Errors as
   /// write().
   void write_at(std::uint64_t offset, const void* data, std::size_t n);
+  /// Allocates `n` bytes of disk for a temporary file the caller will fill
+  /// (reserve_blocks; nothing for other outputs). `n` must not exceed what will be
+  /// written: blocks reserved past the end stay allocated to the file.
+  void reserve(std::uint64_t n);
   /// Flushes and, for a temporary file, closes it (fsync first with WriteOptions::sync);
   /// the target is unchanged.
   void finish();

@@ -13,7 +13,8 @@
 /// - Positions are aligned bottom-right (KV cache): query i sits at position
 ///   i + sk - sq, key j at j. Window, T5 and Shaw distances use these positions; the
 ///   causal mask has both alignments.
-/// - Per score: s = scale * (q.k + q.rk[rel(i, j)]); s = C tanh(s / C) with a soft-cap C;
+/// - Per score: s = scale * (q.k + q.rk[rel(i, j)]) (q first multiplied by
+///   softplus(per_dim_scale) per dimension, Gemma-3n audio); s = C tanh(s / C) with a soft-cap C;
 ///   then ALiBi, T5 and additive-mask biases are added; masked scores become -inf.
 ///   This final s is what `logits` holds. The softmax subtracts the row maximum; a sink
 ///   logit (one per query head) joins the denominator and is dropped from the probs.
@@ -140,6 +141,8 @@ struct AttentionOptions {
   const Tensor* gate_bias = nullptr;    ///< gru_rel_pos_linear.bias [8]
   const Tensor* gate_const = nullptr;   ///< gru_rel_pos_const, hq values ([1, hq, 1, 1] or [hq])
   /// Shaw et al. tables [2M+1, d] and [2M+1, dv], index relative_index(qpos, j, M).
+  /// relative_k may also hold one table per query head, [2M+1, hq, d] (Gemma-3n audio's
+  /// projected timing signals, HF Gemma3nAudioRelativePositionEmbedding's sin_emb).
   const Tensor* relative_k = nullptr;
   const Tensor* relative_v = nullptr;  ///< the value table (--relative-v), or nullptr
   std::int64_t max_distance = -1;  ///< M; -1 = from the table's rows
@@ -148,6 +151,19 @@ struct AttentionOptions {
   /// (Wav2Vec2-BERT's relative_key, SpeechT5, VITS). Unset: {M, M, k-q, clamp}. Sides
   /// both -1: M, M from the rows (or max_distance); other sides not with max_distance.
   std::optional<RelativeWindow> relative_window;
+  /// Gemma-3n audio's relative keys from a timing signal (HF
+  /// Gemma3nAudioRelativePositionEmbedding; not with relative_k): pos_proj.weight
+  /// [hq d, D], D even. relative_k becomes the per-head table [rows, hq, d] whose row for
+  /// the query-minus-key distance t (relative_window, both sides given) is
+  /// W timing(t) split into heads, timing(t) = [sin(t f_0) .. sin(t f_{D/2-1}) |
+  /// cos(t f_0) ..], f_i = exp(-i ln(10^4) / max(D/2 - 1, 1)) (tensor2tensor's
+  /// get_timing_signal_1d), all in float64.
+  const Tensor* relative_proj = nullptr;
+  /// Gemma-3n audio's per-dimension query scale (HF Gemma3nAudioAttention.per_dim_scale,
+  /// [d]): query dimension c is multiplied by softplus(p_c) (torch's softplus: x above
+  /// 20) before the scores, and the default scale becomes 1 / (sqrt(d) softplus(0)) =
+  /// 1 / (sqrt(d) ln 2), HF's q_scale (which HF holds in float32: give scale to match).
+  const Tensor* per_dim_scale = nullptr;
   /// SAM / SAM-HQ / ViTDet / GOT-OCR2 decomposed relative positions (HF
   /// SamVisionAttention.add_decomposed_rel_pos): the queries are a grid_h x grid_w grid
   /// in row-major order, the keys a key_grid_h x key_grid_w grid, and score (i, j) gains

@@ -18,6 +18,18 @@
 /// (reshape, drop a row, keep k_len columns); entries that those reshapes take from the
 /// next query's row (the masked future in Transformer-XL) are reproduced as HF has them.
 ///
+/// Funnel Transformer (Dai et al. 2020; HF `FunnelRelMultiheadAttention`) is the same
+/// family with its own data: its `relative_shift` positional term is the shift above
+/// with `shift` s (HF `_relative_shift_gather`: score (i, j) reads column
+/// s (q_len - i) + j of row i of (q + v)·r, past the row's end the next row's start, as
+/// the reshape does; s = 2 when the queries are pooled and the keys are not, else 1,
+/// which is XLNet's rel_shift_bnij), r the block's position embeddings projected by
+/// `rel_kernel`; its `factorized` term replaces r by the tables phi, pi, psi, omega:
+///   pos_ij = sum_D ((q_i + v)·W[D]) (phi[i, D] psi[j, D] + pi[i, D] omega[j, D]);
+/// its token-type term takes the seg_embed row given per score by `segment_index` (HF
+/// token_type_mat, 1 = same segment), and with `cls_mask` (HF separate_cls) query 0 and
+/// key 0 get neither the positional nor the segment term.
+///
 /// DeBERTa-v2/v3 (He et al. 2021; HF `DisentangledSelfAttention`):
 ///   score_ij = (q_i·k_j + c2p_ij + p2c_ij) / sqrt(d (1 + terms))
 ///   c2p_ij = q_i·pos_key[clamp(rel(i, j) + span, 0, 2 span - 1)]
@@ -44,6 +56,27 @@ struct XlAttention {
   const Tensor* segment_ids = nullptr;
   const Tensor* segment_embed = nullptr;  ///< seg_embed (see segment_ids)
   const Tensor* segment_bias = nullptr;   ///< r_s_bias (see segment_ids)
+  /// Instead of segment_ids: the seg_embed row (0 or 1; bool or integers) of every
+  /// score, [q_len, k_len] or [b, q_len, k_len] (HF Funnel's token_type_mat as it is,
+  /// true = same segment = row 1; XLNet's would be 1 = different segments).
+  const Tensor* segment_index = nullptr;
+  /// 0: the shift chosen by the rows of r (see the file comment); s >= 1: HF Funnel's
+  /// _relative_shift_gather with shift s, which needs rlen >= k_len + s.
+  std::int64_t shift = 0;
+  /// Projection of r: W [d_model, hq, d] (HF Funnel's r_kernel, XLNet's r); r (or the
+  /// factorized tables) are then the unprojected embeddings [rlen, d_model] and
+  /// r_head = r·W, in float64. Null: r is projected already.
+  const Tensor* rel_kernel = nullptr;
+  /// Funnel's factorized positional term (instead of rel_keys; needs rel_kernel): phi
+  /// and pi [q_len, d_model], psi and omega [k_len, d_model] (HF get_position_embeds
+  /// with attention_type "factorized", pooled as the block pools them).
+  const Tensor* phi = nullptr;
+  const Tensor* pi = nullptr;     ///< see phi
+  const Tensor* psi = nullptr;    ///< see phi
+  const Tensor* omega = nullptr;  ///< see phi
+  /// HF Funnel's cls_mask (separate_cls): no positional or segment term for query 0
+  /// and key 0 (the <cls> token; the content term stays).
+  bool cls_mask = false;
 };
 
 /// DeBERTa-v2/v3 tensors: the projected relative embeddings [rows, hq, d] ([rows, d]
