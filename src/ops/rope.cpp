@@ -225,6 +225,12 @@ struct RopeApplier::Impl {
   std::int64_t key[5] = {0, 0, 0, 0, 0};
   std::vector<double> table64;
   std::vector<float> table32;
+  // f16 / bf16 with float64 arithmetic on AVX-512: table64 split into float32 pairs for
+  // the kernel's float32 path (rope_kernel.hpp); split_ok is false when a value is out
+  // of the range it accepts, and the kernel then runs in float64.
+  bool want_split = false, split_ok = false;
+  RopeStyle kstyle = RopeStyle::neox;
+  std::vector<float> split;
   std::vector<std::int32_t> rowidx;
 
   std::size_t wsize() const { return prec == Precision::f64 ? 8 : 4; }
@@ -743,6 +749,10 @@ void RopeApplier::Impl::build_table(const Range& r) {
   if (have_key && std::equal(k, k + 5, key)) return;
   if (prec == Precision::f64) {
     fill_table(table64, rows, r, dense, pmin);
+    if (want_split) {
+      split.resize(rows * rope_detail::split_row_floats(R, kstyle));
+      split_ok = rope_detail::build_split_table(table64.data(), rows, R, kstyle, split.data());
+    }
   } else {
     fill_table(table32, rows, r, dense, pmin);
   }
@@ -828,8 +838,9 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
   }
   if (m.pairing != RopePairing::style) return;  // rotate_per_dim, below
   // rope_interleave rotates the gathered (de-interleaved) pairs in the neox order.
-  m.kernel =
-      rope_detail::find_kernel(m.kin, m.out, m.prec, f.rope_interleave ? RopeStyle::neox : f.style);
+  m.kstyle = f.rope_interleave ? RopeStyle::neox : f.style;
+  m.kernel = rope_detail::find_kernel(m.kin, m.out, m.prec, m.kstyle);
+  m.want_split = rope_detail::split_table_wanted(m.kin, m.out, m.prec);
   if (m.kernel == nullptr) {
     throw UsageError(fmt::format("{}: no RoPE kernel for {} -> {}", m.what, dtype_name(m.kin),
                                  dtype_name(m.out)));
@@ -862,6 +873,7 @@ std::size_t RopeApplier::table_bytes(std::size_t rows) const {
   }
   if (m.permute) extra += elems * (dtype_size(m.kin) + dtype_size(m.out));
   if (m.pairing != RopePairing::style) extra += elems * (8 + 8 + dtype_size(m.out));
+  if (m.want_split) extra += ntok * rope_detail::split_row_floats(m.R, m.kstyle) * sizeof(float);
   return ntok * (2 * m.nang * m.wsize() + sizeof(std::int32_t)) + extra +
          (m.tokpos.size() + m.tokang.size()) * sizeof(double);
 }
@@ -919,6 +931,7 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
   a.rowidx = m.rowidx.data();
   a.table = m.prec == Precision::f64 ? static_cast<const void*>(m.table64.data())
                                      : static_cast<const void*>(m.table32.data());
+  a.split = m.want_split && m.split_ok ? m.split.data() : nullptr;
   // Loop axes: the non-d axes in memory order, right-aligned into three slots.
   std::size_t n[3] = {1, 1, 1};
   std::ptrdiff_t st[3] = {0, 0, 0}, tk[3] = {0, 0, 0};

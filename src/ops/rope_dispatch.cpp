@@ -1,6 +1,8 @@
 // Picks the widest RoPE kernel variant this CPU runs.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -58,6 +60,48 @@ KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style) {
     case Isa::avx2: return avx2::find_kernel(in, out, p, style);
     default: return base::find_kernel(in, out, p, style);
   }
+}
+
+bool split_table_wanted(DType in, DType out, Precision p) {
+  const Isa v = isa();
+  return (v == Isa::avx512 || v == Isa::avx512fp16) && in == out &&
+         (in == DType::f16 || in == DType::bf16) && p == Precision::f64;
+}
+
+bool build_split_table(const double* table, std::size_t rows, std::size_t rotary_dim,
+                       RopeStyle style, float* out) {
+  const std::size_t half = rotary_dim / 2;
+  const std::size_t width = split_row_floats(rotary_dim, style);
+  const bool gptj = style == RopeStyle::gptj;
+  int ok = 1;
+#pragma omp parallel for schedule(static) reduction(& : ok) if (rows * rotary_dim >= kParallelElements)
+  for (std::ptrdiff_t r = 0; r < static_cast<std::ptrdiff_t>(rows); ++r) {
+    const double* t = table + static_cast<std::size_t>(r) * rotary_dim;
+    float* o = out + static_cast<std::size_t>(r) * width;
+    for (std::size_t j = 0; j < rotary_dim; ++j) {
+      const double v = t[j];
+      // NaN fails the comparison too.
+      if (!(std::fabs(v) <= kSplitTableMax)) ok = 0;
+      const auto v1 = static_cast<float>(v);
+      const auto v2 = static_cast<float>(v - static_cast<double>(v1));  // exact difference
+      const bool sine = j >= half;
+      const std::size_t k = sine ? j - half : j;  // pair index
+      if (gptj) {
+        // [C1 | S1 | C2 | S2], each R wide: pair k at 2k and 2k + 1.
+        const std::size_t at = (sine ? rotary_dim : 0) + 2 * k;
+        const float sign = sine ? -1.0f : 1.0f;
+        o[at] = v1;
+        o[at + 1] = sign * v1;
+        o[2 * rotary_dim + at] = v2;
+        o[2 * rotary_dim + at + 1] = sign * v2;
+      } else {
+        // [c1 | s1 | c2 | s2], each R/2 wide.
+        o[j] = v1;
+        o[rotary_dim + j] = v2;
+      }
+    }
+  }
+  return ok != 0;
 }
 
 const char* kernel_isa() {

@@ -41,6 +41,11 @@ struct KernelArgs {
   /// Vectors along axis 2 handled per work item; a small block keeps the table rows it
   /// needs in cache when axis 2 is the sequence axis.
   std::size_t block2 = 1;
+  /// Optional, for f16 -> f16 and bf16 -> bf16 with float64 arithmetic: the table split
+  /// into float32 pairs (build_split_table), same row indices. The AVX-512 variants then
+  /// compute in float32 with a proof that the bits equal the float64 result rounded once
+  /// (rope_kernel_impl.inc); the others ignore it.
+  const float* split = nullptr;
   /// Write the output with non-temporal stores (large outputs that will not be read
   /// back from cache soon).
   bool stream = false;
@@ -63,6 +68,25 @@ KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
 namespace avx512fp16 {
 KernelFn find_kernel(DType in, DType out, Precision p, RopeStyle style);
 }
+
+/// Largest |cos|, |sin| table value (attention factor included) a split table accepts.
+constexpr double kSplitTableMax = 4.0;
+
+/// Floats per split table row for rotary dim R: neox [c1 | s1 | c2 | s2], R/2 each;
+/// gptj [C1 | S1 | C2 | S2], R each (pair j's value at 2j and 2j + 1, the sines negated
+/// at 2j + 1). v1 = float(v), v2 = float(v - v1) for each float64 table value v.
+inline std::size_t split_row_floats(std::size_t rotary_dim, RopeStyle style) {
+  return style == RopeStyle::gptj ? 4 * rotary_dim : 2 * rotary_dim;
+}
+
+/// Fills `out` (rows * split_row_floats) from the float64 table (rows of R/2 cos then R/2
+/// sin). Returns false, leaving the split unusable, if a value is not finite or exceeds
+/// kSplitTableMax in magnitude.
+bool build_split_table(const double* table, std::size_t rows, std::size_t rotary_dim,
+                       RopeStyle style, float* out);
+
+/// Whether the kernel find_kernel picks for these types uses a split table.
+bool split_table_wanted(DType in, DType out, Precision p);
 
 /// The best variant this CPU runs (POSENC_ROPE_ISA=base|avx2|avx512|avx512fp16 forces one, for
 /// tests and benchmarks).
