@@ -673,11 +673,27 @@ class DetrSine(PosencTestCase):
         self.assertFalse(os.path.exists(out))
 
 
+def whisper_sinusoids(length, channels, max_timescale=10000, dtype=torch.float64):
+    """HF modeling_whisper.sinusoids (the encoder's embed_positions), in `dtype`."""
+    if channels % 2 != 0:
+        raise ValueError("channels must be even")
+    log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2, dtype=dtype))
+    scaled_time = torch.arange(length, dtype=dtype).view(-1, 1) * inv_timescales.view(1, -1)
+    return torch.cat([scaled_time.sin(), scaled_time.cos()], dim=1)
 class FairseqSinusoidal(PosencTestCase):
     def table(self, *args, name="t.npy", dtype="f64"):
         out = self.path(name)
         self.run_ok("table", "fairseq-sinusoidal", *args, "--dtype", dtype, "-o", out)
         return np.load(out)
+
+    def test_whisper_encoder_positions(self):
+        # Whisper's encoder table (1500 positions, d_model 384 to 1280) is the fairseq
+        # sinusoid without a padding row.
+        for n, d in [(1500, 384), (1500, 1280), (20, 4)]:
+            got = self.table("--positions", n, "--dim", d)
+            ref = whisper_sinusoids(n, d).numpy()
+            self.assert_close(got, ref, rtol=0, atol=1e-12 * (1 + n), msg=f"whisper {n} {d}")
 
     def test_weights(self):
         for n, d, pad in [(10, 4, None), (130, 1024, 1), (66, 7, 1), (40, 5, 0), (2050, 512, 1),
