@@ -37,7 +37,8 @@ out here in torch (float64 where values are real):
   float64 (even and odd D, with and without padding_idx), and with --input-ids the
   module's forward: `create_position_ids_from_input_ids` (with past_key_values_length)
   and index_select of the weights; within 1e-12 * (1 + |position|) (angles formed the
-  same way in float64); float32 CSV output within one float32 rounding;
+  same way in float64); float32 CSV output within one float32 rounding; without a
+  padding row, HF Whisper's `sinusoids` (its encoder positions) within the same bound;
 - bad window sizes, tables, masks, ids and embedding sizes: exit 2 or 3 with one line.
 """
 import itertools
