@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "ops/row_max.hpp"
 #include "posenc/encodings/arith.hpp"
@@ -270,6 +271,40 @@ void item_begin(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_
   std::tie(w.lo_min, w.hi_max) = item_key_range(P, bi, q0, w.lo.data(), w.hi.data());
 }
 
+// The online softmax update of row r with its scores s[0, n) (mt: their maximum over
+// the keys the row sees): the running maximum and sum, s turned into exponentials, and
+// the row's output (and Shaw value buckets) scaled to the new maximum. The scale factor,
+// or nothing when every score so far is -inf or NaN (s zeroed; row_max skips NaN, so a
+// NaN must still poison the row's sum rather than make it look fully masked).
+template <class T>
+std::optional<T> online_update(const Plan<T>& P, Scratch<T>& w, std::size_t r, T* s,
+                               std::size_t n, T mt, bool need_v) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T m_old = w.m[r];
+  const T m_new = std::max(m_old, mt);
+  if (m_new == neg_inf) {
+    if (std::any_of(s, s + n, [](T x) { return x != x; })) {
+      w.l[r] = std::numeric_limits<double>::quiet_NaN();
+    }
+    std::fill(s, s + n, T(0));
+    return std::nullopt;
+  }
+  const double alpha = m_old == neg_inf ? 0.0 : std::exp(static_cast<double>(m_old - m_new));
+  // Scores checked finite cannot be NaN; masked ones are -inf and give 0.
+  const double sum = exp_shift_sum(s, n, m_new, !P.check_overflow);
+  w.l[r] = w.l[r] * alpha + sum;
+  w.m[r] = m_new;
+  const T a = static_cast<T>(alpha);
+  if (alpha != 1.0) {
+    const std::size_t dv = P.g.dv;
+    if (need_v) {
+      for (std::size_t c = 0; c < dv; ++c) w.o[r * dv + c] *= a;
+    }
+    for (std::size_t c = 0; !w.bucket.empty() && c < P.R; ++c) w.bucket[r * P.R + c] *= a;
+  }
+  return a;
+}
+
 // Key blocks [j_begin, j_end) of the item; K and V view the keys from c0 on (all of
 // them in memory, or the chunk read last).
 template <class T>
@@ -363,33 +398,7 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
         store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.cols() + j0, 1, s, n,
                  T(1));
       }
-      // Online softmax update.
-      const T m_old = w.m[r];
-      const T m_new = std::max(m_old, mt);
-      if (m_new == neg_inf) {
-        // Every score so far is -inf or NaN (row_max skips NaN): a NaN must still
-        // poison the row, not make it look fully masked.
-        if (std::any_of(s, s + n, [](T x) { return x != x; })) {
-          w.l[r] = std::numeric_limits<double>::quiet_NaN();
-        }
-        std::fill(s, s + n, T(0));
-        continue;
-      }
-      const double alpha = m_old == neg_inf ? 0.0 : std::exp(static_cast<double>(m_old - m_new));
-      // Scores checked finite cannot be NaN; masked ones are -inf and give 0.
-      const double sum = exp_shift_sum(s, n, m_new, !P.check_overflow);
-      w.l[r] = w.l[r] * alpha + sum;
-      w.m[r] = m_new;
-      if (alpha != 1.0) {
-        if (need_v) {
-          T a = static_cast<T>(alpha);
-          for (std::size_t c = 0; c < dv; ++c) w.o[r * dv + c] *= a;
-        }
-        if (!w.bucket.empty()) {
-          T a = static_cast<T>(alpha);
-          for (std::size_t c = 0; c < P.R; ++c) w.bucket[r * P.R + c] *= a;
-        }
-      }
+      if (!online_update(P, w, r, s, n, mt, need_v)) continue;
       if (!w.bucket.empty()) {
         const std::int64_t dshift = sk - 1 - qpos;
         T* bk = w.bucket.data() + r * P.R;
@@ -479,27 +488,7 @@ void item_global(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi
       store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.cols() + g.sk, 1, s, n,
                T(1));
     }
-    const T m_old = w.m[r];
-    const T m_new = std::max(m_old, row_max(s, n));
-    if (m_new == neg_inf) {
-      if (std::any_of(s, s + n, [](T x) { return x != x; })) {
-        w.l[r] = std::numeric_limits<double>::quiet_NaN();
-      }
-      std::fill(s, s + n, T(0));
-      continue;
-    }
-    const double alpha = m_old == neg_inf ? 0.0 : std::exp(static_cast<double>(m_old - m_new));
-    const double sum = exp_shift_sum(s, n, m_new, !P.check_overflow);
-    w.l[r] = w.l[r] * alpha + sum;
-    w.m[r] = m_new;
-    if (alpha != 1.0) {
-      const T a = static_cast<T>(alpha);
-      w.side_alpha[r] = a;
-      if (need_v) {
-        for (std::size_t c = 0; c < dv; ++c) w.o[r * dv + c] *= a;
-      }
-      for (std::size_t c = 0; !w.bucket.empty() && c < P.R; ++c) w.bucket[r * P.R + c] *= a;
-    }
+    if (const auto a = online_update(P, w, r, s, n, row_max(s, n), need_v)) w.side_alpha[r] = *a;
   }
   if (need_v) {
     gemm(false, qn, dv, n, T(1), w.side.data(), n, G.v.data() + (bi * g.hk + kvh) * n * dv, dv,

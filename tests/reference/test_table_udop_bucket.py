@@ -3,8 +3,8 @@ here in torch:
 
 - the buckets: `RelativePositionBias1D`, `RelativePositionBiasHorizontal` and
   `RelativePositionBiasVertical` (`get_relative_position`: memory - context positions
-  times scaling_factor, .to(torch.long); T5's bidirectional `get_relative_position_bucket`,
-  its log part in float32), over token positions and the boxes' centres
+  times scaling_factor, .to(torch.long); T5's bidirectional buckets, UDOP's
+  `get_relative_position_bucket`, its log part in float32), over token positions and the boxes' centres
   bbox[:, :, [0, 2]].mean(-1) and bbox[:, :, [1, 3]].mean(-1), with float32 boxes (HF's
   arithmetic in float32, as posenc does for a float32 file) and float64 boxes, default
   and other scaling factors, buckets and distances: equal exactly;
@@ -13,7 +13,6 @@ here in torch:
   equal exactly in float64;
 - bad boxes, weights and options: exit 3 or 2 with one line and no output.
 """
-import math
 import os
 import unittest
 
@@ -21,29 +20,7 @@ import numpy as np
 import torch
 
 from posenc_testlib import PosencTestCase
-
-
-def get_relative_position_bucket(relative_position, bidirectional=True, num_buckets=32,
-                                 max_distance=128):
-    """T5's _relative_position_bucket, as UDOP's modeling file has it."""
-    relative_buckets = 0
-    if bidirectional:
-        num_buckets //= 2
-        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
-        relative_position = torch.abs(relative_position)
-    else:
-        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
-    max_exact = num_buckets // 2
-    is_small = relative_position < max_exact
-    relative_position_if_large = max_exact + (
-        torch.log(relative_position.float() / max_exact)
-        / math.log(max_distance / max_exact)
-        * (num_buckets - max_exact)
-    ).to(torch.long)
-    relative_position_if_large = torch.min(
-        relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1))
-    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
-    return relative_buckets
+from reference_bias import t5_bucket  # T5's _relative_position_bucket, which UDOP's file repeats
 
 
 class UdopBias:
@@ -71,8 +48,8 @@ class UdopBias:
         return relative_position.to(torch.long)
 
     def get_bucket(self, seq_len, bbox):
-        return get_relative_position_bucket(self.prepare_input(seq_len, bbox), True,
-                                            self.num_buckets, self.max_distance)
+        return t5_bucket(self.prepare_input(seq_len, bbox), True, self.num_buckets,
+                         self.max_distance)
 
     def forward(self, seq_len, bbox):
         values = torch.nn.functional.embedding(self.get_bucket(seq_len, bbox), self.weight)
