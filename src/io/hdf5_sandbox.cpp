@@ -647,6 +647,10 @@ class SandboxSource final : public FlatSource {
     return true;
   }
   bool reads_beat_mapping() const override { return raw_fd_ >= 0 && memory_fs_; }
+  RawFile raw_file() const override {
+    if (raw_fd_ < 0) return {};
+    return {raw_fd_, raw_.offset, raw_bytes_, what_};
+  }
   void read_raw(std::size_t offset, std::size_t n, void* dst) override {
     if (raw_fd_ < 0) throw std::logic_error("SandboxSource::read_raw before raw_reads");
     if (offset > raw_bytes_ || n > raw_bytes_ - offset) {

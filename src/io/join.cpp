@@ -418,7 +418,8 @@ void write_virtual(const JoinRequest& r, const std::vector<PartIn>& parts, const
   w.commit();
 }
 
-// The whole as a copy: each part read in slabs along `axis`, in order.
+// The whole as a copy: each part copied file to file where both allow it (copy_slab),
+// else read in slabs along `axis`, in order.
 void write_copy(const JoinRequest& r, const std::vector<PartIn>& parts, const TensorInfo& info,
                 std::size_t axis) {
   auto sink = create_sink(r.output, info, r.write);
@@ -431,6 +432,7 @@ void write_copy(const JoinRequest& r, const std::vector<PartIn>& parts, const Te
   for (const auto& p : parts) {
     const std::size_t n = p.info.shape[axis];
     auto src = open_source(*p.ref);
+    if (sink->copy_slab(axis, *src, 0, n)) continue;
     for (std::size_t first = 0; first < n; first += std::min(slab, n - first)) {
       const std::size_t count = std::min(slab, n - first);
       buf.resize(count * entry_bytes);

@@ -371,6 +371,10 @@ class NpySource final : public TensorSource {
   bool reads_beat_mapping() const override {
     return !stream_ && fd_ >= 0 && io_detail::on_memory_fs(fd_);
   }
+  RawFile raw_file() const override {
+    if (stream_ || h_.fortran_order || h_.swap || fd_ < 0) return {};
+    return {fd_, h_.data_offset, h_.data_bytes, what_};
+  }
   // Only fd_ and the header are used: safe from several threads.
   void read_raw(std::size_t offset, std::size_t n, void* dst) override {
     if (stream_ || h_.fortran_order || h_.swap || fd_ < 0) {

@@ -195,6 +195,7 @@ class NpySink final : public TensorSink {
         out_(ref.path, opt, true),
         counter_(info.shape),
         shape_(info.shape),
+        dtype_(info.dtype),
         item_(dtype_size(info.dtype)) {
     out_.write(header_);
     out_.reserve(header_.size() + std::uint64_t{numel_} * item_);
@@ -206,6 +207,28 @@ class NpySink final : public TensorSink {
     out_.write(src, count * io_detail::slab_entry_bytes(shape_, axis, item_));
   }
   bool writes_at() const override { return out_.atomic(); }
+  bool copy_slab(std::size_t axis, TensorSource& src, std::size_t first,
+                 std::size_t count) override {
+    const TensorInfo& in = src.info();
+    if (at_ > 0 || in.dtype != dtype_ || count == 0 || !src.raw_reads()) return false;
+    const RawFile rf = src.raw_file();
+    if (rf.fd < 0) return false;
+    io_detail::check_slab_axis(in.shape, axis);
+    const std::size_t n = io_detail::slab_extent(in.shape, axis);
+    if (first > n || count > n - first) {
+      throw InputError(fmt::format("{}: entries {}..{} are outside the {} along axis {}",
+                                   rf.what, first, first + count, n, axis));
+    }
+    const std::size_t entry = io_detail::slab_entry_bytes(in.shape, axis, item_);
+    if (entry != io_detail::slab_entry_bytes(shape_, axis, item_)) {
+      throw InputError(fmt::format("{}: its shape {} does not fit the output's {} along axis {}",
+                                   rf.what, shape_str(in.shape), shape_str(shape_), axis));
+    }
+    counter_.add(axis, count, item_);
+    out_.copy_from(rf.fd, rf.at + std::uint64_t{first} * entry, std::uint64_t{count} * entry,
+                   rf.what, rf.at, rf.bytes);
+    return true;
+  }
   // The header stays in the write() buffer, which finish() writes at offset 0 (pwrite
   // leaves the file position alone), so the data go straight behind its length.
   void write_at(std::size_t first, const void* src, std::size_t count) override {
@@ -232,6 +255,7 @@ class NpySink final : public TensorSink {
   OutputFile out_;
   RowCounter counter_;
   Shape shape_;
+  DType dtype_;
   std::size_t item_;
   std::size_t numel_ = checked_numel(shape_, 1, "npy");
   std::atomic<std::size_t> at_{0};
@@ -472,6 +496,8 @@ void TensorSource::read_elements(std::size_t first, std::size_t count, void* dst
 void TensorSource::read_raw(std::size_t, std::size_t, void*) {
   throw std::logic_error("this source does not read raw bytes at positions");
 }
+
+bool TensorSink::copy_slab(std::size_t, TensorSource&, std::size_t, std::size_t) { return false; }
 
 void TensorSink::write_slab(std::size_t axis, const void* src, std::size_t count) {
   if (axis == 0) return write_rows(src, count);

@@ -76,6 +76,14 @@ struct TensorInfo {
   Attrs attrs;          ///< HDF5 attributes of the dataset, if any
 };
 
+/// The data of a source as bytes of a regular file (C order, native byte order).
+struct RawFile {
+  int fd = -1;             ///< open while the source lives
+  std::uint64_t at = 0;    ///< where the data start in the file
+  std::uint64_t bytes = 0; ///< how many bytes of data the header declares
+  std::string what;        ///< how errors name the source
+};
+
 /// Sequential or random access to the rows (slabs along axis 0) of a stored tensor.
 class TensorSource {
  public:
@@ -123,6 +131,9 @@ class TensorSource {
   /// ends first (truncated, or shrunk by another process), InputError for a range outside
   /// the data, std::logic_error where raw_reads() is false.
   virtual void read_raw(std::size_t offset, std::size_t n, void* dst);
+  /// Where the data lie in a regular file, for copying them unchanged file to file (see
+  /// TensorSink::copy_slab): after raw_reads() returned true, else `fd` is -1.
+  virtual RawFile raw_file() const { return {}; }
 };
 
 /// The axis along which a tensor of `shape` streams in the smallest slabs: the first
@@ -182,6 +193,14 @@ class TensorSink {
   /// entry once; commit() checks that every entry was written. std::logic_error where
   /// writes_at() is false or the range leaves the tensor.
   virtual void write_at(std::size_t first, const void* src, std::size_t count);
+  /// Writes the next `count` entries along `axis` (as write_slab) from entries [first,
+  /// first + count) along the same axis of `src`, file to file without passing through
+  /// memory (OutputFile::copy_from), where both allow it: `src` in the sink's dtype with
+  /// raw_file() data (a regular NPY file in C and native order, an HDF5 dataset stored
+  /// as its bytes), a sink that stores its data as they are (NPY). Returns false, having
+  /// written nothing, otherwise. Errors as write_slab and read_slab.
+  virtual bool copy_slab(std::size_t axis, TensorSource& src, std::size_t first,
+                         std::size_t count);
   /// Finishes the output (all rows must have been written) short of making it visible:
   /// what can fail (a full disk, a missing row) fails here. Optional before commit().
   virtual void prepare() {}
