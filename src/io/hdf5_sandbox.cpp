@@ -643,10 +643,8 @@ class SandboxSource final : public FlatSource {
       return false;
     }
     raw_fd_ = fd;
-    memory_fs_ = io_detail::on_memory_fs(fd);
     return true;
   }
-  bool reads_beat_mapping() const override { return raw_fd_ >= 0 && memory_fs_; }
   void read_raw(std::size_t offset, std::size_t n, void* dst) override {
     if (raw_fd_ < 0) throw std::logic_error("SandboxSource::read_raw before raw_reads");
     if (offset > raw_bytes_ || n > raw_bytes_ - offset) {
@@ -684,7 +682,7 @@ class SandboxSource final : public FlatSource {
   bool map_tried_ = false;
   int raw_fd_ = -1;
   std::size_t raw_bytes_ = 0;
-  bool raw_tried_ = false, memory_fs_ = false;
+  bool raw_tried_ = false;
 };
 
 }  // namespace
