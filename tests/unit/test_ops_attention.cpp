@@ -519,6 +519,33 @@ TEST(Attention, BudgetCountsTheGateAndTheMask) {
             b * sq * sk * sizeof(float));
 }
 
+// The budget counts a whole copy of K or V only when the run makes one: not for K and V
+// in the arithmetic type or in f16/bf16 (widened per key block) with d last; for a
+// dtype it must convert (f64 into float32 arithmetic, which also makes the run convert
+// an f16 V), and for d not last.
+TEST(Attention, BudgetCountsOnlyTheCopiesMade) {
+  const std::size_t b = 1, h = 2, sq = 3, sk = 50, d = 8;
+  const Shape qs{b, h, sq, d}, ks{b, h, sk, d};
+  AttentionOptions opt;
+  opt.emit = {AttentionEmit::output};
+  const std::size_t kv = b * h * sk * d * sizeof(float);
+  const std::size_t worst = attention_memory(qs, ks, &ks, DType::f32, opt).first;
+  auto need = [&](DType k, DType v) {
+    return attention_memory(qs, ks, &ks, DType::f32, opt, k, v).first;
+  };
+  EXPECT_EQ(worst - need(DType::f32, DType::f32), 2 * kv);
+  EXPECT_EQ(need(DType::f16, DType::bf16), need(DType::f32, DType::f32));
+  EXPECT_EQ(need(DType::f16, DType::f32), need(DType::f32, DType::f32));
+  EXPECT_EQ(need(DType::f64, DType::f32) - need(DType::f32, DType::f32), kv);
+  EXPECT_EQ(need(DType::f32, DType::f64) - need(DType::f32, DType::f32), kv);
+  EXPECT_EQ(need(DType::f64, DType::f16), worst);
+  AttentionOptions dmid = opt;
+  dmid.axes = "bhds";
+  const Shape kt{b, h, d, sk}, qt{b, h, d, sq};
+  EXPECT_EQ(attention_memory(qt, kt, &kt, DType::f32, dmid, DType::f32, DType::f32).first,
+            attention_memory(qt, kt, &kt, DType::f32, dmid).first);
+}
+
 // K and V in memory as f16 or bf16 are used in place, each key block widened as it is
 // used: the bits of the same run on K and V converted whole, for every emit, the bhsd
 // and bshd layouts, decoding (query heads sharing items) and prefill.
