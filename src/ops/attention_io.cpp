@@ -181,12 +181,12 @@ MappedKV mapped_kv(const std::byte* base, DType dtype, const Shape& shape, const
 // K or V used in its mapping where the budget holds all of K and V (ways.map), else read
 // block by block (MappedKV::reader) where the budget holds the workers' block buffers
 // (ways.read): each worker reads its blocks as it needs them, in place of chunks read by
-// one thread and passed over again (decode, sk 65,536 of 8 heads, --max-memory 64M: f32
-// 97 ms against 296 ms in chunks, f16 84 against 492, on ext4), else neither (chunks).
-// The mapping is kept where the budget allows it, on tmpfs too: reading costs a copy
-// into the block buffers, which on Linux 6.18 costs more than mapping even tmpfs's 4 KiB
-// pages (f32 decode 103 ms of CPU read against 98 mapped on tmpfs, 64 against 56 on
-// ext4; f16 and bf16 alike or worse).
+// one thread and passed over again (decode, sk 65,536 of 8 heads, --max-memory 64M, on
+// ext4: f32 63 ms of CPU against 110 in chunks, f16 50 against 210), else neither
+// (chunks). The mapping is kept where the budget allows it, on tmpfs too: reading costs
+// a copy into the block buffers, which on Linux 6.18 costs more than mapping even
+// tmpfs's 4 KiB pages (f32 decode 105 ms of CPU read against 98 mapped on tmpfs, 64
+// against 56 on ext4; f16 and bf16 alike or worse: bench/README.md).
 // POSENC_KV_IO=map or =read forces one way: `map` never reads (the mapping, or chunks
 // under a budget that does not hold it), `read` reads wherever ways.read allows. For
 // tests of every path and for measurements, not a user setting (any other value is
