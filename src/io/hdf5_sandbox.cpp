@@ -643,10 +643,8 @@ class SandboxSource final : public FlatSource {
       return false;
     }
     raw_fd_ = fd;
-    memory_fs_ = io_detail::on_memory_fs(fd);
     return true;
   }
-  bool reads_beat_mapping() const override { return raw_fd_ >= 0 && memory_fs_; }
   RawFile raw_file() const override {
     if (raw_fd_ < 0) return {};
     return {raw_fd_, raw_.offset, raw_bytes_, what_};
@@ -688,7 +686,7 @@ class SandboxSource final : public FlatSource {
   bool map_tried_ = false;
   int raw_fd_ = -1;
   std::size_t raw_bytes_ = 0;
-  bool raw_tried_ = false, memory_fs_ = false;
+  bool raw_tried_ = false;
 };
 
 }  // namespace

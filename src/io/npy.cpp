@@ -368,9 +368,6 @@ class NpySource final : public TensorSource {
   bool raw_reads() override {
     return !stream_ && !h_.fortran_order && !h_.swap && fd_ >= 0 && h_.data_bytes > 0;
   }
-  bool reads_beat_mapping() const override {
-    return !stream_ && fd_ >= 0 && io_detail::on_memory_fs(fd_);
-  }
   RawFile raw_file() const override {
     if (stream_ || h_.fortran_order || h_.swap || fd_ < 0) return {};
     return {fd_, h_.data_offset, h_.data_bytes, what_};

@@ -6,9 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/mman.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -416,13 +414,6 @@ void pread_full(int fd, std::uint64_t at, void* dst, std::size_t n, const std::s
     }
     done += static_cast<std::size_t>(got);
   }
-}
-
-bool on_memory_fs(int fd) {
-  struct statfs fs {};
-  if (::fstatfs(fd, &fs) != 0) return false;
-  return static_cast<unsigned long>(fs.f_type) == TMPFS_MAGIC ||
-         static_cast<unsigned long>(fs.f_type) == RAMFS_MAGIC;
 }
 
 void release_mapped(const std::byte* p, std::size_t n) {

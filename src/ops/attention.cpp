@@ -291,11 +291,16 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   if (vi && vi->dtype != g.compute) widen_row += g.dv;
   tiles = add_sat(tiles, mul_sat(mul_sat(std::max<std::size_t>(g.threads, 1), kB),
                                  widen_row * dtype_size(g.compute)));
-  const bool map_kv =
-      opt.max_memory == 0 || add_sat(add_sat(m.fixed, tiles), kv_bytes) <= opt.max_memory;
+  KvWays ways;
+  ways.map = opt.max_memory == 0 || add_sat(add_sat(m.fixed, tiles), kv_bytes) <= opt.max_memory;
+  // Read block by block, each worker holds a block of K and of V and the pieces read.
+  const std::size_t workers = std::max<std::size_t>(g.threads, 1);
+  ways.read = opt.max_memory == 0 ||
+              add_sat(add_sat(m.fixed, mul_sat(workers - 1, m.tile)),
+                      mul_sat(workers, read_buffers(g, kB))) <= opt.max_memory;
   AttentionResult res = g.compute == DType::f64
-                            ? run_streamed<double>(q, k, v, g, opt, chunk, map_kv, out_sink)
-                            : run_streamed<float>(q, k, v, g, opt, chunk, map_kv, out_sink);
+                            ? run_streamed<double>(q, k, v, g, opt, chunk, ways, out_sink)
+                            : run_streamed<float>(q, k, v, g, opt, chunk, ways, out_sink);
   record(res, g, opt, qi.dtype);
   return res;
 }

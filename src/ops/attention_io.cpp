@@ -54,6 +54,14 @@ AttentionResult allocate(Plan<T>& P, const Shape& q_shape, TensorSink* out_sink)
   return res;
 }
 
+// K and V read block by block are read in pieces of this many bytes (see run_in_place).
+constexpr std::size_t kReadPiece = std::size_t{256} << 10;
+
+std::size_t read_buffers(const Geometry& g, std::size_t key_block) {
+  const std::size_t ts = dtype_size(g.compute);
+  return add_sat(mul_sat(mul_sat(key_block, g.d + g.dv), ts), 2 * kReadPiece);
+}
+
 StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorInfo& k,
                            const TensorInfo* v, const AttentionOptions& opt,
                            bool output_in_memory) {
@@ -170,31 +178,33 @@ MappedKV mapped_kv(const std::byte* base, DType dtype, const Shape& shape, const
   return m;
 }
 
-// How K and V are used in place of their files: through a mapping, or read block by
-// block (MappedKV::reader).
-enum class KvAccess { map, read };
-
-// Reading beats mapping on tmpfs and ramfs (TensorSource::reads_beat_mapping); a disk
-// file system's page cache is mapped in large folios, and its keys used in the mapping
-// without a copy are faster. POSENC_KV_IO=map or =read forces one way for every K and V
-// that allows it: for tests of both paths and for measurements, not a user setting (not
-// documented for users; any other value is ignored).
-KvAccess kv_access(TensorSource& src) {
-  const char* force = std::getenv("POSENC_KV_IO");
-  if (force && std::strcmp(force, "map") == 0) return KvAccess::map;
-  if (force && std::strcmp(force, "read") == 0) return KvAccess::read;
-  return src.reads_beat_mapping() ? KvAccess::read : KvAccess::map;
-}
-
+// K or V used in its mapping where the budget holds all of K and V (ways.map), else read
+// block by block (MappedKV::reader) where the budget holds the workers' block buffers
+// (ways.read): each worker reads its blocks as it needs them, in place of chunks read by
+// one thread and passed over again (decode, sk 65,536 of 8 heads, --max-memory 64M, on
+// ext4: f32 63 ms of CPU against 110 in chunks, f16 50 against 210), else neither
+// (chunks). The mapping is kept where the budget allows it, on tmpfs too: reading costs
+// a copy into the block buffers, which on Linux 6.18 costs more than mapping even
+// tmpfs's 4 KiB pages (f32 decode 105 ms of CPU read against 98 mapped on tmpfs, 64
+// against 56 on ext4; f16 and bf16 alike or worse: bench/README.md).
+// POSENC_KV_IO=map or =read forces one way: `map` never reads (the mapping, or chunks
+// under a budget that does not hold it), `read` reads wherever ways.read allows. For
+// tests of every path and for measurements, not a user setting (any other value is
+// ignored).
 template <class T>
-MappedKV mapped_kv(TensorSource& src, const Geometry& g, std::size_t width) {
-  if (kv_access(src) == KvAccess::read && src.raw_reads()) {
+MappedKV mapped_kv(TensorSource& src, const Geometry& g, std::size_t width, KvWays ways) {
+  const char* force = std::getenv("POSENC_KV_IO");
+  const bool never = force && std::strcmp(force, "map") == 0;
+  const bool always = force && std::strcmp(force, "read") == 0;
+  const bool read = !never && (always || !ways.map);
+  if (ways.read && read && src.raw_reads()) {
     MappedKV m = mapped_kv<T>(nullptr, src.info().dtype, src.info().shape, g, width);
     if (m.width == width && m.st.s == static_cast<std::ptrdiff_t>(width)) {
       m.reader = &src;
       return m;
     }
   }
+  if (!ways.map) return {};
   return mapped_kv<T>(src.mapped_data(), src.info().dtype, src.info().shape, g, width);
 }
 
@@ -286,23 +296,23 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
       const std::size_t off =
           static_cast<std::size_t>(b * m.st.b + (h / group) * m.st.h + j0 * m.st.s) * es;
       buf.resize(count);
-      if (m.dtype == dtype_of<T>()) {
-        m.reader->read_raw(off, count * es, buf.data());
-        if (finite) *finite = all_finite(buf.data(), count);
-      } else {
-        // In pieces of kReadPiece bytes, each widened while it is in the L1/L2 cache
-        // (a whole f16 block and its widened copy, for K and V, would not fit L2).
-        constexpr std::size_t kReadPiece = std::size_t{64} << 10;
-        const std::size_t per = kReadPiece / es;
-        raw.resize(std::min(count, per) * es);
-        bool all = true;
-        for (std::size_t at = 0; at < count; at += per) {
-          const std::size_t k = std::min(per, count - at);
+      // In pieces of kReadPiece bytes, each checked (or widened) while it is in the L2
+      // cache: a whole block of K and one of V (and their f16 bytes) do not fit L2.
+      const std::size_t per = kReadPiece / es;
+      const bool same = m.dtype == dtype_of<T>();
+      if (!same) raw.resize(std::min(count, per) * es);
+      bool all = true;
+      for (std::size_t at = 0; at < count; at += per) {
+        const std::size_t k = std::min(per, count - at);
+        if (same) {
+          m.reader->read_raw(off + at * es, k * es, buf.data() + at);
+          if (finite) all &= all_finite(buf.data() + at, k);
+        } else {
           m.reader->read_raw(off + at * es, k * es, raw.data());
           all &= detail::widen(m.dtype, raw.data(), buf.data() + at, k);
         }
-        if (finite) *finite = all;
       }
+      if (finite) *finite = all;
       return {buf.data(), 0, 0, static_cast<std::ptrdiff_t>(m.width)};
     }
     auto [p, n] = rows_of(m, b, h, blk);
@@ -423,7 +433,7 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
 template <class T>
 AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* vs,
                              const Geometry& g, const AttentionOptions& opt, std::size_t chunk,
-                             bool map_kv, TensorSink* out_sink) {
+                             KvWays ways, TensorSink* out_sink) {
   // Q in place when its file is mapped, else read whole.
   const MappedInput<T> qm = mapped_input<T>(qs, g);
   Tensor qt, hq_;
@@ -444,8 +454,9 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   if (g.sq == 0) return res;
   OneBlasThread one_blas;
   const std::size_t nthreads = thread_count(items, g.threads);
-  const MappedKV kp = map_kv ? mapped_kv<T>(ks, g, g.d) : MappedKV{};
-  const MappedKV vp = map_kv && vs ? mapped_kv<T>(*vs, g, g.dv) : MappedKV{};
+  const bool map_kv = ways.map;
+  const MappedKV kp = mapped_kv<T>(ks, g, g.d, ways);
+  const MappedKV vp = vs ? mapped_kv<T>(*vs, g, g.dv, ways) : MappedKV{};
   if (kp.usable() && (vs == nullptr || vp.usable())) {
     run_in_place(P, kp, vs ? &vp : nullptr, !opt.allow_nonfinite, nq, nthreads, true);
     return res;
@@ -529,9 +540,9 @@ template AttentionResult allocate<float>(Plan<float>&, const Shape&, TensorSink*
 template AttentionResult allocate<double>(Plan<double>&, const Shape&, TensorSink*);
 template AttentionResult run_streamed<float>(TensorSource&, TensorSource&, TensorSource*,
                                              const Geometry&, const AttentionOptions&,
-                                             std::size_t, bool, TensorSink*);
+                                             std::size_t, KvWays, TensorSink*);
 template AttentionResult run_streamed<double>(TensorSource&, TensorSource&, TensorSource*,
                                               const Geometry&, const AttentionOptions&,
-                                              std::size_t, bool, TensorSink*);
+                                              std::size_t, KvWays, TensorSink*);
 
 }  // namespace posenc::attention_detail

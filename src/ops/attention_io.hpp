@@ -39,12 +39,24 @@ template <class T>
 bool run_widening(const Plan<T>& P, const Tensor& k, const Tensor* v, std::size_t nq,
                   std::size_t nthreads);
 
+/// How a streamed run may use K and V in place of their files: mapped (the budget holds
+/// all of K and V), and read block by block into each worker's buffers (the budget holds
+/// those buffers; the file allows positional reads of its bytes).
+struct KvWays {
+  bool map = false, read = false;
+};
+
+/// Bytes of the block buffers each worker holds for K and V read block by block: a key
+/// block of K and of V in the compute dtype, and the pieces of their stored bytes read
+/// to be widened.
+std::size_t read_buffers(const Geometry& g, std::size_t key_block);
+
 /// The streamed run: Q read whole (or in place), K and V in chunks of `chunk` keys (a
-/// multiple of the key block), or in place when `map_kv` allows and their files are
-/// mapped; the output to `out_sink` when given.
+/// multiple of the key block), or in place as `ways` allows (mapped, or read block by
+/// block); the output to `out_sink` when given.
 template <class T>
 AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* vs,
                              const Geometry& g, const AttentionOptions& opt, std::size_t chunk,
-                             bool map_kv, TensorSink* out_sink);
+                             KvWays ways, TensorSink* out_sink);
 
 }  // namespace posenc::attention_detail

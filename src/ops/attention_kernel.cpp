@@ -305,6 +305,16 @@ std::optional<T> online_update(const Plan<T>& P, Scratch<T>& w, std::size_t r, T
   return a;
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default"))) bool all_finite(const float* p,
+                                                                           std::size_t n) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bad |= static_cast<std::uint32_t>((__builtin_bit_cast(std::uint32_t, p[i]) & 0x7f800000u) ==
+                                      0x7f800000u);
+  }
+  return bad == 0;
+}
+
 // Key blocks [j_begin, j_end) of the item; K and V view the keys from c0 on (all of
 // them in memory, or the chunk read last).
 template <class T>

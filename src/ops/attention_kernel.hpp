@@ -28,15 +28,10 @@
 
 namespace posenc::attention_detail {
 
-// Whether every value is finite, on the bits (all-ones exponent), so the loop vectorises.
-inline bool all_finite(const float* p, std::size_t n) {
-  std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    bad |= static_cast<std::uint32_t>((__builtin_bit_cast(std::uint32_t, p[i]) & 0x7f800000u) ==
-                                      0x7f800000u);
-  }
-  return bad == 0;
-}
+// Whether every value is finite, on the bits (all-ones exponent), so the loop vectorises
+// (AVX-512 and AVX2 clones, in attention_kernel.cpp: K and V are checked as they are
+// first read, at the speed of the cache they were just read into).
+bool all_finite(const float* p, std::size_t n);
 inline bool all_finite(const double* p, std::size_t n) {
   std::uint64_t bad = 0;
   for (std::size_t i = 0; i < n; ++i) {

@@ -583,11 +583,11 @@ TEST(Attention, WidenedInPlaceEqualsConvertedFirst) {
   }
 }
 
-// A file's source, passed through, that says whether reads beat mapping (as a file on
-// tmpfs does) and counts how K or V was used: mapped_data() or read_raw().
+// A file's source, passed through, that counts how K or V was used: mapped_data() or
+// read_raw().
 class KvProbe final : public TensorSource {
  public:
-  KvProbe(std::unique_ptr<TensorSource> s, bool reads) : s_(std::move(s)), reads_(reads) {}
+  explicit KvProbe(std::unique_ptr<TensorSource> s) : s_(std::move(s)) {}
   const TensorInfo& info() const override { return s_->info(); }
   void read_rows(std::size_t first, std::size_t count, void* dst) override {
     s_->read_rows(first, count, dst);
@@ -604,7 +604,6 @@ class KvProbe final : public TensorSource {
     s_->read_elements(first, count, dst);
   }
   bool raw_reads() override { return s_->raw_reads(); }
-  bool reads_beat_mapping() const override { return reads_; }
   void read_raw(std::size_t offset, std::size_t n, void* dst) override {
     ++raws;
     s_->read_raw(offset, n, dst);
@@ -614,15 +613,14 @@ class KvProbe final : public TensorSource {
 
  private:
   std::unique_ptr<TensorSource> s_;
-  bool reads_;
 };
 
 // Decode (and a few query rows) with K and V read block by block from their files (NPY
 // f32 and f16, a contiguous HDF5 bf16 dataset) gives the bytes of K and V used in their
-// mappings and of the run in memory, for MHA and GQA, on 1 and 2 threads; which way was
-// taken follows reads_beat_mapping (POSENC_KV_IO unset).
+// mappings, in chunks and of the run in memory, for MHA and GQA, on 1 and 2 threads.
+// The way: mapped by default, read with POSENC_KV_IO=read or by default under a budget
+// below K and V, chunks with POSENC_KV_IO=map under that budget.
 TEST(Attention, KvReadOrMappedGiveTheSameBytes) {
-  ::unsetenv("POSENC_KV_IO");
   char tmpl[] = "/tmp/posenc-kvread-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
@@ -633,8 +631,8 @@ TEST(Attention, KvReadOrMappedGiveTheSameBytes) {
         const std::string what =
             fmt::format("{} hk {} sq {}", dtype_name(kv), hk, sq);
         Tensor q = random_tensor({1, 4, sq, 32}, 60, DType::f32);
-        Tensor k = random_tensor({1, hk, 2600, 32}, 61, DType::f32).astype(kv);
-        Tensor v = random_tensor({1, hk, 2600, 16}, 62, DType::f32).astype(kv);
+        Tensor k = random_tensor({1, hk, 9000, 32}, 61, DType::f32).astype(kv);
+        Tensor v = random_tensor({1, hk, 9000, 16}, 62, DType::f32).astype(kv);
         const bool h5 = kv == DType::bf16;
         const std::string ext = h5 ? ".h5:/x" : ".npy";
         const std::string qf = dir + "/q.npy", kf = dir + "/k" + ext, vf = dir + "/v" + ext;
@@ -649,19 +647,30 @@ TEST(Attention, KvReadOrMappedGiveTheSameBytes) {
         const AttentionResult want = attention(q, k, &v, o);
         for (int threads : {1, 2}) {
           omp_set_num_threads(threads);
-          for (bool reads : {false, true}) {
-            auto qs = open_source(parse_ref(qf));
-            KvProbe ks(open_source(parse_ref(kf)), reads), vs(open_source(parse_ref(vf)), reads);
-            const AttentionResult got = attention(*qs, ks, &vs, o);
-            const std::string how = fmt::format("{} -j {} {}", what, threads, reads ? "read" : "mapped");
-            if (reads) {
-              EXPECT_GT(ks.raws.load(), 0) << how;
-              EXPECT_GT(vs.raws.load(), 0) << how;
-              EXPECT_EQ(ks.maps + vs.maps, 0) << how;
+          // (env, budget, way): 'm' mapped, 'r' read, 'c' chunks. 1300K holds the workers'
+          // block buffers (512 keys of 48 floats and 512K of pieces each) but not K and V.
+          struct Way {
+            const char* env;
+            std::size_t budget;
+            char way;
+          };
+          for (const Way w : {Way{nullptr, 0, 'm'}, Way{"read", 0, 'r'}, Way{"map", 0, 'm'},
+                              Way{nullptr, 1300 << 10, 'r'}, Way{"map", 1300 << 10, 'c'}}) {
+            if (w.env) {
+              ::setenv("POSENC_KV_IO", w.env, 1);
             } else {
-              EXPECT_EQ(ks.raws.load() + vs.raws.load(), 0) << how;
-              EXPECT_GT(ks.maps, 0) << how;
+              ::unsetenv("POSENC_KV_IO");
             }
+            AttentionOptions ob = o;
+            ob.max_memory = w.budget;
+            auto qs = open_source(parse_ref(qf));
+            KvProbe ks(open_source(parse_ref(kf))), vs(open_source(parse_ref(vf)));
+            const AttentionResult got = attention(*qs, ks, &vs, ob);
+            ::unsetenv("POSENC_KV_IO");
+            const std::string how = fmt::format("{} -j {} POSENC_KV_IO={} budget {}", what,
+                                                threads, w.env ? w.env : "", w.budget);
+            EXPECT_EQ(ks.raws.load() > 0 && vs.raws.load() > 0, w.way == 'r') << how;
+            EXPECT_EQ(ks.maps > 0, w.way == 'm') << how;
             for (AttentionEmit e : o.emit) {
               const Tensor &x = got.get(e), &y = want.get(e);
               ASSERT_EQ(x.nbytes(), y.nbytes()) << how;
@@ -682,7 +691,7 @@ TEST(Attention, KvReadOrMappedGiveTheSameBytes) {
 // InputError from the reads, naming the file and the data bytes it still holds, however
 // many threads meet its end.
 TEST(Attention, KvReadOfTruncatedFile) {
-  ::unsetenv("POSENC_KV_IO");
+  ::setenv("POSENC_KV_IO", "read", 1);
   char tmpl[] = "/tmp/posenc-kvread-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
@@ -700,7 +709,7 @@ TEST(Attention, KvReadOfTruncatedFile) {
     ASSERT_EQ(::stat(kf.c_str(), &st), 0);
     const auto header = static_cast<std::size_t>(st.st_size) - data;
     auto qs = open_source(parse_ref(qf));
-    KvProbe ks(open_source(parse_ref(kf)), true), vs(open_source(parse_ref(vf)), true);
+    KvProbe ks(open_source(parse_ref(kf))), vs(open_source(parse_ref(vf)));
     ASSERT_EQ(::truncate(kf.c_str(), static_cast<off_t>(header + data / 3)), 0);
     AttentionOptions o;
     o.emit = {AttentionEmit::output};
@@ -714,6 +723,7 @@ TEST(Attention, KvReadOfTruncatedFile) {
     }
     EXPECT_GT(ks.raws.load(), 0);
   }
+  ::unsetenv("POSENC_KV_IO");
   for (const char* f : {"/q.npy", "/k.npy", "/v.npy"}) ::unlink((dir + f).c_str());
   ::rmdir(dir.c_str());
 }

@@ -120,11 +120,6 @@ class TensorSource {
   /// HDF5 source opens the file the sandbox checked); call it from one thread, before
   /// read_raw().
   virtual bool raw_reads() { return false; }
-  /// Whether copying the data out with read_raw() costs less CPU than reading them
-  /// through mapped_data(): a file on tmpfs or ramfs, whose pages are mapped 4 KiB at a
-  /// time (a 512 MiB file costs about 131,000 page mappings, more than copying it), where
-  /// a disk file system's page cache maps large folios. False where raw_reads() is.
-  virtual bool reads_beat_mapping() const { return false; }
   /// Reads bytes [offset, offset + n) of the data (not of the file) into `dst` with
   /// positional reads, retrying interrupted and short reads. After raw_reads() returned
   /// true, several threads may call it at once. Throws InputError naming the file when it
