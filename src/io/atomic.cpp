@@ -25,6 +25,7 @@
 #include <system_error>
 #include <vector>
 
+#include "io/slab.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -530,24 +531,6 @@ void OutputFile::write(const void* data, std::size_t n) {
   used_ += n;
 }
 
-namespace {
-
-// The truncated-data error for a file that ended before the data it declares: the bytes
-// of data it holds now (fstat), not where a read stopped.
-[[noreturn]] void throw_truncated(int fd, const std::string& in, std::uint64_t data_at,
-                                  std::uint64_t data_bytes, std::uint64_t reached) {
-  struct stat st {};
-  std::uint64_t have = reached > data_at ? reached - data_at : 0;
-  if (::fstat(fd, &st) == 0) {
-    const auto size = static_cast<std::uint64_t>(std::max<off_t>(st.st_size, 0));
-    have = size > data_at ? std::min(size - data_at, data_bytes) : 0;
-  }
-  throw InputError(
-      fmt::format("{}: truncated data: expected {} bytes, got {}", in, data_bytes, have));
-}
-
-}  // namespace
-
 void OutputFile::copy_from(int in_fd, std::uint64_t offset, std::uint64_t n, const std::string& in,
                            std::uint64_t data_at, std::uint64_t data_bytes) {
   if (finished_) throw std::logic_error("OutputFile::copy_from after finish");
@@ -569,7 +552,7 @@ void OutputFile::copy_from(int in_fd, std::uint64_t offset, std::uint64_t n, con
         n -= static_cast<std::uint64_t>(c);
         continue;
       }
-      if (c == 0) throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
+      if (c == 0) io_detail::throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
       if (errno == EINTR) continue;
       if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP &&
           errno != EBADF && errno != EPERM) {
@@ -585,7 +568,7 @@ void OutputFile::copy_from(int in_fd, std::uint64_t offset, std::uint64_t n, con
       if (errno == EINTR) continue;
       throw InputError(fmt::format("{}: read error: {}", in, std::strerror(errno)));
     }
-    if (got == 0) throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
+    if (got == 0) io_detail::throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
     write_fd(buf.data(), static_cast<std::size_t>(got));
     at += got;
     n -= static_cast<std::uint64_t>(got);

@@ -400,20 +400,21 @@ void pread_full(int fd, std::uint64_t at, void* dst, std::size_t n, const std::s
       if (errno == EINTR) continue;
       throw InputError(fmt::format("{}: read error: {}", what, std::strerror(errno)));
     }
-    if (got == 0) {
-      // The data bytes the file holds, not where this read stopped: several threads
-      // may meet the end, and the message must not depend on which did first.
-      struct stat st {};
-      std::uint64_t have = at + done - data_at;
-      if (::fstat(fd, &st) == 0) {
-        const auto size = static_cast<std::uint64_t>(std::max<off_t>(st.st_size, 0));
-        have = size > data_at ? std::min<std::uint64_t>(size - data_at, data_bytes) : 0;
-      }
-      throw InputError(fmt::format("{}: truncated data: expected {} bytes, got {}", what,
-                                   data_bytes, have));
-    }
+    if (got == 0) throw_truncated(fd, what, data_at, data_bytes, at + done);
     done += static_cast<std::size_t>(got);
   }
+}
+
+void throw_truncated(int fd, const std::string& what, std::uint64_t data_at,
+                     std::uint64_t data_bytes, std::uint64_t reached) {
+  struct stat st {};
+  std::uint64_t have = reached > data_at ? reached - data_at : 0;
+  if (::fstat(fd, &st) == 0) {
+    const auto size = static_cast<std::uint64_t>(std::max<off_t>(st.st_size, 0));
+    have = size > data_at ? std::min<std::uint64_t>(size - data_at, data_bytes) : 0;
+  }
+  throw InputError(
+      fmt::format("{}: truncated data: expected {} bytes, got {}", what, data_bytes, have));
 }
 
 void release_mapped(const std::byte* p, std::size_t n) {

@@ -58,6 +58,12 @@ class MappedFileRange {
 void pread_full(int fd, std::uint64_t at, void* dst, std::size_t n, const std::string& what,
                 std::uint64_t data_at, std::uint64_t data_bytes);
 
+/// The error of a file `fd` that ended at byte `reached` before the `data_bytes` of data
+/// that start at `data_at`: that InputError, M counted from what the file holds now
+/// (several readers may meet the end, and the message must not depend on which did first).
+[[noreturn]] void throw_truncated(int fd, const std::string& what, std::uint64_t data_at,
+                                  std::uint64_t data_bytes, std::uint64_t reached);
+
 /// Drops the page-table entries of the whole pages of [p, p + n) in a read-only file
 /// mapping once they have been used: the pages stay in the page cache, but the
 /// process's resident memory stays at what it is working on however large the file (a
