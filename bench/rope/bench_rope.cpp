@@ -61,9 +61,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) void plain_f1
     for (std::size_t h = 0; h < heads; ++h) {
       const std::size_t off = (s * heads + h) * dim;
       for (std::size_t j = 0; j < half; j += 16) {
-        const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + off + j)));
-        const __m512 b =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + off + half + j)));
+        const __m512 a =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + off + j)));
+        const __m512 b = _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + off + half + j)));
         const __m512 cj = _mm512_loadu_ps(c + j), sj = _mm512_loadu_ps(c + half + j);
         const __m256i lo = _mm512_cvtps_ph(_mm512_fmsub_ps(a, cj, _mm512_mul_ps(b, sj)), 0);
         const __m256i hi = _mm512_cvtps_ph(_mm512_fmadd_ps(b, cj, _mm512_mul_ps(a, sj)), 0);

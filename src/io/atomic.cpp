@@ -3,23 +3,23 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/magic.h>
-#include <sys/vfs.h>
 #include <fmt/format.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <system_error>
@@ -552,12 +552,13 @@ void OutputFile::copy_from(int in_fd, std::uint64_t offset, std::uint64_t n, con
         n -= static_cast<std::uint64_t>(c);
         continue;
       }
-      if (c == 0) io_detail::throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
+      if (c == 0)
+        io_detail::throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
       if (errno == EINTR) continue;
       if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP &&
           errno != EBADF && errno != EPERM) {
-        throw OutputError(fmt::format("cannot copy {} into {}: {}", in, display_,
-                                      std::strerror(errno)));
+        throw OutputError(
+            fmt::format("cannot copy {} into {}: {}", in, display_, std::strerror(errno)));
       }
       kernel = false;
     }
@@ -568,7 +569,8 @@ void OutputFile::copy_from(int in_fd, std::uint64_t offset, std::uint64_t n, con
       if (errno == EINTR) continue;
       throw InputError(fmt::format("{}: read error: {}", in, std::strerror(errno)));
     }
-    if (got == 0) io_detail::throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
+    if (got == 0)
+      io_detail::throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
     write_fd(buf.data(), static_cast<std::size_t>(got));
     at += got;
     n -= static_cast<std::uint64_t>(got);

@@ -635,7 +635,8 @@ class SandboxSource final : public FlatSource {
       ::close(fd);
       return false;
     }
-    raw_bytes_ = checked_numel(info_.shape, dtype_size(info_.dtype), what_) * dtype_size(info_.dtype);
+    raw_bytes_ =
+        checked_numel(info_.shape, dtype_size(info_.dtype), what_) * dtype_size(info_.dtype);
     // (The offset comes from the child: ranges past what a file offset can hold fail.)
     constexpr std::uint64_t kMaxOff = static_cast<std::uint64_t>(INT64_MAX);
     if (raw_bytes_ == 0 || raw_.offset > kMaxOff || raw_bytes_ > kMaxOff - raw_.offset) {
@@ -652,8 +653,8 @@ class SandboxSource final : public FlatSource {
   void read_raw(std::size_t offset, std::size_t n, void* dst) override {
     if (raw_fd_ < 0) throw std::logic_error("SandboxSource::read_raw before raw_reads");
     if (offset > raw_bytes_ || n > raw_bytes_ - offset) {
-      throw InputError(fmt::format("{}: bytes {}..{} are outside the {} data bytes", what_,
-                                   offset, offset + n, raw_bytes_));
+      throw InputError(fmt::format("{}: bytes {}..{} are outside the {} data bytes", what_, offset,
+                                   offset + n, raw_bytes_));
     }
     io_detail::pread_full(raw_fd_, raw_.offset + offset, dst, n, what_, raw_.offset, raw_bytes_);
   }

@@ -378,8 +378,8 @@ class NpySource final : public TensorSource {
       throw std::logic_error("NpySource::read_raw: not a regular file in C and native order");
     }
     if (offset > h_.data_bytes || n > h_.data_bytes - offset) {
-      throw InputError(fmt::format("{}: bytes {}..{} are outside the {} data bytes", what_,
-                                   offset, offset + n, h_.data_bytes));
+      throw InputError(fmt::format("{}: bytes {}..{} are outside the {} data bytes", what_, offset,
+                                   offset + n, h_.data_bytes));
     }
     io_detail::pread_full(fd_, h_.data_offset + offset, dst, n, what_, h_.data_offset,
                           h_.data_bytes);

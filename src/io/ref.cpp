@@ -214,8 +214,8 @@ class NpySink final : public TensorSink {
     io_detail::check_slab_axis(in.shape, axis);
     const std::size_t n = io_detail::slab_extent(in.shape, axis);
     if (first > n || count > n - first) {
-      throw InputError(fmt::format("{}: entries {}..{} are outside the {} along axis {}",
-                                   rf.what, first, first + count, n, axis));
+      throw InputError(fmt::format("{}: entries {}..{} are outside the {} along axis {}", rf.what,
+                                   first, first + count, n, axis));
     }
     const std::size_t entry = io_detail::slab_entry_bytes(in.shape, axis, item_);
     if (entry != io_detail::slab_entry_bytes(shape_, axis, item_)) {
@@ -394,8 +394,8 @@ void pread_full(int fd, std::uint64_t at, void* dst, std::size_t n, const std::s
   auto* out = static_cast<std::byte*>(dst);
   std::size_t done = 0;
   while (done < n) {
-    const ssize_t got = ::pread(fd, out + done, std::min(n - done, kMaxIo),
-                                static_cast<off_t>(at + done));
+    const ssize_t got =
+        ::pread(fd, out + done, std::min(n - done, kMaxIo), static_cast<off_t>(at + done));
     if (got < 0) {
       if (errno == EINTR) continue;
       throw InputError(fmt::format("{}: read error: {}", what, std::strerror(errno)));

@@ -190,8 +190,8 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   require_float(k.dtype(), "k");
   if (v) require_float(v->dtype(), "v");
   Geometry g = check(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
-  auto [need, names] = memory_of(g, q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(),
-                                 opt, k.dtype(), v ? std::optional(v->dtype()) : std::nullopt);
+  auto [need, names] = memory_of(g, q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt,
+                                 k.dtype(), v ? std::optional(v->dtype()) : std::nullopt);
   if (opt.max_memory && need > opt.max_memory) {
     throw InputError(fmt::format("{} would need {} > max_memory {}", names, bytes_str(need),
                                  bytes_str(opt.max_memory)));
@@ -227,8 +227,8 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
                        (!v || v->seekable()) && !opt.per_dim_scale && !opt.relative_proj;
   if (!streams) {
     // Everything in memory: the inputs count against the budget too.
-    auto [need, names] = memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype,
-                                   opt, ki.dtype, vi ? std::optional(vi->dtype) : std::nullopt);
+    auto [need, names] = memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt,
+                                   ki.dtype, vi ? std::optional(vi->dtype) : std::nullopt);
     const std::size_t work_need = need;
     for (const TensorInfo* t : {&qi, &ki, vi}) {
       if (!t) continue;
@@ -295,9 +295,9 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   ways.map = opt.max_memory == 0 || add_sat(add_sat(m.fixed, tiles), kv_bytes) <= opt.max_memory;
   // Read block by block, each worker holds a block of K and of V and the pieces read.
   const std::size_t workers = std::max<std::size_t>(g.threads, 1);
-  ways.read = opt.max_memory == 0 ||
-              add_sat(add_sat(m.fixed, mul_sat(workers - 1, m.tile)),
-                      mul_sat(workers, read_buffers(g, kB))) <= opt.max_memory;
+  ways.read =
+      opt.max_memory == 0 || add_sat(add_sat(m.fixed, mul_sat(workers - 1, m.tile)),
+                                     mul_sat(workers, read_buffers(g, kB))) <= opt.max_memory;
   AttentionResult res = g.compute == DType::f64
                             ? run_streamed<double>(q, k, v, g, opt, chunk, ways, out_sink)
                             : run_streamed<float>(q, k, v, g, opt, chunk, ways, out_sink);

@@ -2,13 +2,13 @@
 // sizes, memory.
 #include "ops/attention_geometry.hpp"
 
-#include <xtensor/xstrides.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <xtensor/xstrides.hpp>
 
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
@@ -370,8 +370,8 @@ bool kv_copied(const Geometry& g, bool has_v, std::optional<DType> k, std::optio
                std::optional<DType> of) {
   if (!k || (has_v && !v) || g.axes.back() != 'd') return true;
   auto as_stored = [&g](DType t) { return t == g.compute || detail::widens(t); };
-  const bool widening = (*k != g.compute || (has_v && *v != g.compute)) && as_stored(*k) &&
-                        (!has_v || as_stored(*v));
+  const bool widening =
+      (*k != g.compute || (has_v && *v != g.compute)) && as_stored(*k) && (!has_v || as_stored(*v));
   return *of != g.compute && !widening;
 }
 

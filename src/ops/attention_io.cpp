@@ -358,8 +358,7 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
     }
   };
   std::vector<std::array<Span, 2>> spans(nthreads);  // K, V per thread
-  auto release = [&](Span& span, const MappedKV& m, std::size_t b, std::size_t h,
-                     std::size_t blk) {
+  auto release = [&](Span& span, const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk) {
     if (!mapped || m.reader) return;  // a tensor in memory stays as it is; reads map nothing
     if (m.st.s != static_cast<std::ptrdiff_t>(m.width)) return;  // rows of heads interleaved
     auto [p, n] = rows_of(m, b, h, blk);
@@ -539,10 +538,10 @@ template bool run_widening<double>(const Plan<double>&, const Tensor&, const Ten
 template AttentionResult allocate<float>(Plan<float>&, const Shape&, TensorSink*);
 template AttentionResult allocate<double>(Plan<double>&, const Shape&, TensorSink*);
 template AttentionResult run_streamed<float>(TensorSource&, TensorSource&, TensorSource*,
-                                             const Geometry&, const AttentionOptions&,
-                                             std::size_t, KvWays, TensorSink*);
+                                             const Geometry&, const AttentionOptions&, std::size_t,
+                                             KvWays, TensorSink*);
 template AttentionResult run_streamed<double>(TensorSource&, TensorSource&, TensorSource*,
-                                              const Geometry&, const AttentionOptions&,
-                                              std::size_t, KvWays, TensorSink*);
+                                              const Geometry&, const AttentionOptions&, std::size_t,
+                                              KvWays, TensorSink*);
 
 }  // namespace posenc::attention_detail

@@ -306,7 +306,7 @@ std::optional<T> online_update(const Plan<T>& P, Scratch<T>& w, std::size_t r, T
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) bool all_finite(const float* p,
-                                                                           std::size_t n) {
+                                                                             std::size_t n) {
   std::uint32_t bad = 0;
   for (std::size_t i = 0; i < n; ++i) {
     bad |= static_cast<std::uint32_t>((__builtin_bit_cast(std::uint32_t, p[i]) & 0x7f800000u) ==

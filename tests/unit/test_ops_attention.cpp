@@ -4,16 +4,16 @@
 // Note on the seeds' `attention(q, k, v, mask)`: it discards the result of masked_fill
 // and fills with -1e-9 instead of -1e9, so its mask does nothing. The reference here
 // applies the mask properly (masked scores are -inf before the softmax).
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <omp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -628,8 +628,7 @@ TEST(Attention, KvReadOrMappedGiveTheSameBytes) {
   for (DType kv : {DType::f32, DType::f16, DType::bf16}) {
     for (std::size_t hk : {std::size_t{4}, std::size_t{2}}) {
       for (std::size_t sq : {std::size_t{1}, std::size_t{3}}) {
-        const std::string what =
-            fmt::format("{} hk {} sq {}", dtype_name(kv), hk, sq);
+        const std::string what = fmt::format("{} hk {} sq {}", dtype_name(kv), hk, sq);
         Tensor q = random_tensor({1, 4, sq, 32}, 60, DType::f32);
         Tensor k = random_tensor({1, hk, 9000, 32}, 61, DType::f32).astype(kv);
         Tensor v = random_tensor({1, hk, 9000, 16}, 62, DType::f32).astype(kv);
@@ -667,8 +666,8 @@ TEST(Attention, KvReadOrMappedGiveTheSameBytes) {
             KvProbe ks(open_source(parse_ref(kf))), vs(open_source(parse_ref(vf)));
             const AttentionResult got = attention(*qs, ks, &vs, ob);
             ::unsetenv("POSENC_KV_IO");
-            const std::string how = fmt::format("{} -j {} POSENC_KV_IO={} budget {}", what,
-                                                threads, w.env ? w.env : "", w.budget);
+            const std::string how = fmt::format("{} -j {} POSENC_KV_IO={} budget {}", what, threads,
+                                                w.env ? w.env : "", w.budget);
             EXPECT_EQ(ks.raws.load() > 0 && vs.raws.load() > 0, w.way == 'r') << how;
             EXPECT_EQ(ks.maps > 0, w.way == 'm') << how;
             for (AttentionEmit e : o.emit) {
@@ -683,7 +682,8 @@ TEST(Attention, KvReadOrMappedGiveTheSameBytes) {
     }
   }
   omp_set_num_threads(threads_before);
-  for (const char* f : {"/q.npy", "/k.npy", "/v.npy", "/k.h5", "/v.h5"}) ::unlink((dir + f).c_str());
+  for (const char* f : {"/q.npy", "/k.npy", "/v.npy", "/k.h5", "/v.h5"})
+    ::unlink((dir + f).c_str());
   ::rmdir(dir.c_str());
 }
 

@@ -78,10 +78,10 @@ struct TensorInfo {
 
 /// The data of a source as bytes of a regular file (C order, native byte order).
 struct RawFile {
-  int fd = -1;             ///< open while the source lives
-  std::uint64_t at = 0;    ///< where the data start in the file
-  std::uint64_t bytes = 0; ///< how many bytes of data the header declares
-  std::string what;        ///< how errors name the source
+  int fd = -1;              ///< open while the source lives
+  std::uint64_t at = 0;     ///< where the data start in the file
+  std::uint64_t bytes = 0;  ///< how many bytes of data the header declares
+  std::string what;         ///< how errors name the source
 };
 
 /// Sequential or random access to the rows (slabs along axis 0) of a stored tensor.
@@ -194,8 +194,7 @@ class TensorSink {
   /// raw_file() data (a regular NPY file in C and native order, an HDF5 dataset stored
   /// as its bytes), a sink that stores its data as they are (NPY). Returns false, having
   /// written nothing, otherwise. Errors as write_slab and read_slab.
-  virtual bool copy_slab(std::size_t axis, TensorSource& src, std::size_t first,
-                         std::size_t count);
+  virtual bool copy_slab(std::size_t axis, TensorSource& src, std::size_t first, std::size_t count);
   /// Finishes the output (all rows must have been written) short of making it visible:
   /// what can fail (a full disk, a missing row) fails here. Optional before commit().
   virtual void prepare() {}
