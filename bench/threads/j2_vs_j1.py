@@ -3,7 +3,7 @@
 1.05 x -j 1).
 
     /usr/bin/python3 bench/threads/j2_vs_j1.py build/posenc [--rounds 7] [--dirs /dev/shm,/tmp]
-        [--cases rope,attention] [--loads idle,hog]
+        [--cases rope,attention] [--loads idle,hog] [--before OLD_POSENC]
 
 Cases: `posenc rope` of a 256 MiB f32 NPY file ([16384, 32, 128], s h d) to a new file in the
 same directory, once per directory of --dirs (tmpfs /dev/shm keeps disk writeback out; ext4 /tmp
@@ -14,7 +14,8 @@ every case, and the order of the pair alternates from round to round (the second
 find caches warmer or pay the first's writeback). Outputs are deleted (untimed) before each run
 and -j 1 and -j 2 outputs compared byte for byte. Prints medians of wall time and of CPU time
 (user + system, from wait4), the ratio -j 2 / -j 1 of the wall medians, the CPU model and the
-load average before and after.
+load average before and after. --before times a second build in the same rounds (the
+builds' order alternating too), its outputs compared with the first's.
 """
 import argparse
 import os
@@ -80,8 +81,12 @@ def main():
     ap.add_argument("--dirs", default="/dev/shm,/tmp")
     ap.add_argument("--cases", default="rope,attention")
     ap.add_argument("--loads", default="idle,hog")
+    ap.add_argument("--before", metavar="OLD_POSENC",
+                    help="also time this build the same way, in the same rounds")
     a = ap.parse_args()
-    posenc = os.path.abspath(a.posenc)
+    builds = [("", os.path.abspath(a.posenc))]
+    if a.before:
+        builds.append(("before ", os.path.abspath(a.before)))
     cases_wanted = a.cases.split(",")
     # posenc's own wait policy is measured, not one from the environment.
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
@@ -115,7 +120,7 @@ def main():
               f"load before: {loadavg()}; rounds: {a.rounds}")
         print("idle: no busy loop of this script's (other work on the machine shows in the load "
               "average); hog: one busy loop beside every run")
-        print(f"{'case':38} {'load':5} {'-j1 ms':>8} {'-j2 ms':>8} {'j2/j1':>6}   "
+        print(f"{'case':45} {'load':5} {'-j1 ms':>8} {'-j2 ms':>8} {'j2/j1':>6}   "
               f"{'-j1 cpu':>8} {'-j2 cpu':>8}")
         for load in a.loads.split(","):
             hog = None
@@ -123,30 +128,35 @@ def main():
                 hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
                 time.sleep(0.3)
             try:
-                times = {(c[0], j): [] for c in cases for j in (1, 2)}
+                times = {(b[0] + c[0], j): [] for b in builds for c in cases for j in (1, 2)}
                 for r in range(a.rounds):
                     for name, cmd, outs in cases:
-                        for j in ((1, 2) if r % 2 == 0 else (2, 1)):
-                            for o in outs:
-                                p = o.format(j=j)
-                                if os.path.exists(p):
-                                    os.unlink(p)
-                            c = [posenc, "-j", str(j)] + [s.format(j=j) for s in cmd]
-                            times[(name, j)].append(run(c, env))
+                        for tag, posenc in (builds if r % 2 == 0 else builds[::-1]):
+                            for j in ((1, 2) if r % 2 == 0 else (2, 1)):
+                                key = f"{j}{tag.strip()}"
+                                for o in outs:
+                                    if os.path.exists(o.format(j=key)):
+                                        os.unlink(o.format(j=key))
+                                c = [posenc, "-j", str(j)] + [s.format(j=key) for s in cmd]
+                                times[(tag + name, j)].append(run(c, env))
                         for o in outs:
-                            with open(o.format(j=1), "rb") as f1, open(o.format(j=2), "rb") as f2:
-                                if f1.read() != f2.read():
-                                    sys.exit(f"{name}: -j 1 and -j 2 outputs differ")
+                            with open(o.format(j=1), "rb") as f:
+                                first = f.read()
+                            for tag, _ in builds:
+                                for j in (1, 2):
+                                    with open(o.format(j=f"{j}{tag.strip()}"), "rb") as f:
+                                        if f.read() != first:
+                                            sys.exit(f"{name}: {tag}-j {j} output differs")
             finally:
                 if hog is not None:
                     hog.kill()
                     hog.wait()
-            for name, _, _ in cases:
+            for name in (b[0] + c[0] for c in cases for b in builds):
                 w1 = statistics.median(t[0] for t in times[(name, 1)])
                 w2 = statistics.median(t[0] for t in times[(name, 2)])
                 c1 = statistics.median(t[1] for t in times[(name, 1)])
                 c2 = statistics.median(t[1] for t in times[(name, 2)])
-                print(f"{name:38} {load:5} {w1 * 1e3:8.1f} {w2 * 1e3:8.1f} {w2 / w1:6.2f}   "
+                print(f"{name:45} {load:5} {w1 * 1e3:8.1f} {w2 * 1e3:8.1f} {w2 / w1:6.2f}   "
                       f"{c1 * 1e3:8.1f} {c2 * 1e3:8.1f}", flush=True)
         print(f"load after: {loadavg()}")
     finally:
