@@ -13,8 +13,8 @@ first round, killed after the last). Rounds are interleaved: each round times -j
 every case, and the order of the pair alternates from round to round (the second of a pair may
 find caches warmer or pay the first's writeback). Outputs are deleted (untimed) before each run
 and -j 1 and -j 2 outputs compared byte for byte. Prints medians of wall time and of CPU time
-(user + system, from wait4), the ratio -j 2 / -j 1 of the wall medians, the CPU model and the
-load average before and after. --before times a second build in the same rounds (the
+(user + system, from wait4), the ratio -j 2 / -j 1 of the wall medians (and minima), the CPU
+model and the load average before and after. --before times a second build in the same rounds (the
 builds' order alternating too), its outputs compared with the first's.
 """
 import argparse
@@ -120,7 +120,7 @@ def main():
               f"load before: {loadavg()}; rounds: {a.rounds}")
         print("idle: no busy loop of this script's (other work on the machine shows in the load "
               "average); hog: one busy loop beside every run")
-        print(f"{'case':45} {'load':5} {'-j1 ms':>8} {'-j2 ms':>8} {'j2/j1':>6}   "
+        print(f"{'case':45} {'load':5} {'-j1 ms':>8} {'-j2 ms':>8} {'j2/j1':>6} {'(min)':>6}   "
               f"{'-j1 cpu':>8} {'-j2 cpu':>8}")
         for load in a.loads.split(","):
             hog = None
@@ -156,7 +156,9 @@ def main():
                 w2 = statistics.median(t[0] for t in times[(name, 2)])
                 c1 = statistics.median(t[1] for t in times[(name, 1)])
                 c2 = statistics.median(t[1] for t in times[(name, 2)])
-                print(f"{name:45} {load:5} {w1 * 1e3:8.1f} {w2 * 1e3:8.1f} {w2 / w1:6.2f}   "
+                n1 = min(t[0] for t in times[(name, 1)])
+                n2 = min(t[0] for t in times[(name, 2)])
+                print(f"{name:45} {load:5} {w1 * 1e3:8.1f} {w2 * 1e3:8.1f} {w2 / w1:6.2f} {n2 / n1:6.2f}   "
                       f"{c1 * 1e3:8.1f} {c2 * 1e3:8.1f}", flush=True)
         print(f"load after: {loadavg()}")
     finally:
