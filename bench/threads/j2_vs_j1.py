@@ -158,8 +158,8 @@ def main():
                 c2 = statistics.median(t[1] for t in times[(name, 2)])
                 n1 = min(t[0] for t in times[(name, 1)])
                 n2 = min(t[0] for t in times[(name, 2)])
-                print(f"{name:45} {load:5} {w1 * 1e3:8.1f} {w2 * 1e3:8.1f} {w2 / w1:6.2f} {n2 / n1:6.2f}   "
-                      f"{c1 * 1e3:8.1f} {c2 * 1e3:8.1f}", flush=True)
+                print(f"{name:45} {load:5} {w1 * 1e3:8.1f} {w2 * 1e3:8.1f} {w2 / w1:6.2f} "
+                      f"{n2 / n1:6.2f}   {c1 * 1e3:8.1f} {c2 * 1e3:8.1f}", flush=True)
         print(f"load after: {loadavg()}")
     finally:
         for w in work:
