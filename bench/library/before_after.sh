@@ -1,9 +1,10 @@
 #!/bin/sh
 # Two posenc binaries side by side in one run (hyperfine, warm cache): a RoPE table,
 # RoPE on a 128 MiB f32 file (plain, M-RoPE sections with [3, s] ids, and 2-D over a
-# 64 x 128 grid: the table rows per token that RoPE layouts build), and attention b1 h8
-# s2048 d128 f32 (output only). For checking that a change (e.g. the library refactor,
-# RoPE as data) costs no speed.
+# 64 x 128 grid: the table rows per token that RoPE layouts build), attention b1 h8
+# s2048 d128 f32 (output only: MHA, causal, and GQA with 2 KV heads), and start-up (a
+# 16 x 8 table). For checking that a change (e.g. the library refactor, RoPE as data)
+# costs no speed.
 #
 #   bench/library/before_after.sh OLD_BIN NEW_BIN [RUNS]
 set -eu
@@ -21,6 +22,8 @@ t = np.arange(8192)
 np.save(f"{d}/ids3.npy", np.stack([t // 256, (t // 16) % 16, t % 16]).astype(np.int64))
 for n in "qkv":
     np.save(f"{d}/{n}.npy", rng.standard_normal((1, 8, 2048, 128), dtype=np.float32))
+for n in "kv":
+    np.save(f"{d}/{n}2.npy", rng.standard_normal((1, 2, 2048, 128), dtype=np.float32))
 PYEOF
 grep -m1 'model name' /proc/cpuinfo
 for bin in "$OLD" "$NEW"; do "$bin" --version; done
@@ -39,6 +42,16 @@ hyperfine -N -w 2 -r "$RUNS" \
 hyperfine -N -w 1 -r "$RUNS" \
   -n old "$OLD attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --emit output -o $DIR/a_old.npy" \
   -n new "$NEW attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --emit output -o $DIR/a_new.npy"
-cmp "$DIR/t_old.npy" "$DIR/t_new.npy" && cmp "$DIR/r_old.npy" "$DIR/r_new.npy" &&
-  cmp "$DIR/m_old.npy" "$DIR/m_new.npy" && cmp "$DIR/g_old.npy" "$DIR/g_new.npy" &&
-  cmp "$DIR/a_old.npy" "$DIR/a_new.npy" && echo "outputs: byte-identical"
+hyperfine -N -w 1 -r "$RUNS" \
+  -n old "$OLD attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --causal --emit output -o $DIR/c_old.npy" \
+  -n new "$NEW attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --causal --emit output -o $DIR/c_new.npy"
+hyperfine -N -w 1 -r "$RUNS" \
+  -n old "$OLD attention -q $DIR/q.npy -k $DIR/k2.npy -v $DIR/v2.npy --emit output -o $DIR/gqa_old.npy" \
+  -n new "$NEW attention -q $DIR/q.npy -k $DIR/k2.npy -v $DIR/v2.npy --emit output -o $DIR/gqa_new.npy"
+hyperfine -N -w 5 -r "$((RUNS * 10))" \
+  -n old "$OLD table sinusoidal --positions 16 --dim 8 -o $DIR/s_old.npy" \
+  -n new "$NEW table sinusoidal --positions 16 --dim 8 -o $DIR/s_new.npy"
+for f in t r m g a c gqa s; do
+  cmp "$DIR/${f}_old.npy" "$DIR/${f}_new.npy" || { echo "outputs differ: $f"; exit 1; }
+done
+echo "outputs: byte-identical"

@@ -93,7 +93,12 @@ void check_budget(const TensorSource& q, const TensorSource& k, const TensorSour
   if (opt.max_memory == 0) return;
   const TensorInfo &qi = q.info(), &ki = k.info();
   const Shape* vs = v ? &v->info().shape : nullptr;
-  auto [need, names] = attention_memory(qi.shape, ki.shape, vs, qi.dtype, opt);
+  const bool f64 = opt.precision ? *opt.precision == Precision::f64 : qi.dtype == DType::f64;
+  // With --rope, attention takes the rotated copies, already in the arithmetic type.
+  const DType arith = f64 ? DType::f64 : DType::f32;
+  auto [need, names] =
+      attention_memory(qi.shape, ki.shape, vs, qi.dtype, opt, rope ? arith : ki.dtype,
+                       v ? std::optional(v->info().dtype) : std::nullopt);
   auto add = [&need](const TensorInfo& t, std::size_t item) {
     const std::size_t bytes = checked_numel(t.shape, item, "attention") * item;
     need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
@@ -102,7 +107,6 @@ void check_budget(const TensorSource& q, const TensorSource& k, const TensorSour
   add(ki, dtype_size(ki.dtype));
   if (v) add(v->info(), dtype_size(v->info().dtype));
   if (rope) {  // rotated copies of Q and K in the arithmetic type
-    const bool f64 = opt.precision ? *opt.precision == Precision::f64 : qi.dtype == DType::f64;
     add(qi, f64 ? 8 : 4);
     add(ki, f64 ? 8 : 4);
   }

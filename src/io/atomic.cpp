@@ -23,6 +23,7 @@
 #include <cstring>
 #include <mutex>
 #include <system_error>
+#include <vector>
 
 #include "posenc/error.hpp"
 
@@ -527,6 +528,68 @@ void OutputFile::write(const void* data, std::size_t n) {
   }
   std::memcpy(buf_.data() + used_, data, n);
   used_ += n;
+}
+
+namespace {
+
+// The truncated-data error for a file that ended before the data it declares: the bytes
+// of data it holds now (fstat), not where a read stopped.
+[[noreturn]] void throw_truncated(int fd, const std::string& in, std::uint64_t data_at,
+                                  std::uint64_t data_bytes, std::uint64_t reached) {
+  struct stat st {};
+  std::uint64_t have = reached > data_at ? reached - data_at : 0;
+  if (::fstat(fd, &st) == 0) {
+    const auto size = static_cast<std::uint64_t>(std::max<off_t>(st.st_size, 0));
+    have = size > data_at ? std::min(size - data_at, data_bytes) : 0;
+  }
+  throw InputError(
+      fmt::format("{}: truncated data: expected {} bytes, got {}", in, data_bytes, have));
+}
+
+}  // namespace
+
+void OutputFile::copy_from(int in_fd, std::uint64_t offset, std::uint64_t n, const std::string& in,
+                           std::uint64_t data_at, std::uint64_t data_bytes) {
+  if (finished_) throw std::logic_error("OutputFile::copy_from after finish");
+  if (offset > static_cast<std::uint64_t>(INT64_MAX) - n) {
+    throw std::logic_error("OutputFile::copy_from: range past 2^63");
+  }
+  flush_buffer();
+  constexpr std::size_t kChunk = std::size_t{1} << 30;
+  auto at = static_cast<loff_t>(offset);
+  // copy_file_range needs a regular file on both sides (and, before Linux 5.19 or
+  // across file systems, refuses with EXDEV or EINVAL): then the buffered copy.
+  bool kernel = temp_ != nullptr;
+  std::vector<char> buf;
+  while (n > 0) {
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(n, kChunk));
+    if (kernel) {
+      const ssize_t c = ::copy_file_range(in_fd, &at, fd_, nullptr, len, 0);
+      if (c > 0) {
+        n -= static_cast<std::uint64_t>(c);
+        continue;
+      }
+      if (c == 0) throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
+      if (errno == EINTR) continue;
+      if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP &&
+          errno != EBADF && errno != EPERM) {
+        throw OutputError(fmt::format("cannot copy {} into {}: {}", in, display_,
+                                      std::strerror(errno)));
+      }
+      kernel = false;
+    }
+    if (buf.empty()) buf.resize(std::size_t{4} << 20);
+    const std::size_t want = std::min(len, buf.size());
+    const ssize_t got = ::pread(in_fd, buf.data(), want, at);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw InputError(fmt::format("{}: read error: {}", in, std::strerror(errno)));
+    }
+    if (got == 0) throw_truncated(in_fd, in, data_at, data_bytes, static_cast<std::uint64_t>(at));
+    write_fd(buf.data(), static_cast<std::size_t>(got));
+    at += got;
+    n -= static_cast<std::uint64_t>(got);
+  }
 }
 
 void OutputFile::finish() {

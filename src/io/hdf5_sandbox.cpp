@@ -616,6 +616,46 @@ class SandboxSource final : public FlatSource {
     return map_.empty() ? nullptr : map_.data();
   }
 
+  ~SandboxSource() override {
+    if (raw_fd_ >= 0) ::close(raw_fd_);
+  }
+
+  // The same bytes with positional reads from the file the child checked (as for the
+  // mapping: same device and inode); the file stays open while the source lives.
+  bool raw_reads() override {
+    if (raw_fd_ >= 0) return true;
+    if (raw_.offset == hdf5_detail::DatasetReader::kNotRaw || raw_tried_) return false;
+    raw_tried_ = true;
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        static_cast<std::uint64_t>(st.st_dev) != raw_.dev ||
+        static_cast<std::uint64_t>(st.st_ino) != raw_.ino) {
+      ::close(fd);
+      return false;
+    }
+    raw_bytes_ = checked_numel(info_.shape, dtype_size(info_.dtype), what_) * dtype_size(info_.dtype);
+    // (The offset comes from the child: ranges past what a file offset can hold fail.)
+    constexpr std::uint64_t kMaxOff = static_cast<std::uint64_t>(INT64_MAX);
+    if (raw_bytes_ == 0 || raw_.offset > kMaxOff || raw_bytes_ > kMaxOff - raw_.offset) {
+      ::close(fd);
+      return false;
+    }
+    raw_fd_ = fd;
+    memory_fs_ = io_detail::on_memory_fs(fd);
+    return true;
+  }
+  bool reads_beat_mapping() const override { return raw_fd_ >= 0 && memory_fs_; }
+  void read_raw(std::size_t offset, std::size_t n, void* dst) override {
+    if (raw_fd_ < 0) throw std::logic_error("SandboxSource::read_raw before raw_reads");
+    if (offset > raw_bytes_ || n > raw_bytes_ - offset) {
+      throw InputError(fmt::format("{}: bytes {}..{} are outside the {} data bytes", what_,
+                                   offset, offset + n, raw_bytes_));
+    }
+    io_detail::pread_full(raw_fd_, raw_.offset + offset, dst, n, what_, raw_.offset, raw_bytes_);
+  }
+
  private:
   // Pieces of at most one slot, two in flight: the child fills one slot while the
   // parent copies the other.
@@ -642,6 +682,9 @@ class SandboxSource final : public FlatSource {
   hdf5_detail::DatasetReader::RawBytes raw_;
   io_detail::MappedFileRange map_;
   bool map_tried_ = false;
+  int raw_fd_ = -1;
+  std::size_t raw_bytes_ = 0;
+  bool raw_tried_ = false, memory_fs_ = false;
 };
 
 }  // namespace

@@ -365,6 +365,25 @@ class NpySource final : public TensorSource {
   const TensorInfo& info() const override { return info_; }
   bool seekable() const override { return stream_ == nullptr; }
 
+  bool raw_reads() override {
+    return !stream_ && !h_.fortran_order && !h_.swap && fd_ >= 0 && h_.data_bytes > 0;
+  }
+  bool reads_beat_mapping() const override {
+    return !stream_ && fd_ >= 0 && io_detail::on_memory_fs(fd_);
+  }
+  // Only fd_ and the header are used: safe from several threads.
+  void read_raw(std::size_t offset, std::size_t n, void* dst) override {
+    if (stream_ || h_.fortran_order || h_.swap || fd_ < 0) {
+      throw std::logic_error("NpySource::read_raw: not a regular file in C and native order");
+    }
+    if (offset > h_.data_bytes || n > h_.data_bytes - offset) {
+      throw InputError(fmt::format("{}: bytes {}..{} are outside the {} data bytes", what_,
+                                   offset, offset + n, h_.data_bytes));
+    }
+    io_detail::pread_full(fd_, h_.data_offset + offset, dst, n, what_, h_.data_offset,
+                          h_.data_bytes);
+  }
+
   /// The whole tensor from a stream, allocated only once its bytes have arrived.
   Tensor read_whole_stream() {
     if (next_byte_ != 0 || loaded_) {

@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -364,6 +366,41 @@ MappedFileRange& MappedFileRange::operator=(MappedFileRange&& o) noexcept {
   return *this;
 }
 
+void pread_full(int fd, std::uint64_t at, void* dst, std::size_t n, const std::string& what,
+                std::uint64_t data_at, std::uint64_t data_bytes) {
+  constexpr std::size_t kMaxIo = std::size_t{1} << 30;
+  auto* out = static_cast<std::byte*>(dst);
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, out + done, std::min(n - done, kMaxIo),
+                                static_cast<off_t>(at + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw InputError(fmt::format("{}: read error: {}", what, std::strerror(errno)));
+    }
+    if (got == 0) {
+      // The data bytes the file holds, not where this read stopped: several threads
+      // may meet the end, and the message must not depend on which did first.
+      struct stat st {};
+      std::uint64_t have = at + done - data_at;
+      if (::fstat(fd, &st) == 0) {
+        const auto size = static_cast<std::uint64_t>(std::max<off_t>(st.st_size, 0));
+        have = size > data_at ? std::min<std::uint64_t>(size - data_at, data_bytes) : 0;
+      }
+      throw InputError(fmt::format("{}: truncated data: expected {} bytes, got {}", what,
+                                   data_bytes, have));
+    }
+    done += static_cast<std::size_t>(got);
+  }
+}
+
+bool on_memory_fs(int fd) {
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0) return false;
+  return static_cast<unsigned long>(fs.f_type) == TMPFS_MAGIC ||
+         static_cast<unsigned long>(fs.f_type) == RAMFS_MAGIC;
+}
+
 void release_mapped(const std::byte* p, std::size_t n) {
   static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto a = reinterpret_cast<std::uintptr_t>(p);
@@ -430,6 +467,10 @@ void TensorSource::read_elements(std::size_t first, std::size_t count, void* dst
     throw std::logic_error("this source reads whole rows only");
   }
   read_rows(first / row, count / row, dst);
+}
+
+void TensorSource::read_raw(std::size_t, std::size_t, void*) {
+  throw std::logic_error("this source does not read raw bytes at positions");
 }
 
 void TensorSink::write_slab(std::size_t axis, const void* src, std::size_t count) {

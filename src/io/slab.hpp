@@ -50,6 +50,18 @@ class MappedFileRange {
   int guard_ = -1;
 };
 
+/// Reads file bytes [at, at + n) of `fd` into `dst` with pread (thread-safe), retrying
+/// EINTR and short reads. A file that ends first is an InputError naming `what`: "truncated
+/// data: expected `data_bytes` bytes, got M" (M: the data bytes the file holds, counted
+/// from `data_at`, where the data begin); a read error is an InputError with the
+/// system's message.
+void pread_full(int fd, std::uint64_t at, void* dst, std::size_t n, const std::string& what,
+                std::uint64_t data_at, std::uint64_t data_bytes);
+
+/// Whether `fd` is a file on tmpfs or ramfs (memory file systems whose pages are mapped
+/// one 4 KiB page at a time: see TensorSource::reads_beat_mapping).
+bool on_memory_fs(int fd);
+
 /// Drops the page-table entries of the whole pages of [p, p + n) in a read-only file
 /// mapping once they have been used: the pages stay in the page cache, but the
 /// process's resident memory stays at what it is working on however large the file (a

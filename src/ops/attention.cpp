@@ -168,9 +168,11 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
 }  // namespace
 
 std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k, const Shape* v,
-                                                     DType q_dtype, const AttentionOptions& opt) {
+                                                     DType q_dtype, const AttentionOptions& opt,
+                                                     std::optional<DType> k_dtype,
+                                                     std::optional<DType> v_dtype) {
   Geometry g = check(q, k, v, q_dtype, opt);
-  return memory_of(g, q, k, v, q_dtype, opt);
+  return memory_of(g, q, k, v, q_dtype, opt, k_dtype, v_dtype);
 }
 
 Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
@@ -188,8 +190,8 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   require_float(k.dtype(), "k");
   if (v) require_float(v->dtype(), "v");
   Geometry g = check(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
-  auto [need, names] =
-      memory_of(g, q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
+  auto [need, names] = memory_of(g, q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(),
+                                 opt, k.dtype(), v ? std::optional(v->dtype()) : std::nullopt);
   if (opt.max_memory && need > opt.max_memory) {
     throw InputError(fmt::format("{} would need {} > max_memory {}", names, bytes_str(need),
                                  bytes_str(opt.max_memory)));
@@ -225,8 +227,8 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
                        (!v || v->seekable()) && !opt.per_dim_scale && !opt.relative_proj;
   if (!streams) {
     // Everything in memory: the inputs count against the budget too.
-    auto [need, names] =
-        memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
+    auto [need, names] = memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype,
+                                   opt, ki.dtype, vi ? std::optional(vi->dtype) : std::nullopt);
     const std::size_t work_need = need;
     for (const TensorInfo* t : {&qi, &ki, vi}) {
       if (!t) continue;

@@ -15,6 +15,7 @@
 #include "ops/attention_gate.hpp"
 #include "ops/attention_global.hpp"
 #include "ops/attention_timing.hpp"
+#include "ops/widen.hpp"
 #include "posenc/encodings/arith.hpp"
 
 namespace posenc::attention_detail {
@@ -358,9 +359,29 @@ std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt) {
                  heads);
 }
 
+namespace {
+
+// Whether an in-memory run holds a whole copy of K (`of` = k) or V stored as `of`, as run<T>
+// does: make_view converts a dtype other than the arithmetic type and reorders when d is
+// not the last axis, except when run_widening takes K and V as stored (d last, each in
+// the arithmetic type or f16/bf16, widened one key block at a time). Unknown dtypes:
+// the worst case, a copy.
+bool kv_copied(const Geometry& g, bool has_v, std::optional<DType> k, std::optional<DType> v,
+               std::optional<DType> of) {
+  if (!k || (has_v && !v) || g.axes.back() != 'd') return true;
+  auto as_stored = [&g](DType t) { return t == g.compute || detail::widens(t); };
+  const bool widening = (*k != g.compute || (has_v && *v != g.compute)) && as_stored(*k) &&
+                        (!has_v || as_stored(*v));
+  return *of != g.compute && !widening;
+}
+
+}  // namespace
+
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,
                                               const Shape* vs, DType q_dtype,
-                                              const AttentionOptions& opt) {
+                                              const AttentionOptions& opt,
+                                              std::optional<DType> k_dtype,
+                                              std::optional<DType> v_dtype) {
   std::size_t ts = dtype_size(g.compute);
   std::size_t os = dtype_size(g.out);
   std::size_t scores = mul_sat(mul_sat(mul_sat(g.b, g.hq), g.sq), g.cols());
@@ -380,8 +401,11 @@ std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs
     return n;
   };
   if (q_dtype != g.compute) need = add_sat(need, mul_sat(numel(qs), ts));
-  need = add_sat(need, mul_sat(numel(ks), ts));  // worst case: K converted
-  if (vs) need = add_sat(need, mul_sat(numel(*vs), ts));
+  const bool has_v = vs != nullptr;
+  if (kv_copied(g, has_v, k_dtype, v_dtype, k_dtype)) need = add_sat(need, mul_sat(numel(ks), ts));
+  if (has_v && kv_copied(g, has_v, k_dtype, v_dtype, v_dtype)) {
+    need = add_sat(need, mul_sat(numel(*vs), ts));
+  }
   // One worker's tiles (see Geometry::threads), and the score terms.
   need = add_sat(need, worker_tiles(g, opt));
   need = add_sat(need, plan_bytes(g, opt));

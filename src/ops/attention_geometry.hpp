@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -130,10 +131,13 @@ std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt);
 /// sinks, a converted score bias and LongT5's side keys (attention_terms.cpp, beside
 /// plan()).
 std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt);
-/// The memory an in-memory run needs, and the names of what takes it.
+/// The memory an in-memory run needs, and the names of what takes it. K and V count as
+/// whole converted copies unless their stored dtypes are given (see kv_copied).
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,
                                               const Shape* vs, DType q_dtype,
-                                              const AttentionOptions& opt);
+                                              const AttentionOptions& opt,
+                                              std::optional<DType> k_dtype = std::nullopt,
+                                              std::optional<DType> v_dtype = std::nullopt);
 
 // The workers a budget of `budget` bytes runs when `need` bytes include one worker's
 // `tile` bytes: every OpenMP thread when there is no budget or room for all.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -142,11 +143,17 @@ MappedInput<T> mapped_input(TensorSource& src, const Geometry& g) {
 // buffer, while the block is in the cache for the product (no copy of the whole tensor,
 // no pass of its own). Widening is exact, so the bits are those of a run on the tensor
 // converted first. `base` is null when the file is not mapped or the dtype is another.
+// Or K or V read from its file instead (`reader`, with `base` null): each key block read
+// with positional reads (TensorSource::read_raw) into the worker's block buffer, or
+// into its byte buffer and widened from there; only where a head's rows are contiguous
+// (bhsd), so a block is one read. The same blocks hold the same values either way.
 struct MappedKV {
   const std::byte* base = nullptr;
+  TensorSource* reader = nullptr;
   DType dtype = DType::f32;
   Strides st;
   std::size_t width = 0;  // d or dv
+  bool usable() const { return base != nullptr || reader != nullptr; }
 };
 
 // K or V of `dtype` and `shape` at `base` (a mapped file, or a tensor in memory) as a
@@ -163,8 +170,31 @@ MappedKV mapped_kv(const std::byte* base, DType dtype, const Shape& shape, const
   return m;
 }
 
+// How K and V are used in place of their files: through a mapping, or read block by
+// block (MappedKV::reader).
+enum class KvAccess { map, read };
+
+// Reading beats mapping on tmpfs and ramfs (TensorSource::reads_beat_mapping); a disk
+// file system's page cache is mapped in large folios, and its keys used in the mapping
+// without a copy are faster. POSENC_KV_IO=map or =read forces one way for every K and V
+// that allows it: for tests of both paths and for measurements, not a user setting (not
+// documented for users; any other value is ignored).
+KvAccess kv_access(TensorSource& src) {
+  const char* force = std::getenv("POSENC_KV_IO");
+  if (force && std::strcmp(force, "map") == 0) return KvAccess::map;
+  if (force && std::strcmp(force, "read") == 0) return KvAccess::read;
+  return src.reads_beat_mapping() ? KvAccess::read : KvAccess::map;
+}
+
 template <class T>
 MappedKV mapped_kv(TensorSource& src, const Geometry& g, std::size_t width) {
+  if (kv_access(src) == KvAccess::read && src.raw_reads()) {
+    MappedKV m = mapped_kv<T>(nullptr, src.info().dtype, src.info().shape, g, width);
+    if (m.width == width && m.st.s == static_cast<std::ptrdiff_t>(width)) {
+      m.reader = &src;
+      return m;
+    }
+  }
   return mapped_kv<T>(src.mapped_data(), src.info().dtype, src.info().shape, g, width);
 }
 
@@ -244,11 +274,37 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
     return std::pair<const std::byte*, std::size_t>{m.base + off * dtype_size(m.dtype),
                                                     std::min(kB, g.sk - j0)};
   };
-  // The block as a view of T from its first key on: in place, or widened into `buf`.
-  // Widening finds whether the keys are finite on the way; `finite` (when given) gets
-  // it, and for keys in place checks them.
+  // The block as a view of T from its first key on: in place, or widened into `buf`,
+  // or read into `buf` (or into `raw`, then widened into `buf`). Widening finds whether
+  // the keys are finite on the way; `finite` (when given) gets it, and for keys in place
+  // or read as they are checks them.
   auto block = [&](const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk,
-                   std::vector<T>& buf, bool* finite) -> View<T> {
+                   std::vector<T>& buf, std::vector<std::byte>& raw, bool* finite) -> View<T> {
+    if (m.reader) {  // a head's rows contiguous: the block is one range of the data
+      const std::size_t j0 = blk * kB, n = std::min(kB, g.sk - j0);
+      const std::size_t es = dtype_size(m.dtype), count = n * m.width;
+      const std::size_t off =
+          static_cast<std::size_t>(b * m.st.b + (h / group) * m.st.h + j0 * m.st.s) * es;
+      buf.resize(count);
+      if (m.dtype == dtype_of<T>()) {
+        m.reader->read_raw(off, count * es, buf.data());
+        if (finite) *finite = all_finite(buf.data(), count);
+      } else {
+        // In pieces of kReadPiece bytes, each widened while it is in the L1/L2 cache
+        // (a whole f16 block and its widened copy, for K and V, would not fit L2).
+        constexpr std::size_t kReadPiece = std::size_t{64} << 10;
+        const std::size_t per = kReadPiece / es;
+        raw.resize(std::min(count, per) * es);
+        bool all = true;
+        for (std::size_t at = 0; at < count; at += per) {
+          const std::size_t k = std::min(per, count - at);
+          m.reader->read_raw(off + at * es, k * es, raw.data());
+          all &= detail::widen(m.dtype, raw.data(), buf.data() + at, k);
+        }
+        if (finite) *finite = all;
+      }
+      return {buf.data(), 0, 0, static_cast<std::ptrdiff_t>(m.width)};
+    }
     auto [p, n] = rows_of(m, b, h, blk);
     if (m.dtype == dtype_of<T>()) {
       const View<T> x{reinterpret_cast<const T*>(p), 0, 0, m.st.s};
@@ -270,9 +326,9 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
             m.st.s != static_cast<std::ptrdiff_t>(m.width)};
   };
   auto finite = [&](const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk,
-                    std::vector<T>& buf) {
+                    std::vector<T>& buf, std::vector<std::byte>& raw) {
     bool ok = true;
-    block(m, b, h, blk, buf, &ok);
+    block(m, b, h, blk, buf, raw, &ok);
     return ok;
   };
   // Released in spans of at least kReleaseBytes: each release interrupts the other
@@ -294,13 +350,14 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
   std::vector<std::array<Span, 2>> spans(nthreads);  // K, V per thread
   auto release = [&](Span& span, const MappedKV& m, std::size_t b, std::size_t h,
                      std::size_t blk) {
-    if (!mapped) return;  // a tensor in memory stays as it is
+    if (!mapped || m.reader) return;  // a tensor in memory stays as it is; reads map nothing
     if (m.st.s != static_cast<std::ptrdiff_t>(m.width)) return;  // rows of heads interleaved
     auto [p, n] = rows_of(m, b, h, blk);
     span.add(p, n * m.width * dtype_size(m.dtype));
   };
   std::vector<std::vector<Scratch<T>>> scratch(nthreads, std::vector<Scratch<T>>(gs));
   std::vector<std::array<std::vector<T>, 2>> widened(nthreads);  // K, V per thread
+  std::vector<std::array<std::vector<std::byte>, 2>> raws(nthreads);  // K, V bytes read
   try {
     for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
       auto [b, h, q0] = at(it);
@@ -313,8 +370,9 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
           const std::size_t sl = slot(b, h, blk);
           const bool check_now = check && !checked[sl].load(std::memory_order_acquire);
           bool k_ok = true, v_ok = true;
-          const View<T> K = block(km, b, h, blk, widened[t][0], check_now ? &k_ok : nullptr);
-          const View<T> V = has_v ? block(*vm, b, h, blk, widened[t][1],
+          const View<T> K =
+              block(km, b, h, blk, widened[t][0], raws[t][0], check_now ? &k_ok : nullptr);
+          const View<T> V = has_v ? block(*vm, b, h, blk, widened[t][1], raws[t][1],
                                           check_now && k_ok ? &v_ok : nullptr)
                                   : View<T>{};
           if (check_now) {
@@ -340,13 +398,14 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
     // does with chunks of one block).
     if (!check) throw;
     std::vector<T> buf;
+    std::vector<std::byte> raw;
     for (std::size_t blk = 0; blk < nblk; ++blk) {
       for (const bool keys : {true, false}) {
         for (std::size_t b = 0; b < g.b; ++b) {
           for (std::size_t h = 0; h < g.hq; h += group) {
             if (!used[slot(b, h, blk)]) continue;
-            if (keys && !finite(km, b, h, blk, buf)) throw nonfinite_input("k");
-            if (!keys && has_v && !finite(*vm, b, h, blk, buf)) throw nonfinite_input("v");
+            if (keys && !finite(km, b, h, blk, buf, raw)) throw nonfinite_input("k");
+            if (!keys && has_v && !finite(*vm, b, h, blk, buf, raw)) throw nonfinite_input("v");
           }
         }
       }
@@ -387,7 +446,7 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   const std::size_t nthreads = thread_count(items, g.threads);
   const MappedKV kp = map_kv ? mapped_kv<T>(ks, g, g.d) : MappedKV{};
   const MappedKV vp = map_kv && vs ? mapped_kv<T>(*vs, g, g.dv) : MappedKV{};
-  if (kp.base != nullptr && (vs == nullptr || vp.base != nullptr)) {
+  if (kp.usable() && (vs == nullptr || vp.usable())) {
     run_in_place(P, kp, vs ? &vp : nullptr, !opt.allow_nonfinite, nq, nthreads, true);
     return res;
   }

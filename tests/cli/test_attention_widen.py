@@ -107,6 +107,28 @@ class AttentionWidenTest(PosencTestCase):
             np.save(path, exact[name].astype(np.float16))
         self.assertFalse(os.path.exists(self.path("bad.npy")))
 
+    def test_budget_counts_no_widened_copy(self):
+        # Probs keep the whole run in memory. K and V as f16 (2 MiB) are widened per key
+        # block, so a 3 MiB budget holds the run (a whole f32 copy would need 4 MiB
+        # more); as f64 (8 MiB) they are converted whole into float32 arithmetic (4 MiB
+        # more), which 11 MiB does not hold and 13 MiB does.
+        rng = np.random.default_rng(3)
+        q = self.npy("q.npy", rng.standard_normal((1, 2, 1, 64)).astype(np.float32))
+        kv = rng.standard_normal((1, 2, 4096, 64))
+        k16 = self.npy("k16.npy", kv.astype(np.float16))
+        v16 = self.npy("v16.npy", kv[:, ::-1].astype(np.float16))
+        out = self.path("p.npy")
+        self.run_ok("attention", "-q", q, "-k", k16, "-v", v16, "--emit", "probs", "-o", out,
+                    "--max-memory", "3M")
+        k64, v64 = self.npy("k64.npy", kv), self.npy("v64.npy", kv[:, ::-1].copy())
+        self.assert_fails(3, "attention", "-q", q, "-k", k64, "-v", v64, "--emit", "probs",
+                          "-o", self.path("refused.npy"), "--precision", "f32",
+                          "--max-memory", "11M",
+                          match=r"^posenc: error: probs would need .* > --max-memory")
+        self.assertFalse(os.path.exists(self.path("refused.npy")))
+        self.run_ok("attention", "-q", q, "-k", k64, "-v", v64, "--emit", "probs", "-o",
+                    self.path("f64.npy"), "--precision", "f32", "--max-memory", "13M")
+
 
 if __name__ == "__main__":
     unittest.main()

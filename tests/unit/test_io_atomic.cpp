@@ -2,6 +2,7 @@
 // target untouched by a failed write, permissions like a plain create, --no-clobber,
 // write errors reported (/dev/full), and all-or-nothing multi-output writes.
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,6 +94,55 @@ TEST_F(AtomicTest, ReserveKeepsTheSizeWritten) {
   EXPECT_EQ(slurp(path("b.bin")), "b");
   ASSERT_EQ(::stat(path("b.bin").c_str(), &st), 0);
   EXPECT_LE(st.st_blocks * 512, 1 << 16);
+}
+
+// copy_from appends a byte range of another file after what write() buffered: in the
+// kernel into a temporary file, through a buffer into a pipe; a file that ends first is
+// the truncated-data InputError with the data bytes it holds, and the target stays as
+// it was.
+TEST_F(AtomicTest, CopyFromAppendsARangeOrFailsOnTruncation) {
+  std::string data(5 << 20, '\0');
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + i / 4096);
+  put(path("in.bin"), "HEAD" + data);
+  const int in = ::open(path("in.bin").c_str(), O_RDONLY);
+  ASSERT_GE(in, 0);
+  {
+    OutputFile out(path("a.bin"), {}, true);
+    out.write("hdr", 3);
+    out.copy_from(in, 4 + 100, data.size() - 200, "'in.bin'", 4, data.size());
+    out.write("end", 3);
+    out.commit();
+  }
+  EXPECT_EQ(slurp(path("a.bin")), "hdr" + data.substr(100, data.size() - 200) + "end");
+
+  put(path("b.bin"), "old");
+  {
+    OutputFile out(path("b.bin"), {}, true);
+    out.write("x", 1);
+    try {
+      out.copy_from(in, 4, data.size() + 10, "'in.bin'", 4, data.size() + 10);
+      ADD_FAILURE() << "no error";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), "'in.bin': truncated data: expected " +
+                                           std::to_string(data.size() + 10) + " bytes, got " +
+                                           std::to_string(data.size()));
+    }
+  }
+  EXPECT_EQ(slurp(path("b.bin")), "old");
+
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = slurp(path("fifo")); });
+  {
+    OutputFile out(path("fifo"), {}, true);
+    EXPECT_FALSE(out.atomic());
+    out.write("p", 1);
+    out.copy_from(in, 4, data.size(), "'in.bin'", 4, data.size());
+    out.commit();
+  }
+  reader.join();
+  EXPECT_EQ(got, "p" + data);
+  ::close(in);
 }
 
 TEST_F(AtomicTest, UncommittedLeavesNothingAndTargetUntouched) {

@@ -5,8 +5,14 @@
 // and fills with -1e-9 instead of -1e9, so its mask does nothing. The reference here
 // applies the mask properly (masked scores are -inf before the softmax).
 #include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <omp.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -15,6 +21,7 @@
 #include <random>
 
 #include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "random_tensor.hpp"
 
@@ -512,6 +519,33 @@ TEST(Attention, BudgetCountsTheGateAndTheMask) {
             b * sq * sk * sizeof(float));
 }
 
+// The budget counts a whole copy of K or V only when the run makes one: not for K and V
+// in the arithmetic type or in f16/bf16 (widened per key block) with d last; for a
+// dtype it must convert (f64 into float32 arithmetic, which also makes the run convert
+// an f16 V), and for d not last.
+TEST(Attention, BudgetCountsOnlyTheCopiesMade) {
+  const std::size_t b = 1, h = 2, sq = 3, sk = 50, d = 8;
+  const Shape qs{b, h, sq, d}, ks{b, h, sk, d};
+  AttentionOptions opt;
+  opt.emit = {AttentionEmit::output};
+  const std::size_t kv = b * h * sk * d * sizeof(float);
+  const std::size_t worst = attention_memory(qs, ks, &ks, DType::f32, opt).first;
+  auto need = [&](DType k, DType v) {
+    return attention_memory(qs, ks, &ks, DType::f32, opt, k, v).first;
+  };
+  EXPECT_EQ(worst - need(DType::f32, DType::f32), 2 * kv);
+  EXPECT_EQ(need(DType::f16, DType::bf16), need(DType::f32, DType::f32));
+  EXPECT_EQ(need(DType::f16, DType::f32), need(DType::f32, DType::f32));
+  EXPECT_EQ(need(DType::f64, DType::f32) - need(DType::f32, DType::f32), kv);
+  EXPECT_EQ(need(DType::f32, DType::f64) - need(DType::f32, DType::f32), kv);
+  EXPECT_EQ(need(DType::f64, DType::f16), worst);
+  AttentionOptions dmid = opt;
+  dmid.axes = "bhds";
+  const Shape kt{b, h, d, sk}, qt{b, h, d, sq};
+  EXPECT_EQ(attention_memory(qt, kt, &kt, DType::f32, dmid, DType::f32, DType::f32).first,
+            attention_memory(qt, kt, &kt, DType::f32, dmid).first);
+}
+
 // K and V in memory as f16 or bf16 are used in place, each key block widened as it is
 // used: the bits of the same run on K and V converted whole, for every emit, the bhsd
 // and bshd layouts, decoding (query heads sharing items) and prefill.
@@ -547,6 +581,141 @@ TEST(Attention, WidenedInPlaceEqualsConvertedFirst) {
       }
     }
   }
+}
+
+// A file's source, passed through, that says whether reads beat mapping (as a file on
+// tmpfs does) and counts how K or V was used: mapped_data() or read_raw().
+class KvProbe final : public TensorSource {
+ public:
+  KvProbe(std::unique_ptr<TensorSource> s, bool reads) : s_(std::move(s)), reads_(reads) {}
+  const TensorInfo& info() const override { return s_->info(); }
+  void read_rows(std::size_t first, std::size_t count, void* dst) override {
+    s_->read_rows(first, count, dst);
+  }
+  bool seekable() const override { return s_->seekable(); }
+  void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst) override {
+    s_->read_slab(axis, first, count, dst);
+  }
+  const std::byte* mapped_data() override {
+    ++maps;
+    return s_->mapped_data();
+  }
+  void read_elements(std::size_t first, std::size_t count, void* dst) override {
+    s_->read_elements(first, count, dst);
+  }
+  bool raw_reads() override { return s_->raw_reads(); }
+  bool reads_beat_mapping() const override { return reads_; }
+  void read_raw(std::size_t offset, std::size_t n, void* dst) override {
+    ++raws;
+    s_->read_raw(offset, n, dst);
+  }
+  int maps = 0;
+  std::atomic<int> raws{0};
+
+ private:
+  std::unique_ptr<TensorSource> s_;
+  bool reads_;
+};
+
+// Decode (and a few query rows) with K and V read block by block from their files (NPY
+// f32 and f16, a contiguous HDF5 bf16 dataset) gives the bytes of K and V used in their
+// mappings and of the run in memory, for MHA and GQA, on 1 and 2 threads; which way was
+// taken follows reads_beat_mapping (POSENC_KV_IO unset).
+TEST(Attention, KvReadOrMappedGiveTheSameBytes) {
+  ::unsetenv("POSENC_KV_IO");
+  char tmpl[] = "/tmp/posenc-kvread-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const int threads_before = omp_get_max_threads();
+  for (DType kv : {DType::f32, DType::f16, DType::bf16}) {
+    for (std::size_t hk : {std::size_t{4}, std::size_t{2}}) {
+      for (std::size_t sq : {std::size_t{1}, std::size_t{3}}) {
+        const std::string what =
+            fmt::format("{} hk {} sq {}", dtype_name(kv), hk, sq);
+        Tensor q = random_tensor({1, 4, sq, 32}, 60, DType::f32);
+        Tensor k = random_tensor({1, hk, 2600, 32}, 61, DType::f32).astype(kv);
+        Tensor v = random_tensor({1, hk, 2600, 16}, 62, DType::f32).astype(kv);
+        const bool h5 = kv == DType::bf16;
+        const std::string ext = h5 ? ".h5:/x" : ".npy";
+        const std::string qf = dir + "/q.npy", kf = dir + "/k" + ext, vf = dir + "/v" + ext;
+        write_tensor(parse_ref(qf), q);
+        WriteOptions force;
+        force.force = true;
+        write_tensor(parse_ref(kf), k, {}, force);
+        write_tensor(parse_ref(vf), v, {}, force);
+        AttentionOptions o;
+        o.emit = {AttentionEmit::output, AttentionEmit::lse};
+        o.key_block = 512;  // several blocks, the last one short
+        const AttentionResult want = attention(q, k, &v, o);
+        for (int threads : {1, 2}) {
+          omp_set_num_threads(threads);
+          for (bool reads : {false, true}) {
+            auto qs = open_source(parse_ref(qf));
+            KvProbe ks(open_source(parse_ref(kf)), reads), vs(open_source(parse_ref(vf)), reads);
+            const AttentionResult got = attention(*qs, ks, &vs, o);
+            const std::string how = fmt::format("{} -j {} {}", what, threads, reads ? "read" : "mapped");
+            if (reads) {
+              EXPECT_GT(ks.raws.load(), 0) << how;
+              EXPECT_GT(vs.raws.load(), 0) << how;
+              EXPECT_EQ(ks.maps + vs.maps, 0) << how;
+            } else {
+              EXPECT_EQ(ks.raws.load() + vs.raws.load(), 0) << how;
+              EXPECT_GT(ks.maps, 0) << how;
+            }
+            for (AttentionEmit e : o.emit) {
+              const Tensor &x = got.get(e), &y = want.get(e);
+              ASSERT_EQ(x.nbytes(), y.nbytes()) << how;
+              EXPECT_EQ(std::memcmp(x.bytes(), y.bytes(), x.nbytes()), 0)
+                  << how << " " << attention_emit_name(e);
+            }
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(threads_before);
+  for (const char* f : {"/q.npy", "/k.npy", "/v.npy", "/k.h5", "/v.h5"}) ::unlink((dir + f).c_str());
+  ::rmdir(dir.c_str());
+}
+
+// A K file shrunk after its header was read (another process truncating it) is one
+// InputError from the reads, naming the file and the data bytes it still holds, however
+// many threads meet its end.
+TEST(Attention, KvReadOfTruncatedFile) {
+  ::unsetenv("POSENC_KV_IO");
+  char tmpl[] = "/tmp/posenc-kvread-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string qf = dir + "/q.npy", kf = dir + "/k.npy", vf = dir + "/v.npy";
+  const Tensor k = random_tensor({1, 2, 3000, 16}, 64, DType::f16);
+  write_tensor(parse_ref(qf), random_tensor({1, 2, 1, 16}, 63, DType::f32));
+  write_tensor(parse_ref(vf), random_tensor({1, 2, 3000, 16}, 65, DType::f16));
+  WriteOptions force;
+  force.force = true;
+  const std::size_t data = k.nbytes();
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    write_tensor(parse_ref(kf), k, {}, force);
+    struct stat st {};
+    ASSERT_EQ(::stat(kf.c_str(), &st), 0);
+    const auto header = static_cast<std::size_t>(st.st_size) - data;
+    auto qs = open_source(parse_ref(qf));
+    KvProbe ks(open_source(parse_ref(kf)), true), vs(open_source(parse_ref(vf)), true);
+    ASSERT_EQ(::truncate(kf.c_str(), static_cast<off_t>(header + data / 3)), 0);
+    AttentionOptions o;
+    o.emit = {AttentionEmit::output};
+    o.key_block = 256;
+    try {
+      attention(*qs, ks, &vs, o);
+      ADD_FAILURE() << "no error for a truncated K";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                fmt::format("{}: truncated data: expected {} bytes, got {}", kf, data, data / 3));
+    }
+    EXPECT_GT(ks.raws.load(), 0);
+  }
+  for (const char* f : {"/q.npy", "/k.npy", "/v.npy"}) ::unlink((dir + f).c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -114,6 +114,15 @@ class OutputFile {
   /// atomic() outputs (a pipe cannot seek): std::logic_error otherwise. Errors as
   /// write().
   void write_at(std::uint64_t offset, const void* data, std::size_t n);
+  /// Appends bytes [offset, offset + n) of the regular file `in` (descriptor `in_fd`),
+  /// after what write() buffered: in the kernel where it can (copy_file_range: the
+  /// bytes do not pass through this process, and file systems that share blocks share
+  /// them), through a buffer otherwise (standard output, another file system).
+  /// InputError "IN: truncated data: expected E bytes, got G" when the file ends first,
+  /// where `data_at` and `data_bytes` place the data E in it (offset and n lie inside);
+  /// other errors as write().
+  void copy_from(int in_fd, std::uint64_t offset, std::uint64_t n, const std::string& in,
+                 std::uint64_t data_at, std::uint64_t data_bytes);
   /// Allocates `n` bytes of disk for a temporary file the caller will fill
   /// (reserve_blocks; nothing for other outputs). `n` must not exceed what will be
   /// written: blocks reserved past the end stay allocated to the file.

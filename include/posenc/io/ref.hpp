@@ -107,6 +107,22 @@ class TensorSource {
   /// only know rows (see `seekable`) serve whole rows only and throw std::logic_error
   /// otherwise; NPY files and HDF5 datasets serve any range.
   virtual void read_elements(std::size_t first, std::size_t count, void* dst);
+  /// Whether read_raw() serves this source: its data are stored as their bytes (C order,
+  /// native byte order) in a regular file, as for mapped_data(). Prepares the reads (an
+  /// HDF5 source opens the file the sandbox checked); call it from one thread, before
+  /// read_raw().
+  virtual bool raw_reads() { return false; }
+  /// Whether copying the data out with read_raw() costs less CPU than reading them
+  /// through mapped_data(): a file on tmpfs or ramfs, whose pages are mapped 4 KiB at a
+  /// time (a 512 MiB file costs about 131,000 page mappings, more than copying it), where
+  /// a disk file system's page cache maps large folios. False where raw_reads() is.
+  virtual bool reads_beat_mapping() const { return false; }
+  /// Reads bytes [offset, offset + n) of the data (not of the file) into `dst` with
+  /// positional reads, retrying interrupted and short reads. After raw_reads() returned
+  /// true, several threads may call it at once. Throws InputError naming the file when it
+  /// ends first (truncated, or shrunk by another process), InputError for a range outside
+  /// the data, std::logic_error where raw_reads() is false.
+  virtual void read_raw(std::size_t offset, std::size_t n, void* dst);
 };
 
 /// The axis along which a tensor of `shape` streams in the smallest slabs: the first

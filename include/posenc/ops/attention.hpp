@@ -279,9 +279,14 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
 
 /// Bytes `attention` would allocate for these shapes and options (outputs and working
 /// memory, not the inputs), and the names of the emitted tensors that dominate it.
-/// Shapes are checked as by `attention`.
+/// Shapes are checked as by `attention`. K and V count as whole copies in the arithmetic
+/// type unless the dtypes they are stored as are given: then only when the run makes
+/// one (d not the last axis, or a dtype it neither uses as it is nor widens per key
+/// block; f16 and bf16 are widened per block).
 std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k, const Shape* v,
-                                                     DType q_dtype, const AttentionOptions& opt);
+                                                     DType q_dtype, const AttentionOptions& opt,
+                                                     std::optional<DType> k_dtype = std::nullopt,
+                                                     std::optional<DType> v_dtype = std::nullopt);
 
 /// The shape of the scores (logits, probs) for Q and K of these shapes: [b, hq, sq, sk],
 /// b and h only where Q has them, sk + n_global columns with global_k. Checks Q, K and the options as `attention` does (V

@@ -1,0 +1,140 @@
+"""`posenc attention` with K and V read block by block from their files (positional reads
+into each worker's block buffers) or used in their mappings. Reads are the default on
+tmpfs (mapping a tmpfs file costs a page fault per 4 KiB), mappings elsewhere;
+POSENC_KV_IO=read or =map forces one way (for tests and measurements only). Either way
+the output and lse are the same bytes, for K and V stored as f32 and f16 (NPY) and bf16
+(a contiguous HDF5 dataset), MHA and GQA, decode and a few query rows, 1 and 2 threads;
+and they are attention by a float64 numpy reference. A K file shorter than its header
+says is one error line (exit 3) either way, leaving no output."""
+import os
+import shutil
+import tempfile
+import unittest
+
+import numpy as np
+
+from posenc_testlib import PosencTestCase
+
+SHM = "/dev/shm"
+
+
+def fs_type(path):
+    best, kind = "", "?"
+    with open("/proc/mounts") as f:
+        for line in f:
+            _, mnt, typ = line.split()[:3]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                best, kind = mnt, typ
+    return kind
+
+
+def to_bf16_values(x):
+    """float32 values exactly representable in bf16 (the top 16 bits kept)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+    return u.view(np.float32)
+
+
+@unittest.skipUnless(os.path.isdir(SHM) and os.access(SHM, os.W_OK) and fs_type(SHM) == "tmpfs",
+                     "needs a writable tmpfs at /dev/shm")
+class AttentionReadsTest(PosencTestCase):
+    def setUp(self):
+        super().setUp()
+        self.shm = tempfile.mkdtemp(prefix="posenc-test-", dir=SHM)
+
+    def tearDown(self):
+        shutil.rmtree(self.shm, ignore_errors=True)
+        super().tearDown()
+
+    def make(self, folder, dtype, hq, hk, sq, sk, d=64, seed=0):
+        """Q (f32 NPY) and K, V stored as `dtype` in `folder`; returns (q, k, v, values)."""
+        rng = np.random.default_rng(seed)
+        q = os.path.join(folder, "q.npy")
+        np.save(q, rng.standard_normal((1, hq, sq, d)).astype(np.float32))
+        refs, exact = [], {}
+        for name in ("k", "v"):
+            x = rng.standard_normal((1, hk, sk, d)).astype(np.float32)
+            if dtype == "f16":
+                x = x.astype(np.float16).astype(np.float32)
+            elif dtype == "bf16":
+                x = to_bf16_values(x)
+            exact[name] = x
+            path = os.path.join(folder, f"{name}.npy")
+            if dtype == "f32":
+                np.save(path, x)
+            elif dtype == "f16":
+                np.save(path, x.astype(np.float16))
+            else:  # numpy has no bf16: posenc writes it, from values it holds exactly
+                np.save(os.path.join(folder, f"{name}32.npy"), x)
+                path = os.path.join(folder, f"{name}.h5") + f":/{name}"
+                self.run_ok("convert", os.path.join(folder, f"{name}32.npy"), "--dtype", "bf16",
+                            "-o", path, "--force")
+            refs.append(path)
+        return q, refs[0], refs[1], exact
+
+    def attention(self, q, k, v, tag, *extra, env=None):
+        out = self.path(f"{tag}_{{}}.npy")
+        self.run_ok("attention", "-q", q, "-k", k, "-v", v, "-o", out, "--emit", "output,lse",
+                    *extra, env=env)
+        got = []
+        for name in ("output", "lse"):
+            with open(out.format(name), "rb") as f:
+                got.append(f.read())
+        return got
+
+    def check(self, dtype, hq, hk, sq, sk):
+        what = f"{dtype} hq {hq} hk {hk} sq {sq} sk {sk}"
+        for folder in (self.shm, self.tmp):  # tmpfs (reads by default), the test folder
+            q, k, v, exact = self.make(folder, dtype, hq, hk, sq, sk)
+            want = None
+            for io in (None, "map", "read"):
+                env = {"POSENC_KV_IO": io} if io else {"POSENC_KV_IO": "default"}
+                for threads in ("1", "2"):
+                    got = self.attention(q, k, v, f"{io}{threads}", "-j", threads, env=env)
+                    if want is None:
+                        want = got
+                    self.assertTrue(got == want,
+                                    f"{what} in {folder}: POSENC_KV_IO={io} -j {threads} differs")
+            # The same bytes as K and V read into memory (a budget below them: chunks).
+            chunked = self.attention(q, k, v, "chunked", "--max-memory", "4M")
+            self.assertTrue(chunked == want, f"{what} in {folder}: chunked differs")
+            # And it is attention: float64 numpy on the same values.
+            qa = np.load(q).astype(np.float64)
+            ka, va = (np.repeat(exact[n].astype(np.float64), hq // hk, axis=1) for n in "kv")
+            s = qa @ ka.transpose(0, 1, 3, 2) / np.sqrt(qa.shape[-1])
+            p = np.exp(s - s.max(-1, keepdims=True))
+            ref = (p / p.sum(-1, keepdims=True)) @ va
+            out = np.load(self.path("chunked_output.npy"))
+            np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5, err_msg=what)
+
+    def test_f32_mha_and_gqa(self):
+        self.check("f32", hq=4, hk=4, sq=1, sk=5000)
+        self.check("f32", hq=4, hk=2, sq=1, sk=4097)
+
+    def test_f16_mha_and_gqa(self):
+        self.check("f16", hq=4, hk=4, sq=1, sk=5000)
+        self.check("f16", hq=8, hk=2, sq=3, sk=9000)
+
+    def test_bf16_mha_and_gqa(self):
+        self.check("bf16", hq=2, hk=2, sq=1, sk=5000)
+        self.check("bf16", hq=4, hk=1, sq=1, sk=3000)
+
+    def test_truncated_k_on_tmpfs(self):
+        for dtype in ("f32", "f16", "bf16"):
+            q, k, v, _ = self.make(self.shm, dtype, hq=2, hk=2, sq=1, sk=3000)
+            path = k.split(":")[0]
+            size = os.path.getsize(path)
+            os.truncate(path, size - 1000)
+            before = os.listdir(self.tmp)
+            for io in ("default", "map", "read"):
+                for threads in ("1", "2"):
+                    p = self.assert_fails(3, "-j", threads, "attention", "-q", q, "-k", k, "-v",
+                                          v, "--emit", "output", "-o", self.path("out.npy"),
+                                          env={"POSENC_KV_IO": io})
+                    self.assertIn(os.path.basename(path), p.stderr)
+                    if dtype != "bf16":
+                        self.assertRegex(p.stderr, r"truncated data: expected \d+ bytes, got \d+$")
+            self.assert_no_new_files(before)
+
+
+if __name__ == "__main__":
+    unittest.main()
