@@ -8,8 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <ctime>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -63,6 +67,95 @@ class Channel {
   std::condition_variable ready_;
   std::deque<T> items_;
   bool cancelled_ = false;
+};
+
+/// The wall time an I/O stage (reader or writer) spent in its reads or writes, summed
+/// over the slabs it finished: published by that stage for TransformThreads.
+struct StageTime {
+  std::atomic<std::int64_t> ns{0};
+  std::atomic<std::int64_t> rows{0};
+  /// Times `io()` and adds it as `n` entries.
+  template <typename F>
+  void time(std::size_t n, F&& io) {
+    const auto t0 = std::chrono::steady_clock::now();
+    io();
+    const auto t = std::chrono::steady_clock::now() - t0;
+    ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count(),
+                 std::memory_order_relaxed);
+    rows.fetch_add(static_cast<std::int64_t>(n), std::memory_order_release);
+  }
+};
+
+/// CPU time of the calling thread in nanoseconds.
+std::int64_t thread_cpu_ns() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return std::int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+/// How many of the `cap` allowed OpenMP threads transform the next slab. The reader and
+/// writer threads keep a core each busy (one between them when reads and writes take
+/// turns), so the transform starts on the cores they leave, at least one: a second
+/// transforming thread on a two-core machine only took CPU and memory bandwidth from
+/// the writer (a 256 MiB f32 RoPE from tmpfs to tmpfs, writing two thirds of its CPU,
+/// ran 3-8% slower with -j 2 than with -j 1 beside a busy process, and up to 24% slower
+/// to ext4). When that leaves threads of `cap` unused, the transform's time per entry
+/// (the calling thread's CPU time: OpenMP splits the rows evenly; the median of the
+/// last few slabs, as the first ten or so also fault in fresh working memory) is set
+/// against the I/O's wall time per entry (reading and writing in turn when they are
+/// serialised, else the slower of the two). A transform that takes more than twice as
+/// long as the I/O at two decisions in a row leaves the I/O threads idle over half the
+/// time, and gets all `cap` threads for the rest of the run. (Coming back down is not
+/// decided from the same figures: on more threads the transform's CPU time grows with
+/// their contention for memory.)
+class TransformThreads {
+ public:
+  TransformThreads(int cap, int io_threads, bool serialize_io, const StageTime& reader,
+                   const StageTime& writer)
+      : cap_(std::max(cap, 1)),
+        threads_(std::min(cap_, std::max(1, omp_get_num_procs() - io_threads))),
+        serialize_(serialize_io),
+        reader_(reader),
+        writer_(writer) {}
+
+  int threads() const { return threads_; }
+
+  /// Records a slab of `rows` entries whose transform took `cpu_ns` of the calling
+  /// thread's CPU time.
+  void transformed(std::size_t rows, std::int64_t cpu_ns) {
+    if (threads_ == cap_ || rows == 0) return;
+    recent_[slabs_ % kRecent] = static_cast<double>(cpu_ns) / static_cast<double>(rows);
+    if (++slabs_ < kFirstDecision || slabs_ % kEvery != 0) return;
+    std::array<double, kRecent> sorted = recent_;
+    std::nth_element(sorted.begin(), sorted.begin() + kRecent / 2, sorted.end());
+    const double cpu = sorted[kRecent / 2];
+    const double io =
+        serialize_ ? rate(reader_) + rate(writer_) : std::max(rate(reader_), rate(writer_));
+    bound_decisions_ = io > 0 && cpu > kComputeBound * io ? bound_decisions_ + 1 : 0;
+    if (bound_decisions_ >= 2) threads_ = cap_;
+  }
+
+ private:
+  static constexpr std::size_t kRecent = 8;  ///< slabs whose median is taken
+  static constexpr std::size_t kFirstDecision = 16;
+  static constexpr std::size_t kEvery = 4;  ///< slabs between decisions
+  static constexpr double kComputeBound = 2.0;
+
+  /// Wall nanoseconds per entry of a stage so far (0 before its first slab).
+  static double rate(const StageTime& s) {
+    const std::int64_t rows = s.rows.load(std::memory_order_acquire);
+    const std::int64_t ns = s.ns.load(std::memory_order_relaxed);
+    return rows == 0 ? 0.0 : static_cast<double>(ns) / static_cast<double>(rows);
+  }
+
+  const int cap_;
+  int threads_;
+  const bool serialize_;
+  const StageTime& reader_;
+  const StageTime& writer_;
+  std::size_t slabs_ = 0;
+  std::array<double, kRecent> recent_{};
+  int bound_decisions_ = 0;
 };
 
 /// Buffers per side (input, output) of the slab pipeline: two let the reader fill
@@ -148,6 +241,7 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
     read.cancel();
     transformed.cancel();
   };
+  StageTime read_time, write_time;
   auto io_lock = [&] {
     return serialize_io ? std::unique_lock<std::mutex>(io_mutex) : std::unique_lock<std::mutex>();
   };
@@ -160,7 +254,8 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
         if (!free_in.pop(s.buf)) return;
         {
           auto lock = io_lock();
-          src.read_slab(axis, s.first, s.rows, in_bufs[s.buf].data());
+          read_time.time(s.rows,
+                         [&] { src.read_slab(axis, s.first, s.rows, in_bufs[s.buf].data()); });
         }
         read.push(s);
       }
@@ -175,7 +270,7 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
         if (!transformed.pop(s)) return;
         {
           auto lock = io_lock();
-          sink.write_slab(axis, out_bufs[s.buf].data(), s.rows);
+          write_time.time(s.rows, [&] { sink.write_slab(axis, out_bufs[s.buf].data(), s.rows); });
         }
         free_out.push(s.buf);
         if (done) done(s.first + s.rows - op.first_row);
@@ -190,16 +285,15 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
   } catch (...) {
     fail(std::current_exception());  // stops the reader
   }
-  // Without -j, the transform gets the cores the reader and writer leave: libgomp's
-  // workers spin-wait between slabs and would take those cores from the I/O threads,
-  // which costs far more than a second transforming thread gains (the transform is a
-  // small part of the time next to I/O). Results do not depend on the thread count.
+  // Without -j, the transform never gets more than the cores the reader and writer
+  // leave: a shared libgomp's workers then spin-wait between slabs (main.cpp sets a
+  // passive wait only with -j or a static libgomp) and would take those cores from the
+  // I/O threads. Within the cap, TransformThreads chooses. Results do not depend on the
+  // thread count.
   const int saved_threads = omp_get_max_threads();
-  if (threads > 0) {
-    omp_set_num_threads(threads);
-  } else {
-    omp_set_num_threads(std::max(1, std::min(saved_threads, omp_get_num_procs() - 2)));
-  }
+  TransformThreads team(
+      threads > 0 ? threads : std::max(1, std::min(saved_threads, omp_get_num_procs() - 2)),
+      mapped || serialize_io ? 1 : 2, serialize_io, read_time, write_time);
   try {
     for (std::size_t first = op.first_row; first < total_rows; first += slab_rows) {
       Slab in, out;
@@ -211,8 +305,11 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
       if (!free_out.pop(out.buf)) break;
       out.first = in.first;
       out.rows = in.rows;
+      omp_set_num_threads(team.threads());
+      const std::int64_t cpu0 = thread_cpu_ns();
       op.rows(mapped ? mapped + in.first * op.in_row_bytes : in_bufs[in.buf].data(),
               out_bufs[out.buf].data(), in.first, in.rows);
+      team.transformed(in.rows, thread_cpu_ns() - cpu0);
       if (mapped) {
         io_detail::release_mapped(mapped + in.first * op.in_row_bytes, in.rows * op.in_row_bytes);
       } else {

@@ -52,8 +52,10 @@ SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& wha
 
 /// Streams `op.total_rows` entries along `axis` from `src` through `op.rows` to `sink`
 /// as `plan` says. `serialize_io` keeps reads and writes from running at the same time
-/// (HDF5 on both sides: the library is not thread-safe). `threads` OpenMP threads
-/// transform (0: the cores the I/O threads leave). `done` (may be empty) is called with
+/// (HDF5 on both sides: the library is not thread-safe). At most `threads` OpenMP
+/// threads transform (0: the cores the I/O threads leave); fewer while they would take
+/// cores from the reader and writer, all of them once the transform is measured to take
+/// over twice as long as the I/O. `done` (may be empty) is called with
 /// the entries written so far after each slab. The first error of any stage stops all
 /// of them and is rethrown here. Does not commit the sink.
 void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const SlabOp& op,

@@ -95,7 +95,9 @@ struct AddStreamRequest {
   bool allow_nonfinite = false;  ///< otherwise NaN/Inf in X (or the table) is an InputError
   /// Bytes for slab buffers and the table rows; 0 = a quarter of physical memory.
   std::size_t max_memory = 0;
-  int threads = 0;  ///< OpenMP threads; 0 = all cores but the two I/O threads use
+  /// The most OpenMP threads that add, chosen as RopeStreamRequest::threads; 0 = all
+  /// cores but the two I/O threads use.
+  int threads = 0;
   /// Called after each slab with the bytes done and the total (optional).
   std::function<void(std::size_t done, std::size_t total)> progress;
   /// Called with a description of the plan and the recorded parameters (optional).

@@ -45,8 +45,10 @@ struct RopeStreamRequest {
   /// first axis whose extent is not 1; the output holds that share only, with the
   /// part attributes of io/part.hpp when it is HDF5. Default: the whole input.
   Part part;
-  /// OpenMP threads for the rotation; 0 = all cores but the two the reader and writer
-  /// use (at least one).
+  /// The most OpenMP threads that rotate; 0 = all cores but the two the reader and
+  /// writer use (at least one). Of these, as many rotate as the cores the reader and
+  /// writer leave (at least one), and all once rotating is measured to take over twice
+  /// as long as reading and writing. The bytes written do not depend on it.
   int threads = 0;
   /// Called after each slab is written with the input's text, the bytes done and the
   /// total (optional).
