@@ -27,30 +27,21 @@ for n in "kv":
 PYEOF
 grep -m1 'model name' /proc/cpuinfo
 for bin in "$OLD" "$NEW"; do "$bin" --version; done
-hyperfine -N -w 2 -r "$RUNS" --export-markdown "$DIR/table.md" \
-  -n old "$OLD table rope --positions 262144 --dim 128 --emit cos-sin -o $DIR/t_old.npy" \
-  -n new "$NEW table rope --positions 262144 --dim 128 --emit cos-sin -o $DIR/t_new.npy"
-hyperfine -N -w 2 -r "$RUNS" \
-  -n old "$OLD rope $DIR/x.npy --axes shd -o $DIR/r_old.npy" \
-  -n new "$NEW rope $DIR/x.npy --axes shd -o $DIR/r_new.npy"
-hyperfine -N -w 2 -r "$RUNS" \
-  -n old "$OLD rope $DIR/x.npy --axes shd --mrope-section 16,24,24 --position-ids $DIR/ids3.npy -o $DIR/m_old.npy" \
-  -n new "$NEW rope $DIR/x.npy --axes shd --mrope-section 16,24,24 --position-ids $DIR/ids3.npy -o $DIR/m_new.npy"
-hyperfine -N -w 2 -r "$RUNS" \
-  -n old "$OLD rope $DIR/x.npy --axes shd --rope2d 64 128 -o $DIR/g_old.npy" \
-  -n new "$NEW rope $DIR/x.npy --axes shd --rope2d 64 128 -o $DIR/g_new.npy"
-hyperfine -N -w 1 -r "$RUNS" \
-  -n old "$OLD attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --emit output -o $DIR/a_old.npy" \
-  -n new "$NEW attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --emit output -o $DIR/a_new.npy"
-hyperfine -N -w 1 -r "$RUNS" \
-  -n old "$OLD attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --causal --emit output -o $DIR/c_old.npy" \
-  -n new "$NEW attention -q $DIR/q.npy -k $DIR/k.npy -v $DIR/v.npy --causal --emit output -o $DIR/c_new.npy"
-hyperfine -N -w 1 -r "$RUNS" \
-  -n old "$OLD attention -q $DIR/q.npy -k $DIR/k2.npy -v $DIR/v2.npy --emit output -o $DIR/gqa_old.npy" \
-  -n new "$NEW attention -q $DIR/q.npy -k $DIR/k2.npy -v $DIR/v2.npy --emit output -o $DIR/gqa_new.npy"
-hyperfine -N -w 5 -r "$((RUNS * 10))" \
-  -n old "$OLD table sinusoidal --positions 16 --dim 8 -o $DIR/s_old.npy" \
-  -n new "$NEW table sinusoidal --positions 16 --dim 8 -o $DIR/s_new.npy"
+# pair WARMUP RUNS TAG ARGS...: `posenc ARGS -o $DIR/TAG_{old,new}.npy` of both builds.
+pair() {
+  w=$1 r=$2 tag=$3
+  shift 3
+  hyperfine -N -w "$w" -r "$r" \
+    -n old "$OLD $* -o $DIR/${tag}_old.npy" -n new "$NEW $* -o $DIR/${tag}_new.npy"
+}
+pair 2 "$RUNS" t table rope --positions 262144 --dim 128 --emit cos-sin
+pair 2 "$RUNS" r rope "$DIR/x.npy" --axes shd
+pair 2 "$RUNS" m rope "$DIR/x.npy" --axes shd --mrope-section 16,24,24 --position-ids "$DIR/ids3.npy"
+pair 2 "$RUNS" g rope "$DIR/x.npy" --axes shd --rope2d 64 128
+pair 1 "$RUNS" a attention -q "$DIR/q.npy" -k "$DIR/k.npy" -v "$DIR/v.npy" --emit output
+pair 1 "$RUNS" c attention -q "$DIR/q.npy" -k "$DIR/k.npy" -v "$DIR/v.npy" --causal --emit output
+pair 1 "$RUNS" gqa attention -q "$DIR/q.npy" -k "$DIR/k2.npy" -v "$DIR/v2.npy" --emit output
+pair 5 "$((RUNS * 10))" s table sinusoidal --positions 16 --dim 8
 for f in t r m g a c gqa s; do
   cmp "$DIR/${f}_old.npy" "$DIR/${f}_new.npy" || { echo "outputs differ: $f"; exit 1; }
 done

@@ -74,16 +74,6 @@ class AttentionReadsTest(PosencTestCase):
             refs.append(path)
         return q, refs[0], refs[1], exact
 
-    def attention(self, q, k, v, tag, *extra, env=None):
-        out = self.path(f"{tag}_{{}}.npy")
-        self.run_ok("attention", "-q", q, "-k", k, "-v", v, "-o", out, "--emit", "output,lse",
-                    *extra, env=env)
-        got = []
-        for name in ("output", "lse"):
-            with open(out.format(name), "rb") as f:
-                got.append(f.read())
-        return got
-
     def check(self, dtype, hq, hk, sq, sk):
         what = f"{dtype} hq {hq} hk {hk} sq {sq} sk {sk}"
         for folder in (self.shm, self.tmp):  # tmpfs (reads by default), the test folder
@@ -99,7 +89,7 @@ class AttentionReadsTest(PosencTestCase):
                 extra = ["--max-memory", budget] if budget else []
                 for threads in ("1", "2"):
                     tag = f"{io}{budget}{threads}"
-                    got = self.attention(q, k, v, tag, "-j", threads, *extra, env=env)
+                    got = self.output_lse_bytes(q, k, v, tag, "-j", threads, *extra, env=env)
                     if want is None:
                         want = got
                     self.assertTrue(got == want, f"{what} in {folder}: POSENC_KV_IO={io} "

@@ -44,29 +44,19 @@ class AttentionWidenTest(PosencTestCase):
             refs.append((low, f32))
         return q, refs[0][0], refs[1][0], refs[0][1], refs[1][1], exact
 
-    def attention(self, q, k, v, tag, *extra, env=None):
-        out = self.path(f"{tag}_{{}}.npy")
-        self.run_ok("attention", "-q", q, "-k", k, "-v", v, "-o", out, "--emit", "output,lse",
-                    *extra, env=env)
-        got = []
-        for name in ("output", "lse"):
-            with open(out.format(name), "rb") as f:
-                got.append(f.read())
-        return got
-
     def check(self, dtype, hq, hk, sq, sk, axes="bhsd"):
         q, kl, vl, k32, v32, exact = self.make(dtype, hq, hk, sq, sk, axes=axes)
         extra = ["--axes", axes]
-        want = self.attention(q, k32, v32, "f32", *extra)
+        want = self.output_lse_bytes(q, k32, v32, "f32", *extra)
         what = f"{dtype} hq {hq} hk {hk} sq {sq} sk {sk} {axes}"
         for isa in VARIANTS:
             for threads in ("1", "2"):
-                got = self.attention(q, kl, vl, f"{isa}{threads}", "-j", threads, *extra,
+                got = self.output_lse_bytes(q, kl, vl, f"{isa}{threads}", "-j", threads, *extra,
                                      env={"POSENC_ROPE_ISA": isa})
                 self.assertTrue(got == want, f"{what}: {isa} -j {threads} differs from f32")
         # In chunks (a budget below K and V, so they are not mapped), the same bytes.
         budget = "2M" if axes == "bhsd" else "4M"  # bshd blocks are copied to bhsd
-        chunked = self.attention(q, kl, vl, "chunked", "--max-memory", budget, *extra)
+        chunked = self.output_lse_bytes(q, kl, vl, "chunked", "--max-memory", budget, *extra)
         self.assertTrue(chunked == want, f"{what}: chunked differs from f32")
         # And it is attention: float64 numpy on the same values.
         qa = np.load(q).astype(np.float64)

@@ -68,6 +68,18 @@ class PosencTestCase(unittest.TestCase):
             self.assertRegex(lines[0], match)
         return p
 
+    def output_lse_bytes(self, q, k, v, tag, *extra, env=None):
+        """The bytes of the output and lse files of `posenc attention --emit output,lse`
+        (NPY files named after `tag` in the test folder)."""
+        out = self.path(f"{tag}_{{}}.npy")
+        self.run_ok("attention", "-q", q, "-k", k, "-v", v, "-o", out, "--emit", "output,lse",
+                    *extra, env=env)
+        got = []
+        for name in ("output", "lse"):
+            with open(out.format(name), "rb") as f:
+                got.append(f.read())
+        return got
+
     def assert_streamed_bits(self, *args, budgets=("800K", "64M")):
         """`posenc attention *args --emit output,lse` gives the same bytes in memory and
         under each --max-memory of `budgets` (K and V read in chunks, or used in place in
