@@ -2,13 +2,13 @@
 // sizes, memory.
 #include "ops/attention_geometry.hpp"
 
+#include <xtensor/xstrides.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <optional>
-#include <xtensor/xstrides.hpp>
 
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
@@ -359,20 +359,21 @@ std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt) {
                  heads);
 }
 
+bool kv_in_place(const Geometry& g, DType t) {
+  return g.axes.back() == 'd' && (t == g.compute || detail::widens(t));
+}
+
 namespace {
 
-// Whether an in-memory run holds a whole copy of K (`of` = k) or V stored as `of`, as run<T>
-// does: make_view converts a dtype other than the arithmetic type and reorders when d is
-// not the last axis, except when run_widening takes K and V as stored (d last, each in
-// the arithmetic type or f16/bf16, widened one key block at a time). Unknown dtypes:
-// the worst case, a copy.
+// Whether an in-memory run holds a whole copy of K or V stored as `of`: make_view
+// reorders when d is not the last axis and converts a dtype other than the arithmetic
+// type, unless K and V are both used in place (run_widening). Unknown dtypes: the worst
+// case, a copy.
 bool kv_copied(const Geometry& g, bool has_v, std::optional<DType> k, std::optional<DType> v,
                std::optional<DType> of) {
-  if (!k || (has_v && !v) || g.axes.back() != 'd') return true;
-  auto as_stored = [&g](DType t) { return t == g.compute || detail::widens(t); };
-  const bool widening =
-      (*k != g.compute || (has_v && *v != g.compute)) && as_stored(*k) && (!has_v || as_stored(*v));
-  return *of != g.compute && !widening;
+  if (!k || (has_v && !v)) return true;
+  const bool in_place = kv_in_place(g, *k) && (!has_v || kv_in_place(g, *v));
+  return g.axes.back() != 'd' || (*of != g.compute && !in_place);
 }
 
 }  // namespace

@@ -131,6 +131,9 @@ std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt);
 /// sinks, a converted score bias and LongT5's side keys (attention_terms.cpp, beside
 /// plan()).
 std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt);
+/// Whether K or V stored as `t` is used as it is stored, read or widened one key block at
+/// a time (d last; the arithmetic type, f16 or bf16), rather than converted whole.
+bool kv_in_place(const Geometry& g, DType t);
 /// The memory an in-memory run needs, and the names of what takes it. K and V count as
 /// whole converted copies unless their stored dtypes are given (see kv_copied).
 std::pair<std::size_t, std::string> memory_of(const Geometry& g, const Shape& qs, const Shape& ks,

@@ -170,7 +170,7 @@ template <class T>
 MappedKV mapped_kv(const std::byte* base, DType dtype, const Shape& shape, const Geometry& g,
                    std::size_t width) {
   MappedKV m;
-  if (g.axes.back() != 'd' || (dtype != dtype_of<T>() && !detail::widens(dtype))) return m;
+  if (!kv_in_place(g, dtype)) return m;  // g.compute is T
   m.base = base;
   m.dtype = dtype;
   m.st = strides_of(shape, g.axes);
