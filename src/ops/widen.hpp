@@ -12,6 +12,12 @@
 
 namespace posenc::widen_detail {
 
+/// How far ahead of its loads a variant prefetches the source. Mapped files sit in 4 KiB
+/// pages, at whose edges the hardware prefetchers stop; 4 KiB ahead keeps the reads of a
+/// key block streaming. f16 decode of a 256 MiB K/V cache in ext4's page cache, AMD Zen 4,
+/// medians of 21: 27.7 -> 24.9 ms for one file, unchanged (24.4, 24.2) for another.
+inline constexpr std::size_t kPrefetchBytes = 4096;
+
 /// Widens n values; returns whether all of them are finite (no Inf, no NaN), which the
 /// conversion finds for free, so that a caller checking its inputs reads them once.
 using WidenFn = bool (*)(const std::uint16_t* src, float* dst, std::size_t n);

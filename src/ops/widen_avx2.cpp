@@ -16,6 +16,7 @@ bool f16(const std::uint16_t* src, float* dst, std::size_t n) {
   bool special_seen = false;
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + i) + kPrefetchBytes, _MM_HINT_T0);
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     __m256 f = _mm256_cvtph_ps(h);
     // Inf and NaN as half_to_float makes them: the payload shifted, a signalling NaN
@@ -44,6 +45,7 @@ bool bf16(const std::uint16_t* src, float* dst, std::size_t n) {
   __m128i special = _mm_setzero_si128();
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + i) + kPrefetchBytes, _MM_HINT_T0);
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     special = _mm_or_si128(special, _mm_cmpeq_epi16(_mm_and_si128(h, exp), exp));
     const __m256i x = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);

@@ -20,6 +20,7 @@ bool f16(const std::uint16_t* src, float* dst, std::size_t n) {
   bool special_seen = false;
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + i) + kPrefetchBytes, _MM_HINT_T0);
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
     __m512 f = _mm512_maskz_cvtph_ps(kAll, h);
     // Inf and NaN as half_to_float makes them (see the avx2 variant).
@@ -49,6 +50,7 @@ bool bf16(const std::uint16_t* src, float* dst, std::size_t n) {
   __m256i special = _mm256_setzero_si256();
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + i) + kPrefetchBytes, _MM_HINT_T0);
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
     special = _mm256_or_si256(special, _mm256_cmpeq_epi16(_mm256_and_si256(h, exp), exp));
     const __m512i x = _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16);
