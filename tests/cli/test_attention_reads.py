@@ -16,7 +16,7 @@ import unittest
 
 import numpy as np
 
-from posenc_testlib import PosencTestCase
+from posenc_testlib import PosencTestCase, to_bf16_values
 
 SHM = "/dev/shm"
 
@@ -29,12 +29,6 @@ def fs_type(path):
             if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
                 best, kind = mnt, typ
     return kind
-
-
-def to_bf16_values(x):
-    """float32 values exactly representable in bf16 (the top 16 bits kept)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
-    return u.view(np.float32)
 
 
 @unittest.skipUnless(os.path.isdir(SHM) and os.access(SHM, os.W_OK) and fs_type(SHM) == "tmpfs",
@@ -76,7 +70,7 @@ class AttentionReadsTest(PosencTestCase):
 
     def check(self, dtype, hq, hk, sq, sk):
         what = f"{dtype} hq {hq} hk {hk} sq {sq} sk {sk}"
-        for folder in (self.shm, self.tmp):  # tmpfs (reads by default), the test folder
+        for folder in (self.shm, self.tmp):  # tmpfs, the test folder
             q, k, v, exact = self.make(folder, dtype, hq, hk, sq, sk)
             want = None
             # (POSENC_KV_IO, budget): mapped, read, mapped; read, chunks under a budget

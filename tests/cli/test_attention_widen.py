@@ -9,15 +9,9 @@ import unittest
 
 import numpy as np
 
-from posenc_testlib import PosencTestCase
+from posenc_testlib import PosencTestCase, to_bf16_values
 
 VARIANTS = ("base", "avx2", "avx512")
-
-
-def to_bf16_values(x):
-    """float32 values exactly representable in bf16 (the top 16 bits kept)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
-    return u.view(np.float32)
 
 
 class AttentionWidenTest(PosencTestCase):

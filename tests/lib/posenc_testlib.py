@@ -163,6 +163,12 @@ def run_measured(*args):
 
 # --- bit-exact tensors in f32, f16 and bf16 (for the --arith references) -------------
 
+def to_bf16_values(x):
+    """float32 values exactly representable in bf16 (the top 16 bits kept)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+    return u.view(np.float32)
+
+
 def save_torch(case, name, t):
     """Writes torch tensor t (float32, float16 or bfloat16) for posenc and returns its
     reference: NPY for f32/f16; for bf16 an HDF5 bfloat16 dataset written by
