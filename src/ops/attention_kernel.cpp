@@ -25,16 +25,27 @@ namespace {
 // ---------------------------------------------------------------------------------
 // BLAS, single-threaded per call (see the file comment of attention.hpp), through
 // xtensor-blas. Blocks whose rows are contiguous (the default bhsd layout, every tile)
-// are zero-copy row-major adaptors; a block with a longer row stride (bshd inputs) is a
-// strided adaptor, which xtensor-blas evaluates into a contiguous copy first (O(rows *
-// cols) next to the O(m * n * k) product). C is a contiguous m x n tile.
+// are zero-copy row-major adaptors; a block with a longer row stride (bshd inputs) is
+// copied into contiguous rows first (O(rows * cols) next to the O(m * n * k) product).
+// C is a contiguous m x n tile.
 
-// (The adaptor's element count is rows * cols, as xtensor requires of strided adaptors;
-// the elements lie within rows * ld.)
+// A strided block, copied into `buf` as the contiguous rows xtensor-blas would evaluate
+// it into. The copy is made here, into a buffer each thread reuses, because xtensor-blas
+// makes a new temporary on every call: with two threads that churn left the heap at 70
+// MiB resident under a 32 MiB --max-memory (f16 bshd K and V streamed in chunks). The
+// product is the same BLAS call on the same values, so the same bits.
 template <class T>
-auto matrix(const T* p, std::size_t rows, std::size_t cols, std::size_t ld) {
-  return xt::adapt(p, rows * cols, xt::no_ownership(), std::array<std::size_t, 2>{rows, cols},
-                   std::array<std::ptrdiff_t, 2>{static_cast<std::ptrdiff_t>(ld), 1});
+const T* contiguous(const T* p, std::size_t rows, std::size_t cols, std::size_t ld,
+                    std::vector<T>& buf) {
+  if (buf.size() < rows * cols) buf.resize(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r) std::copy_n(p + r * ld, cols, buf.data() + r * cols);
+  return buf.data();
+}
+
+/// A read-only rows x cols row-major adaptor.
+template <class T>
+auto matrix(const T* p, std::size_t rows, std::size_t cols) {
+  return xt::adapt(p, rows * cols, xt::no_ownership(), std::array<std::size_t, 2>{rows, cols});
 }
 
 template <class T>
@@ -44,30 +55,18 @@ void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, co
   if (m == 1 && ldb == b_cols && !b_strided) {
     // One query row (decoding): a matrix-vector product reads B once, where sgemm would
     // first copy it into its packed layout. (Strided B, as from bshd inputs, takes the
-    // gemm path, which evaluates it into a contiguous copy; so does B marked
-    // `b_strided`, a contiguous copy of strided rows made by the caller.)
+    // gemm path on a contiguous copy; so does B marked `b_strided`, a contiguous copy of
+    // strided rows made by the caller.)
     auto x = xt::adapt(a, k, xt::no_ownership(), std::array<std::size_t, 1>{k});
     auto y = xt::adapt(c, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
-    xt::blas::gemv(xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
-                             std::array<std::size_t, 2>{b_rows, b_cols}),
-                   x, y, !trans_b, alpha, beta);
+    xt::blas::gemv(matrix(b, b_rows, b_cols), x, y, !trans_b, alpha, beta);
     return;
   }
+  thread_local std::vector<T> a_rows, b_rows_copy;
+  if (lda != k) a = contiguous(a, m, k, lda, a_rows);
+  if (ldb != b_cols) b = contiguous(b, b_rows, b_cols, ldb, b_rows_copy);
   auto out = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});
-  auto with_b = [&](const auto& A) {
-    if (ldb == b_cols) {
-      xt::blas::gemm(A, xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
-                                  std::array<std::size_t, 2>{b_rows, b_cols}),
-                     out, false, trans_b, alpha, beta);
-    } else {
-      xt::blas::gemm(A, matrix(b, b_rows, b_cols, ldb), out, false, trans_b, alpha, beta);
-    }
-  };
-  if (lda == k) {
-    with_b(xt::adapt(a, m * k, xt::no_ownership(), std::array<std::size_t, 2>{m, k}));
-  } else {
-    with_b(matrix(a, m, k, lda));
-  }
+  xt::blas::gemm(matrix(a, m, k), matrix(b, b_rows, b_cols), out, false, trans_b, alpha, beta);
 }
 
 // ---------------------------------------------------------------------------------

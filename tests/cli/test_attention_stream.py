@@ -293,6 +293,35 @@ class AttentionStreamTest(PosencTestCase):
         with open(self.path("small.npy"), "rb") as f:
             self.assertEqual([f.read()], whole)
 
+    @unittest.skipIf(UNDER_ASAN, "peak RSS means nothing under AddressSanitizer")
+    def test_peak_rss_within_the_budget_f16_bshd(self):
+        # Decode against an f16 bshd cache (sq 1, sk 65,536, 8 heads, d 128: K and V are
+        # 128 MiB each), streamed in chunks widened to f32: the chunk buffers are reused,
+        # so resident memory stays at the budget plus the program (about 8 MiB). A new
+        # buffer per chunk once kept 90 MiB resident here.
+        rng = np.random.default_rng(2)
+        q = rng.standard_normal((1, 1, 8, 128), dtype=np.float32)
+        k = rng.standard_normal((1, 65536, 8, 128), dtype=np.float32).astype(np.float16)
+        v = rng.standard_normal((1, 65536, 8, 128), dtype=np.float32).astype(np.float16)
+        paths = [self.npy(f"{n}.npy", x) for n, x in (("q", q), ("k", k), ("v", v))]
+        out = self.path("o.npy")
+        rc, _, err, rss_kib = run_measured(
+            "attention", "--axes", "bshd", "-q", paths[0], "-k", paths[1], "-v", paths[2],
+            "--emit", "output", "--max-memory", "32M", "-o", out)
+        self.assertEqual(rc, 0, err)
+        self.assertLessEqual(rss_kib * 1024, (32 + 12) * MIB,
+                             f"peak RSS {rss_kib / 1024:.0f} MiB with --max-memory 32M")
+        # float64 reference: softmax(q k^T / sqrt(d)) v per head.
+        qh = q[0, 0].astype(np.float64)  # [h, d]
+        kh = k[0].astype(np.float64).transpose(1, 0, 2)  # [h, s, d]
+        vh = v[0].astype(np.float64).transpose(1, 0, 2)
+        s = np.einsum("hd,hsd->hs", qh, kh) / np.sqrt(128)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        want = np.einsum("hs,hsd->hd", p / p.sum(axis=1, keepdims=True), vh)
+        got = np.load(out)
+        self.assertEqual(got.shape, (1, 1, 8, 128))
+        np.testing.assert_allclose(got[0, 0], want, rtol=0, atol=1e-5)
+
 
 if __name__ == "__main__":
     unittest.main()
