@@ -1,4 +1,4 @@
-// The AVX-512 RoPE fast paths (f32/f16 data, float64 arithmetic, widths that are
+// The AVX-512 RoPE fast paths (f32/f16/bf16 data, float64 arithmetic, widths that are
 // multiples of 16; with and without AVX512-FP16 conversions) against the float64
 // definition rounded once and against the base kernel, byte for byte: streamed and plain
 // stores, aligned and unaligned outputs, partial rotary, both styles, f16 ties, --precision
@@ -95,13 +95,15 @@ TEST(RopeKernelFast, MatchesDefinitionAndBaseKernel) {
       }
     }
     for (RopeStyle st : {RopeStyle::neox, RopeStyle::gptj}) {
-      for (DType in : {DType::f32, DType::f16}) {
-        // Magnitudes across the f16 range, its subnormals and overflow.
+      for (DType in : {DType::f32, DType::f16, DType::bf16}) {
+        // Magnitudes across the f16 range, its subnormals and overflow; for bf16 inputs
+        // across the bf16 range, into the f32 subnormals and up to f16/f32 overflow.
         Tensor x(in, {S, H, D});
         std::mt19937 g(static_cast<unsigned>(D * 7 + R));
-        std::uniform_real_distribution<double> e(-26, 16), m(-1, 1);
+        const bool wide = in == DType::bf16;
+        std::uniform_real_distribution<double> e(wide ? -140 : -26, wide ? 128 : 16), m(-1, 1);
         for (std::size_t i = 0; i < x.numel(); ++i) x.set(i, m(g) * std::exp2(e(g)));
-        for (DType out : {DType::f32, DType::f16}) {
+        for (DType out : {DType::f32, DType::f16, DType::bf16}) {
           Tensor want(out, {S, H, D});
           for (std::size_t s = 0; s < S; ++s) {
             const double* c = table.data() + static_cast<std::size_t>(rowidx[s]) * R;
@@ -233,7 +235,7 @@ TEST(RopeKernelFast, ReportsNonFiniteInRotatedPartAndTail) {
   std::vector<double> table(S * R, 0.5);
   std::vector<std::int32_t> rowidx(S, 0);
   for (RopeStyle st : {RopeStyle::neox, RopeStyle::gptj}) {
-    for (DType in : {DType::f32, DType::f16}) {
+    for (DType in : {DType::f32, DType::f16, DType::bf16}) {
       for (std::size_t bad : {std::size_t{0}, std::size_t{1}, R - 1, R, D - 1, 3 * D + 17}) {
         for (double v : {INFINITY, -INFINITY, NAN}) {
           Tensor x(in, {S, D});
