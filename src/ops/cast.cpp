@@ -75,6 +75,12 @@ Tensor cast(const Tensor& t, DType to) {
     detail::widen(t.dtype(), t.bytes(), out.data<double>(), t.numel());
     return out;
   }
+  // Roundings to f16 and bf16, vectorised (the element-by-element path took 1.2 s for a
+  // 256 MiB f32 file).
+  if (detail::narrows(t.dtype(), to)) {
+    detail::narrow(t.dtype(), t.bytes(), to, out.bytes(), t.numel());
+    return out;
+  }
   detail::visit_dtype(t.dtype(), [&](auto from) {
     detail::visit_dtype(to, [&](auto target) {
       convert<decltype(from)::value, decltype(target)::value>(t.bytes(), out.bytes(), t.numel());

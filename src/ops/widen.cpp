@@ -25,11 +25,25 @@ bool bf16(const std::uint16_t* src, float* dst, std::size_t n) {
   }
   return !special;
 }
+void f32_to_f16(const float* src, std::uint16_t* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = double_to_half(src[i]);
+}
+void f32_to_bf16(const float* src, std::uint16_t* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = double_to_bf16(src[i]);
+}
+void f64_to_f16(const double* src, std::uint16_t* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = double_to_half(src[i]);
+}
+void f64_to_bf16(const double* src, std::uint16_t* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = double_to_bf16(src[i]);
+}
 }  // namespace base
 
 namespace {
 struct Chosen {
   WidenFn f16, bf16;
+  NarrowF32Fn f32_f16, f32_bf16;
+  NarrowF64Fn f64_f16, f64_bf16;
   const char* name;
 };
 
@@ -37,13 +51,26 @@ struct Chosen {
 // widens with the avx512 variant. The fuzz harnesses (tests/fuzz), built by clang
 // without the kernels, take the base variant.
 Chosen choose() {
+  const Chosen base = {
+      &base::f16,         &base::bf16, &base::f32_to_f16, &base::f32_to_bf16, &base::f64_to_f16,
+      &base::f64_to_bf16, "base"};
 #ifdef POSENC_WIDEN_BASE_ONLY
-  return {&base::f16, &base::bf16, "base"};
+  return base;
 #else
   const char* isa = rope_detail::kernel_isa();
-  if (std::strcmp(isa, "base") == 0) return {&base::f16, &base::bf16, "base"};
-  if (std::strcmp(isa, "avx2") == 0) return {&avx2::f16, &avx2::bf16, "avx2"};
-  return {&avx512::f16, &avx512::bf16, "avx512"};
+  if (std::strcmp(isa, "base") == 0) return base;
+  if (std::strcmp(isa, "avx2") == 0) {
+    return {
+        &avx2::f16,         &avx2::bf16, &avx2::f32_to_f16, &avx2::f32_to_bf16, &avx2::f64_to_f16,
+        &base::f64_to_bf16, "avx2"};
+  }
+  return {&avx512::f16,
+          &avx512::bf16,
+          &avx512::f32_to_f16,
+          &avx512::f32_to_bf16,
+          &avx512::f64_to_f16,
+          &avx512::f64_to_bf16,
+          "avx512"};
 #endif
 }
 
@@ -63,6 +90,16 @@ bool widen(DType from, const void* src, float* dst, std::size_t n) {
   const auto* s = static_cast<const std::uint16_t*>(src);
   const auto& c = widen_detail::chosen();
   return (from == DType::bf16 ? c.bf16 : c.f16)(s, dst, n);
+}
+
+void narrow(DType from, const void* src, DType to, void* dst, std::size_t n) {
+  const auto& c = widen_detail::chosen();
+  auto* d = static_cast<std::uint16_t*>(dst);
+  if (from == DType::f32) {
+    (to == DType::bf16 ? c.f32_bf16 : c.f32_f16)(static_cast<const float*>(src), d, n);
+  } else {
+    (to == DType::bf16 ? c.f64_bf16 : c.f64_f16)(static_cast<const double*>(src), d, n);
+  }
 }
 
 bool widen(DType from, const void* src, double* dst, std::size_t n) {

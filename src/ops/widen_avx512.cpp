@@ -1,4 +1,4 @@
-// widen.hpp compiled for avx512f and avx512bw. Standard headers come before the target
+// widen.hpp compiled for avx512f, avx512bw and avx512vl. Standard headers come before the target
 // pragma so none of their inline functions is compiled for the wider set.
 #include <immintrin.h>
 
@@ -7,7 +7,11 @@
 
 #include "ops/widen.hpp"
 
-#pragma GCC target("avx512f,avx512bw")
+#pragma GCC target("avx512f,avx512bw,avx512vl")
+// GCC 12 warns about the deliberately undefined upper lanes inside its own AVX-512
+// headers (_mm512_undefined_*), as in rope_kernel_avx512.cpp; the narrowing below uses
+// the plain forms.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // The zero-masked forms throughout, with every lane selected: GCC 12 warns that the
 // plain forms' undefined starting value "may be used uninitialized".
@@ -62,6 +66,93 @@ bool bf16(const std::uint16_t* src, float* dst, std::size_t n) {
     special_seen |= (src[i] & 0x7f80) == 0x7f80;
   }
   return !special_seen;
+}
+
+// Narrowing: one rounding to nearest even, as double_to_half / double_to_bf16 (the base
+// loops) round; NaN lanes become the quiet NaN of their sign (f16 0x7e00, bf16 0x7fc0),
+// where the instructions would keep part of the payload. Tails take the base loops.
+
+namespace {
+
+/// f32 bits rounded to bf16 bits, nearest even (carrying into the exponent on overflow,
+/// which gives Inf), NaN lanes the quiet NaN of their sign.
+__m256i bf16_bits(__m512i u) {
+  const __m512i top = _mm512_srli_epi32(u, 16);
+  const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
+  const __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet =
+      _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, quiet));
+}
+
+/// f16 bits of 16 floats, NaN lanes made the quiet NaN of their sign.
+__m256i half_bits(__m512 v) {
+  const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  const __m256i quiet =
+      _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0x8000))),
+                      _mm256_set1_epi16(0x7e00));
+  return _mm256_mask_mov_epi16(h, nan, quiet);
+}
+
+/// 8 doubles rounded to odd into floats: truncated, and the last bit kept set where the
+/// truncation was inexact (compared back, so right in the f32 subnormals too). Rounding
+/// that to f16 or bf16, which keep at most 11 of f32's 24 bits, is the one rounding of
+/// the double.
+__m256 to_odd(__m512d d) {
+  const __m256 t = _mm512_cvt_roundpd_ps(d, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __mmask8 inexact = _mm512_cmp_pd_mask(_mm512_cvtps_pd(t), d, _CMP_NEQ_UQ);
+  const __m256i b = _mm256_castps_si256(t);
+  return _mm256_castsi256_ps(_mm256_mask_or_epi32(b, inexact, b, _mm256_set1_epi32(1)));
+}
+
+/// lo in lanes 0-7, hi in 8-15 (insertf64x4: avx512f, where insertf32x8 needs avx512dq).
+__m512 join(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+}  // namespace
+
+void f32_to_f16(const float* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), half_bits(_mm512_loadu_ps(src + i)));
+  }
+  base::f32_to_f16(src + i, dst + i, n - i);
+}
+
+void f32_to_bf16(const float* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        bf16_bits(_mm512_castps_si512(_mm512_loadu_ps(src + i))));
+  }
+  base::f32_to_bf16(src + i, dst + i, n - i);
+}
+
+void f64_to_f16(const double* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512d lo = _mm512_loadu_pd(src + i), hi = _mm512_loadu_pd(src + i + 8);
+    // NaN lanes are NaN after the rounding to odd too (their sign kept).
+    const __m256i h = half_bits(join(to_odd(lo), to_odd(hi)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
+  }
+  base::f64_to_f16(src + i, dst + i, n - i);
+}
+
+void f64_to_bf16(const double* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512d lo = _mm512_loadu_pd(src + i), hi = _mm512_loadu_pd(src + i + 8);
+    const __m512 f = join(to_odd(lo), to_odd(hi));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16_bits(_mm512_castps_si512(f)));
+  }
+  base::f64_to_bf16(src + i, dst + i, n - i);
 }
 
 }  // namespace posenc::widen_detail::avx512

@@ -92,6 +92,58 @@ class Formats(PosencTestCase):
         expect = r.astype(np.uint32).view(np.float32).astype(np.float64)
         np.testing.assert_array_equal(np.load(self.path("back.npy")), expect)
 
+    def test_narrowing_rounds_once(self):
+        # f64 and f32 to f16 against numpy's own conversion (one rounding, from the
+        # double's bits), and to bf16 against a rounding to 8 significant bits done on
+        # the double's integer bits here, on the values where rounding is hard: the
+        # midpoints between neighbouring f16 and bf16 values, and values 1 ulp and
+        # 2^-30 (below half a float's ulp, which rounding through float first would
+        # make ties) from them; enough of them (over 300,000) for every vector loop.
+        rng = np.random.default_rng(4)
+        h = np.arange(0, 0x7BFF, dtype=np.uint16).view(np.float16).astype(np.float64)
+        b = (np.arange(0x0080, 0x7F7F, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
+        cases = [rng.standard_normal(1000) * 1000]
+        for grid in (h, b):
+            mid = (grid[:-1] + grid[1:]) / 2
+            cases += [mid, np.nextafter(mid, 0), np.nextafter(mid, np.inf),
+                      mid * (1 + 2.0**-30), mid * (1 - 2.0**-30)]
+        x = np.concatenate(cases)
+        x = np.concatenate([x, -x[::7]])
+        # Values beyond the f16 range are still checked against numpy (Inf), and against
+        # the bf16 reference as long as they stay within bf16's normal range.
+        np.save(self.path("x64.npy"), x)
+        np.save(self.path("x32.npy"), x.astype(np.float32))
+        for src, ref in (("x64", x), ("x32", x.astype(np.float32))):
+            with self.subTest(src=src, to="f16"):
+                self.run_ok("convert", self.path(src + ".npy"), "-o", self.path("h.npy"),
+                            "--dtype", "f16")
+                got = np.load(self.path("h.npy")).view(np.uint16)
+                with np.errstate(over="ignore"):  # beyond f16: Inf, as wanted
+                    want = ref.astype(np.float16).view(np.uint16)
+                bad = np.flatnonzero(got != want)
+                self.assertEqual(bad.size, 0, f"{bad.size} differ, first at {ref[bad[:1]]}")
+            with self.subTest(src=src, to="bf16"):
+                self.run_ok("convert", self.path(src + ".npy"), "-o", self.path("b.h5:/b"),
+                            "--dtype", "bf16", "--force")
+                self.run_ok("convert", self.path("b.h5:/b"), "-o", self.path("back.npy"),
+                            "--dtype", "f64")
+                u = ref.astype(np.float64).view(np.uint64)
+                keep, rem = u & ~np.uint64((1 << 45) - 1), u & np.uint64((1 << 45) - 1)
+                half = np.uint64(1 << 44)
+                up = (rem > half) | ((rem == half) & (((keep >> np.uint64(45)) & np.uint64(1)) == 1))
+                want = np.where(up, keep + np.uint64(1 << 45), keep).view(np.float64)
+                got = np.load(self.path("back.npy"))
+                bad = np.flatnonzero(got != want)
+                self.assertEqual(bad.size, 0, f"{bad.size} differ, first at {ref[bad[:1]]}")
+        # The edges, written out: overflow to Inf, the largest finite, NaN and signed zero.
+        edges = np.array([65519.99, 65520.0, -70000.0, np.nan, -np.nan, -0.0, 2.0**-26,
+                          3 * 2.0**-26, 1e39, -np.inf])
+        np.save(self.path("e.npy"), edges)
+        self.run_ok("convert", self.path("e.npy"), "-o", self.path("eh.npy"), "--dtype", "f16")
+        self.assertEqual(np.load(self.path("eh.npy")).view(np.uint16).tolist(),
+                         [0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x8000, 0x0000, 0x0001,
+                          0x7C00, 0xFC00])
+
     def test_large_file_streams(self):
         # 48 MB: several 16 MiB slabs; the result must be byte-identical to np.save.
         big = np.arange(6_000_000, dtype=np.float64).reshape(3000, 2000)
