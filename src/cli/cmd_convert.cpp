@@ -124,21 +124,24 @@ void run_convert(const ConvertOptions& o) {
     return;
   }
 
+  // One slab buffer (and one for its conversion), reused: a new one per slab was faulted
+  // in and cleared each time, as much system time as the reads.
+  const std::size_t most = std::min(slab_entries, std::max(entries - begin, std::size_t{1}));
+  Buffer slab(most * entry_bytes),
+      converted(convert ? most * entry_elems * dtype_size(out_info.dtype) : 0);
   for (std::size_t first = begin; first < entries || (entries == begin && first == begin);) {
     const std::size_t count = std::min(slab_entries, entries - first);
-    Shape slab_shape = entry_shape;
-    slab_shape.insert(slab_shape.begin(), count);
-    Tensor slab(in.dtype, slab_shape);
+    const std::size_t nbytes = count * entry_bytes;
     if (staged) {
-      std::memcpy(slab.bytes(), whole.bytes() + first * entry_bytes, slab.nbytes());
+      std::memcpy(slab.data(), whole.bytes() + first * entry_bytes, nbytes);
     } else {
-      src->read_slab(axis, first, count, slab.bytes());
+      src->read_slab(axis, first, count, slab.data());
     }
     if (convert) {
-      const Tensor converted = cast(slab, out_info.dtype);
-      sink->write_slab(axis, converted.bytes(), count);
+      cast(slab.data(), in.dtype, converted.data(), out_info.dtype, count * entry_elems);
+      sink->write_slab(axis, converted.data(), count);
     } else {
-      sink->write_slab(axis, slab.bytes(), count);
+      sink->write_slab(axis, slab.data(), count);
     }
     first += count;
     if (entries == begin) break;

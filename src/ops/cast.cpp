@@ -59,33 +59,36 @@ void convert(const std::byte* in, std::byte* out, std::size_t n) {
 
 }  // namespace
 
-Tensor cast(const Tensor& t, DType to) {
-  Tensor out(to, t.shape());
-  if (to == t.dtype()) {
-    std::copy_n(t.bytes(), t.nbytes(), out.bytes());
-    return out;
+void cast(const std::byte* in, DType from, std::byte* out, DType to, std::size_t n) {
+  if (to == from) {
+    std::copy_n(in, n * dtype_size(from), out);
+    return;
   }
   // Exact widenings, vectorised (the element-by-element path was a third of an f16
   // attention's time).
-  if (detail::widens(t.dtype()) && to == DType::f32) {
-    detail::widen(t.dtype(), t.bytes(), out.data<float>(), t.numel());
-    return out;
+  if (detail::widens(from) && to == DType::f32) {
+    detail::widen(from, in, reinterpret_cast<float*>(out), n);
+    return;
   }
-  if (detail::widens(t.dtype()) && to == DType::f64) {
-    detail::widen(t.dtype(), t.bytes(), out.data<double>(), t.numel());
-    return out;
+  if (detail::widens(from) && to == DType::f64) {
+    detail::widen(from, in, reinterpret_cast<double*>(out), n);
+    return;
   }
   // Roundings to f16 and bf16, vectorised (the element-by-element path took 1.2 s for a
   // 256 MiB f32 file).
-  if (detail::narrows(t.dtype(), to)) {
-    detail::narrow(t.dtype(), t.bytes(), to, out.bytes(), t.numel());
-    return out;
+  if (detail::narrows(from, to)) {
+    detail::narrow(from, in, to, out, n);
+    return;
   }
-  detail::visit_dtype(t.dtype(), [&](auto from) {
-    detail::visit_dtype(to, [&](auto target) {
-      convert<decltype(from)::value, decltype(target)::value>(t.bytes(), out.bytes(), t.numel());
-    });
+  detail::visit_dtype(from, [&](auto f) {
+    detail::visit_dtype(
+        to, [&](auto t) { convert<decltype(f)::value, decltype(t)::value>(in, out, n); });
   });
+}
+
+Tensor cast(const Tensor& t, DType to) {
+  Tensor out(to, t.shape());
+  cast(t.bytes(), t.dtype(), out.bytes(), to, t.numel());
   return out;
 }
 

@@ -18,4 +18,9 @@ namespace posenc {
 /// Converting to the same dtype copies the bytes.
 Tensor cast(const Tensor& t, DType to);
 
+/// The same conversion of `n` values stored as `from` at `in` into `out`, which holds
+/// room for n values of `to` (and does not overlap `in`): for callers that reuse their
+/// buffers.
+void cast(const std::byte* in, DType from, std::byte* out, DType to, std::size_t n);
+
 }  // namespace posenc
