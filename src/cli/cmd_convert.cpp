@@ -126,7 +126,7 @@ void run_convert(const ConvertOptions& o) {
 
   // One slab buffer (and one for its conversion), reused: a new one per slab was faulted
   // in and cleared each time, as much system time as the reads.
-  const std::size_t most = std::min(slab_entries, std::max(entries - begin, std::size_t{1}));
+  const std::size_t most = std::min(slab_entries, entries - begin);
   Buffer slab(most * entry_bytes),
       converted(convert ? most * entry_elems * dtype_size(out_info.dtype) : 0);
   for (std::size_t first = begin; first < entries || (entries == begin && first == begin);) {
