@@ -16,6 +16,7 @@
 #include "dtype_visit.hpp"
 #include "ops/select_batches.hpp"
 #include "ops/slab_fetch.hpp"
+#include "ops/widen.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -67,13 +68,16 @@ std::int64_t ordered_bits(double v) {
   return (mag ^ -s) + s;
 }
 
-template <DType T>
-std::uint64_t float_ulps(double a, double b) {
-  // The difference of two points can exceed INT64_MAX, so it is taken unsigned.
-  const std::int64_t x = ordered_bits<T>(a), y = ordered_bits<T>(b);
+/// |x - y| of two points of ordered_bits, taken unsigned (it can exceed INT64_MAX).
+std::uint64_t point_distance(std::int64_t x, std::int64_t y) {
   const std::uint64_t d = static_cast<std::uint64_t>(x) - static_cast<std::uint64_t>(y);
   const std::uint64_t flip = 0 - static_cast<std::uint64_t>(x < y);  // all ones if x < y
   return (d ^ flip) - flip;                                          // branch-free |d|
+}
+
+template <DType T>
+std::uint64_t float_ulps(double a, double b) {
+  return point_distance(ordered_bits<T>(a), ordered_bits<T>(b));
 }
 
 std::uint64_t integer_ulps(double a, double b) {
@@ -82,28 +86,59 @@ std::uint64_t integer_ulps(double a, double b) {
   return d >= 1.8e19 ? std::numeric_limits<std::uint64_t>::max() : static_cast<std::uint64_t>(d);
 }
 
+/// The ordered point of f16 / bf16 bits h (see ordered_bits).
+std::int64_t ordered_16(std::uint16_t h) {
+  const std::int64_t mag = h & 0x7fff, s = h >> 15;
+  return (mag ^ -s) + s;
+}
+
 /// ULP distances of all pairs of a and b into `out`, with the conversion for `t`
-/// chosen once per block rather than per element.
+/// chosen once per block rather than per element. f16 and bf16 values are rounded to
+/// their bits by the vectorised conversion (the same bits as double_to_half and
+/// double_to_bf16, element by element four times slower).
 void ulp_distances(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
                    std::optional<DType> t, xt::xtensor<std::uint64_t, 1>& out) {
-  // Lambdas rather than function pointers, so that the distance inlines into the loop.
+  const std::size_t n = a.size();
+  out.resize({n});
+  const double *pa = a.data(), *pb = b.data();
+  std::uint64_t* po = out.data();
   if (!t) {
-    out = xt::vectorize([](double x, double y) { return integer_ulps(x, y); })(a, b);
+    for (std::size_t i = 0; i < n; ++i) po[i] = integer_ulps(pa[i], pb[i]);
     return;
   }
   switch (*t) {
     case DType::f64:
-      out = xt::vectorize([](double x, double y) { return float_ulps<DType::f64>(x, y); })(a, b);
+      for (std::size_t i = 0; i < n; ++i) po[i] = float_ulps<DType::f64>(pa[i], pb[i]);
       break;
     case DType::f32:
-      out = xt::vectorize([](double x, double y) { return float_ulps<DType::f32>(x, y); })(a, b);
+      // ordered_bits<f32> in 32-bit lanes, which the compiler vectorises.
+      for (std::size_t i = 0; i < n; ++i) {
+        const float fa = static_cast<float>(pa[i]), fb = static_cast<float>(pb[i]);
+        std::uint32_t ua, ub;
+        std::memcpy(&ua, &fa, 4);
+        std::memcpy(&ub, &fb, 4);
+        const std::int32_t sa = static_cast<std::int32_t>(ua >> 31),
+                           sb = static_cast<std::int32_t>(ub >> 31);
+        const std::int32_t oa = (static_cast<std::int32_t>(ua & 0x7fffffffu) ^ -sa) + sa;
+        const std::int32_t ob = (static_cast<std::int32_t>(ub & 0x7fffffffu) ^ -sb) + sb;
+        const std::int64_t d = static_cast<std::int64_t>(oa) - ob;
+        po[i] = static_cast<std::uint64_t>(d < 0 ? -d : d);
+      }
       break;
-    case DType::f16:
-      out = xt::vectorize([](double x, double y) { return float_ulps<DType::f16>(x, y); })(a, b);
+    default: {
+      // In pieces, so the bits stay in the L1 cache.
+      constexpr std::size_t kPiece = 1024;
+      std::uint16_t ha[kPiece], hb[kPiece];
+      for (std::size_t i0 = 0; i0 < n; i0 += kPiece) {
+        const std::size_t m = std::min(kPiece, n - i0);
+        detail::narrow(DType::f64, pa + i0, *t, ha, m);
+        detail::narrow(DType::f64, pb + i0, *t, hb, m);
+        for (std::size_t i = 0; i < m; ++i) {
+          po[i0 + i] = point_distance(ordered_16(ha[i]), ordered_16(hb[i]));
+        }
+      }
       break;
-    default:
-      out = xt::vectorize([](double x, double y) { return float_ulps<DType::bf16>(x, y); })(a, b);
-      break;
+    }
   }
 }
 
@@ -338,33 +373,91 @@ void Comparator::add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 
   const std::size_t first = r_.total, n = a.size();
   if (n == 0) return;
   r_.total += n;
-  // Masks are evaluated once into buffers; the reductions over them are std
-  // algorithms on contiguous memory. Blocks without NaN or infinities (the usual
-  // case) skip the masking.
-  finite_ = xt::isfinite(a) && xt::isfinite(b);
-  const bool all_finite = std::count(finite_.cbegin(), finite_.cend(), true) == std::ptrdiff_t(n);
-  if (all_finite) {
-    number_.resize({n});
-    number_.fill(true);
-  } else {
-    const auto nan_a = xt::isnan(a), nan_b = xt::isnan(b);
-    r_.nan_a += xt::count_nonzero(nan_a)();
-    r_.nan_b += xt::count_nonzero(nan_b)();
-    r_.nan_mismatches += xt::count_nonzero(xt::not_equal(nan_a, nan_b))();
-    number_ = !(nan_a || nan_b);  // a pair without NaN
+  // Blocks without NaN or infinities (the usual case) take one fused pass (add_finite);
+  // the others evaluate the masks once into buffers, and the reductions over them are
+  // std algorithms on contiguous memory.
+  if (add_finite(a, b, first)) {
+    if (loc_) {
+      number_.resize({n});
+      number_.fill(true);
+      locate(a, b, first, true);
+    }
+    return;
   }
-  offer_differences(a, b, first, all_finite);
+  finite_ = xt::isfinite(a) && xt::isfinite(b);
+  const auto nan_a = xt::isnan(a), nan_b = xt::isnan(b);
+  r_.nan_a += xt::count_nonzero(nan_a)();
+  r_.nan_b += xt::count_nonzero(nan_b)();
+  r_.nan_mismatches += xt::count_nonzero(xt::not_equal(nan_a, nan_b))();
+  number_ = !(nan_a || nan_b);  // a pair without NaN
+  offer_differences(a, b, first);
   ulp_distances(a, b, r_.rule.ulp_type, ulp_);
-  if (all_finite) {
-    const std::size_t i = xt::argmax(ulp_)();
-    offer_ulp(ulp_(i), first + i);
-  } else if (std::find(number_.cbegin(), number_.cend(), true) != number_.cend()) {
+  if (std::find(number_.cbegin(), number_.cend(), true) != number_.cend()) {
     // The largest distance over pairs without NaN, and the first pair that has it.
     const std::uint64_t most = xt::amax(xt::where(number_, ulp_, std::uint64_t{0}))();
     offer_ulp(most, first + xt::argmax(number_ && xt::equal(ulp_, most))());
   }
-  count_mismatches(a, b, first, all_finite);
-  if (loc_) locate(a, b, first, all_finite);
+  count_mismatches(a, b, first);
+  if (loc_) locate(a, b, first, false);
+}
+
+bool Comparator::add_finite(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
+                            std::size_t first) {
+  // offer_differences, the ULP maximum and count_mismatches for a block without NaN or
+  // infinities: one branch-free pass the compiler vectorises (values, maxima, the
+  // mismatch count and whether the block is finite at all), then a scan for the first
+  // index of a maximum only where it beats the best so far, which after the first
+  // blocks is rare. The values and first indices are those of the masked path.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  constexpr double kMax = std::numeric_limits<double>::max();
+  const std::size_t n = a.size();
+  const CompareRule& rule = r_.rule;
+  ulp_distances(a, b, rule.ulp_type, ulp_);
+  abs_.resize({n});
+  rel_.resize({n});
+  ok_.resize({n});
+  const double *pa = a.data(), *pb = b.data();
+  const std::uint64_t* pu = ulp_.data();
+  double *pabs = abs_.data(), *prel = rel_.data();
+  bool* pok = ok_.data();
+  const bool by_ulp = rule.max_ulp.has_value(), either = rule.tolerance_explicit;
+  const std::uint64_t max_ulp = by_ulp ? *rule.max_ulp : 0;
+  double most_abs = 0, most_rel = 0;
+  std::uint64_t most_ulp = 0;
+  std::size_t bad = 0;
+  bool finite = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = pa[i], y = pb[i];
+    finite &= (std::abs(x) <= kMax) & (std::abs(y) <= kMax);
+    const double d = std::abs(x - y), my = std::abs(y);
+    const double rel = y != 0.0 ? d / my : (d == 0.0 ? 0.0 : kInf);
+    pabs[i] = d;
+    prel[i] = rel;
+    most_abs = d > most_abs ? d : most_abs;
+    most_rel = rel > most_rel ? rel : most_rel;
+    most_ulp = pu[i] > most_ulp ? pu[i] : most_ulp;
+    const bool within_tol = d <= rule.atol + rule.rtol * my;
+    const bool ok = by_ulp ? (pu[i] <= max_ulp) | (either & within_tol) : within_tol;
+    pok[i] = ok;
+    bad += !ok;
+  }
+  if (!finite) return false;
+  auto first_of = [&](const auto* v, auto value) {
+    return static_cast<std::size_t>(std::find(v, v + n, value) - v);
+  };
+  auto offer_at = [&](DiffAt& at, const double* diff, double most) {
+    if (at.index && !(most > at.value)) return;
+    const std::size_t i = first_of(diff, most);
+    at = DiffAt{most, first + i, pa[i], pb[i]};
+  };
+  offer_at(r_.max_abs, pabs, most_abs);
+  offer_at(r_.max_rel, prel, most_rel);
+  if (!r_.max_ulp || most_ulp > *r_.max_ulp) offer_ulp(most_ulp, first + first_of(pu, most_ulp));
+  if (bad > 0) {
+    r_.mismatches += bad;
+    if (!r_.first_mismatch) r_.first_mismatch = first + first_of(pok, false);
+  }
+  return true;
 }
 
 void Comparator::tol_ratios(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
@@ -442,28 +535,26 @@ void Comparator::locate(const xt::xtensor<double, 1>& a, const xt::xtensor<doubl
 }
 
 void Comparator::offer_differences(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
-                                   std::size_t first, bool all_finite) {
-  // What each pair offers to the largest differences: |a - b| and its size relative
-  // to |b| for finite pairs, +Inf for a pair with an unequal infinity, and -1 (nothing)
-  // for pairs with NaN or equal infinities.
+                                   std::size_t first) {
+  // What each pair of a block with NaN or infinities offers to the largest differences:
+  // |a - b| and its size relative to |b| for finite pairs, +Inf for a pair with an
+  // unequal infinity, and -1 (nothing) for pairs with NaN or equal infinities.
   constexpr double kInf = std::numeric_limits<double>::infinity();
   abs_ = xt::abs(a - b);
   rel_ = xt::where(xt::not_equal(b, 0.0), abs_ / xt::abs(b),
                    xt::where(xt::equal(abs_, 0.0), 0.0, kInf));
-  if (!all_finite) {
-    const auto other = xt::where(number_ && xt::not_equal(a, b), kInf, -1.0);
-    abs_ = xt::where(finite_, abs_, other);
-    rel_ = xt::where(finite_, rel_, other);
-  }
+  const auto other = xt::where(number_ && xt::not_equal(a, b), kInf, -1.0);
+  abs_ = xt::where(finite_, abs_, other);
+  rel_ = xt::where(finite_, rel_, other);
   offer(r_.max_abs, abs_, a, b, first);
   offer(r_.max_rel, rel_, a, b, first);
 }
 
 void Comparator::count_mismatches(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
-                                  std::size_t first, bool all_finite) {
-  // The test itself: numpy.isclose's, or the ULP bound (alone, or either of the two
-  // when tolerances were given explicitly). An infinity matches only itself; NaN
-  // matches NaN only with equal_nan.
+                                  std::size_t first) {
+  // The test itself, for a block with NaN or infinities: numpy.isclose's, or the ULP
+  // bound (alone, or either of the two when tolerances were given explicitly). An
+  // infinity matches only itself; NaN matches NaN only with equal_nan.
   const CompareRule& rule = r_.rule;
   const auto within_tol = xt::abs(a - b) <= rule.atol + rule.rtol * xt::abs(b);
   if (!rule.max_ulp) {
@@ -473,10 +564,8 @@ void Comparator::count_mismatches(const xt::xtensor<double, 1>& a, const xt::xte
   } else {
     ok_ = ulp_ <= *rule.max_ulp;
   }
-  if (!all_finite) {
-    ok_ = xt::where(number_, xt::where(finite_, ok_, xt::equal(a, b)),
-                    rule.equal_nan && xt::isnan(a) && xt::isnan(b));
-  }
+  ok_ = xt::where(number_, xt::where(finite_, ok_, xt::equal(a, b)),
+                  rule.equal_nan && xt::isnan(a) && xt::isnan(b));
   const auto bad = std::find(ok_.cbegin(), ok_.cend(), false);
   if (bad == ok_.cend()) return;
   r_.mismatches += static_cast<std::size_t>(std::count(bad, ok_.cend(), false));
@@ -497,6 +586,19 @@ namespace {
 /// Values [first, first + n) of a slab of dtype `t` as doubles in `out`.
 void load_doubles(DType t, const std::byte* slab, std::size_t first, std::size_t n,
                   xt::xtensor<double, 1>& out) {
+  // f16, bf16 and f32, the usual cases, widened by plain or vectorised loops (exact, and
+  // the same values as Tensor::get's); the rest through the xtensor expression.
+  if (detail::widens(t)) {
+    out.resize({n});
+    detail::widen(t, slab + first * 2, out.data(), n);
+    return;
+  }
+  if (t == DType::f32) {
+    out.resize({n});
+    const float* p = reinterpret_cast<const float*>(slab) + first;
+    std::copy_n(p, n, out.data());
+    return;
+  }
   detail::visit_dtype(t, [&](auto tag) {
     using S = detail::storage_t<decltype(tag)::value>;
     const S* p = reinterpret_cast<const S*>(slab) + first;

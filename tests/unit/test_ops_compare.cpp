@@ -173,6 +173,67 @@ TEST(Comparator, MatchesIscloseAndFirstOccurrences) {
   }
 }
 
+TEST(Comparator, FiniteBlocksMatchAPlainScanWithTies) {
+  // Blocks without NaN or infinities take one fused pass; these values tie often (a
+  // grid of eighths), so every maximum has several first-occurrence candidates, in every
+  // ULP type and rule. One NaN pair in the middle sends its block down the masked path,
+  // and the two paths must agree on what is first.
+  std::mt19937_64 rng(8);
+  std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int> step(-2, 2);
+  std::vector<double> a(30000), b(30000);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    b[i] = std::round(normal(rng) * 64) / 8;
+    a[i] = b[i] + step(rng) / 8.0;
+  }
+  for (const bool with_nan : {false, true}) {
+    std::vector<double> x = a;
+    if (with_nan) x[15000] = kNaN;
+    for (const DType t : {DType::f64, DType::f32, DType::f16, DType::bf16, DType::i32}) {
+      for (const CompareOptions& o :
+           {CompareOptions{}, CompareOptions{std::nullopt, std::nullopt, 2},
+            CompareOptions{0.0, 0.1, 1}, CompareOptions{0.01, 0.0, std::nullopt}}) {
+        const CompareRule rule = make_compare_rule(t, t, o);
+        std::size_t mismatches = 0;
+        std::optional<std::size_t> first, at_abs, at_rel, at_ulp;
+        double max_abs = -1, max_rel = -1;
+        std::uint64_t max_ulp = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          if (std::isnan(x[i])) {
+            ++mismatches;
+            if (!first) first = i;
+            continue;
+          }
+          const double d = std::fabs(x[i] - b[i]);
+          const double rel = b[i] != 0 ? d / std::fabs(b[i]) : (d == 0 ? 0 : kInf);
+          const std::uint64_t u = ulp_distance(x[i], b[i], rule.ulp_type);
+          const bool tol = d <= rule.atol + rule.rtol * std::fabs(b[i]);
+          const bool ok =
+              rule.max_ulp ? u <= *rule.max_ulp || (rule.tolerance_explicit && tol) : tol;
+          if (!ok && !first) first = i;
+          mismatches += !ok;
+          if (d > max_abs) max_abs = d, at_abs = i;
+          if (rel > max_rel) max_rel = rel, at_rel = i;
+          if (!at_ulp || u > max_ulp) max_ulp = u, at_ulp = i;
+        }
+        for (std::size_t block : {std::size_t{8192}, std::size_t{1000}, std::size_t{7}}) {
+          const CompareResult r = run_blocks(x, b, rule, block);
+          const std::string what = std::string(dtype_name(t)) + " block " + std::to_string(block);
+          EXPECT_EQ(r.mismatches, mismatches) << what;
+          EXPECT_EQ(r.first_mismatch, first) << what;
+          EXPECT_EQ(r.max_abs.value, max_abs) << what;
+          EXPECT_EQ(r.max_abs.index, at_abs) << what;
+          EXPECT_EQ(r.max_abs.a, x[*at_abs]) << what;
+          EXPECT_EQ(r.max_rel.value, max_rel) << what;
+          EXPECT_EQ(r.max_rel.index, at_rel) << what;
+          EXPECT_EQ(r.max_ulp, max_ulp) << what;
+          EXPECT_EQ(r.max_ulp_index, at_ulp) << what;
+        }
+      }
+    }
+  }
+}
+
 TEST(Comparator, LargestDifferenceKeepsTheFirstAndBothValues) {
   const std::vector<double> b = {1.0, 4.0, 0.0, 2.0, 0.0};
   const std::vector<double> a = {1.5, 3.5, 0.0, 2.5, 1e-9};

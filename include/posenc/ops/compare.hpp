@@ -202,9 +202,12 @@ class Comparator {
  private:
   struct Locator;
   using Block = xt::xtensor<double, 1>;
-  void offer_differences(const Block& a, const Block& b, std::size_t first, bool all_finite);
+  /// The block's part of the result when it holds no NaN or infinity (else false, and
+  /// nothing of the result changed).
+  bool add_finite(const Block& a, const Block& b, std::size_t first);
+  void offer_differences(const Block& a, const Block& b, std::size_t first);
   void offer_ulp(std::uint64_t ulps, std::size_t index);
-  void count_mismatches(const Block& a, const Block& b, std::size_t first, bool all_finite);
+  void count_mismatches(const Block& a, const Block& b, std::size_t first);
   void tol_ratios(const Block& a, const Block& b, bool all_finite);
   void locate(const Block& a, const Block& b, std::size_t first, bool all_finite);
 
