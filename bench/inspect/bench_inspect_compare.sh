@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Whole-process timing of `inspect --stats` and `compare` on a 256 MiB f32 NPY file
-# ([16384, 4096], and a copy perturbed by ~1e-6 for compare), for two posenc builds
+# ([16384, 4096], and a copy perturbed by ~1e-6 for compare; both also as f16, 128 MiB,
+# for an f16 compare), for two posenc builds
 # side by side in one hyperfine run (e.g. before and after a change). Reports the
 # median of each, the ratio, peak RSS, and checks that both print the same report.
 # Usage: bench/inspect/bench_inspect_compare.sh BEFORE_POSENC AFTER_POSENC [runs]
@@ -18,13 +19,18 @@ import numpy as np
 rng = np.random.default_rng(0)
 a = rng.standard_normal((16384, 4096), dtype=np.float32)
 np.save(f"{sys.argv[1]}/a.npy", a)
-np.save(f"{sys.argv[1]}/b.npy", a + rng.standard_normal(a.shape, dtype=np.float32) * 1e-6)
+b = a + rng.standard_normal(a.shape, dtype=np.float32) * 1e-6
+np.save(f"{sys.argv[1]}/b.npy", b)
+np.save(f"{sys.argv[1]}/a16.npy", a.astype(np.float16))
+np.save(f"{sys.argv[1]}/b16.npy", (b * 1.001).astype(np.float16))
 PY
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-for job in "inspect $work/a.npy --stats" "compare $work/a.npy $work/b.npy"; do
+for job in "inspect $work/a.npy --stats" "compare $work/a.npy $work/b.npy" \
+  "compare $work/a16.npy $work/b16.npy"; do
   name=${job%% *}
+  case $job in *a16*) name=compare-f16 ;; esac
   cmp <("$before" $job || true) <("$after" $job || true) >/dev/null &&
     echo "$name: reports identical" || echo "$name: REPORTS DIFFER"
   hyperfine --warmup 2 --runs "$runs" -i --export-json "$work/$name.json" \
