@@ -16,6 +16,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include "ops/slab_pipeline.hpp"
+#include "ops/widen.hpp"
 #include "posenc/encodings/table.hpp"
 #include "posenc/error.hpp"
 
@@ -94,16 +95,9 @@ void load_line(DType dt, const std::byte* src, std::size_t n, double* out) {
       for (std::size_t i = 0; i < n; ++i) out[i] = p[i];
       break;
     }
-    case DType::f16: {
-      const auto* p = reinterpret_cast<const std::uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) out[i] = half_to_float(p[i]);
+    default:  // f16, bf16 (only float inputs reach here): exact, vectorised
+      detail::widen(dt, src, out, n);
       break;
-    }
-    default: {  // bf16 (only float inputs reach here)
-      const auto* p = reinterpret_cast<const std::uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(p[i]);
-      break;
-    }
   }
 }
 
