@@ -12,48 +12,61 @@
 #include "dtype_visit.hpp"
 #include "ops/select_batches.hpp"
 #include "ops/slab_fetch.hpp"
+#include "ops/widen.hpp"
 
 namespace posenc {
 
 // --- StatsAccumulator ------------------------------------------------------------------
 
 void StatsAccumulator::scan(const xt::xtensor<double, 1>& c) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   const std::size_t first = count_;  // flat index of c(0)
-  count_ += c.size();
-  const auto finite = xt::isfinite(c);
-  const std::size_t n = xt::count_nonzero(finite)();
-  const bool all_finite = n == c.size();
-  if (!all_finite) {
-    nan_ += xt::count_nonzero(xt::isnan(c))();
-    posinf_ += xt::count_nonzero(xt::equal(c, kInf))();
-    neginf_ += xt::count_nonzero(xt::equal(c, -kInf))();
-    if (n == 0) return;
+  const std::size_t size = c.size();
+  count_ += size;
+  const double* p = c.data();
+  // Counts and extremes in one branch-free pass the compiler vectorises. Non-finite
+  // values are kept out of the extremes (a NaN would stop the ordering).
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::size_t n = 0, zeros = 0, nan = 0, posinf = 0, neginf = 0;
+  double lo = kInf, hi = -kInf;
+  for (std::size_t i = 0; i < size; ++i) {
+    const double x = p[i];
+    const bool fin = std::abs(x) <= std::numeric_limits<double>::max();
+    n += fin;
+    zeros += x == 0.0;
+    nan += x != x;
+    posinf += x == kInf;
+    neginf += x == -kInf;
+    lo = fin && x < lo ? x : lo;
+    hi = fin && x > hi ? x : hi;
   }
-  zeros_ += xt::count_nonzero(xt::equal(c, 0.0))();
+  nan_ += nan;
+  posinf_ += posinf;
+  neginf_ += neginf;
+  if (n == 0) return;
+  zeros_ += zeros;
   // First occurrences: a chunk replaces the extremes only when strictly beyond them,
-  // at the first element equal to its own extreme. Non-finite values are moved out of
-  // the way (a NaN would stop the ordering). xt::minmax finds both values in one pass;
-  // the position is looked for only when it is needed, which after the first chunks
-  // is rare.
-  const auto extremes = all_finite ? xt::minmax(c)() : xt::minmax(xt::where(finite, c, kNaN))();
+  // at the first element equal to its own extreme; the position is looked for only
+  // when it is needed, which after the first chunks is rare.
   const auto position = [&](double v) {
-    return static_cast<std::size_t>(std::find(c.cbegin(), c.cend(), v) - c.cbegin());
+    return static_cast<std::size_t>(std::find(p, p + size, v) - p);
   };
-  if (extremes[0] < min_) {
-    const std::size_t lo = position(extremes[0]);
-    min_ = c(lo), argmin_ = first + lo;
+  if (lo < min_) {
+    const std::size_t at = position(lo);
+    min_ = p[at], argmin_ = first + at;
   }
-  if (extremes[1] > max_) {
-    const std::size_t hi = position(extremes[1]);
-    max_ = c(hi), argmax_ = first + hi;
+  if (hi > max_) {
+    const std::size_t at = position(hi);
+    max_ = p[at], argmax_ = first + at;
   }
   // In order and in long double (see the class comment): not an xt::sum, whose
   // accumulation order and type are xtensor's choice.
   long double s = block_sum_;
-  for (double x : c) {
-    if (all_finite || std::isfinite(x)) s += x;
+  if (n == size) {
+    for (std::size_t i = 0; i < size; ++i) s += p[i];
+  } else {
+    for (std::size_t i = 0; i < size; ++i) {
+      if (std::isfinite(p[i])) s += p[i];
+    }
   }
   block_sum_ = s;
   block_finite_ += n;
@@ -66,6 +79,50 @@ void StatsAccumulator::spread(const xt::xtensor<double, 1>& c) {
     if (std::isfinite(x)) m2 += (x - mean) * (x - mean);
   }
   block_m2_ = m2;
+}
+
+void StatsAccumulator::load_chunk(DType dtype, const std::byte* values, std::size_t n,
+                                  std::size_t i) {
+  const std::size_t m = std::min(kChunk, n - i);
+  chunk_.resize({m});
+  double* out = chunk_.data();
+  switch (dtype) {
+    case DType::f64:
+      std::copy_n(reinterpret_cast<const double*>(values) + i, m, out);
+      break;
+    case DType::f32:
+      std::copy_n(reinterpret_cast<const float*>(values) + i, m, out);
+      break;
+    case DType::f16:
+    case DType::bf16:
+      detail::widen(dtype, values + i * 2, out, m);
+      break;
+    default:
+      detail::visit_dtype(dtype, [&](auto tag) {
+        constexpr DType D = decltype(tag)::value;
+        using S = detail::storage_t<D>;
+        const S* v = reinterpret_cast<const S*>(values) + i;
+        chunk_ = detail::as_double<D>(
+            xt::adapt(v, m, xt::no_ownership(), std::array<std::size_t, 1>{m}));
+      });
+  }
+}
+
+void StatsAccumulator::add(DType dtype, const std::byte* values, std::size_t n) {
+  // As the expression form: two passes over chunks that stay in cache.
+  block_finite_ = 0;
+  block_sum_ = block_m2_ = 0;
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    load_chunk(dtype, values, n, i);
+    scan(chunk_);
+  }
+  if (block_finite_ == 0) return;
+  block_mean_ = block_sum_ / block_finite_;
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    load_chunk(dtype, values, n, i);
+    spread(chunk_);
+  }
+  merge_block();
 }
 
 void StatsAccumulator::merge_block() {
@@ -123,8 +180,7 @@ SelectionSummary summarize_slabs(const TensorInfo& info, const detail::FetchSlab
         const std::size_t k = std::min(out.head.numel() - flat, n);
         std::copy_n(values, k, out.head.data<S>() + flat);
       }
-      auto raw = xt::adapt(values, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
-      acc.add(detail::as_double<D>(raw));
+      acc.add(D, p, n);
     });
     flat += n;
   });

@@ -57,6 +57,10 @@ class StatsAccumulator {
   template <class E>
   void add(const xt::xexpression<E>& values);
 
+  /// The same for `n` values stored as `dtype` at `values` (as Tensor::get reads them);
+  /// f16, bf16, f32 and f64 are converted chunk by chunk with plain or vectorised loops.
+  void add(DType dtype, const std::byte* values, std::size_t n);
+
   /// The statistics of everything added so far.
   TensorStats result() const;
 
@@ -66,6 +70,8 @@ class StatsAccumulator {
   void scan(const xt::xtensor<double, 1>& chunk);    // counts, extremes, block sum
   void spread(const xt::xtensor<double, 1>& chunk);  // squared deviations
   void merge_block();
+  // Chunk i (of kChunk values) of `n` values stored as `dtype` into chunk_.
+  void load_chunk(DType dtype, const std::byte* values, std::size_t n, std::size_t i);
 
   xt::xtensor<double, 1> chunk_;
   std::size_t count_ = 0, finite_ = 0, nan_ = 0, posinf_ = 0, neginf_ = 0, zeros_ = 0;
