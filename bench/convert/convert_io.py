@@ -13,35 +13,15 @@ compared byte for byte. The CPU, the file system and the load are printed with t
 """
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
+import sys
 import tempfile
-import time
 
 import numpy as np
 
-
-def fs_type(path):
-    best, kind = "", "?"
-    with open("/proc/mounts") as f:
-        for line in f:
-            _, mnt, typ = line.split()[:3]
-            if path.startswith(mnt) and len(mnt) > len(best):
-                best, kind = mnt, typ
-    return kind
-
-
-def timed(cmd):
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True)
-    t = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr.decode()}")
-    return t, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchlib import cpu_name, fs_type, load, timed  # noqa: E402
 
 
 def main():
@@ -61,10 +41,8 @@ def main():
             with open(f"{d}/{name}", "rb") as f:  # into the page cache
                 while f.read(1 << 24):
                     pass
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-        print(f"cpu: {cpu}, {os.cpu_count()} cpus; {args.dir} is {fs_type(os.path.realpath(d))}; "
-              f"load before {open('/proc/loadavg').read().split()[:3]}")
+        print(f"cpu: {cpu_name()}, {os.cpu_count()} cpus; {args.dir} is "
+              f"{fs_type(os.path.realpath(d))}; load before {load()}")
         cases = {
             "f32 -> f16 NPY": (["f32.npy", "--dtype", "f16"], "o16.npy"),
             "f32 -> bf16 HDF5": (["f32.npy", "--dtype", "bf16"], "ob.h5:/x"),
@@ -108,7 +86,7 @@ def main():
                         same = np.array_equal(fa["x"][...].view(np.uint16), fb["x"][...].view(np.uint16))
                 line += "; outputs identical" if same else "; OUTPUTS DIFFER"
             print(line)
-        print(f"load after {open('/proc/loadavg').read().split()[:3]}")
+        print(f"load after {load()}")
     finally:
         shutil.rmtree(d)
 

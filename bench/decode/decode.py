@@ -26,36 +26,16 @@ and each folder's file system are printed with the figures.
 """
 import argparse
 import os
-import resource
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
 import numpy as np
 
-
-def fs_type(path):
-    best, kind = "", "?"
-    with open("/proc/mounts") as f:
-        for line in f:
-            _, mnt, typ = line.split()[:3]
-            if path.startswith(mnt) and len(mnt) > len(best):
-                best, kind = mnt, typ
-    return kind
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "?"
-
-
-def load():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchlib import cpu_name, fs_type, load, timed  # noqa: E402
 
 
 def write_inputs(folder, sk, heads, kv_heads, d, dtype, posenc):
@@ -79,18 +59,6 @@ def write_inputs(folder, sk, heads, kv_heads, d, dtype, posenc):
         with open(path, "rb") as f:  # into the page cache
             while f.read(1 << 24):
                 pass
-
-
-def timed(cmd):
-    """(wall seconds, CPU seconds: user + system) of running cmd."""
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True)
-    t = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr.decode()}")
-    return t, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def main():
