@@ -4,14 +4,14 @@
 // applied here, element by element), normalised and stored.
 #include "ops/attention_kernel.hpp"
 
+#include <xtensor-blas/xblas.hpp>
+#include <xtensor/xadapt.hpp>
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <xtensor-blas/xblas.hpp>
-#include <xtensor/xadapt.hpp>
 
 #include "ops/row_max.hpp"
 #include "ops/widen.hpp"

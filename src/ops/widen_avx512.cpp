@@ -1,5 +1,5 @@
-// widen.hpp compiled for avx512f, avx512bw and avx512vl. Standard headers come before the target
-// pragma so none of their inline functions is compiled for the wider set.
+// widen.hpp compiled for avx512f, avx512bw and avx512vl. Standard headers come before
+// the target pragma so none of their inline functions is compiled for the wider set.
 #include <immintrin.h>
 
 #include <cstddef>
