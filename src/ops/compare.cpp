@@ -404,8 +404,8 @@ void Comparator::add(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 
 bool Comparator::add_finite(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>& b,
                             std::size_t first) {
   // offer_differences, the ULP maximum and count_mismatches for a block without NaN or
-  // infinities: one branch-free pass the compiler vectorises (values, maxima, the
-  // mismatch count and whether the block is finite at all), then a scan for the first
+  // infinities: one pass without data-dependent branches (values, maxima, the mismatch
+  // count and whether the block is finite at all), then a scan for the first
   // index of a maximum only where it beats the best so far, which after the first
   // blocks is rare. The values and first indices are those of the masked path.
   constexpr double kInf = std::numeric_limits<double>::infinity();

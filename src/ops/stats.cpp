@@ -23,8 +23,8 @@ void StatsAccumulator::scan(const xt::xtensor<double, 1>& c) {
   const std::size_t size = c.size();
   count_ += size;
   const double* p = c.data();
-  // Counts and extremes in one branch-free pass the compiler vectorises. Non-finite
-  // values are kept out of the extremes (a NaN would stop the ordering).
+  // Counts and extremes in one pass without data-dependent branches. Non-finite values
+  // are kept out of the extremes (a NaN would stop the ordering).
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::size_t n = 0, zeros = 0, nan = 0, posinf = 0, neginf = 0;
   double lo = kInf, hi = -kInf;
