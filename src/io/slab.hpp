@@ -59,7 +59,7 @@ void pread_full(int fd, std::uint64_t at, void* dst, std::size_t n, const std::s
                 std::uint64_t data_at, std::uint64_t data_bytes);
 
 /// The error of a file `fd` that ended at byte `reached` before the `data_bytes` of data
-/// that start at `data_at`: that InputError, M counted from what the file holds now
+/// that start at `data_at`: an InputError whose byte count is what the file holds now
 /// (several readers may meet the end, and the message must not depend on which did first).
 [[noreturn]] void throw_truncated(int fd, const std::string& what, std::uint64_t data_at,
                                   std::uint64_t data_bytes, std::uint64_t reached);

@@ -24,8 +24,8 @@
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_global.hpp"
 #include "ops/attention_mask.hpp"
-#include "ops/widen.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/cast.hpp"
 
 namespace posenc::attention_detail {
 
@@ -61,19 +61,17 @@ constexpr DType dtype_of() {
 }
 
 // A view of x in type T with contiguous d, converting or transposing into `holder`
-// when needed. f16 or bf16 is widened into the holder's buffer when it has x's shape
-// already (the chunks of a streamed run): a new buffer per chunk kept the heap at 90 MiB
+// when needed. A conversion reuses the holder's buffer when it has x's shape already
+// (the chunks of a streamed run): a new buffer per chunk kept the heap at 90 MiB
 // resident under a 32 MiB --max-memory.
 template <class T>
 View<T> make_view(const Tensor& x, const std::string& axes, Tensor& holder) {
   const Tensor* src = &x;
   if (x.dtype() != dtype_of<T>()) {
-    if (detail::widens(x.dtype()) && holder.dtype() == dtype_of<T>() &&
-        holder.shape() == x.shape()) {
-      detail::widen(x.dtype(), x.bytes(), holder.data<T>(), x.numel());
-    } else {
-      holder = x.astype(dtype_of<T>());
+    if (holder.dtype() != dtype_of<T>() || holder.shape() != x.shape()) {
+      holder = Tensor(dtype_of<T>(), x.shape());
     }
+    cast(x.bytes(), x.dtype(), holder.bytes(), dtype_of<T>(), x.numel());
     src = &holder;
   }
   Strides st = strides_of(src->shape(), axes);

@@ -40,6 +40,15 @@ int float_rank(DType t) {
   }
 }
 
+// The magnitude `mag` of a float's bits, negated when the sign bit `s` (0 or 1) is set,
+// without a branch (signs of neighbouring values are unpredictable to a branch
+// predictor): with s = 1, (mag ^ -1) + 1 = -mag. In the integer type of the caller's
+// loop (32-bit lanes vectorise wider).
+template <class I>
+I signed_point(I mag, I s) {
+  return (mag ^ -s) + s;
+}
+
 // v rounded to T, as a point on a line where adjacent floats are adjacent integers:
 // the magnitude bits, negated for negative values (+0 and -0 both map to 0).
 template <DType T>
@@ -61,11 +70,8 @@ std::int64_t ordered_bits(double v) {
     bits = double_to_bf16(v);
     sign_bit = 0x8000;
   }
-  // Branch-free negation (signs of neighbouring values are unpredictable to a branch
-  // predictor): with s = 1, (mag ^ -1) + 1 = -mag.
-  const auto mag = static_cast<std::int64_t>(bits & (sign_bit - 1));
-  const auto s = static_cast<std::int64_t>((bits & sign_bit) != 0);
-  return (mag ^ -s) + s;
+  return signed_point(static_cast<std::int64_t>(bits & (sign_bit - 1)),
+                      static_cast<std::int64_t>((bits & sign_bit) != 0));
 }
 
 /// |x - y| of two points of ordered_bits, taken unsigned (it can exceed INT64_MAX).
@@ -84,12 +90,6 @@ std::uint64_t integer_ulps(double a, double b) {
   // Integers: the unit in the last place is 1.
   const double d = std::fabs(a - b);
   return d >= 1.8e19 ? std::numeric_limits<std::uint64_t>::max() : static_cast<std::uint64_t>(d);
-}
-
-/// The ordered point of f16 / bf16 bits h (see ordered_bits).
-std::int64_t ordered_16(std::uint16_t h) {
-  const std::int64_t mag = h & 0x7fff, s = h >> 15;
-  return (mag ^ -s) + s;
 }
 
 /// ULP distances of all pairs of a and b into `out`, with the conversion for `t`
@@ -117,10 +117,10 @@ void ulp_distances(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>
         std::uint32_t ua, ub;
         std::memcpy(&ua, &fa, 4);
         std::memcpy(&ub, &fb, 4);
-        const std::int32_t sa = static_cast<std::int32_t>(ua >> 31),
-                           sb = static_cast<std::int32_t>(ub >> 31);
-        const std::int32_t oa = (static_cast<std::int32_t>(ua & 0x7fffffffu) ^ -sa) + sa;
-        const std::int32_t ob = (static_cast<std::int32_t>(ub & 0x7fffffffu) ^ -sb) + sb;
+        const std::int32_t oa = signed_point(static_cast<std::int32_t>(ua & 0x7fffffffu),
+                                             static_cast<std::int32_t>(ua >> 31));
+        const std::int32_t ob = signed_point(static_cast<std::int32_t>(ub & 0x7fffffffu),
+                                             static_cast<std::int32_t>(ub >> 31));
         const std::int64_t d = static_cast<std::int64_t>(oa) - ob;
         po[i] = static_cast<std::uint64_t>(d < 0 ? -d : d);
       }
@@ -134,7 +134,8 @@ void ulp_distances(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>
         detail::narrow(DType::f64, pa + i0, *t, ha, m);
         detail::narrow(DType::f64, pb + i0, *t, hb, m);
         for (std::size_t i = 0; i < m; ++i) {
-          po[i0 + i] = point_distance(ordered_16(ha[i]), ordered_16(hb[i]));
+          po[i0 + i] = point_distance(signed_point<std::int64_t>(ha[i] & 0x7fff, ha[i] >> 15),
+                                      signed_point<std::int64_t>(hb[i] & 0x7fff, hb[i] >> 15));
         }
       }
       break;

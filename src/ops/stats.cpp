@@ -81,9 +81,9 @@ void StatsAccumulator::spread(const xt::xtensor<double, 1>& c) {
   block_m2_ = m2;
 }
 
-void StatsAccumulator::load_chunk(DType dtype, const std::byte* values, std::size_t n,
-                                  std::size_t i) {
-  const std::size_t m = std::min(kChunk, n - i);
+void StatsAccumulator::load_chunk(DType dtype, const std::byte* values, std::size_t i,
+                                  std::size_t hi) {
+  const std::size_t m = hi - i;
   chunk_.resize({m});
   double* out = chunk_.data();
   switch (dtype) {
@@ -109,20 +109,7 @@ void StatsAccumulator::load_chunk(DType dtype, const std::byte* values, std::siz
 }
 
 void StatsAccumulator::add(DType dtype, const std::byte* values, std::size_t n) {
-  // As the expression form: two passes over chunks that stay in cache.
-  block_finite_ = 0;
-  block_sum_ = block_m2_ = 0;
-  for (std::size_t i = 0; i < n; i += kChunk) {
-    load_chunk(dtype, values, n, i);
-    scan(chunk_);
-  }
-  if (block_finite_ == 0) return;
-  block_mean_ = block_sum_ / block_finite_;
-  for (std::size_t i = 0; i < n; i += kChunk) {
-    load_chunk(dtype, values, n, i);
-    spread(chunk_);
-  }
-  merge_block();
+  add_block(n, [&](std::size_t lo, std::size_t hi) { load_chunk(dtype, values, lo, hi); });
 }
 
 void StatsAccumulator::merge_block() {

@@ -45,17 +45,24 @@ std::uint32_t bf16_reference(std::uint16_t h) { return static_cast<std::uint32_t
 struct Variant {
   const char* name;
   widen_detail::WidenFn f16, bf16;
+  widen_detail::NarrowF32Fn f32_f16, f32_bf16;
+  widen_detail::NarrowF64Fn f64_f16, f64_bf16;
   bool runs;
 };
 
 std::vector<Variant> variants(std::string& skipped) {
   __builtin_cpu_init();
+  namespace w = widen_detail;
   const std::vector<Variant> all = {
-      {"base", &widen_detail::base::f16, &widen_detail::base::bf16, true},
-      {"avx2", &widen_detail::avx2::f16, &widen_detail::avx2::bf16,
+      {"base", &w::base::f16, &w::base::bf16, &w::base::f32_to_f16, &w::base::f32_to_bf16,
+       &w::base::f64_to_f16, &w::base::f64_to_bf16, true},
+      {"avx2", &w::avx2::f16, &w::avx2::bf16, &w::avx2::f32_to_f16, &w::avx2::f32_to_bf16,
+       &w::avx2::f64_to_f16, &w::base::f64_to_bf16,
        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")},
-      {"avx512", &widen_detail::avx512::f16, &widen_detail::avx512::bf16,
-       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")},
+      {"avx512", &w::avx512::f16, &w::avx512::bf16, &w::avx512::f32_to_f16, &w::avx512::f32_to_bf16,
+       &w::avx512::f64_to_f16, &w::avx512::f64_to_bf16,
+       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl")},
   };
   std::vector<Variant> out;
   for (const Variant& v : all) {
@@ -68,35 +75,10 @@ std::vector<Variant> variants(std::string& skipped) {
   return out;
 }
 
-struct NarrowVariant {
-  const char* name;
-  widen_detail::NarrowF32Fn f32_f16, f32_bf16;
-  widen_detail::NarrowF64Fn f64_f16, f64_bf16;
-  bool runs;
-};
-
-std::vector<NarrowVariant> narrow_variants(std::string& skipped) {
-  __builtin_cpu_init();
-  namespace w = widen_detail;
-  const std::vector<NarrowVariant> all = {
-      {"base", &w::base::f32_to_f16, &w::base::f32_to_bf16, &w::base::f64_to_f16,
-       &w::base::f64_to_bf16, true},
-      {"avx2", &w::avx2::f32_to_f16, &w::avx2::f32_to_bf16, &w::avx2::f64_to_f16,
-       &w::base::f64_to_bf16, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")},
-      {"avx512", &w::avx512::f32_to_f16, &w::avx512::f32_to_bf16, &w::avx512::f64_to_f16,
-       &w::avx512::f64_to_bf16,
-       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl")},
-  };
-  std::vector<NarrowVariant> out;
-  for (const NarrowVariant& v : all) {
-    if (v.runs) {
-      out.push_back(v);
-    } else {
-      skipped += std::string("SKIP: narrow variant ") + v.name + " not tested: this CPU lacks it\n";
-    }
-  }
-  return out;
+std::vector<std::uint16_t> every_pattern() {
+  std::vector<std::uint16_t> v(65536);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::uint16_t>(i);
+  return v;
 }
 
 std::uint64_t bits64(double d) {
@@ -152,7 +134,7 @@ std::vector<double> rounding_cases(bool bf16) {
   return v;
 }
 
-void check_narrow(const NarrowVariant& nv, bool bf16) {
+void check_narrow(const Variant& nv, bool bf16) {
   const std::vector<double> d = rounding_cases(bf16);
   std::vector<float> f(d.size());
   for (std::size_t i = 0; i < d.size(); ++i) f[i] = static_cast<float>(d[i]);
@@ -184,12 +166,6 @@ void check_narrow(const NarrowVariant& nv, bool bf16) {
       ASSERT_EQ(b[n], 0x1234) << what << " wrote past n " << n;
     }
   }
-}
-
-std::vector<std::uint16_t> every_pattern() {
-  std::vector<std::uint16_t> v(65536);
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::uint16_t>(i);
-  return v;
 }
 
 void check_variant(widen_detail::WidenFn fn, std::uint32_t (*ref)(std::uint16_t),
@@ -257,7 +233,7 @@ TEST(Widen, CastUsesTheChosenVariantExactly) {
 
 TEST(Narrow, EveryVariantRoundsOnceAsTheScalarCode) {
   std::string skipped;
-  for (const NarrowVariant& v : narrow_variants(skipped)) {
+  for (const Variant& v : variants(skipped)) {
     check_narrow(v, false);
     check_narrow(v, true);
   }

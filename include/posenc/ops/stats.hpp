@@ -70,8 +70,12 @@ class StatsAccumulator {
   void scan(const xt::xtensor<double, 1>& chunk);    // counts, extremes, block sum
   void spread(const xt::xtensor<double, 1>& chunk);  // squared deviations
   void merge_block();
-  // Chunk i (of kChunk values) of `n` values stored as `dtype` into chunk_.
-  void load_chunk(DType dtype, const std::byte* values, std::size_t n, std::size_t i);
+  // Adds a block of n values in two passes over chunks; load(lo, hi) puts values
+  // [lo, hi) of the block into chunk_.
+  template <class Load>
+  void add_block(std::size_t n, Load&& load);
+  // Values [lo, hi) of those stored as `dtype` at `values` into chunk_.
+  void load_chunk(DType dtype, const std::byte* values, std::size_t lo, std::size_t hi);
 
   xt::xtensor<double, 1> chunk_;
   std::size_t count_ = 0, finite_ = 0, nan_ = 0, posinf_ = 0, neginf_ = 0, zeros_ = 0;
@@ -84,24 +88,30 @@ class StatsAccumulator {
   long double block_sum_ = 0, block_mean_ = 0, block_m2_ = 0;
 };
 
-template <class E>
-void StatsAccumulator::add(const xt::xexpression<E>& values) {
-  const auto& v = values.derived_cast();
-  const std::size_t n = v.size();
+template <class Load>
+void StatsAccumulator::add_block(std::size_t n, Load&& load) {
   block_finite_ = 0;
   block_sum_ = block_m2_ = 0;
   // Chunks small enough to stay in cache while every statistic passes over them.
   for (std::size_t i = 0; i < n; i += kChunk) {
-    chunk_ = xt::cast<double>(xt::view(v, xt::range(i, std::min(n, i + kChunk))));
+    load(i, std::min(n, i + kChunk));
     scan(chunk_);
   }
   if (block_finite_ == 0) return;
   block_mean_ = block_sum_ / block_finite_;
   for (std::size_t i = 0; i < n; i += kChunk) {
-    chunk_ = xt::cast<double>(xt::view(v, xt::range(i, std::min(n, i + kChunk))));
+    load(i, std::min(n, i + kChunk));
     spread(chunk_);
   }
   merge_block();
+}
+
+template <class E>
+void StatsAccumulator::add(const xt::xexpression<E>& values) {
+  const auto& v = values.derived_cast();
+  add_block(v.size(), [&](std::size_t lo, std::size_t hi) {
+    chunk_ = xt::cast<double>(xt::view(v, xt::range(lo, hi)));
+  });
 }
 
 /// Default bytes read per slab when streaming.
