@@ -188,7 +188,9 @@ float half_to_float(std::uint16_t h) noexcept {
 
 std::uint16_t float_to_bf16(float f) noexcept {
   std::uint32_t u = bits_of(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<std::uint16_t>(((u >> 16) & 0x8000u) | 0x7fc0u);  // as double_to_bf16
+  }
   u += 0x7fffu + ((u >> 16) & 1u);  // ties to even
   return static_cast<std::uint16_t>(u >> 16);
 }

@@ -47,7 +47,8 @@ std::string bytes_str(std::size_t bytes);
 /// byte size (with `itemsize`) overflows, before anything is allocated.
 std::size_t checked_numel(const Shape& s, std::size_t itemsize, std::string_view what);
 
-/// IEEE binary16 / bfloat16 conversions, round to nearest even, NaN kept quiet.
+/// IEEE binary16 / bfloat16 conversions, round to nearest even. Narrowing makes a NaN
+/// the quiet NaN of its sign (f16 0x7e00, bf16 0x7fc0; payload dropped); widening is exact.
 /// Portable bit manipulation (clang-14 has no _Float16 on x86).
 /// f32 → f16 bits, rounded to nearest even (overflow gives infinity).
 std::uint16_t float_to_half(float f) noexcept;

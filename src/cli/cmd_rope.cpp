@@ -322,7 +322,8 @@ void register_rope(CLI::App& app) {
                   "angles, e.g. LightGlue's projected keypoints)")
       ->group(g);
   sub->add_flag("--allow-nonfinite", opts->allow_nonfinite,
-                "rotate NaN/Inf input values instead of refusing them");
+                "rotate NaN/Inf input values instead of refusing them (NaN results are "
+                "written as the positive quiet NaN)");
   sub->add_option("--max-memory", opts->max_memory,
                   "memory for buffers and tables (e.g. 512M, 2G, 1.5GiB or bytes; K, M, G, T are "
                   "powers of 1024; default 1/4 of physical memory); larger inputs are streamed "

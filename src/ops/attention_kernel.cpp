@@ -198,19 +198,13 @@ void store(DType dt, std::byte* base, std::size_t offset, std::ptrdiff_t stride,
       if (stride == 1) {
         // Rows in place: rounded by the vectorised conversion, in pieces that stay in the
         // L1 cache (element by element, an f16 probs output took three times as long as
-        // the f32 one). The same bits as below: float_to_half is the f32 rounding, and
-        // float_to_bf16's NaN (its payload kept) is put back for a float NaN.
+        // the f32 one). The same bits as below.
         constexpr std::size_t kPiece = 512;
         T scaled[kPiece];
         for (std::size_t j0 = 0; j0 < n; j0 += kPiece) {
           const std::size_t m = std::min(kPiece, n - j0);
           for (std::size_t j = 0; j < m; ++j) scaled[j] = src[j0 + j] * mul;
           detail::narrow(dtype_of<T>(), scaled, dt, p + j0, m);
-          if (!half && std::is_same_v<T, float>) {
-            for (std::size_t j = 0; j < m; ++j) {
-              if (std::isnan(scaled[j])) p[j0 + j] = float_to_bf16(static_cast<float>(scaled[j]));
-            }
-          }
         }
         break;
       }

@@ -106,6 +106,39 @@ void permute_vectors(const std::byte* src, std::byte* dst, std::size_t nvec, std
   }
 }
 
+template <class U>
+void canonical_nans_as(std::byte* p, std::size_t n, U abs_mask, U inf, U quiet) {
+  for (std::size_t i = 0; i < n; ++i) {
+    U u;
+    std::memcpy(&u, p + i * sizeof(U), sizeof(U));
+    if ((u & abs_mask) > inf) std::memcpy(p + i * sizeof(U), &quiet, sizeof(U));
+  }
+}
+
+/// Every NaN among n elements of type t becomes the type's positive quiet NaN. IEEE 754
+/// leaves the sign and payload of a NaN result to the hardware, and the kernel variants
+/// (base, AVX2, AVX-512, the split path) reach a NaN through different instructions:
+/// without this, rotating NaN inputs gave other bytes on another machine.
+void canonical_nans(std::byte* p, std::size_t n, DType t) {
+  switch (t) {
+    case DType::f64:
+      canonical_nans_as<std::uint64_t>(p, n, 0x7fffffffffffffffull, 0x7ff0000000000000ull,
+                                       0x7ff8000000000000ull);
+      break;
+    case DType::f32:
+      canonical_nans_as<std::uint32_t>(p, n, 0x7fffffffu, 0x7f800000u, 0x7fc00000u);
+      break;
+    case DType::f16:
+      canonical_nans_as<std::uint16_t>(p, n, 0x7fff, 0x7c00, 0x7e00);
+      break;
+    case DType::bf16:
+      canonical_nans_as<std::uint16_t>(p, n, 0x7fff, 0x7f80, 0x7fc0);
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace
 
 struct RopeApplier::Impl {
@@ -966,15 +999,16 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
   }
   // Past the size of a large last-level cache the output is written around the cache.
   a.stream = !m.permute && elems * dtype_size(m.out) >= (std::size_t{32} << 20);
-  const bool bad = m.fw                                 ? m.run_framework(a, r, role)
+  const bool bad = m.fw                              ? m.run_framework(a, r, role)
                    : m.pairing != RopePairing::style ? m.rotate_per_dim(a)
                                                      : m.kernel(a);
-  if (m.permute) permute_vectors(kout, out, nvec, m.D, dtype_size(m.out), m.out_perm, false);
   if (bad && !m.allow_nonfinite) {
     throw InputError(fmt::format("{}: input contains NaN or Inf (use allow_nonfinite to "
                                  "rotate it anyway)",
                                  m.what));
   }
+  if (bad) canonical_nans(kout, elems, m.out);
+  if (m.permute) permute_vectors(kout, out, nvec, m.D, dtype_size(m.out), m.out_perm, false);
   if (!d_last) move_d_axis(out, static_cast<std::byte*>(dst), slab, id, dtype_size(m.out), false);
 }
 

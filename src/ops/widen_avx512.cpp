@@ -74,19 +74,7 @@ bool bf16(const std::uint16_t* src, float* dst, std::size_t n) {
 
 namespace {
 
-/// f32 bits rounded to bf16 bits, nearest even (carrying into the exponent on overflow,
-/// which gives Inf), NaN lanes the quiet NaN of their sign.
-__m256i bf16_bits(__m512i u) {
-  const __m512i top = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
-  const __m512i r =
-      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  const __m512i quiet =
-      _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0));
-  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, quiet));
-}
+#include "ops/narrow_avx512.inc"
 
 /// f16 bits of 16 floats, NaN lanes made the quiet NaN of their sign.
 __m256i half_bits(__m512 v) {
@@ -96,17 +84,6 @@ __m256i half_bits(__m512 v) {
       _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0x8000))),
                       _mm256_set1_epi16(0x7e00));
   return _mm256_mask_mov_epi16(h, nan, quiet);
-}
-
-/// 8 doubles rounded to odd into floats: truncated, and the last bit kept set where the
-/// truncation was inexact (compared back, so right in the f32 subnormals too). Rounding
-/// that to f16 or bf16, which keep at most 11 of f32's 24 bits, is the one rounding of
-/// the double.
-__m256 to_odd(__m512d d) {
-  const __m256 t = _mm512_cvt_roundpd_ps(d, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __mmask8 inexact = _mm512_cmp_pd_mask(_mm512_cvtps_pd(t), d, _CMP_NEQ_UQ);
-  const __m256i b = _mm256_castps_si256(t);
-  return _mm256_castsi256_ps(_mm256_mask_or_epi32(b, inexact, b, _mm256_set1_epi32(1)));
 }
 
 /// lo in lanes 0-7, hi in 8-15 (insertf64x4: avx512f, where insertf32x8 needs avx512dq).

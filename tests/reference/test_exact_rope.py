@@ -158,6 +158,129 @@ class TestPositionsAndScaling(ExactRope):
                                 f"start {start}", max_ambiguous=1.0)
 
 
+CANONICAL_NAN = {"f64": 0x7FF8000000000000, "f32": 0x7FC00000, "f16": 0x7E00, "bf16": 0x7FC0}
+UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def raw_bits(path):
+    """The stored bits of dataset /y, whatever its float type (bf16 included)."""
+    with h5py.File(path, "r") as f:
+        d = f["y"]
+        t = d.id.get_type()
+        out = np.empty(d.shape, dtype=UINT[t.get_size()])
+        d.id.read(h5py.h5s.ALL, h5py.h5s.ALL, out, mtype=t)
+    return out
+
+
+def float_of_bits(bits, dtype):
+    """Stored bits as values of their type (bf16 as float32, as check_rounded_once takes)."""
+    if dtype == "bf16":
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return bits.view({"f64": np.float64, "f32": np.float32, "f16": np.float16}[dtype])
+
+
+class TestNonFiniteBytes(ExactRope):
+    """With --allow-nonfinite, NaN results are the output type's positive quiet NaN on
+    every kernel variant and arithmetic (man page): IEEE 754 leaves a NaN result's sign
+    and payload to the hardware, and the AVX2 and AVX-512 kernels kept payload bits
+    (f16 0xfe02, 0x7e01) and other signs where the base loops did not. NaN exactly where
+    the float64 reference is NaN; every other element rounded once as in ExactRope."""
+
+    # Input NaNs: payloads, both signs, signalling and quiet, per input type; Inf and -Inf.
+    SPECIAL = {"f16": (0x7D23, 0xFE01, 0x7E00, 0xFC00, 0x7C00),
+               "bf16": (0x7F91, 0xFFC3, 0x7FC0, 0xFF80, 0x7F80),
+               "f32": (0x7F812345, 0xFFC05678, 0x7FC00000, 0xFF800000, 0x7F800000),
+               "f64": (0x7FF0000000012345, 0xFFF8000000005678, 0x7FF8000000000000,
+                       0xFFF0000000000000, 0x7FF0000000000000)}
+
+    def write_special(self, name, x64, dtype, rng):
+        """x64 rounded to dtype with about 2% of its elements replaced by the special
+        patterns, including whole pairs of NaNs of opposite signs; returns (path, values
+        as float64)."""
+        v = round_to(x64, dtype)
+        w = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "f64": np.float64}[dtype]
+        store = v.astype(w)
+        bits = store.view(UINT[store.itemsize])
+        flat = bits.reshape(-1)
+        pats = self.SPECIAL[dtype]
+        at = rng.choice(flat.size, size=max(8, flat.size // 50), replace=False)
+        for k, i in enumerate(at):
+            pat = pats[k % len(pats)]
+            flat[i] = pat << 16 if dtype == "bf16" else pat
+        # Two NaNs of opposite signs in one pair (dims 0 and R/2 or 1 of the first vector).
+        flat[0] = (pats[0] << 16) if dtype == "bf16" else pats[0]
+        flat[x64.shape[-1] // 4] = (pats[1] << 16) if dtype == "bf16" else pats[1]
+        flat[1] = flat[0]
+        if dtype == "bf16":
+            path = write_bf16_h5(self.path(name + ".h5"), store)
+        else:
+            path = self.path(name + ".npy")
+            np.save(path, store)
+        with np.errstate(invalid="ignore"):  # signalling NaNs
+            return path, store.astype(np.float64)
+
+    def check(self, shape, r, style, extra):
+        rng = np.random.default_rng(r)
+        x64 = rng.standard_normal(shape) * 2
+        pos = np.broadcast_to(np.arange(shape[-2]), shape[:-1])  # position 0: Inf * sin 0
+        inv = default_inv(10000.0, r)
+        pairs = (("f16", "f16"), ("bf16", "bf16"), ("f32", "f32"), ("f64", "f64"),
+                 ("f32", "bf16"), ("f32", "f16"), ("f16", "f32"))
+        inputs = {dt: self.write_special(f"s_{dt}", x64, dt, rng) for dt in IN_DTYPES}
+        for prec in ("f64", "f32"):
+            seen = {}
+            for isa, env in self.variants:
+                for dt, out in pairs:
+                    path, v = inputs[dt]
+                    o = self.path(f"y_{dt}_{out}.h5")
+                    self.run_ok("rope", path, "-o", o + ":/y", "--style", style, "--rotary-dim",
+                                r, "--dtype", out, "--precision", prec, "--allow-nonfinite",
+                                *extra, env=env)
+                    bits = raw_bits(o)
+                    os.remove(o)
+                    label = f"kernel {isa}, {dt} -> {out}, {style}, R {r}, --precision {prec}"
+                    with np.errstate(invalid="ignore"):  # Inf * 0 and Inf - Inf: NaN
+                        ref, margin = rope(v, pos, inv, style)
+                    got = float_of_bits(bits, out)
+                    nan, inf = np.isnan(ref), np.isinf(ref)
+                    np.testing.assert_array_equal(np.isnan(got), nan, err_msg=label)
+                    self.assertTrue(nan.sum() >= 4 and inf.sum() >= 4, label)
+                    self.assertEqual({int(b) for b in bits[nan]}, {CANONICAL_NAN[out]}, label)
+                    np.testing.assert_array_equal(got[inf], ref[inf], err_msg=label)
+                    if prec == "f64":
+                        fin = ~nan & ~inf
+                        assert_rounded_once(self, got[fin], ref[fin], margin[fin], out, label,
+                                            max_ambiguous=1.0 if out == "f64" else 1e-3)
+                    if (dt, out) in seen:
+                        np.testing.assert_array_equal(bits, seen[(dt, out)],
+                                                      err_msg=f"{label}: bytes differ by variant")
+                    else:
+                        seen[(dt, out)] = bits
+
+    def test_fast_shapes_both_styles(self):
+        for style in ("neox", "gptj"):
+            self.check((2, 3, 9, 64), 64, style, [])
+
+    def test_generic_loops(self):
+        self.check((2, 19, 48), 24, "gptj", [])
+        self.check((2, 19, 48), 24, "neox", [])
+
+    def test_framework_arithmetic(self):
+        # --arith hf: one set of loops on every machine, and the same canonical NaN.
+        rng = np.random.default_rng(3)
+        shape = (1, 2, 7, 64)
+        path, v = self.write_special("h", rng.standard_normal(shape), "f32", rng)
+        o = self.path("h.h5")
+        self.run_ok("rope", path, "-o", o + ":/y", "--arith", "hf", "--allow-nonfinite")
+        bits = raw_bits(o)
+        with np.errstate(invalid="ignore"):
+            ref, _ = rope(v, np.broadcast_to(np.arange(7), shape[:-1]),
+                          default_inv(10000.0, 64), "neox")
+        nan = np.isnan(ref)
+        np.testing.assert_array_equal(np.isnan(bits.view(np.float32)), nan)
+        self.assertEqual({int(b) for b in bits[nan]}, {CANONICAL_NAN["f32"]})
+
+
 class TestVariantsRan(ExactRope):
     def test_a_vectorised_kernel_variant_was_tested(self):
         ran = [isa for isa, _ in self.variants]

@@ -3,6 +3,7 @@
 // nearer neighbour with ties to even).
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -55,6 +56,21 @@ TEST(BFloat16, EveryBf16RoundTripsAndTiesToEven) {
   EXPECT_EQ(double_to_bf16(1.0 + std::ldexp(1.0, -8)), 0x3f80);
   EXPECT_EQ(double_to_bf16(1.0 + 3 * std::ldexp(1.0, -8)), 0x3f82);
   EXPECT_EQ(double_to_bf16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)), 0x3f81);
+}
+
+TEST(BFloat16, EveryNaNBecomesTheQuietNaNOfItsSign) {
+  // Every float NaN (both signs, every payload, signalling or quiet), from float and
+  // from double alike: the one rule of every narrowing to bf16.
+  for (std::uint32_t m = 1; m < 0x800000u; m += 97) {
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+      float f;
+      const std::uint32_t u = sign | 0x7f800000u | m;
+      std::memcpy(&f, &u, 4);
+      const std::uint16_t want = sign != 0 ? 0xffc0 : 0x7fc0;
+      ASSERT_EQ(float_to_bf16(f), want) << std::hex << u;
+      ASSERT_EQ(double_to_bf16(static_cast<double>(f)), want) << std::hex << u;
+    }
+  }
 }
 
 TEST(Tensor, CheckedNumelRefusesOverflow) {
