@@ -80,8 +80,15 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
   // Shaw and decomposed terms.
   f = add_sat(f, mul_sat(rows, (g.dv + 1 + 2 * g.rel_rows + g.dec_cols) * ts + 8 + 16));
   f = add_sat(f, plan_bytes(g, opt));
-  // One worker's score tiles (see Geometry::threads).
+  // One worker's score tiles (see Geometry::threads), and where a head's rows are strided
+  // (h between s and d, as bshd) its contiguous copies of a Q block and a K or V block
+  // for BLAS (gemm in attention_kernel.cpp).
   m.tile = mul_sat(bl.q, bl.k + g.global) * ts;
+  if (g.axes.find('h') > g.axes.find('s')) {
+    const std::size_t copies = add_sat(mul_sat(bl.q, g.d),
+                                       mul_sat(bl.k + g.global, std::max(g.d, g.dv)));
+    m.tile = add_sat(m.tile, mul_sat(copies, ts));
+  }
   m.fixed = add_sat(f, m.tile);
   auto per = [&](const TensorInfo& t, std::size_t width) {
     std::size_t bytes = dtype_size(t.dtype) + (t.dtype != g.compute || !d_last ? ts : 0);
