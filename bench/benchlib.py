@@ -3,20 +3,39 @@
 Scripts in bench/*/ import it with
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 """
+import os
 import resource
 import subprocess
 import time
 
 
-def fs_type(path):
-    """The file system type of the mount that holds `path` (a real path)."""
-    best, kind = "", "?"
+def mount_of(path):
+    """(mount point, file system type, options) of the mount holding `path`."""
+    path = os.path.realpath(path)
+    best = ("", "?", "")
     with open("/proc/mounts") as f:
         for line in f:
-            _, mnt, typ = line.split()[:3]
-            if path.startswith(mnt) and len(mnt) > len(best):
-                best, kind = mnt, typ
-    return kind
+            _, mnt, typ, opts = line.split()[:4]
+            if ((path == mnt or path.startswith(mnt.rstrip("/") + "/"))
+                    and len(mnt) > len(best[0])):
+                best = (mnt, typ, opts)
+    return best
+
+
+def fs_type(path):
+    """The file system type of the mount that holds `path`."""
+    return mount_of(path)[1]
+
+
+def fs_label(path):
+    """The file system type of `path`'s mount, and for tmpfs its huge page setting
+    (huge=never unless the mount says otherwise): mapped tmpfs files are faulted in
+    4 KiB pages without it."""
+    _, typ, opts = mount_of(path)
+    if typ != "tmpfs":
+        return typ
+    huge = [o for o in opts.split(",") if o.startswith("huge=")]
+    return f"tmpfs {huge[0] if huge else 'huge=never'}"
 
 
 def cpu_name():

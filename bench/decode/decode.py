@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from benchlib import cpu_name, fs_type, load, timed  # noqa: E402
+from benchlib import cpu_name, fs_label, load, timed  # noqa: E402
 
 
 def write_inputs(folder, sk, heads, kv_heads, d, dtype, posenc):
@@ -110,7 +110,7 @@ def main():
                         t[name].append(wall)
                         cpu[name].append(c)
                 m = {k: statistics.median(v) for k, v in t.items()}
-                line = (f"{fs_type(folder):6} {dtype:5} K+V {kv / 2**20:4.0f} MiB: memcpy "
+                line = (f"{fs_label(folder):16} {dtype:5} K+V {kv / 2**20:4.0f} MiB: memcpy "
                         f"{kv / m['memcpy'] / 1e9:5.1f} GB/s")
                 for name, _ in builds:
                     c = statistics.median(cpu[name])

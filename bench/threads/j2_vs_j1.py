@@ -28,6 +28,9 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchlib import fs_type  # noqa: E402
+
 
 def cpu_model():
     """'model name, family F model M' of the first CPU."""
@@ -45,19 +48,6 @@ def cpu_model():
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
-
-
-def fs_type(path):
-    """The file system type of the mount holding `path` (from /proc/mounts)."""
-    best, kind = "", "?"
-    path = os.path.realpath(path)
-    with open("/proc/mounts") as f:
-        for line in f:
-            fields = line.split()
-            mnt = fields[1]
-            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
-                best, kind = mnt, fields[2]
-    return kind
 
 
 def run(cmd, env):
