@@ -46,11 +46,12 @@ def bf16_to_float32(bits):
 def float32_to_bf16(x):
     """bf16 bit patterns (uint16 array) of x rounded to nearest even, once, from float32
     (float64 input is rounded to float32 first: use posenc's dtype="bf16" for a
-    single rounding from float64)."""
+    single rounding from float64). A NaN becomes the quiet NaN of its sign (0x7fc0,
+    0xffc0), as in every narrowing posenc makes."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     r = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
     nan = np.isnan(u.view(np.float32))
-    r[nan] = ((u[nan] >> 16) | np.uint32(0x40)).astype(np.uint16)
+    r[nan] = (((u[nan] >> 16) & np.uint32(0x8000)) | np.uint32(0x7FC0)).astype(np.uint16)
     return r
 
 

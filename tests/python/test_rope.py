@@ -8,7 +8,7 @@ import torch
 
 import posenc
 from reference_rope import default_inv, rope as rope_ref, yarn_inv
-from rounding import check_rounded_once
+from rounding import bf16_bits, check_rounded_once, round_bf16
 
 
 def rng():
@@ -86,6 +86,24 @@ def test_bf16_bits_in_numpy():
     xin = posenc.bf16_to_float32(bits).astype(np.float64)
     ref, margin = rope_ref(xin, np.arange(8), default_inv(10000.0, 64), "neox")
     check(posenc.bf16_to_float32(got), ref, margin, "bf16")
+
+
+def test_float32_to_bf16_rounds_once_and_quiets_nan_keeping_its_sign():
+    # Every sign and exponent with random mantissas, NaN payloads (signalling and quiet)
+    # and Inf included, against the rounding from the definition (tests/lib/rounding.py)
+    # and torch's own float32 -> bfloat16 conversion.
+    r = rng()
+    u = (r.integers(0, 1 << 23, size=1 << 16, dtype=np.uint32)
+         | (np.arange(1 << 16, dtype=np.uint32) % 512 << 23))
+    u[:4] = [0x7F812345, 0xFFC05678, 0x7F800000, 0xFF800000]
+    x = u.view(np.float32)
+    got = posenc.float32_to_bf16(x)
+    nan = np.isnan(x)
+    want = bf16_bits(round_bf16(x[~nan].astype(np.float64)).astype(np.float32))
+    assert np.array_equal(got[~nan], want)
+    t = torch.from_numpy(x[~nan].copy()).to(torch.bfloat16).view(torch.int16).numpy()
+    assert np.array_equal(got[~nan], t.view(np.uint16))
+    assert np.array_equal(got[nan], np.where(u[nan] >> 31 == 1, 0xFFC0, 0x7FC0))
 
 
 def test_out_dtype_f64_from_f32_and_out_array():
