@@ -25,7 +25,8 @@ import numpy as np
 
 from posenc_testlib import BIN, PosencTestCase
 from reference_rope import default_inv, near_ties, rope, yarn_inv
-from rounding import VECTORISED, assert_rounded_once, report_skipped_variants, round_to
+from rounding import (VECTORISED, assert_rounded_once, bf16_from_bits, report_skipped_variants,
+                      round_to)
 
 IN_DTYPES = ("f16", "bf16", "f32", "f64")
 
@@ -175,7 +176,7 @@ def raw_bits(path):
 def float_of_bits(bits, dtype):
     """Stored bits as values of their type (bf16 as float32, as check_rounded_once takes)."""
     if dtype == "bf16":
-        return (bits.astype(np.uint32) << 16).view(np.float32)
+        return bf16_from_bits(bits)
     return bits.view({"f64": np.float64, "f32": np.float32, "f16": np.float16}[dtype])
 
 
