@@ -22,13 +22,14 @@ import h5py
 import numpy as np
 
 from hostile_h5 import write_hostile
+from other_user import as_user, posenc_for
 from posenc_testlib import BIN, PosencTestCase, run
 from reference_rope_freqs import default_inv, mcos, msin
 
 
-def run_as(preexec, *args):
-    """posenc with `preexec` run in the child before exec (limits, another user)."""
-    p = subprocess.run([BIN, *map(str, args)], capture_output=True, preexec_fn=preexec,
+def run_as(preexec, *args, exe=BIN):
+    """posenc (`exe`) with `preexec` run in the child before exec (limits, another user)."""
+    p = subprocess.run([exe, *map(str, args)], capture_output=True, preexec_fn=preexec,
                        timeout=600)
     p.stderr = p.stderr.decode("utf-8", "replace")
     return p
@@ -309,13 +310,14 @@ class TestOtherFiles(AppendCase):
         os.chmod(h5, 0o644)
         os.chmod(self.tmp, 0o755)
         os.chmod(folder, 0o555)
-        # Root ignores permission bits: run posenc as nobody.
-        drop = (lambda: os.setuid(65534)) if os.geteuid() == 0 else None
+        # Root ignores permission bits: run posenc as nobody (a copy nobody can reach).
+        root = os.geteuid() == 0
+        drop, exe = (as_user("nobody"), posenc_for(self)) if root else (None, BIN)
         with open(h5, "rb") as f:
             data = f.read()
         try:
             p = run_as(drop, "table", "sinusoidal", "--positions", 3, "--dim", 4,
-                       "-o", h5 + ":/pe")
+                       "-o", h5 + ":/pe", exe=exe)
         finally:
             os.chmod(folder, 0o755)
         self.assertEqual(p.returncode, 4, p.stderr)

@@ -26,6 +26,7 @@ import unittest
 import h5py
 import numpy as np
 
+from other_user import posenc_for
 from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, holds_unnamed_file, run
 from reference_sinusoidal import sinusoidal as sinusoidal_at
 
@@ -427,11 +428,12 @@ class Sync(PosencTestCase):
 class Umask(PosencTestCase):
     def test_hdf5_under_a_umask_without_owner_write(self):
         os.chmod(self.tmp, 0o777)
+        exe = posenc_for(self)  # a copy nobody can reach, wherever the build lives
         for mask in (0o277, 0o222):
             name = f"u{mask:o}.h5"
             p = subprocess.run(
                 ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sh", "-c",
-                 f"umask {mask:o} && exec {BIN} table sinusoidal --positions 3 --dim 4 "
+                 f"umask {mask:o} && exec {exe} table sinusoidal --positions 3 --dim 4 "
                  f"-o {name}:/pe"], cwd=self.tmp, capture_output=True, timeout=120)
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertEqual(stat.S_IMODE(os.stat(self.path(name)).st_mode), 0o666 & ~mask)
