@@ -2,28 +2,35 @@
 # Mutation check: plants each bug of tests/mutation/*.patch in a temporary copy of the tree
 # (never in the tree itself), rebuilds, runs the tests that should catch it, and reports
 # whether they failed (caught) or passed (MISSED), naming the tests that failed.
-# Not part of the CI suite: it rebuilds once per mutation (about a minute each on two cores).
+# Not part of the CI suite, which runs only --check: it rebuilds once per mutation (about a
+# minute each on two cores).
 #
 # Usage: tests/mutation/run.sh [--isa V]... [--full] [NAME...]
+#        tests/mutation/run.sh --check [NAME...]
+#   --check  only check that each patch applies to the tree as it is (git apply --check:
+#            no fuzz, no build; CI runs this so that a patch the code left behind fails)
 #   --isa V  run the tests with POSENC_ROPE_ISA=V ("default" = unset, the widest kernel;
 #            "avx2" = what an AVX2-only machine would run); repeat for several; default:
 #            default and avx2
 #   --full   run the whole suite for every mutation instead of the relevant tests
 #   NAME     mutations to plant (file names without .patch); default: all
 # Exit status 0 when every planted bug made the tests fail, 1 when one was missed or
-# could not be planted, 2 for usage or setup errors (including a failing unmutated run).
+# could not be planted, 2 for usage or setup errors (including a failing unmutated run);
+# with --check, 0 when every patch applies and 1 otherwise.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 isas=()
 full=0
+check=0
 names=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --isa) isas+=("${2:?--isa needs a value}"); shift 2 ;;
     --full) full=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --check) check=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) names+=("$1"); shift ;;
   esac
@@ -31,6 +38,18 @@ done
 [ ${#isas[@]} -gt 0 ] || isas=(default avx2)
 if [ ${#names[@]} -eq 0 ]; then
   for p in "$here"/*.patch; do names+=("$(basename "$p" .patch)"); done
+fi
+
+if [ $check -eq 1 ]; then
+  stale=0
+  for name in "${names[@]}"; do
+    if ! err=$(cd "$src" && git apply --check "$here/$name.patch" 2>&1); then
+      printf '%s: the patch does not apply (update it): %s\n' "$name" "${err//$'\n'/; }" >&2
+      stale=1
+    fi
+  done
+  [ $stale -eq 1 ] || echo "mutation patches: all ${#names[@]} apply"
+  exit $stale
 fi
 
 # The tests that exercise each mutation: ctest name patterns, one a line (no groups:
@@ -104,12 +123,13 @@ missed=0
 printf '%-28s %-8s %-8s %s\n' mutation kernel result "failing tests"
 for name in "${names[@]}"; do
   patch_file="$here/$name.patch"
-  if ! patch -s -p1 -d "$tree" --forward --dry-run <"$patch_file" >/dev/null 2>&1; then
+  # No fuzz: a patch whose context moved must be regenerated, not planted elsewhere.
+  if ! patch -s -p1 -d "$tree" --forward --fuzz=0 --dry-run <"$patch_file" >/dev/null 2>&1; then
     printf '%-28s %-8s %-8s %s\n' "$name" - ERROR "the patch does not apply (update it)"
     missed=1
     continue
   fi
-  patch -s -p1 -d "$tree" --forward <"$patch_file"
+  patch -s -p1 -d "$tree" --forward --fuzz=0 <"$patch_file"
   if ! build; then
     printf '%-28s %-8s %-8s %s\n' "$name" - ERROR \
       "does not build: $(grep -m1 error "$tmp/build.log")"
