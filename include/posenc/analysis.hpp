@@ -131,7 +131,8 @@ AnalysisTable attention_head_stats(const Tensor& probs, const std::string& what)
 /// rule (rtol, atol, max_ulp when set, ulp_type), "by" (the names comma-joined), `extra`,
 /// then "columns". The figure: for one axis, line charts of max |a - b| (log axis when
 /// some value is positive) and of the mismatches along it; for two, heatmaps of the
-/// mismatches and of max |a - b| (log colours), rows the first axis, columns the second.
+/// mismatches and of max |a - b| (log colours), rows the first axis, columns the second;
+/// for more, none.
 AnalysisTable compare_breakdown_table(const CompareResult& r, const std::vector<std::string>& names,
                                       Attrs extra = {});
 

@@ -61,11 +61,10 @@ AnalysisTable compare_breakdown_table(const CompareResult& r, const std::vector<
   std::vector<std::vector<double>> cols(names.size() + 6, std::vector<double>(rows));
   for (std::size_t g = 0; g < rows; ++g) {
     const GroupStats& s = bd.groups[g];
-    if (names.size() == 2) {
-      cols[0][g] = static_cast<double>(bd.coords[0][g / inner]);
-      cols[1][g] = static_cast<double>(bd.coords[1][g % inner]);
-    } else {
-      cols[0][g] = static_cast<double>(bd.coords[0][g]);
+    // The group's entries: C order over the axes, the last fastest.
+    for (std::size_t k = names.size(), rest = g; k-- > 0;) {
+      cols[k][g] = static_cast<double>(bd.coords[k][rest % bd.coords[k].size()]);
+      rest /= bd.coords[k].size();
     }
     const std::size_t k = names.size();
     cols[k][g] = static_cast<double>(s.count);
@@ -108,6 +107,7 @@ AnalysisTable compare_breakdown_table(const CompareResult& r, const std::vector<
     t.figure.panels.push_back(std::move(count));
     return t;
   }
+  if (names.size() > 2) return t;  // no picture: a table of groups only
   HeatmapPanel err, count;
   bool even_y = true, even_x = true;
   err.y = count.y = axis_index(bd.coords[0], even_y);

@@ -1,9 +1,9 @@
 // posenc compare A B: element-wise comparison with numpy.isclose semantics (B is the
 // reference: |a - b| <= atol + rtol * |b|) and/or a bound on the distance in units in
 // the last place. Exit 0 when every element matches, 1 when any differs or the shapes
-// differ. --by and --top say where the errors are: a table per index along one or two
-// axes (written with -o, drawn with --plot like the analyses' tables) and the worst
-// elements.
+// differ. --by and --top say where the errors are: a table per group of indices along
+// any number of axes (written with -o, drawn with --plot like the analyses' tables for
+// one or two axes) and the worst elements.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -52,11 +52,11 @@ struct Located {
 
 /// For axis k of the breakdown: the entries whose groups hold mismatches.
 std::vector<std::size_t> entries_with_mismatches(const CompareBreakdown& bd, std::size_t k) {
-  const std::size_t inner = bd.coords.size() == 2 ? bd.coords[1].size() : 1;
+  std::size_t inner = 1;  // groups per entry of axis k (C order: the later axes')
+  for (std::size_t j = k + 1; j < bd.coords.size(); ++j) inner *= bd.coords[j].size();
   std::vector<bool> hit(bd.coords[k].size(), false);
   for (std::size_t g = 0; g < bd.groups.size(); ++g) {
-    if (bd.groups[g].mismatches == 0) continue;
-    hit[bd.coords.size() == 1 ? g : k == 0 ? g / inner : g % inner] = true;
+    if (bd.groups[g].mismatches != 0) hit[g / inner % hit.size()] = true;
   }
   std::vector<std::size_t> out;
   for (std::size_t e = 0; e < hit.size(); ++e) {
@@ -78,6 +78,32 @@ std::vector<std::pair<std::size_t, std::size_t>> mismatch_runs(const CompareBrea
     }
   }
   return runs;
+}
+
+/// The group with the largest tolerance ratio (the first such row), if any.
+std::optional<std::size_t> worst_group(const CompareBreakdown& bd) {
+  std::optional<std::size_t> w;
+  for (std::size_t g = 0; g < bd.groups.size(); ++g) {
+    if (bd.groups[g].count && (!w || bd.groups[g].max_tol_ratio > bd.groups[*w].max_tol_ratio)) {
+      w = g;
+    }
+  }
+  return w;
+}
+
+/// The entries of group `g` along the breakdown's axes: A's indices (or pair indices).
+std::vector<std::size_t> group_index(const CompareBreakdown& bd, std::size_t g) {
+  std::vector<std::size_t> idx(bd.coords.size());
+  for (std::size_t k = idx.size(); k-- > 0;) {
+    idx[k] = bd.coords[k][g % bd.coords[k].size()];
+    g /= bd.coords[k].size();
+  }
+  return idx;
+}
+
+std::size_t groups_with_mismatches(const CompareBreakdown& bd) {
+  return static_cast<std::size_t>(std::count_if(bd.groups.begin(), bd.groups.end(),
+                                                [](const GroupStats& s) { return s.mismatches; }));
 }
 
 std::string runs_text(const std::vector<std::pair<std::size_t, std::size_t>>& runs) {
@@ -166,6 +192,18 @@ void print_json(std::FILE* to, const TensorRef& ra, DType da, const TensorRef& r
       where[loc.names[k]] = runs;
     }
     by["mismatches_at"] = where;
+    by["groups_with_mismatches"] = groups_with_mismatches(*r.breakdown);
+    by["worst_group"] = nullptr;
+    if (const auto g = worst_group(*r.breakdown)) {
+      const GroupStats& s = r.breakdown->groups[*g];
+      nlohmann::ordered_json w;
+      w["index"] = group_index(*r.breakdown, *g);
+      w["count"] = s.count;
+      w["mismatches"] = s.mismatches;
+      w["max_abs"] = s.max_abs < 0 ? json_number(std::nan("")) : json_number(s.max_abs);
+      w["max_tol_ratio"] = json_number(s.max_tol_ratio);
+      by["worst_group"] = std::move(w);
+    }
     by["columns"] = t.columns;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     const std::size_t cols = t.columns.size();
@@ -212,6 +250,15 @@ void print_located(std::FILE* to, const CompareResult& r, const Located& loc, bo
                            runs_text(mismatch_runs(*r.breakdown, k)));
     }
     fmt::print(to, "mismatches at: {}\n", where);
+    const CompareBreakdown& bd = *r.breakdown;
+    if (const auto g = worst_group(bd); g && bd.groups[*g].mismatches) {
+      std::string names;
+      for (const std::string& n : loc.names) names += (names.empty() ? "" : ", ") + n;
+      fmt::print(to, "groups with mismatches: {} of {}; worst ({}) = {}: {} of {} differ, ratio {}\n",
+                 groups_with_mismatches(bd), bd.groups.size(), names,
+                 index_str(group_index(bd, *g)), bd.groups[*g].mismatches, bd.groups[*g].count,
+                 bd.groups[*g].max_tol_ratio);
+    }
     if (print_table) fmt::print(to, "{}", table_text(*loc.table));
   }
   if (top) {
@@ -310,6 +357,11 @@ void run_compare(const CompareCliOptions& o) {
     throw UsageError(fmt::format("{}: writes the table of --by; give --by",
                                  o.table.plot.empty() ? "-o" : "--plot"));
   }
+  if (by.size() > 2 && !o.table.plot.empty()) {
+    throw UsageError(fmt::format(
+        "--plot: draws a breakdown of one or two axes, --by '{}' has {}; write it with -o",
+        *o.by, by.size()));
+  }
   if (!o.table.out.outputs.empty() && o.table.out.outputs[0] == "-" && o.table.plot == "-") {
     throw UsageError("-o - and --plot - would both write to standard output");
   }
@@ -378,8 +430,9 @@ void register_compare(CLI::App& app) {
   const char* g = "LOCATING ERRORS";
   sub->add_option("--by", opt->by,
                   "where the errors are: mismatches and max abs/rel/ulp error and tolerance "
-                  "ratio per index along 1 or 2 axes (comma list of axis letters of --axes, "
-                  "axis numbers, or pair: the dimension pairs of axis d), e.g. --by h,s")
+                  "ratio per group of indices along any number of axes (comma list of axis "
+                  "letters of --axes, axis numbers, or pair: the dimension pairs of axis d), "
+                  "e.g. --by h,s,d: one row per (head, position, dim)")
       ->group(g);
   sub->add_option("--axes", opt->axes,
                   "axis letters of A for --by (b, h, s, d; default by rank: bhsd, bsd, sd)")
@@ -399,7 +452,7 @@ void register_compare(CLI::App& app) {
   add_table_output_options(
       sub, opt->table, "write the --by table (x.npy, x.h5:/d, x.csv, x.tsv, x.json, - for stdout)",
       "draw the --by table: an image file (.png, .svg, .pdf) or - for the terminal: curves "
-      "for one axis, heatmaps for two");
+      "for one axis, heatmaps for two (more axes: refused; write the table with -o)");
   sub->callback([opt] { run_compare(*opt); });
 }
 

@@ -232,16 +232,23 @@ double tol_ratio(double a, double b, const CompareRule& rule) {
 
 // --- locating the errors ----------------------------------------------------------------
 
+namespace {
+
+/// How one axis of the breakdown is walked along the compared elements.
+struct ByWalk {
+  std::size_t stride = 1;          ///< compared elements per step along the axis
+  std::size_t n = 1;               ///< entries along the axis (1 for an axis a slice fixes)
+  std::vector<std::size_t> group;  ///< entry -> group coordinate; empty: the entry itself
+  std::size_t scale = 1;           ///< rows per group coordinate (C order over the axes)
+};
+
+}  // namespace
+
 /// The breakdown's axes walked along the compared elements, and the worst elements kept
 /// so far (a heap whose front is the least bad of them).
 struct Comparator::Locator {
-  struct Axis {
-    std::size_t stride = 1;          ///< compared elements per step along the axis
-    std::size_t n = 1;               ///< entries along the axis (1 for an axis a slice fixes)
-    std::vector<std::size_t> group;  ///< entry -> group coordinate; empty: the entry itself
-  };
+  using Axis = ByWalk;
   std::vector<Axis> axes;
-  std::size_t inner_groups = 1;  ///< groups of the second axis (1 with one axis)
   CompareBreakdown breakdown;
   std::size_t top = 0;
   std::vector<WorstElement> heap;
@@ -287,6 +294,34 @@ std::vector<std::size_t> pair_groups(std::size_t extent, std::optional<std::size
   return g;
 }
 
+/// How the breakdown walks source axis `by.axis` of the compared elements `sel`, and
+/// A's index (or the pair index) of each of its entries (`coords`).
+ByWalk walk_by_axis(const ByAxis& by, const CompareLocate& locate, const Selection& sel,
+                    std::vector<std::size_t>& coords) {
+  const AxisSelection& as = sel.axes[by.axis];
+  ByWalk ax;
+  if (!as.drop) {
+    ax.n = as.size;
+    // The result axes after this one: the kept source axes after it.
+    for (std::size_t k = by.axis + 1; k < sel.source.size(); ++k) {
+      if (!sel.axes[k].drop) ax.stride *= sel.axes[k].size;
+    }
+  }
+  if (by.pairs) {
+    const std::size_t extent = sel.source[by.axis];
+    if (as.drop || as.size != extent || (extent > 1 && (as.start != 0 || as.step != 1)) ||
+        !as.indices.empty()) {
+      throw InputError(
+          fmt::format("by: pairs of axis {} need the whole axis, which the slice cuts", by.axis));
+    }
+    ax.group = pair_groups(extent, locate.rotary_dim, locate.pairs, by.axis);
+    for (std::size_t p = 0; p < extent / 2; ++p) coords.push_back(p);
+  } else {
+    for (std::size_t e = 0; e < (as.drop ? 1 : as.size); ++e) coords.push_back(as.at(e));
+  }
+  return ax;
+}
+
 }  // namespace
 
 Comparator::Comparator(const CompareRule& rule, const CompareLocate& locate, const Selection& sel)
@@ -295,17 +330,9 @@ Comparator::Comparator(const CompareRule& rule, const CompareLocate& locate, con
   if (locate.top > kMaxTop) {
     throw UsageError(fmt::format("top: at most {} elements, got {}", kMaxTop, locate.top));
   }
-  if (locate.by.size() > kMaxByAxes) {
-    throw UsageError(fmt::format("by: at most {} axes, got {}", kMaxByAxes, locate.by.size()));
-  }
   auto loc = std::make_unique<Locator>();
   loc->top = locate.top;
-  // Result axis of each kept source axis, and the strides of the result.
   const std::size_t rank = sel.source.size();
-  std::vector<std::size_t> result_axis(rank, 0);
-  for (std::size_t k = 0, r = 0; k < rank; ++k) {
-    if (!sel.axes[k].drop) result_axis[k] = r++;
-  }
   std::size_t rows = 1;
   for (std::size_t i = 0; i < locate.by.size(); ++i) {
     const ByAxis& by = locate.by[i];
@@ -317,35 +344,18 @@ Comparator::Comparator(const CompareRule& rule, const CompareLocate& locate, con
         throw UsageError(fmt::format("by: axis {} is named twice", by.axis));
       }
     }
-    const AxisSelection& as = sel.axes[by.axis];
-    Locator::Axis ax;
     std::vector<std::size_t> coords;
-    if (!as.drop) {
-      ax.n = as.size;
-      for (std::size_t r = result_axis[by.axis] + 1; r < sel.shape.size(); ++r)
-        ax.stride *= sel.shape[r];
-    }
-    if (by.pairs) {
-      const std::size_t extent = sel.source[by.axis];
-      if (as.drop || as.size != extent || (extent > 1 && (as.start != 0 || as.step != 1)) ||
-          !as.indices.empty()) {
-        throw InputError(
-            fmt::format("by: pairs of axis {} need the whole axis, which the slice "
-                        "cuts",
-                        by.axis));
-      }
-      ax.group = pair_groups(extent, locate.rotary_dim, locate.pairs, by.axis);
-      for (std::size_t p = 0; p < extent / 2; ++p) coords.push_back(p);
-    } else {
-      for (std::size_t e = 0; e < (as.drop ? 1 : as.size); ++e) coords.push_back(as.at(e));
-    }
+    loc->axes.push_back(walk_by_axis(by, locate, sel, coords));
     rows *= coords.size();
     if (rows > kMaxByRows) {
       throw UsageError(fmt::format("by: the breakdown would have more than {} rows", kMaxByRows));
     }
-    if (i == 1) loc->inner_groups = coords.size();
     loc->breakdown.coords.push_back(std::move(coords));
-    loc->axes.push_back(std::move(ax));
+  }
+  // Row of a group: C order over the axes, the last one fastest.
+  for (std::size_t k = loc->axes.size(), scale = 1; k-- > 0;) {
+    loc->axes[k].scale = scale;
+    scale *= loc->breakdown.coords[k].size();
   }
   loc->breakdown.axes = locate.by;
   if (!locate.by.empty()) loc->breakdown.groups.resize(rows);
@@ -497,11 +507,10 @@ void Comparator::locate(const xt::xtensor<double, 1>& a, const xt::xtensor<doubl
     L.gid.assign(n, 0);
     for (std::size_t k = 0; k < L.axes.size(); ++k) {
       const Locator::Axis& ax = L.axes[k];
-      const std::size_t scale = k == 0 && L.axes.size() == 2 ? L.inner_groups : 1;
       std::size_t entry = (first / ax.stride) % ax.n, left = ax.stride - first % ax.stride;
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t g = ax.group.empty() ? entry : ax.group[entry];
-        L.gid[i] += static_cast<std::uint32_t>(g * scale);
+        L.gid[i] += static_cast<std::uint32_t>(g * ax.scale);
         if (--left == 0) {
           left = ax.stride;
           entry = entry + 1 == ax.n ? 0 : entry + 1;

@@ -51,9 +51,6 @@ std::vector<ByItem> parse_by(const std::string& text) {
       }
     }
     items.push_back(std::move(it));
-    if (items.size() > kMaxByAxes) {
-      throw UsageError(fmt::format("--by: at most {} axes, got '{}'", kMaxByAxes, text));
-    }
     if (comma == std::string::npos) break;
     from = comma + 1;
   }

@@ -1,4 +1,5 @@
-"""posenc compare --by / --top: the per-index error table, the worst elements, the table
+"""posenc compare --by / --top: the per-group error table (one, two or more axes: per
+(head, position, dim) with --by h,s,d), the worst group and elements, the table
 written with -o in every format and drawn with --plot, checked against numpy computations
 of the same statistics on a kernel output with planted errors (growing with position in
 one head on a few dimension pairs)."""
@@ -98,6 +99,60 @@ class CompareBy(PosencTestCase):
         self.assertEqual(by["mismatches_at"]["s"], [[first, S - 1]])
         self.assertGreaterEqual(first, 300)
         self.assertEqual(sum(r[3] for r in by["rows"]), j["mismatches"])
+
+    def test_any_number_of_axes_matches_numpy(self):
+        # Small enough that every (head, position, dim) group is a row of the JSON.
+        a, b = planted(shape=(2, 4, 48, 16), head=2, start=30, pairs=range(5, 7), seed=3)
+        pa, pb = self.npy("a3.npy", a), self.npy("b3.npy", b)
+        B, H, S, D = a.shape
+        idx = np.indices(a.shape)
+        neox = idx[3] % (D // 2)
+        for by, keys, sizes in (
+                ("h,s,d", (idx[1] * S + idx[2]) * D + idx[3], (H, S, D)),
+                ("s,pair,h", (idx[2] * (D // 2) + neox) * H + idx[1], (S, D // 2, H)),
+                ("b,h,s,d", np.arange(a.size).reshape(a.shape), (B, H, S, D))):
+            with self.subTest(by=by):
+                p = run("compare", pa, pb, "--rtol", RTOL, "--atol", ATOL, "--by", by, "--json")
+                self.assertEqual(p.returncode, 1, p.stderr)
+                j = json.loads(p.stdout)["by"]
+                names = by.split(",")
+                self.assertEqual(j["columns"], names + COLUMNS)
+                n = int(np.prod(sizes))
+                want = stats(a, b, keys.ravel(), n)
+                rows = np.array(j["rows"], dtype=np.float64)
+                self.assertEqual(rows.shape, (n, len(names) + 6))
+                # The axes' indices: C order over the axes as given, the last fastest.
+                np.testing.assert_array_equal(rows[:, :len(names)],
+                                              np.indices(sizes).reshape(len(sizes), -1).T)
+                k = len(names)
+                np.testing.assert_array_equal(rows[:, k:k + 3], want[:, 0:3])
+                np.testing.assert_array_equal(rows[:, k + 4], want[:, 4])
+                np.testing.assert_allclose(rows[:, k + 3], want[:, 3], rtol=1e-15)
+                np.testing.assert_allclose(rows[:, k + 5], want[:, 5], rtol=1e-15)
+                # The worst group as a tuple of its indices, the first of the largest ratio.
+                worst = int(np.argmax(want[:, 5]))
+                self.assertEqual(j["worst_group"]["index"],
+                                 [int(i) for i in np.unravel_index(worst, sizes)])
+                self.assertEqual(j["worst_group"]["mismatches"], want[worst, 1])
+                self.assertEqual(j["groups_with_mismatches"], int(np.count_nonzero(want[:, 1])))
+        # The text report names the worst (head, position, dim) as a tuple; -o writes the
+        # same table; a picture of three axes is refused.
+        want = stats(a, b, ((idx[1] * S + idx[2]) * D + idx[3]).ravel(), H * S * D)
+        worst = int(np.argmax(want[:, 5]))
+        h, s_, d = np.unravel_index(worst, (H, S, D))
+        p = run("compare", pa, pb, "--rtol", RTOL, "--atol", ATOL, "--by", "h,s,d",
+                "-o", self.path("t.npy"))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        line = next(l for l in p.stdout.decode().splitlines() if l.startswith("groups with"))
+        self.assertTrue(line.startswith(
+            f"groups with mismatches: {np.count_nonzero(want[:, 1])} of {H * S * D}; "
+            f"worst (h, s, d) = ({h}, {s_}, {d}): {int(want[worst, 1])} of {int(want[worst, 0])} differ, ratio "),
+            line)
+        table = np.load(self.path("t.npy"))
+        np.testing.assert_array_equal(table[:, 3:6], want[:, 0:3])
+        self.assert_fails(2, "compare", pa, pb, "--by", "h,s,d", "--plot", self.path("x.png"),
+                          match="--plot: draws a breakdown of one or two axes")
+        self.assertFalse(os.path.exists(self.path("x.png")))
 
     def test_pairs_neox_and_gptj(self):
         D = self.a.shape[-1]
@@ -224,7 +279,7 @@ class CompareBy(PosencTestCase):
     def test_bad_values(self):
         before = sorted(os.listdir(self.tmp))
         a, b = self.pa, self.pb
-        for args in (["--by", "x"], ["--by", "h,h"], ["--by", "h,s,d"], ["--by", ""],
+        for args in (["--by", "x"], ["--by", "h,h"], ["--by", "h,s,h"], ["--by", ""],
                      ["--by", "s,2"], ["--by", "d,pair"], ["--by", "h", "--top", "0"],
                      ["--by", "h", "--top", "-1"], ["--by", "h", "--top", "2000000"],
                      ["--by", "h", "--pairs", "rotate"], ["--by", "h", "--pairs", "neox"],

@@ -351,5 +351,48 @@ TEST_F(CompareStreams, SlicesCompareTheSameSelectionOfEach) {
   }
 }
 
+TEST_F(CompareStreams, BreakdownOverThreeAxesIsCOrderOverTheirGroups) {
+  // (2, 3, 5, 6) with --by h,s,d order reversed (axes 3, 1, 2) and a pair axis, sliced:
+  // every group's count and mismatches against a scan over multi-indices.
+  const Shape shape{2, 3, 5, 6};
+  Tensor a(DType::f64, shape), b(DType::f64, shape);
+  for (std::size_t i = 0; i < a.numel(); ++i) {
+    b.data<double>()[i] = static_cast<double>(i % 7);
+    a.data<double>()[i] = b.data<double>()[i] + (i % 11 == 3 ? 1.0 : 0.0);
+  }
+  write_tensor(parse_ref(pa_), a);
+  write_tensor(parse_ref(pb_), b);
+  CompareOptions opt{0.0, 0.0, std::nullopt, false};
+  opt.locate.by = {{3, true}, {1, false}, {2, false}};  // pair, h, s
+  const SliceSpec spec = parse_slice(":, 1:, ::2");     // h 1, 2; s 0, 2, 4
+  const std::vector<std::size_t> hs{1, 2}, ss{0, 2, 4};
+  std::vector<std::size_t> count(3 * 2 * 3), bad(3 * 2 * 3);
+  for (std::size_t i = 0; i < a.numel(); ++i) {
+    const auto idx = unravel_index(i, shape);
+    if (idx[1] == 0 || idx[2] % 2) continue;
+    const std::size_t g = ((idx[3] % 3) * 2 + (idx[1] - 1)) * 3 + idx[2] / 2;  // neox pairs
+    ++count[g];
+    bad[g] += a.data<double>()[i] != b.data<double>()[i];
+  }
+  for (std::size_t slab : {std::size_t{1}, std::size_t{100}, kCompareSlabBytes}) {
+    auto sa = open_source(parse_ref(pa_)), sb = open_source(parse_ref(pb_));
+    const CompareResult r = compare(*sa, *sb, opt, spec, slab);
+    ASSERT_TRUE(r.breakdown);
+    EXPECT_EQ(r.breakdown->coords,
+              (std::vector<std::vector<std::size_t>>{{0, 1, 2}, hs, ss}));
+    ASSERT_EQ(r.breakdown->groups.size(), count.size());
+    for (std::size_t g = 0; g < count.size(); ++g) {
+      EXPECT_EQ(r.breakdown->groups[g].count, count[g]) << g << " slab " << slab;
+      EXPECT_EQ(r.breakdown->groups[g].mismatches, bad[g]) << g << " slab " << slab;
+    }
+  }
+  opt.locate.by = {{0, false}, {1, false}, {2, false}, {3, false}};  // one group per element
+  const CompareResult all = compare(a, b, opt);
+  ASSERT_EQ(all.breakdown->groups.size(), a.numel());
+  for (std::size_t i = 0; i < a.numel(); ++i) {
+    EXPECT_EQ(all.breakdown->groups[i].mismatches, i % 11 == 3 ? 1u : 0u) << i;
+  }
+}
+
 }  // namespace
 }  // namespace posenc

@@ -88,7 +88,7 @@ TEST(ByList, ParsesLettersNumbersAndPair) {
   EXPECT_EQ(items[0].letter, 'h');
   EXPECT_EQ(items[1].number, -1);
   EXPECT_TRUE(parse_by("pair")[0].pair);
-  for (const char* bad : {"", "h,", "x", "h,h", "s,s", "pair,pairs", "h,s,d", "1.5", "hs"}) {
+  for (const char* bad : {"", "h,", "x", "h,h", "s,s", "pair,pairs", "h,s,h", "1.5", "hs"}) {
     EXPECT_THROW(parse_by(bad), UsageError) << bad;
   }
   const auto r = resolve_by(parse_by("s,pair"), "bshd", 4, "x");

@@ -40,17 +40,17 @@ struct ByAxis {
   bool operator==(const ByAxis& o) const { return axis == o.axis && pairs == o.pairs; }
 };
 
-/// Where the errors are, besides how large: statistics per index along one or two axes,
-/// and the worst elements.
+/// Where the errors are, besides how large: statistics per group of indices along any
+/// number of axes (`--by h,s,d`: one group per (head, position, dim)), and the worst
+/// elements.
 struct CompareLocate {
-  std::vector<ByAxis> by;  ///< at most 2 (kMaxByAxes), distinct axes; empty: no breakdown
+  std::vector<ByAxis> by;  ///< distinct axes, any number; empty: no breakdown
   PairStyle pairs = PairStyle::neox;      ///< how a `pairs` axis forms its pairs
   std::optional<std::size_t> rotary_dim;  ///< for `pairs`; default: the whole axis
   std::size_t top = 0;                    ///< the `top` worst elements (0: none)
 };
 
-/// Limits of CompareLocate: axes of a breakdown, its rows, and the worst elements kept.
-constexpr std::size_t kMaxByAxes = 2;                     ///< axes of a breakdown
+/// Limits of CompareLocate: rows of a breakdown (groups) and the worst elements kept.
 constexpr std::size_t kMaxByRows = std::size_t{1} << 22;  ///< rows of a breakdown
 constexpr std::size_t kMaxTop = 1'000'000;                ///< worst elements kept
 
@@ -124,8 +124,9 @@ struct GroupStats {
   bool any_ulp = false;        ///< some pair had a ULP distance
 };
 
-/// Statistics per index along the CompareLocate::by axes: groups in C order over the
-/// axes (row r1 * n2 + r2 for two axes). An axis of the breakdown counts the entries a
+/// Statistics per group of indices along the CompareLocate::by axes: groups in C order
+/// over the axes, the last fastest (with n_k entries on axis k, the group of entries
+/// (e_1, ..., e_m) is row ((e_1 n_2 + e_2) n_3 + ...) n_m + e_m). An axis of the breakdown counts the entries a
 /// --slice takes of it (one for an axis the slice fixes), and `coords` gives each one's
 /// index in A (or the pair index).
 struct CompareBreakdown {
@@ -182,8 +183,8 @@ class Comparator {
   /// Also locates the errors as `locate` asks, for the compared elements `sel` (of A)
   /// describes. Throws InputError for an axis outside A or pairs the axis cannot form
   /// (an odd extent or rotary dim, or a slice that takes part of the axis), UsageError
-  /// for more than kMaxByAxes axes, a repeated axis, a breakdown of more than kMaxByRows
-  /// rows, or a top above kMaxTop.
+  /// for a repeated axis, a breakdown of more than kMaxByRows rows, or a top above
+  /// kMaxTop.
   Comparator(const CompareRule& rule, const CompareLocate& locate, const Selection& sel);
   ~Comparator();                                  ///< frees the locator
   Comparator(Comparator&&) noexcept;              ///< moves the state

@@ -24,9 +24,8 @@ struct ByItem {
   bool pair = false;                   ///< "pair"
 };
 
-/// Parses a comma list of at most kMaxByAxes entries. Throws UsageError naming `--by`
-/// for an empty list or entry, an unknown entry, too many entries, or an entry written
-/// twice.
+/// Parses a comma list of entries (any number). Throws UsageError naming `--by` for an
+/// empty list or entry, an unknown entry, or an entry written twice.
 std::vector<ByItem> parse_by(const std::string& text);
 
 /// The axis letters of a tensor of rank `rank`: `axes` when given (letters b, h, s, d,
