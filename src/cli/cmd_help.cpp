@@ -1,12 +1,17 @@
 // `posenc help [COMMAND]`: the manual page of a command (posenc-rope(1), ...) or the
-// overview posenc(1), shown by man(1). The page is looked up next to the binary, where
-// `cmake --install` puts it (bin/../share/man/man1), or in the source tree when the
-// binary is the one in the build tree; without man(1) its path is printed instead.
+// overview posenc(1), shown by man(1) (in a child, whose status posenc maps to its own).
+// The page is looked up next to the binary, where `cmake --install` puts it
+// (bin/../share/man/man1), or in the source tree when the binary is the one in the build
+// tree; without man(1) its path is printed instead.
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -63,6 +68,68 @@ std::string on_path(const std::string& name) {
   return "";
 }
 
+// Copies what man(1) writes to `from` to standard output; the errno of a failed write
+// (then the pipe is closed, which ends man), or 0.
+int copy_to_stdout(int from) {
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(from, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return 0;
+    for (ssize_t at = 0; at < r;) {
+      const ssize_t w = ::write(1, buf + at, static_cast<std::size_t>(r - at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return errno;
+      at += w;
+    }
+  }
+}
+
+// Shows `page` with man(1) in a child and maps its outcome to posenc's statuses (man's
+// own, 1 to 3 and 16, would otherwise read as posenc's): success, OutputError for a
+// write error or a man that failed. To a terminal man writes itself (its pager needs
+// it); elsewhere through a pipe, so that a full disk or /dev/full is seen (man reports
+// success). False when man could not be started: the caller prints the page's path.
+bool run_man(const std::string& man, const std::string& page) {
+  std::fflush(stdout);
+  const bool terminal = ::isatty(1) == 1;
+  int fds[2] = {-1, -1};
+  if (!terminal && ::pipe2(fds, O_CLOEXEC) != 0) return false;
+  // As system(3): Ctrl-C and Ctrl-\ are for man and its pager, which keep the terminal.
+  struct sigaction ignore {}, old_int {}, old_quit {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGINT, &ignore, &old_int);
+  ::sigaction(SIGQUIT, &ignore, &old_quit);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // posenc ignores these to report write errors itself; man and its pager expect them.
+    for (int sig : {SIGINT, SIGQUIT, SIGPIPE, SIGXFSZ}) std::signal(sig, SIG_DFL);
+    if (!terminal) ::dup2(fds[1], 1);
+    const char* argv[] = {"man", "-l", page.c_str(), nullptr};
+    ::execv(man.c_str(), const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
+  if (fds[1] >= 0) ::close(fds[1]);
+  const int write_error = pid > 0 && !terminal ? copy_to_stdout(fds[0]) : 0;
+  if (fds[0] >= 0) ::close(fds[0]);
+  int status = 0;
+  while (pid > 0 && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGQUIT, &old_quit, nullptr);
+  if (write_error != 0) {
+    throw OutputError(
+        fmt::format("cannot write to standard output: {}", std::strerror(write_error)));
+  }
+  if (pid < 0 || (WIFEXITED(status) && WEXITSTATUS(status) == 127)) return false;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+  throw OutputError(fmt::format(
+      "help: man(1) could not show {} ({} {})", page,
+      WIFEXITED(status) ? "exit status" : "signal",
+      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status)));
+}
+
 void show_page(const std::string& command) {
   std::vector<std::string> names;
   for (const Command& c : kCommands) names.emplace_back(c.name);
@@ -95,16 +162,7 @@ void show_page(const std::string& command) {
         command.empty() || command == "help" ? "posenc " : "posenc " + command + " "));
   }
   const std::string man = on_path("man");
-  if (!man.empty()) {
-    std::fflush(stdout);
-    // posenc ignores these to report write errors itself; man and its pager expect them.
-    std::signal(SIGPIPE, SIG_DFL);
-    std::signal(SIGXFSZ, SIG_DFL);
-    const char* argv[] = {"man", "-l", found.c_str(), nullptr};
-    ::execv(man.c_str(), const_cast<char* const*>(argv));
-    std::signal(SIGPIPE, SIG_IGN);
-    std::signal(SIGXFSZ, SIG_IGN);
-  }
+  if (!man.empty() && run_man(man, found)) return;
   // No man(1) (or it could not run): the page's path, for `man -l`, groff or a viewer.
   if (std::printf("%s\n", found.c_str()) < 0 || std::fflush(stdout) != 0) {
     throw OutputError("cannot write to standard output");

@@ -24,6 +24,8 @@
 #include "cli/common.hpp"
 #include "cli/suggest.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/atomic.hpp"
+#include "posenc/threads.hpp"
 #include "posenc/printable.hpp"
 #include "posenc/version.hpp"
 
@@ -131,7 +133,7 @@ int run(int argc, char** argv, bool full = false) {
   app.set_version_flag("--version", "posenc " POSENC_VERSION);
   if (posenc::cli::defines_option("-j,--threads")) {
     app.add_option("-j,--threads", g.threads, "worker threads (default: all cores)")
-        ->check(CLI::Range(1, 4096));
+        ->check(CLI::Range(1, posenc::kMaxThreads));
   }
   if (posenc::cli::defines_option("-q,--quiet")) {
     app.add_flag("-q,--quiet", g.quiet, "no progress or notes on stderr");
@@ -150,7 +152,18 @@ int run(int argc, char** argv, bool full = false) {
   // Threads are set before any command callback runs. (OpenBLAS runs on one thread
   // per call whatever the count: shim/blas.cpp.)
   app.parse_complete_callback([&g] {
-    if (g.threads > 0) omp_set_num_threads(g.threads);
+    if (g.threads <= 0) return;
+    // libgomp ends the process when it cannot create a worker (ulimit -v, RLIMIT_NPROC):
+    // a count that cannot start runs on as many as can, with a note.
+    const int n = posenc::startable_threads(g.threads);
+    if (n < g.threads && !g.quiet) {
+      std::fprintf(stderr,
+                   "posenc: note: -j %d: only %d threads could be started (a memory or process "
+                   "limit); running on %d\n",
+                   g.threads, n, n);
+    }
+    g.threads = n;
+    omp_set_num_threads(n);
   });
 
   try {
@@ -236,6 +249,9 @@ int main(int argc, char** argv) {
 #endif
   if (g_set_wait_policy) ::unsetenv("OMP_WAIT_POLICY");
   reopen_closed_std_fds();
+  // The command owns its process: SIGINT, SIGTERM and SIGHUP remove the temporaries of
+  // its outputs before it exits (the library alone installs no handlers).
+  posenc::install_signal_cleanup();
   // A closed pipe is EPIPE and a file size limit (ulimit -f) is EFBIG, both reported as
   // output errors (exit 4), instead of signals that kill without a word.
   std::signal(SIGPIPE, SIG_IGN);

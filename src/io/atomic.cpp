@@ -22,11 +22,13 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <vector>
 
 #include "io/slab.hpp"
 #include "posenc/error.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc {
 
@@ -141,14 +143,6 @@ extern "C" void mapped_input_bus(int sig, siginfo_t* info, void*) {
 }  // namespace
 
 int guard_mapped_input(const void* addr, std::size_t len, const std::string& what) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction sa {};
-    sa.sa_sigaction = mapped_input_bus;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGBUS, &sa, nullptr);
-  });
   const std::string msg =
       fmt::format("posenc: error: {}: input file shrank while being read\n", what);
   std::lock_guard<std::mutex> lock(g_slots_mutex);
@@ -171,7 +165,7 @@ void unguard_mapped_input(int handle) noexcept {
   g_mapped[handle].live = 0;
 }
 
-void install_output_signal_handlers() {
+void install_signal_cleanup() {
   static std::once_flag once;
   std::call_once(once, [] {
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
@@ -184,9 +178,22 @@ void install_output_signal_handlers() {
       sigemptyset(&sa.sa_mask);
       sigaction(sig, &sa, nullptr);
     }
+    struct sigaction sa {};
+    sa.sa_sigaction = mapped_input_bus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, nullptr);
     // A closed pipe must surface as EPIPE from write() so it can be reported.
     std::signal(SIGPIPE, SIG_IGN);
   });
+}
+
+void refuse_nul_in_path(const std::string& path) {
+  if (path.find('\0') != std::string::npos) {
+    throw UsageError(fmt::format(
+        "'{}': a file name cannot contain a NUL character (the system would cut it there)",
+        printable(path)));
+  }
 }
 
 void refuse_binary_terminal(int fd, bool binary, bool force, const std::string& display) {
@@ -221,7 +228,15 @@ static void sync_folder(const std::string& dir, const std::string& target) {
 // Named temporaries `.BASE.posenc-XXXXXX` left by processes that died by SIGKILL (the
 // signal handlers remove them otherwise): a live one is flock'ed by its owner from
 // creation on, so one that can be locked and is older than a few seconds (an owner
-// locks it right after creating it) is removed.
+// locks it right after creating it) is removed. Only what this user could have made is
+// touched, judged before opening it: a regular file (a FIFO or device of that name is
+// never opened: the open could wait for ever) owned by the effective user (in a shared
+// sticky folder, root does not remove another user's look-alike). Never blocks.
+static bool stale_candidate(int dir_fd, const char* name, time_t now, struct stat& st) {
+  return ::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+         st.st_uid == ::geteuid() && now - st.st_ctime > 2;
+}
+
 static void remove_stale_temporaries(const std::string& dir, const std::string& base) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return;
@@ -230,11 +245,16 @@ static void remove_stale_temporaries(const std::string& dir, const std::string& 
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const int fd = ::openat(::dirfd(d), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat before, opened, now_named;
+    if (!stale_candidate(::dirfd(d), name.c_str(), now, before)) continue;
+    const int fd = ::openat(::dirfd(d), name.c_str(),
+                            O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) continue;
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_ctime > 2 &&
-        ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    // Still the file judged above, and still it when unlocked and removed by name.
+    if (::fstat(fd, &opened) == 0 && opened.st_dev == before.st_dev &&
+        opened.st_ino == before.st_ino && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        stale_candidate(::dirfd(d), name.c_str(), now, now_named) &&
+        now_named.st_ino == opened.st_ino && now_named.st_dev == opened.st_dev) {
       ::unlinkat(::dirfd(d), name.c_str(), 0);
     }
     ::close(fd);
@@ -286,7 +306,7 @@ std::string resolve_output_target(const std::string& target) {
 TempFile::TempFile(const std::string& target, bool no_clobber, bool sync, bool regular_only,
                    bool named)
     : no_clobber_(no_clobber), sync_(sync) {
-  install_output_signal_handlers();
+  refuse_nul_in_path(target);
   struct stat lst;
   if (no_clobber && ::lstat(target.c_str(), &lst) == 0) {
     throw OutputError(fmt::format("{} already exists (no_clobber)", quoted(target)));
@@ -435,7 +455,7 @@ bool TempFile::publish(bool replace) {
 
 OutputFile::OutputFile(const std::string& path, const WriteOptions& opt, bool binary)
     : path_(path) {
-  install_output_signal_handlers();
+  refuse_nul_in_path(path);
   if (path == "-") {
     display_ = "standard output";
     refuse_binary_terminal(1, binary, opt.force, display_);
@@ -471,7 +491,43 @@ OutputFile::~OutputFile() {
   if (own_fd_ && fd_ >= 0) ::close(fd_);
 }
 
+namespace {
+
+// SIGPIPE blocked in this thread while it writes to a pipe, so that a closed pipe is
+// EPIPE (an OutputError) without changing the process's disposition: a library does
+// not kill its caller, nor install handlers. A SIGPIPE the write raised is taken off
+// the thread before the old mask returns; one pending from before is left alone.
+class SigpipeShield {
+ public:
+  SigpipeShield() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeShield() {
+    if (!was_pending_) {
+      const timespec zero{};
+      while (sigtimedwait(&pipe_, nullptr, &zero) > 0) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeShield(const SigpipeShield&) = delete;
+  SigpipeShield& operator=(const SigpipeShield&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+}  // namespace
+
 void OutputFile::write_fd(const void* data, std::size_t n, std::int64_t offset) const {
+  std::optional<SigpipeShield> shield;
+  if (!temp_) shield.emplace();  // a regular file raises no SIGPIPE
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const std::size_t len = std::min<std::size_t>(n, std::size_t{1} << 30);

@@ -54,9 +54,12 @@ constexpr hsize_t kMaxStringAttr = 1 << 20;      // bytes of a string attribute
 // exit: after a failed write (disk full) it would close the broken file again there
 // and crash; every file posenc keeps is closed explicitly, and the rest is a
 // temporary file being discarded.
-void init_hdf5() {
+//
+// Returns the scope that tells the libhdf5 children's forks to wait while this thread
+// calls libhdf5 (hdf5_reader.hpp): each entry point holds it until it returns.
+[[nodiscard]] hdf5_detail::Hdf5CallScope init_hdf5() {
   thread_local bool done = false;
-  if (done) return;
+  if (done) return {};
   static const bool once = [] {
     H5dont_atexit();
     H5open();
@@ -66,6 +69,7 @@ void init_hdf5() {
   (void)once;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   done = true;
+  return {};
 }
 
 // The innermost HDF5 error description, for the "why" of a message.
@@ -116,7 +120,10 @@ class Hid {
   /// Closes now; returns the close status (files: whether everything was flushed).
   herr_t reset() {
     herr_t r = 0;
-    if (id_ >= 0 && close_ != nullptr) r = close_(id_);
+    if (id_ >= 0 && close_ != nullptr) {
+      const hdf5_detail::Hdf5CallScope calls;  // also from destructors, outside entry points
+      r = close_(id_);
+    }
     id_ = H5I_INVALID_HID;
     return r;
   }
@@ -273,7 +280,7 @@ struct OpenFile {
 };
 
 OpenFile open_file(const std::string& path) {
-  init_hdf5();
+  const auto calls = init_hdf5();
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
@@ -923,7 +930,7 @@ class Hdf5Sink final : public TensorSink {
   // Entries along `axis` are entries along the slab axis (or all of them, for an
   // earlier unit axis); the hyperslab has zero offsets on the leading unit axes.
   void write_slab(std::size_t axis, const void* src, std::size_t count) override {
-    init_hdf5();
+    const auto calls = init_hdf5();
     if (st_->committed) throw OutputError(what_ + ": written after commit");
     count = io_detail::slab_units(info_.shape, axis, count);
     if (count > st_->rows - st_->written) {
@@ -955,7 +962,7 @@ class Hdf5Sink final : public TensorSink {
   }
 
   void commit() override {
-    init_hdf5();
+    const auto calls = init_hdf5();
     if (st_->written != st_->rows) {
       throw OutputError(fmt::format("{}: only {} of {} were written", what_, st_->written,
                                     rows_text(*st_, st_->rows)));
@@ -979,7 +986,7 @@ Hdf5FileWriter::Hdf5FileWriter(const std::string& path, const WriteOptions& opt)
   if (const std::string why = hdf5_detail::hdf5_unavailable(); !why.empty()) {
     throw OutputError(fmt::format("{}: cannot write HDF5 files: {}", path, why));
   }
-  init_hdf5();
+  const auto calls = init_hdf5();
   impl_->path = path;
   impl_->opt = opt;
   // The temporary is registered for removal on SIGINT/SIGTERM; its descriptor stays
@@ -1002,7 +1009,7 @@ Hdf5FileWriter::Hdf5FileWriter(const std::string& path, const WriteOptions& opt)
 }
 
 Hdf5FileWriter::~Hdf5FileWriter() {
-  init_hdf5();
+  const auto calls = init_hdf5();
   if (impl_ && !impl_->committed) {
     impl_->file.reset();  // the TempFile then removes the temporary
     H5Eclear2(H5E_DEFAULT);
@@ -1011,7 +1018,7 @@ Hdf5FileWriter::~Hdf5FileWriter() {
 
 std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_name,
                                                     const TensorInfo& info) {
-  init_hdf5();
+  const auto calls = init_hdf5();
   auto& im = *impl_;
   if (im.committed || im.file.get() < 0) throw OutputError(im.path + ": file already committed");
   std::string name = normalize_name(dataset_name);
@@ -1116,7 +1123,7 @@ std::string vds_literal(const std::string& name) {
 
 void Hdf5FileWriter::virtual_dataset(const std::string& dataset_name, const TensorInfo& info,
                                      const std::vector<VirtualSource>& sources) {
-  init_hdf5();
+  const auto calls = init_hdf5();
   auto& im = *impl_;
   if (im.committed || im.file.get() < 0) throw OutputError(im.path + ": file already committed");
   const std::string name = normalize_name(dataset_name);
@@ -1161,7 +1168,7 @@ void Hdf5FileWriter::virtual_dataset(const std::string& dataset_name, const Tens
 }
 
 void Hdf5FileWriter::root_attrs(const Attrs& attrs) {
-  init_hdf5();
+  const auto calls = init_hdf5();
   auto& im = *impl_;
   if (im.committed || im.file.get() < 0) throw OutputError(im.path + ": file already committed");
   std::string w = fmt::format("{}: root group", im.path);
@@ -1171,7 +1178,7 @@ void Hdf5FileWriter::root_attrs(const Attrs& attrs) {
 }
 
 void Hdf5FileWriter::prepare() {
-  init_hdf5();
+  const auto calls = init_hdf5();
   auto& im = *impl_;
   if (im.prepared || im.committed) return;
   for (const auto& d : im.datasets) {
@@ -1328,7 +1335,7 @@ std::vector<std::string> list_datasets(const std::string& path) {
 
 void check_append_names(const std::string& path, const std::string& display,
                         const std::vector<std::string>& names, bool force) {
-  init_hdf5();
+  const auto calls = init_hdf5();
   Hid file = open_for_append(path, H5F_ACC_RDONLY, display);
   Hid lapl = no_external_links(display);
   for (const std::string& name : names) {
@@ -1338,7 +1345,7 @@ void check_append_names(const std::string& path, const std::string& display,
 
 void merge_datasets(const std::string& scratch, const std::string& copy, const std::string& display,
                     const std::vector<std::string>& names, const Attrs& root_attrs, bool force) {
-  init_hdf5();
+  const auto calls = init_hdf5();
   Hid dst = open_for_append(copy, H5F_ACC_RDWR, display);
   Hid src_fapl = plist(H5P_FILE_ACCESS, display);
   check<OutputError>(H5Pset_file_locking(src_fapl, 0, 1), display);  // the parent holds it

@@ -148,15 +148,17 @@ bool read_answer(int fd, int timeout, std::string& answer) {
 // an exhausted limit becomes an OutputError naming `display` and what was being done.
 void run_isolated(const std::string& display, const char* doing, int timeout, bool may_write,
                   const std::function<void()>& fn) {
+  // Other threads may call libhdf5 while this one waits for its child.
+  hdf5_detail::Hdf5CallPause pause;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     throw OutputError(
         fmt::format("{}: cannot start libhdf5 {}: {}", display, doing, std::strerror(errno)));
   }
   const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
+  const pid_t pid = hdf5_detail::fork_for_libhdf5();
   if (pid == 0) {
-    ::close(fds[0]);
+    hdf5_detail::close_inherited_fds(fds[1]);
     child_main(fds[1], parent, timeout, may_write, fn);
   }
   ::close(fds[1]);
@@ -294,6 +296,8 @@ int lock_timeout_seconds() { return hdf5_detail::env_seconds("POSENC_LOCK_TIMEOU
 // An exclusive flock on the file now at `target` (a file renamed over it while waiting
 // is locked anew); -1 when there is no file there any more.
 int lock_existing(const std::string& target, const std::string& display, struct stat& st) {
+  // The lock may be another thread's, which needs libhdf5 to finish and let go of it.
+  hdf5_detail::Hdf5CallPause pause;
   const std::int64_t deadline = now_ms() + std::int64_t{1000} * lock_timeout_seconds();
   for (int pause_ms = 1;;) {
     const int fd = ::open(target.c_str(), O_RDONLY | O_CLOEXEC);

@@ -29,6 +29,44 @@ std::string hdf5_unavailable();
 /// Address space a sandbox child may use beyond what it inherited from the parent.
 constexpr std::size_t kSandboxHeadroom = std::size_t{1} << 30;
 
+/// Held by a thread while it calls libhdf5 in this process (every entry point of the
+/// HDF5 writer takes one through init_hdf5); nested scopes in one thread count once, and
+/// in a forked child it does nothing. fork_for_libhdf5 waits until no other thread holds
+/// one, and new scopes wait for a fork in progress.
+class Hdf5CallScope {
+ public:
+  Hdf5CallScope();
+  ~Hdf5CallScope();
+  Hdf5CallScope(const Hdf5CallScope&) = delete;
+  Hdf5CallScope& operator=(const Hdf5CallScope&) = delete;
+};
+
+/// Sets the calling thread's Hdf5CallScope aside while it waits for something (a child,
+/// a lock another thread holds) outside libhdf5, so that other threads can fork
+/// meanwhile.
+class Hdf5CallPause {
+ public:
+  Hdf5CallPause();
+  ~Hdf5CallPause();
+  Hdf5CallPause(const Hdf5CallPause&) = delete;
+  Hdf5CallPause& operator=(const Hdf5CallPause&) = delete;
+
+ private:
+  int depth_;
+};
+
+/// fork(2) at a moment when no thread of this process is inside libhdf5: libhdf5 (built
+/// thread-safe) holds a global lock during each call, and a child forked meanwhile would
+/// inherit it locked by a thread that does not exist there and wait for ever (the
+/// watchdog's "did not finish" after POSENC_HDF5_TIMEOUT seconds), or inherit state
+/// another thread was changing. The calling thread's own scope is set aside meanwhile.
+pid_t fork_for_libhdf5();
+
+/// In a forked child, first thing: closes every descriptor but 0, 1, 2 and `keep` (the
+/// child's end of its pipe or socket to the parent). The files it works on it opens by
+/// name.
+void close_inherited_fds(int keep);
+
 /// Everything a forked child changes about itself before libhdf5 touches a file: it dies
 /// with its parent and by plain signals (no inherited handlers, no sanitizer hooks), its
 /// stdout/stderr go to /dev/null (POSENC_HDF5_DEBUG keeps them), no core files, an

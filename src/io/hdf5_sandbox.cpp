@@ -28,10 +28,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -446,12 +448,12 @@ class Child {
           fmt::format("{}: cannot set up the HDF5 reader: {}", what_, std::strerror(errno)));
     }
     const pid_t parent = ::getpid();
-    pid_ = ::fork();
+    pid_ = hdf5_detail::fork_for_libhdf5();
     if (pid_ == 0) {
       // Nothing may return from here into the caller's code: an exception escaping the
       // child (say, an allocation failing against its limit) ends it instead.
       try {
-        ::close(sv[0]);
+        hdf5_detail::close_inherited_fds(sv[1]);
         hdf5_detail::enter_sandbox_child(parent, /*may_write=*/false);
         serve(sv[1], slots_, timeout_);
       } catch (...) {
@@ -694,6 +696,83 @@ class SandboxSource final : public FlatSource {
 
 namespace hdf5_detail {
 
+namespace {
+
+// Threads inside an Hdf5CallScope, and threads waiting to fork (which hold new scopes
+// off until they have forked).
+struct CallGate {
+  std::mutex m;
+  std::condition_variable cv;
+  int active = 0;
+  int forkers = 0;
+};
+
+CallGate& call_gate() {
+  static CallGate* gate = new CallGate;  // never destroyed: scopes may end at exit
+  return *gate;
+}
+
+thread_local int t_scope_depth = 0;
+bool g_forked_child = false;  // set in a child of fork_for_libhdf5, single-threaded there
+
+void enter_gate() {
+  CallGate& g = call_gate();
+  std::unique_lock<std::mutex> lock(g.m);
+  g.cv.wait(lock, [&g] { return g.forkers == 0; });
+  ++g.active;
+}
+
+void leave_gate() {
+  CallGate& g = call_gate();
+  {
+    std::lock_guard<std::mutex> lock(g.m);
+    --g.active;
+  }
+  g.cv.notify_all();
+}
+
+}  // namespace
+
+Hdf5CallScope::Hdf5CallScope() {
+  if (!g_forked_child && t_scope_depth++ == 0) enter_gate();
+}
+
+Hdf5CallScope::~Hdf5CallScope() {
+  if (!g_forked_child && --t_scope_depth == 0) leave_gate();
+}
+
+Hdf5CallPause::Hdf5CallPause() : depth_(g_forked_child ? 0 : t_scope_depth) {
+  if (depth_ == 0) return;
+  t_scope_depth = 0;
+  leave_gate();
+}
+
+Hdf5CallPause::~Hdf5CallPause() {
+  if (depth_ == 0) return;
+  enter_gate();
+  t_scope_depth = depth_;
+}
+
+pid_t fork_for_libhdf5() {
+  if (g_forked_child) return ::fork();
+  Hdf5CallPause pause;
+  CallGate& g = call_gate();
+  std::unique_lock<std::mutex> lock(g.m);
+  ++g.forkers;
+  g.cv.wait(lock, [&g] { return g.active == 0; });
+  // Forked with the gate's mutex held, so that no scope begins in between; the child's
+  // copy of it is never used (g_forked_child).
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    g_forked_child = true;
+    return 0;
+  }
+  --g.forkers;
+  lock.unlock();
+  g.cv.notify_all();
+  return pid;
+}
+
 int env_seconds(const char* name, int fallback, int lo) {
   const char* env = std::getenv(name);
   if (env == nullptr || *env == '\0') return fallback;
@@ -707,16 +786,36 @@ int env_seconds(const char* name, int fallback, int lo) {
   return static_cast<int>(v);
 }
 
+void close_inherited_fds(int keep) {
+  // Another thread's descriptors (an output it holds flock'ed, a pipe to its own
+  // child) would otherwise stay open here for as long as this child lives: its lock
+  // would outlive its owner's close and its child's end of file would never come.
+  const unsigned k = static_cast<unsigned>(keep);
+  bool done = true;
+  if (keep > 3) done = ::close_range(3, k - 1, 0) == 0;
+  done = done && ::close_range(keep >= 3 ? k + 1 : 3, ~0U, 0) == 0;
+  if (done) return;
+  const long max = std::min(::sysconf(_SC_OPEN_MAX), 1L << 16);  // (kernel before 5.9)
+  for (int fd = 3; fd < max; ++fd) {
+    if (fd != keep) ::close(fd);
+  }
+}
+
 void enter_sandbox_child(pid_t parent, bool may_write) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);  // the parent died before the line above
   if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(nullptr);
   // Crashes are plain signal deaths (no inherited handler from the parent, ASan or a
-  // fuzzer runs in the child's place); a signal from the terminal ends the child too.
-  for (int sig :
-       {SIGINT, SIGTERM, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGXCPU, SIGALRM}) {
+  // fuzzer runs in the child's place), and so is a file-size limit (SIGXFSZ: the parent
+  // reports "File too large"). Ctrl-C from the terminal (SIGINT to the process group)
+  // is the parent's to act on: the posenc command removes its temporaries and exits,
+  // and this child dies with it (PR_SET_PDEATHSIG); a Python caller gets its
+  // KeyboardInterrupt once the call has finished, which this child lets it do.
+  for (int sig : {SIGTERM, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGXCPU, SIGALRM}) {
     ::signal(sig, SIG_DFL);
   }
+  ::signal(SIGXFSZ, may_write ? SIG_DFL : SIG_IGN);
+  ::signal(SIGINT, SIG_IGN);
   ::signal(SIGPIPE, SIG_IGN);
   sigset_t none;
   sigemptyset(&none);
@@ -724,7 +823,7 @@ void enter_sandbox_child(pid_t parent, bool may_write) {
   // libhdf5's and the C library's own complaints (glibc's "malloc(): corrupted ...")
   // must not reach the user's terminal: the parent reports one line.
   if (std::getenv("POSENC_HDF5_DEBUG") == nullptr) {
-    const int null = ::open("/dev/null", O_WRONLY);
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (null >= 0) {
       ::dup2(null, 1);
       ::dup2(null, 2);

@@ -527,6 +527,7 @@ std::string datasets_hint(const std::string& path) {
 TensorRef parse_ref(const std::string& text, const std::string& to,
                     const std::string& default_dataset) {
   if (text.empty()) throw UsageError("empty tensor reference");
+  refuse_nul_in_path(text);
   TensorRef ref;
   ref.text = text;
   ref.path = text;

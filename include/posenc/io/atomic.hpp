@@ -5,14 +5,16 @@
 /// A regular-file target is written to a temporary file created with mkstemp in the
 /// target's folder (so the final rename stays on one filesystem), every write, the
 /// optional fsync and the close are checked, and only `commit()` renames it over the
-/// target. A temporary
-/// that is never committed is removed, also when SIGINT or SIGTERM arrives: live
-/// temporary paths are kept in a fixed table that an async-signal-safe handler unlinks
-/// before exiting with status 128 + signal number.
+/// target. A temporary that is never committed is removed when its owner is destroyed
+/// (normal return or exception). The library installs no signal handlers: a program
+/// that owns its process (the posenc command) calls install_signal_cleanup(), after
+/// which SIGINT, SIGTERM and SIGHUP also remove the live temporaries (kept in a fixed
+/// table that an async-signal-safe handler unlinks) before exiting with status 128 +
+/// signal number.
 ///
 /// Non-regular targets (`-` for standard output, pipes, /dev/null, devices) cannot be
-/// replaced atomically and are written directly. SIGPIPE is ignored while writing to
-/// them so a closed pipe is an OutputError (EPIPE), not a silent death.
+/// replaced atomically and are written directly, with SIGPIPE blocked in the writing
+/// thread, so a closed pipe is an OutputError (EPIPE), not a silent death.
 
 #include <cstddef>
 #include <cstdint>
@@ -157,16 +159,27 @@ class OutputFile {
 /// `display` names the output in the message.
 void refuse_binary_terminal(int fd, bool binary, bool force, const std::string& display);
 
-/// Installs the SIGINT/SIGTERM cleanup handlers and ignores SIGPIPE (idempotent).
-/// Called by TempFile and OutputFile; exposed for writers that manage files themselves.
-void install_output_signal_handlers();
+/// UsageError for a path with a NUL character in it (the system would cut the name
+/// there, and the format is taken from the whole string). Checked by parse_ref, TempFile
+/// and OutputFile before anything is opened.
+void refuse_nul_in_path(const std::string& path);
 
-/// Makes a SIGBUS raised by an access to [addr, addr + len), a read-only mapping of the
-/// input file `what`, end the process with "posenc: error: WHAT: input file shrank while
-/// being read" on stderr and exit status 3 (bad input), after removing every live
-/// temporary output; the targets stay untouched. (A mapped file truncated by another
-/// process faults on the pages past its new end; nothing can be returned from there.)
-/// SIGBUS elsewhere keeps its default action. Returns a handle for unguard_mapped_input.
+/// For a program that owns its process (the posenc command calls it first thing; a
+/// library caller or the Python module does not): handlers for SIGINT, SIGTERM and
+/// SIGHUP that remove every live named temporary and exit with 128 + the signal (a
+/// signal the parent ignored, as under nohup, stays ignored), the SIGBUS handler of
+/// guard_mapped_input, and SIGPIPE ignored. Idempotent. Without it, temporaries are
+/// removed on normal return and on exceptions, and signals keep the caller's handlers.
+void install_signal_cleanup();
+
+/// With install_signal_cleanup(): makes a SIGBUS raised by an access to [addr, addr +
+/// len), a read-only mapping of the input file `what`, end the process with "posenc:
+/// error: WHAT: input file shrank while being read" on stderr and exit status 3 (bad
+/// input), after removing every live temporary output; the targets stay untouched. (A
+/// mapped file truncated by another process faults on the pages past its new end;
+/// nothing can be returned from there.) SIGBUS elsewhere keeps its default action.
+/// Without it, such a SIGBUS has the caller's disposition, as with numpy.memmap.
+/// Returns a handle for unguard_mapped_input.
 int guard_mapped_input(const void* addr, std::size_t len, const std::string& what);
 /// Forgets a range registered by guard_mapped_input (before it is unmapped).
 void unguard_mapped_input(int handle) noexcept;
