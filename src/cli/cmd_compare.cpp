@@ -254,10 +254,10 @@ void print_located(std::FILE* to, const CompareResult& r, const Located& loc, bo
     if (const auto g = worst_group(bd); g && bd.groups[*g].mismatches) {
       std::string names;
       for (const std::string& n : loc.names) names += (names.empty() ? "" : ", ") + n;
-      fmt::print(to, "groups with mismatches: {} of {}; worst ({}) = {}: {} of {} differ, ratio {}\n",
-                 groups_with_mismatches(bd), bd.groups.size(), names,
-                 index_str(group_index(bd, *g)), bd.groups[*g].mismatches, bd.groups[*g].count,
-                 bd.groups[*g].max_tol_ratio);
+      fmt::print(
+          to, "groups with mismatches: {} of {}; worst ({}) = {}: {} of {} differ, ratio {}\n",
+          groups_with_mismatches(bd), bd.groups.size(), names, index_str(group_index(bd, *g)),
+          bd.groups[*g].mismatches, bd.groups[*g].count, bd.groups[*g].max_tol_ratio);
     }
     if (print_table) fmt::print(to, "{}", table_text(*loc.table));
   }
@@ -359,8 +359,8 @@ void run_compare(const CompareCliOptions& o) {
   }
   if (by.size() > 2 && !o.table.plot.empty()) {
     throw UsageError(fmt::format(
-        "--plot: draws a breakdown of one or two axes, --by '{}' has {}; write it with -o",
-        *o.by, by.size()));
+        "--plot: draws a breakdown of one or two axes, --by '{}' has {}; write it with -o", *o.by,
+        by.size()));
   }
   if (!o.table.out.outputs.empty() && o.table.out.outputs[0] == "-" && o.table.plot == "-") {
     throw UsageError("-o - and --plot - would both write to standard output");

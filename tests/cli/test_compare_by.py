@@ -146,8 +146,8 @@ class CompareBy(PosencTestCase):
         line = next(l for l in p.stdout.decode().splitlines() if l.startswith("groups with"))
         self.assertTrue(line.startswith(
             f"groups with mismatches: {np.count_nonzero(want[:, 1])} of {H * S * D}; "
-            f"worst (h, s, d) = ({h}, {s_}, {d}): {int(want[worst, 1])} of {int(want[worst, 0])} differ, ratio "),
-            line)
+            f"worst (h, s, d) = ({h}, {s_}, {d}): "
+            f"{int(want[worst, 1])} of {int(want[worst, 0])} differ, ratio "), line)
         table = np.load(self.path("t.npy"))
         np.testing.assert_array_equal(table[:, 3:6], want[:, 0:3])
         self.assert_fails(2, "compare", pa, pb, "--by", "h,s,d", "--plot", self.path("x.png"),

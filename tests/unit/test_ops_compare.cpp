@@ -378,8 +378,7 @@ TEST_F(CompareStreams, BreakdownOverThreeAxesIsCOrderOverTheirGroups) {
     auto sa = open_source(parse_ref(pa_)), sb = open_source(parse_ref(pb_));
     const CompareResult r = compare(*sa, *sb, opt, spec, slab);
     ASSERT_TRUE(r.breakdown);
-    EXPECT_EQ(r.breakdown->coords,
-              (std::vector<std::vector<std::size_t>>{{0, 1, 2}, hs, ss}));
+    EXPECT_EQ(r.breakdown->coords, (std::vector<std::vector<std::size_t>>{{0, 1, 2}, hs, ss}));
     ASSERT_EQ(r.breakdown->groups.size(), count.size());
     for (std::size_t g = 0; g < count.size(); ++g) {
       EXPECT_EQ(r.breakdown->groups[g].count, count[g]) << g << " slab " << slab;

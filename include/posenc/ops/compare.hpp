@@ -126,9 +126,9 @@ struct GroupStats {
 
 /// Statistics per group of indices along the CompareLocate::by axes: groups in C order
 /// over the axes, the last fastest (with n_k entries on axis k, the group of entries
-/// (e_1, ..., e_m) is row ((e_1 n_2 + e_2) n_3 + ...) n_m + e_m). An axis of the breakdown counts the entries a
-/// --slice takes of it (one for an axis the slice fixes), and `coords` gives each one's
-/// index in A (or the pair index).
+/// (e_1, ..., e_m) is row ((e_1 n_2 + e_2) n_3 + ...) n_m + e_m). An axis of the
+/// breakdown counts the entries a --slice takes of it (one for an axis the slice
+/// fixes), and `coords` gives each one's index in A (or the pair index).
 struct CompareBreakdown {
   std::vector<ByAxis> axes;                      ///< the CompareLocate::by axes
   std::vector<std::vector<std::size_t>> coords;  ///< per axis: A's index of each entry
