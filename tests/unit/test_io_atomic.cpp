@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -153,6 +154,40 @@ TEST_F(AtomicTest, UncommittedLeavesNothingAndTargetUntouched) {
   }
   EXPECT_EQ(list(), std::vector<std::string>{"a.bin"});
   EXPECT_EQ(slurp(path("a.bin")), "old");
+}
+
+// A library installs no signal handlers: the caller's dispositions for the signals the
+// command's cleanup takes over are as they were after outputs of every kind.
+TEST_F(AtomicTest, OutputsLeaveSignalDispositionsAlone) {
+  const int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGBUS};
+  auto dispositions = [&] {
+    std::vector<void (*)(int)> out;
+    for (int sig : kSignals) {
+      struct sigaction sa {};
+      sigaction(sig, nullptr, &sa);
+      out.push_back(sa.sa_handler);
+    }
+    return out;
+  };
+  const auto before = dispositions();
+  {
+    OutputFile out(path("a.npy"), {}, true);
+    out.write("x");
+    out.commit();
+  }
+  { TempFile named(path("b.h5"), false, false, true, /*named=*/true); }
+  write_tensor(parse_ref(path("c.npy")), Tensor(DType::f32, {2}));
+  EXPECT_EQ(dispositions(), before);
+}
+
+TEST_F(AtomicTest, NulInAPathIsRefusedBeforeOpening) {
+  put(path("keep.h5"), "old");
+  const std::string nul = path("keep.h5") + std::string(1, '\0') + ".npy";
+  EXPECT_THROW(OutputFile(nul, {}, true), UsageError);
+  EXPECT_THROW(TempFile(nul, false), UsageError);
+  EXPECT_THROW(parse_ref(nul), UsageError);
+  EXPECT_EQ(list(), std::vector<std::string>{"keep.h5"});
+  EXPECT_EQ(slurp(path("keep.h5")), "old");
 }
 
 TEST_F(AtomicTest, PermissionsLikeAPlainCreate) {
