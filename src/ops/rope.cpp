@@ -139,6 +139,35 @@ void canonical_nans(std::byte* p, std::size_t n, DType t) {
   }
 }
 
+/// Whether n elements of type t hold a NaN, or (unless nan_only) an infinity.
+template <class U>
+bool has_nonfinite_as(const std::byte* p, std::size_t n, U abs_mask, U inf, bool nan_only) {
+  const U above = nan_only ? inf : static_cast<U>(inf - 1);
+  unsigned found = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    U u;
+    std::memcpy(&u, p + i * sizeof(U), sizeof(U));
+    found |= static_cast<unsigned>((u & abs_mask) > above);
+  }
+  return found != 0;
+}
+
+bool has_nonfinite(const std::byte* p, std::size_t n, DType t, bool nan_only) {
+  switch (t) {
+    case DType::f64:
+      return has_nonfinite_as<std::uint64_t>(p, n, 0x7fffffffffffffffull,
+                                             0x7ff0000000000000ull, nan_only);
+    case DType::f32:
+      return has_nonfinite_as<std::uint32_t>(p, n, 0x7fffffffu, 0x7f800000u, nan_only);
+    case DType::f16:
+      return has_nonfinite_as<std::uint16_t>(p, n, 0x7fff, 0x7c00, nan_only);
+    case DType::bf16:
+      return has_nonfinite_as<std::uint16_t>(p, n, 0x7fff, 0x7f80, nan_only);
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 struct RopeApplier::Impl {
@@ -285,6 +314,16 @@ struct RopeApplier::Impl {
   void set_positions(const Positions& pos, const RopeApplyOptions& opt);
   void set_grid(const CoordGrid& g, const Positions& pos, const char* name);
   void set_angles(const Positions& pos);
+  // Non-finite results of finite inputs (rope_ranges below): what the parameters decide
+  // is refused up front; a rotation that may overflow only for some values has its
+  // output checked (check_out) where the kernel reports non-finite inputs.
+  bool check_out = false, out_nan_only = false;
+  double scale_eff = 1.0;  // what the rotation multiplies by (af, or 1/af inverse)
+  double max_coordinate() const;
+  template <class W>
+  void check_angles(const RopeFreqs& f, const RopeApplyOptions& opt) const;
+  void check_ranges(const RopeFreqs& f, const RopeApplyOptions& opt);
+  void refuse_overflow() const;
   void use_framework(const RopeFreqs& f, DType in_dtype, const RopeApplyOptions& opt);
   bool run_framework(const rope_detail::KernelArgs& a, const Range& r, const char* roles) const;
   void set_layout(const RopeFreqs& f, const RopeApplyOptions& opt);
@@ -484,6 +523,145 @@ void RopeApplier::Impl::set_angles(const Positions& pos) {
   tokang = pos.angles;
   source = Source::angles;
   integral = false;
+}
+
+// Non-finite results of finite inputs. Every angle is a sum of coordinate times
+// frequency, so the largest coordinate and the frequencies bound them all: checked once
+// here, the hot loops never look. cos and sin of a finite angle are finite; the table
+// multiplies them by the attention factor; the kernel multiplies the table by values
+// of the input's type. Where that product can overflow the working type for some
+// values only, the output is checked after the kernel instead (check_out).
+
+/// The largest |coordinate| any token takes (0 for explicit angles).
+double RopeApplier::Impl::max_coordinate() const {
+  switch (source) {
+    case Source::ids: {
+      double m = 0;
+      for (double v : tokpos) m = std::max(m, std::fabs(v));
+      return m;
+    }
+    case Source::grid: {
+      if (grid.centres) return 1.0;
+      const std::int64_t e = *std::max_element(grid.extent.begin(), grid.extent.end());
+      return static_cast<double>(e - 1);
+    }
+    case Source::angles:
+      return 0;
+    case Source::start:
+    case Source::packed:
+      break;
+  }
+  return static_cast<double>(start) + static_cast<double>(S > 0 ? S - 1 : 0);
+}
+
+namespace {
+
+/// The options a frequency comes from, as the message's prefix ("factor/freq_scale").
+std::string frequency_sources(const RopeFreqs& f, const RopeApplyOptions& opt) {
+  std::vector<std::string> names;
+  auto has = [&](const char* name) {
+    return std::any_of(f.attrs.begin(), f.attrs.end(), [&](const Attr& a) { return a.name == name; });
+  };
+  const bool matrix = opt.layout.preset == RopeLayoutPreset::matrix ||
+                      f.layout.preset == RopeLayoutPreset::matrix;
+  if (matrix) names.push_back("inv_freq");
+  if (opt.layout.scale != 1.0 || f.layout.scale != 1.0) names.push_back("freq_scale");
+  if (has("factor")) names.push_back("factor");
+  if (has("long_factor")) names.push_back("long_factor");
+  if (has("short_factor")) names.push_back("short_factor");
+  if (has("alpha")) names.push_back("alpha");
+  if (names.empty() || (f.inv_freq.size() > 1 && f.inv_freq.back() > f.inv_freq.front())) {
+    names.push_back("base");  // a base below 1 makes the last frequencies the largest
+  }
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : "/") + n;
+  return out;
+}
+
+double largest(DType t) {
+  switch (t) {
+    case DType::f16: return 65504.0;
+    case DType::bf16: return 0x1.fep127;
+    case DType::f32: return std::numeric_limits<float>::max();
+    case DType::f64: return std::numeric_limits<double>::max();
+    default: return std::ldexp(1.0, 64);  // integers: at most 2^64 in magnitude
+  }
+}
+
+}  // namespace
+
+/// Refuses angles beyond the working type W: computed in W from the largest coordinate
+/// and |frequency|, which bounds every angle's rounding as well (rounding is monotone).
+template <class W>
+void RopeApplier::Impl::check_angles(const RopeFreqs& f, const RopeApplyOptions& opt) const {
+  const char* wname = std::is_same_v<W, float> ? "f32" : "f64";
+  if (source == Source::angles) {
+    double m = 0;
+    for (double a : tokang) m = std::max(m, std::fabs(a));
+    if (!std::isfinite(static_cast<W>(m))) {
+      throw InputError(fmt::format("angles: {:g} is beyond the {} arithmetic's range ({:g}); "
+                                   "rotate in f64",
+                                   m, wname, std::numeric_limits<W>::max()));
+    }
+    return;
+  }
+  const W p = static_cast<W>(max_coordinate());
+  for (std::size_t j = 0; j + 1 < term_start.size(); ++j) {
+    W a = 0;
+    double fmax = 0;
+    for (std::size_t k = term_start[j]; k < term_start[j + 1]; ++k) {
+      a += p * static_cast<W>(std::fabs(term_freq[k]));
+      fmax = std::max(fmax, std::fabs(term_freq[k]));
+    }
+    if (!std::isfinite(a) || !std::isfinite(static_cast<W>(fmax))) {
+      throw InputError(fmt::format(
+          "{}: frequency {:g} (angle {}) times positions up to {:g} gives angles beyond the {} "
+          "arithmetic's range ({:g})",
+          frequency_sources(f, opt), fmax, j, max_coordinate(), wname,
+          std::numeric_limits<W>::max()));
+    }
+  }
+}
+
+void RopeApplier::Impl::check_ranges(const RopeFreqs& f, const RopeApplyOptions& opt) {
+  // The framework modes compute in float32 whatever the precision.
+  const bool f32 = prec == Precision::f32 || f.framework != nullptr;
+  if (f32) {
+    check_angles<float>(f, opt);
+  } else {
+    check_angles<double>(f, opt);
+  }
+  const double wmax = f32 ? std::numeric_limits<float>::max() : std::numeric_limits<double>::max();
+  const char* wname = f32 ? "f32" : "f64";
+  scale_eff = inverse ? 1.0 / af : af;
+  const double table = f32 ? static_cast<double>(static_cast<float>(scale_eff)) : scale_eff;
+  // The input's values in the working type: those of a type wider than it overflow.
+  const double in_max = largest(in) <= wmax ? largest(in) : HUGE_VAL;
+  if (!std::isfinite(table) || (in_max <= std::sqrt(wmax) && in_max * scale_eff > wmax)) {
+    // A type far narrower than the arithmetic: only the factor can make it overflow.
+    throw InputError(fmt::format(
+        "attention_factor: {}{:g} times values of {} (up to {:g}) overflows the {} arithmetic",
+        inverse ? "the inverse's 1 / " : "", af, dtype_name(in), largest(in), wname));
+  }
+  check_out = in_max * scale_eff > wmax;
+  // Rounding to a narrower output type overflows to +-Inf by definition (as convert's
+  // does); only NaN then tells an overflow of the arithmetic.
+  out_nan_only = dtype_size(out) < (f32 ? 4u : 8u);
+}
+
+/// After a kernel ran on finite inputs with check_out: its output has a NaN (or Inf).
+void RopeApplier::Impl::refuse_overflow() const {
+  const bool f32 = prec == Precision::f32 || fw != nullptr;
+  const char* wname = f32 ? "f32" : "f64";
+  const double wmax = f32 ? std::numeric_limits<float>::max() : std::numeric_limits<double>::max();
+  if (scale_eff > 1.0) {
+    throw InputError(fmt::format("attention_factor: {:g} makes the rotation of {} overflow the "
+                                 "{} arithmetic (a value times {:g} beyond {:g})",
+                                 af, what, wname, scale_eff, wmax));
+  }
+  throw InputError(fmt::format("precision: {} holds values beyond the {} arithmetic's range "
+                               "({:g}); rotate it in f64",
+                               what, wname, wmax));
 }
 
 // --arith hf|meta|ggml: float32 table rows from the framework and its own rotation, in
@@ -864,6 +1042,7 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
   m.set_layout(f, opt);
   m.set_permutation(f);
   m.set_positions(pos, opt);
+  m.check_ranges(f, opt);
   m.H = size_of('h');
   if (f.framework) {
     m.use_framework(f, in_dtype, opt);
@@ -1006,6 +1185,9 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
     throw InputError(fmt::format("{}: input contains NaN or Inf (use allow_nonfinite to "
                                  "rotate it anyway)",
                                  m.what));
+  }
+  if (!bad && m.check_out && has_nonfinite(kout, elems, m.out, m.out_nan_only)) {
+    m.refuse_overflow();
   }
   if (bad) canonical_nans(kout, elems, m.out);
   if (m.permute) permute_vectors(kout, out, nvec, m.D, dtype_size(m.out), m.out_perm, false);
