@@ -238,8 +238,12 @@ RopeLayout resolve_rope_layout(const RopeLayoutSpec& spec, const RopeFreqs& f) {
                                  "(got {})",
                                  spec.scale));
   }
-  if (spec.scale != 1.0) {
-    for (double& v : l.freq) v *= spec.scale;
+  for (double& v : l.freq) {
+    if (spec.scale != 1.0 && !std::isfinite(v * spec.scale)) {
+      throw UsageError(fmt::format("freq_scale: {:g} times frequency {:g} is not finite",
+                                   spec.scale, v));
+    }
+    v *= spec.scale;
   }
   if (spec.tiled) l.pairing = RopePairing::tiled;
   check_rope_layout(l, static_cast<std::size_t>(f.rotary_dim));

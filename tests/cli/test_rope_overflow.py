@@ -66,6 +66,15 @@ class RopeOverflow(PosencTestCase):
                 with self.subTest(args=args + extra):
                     self.refused(args + extra, match)
 
+    def test_a_scaled_frequency_that_is_not_finite_is_a_usage_error(self):
+        # A parameter alone, like a --factor whose frequencies are not finite: exit 2.
+        self.npy("inv.npy", np.array([[10.0, 1.0, 0.1, 0.01]]))
+        self.inputs.append("inv.npy")
+        p = self.assert_fails(2, "rope", self.path("x32.npy"), "-o", self.path("y.npy"),
+                              "--inv-freq", self.path("inv.npy"), "--freq-scale", "1e308",
+                              match=r"--freq-scale: 1e\+308 times frequency 10 is not finite")
+        self.assert_no_new_files(self.inputs)
+
     def test_the_bound_is_the_largest_position_times_the_largest_frequency(self):
         # Positions up to 7 and inv_freq[0] = 1: 7 * 2.5e307 = 1.75e308 is finite, and its
         # cos and sin are; 7 * 2.6e307 = 1.82e308 is not.
