@@ -65,8 +65,8 @@ relevant() {
       py=(exact_attention attention_reference attention_errors precision_option)
       unit=(Attention) ;;
     tensor-f16-double-rounding)
-      py=(exact_tables table_sinusoidal table_rope table_rope2d table_bias exact_attention
-          attention_reference); unit=(Tensor) ;;
+      py=(convert_rounding exact_tables table_sinusoidal table_rope table_rope2d table_bias
+          exact_attention attention_reference); unit=(Tensor Half Narrow) ;;
     position-ids-start-ignored)
       py=(exact_rope rope_apply table_rope exact_attention attention_reference); unit=(Rope) ;;
     yarn-default-factor)
