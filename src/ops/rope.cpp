@@ -275,6 +275,10 @@ struct RopeApplier::Impl {
   rope_detail::KernelFn kernel = nullptr;
   // --arith hf|meta|ggml: the framework's float32 table rows and rotation instead.
   std::shared_ptr<const FrameworkRope> fw;
+  // --arith hf with a layout of several axes: the HF model's rows for it (fw_layout).
+  RopeLayoutSpec lspec;
+  bool fw_layout = false;
+  rope_detail::FrameworkLayout fl;
   std::size_t H = 1;
   // The rotated dims are not the first R in the kernel's pair order (rotary_last,
   // rope_interleave): each vector is gathered into [rotated | passed] for the kernel
@@ -324,7 +328,7 @@ struct RopeApplier::Impl {
   void check_angles(const RopeFreqs& f, const RopeApplyOptions& opt) const;
   void check_ranges(const RopeFreqs& f, const RopeApplyOptions& opt);
   void refuse_overflow() const;
-  void use_framework(const RopeFreqs& f, DType in_dtype, const RopeApplyOptions& opt);
+  void use_framework(const RopeFreqs& f, DType in_dtype);
   bool run_framework(const rope_detail::KernelArgs& a, const Range& r, const char* roles) const;
   void set_layout(const RopeFreqs& f, const RopeApplyOptions& opt);
   bool rotate_per_dim(const rope_detail::KernelArgs& a) const;
@@ -666,18 +670,26 @@ void RopeApplier::Impl::refuse_overflow() const {
 
 // --arith hf|meta|ggml: float32 table rows from the framework and its own rotation, in
 // the framework's storage type (the input's) before the output conversion.
-void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype,
-                                      const RopeApplyOptions& opt) {
+void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype) {
   fw = f.framework;
   const std::string mode = "--arith " + arith_name(fw->arith);
-  if (opt.grid_h > 0 || opt.grid_w > 0 || opt.grid_ids || !opt.mrope_section.empty() ||
-      !f.mrope_section.empty() || opt.layout.custom() || f.layout.custom()) {
+  fw_layout = lspec.custom();
+  if (fw_layout && fw->arith != Arith::hf) {
     throw UsageError(mode + ": 2-D RoPE, M-RoPE sections and RoPE layouts are computed "
                             "exactly only");
   }
-  if (!integral || source == Source::grid) {
-    throw UsageError(mode + ": real coordinates, coordinate grids and explicit angles are "
-                            "computed exactly only");
+  const bool centres = source == Source::grid && grid.centres;
+  if (source == Source::angles || (!integral && !(centres && fw_layout))) {
+    throw UsageError(mode +
+                     ": real coordinates and explicit angles are computed exactly "
+                     "only");
+  }
+  if (fw_layout) {
+    // The model's own rows, and its rotation (the vision towers' is in float32).
+    fl = rope_detail::hf_framework_layout(*fw, f, lspec, source == Source::grid ? &grid : nullptr);
+    auto g = std::make_shared<FrameworkRope>(*fw);
+    g->hf_rotation = fl.rotation;
+    fw = std::move(g);
   }
   if (permute) {
     throw UsageError(mode + ": RoPE on the last dims and rope_interleave are computed "
@@ -752,6 +764,7 @@ void RopeApplier::Impl::set_layout(const RopeFreqs& f, const RopeApplyOptions& o
     spec.sections = sections;
   }
   const RopeLayout l = resolve_rope_layout(spec, f);
+  lspec = spec;
   comps = static_cast<int>(l.axes);
   pairing = l.pairing;
   nang = l.angles();
@@ -845,7 +858,11 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
     if constexpr (std::is_same_v<W, float>) {
       if (fw) {
         std::vector<float> angle(half);
-        framework_rope_row(*fw, static_cast<std::int64_t>(tp[0]), inverse, angle.data(), c, s);
+        if (fw_layout) {
+          rope_detail::framework_layout_row(*fw, fl, tp, inverse, angle.data(), c, s);
+        } else {
+          framework_rope_row(*fw, static_cast<std::int64_t>(tp[0]), inverse, angle.data(), c, s);
+        }
         continue;
       }
     }
@@ -1045,7 +1062,7 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
   m.check_ranges(f, opt);
   m.H = size_of('h');
   if (f.framework) {
-    m.use_framework(f, in_dtype, opt);
+    m.use_framework(f, in_dtype);
     return;
   }
   if (m.pairing != RopePairing::style) return;  // rotate_per_dim, below

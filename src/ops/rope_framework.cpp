@@ -6,8 +6,14 @@
 
 #include "ops/rope_framework.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <vector>
+
+#include "encodings/rope_framework.hpp"
+#include "encodings/torch_cpu.hpp"
+#include "posenc/error.hpp"
 
 namespace posenc::rope_detail {
 
@@ -178,6 +184,161 @@ bool run_framework_kernel(const FrameworkKernelArgs& a) {
     }
   }
   return bad;
+}
+
+namespace {
+
+using framework_detail::attr_number;
+
+// DINOv3's get_patches_center_coordinates in float32 (arange(0.5, n) / n, then
+// 2 * c - 1) times float32(2 pi), for the token whose exact centre coordinate is x:
+// x = (i + 0.5) / n * 2 - 1 gives back i. Prefix tokens sit at 0, which for an even n
+// is no centre; they keep angle 0, as the odd grid's middle patch has it.
+float dinov3_coordinate(double x, std::int64_t n) {
+  const double t = (x + 1.0) / 2.0 * static_cast<double>(n) - 0.5;
+  const double i = std::nearbyint(t);
+  if (std::fabs(t - i) > 0.25) return 0.0f;
+  float c = static_cast<float>(i + 0.5) / static_cast<float>(n);
+  c = 2.0f * c - 1.0f;
+  return static_cast<float>(kRopeTwoPi) * c;
+}
+
+// DINOv3ViTRopePositionEmbedding: 1 / base ** arange(0, 1, 4 / R) (float32). torch's
+// arange forms each vector of 8 from the float32 start of the vector plus k * step in
+// float64, blocks of 16 elements in vectors and the rest one by one.
+std::vector<float> dinov3_inv_freq(double base, std::size_t r) {
+  const std::size_t n = r / 4, vec = n - n % 16;
+  const double step = 4.0 / static_cast<double>(r);
+  std::vector<float> e(n), y(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t k = i < vec ? i % 8 : 0;
+    const float start = static_cast<float>(step * static_cast<double>(i - k));
+    e[i] = static_cast<float>(static_cast<double>(start) + step * static_cast<double>(k));
+  }
+  torch_cpu::pow_scalar_base(static_cast<float>(base), e.data(), y.data(), n);
+  for (float& v : y) v = 1.0f / v;
+  return y;
+}
+
+// Two axes of R/4 pairs each, axis 0 first: pair k of axis a takes v[stride * k], plus
+// `odd` on axis 1 (Pixtral's even and odd frequencies).
+void two_axes(FrameworkLayout& l, const std::vector<float>& v, std::size_t half,
+              std::size_t stride, std::size_t odd) {
+  const std::size_t q = half / 2;
+  for (std::size_t j = 0; j < half; ++j) {
+    const std::size_t a = j < q ? 0 : 1;
+    l.axis.push_back(a);
+    l.freq.push_back(v[stride * (j % q) + (a == 1 ? odd : 0)]);
+  }
+}
+
+std::string attr_text(const Attrs& attrs, const char* name) {
+  for (const Attr& a : attrs) {
+    if (a.name != name) continue;
+    if (const std::string* t = std::get_if<std::string>(&a.value)) return *t;
+  }
+  return "";
+}
+
+// The vision towers' rotary embeddings have one base and no scaling.
+void require_plain_freqs(const FrameworkLayout& l, const RopeFreqs& f) {
+  const std::string type = attr_text(f.attrs, "rope_type");
+  if ((type != "none" && type != "default") || f.attention_factor != 1.0) {
+    throw UsageError(fmt::format("--arith hf: {} has no RoPE scaling or attention factor "
+                                 "(got rope_type {}, attention factor {})",
+                                 l.model, type, f.attention_factor));
+  }
+}
+
+}  // namespace
+
+FrameworkLayout hf_framework_layout(const FrameworkRope& fw, const RopeFreqs& f,
+                                    const RopeLayoutSpec& spec, const CoordGrid* grid) {
+  const std::size_t half = fw.inv_freq.size(), r = 2 * half;
+  const bool centres = grid != nullptr && grid->centres;
+  const double theta = attr_number(f.attrs, "rope_theta");
+  FrameworkLayout l;
+  switch (spec.preset) {
+    case RopeLayoutPreset::sections:
+    case RopeLayoutPreset::interleaved: {
+      // Qwen2VLRotaryEmbedding / Qwen3VLTextRotaryEmbedding: the text model's inv_freq
+      // times each row of the [3, s] ids, the sections picked after cos and sin
+      // (Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni) or the angles interleaved before (Qwen3-VL).
+      const bool il = spec.preset == RopeLayoutPreset::interleaved;
+      l.model = il ? "Qwen3-VL's interleaved M-RoPE" : "Qwen2-VL's M-RoPE";
+      for (int c : mrope_components(spec.sections, il, half)) {
+        l.axis.push_back(static_cast<std::size_t>(c));
+      }
+      l.freq = fw.inv_freq;
+      l.rotation = fw.hf_rotation;
+      break;
+    }
+    case RopeLayoutPreset::axial:
+      if (centres) {
+        // DINOv3: 2 pi * centre * inv_freq, cos and sin cast to the model dtype.
+        l.model = "DINOv3's 2-D RoPE";
+        two_axes(l, dinov3_inv_freq(theta, r), half, 1, 0);
+        l.centres = grid->extent;
+      } else {
+        // Qwen2-VL's VisionRotaryEmbedding(head_dim / 2) on the (h, w) ids and
+        // apply_rotary_pos_emb_vision, in float32 (also Qwen2.5-VL's and Qwen3-VL's).
+        l.model = "Qwen2-VL's vision RoPE";
+        two_axes(l, framework_detail::hf_default_inv_freq(theta, static_cast<int>(half),
+                                                          static_cast<int>(half / 2)),
+                 half, 1, 0);
+        l.rotation = HfRotation::float32;
+      }
+      require_plain_freqs(l, f);
+      break;
+    case RopeLayoutPreset::even_odd:
+      // PixtralRotaryEmbedding: outer(h, freqs[::2]), outer(w, freqs[1::2]).
+      l.model = "Pixtral's 2-D RoPE";
+      two_axes(l, framework_detail::hf_default_inv_freq(theta, static_cast<int>(r),
+                                                        static_cast<int>(half)),
+               half, 2, 1);
+      require_plain_freqs(l, f);
+      break;
+    default:
+      throw UsageError(fmt::format(
+          "--arith hf: the {} layout is computed exactly only (posenc reproduces HF's "
+          "float32 code for the sections, interleaved, axial and even-odd layouts)",
+          rope_layout_preset_name(spec.preset)));
+  }
+  // HF scales frequencies only in DINOv3's code, by 2 pi on patch centres.
+  if ((centres || spec.scale != 1.0) && !(!l.centres.empty() && spec.scale == kRopeTwoPi)) {
+    throw UsageError(fmt::format(
+        "--arith hf: the {} layout with {}: HF's code has patch centres and a frequency "
+        "scale only as DINOv3's (--layout axial --coords centres:H,W --freq-scale 2pi)",
+        rope_layout_preset_name(spec.preset),
+        centres ? fmt::format("patch centres and the frequency scale {}", spec.scale)
+                : fmt::format("the frequency scale {}", spec.scale)));
+  }
+  if (f.style != RopeStyle::neox) {
+    throw UsageError(fmt::format("--arith hf: {} pairs dims (j, j + R/2) (rotate_half); use "
+                                 "--style neox",
+                                 l.model));
+  }
+  return l;
+}
+
+void framework_layout_row(const FrameworkRope& fw, const FrameworkLayout& l,
+                          const double* coords, bool inverse, float* angle, float* cos,
+                          float* sin) {
+  const std::size_t n = l.freq.size();
+  float c[kMaxRopeAxes];
+  for (std::size_t a = 0; a < kMaxRopeAxes; ++a) c[a] = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::size_t a = l.axis[j];
+    c[a] = l.centres.empty() ? static_cast<float>(coords[a])
+                             : dinov3_coordinate(coords[a], l.centres[a]);
+  }
+  for (std::size_t j = 0; j < n; ++j) angle[j] = c[l.axis[j]] * l.freq[j];
+  torch_cpu::cos(angle, cos, n);
+  torch_cpu::sin(angle, sin, n);
+  for (std::size_t j = 0; j < n; ++j) {
+    cos[j] = cos[j] * fw.attention_scaling;
+    sin[j] = inverse ? -(sin[j] * fw.attention_scaling) : sin[j] * fw.attention_scaling;
+  }
 }
 
 }  // namespace posenc::rope_detail

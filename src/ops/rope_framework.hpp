@@ -4,9 +4,13 @@
 // Internal to the library: RopeApplier in rope.cpp prepares the arguments.
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "ops/rope_kernel.hpp"
 #include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/rope_layout.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc::rope_detail {
@@ -29,5 +33,31 @@ struct FrameworkKernelArgs {
 };
 
 bool run_framework_kernel(const FrameworkKernelArgs& a);
+
+/// `--arith hf` for a RoPE layout over several coordinate axes, as the HF model that
+/// defines the layout forms its table rows: pair j < R/2 turns by float32(coordinate of
+/// axis[j]) * freq[j], one float32 product (DINOv3: float32(2 pi) * its float32 patch
+/// centre first), then torch's cos and sin and the attention scaling.
+struct FrameworkLayout {
+  std::string model;                  ///< whose HF code, e.g. "Qwen2-VL's M-RoPE"
+  std::vector<std::size_t> axis;      ///< per pair: the coordinate axis
+  std::vector<float> freq;            ///< per pair: the float32 frequency HF forms
+  std::vector<std::int64_t> centres;  ///< DINOv3: the grid extents; empty: integer coordinates
+  HfRotation rotation = HfRotation::storage;  ///< how the model's apply rounds
+};
+
+/// The HF arithmetic of the layout `spec` (not plain) for `fw` (arith hf) and the
+/// RoPE `f` it was attached to; `grid` is the generated coordinate grid, or nullptr for
+/// explicit ids. Throws UsageError naming the layout where posenc does not reproduce an
+/// HF model's float32 code for it.
+FrameworkLayout hf_framework_layout(const FrameworkRope& fw, const RopeFreqs& f,
+                                    const RopeLayoutSpec& spec, const CoordGrid* grid);
+
+/// The row of a token with coordinates `coords` (one per axis, as the layout's
+/// positions give them): float32 angles, and cos, sin (R/2 each) as they enter the
+/// rotation (before the cast to the input dtype); `inverse` negates the sine.
+void framework_layout_row(const FrameworkRope& fw, const FrameworkLayout& l,
+                          const double* coords, bool inverse, float* angle, float* cos,
+                          float* sin);
 
 }  // namespace posenc::rope_detail

@@ -332,6 +332,154 @@ def eager_mask(allowed, dtype):
     return torch.where(allowed, torch.tensor(0.0, dtype=dtype), torch.tensor(min_dtype, dtype=dtype))
 
 
+# --- HF: modeling_qwen2_vl.py, modeling_qwen3_vl.py (text) ---------------------------
+
+class MultimodalRotaryEmbedding(RotaryEmbedding):
+    """Qwen2VLRotaryEmbedding.forward (Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni), or with
+    `interleaved` sections Qwen3VLTextRotaryEmbedding.forward and its
+    apply_interleaved_mrope; position_ids [3, b, s]."""
+
+    def __init__(self, config, interleaved=None):
+        super().__init__(config)
+        self.interleaved = interleaved
+
+    def forward(self, x, position_ids):
+        if "dynamic" in self.rope_type:
+            self._dynamic_frequency_update(position_ids)
+        if position_ids.ndim == 2:
+            position_ids = position_ids[None, ...].expand(3, position_ids.shape[0], -1)
+        inv_freq_expanded = self.inv_freq[None, None, :, None].float().expand(3, position_ids.shape[1], -1, 1)
+        position_ids_expanded = position_ids[:, :, None, :].float()
+        freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(2, 3)
+        if self.interleaved is not None:
+            freqs = apply_interleaved_mrope(freqs, self.interleaved)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos() * self.attention_scaling
+        sin = emb.sin() * self.attention_scaling
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def apply_interleaved_mrope(freqs, mrope_section):
+    freqs_t = freqs[0]
+    for dim, offset in enumerate((1, 2), start=1):
+        length = mrope_section[dim] * 3
+        idx = slice(offset, length, 3)
+        freqs_t[..., idx] = freqs[dim, ..., idx]
+    return freqs_t
+
+
+def apply_multimodal_rotary_pos_emb(q, cos, sin, mrope_section, unsqueeze_dim=1):
+    mrope_section = mrope_section * 2
+    cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(mrope_section, dim=-1))],
+                    dim=-1).unsqueeze(unsqueeze_dim)
+    sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(mrope_section, dim=-1))],
+                    dim=-1).unsqueeze(unsqueeze_dim)
+    return (q * cos) + (rotate_half(q) * sin)
+
+
+# --- HF: the vision towers (modeling_qwen2_vl.py, modeling_pixtral.py,
+# modeling_dinov3_vit.py) ------------------------------------------------------------
+
+class VisionRotaryEmbedding:
+    def __init__(self, dim, theta=10000.0):
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+
+    def forward(self, seqlen):
+        seq = torch.arange(seqlen, dtype=self.inv_freq.dtype)
+        return torch.outer(seq, self.inv_freq)
+
+
+def qwen2_vl_rot_pos_emb(head_dim, grid_thw, spatial_merge_size, theta=10000.0):
+    """Qwen2VisionTransformerPretrainedModel.rot_pos_emb, then its forward's
+    cat((rotary_pos_emb, rotary_pos_emb)).cos() / .sin(); also the (h, w) ids."""
+    pos_ids = []
+    for t, h, w in grid_thw:
+        hpos_ids = torch.arange(h).unsqueeze(1).expand(-1, w)
+        hpos_ids = hpos_ids.reshape(h // spatial_merge_size, spatial_merge_size,
+                                    w // spatial_merge_size, spatial_merge_size)
+        hpos_ids = hpos_ids.permute(0, 2, 1, 3).flatten()
+        wpos_ids = torch.arange(w).unsqueeze(0).expand(h, -1)
+        wpos_ids = wpos_ids.reshape(h // spatial_merge_size, spatial_merge_size,
+                                    w // spatial_merge_size, spatial_merge_size)
+        wpos_ids = wpos_ids.permute(0, 2, 1, 3).flatten()
+        pos_ids.append(torch.stack([hpos_ids, wpos_ids], dim=-1).repeat(t, 1))
+    pos_ids = torch.cat(pos_ids, dim=0)
+    return vision_cos_sin(head_dim, pos_ids, theta), pos_ids
+
+
+def vision_cos_sin(head_dim, pos_ids, theta=10000.0):
+    """rot_pos_emb's table lookup for (h, w) ids [n, 2]: cos, sin [n, head_dim] float32."""
+    rotary_pos_emb_full = VisionRotaryEmbedding(head_dim // 2, theta).forward(int(pos_ids.max()) + 1)
+    rotary_pos_emb = rotary_pos_emb_full[pos_ids].flatten(1)
+    emb = torch.cat((rotary_pos_emb, rotary_pos_emb), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rotary_pos_emb_vision(q, cos, sin):
+    """q [n, heads, d] as the vision attention holds it."""
+    orig_q_dtype = q.dtype
+    q = q.float()
+    cos, sin = cos.unsqueeze(-2).float(), sin.unsqueeze(-2).float()
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    return q_embed.to(orig_q_dtype)
+
+
+class PixtralRotaryEmbedding:
+    def __init__(self, head_dim, rope_theta, max_patches_per_side):
+        freqs = 1.0 / (rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        h = torch.arange(max_patches_per_side)
+        w = torch.arange(max_patches_per_side)
+        freqs_h = torch.outer(h, freqs[::2]).float()
+        freqs_w = torch.outer(w, freqs[1::2]).float()
+        inv_freq = torch.cat(
+            [freqs_h[:, None, :].repeat(1, max_patches_per_side, 1),
+             freqs_w[None, :, :].repeat(max_patches_per_side, 1, 1)],
+            dim=-1,
+        ).reshape(-1, head_dim // 2)
+        self.inv_freq = torch.cat((inv_freq, inv_freq), dim=-1)
+
+    def forward(self, x, position_ids):
+        freqs = self.inv_freq[position_ids]
+        emb = freqs
+        cos = emb.cos()
+        sin = emb.sin()
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+
+def get_patches_center_coordinates(num_patches_h, num_patches_w, dtype):
+    coords_h = torch.arange(0.5, num_patches_h, dtype=dtype)
+    coords_w = torch.arange(0.5, num_patches_w, dtype=dtype)
+    coords_h = coords_h / num_patches_h
+    coords_w = coords_w / num_patches_w
+    coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"), dim=-1)
+    coords = coords.flatten(0, 1)
+    coords = 2.0 * coords - 1.0
+    return coords
+
+
+class DINOv3ViTRopePositionEmbedding:
+    def __init__(self, head_dim, rope_theta):
+        self.inv_freq = 1 / rope_theta ** torch.arange(0, 1, 4 / head_dim, dtype=torch.float32)
+
+    def forward(self, num_patches_h, num_patches_w, dtype):
+        patch_coords = get_patches_center_coordinates(num_patches_h, num_patches_w, torch.float32)
+        angles = 2 * math.pi * patch_coords[:, :, None] * self.inv_freq[None, None, :]
+        angles = angles.flatten(1, 2)
+        angles = angles.tile(2)
+        cos = torch.cos(angles)
+        sin = torch.sin(angles)
+        return cos.to(dtype=dtype), sin.to(dtype=dtype)
+
+
+def dinov3_apply_rotary_pos_emb(q, cos, sin):
+    num_tokens = q.shape[-2]
+    num_patches = sin.shape[-2]
+    num_prefix_tokens = num_tokens - num_patches
+    q_prefix_tokens, q_patches = q.split((num_prefix_tokens, num_patches), dim=-2)
+    q_patches = (q_patches * cos) + (rotate_half(q_patches) * sin)
+    return torch.cat((q_prefix_tokens, q_patches), dim=-2)
+
+
 # --- Meta ----------------------------------------------------------------------------
 
 def apply_scaling(freqs, scale_factor=8, low_freq_factor=1, high_freq_factor=4, old_context_len=8192):

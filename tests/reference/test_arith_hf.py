@@ -337,6 +337,171 @@ class HfAttention(PosencTestCase):
                     self.assertLess(bit_mismatches(a, b), 2e-3 * a.numel())
 
 
+def gapped_ids(rows, n, top, batch=1, seed=0):
+    """[rows, batch, n] sorted position ids with gaps in [0, top] (some above 2^24, where
+    float32(position) rounds, when top is large)."""
+    r = np.random.default_rng(seed)
+    return np.sort(r.choice(top + 1, size=(rows, batch, n)), axis=-1).astype(np.int64)
+
+
+def qwen2_vl_config(d, section, interleaved=False, rope_type="default", **extra):
+    """A text config of Qwen2-VL (or Qwen3-VL with interleaved sections) for the
+    references: rope_parameters with HF's keys."""
+    params = {"rope_type": rope_type, "rope_theta": 1000000.0, **extra}
+    return ref.Config(d, params, 32768), (list(section) if interleaved else None)
+
+
+class HfMrope(PosencTestCase):
+    # Qwen2VLRotaryEmbedding + apply_multimodal_rotary_pos_emb (Qwen2-VL, Qwen2.5-VL,
+    # Qwen2.5-Omni's thinker and talker), Qwen3VLTextRotaryEmbedding with
+    # apply_interleaved_mrope + apply_rotary_pos_emb (Qwen3-VL), transcribed in
+    # tests/lib/framework_rope_ref.py: the [3, b, s] ids times inv_freq as a float32
+    # matmul, cos and sin in float32 cast to q's dtype, the rotation in q's dtype.
+    D = 128
+
+    def posenc(self, x, ids, section, interleaved, extra=(), arith="hf"):
+        np.save(self.path("ids.npy"), ids)
+        src, out = save_torch(self, "x", x), out_ref(self, "y", x.dtype)
+        self.run_ok("rope", src, "-o", out, "--arith", arith, "--base", "1000000",
+                    "--mrope-section", ",".join(map(str, section)), "--position-ids",
+                    self.path("ids.npy"), *(["--mrope-interleaved"] if interleaved else []),
+                    *extra)
+        return load_torch(out, x.dtype)
+
+    def hf(self, x, ids, section, interleaved, **params):
+        cfg, il = qwen2_vl_config(x.shape[-1], section, interleaved, **params)
+        emb = ref.MultimodalRotaryEmbedding(cfg, interleaved=il)
+        cos, sin = emb.forward(x, torch.from_numpy(ids))
+        if interleaved:
+            return ref.apply_rotary_pos_emb(x, cos, sin)
+        return ref.apply_multimodal_rotary_pos_emb(x, cos, sin, list(section))
+
+    def check(self, section, interleaved, ids, heads=2, seed=3):
+        b, s = ids.shape[-2], ids.shape[-1]
+        for dtype in DTYPES:
+            x = (torch.randn(b, heads, s, self.D, generator=torch.Generator().manual_seed(seed))
+                 * 4).to(dtype)
+            with self.subTest(section=section, interleaved=interleaved, dtype=str(dtype), s=s,
+                              top=int(ids.max())):
+                got = self.posenc(x, ids, section, interleaved)
+                want = self.hf(x, ids, section, interleaved)
+                self.assertEqual(bit_mismatches(got, want), 0)
+
+    def test_qwen2_vl_sections_bit_for_bit(self):
+        for s, top in ((5000, 40_000_000), (37, 4096), (300, 131071)):
+            self.check((16, 24, 24), False, gapped_ids(3, s, top, seed=s))
+        self.check((16, 24, 24), False, gapped_ids(3, 200, 9000, batch=2, seed=8))
+
+    def test_qwen3_vl_interleaved_bit_for_bit(self):
+        for s, top in ((4500, 30_000_000), (64, 2048)):
+            self.check((24, 20, 20), True, gapped_ids(3, s, top, seed=s))
+        self.check((24, 20, 20), True, gapped_ids(3, 100, 5000, batch=2, seed=9))
+
+    def test_text_tokens_and_scaling(self):
+        # [s] ids: every axis the same position (HF's text tokens); YaRN's attention
+        # factor multiplies cos and sin in float32 as Qwen2VLRotaryEmbedding does.
+        pos = positions(400, 131071)
+        ids3 = np.broadcast_to(pos, (3, 1, len(pos))).copy()
+        for dtype in (torch.bfloat16, torch.float32):
+            x = (torch.randn(1, 2, len(pos), self.D, generator=torch.Generator().manual_seed(4))
+                 * 4).to(dtype)
+            got = self.posenc(x, pos, (16, 24, 24), False)
+            self.assertEqual(bit_mismatches(got, self.hf(x, ids3, (16, 24, 24), False)), 0)
+            yarn = ["--scaling", "yarn", "--factor", "4", "--original-max-pos", "32768"]
+            got = self.posenc(x, ids3, (16, 24, 24), False, yarn)
+            want = self.hf(x, ids3, (16, 24, 24), False, rope_type="yarn", factor=4.0,
+                           original_max_position_embeddings=32768)
+            self.assertEqual(bit_mismatches(got, want), 0)
+
+    def test_the_sections_matter(self):
+        # A test that can fail: HF's M-RoPE differs from posenc's exact answer and from
+        # the other section form.
+        ids = gapped_ids(3, 300, 1_000_000, seed=2)
+        x = (torch.randn(1, 1, 300, self.D, generator=torch.Generator().manual_seed(5))
+             * 4).to(torch.bfloat16)
+        got = self.posenc(x, ids, (16, 24, 24), False)
+        self.assertGreater(bit_mismatches(got, self.hf(x, ids, (16, 24, 24), True)), 0)
+        exact = self.posenc(x, ids, (16, 24, 24), False, arith="exact")
+        self.assertGreater(bit_mismatches(got, exact), 0)
+
+
+class HfVision(PosencTestCase):
+    # The vision towers' RoPE, transcribed in tests/lib/framework_rope_ref.py:
+    # Qwen2-VL's VisionRotaryEmbedding(head_dim / 2) on rot_pos_emb's (h, w) ids in
+    # spatial-merge order with apply_rotary_pos_emb_vision (float32, then q's dtype;
+    # Qwen2.5-VL's and Qwen3-VL's towers are the same code); Pixtral's
+    # PixtralRotaryEmbedding on position_ids_in_meshgrid's h * max_width + w with
+    # apply_rotary_pos_emb (q's dtype); DINOv3's patch-centre angles with its
+    # apply_rotary_pos_emb, the prefix tokens left as they are.
+    def rope(self, x, *args):
+        src, out = save_torch(self, "x", x), out_ref(self, "y", x.dtype)
+        self.run_ok("rope", src, "-o", out, "--arith", "hf", *args)
+        return load_torch(out, x.dtype)
+
+    def inputs(self, heads, n, d, dtype, seed=6):
+        return (torch.randn(1, heads, n, d, generator=torch.Generator().manual_seed(seed))
+                * 4).to(dtype)
+
+    def test_qwen2_vl_vision_bit_for_bit(self):
+        d = 80  # Qwen2-VL's vision head dim (1280 / 16)
+        for t, h, w in ((1, 6, 8), (2, 50, 46)):  # 48 and 4600 patches
+            (cos, sin), pos_hw = ref.qwen2_vl_rot_pos_emb(d, [(t, h, w)], 2)
+            ids = pos_hw.T.contiguous().numpy()
+            np.save(self.path("hw.npy"), ids)
+            for dtype in DTYPES:
+                x = self.inputs(3, len(pos_hw), d, dtype)
+                want = ref.apply_rotary_pos_emb_vision(x[0].transpose(0, 1), cos, sin)
+                want = want.transpose(0, 1)[None]
+                with self.subTest(grid=(t, h, w), dtype=str(dtype), form="ids"):
+                    got = self.rope(x, "--layout", "axial", "--position-ids", self.path("hw.npy"))
+                    self.assertEqual(bit_mismatches(got, want), 0)
+                if t == 1:
+                    with self.subTest(grid=(t, h, w), dtype=str(dtype), form="grid"):
+                        got = self.rope(x, "--layout", "axial", "--coords", f"grid:{h},{w}",
+                                        "--merge-window", "2")
+                        self.assertEqual(bit_mismatches(got, want), 0)
+                if dtype in (torch.bfloat16, torch.float16):
+                    # Not the rounding of each operation in the storage type.
+                    storage = ref.apply_rotary_pos_emb(x, cos.to(dtype)[None], sin.to(dtype)[None])
+                    self.assertGreater(bit_mismatches(got, storage), 0)
+
+    def test_pixtral_bit_for_bit(self):
+        d, side = 64, 80  # Pixtral-12B: head_dim 64, image_size 1024 / patch_size 16
+        emb = ref.PixtralRotaryEmbedding(d, 10000.0, side)
+        for h, w in ((7, 9), (64, 70)):
+            hh, ww = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+            pid = (hh * side + ww).flatten()
+            for dtype in DTYPES:
+                x = self.inputs(2, h * w, d, dtype)
+                cos, sin = emb.forward(x, pid)
+                want = ref.apply_rotary_pos_emb(x, cos[None], sin[None])
+                with self.subTest(grid=(h, w), dtype=str(dtype)):
+                    got = self.rope(x, "--layout", "even-odd", "--coords", f"grid:{h},{w}")
+                    self.assertEqual(bit_mismatches(got, want), 0)
+        # Two images in one sequence: their (h, w) ids as rows.
+        ids = torch.cat([torch.stack(torch.meshgrid(torch.arange(a), torch.arange(b),
+                                                    indexing="ij"), 0).reshape(2, -1)
+                         for a, b in ((5, 6), (70, 66))], 1)
+        np.save(self.path("hw.npy"), ids.numpy())
+        x = self.inputs(2, ids.shape[1], d, torch.bfloat16)
+        cos, sin = emb.forward(x, ids[0] * side + ids[1])
+        got = self.rope(x, "--layout", "even-odd", "--position-ids", self.path("hw.npy"))
+        self.assertEqual(bit_mismatches(got, ref.apply_rotary_pos_emb(x, cos[None], sin[None])), 0)
+
+    def test_dinov3_bit_for_bit(self):
+        for d, (h, w), prefix in ((64, (14, 14), 5), (96, (70, 64), 1)):
+            emb = ref.DINOv3ViTRopePositionEmbedding(d, 100.0)
+            for dtype in DTYPES:
+                x = self.inputs(2, prefix + h * w, d, dtype)
+                cos, sin = emb.forward(h, w, dtype)
+                want = ref.dinov3_apply_rotary_pos_emb(x, cos, sin)
+                with self.subTest(d=d, grid=(h, w), dtype=str(dtype)):
+                    got = self.rope(x, "--layout", "axial", "--coords", f"centres:{h},{w}",
+                                    "--prefix-tokens", str(prefix), "--freq-scale", "2pi",
+                                    "--base", "100")
+                    self.assertEqual(bit_mismatches(got, want), 0)
+
+
 class HfErrors(PosencTestCase):
     def test_bad_combinations(self):
         x = self.path("x.npy")
@@ -348,8 +513,8 @@ class HfErrors(PosencTestCase):
         np.save(self.path("i.npy"), np.ones((4, 8), np.int32))
         self.assert_fails(3, "rope", self.path("i.npy"), "-o", self.path("y.npy"), "--arith", "hf",
                           match="float")
-        self.assert_fails(2, "rope", x, "-o", self.path("y.npy"), "--arith", "hf", "--rope2d",
-                          "2", "2", match="exactly")
+        self.assert_fails(2, "rope", x, "-o", self.path("y.npy"), "--arith", "meta", "--rope2d",
+                          "2", "2", "--style", "gptj", match="exactly")
         q = self.path("q.npy")
         np.save(q, np.ones((1, 2, 4, 8), np.float32))
         self.assert_fails(2, "attention", "-q", q, "-k", q, "-v", q, "-o", self.path("o.h5"),
@@ -363,6 +528,43 @@ class HfErrors(PosencTestCase):
                           self.path("o.h5"), "--arith", "hf", match="dtype")
         self.assertEqual(os.listdir(self.tmp).count("y.npy"), 0)
         self.assertEqual(os.listdir(self.tmp).count("o.h5"), 0)
+
+    def test_layouts_without_hf_float32_code(self):
+        # Each layout --arith hf does not reproduce: exit 2 naming it, no output.
+        x = self.path("x.npy")
+        np.save(x, np.ones((1, 1, 6, 16), np.float32))
+        for name, rows in (("i3", 3), ("i4", 4), ("i2", 2)):
+            np.save(self.path(name + ".npy"), np.zeros((rows, 6), np.int64))
+        np.save(self.path("r2.npy"), np.full((2, 6), 0.5))
+        np.save(self.path("w.npy"), np.ones((2, 8)))
+        ids = lambda name: ("--position-ids", self.path(name + ".npy"))
+        cases = [
+            (("--layout", "chunks:3", *ids("i3")), "chunks layout"),
+            (("--layout", "ernie-vl:2,2,4", "--style", "gptj", *ids("i3")), "ernie-vl layout"),
+            (("--layout", "xdrope:2,2,2,2", *ids("i4")), "xdrope layout"),
+            (("--inv-freq", self.path("w.npy"), *ids("i2")), "matrix layout"),
+            (("--layout", "axial", "--coords", "grid:2,3", "--freq-scale", "3"),
+             "axial layout with the frequency scale 3"),
+            (("--layout", "axial", "--coords", "centres:2,3"), "axial layout with patch centres"),
+            (("--layout", "even-odd", "--coords", "centres:2,3", "--freq-scale", "2pi"),
+             "even-odd layout with patch centres"),
+            (("--mrope-section", "2,3,3", "--style", "gptj", *ids("i3")), "Qwen2-VL's M-RoPE"),
+            (("--mrope-section", "2,3,3", "--mrope-interleaved", "--style", "gptj", *ids("i3")),
+             "Qwen3-VL's interleaved M-RoPE"),
+            (("--layout", "even-odd", "--coords", "grid:2,3", "--style", "gptj"), "Pixtral"),
+            (("--layout", "axial", "--coords", "grid:2,3", "--scaling", "linear", "--factor", "2"),
+             "Qwen2-VL's vision RoPE has no RoPE scaling"),
+            (("--layout", "axial", *ids("r2")), "real coordinates"),
+        ]
+        for flags, match in cases:
+            with self.subTest(flags=flags):
+                self.assert_fails(2, "rope", x, "-o", self.path("y.npy"), "--arith", "hf", *flags,
+                                  match=match)
+        for arith in ("meta", "ggml"):
+            self.assert_fails(2, "rope", x, "-o", self.path("y.npy"), "--arith", arith,
+                              "--style", "gptj", "--mrope-section", "2,3,3", *ids("i3"),
+                              match="M-RoPE sections")
+        self.assertEqual(os.listdir(self.tmp).count("y.npy"), 0)
 
 
 if __name__ == "__main__":
