@@ -93,9 +93,9 @@ void check_budget(const TensorSource& q, const TensorSource& k, const TensorSour
   if (opt.max_memory == 0) return;
   const TensorInfo &qi = q.info(), &ki = k.info();
   const Shape* vs = v ? &v->info().shape : nullptr;
-  const bool f64 = opt.precision ? *opt.precision == Precision::f64 : qi.dtype == DType::f64;
   // With --rope, attention takes the rotated copies, already in the arithmetic type.
-  const DType arith = f64 ? DType::f64 : DType::f32;
+  const DType arith = attention_arith(opt);
+  const bool f64 = arith == DType::f64;
   auto [need, names] =
       attention_memory(qi.shape, ki.shape, vs, qi.dtype, opt, rope ? arith : ki.dtype,
                        v ? std::optional(v->info().dtype) : std::nullopt);
@@ -699,8 +699,8 @@ void register_attention(CLI::App& app) {
   }
   if (auto* p = sub->get_option_no_throw("--precision")) {
     p->description(
-        "f32 or f64: arithmetic of RoPE and attention (default: RoPE f64; attention f64 for "
-        "f64 inputs, else f32)");
+        "f64 or f32: arithmetic of RoPE and attention (default: f64 for every input dtype, "
+        "each output rounded once; f32 is the opt-in for speed, not correctly rounded)");
   }
   if (auto* p = sub->get_option_no_throw("--arith")) {
     p->description(

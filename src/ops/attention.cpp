@@ -39,6 +39,12 @@ std::string attention_emit_name(AttentionEmit e) {
   return "?";
 }
 
+// The arithmetic is f64 whatever the inputs are: a golden fixture is exact without an
+// option; f32 is asked for, for speed.
+DType attention_arith(const AttentionOptions& opt) {
+  return opt.precision.value_or(Precision::f64) == Precision::f64 ? DType::f64 : DType::f32;
+}
+
 std::vector<AttentionEmit> parse_attention_emit(const std::string& list, bool has_v) {
   std::vector<AttentionEmit> out;
   if (list.empty()) {
@@ -285,7 +291,8 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
     kv_bytes = add_sat(kv_bytes, mul_sat(checked_numel(vi->shape, 1, "v"), dtype_size(vi->dtype)));
   }
   std::size_t tiles = mul_sat(g.threads > 0 ? g.threads - 1 : 0, m.tile);
-  // K or V stored as f16 or bf16 is widened one key block at a time, by each worker.
+  // K or V stored as f16 or bf16 (or f32 under f64 arithmetic) is widened one key block at a
+  // time, by each worker.
   std::size_t widen_row = 0;
   if (ki.dtype != g.compute) widen_row = g.d;
   if (vi && vi->dtype != g.compute) widen_row += g.dv;

@@ -150,17 +150,13 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     g.dv = axis_size(*vs, a, 'd');
   }
   // Arithmetic and output types.
-  if (opt.precision) {
-    g.compute = *opt.precision == Precision::f64 ? DType::f64 : DType::f32;
-  } else {
-    g.compute = q_dtype == DType::f64 ? DType::f64 : DType::f32;
-  }
+  g.compute = attention_arith(opt);
   g.out = opt.dtype.value_or(q_dtype);
   if (!is_float(g.out)) {
     throw UsageError(fmt::format("dtype {}: attention outputs are floats (f64, f32, f16, bf16)",
                                  dtype_name(g.out)));
   }
-  g.lse = g.compute;
+  g.lse = g.out == DType::f64 ? DType::f64 : DType::f32;
   g.emit = opt.emit.empty() ? parse_attention_emit("", vs != nullptr) : opt.emit;
   for (auto e : g.emit) {
     if (e == AttentionEmit::logits) g.emit_logits = true;
@@ -360,7 +356,8 @@ std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt) {
 }
 
 bool kv_in_place(const Geometry& g, DType t) {
-  return g.axes.back() == 'd' && (t == g.compute || detail::widens(t));
+  return g.axes.back() == 'd' &&
+         (t == g.compute || detail::widens(t) || (t == DType::f32 && g.compute == DType::f64));
 }
 
 namespace {

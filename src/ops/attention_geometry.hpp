@@ -132,7 +132,8 @@ std::size_t worker_tiles(const Geometry& g, const AttentionOptions& opt);
 /// plan()).
 std::size_t plan_bytes(const Geometry& g, const AttentionOptions& opt);
 /// Whether K or V stored as `t` is used as it is stored, read or widened one key block at
-/// a time (d last; the arithmetic type, f16 or bf16), rather than converted whole.
+/// a time (d last; the arithmetic type, f16 or bf16, or f32 under f64 arithmetic), rather
+/// than converted whole.
 bool kv_in_place(const Geometry& g, DType t);
 /// The memory an in-memory run needs, and the names of what takes it. K and V count as
 /// whole converted copies unless their stored dtypes are given (see kv_copied).

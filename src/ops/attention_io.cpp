@@ -245,6 +245,25 @@ bool keys_finite(const View<T>& x, std::size_t b, std::size_t h, std::size_t j0,
 
 struct NonFiniteKeys {};
 
+// n keys stored as `from` (f16, bf16, or f32 under f64 arithmetic) widened exactly into
+// dst; returns whether all are finite, found on the way as detail::widen finds it.
+template <class T>
+bool widen_keys(DType from, const std::byte* src, T* dst, std::size_t n) {
+  if constexpr (std::is_same_v<T, double>) {
+    if (from == DType::f32) {
+      const auto* s = reinterpret_cast<const float*>(src);
+      std::uint32_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        dst[i] = s[i];
+        bad |= static_cast<std::uint32_t>((__builtin_bit_cast(std::uint32_t, s[i]) &
+                                           0x7f800000u) == 0x7f800000u);
+      }
+      return bad == 0;
+    }
+  }
+  return detail::widen(from, src, dst, n);
+}
+
 // K and V used in place in their mapped files (P.k, P.v): each work item (when decoding,
 // the query heads of one KV head: heads_per_item) walks its own key blocks from first
 // to last, begins, folds and stores without waiting for the
@@ -316,7 +335,7 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
           if (finite) all &= all_finite(buf.data() + at, k);
         } else {
           m.reader->read_raw(off + at * es, k * es, raw.data());
-          all &= detail::widen(m.dtype, raw.data(), buf.data() + at, k);
+          all &= widen_keys(m.dtype, raw.data(), buf.data() + at, k);
         }
       }
       if (finite) *finite = all;
@@ -332,10 +351,10 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
     const std::size_t es = dtype_size(m.dtype);
     bool all = true;
     if (m.st.s == static_cast<std::ptrdiff_t>(m.width)) {  // rows contiguous: one call
-      all = detail::widen(m.dtype, p, buf.data(), n * m.width);
+      all = widen_keys(m.dtype, p, buf.data(), n * m.width);
     } else {
       for (std::size_t j = 0; j < n; ++j) {
-        all &= detail::widen(m.dtype, p + j * m.st.s * es, buf.data() + j * m.width, m.width);
+        all &= widen_keys(m.dtype, p + j * m.st.s * es, buf.data() + j * m.width, m.width);
       }
     }
     if (finite) *finite = all;

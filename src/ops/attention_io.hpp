@@ -31,9 +31,9 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
                            const TensorInfo* v, const AttentionOptions& opt,
                            bool output_in_memory);
 
-/// The in-memory run with K or V stored as f16 or bf16 (d last): used in place, each key
-/// block widened as the file-mapped run widens it (no converted copy of the whole
-/// tensor, the same bits). False, having done nothing, when K and V are not such. NaN
+/// The in-memory run with K or V stored as f16 or bf16, or f32 under f64 arithmetic (d
+/// last): used in place, each key block widened as the file-mapped run widens it (no
+/// converted copy of the whole tensor, the same bits). False, having done nothing, when K and V are not such. NaN
 /// and Inf are the caller's to check.
 template <class T>
 bool run_widening(const Plan<T>& P, const Tensor& k, const Tensor* v, std::size_t nq,

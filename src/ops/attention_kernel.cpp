@@ -235,8 +235,9 @@ template <class T>
 [[noreturn]] void overflow(std::size_t b, std::size_t h, std::size_t q0) {
   throw InputError(fmt::format(
       "attention scores overflow {} for finite inputs (batch {}, head {}, queries from {}): "
-      "|scale * q.k| plus biases exceeds {:g}; compute in f64 with --precision f64",
-      std::is_same_v<T, float> ? "f32" : "f64", b, h, q0, std::numeric_limits<T>::max()));
+      "|scale * q.k| plus biases exceeds {:g}{}",
+      std::is_same_v<T, float> ? "f32" : "f64", b, h, q0, std::numeric_limits<T>::max(),
+      std::is_same_v<T, float> ? "; compute in f64 (the default) without --precision f32" : ""));
 }
 
 }  // namespace

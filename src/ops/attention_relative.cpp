@@ -53,11 +53,7 @@ Geo geometry(const Tensor& q, const Tensor& k, const AttentionOptions& opt) {
   g.sq = size(q, 's');
   g.sk = size(k, 's');
   g.d = size(q, 'd');
-  if (opt.precision) {
-    g.compute = *opt.precision == Precision::f64 ? DType::f64 : DType::f32;
-  } else {
-    g.compute = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  }
+  g.compute = attention_arith(opt);
   return g;
 }
 

@@ -91,12 +91,10 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     params.seq_len = extent;
   }
   const RopeFreqs freqs = compute_rope_freqs(params);
-  const Precision working =
-      opt.precision.value_or(q.dtype() == DType::f64 ? Precision::f64 : Precision::f32);
-  DType compute = working == Precision::f64 ? DType::f64 : DType::f32;
+  DType compute = attention_arith(opt);
   if (!opt.dtype) opt.dtype = q.dtype();
   if (opt.arith == Arith::exact) {
-    opt.precision = working;
+    opt.precision = compute == DType::f64 ? Precision::f64 : Precision::f32;
   } else {
     compute = q.dtype();  // a framework rotates in the model dtype
   }

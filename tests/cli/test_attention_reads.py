@@ -74,9 +74,13 @@ class AttentionReadsTest(PosencTestCase):
             q, k, v, exact = self.make(folder, dtype, hq, hk, sq, sk)
             want = None
             # (POSENC_KV_IO, budget): mapped, read, mapped; read, chunks under a budget
-            # below K and V that holds the block buffers and a chunk of one key block.
-            kv_bytes = sum(x.size for x in exact.values()) * {"f32": 4}.get(dtype, 2)
-            small = f"{kv_bytes // 2048 + 1024}K"
+            # below K and V that holds the block buffers and a chunk of one key block
+            # (1024 keys of K and V as stored and converted to the f64 arithmetic).
+            item = {"f32": 4}.get(dtype, 2)
+            kv_bytes = sum(x.size for x in exact.values()) * item
+            one_block = 1024 * 2 * hk * 64 * (item + 8)
+            self.assertLess(one_block, kv_bytes, "K and V too short for a budget below them")
+            small = f"{(kv_bytes + one_block) // 2048}K"
             for io, budget in ((None, None), ("read", None), ("map", None), (None, small),
                                ("map", small)):
                 env = {"POSENC_KV_IO": io or "default"}
@@ -102,11 +106,11 @@ class AttentionReadsTest(PosencTestCase):
         self.check("f32", hq=4, hk=2, sq=1, sk=4097)
 
     def test_f16_mha_and_gqa(self):
-        self.check("f16", hq=4, hk=4, sq=1, sk=5000)
+        self.check("f16", hq=4, hk=4, sq=1, sk=9000)
         self.check("f16", hq=8, hk=2, sq=3, sk=9000)
 
     def test_bf16_mha_and_gqa(self):
-        self.check("bf16", hq=2, hk=2, sq=1, sk=5000)
+        self.check("bf16", hq=2, hk=2, sq=1, sk=9000)
         self.check("bf16", hq=4, hk=1, sq=1, sk=9000)
 
     def test_truncated_k_on_tmpfs(self):

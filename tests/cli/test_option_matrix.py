@@ -223,7 +223,7 @@ ATTENTION_ROWS = {
     "--layer-type": (["--hf-config", "{typed_cfg}"],
                      ["--hf-config", "{typed_cfg}", "--layer-type", "sliding_attention"]),
     "--layer": (["--hf-config", "{typed_cfg}"], ["--hf-config", "{typed_cfg}", "--layer", "0"]),
-    "--precision": ([], ["--precision", "f64"]),
+    "--precision": ([], ["--precision", "f32"]),
 }
 # The RoPE options of `attention --rope`, over a base of --rope.
 ATTENTION_ROPE = {k: (["--rope"] + b, ["--rope"] + w) for k, (b, w) in ROPE_ROWS.items()

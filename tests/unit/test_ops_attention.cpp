@@ -122,6 +122,44 @@ TEST(Attention, PlainF64MatchesNaive) {
   EXPECT_EQ(r.lse.dtype(), DType::f64);
 }
 
+// The default arithmetic is f64 whatever the inputs' dtype: the bits of the run on the
+// same values as f64 inputs with outputs of the input dtype, recorded as precision f64.
+// precision f32 is another arithmetic, and recorded as such.
+TEST(Attention, DefaultArithmeticIsF64ForEveryInputDtype) {
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    Tensor q = random_tensor({1, 4, 3, 16}, 70, DType::f32).astype(dt),
+           k = random_tensor({1, 2, 1500, 16}, 71, DType::f32).astype(dt),
+           v = random_tensor({1, 2, 1500, 8}, 72, DType::f32).astype(dt);
+    Tensor q64 = q.astype(DType::f64), k64 = k.astype(DType::f64), v64 = v.astype(DType::f64);
+    for (bool streamed : {false, true}) {
+      AttentionOptions o = all_emits();
+      if (streamed) o.emit = {AttentionEmit::output, AttentionEmit::lse};
+      AttentionOptions o64 = o;
+      o64.dtype = dt;
+      const AttentionResult a = attention(q, k, &v, o), b = attention(q64, k64, &v64, o64);
+      for (AttentionEmit e : o.emit) {
+        const Tensor &x = a.get(e), &y = b.get(e);
+        EXPECT_EQ(x.dtype(), e == AttentionEmit::lse ? DType::f32 : dt);
+        ASSERT_EQ(x.nbytes(), y.nbytes());
+        EXPECT_EQ(std::memcmp(x.bytes(), y.bytes(), x.nbytes()), 0)
+            << dtype_name(dt) << " " << attention_emit_name(e);
+      }
+      auto precision = [](const AttentionResult& r) {
+        for (const Attr& at : r.attrs)
+          if (at.name == "precision") return std::get<std::string>(at.value);
+        return std::string("(none)");
+      };
+      EXPECT_EQ(precision(a), "f64") << dtype_name(dt);
+      o.precision = Precision::f32;
+      const AttentionResult c = attention(q, k, &v, o);
+      EXPECT_EQ(precision(c), "f32") << dtype_name(dt);
+      if (dt == DType::f32) {  // (f16 and bf16 outputs mostly round both alike)
+        EXPECT_NE(std::memcmp(c.output.bytes(), a.output.bytes(), a.output.nbytes()), 0);
+      }
+    }
+  }
+}
+
 TEST(Attention, GqaCausalWindowSinksSoftcap) {
   Tensor q = random_tensor({1, 4, 6, 8}, 4), k = random_tensor({1, 2, 9, 8}, 5),
          v = random_tensor({1, 2, 9, 8}, 6);
@@ -502,6 +540,7 @@ TEST(Attention, BudgetCountsTheGateAndTheMask) {
   const Shape qs{b, hq, sq, d}, ks{b, hq, sk, d}, vs{b, hq, sk, d};
   AttentionOptions opt;
   opt.emit = {AttentionEmit::output};
+  opt.precision = Precision::f32;
   const std::size_t plain = attention_memory(qs, ks, &vs, DType::f32, opt).first;
   Tensor t5 = random_tensor({32, hq}, 1), x = random_tensor({b, sq, hq * e}, 2),
          w = random_tensor({8, e}, 3), bias = random_tensor({8}, 4), c = random_tensor({hq}, 5);
@@ -513,6 +552,7 @@ TEST(Attention, BudgetCountsTheGateAndTheMask) {
   EXPECT_EQ(gated - with_t5, b * hq * sq * (sizeof(double) + sizeof(float)));
   AttentionOptions masked;
   masked.emit = {AttentionEmit::output};
+  masked.precision = Precision::f32;
   Tensor m = random_tensor({b, 1, sq, sk}, 6);  // f64, copied as f32
   masked.mask = &m;
   EXPECT_EQ(attention_memory(qs, ks, &vs, DType::f32, masked).first - plain,
@@ -520,14 +560,25 @@ TEST(Attention, BudgetCountsTheGateAndTheMask) {
 }
 
 // The budget counts a whole copy of K or V only when the run makes one: not for K and V
-// in the arithmetic type or in f16/bf16 (widened per key block) with d last; for a
-// dtype it must convert (f64 into float32 arithmetic, which also makes the run convert
-// an f16 V), and for d not last.
+// in the arithmetic type or in f16/bf16 (widened per key block) with d last, nor f32 in
+// the default f64 arithmetic (widened too); for a dtype it must convert (f64 into float32
+// arithmetic, which also makes the run convert an f16 V), and for d not last.
 TEST(Attention, BudgetCountsOnlyTheCopiesMade) {
   const std::size_t b = 1, h = 2, sq = 3, sk = 50, d = 8;
   const Shape qs{b, h, sq, d}, ks{b, h, sk, d};
+  AttentionOptions f64;
+  f64.emit = {AttentionEmit::output};
+  auto need64 = [&](DType k, DType v) {
+    return attention_memory(qs, ks, &ks, DType::f32, f64, k, v).first;
+  };
+  EXPECT_EQ(attention_memory(qs, ks, &ks, DType::f32, f64).first - need64(DType::f32, DType::f32),
+            2 * b * h * sk * d * sizeof(double));
+  for (DType k : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    EXPECT_EQ(need64(k, DType::f32), need64(DType::f64, DType::f64)) << dtype_name(k);
+  }
   AttentionOptions opt;
   opt.emit = {AttentionEmit::output};
+  opt.precision = Precision::f32;
   const std::size_t kv = b * h * sk * d * sizeof(float);
   const std::size_t worst = attention_memory(qs, ks, &ks, DType::f32, opt).first;
   auto need = [&](DType k, DType v) {
@@ -546,11 +597,14 @@ TEST(Attention, BudgetCountsOnlyTheCopiesMade) {
             attention_memory(qt, kt, &kt, DType::f32, dmid).first);
 }
 
-// K and V in memory as f16 or bf16 are used in place, each key block widened as it is
-// used: the bits of the same run on K and V converted whole, for every emit, the bhsd
-// and bshd layouts, decoding (query heads sharing items) and prefill.
+// K and V in memory as f16 or bf16 (or f32 in f64 arithmetic) are used in place, each key
+// block widened as it is used: the bits of the same run on K and V converted whole to the
+// arithmetic type, for every emit, the bhsd and bshd layouts, decoding (query heads
+// sharing items) and prefill, in f64 (the default) and f32 arithmetic.
 TEST(Attention, WidenedInPlaceEqualsConvertedFirst) {
-  for (DType kv : {DType::f16, DType::bf16}) {
+  for (auto [kv, arith] : {std::pair{DType::f16, DType::f64}, {DType::bf16, DType::f64},
+                           {DType::f32, DType::f64}, {DType::f16, DType::f32},
+                           {DType::bf16, DType::f32}}) {
     for (std::size_t sq : {std::size_t{1}, std::size_t{40}}) {
       for (const char* axes : {"bhsd", "bshd"}) {
         const bool bshd = axes[1] == 's';
@@ -560,7 +614,7 @@ TEST(Attention, WidenedInPlaceEqualsConvertedFirst) {
         Tensor q = random_tensor(shape(4, sq, 16), 50, DType::f32);
         Tensor k = random_tensor(shape(2, 2500, 16), 51, DType::f32).astype(kv);
         Tensor v = random_tensor(shape(2, 2500, 8), 52, DType::f32).astype(kv);
-        Tensor k32 = k.astype(DType::f32), v32 = v.astype(DType::f32);
+        Tensor kw = k.astype(arith), vw = v.astype(arith);
         for (auto emit : {std::vector<AttentionEmit>{AttentionEmit::output, AttentionEmit::lse},
                           std::vector<AttentionEmit>{AttentionEmit::probs,
                                                      AttentionEmit::output}}) {
@@ -569,12 +623,14 @@ TEST(Attention, WidenedInPlaceEqualsConvertedFirst) {
           o.causal = CausalAlign::bottom_right;
           o.window_left = 1500;
           o.emit = emit;
-          AttentionResult a = attention(q, k, &v, o), b = attention(q, k32, &v32, o);
+          if (arith == DType::f32) o.precision = Precision::f32;
+          AttentionResult a = attention(q, k, &v, o), b = attention(q, kw, &vw, o);
           for (AttentionEmit e : emit) {
             const Tensor &x = a.get(e), &y = b.get(e);
             ASSERT_EQ(x.nbytes(), y.nbytes());
             EXPECT_EQ(std::memcmp(x.bytes(), y.bytes(), x.nbytes()), 0)
-                << dtype_name(kv) << " sq " << sq << " " << axes << " "
+                << dtype_name(kv) << " in " << dtype_name(arith) << " sq " << sq << " "
+                << axes << " "
                 << attention_emit_name(e);
           }
         }
@@ -646,15 +702,15 @@ TEST(Attention, KvReadOrMappedGiveTheSameBytes) {
         const AttentionResult want = attention(q, k, &v, o);
         for (int threads : {1, 2}) {
           omp_set_num_threads(threads);
-          // (env, budget, way): 'm' mapped, 'r' read, 'c' chunks. 1300K holds the workers'
-          // block buffers (512 keys of 48 floats and 512K of pieces each) but not K and V.
+          // (env, budget, way): 'm' mapped, 'r' read, 'c' chunks. 1600K holds the workers'
+          // block buffers (512 keys of 48 doubles and 512K of pieces each) but not K and V.
           struct Way {
             const char* env;
             std::size_t budget;
             char way;
           };
           for (const Way w : {Way{nullptr, 0, 'm'}, Way{"read", 0, 'r'}, Way{"map", 0, 'm'},
-                              Way{nullptr, 1300 << 10, 'r'}, Way{"map", 1300 << 10, 'c'}}) {
+                              Way{nullptr, 1600 << 10, 'r'}, Way{"map", 1600 << 10, 'c'}}) {
             if (w.env) {
               ::setenv("POSENC_KV_IO", w.env, 1);
             } else {

@@ -22,9 +22,9 @@
 /// - A row with no unmasked key and no sink ("fully masked") gives probs 0, output 0 and
 ///   lse -inf under MaskedRows::zero; probs and output NaN (lse -inf) under MaskedRows::nan.
 ///
-/// Arithmetic: f32 for f16/bf16/f32 inputs, f64 for f64 inputs, unless `precision` is
-/// given; Q·K^T and P·V go through BLAS, row sums of the softmax are accumulated in
-/// f64. When neither logits nor probs are asked for, keys are processed in blocks with
+/// Arithmetic: f64 for every input dtype, each output rounded once to its dtype, unless
+/// `precision` asks for f32 (the opt-in for speed); Q·K^T and P·V go through BLAS, row
+/// sums of the softmax are accumulated in f64. When neither logits nor probs are asked for, keys are processed in blocks with
 /// an online (running max / running sum) softmax, so the [sq, sk] matrix is never
 /// materialised, and the TensorSource overload reads K and V in chunks of such blocks
 /// (out of core). Results do not depend on the thread count: the work is cut into
@@ -208,10 +208,12 @@ struct AttentionOptions {
   MaskedRows masked_rows = MaskedRows::zero;  ///< what a fully masked row gives
   /// What to compute; empty = the default of parse_attention_emit.
   std::vector<AttentionEmit> emit;
-  /// Arithmetic; unset = f64 for f64 inputs (Q), f32 otherwise.
+  /// Arithmetic; unset = f64 for every input dtype (results rounded once to the output
+  /// types); f32 is the opt-in for speed.
   std::optional<Precision> precision;
-  /// Type of logits, probs and output; unset = Q's dtype. lse is f64 when computing in
-  /// f64, f32 otherwise.
+  /// Type of logits, probs and output; unset = Q's dtype. lse is f64 when that type is
+  /// f64, f32 otherwise (f16 and bf16 outputs too, as flash-attn's softmax_lse), rounded
+  /// once from the arithmetic.
   std::optional<DType> dtype;
   /// exact: posenc's arithmetic above; hf: HF transformers' eager attention in Q's
   /// dtype, element operation by element operation as torch's CPU kernels (see the man
@@ -253,6 +255,9 @@ struct AttentionResult {
   /// The tensor for `e`.
   const Tensor& get(AttentionEmit e) const;
 };
+
+/// The arithmetic type of attention with `opt`: f64, or f32 when opt.precision asks.
+DType attention_arith(const AttentionOptions& opt);
 
 /// Computes attention of `q` over `k` (and `v`, may be null when only logits, probs or
 /// lse are asked for). Throws UsageError for bad option values (negative scale, bad
