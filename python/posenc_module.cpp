@@ -8,21 +8,25 @@
 // library's Tensor storage (no copy). Computation runs without the GIL.
 
 #include <omp.h>
+#include <pthread.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <new>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -50,7 +54,9 @@
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
 #include "posenc/ops/select.hpp"
+#include "posenc/printable.hpp"
 #include "posenc/tensor.hpp"
+#include "posenc/threads.hpp"
 
 namespace py = pybind11;
 
@@ -138,16 +144,107 @@ py::array to_array(Tensor&& t) {
   return py::array(py::dtype(numpy_name(owned->dtype())), shape, strides, owned->bytes(), base);
 }
 
+// --- threads and fork ---------------------------------------------------------------
+
+// The module's worker count (set_threads; 0: the caller's own OpenMP setting). OpenMP's
+// count is per thread: each call applies this one on its calling thread and restores
+// that thread's own afterwards, so set_threads holds in every Python thread and the
+// caller's other OpenMP code (torch's) keeps its setting.
+std::atomic<int> g_threads{0};
+
+// Set in a child forked from this process: libgomp's workers do not survive fork (the
+// child's first parallel region would wait for them for ever), so a forked child
+// computes on its calling thread alone.
+std::atomic<bool> g_forked{false};
+
+extern "C" void posenc_forked_child() { g_forked.store(true, std::memory_order_relaxed); }
+
+// The worker count of one call, for as long as it lives.
+class CallThreads {
+ public:
+  CallThreads() : saved_(omp_get_max_threads()) {
+    const int n = g_forked.load(std::memory_order_relaxed) ? 1 : g_threads.load();
+    if (n > 0 && n != saved_) {
+      omp_set_num_threads(n);
+      changed_ = true;
+    }
+  }
+  ~CallThreads() {
+    if (changed_) omp_set_num_threads(saved_);
+  }
+  CallThreads(const CallThreads&) = delete;
+  CallThreads& operator=(const CallThreads&) = delete;
+
+ private:
+  int saved_;
+  bool changed_ = false;
+};
+
+// --- argument checks ---------------------------------------------------------------
+
+// What a keyword of type T takes, for messages.
+template <class T>
+const char* expected_kind() {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return "a string";
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return "True or False";
+  } else if constexpr (std::is_integral_v<T>) {
+    return "an integer";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return "a number";
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    return "a list of strings";
+  } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+    return "a list of numbers";
+  } else if constexpr (std::is_same_v<T, std::pair<std::int64_t, std::int64_t>>) {
+    return "two integers";
+  } else {
+    return "a list of integers";
+  }
+}
+
+// `v` as messages show it: its type and its repr, cut short and made printable.
+std::string described(const py::handle& v) {
+  std::string type = "object";
+  std::string text;
+  try {
+    type = py::str(py::type::of(v).attr("__name__")).cast<std::string>();
+    text = py::repr(v).cast<std::string>();
+  } catch (const std::exception&) {
+    PyErr_Clear();  // a repr that raises: the type alone
+  }
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text.empty() ? type : type + " " + printable(text);
+}
+
+[[noreturn]] void bad_type(const std::string& key, const char* expected, const py::handle& v) {
+  throw UsageError(key + ": expected " + expected + ", got " + described(v));
+}
+
 // A tensor argument: (array, dtype name) or None.
 std::optional<Tensor> tensor_arg(const py::dict& d, const char* key) {
   if (!d.contains(key) || d[key].is_none()) return std::nullopt;
-  auto pair = d[key].cast<std::pair<py::array, std::string>>();
-  // Borrowed memory must outlive this function: the array the dict holds does, a
-  // converted temporary would not.
-  if (!py::isinstance<py::array>(d[key].cast<py::tuple>()[0])) {
-    throw UsageError(std::string(key) + ": expected a numpy array");
+  py::object v = d[key];
+  if (!py::isinstance<py::tuple>(v) || py::len(v) != 2 ||
+      !py::isinstance<py::array>(py::tuple(v)[0]) || !py::isinstance<py::str>(py::tuple(v)[1])) {
+    bad_type(key, "an array", v);
   }
-  return to_tensor(pair.first, pair.second, key);
+  // Borrowed memory must outlive this function: the array the dict holds does.
+  const py::tuple pair(v);
+  return to_tensor(py::array(pair[0]), pair[1].cast<std::string>(), key);
+}
+
+// The array argument `key` as a C-contiguous array of T (its values converted).
+template <class T>
+py::array_t<T, py::array::c_style | py::array::forcecast> array_arg(const py::handle& v,
+                                                                    const std::string& key) {
+  try {
+    return v.cast<py::array_t<T, py::array::c_style | py::array::forcecast>>();
+  } catch (const py::cast_error&) {
+  } catch (const py::error_already_set&) {
+  }
+  bad_type(key, std::is_integral_v<T> ? "an array of integers" : "an array of numbers", v);
 }
 
 // --- option dicts ------------------------------------------------------------------
@@ -157,12 +254,31 @@ std::optional<T> get(const py::dict& d, const char* key) {
   if (!d.contains(key)) return std::nullopt;
   py::object v = d[key];
   if (v.is_none()) return std::nullopt;
+  std::optional<T> out;
   try {
-    return v.cast<T>();
+    out = v.cast<T>();
   } catch (const py::cast_error&) {
-    throw UsageError(std::string(key) + ": unexpected type " +
-                     py::str(py::type::of(v).attr("__name__")).cast<std::string>());
+  } catch (const py::error_already_set&) {
   }
+  if (!out) {
+    const bool whole = PyIndex_Check(v.ptr()) && !py::isinstance<py::bool_>(v);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (whole) {
+        throw UsageError(std::string(key) + ": " + described(v) + " is out of range (" +
+                         std::to_string(std::numeric_limits<T>::min()) + " to " +
+                         std::to_string(std::numeric_limits<T>::max()) + ")");
+      }
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (whole) throw UsageError(std::string(key) + ": " + described(v) + " is too large");
+    }
+    bad_type(key, expected_kind<T>(), v);
+  }
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (out->find('\0') != std::string::npos) {
+      throw UsageError(std::string(key) + ": contains a NUL character");
+    }
+  }
+  return out;
 }
 
 template <class T>
@@ -255,7 +371,7 @@ Positions positions(const py::dict& d) {
                      std::to_string(pos.start));
   }
   auto ints = [&d](const char* key, Shape& shape) {
-    auto a = d[key].cast<py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>>();
+    auto a = array_arg<std::int64_t>(d[key], key);
     shape = shape_of(a);
     return std::vector<std::int64_t>(a.data(), a.data() + a.size());
   };
@@ -276,7 +392,7 @@ Positions positions(const py::dict& d) {
   // Real coordinates, generated ones and explicit angles (posenc.rope's layout keywords;
   // the arrays arrive as C-contiguous float64).
   auto reals = [&d](const char* key, Shape& shape) {
-    auto a = d[key].cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+    auto a = array_arg<double>(d[key], key);
     shape = shape_of(a);
     return std::vector<double>(a.data(), a.data() + a.size());
   };
@@ -347,7 +463,7 @@ RopeApplyOptions apply_options(const py::dict& d) {
   set_if(d, "grid_ids", a.grid_ids);
   if (auto l = get<std::string>(d, "layout")) a.layout = parse_rope_layout(*l);
   if (d.contains("inv_freq")) {
-    auto m = d["inv_freq"].cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+    auto m = array_arg<double>(d["inv_freq"], "inv_freq");
     if (m.ndim() != 2 || m.shape(0) < 1 || static_cast<std::size_t>(m.shape(0)) > kMaxRopeAxes) {
       throw InputError("inv_freq: expected shape [axes, R/2] with 1 to 8 axes, got " +
                        shape_str(shape_of(m)));
@@ -361,18 +477,27 @@ RopeApplyOptions apply_options(const py::dict& d) {
   return a;
 }
 
+// The attrs of posenc.write: str, int, float or a list of numbers, by name.
 Attrs attrs_from(const py::dict& d) {
   Attrs out;
   for (auto [k, v] : d) {
-    const std::string name = py::str(k);
-    if (py::isinstance<py::bool_>(v) || py::isinstance<py::int_>(v)) {
-      out.push_back({name, v.cast<long long>()});
-    } else if (py::isinstance<py::float_>(v)) {
-      out.push_back({name, v.cast<double>()});
+    if (!py::isinstance<py::str>(k)) bad_type("attrs", "names as strings", k);
+    const std::string name = k.cast<std::string>();
+    if (name.find('\0') != std::string::npos) {
+      throw UsageError("attrs: a name contains a NUL character");
+    }
+    const std::string key = "attrs " + printable(name);
+    py::dict one;
+    one[py::str(key)] = v;
+    if (v.is_none()) bad_type(key, "a str, int, float or list of numbers", v);
+    if (py::isinstance<py::bool_>(v) || PyIndex_Check(v.ptr())) {
+      out.push_back({name, *get<long long>(one, key.c_str())});
+    } else if (PyFloat_Check(v.ptr())) {
+      out.push_back({name, *get<double>(one, key.c_str())});
     } else if (py::isinstance<py::str>(v)) {
-      out.push_back({name, v.cast<std::string>()});
+      out.push_back({name, *get<std::string>(one, key.c_str())});
     } else {
-      out.push_back({name, v.cast<std::vector<double>>()});
+      out.push_back({name, *get<std::vector<double>>(one, key.c_str())});
     }
   }
   return out;
@@ -393,6 +518,7 @@ py::dict attrs_to(const Attrs& attrs) {
 void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
                const std::string& out_dtype, const std::string& axes_text, const py::dict& rope_d,
                const py::dict& pos_d, const py::dict& apply_d) {
+  const CallThreads threads;
   const DType in = dtype_of(x, x_dtype, "x");
   const DType to = dtype_of(out, out_dtype, "out");
   if (!out.writeable()) throw UsageError("out: the array is read-only");
@@ -423,7 +549,9 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
   {
     py::gil_scoped_release nogil;
     RopeApplier applier(shape, in, axes, f, pos, apply, to, "x");
-    applier.rows(src, dst, 0, applier.rows_total());
+    // An empty tensor is checked as any other but has nothing to rotate (its positions'
+    // table alone could be gigabytes).
+    if (x.size() > 0) applier.rows(src, dst, 0, applier.rows_total());
   }
 }
 
@@ -456,7 +584,7 @@ std::optional<std::int64_t> length(const py::dict& d, const char* key) {
 template <class T>
 std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
   if (!d.contains(key) || d[key].is_none()) return std::nullopt;
-  auto a = d[key].cast<py::array_t<T, py::array::c_style | py::array::forcecast>>();
+  auto a = array_arg<T>(d[key], key);
   xt::xarray<T> out = xt::empty<T>(shape_of(a));
   std::copy(a.data(), a.data() + a.size(), out.data());
   return out;
@@ -752,8 +880,10 @@ const std::map<std::string, TableKind>& table_kinds() {
          r.axial_shape = get<std::vector<std::int64_t>>(a.d, "axial_shape")
                              .value_or(std::vector<std::int64_t>{});
          if (a.d.contains("weights") && !a.d["weights"].is_none()) {
-           for (const py::handle w : a.d["weights"].cast<py::list>()) {
-             auto a = w.cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+           const py::object weights = a.d["weights"];
+           if (!py::isinstance<py::list>(weights)) bad_type("weights", "a list of arrays", weights);
+           for (const py::handle w : py::list(weights)) {
+             auto a = array_arg<double>(w, "weights");
              xt::xarray<double> x = xt::empty<double>(shape_of(a));
              std::copy(a.data(), a.data() + a.size(), x.data());
              r.weights.push_back(std::move(x));
@@ -809,6 +939,7 @@ std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
 // and rounded once to `dtype` ("" = the table's default).
 py::tuple tables(const std::string& kind, const py::dict& d, const py::dict& rope_d,
                  const py::dict& pos_d, const std::string& dtype) {
+  const CallThreads threads;
   std::vector<Table> tables = describe_tables(kind, d, rope_d, pos_d);
   std::vector<DType> types;
   for (const Table& t : tables) {
@@ -852,6 +983,7 @@ RopeIdsRequest rope_ids_request(const py::dict& d) {
 // (`tensors`: (array, dtype name) pairs), and the mrope_position_delta(s):
 // (ids [3, s], delta) or (ids [3, b, s], [delta per row]).
 py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
+  const CallThreads threads;
   const auto spec = get<std::string>(d, "layout");
   const bool by_layout = spec.has_value();
   const bool has_ids = tensors.contains("input_ids") && !tensors["input_ids"].is_none();
@@ -1024,6 +1156,7 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
 py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dict& rope_d,
                    const py::dict& pos_d, const py::dict& apply_d, bool with_rope,
                    const py::dict& relative_d) {
+  const CallThreads threads;
   AttentionOptions opt;
   attention_options(opt_d, opt);
   const std::vector<std::string> emit_names =
@@ -1035,6 +1168,7 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   }
   std::optional<Tensor> q = tensor_arg(tensors, "q"), k = tensor_arg(tensors, "k"),
                         v = tensor_arg(tensors, "v");
+  if (!q || !k) throw UsageError(std::string(q ? "k" : "q") + ": required, got None");
   opt.emit = parse_attention_emit(emit_list, v.has_value());
   std::optional<Tensor> mask = tensor_arg(tensors, "mask"),
                         key_lengths = tensor_arg(tensors, "key_lengths"),
@@ -1114,8 +1248,15 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                         phi = tensor_arg(relative_d, "phi"), pi = tensor_arg(relative_d, "pi"),
                         psi = tensor_arg(relative_d, "psi"),
                         omega = tensor_arg(relative_d, "omega");
+  const bool factorized = phi || pi || psi || omega;
+  if (factorized && !(phi && pi && psi && omega)) {
+    const char* missing = !phi ? "phi" : !pi ? "pi" : !psi ? "psi" : "omega";
+    throw UsageError(
+        std::string("factorized: expected the four tables (phi, pi, psi, omega), got None for ") +
+        missing);
+  }
   AttentionResult res;
-  if (r_keys || phi) {
+  if (r_keys || factorized) {
     XlAttention xl;
     if (r_keys) xl.rel_keys = &*r_keys;
     if (seg_index) xl.segment_index = &*seg_index;
@@ -1177,10 +1318,12 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
 
 // --- compare, read, write -----------------------------------------------------------
 
-py::dict diff_at(const DiffAt& d) {
+// A largest difference: its value, where (A's multi-index, as the command prints it)
+// and both values there.
+py::dict diff_at(const DiffAt& d, const CompareResult& r) {
   py::dict o;
   o["value"] = d.value;
-  o["index"] = d.index ? py::cast(*d.index) : py::none();
+  o["index"] = d.index ? py::object(py::tuple(py::cast(r.index_in_a(*d.index)))) : py::none();
   o["a"] = d.a;
   o["b"] = d.b;
   return o;
@@ -1188,6 +1331,7 @@ py::dict diff_at(const DiffAt& d) {
 
 py::dict compare(const py::array& a, const std::string& a_dtype, const py::array& b,
                  const std::string& b_dtype, const py::dict& d) {
+  const CallThreads threads;
   const Tensor ta = to_tensor(a, a_dtype, "a"), tb = to_tensor(b, b_dtype, "b");
   CompareOptions opt;
   set_if(d, "rtol", opt.rtol);
@@ -1213,19 +1357,35 @@ py::dict compare(const py::array& a, const std::string& a_dtype, const py::array
   o["first_mismatch"] = r.first_mismatch ? py::cast(*r.first_mismatch) : py::none();
   o["first_mismatch_index"] =
       r.first_mismatch ? py::cast(r.index_in_a(*r.first_mismatch)) : py::none();
-  o["max_abs"] = diff_at(r.max_abs);
-  o["max_rel"] = diff_at(r.max_rel);
+  o["max_abs"] = diff_at(r.max_abs, r);
+  o["max_rel"] = diff_at(r.max_rel, r);
   o["max_ulp"] = r.max_ulp ? py::cast(*r.max_ulp) : py::none();
   o["nan_a"] = r.nan_a;
   o["nan_b"] = r.nan_b;
   o["nan_mismatches"] = r.nan_mismatches;
-  o["rtol"] = r.rule.rtol;
-  o["atol"] = r.rule.atol;
+  // The rule as the command states it: a ULP bound given alone decides alone.
+  const bool tolerances = !r.rule.max_ulp || r.rule.tolerance_explicit;
+  o["rtol"] = tolerances ? py::cast(r.rule.rtol) : py::none();
+  o["atol"] = tolerances ? py::cast(r.rule.atol) : py::none();
   o["ulp"] = r.rule.max_ulp ? py::cast(*r.rule.max_ulp) : py::none();
+  o["ulp_type"] = r.rule.ulp_type ? std::string(dtype_name(*r.rule.ulp_type)) : "integer";
   return o;
 }
 
+// A tensor reference from Python: a file, never the interpreter's stdin or stdout.
+void check_module_ref(const std::string& ref) {
+  if (ref.find('\0') != std::string::npos) {
+    throw UsageError("ref: " + printable(ref.substr(0, ref.find('\0'))) +
+                     "\\0...: a path cannot contain a NUL character");
+  }
+  if (ref == "-") {
+    throw UsageError("ref: '-' (standard input or output) is the command's, not the module's");
+  }
+}
+
 py::tuple read(const std::string& ref) {
+  const CallThreads threads;
+  check_module_ref(ref);
   Tensor t;
   {
     py::gil_scoped_release nogil;
@@ -1237,15 +1397,20 @@ py::tuple read(const std::string& ref) {
 
 void write(const std::string& ref, const py::array& x, const std::string& dtype,
            const py::dict& attrs, const py::dict& d) {
+  const CallThreads threads;
+  check_module_ref(ref);
   const Tensor t = to_tensor(x, dtype, "x");
   WriteOptions w;
   set_if(d, "force", w.force);
-  set_if(d, "compression", w.compression);
+  if (auto c = get<std::int64_t>(d, "compression")) {
+    if (*c < 0 || *c > 9) {
+      throw UsageError("compression: the HDF5 gzip level is 0 to 9, got " + std::to_string(*c));
+    }
+    w.compression = static_cast<int>(*c);
+  }
   set_if(d, "no_clobber", w.no_clobber);
   set_if(d, "sync", w.sync);
   const TensorRef r = parse_ref(ref, get<std::string>(d, "to").value_or(""), "/data");
-  if (r.is_stdio())
-    throw UsageError("ref: '-' (standard output) is the command's, not the module's");
   const Attrs a = attrs_from(attrs);
   py::gil_scoped_release nogil;
   write_tensor(r, t, a, w);
@@ -1257,6 +1422,7 @@ void write(const std::string& ref, const py::array& x, const std::string& dtype,
 // posenc.rope's overhead is measured against (bench/python).
 double time_rope_cpp(py::array x, const std::string& dtype, const std::string& axes_text,
                      int repeats) {
+  const CallThreads threads;
   const DType t = dtype_of(x, dtype, "x");
   const Shape shape = shape_of(x);
   void* data = x.mutable_data();
@@ -1284,6 +1450,7 @@ double time_rope_cpp(py::array x, const std::string& dtype, const std::string& a
 // The C++ attention call's own time (inputs already Tensors), in seconds.
 double time_attention_cpp(const py::array& q, const py::array& k, const py::array& v,
                           const std::string& dtype, bool causal, int repeats) {
+  const CallThreads threads;
   const Tensor tq = to_tensor(q, dtype, "q"), tk = to_tensor(k, dtype, "k"),
                tv = to_tensor(v, dtype, "v");
   AttentionOptions opt;
@@ -1363,12 +1530,21 @@ PYBIND11_MODULE(_posenc, m) {
         "attention call (output only), for bench/python.");
   m.def(
       "set_threads",
-      [](int n) {
-        if (n < 0) throw posenc::UsageError("threads: must be >= 0, got " + std::to_string(n));
-        omp_set_num_threads(n > 0 ? n : omp_get_num_procs());
+      [](std::int64_t n) {
+        if (n < 0 || n > posenc::kMaxThreads) {
+          throw posenc::UsageError("threads: must be from 0 (all cores) to " +
+                                   std::to_string(posenc::kMaxThreads) + ", got " +
+                                   std::to_string(n));
+        }
+        const int want = n > 0 ? static_cast<int>(n) : omp_get_num_procs();
+        const int got = g_forked ? want : posenc::startable_threads(want);
+        g_threads = got;
+        return got;
       },
-      "set_threads(n): worker threads for the calls that follow (0 = all cores), as the "
-      "command's -j/--threads. Results do not depend on it.");
+      "set_threads(n): worker threads for the calls that follow, in every thread of the "
+      "process (0 = all cores), as the command's -j/--threads; returns the count in force "
+      "(fewer when a memory or process limit lets fewer start). Results do not depend on it.");
+  pthread_atfork(nullptr, nullptr, posenc_forked_child);
   m.def(
       "noop", [] {}, "Does nothing: the cost of a call into the module, for bench/python.");
 }

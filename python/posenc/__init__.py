@@ -21,7 +21,7 @@ Errors are ``posenc.Error`` subclasses, one per exit status of the command:
 The GIL is released while posenc computes.
 """
 
-import os
+import warnings
 
 import numpy as np
 
@@ -31,14 +31,20 @@ from ._arrays import arg as _arg
 from ._arrays import contiguous as _contiguous
 from ._arrays import dtype_name as _dtype_name
 from ._arrays import empty as _empty
+from ._arrays import required as _required
+from ._arrays import torch_module as _torch_module
 from ._arrays import view as _view
 from ._arrays import wrap as _wrap
+from ._options import axes_text as _axes_text
 from ._options import emit_list as _emit_list
 from ._arrays import is_real as _is_real
 from ._options import layout_dicts as _layout_dicts
 from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
+from ._options import pair as _pair
+from ._options import path as _path
 from ._options import sections as _sections
+from ._errors import usage_errors as _usage_errors
 from ._posenc import Error, InputError, OutputError, UsageError
 
 __version__ = _posenc.__version__
@@ -54,10 +60,24 @@ class DifferError(Error):
     status = 1
 
 
+@_usage_errors
 def set_threads(n):
-    """Worker threads for the calls that follow (0 = all cores), as the command's
-    -j/--threads. Results do not depend on it."""
-    _posenc.set_threads(int(n))
+    """Worker threads for the posenc calls that follow, from any thread of the process:
+    1 to 4096, or 0 for all cores, as the command's -j/--threads (UsageError otherwise).
+    Each call runs on that many OpenMP workers and leaves the calling thread's own
+    OpenMP setting (torch's, say) as it was. When a memory or process limit lets fewer
+    threads start, posenc runs on as many as could, with a RuntimeWarning. In a process
+    forked from one that imported posenc (multiprocessing, DataLoader workers) posenc
+    computes on the calling thread alone: OpenMP's workers do not survive fork. Results
+    do not depend on the thread count."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)):
+        raise UsageError(f"threads: expected an integer, got {type(n).__name__} {n!r}")
+    if not 0 <= n <= 4096:
+        raise UsageError(f"threads: must be from 0 (all cores) to 4096, got {n}")
+    got = _posenc.set_threads(int(n))
+    if n > 0 and got < n:
+        warnings.warn(f"set_threads({n}): only {got} threads could be started (a memory or "
+                      f"process limit); running on {got}", RuntimeWarning, stacklevel=3)
 
 
 def kernel_variant():
@@ -65,6 +85,7 @@ def kernel_variant():
     return _posenc.kernel_variant()
 
 
+@_usage_errors
 def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=None,
          rotary_dim=None, partial=None, rotary_last=None, rope_interleave=None, start=0,
          position_ids=None, cu_seqlens=None, scaling=None, factor=None,
@@ -118,6 +139,7 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     """
     given = locals()
     a, in_name, like = _view(x, "x")
+    axes = _axes_text(axes)
     rope_d = _rope_dict(given, precision)
     pos = _positions(start, None if _is_real(position_ids) else position_ids, cu_seqlens)
     if mrope_interleaved and mrope_section is None:
@@ -134,7 +156,7 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     if allow_nonfinite:
         apply["allow_nonfinite"] = True
     if rope2d is not None:
-        apply["rope2d"] = tuple(rope2d)
+        apply["rope2d"] = _pair(rope2d, "rope2d")
     if order is not None:
         apply["order"] = order
     if mrope_section is not None:
@@ -151,7 +173,7 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     src = _contiguous(a)
     if out is None:
         dst = _empty(a.shape, want)
-        _posenc.rope(src, in_name, dst, want, axes or "", rope_d, pos, apply)
+        _posenc.rope(src, in_name, dst, want, axes, rope_d, pos, apply)
         return _wrap(dst, want, like)
     if out is x:
         o, out_name = a, in_name
@@ -167,12 +189,12 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
                       and o.strides == a.strides and o.dtype == a.dtype)
     if o.flags.c_contiguous and o.dtype.isnative and (same or not np.shares_memory(o, a)):
         # In place (src is x itself) or into separate memory: no copy.
-        _posenc.rope(src, in_name, o, out_name, axes or "", rope_d, pos, apply)
+        _posenc.rope(src, in_name, o, out_name, axes, rope_d, pos, apply)
     elif not same and np.shares_memory(o, a):
         raise UsageError("out: overlaps x without being x")
     else:
         tmp = _empty(a.shape, out_name)
-        _posenc.rope(src, in_name, tmp, out_name, axes or "", rope_d, pos, apply)
+        _posenc.rope(src, in_name, tmp, out_name, axes, rope_d, pos, apply)
         o[...] = tmp
     return out
 
@@ -185,6 +207,7 @@ _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
                       "short_factor", "long_factor", "inverse", "position_ids")
 
 
+@_usage_errors
 def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, window=None,
               sliding_window=None, chunk_size=None, attn_temperature=None,
               llama4_scaling=None, key_lengths=None,
@@ -407,8 +430,13 @@ def _relative(rope, rel_keys, content_bias, position_bias, segment_ids, segment_
                               or not 1 <= shift <= 2 ** 30):
         raise UsageError(f"rel_shift {shift}: must be from 1 to 2^30")
     if factorized is not None:
-        if isinstance(factorized, (str, bytes)) or len(factorized) != 4:
+        if (isinstance(factorized, (str, bytes)) or not hasattr(factorized, "__len__")
+                or len(factorized) != 4):
             raise UsageError("factorized: expected the four tables (phi, pi, psi, omega)")
+        for name, t in zip(("phi", "pi", "psi", "omega"), factorized):
+            if t is None:
+                raise UsageError("factorized: expected the four tables (phi, pi, psi, omega), "
+                                 f"got None for {name}")
         if rel_keys is not None:
             raise UsageError("factorized: replaces rel_keys (give one)")
         if funnel["rel_kernel"] is None:
@@ -458,8 +486,10 @@ class CompareResult:
 
     Attributes: match, shapes_equal, shape_a, shape_b, total (elements compared),
     mismatches, first_mismatch (flat index) and first_mismatch_index (in a), max_abs and
-    max_rel (dicts: value, index, a, b), max_ulp, nan_a, nan_b, nan_mismatches, and the
-    rule in force: rtol, atol, ulp."""
+    max_rel (dicts: value, index (a tuple, in a), a, b), max_ulp, nan_a, nan_b,
+    nan_mismatches, and the rule in force, as ``posenc compare`` states it: ulp (the
+    bound, or None) counted in ulp_type, rtol and atol (None when a ULP bound given alone
+    decides alone; with both, either test suffices)."""
 
     def __init__(self, d):
         self.__dict__.update(d)
@@ -478,8 +508,15 @@ class CompareResult:
         return (f"{head}; max abs diff {self.max_abs['value']:.6g} at {self.max_abs['index']}, "
                 f"max rel diff {self.max_rel['value']:.6g} at {self.max_rel['index']}"
                 + (f", max ulp {self.max_ulp}" if self.max_ulp is not None else "")
-                + f" (rtol {self.rtol:g}, atol {self.atol:g}"
-                + (f", ulp {self.ulp}" if self.ulp is not None else "") + ")")
+                + f" ({self.rule()})")
+
+    def rule(self):
+        """The rule applied, as the command's "rule:" line gives it."""
+        tol = None if self.rtol is None else f"rtol {self.rtol:g}, atol {self.atol:g}"
+        if self.ulp is None:
+            return tol
+        ulp = f"ulp {self.ulp} in {self.ulp_type}"
+        return ulp if tol is None else f"{ulp}, or {tol}"
 
     def check(self):
         """Raises DifferError with the summary unless the tensors match."""
@@ -488,30 +525,41 @@ class CompareResult:
         return self
 
 
+@_usage_errors
 def compare(a, b, *, rtol=None, atol=None, ulp=None, equal_nan=False, slice=None):
-    """Compares a with the reference b (``posenc compare``): |a - b| <= atol + rtol |b|
-    and/or at most `ulp` units in the last place. Unset tolerances take
-    torch.testing.assert_close's defaults for the less precise dtype. `slice` ("0,:,:4")
+    """Compares a with the reference b (``posenc compare``): |a - b| <= atol + rtol |b|,
+    or at most `ulp` units in the last place of the less precise dtype; `ulp` given
+    alone decides alone, given with rtol or atol either test suffices. Unset tolerances
+    take torch.testing.assert_close's defaults for the less precise dtype. `slice` ("0,:,:4")
     compares that part of each. Returns a CompareResult (``.check()`` raises
     DifferError)."""
-    (aa, an), (ba, bn) = _arg(a, "a"), _arg(b, "b")
+    (aa, an), (ba, bn) = _required(a, "a"), _required(b, "b")
     for name, tol in (("rtol", rtol), ("atol", atol)):
-        if tol is not None and not tol >= 0:
-            raise UsageError(f"{name} {tol}: must be a non-negative number")
+        if tol is not None and not (isinstance(tol, (int, float, np.integer, np.floating))
+                                    and tol >= 0):
+            raise UsageError(f"{name} {tol!r:.40}: must be a non-negative number")
+    if ulp is not None and (not isinstance(ulp, (int, np.integer)) or isinstance(ulp, bool)
+                            or ulp < 0):
+        raise UsageError(f"ulp {ulp!r:.40}: must be a whole number >= 0")
     d = {"rtol": rtol, "atol": atol, "max_ulp": ulp, "equal_nan": bool(equal_nan),
          "slice": slice}
     return CompareResult(_posenc.compare(aa, an, ba, bn, {k: v for k, v in d.items()
                                                           if v is not None}))
 
 
+@_usage_errors
 def read(ref, *, torch=False):
     """Reads a tensor reference ("x.npy", "f.h5:/group/name", "x.csv", "x.tsv", "x.json")
     whole. Returns a numpy array (bf16 data as uint16 bit patterns), or a torch tensor
-    with ``torch=True`` (bf16 as torch.bfloat16)."""
-    a, name = _posenc.read(os.fspath(ref))
+    with ``torch=True`` (bf16 as torch.bfloat16; torch is imported if need be). "-"
+    (standard input for the command) and paths with a NUL character are UsageErrors."""
+    if torch:
+        _torch_module("torch")
+    a, name = _posenc.read(_path(ref, "ref"))
     return _wrap(a, name, "torch" if torch else "numpy")
 
 
+@_usage_errors
 def write(ref, x, *, attrs=None, force=False, compression=0, no_clobber=False, sync=False,
           to=None):
     """Writes x to a tensor reference atomically (HDF5: "f.h5:/group/name", adding to an
@@ -519,14 +567,19 @@ def write(ref, x, *, attrs=None, force=False, compression=0, no_clobber=False, s
     str, int, float or lists of floats) are recorded as HDF5 attributes; force replaces
     an existing dataset; compression is the HDF5 gzip level; no_clobber refuses an
     existing target; sync fsyncs before the rename; `to` overrides the format ("npy",
-    "h5", "csv", "tsv", "json", "text")."""
-    a, name = _arg(x, "x")
-    opts = {"force": bool(force), "compression": int(compression),
+    "h5", "csv", "tsv", "json", "text"). A bad ref ("-", which is standard output for
+    the command, or a path with a NUL character), compression outside 0 to 9 and an
+    unknown `to` are UsageErrors raised before anything is opened."""
+    a, name = _required(x, "x")
+    if attrs is not None and not isinstance(attrs, dict):
+        raise UsageError(f"attrs: expected a dict of name: value, got {type(attrs).__name__}")
+    opts = {"force": bool(force), "compression": compression,
             "no_clobber": bool(no_clobber), "sync": bool(sync), "to": to}
-    _posenc.write(os.fspath(ref), a, name, dict(attrs or {}),
+    _posenc.write(_path(ref, "ref"), a, name, dict(attrs or {}),
                   {k: v for k, v in opts.items() if v is not None})
 
 
+@_usage_errors
 def rope_ids(family=None, layout=None, *, input_ids=None, image_grid_thw=None,
              video_grid_thw=None, second_per_grid_ts=None, attention_mask=None,
              image_token_id=None, video_token_id=None, audio_token_id=None,
@@ -551,7 +604,7 @@ def rope_ids(family=None, layout=None, *, input_ids=None, image_grid_thw=None,
     2-D input_ids, ids [3, b, s] and a list of one delta per row.
     """
     opts = {"family": family, "layout": layout,
-            "hf_config": None if hf_config is None else os.fspath(hf_config),
+            "hf_config": None if hf_config is None else _path(hf_config, "hf_config"),
             "image_token_id": image_token_id, "video_token_id": video_token_id,
             "audio_token_id": audio_token_id, "video_start_token_id": video_start_token_id,
             "video_end_token_id": video_end_token_id, "spatial_merge_size": spatial_merge_size,

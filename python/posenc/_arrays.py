@@ -1,10 +1,12 @@
 """Arrays in and out of the C++ module: numpy arrays, CPU torch tensors, DLPack
 capsules and bf16 bit patterns, viewed without copies where their layout allows."""
 
+import importlib
 import sys
 
 import numpy as np
 
+from ._errors import first_line
 from ._posenc import InputError, UsageError
 
 # numpy dtype -> posenc dtype name (the library's parse_dtype spellings).
@@ -25,7 +27,7 @@ class BF16:
     ``bf16_to_float32`` convert. A torch.bfloat16 tensor needs no wrapper."""
 
     def __init__(self, bits):
-        self.bits = np.asarray(bits)
+        self.bits = _numbers(bits, "BF16", "uifbcOUSV")
         if self.bits.dtype != np.uint16:
             raise UsageError(f"BF16: expected uint16 bit patterns, got {self.bits.dtype}")
 
@@ -37,10 +39,27 @@ class BF16:
         return f"BF16({bf16_to_float32(self.bits)!r})"
 
 
+def _numbers(x, what, kinds):
+    """x as a numpy array of one of the dtype kinds `kinds`, else UsageError."""
+    a = x.bits if isinstance(x, BF16) else x
+    try:
+        a = np.asarray(a)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{what}: not an array ({first_line(e)})") from None
+    if a.dtype.kind not in kinds:
+        raise UsageError(f"{what}: expected numbers, got dtype {a.dtype}")
+    return a
+
+
 def bf16_to_float32(bits):
     """float32 values of bf16 bit patterns (uint16 array); exact."""
-    bits = np.asarray(bits.bits if isinstance(bits, BF16) else bits, dtype=np.uint16)
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+    b = _numbers(bits, "bits", "ui")
+    if b.dtype != np.uint16:
+        if b.size and (b.min() < 0 or b.max() > 0xFFFF):
+            raise UsageError("bits: bf16 bit patterns are 0 to 0xffff")
+        b = b.astype(np.uint16)
+    u = b.astype(np.uint32).reshape(-1) << np.uint32(16)
+    return u.view(np.float32).reshape(b.shape)
 
 
 def float32_to_bf16(x):
@@ -48,15 +67,29 @@ def float32_to_bf16(x):
     (float64 input is rounded to float32 first: use posenc's dtype="bf16" for a
     single rounding from float64). A NaN becomes the quiet NaN of its sign (0x7fc0,
     0xffc0), as in every narrowing posenc makes."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    a = _numbers(x, "x", "fiub")
+    with np.errstate(over="ignore"):
+        u = np.ascontiguousarray(a, dtype=np.float32).reshape(-1).view(np.uint32)
     r = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
     nan = np.isnan(u.view(np.float32))
     r[nan] = (((u[nan] >> 16) & np.uint32(0x8000)) | np.uint32(0x7FC0)).astype(np.uint16)
-    return r
+    return r.reshape(a.shape)
 
 
 def _torch():
     return sys.modules.get("torch")
+
+
+def torch_module(what):
+    """The torch module, imported when the caller has not yet (results as torch tensors
+    need it); UsageError naming `what` when torch is not installed."""
+    t = _torch()
+    if t is not None:
+        return t
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        raise UsageError(f"{what}: torch results need torch, which is not installed") from None
 
 
 def is_torch(x):
@@ -112,13 +145,18 @@ def view(x, what):
             return y.view(t.int16).numpy().view(np.uint16), "bf16", "torch"
         a = y.numpy()
         return a, dtype_name(a.dtype, what), "torch"
-    if isinstance(x, np.ndarray):
-        a = x
-    elif (hasattr(x, "__dlpack__") and not hasattr(x, "__array_interface__")
-          and not hasattr(x, "__array__")):
-        a = np.from_dlpack(x)
-    else:
-        a = np.asarray(x)
+    if x is None:
+        raise UsageError(f"{what}: expected an array, got None")
+    try:
+        if isinstance(x, np.ndarray):
+            a = x
+        elif (hasattr(x, "__dlpack__") and not hasattr(x, "__array_interface__")
+              and not hasattr(x, "__array__")):
+            a = np.from_dlpack(x)
+        else:
+            a = np.asarray(x)
+    except (TypeError, ValueError, BufferError, RuntimeError) as e:
+        raise UsageError(f"{what}: not an array ({first_line(e)})") from None
     return a, dtype_name(a.dtype, what), "numpy"
 
 
@@ -139,6 +177,12 @@ def arg(x, what):
     return contiguous(a), name
 
 
+def required(x, what):
+    """(C-contiguous array, dtype name) for a tensor argument that must be given."""
+    a, name, _ = view(x, what)
+    return contiguous(a), name
+
+
 def empty(shape, name):
     """An uninitialised C-order array for posenc dtype `name` (bf16 as uint16)."""
     return np.empty(shape, dtype=_NUMPY[name])
@@ -153,7 +197,7 @@ def wrap(a, name, like):
     its memory (`like` 'torch')."""
     if like != "torch":
         return a
-    t = _torch()
+    t = torch_module("torch")
     if name == "bf16":
         return t.from_numpy(a.view(np.int16)).view(t.bfloat16)
     return t.from_numpy(a)
@@ -172,12 +216,14 @@ def ints(x, what):
 
 
 def reals(x, what):
-    """A real-valued tensor argument as a C-contiguous float64 array."""
+    """A real-valued tensor argument as a C-contiguous float64 array (bf16 by value)."""
     if x is None:
         return None
     a, name, _ = view(x, what)
     if name == "bool":
         raise InputError(f"{what}: expected a numeric dtype, got bool")
+    if name == "bf16":
+        a = bf16_to_float32(a)
     return np.ascontiguousarray(a, dtype=np.float64)
 
 

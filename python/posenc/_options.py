@@ -35,7 +35,7 @@ def factor_list(value, what):
         if a.ndim > 1:
             raise InputError(f"{what}: {value}: expected a 1-D tensor, got shape {a.shape}")
         return [float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
-    a = np.asarray(value.cpu() if hasattr(value, "cpu") else value, dtype=np.float64)
+    a = reals(value, what)
     if a.ndim > 1:
         raise InputError(f"{what}: expected a 1-D list, got shape {a.shape}")
     return [float(v) for v in a.ravel()]
@@ -51,7 +51,7 @@ def rope_dict(kw, precision=None):
         if k in d:
             d[k] = factor_list(d[k], k)
     if "hf_config" in d:
-        d["hf_config"] = os.fspath(d["hf_config"])
+        d["hf_config"] = path(d["hf_config"], "hf_config")
     arith = d.get("arith", "exact")
     if arith not in ("exact", "hf", "meta", "ggml"):
         raise UsageError(f"arith: expected exact, hf, meta or ggml, got '{arith}'")
@@ -76,6 +76,32 @@ def positions_dict(start=0, position_ids=None, cu_seqlens=None):
         raise UsageError(f"start: expected an integer, got {start!r}")
     return {"start": int(start), "position_ids": ints(position_ids, "position_ids"),
             "cu_seqlens": ints(cu_seqlens, "cu_seqlens")}
+
+
+def path(value, what):
+    """A file path given as str, bytes or os.PathLike, as the bytes of its name."""
+    try:
+        return os.fsencode(value)
+    except TypeError:
+        raise UsageError(f"{what}: expected a path, got {type(value).__name__} "
+                         f"{value!r:.40}") from None
+
+
+def axes_text(axes, what="axes"):
+    """The axes letters given ("" for None: the default by rank)."""
+    if axes is None:
+        return ""
+    if not isinstance(axes, str):
+        raise UsageError(f"{what}: expected letters of b, h, s, d as a string, got "
+                         f"{type(axes).__name__} {axes!r:.40}")
+    return axes
+
+
+def pair(value, what):
+    """Two integers (H, W) given as a pair."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise UsageError(f"{what}: expected two integers (H, W), got {value!r:.40}")
+    return tuple(value)
 
 
 def sections(value, what="mrope_section"):

@@ -11,6 +11,7 @@ from ._arrays import ints as _ints
 from ._arrays import bf16_to_float32 as _bf16_to_float32
 from ._arrays import view as _view
 from ._arrays import wrap as _wrap
+from ._errors import usage_errors as _usage_errors
 from ._options import emit_list as _emit_list
 from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
@@ -368,3 +369,9 @@ def longt5_global(*, attention_mask=None, seq_len=None, global_block_size=16, em
     return _run("longt5-global", {"attention_mask": _ints(attention_mask, "attention_mask"),
                                   "seq_len": seq_len, "global_block_size": global_block_size,
                                   "emit": emit}, dtype)
+
+
+# Python's own exceptions from bad arguments as UsageError (posenc._errors).
+for _name in __all__:
+    globals()[_name] = _usage_errors(globals()[_name])
+del _name

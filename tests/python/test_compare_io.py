@@ -15,7 +15,7 @@ def test_compare_tolerances_and_counts():
     a[20] += 1e-9
     r = posenc.compare(a, b, atol=1e-6, rtol=0)
     assert not r and r.mismatches == int(np.count_nonzero(~np.isclose(a, b, rtol=0, atol=1e-6)))
-    assert r.first_mismatch == 10 and r.max_abs["index"] == 10
+    assert r.first_mismatch == 10 and r.max_abs["index"] == (10,)
     assert r.max_abs["value"] == pytest.approx(1e-3)
     with pytest.raises(posenc.DifferError) as e:
         r.check()
