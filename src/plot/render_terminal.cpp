@@ -121,9 +121,17 @@ std::string label_line(int width, const std::vector<std::pair<int, std::string>>
   return line;
 }
 
-/// Maps output cell k of n to the source entry (n cells over m entries).
+/// Maps output cell k of n to the source entry (n cells over m entries). With room for
+/// every entry, each fills n / m cells (n is a multiple of m); without, the cells show
+/// n entries evenly spaced from the first to the last, rounded to the nearest: every
+/// cell one entry (no averaging), and the end ticks read the first and last index.
 std::size_t source_of(int k, int n, std::size_t m) {
-  return std::min(m - 1, static_cast<std::size_t>((k + 0.5) * static_cast<double>(m) / n));
+  if (static_cast<std::size_t>(n) >= m) {
+    return std::min(m - 1, static_cast<std::size_t>(k) * m / static_cast<std::size_t>(n));
+  }
+  if (n <= 1) return 0;
+  const double step = static_cast<double>(m - 1) / (n - 1);
+  return std::min(m - 1, static_cast<std::size_t>(std::lround(k * step)));
 }
 
 // --- heatmaps ------------------------------------------------------------------------
@@ -205,7 +213,8 @@ std::string heat_legend(const HeatGrid& g) {
   }
   legend += " " + end_label(sc.hi);
   if (!g.p.zlabel.empty()) legend += "  " + printable(g.p.zlabel);
-  legend += "  (" + colormap_name(sc.map) + (sc.log ? ", log scale" : "") + ")";
+  legend += "  (" + colormap_name(sc.map) + (sc.log ? ", log scale" : "") +
+            (sc.constant ? ", near-constant" : "") + ")";
   if (g.blank) legend += g.color ? "  grey: not finite" : "  blank: not finite";
   return legend;
 }
