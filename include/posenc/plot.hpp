@@ -128,6 +128,9 @@ struct HeatScale {
   double lo = 0;                        ///< the value at colour position 0 (log10 of it when `log`)
   double hi = 1;                        ///< the value at colour position 1 (log10 of it when `log`)
   bool log = false;                     ///< positions are taken on log10 of the values
+  /// Set for nearly constant data: every drawable value is placed as this one (its
+  /// log10 when `log`), so rounding noise cannot paint the map's two ends.
+  std::optional<double> constant;
   /// Position in [0, 1] of value `v`, or nullopt for a blank cell (non-finite, or not
   /// positive with `log`).
   std::optional<double> position(double v) const;
@@ -138,7 +141,9 @@ struct HeatScale {
 /// largest magnitude for the diverging map and [min, max] for the sequential one (with
 /// `log`, over positive values, in log10). Throws InputError when there is no finite
 /// (positive, with log) value and UsageError for vmin >= vmax or non-positive vmin/vmax
-/// with log. A constant matrix gets a range of +-0.5 (+-1 in log10) around its value.
+/// with log. A constant matrix gets a range of +-0.5 (+-1 in log10) around its value;
+/// so does, without vmin and vmax, one whose values agree to a millionth (their range is
+/// at most 1e-6 of the largest magnitude), drawn in one colour (`constant`).
 HeatScale heat_scale(const HeatmapPanel& p);
 
 /// The image file formats render_image writes.

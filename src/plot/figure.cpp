@@ -34,6 +34,14 @@ const std::vector<Rgb> kPalette = {hex(0x1f77b4), hex(0xff7f0e), hex(0x2ca02c), 
                                    hex(0x9467bd), hex(0x8c564b), hex(0xe377c2), hex(0x7f7f7f),
                                    hex(0xbcbd22), hex(0x17becf)};
 
+/// Whether the range [lo, hi] (log10 units when `log`) is at most a millionth of the
+/// values' magnitude.
+bool near_constant(double lo, double hi, bool log) {
+  constexpr double kFlat = 1e-6;
+  if (log) return (hi - lo) * std::log(10.0) <= kFlat;  // hi/lo - 1, to first order
+  return hi / 2 - lo / 2 <= kFlat / 2 * std::max(std::fabs(lo), std::fabs(hi));
+}
+
 std::uint8_t mix(std::uint8_t a, std::uint8_t b, double f) {
   return static_cast<std::uint8_t>(std::lround(a + (static_cast<double>(b) - a) * f));
 }
@@ -77,7 +85,7 @@ std::optional<double> HeatScale::position(double v) const {
     if (!(v > 0.0)) return std::nullopt;
     v = std::log10(v);
   }
-  const double t = plot_detail::fraction(v, lo, hi);
+  const double t = plot_detail::fraction(constant.value_or(v), lo, hi);
   if (std::isnan(t)) return std::nullopt;
   return std::clamp(t, 0.0, 1.0);
 }
@@ -104,6 +112,13 @@ HeatScale heat_scale(const HeatmapPanel& p) {
     const double m = std::max(std::fabs(lo), std::fabs(hi));
     lo = -m;
     hi = m;
+  }
+  // Values that agree to a millionth (a few float32 roundings: a softmax over equal
+  // scores) are drawn as one: stretched over the whole map, their rounding noise (or
+  // log10's) would paint a checkerboard of the two end colours.
+  if (!p.vmin && !p.vmax && lo != hi && near_constant(lo, hi, p.log)) {
+    lo = hi = lo / 2 + hi / 2;
+    s.constant = lo;
   }
   const double pad = p.log ? 1.0 : 0.5;
   if (lo == hi) {

@@ -183,6 +183,62 @@ class Heatmap(PosencTestCase):
             self.assertLessEqual(np.abs(got[r, c] - exp).max(), 1)
 
 
+    def test_near_constant_data_one_colour(self):
+        """Values that agree to a millionth (rounding noise, as a softmax over equal
+        scores leaves) get one colour, the middle of the map, log scale or not; the
+        documented escape: --vmin/--vmax still spread them."""
+        x = np.float32(1 / 3)
+        up = np.nextafter(x, np.float32(1))
+        a = np.where(np.indices((6, 6)).sum(axis=0) % 2 == 0, x, up).astype(np.float32)
+        p = self.save("flat.npy", a)
+        for extra in (("--log",), ()):
+            got = cell_colors(self.png(p, *extra), 6, 6).reshape(-1, 3)
+            exp = image_color(SEQUENTIAL, 0.5)
+            self.assertLessEqual(np.abs(got - exp).max(), 1, f"{extra}: {np.unique(got, axis=0)}")
+        # float64 data a few ulps apart (log10 rounds them either way) too.
+        b = np.full((5, 5), 0.1)
+        b[::2] = np.nextafter(0.1, 1.0)
+        got = cell_colors(self.png(self.save("flat64.npy", b), "--log"), 5, 5).reshape(-1, 3)
+        self.assertLessEqual(np.abs(got - image_color(SEQUENTIAL, 0.5)).max(), 1)
+        # Given ends are honoured, however narrow.
+        lo, hi = float(x), float(up)
+        got = cell_colors(self.png(p, "--vmin", repr(lo), "--vmax", repr(hi)), 6, 6)
+        for (r, c), v in np.ndenumerate(a):
+            exp = image_color(SEQUENTIAL, 0.0 if v == x else 1.0)
+            self.assertLessEqual(np.abs(got[r, c] - exp).max(), 1, f"cell {r},{c}")
+        # A spread of 1e-5 is data, not noise: it spans the map.
+        c = 1.0 + 1e-5 * np.arange(4.0).reshape(2, 2)
+        got = cell_colors(self.png(self.save("small.npy", c)), 2, 2)
+        for (r, k), v in np.ndenumerate(c):
+            exp = image_color(SEQUENTIAL, (v - c.min()) / (c.max() - c.min()))
+            self.assertLessEqual(np.abs(got[r, k] - exp).max(), 1, f"cell {r},{k}")
+
+    def test_titles_keep_the_plot_margin(self):
+        """A subtitle too long to centre starts level with the plot box and ends as far
+        from the right edge: the page's margins are background (white)."""
+        h5 = self.path("y.h5")
+        self.run_ok("table", "rope", "--positions", "16", "--dim", "32", "--emit", "cos",
+                    "--scaling", "yarn", "--factor", "4", "--original-max-pos", "8",
+                    "-o", h5 + ":/cos")
+        for size in ((640, 480), (960, 720), (400, 300)):
+            img = self.png(h5 + ":/cos", "--width", size[0], "--height", size[1])
+            a = np.asarray(img.convert("RGB")).astype(int)
+            left, top, _, _ = frame(img)
+            ink = a[: top - 2].min(axis=2) < 200  # the text above the box
+            rows = np.where(ink.any(axis=1))[0]
+            self.assertGreater(len(rows), 0)
+            # The subtitle: the lowest band of text above the box.
+            bottom = rows.max()
+            start = bottom
+            while start - 1 in rows:
+                start -= 1
+            cols = np.where(ink[start:bottom + 1].any(axis=0))[0]
+            w = size[0]
+            self.assertGreater(cols.max() - cols.min(), w / 3, f"{size}: a subtitle is drawn")
+            self.assertGreaterEqual(cols.min(), left - 1, f"{size}: left margin")
+            self.assertLessEqual(cols.max(), w - left + 1, f"{size}: right margin")
+
+
 class Lines(PosencTestCase):
     def test_one_d_and_several_tensors(self):
         np.save(self.path("up.npy"), np.linspace(0, 1, 50))
@@ -366,6 +422,52 @@ class Terminal(PosencTestCase):
         p = self.run_ok("analyze", "decay", "--dim", "16", "--max-distance", "50",
                         "--plot", "-")
         self.assertIn(b"RoPE long-term decay", p.stdout)
+
+    def test_heatmap_ticks_name_the_rows_drawn(self):
+        """More rows and columns than the window: the drawing shows rows and columns
+        evenly spaced from the first to the last (rounded to the nearest), one per
+        character; the ticks read their tensor indices, from 0 to the last."""
+        rng = np.random.default_rng(3)
+        z = rng.random((300, 200))
+        np.save(self.path("z.npy"), z)
+        out = self.run_ok("plot", self.path("z.npy"),
+                          env={"COLUMNS": "80", "LINES": "24"}).stdout.decode()
+        lines = out.rstrip("\n").split("\n")
+        ticks_at = next(i for i, ln in enumerate(lines) if "(rows:" in ln)
+        margin = len("299") + 1
+        grid = [ln[margin:] for ln in lines[1:ticks_at]]
+        labels = [ln[:margin].strip() for ln in lines[1:ticks_at]]
+        n = len(grid[0])
+        self.assertLess(n, 200)
+        self.assertLess(len(grid), 300)
+        rows = np.floor(np.linspace(0, 299, len(grid)) + 0.5).astype(int)
+        cols = np.floor(np.linspace(0, 199, n) + 0.5).astype(int)
+        self.assertEqual([lb for lb in labels if lb],
+                         ["0", str(rows[len(grid) // 2]), "299"])
+        self.assertEqual(lines[ticks_at].split()[:3], ["0", str(cols[n // 2]), "199"])
+        ramp = ".,:-=+*#%@"
+        t = (z - z.min()) / (z.max() - z.min())
+        exp = ["".join(ramp[min(9, int(t[r, c] * 10))] for c in cols) for r in rows]
+        self.assertEqual(grid, exp)
+        # In colour (two rows per character) the first line is row 0 too.
+        code, col, err = run_pty(["plot", self.path("z.npy")], size=(24, 80))
+        self.assertEqual(code, 0, err)
+        plain = [ESC.sub("", ln.rstrip("\r")) for ln in col.rstrip("\r\n").split("\n")]
+        self.assertEqual(plain[1].split()[0], "0")
+        ticks = next(ln for ln in plain if "(rows:" in ln).split()
+        self.assertEqual((ticks[0], ticks[2]), ("0", "199"))
+
+    def test_near_constant_heatmap_is_one_character(self):
+        a = np.full((4, 6), 0.1)
+        a[:, ::2] = np.nextafter(0.1, 1.0)
+        np.save(self.path("a.npy"), a)
+        out = self.run_ok("plot", self.path("a.npy"), "--log",
+                          env={"COLUMNS": "80", "LINES": "12"}).stdout.decode()
+        lines = out.rstrip("\n").split("\n")
+        ticks_at = next(i for i, ln in enumerate(lines) if "(rows:" in ln)
+        grid = "".join(ln[2:] for ln in lines[1:ticks_at])
+        self.assertEqual(set(grid), {".,:-=+*#%@"[5]}, out)  # position 0.5
+        self.assertIn("near-constant", lines[-1])
 
     def chart(self, *args):
         """An ASCII chart (standard output a pipe) 80 x 24: the y tick labels by line,
