@@ -2,6 +2,7 @@
 // NPY/HDF5/text/stdin. The options fill a RopeStreamRequest; the library streams the
 // inputs in bounded memory (ops/rope_stream.hpp).
 
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,12 +13,11 @@
 #include <string>
 #include <vector>
 
-#include <fmt/core.h>
-
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/parse.hpp"
 #include "cli/rope_options.hpp"
+#include "posenc/encodings/hf_config.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
@@ -160,6 +160,46 @@ void set_coordinates(const RopeCmdOptions& o, Positions& pos) {
   }
 }
 
+// A one-line note (not with --quiet) for each input file whose head count is neither
+// the config's num_attention_heads nor its num_key_value_heads: the config's RoPE is
+// applied all the same, but the input may not be that model's. Standard input is not
+// looked at before it is read. Printed after a successful run, so that an error stays
+// the only line of a failed one.
+std::vector<std::string> config_heads_notes(const RopeCmdOptions& o,
+                                            const std::vector<TensorRef>& inputs) {
+  std::vector<std::string> notes;
+  if (globals().quiet || o.rope.hf_config.empty()) return notes;
+  HfAttentionConfig c;
+  try {
+    c = read_hf_attention_config(o.rope.hf_config, hf_layer(o.rope));
+  } catch (const Error&) {
+    return notes;  // the RoPE parameters' own reading says what is wrong
+  }
+  if (!c.heads) return notes;
+  for (const TensorRef& ref : inputs) {
+    if (ref.is_stdio()) continue;
+    std::size_t heads = 0;
+    try {
+      const Shape shape = open_source(ref)->info().shape;
+      const int h = resolve_axes(o.axes, shape.size(), ref.text).index('h');
+      if (h < 0) continue;
+      heads = shape[static_cast<std::size_t>(h)];
+    } catch (const Error&) {
+      continue;  // said when the input is read
+    }
+    const auto n = static_cast<std::size_t>(*c.heads);
+    if (heads == n || (c.kv_heads && heads == static_cast<std::size_t>(*c.kv_heads))) continue;
+    notes.push_back(fmt::format(
+        "posenc: note: {} has {} heads (axis h), but {} says num_attention_heads {}{}; its "
+        "RoPE is applied all the same\n",
+        printable(ref.text), heads, printable(o.rope.hf_config), n,
+        c.kv_heads && *c.kv_heads != *c.heads
+            ? fmt::format(" and num_key_value_heads {}", *c.kv_heads)
+            : std::string()));
+  }
+  return notes;
+}
+
 void run_rope(const RopeCmdOptions& o) {
   RopeStreamRequest r;
   for (const auto& t : o.inputs) r.inputs.push_back(parse_ref(t));
@@ -214,6 +254,7 @@ void run_rope(const RopeCmdOptions& o) {
   };
   r.positions = rope_positions(o.rope, /*real_coords=*/true);
   set_coordinates(o, r.positions);
+  const std::vector<std::string> notes = config_heads_notes(o, r.inputs);
   if (o.rope.app->count("--max-memory") > 0) {
     r.max_memory = parse_memory_size(o.max_memory, "--max-memory");
   }
@@ -234,6 +275,7 @@ void run_rope(const RopeCmdOptions& o) {
     verbose_attrs(attrs);
   };
   rope_stream(r);
+  for (const std::string& n : notes) fmt::print(stderr, "{}", n);
 }
 
 }  // namespace

@@ -265,6 +265,11 @@ bool is_name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '
 std::string cli_terms(const CLI::App* cmd, const std::string& msg) {
   if (cmd == nullptr) return msg;
   const std::size_t colon = msg.find(": ");
+  // "config.json: 'head_dim': ...": a file's key, said in the file's terms (ValueSources).
+  if (colon != std::string::npos && msg.compare(colon + 2, 1, "'") == 0 &&
+      msg.find("': ", colon + 3) != std::string::npos) {
+    return msg;
+  }
   std::string out;
   bool last_mapped = false;  // "q_len/k_len": a name after '/' only follows a name
   std::size_t i = 0;

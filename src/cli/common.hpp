@@ -120,7 +120,8 @@ namespace posenc::cli {
 /// parent) has the matching option, the name becomes it (`--rotary-dim: ...`). Mapped
 /// are the names before the first ':' (e.g. `q_len/k_len`, `scaling yarn`), a name
 /// right after "needs " (`needs factor` becomes `needs --factor`) and every name with an
-/// underscore elsewhere.
+/// underscore elsewhere. A message about a file's key (`config.json: 'head_dim': ...`)
+/// stays in the file's terms.
 std::string cli_terms(const CLI::App* cmd, const std::string& msg);
 }  // namespace posenc::cli
 

@@ -143,18 +143,13 @@ std::vector<double> factor_list(const std::string& text, const char* option) {
   return v;
 }
 
-void set_explicit(const RopeCliOptions& o, RopeParams& p, bool only_given) {
-  auto want = [&](const char* name, bool nonzero) {
-    return only_given ? given(o, name, nonzero) : (given(o, name, nonzero) || nonzero);
-  };
-  if (want("--style", true)) p.style = parse_rope_style(o.style);
-  if (!only_given || given(o, "--base", true)) p.base = o.base;
+// The options' values (their defaults where not given) as RoPE parameters.
+void set_explicit(const RopeCliOptions& o, RopeParams& p) {
+  auto want = [&](const char* name, bool nonzero) { return given(o, name, nonzero) || nonzero; };
+  p.style = parse_rope_style(o.style);
+  p.base = o.base;
   if (want("--rotary-dim", o.rotary_dim != 0)) p.rotary_dim = o.rotary_dim;
-  if (!only_given || given(o, "--partial", o.partial != 1.0)) {
-    p.partial = o.partial;
-    // An explicit --partial decides R even if a config named another factor.
-    if (only_given) p.rotary_dim = given(o, "--rotary-dim", false) ? o.rotary_dim : 0;
-  }
+  p.partial = o.partial;
   if (want("--scaling", o.scaling != "none")) p.scaling = parse_rope_scaling(o.scaling);
   if (want("--factor", o.factor != 0)) p.factor = o.factor;
   if (want("--original-max-pos", o.original_max_pos != 0)) {
@@ -214,14 +209,14 @@ std::vector<std::string> split_lines(const std::string& text) {
 // One note on stderr (not with --quiet) when the release that wrote the config reads it
 // into other RoPE values than the rules applied.
 void note_version_drift(const RopeCliOptions& o, const RopeParams& given_only,
-                        const RopeParams& applied, const std::vector<std::string>& keep,
+                        const RopeParams& applied, const std::vector<std::string>& names,
                         const HfVersion& version) {
   if (globals().quiet) return;
   const std::optional<HfVersion> wrote = hf_config_version(o.hf_config);
   if (!wrote || same_hf_rules(*wrote, version)) return;
-  RopeParams theirs = given_only;
+  RopeParams theirs;
   try {
-    apply_hf_config(o.hf_config, theirs, keep, hf_layer(o), *wrote);
+    theirs = merge_hf_config(given_only, names, o.hf_config, hf_layer(o), *wrote);
   } catch (const InputError&) {
     return;  // that release could not read it at all (a v5 key in a 4.x-era file)
   }
@@ -255,7 +250,7 @@ HfLayer hf_layer(const RopeCliOptions& o) {
 
 RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   RopeParams p;
-  set_explicit(o, p, false);
+  set_explicit(o, p);
   p.arith = rope_arith(o);
   // Meta's code only has the complex (interleaved) form.
   if (p.arith == Arith::meta && !given(o, "--style", false)) p.style = RopeStyle::gptj;
@@ -269,19 +264,19 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   }
   check_layer_option(o);
   if (!o.hf_config.empty()) {
-    std::vector<std::string> keep;
-    if (head_dim > 0) keep.push_back("head_dim");
-    // A config's partial_rotary_factor (or MLA rope dim) decides R unless --rotary-dim.
-    if (given(o, "--rotary-dim", o.rotary_dim != 0)) keep.push_back("rotary_dim");
     // What the command line gives is not the config's: the config's value is neither
-    // taken nor checked (set_explicit below sets the option's). Not the lengths: the
-    // config's max_position_embeddings stays L0's fallback whatever --max-pos says.
+    // taken nor checked, and a range check of the value names the option
+    // (merge_hf_config, as the Python module merges its keywords).
     static const std::pair<const char*, const char*> kOptionField[] = {
         {"--style", "style"},
         {"--base", "base"},
+        {"--rotary-dim", "rotary_dim"},
         {"--partial", "partial"},
         {"--scaling", "scaling"},
         {"--factor", "factor"},
+        {"--original-max-pos", "original_max_pos"},
+        {"--max-pos", "max_pos"},
+        {"--seq-len", "seq_len"},
         {"--beta-fast", "beta_fast"},
         {"--beta-slow", "beta_slow"},
         {"--mscale", "mscale"},
@@ -292,17 +287,18 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
         {"--no-truncate", "truncate"},
         {"--short-factor", "short_factor"},
         {"--long-factor", "long_factor"},
+        {"--rotary-last", "rotary_last"},
         {"--rope-interleave", "rope_interleave"},
     };
+    std::vector<std::string> names;
     for (const auto& [option, field] : kOptionField) {
-      if (given(o, option, false)) keep.push_back(field);
+      if (given(o, option, false)) names.push_back(field);
     }
     const HfVersion version = versioned ? parse_hf_version(o.hf_version) : HfVersion{};
     const RopeParams given_only = p;
-    apply_hf_config(o.hf_config, p, keep, hf_layer(o), version);
+    p = merge_hf_config(given_only, names, o.hf_config, hf_layer(o), version);
     for (const std::string& line : split_lines(hf_rules_text(version))) verbose(line);
-    note_version_drift(o, given_only, p, keep, version);
-    set_explicit(o, p, true);
+    note_version_drift(o, given_only, p, names, version);
   }
   return p;
 }

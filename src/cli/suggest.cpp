@@ -52,6 +52,36 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return c.empty() ? "" : fmt::format(" (did you mean {}?)", c);
 }
 
+// HF's names (config keys, rotary classes' arguments) of what posenc's options call
+// otherwise: an option spelt after one of them is pointed to posenc's, where `names`
+// has it.
+std::string hf_name_hint(const std::string& flag, const std::vector<std::string>& names) {
+  struct HfName {
+    const char* spelt;   // the option's name, dashes as underscores
+    const char* hf;      // HF's key
+    const char* option;  // posenc's
+  };
+  static const HfName kHfNames[] = {
+      {"theta", "rope_theta", "--base"},
+      {"rope_theta", "rope_theta", "--base"},
+      {"max_position_embeddings", "max_position_embeddings", "--max-pos"},
+      {"original_max_position_embeddings", "original_max_position_embeddings",
+       "--original-max-pos"},
+      {"partial_rotary_factor", "partial_rotary_factor", "--partial"},
+      {"rope_type", "rope_type", "--scaling"},
+      {"head_dim", "head_dim", "--dim"},
+  };
+  const std::size_t at = flag.find_first_not_of('-');
+  std::string key = at == std::string::npos ? "" : flag.substr(at);
+  std::replace(key.begin(), key.end(), '-', '_');
+  for (const HfName& n : kHfNames) {
+    if (key == n.spelt && std::find(names.begin(), names.end(), n.option) != names.end()) {
+      return fmt::format(" (did you mean {}? HF's {} is posenc's {})", n.option, n.hf, n.option);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
@@ -118,8 +148,10 @@ std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
     for (const std::string& w : a->remaining(false)) {
       if (w.size() > 1 && w[0] == '-') {
         const std::string name = w.substr(0, w.find('='));
-        return fmt::format("{}: unknown option '{}'{} ({})", path, name,
-                           did_you_mean(name, option_names(cmd)), help);
+        const std::vector<std::string> names = option_names(cmd);
+        std::string hint = hf_name_hint(name, names);
+        if (hint.empty()) hint = did_you_mean(name, names);
+        return fmt::format("{}: unknown option '{}'{} ({})", path, name, hint, help);
       }
     }
   }

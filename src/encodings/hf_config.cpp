@@ -540,6 +540,12 @@ bool kept(const std::vector<std::string>& keep, const char* name) {
   return std::find(keep.begin(), keep.end(), name) != keep.end();
 }
 
+// Records that field `param` of `p` holds the config's `key`: its range checks then
+// name the file and key (RopeParams::sources).
+void from_key(RopeParams& p, const Config& c, const char* param, const char* key) {
+  p.sources.set(param, c.path(), key);
+}
+
 // head_dim, rotary_dim and where the rotation sits.
 void apply_head_dims(const Config& c, const std::string& lt, RopeParams& p,
                      const std::vector<std::string>& keep) {
@@ -552,12 +558,21 @@ void apply_head_dims(const Config& c, const std::string& lt, RopeParams& p,
   } else {
     hd = plain_head_dim(c);
   }
-  if (!kept(keep, "head_dim") && hd) p.head_dim = *hd;
+  if (!kept(keep, "head_dim") && hd) {
+    p.head_dim = *hd;
+    const bool global = c.model_type() == "gemma4_text" && lt == kFull;
+    from_key(p, c, "head_dim",
+             mla                 ? "qk_rope_head_dim"
+             : global            ? "global_head_dim"
+             : c.has("head_dim") ? "head_dim"
+                                 : "hidden_size / num_attention_heads");
+  }
   if (kept(keep, "rotary_dim")) return;
   p.rotary_dim = 0;  // partial_rotary_factor decides
   if (mla) {
     p.rotary_dim = *mla;
     p.rotary_last = true;  // q = [q_nope | q_pe]
+    from_key(p, c, "rotary_dim", "qk_rope_head_dim");
   }
 }
 
@@ -762,6 +777,7 @@ void apply_scaling_keys(const Config& c, const json& rp, RopeParams& p,
       throw c.bad_value(key, "a positive number (0 means the default)", *v);
     }
     dst = *v;
+    from_key(p, c, key, key);
   };
   const RopeScaling type = p.scaling;
   const auto when = [](bool used, Range r) { return used ? r : Range::any; };
@@ -803,6 +819,7 @@ void apply_scaling_keys(const Config& c, const json& rp, RopeParams& p,
       }
       dst.push_back(v);
     }
+    from_key(p, c, key, key);
   };
   list("short_factor", p.short_factor);
   list("long_factor", p.long_factor);
@@ -966,6 +983,7 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
       p.base = *v;
     else if (auto w = c.positive_real("rope_theta"))
       p.base = *w;
+    from_key(p, c, "base", "rope_theta");
   }
   if (!kept(keep, "partial")) {
     // HF's standardisation assigns the top-level factor over the dict's.
@@ -974,11 +992,17 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
     if (f && !(*f > 0.0 && *f <= 1.0)) {
       throw c.bad_value("partial_rotary_factor", "in (0, 1]", *f);
     }
-    if (f) p.partial = *f;
+    if (f) {
+      p.partial = *f;
+      from_key(p, c, "partial", "partial_rotary_factor");
+    }
   }
   apply_head_dims(c, lt, p, keep);
   if (!kept(keep, "max_pos")) {
-    if (auto v = c.positive("max_position_embeddings")) p.max_pos = *v;
+    if (auto v = c.positive("max_position_embeddings")) {
+      p.max_pos = *v;
+      from_key(p, c, "max_pos", "max_position_embeddings");
+    }
   }
   const std::string type = rope_type_of(c, rp);
   if (!kept(keep, "original_max_pos")) {
@@ -989,6 +1013,7 @@ void apply_hf_config(const std::string& path, RopeParams& p, const std::vector<s
     }
   }
   if (!kept(keep, "scaling")) {
+    from_key(p, c, "scaling", "rope_type");
     try {
       p.scaling = parse_rope_scaling(type);
     } catch (const UsageError&) {

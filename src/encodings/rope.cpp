@@ -51,7 +51,23 @@ double yarn_beta(const std::optional<double>& v, double fallback, const char* na
 std::int64_t require_l0(const RopeParams& p, const char* scaling) {
   if (p.original_max_pos) return *p.original_max_pos;
   if (p.max_pos) return *p.max_pos;
-  usage(fmt::format("scaling {}: needs original_max_pos (or max_pos)", scaling));
+  p.sources.fail("scaling",
+                 fmt::format("scaling {}: needs original_max_pos (or max_pos)", scaling));
+}
+
+// A NaN, infinite or negative inverse frequency: said as the base's when the plain
+// frequency 1 / base^(2i/R) already overflows (a tiny rope_theta), else as the scaling's.
+[[noreturn]] void bad_inv_freq(const RopeParams& p, int r, std::size_t i, double v) {
+  const double e = static_cast<double>(2 * i) / static_cast<double>(r);
+  if (!std::isfinite(1.0 / std::pow(p.base, e))) {
+    p.sources.fail("base", fmt::format("base: {} is too small: 1 / base^({}/{}), the inverse "
+                                       "frequency of pair {}, overflows",
+                                       p.base, 2 * i, r, i));
+  }
+  p.sources.fail("scaling",
+                 fmt::format("scaling {}: these parameters give inverse frequency {} for pair {} "
+                             "(check base, factor and the scaling parameters)",
+                             rope_scaling_name(p.scaling), v, i));
 }
 
 // Where the rotation sits in a head and which position feeds each pair.
@@ -170,23 +186,26 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
   // Far beyond any model's head, and small enough that the tables it sizes stay cheap.
   constexpr int kMaxHeadDim = 1 << 20;
   if (p.head_dim <= 0 || p.head_dim > kMaxHeadDim) {
-    usage(fmt::format("dim: head dimension must be from 1 to {}, got {}", kMaxHeadDim,
-                      p.head_dim));
+    p.sources.fail("head_dim", fmt::format("dim: head dimension must be from 1 to {}, got {}",
+                                           kMaxHeadDim, p.head_dim));
   }
   if (!(p.base > 0.0) || !std::isfinite(p.base)) {
-    usage(fmt::format("base: must be a positive number, got {}", p.base));
+    p.sources.fail("base", fmt::format("base: must be a positive number, got {}", p.base));
   }
   int r = p.rotary_dim;
   if (r == 0) {
     if (!(p.partial > 0.0 && p.partial <= 1.0)) {
-      usage(fmt::format("partial: must be in (0, 1], got {}", p.partial));
+      p.sources.fail("partial", fmt::format("partial: must be in (0, 1], got {}", p.partial));
     }
     // HF: int(head_dim * partial_rotary_factor), truncating.
     r = static_cast<int>(static_cast<double>(p.head_dim) * p.partial);
   }
+  // A rotary width from rotary_dim, else from partial.
+  const char* const width = p.rotary_dim != 0 ? "rotary_dim" : "partial";
   if (r > p.head_dim) {
-    usage(fmt::format("rotary_dim: rotary dimension {} exceeds the head dimension {}", r,
-                      p.head_dim));
+    p.sources.fail(width,
+                   fmt::format("rotary_dim: rotary dimension {} exceeds the head dimension {}", r,
+                               p.head_dim));
   }
   // proportional: int(partial * D) // 2 frequencies spread over the whole head (HF v5
   // `rope_angles`), so the rotated width is D and only D must be even.
@@ -194,9 +213,10 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
   const int angles = r / 2;
   if (proportional) {
     if (p.head_dim % 2 != 0 || angles <= 0) {
-      usage(fmt::format("scaling proportional: needs an even head dimension and a rotary "
-                        "dimension of at least 2, got {} and {}",
-                        p.head_dim, r));
+      p.sources.fail(p.head_dim % 2 != 0 ? "head_dim" : width,
+                     fmt::format("scaling proportional: needs an even head dimension and a rotary "
+                                 "dimension of at least 2, got {} and {}",
+                                 p.head_dim, r));
     }
     r = p.head_dim;
   }
@@ -206,11 +226,13 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
         p.head_dim > 2
             ? fmt::format("; rotate an even part of it with rotary_dim (e.g. {})", p.head_dim - 1)
             : std::string();
-    usage(fmt::format("dim: RoPE rotates pairs of dims and needs an even head dimension, got {}{}",
-                      p.head_dim, fix));
+    p.sources.fail("head_dim", fmt::format("dim: RoPE rotates pairs of dims and needs an even "
+                                           "head dimension, got {}{}",
+                                           p.head_dim, fix));
   }
   if (r <= 0 || r % 2 != 0) {
-    usage(fmt::format("rotary_dim: rotary dimension must be positive and even, got {}", r));
+    p.sources.fail(
+        width, fmt::format("rotary_dim: rotary dimension must be positive and even, got {}", r));
   }
   const std::size_t half = static_cast<std::size_t>(r / 2);
 
@@ -226,7 +248,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
   a.push_back({"rope_type", rope_scaling_name(p.scaling)});
 
   auto need_factor = [&](const char* name) {
-    if (!p.factor) usage(fmt::format("scaling {}: needs factor", name));
+    if (!p.factor) p.sources.fail("scaling", fmt::format("scaling {}: needs factor", name));
     if (!(*p.factor > 0.0) || !std::isfinite(*p.factor)) {
       usage(fmt::format("factor: must be a positive number, got {}", *p.factor));
     }
@@ -257,7 +279,8 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
 
     case RopeScaling::dynamic: {
       std::int64_t mp = p.max_pos ? *p.max_pos : p.original_max_pos ? *p.original_max_pos : 0;
-      if (mp <= 0) usage("scaling dynamic: needs max_pos (max_position_embeddings)");
+      if (mp <= 0)
+        p.sources.fail("scaling", "scaling dynamic: needs max_pos (max_position_embeddings)");
       if (r <= 2) usage("scaling dynamic: needs a rotary dimension above 2");
       std::int64_t seq = std::max<std::int64_t>(p.seq_len, mp);
       if (p.alpha && seq == mp) {
@@ -444,11 +467,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
   if (p.arith != Arith::exact) attach_framework(p, f);
   // Whatever the parameters, a NaN or infinite frequency never reaches a table.
   for (std::size_t i = 0; i < f.inv_freq.size(); ++i) {
-    if (!std::isfinite(f.inv_freq[i]) || f.inv_freq[i] < 0.0) {
-      usage(fmt::format("scaling {}: these parameters give inverse frequency {} for pair {} "
-                        "(check base, factor and the scaling parameters)",
-                        rope_scaling_name(p.scaling), f.inv_freq[i], i));
-    }
+    if (!std::isfinite(f.inv_freq[i]) || f.inv_freq[i] < 0.0) bad_inv_freq(p, r, i, f.inv_freq[i]);
   }
   return f;
 }

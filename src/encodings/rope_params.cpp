@@ -49,6 +49,9 @@ RopeParams merge_hf_config(const RopeParams& given, const std::vector<std::strin
     p.short_mscale.reset();
     p.long_mscale.reset();
   }
+  // What was given is the caller's: its checks name the option or keyword.
+  for (const std::string& n : names) p.sources.erase(n);
+  if (given.head_dim > 0) p.sources.erase("head_dim");
   return p;
 }
 

@@ -361,7 +361,8 @@ Table rope_table(const RopeTableRequest& r) {
   Attrs attrs{{"kind", std::string("rope")}, {"emit", rope_emit_name(r.emit)}};
   for (const auto& a : f.attrs) attrs.push_back(a);
   attrs.push_back({"layout", std::string(r.half ? "half" : "full")});
-  attrs.push_back({"precision", std::string(f32 ? "f32" : "f64")});
+  // A framework's arithmetic (`arith`) has no precision of posenc's own to record.
+  if (!fw) attrs.push_back({"precision", std::string(f32 ? "f32" : "f64")});
   if (r.inverse) attrs.push_back({"inverse", 1LL});
   const std::string dataset = emit_dataset("rope_", r.emit);
 
@@ -373,7 +374,7 @@ Table rope_table(const RopeTableRequest& r) {
     return vector_table(std::move(inv), std::move(attrs), dataset);
   }
   if (ids->empty()) {
-    attrs.push_back({"start", static_cast<long long>(start)});
+    attrs.push_back({"rope_start", static_cast<long long>(start)});  // as `rope` records it
     attrs.push_back({"positions", static_cast<long long>(lead[0])});
   }
   RowShape rs;

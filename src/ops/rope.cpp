@@ -208,6 +208,7 @@ struct RopeApplier::Impl {
   bool grid_reverse = false;     // coordinate c is grid axis n-1-c (rope2d's x, y order)
   std::vector<double> tokpos;    // explicit ids (+ start) or coordinates
   std::vector<double> tokang;    // explicit angles
+  bool text_default = false;     // M-RoPE: without ids every axis takes the position
 
   /// The coordinates of the token at (b, s) into out[0..comps); b counts only when tb > 1.
   void token_coords(std::size_t b, std::size_t s, double* out) const {
@@ -223,14 +224,16 @@ struct RopeApplier::Impl {
       case Source::packed: {
         const auto si = static_cast<std::int64_t>(s);
         const auto k = std::upper_bound(cu.begin(), cu.end(), si) - cu.begin() - 1;
-        out[0] = static_cast<double>(start + si - cu[static_cast<std::size_t>(k)]);
+        // M-RoPE's text default: every axis at the token's position.
+        std::fill(out, out + comps,
+                  static_cast<double>(start + si - cu[static_cast<std::size_t>(k)]));
         return;
       }
       case Source::start:
       case Source::angles:
         break;
     }
-    out[0] = static_cast<double>(start + static_cast<std::int64_t>(s));
+    std::fill(out, out + comps, static_cast<double>(start + static_cast<std::int64_t>(s)));
   }
   /// CoordGrid's coordinates of token s.
   void grid_coords(std::size_t s, double* out) const {
@@ -444,7 +447,9 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
     }
     return;
   }
-  if (comps > 1) {
+  // M-RoPE without ids: HF's text default (get_rope_index without images), every axis
+  // at the token's position. Other layouts of several axes need their coordinates.
+  if (comps > 1 && !text_default) {
     throw UsageError(fmt::format("positions: the RoPE layout has {} coordinate axes; give "
                                  "position ids or coordinates with {} rows, or a coordinate "
                                  "grid",
@@ -764,6 +769,8 @@ void RopeApplier::Impl::set_layout(const RopeFreqs& f, const RopeApplyOptions& o
     spec.sections = sections;
   }
   const RopeLayout l = resolve_rope_layout(spec, f);
+  text_default =
+      spec.preset == RopeLayoutPreset::sections || spec.preset == RopeLayoutPreset::interleaved;
   lspec = spec;
   comps = static_cast<int>(l.axes);
   pairing = l.pairing;

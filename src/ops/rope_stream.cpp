@@ -84,7 +84,10 @@ void rope_stream_impl(const RopeStreamRequest& o) {
     out_info.shape = part_shape(o.part, info.shape, axis);
     out_info.attrs = freqs.attrs;
     out_info.attrs.push_back({"rope_axes", axes.letters});
-    out_info.attrs.push_back({"rope_precision", apply.precision == Precision::f64 ? "f64" : "f32"});
+    if (!freqs.framework) {  // --arith: the framework's arithmetic, no precision of posenc's
+      out_info.attrs.push_back(
+          {"rope_precision", apply.precision == Precision::f64 ? "f64" : "f32"});
+    }
     out_info.attrs.push_back({"rope_inverse", static_cast<long long>(apply.inverse)});
     out_info.attrs.push_back({"rope_start", static_cast<long long>(pos.start)});
     if (apply.grid_h > 0) {

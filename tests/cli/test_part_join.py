@@ -234,7 +234,7 @@ class JoinProvenance(PosencTestCase):
                            ("emit", ["table", "rope", "--positions", "10", "--dim", "8",
                                      "--emit", "sin"]),
                            ("kind", ["table", "sinusoidal", "--positions", "10", "--dim", "8"]),
-                           ("start", self.TABLE + ["--start", "3"]),
+                           ("rope_start", self.TABLE + ["--start", "3"]),
                            ("rope_style", self.TABLE + ["--style", "gptj"])):
             other = self.part(f"{attr}.h5", args, 1)
             with h5py.File(self.path("c0.h5"), "r") as f0, \

@@ -14,6 +14,7 @@
 
 #include "posenc/encodings/rope_layout.hpp"
 #include "posenc/io/ref.hpp"
+#include "posenc/value_source.hpp"
 
 namespace posenc {
 
@@ -123,6 +124,10 @@ struct RopeParams {
   /// `--arith hf`: the rounding of the rotation (set by apply_hf_config for the model
   /// types whose apply_rotary_pos_emb computes in float32).
   HfRotation hf_rotation = HfRotation::storage;
+  /// The fields a config file gave (apply_hf_config records them, by member name): a
+  /// range check of compute_rope_freqs names that file's key (InputError) instead of
+  /// the field's option (UsageError).
+  ValueSources sources;
 };
 
 /// A reduced RoPE variant: everything the rotation needs.
@@ -154,7 +159,8 @@ std::vector<int> mrope_components(const std::vector<int>& sections, bool interle
                                   std::size_t pairs);
 
 /// Reduces `p` to frequencies. Throws UsageError for inconsistent parameters (odd or
-/// too large rotary dim, missing factor, factor lists of the wrong length, ...).
+/// too large rotary dim, missing factor, factor lists of the wrong length, ...), or
+/// InputError naming the file and key where `p.sources` says a config gave the value.
 RopeFreqs compute_rope_freqs(const RopeParams& p);
 
 /// Fills rope fields of `p` from a HF model config.json as HF transformers v5 reads it

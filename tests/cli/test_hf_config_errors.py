@@ -1,0 +1,138 @@
+"""A value read from a HF config.json is judged as that key of that file (exit 3, the file
+and the key named), a value given as an option as that option (exit 2): the range checks
+of the RoPE parameters know where each value came from. Also the notes and hints a
+newcomer coming from HF needs: HF option names point to posenc's, a config whose head
+count the input does not have gets a note."""
+import json
+import unittest
+
+import numpy as np
+
+from posenc_testlib import PosencTestCase
+
+LLAMA = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "rope_theta": 10000.0}
+
+
+class ConfigValueErrors(PosencTestCase):
+    def config(self, **keys):
+        path = self.path("config.json")
+        with open(path, "w") as f:
+            json.dump({**LLAMA, **keys}, f)
+        return path
+
+    def table(self, *args):
+        return ["table", "rope", "--positions", "4", "-o", self.path("t.npy"), *args]
+
+    def test_odd_head_dim_of_the_config_names_the_key(self):
+        cfg = self.config(head_dim=3)
+        self.assert_fails(3, *self.table("--hf-config", cfg),
+                          match=r"^posenc: error: \S*config\.json: 'head_dim': RoPE rotates "
+                                r"pairs of dims and needs an even head dimension, got 3")
+
+    def test_odd_head_dim_from_hidden_size_names_both_keys(self):
+        cfg = self.config(hidden_size=12, num_attention_heads=4)
+        self.assert_fails(3, *self.table("--hf-config", cfg),
+                          match=r"^posenc: error: \S*config\.json: 'hidden_size / "
+                                r"num_attention_heads': .*even head dimension, got 3")
+
+    def test_odd_dim_option_names_the_option(self):
+        self.assert_fails(2, *self.table("--dim", "3"),
+                          match=r"^posenc: error: --dim: .*even head dimension, got 3")
+        cfg = self.config(head_dim=8)
+        self.assert_fails(2, *self.table("--hf-config", cfg, "--dim", "3"),
+                          match=r"^posenc: error: --dim: .*even head dimension, got 3")
+
+    def test_an_option_replaces_the_bad_config_value(self):
+        cfg = self.config(head_dim=3)
+        self.run_ok(*self.table("--hf-config", cfg, "--dim", "8"))
+        cfg = self.config(head_dim=128, rope_theta=1e-320)
+        self.run_ok(*self.table("--hf-config", cfg, "--base", "10000"))
+
+    def test_tiny_rope_theta_of_the_config_names_the_key(self):
+        # 1 / theta^(126/128) overflows float64 for theta = 1e-320.
+        cfg = self.config(head_dim=128, rope_theta=1e-320)
+        self.assert_fails(3, *self.table("--hf-config", cfg),
+                          match=r"^posenc: error: \S*config\.json: 'rope_theta': 1e-320 is too "
+                                r"small: .* overflows")
+        q = self.npy("q.npy", np.ones((1, 4, 3, 128), np.float32))
+        self.assert_fails(3, "rope", q, "-o", self.path("y.npy"), "--hf-config", cfg,
+                          match=r"^posenc: error: \S*config\.json: 'rope_theta': ")
+
+    def test_tiny_base_option_names_the_option(self):
+        self.assert_fails(2, *self.table("--dim", "128", "--base", "1e-320"),
+                          match=r"^posenc: error: --base: 1e-320 is too small: .* overflows")
+
+    def test_rope_type_without_what_it_needs_names_the_config(self):
+        cfg = self.config(head_dim=8, rope_scaling={"rope_type": "linear"})
+        self.assert_fails(3, *self.table("--hf-config", cfg),
+                          match=r"^posenc: error: \S*config\.json: 'rope_type': needs factor")
+        cfg = self.config(head_dim=8, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+        self.assert_fails(3, *self.table("--hf-config", cfg),
+                          match=r"^posenc: error: \S*config\.json: 'rope_type': needs max_pos")
+        # The same variant given as an option is the option's.
+        cfg = self.config(head_dim=8)
+        self.assert_fails(2, *self.table("--hf-config", cfg, "--scaling", "linear"),
+                          match=r"^posenc: error: --scaling linear: needs --factor")
+
+
+class HfNamesAndNotes(PosencTestCase):
+    def test_hf_option_names_point_to_posencs(self):
+        for cmd, wrong, right in ((["rope", "q.npy", "-o", "y.npy"], "--theta", "--base"),
+                                  (["rope", "q.npy", "-o", "y.npy"], "--rope-theta", "--base"),
+                                  (["table", "rope"], "--rope_theta", "--base"),
+                                  (["table", "rope"], "--max-position-embeddings", "--max-pos"),
+                                  (["table", "rope"], "--partial-rotary-factor", "--partial"),
+                                  (["table", "rope"], "--rope-type", "--scaling")):
+            self.assert_fails(2, *cmd, wrong, "5",
+                              match=rf"unknown option '{wrong}' \(did you mean {right}\? HF's "
+                                    r"\w+ is posenc's " + right + r"\)")
+
+    def test_verbose_prints_only_the_arithmetic_that_applies(self):
+        q = self.npy("q.npy", np.ones((1, 2, 3, 8), np.float32))
+        p = self.run_ok("-v", "rope", q, "-o", self.path("y.h5"), "--arith", "hf")
+        self.assertIn("arith = hf", p.stderr)
+        self.assertNotIn("precision", p.stderr)
+        p = self.run_ok("-v", "rope", q, "-o", self.path("z.h5"))
+        self.assertIn("rope_precision = f64", p.stderr)
+        self.assertNotIn("arith = ", p.stderr)
+        p = self.run_ok("-v", "table", "rope", "--dim", "8", "--positions", "3", "--arith", "hf",
+                        "-o", self.path("t.h5"))
+        self.assertIn("arith = hf", p.stderr)
+        self.assertNotIn("precision", p.stderr)
+
+    def test_head_count_other_than_the_configs_gets_a_note(self):
+        cfg = self.path("config.json")
+        with open(cfg, "w") as f:
+            json.dump({"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+                       "num_key_value_heads": 4, "rope_theta": 1e6}, f)
+        q = self.npy("q.npy", np.ones((1, 32, 3, 128), np.float32))
+        p = self.run_ok("rope", q, "-o", self.path("y.npy"), "--hf-config", cfg)
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertRegex(lines[0], r"^posenc: note: \S*q\.npy has 32 heads \(axis h\), but "
+                                   r"\S*config\.json says num_attention_heads 28 and "
+                                   r"num_key_value_heads 4")
+        # The model's query and key/value head counts, other axes orders, --quiet: no note.
+        for heads, axes in ((28, []), (4, []), (28, ["--axes", "bshd"])):
+            shape = (1, 3, heads, 128) if axes else (1, heads, 3, 128)
+            x = self.npy("x.npy", np.ones(shape, np.float32))
+            p = self.run_ok("rope", x, "-o", self.path("y.npy"), "--hf-config", cfg, *axes)
+            self.assertEqual(p.stderr, "")
+        p = self.run_ok("-q", "rope", q, "-o", self.path("y.npy"), "--hf-config", cfg)
+        self.assertEqual(p.stderr, "")
+
+    def test_table_rope_records_rope_start_as_rope_does(self):
+        import h5py
+        self.run_ok("table", "rope", "--dim", "8", "--positions", "3", "--start", "7",
+                    "-o", self.path("t.h5"))
+        q = self.npy("q.npy", np.ones((3, 8)))
+        self.run_ok("rope", q, "--start", "7", "-o", self.path("y.h5"))
+        with h5py.File(self.path("t.h5"), "r") as t, h5py.File(self.path("y.h5"), "r") as y:
+            self.assertEqual(t["rope_cos_sin"].attrs["rope_start"], 7)
+            self.assertNotIn("start", t["rope_cos_sin"].attrs)
+            self.assertEqual(y["data"].attrs["rope_start"], 7)
+
+
+if __name__ == "__main__":
+    unittest.main()
