@@ -147,6 +147,25 @@ class RopeLayouts(HfConfigCase):
             tab = self.table(cfg, "--position-ids", self.npy("ids.npy", ids), "--emit", "cos-sin")
             np.testing.assert_allclose(tab, np.stack([cos.numpy(), sin.numpy()]), err_msg=cfg, **F64)
 
+    def test_mrope_without_position_ids_is_hfs_text_default(self):
+        # Qwen2-VL's get_rope_index without images or videos: position_ids = arange
+        # (plus the cache offset) on all three axes; --start is that offset, and packed
+        # sequences restart their positions at each boundary.
+        x = self.rng.standard_normal((1, 4, 6, 128))
+        for cfg, il in (("qwen2-vl-7b-instruct.json", False), ("qwen3-vl-4b-instruct.json", True)):
+            t = hf.load_text_config(data(cfg))
+            rp = hf.rope_parameters(t)
+            inv, _ = hf.rope_init(t)
+            for args, pos in ((["--start", "5"], torch.arange(5, 11)),
+                              ([], torch.arange(6)),
+                              (["--cu-seqlens", self.npy("cu.npy", np.array([0, 2, 6]))],
+                               torch.tensor([0, 1, 0, 1, 2, 3]))):
+                ids = pos[None].expand(3, -1)
+                cos, sin = hf.mrope_cos_sin(inv, ids, rp["mrope_section"], il)
+                ref = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin)
+                got = self.rope(cfg, x, *args)
+                np.testing.assert_allclose(got, ref.numpy(), err_msg=f"{cfg} {args}", **F64)
+
     def test_llama4_complex_pairs(self):
         t = hf.load_text_config(data("llama-4-scout-17b-16e-instruct.json"))
         inv, _ = hf.rope_init(t, "chunked_attention")
