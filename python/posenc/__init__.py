@@ -41,7 +41,11 @@ from ._arrays import is_real as _is_real
 from ._options import layout_dicts as _layout_dicts
 from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
+from ._options import flag as _flag
+from ._options import items as _items
+from ._options import number as _number
 from ._options import pair as _pair
+from ._options import whole as _whole
 from ._options import path as _path
 from ._options import sections as _sections
 from ._errors import usage_errors as _usage_errors
@@ -119,7 +123,10 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         comma lists or tensor references): HF rope_scaling's names.
     hf_config: a HF config.json (path) supplying all of the above; explicit keywords win.
         layer_type / layer pick its layers; hf_version ("4.51", "5") reads it as that
-        transformers release does.
+        transformers release does. A config value RoPE cannot use (an odd head_dim, a
+        rope_theta whose frequencies overflow) raises InputError naming the file and the
+        key; a keyword's, UsageError naming the keyword. M-RoPE configs (Qwen2-VL,
+        Qwen3-VL) without position_ids use HF's text default: every axis at the position.
     precision: "f64" (default, correctly rounded) or "f32" (arith "exact" only).
     arith: "exact" (default), "hf", "meta" or "ggml": a framework's bits.
     rope2d: (H, W) axial 2-D RoPE over a grid (base defaults to 100); order "xy"/"yx";
@@ -142,6 +149,9 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     axes = _axes_text(axes)
     rope_d = _rope_dict(given, precision)
     pos = _positions(start, None if _is_real(position_ids) else position_ids, cu_seqlens)
+    inverse, allow_nonfinite = _flag(inverse, "inverse"), _flag(allow_nonfinite, "allow_nonfinite")
+    mrope_interleaved = _flag(mrope_interleaved, "mrope_interleaved")
+    rope2d_ids = _flag(rope2d_ids, "rope2d_ids")
     if mrope_interleaved and mrope_section is None:
         raise UsageError("mrope_interleaved: needs mrope_section")
     if rope2d_ids and rope2d is not None:
@@ -281,12 +291,13 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         "c2p,p2c"), position_buckets, max_relative_positions: DeBERTa.
     """
     given = {n: v_ for n, v_ in locals().items() if n in _ROPE_OPTION_NAMES}
+    rope, t5_causal = _flag(rope, "rope"), _flag(t5_causal, "t5_causal")
     if not rope:
         for name in _ROPE_OPTION_NAMES:
             value = given[name]
             if value is not None and value is not False:
                 raise UsageError(f"{name}: a ROPE OPTION needs rope=True")
-        if start != 0:
+        if _whole(start, "start") != 0:
             raise UsageError("start: a ROPE OPTION needs rope=True")
     if layer_type is not None and hf_config is None:
         raise UsageError("layer_type: needs hf_config")
@@ -303,30 +314,30 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
                "relative_proj": _arg(relative_proj, "relative_proj"),
                "per_dim_scale": _arg(per_dim_scale, "per_dim_scale")}
     if decomposed_rel_pos is not None:
-        tensors["rel_pos_h"] = _arg(decomposed_rel_pos[0], "rel_pos_h")
-        tensors["rel_pos_w"] = _arg(decomposed_rel_pos[1], "rel_pos_w")
+        rh, rw = _items(decomposed_rel_pos, 2, "decomposed_rel_pos", "(RH, RW)")
+        tensors["rel_pos_h"], tensors["rel_pos_w"] = _arg(rh, "rel_pos_h"), _arg(rw, "rel_pos_w")
     if wavlm_gate is not None:
         if t5_bias is None:
             raise UsageError("wavlm_gate: gates the t5_bias term; give t5_bias")
         for name, t in zip(("gate_input", "gate_weight", "gate_bias", "gate_const"),
-                           wavlm_gate):
+                           _items(wavlm_gate, 4, "wavlm_gate", "(X, W, B, C)")):
             tensors[name] = _arg(t, name)
     if global_kv is not None:
         if global_block_size is None:
             raise UsageError("global_kv: needs global_block_size G (HF global_block_size)")
         if v is None:
             raise UsageError("global_kv: needs v (the side values go with the values)")
-        tensors["global_k"] = _arg(global_kv[0], "global_k")
-        tensors["global_v"] = _arg(global_kv[1], "global_v")
+        kg, vg = _items(global_kv, 2, "global_kv", "(KG, VG)")
+        tensors["global_k"], tensors["global_v"] = _arg(kg, "global_k"), _arg(vg, "global_v")
         tensors["global_bias"] = _arg(global_bias, "global_bias")
     elif global_block_size is not None or global_bias is not None:
         raise UsageError("global_block_size/global_bias: only with global_kv")
     names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
     opt = {"axes": axes, "emit": names, "scale": scale, "softcap": softcap,
            "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
-           "arith": arith, "max_memory": max_memory, "allow_nonfinite": bool(allow_nonfinite),
+           "arith": arith, "max_memory": max_memory, "allow_nonfinite": _flag(allow_nonfinite, "allow_nonfinite"),
            "sliding_window": sliding_window, "chunk_size": chunk_size,
-           "max_distance": max_distance, "clipped_symmetric": bool(clipped_symmetric),
+           "max_distance": max_distance, "clipped_symmetric": _flag(clipped_symmetric, "clipped_symmetric"),
            "relative_left": relative_left, "relative_right": relative_right,
            "relative_sign": relative_sign, "relative_beyond": relative_beyond,
            "global_block_size": global_block_size}
@@ -344,32 +355,37 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     for name, g in (("grid", grid), ("key_grid", key_grid)):
         if g is None:
             continue
-        if len(g) != 2 or any(int(n) != n or not 1 <= n <= 2**31 for n in g):
-            raise UsageError(f"{name} {tuple(g)}: sides must be whole numbers in [1, 2^31]")
-        opt[name + "_h"], opt[name + "_w"] = int(g[0]), int(g[1])
-    if softcap is not None and not softcap > 0:
+        g = tuple(_whole(n, name) for n in _pair(g, name))
+        if any(not 1 <= n <= 2**31 for n in g):
+            raise UsageError(f"{name} {g}: sides must be whole numbers in [1, 2^31]")
+        opt[name + "_h"], opt[name + "_w"] = g
+    if softcap is not None and not _number(softcap, "softcap") > 0:
         raise UsageError(f"softcap {softcap}: must be a positive number")
-    if sliding_window is not None and sliding_window <= 0:
+    if sliding_window is not None and _whole(sliding_window, "sliding_window") <= 0:
         raise UsageError(f"sliding_window {sliding_window}: must be at least 1")
-    if chunk_size is not None and chunk_size <= 0:
+    if chunk_size is not None and _whole(chunk_size, "chunk_size") <= 0:
         raise UsageError(f"chunk_size {chunk_size}: must be at least 1")
-    if causal is True:
-        opt["causal"] = "bottom-right"
-    elif causal:
+    if isinstance(causal, str):
         opt["causal"] = causal
+    elif _flag(causal, "causal"):
+        opt["causal"] = "bottom-right"
     if window is not None:
-        left, right = (window, -1) if np.isscalar(window) else tuple(window)
+        left, right = ((window, -1) if np.ndim(window) == 0 and not isinstance(window, str)
+                       else _items(window, 2, "window", "LEFT or (LEFT, RIGHT)"))
+        left, right = _whole(left, "window"), _whole(right, "window")
         if left < -1 or right < -1:
             raise UsageError(f"window {window}: sides must be >= -1 (-1 = unbounded)")
         opt["window_left"], opt["window_right"] = int(left), int(right)
     if attn_temperature is not None:
-        t_scale, t_floor = attn_temperature
+        t_scale, t_floor = (_number(t, "attn_temperature") for t in _items(
+            attn_temperature, 2, "attn_temperature", "(SCALE, FLOOR)"))
         if not np.isfinite(t_scale) or not t_floor > 0:
             raise UsageError("attn_temperature: expected (SCALE, FLOOR), a number and a "
                              "positive floor")
         opt["temperature_scale"], opt["temperature_floor"] = float(t_scale), float(t_floor)
     if llama4_scaling is not None:
-        beta, period = llama4_scaling
+        beta, period = (_number(t, "llama4_scaling") for t in _items(
+            llama4_scaling, 2, "llama4_scaling", "(BETA, PERIOD)"))
         if not np.isfinite(beta) or not period >= 1 or period > 9.0e15 or period != int(period):
             raise UsageError("llama4_scaling: expected (BETA, PERIOD), a number and a positive "
                              "whole period")
@@ -377,7 +393,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     if alibi is not None and alibi is not False:
         opt["alibi"] = "causal" if alibi is True else alibi
         if alibi_max_bias is not None:
-            if not alibi_max_bias > 0:
+            if not _number(alibi_max_bias, "alibi_max_bias") > 0:
                 raise UsageError(f"alibi_max_bias {alibi_max_bias}: must be positive")
             opt["alibi_max_bias"] = float(alibi_max_bias)
     elif alibi_max_bias is not None:
@@ -388,7 +404,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     opt.update(t5_buckets=t5_buckets, t5_max_distance=t5_max_distance,
                t5_bidirectional=not t5_causal)
     if max_distance is not None:
-        if max_distance < 0:
+        if _whole(max_distance, "max_distance") < 0:
             raise UsageError(f"max_distance {max_distance}: must be >= 0")
         if relative_k is None and relative_v is None:
             raise UsageError("max_distance needs relative_k or relative_v")
@@ -400,9 +416,9 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
                               separate_cls=separate_cls))
     rope_d = _rope_dict(locals(), precision)  # the ROPE OPTIONS among the arguments
     pos = _positions(start, position_ids, cu_seqlens)
-    apply = {"inverse": bool(inverse), "precision": precision}
+    apply = {"inverse": _flag(inverse, "inverse"), "precision": precision}
     opt = {key: val for key, val in opt.items() if val is not None}
-    res = _posenc.attention(tensors, opt, rope_d, pos, apply, bool(rope), relative)
+    res = _posenc.attention(tensors, opt, rope_d, pos, apply, _flag(rope, "rope"), relative)
     out_name = _dtype_name(dtype) or q_name
     arrays = tuple(_wrap(res[n], out_name if n != "lse" else "f", like) for n in names)
     return arrays[0] if single else arrays
@@ -414,6 +430,7 @@ def _relative(rope, rel_keys, content_bias, position_bias, segment_ids, segment_
     """The Transformer-XL / XLNet / Funnel and DeBERTa arguments, checked as the command
     checks them, as the C++ module's dict."""
     factorized = funnel["factorized"]
+    funnel["separate_cls"] = _flag(funnel["separate_cls"], "separate_cls")
     xl = rel_keys is not None or factorized is not None
     deberta = pos_key is not None or pos_query is not None
     for name, value in (("content_bias", content_bias), ("position_bias", position_bias),
@@ -452,11 +469,13 @@ def _relative(rope, rel_keys, content_bias, position_bias, segment_ids, segment_
     if xl and deberta:
         raise UsageError("rel_keys: Transformer-XL / XLNet / Funnel and DeBERTa terms exclude "
                          "each other")
-    if rope and (xl or deberta):
+    if _flag(rope, "rope") and (xl or deberta):
         raise UsageError(f"{'rel_keys' if xl else 'pos_key/pos_query'}: cannot be combined "
                          "with rope=True")
     if pos_att_type is not None:
-        items = pos_att_type.split(",") if isinstance(pos_att_type, str) else list(pos_att_type)
+        items = (pos_att_type.split(",") if isinstance(pos_att_type, str)
+                 else list(_items(pos_att_type, len(pos_att_type) if isinstance(
+                     pos_att_type, (list, tuple)) else -1, "pos_att_type", "c2p and/or p2c")))
         if any(i not in ("c2p", "p2c") for i in items):
             raise UsageError(f"pos_att_type {pos_att_type}: expected a comma list of c2p, p2c")
         if ("c2p" in items) != (pos_key is not None):
@@ -541,7 +560,7 @@ def compare(a, b, *, rtol=None, atol=None, ulp=None, equal_nan=False, slice=None
     if ulp is not None and (not isinstance(ulp, (int, np.integer)) or isinstance(ulp, bool)
                             or ulp < 0):
         raise UsageError(f"ulp {ulp!r:.40}: must be a whole number >= 0")
-    d = {"rtol": rtol, "atol": atol, "max_ulp": ulp, "equal_nan": bool(equal_nan),
+    d = {"rtol": rtol, "atol": atol, "max_ulp": ulp, "equal_nan": _flag(equal_nan, "equal_nan"),
          "slice": slice}
     return CompareResult(_posenc.compare(aa, an, ba, bn, {k: v for k, v in d.items()
                                                           if v is not None}))
@@ -553,7 +572,7 @@ def read(ref, *, torch=False):
     whole. Returns a numpy array (bf16 data as uint16 bit patterns), or a torch tensor
     with ``torch=True`` (bf16 as torch.bfloat16; torch is imported if need be). "-"
     (standard input for the command) and paths with a NUL character are UsageErrors."""
-    if torch:
+    if _flag(torch, "torch"):
         _torch_module("torch")
     a, name = _posenc.read(_path(ref, "ref"))
     return _wrap(a, name, "torch" if torch else "numpy")
@@ -573,8 +592,8 @@ def write(ref, x, *, attrs=None, force=False, compression=0, no_clobber=False, s
     a, name = _required(x, "x")
     if attrs is not None and not isinstance(attrs, dict):
         raise UsageError(f"attrs: expected a dict of name: value, got {type(attrs).__name__}")
-    opts = {"force": bool(force), "compression": compression,
-            "no_clobber": bool(no_clobber), "sync": bool(sync), "to": to}
+    opts = {"force": _flag(force, "force"), "compression": compression,
+            "no_clobber": _flag(no_clobber, "no_clobber"), "sync": _flag(sync, "sync"), "to": to}
     _posenc.write(_path(ref, "ref"), a, name, dict(attrs or {}),
                   {k: v for k, v in opts.items() if v is not None})
 
