@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -707,13 +708,26 @@ struct CallGate {
   int forkers = 0;
 };
 
-CallGate& call_gate() {
-  static CallGate* gate = new CallGate;  // never destroyed: scopes may end at exit
-  return *gate;
-}
-
 thread_local int t_scope_depth = 0;
 bool g_forked_child = false;  // set in a child of fork_for_libhdf5, single-threaded there
+CallGate* g_gate = nullptr;   // never destroyed: scopes may end at exit
+
+// A child forked by anyone else (multiprocessing, say) has only the forking thread: a
+// fresh gate counts it alone (the old one's mutex may be held by a thread not there).
+extern "C" void reset_gate_in_child() {
+  g_gate = new CallGate;
+  g_gate->active = t_scope_depth > 0 ? 1 : 0;
+}
+
+CallGate& call_gate() {
+  static const bool once = [] {
+    g_gate = new CallGate;
+    ::pthread_atfork(nullptr, nullptr, reset_gate_in_child);
+    return true;
+  }();
+  (void)once;
+  return *g_gate;
+}
 
 void enter_gate() {
   CallGate& g = call_gate();
