@@ -250,16 +250,7 @@ struct NonFiniteKeys {};
 template <class T>
 bool widen_keys(DType from, const std::byte* src, T* dst, std::size_t n) {
   if constexpr (std::is_same_v<T, double>) {
-    if (from == DType::f32) {
-      const auto* s = reinterpret_cast<const float*>(src);
-      std::uint32_t bad = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        dst[i] = s[i];
-        bad |= static_cast<std::uint32_t>((__builtin_bit_cast(std::uint32_t, s[i]) &
-                                           0x7f800000u) == 0x7f800000u);
-      }
-      return bad == 0;
-    }
+    if (from == DType::f32) return widen_f32(reinterpret_cast<const float*>(src), dst, n);
   }
   return detail::widen(from, src, dst, n);
 }

@@ -327,6 +327,18 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool all_finite(con
   return bad == 0;
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default"))) bool widen_f32(const float* src,
+                                                                             double* dst,
+                                                                             std::size_t n) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = src[i];
+    bad |= static_cast<std::uint32_t>(
+        (__builtin_bit_cast(std::uint32_t, src[i]) & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
 // Key blocks [j_begin, j_end) of the item; K and V view the keys from c0 on (all of
 // them in memory, or the chunk read last).
 template <class T>

@@ -33,6 +33,9 @@ namespace posenc::attention_detail {
 // (AVX-512 and AVX2 clones, in attention_kernel.cpp: K and V are checked as they are
 // first read, at the speed of the cache they were just read into).
 bool all_finite(const float* p, std::size_t n);
+// f32 keys widened to f64 (the default arithmetic's K and V blocks), exactly; whether all
+// are finite, found on the way (AVX-512 and AVX2 clones, as all_finite).
+bool widen_f32(const float* src, double* dst, std::size_t n);
 inline bool all_finite(const double* p, std::size_t n) {
   std::uint64_t bad = 0;
   for (std::size_t i = 0; i < n; ++i) {
