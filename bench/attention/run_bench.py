@@ -2,14 +2,16 @@
 """Benchmark `posenc attention` against the machine's peak and PyTorch, in one run.
 
   /usr/bin/python3 bench/attention/run_bench.py BUILD_DIR [--s 4096] [--repeats 5]
-      [--cases mha,gqa,causal,decode,long]
+      [--cases mha,gqa,causal,decode,long] [--precision f64|f32]
 
 BUILD_DIR is a build configured with -DPOSENC_BUILD_BENCH=ON (bench_sgemm_peak and
 bench_memcpy_bw). The machines are shared and noisy, so every figure is a median of
 `repeats` rounds, and in each round the reference and the contenders run back to back
 (interleaved), so that a load spike hits all of them.
 
-Cases, all f32, b=1, 8 query heads, d=128, `--emit output` (output only):
+Cases, all f32 inputs, b=1, 8 query heads, d=128, `--emit output` (output only), in
+posenc's default f64 arithmetic or, with --precision f32, in the opt-in f32 one (the
+arithmetic the sgemm reference and the PyTorch script use; named in every line printed):
   mha     s = 4096 (68.7 GFLOP).
   gqa     the same with one K/V head for the 8 query heads.
   causal  the same as mha with --causal; FLOPs counted are only those needed
@@ -106,7 +108,8 @@ def compute_case(name, args, tmp, rng, posenc, peak_bin):
     flops = 4.0 * h * d * (s * (s + 1) / 2 if causal else s * s)
     k_dim = max(1, round(flops / (2 * 4096 * 4096)))
     cmd = [posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy", "-v",
-           f"{tmp}/v.npy", "--emit", "output", "-o", f"{tmp}/posenc_output.npy"]
+           f"{tmp}/v.npy", "--emit", "output", "-o", f"{tmp}/posenc_output.npy",
+           "--precision", args.precision]
     if causal:
         cmd.append("--causal")
     torch_cmd = [sys.executable, f"{tmp}/torch_attention.py", tmp, "1" if causal else "0"]
@@ -126,7 +129,7 @@ def compute_case(name, args, tmp, rng, posenc, peak_bin):
     diff = np.max(np.abs(np.load(f"{tmp}/posenc_output.npy") -
                          np.load(f"{tmp}/torch_output.npy")))
     rate = flops / t_ours / 1e9
-    print(f"{name:7s} s={s} hq={h} hk={hk}{' causal' if causal else ''}: "
+    print(f"{name:7s} s={s} hq={h} hk={hk}{' causal' if causal else ''} {args.precision}: "
           f"{flops / 1e9:.1f} GFLOP needed; sgemm of the same FLOPs {peak:.1f} GFLOP/s; "
           f"posenc {t_ours * 1e3:.0f} ms = {rate:.1f} GFLOP/s whole process = "
           f"{rate / peak:.2f} of the sgemm peak; per CPU second {flops / c_ours / 1e9:.1f} "
@@ -142,7 +145,8 @@ def decode_case(args, tmp, rng, posenc, bw_bin):
     save(f"{tmp}/v.npy", (1, h, sk, d), rng)
     kv_bytes = 2 * h * sk * d * 4
     cmd = [posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy", "-v",
-           f"{tmp}/v.npy", "--emit", "output", "-o", f"{tmp}/posenc_output.npy"]
+           f"{tmp}/v.npy", "--emit", "output", "-o", f"{tmp}/posenc_output.npy",
+           "--precision", args.precision]
     torch_cmd = [sys.executable, f"{tmp}/torch_attention.py", tmp, "0"]
     bws, ours, ours_cpu, torch_t = [], [], [], []
     for _ in range(args.repeats):
@@ -155,7 +159,7 @@ def decode_case(args, tmp, rng, posenc, bw_bin):
         torch_t.append(wall(torch_cmd)[0])
     bw, t_ours, c_ours, t_torch = (statistics.median(x) for x in (bws, ours, ours_cpu, torch_t))
     rate = kv_bytes / t_ours / 1e9
-    print(f"decode  sq=1 sk={sk} h={h}: K+V {kv_bytes / 2**20:.0f} MiB; memcpy {bw:.1f} GB/s; "
+    print(f"decode  sq=1 sk={sk} h={h} {args.precision}: K+V {kv_bytes / 2**20:.0f} MiB; memcpy {bw:.1f} GB/s; "
           f"posenc {t_ours * 1e3:.0f} ms = {rate:.1f} GB/s of K+V whole process (read from "
           f"the page cache) = {rate / bw:.2f} of memcpy; per CPU second "
           f"{kv_bytes / c_ours / 1e9:.1f} GB/s; torch script {t_torch * 1e3:.0f} ms "
@@ -168,12 +172,12 @@ def long_case(args, tmp, rng, posenc):
     save(f"{tmp}/k.npy", (1, h, sk, d), rng)
     save(f"{tmp}/v.npy", (1, h, sk, d), rng)
     base = [posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy", "-v",
-            f"{tmp}/v.npy", "--emit", "output"]
+            f"{tmp}/v.npy", "--emit", "output", "--precision", args.precision]
     out_mib = h * sq * d * 4 / 2**20
     for budget in (None, "256M", "64M"):
         extra = ["--max-memory", budget] if budget else []
         secs, rss, rc, _ = rss_run(base + extra + ["-o", f"{tmp}/long_{budget}.npy"])
-        print(f"long    sq={sq} sk={sk} h={h} --max-memory {budget or 'default'}: exit {rc}, "
+        print(f"long    sq={sq} sk={sk} h={h} {args.precision} --max-memory {budget or 'default'}: exit {rc}, "
               f"{secs:.2f} s, peak RSS {rss:.0f} MiB (K+V {2 * h * sk * d * 4 / 2**20:.0f} MiB, "
               f"output {out_mib:.0f} MiB)")
     same = open(f"{tmp}/long_None.npy", "rb").read() == open(f"{tmp}/long_64M.npy", "rb").read()
@@ -189,6 +193,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--long-sk", type=int, default=65536)
     ap.add_argument("--cases", default="mha,gqa,causal,decode,long")
+    ap.add_argument("--precision", default="f64", choices=("f64", "f32"),
+                    help="posenc's arithmetic: f64 (its default) or f32 (the opt-in for speed)")
     args = ap.parse_args()
     posenc = os.path.join(args.build, "posenc")
     peak_bin = os.path.join(args.build, "bench", "attention", "bench_sgemm_peak")
