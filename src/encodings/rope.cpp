@@ -240,6 +240,7 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
   f.style = p.style;
   f.head_dim = p.head_dim;
   f.rotary_dim = r;
+  f.sources = p.sources;
   Attrs& a = f.attrs;
   a.push_back({"rope_style", rope_style_name(p.style)});
   a.push_back({"head_dim", static_cast<long long>(p.head_dim)});

@@ -582,9 +582,14 @@ std::string frequency_sources(const RopeFreqs& f, const RopeApplyOptions& opt) {
   if (names.empty() || (f.inv_freq.size() > 1 && f.inv_freq.back() > f.inv_freq.front())) {
     names.push_back("base");  // a base below 1 makes the last frequencies the largest
   }
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : "/") + n;
-  return out;
+  // Values a config gave are said as its keys ("config.json: 'rope_theta'").
+  std::string out, file;
+  for (const std::string& n : names) {
+    const ValueSource* s = f.sources.find(n);
+    if (s != nullptr) file = s->file;
+    out += (out.empty() ? "" : "/") + (s != nullptr ? "'" + s->key + "'" : n);
+  }
+  return file.empty() ? out : file + ": " + out;
 }
 
 double largest(DType t) {

@@ -59,6 +59,18 @@ class ConfigValueErrors(PosencTestCase):
         self.assert_fails(3, "rope", q, "-o", self.path("y.npy"), "--hf-config", cfg,
                           match=r"^posenc: error: \S*config\.json: 'rope_theta': ")
 
+    def test_angles_beyond_f32_name_the_configs_rope_theta(self):
+        # rope_theta 1e-100: inverse frequency 1e50 for pair 2 of 8 dims, beyond float32.
+        cfg = self.config(head_dim=8, rope_theta=1e-100)
+        q = self.npy("q.npy", np.ones((1, 4, 3, 8), np.float32))
+        self.assert_fails(3, "rope", q, "-o", self.path("y.npy"), "--hf-config", cfg,
+                          "--precision", "f32",
+                          match=r"^posenc: error: \S*config\.json: 'rope_theta': frequency "
+                                r"1e\+50 .* beyond the f32 arithmetic's range")
+        self.assert_fails(3, "rope", q, "-o", self.path("y.npy"), "--hf-config", cfg,
+                          "--precision", "f32", "--base", "1e-100",
+                          match=r"^posenc: error: --base: frequency 1e\+50 ")
+
     def test_tiny_base_option_names_the_option(self):
         self.assert_fails(2, *self.table("--dim", "128", "--base", "1e-320"),
                           match=r"^posenc: error: --base: 1e-320 is too small: .* overflows")

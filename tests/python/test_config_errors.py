@@ -48,6 +48,15 @@ def test_tiny_rope_theta_of_the_config_is_an_input_error(tmp_path):
     posenc.rope(q, hf_config=cfg, base=10000.0)
 
 
+def test_angles_beyond_f32_name_the_configs_rope_theta(tmp_path):
+    cfg = config(tmp_path, head_dim=8, rope_theta=1e-100)
+    q = np.ones((1, 4, 3, 8), np.float32)
+    with pytest.raises(posenc.InputError, match=r"config\.json: 'rope_theta': frequency 1e\+50"):
+        posenc.rope(q, hf_config=cfg, precision="f32")
+    with pytest.raises(posenc.InputError, match=r"^base: frequency 1e\+50"):
+        posenc.rope(q, base=1e-100, precision="f32")
+
+
 def test_rope_type_without_factor_is_an_input_error(tmp_path):
     cfg = config(tmp_path, head_dim=8, rope_scaling={"rope_type": "linear"})
     with pytest.raises(posenc.InputError, match=r"config\.json: 'rope_type': needs factor"):

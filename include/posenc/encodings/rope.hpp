@@ -142,6 +142,7 @@ struct RopeFreqs {
   std::vector<int> mrope_section;  ///< see RopeParams::mrope_section
   bool mrope_interleaved = false;  ///< see RopeParams::mrope_interleaved
   RopeLayoutSpec layout;           ///< see RopeParams::layout
+  ValueSources sources;            ///< see RopeParams::sources
   Attrs attrs;                    ///< the parameters used, for recording with outputs
   /// Set when the parameters asked for a framework's arithmetic (RopeParams::arith);
   /// inv_freq then holds that framework's float32 frequencies where it has them.
