@@ -1,6 +1,7 @@
 // How many worker threads a process can start (see threads.hpp).
 #include "posenc/threads.hpp"
 
+#include <omp.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -72,6 +73,19 @@ int startable_threads(int requested) {
   gate.cv.notify_all();
   for (pthread_t t : started) pthread_join(t, nullptr);
   return static_cast<int>(started.size()) + 1;
+}
+
+int set_worker_threads(int requested) {
+  requested = std::clamp(requested, 1, kMaxThreads);
+  int n = startable_threads(requested);
+  if (n < requested) n = std::max(1, n / 2);
+  omp_set_num_threads(n);
+  if (n > 1) {
+    // libgomp keeps a team's threads for the regions that follow.
+#pragma omp parallel
+    { (void)0; }
+  }
+  return n;
 }
 
 }  // namespace posenc

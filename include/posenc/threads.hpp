@@ -15,4 +15,11 @@ constexpr int kMaxThreads = 4096;
 /// a memory or process limit (ulimit -v, RLIMIT_NPROC). Costs about 20 us per thread.
 int startable_threads(int requested);
 
+/// Sets the OpenMP worker count of the calling thread's parallel regions to `requested`
+/// (1 to kMaxThreads) when that many can start, and starts them now, so that their
+/// stacks are in place before the data take the room; when they cannot all start
+/// (startable_threads), to half of those that could (at least 1), leaving room for the
+/// data. Returns the count set.
+int set_worker_threads(int requested);
+
 }  // namespace posenc

@@ -154,16 +154,15 @@ int run(int argc, char** argv, bool full = false) {
   app.parse_complete_callback([&g] {
     if (g.threads <= 0) return;
     // libgomp ends the process when it cannot create a worker (ulimit -v, RLIMIT_NPROC):
-    // a count that cannot start runs on as many as can, with a note.
-    const int n = posenc::startable_threads(g.threads);
+    // a count that cannot start runs on fewer, with a note.
+    const int n = posenc::set_worker_threads(g.threads);
     if (n < g.threads && !g.quiet) {
       std::fprintf(stderr,
-                   "posenc: note: -j %d: only %d threads could be started (a memory or process "
-                   "limit); running on %d\n",
-                   g.threads, n, n);
+                   "posenc: note: -j %d: not that many threads can start here (a memory or "
+                   "process limit); running on %d\n",
+                   g.threads, n);
     }
     g.threads = n;
-    omp_set_num_threads(n);
   });
 
   try {

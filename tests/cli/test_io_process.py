@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 
 from posenc_testlib import BIN, UNDER_ASAN, PosencTestCase, run
+from reference_rope_freqs import default_inv
 from reference_sinusoidal import sinusoidal
 
 
@@ -70,20 +71,25 @@ class Threads(PosencTestCase):
     @unittest.skipIf(UNDER_ASAN, "address-space limits mean nothing under AddressSanitizer")
     def test_j_that_cannot_start_runs_on_fewer(self):
         def limit():
-            # Room for posenc, not for 600 thread stacks of 8 MiB.
+            # Room for posenc and the data, not for 600 thread stacks of 8 MiB.
             resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
             resource.setrlimit(resource.RLIMIT_STACK, (8 << 20, 8 << 20))
 
-        out = self.path("pe.npy")
-        p = run_limited(limit, "-j", 600, "table", "sinusoidal", "--positions", 2048, "--dim", 64,
-                        "--dtype", "f64", "-o", out)
+        x = np.random.default_rng(41).standard_normal((1, 64, 4096, 64)).astype(np.float32)
+        src, out = self.npy("q.npy", x), self.path("q_rot.npy")
+        p = run_limited(limit, "-j", 600, "rope", src, "-o", out)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertRegex(p.stderr, r"^posenc: note: -j 600: only \d+ threads could be started")
+        self.assertRegex(p.stderr, r"^posenc: note: -j 600: not that many threads can start "
+                                   r"here .*; running on \d+$")
         self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
-        np.testing.assert_allclose(np.load(out), sinusoidal(range(2048), 64), rtol=0,
-                                   atol=1e-15)
-        q = run_limited(limit, "-q", "-j", 600, "table", "sinusoidal", "--positions", 8,
-                        "--dim", 8, "-o", self.path("q.npy"))
+        # HF's rotate_half RoPE in float64 (base 10000, positions 0..S-1).
+        ang = np.arange(4096, dtype=np.float64)[:, None] * default_inv(10000.0, 64)[None, :]
+        emb = np.concatenate([ang, ang], axis=1)
+        xd = x.astype(np.float64)
+        half = np.concatenate([-xd[..., 32:], xd[..., :32]], axis=-1)
+        np.testing.assert_allclose(np.load(out), xd * np.cos(emb) + half * np.sin(emb),
+                                   rtol=0, atol=1e-5)
+        q = run_limited(limit, "-q", "-j", 600, "rope", src, "-o", out)
         self.assertEqual((q.returncode, q.stderr), (0, ""))
 
     def test_j_bounds(self):
