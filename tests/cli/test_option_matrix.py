@@ -230,6 +230,10 @@ ATTENTION_ROPE = {k: (["--rope"] + b, ["--rope"] + w) for k, (b, w) in ROPE_ROWS
                   if k not in ROPE_ONLY + ("--inverse", "--axes", "--dtype", "--precision",
                                            "--hf-config", "--layer-type", "--layer")}
 ATTENTION_ROPE["--inverse"] = (["--rope"], ["--rope", "--inverse"])
+# Scores depend on position differences alone: in the exact (f64) arithmetic --start moves
+# only bits that an f32 output rounds away, so the row writes f64.
+ATTENTION_ROPE["--start"] = (["--rope", "--dtype", "f64"], ["--rope", "--dtype", "f64",
+                                                            "--start", "5"])
 
 TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()
               if k not in ROPE_ONLY + ("--axes",)}
