@@ -39,10 +39,20 @@ std::size_t openmp_stack_bytes() {
   const unsigned long long v = std::strtoull(env, &end, 10);
   std::size_t unit = 1024;
   switch (end != nullptr ? *end : '\0') {
-    case 'b': case 'B': unit = 1; break;
-    case 'm': case 'M': unit = std::size_t{1} << 20; break;
-    case 'g': case 'G': unit = std::size_t{1} << 30; break;
-    default: break;
+    case 'b':
+    case 'B':
+      unit = 1;
+      break;
+    case 'm':
+    case 'M':
+      unit = std::size_t{1} << 20;
+      break;
+    case 'g':
+    case 'G':
+      unit = std::size_t{1} << 30;
+      break;
+    default:
+      break;
   }
   return v > (std::size_t{1} << 40) / unit ? 0 : static_cast<std::size_t>(v) * unit;
 }

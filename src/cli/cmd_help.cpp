@@ -11,9 +11,9 @@
 
 #include <cerrno>
 #include <csignal>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -96,7 +96,9 @@ bool run_man(const std::string& man, const std::string& page) {
   int fds[2] = {-1, -1};
   if (!terminal && ::pipe2(fds, O_CLOEXEC) != 0) return false;
   // As system(3): Ctrl-C and Ctrl-\ are for man and its pager, which keep the terminal.
-  struct sigaction ignore {}, old_int {}, old_quit {};
+  struct sigaction ignore {};
+  struct sigaction old_int {};
+  struct sigaction old_quit {};
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   ::sigaction(SIGINT, &ignore, &old_int);
@@ -124,10 +126,9 @@ bool run_man(const std::string& man, const std::string& page) {
   }
   if (pid < 0 || (WIFEXITED(status) && WEXITSTATUS(status) == 127)) return false;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
-  throw OutputError(fmt::format(
-      "help: man(1) could not show {} ({} {})", page,
-      WIFEXITED(status) ? "exit status" : "signal",
-      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status)));
+  throw OutputError(fmt::format("help: man(1) could not show {} ({} {})", page,
+                                WIFEXITED(status) ? "exit status" : "signal",
+                                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status)));
 }
 
 void show_page(const std::string& command) {

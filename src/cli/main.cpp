@@ -25,8 +25,8 @@
 #include "cli/suggest.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/atomic.hpp"
-#include "posenc/threads.hpp"
 #include "posenc/printable.hpp"
+#include "posenc/threads.hpp"
 #include "posenc/version.hpp"
 
 namespace {
