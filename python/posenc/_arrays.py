@@ -115,7 +115,7 @@ def dtype_name(dtype, what="dtype"):
             return low
     try:
         d = np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError):
         raise UsageError(f"{what}: unknown dtype {dtype!r}") from None
     if d.newbyteorder("=") not in _NAMES:
         raise UsageError(f"{what}: posenc has no dtype {d}")

@@ -28,7 +28,7 @@ def factor_list(value, what):
         except ValueError:
             pass
         try:
-            a, _ = _posenc.read(value)
+            a, _ = _posenc.read(path(value, what))
         except UsageError:
             raise UsageError(f"{what}: '{value}' is neither a comma-separated list of numbers "
                              "nor a tensor reference") from None
@@ -53,13 +53,14 @@ def rope_dict(kw, precision=None):
     if "hf_config" in d:
         d["hf_config"] = path(d["hf_config"], "hf_config")
     arith = d.get("arith", "exact")
-    if arith not in ("exact", "hf", "meta", "ggml"):
-        raise UsageError(f"arith: expected exact, hf, meta or ggml, got '{arith}'")
+    if not isinstance(arith, str) or arith not in ("exact", "hf", "meta", "ggml"):
+        raise UsageError(f"arith: expected exact, hf, meta or ggml, got {arith!r:.40}")
     if arith != "exact" and precision is not None:
         raise UsageError(f"precision: applies to arith exact only (arith {arith} has its "
                          "framework's own arithmetic)")
-    if precision is not None and precision not in ("f64", "f32"):
-        raise UsageError(f"precision: expected f64 or f32, got '{precision}'")
+    if precision is not None and (not isinstance(precision, str)
+                                  or precision not in ("f64", "f32")):
+        raise UsageError(f"precision: expected f64 or f32, got {precision!r:.40}")
     return d
 
 
@@ -68,12 +69,12 @@ _NO_POSITIONS = {}
 
 def positions_dict(start=0, position_ids=None, cu_seqlens=None):
     """start / position_ids / cu_seqlens as the C++ module's dict (int64 arrays)."""
+    if not isinstance(start, (int, np.integer)) or isinstance(start, bool):
+        raise UsageError(f"start: expected an integer, got {start!r:.40}")
     if start == 0 and position_ids is None and cu_seqlens is None:
         return _NO_POSITIONS
     if position_ids is not None and cu_seqlens is not None:
         raise UsageError("position_ids: cannot be combined with cu_seqlens")
-    if not isinstance(start, (int, np.integer)) or isinstance(start, bool):
-        raise UsageError(f"start: expected an integer, got {start!r}")
     return {"start": int(start), "position_ids": ints(position_ids, "position_ids"),
             "cu_seqlens": ints(cu_seqlens, "cu_seqlens")}
 
@@ -97,11 +98,47 @@ def axes_text(axes, what="axes"):
     return axes
 
 
+def items(value, n, what, expected):
+    """The n items of a sequence argument (a tuple of tensors or numbers)."""
+    try:
+        ok = not isinstance(value, (str, bytes, dict)) and len(value) == n
+    except TypeError:
+        ok = False
+    if not ok:
+        raise UsageError(f"{what}: expected {expected}, got {value!r:.40}")
+    return tuple(value)
+
+
 def pair(value, what):
     """Two integers (H, W) given as a pair."""
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
-        raise UsageError(f"{what}: expected two integers (H, W), got {value!r:.40}")
-    return tuple(value)
+    return items(value, 2, what, "two integers (H, W)")
+
+
+def number(value, what):
+    """A real number argument as a float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        raise UsageError(f"{what}: expected a number, got {type(value).__name__} {value!r:.40}")
+    return float(value)
+
+
+def whole(value, what):
+    """A whole-number argument as an int (an integral float too)."""
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and value == int(value):
+        return int(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise UsageError(f"{what}: expected a whole number, got {type(value).__name__} "
+                         f"{value!r:.40}")
+    return int(value)
+
+
+def flag(value, what):
+    """A True/False argument (numpy's bools, 0 and 1 too)."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
+                                                and value in (0, 1)):
+        return bool(value)
+    raise UsageError(f"{what}: expected True or False, got {type(value).__name__} "
+                     f"{value!r:.40}")
 
 
 def sections(value, what="mrope_section"):
@@ -113,7 +150,11 @@ def sections(value, what="mrope_section"):
             value = [int(v) for v in value.split(",")]
         except ValueError:
             raise UsageError(f"{what}: expected T,H,W integers, got '{value}'") from None
-    return [int(v) for v in value]
+    try:
+        values = list(value)
+    except TypeError:
+        raise UsageError(f"{what}: expected T,H,W integers, got {value!r:.40}") from None
+    return [whole(v, what) for v in values]
 
 
 def emit_list(emit, default):
@@ -122,6 +163,8 @@ def emit_list(emit, default):
         return list(default), False
     if isinstance(emit, str):
         return [emit], True
+    if not isinstance(emit, (list, tuple)) or not all(isinstance(e, str) for e in emit):
+        raise UsageError(f"emit: expected a name or a sequence of names, got {emit!r:.40}")
     names = list(emit)
     for e in names:
         if names.count(e) > 1:
@@ -138,9 +181,13 @@ def layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
         pos.pop("position_ids", None)
         pos["coords"] = reals(position_ids, "position_ids")
     if coords is not None:
-        pos["grid"] = str(coords)
-        pos["prefix_tokens"] = 0 if prefix_tokens is None else int(prefix_tokens)
-        pos["merge_window"] = 1 if merge_window is None else int(merge_window)
+        if not isinstance(coords, str):
+            raise UsageError(f"coords: expected \"grid:E1,E2,...\" or \"centres:H,W\", got "
+                             f"{coords!r:.40}")
+        pos["grid"] = coords
+        pos["prefix_tokens"] = 0 if prefix_tokens is None else whole(prefix_tokens,
+                                                                     "prefix_tokens")
+        pos["merge_window"] = 1 if merge_window is None else whole(merge_window, "merge_window")
     elif prefix_tokens is not None or merge_window is not None:
         raise UsageError(("prefix_tokens" if prefix_tokens is not None else "merge_window")
                          + ": applies to coords only")
@@ -149,12 +196,13 @@ def layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
     if layout is not None and inv_freq is not None:
         raise UsageError("inv_freq: gives the layout itself; not with layout")
     if layout is not None:
-        apply["layout"] = str(layout)
+        apply["layout"] = layout
     if inv_freq is not None:
         apply["inv_freq"] = reals(inv_freq, "inv_freq")
     if freq_scale is not None:
-        apply["freq_scale"] = (2 * math.pi if freq_scale in ("2pi", "tau")
-                               else float(freq_scale))
+        apply["freq_scale"] = (2 * math.pi if isinstance(freq_scale, str)
+                               and freq_scale in ("2pi", "tau")
+                               else number(freq_scale, "freq_scale"))
     if rope_d.get("style") == "tiled":
         rope_d["style"] = "neox"
         apply["tiled"] = True

@@ -15,6 +15,10 @@ from ._errors import usage_errors as _usage_errors
 from ._options import emit_list as _emit_list
 from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
+from ._options import flag as _flag
+from ._options import items as _items
+from ._options import pair as _pair
+from ._options import whole as _whole
 from ._posenc import InputError, UsageError
 
 __all__ = ["sinusoidal", "rope", "rope2d", "alibi", "relative", "t5_bucket", "xl_relative",
@@ -42,8 +46,8 @@ def _run(kind, request, dtype, rope=None, pos=None, emits=None, single=True):
 
 def _layout(layout):
     """Whether `layout` ("full" or "half") asks for half-width lines."""
-    if layout not in ("full", "half"):
-        raise UsageError(f"layout: expected full or half, got '{layout}'")
+    if not isinstance(layout, str) or layout not in ("full", "half"):
+        raise UsageError(f"layout: expected full or half, got {layout!r:.40}")
     return layout == "half"
 
 
@@ -75,7 +79,7 @@ def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", 
     The ROPE OPTIONS (style, base, rotary_dim, partial, scaling, factor, ..., hf_config,
     hf_version, inverse, precision, arith) are those of posenc.rope.
     """
-    if dim is not None and dim <= 0:
+    if dim is not None and _whole(dim, "dim") <= 0:
         raise UsageError(f"dim: must be at least 1, got {dim}")
     if dim is None and hf_config is None:
         raise UsageError("dim: the head dimension is required (or give hf_config)")
@@ -85,7 +89,7 @@ def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", 
     pos = _positions(start, position_ids, cu_seqlens)
     emits, single = _emit_list(emit, ("cos-sin",))
     request = {"positions": positions, "dim": dim, "half": _layout(layout),
-               "inverse": bool(inverse), "precision": precision}
+               "inverse": _flag(inverse, "inverse"), "precision": precision}
     return _run("rope", request, dtype, rope_d, pos, emits, single)
 
 
@@ -121,7 +125,8 @@ def t5_bucket(*, q_len=None, k_len=None, buckets=32, max_distance=128, causal=Fa
     """HF T5's _relative_position_bucket of j - i [Q, K]; causal=True for decoder
     buckets (bidirectional=False)."""
     return _run("t5-bucket", {"q_len": q_len, "k_len": k_len, "buckets": buckets,
-                              "max_distance": max_distance, "bidirectional": not causal},
+                              "max_distance": max_distance,
+                              "bidirectional": not _flag(causal, "causal")},
                 dtype)
 
 
@@ -139,8 +144,10 @@ def funnel_relative(*, seq_len, dim, block=0, shift=1, separate_cls=False, trunc
     get_position_embeds()[block][shift - 1]): shift 2 for the block's first layer
     (queries pooled, keys not), 1 otherwise."""
     return _run("funnel-relative", {"seq_len": seq_len, "dim": dim, "block": block,
-                                    "shift": shift, "separate_cls": bool(separate_cls),
-                                    "truncate_seq": bool(truncate_seq), "base": base}, dtype)
+                                    "shift": shift,
+                                    "separate_cls": _flag(separate_cls, "separate_cls"),
+                                    "truncate_seq": _flag(truncate_seq, "truncate_seq"),
+                                    "base": base}, dtype)
 
 
 def funnel_factorized(*, seq_len, dim, emit="phi", block=0, key_block=None,
@@ -150,8 +157,9 @@ def funnel_factorized(*, seq_len, dim, emit="phi", block=0, key_block=None,
     (psi, omega; default block)."""
     return _run("funnel-factorized", {"seq_len": seq_len, "dim": dim, "emit": emit,
                                       "block": block, "key_block": key_block,
-                                      "separate_cls": bool(separate_cls),
-                                      "truncate_seq": bool(truncate_seq), "base": base}, dtype)
+                                      "separate_cls": _flag(separate_cls, "separate_cls"),
+                                      "truncate_seq": _flag(truncate_seq, "truncate_seq"),
+                                      "base": base}, dtype)
 
 
 def deberta_bucket(*, q_len=None, k_len=None, position_buckets=256,
@@ -181,12 +189,15 @@ def _window(window, what="window"):
     """(H, W) of a window given as H (square) or (H, W), as the command's --window H [W]."""
     if window is None:
         return None
-    if isinstance(window, (int,)) or getattr(window, "ndim", None) == 0:
-        return (int(window), int(window))
-    sides = tuple(window)
+    if np.ndim(window) == 0 and not isinstance(window, (str, bytes)):
+        return (_whole(window, what),) * 2
+    try:
+        sides = tuple(window) if not isinstance(window, (str, bytes)) else ()
+    except TypeError:
+        sides = ()
     if len(sides) not in (1, 2):
-        raise UsageError(f"{what}: expected H or (H, W), got {len(sides)} values")
-    return (int(sides[0]), int(sides[-1]))
+        raise UsageError(f"{what}: expected H or (H, W), got {window!r:.40}")
+    return (_whole(sides[0], what), _whole(sides[-1], what))
 
 
 def swin_index(*, window, bias_table=None, dtype=None):
@@ -212,9 +223,8 @@ def swinv2_coords(*, window, pretrained_window=None, mlp=None, dtype=None):
     mlp (W1 [hidden, 2], B1 [hidden], W2 [heads, hidden]), HF's
     continuous_position_bias_mlp: the bias 16 sigmoid(mlp(coords)) gathered by
     relative_position_index, [heads, HW, HW], instead."""
-    if mlp is not None and len(mlp) != 3:
-        raise UsageError("mlp: expected the three weights (W1, B1, W2)")
-    w1, b1, w2 = mlp if mlp is not None else (None, None, None)
+    w1, b1, w2 = (None, None, None) if mlp is None else _items(
+        mlp, 3, "mlp", "the three weights (W1, B1, W2)")
     return _run("swinv2-coords", {"window": _window(window),
                                   "pretrained_window": _window(pretrained_window,
                                                                "pretrained_window"),
@@ -243,9 +253,10 @@ def detr_sine(*, embedding_dim, mask=None, size=None, temperature=10000.0, norma
     m = None
     if mask is not None:
         m = _values(mask, "mask", allow_bool=True)
-    return _run("detr-sine", {"mask": m, "size": None if size is None else tuple(size),
+    return _run("detr-sine", {"mask": m, "size": None if size is None else tuple(
+                                  _whole(n, "size") for n in _pair(size, "size")),
                               "embedding_dim": embedding_dim, "temperature": temperature,
-                              "normalize": bool(normalize), "scale": scale,
+                              "normalize": _flag(normalize, "normalize"), "scale": scale,
                               "layout": layout, "temperature_width": temperature_width,
                               "offset": offset}, dtype)
 
@@ -339,7 +350,10 @@ def reformer_axial(*, axial_shape, weights, positions=None, position_ids=None, d
     position_ids [b, s] ([b, s, hidden]) as HF's eval-mode forward selects them."""
     if weights is None or isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
         raise UsageError("weights: expected a sequence of weights, one per axis")
-    return _run("reformer-axial", {"axial_shape": [int(n) for n in axial_shape],
+    if isinstance(axial_shape, (str, bytes)) or not hasattr(axial_shape, "__iter__"):
+        raise UsageError(f"axial_shape: expected the grid's sides, got {axial_shape!r:.40}")
+    return _run("reformer-axial", {"axial_shape": [_whole(n, "axial_shape")
+                                                   for n in axial_shape],
                                    "weights": [_values(w, "weights") for w in weights],
                                    "positions": positions,
                                    "position_ids": _ints(position_ids, "position_ids")}, dtype)

@@ -26,6 +26,7 @@ import math
 import os
 import random
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -334,6 +335,8 @@ def run(args):
             print(f"\ncase {case} ({kind[0]}, replay with --seed {args.seed} --case {case}): "
                   f"{shown!r:.400}\n{tb}")
     print(f"{n} calls, {len(failures)} raised something else than posenc.Error/MemoryError")
+    os.chdir("/")
+    shutil.rmtree(folder, ignore_errors=True)
     return 1 if failures else 0
 
 
