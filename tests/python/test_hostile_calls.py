@@ -6,6 +6,7 @@ interpreter run in a fresh one (subprocess), so that a regression fails the test
 than the test run. References are written here with numpy (and torch for bf16)."""
 import ctypes
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -80,8 +81,10 @@ show(lambda: posenc.write("x.npy", None))
 def test_bad_types_and_ranges_name_the_keyword():
     q = np.ones((1, 2, 4, 8), np.float32)
     cases = [
-        (lambda: posenc.rope(q, rotary_dim=2**40), "rotary_dim: int 1099511627776 is out of range"),
-        (lambda: posenc.rope(q, max_pos=2**64), "max_pos: int 18446744073709551616 is out of range"),
+        (lambda: posenc.rope(q, rotary_dim=2**40),
+         "rotary_dim: int 1099511627776 is out of range"),
+        (lambda: posenc.rope(q, max_pos=2**64),
+         "max_pos: int 18446744073709551616 is out of range"),
         (lambda: posenc.rope(q, base="x"), "base: expected a number, got str 'x'"),
         (lambda: posenc.rope(q, base=10**400), "base: int 1000"),
         (lambda: posenc.rope(q, axes=5), "axes: expected letters of b, h, s, d"),
@@ -90,8 +93,10 @@ def test_bad_types_and_ranges_name_the_keyword():
         (lambda: posenc.rope(q, short_factor=[1.0, "x"], scaling="longrope"), "short_factor"),
         (lambda: posenc.attention(q, q, scale="big"), "scale: expected a number, got str 'big'"),
         (lambda: posenc.attention(q, q, sinks="x"), "sinks: posenc has no dtype"),
-        (lambda: posenc.table.rope(positions=2**70, dim=8), "positions: int 1180591620717411303424 is out of range"),
-        (lambda: posenc.table.sinusoidal(positions=4, dim="8"), "dim: expected an integer, got str '8'"),
+        (lambda: posenc.table.rope(positions=2**70, dim=8),
+         "positions: int 1180591620717411303424 is out of range"),
+        (lambda: posenc.table.sinusoidal(positions=4, dim="8"),
+         "dim: expected an integer, got str '8'"),
         (lambda: posenc.write("x.npy", q, attrs={"a": None}), "attrs a: expected a str, int"),
         (lambda: posenc.write("x.npy", q, attrs={1: 2}), "attrs: expected names as strings"),
         (lambda: posenc.compare(q, q, ulp=-1), "ulp -1: must be a whole number >= 0"),
@@ -106,6 +111,26 @@ def test_bad_types_and_ranges_name_the_keyword():
         assert text in str(e.value), (str(e.value), text)
         for internal in ("Unable to cast", "unexpected type", "incompatible function"):
             assert internal not in str(e.value)
+
+
+@pytest.mark.parametrize("call,text", [
+    (lambda q: posenc.rope(q, inverse=np.ones(3)), "inverse: expected True or False"),
+    (lambda q: posenc.rope(q, mrope_section=5), "mrope_section: expected T,H,W integers"),
+    (lambda q: posenc.rope(q, precision=np.ones(2)), "precision: expected f64 or f32"),
+    (lambda q: posenc.rope(q, freq_scale="x"), "freq_scale: expected a number"),
+    (lambda q: posenc.attention(q, q, window=(1, 2, 3)), "window: expected LEFT or (LEFT, RIGHT)"),
+    (lambda q: posenc.attention(q, q, attn_temperature=5.0), "attn_temperature: expected"),
+    (lambda q: posenc.attention(q, q, emit=True), "emit: expected a name or a sequence"),
+    (lambda q: posenc.attention(q, q, decomposed_rel_pos=q, grid=(2, 2)),
+     "decomposed_rel_pos: expected (RH, RW)"),
+    (lambda q: posenc.table.swin_index(window=2.5), "window: expected a whole number"),
+    (lambda q: posenc.table.rope2d(height=2, width=2, dim=8, emit=True), "emit: expected"),
+    (lambda q: posenc.table.t5_bucket(q_len=2, k_len=2, causal=np.ones(2)), "causal: expected"),
+    (lambda q: posenc.table.t5_bucket(q_len=2, k_len=2, dtype="\udcff"), "dtype: unknown dtype"),
+])
+def test_keyword_checks_name_the_keyword(call, text):
+    with pytest.raises(posenc.UsageError, match=re.escape(text)):
+        call(np.ones((1, 2, 4, 8), np.float32))
 
 
 def test_python_call_errors_stay_type_errors():
