@@ -165,6 +165,26 @@ for n in (100000, 2**31 - 1):
         "rope (1, 2, 4, 8)"]
 
 
+def test_thread_count_that_cannot_start_runs_on_fewer(tmp_path):
+    # Under an address-space limit libgomp could not create the workers and ended the
+    # interpreter ("Thread creation failed", exit 1).
+    p = run_python("""
+        import resource, warnings
+        import numpy as np, posenc
+        x = np.ones((1, 2, 64, 8), np.float32)
+        want = posenc.rope(x)
+        vm = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20),) * 2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            posenc.set_threads(4096)
+        print(len(w), w[0].category.__name__, "only" in str(w[0].message))
+        print(np.array_equal(posenc.rope(x), want))
+        """, tmp_path)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode().split() == ["1", "RuntimeWarning", "True", "True"]
+
+
 def openmp():
     """libgomp, as the module loads it, for its per-thread settings."""
     try:
