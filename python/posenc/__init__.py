@@ -18,7 +18,11 @@ Errors are ``posenc.Error`` subclasses, one per exit status of the command:
 ``UsageError`` (2: a bad option value), ``InputError`` (3: bad input data, shapes),
 ``OutputError`` (4: an output could not be written); ``DifferError`` (1) is raised by
 ``CompareResult.check()``. The messages are the library's, naming the keyword argument.
-The GIL is released while posenc computes.
+Any bad argument (None for a tensor, a number out of range, a wrong type) is a
+UsageError; a call Python itself refuses (an unknown keyword) is its TypeError, and a
+request larger than memory may be a MemoryError. The GIL is released while posenc
+computes; ``set_threads`` holds for every thread, and a process forked after the import
+computes single-threaded.
 """
 
 import warnings
