@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "encodings/rope_framework.hpp"
 #include "encodings/torch_cpu.hpp"
@@ -123,9 +125,26 @@ void framework_rope_row(const FrameworkRope& f, std::int64_t position, bool inve
   const std::size_t n = f.inv_freq.size();
   const float pos = static_cast<float>(position);
   for (std::size_t j = 0; j < n; ++j) angle[j] = pos * f.inv_freq[j];
-  if (f.arith == Arith::hf) {
+  framework_trig(f, angle, n, inverse, cos, sin);
+}
+
+void framework_trig(const FrameworkRope& f, const float* angle, std::size_t n, bool inverse,
+                    float* cos, float* sin) {
+  if (f.arith == Arith::hf && n % 8 != 0) {
+    // HF's tensors hold each row twice (cat((freqs, freqs))): over the doubled row the
+    // vectors are torch's wherever a row starts one (R a multiple of 8).
+    std::vector<float> a2(2 * n), c2(2 * n), s2(2 * n);
+    std::copy(angle, angle + n, a2.begin());
+    std::copy(angle, angle + n, a2.begin() + static_cast<std::ptrdiff_t>(n));
+    torch_cpu::cos(a2.data(), c2.data(), 2 * n);
+    torch_cpu::sin(a2.data(), s2.data(), 2 * n);
+    std::copy(c2.begin(), c2.begin() + static_cast<std::ptrdiff_t>(n), cos);
+    std::copy(s2.begin(), s2.begin() + static_cast<std::ptrdiff_t>(n), sin);
+  } else if (f.arith == Arith::hf) {
     torch_cpu::cos(angle, cos, n);
     torch_cpu::sin(angle, sin, n);
+  }
+  if (f.arith == Arith::hf) {
     for (std::size_t j = 0; j < n; ++j) {
       cos[j] = cos[j] * f.attention_scaling;
       sin[j] = sin[j] * f.attention_scaling;

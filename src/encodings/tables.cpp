@@ -402,7 +402,16 @@ Table rope_table(const RopeTableRequest& r) {
   } else if (f.layout.custom() && ids->size() == f.layout.sections.size() * rows) {
     comp = std::make_shared<std::vector<int>>(layout_components(f));
   }
-  t.spec.line = [inv, inv32, ids, comp, rs, rows, start, f32, fw](std::size_t line, double* out) {
+  if (fw && comp && (fw->arith != Arith::hf || f.mrope_section.empty())) {
+    throw UsageError(fmt::format("--arith {}: {} ids are computed exactly only",
+                                 arith_name(fw->arith),
+                                 f.mrope_section.empty()
+                                     ? "the " + rope_layout_preset_name(f.layout.preset) + " layout's"
+                                     : std::string("M-RoPE")));
+  }
+  const bool merged = f.mrope_interleaved;
+  t.spec.line = [inv, inv32, ids, comp, rs, rows, start, f32, fw, merged](std::size_t line,
+                                                                         double* out) {
     const int part = static_cast<int>(line / rows);
     const std::size_t row = line % rows;
     const std::int64_t p = ids->empty() ? start + static_cast<std::int64_t>(row) : (*ids)[row];
@@ -410,6 +419,21 @@ Table rope_table(const RopeTableRequest& r) {
       // Framework arithmetic: the framework's own float32 angles, cos and sin.
       std::vector<float> fa(rs.pairs), fc(rs.pairs), fs(rs.pairs);
       framework_rope_row(*fw, p, rs.sin_sign < 0, fa.data(), fc.data(), fs.data());
+      // M-RoPE (hf): pair j from the row at its component's position, as Qwen2-VL picks
+      // its sections after cos and sin; Qwen3-VL merges the angles before them (torch's
+      // cos of a value depends on its 8-lane vector: see framework_trig).
+      for (int ax = 1; comp && ax < 3; ++ax) {
+        std::vector<float> ca(rs.pairs), cc(rs.pairs), cs(rs.pairs);
+        framework_rope_row(*fw, (*ids)[static_cast<std::size_t>(ax) * rows + row],
+                           rs.sin_sign < 0, ca.data(), cc.data(), cs.data());
+        for (std::size_t j = 0; j < rs.pairs; ++j) {
+          if ((*comp)[j] != ax) continue;
+          fa[j] = ca[j], fc[j] = cc[j], fs[j] = cs[j];
+        }
+      }
+      if (comp && merged) {
+        framework_trig(*fw, fa.data(), rs.pairs, rs.sin_sign < 0, fc.data(), fs.data());
+      }
       if (rs.emit == RopeEmit::angles) {
         std::vector<double> a(fa.begin(), fa.end());
         rs.line(a.data(), part, out);

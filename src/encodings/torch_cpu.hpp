@@ -6,7 +6,8 @@
 // What torch does, measured against Debian's python3-torch:
 // - Unary transcendentals (cos, sin, exp) map SLEEF's 8-lane 1-ulp functions
 //   (Sleef_cosf8_u10, ...) over the data; the remainder is a zero-padded partial
-//   vector through the same function, so every element depends only on its input.
+//   vector through the same function. SLEEF reduces all 8 lanes the slow way when one
+//   of them is large (|x| >= 125), so an element's result depends on its vector.
 // - pow(scalar, tensor) runs Sleef_powf8_u10 on blocks of 16 elements (two vectors per
 //   step) and the scalar libm powf on the remaining n % 16, so an element's result
 //   depends on its index in the tensor.

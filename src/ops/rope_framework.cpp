@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -271,6 +272,7 @@ FrameworkLayout hf_framework_layout(const FrameworkRope& fw, const RopeFreqs& f,
       }
       l.freq = fw.inv_freq;
       l.rotation = fw.hf_rotation;
+      l.pick_after_trig = !il;
       break;
     }
     case RopeLayoutPreset::axial:
@@ -325,19 +327,28 @@ void framework_layout_row(const FrameworkRope& fw, const FrameworkLayout& l,
                           const double* coords, bool inverse, float* angle, float* cos,
                           float* sin) {
   const std::size_t n = l.freq.size();
-  float c[kMaxRopeAxes];
-  for (std::size_t a = 0; a < kMaxRopeAxes; ++a) c[a] = 0.0f;
+  float c[kMaxRopeAxes] = {};
+  std::size_t axes = 0;
   for (std::size_t j = 0; j < n; ++j) {
     const std::size_t a = l.axis[j];
+    axes = std::max(axes, a + 1);
     c[a] = l.centres.empty() ? static_cast<float>(coords[a])
                              : dinov3_coordinate(coords[a], l.centres[a]);
   }
   for (std::size_t j = 0; j < n; ++j) angle[j] = c[l.axis[j]] * l.freq[j];
-  torch_cpu::cos(angle, cos, n);
-  torch_cpu::sin(angle, sin, n);
-  for (std::size_t j = 0; j < n; ++j) {
-    cos[j] = cos[j] * fw.attention_scaling;
-    sin[j] = inverse ? -(sin[j] * fw.attention_scaling) : sin[j] * fw.attention_scaling;
+  if (!l.pick_after_trig) {
+    framework_trig(fw, angle, n, inverse, cos, sin);
+    return;
+  }
+  std::vector<float> row(n), rc(n), rs(n);
+  for (std::size_t a = 0; a < axes; ++a) {
+    for (std::size_t j = 0; j < n; ++j) row[j] = c[a] * l.freq[j];
+    framework_trig(fw, row.data(), n, inverse, rc.data(), rs.data());
+    for (std::size_t j = 0; j < n; ++j) {
+      if (l.axis[j] != a) continue;
+      cos[j] = rc[j];
+      sin[j] = rs[j];
+    }
   }
 }
 

@@ -43,6 +43,9 @@ struct FrameworkLayout {
   std::vector<std::size_t> axis;      ///< per pair: the coordinate axis
   std::vector<float> freq;            ///< per pair: the float32 frequency HF forms
   std::vector<std::int64_t> centres;  ///< DINOv3: the grid extents; empty: integer coordinates
+  /// Qwen2-VL: cos and sin of every axis's whole row, each pair picked after (torch's
+  /// cos of a value depends on its 8-lane vector: see framework_trig)
+  bool pick_after_trig = false;
   HfRotation rotation = HfRotation::storage;  ///< how the model's apply rounds
 };
 

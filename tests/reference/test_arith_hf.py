@@ -397,6 +397,24 @@ class HfMrope(PosencTestCase):
             self.check((24, 20, 20), True, gapped_ids(3, s, top, seed=s))
         self.check((24, 20, 20), True, gapped_ids(3, 100, 5000, batch=2, seed=9))
 
+    def test_sections_across_sleef_vectors(self):
+        # Sections that split an 8-lane vector (20, 22, 22): torch's cos of a value
+        # depends on the other lanes of its vector (SLEEF reduces every lane the slow way
+        # when one is large), and Qwen2-VL takes cos and sin of each axis's whole row
+        # before it picks the sections.
+        ids = gapped_ids(3, 2000, 30_000_000, seed=31)
+        self.check((20, 22, 22), False, ids)
+        x = (torch.randn(1, 2, 2000, self.D, generator=torch.Generator().manual_seed(3))
+             * 4).to(torch.float32)
+        want = self.hf(x, ids, (20, 22, 22), False)
+        # Not the same angles with cos and sin taken after the pick.
+        emb = ref.MultimodalRotaryEmbedding(qwen2_vl_config(self.D, (20, 22, 22))[0])
+        freqs = torch.from_numpy(ids).float()[..., None] * emb.inv_freq
+        picked = torch.cat([m[i % 3] for i, m in enumerate(freqs.split([20, 22, 22], -1))], -1)
+        merged = torch.cat((picked, picked), -1)[0]
+        self.assertGreater(bit_mismatches(want, ref.apply_rotary_pos_emb(
+            x, merged.cos()[None], merged.sin()[None])), 0)
+
     def test_text_tokens_and_scaling(self):
         # [s] ids: every axis the same position (HF's text tokens); YaRN's attention
         # factor multiplies cos and sin in float32 as Qwen2VLRotaryEmbedding does.
@@ -423,6 +441,67 @@ class HfMrope(PosencTestCase):
         self.assertGreater(bit_mismatches(got, self.hf(x, ids, (16, 24, 24), True)), 0)
         exact = self.posenc(x, ids, (16, 24, 24), False, arith="exact")
         self.assertGreater(bit_mismatches(got, exact), 0)
+
+
+class HfMropeConfigs(PosencTestCase):
+    # The published configs (tests/data): `rope --hf-config` and `table rope --hf-config`
+    # under --arith hf against the transcribed rotary embeddings with their values.
+    CONFIGS = (("qwen2-vl-7b-instruct.json", (16, 24, 24), False, 1000000.0),
+               ("qwen3-vl-4b-instruct.json", (24, 20, 20), True, 5000000.0))
+
+    def config(self, name):
+        return os.path.join(os.environ["POSENC_SOURCE_DIR"], "tests", "data", name)
+
+    def hf_cos_sin(self, ids, section, interleaved, theta, dtype):
+        """cos, sin [b, s, 128] as the rotation applies them (the sections picked)."""
+        cfg = ref.Config(128, {"rope_type": "default", "rope_theta": theta}, 32768)
+        emb = ref.MultimodalRotaryEmbedding(cfg, interleaved=list(section) if interleaved else None)
+        cos, sin = emb.forward(torch.zeros(1, dtype=dtype), torch.from_numpy(ids))
+        if not interleaved:
+            pick = lambda t: torch.cat([m[i % 3] for i, m in
+                                        enumerate(t.split(list(section) * 2, dim=-1))], dim=-1)
+            cos, sin = pick(cos), pick(sin)
+        return cos, sin
+
+    def test_rope_and_tables_from_configs(self):
+        ids = gapped_ids(3, 700, 20_000_000, seed=21)
+        np.save(self.path("ids.npy"), ids[:, 0])
+        for name, section, il, theta in self.CONFIGS:
+            cfg = self.config(name)
+            with self.subTest(config=name, what="table"):
+                out = self.path("t.npy")
+                self.run_ok("table", "rope", "--hf-config", cfg, "--arith", "hf", "--position-ids",
+                            self.path("ids.npy"), "--emit", "cos-sin", "--dtype", "f32", "-o", out)
+                got = torch.from_numpy(np.load(out))
+                cos, sin = self.hf_cos_sin(ids, section, il, theta, torch.float32)
+                self.assertEqual(bit_mismatches(got[0], cos[0]), 0)
+                self.assertEqual(bit_mismatches(got[1], sin[0]), 0)
+            for dtype in (torch.bfloat16, torch.float32):
+                x = (torch.randn(1, 2, 700, 128, generator=torch.Generator().manual_seed(2))
+                     * 4).to(dtype)
+                cos, sin = self.hf_cos_sin(ids, section, il, theta, dtype)
+                src, out = save_torch(self, "x", x), out_ref(self, "y", dtype)
+                self.run_ok("rope", src, "-o", out, "--arith", "hf", "--hf-config", cfg,
+                            "--position-ids", self.path("ids.npy"))
+                with self.subTest(config=name, dtype=str(dtype)):
+                    want = ref.apply_rotary_pos_emb(x, cos, sin)
+                    self.assertEqual(bit_mismatches(load_torch(out, dtype), want), 0)
+
+    def test_tables_of_other_layouts_refused(self):
+        np.save(self.path("ids.npy"), np.zeros((3, 4), np.int64))
+        for arith, cfg, match in (("meta", self.CONFIGS[0][0], "--arith meta: M-RoPE"),
+                                  ("hf", "ernie-4.5-vl.json", "ernie-vl layout")):
+            path = self.config(cfg) if arith == "meta" else self.path(cfg)
+            if arith == "hf":
+                with open(path, "w") as f:
+                    json.dump({"model_type": "ernie4_5_vl_moe", "text_config": {
+                        "model_type": "ernie4_5_vl_moe_text", "hidden_size": 256,
+                        "num_attention_heads": 2, "max_position_embeddings": 4096,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0,
+                                            "mrope_section": [22, 22, 20]}}}, f)
+            self.assert_fails(2, "table", "rope", "--hf-config", path, "--arith", arith,
+                              "--position-ids", self.path("ids.npy"), "-o", self.path("t.npy"),
+                              match=match)
 
 
 class HfVision(PosencTestCase):
@@ -464,6 +543,28 @@ class HfVision(PosencTestCase):
                     # Not the rounding of each operation in the storage type.
                     storage = ref.apply_rotary_pos_emb(x, cos.to(dtype)[None], sin.to(dtype)[None])
                     self.assertGreater(bit_mismatches(got, storage), 0)
+
+    def test_rows_not_a_multiple_of_8_pairs(self):
+        # R/2 = 36: torch's 8-lane vectors of cos(cat((emb, emb))) take the last 4 angles
+        # of a row with its first 4 (SLEEF's cos of a lane depends on its vector's other
+        # lanes when one is large); large (h, w) ids make some lanes large. posenc forms
+        # the first half's cos and sin as torch does, which the first R/2 dims use; the
+        # second half's copies may differ in the last bit (see posenc-rope(1)).
+        d, n = 72, 600
+        pos_hw = torch.from_numpy(np.random.default_rng(40).integers(0, 3000, (n, 2)))
+        cos, sin = ref.vision_cos_sin(d, pos_hw)
+        np.save(self.path("hw.npy"), pos_hw.T.contiguous().numpy())
+        for dtype in (torch.float32, torch.bfloat16):
+            x = self.inputs(2, n, d, dtype)
+            want = ref.apply_rotary_pos_emb_vision(x[0].transpose(0, 1), cos, sin)
+            got = self.rope(x, "--layout", "axial", "--position-ids", self.path("hw.npy"))
+            want = want.transpose(0, 1)[None]
+            self.assertEqual(bit_mismatches(got[..., : d // 2], want[..., : d // 2]), 0)
+        # Not cos and sin of each row alone (a partial last vector padded with zeros).
+        half = torch.cat([ref.VisionRotaryEmbedding(d // 2).forward(3000)[pos_hw[:, 0]],
+                          ref.VisionRotaryEmbedding(d // 2).forward(3000)[pos_hw[:, 1]]], -1)
+        alone = torch.stack([torch.cos(r.clone()) for r in half])
+        self.assertGreater(bit_mismatches(alone, cos[:, : d // 2]), 0)
 
     def test_pixtral_bit_for_bit(self):
         d, side = 64, 80  # Pixtral-12B: head_dim 64, image_size 1024 / patch_size 16

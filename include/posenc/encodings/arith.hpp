@@ -72,4 +72,11 @@ void attach_framework(const RopeParams& p, RopeFreqs& f);
 void framework_rope_row(const FrameworkRope& f, std::int64_t position, bool inverse, float* angle,
                         float* cos, float* sin);
 
+/// hf and meta: cos and sin of n float32 angles as framework_rope_row forms them from its
+/// angles (hf: torch's kernels over the n values as one tensor, then the attention
+/// scaling; torch's cos and sin of a value depend on the other values of its 8-lane
+/// vector, so `angle` must hold what the framework's tensor holds there).
+void framework_trig(const FrameworkRope& f, const float* angle, std::size_t n, bool inverse,
+                    float* cos, float* sin);
+
 }  // namespace posenc
