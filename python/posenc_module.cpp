@@ -492,7 +492,7 @@ Attrs attrs_from(const py::dict& d) {
     if (v.is_none()) bad_type(key, "a str, int, float or list of numbers", v);
     if (py::isinstance<py::bool_>(v) || PyIndex_Check(v.ptr())) {
       out.push_back({name, *get<long long>(one, key.c_str())});
-    } else if (PyFloat_Check(v.ptr())) {
+    } else if (PyNumber_Check(v.ptr()) && !py::isinstance<py::array>(v)) {  // numpy's floats too
       out.push_back({name, *get<double>(one, key.c_str())});
     } else if (py::isinstance<py::str>(v)) {
       out.push_back({name, *get<std::string>(one, key.c_str())});

@@ -133,6 +133,16 @@ def test_keyword_checks_name_the_keyword(call, text):
         call(np.ones((1, 2, 4, 8), np.float32))
 
 
+def test_write_attrs_numpy_scalars_and_bad_values(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    ref = str(tmp_path / "a.h5") + ":/d"
+    posenc.write(ref, np.ones(3, np.float32), attrs={"f": np.float32(1.5), "i": np.int64(3)})
+    with h5py.File(tmp_path / "a.h5") as f:
+        assert dict(f["d"].attrs) == {"f": 1.5, "i": 3}
+    with pytest.raises(posenc.UsageError, match=r"attrs c: expected a number, got complex"):
+        posenc.write(str(tmp_path / "b.npy"), np.ones(3), attrs={"c": 1j})
+
+
 def test_python_call_errors_stay_type_errors():
     # An unknown keyword or a missing argument is Python's own TypeError, as for any
     # Python function.
