@@ -362,17 +362,18 @@ RopeFreqs compute_rope_freqs(const RopeParams& p) {
       std::int64_t l0 = require_l0(p, "longrope");
       auto check_len = [&](const std::vector<double>& v, const char* name) {
         if (!v.empty() && v.size() != half) {
-          usage(fmt::format("--{}: expected {} values (rotary dim / 2), got {}", name, half,
-                            v.size()));
+          p.sources.fail(name, fmt::format("{}: expected {} values (rotary dim / 2), got {}", name,
+                                           half, v.size()));
         }
         for (double x : v) {
           if (!(x > 0.0) || !std::isfinite(x)) {
-            usage(fmt::format("--{}: values must be positive numbers, got {}", name, x));
+            p.sources.fail(name,
+                           fmt::format("{}: values must be positive numbers, got {}", name, x));
           }
         }
       };
-      check_len(p.short_factor, "short-factor");
-      check_len(p.long_factor, "long-factor");
+      check_len(p.short_factor, "short_factor");
+      check_len(p.long_factor, "long_factor");
       std::int64_t seq = p.seq_len;
       bool use_long = seq > l0;
       const std::vector<double>& ext = use_long ? p.long_factor : p.short_factor;

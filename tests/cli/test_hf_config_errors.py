@@ -71,6 +71,20 @@ class ConfigValueErrors(PosencTestCase):
                           "--precision", "f32", "--base", "1e-100",
                           match=r"^posenc: error: --base: frequency 1e\+50 ")
 
+    def test_longrope_list_that_does_not_fit_rotary_dim_names_the_key(self):
+        # The config's short_factor fits its own 8 dims (4 pairs), not --rotary-dim 4.
+        cfg = self.config(head_dim=8, max_position_embeddings=64,
+                          rope_scaling={"rope_type": "longrope", "factor": 2.0,
+                                        "original_max_position_embeddings": 32,
+                                        "short_factor": [1, 1, 1, 1], "long_factor": [2, 2, 2, 2]})
+        self.run_ok(*self.table("--hf-config", cfg))
+        self.assert_fails(3, *self.table("--hf-config", cfg, "--rotary-dim", "4"),
+                          match=r"^posenc: error: \S*config\.json: 'short_factor': expected 2 "
+                                r"values \(rotary dim / 2\), got 4")
+        self.assert_fails(2, *self.table("--dim", "8", "--scaling", "longrope", "--factor", "2",
+                                         "--original-max-pos", "32", "--short-factor", "1,1,1"),
+                          match=r"^posenc: error: --short-factor: expected 4 values")
+
     def test_tiny_base_option_names_the_option(self):
         self.assert_fails(2, *self.table("--dim", "128", "--base", "1e-320"),
                           match=r"^posenc: error: --base: 1e-320 is too small: .* overflows")
