@@ -1089,7 +1089,11 @@ void attention_dims(const Config& c, const std::string& lt, HfAttentionConfig& a
     if (!(*q > 0)) throw c.bad("query_pre_attn_scalar", "a positive number");
     a.scale = 1.0 / std::sqrt(*q);
   }
-  if (auto m = c.num("attention_multiplier")) a.scale = *m;  // Granite
+  if (auto m = c.num("attention_multiplier")) {  // Granite
+    // Judged here as the config's key, not later as the scale option it becomes.
+    if (!(*m > 0)) throw c.bad_value("attention_multiplier", "a positive number", *m);
+    a.scale = *m;
+  }
   const std::string& mt = c.model_type();
   if (mt == "gemma3n_text" || mt == "gemma4_text") {
     // Gemma3nTextAttention, Gemma4TextAttention: self.scaling = 1.0 (q and k are

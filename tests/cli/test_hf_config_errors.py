@@ -102,6 +102,20 @@ class ConfigValueErrors(PosencTestCase):
                           match=r"^posenc: error: --scaling linear: needs --factor")
 
 
+class AttentionConfigValues(PosencTestCase):
+    def test_attention_multiplier_is_judged_as_the_configs_key(self):
+        cfg = self.path("config.json")
+        q = self.npy("q.npy", np.ones((1, 4, 3, 8)))
+        for m in (-1, 0):
+            with open(cfg, "w") as f:
+                json.dump({"model_type": "granite", "hidden_size": 32, "num_attention_heads": 4,
+                           "attention_multiplier": m}, f)
+            self.assert_fails(3, "attention", "-q", q, "-k", q, "-v", q, "--hf-config", cfg,
+                              "--emit", "output", "-o", self.path("o.npy"),
+                              match=r"^posenc: error: \S*config\.json: 'attention_multiplier' "
+                                    r"must be a positive number, got " + str(m))
+
+
 class HfNamesAndNotes(PosencTestCase):
     def test_hf_option_names_point_to_posencs(self):
         for cmd, wrong, right in ((["rope", "q.npy", "-o", "y.npy"], "--theta", "--base"),
