@@ -201,7 +201,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         raise UsageError("out: the array is read-only")
     same = o is a or (o.__array_interface__["data"][0] == a.__array_interface__["data"][0]
                       and o.strides == a.strides and o.dtype == a.dtype)
-    if o.flags.c_contiguous and o.dtype.isnative and (same or not np.shares_memory(o, a)):
+    if (o.flags.c_contiguous and o.dtype.isnative and o.flags.aligned
+            and (same or not np.shares_memory(o, a))):
         # In place (src is x itself) or into separate memory: no copy.
         _posenc.rope(src, in_name, o, out_name, axes, rope_d, pos, apply)
     elif not same and np.shares_memory(o, a):

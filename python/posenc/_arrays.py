@@ -161,12 +161,11 @@ def view(x, what):
 
 
 def contiguous(a):
-    """`a` itself when it is C-contiguous in native byte order, else a copy that is."""
-    if a.flags.c_contiguous and a.dtype.isnative:
+    """`a` itself when it is C-contiguous, aligned and in native byte order, else a copy
+    that is (the kernels load whole elements)."""
+    if a.flags.c_contiguous and a.dtype.isnative and a.flags.aligned:
         return a
-    if not a.dtype.isnative:
-        a = a.astype(a.dtype.newbyteorder("="))
-    return np.ascontiguousarray(a)
+    return np.array(a, dtype=a.dtype.newbyteorder("="), order="C")
 
 
 def arg(x, what):

@@ -217,13 +217,15 @@ class Gen:
         return self.any_array() if k < 0.9 else self.string()
 
     def keywords(self, f, skip=()):
-        """Random keywords of f: each required one mostly, each optional one sometimes."""
+        """Random keywords of f: each required one, and optional ones: none, a few or
+        many (a call with many is refused before it computes)."""
         kw = {}
+        density = self.pick([0.0, 0.02, 0.05, 0.12])
         for p in inspect.signature(f).parameters.values():
             if p.name in skip or p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
                 continue
             required = p.default is inspect.Parameter.empty
-            if required or self.r.random() < 0.12:
+            if required or self.r.random() < density:
                 kw[p.name] = self.value(p.name)
         return kw
 
