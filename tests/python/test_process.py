@@ -73,6 +73,14 @@ def test_ctrl_c_during_calls_arrives_after_the_call(tmp_path):
     p = run_python("""
         import os, signal, threading, time
         import numpy as np, posenc
+        # KeyboardInterrupt once, as Python's own handler raises it: a second SIGINT
+        # arriving while the first is being handled would cut the report's lines.
+        interrupted = []
+        def once(sig, frame):
+            if not interrupted:
+                interrupted.append(sig)
+                raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, once)
         def ctrl_c():
             time.sleep(0.3)
             for _ in range(200):
