@@ -3,11 +3,12 @@
 
   /usr/bin/python3 bench/decode/decode.py POSENC [--before OLD_POSENC] [--rounds 7]
       [--sk 65536] [--heads 8] [--kv-heads 8] [--dirs /dev/shm,/tmp] [--dtypes f32,f16,bf16]
+      [--precision f64|f32]
 
 Decode reads every key and value once for a few FLOPs each, so its bound is the
 machine's memory bandwidth. For each K/V dtype (f32 and f16 as NPY, bf16 as a contiguous
-HDF5 dataset, which posenc maps as it maps NPY; Q is f32 throughout, so is the
-arithmetic) and each folder (tmpfs and a disk file system: the K and V files are in the page
+HDF5 dataset, which posenc maps as it maps NPY; Q is f32 throughout; the arithmetic is
+--precision's, posenc's default f64 unless f32 is asked for, and each line names it) and each folder (tmpfs and a disk file system: the K and V files are in the page
 cache either way, read once untimed before the first round), the rounds run
 interleaved: a memcpy of as many bytes as K and V hold (numpy's copy of a contiguous
 array, in this process, buffers touched beforehand), then `posenc attention` (whole
@@ -74,6 +75,7 @@ def main():
     ap.add_argument("--kv-heads", type=int, help="K and V heads (default --heads; fewer: GQA)")
     ap.add_argument("--dirs", default="/dev/shm,/tmp")
     ap.add_argument("--dtypes", default="f32,f16,bf16")
+    ap.add_argument("--precision", choices=("f64", "f32"), default="f64")
     args = ap.parse_args()
     kv_heads = args.kv_heads or args.heads
     d = 128
@@ -124,11 +126,11 @@ def main():
                             os.unlink(out)
                         wall, c = timed([binary, "attention", "-q", f"{folder}/q.npy", "-k",
                                          ref("k"), "-v", ref("v"), "--emit", "output", "-o",
-                                         out])
+                                         out, "--precision", args.precision])
                         t[name].append(wall)
                         cpu[name].append(c)
                 m = {k: statistics.median(v) for k, v in t.items()}
-                line = (f"{fs_label(folder):16} {dtype:5} K+V {kv / 2**20:4.0f} MiB: memcpy "
+                line = (f"{fs_label(folder):16} {dtype:5} {args.precision} K+V {kv / 2**20:4.0f} MiB: memcpy "
                         f"{kv / m['memcpy'] / 1e9:5.1f} GB/s, pread "
                         f"{m['memcpy'] / m['pread']:.2f} x memcpy")
                 for name, _ in builds:
