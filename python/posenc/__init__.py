@@ -282,7 +282,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     softcap C; sinks [hq]; masked_rows "zero" or "nan"; dtype of the results;
     max_memory in bytes (InputError when the run would need more; default physical
     memory, 0 no limit); allow_nonfinite.
-    precision "f32"/"f64"; arith "exact" or "hf" (HF eager attention's bits).
+    precision "f64" (default for every input dtype: float64, each result rounded once)
+        or "f32" (faster); arith "exact" or "hf" (HF eager attention's bits).
     hf_config (path), hf_version, layer_type, layer: a HF config's scale, soft-cap, windows, chunks,
         temperature and ALiBi (explicit keywords win), its shapes checked.
     rope=True rotates q and k first, with the ROPE OPTIONS of posenc.rope (start,
