@@ -1061,6 +1061,11 @@ std::optional<double> mla_scale(const Config& c, int qk_head_dim,
   if (type != "default" && m_all != 0.0 && factor) {
     const double m = *factor <= 1.0 ? 1.0 : 0.1 * m_all * std::log(*factor) + 1.0;
     scale *= m * m;
+    // Judged here as the config's key, not later as the scale option it becomes (0
+    // would mean the default scale there).
+    if (!(scale > 0) || !std::isfinite(scale)) {
+      throw c.bad_value("mscale_all_dim", "a value giving a positive finite score scale", m_all);
+    }
   }
   return scale;
 }

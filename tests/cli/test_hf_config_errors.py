@@ -4,6 +4,7 @@ of the RoPE parameters know where each value came from. Also the notes and hints
 newcomer coming from HF needs: HF option names point to posenc's, a config whose head
 count the input does not have gets a note."""
 import json
+import math
 import unittest
 
 import numpy as np
@@ -114,6 +115,58 @@ class AttentionConfigValues(PosencTestCase):
                               "--emit", "output", "-o", self.path("o.npy"),
                               match=r"^posenc: error: \S*config\.json: 'attention_multiplier' "
                                     r"must be a positive number, got " + str(m))
+
+    def attention(self, config, *args, q_shape=(1, 4, 3, 8), k_shape=None):
+        cfg = self.path("config.json")
+        with open(cfg, "w") as f:
+            json.dump(config, f)
+        q = self.npy("q.npy", np.ones(q_shape))
+        k = self.npy("k.npy", np.ones(k_shape or q_shape))
+        return ["attention", "-q", q, "-k", k, "-v", k, "--emit", "output",
+                "-o", self.path("o.npy"), "--hf-config", cfg, *args]
+
+    def test_deepseek_mscale_all_dim_is_judged_as_the_configs_key(self):
+        # scale = qk_head_dim^-0.5 * (0.1 mscale_all_dim ln(factor) + 1)^2: infinite for
+        # 1e300 (was "--scale inf", exit 2), 0 for -10 with factor e (was the default scale).
+        for m, factor in ((1e300, 2.0), (-10, math.e)):
+            cfg = {"model_type": "deepseek_v3", "hidden_size": 32, "num_attention_heads": 4,
+                   "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8,
+                   "rope_scaling": {"rope_type": "yarn", "factor": factor, "mscale_all_dim": m,
+                                    "original_max_position_embeddings": 16}}
+            self.assert_fails(3, *self.attention(cfg),
+                              match=r"^posenc: error: \S*config\.json: 'mscale_all_dim' must be "
+                                    r"a value giving a positive finite score scale, got ")
+
+    def test_bad_attention_values_of_the_config_name_the_key(self):
+        base = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4}
+        sliding = {"layer_types": ["sliding_attention"], "num_hidden_layers": 1}
+        for keys, key in (({**sliding, "sliding_window": -1}, "sliding_window"),
+                          ({**sliding, "sliding_window": 0}, "sliding_window"),
+                          ({"query_pre_attn_scalar": 0}, "query_pre_attn_scalar"),
+                          ({"attn_logit_softcapping": -1}, "attn_logit_softcapping"),
+                          ({"layer_types": ["chunked_attention"], "num_hidden_layers": 1,
+                            "attention_chunk_size": -3}, "attention_chunk_size")):
+            self.assert_fails(3, *self.attention({**base, **keys}),
+                              match=r"^posenc: error: \S*config\.json: '" + key + "' must be ")
+
+    def test_the_same_bad_values_as_options_name_the_option(self):
+        cfg = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4}
+        for args, option in ((["--sliding-window", "-1"], "--sliding-window"),
+                             (["--scale", "0"], "--scale"), (["--softcap", "-1"], "--softcap"),
+                             (["--chunk-size", "-3"], "--chunk-size")):
+            self.assert_fails(2, *self.attention(cfg, *args),
+                              match=r"^posenc: error: " + option + " ")
+
+    def test_head_counts_and_dims_that_differ_from_the_config_name_file_and_key(self):
+        cfg = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 16}
+        self.assert_fails(3, *self.attention(cfg, q_shape=(1, 4, 3, 8), k_shape=(1, 2, 3, 8)),
+                          match=r"^posenc: error: q: shape \(1, 4, 3, 8\) has 8 dims on axis d, "
+                                r"but \S*config\.json \(head_dim\) says 16")
+        cfg["head_dim"] = 8
+        self.assert_fails(3, *self.attention(cfg),
+                          match=r"^posenc: error: k: shape \(1, 4, 3, 8\) has 4 heads on axis h, "
+                                r"but \S*config\.json \(num_key_value_heads\) says 2")
 
 
 class HfNamesAndNotes(PosencTestCase):
