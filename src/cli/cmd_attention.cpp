@@ -149,6 +149,16 @@ void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Sha
   for (const auto& [option, name] : kOptions) {
     if (given(o, option)) keep.push_back(name);
   }
+  // The library would name its own parameter for the option that clashes with the config.
+  auto clash = [&](const char* option, bool config_scales, const char* key) {
+    if (given(o, option) && config_scales) {
+      throw UsageError(fmt::format(
+          "{}: {}: '{}' scales the queries already; no model scales them both ways", option,
+          path, key));
+    }
+  };
+  clash("--attn-temperature", c.llama4_scaling_beta.has_value(), "llama_4_scaling_beta");
+  clash("--llama4-scaling", c.temperature_scale.has_value(), "attn_temperature_tuning");
   apply_hf_attention(c, opt, keep);
   verbose(c.layer_index ? fmt::format("{}: layer {} ({})", path, *c.layer_index, c.layer_type)
                         : fmt::format("{}: layer type {}", path, c.layer_type));
@@ -317,6 +327,10 @@ void run_attention(AttentionCmdOptions& o) {
     }
     opt.llama4_scaling_beta = o.llama4_scaling[0];
     opt.llama4_scaling_period = static_cast<std::int64_t>(period);
+    if (given(o, "--attn-temperature")) {
+      throw UsageError("--llama4-scaling and --attn-temperature: no model scales its queries "
+                       "both ways; give one");
+    }
   }
   if (!o.rope_opts.layer_type.empty() && o.rope_opts.hf_config.empty()) {
     throw UsageError("--layer-type: needs --hf-config");

@@ -1137,6 +1137,7 @@ HfAttentionConfig read_hf_attention_config(const std::string& path, const HfLaye
   const Config c(path);
   const std::vector<std::string> types = layer_types_of(c);
   HfAttentionConfig a;
+  a.path = path;
   a.model_type = c.model_type();
   a.layer_type = selected_type(c, layer, types);
   a.layer_index = layer.index;

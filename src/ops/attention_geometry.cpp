@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
@@ -198,6 +199,15 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                     opt.llama4_scaling_beta, opt.llama4_scaling_period));
   }
   if (opt.llama4_scaling_beta != 0 && opt.temperature_scale != 0) {
+    // A config's side named as its key: the caller's other one is what cannot be honoured.
+    for (auto [field, other] : {std::pair{"temperature_scale", "llama4_scaling_beta"},
+                                std::pair{"llama4_scaling_beta", "temperature_scale"}}) {
+      if (const ValueSource* s = opt.sources.find(field)) {
+        throw UsageError(fmt::format("{}: '{}' scales the queries already; no model scales them "
+                                     "by {} too",
+                                     s->file, s->key, other));
+      }
+    }
     throw UsageError(
         "llama4_scaling_beta and temperature_scale: no model scales its queries both ways; "
         "give one");

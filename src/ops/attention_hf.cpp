@@ -166,6 +166,17 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
   auto no = [](bool set, const char* what) {
     if (set) throw UsageError(fmt::format("--arith hf: HF's eager attention has no {}", what));
   };
+  // A field a config set is named as that file's key, not as the option it stands for.
+  auto from_config = [&opt](bool set, const char* field, const char* what) {
+    const ValueSource* s = opt.sources.find(field);
+    if (set && s != nullptr) {
+      throw UsageError(fmt::format(
+          "--arith hf: HF's eager attention has no {} ({}: '{}'; use --arith exact)", what,
+          s->file, s->key));
+    }
+  };
+  from_config(opt.alibi.has_value(), "alibi", "ALiBi");
+  from_config(opt.softcap > 0, "softcap", "soft-capping");
   no(opt.alibi.has_value(), "--alibi");
   no(opt.t5_bias != nullptr, "--t5-bias");
   no(opt.gate_input != nullptr, "--wavlm-gate");

@@ -17,22 +17,35 @@ void apply_hf_attention(const HfAttentionConfig& c, AttentionOptions& opt,
   auto free = [&keep](const char* name) {
     return std::find(keep.begin(), keep.end(), name) == keep.end();
   };
+  auto from = [&](const char* field, const char* key) { opt.sources.set(field, c.path, key); };
   if (c.scale && free("scale")) opt.scale = *c.scale;
-  if (c.sliding_window && free("sliding_window")) opt.sliding_window = *c.sliding_window;
-  if (c.softcap && free("softcap")) opt.softcap = *c.softcap;
-  if (c.chunk_size && free("chunk_size")) opt.chunk_size = *c.chunk_size;
+  if (c.sliding_window && free("sliding_window")) {
+    opt.sliding_window = *c.sliding_window;
+    from("sliding_window", "sliding_window");
+  }
+  if (c.softcap && free("softcap")) {
+    opt.softcap = *c.softcap;
+    from("softcap", "attn_logit_softcapping");
+  }
+  if (c.chunk_size && free("chunk_size")) {
+    opt.chunk_size = *c.chunk_size;
+    from("chunk_size", "attention_chunk_size");
+  }
   if (c.temperature_scale && free("temperature")) {
     opt.temperature_scale = *c.temperature_scale;
     opt.temperature_floor = c.temperature_floor.value_or(0.0);
+    from("temperature_scale", "attn_temperature_tuning");
   }
   if (c.llama4_scaling_beta && free("llama4_scaling")) {
     opt.llama4_scaling_beta = *c.llama4_scaling_beta;
     opt.llama4_scaling_period = c.llama4_scaling_period.value_or(0);
+    from("llama4_scaling_beta", "llama_4_scaling_beta");
   }
   if (c.alibi != HfAlibi::none && free("alibi")) {
     // BLOOM's build_alibi_tensor: slope * key position (cumsum of the mask - 1).
     opt.alibi = AlibiVariant::fairseq;
     opt.alibi_before_scale = c.alibi == HfAlibi::falcon;
+    from("alibi", c.alibi == HfAlibi::falcon ? "alibi" : "model_type");
   }
 }
 

@@ -168,6 +168,42 @@ class AttentionConfigValues(PosencTestCase):
                           match=r"^posenc: error: k: shape \(1, 4, 3, 8\) has 4 heads on axis h, "
                                 r"but \S*config\.json \(num_key_value_heads\) says 2")
 
+    def test_arith_hf_names_the_configs_softcap_and_alibi_not_an_option(self):
+        # HF's eager attention (--arith hf) computes neither; the config gave them, so the
+        # refusal names its key (it named --softcap and --alibi, options not given).
+        llama = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4}
+        for cfg, what, key in (({**llama, "attn_logit_softcapping": 30.0}, "soft-capping",
+                                 "attn_logit_softcapping"),
+                                ({**llama, "model_type": "falcon", "alibi": True}, "ALiBi", "alibi"),
+                                ({"model_type": "bloom", "hidden_size": 32, "n_head": 4}, "ALiBi",
+                                 "model_type")):
+            self.assert_fails(2, *self.attention(cfg, "--arith", "hf"),
+                              match=r"^posenc: error: --arith hf: HF's eager attention has no "
+                                    + what + r" \(\S*config\.json: '" + key + "'; use --arith exact\)")
+        for option in (["--softcap", "5"], ["--alibi"]):
+            self.assert_fails(2, *self.attention(llama, "--arith", "hf", *option),
+                              match=r"^posenc: error: --arith hf: HF's eager attention has no "
+                                    + option[0] + "$")
+
+    def test_query_scaling_option_against_the_configs_names_both(self):
+        ministral = {"model_type": "ministral3", "hidden_size": 32, "num_attention_heads": 4,
+                     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                         "llama_4_scaling_beta": 0.1,
+                                         "original_max_position_embeddings": 16}}
+        self.assert_fails(2, *self.attention(ministral, "--attn-temperature", "0.1", "4"),
+                          match=r"^posenc: error: --attn-temperature: \S*config\.json: "
+                                r"'llama_4_scaling_beta' scales the queries already")
+        llama4 = {"model_type": "llama4_text", "hidden_size": 32, "num_attention_heads": 4,
+                  "num_hidden_layers": 1, "no_rope_layers": [0], "attn_temperature_tuning": True,
+                  "attn_scale": 0.1, "floor_scale": 8192}
+        self.assert_fails(2, *self.attention(llama4, "--llama4-scaling", "0.1", "16"),
+                          match=r"^posenc: error: --llama4-scaling: \S*config\.json: "
+                                r"'attn_temperature_tuning' scales the queries already")
+        llama = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4}
+        self.assert_fails(2, *self.attention(llama, "--llama4-scaling", "0.1", "16",
+                                             "--attn-temperature", "0.1", "4"),
+                          match=r"^posenc: error: --llama4-scaling and --attn-temperature: ")
+
 
 class HfNamesAndNotes(PosencTestCase):
     def test_hf_option_names_point_to_posencs(self):

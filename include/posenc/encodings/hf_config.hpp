@@ -73,6 +73,7 @@ enum class HfAlibi {
 /// The attention side of one layer type of a HF config. Unset optionals: the config
 /// does not say (posenc's defaults apply).
 struct HfAttentionConfig {
+  std::string path;               ///< the config file, as the caller named it
   std::string model_type;         ///< the config's model_type (of its text_config)
   std::string layer_type;         ///< the layer type described
   std::optional<int> heads;       ///< num_attention_heads

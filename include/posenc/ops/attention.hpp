@@ -44,6 +44,7 @@
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/tensor.hpp"
+#include "posenc/value_source.hpp"
 
 namespace posenc {
 
@@ -239,6 +240,9 @@ struct AttentionOptions {
   /// the sink (or drops it when attention throws). A null return, or a sink without
   /// write_at, keeps the output in memory. Not called otherwise.
   std::function<TensorSink*(const TensorInfo&)> output_sink;
+  /// The fields a config file set (apply_hf_attention: softcap, sliding_window, alibi,
+  /// ...), so that a refusal names the file's key rather than an option not given.
+  ValueSources sources;
 };
 
 /// The emitted tensors (those not asked for are empty) and the parameters used.
