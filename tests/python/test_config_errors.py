@@ -75,3 +75,27 @@ def test_mrope_without_position_ids_is_hfs_text_default(name, interleaved):
     ref = hf.apply_rotary_pos_emb(torch.from_numpy(x), cos, sin).numpy()
     got = posenc.rope(x, hf_config=cfg, start=3)
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_attention_values_of_the_config_are_named_as_its_keys(tmp_path):
+    q = np.ones((1, 4, 3, 8))
+    # DeepSeek's scale qk_head_dim^-0.5 * (0.1 mscale_all_dim ln(factor) + 1)^2 is infinite.
+    cfg = config(tmp_path, model_type="deepseek_v3", hidden_size=32, qk_rope_head_dim=4,
+                 qk_nope_head_dim=4, v_head_dim=8,
+                 rope_scaling={"rope_type": "yarn", "factor": 2.0, "mscale_all_dim": 1e300,
+                               "original_max_position_embeddings": 16})
+    with pytest.raises(posenc.InputError, match=r"config\.json: 'mscale_all_dim' must be a value "
+                                                r"giving a positive finite score scale"):
+        posenc.attention(q, q, q, hf_config=cfg)
+    # A config's soft-capping refused by arith="hf" names the key, not the keyword.
+    cfg = config(tmp_path, hidden_size=32, attn_logit_softcapping=30.0)
+    with pytest.raises(posenc.UsageError, match=r"has no soft-capping \(\S*config\.json: "
+                                                r"'attn_logit_softcapping'; use --arith exact\)"):
+        posenc.attention(q, q, q, hf_config=cfg, arith="hf")
+    cfg = config(tmp_path, model_type="ministral3", hidden_size=32,
+                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                  "llama_4_scaling_beta": 0.1,
+                                  "original_max_position_embeddings": 16})
+    with pytest.raises(posenc.UsageError, match=r"config\.json: 'llama_4_scaling_beta' scales the "
+                                                r"queries already"):
+        posenc.attention(q, q, q, hf_config=cfg, attn_temperature=(0.1, 4))
