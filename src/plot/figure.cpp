@@ -35,11 +35,13 @@ const std::vector<Rgb> kPalette = {hex(0x1f77b4), hex(0xff7f0e), hex(0x2ca02c), 
                                    hex(0xbcbd22), hex(0x17becf)};
 
 /// Whether the range [lo, hi] (log10 units when `log`) is at most a millionth of the
-/// values' magnitude.
+/// values' magnitude. Ends of opposite signs, or one of them 0, differ by their whole
+/// magnitude; ends of one sign subtract without overflow.
 bool near_constant(double lo, double hi, bool log) {
   constexpr double kFlat = 1e-6;
   if (log) return (hi - lo) * std::log(10.0) <= kFlat;  // hi/lo - 1, to first order
-  return hi / 2 - lo / 2 <= kFlat / 2 * std::max(std::fabs(lo), std::fabs(hi));
+  if (!(lo > 0 && hi > 0) && !(lo < 0 && hi < 0)) return false;
+  return hi - lo <= kFlat * std::max(std::fabs(lo), std::fabs(hi));
 }
 
 std::uint8_t mix(std::uint8_t a, std::uint8_t b, double f) {

@@ -109,6 +109,22 @@ TEST(HeatScale, RangesAsWideAsDoublesGo) {
   EXPECT_EQ(*s.position(0), 0.0);
 }
 
+TEST(HeatScale, NearConstantValuesAreOneValue) {
+  // Within a millionth of their magnitude: one position, the midpoint, for every value.
+  HeatScale s = heat_scale(panel({1.0, 1.0 + 1e-9, 1.0 - 1e-9}, 1, 3));
+  ASSERT_TRUE(s.constant.has_value());
+  EXPECT_EQ(*s.position(1.0 + 1e-9), *s.position(1.0 - 1e-9));
+  s = heat_scale(panel({-3.0, -3.0 * (1 + 5e-7)}, 1, 2));
+  EXPECT_TRUE(s.constant.has_value());
+  // A spread beyond it, ends of opposite signs, or 0 beside a subnormal keep their range.
+  for (const auto& z : {std::vector<double>{1.0, 1.0 + 1e-5}, std::vector<double>{-1e-300, 1e-300},
+                        std::vector<double>{0.0, std::numeric_limits<double>::denorm_min()}}) {
+    s = heat_scale(panel(z, 1, 2));
+    EXPECT_FALSE(s.constant.has_value()) << z[0] << " " << z[1];
+    EXPECT_LT(*s.position(z[0]), *s.position(z[1]));
+  }
+}
+
 TEST(ImageFormat, FromExtensionOrFlag) {
   EXPECT_EQ(image_format("a/b.PNG"), ImageFormat::png);
   EXPECT_EQ(image_format("x.svg"), ImageFormat::svg);
