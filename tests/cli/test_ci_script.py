@@ -29,10 +29,32 @@ class CiTest(PosencTestCase):
         os.makedirs(self.tree)
         shutil.copytree(os.path.join(SOURCE_DIR, ".ci"), os.path.join(self.tree, ".ci"))
         shutil.copytree(os.path.join(SOURCE_DIR, "man"), os.path.join(self.tree, "man"))
-        shutil.copy(os.path.join(SOURCE_DIR, "README.md"), self.tree)
         os.makedirs(os.path.join(self.tree, "tests", "consumer"))
-        shutil.copy(os.path.join(SOURCE_DIR, "tests", "consumer", "example.cpp"),
-                    os.path.join(self.tree, "tests", "consumer"))
+        example = os.path.join(SOURCE_DIR, "tests", "consumer", "example.cpp")
+        shutil.copy(example, os.path.join(self.tree, "tests", "consumer"))
+        # A README holding only the C++ example: its Python steps (a virtualenv and pip)
+        # are the real script's to run.
+        with open(example) as f, open(os.path.join(self.tree, "README.md"), "w") as out:
+            out.write("# posenc\n\n" + textwrap.indent(f.read(), "    "))
+        write(os.path.join(self.tree, "tests", "mutation", "run.sh"),
+              "#!/bin/sh\necho mutation patches apply\n", executable=True)
+        write(os.path.join(self.tree, "build", "posenc"), "#!/bin/sh\n", executable=True)
+        # The runs as nobody from a private folder, and the Python fuzz harness.
+        write(os.path.join(self.tree, "tests", "cli", "test_hdf5_append.py"), """\
+              import unittest
+              class TestOtherFiles(unittest.TestCase):
+                  def test_read_only_folder(self):
+                      pass
+              """)
+        write(os.path.join(self.tree, "tests", "cli", "test_transactions.py"), """\
+              import unittest
+              class Umask(unittest.TestCase):
+                  def test_umask(self):
+                      pass
+              """)
+        os.makedirs(os.path.join(self.tree, "tests", "lib"))
+        write(os.path.join(self.tree, "tests", "python", "fuzz_module.py"),
+              "print('python fuzz done')\n")
         write(os.path.join(self.tree, "tests", "fuzz", "run_fuzz.sh"),
               "#!/bin/sh\necho fuzzing done\n", executable=True)
         write(os.path.join(self.tree, ".ci", "python-module"),
@@ -80,6 +102,9 @@ class CiTest(PosencTestCase):
                                       "test_x (m.T) ... skipped 'no /dev/full here'"])
         self.assertLess(lines.index("fuzzing done"), lines.index("man pages: lint clean"))
         self.assertLess(lines.index("python module checked"), lines.index("fuzzing done"))
+        self.assertLess(lines.index("mutation patches apply"), lines.index("cmake ran"))
+        self.assertIn("posenc as nobody: passes from a clone under a 0700 folder", lines)
+        self.assertLess(lines.index("python fuzz done"), lines.index("fuzzing done"))
 
     def test_and_after_a_failure(self):
         p = self.run_ci(groff="#!/bin/sh\necho 'warning: bad macro' >&2\n")
