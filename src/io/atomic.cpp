@@ -573,6 +573,7 @@ void OutputFile::flush_buffer() {
 void OutputFile::write(const void* data, std::size_t n) {
   constexpr std::size_t kBufSize = std::size_t{1} << 20;
   if (finished_) throw std::logic_error("OutputFile::write after finish");
+  if (n == 0) return;  // data may be null (an empty string's or an empty vector's)
   if (used_ + n > kBufSize) flush_buffer();
   if (n >= kBufSize) {
     write_fd(data, n);
