@@ -564,6 +564,7 @@ class MemorySink : public TensorSink {
       : t_(t),
         row_bytes_(t.ndim() == 0 || t.shape()[0] == 0 ? t.nbytes() : t.nbytes() / t.shape()[0]) {}
   void write_rows(const void* src, std::size_t count) override {
+    if (count * row_bytes_ == 0) return;  // an empty table's pointers may be null
     std::memcpy(t_.bytes() + at_, src, count * row_bytes_);
     at_ += count * row_bytes_;
   }

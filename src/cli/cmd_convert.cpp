@@ -133,7 +133,7 @@ void run_convert(const ConvertOptions& o) {
     const std::size_t count = std::min(slab_entries, entries - first);
     const std::size_t nbytes = count * entry_bytes;
     if (staged) {
-      std::memcpy(slab.data(), whole.bytes() + first * entry_bytes, nbytes);
+      if (nbytes) std::memcpy(slab.data(), whole.bytes() + first * entry_bytes, nbytes);
     } else {
       src->read_slab(axis, first, count, slab.data());
     }

@@ -523,7 +523,7 @@ class NpySource final : public TensorSource {
     Tensor raw(h_.dtype, h_.shape);
     std::size_t off = 0;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
-      std::memcpy(raw.bytes() + off, pieces[i].get(), sizes[i]);
+      if (sizes[i]) std::memcpy(raw.bytes() + off, pieces[i].get(), sizes[i]);
       off += sizes[i];
     }
     return raw;
