@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -45,6 +46,7 @@ std::int64_t axial_rows(const std::vector<std::int64_t>& axial_shape) {
 }
 
 Table axial_positions_table(const AxialPositionsRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const std::size_t k = r.axial_shape.size();
   const std::int64_t total = axial_rows(r.axial_shape);
   if (r.weights.size() != k) {

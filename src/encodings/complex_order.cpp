@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -43,6 +44,7 @@ struct Params {
 }  // namespace
 
 Table complex_order_table(const ComplexOrderRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const xt::xarray<double>& w = r.frequency;
   const bool per_word = w.dimension() == 2;
   if (w.dimension() != 1 && !per_word) {

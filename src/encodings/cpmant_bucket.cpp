@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "posenc/encodings/bias.hpp"
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -84,20 +85,7 @@ void cpmant_bucket_check(const CpmAntBucketRequest& r, bool has_segment_ids) {
   if (has_segment_ids == r.seq_len.has_value()) {
     throw UsageError("seq_len/segment_ids: give one of them");
   }
-  if (r.seq_len && (*r.seq_len < 1 || *r.seq_len > kMaxCpmAntTokens)) {
-    throw UsageError(
-        fmt::format("seq_len: must be from 1 to {}, got {}", kMaxCpmAntTokens, *r.seq_len));
-  }
-  if (r.segments < 1 || r.segments > kMaxCpmAntSegments) {
-    throw UsageError(
-        fmt::format("segments: must be from 1 to {}, got {}", kMaxCpmAntSegments, r.segments));
-  }
-  if (r.buckets < 4 || r.buckets > (1 << 20)) {
-    throw UsageError(fmt::format("buckets: must be from 4 to 2^20, got {}", r.buckets));
-  }
-  if (r.max_distance < 1 || r.max_distance > (1 << 24)) {
-    throw UsageError(fmt::format("max_distance: must be from 1 to 2^24, got {}", r.max_distance));
-  }
+  validate(r);  // seq_len, segments, buckets, max_distance: the declared ranges
   t5_bucket(0, true, r.buckets, static_cast<int>(r.max_distance));  // the pair (UsageError)
 }
 

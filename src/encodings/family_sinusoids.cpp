@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -91,6 +92,7 @@ DetrEmbed detr_embed(const DetrSineRequest& r) {
 }  // namespace
 
 Table detr_sine_table(const DetrSineRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const int dim = r.embedding_dim;
   if (dim < 2 || dim > kMaxEmbeddingDim || dim % 2 != 0) {
     throw UsageError(fmt::format(
@@ -176,6 +178,7 @@ Table detr_sine_table(const DetrSineRequest& r) {
 }
 
 Table rt_detr_sincos_table(const RtDetrSincosRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const int dim = r.embedding_dim;
   if (dim < 4 || dim > kMaxEmbeddingDim || dim % 4 != 0) {
     throw UsageError(fmt::format(
@@ -221,6 +224,7 @@ Table rt_detr_sincos_table(const RtDetrSincosRequest& r) {
 }
 
 Table fairseq_sinusoidal_table(const FairseqSinusoidalRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const int dim = r.dim;
   if (dim < 4 || dim > kMaxEmbeddingDim) {
     throw UsageError(

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "posenc/encodings/bias.hpp"
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -127,6 +128,7 @@ class BucketLookup {
 }  // namespace
 
 Table layout_bucket_table(const LayoutBucketRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const bool boxes = r.axis != LayoutAxis::positions;
   // Which inputs go with the axis.
   if (boxes) {
@@ -270,6 +272,7 @@ std::int64_t udop_offset(double pi, double pj, double scaling, bool f32, std::in
 }  // namespace
 
 Table udop_bucket_table(const UdopBucketRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const bool boxes = r.axis != UdopAxis::positions;
   if (boxes && !r.bbox) throw UsageError("bbox: needed for axis horizontal, vertical and all");
   if (r.bbox && r.seq_len) throw UsageError("seq_len: not with bbox (the boxes give s)");

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -44,6 +45,7 @@ void longt5_global_block_ids(const std::uint8_t* valid, std::size_t s, std::int6
 }
 
 void longt5_global_check(const LongT5GlobalRequest& r, bool has_mask) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   if (r.global_block_size < 1 || r.global_block_size > (std::int64_t{1} << 31)) {
     throw UsageError(fmt::format("global_block_size {}: must be from 1 to 2^31",
                                  r.global_block_size));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "posenc/encodings/sinusoidal.hpp"
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -67,6 +68,7 @@ std::int64_t xl_relative_position(XlForm f, std::int64_t k_len, std::int64_t c) 
 }
 
 Table xl_relative_table(const XlRelativeRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const auto [q, k] = table_lengths(r.q_len, r.k_len);
   if (r.clamp_len < 0) {
     throw UsageError(fmt::format("clamp_len: must be >= 0 (0 = no clamping), got {}", r.clamp_len));
@@ -170,6 +172,7 @@ FunnelPositions funnel_relative_positions(const FunnelRelativeRequest& r) {
 }
 
 Table funnel_relative_table(const FunnelRelativeRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   auto freqs = std::make_shared<std::vector<double>>(sinusoidal_freqs(r.dim, r.base));
   const FunnelPositions fp = funnel_relative_positions(r);
   auto rel = std::make_shared<std::vector<std::int64_t>>(fp.relative);
@@ -216,6 +219,7 @@ std::string funnel_factor_name(FunnelFactor f) {
 }
 
 Table funnel_factorized_table(const FunnelFactorizedRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   positive(r.seq_len, "seq_len");
   if (r.seq_len > (std::int64_t{1} << 30)) {
     throw UsageError(fmt::format("seq_len: {} is too large (at most 2^30)", r.seq_len));
@@ -321,6 +325,7 @@ void check_deberta_buckets(int position_buckets, int max_relative_positions) {
 }
 
 Table deberta_bucket_table(const DebertaBucketRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const auto [q, k] = table_lengths(r.q_len, r.k_len);
   check_deberta_buckets(r.position_buckets, r.max_relative_positions);
   const int nb = r.position_buckets, mp = r.max_relative_positions;

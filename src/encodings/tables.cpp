@@ -16,6 +16,7 @@
 
 #include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/rope2d.hpp"
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -285,6 +286,7 @@ xt::xarray<double> evaluate_table(const Table& t) {
 // --- sinusoidal -------------------------------------------------------------------
 
 Table sinusoidal_table(const SinusoidalRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const std::int64_t n = positive(r.positions, "positions");
   if (r.start < 0) throw UsageError(fmt::format("start: must be >= 0, got {}", r.start));
   last_position(r.start, n);
@@ -467,6 +469,7 @@ Table rope_table(const RopeTableRequest& r) {
 }
 
 Table rope2d_table(const Rope2dRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const std::int64_t h = positive(r.height, "height");
   const std::int64_t w = positive(r.width, "width");
   auto freqs = std::make_shared<std::vector<double>>(rope2d_freqs(r.dim, r.base));
@@ -537,6 +540,7 @@ std::string alibi_table_name(AlibiTable v) {
 }
 
 Table alibi_table(const AlibiRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const bool has_lengths = r.q_len || r.k_len;
   const AlibiTable variant =
       r.variant.value_or(has_lengths ? AlibiTable::causal : AlibiTable::slopes);
@@ -610,6 +614,7 @@ RelativeWindow relative_window(const RelativeRequest& r) {
 }
 
 Table relative_table(const RelativeRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const auto [q, k] = lengths(r.q_len, r.k_len);
   const RelativeWindow w = relative_window(r);
   // Distances d of the pairs: j - i from -(Q-1) to K-1 (k-q), i - j from -(K-1) to Q-1.
@@ -671,6 +676,7 @@ Table relative_table(const RelativeRequest& r) {
 }
 
 Table t5_bucket_table(const T5BucketRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const auto [q, k] = lengths(r.q_len, r.k_len);
   if (r.buckets <= 0 || r.max_distance <= 0 ||
       r.max_distance > std::numeric_limits<int>::max()) {

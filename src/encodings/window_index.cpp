@@ -9,6 +9,7 @@
 #include <cmath>
 #include <memory>
 
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -187,6 +188,7 @@ Table swinv2_coords_table(const SwinV2CoordsRequest& r) {
 }
 
 Table levit_index_table(const LevitIndexRequest& r) {
+  validate(r);  // the declared ranges (table_fields.hpp)
   const std::int64_t res = r.resolution;
   if (res < 1 || res > kMaxWindowSide) {
     throw UsageError(fmt::format("resolution: must be from 1 to {}, got {}", kMaxWindowSide, res));

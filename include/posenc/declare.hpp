@@ -1,0 +1,236 @@
+#pragma once
+/// \file
+/// A request's parameters declared once (STYLE pattern 10). Each request struct has a
+/// `declare` overload that visits its fields in order:
+///
+///     template <class V> void declare(V& v, AlibiRequest& r) {
+///       v(field("heads", "number of heads H (any count)").required().at_least(1), r.heads);
+///       v(field("variant", "slopes, causal, ..."), choice(r.variant, alibi_table_names()));
+///     }
+///
+/// A field has one spelling, its member name: the Python keyword is that name
+/// (`max_distance`) and the option is derived from it (`--max-distance`). The visitors:
+/// `validate` (here: ranges, errors through ValueSources so a config file's key is named),
+/// `describe` (here: the field list, for tests and generated stubs), the command line's
+/// binder (src/cli) and the Python module's reader (python/posenc_module.cpp). A front end
+/// never repeats a range or a choice list: it reads them from the Field.
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "posenc/value_source.hpp"
+
+namespace posenc {
+
+/// One declared parameter: its name, help, whether it is required, its range or choices,
+/// and for flags the options that set it.
+struct Field {
+  std::string name;  ///< snake_case: the Python keyword and the library's name in messages
+  std::string help;  ///< one line, the option's --help text
+  bool required = false;
+  std::optional<std::int64_t> lo, hi;  ///< inclusive range of an integer field
+  std::string hi_text;                 ///< how messages write `hi` ("2^52"); empty: the number
+  /// Flags: the option that sets the field false ("causal", "no-normalize"); empty: none.
+  std::string negation;
+  std::string negation_help;  ///< the --help text of the negation
+  bool positive = true;       ///< flags: `--name` itself sets it true
+  // Filled by `describe`:
+  std::string type;                  ///< int, float, bool, choice
+  std::vector<std::string> choices;  ///< a choice field's names, in order
+  std::string default_text;          ///< the default as the user writes it; empty: none
+
+  /// The command-line option: "--" and the name with '-' for '_'.
+  std::string option() const { return option_of(name); }
+  static std::string option_of(std::string n) {
+    for (char& c : n) {
+      if (c == '_') c = '-';
+    }
+    return "--" + n;
+  }
+
+  Field& require() {
+    required = true;
+    return *this;
+  }
+  Field& at_least(std::int64_t v) {
+    lo = v;
+    return *this;
+  }
+  Field& from(std::int64_t a, std::int64_t b, std::string b_text = "") {
+    lo = a;
+    hi = b;
+    hi_text = std::move(b_text);
+    return *this;
+  }
+  /// A flag whose `--negation` (help `neg_help`) sets it false; `with_positive` false:
+  /// `--name` is no option.
+  Field& negated_by(std::string neg, std::string neg_help, bool with_positive = true) {
+    negation = std::move(neg);
+    negation_help = std::move(neg_help);
+    positive = with_positive;
+    return *this;
+  }
+};
+
+/// Starts a declaration: `field("max_distance", "help")`.
+inline Field field(std::string name, std::string help) {
+  Field f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  return f;
+}
+
+/// The names of an enum's values, as the user writes them, in the order help lists them.
+template <class E>
+using Names = std::vector<std::pair<std::string, E>>;
+
+/// A member (an enum, a bool, or an optional enum) set from a name of `names`.
+template <class M, class E>
+struct Choice {
+  M& member;
+  const Names<E>& names;
+
+  /// The value of `name`, or nullptr when it is none of the names.
+  const E* find(const std::string& name) const {
+    for (const auto& [n, e] : names) {
+      if (n == name) return &e;
+    }
+    return nullptr;
+  }
+  /// "a, b or c": the names for messages.
+  std::string listed() const {
+    std::string out;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      out += i == 0 ? "" : i + 1 == names.size() ? " or " : ", ";
+      out += names[i].first;
+    }
+    return out;
+  }
+  std::vector<std::string> list() const {
+    std::vector<std::string> out;
+    for (const auto& n : names) out.push_back(n.first);
+    return out;
+  }
+};
+
+/// `v(field(...), choice(r.layout, sinusoidal_layout_names()))`.
+template <class M, class E>
+Choice<M, E> choice(M& member, const Names<E>& names) {
+  return Choice<M, E>{member, names};
+}
+
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+/// Range errors of a field: "<name>: must be from LO to HI, got V" or "<name>: must be
+/// at least LO, got V", thrown through `sources` (UsageError, or InputError naming the
+/// config file's key when a file gave the value).
+class Validator {
+ public:
+  explicit Validator(const ValueSources& sources) : sources_(sources) {}
+
+  template <class T>
+  void operator()(const Field& f, const T& value) {
+    if constexpr (IsOptional<T>::value) {
+      if (value) (*this)(f, *value);
+    } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const auto v = static_cast<std::int64_t>(value);
+      const bool low = f.lo && v < *f.lo, high = f.hi && v > *f.hi;
+      if (!low && !high) return;
+      if (f.hi) {
+        sources_.fail(f.name, fmt::format("{}: must be from {} to {}, got {}", f.name, *f.lo,
+                                          f.hi_text.empty() ? std::to_string(*f.hi) : f.hi_text,
+                                          v));
+      }
+      sources_.fail(f.name, fmt::format("{}: must be at least {}, got {}", f.name, *f.lo, v));
+    }
+  }
+  template <class M, class E>
+  void operator()(const Field&, const Choice<M, E>&) {}  // a name table holds only valid values
+
+ private:
+  const ValueSources& sources_;
+};
+
+/// Checks every declared range of `r` (before anything is computed or read).
+template <class R>
+void validate(const R& r, const ValueSources& sources = ValueSources()) {
+  Validator v(sources);
+  declare(v, const_cast<R&>(r));  // the validator only reads
+}
+
+/// Collects the fields of a request with their types, choices and defaults.
+class Describer {
+ public:
+  std::vector<Field> fields;
+
+  template <class T>
+  void operator()(Field f, const T& value) {
+    using V = typename Plain<T>::type;
+    f.type = std::is_same_v<V, bool>       ? "bool"
+             : std::is_integral_v<V>       ? "int"
+             : std::is_floating_point_v<V> ? "float"
+                                           : "?";
+    if constexpr (IsOptional<T>::value) {
+      if (value) f.default_text = text(*value);
+    } else {
+      f.default_text = text(value);
+    }
+    fields.push_back(std::move(f));
+  }
+  template <class M, class E>
+  void operator()(Field f, const Choice<M, E>& c) {
+    f.type = "choice";
+    f.choices = c.list();
+    if constexpr (IsOptional<M>::value) {
+      if (c.member) f.default_text = name_of(c, *c.member);
+    } else {
+      f.default_text = name_of(c, c.member);
+    }
+    fields.push_back(std::move(f));
+  }
+
+ private:
+  template <class T>
+  struct Plain {
+    using type = T;
+  };
+  template <class T>
+  struct Plain<std::optional<T>> {
+    using type = T;
+  };
+  template <class T>
+  static std::string text(const T& v) {
+    if constexpr (std::is_same_v<T, bool>) {
+      return v ? "True" : "False";
+    } else {
+      return fmt::format("{}", v);
+    }
+  }
+  template <class M, class E>
+  static std::string name_of(const Choice<M, E>& c, const E& e) {
+    for (const auto& [n, v] : c.names) {
+      if (v == e) return n;
+    }
+    return "";
+  }
+};
+
+/// The declared fields of request type R, in declaration order, with their defaults.
+template <class R>
+std::vector<Field> describe() {
+  R r{};
+  Describer d;
+  declare(d, r);
+  return d.fields;
+}
+
+}  // namespace posenc

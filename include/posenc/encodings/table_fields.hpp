@@ -1,0 +1,384 @@
+#pragma once
+/// \file
+/// The declared parameters of the table requests (declare.hpp): one `declare` overload
+/// per kind of `posenc table`, its fields in the order --help lists them. The command
+/// line's options, the Python keywords, the ranges checked and the stubs' keyword lists
+/// all come from here. Tensor-valued members (learned tables, masks, ids) and lists
+/// (--emit lists, --window H W) are bound by each front end and are not declared.
+///
+/// `for_each_table_kind(f)` calls `f(kind_name, Request{})` for every declared kind.
+
+#include <limits>
+#include <string>
+
+#include "posenc/declare.hpp"
+#include "posenc/encodings/cpmant_bucket.hpp"
+#include "posenc/encodings/complex_order.hpp"
+#include "posenc/encodings/axial_positions.hpp"
+#include "posenc/encodings/family_sinusoids.hpp"
+#include "posenc/encodings/layout_bucket.hpp"
+#include "posenc/encodings/longt5_global.hpp"
+#include "posenc/encodings/relative_attention.hpp"
+#include "posenc/encodings/tables.hpp"
+#include "posenc/encodings/window_index.hpp"
+
+namespace posenc {
+
+namespace fields {
+
+constexpr std::int64_t k2p20 = std::int64_t{1} << 20;
+constexpr std::int64_t k2p24 = std::int64_t{1} << 24;
+constexpr std::int64_t k2p52 = std::int64_t{1} << 52;
+
+inline const Names<SinusoidalLayout>& sinusoidal_layouts() {
+  static const Names<SinusoidalLayout> n{{"interleaved", SinusoidalLayout::interleaved},
+                                         {"concat", SinusoidalLayout::concat}};
+  return n;
+}
+inline const Names<AlibiTable>& alibi_tables() {
+  static const Names<AlibiTable> n{{"slopes", AlibiTable::slopes},
+                                   {"causal", AlibiTable::causal},
+                                   {"symmetric", AlibiTable::symmetric},
+                                   {"fairseq", AlibiTable::fairseq},
+                                   {"bottom-right", AlibiTable::bottom_right}};
+  return n;
+}
+inline const Names<XlForm>& xl_forms() {
+  static const Names<XlForm> n{{"transfo-xl", XlForm::transfo_xl},
+                               {"xlnet-bi", XlForm::xlnet_bi},
+                               {"xlnet-uni", XlForm::xlnet_uni}};
+  return n;
+}
+inline const Names<LayoutAxis>& layout_axes() {
+  static const Names<LayoutAxis> n{{"1d", LayoutAxis::positions},
+                                   {"x", LayoutAxis::x},
+                                   {"y", LayoutAxis::y},
+                                   {"xy", LayoutAxis::xy}};
+  return n;
+}
+inline const Names<UdopAxis>& udop_axes() {
+  static const Names<UdopAxis> n{{"1d", UdopAxis::positions},
+                                 {"horizontal", UdopAxis::horizontal},
+                                 {"vertical", UdopAxis::vertical},
+                                 {"all", UdopAxis::all}};
+  return n;
+}
+inline const Names<LongT5GlobalMap>& longt5_maps() {
+  static const Names<LongT5GlobalMap> n{{"block-ids", LongT5GlobalMap::block_ids},
+                                        {"segment-ids", LongT5GlobalMap::segment_ids},
+                                        {"side-positions", LongT5GlobalMap::side_positions}};
+  return n;
+}
+/// A bool member named by two words (--order xy|yx, --sign k-q|q-k, ...).
+inline Names<bool> two_words(const char* when_false, const char* when_true) {
+  return Names<bool>{{when_false, false}, {when_true, true}};
+}
+inline const Names<bool>& grid_orders() {
+  static const Names<bool> n = two_words("xy", "yx");
+  return n;
+}
+inline const Names<bool>& distance_signs() {
+  static const Names<bool> n = two_words("k-q", "q-k");
+  return n;
+}
+inline const Names<bool>& beyond_rules() {
+  static const Names<bool> n = two_words("clamp", "zero");
+  return n;
+}
+inline const Names<bool>& detr_layouts() {
+  static const Names<bool> n = two_words("channels", "tokens");
+  return n;
+}
+
+// The query and key lengths of the pair tables: either gives the other.
+template <class V, class R>
+void lengths(V& v, R& r, const char* k_help = "key length K (default: Q)") {
+  v(field("q_len", "query length Q (default: K)").at_least(1), r.q_len);
+  v(field("k_len", k_help).at_least(1), r.k_len);
+}
+
+}  // namespace fields
+
+template <class V>
+void declare(V& v, SinusoidalRequest& r) {
+  v(field("positions", "number of positions N").require().at_least(1), r.positions);
+  v(field("dim", "model dimension D (even)").require(), r.dim);
+  v(field("base", "frequency base (default 10000)"), r.base);
+  v(field("start", "first position (default 0)"), r.start);
+  v(field("layout", "interleaved (sin, cos pairs; default) or concat ([sin | cos])"),
+    choice(r.layout, fields::sinusoidal_layouts()));
+}
+
+template <class V>
+void declare(V& v, Rope2dRequest& r) {
+  v(field("height", "grid height H (rows)").require().at_least(1), r.height);
+  v(field("width", "grid width W (columns)").require().at_least(1), r.width);
+  v(field("dim", "head dimension D (multiple of 4)").require(), r.dim);
+  v(field("base", "theta base (default 100, as RoPE-ViT)"), r.base);
+  v(field("order", "xy (x block first, default) or yx"), choice(r.y_first, fields::grid_orders()));
+}
+
+template <class V>
+void declare(V& v, AlibiRequest& r) {
+  v(field("heads", "number of heads H (any count)").require(), r.heads);
+  fields::lengths(v, r);
+  v(field("variant",
+          "slopes (default without lengths), causal (default with lengths), symmetric, fairseq "
+          "or bottom-right"),
+    choice(r.variant, fields::alibi_tables()));
+  v(field("max_bias", "ggml max_bias; 8 gives Press's slopes"), r.max_bias);
+}
+
+template <class V>
+void declare(V& v, RelativeRequest& r) {
+  fields::lengths(v, r);
+  v(field("max_distance", "clipping distance M on both sides (needed unless --left and --right)"),
+    r.max_distance);
+  v(field("left",
+          "L: the window below 0 (default M; Wav2Vec2-BERT left_max_position_embeddings 64; "
+          "SpeechT5 max_length)")
+        .from(0, fields::k2p52, "2^52"),
+    r.left);
+  v(field("right",
+          "R: the window above 0 (default M; Wav2Vec2-BERT right_max_position_embeddings 8; "
+          "SpeechT5 max_length - 1)")
+        .from(0, fields::k2p52, "2^52"),
+    r.right);
+  v(field("sign",
+          "k-q (d = j - i, default; tensor2tensor, Wav2Vec2-BERT, VITS) or q-k (d = i - j; "
+          "SpeechT5)"),
+    choice(r.q_minus_k, fields::distance_signs()));
+  v(field("beyond",
+          "clamp (distances outside [-L, R] take the edge row, default) or zero (index -1, a "
+          "zero row: VITS)"),
+    choice(r.zero_beyond, fields::beyond_rules()));
+}
+
+template <class V>
+void declare(V& v, T5BucketRequest& r) {
+  fields::lengths(v, r);
+  v(field("buckets", "num_buckets (default 32)"), r.buckets);
+  v(field("max_distance", "max_distance (default 128)"), r.max_distance);
+  v(field("bidirectional", "encoder buckets (default)")
+        .negated_by("causal", "decoder buckets (bidirectional=False)"),
+    r.bidirectional);
+}
+
+template <class V>
+void declare(V& v, XlRelativeRequest& r) {
+  fields::lengths(v, r, "key length K = memory + Q (default: Q)");
+  v(field("dim", "model dimension D (even)").require(), r.dim);
+  v(field("form",
+          "transfo-xl (p = K-1 .. 0, K rows; default), xlnet-bi (p = K .. -Q+1, K+Q rows) or "
+          "xlnet-uni (p = K .. 0, K+1 rows)"),
+    choice(r.form, fields::xl_forms()));
+  v(field("clamp_len", "clamp p to [-C, C] when C > 0 (HF clamp_len; default 0 = none)"),
+    r.clamp_len);
+  v(field("base", "frequency base (default 10000)"), r.base);
+}
+
+template <class V>
+void declare(V& v, FunnelRelativeRequest& r) {
+  v(field("seq_len", "the model's input length L").require().at_least(1), r.seq_len);
+  v(field("dim", "d_model D (even)").require(), r.dim);
+  v(field("block", "block index b (default 0): queries pooled b times").from(0, 62), r.block);
+  v(field("shift",
+          "1 (keys pooled as the queries, stride 2^b; default) or 2 (the block's first layer: "
+          "keys pooled b-1 times, stride 2^(b-1)); HF position_embeds[b][shift-1]"),
+    r.shift);
+  v(field("separate_cls", "HF separate_cls: the <cls> token pooled apart at position 1 - 2^b"),
+    r.separate_cls);
+  v(field("truncate_seq",
+          "HF truncate_seq (with --separate-cls): the last position dropped at each pooling"),
+    r.truncate_seq);
+  v(field("base", "frequency base (default 10000)"), r.base);
+}
+
+template <class V>
+void declare(V& v, FunnelFactorizedRequest& r) {
+  v(field("seq_len", "the model's input length L").require().at_least(1), r.seq_len);
+  v(field("dim", "d_model D (even)").require(), r.dim);
+  v(field("block", "poolings of the queries' tables phi, pi (default 0; HF's block index)")
+        .from(0, 62),
+    r.block);
+  v(field("key_block",
+          "poolings of the keys' tables psi, omega (default --block; --block minus 1 in a "
+          "block's first layer with pool_q_only)")
+        .from(0, 62),
+    r.key_block);
+  v(field("separate_cls",
+          "HF separate_cls: each pooling keeps the first row (the <cls> token) apart"),
+    r.separate_cls);
+  v(field("truncate_seq", "HF truncate_seq (with --separate-cls): each pooling drops the last row"),
+    r.truncate_seq);
+  v(field("base", "frequency base (default 10000)"), r.base);
+}
+
+template <class V>
+void declare(V& v, DebertaBucketRequest& r) {
+  fields::lengths(v, r);
+  v(field("position_buckets", "position_buckets (default 256; <= 0 for plain i - j)"),
+    r.position_buckets);
+  v(field("max_relative_positions", "max_relative_positions (default 512)").at_least(1),
+    r.max_relative_positions);
+}
+
+template <class V>
+void declare(V& v, LevitIndexRequest& r) {
+  v(field("resolution", "grid side R (HF resolution, resolution_in)")
+        .require()
+        .from(1, kMaxWindowSide),
+    r.resolution);
+  v(field("stride",
+          "query stride s (default 1; 2 for LevitAttentionSubsample: R_out = (R - 1) / s + 1)"),
+    r.stride);
+}
+
+template <class V>
+void declare(V& v, DetrSineRequest& r) {
+  v(field("embedding_dim",
+          "E, channels per axis (HF embedding_dim; DETR passes d_model / 2), even")
+        .require(),
+    r.embedding_dim);
+  v(field("temperature",
+          "temperature T (default 10000; DAB-DETR temperature_height with --temperature-width)"),
+    r.temperature);
+  v(field("temperature_width",
+          "DAB-DETR temperature_width: the T of the x channels (default: --temperature)"),
+    r.temperature_width);
+  v(field("offset",
+          "subtracted from the cumulative sums before normalising (Deformable DETR, "
+          "Grounding-DINO: 0.5; default 0)"),
+    r.offset);
+  v(field("normalize", "normalise the cumulative sums (HF normalize, default True)")
+        .negated_by("no_normalize",
+                    "use the raw cumulative sums (HF normalize=False; DETR normalises)",
+                    /*with_positive=*/false),
+    r.normalize);
+  v(field("scale", "scale of the normalised sums (default 2 pi; needs normalisation)"), r.scale);
+  v(field("layout",
+          "channels ([b, 2E, H, W], default) or tokens ([b, H*W, 2E], flattened for the "
+          "encoder as HF's refactored forward does)"),
+    choice(r.tokens, fields::detr_layouts()));
+}
+
+template <class V>
+void declare(V& v, RtDetrSincosRequest& r) {
+  v(field("embedding_dim", "E (HF encoder_hidden_dim, default 256), a multiple of 4"),
+    r.embedding_dim);
+  v(field("temperature", "T (HF positional_encoding_temperature, default 10000)"), r.temperature);
+}
+
+template <class V>
+void declare(V& v, FairseqSinusoidalRequest& r) {
+  v(field("positions", "rows N of the weights (not with --input-ids)"), r.positions);
+  v(field("dim", "embedding dimension D (>= 4; odd D: a zero column)").require(), r.dim);
+  v(field("padding_idx",
+          "the row set to zero, and the id of padding tokens (HF padding_idx = pad_token_id; "
+          "needed with --input-ids)"),
+    r.padding_idx);
+  v(field("past_length",
+          "HF past_key_values_length added to the positions (default 0; with --input-ids)"),
+    r.past_length);
+}
+
+template <class V>
+void declare(V& v, LayoutBucketRequest& r) {
+  v(field("axis",
+          "1d (token positions, default), x (bbox[..., 0]), y (bbox[..., 3]) or xy (the x bias "
+          "plus the y bias; needs two --bias-table weights)"),
+    choice(r.axis, fields::layout_axes()));
+  v(field("seq_len", "1d: positions 0 .. S-1 of one row, [1, S, S]")
+        .from(1, kMaxLayoutBucketTokens),
+    r.seq_len);
+  v(field("buckets",
+          "num_buckets (HF rel_pos_bins, default 32; rel_2d_pos_bins for boxes, default 64)")
+        .from(4, fields::k2p20, "2^20"),
+    r.buckets);
+  v(field("max_distance",
+          "max_distance (HF max_rel_pos, default 128; max_rel_2d_pos for boxes, default 256)")
+        .from(1, fields::k2p24, "2^24"),
+    r.max_distance);
+}
+
+template <class V>
+void declare(V& v, UdopBucketRequest& r) {
+  v(field("axis",
+          "1d (token positions, default), horizontal ((x0 + x1) / 2 of --bbox), vertical "
+          "((y0 + y1) / 2) or all (the three biases summed; needs three --bias-table weights)"),
+    choice(r.axis, fields::udop_axes()));
+  v(field("seq_len", "1d without --bbox: positions 0 .. S-1, [1, S, S]")
+        .from(1, kMaxLayoutBucketTokens),
+    r.seq_len);
+  v(field("buckets", "relative_attention_num_buckets (default 32)").from(4, fields::k2p20, "2^20"),
+    r.buckets);
+  v(field("max_distance", "max_distance (default 128 for 1d, 100 for the boxes)")
+        .from(1, fields::k2p24, "2^24"),
+    r.max_distance);
+  v(field("scaling_factor", "scaling_factor (default 1 for 1d, 100 for the boxes)"),
+    r.scaling_factor);
+}
+
+template <class V>
+void declare(V& v, ComplexOrderRequest& r) {
+  v(field("positions", "rows N for vectors [D]: positions start ..").from(1, fields::k2p52, "2^52"),
+    r.positions);
+  v(field("start", "position of the first row or token (default 0)"), r.start);
+}
+
+template <class V>
+void declare(V& v, AxialPositionsRequest& r) {
+  v(field("positions", "rows N: positions 0 .. N-1 (N at most N1 N2 ..; default the whole table)"),
+    r.positions);
+}
+
+template <class V>
+void declare(V& v, CpmAntBucketRequest& r) {
+  v(field("seq_len", "S: one row of S tokens in segment 0 (the position buckets alone), [1, S, S]")
+        .from(1, kMaxCpmAntTokens),
+    r.seq_len);
+  v(field("segments", "HF segment_types (num_segments; default 32)").from(1, kMaxCpmAntSegments),
+    r.segments);
+  v(field("buckets", "HF position_bias_num_buckets (default 512; at least 4)")
+        .from(4, fields::k2p20, "2^20"),
+    r.buckets);
+  v(field("max_distance", "HF position_bias_max_distance (default 2048)")
+        .from(1, fields::k2p24, "2^24"),
+    r.max_distance);
+}
+
+template <class V>
+void declare(V& v, LongT5GlobalRequest& r) {
+  v(field("seq_len", "S: one row of S tokens without padding, [1, S]"), r.seq_len);
+  v(field("global_block_size", "HF global_block_size G (default 16)"), r.global_block_size);
+  v(field("emit",
+          "block-ids (default; HF global_block_ids, -1 for padding), segment-ids (HF "
+          "global_segment_ids) or side-positions (g - block(i))"),
+    choice(r.emit, fields::longt5_maps()));
+}
+
+/// Calls `f(kind, Request{})` for each table kind with declared fields.
+template <class F>
+void for_each_table_kind(F&& f) {
+  f("sinusoidal", SinusoidalRequest{});
+  f("rope2d", Rope2dRequest{});
+  f("alibi", AlibiRequest{});
+  f("relative", RelativeRequest{});
+  f("t5-bucket", T5BucketRequest{});
+  f("xl-relative", XlRelativeRequest{});
+  f("funnel-relative", FunnelRelativeRequest{});
+  f("funnel-factorized", FunnelFactorizedRequest{});
+  f("deberta-bucket", DebertaBucketRequest{});
+  f("levit-index", LevitIndexRequest{});
+  f("detr-sine", DetrSineRequest{});
+  f("rt-detr-sincos", RtDetrSincosRequest{});
+  f("fairseq-sinusoidal", FairseqSinusoidalRequest{});
+  f("layoutlm-bucket", LayoutBucketRequest{});
+  f("udop-bucket", UdopBucketRequest{});
+  f("complex-order", ComplexOrderRequest{});
+  f("reformer-axial", AxialPositionsRequest{});
+  f("cpmant-bucket", CpmAntBucketRequest{});
+  f("longt5-global", LongT5GlobalRequest{});
+}
+
+}  // namespace posenc

@@ -1,0 +1,148 @@
+// Unit tests of declared parameters (posenc/declare.hpp, encodings/table_fields.hpp): the
+// validator judges the declared ranges (naming the caller's field, or a config file's key),
+// the describer lists fields with their types, choices and defaults, and every table kind
+// declares fields whose names are distinct and well formed.
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "posenc/declare.hpp"
+#include "posenc/encodings/table_fields.hpp"
+#include "posenc/error.hpp"
+
+namespace posenc {
+namespace {
+
+struct Toy {
+  int count = 1;
+  std::optional<std::int64_t> window;
+  double scale = 0.5;
+  bool on = true;
+  SinusoidalLayout layout = SinusoidalLayout::concat;
+};
+
+template <class V>
+void declare(V& v, Toy& r) {
+  v(field("count", "how many").require().at_least(1), r.count);
+  v(field("window", "the window").from(0, std::int64_t{1} << 52, "2^52"), r.window);
+  v(field("scale", "a factor"), r.scale);
+  v(field("on", "switched on").negated_by("off", "switched off"), r.on);
+  v(field("layout", "the order"), choice(r.layout, fields::sinusoidal_layouts()));
+}
+
+template <class R>
+std::string message_of(const R& r, const ValueSources& s = ValueSources()) {
+  try {
+    validate(r, s);
+  } catch (const UsageError& e) {
+    return std::string("usage: ") + e.what();
+  } catch (const InputError& e) {
+    return std::string("input: ") + e.what();
+  }
+  return "";
+}
+
+TEST(Declare, ValidatorChecksTheDeclaredRanges) {
+  Toy t;
+  EXPECT_EQ(message_of(t), "");
+  t.count = 0;
+  EXPECT_EQ(message_of(t), "usage: count: must be at least 1, got 0");
+  t.count = 3;
+  t.window = -1;
+  EXPECT_EQ(message_of(t), "usage: window: must be from 0 to 2^52, got -1");
+  t.window = (std::int64_t{1} << 52) + 1;
+  EXPECT_EQ(message_of(t), "usage: window: must be from 0 to 2^52, got 4503599627370497");
+  t.window = std::int64_t{1} << 52;
+  EXPECT_EQ(message_of(t), "");
+}
+
+TEST(Declare, ValidatorNamesTheConfigKeyThatGaveTheValue) {
+  Toy t;
+  t.count = -2;
+  ValueSources s;
+  s.set("count", "config.json", "num_things");
+  EXPECT_EQ(message_of(t, s), "input: config.json: 'num_things': must be at least 1, got -2");
+}
+
+TEST(Declare, DescriberListsTypesChoicesAndDefaults) {
+  const std::vector<Field> f = describe<Toy>();
+  ASSERT_EQ(f.size(), 5u);
+  EXPECT_EQ(f[0].name, "count");
+  EXPECT_EQ(f[0].option(), "--count");
+  EXPECT_EQ(f[0].type, "int");
+  EXPECT_TRUE(f[0].required);
+  EXPECT_EQ(f[0].default_text, "1");
+  EXPECT_EQ(f[1].type, "int");
+  EXPECT_EQ(f[1].default_text, "");  // unset optional
+  EXPECT_EQ(f[2].type, "float");
+  EXPECT_EQ(f[2].default_text, "0.5");
+  EXPECT_EQ(f[3].type, "bool");
+  EXPECT_EQ(f[3].negation, "off");
+  EXPECT_EQ(f[4].type, "choice");
+  EXPECT_EQ(f[4].choices, (std::vector<std::string>{"interleaved", "concat"}));
+  EXPECT_EQ(f[4].default_text, "concat");
+  EXPECT_EQ(Field::option_of("max_relative_positions"), "--max-relative-positions");
+}
+
+TEST(Declare, ChoiceFindsNamesAndListsThem) {
+  AlibiRequest r;
+  const auto c = choice(r.variant, fields::alibi_tables());
+  ASSERT_NE(c.find("bottom-right"), nullptr);
+  EXPECT_EQ(*c.find("bottom-right"), AlibiTable::bottom_right);
+  EXPECT_EQ(c.find("bottom_right"), nullptr);
+  EXPECT_EQ(c.listed(), "slopes, causal, symmetric, fairseq or bottom-right");
+}
+
+TEST(Declare, EveryTableKindDeclaresDistinctSnakeCaseFields) {
+  int kinds = 0;
+  for_each_table_kind([&](const char* kind, auto r) {
+    ++kinds;
+    Describer d;
+    declare(d, r);
+    std::set<std::string> names;
+    for (const Field& f : d.fields) {
+      EXPECT_TRUE(names.insert(f.name).second) << kind << ": " << f.name << " twice";
+      EXPECT_EQ(f.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_"),
+                std::string::npos)
+          << kind << ": " << f.name;
+      EXPECT_FALSE(f.help.empty()) << kind << ": " << f.name;
+      EXPECT_TRUE(!f.hi || f.lo) << kind << ": " << f.name << " has a top but no bottom";
+    }
+  });
+  EXPECT_EQ(kinds, 19);
+}
+
+TEST(Declare, TableFunctionsValidateFromTheDeclaration) {
+  CpmAntBucketRequest c;
+  c.seq_len = 8;
+  c.segments = 0;
+  EXPECT_THROW(
+      {
+        try {
+          cpmant_bucket_table(c);
+        } catch (const UsageError& e) {
+          EXPECT_STREQ(e.what(), "segments: must be from 1 to 4096, got 0");
+          throw;
+        }
+      },
+      UsageError);
+  RelativeRequest r;
+  r.q_len = 4;
+  r.left = -1;
+  r.right = 2;
+  EXPECT_THROW(
+      {
+        try {
+          relative_table(r);
+        } catch (const UsageError& e) {
+          EXPECT_STREQ(e.what(), "left: must be from 0 to 2^52, got -1");
+          throw;
+        }
+      },
+      UsageError);
+}
+
+}  // namespace
+}  // namespace posenc
