@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cli/attention_grad.hpp"
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/relative_options.hpp"
@@ -80,6 +81,7 @@ struct AttentionCmdOptions {
   std::string dtype;
   std::string max_memory;
   bool allow_nonfinite = false;
+  std::string grad_output;  // dO: the gradients instead of the forward (attention_grad)
   RelativeCliOptions relative;
   CLI::App* app = nullptr;
 };
@@ -418,7 +420,20 @@ void run_attention(AttentionCmdOptions& o) {
   if (given(o, "--emit") && o.emit.empty()) {
     throw UsageError("--emit: expected a comma list of logits, probs, output, lse, got ''");
   }
-  opt.emit = parse_attention_emit(o.emit, !o.v.empty());
+  const bool grads = !o.grad_output.empty();
+  std::vector<std::string> grad_names;
+  if (grads) {
+    if (o.v.empty()) throw UsageError("--grad-output: needs -v (dO is the output's gradient)");
+    if (o.rope || relative_wanted(o.relative) || !o.part.empty()) {
+      throw UsageError(fmt::format("--grad-output: not with {}",
+                                   o.rope ? "--rope" : !o.part.empty() ? "--part" : "--relative"));
+    }
+    // Whether the mask is float is known once it is read; dbias is checked again there.
+    grad_names = parse_gradient_emit(o.emit, !o.sinks.empty(), !o.mask.empty());
+  } else {
+    refuse_gradients_without_dO(o.emit);
+    opt.emit = parse_attention_emit(o.emit, !o.v.empty());
+  }
   if (!o.dtype.empty()) opt.dtype = parse_dtype(o.dtype, "--dtype");
   // No limit (0) when physical memory is unknown.
   opt.max_memory = given(o, "--max-memory") ? parse_memory_size(o.max_memory, "--max-memory")
@@ -433,7 +448,12 @@ void run_attention(AttentionCmdOptions& o) {
                     o.rope_opts.arith, o.rope_opts.arith));
   }
 
-  const std::vector<TensorRef> out_refs = output_refs(o, opt.emit);
+  const std::vector<TensorRef> out_refs =
+      grads ? emitted_output_refs(o.out, grad_names, [&] {
+        std::vector<std::string> d;
+        for (const auto& n : grad_names) d.push_back("/" + n);
+        return d;
+      }()) : output_refs(o, opt.emit);
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
   if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() || !o.wavlm_gate.empty() ||
                         !o.global_kv.empty() || !o.rope_opts.position_ids.empty() ||
@@ -517,6 +537,9 @@ void run_attention(AttentionCmdOptions& o) {
     if (!res.output_streamed) sink->write_rows(res.output.bytes(), res.output.shape().at(0));
     sink->commit();
   };
+  if (grads) {
+    return run_gradients(*q_src, *k_src, *v_src, o.grad_output, opt, grad_names, out_refs, o.out);
+  }
   if (!o.rope && !relative_wanted(o.relative) && part.whole()) {
     // The library reads the inputs itself: K and V in chunks within --max-memory.
     return finish(attention(*q_src, *k_src, v_src.get(), opt));
@@ -695,6 +718,9 @@ void register_attention(CLI::App& app) {
                   "K and V are read in chunks that fit, else the run fails up front (exit 3)");
   sub->add_flag("--allow-nonfinite", o->allow_nonfinite,
                 "compute with NaN/Inf inputs (they propagate) instead of refusing them");
+  sub->add_option("--grad-output", o->grad_output,
+                  "dO, the gradient of the output (Q's shape with dv): emit the gradients "
+                  "dq, dk, dv, softmax_d (rowsum(dO O)) and lse instead (see GRADIENTS)");
   add_relative_options(sub, o->relative);
   sub->add_flag("--rope", o->rope, "rotate Q and K with RoPE (ROPE OPTIONS) before the scores");
   add_rope_options(sub, o->rope_opts);

@@ -1,0 +1,71 @@
+#pragma once
+/// \file
+/// The backward pass of attention: the gradients of a loss L with respect to Q, K and V
+/// given dO = dL/d(output), as FlashAttention's backward kernels compute them, for
+/// golden fixtures of their tests.
+///
+/// With P the probabilities of the forward (recomputed from its lse: P = exp(s - lse)),
+/// dP = dO V^T, D = rowsum(dO o O) (FlashAttention's softmax_d) and dS = P o (dP - D):
+///   dV = P^T dO, dq = scale dS' K, dk = scale dS'^T Q,
+/// dS' being dS through the soft-cap (times 1 - tanh^2) and the query temperature. Grouped
+/// K and V (GQA, MQA): dk and dv summed over the query heads of the group. A float mask
+/// (or a float bias given as mask) has the gradient dS, summed over the axes it is
+/// broadcast along (dbias). Sinks: dsinks[h] = -sum over b, i of exp(sink[h] - lse) D.
+/// Rows with no visible key contribute nothing.
+///
+/// Arithmetic: float64 unless opt.precision asks for f32; each gradient rounded once to
+/// the output dtype (opt.dtype, else Q's). Products by single-threaded BLAS on tiles of
+/// sizes fixed by the shapes (never s x s): results are the same bytes whatever the
+/// thread count or --max-memory; dq is reduced per query tile, dk and dv per key tile,
+/// each in a fixed order.
+///
+/// Options honoured: scale, causal (both alignments), window, sliding_window, chunk_size,
+/// key_lengths, cu_seqlens, bool and float masks, ALiBi (every variant), soft-cap, sinks,
+/// temperature and Llama-4 query scaling, GQA/MQA, dv != d, any axes order. Others (T5,
+/// clipped and relative terms, score_bias, decomposed, LongT5 global keys, WavLM gate,
+/// Gemma-3n terms, --arith other than exact, MaskedRows::nan) are a UsageError.
+
+#include <cstddef>
+
+#include "posenc/ops/attention.hpp"
+#include "posenc/tensor.hpp"
+
+namespace posenc {
+
+/// What attention_backward returns (tensors not asked for are empty).
+struct AttentionGrads {
+  Tensor dq;         ///< Q's shape
+  Tensor dk;         ///< K's shape (summed over each group of query heads)
+  Tensor dv;         ///< V's shape
+  Tensor softmax_d;  ///< rowsum(dO o O), [b, hq, sq] as lse
+  Tensor lse;        ///< the forward's lse the probabilities were recomputed from
+  Tensor dbias;      ///< the float mask's shape, when asked for
+  Tensor dsinks;     ///< the sinks' shape, when sinks are given
+  Attrs attrs;       ///< the forward's parameters
+};
+
+/// Options of the backward beyond the forward's.
+struct AttentionBackwardOptions {
+  /// Also the gradient of the float mask (opt.mask, a float tensor): dbias.
+  bool dbias = false;
+  /// Tile sizes (0 = automatic; the results depend on them, never on threads or memory).
+  std::size_t query_tile = 0;
+  std::size_t key_tile = 0;
+};
+
+/// Gradients of attention(q, k, v, opt)'s output with respect to q, k, v (and the float
+/// mask, the sinks) for the output gradient `grad_output` (Q's shape with d replaced by
+/// dv, any float dtype). UsageError for options the backward cannot honour (see the file
+/// comment) and dbias without a float mask; InputError for shapes (grad_output not
+/// matching the output), dtypes, non-finite Q, K, V (unless allowed; NaN in grad_output
+/// propagates) and the opt.max_memory limit, before any large allocation.
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& grad_output, const AttentionOptions& opt,
+                                  const AttentionBackwardOptions& bopt = {});
+
+/// Bytes attention_backward would allocate (outputs and work, not the inputs).
+std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,
+                                      DType q_dtype, const AttentionOptions& opt,
+                                      const AttentionBackwardOptions& bopt = {});
+
+}  // namespace posenc

@@ -1,0 +1,31 @@
+#pragma once
+// `posenc attention --grad-output dO`: the gradients of attention (posenc/ops/
+// attention_backward.hpp) written as one transaction. Bound by cmd_attention.cpp.
+
+#include <string>
+#include <vector>
+
+#include "cli/common.hpp"
+#include "posenc/io/ref.hpp"
+#include "posenc/ops/attention.hpp"
+
+namespace posenc::cli {
+
+/// The tensors gradients can emit: dq, dk, dv, softmax_d, lse, dbias, dsinks.
+bool is_gradient_name(const std::string& name);
+
+/// The --emit list in gradient mode (empty: dq,dk,dv,softmax_d,lse, and dsinks with
+/// sinks). UsageError for an unknown name, one given twice, dbias without a float mask
+/// (`float_mask`) and dsinks without sinks.
+std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks, bool float_mask);
+
+/// UsageError when `list` names a gradient (--emit without --grad-output).
+void refuse_gradients_without_dO(const std::string& list);
+
+/// Reads Q, K, V and dO (checking --max-memory from the headers first), computes the
+/// gradients of `names` and writes them to `refs` together (or nothing).
+void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std::string& grad_ref,
+                   const AttentionOptions& opt, const std::vector<std::string>& names,
+                   const std::vector<TensorRef>& refs, const OutputOptions& out);
+
+}  // namespace posenc::cli

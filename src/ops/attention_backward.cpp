@@ -1,0 +1,410 @@
+// attention_backward(): the gradients of attention recomputed tile by tile from the
+// forward's lse (FlashAttention-2's backward, without its atomics): a first pass over
+// (batch, query head, query tile) items accumulates dq over the key tiles, a second over
+// (batch, KV head, key tile) items accumulates dk and dv over the query heads of the group
+// and their query tiles. Each item owns the rows it writes and adds its tiles in a fixed
+// order, so the bytes depend on the tile sizes (fixed by the shapes) and nothing else.
+// The masks, the key ranges and the score terms are the forward's plan (attention_terms:
+// the one KeyRules value of attention_mask, the mask copy, the ALiBi slopes, the sinks).
+#include "posenc/ops/attention_backward.hpp"
+
+#include <xtensor-blas/xblas.hpp>
+#include <xtensor/xadapt.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "ops/attention_geometry.hpp"
+#include "ops/attention_kernel.hpp"
+#include "ops/blas_threads.hpp"
+#include "posenc/encodings/arith.hpp"
+#include "posenc/error.hpp"
+#include "posenc/io/npy.hpp"
+
+namespace posenc {
+
+using namespace attention_detail;
+
+namespace {
+
+// C (m x n, contiguous) = alpha op(A) op(B) + beta C with op(A) m x k, op(B) k x n; rows
+// of A and B `lda`, `ldb` apart (copied into contiguous rows when they are not: the
+// adaptors of xtensor-blas are row-major and dense). Single-threaded BLAS (OneBlasThread).
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha,
+          const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c) {
+  const std::size_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+  const std::size_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  thread_local std::vector<T> a_copy, b_copy;
+  auto dense = [](const T* p, std::size_t rows, std::size_t cols, std::size_t ld,
+                  std::vector<T>& buf) {
+    if (ld == cols) return p;
+    if (buf.size() < rows * cols) buf.resize(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r) std::copy_n(p + r * ld, cols, buf.data() + r * cols);
+    return static_cast<const T*>(buf.data());
+  };
+  a = dense(a, a_rows, a_cols, lda, a_copy);
+  b = dense(b, b_rows, b_cols, ldb, b_copy);
+  auto A = xt::adapt(a, a_rows * a_cols, xt::no_ownership(),
+                     std::array<std::size_t, 2>{a_rows, a_cols});
+  auto B = xt::adapt(b, b_rows * b_cols, xt::no_ownership(),
+                     std::array<std::size_t, 2>{b_rows, b_cols});
+  auto C = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});
+  xt::blas::gemm(A, B, C, trans_a, trans_b, alpha, beta);
+}
+
+// The options the backward cannot honour, refused by name (never ignored).
+void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOptions& bopt) {
+  auto no = [](bool set, const char* what) {
+    if (set) {
+      throw UsageError(fmt::format("gradients: {} is not supported by the backward pass", what));
+    }
+  };
+  no(opt.arith != Arith::exact, "--arith other than exact");
+  no(opt.t5_bias != nullptr, "--t5-bias");
+  no(opt.clipped_bias != nullptr, "--clipped-bias");
+  no(opt.gate_input != nullptr, "--wavlm-gate");
+  no(opt.global_k != nullptr, "--global-kv");
+  no(opt.relative_k != nullptr || opt.relative_v != nullptr, "--relative-k/--relative-v");
+  no(opt.relative_proj != nullptr, "--relative-proj");
+  no(opt.per_dim_scale != nullptr, "--per-dim-scale");
+  no(opt.rel_pos_h != nullptr || opt.rel_pos_w != nullptr, "--decomposed-rel-pos");
+  no(opt.score_bias != nullptr, "a relative score term (--relative)");
+  no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
+  if (bopt.dbias && !(opt.mask && is_float(opt.mask->dtype()))) {
+    throw UsageError("gradients: dbias needs a float (additive) --mask");
+  }
+}
+
+struct Tiles {
+  std::size_t q = 0, k = 0;
+};
+
+Tiles tiles_for(const Geometry& g, const AttentionBackwardOptions& bopt) {
+  // 128 x 128: the products are d deep (64 to 256), large enough for BLAS's kernels; the
+  // three score-sized tiles of a worker stay within the L2 cache in f32.
+  Tiles t;
+  t.q = bopt.query_tile ? bopt.query_tile : 128;
+  t.k = bopt.key_tile ? bopt.key_tile : 128;
+  t.q = std::max<std::size_t>(1, std::min(t.q, std::max<std::size_t>(g.sq, 1)));
+  t.k = std::max<std::size_t>(1, std::min(t.k, std::max<std::size_t>(g.sk, 1)));
+  return t;
+}
+
+// A worker's tiles: scores (then probabilities), dP (then dS'), dS for dbias, and the
+// accumulators of one item.
+std::size_t tile_bytes(const Geometry& g, const Tiles& t, bool dbias) {
+  const std::size_t ts = dtype_size(g.compute);
+  std::size_t n = mul_sat(t.q * t.k, (dbias ? 3 : 2) * ts);
+  n = add_sat(n, mul_sat(t.q, g.d * ts));
+  n = add_sat(n, mul_sat(t.k, (g.d + g.dv) * ts));
+  // Strided rows (bshd) copied for BLAS.
+  return add_sat(n, mul_sat(std::max(t.q, t.k), (g.d + g.dv) * ts));
+}
+
+// Everything the items read.
+template <class T>
+struct Ctx {
+  Plan<T> P;  // the forward's plan: rules, masks, ALiBi, sinks, scale, soft-cap
+  Tiles t;
+  View<T> q, k, v, dO;
+  std::vector<double> lse, D;  // [b][hq][sq]
+  bool want_dbias = false;
+  std::vector<T> dsb;  // dS over [b][hq][sq][sk] for dbias
+};
+
+// The probabilities and dS' of query rows [q0, q0 + qn) of head h against keys
+// [j0, j0 + kn): s <- P, dp <- dS' (dS through the soft-cap and the temperature), and dS
+// into c.dsb. False when no row sees a key of the tile (nothing computed).
+template <class T>
+bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std::size_t h,
+          std::size_t q0, std::size_t qn, std::size_t j0, std::size_t kn, bool write_dbias) {
+  const Plan<T>& P = c.P;
+  const Geometry& g = P.g;
+  const std::int64_t j0i = static_cast<std::int64_t>(j0), j1i = j0i + static_cast<std::int64_t>(kn);
+  bool any = false;
+  for (std::size_t r = 0; r < qn && !any; ++r) {
+    auto [lo, hi] = P.rules.range(bi, static_cast<std::int64_t>(q0 + r));
+    any = lo <= hi && hi >= j0i && lo < j1i;
+  }
+  if (!any) return false;
+  const std::size_t kvh = h / (g.hq / g.hk);
+  const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
+  const T* kp = c.k.p + bi * c.k.b + kvh * c.k.h + j0 * c.k.s;
+  const T* vp = c.v.p + bi * c.v.b + kvh * c.v.h + j0 * c.v.s;
+  const T* op = c.dO.p + bi * c.dO.b + h * c.dO.h + q0 * c.dO.s;
+  if (s.size() < qn * kn) s.resize(qn * kn);
+  if (dp.size() < qn * kn) dp.resize(qn * kn);
+  gemm(false, true, qn, kn, g.d, P.scale, qp, c.q.s, kp, c.k.s, T(0), s.data());
+  gemm(false, true, qn, kn, g.dv, T(1), op, c.dO.s, vp, c.v.s, T(0), dp.data());
+  const std::int64_t sq = static_cast<std::int64_t>(g.sq), sk = static_cast<std::int64_t>(g.sk);
+  const double slope = P.alibi ? P.slopes[h] : 0.0;
+  for (std::size_t r = 0; r < qn; ++r) {
+    const std::int64_t i = static_cast<std::int64_t>(q0 + r);
+    const std::size_t row = (bi * g.hq + h) * g.sq + q0 + r;
+    const double lse = c.lse[row];
+    const T D = static_cast<T>(c.D[row]);
+    auto [lo, hi] = P.rules.range(bi, i);
+    const T temp = static_cast<T>(P.rules.temperature(i + P.off));
+    const std::ptrdiff_t mbase = bi * P.m_b + h * P.m_h + i * P.m_i;
+    T* sr = s.data() + r * kn;
+    T* dr = dp.data() + r * kn;
+    T* br = write_dbias ? c.dsb.data() + row * g.sk + j0 : nullptr;
+    for (std::size_t jj = 0; jj < kn; ++jj) {
+      const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
+      bool seen = j >= lo && j <= hi && lse > -kInf;
+      if (seen && P.has_keep_mask) seen = P.keep_mask[mbase + j * P.m_j] != 0;
+      if (!seen) {
+        sr[jj] = T(0), dr[jj] = T(0);
+        if (br) br[jj] = T(0);
+        continue;
+      }
+      // The forward's score, element operation by element operation (attention_kernel's
+      // item_keys), and its derivative with respect to scale q.k.
+      T x = sr[jj], f = T(1);
+      if (P.rules.scales_queries()) x *= temp, f = temp;
+      if (P.softcap > 0) {
+        const T th = std::tanh(x / P.softcap);
+        x = P.softcap * th;
+        f *= T(1) - th * th;
+      }
+      if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
+      if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
+      const T p = static_cast<T>(std::exp(static_cast<double>(x) - lse));
+      const T ds = p * (dr[jj] - D);
+      sr[jj] = p;
+      dr[jj] = ds * f;
+      if (br) br[jj] = ds;
+    }
+  }
+  return true;
+}
+
+// Stores an accumulator [rows, n] (contiguous) as rows r0.. of (batch, head) of `out`
+// (strides `st` of its axes), each value rounded once.
+template <class T>
+void store_rows(Tensor& out, const Strides& st, std::size_t bi, std::size_t h, std::size_t r0,
+                std::size_t rows, std::size_t n, const T* acc) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t base = bi * st.b + h * st.h + (r0 + r) * st.s;
+    for (std::size_t c = 0; c < n; ++c) {
+      out.set(base + c * st.d, static_cast<double>(acc[r * n + c]));
+    }
+  }
+}
+
+template <class T>
+void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
+  const Geometry& g = c.P.g;
+  const Tiles t = c.t;
+  const Strides qst = strides_of(out.dq.shape(), g.axes), kst = strides_of(out.dk.shape(), g.axes),
+                vst = strides_of(out.dv.shape(), g.axes);
+  OneBlasThread one_blas;
+  // dq: items (batch, query head, query tile), key tiles in order.
+  const std::size_t nq = (g.sq + t.q - 1) / t.q, nk = (g.sk + t.k - 1) / t.k;
+  const std::size_t n1 = g.b * g.hq * nq;
+  const std::size_t th1 = thread_count(n1, workers);
+  struct Work {
+    std::vector<T> s, dp, acc, acc2;
+  };
+  std::vector<Work> work(std::max(th1, thread_count(g.b * g.hk * nk, workers)));
+  for_items(n1, th1, [&](std::size_t it, std::size_t w) {
+    Work& W = work[w];
+    const std::size_t bi = it / (g.hq * nq), h = it / nq % g.hq, q0 = it % nq * t.q;
+    const std::size_t qn = std::min(t.q, g.sq - q0);
+    const std::size_t kvh = h / (g.hq / g.hk);
+    W.acc.assign(qn * g.d, T(0));
+    for (std::size_t j0 = 0; j0 < g.sk; j0 += t.k) {
+      const std::size_t kn = std::min(t.k, g.sk - j0);
+      if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, c.want_dbias)) continue;
+      const T* kp = c.k.p + bi * c.k.b + kvh * c.k.h + j0 * c.k.s;
+      gemm(false, false, qn, g.d, kn, c.P.scale, W.dp.data(), kn, kp, c.k.s, T(1), W.acc.data());
+    }
+    store_rows(out.dq, qst, bi, h, q0, qn, g.d, W.acc.data());
+  });
+  // dk, dv: items (batch, KV head, key tile), the group's query heads and their query
+  // tiles in order.
+  const std::size_t n2 = g.b * g.hk * nk;
+  const std::size_t th2 = thread_count(n2, workers);
+  const std::size_t group = g.hq / g.hk;
+  for_items(n2, th2, [&](std::size_t it, std::size_t w) {
+    Work& W = work[w];
+    const std::size_t bi = it / (g.hk * nk), kvh = it / nk % g.hk, j0 = it % nk * t.k;
+    const std::size_t kn = std::min(t.k, g.sk - j0);
+    W.acc.assign(kn * g.d, T(0));
+    W.acc2.assign(kn * g.dv, T(0));
+    for (std::size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+      for (std::size_t q0 = 0; q0 < g.sq; q0 += t.q) {
+        const std::size_t qn = std::min(t.q, g.sq - q0);
+        // dS for dbias is written by the first pass only.
+        if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, false)) continue;
+        const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
+        const T* op = c.dO.p + bi * c.dO.b + h * c.dO.h + q0 * c.dO.s;
+        gemm(true, false, kn, g.dv, qn, T(1), W.s.data(), kn, op, c.dO.s, T(1), W.acc2.data());
+        gemm(true, false, kn, g.d, qn, c.P.scale, W.dp.data(), kn, qp, c.q.s, T(1),
+             W.acc.data());
+      }
+    }
+    store_rows(out.dk, kst, bi, kvh, j0, kn, g.d, W.acc.data());
+    store_rows(out.dv, vst, bi, kvh, j0, kn, g.dv, W.acc2.data());
+  });
+}
+
+AttentionOptions forward_options(const AttentionOptions& opt) {
+  AttentionOptions f = opt;
+  f.emit = {AttentionEmit::output, AttentionEmit::lse};
+  f.dtype = DType::f64;
+  f.output_sink = nullptr;
+  f.max_memory = 0;  // counted by attention_backward_memory
+  return f;
+}
+
+}  // namespace
+
+std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,
+                                      DType q_dtype, const AttentionOptions& opt,
+                                      const AttentionBackwardOptions& bopt) {
+  const AttentionOptions f = forward_options(opt);
+  const Geometry g = check(q, k, &v, q_dtype, f);
+  const std::size_t ts = dtype_size(g.compute);
+  const DType out = opt.dtype.value_or(q_dtype);
+  std::size_t n = memory_of(g, q, k, &v, q_dtype, f).first;  // the forward: O, lse, work
+  const std::size_t nq = mul_sat(mul_sat(g.b * g.hq, g.sq), g.d),
+                    nk = mul_sat(mul_sat(g.b * g.hk, g.sk), g.d),
+                    nv = mul_sat(mul_sat(g.b * g.hk, g.sk), g.dv),
+                    no = mul_sat(mul_sat(g.b * g.hq, g.sq), g.dv),
+                    rows = mul_sat(g.b * g.hq, g.sq);
+  // Q, K, V and dO in the arithmetic type (converted or transposed copies), O transposed.
+  n = add_sat(n, mul_sat(add_sat(add_sat(nq, nk), add_sat(nv, no)), ts));
+  n = add_sat(n, mul_sat(no, 8));
+  n = add_sat(n, mul_sat(rows, 16));  // lse and D in float64
+  // The gradients, softmax_d and lse.
+  n = add_sat(n, mul_sat(add_sat(add_sat(nq, nk), nv), dtype_size(out)));
+  n = add_sat(n, mul_sat(rows, 16));
+  n = add_sat(n, plan_bytes(g, f));
+  if (bopt.dbias) {
+    n = add_sat(n, mul_sat(mul_sat(rows, g.sk), ts));
+    if (opt.mask) n = add_sat(n, mul_sat(opt.mask->numel(), 8 + dtype_size(out)));
+  }
+  return add_sat(n, tile_bytes(g, tiles_for(g, bopt), bopt.dbias));
+}
+
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& grad_output, const AttentionOptions& opt,
+                                  const AttentionBackwardOptions& bopt) {
+  refuse_unsupported(opt, bopt);
+  require_float(q.dtype(), "q");
+  require_float(k.dtype(), "k");
+  require_float(v.dtype(), "v");
+  const AttentionOptions f = forward_options(opt);
+  const Geometry g = check(q.shape(), k.shape(), &v.shape(), q.dtype(), f);
+  if (!is_float(grad_output.dtype())) {
+    throw InputError(fmt::format("grad_output: dtype {} is not a float type",
+                                 dtype_name(grad_output.dtype())));
+  }
+  const Shape o_shape = g.output_shape(q.shape());
+  if (grad_output.shape() != o_shape) {
+    throw InputError(fmt::format("grad_output: shape {} is not the output's {}",
+                                 shape_str(grad_output.shape()), shape_str(o_shape)));
+  }
+  const std::size_t need = attention_backward_memory(q.shape(), k.shape(), v.shape(), q.dtype(),
+                                                     opt, bopt);
+  if (opt.max_memory && need > opt.max_memory) {
+    throw InputError(fmt::format("gradients would need {} > max_memory {}", bytes_str(need),
+                                 bytes_str(opt.max_memory)));
+  }
+  const Tiles t = tiles_for(g, bopt);
+  const std::size_t workers =
+      workers_within(opt.max_memory, need, tile_bytes(g, t, bopt.dbias));
+
+  AttentionResult fwd = attention(q, k, &v, f);
+  AttentionGrads res;
+  res.attrs = fwd.attrs;
+  const DType out = opt.dtype.value_or(q.dtype());
+  res.dq = Tensor(out, q.shape());
+  res.dk = Tensor(out, k.shape());
+  res.dv = Tensor(out, v.shape());
+
+  // softmax_d = rowsum(dO o O), in float64 (O is the forward's float64 result).
+  const std::size_t rows = g.b * g.hq * g.sq;
+  std::vector<double> D(rows, 0.0);
+  {
+    const Strides os = strides_of(o_shape, g.axes);
+    for (std::size_t bi = 0; bi < g.b; ++bi)
+      for (std::size_t h = 0; h < g.hq; ++h)
+        for (std::size_t i = 0; i < g.sq; ++i) {
+          const std::size_t base = bi * os.b + h * os.h + i * os.s;
+          double sum = 0;
+          for (std::size_t cc = 0; cc < g.dv; ++cc) {
+            sum += grad_output.get(base + cc * os.d) * fwd.output.get(base + cc * os.d);
+          }
+          D[(bi * g.hq + h) * g.sq + i] = sum;
+        }
+  }
+  std::vector<double> lse(rows);
+  for (std::size_t i = 0; i < rows; ++i) lse[i] = fwd.lse.get(i);
+  fwd.output = Tensor();
+  res.softmax_d = Tensor(g.lse, g.lse_shape());
+  res.lse = Tensor(g.lse, g.lse_shape());
+  for (std::size_t i = 0; i < rows; ++i) {
+    res.softmax_d.set(i, D[i]);
+    res.lse.set(i, lse[i]);
+  }
+
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    Ctx<T> c;
+    plan(c.P, g, f, true);
+    c.t = t;
+    Tensor hq_, hk_, hv_, ho_;
+    c.q = make_view<T>(q, g.axes, hq_);
+    c.k = make_view<T>(k, g.axes, hk_);
+    c.v = make_view<T>(v, g.axes, hv_);
+    c.dO = make_view<T>(grad_output, g.axes, ho_);
+    c.lse = std::move(lse);
+    c.D = std::move(D);
+    c.want_dbias = bopt.dbias;
+    if (bopt.dbias) c.dsb.assign(rows * g.sk, T(0));
+    run(c, res, workers);
+    if (bopt.dbias) {
+      // dS summed over the axes the mask is broadcast along, in one fixed order.
+      std::vector<double> acc(opt.mask->numel(), 0.0);
+      const Plan<T>& P = c.P;
+      for (std::size_t bi = 0; bi < g.b; ++bi)
+        for (std::size_t h = 0; h < g.hq; ++h)
+          for (std::size_t i = 0; i < g.sq; ++i) {
+            const std::ptrdiff_t mbase = bi * P.m_b + h * P.m_h + i * P.m_i;
+            const T* dr = c.dsb.data() + ((bi * g.hq + h) * g.sq + i) * g.sk;
+            for (std::size_t j = 0; j < g.sk; ++j) acc[mbase + j * P.m_j] += dr[j];
+          }
+      res.dbias = Tensor(out, opt.mask->shape());
+      for (std::size_t i = 0; i < acc.size(); ++i) res.dbias.set(i, acc[i]);
+    }
+    if (opt.sinks) {
+      // dL/dsink_h = -sum over b, i of p_sink D, p_sink = exp(sink_h - lse).
+      res.dsinks = Tensor(out, opt.sinks->shape());
+      for (std::size_t h = 0; h < g.hq; ++h) {
+        const double sink = opt.sinks->get(h);
+        double sum = 0;
+        for (std::size_t bi = 0; bi < g.b; ++bi)
+          for (std::size_t i = 0; i < g.sq; ++i) {
+            const std::size_t row = (bi * g.hq + h) * g.sq + i;
+            if (c.lse[row] == -kInf || sink == -kInf) continue;
+            sum -= std::exp(sink - c.lse[row]) * c.D[row];
+          }
+        res.dsinks.set(h, sum);
+      }
+    }
+  };
+  if (g.compute == DType::f64) {
+    go(double{});
+  } else {
+    go(float{});
+  }
+  res.attrs.push_back({"gradients", 1LL});
+  return res;
+}
+
+}  // namespace posenc
