@@ -17,16 +17,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/declared_options.hpp"
 #include "cli/rope_options.hpp"
-#include "posenc/encodings/axial_positions.hpp"
-#include "posenc/encodings/complex_order.hpp"
-#include "posenc/encodings/cpmant_bucket.hpp"
-#include "posenc/encodings/family_sinusoids.hpp"
-#include "posenc/encodings/layout_bucket.hpp"
-#include "posenc/encodings/longt5_global.hpp"
-#include "posenc/encodings/relative_attention.hpp"
-#include "posenc/encodings/tables.hpp"
-#include "posenc/encodings/window_index.hpp"
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 
@@ -127,12 +120,6 @@ std::string emit_name(RopeEmit e) {
   return name;
 }
 
-struct SinusoidalOptions {
-  Common c;
-  SinusoidalRequest r;
-  std::string layout = "interleaved";
-};
-
 void add_emit_options(CLI::App* sub, std::string& emit, std::string& layout, bool& half_width) {
   sub->add_option("--emit", emit,
                   "inv-freq | angles | cos | sin | cos-sin ([2, N, W]: cos then sin) | "
@@ -192,53 +179,6 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   }
   write_all(std::move(tables), names, o.c);
 }
-
-struct Rope2dOptions {
-  Common c;
-  Rope2dRequest r;
-  std::string order = "xy";
-  std::string style = "gptj";
-  std::string emit = "cos-sin";
-  std::string layout = "full";
-  bool half_width = false;
-};
-
-struct AlibiOptions {
-  Common c;
-  AlibiRequest r;
-  long long q_len = 0, k_len = 0;
-  std::string variant;
-};
-
-struct PairOptions {
-  Common c;
-  long long q_len = 0, k_len = 0;
-  long long max_distance = -1;
-  std::string sign = "k-q";
-  int buckets = 32;
-  bool bidirectional = false, causal = false;
-};
-
-struct XlRelativeOptions {
-  Common c;
-  XlRelativeRequest r;
-  long long q_len = 0, k_len = 0;
-  std::string form = "transfo-xl";
-};
-
-struct FunnelRelativeOptions {
-  Common c;
-  FunnelRelativeRequest r;
-  long long seq_len = 0, block = 0;
-};
-
-struct FunnelFactorizedOptions {
-  Common c;
-  FunnelFactorizedRequest r;
-  long long seq_len = 0, block = 0, key_block = 0;
-  std::string emit = "phi,pi,psi,omega";
-};
-
 // --emit of funnel-factorized: a comma list of phi, pi, psi, omega, each at most once.
 std::vector<FunnelFactor> parse_factor_list(const std::string& text) {
   std::vector<FunnelFactor> out;
@@ -262,100 +202,36 @@ std::vector<FunnelFactor> parse_factor_list(const std::string& text) {
   return out;
 }
 
-struct DebertaBucketOptions {
+// A kind's request (its declared fields bound to options) and its output options. The
+// options bound by hand (files, lists) are static locals beside it.
+template <class R>
+struct Kind {
   Common c;
-  DebertaBucketRequest r;
-  long long q_len = 0, k_len = 0;
+  R r;
 };
+
+// A subcommand of `table` with the options of `r`'s declared fields.
+template <class R>
+CLI::App* add_kind(CLI::App* table, const char* name, const char* help, R& r) {
+  auto* sub = table->add_subcommand(name, help);
+  add_declared_options(sub, r);
+  return sub;
+}
+
+// A kind whose options are all declared: its request reduced to one table.
+template <class R>
+void add_plain_kind(CLI::App* table, const char* name, const char* help, const char* dtype_help,
+                    Table (*compute)(const R&)) {
+  static Kind<R> o;
+  auto* sub = add_kind(table, name, help, o.r);
+  add_common(sub, o.c, dtype_help);
+  sub->callback([compute] { write_out(compute(o.r), o.c); });
+}
 
 struct WindowIndexOptions {
   Common c;
   std::vector<long long> window;
   std::string bias_table;
-};
-
-struct SwinV2Options {
-  Common c;
-  std::vector<long long> window, pretrained;
-  std::vector<std::string> mlp;  // W1 B1 W2
-};
-
-struct LevitOptions {
-  Common c;
-  LevitIndexRequest r;
-  std::string bias_table;
-};
-
-struct DetrSineOptions {
-  Common c;
-  DetrSineRequest r;
-  std::string mask;
-  std::vector<long long> size;
-  std::string layout = "channels";
-  double scale = 0.0;
-  double temperature_width = 0.0;
-  bool no_normalize = false;
-};
-
-struct LayoutBucketOptions {
-  Common c;
-  std::string axis = "1d";
-  long long seq_len = 0, max_distance = 0;
-  int buckets = 0;
-  std::string position_ids, bbox;
-  std::vector<std::string> bias_table;
-};
-
-struct UdopBucketOptions {
-  Common c;
-  std::string axis = "1d", bbox;
-  long long seq_len = 0, max_distance = 0;
-  int buckets = 32;
-  double scaling_factor = 0;
-  std::vector<std::string> bias_table;
-};
-
-struct ComplexOrderOptions {
-  Common c;
-  std::string frequency, amplitude, phase, input_ids;
-  long long positions = 0, start = 0;
-};
-
-struct ReformerAxialOptions {
-  Common c;
-  std::vector<long long> axial_shape;
-  std::vector<std::string> weights;
-  long long positions = 0;
-  std::string position_ids;
-};
-
-struct CpmAntBucketOptions {
-  Common c;
-  CpmAntBucketRequest r;
-  std::vector<std::string> segment_ids;
-  long long seq_len = 0;
-  std::string bias_table;
-};
-
-struct LongT5GlobalOptions {
-  Common c;
-  std::string attention_mask;
-  long long seq_len = 0;
-  long long global_block_size = 16;
-  std::string emit = "block-ids";
-};
-
-struct RtDetrOptions {
-  Common c;
-  RtDetrSincosRequest r;
-  std::vector<long long> size;
-};
-
-struct FairseqOptions {
-  Common c;
-  FairseqSinusoidalRequest r;
-  long long positions = 0, padding_idx = 0;
-  std::string input_ids;
 };
 
 // Token ids [b, s] of an integer dtype, as int64.
@@ -386,7 +262,6 @@ constexpr const char* kIntDtypeHelp =
     "output dtype: i64 (default), any integer dtype that holds the largest index, f32 or f64";
 
 }  // namespace
-
 void register_table(CLI::App& app) {
   auto* table = app.add_subcommand("table", "generate an encoding table");
   table->require_subcommand(1);
@@ -413,9 +288,8 @@ void register_table(CLI::App& app) {
     sub->add_option("--bias-table", o.bias_table,
                     "learned relative_position_bias_table REF [entries, heads]: write the bias "
                     "it gives, [heads, N, N], instead of the index");
-    add_common(sub, o.c,
-               "output dtype: i64 (default) or any integer dtype that holds the largest index, "
-               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
+    static const std::string dtype_help = fmt::format(kBiasDtypeHelp, "index");
+    add_common(sub, o.c, dtype_help.c_str());
     sub->callback([&o, class_token] {
       WindowIndexRequest r;
       std::tie(r.height, r.width) = window_sides(o.window);
@@ -429,23 +303,10 @@ void register_table(CLI::App& app) {
   };
 
   if (wanted("sinusoidal")) {
-    static SinusoidalOptions o;
-    auto* sub =
-        table->add_subcommand("sinusoidal",
-                              "Vaswani table PE[p,2i] = sin(p w_i), PE[p,2i+1] = cos(p w_i), "
-                              "w_i = 1/base^(2i/D); shape [N, D]");
-    sub->add_option("--positions", o.r.positions, "number of positions N")->required();
-    sub->add_option("--dim", o.r.dim, "model dimension D (even)")->required();
-    sub->add_option("--base", o.r.base, "frequency base (default 10000)");
-    sub->add_option("--start", o.r.start, "first position (default 0)");
-    sub->add_option("--layout", o.layout,
-                    "interleaved (sin, cos pairs; default) or concat ([sin | cos])")
-        ->check(CLI::IsMember({"interleaved", "concat"}));
-    add_common(sub, o.c, kFloatDtypeHelp);
-    sub->callback([] {
-      o.r.layout = o.layout == "concat" ? SinusoidalLayout::concat : SinusoidalLayout::interleaved;
-      write_out(sinusoidal_table(o.r), o.c);
-    });
+    add_plain_kind<SinusoidalRequest>(table, "sinusoidal",
+                                      "Vaswani table PE[p,2i] = sin(p w_i), PE[p,2i+1] = cos(p "
+                                      "w_i), w_i = 1/base^(2i/D); shape [N, D]",
+                                      kFloatDtypeHelp, sinusoidal_table);
   }
   if (wanted("rope")) {
     static RopeTableOptions o;
@@ -461,27 +322,23 @@ void register_table(CLI::App& app) {
     sub->callback([sub] { run_rope(o, sub); });
   }
   if (wanted("rope2d")) {
-    static Rope2dOptions o;
-    auto* sub = table->add_subcommand(
-        "rope2d", "axial 2-D RoPE for an H x W grid: D/4 frequencies per axis; shape [H*W, D]");
-    sub->add_option("--height", o.r.height, "grid height H (rows)")->required();
-    sub->add_option("--width", o.r.width, "grid width W (columns)")->required();
-    sub->add_option("--dim", o.r.dim, "head dimension D (multiple of 4)")->required();
-    sub->add_option("--base", o.r.base, "theta base (default 100, as RoPE-ViT)");
-    sub->add_option("--order", o.order, "xy (x block first, default) or yx")
-        ->check(CLI::IsMember({"xy", "yx"}));
-    sub->add_option("--style", o.style,
+    static Kind<Rope2dRequest> o;
+    static std::string style = "gptj", emit = "cos-sin", layout = "full";
+    static bool half_width = false;
+    auto* sub = add_kind(
+        table, "rope2d",
+        "axial 2-D RoPE for an H x W grid: D/4 frequencies per axis; shape [H*W, D]", o.r);
+    sub->add_option("--style", style,
                     "pair layout of full-width tables: gptj (default; the seed's complex "
                     "form) or neox");
-    add_emit_options(sub, o.emit, o.layout, o.half_width);
+    add_emit_options(sub, emit, layout, half_width);
     add_common(sub, o.c, kFloatDtypeHelp, /*several=*/true);
     sub->callback([] {
-      o.r.y_first = o.order == "yx";
-      o.r.style = parse_rope_style(o.style);
-      o.r.half = o.half_width || o.layout == "half";
+      o.r.style = parse_rope_style(style);
+      o.r.half = half_width || layout == "half";
       std::vector<Table> tables;
       std::vector<std::string> names;
-      for (RopeEmit e : parse_emit_list(o.emit)) {
+      for (RopeEmit e : parse_emit_list(emit)) {
         o.r.emit = e;
         tables.push_back(rope2d_table(o.r));
         names.push_back(emit_name(e));
@@ -490,177 +347,67 @@ void register_table(CLI::App& app) {
     });
   }
   if (wanted("alibi")) {
-    static AlibiOptions o;
-    auto* sub = table->add_subcommand("alibi",
-                                      "ALiBi slopes [H] or bias matrices [H, Q, K] (Press et al.)");
-    sub->add_option("--heads", o.r.heads, "number of heads H (any count)")->required();
-    sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
-    sub->add_option("--k-len", o.k_len, "key length K (default: Q)");
-    sub->add_option("--variant", o.variant,
-                    "slopes (default without lengths), causal (default with lengths), "
-                    "symmetric, fairseq or bottom-right")
-        ->check(CLI::IsMember({"slopes", "causal", "symmetric", "fairseq", "bottom-right"}));
-    sub->add_option("--max-bias", o.r.max_bias, "ggml max_bias; 8 gives Press's slopes");
-    add_common(sub, o.c, kFloatDtypeHelp);
-    sub->callback([sub] {
-      o.r.q_len = given(sub, "--q-len", o.q_len);
-      o.r.k_len = given(sub, "--k-len", o.k_len);
-      if (!o.variant.empty()) o.r.variant = parse_alibi_table(o.variant);
-      write_out(alibi_table(o.r), o.c);
-    });
+    add_plain_kind<AlibiRequest>(table, "alibi",
+                                 "ALiBi slopes [H] or bias matrices [H, Q, K] (Press et al.)",
+                                 kFloatDtypeHelp, alibi_table);
   }
   if (wanted("relative")) {
-    static PairOptions o;
-    static long long left = 0, right = 0;
-    static std::string beyond = "clamp", embeddings;
-    auto* sub = table->add_subcommand(
-        "relative",
+    static Kind<RelativeRequest> o;
+    static std::string embeddings;
+    auto* sub = add_kind(
+        table, "relative",
         "Shaw relative index clip(d, -L, R) + L of the distance d = j-i (or i-j), L = R = M "
         "by default; -1 beyond the window with --beyond zero; shape [Q, K], integers (or the "
-        "rows of a learned table gathered, [Q, K, dim])");
-    sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
-    sub->add_option("--k-len", o.k_len, "key length K (default: Q)");
-    sub->add_option("--max-distance", o.max_distance,
-                    "clipping distance M on both sides (needed unless --left and --right)");
-    sub->add_option("--left", left,
-                    "L: the window below 0 (default M; Wav2Vec2-BERT left_max_position_embeddings "
-                    "64; SpeechT5 max_length)");
-    sub->add_option("--right", right,
-                    "R: the window above 0 (default M; Wav2Vec2-BERT right_max_position_embeddings "
-                    "8; SpeechT5 max_length - 1)");
-    sub->add_option("--sign", o.sign,
-                    "k-q (d = j - i, default; tensor2tensor, Wav2Vec2-BERT, VITS) or q-k "
-                    "(d = i - j; SpeechT5)")
-        ->check(CLI::IsMember({"k-q", "q-k"}));
-    sub->add_option("--beyond", beyond,
-                    "clamp (distances outside [-L, R] take the edge row, default) or zero "
-                    "(index -1, a zero row: VITS)")
-        ->check(CLI::IsMember({"clamp", "zero"}));
+        "rows of a learned table gathered, [Q, K, dim])",
+        o.r);
     sub->add_option("--embeddings", embeddings,
                     "learned table REF [L + R + 1, dim] (distance_embedding, pe_k, emb_rel_k): "
                     "write its rows gathered, [Q, K, dim] (zeros for -1), instead of the index");
     add_common(sub, o.c,
                "output dtype: i64 (default), any integer dtype that holds the indices (signed "
                "with --beyond zero), f32 or f64; with --embeddings f32 (default), f64, f16, bf16");
-    sub->callback([sub] {
-      RelativeRequest r;
-      r.q_len = given(sub, "--q-len", o.q_len);
-      r.k_len = given(sub, "--k-len", o.k_len);
-      r.max_distance = o.max_distance;
-      r.left = given(sub, "--left", left);
-      r.right = given(sub, "--right", right);
-      r.q_minus_k = o.sign == "q-k";
-      r.zero_beyond = beyond == "zero";
+    sub->callback([] {
       if (!embeddings.empty()) {
-        relative_table(r);  // the window checked before the table is read
-        r.embeddings = read_values(embeddings, "--embeddings", false);
+        relative_table(o.r);  // the window checked before the table is read
+        o.r.embeddings = read_values(embeddings, "--embeddings", false);
       }
-      write_out(relative_table(r), o.c);
+      write_out(relative_table(o.r), o.c);
     });
   }
   if (wanted("t5-bucket")) {
-    static PairOptions o;
-    auto* sub = table->add_subcommand(
-        "t5-bucket", "HF T5 _relative_position_bucket of j - i; shape [Q, K], integers");
-    sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
-    sub->add_option("--k-len", o.k_len, "key length K (default: Q)");
-    sub->add_option("--buckets", o.buckets, "num_buckets (default 32)");
-    sub->add_option("--max-distance", o.max_distance, "max_distance (default 128)");
-    sub->add_flag("--bidirectional", o.bidirectional, "encoder buckets (default)");
-    sub->add_flag("--causal", o.causal, "decoder buckets (bidirectional=False)");
-    add_common(sub, o.c, kIntDtypeHelp);
-    sub->callback([sub] {
-      if (o.bidirectional && o.causal) {
-        throw UsageError("--bidirectional: cannot be combined with --causal");
-      }
-      T5BucketRequest r;
-      r.q_len = given(sub, "--q-len", o.q_len);
-      r.k_len = given(sub, "--k-len", o.k_len);
-      r.buckets = o.buckets;
-      if (sub->count("--max-distance") > 0) r.max_distance = o.max_distance;
-      r.bidirectional = !o.causal;
-      write_out(t5_bucket_table(r), o.c);
-    });
+    add_plain_kind<T5BucketRequest>(
+        table, "t5-bucket", "HF T5 _relative_position_bucket of j - i; shape [Q, K], integers",
+        kIntDtypeHelp, t5_bucket_table);
   }
   if (wanted("xl-relative")) {
-    static XlRelativeOptions o;
-    auto* sub = table->add_subcommand(
-        "xl-relative",
+    add_plain_kind<XlRelativeRequest>(
+        table, "xl-relative",
         "Transformer-XL / XLNet sinusoidal relative table R [rlen, D] = [sin(p w) | cos(p w)] "
-        "for the relative positions p of pos_seq (HF TransfoXL, XLNet)");
-    sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
-    sub->add_option("--k-len", o.k_len, "key length K = memory + Q (default: Q)");
-    sub->add_option("--dim", o.r.dim, "model dimension D (even)")->required();
-    sub->add_option("--form", o.form,
-                    "transfo-xl (p = K-1 .. 0, K rows; default), xlnet-bi (p = K .. -Q+1, K+Q "
-                    "rows) or xlnet-uni (p = K .. 0, K+1 rows)")
-        ->check(CLI::IsMember({"transfo-xl", "xlnet-bi", "xlnet-uni"}));
-    sub->add_option("--clamp-len", o.r.clamp_len,
-                    "clamp p to [-C, C] when C > 0 (HF clamp_len; default 0 = none)");
-    sub->add_option("--base", o.r.base, "frequency base (default 10000)");
-    add_common(sub, o.c, kFloatDtypeHelp);
-    sub->callback([sub] {
-      o.r.q_len = given(sub, "--q-len", o.q_len);
-      o.r.k_len = given(sub, "--k-len", o.k_len);
-      o.r.form = parse_xl_form(o.form);
-      write_out(xl_relative_table(o.r), o.c);
-    });
+        "for the relative positions p of pos_seq (HF TransfoXL, XLNet)",
+        kFloatDtypeHelp, xl_relative_table);
   }
   if (wanted("funnel-relative")) {
-    static FunnelRelativeOptions o;
-    auto* sub = table->add_subcommand(
-        "funnel-relative",
+    add_plain_kind<FunnelRelativeRequest>(
+        table, "funnel-relative",
         "Funnel Transformer relative_shift position embeddings of a block [rows, D] = "
-        "[sin(p w) | cos(p w)] for HF relative_pos with pooling (get_position_embeds)");
-    sub->add_option("--seq-len", o.seq_len, "the model's input length L")->required();
-    sub->add_option("--dim", o.r.dim, "d_model D (even)")->required();
-    sub->add_option("--block", o.block,
-                    "block index b (default 0): queries pooled b times");
-    sub->add_option(
-        "--shift", o.r.shift,
-        "1 (keys pooled as the queries, stride 2^b; default) or 2 (the block's first "
-        "layer: keys pooled b-1 times, stride 2^(b-1)); HF position_embeds[b][shift-1]");
-    sub->add_flag("--separate-cls", o.r.separate_cls,
-                  "HF separate_cls: the <cls> token pooled apart at position 1 - 2^b");
-    sub->add_flag(
-        "--truncate-seq", o.r.truncate_seq,
-        "HF truncate_seq (with --separate-cls): the last position dropped at each pooling");
-    sub->add_option("--base", o.r.base, "frequency base (default 10000)");
-    add_common(sub, o.c, kFloatDtypeHelp);
-    sub->callback([] {
-      o.r.seq_len = o.seq_len;
-      o.r.block = o.block;
-      write_out(funnel_relative_table(o.r), o.c);
-    });
+        "[sin(p w) | cos(p w)] for HF relative_pos with pooling (get_position_embeds)",
+        kFloatDtypeHelp, funnel_relative_table);
   }
   if (wanted("funnel-factorized")) {
-    static FunnelFactorizedOptions o;
-    auto* sub = table->add_subcommand(
-        "funnel-factorized",
+    static Kind<FunnelFactorizedRequest> o;
+    static std::string emit = "phi,pi,psi,omega";
+    auto* sub = add_kind(
+        table, "funnel-factorized",
         "Funnel Transformer factorized attention tables phi, pi [queries, D] and psi, omega "
-        "[keys, D] of sin/cos over pooled token positions (HF get_position_embeds)");
-    sub->add_option("--seq-len", o.seq_len, "the model's input length L")->required();
-    sub->add_option("--dim", o.r.dim, "d_model D (even)")->required();
-    sub->add_option("--block", o.block,
-                    "poolings of the queries' tables phi, pi (default 0; HF's block index)");
-    sub->add_option("--key-block", o.key_block,
-                    "poolings of the keys' tables psi, omega (default --block; --block minus 1 in "
-                    "a block's first layer with pool_q_only)");
-    sub->add_option("--emit", o.emit,
+        "[keys, D] of sin/cos over pooled token positions (HF get_position_embeds)",
+        o.r);
+    sub->add_option("--emit", emit,
                     "comma list of phi, pi, psi, omega (default all four, in that order)");
-    sub->add_flag("--separate-cls", o.r.separate_cls,
-                  "HF separate_cls: each pooling keeps the first row (the <cls> token) apart");
-    sub->add_flag("--truncate-seq", o.r.truncate_seq,
-                  "HF truncate_seq (with --separate-cls): each pooling drops the last row");
-    sub->add_option("--base", o.r.base, "frequency base (default 10000)");
     add_common(sub, o.c, kFloatDtypeHelp, /*several=*/true);
-    sub->callback([sub] {
-      o.r.seq_len = o.seq_len;
-      o.r.block = o.block;
-      o.r.key_block = given(sub, "--key-block", o.key_block);
+    sub->callback([] {
       std::vector<Table> tables;
       std::vector<std::string> names;
-      for (FunnelFactor f : parse_factor_list(o.emit)) {
+      for (FunnelFactor f : parse_factor_list(emit)) {
         o.r.emit = f;
         tables.push_back(funnel_factorized_table(o.r));
         names.push_back(funnel_factor_name(f));
@@ -669,23 +416,11 @@ void register_table(CLI::App& app) {
     });
   }
   if (wanted("deberta-bucket")) {
-    static DebertaBucketOptions o;
-    auto* sub = table->add_subcommand(
-        "deberta-bucket",
+    add_plain_kind<DebertaBucketRequest>(
+        table, "deberta-bucket",
         "DeBERTa-v2/v3 relative positions i - j with log buckets (HF build_relative_position); "
-        "shape [Q, K], integers");
-    sub->add_option("--q-len", o.q_len, "query length Q (default: K)");
-    sub->add_option("--k-len", o.k_len, "key length K (default: Q)");
-    sub->add_option("--position-buckets", o.r.position_buckets,
-                    "position_buckets (default 256; <= 0 for plain i - j)");
-    sub->add_option("--max-relative-positions", o.r.max_relative_positions,
-                    "max_relative_positions (default 512)");
-    add_common(sub, o.c, kIntDtypeHelp);
-    sub->callback([sub] {
-      o.r.q_len = given(sub, "--q-len", o.q_len);
-      o.r.k_len = given(sub, "--k-len", o.k_len);
-      write_out(deberta_bucket_table(o.r), o.c);
-    });
+        "shape [Q, K], integers",
+        kIntDtypeHelp, deberta_bucket_table);
   }
   if (wanted("swin-index")) {
     static WindowIndexOptions o;
@@ -704,255 +439,193 @@ void register_table(CLI::App& app) {
                     o, true);
   }
   if (wanted("swinv2-coords")) {
-    static SwinV2Options o;
+    static Common c;
+    static std::vector<long long> window, pretrained;
+    static std::vector<std::string> mlp;  // W1 B1 W2
     auto* sub = table->add_subcommand(
         "swinv2-coords",
         "Swin-V2 relative_coords_table, the input of its position-bias MLP: sign(c) "
         "log2(1 + |c|) / 3 with c = 8 d / (P - 1) for the offsets d of an H x W window; "
         "shape [2H-1, 2W-1, 2] (with --mlp: the bias [heads, HW, HW])");
-    sub->add_option("--window", o.window,
+    sub->add_option("--window", window,
                     "window H [W] (one value: a square window; HF window_size)")
         ->required()
         ->expected(1, 2);
-    sub->add_option("--pretrained-window", o.pretrained,
+    sub->add_option("--pretrained-window", pretrained,
                     "P_H [P_W]: HF pretrained_window_size, dividing the offsets instead of the "
                     "window (each at least 2)")
         ->expected(1, 2);
-    sub->add_option("--mlp", o.mlp,
+    sub->add_option("--mlp", mlp,
                     "W1 B1 W2: HF continuous_position_bias_mlp weights ([hidden, 2], [hidden], "
                     "[heads, hidden]); the table is then the bias 16 sigmoid(mlp(coords)) "
                     "gathered by relative_position_index, [heads, HW, HW]")
         ->expected(3);
-    add_common(sub, o.c, kFloatDtypeHelp);
+    add_common(sub, c, kFloatDtypeHelp);
     sub->callback([] {
       SwinV2CoordsRequest r;
-      std::tie(r.height, r.width) = window_sides(o.window);
-      if (!o.pretrained.empty()) {
-        std::tie(r.pretrained_height, r.pretrained_width) = window_sides(o.pretrained);
+      std::tie(r.height, r.width) = window_sides(window);
+      if (!pretrained.empty()) {
+        std::tie(r.pretrained_height, r.pretrained_width) = window_sides(pretrained);
       }
-      if (!o.mlp.empty()) {
-        r.mlp_w1 = read_values(o.mlp[0], "--mlp", false);
-        r.mlp_b1 = read_values(o.mlp[1], "--mlp", false);
-        r.mlp_w2 = read_values(o.mlp[2], "--mlp", false);
+      if (!mlp.empty()) {
+        r.mlp_w1 = read_values(mlp[0], "--mlp", false);
+        r.mlp_b1 = read_values(mlp[1], "--mlp", false);
+        r.mlp_w2 = read_values(mlp[2], "--mlp", false);
       }
-      write_out(swinv2_coords_table(r), o.c);
+      write_out(swinv2_coords_table(r), c);
     });
   }
   if (wanted("levit-index")) {
-    static LevitOptions o;
-    auto* sub = table->add_subcommand(
-        "levit-index",
+    static Kind<LevitIndexRequest> o;
+    static std::string bias_table;
+    auto* sub = add_kind(
+        table, "levit-index",
         "LeViT attention_bias_idxs: offset (|dy|, |dx|) numbered |dy| R + |dx| between "
         "queries (every stride-th point) and keys of an R x R grid; shape [R_out^2, R^2], "
-        "integers (or the bias of a learned table)");
-    sub->add_option("--resolution", o.r.resolution, "grid side R (HF resolution, resolution_in)")
-        ->required();
-    sub->add_option("--stride", o.r.stride,
-                    "query stride s (default 1; 2 for LevitAttentionSubsample: R_out = "
-                    "(R - 1) / s + 1)");
-    sub->add_option("--bias-table", o.bias_table,
+        "integers (or the bias of a learned table)",
+        o.r);
+    sub->add_option("--bias-table", bias_table,
                     "learned attention_biases REF [heads, R^2]: write the bias it gives, "
                     "[heads, R_out^2, R^2], instead of the index");
-    add_common(sub, o.c,
-               "output dtype: i64 (default) or any integer dtype that holds the largest index, "
-               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
+    static const std::string dtype_help = fmt::format(kBiasDtypeHelp, "index");
+    add_common(sub, o.c, dtype_help.c_str());
     sub->callback([] {
-      if (!o.bias_table.empty()) {
+      if (!bias_table.empty()) {
         levit_index_table(o.r);  // the sizes checked before the table is read
-        o.r.bias_table = read_values(o.bias_table, "--bias-table", false);
+        o.r.bias_table = read_values(bias_table, "--bias-table", false);
       }
       write_out(levit_index_table(o.r), o.c);
     });
   }
   if (wanted("detr-sine")) {
-    static DetrSineOptions o;
+    static Kind<DetrSineRequest> o;
+    static std::string mask;
+    static std::vector<long long> size;
     auto* sub = table->add_subcommand(
         "detr-sine",
         "DETR 2-D sine embedding of a pixel mask (HF DetrSinePositionEmbedding): y then x "
         "channels, sin/cos interleaved; shape [b, 2E, H, W]");
-    sub->add_option("--mask", o.mask, "pixel mask REF [b, H, W] (1 = pixel, 0 = padding)");
-    sub->add_option("--size", o.size, "H W: an all-ones mask [1, H, W] instead of --mask")
+    sub->add_option("--mask", mask, "pixel mask REF [b, H, W] (1 = pixel, 0 = padding)");
+    sub->add_option("--size", size, "H W: an all-ones mask [1, H, W] instead of --mask")
         ->expected(2);
-    sub->add_option("--embedding-dim", o.r.embedding_dim,
-                    "E, channels per axis (HF embedding_dim; DETR passes d_model / 2), even")
-        ->required();
-    sub->add_option("--temperature", o.r.temperature,
-                    "temperature T (default 10000; DAB-DETR temperature_height with "
-                    "--temperature-width)");
-    sub->add_option("--temperature-width", o.temperature_width,
-                    "DAB-DETR temperature_width: the T of the x channels (default: "
-                    "--temperature)");
-    sub->add_option("--offset", o.r.offset,
-                    "subtracted from the cumulative sums before normalising (Deformable DETR, "
-                    "Grounding-DINO: 0.5; default 0)");
-    sub->add_flag("--no-normalize", o.no_normalize,
-                  "use the raw cumulative sums (HF normalize=False; DETR normalises)");
-    sub->add_option("--scale", o.scale,
-                    "scale of the normalised sums (default 2 pi; needs normalisation)");
-    sub->add_option("--layout", o.layout,
-                    "channels ([b, 2E, H, W], default) or tokens ([b, H*W, 2E], flattened for "
-                    "the encoder as HF's refactored forward does)")
-        ->check(CLI::IsMember({"channels", "tokens"}));
+    add_declared_options(sub, o.r);
     add_common(sub, o.c, kFloatDtypeHelp);
-    sub->callback([sub] {
-      if (o.mask.empty() == o.size.empty()) {
+    sub->callback([] {
+      if (mask.empty() == size.empty()) {
         throw UsageError("--mask: give a pixel mask or --size H W (one of them)");
       }
-      o.r.normalize = !o.no_normalize;
-      o.r.tokens = o.layout == "tokens";
-      if (sub->count("--scale") > 0) o.r.scale = o.scale;
-      if (sub->count("--temperature-width") > 0) o.r.temperature_width = o.temperature_width;
-      if (!o.size.empty()) {
-        o.r.height = o.size[0];
-        o.r.width = o.size[1];
+      if (!size.empty()) {
+        o.r.height = size[0];
+        o.r.width = size[1];
       } else {
-        o.r.mask = read_values(o.mask, "--mask", true);
+        o.r.mask = read_values(mask, "--mask", true);
       }
       write_out(detr_sine_table(o.r), o.c);
     });
   }
   if (wanted("udop-bucket")) {
-    static UdopBucketOptions o;
-    auto* sub = table->add_subcommand(
-        "udop-bucket",
+    static Kind<UdopBucketRequest> o;
+    static std::string bbox;
+    static std::vector<std::string> bias_table;
+    auto* sub = add_kind(
+        table, "udop-bucket",
         "UDOP relative buckets (HF RelativePositionBias1D / Horizontal / Vertical): T5 "
         "bidirectional buckets of trunc((p_j - p_i) * scaling_factor) over token positions or "
         "box centres; shape [b, s, s], integers, or the bias [b, heads, s, s] of learned "
-        "weights (--axis all: the three summed, as RelativePositionBiasAggregated)");
-    sub->add_option("--axis", o.axis,
-                    "1d (token positions, default), horizontal ((x0 + x1) / 2 of --bbox), "
-                    "vertical ((y0 + y1) / 2) or all (the three biases summed; needs three "
-                    "--bias-table weights)")
-        ->check(CLI::IsMember({"1d", "horizontal", "vertical", "all"}));
-    sub->add_option("--seq-len", o.seq_len, "1d without --bbox: positions 0 .. S-1, [1, S, S]");
-    sub->add_option("--bbox", o.bbox,
+        "weights (--axis all: the three summed, as RelativePositionBiasAggregated)",
+        o.r);
+    sub->add_option("--bbox", bbox,
                     "boxes REF [b, s, 4] (x0, y0, x1, y1, UDOP's normalised coordinates; a "
                     "float32 file is computed in float32, as HF does)");
-    sub->add_option("--buckets", o.buckets, "relative_attention_num_buckets (default 32)");
-    sub->add_option("--max-distance", o.max_distance,
-                    "max_distance (default 128 for 1d, 100 for the boxes)");
-    sub->add_option("--scaling-factor", o.scaling_factor,
-                    "scaling_factor (default 1 for 1d, 100 for the boxes)");
-    sub->add_option("--bias-table", o.bias_table,
+    sub->add_option("--bias-table", bias_table,
                     "learned weight REF [buckets, heads] (relative_attention_bias.weight; for "
                     "--axis all three: 1d, horizontal, vertical): write the bias, [b, heads, s, "
                     "s]")
         ->expected(1, 3);
-    add_common(sub, o.c,
-               "output dtype: i64 (default) or any integer dtype that holds the largest bucket, "
-               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
-    sub->callback([sub] {
-      UdopBucketRequest r;
-      r.axis = parse_udop_axis(o.axis);
-      if (sub->count("--seq-len") > 0) r.seq_len = o.seq_len;
-      r.buckets = o.buckets;
-      if (sub->count("--max-distance") > 0) r.max_distance = o.max_distance;
-      if (sub->count("--scaling-factor") > 0) r.scaling_factor = o.scaling_factor;
-      if (!o.bbox.empty()) {
+    static const std::string dtype_help = fmt::format(kBiasDtypeHelp, "bucket");
+    add_common(sub, o.c, dtype_help.c_str());
+    sub->callback([] {
+      if (!bbox.empty()) {
         DType dt = DType::f64;
-        r.bbox = read_values(o.bbox, "--bbox", false, &dt);
-        r.bbox_f32 = dt == DType::f32;
+        o.r.bbox = read_values(bbox, "--bbox", false, &dt);
+        o.r.bbox_f32 = dt == DType::f32;
       }
-      for (const std::string& w : o.bias_table) {
-        r.bias_tables.push_back(read_values(w, "--bias-table", false));
+      for (const std::string& w : bias_table) {
+        o.r.bias_tables.push_back(read_values(w, "--bias-table", false));
       }
-      write_out(udop_bucket_table(r), o.c);
+      write_out(udop_bucket_table(o.r), o.c);
     });
   }
   if (wanted("rt-detr-sincos")) {
-    static RtDetrOptions o;
+    static Kind<RtDetrSincosRequest> o;
+    static std::vector<long long> size;
     auto* sub = table->add_subcommand(
         "rt-detr-sincos",
         "RT-DETR 2-D sin-cos embedding of an H x W feature map (HF RTDetrHybridEncoder."
         "build_2d_sincos_position_embedding; also RT-DETRv2, D-FINE): channels sin/cos of y "
         "then of x, frequencies 1 / T^(k / (E/4)); shape [1, H*W, E]");
-    sub->add_option("--size", o.size, "H W: the feature map's rows and columns")
+    sub->add_option("--size", size, "H W: the feature map's rows and columns")
         ->required()
         ->expected(2);
-    sub->add_option("--embedding-dim", o.r.embedding_dim,
-                    "E (HF encoder_hidden_dim, default 256), a multiple of 4");
-    sub->add_option("--temperature", o.r.temperature,
-                    "T (HF positional_encoding_temperature, default 10000)");
+    add_declared_options(sub, o.r);
     add_common(sub, o.c, kFloatDtypeHelp);
     sub->callback([] {
-      o.r.height = o.size[0];
-      o.r.width = o.size[1];
+      o.r.height = size[0];
+      o.r.width = size[1];
       write_out(rt_detr_sincos_table(o.r), o.c);
     });
   }
   if (wanted("fairseq-sinusoidal")) {
-    static FairseqOptions o;
-    auto* sub = table->add_subcommand(
-        "fairseq-sinusoidal",
+    static Kind<FairseqSinusoidalRequest> o;
+    static std::string input_ids;
+    auto* sub = add_kind(
+        table, "fairseq-sinusoidal",
         "fairseq sinusoidal positions (HF M2M-100, NLLB, XGLM get_embedding): [sin | cos] "
         "with frequencies exp(-i ln(10000) / (D/2 - 1)); shape [N, D], or [b, s, D] for the "
-        "tokens of --input-ids");
-    sub->add_option("--positions", o.positions, "rows N of the weights (not with --input-ids)");
-    sub->add_option("--dim", o.r.dim, "embedding dimension D (>= 4; odd D: a zero column)")
-        ->required();
-    sub->add_option("--padding-idx", o.padding_idx,
-                    "the row set to zero, and the id of padding tokens (HF padding_idx = "
-                    "pad_token_id; needed with --input-ids)");
-    sub->add_option("--input-ids", o.input_ids,
+        "tokens of --input-ids",
+        o.r);
+    sub->add_option("--input-ids", input_ids,
                     "token ids REF [b, s]: positions (cumsum of non-padding tokens + past) + "
                     "padding_idx, as HF create_position_ids_from_input_ids");
-    sub->add_option("--past-length", o.r.past_length,
-                    "HF past_key_values_length added to the positions (default 0; with "
-                    "--input-ids)");
     add_common(sub, o.c, kFloatDtypeHelp);
-    sub->callback([sub] {
-      o.r.positions = given(sub, "--positions", o.positions);
-      o.r.padding_idx = given(sub, "--padding-idx", o.padding_idx);
-      if (!o.input_ids.empty()) o.r.input_ids = read_ids(o.input_ids);
+    sub->callback([] {
+      if (!input_ids.empty()) o.r.input_ids = read_ids(input_ids);
       write_out(fairseq_sinusoidal_table(o.r), o.c);
     });
   }
   if (wanted("layoutlm-bucket")) {
-    static LayoutBucketOptions o;
-    auto* sub = table->add_subcommand(
-        "layoutlm-bucket",
+    static Kind<LayoutBucketRequest> o;
+    static std::string position_ids, bbox;
+    static std::vector<std::string> bias_table;
+    auto* sub = add_kind(
+        table, "layoutlm-bucket",
         "LayoutLMv2/v3 relative buckets (HF relative_position_bucket, bidirectional) of "
         "position or bounding-box offsets c_j - c_i per row; shape [b, s, s], integers (or "
-        "the bias [b, heads, s, s] of learned weights)");
-    sub->add_option("--axis", o.axis,
-                    "1d (token positions, default), x (bbox[..., 0]), y (bbox[..., 3]) or xy "
-                    "(the x bias plus the y bias; needs two --bias-table weights)")
-        ->check(CLI::IsMember({"1d", "x", "y", "xy"}));
-    sub->add_option("--seq-len", o.seq_len, "1d: positions 0 .. S-1 of one row, [1, S, S]");
-    sub->add_option("--position-ids", o.position_ids, "1d: integer positions REF [b, s]");
-    sub->add_option("--bbox", o.bbox,
+        "the bias [b, heads, s, s] of learned weights)",
+        o.r);
+    sub->add_option("--position-ids", position_ids, "1d: integer positions REF [b, s]");
+    sub->add_option("--bbox", bbox,
                     "x, y, xy: integer boxes REF [b, s, 4] (x0, y0, x1, y1 as HF bbox)");
-    sub->add_option("--buckets", o.buckets,
-                    "num_buckets (HF rel_pos_bins, default 32; rel_2d_pos_bins for boxes, "
-                    "default 64)");
-    sub->add_option("--max-distance", o.max_distance,
-                    "max_distance (HF max_rel_pos, default 128; max_rel_2d_pos for boxes, "
-                    "default 256)");
-    sub->add_option("--bias-table", o.bias_table,
+    sub->add_option("--bias-table", bias_table,
                     "learned weight REF [heads, buckets] (nn.Linear rel_pos_bias, rel_pos_x_bias "
                     "or rel_pos_y_bias; for xy two: x then y): write the bias it gives, [b, "
                     "heads, s, s], instead of the buckets")
         ->expected(1, 2);
-    add_common(sub, o.c,
-               "output dtype: i64 (default) or any integer dtype that holds the largest bucket, "
-               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
-    sub->callback([sub] {
-      LayoutBucketRequest r;
-      r.axis = parse_layout_axis(o.axis);
-      if (sub->count("--seq-len") > 0) r.seq_len = o.seq_len;
-      if (sub->count("--buckets") > 0) r.buckets = o.buckets;
-      if (sub->count("--max-distance") > 0) r.max_distance = o.max_distance;
-      if (o.bias_table.size() == 2 && r.axis != LayoutAxis::xy) {
+    static const std::string dtype_help = fmt::format(kBiasDtypeHelp, "bucket");
+    add_common(sub, o.c, dtype_help.c_str());
+    sub->callback([] {
+      LayoutBucketRequest& r = o.r;
+      if (bias_table.size() == 2 && r.axis != LayoutAxis::xy) {
         throw UsageError("--bias-table: two weights are for --axis xy (x then y)");
       }
-      if (r.axis == LayoutAxis::xy && o.bias_table.size() != 2) {
+      if (r.axis == LayoutAxis::xy && bias_table.size() != 2) {
         throw UsageError("--axis xy: needs --bias-table WX WY (the buckets are per axis: x or y)");
       }
-      if (!o.position_ids.empty()) r.position_ids = read_int64(o.position_ids, "--position-ids");
-      if (!o.bbox.empty()) r.bbox = read_int64(o.bbox, "--bbox");
-      if (!o.bias_table.empty()) r.bias_table = read_values(o.bias_table[0], "--bias-table", false);
-      if (o.bias_table.size() == 2) {
-        r.bias_table_y = read_values(o.bias_table[1], "--bias-table", false);
+      if (!position_ids.empty()) r.position_ids = read_int64(position_ids, "--position-ids");
+      if (!bbox.empty()) r.bbox = read_int64(bbox, "--bbox");
+      if (!bias_table.empty()) r.bias_table = read_values(bias_table[0], "--bias-table", false);
+      if (bias_table.size() == 2) {
+        r.bias_table_y = read_values(bias_table[1], "--bias-table", false);
       }
       try {
         write_out(layout_bucket_table(r), o.c);
@@ -965,139 +638,120 @@ void register_table(CLI::App& app) {
     });
   }
   if (wanted("complex-order")) {
-    static ComplexOrderOptions o;
+    static Kind<ComplexOrderRequest> o;
+    static std::string frequency, amplitude, phase, input_ids;
     auto* sub = table->add_subcommand(
         "complex-order",
         "Wang et al. 2020 complex word-order embeddings r exp(i (w pos + theta)): real parts "
         "r cos(w pos + theta), then imaginary parts r sin(...); shape [2, N, D], or [2, b, s, "
         "D] for the tokens of --input-ids");
-    sub->add_option("--frequency", o.frequency,
+    sub->add_option("--frequency", frequency,
                     "frequencies w REF: a vector [D], or a table [V, D] of one per word (with "
                     "--input-ids)")
         ->required();
-    sub->add_option("--amplitude", o.amplitude, "amplitudes r REF, the shape of w (default 1)");
-    sub->add_option("--phase", o.phase, "initial phases theta REF, the shape of w (default 0)");
-    sub->add_option("--positions", o.positions, "rows N for vectors [D]: positions start ..");
-    sub->add_option("--start", o.start, "position of the first row or token (default 0)");
-    sub->add_option("--input-ids", o.input_ids,
+    sub->add_option("--amplitude", amplitude, "amplitudes r REF, the shape of w (default 1)");
+    sub->add_option("--phase", phase, "initial phases theta REF, the shape of w (default 0)");
+    add_declared_options(sub, o.r);
+    sub->add_option("--input-ids", input_ids,
                     "token ids REF [b, s] into tables [V, D]: token (b, s) at position start + s");
     add_common(sub, o.c, kFloatDtypeHelp);
-    sub->callback([sub] {
-      ComplexOrderRequest r;
-      if (sub->count("--positions") > 0) r.positions = o.positions;
-      r.start = o.start;
-      r.frequency = read_values(o.frequency, "--frequency", false);
-      if (!o.amplitude.empty()) r.amplitude = read_values(o.amplitude, "--amplitude", false);
-      if (!o.phase.empty()) r.phase = read_values(o.phase, "--phase", false);
-      if (!o.input_ids.empty()) r.input_ids = read_int64(o.input_ids, "--input-ids");
-      write_out(complex_order_table(r), o.c);
+    sub->callback([] {
+      o.r.frequency = read_values(frequency, "--frequency", false);
+      if (!amplitude.empty()) o.r.amplitude = read_values(amplitude, "--amplitude", false);
+      if (!phase.empty()) o.r.phase = read_values(phase, "--phase", false);
+      if (!input_ids.empty()) o.r.input_ids = read_int64(input_ids, "--input-ids");
+      write_out(complex_order_table(o.r), o.c);
     });
   }
   if (wanted("reformer-axial")) {
-    static ReformerAxialOptions o;
+    static Kind<AxialPositionsRequest> o;
+    static std::vector<long long> axial_shape;
+    static std::vector<std::string> weights;
+    static std::string position_ids;
     auto* sub = table->add_subcommand(
         "reformer-axial",
         "Reformer axial position embeddings (HF AxialPositionEmbeddings): each axis weight "
         "broadcast over the grid n_1 x .. x n_k, concatenated along the features, rows in "
         "row-major order; shape [n_1 .. n_k, hidden], [N, hidden] or [b, s, hidden]");
-    sub->add_option("--axial-shape", o.axial_shape,
+    sub->add_option("--axial-shape", axial_shape,
                     "N1,N2[,..]: HF axial_pos_shape (1 to 8 sides; product at most 2^40)")
         ->required()
         ->delimiter(',');
-    sub->add_option("--weights", o.weights,
+    sub->add_option("--weights", weights,
                     "one weight REF per axis, in order, shaped as HF stores them: [N1, 1, d1], "
                     "[1, N2, d2], .. (HF weights.0, weights.1; d1 + d2 + .. = hidden)")
         ->required()
         ->expected(1, 8);
-    sub->add_option("--positions", o.positions,
-                    "rows N: positions 0 .. N-1 (N at most N1 N2 ..; default the whole table)");
-    sub->add_option("--position-ids", o.position_ids,
+    add_declared_options(sub, o.r);
+    sub->add_option("--position-ids", position_ids,
                     "integer positions REF [b, s] (each below N1 N2 ..): the rows HF's "
                     "eval-mode forward selects, [b, s, hidden]");
     add_common(sub, o.c, kFloatDtypeHelp);
-    sub->callback([sub] {
-      AxialPositionsRequest r;
-      for (long long n : o.axial_shape) r.axial_shape.push_back(n);
-      r.positions = given(sub, "--positions", o.positions);
+    sub->callback([] {
+      AxialPositionsRequest& r = o.r;
+      for (long long n : axial_shape) r.axial_shape.push_back(n);
       // The shape and counts checked before any file is read (as the library checks them).
       axial_rows(r.axial_shape);
-      if (o.weights.size() != r.axial_shape.size()) {
+      if (weights.size() != r.axial_shape.size()) {
         throw UsageError(fmt::format("--weights: one per axis of --axial-shape, {} expected, got {}",
-                                     r.axial_shape.size(), o.weights.size()));
+                                     r.axial_shape.size(), weights.size()));
       }
-      if (r.positions && !o.position_ids.empty()) {
+      if (r.positions && !position_ids.empty()) {
         throw UsageError("--positions: cannot be combined with --position-ids");
       }
-      for (const std::string& w : o.weights) r.weights.push_back(read_values(w, "--weights", false));
-      if (!o.position_ids.empty()) r.position_ids = read_int64(o.position_ids, "--position-ids");
+      for (const std::string& w : weights) r.weights.push_back(read_values(w, "--weights", false));
+      if (!position_ids.empty()) r.position_ids = read_int64(position_ids, "--position-ids");
       write_out(axial_positions_table(r), o.c);
     });
   }
   if (wanted("longt5-global")) {
-    static LongT5GlobalOptions o;
+    static Kind<LongT5GlobalRequest> o;
+    static std::string attention_mask;
     auto* sub = table->add_subcommand(
         "longt5-global",
         "LongT5 transient-global index maps (HF _make_global_fixed_block_ids, "
         "_make_side_relative_position_ids): block ids [b, s], global segment ids [b, s/G] or "
         "side relative positions [b, s, s/G], integers");
-    sub->add_option("--attention-mask", o.attention_mask,
+    sub->add_option("--attention-mask", attention_mask,
                     "HF attention_mask REF [b, s] of 1 (token) and 0 (padding)");
-    sub->add_option("--seq-len", o.seq_len, "S: one row of S tokens without padding, [1, S]");
-    sub->add_option("--global-block-size", o.global_block_size,
-                    "HF global_block_size G (default 16)");
-    sub->add_option("--emit", o.emit,
-                    "block-ids (default; HF global_block_ids, -1 for padding), segment-ids (HF "
-                    "global_segment_ids) or side-positions (g - block(i))")
-        ->check(CLI::IsMember({"block-ids", "segment-ids", "side-positions"}));
+    add_declared_options(sub, o.r);
     add_common(sub, o.c, kIntDtypeHelp);
-    sub->callback([sub] {
-      LongT5GlobalRequest r;
-      r.global_block_size = o.global_block_size;
-      if (sub->count("--seq-len") > 0) r.seq_len = o.seq_len;
-      r.emit = o.emit == "segment-ids"      ? LongT5GlobalMap::segment_ids
-               : o.emit == "side-positions" ? LongT5GlobalMap::side_positions
-                                            : LongT5GlobalMap::block_ids;
-      longt5_global_check(r, !o.attention_mask.empty());  // before the mask is read
-      if (!o.attention_mask.empty()) {
-        r.attention_mask = read_int64(o.attention_mask, "--attention-mask");
+    sub->callback([] {
+      longt5_global_check(o.r, !attention_mask.empty());  // before the mask is read
+      if (!attention_mask.empty()) {
+        o.r.attention_mask = read_int64(attention_mask, "--attention-mask");
       }
-      write_out(longt5_global_table(r), o.c);
+      write_out(longt5_global_table(o.r), o.c);
     });
   }
   if (wanted("cpmant-bucket")) {
-    static CpmAntBucketOptions o;
+    static Kind<CpmAntBucketRequest> o;
+    static std::vector<std::string> segment_ids;
+    static std::string bias_table;
     auto* sub = table->add_subcommand(
         "cpmant-bucket",
         "CPM-Ant segment-aware relative buckets (HF CpmAntSegmentPositionEmbedding): T5 "
         "bidirectional buckets of j - i within a segment, buckets + q_seg * segments + k_seg "
         "across segments; shape [b, q, k], integers (or the bias [b, heads, q, k] of a "
         "learned table)");
-    sub->add_option("--segment-ids", o.segment_ids,
+    sub->add_option("--segment-ids", segment_ids,
                     "integer segments REF [b, s] (HF segment; each below --segments), or two: "
                     "query [b, q] then key [b, k] segments")
         ->expected(1, 2);
-    sub->add_option("--seq-len", o.seq_len,
-                    "S: one row of S tokens in segment 0 (the position buckets alone), [1, S, S]");
-    sub->add_option("--segments", o.r.segments, "HF segment_types (num_segments; default 32)");
-    sub->add_option("--buckets", o.r.buckets,
-                    "HF position_bias_num_buckets (default 512; at least 4)");
-    sub->add_option("--max-distance", o.r.max_distance,
-                    "HF position_bias_max_distance (default 2048)");
-    sub->add_option("--bias-table", o.bias_table,
+    add_declared_options(sub, o.r);
+    sub->add_option("--bias-table", bias_table,
                     "learned relative_attention_bias REF [segments^2 + buckets, heads]: write "
                     "the bias it gives, [b, heads, q, k], instead of the buckets");
-    add_common(sub, o.c,
-               "output dtype: i64 (default) or any integer dtype that holds the largest bucket, "
-               "f32, f64; with --bias-table f32 (default), f64, f16, bf16");
-    sub->callback([sub] {
-      CpmAntBucketRequest r = o.r;
-      if (sub->count("--seq-len") > 0) r.seq_len = o.seq_len;
-      cpmant_bucket_check(r, !o.segment_ids.empty());
-      if (!o.segment_ids.empty()) r.segment_ids = read_int64(o.segment_ids[0], "--segment-ids");
-      if (o.segment_ids.size() == 2) {
-        r.key_segment_ids = read_int64(o.segment_ids[1], "--segment-ids");
+    static const std::string dtype_help = fmt::format(kBiasDtypeHelp, "bucket");
+    add_common(sub, o.c, dtype_help.c_str());
+    sub->callback([] {
+      CpmAntBucketRequest& r = o.r;
+      cpmant_bucket_check(r, !segment_ids.empty());
+      if (!segment_ids.empty()) r.segment_ids = read_int64(segment_ids[0], "--segment-ids");
+      if (segment_ids.size() == 2) {
+        r.key_segment_ids = read_int64(segment_ids[1], "--segment-ids");
       }
-      if (!o.bias_table.empty()) r.bias_table = read_values(o.bias_table, "--bias-table", false);
+      if (!bias_table.empty()) r.bias_table = read_values(bias_table, "--bias-table", false);
       try {
         write_out(cpmant_bucket_table(r), o.c);
       } catch (const InputError& e) {
