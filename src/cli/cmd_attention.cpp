@@ -620,7 +620,9 @@ void register_attention(CLI::App& app) {
                   "j < pos(i) + W without --causal; equals --window W-1[,W-1]");
   sub->add_option(
       "--chunk-size", o->chunk_size,
-      "chunked attention (Llama-4 attention_chunk_size C): keys with j / C == pos(i) / C");
+      "chunked attention (Llama-4 attention_chunk_size C): keys with floor(j / C) == "
+      "floor(pos(i) / C), pos(i) = i + sk - sq (a negative position sees no key, as "
+      "FlashAttention)");
   add_values_option(sub, "--attn-temperature", o->temperature,
                     "Llama-4 temperature tuning: scores of the query at position p times "
                     "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)",

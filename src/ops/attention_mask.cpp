@@ -14,7 +14,13 @@ std::pair<std::int64_t, std::int64_t> KeyRules::range(std::size_t b, std::int64_
   if (win_right >= 0) hi = std::min(hi, i + off + win_right);
   if (!key_len.empty()) hi = std::min(hi, key_len[b] - 1);
   if (chunk > 0) {
-    const std::int64_t c0 = (i + off) / chunk * chunk;
+    // Floor, as FlashAttention's construct_chunk_mask (p - p % C, Python's modulo): a
+    // query at a negative position (more queries than keys, bottom-right) is in a chunk
+    // of negative positions and sees no key; truncation would put p = -1 in chunk 0.
+    const std::int64_t p = i + off;
+    std::int64_t m = p % chunk;
+    if (m < 0) m += chunk;
+    const std::int64_t c0 = p - m;
     lo = std::max(lo, c0);
     hi = std::min(hi, c0 + chunk - 1);
   }

@@ -91,7 +91,8 @@ struct AttentionOptions {
   /// window_left/right too, the narrower side wins.
   std::int64_t sliding_window = 0;
   /// Chunked attention (Llama-4 attention_chunk_size C; 0 = off): a query at position p
-  /// sees only keys j with j / C == p / C (integer division).
+  /// sees only keys j with floor(j / C) == floor(p / C) (FlashAttention's
+  /// construct_chunk_mask: a negative p is in a chunk of negative positions, no key).
   std::int64_t chunk_size = 0;
   /// Attention temperature tuning (Llama-4; scale 0 = off): the scores of a query at
   /// position p are multiplied by 1 + temperature_scale * log1p(floor((p + 1) /

@@ -1,0 +1,75 @@
+"""FlashAttention's test reference (hopper/test_util.py: attention_ref,
+construct_local_mask, construct_chunk_mask) rewritten in torch float64 from its public
+semantics, for judging posenc's masks the way FA's test suite judges a kernel.
+
+Layout bshd as FA: q [b, sq, h, d], k [b, sk, h_k, d], v [b, sk, h_k, dv].
+- Per batch entry, sk_b = keys in its padding mask (seqused_k), sq_b = queries in its
+  padding mask (seqused_q); the padded lengths without them. Query row i sits at
+  position i + sk_b - sq_b.
+- construct_local_mask: row i sees key j when j <= i + sk_b - sq_b + right and (left is
+  None or j >= i + sk_b - sq_b - left or j < sink_token_length); causal is the window
+  (left, 0).
+- construct_chunk_mask: start = p - (p mod C) with Python's floor modulo, p = i + sk_b -
+  sq_b; keys start <= j < start + C; ORed with the window's masked set.
+- Key padding masked; rows with no visible key give probabilities 0, output 0 and lse
+  -inf (FA fills such rows with 0 instead of NaN); padded query rows output 0.
+"""
+import math
+
+import torch
+
+
+def local_mask(sq, sk, sq_b, sk_b, left, right, sink_token_length=0):
+    """The masked set (True = masked) [sq, sk] of construct_local_mask for one entry;
+    left/right None = unbounded on that side."""
+    row = torch.arange(sq, dtype=torch.long)[:, None]
+    col = torch.arange(sk, dtype=torch.long)[None, :]
+    pos = row + sk_b - sq_b
+    masked = torch.zeros(sq, sk, dtype=torch.bool)
+    if right is not None:
+        masked |= col > torch.clamp(pos + right, max=sk_b)
+    if left is not None:
+        masked |= (col < pos - left) & (col >= sink_token_length)
+    return masked
+
+
+def chunk_mask(sq, sk, sq_b, sk_b, chunk):
+    """construct_chunk_mask for one entry (True = masked)."""
+    row = torch.arange(sq, dtype=torch.long)[:, None]
+    col = torch.arange(sk, dtype=torch.long)[None, :]
+    p = row + sk_b - sq_b
+    start = p - torch.remainder(p, chunk)  # torch.remainder floors, as Python's %
+    return (col < start) | (col >= start + chunk)
+
+
+def attention_ref(q, k, v, causal=False, window=(None, None), chunk=0, sink_token_length=0,
+                  seqused_q=None, seqused_k=None, scale=None):
+    """Output [b, sq, h, dv] and lse [b, h, sq] in float64 (numpy arrays)."""
+    q, k, v = (torch.as_tensor(x).double() for x in (q, k, v))
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    k = k.repeat_interleave(h // hk, dim=2)
+    v = v.repeat_interleave(h // hk, dim=2)
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    scores = torch.einsum("bthd,bshd->bhts", q * scale, k)
+    left, right = window
+    if causal:
+        right = 0
+    masked = torch.zeros(b, 1, sq, sk, dtype=torch.bool)
+    for e in range(b):
+        sq_b = sq if seqused_q is None else int(seqused_q[e])
+        sk_b = sk if seqused_k is None else int(seqused_k[e])
+        m = torch.zeros(sq, sk, dtype=torch.bool)
+        m[:, sk_b:] = True  # key padding
+        if left is not None or right is not None:
+            m |= local_mask(sq, sk, sq_b, sk_b, left, right, sink_token_length)
+        if chunk > 0:
+            m |= chunk_mask(sq, sk, sq_b, sk_b, chunk)
+        m[sq_b:, :] = True  # padded query rows
+        masked[e, 0] = m
+    scores = scores.masked_fill(masked, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    empty = masked.all(dim=-1, keepdim=True)
+    p = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
+    out = torch.einsum("bhts,bshd->bthd", p, v)
+    return out.numpy(), lse.numpy()

@@ -1,0 +1,92 @@
+"""posenc attention's masks against FlashAttention's test reference (attention_ref,
+construct_local_mask, construct_chunk_mask of hopper/test_util.py), rewritten in torch
+float64 in tests/lib/fa_attention_reference.py from FA's public semantics.
+
+Tolerance: float64 max error <= 1e-12 relative to the largest reference value; rows FA
+defines as empty (no visible key, padded queries) must be exact zeros with lse -inf.
+Each case also runs with -j 1 and -j 2, and streamed (K and V read in chunks under a
+small --max-memory, with small key blocks), all the same bytes.
+"""
+import os
+import unittest
+
+import numpy as np
+
+from fa_attention_reference import attention_ref
+from posenc_testlib import PosencTestCase, run
+
+
+class FaMasks(PosencTestCase):
+    def data(self, b, sq, sk, h=2, hk=1, d=8, dv=8, seed=0):
+        rng = np.random.default_rng(seed)
+        q = rng.standard_normal((b, sq, h, d))
+        k = rng.standard_normal((b, sk, hk, d))
+        v = rng.standard_normal((b, sk, hk, dv))
+        return q, k, v
+
+    def posenc(self, q, k, v, *extra, tag="r", jobs=None, streamed=False):
+        """output [b, sq, h, dv] and lse [b, h, sq] of posenc attention in bshd, and their
+        bytes."""
+        qp, kp, vp = (self.npy(f"{tag}_{n}.npy", x) for n, x in (("q", q), ("k", k), ("v", v)))
+        out = self.path(f"{tag}_{{}}.npy")
+        pre = ["-j", str(jobs)] if jobs else []
+        more = ["--max-memory", "800K"] if streamed else []
+        self.run_ok(*pre, "attention", "-q", qp, "-k", kp, "-v", vp, "--axes", "bshd",
+                    "--emit", "output,lse", "-o", out, *extra, *more)
+        got = []
+        for name in ("output", "lse"):
+            with open(out.format(name), "rb") as f:
+                raw = f.read()
+            got.append((np.load(out.format(name)), raw))
+        return got
+
+    def check(self, q, k, v, extra, label, **ref):
+        want_out, want_lse = attention_ref(q, k, v, **ref)
+        (out, out_b), (lse, lse_b) = self.posenc(q, k, v, *extra)
+        scale = max(np.abs(want_out).max(), 1.0)
+        self.assertLessEqual(np.abs(out - want_out).max() / scale, 1e-12, label)
+        empty = np.isneginf(want_lse)
+        np.testing.assert_array_equal(np.isneginf(lse), empty, label)
+        self.assertLessEqual(np.abs(lse[~empty] - want_lse[~empty]).max(initial=0) /
+                             max(np.abs(want_lse[~empty]).max(initial=1), 1), 1e-12, label)
+        # Rows FA defines as empty: exact zeros.
+        rows = np.transpose(empty, (0, 2, 1))  # [b, sq, h]
+        self.assertTrue((out[rows] == 0).all(), label)
+        for jobs in (1, 2):
+            got = self.posenc(q, k, v, *extra, tag=f"j{jobs}", jobs=jobs)
+            self.assertEqual((got[0][1], got[1][1]), (out_b, lse_b), f"{label}: -j {jobs}")
+        got = self.posenc(q, k, v, *extra, tag="s", streamed=True)
+        self.assertEqual((got[0][1], got[1][1]), (out_b, lse_b), f"{label}: streamed")
+        return out, lse
+
+    def test_chunk_floors_negative_positions(self):
+        # 8 queries over 3 keys, chunks of 2, bottom-right: query 4 sits at position -1,
+        # in chunk [-2, -1] (floor), and sees no key; truncation put it in chunk 0.
+        q, k, v = self.data(1, 8, 3)
+        out, lse = self.check(q, k, v, ["--chunk-size", "2"], "chunk 2", chunk=2)
+        self.assertTrue((out[0, 4] == 0).all())
+        self.assertTrue(np.isneginf(lse[0, :, 4]).all())
+        self.assertTrue((out[0, 5] != 0).all())
+
+    def test_streamed_across_key_blocks(self):
+        # 2,600 keys: three key blocks of 1,024, read in chunks at 800K.
+        q, k, v = self.data(1, 40, 2600, d=4, dv=4, seed=5)
+        self.check(q, k, v, ["--chunk-size", "700", "--window", "900,3"], "long",
+                   chunk=700, window=(900, 3))
+
+    def test_chunk_grid(self):
+        # FA's grid: more queries than keys and fewer, chunks with windows and causal.
+        for sq, sk, chunk, extra, ref in [
+            (799 % 40 + 13, 3, 5, [], {}),
+            (37, 11, 4, ["--causal"], dict(causal=True)),
+            (9, 30, 7, ["--window", "5,2"], dict(window=(5, 2))),
+            (30, 9, 3, ["--window", "4,-1"], dict(window=(4, None))),
+            (16, 16, 5, ["--causal", "--window", "3,0"], dict(causal=True, window=(3, None))),
+        ]:
+            q, k, v = self.data(2, sq, sk, seed=sq + sk)
+            self.check(q, k, v, ["--chunk-size", str(chunk), *extra],
+                       f"sq {sq} sk {sk} chunk {chunk} {extra}", chunk=chunk, **ref)
+
+
+if __name__ == "__main__":
+    unittest.main()
