@@ -49,6 +49,7 @@
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_relative.hpp"
+#include "posenc/ops/combine.hpp"
 #include "posenc/ops/compare.hpp"
 #include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
@@ -1373,6 +1374,34 @@ py::dict compare(const py::array& a, const std::string& a_dtype, const py::array
   return o;
 }
 
+// --- combine ------------------------------------------------------------------------
+
+py::dict combine_partials(const py::array& out_partial, const std::string& out_dtype,
+                          const py::array& lse_partial, const std::string& lse_dtype,
+                          const py::dict& d) {
+  const CallThreads threads;
+  const Tensor o = to_tensor(out_partial, out_dtype, "out_partial");
+  const Tensor l = to_tensor(lse_partial, lse_dtype, "lse_partial");
+  CombineOptions opt;
+  set_if(d, "axis", opt.axis);
+  if (auto layout = get<std::string>(d, "lse_layout")) {
+    if (*layout != "sh" && *layout != "hs") {
+      throw UsageError("lse_layout: expected 'sh' or 'hs', got '" + printable(*layout) + "'");
+    }
+    opt.lse_layout = *layout == "hs" ? LseLayout::hs : LseLayout::sh;
+  }
+  if (auto t = get<std::string>(d, "dtype")) opt.dtype = parse_dtype(*t, "dtype");
+  CombineResult r;
+  {
+    py::gil_scoped_release nogil;
+    r = posenc::combine(o, l, opt);
+  }
+  py::dict res;
+  res["out"] = to_array(std::move(r.out));
+  res["lse"] = to_array(std::move(r.lse));
+  return res;
+}
+
 // A tensor reference from Python: a file, never the interpreter's stdin or stdout.
 void check_module_ref(const std::string& ref) {
   if (ref.find('\0') != std::string::npos) {
@@ -1516,6 +1545,9 @@ PYBIND11_MODULE(_posenc, m) {
   m.def("compare", &compare,
         "compare(a, a_dtype, b, b_dtype, options): the comparison as a dict. Use "
         "posenc.compare.");
+  m.def("combine", &combine_partials,
+        "combine(out_partial, out_dtype, lse_partial, lse_dtype, options): the merged "
+        "{out, lse}. Use posenc.combine.");
   m.def("read", &posenc::python::read,
         "read(ref): (array, dtype name) of a tensor reference. Use posenc.read.");
   m.def("write", &posenc::python::write,

@@ -41,6 +41,7 @@
 #include "posenc/ops/add_positions.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_relative.hpp"
+#include "posenc/ops/combine.hpp"
 #include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"

@@ -6,6 +6,7 @@ command, with the command's options as keyword arguments).
 - ``posenc.rope(x, ...)``: rotary embedding, in place with ``out=x``
 - ``posenc.rope_ids(family, layout)``: M-RoPE position ids of a prompt (``posenc rope-ids``)
 - ``posenc.attention(q, k, v, ...)``
+- ``posenc.combine(out_partial, lse_partial, ...)``: split-KV combine (``posenc combine``)
 - ``posenc.compare(a, b, ...)``, ``posenc.read(ref)``, ``posenc.write(ref, x)``
 
 Arrays: numpy arrays, CPU torch tensors, and anything numpy views without a copy
@@ -59,7 +60,7 @@ __version__ = _posenc.__version__
 
 __all__ = ["rope", "rope_ids", "attention", "compare", "read", "write", "table", "CompareResult",
            "BF16", "bf16_to_float32", "float32_to_bf16", "Error", "UsageError", "InputError",
-           "OutputError", "DifferError", "kernel_variant", "set_threads", "__version__"]
+           "OutputError", "DifferError", "kernel_variant", "set_threads", "__version__", "combine"]
 
 
 class DifferError(Error):
@@ -582,6 +583,27 @@ def read(ref, *, torch=False):
         _torch_module("torch")
     a, name = _posenc.read(_path(ref, "ref"))
     return _wrap(a, name, "torch" if torch else "numpy")
+
+
+@_usage_errors
+def combine(out_partial, lse_partial, *, axis=0, lse_layout="sh", dtype=None):
+    """Split-KV combine (``posenc combine``), as flash_attn_combine and FlashInfer's
+    merge_state: lse = logsumexp_i(lse_i), out = sum_i exp(lse_i - lse) out_i over the
+    split `axis` (negative from the end), in float64 rounded once. A split with lse -inf
+    contributes nothing; where all are -inf, out is 0 and lse -inf. out_partial [splits,
+    b, s, h, d]; lse_partial [splits, b, s, h] (`lse_layout` "sh", flash_attn_combine's)
+    or [splits, b, h, s] ("hs": softmax_lse, or attention's lse, stacked). Returns
+    (out, lse): out in `dtype` (default out_partial's), lse f64 when out is f64, else
+    f32; torch tensors for a torch out_partial."""
+    oa, on, like = _view(out_partial, "out_partial")
+    la, ln, _ = _view(lse_partial, "lse_partial")
+    if not isinstance(lse_layout, str):
+        raise UsageError(f"lse_layout: expected 'sh' or 'hs', got {lse_layout!r:.40}")
+    out_name = _dtype_name(dtype) or on
+    opt = {"axis": _whole(axis, "axis"), "lse_layout": lse_layout, "dtype": _dtype_name(dtype)}
+    res = _posenc.combine(_contiguous(oa), on, _contiguous(la), ln,
+                          {k: v for k, v in opt.items() if v is not None})
+    return _wrap(res["out"], out_name, like), _wrap(res["lse"], "f", like)
 
 
 @_usage_errors

@@ -16,6 +16,7 @@ void register_inspect(CLI::App& app);
 void register_compare(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_join(CLI::App& app);
+void register_combine(CLI::App& app);
 void register_plot(CLI::App& app);
 void register_analyze(CLI::App& app);
 void register_completion(CLI::App& app);
@@ -36,6 +37,7 @@ inline constexpr Command kCommands[] = {
     {"compare", register_compare},
     {"convert", register_convert},
     {"join", register_join},
+    {"combine", register_combine},
     {"plot", register_plot},
     {"analyze", register_analyze},
     {"rope-ids", register_rope_ids},

@@ -29,7 +29,7 @@ class BashCompletion(PosencTestCase):
 
     def test_commands_and_kinds(self):
         self.assertEqual(self.complete("posenc ta"), ["table"])
-        self.assertEqual(self.complete("posenc co"), ["compare", "completion", "convert"])
+        self.assertEqual(self.complete("posenc co"), ["combine", "compare", "completion", "convert"])
         self.assertEqual(self.complete("posenc table r"),
                          ["reformer-axial", "relative", "rope", "rope2d", "rt-detr-sincos"])
         self.assertEqual(self.complete("posenc -j 2 table t"), ["t5-bucket"])

@@ -121,6 +121,26 @@ class ManExamples(test_readme.ExampleRunner):
             np.save(self.path("v.npy"), np.random.default_rng(4).standard_normal(
                 (1, 32, 16, 128)).astype(np.float32))
 
+        self.before_combine(cmd)
+
+    def before_combine(self, cmd):
+        # posenc-combine(1): key blocks for q.npy read as bshd [1, 32, 16, 128], the
+        # stacking its python3 line does, and a kernel's partials.
+        r = np.random.default_rng(8)
+        if cmd.startswith("posenc attention -q q.npy -k k0.npy"):
+            for name in ("k0", "v0", "k1", "v1"):
+                np.save(self.path(f"{name}.npy"),
+                        r.standard_normal((1, 8, 16, 128)).astype(np.float32))
+        if cmd.startswith("posenc combine o.npy l.npy"):
+            for stacked, name in (("o", "output"), ("l", "lse")):
+                np.save(self.path(f"{stacked}.npy"), np.stack(
+                    [np.load(self.path(f"p{i}_{name}.npy")) for i in (0, 1)]))
+        if cmd.startswith("posenc combine out_partial.npy"):
+            np.save(self.path("out_partial.npy"), r.standard_normal((3, 2, 4, 2, 8)))
+            np.save(self.path("lse_partial.npy"), r.standard_normal((3, 2, 4, 2)))
+        if cmd.startswith("posenc compare kernel_out.npy ref.npy"):
+            np.save(self.path("kernel_out.npy"), np.load(self.path("ref.npy")))
+
     def after(self, cmd):
         pass
 
