@@ -224,6 +224,9 @@ ATTENTION_ROWS = {
                      ["--hf-config", "{typed_cfg}", "--layer-type", "sliding_attention"]),
     "--layer": (["--hf-config", "{typed_cfg}"], ["--hf-config", "{typed_cfg}", "--layer", "0"]),
     "--precision": ([], ["--precision", "f32"]),
+    # The gradients (dq is emitted in place of the output; tests/reference/
+    # test_attention_backward.py checks them), refused under --arith hf.
+    "--grad-output": ([], ["--grad-output", "{do}"]),
 }
 # The RoPE options of `attention --rope`, over a base of --rope.
 ATTENTION_ROPE = {k: (["--rope"] + b, ["--rope"] + w) for k, (b, w) in ROPE_ROWS.items()
@@ -318,6 +321,7 @@ class OptionMatrix(PosencTestCase):
         save("x", r.standard_normal((1, 4, 10, 8)).astype(np.float32))
         save("invf", r.uniform(0.1, 1, (1, 4)))
         save("angles", r.uniform(-3, 3, (10, 4)))
+        save("do", r.standard_normal((1, 4, 6, 8)).astype(np.float32))  # attention's dO
         base = {"model_type": "mistral", "num_attention_heads": 4, "num_key_value_heads": 2,
                 "hidden_size": 32, "head_dim": 8}
         f["rope_cfg"] = self.config("rope.json", dict(base, rope_theta=77.0))
@@ -347,7 +351,7 @@ class OptionMatrix(PosencTestCase):
         f = self.files
         if command == "attention":
             head = ["attention", "-q", f["qs"] if square else f["q"], "-k", f["k"], "-v", f["v"],
-                    "--emit", "output"]
+                    "--emit", "dq" if "--grad-output" in args else "output"]
         elif command == "rope":
             head = ["rope", f["x"]]
         else:
