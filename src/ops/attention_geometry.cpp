@@ -138,8 +138,10 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     throw InputError(fmt::format("k: {} heads (shape {}) do not divide q's {} heads ({})", g.hk,
                                  shape_str(ks), g.hq, shape_str(qs)));
   }
-  if (g.d == 0 || g.sk == 0) {
-    throw InputError(fmt::format("k: empty head dim or sequence in shape {}", shape_str(ks)));
+  // No keys is allowed (FlashAttention's empty sequences): every row is empty, output 0
+  // and lse -inf (NaN under MaskedRows::nan).
+  if (g.d == 0) {
+    throw InputError(fmt::format("k: empty head dim in shape {}", shape_str(ks)));
   }
   if (vs) {
     if (axis_size(*vs, a, 'b') != g.b || axis_size(*vs, a, 'h') != g.hk ||

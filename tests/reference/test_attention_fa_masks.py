@@ -87,6 +87,42 @@ class FaMasks(PosencTestCase):
             self.check(q, k, v, ["--chunk-size", str(chunk), *extra],
                        f"sq {sq} sk {sk} chunk {chunk} {extra}", chunk=chunk, **ref)
 
+    def test_no_keys(self):
+        # K and V with no keys: every row empty (output 0, lse -inf), in memory, streamed,
+        # at any -j, under --arith hf, with logits and probs of 0 columns.
+        q, k, v = self.data(2, 5, 0)
+        self.check(q, k, v, [], "sk 0")
+        self.check(q, k, v, ["--causal", "--chunk-size", "2"], "sk 0 chunk", causal=True,
+                   chunk=2)
+        qp, kp, vp = (self.npy(f"e_{n}.npy", x) for n, x in (("q", q), ("k", k), ("v", v)))
+        out = self.path("e_{}.npy")
+        self.run_ok("attention", "-q", qp, "-k", kp, "-v", vp, "--axes", "bshd", "--emit",
+                    "logits,probs,output", "-o", out)
+        self.assertEqual(np.load(out.format("probs")).shape, (2, 2, 5, 0))
+        self.assertTrue((np.load(out.format("output")) == 0).all())
+        self.run_ok("attention", "-q", qp, "-k", kp, "-v", vp, "--axes", "bshd", "--emit",
+                    "output", "--arith", "hf", "-o", out)
+        self.assertTrue((np.load(out.format("output")) == 0).all())
+
+    def test_empty_entries(self):
+        # A batch entry with no keys (--key-lengths 0) and an empty packed sequence.
+        q, k, v = self.data(2, 6, 6, seed=3)
+        lens = self.npy("lens.npy", np.array([4, 0], dtype=np.int64))
+        self.check(q, k, v, ["--key-lengths", lens], "key lengths 4, 0",
+                   seqused_k=[4, 0], seqused_q=[6, 6])
+        q, k, v = self.data(1, 9, 9, seed=4)
+        cu = [0, 3, 3, 9, 9]
+        want = np.zeros((1, 9, 2, 8))
+        want_lse = np.full((1, 2, 9), -np.inf)
+        for a, e in zip(cu[:-1], cu[1:]):
+            if e > a:
+                o, l = attention_ref(q[:, a:e], k[:, a:e], v[:, a:e], causal=True)
+                want[:, a:e], want_lse[:, :, a:e] = o, l
+        (out, _), (lse, _) = self.posenc(q, k, v, "--causal", "--cu-seqlens",
+                                         self.npy("cu.npy", np.array(cu, dtype=np.int64)))
+        self.assertLessEqual(np.abs(out - want).max(), 1e-12)
+        self.assertLessEqual(np.abs(lse - want_lse)[np.isfinite(want_lse)].max(), 1e-12)
+
 
 if __name__ == "__main__":
     unittest.main()

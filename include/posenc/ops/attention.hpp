@@ -21,6 +21,8 @@
 /// - Output = sum_j p_ij (v_j + rv[rel(i, j)]); lse = log(sum_j exp(s_ij) [+ exp(sink)]).
 /// - A row with no unmasked key and no sink ("fully masked") gives probs 0, output 0 and
 ///   lse -inf under MaskedRows::zero; probs and output NaN (lse -inf) under MaskedRows::nan.
+///   K and V may have no keys (sk = 0, FlashAttention's empty sequences): every row is
+///   then fully masked.
 ///
 /// Arithmetic: f64 for every input dtype, each output rounded once to its dtype, unless
 /// `precision` asks for f32 (the opt-in for speed); Q·K^T and P·V go through BLAS, row
