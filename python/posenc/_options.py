@@ -151,9 +151,13 @@ def sections(value, what="mrope_section"):
         except ValueError:
             raise UsageError(f"{what}: expected T,H,W integers, got '{value}'") from None
     try:
-        values = list(value)
+        # At most a few sections: the length is checked before list() makes one object per
+        # item (an empty array of shape (2**31, 0) has 2**31 of them).
+        values = list(value) if len(value) <= 16 else None
     except TypeError:
-        raise UsageError(f"{what}: expected T,H,W integers, got {value!r:.40}") from None
+        values = None
+    if values is None:
+        raise UsageError(f"{what}: expected T,H,W integers, got {value!r:.40}")
     return [whole(v, what) for v in values]
 
 
@@ -207,3 +211,39 @@ def layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
         rope_d["style"] = "neox"
         apply["tiled"] = True
     return pos
+
+
+# What a cos/sin table replaces (posenc.rope): the keywords that make frequencies or angles.
+_TABLE_REPLACES = ("base", "partial", "scaling", "factor", "original_max_pos", "max_pos",
+                   "seq_len", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                   "attention_factor", "truncate", "low_freq_factor", "high_freq_factor",
+                   "short_factor", "long_factor", "hf_config", "hf_version", "layer_type",
+                   "layer", "rope2d", "order", "mrope_section", "layout", "inv_freq",
+                   "freq_scale", "coords", "prefix_tokens", "merge_window", "angles")
+
+
+def rope_tables(kw):
+    """posenc.rope's cos, sin and seqlen_offsets as the positions dict's entries."""
+    cos, sin, offsets = kw.get("cos"), kw.get("sin"), kw.get("seqlen_offsets")
+    out = {}
+    if offsets is not None:
+        out["seqlen_offsets"] = ints(offsets, "seqlen_offsets")
+    if (cos is None) != (sin is None):
+        raise UsageError("sin: needs cos" if cos is None else "cos: needs sin")
+    if cos is None:
+        return out
+    for name in _TABLE_REPLACES:
+        if kw.get(name) is not None:
+            raise UsageError(f"cos: the tables replace the frequencies; not with {name}")
+    for name in ("rope2d_ids", "mrope_interleaved"):
+        if kw.get(name):
+            raise UsageError(f"cos: the tables replace the frequencies; not with {name}")
+    if kw.get("arith") not in (None, "exact"):
+        raise UsageError(f"arith {kw.get('arith')}: cos/sin tables are applied exactly only "
+                         "(precision \"f32\" rotates in float32)")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not is_real(t):
+            raise InputError(f"{name}: expected a float tensor (f16, bf16, f32, f64)")
+    out["cos"] = reals(cos, "cos")
+    out["sin"] = reals(sin, "sin")
+    return out

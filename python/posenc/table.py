@@ -192,7 +192,10 @@ def _window(window, what="window"):
     if np.ndim(window) == 0 and not isinstance(window, (str, bytes)):
         return (_whole(window, what),) * 2
     try:
-        sides = tuple(window) if not isinstance(window, (str, bytes)) else ()
+        # The length first: tuple() of an empty array of shape (2**31, 0) would make 2**31
+        # views out of no data.
+        sides = (tuple(window) if not isinstance(window, (str, bytes)) and len(window) <= 2
+                 else ())
     except TypeError:
         sides = ()
     if len(sides) not in (1, 2):

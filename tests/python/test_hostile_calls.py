@@ -281,6 +281,29 @@ def test_empty_tensor_costs_nothing(tmp_path):
     assert p.stdout.decode().strip() == "(1, 0, 16777216, 64) float32 True"
 
 
+def test_sequence_arguments_with_huge_empty_extents_are_refused_by_length(tmp_path):
+    # An empty array of shape (2**31, ...) holds no data but 2**31 items: tuple() or list()
+    # of it took 23 GB before the length was checked.
+    p = run_python("""
+        import resource
+        import numpy as np, posenc
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+        calls = [
+            ("size", lambda: posenc.table.rt_detr_sincos(size=np.empty((2**31, 4, 0), "<U3"))),
+            ("mrope_section", lambda: posenc.rope(np.zeros((1, 1, 4, 8), np.float32),
+                                                  mrope_section=np.empty((2**31, 0)))),
+        ]
+        for name, call in calls:
+            try:
+                call()
+                print(name, "accepted")
+            except posenc.UsageError as e:
+                print(name, str(e).startswith(name + ":"))
+        """, tmp_path, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode().split() == ["size", "True", "mrope_section", "True"]
+
+
 def neox_reference(x, angles):
     """HF's rotate_half RoPE of x [..., s, d] by angles [s, d/2], in float64."""
     cos, sin = np.cos(angles), np.sin(angles)
