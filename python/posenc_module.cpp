@@ -43,6 +43,7 @@
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_ids.hpp"
 #include "posenc/encodings/table.hpp"
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
@@ -577,10 +578,6 @@ class MemorySink : public TensorSink {
   std::size_t at_ = 0;
 };
 
-std::optional<std::int64_t> length(const py::dict& d, const char* key) {
-  return get<std::int64_t>(d, key);
-}
-
 // An array argument (the Python layer hands C-contiguous float64 or int64 arrays; the
 // library checks shapes and values) as the xtensor array of a request, none for None.
 template <class T>
@@ -618,6 +615,46 @@ struct TableArgs {
 // One table kind: its keywords to its tables.
 using TableKind = void (*)(const TableArgs& a, std::vector<Table>& tables);
 
+// Reads a request's declared fields (encodings/table_fields.hpp) from the keyword dict: the
+// keys are the fields' names; a choice is one of its names. Ranges are the library's.
+class KeywordReader {
+ public:
+  explicit KeywordReader(const py::dict& d) : d_(d) {}
+
+  template <class T>
+  void operator()(const Field& f, T& member) {
+    set_if(d_, f.name.c_str(), member);
+  }
+  template <class M, class E>
+  void operator()(const Field& f, Choice<M, E> c) {
+    const auto name = get<std::string>(d_, f.name.c_str());
+    if (!name) return;
+    const E* e = c.find(*name);
+    if (e == nullptr) {
+      throw UsageError(f.name + ": expected " + c.listed() + ", got '" + printable(*name) + "'");
+    }
+    c.member = *e;
+  }
+
+ private:
+  const py::dict& d_;
+};
+
+// The request R the keywords give.
+template <class R>
+R request_of(const py::dict& d) {
+  R r;
+  KeywordReader k(d);
+  declare(k, r);
+  return r;
+}
+
+// A kind whose keywords are all declared: one table of its request.
+template <class R, Table (*Compute)(const R&)>
+void plain_kind(const TableArgs& a, std::vector<Table>& tables) {
+  tables.push_back(Compute(request_of<R>(a.d)));
+}
+
 // swin-index and beit-index (with BEiT's three class-token entries).
 void window_index_kind(const TableArgs& a, std::vector<Table>& tables) {
   WindowIndexRequest r;
@@ -630,21 +667,7 @@ void window_index_kind(const TableArgs& a, std::vector<Table>& tables) {
 // Every kind posenc.table knows, by name.
 const std::map<std::string, TableKind>& table_kinds() {
   static const std::map<std::string, TableKind> kinds = {
-      {"sinusoidal",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         SinusoidalRequest r;
-         set_if(a.d, "positions", r.positions);
-         set_if(a.d, "dim", r.dim);
-         set_if(a.d, "base", r.base);
-         set_if(a.d, "start", r.start);
-         if (auto l = get<std::string>(a.d, "layout")) {
-           if (*l != "interleaved" && *l != "concat") {
-             throw UsageError("layout: expected interleaved or concat, got '" + *l + "'");
-           }
-           r.layout = *l == "concat" ? SinusoidalLayout::concat : SinusoidalLayout::interleaved;
-         }
-         tables.push_back(sinusoidal_table(r));
-       }},
+      {"sinusoidal", plain_kind<SinusoidalRequest, sinusoidal_table>},
       {"rope",
        [](const TableArgs& a, std::vector<Table>& tables) {
          RopeTableRequest r;
@@ -661,16 +684,7 @@ const std::map<std::string, TableKind>& table_kinds() {
        }},
       {"rope2d",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         Rope2dRequest r;
-         set_if(a.d, "height", r.height);
-         set_if(a.d, "width", r.width);
-         set_if(a.d, "dim", r.dim);
-         set_if(a.d, "base", r.base);
-         if (auto o = get<std::string>(a.d, "order")) {
-           if (*o != "xy" && *o != "yx")
-             throw UsageError("order: expected xy or yx, got '" + *o + "'");
-           r.y_first = *o == "yx";
-         }
+         auto r = request_of<Rope2dRequest>(a.d);
          if (auto s = get<std::string>(a.d, "style")) r.style = parse_rope_style(*s);
          set_if(a.d, "half", r.half);
          for (RopeEmit e : emits_of(a.d)) {
@@ -678,91 +692,18 @@ const std::map<std::string, TableKind>& table_kinds() {
            tables.push_back(rope2d_table(r));
          }
        }},
-      {"alibi",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         AlibiRequest r;
-         set_if(a.d, "heads", r.heads);
-         r.q_len = length(a.d, "q_len");
-         r.k_len = length(a.d, "k_len");
-         if (auto v = get<std::string>(a.d, "variant")) r.variant = parse_alibi_table(*v);
-         set_if(a.d, "max_bias", r.max_bias);
-         tables.push_back(alibi_table(r));
-       }},
-      {"relative",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         RelativeRequest r;
-         r.q_len = length(a.d, "q_len");
-         r.k_len = length(a.d, "k_len");
-         set_if(a.d, "max_distance", r.max_distance);
-         set_if(a.d, "left", r.left);
-         set_if(a.d, "right", r.right);
-         if (auto s = get<std::string>(a.d, "sign")) {
-           if (*s != "k-q" && *s != "q-k")
-             throw UsageError("sign: expected k-q or q-k, got '" + *s + "'");
-           r.q_minus_k = *s == "q-k";
-         }
-         if (auto s = get<std::string>(a.d, "beyond")) {
-           if (*s != "clamp" && *s != "zero")
-             throw UsageError("beyond: expected clamp or zero, got '" + *s + "'");
-           r.zero_beyond = *s == "zero";
-         }
-         tables.push_back(relative_table(r));
-       }},
-      {"t5-bucket",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         T5BucketRequest r;
-         r.q_len = length(a.d, "q_len");
-         r.k_len = length(a.d, "k_len");
-         set_if(a.d, "buckets", r.buckets);
-         set_if(a.d, "max_distance", r.max_distance);
-         set_if(a.d, "bidirectional", r.bidirectional);
-         tables.push_back(t5_bucket_table(r));
-       }},
-      {"xl-relative",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         XlRelativeRequest r;
-         r.q_len = length(a.d, "q_len");
-         r.k_len = length(a.d, "k_len");
-         set_if(a.d, "dim", r.dim);
-         set_if(a.d, "base", r.base);
-         set_if(a.d, "clamp_len", r.clamp_len);
-         if (auto f = get<std::string>(a.d, "form")) r.form = parse_xl_form(*f);
-         tables.push_back(xl_relative_table(r));
-       }},
-      {"funnel-relative",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         FunnelRelativeRequest r;
-         set_if(a.d, "seq_len", r.seq_len);
-         set_if(a.d, "dim", r.dim);
-         set_if(a.d, "block", r.block);
-         set_if(a.d, "shift", r.shift);
-         set_if(a.d, "separate_cls", r.separate_cls);
-         set_if(a.d, "truncate_seq", r.truncate_seq);
-         set_if(a.d, "base", r.base);
-         tables.push_back(funnel_relative_table(r));
-       }},
+      {"alibi", plain_kind<AlibiRequest, alibi_table>},
+      {"relative", plain_kind<RelativeRequest, relative_table>},
+      {"t5-bucket", plain_kind<T5BucketRequest, t5_bucket_table>},
+      {"xl-relative", plain_kind<XlRelativeRequest, xl_relative_table>},
+      {"funnel-relative", plain_kind<FunnelRelativeRequest, funnel_relative_table>},
       {"funnel-factorized",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         FunnelFactorizedRequest r;
-         set_if(a.d, "seq_len", r.seq_len);
-         set_if(a.d, "dim", r.dim);
-         set_if(a.d, "block", r.block);
-         set_if(a.d, "key_block", r.key_block);
-         set_if(a.d, "separate_cls", r.separate_cls);
-         set_if(a.d, "truncate_seq", r.truncate_seq);
-         set_if(a.d, "base", r.base);
+         auto r = request_of<FunnelFactorizedRequest>(a.d);
          if (auto e = get<std::string>(a.d, "emit")) r.emit = parse_funnel_factor(*e);
          tables.push_back(funnel_factorized_table(r));
        }},
-      {"deberta-bucket",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         DebertaBucketRequest r;
-         r.q_len = length(a.d, "q_len");
-         r.k_len = length(a.d, "k_len");
-         set_if(a.d, "position_buckets", r.position_buckets);
-         set_if(a.d, "max_relative_positions", r.max_relative_positions);
-         tables.push_back(deberta_bucket_table(r));
-       }},
+      {"deberta-bucket", plain_kind<DebertaBucketRequest, deberta_bucket_table>},
       {"swin-index", window_index_kind},
       {"beit-index", window_index_kind},
       {"swinv2-coords",
@@ -777,60 +718,36 @@ const std::map<std::string, TableKind>& table_kinds() {
        }},
       {"levit-index",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         LevitIndexRequest r;
-         set_if(a.d, "resolution", r.resolution);
-         set_if(a.d, "stride", r.stride);
+         auto r = request_of<LevitIndexRequest>(a.d);
          r.bias_table = xarray_arg<double>(a.d, "bias_table");
          tables.push_back(levit_index_table(r));
        }},
       {"detr-sine",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         DetrSineRequest r;
+         auto r = request_of<DetrSineRequest>(a.d);
          r.mask = xarray_arg<double>(a.d, "mask");
          const auto size = get<std::pair<std::int64_t, std::int64_t>>(a.d, "size");
          if (r.mask.has_value() == size.has_value()) {
            throw UsageError("mask: give a pixel mask or size H W (one of them)");
          }
          if (size) std::tie(r.height, r.width) = *size;
-         set_if(a.d, "embedding_dim", r.embedding_dim);
-         set_if(a.d, "temperature", r.temperature);
-         r.temperature_width = get<double>(a.d, "temperature_width");
-         set_if(a.d, "offset", r.offset);
-         set_if(a.d, "normalize", r.normalize);
-         r.scale = get<double>(a.d, "scale");
-         if (auto l = get<std::string>(a.d, "layout")) {
-           if (*l != "channels" && *l != "tokens") {
-             throw UsageError("layout: expected channels or tokens, got '" + *l + "'");
-           }
-           r.tokens = *l == "tokens";
-         }
          tables.push_back(detr_sine_table(r));
        }},
       {"rt-detr-sincos",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         RtDetrSincosRequest r;
+         auto r = request_of<RtDetrSincosRequest>(a.d);
          std::tie(r.height, r.width) = window_of(a.d, "size");
-         set_if(a.d, "embedding_dim", r.embedding_dim);
-         set_if(a.d, "temperature", r.temperature);
          tables.push_back(rt_detr_sincos_table(r));
        }},
       {"fairseq-sinusoidal",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         FairseqSinusoidalRequest r;
-         r.positions = get<std::int64_t>(a.d, "positions");
-         set_if(a.d, "dim", r.dim);
-         r.padding_idx = get<std::int64_t>(a.d, "padding_idx");
+         auto r = request_of<FairseqSinusoidalRequest>(a.d);
          r.input_ids = xarray_arg<std::int64_t>(a.d, "input_ids");
-         set_if(a.d, "past_length", r.past_length);
          tables.push_back(fairseq_sinusoidal_table(r));
        }},
       {"layoutlm-bucket",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         LayoutBucketRequest r;
-         r.axis = parse_layout_axis(get<std::string>(a.d, "axis").value_or("1d"));
-         r.seq_len = get<std::int64_t>(a.d, "seq_len");
-         r.buckets = get<int>(a.d, "buckets");
-         r.max_distance = get<std::int64_t>(a.d, "max_distance");
+         auto r = request_of<LayoutBucketRequest>(a.d);
          r.position_ids = xarray_arg<std::int64_t>(a.d, "position_ids");
          r.bbox = xarray_arg<std::int64_t>(a.d, "bbox");
          r.bias_table = xarray_arg<double>(a.d, "bias_table");
@@ -852,12 +769,7 @@ const std::map<std::string, TableKind>& table_kinds() {
        }},
       {"udop-bucket",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         UdopBucketRequest r;
-         r.axis = parse_udop_axis(get<std::string>(a.d, "axis").value_or("1d"));
-         r.seq_len = get<std::int64_t>(a.d, "seq_len");
-         set_if(a.d, "buckets", r.buckets);
-         r.max_distance = get<std::int64_t>(a.d, "max_distance");
-         r.scaling_factor = get<double>(a.d, "scaling_factor");
+         auto r = request_of<UdopBucketRequest>(a.d);
          r.bbox = xarray_arg<double>(a.d, "bbox");
          set_if(a.d, "bbox_f32", r.bbox_f32);
          for (const char* key : {"bias_table_0", "bias_table_1", "bias_table_2"}) {
@@ -867,18 +779,16 @@ const std::map<std::string, TableKind>& table_kinds() {
        }},
       {"complex-order",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         ComplexOrderRequest r;
+         auto r = request_of<ComplexOrderRequest>(a.d);
          if (auto w = xarray_arg<double>(a.d, "frequency")) r.frequency = std::move(*w);
          r.amplitude = xarray_arg<double>(a.d, "amplitude");
          r.phase = xarray_arg<double>(a.d, "phase");
-         r.positions = get<std::int64_t>(a.d, "positions");
-         set_if(a.d, "start", r.start);
          r.input_ids = xarray_arg<std::int64_t>(a.d, "input_ids");
          tables.push_back(complex_order_table(r));
        }},
       {"reformer-axial",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         AxialPositionsRequest r;
+         auto r = request_of<AxialPositionsRequest>(a.d);
          r.axial_shape = get<std::vector<std::int64_t>>(a.d, "axial_shape")
                              .value_or(std::vector<std::int64_t>{});
          if (a.d.contains("weights") && !a.d["weights"].is_none()) {
@@ -891,37 +801,21 @@ const std::map<std::string, TableKind>& table_kinds() {
              r.weights.push_back(std::move(x));
            }
          }
-         r.positions = get<std::int64_t>(a.d, "positions");
          r.position_ids = xarray_arg<std::int64_t>(a.d, "position_ids");
          tables.push_back(axial_positions_table(r));
        }},
       {"cpmant-bucket",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         CpmAntBucketRequest r;
+         auto r = request_of<CpmAntBucketRequest>(a.d);
          r.segment_ids = xarray_arg<std::int64_t>(a.d, "segment_ids");
          r.key_segment_ids = xarray_arg<std::int64_t>(a.d, "key_segment_ids");
-         r.seq_len = get<std::int64_t>(a.d, "seq_len");
-         set_if(a.d, "segments", r.segments);
-         set_if(a.d, "buckets", r.buckets);
-         set_if(a.d, "max_distance", r.max_distance);
          r.bias_table = xarray_arg<double>(a.d, "bias_table");
          tables.push_back(cpmant_bucket_table(r));
        }},
       {"longt5-global",
        [](const TableArgs& a, std::vector<Table>& tables) {
-         LongT5GlobalRequest r;
+         auto r = request_of<LongT5GlobalRequest>(a.d);
          r.attention_mask = xarray_arg<std::int64_t>(a.d, "attention_mask");
-         r.seq_len = get<std::int64_t>(a.d, "seq_len");
-         set_if(a.d, "global_block_size", r.global_block_size);
-         const std::string emit = get<std::string>(a.d, "emit").value_or("block-ids");
-         if (emit == "segment-ids") {
-           r.emit = LongT5GlobalMap::segment_ids;
-         } else if (emit == "side-positions") {
-           r.emit = LongT5GlobalMap::side_positions;
-         } else if (emit != "block-ids") {
-           throw UsageError("emit " + emit +
-                            ": expected block-ids, segment-ids or side-positions");
-         }
          tables.push_back(longt5_global_table(r));
        }},
   };
