@@ -822,6 +822,34 @@ const std::map<std::string, TableKind>& table_kinds() {
   return kinds;
 }
 
+// The declared fields of every table kind, for tests and the stubs' keyword lists:
+// [{kind, name, option, type, required, lo, hi, choices, negation, positive, default,
+// help}, ...].
+py::list table_fields() {
+  py::list out;
+  for_each_table_kind([&out](const char* kind, auto r) {
+    Describer d;
+    declare(d, r);
+    for (const Field& f : d.fields) {
+      py::dict e;
+      e["kind"] = kind;
+      e["name"] = f.name;
+      e["option"] = f.option();
+      e["type"] = f.type;
+      e["required"] = f.required;
+      e["lo"] = f.lo ? py::object(py::int_(*f.lo)) : py::object(py::none());
+      e["hi"] = f.hi ? py::object(py::int_(*f.hi)) : py::object(py::none());
+      e["choices"] = f.choices;
+      e["negation"] = f.negation.empty() ? "" : Field::option_of(f.negation);
+      e["positive"] = f.positive;
+      e["default"] = f.default_text;
+      e["help"] = f.help;
+      out.append(e);
+    }
+  });
+  return out;
+}
+
 std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
                                    const py::dict& rope_d, const py::dict& pos_d) {
   const auto it = table_kinds().find(kind);
@@ -1430,6 +1458,8 @@ PYBIND11_MODULE(_posenc, m) {
   m.def("table", &tables,
         "table(kind, request, rope, positions, dtype): the tables of one request as "
         "((array, attrs), ...). Use posenc.table.");
+  m.def("_table_fields", &table_fields,
+        "the declared fields of the table kinds (name, option, type, range, choices, help)");
   m.def("rope_ids", &rope_ids_of,
         "rope_ids(options, tensors): (ids, delta or deltas) of a prompt, as `posenc rope-ids`. "
         "Use posenc.rope_ids.");

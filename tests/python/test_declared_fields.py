@@ -1,0 +1,192 @@
+"""Every declared field of a table kind (include/posenc/encodings/table_fields.hpp, listed
+by posenc._posenc._table_fields()) is offered everywhere it must be: the command line has
+its option in `--help` with its range (a value at the bottom of the range passes the range
+check; one below it, or above the top, is refused with exit status 2 naming the option);
+posenc.table takes its keyword (the same values refused with UsageError naming the
+keyword); the stub posenc/table.pyi names it; the kind's synopsis in man/posenc-table.1
+lists the option. The option x mode matrix (tests/cli/test_option_matrix.py) covers the
+kinds with --arith; no declared kind has one, which is checked here too."""
+import inspect
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+import posenc
+import posenc.table
+
+BIN = os.environ.get("POSENC_BIN", "posenc")
+SOURCE = os.environ.get("POSENC_SOURCE_DIR",
+                        os.path.join(os.path.dirname(__file__), "..", ".."))
+FIELDS = posenc._posenc._table_fields()
+KINDS = sorted({f["kind"] for f in FIELDS})
+
+
+def _arrays(tmp):
+    """The files and arrays the kinds that need a tensor take."""
+    freq = np.array([0.5, 1.0, 1.5, 2.0])
+    w0, w1 = np.ones((2, 1, 2)), np.ones((1, 2, 2))
+    paths = {}
+    for name, a in (("freq", freq), ("w0", w0), ("w1", w1)):
+        paths[name] = str(tmp / f"{name}.npy")
+        np.save(paths[name], a)
+    return paths, {"freq": freq, "w0": w0, "w1": w1}
+
+
+# A small valid request of each kind: command-line words and Python keywords.
+def baselines(paths, arrays):
+    return {
+        "sinusoidal": (["--positions", "4", "--dim", "8"], {"positions": 4, "dim": 8}),
+        "rope2d": (["--height", "2", "--width", "2", "--dim", "8"],
+                   {"height": 2, "width": 2, "dim": 8}),
+        "alibi": (["--heads", "2", "--q-len", "3"], {"heads": 2, "q_len": 3}),
+        "relative": (["--q-len", "3", "--max-distance", "2"], {"q_len": 3, "max_distance": 2}),
+        "t5-bucket": (["--q-len", "3"], {"q_len": 3}),
+        "xl-relative": (["--dim", "8", "--q-len", "3"], {"dim": 8, "q_len": 3}),
+        "funnel-relative": (["--seq-len", "8", "--dim", "8"], {"seq_len": 8, "dim": 8}),
+        "funnel-factorized": (["--seq-len", "8", "--dim", "8", "--emit", "phi"],
+                              {"seq_len": 8, "dim": 8, "emit": "phi"}),
+        "deberta-bucket": (["--q-len", "3"], {"q_len": 3}),
+        "levit-index": (["--resolution", "4"], {"resolution": 4}),
+        "detr-sine": (["--size", "2", "3", "--embedding-dim", "8"],
+                      {"size": (2, 3), "embedding_dim": 8}),
+        "rt-detr-sincos": (["--size", "2", "2", "--embedding-dim", "8"],
+                           {"size": (2, 2), "embedding_dim": 8}),
+        "fairseq-sinusoidal": (["--dim", "8", "--positions", "4"], {"dim": 8, "positions": 4}),
+        "layoutlm-bucket": (["--seq-len", "4"], {"seq_len": 4}),
+        "udop-bucket": (["--seq-len", "4"], {"seq_len": 4}),
+        "complex-order": (["--frequency", paths["freq"], "--positions", "3"],
+                          {"frequency": arrays["freq"], "positions": 3}),
+        "reformer-axial": (["--axial-shape", "2,2", "--weights", paths["w0"], paths["w1"]],
+                           {"axial_shape": (2, 2), "weights": [arrays["w0"], arrays["w1"]]}),
+        "cpmant-bucket": (["--seq-len", "4"], {"seq_len": 4}),
+        "longt5-global": (["--seq-len", "8"], {"seq_len": 8}),
+    }
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fields")
+    return tmp, baselines(*_arrays(tmp))
+
+
+def run(args, tmp):
+    out = str(tmp / "out.npy")
+    if os.path.exists(out):
+        os.remove(out)
+    return subprocess.run([BIN, "table", *args, "-o", out, "--force"], capture_output=True,
+                          text=True, timeout=60)
+
+
+def with_option(args, option, value):
+    """`args` with `option` set to `value` (replacing the baseline's value)."""
+    if option in args:
+        i = args.index(option)
+        return [*args[:i + 1], str(value), *args[i + 2:]]
+    return [*args, option, str(value)]
+
+
+def python_name(f):
+    """The keyword posenc.table takes: the field's name (t5_bucket's `causal` names the
+    negation, as the command line's --causal does)."""
+    return f["negation"][2:].replace("-", "_") if f["negation"] and f["positive"] else f["name"]
+
+
+def function(kind):
+    return getattr(posenc.table, kind.replace("-", "_"))
+
+
+def ranged_cases():
+    for f in FIELDS:
+        if f["lo"] is not None:
+            yield f, f["lo"] - 1
+            if f["hi"] is not None:
+                yield f, f["hi"] + 1
+
+
+def test_every_kind_has_a_baseline_and_no_arith(base):
+    tmp, b = base
+    assert sorted(b) == KINDS
+    for kind in KINDS:
+        p = subprocess.run([BIN, "table", kind, "--help"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        assert "--arith" not in p.stdout, f"{kind}: add its rows to test_option_matrix.py"
+        assert run([kind, *b[kind][0]], tmp).returncode == 0, kind
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_the_command_line_offers_the_option(f):
+    p = subprocess.run([BIN, "table", f["kind"], "--help"], capture_output=True, text=True)
+    options = set(re.findall(r"--[a-z0-9-]+", p.stdout))
+    if f["positive"]:
+        assert f["option"] in options
+    if f["negation"]:
+        assert f["negation"] in options
+    for c in f["choices"]:
+        assert c in p.stdout, f"{f['option']}: choice {c} not in --help"
+
+
+@pytest.mark.parametrize("f", [f for f in FIELDS if f["lo"] is not None],
+                         ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_the_bottom_of_a_range_is_accepted(f, base):
+    tmp, b = base
+    args, kw = b[f["kind"]]
+    # The range lets the value through; a rule joining it to another parameter may still
+    # refuse it (max_distance 1 of a T5 bucketing needs more than 4 buckets' exact range).
+    p = run([f["kind"], *with_option(args, f["option"], f["lo"])], tmp)
+    assert p.returncode == 0 or f"{f['option']}: must be" not in p.stderr, p.stderr
+    try:
+        function(f["kind"])(**{**kw, f["name"]: f["lo"]})
+    except posenc.UsageError as e:
+        assert not str(e).startswith(f"{f['name']}: must be"), e
+
+
+@pytest.mark.parametrize("f,value", list(ranged_cases()),
+                         ids=lambda x: f"{x['kind']}:{x['name']}" if isinstance(x, dict)
+                         else str(x))
+def test_out_of_range_is_refused_naming_the_option_or_keyword(f, value, base):
+    tmp, b = base
+    args, kw = b[f["kind"]]
+    p = run([f["kind"], *with_option(args, f["option"], value)], tmp)
+    assert p.returncode == 2, p.stderr
+    assert f["option"] in p.stderr and "must be" in p.stderr, p.stderr
+    assert not os.path.exists(tmp / "out.npy")
+    with pytest.raises(posenc.UsageError, match=rf"^{f['name']}: must be"):
+        function(f["kind"])(**{**kw, f["name"]: value})
+
+
+@pytest.mark.parametrize("f", [f for f in FIELDS if f["choices"]],
+                         ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_a_name_outside_the_choices_is_refused(f, base):
+    tmp, b = base
+    args, kw = b[f["kind"]]
+    p = run([f["kind"], *with_option(args, f["option"], "no-such-name")], tmp)
+    assert p.returncode == 2, p.stderr
+    assert f["option"] in p.stderr
+    with pytest.raises(posenc.UsageError, match=rf"^{f['name']}: expected "):
+        function(f["kind"])(**{**kw, f["name"]: "no-such-name"})
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_python_takes_the_keyword_and_the_stub_names_it(f):
+    name = python_name(f)
+    assert name in inspect.signature(function(f["kind"])).parameters
+    with open(os.path.join(SOURCE, "python", "posenc", "table.pyi")) as fh:
+        stub = fh.read()
+    m = re.search(rf"^def {f['kind'].replace('-', '_')}\(\*,(.*?)\) -> ", stub, re.S | re.M)
+    assert m, f"table.pyi: no stub for {f['kind']}"
+    assert re.search(rf"\b{name}:", m.group(1)), f"table.pyi: {f['kind']} lacks {name}"
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_the_man_page_synopsis_lists_the_option(f):
+    with open(os.path.join(SOURCE, "man", "posenc-table.1")) as fh:
+        page = fh.read()
+    kind = f["kind"].replace("-", r"\-")
+    m = re.search(rf"^\.B {re.escape(kind)} .*$", page, re.M)
+    assert m, f"posenc-table.1: no synopsis line for {f['kind']}"
+    options = ([f["option"]] if f["positive"] else []) + ([f["negation"]] if f["negation"] else [])
+    for option in options:
+        assert option.replace("-", r"\-") in m.group(0), f"{f['kind']}: {option} not in synopsis"
