@@ -419,6 +419,27 @@ Positions positions(const py::dict& d) {
     }
   }
   if (d.contains("angles")) pos.angles = reals("angles", pos.angles_shape);
+  // The caller's cos/sin tables (float64 values, bf16 widened exactly by the wrapper).
+  if (d.contains("cos")) {
+    pos.table_cos = reals("cos", pos.table_shape);
+    Shape sin_shape;
+    pos.table_sin = reals("sin", sin_shape);
+    if (sin_shape != pos.table_shape) {
+      throw InputError("sin: shape " + shape_str(sin_shape) + " differs from cos's " +
+                       shape_str(pos.table_shape));
+    }
+    if (pos.table_shape.size() != 2) {
+      throw InputError("cos: expected shape [rows, R/2] or [rows, R], got " +
+                       shape_str(pos.table_shape));
+    }
+  }
+  if (d.contains("seqlen_offsets")) {
+    Shape shape;
+    pos.seqlen_offsets = ints("seqlen_offsets", shape);
+    if (shape.size() != 1) {
+      throw InputError("seqlen_offsets: expected shape [b], got " + shape_str(shape));
+    }
+  }
   if (d.contains("cu_seqlens") && !d["cu_seqlens"].is_none()) {
     Shape shape;
     pos.cu_seqlens = ints("cu_seqlens", shape);

@@ -46,6 +46,7 @@ from ._arrays import is_real as _is_real
 from ._options import layout_dicts as _layout_dicts
 from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
+from ._options import rope_tables as _tables
 from ._options import flag as _flag
 from ._options import items as _items
 from ._options import number as _number
@@ -105,7 +106,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
          arith=None,
          rope2d=None, rope2d_ids=False, order=None, mrope_section=None,
          mrope_interleaved=False, layout=None, inv_freq=None, freq_scale=None, coords=None,
-         prefix_tokens=None, merge_window=None, angles=None, allow_nonfinite=False):
+         prefix_tokens=None, merge_window=None, angles=None, allow_nonfinite=False,
+         cos=None, sin=None, seqlen_offsets=None):
     """Rotary position embedding of every vector along axis d of `x`, the position of
     each taken from axis s (``posenc rope``).
 
@@ -148,8 +150,15 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         prefix_tokens (unrotated tokens before the grid) and merge_window (Qwen2-VL's
         vision patch order). angles: the angles themselves, [s, R/2] or [b, s, R/2].
     allow_nonfinite: rotate NaN/Inf instead of raising InputError.
+    cos, sin: the caller's tables, [rows, R/2] (flash-attn's rotary_cos/rotary_sin) or
+        [rows, R] (HF's cos/sin), any float dtype, applied as given (bf16 values widened
+        exactly); the token at position p takes row p; R from the width unless
+        rotary_dim. They replace the frequency keywords (base, scaling, hf_config, ...).
+    seqlen_offsets: [b] integers (flash-attn's seqlen_offsets): token s of entry b at
+        start + seqlen_offsets[b] + s; with cu_seqlens one per packed sequence.
     """
     given = locals()
+    _pos_tables = _tables(given)
     a, in_name, like = _view(x, "x")
     axes = _axes_text(axes)
     rope_d = _rope_dict(given, precision)
@@ -182,6 +191,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         apply["grid_ids"] = True
     pos = _layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
                         coords, prefix_tokens, merge_window, angles)
+    if _pos_tables:
+        pos = dict(pos, **_pos_tables)
     want = _dtype_name(dtype)
     if want is None or want == "same":
         want = in_name if in_name in _FLOAT_NAMES else "f64"

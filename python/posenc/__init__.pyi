@@ -61,7 +61,9 @@ def rope(x: ArrayLike, *, axes: Optional[str] = ..., dtype: Optional[DTypeLike] 
          inv_freq: Optional[ArrayLike] = ..., freq_scale: Union[float, str, None] = ...,
          coords: Optional[str] = ..., prefix_tokens: Optional[int] = ...,
          merge_window: Optional[int] = ..., angles: Optional[ArrayLike] = ...,
-         allow_nonfinite: bool = ...) -> Any: ...
+         allow_nonfinite: bool = ..., cos: Optional[ArrayLike] = ...,
+         sin: Optional[ArrayLike] = ...,
+         seqlen_offsets: Optional[ArrayLike] = ...) -> Any: ...
 
 RopeIdsFamily = Literal["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen2.5-omni", "glm4v",
                         "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen2_5_omni",

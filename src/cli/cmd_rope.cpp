@@ -47,6 +47,8 @@ struct RopeCmdOptions {
   long long prefix_tokens = 0;
   long long merge_window = 1;
   std::string angles;     // --angles: [s, R/2] or [b, s, R/2]
+  std::string cos, sin;   // --cos/--sin: the caller's tables [rows, R/2] or [rows, R]
+  std::string seqlen_offsets;  // --seqlen-offsets: [b] (or one per --cu-seqlens sequence)
   bool allow_nonfinite = false;
   std::string max_memory;
   std::string part;
@@ -160,6 +162,70 @@ void set_coordinates(const RopeCmdOptions& o, Positions& pos) {
   }
 }
 
+/// --cos/--sin (the caller's tables, values as given) and --seqlen-offsets into the
+/// positions; the options a table replaces are refused.
+void set_tables(const RopeCmdOptions& o, Positions& pos) {
+  if (!o.seqlen_offsets.empty()) {
+    const Tensor t = read_tensor(o.seqlen_offsets);
+    const xt::xarray<std::int64_t> a = int64_values(t, o.seqlen_offsets, "--seqlen-offsets");
+    if (t.shape().size() != 1) {
+      throw InputError(fmt::format("--seqlen-offsets: {}: expected shape [b], got {}",
+                                   o.seqlen_offsets, shape_str(t.shape())));
+    }
+    pos.seqlen_offsets.assign(a.begin(), a.end());
+    pos.offsets_what = "--seqlen-offsets: " + o.seqlen_offsets;
+  }
+  if (o.cos.empty() != o.sin.empty()) {
+    throw UsageError(o.cos.empty() ? "--sin: needs --cos" : "--cos: needs --sin");
+  }
+  if (o.cos.empty()) return;
+  // Everything that makes frequencies or angles: the tables replace them.
+  for (const char* name :
+       {"--base", "--partial", "--scaling", "--factor", "--original-max-pos", "--max-pos",
+        "--seq-len", "--beta-fast", "--beta-slow", "--mscale", "--mscale-all-dim",
+        "--attention-factor", "--no-truncate", "--low-freq-factor", "--high-freq-factor",
+        "--short-factor", "--long-factor", "--hf-config", "--hf-version", "--layer-type",
+        "--layer", "--rope2d", "--rope2d-ids", "--order", "--mrope-section",
+        "--mrope-interleaved", "--layout", "--inv-freq", "--freq-scale", "--coords",
+        "--prefix-tokens", "--merge-window", "--angles"}) {
+    if (o.rope.app->count(name) > 0) {
+      throw UsageError(fmt::format("--cos: the tables replace the frequencies; not with {}",
+                                   name));
+    }
+  }
+  if (o.rope.arith != "exact") {
+    throw UsageError(fmt::format("--arith {}: cos/sin tables are applied exactly only "
+                                 "(--precision f32 rotates in float32)",
+                                 o.rope.arith));
+  }
+  Shape shapes[2];
+  std::vector<double>* dst[2] = {&pos.table_cos, &pos.table_sin};
+  const std::string* refs[2] = {&o.cos, &o.sin};
+  const char* names[2] = {"--cos", "--sin"};
+  for (int k = 0; k < 2; ++k) {
+    const Tensor t = read_tensor(*refs[k]);
+    if (!is_float(t.dtype())) {
+      throw InputError(fmt::format("{}: {}: expected a float tensor, got {}", names[k], *refs[k],
+                                   dtype_name(t.dtype())));
+    }
+    if (t.shape().size() != 2) {
+      throw InputError(fmt::format("{}: {}: expected shape [rows, R/2] or [rows, R], got {}",
+                                   names[k], *refs[k], shape_str(t.shape())));
+    }
+    shapes[k] = t.shape();
+    // get() widens every float type exactly: a bf16 table is applied as bf16 values.
+    dst[k]->resize(t.numel());
+    for (std::size_t i = 0; i < t.numel(); ++i) (*dst[k])[i] = t.get(i);
+  }
+  if (shapes[0] != shapes[1]) {
+    throw InputError(fmt::format("--sin: {}: shape {} differs from --cos's {}", o.sin,
+                                 shape_str(shapes[1]), shape_str(shapes[0])));
+  }
+  pos.table_shape = shapes[0];
+  pos.cos_what = "--cos: " + o.cos;
+  pos.sin_what = "--sin: " + o.sin;
+}
+
 // A one-line note (not with --quiet) for each input file whose head count is neither
 // the config's num_attention_heads nor its num_key_value_heads: the config's RoPE is
 // applied all the same, but the input may not be that model's. Standard input is not
@@ -254,6 +320,7 @@ void run_rope(const RopeCmdOptions& o) {
   };
   r.positions = rope_positions(o.rope, /*real_coords=*/true);
   set_coordinates(o, r.positions);
+  set_tables(o, r.positions);
   const std::vector<std::string> notes = config_heads_notes(o, r.inputs);
   if (o.rope.app->count("--max-memory") > 0) {
     r.max_memory = parse_memory_size(o.max_memory, "--max-memory");
@@ -362,6 +429,16 @@ void register_rope(CLI::App& app) {
   sub->add_option("--angles", opts->angles,
                   "the angles themselves, tensor [s, R/2] or [b, s, R/2] in radians (learned "
                   "angles, e.g. LightGlue's projected keypoints)")
+      ->group(g);
+  sub->add_option("--cos", opts->cos,
+                  "the caller's cos table, [rows, R/2] (flash-attn's rotary_cos) or [rows, R] "
+                  "(HF's cos), any float dtype, applied as given; token at position p takes row "
+                  "p; R from its width unless --rotary-dim; needs --sin")
+      ->group(g);
+  sub->add_option("--sin", opts->sin, "the caller's sin table, the shape of --cos")->group(g);
+  sub->add_option("--seqlen-offsets", opts->seqlen_offsets,
+                  "per-entry offsets [b] (flash-attn's seqlen_offsets / rotary_seqlens): token s "
+                  "of entry b at --start + offset[b] + s; with --cu-seqlens one per sequence")
       ->group(g);
   sub->add_flag("--allow-nonfinite", opts->allow_nonfinite,
                 "rotate NaN/Inf input values instead of refusing them (NaN results are "

@@ -209,6 +209,13 @@ struct RopeApplier::Impl {
   std::vector<double> tokpos;    // explicit ids (+ start) or coordinates
   std::vector<double> tokang;    // explicit angles
   bool text_default = false;     // M-RoPE: without ids every axis takes the position
+  // The caller's cos/sin tables (Positions::table_cos): row p holds cos then sin of the
+  // nang angles of position p, in float64 (exact for every float type they came in);
+  // gmax is their largest magnitude.
+  bool caller_table = false;
+  std::vector<double> gtab;
+  std::size_t grows = 0;
+  double gmax = 0;
 
   /// The coordinates of the token at (b, s) into out[0..comps); b counts only when tb > 1.
   void token_coords(std::size_t b, std::size_t s, double* out) const {
@@ -321,6 +328,9 @@ struct RopeApplier::Impl {
   void set_positions(const Positions& pos, const RopeApplyOptions& opt);
   void set_grid(const CoordGrid& g, const Positions& pos, const char* name);
   void set_angles(const Positions& pos);
+  void set_offsets(const Positions& pos);
+  void set_table(const Positions& pos, const RopeFreqs& f);
+  std::int64_t largest_position() const;
   // Non-finite results of finite inputs (rope_ranges below): what the parameters decide
   // is refused up front; a rotation that may overflow only for some values has its
   // output checked (check_out) where the kernel reports non-finite inputs.
@@ -357,6 +367,13 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
                      "a coordinate grid, angles and rope2d");
   }
   start = pos.start;
+  const bool offsets = !pos.seqlen_offsets.empty();
+  if (offsets && (rope2d || !pos.grid.extent.empty() || !pos.angles.empty() ||
+                  !pos.ids.empty() || !pos.coords.empty() || comps > 1)) {
+    throw UsageError(pos.offsets_what +
+                     ": shifts consecutive or packed positions; not with position ids, "
+                     "coordinates, a grid, angles or a RoPE layout of several axes");
+  }
   if (rope2d) {
     if (opt.grid_h <= 0 || opt.grid_w <= 0) {
       throw UsageError(fmt::format("rope2d: height and width must be positive (got {} {})",
@@ -461,6 +478,10 @@ void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptio
     throw InputError(fmt::format("{}: positions --start {} + {} tokens go beyond 2^53 = {}", what,
                                  pos.start, S, kMaxPosition));
   }
+  if (offsets) {
+    set_offsets(pos);
+    return;
+  }
   if (!pos.cu_seqlens.empty()) {
     check_cu_seqlens(pos.cu_seqlens, S, pos.cu_what);
     cu = pos.cu_seqlens;
@@ -532,6 +553,167 @@ void RopeApplier::Impl::set_angles(const Positions& pos) {
   tokang = pos.angles;
   source = Source::angles;
   integral = false;
+}
+
+// flash-attn's seqlen_offsets: token s of entry b (or of packed sequence k) at
+// start + offset + its index in the entry, held per token like explicit ids.
+void RopeApplier::Impl::set_offsets(const Positions& pos) {
+  const bool packed = !pos.cu_seqlens.empty();
+  if (packed) check_cu_seqlens(pos.cu_seqlens, S, pos.cu_what);
+  const std::size_t n = packed ? pos.cu_seqlens.size() - 1 : B;
+  if (pos.seqlen_offsets.size() != n) {
+    throw InputError(fmt::format("{}: {} values, expected one per {} ({})", pos.offsets_what,
+                                 pos.seqlen_offsets.size(),
+                                 packed ? "packed sequence of cu_seqlens" : "batch entry (axis b)",
+                                 n));
+  }
+  // Every position is at most start + offset + S - 1 <= 2^53 (S - 1 <= 2^53 - start is
+  // checked by the caller).
+  const std::int64_t room = kMaxPosition - pos.start - static_cast<std::int64_t>(S > 0 ? S - 1 : 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t v = pos.seqlen_offsets[i];
+    if (v < 0 || v > room) {
+      throw InputError(fmt::format("{}: offset {} at index {} is negative or puts positions "
+                                   "(+ start {}) beyond 2^53 = {}",
+                                   pos.offsets_what, v, i, pos.start, kMaxPosition));
+    }
+  }
+  tb = packed ? 1 : B;
+  tokpos.assign(tb * S, 0.0);
+  if (packed) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto lo = static_cast<std::size_t>(pos.cu_seqlens[k]);
+      const auto hi = static_cast<std::size_t>(pos.cu_seqlens[k + 1]);
+      for (std::size_t s = lo; s < hi; ++s) {
+        tokpos[s] = static_cast<double>(pos.start + pos.seqlen_offsets[k] +
+                                        static_cast<std::int64_t>(s - lo));
+      }
+    }
+  } else {
+    for (std::size_t b = 0; b < B; ++b) {
+      for (std::size_t s = 0; s < S; ++s) {
+        tokpos[b * S + s] = static_cast<double>(pos.start + pos.seqlen_offsets[b] +
+                                                static_cast<std::int64_t>(s));
+      }
+    }
+  }
+  source = Source::ids;
+  integral = true;
+}
+
+/// The largest integer position a token takes (-1 without tokens).
+std::int64_t RopeApplier::Impl::largest_position() const {
+  if (S == 0 || B == 0) return -1;
+  switch (source) {
+    case Source::ids: {
+      double m = 0;
+      for (double v : tokpos) m = std::max(m, v);
+      return static_cast<std::int64_t>(m);
+    }
+    case Source::packed: {
+      std::int64_t longest = 0;
+      for (std::size_t i = 1; i < cu.size(); ++i) longest = std::max(longest, cu[i] - cu[i - 1]);
+      return start + longest - 1;
+    }
+    default:
+      break;
+  }
+  return start + static_cast<std::int64_t>(S) - 1;
+}
+
+// The caller's cos/sin tables. [rows, R/2] is flash-attn's rotary_cos (pair j takes
+// column j); [rows, R] is HF's (one column per rotated dim, the pair's two columns
+// equal as HF builds them). A [rows, R] table whose pairs differ is applied per dim
+// as HF's x * cos + rotate_half(x) * sin does (the split pairing), which is no rotation.
+void RopeApplier::Impl::set_table(const Positions& pos, const RopeFreqs& f) {
+  const bool any = !pos.table_cos.empty() || !pos.table_sin.empty() || !pos.table_shape.empty();
+  if (!any) return;
+  if (comps != 1 || pairing != RopePairing::style || term_freq.size() != half) {
+    throw UsageError("cos/sin tables: replace the frequencies; not with a RoPE layout");
+  }
+  if (source == Source::angles || source == Source::grid || !integral) {
+    throw UsageError("cos/sin tables: are indexed by integer positions; not with angles, "
+                     "real coordinates or a coordinate grid");
+  }
+  if (af != 1.0) {
+    throw UsageError("attention_factor: not with cos/sin tables (scale the tables instead)");
+  }
+  const Shape& ts = pos.table_shape;
+  const std::size_t w = ts.size() == 2 ? ts[1] : 0;
+  if (ts.size() != 2 || (w != half && w != R) || w == 0) {
+    throw InputError(fmt::format("{}: shape {} does not match the rotary dim {} of the input {} "
+                                 "(expected [rows, {}] or [rows, {}])",
+                                 pos.cos_what, shape_str(ts), R, shape_str(shape), half, R));
+  }
+  const std::size_t n = product(ts, 0, 2);
+  if (pos.table_cos.size() != n || pos.table_sin.size() != n) {
+    const bool c = pos.table_cos.size() != n;
+    throw InputError(fmt::format("{}: {} values, but the tables have shape {}",
+                                 c ? pos.cos_what : pos.sin_what,
+                                 c ? pos.table_cos.size() : pos.table_sin.size(), shape_str(ts)));
+  }
+  for (int k = 0; k < 2; ++k) {
+    const std::vector<double>& t = k == 0 ? pos.table_cos : pos.table_sin;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(t[i])) {
+        throw InputError(fmt::format("{}: value {} at row {}, column {} is not finite",
+                                     k == 0 ? pos.cos_what : pos.sin_what, t[i], i / w, i % w));
+      }
+      gmax = std::max(gmax, std::fabs(t[i]));
+    }
+  }
+  grows = ts[0];
+  const std::int64_t pmax = largest_position();
+  if (pmax >= 0 && static_cast<std::uint64_t>(pmax) >= grows) {
+    throw InputError(fmt::format("{}: position {} is beyond the table's {} rows (positions "
+                                 "0 to {})",
+                                 pos.cos_what, pmax, grows, grows == 0 ? -1 : static_cast<std::int64_t>(grows) - 1));
+  }
+  const bool gptj = f.style == RopeStyle::gptj && !f.rope_interleave;
+  // The column of pair j's first and second dim in a [rows, R] table.
+  auto first = [&](std::size_t j) { return gptj ? 2 * j : j; };
+  auto second = [&](std::size_t j) { return gptj ? 2 * j + 1 : j + half; };
+  bool paired = w == half;
+  if (!paired) {
+    paired = true;
+    for (std::size_t r = 0; paired && r < grows; ++r) {
+      for (std::size_t j = 0; paired && j < half; ++j) {
+        const std::size_t a = r * w + first(j), b = r * w + second(j);
+        paired = pos.table_cos[a] == pos.table_cos[b] && pos.table_sin[a] == pos.table_sin[b];
+      }
+    }
+  }
+  if (paired) {
+    nang = half;
+  } else {
+    if (inverse) {
+      throw UsageError(fmt::format("inverse: the {} table's pairs differ (column j and its "
+                                   "partner), so it is no rotation and has no inverse",
+                                   pos.cos_what));
+    }
+    if (f.rope_interleave || permute) {
+      throw UsageError(fmt::format("{}: a table whose pairs differ is applied per dim; not with "
+                                   "rope_interleave or rotary_last",
+                                   pos.cos_what));
+    }
+    pairing = RopePairing::split;
+    nang = R;
+    for (std::size_t k = 0; k < R; ++k) {
+      dim_angle[k] = k;
+      dim_partner[k] = gptj ? k ^ 1 : k < half ? k + half : k - half;
+      dim_first[k] = gptj ? k % 2 == 0 : k < half;
+    }
+  }
+  gtab.resize(grows * 2 * nang);
+  for (std::size_t r = 0; r < grows; ++r) {
+    double* c = gtab.data() + r * 2 * nang;
+    for (std::size_t j = 0; j < nang; ++j) {
+      const std::size_t at = r * w + (paired && w == R ? first(j) : j);
+      c[j] = pos.table_cos[at];
+      c[nang + j] = pos.table_sin[at];
+    }
+  }
+  caller_table = true;
 }
 
 // Non-finite results of finite inputs. Every angle is a sum of coordinate times
@@ -640,7 +822,14 @@ void RopeApplier::Impl::check_angles(const RopeFreqs& f, const RopeApplyOptions&
 void RopeApplier::Impl::check_ranges(const RopeFreqs& f, const RopeApplyOptions& opt) {
   // The framework modes compute in float32 whatever the precision.
   const bool f32 = prec == Precision::f32 || f.framework != nullptr;
-  if (f32) {
+  if (caller_table) {
+    // No angles: the table's values themselves must fit the working type.
+    if (f32 && !std::isfinite(static_cast<float>(gmax))) {
+      throw InputError(fmt::format("cos/sin tables: value {:g} is beyond the f32 arithmetic's "
+                                   "range; rotate in f64",
+                                   gmax));
+    }
+  } else if (f32) {
     check_angles<float>(f, opt);
   } else {
     check_angles<double>(f, opt);
@@ -658,6 +847,8 @@ void RopeApplier::Impl::check_ranges(const RopeFreqs& f, const RopeApplyOptions&
         inverse ? "the inverse's 1 / " : "", af, dtype_name(in), largest(in), wname));
   }
   check_out = in_max * scale_eff > wmax;
+  // x cos - y sin with table values up to gmax: at most 2 gmax |x|.
+  if (caller_table && gmax > 0 && in_max * 2.0 * gmax > wmax) check_out = true;
   // Rounding to a narrower output type overflows to +-Inf by definition (as convert's
   // does); only NaN then tells an overflow of the arithmetic.
   out_nan_only = dtype_size(out) < (f32 ? 4u : 8u);
@@ -668,6 +859,11 @@ void RopeApplier::Impl::refuse_overflow() const {
   const bool f32 = prec == Precision::f32 || fw != nullptr;
   const char* wname = f32 ? "f32" : "f64";
   const double wmax = f32 ? std::numeric_limits<float>::max() : std::numeric_limits<double>::max();
+  if (caller_table && gmax > 1.0) {
+    throw InputError(fmt::format("cos/sin tables: values up to {:g} make the rotation of {} "
+                                 "overflow the {} arithmetic ({:g})",
+                                 gmax, what, wname, wmax));
+  }
   if (scale_eff > 1.0) {
     throw InputError(fmt::format("attention_factor: {:g} makes the rotation of {} overflow the "
                                  "{} arithmetic (a value times {:g} beyond {:g})",
@@ -687,6 +883,10 @@ void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype) {
   if (fw_layout && fw->arith != Arith::hf) {
     throw UsageError(mode + ": 2-D RoPE, M-RoPE sections and RoPE layouts are computed "
                             "exactly only");
+  }
+  if (caller_table) {
+    throw UsageError(mode + ": cos/sin tables are applied exactly only (--precision f32 rotates "
+                            "in float32)");
   }
   const bool centres = source == Source::grid && grid.centres;
   if (source == Source::angles || (!integral && !(centres && fw_layout))) {
@@ -877,6 +1077,15 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
         }
         continue;
       }
+    }
+    if (caller_table) {
+      // The caller's row, used as given (cscale and sscale are 1 and +-1: exact).
+      const double* g = gtab.data() + static_cast<std::size_t>(tp[0]) * 2 * nang;
+      for (std::size_t j = 0; j < nang; ++j) {
+        c[j] = static_cast<W>(g[j] * cscale);
+        s[j] = static_cast<W>(g[nang + j] * sscale);
+      }
+      continue;
     }
     const double* given =
         source == Source::angles ? tokang.data() + ((gb0 + lb) * S + r.s0 + ls) * half : nullptr;
@@ -1071,6 +1280,7 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
   m.set_layout(f, opt);
   m.set_permutation(f);
   m.set_positions(pos, opt);
+  m.set_table(pos, f);
   m.check_ranges(f, opt);
   m.H = size_of('h');
   if (f.framework) {
@@ -1116,7 +1326,7 @@ std::size_t RopeApplier::table_bytes(std::size_t rows) const {
   if (m.pairing != RopePairing::style) extra += elems * (8 + 8 + dtype_size(m.out));
   if (m.want_split) extra += ntok * rope_detail::split_row_floats(m.R, m.kstyle) * sizeof(float);
   return ntok * (2 * m.nang * m.wsize() + sizeof(std::int32_t)) + extra +
-         (m.tokpos.size() + m.tokang.size()) * sizeof(double);
+         (m.tokpos.size() + m.tokang.size() + m.gtab.size()) * sizeof(double);
 }
 
 void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_t count) {
@@ -1237,6 +1447,13 @@ namespace {
 // largest position used, plus one.
 std::int64_t positions_extent(const Positions& pos, std::size_t seq, const RopeApplyOptions& a) {
   if (a.grid_h > 0) return std::max(a.grid_h, a.grid_w);
+  if (!pos.seqlen_offsets.empty()) {
+    // Every entry's positions end below its offset + s (the longest packed sequence is
+    // at most s): what the offsets reach, not more than one beyond.
+    const std::int64_t off = std::max<std::int64_t>(
+        0, *std::max_element(pos.seqlen_offsets.begin(), pos.seqlen_offsets.end()));
+    return pos.start + off + static_cast<std::int64_t>(std::max<std::size_t>(seq, 1));
+  }
   if (!pos.ids.empty()) {
     return pos.start + *std::max_element(pos.ids.begin(), pos.ids.end()) + 1;
   }
@@ -1262,6 +1479,18 @@ RopeFreqs rope_freqs_for(const Shape& shape, const Axes& axes,
     throw InputError(fmt::format("{}: head dimension {} is too large", what, head_dim));
   }
   RopeParams p = params(static_cast<int>(head_dim));
+  if (!pos.table_shape.empty() && p.rotary_dim == 0 && p.partial == 1.0) {
+    // The caller's tables give the rotary dim: [rows, R/2] (flash-attn) when twice the
+    // width fits the head dim, else [rows, R] (HF's [s, d]).
+    const Shape& ts = pos.table_shape;
+    const std::size_t w = ts.size() == 2 ? ts[1] : 0;
+    if (ts.size() != 2 || w == 0 || w > head_dim || (2 * w > head_dim && w % 2 != 0)) {
+      throw InputError(fmt::format("{}: shape {} fits neither [rows, R/2] nor [rows, R] with an "
+                                   "even R up to the head dim {} of {} {}",
+                                   pos.cos_what, shape_str(ts), head_dim, what, shape_str(shape)));
+    }
+    p.rotary_dim = static_cast<int>(2 * w <= head_dim ? 2 * w : w);
+  }
   if (p.rotary_dim == 0 && p.partial == 1.0 && head_dim % 2 != 0) {
     // Nothing asked for an odd width: the input's shape is the problem, not an option.
     throw InputError(fmt::format(

@@ -121,11 +121,16 @@ ROPE_ROWS = {
                         "--merge-window", "2"]),
     "--inv-freq": ([], ["--inv-freq", "{invf}"]),
     "--angles": ([], ["--angles", "{angles}"]),
+    # The caller's cos/sin tables (one row for the pair), refused by the framework modes;
+    # the offsets of the batch's one entry.
+    "--cos": ([], ["--cos", "{tcos}", "--sin", "{tsin}"]),
+    "--sin": ([], ["--sin", "{tsin}", "--cos", "{tcos}"]),
+    "--seqlen-offsets": ([], ["--seqlen-offsets", "{offs}"]),
 }
 # Options of `posenc rope` alone (the layout, coordinates and angles).
 ROPE_ONLY = ("--rope2d", "--rope2d-ids", "--order", "--mrope-section", "--mrope-interleaved",
              "--layout", "--coords", "--freq-scale", "--prefix-tokens", "--merge-window",
-             "--inv-freq", "--angles")
+             "--inv-freq", "--angles", "--cos", "--sin", "--seqlen-offsets")
 
 ATTENTION_ROWS = {
     "--scale": ([], ["--scale", "0.5"]),
@@ -321,6 +326,9 @@ class OptionMatrix(PosencTestCase):
         save("x", r.standard_normal((1, 4, 10, 8)).astype(np.float32))
         save("invf", r.uniform(0.1, 1, (1, 4)))
         save("angles", r.uniform(-3, 3, (10, 4)))
+        save("tcos", r.uniform(-1, 1, (13, 4)).astype(np.float16))
+        save("tsin", r.uniform(-1, 1, (13, 4)).astype(np.float16))
+        save("offs", np.array([3], np.int64))
         save("do", r.standard_normal((1, 4, 6, 8)).astype(np.float32))  # attention's dO
         base = {"model_type": "mistral", "num_attention_heads": 4, "num_key_value_heads": 2,
                 "hidden_size": 32, "head_dim": 8}

@@ -65,6 +65,15 @@ inline constexpr std::int64_t kMaxPosition = std::int64_t{1} << 53;
 ///   model whose angles are learned), in radians, replacing coordinates and frequencies;
 /// - `cu_seqlens` [n+1] boundaries along s: positions restart at 0 (+ start) per
 ///   packed sequence.
+///
+/// Two additions combine with the integer forms (start, ids, cu_seqlens):
+/// - `seqlen_offsets` [b] (or one per packed sequence with `cu_seqlens`): flash-attn's
+///   per-entry offsets (`seqlen_offsets`, `rotary_seqlens`); token s of entry b sits at
+///   start + seqlen_offsets[b] + s;
+/// - `table_cos`/`table_sin` with `table_shape` [rows, R/2] or [rows, R]: the caller's
+///   cos/sin tables (flash-attn's rotary_cos/rotary_sin, HF's cos/sin), values widened
+///   exactly to float64; the token at position p takes row p as given, instead of the
+///   cos and sin of angles computed from frequencies.
 struct Positions {
   std::int64_t start = 0;                ///< first position, or added to every id (--start)
   std::vector<std::int64_t> ids;         ///< explicit positions, C order (--position-ids)
@@ -78,6 +87,13 @@ struct Positions {
   std::string ids_what = "position_ids";    ///< names the source in messages
   std::string cu_what = "cu_seqlens";       ///< names the source in messages
   std::string angles_what = "angles";       ///< names the source in messages
+  std::vector<std::int64_t> seqlen_offsets;  ///< per-entry offsets (--seqlen-offsets)
+  std::string offsets_what = "seqlen_offsets";  ///< names the source in messages
+  std::vector<double> table_cos;  ///< the caller's cos table, C order (--cos)
+  std::vector<double> table_sin;  ///< the caller's sin table, C order (--sin)
+  Shape table_shape;              ///< [rows, R/2] or [rows, R], shared by both tables
+  std::string cos_what = "cos";   ///< names the source in messages
+  std::string sin_what = "sin";   ///< names the source in messages
 };
 
 /// Throws InputError (naming `what`) unless `cu` is a list of packed-sequence
