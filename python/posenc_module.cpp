@@ -49,6 +49,7 @@
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_backward.hpp"
 #include "posenc/ops/attention_relative.hpp"
 #include "posenc/ops/combine.hpp"
 #include "posenc/ops/compare.hpp"
@@ -1098,6 +1099,41 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "allow_nonfinite", opt.allow_nonfinite);
 }
 
+// attention(grad_output=...): the gradients named in `names` (dq, dk, dv, softmax_d,
+// lse, dbias, dsinks) and attrs.
+py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& dO, const AttentionOptions& opt,
+                             const std::vector<std::string>& names) {
+  AttentionBackwardOptions bopt;
+  for (const std::string& n : names) {
+    if (n != "dq" && n != "dk" && n != "dv" && n != "softmax_d" && n != "lse" && n != "dbias" &&
+        n != "dsinks") {
+      throw UsageError("emit " + n +
+                       ": with grad_output, expected dq, dk, dv, softmax_d, lse, dbias, dsinks");
+    }
+    if (n == "dsinks" && !opt.sinks) throw UsageError("emit dsinks: needs sinks");
+    bopt.dbias = bopt.dbias || n == "dbias";
+  }
+  AttentionGrads g;
+  {
+    py::gil_scoped_release nogil;
+    g = attention_backward(q, k, v, dO, opt, bopt);
+  }
+  py::dict out;
+  for (const std::string& n : names) {
+    Tensor* t = n == "dq"          ? &g.dq
+                : n == "dk"        ? &g.dk
+                : n == "dv"        ? &g.dv
+                : n == "softmax_d" ? &g.softmax_d
+                : n == "lse"       ? &g.lse
+                : n == "dbias"     ? &g.dbias
+                                   : &g.dsinks;
+    out[py::str(n)] = to_array(std::move(*t));
+  }
+  out["attrs"] = attrs_to(g.attrs);
+  return out;
+}
+
 py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dict& rope_d,
                    const py::dict& pos_d, const py::dict& apply_d, bool with_rope,
                    const py::dict& relative_d) {
@@ -1114,7 +1150,9 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   std::optional<Tensor> q = tensor_arg(tensors, "q"), k = tensor_arg(tensors, "k"),
                         v = tensor_arg(tensors, "v");
   if (!q || !k) throw UsageError(std::string(q ? "k" : "q") + ": required, got None");
-  opt.emit = parse_attention_emit(emit_list, v.has_value());
+  // grad_output: the gradients (attention_backward), named in emit_names.
+  std::optional<Tensor> grad_output = tensor_arg(tensors, "grad_output");
+  if (!grad_output) opt.emit = parse_attention_emit(emit_list, v.has_value());
   std::optional<Tensor> mask = tensor_arg(tensors, "mask"),
                         key_lengths = tensor_arg(tensors, "key_lengths"),
                         t5 = tensor_arg(tensors, "t5_bias"),
@@ -1199,6 +1237,12 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     throw UsageError(
         std::string("factorized: expected the four tables (phi, pi, psi, omega), got None for ") +
         missing);
+  }
+  if (grad_output) {
+    if (r_keys || factorized || pos_key || pos_query || with_rope) {
+      throw UsageError("grad_output: not with rope or the relative terms");
+    }
+    return attention_gradients(*q, *k, *v, *grad_output, opt, emit_names);
   }
   AttentionResult res;
   if (r_keys || factorized) {

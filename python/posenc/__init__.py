@@ -259,7 +259,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               segment_embed=None, segment_bias=None, segment_index=None, rel_shift=None,
               rel_kernel=None, factorized=None, separate_cls=False, pos_key=None,
               pos_query=None, pos_att_type=None, position_buckets=None,
-              max_relative_positions=None):
+              max_relative_positions=None, grad_output=None):
     """Attention of q over k (and v): logits, probs, output, lse (``posenc attention``).
 
     q [b, hq, sq, d], k [b, hk, sk, d], v [b, hk, sk, dv] (any `axes` order; rank 3
@@ -307,6 +307,10 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         ((phi, pi, psi, omega), instead of rel_keys) and separate_cls (the cls_mask):
         Funnel. pos_key, pos_query, pos_att_type ("c2p", "p2c" or
         "c2p,p2c"), position_buckets, max_relative_positions: DeBERTa.
+    grad_output: dO (the output's shape and layout): the backward pass instead
+        (posenc-attention(1), GRADIENTS). emit then names gradients among "dq", "dk",
+        "dv", "softmax_d" (rowsum(dO O)), "lse", "dbias" (of a float mask), "dsinks";
+        default ("dq", "dk", "dv"). Needs v; not with rope or the relative terms.
     """
     given = {n: v_ for n, v_ in locals().items() if n in _ROPE_OPTION_NAMES}
     rope, t5_causal = _flag(rope, "rope"), _flag(t5_causal, "t5_causal")
@@ -350,7 +354,13 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         tensors["global_bias"] = _arg(global_bias, "global_bias")
     elif global_block_size is not None or global_bias is not None:
         raise UsageError("global_block_size/global_bias: only with global_kv")
-    names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
+    if grad_output is not None:
+        if v is None:
+            raise UsageError("grad_output: needs v (dO is the output's gradient)")
+        tensors["grad_output"] = _arg(grad_output, "grad_output")
+        names, single = _emit_list(emit, ("dq", "dk", "dv"))
+    else:
+        names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
     opt = {"axes": axes, "emit": names, "scale": scale, "softcap": softcap,
            "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
            "arith": arith, "max_memory": max_memory, "allow_nonfinite": _flag(allow_nonfinite, "allow_nonfinite"),
@@ -438,7 +448,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     opt = {key: val for key, val in opt.items() if val is not None}
     res = _posenc.attention(tensors, opt, rope_d, pos, apply, _flag(rope, "rope"), relative)
     out_name = _dtype_name(dtype) or q_name
-    arrays = tuple(_wrap(res[n], out_name if n != "lse" else "f", like) for n in names)
+    arrays = tuple(_wrap(res[n], out_name if n not in ("lse", "softmax_d") else "f", like)
+                   for n in names)
     return arrays[0] if single else arrays
 
 

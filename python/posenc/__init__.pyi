@@ -139,7 +139,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: Optional[ArrayLike] = ..., *,
               separate_cls: bool = ..., pos_key: Optional[ArrayLike] = ...,
               pos_query: Optional[ArrayLike] = ..., pos_att_type: Optional[str] = ...,
               position_buckets: Optional[int] = ...,
-              max_relative_positions: Optional[int] = ...) -> Any: ...
+              max_relative_positions: Optional[int] = ...,
+              grad_output: Optional[ArrayLike] = ...) -> Any: ...
 
 class CompareResult:
     match: bool
