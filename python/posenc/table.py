@@ -44,6 +44,26 @@ def _run(kind, request, dtype, rope=None, pos=None, emits=None, single=True):
     return arrays[0] if single else arrays
 
 
+# The declared parameters of each kind (include/posenc/encodings/table_fields.hpp): the
+# module reads them from the request by these names and checks their ranges and choices.
+_DECLARED = {}
+for _f in _posenc._table_fields():
+    _DECLARED.setdefault(_f["kind"], []).append((_f["name"], _f["type"]))
+del _f
+
+
+def _declared(kind, args, **extra):
+    """The request of `kind`: its declared parameters taken from `args` (the function's
+    keywords), True/False ones checked as flags, then `extra` (tensors, lists)."""
+    request = {}
+    for name, kind_of in _DECLARED[kind]:
+        if name in args:
+            value = args[name]
+            request[name] = _flag(value, name) if kind_of == "bool" and value is not None else value
+    request.update(extra)
+    return request
+
+
 def _layout(layout):
     """Whether `layout` ("full" or "half") asks for half-width lines."""
     if not isinstance(layout, str) or layout not in ("full", "half"):
@@ -55,8 +75,7 @@ def sinusoidal(*, positions, dim, base=10000.0, start=0, layout="interleaved", d
     """Vaswani's table [N, D]: PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i),
     w_i = 1 / base^(2i/D), for positions start .. start + N - 1; layout "interleaved" or
     "concat" ([sin | cos])."""
-    return _run("sinusoidal", {"positions": positions, "dim": dim, "base": base,
-                               "start": start, "layout": layout}, dtype)
+    return _run("sinusoidal", _declared("sinusoidal", locals()), dtype)
 
 
 def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", dtype=None,
@@ -98,16 +117,14 @@ def rope2d(*, height, width, dim, base=100.0, order="xy", style="gptj", emit="co
     """Axial 2-D RoPE for an H x W grid (tokens in row-major order): D/4 frequencies per
     axis, x block first (order "xy") or y first ("yx"); emit and layout as table.rope."""
     emits, single = _emit_list(emit, ("cos-sin",))
-    return _run("rope2d", {"height": height, "width": width, "dim": dim, "base": base,
-                           "order": order, "style": style, "half": _layout(layout)},
+    return _run("rope2d", _declared("rope2d", locals(), style=style, half=_layout(layout)),
                 dtype, emits=emits, single=single)
 
 
 def alibi(*, heads, q_len=None, k_len=None, variant=None, max_bias=8.0, dtype=None):
     """ALiBi slopes [H], or bias matrices [H, Q, K] for variant "causal" (default with
     lengths; -inf above the diagonal), "symmetric", "fairseq", "bottom-right"."""
-    return _run("alibi", {"heads": heads, "q_len": q_len, "k_len": k_len, "variant": variant,
-                          "max_bias": max_bias}, dtype)
+    return _run("alibi", _declared("alibi", locals()), dtype)
 
 
 def relative(*, max_distance=None, q_len=None, k_len=None, sign="k-q", left=None, right=None,
@@ -115,27 +132,22 @@ def relative(*, max_distance=None, q_len=None, k_len=None, sign="k-q", left=None
     """Shaw's clipped relative index clip(j - i, -L, R) + L [Q, K], L = left and R =
     right (default max_distance; sign "q-k": i - j); beyond "zero": -1 outside the
     window (VITS) instead of the edge row."""
-    return _run("relative", {"q_len": q_len, "k_len": k_len, "max_distance": max_distance,
-                             "sign": sign, "left": left, "right": right, "beyond": beyond},
-                dtype)
+    return _run("relative", _declared("relative", locals()), dtype)
 
 
 def t5_bucket(*, q_len=None, k_len=None, buckets=32, max_distance=128, causal=False,
               dtype=None):
     """HF T5's _relative_position_bucket of j - i [Q, K]; causal=True for decoder
     buckets (bidirectional=False)."""
-    return _run("t5-bucket", {"q_len": q_len, "k_len": k_len, "buckets": buckets,
-                              "max_distance": max_distance,
-                              "bidirectional": not _flag(causal, "causal")},
-                dtype)
+    return _run("t5-bucket", _declared("t5-bucket", locals(),
+                                       bidirectional=not _flag(causal, "causal")), dtype)
 
 
 def xl_relative(*, dim, q_len=None, k_len=None, form="transfo-xl", clamp_len=0, base=10000.0,
                 dtype=None):
     """Transformer-XL / XLNet sinusoidal relative table R [rlen, D] for form
     "transfo-xl", "xlnet-bi" or "xlnet-uni"; clamp_len > 0 clamps positions."""
-    return _run("xl-relative", {"q_len": q_len, "k_len": k_len, "dim": dim, "form": form,
-                                "clamp_len": clamp_len, "base": base}, dtype)
+    return _run("xl-relative", _declared("xl-relative", locals()), dtype)
 
 
 def funnel_relative(*, seq_len, dim, block=0, shift=1, separate_cls=False, truncate_seq=False,
@@ -143,11 +155,7 @@ def funnel_relative(*, seq_len, dim, block=0, shift=1, separate_cls=False, trunc
     """Funnel Transformer relative_shift position embeddings of a block [rows, D] (HF
     get_position_embeds()[block][shift - 1]): shift 2 for the block's first layer
     (queries pooled, keys not), 1 otherwise."""
-    return _run("funnel-relative", {"seq_len": seq_len, "dim": dim, "block": block,
-                                    "shift": shift,
-                                    "separate_cls": _flag(separate_cls, "separate_cls"),
-                                    "truncate_seq": _flag(truncate_seq, "truncate_seq"),
-                                    "base": base}, dtype)
+    return _run("funnel-relative", _declared("funnel-relative", locals()), dtype)
 
 
 def funnel_factorized(*, seq_len, dim, emit="phi", block=0, key_block=None,
@@ -155,20 +163,14 @@ def funnel_factorized(*, seq_len, dim, emit="phi", block=0, key_block=None,
     """One of Funnel Transformer's factorized attention tables (emit "phi", "pi", "psi"
     or "omega") [rows, D], its rows pooled `block` times (phi, pi) or `key_block` times
     (psi, omega; default block)."""
-    return _run("funnel-factorized", {"seq_len": seq_len, "dim": dim, "emit": emit,
-                                      "block": block, "key_block": key_block,
-                                      "separate_cls": _flag(separate_cls, "separate_cls"),
-                                      "truncate_seq": _flag(truncate_seq, "truncate_seq"),
-                                      "base": base}, dtype)
+    return _run("funnel-factorized", _declared("funnel-factorized", locals(), emit=emit), dtype)
 
 
 def deberta_bucket(*, q_len=None, k_len=None, position_buckets=256,
                    max_relative_positions=512, dtype=None):
     """DeBERTa-v2/v3 relative positions i - j with log buckets [Q, K] (HF
     build_relative_position)."""
-    return _run("deberta-bucket", {"q_len": q_len, "k_len": k_len,
-                                   "position_buckets": position_buckets,
-                                   "max_relative_positions": max_relative_positions}, dtype)
+    return _run("deberta-bucket", _declared("deberta-bucket", locals()), dtype)
 
 
 
@@ -240,8 +242,8 @@ def levit_index(*, resolution, stride=1, bias_table=None, dtype=None):
     |dy| R + |dx| between queries (every stride-th point, R_out = (R - 1) / stride + 1)
     and keys of an R x R grid; with attention_biases bias_table [heads, R^2] the bias
     [heads, R_out^2, R^2]."""
-    return _run("levit-index", {"resolution": resolution, "stride": stride,
-                                "bias_table": _values(bias_table, "bias_table")}, dtype)
+    return _run("levit-index", _declared("levit-index", locals(),
+                                         bias_table=_values(bias_table, "bias_table")), dtype)
 
 
 def detr_sine(*, embedding_dim, mask=None, size=None, temperature=10000.0, normalize=True,
@@ -256,21 +258,16 @@ def detr_sine(*, embedding_dim, mask=None, size=None, temperature=10000.0, norma
     m = None
     if mask is not None:
         m = _values(mask, "mask", allow_bool=True)
-    return _run("detr-sine", {"mask": m, "size": None if size is None else tuple(
-                                  _whole(n, "size") for n in _pair(size, "size")),
-                              "embedding_dim": embedding_dim, "temperature": temperature,
-                              "normalize": _flag(normalize, "normalize"), "scale": scale,
-                              "layout": layout, "temperature_width": temperature_width,
-                              "offset": offset}, dtype)
+    size = None if size is None else tuple(_whole(n, "size") for n in _pair(size, "size"))
+    return _run("detr-sine", _declared("detr-sine", locals(), mask=m, size=size), dtype)
 
 
 def rt_detr_sincos(*, size, embedding_dim=256, temperature=10000.0, dtype=None):
     """RT-DETR's 2-D sin-cos embedding of an H x W feature map (HF RTDetrHybridEncoder.
     build_2d_sincos_position_embedding; also RT-DETRv2, D-FINE): [1, H*W, E], channels
     sin/cos of the row then of the column, frequencies 1 / T^(k / (E/4))."""
-    return _run("rt-detr-sincos", {"size": _window(size, "size"),
-                                   "embedding_dim": embedding_dim,
-                                   "temperature": temperature}, dtype)
+    return _run("rt-detr-sincos", _declared("rt-detr-sincos", locals(),
+                                            size=_window(size, "size")), dtype)
 
 
 def fairseq_sinusoidal(*, dim, positions=None, padding_idx=None, input_ids=None,
@@ -279,10 +276,8 @@ def fairseq_sinusoidal(*, dim, positions=None, padding_idx=None, input_ids=None,
     [sin | cos] with frequencies exp(-i ln(10000) / (D/2 - 1)), the row padding_idx
     zero, [positions, D]; or for token ids input_ids [b, s] (needs padding_idx) the
     embeddings [b, s, D] at positions cumsum(non-padding) + past_length + padding_idx."""
-    return _run("fairseq-sinusoidal", {"positions": positions, "dim": dim,
-                                       "padding_idx": padding_idx,
-                                       "input_ids": _ints(input_ids, "input_ids"),
-                                       "past_length": past_length}, dtype)
+    return _run("fairseq-sinusoidal", _declared("fairseq-sinusoidal", locals(),
+                                                input_ids=_ints(input_ids, "input_ids")), dtype)
 
 
 def layoutlm_bucket(*, axis="1d", seq_len=None, position_ids=None, bbox=None, buckets=None,
@@ -299,12 +294,10 @@ def layoutlm_bucket(*, axis="1d", seq_len=None, position_ids=None, bbox=None, bu
             raise UsageError(f"bias_table: expected one weight or a pair (x, y), got "
                              f"{len(bias_table)}")
         bias_table, bias_y = bias_table
-    return _run("layoutlm-bucket", {"axis": axis, "seq_len": seq_len,
-                                    "position_ids": _ints(position_ids, "position_ids"),
-                                    "bbox": _ints(bbox, "bbox"), "buckets": buckets,
-                                    "max_distance": max_distance,
-                                    "bias_table": _values(bias_table, "bias_table"),
-                                    "bias_table_y": _values(bias_y, "bias_table")}, dtype)
+    return _run("layoutlm-bucket", _declared(
+        "layoutlm-bucket", locals(), position_ids=_ints(position_ids, "position_ids"),
+        bbox=_ints(bbox, "bbox"), bias_table=_values(bias_table, "bias_table"),
+        bias_table_y=_values(bias_y, "bias_table")), dtype)
 
 
 def udop_bucket(*, axis="1d", seq_len=None, bbox=None, buckets=32, max_distance=None,
@@ -324,8 +317,7 @@ def udop_bucket(*, axis="1d", seq_len=None, bbox=None, buckets=32, max_distance=
     if bbox is not None:
         f32 = _view(bbox, "bbox")[1] == "f32"
         box = _values(bbox, "bbox")
-    req = {"axis": axis, "seq_len": seq_len, "bbox": box, "bbox_f32": f32, "buckets": buckets,
-           "max_distance": max_distance, "scaling_factor": scaling_factor}
+    req = _declared("udop-bucket", locals(), bbox=box, bbox_f32=f32)
     for k, w in enumerate(tables):
         req[f"bias_table_{k}"] = _values(w, "bias_table")
     return _run("udop-bucket", req, dtype)
@@ -338,11 +330,10 @@ def complex_order(*, frequency, amplitude=None, phase=None, positions=None, star
     or [2, b, s, D] for tables w [V, D] and token ids input_ids [b, s] (token (b, s) at
     position start + s). amplitude r (default 1) and phase theta (default 0) have w's
     shape."""
-    return _run("complex-order", {"frequency": _values(frequency, "frequency"),
-                                  "amplitude": _values(amplitude, "amplitude"),
-                                  "phase": _values(phase, "phase"), "positions": positions,
-                                  "start": start,
-                                  "input_ids": _ints(input_ids, "input_ids")}, dtype)
+    return _run("complex-order", _declared(
+        "complex-order", locals(), frequency=_values(frequency, "frequency"),
+        amplitude=_values(amplitude, "amplitude"), phase=_values(phase, "phase"),
+        input_ids=_ints(input_ids, "input_ids")), dtype)
 
 
 def reformer_axial(*, axial_shape, weights, positions=None, position_ids=None, dtype=None):
@@ -355,11 +346,10 @@ def reformer_axial(*, axial_shape, weights, positions=None, position_ids=None, d
         raise UsageError("weights: expected a sequence of weights, one per axis")
     if isinstance(axial_shape, (str, bytes)) or not hasattr(axial_shape, "__iter__"):
         raise UsageError(f"axial_shape: expected the grid's sides, got {axial_shape!r:.40}")
-    return _run("reformer-axial", {"axial_shape": [_whole(n, "axial_shape")
-                                                   for n in axial_shape],
-                                   "weights": [_values(w, "weights") for w in weights],
-                                   "positions": positions,
-                                   "position_ids": _ints(position_ids, "position_ids")}, dtype)
+    return _run("reformer-axial", _declared(
+        "reformer-axial", locals(), axial_shape=[_whole(n, "axial_shape") for n in axial_shape],
+        weights=[_values(w, "weights") for w in weights],
+        position_ids=_ints(position_ids, "position_ids")), dtype)
 
 
 def cpmant_bucket(*, segment_ids=None, key_segment_ids=None, seq_len=None, segments=32,
@@ -370,11 +360,10 @@ def cpmant_bucket(*, segment_ids=None, key_segment_ids=None, seq_len=None, segme
     key_segment_ids [b, k] for other keys) or seq_len tokens of segment 0. bias_table
     (relative_attention_bias [segments^2 + buckets, heads]) gives the bias
     [b, heads, q, k] instead."""
-    return _run("cpmant-bucket", {"segment_ids": _ints(segment_ids, "segment_ids"),
-                                  "key_segment_ids": _ints(key_segment_ids, "key_segment_ids"),
-                                  "seq_len": seq_len, "segments": segments,
-                                  "buckets": buckets, "max_distance": max_distance,
-                                  "bias_table": _values(bias_table, "bias_table")}, dtype)
+    return _run("cpmant-bucket", _declared(
+        "cpmant-bucket", locals(), segment_ids=_ints(segment_ids, "segment_ids"),
+        key_segment_ids=_ints(key_segment_ids, "key_segment_ids"),
+        bias_table=_values(bias_table, "bias_table")), dtype)
 
 
 def longt5_global(*, attention_mask=None, seq_len=None, global_block_size=16, emit="block-ids",
@@ -383,9 +372,8 @@ def longt5_global(*, attention_mask=None, seq_len=None, global_block_size=16, em
     _make_side_relative_position_ids) for attention_mask [b, s] of 1 and 0 or seq_len
     tokens: emit "block-ids" [b, s] (-1 for padding), "segment-ids" [b, s // G] or
     "side-positions" [b, s, s // G], integers."""
-    return _run("longt5-global", {"attention_mask": _ints(attention_mask, "attention_mask"),
-                                  "seq_len": seq_len, "global_block_size": global_block_size,
-                                  "emit": emit}, dtype)
+    return _run("longt5-global", _declared(
+        "longt5-global", locals(), attention_mask=_ints(attention_mask, "attention_mask")), dtype)
 
 
 # Python's own exceptions from bad arguments as UsageError (posenc._errors).
