@@ -47,6 +47,7 @@
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
+#include "posenc/fp8.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_backward.hpp"
@@ -1569,4 +1570,38 @@ PYBIND11_MODULE(_posenc, m) {
   pthread_atfork(nullptr, nullptr, posenc_forked_child);
   m.def(
       "noop", [] {}, "Does nothing: the cost of a call into the module, for bench/python.");
+  // The fp8 conversions (posenc/fp8.hpp), element by element.
+  m.def(
+      "fp8_encode",
+      [](const py::array& x, const std::string& format) {
+        const posenc::Fp8Format f = posenc::parse_fp8_format(format, "format");
+        const bool single = py::isinstance<py::array_t<float>>(x);
+        if (!single && !py::isinstance<py::array_t<double>>(x)) {
+          throw posenc::UsageError("fp8_encode: x must be a float32 or float64 array");
+        }
+        py::array_t<std::uint8_t> out(x.size());
+        std::uint8_t* o = out.mutable_data();
+        if (single) {
+          auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(x);
+          for (py::ssize_t i = 0; i < a.size(); ++i) o[i] = posenc::fp8_from_float(a.data()[i], f);
+        } else {
+          auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(x);
+          for (py::ssize_t i = 0; i < a.size(); ++i) o[i] = posenc::fp8_from_double(a.data()[i], f);
+        }
+        return out;
+      },
+      "fp8_encode(x, format): the fp8 codes (uint8, flat) of float32 or float64 x, rounded as "
+      "torch's .to(float8_e4m3fn / float8_e5m2).");
+  m.def(
+      "fp8_decode",
+      [](const py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>& codes,
+         const std::string& format) {
+        const posenc::Fp8Format f = posenc::parse_fp8_format(format, "format");
+        py::array_t<float> out(codes.size());
+        for (py::ssize_t i = 0; i < codes.size(); ++i) {
+          out.mutable_data()[i] = posenc::fp8_to_float(codes.data()[i], f);
+        }
+        return out;
+      },
+      "fp8_decode(codes, format): the float32 values (flat) of uint8 fp8 codes, exact.");
 }
