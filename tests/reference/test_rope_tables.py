@@ -136,6 +136,46 @@ class RopeTables(PosencTestCase):
                           "--cos", self.path("cos.npy"), "--sin", self.path("sin.npy"),
                           "--rotary-dim", "8", "--inverse", match="no rotation")
 
+    def test_precision_f32_is_the_float32_kernel_formula(self):
+        # flash-attn's Triton kernel: o0 = x0*cos - x1*sin, o1 = x0*sin + x1*cos in float32,
+        # each product and sum rounded (no contraction): bit for bit, every variant.
+        x = self.rng.standard_normal((2, 9, 3, 16)).astype(np.float32)
+        cos = self.rng.uniform(-1, 1, (20, 8)).astype(np.float32)
+        sin = self.rng.uniform(-1, 1, (20, 8)).astype(np.float32)
+        args = ["rope", self.npy("x.npy", x), "--axes", "bshd", "--cos", self.npy("c.npy", cos),
+                "--sin", self.npy("s.npy", sin), "--precision", "f32", "--start", "3",
+                "-o", self.path("y.npy")]
+        xt = torch.from_numpy(x)
+        c = torch.from_numpy(cos[3:12])[:, None, :]
+        s = torch.from_numpy(sin[3:12])[:, None, :]
+        for style in ("neox", "gptj"):
+            if style == "neox":
+                x0, x1 = xt[..., :8], xt[..., 8:]
+            else:
+                x0, x1 = xt[..., 0::2], xt[..., 1::2]
+            o0, o1 = x0 * c - x1 * s, x0 * s + x1 * c
+            want = (torch.cat([o0, o1], -1) if style == "neox"
+                    else torch.stack([o0, o1], -1).flatten(-2)).numpy()
+            for isa, env in report_skipped_variants(BIN, "test_rope_tables"):
+                self.run_ok(*args, "--style", style, env=env)
+                got = np.load(self.path("y.npy"))
+                self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
+                                f"{style} {isa}")
+
+    def test_rotary_last(self):
+        # The table rotates the last R dims with --rotary-last; the first pass through.
+        x = torch.from_numpy(self.rng.standard_normal((5, 12)))
+        cos = torch.from_numpy(self.rng.uniform(-1, 1, (5, 4)))
+        sin = torch.from_numpy(self.rng.uniform(-1, 1, (5, 4)))
+        self.run_ok("rope", save_torch(self, "x", x), "-o", self.path("y.npy"), "--cos",
+                    save_torch(self, "c", cos), "--sin", save_torch(self, "s", sin),
+                    "--rotary-last")
+        got = np.load(self.path("y.npy"))
+        ref = apply_rotary_tables(x.numpy()[:, 4:], cos.numpy(), sin.numpy(), layout="sd")
+        self.assertLessEqual(float(np.abs(got[:, 4:] - ref).max()),
+                             margin(x.numpy(), cos.numpy(), sin.numpy()))
+        np.testing.assert_array_equal(got[:, :4], x.numpy()[:, :4])
+
     def test_threads_same_bytes(self):
         x = self.rng.standard_normal((4, 64, 8, 32)).astype(np.float32)
         cos, sin = self.table(200, 16, torch.float16)
