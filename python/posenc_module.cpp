@@ -1042,6 +1042,7 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "window_right", opt.window_right);
   set_if(d, "sliding_window", opt.sliding_window);
   set_if(d, "chunk_size", opt.chunk_size);
+  set_if(d, "sink_tokens", opt.sink_tokens);
   set_if(d, "temperature_scale", opt.temperature_scale);
   set_if(d, "temperature_floor", opt.temperature_floor);
   set_if(d, "llama4_scaling_beta", opt.llama4_scaling_beta);

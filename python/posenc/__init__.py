@@ -236,7 +236,7 @@ _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
 
 @_usage_errors
 def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, window=None,
-              sliding_window=None, chunk_size=None, attn_temperature=None,
+              sliding_window=None, chunk_size=None, sink_tokens=None, attn_temperature=None,
               llama4_scaling=None, key_lengths=None,
               mask=None, alibi=None, alibi_max_bias=None, t5_bias=None, t5_buckets=None,
               t5_max_distance=None, t5_causal=False, relative_k=None, relative_v=None,
@@ -269,7 +269,10 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         "probs" without v.
     scale: multiplies q.k (default 1/sqrt(d)). causal: True (bottom-right), "top-left"
         or "bottom-right". window: LEFT or (LEFT, RIGHT) (-1 unbounded).
-        sliding_window: HF's W. chunk_size: Llama-4 chunks. attn_temperature:
+        sliding_window: HF's W. chunk_size: Llama-4 chunks (positions floored).
+        sink_tokens: N, StreamingLLM sink tokens (FlashAttention's sink_token_length):
+        the first N keys stay visible left of the window (not the `sinks` logits).
+        attn_temperature:
         (SCALE, FLOOR) of Llama-4's temperature tuning. llama4_scaling: (BETA, PERIOD),
         queries at position p times 1 + BETA log(1 + floor(p / PERIOD)) (Ministral-3).
     key_lengths [b]; mask (bool/int keep, or additive float), broadcastable to
@@ -365,6 +368,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
            "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
            "arith": arith, "max_memory": max_memory, "allow_nonfinite": _flag(allow_nonfinite, "allow_nonfinite"),
            "sliding_window": sliding_window, "chunk_size": chunk_size,
+           "sink_tokens": sink_tokens,
            "max_distance": max_distance, "clipped_symmetric": _flag(clipped_symmetric, "clipped_symmetric"),
            "relative_left": relative_left, "relative_right": relative_right,
            "relative_sign": relative_sign, "relative_beyond": relative_beyond,
@@ -393,6 +397,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         raise UsageError(f"sliding_window {sliding_window}: must be at least 1")
     if chunk_size is not None and _whole(chunk_size, "chunk_size") <= 0:
         raise UsageError(f"chunk_size {chunk_size}: must be at least 1")
+    if sink_tokens is not None and _whole(sink_tokens, "sink_tokens") < 0:
+        raise UsageError(f"sink_tokens {sink_tokens}: must be >= 0")
     if isinstance(causal, str):
         opt["causal"] = causal
     elif _flag(causal, "causal"):

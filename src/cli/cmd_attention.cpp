@@ -51,6 +51,7 @@ struct AttentionCmdOptions {
   std::string window;
   long long sliding_window = 0;
   long long chunk_size = 0;
+  long long sink_tokens = 0;
   std::vector<double> temperature;  // SCALE FLOOR
   std::vector<double> llama4_scaling;  // BETA PERIOD
   std::string mask;
@@ -312,6 +313,12 @@ void run_attention(AttentionCmdOptions& o) {
       throw UsageError(fmt::format("--chunk-size {}: must be at least 1", o.chunk_size));
     }
     opt.chunk_size = o.chunk_size;
+  }
+  if (given(o, "--sink-tokens")) {
+    if (o.sink_tokens < 0) {
+      throw UsageError(fmt::format("--sink-tokens {}: must be >= 0", o.sink_tokens));
+    }
+    opt.sink_tokens = o.sink_tokens;
   }
   if (given(o, "--attn-temperature")) {
     if (!std::isfinite(o.temperature[0]) || !(o.temperature[1] > 0)) {
@@ -623,6 +630,10 @@ void register_attention(CLI::App& app) {
       "chunked attention (Llama-4 attention_chunk_size C): keys with floor(j / C) == "
       "floor(pos(i) / C), pos(i) = i + sk - sq (a negative position sees no key, as "
       "FlashAttention)");
+  sub->add_option("--sink-tokens", o->sink_tokens,
+                  "StreamingLLM sink tokens (FlashAttention sink_token_length N): the first N "
+                  "keys (of each packed sequence) stay visible left of --window or "
+                  "--sliding-window; not the --sinks logits");
   add_values_option(sub, "--attn-temperature", o->temperature,
                     "Llama-4 temperature tuning: scores of the query at position p times "
                     "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)",

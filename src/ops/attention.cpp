@@ -327,6 +327,7 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
   if (opt.sliding_window > 0)
     a.push_back({"sliding_window", static_cast<long long>(opt.sliding_window)});
   if (opt.chunk_size > 0) a.push_back({"chunk_size", static_cast<long long>(opt.chunk_size)});
+  if (opt.sink_tokens > 0) a.push_back({"sink_tokens", static_cast<long long>(opt.sink_tokens)});
   if (opt.temperature_scale != 0) {
     a.push_back({"temperature_scale", opt.temperature_scale});
     a.push_back({"temperature_floor", opt.temperature_floor});

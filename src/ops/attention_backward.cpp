@@ -126,7 +126,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
   const std::int64_t j0i = static_cast<std::int64_t>(j0), j1i = j0i + static_cast<std::int64_t>(kn);
   bool any = false;
   for (std::size_t r = 0; r < qn && !any; ++r) {
-    auto [lo, hi] = P.rules.range(bi, static_cast<std::int64_t>(q0 + r));
+    auto [lo, hi] = P.rules.range(bi, static_cast<std::int64_t>(q0 + r));  // the envelope
     any = lo <= hi && hi >= j0i && lo < j1i;
   }
   if (!any) return false;
@@ -146,7 +146,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     const std::size_t row = (bi * g.hq + h) * g.sq + q0 + r;
     const double lse = c.lse[row];
     const T D = static_cast<T>(c.D[row]);
-    auto [lo, hi] = P.rules.range(bi, i);
+    const KeySpan span = P.rules.span(bi, i);
     const T temp = static_cast<T>(P.rules.temperature(i + P.off));
     const std::ptrdiff_t mbase = bi * P.m_b + h * P.m_h + i * P.m_i;
     T* sr = s.data() + r * kn;
@@ -154,7 +154,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     T* br = write_dbias ? c.dsb.data() + row * g.sk + j0 : nullptr;
     for (std::size_t jj = 0; jj < kn; ++jj) {
       const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
-      bool seen = j >= lo && j <= hi && lse > -kInf;
+      bool seen = span.sees(j) && lse > -kInf;
       if (seen && P.has_keep_mask) seen = P.keep_mask[mbase + j * P.m_j] != 0;
       if (!seen) {
         sr[jj] = T(0), dr[jj] = T(0);

@@ -186,6 +186,13 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     throw UsageError(fmt::format("sliding_window/chunk_size: must be >= 0, got {} and {}",
                                  opt.sliding_window, opt.chunk_size));
   }
+  if (opt.sink_tokens < 0) {
+    throw UsageError(fmt::format("sink_tokens {}: must be >= 0", opt.sink_tokens));
+  }
+  if (opt.sink_tokens > static_cast<std::int64_t>(g.sk)) {
+    throw InputError(fmt::format("sink_tokens {}: more sink tokens than the {} keys",
+                                 opt.sink_tokens, g.sk));
+  }
   if (!std::isfinite(opt.temperature_scale) ||
       (opt.temperature_scale != 0 && !(opt.temperature_floor > 0))) {
     throw UsageError(

@@ -232,8 +232,7 @@ class Mask {
   const KeyRules& rules() const { return rules_; }
 
   double at(std::size_t b, std::size_t h, std::int64_t i, std::int64_t j) const {
-    const auto [lo, hi] = rules_.range(b, i);
-    bool keep = lo <= j && j <= hi;
+    bool keep = rules_.span(b, i).sees(j);
     double add = 0.0;
     if (!values_.empty()) {
       const double v = values_[static_cast<std::size_t>(static_cast<std::ptrdiff_t>(b) * mb_ +

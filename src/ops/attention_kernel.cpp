@@ -280,7 +280,10 @@ void item_begin(const Plan<T>& P, Scratch<T>& w, std::size_t bi, std::size_t hi_
   }
   w.lo.resize(qn);
   w.hi.resize(qn);
-  std::tie(w.lo_min, w.hi_max) = item_key_range(P, bi, q0, w.lo.data(), w.hi.data());
+  w.slo.resize(qn);
+  w.shi.resize(qn);
+  std::tie(w.lo_min, w.hi_max) =
+      item_key_range(P, bi, q0, w.lo.data(), w.hi.data(), w.slo.data(), w.shi.data());
 }
 
 // The online softmax update of row r with its scores s[0, n) (mt: their maximum over
@@ -412,22 +415,35 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
           s[jj] = x;
         }
       }
-      // Range masks: keys [a, e) of the block are seen.
-      const std::int64_t lo = w.lo[r] - j0i, hi = w.hi[r] - j0i;
-      std::size_t a = 0, e = 0;
-      if (!(lo > hi || hi < 0 || lo >= static_cast<std::int64_t>(n))) {
-        a = static_cast<std::size_t>(std::max<std::int64_t>(lo, 0));
-        e = static_cast<std::size_t>(std::min<std::int64_t>(hi + 1, static_cast<std::int64_t>(n)));
-      }
+      // Range masks: keys [a, e) of the block are seen, and the sink tokens [sa, se)
+      // (before a when both are in the block: KeySpan).
+      auto clip = [&](std::int64_t lo, std::int64_t hi) {
+        lo -= j0i, hi -= j0i;
+        if (lo > hi || hi < 0 || lo >= static_cast<std::int64_t>(n)) {
+          return std::pair<std::size_t, std::size_t>{0, 0};
+        }
+        return std::pair<std::size_t, std::size_t>{
+            static_cast<std::size_t>(std::max<std::int64_t>(lo, 0)),
+            static_cast<std::size_t>(std::min<std::int64_t>(hi + 1, static_cast<std::int64_t>(n)))};
+      };
+      const auto [a, e] = clip(w.lo[r], w.hi[r]);
+      const auto [sa, se] = clip(w.slo[r], w.shi[r]);
       // The maximum over the seen keys (the masked ones are -inf).
       T mt = neg_inf;
-      if (a < e) {
+      for (const auto& [x0, x1] : {std::pair{sa, se}, std::pair{a, e}}) {
+        if (x0 >= x1) continue;
         bool finite = true;
-        mt = row_max_finite(s + a, e - a, finite);
+        mt = std::max(mt, row_max_finite(s + x0, x1 - x0, finite));
         if (P.check_overflow && !per_element && !finite) overflow<T>(bi, hi_q, q0);
       }
-      std::fill(s, s + a, neg_inf);
-      std::fill(s + e, s + n, neg_inf);
+      if (sa < se) {
+        std::fill(s, s + sa, neg_inf);
+        std::fill(s + se, s + (a < e ? a : n), neg_inf);
+        if (a < e) std::fill(s + e, s + n, neg_inf);
+      } else {
+        std::fill(s, s + a, neg_inf);
+        std::fill(s + e, s + n, neg_inf);
+      }
       if (P.logits) {
         store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.cols() + j0, 1, s, n,
                  T(1));
@@ -462,6 +478,10 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
     auto cut = [&](std::size_t r0, std::size_t r1) {
       std::int64_t a = b1, e = b0 - 1;
       for (std::size_t r = r0; r < r1; ++r) {
+        if (w.slo[r] <= w.shi[r] && w.slo[r] < b1 && w.shi[r] >= b0) {
+          a = std::min(a, std::max(b0, w.slo[r]));
+          e = std::max(e, std::min(b1 - 1, w.shi[r]));
+        }
         if (w.lo[r] > w.hi[r]) continue;
         a = std::min(a, std::max(b0, w.lo[r]));
         e = std::max(e, std::min(b1 - 1, w.hi[r]));

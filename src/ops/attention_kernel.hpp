@@ -157,28 +157,26 @@ struct Scratch {
   std::vector<std::byte> out_rows;  // an item's output rows, for Plan::out_sink
   std::vector<double> l;
   std::vector<std::int64_t> lo, hi;
+  std::vector<std::int64_t> slo, shi;  // the rows' sink tokens (KeySpan), or none
   std::int64_t lo_min = 0, hi_max = -1;  // keys any row may see
 };
 
-// The keys [lo, hi] query row i of batch bi may see (attention_mask.hpp).
-template <class T>
-std::pair<std::int64_t, std::int64_t> row_key_range(const Plan<T>& P, std::size_t bi,
-                                                    std::int64_t i) {
-  return P.rules.range(bi, i);
-}
-
 // The keys [lo_min, hi_max] any row of the item from query q0 sees (hi_max < 0: none),
-// and each row's range into lo and hi when they are given.
+// and each row's window [lo, hi] and sink tokens [slo, shi] (KeySpan) when they are
+// given.
 template <class T>
 std::pair<std::int64_t, std::int64_t> item_key_range(const Plan<T>& P, std::size_t bi,
                                                      std::size_t q0, std::int64_t* lo = nullptr,
-                                                     std::int64_t* hi = nullptr) {
+                                                     std::int64_t* hi = nullptr,
+                                                     std::int64_t* slo = nullptr,
+                                                     std::int64_t* shi = nullptr) {
   const std::size_t qn = std::min(P.bl.q, P.g.sq - q0);
   std::int64_t lo_min = static_cast<std::int64_t>(P.g.sk), hi_max = -1;
   for (std::size_t r = 0; r < qn; ++r) {
-    auto [a, e] = row_key_range(P, bi, static_cast<std::int64_t>(q0 + r));
-    if (lo) lo[r] = a, hi[r] = e;
-    if (a <= e) lo_min = std::min(lo_min, a), hi_max = std::max(hi_max, e);
+    const KeySpan k = P.rules.span(bi, static_cast<std::int64_t>(q0 + r));
+    if (lo) lo[r] = k.lo, hi[r] = k.hi;
+    if (slo) slo[r] = k.sink_lo, shi[r] = k.sink_hi;
+    if (k.lo <= k.hi) lo_min = std::min(lo_min, k.first()), hi_max = std::max(hi_max, k.hi);
   }
   return {lo_min, hi_max};
 }

@@ -6,11 +6,13 @@
 
 namespace posenc::attention_detail {
 
-std::pair<std::int64_t, std::int64_t> KeyRules::range(std::size_t b, std::int64_t i) const {
-  std::int64_t lo = 0, hi = sk - 1;
+KeySpan KeyRules::span(std::size_t b, std::int64_t i) const {
+  // Every rule but the window's left side bounds the sink tokens too (FlashAttention's
+  // construct_local_mask: j < sink_token_length is ORed into the left test only; the
+  // chunk mask and key padding still apply to them).
+  std::int64_t lo = 0, hi = sk - 1, base = 0;
   if (causal == CausalAlign::bottom_right) hi = std::min(hi, i + off);
   if (causal == CausalAlign::top_left) hi = std::min(hi, i);
-  if (win_left >= 0) lo = std::max(lo, i + off - win_left);
   if (win_right >= 0) hi = std::min(hi, i + off + win_right);
   if (!key_len.empty()) hi = std::min(hi, key_len[b] - 1);
   if (chunk > 0) {
@@ -25,10 +27,26 @@ std::pair<std::int64_t, std::int64_t> KeyRules::range(std::size_t b, std::int64_
     hi = std::min(hi, c0 + chunk - 1);
   }
   if (!doc_lo.empty()) {
-    lo = std::max(lo, doc_lo[static_cast<std::size_t>(i)]);
+    base = doc_lo[static_cast<std::size_t>(i)];
+    lo = std::max(lo, base);
     hi = std::min(hi, doc_hi[static_cast<std::size_t>(i)]);
   }
-  return {lo, hi};
+  KeySpan k;
+  k.hi = hi;
+  k.lo = win_left >= 0 ? std::max(lo, i + off - win_left) : lo;
+  if (sink > 0 && k.lo > lo) {
+    const std::int64_t shi = std::min(hi, base + sink - 1);
+    if (lo <= shi) {
+      if (k.lo > hi) {
+        k.lo = lo, k.hi = shi;  // the window is empty: the sink tokens alone
+      } else if (shi >= k.lo - 1) {
+        k.lo = lo;  // touching the window: one range
+      } else {
+        k.sink_lo = lo, k.sink_hi = shi;
+      }
+    }
+  }
+  return k;
 }
 
 KeyRules key_rules(const AttentionOptions& opt, std::size_t sq, std::size_t sk) {
@@ -48,6 +66,7 @@ KeyRules key_rules(const AttentionOptions& opt, std::size_t sq, std::size_t sk) 
     if (opt.causal == CausalAlign::none) r.win_right = r.win_right < 0 ? w : std::min(r.win_right, w);
   }
   r.chunk = opt.chunk_size;
+  r.sink = opt.sink_tokens;
   if (opt.temperature_scale != 0) {
     r.temp_scale = opt.temperature_scale;
     r.temp_floor = opt.temperature_floor;

@@ -14,12 +14,29 @@
 
 namespace posenc::attention_detail {
 
+/// The keys one query row sees: the window's [lo, hi] and the sink tokens [sink_lo,
+/// sink_hi], which, when there are any, end before lo - 1 (touching ones are merged into
+/// [lo, hi], and a row with sink tokens alone has them as [lo, hi]).
+struct KeySpan {
+  std::int64_t lo = 0, hi = -1;            // lo > hi: none
+  std::int64_t sink_lo = 0, sink_hi = -1;  // sink_lo > sink_hi: none
+  bool has_sink() const { return sink_lo <= sink_hi; }
+  bool sees(std::int64_t j) const {
+    return (lo <= j && j <= hi) || (sink_lo <= j && j <= sink_hi);
+  }
+  /// The first key seen (or lo when none).
+  std::int64_t first() const { return has_sink() ? sink_lo : lo; }
+};
+
 struct KeyRules {
   std::int64_t sk = 0;
   std::int64_t off = 0;  // query i sits at position i + off (bottom-right, as a KV cache)
   CausalAlign causal = CausalAlign::none;
   std::int64_t win_left = -1, win_right = -1;  // -1: unbounded on that side
   std::int64_t chunk = 0;
+  // StreamingLLM sink tokens (FlashAttention's sink_token_length): the first `sink` keys
+  // (of the row's packed sequence) are exempt from the window's left side.
+  std::int64_t sink = 0;
   std::vector<std::int64_t> key_len;  // per batch; empty = none
   // Packed sequences: token i sees keys [doc_lo[i], doc_hi[i]]; empty = one sequence.
   std::vector<std::int64_t> doc_lo, doc_hi;
@@ -27,8 +44,14 @@ struct KeyRules {
   double l4_beta = 0;                     // Ministral-3's Llama-4 scaling; 0 = off
   std::int64_t l4_period = 1;
 
-  /// The keys [lo, hi] query row i of batch b sees (lo > hi: none).
-  std::pair<std::int64_t, std::int64_t> range(std::size_t b, std::int64_t i) const;
+  /// The keys query row i of batch b sees.
+  KeySpan span(std::size_t b, std::int64_t i) const;
+  /// The keys [lo, hi] around every key query row i of batch b sees (lo > hi: none);
+  /// with sink tokens some keys inside are not seen (span() says which).
+  std::pair<std::int64_t, std::int64_t> range(std::size_t b, std::int64_t i) const {
+    const KeySpan k = span(b, i);
+    return {k.first(), k.hi};
+  }
   /// True when queries are scaled by position (temperature() is not always 1).
   bool scales_queries() const { return temp_scale != 0 || l4_beta != 0; }
   /// The factor of the query at position `qpos`, in float64: Llama-4's temperature

@@ -138,6 +138,8 @@ ATTENTION_ROWS = {
     "--window": ([], ["--window", "2"]),
     "--sliding-window": ([], ["--sliding-window", "3"]),
     "--chunk-size": ([], ["--chunk-size", "4"]),
+    # StreamingLLM sink tokens: the first keys seen left of a window.
+    "--sink-tokens": (["--window", "1"], ["--window", "1", "--sink-tokens", "2"]),
     "--attn-temperature": ([], ["--attn-temperature", "0.5", "2"]),
     "--llama4-scaling": ([], ["--llama4-scaling", "0.5", "2"]),
     "--key-lengths": ([], ["--key-lengths", "{klen}"]),

@@ -123,6 +123,55 @@ class FaMasks(PosencTestCase):
         self.assertLessEqual(np.abs(out - want).max(), 1e-12)
         self.assertLessEqual(np.abs(lse - want_lse)[np.isfinite(want_lse)].max(), 1e-12)
 
+    def test_sink_tokens(self):
+        # FA's construct_local_mask: j < sink_token_length joins the window's left side;
+        # its right side, causal, chunks (ORed after) and padding still apply.
+        for sq, sk, n, extra, ref in [
+            (12, 12, 2, ["--causal", "--window", "3,0"], dict(causal=True, window=(3, None))),
+            (6, 20, 3, ["--window", "4,1"], dict(window=(4, 1))),
+            (20, 6, 1, ["--causal", "--window", "1,-1"], dict(causal=True, window=(1, None))),
+            (16, 16, 4, ["--window", "2,2", "--chunk-size", "6"], dict(window=(2, 2), chunk=6)),
+            (9, 9, 3, ["--causal", "--window", "2,0", "--chunk-size", "4"],
+             dict(causal=True, window=(2, None), chunk=4)),
+            (10, 14, 5, ["--causal"], dict(causal=True)),
+            (10, 14, 14, ["--window", "0,0"], dict(window=(0, 0))),
+        ]:
+            q, k, v = self.data(2, sq, sk, seed=sq * sk + n)
+            self.check(q, k, v, ["--sink-tokens", str(n), *extra],
+                       f"sq {sq} sk {sk} sinks {n} {extra}", sink_token_length=n, **ref)
+        # HF's sliding window is the window W-1 (causal): the same sink tokens.
+        q, k, v = self.data(1, 15, 15, seed=9)
+        self.check(q, k, v, ["--sink-tokens", "2", "--sliding-window", "4", "--causal"],
+                   "sliding window 4", sink_token_length=2, causal=True, window=(3, None))
+
+    def test_sink_tokens_streamed_and_packed(self):
+        q, k, v = self.data(1, 30, 2600, d=4, dv=4, seed=6)
+        self.check(q, k, v, ["--sink-tokens", "5", "--causal", "--window", "1500,0"],
+                   "long", sink_token_length=5, causal=True, window=(1500, None))
+        # Packed sequences: the first N keys of each sequence.
+        q, k, v = self.data(1, 14, 14, seed=12)
+        cu = [0, 6, 6, 14]
+        want = np.zeros((1, 14, 2, 8))
+        for a, e in zip(cu[:-1], cu[1:]):
+            if e > a:
+                want[:, a:e] = attention_ref(q[:, a:e], k[:, a:e], v[:, a:e], causal=True,
+                                             window=(1, None), sink_token_length=2)[0]
+        (out, _), _ = self.posenc(q, k, v, "--causal", "--window", "1,0", "--sink-tokens", "2",
+                                  "--cu-seqlens",
+                                  self.npy("cu.npy", np.array(cu, dtype=np.int64)))
+        self.assertLessEqual(np.abs(out - want).max(), 1e-12)
+
+    def test_sink_tokens_errors(self):
+        q, k, v = self.data(1, 4, 3)
+        args = ["attention", "-q", self.npy("q.npy", q), "-k", self.npy("k.npy", k), "-v",
+                self.npy("v.npy", v), "--axes", "bshd", "-o", self.path("o_{}.npy")]
+        before = sorted(os.listdir(self.tmp))
+        self.assert_each_fails(args, [
+            (3, ["--sink-tokens", "4", "--window", "1,0"], r"--sink-tokens 4: .*3 keys"),
+            (2, ["--sink-tokens", "-1"], r"--sink-tokens -1: must be >= 0"),
+            (2, ["--sink-tokens", "99999999999999999999"], r"--sink-tokens"),
+        ], before)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -96,6 +96,11 @@ struct AttentionOptions {
   /// sees only keys j with floor(j / C) == floor(p / C) (FlashAttention's
   /// construct_chunk_mask: a negative p is in a chunk of negative positions, no key).
   std::int64_t chunk_size = 0;
+  /// StreamingLLM sink tokens (FlashAttention's sink_token_length; 0 = none): the first N
+  /// keys (of each packed sequence) stay visible whatever the window's left side (window
+  /// or sliding_window); the window's right side, the causal mask, chunks and padding
+  /// still apply to them. At most sk. Not the learnable `sinks` logits.
+  std::int64_t sink_tokens = 0;
   /// Attention temperature tuning (Llama-4; scale 0 = off): the scores of a query at
   /// position p are multiplied by 1 + temperature_scale * log1p(floor((p + 1) /
   /// temperature_floor)), as scaling the query would, before soft-capping and biases.
