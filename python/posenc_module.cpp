@@ -54,6 +54,7 @@
 #include "posenc/ops/attention_relative.hpp"
 #include "posenc/ops/combine.hpp"
 #include "posenc/ops/compare.hpp"
+#include "posenc/ops/compare_baseline.hpp"
 #include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
@@ -1391,6 +1392,55 @@ py::dict combine_partials(const py::array& out_partial, const std::string& out_d
   return res;
 }
 
+// flash-attn's verdict: compare(..., baseline=PT).
+py::dict compare_baseline(const py::array& a, const std::string& a_dtype, const py::array& b,
+                          const std::string& b_dtype, const py::array& pt,
+                          const std::string& pt_dtype, const py::dict& d) {
+  const CallThreads threads;
+  const Tensor ta = to_tensor(a, a_dtype, "a"), tb = to_tensor(b, b_dtype, "b"),
+               tp = to_tensor(pt, pt_dtype, "baseline");
+  BaselineRule rule;
+  set_if(d, "factor", rule.factor);
+  set_if(d, "atol", rule.atol);
+  BaselineVerdict v;
+  {
+    py::gil_scoped_release nogil;
+    try {
+      v = judge_against_baseline(ta, tb, tp, rule);
+    } catch (const InputError& e) {
+      // The library's kernel and ref are the keywords a and b here.
+      std::string msg = e.what();
+      if (msg.rfind("kernel: ", 0) == 0) throw InputError("a: " + msg.substr(8));
+      if (msg.rfind("ref: ", 0) == 0) throw InputError("b: " + msg.substr(5));
+      throw;
+    }
+  }
+  auto index = [](std::optional<std::size_t> flat, const Shape& shape) -> py::object {
+    if (!flat) return py::none();
+    std::vector<std::size_t> idx(shape.size());
+    std::size_t f = *flat;
+    for (std::size_t k = shape.size(); k-- > 0;) {
+      idx[k] = f % shape[k];
+      f /= shape[k];
+    }
+    return py::tuple(py::cast(idx));
+  };
+  py::dict o;
+  o["match"] = v.pass();
+  o["shapes_equal"] = v.shapes_equal;
+  o["shape_a"] = ta.shape();
+  o["shape_b"] = tb.shape();
+  o["factor"] = v.factor;
+  o["atol"] = v.atol;
+  o["atol_rule"] = v.atol_fa ? "fa" : "given";
+  o["error"] = v.kernel_error;
+  o["error_index"] = index(v.kernel_at, ta.shape());
+  o["baseline_error"] = v.baseline_error;
+  o["baseline_error_index"] = index(v.baseline_at, tb.shape());
+  o["bound"] = v.bound;
+  return o;
+}
+
 // A tensor reference from Python: a file, never the interpreter's stdin or stdout.
 void check_module_ref(const std::string& ref) {
   if (ref.find('\0') != std::string::npos) {
@@ -1539,6 +1589,9 @@ PYBIND11_MODULE(_posenc, m) {
   m.def("combine", &combine_partials,
         "combine(out_partial, out_dtype, lse_partial, lse_dtype, options): the merged "
         "{out, lse}. Use posenc.combine.");
+  m.def("compare_baseline", &compare_baseline,
+        "compare_baseline(a, a_dtype, b, b_dtype, pt, pt_dtype, options): flash-attn's "
+        "verdict as a dict. Use posenc.compare(..., baseline=...).");
   m.def("read", &posenc::python::read,
         "read(ref): (array, dtype name) of a tensor reference. Use posenc.read.");
   m.def("write", &posenc::python::write,

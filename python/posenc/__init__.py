@@ -61,7 +61,8 @@ __version__ = _posenc.__version__
 
 __all__ = ["rope", "rope_ids", "attention", "compare", "read", "write", "table", "CompareResult",
            "BF16", "bf16_to_float32", "float32_to_bf16", "Error", "UsageError", "InputError",
-           "OutputError", "DifferError", "kernel_variant", "set_threads", "__version__", "combine"]
+           "OutputError", "DifferError", "kernel_variant", "set_threads", "__version__", "combine",
+           "VerdictResult"]
 
 
 class DifferError(Error):
@@ -579,14 +580,71 @@ class CompareResult:
         return self
 
 
+class VerdictResult(CompareResult):
+    """The outcome of posenc.compare(..., baseline=PT), flash-attn's verdict:
+    ``bool(result)`` is whether max|a - b| <= factor * max|PT - b| + atol.
+
+    Attributes: match, shapes_equal, shape_a, shape_b, factor, atol, atol_rule ("fa": 2 *
+    max|b + 0.3 - 0.3 - b| in b's dtype, or "given"), error and error_index (max|a - b|
+    and where), baseline_error and baseline_error_index, bound."""
+
+    def summary(self):
+        """One line as ``posenc compare --baseline`` reports: the verdict and its numbers."""
+        if not self.shapes_equal:
+            return f"shapes differ: {tuple(self.shape_a)} vs {tuple(self.shape_b)}"
+        return (f"{'match' if self.match else 'differ'}: max|a - b| {self.error:.6g} "
+                f"{'<=' if self.match else '>'} bound {self.bound:.6g} ({self.rule()})")
+
+    def rule(self):
+        """The rule applied, with its numbers."""
+        return (f"{self.factor:g} * baseline error {self.baseline_error:.6g} + atol "
+                f"{self.atol:.6g}" + (" (flash-attn's fwd_atol)" if self.atol_rule == "fa"
+                                      else ""))
+
+
+def _verdict(a, b, baseline, atol, factor, atol_rule, others):
+    for name, given in others.items():
+        if given:
+            raise UsageError(f"{name}: not with baseline (flash-attn's rule compares the "
+                             "largest errors)")
+    if atol is not None and atol_rule is not None:
+        raise UsageError("atol: a fixed atol replaces atol_rule; give one of them")
+    if atol_rule is not None and atol_rule != "fa":
+        raise UsageError(f"atol_rule {atol_rule!r:.40}: expected 'fa'")
+    opts = {}
+    for name, value in (("factor", factor), ("atol", atol)):
+        if value is not None:
+            v = _number(value, name)
+            if not (np.isfinite(v) and v >= 0):
+                raise UsageError(f"{name} {value!r:.40}: must be a finite number >= 0")
+            opts[name] = v
+    (aa, an), (ba, bn) = _required(a, "a"), _required(b, "b")
+    pa, pn = _required(baseline, "baseline")
+    return VerdictResult(_posenc.compare_baseline(aa, an, ba, bn, pa, pn, opts))
+
+
 @_usage_errors
-def compare(a, b, *, rtol=None, atol=None, ulp=None, equal_nan=False, slice=None):
+def compare(a, b, *, rtol=None, atol=None, ulp=None, equal_nan=False, slice=None,
+            baseline=None, factor=None, atol_rule=None):
     """Compares a with the reference b (``posenc compare``): |a - b| <= atol + rtol |b|,
     or at most `ulp` units in the last place of the less precise dtype; `ulp` given
     alone decides alone, given with rtol or atol either test suffices. Unset tolerances
     take torch.testing.assert_close's defaults for the less precise dtype. `slice` ("0,:,:4")
     compares that part of each. Returns a CompareResult (``.check()`` raises
-    DifferError)."""
+    DifferError).
+
+    With `baseline` (``--baseline``): flash-attn's verdict, max|a - b| <= factor *
+    max|baseline - b| + atol, factor 2 by default, atol by `atol_rule` "fa" (2 * max|b +
+    0.3 - 0.3 - b| in b's dtype, torch's arithmetic) or the `atol` given; differences as
+    torch computes ``(a - b).abs().max()``. Returns a VerdictResult."""
+    if baseline is not None:
+        return _verdict(a, b, baseline, atol, factor, atol_rule,
+                        {"rtol": rtol is not None, "ulp": ulp is not None,
+                         "equal_nan": _flag(equal_nan, "equal_nan"),
+                         "slice": slice is not None})
+    for name, given in (("factor", factor), ("atol_rule", atol_rule)):
+        if given is not None:
+            raise UsageError(f"{name}: applies to baseline")
     (aa, an), (ba, bn) = _required(a, "a"), _required(b, "b")
     for name, tol in (("rtol", rtol), ("atol", atol)):
         if tol is not None and not (isinstance(tol, (int, float, np.integer, np.floating))

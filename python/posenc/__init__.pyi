@@ -167,9 +167,19 @@ class CompareResult:
     def rule(self) -> str: ...
     def check(self) -> "CompareResult": ...
 
+class VerdictResult(CompareResult):
+    factor: float
+    atol_rule: str
+    error: float
+    error_index: Optional[Sequence[int]]
+    baseline_error: float
+    baseline_error_index: Optional[Sequence[int]]
+    bound: float
+
 def compare(a: ArrayLike, b: ArrayLike, *, rtol: Optional[float] = ...,
             atol: Optional[float] = ..., ulp: Optional[int] = ..., equal_nan: bool = ...,
-            slice: Optional[str] = ...) -> CompareResult: ...
+            slice: Optional[str] = ..., baseline: Optional[ArrayLike] = ...,
+            factor: Optional[float] = ..., atol_rule: Optional[str] = ...) -> CompareResult: ...
 def combine(out_partial: ArrayLike, lse_partial: ArrayLike, *, axis: int = ...,
             lse_layout: str = ..., dtype: Optional[DTypeLike] = ...) -> Tuple[Any, Any]: ...
 def read(ref: Ref, *, torch: bool = ...) -> Any: ...

@@ -22,6 +22,7 @@
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/compare.hpp"
+#include "posenc/ops/compare_baseline.hpp"
 #include "posenc/ops/compare_locate.hpp"
 #include "posenc/ops/select.hpp"
 #include "posenc/printable.hpp"
@@ -42,6 +43,10 @@ struct CompareCliOptions {
   std::optional<std::string> by;
   std::optional<std::size_t> rotary_dim, top;
   TableOutputOptions table;
+  std::string baseline;  ///< flash-attn's verdict against this baseline
+  std::optional<double> factor;
+  std::string atol_rule;
+  CLI::App* app = nullptr;
 };
 
 /// What the report says about the breakdown: the axes' names and the table.
@@ -335,7 +340,113 @@ CompareLocate locate_request(const CompareCliOptions& o, const std::vector<ByIte
   return loc;
 }
 
+// compare A B --baseline PT: flash-attn's verdict (ops/compare_baseline.hpp). The three
+// tensors are read whole.
+void run_verdict(const CompareCliOptions& o) {
+  for (const char* name : {"--rtol", "--max-ulp", "--equal-nan", "--slice", "--by", "--axes",
+                           "--pairs", "--rotary-dim", "--top", "-o", "--plot"}) {
+    if (o.app->get_option_no_throw(name) && o.app->count(name) > 0) {
+      throw UsageError(
+          fmt::format("{}: not with --baseline (flash-attn's rule compares the "
+                      "largest errors)",
+                      name));
+    }
+  }
+  if (o.atol && !o.atol_rule.empty()) {
+    throw UsageError("--atol: a fixed atol replaces --atol-rule; give one of them");
+  }
+  BaselineRule rule;
+  if (o.factor) rule.factor = *o.factor;
+  rule.atol = o.atol;
+  std::vector<TensorRef> refs{parse_ref(o.a), parse_ref(o.b), parse_ref(o.baseline)};
+  if ((refs[0].is_stdio() + refs[1].is_stdio() + refs[2].is_stdio()) > 1) {
+    throw UsageError("compare: only one of A, B and --baseline can come from standard input");
+  }
+  const Tensor a = read_tensor(refs[0]), b = read_tensor(refs[1]), pt = read_tensor(refs[2]);
+  BaselineVerdict v;
+  try {
+    v = judge_against_baseline(a, b, pt, rule);
+  } catch (const InputError& e) {
+    // The library names its tensors kernel, ref and baseline; the command names files.
+    std::string msg = e.what();
+    const char* names[] = {"kernel: ", "ref: ", "baseline: "};
+    for (std::size_t i = 0; i < 3; ++i) {
+      const std::string n = names[i];
+      if (msg.rfind(n, 0) == 0) throw InputError(refs[i].text + ": " + msg.substr(n.size()));
+    }
+    throw;
+  }
+  exit_code() = v.pass() ? 0 : 1;
+  if (globals().quiet) return;
+  const Tensor* ts[] = {&a, &b, &pt};
+  auto index_of = [](std::optional<std::size_t> flat, const Shape& shape) {
+    std::vector<std::size_t> idx(shape.size());
+    std::size_t f = flat.value_or(0);
+    for (std::size_t k = shape.size(); k-- > 0;) {
+      idx[k] = shape[k] ? f % shape[k] : 0;
+      f = shape[k] ? f / shape[k] : 0;
+    }
+    return idx;
+  };
+  const std::string atol_text =
+      v.atol_fa ? fmt::format("2 * max|b + 0.3 - 0.3 - b| in {} (flash-attn's fwd_atol)",
+                              dtype_name(v.ref_dtype))
+                : std::string("given");
+  if (o.json) {
+    nlohmann::ordered_json j;
+    const char* keys[] = {"a", "b", "baseline"};
+    for (std::size_t i = 0; i < 3; ++i) {
+      nlohmann::ordered_json side;
+      side["ref"] = refs[i].text;
+      side["dtype"] = std::string(dtype_name(ts[i]->dtype()));
+      side["shape"] = ts[i]->shape();
+      j[keys[i]] = side;
+    }
+    j["match"] = v.pass();
+    j["shapes_equal"] = v.shapes_equal;
+    j["rule"] = "flash-attn";
+    j["factor"] = v.factor;
+    j["atol"] = json_number(v.atol);
+    j["atol_rule"] = v.atol_fa ? "fa" : "given";
+    j["error"] = json_number(v.kernel_error);
+    j["error_index"] = v.kernel_at ? nlohmann::ordered_json(index_of(v.kernel_at, a.shape()))
+                                   : nlohmann::ordered_json(nullptr);
+    j["baseline_error"] = json_number(v.baseline_error);
+    j["baseline_error_index"] = v.baseline_at
+                                    ? nlohmann::ordered_json(index_of(v.baseline_at, b.shape()))
+                                    : nlohmann::ordered_json(nullptr);
+    j["bound"] = json_number(v.bound);
+    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    return;
+  }
+  fmt::print("a: {}: {} {}\n", printable(refs[0].text), dtype_name(a.dtype()),
+             shape_str(a.shape()));
+  fmt::print("b: {}: {} {} (reference)\n", printable(refs[1].text), dtype_name(b.dtype()),
+             shape_str(b.shape()));
+  fmt::print("baseline: {}: {} {}\n", printable(refs[2].text), dtype_name(pt.dtype()),
+             shape_str(pt.shape()));
+  if (!v.shapes_equal) {
+    fmt::print("shapes differ: {} vs {}\ndiffer\n", shape_str(a.shape()), shape_str(b.shape()));
+    return;
+  }
+  fmt::print("rule: max|a - b| <= {} * max|baseline - b| + atol (flash-attn's tests)\n", v.factor);
+  fmt::print("atol: {} = {}\n", atol_text, v.atol);
+  auto at = [&](std::optional<std::size_t> flat, const Shape& shape) {
+    return flat ? " at " + index_str(index_of(flat, shape)) : std::string();
+  };
+  fmt::print("error: max|a - b| = {}{} (in {})\n", v.kernel_error, at(v.kernel_at, a.shape()),
+             dtype_name(v.kernel_diff_type));
+  fmt::print("baseline error: max|baseline - b| = {}{} (in {})\n", v.baseline_error,
+             at(v.baseline_at, b.shape()), dtype_name(v.baseline_diff_type));
+  fmt::print("bound: {} * {} + {} = {}\n", v.factor, v.baseline_error, v.atol, v.bound);
+  fmt::print("{}\n", v.pass() ? "match" : "differ");
+}
+
 void run_compare(const CompareCliOptions& o) {
+  if (!o.baseline.empty()) return run_verdict(o);
+  for (const char* name : {"--factor", "--atol-rule"}) {
+    if (o.app->count(name) > 0) throw UsageError(fmt::format("{}: applies to --baseline", name));
+  }
   const TensorRef ra = parse_ref(o.a), rb = parse_ref(o.b);
   if (ra.is_stdio() && rb.is_stdio()) {
     throw UsageError("compare: only one of A and B can come from standard input");
@@ -409,6 +520,7 @@ void register_compare(CLI::App& app) {
       "compare tensor A with reference B element-wise: |a - b| <= atol + rtol * |b| "
       "(numpy.isclose) and/or a ULP bound. Exit 0 if all match, 1 if not. --by and --top "
       "say where they differ.");
+  opt->app = sub;
   sub->add_option("a", opt->a, "tensor to check")->required();
   sub->add_option("b", opt->b, "reference tensor")->required();
   sub->add_option("--rtol", opt->rtol,
@@ -427,6 +539,21 @@ void register_compare(CLI::App& app) {
                   std::string(kSliceHelp) +
                       "; the same selection of A and of B is compared (each resolved against "
                       "its own shape); reported indices are A's own, not the selection's");
+  const char* fa = "FLASH-ATTN'S VERDICT";
+  sub->add_option("--baseline", opt->baseline,
+                  "judge A as flash-attn's tests do: pass when max|A - B| <= R * "
+                  "max|PT - B| + atol, with PT the same computation in low precision "
+                  "(FA's PyTorch baseline) and B the reference")
+      ->group(fa);
+  sub->add_option("--factor", opt->factor,
+                  "R of --baseline (default 2, FA's rtol; 3 with soft-capping)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(fa);
+  sub->add_option("--atol-rule", opt->atol_rule,
+                  "atol of --baseline: fa (default), 2 * max|B + 0.3 - 0.3 - B| computed in "
+                  "B's dtype as torch does (FA's fwd_atol); --atol X gives a fixed one instead")
+      ->check(CLI::IsMember({"fa"}))
+      ->group(fa);
   const char* g = "LOCATING ERRORS";
   sub->add_option("--by", opt->by,
                   "where the errors are: mismatches and max abs/rel/ulp error and tolerance "
