@@ -1,11 +1,12 @@
 // attention_backward(): the gradients of attention recomputed tile by tile from the
-// forward's lse (FlashAttention-2's backward, without its atomics): a first pass over
-// (batch, query head, query tile) items accumulates dq over the key tiles, a second over
-// (batch, KV head, key tile) items accumulates dk and dv over the query heads of the group
-// and their query tiles. Each item owns the rows it writes and adds its tiles in a fixed
-// order, so the bytes depend on the tile sizes (fixed by the shapes) and nothing else.
-// The masks, the key ranges and the score terms are the forward's plan (attention_terms:
-// the one KeyRules value of attention_mask, the mask copy, the ALiBi slopes, the sinks).
+// forward's lse (FlashAttention-2's backward, without its atomics): work items are
+// (batch, KV head); each walks the key tiles in order and, for each, the query heads of
+// the group and their query tiles in order, accumulating dk and dv of the key tile and
+// the dq of every query row of the item. Each item owns the rows it writes and adds its
+// tiles in a fixed order, so the bytes depend on the tile sizes (fixed by the shapes)
+// and nothing else. The masks, the key ranges and the score terms are the forward's
+// plan (attention_terms: the one KeyRules value of attention_mask, the mask copy, the
+// ALiBi slopes, the sinks).
 #include "posenc/ops/attention_backward.hpp"
 
 #include <xtensor-blas/xblas.hpp>
@@ -93,12 +94,12 @@ Tiles tiles_for(const Geometry& g, const AttentionBackwardOptions& bopt) {
   return t;
 }
 
-// A worker's tiles: scores (then probabilities), dP (then dS'), dS for dbias, and the
-// accumulators of one item.
+// A worker's tiles: scores (then probabilities), dP (then dS'), and the accumulators of
+// one item (dk and dv of a key tile, dq of the group's heads).
 std::size_t tile_bytes(const Geometry& g, const Tiles& t, bool dbias) {
   const std::size_t ts = dtype_size(g.compute);
   std::size_t n = mul_sat(t.q * t.k, (dbias ? 3 : 2) * ts);
-  n = add_sat(n, mul_sat(t.q, g.d * ts));
+  n = add_sat(n, mul_sat(mul_sat(g.hq / g.hk, g.sq), g.d * ts));  // the item's dq
   n = add_sat(n, mul_sat(t.k, (g.d + g.dv) * ts));
   // Strided rows (bshd) copied for BLAS.
   return add_sat(n, mul_sat(std::max(t.q, t.k), (g.d + g.dv) * ts));
@@ -172,7 +173,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
       }
       if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
       if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
-      const T p = static_cast<T>(std::exp(static_cast<double>(x) - lse));
+      const T p = std::exp(x - static_cast<T>(lse));
       const T ds = p * (dr[jj] - D);
       sr[jj] = p;
       dr[jj] = ds * f;
@@ -189,9 +190,19 @@ void store_rows(Tensor& out, const Strides& st, std::size_t bi, std::size_t h, s
                 std::size_t rows, std::size_t n, const T* acc) {
   for (std::size_t r = 0; r < rows; ++r) {
     const std::size_t base = bi * st.b + h * st.h + (r0 + r) * st.s;
-    for (std::size_t c = 0; c < n; ++c) {
-      out.set(base + c * st.d, static_cast<double>(acc[r * n + c]));
+    const T* a = acc + r * n;
+    if (out.dtype() == DType::f32 || out.dtype() == DType::f64) {
+      // Rounded once by the conversion (T is f32 or f64).
+      for (std::size_t c = 0; c < n; ++c) {
+        if (out.dtype() == DType::f32) {
+          out.data<float>()[base + c * st.d] = static_cast<float>(a[c]);
+        } else {
+          out.data<double>()[base + c * st.d] = static_cast<double>(a[c]);
+        }
+      }
+      continue;
     }
+    for (std::size_t c = 0; c < n; ++c) out.set(base + c * st.d, static_cast<double>(a[c]));
   }
 }
 
@@ -202,53 +213,46 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
   const Strides qst = strides_of(out.dq.shape(), g.axes), kst = strides_of(out.dk.shape(), g.axes),
                 vst = strides_of(out.dv.shape(), g.axes);
   OneBlasThread one_blas;
-  // dq: items (batch, query head, query tile), key tiles in order.
-  const std::size_t nq = (g.sq + t.q - 1) / t.q, nk = (g.sk + t.k - 1) / t.k;
-  const std::size_t n1 = g.b * g.hq * nq;
-  const std::size_t th1 = thread_count(n1, workers);
+  // Items (batch, KV head): each key tile in order, the group's query heads and their
+  // query tiles in order within it. P and dS' of a tile serve dk, dv and dq (five
+  // products a tile, FlashAttention-2's count); dq of the group's heads is accumulated in
+  // the item, over the key tiles in order.
+  const std::size_t group = g.hq / g.hk;
+  const std::size_t n = g.b * g.hk;
   struct Work {
-    std::vector<T> s, dp, acc, acc2;
+    std::vector<T> s, dp, dk, dv, dq;
   };
-  std::vector<Work> work(std::max(th1, thread_count(g.b * g.hk * nk, workers)));
-  for_items(n1, th1, [&](std::size_t it, std::size_t w) {
+  std::vector<Work> work(thread_count(n, workers));
+  for_items(n, work.size(), [&](std::size_t it, std::size_t w) {
     Work& W = work[w];
-    const std::size_t bi = it / (g.hq * nq), h = it / nq % g.hq, q0 = it % nq * t.q;
-    const std::size_t qn = std::min(t.q, g.sq - q0);
-    const std::size_t kvh = h / (g.hq / g.hk);
-    W.acc.assign(qn * g.d, T(0));
+    const std::size_t bi = it / g.hk, kvh = it % g.hk;
+    W.dq.assign(group * g.sq * g.d, T(0));
     for (std::size_t j0 = 0; j0 < g.sk; j0 += t.k) {
       const std::size_t kn = std::min(t.k, g.sk - j0);
-      if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, c.want_dbias)) continue;
       const T* kp = c.k.p + bi * c.k.b + kvh * c.k.h + j0 * c.k.s;
-      gemm(false, false, qn, g.d, kn, c.P.scale, W.dp.data(), kn, kp, c.k.s, T(1), W.acc.data());
-    }
-    store_rows(out.dq, qst, bi, h, q0, qn, g.d, W.acc.data());
-  });
-  // dk, dv: items (batch, KV head, key tile), the group's query heads and their query
-  // tiles in order.
-  const std::size_t n2 = g.b * g.hk * nk;
-  const std::size_t th2 = thread_count(n2, workers);
-  const std::size_t group = g.hq / g.hk;
-  for_items(n2, th2, [&](std::size_t it, std::size_t w) {
-    Work& W = work[w];
-    const std::size_t bi = it / (g.hk * nk), kvh = it / nk % g.hk, j0 = it % nk * t.k;
-    const std::size_t kn = std::min(t.k, g.sk - j0);
-    W.acc.assign(kn * g.d, T(0));
-    W.acc2.assign(kn * g.dv, T(0));
-    for (std::size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-      for (std::size_t q0 = 0; q0 < g.sq; q0 += t.q) {
-        const std::size_t qn = std::min(t.q, g.sq - q0);
-        // dS for dbias is written by the first pass only.
-        if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, false)) continue;
-        const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
-        const T* op = c.dO.p + bi * c.dO.b + h * c.dO.h + q0 * c.dO.s;
-        gemm(true, false, kn, g.dv, qn, T(1), W.s.data(), kn, op, c.dO.s, T(1), W.acc2.data());
-        gemm(true, false, kn, g.d, qn, c.P.scale, W.dp.data(), kn, qp, c.q.s, T(1),
-             W.acc.data());
+      W.dk.assign(kn * g.d, T(0));
+      W.dv.assign(kn * g.dv, T(0));
+      for (std::size_t hh = 0; hh < group; ++hh) {
+        const std::size_t h = kvh * group + hh;
+        for (std::size_t q0 = 0; q0 < g.sq; q0 += t.q) {
+          const std::size_t qn = std::min(t.q, g.sq - q0);
+          if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, c.want_dbias)) continue;
+          const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
+          const T* op = c.dO.p + bi * c.dO.b + h * c.dO.h + q0 * c.dO.s;
+          gemm(true, false, kn, g.dv, qn, T(1), W.s.data(), kn, op, c.dO.s, T(1), W.dv.data());
+          gemm(true, false, kn, g.d, qn, c.P.scale, W.dp.data(), kn, qp, c.q.s, T(1),
+               W.dk.data());
+          gemm(false, false, qn, g.d, kn, c.P.scale, W.dp.data(), kn, kp, c.k.s, T(1),
+               W.dq.data() + (hh * g.sq + q0) * g.d);
+        }
       }
+      store_rows(out.dk, kst, bi, kvh, j0, kn, g.d, W.dk.data());
+      store_rows(out.dv, vst, bi, kvh, j0, kn, g.dv, W.dv.data());
     }
-    store_rows(out.dk, kst, bi, kvh, j0, kn, g.d, W.acc.data());
-    store_rows(out.dv, vst, bi, kvh, j0, kn, g.dv, W.acc2.data());
+    for (std::size_t hh = 0; hh < group; ++hh) {
+      store_rows(out.dq, qst, bi, kvh * group + hh, 0, g.sq, g.d,
+                 W.dq.data() + hh * g.sq * g.d);
+    }
   });
 }
 

@@ -15,9 +15,10 @@
 ///
 /// Arithmetic: float64 unless opt.precision asks for f32; each gradient rounded once to
 /// the output dtype (opt.dtype, else Q's). Products by single-threaded BLAS on tiles of
-/// sizes fixed by the shapes (never s x s): results are the same bytes whatever the
-/// thread count or --max-memory; dq is reduced per query tile, dk and dv per key tile,
-/// each in a fixed order.
+/// sizes fixed by the shapes (never s x s); the work items are (batch, KV head), each
+/// adding its tiles in a fixed order (dq over the key tiles, dk and dv over the group's
+/// query heads and their query tiles), so results are the same bytes whatever the thread
+/// count or --max-memory (which bounds the workers). Parallel over b * hk items.
 ///
 /// Options honoured: scale, causal (both alignments), window, sliding_window, chunk_size,
 /// key_lengths, cu_seqlens, bool and float masks, ALiBi (every variant), soft-cap, sinks,
