@@ -261,7 +261,14 @@ constexpr const char* kFloatDtypeHelp =
 constexpr const char* kIntDtypeHelp =
     "output dtype: i64 (default), any integer dtype that holds the largest index, f32 or f64";
 
+// The dtypes of an index table that a learned table turns into a bias ({}: what the
+// index holds).
+constexpr const char* kBiasDtypeHelp =
+    "output dtype: i64 (default) or any integer dtype that holds the largest {}, f32, f64; "
+    "with --bias-table f32 (default), f64, f16, bf16";
+
 }  // namespace
+
 void register_table(CLI::App& app) {
   auto* table = app.add_subcommand("table", "generate an encoding table");
   table->require_subcommand(1);
