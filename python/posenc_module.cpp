@@ -435,6 +435,7 @@ Positions positions(const py::dict& d) {
       throw InputError("cos: expected shape [rows, R/2] or [rows, R], got " +
                        shape_str(pos.table_shape));
     }
+    if (auto t = get<std::string>(d, "table_dtype")) pos.table_dtype = parse_dtype(*t, "cos");
   }
   if (d.contains("seqlen_offsets")) {
     Shape shape;
@@ -470,6 +471,7 @@ RopeApplyOptions apply_options(const py::dict& d) {
   set_if(d, "inverse", a.inverse);
   if (auto p = get<std::string>(d, "precision")) a.precision = precision_of(*p);
   set_if(d, "allow_nonfinite", a.allow_nonfinite);
+  set_if(d, "torch_ops", a.torch_ops);
   if (auto grid = get<std::pair<std::int64_t, std::int64_t>>(d, "rope2d")) {
     if (grid->first <= 0 || grid->second <= 0) {
       throw UsageError("rope2d: height and width must be positive, got " +

@@ -108,7 +108,7 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
          rope2d=None, rope2d_ids=False, order=None, mrope_section=None,
          mrope_interleaved=False, layout=None, inv_freq=None, freq_scale=None, coords=None,
          prefix_tokens=None, merge_window=None, angles=None, allow_nonfinite=False,
-         cos=None, sin=None, seqlen_offsets=None):
+         cos=None, sin=None, seqlen_offsets=None, torch_ops=False):
     """Rotary position embedding of every vector along axis d of `x`, the position of
     each taken from axis s (``posenc rope``).
 
@@ -157,6 +157,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         rotary_dim. They replace the frequency keywords (base, scaling, hf_config, ...).
     seqlen_offsets: [b] integers (flash-attn's seqlen_offsets): token s of entry b at
         start + seqlen_offsets[b] + s; with cu_seqlens one per packed sequence.
+    torch_ops: with cos/sin, flash-attn's apply_rotary_emb_torch bit for bit (each product
+        and the sum rounded to torch's promoted type of x and the tables).
     """
     given = locals()
     _pos_tables = _tables(given)
@@ -180,6 +182,10 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
         apply["precision"] = precision
     if allow_nonfinite:
         apply["allow_nonfinite"] = True
+    if _flag(torch_ops, "torch_ops"):
+        if cos is None:
+            raise UsageError("torch_ops: needs cos and sin")
+        apply["torch_ops"] = True
     if rope2d is not None:
         apply["rope2d"] = _pair(rope2d, "rope2d")
     if order is not None:

@@ -63,7 +63,8 @@ def rope(x: ArrayLike, *, axes: Optional[str] = ..., dtype: Optional[DTypeLike] 
          merge_window: Optional[int] = ..., angles: Optional[ArrayLike] = ...,
          allow_nonfinite: bool = ..., cos: Optional[ArrayLike] = ...,
          sin: Optional[ArrayLike] = ...,
-         seqlen_offsets: Optional[ArrayLike] = ...) -> Any: ...
+         seqlen_offsets: Optional[ArrayLike] = ...,
+         torch_ops: bool = ...) -> Any: ...
 
 RopeIdsFamily = Literal["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen2.5-omni", "glm4v",
                         "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen2_5_omni",

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from . import _posenc
-from ._arrays import ints, is_real, reals
+from ._arrays import ints, is_real, reals, view
 from ._posenc import InputError, UsageError
 
 # Keyword -> RopeParams member; values None are "not given".
@@ -246,4 +246,6 @@ def rope_tables(kw):
             raise InputError(f"{name}: expected a float tensor (f16, bf16, f32, f64)")
     out["cos"] = reals(cos, "cos")
     out["sin"] = reals(sin, "sin")
+    # The tables' own type: torch_ops rounds to its promotion with x's.
+    out["table_dtype"] = view(cos, "cos")[1]
     return out

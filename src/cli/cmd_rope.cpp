@@ -49,6 +49,7 @@ struct RopeCmdOptions {
   std::string angles;     // --angles: [s, R/2] or [b, s, R/2]
   std::string cos, sin;   // --cos/--sin: the caller's tables [rows, R/2] or [rows, R]
   std::string seqlen_offsets;  // --seqlen-offsets: [b] (or one per --cu-seqlens sequence)
+  bool torch_ops = false;      // --torch-ops: apply_rotary_emb_torch's roundings
   bool allow_nonfinite = false;
   std::string max_memory;
   std::string part;
@@ -175,6 +176,7 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
     pos.seqlen_offsets.assign(a.begin(), a.end());
     pos.offsets_what = "--seqlen-offsets: " + o.seqlen_offsets;
   }
+  if (o.torch_ops && o.cos.empty()) throw UsageError("--torch-ops: needs --cos and --sin");
   if (o.cos.empty() != o.sin.empty()) {
     throw UsageError(o.cos.empty() ? "--sin: needs --cos" : "--cos: needs --sin");
   }
@@ -213,6 +215,11 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
                                    names[k], *refs[k], shape_str(t.shape())));
     }
     shapes[k] = t.shape();
+    if (k == 1 && t.dtype() != pos.table_dtype) {
+      throw InputError(fmt::format("--sin: {}: dtype {} differs from --cos's {}", o.sin,
+                                   dtype_name(t.dtype()), dtype_name(pos.table_dtype)));
+    }
+    pos.table_dtype = t.dtype();
     // get() widens every float type exactly: a bf16 table is applied as bf16 values.
     dst[k]->resize(t.numel());
     for (std::size_t i = 0; i < t.numel(); ++i) (*dst[k])[i] = t.get(i);
@@ -321,6 +328,10 @@ void run_rope(const RopeCmdOptions& o) {
   r.positions = rope_positions(o.rope, /*real_coords=*/true);
   set_coordinates(o, r.positions);
   set_tables(o, r.positions);
+  if (o.torch_ops && o.rope.app->count("--precision") > 0) {
+    throw UsageError("--torch-ops: computes as torch does; not with --precision");
+  }
+  r.apply.torch_ops = o.torch_ops;
   const std::vector<std::string> notes = config_heads_notes(o, r.inputs);
   if (o.rope.app->count("--max-memory") > 0) {
     r.max_memory = parse_memory_size(o.max_memory, "--max-memory");
@@ -436,6 +447,11 @@ void register_rope(CLI::App& app) {
                   "p; R from its width unless --rotary-dim; needs --sin")
       ->group(g);
   sub->add_option("--sin", opts->sin, "the caller's sin table, the shape of --cos")->group(g);
+  sub->add_flag("--torch-ops", opts->torch_ops,
+                "with --cos/--sin: flash-attn's apply_rotary_emb_torch bit for bit, each product "
+                "and the sum rounded to torch's type for x and the tables (default: exact, "
+                "rounded once)")
+      ->group(g);
   sub->add_option("--seqlen-offsets", opts->seqlen_offsets,
                   "per-entry offsets [b] (flash-attn's seqlen_offsets / rotary_seqlens): token s "
                   "of entry b at --start + offset[b] + s; with --cu-seqlens one per sequence")

@@ -213,6 +213,8 @@ struct RopeApplier::Impl {
   // nang angles of position p, in float64 (exact for every float type they came in);
   // gmax is their largest magnitude.
   bool caller_table = false;
+  bool torch_ops = false;
+  DType opdt = DType::f64;  // the type torch's operations round to (torch_ops)
   std::vector<double> gtab;
   std::size_t grows = 0;
   double gmax = 0;
@@ -345,6 +347,7 @@ struct RopeApplier::Impl {
   bool run_framework(const rope_detail::KernelArgs& a, const Range& r, const char* roles) const;
   void set_layout(const RopeFreqs& f, const RopeApplyOptions& opt);
   bool rotate_per_dim(const rope_detail::KernelArgs& a) const;
+  bool rotate_torch_ops(const rope_detail::KernelArgs& a) const;
   template <class W>
   bool rotate_per_dim_in(const rope_detail::KernelArgs& a) const;
   void set_permutation(const RopeFreqs& f);
@@ -683,8 +686,18 @@ void RopeApplier::Impl::set_table(const Positions& pos, const RopeFreqs& f) {
       }
     }
   }
-  if (paired) {
+  if (paired && !torch_ops) {
     nang = half;
+  } else if (paired) {
+    // torch's operations element by element: each rotated dim k on its pair's column.
+    nang = half;
+    pairing = RopePairing::split;
+    const bool il = gptj;
+    for (std::size_t k = 0; k < R; ++k) {
+      dim_angle[k] = il ? k / 2 : k % half;
+      dim_partner[k] = il ? k ^ 1 : k < half ? k + half : k - half;
+      dim_first[k] = il ? k % 2 == 0 : k < half;
+    }
   } else {
     if (inverse) {
       throw UsageError(fmt::format("inverse: the {} table's pairs differ (column j and its "
@@ -703,6 +716,9 @@ void RopeApplier::Impl::set_table(const Positions& pos, const RopeFreqs& f) {
       dim_partner[k] = gptj ? k ^ 1 : k < half ? k + half : k - half;
       dim_first[k] = gptj ? k % 2 == 0 : k < half;
     }
+  }
+  if (torch_ops && (f.rope_interleave || permute)) {
+    throw UsageError("torch_ops: not with rope_interleave or rotary_last");
   }
   gtab.resize(grows * 2 * nang);
   for (std::size_t r = 0; r < grows; ++r) {
@@ -1149,7 +1165,66 @@ bool RopeApplier::Impl::rotate_per_dim_in(const rope_detail::KernelArgs& a) cons
 }
 
 bool RopeApplier::Impl::rotate_per_dim(const rope_detail::KernelArgs& a) const {
+  if (torch_ops) return rotate_torch_ops(a);
   return prec == Precision::f64 ? rotate_per_dim_in<double>(a) : rotate_per_dim_in<float>(a);
+}
+
+namespace {
+
+/// One of torch's CPU elementwise results in `t`: f64 as is, f32 as float, f16 and bf16
+/// computed in float32 and rounded to the type (Vectorized<Half/BFloat16>).
+float round_op(float v, DType t) {
+  if (t == DType::bf16) return bf16_to_float(float_to_bf16(v));
+  if (t == DType::f16) return half_to_float(float_to_half(v));
+  return v;
+}
+
+}  // namespace
+
+// apply_rotary_emb_torch: x[k] * cos[j] + rotate_half(x)[k] * sin[j], rotate_half(x)[k] =
+// -x[partner] for the first dim of a pair and x[partner] for the second, each product and
+// the sum a torch operation in opdt. The passed dims are x itself (torch.cat), in opdt.
+bool RopeApplier::Impl::rotate_torch_ops(const rope_detail::KernelArgs& a) const {
+  const std::size_t nvec = a.n0 * a.n1 * a.n2;
+  Tensor x(kin, {nvec * D});
+  std::memcpy(x.bytes(), a.src, x.nbytes());
+  const Tensor x64 = x.astype(DType::f64);
+  Tensor y64(DType::f64, {nvec * D});
+  const double* xs = x64.data<double>();
+  double* ys = y64.data<double>();
+  const auto* table = static_cast<const double*>(a.table);
+  const bool f64 = opdt == DType::f64;
+  int bad = 0;
+#pragma omp parallel for collapse(2) schedule(static) reduction(| : bad) if (nvec * D >= rope_detail::kParallelElements)
+  for (std::ptrdiff_t i0 = 0; i0 < static_cast<std::ptrdiff_t>(a.n0); ++i0) {
+    for (std::ptrdiff_t i1 = 0; i1 < static_cast<std::ptrdiff_t>(a.n1); ++i1) {
+      for (std::size_t i2 = 0; i2 < a.n2; ++i2) {
+        const std::ptrdiff_t at = i0 * a.st0 + i1 * a.st1 + static_cast<std::ptrdiff_t>(i2) * a.st2;
+        const std::ptrdiff_t t = i0 * a.t0 + i1 * a.t1 + static_cast<std::ptrdiff_t>(i2) * a.t2;
+        const double* cs = table + static_cast<std::size_t>(a.rowidx[t]) * 2 * nang;
+        const double* sn = cs + nang;
+        const double* xv = xs + at;
+        double* yv = ys + at;
+        for (std::size_t k = 0; k < D; ++k) bad |= std::isfinite(xv[k]) ? 0 : 1;
+        for (std::size_t k = 0; k < R; ++k) {
+          const std::size_t j = dim_angle[k];
+          const double rh = dim_first[k] ? -xv[dim_partner[k]] : xv[dim_partner[k]];
+          if (f64) {
+            yv[k] = xv[k] * cs[j] + rh * sn[j];
+          } else {
+            // Inputs and tables are values of opdt or narrower: exact in float.
+            const float p = round_op(static_cast<float>(xv[k]) * static_cast<float>(cs[j]), opdt);
+            const float q = round_op(static_cast<float>(rh) * static_cast<float>(sn[j]), opdt);
+            yv[k] = round_op(p + q, opdt);
+          }
+        }
+        for (std::size_t k = R; k < D; ++k) yv[k] = xv[k];
+      }
+    }
+  }
+  const Tensor y = y64.astype(out);
+  std::memcpy(a.dst, y.bytes(), y.nbytes());
+  return bad != 0;
 }
 
 void RopeApplier::Impl::build_table(const Range& r) {
@@ -1280,6 +1355,22 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
   m.set_layout(f, opt);
   m.set_permutation(f);
   m.set_positions(pos, opt);
+  if (opt.torch_ops) {
+    if (pos.table_shape.empty()) throw UsageError("torch_ops: needs cos/sin tables");
+    if (opt.precision != Precision::f64) {
+      throw UsageError("torch_ops: computes as torch does; not with precision f32");
+    }
+    if (!is_float(in_dtype) || !is_float(pos.table_dtype)) {
+      throw InputError(fmt::format("{}: torch_ops takes float inputs and tables, not {}", m.what,
+                                   dtype_name(is_float(in_dtype) ? pos.table_dtype : in_dtype)));
+    }
+    m.torch_ops = true;
+    // torch's promotion of two float types: the wider; f16 with bf16 gives f32.
+    const DType a = in_dtype, b = pos.table_dtype;
+    m.opdt = a == b                                   ? a
+             : dtype_size(a) != dtype_size(b)         ? (dtype_size(a) > dtype_size(b) ? a : b)
+                                                      : DType::f32;
+  }
   m.set_table(pos, f);
   m.check_ranges(f, opt);
   m.H = size_of('h');

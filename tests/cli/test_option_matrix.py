@@ -126,11 +126,14 @@ ROPE_ROWS = {
     "--cos": ([], ["--cos", "{tcos}", "--sin", "{tsin}"]),
     "--sin": ([], ["--sin", "{tsin}", "--cos", "{tcos}"]),
     "--seqlen-offsets": ([], ["--seqlen-offsets", "{offs}"]),
+    "--torch-ops": (["--cos", "{tcos}", "--sin", "{tsin}"],
+                    ["--cos", "{tcos}", "--sin", "{tsin}", "--torch-ops"]),
 }
 # Options of `posenc rope` alone (the layout, coordinates and angles).
 ROPE_ONLY = ("--rope2d", "--rope2d-ids", "--order", "--mrope-section", "--mrope-interleaved",
              "--layout", "--coords", "--freq-scale", "--prefix-tokens", "--merge-window",
-             "--inv-freq", "--angles", "--cos", "--sin", "--seqlen-offsets")
+             "--inv-freq", "--angles", "--cos", "--sin", "--seqlen-offsets",
+             "--torch-ops")
 
 ATTENTION_ROWS = {
     "--scale": ([], ["--scale", "0.5"]),

@@ -81,3 +81,19 @@ def apply_rotary_tables(x, cos, sin, interleaved=False, start=0, seqlen_offsets=
     elif layout == "bhsd":
         out = out.transpose(1, 2)
     return out.numpy()
+
+
+def apply_rotary_torch_native(x, cos, sin, interleaved=False, positions_bs=None):
+    """apply_rotary_emb_torch itself, in torch's own dtypes: x [b, s, h, d] and cos/sin
+    [rows, R/2] torch tensors; positions_bs [b, s] int64 rows of the tables (default
+    0..s-1). Each product and the sum are torch operations (rounded to the promoted type)."""
+    b, s = x.shape[0], x.shape[1]
+    if positions_bs is None:
+        positions_bs = torch.arange(s)[None, :].expand(b, s)
+    c, sn = cos[positions_bs], sin[positions_bs]  # [b, s, R/2]
+    r = 2 * cos.shape[-1]
+    c = (c.repeat_interleave(2, -1) if interleaved else torch.cat((c, c), -1))[:, :, None, :]
+    sn = (sn.repeat_interleave(2, -1) if interleaved else torch.cat((sn, sn), -1))[:, :, None, :]
+    xr = x[..., :r]
+    rot = xr * c + rotate_half(xr, interleaved) * sn
+    return torch.cat((rot, x[..., r:].to(rot.dtype)), dim=-1)

@@ -76,3 +76,16 @@ def test_tables_and_frequencies_in_one_process():
     np.testing.assert_array_equal(plain, again)
     assert np.abs(plain - given).max() > 0.1
     np.testing.assert_array_equal(posenc.rope(x, cos=cos, sin=sin), given)
+
+
+def test_torch_ops_bf16_is_apply_rotary_emb_torch():
+    from fa_rotary_reference import apply_rotary_torch_native
+    rng = np.random.default_rng(10)
+    x = torch.from_numpy(rng.standard_normal((2, 5, 2, 12)) * 3).bfloat16()
+    cos, sin = tables(9, 4, torch.bfloat16)
+    pos = torch.tensor([0, 4])[:, None] + torch.arange(5)[None, :]
+    want = apply_rotary_torch_native(x, cos, sin, False, pos)
+    got = posenc.rope(x, axes="bshd", cos=cos, sin=sin, seqlen_offsets=[0, 4], torch_ops=True)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    with pytest.raises(posenc.UsageError, match="torch_ops: needs cos"):
+        posenc.rope(x, torch_ops=True)

@@ -15,8 +15,9 @@ import unittest
 import numpy as np
 import torch
 
-from fa_rotary_reference import apply_rotary_tables
-from posenc_testlib import BIN, PosencTestCase, load_torch, out_ref, save_torch
+from fa_rotary_reference import apply_rotary_tables, apply_rotary_torch_native
+from posenc_testlib import (BIN, PosencTestCase, bit_mismatches, load_torch, out_ref,
+                            save_torch)
 from rounding import EPS64, assert_rounded_once, report_skipped_variants
 
 
@@ -176,6 +177,36 @@ class RopeTables(PosencTestCase):
                              margin(x.numpy(), cos.numpy(), sin.numpy()))
         np.testing.assert_array_equal(got[:, :4], x.numpy()[:, :4])
 
+    def test_torch_ops_is_apply_rotary_emb_torch(self):
+        # --torch-ops: torch's own roundings, bit for bit against apply_rotary_emb_torch run
+        # by this torch in the tensors' dtypes (type promotion included); the exact mode
+        # (one rounding) differs from them somewhere in the narrow types.
+        names = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+        cases = [(torch.bfloat16, torch.bfloat16, "neox", 20),
+                 (torch.bfloat16, torch.bfloat16, "gptj", 20),
+                 (torch.float16, torch.float16, "neox", 16),
+                 (torch.float32, torch.bfloat16, "gptj", 16),
+                 (torch.bfloat16, torch.float32, "neox", 16),
+                 (torch.float16, torch.bfloat16, "neox", 16)]
+        for xdt, tdt, style, d in cases:
+            with self.subTest(x=xdt, table=tdt, style=style):
+                x = torch.from_numpy(self.rng.standard_normal((2, 6, 3, d)) * 4).to(xdt)
+                cos, sin = self.table(16, 4, tdt)
+                offs = [1, 9]
+                pos = torch.tensor(offs)[:, None] + torch.arange(6)[None, :]
+                want = apply_rotary_torch_native(x, cos, sin, style == "gptj", pos)
+                args = ["rope", save_torch(self, "x", x), "--axes", "bshd",
+                        "--cos", save_torch(self, "c", cos), "--sin", save_torch(self, "s", sin),
+                        "--style", style, "--seqlen-offsets", self.npy("o.npy", offs),
+                        "--dtype", names[want.dtype]]
+                yr = out_ref(self, "y", want.dtype)
+                self.run_ok(*args, "--torch-ops", "-o", yr)
+                self.assertEqual(bit_mismatches(load_torch(yr, want.dtype), want), 0)
+                if want.dtype != torch.float32:
+                    er = out_ref(self, "e", want.dtype)
+                    self.run_ok(*args, "-o", er)
+                    self.assertGreater(bit_mismatches(load_torch(er, want.dtype), want), 0)
+
     def test_threads_same_bytes(self):
         x = self.rng.standard_normal((4, 64, 8, 32)).astype(np.float32)
         cos, sin = self.table(200, 16, torch.float16)
@@ -212,6 +243,9 @@ class RopeTables(PosencTestCase):
             (2, ["--cos", c], "--cos: needs --sin"),
             (2, ["--cos", c, "--sin", s, "--base", "500"], "not with --base"),
             (2, ["--cos", c, "--sin", s, "--arith", "hf"], "applied exactly only"),
+            (2, ["--torch-ops"], "--torch-ops: needs --cos"),
+            (2, ["--cos", c, "--sin", s, "--torch-ops", "--precision", "f32"], "--torch-ops"),
+            (3, ["--cos", c, "--sin", save_torch(self, "s32", sin.float())], "--sin: .*dtype"),
             (2, ["--cos", c, "--sin", s, "--position-ids", self.npy("i.npy", [0, 1, 2, 3, 4]),
                  "--seqlen-offsets", self.npy("o2.npy", [0, 1])], "--seqlen-offsets"),
         ]

@@ -92,6 +92,7 @@ struct Positions {
   std::vector<double> table_cos;  ///< the caller's cos table, C order (--cos)
   std::vector<double> table_sin;  ///< the caller's sin table, C order (--sin)
   Shape table_shape;              ///< [rows, R/2] or [rows, R], shared by both tables
+  DType table_dtype = DType::f64;  ///< the tables' own type (for RopeApplyOptions::torch_ops)
   std::string cos_what = "cos";   ///< names the source in messages
   std::string sin_what = "sin";   ///< names the source in messages
 };
@@ -131,6 +132,12 @@ struct RopeApplyOptions {
   /// (the default): plain RoPE, or the preset the options above select (grid,
   /// grid_ids: axial; mrope_section: sections or interleaved); not combined with them.
   RopeLayoutSpec layout;
+  /// With the caller's cos/sin tables: flash-attn's apply_rotary_emb_torch bit for bit,
+  /// x * cos + rotate_half(x) * sin with each product and the sum rounded to the type
+  /// torch computes them in (the promotion of the input's and the tables' types; f16, bf16
+  /// and f32 operations in float32 then rounded, as torch's CPU kernels do), instead of
+  /// one rounding of the exact result.
+  bool torch_ops = false;
 };
 
 /// Rotates every vector along axis d of `x` by its position along axis s and returns
