@@ -110,9 +110,12 @@ CombineResult combine(const Tensor& out_partial, const Tensor& lse_partial,
   };
 
   checked_numel(os, sizeof(double), "out_partial");
-  const Tensor o64 = cast(out_partial, DType::f64);
+  // out_partial is widened a row of d at a time (exactly), so that memory holds the
+  // inputs and the float64 results only.
   const Tensor l64 = cast(lse_partial, DType::f64);
-  const double* op = o64.data<double>();
+  const std::byte* op = out_partial.bytes();
+  const std::size_t item = dtype_size(out_partial.dtype());
+  std::vector<double> row(d);
   const double* lp = l64.data<double>();
   Tensor out(DType::f64, without(os, axis));
   Tensor lse(DType::f64, without(ls, axis));
@@ -149,11 +152,14 @@ CombineResult combine(const Tensor& out_partial, const Tensor& lse_partial,
       lse_p[o * inner + lq] = m + std::log(sum);
       for (std::size_t k = 0; k < d; ++k) dst[k] = 0.0;
       for (std::size_t i = 0; i < splits; ++i) {
-        if (lse_at(i) == -kInf) continue;  // contributes nothing; its values are not read
+        // A split with lse -inf contributes nothing and its values are not read.
+        if (lse_at(i) == -kInf || d == 0) continue;
         const std::size_t base = ((o * splits + i) * inner + p) * d;
         const double w = e[i] / sum;
+        cast(op + base * item, out_partial.dtype(), reinterpret_cast<std::byte*>(row.data()),
+             DType::f64, d);
         for (std::size_t k = 0; k < d; ++k) {
-          const double x = op[base + k];
+          const double x = row[k];
           if (!std::isfinite(x)) {
             throw InputError(
                 fmt::format("out_partial: {} at {} in a split that contributes (its lse is {})",
