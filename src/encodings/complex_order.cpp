@@ -74,9 +74,6 @@ Table complex_order_table(const ComplexOrderRequest& r) {
       throw UsageError("input_ids: need tables [V, D]; vectors [D] take positions");
     }
     if (!r.positions) throw UsageError("positions: the number of rows is required");
-    if (*r.positions < 1 || *r.positions > kMaxOrderPosition) {
-      throw UsageError(fmt::format("positions: must be from 1 to 2^52, got {}", *r.positions));
-    }
     if (r.start + *r.positions - 1 > kMaxOrderPosition) {
       throw UsageError("start/positions: the last position passes 2^52");
     }

@@ -142,10 +142,6 @@ Table layout_bucket_table(const LayoutBucketRequest& r) {
     if (r.position_ids.has_value() == r.seq_len.has_value()) {
       throw UsageError("seq_len/position_ids: give one of them for axis 1d");
     }
-    if (r.seq_len && (*r.seq_len < 1 || *r.seq_len > kMaxLayoutBucketTokens)) {
-      throw UsageError(
-          fmt::format("seq_len: must be from 1 to {}, got {}", kMaxLayoutBucketTokens, *r.seq_len));
-    }
   }
   if (r.axis == LayoutAxis::xy && (!r.bias_table || !r.bias_table_y)) {
     throw UsageError(
@@ -155,14 +151,9 @@ Table layout_bucket_table(const LayoutBucketRequest& r) {
   if (r.bias_table_y && r.axis != LayoutAxis::xy) {
     throw UsageError("bias_table_y: is for axis xy only");
   }
+  // Given values are in their declared ranges; the defaults are HF's.
   const int nb = r.buckets.value_or(boxes ? 64 : 32);
   const std::int64_t md = r.max_distance.value_or(boxes ? 256 : 128);
-  if (nb < 4 || nb > (1 << 20)) {
-    throw UsageError(fmt::format("buckets: must be from 4 to 2^20, got {}", nb));
-  }
-  if (md < 1 || md > (1 << 24)) {
-    throw UsageError(fmt::format("max_distance: must be from 1 to 2^24, got {}", md));
-  }
   t5_bucket(0, true, nb, static_cast<int>(md));  // the pair checked (UsageError)
 
   // Coordinates: one set, or x and y for xy.
@@ -277,10 +268,6 @@ Table udop_bucket_table(const UdopBucketRequest& r) {
   if (boxes && !r.bbox) throw UsageError("bbox: needed for axis horizontal, vertical and all");
   if (r.bbox && r.seq_len) throw UsageError("seq_len: not with bbox (the boxes give s)");
   if (!r.bbox && !r.seq_len) throw UsageError("seq_len: needed for axis 1d without bbox");
-  if (r.seq_len && (*r.seq_len < 1 || *r.seq_len > kMaxLayoutBucketTokens)) {
-    throw UsageError(
-        fmt::format("seq_len: must be from 1 to {}, got {}", kMaxLayoutBucketTokens, *r.seq_len));
-  }
   if (r.axis == UdopAxis::all && (r.max_distance || r.scaling_factor)) {
     throw UsageError("max_distance/scaling_factor: axis all takes each module's HF default");
   }
@@ -290,9 +277,6 @@ Table udop_bucket_table(const UdopBucketRequest& r) {
   if (r.axis != UdopAxis::all && r.bias_tables.size() > 1) {
     throw UsageError("bias_table: one weight for one axis (three for axis all)");
   }
-  if (r.buckets < 4 || r.buckets > (1 << 20)) {
-    throw UsageError(fmt::format("buckets: must be from 4 to 2^20, got {}", r.buckets));
-  }
   std::vector<UdopModule> mods;
   for (UdopAxis a : {UdopAxis::positions, UdopAxis::horizontal, UdopAxis::vertical}) {
     if (r.axis != UdopAxis::all && r.axis != a) continue;
@@ -301,9 +285,6 @@ Table udop_bucket_table(const UdopBucketRequest& r) {
                     r.scaling_factor.value_or(pos ? 1.0 : 100.0)});
   }
   for (const UdopModule& m : mods) {
-    if (m.max_distance < 1 || m.max_distance > (1 << 24)) {
-      throw UsageError(fmt::format("max_distance: must be from 1 to 2^24, got {}", m.max_distance));
-    }
     if (!(m.scaling > 0) || !std::isfinite(m.scaling) || m.scaling > 1e9) {
       throw UsageError(fmt::format("scaling_factor: must be above 0 and at most 1e9, got {}",
                                    m.scaling));

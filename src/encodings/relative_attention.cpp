@@ -224,10 +224,7 @@ Table funnel_factorized_table(const FunnelFactorizedRequest& r) {
   if (r.seq_len > (std::int64_t{1} << 30)) {
     throw UsageError(fmt::format("seq_len: {} is too large (at most 2^30)", r.seq_len));
   }
-  const std::int64_t key_block = r.key_block.value_or(r.block);
-  for (const auto& [name, v] : {std::pair{"block", r.block}, std::pair{"key_block", key_block}}) {
-    if (v < 0 || v > 62) throw UsageError(fmt::format("{}: must be from 0 to 62, got {}", name, v));
-  }
+  const std::int64_t key_block = r.key_block.value_or(r.block);  // both 0 to 62 (declared)
   if (r.truncate_seq && !r.separate_cls) {
     throw UsageError("truncate_seq: only with separate_cls (HF drops the last token then)");
   }

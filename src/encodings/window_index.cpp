@@ -189,10 +189,7 @@ Table swinv2_coords_table(const SwinV2CoordsRequest& r) {
 
 Table levit_index_table(const LevitIndexRequest& r) {
   validate(r);  // the declared ranges (table_fields.hpp)
-  const std::int64_t res = r.resolution;
-  if (res < 1 || res > kMaxWindowSide) {
-    throw UsageError(fmt::format("resolution: must be from 1 to {}, got {}", kMaxWindowSide, res));
-  }
+  const std::int64_t res = r.resolution;  // 1 to kMaxWindowSide (declared)
   if (r.stride < 1 || r.stride > res) {
     throw UsageError(
         fmt::format("stride: must be from 1 to the resolution {}, got {}", res, r.stride));
