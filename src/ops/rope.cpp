@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <utility>
 
 #include <fmt/core.h>
@@ -168,6 +171,48 @@ bool has_nonfinite(const std::byte* p, std::size_t n, DType t, bool nan_only) {
   }
 }
 
+// A dense cos/sin table of every position of a tensor, shared between calls (see
+// RopeApplier::Impl::build_table): `key` holds, as bits, everything its rows depend on.
+struct SharedTable {
+  std::vector<std::uint64_t> key;
+  std::unique_ptr<double[]> t64;
+  std::unique_ptr<float[]> t32, split;
+  bool split_ok = false;
+  std::size_t bytes = 0;
+};
+
+// The tables of the last few position sets rotated in whole tensors, most recent first:
+// a model applies RoPE to q and k of each layer at the same positions, and every call
+// would otherwise compute the same cos and sin again (65,536 positions of 64 pairs: 8.4
+// million of them, about ten times the rotation of 256 MiB itself). At most
+// kSharedEntries tables of at most kSharedBytes each are kept.
+constexpr std::size_t kSharedEntries = 2;
+constexpr std::size_t kSharedBytes = std::size_t{256} << 20;
+std::mutex shared_mutex;
+std::list<std::shared_ptr<const SharedTable>>& shared_tables() {
+  static std::list<std::shared_ptr<const SharedTable>> tables;
+  return tables;
+}
+
+std::shared_ptr<const SharedTable> find_shared(const std::vector<std::uint64_t>& key) {
+  std::lock_guard<std::mutex> lock(shared_mutex);
+  auto& l = shared_tables();
+  for (auto it = l.begin(); it != l.end(); ++it) {
+    if ((*it)->key == key) {
+      l.splice(l.begin(), l, it);
+      return l.front();
+    }
+  }
+  return nullptr;
+}
+
+void keep_shared(std::shared_ptr<const SharedTable> t) {
+  std::lock_guard<std::mutex> lock(shared_mutex);
+  auto& l = shared_tables();
+  l.push_front(std::move(t));
+  while (l.size() > kSharedEntries) l.pop_back();
+}
+
 }  // namespace
 
 struct RopeApplier::Impl {
@@ -310,6 +355,26 @@ struct RopeApplier::Impl {
   RopeStyle kstyle = RopeStyle::neox;
   std::vector<float> split;
   std::vector<std::int32_t> rowidx;
+  // The table when it is shared between calls (build_table); the vectors above hold it
+  // otherwise.
+  std::shared_ptr<const SharedTable> shared;
+  const void* table_data() const {
+    if (shared) {
+      return prec == Precision::f64 ? static_cast<const void*>(shared->t64.get())
+                                    : static_cast<const void*>(shared->t32.get());
+    }
+    return prec == Precision::f64 ? static_cast<const void*>(table64.data())
+                                  : static_cast<const void*>(table32.data());
+  }
+  const float* split_data() const {
+    if (!want_split) return nullptr;
+    if (shared) return shared->split_ok ? shared->split.get() : nullptr;
+    return split_ok ? split.data() : nullptr;
+  }
+  // Whether the rows of a dense table are cos and sin of the frequencies (term_freq)
+  // times the position alone, so that the same parameters and positions give the same
+  // table: a source of rows other than these must return false here.
+  bool table_shareable() const { return !fw && comps == 1 && !caller_table; }
 
   std::size_t wsize() const { return prec == Precision::f64 ? 8 : 4; }
 
@@ -351,9 +416,9 @@ struct RopeApplier::Impl {
   template <class W>
   bool rotate_per_dim_in(const rope_detail::KernelArgs& a) const;
   void set_permutation(const RopeFreqs& f);
-  void build_table(const Range& r);
+  void build_table(const Range& r, bool whole);
   template <class W>
-  void fill_table(std::vector<W>& t, std::size_t rows, const Range& r, bool dense,
+  void fill_table(W* t, std::size_t rows, const Range& r, bool dense,
                   std::int64_t pmin);
 };
 
@@ -1063,10 +1128,9 @@ void RopeApplier::Impl::set_permutation(const RopeFreqs& f) {
 }
 
 template <class W>
-void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Range& r,
-                                   bool dense, std::int64_t pmin) {
+void RopeApplier::Impl::fill_table(W* t, std::size_t rows, const Range& r, bool dense,
+                                   std::int64_t pmin) {
   const std::size_t width = 2 * nang;
-  t.resize(rows * width);
   const std::size_t gb0 = tb > 1 ? r.b0 : 0;
   // The inverse of the scaled rotation a·R(θ) is R(-θ)/a.
   const double cscale = inverse ? 1.0 / af : af;
@@ -1081,7 +1145,7 @@ void RopeApplier::Impl::fill_table(std::vector<W>& t, std::size_t rows, const Ra
     } else if (source != Source::angles) {
       token_coords(gb0 + lb, r.s0 + ls, tp);
     }
-    W* c = t.data() + u * width;
+    W* c = t + u * width;
     W* s = c + nang;
     if constexpr (std::is_same_v<W, float>) {
       if (fw) {
@@ -1227,7 +1291,7 @@ bool RopeApplier::Impl::rotate_torch_ops(const rope_detail::KernelArgs& a) const
   return bad != 0;
 }
 
-void RopeApplier::Impl::build_table(const Range& r) {
+void RopeApplier::Impl::build_table(const Range& r, bool whole) {
   const std::size_t ntb = tb > 1 ? r.nb : 1;
   const std::size_t gb0 = tb > 1 ? r.b0 : 0;
   const std::size_t ntok = ntb * r.ns;
@@ -1271,17 +1335,60 @@ void RopeApplier::Impl::build_table(const Range& r) {
                              dense ? 0 : static_cast<std::int64_t>(r.s0),
                              dense ? 0 : static_cast<std::int64_t>(r.ns)};
   if (have_key && std::equal(k, k + 5, key)) return;
+  std::copy(k, k + 5, key);
+  have_key = true;
+  // The dense table of a whole tensor's positions is shared with later calls (the
+  // slabs of a stream each need their own rows, which the vectors hold, reused).
+  const std::size_t split_w = want_split ? rope_detail::split_row_floats(R, kstyle) : 0;
+  const std::size_t bytes = rows * (2 * nang * wsize() + split_w * sizeof(float));
+  if (whole && dense && table_shareable() && bytes <= kSharedBytes) {
+    std::vector<std::uint64_t> sk = {static_cast<std::uint64_t>(prec),
+                                     inverse,
+                                     __builtin_bit_cast(std::uint64_t, af),
+                                     nang,
+                                     R,
+                                     static_cast<std::uint64_t>(kstyle),
+                                     want_split,
+                                     static_cast<std::uint64_t>(pmin),
+                                     static_cast<std::uint64_t>(pmax)};
+    sk.insert(sk.end(), term_start.begin(), term_start.end());
+    sk.insert(sk.end(), term_axis.begin(), term_axis.end());
+    for (double f : term_freq) sk.push_back(__builtin_bit_cast(std::uint64_t, f));
+    shared = find_shared(sk);
+    if (shared) return;
+    // Built into fresh memory that nothing zero-fills first: each thread's rows fault in
+    // its own pages.
+    auto t = std::make_shared<SharedTable>();
+    t->key = std::move(sk);
+    t->bytes = bytes;
+    if (prec == Precision::f64) {
+      t->t64.reset(new double[rows * 2 * nang]);
+      fill_table(t->t64.get(), rows, r, dense, pmin);
+      if (want_split) {
+        t->split.reset(new float[rows * split_w]);
+        t->split_ok =
+            rope_detail::build_split_table(t->t64.get(), rows, R, kstyle, t->split.get());
+      }
+    } else {
+      t->t32.reset(new float[rows * 2 * nang]);
+      fill_table(t->t32.get(), rows, r, dense, pmin);
+    }
+    keep_shared(t);
+    shared = std::move(t);
+    return;
+  }
+  shared.reset();
   if (prec == Precision::f64) {
-    fill_table(table64, rows, r, dense, pmin);
+    table64.resize(rows * 2 * nang);
+    fill_table(table64.data(), rows, r, dense, pmin);
     if (want_split) {
-      split.resize(rows * rope_detail::split_row_floats(R, kstyle));
+      split.resize(rows * split_w);
       split_ok = rope_detail::build_split_table(table64.data(), rows, R, kstyle, split.data());
     }
   } else {
-    fill_table(table32, rows, r, dense, pmin);
+    table32.resize(rows * 2 * nang);
+    fill_table(table32.data(), rows, r, dense, pmin);
   }
-  std::copy(k, k + 5, key);
-  have_key = true;
 }
 
 void check_cu_seqlens(const std::vector<std::int64_t>& cu, std::size_t length,
@@ -1427,7 +1534,7 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
     throw InputError(fmt::format("{}: rows {}..{} out of range", m.what, first, first + count));
   }
   const Impl::Range r = m.slab_range(first, count);
-  m.build_table(r);
+  m.build_table(r, first == 0 && count == rows_total());
 
   Shape slab = m.shape;
   slab[m.lead] = count;
@@ -1471,9 +1578,8 @@ void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_
   a.head_dim = m.D;
   a.rotary_dim = m.R;
   a.rowidx = m.rowidx.data();
-  a.table = m.prec == Precision::f64 ? static_cast<const void*>(m.table64.data())
-                                     : static_cast<const void*>(m.table32.data());
-  a.split = m.want_split && m.split_ok ? m.split.data() : nullptr;
+  a.table = m.table_data();
+  a.split = m.split_data();
   // Loop axes: the non-d axes in memory order, right-aligned into three slots.
   std::size_t n[3] = {1, 1, 1};
   std::ptrdiff_t st[3] = {0, 0, 0}, tk[3] = {0, 0, 0};

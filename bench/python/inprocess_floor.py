@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Decode attention and in-place RoPE through the Python module, each as a ratio to its
+floor timed in the same run (a memcpy of the same bytes).
+
+- decode: sq 1, sk 65,536, d 128, MHA (8 query and 8 K/V heads) and GQA 32:8, f32 and
+  f16 K/V (f32 Q), ``posenc.attention(q, k, v, emit="output")``; floor: a copy of as
+  many bytes as K and V hold. ratio = memcpy time / attention time (> 1: faster than a
+  copy of K and V).
+- rope: ``posenc.rope(x, out=x)`` on 256 MiB of f32 ([1, 65536, 8, 128] bshd, and
+  [8, 32, 2048, 128] bhsd), in the default precision (f64 arithmetic) and with
+  ``precision="f32"``; floor: a copy of the 256 MiB. ratio as above.
+
+The copy is numpy's (one thread, memcpy). Rounds alternate the job and its copy (the
+order flips round by round); medians over the rounds. Each job's first call is timed
+apart from the rounds (it builds what later calls reuse). The CPU, thread count and
+load are printed: the machines are shared.
+
+Usage: PYTHONPATH=<build>/python inprocess_floor.py [--threads 1,2] [--rounds 9]
+       [--cases decode,rope]
+"""
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+import posenc
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def rounds(job, floor, n):
+    """Medians of job and floor times over n rounds, order alternating."""
+    tj, tf = [], []
+    for i in range(n):
+        if i % 2 == 0:
+            tj.append(timed(job))
+            tf.append(timed(floor))
+        else:
+            tf.append(timed(floor))
+            tj.append(timed(job))
+    return statistics.median(tj), statistics.median(tf)
+
+
+def report(name, first, tj, tf):
+    print(f"  {name:44s} {tj * 1e3:8.1f} ms  memcpy {tf * 1e3:7.1f} ms  "
+          f"ratio {tf / tj:5.2f}  (first call {first * 1e3:.1f} ms)", flush=True)
+
+
+def decode_cases(n):
+    rng = np.random.default_rng(0)
+    sk, d = 65536, 128
+    for label, hq, hk in (("MHA 8:8", 8, 8), ("GQA 32:8", 32, 8)):
+        q = rng.standard_normal((1, hq, 1, d), dtype=np.float32)
+        k32 = rng.standard_normal((1, hk, sk, d), dtype=np.float32)
+        v32 = rng.standard_normal((1, hk, sk, d), dtype=np.float32)
+        for kv in ("f32", "f16"):
+            k = k32 if kv == "f32" else k32.astype(np.float16)
+            v = v32 if kv == "f32" else v32.astype(np.float16)
+            src = np.concatenate([k.reshape(-1).view(np.uint8), v.reshape(-1).view(np.uint8)])
+            dst = np.empty_like(src)
+            dst[:] = src  # pages touched
+            for prec in (None, "f32"):
+                kw = {"emit": "output"}
+                if prec:
+                    kw["precision"] = prec
+
+                def job():
+                    posenc.attention(q, k, v, **kw)
+
+                first = timed(job)
+                tj, tf = rounds(job, lambda: np.copyto(dst, src), n)
+                report(f"decode {label} {kv} K/V, {prec or 'default f64'}", first, tj, tf)
+            del src, dst
+
+
+def rope_cases(n):
+    rng = np.random.default_rng(1)
+    for shape, axes in (((1, 65536, 8, 128), "bshd"), ((8, 32, 2048, 128), "bhsd")):
+        x = rng.standard_normal(shape, dtype=np.float32)
+        dst = np.empty_like(x)
+        dst[...] = x
+        for prec in (None, "f32"):
+            kw = {"axes": axes}
+            if prec:
+                kw["precision"] = prec
+
+            def job():
+                posenc.rope(x, out=x, **kw)
+
+            first = timed(job)
+            tj, tf = rounds(job, lambda: np.copyto(dst, x), n)
+            report(f"rope {axes} {list(shape)} f32, {prec or 'default f64'}", first, tj, tf)
+        del x, dst
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="2,1")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--cases", default="decode,rope")
+    args = ap.parse_args()
+    cases = args.cases.split(",")
+    print(f"posenc {posenc.__version__}, kernel {posenc.kernel_variant()}, {cpu_name()}, "
+          f"{os.cpu_count()} CPUs", flush=True)
+    for t in (int(s) for s in args.threads.split(",")):
+        got = posenc.set_threads(t)
+        print(f"threads {got}, load {os.getloadavg()[0]:.2f}", flush=True)
+        if "decode" in cases:
+            decode_cases(args.rounds)
+        if "rope" in cases:
+            rope_cases(args.rounds)
+        print(f"  (load after: {os.getloadavg()[0]:.2f})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
