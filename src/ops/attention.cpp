@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 
 #include "io/slab.hpp"
@@ -100,9 +101,11 @@ const Tensor& AttentionResult::get(AttentionEmit e) const {
 
 namespace {
 
+// `name_nonfinite`: K and V are checked as the kernel reads them (run_widening).
 template <class T>
 AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geometry& g,
-                    const AttentionOptions& opt) {
+                    const AttentionOptions& opt,
+                    const std::function<void()>* name_nonfinite = nullptr) {
   Plan<T> P;
   plan(P, g, opt, v != nullptr);
   Tensor hq_, hk_, hv_;
@@ -111,7 +114,7 @@ AttentionResult run(const Tensor& q, const Tensor& k, const Tensor* v, const Geo
   const std::size_t nq = (g.sq + P.bl.q - 1) / P.bl.q;
   const std::size_t nthreads = thread_count(g.b * g.hq * nq, g.threads);
   OneBlasThread one_blas;
-  if (g.sq > 0 && run_widening(P, k, v, nq, nthreads)) return res;
+  if (g.sq > 0 && run_widening(P, k, v, nq, nthreads, name_nonfinite)) return res;
   P.k = make_view<T>(k, g.axes, hk_);
   if (v) P.v = make_view<T>(*v, g.axes, hv_);
   if (g.sq > 0) {
@@ -203,7 +206,24 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
                                  bytes_str(opt.max_memory)));
   }
   g.threads = workers_within(opt.max_memory, need, worker_tiles(g, opt));
-  if (!opt.allow_nonfinite) require_finite(q, &k, v, opt);
+  // K and V used in place by the kernel are checked for NaN and Inf as it first reads each
+  // key block (widened, or in the cache for the product), on every worker, not in a pass
+  // of their own (a third of a decode's time); any failure is named as the check up
+  // front would name it (the inputs in their order), so the refusals are the same.
+  const bool kv_on_read = !opt.allow_nonfinite && opt.arith == Arith::exact &&
+                          !opt.per_dim_scale && !opt.relative_proj && g.sq > 0 &&
+                          kv_in_place(g, k.dtype()) && (!v || kv_in_place(g, v->dtype()));
+  const std::function<void()> name_nonfinite = [&] { require_finite(q, &k, v, opt); };
+  if (kv_on_read) {
+    try {
+      require_finite(q, nullptr, nullptr, opt);
+    } catch (const InputError&) {
+      name_nonfinite();
+      throw;
+    }
+  } else if (!opt.allow_nonfinite) {
+    require_finite(q, &k, v, opt);
+  }
   if (opt.arith == Arith::exact && (opt.per_dim_scale || opt.relative_proj)) {
     // Gemma-3n audio: the scaled queries and the projected relative keys as data.
     TimingInputs t;
@@ -213,9 +233,16 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     if (opt.relative_proj) res.attrs.push_back({"relative_proj", 1LL});
     return res;
   }
-  AttentionResult res = opt.arith != Arith::exact ? run_framework(q, k, v, g, opt)
-                        : g.compute == DType::f64 ? run<double>(q, k, v, g, opt)
-                                                  : run<float>(q, k, v, g, opt);
+  const std::function<void()>* name = kv_on_read ? &name_nonfinite : nullptr;
+  AttentionResult res;
+  try {
+    res = opt.arith != Arith::exact ? run_framework(q, k, v, g, opt)
+          : g.compute == DType::f64 ? run<double>(q, k, v, g, opt, name)
+                                    : run<float>(q, k, v, g, opt, name);
+  } catch (...) {
+    if (kv_on_read) name_nonfinite();  // NaN or Inf in K or V comes before other failures
+    throw;
+  }
   record(res, g, opt, q.dtype());
   return res;
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "io/slab.hpp"
@@ -265,9 +266,14 @@ bool widen_keys(DType from, const std::byte* src, T* dst, std::size_t n) {
 // done, where a head's keys are contiguous (bhsd). Items compute as in the chunked run:
 // the same blocks in the same order, so the same bits. (Decode, sq 1 and sk 65,536 of
 // 8 heads: 21.7 ms against 38.6 ms chunked, peak RSS 55 MiB.)
+//
+// In memory (`name` given), every block is checked, the blocks no row sees once the
+// items are done, and a failure is named by `name` (the caller's order of its inputs)
+// instead of the search below.
 template <class T>
 void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool check,
-                  std::size_t nq, std::size_t nthreads, bool mapped) {
+                  std::size_t nq, std::size_t nthreads, bool mapped,
+                  const std::function<void()>* name = nullptr) {
   const Geometry& g = P.g;
   const std::size_t gs = heads_per_item(g, nq, nthreads);  // query heads an item
   const std::size_t items = g.b * (g.hq / gs) * nq;
@@ -417,7 +423,33 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
       }
       for (std::size_t i = 0; i < gs; ++i) item_end(P, ws[i], ws[i].s, b, h + i, q0);
     });
+    if (check && name) {
+      // The blocks no row sees, which no item read.
+      std::vector<std::size_t> rest;
+      for (std::size_t sl = 0; sl < nslots; ++sl) {
+        if (!used[sl]) rest.push_back(sl);
+      }
+      std::vector<std::vector<T>> bufs(nthreads);
+      std::vector<std::vector<std::byte>> rbufs(nthreads);
+      for_items(rest.size(), std::min(nthreads, std::max<std::size_t>(rest.size(), 1)),
+                [&](std::size_t i, std::size_t t) {
+                  const std::size_t sl = rest[i], blk = sl % nblk, bh = sl / nblk;
+                  const std::size_t b = bh / g.hk, h = bh % g.hk * group;
+                  if (!finite(km, b, h, blk, bufs[t], rbufs[t]) ||
+                      (has_v && !finite(*vm, b, h, blk, bufs[t], rbufs[t]))) {
+                    throw NonFiniteKeys{};
+                  }
+                });
+    }
   } catch (...) {
+    if (check && name) {
+      (*name)();
+      try {
+        throw;
+      } catch (const NonFiniteKeys&) {
+        throw std::logic_error("attention: non-finite keys not found again");
+      }
+    }
     // NaN or Inf in K or V is named before any other failure (an overflow another item
     // met first), and the same whichever thread got there first: the first key block, in
     // key order, of any KV head that some item reads, K before V (as the chunked run
@@ -538,20 +570,23 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
 
 template <class T>
 bool run_widening(const Plan<T>& P, const Tensor& k, const Tensor* v, std::size_t nq,
-                  std::size_t nthreads) {
+                  std::size_t nthreads, const std::function<void()>* name_nonfinite) {
   const Geometry& g = P.g;
   const bool widens = k.dtype() != dtype_of<T>() || (v && v->dtype() != dtype_of<T>());
   const MappedKV km = mapped_kv<T>(k.bytes(), k.dtype(), k.shape(), g, g.d);
   const MappedKV vm = v ? mapped_kv<T>(v->bytes(), v->dtype(), v->shape(), g, g.dv) : MappedKV{};
-  if (!widens || km.base == nullptr || (v && vm.base == nullptr)) return false;
-  run_in_place(P, km, v ? &vm : nullptr, false, nq, nthreads, false);
+  // Checked as they are read: K and V in the arithmetic's type run in place too (the
+  // same blocks in the same order as run_items, so the same bits).
+  if (!(widens || name_nonfinite) || km.base == nullptr || (v && vm.base == nullptr)) return false;
+  run_in_place(P, km, v ? &vm : nullptr, name_nonfinite != nullptr, nq, nthreads, false,
+               name_nonfinite);
   return true;
 }
 
 template bool run_widening<float>(const Plan<float>&, const Tensor&, const Tensor*, std::size_t,
-                                  std::size_t);
+                                  std::size_t, const std::function<void()>*);
 template bool run_widening<double>(const Plan<double>&, const Tensor&, const Tensor*,
-                                   std::size_t, std::size_t);
+                                   std::size_t, std::size_t, const std::function<void()>*);
 template AttentionResult allocate<float>(Plan<float>&, const Shape&, TensorSink*);
 template AttentionResult allocate<double>(Plan<double>&, const Shape&, TensorSink*);
 template AttentionResult run_streamed<float>(TensorSource&, TensorSource&, TensorSource*,

@@ -5,6 +5,7 @@
 // library.
 
 #include <cstddef>
+#include <functional>
 
 #include "ops/attention_kernel.hpp"
 
@@ -34,10 +35,14 @@ StreamMemory stream_memory(const Geometry& g, const TensorInfo& q, const TensorI
 /// The in-memory run with K or V stored as f16 or bf16, or f32 under f64 arithmetic (d
 /// last): used in place, each key block widened as the file-mapped run widens it (no
 /// converted copy of the whole tensor, the same bits). False, having done nothing, when K and V are not such. NaN
-/// and Inf are the caller's to check.
+/// and Inf are the caller's to check, unless `name_nonfinite` is given: K and V in the
+/// arithmetic's type (d last) are then run in place too, every key block is checked
+/// finite as it is first read (widened, or in the cache for the product), the blocks no
+/// row sees after the run, and any failure calls name_nonfinite first, which throws the
+/// caller's error for NaN or Inf in K or V and returns when they have none.
 template <class T>
 bool run_widening(const Plan<T>& P, const Tensor& k, const Tensor* v, std::size_t nq,
-                  std::size_t nthreads);
+                  std::size_t nthreads, const std::function<void()>* name_nonfinite = nullptr);
 
 /// How a streamed run may use K and V in place of their files: mapped (the budget holds
 /// all of K and V), and read block by block into each worker's buffers (the budget holds
