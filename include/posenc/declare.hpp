@@ -146,9 +146,9 @@ class Validator {
       const bool low = f.lo && v < *f.lo, high = f.hi && v > *f.hi;
       if (!low && !high) return;
       if (f.hi) {
-        sources_.fail(f.name, fmt::format("{}: must be from {} to {}, got {}", f.name, *f.lo,
-                                          f.hi_text.empty() ? std::to_string(*f.hi) : f.hi_text,
-                                          v));
+        sources_.fail(f.name,
+                      fmt::format("{}: must be from {} to {}, got {}", f.name, *f.lo,
+                                  f.hi_text.empty() ? std::to_string(*f.hi) : f.hi_text, v));
       }
       sources_.fail(f.name, fmt::format("{}: must be at least {}, got {}", f.name, *f.lo, v));
     }

@@ -5,7 +5,6 @@
 // and names the field, which cli_terms turns back into the option.
 
 #include <CLI/CLI.hpp>
-
 #include <optional>
 #include <string>
 

@@ -12,9 +12,9 @@
 #include <string>
 
 #include "posenc/declare.hpp"
-#include "posenc/encodings/cpmant_bucket.hpp"
-#include "posenc/encodings/complex_order.hpp"
 #include "posenc/encodings/axial_positions.hpp"
+#include "posenc/encodings/complex_order.hpp"
+#include "posenc/encodings/cpmant_bucket.hpp"
 #include "posenc/encodings/family_sinusoids.hpp"
 #include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/longt5_global.hpp"
@@ -236,8 +236,7 @@ void declare(V& v, LevitIndexRequest& r) {
 
 template <class V>
 void declare(V& v, DetrSineRequest& r) {
-  v(field("embedding_dim",
-          "E, channels per axis (HF embedding_dim; DETR passes d_model / 2), even")
+  v(field("embedding_dim", "E, channels per axis (HF embedding_dim; DETR passes d_model / 2), even")
         .require(),
     r.embedding_dim);
   v(field("temperature",
