@@ -1160,6 +1160,8 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   if (!grad_output) opt.emit = parse_attention_emit(emit_list, v.has_value());
   std::optional<Tensor> mask = tensor_arg(tensors, "mask"),
                         key_lengths = tensor_arg(tensors, "key_lengths"),
+                        seqused_q = tensor_arg(tensors, "seqused_q"),
+                        seqused_k = tensor_arg(tensors, "seqused_k"),
                         t5 = tensor_arg(tensors, "t5_bias"),
                         rel_k = tensor_arg(tensors, "relative_k"),
                         rel_v = tensor_arg(tensors, "relative_v"),
@@ -1190,6 +1192,8 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   if (global_bias) opt.global_bias = &*global_bias;
   if (mask) opt.mask = &*mask;
   if (key_lengths) opt.key_lengths = &*key_lengths;
+  if (seqused_q) opt.seqused_q = &*seqused_q;
+  if (seqused_k) opt.seqused_k = &*seqused_k;
   if (t5) opt.t5_bias = &*t5;
   if (rel_k) opt.relative_k = &*rel_k;
   if (rel_v) opt.relative_v = &*rel_v;

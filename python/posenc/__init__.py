@@ -244,7 +244,7 @@ _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
 @_usage_errors
 def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, window=None,
               sliding_window=None, chunk_size=None, sink_tokens=None, attn_temperature=None,
-              llama4_scaling=None, key_lengths=None,
+              llama4_scaling=None, key_lengths=None, seqused_q=None, seqused_k=None,
               mask=None, alibi=None, alibi_max_bias=None, t5_bias=None, t5_buckets=None,
               t5_max_distance=None, t5_causal=False, relative_k=None, relative_v=None,
               max_distance=None, decomposed_rel_pos=None, grid=None, key_grid=None,
@@ -282,6 +282,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         attn_temperature:
         (SCALE, FLOOR) of Llama-4's temperature tuning. llama4_scaling: (BETA, PERIOD),
         queries at position p times 1 + BETA log(1 + floor(p / PERIOD)) (Ministral-3).
+    seqused_q [b], seqused_k [b]: FlashAttention's per-entry lengths; masks align to each
+        entry's own i + seqused_k - seqused_q, padded query rows give 0.
     key_lengths [b]; mask (bool/int keep, or additive float), broadcastable to
         [b, h, sq, sk]; cu_seqlens: packed sequences.
     alibi: True or "causal", "symmetric", "bottom-right", "fairseq", "bloom", "falcon";
@@ -340,6 +342,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     qa, q_name, like = _view(q, "q")
     tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v"),
                "mask": _arg(mask, "mask"), "key_lengths": _arg(key_lengths, "key_lengths"),
+               "seqused_q": _arg(seqused_q, "seqused_q"),
+               "seqused_k": _arg(seqused_k, "seqused_k"),
                "t5_bias": _arg(t5_bias, "t5_bias"), "relative_k": _arg(relative_k, "relative_k"),
                "relative_v": _arg(relative_v, "relative_v"), "sinks": _arg(sinks, "sinks"),
                "clipped_bias": _arg(clipped_bias, "clipped_bias"),

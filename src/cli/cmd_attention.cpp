@@ -56,6 +56,7 @@ struct AttentionCmdOptions {
   std::vector<double> llama4_scaling;  // BETA PERIOD
   std::string mask;
   std::string key_lengths;
+  std::string seqused_q, seqused_k;
   std::string alibi;
   double alibi_max_bias = 8.0;
   std::string t5_bias;
@@ -462,6 +463,10 @@ void run_attention(AttentionCmdOptions& o) {
         return d;
       }()) : output_refs(o, opt.emit);
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
+  if (!part.whole() && (!o.seqused_q.empty() || !o.seqused_k.empty())) {
+    throw UsageError("--part: not with --seqused-q or --seqused-k (they follow the batch; run "
+                     "the whole batch)");
+  }
   if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() || !o.wavlm_gate.empty() ||
                         !o.global_kv.empty() || !o.rope_opts.position_ids.empty() ||
                         !o.rope_opts.cu_seqlens.empty())) {
@@ -488,6 +493,7 @@ void run_attention(AttentionCmdOptions& o) {
                     o.q, axes.letters, shape_str(q_shape)));
   }
   std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks, rel_h, rel_w;
+  std::optional<Tensor> seqused_q, seqused_k;
   std::optional<Tensor> gate[4], clipped, rel_proj, per_dim, global_k, global_v, global_bias;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
@@ -496,6 +502,8 @@ void run_attention(AttentionCmdOptions& o) {
   };
   side(o.mask, mask, opt.mask);
   side(o.key_lengths, key_lengths, opt.key_lengths);
+  side(o.seqused_q, seqused_q, opt.seqused_q);
+  side(o.seqused_k, seqused_k, opt.seqused_k);
   side(o.t5_bias, t5, opt.t5_bias);
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
@@ -645,6 +653,12 @@ void register_attention(CLI::App& app) {
                     "BETA PERIOD");
   sub->add_option("--key-lengths", o->key_lengths,
                   "[b] integers: keys at or after the length are padding (masked)");
+  sub->add_option("--seqused-q", o->seqused_q,
+                  "[b] integers (FlashAttention seqused_q): entry b uses its first queries, "
+                  "the rest output 0; masks align to the entry's own lengths");
+  sub->add_option("--seqused-k", o->seqused_k,
+                  "[b] integers (FlashAttention seqused_k): entry b uses its first keys; "
+                  "causal, windows, chunks and sink tokens align to i + seqused_k - seqused_q");
   sub->add_option("--mask", o->mask,
                   "bool/int (true = keep) or additive float mask, broadcastable to [b, h, sq, sk]");
   sub->add_option("--alibi", o->alibi,

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "ops/attention_clipped.hpp"
@@ -242,6 +243,45 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
       if (len < 0 || len > static_cast<double>(g.sk)) {
         throw InputError(
             fmt::format("key_lengths: length {} of batch {} is outside [0, {}]", len, i, g.sk));
+      }
+    }
+  }
+  for (auto [t, what, limit] : {std::tuple{opt.seqused_q, "seqused_q", g.sq},
+                                 std::tuple{opt.seqused_k, "seqused_k", g.sk}}) {
+    if (!t) continue;
+    if (!is_integer(t->dtype()) || t->ndim() != 1 || t->numel() != g.b) {
+      throw InputError(fmt::format("{}: expected {} integers (shape ({},)), got {} of shape {}",
+                                   what, g.b, g.b, dtype_name(t->dtype()),
+                                   shape_str(t->shape())));
+    }
+    for (std::size_t i = 0; i < t->numel(); ++i) {
+      const double len = t->get(i);
+      if (len < 0 || len > static_cast<double>(limit)) {
+        throw InputError(fmt::format("{}: length {} of batch {} is outside [0, {}]", what, len,
+                                     i, limit));
+      }
+    }
+  }
+  if (opt.seqused_q || opt.seqused_k) {
+    // Terms by position would need each entry's own offset: refused rather than misaligned.
+    const char* which = opt.seqused_q ? "seqused_q" : "seqused_k";
+    const std::pair<bool, const char*> no[] = {
+        {opt.key_lengths != nullptr, "key_lengths (seqused_k is the aligned form)"},
+        {!opt.cu_seqlens.empty(), "cu_seqlens"},
+        {opt.alibi.has_value(), "alibi"},
+        {opt.t5_bias != nullptr, "t5_bias"},
+        {opt.clipped_bias != nullptr, "clipped_bias"},
+        {opt.relative_k != nullptr || opt.relative_v != nullptr || opt.relative_proj != nullptr,
+         "relative_k/relative_v/relative_proj"},
+        {opt.rel_pos_h != nullptr, "decomposed_rel_pos"},
+        {opt.global_k != nullptr, "global_kv"},
+        {opt.score_bias != nullptr, "relative score terms"},
+        {opt.temperature_scale != 0 || opt.llama4_scaling_beta != 0,
+         "attn_temperature/llama4_scaling"},
+        {opt.arith != Arith::exact, "arith hf"}};
+    for (const auto& [bad, name] : no) {
+      if (bad) {
+        throw UsageError(fmt::format("{}: not with {} (each entry's own alignment)", which, name));
       }
     }
   }

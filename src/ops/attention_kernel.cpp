@@ -349,7 +349,11 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
                const View<T>& V, std::size_t c0, std::size_t bi, std::size_t hi_q,
                std::size_t q0, std::size_t j_begin, std::size_t j_end) {
   const Geometry& g = P.g;
-  const std::size_t qn = std::min(P.bl.q, g.sq - q0);
+  // Padded query rows (seqused_q) see no key and take no part in the products, so an
+  // entry's rows are computed as in a run of its own (the same bits); with logits or
+  // probs every row is stored, and folded.
+  std::size_t qn = std::min(P.bl.q, g.sq - q0);
+  if (!g.materialise()) qn = std::min(qn, P.rules.rows_used(bi, q0));
   const std::size_t kvh = hi_q / (g.hq / g.hk);
   const T* qp = P.q.p + bi * P.q.b + hi_q * P.q.h + q0 * P.q.s;
   const T* kp = K.p + bi * K.b + kvh * K.h;

@@ -10,6 +10,8 @@ KeySpan KeyRules::span(std::size_t b, std::int64_t i) const {
   // Every rule but the window's left side bounds the sink tokens too (FlashAttention's
   // construct_local_mask: j < sink_token_length is ORed into the left test only; the
   // chunk mask and key padding still apply to them).
+  if (!q_len.empty() && i >= q_len[b]) return {};  // a padded query row
+  const std::int64_t off = off_b.empty() ? this->off : off_b[b];
   std::int64_t lo = 0, hi = sk - 1, base = 0;
   if (causal == CausalAlign::bottom_right) hi = std::min(hi, i + off);
   if (causal == CausalAlign::top_left) hi = std::min(hi, i);
@@ -89,6 +91,19 @@ KeyRules key_rules(const AttentionOptions& opt, std::size_t sq, std::size_t sk) 
   if (opt.key_lengths) {
     for (std::size_t i = 0; i < opt.key_lengths->numel(); ++i) {
       r.key_len.push_back(static_cast<std::int64_t>(opt.key_lengths->get(i)));
+    }
+  }
+  if (opt.seqused_q || opt.seqused_k) {
+    // Each entry aligned to its own lengths (FlashAttention's sk_b - sq_b).
+    const std::size_t nb = (opt.seqused_q ? opt.seqused_q : opt.seqused_k)->numel();
+    for (std::size_t b = 0; b < nb; ++b) {
+      const auto q_b = opt.seqused_q ? static_cast<std::int64_t>(opt.seqused_q->get(b))
+                                     : static_cast<std::int64_t>(sq);
+      const auto k_b = opt.seqused_k ? static_cast<std::int64_t>(opt.seqused_k->get(b))
+                                     : static_cast<std::int64_t>(sk);
+      r.q_len.push_back(q_b);
+      r.off_b.push_back(k_b - q_b);
+      if (opt.seqused_k) r.key_len.push_back(k_b);
     }
   }
   return r;

@@ -38,6 +38,9 @@ struct KeyRules {
   // (of the row's packed sequence) are exempt from the window's left side.
   std::int64_t sink = 0;
   std::vector<std::int64_t> key_len;  // per batch; empty = none
+  // Per-entry alignment (seqused_q/k): entry b's queries sit at i + off_b[b], and rows
+  // from q_len[b] on are padding (no key); empty = off for every entry, no padding.
+  std::vector<std::int64_t> off_b, q_len;
   // Packed sequences: token i sees keys [doc_lo[i], doc_hi[i]]; empty = one sequence.
   std::vector<std::int64_t> doc_lo, doc_hi;
   double temp_scale = 0, temp_floor = 1;  // Llama-4 temperature tuning; scale 0 = off
@@ -51,6 +54,12 @@ struct KeyRules {
   std::pair<std::int64_t, std::int64_t> range(std::size_t b, std::int64_t i) const {
     const KeySpan k = span(b, i);
     return {k.first(), k.hi};
+  }
+  /// The query rows from q0 on of batch b that are not padding (seqused_q).
+  std::size_t rows_used(std::size_t b, std::size_t q0) const {
+    if (q_len.empty()) return static_cast<std::size_t>(-1);
+    const auto q = static_cast<std::int64_t>(q0);
+    return q_len[b] > q ? static_cast<std::size_t>(q_len[b] - q) : 0;
   }
   /// True when queries are scaled by position (temperature() is not always 1).
   bool scales_queries() const { return temp_scale != 0 || l4_beta != 0; }

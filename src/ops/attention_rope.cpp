@@ -68,6 +68,11 @@ std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k, c
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
                           AttentionOptions opt, const AttentionRope& rope) {
+  // Positions would follow the padded lengths, not each entry's own alignment.
+  if (opt.seqused_q || opt.seqused_k) {
+    throw UsageError(fmt::format("{}: not with rope (each entry's own alignment)",
+                                 opt.seqused_q ? "seqused_q" : "seqused_k"));
+  }
   // Shapes are checked before rotating so errors name Q/K/V, not RoPE.
   attention_memory(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
   const Axes axes = resolve_axes(opt.axes, q.ndim(), "q");

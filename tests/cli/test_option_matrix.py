@@ -146,6 +146,10 @@ ATTENTION_ROWS = {
     "--attn-temperature": ([], ["--attn-temperature", "0.5", "2"]),
     "--llama4-scaling": ([], ["--llama4-scaling", "0.5", "2"]),
     "--key-lengths": ([], ["--key-lengths", "{klen}"]),
+    # FlashAttention's per-entry lengths: causal aligned to each entry's own; refused by
+    # --arith hf.
+    "--seqused-q": (["--causal"], ["--causal", "--seqused-q", "{qlen}"]),
+    "--seqused-k": (["--causal"], ["--causal", "--seqused-k", "{klen}"]),
     "--mask": ([], ["--mask", "{mask}"]),
     "--alibi": ([], ["--alibi"]),
     "--alibi-max-bias": (["--alibi"], ["--alibi", "--alibi-max-bias", "4"]),
@@ -293,6 +297,7 @@ class OptionMatrix(PosencTestCase):
         save("ids3", np.stack([np.zeros(10), np.arange(10) // 3, np.arange(10) % 3]).astype(np.int64))
         save("cu", np.array([0, 4, 10], np.int64))
         save("klen", np.array([7], np.int64))
+        save("qlen", np.array([4], np.int64))
         save("klen0", np.array([0], np.int64))
         save("mask", r.standard_normal((6, 10)) > 0)
         save("t5", r.standard_normal((32, 4)).astype(np.float32))

@@ -172,6 +172,57 @@ class FaMasks(PosencTestCase):
             (2, ["--sink-tokens", "99999999999999999999"], r"--sink-tokens"),
         ], before)
 
+    def test_seqused_aligns_each_entry(self):
+        # FA's padding masks: each entry aligned to its own sk_b - sq_b; padded query rows
+        # output 0 (lse -inf); against the reference, and against one run per entry (the
+        # same bytes).
+        b, sq, sk = 4, 11, 9
+        used_q, used_k = [11, 3, 7, 0], [9, 2, 9, 5]
+        cases = [
+            (["--causal"], dict(causal=True)),
+            (["--causal", "top-left"], None),
+            (["--window", "2,1"], dict(window=(2, 1))),
+            (["--chunk-size", "3"], dict(chunk=3)),
+            (["--causal", "--window", "2,0", "--sink-tokens", "1"],
+             dict(causal=True, window=(2, None), sink_token_length=1)),
+        ]
+        q, k, v = self.data(b, sq, sk, seed=21)
+        lens = ["--seqused-q", self.npy("uq.npy", np.array(used_q, dtype=np.int64)),
+                "--seqused-k", self.npy("uk.npy", np.array(used_k, dtype=np.int64))]
+        for extra, ref in cases:
+            label = f"seqused {extra}"
+            if ref is not None:
+                out, lse = self.check(q, k, v, [*extra, *lens], label, seqused_q=used_q,
+                                      seqused_k=used_k, **ref)
+            else:
+                (out, _), (lse, _) = self.posenc(q, k, v, *extra, *lens)
+            for e in range(b):
+                self.assertTrue((out[e, used_q[e]:] == 0).all(), label)
+                self.assertTrue(np.isneginf(lse[e, :, used_q[e]:]).all(), label)
+                if used_q[e] == 0:
+                    continue
+                (o1, _), (l1, _) = self.posenc(q[e:e + 1, :used_q[e]], k[e:e + 1, :used_k[e]],
+                                               v[e:e + 1, :used_k[e]], *extra, tag=f"e{e}")
+                self.assertEqual(o1[0].tobytes(), out[e, :used_q[e]].tobytes(), f"{label} {e}")
+                self.assertEqual(l1[0].tobytes(), np.ascontiguousarray(
+                    lse[e, :, :used_q[e]]).tobytes(), f"{label} {e}")
+
+    def test_seqused_errors(self):
+        q, k, v = self.data(2, 4, 3)
+        args = ["attention", "-q", self.npy("q.npy", q), "-k", self.npy("k.npy", k), "-v",
+                self.npy("v.npy", v), "--axes", "bshd", "-o", self.path("o_{}.npy")]
+        lens = self.npy("l.npy", np.array([1, 2], dtype=np.int64))
+        before = sorted(os.listdir(self.tmp))
+        self.assert_each_fails(args, [
+            (3, ["--seqused-q", self.npy("b.npy", np.array([5, 1]))], r"--seqused-q: .*outside"),
+            (3, ["--seqused-k", self.npy("c.npy", np.array([1, 2, 3]))], r"--seqused-k: expected 2"),
+            (2, ["--seqused-k", lens, "--key-lengths", lens], r"--seqused-k: not with"),
+            (2, ["--seqused-q", lens, "--alibi"], r"--seqused-q: not with"),
+            (2, ["--seqused-q", lens, "--arith", "hf", "--emit", "output"], r"--seqused-q"),
+            (2, ["--seqused-q", lens, "--rope"], r"--seqused-q: not with"),
+            (2, ["--seqused-q", lens, "--part", "0/2"], r"--part"),
+        ], sorted(os.listdir(self.tmp)))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -114,6 +114,15 @@ struct AttentionOptions {
   std::int64_t llama4_scaling_period = 0;  ///< (--llama4-scaling BETA PERIOD)
   /// [b] integers: keys j >= length[b] are masked (right padding).
   const Tensor* key_lengths = nullptr;
+  /// FlashAttention's seqused_q / seqused_k (its padding masks' lengths), [b] integers
+  /// each, either alone (the other then the padded length): batch entry b uses its first
+  /// seqused_q[b] queries and seqused_k[b] keys, and every mask aligns to the entry's own
+  /// lengths, query i at position i + seqused_k[b] - seqused_q[b] (causal in both
+  /// alignments, windows, chunks, sink tokens). Padded keys are masked; padded query rows
+  /// are fully masked rows (output 0 and lse -inf). Not with key_lengths, cu_seqlens,
+  /// position-dependent biases or query scaling (UsageError), nor under arith hf.
+  const Tensor* seqused_q = nullptr;
+  const Tensor* seqused_k = nullptr;  ///< (seqused_q: the queries)
   /// Packed sequences (flash-attn's varlen cu_seqlens): boundaries 0 = c0 <= c1 <= ...
   /// <= cn = s; token i belongs to the sequence [c_k, c_k+1) that holds it and attends
   /// only to keys of that sequence. Needs sq == sk; empty = one sequence.
