@@ -121,7 +121,7 @@ def main():
           f"{os.cpu_count()} CPUs", flush=True)
     for t in (int(s) for s in args.threads.split(",")):
         got = posenc.set_threads(t)
-        print(f"threads {got}, load {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"threads {t}, load {os.getloadavg()[0]:.2f}", flush=True)
         if "decode" in cases:
             decode_cases(args.rounds)
         if "rope" in cases:
