@@ -578,6 +578,14 @@ void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::
     out_at = 0;
   }
   const T nan = std::numeric_limits<T>::quiet_NaN();
+  if (P.logits && w.lo_min > w.hi_max) {
+    // No row of the item sees a key: a run that folds only the blocks some row sees (K
+    // and V used in place) stored none of their logits, which are all masked.
+    for (std::size_t r = 0; r < qn; ++r) {
+      fill<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.cols(), 1, g.sk,
+              -kInf);
+    }
+  }
   for (std::size_t r = 0; r < qn; ++r) {
     const std::size_t row = (bi * g.hq + hi_q) * g.sq + q0 + r;
     const double l = w.l[r];

@@ -123,6 +123,24 @@ class FaMasks(PosencTestCase):
         self.assertLessEqual(np.abs(out - want).max(), 1e-12)
         self.assertLessEqual(np.abs(lse - want_lse)[np.isfinite(want_lse)].max(), 1e-12)
 
+    def test_logits_of_rows_without_keys(self):
+        # An entry with no key (f32 K and V widened as read, or used in place): its logits
+        # are all -inf and its probs 0, as those of any masked score.
+        rng = np.random.default_rng(2)
+        q, k = (rng.standard_normal((2, 2, 5, 8)).astype(np.float32) for _ in range(2))
+        args = ["-q", self.npy("q.npy", q), "-k", self.npy("k.npy", k), "-v",
+                self.npy("v.npy", k), "--key-lengths",
+                self.npy("kl.npy", np.array([0, 5], dtype=np.int64))]
+        for dtype in (np.float32, np.float64):
+            for n in ("q", "k", "v"):
+                self.npy(f"{n}.npy", np.load(self.path(f"{n}.npy")).astype(dtype))
+            out = self.path("l_{}.npy")
+            self.run_ok("attention", *args, "--emit", "logits,probs,output", "-o", out)
+            logits, probs = np.load(out.format("logits")), np.load(out.format("probs"))
+            self.assertTrue(np.isneginf(logits[0]).all(), dtype)
+            self.assertTrue((probs[0] == 0).all(), dtype)
+            self.assertTrue(np.isfinite(logits[1, :, :, 0]).all(), dtype)
+
     def test_sink_tokens(self):
         # FA's construct_local_mask: j < sink_token_length joins the window's left side;
         # its right side, causal, chunks (ORed after) and padding still apply.
