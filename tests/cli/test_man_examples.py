@@ -67,6 +67,7 @@ class ManExamples(test_readme.ExampleRunner):
         save("q.npy", normal(1, 32, 16, 128))
         save("k.npy", normal(1, 8, 16, 128))
         save("v.npy", normal(1, 8, 16, 128))
+        save("dout.npy", normal(1, 32, 16, 128))  # posenc-attention(1) GRADIENTS: dO of out
         save("kcache.npy", normal(1, 8, 64, 128))
         save("vcache.npy", normal(1, 8, 64, 128))
         save("rel.npy", normal(32, 32))  # T5 bias [buckets, heads]
