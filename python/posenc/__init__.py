@@ -110,7 +110,9 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
          prefix_tokens=None, merge_window=None, angles=None, allow_nonfinite=False,
          cos=None, sin=None, seqlen_offsets=None, torch_ops=False):
     """Rotary position embedding of every vector along axis d of `x`, the position of
-    each taken from axis s (``posenc rope``).
+    each taken from axis s (``posenc rope``). The cos/sin table of a call's positions is
+    kept for later calls at the same positions and parameters (q and k of every layer):
+    the two most recent, 256 MiB together at most, for the life of the process.
 
     x: array or CPU torch tensor of f16, bf16, f32, f64 (or integers: f64 result).
     axes: letters b, h, s, d (default by rank: "sd", "bsd", "bhsd"; "bshd" works as is).

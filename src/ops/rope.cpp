@@ -14,6 +14,7 @@
 #include <new>
 #include <utility>
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <fmt/core.h>
@@ -211,18 +212,35 @@ struct SharedTable {
 // a model applies RoPE to q and k of each layer at the same positions, and every call
 // would otherwise compute the same cos and sin again (65,536 positions of 64 pairs: 8.4
 // million of them, about ten times the rotation of 256 MiB itself). At most
-// kSharedEntries tables of at most kSharedBytes each are kept.
+// kSharedEntries tables of kSharedBytes together are kept.
 constexpr std::size_t kSharedEntries = 2;
 constexpr std::size_t kSharedBytes = std::size_t{256} << 20;
-std::mutex shared_mutex;
-std::list<std::shared_ptr<const SharedTable>>& shared_tables() {
-  static std::list<std::shared_ptr<const SharedTable>> tables;
-  return tables;
+
+struct SharedTables {
+  std::mutex m;
+  std::list<std::shared_ptr<const SharedTable>> l;
+};
+SharedTables* g_shared = nullptr;  // never destroyed: tables may be in use at exit
+
+// A child of fork has only the forking thread: another thread of the parent may have
+// held the mutex (or been mid-splice), so the child starts from an empty cache and
+// leaves the parent's copy alone.
+extern "C" void fresh_shared_tables_in_child() { g_shared = new SharedTables; }
+
+SharedTables& shared_tables() {
+  static const bool once = [] {
+    g_shared = new SharedTables;
+    ::pthread_atfork(nullptr, nullptr, fresh_shared_tables_in_child);
+    return true;
+  }();
+  (void)once;
+  return *g_shared;
 }
 
 std::shared_ptr<const SharedTable> find_shared(const std::vector<std::uint64_t>& key) {
-  std::lock_guard<std::mutex> lock(shared_mutex);
-  auto& l = shared_tables();
+  SharedTables& st = shared_tables();
+  std::lock_guard<std::mutex> lock(st.m);
+  auto& l = st.l;
   for (auto it = l.begin(); it != l.end(); ++it) {
     if ((*it)->key == key) {
       l.splice(l.begin(), l, it);
@@ -233,10 +251,17 @@ std::shared_ptr<const SharedTable> find_shared(const std::vector<std::uint64_t>&
 }
 
 void keep_shared(std::shared_ptr<const SharedTable> t) {
-  std::lock_guard<std::mutex> lock(shared_mutex);
-  auto& l = shared_tables();
+  SharedTables& st = shared_tables();
+  std::lock_guard<std::mutex> lock(st.m);
+  auto& l = st.l;
   l.push_front(std::move(t));
-  while (l.size() > kSharedEntries) l.pop_back();
+  std::size_t bytes = 0;
+  auto it = l.begin();
+  for (std::size_t n = 0; it != l.end(); ++it, ++n) {
+    if (n == kSharedEntries || bytes + (*it)->bytes > kSharedBytes) break;
+    bytes += (*it)->bytes;
+  }
+  l.erase(it, l.end());
 }
 
 }  // namespace

@@ -266,6 +266,42 @@ def test_forked_child_computes(tmp_path):
     assert p.stdout.decode().split() == ["child", "0", "parent", "True"]
 
 
+def test_fork_while_another_thread_rotates(tmp_path):
+    # The RoPE tables shared between calls are guarded by a mutex another thread may hold
+    # at the fork: each child starts from its own empty set of tables.
+    p = run_python("""
+        import os, threading, time
+        import numpy as np, posenc
+        x = np.random.default_rng(2).standard_normal((1, 2048, 4, 64)).astype(np.float32)
+        want = posenc.rope(x)
+        stop = []
+        def spin():
+            while not stop:
+                posenc.rope(x)
+        t = threading.Thread(target=spin)
+        t.start()
+        codes = []
+        for _ in range(20):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if np.array_equal(posenc.rope(x), want) else 3)
+            for _ in range(300):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes.append(os.waitstatus_to_exitcode(status))
+                    break
+                time.sleep(0.02)
+            else:
+                os.kill(pid, 9)
+                codes.append("hang")
+        stop.append(1)
+        t.join()
+        print(set(codes))
+        """, tmp_path)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode().strip() == "{0}"
+
+
 def test_empty_tensor_costs_nothing(tmp_path):
     # Used to build the positions' table for all 2^24 positions: 67 s and 8.3 GB.
     p = run_python("""
