@@ -94,9 +94,10 @@ def test_gil_released_during_computation():
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-4)  # so that the hand-over around a call is short
     try:
-        # Four rotations (about half a second): long against the hand-over around a
-        # call, which a loaded machine can stretch to several milliseconds.
-        free, span = turns_during(lambda: [posenc.rope(x, out=x) for _ in range(4)])
+        # Four rotations at new positions each (about half a second: a call at positions
+        # seen before reuses their table and takes a tenth of that): long against the
+        # hand-over around a call, which a loaded machine can stretch to milliseconds.
+        free, span = turns_during(lambda: [posenc.rope(x, out=x, start=s) for s in range(4)])
         held, _ = turns_during(lambda: usleep(int(span * 1e6)))
     finally:
         sys.setswitchinterval(old)
