@@ -466,6 +466,8 @@ struct RopeApplier::Impl {
   bool rotate_torch_ops(const rope_detail::KernelArgs& a) const;
   template <class W>
   bool rotate_per_dim_in(const rope_detail::KernelArgs& a) const;
+  template <class F>
+  bool per_vector(const rope_detail::KernelArgs& a, F&& op) const;
   void set_permutation(const RopeFreqs& f);
   void build_table(const Range& r, bool whole);
   template <class W>
@@ -1238,21 +1240,19 @@ void RopeApplier::Impl::fill_table(W* t, std::size_t rows, const Range& r, bool 
   }
 }
 
-// The tiled and split pairings (RopePairing) are not rotations of pairs, so they have no
-// SIMD kernel: the slab goes through float64 copies (exact for every input type), each
-// element is computed in the working precision W from its own input, its partner and
-// its angle (dim_angle, dim_partner, dim_first), and the result is rounded once to the
-// output type.
-template <class W>
-bool RopeApplier::Impl::rotate_per_dim_in(const rope_detail::KernelArgs& a) const {
+// The paths without a SIMD kernel (the per-dimension pairings, torch's operations): the
+// slab goes through float64 copies (exact for every input type), `op(xv, yv, row)` writes
+// the result yv of the vector xv at table row `row`, and the result is rounded once to
+// the output type. True when an input element is not finite.
+template <class F>
+bool RopeApplier::Impl::per_vector(const rope_detail::KernelArgs& a, F&& op) const {
   const std::size_t nvec = a.n0 * a.n1 * a.n2;
   Tensor x(kin, {nvec * D});
-  std::memcpy(x.bytes(), a.src, x.nbytes());
+  if (x.nbytes() > 0) std::memcpy(x.bytes(), a.src, x.nbytes());
   const Tensor x64 = x.astype(DType::f64);
   Tensor y64(DType::f64, {nvec * D});
   const double* xs = x64.data<double>();
   double* ys = y64.data<double>();
-  const W* table = static_cast<const W*>(a.table);
   int bad = 0;
 #pragma omp parallel for collapse(2) schedule(static) reduction(| : bad) if (nvec * D >= rope_detail::kParallelElements)
   for (std::ptrdiff_t i0 = 0; i0 < static_cast<std::ptrdiff_t>(a.n0); ++i0) {
@@ -1260,23 +1260,33 @@ bool RopeApplier::Impl::rotate_per_dim_in(const rope_detail::KernelArgs& a) cons
       for (std::size_t i2 = 0; i2 < a.n2; ++i2) {
         const std::ptrdiff_t at = i0 * a.st0 + i1 * a.st1 + static_cast<std::ptrdiff_t>(i2) * a.st2;
         const std::ptrdiff_t t = i0 * a.t0 + i1 * a.t1 + static_cast<std::ptrdiff_t>(i2) * a.t2;
-        const W* cs = table + static_cast<std::size_t>(a.rowidx[t]) * 2 * nang;
-        const W* sn = cs + nang;
         const double* xv = xs + at;
-        double* yv = ys + at;
         for (std::size_t k = 0; k < D; ++k) bad |= std::isfinite(xv[k]) ? 0 : 1;
-        for (std::size_t k = 0; k < R; ++k) {
-          const std::size_t j = dim_angle[k];
-          const W xk = static_cast<W>(xv[k]), xp = static_cast<W>(xv[dim_partner[k]]);
-          yv[k] = static_cast<double>(dim_first[k] ? xk * cs[j] - xp * sn[j] : xk * cs[j] + xp * sn[j]);
-        }
-        for (std::size_t k = R; k < D; ++k) yv[k] = static_cast<double>(static_cast<W>(xv[k]));
+        op(xv, ys + at, static_cast<std::size_t>(a.rowidx[t]));
       }
     }
   }
   const Tensor y = y64.astype(out);
-  std::memcpy(a.dst, y.bytes(), y.nbytes());
+  if (y.nbytes() > 0) std::memcpy(a.dst, y.bytes(), y.nbytes());
   return bad != 0;
+}
+
+// The tiled and split pairings (RopePairing) are not rotations of pairs, so they have no
+// SIMD kernel: each element is computed in the working precision W from its own input,
+// its partner and its angle (dim_angle, dim_partner, dim_first).
+template <class W>
+bool RopeApplier::Impl::rotate_per_dim_in(const rope_detail::KernelArgs& a) const {
+  const W* table = static_cast<const W*>(a.table);
+  return per_vector(a, [&](const double* xv, double* yv, std::size_t row) {
+    const W* cs = table + row * 2 * nang;
+    const W* sn = cs + nang;
+    for (std::size_t k = 0; k < R; ++k) {
+      const std::size_t j = dim_angle[k];
+      const W xk = static_cast<W>(xv[k]), xp = static_cast<W>(xv[dim_partner[k]]);
+      yv[k] = static_cast<double>(dim_first[k] ? xk * cs[j] - xp * sn[j] : xk * cs[j] + xp * sn[j]);
+    }
+    for (std::size_t k = R; k < D; ++k) yv[k] = static_cast<double>(static_cast<W>(xv[k]));
+  });
 }
 
 bool RopeApplier::Impl::rotate_per_dim(const rope_detail::KernelArgs& a) const {
@@ -1300,46 +1310,25 @@ float round_op(float v, DType t) {
 // -x[partner] for the first dim of a pair and x[partner] for the second, each product and
 // the sum a torch operation in opdt. The passed dims are x itself (torch.cat), in opdt.
 bool RopeApplier::Impl::rotate_torch_ops(const rope_detail::KernelArgs& a) const {
-  const std::size_t nvec = a.n0 * a.n1 * a.n2;
-  Tensor x(kin, {nvec * D});
-  std::memcpy(x.bytes(), a.src, x.nbytes());
-  const Tensor x64 = x.astype(DType::f64);
-  Tensor y64(DType::f64, {nvec * D});
-  const double* xs = x64.data<double>();
-  double* ys = y64.data<double>();
   const auto* table = static_cast<const double*>(a.table);
   const bool f64 = opdt == DType::f64;
-  int bad = 0;
-#pragma omp parallel for collapse(2) schedule(static) reduction(| : bad) if (nvec * D >= rope_detail::kParallelElements)
-  for (std::ptrdiff_t i0 = 0; i0 < static_cast<std::ptrdiff_t>(a.n0); ++i0) {
-    for (std::ptrdiff_t i1 = 0; i1 < static_cast<std::ptrdiff_t>(a.n1); ++i1) {
-      for (std::size_t i2 = 0; i2 < a.n2; ++i2) {
-        const std::ptrdiff_t at = i0 * a.st0 + i1 * a.st1 + static_cast<std::ptrdiff_t>(i2) * a.st2;
-        const std::ptrdiff_t t = i0 * a.t0 + i1 * a.t1 + static_cast<std::ptrdiff_t>(i2) * a.t2;
-        const double* cs = table + static_cast<std::size_t>(a.rowidx[t]) * 2 * nang;
-        const double* sn = cs + nang;
-        const double* xv = xs + at;
-        double* yv = ys + at;
-        for (std::size_t k = 0; k < D; ++k) bad |= std::isfinite(xv[k]) ? 0 : 1;
-        for (std::size_t k = 0; k < R; ++k) {
-          const std::size_t j = dim_angle[k];
-          const double rh = dim_first[k] ? -xv[dim_partner[k]] : xv[dim_partner[k]];
-          if (f64) {
-            yv[k] = xv[k] * cs[j] + rh * sn[j];
-          } else {
-            // Inputs and tables are values of opdt or narrower: exact in float.
-            const float p = round_op(static_cast<float>(xv[k]) * static_cast<float>(cs[j]), opdt);
-            const float q = round_op(static_cast<float>(rh) * static_cast<float>(sn[j]), opdt);
-            yv[k] = round_op(p + q, opdt);
-          }
-        }
-        for (std::size_t k = R; k < D; ++k) yv[k] = xv[k];
+  return per_vector(a, [&](const double* xv, double* yv, std::size_t row) {
+    const double* cs = table + row * 2 * nang;
+    const double* sn = cs + nang;
+    for (std::size_t k = 0; k < R; ++k) {
+      const std::size_t j = dim_angle[k];
+      const double rh = dim_first[k] ? -xv[dim_partner[k]] : xv[dim_partner[k]];
+      if (f64) {
+        yv[k] = xv[k] * cs[j] + rh * sn[j];
+      } else {
+        // Inputs and tables are values of opdt or narrower: exact in float.
+        const float p = round_op(static_cast<float>(xv[k]) * static_cast<float>(cs[j]), opdt);
+        const float q = round_op(static_cast<float>(rh) * static_cast<float>(sn[j]), opdt);
+        yv[k] = round_op(p + q, opdt);
       }
     }
-  }
-  const Tensor y = y64.astype(out);
-  std::memcpy(a.dst, y.bytes(), y.nbytes());
-  return bad != 0;
+    for (std::size_t k = R; k < D; ++k) yv[k] = xv[k];
+  });
 }
 
 void RopeApplier::Impl::build_table(const Range& r, bool whole) {
