@@ -1125,16 +1125,7 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
     g = attention_backward(q, k, v, dO, opt, bopt);
   }
   py::dict out;
-  for (const std::string& n : names) {
-    Tensor* t = n == "dq"          ? &g.dq
-                : n == "dk"        ? &g.dk
-                : n == "dv"        ? &g.dv
-                : n == "softmax_d" ? &g.softmax_d
-                : n == "lse"       ? &g.lse
-                : n == "dbias"     ? &g.dbias
-                                   : &g.dsinks;
-    out[py::str(n)] = to_array(std::move(*t));
-  }
+  for (const std::string& n : names) out[py::str(n)] = to_array(std::move(g.named(n)));
   out["attrs"] = attrs_to(g.attrs);
   return out;
 }

@@ -99,18 +99,12 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
     for (const Tensor* t : {&qt, &kt, &vt, &dO}) inputs += t->nbytes();
     o.max_memory = opt.max_memory > inputs ? opt.max_memory - inputs : 1;
   }
-  const AttentionGrads g = attention_backward(qt, kt, vt, dO, o, bopt);
+  AttentionGrads g = attention_backward(qt, kt, vt, dO, o, bopt);
   verbose_attrs(g.attrs);
   std::vector<NamedTensor> named;
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string& n = names[i];
-    const Tensor* t = n == "dq"          ? &g.dq
-                      : n == "dk"        ? &g.dk
-                      : n == "dv"        ? &g.dv
-                      : n == "softmax_d" ? &g.softmax_d
-                      : n == "lse"       ? &g.lse
-                      : n == "dbias"     ? &g.dbias
-                                         : &g.dsinks;
+    const Tensor* t = &g.named(n);
     Attrs a = g.attrs;
     a.push_back({"tensor", n});
     named.push_back(NamedTensor{refs[i], t, a});

@@ -27,6 +27,8 @@
 /// Gemma-3n terms, --arith other than exact, MaskedRows::nan) are a UsageError.
 
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 
 #include "posenc/ops/attention.hpp"
 #include "posenc/tensor.hpp"
@@ -43,6 +45,19 @@ struct AttentionGrads {
   Tensor dbias;      ///< the float mask's shape, when asked for
   Tensor dsinks;     ///< the sinks' shape, when sinks are given
   Attrs attrs;       ///< the forward's parameters
+
+  /// The tensor named `name` (dq, dk, dv, softmax_d, lse, dbias, dsinks, as the outputs
+  /// are named); std::out_of_range for another name.
+  Tensor& named(const std::string& name) {
+    if (name == "dq") return dq;
+    if (name == "dk") return dk;
+    if (name == "dv") return dv;
+    if (name == "softmax_d") return softmax_d;
+    if (name == "lse") return lse;
+    if (name == "dbias") return dbias;
+    if (name == "dsinks") return dsinks;
+    throw std::out_of_range("AttentionGrads: no tensor named " + name);
+  }
 };
 
 /// Options of the backward beyond the forward's.
