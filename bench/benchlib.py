@@ -39,11 +39,19 @@ def fs_label(path):
 
 
 def cpu_name():
+    """The CPU as figures must name it: model name, family and model (a cloud CPU may be
+    called just "AMD EPYC"), and the vector extensions the kernels choose between."""
+    info = {}
     with open("/proc/cpuinfo") as f:
         for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "?"
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            info[key.strip()] = value.strip()
+    flags = set(info.get("flags", "").split())
+    isa = [x for x in ("avx2", "avx512f", "avx512_fp16") if x in flags]
+    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, "
+            f"model {info.get('model', '?')}; {' '.join(isa) or 'no AVX2'})")
 
 
 def load():

@@ -14,7 +14,6 @@ busy machine slows both alike. Usage: PYTHONPATH=<build>/python bench_python.py 
 """
 import argparse
 import os
-import platform
 import sys
 import time
 import timeit
@@ -24,6 +23,9 @@ import numpy as np
 import posenc
 from posenc import _posenc
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchlib import cpu_name  # noqa: E402
+
 
 def best(fn, repeats):
     t = []
@@ -32,16 +34,6 @@ def best(fn, repeats):
         fn()
         t.append(time.perf_counter() - t0)
     return min(t)
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main():

@@ -20,23 +20,16 @@ Usage: PYTHONPATH=<build>/python inprocess_floor.py [--threads 1,2] [--rounds 9]
 """
 import argparse
 import os
-import platform
 import statistics
+import sys
 import time
 
 import numpy as np
 
 import posenc
 
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchlib import cpu_name  # noqa: E402
 
 
 def timed(fn):
@@ -120,7 +113,7 @@ def main():
     print(f"posenc {posenc.__version__}, kernel {posenc.kernel_variant()}, {cpu_name()}, "
           f"{os.cpu_count()} CPUs", flush=True)
     for t in (int(s) for s in args.threads.split(",")):
-        got = posenc.set_threads(t)
+        posenc.set_threads(t)
         print(f"threads {t}, load {os.getloadavg()[0]:.2f}", flush=True)
         if "decode" in cases:
             decode_cases(args.rounds)
