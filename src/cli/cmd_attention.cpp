@@ -20,6 +20,7 @@
 #include "cli/attention_grad.hpp"
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/kvcache_options.hpp"
 #include "cli/relative_options.hpp"
 #include "cli/rope_options.hpp"
 #include "posenc/encodings/arith.hpp"
@@ -85,6 +86,7 @@ struct AttentionCmdOptions {
   bool allow_nonfinite = false;
   std::string grad_output;  // dO: the gradients instead of the forward (attention_grad)
   RelativeCliOptions relative;
+  KvCacheCliOptions kv;  // FlashAttention's KV-cache step (cli/kvcache_options.hpp)
   CLI::App* app = nullptr;
 };
 
@@ -441,6 +443,8 @@ void run_attention(AttentionCmdOptions& o) {
   } else {
     refuse_gradients_without_dO(o.emit);
     opt.emit = parse_attention_emit(o.emit, !o.v.empty());
+    // The KV-cache step gives FlashAttention's out (and lse on request), never probs.
+    if (kvcache_wanted(o.kv) && !given(o, "--emit")) opt.emit = {AttentionEmit::output};
   }
   if (!o.dtype.empty()) opt.dtype = parse_dtype(o.dtype, "--dtype");
   // No limit (0) when physical memory is unknown.
@@ -533,6 +537,16 @@ void run_attention(AttentionCmdOptions& o) {
   // Positions (with --rope) and packed sequences, which also mask across sequences.
   const Positions pos = rope_positions(o.rope_opts);
   opt.cu_seqlens = pos.cu_seqlens;
+  if (kvcache_wanted(o.kv)) {  // -k and -v are the caches (cli/kvcache_options.cpp)
+    const char* conflict = o.rope                        ? "--rope"
+                           : relative_wanted(o.relative) ? "--rel-keys and the relative terms"
+                           : !part.whole()               ? "--part"
+                           : grads                       ? "--grad-output"
+                                                         : "";
+    opt.axes = o.axes.empty() ? "bshd" : o.axes;  // FlashAttention's layout by default
+    return run_kvcache(o.kv, o.q, o.k, o.v, conflict, opt, out_refs, o.out.write_options(),
+                       {{"rope", 0LL}});
+  }
 
   // A lone NPY output is written by the work items as they finish its rows (into the
   // temporary file, at their offsets), so no write of the whole output follows.
@@ -749,6 +763,7 @@ void register_attention(CLI::App& app) {
                   "dO, the gradient of the output (Q's shape with dv): emit the gradients "
                   "dq, dk, dv, softmax_d (rowsum(dO O)) and lse instead (see GRADIENTS)");
   add_relative_options(sub, o->relative);
+  add_kvcache_options(sub, o->kv);
   sub->add_flag("--rope", o->rope, "rotate Q and K with RoPE (ROPE OPTIONS) before the scores");
   add_rope_options(sub, o->rope_opts);
   o->rope_opts.app = sub;

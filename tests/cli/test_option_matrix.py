@@ -31,6 +31,11 @@ NOT_NUMBERS = {
     "(test_attention_errors)", "--arith": "the mode itself", "--layout": "table layout",
     "--half-width": "table layout", "--positions": "table size", "--dim": "table size",
     "--rope": "switches RoPE on: the base of every RoPE row",
+    "--page-table": "where the cache rows live: the bytes of the contiguous cache "
+    "(test_attention_kvcache)",
+    "--cache-batch-idx": "which cache row an entry uses: the numbers of that row "
+    "(test_attention_kvcache)",
+    "--cache-out": "where the updated caches go",
     "--t5-bidirectional": "the default T5 buckets; --t5-causal is the row that changes them",
     "--max-distance": "must agree with the Shaw tables' 2M+1 rows; a check, not a number",
     "--pos-att-type": "names the DeBERTa terms, which must be the ones whose tensors are given "
@@ -135,6 +140,8 @@ ROPE_ONLY = ("--rope2d", "--rope2d-ids", "--order", "--mrope-section", "--mrope-
              "--inv-freq", "--angles", "--cos", "--sin", "--seqlen-offsets",
              "--torch-ops")
 
+KV_NEW = ["--cache-seqlens", "{cs1}", "--k-new", "{kn}", "--v-new", "{vn}"]
+KV_ROT = KV_NEW + ["--rotary-cos", "{rcos}", "--rotary-sin", "{rsin}"]
 ATTENTION_ROWS = {
     "--scale": ([], ["--scale", "0.5"]),
     "--causal": ([], ["--causal"]),
@@ -241,6 +248,19 @@ ATTENTION_ROWS = {
     # The gradients (dq is emitted in place of the output; tests/reference/
     # test_attention_backward.py checks them), refused under --arith hf.
     "--grad-output": ([], ["--grad-output", "{do}"]),
+    # FlashAttention's KV-cache step (-k/-v the caches [1, 2, 10, 8], Q [1, 4, 10, 8] bshd;
+    # tests/reference/test_attention_kvcache.py checks the numbers), refused by --arith hf.
+    "--cache-seqlens": ([], ["--cache-seqlens", "{cs1}"]),
+    "--cache-leftpad": (["--cache-seqlens", "{cs2}"],
+                        ["--cache-seqlens", "{cs2}", "--cache-leftpad", "{cs1}"]),
+    "--k-new": (["--cache-seqlens", "{cs1}"],
+                ["--cache-seqlens", "{cs1}", "--k-new", "{kn}", "--v-new", "{vn}"]),
+    "--v-new": (["--cache-seqlens", "{cs1}"],
+                ["--cache-seqlens", "{cs1}", "--v-new", "{vn}", "--k-new", "{kn}"]),
+    "--rotary-cos": (KV_NEW, KV_NEW + ["--rotary-cos", "{rcos}", "--rotary-sin", "{rsin}"]),
+    "--rotary-sin": (KV_NEW, KV_NEW + ["--rotary-sin", "{rsin}", "--rotary-cos", "{rcos}"]),
+    "--rotary-seqlens": (KV_ROT, KV_ROT + ["--rotary-seqlens", "{cs0}"]),
+    "--rotary-interleaved": (KV_ROT, KV_ROT + ["--rotary-interleaved"]),
 }
 # The RoPE options of `attention --rope`, over a base of --rope.
 ATTENTION_ROPE = {k: (["--rope"] + b, ["--rope"] + w) for k, (b, w) in ROPE_ROWS.items()
@@ -340,6 +360,12 @@ class OptionMatrix(PosencTestCase):
         save("tsin", r.uniform(-1, 1, (13, 4)).astype(np.float16))
         save("offs", np.array([3], np.int64))
         save("do", r.standard_normal((1, 4, 6, 8)).astype(np.float32))  # attention's dO
+        for n in (0, 1, 2):  # KV cache: cache_seqlens (and leftpad, rotary_seqlens) [1]
+            save(f"cs{n}", np.array([n], np.int32))
+        save("kn", r.standard_normal((1, 1, 10, 8)).astype(np.float32))
+        save("vn", r.standard_normal((1, 1, 10, 8)).astype(np.float32))
+        save("rcos", r.standard_normal((4, 2)).astype(np.float32))
+        save("rsin", r.standard_normal((4, 2)).astype(np.float32))
         base = {"model_type": "mistral", "num_attention_heads": 4, "num_key_value_heads": 2,
                 "hidden_size": 32, "head_dim": 8}
         f["rope_cfg"] = self.config("rope.json", dict(base, rope_theta=77.0))
@@ -383,7 +409,8 @@ class OptionMatrix(PosencTestCase):
 
     def check_rows(self, command, rows, modes):
         for option, (base, with_option) in rows.items():
-            square = any(o in with_option for o in ("--cu-seqlens", "--pos-query", "--global-kv"))
+            square = any(o in with_option for o in ("--cu-seqlens", "--pos-query", "--global-kv",
+                                                    "--cache-seqlens"))
             exact = {}
             for mode in modes:
                 with self.subTest(command=command, option=option, mode=mode):

@@ -1,0 +1,113 @@
+// `posenc attention`'s KV-cache options (kvcache_options.hpp).
+#include "cli/kvcache_options.hpp"
+
+#include <fmt/core.h>
+
+#include <optional>
+
+#include "cli/common.hpp"
+#include "posenc/error.hpp"
+#include "posenc/ops/attention_cache.hpp"
+
+namespace posenc::cli {
+
+void add_kvcache_options(CLI::App* sub, KvCacheCliOptions& o) {
+  o.app = sub;
+  const char* g = "KV CACHE";
+  sub->add_option("--page-table", o.page_table,
+                  "paged cache: -k/-v are [num_blocks, page_size, hk, d] pages and this "
+                  "[b, max_blocks] integer tensor their ids per entry")
+      ->group(g);
+  sub->add_option("--cache-seqlens", o.cache_seqlens,
+                  "[b] tokens already in each entry's cache (-k/-v are then the caches "
+                  "[b_cache, s_cache, hk, d]); default: all")
+      ->group(g);
+  sub->add_option("--cache-batch-idx", o.cache_batch_idx,
+                  "[b] cache row (or page-table row) of each entry")
+      ->group(g);
+  sub->add_option("--cache-leftpad", o.cache_leftpad, "[b] first valid cache row of each entry")
+      ->group(g);
+  sub->add_option("--k-new", o.k_new,
+                  "new keys [b, s_new, hk, d], stored at cache_seqlens before attending")
+      ->group(g);
+  sub->add_option("--v-new", o.v_new, "new values [b, s_new, hk, dv] (with --k-new)")->group(g);
+  sub->add_option("--rotary-cos", o.rotary_cos,
+                  "[s_rot, rotary_dim/2] cos table (any float dtype, used as given) rotating "
+                  "q and the new keys at cache_seqlens")
+      ->group(g);
+  sub->add_option("--rotary-sin", o.rotary_sin, "the sin table (with --rotary-cos)")->group(g);
+  sub->add_option("--rotary-seqlens", o.rotary_seqlens,
+                  "[b] rotary position of each entry's first new token (default cache_seqlens)")
+      ->group(g);
+  sub->add_flag("--rotary-interleaved", o.rotary_interleaved,
+                "rotate adjacent pairs (GPT-J; FlashAttention's default) instead of halves")
+      ->group(g);
+  sub->add_option("--cache-out", o.cache_out,
+                  "where the updated caches go (K_REF V_REF; the cache files themselves "
+                  "update them), written with the other outputs")
+      ->expected(2)
+      ->type_name("K_REF V_REF")
+      ->group(g);
+}
+
+bool kvcache_wanted(const KvCacheCliOptions& o) {
+  for (const char* name :
+       {"--page-table", "--cache-seqlens", "--cache-batch-idx", "--cache-leftpad", "--k-new",
+        "--v-new", "--rotary-cos", "--rotary-sin", "--rotary-seqlens", "--rotary-interleaved",
+        "--cache-out"}) {
+    if (o.app->count(name) > 0) return true;
+  }
+  return false;
+}
+
+void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::string& k,
+                 const std::string& v, const std::string& conflicts, AttentionOptions opt,
+                 const std::vector<TensorRef>& out_refs, const WriteOptions& write, Attrs extra) {
+  if (!conflicts.empty()) throw UsageError(fmt::format("{}: not with a KV cache", conflicts));
+  if (v.empty()) throw UsageError("--cache-seqlens and the KV-cache options need -v (the values cache)");
+  if (o.rotary_interleaved && o.rotary_cos.empty()) {
+    throw UsageError("--rotary-interleaved: needs --rotary-cos and --rotary-sin");
+  }
+  if (!o.cache_out.empty() && o.k_new.empty()) {
+    throw UsageError("--cache-out: the caches change only with --k-new and --v-new");
+  }
+  std::vector<TensorRef> cache_refs;
+  for (const std::string& r : o.cache_out) cache_refs.push_back(parse_ref(r));
+  {
+    std::vector<TensorRef> all = out_refs;
+    all.insert(all.end(), cache_refs.begin(), cache_refs.end());
+    check_distinct_outputs(all);
+  }
+  Tensor qt = read_tensor(q), kc = read_tensor(k), vc = read_tensor(v);
+  std::optional<Tensor> side[9];
+  KvCacheOptions kv;
+  const std::string* refs[9] = {&o.page_table, &o.cache_seqlens, &o.cache_batch_idx,
+                                &o.cache_leftpad, &o.k_new, &o.v_new,
+                                &o.rotary_cos, &o.rotary_sin, &o.rotary_seqlens};
+  const Tensor** slots[9] = {&kv.page_table, &kv.cache_seqlens, &kv.cache_batch_idx,
+                             &kv.cache_leftpad, &kv.k_new, &kv.v_new,
+                             &kv.rotary_cos, &kv.rotary_sin, &kv.rotary_seqlens};
+  for (int i = 0; i < 9; ++i) {
+    if (refs[i]->empty()) continue;
+    side[i] = read_tensor(*refs[i]);
+    *slots[i] = &*side[i];
+  }
+  kv.rotary_interleaved = o.rotary_interleaved;
+  const AttentionResult res = attention_kvcache(qt, kc, vc, kv, opt);
+  Attrs attrs = res.attrs;
+  attrs.insert(attrs.end(), extra.begin(), extra.end());
+  verbose_attrs(attrs);
+  std::vector<NamedTensor> named;
+  for (std::size_t i = 0; i < opt.emit.size(); ++i) {
+    Attrs a = attrs;
+    a.push_back({"tensor", attention_emit_name(opt.emit[i])});
+    named.push_back(NamedTensor{out_refs[i], &res.get(opt.emit[i]), a});
+  }
+  if (!cache_refs.empty()) {
+    named.push_back(NamedTensor{cache_refs[0], &kc, {{"tensor", std::string("k_cache")}}});
+    named.push_back(NamedTensor{cache_refs[1], &vc, {{"tensor", std::string("v_cache")}}});
+  }
+  write_tensors(named, write);
+}
+
+}  // namespace posenc::cli

@@ -1,0 +1,439 @@
+// attention_kvcache (posenc/ops/attention_cache.hpp): FlashAttention's KV-cache step.
+// Every input is checked before the cache is touched; the new keys are rotated (the
+// caller-table RoPE of ops/rope) and stored; each entry's keys are gathered, from its
+// cache row or its pages, into one [b, max n_b, hk, d] tensor aligned at 0, and attention
+// runs over it with seqused_k = n_b, the per-entry alignment FlashAttention's masks use.
+// A paged cache and a contiguous one holding the same tokens give the same gathered
+// tensor, so the same bits.
+#include "posenc/ops/attention_cache.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "ops/attention_kernel.hpp"
+#include "posenc/encodings/arith.hpp"
+#include "posenc/error.hpp"
+#include "posenc/ops/rope.hpp"
+
+namespace posenc {
+
+namespace {
+
+// The values of a [n] integer tensor `t` (named `what`), each in [lo, hi].
+std::vector<std::int64_t> ints(const Tensor& t, const char* what, std::size_t n, std::int64_t lo,
+                               std::int64_t hi, const char* range) {
+  if (!is_integer(t.dtype())) {
+    throw InputError(fmt::format("{}: expected an integer tensor, got {}", what,
+                                 dtype_name(t.dtype())));
+  }
+  if (t.ndim() != 1 || t.shape()[0] != n) {
+    throw InputError(fmt::format("{}: expected shape [{}] (one per batch entry), got {}", what, n,
+                                 shape_str(t.shape())));
+  }
+  std::vector<std::int64_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = t.get(i);
+    if (!(x >= static_cast<double>(lo) && x <= static_cast<double>(hi))) {
+      throw InputError(fmt::format("{}: value {} of entry {} is out of range ({})", what, x, i,
+                                   range));
+    }
+    v[i] = static_cast<std::int64_t>(x);
+  }
+  return v;
+}
+
+void require_rank4(const Tensor& t, const char* what, const char* shape) {
+  if (!is_float(t.dtype())) {
+    throw InputError(fmt::format("{}: expected a float tensor, got {}", what,
+                                 dtype_name(t.dtype())));
+  }
+  if (t.ndim() != 4) {
+    throw InputError(fmt::format("{}: expected shape {}, got {}", what, shape,
+                                 shape_str(t.shape())));
+  }
+}
+
+// Where logical token t of an entry lives: the element offset of its row (hk * width
+// values) in the cache.
+struct Rows {
+  const std::int64_t* pages = nullptr;  // the entry's page-table row, or null
+  std::size_t page_size = 0;
+  std::size_t row0 = 0;  // contiguous: the first token's row index
+  std::size_t at(std::size_t t) const {
+    return pages ? static_cast<std::size_t>(pages[t / page_size]) * page_size + t % page_size
+                 : row0 + t;
+  }
+  // Tokens from t on that are stored contiguously (up to n).
+  std::size_t run(std::size_t t, std::size_t n) const {
+    return pages ? std::min(n, page_size - t % page_size) : n;
+  }
+};
+
+// Copies tokens [t0, t0 + n) of an entry (`rows`) of `cache` into `dst` (n rows of
+// `row_bytes`).
+void gather(const Tensor& cache, const Rows& rows, std::size_t t0, std::size_t n,
+            std::size_t row_bytes, std::byte* dst) {
+  const std::byte* src = cache.bytes();
+  for (std::size_t t = t0; t < t0 + n;) {
+    const std::size_t k = rows.run(t, t0 + n - t);
+    std::memcpy(dst, src + rows.at(t) * row_bytes, k * row_bytes);
+    dst += k * row_bytes;
+    t += k;
+  }
+}
+
+}  // namespace
+
+AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_cache,
+                                  const KvCacheOptions& kv, const AttentionOptions& opt) {
+  // Options first.
+  if (!opt.axes.empty() && opt.axes != "bshd") {
+    throw UsageError(fmt::format("axes {}: the KV cache takes FlashAttention's layout, bshd",
+                                 opt.axes));
+  }
+  if (opt.arith != Arith::exact) {
+    throw UsageError(fmt::format("arith {}: the KV cache is computed by posenc's exact "
+                                 "arithmetic only",
+                                 arith_name(opt.arith)));
+  }
+  for (AttentionEmit e : opt.emit) {
+    if (e == AttentionEmit::logits || e == AttentionEmit::probs) {
+      throw UsageError(fmt::format("emit {}: the KV cache gives output and lse only",
+                                   attention_emit_name(e)));
+    }
+  }
+  for (const auto& [given, name] :
+       {std::pair{opt.seqused_q != nullptr, "seqused_q"},
+        std::pair{opt.seqused_k != nullptr, "seqused_k (cache_seqlens gives the lengths)"},
+        std::pair{opt.key_lengths != nullptr, "key_lengths (cache_seqlens gives the lengths)"},
+        std::pair{opt.mask != nullptr, "mask"},
+        std::pair{!opt.cu_seqlens.empty(), "cu_seqlens"},
+        std::pair{opt.causal == CausalAlign::top_left, "causal top-left"}}) {
+    if (given) throw UsageError(fmt::format("{}: not with a KV cache", name));
+  }
+  if ((kv.k_new == nullptr) != (kv.v_new == nullptr)) {
+    throw UsageError(kv.k_new ? "k_new: needs v_new" : "v_new: needs k_new");
+  }
+  if ((kv.rotary_cos == nullptr) != (kv.rotary_sin == nullptr)) {
+    throw UsageError(kv.rotary_cos ? "rotary_cos: needs rotary_sin" : "rotary_sin: needs rotary_cos");
+  }
+  const bool has_new = kv.k_new != nullptr;
+  if (kv.rotary_cos && !has_new) {
+    throw UsageError("rotary_cos: rotates the new keys; needs k_new and v_new");
+  }
+  if (kv.rotary_seqlens && !kv.rotary_cos) {
+    throw UsageError("rotary_seqlens: needs rotary_cos and rotary_sin");
+  }
+  if (has_new && !kv.cache_seqlens) {
+    throw UsageError("k_new: needs cache_seqlens (where the new tokens go)");
+  }
+
+  // Shapes and dtypes.
+  require_rank4(q, "q", "[b, sq, hq, d]");
+  const bool paged = kv.page_table != nullptr;
+  const char* cache_shape = paged ? "[num_blocks, page_size, hk, d]" : "[b_cache, s_cache, hk, d]";
+  require_rank4(k_cache, "k_cache", cache_shape);
+  require_rank4(v_cache, "v_cache", cache_shape);
+  const Shape& ks = k_cache.shape();
+  const Shape& vs = v_cache.shape();
+  if (vs[0] != ks[0] || vs[1] != ks[1] || vs[2] != ks[2]) {
+    throw InputError(fmt::format("v_cache: shape {} does not match k_cache's {} (all but d)",
+                                 shape_str(vs), shape_str(ks)));
+  }
+  const std::size_t b = q.shape()[0], sq = q.shape()[1], hk = ks[2], d = ks[3], dv = vs[3];
+  if (q.shape()[3] != d) {
+    throw InputError(fmt::format("q: head dim {} differs from k_cache's {} (shape {})",
+                                 q.shape()[3], d, shape_str(ks)));
+  }
+  std::size_t capacity = ks[1], page_size = ks[1], max_blocks = 0, table_rows = 0;
+  std::vector<std::int64_t> table;
+  const std::size_t num_blocks = ks[0];
+  if (paged) {
+    const Tensor& pt = *kv.page_table;
+    if (!is_integer(pt.dtype()) || pt.ndim() != 2) {
+      throw InputError(fmt::format("page_table: expected integers [b, max_blocks], got {} {}",
+                                   dtype_name(pt.dtype()), shape_str(pt.shape())));
+    }
+    table_rows = pt.shape()[0];
+    max_blocks = pt.shape()[1];
+    if (page_size == 0) throw InputError("k_cache: page size (axis 1) is 0");
+    capacity = max_blocks * page_size;
+    table.resize(pt.numel());
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const double x = pt.get(i);
+      table[i] = x >= -1e18 && x <= 1e18 ? static_cast<std::int64_t>(x) : -1;
+    }
+  }
+  const std::size_t rows_avail = paged ? table_rows : ks[0];
+  const char* rows_what = paged ? "page_table rows" : "k_cache's b_cache";
+  std::vector<std::int64_t> idx(b);
+  for (std::size_t i = 0; i < b; ++i) idx[i] = static_cast<std::int64_t>(i);
+  if (kv.cache_batch_idx) {
+    idx = ints(*kv.cache_batch_idx, "cache_batch_idx", b, 0,
+               static_cast<std::int64_t>(rows_avail) - 1,
+               fmt::format("0 to {}, {} {}", static_cast<std::int64_t>(rows_avail) - 1, rows_what,
+                           rows_avail)
+                   .c_str());
+    if (has_new) {
+      std::vector<std::int64_t> sorted = idx;
+      std::sort(sorted.begin(), sorted.end());
+      const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+      if (dup != sorted.end()) {
+        throw InputError(fmt::format("cache_batch_idx: row {} is used by two entries, which "
+                                     "would both write their new keys into it",
+                                     *dup));
+      }
+    }
+  } else if (rows_avail != b) {
+    throw InputError(fmt::format("{}: {} rows for a batch of {} (q {}); give cache_batch_idx "
+                                 "to pick rows",
+                                 paged ? "page_table" : "k_cache", rows_avail, b,
+                                 shape_str(q.shape())));
+  }
+  std::size_t s_new = 0;
+  if (has_new) {
+    require_rank4(*kv.k_new, "k_new", "[b, s_new, hk, d]");
+    require_rank4(*kv.v_new, "v_new", "[b, s_new, hk, dv]");
+    const Shape& kn = kv.k_new->shape();
+    const Shape& vn = kv.v_new->shape();
+    s_new = kn[1];
+    if (kn != Shape{b, s_new, hk, d}) {
+      throw InputError(fmt::format("k_new: shape {}, expected [{}, s_new, {}, {}] (q's b, the "
+                                   "caches' hk and d)",
+                                   shape_str(kn), b, hk, d));
+    }
+    if (vn != Shape{b, s_new, hk, dv}) {
+      throw InputError(fmt::format("v_new: shape {}, expected {}", shape_str(vn),
+                                   shape_str(Shape{b, s_new, hk, dv})));
+    }
+    if (kv.k_new->dtype() != k_cache.dtype() || kv.v_new->dtype() != v_cache.dtype()) {
+      const bool k = kv.k_new->dtype() != k_cache.dtype();
+      throw InputError(fmt::format("{}: dtype {} differs from its cache's {}",
+                                   k ? "k_new" : "v_new",
+                                   dtype_name(k ? kv.k_new->dtype() : kv.v_new->dtype()),
+                                   dtype_name(k ? k_cache.dtype() : v_cache.dtype())));
+    }
+  }
+  const std::int64_t cap = static_cast<std::int64_t>(capacity);
+  std::vector<std::int64_t> seqlens(b, cap);
+  if (kv.cache_seqlens) {
+    seqlens = ints(*kv.cache_seqlens, "cache_seqlens", b, 0, cap,
+                   fmt::format("0 to the capacity {}", capacity).c_str());
+    for (std::size_t i = 0; i < b; ++i) {
+      if (seqlens[i] + static_cast<std::int64_t>(s_new) > cap) {
+        throw InputError(fmt::format(
+            "cache_seqlens: entry {} holds {} tokens, and {} new ones exceed the cache's "
+            "capacity {}{}",
+            i, seqlens[i], s_new, capacity,
+            paged ? fmt::format(" (max_blocks {} x page_size {})", max_blocks, page_size)
+                  : std::string()));
+      }
+    }
+  }
+  std::vector<std::int64_t> leftpad(b, 0);
+  if (kv.cache_leftpad) {
+    leftpad = ints(*kv.cache_leftpad, "cache_leftpad", b, 0, cap, "0 to the capacity");
+    for (std::size_t i = 0; i < b; ++i) {
+      if (leftpad[i] > seqlens[i]) {
+        throw InputError(fmt::format("cache_leftpad: entry {} starts at {}, beyond its "
+                                     "cache_seqlens {}",
+                                     i, leftpad[i], seqlens[i]));
+      }
+    }
+  }
+  // The page ids each entry uses: in range, and not shared with another entry when one
+  // of them writes into it.
+  if (paged) {
+    std::vector<std::int64_t> owner(num_blocks, -1);   // entry that uses the page
+    std::vector<char> written(num_blocks, 0);
+    for (std::size_t i = 0; i < b; ++i) {
+      const std::size_t end = static_cast<std::size_t>(seqlens[i]) + s_new;
+      const std::size_t first = static_cast<std::size_t>(leftpad[i]) / page_size;
+      const std::size_t last = (end + page_size - 1) / page_size;
+      const std::size_t w0 = static_cast<std::size_t>(seqlens[i]) / page_size;
+      for (std::size_t k = first; k < last; ++k) {
+        const std::int64_t p = table[static_cast<std::size_t>(idx[i]) * max_blocks + k];
+        if (p < 0 || p >= static_cast<std::int64_t>(num_blocks)) {
+          throw InputError(fmt::format("page_table: row {}, block {}: page {} is out of range "
+                                       "(0 to {}, the caches' num_blocks {})",
+                                       idx[i], k, p, static_cast<std::int64_t>(num_blocks) - 1,
+                                       num_blocks));
+        }
+        const std::size_t u = static_cast<std::size_t>(p);
+        const bool writes = s_new > 0 && k >= w0;
+        if (owner[u] == static_cast<std::int64_t>(i)) {
+          // Twice in one row: a new key could land on a key the entry reads.
+          if (s_new > 0) {
+            throw InputError(fmt::format("page_table: page {} appears twice in row {}", p,
+                                         idx[i]));
+          }
+        } else if (owner[u] >= 0 && (writes || written[u])) {
+          throw InputError(fmt::format("page_table: page {} is used by entries {} and {}, and "
+                                       "the new keys of one are written into it",
+                                       p, owner[u], i));
+        }
+        owner[u] = static_cast<std::int64_t>(i);
+        written[u] |= writes;
+      }
+    }
+  }
+
+  // Rotary: the new keys (rounded once to the cache's dtype) and the queries (in the
+  // arithmetic type). The tables' row count is checked by the rotation itself.
+  const DType arith = attention_arith(opt);
+  Tensor q_rot, k_rot;
+  const Tensor* q_use = &q;
+  const Tensor* k_src = kv.k_new;
+  AttentionOptions o = opt;
+  if (kv.rotary_cos) {
+    const Tensor& c = *kv.rotary_cos;
+    const Tensor& s = *kv.rotary_sin;
+    if (!is_float(c.dtype()) || !is_float(s.dtype())) {
+      throw InputError(fmt::format("{}: expected a float table, got {}",
+                                   is_float(c.dtype()) ? "rotary_sin" : "rotary_cos",
+                                   dtype_name(is_float(c.dtype()) ? s.dtype() : c.dtype())));
+    }
+    if (c.ndim() != 2 || 2 * c.shape()[1] > d || c.shape()[1] == 0) {
+      throw InputError(fmt::format("rotary_cos: expected shape [s_rot, rotary_dim / 2] with "
+                                   "rotary_dim up to the head dim {}, got {}",
+                                   d, shape_str(c.shape())));
+    }
+    if (s.shape() != c.shape() || s.dtype() != c.dtype()) {
+      throw InputError(fmt::format("rotary_sin: {} {} differs from rotary_cos's {} {}",
+                                   dtype_name(s.dtype()), shape_str(s.shape()),
+                                   dtype_name(c.dtype()), shape_str(c.shape())));
+    }
+    std::vector<std::int64_t> offsets = seqlens;
+    if (kv.rotary_seqlens) {
+      offsets = ints(*kv.rotary_seqlens, "rotary_seqlens", b, 0, kMaxPosition,
+                     "0 to 2^53");
+    }
+    const std::size_t rows = c.shape()[0];
+    Positions pos;
+    pos.table_shape = c.shape();
+    pos.table_dtype = c.dtype();
+    pos.table_cos.resize(c.numel());
+    pos.table_sin.resize(s.numel());
+    for (std::size_t i = 0; i < c.numel(); ++i) {
+      pos.table_cos[i] = c.get(i);
+      pos.table_sin[i] = s.get(i);
+    }
+    pos.cos_what = "rotary_cos";
+    pos.sin_what = "rotary_sin";
+    pos.offsets_what = "rotary_seqlens";
+    pos.seqlen_offsets = offsets;
+    const bool per_token = opt.causal != CausalAlign::none || opt.window_left >= 0 ||
+                           opt.window_right >= 0 || opt.sliding_window > 0 ||
+                           opt.chunk_size > 0;
+    // Every position used must have its table row (named before the rotation's own
+    // message, with the input that needs it).
+    for (std::size_t i = 0; i < b; ++i) {
+      const std::int64_t last_k = offsets[i] + static_cast<std::int64_t>(s_new) - 1;
+      const std::int64_t last_q = offsets[i] + (per_token ? static_cast<std::int64_t>(sq) - 1 : 0);
+      const std::int64_t need = std::max(s_new ? last_k : -1, sq ? last_q : -1);
+      if (need >= static_cast<std::int64_t>(rows)) {
+        throw InputError(fmt::format("rotary_cos: {} rows, but entry {} rotates at position {} "
+                                     "({} {} + {} tokens)",
+                                     rows, i, need,
+                                     kv.rotary_seqlens ? "rotary_seqlens" : "cache_seqlens",
+                                     offsets[i], need - offsets[i] + 1));
+      }
+    }
+    const int rdim = static_cast<int>(2 * c.shape()[1]);
+    const bool il = kv.rotary_interleaved;
+    auto params = [rdim, il](int head_dim) {
+      RopeParams p;
+      p.head_dim = head_dim;
+      p.rotary_dim = rdim;
+      p.style = il ? RopeStyle::gptj : RopeStyle::neox;
+      return p;
+    };
+    RopeApplyOptions ra;
+    ra.allow_nonfinite = opt.allow_nonfinite;
+    const Axes axes = resolve_axes("bshd", 4, "q");
+    if (s_new > 0) {
+      const RopeFreqs f = rope_freqs_for(kv.k_new->shape(), axes, params, pos, ra, "k_new");
+      k_rot = apply_rope(*kv.k_new, axes, f, pos, ra, k_cache.dtype());
+      k_src = &k_rot;
+    }
+    if (sq > 0) {
+      // Not causal nor local: every query of an entry at its single offset, as one token
+      // of sq * hq heads.
+      const Tensor qv = per_token ? Tensor::borrow(q.dtype(), q.shape(),
+                                                   const_cast<std::byte*>(q.bytes()))
+                                  : Tensor::borrow(q.dtype(), Shape{b, 1, sq * q.shape()[2], d},
+                                                   const_cast<std::byte*>(q.bytes()));
+      const RopeFreqs f = rope_freqs_for(qv.shape(), axes, params, pos, ra, "q");
+      q_rot = apply_rope(qv, axes, f, pos, ra, arith);
+      q_rot.reshape(q.shape());
+      q_use = &q_rot;
+      if (!o.dtype) o.dtype = q.dtype();
+    }
+  }
+
+  // The new tokens into the caches (nothing was written before this point).
+  const std::size_t krow = hk * d * dtype_size(k_cache.dtype());
+  const std::size_t vrow = hk * dv * dtype_size(v_cache.dtype());
+  auto rows_of = [&](std::size_t i) {
+    Rows r;
+    if (paged) {
+      r.pages = table.data() + static_cast<std::size_t>(idx[i]) * max_blocks;
+      r.page_size = page_size;
+    } else {
+      r.row0 = static_cast<std::size_t>(idx[i]) * capacity;
+    }
+    return r;
+  };
+  if (s_new > 0) {
+    for (std::size_t i = 0; i < b; ++i) {
+      const Rows r = rows_of(i);
+      for (std::size_t t = 0; t < s_new; ++t) {
+        const std::size_t at = r.at(static_cast<std::size_t>(seqlens[i]) + t);
+        std::memcpy(k_cache.bytes() + at * krow, k_src->bytes() + (i * s_new + t) * krow, krow);
+        std::memcpy(v_cache.bytes() + at * vrow, kv.v_new->bytes() + (i * s_new + t) * vrow, vrow);
+      }
+    }
+  }
+
+  // Each entry's keys [leftpad, seqlen + s_new), gathered from position 0 on; the rows
+  // past an entry's length are zeros (masked, but read whole key blocks at a time).
+  std::vector<std::int64_t> n(b);
+  std::size_t sk = 0;
+  for (std::size_t i = 0; i < b; ++i) {
+    n[i] = seqlens[i] + static_cast<std::int64_t>(s_new) - leftpad[i];
+    sk = std::max(sk, static_cast<std::size_t>(n[i]));
+  }
+  Tensor K(k_cache.dtype(), Shape{b, sk, hk, d});
+  Tensor V(v_cache.dtype(), Shape{b, sk, hk, dv});
+  attention_detail::for_items(b, attention_detail::thread_count(b), [&](std::size_t i,
+                                                                         std::size_t) {
+    const Rows r = rows_of(i);
+    const std::size_t len = static_cast<std::size_t>(n[i]);
+    const std::size_t lp = static_cast<std::size_t>(leftpad[i]);
+    gather(k_cache, r, lp, len, krow, K.bytes() + i * sk * krow);
+    gather(v_cache, r, lp, len, vrow, V.bytes() + i * sk * vrow);
+    std::memset(K.bytes() + (i * sk + len) * krow, 0, (sk - len) * krow);
+    std::memset(V.bytes() + (i * sk + len) * vrow, 0, (sk - len) * vrow);
+  });
+  Tensor used(DType::i64, Shape{b});
+  std::copy(n.begin(), n.end(), used.data<std::int64_t>());
+  o.axes = "bshd";
+  o.seqused_k = &used;
+  o.output_sink = nullptr;
+  if (o.emit.empty()) o.emit = {AttentionEmit::output};
+  AttentionResult res = attention(*q_use, K, &V, o);
+  res.attrs.push_back({"kv_cache", std::string(paged ? "paged" : "contiguous")});
+  if (s_new) res.attrs.push_back({"kv_new_tokens", static_cast<long long>(s_new)});
+  if (kv.rotary_cos) {
+    res.attrs.push_back({"rotary_dim", static_cast<long long>(2 * kv.rotary_cos->shape()[1])});
+    res.attrs.push_back({"rotary_interleaved", static_cast<long long>(kv.rotary_interleaved)});
+  }
+  return res;
+}
+
+}  // namespace posenc

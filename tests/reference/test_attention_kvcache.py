@@ -1,0 +1,219 @@
+"""posenc attention's KV-cache step (FlashAttention's flash_attn_with_kvcache) against a
+torch float64 reference written here from FA's test semantics (test_flash_attn_kvcache,
+attention_ref with key_leftpad):
+
+- the cache rows of entry b are those of cache_batch_idx[b] (b without it), gathered from
+  the pages of its page-table row when paged;
+- rotary tables rotate the new keys at positions offset_b + t (offset = rotary_seqlens,
+  else cache_seqlens) with apply_rotary_emb's rule (tests/lib/fa_rotary_reference.py),
+  the queries at the same per-token positions when causal or local, else all at offset_b;
+- the rotated new keys and the values are stored at rows cache_seqlens_b .. + s_new - 1;
+- the key padding mask keeps rows leftpad_b <= j < cache_seqlens_b + s_new, the masks see
+  key column j - leftpad_b and the entry's length sk_b = cache_seqlens_b + s_new -
+  leftpad_b (query i at i + sk_b - sq), computed over the whole cache row.
+
+Tolerance: float64 output and lse max error <= 1e-12 relative to the largest reference
+value; the updated caches (float32) equal the reference's bit for bit; a paged cache gives
+the bytes of the contiguous one, and -j 1 those of -j 2.
+"""
+import math
+import unittest
+
+import numpy as np
+import torch
+
+from fa_rotary_reference import apply_rotary_tables
+from posenc_testlib import PosencTestCase
+
+
+def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, leftpad=None,
+                 cos=None, sin=None, interleaved=False, rotary_seqlens=None, causal=False,
+                 window=(-1, -1), chunk=0):
+    """out [b, sq, h, dv], lse [b, h, sq] (float64) and the updated caches (their dtype)."""
+    b, sq, h, d = q.shape
+    kc, vc = kc.copy(), vc.copy()
+    rows = np.arange(b) if batch_idx is None else np.asarray(batch_idx)
+    seqlens = np.asarray(seqlens)
+    leftpad = np.zeros(b, np.int64) if leftpad is None else np.asarray(leftpad)
+    s_new = 0 if k_new is None else k_new.shape[1]
+    local = causal or window != (-1, -1) or chunk > 0
+    q_ro = np.asarray(q, np.float64)
+    if cos is not None:
+        offs = seqlens if rotary_seqlens is None else np.asarray(rotary_seqlens)
+        k_new = apply_rotary_tables(k_new, cos, sin, interleaved, seqlen_offsets=offs).astype(
+            kc.dtype)
+        if local:
+            q_ro = apply_rotary_tables(q, cos, sin, interleaved, seqlen_offsets=offs)
+        else:
+            q_ro = apply_rotary_tables(q.reshape(b, 1, sq * h, d), cos, sin, interleaved,
+                                       seqlen_offsets=offs).reshape(q.shape)
+    for e in range(b):
+        if s_new:
+            kc[rows[e], seqlens[e]:seqlens[e] + s_new] = k_new[e]
+            vc[rows[e], seqlens[e]:seqlens[e] + s_new] = v_new[e]
+    K = torch.from_numpy(kc[rows].astype(np.float64))
+    V = torch.from_numpy(vc[rows].astype(np.float64))
+    S, hk = K.shape[1], K.shape[2]
+    K = K.repeat_interleave(h // hk, dim=2)
+    V = V.repeat_interleave(h // hk, dim=2)
+    Q = torch.from_numpy(q_ro)
+    scores = torch.einsum("bthd,bshd->bhts", Q / math.sqrt(d), K)
+    left, right = window
+    if causal:
+        right = 0
+    for e in range(b):
+        j = torch.arange(S)[None, :]
+        i = torch.arange(sq)[:, None]
+        lp, end = int(leftpad[e]), int(seqlens[e]) + s_new
+        col = torch.where(j >= lp, j - lp, torch.full_like(j, 2 ** 32))
+        sk = end - lp
+        pos = i + sk - sq
+        m = (j < lp) | (j >= end)
+        if right >= 0:
+            m = m | (col > torch.clamp(pos + right, max=sk))
+        if left >= 0:
+            m = m | (col < pos - left)
+        if chunk > 0:
+            start = pos - torch.remainder(pos, chunk)
+            m = m | (col < start) | (col >= start + chunk)
+        scores[e] = scores[e].masked_fill(m[None], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    p = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
+    out = torch.einsum("bhts,bshd->bthd", p, V)
+    return out.numpy(), lse.numpy(), kc, vc
+
+
+def paged(kc, page, rng):
+    """The pages [num_blocks, page, hk, d] of a contiguous cache [b, S, hk, d] in a random
+    order, and the page table [b, S / page] (int32)."""
+    b, S = kc.shape[:2]
+    mb = S // page
+    perm = rng.permutation(b * mb + 3)[: b * mb]  # three pages nobody uses
+    pages = np.zeros((b * mb + 3, page) + kc.shape[2:], kc.dtype)
+    table = perm.reshape(b, mb).astype(np.int32)
+    for e in range(b):
+        for k in range(mb):
+            pages[table[e, k]] = kc[e, k * page:(k + 1) * page]
+    return pages, table
+
+
+class KvCache(PosencTestCase):
+    def setUp(self):
+        super().setUp()
+        self.rng = np.random.default_rng(7)
+
+    def caches(self, b_cache, S, hk, d, dv):
+        kc = self.rng.standard_normal((b_cache, S, hk, d)).astype(np.float32)
+        vc = self.rng.standard_normal((b_cache, S, hk, dv)).astype(np.float32)
+        return kc, vc
+
+    def posenc(self, tag, q, kc, vc, extra, cache_out=True, jobs=None):
+        qp, kp, vp = (self.npy(f"{tag}_{n}.npy", x) for n, x in (("q", q), ("k", kc), ("v", vc)))
+        out = self.path(f"{tag}_{{}}.npy")
+        more = ["--cache-out", self.path(f"{tag}_kc.npy"), self.path(f"{tag}_vc.npy")] \
+            if cache_out else []
+        pre = ["-j", str(jobs)] if jobs else []
+        self.run_ok(*pre, "attention", "-q", qp, "-k", kp, "-v", vp, "--emit", "output,lse",
+                    "-o", out, *extra, *more)
+        got = {}
+        for name in ("output", "lse"):
+            with open(out.format(name), "rb") as f:
+                got[name] = f.read()
+        res = [np.load(out.format("output")), np.load(out.format("lse"))]
+        if cache_out:
+            res += [np.load(self.path(f"{tag}_kc.npy")), np.load(self.path(f"{tag}_vc.npy"))]
+        return res, got
+
+    def side(self, tag, **arrays):
+        args = []
+        for name, x in arrays.items():
+            if x is None:
+                continue
+            args += ["--" + name.replace("_", "-"), self.npy(f"{tag}_{name}.npy", x)]
+        return args
+
+    def case(self, label, b=3, sq=1, h=4, hk=2, d=16, dv=8, page=16, mb=4, seqlens=None,
+             s_new=1, batch_idx=None, leftpad=None, rotary=8, interleaved=False,
+             rotary_seqlens=None, causal=True, window=(-1, -1), chunk=0, b_cache=None):
+        S = page * mb
+        b_cache = b_cache or b
+        kc, vc = self.caches(b_cache, S, hk, d, dv)
+        q = self.rng.standard_normal((b, sq, h, d))
+        k_new = self.rng.standard_normal((b, s_new, hk, d)).astype(np.float32) if s_new else None
+        v_new = self.rng.standard_normal((b, s_new, hk, dv)).astype(np.float32) if s_new else None
+        cos = sin = None
+        if rotary:
+            ang = self.rng.uniform(0, 2 * np.pi, (S + 8, rotary // 2))
+            cos, sin = np.cos(ang), np.sin(ang)
+        ref = kv_reference(q, kc, vc, seqlens, k_new, v_new, batch_idx, leftpad, cos, sin,
+                           interleaved, rotary_seqlens, causal, window, chunk)
+        ints = lambda x: None if x is None else np.asarray(x, np.int32)
+        common = self.side(label, cache_seqlens=ints(seqlens), cache_batch_idx=ints(batch_idx),
+                           cache_leftpad=ints(leftpad), k_new=k_new, v_new=v_new,
+                           rotary_cos=cos, rotary_sin=sin, rotary_seqlens=ints(rotary_seqlens))
+        if interleaved:
+            common.append("--rotary-interleaved")
+        if causal:
+            common.append("--causal")
+        if window != (-1, -1):
+            common += ["--window", f"{window[0]},{window[1]}"]
+        if chunk:
+            common += ["--chunk-size", str(chunk)]
+        wrote = bool(s_new)
+        res, bits = self.posenc(label + "c", q, kc, vc, common, cache_out=wrote)
+        out, lse = res[:2]
+        kc2, vc2 = res[2:] if wrote else (kc, vc)
+        scale = max(np.abs(ref[0]).max(), 1.0)
+        self.assertLessEqual(np.abs(out - ref[0]).max() / scale, 1e-12, label)
+        empty = np.isneginf(ref[1])
+        np.testing.assert_array_equal(np.isneginf(lse), empty, label)
+        self.assertLessEqual(np.abs(lse[~empty] - ref[1][~empty]).max(initial=0), 1e-12, label)
+        np.testing.assert_array_equal(kc2, ref[2], label)
+        np.testing.assert_array_equal(vc2, ref[3], label)
+        # Paged: the same bytes, and the pages updated as the rows.
+        pk, table = paged(kc, page, self.rng)
+        pv = np.zeros((pk.shape[0], page, hk, dv), np.float32)
+        for e in range(b_cache):
+            for k in range(mb):
+                pv[table[e, k]] = vc[e, k * page:(k + 1) * page]
+        res, pbits = self.posenc(
+            label + "p", q, pk, pv, common + ["--page-table", self.npy(label + "_pt.npy", table)],
+            cache_out=wrote)
+        pk2, pv2 = res[2:] if wrote else (pk, pv)
+        self.assertEqual(pbits, bits, f"{label}: paged")
+        for e in range(b_cache):
+            for k in range(mb):
+                np.testing.assert_array_equal(pk2[table[e, k]], kc2[e, k * page:(k + 1) * page])
+                np.testing.assert_array_equal(pv2[table[e, k]], vc2[e, k * page:(k + 1) * page])
+        for jobs in (1, 2):
+            _, jbits = self.posenc(f"{label}j{jobs}", q, kc, vc, common, cache_out=False,
+                                   jobs=jobs)
+            self.assertEqual(jbits, bits, f"{label}: -j {jobs}")
+        return out, lse
+
+    def test_decode_step(self):
+        # One new token per entry, rotary at cache_seqlens, grouped heads.
+        self.case("dec", seqlens=[5, 40, 0])
+
+    def test_batch_idx_and_leftpad(self):
+        self.case("idx", b=2, b_cache=4, batch_idx=[3, 1], leftpad=[2, 0], seqlens=[9, 30],
+                  s_new=2, sq=2, interleaved=True)
+
+    def test_fewer_cached_than_queries_with_chunks_and_window(self):
+        # cache_seqlens < sq: some queries sit before the first key; chunks and a window.
+        self.case("chunk", sq=5, s_new=5, seqlens=[2, 0, 7], chunk=4, causal=False)
+        self.case("win", sq=5, s_new=3, seqlens=[1, 0, 7], window=(3, 0), causal=False,
+                  leftpad=[1, 0, 2])
+
+    def test_not_local_rotates_queries_at_one_offset(self):
+        self.case("single", sq=3, s_new=2, seqlens=[4, 10, 1], causal=False,
+                  rotary_seqlens=[0, 3, 20])
+
+    def test_read_only_cache(self):
+        # No new keys, no rotary: attention over the cached rows only.
+        self.case("ro", seqlens=[16, 3, 64], s_new=0, rotary=0, sq=2)
+
+
+if __name__ == "__main__":
+    unittest.main()
