@@ -1,0 +1,128 @@
+"""posenc attention's KV-cache inputs: every bad input class exits 3 with one line naming
+the input and writes nothing (no output, no updated cache); options the KV cache cannot
+honour exit 2. The numbers: tests/reference/test_attention_kvcache.py."""
+import os
+import unittest
+
+import numpy as np
+
+from posenc_testlib import PosencTestCase
+
+
+class KvCacheInputs(PosencTestCase):
+    def setUp(self):
+        super().setUp()
+        r = np.random.default_rng(1)
+        f = {}
+        def save(name, a):
+            f[name] = self.npy(f"{name}.npy", a)
+        # b 2, sq 1, hq 4, hk 2, d 8; contiguous caches [2, 8, 2, 8]; pages [5, 4, 2, 8].
+        save("q", r.standard_normal((2, 1, 4, 8)))
+        save("kc", r.standard_normal((2, 8, 2, 8)).astype(np.float32))
+        save("vc", r.standard_normal((2, 8, 2, 8)).astype(np.float32))
+        save("kp", r.standard_normal((5, 4, 2, 8)).astype(np.float32))
+        save("vp", r.standard_normal((5, 4, 2, 8)).astype(np.float32))
+        save("kn", r.standard_normal((2, 1, 2, 8)).astype(np.float32))
+        save("vn", r.standard_normal((2, 1, 2, 8)).astype(np.float32))
+        save("kn64", r.standard_normal((2, 1, 2, 8)))
+        save("kn3", r.standard_normal((2, 1, 3, 8)).astype(np.float32))
+        save("cs", np.array([3, 5], np.int32))
+        save("cs55", np.array([5, 5], np.int32))
+        save("cs_full", np.array([8, 2], np.int32))
+        save("cs_neg", np.array([-1, 2], np.int64))
+        save("cs_3", np.array([1, 2, 3], np.int32))
+        save("cs_f", np.array([1.0, 2.0]))
+        save("pt", np.array([[0, 1], [2, 3]], np.int32))
+        save("pt_out", np.array([[0, 5], [2, 3]], np.int32))
+        save("pt_shared", np.array([[0, 1], [2, 1]], np.int64))
+        save("idx_dup", np.array([1, 1], np.int32))
+        save("idx_out", np.array([0, 2], np.int32))
+        save("lp_big", np.array([4, 0], np.int32))
+        save("cos", r.standard_normal((4, 2)).astype(np.float32))
+        save("sin", r.standard_normal((4, 2)).astype(np.float32))
+        save("cos_wide", r.standard_normal((16, 5)).astype(np.float32))
+        self.f = f
+        self.out = self.path("out.npy")
+
+    def base(self, paged=False):
+        f = self.f
+        return ["attention", "-q", f["q"], "-k", f["kp" if paged else "kc"],
+                "-v", f["vp" if paged else "vc"], "-o", self.out]
+
+    def test_good_run_writes_all(self):
+        f = self.f
+        self.run_ok(*self.base(), "--cache-seqlens", f["cs"], "--k-new", f["kn"], "--v-new", f["vn"],
+                    "--cache-out", self.path("kc_new.npy"), self.path("vc_new.npy"))
+        for name in ("out.npy", "kc_new.npy", "vc_new.npy"):
+            self.assertTrue(os.path.exists(self.path(name)), name)
+        kc = np.load(self.path("kc_new.npy"))
+        np.testing.assert_array_equal(kc[0, 3], np.load(f["kn"])[0, 0])
+        np.testing.assert_array_equal(kc[1, 5], np.load(f["kn"])[1, 0])
+
+    def test_cache_file_updated_in_place(self):
+        # --cache-out naming the cache files themselves: one transaction with the output.
+        f = self.f
+        kc0 = np.load(f["kc"])
+        self.run_ok("attention", "-q", f["q"], "-k", f["kc"], "-v", f["vc"], "-o", self.out,
+                    "--cache-seqlens", f["cs"], "--k-new", f["kn"], "--v-new", f["vn"],
+                    "--cache-out", f["kc"], f["vc"], "--force")
+        kc = np.load(f["kc"])
+        np.testing.assert_array_equal(kc[0, 3], np.load(f["kn"])[0, 0])
+        np.testing.assert_array_equal(kc[:, 6:], kc0[:, 6:])
+
+    def test_bad_inputs_exit_3(self):
+        f = self.f
+        new = ["--k-new", f["kn"], "--v-new", f["vn"], "--cache-out", self.path("kc_new.npy"),
+               self.path("vc_new.npy")]
+        before = sorted(os.listdir(self.tmp))
+        cases = [
+            (3, ["--cache-seqlens", f["cs_full"], *new], "cache.seqlens.*capacity"),
+            (3, ["--cache-seqlens", f["cs_neg"]], "cache.seqlens.*out of range"),
+            (3, ["--cache-seqlens", f["cs_3"]], r"cache.seqlens.*\[2\]"),
+            (3, ["--cache-seqlens", f["cs_f"]], "cache.seqlens.*integer"),
+            (3, ["--cache-seqlens", f["cs"], "--cache-leftpad", f["lp_big"]], "cache.leftpad"),
+            (3, ["--cache-seqlens", f["cs"], "--cache-batch-idx", f["idx_out"]],
+             "cache.batch.idx.*out of range"),
+            (3, ["--cache-seqlens", f["cs"], "--cache-batch-idx", f["idx_dup"], *new],
+             "cache.batch.idx.*two entries"),
+            (3, ["--cache-seqlens", f["cs"], "--k-new", f["kn64"], "--v-new", f["vn"]],
+             "k.new.*dtype"),
+            (3, ["--cache-seqlens", f["cs"], "--k-new", f["kn3"], "--v-new", f["vn"]],
+             "k.new.*shape"),
+            (3, ["--cache-seqlens", f["cs"], *new, "--rotary-cos", f["cos"], "--rotary-sin",
+                 f["sin"]], "rotary.cos.*rows"),
+            (3, ["--cache-seqlens", f["cs"], *new, "--rotary-cos", f["cos_wide"], "--rotary-sin",
+                 f["cos_wide"]], "rotary.cos.*shape"),
+            (2, ["--cache-seqlens", f["cs"], "--rotary-cos", f["cos"], "--rotary-sin", f["sin"]],
+             "rotary.cos.*k.new"),
+            (2, ["--cache-seqlens", f["cs"], "--emit", "probs"], "probs"),
+            (2, ["--cache-seqlens", f["cs"], "--arith", "hf"], "arith hf"),
+            (2, ["--cache-seqlens", f["cs"], "--rope"], "--rope"),
+            (2, ["--cache-seqlens", f["cs"], "--axes", "bhsd"], "axes bhsd"),
+            (2, ["--cache-seqlens", f["cs"], "--seqused-k", f["cs"]], "seqused.k"),
+            (2, ["--cache-seqlens", f["cs"], "--k-new", f["kn"]], "k.new: needs .*v.new"),
+        ]
+        self.assert_each_fails(self.base(), cases, before)
+
+    def test_bad_pages_exit_3(self):
+        f = self.f
+        new = ["--k-new", f["kn"], "--v-new", f["vn"], "--cache-out", self.path("kc_new.npy"),
+               self.path("vc_new.npy")]
+        before = sorted(os.listdir(self.tmp))
+        cases = [
+            (3, ["--cache-seqlens", f["cs55"], "--page-table", f["pt_out"]],
+             "page.table.*page 5 is out of range"),
+            (3, ["--cache-seqlens", f["cs55"], "--page-table", f["pt_shared"], *new],
+             "page.table.*page 1 is used by entries 0 and 1"),
+            (3, ["--cache-seqlens", f["cs_f"], "--page-table", f["pt"]], "cache.seqlens"),
+            (3, ["--cache-seqlens", f["cs_full"], "--page-table", f["pt"], *new],
+             "cache.seqlens.*capacity 8"),
+        ]
+        self.assert_each_fails(self.base(paged=True), cases, before)
+        # Shared pages without new keys are only read: allowed, as FlashAttention's.
+        self.run_ok(*self.base(paged=True), "--cache-seqlens", f["cs55"], "--page-table",
+                    f["pt_shared"])
+
+
+if __name__ == "__main__":
+    unittest.main()
