@@ -79,6 +79,7 @@ struct AttentionCmdOptions {
   std::vector<long long> grid, key_grid;  // H W
   double softcap = 0;
   std::string sinks;
+  std::string qv, q_descale, k_descale, v_descale, p_dtype;  // FlashAttention-3's tests
   std::string masked_rows = "zero";
   std::string emit;
   std::string dtype;
@@ -452,7 +453,18 @@ void run_attention(AttentionCmdOptions& o) {
                                             : physical_memory();
   opt.allow_nonfinite = o.allow_nonfinite;
   if (given(o, "--precision")) opt.precision = rope_precision(o.rope_opts);
-  opt.arith = rope_arith(o.rope_opts);
+  // --arith fa-baseline: FlashAttention's PyTorch baseline (attention_fa.cpp).
+  opt.fa_baseline = o.rope_opts.arith == "fa-baseline";
+  if (!opt.fa_baseline) opt.arith = rope_arith(o.rope_opts);
+  if (opt.fa_baseline && (o.rope || grads || relative_wanted(o.relative))) {
+    throw UsageError("--arith fa-baseline: not with --rope, --relative or --grad-output");
+  }
+  if ((grads || !o.part.empty()) && (!o.qv.empty() || !o.q_descale.empty() ||
+                                     !o.k_descale.empty() || !o.v_descale.empty() ||
+                                     !o.p_dtype.empty())) {
+    throw UsageError(fmt::format("--qv, --q-descale, --k-descale, --v-descale, --p-dtype: not "
+                                 "with {}", grads ? "--grad-output" : "--part"));
+  }
   if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {
     throw UsageError(
         fmt::format("--arith {}: attention reproduces hf only (rotate with posenc "
@@ -512,6 +524,12 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
   side(o.sinks, sinks, opt.sinks);
+  std::optional<Tensor> qv, descale[3];
+  side(o.qv, qv, opt.qv);
+  side(o.q_descale, descale[0], opt.q_descale);
+  side(o.k_descale, descale[1], opt.k_descale);
+  side(o.v_descale, descale[2], opt.v_descale);
+  opt.p_dtype = o.p_dtype;
   side(o.clipped_bias, clipped, opt.clipped_bias);
   opt.clipped_symmetric = o.clipped_symmetric;
   side(o.relative_proj, rel_proj, opt.relative_proj);
@@ -749,6 +767,22 @@ void register_attention(CLI::App& app) {
                     "H W");
   sub->add_option("--softcap", o->softcap, "soft-cap C: logits = C tanh(scale q.k / C)");
   sub->add_option("--sinks", o->sinks, "[hq] sink logits (gpt-oss): an extra softmax column");
+  sub->add_option("--qv", o->qv,
+                  "FlashAttention-3 qv, Q's shape with dv: scores += scale qv.v (V repeated over "
+                  "the group); default scale 1/sqrt(d + dv)");
+  for (auto [name, slot, which] :
+       {std::tuple{"--q-descale", &o->q_descale, "Q (and qv) by the KV head's entry"},
+        std::tuple{"--k-descale", &o->k_descale, "K"},
+        std::tuple{"--v-descale", &o->v_descale, "V"}}) {
+    sub->add_option(name, *slot,
+                    fmt::format("FlashAttention fp8 descale [b, hk], finite and positive: {} "
+                                "multiplied in float32 first",
+                                which));
+  }
+  sub->add_option("--p-dtype", o->p_dtype,
+                  "round the normalised probabilities P to f32|f16|bf16|e4m3fn|e5m2 before P.V "
+                  "(FlashAttention's intermediate_dtype)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3fn", "e5m2"}));
   sub->add_option("--masked-rows", o->masked_rows,
                   "rows with every key masked: zero (probs 0, output 0; default) or nan")
       ->check(CLI::IsMember({"zero", "nan"}));
@@ -786,8 +820,12 @@ void register_attention(CLI::App& app) {
   }
   if (auto* p = sub->get_option_no_throw("--arith")) {
     p->description(
-        "exact (default) or hf: HF transformers' eager attention (and RoPE with --rope) in "
-        "the model dtype, element operations bit for bit as torch's CPU kernels");
+        "exact (default); hf: HF transformers' eager attention (and RoPE with --rope) in "
+        "the model dtype, element operations bit for bit as torch's CPU kernels; fa-baseline: "
+        "FlashAttention's PyTorch baseline (attention_ref upcast=False, reorder_ops=True), "
+        "each op rounded to Q's dtype as CUDA does");
+    p->get_validator(0)->active(false);
+    p->check(CLI::IsMember({"exact", "hf", "fa-baseline"}));
   }
   add_part_option(sub, o->part,
                   "the batch axis b of Q, K and V (not with --mask, --key-lengths, "

@@ -12,6 +12,7 @@
 
 #include "io/slab.hpp"
 #include "ops/attention_clipped.hpp"
+#include "ops/attention_fa.hpp"
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_hf.hpp"
 #include "ops/attention_io.hpp"
@@ -195,6 +196,8 @@ Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
                           const AttentionOptions& opt) {
+  // qv, the descales, p_dtype, the FlashAttention baseline: attention_fa.cpp.
+  if (fa_extras(opt)) return attention_fa(q, k, v, opt);
   require_float(q.dtype(), "q");
   require_float(k.dtype(), "k");
   if (v) require_float(v->dtype(), "v");
@@ -258,7 +261,8 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   // Gemma-3n's inputs are prepared in memory (attention_timing.hpp).
   const bool streams = !g.materialise() && opt.arith == Arith::exact && k.seekable() &&
                        (!v || v->seekable()) && !opt.per_dim_scale && !opt.relative_proj &&
-                       g.sk > 0;  // no keys: nothing to stream, every row empty
+                       g.sk > 0 &&  // no keys: nothing to stream, every row empty
+                       !fa_extras(opt);  // qv, descales, p_dtype: prepared in memory
   if (!streams) {
     // Everything in memory: the inputs count against the budget too.
     auto [need, names] = memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt,

@@ -207,6 +207,13 @@ ATTENTION_ROWS = {
                     "--key-grid", "5", "2"]),
     "--softcap": ([], ["--softcap", "0.5"]),
     "--sinks": ([], ["--sinks", "{sinks}"]),
+    # FlashAttention-3's qv, fp8 descales [b, hk] and P rounding (tests/reference/
+    # test_attention_qv_descale.py checks the numbers), refused by --arith hf.
+    "--qv": ([], ["--qv", "{qvx}"]),
+    "--q-descale": ([], ["--q-descale", "{dsq}"]),
+    "--k-descale": ([], ["--k-descale", "{dsq}"]),
+    "--v-descale": ([], ["--v-descale", "{dsq}"]),
+    "--p-dtype": ([], ["--p-dtype", "e4m3fn"]),
     "--masked-rows": (["--key-lengths", "{klen0}"], ["--key-lengths", "{klen0}",
                                                      "--masked-rows", "nan"]),
     "--dtype": ([], ["--dtype", "f64"]),
@@ -326,6 +333,8 @@ class OptionMatrix(PosencTestCase):
         save("rk", r.standard_normal((5, 8)).astype(np.float32))
         save("rv", r.standard_normal((5, 8)).astype(np.float32))
         save("sinks", r.standard_normal(4).astype(np.float32))
+        save("qvx", r.standard_normal((1, 4, 6, 8)).astype(np.float32))
+        save("dsq", np.array([[0.5, 2.0]], np.float32))
         save("rph", r.standard_normal((7, 8)).astype(np.float32))
         save("clip", r.standard_normal((12, 4)).astype(np.float32))
         # Gemma-3n audio: per_dim_scale [d], pos_proj.weight [4 heads x 8, 6].

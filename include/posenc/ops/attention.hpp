@@ -257,6 +257,39 @@ struct AttentionOptions {
   /// the sink (or drops it when attention throws). A null return, or a sink without
   /// write_at, keeps the output in memory. Not called otherwise.
   std::function<TensorSink*(const TensorInfo&)> output_sink;
+  /// FlashAttention-3's qv (attention_ref's qv; DeepSeek MLA's absorbed latent queries):
+  /// [b, hq, sq, dv] in Q's axes order (Q's shape with dv), needs V. Every score gains
+  /// scale * qv_i.v_j (V repeated over the group as K is), and the default scale becomes
+  /// 1/sqrt(d + dv). Computed as attention of Q||qv over K||V (concatenated along d, exact
+  /// copies counted against max_memory; K and V are then read whole). Not with the terms
+  /// that need d (relative_k, relative_proj, per_dim_scale, rel_pos_h, global_k) nor arith
+  /// hf (UsageError).
+  const Tensor* qv = nullptr;
+  /// FlashAttention's fp8 descales, [b, hk] each (b and hk 1 where Q has no such axis),
+  /// finite and positive (else InputError naming them): as attention_ref, Q (and qv) are
+  /// multiplied by q_descale of their KV head, K by k_descale and V by v_descale, each
+  /// product in float32; under fa_baseline rounded back to the input dtype, otherwise kept
+  /// in float32 (attention_ref's upcast reference). Not under arith hf.
+  const Tensor* q_descale = nullptr;
+  const Tensor* k_descale = nullptr;  ///< (q_descale: the queries')
+  const Tensor* v_descale = nullptr;  ///< (q_descale: the queries')
+  /// FlashAttention's intermediate_dtype: the normalised probabilities P are rounded to
+  /// this type ("f32", "f16", "bf16", "e4m3fn", "e5m2"; posenc/fp8.hpp) before P.V, once
+  /// from the arithmetic (the emitted probs are P before rounding). Empty = no rounding.
+  /// P is materialised for this: [b, hq, sq, sk] counts against max_memory. Not under
+  /// arith hf.
+  std::string p_dtype;
+  /// FlashAttention's PyTorch baseline (attention_ref with upcast=False, reorder_ops=True,
+  /// `out_pt` of its tests) in Q's dtype T (K, V and qv of the same dtype): every torch
+  /// operation's result rounded to T as CUDA computes it (k.scale and qv.scale in float32
+  /// rounded to T; each einsum accumulated exactly, rounded to float32 then T; soft-cap's
+  /// divide, tanh and multiply each rounded; softmax of the rounded scores rounded to
+  /// float32 then T; P.V as the einsums). A GPU's GEMMs sum in another order, so bits may
+  /// differ from a GPU run, but the error scale is the baseline's. lse is float32 from the
+  /// rounded scores. Only with the options attention_ref has (scale, causal, windows,
+  /// chunks, sink_tokens, key_lengths, seqused, cu_seqlens, softcap, qv, descales,
+  /// p_dtype, dtype); others are a UsageError.
+  bool fa_baseline = false;
   /// The fields a config file set (apply_hf_attention: softcap, sliding_window, alibi,
   /// ...), so that a refusal names the file's key rather than an option not given.
   ValueSources sources;

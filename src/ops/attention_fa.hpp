@@ -1,0 +1,20 @@
+#pragma once
+// FlashAttention-3's test-suite features of attention (AttentionOptions::qv, the fp8
+// descales, p_dtype and fa_baseline): the inputs prepared as attention_ref prepares them,
+// then the blocked kernel (exact) or attention_ref's op-by-op baseline arithmetic.
+// Internal to the library (attention.cpp).
+#include <cstddef>
+
+#include "posenc/ops/attention.hpp"
+
+namespace posenc::attention_detail {
+
+/// Whether `opt` asks for any of qv, the descales, p_dtype or fa_baseline.
+bool fa_extras(const AttentionOptions& opt);
+
+/// attention() with fa_extras(opt): checks them (UsageError for options they cannot go
+/// with, InputError for shapes and values of qv and the descales), then computes.
+AttentionResult attention_fa(const Tensor& q, const Tensor& k, const Tensor* v,
+                             const AttentionOptions& opt);
+
+}  // namespace posenc::attention_detail
