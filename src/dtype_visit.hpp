@@ -1,8 +1,8 @@
 #pragma once
 // From a run-time DType to typed xtensor code: `visit_dtype(t, f)` calls
-// f(DTypeTag<D>{}) with D the compile-time dtype, so one template handles all 13.
+// f(DTypeTag<D>{}) with D the compile-time dtype, so one template handles all 15.
 // `storage_t<D>` is the C++ type a Tensor stores (uint16_t for f16/bf16, uint8_t for
-// bool) and `as_double<D>(raw)` the lazy xtensor expression of the values as doubles,
+// bool and fp8) and `as_double<D>(raw)` the lazy xtensor expression of the values as doubles,
 // converted exactly as Tensor::get does; `saturate_to<I>` the float -> integer rule.
 #include <cmath>
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <xtensor/xoperation.hpp>
 #include <xtensor/xvectorize.hpp>
 
+#include "posenc/fp8.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc::detail {
@@ -35,6 +36,8 @@ template <> struct StorageOf<DType::u16> { using type = std::uint16_t; };
 template <> struct StorageOf<DType::u32> { using type = std::uint32_t; };
 template <> struct StorageOf<DType::u64> { using type = std::uint64_t; };
 template <> struct StorageOf<DType::b1> { using type = std::uint8_t; };
+template <> struct StorageOf<DType::f8e4m3fn> { using type = std::uint8_t; };
+template <> struct StorageOf<DType::f8e5m2> { using type = std::uint8_t; };
 // clang-format on
 
 template <DType D>
@@ -69,6 +72,10 @@ decltype(auto) visit_dtype(DType t, F&& f) {
       return f(DTypeTag<DType::u64>{});
     case DType::b1:
       return f(DTypeTag<DType::b1>{});
+    case DType::f8e4m3fn:
+      return f(DTypeTag<DType::f8e4m3fn>{});
+    case DType::f8e5m2:
+      return f(DTypeTag<DType::f8e5m2>{});
   }
   throw std::logic_error("unknown dtype");
 }
@@ -81,6 +88,11 @@ auto as_double(E&& raw) {
         std::forward<E>(raw));
   } else if constexpr (D == DType::bf16) {
     return xt::vectorize([](std::uint16_t h) { return static_cast<double>(bf16_to_float(h)); })(
+        std::forward<E>(raw));
+  } else if constexpr (D == DType::f8e4m3fn || D == DType::f8e5m2) {
+    const float* table =
+        fp8_table(D == DType::f8e4m3fn ? Fp8Format::e4m3fn : Fp8Format::e5m2);
+    return xt::vectorize([table](std::uint8_t c) { return static_cast<double>(table[c]); })(
         std::forward<E>(raw));
   } else if constexpr (D == DType::b1) {
     // A stored bool byte other than 0 is true (numpy reads any nonzero byte as True).

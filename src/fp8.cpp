@@ -100,4 +100,18 @@ float fp8_to_float(std::uint8_t code, Fp8Format f) noexcept {
   return neg ? -v : v;
 }
 
+const float* fp8_table(Fp8Format f) noexcept {
+  struct Tables {
+    float v[2][256];
+    Tables() {
+      for (unsigned c = 0; c < 256; ++c) {
+        v[0][c] = fp8_to_float(static_cast<std::uint8_t>(c), Fp8Format::e4m3fn);
+        v[1][c] = fp8_to_float(static_cast<std::uint8_t>(c), Fp8Format::e5m2);
+      }
+    }
+  };
+  static const Tables t;
+  return t.v[f == Fp8Format::e4m3fn ? 0 : 1];
+}
+
 }  // namespace posenc

@@ -11,13 +11,15 @@
 
 #include "dtype_visit.hpp"
 #include "posenc/error.hpp"
+#include "posenc/fp8.hpp"
 #include "posenc/ops/cast.hpp"
 
 namespace posenc {
 
 std::size_t dtype_size(DType t) noexcept {
   switch (t) {
-    case DType::i8: case DType::u8: case DType::b1: return 1;
+    case DType::i8: case DType::u8: case DType::b1: case DType::f8e4m3fn: case DType::f8e5m2:
+      return 1;
     case DType::f16: case DType::bf16: case DType::i16: case DType::u16: return 2;
     case DType::f32: case DType::i32: case DType::u32: return 4;
     case DType::f64: case DType::i64: case DType::u64: return 8;
@@ -40,6 +42,8 @@ std::string_view dtype_name(DType t) noexcept {
     case DType::u32: return "u32";
     case DType::u64: return "u64";
     case DType::b1: return "bool";
+    case DType::f8e4m3fn: return "float8_e4m3fn";
+    case DType::f8e5m2: return "float8_e5m2";
   }
   return "?";
 }
@@ -60,18 +64,22 @@ DType parse_dtype(std::string_view name, std::string_view what) {
       {"u16", DType::u16},     {"uint16", DType::u16},   {"u32", DType::u32},
       {"uint32", DType::u32},  {"u64", DType::u64},      {"uint64", DType::u64},
       {"bool", DType::b1},     {"b1", DType::b1},
+      {"float8_e4m3fn", DType::f8e4m3fn}, {"e4m3fn", DType::f8e4m3fn},
+      {"f8e4m3fn", DType::f8e4m3fn},      {"float8_e5m2", DType::f8e5m2},
+      {"e5m2", DType::f8e5m2},            {"f8e5m2", DType::f8e5m2},
   };
   for (const auto& a : kAliases) {
     if (a.name == name) return a.type;
   }
   throw UsageError(fmt::format("{}: unknown dtype '{}' (expected f64, f32, f16, bf16, "
-                               "i8..i64, u8..u64 or bool)",
+                               "i8..i64, u8..u64, bool, float8_e4m3fn or float8_e5m2)",
                                what, name));
 }
 
 bool is_float(DType t) noexcept {
-  return t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64;
+  return t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64 || is_fp8(t);
 }
+bool is_fp8(DType t) noexcept { return t == DType::f8e4m3fn || t == DType::f8e5m2; }
 bool is_integer(DType t) noexcept { return !is_float(t) && t != DType::b1; }
 
 std::string shape_str(const Shape& s) {
@@ -259,6 +267,10 @@ double Tensor::get(std::size_t i) const noexcept {
     case DType::u32: return reinterpret_cast<const std::uint32_t*>(p)[i];
     case DType::u64: return static_cast<double>(reinterpret_cast<const std::uint64_t*>(p)[i]);
     case DType::b1: return reinterpret_cast<const std::uint8_t*>(p)[i] != 0 ? 1.0 : 0.0;
+    case DType::f8e4m3fn:
+      return fp8_to_float(reinterpret_cast<const std::uint8_t*>(p)[i], Fp8Format::e4m3fn);
+    case DType::f8e5m2:
+      return fp8_to_float(reinterpret_cast<const std::uint8_t*>(p)[i], Fp8Format::e5m2);
   }
   return 0.0;
 }
@@ -289,6 +301,18 @@ bool Tensor::has_nonfinite(bool allow_neg_inf) const noexcept {
     case DType::f64:
       return scan_nonfinite<std::uint64_t>(p, numel_, 0x7ff0000000000000ull,
                                            0xfff0000000000000ull, allow_neg_inf);
+    case DType::f8e4m3fn:
+    case DType::f8e5m2: {
+      // e4m3fn's NaNs are 0x7f/0xff; e5m2's exponent field 31 is Inf or NaN.
+      const auto* u = reinterpret_cast<const std::uint8_t*>(p);
+      const bool e4 = dtype_ == DType::f8e4m3fn;
+      const unsigned m = e4 ? 0x7fu : 0x7cu;
+      unsigned bad = 0;
+      for (std::size_t i = 0; i < numel_; ++i) {
+        bad |= static_cast<unsigned>((u[i] & m) == m && !(allow_neg_inf && !e4 && u[i] == 0xfc));
+      }
+      return bad != 0;
+    }
     default:
       return false;
   }
@@ -312,6 +336,12 @@ void Tensor::set(std::size_t i, double v) noexcept {
     case DType::u32: reinterpret_cast<std::uint32_t*>(p)[i] = saturate_to<std::uint32_t>(v); break;
     case DType::u64: reinterpret_cast<std::uint64_t*>(p)[i] = saturate_to<std::uint64_t>(v); break;
     case DType::b1: reinterpret_cast<std::uint8_t*>(p)[i] = v != 0.0 ? 1 : 0; break;
+    case DType::f8e4m3fn:
+      reinterpret_cast<std::uint8_t*>(p)[i] = fp8_from_double(v, Fp8Format::e4m3fn);
+      break;
+    case DType::f8e5m2:
+      reinterpret_cast<std::uint8_t*>(p)[i] = fp8_from_double(v, Fp8Format::e5m2);
+      break;
   }
 }
 

@@ -42,5 +42,8 @@ std::uint8_t fp8_from_double(double x, Fp8Format f) noexcept;
 float fp8_to_float(std::uint8_t code, Fp8Format f) noexcept;
 /// Whether `code` is a NaN of format `f`.
 bool fp8_is_nan(std::uint8_t code, Fp8Format f) noexcept;
+/// The 256 values of format `f` in float32, indexed by code (fp8_to_float of each): the
+/// table every widening of fp8 data reads, exact and branch-free.
+const float* fp8_table(Fp8Format f) noexcept;
 
 }  // namespace posenc

@@ -4,8 +4,8 @@
 /// Every file format reads into and writes from it; the numeric code works on typed
 /// pointers (`data<T>()`).
 ///
-/// Not an xt::xarray<T>: the element type comes from the file at run time (13 dtypes,
-/// f16 and bf16 among them, which xtensor has no arithmetic type for, and which must
+/// Not an xt::xarray<T>: the element type comes from the file at run time (15 dtypes,
+/// f16, bf16 and fp8 among them, which xtensor has no arithmetic type for, and which must
 /// round-trip byte for byte), and buffers are 64-byte aligned so the kernels and the
 /// streaming pipeline can reuse them for slabs.
 
@@ -19,22 +19,29 @@
 namespace posenc {
 
 /// Element types posenc reads and writes. Floats are computed in f64/f32; f16 and bf16
-/// are storage types converted with round-to-nearest-even.
-enum class DType : std::uint8_t { f16, bf16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, b1 };
+/// are storage types converted with round-to-nearest-even; f8e4m3fn and f8e5m2 are the
+/// 8-bit floats torch.float8_e4m3fn / torch.float8_e5m2 (posenc/fp8.hpp), stored as one
+/// byte and converted exactly as torch's `.to()` converts them.
+enum class DType : std::uint8_t {
+  f16, bf16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, b1, f8e4m3fn, f8e5m2
+};
 
 /// Extents of a tensor's axes, outermost first (C order); empty for a scalar.
 using Shape = std::vector<std::size_t>;
 
 /// Bytes per element of `t`.
 std::size_t dtype_size(DType t) noexcept;
-/// Short name used on the command line and in messages: "f32", "bf16", "i64", "bool".
+/// Short name used on the command line and in messages: "f32", "bf16", "i64", "bool";
+/// the fp8 types by torch's names, "float8_e4m3fn" and "float8_e5m2".
 std::string_view dtype_name(DType t) noexcept;
 /// Parses a name from `dtype_name` (also numpy spellings "float32", "float16", "int64",
-/// "bool", "bfloat16"). Throws UsageError naming `what` when unknown.
+/// "bool", "bfloat16"; "e4m3fn", "e5m2" for the fp8 types). Throws UsageError naming
+/// `what` when unknown.
 DType parse_dtype(std::string_view name, std::string_view what = "--dtype");
-/// Whether `t` is a floating type: f16, bf16, f32 or f64.
+/// Whether `t` is a floating type: f16, bf16, f32, f64 or an fp8 type.
 bool is_float(DType t) noexcept;
 bool is_integer(DType t) noexcept;  ///< signed or unsigned integer, not bool
+bool is_fp8(DType t) noexcept;      ///< f8e4m3fn or f8e5m2
 
 /// "(2, 3, 4)" as numpy prints shapes.
 std::string shape_str(const Shape& s);
@@ -113,7 +120,7 @@ class Tensor {
   const std::byte* bytes() const noexcept { return buf_.data(); }              ///< the raw data
 
   /// Typed access; T must match the storage size of dtype() (uint16_t for f16/bf16,
-  /// uint8_t for bool).
+  /// uint8_t for bool and the fp8 types).
   template <class T>
   T* data() noexcept {
     return reinterpret_cast<T*>(buf_.data());

@@ -43,6 +43,7 @@ namespace {
 struct AttentionCmdOptions {
   std::string part;  // --part I/N: a share of the batch axis
   std::string q, k, v;
+  std::string input_dtype;  // --input-dtype: Q, K and V read as fp8
   OutputOptions out;
   std::string axes;
   bool rope = false;
@@ -493,10 +494,10 @@ void run_attention(AttentionCmdOptions& o) {
 
   // Inputs: shapes from the headers first, so that the budget is checked before
   // anything large is read.
-  auto q_src = open_source(parse_ref(o.q));
-  auto k_src = open_source(parse_ref(o.k));
+  auto q_src = open_source(with_input_dtype(parse_ref(o.q), o.input_dtype));
+  auto k_src = open_source(with_input_dtype(parse_ref(o.k), o.input_dtype));
   std::unique_ptr<TensorSource> v_src;
-  if (!o.v.empty()) v_src = open_source(parse_ref(o.v));
+  if (!o.v.empty()) v_src = open_source(with_input_dtype(parse_ref(o.v), o.input_dtype));
   const Axes axes = resolve_axes(o.axes, q_src->info().shape.size(), o.q);
   opt.axes = axes.letters;
   // --part: rows [floor(I*B/N), floor((I+1)*B/N)) of the batch axis (axis 0) of Q, K, V.
@@ -786,7 +787,11 @@ void register_attention(CLI::App& app) {
   sub->add_option("--masked-rows", o->masked_rows,
                   "rows with every key masked: zero (probs 0, output 0; default) or nan")
       ->check(CLI::IsMember({"zero", "nan"}));
-  sub->add_option("--dtype", o->dtype, "output dtype f64|f32|f16|bf16 (default: that of Q)");
+  sub->add_option("--dtype", o->dtype,
+                  "output dtype f64|f32|f16|bf16 (default: that of Q; bf16 for fp8 Q)");
+  sub->add_option("--input-dtype", o->input_dtype,
+                  std::string(kInputDtypeHelp) + "; applies to Q, K and V")
+      ->type_name("FP8");
   sub->add_option("--max-memory", o->max_memory,
                   "memory for inputs, outputs and work (e.g. 64M, 4G, 1.5GiB or bytes; K, M, "
                   "G, T are powers of 1024; default: physical memory): with --emit output/lse "

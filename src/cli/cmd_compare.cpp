@@ -46,6 +46,7 @@ struct CompareCliOptions {
   std::string baseline;  ///< flash-attn's verdict against this baseline
   std::optional<double> factor;
   std::string atol_rule;
+  std::string input_dtype;  ///< --input-dtype: A, B (and the baseline) read as fp8
   CLI::App* app = nullptr;
 };
 
@@ -358,7 +359,9 @@ void run_verdict(const CompareCliOptions& o) {
   BaselineRule rule;
   if (o.factor) rule.factor = *o.factor;
   rule.atol = o.atol;
-  std::vector<TensorRef> refs{parse_ref(o.a), parse_ref(o.b), parse_ref(o.baseline)};
+  std::vector<TensorRef> refs{with_input_dtype(parse_ref(o.a), o.input_dtype),
+                              with_input_dtype(parse_ref(o.b), o.input_dtype),
+                              with_input_dtype(parse_ref(o.baseline), o.input_dtype)};
   if ((refs[0].is_stdio() + refs[1].is_stdio() + refs[2].is_stdio()) > 1) {
     throw UsageError("compare: only one of A, B and --baseline can come from standard input");
   }
@@ -447,7 +450,8 @@ void run_compare(const CompareCliOptions& o) {
   for (const char* name : {"--factor", "--atol-rule"}) {
     if (o.app->count(name) > 0) throw UsageError(fmt::format("{}: applies to --baseline", name));
   }
-  const TensorRef ra = parse_ref(o.a), rb = parse_ref(o.b);
+  const TensorRef ra = with_input_dtype(parse_ref(o.a), o.input_dtype),
+                  rb = with_input_dtype(parse_ref(o.b), o.input_dtype);
   if (ra.is_stdio() && rb.is_stdio()) {
     throw UsageError("compare: only one of A and B can come from standard input");
   }
@@ -523,9 +527,13 @@ void register_compare(CLI::App& app) {
   opt->app = sub;
   sub->add_option("a", opt->a, "tensor to check")->required();
   sub->add_option("b", opt->b, "reference tensor")->required();
+  sub->add_option("--input-dtype", opt->input_dtype,
+                  std::string(kInputDtypeHelp) + "; applies to A, B and --baseline")
+      ->type_name("FP8");
   sub->add_option("--rtol", opt->rtol,
                   "relative tolerance (default by the less precise float dtype, as "
-                  "torch.testing: f64 1e-7, f32 1.3e-6, f16 1e-3, bf16 1.6e-2; 0 for integers)")
+                  "torch.testing: f64 1e-7, f32 1.3e-6, f16 1e-3, bf16 1.6e-2; float8_e4m3fn 0.125, "
+                  "float8_e5m2 0.25; 0 for integers)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--atol", opt->atol,
                   "absolute tolerance (default f64 1e-7, f32/f16/bf16 1e-5; 0 for integers)")

@@ -27,6 +27,7 @@ struct ConvertOptions {
   std::string slice;
   OutputOptions out;
   std::string part;
+  std::string input_dtype;
 };
 
 // Bytes per slab: large enough to amortise calls, small enough to stream.
@@ -59,7 +60,7 @@ void convert_selection(TensorSource& src, const Selection& sel, const TensorInfo
 }
 
 void run_convert(const ConvertOptions& o) {
-  const TensorRef in_ref = parse_ref(o.input);
+  const TensorRef in_ref = with_input_dtype(parse_ref(o.input), o.input_dtype);
   const TensorRef out_ref = parse_ref(o.out.outputs.at(0), o.out.to);
   const SliceSpec spec = parse_slice_option(o.slice);  // usage errors before any read
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
@@ -160,8 +161,11 @@ void register_convert(CLI::App& app) {
   sub->add_option("input", opt->input, "input tensor reference (x.npy, x.h5:/d, x.csv, x.json, -)")
       ->required();
   sub->add_option("--dtype", opt->dtype,
-                  "output dtype: same (default), f64, f32, f16, bf16, i8..i64, u8..u64, bool; "
-                  "as numpy's astype: float to int truncates toward zero, int to int wraps");
+                  "output dtype: same (default), f64, f32, f16, bf16, float8_e4m3fn (e4m3fn), "
+                  "float8_e5m2 (e5m2), i8..i64, u8..u64, bool; as numpy's astype: float to int "
+                  "truncates toward zero, int to int wraps; to fp8 as torch's .to(): through "
+                  "float32, e4m3fn overflows to NaN, e5m2 to Inf");
+  sub->add_option("--input-dtype", opt->input_dtype, kInputDtypeHelp)->type_name("FP8");
   sub->add_option("--slice", opt->slice,
                   std::string(kSliceHelp) + "; only the selection is read and written");
   add_output_options(sub, opt->out);

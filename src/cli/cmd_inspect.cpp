@@ -33,6 +33,7 @@ struct InspectOptions {
   std::string slice;
   bool json = false;
   long long head = -1;  // -1: default
+  std::string input_dtype;
 };
 
 constexpr std::size_t kDefaultHead = 10;
@@ -241,6 +242,7 @@ void run_inspect(const InspectOptions& o) {
   }
   // Check the slice syntax before touching the file (a usage error comes first).
   const SliceSpec spec = parse_slice_option(o.slice);
+  ref = with_input_dtype(ref, o.input_dtype);
   auto src = open_source(ref, {/*attrs=*/true});  // shown
   const TensorInfo& info = src->info();
   const Selection sel = resolve_slice_option(spec, info.shape, ref.text);
@@ -276,6 +278,7 @@ void register_inspect(CLI::App& app) {
                   "number of leading values shown (default 10; the whole selection up to "
                   "1000 values with --slice or for small tensors)")
       ->check(CLI::Range(0LL, 1000000000LL));
+  sub->add_option("--input-dtype", opt->input_dtype, kInputDtypeHelp)->type_name("FP8");
   sub->callback([opt] { run_inspect(*opt); });
 }
 

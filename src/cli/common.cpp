@@ -371,4 +371,15 @@ xt::xarray<std::int64_t> int64_values(const Tensor& t, const std::string& ref, c
   return out;
 }
 
+TensorRef with_input_dtype(TensorRef ref, const std::string& name) {
+  if (name.empty()) return ref;
+  const DType t = parse_dtype(name, "--input-dtype");
+  if (!is_fp8(t)) {
+    throw UsageError(fmt::format(
+        "--input-dtype {}: expected float8_e4m3fn (e4m3fn) or float8_e5m2 (e5m2)", name));
+  }
+  ref.view_as = t;
+  return ref;
+}
+
 }  // namespace posenc::cli

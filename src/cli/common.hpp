@@ -148,4 +148,13 @@ void drain_stdin();
 xt::xarray<std::int64_t> read_int64(const std::string& ref, const char* option);
 /// The same for a tensor already read from `ref`.
 xt::xarray<std::int64_t> int64_values(const Tensor& t, const std::string& ref, const char* option);
+
+/// Help of --input-dtype, the fp8 reading of 1-byte inputs (TensorRef::view_as).
+inline constexpr const char* kInputDtypeHelp =
+    "read the 1-byte elements of the tensor inputs (uint8, int8, '<V1' as np.save writes "
+    "ml_dtypes' float8 arrays, an HDF5 1-byte opaque type) as float8_e4m3fn (e4m3fn) or "
+    "float8_e5m2 (e5m2); an input of another dtype is refused (exit 3)";
+/// `ref` with --input-dtype `name` applied (empty: as stored); UsageError for a name
+/// that is not an fp8 dtype.
+TensorRef with_input_dtype(TensorRef ref, const std::string& name);
 }  // namespace posenc::cli

@@ -18,6 +18,7 @@
 
 #include "ops/widen.hpp"
 #include "posenc/error.hpp"
+#include "posenc/ops/cast.hpp"
 
 namespace posenc {
 
@@ -77,6 +78,11 @@ void convert_values(const double* src, std::size_t n, DType dtype, void* dst) {
       // double_to_half / double_to_bf16, vectorised (element by element, an f16 add of
       // 256 MiB took ten times as long as the f32 one).
       detail::narrow(DType::f64, src, dtype, dst, n);
+      return;
+    case DType::f8e4m3fn:
+    case DType::f8e5m2:
+      cast(reinterpret_cast<const std::byte*>(src), DType::f64, static_cast<std::byte*>(dst),
+           dtype, n);
       return;
     case DType::i8:
       to_int<std::int8_t>(src, n, dst);

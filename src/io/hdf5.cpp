@@ -30,6 +30,7 @@
 #include "io/slab.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/atomic.hpp"
+#include "posenc/printable.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "memory types for f16/bf16/bool assume a little-endian host");
@@ -176,6 +177,19 @@ Hid make_bf16_type() {
   return t;
 }
 
+// fp8: a 1-byte opaque type with h5py's tag for numpy's '|V1' ("NUMPY:|V1"; h5py 3.7
+// reads a dataset of it as '|V1' bytes, and cannot read an opaque type of another tag),
+// and the attribute kFp8Attr naming the format ("float8_e4m3fn", torch's name). HDF5
+// 1.10 has no fp8 float type, and its float conversions would take e4m3fn's top exponent
+// for Inf/NaN; an opaque type is never converted.
+constexpr const char* kFp8Tag = "NUMPY:|V1";
+constexpr const char* kFp8Attr = "dtype";
+Hid make_fp8_type(DType) {
+  Hid t = check_id<OutputError>(H5Tcreate(H5T_OPAQUE, 1), H5Tclose, "HDF5 fp8 type");
+  check<OutputError>(H5Tset_tag(t, kFp8Tag), "HDF5 fp8 type");
+  return t;
+}
+
 // h5py's bool: an enum over int8 with FALSE = 0 and TRUE = 1.
 Hid make_bool_type() {
   Hid t = check_id<OutputError>(H5Tenum_create(H5T_NATIVE_INT8), H5Tclose, "HDF5 bool type");
@@ -197,6 +211,9 @@ Hid type_for(DType d) {
       return make_half_type();
     case DType::bf16:
       return make_bf16_type();
+    case DType::f8e4m3fn:
+    case DType::f8e5m2:
+      return make_fp8_type(d);
     case DType::f32:
       return copy(H5T_IEEE_F32LE);
     case DType::f64:
@@ -580,7 +597,10 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
       }
       storage += ", " + desc;
     }
-    if (dtype_size(info_.dtype) > 1 || info_.dtype == DType::b1) storage += ", " + stored_;
+    if (dtype_size(info_.dtype) > 1 || info_.dtype == DType::b1 || is_fp8(info_.dtype) ||
+        stored_.rfind("opaque", 0) == 0) {
+      storage += ", " + stored_;
+    }
     info_.storage = storage;
     if (layout == H5D_CONTIGUOUS && nf == 0 && info_.dtype != DType::b1) {
       Hid t(H5Dget_type(dset_), H5Tclose);
@@ -610,7 +630,15 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
       }
       H5Eclear2(H5E_DEFAULT);
     }
-    if (attrs) info_.attrs = read_attrs(dset_);
+    if (attrs) {
+      info_.attrs = read_attrs(dset_);
+      // The fp8 format is the dtype, not a parameter to carry to other outputs.
+      if (is_fp8(info_.dtype)) {
+        info_.attrs.erase(std::remove_if(info_.attrs.begin(), info_.attrs.end(),
+                                         [](const Attr& a) { return a.name == kFp8Attr; }),
+                          info_.attrs.end());
+      }
+    }
   }
 
   const TensorInfo& info() const override { return info_; }
@@ -737,6 +765,24 @@ class Hdf5Dataset final : public hdf5_detail::DatasetReader {
     } else if (cls == H5T_ENUM && is_bool_enum(t)) {
       info_.dtype = DType::b1;
       stored_ = "bool (enum FALSE/TRUE)";
+    } else if (cls == H5T_OPAQUE && size == 1) {
+      // posenc's fp8 (the attribute kFp8Attr names the format); any other 1-byte opaque
+      // type (h5py's '|V1', as it stores ml_dtypes' float8 arrays) reads as its bytes, u8,
+      // which an input dtype (--input-dtype) reinterprets.
+      char* tag = H5Tget_tag(t);
+      const std::string name = tag != nullptr ? tag : "";
+      if (tag != nullptr) H5free_memory(tag);
+      H5Eclear2(H5E_DEFAULT);
+      const auto fmt_attr = read_attr(dset_, kFp8Attr);
+      H5Eclear2(H5E_DEFAULT);
+      const std::string* f = fmt_attr ? std::get_if<std::string>(&*fmt_attr) : nullptr;
+      info_.dtype = f == nullptr                 ? DType::u8
+                    : *f == "float8_e4m3fn"      ? DType::f8e4m3fn
+                    : *f == "float8_e5m2"        ? DType::f8e5m2
+                                                 : DType::u8;
+      stored_ = fmt::format("opaque 1-byte, tag '{}'", printable(name));
+      mem_type_ = check_id<InputError>(H5Tcopy(t), H5Tclose, what_);
+      return;
     } else {
       throw InputError(
           fmt::format("{}: unsupported type class {} (posenc reads numbers: float, integer, bool)",
@@ -823,6 +869,18 @@ std::vector<hsize_t> chunk_shape(const Shape& shape, std::size_t itemsize) {
     if (!shrunk) break;
   }
   return c;
+}
+
+// The attributes a dataset of `info` gets: its recorded parameters, and for fp8 the
+// attribute naming the format (in place of any parameter of that name).
+Attrs dataset_attrs(const TensorInfo& info) {
+  if (!is_fp8(info.dtype)) return info.attrs;
+  Attrs out;
+  for (const Attr& a : info.attrs) {
+    if (a.name != kFp8Attr) out.push_back(a);
+  }
+  out.push_back({kFp8Attr, std::string(dtype_name(info.dtype))});
+  return out;
 }
 
 void write_attrs(hid_t loc, const Attrs& attrs, const std::string& what) {
@@ -1087,7 +1145,7 @@ std::unique_ptr<TensorSink> Hdf5FileWriter::dataset(const std::string& dataset_n
   check<OutputError>(H5Pset_chunk_cache(dapl, 12421, std::size_t{64} << 20, 1.0), w);
   Hid dset = check_id<OutputError>(
       H5Dcreate2(im.file, name.c_str(), ftype, space, H5P_DEFAULT, dcpl, dapl), H5Dclose, w);
-  write_attrs(dset, info.attrs, fmt::format("{}: dataset '{}'", im.path, name));
+  write_attrs(dset, dataset_attrs(info), fmt::format("{}: dataset '{}'", im.path, name));
   if (!im.append && im.opt.compression == 0) {
     // The data go at or behind the end of what the file holds now (its metadata and
     // earlier datasets), so the file ends past this and no block reserved is left over.
@@ -1159,7 +1217,7 @@ void Hdf5FileWriter::virtual_dataset(const std::string& dataset_name, const Tens
   check<OutputError>(H5Pset_create_intermediate_group(lcpl, 1), w);
   Hid dset = check_id<OutputError>(
       H5Dcreate2(im.file, name.c_str(), ftype, vspace, lcpl, dcpl, H5P_DEFAULT), H5Dclose, w);
-  write_attrs(dset, info.attrs, fmt::format("{}: dataset '{}'", im.path, name));
+  write_attrs(dset, dataset_attrs(info), fmt::format("{}: dataset '{}'", im.path, name));
   // Complete as created: listed so that commit() adds it to an existing target.
   auto st = std::make_shared<DatasetState>();
   st->name = name;

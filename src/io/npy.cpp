@@ -224,6 +224,8 @@ void parse_descr(NpyHeader& h, const std::string& what) {
         h.dtype = DType::f32;
       else if (size == '8')
         h.dtype = DType::f64;
+      else if (size == '1')
+        h.dtype = DType::u8;  // early ml_dtypes' float8_e5m2: bytes, as '<V1'
       else
         unsupported();
       break;
@@ -254,6 +256,15 @@ void parse_descr(NpyHeader& h, const std::string& what) {
     case 'b':
       if (size == '1')
         h.dtype = DType::b1;
+      else
+        unsupported();
+      break;
+    case 'V':
+      // ml_dtypes' float8 types ('<V1' as np.save writes them; older releases wrote e5m2
+      // as '<f1', below) and any other 1-byte void: their bytes, which an input dtype
+      // (TensorRef::view_as) reads as fp8.
+      if (size == '1')
+        h.dtype = DType::u8;
       else
         unsupported();
       break;
@@ -324,8 +335,15 @@ std::string storage_text(const NpyHeader& h) {
     bool little = little_endian_host() != h.swap;
     order = little ? ", little-endian" : ", big-endian";
   }
-  return fmt::format("NPY {}.{}, {} order{}", h.major, h.minor, h.fortran_order ? "Fortran" : "C",
-                     order);
+  // A 1-byte void or float descr holds opaque bytes (ml_dtypes' float8 arrays).
+  auto ends = [&](const char* tail) {
+    return h.descr.size() >= 2 && h.descr.compare(h.descr.size() - 2, 2, tail) == 0;
+  };
+  const bool opaque = ends("V1") || ends("f1");
+  return fmt::format("NPY {}.{}, {} order{}{}", h.major, h.minor,
+                     h.fortran_order ? "Fortran" : "C", order,
+                     opaque ? fmt::format(", descr '{}' (1-byte opaque, read as bytes)", h.descr)
+                            : "");
 }
 
 // Row access to NPY data. Regular files use positioned reads (any order); streams
@@ -732,6 +750,11 @@ std::string npy_descr(DType t, const std::string& what) {
       return fmt::format("{}u8", order);
     case DType::b1:
       return "|b1";
+    case DType::f8e4m3fn:
+    case DType::f8e5m2:
+      // As np.save writes ml_dtypes' float8 arrays (kind 'V', native order): numpy reads
+      // the bytes as void; `.view(ml_dtypes.float8_e4m3fn)` or `.view(np.uint8)` types them.
+      return fmt::format("{}V1", order);
     case DType::bf16:
       break;
   }

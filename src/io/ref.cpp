@@ -27,6 +27,7 @@
 #include "posenc/io/hdf5.hpp"
 #include "posenc/io/npy.hpp"
 #include "posenc/io/text.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc {
 
@@ -605,7 +606,63 @@ TensorRef parse_ref(const std::string& text, const std::string& to,
   return ref;
 }
 
+namespace {
+
+// A source whose 1-byte elements are read as an fp8 dtype (TensorRef::view_as): the
+// bytes are the same, only the dtype reported differs.
+class ViewSource final : public TensorSource {
+ public:
+  ViewSource(std::unique_ptr<TensorSource> in, DType as) : in_(std::move(in)), info_(in_->info()) {
+    info_.dtype = as;
+  }
+  const TensorInfo& info() const override { return info_; }
+  void read_rows(std::size_t first, std::size_t count, void* dst) override {
+    in_->read_rows(first, count, dst);
+  }
+  bool seekable() const override { return in_->seekable(); }
+  void read_slab(std::size_t axis, std::size_t first, std::size_t count, void* dst) override {
+    in_->read_slab(axis, first, count, dst);
+  }
+  const std::byte* mapped_data() override { return in_->mapped_data(); }
+  void read_elements(std::size_t first, std::size_t count, void* dst) override {
+    in_->read_elements(first, count, dst);
+  }
+  bool raw_reads() override { return in_->raw_reads(); }
+  void read_raw(std::size_t offset, std::size_t n, void* dst) override {
+    in_->read_raw(offset, n, dst);
+  }
+  RawFile raw_file() const override { return in_->raw_file(); }
+
+ private:
+  std::unique_ptr<TensorSource> in_;
+  TensorInfo info_;
+};
+
+std::unique_ptr<TensorSource> open_stored(const TensorRef& ref, const OpenOptions& opt);
+
+}  // namespace
+
 std::unique_ptr<TensorSource> open_source(const TensorRef& ref, const OpenOptions& opt) {
+  auto src = open_stored(ref, opt);
+  if (!ref.view_as) return src;
+  const DType as = *ref.view_as, stored = src->info().dtype;
+  if (!is_fp8(as)) {
+    throw UsageError(fmt::format("input dtype {}: expected float8_e4m3fn or float8_e5m2",
+                                 dtype_name(as)));
+  }
+  if (stored == as) return src;
+  if (stored != DType::u8 && stored != DType::i8) {
+    throw InputError(fmt::format(
+        "{}: cannot read {} elements as {} (input dtype takes 1-byte elements: uint8, int8, "
+        "'|V1', an HDF5 1-byte opaque type)",
+        ref.is_stdio() ? "standard input" : printable(ref.text), dtype_name(stored),
+        dtype_name(as)));
+  }
+  return std::make_unique<ViewSource>(std::move(src), as);
+}
+
+namespace {
+std::unique_ptr<TensorSource> open_stored(const TensorRef& ref, const OpenOptions& opt) {
   const std::string what = ref.is_stdio() ? "standard input" : ref.text;
   switch (ref.format) {
     case Format::npy:
@@ -627,6 +684,7 @@ std::unique_ptr<TensorSource> open_source(const TensorRef& ref, const OpenOption
   }
   throw std::logic_error("unknown format");
 }
+}  // namespace
 
 Tensor read_tensor(const TensorRef& ref) {
   auto src = open_source(ref);

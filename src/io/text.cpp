@@ -56,6 +56,8 @@ std::string element_text(const Tensor& t, std::size_t i, Style style) {
   switch (t.dtype()) {
     case DType::f16:
     case DType::bf16:
+    case DType::f8e4m3fn:
+    case DType::f8e5m2:
       return float_text(static_cast<float>(t.get(i)), style);
     case DType::f32:
       return float_text(reinterpret_cast<const float*>(p)[i], style);

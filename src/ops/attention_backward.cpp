@@ -302,6 +302,10 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   require_float(q.dtype(), "q");
   require_float(k.dtype(), "k");
   require_float(v.dtype(), "v");
+  if (is_fp8(q.dtype()) || is_fp8(k.dtype()) || is_fp8(v.dtype())) {
+    throw UsageError("gradients: q, k and v in fp8 are not supported (as in FlashAttention-3, "
+                     "whose fp8 path is forward only); widen them with posenc convert");
+  }
   const AttentionOptions f = forward_options(opt);
   const Geometry g = check(q.shape(), k.shape(), &v.shape(), q.dtype(), f);
   if (!is_float(grad_output.dtype())) {

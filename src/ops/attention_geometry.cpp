@@ -155,8 +155,9 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   }
   // Arithmetic and output types.
   g.compute = attention_arith(opt);
-  g.out = opt.dtype.value_or(q_dtype);
-  if (!is_float(g.out)) {
+  // fp8 Q: bf16 outputs, as FlashAttention-3's fp8 forward returns them.
+  g.out = opt.dtype.value_or(is_fp8(q_dtype) ? DType::bf16 : q_dtype);
+  if (!is_float(g.out) || is_fp8(g.out)) {
     throw UsageError(fmt::format("dtype {}: attention outputs are floats (f64, f32, f16, bf16)",
                                  dtype_name(g.out)));
   }

@@ -327,6 +327,10 @@ void block(const Tensor& x, const std::string& axes, std::size_t b, std::size_t 
 template <class W>
 AttentionResult run_hf(const Tensor& q, const Tensor& k, const Tensor* v,
                        const AttentionOptions& opt, const HfShape& g) {
+  if (is_fp8(q.dtype()) || is_fp8(k.dtype()) || (v && is_fp8(v->dtype()))) {
+    throw UsageError("--arith hf: torch has no fp8 attention arithmetic; fp8 inputs take the "
+                     "default arithmetic");
+  }
   const ModelType mt{q.dtype()};
   const DType wt = std::is_same_v<W, float> ? DType::f32 : DType::f64;
   const Tensor qw = q.astype(wt), kw = k.astype(wt);

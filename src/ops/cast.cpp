@@ -7,6 +7,7 @@
 #include <xtensor/xvectorize.hpp>
 
 #include "dtype_visit.hpp"
+#include "posenc/fp8.hpp"
 #include "ops/widen.hpp"
 
 namespace posenc {
@@ -23,6 +24,9 @@ auto source_values(E&& raw) {
     return xt::vectorize([](std::uint16_t h) { return half_to_float(h); })(std::forward<E>(raw));
   } else if constexpr (F == DType::bf16) {
     return xt::vectorize([](std::uint16_t h) { return bf16_to_float(h); })(std::forward<E>(raw));
+  } else if constexpr (F == DType::f8e4m3fn || F == DType::f8e5m2) {
+    const float* table = fp8_table(F == DType::f8e4m3fn ? Fp8Format::e4m3fn : Fp8Format::e5m2);
+    return xt::vectorize([table](std::uint8_t c) { return table[c]; })(std::forward<E>(raw));
   } else if constexpr (F == DType::b1) {
     return xt::cast<std::uint8_t>(xt::not_equal(std::forward<E>(raw), std::uint8_t{0}));
   } else {
@@ -31,7 +35,8 @@ auto source_values(E&& raw) {
 }
 
 constexpr bool is_float_dtype(DType t) {
-  return t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64;
+  return t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64 ||
+         t == DType::f8e4m3fn || t == DType::f8e5m2;
 }
 
 template <DType F, DType T>
@@ -46,6 +51,12 @@ void convert(const std::byte* in, std::byte* out, std::size_t n) {
     dst = xt::vectorize([](double v) { return double_to_half(v); })(x);
   } else if constexpr (T == DType::bf16) {
     dst = xt::vectorize([](double v) { return double_to_bf16(v); })(x);
+  } else if constexpr (T == DType::f8e4m3fn || T == DType::f8e5m2) {
+    // As torch's .to(float8): every source goes through float32 (c10's Float8 types are
+    // constructed from float), so float64 and wide integers round twice, as there.
+    constexpr Fp8Format f = T == DType::f8e4m3fn ? Fp8Format::e4m3fn : Fp8Format::e5m2;
+    auto* d = reinterpret_cast<std::uint8_t*>(out);
+    for (std::size_t i = 0; i < n; ++i) d[i] = fp8_from_float(static_cast<float>(x(i)), f);
   } else if constexpr (T == DType::b1) {
     dst = xt::cast<std::uint8_t>(xt::not_equal(x, 0));
   } else if constexpr (is_float_dtype(F) && !is_float_dtype(T)) {

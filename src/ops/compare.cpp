@@ -18,6 +18,7 @@
 #include "ops/slab_fetch.hpp"
 #include "ops/widen.hpp"
 #include "posenc/error.hpp"
+#include "posenc/fp8.hpp"
 
 namespace posenc {
 
@@ -27,14 +28,18 @@ namespace {
 // f16); -1 for integers and bool.
 int float_rank(DType t) {
   switch (t) {
-    case DType::bf16:
+    case DType::f8e5m2:
       return 0;
-    case DType::f16:
+    case DType::f8e4m3fn:
       return 1;
-    case DType::f32:
+    case DType::bf16:
       return 2;
-    case DType::f64:
+    case DType::f16:
       return 3;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 5;
     default:
       return -1;
   }
@@ -66,6 +71,11 @@ std::int64_t ordered_bits(double v) {
   } else if constexpr (T == DType::f16) {
     bits = double_to_half(v);
     sign_bit = 0x8000;
+  } else if constexpr (T == DType::f8e4m3fn || T == DType::f8e5m2) {
+    // Rounded as torch rounds to fp8; a value beyond the largest finite one lands one
+    // step past it (e4m3fn's NaN code 0x7f, e5m2's infinity 0x7c).
+    bits = fp8_from_double(v, T == DType::f8e4m3fn ? Fp8Format::e4m3fn : Fp8Format::e5m2);
+    sign_bit = 0x80;
   } else {
     bits = double_to_bf16(v);
     sign_bit = 0x8000;
@@ -125,6 +135,12 @@ void ulp_distances(const xt::xtensor<double, 1>& a, const xt::xtensor<double, 1>
         po[i] = static_cast<std::uint64_t>(d < 0 ? -d : d);
       }
       break;
+    case DType::f8e4m3fn:
+      for (std::size_t i = 0; i < n; ++i) po[i] = float_ulps<DType::f8e4m3fn>(pa[i], pb[i]);
+      break;
+    case DType::f8e5m2:
+      for (std::size_t i = 0; i < n; ++i) po[i] = float_ulps<DType::f8e5m2>(pa[i], pb[i]);
+      break;
     default: {
       // In pieces, so the bits stay in the L1 cache.
       constexpr std::size_t kPiece = 1024;
@@ -172,6 +188,10 @@ std::pair<double, double> default_tolerances(std::optional<DType> t) {
       return {1.3e-6, 1e-5};
     case DType::f16:
       return {1e-3, 1e-5};
+    case DType::f8e4m3fn:  // the format's epsilon, 2^-3
+      return {0.125, 1e-5};
+    case DType::f8e5m2:  // 2^-2
+      return {0.25, 1e-5};
     default:
       return {1.6e-2, 1e-5};  // bf16
   }
@@ -201,6 +221,10 @@ std::uint64_t ulp_distance(double a, double b, std::optional<DType> t) {
       return float_ulps<DType::f32>(a, b);
     case DType::f16:
       return float_ulps<DType::f16>(a, b);
+    case DType::f8e4m3fn:
+      return float_ulps<DType::f8e4m3fn>(a, b);
+    case DType::f8e5m2:
+      return float_ulps<DType::f8e5m2>(a, b);
     default:
       return float_ulps<DType::bf16>(a, b);
   }
@@ -600,7 +624,7 @@ void load_doubles(DType t, const std::byte* slab, std::size_t first, std::size_t
   // the same values as Tensor::get's); the rest through the xtensor expression.
   if (detail::widens(t)) {
     out.resize({n});
-    detail::widen(t, slab + first * 2, out.data(), n);
+    detail::widen(t, slab + first * dtype_size(t), out.data(), n);
     return;
   }
   if (t == DType::f32) {

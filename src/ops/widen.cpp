@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ops/rope_kernel.hpp"
+#include "posenc/fp8.hpp"
 
 namespace posenc::widen_detail {
 
@@ -86,7 +87,25 @@ const char* widen_isa() { return chosen().name; }
 
 namespace posenc::detail {
 
+namespace {
+// fp8 through the format's 256-entry table (exact); a NaN or Inf code is one whose
+// value is not finite, found in the same pass.
+bool widen_fp8(DType from, const std::uint8_t* src, float* dst, std::size_t n) {
+  const float* table = fp8_table(from == DType::f8e4m3fn ? Fp8Format::e4m3fn : Fp8Format::e5m2);
+  const unsigned m = from == DType::f8e4m3fn ? 0x7fu : 0x7cu;
+  unsigned special = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = table[src[i]];
+    special |= static_cast<unsigned>((src[i] & m) == m);
+  }
+  return special == 0;
+}
+}  // namespace
+
 bool widen(DType from, const void* src, float* dst, std::size_t n) {
+  if (from == DType::f8e4m3fn || from == DType::f8e5m2) {
+    return widen_fp8(from, static_cast<const std::uint8_t*>(src), dst, n);
+  }
   const auto* s = static_cast<const std::uint16_t*>(src);
   const auto& c = widen_detail::chosen();
   return (from == DType::bf16 ? c.bf16 : c.f16)(s, dst, n);
@@ -103,13 +122,14 @@ void narrow(DType from, const void* src, DType to, void* dst, std::size_t n) {
 }
 
 bool widen(DType from, const void* src, double* dst, std::size_t n) {
-  const auto* s = static_cast<const std::uint16_t*>(src);
+  const auto* s = static_cast<const std::byte*>(src);
+  const std::size_t es = dtype_size(from);
   constexpr std::size_t kBlock = 1024;
   alignas(64) float buf[kBlock];
   bool finite = true;
   for (std::size_t i = 0; i < n; i += kBlock) {
     const std::size_t m = std::min(kBlock, n - i);
-    finite &= widen(from, s + i, buf, m);
+    finite &= widen(from, s + i * es, buf, m);
     std::copy_n(buf, m, dst + i);
   }
   return finite;

@@ -61,18 +61,20 @@ const char* widen_isa();
 
 namespace posenc::detail {
 
-/// Whether widen() takes `t` (f16 or bf16).
-constexpr bool widens(DType t) { return t == DType::f16 || t == DType::bf16; }
+/// Whether widen() takes `t` (f16, bf16 or an fp8 type).
+constexpr bool widens(DType t) {
+  return t == DType::f16 || t == DType::bf16 || t == DType::f8e4m3fn || t == DType::f8e5m2;
+}
 
-/// The `n` values at `src`, stored as `from` (f16 or bf16), as floats in `dst`; returns
-/// whether all are finite.
+/// The `n` values at `src`, stored as `from` (f16, bf16 or fp8: `n * dtype_size(from)`
+/// bytes), as floats in `dst`; returns whether all are finite.
 bool widen(DType from, const void* src, float* dst, std::size_t n);
-/// The same as doubles (every f16 and bf16 value is exact in both).
+/// The same as doubles (every f16, bf16 and fp8 value is exact in both).
 bool widen(DType from, const void* src, double* dst, std::size_t n);
 
 /// Whether narrow() takes `from` to `to` (f32 or f64 to f16 or bf16).
 constexpr bool narrows(DType from, DType to) {
-  return (from == DType::f32 || from == DType::f64) && widens(to);
+  return (from == DType::f32 || from == DType::f64) && (to == DType::f16 || to == DType::bf16);
 }
 /// The `n` values at `src`, stored as `from` (f32 or f64), rounded once to `to` (f16 or
 /// bf16) at `dst`: the bits of double_to_half / double_to_bf16.

@@ -46,7 +46,7 @@
   X(H5Tget_cset, 1) X(H5Tget_ebias, 1) X(H5Tget_fields, 6) X(H5Tget_member_name, 2)                \
   X(H5Tget_member_value, 3) X(H5Tget_native_type, 2) X(H5Tget_nmembers, 1) X(H5Tget_offset, 1)     \
   X(H5Tget_order, 1) X(H5Tget_norm, 1) X(H5Tget_precision, 1) X(H5Tget_sign, 1) X(H5Tget_size, 1)  \
-  X(H5Tis_variable_str, 1)                                                                         \
+  X(H5Tis_variable_str, 1) X(H5Tget_tag, 1) X(H5Tset_tag, 2)                                      \
   X(H5Tset_cset, 2) X(H5Tset_ebias, 2) X(H5Tset_fields, 6) X(H5Tset_precision, 2)                  \
   X(H5Tset_size, 2) X(H5Tset_strpad, 2) X(H5Zfilter_avail, 1) X(H5check_version, 3)                \
   X(H5dont_atexit, 0) X(H5free_memory, 1)                                                          \

@@ -36,6 +36,8 @@ NOT_NUMBERS = {
     "--cache-batch-idx": "which cache row an entry uses: the numbers of that row "
     "(test_attention_kvcache)",
     "--cache-out": "where the updated caches go",
+    "--input-dtype": "how 1-byte inputs are read: fp8 Q/K/V give the numbers of their widened "
+    "f32 values, --arith hf refuses them (test_fp8_io)",
     "--t5-bidirectional": "the default T5 buckets; --t5-causal is the row that changes them",
     "--max-distance": "must agree with the Shaw tables' 2M+1 rows; a check, not a number",
     "--pos-att-type": "names the DeBERTa terms, which must be the ones whose tensors are given "

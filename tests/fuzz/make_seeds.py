@@ -56,6 +56,15 @@ def npy_seeds():
     np.lib.format.write_array_header_1_0(
         b, {"descr": "<f2", "fortran_order": False, "shape": (1, 2**27, 1, 2)})
     put("npy", "lying_header", bytes([3]) + b.getvalue() + bytes(8))
+    # fp8 as np.save writes ml_dtypes' float8 arrays ('<V1'), numpy's own void ('|V1'),
+    # early ml_dtypes' float8_e5m2 ('<f1'), and a void of another size (refused).
+    codes = np.arange(0, 256, 16, dtype=np.uint8).reshape(4, 4)
+    for name, descr, data in [("fp8_v1", "<V1", codes), ("void_v1", "|V1", codes),
+                              ("fp8_f1", "<f1", codes), ("void_v2", "<V2", codes[:2])]:
+        b = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            b, {"descr": descr, "fortran_order": False, "shape": data.shape})
+        put("npy", name, bytes([len(name)]) + b.getvalue() + data.tobytes())
 
 
 def text_seeds():

@@ -39,6 +39,11 @@ struct TensorRef {
   std::string path;     ///< file path; "-" for stdin/stdout
   std::string dataset;  ///< HDF5 dataset path ("/g/d"); empty for other formats
   Format format = Format::npy;  ///< from the extension, or `to` of parse_ref
+  /// Input only: the stored 1-byte elements (u8, i8, NPY's void '<V1' as np.save writes
+  /// ml_dtypes' float8 arrays, an HDF5 1-byte opaque type) read as this fp8 dtype, as
+  /// numpy's `.view(ml_dtypes.float8_e4m3fn)` does. open_source throws InputError for
+  /// elements of another size or another fp8 type; UsageError for a dtype that is not fp8.
+  std::optional<DType> view_as;
   /// Whether the reference is standard input or output ("-").
   bool is_stdio() const { return path == "-"; }
 };

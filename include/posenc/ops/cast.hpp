@@ -10,6 +10,9 @@ namespace posenc {
 /// - float -> float and integer -> float round to nearest even, in one rounding from
 ///   the exact value (f16 and bf16 with posenc's converters; 64-bit integers reach
 ///   f16/bf16 through float64);
+/// - anything -> fp8 (f8e4m3fn, f8e5m2) is torch's `.to(torch.float8_*)`: the value is
+///   rounded to float32 first, then once to nearest even (posenc/fp8.hpp; overflow to NaN
+///   for e4m3fn, to Inf for e5m2); fp8 -> anything starts from the exact fp8 value;
 /// - integer -> integer wraps modulo 2^bits (int64 300 -> uint8 44), exact for every
 ///   64-bit value;
 /// - float -> integer truncates toward zero; NaN gives 0 and values beyond the target

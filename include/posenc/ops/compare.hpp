@@ -81,7 +81,8 @@ struct CompareRule {
 std::optional<DType> comparison_type(DType a, DType b);
 
 /// torch.testing.assert_close's defaults for `t` as {rtol, atol}: f64 1e-7/1e-7, f32
-/// 1.3e-6/1e-5, f16 1e-3/1e-5, bf16 1.6e-2/1e-5; 0/0 (exact) for integers (nullopt).
+/// 1.3e-6/1e-5, f16 1e-3/1e-5, bf16 1.6e-2/1e-5; fp8 the format's epsilon and 1e-5
+/// (float8_e4m3fn 0.125, float8_e5m2 0.25); 0/0 (exact) for integers (nullopt).
 std::pair<double, double> default_tolerances(std::optional<DType> t);
 
 /// The rule for comparing a tensor of dtype `a` with a reference of dtype `b`. Throws
