@@ -99,6 +99,9 @@ const char* numpy_name(DType t) {
       return "uint64";
     case DType::b1:
       return "bool";
+    case DType::f8e4m3fn:
+    case DType::f8e5m2:
+      return "uint8";  // fp8 codes; the Python layer labels them
   }
   return "float64";
 }
