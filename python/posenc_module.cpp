@@ -1188,12 +1188,19 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   if (key_lengths) opt.key_lengths = &*key_lengths;
   if (seqused_q) opt.seqused_q = &*seqused_q;
   if (seqused_k) opt.seqused_k = &*seqused_k;
+  // FlashAttention's varlen boundaries; packed Q, K and V default to its thd (shd).
+  std::optional<Tensor> cu_q = tensor_arg(tensors, "cu_seqlens_q"),
+                        cu_k = tensor_arg(tensors, "cu_seqlens_k");
+  if (cu_q) opt.cu_seqlens_q = &*cu_q;
+  if (cu_k) opt.cu_seqlens_k = &*cu_k;
+  const bool varlen_axes = (cu_q || cu_k) && opt.axes.empty();
   if (t5) opt.t5_bias = &*t5;
   if (rel_k) opt.relative_k = &*rel_k;
   if (rel_v) opt.relative_v = &*rel_v;
   if (sinks) opt.sinks = &*sinks;
   const Axes axes = resolve_axes(opt.axes, q->ndim(), "q");
   opt.axes = axes.letters;
+  if (varlen_axes) opt.axes.clear();
   if (auto config = get<std::string>(rope_d, "hf_config")) {
     HfLayer layer{get<std::string>(rope_d, "layer_type").value_or(""), std::nullopt};
     if (auto index = get<std::int64_t>(rope_d, "layer")) {

@@ -247,6 +247,7 @@ _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
 def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, window=None,
               sliding_window=None, chunk_size=None, sink_tokens=None, attn_temperature=None,
               llama4_scaling=None, key_lengths=None, seqused_q=None, seqused_k=None,
+              cu_seqlens_q=None, cu_seqlens_k=None,
               mask=None, alibi=None, alibi_max_bias=None, t5_bias=None, t5_buckets=None,
               t5_max_distance=None, t5_causal=False, relative_k=None, relative_v=None,
               max_distance=None, decomposed_rel_pos=None, grid=None, key_grid=None,
@@ -286,6 +287,10 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         queries at position p times 1 + BETA log(1 + floor(p / PERIOD)) (Ministral-3).
     seqused_q [b], seqused_k [b]: FlashAttention's per-entry lengths; masks align to each
         entry's own i + seqused_k - seqused_q, padded query rows give 0.
+    cu_seqlens_q [n+1], cu_seqlens_k [n+1] (int32/int64): FlashAttention's varlen form;
+        q [total_q, hq, d], k, v [total_k, hk, d] (axes "shd"), each sequence a run of its
+        own (seqused_q/seqused_k then [n]); emits output and lse only (default: the
+        output array alone), lse [hq, total_q].
     key_lengths [b]; mask (bool/int keep, or additive float), broadcastable to
         [b, h, sq, sk]; cu_seqlens: packed sequences.
     alibi: True or "causal", "symmetric", "bottom-right", "fairseq", "bloom", "falcon";
@@ -346,6 +351,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
                "mask": _arg(mask, "mask"), "key_lengths": _arg(key_lengths, "key_lengths"),
                "seqused_q": _arg(seqused_q, "seqused_q"),
                "seqused_k": _arg(seqused_k, "seqused_k"),
+               "cu_seqlens_q": _arg(cu_seqlens_q, "cu_seqlens_q"),
+               "cu_seqlens_k": _arg(cu_seqlens_k, "cu_seqlens_k"),
                "t5_bias": _arg(t5_bias, "t5_bias"), "relative_k": _arg(relative_k, "relative_k"),
                "relative_v": _arg(relative_v, "relative_v"), "sinks": _arg(sinks, "sinks"),
                "clipped_bias": _arg(clipped_bias, "clipped_bias"),
@@ -376,6 +383,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         tensors["grad_output"] = _arg(grad_output, "grad_output")
         names, single = _emit_list(emit, ("dq", "dk", "dv"))
     else:
+        if emit is None and (cu_seqlens_q is not None or cu_seqlens_k is not None):
+            emit = "output" if v is not None else "lse"  # the varlen form has no scores
         names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
     opt = {"axes": axes, "emit": names, "scale": scale, "softcap": softcap,
            "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,

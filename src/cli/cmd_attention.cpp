@@ -59,6 +59,7 @@ struct AttentionCmdOptions {
   std::string mask;
   std::string key_lengths;
   std::string seqused_q, seqused_k;
+  std::string cu_seqlens_q, cu_seqlens_k;  // FlashAttention's varlen boundaries
   std::string alibi;
   double alibi_max_bias = 8.0;
   std::string t5_bias;
@@ -447,6 +448,10 @@ void run_attention(AttentionCmdOptions& o) {
     opt.emit = parse_attention_emit(o.emit, !o.v.empty());
     // The KV-cache step gives FlashAttention's out (and lse on request), never probs.
     if (kvcache_wanted(o.kv) && !given(o, "--emit")) opt.emit = {AttentionEmit::output};
+    // The varlen form has no scores: output (lse without V) unless --emit says.
+    if ((!o.cu_seqlens_q.empty() || !o.cu_seqlens_k.empty()) && !given(o, "--emit")) {
+      opt.emit = {o.v.empty() ? AttentionEmit::lse : AttentionEmit::output};
+    }
   }
   if (!o.dtype.empty()) opt.dtype = parse_dtype(o.dtype, "--dtype");
   // No limit (0) when physical memory is unknown.
@@ -480,6 +485,9 @@ void run_attention(AttentionCmdOptions& o) {
         return d;
       }()) : output_refs(o, opt.emit);
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
+  if (!part.whole() && (!o.cu_seqlens_q.empty() || !o.cu_seqlens_k.empty())) {
+    throw UsageError("--part: not with --cu-seqlens-q or --cu-seqlens-k (packed sequences)");
+  }
   if (!part.whole() && (!o.seqused_q.empty() || !o.seqused_k.empty())) {
     throw UsageError("--part: not with --seqused-q or --seqused-k (they follow the batch; run "
                      "the whole batch)");
@@ -500,6 +508,8 @@ void run_attention(AttentionCmdOptions& o) {
   if (!o.v.empty()) v_src = open_source(with_input_dtype(parse_ref(o.v), o.input_dtype));
   const Axes axes = resolve_axes(o.axes, q_src->info().shape.size(), o.q);
   opt.axes = axes.letters;
+  // Packed Q, K and V default to FlashAttention's thd (shd), which no rank implies.
+  if ((!o.cu_seqlens_q.empty() || !o.cu_seqlens_k.empty()) && o.axes.empty()) opt.axes.clear();
   // --part: rows [floor(I*B/N), floor((I+1)*B/N)) of the batch axis (axis 0) of Q, K, V.
   const Shape& q_shape = q_src->info().shape;
   const std::size_t batch = part.whole() ? 0 : q_shape[0];
@@ -521,6 +531,9 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.key_lengths, key_lengths, opt.key_lengths);
   side(o.seqused_q, seqused_q, opt.seqused_q);
   side(o.seqused_k, seqused_k, opt.seqused_k);
+  std::optional<Tensor> cu_q, cu_k;
+  side(o.cu_seqlens_q, cu_q, opt.cu_seqlens_q);
+  side(o.cu_seqlens_k, cu_k, opt.cu_seqlens_k);
   side(o.t5_bias, t5, opt.t5_bias);
   side(o.relative_k, rel_k, opt.relative_k);
   side(o.relative_v, rel_v, opt.relative_v);
@@ -692,6 +705,13 @@ void register_attention(CLI::App& app) {
   sub->add_option("--seqused-k", o->seqused_k,
                   "[b] integers (FlashAttention seqused_k): entry b uses its first keys; "
                   "causal, windows, chunks and sink tokens align to i + seqused_k - seqused_q");
+  sub->add_option("--cu-seqlens-q", o->cu_seqlens_q,
+                  "FlashAttention varlen: int32/int64 boundaries [n+1] of the sequences in packed "
+                  "Q [total_q, hq, d] (--axes shd); with --cu-seqlens-k, each sequence a run of "
+                  "its own; lse [hq, total_q]");
+  sub->add_option("--cu-seqlens-k", o->cu_seqlens_k,
+                  "FlashAttention varlen: boundaries [n+1] in packed K, V [total_k, hk, d]; with "
+                  "--seqused-q/-k [n] only the first rows of each sequence are used");
   sub->add_option("--mask", o->mask,
                   "bool/int (true = keep) or additive float mask, broadcastable to [b, h, sq, sk]");
   sub->add_option("--alibi", o->alibi,
@@ -808,8 +828,9 @@ void register_attention(CLI::App& app) {
   o->rope_opts.app = sub;
   if (auto* p = sub->get_option_no_throw("--cu-seqlens")) {
     p->description(
-        "packed sequences (flash-attn varlen): boundaries [n+1]; a query attends only to "
-        "keys of its own sequence, and with --rope positions restart at each one (sq = sk)");
+        "packed sequences (HF's form; FlashAttention's varlen is --cu-seqlens-q/-k): "
+        "boundaries [n+1]; a query attends only to keys of its own sequence, positions and "
+        "chunks stay the packed tensor's, with --rope positions restart at each one (sq = sk)");
   }
   if (auto* p = sub->get_option_no_throw("--hf-config")) {
     p->description(

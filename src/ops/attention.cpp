@@ -18,6 +18,7 @@
 #include "ops/attention_io.hpp"
 #include "ops/attention_kernel.hpp"
 #include "ops/attention_timing.hpp"
+#include "ops/attention_varlen.hpp"
 #include "ops/blas_threads.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/error.hpp"
@@ -181,12 +182,16 @@ std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape
                                                      DType q_dtype, const AttentionOptions& opt,
                                                      std::optional<DType> k_dtype,
                                                      std::optional<DType> v_dtype) {
+  if (is_varlen(opt)) return varlen_memory(q, k, v, q_dtype, opt);
   Geometry g = check(q, k, v, q_dtype, opt);
   return memory_of(g, q, k, v, q_dtype, opt, k_dtype, v_dtype);
 }
 
 Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
                              const AttentionOptions& opt) {
+  if (is_varlen(opt)) {
+    throw UsageError("cu_seqlens_q: the varlen form has no scores (the sequences' differ in shape)");
+  }
   AttentionOptions scores_only = opt;
   scores_only.emit = {AttentionEmit::logits};
   scores_only.relative_v = nullptr;  // belongs with V
@@ -198,6 +203,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
                           const AttentionOptions& opt) {
   // qv, the descales, p_dtype, the FlashAttention baseline: attention_fa.cpp.
   if (fa_extras(opt)) return attention_fa(q, k, v, opt);
+  if (is_varlen(opt)) return attention_varlen(q, k, v, opt);  // one run per sequence
   require_float(q.dtype(), "q");
   require_float(k.dtype(), "k");
   if (v) require_float(v->dtype(), "v");
@@ -252,6 +258,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
 
 AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
                           const AttentionOptions& opt) {
+  if (is_varlen(opt)) return attention_varlen(q, k, v, opt);  // read whole, one run per sequence
   const TensorInfo &qi = q.info(), &ki = k.info();
   const TensorInfo* vi = v ? &v->info() : nullptr;
   require_float(qi.dtype, "q");

@@ -74,6 +74,7 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   no(opt.rel_pos_h != nullptr || opt.rel_pos_w != nullptr, "--decomposed-rel-pos");
   no(opt.score_bias != nullptr, "a relative score term (--relative)");
   no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
+  no(opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr, "--cu-seqlens-q/--cu-seqlens-k");
   if (bopt.dbias && !(opt.mask && is_float(opt.mask->dtype()))) {
     throw UsageError("gradients: dbias needs a float (additive) --mask");
   }

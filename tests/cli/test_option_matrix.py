@@ -159,6 +159,12 @@ ATTENTION_ROWS = {
     # --arith hf.
     "--seqused-q": (["--causal"], ["--causal", "--seqused-q", "{qlen}"]),
     "--seqused-k": (["--causal"], ["--causal", "--seqused-k", "{klen}"]),
+    # FlashAttention's varlen form (packed q [6, 4, 8], k, v [10, 2, 8]): one sequence
+    # against two, and other key boundaries; refused by --arith hf.
+    "--cu-seqlens-q": (["--cu-seqlens-q", "{cuq1}", "--cu-seqlens-k", "{cuk1}", "--causal"],
+                       ["--cu-seqlens-q", "{cuq}", "--cu-seqlens-k", "{cuk}", "--causal"]),
+    "--cu-seqlens-k": (["--cu-seqlens-q", "{cuq}", "--cu-seqlens-k", "{cuk}", "--causal"],
+                       ["--cu-seqlens-q", "{cuq}", "--cu-seqlens-k", "{cuk2}", "--causal"]),
     "--mask": ([], ["--mask", "{mask}"]),
     "--alibi": ([], ["--alibi"]),
     "--alibi-max-bias": (["--alibi"], ["--alibi", "--alibi-max-bias", "4"]),
@@ -327,6 +333,13 @@ class OptionMatrix(PosencTestCase):
         save("cu", np.array([0, 4, 10], np.int64))
         save("klen", np.array([7], np.int64))
         save("qlen", np.array([4], np.int64))
+        # Packed Q, K, V (shd) and their boundaries (--cu-seqlens-q/-k).
+        save("qp", r.standard_normal((6, 4, 8)).astype(np.float32))
+        save("kp", r.standard_normal((10, 2, 8)).astype(np.float32))
+        save("vp", r.standard_normal((10, 2, 8)).astype(np.float32))
+        for name, cu in (("cuq1", [0, 6]), ("cuk1", [0, 10]), ("cuq", [0, 2, 6]),
+                         ("cuk", [0, 5, 10]), ("cuk2", [0, 3, 10])):
+            save(name, np.array(cu, np.int32))
         save("klen0", np.array([0], np.int64))
         save("mask", r.standard_normal((6, 10)) > 0)
         save("t5", r.standard_normal((32, 4)).astype(np.float32))
@@ -407,6 +420,8 @@ class OptionMatrix(PosencTestCase):
         if command == "attention":
             head = ["attention", "-q", f["qs"] if square else f["q"], "-k", f["k"], "-v", f["v"],
                     "--emit", "dq" if "--grad-output" in args else "output"]
+            if "--cu-seqlens-q" in args:  # packed Q, K and V
+                head[1:7] = ["-q", f["qp"], "-k", f["kp"], "-v", f["vp"]]
         elif command == "rope":
             head = ["rope", f["x"]]
         else:

@@ -16,6 +16,7 @@ Layout bshd as FA: q [b, sq, h, d], k [b, sk, h_k, d], v [b, sk, h_k, dv].
 """
 import math
 
+import numpy as np
 import torch
 
 
@@ -73,3 +74,51 @@ def attention_ref(q, k, v, causal=False, window=(None, None), chunk=0, sink_toke
     p = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
     out = torch.einsum("bhts,bshd->bthd", p, v)
     return out.numpy(), lse.numpy()
+
+
+def seq_ref(q, k, v, causal=None, window=(None, None), chunk=0, sink=0, alibi=False):
+    """FlashAttention's varlen semantics for one sequence, q [sq, h, d], k, v [sk, hk, d]: output [sq, h, dv] and lse [h, sq]
+    in float64, aligned to its own lengths (query i at position i + sk - sq)."""
+    q, k, v = (torch.as_tensor(x).double() for x in (q, k, v))
+    sq, h, d = q.shape
+    sk, hk = k.shape[0], k.shape[1]
+    if sk == 0:
+        return np.zeros((sq, h, v.shape[2])), np.full((h, sq), -np.inf)
+    k = k.repeat_interleave(h // hk, dim=1)
+    v = v.repeat_interleave(h // hk, dim=1)
+    s = torch.einsum("thd,shd->hts", q / math.sqrt(d), k)
+    row = torch.arange(sq)[:, None]
+    col = torch.arange(sk)[None, :]
+    if alibi:  # FA's non-causal ALiBi: -slope |i + sk - sq - j|, posenc's slopes
+        slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)]).double()
+        s = s - slopes[:, None, None] * (row + sk - sq - col).abs()
+    left, right = window
+    m = torch.zeros(sq, sk, dtype=torch.bool)
+    if causal == "top-left":
+        m |= col > row
+    elif causal:
+        right = 0
+    if left is not None or right is not None:
+        m |= local_mask(sq, sk, sq, sk, left, right, sink)
+    if chunk:
+        m |= chunk_mask(sq, sk, sq, sk, chunk)
+    s = s.masked_fill(m, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s, dim=-1).masked_fill(m.all(dim=-1)[:, None], 0.0)
+    return torch.einsum("hts,shd->thd", p, v).numpy(), lse.numpy()
+
+
+def varlen_ref(q, k, v, cq, ck, uq=None, uk=None, **ref):
+    """flash_attn_varlen_func: packed q [total_q, h, d], k, v [total_k, hk, d], boundaries
+    cq, ck [n+1], rows used uq, uk [n] (default all): each sequence unpacked and computed
+    on its own (seq_ref); output [total_q, h, dv] (rows not used 0) and lse [h, total_q]
+    (-inf there), FA's varlen layout."""
+    out = np.zeros(q.shape[:2] + (v.shape[2],))
+    lse = np.full((q.shape[1], q.shape[0]), -np.inf)
+    for b in range(len(cq) - 1):
+        nq = cq[b + 1] - cq[b] if uq is None else uq[b]
+        nk = ck[b + 1] - ck[b] if uk is None else uk[b]
+        o, l = seq_ref(q[cq[b]:cq[b] + nq], k[ck[b]:ck[b] + nk], v[ck[b]:ck[b] + nk], **ref)
+        out[cq[b]:cq[b] + nq] = o
+        lse[:, cq[b]:cq[b] + nq] = l
+    return out, lse

@@ -127,6 +127,20 @@ struct AttentionOptions {
   /// <= cn = s; token i belongs to the sequence [c_k, c_k+1) that holds it and attends
   /// only to keys of that sequence. Needs sq == sk; empty = one sequence.
   std::vector<std::int64_t> cu_seqlens;
+  /// FlashAttention's varlen form (flash_attn_varlen_func's cu_seqlens_q, cu_seqlens_k):
+  /// Q packed [total_q, hq, d], K and V [total_k, hk, d] (axes "shd", FlashAttention's
+  /// thd; "sd" for one head; no b axis), each an int32 or int64 [n + 1] list of
+  /// boundaries from 0 to its total rows, not decreasing. Sequence b is queries
+  /// [cu_q[b], cu_q[b+1]) over keys [cu_k[b], cu_k[b+1]), computed as a run of its own
+  /// (every mask, window, chunk, sink token and bias by position aligned to its own
+  /// lengths; the same bytes). seqused_q / seqused_k are then [n] per sequence (at most
+  /// its length): its first queries and keys are used, its other query rows are fully
+  /// masked rows. The output is Q's shape with dv; lse is [hq, total_q] as FlashAttention's
+  /// varlen softmax_lse. Both or neither; only output and lse (default output, lse
+  /// without V); not with cu_seqlens, key_lengths, mask, score_bias, global_k,
+  /// gate_input, rel_pos_h, arith hf (UsageError).
+  const Tensor* cu_seqlens_q = nullptr;
+  const Tensor* cu_seqlens_k = nullptr;  ///< (cu_seqlens_q: the queries')
   /// Broadcastable (numpy rules) to the logits shape. bool or integer: true / non-zero
   /// = keep; float: added to the scores (-inf masks).
   const Tensor* mask = nullptr;

@@ -1,0 +1,301 @@
+// FlashAttention's varlen form (attention_varlen.hpp): the packed rows of each sequence
+// are borrowed as tensors of their own and computed by attention() as a run of their
+// own, so that the alignments, windows, chunks, sink tokens and biases by position of
+// every rule posenc knows follow the sequence's lengths (FlashAttention's sk_b - sq_b)
+// without a second statement of them, and a sequence's rows are the bytes of its run.
+#include "ops/attention_varlen.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "posenc/error.hpp"
+#include "posenc/io/npy.hpp"
+#include "posenc/ops/rope.hpp"
+
+namespace posenc::attention_detail {
+
+namespace {
+
+// A run cut into its sequences: the boundaries, the rows used, the per-sequence options.
+struct Varlen {
+  std::vector<std::int64_t> cq, ck;  // boundaries [n + 1]
+  std::vector<std::int64_t> uq, uk;  // rows used of each sequence [n]
+  std::size_t n = 0;
+  std::string axes;
+  AttentionOptions sub;  // one sequence's options
+  std::vector<AttentionEmit> emit;
+  DType out = DType::f32, lse = DType::f32;
+  bool has_h = false;
+  std::size_t hq = 1;
+};
+
+std::size_t row_elems(const Shape& s) {
+  std::size_t e = 1;
+  for (std::size_t i = 1; i < s.size(); ++i) e *= s[i];
+  return e;
+}
+
+Shape with_rows(Shape s, std::size_t rows) {
+  s[0] = rows;
+  return s;
+}
+
+std::vector<std::int64_t> boundaries(const Tensor& t, const char* what, std::size_t total) {
+  if (t.dtype() != DType::i32 && t.dtype() != DType::i64) {
+    throw InputError(fmt::format("{}: expected int32 or int64 boundaries, got {}", what,
+                                 dtype_name(t.dtype())));
+  }
+  if (t.ndim() != 1 || t.numel() == 0) {
+    throw InputError(fmt::format("{}: expected a 1-D list of n + 1 boundaries, got shape {}",
+                                 what, shape_str(t.shape())));
+  }
+  std::vector<std::int64_t> c(t.numel());
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<std::int64_t>(t.get(i));
+  if (c[0] != 0) throw InputError(fmt::format("{}: must start at 0, got {}", what, c[0]));
+  for (std::size_t i = 1; i < c.size(); ++i) {
+    if (c[i] < c[i - 1]) {
+      throw InputError(fmt::format("{}: boundaries must not decrease ({} after {}, at {})", what,
+                                   c[i], c[i - 1], i));
+    }
+  }
+  if (c.back() != static_cast<std::int64_t>(total)) {
+    throw InputError(fmt::format("{}: ends at {}, but the packed tensor has {} rows", what,
+                                 c.back(), total));
+  }
+  return c;
+}
+
+std::vector<std::int64_t> used(const Tensor* t, const char* what,
+                               const std::vector<std::int64_t>& c) {
+  const std::size_t n = c.size() - 1;
+  std::vector<std::int64_t> u(n);
+  for (std::size_t b = 0; b < n; ++b) u[b] = c[b + 1] - c[b];
+  if (!t) return u;
+  if (!is_integer(t->dtype()) || t->ndim() != 1 || t->numel() != n) {
+    throw InputError(fmt::format("{}: expected {} integers (one per sequence), got {} of shape {}",
+                                 what, n, dtype_name(t->dtype()), shape_str(t->shape())));
+  }
+  for (std::size_t b = 0; b < n; ++b) {
+    const double x = t->get(b);
+    if (!(x >= 0) || x > static_cast<double>(u[b])) {
+      throw InputError(fmt::format("{}: length {} of sequence {} is outside [0, {}]", what, x, b,
+                                   u[b]));
+    }
+    u[b] = static_cast<std::int64_t>(x);
+  }
+  return u;
+}
+
+Varlen prepare(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
+               const AttentionOptions& opt) {
+  if (!opt.cu_seqlens_q || !opt.cu_seqlens_k) {
+    throw UsageError(fmt::format("{}: needs {} too (the varlen form has both)",
+                                 opt.cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k",
+                                 opt.cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q"));
+  }
+  // Tensors over the batch or the whole packed rows cannot follow each sequence.
+  const std::pair<bool, const char*> no[] = {
+      {!opt.cu_seqlens.empty(), "cu_seqlens (HF's packed form; this is FlashAttention's)"},
+      {opt.key_lengths != nullptr, "key_lengths (seqused_k is the per-sequence form)"},
+      {opt.mask != nullptr, "mask"},
+      {opt.score_bias != nullptr, "relative score terms"},
+      {opt.global_k != nullptr, "global_kv"},
+      {opt.gate_input != nullptr, "wavlm_gate"},
+      {opt.rel_pos_h != nullptr, "decomposed_rel_pos"},
+      {opt.arith != Arith::exact, "arith hf"}};
+  for (const auto& [bad, name] : no) {
+    if (bad) throw UsageError(fmt::format("cu_seqlens_q: not with {}", name));
+  }
+  Varlen L;
+  L.emit = opt.emit;
+  if (L.emit.empty()) L.emit = {vs ? AttentionEmit::output : AttentionEmit::lse};
+  for (AttentionEmit e : L.emit) {
+    if (e == AttentionEmit::logits || e == AttentionEmit::probs) {
+      throw UsageError(fmt::format("emit: {} not with cu_seqlens_q (the sequences' scores "
+                                   "differ in shape; emit output and lse)",
+                                   attention_emit_name(e)));
+    }
+    if (e == AttentionEmit::output && !vs) throw UsageError("emit: output needs values (-v)");
+  }
+  if (qs.size() != 2 && qs.size() != 3) {
+    throw InputError(fmt::format("q: expected packed [total_q, hq, d] (or [total_q, d]) for "
+                                 "cu_seqlens_q, got shape {}",
+                                 shape_str(qs)));
+  }
+  L.axes = opt.axes.empty() ? (qs.size() == 3 ? "shd" : "sd")
+                            : resolve_axes(opt.axes, qs.size(), "q").letters;
+  if (L.axes.find('b') != std::string::npos || L.axes[0] != 's') {
+    throw UsageError(fmt::format("axes {}: cu_seqlens_q packs the sequences along s, the first "
+                                 "axis, without b (shd, FlashAttention's thd)",
+                                 L.axes));
+  }
+  for (const auto& [s, what] : {std::pair{&ks, "k"}, std::pair{vs, "v"}}) {
+    if (s && s->size() != qs.size()) {
+      throw InputError(fmt::format("{}: expected rank {} as q, got shape {}", what, qs.size(),
+                                   shape_str(*s)));
+    }
+  }
+  if (vs && (*vs)[0] != ks[0]) {
+    throw InputError(fmt::format("v: {} rows, k has {} (shape {} against {})", (*vs)[0], ks[0],
+                                 shape_str(*vs), shape_str(ks)));
+  }
+  L.cq = boundaries(*opt.cu_seqlens_q, "cu_seqlens_q", qs[0]);
+  L.ck = boundaries(*opt.cu_seqlens_k, "cu_seqlens_k", ks[0]);
+  if (L.cq.size() != L.ck.size()) {
+    throw InputError(fmt::format("cu_seqlens_k: {} sequences, cu_seqlens_q has {}",
+                                 L.ck.size() - 1, L.cq.size() - 1));
+  }
+  L.n = L.cq.size() - 1;
+  L.uq = used(opt.seqused_q, "seqused_q", L.cq);
+  L.uk = used(opt.seqused_k, "seqused_k", L.ck);
+  L.sub = opt;
+  L.sub.cu_seqlens_q = L.sub.cu_seqlens_k = nullptr;
+  L.sub.seqused_q = L.sub.seqused_k = nullptr;
+  L.sub.axes = L.axes;
+  L.sub.emit = L.emit;
+  L.sub.output_sink = nullptr;
+  L.out = opt.dtype.value_or(q_dtype);
+  L.lse = L.out == DType::f64 ? DType::f64 : DType::f32;
+  L.has_h = L.axes.find('h') != std::string::npos;
+  if (L.has_h) L.hq = qs[L.axes.find('h')];
+  return L;
+}
+
+// The packed outputs' bytes.
+std::size_t packed_bytes(const Varlen& L, const Shape& qs, const Shape* vs) {
+  std::size_t bytes = 0;
+  for (AttentionEmit e : L.emit) {
+    if (e == AttentionEmit::output) {
+      bytes += qs[0] * row_elems(qs) / qs.back() * vs->back() * dtype_size(L.out);
+    } else {
+      bytes += qs[0] * L.hq * dtype_size(L.lse);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::pair<std::size_t, std::string> varlen_memory(const Shape& q, const Shape& k, const Shape* v,
+                                                  DType q_dtype, const AttentionOptions& opt) {
+  const Varlen L = prepare(q, k, v, q_dtype, opt);
+  std::pair<std::size_t, std::string> most{0, ""};
+  for (std::size_t b = 0; b < L.n; ++b) {
+    const Shape vb = v ? with_rows(*v, L.uk[b]) : Shape{};
+    AttentionOptions sub = L.sub;
+    sub.sink_tokens = std::min<std::int64_t>(opt.sink_tokens, L.uk[b]);
+    auto m = attention_memory(with_rows(q, L.uq[b]), with_rows(k, L.uk[b]), v ? &vb : nullptr,
+                              q_dtype, sub);
+    if (m.first > most.first) most = m;
+  }
+  most.first += packed_bytes(L, q, v);
+  most.second = most.second.empty() ? "the packed outputs" : "the packed outputs and " + most.second;
+  return most;
+}
+
+AttentionResult attention_varlen(const Tensor& q, const Tensor& k, const Tensor* v,
+                                 const AttentionOptions& opt) {
+  Varlen L = prepare(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), opt);
+  const std::size_t packed = packed_bytes(L, q.shape(), v ? &v->shape() : nullptr);
+  if (opt.max_memory) {
+    if (packed > opt.max_memory) {
+      throw InputError(fmt::format("the packed outputs would need {} > max_memory {}",
+                                   bytes_str(packed), bytes_str(opt.max_memory)));
+    }
+    L.sub.max_memory = opt.max_memory - packed;
+  }
+  const std::size_t total_q = q.shape()[0];
+  AttentionResult res;
+  const bool nan_rows = opt.masked_rows == MaskedRows::nan;
+  std::size_t out_row = 0;
+  for (AttentionEmit e : L.emit) {
+    if (e == AttentionEmit::output) {
+      Shape s = q.shape();
+      s.back() = v->shape().back();
+      res.output = Tensor(L.out, s);
+      out_row = row_elems(s) * dtype_size(L.out);
+      // Query rows past seqused_q are fully masked rows: 0 (NaN under MaskedRows::nan).
+      std::memset(res.output.bytes(), 0, res.output.nbytes());
+      if (nan_rows) {
+        for (std::size_t i = 0; i < res.output.numel(); ++i) {
+          res.output.set(i, std::numeric_limits<double>::quiet_NaN());
+        }
+      }
+    } else {
+      res.lse = L.has_h ? Tensor(L.lse, Shape{L.hq, total_q}) : Tensor(L.lse, Shape{total_q});
+      for (std::size_t i = 0; i < res.lse.numel(); ++i) {
+        res.lse.set(i, -std::numeric_limits<double>::infinity());
+      }
+    }
+  }
+  const std::size_t lse_size = dtype_size(L.lse);
+  auto part = [](const Tensor& t, std::int64_t row0, std::int64_t rows) {
+    const std::size_t row = row_elems(t.shape()) * dtype_size(t.dtype());
+    return Tensor::borrow(t.dtype(), with_rows(t.shape(), static_cast<std::size_t>(rows)),
+                          const_cast<std::byte*>(t.bytes()) + static_cast<std::size_t>(row0) * row);
+  };
+  const bool emit_lse =
+      std::find(L.emit.begin(), L.emit.end(), AttentionEmit::lse) != L.emit.end();
+  bool recorded = false;
+  for (std::size_t b = 0; b < L.n; ++b) {
+    const std::int64_t nq = L.uq[b], nk = L.uk[b];
+    // A sequence without queries has no rows; the first run still records the parameters.
+    if (nq == 0 && (recorded || b + 1 < L.n)) continue;
+    const Tensor qb = part(q, L.cq[b], nq), kb = part(k, L.ck[b], nk);
+    std::optional<Tensor> vb;
+    if (v) vb = part(*v, L.ck[b], nk);
+    // FlashAttention's sink tokens are the first of each sequence's keys: at most its own.
+    AttentionOptions sub = L.sub;
+    sub.sink_tokens = std::min<std::int64_t>(opt.sink_tokens, nk);
+    AttentionResult r = attention(qb, kb, vb ? &*vb : nullptr, sub);
+    if (!recorded) res.attrs = std::move(r.attrs), recorded = true;
+    if (nq == 0) continue;
+    const auto q0 = static_cast<std::size_t>(L.cq[b]);
+    if (res.output.numel() && r.output.nbytes()) {
+      std::memcpy(res.output.bytes() + q0 * out_row, r.output.bytes(), r.output.nbytes());
+    }
+    if (emit_lse) {
+      const std::size_t rows = static_cast<std::size_t>(nq) * lse_size;
+      for (std::size_t h = 0; h < L.hq; ++h) {
+        std::memcpy(res.lse.bytes() + (h * total_q + q0) * lse_size, r.lse.bytes() + h * rows,
+                    rows);
+      }
+    }
+  }
+  if (!recorded) res.attrs.push_back({"scale", opt.scale});
+  res.attrs.push_back({"varlen_sequences", static_cast<long long>(L.n)});
+  if (opt.seqused_q) res.attrs.push_back({"seqused_q", 1LL});
+  if (opt.seqused_k) res.attrs.push_back({"seqused_k", 1LL});
+  return res;
+}
+
+AttentionResult attention_varlen(TensorSource& q, TensorSource& k, TensorSource* v,
+                                 const AttentionOptions& opt) {
+  const TensorInfo &qi = q.info(), &ki = k.info();
+  const TensorInfo* vi = v ? &v->info() : nullptr;
+  auto [need, names] = varlen_memory(qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
+  const std::size_t work = need;
+  for (const TensorInfo* t : {&qi, &ki, vi}) {
+    if (t) need += checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
+  }
+  if (opt.max_memory && need > opt.max_memory) {
+    throw InputError(fmt::format("{} would need {} with the inputs (Q {}, K {}{}) > --max-memory {}",
+                                 names, bytes_str(need), shape_str(qi.shape), shape_str(ki.shape),
+                                 vi ? ", V " + shape_str(vi->shape) : std::string(),
+                                 bytes_str(opt.max_memory)));
+  }
+  Tensor qt = read_all_rows(q), kt = read_all_rows(k);
+  std::optional<Tensor> vt;
+  if (v) vt = read_all_rows(*v);
+  AttentionOptions rest = opt;
+  if (opt.max_memory) rest.max_memory = opt.max_memory - (need - work);
+  return attention_varlen(qt, kt, vt ? &*vt : nullptr, rest);
+}
+
+}  // namespace posenc::attention_detail
