@@ -51,6 +51,7 @@
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_backward.hpp"
+#include "posenc/ops/attention_cache.hpp"
 #include "posenc/ops/attention_relative.hpp"
 #include "posenc/ops/combine.hpp"
 #include "posenc/ops/compare.hpp"
@@ -1133,6 +1134,61 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
   return out;
 }
 
+// attention(cache_seqlens=..., page_table=..., k_new=...): FlashAttention's KV-cache step
+// (posenc/ops/attention_cache.hpp), k and v being the caches. They are updated in place
+// (their memory borrowed from the caller's arrays) unless update is false.
+py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, const py::dict& opt_d,
+                                Tensor& k, std::optional<Tensor>& v, const Tensor& q,
+                                AttentionOptions opt, const char* conflict) {
+  if (*conflict) throw UsageError(std::string(conflict) + ": not with a KV cache");
+  if (!v) throw UsageError("cache_seqlens: the KV cache needs v (the values cache)");
+  KvCacheOptions kv;
+  const char* names[] = {"page_table", "cache_seqlens", "cache_batch_idx", "cache_leftpad",
+                         "k_new", "v_new", "rotary_cos", "rotary_sin", "rotary_seqlens"};
+  const Tensor** slots[] = {&kv.page_table, &kv.cache_seqlens, &kv.cache_batch_idx,
+                            &kv.cache_leftpad, &kv.k_new, &kv.v_new,
+                            &kv.rotary_cos, &kv.rotary_sin, &kv.rotary_seqlens};
+  std::optional<Tensor> held[9];
+  for (int i = 0; i < 9; ++i) {
+    held[i] = tensor_arg(kvd, names[i]);
+    if (held[i]) *slots[i] = &*held[i];
+  }
+  kv.rotary_interleaved = get<bool>(kvd, "rotary_interleaved").value_or(false);
+  const bool update = get<bool>(kvd, "update_cache").value_or(true) && kv.k_new;
+  std::optional<Tensor> k_copy, v_copy;
+  Tensor* kc = &k;
+  Tensor* vc = &*v;
+  if (update) {
+    // Written in place: the tensors must be the caller's memory, not copies of it.
+    for (const char* key : {"k", "v"}) {
+      const py::array a = py::tuple(tensors[key])[0];
+      const Tensor& t = *key == 'k' ? k : *v;
+      if (!a.writeable() || a.data() != static_cast<const void*>(t.bytes())) {
+        throw UsageError(std::string(key) + ": the cache is updated in place and must be a "
+                         "writable C-contiguous array (or give update_cache=False)");
+      }
+    }
+  } else {
+    k_copy = k.astype(k.dtype());
+    v_copy = v->astype(v->dtype());
+    kc = &*k_copy;
+    vc = &*v_copy;
+  }
+  opt.axes = get<std::string>(opt_d, "axes").value_or("bshd");
+  AttentionResult res;
+  {
+    py::gil_scoped_release nogil;
+    res = attention_kvcache(q, *kc, *vc, kv, opt);
+  }
+  py::dict out;
+  for (AttentionEmit e : opt.emit) {
+    out[py::str(attention_emit_name(e))] =
+        to_array(std::move(e == AttentionEmit::output ? res.output : res.lse));
+  }
+  out["attrs"] = attrs_to(res.attrs);
+  return out;
+}
+
 py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dict& rope_d,
                    const py::dict& pos_d, const py::dict& apply_d, bool with_rope,
                    const py::dict& relative_d) {
@@ -1247,6 +1303,12 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     throw UsageError(
         std::string("factorized: expected the four tables (phi, pi, psi, omega), got None for ") +
         missing);
+  }
+  if (tensors.contains("kv") && !tensors["kv"].is_none()) {  // KV cache (attention_kvcache_call)
+    const char* conflict = with_rope ? "rope" : grad_output ? "grad_output"
+                           : (r_keys || factorized || pos_key || pos_query) ? "the relative terms"
+                                                                            : "";
+    return attention_kvcache_call(tensors, tensors["kv"].cast<py::dict>(), opt_d, *k, v, *q, opt, conflict);
   }
   if (grad_output) {
     if (r_keys || factorized || pos_key || pos_query || with_rope) {

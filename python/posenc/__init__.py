@@ -243,6 +243,28 @@ _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
                       "short_factor", "long_factor", "inverse", "position_ids")
 
 
+_KVCACHE_TENSORS = ("cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "k_new",
+                    "v_new", "rotary_cos", "rotary_sin", "rotary_seqlens")
+
+
+def _kvcache_args(args):
+    """The KV-cache arguments of attention() for the module (None when none is given); the
+    caches k and v must be writable C-contiguous arrays when k_new updates them in place."""
+    if all(args[n] is None for n in _KVCACHE_TENSORS) and not args["rotary_interleaved"]:
+        return None
+    kv = {n: _arg(args[n], n) for n in _KVCACHE_TENSORS}
+    kv["rotary_interleaved"] = _flag(args["rotary_interleaved"], "rotary_interleaved")
+    kv["update_cache"] = _flag(args["update_cache"], "update_cache")
+    if args["k_new"] is not None and kv["update_cache"]:
+        for name in ("k", "v"):
+            x = args[name]
+            a = None if x is None else _view(x, name)[0]
+            if a is not None and (_contiguous(a) is not a or not a.flags.writeable):
+                raise UsageError(f"{name}: the cache is updated in place and must be a writable "
+                                 "C-contiguous array (or give update_cache=False)")
+    return kv
+
+
 @_usage_errors
 def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, window=None,
               sliding_window=None, chunk_size=None, sink_tokens=None, attn_temperature=None,
@@ -269,7 +291,10 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               segment_embed=None, segment_bias=None, segment_index=None, rel_shift=None,
               rel_kernel=None, factorized=None, separate_cls=False, pos_key=None,
               pos_query=None, pos_att_type=None, position_buckets=None,
-              max_relative_positions=None, grad_output=None):
+              max_relative_positions=None, grad_output=None, cache_seqlens=None,
+              cache_batch_idx=None, cache_leftpad=None, page_table=None, k_new=None,
+              v_new=None, rotary_cos=None, rotary_sin=None, rotary_seqlens=None,
+              rotary_interleaved=False, update_cache=True):
     """Attention of q over k (and v): logits, probs, output, lse (``posenc attention``).
 
     q [b, hq, sq, d], k [b, hk, sk, d], v [b, hk, sk, dv] (any `axes` order; rank 3
@@ -330,8 +355,17 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         (posenc-attention(1), GRADIENTS). emit then names gradients among "dq", "dk",
         "dv", "softmax_d" (rowsum(dO O)), "lse", "dbias" (of a float mask), "dsinks";
         default ("dq", "dk", "dv"). Needs v; not with rope or the relative terms.
+    cache_seqlens [b], cache_batch_idx [b], cache_leftpad [b], page_table [b, max_blocks],
+        k_new [b, s_new, hk, d], v_new [b, s_new, hk, dv], rotary_cos/rotary_sin
+        [s_rot, rotary_dim/2], rotary_seqlens [b], rotary_interleaved: FlashAttention's
+        flash_attn_with_kvcache; q [b, sq, hq, d], k and v the caches [b_cache, s_cache,
+        hk, d] (or pages [num_blocks, page_size, hk, d] with page_table). k_new and v_new
+        are stored at cache_seqlens (rotated k_new) in k and v themselves, as
+        FlashAttention does (writable C-contiguous numpy arrays or CPU torch tensors),
+        unless update_cache=False; emits output and lse only (default: output).
     """
     given = {n: v_ for n, v_ in locals().items() if n in _ROPE_OPTION_NAMES}
+    kv = _kvcache_args(locals())  # FlashAttention's KV cache: k and v are the caches
     rope, t5_causal = _flag(rope, "rope"), _flag(t5_causal, "t5_causal")
     if not rope:
         for name in _ROPE_OPTION_NAMES:
@@ -385,6 +419,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     else:
         if emit is None and (cu_seqlens_q is not None or cu_seqlens_k is not None):
             emit = "output" if v is not None else "lse"  # the varlen form has no scores
+        if emit is None and kv is not None:
+            emit = "output"  # flash_attn_with_kvcache's out (lse on request)
         names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
     opt = {"axes": axes, "emit": names, "scale": scale, "softcap": softcap,
            "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
@@ -474,6 +510,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     pos = _positions(start, position_ids, cu_seqlens)
     apply = {"inverse": _flag(inverse, "inverse"), "precision": precision}
     opt = {key: val for key, val in opt.items() if val is not None}
+    if kv is not None:
+        tensors["kv"] = kv
     res = _posenc.attention(tensors, opt, rope_d, pos, apply, _flag(rope, "rope"), relative)
     out_name = _dtype_name(dtype) or q_name
     arrays = tuple(_wrap(res[n], out_name if n not in ("lse", "softmax_d") else "f", like)

@@ -1,0 +1,77 @@
+"""FlashAttention's KV-cache step (flash_attn_with_kvcache) in torch float64, written for
+posenc's tests from FA's test semantics (hopper/test_flash_attn.py test_flash_attn_kvcache,
+attention_ref with key_leftpad):
+
+- the cache rows of entry b are those of cache_batch_idx[b] (b without it);
+- rotary tables rotate the new keys at positions offset_b + t (offset = rotary_seqlens,
+  else cache_seqlens) with apply_rotary_emb's rule (fa_rotary_reference.py), the queries
+  at the same per-token positions when causal or local, else all at offset_b;
+- the rotated new keys and the values are stored at rows cache_seqlens_b .. + s_new - 1;
+- the key padding mask keeps rows leftpad_b <= j < cache_seqlens_b + s_new, the masks see
+  key column j - leftpad_b and the entry's length sk_b = cache_seqlens_b + s_new -
+  leftpad_b (query i at i + sk_b - sq), computed over the whole cache row.
+"""
+import math
+
+import numpy as np
+import torch
+
+from fa_rotary_reference import apply_rotary_tables
+
+
+def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, leftpad=None,
+                 cos=None, sin=None, interleaved=False, rotary_seqlens=None, causal=False,
+                 window=(-1, -1), chunk=0):
+    """out [b, sq, h, dv], lse [b, h, sq] (float64) and the updated caches (their dtype)."""
+    b, sq, h, d = q.shape
+    kc, vc = kc.copy(), vc.copy()
+    rows = np.arange(b) if batch_idx is None else np.asarray(batch_idx)
+    seqlens = np.asarray(seqlens)
+    leftpad = np.zeros(b, np.int64) if leftpad is None else np.asarray(leftpad)
+    s_new = 0 if k_new is None else k_new.shape[1]
+    local = causal or window != (-1, -1) or chunk > 0
+    q_ro = np.asarray(q, np.float64)
+    if cos is not None:
+        offs = seqlens if rotary_seqlens is None else np.asarray(rotary_seqlens)
+        k_new = apply_rotary_tables(k_new, cos, sin, interleaved, seqlen_offsets=offs).astype(
+            kc.dtype)
+        if local:
+            q_ro = apply_rotary_tables(q, cos, sin, interleaved, seqlen_offsets=offs)
+        else:
+            q_ro = apply_rotary_tables(q.reshape(b, 1, sq * h, d), cos, sin, interleaved,
+                                       seqlen_offsets=offs).reshape(q.shape)
+    for e in range(b):
+        if s_new:
+            kc[rows[e], seqlens[e]:seqlens[e] + s_new] = k_new[e]
+            vc[rows[e], seqlens[e]:seqlens[e] + s_new] = v_new[e]
+    K = torch.from_numpy(kc[rows].astype(np.float64))
+    V = torch.from_numpy(vc[rows].astype(np.float64))
+    S, hk = K.shape[1], K.shape[2]
+    K = K.repeat_interleave(h // hk, dim=2)
+    V = V.repeat_interleave(h // hk, dim=2)
+    Q = torch.from_numpy(q_ro)
+    scores = torch.einsum("bthd,bshd->bhts", Q / math.sqrt(d), K)
+    left, right = window
+    if causal:
+        right = 0
+    for e in range(b):
+        j = torch.arange(S)[None, :]
+        i = torch.arange(sq)[:, None]
+        lp, end = int(leftpad[e]), int(seqlens[e]) + s_new
+        col = torch.where(j >= lp, j - lp, torch.full_like(j, 2 ** 32))
+        sk = end - lp
+        pos = i + sk - sq
+        m = (j < lp) | (j >= end)
+        if right >= 0:
+            m = m | (col > torch.clamp(pos + right, max=sk))
+        if left >= 0:
+            m = m | (col < pos - left)
+        if chunk > 0:
+            start = pos - torch.remainder(pos, chunk)
+            m = m | (col < start) | (col >= start + chunk)
+        scores[e] = scores[e].masked_fill(m[None], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    p = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
+    out = torch.einsum("bhts,bshd->bthd", p, V)
+    return out.numpy(), lse.numpy(), kc, vc
