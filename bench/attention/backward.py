@@ -9,7 +9,9 @@ Case: causal MHA, b 1, h 8, s 4096, d 128, f32 Q, K, V and dO as NPY files,
 `--precision f32 --dtype f32 --emit dq,dk,dv`. The backward needs 2.5 times the forward's
 FLOPs (FlashAttention's count): 2.5 * 4 s^2 d h / 2 with the causal half.
 Printed (medians over the rounds): wall and CPU (user + system) time of the posenc
-process; the GFLOP/s it reaches per wall second and per CPU second; the sgemm rate of
+process; the GFLOP/s it reaches per wall second and per CPU second; the headline ratio
+against the sgemm rate of numpy's matmul (OpenBLAS, the BLAS posenc calls, on all CPUs) for
+the same products, timed alternately with posenc in each round; the sgemm rate of
 torch.mm (f32, [s, d] x [d, s] and [s, s] x [s, d] products, torch's threads = the CPUs)
 in the same run, per wall and per CPU second, and with --sgemm-peak OpenBLAS's (the BLAS
 posenc calls) for one product of the backward's FLOPs; torch autograd of an eager causal attention
@@ -64,7 +66,7 @@ def main():
           f"causal f32; {flops / 1e9:.1f} GFLOP needed; medians of {args.rounds} rounds")
     rng = np.random.default_rng(0)
     arrays = {n: rng.standard_normal((b, h, s, d), dtype=np.float32) for n in ("q", "k", "v", "do")}
-    ours, gemm, auto = [], [], []
+    ours, gemm, auto, blas = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="posenc-backward-", dir=args.dir) as tmp:
         for n, a in arrays.items():
             np.save(f"{tmp}/{n}.npy", a)
@@ -74,6 +76,17 @@ def main():
         A = torch.randn(s, d)
         B = torch.randn(d, s)
         P = torch.randn(s, s)
+
+        An, Bn, Pn = A.numpy(), B.numpy(), P.numpy()
+        # Products into buffers made once: a fresh [s, s] result each time would time
+        # the page faults of its first touch as much as the product.
+        Cs, Cd = np.matmul(An, Bn), np.matmul(Pn, An)
+
+        def sgemm_np():
+            for _ in range(2):
+                np.matmul(An, Bn, out=Cs)
+            for _ in range(3):
+                np.matmul(Pn, An, out=Cd)
 
         def sgemm():
             # The FLOPs of one head's backward without the causal half: S = Q K^T, dP = dO
@@ -97,11 +110,13 @@ def main():
             c0, t0 = children_cpu(), time.perf_counter()
             subprocess.run(cmd, check=True)
             w, c = time.perf_counter() - t0, children_cpu() - c0
+            nw, nc = timed_self(sgemm_np)
             gw, gc = timed_self(sgemm)
             aw, ac = timed_self(autograd)
             if r:
                 ours.append((w, c))
                 gemm.append((gw, gc))
+                blas.append((nw, nc))
                 auto.append((aw, ac))
     med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
     ow, oc = med(ours, 0), med(ours, 1)
@@ -112,6 +127,12 @@ def main():
     peak_w = gemm_flops / gw / 1e9
     print(f"posenc backward: {ow:.2f} s wall, {oc:.2f} s CPU: {rate_w:.1f} GFLOP/s per wall s, "
           f"{rate_c:.1f} per CPU s")
+    nw, nc = med(blas, 0), med(blas, 1)
+    bw_, bc_ = gemm_flops / nw / 1e9, gemm_flops / nc / 1e9
+    print(f"OpenBLAS sgemm (numpy.matmul) same run: {bw_:.1f} GFLOP/s per wall s, "
+          f"{bc_:.1f} per CPU s")
+    print(f"RATIO posenc backward / OpenBLAS sgemm on {cpu_name()}: {rate_w / bw_:.2f} (wall), "
+          f"{rate_c / bc_:.2f} (CPU)")
     print(f"sgemm (torch.mm) same run: {peak_w:.1f} GFLOP/s per wall s, {peak_c:.1f} per CPU s")
     print(f"posenc / sgemm: {rate_w / peak_w:.2f} (wall), {rate_c / peak_c:.2f} (CPU)")
     if args.sgemm_peak:

@@ -89,8 +89,16 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
                                    bytes_str(need), bytes_str(opt.max_memory)));
     }
   }
-  Tensor qt = read_all_rows(q), kt = read_all_rows(k), vt = read_all_rows(v);
-  Tensor dO = read_all_rows(*dO_src);
+  // A file that can be mapped is used in place (no copy through read(2)); the budget
+  // counts it all the same, as its pages become resident.
+  auto whole = [](TensorSource& src) {
+    if (const std::byte* p = src.mapped_data()) {
+      return Tensor::borrow(src.info().dtype, src.info().shape, const_cast<std::byte*>(p));
+    }
+    return read_all_rows(src);
+  };
+  Tensor qt = whole(q), kt = whole(k), vt = whole(v);
+  Tensor dO = whole(*dO_src);
   AttentionOptions o = opt;
   o.max_memory = 0;  // checked above, with the inputs
   if (opt.max_memory) {
