@@ -144,7 +144,14 @@ def attention(q: ArrayLike, k: ArrayLike, v: Optional[ArrayLike] = ..., *,
               pos_query: Optional[ArrayLike] = ..., pos_att_type: Optional[str] = ...,
               position_buckets: Optional[int] = ...,
               max_relative_positions: Optional[int] = ...,
-              grad_output: Optional[ArrayLike] = ...) -> Any: ...
+              grad_output: Optional[ArrayLike] = ...,
+              cache_seqlens: Optional[ArrayLike] = ...,
+              cache_batch_idx: Optional[ArrayLike] = ...,
+              cache_leftpad: Optional[ArrayLike] = ..., page_table: Optional[ArrayLike] = ...,
+              k_new: Optional[ArrayLike] = ..., v_new: Optional[ArrayLike] = ...,
+              rotary_cos: Optional[ArrayLike] = ..., rotary_sin: Optional[ArrayLike] = ...,
+              rotary_seqlens: Optional[ArrayLike] = ..., rotary_interleaved: bool = ...,
+              update_cache: bool = ...) -> Any: ...
 
 class CompareResult:
     match: bool
