@@ -113,6 +113,8 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
         std::pair{opt.key_lengths != nullptr, "key_lengths (cache_seqlens gives the lengths)"},
         std::pair{opt.mask != nullptr, "mask"},
         std::pair{!opt.cu_seqlens.empty(), "cu_seqlens"},
+        std::pair{opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr,
+                  "cu_seqlens_q/cu_seqlens_k (varlen)"},
         std::pair{opt.causal == CausalAlign::top_left, "causal top-left"}}) {
     if (given) throw UsageError(fmt::format("{}: not with a KV cache", name));
   }

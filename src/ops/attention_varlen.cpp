@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "posenc/error.hpp"
@@ -44,6 +45,13 @@ std::size_t row_elems(const Shape& s) {
 Shape with_rows(Shape s, std::size_t rows) {
   s[0] = rows;
   return s;
+}
+
+// Rows [row0, row0 + rows) of t (C order, rows along the first axis), borrowed.
+Tensor rows_of(const Tensor& t, std::int64_t row0, std::int64_t rows) {
+  const std::size_t row = row_elems(t.shape()) * dtype_size(t.dtype());
+  return Tensor::borrow(t.dtype(), with_rows(t.shape(), static_cast<std::size_t>(rows)),
+                        const_cast<std::byte*>(t.bytes()) + static_cast<std::size_t>(row0) * row);
 }
 
 std::vector<std::int64_t> boundaries(const Tensor& t, const char* what, std::size_t total) {
@@ -154,6 +162,18 @@ Varlen prepare(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   L.n = L.cq.size() - 1;
   L.uq = used(opt.seqused_q, "seqused_q", L.cq);
   L.uk = used(opt.seqused_k, "seqused_k", L.ck);
+  if (opt.qv && (opt.qv->ndim() != qs.size() || opt.qv->shape()[0] != qs[0])) {
+    throw InputError(fmt::format("qv: expected packed rows as q ({} of them), got shape {}",
+                                 qs[0], shape_str(opt.qv->shape())));
+  }
+  for (const auto& [t, what] : {std::pair{opt.q_descale, "q_descale"},
+                                std::pair{opt.k_descale, "k_descale"},
+                                std::pair{opt.v_descale, "v_descale"}}) {
+    if (t && (t->ndim() != 2 || t->shape()[0] != L.n)) {
+      throw InputError(fmt::format("{}: expected one row per sequence, [{}, hk], got shape {}",
+                                   what, L.n, shape_str(t->shape())));
+    }
+  }
   L.sub = opt;
   L.sub.cu_seqlens_q = L.sub.cu_seqlens_k = nullptr;
   L.sub.seqused_q = L.sub.seqused_k = nullptr;
@@ -165,6 +185,30 @@ Varlen prepare(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   L.has_h = L.axes.find('h') != std::string::npos;
   if (L.has_h) L.hq = qs[L.axes.find('h')];
   return L;
+}
+
+// Sequence b's options: its own sink tokens (FlashAttention's are the first of each
+// sequence's keys, so at most its own), its rows of qv, its row of the fp8 descales.
+struct SeqOptions {
+  AttentionOptions opt;
+  std::optional<Tensor> qv, descale[3];
+};
+
+void seq_options(SeqOptions& so, const Varlen& L, const AttentionOptions& opt, std::size_t b) {
+  so.opt = L.sub;
+  so.opt.sink_tokens = std::min<std::int64_t>(opt.sink_tokens, L.uk[b]);
+  if (opt.qv) {
+    so.qv = rows_of(*opt.qv, L.cq[b], L.uq[b]);
+    so.opt.qv = &*so.qv;
+  }
+  const Tensor* AttentionOptions::*ds[] = {&AttentionOptions::q_descale,
+                                           &AttentionOptions::k_descale,
+                                           &AttentionOptions::v_descale};
+  for (int i = 0; i < 3; ++i) {
+    if (!(opt.*ds[i])) continue;
+    so.descale[i] = rows_of(*(opt.*ds[i]), static_cast<std::int64_t>(b), 1);
+    so.opt.*ds[i] = &*so.descale[i];
+  }
 }
 
 // The packed outputs' bytes.
@@ -188,10 +232,10 @@ std::pair<std::size_t, std::string> varlen_memory(const Shape& q, const Shape& k
   std::pair<std::size_t, std::string> most{0, ""};
   for (std::size_t b = 0; b < L.n; ++b) {
     const Shape vb = v ? with_rows(*v, L.uk[b]) : Shape{};
-    AttentionOptions sub = L.sub;
-    sub.sink_tokens = std::min<std::int64_t>(opt.sink_tokens, L.uk[b]);
+    SeqOptions so;
+    seq_options(so, L, opt, b);
     auto m = attention_memory(with_rows(q, L.uq[b]), with_rows(k, L.uk[b]), v ? &vb : nullptr,
-                              q_dtype, sub);
+                              q_dtype, so.opt);
     if (m.first > most.first) most = m;
   }
   most.first += packed_bytes(L, q, v);
@@ -235,11 +279,7 @@ AttentionResult attention_varlen(const Tensor& q, const Tensor& k, const Tensor*
     }
   }
   const std::size_t lse_size = dtype_size(L.lse);
-  auto part = [](const Tensor& t, std::int64_t row0, std::int64_t rows) {
-    const std::size_t row = row_elems(t.shape()) * dtype_size(t.dtype());
-    return Tensor::borrow(t.dtype(), with_rows(t.shape(), static_cast<std::size_t>(rows)),
-                          const_cast<std::byte*>(t.bytes()) + static_cast<std::size_t>(row0) * row);
-  };
+  const auto part = rows_of;
   const bool emit_lse =
       std::find(L.emit.begin(), L.emit.end(), AttentionEmit::lse) != L.emit.end();
   bool recorded = false;
@@ -250,10 +290,9 @@ AttentionResult attention_varlen(const Tensor& q, const Tensor& k, const Tensor*
     const Tensor qb = part(q, L.cq[b], nq), kb = part(k, L.ck[b], nk);
     std::optional<Tensor> vb;
     if (v) vb = part(*v, L.ck[b], nk);
-    // FlashAttention's sink tokens are the first of each sequence's keys: at most its own.
-    AttentionOptions sub = L.sub;
-    sub.sink_tokens = std::min<std::int64_t>(opt.sink_tokens, nk);
-    AttentionResult r = attention(qb, kb, vb ? &*vb : nullptr, sub);
+    SeqOptions so;
+    seq_options(so, L, opt, b);
+    AttentionResult r = attention(qb, kb, vb ? &*vb : nullptr, so.opt);
     if (!recorded) res.attrs = std::move(r.attrs), recorded = true;
     if (nq == 0) continue;
     const auto q0 = static_cast<std::size_t>(L.cq[b]);

@@ -76,7 +76,7 @@ def attention_ref(q, k, v, causal=False, window=(None, None), chunk=0, sink_toke
     return out.numpy(), lse.numpy()
 
 
-def seq_ref(q, k, v, causal=None, window=(None, None), chunk=0, sink=0, alibi=False):
+def seq_ref(q, k, v, causal=None, window=(None, None), chunk=0, sink=0, alibi=False, qv=None):
     """FlashAttention's varlen semantics for one sequence, q [sq, h, d], k, v [sk, hk, d]: output [sq, h, dv] and lse [h, sq]
     in float64, aligned to its own lengths (query i at position i + sk - sq)."""
     q, k, v = (torch.as_tensor(x).double() for x in (q, k, v))
@@ -86,7 +86,12 @@ def seq_ref(q, k, v, causal=None, window=(None, None), chunk=0, sink=0, alibi=Fa
         return np.zeros((sq, h, v.shape[2])), np.full((h, sq), -np.inf)
     k = k.repeat_interleave(h // hk, dim=1)
     v = v.repeat_interleave(h // hk, dim=1)
-    s = torch.einsum("thd,shd->hts", q / math.sqrt(d), k)
+    if qv is None:
+        s = torch.einsum("thd,shd->hts", q / math.sqrt(d), k)
+    else:  # FA-3's qv: + (qv scale).v, scale 1/sqrt(d + dv)
+        scale = 1 / math.sqrt(d + v.shape[2])
+        s = torch.einsum("thd,shd->hts", q * scale, k) + torch.einsum(
+            "thd,shd->hts", torch.as_tensor(qv).double() * scale, v)
     row = torch.arange(sq)[:, None]
     col = torch.arange(sk)[None, :]
     if alibi:  # FA's non-causal ALiBi: -slope |i + sk - sq - j|, posenc's slopes
@@ -118,7 +123,10 @@ def varlen_ref(q, k, v, cq, ck, uq=None, uk=None, **ref):
     for b in range(len(cq) - 1):
         nq = cq[b + 1] - cq[b] if uq is None else uq[b]
         nk = ck[b + 1] - ck[b] if uk is None else uk[b]
-        o, l = seq_ref(q[cq[b]:cq[b] + nq], k[ck[b]:ck[b] + nk], v[ck[b]:ck[b] + nk], **ref)
+        one = dict(ref)
+        if ref.get("qv") is not None:
+            one["qv"] = ref["qv"][cq[b]:cq[b] + nq]
+        o, l = seq_ref(q[cq[b]:cq[b] + nq], k[ck[b]:ck[b] + nk], v[ck[b]:ck[b] + nk], **one)
         out[cq[b]:cq[b] + nq] = o
         lse[:, cq[b]:cq[b] + nq] = l
     return out, lse

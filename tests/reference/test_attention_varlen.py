@@ -105,6 +105,32 @@ class Varlen(PosencTestCase):
                    chunk=2, window=(1, None))
         self.check([], "seqused_q alone", uq=uq, alone=False)
 
+    def test_qv_and_descales(self):
+        # FA-3's qv packed as q ([total_q, h, dv]) and fp8 descales [n, hk], one row per
+        # sequence: qv against the reference, descales as one run per sequence.
+        q, k, v, cq, ck = self.packed(seed=11)
+        qv = np.random.default_rng(12).standard_normal(q.shape[:2] + (v.shape[2],))
+        want_out, _ = varlen_ref(q, k, v, cq, ck, causal=True, qv=qv)
+        (out, _), _ = self.posenc(q, k, v, cq, ck, "--causal", "--qv", self.npy("qv.npy", qv))
+        self.assertLessEqual(np.abs(out - want_out).max() / np.abs(want_out).max(), 1e-12)
+        n = len(cq) - 1
+        ds = np.random.default_rng(13).uniform(0.5, 2, (3, n, k.shape[1])).astype(np.float32)
+        names = ("--q-descale", "--k-descale", "--v-descale")
+        args = [x for i, name in enumerate(names) for x in (name, self.npy(f"d{i}.npy", ds[i]))]
+        (out, _), (lse, _) = self.posenc(q, k, v, cq, ck, "--causal", *args, tag="ds")
+        for b in range(n):
+            if cq[b + 1] == cq[b]:
+                continue
+            one = [x for i, name in enumerate(names)
+                   for x in (name, self.npy(f"d{i}_{b}.npy", ds[i, b:b + 1]))]
+            o1, l1 = self.output_lse_bytes(
+                self.npy(f"b{b}_q.npy", q[cq[b]:cq[b + 1]]), self.npy(f"b{b}_k.npy", k[ck[b]:ck[b + 1]]),
+                self.npy(f"b{b}_v.npy", v[ck[b]:ck[b + 1]]), f"b{b}", "--axes", "shd", "--causal", *one)
+            self.assertEqual(out[cq[b]:cq[b + 1]].tobytes(), np.load(io.BytesIO(o1)).tobytes())
+            self.assertEqual(np.ascontiguousarray(lse[:, cq[b]:cq[b + 1]]).tobytes(),
+                             np.load(io.BytesIO(l1)).tobytes())
+        self.assertFalse(np.array_equal(out, self.posenc(q, k, v, cq, ck, "--causal", tag="nd")[0][0]))
+
     def test_fa_reference_on_one_sequence(self):
         # The per-sequence reference agrees with FA's own attention_ref (bshd, b = 1).
         rng = np.random.default_rng(7)
@@ -135,6 +161,10 @@ class Varlen(PosencTestCase):
              r"--seqused-q: length 6 of sequence 0 is outside \[0, 5\]"),
             (3, [*both, "--seqused-k", self.npy("u2.npy", np.zeros(n - 1, np.int64))],
              r"--seqused-k: expected 6 integers"),
+            (3, [*both, "--q-descale", self.npy("qd.npy", np.ones((1, 2), np.float32))],
+             r"--q-descale: expected one row per sequence, \[6, hk\]"),
+            (3, [*both, "--qv", self.npy("qv.npy", np.ones((20, 4, 6)))],
+             r"--qv: expected packed rows as q"),
             (2, ["--cu-seqlens-q", cqp], r"--cu-seqlens-q: needs --cu-seqlens-k"),
             (2, [*both, "--mask", self.npy("m.npy", np.ones((21, 22), bool))],
              r"--cu-seqlens-q: not with mask"),

@@ -135,7 +135,8 @@ struct AttentionOptions {
   /// (every mask, window, chunk, sink token and bias by position aligned to its own
   /// lengths; the same bytes). seqused_q / seqused_k are then [n] per sequence (at most
   /// its length): its first queries and keys are used, its other query rows are fully
-  /// masked rows. The output is Q's shape with dv; lse is [hq, total_q] as FlashAttention's
+  /// masked rows. qv is packed as Q, the fp8 descales are [n, hk] (a row per sequence).
+  /// The output is Q's shape with dv; lse is [hq, total_q] as FlashAttention's
   /// varlen softmax_lse. Both or neither; only output and lse (default output, lse
   /// without V); not with cu_seqlens, key_lengths, mask, score_bias, global_k,
   /// gate_input, rel_pos_h, arith hf (UsageError).
