@@ -1106,6 +1106,8 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
     opt.max_memory = static_cast<std::size_t>(*m);
   }
   set_if(d, "allow_nonfinite", opt.allow_nonfinite);
+  set_if(d, "fa_baseline", opt.fa_baseline);  // arith="fa-baseline" (FlashAttention-3's tests)
+  set_if(d, "p_dtype", opt.p_dtype);
 }
 
 // attention(grad_output=...): the gradients named in `names` (dq, dk, dv, softmax_d,
@@ -1254,6 +1256,14 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   if (rel_k) opt.relative_k = &*rel_k;
   if (rel_v) opt.relative_v = &*rel_v;
   if (sinks) opt.sinks = &*sinks;
+  // FlashAttention-3's qv and fp8 descales.
+  std::optional<Tensor> qv = tensor_arg(tensors, "qv"), q_ds = tensor_arg(tensors, "q_descale"),
+                        k_ds = tensor_arg(tensors, "k_descale"),
+                        v_ds = tensor_arg(tensors, "v_descale");
+  if (qv) opt.qv = &*qv;
+  if (q_ds) opt.q_descale = &*q_ds;
+  if (k_ds) opt.k_descale = &*k_ds;
+  if (v_ds) opt.v_descale = &*v_ds;
   const Axes axes = resolve_axes(opt.axes, q->ndim(), "q");
   opt.axes = axes.letters;
   if (varlen_axes) opt.axes.clear();

@@ -278,6 +278,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               relative_beyond=None, relative_proj=None, per_dim_scale=None,
               global_kv=None, global_block_size=None, global_bias=None,
               softcap=None, sinks=None, masked_rows=None, dtype=None,
+              qv=None, q_descale=None, k_descale=None, v_descale=None, p_dtype=None,
               max_memory=None, allow_nonfinite=False, precision=None, arith=None,
               hf_config=None, hf_version=None, layer_type=None, layer=None,
               cu_seqlens=None,
@@ -339,7 +340,13 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     max_memory in bytes (InputError when the run would need more; default physical
     memory, 0 no limit); allow_nonfinite.
     precision "f64" (default for every input dtype: float64, each result rounded once)
-        or "f32" (faster); arith "exact" or "hf" (HF eager attention's bits).
+        or "f32" (faster); arith "exact", "hf" (HF eager attention's bits) or
+        "fa-baseline" (FlashAttention's PyTorch baseline: attention_ref with upcast=False,
+        reorder_ops=True, each op rounded to q's dtype as CUDA does).
+    qv (q's shape with dv): FlashAttention-3's qv, scores += scale qv.v, default scale
+        1/sqrt(d + dv). q_descale, k_descale, v_descale [b, hk]: fp8 descales, the inputs
+        multiplied in float32 first (attention_ref). p_dtype "f32", "f16", "bf16",
+        "e4m3fn" or "e5m2": P rounded before P.V (FlashAttention's intermediate_dtype).
     hf_config (path), hf_version, layer_type, layer: a HF config's scale, soft-cap, windows, chunks,
         temperature and ALiBi (explicit keywords win), its shapes checked.
     rope=True rotates q and k first, with the ROPE OPTIONS of posenc.rope (start,
@@ -506,6 +513,20 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
                          dict(segment_index=segment_index, rel_shift=rel_shift,
                               rel_kernel=rel_kernel, factorized=factorized,
                               separate_cls=separate_cls))
+    # FlashAttention-3's test features; fa-baseline is attention's own arithmetic, no
+    # RoPE one.
+    for name, t in (("qv", qv), ("q_descale", q_descale), ("k_descale", k_descale),
+                    ("v_descale", v_descale)):
+        if t is not None:
+            tensors[name] = _arg(t, name)
+    if p_dtype is not None:
+        if p_dtype not in ("f32", "f16", "bf16", "e4m3fn", "e5m2"):
+            raise UsageError(f"p_dtype {p_dtype!r:.40}: expected f32, f16, bf16, e4m3fn or e5m2")
+        opt["p_dtype"] = p_dtype
+    if arith == "fa-baseline":
+        if _flag(rope, "rope"):
+            raise UsageError("arith fa-baseline: not with rope")
+        arith, opt["arith"], opt["fa_baseline"] = None, None, True
     rope_d = _rope_dict(locals(), precision)  # the ROPE OPTIONS among the arguments
     pos = _positions(start, position_ids, cu_seqlens)
     apply = {"inverse": _flag(inverse, "inverse"), "precision": precision}

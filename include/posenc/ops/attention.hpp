@@ -286,8 +286,8 @@ struct AttentionOptions {
   /// product in float32; under fa_baseline rounded back to the input dtype, otherwise kept
   /// in float32 (attention_ref's upcast reference). Not under arith hf.
   const Tensor* q_descale = nullptr;
-  const Tensor* k_descale = nullptr;  ///< (q_descale: the queries')
-  const Tensor* v_descale = nullptr;  ///< (q_descale: the queries')
+  const Tensor* k_descale = nullptr;  ///< K's descales (q_descale says how)
+  const Tensor* v_descale = nullptr;  ///< V's descales (q_descale says how)
   /// FlashAttention's intermediate_dtype: the normalised probabilities P are rounded to
   /// this type ("f32", "f16", "bf16", "e4m3fn", "e5m2"; posenc/fp8.hpp) before P.V, once
   /// from the arithmetic (the emitted probs are P before rounding). Empty = no rounding.
