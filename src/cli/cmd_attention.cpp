@@ -797,7 +797,7 @@ void register_attention(CLI::App& app) {
         std::tuple{"--v-descale", &o->v_descale, "V"}}) {
     sub->add_option(name, *slot,
                     fmt::format("FlashAttention fp8 descale [b, hk], finite and positive: {} "
-                                "multiplied in float32 first",
+                                "multiplied by it in float32 first",
                                 which));
   }
   sub->add_option("--p-dtype", o->p_dtype,

@@ -82,6 +82,18 @@ class QvDescale(PosencTestCase):
         self.check(x, ["--qv", "@qv", "--window", "900,3"], "qv long", streamed=True,
                    qv=x["qv"], window=(900, 3))
 
+    def test_qv_packed_sequences(self):
+        # --cu-seqlens 0,4,10: each sequence attends within itself, as two runs would.
+        x = data(b=1, sq=10, sk=10, seed=12)
+        x["cu"] = np.array([0, 4, 10], dtype=np.int64)
+        (out, _), (lse, _) = self.posenc(x, ["--qv", "@qv", "--causal", "--cu-seqlens", "@cu"])
+        for lo, hi in ((0, 4), (4, 10)):
+            part = {n: x[n][:, lo:hi] for n in ("q", "k", "v", "qv")}
+            want_out, want_lse, _ = attention_ref_fa(part["q"], part["k"], part["v"],
+                                                     qv=part["qv"], causal=True)
+            self.assertLessEqual(np.abs(out[:, lo:hi] - want_out).max(), 1e-12)
+            self.assertLessEqual(np.abs(lse[:, :, lo:hi] - want_lse).max(), 1e-12)
+
     def test_descales(self):
         x = data(seed=1)
         ds = dict(q_descale=x["q_descale"], k_descale=x["k_descale"], v_descale=x["v_descale"])
