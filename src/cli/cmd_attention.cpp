@@ -792,7 +792,7 @@ void register_attention(CLI::App& app) {
                   "FlashAttention-3 qv, Q's shape with dv: scores += scale qv.v (V repeated over "
                   "the group); default scale 1/sqrt(d + dv)");
   for (auto [name, slot, which] :
-       {std::tuple{"--q-descale", &o->q_descale, "Q (and qv) by the KV head's entry"},
+       {std::tuple{"--q-descale", &o->q_descale, "Q and qv (each head by its KV head's)"},
         std::tuple{"--k-descale", &o->k_descale, "K"},
         std::tuple{"--v-descale", &o->v_descale, "V"}}) {
     sub->add_option(name, *slot,
