@@ -116,7 +116,7 @@ Varlen prepare(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
       {opt.global_k != nullptr, "global_kv"},
       {opt.gate_input != nullptr, "wavlm_gate"},
       {opt.rel_pos_h != nullptr, "decomposed_rel_pos"},
-      {opt.arith != Arith::exact, "arith hf"}};
+      {opt.arith != Arith::exact, "arith hf (exact arithmetic per sequence)"}};
   for (const auto& [bad, name] : no) {
     if (bad) throw UsageError(fmt::format("cu_seqlens_q: not with {}", name));
   }
@@ -257,56 +257,61 @@ AttentionResult attention_varlen(const Tensor& q, const Tensor& k, const Tensor*
   const std::size_t total_q = q.shape()[0];
   AttentionResult res;
   const bool nan_rows = opt.masked_rows == MaskedRows::nan;
-  std::size_t out_row = 0;
-  for (AttentionEmit e : L.emit) {
-    if (e == AttentionEmit::output) {
+  const bool emit_output =
+      std::find(L.emit.begin(), L.emit.end(), AttentionEmit::output) != L.emit.end();
+  const bool emit_lse =
+      std::find(L.emit.begin(), L.emit.end(), AttentionEmit::lse) != L.emit.end();
+  // The packed outputs take the dtypes the runs give (lse is f32 under the FlashAttention
+  // baseline whatever the output is): allocated with the first run.
+  bool allocated = false;
+  auto allocate = [&](DType out, DType lse) {
+    allocated = true;
+    if (emit_output) {
       Shape s = q.shape();
       s.back() = v->shape().back();
-      res.output = Tensor(L.out, s);
-      out_row = row_elems(s) * dtype_size(L.out);
+      res.output = Tensor(out, s);
       // Query rows past seqused_q are fully masked rows: 0 (NaN under MaskedRows::nan).
       std::memset(res.output.bytes(), 0, res.output.nbytes());
-      if (nan_rows) {
-        for (std::size_t i = 0; i < res.output.numel(); ++i) {
-          res.output.set(i, std::numeric_limits<double>::quiet_NaN());
-        }
+      for (std::size_t i = 0; nan_rows && i < res.output.numel(); ++i) {
+        res.output.set(i, std::numeric_limits<double>::quiet_NaN());
       }
-    } else {
-      res.lse = L.has_h ? Tensor(L.lse, Shape{L.hq, total_q}) : Tensor(L.lse, Shape{total_q});
+    }
+    if (emit_lse) {
+      res.lse = L.has_h ? Tensor(lse, Shape{L.hq, total_q}) : Tensor(lse, Shape{total_q});
       for (std::size_t i = 0; i < res.lse.numel(); ++i) {
         res.lse.set(i, -std::numeric_limits<double>::infinity());
       }
     }
-  }
-  const std::size_t lse_size = dtype_size(L.lse);
-  const auto part = rows_of;
-  const bool emit_lse =
-      std::find(L.emit.begin(), L.emit.end(), AttentionEmit::lse) != L.emit.end();
+  };
   bool recorded = false;
   for (std::size_t b = 0; b < L.n; ++b) {
     const std::int64_t nq = L.uq[b], nk = L.uk[b];
-    // A sequence without queries has no rows; the first run still records the parameters.
+    // A sequence without queries has no rows; the last run still gives the dtypes and
+    // records the parameters when no other did.
     if (nq == 0 && (recorded || b + 1 < L.n)) continue;
-    const Tensor qb = part(q, L.cq[b], nq), kb = part(k, L.ck[b], nk);
+    const Tensor qb = rows_of(q, L.cq[b], nq), kb = rows_of(k, L.ck[b], nk);
     std::optional<Tensor> vb;
-    if (v) vb = part(*v, L.ck[b], nk);
+    if (v) vb = rows_of(*v, L.ck[b], nk);
     SeqOptions so;
     seq_options(so, L, opt, b);
     AttentionResult r = attention(qb, kb, vb ? &*vb : nullptr, so.opt);
     if (!recorded) res.attrs = std::move(r.attrs), recorded = true;
+    if (!allocated) allocate(emit_output ? r.output.dtype() : L.out, emit_lse ? r.lse.dtype() : L.lse);
     if (nq == 0) continue;
     const auto q0 = static_cast<std::size_t>(L.cq[b]);
-    if (res.output.numel() && r.output.nbytes()) {
-      std::memcpy(res.output.bytes() + q0 * out_row, r.output.bytes(), r.output.nbytes());
+    if (emit_output) {
+      const std::size_t row = row_elems(res.output.shape()) * dtype_size(res.output.dtype());
+      std::memcpy(res.output.bytes() + q0 * row, r.output.bytes(), r.output.nbytes());
     }
     if (emit_lse) {
-      const std::size_t rows = static_cast<std::size_t>(nq) * lse_size;
+      const std::size_t size = dtype_size(res.lse.dtype());
+      const std::size_t rows = static_cast<std::size_t>(nq) * size;
       for (std::size_t h = 0; h < L.hq; ++h) {
-        std::memcpy(res.lse.bytes() + (h * total_q + q0) * lse_size, r.lse.bytes() + h * rows,
-                    rows);
+        std::memcpy(res.lse.bytes() + (h * total_q + q0) * size, r.lse.bytes() + h * rows, rows);
       }
     }
   }
+  if (!allocated) allocate(L.out, L.lse);  // no sequences
   if (!recorded) res.attrs.push_back({"scale", opt.scale});
   res.attrs.push_back({"varlen_sequences", static_cast<long long>(L.n)});
   if (opt.seqused_q) res.attrs.push_back({"seqused_q", 1LL});

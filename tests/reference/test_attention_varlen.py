@@ -131,6 +131,26 @@ class Varlen(PosencTestCase):
                              np.load(io.BytesIO(l1)).tobytes())
         self.assertFalse(np.array_equal(out, self.posenc(q, k, v, cq, ck, "--causal", tag="nd")[0][0]))
 
+    def test_fa_baseline_per_sequence(self):
+        # --arith fa-baseline (FA's PyTorch baseline) per sequence: the bytes of a run on
+        # each sequence alone, in f16 and in f64 (whose lse is f32 under the baseline).
+        for dtype in (np.float16, np.float64):
+            q, k, v, cq, ck = (x.astype(dtype) if x.dtype.kind == "f" else x
+                               for x in self.packed(seed=17))
+            (out, _), (lse, _) = self.posenc(q, k, v, cq, ck, "--causal", "--arith",
+                                             "fa-baseline", tag=f"fb{dtype.__name__}")
+            for b in range(len(cq) - 1):
+                if cq[b + 1] == cq[b]:
+                    continue
+                o1, l1 = self.output_lse_bytes(
+                    self.npy(f"f{b}_q.npy", q[cq[b]:cq[b + 1]]),
+                    self.npy(f"f{b}_k.npy", k[ck[b]:ck[b + 1]]),
+                    self.npy(f"f{b}_v.npy", v[ck[b]:ck[b + 1]]), f"f{b}", "--axes", "shd",
+                    "--causal", "--arith", "fa-baseline")
+                self.assertEqual(out[cq[b]:cq[b + 1]].tobytes(), np.load(io.BytesIO(o1)).tobytes())
+                self.assertEqual(np.ascontiguousarray(lse[:, cq[b]:cq[b + 1]]).tobytes(),
+                                 np.load(io.BytesIO(l1)).tobytes())
+
     def test_fa_reference_on_one_sequence(self):
         # The per-sequence reference agrees with FA's own attention_ref (bshd, b = 1).
         rng = np.random.default_rng(7)
