@@ -1118,12 +1118,14 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
   AttentionBackwardOptions bopt;
   for (const std::string& n : names) {
     if (n != "dq" && n != "dk" && n != "dv" && n != "softmax_d" && n != "lse" && n != "dbias" &&
-        n != "dsinks") {
+        n != "dsinks" && n != "dt5_bias") {
       throw UsageError("emit " + n +
-                       ": with grad_output, expected dq, dk, dv, softmax_d, lse, dbias, dsinks");
+                       ": with grad_output, expected dq, dk, dv, softmax_d, lse, dbias, dsinks, "
+                       "dt5_bias");
     }
     if (n == "dsinks" && !opt.sinks) throw UsageError("emit dsinks: needs sinks");
     bopt.dbias = bopt.dbias || n == "dbias";
+    bopt.dt5_bias = bopt.dt5_bias || n == "dt5_bias";
   }
   AttentionGrads g;
   {

@@ -12,7 +12,8 @@
 namespace posenc::cli {
 
 namespace {
-const char* const kNames[] = {"dq", "dk", "dv", "softmax_d", "lse", "dbias", "dsinks"};
+const char* const kNames[] = {"dq",    "dk",     "dv",      "softmax_d",
+                              "lse",   "dbias",  "dsinks",  "dt5_bias"};
 }  // namespace
 
 bool is_gradient_name(const std::string& name) {
@@ -50,7 +51,7 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
     if (std::find(std::begin(kNames), std::end(kNames), name) == std::end(kNames)) {
       throw UsageError(fmt::format(
           "--emit {}: with --grad-output, expected a comma list of dq, dk, dv, softmax_d, lse, "
-          "dbias, dsinks",
+          "dbias, dsinks, dt5_bias",
           name));
     }
     if (std::find(out.begin(), out.end(), name) != out.end()) {
@@ -72,6 +73,7 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
   auto dO_src = open_source(parse_ref(grad_ref));
   AttentionBackwardOptions bopt;
   bopt.dbias = std::find(names.begin(), names.end(), "dbias") != names.end();
+  bopt.dt5_bias = std::find(names.begin(), names.end(), "dt5_bias") != names.end();
   const TensorInfo &qi = q.info(), &ki = k.info(), &vi = v.info(), &oi = dO_src->info();
   // The inputs' headers against each other and the budget, before anything is read.
   if (!is_float(oi.dtype)) {

@@ -23,6 +23,7 @@
 #include "ops/attention_kernel.hpp"
 #include "ops/blas_threads.hpp"
 #include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/bias.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
 
@@ -66,7 +67,6 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
     }
   };
   no(opt.arith != Arith::exact, "--arith other than exact");
-  no(opt.t5_bias != nullptr, "--t5-bias");
   no(opt.clipped_bias != nullptr, "--clipped-bias");
   no(opt.gate_input != nullptr, "--wavlm-gate");
   no(opt.global_k != nullptr, "--global-kv");
@@ -77,6 +77,7 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   no(opt.score_bias != nullptr, "a relative score term (--relative)");
   no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
   no(opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr, "--cu-seqlens-q/--cu-seqlens-k");
+  if (bopt.dt5_bias && !opt.t5_bias) throw UsageError("gradients: dt5_bias needs --t5-bias");
   if (bopt.dbias && !(opt.mask && is_float(opt.mask->dtype()))) {
     throw UsageError("gradients: dbias needs a float (additive) --mask");
   }
@@ -120,6 +121,9 @@ struct Ctx {
   std::vector<double> lse, D;  // [b][hq][sq]
   bool want_dbias = false;
   std::vector<T> dsb;  // dS over [b][hq][sq][sk] for dbias
+  // dS summed by key-minus-query distance [b][hq][sq + sk - 1] (index j - pos + sk - 1),
+  // for the T5 table's gradient; each row belongs to one item.
+  std::vector<double> dt5;
 };
 
 // exp(x) in f32 lanes, vectorised by GCC: Cephes' expf polynomial (about 1 ulp) with a
@@ -197,7 +201,10 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
   const double slope = P.alibi ? P.slopes[h] : 0.0;
   // Scores with no term but the scale take the fused pass over the keys a row sees.
   const bool plain = !P.has_keep_mask && !P.has_add_mask && !P.alibi && !(P.softcap > 0) &&
-                     !P.rules.scales_queries() && !write_dbias;
+                     !P.rules.scales_queries() && !write_dbias && P.t5.empty();
+  const std::size_t ndist = g.sq + g.sk - 1;
+  const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + h * ndist;
+  double* d5row = c.dt5.empty() ? nullptr : c.dt5.data() + (bi * g.hq + h) * ndist;
   for (std::size_t r = 0; r < qn; ++r) {
     const std::int64_t i = static_cast<std::int64_t>(q0 + r);
     const std::size_t row = (bi * g.hq + h) * g.sq + q0 + r;
@@ -218,6 +225,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     const T temp = static_cast<T>(P.rules.temperature(i + P.off));
     const std::ptrdiff_t mbase = bi * P.m_b + h * P.m_h + i * P.m_i;
     T* br = write_dbias ? c.dsb.data() + row * g.sk + j0 : nullptr;
+    const std::int64_t dshift = sk - 1 - (i + P.off);  // distance index = j + dshift
     for (std::size_t jj = 0; jj < kn; ++jj) {
       const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
       bool seen = span.sees(j) && lse > -kInf;
@@ -237,12 +245,15 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
         f *= T(1) - th * th;
       }
       if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
+      if (t5row) x += t5row[j + dshift];
       if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
       const T p = std::exp(x - static_cast<T>(lse));
       const T ds = p * (dr[jj] - D);
       sr[jj] = p;
       dr[jj] = ds * f;
       if (br) br[jj] = ds;
+      // The T5 term is added after the soft-cap and the temperature: its gradient is dS.
+      if (d5row) d5row[j + dshift] += static_cast<double>(ds);
     }
   }
   return true;
@@ -357,6 +368,10 @@ std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shap
     n = add_sat(n, mul_sat(mul_sat(rows, g.sk), ts));
     if (opt.mask) n = add_sat(n, mul_sat(opt.mask->numel(), 8 + dtype_size(out)));
   }
+  if (bopt.dt5_bias && opt.t5_bias) {  // the sums by distance, the table's gradient
+    n = add_sat(n, mul_sat(mul_sat(g.b * g.hq, g.sq + g.sk), 8));
+    n = add_sat(n, mul_sat(opt.t5_bias->numel(), 8 + dtype_size(out)));
+  }
   return add_sat(n, tile_bytes(g, tiles_for(g, bopt), bopt.dbias));
 }
 
@@ -448,6 +463,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     c.D = std::move(D);
     c.want_dbias = bopt.dbias;
     if (bopt.dbias) c.dsb.assign(rows * g.sk, T(0));
+    if (bopt.dt5_bias) c.dt5.assign(g.b * g.hq * (g.sq + g.sk - 1), 0.0);
     run(c, res, workers);
     if (bopt.dbias) {
       // dS summed over the axes the mask is broadcast along, in one fixed order.
@@ -462,6 +478,24 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
           }
       res.dbias = Tensor(out, opt.mask->shape());
       for (std::size_t i = 0; i < acc.size(); ++i) res.dbias.set(i, acc[i]);
+    }
+    if (bopt.dt5_bias) {
+      // d table[bucket, h] = the sum of dS over the pairs whose distance falls in the
+      // bucket: the per-distance sums added bucket by bucket, batch then distance order.
+      const std::size_t ndist = g.sq + g.sk - 1;
+      const std::int64_t dmin = -(static_cast<std::int64_t>(g.sk) - 1);
+      std::vector<double> acc(opt.t5_bias->numel(), 0.0);  // [buckets, hq]
+      for (std::size_t bi = 0; bi < g.b; ++bi)
+        for (std::size_t di = 0; di < ndist; ++di) {
+          const std::int64_t bucket = t5_bucket(dmin + static_cast<std::int64_t>(di),
+                                                opt.t5_bidirectional, opt.t5_buckets,
+                                                opt.t5_max_distance);
+          for (std::size_t h = 0; h < g.hq; ++h) {
+            acc[static_cast<std::size_t>(bucket) * g.hq + h] += c.dt5[(bi * g.hq + h) * ndist + di];
+          }
+        }
+      res.dt5_bias = Tensor(out, opt.t5_bias->shape());
+      for (std::size_t i = 0; i < acc.size(); ++i) res.dt5_bias.set(i, acc[i]);
     }
     if (opt.sinks) {
       // dL/dsink_h = -sum over b, i of p_sink D, p_sink = exp(sink_h - lse).

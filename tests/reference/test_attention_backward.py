@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from posenc_testlib import PosencTestCase, run
-from reference_bias import get_slopes
+from reference_bias import get_slopes, t5_bucket
 
 REL = 1e-12
 
@@ -52,7 +52,8 @@ def visible(b, sq, sk, causal=None, window=(-1, -1), chunk=0, key_len=None, cu=N
     return keep
 
 
-def eager(q, k, v, scale, keep, fmask=None, softcap=0.0, alibi=None, sinks=None, temp=None):
+def eager(q, k, v, scale, keep, fmask=None, softcap=0.0, alibi=None, sinks=None, temp=None,
+          t5=None):
     """Eager attention in float64 torch (bhsd); masked rows give 0."""
     hq, hk = q.shape[1], k.shape[1]
     K = k.repeat_interleave(hq // hk, 1)
@@ -64,6 +65,8 @@ def eager(q, k, v, scale, keep, fmask=None, softcap=0.0, alibi=None, sinks=None,
         s = softcap * torch.tanh(s / softcap)
     if alibi is not None:
         s = s + alibi
+    if t5 is not None:
+        s = s + t5
     if fmask is not None:
         s = s + fmask
     s = s.masked_fill(~torch.as_tensor(keep), float("-inf"))
@@ -106,7 +109,7 @@ class AttentionBackward(PosencTestCase):
 
     def case(self, shape, *args, causal=None, window=(-1, -1), chunk=0, key_len=None,
              cu=None, scale=None, bool_mask=None, fmask=None, softcap=0.0, alibi=None,
-             sinks=None, temp=None, seed=0, dbias=False, spread=1.0):
+             sinks=None, temp=None, seed=0, dbias=False, spread=1.0, t5=None):
         b, hq, hk, sq, sk, d, dv = shape
         r = np.random.default_rng(seed)
         q = r.standard_normal((b, hq, sq, d)) * spread
@@ -120,8 +123,19 @@ class AttentionBackward(PosencTestCase):
         FM = torch.tensor(fmask, requires_grad=True) if fmask is not None else None
         S = torch.tensor(sinks, requires_grad=True) if sinks is not None else None
         sc = scale if scale else 1 / np.sqrt(d)
-        o, lse = eager(Q, K, V, sc, keep, FM, softcap, alibi, S, temp)
-        inputs = [Q, K, V] + ([FM] if dbias else []) + ([S] if S is not None else [])
+        T5 = None
+        if t5 is not None:
+            # t5 = (table [buckets, hq], bidirectional, buckets, max_distance): the bias
+            # table[bucket(j - (i + sk - sq)), h], by HF's bucketing.
+            table, bidir, nb, maxd = t5
+            T5 = torch.tensor(table, requires_grad=True)
+            rel = torch.arange(sk)[None, :] - (torch.arange(sq)[:, None] + sk - sq)
+            idx = t5_bucket(rel, bidir, nb, maxd)
+            t5_term = T5[idx].permute(2, 0, 1)[None]
+        o, lse = eager(Q, K, V, sc, keep, FM, softcap, alibi, S, temp,
+                       t5_term if T5 is not None else None)
+        inputs = ([Q, K, V] + ([FM] if dbias else []) + ([T5] if T5 is not None else [])
+                  + ([S] if S is not None else []))
         gs = torch.autograd.grad(o, inputs, torch.tensor(do))
         want = {"dq": gs[0], "dk": gs[1], "dv": gs[2],
                 "softmax_d": (torch.tensor(do) * o).sum(-1), "lse": lse}
@@ -129,6 +143,9 @@ class AttentionBackward(PosencTestCase):
         if dbias:
             want["dbias"] = gs[3]
             names.append("dbias")
+        if T5 is not None:
+            want["dt5_bias"] = gs[3 + dbias]
+            names.append("dt5_bias")
         if S is not None:
             want["dsinks"] = gs[-1]
             names.append("dsinks")
@@ -183,6 +200,24 @@ class AttentionBackward(PosencTestCase):
         pos = np.arange(sq) + sk - sq
         temp = torch.tensor(1 + 0.3 * np.log1p(np.floor((pos + 1) / 2.0)))
         self.case((1, 2, 2, sq, sk, 8, 8), "--attn-temperature", "0.3", "2", temp=temp)
+
+    def test_t5_bias_and_its_table(self):
+        # T5's table [buckets, hq] and its gradient (dS summed per bucket), encoder and
+        # decoder bucketing, distances beyond max_distance, with a causal mask and sinks;
+        # three tiles each way (s 300) in f64.
+        r = np.random.default_rng(9)
+        table = r.standard_normal((8, 2))
+        t5 = self.npy("t5.npy", table)
+        self.case((2, 2, 2, 5, 9, 8, 8), "--t5-bias", t5, "--t5-buckets", "8",
+                  "--t5-max-distance", "6", "--scale", "1", scale=1.0, t5=(table, True, 8, 6))
+        sinks = np.array([0.5, -1.0])
+        self.case((1, 2, 1, 7, 7, 8, 8), "--t5-bias", t5, "--t5-buckets", "8",
+                  "--t5-max-distance", "6", "--t5-causal", "--causal", "--softcap", "3",
+                  "--sinks", self.npy("s.npy", sinks), causal="bottom-right", softcap=3.0,
+                  sinks=sinks, t5=(table, False, 8, 6))
+        big = r.standard_normal((32, 2))
+        self.case((1, 2, 2, 300, 300, 8, 8), "--t5-bias", self.npy("t5b.npy", big),
+                  t5=(big, True, 32, 128))
 
     def test_sinks(self):
         sinks = np.array([0.5, -1.0, 2.0, 0.0])
@@ -242,7 +277,8 @@ class AttentionBackwardRefusals(PosencTestCase):
             (3, ["-v", self.v, "--grad-output", bad_dtype], "float"),
             (2, ["--grad-output", self.do], "needs -v"),
             (2, ["-v", self.v, "--emit", "dq,dk"], "--grad-output"),
-            (2, ["-v", self.v, "--grad-output", self.do, "--t5-bias", t5], "t5"),
+            (2, ["-v", self.v, "--grad-output", self.do, "--clipped-bias", t5], "clipped"),
+            (2, ["-v", self.v, "--grad-output", self.do, "--emit", "dq,dt5_bias"], "t5"),
             (2, ["-v", self.v, "--grad-output", self.do, "--rope"], "--rope"),
             (2, ["-v", self.v, "--grad-output", self.do, "--arith", "hf"], "arith"),
             (2, ["-v", self.v, "--grad-output", self.do, "--masked-rows", "nan"], "masked-rows"),
@@ -250,6 +286,24 @@ class AttentionBackwardRefusals(PosencTestCase):
              "float"),
             (2, ["-v", self.v, "--grad-output", self.do, "--emit", "dq,probs"], "probs"),
         ], before)
+
+    def test_budget_too_small_is_refused_before_reading(self):
+        # sk 65,536 keys of 8 heads (256 MiB each of K and V, sparse files) within
+        # --max-memory 64MiB: the backward reads its inputs whole, so it refuses from the
+        # headers (exit 3, nothing written) rather than exceed the budget.
+        big = []
+        for name in ("bk.npy", "bv.npy"):
+            a = np.lib.format.open_memmap(self.path(name), mode="w+", dtype=np.float32,
+                                          shape=(1, 8, 65536, 128))
+            del a
+            big.append(self.path(name))
+        q = self.npy("sq.npy", np.zeros((1, 8, 16, 128), np.float32))
+        do = self.npy("sdo.npy", np.zeros((1, 8, 16, 128), np.float32))
+        before = sorted(os.listdir(self.tmp))
+        self.assert_each_fails(
+            ["attention", "-q", q, "-k", big[0], "-v", big[1], "--grad-output", do,
+             "--max-memory", "64MiB", "-o", self.path("o_{}.npy")],
+            [(3, [], "gradients would need .* > --max-memory 64.0 MiB")], before)
 
     def test_nan_in_grad_output_propagates(self):
         r = np.random.default_rng(2)

@@ -22,8 +22,8 @@
 ///
 /// Options honoured: scale, causal (both alignments), window, sliding_window, chunk_size,
 /// key_lengths, cu_seqlens, bool and float masks, ALiBi (every variant), soft-cap, sinks,
-/// temperature and Llama-4 query scaling, GQA/MQA, dv != d, any axes order. Others (T5,
-/// clipped and relative terms, score_bias, decomposed, LongT5 global keys, WavLM gate,
+/// temperature and Llama-4 query scaling, T5 relative bias (and its table's gradient),
+/// GQA/MQA, dv != d, any axes order. Others (clipped and relative terms, score_bias, decomposed, LongT5 global keys, WavLM gate,
 /// Gemma-3n terms, --arith other than exact, MaskedRows::nan) are a UsageError.
 
 #include <cstddef>
@@ -44,6 +44,7 @@ struct AttentionGrads {
   Tensor lse;        ///< the forward's lse the probabilities were recomputed from
   Tensor dbias;      ///< the float mask's shape, when asked for
   Tensor dsinks;     ///< the sinks' shape, when sinks are given
+  Tensor dt5_bias;   ///< the T5 table's shape [buckets, hq], when asked for
   Attrs attrs;       ///< the forward's parameters
 
   /// The tensor named `name` (dq, dk, dv, softmax_d, lse, dbias, dsinks, as the outputs
@@ -56,6 +57,7 @@ struct AttentionGrads {
     if (name == "lse") return lse;
     if (name == "dbias") return dbias;
     if (name == "dsinks") return dsinks;
+    if (name == "dt5_bias") return dt5_bias;
     throw std::out_of_range("AttentionGrads: no tensor named " + name);
   }
 };
@@ -64,6 +66,9 @@ struct AttentionGrads {
 struct AttentionBackwardOptions {
   /// Also the gradient of the float mask (opt.mask, a float tensor): dbias.
   bool dbias = false;
+  /// Also the gradient of the T5 relative bias table (opt.t5_bias): dt5_bias, dS summed
+  /// over the (batch, query, key) pairs of each bucket, per head.
+  bool dt5_bias = false;
   /// Tile sizes (0 = automatic; the results depend on them, never on threads or memory).
   std::size_t query_tile = 0;
   std::size_t key_tile = 0;
@@ -72,7 +77,7 @@ struct AttentionBackwardOptions {
 /// Gradients of attention(q, k, v, opt)'s output with respect to q, k, v (and the float
 /// mask, the sinks) for the output gradient `grad_output` (Q's shape with d replaced by
 /// dv, any float dtype). UsageError for options the backward cannot honour (see the file
-/// comment) and dbias without a float mask; InputError for shapes (grad_output not
+/// comment), dbias without a float mask and dt5_bias without a T5 table; InputError for shapes (grad_output not
 /// matching the output), dtypes, non-finite Q, K, V (unless allowed; NaN in grad_output
 /// propagates) and the opt.max_memory limit, before any large allocation.
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
