@@ -462,14 +462,17 @@ AttentionResult exact(const Tensor& q0, const Tensor& k0, const Tensor* v0, cons
   for (std::ptrdiff_t it = 0; it < items; ++it) {
     const std::size_t b = static_cast<std::size_t>(it) / g.hq;
     const std::size_t h = static_cast<std::size_t>(it) % g.hq, kh = h / group;
-    std::vector<double> p(S), acc(g.dv);
+    std::vector<double> p(S), acc(g.dv), vv(S * g.dv);  // this head's V, gathered once
+    for (std::size_t j = 0; j < S; ++j) {
+      for (std::size_t c = 0; c < g.dv; ++c) vv[j * g.dv + c] = v->get(wv.at(b, kh, j, c));
+    }
     for (std::size_t i = 0; i < g.sq; ++i) {
       const std::size_t row = ((b * g.hq + h) * g.sq + i) * S;
       for (std::size_t j = 0; j < S; ++j) p[j] = narrow(probs.get(row + j), P);
       std::fill(acc.begin(), acc.end(), 0.0);
       for (std::size_t j = 0; j < S; ++j) {
         if (p[j] == 0) continue;
-        for (std::size_t c = 0; c < g.dv; ++c) acc[c] += p[j] * v->get(wv.at(b, kh, j, c));
+        for (std::size_t c = 0; c < g.dv; ++c) acc[c] += p[j] * vv[j * g.dv + c];
       }
       for (std::size_t c = 0; c < g.dv; ++c) out.set(wo.at(b, h, i, c), acc[c]);
     }
