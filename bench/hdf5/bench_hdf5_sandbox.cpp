@@ -65,7 +65,7 @@ double median(std::vector<double> v) {
 }
 
 void compare(const std::string& path, const char* label, int reps) {
-  posenc::TensorRef ref{path + ":/x", path, "/x", posenc::Format::hdf5};
+  posenc::TensorRef ref{path + ":/x", path, "/x", posenc::Format::hdf5, {}};
   std::vector<double> direct, sandbox;
   float check_direct = 0, check_sandbox = 0;
   for (int i = 0; i < reps; ++i) {

@@ -13,6 +13,8 @@ Arrays: numpy arrays, CPU torch tensors, and anything numpy views without a copy
 (buffer protocol, ``__array_interface__``, DLPack). f16 is numpy's float16; bf16 is a
 torch.bfloat16 tensor or uint16 bit patterns wrapped as ``posenc.BF16(bits)`` (bf16
 results come back as torch tensors for torch inputs, else as uint16 bit patterns).
+fp8 (float8_e4m3fn, float8_e5m2) is a torch float8 tensor (torch 2.1 and later) or uint8
+codes wrapped as ``posenc.FP8(codes, "e4m3fn")``; fp8 inputs are widened exactly.
 Torch inputs give torch results sharing memory with the numpy ones.
 
 Errors are ``posenc.Error`` subclasses, one per exit status of the command:
@@ -32,6 +34,7 @@ import numpy as np
 
 from . import _posenc
 from ._arrays import BF16, bf16_to_float32, float32_to_bf16
+from ._arrays import FP8
 from ._arrays import arg as _arg
 from ._arrays import contiguous as _contiguous
 from ._arrays import dtype_name as _dtype_name
@@ -62,7 +65,7 @@ __version__ = _posenc.__version__
 __all__ = ["rope", "rope_ids", "attention", "compare", "read", "write", "table", "CompareResult",
            "BF16", "bf16_to_float32", "float32_to_bf16", "Error", "UsageError", "InputError",
            "OutputError", "DifferError", "kernel_variant", "set_threads", "__version__", "combine",
-           "VerdictResult"]
+           "VerdictResult", "FP8"]
 
 
 class DifferError(Error):
@@ -744,7 +747,9 @@ def compare(a, b, *, rtol=None, atol=None, ulp=None, equal_nan=False, slice=None
 def read(ref, *, torch=False):
     """Reads a tensor reference ("x.npy", "f.h5:/group/name", "x.csv", "x.tsv", "x.json")
     whole. Returns a numpy array (bf16 data as uint16 bit patterns), or a torch tensor
-    with ``torch=True`` (bf16 as torch.bfloat16; torch is imported if need be). "-"
+    with ``torch=True`` (bf16 as torch.bfloat16; torch is imported if need be). fp8 data
+    (posenc's fp8 HDF5 datasets) come back as their uint8 codes, as torch.float8_e4m3fn /
+    float8_e5m2 with ``torch=True`` where torch has them (else torch.uint8). "-"
     (standard input for the command) and paths with a NUL character are UsageErrors."""
     if _flag(torch, "torch"):
         _torch_module("torch")

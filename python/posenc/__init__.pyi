@@ -7,7 +7,7 @@ import numpy.typing as npt
 
 from . import table as table
 
-ArrayLike = Any  # numpy arrays, CPU torch tensors, BF16, buffer / DLPack objects
+ArrayLike = Any  # numpy arrays, CPU torch tensors, BF16, FP8, buffer / DLPack objects
 DTypeLike = Union[str, np.dtype, type, Any]  # "f32", np.float32, torch.bfloat16, ...
 Ref = Union[str, PathLike]
 Style = Literal["neox", "half", "gptj", "interleaved", "tiled"]
@@ -30,6 +30,13 @@ class DifferError(Error): ...
 class BF16:
     bits: npt.NDArray[np.uint16]
     def __init__(self, bits: npt.ArrayLike) -> None: ...
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+
+class FP8:
+    codes: npt.NDArray[np.uint8]
+    dtype: str  # "float8_e4m3fn" or "float8_e5m2"
+    def __init__(self, codes: npt.ArrayLike, dtype: str) -> None: ...
     @property
     def shape(self) -> Tuple[int, ...]: ...
 

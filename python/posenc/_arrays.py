@@ -16,7 +16,9 @@ _NAMES = {
     np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16",
     np.dtype(np.uint32): "u32", np.dtype(np.uint64): "u64", np.dtype(np.bool_): "bool",
 }
-_FLOATS = ("f16", "bf16", "f32", "f64")
+_FLOATS = ("f16", "bf16", "f32", "f64", "float8_e4m3fn", "float8_e5m2")
+_FP8 = {"e4m3fn": "float8_e4m3fn", "float8_e4m3fn": "float8_e4m3fn",
+        "e5m2": "float8_e5m2", "float8_e5m2": "float8_e5m2"}
 
 
 class BF16:
@@ -37,6 +39,34 @@ class BF16:
 
     def __repr__(self):
         return f"BF16({bf16_to_float32(self.bits)!r})"
+
+
+class FP8:
+    """fp8 values (torch.float8_e4m3fn, torch.float8_e5m2) held as their uint8 codes.
+
+    ``posenc.FP8(codes, "e4m3fn")`` (or "e5m2", or torch's names) marks a uint8 array
+    (or ml_dtypes' float8 array, or numpy's '|V1' bytes) as fp8 input; fp8 results of
+    numpy inputs are such codes (plain uint8 arrays). A torch float8 tensor (torch 2.1
+    and later) needs no wrapper and is viewed as its codes without a copy."""
+
+    def __init__(self, codes, dtype):
+        name = _FP8.get(str(dtype).lower()) if isinstance(dtype, str) else None
+        if name is None:
+            raise UsageError(f"FP8: dtype {dtype!r}: expected e4m3fn, e5m2, float8_e4m3fn "
+                             "or float8_e5m2")
+        a = np.asarray(codes)
+        if a.dtype.itemsize == 1 and a.dtype.kind in "uiV" or a.dtype.name.startswith("float8"):
+            a = a.view(np.uint8)
+        if a.dtype != np.uint8:
+            raise UsageError(f"FP8: expected uint8 codes, got {a.dtype}")
+        self.codes, self.dtype = a, name
+
+    @property
+    def shape(self):
+        return self.codes.shape
+
+    def __repr__(self):
+        return f"FP8({self.codes!r}, {self.dtype!r})"
 
 
 def _numbers(x, what, kinds):
@@ -106,11 +136,15 @@ def dtype_name(dtype, what="dtype"):
     if t is not None and isinstance(dtype, t.dtype):
         if dtype == t.bfloat16:
             return "bf16"
+        if str(dtype).replace("torch.", "") in _FP8:
+            return _FP8[str(dtype).replace("torch.", "")]
         dtype = t.empty((), dtype=dtype).numpy().dtype
     if isinstance(dtype, str):
         low = dtype.lower()
         if low in ("bf16", "bfloat16"):
             return "bf16"
+        if low in _FP8:
+            return _FP8[low]
         if low in ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"):
             return low
     try:
@@ -133,6 +167,8 @@ def view(x, what):
         return x, dtype_name(x.dtype, what), "numpy"
     if isinstance(x, BF16):
         return x.bits, "bf16", "numpy"
+    if isinstance(x, FP8):
+        return x.codes, x.dtype, "numpy"
     t = _torch()
     if t is not None and isinstance(x, t.Tensor):
         if x.device.type != "cpu":
@@ -143,6 +179,11 @@ def view(x, what):
         y = x.detach()
         if y.dtype == t.bfloat16:
             return y.view(t.int16).numpy().view(np.uint16), "bf16", "torch"
+        # torch's float8 dtypes (2.1 and later; found by name, so an older torch without
+        # them still imports this module): their codes, viewed as uint8 without a copy.
+        fp8 = _FP8.get(str(y.dtype).replace("torch.", ""))
+        if fp8 is not None:
+            return y.view(t.uint8).numpy(), fp8, "torch"
         a = y.numpy()
         return a, dtype_name(a.dtype, what), "torch"
     if x is None:
@@ -189,6 +230,7 @@ def empty(shape, name):
 
 _NUMPY = {n: d for d, n in _NAMES.items()}
 _NUMPY["bf16"] = np.dtype(np.uint16)
+_NUMPY["float8_e4m3fn"] = _NUMPY["float8_e5m2"] = np.dtype(np.uint8)
 
 
 def wrap(a, name, like):
@@ -199,6 +241,10 @@ def wrap(a, name, like):
     t = torch_module("torch")
     if name == "bf16":
         return t.from_numpy(a.view(np.int16)).view(t.bfloat16)
+    if name in _FP8:
+        # torch's float8 dtype where this torch has it, else the codes as uint8.
+        fp8 = getattr(t, name, None)
+        return t.from_numpy(a).view(fp8) if fp8 is not None else t.from_numpy(a)
     return t.from_numpy(a)
 
 
@@ -223,11 +269,14 @@ def reals(x, what):
         raise InputError(f"{what}: expected a numeric dtype, got bool")
     if name == "bf16":
         a = bf16_to_float32(a)
+    if name in _FP8:
+        from ._posenc import fp8_decode
+        a = fp8_decode(np.ascontiguousarray(a), name).reshape(a.shape)
     return np.ascontiguousarray(a, dtype=np.float64)
 
 
 def is_real(x):
-    """True when the tensor argument x holds floats (f16, bf16, f32, f64)."""
+    """True when the tensor argument x holds floats (f16, bf16, f32, f64, fp8)."""
     if x is None:
         return False
     return view(x, "x")[1] in _FLOATS

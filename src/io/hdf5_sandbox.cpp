@@ -385,7 +385,7 @@ std::string answer_error(Reply kind, const std::string& message) {
           Writer w;
           w.u64(names.size());
           for (const std::string& name : names) {
-            TensorRef ref{path + ":" + name, path, name, Format::hdf5};
+            TensorRef ref{path + ":" + name, path, name, Format::hdf5, {}};
             w.str(name);
             std::unique_ptr<hdf5_detail::DatasetReader> d;
             try {

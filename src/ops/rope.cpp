@@ -66,7 +66,10 @@ Axes resolve_axes(const std::string& user, std::size_t rank, const std::string& 
   return Axes{user};
 }
 
-DType rope_default_out_dtype(DType in) { return is_float(in) ? in : DType::f64; }
+DType rope_default_out_dtype(DType in) {
+  if (is_fp8(in)) return DType::bf16;  // as FlashAttention-3's fp8 attention outputs
+  return is_float(in) ? in : DType::f64;
+}
 
 namespace {
 
@@ -1040,6 +1043,10 @@ void RopeApplier::Impl::use_framework(const RopeFreqs& f, DType in_dtype) {
                             "exactly only");
   }
   const bool ggml = fw->arith == Arith::ggml;
+  if (is_fp8(in_dtype)) {
+    throw UsageError(fmt::format("{}: {} has no fp8 arithmetic; fp8 inputs take the exact mode",
+                                 what, mode));
+  }
   if (!is_float(in_dtype) || (ggml && in_dtype != DType::f32 && in_dtype != DType::f16)) {
     throw InputError(fmt::format("{}: {} takes {} tensors, not {}", what, mode,
                                  ggml ? "f32 or f16" : "float", dtype_name(in_dtype)));
@@ -1450,7 +1457,8 @@ RopeApplier::RopeApplier(const Shape& shape, DType in_dtype, const Axes& axes,
   m.what = std::move(what);
   m.shape = shape;
   m.in = in_dtype;
-  m.kin = is_float(in_dtype) ? in_dtype : DType::f64;
+  // fp8 has no kernel of its own: widened exactly to f32 as it is read.
+  m.kin = is_fp8(in_dtype) ? DType::f32 : is_float(in_dtype) ? in_dtype : DType::f64;
   m.out = out_dtype;
   m.letters = axes.letters;
   if (m.letters.size() != shape.size()) {

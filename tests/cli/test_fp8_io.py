@@ -214,5 +214,30 @@ class Attention(PosencTestCase):
         self.assertTrue(np.isnan(np.load(out)).any())
 
 
+class Rope(PosencTestCase):
+    def test_fp8_input_equals_widened_f32(self):
+        rng = np.random.default_rng(8)
+        for short, name in FORMATS.items():
+            with self.subTest(fmt=short):
+                t = ref.table(short)
+                ok = np.nonzero(np.isfinite(t))[0].astype(np.uint8)
+                codes = rng.choice(ok, (1, 2, 6, 16))
+                src8 = self.path(f"x_{short}.npy")
+                save_npy_descr(src8, codes, "<V1")
+                src32 = self.npy(f"w_{short}.npy", t[codes])
+                a, b = self.path("a.npy"), self.path("b.npy")
+                h5 = self.path(f"x_{short}.h5")
+                self.run_ok("convert", src8, "--input-dtype", short, "-o", h5 + ":/x")
+                self.run_ok("rope", h5 + ":/x", "--dtype", "f32", "-o", a)
+                self.run_ok("rope", src32, "-o", b)
+                with open(a, "rb") as fa, open(b, "rb") as fb:
+                    self.assertEqual(fa.read(), fb.read())
+                self.run_ok("rope", h5 + ":/x", "-o", self.path(f"r_{short}.h5") + ":/r")
+                p = self.run_ok("inspect", "--json", self.path(f"r_{short}.h5") + ":/r")
+                self.assertEqual(json.loads(p.stdout)["dtype"], "bf16")
+                self.assert_fails(2, "rope", h5 + ":/x", "--arith", "hf", "-o", a,
+                                  match="fp8")
+
+
 if __name__ == "__main__":
     unittest.main()

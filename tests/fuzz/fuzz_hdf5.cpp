@@ -21,7 +21,7 @@ namespace {
 constexpr std::size_t kMaxRead = std::size_t{16} << 20;
 
 void read_dataset(const std::string& path, const posenc::Hdf5Entry& e) {
-  posenc::TensorRef ref{path + ":" + e.name, path, e.name, posenc::Format::hdf5};
+  posenc::TensorRef ref{path + ":" + e.name, path, e.name, posenc::Format::hdf5, {}};
   auto src = posenc::open_hdf5_source(ref, posenc::OpenOptions{/*attrs=*/true});
   const posenc::TensorInfo& info = src->info();
   posenc::fuzz::expect(info.shape == e.info.shape && info.dtype == e.info.dtype,

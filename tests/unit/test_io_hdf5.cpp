@@ -67,7 +67,7 @@ void write_one(const std::string& path, const std::string& name, const Tensor& t
 }
 
 Tensor read_all(const std::string& path, const std::string& name, TensorInfo* info = nullptr) {
-  TensorRef ref{path + ":" + name, path, name, Format::hdf5};
+  TensorRef ref{path + ":" + name, path, name, Format::hdf5, {}};
   auto src = open_hdf5_source(ref, OpenOptions{/*attrs=*/true});
   Tensor t(src->info().dtype, src->info().shape);
   std::size_t rows = t.shape().empty() ? 1 : t.shape()[0];
@@ -127,7 +127,7 @@ TEST_F(Hdf5Test, CompressedStorageIsDescribed) {
 TEST_F(Hdf5Test, ReadsRowSlabs) {
   Tensor t = ramp(DType::f64, {10, 4});
   write_one(path("r.h5"), "/r", t, {}, 1);
-  TensorRef ref{"r", path("r.h5"), "/r", Format::hdf5};
+  TensorRef ref{"r", path("r.h5"), "/r", Format::hdf5, {}};
   auto src = open_hdf5_source(ref);
   std::vector<double> buf(3 * 4);
   src->read_rows(6, 3, buf.data());
@@ -273,7 +273,7 @@ TEST_F(Hdf5Test, DatasetNamingErrors) {
 }
 
 void expect_input_error(const std::string& path, const std::string& ds, const std::string& part) {
-  TensorRef ref{path + ":" + ds, path, ds, Format::hdf5};
+  TensorRef ref{path + ":" + ds, path, ds, Format::hdf5, {}};
   try {
     open_hdf5_source(ref);
     ADD_FAILURE() << "no error for " << path << ":" << ds;
@@ -317,7 +317,7 @@ TEST_F(Hdf5Test, SlabsAlongTheFirstNonUnitAxis) {
     ASSERT_EQ(back.shape(), t.shape());
     EXPECT_EQ(std::memcmp(back.bytes(), t.bytes(), t.nbytes()), 0);
 
-    TensorRef ref{file + ":/g/x", file, "/g/x", Format::hdf5};
+    TensorRef ref{file + ":/g/x", file, "/g/x", Format::hdf5, {}};
     auto src = open_hdf5_source(ref);
     std::vector<float> buf(3 * 5);
     src->read_slab(1, 8, 3, buf.data());
@@ -341,7 +341,7 @@ TEST_F(Hdf5Test, SandboxPiecesCutRowsExactly) {
     ASSERT_EQ(back.shape(), shape);
     EXPECT_EQ(std::memcmp(back.bytes(), t.bytes(), t.nbytes()), 0) << shape_str(shape);
     // The last entry along the slab axis alone: a piece boundary inside it.
-    TensorRef ref{file + ":/x", file, "/x", Format::hdf5};
+    TensorRef ref{file + ":/x", file, "/x", Format::hdf5, {}};
     auto src = open_hdf5_source(ref);
     const std::size_t axis = slab_axis(shape);
     const std::size_t entry = t.nbytes() / shape[axis];
@@ -353,7 +353,7 @@ TEST_F(Hdf5Test, SandboxPiecesCutRowsExactly) {
 
 TEST_F(Hdf5Test, AttributesAreReadOnlyOnRequest) {
   write_one(path("a.h5"), "/x", ramp(DType::f32, {3}), {{"note", std::string("kept")}});
-  TensorRef ref{path("a.h5") + ":/x", path("a.h5"), "/x", Format::hdf5};
+  TensorRef ref{path("a.h5") + ":/x", path("a.h5"), "/x", Format::hdf5, {}};
   EXPECT_TRUE(open_hdf5_source(ref)->info().attrs.empty());
   const Attrs attrs = open_hdf5_source(ref, OpenOptions{true})->info().attrs;
   ASSERT_EQ(attrs.size(), 1u);

@@ -158,8 +158,9 @@ RopeFreqs rope_freqs_for(const Shape& shape, const Axes& axes,
                          const Positions& pos, const RopeApplyOptions& apply,
                          const std::string& what);
 
-/// The element type `apply_rope` writes for `--dtype same`: the input float type, or
-/// f64 for integer and bool inputs (as numpy promotes int * float64).
+/// The element type `apply_rope` writes for `--dtype same`: the input float type, bf16
+/// for fp8 inputs (as FlashAttention-3's fp8 attention outputs), or f64 for integer and
+/// bool inputs (as numpy promotes int * float64).
 DType rope_default_out_dtype(DType in);
 
 /// The RoPE kernel variant this process runs: "avx512fp16", "avx512", "avx2" or "base".
