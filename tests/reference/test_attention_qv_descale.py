@@ -175,6 +175,25 @@ class FaBaseline(PosencTestCase):
                        f"descale {dtype}", q_descale=True, k_descale=True, v_descale=True,
                        p_dtype="e4m3fn")
 
+    def test_baseline_probs_and_threads(self):
+        # f16: the emitted probs are the baseline's P (before --p-dtype), and -j 1 and
+        # -j 2 write the same bytes.
+        x = data(seed=13)
+        t = {n: torch.from_numpy(x[n].astype(np.float32)).half() for n in ("q", "k", "v")}
+        refs = {n: save_torch(self, f"pj_{n}", t[n]) for n in t}
+        outs = []
+        for jobs in (1, 2):
+            o = self.path(f"pj{jobs}_{{}}.npy")
+            self.run_ok("-j", str(jobs), "attention", "-q", refs["q"], "-k", refs["k"], "-v",
+                        refs["v"], "--axes", "bshd", "--arith", "fa-baseline", "--causal",
+                        "--p-dtype", "e5m2", "--emit", "probs,output", "-o", o)
+            outs.append([open(o.format(n), "rb").read() for n in ("probs", "output")])
+        self.assertEqual(outs[0], outs[1])
+        want_out, want_p = attention_baseline(t["q"], t["k"], t["v"], causal=True,
+                                              p_dtype="e5m2")
+        np.testing.assert_array_equal(np.load(self.path("pj1_probs.npy")), want_p.numpy())
+        np.testing.assert_array_equal(np.load(self.path("pj1_output.npy")), want_out.numpy())
+
     def test_baseline_is_not_the_reference(self):
         # The baseline's error against the float64 reference is that of f16 arithmetic.
         x = data(seed=8)
