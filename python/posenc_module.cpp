@@ -1172,7 +1172,7 @@ py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, co
                          "writable C-contiguous array (or give update_cache=False)");
       }
     }
-  } else {
+  } else if (kv.k_new) {  // the caller's caches stay as they are: the new keys go to copies
     k_copy = k.astype(k.dtype());
     v_copy = v->astype(v->dtype());
     kc = &*k_copy;

@@ -1,16 +1,18 @@
 // attention_kvcache (posenc/ops/attention_cache.hpp): FlashAttention's KV-cache step.
 // Every input is checked before the cache is touched; the new keys are rotated (the
-// caller-table RoPE of ops/rope) and stored; each entry's keys are gathered, from its
-// cache row or its pages, into one [b, max n_b, hk, d] tensor aligned at 0, and attention
-// runs over it with seqused_k = n_b, the per-entry alignment FlashAttention's masks use.
-// A paged cache and a contiguous one holding the same tokens give the same gathered
-// tensor, so the same bits.
+// caller-table RoPE of ops/rope) and stored; then attention runs with seqused_k = n_b, the
+// per-entry alignment FlashAttention's masks use, reading each entry's keys from its cache
+// rows or pages as the kernel widens each key block (KeyRows, attention_kernel.hpp): no
+// copy of the cache is made. A paged cache and a contiguous one holding the same tokens
+// are read through the same row lists, so they give the same bits.
 #include "posenc/ops/attention_cache.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <tuple>
 #include <limits>
 #include <string>
 #include <vector>
@@ -68,24 +70,7 @@ struct Rows {
     return pages ? static_cast<std::size_t>(pages[t / page_size]) * page_size + t % page_size
                  : row0 + t;
   }
-  // Tokens from t on that are stored contiguously (up to n).
-  std::size_t run(std::size_t t, std::size_t n) const {
-    return pages ? std::min(n, page_size - t % page_size) : n;
-  }
 };
-
-// Copies tokens [t0, t0 + n) of an entry (`rows`) of `cache` into `dst` (n rows of
-// `row_bytes`).
-void gather(const Tensor& cache, const Rows& rows, std::size_t t0, std::size_t n,
-            std::size_t row_bytes, std::byte* dst) {
-  const std::byte* src = cache.bytes();
-  for (std::size_t t = t0; t < t0 + n;) {
-    const std::size_t k = rows.run(t, t0 + n - t);
-    std::memcpy(dst, src + rows.at(t) * row_bytes, k * row_bytes);
-    dst += k * row_bytes;
-    t += k;
-  }
-}
 
 }  // namespace
 
@@ -402,33 +387,72 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
     }
   }
 
-  // Each entry's keys [leftpad, seqlen + s_new), gathered from position 0 on; the rows
-  // past an entry's length are zeros (masked, but read whole key blocks at a time).
+  // Each entry's keys [leftpad, seqlen + s_new) from position 0 on, as cache rows that
+  // the kernel gathers as it reads each key block (KeyRows); -1 past an entry's length
+  // (a row of zeros: masked, but read with its key block).
   std::vector<std::int64_t> n(b);
   std::size_t sk = 0;
   for (std::size_t i = 0; i < b; ++i) {
     n[i] = seqlens[i] + static_cast<std::int64_t>(s_new) - leftpad[i];
     sk = std::max(sk, static_cast<std::size_t>(n[i]));
   }
-  Tensor K(k_cache.dtype(), Shape{b, sk, hk, d});
-  Tensor V(v_cache.dtype(), Shape{b, sk, hk, dv});
-  attention_detail::for_items(b, attention_detail::thread_count(b), [&](std::size_t i,
-                                                                         std::size_t) {
+  std::vector<std::int64_t> rows(b * sk, -1);
+  for (std::size_t i = 0; i < b; ++i) {
     const Rows r = rows_of(i);
-    const std::size_t len = static_cast<std::size_t>(n[i]);
-    const std::size_t lp = static_cast<std::size_t>(leftpad[i]);
-    gather(k_cache, r, lp, len, krow, K.bytes() + i * sk * krow);
-    gather(v_cache, r, lp, len, vrow, V.bytes() + i * sk * vrow);
-    std::memset(K.bytes() + (i * sk + len) * krow, 0, (sk - len) * krow);
-    std::memset(V.bytes() + (i * sk + len) * vrow, 0, (sk - len) * vrow);
-  });
+    for (std::int64_t j = 0; j < n[i]; ++j) {
+      rows[i * sk + static_cast<std::size_t>(j)] =
+          static_cast<std::int64_t>(r.at(static_cast<std::size_t>(leftpad[i] + j)));
+    }
+  }
+  // K and V as attention sees them, [b, sk, hk, d]: only their shapes are used while the
+  // rows are set. Their memory is never written; zeros (a fresh mapping when large), so
+  // that a search of them for NaN (the error path) finds none.
+  auto shape_only = [](DType t, Shape s) {
+    Tensor x(t, std::move(s));
+    if (x.nbytes() < (std::size_t{64} << 20)) std::memset(x.bytes(), 0, x.nbytes());
+    return x;
+  };
+  const Tensor K = shape_only(k_cache.dtype(), Shape{b, sk, hk, d});
+  const Tensor V = shape_only(v_cache.dtype(), Shape{b, sk, hk, dv});
+  attention_detail::KeyRows key_rows;
+  key_rows.k = k_cache.bytes();
+  key_rows.v = v_cache.bytes();
+  key_rows.rows = rows.data();
+  key_rows.name = [&] {
+    // NaN or Inf in the cache rows an entry uses (after the new ones were stored).
+    for (const auto& [cache, width, what] : {std::tuple{&k_cache, d, "k_cache"},
+                                             std::tuple{&v_cache, dv, "v_cache"}}) {
+      const std::size_t row = hk * width;
+      for (std::size_t i = 0; i < b; ++i) {
+        for (std::size_t j = 0; j < static_cast<std::size_t>(n[i]); ++j) {
+          const std::size_t at = static_cast<std::size_t>(rows[i * sk + j]) * row;
+          for (std::size_t c = 0; c < row; ++c) {
+            if (!std::isfinite(cache->get(at + c))) {
+              throw InputError(fmt::format("{}: NaN or Inf in key {} of entry {} (cache row "
+                                           "{}){}",
+                                           what, j, i, rows[i * sk + j],
+                                           s_new ? " (new keys and values included)" : ""));
+            }
+          }
+        }
+      }
+    }
+  };
+  struct Guard {
+    explicit Guard(const attention_detail::KeyRows* r) { attention_detail::key_rows() = r; }
+    ~Guard() { attention_detail::key_rows() = nullptr; }
+  };
   Tensor used(DType::i64, Shape{b});
   std::copy(n.begin(), n.end(), used.data<std::int64_t>());
   o.axes = "bshd";
   o.seqused_k = &used;
   o.output_sink = nullptr;
   if (o.emit.empty()) o.emit = {AttentionEmit::output};
-  AttentionResult res = attention(*q_use, K, &V, o);
+  AttentionResult res;
+  {
+    const Guard guard(&key_rows);
+    res = attention(*q_use, K, &V, o);
+  }
   res.attrs.push_back({"kv_cache", std::string(paged ? "paged" : "contiguous")});
   if (s_new) res.attrs.push_back({"kv_new_tokens", static_cast<long long>(s_new)});
   if (kv.rotary_cos) {

@@ -169,6 +169,7 @@ struct MappedKV {
   DType dtype = DType::f32;
   Strides st;
   std::size_t width = 0;  // d or dv
+  const std::int64_t* rows = nullptr;  // KeyRows: entry b's key j is row rows[b * sk + j]
   bool usable() const { return base != nullptr || reader != nullptr; }
 };
 
@@ -337,6 +338,30 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
       }
       if (finite) *finite = all;
       return {buf.data(), 0, 0, static_cast<std::ptrdiff_t>(m.width)};
+    }
+    if (m.rows) {  // a KV cache's rows (KeyRows), gathered as they are widened
+      const std::size_t j0 = blk * kB, n = std::min(kB, g.sk - j0);
+      const std::size_t es = dtype_size(m.dtype);
+      const std::int64_t* r = m.rows + b * g.sk + j0;
+      const std::byte* head = m.base + static_cast<std::size_t>((h / group) * m.st.h) * es;
+      buf.resize(n * m.width);
+      bool all = true;
+      for (std::size_t j = 0; j < n; ++j) {
+        T* dst = buf.data() + j * m.width;
+        if (r[j] < 0) {
+          std::fill(dst, dst + m.width, T(0));
+          continue;
+        }
+        const std::byte* p = head + static_cast<std::size_t>(r[j] * m.st.s) * es;
+        if (m.dtype == dtype_of<T>()) {
+          std::memcpy(dst, p, m.width * sizeof(T));
+          if (finite) all &= all_finite(dst, m.width);
+        } else {
+          all &= widen_keys(m.dtype, p, dst, m.width);
+        }
+      }
+      if (finite) *finite = all;
+      return {buf.data(), 0, 0, static_cast<std::ptrdiff_t>(m.width), true};
     }
     auto [p, n] = rows_of(m, b, h, blk);
     if (m.dtype == dtype_of<T>()) {
@@ -568,10 +593,28 @@ AttentionResult run_streamed(TensorSource& qs, TensorSource& ks, TensorSource* v
   return res;
 }
 
+const KeyRows*& key_rows() {
+  thread_local const KeyRows* rows = nullptr;
+  return rows;
+}
+
 template <class T>
 bool run_widening(const Plan<T>& P, const Tensor& k, const Tensor* v, std::size_t nq,
                   std::size_t nthreads, const std::function<void()>* name_nonfinite) {
   const Geometry& g = P.g;
+  if (const KeyRows* kr = key_rows()) {
+    // A KV cache: always read through its rows (the tensors only carry the shapes).
+    MappedKV km, vm;
+    km.base = kr->k, km.dtype = k.dtype(), km.st = strides_of(k.shape(), g.axes);
+    km.width = g.d, km.rows = kr->rows;
+    if (v) {
+      vm.base = kr->v, vm.dtype = v->dtype(), vm.st = strides_of(v->shape(), g.axes);
+      vm.width = g.dv, vm.rows = kr->rows;
+    }
+    run_in_place(P, km, v ? &vm : nullptr, name_nonfinite != nullptr, nq, nthreads, false,
+                 name_nonfinite ? &kr->name : nullptr);
+    return true;
+  }
   const bool widens = k.dtype() != dtype_of<T>() || (v && v->dtype() != dtype_of<T>());
   const MappedKV km = mapped_kv<T>(k.bytes(), k.dtype(), k.shape(), g, g.d);
   const MappedKV vm = v ? mapped_kv<T>(v->bytes(), v->dtype(), v->shape(), g, g.dv) : MappedKV{};

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -45,6 +46,21 @@ inline bool all_finite(const double* p, std::size_t n) {
   }
   return bad == 0;
 }
+
+// KV caches (attention_cache.cpp): the keys and values of entry b are rows of a cache
+// (contiguous or paged) gathered as the kernel reads each key block, instead of a copy of
+// them all. While a KeyRows is set on the calling thread, the in-memory run reads K and V
+// through it: key j of entry b is cache row rows[b * sk + j] (-1: a row of zeros), a row
+// being hk * width elements from `k` (`v`); the K and V tensors given to attention only
+// carry the shapes [b, sk, hk, d]. `name` names NaN or Inf in the keys read.
+struct KeyRows {
+  const std::byte* k = nullptr;
+  const std::byte* v = nullptr;
+  const std::int64_t* rows = nullptr;
+  std::function<void()> name;
+};
+// The calling thread's KeyRows, or null (attention_io.cpp).
+const KeyRows*& key_rows();
 
 // ---------------------------------------------------------------------------------
 // The engine.

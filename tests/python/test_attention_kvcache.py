@@ -69,3 +69,16 @@ def test_read_only_cache_needs_no_writable_arrays():
         posenc.attention(q, kc, vc, cache_seqlens=np.array([5, 9]), k_new=kn, v_new=vn)
     with pytest.raises(posenc.InputError, match="cache_seqlens"):
         posenc.attention(q, kc, vc, cache_seqlens=np.array([5, 33]))
+
+
+def test_nonfinite_rows_past_the_lengths_are_not_read():
+    # A cache allocated with torch.empty may hold anything past cache_seqlens; NaN or Inf in
+    # a row an entry uses is an InputError naming the cache.
+    q, kc, vc, _, _, _, _ = data(seed=8)
+    kc[:, 20:] = np.nan
+    vc[:, 20:] = np.inf
+    out = posenc.attention(q, kc, vc, cache_seqlens=np.array([4, 20]))
+    assert np.isfinite(out).all()
+    kc[1, 5, 0, 3] = np.inf
+    with pytest.raises(posenc.InputError, match="k_cache.*entry 1"):
+        posenc.attention(q, kc, vc, cache_seqlens=np.array([4, 20]))
