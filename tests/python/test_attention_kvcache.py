@@ -82,3 +82,16 @@ def test_nonfinite_rows_past_the_lengths_are_not_read():
     kc[1, 5, 0, 3] = np.inf
     with pytest.raises(posenc.InputError, match="k_cache.*entry 1"):
         posenc.attention(q, kc, vc, cache_seqlens=np.array([4, 20]))
+
+
+def test_bf16_rotary_tables_used_as_their_values():
+    q, kc, vc, kn, vn, cos, sin = data(seed=9, sq=1)
+    cos_t, sin_t = (torch.from_numpy(x).to(torch.bfloat16) for x in (cos, sin))
+    seqlens = np.array([6, 11], np.int32)
+    want_out, _, want_k, _ = kv_reference(q, kc, vc, seqlens, kn, vn,
+                                          cos=cos_t.double().numpy(), sin=sin_t.double().numpy())
+    kt = kc.copy()
+    out = posenc.attention(q, kt, vc.copy(), cache_seqlens=seqlens, k_new=kn, v_new=vn,
+                           rotary_cos=cos_t, rotary_sin=sin_t)
+    np.testing.assert_array_equal(kt, want_k)
+    assert np.abs(out - want_out).max() <= 1e-12 * max(1, np.abs(want_out).max())
