@@ -190,7 +190,8 @@ std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape
 Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
                              const AttentionOptions& opt) {
   if (is_varlen(opt)) {
-    throw UsageError("cu_seqlens_q: the varlen form has no scores (the sequences' differ in shape)");
+    throw UsageError(
+        "cu_seqlens_q: the varlen form has no scores (the sequences' scores differ in shape)");
   }
   AttentionOptions scores_only = opt;
   scores_only.emit = {AttentionEmit::logits};

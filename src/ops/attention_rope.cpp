@@ -69,7 +69,8 @@ std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k, c
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
                           AttentionOptions opt, const AttentionRope& rope) {
   if (opt.cu_seqlens_q || opt.cu_seqlens_k) {
-    throw UsageError("cu_seqlens_q: not with rope (FlashAttention's varlen attention rotates nothing)");
+    throw UsageError(
+        "cu_seqlens_q: not with rope (FlashAttention's varlen attention rotates nothing)");
   }
   // Positions would follow the padded lengths, not each entry's own alignment.
   if (opt.seqused_q || opt.seqused_k) {

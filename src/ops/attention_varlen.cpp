@@ -56,12 +56,12 @@ Tensor rows_of(const Tensor& t, std::int64_t row0, std::int64_t rows) {
 
 std::vector<std::int64_t> boundaries(const Tensor& t, const char* what, std::size_t total) {
   if (t.dtype() != DType::i32 && t.dtype() != DType::i64) {
-    throw InputError(fmt::format("{}: expected int32 or int64 boundaries, got {}", what,
-                                 dtype_name(t.dtype())));
+    throw InputError(
+        fmt::format("{}: expected int32 or int64 boundaries, got {}", what, dtype_name(t.dtype())));
   }
   if (t.ndim() != 1 || t.numel() == 0) {
-    throw InputError(fmt::format("{}: expected a 1-D list of n + 1 boundaries, got shape {}",
-                                 what, shape_str(t.shape())));
+    throw InputError(fmt::format("{}: expected a 1-D list of n + 1 boundaries, got shape {}", what,
+                                 shape_str(t.shape())));
   }
   std::vector<std::int64_t> c(t.numel());
   for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<std::int64_t>(t.get(i));
@@ -73,8 +73,8 @@ std::vector<std::int64_t> boundaries(const Tensor& t, const char* what, std::siz
     }
   }
   if (c.back() != static_cast<std::int64_t>(total)) {
-    throw InputError(fmt::format("{}: ends at {}, but the packed tensor has {} rows", what,
-                                 c.back(), total));
+    throw InputError(
+        fmt::format("{}: ends at {}, but the packed tensor has {} rows", what, c.back(), total));
   }
   return c;
 }
@@ -92,8 +92,8 @@ std::vector<std::int64_t> used(const Tensor* t, const char* what,
   for (std::size_t b = 0; b < n; ++b) {
     const double x = t->get(b);
     if (!(x >= 0) || x > static_cast<double>(u[b])) {
-      throw InputError(fmt::format("{}: length {} of sequence {} is outside [0, {}]", what, x, b,
-                                   u[b]));
+      throw InputError(
+          fmt::format("{}: length {} of sequence {} is outside [0, {}]", what, x, b, u[b]));
     }
     u[b] = static_cast<std::int64_t>(x);
   }
@@ -125,28 +125,31 @@ Varlen prepare(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   if (L.emit.empty()) L.emit = {vs ? AttentionEmit::output : AttentionEmit::lse};
   for (AttentionEmit e : L.emit) {
     if (e == AttentionEmit::logits || e == AttentionEmit::probs) {
-      throw UsageError(fmt::format("emit: {} not with cu_seqlens_q (the sequences' scores "
-                                   "differ in shape; emit output and lse)",
-                                   attention_emit_name(e)));
+      throw UsageError(
+          fmt::format("emit: {} not with cu_seqlens_q (the sequences' scores "
+                      "differ in shape; emit output and lse)",
+                      attention_emit_name(e)));
     }
     if (e == AttentionEmit::output && !vs) throw UsageError("emit: output needs values (-v)");
   }
   if (qs.size() != 2 && qs.size() != 3) {
-    throw InputError(fmt::format("q: expected packed [total_q, hq, d] (or [total_q, d]) for "
-                                 "cu_seqlens_q, got shape {}",
-                                 shape_str(qs)));
+    throw InputError(
+        fmt::format("q: expected packed [total_q, hq, d] (or [total_q, d]) for "
+                    "cu_seqlens_q, got shape {}",
+                    shape_str(qs)));
   }
   L.axes = opt.axes.empty() ? (qs.size() == 3 ? "shd" : "sd")
                             : resolve_axes(opt.axes, qs.size(), "q").letters;
   if (L.axes.find('b') != std::string::npos || L.axes[0] != 's') {
-    throw UsageError(fmt::format("axes {}: cu_seqlens_q packs the sequences along s, the first "
-                                 "axis, without b (shd, FlashAttention's thd)",
-                                 L.axes));
+    throw UsageError(
+        fmt::format("axes {}: cu_seqlens_q packs the sequences along s, the first "
+                    "axis, without b (shd, FlashAttention's thd)",
+                    L.axes));
   }
   for (const auto& [s, what] : {std::pair{&ks, "k"}, std::pair{vs, "v"}}) {
     if (s && s->size() != qs.size()) {
-      throw InputError(fmt::format("{}: expected rank {} as q, got shape {}", what, qs.size(),
-                                   shape_str(*s)));
+      throw InputError(
+          fmt::format("{}: expected rank {} as q, got shape {}", what, qs.size(), shape_str(*s)));
     }
   }
   if (vs && (*vs)[0] != ks[0]) {
@@ -156,19 +159,19 @@ Varlen prepare(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
   L.cq = boundaries(*opt.cu_seqlens_q, "cu_seqlens_q", qs[0]);
   L.ck = boundaries(*opt.cu_seqlens_k, "cu_seqlens_k", ks[0]);
   if (L.cq.size() != L.ck.size()) {
-    throw InputError(fmt::format("cu_seqlens_k: {} sequences, cu_seqlens_q has {}",
-                                 L.ck.size() - 1, L.cq.size() - 1));
+    throw InputError(fmt::format("cu_seqlens_k: {} sequences, cu_seqlens_q has {}", L.ck.size() - 1,
+                                 L.cq.size() - 1));
   }
   L.n = L.cq.size() - 1;
   L.uq = used(opt.seqused_q, "seqused_q", L.cq);
   L.uk = used(opt.seqused_k, "seqused_k", L.ck);
   if (opt.qv && (opt.qv->ndim() != qs.size() || opt.qv->shape()[0] != qs[0])) {
-    throw InputError(fmt::format("qv: expected packed rows as q ({} of them), got shape {}",
-                                 qs[0], shape_str(opt.qv->shape())));
+    throw InputError(fmt::format("qv: expected packed rows as q ({} of them), got shape {}", qs[0],
+                                 shape_str(opt.qv->shape())));
   }
-  for (const auto& [t, what] : {std::pair{opt.q_descale, "q_descale"},
-                                std::pair{opt.k_descale, "k_descale"},
-                                std::pair{opt.v_descale, "v_descale"}}) {
+  for (const auto& [t, what] :
+       {std::pair{opt.q_descale, "q_descale"}, std::pair{opt.k_descale, "k_descale"},
+        std::pair{opt.v_descale, "v_descale"}}) {
     if (t && (t->ndim() != 2 || t->shape()[0] != L.n)) {
       throw InputError(fmt::format("{}: expected one row per sequence, [{}, hk], got shape {}",
                                    what, L.n, shape_str(t->shape())));
@@ -201,9 +204,8 @@ void seq_options(SeqOptions& so, const Varlen& L, const AttentionOptions& opt, s
     so.qv = rows_of(*opt.qv, L.cq[b], L.uq[b]);
     so.opt.qv = &*so.qv;
   }
-  const Tensor* AttentionOptions::*ds[] = {&AttentionOptions::q_descale,
-                                           &AttentionOptions::k_descale,
-                                           &AttentionOptions::v_descale};
+  const Tensor* AttentionOptions::*ds[] = {
+      &AttentionOptions::q_descale, &AttentionOptions::k_descale, &AttentionOptions::v_descale};
   for (int i = 0; i < 3; ++i) {
     if (!(opt.*ds[i])) continue;
     so.descale[i] = rows_of(*(opt.*ds[i]), static_cast<std::int64_t>(b), 1);
@@ -239,7 +241,9 @@ std::pair<std::size_t, std::string> varlen_memory(const Shape& q, const Shape& k
     if (m.first > most.first) most = m;
   }
   most.first += packed_bytes(L, q, v);
-  most.second = most.second.empty() ? "the packed outputs" : "the packed outputs and " + most.second;
+  most.second = most.second.empty()
+                    ? "the packed outputs"
+                    : "the packed outputs and the largest sequence's " + most.second;
   return most;
 }
 
@@ -259,8 +263,7 @@ AttentionResult attention_varlen(const Tensor& q, const Tensor& k, const Tensor*
   const bool nan_rows = opt.masked_rows == MaskedRows::nan;
   const bool emit_output =
       std::find(L.emit.begin(), L.emit.end(), AttentionEmit::output) != L.emit.end();
-  const bool emit_lse =
-      std::find(L.emit.begin(), L.emit.end(), AttentionEmit::lse) != L.emit.end();
+  const bool emit_lse = std::find(L.emit.begin(), L.emit.end(), AttentionEmit::lse) != L.emit.end();
   // The packed outputs take the dtypes the runs give (lse is f32 under the FlashAttention
   // baseline whatever the output is): allocated with the first run.
   bool allocated = false;
@@ -296,7 +299,8 @@ AttentionResult attention_varlen(const Tensor& q, const Tensor& k, const Tensor*
     seq_options(so, L, opt, b);
     AttentionResult r = attention(qb, kb, vb ? &*vb : nullptr, so.opt);
     if (!recorded) res.attrs = std::move(r.attrs), recorded = true;
-    if (!allocated) allocate(emit_output ? r.output.dtype() : L.out, emit_lse ? r.lse.dtype() : L.lse);
+    if (!allocated)
+      allocate(emit_output ? r.output.dtype() : L.out, emit_lse ? r.lse.dtype() : L.lse);
     if (nq == 0) continue;
     const auto q0 = static_cast<std::size_t>(L.cq[b]);
     if (emit_output) {
@@ -329,10 +333,10 @@ AttentionResult attention_varlen(TensorSource& q, TensorSource& k, TensorSource*
     if (t) need += checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
   }
   if (opt.max_memory && need > opt.max_memory) {
-    throw InputError(fmt::format("{} would need {} with the inputs (Q {}, K {}{}) > --max-memory {}",
-                                 names, bytes_str(need), shape_str(qi.shape), shape_str(ki.shape),
-                                 vi ? ", V " + shape_str(vi->shape) : std::string(),
-                                 bytes_str(opt.max_memory)));
+    throw InputError(
+        fmt::format("{} would need {} with the inputs (Q {}, K {}{}) > --max-memory {}", names,
+                    bytes_str(need), shape_str(qi.shape), shape_str(ki.shape),
+                    vi ? ", V " + shape_str(vi->shape) : std::string(), bytes_str(opt.max_memory)));
   }
   Tensor qt = read_all_rows(q), kt = read_all_rows(k);
   std::optional<Tensor> vt;
