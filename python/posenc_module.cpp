@@ -41,6 +41,7 @@
 #include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_fields.hpp"
 #include "posenc/encodings/rope_ids.hpp"
 #include "posenc/encodings/table.hpp"
 #include "posenc/encodings/table_fields.hpp"
@@ -300,47 +301,55 @@ void set_if(const py::dict& d, const char* key, std::optional<T>& dst) {
   if (auto v = get<T>(d, key)) dst = *v;
 }
 
-std::int64_t positive(const py::dict& d, const char* key) {
-  const auto v = *get<std::int64_t>(d, key);
-  if (v <= 0) throw UsageError(std::string(key) + ": must be positive, got " + std::to_string(v));
-  return v;
-}
+// Reads a request's declared fields (encodings/table_fields.hpp, rope_fields.hpp) from the
+// keyword dict: the keys are the fields' names; a choice is one of its names. Ranges are
+// the library's.
+class KeywordReader {
+ public:
+  explicit KeywordReader(const py::dict& d) : d_(d) {}
+  /// The names of the fields the dict gave (not None), in declaration order.
+  std::vector<std::string> given;
+
+  template <class R>
+  void read(R& r) {
+    declare(*this, r);
+  }
+  template <class T>
+  void operator()(const Field& f, T& member) {
+    if (has(f)) given.push_back(f.name);
+    set_if(d_, f.name.c_str(), member);
+  }
+  template <class M, class E>
+  void operator()(const Field& f, Choice<M, E> c) {
+    const auto name = get<std::string>(d_, f.name.c_str());
+    if (!name) return;
+    given.push_back(f.name);
+    const E* e = c.find(*name);
+    if (e == nullptr) {
+      throw UsageError(f.name + ": expected " + c.listed() + ", got '" + printable(*name) + "'");
+    }
+    c.member = *e;
+  }
+
+ private:
+  bool has(const Field& f) const {
+    return d_.contains(f.name.c_str()) && !d_[f.name.c_str()].is_none();
+  }
+  const py::dict& d_;
+};
 
 // RopeParams from the ROPE OPTIONS given (keys as RopeParams members, plus hf_config,
 // layer_type and layer), a HF config completing them as the command does.
 RopeParams rope_params(const py::dict& d, int head_dim) {
   RopeParams p;
-  std::vector<std::string> names;
-  auto mark = [&](const char* key) {
-    const bool has = d.contains(key) && !d[key].is_none();
-    if (has) names.emplace_back(key);
-    return has;
-  };
-  if (mark("style")) p.style = parse_rope_style(*get<std::string>(d, "style"));
-  if (mark("base")) p.base = *get<double>(d, "base");
-  if (mark("rotary_dim")) p.rotary_dim = *get<int>(d, "rotary_dim");
-  if (mark("partial")) p.partial = *get<double>(d, "partial");
-  if (mark("scaling")) p.scaling = parse_rope_scaling(*get<std::string>(d, "scaling"));
-  if (mark("factor")) p.factor = get<double>(d, "factor");
-  if (mark("original_max_pos")) p.original_max_pos = positive(d, "original_max_pos");
-  if (mark("max_pos")) p.max_pos = positive(d, "max_pos");
-  if (mark("seq_len")) p.seq_len = positive(d, "seq_len");
-  const std::pair<const char*, std::optional<double>*> optional_reals[] = {
-      {"beta_fast", &p.beta_fast},
-      {"beta_slow", &p.beta_slow},
-      {"mscale", &p.mscale},
-      {"mscale_all_dim", &p.mscale_all_dim},
-      {"attention_factor", &p.attention_factor},
-      {"low_freq_factor", &p.low_freq_factor},
-      {"high_freq_factor", &p.high_freq_factor}};
-  for (const auto& [key, dst] : optional_reals) {
-    if (mark(key)) *dst = get<double>(d, key);
+  KeywordReader k(d);
+  declare(k, p);  // the declared keywords (posenc/encodings/rope_fields.hpp)
+  std::vector<std::string> names = k.given;
+  for (const char* key : {"short_factor", "long_factor"}) {
+    if (d.contains(key) && !d[key].is_none()) names.emplace_back(key);
   }
-  if (mark("truncate")) p.truncate = *get<bool>(d, "truncate");
-  if (mark("short_factor")) p.short_factor = *get<std::vector<double>>(d, "short_factor");
-  if (mark("long_factor")) p.long_factor = *get<std::vector<double>>(d, "long_factor");
-  if (mark("rotary_last")) p.rotary_last = *get<bool>(d, "rotary_last");
-  if (mark("rope_interleave")) p.rope_interleave = *get<bool>(d, "rope_interleave");
+  set_if(d, "short_factor", p.short_factor);
+  set_if(d, "long_factor", p.long_factor);
   if (auto a = get<std::string>(d, "arith")) {
     p.arith = parse_arith(*a);
     // Meta's code only has the complex (interleaved) form.
@@ -374,11 +383,7 @@ Precision precision_of(const std::string& s) {
 // start / position_ids / cu_seqlens, checked as the command checks them.
 Positions positions(const py::dict& d) {
   Positions pos;
-  pos.start = get<std::int64_t>(d, "start").value_or(0);
-  if (pos.start < 0 || pos.start > kMaxPosition) {
-    throw UsageError("start: must be from 0 to 2^53 = " + std::to_string(kMaxPosition) + ", got " +
-                     std::to_string(pos.start));
-  }
+  KeywordReader(d).read(pos);  // start; its range is the library's
   auto ints = [&d](const char* key, Shape& shape) {
     auto a = array_arg<std::int64_t>(d[key], key);
     shape = shape_of(a);
@@ -414,16 +419,7 @@ Positions positions(const py::dict& d) {
   }
   if (auto g = get<std::string>(d, "grid")) {
     pos.grid = parse_coord_grid(*g);
-    pos.grid.prefix = get<std::int64_t>(d, "prefix_tokens").value_or(0);
-    pos.grid.merge = get<std::int64_t>(d, "merge_window").value_or(1);
-    if (pos.grid.prefix < 0 || pos.grid.prefix > (std::int64_t{1} << 31)) {
-      throw UsageError("prefix_tokens: must be from 0 to 2^31, got " +
-                       std::to_string(pos.grid.prefix));
-    }
-    if (pos.grid.merge < 1 || pos.grid.merge > (std::int64_t{1} << 31)) {
-      throw UsageError("merge_window: must be from 1 to 2^31, got " +
-                       std::to_string(pos.grid.merge));
-    }
+    KeywordReader(d).read(pos.grid);  // prefix_tokens, merge_window
   }
   if (d.contains("angles")) pos.angles = reals("angles", pos.angles_shape);
   // The caller's cos/sin tables (float64 values, bf16 widened exactly by the wrapper).
@@ -645,31 +641,6 @@ struct TableArgs {
 // One table kind: its keywords to its tables.
 using TableKind = void (*)(const TableArgs& a, std::vector<Table>& tables);
 
-// Reads a request's declared fields (encodings/table_fields.hpp) from the keyword dict: the
-// keys are the fields' names; a choice is one of its names. Ranges are the library's.
-class KeywordReader {
- public:
-  explicit KeywordReader(const py::dict& d) : d_(d) {}
-
-  template <class T>
-  void operator()(const Field& f, T& member) {
-    set_if(d_, f.name.c_str(), member);
-  }
-  template <class M, class E>
-  void operator()(const Field& f, Choice<M, E> c) {
-    const auto name = get<std::string>(d_, f.name.c_str());
-    if (!name) return;
-    const E* e = c.find(*name);
-    if (e == nullptr) {
-      throw UsageError(f.name + ": expected " + c.listed() + ", got '" + printable(*name) + "'");
-    }
-    c.member = *e;
-  }
-
- private:
-  const py::dict& d_;
-};
-
 // The request R the keywords give.
 template <class R>
 R request_of(const py::dict& d) {
@@ -855,28 +826,39 @@ const std::map<std::string, TableKind>& table_kinds() {
 // The declared fields of every table kind, for tests and the stubs' keyword lists:
 // [{kind, name, option, type, required, lo, hi, choices, negation, positive, default,
 // help}, ...].
+// The declared fields of request R (`kind`: the table kind or RoPE request it belongs to)
+// as dicts, appended to `out`.
+template <class R>
+void append_fields(py::list& out, const char* kind, R r) {
+  Describer d;
+  declare(d, r);
+  for (const Field& f : d.fields) {
+    py::dict e;
+    e["kind"] = kind;
+    e["name"] = f.name;
+    e["option"] = f.option();
+    e["type"] = f.type;
+    e["required"] = f.required;
+    e["lo"] = f.lo ? py::object(py::int_(*f.lo)) : py::object(py::none());
+    e["hi"] = f.hi ? py::object(py::int_(*f.hi)) : py::object(py::none());
+    e["choices"] = f.choices;
+    e["negation"] = f.negation.empty() ? "" : Field::option_of(f.negation);
+    e["positive"] = f.positive;
+    e["default"] = f.default_text;
+    e["help"] = f.help;
+    out.append(e);
+  }
+}
+
 py::list table_fields() {
   py::list out;
-  for_each_table_kind([&out](const char* kind, auto r) {
-    Describer d;
-    declare(d, r);
-    for (const Field& f : d.fields) {
-      py::dict e;
-      e["kind"] = kind;
-      e["name"] = f.name;
-      e["option"] = f.option();
-      e["type"] = f.type;
-      e["required"] = f.required;
-      e["lo"] = f.lo ? py::object(py::int_(*f.lo)) : py::object(py::none());
-      e["hi"] = f.hi ? py::object(py::int_(*f.hi)) : py::object(py::none());
-      e["choices"] = f.choices;
-      e["negation"] = f.negation.empty() ? "" : Field::option_of(f.negation);
-      e["positive"] = f.positive;
-      e["default"] = f.default_text;
-      e["help"] = f.help;
-      out.append(e);
-    }
-  });
+  for_each_table_kind([&out](const char* kind, auto r) { append_fields(out, kind, r); });
+  return out;
+}
+
+py::list rope_fields() {
+  py::list out;
+  for_each_rope_request([&out](const char* kind, auto r) { append_fields(out, kind, r); });
   return out;
 }
 
@@ -1658,6 +1640,8 @@ PYBIND11_MODULE(_posenc, m) {
         "((array, attrs), ...). Use posenc.table.");
   m.def("_table_fields", &table_fields,
         "the declared fields of the table kinds (name, option, type, range, choices, help)");
+  m.def("_rope_fields", &rope_fields,
+        "the declared fields of RoPE (kind rope: RopeParams; positions; coords: the grid's)");
   m.def("rope_ids", &rope_ids_of,
         "rope_ids(options, tensors): (ids, delta or deltas) of a prompt, as `posenc rope-ids`. "
         "Use posenc.rope_ids.");

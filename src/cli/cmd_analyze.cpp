@@ -197,7 +197,7 @@ void run_relative(const RelativeCheckOptions& o) {
   }
   RelativeOptions ro;
   ro.axes = o.axes;
-  ro.start = o.rope.start;
+  ro.start = o.rope.where.start;
   ro.precision = rope_precision(o.rope);
   ro.tolerance = o.tol;
   ro.shifts.clear();

@@ -15,9 +15,11 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/declared_options.hpp"
 #include "cli/parse.hpp"
 #include "cli/rope_options.hpp"
 #include "posenc/encodings/hf_config.hpp"
+#include "posenc/encodings/rope_fields.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
@@ -44,8 +46,7 @@ struct RopeCmdOptions {
   std::string inv_freq;   // --inv-freq: [axes, R/2] frequency matrix
   std::string freq_scale;
   std::string coords;     // --coords grid:...|centres:...
-  long long prefix_tokens = 0;
-  long long merge_window = 1;
+  CoordGrid grid_options;  // --prefix-tokens, --merge-window (declared with CoordGrid)
   std::string angles;     // --angles: [s, R/2] or [b, s, R/2]
   std::string cos, sin;   // --cos/--sin: the caller's tables [rows, R/2] or [rows, R]
   std::string seqlen_offsets;  // --seqlen-offsets: [b] (or one per --cu-seqlens sequence)
@@ -139,16 +140,8 @@ void set_coordinates(const RopeCmdOptions& o, Positions& pos) {
   }
   if (has_grid) {
     pos.grid = parse_coord_grid(o.coords, "--coords");
-    if (o.prefix_tokens < 0 || o.prefix_tokens > (1LL << 31)) {
-      throw UsageError(fmt::format("--prefix-tokens: must be from 0 to 2^31, got {}",
-                                   o.prefix_tokens));
-    }
-    if (o.merge_window < 1 || o.merge_window > (1LL << 31)) {
-      throw UsageError(fmt::format("--merge-window: must be from 1 to 2^31, got {}",
-                                   o.merge_window));
-    }
-    pos.grid.prefix = o.prefix_tokens;
-    pos.grid.merge = o.merge_window;
+    pos.grid.prefix = o.grid_options.prefix;
+    pos.grid.merge = o.grid_options.merge;
   }
   if (!o.angles.empty()) {
     const Tensor t = read_tensor(o.angles);
@@ -427,16 +420,8 @@ void register_rope(CLI::App& app) {
                   "each) or centres:H,W (DINOv3 patch centres in [-1, 1])")
       ->type_name("grid:..|centres:..")
       ->group(g);
-  sub->add_option("--prefix-tokens", opts->prefix_tokens,
-                  "--coords: tokens before the grid (class, register tokens), at coordinate 0 "
-                  "and so not rotated")
-      ->transform(integer_text())
-      ->group(g);
-  sub->add_option("--merge-window", opts->merge_window,
-                  "--coords: patches in M x M windows over the last two axes (Qwen2-VL's vision "
-                  "spatial_merge_size order)")
-      ->transform(integer_text())
-      ->group(g);
+  OptionBinder grid_binder(sub, g);
+  declare(grid_binder, opts->grid_options);
   sub->add_option("--angles", opts->angles,
                   "the angles themselves, tensor [s, R/2] or [b, s, R/2] in radians (learned "
                   "angles, e.g. LightGlue's projected keypoints)")

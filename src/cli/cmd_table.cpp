@@ -158,7 +158,8 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   r.positions = given(sub, "--positions", o.positions);
   r.rope = rope_params(o.rope, o.dim);
   // Where the rotated dims sit in a head, and the input pair order: nothing of a table.
-  for (const char* flag : {"--rotary-last", "--rope-interleave"}) {
+  for (const char* flag :
+       {"--rotary-last", "--rope-interleave", "--no-rotary-last", "--no-rope-interleave"}) {
     if (sub->count(flag) > 0) {
       throw UsageError(fmt::format(
           "{}: places the rotation in the input's head dims (posenc rope, attention --rope); a "

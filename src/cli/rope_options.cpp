@@ -7,11 +7,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
 #include "cli/common.hpp"
+#include "cli/declared_options.hpp"
+#include "posenc/encodings/rope_fields.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/error.hpp"
@@ -22,25 +25,13 @@ namespace posenc::cli {
 void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
   o.app = sub;
   const char* g = "ROPE OPTIONS";
-  sub->add_option("--style", o.style,
-                  "pair layout: neox (i, i+r/2; alias half) or gptj (2i, 2i+1; alias "
-                  "interleaved); default neox; posenc rope also takes tiled (V-JEPA2: adjacent "
-                  "pairs, dim l of a chunk of width c using angle l mod c/2)")
-      ->group(g);
-  sub->add_option("--base", o.base, "theta base, HF rope_theta (default 10000)")->group(g);
-  sub->add_option("--rotary-dim", o.rotary_dim, "rotate only the first R dims (even, <= D)")
-      ->group(g);
-  sub->add_flag("--rotary-last,!--no-rotary-last", o.rotary_last,
-                "rotate the last R dims instead of the first (DeepSeek MLA q = [nope | rope])")
-      ->group(g);
-  sub->add_flag("--rope-interleave,!--no-rope-interleave", o.rope_interleave,
-                "HF rope_interleave (DeepSeek-V3): input pairs (2i, 2i+1), output in the neox "
-                "order (i, i+R/2); needs --style neox")
-      ->group(g);
-  sub->add_option("--partial", o.partial,
-                  "rotate the first int(F*D) dims (partial_rotary_factor, default 1)")
-      ->group(g);
-  sub->add_option("--start", o.start, "first position (KV-cache offset), default 0")->group(g);
+  // --style also takes `posenc rope`'s tiled, which is no RopeStyle: bound by hand.
+  OptionBinder bind(sub, g, {"style"});
+  for (const Field& f : posenc::describe<RopeParams>()) {
+    if (f.name == "style") sub->add_option("--style", o.style, f.help)->group(g);
+  }
+  declare(bind, o.params);
+  declare(bind, o.where);
   sub->add_option("--position-ids", o.position_ids,
                   "explicit positions: tensor of any integer dtype, shape [s] or [b, s] ([n, s] "
                   "or [n, b, s] for n coordinate axes; posenc rope also takes real coordinates "
@@ -48,34 +39,6 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
       ->group(g);
   sub->add_option("--cu-seqlens", o.cu_seqlens,
                   "packed sequences: boundaries [n+1]; positions restart at each one")
-      ->group(g);
-  sub->add_option("--scaling", o.scaling,
-                  "none|linear|dynamic|yarn|longrope|llama3|proportional (HF rope_type), default "
-                  "none")
-      ->group(g);
-  sub->add_option("--factor", o.factor, "scaling factor s (HF factor)")->group(g);
-  sub->add_option("--original-max-pos", o.original_max_pos,
-                  "L0, HF original_max_position_embeddings")
-      ->group(g);
-  sub->add_option("--max-pos", o.max_pos, "HF max_position_embeddings (dynamic, yarn, longrope)")
-      ->group(g);
-  sub->add_option("--seq-len", o.seq_len,
-                  "sequence length the frequencies are for (dynamic NTK, longrope switch); "
-                  "default: largest position + 1")
-      ->group(g);
-  sub->add_option("--beta-fast", o.beta_fast, "yarn beta_fast (default 32)")->group(g);
-  sub->add_option("--beta-slow", o.beta_slow, "yarn beta_slow (default 1)")->group(g);
-  sub->add_option("--mscale", o.mscale, "yarn mscale (DeepSeek)")->group(g);
-  sub->add_option("--mscale-all-dim", o.mscale_all_dim, "yarn mscale_all_dim (DeepSeek)")->group(g);
-  sub->add_option("--attention-factor", o.attention_factor,
-                  "attention factor multiplying cos and sin (overrides the yarn/longrope default)")
-      ->group(g);
-  sub->add_flag("--no-truncate", o.no_truncate,
-                "yarn: do not floor/ceil the correction range (HF truncate=false)")
-      ->group(g);
-  sub->add_option("--low-freq-factor", o.low_freq_factor, "llama3 low_freq_factor (default 1)")
-      ->group(g);
-  sub->add_option("--high-freq-factor", o.high_freq_factor, "llama3 high_freq_factor (default 4)")
       ->group(g);
   sub->add_option("--short-factor", o.short_factor,
                   "longrope short_factor: comma list or tensor reference, R/2 values")
@@ -145,54 +108,13 @@ std::vector<double> factor_list(const std::string& text, const char* option) {
 
 // The options' values (their defaults where not given) as RoPE parameters.
 void set_explicit(const RopeCliOptions& o, RopeParams& p) {
-  auto want = [&](const char* name, bool nonzero) { return given(o, name, nonzero) || nonzero; };
+  p = o.params;
   p.style = parse_rope_style(o.style);
-  p.base = o.base;
-  if (want("--rotary-dim", o.rotary_dim != 0)) p.rotary_dim = o.rotary_dim;
-  p.partial = o.partial;
-  if (want("--scaling", o.scaling != "none")) p.scaling = parse_rope_scaling(o.scaling);
-  if (want("--factor", o.factor != 0)) p.factor = o.factor;
-  if (want("--original-max-pos", o.original_max_pos != 0)) {
-    if (o.original_max_pos <= 0) {
-      throw UsageError(
-          fmt::format("--original-max-pos: must be positive, got {}", o.original_max_pos));
-    }
-    p.original_max_pos = o.original_max_pos;
-  }
-  if (want("--max-pos", o.max_pos != 0)) {
-    if (o.max_pos <= 0) {
-      throw UsageError(fmt::format("--max-pos: must be positive, got {}", o.max_pos));
-    }
-    p.max_pos = o.max_pos;
-  }
-  if (want("--beta-fast", o.beta_fast != 0)) p.beta_fast = o.beta_fast;
-  if (want("--beta-slow", o.beta_slow != 0)) p.beta_slow = o.beta_slow;
-  if (want("--mscale", o.mscale != 0)) p.mscale = o.mscale;
-  if (want("--mscale-all-dim", o.mscale_all_dim != 0)) p.mscale_all_dim = o.mscale_all_dim;
-  if (want("--attention-factor", o.attention_factor != 0)) {
-    p.attention_factor = o.attention_factor;
-    // Given on the command line, it also wins over a PhiMoE config's mscales.
-    p.short_mscale.reset();
-    p.long_mscale.reset();
-  }
-  if (want("--low-freq-factor", o.low_freq_factor != 0)) p.low_freq_factor = o.low_freq_factor;
-  if (want("--high-freq-factor", o.high_freq_factor != 0)) {
-    p.high_freq_factor = o.high_freq_factor;
-  }
-  if (o.no_truncate) p.truncate = false;
-  if (want("--rotary-last", o.rotary_last)) p.rotary_last = o.rotary_last;
-  if (want("--rope-interleave", o.rope_interleave)) p.rope_interleave = o.rope_interleave;
-  if (want("--short-factor", !o.short_factor.empty())) {
+  if (given(o, "--short-factor", !o.short_factor.empty())) {
     p.short_factor = factor_list(o.short_factor, "--short-factor");
   }
-  if (want("--long-factor", !o.long_factor.empty())) {
+  if (given(o, "--long-factor", !o.long_factor.empty())) {
     p.long_factor = factor_list(o.long_factor, "--long-factor");
-  }
-  if (want("--seq-len", o.seq_len != 0)) {
-    if (o.seq_len <= 0) {
-      throw UsageError(fmt::format("--seq-len: must be positive, got {}", o.seq_len));
-    }
-    p.seq_len = o.seq_len;
   }
 }
 
@@ -267,33 +189,11 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
     // What the command line gives is not the config's: the config's value is neither
     // taken nor checked, and a range check of the value names the option
     // (merge_hf_config, as the Python module merges its keywords).
-    static const std::pair<const char*, const char*> kOptionField[] = {
-        {"--style", "style"},
-        {"--base", "base"},
-        {"--rotary-dim", "rotary_dim"},
-        {"--partial", "partial"},
-        {"--scaling", "scaling"},
-        {"--factor", "factor"},
-        {"--original-max-pos", "original_max_pos"},
-        {"--max-pos", "max_pos"},
-        {"--seq-len", "seq_len"},
-        {"--beta-fast", "beta_fast"},
-        {"--beta-slow", "beta_slow"},
-        {"--mscale", "mscale"},
-        {"--mscale-all-dim", "mscale_all_dim"},
-        {"--attention-factor", "attention_factor"},
-        {"--low-freq-factor", "low_freq_factor"},
-        {"--high-freq-factor", "high_freq_factor"},
-        {"--no-truncate", "truncate"},
-        {"--short-factor", "short_factor"},
-        {"--long-factor", "long_factor"},
-        {"--rotary-last", "rotary_last"},
-        {"--rope-interleave", "rope_interleave"},
-    };
-    std::vector<std::string> names;
-    for (const auto& [option, field] : kOptionField) {
-      if (given(o, option, false)) names.push_back(field);
+    std::vector<std::string> names = given_fields(o.app, const_cast<RopeParams&>(o.params));
+    for (const char* option : {"--style", "--short-factor", "--long-factor"}) {
+      if (given(o, option, false)) names.emplace_back(option + 2);
     }
+    for (std::string& n : names) std::replace(n.begin(), n.end(), '-', '_');
     const HfVersion version = versioned ? parse_hf_version(o.hf_version) : HfVersion{};
     const RopeParams given_only = p;
     p = merge_hf_config(given_only, names, o.hf_config, hf_layer(o), version);
@@ -305,11 +205,8 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
 
 Positions rope_positions(const RopeCliOptions& o, bool real_coords) {
   Positions pos;
-  if (o.start < 0 || o.start > kMaxPosition) {
-    throw UsageError(
-        fmt::format("--start: must be from 0 to 2^53 = {}, got {}", kMaxPosition, o.start));
-  }
-  pos.start = o.start;
+  pos.start = o.where.start;
+  validate(pos);
   if (!o.position_ids.empty() && !o.cu_seqlens.empty()) {
     throw UsageError("--position-ids: cannot be combined with --cu-seqlens");
   }

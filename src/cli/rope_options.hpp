@@ -14,31 +14,20 @@
 namespace posenc::cli {
 
 struct RopeCliOptions {
+  /// --style: a name of fields::rope_styles(), or tiled (`posenc rope`); bound by hand.
   std::string style = "neox";
-  double base = 10000.0;
-  int rotary_dim = 0;
-  double partial = 1.0;
-  long long start = 0;
+  RopeParams params;  ///< the declared ROPE OPTIONS (posenc/encodings/rope_fields.hpp)
+  Positions where;    ///< --start (declared with Positions)
   std::string position_ids;  ///< tensor reference
   std::string cu_seqlens;    ///< tensor reference
-  std::string scaling = "none";
-  double factor = 0;  // 0 = unset
-  long long original_max_pos = 0;
-  long long max_pos = 0;
-  double beta_fast = 0, beta_slow = 0, mscale = 0, mscale_all_dim = 0;
-  double attention_factor = 0, low_freq_factor = 0, high_freq_factor = 0;
-  bool no_truncate = false;
   std::string short_factor, long_factor;  ///< comma lists or tensor references
   std::string hf_config;
   std::string hf_version;  ///< --hf-version: the transformers release whose rules read it
   std::string layer_type;  ///< --layer-type: which layers of --hf-config
   long long layer = -1;    ///< --layer: one layer of --hf-config, 0-based; -1 = not given
-  bool rotary_last = false;
-  bool rope_interleave = false;
   bool inverse = false;
   std::string precision = "f64";
   std::string arith = "exact";
-  long long seq_len = 0;
   CLI::App* app = nullptr;  ///< to ask which options were given explicitly
 };
 

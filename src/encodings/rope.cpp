@@ -13,7 +13,9 @@
 #include <sstream>
 
 #include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/rope_fields.hpp"
 #include "posenc/error.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc {
 
@@ -109,23 +111,22 @@ void set_layout(const RopeParams& p, RopeFreqs& f) {
 
 }  // namespace
 
+// A name of `names` (the declared choices, rope_fields.hpp), or the error a keyword's
+// bad name gets (KeywordReader), so the command line and Python say the same.
+template <class E>
+E parse_named(const Names<E>& names, const char* what, const std::string& s) {
+  E e{};
+  const auto c = choice(e, names);
+  if (const E* v = c.find(s)) return *v;
+  usage(fmt::format("{}: expected {}, got '{}'", what, c.listed(), printable(s)));
+}
+
 RopeStyle parse_rope_style(const std::string& s) {
-  if (s == "neox" || s == "half") return RopeStyle::neox;
-  if (s == "gptj" || s == "interleaved") return RopeStyle::gptj;
-  usage(fmt::format("style: unknown style '{}' (expected neox, half, gptj or interleaved)", s));
+  return parse_named(fields::rope_styles(), "style", s);
 }
 
 RopeScaling parse_rope_scaling(const std::string& s) {
-  if (s == "none" || s == "default") return RopeScaling::none;
-  if (s == "linear") return RopeScaling::linear;
-  if (s == "dynamic") return RopeScaling::dynamic;
-  if (s == "yarn") return RopeScaling::yarn;
-  if (s == "longrope" || s == "su") return RopeScaling::longrope;
-  if (s == "llama3") return RopeScaling::llama3;
-  if (s == "proportional") return RopeScaling::proportional;
-  usage(fmt::format("scaling: unknown scaling '{}' (expected none, linear, dynamic, yarn, "
-                    "longrope, llama3 or proportional)",
-                    s));
+  return parse_named(fields::rope_scalings(), "scaling", s);
 }
 
 std::string rope_style_name(RopeStyle s) { return s == RopeStyle::neox ? "neox" : "gptj"; }
@@ -183,6 +184,7 @@ std::vector<int> mrope_components(const std::vector<int>& sections, bool interle
 }
 
 RopeFreqs compute_rope_freqs(const RopeParams& p) {
+  validate(p, p.sources);
   // Far beyond any model's head, and small enough that the tables it sizes stay cheap.
   constexpr int kMaxHeadDim = 1 << 20;
   if (p.head_dim <= 0 || p.head_dim > kMaxHeadDim) {

@@ -16,6 +16,7 @@
 
 #include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/rope2d.hpp"
+#include "posenc/encodings/rope_fields.hpp"
 #include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
 
@@ -342,6 +343,7 @@ std::string rope_emit_name(RopeEmit e) {
 }
 
 Table rope_table(const RopeTableRequest& r) {
+  validate(r.where);
   const bool f32 = r.precision == Precision::f32;
   Shape lead;
   auto ids = std::make_shared<std::vector<std::int64_t>>(table_ids(r, lead));

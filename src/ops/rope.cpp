@@ -22,6 +22,7 @@
 #include "ops/rope_framework.hpp"
 #include "ops/rope_kernel.hpp"
 #include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/rope_fields.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
@@ -480,10 +481,8 @@ struct RopeApplier::Impl {
 
 void RopeApplier::Impl::set_positions(const Positions& pos, const RopeApplyOptions& opt) {
   const bool rope2d = opt.grid_h > 0 || opt.grid_w > 0;
-  if (pos.start < 0 || pos.start > kMaxPosition) {
-    throw UsageError(
-        fmt::format("start: must be from 0 to 2^53 = {} (got {})", kMaxPosition, pos.start));
-  }
+  validate(pos);
+  validate(pos.grid);
   const int forms = !pos.ids.empty() + !pos.coords.empty() + !pos.cu_seqlens.empty() +
                     !pos.grid.extent.empty() + !pos.angles.empty() + rope2d;
   if (forms > 1) {

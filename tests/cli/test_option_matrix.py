@@ -54,6 +54,11 @@ ROPE_ROWS = {
     "--rotary-dim": ([], ["--rotary-dim", "4"]),
     "--rotary-last": (["--rotary-dim", "4"], ["--rotary-dim", "4", "--rotary-last"]),
     "--rope-interleave": ([], ["--rope-interleave"]),
+    # The negations restore the default: given with the flag, they are refused.
+    "--no-rotary-last": (["--rotary-dim", "4", "--rotary-last"],
+                         ["--rotary-dim", "4", "--rotary-last", "--no-rotary-last"]),
+    "--no-rope-interleave": (["--style", "neox", "--rope-interleave"],
+                             ["--style", "neox", "--rope-interleave", "--no-rope-interleave"]),
     "--partial": ([], ["--partial", "0.5"]),
     "--start": ([], ["--start", "5"]),
     "--position-ids": ([], ["--position-ids", "{ids}"]),
@@ -292,6 +297,8 @@ TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()
 # Refused by table rope (they place the rotation in an input): over a base that works.
 TABLE_ROWS["--rotary-last"] = (["--rotary-dim", "4"], ["--rotary-dim", "4", "--rotary-last"])
 TABLE_ROWS["--rope-interleave"] = ([], ["--rope-interleave"])
+TABLE_ROWS["--no-rotary-last"] = ([], ["--no-rotary-last"])
+TABLE_ROWS["--no-rope-interleave"] = ([], ["--no-rope-interleave"])
 
 
 def array(data):

@@ -1,0 +1,136 @@
+#pragma once
+/// \file
+/// The declared parameters of RoPE (declare.hpp): the scaling parameters of RopeParams,
+/// the first position of Positions and the coordinate grid's prefix and merge window,
+/// in the order --help lists them. The ROPE OPTIONS of `table rope`, `rope` and
+/// `attention --rope`, the Python keywords of posenc.rope / posenc.table.rope /
+/// posenc.attention, their ranges and the field list the tests walk
+/// (`posenc._posenc._rope_fields()`) come from here.
+///
+/// Not declared, bound by each front end: the longrope factor lists (a comma list or a
+/// tensor reference on the command line), the config file and its layer selection
+/// (--hf-config, --hf-version, --layer-type, --layer), the arithmetic, the M-RoPE
+/// sections and layouts (members of RopeApplyOptions), and tensors of positions.
+///
+/// `compute_rope_freqs` validates RopeParams from here (a value from a config file names
+/// the file's key, RopeParams::sources); RopeApplier validates Positions and its grid.
+
+#include <cstdint>
+
+#include "posenc/declare.hpp"
+#include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_layout.hpp"
+#include "posenc/ops/rope.hpp"
+
+namespace posenc {
+
+namespace fields {
+
+constexpr std::int64_t k2p31 = std::int64_t{1} << 31;
+
+/// The pair layouts by name, aliases after the names.
+inline const Names<RopeStyle>& rope_styles() {
+  static const Names<RopeStyle> n{{"neox", RopeStyle::neox},
+                                  {"gptj", RopeStyle::gptj},
+                                  {"half", RopeStyle::neox},
+                                  {"interleaved", RopeStyle::gptj}};
+  return n;
+}
+/// HF's rope_type names (and the older "su" for longrope), aliases after the names.
+inline const Names<RopeScaling>& rope_scalings() {
+  static const Names<RopeScaling> n{{"none", RopeScaling::none},
+                                    {"linear", RopeScaling::linear},
+                                    {"dynamic", RopeScaling::dynamic},
+                                    {"yarn", RopeScaling::yarn},
+                                    {"longrope", RopeScaling::longrope},
+                                    {"llama3", RopeScaling::llama3},
+                                    {"proportional", RopeScaling::proportional},
+                                    {"default", RopeScaling::none},
+                                    {"su", RopeScaling::longrope}};
+  return n;
+}
+
+}  // namespace fields
+
+template <class V>
+void declare(V& v, RopeParams& p) {
+  v(field("style",
+          "pair layout: neox (i, i+r/2; alias half) or gptj (2i, 2i+1; alias interleaved); "
+          "default neox; posenc rope also takes tiled (V-JEPA2: adjacent pairs, dim l of a "
+          "chunk of width c using angle l mod c/2)"),
+    choice(p.style, fields::rope_styles()));
+  v(field("base", "theta base, HF rope_theta (default 10000)"), p.base);
+  v(field("rotary_dim", "rotate only the first R dims (even, <= D)"), p.rotary_dim);
+  v(field("rotary_last",
+          "rotate the last R dims instead of the first (DeepSeek MLA q = [nope | rope])")
+        .negated_by("no_rotary_last", "rotate the first R dims (the default)"),
+    p.rotary_last);
+  v(field("rope_interleave",
+          "HF rope_interleave (DeepSeek-V3): input pairs (2i, 2i+1), output in the neox "
+          "order (i, i+R/2); needs --style neox")
+        .negated_by("no_rope_interleave", "input pairs in the style's order (the default)"),
+    p.rope_interleave);
+  v(field("partial", "rotate the first int(F*D) dims (partial_rotary_factor, default 1)"),
+    p.partial);
+  v(field("scaling",
+          "none|linear|dynamic|yarn|longrope|llama3|proportional (HF rope_type; aliases "
+          "default, su), default none"),
+    choice(p.scaling, fields::rope_scalings()));
+  v(field("factor", "scaling factor s (HF factor)"), p.factor);
+  v(field("original_max_pos", "L0, HF original_max_position_embeddings").at_least(1),
+    p.original_max_pos);
+  v(field("max_pos", "HF max_position_embeddings (dynamic, yarn, longrope)").at_least(1),
+    p.max_pos);
+  v(field("seq_len",
+          "sequence length the frequencies are for (dynamic NTK, longrope switch); "
+          "default (0): largest position + 1")
+        .at_least(0),
+    p.seq_len);
+  v(field("beta_fast", "yarn beta_fast (default 32)"), p.beta_fast);
+  v(field("beta_slow", "yarn beta_slow (default 1)"), p.beta_slow);
+  v(field("mscale", "yarn mscale (DeepSeek)"), p.mscale);
+  v(field("mscale_all_dim", "yarn mscale_all_dim (DeepSeek)"), p.mscale_all_dim);
+  v(field("attention_factor",
+          "attention factor multiplying cos and sin (overrides the yarn/longrope default)"),
+    p.attention_factor);
+  v(field("truncate", "yarn: floor/ceil the correction range (HF truncate, default true)")
+        .negated_by("no_truncate",
+                    "yarn: do not floor/ceil the correction range (HF truncate=false)",
+                    /*with_positive=*/false),
+    p.truncate);
+  v(field("low_freq_factor", "llama3 low_freq_factor (default 1)"), p.low_freq_factor);
+  v(field("high_freq_factor", "llama3 high_freq_factor (default 4)"), p.high_freq_factor);
+}
+
+/// The first position (the tensors of positions are each front end's).
+template <class V>
+void declare(V& v, Positions& p) {
+  v(field("start", "first position (KV-cache offset), default 0")
+        .from(0, kMaxPosition, "2^53 = 9007199254740992"),
+    p.start);
+}
+
+/// The generated coordinates' scalars (the grid itself is parse_coord_grid's).
+template <class V>
+void declare(V& v, CoordGrid& g) {
+  v(field("prefix_tokens",
+          "--coords: tokens before the grid (class, register tokens), at coordinate 0 and so "
+          "not rotated")
+        .from(0, fields::k2p31, "2^31"),
+    g.prefix);
+  v(field("merge_window",
+          "--coords: patches in M x M windows over the last two axes (Qwen2-VL's vision "
+          "spatial_merge_size order)")
+        .from(1, fields::k2p31, "2^31"),
+    g.merge);
+}
+
+/// `f(name, Request{})` for every declared RoPE request: the field lists the tests walk.
+template <class F>
+void for_each_rope_request(F&& f) {
+  f("rope", RopeParams{});
+  f("positions", Positions{});
+  f("coords", CoordGrid{});
+}
+
+}  // namespace posenc

@@ -1,0 +1,155 @@
+"""Every declared RoPE field (include/posenc/encodings/rope_fields.hpp, listed by
+posenc._posenc._rope_fields(): kind "rope" the RopeParams scaling parameters, "positions"
+the first position, "coords" the generated grid's scalars) is offered everywhere it must
+be: `posenc rope` (and, but for the grid's, `posenc table rope` and `posenc attention`)
+has its option in `--help`; a value at the bottom of its range passes the range check, one
+below it or above the top is refused with exit status 2 naming the option; posenc.rope
+takes the keyword (the same values refused with UsageError naming the keyword); the stubs
+name it; man/posenc-rope.1 documents the option; the option x mode matrix
+(tests/cli/test_option_matrix.py) has its row."""
+import inspect
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+import posenc
+import posenc.table
+
+BIN = os.environ.get("POSENC_BIN", "posenc")
+SOURCE = os.environ.get("POSENC_SOURCE_DIR",
+                        os.path.join(os.path.dirname(__file__), "..", ".."))
+FIELDS = posenc._posenc._rope_fields()
+IDS = [f"{f['kind']}:{f['name']}" for f in FIELDS]
+
+# A valid call of `posenc rope` on x [4, 8] (axes sd) per kind: words and keywords.
+BASELINES = {
+    "rope": ([], {}),
+    "positions": ([], {}),
+    "coords": (["--coords", "grid:2,2", "--layout", "axial"],
+               {"coords": "grid:2,2", "layout": "axial"}),
+}
+
+
+def options(f):
+    return ([f["option"]] if f["positive"] else []) + ([f["negation"]] if f["negation"] else [])
+
+
+def commands(f):
+    """The commands that offer the field's options (`table rope` refuses --rotary-last and
+    --rope-interleave with a message)."""
+    if f["kind"] == "coords":
+        return [["rope"]]
+    return [["rope"], ["table", "rope"], ["attention"]]
+
+
+def read(path):
+    with open(os.path.join(SOURCE, path)) as fh:
+        return fh.read()
+
+
+@pytest.fixture(scope="module")
+def x(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rope_fields")
+    a = np.linspace(-1.0, 1.0, 32).reshape(4, 8)
+    np.save(tmp / "x.npy", a)
+    return tmp, a
+
+
+def run(tmp, args):
+    out = tmp / "out.npy"
+    if out.exists():
+        out.unlink()
+    p = subprocess.run([BIN, "rope", str(tmp / "x.npy"), "--axes", "sd", *args, "-o", str(out),
+                        "--force"], capture_output=True, text=True, timeout=60)
+    return p, out.exists()
+
+
+def test_the_listing_holds_the_rope_options():
+    names = {f["name"] for f in FIELDS}
+    assert {"base", "scaling", "factor", "original_max_pos", "truncate", "start",
+            "prefix_tokens", "merge_window"} <= names
+    for f in FIELDS:
+        assert f["name"] == f["option"][2:].replace("-", "_")
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=IDS)
+def test_the_command_line_offers_the_option(f):
+    for command in commands(f):
+        p = subprocess.run([BIN, *command, "--help"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        offered = set(re.findall(r"--[a-z0-9-]+", p.stdout))
+        for option in options(f):
+            assert option in offered, f"{' '.join(command)}: {option} not in --help"
+        for c in f["choices"]:
+            assert c in p.stdout, f"{f['option']}: choice {c} not in --help"
+
+
+@pytest.mark.parametrize("f", [f for f in FIELDS if f["lo"] is not None],
+                         ids=[i for f, i in zip(FIELDS, IDS) if f["lo"] is not None])
+def test_the_range_is_the_declared_one_on_both_front_ends(f, x):
+    tmp, a = x
+    args, kw = BASELINES[f["kind"]]
+    p, _ = run(tmp, [*args, f["option"], str(f["lo"])])
+    assert f"{f['option']}: must be" not in p.stderr, p.stderr
+    try:
+        posenc.rope(a, axes="sd", **kw, **{f["name"]: f["lo"]})
+    except posenc.UsageError as e:
+        assert not str(e).startswith(f"{f['name']}: must be"), e
+    bad = [f["lo"] - 1] + ([f["hi"] + 1] if f["hi"] is not None else [])
+    for value in bad:
+        p, written = run(tmp, [*args, f["option"], str(value)])
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith(f"posenc: error: {f['option']}: must be"), p.stderr
+        assert not written
+        with pytest.raises(posenc.UsageError, match=rf"^{f['name']}: must be"):
+            posenc.rope(a, axes="sd", **kw, **{f["name"]: value})
+
+
+@pytest.mark.parametrize("f", [f for f in FIELDS if f["choices"]],
+                         ids=[i for f, i in zip(FIELDS, IDS) if f["choices"]])
+def test_a_name_outside_the_choices_is_refused(f, x):
+    tmp, a = x
+    if f["name"] != "style":  # --style also takes `posenc rope`'s tiled: bound by hand
+        p, written = run(tmp, [f["option"], "no-such-name"])
+        assert p.returncode == 2 and f["option"] in p.stderr and not written, p.stderr
+    with pytest.raises(posenc.UsageError, match=rf"^{f['name']}: expected "):
+        posenc.rope(a, axes="sd", **{f["name"]: "no-such-name"})
+    for c in f["choices"]:  # every name is taken by both (a scaling then needs its factor)
+        p, _ = run(tmp, [f["option"], c])
+        assert p.returncode == 0 or f"{f['option']}: " not in p.stderr, p.stderr
+        try:
+            posenc.rope(a, axes="sd", **{f["name"]: c})
+        except posenc.UsageError as e:
+            assert not str(e).startswith(f"{f['name']}: expected"), e
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=IDS)
+def test_python_takes_the_keyword_and_the_stubs_name_it(f):
+    functions = [(posenc.rope, "python/posenc/__init__.pyi")]
+    # A table does not depend on where the rotation sits in a head: table rope refuses these.
+    if f["kind"] != "coords" and f["name"] not in ("rotary_last", "rope_interleave"):
+        functions.append((posenc.table.rope, "python/posenc/table.pyi"))
+    for fn, stub in functions:
+        assert f["name"] in inspect.signature(fn).parameters, fn
+        m = re.search(r"^def rope\((.*?)\) -> ", read(stub), re.S | re.M)
+        assert m, f"{stub}: no stub for rope"
+        assert re.search(rf"\b{f['name']}:", m.group(1)), f"{stub}: rope lacks {f['name']}"
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=IDS)
+def test_the_man_page_documents_the_option(f):
+    page = read("man/posenc-rope.1")
+    for option in options(f):
+        escaped = re.escape(option.replace("-", r"\-"))
+        assert re.search(rf"^\.B[IR]? .*{escaped}\b(?!\\-)", page, re.M), \
+            f"posenc-rope.1: {option}"
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=IDS)
+def test_the_option_matrix_has_its_row(f):
+    matrix = read("tests/cli/test_option_matrix.py")
+    for option in options(f):
+        assert re.search(rf'^\s*"{re.escape(option)}": \(', matrix, re.M), option
