@@ -10,12 +10,10 @@ from . import _posenc
 from ._arrays import ints, is_real, reals, view
 from ._posenc import InputError, UsageError
 
-# Keyword -> RopeParams member; values None are "not given".
-ROPE_PARAMS = ("style", "base", "rotary_dim", "partial", "scaling", "factor",
-               "original_max_pos", "max_pos", "seq_len", "beta_fast", "beta_slow", "mscale",
-               "mscale_all_dim", "attention_factor", "truncate", "low_freq_factor",
-               "high_freq_factor", "short_factor", "long_factor", "hf_config", "hf_version",
-               "layer_type", "layer", "rotary_last", "rope_interleave", "arith")
+# Keyword -> RopeParams member; values None are "not given". The declared fields
+# (posenc/encodings/rope_fields.hpp) and those the module reads by hand.
+ROPE_PARAMS = tuple(f["name"] for f in _posenc._rope_fields() if f["kind"] == "rope") + (
+    "short_factor", "long_factor", "hf_config", "hf_version", "layer_type", "layer", "arith")
 
 
 def factor_list(value, what):
