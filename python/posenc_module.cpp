@@ -1096,7 +1096,8 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
 // lse, dbias, dsinks) and attrs.
 py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& dO, const AttentionOptions& opt,
-                             const std::vector<std::string>& names) {
+                             const std::vector<std::string>& names,
+                             const AttentionRope* rope = nullptr) {
   AttentionBackwardOptions bopt;
   for (const std::string& n : names) {
     if (n != "dq" && n != "dk" && n != "dv" && n != "softmax_d" && n != "lse" && n != "dbias" &&
@@ -1112,7 +1113,8 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
   AttentionGrads g;
   {
     py::gil_scoped_release nogil;
-    g = attention_backward(q, k, v, dO, opt, bopt);
+    g = rope ? attention_backward(q, k, v, dO, opt, bopt, *rope)
+             : attention_backward(q, k, v, dO, opt, bopt);
   }
   py::dict out;
   for (const std::string& n : names) out[py::str(n)] = to_array(std::move(g.named(n)));
@@ -1304,11 +1306,27 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                                                                             : "";
     return attention_kvcache_call(tensors, tensors["kv"].cast<py::dict>(), opt_d, *k, v, *q, opt, conflict);
   }
+  AttentionRope rope;
+  if (with_rope) {
+    // The variant for Q's head dim, computed here with the GIL (the dict is Python's)
+    // and handed to the library as a value.
+    const int head_dim = static_cast<int>(q->shape()[static_cast<std::size_t>(axes.index('d'))]);
+    const RopeParams params = rope_params(rope_d, head_dim);
+    rope.params = [params](int hd) {
+      RopeParams p = params;
+      p.head_dim = hd;
+      return p;
+    };
+    rope.positions = pos;
+    rope.apply = apply_options(apply_d);
+    rope.apply.allow_nonfinite = opt.allow_nonfinite;
+  }
   if (grad_output) {
-    if (r_keys || factorized || pos_key || pos_query || with_rope) {
-      throw UsageError("grad_output: not with rope or the relative terms");
+    if (r_keys || factorized || pos_key || pos_query) {
+      throw UsageError("grad_output: not with the relative terms");
     }
-    return attention_gradients(*q, *k, *v, *grad_output, opt, emit_names);
+    return attention_gradients(*q, *k, *v, *grad_output, opt, emit_names,
+                               with_rope ? &rope : nullptr);
   }
   AttentionResult res;
   if (r_keys || factorized) {
@@ -1340,19 +1358,6 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     py::gil_scoped_release nogil;
     res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, deb);
   } else if (with_rope) {
-    AttentionRope rope;
-    // The variant for Q's head dim, computed here with the GIL (the dict is Python's)
-    // and handed to the library as a value.
-    const int head_dim = static_cast<int>(q->shape()[static_cast<std::size_t>(axes.index('d'))]);
-    const RopeParams params = rope_params(rope_d, head_dim);
-    rope.params = [params](int hd) {
-      RopeParams p = params;
-      p.head_dim = hd;
-      return p;
-    };
-    rope.positions = pos;
-    rope.apply = apply_options(apply_d);
-    rope.apply.allow_nonfinite = opt.allow_nonfinite;
     py::gil_scoped_release nogil;
     res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, rope);
   } else {

@@ -69,7 +69,8 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
 
 void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std::string& grad_ref,
                    const AttentionOptions& opt, const std::vector<std::string>& names,
-                   const std::vector<TensorRef>& refs, const OutputOptions& out) {
+                   const std::vector<TensorRef>& refs, const OutputOptions& out,
+                   const AttentionRope* rope) {
   auto dO_src = open_source(parse_ref(grad_ref));
   AttentionBackwardOptions bopt;
   bopt.dbias = std::find(names.begin(), names.end(), "dbias") != names.end();
@@ -85,6 +86,12 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
     for (const TensorInfo* t : {&qi, &ki, &vi, &oi}) {
       const std::size_t bytes = checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
       need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
+    }
+    if (rope) {  // rotated Q and K, and dq and dk before they are rotated back, in float64
+      for (const TensorInfo* t : {&qi, &ki}) {
+        const std::size_t bytes = checked_numel(t->shape, 16, "attention") * 16;
+        need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
+      }
     }
     if (need > opt.max_memory) {
       throw InputError(fmt::format("gradients would need {} with the inputs > --max-memory {}",
@@ -109,7 +116,8 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
     for (const Tensor* t : {&qt, &kt, &vt, &dO}) inputs += t->nbytes();
     o.max_memory = opt.max_memory > inputs ? opt.max_memory - inputs : 1;
   }
-  AttentionGrads g = attention_backward(qt, kt, vt, dO, o, bopt);
+  AttentionGrads g = rope ? attention_backward(qt, kt, vt, dO, o, bopt, *rope)
+                          : attention_backward(qt, kt, vt, dO, o, bopt);
   verbose_attrs(g.attrs);
   std::vector<NamedTensor> named;
   for (std::size_t i = 0; i < names.size(); ++i) {

@@ -26,6 +26,7 @@ void refuse_gradients_without_dO(const std::string& list);
 /// gradients of `names` and writes them to `refs` together (or nothing).
 void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std::string& grad_ref,
                    const AttentionOptions& opt, const std::vector<std::string>& names,
-                   const std::vector<TensorRef>& refs, const OutputOptions& out);
+                   const std::vector<TensorRef>& refs, const OutputOptions& out,
+                   const AttentionRope* rope = nullptr);
 
 }  // namespace posenc::cli

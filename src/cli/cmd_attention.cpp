@@ -437,9 +437,9 @@ void run_attention(AttentionCmdOptions& o) {
   std::vector<std::string> grad_names;
   if (grads) {
     if (o.v.empty()) throw UsageError("--grad-output: needs -v (dO is the output's gradient)");
-    if (o.rope || relative_wanted(o.relative) || !o.part.empty()) {
-      throw UsageError(fmt::format("--grad-output: not with {}",
-                                   o.rope ? "--rope" : !o.part.empty() ? "--part" : "--relative"));
+    if (relative_wanted(o.relative) || !o.part.empty()) {
+      throw UsageError(
+          fmt::format("--grad-output: not with {}", !o.part.empty() ? "--part" : "--relative"));
     }
     // Whether the mask is float is known once it is read; dbias is checked again there.
     grad_names = parse_gradient_emit(o.emit, !o.sinks.empty(), !o.mask.empty());
@@ -598,8 +598,17 @@ void run_attention(AttentionCmdOptions& o) {
     if (!res.output_streamed) sink->write_rows(res.output.bytes(), res.output.shape().at(0));
     sink->commit();
   };
+  AttentionRope rope;
+  if (o.rope) {
+    rope.params = [&o](int head_dim) { return rope_params(o.rope_opts, head_dim); };
+    rope.positions = pos;
+    rope.apply.inverse = o.rope_opts.inverse;
+    rope.apply.precision = rope_precision(o.rope_opts);
+    rope.apply.allow_nonfinite = o.allow_nonfinite;
+  }
   if (grads) {
-    return run_gradients(*q_src, *k_src, *v_src, o.grad_output, opt, grad_names, out_refs, o.out);
+    return run_gradients(*q_src, *k_src, *v_src, o.grad_output, opt, grad_names, out_refs, o.out,
+                         o.rope ? &rope : nullptr);
   }
   if (!o.rope && !relative_wanted(o.relative) && part.whole()) {
     // The library reads the inputs itself: K and V in chunks within --max-memory.
@@ -626,12 +635,6 @@ void run_attention(AttentionCmdOptions& o) {
   if (relative_wanted(o.relative)) {
     res = relative_attention(o.relative, q, k, v ? &*v : nullptr, opt);
   } else if (o.rope) {
-    AttentionRope rope;
-    rope.params = [&o](int head_dim) { return rope_params(o.rope_opts, head_dim); };
-    rope.positions = pos;
-    rope.apply.inverse = o.rope_opts.inverse;
-    rope.apply.precision = rope_precision(o.rope_opts);
-    rope.apply.allow_nonfinite = o.allow_nonfinite;
     res = attention(q, k, v ? &*v : nullptr, opt, rope);
   } else {
     res = attention(q, k, v ? &*v : nullptr, opt);

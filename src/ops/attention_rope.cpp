@@ -7,6 +7,8 @@
 
 #include "posenc/error.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_backward.hpp"
+#include "posenc/ops/cast.hpp"
 
 namespace posenc {
 
@@ -66,8 +68,19 @@ std::pair<Tensor, Tensor> rope_for_attention(const Tensor& q, const Tensor& k, c
   return {std::move(qr), std::move(kr)};
 }
 
-AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
-                          AttentionOptions opt, const AttentionRope& rope) {
+namespace {
+
+// What attention with RoPE settles before rotating: the frequencies, the arithmetic
+// type, and the options with axes, output dtype and precision filled in.
+struct RopeSetup {
+  Axes axes;
+  RopeFreqs freqs;
+  DType compute;
+  AttentionOptions opt;
+};
+
+RopeSetup rope_setup(const Tensor& q, const Tensor& k, const Tensor* v, AttentionOptions opt,
+                     const AttentionRope& rope) {
   if (opt.cu_seqlens_q || opt.cu_seqlens_k) {
     throw UsageError(
         "cu_seqlens_q: not with rope (FlashAttention's varlen attention rotates nothing)");
@@ -99,7 +112,6 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     for (auto id : pos.ids) extent = std::max<std::int64_t>(extent, id + 1);
     params.seq_len = extent;
   }
-  const RopeFreqs freqs = compute_rope_freqs(params);
   DType compute = attention_arith(opt);
   if (!opt.dtype) opt.dtype = q.dtype();
   if (opt.arith == Arith::exact) {
@@ -108,8 +120,53 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
     compute = q.dtype();  // a framework rotates in the model dtype
   }
   opt.axes = axes.letters;
-  auto [qr, kr] = rope_for_attention(q, k, axes, freqs, pos, rope.apply, compute);
-  return attention(qr, kr, v, opt);
+  return RopeSetup{axes, compute_rope_freqs(params), compute, std::move(opt)};
+}
+
+}  // namespace
+
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
+                          AttentionOptions opt, const AttentionRope& rope) {
+  const RopeSetup r = rope_setup(q, k, v, std::move(opt), rope);
+  auto [qr, kr] = rope_for_attention(q, k, r.axes, r.freqs, rope.positions, rope.apply, r.compute);
+  return attention(qr, kr, v, r.opt);
+}
+
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& grad_output, AttentionOptions opt,
+                                  const AttentionBackwardOptions& bopt,
+                                  const AttentionRope& rope) {
+  if (opt.arith != Arith::exact) {
+    throw UsageError("rope: gradients through RoPE take the exact arithmetic only");
+  }
+  const RopeSetup r = rope_setup(q, k, &v, std::move(opt), rope);
+  auto [qr, kr] = rope_for_attention(q, k, r.axes, r.freqs, rope.positions, rope.apply, r.compute);
+  // The gradients stay in the arithmetic type until dq and dk are rotated back, so each
+  // is rounded once; the others are rounded here exactly as the backward would.
+  AttentionOptions inner = r.opt;
+  inner.dtype = r.compute;
+  AttentionGrads g = attention_backward(qr, kr, v, grad_output, inner, bopt);
+  // The rotation is linear, so the gradient with respect to the unrotated q is the
+  // transpose of the map applied to dq, at the same positions. The map is a R on the
+  // rotated dims (R a rotation, with any pair permutation; a the attention factor) and
+  // the identity on the others; its transpose a R^T is the inverse direction, whose
+  // factor is 1/a', with a' = 1/a (to a rounding of a).
+  RopeApplyOptions back = rope.apply;
+  back.inverse = !back.inverse;
+  RopeFreqs transposed = r.freqs;
+  transposed.attention_factor = 1.0 / r.freqs.attention_factor;
+  auto [dq, dk] =
+      rope_for_attention(g.dq, g.dk, r.axes, transposed, rope.positions, back, r.compute);
+  const DType out = *r.opt.dtype;
+  const DType lse_dtype = out == DType::f64 ? DType::f64 : DType::f32;
+  g.dq = cast(dq, out);
+  g.dk = cast(dk, out);
+  for (Tensor* t : {&g.dv, &g.dbias, &g.dsinks, &g.dt5_bias}) {
+    if (t->ndim() > 0 || t->numel() > 0) *t = cast(*t, out);
+  }
+  g.softmax_d = cast(g.softmax_d, lse_dtype);
+  g.lse = cast(g.lse, lse_dtype);
+  return g;
 }
 
 }  // namespace posenc

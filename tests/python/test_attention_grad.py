@@ -117,3 +117,23 @@ def test_t5_table_gradient_matches_torch_autograd():
     assert dt5.shape == (8, 4)
     for got, ref in zip((dq, dt5), want):
         assert (got - ref).abs().max() <= 1e-12 * ref.abs().max()
+
+
+def test_rope_gradients_are_with_respect_to_the_unrotated_inputs(tmp_path):
+    # The command's bytes (checked against torch autograd through a rotation in
+    # tests/reference/test_attention_backward_rope.py), from the keyword.
+    q, k, v, do = inputs(7)
+    got = posenc.attention(q, k, v, grad_output=do, rope=True, causal=True, style="gptj",
+                           attention_factor=1.25, emit=("dq", "dk"))
+    paths = []
+    for name, a in (("q", q), ("k", k), ("v", v), ("do", do)):
+        np.save(tmp_path / f"{name}.npy", a)
+        paths.append(str(tmp_path / f"{name}.npy"))
+    out = str(tmp_path / "g_{}.npy")
+    subprocess.run([BIN, "attention", "-q", paths[0], "-k", paths[1], "-v", paths[2],
+                    "--grad-output", paths[3], "-o", out, "--emit", "dq,dk", "--rope",
+                    "--causal", "--style", "gptj", "--attention-factor", "1.25"], check=True)
+    for name, g in zip(("dq", "dk"), got):
+        assert g.tobytes() == np.load(out.format(name)).tobytes(), name
+    plain = posenc.attention(q, k, v, grad_output=do, causal=True, emit=("dq",))
+    assert not np.array_equal(plain[0], got[0])

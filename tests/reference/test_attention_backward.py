@@ -279,7 +279,7 @@ class AttentionBackwardRefusals(PosencTestCase):
             (2, ["-v", self.v, "--emit", "dq,dk"], "--grad-output"),
             (2, ["-v", self.v, "--grad-output", self.do, "--clipped-bias", t5], "clipped"),
             (2, ["-v", self.v, "--grad-output", self.do, "--emit", "dq,dt5_bias"], "t5"),
-            (2, ["-v", self.v, "--grad-output", self.do, "--rope"], "--rope"),
+            (2, ["-v", self.v, "--grad-output", self.do, "--part", "0/2"], "--part"),
             (2, ["-v", self.v, "--grad-output", self.do, "--arith", "hf"], "arith"),
             (2, ["-v", self.v, "--grad-output", self.do, "--masked-rows", "nan"], "masked-rows"),
             (2, ["-v", self.v, "--grad-output", self.do, "--mask", bmask, "--emit", "dbias"],

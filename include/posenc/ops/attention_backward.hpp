@@ -84,6 +84,17 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& grad_output, const AttentionOptions& opt,
                                   const AttentionBackwardOptions& bopt = {});
 
+/// Gradients of attention(q, k, v, opt, rope), RoPE applied inside attention, with
+/// respect to the unrotated q and k: the backward of the rotated inputs, then dq and dk
+/// rotated back by the rotation's transpose (its inverse direction, attention factors
+/// included) at the same positions, each gradient rounded once. Exact arithmetic only
+/// (UsageError otherwise); the rest as attention_backward. Defined with the RoPE kernels
+/// (attention_rope.cpp).
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& grad_output, AttentionOptions opt,
+                                  const AttentionBackwardOptions& bopt,
+                                  const AttentionRope& rope);
+
 /// Bytes attention_backward would allocate (outputs and work, not the inputs).
 std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,
                                       DType q_dtype, const AttentionOptions& opt,
