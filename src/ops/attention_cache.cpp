@@ -100,7 +100,27 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
         std::pair{!opt.cu_seqlens.empty(), "cu_seqlens"},
         std::pair{opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr,
                   "cu_seqlens_q/cu_seqlens_k (varlen)"},
-        std::pair{opt.causal == CausalAlign::top_left, "causal top-left"}}) {
+        std::pair{opt.causal == CausalAlign::top_left, "causal top-left"},
+        // Read K and V whole (the concatenation, the descaled copies, P.V, the baseline),
+        // where the KV step gives the kernel cache rows: refused, not computed on zeros.
+        std::pair{opt.qv != nullptr, "qv"},
+        std::pair{opt.q_descale != nullptr, "q_descale"},
+        std::pair{opt.k_descale != nullptr, "k_descale"},
+        std::pair{opt.v_descale != nullptr, "v_descale"},
+        std::pair{!opt.p_dtype.empty(), "p_dtype"},
+        std::pair{opt.fa_baseline, "arith fa-baseline"},
+        // Terms by position, which would need each entry's own alignment.
+        std::pair{opt.alibi.has_value(), "alibi"},
+        std::pair{opt.t5_bias != nullptr, "t5_bias"},
+        std::pair{opt.clipped_bias != nullptr, "clipped_bias"},
+        std::pair{opt.relative_k != nullptr || opt.relative_v != nullptr ||
+                      opt.relative_proj != nullptr,
+                  "relative_k/relative_v/relative_proj"},
+        std::pair{opt.rel_pos_h != nullptr, "decomposed_rel_pos"},
+        std::pair{opt.global_k != nullptr, "global_kv"},
+        std::pair{opt.score_bias != nullptr, "relative score terms"},
+        std::pair{opt.temperature_scale != 0, "attn_temperature"},
+        std::pair{opt.llama4_scaling_beta != 0, "llama4_scaling"}}) {
     if (given) throw UsageError(fmt::format("{}: not with a KV cache", name));
   }
   if ((kv.k_new == nullptr) != (kv.v_new == nullptr)) {

@@ -104,6 +104,45 @@ class KvCacheInputs(PosencTestCase):
         ]
         self.assert_each_fails(self.base(), cases, before)
 
+    def test_options_the_kv_step_cannot_honour_exit_2(self):
+        # Each is refused by the library (so the Python module too), naming the option,
+        # before anything is written: neither the output nor the updated caches.
+        f = self.f
+        r = np.random.default_rng(2)
+        for name, a in {"qv": r.standard_normal((2, 1, 4, 8)),
+                        "ds": np.full((2, 2), 2.0, np.float32),
+                        "t5": r.standard_normal((32, 4)),
+                        "clip": r.standard_normal((8, 4)),
+                        "gk": r.standard_normal((2, 2, 1, 8)),
+                        "rh": r.standard_normal((3, 8))}.items():
+            f[name] = self.npy(f"{name}.npy", a)
+        kc0, vc0 = np.load(f["kc"]), np.load(f["vc"])
+        new = ["--cache-seqlens", f["cs"], "--k-new", f["kn"], "--v-new", f["vn"],
+               "--cache-out", f["kc"], f["vc"], "--force"]
+        before = sorted(os.listdir(self.tmp))
+        cases = [
+            (2, ["--qv", f["qv"]], "^posenc: error: --qv: not with a KV cache$"),
+            (2, ["--q-descale", f["ds"]], "--q-descale: not with a KV cache"),
+            (2, ["--k-descale", f["ds"]], "--k-descale: not with a KV cache"),
+            (2, ["--v-descale", f["ds"]], "--v-descale: not with a KV cache"),
+            (2, ["--p-dtype", "bf16"], "--p-dtype: not with a KV cache"),
+            (2, ["--arith", "fa-baseline"], "--arith fa-baseline: not with a KV cache"),
+            (2, ["--alibi"], "--alibi: not with a KV cache"),
+            (2, ["--attn-temperature", "0.1", "4"], "--attn-temperature: not with a KV cache"),
+            (2, ["--llama4-scaling", "0.1", "8"], "--llama4-scaling: not with a KV cache"),
+            (2, ["--t5-bias", f["t5"]], "t5.bias: not with a KV cache"),
+            (2, ["--clipped-bias", f["clip"]], "clipped.bias: not with a KV cache"),
+            (2, ["--global-kv", f["gk"], f["gk"], "--global-block-size", "4"],
+             "global.kv: not with a KV cache"),
+            (2, ["--decomposed-rel-pos", f["rh"], f["rh"], "--grid", "1", "1"],
+             "decomposed.rel.pos: not with a KV cache"),
+            (2, ["--key-lengths", f["cs"]], "key.lengths.*not with a KV cache"),
+        ]
+        self.assert_each_fails(["attention", "-q", f["q"], "-k", f["kc"], "-v", f["vc"],
+                                "-o", self.out, *new], cases, before)
+        np.testing.assert_array_equal(np.load(f["kc"]), kc0)
+        np.testing.assert_array_equal(np.load(f["vc"]), vc0)
+
     def test_bad_pages_exit_3(self):
         f = self.f
         new = ["--k-new", f["kn"], "--v-new", f["vn"], "--cache-out", self.path("kc_new.npy"),
