@@ -356,6 +356,11 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
         if (m.dtype == dtype_of<T>()) {
           std::memcpy(dst, p, m.width * sizeof(T));
           if (finite) all &= all_finite(dst, m.width);
+        } else if (m.dtype == DType::f64) {
+          // f64 caches under f32 arithmetic: rounded once, as the in-memory run's astype.
+          const double* x = reinterpret_cast<const double*>(p);
+          for (std::size_t c = 0; c < m.width; ++c) dst[c] = static_cast<T>(x[c]);
+          if (finite) all &= all_finite(dst, m.width);
         } else {
           all &= widen_keys(m.dtype, p, dst, m.width);
         }

@@ -21,8 +21,14 @@ from fa_rotary_reference import apply_rotary_tables
 
 def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, leftpad=None,
                  cos=None, sin=None, interleaved=False, rotary_seqlens=None, causal=False,
-                 window=(-1, -1), chunk=0):
-    """out [b, sq, h, dv], lse [b, h, sq] (float64) and the updated caches (their dtype)."""
+                 window=(-1, -1), chunk=0, scale=None, softcap=0.0, sinks=None, sink_tokens=0):
+    """out [b, sq, h, dv], lse [b, h, sq] (float64) and the updated caches (their dtype).
+
+    scale multiplies q.k (default 1/sqrt(d)); softcap C > 0 gives C tanh(s / C) before the
+    masks (attention_ref); sinks [h] are gpt-oss's sink logits, one more column in the
+    softmax's denominator (and lse) that adds nothing to the output; the first
+    sink_tokens keys of an entry (columns j - leftpad) stay visible whatever the window's
+    left side (FlashAttention's sink_token_length)."""
     b, sq, h, d = q.shape
     kc, vc = kc.copy(), vc.copy()
     rows = np.arange(b) if batch_idx is None else np.asarray(batch_idx)
@@ -50,7 +56,10 @@ def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, lef
     K = K.repeat_interleave(h // hk, dim=2)
     V = V.repeat_interleave(h // hk, dim=2)
     Q = torch.from_numpy(q_ro)
-    scores = torch.einsum("bthd,bshd->bhts", Q / math.sqrt(d), K)
+    scores = torch.einsum("bthd,bshd->bhts", Q, K) * (1 / math.sqrt(d) if scale is None
+                                                      else scale)
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
     left, right = window
     if causal:
         right = 0
@@ -65,13 +74,19 @@ def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, lef
         if right >= 0:
             m = m | (col > torch.clamp(pos + right, max=sk))
         if left >= 0:
-            m = m | (col < pos - left)
+            m = m | ((col < pos - left) & (col >= sink_tokens))
         if chunk > 0:
             start = pos - torch.remainder(pos, chunk)
             m = m | (col < start) | (col >= start + chunk)
         scores[e] = scores[e].masked_fill(m[None], float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
     empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
-    p = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
+    if sinks is not None:
+        sink = torch.as_tensor(np.asarray(sinks, np.float64)).view(1, h, 1, 1)
+        full = torch.cat([scores, sink.expand(b, h, sq, 1)], dim=-1)
+        lse = torch.logsumexp(full, dim=-1)
+        p = torch.softmax(full, dim=-1)[..., :-1]
+    else:
+        lse = torch.logsumexp(scores, dim=-1)
+        p = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
     out = torch.einsum("bhts,bshd->bthd", p, V)
     return out.numpy(), lse.numpy(), kc, vc

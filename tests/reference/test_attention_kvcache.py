@@ -75,19 +75,20 @@ class KvCache(PosencTestCase):
 
     def case(self, label, b=3, sq=1, h=4, hk=2, d=16, dv=8, page=16, mb=4, seqlens=None,
              s_new=1, batch_idx=None, leftpad=None, rotary=8, interleaved=False,
-             rotary_seqlens=None, causal=True, window=(-1, -1), chunk=0, b_cache=None):
+             rotary_seqlens=None, causal=True, window=(-1, -1), chunk=0, b_cache=None,
+             ref_kw=None, args=(), cache_dtype=np.float32, tol=1e-12):
         S = page * mb
         b_cache = b_cache or b
-        kc, vc = self.caches(b_cache, S, hk, d, dv)
+        kc, vc = (x.astype(cache_dtype) for x in self.caches(b_cache, S, hk, d, dv))
         q = self.rng.standard_normal((b, sq, h, d))
-        k_new = self.rng.standard_normal((b, s_new, hk, d)).astype(np.float32) if s_new else None
-        v_new = self.rng.standard_normal((b, s_new, hk, dv)).astype(np.float32) if s_new else None
+        k_new = self.rng.standard_normal((b, s_new, hk, d)).astype(cache_dtype) if s_new else None
+        v_new = self.rng.standard_normal((b, s_new, hk, dv)).astype(cache_dtype) if s_new else None
         cos = sin = None
         if rotary:
             ang = self.rng.uniform(0, 2 * np.pi, (S + 8, rotary // 2))
             cos, sin = np.cos(ang), np.sin(ang)
         ref = kv_reference(q, kc, vc, seqlens, k_new, v_new, batch_idx, leftpad, cos, sin,
-                           interleaved, rotary_seqlens, causal, window, chunk)
+                           interleaved, rotary_seqlens, causal, window, chunk, **(ref_kw or {}))
         ints = lambda x: None if x is None else np.asarray(x, np.int32)
         common = self.side(label, cache_seqlens=ints(seqlens), cache_batch_idx=ints(batch_idx),
                            cache_leftpad=ints(leftpad), k_new=k_new, v_new=v_new,
@@ -100,20 +101,21 @@ class KvCache(PosencTestCase):
             common += ["--window", f"{window[0]},{window[1]}"]
         if chunk:
             common += ["--chunk-size", str(chunk)]
+        common += list(args)
         wrote = bool(s_new)
         res, bits = self.posenc(label + "c", q, kc, vc, common, cache_out=wrote)
         out, lse = res[:2]
         kc2, vc2 = res[2:] if wrote else (kc, vc)
         scale = max(np.abs(ref[0]).max(), 1.0)
-        self.assertLessEqual(np.abs(out - ref[0]).max() / scale, 1e-12, label)
+        self.assertLessEqual(np.abs(out - ref[0]).max() / scale, tol, label)
         empty = np.isneginf(ref[1])
         np.testing.assert_array_equal(np.isneginf(lse), empty, label)
-        self.assertLessEqual(np.abs(lse[~empty] - ref[1][~empty]).max(initial=0), 1e-12, label)
+        self.assertLessEqual(np.abs(lse[~empty] - ref[1][~empty]).max(initial=0), tol, label)
         np.testing.assert_array_equal(kc2, ref[2], label)
         np.testing.assert_array_equal(vc2, ref[3], label)
         # Paged: the same bytes, and the pages updated as the rows.
         pk, table = paged(kc, page, self.rng)
-        pv = np.zeros((pk.shape[0], page, hk, dv), np.float32)
+        pv = np.zeros((pk.shape[0], page, hk, dv), vc.dtype)
         for e in range(b_cache):
             for k in range(mb):
                 pv[table[e, k]] = vc[e, k * page:(k + 1) * page]
@@ -153,6 +155,22 @@ class KvCache(PosencTestCase):
     def test_read_only_cache(self):
         # No new keys, no rotary: attention over the cached rows only.
         self.case("ro", seqlens=[16, 3, 64], s_new=0, rotary=0, sq=2)
+
+    def test_scale_softcap_sinks_and_sink_tokens(self):
+        # The attention options the KV step honours, as attention_ref defines them.
+        sinks = self.rng.standard_normal(4)
+        self.case("cap", seqlens=[5, 30, 12], sq=2, s_new=2, args=["--scale", "0.4", "--softcap",
+                  "1.5"], ref_kw=dict(scale=0.4, softcap=1.5))
+        self.case("sinks", seqlens=[5, 30, 12], sq=2, args=["--sinks", self.npy("sk.npy", sinks)],
+                  ref_kw=dict(sinks=sinks))
+        self.case("sinktok", seqlens=[9, 30, 12], sq=3, s_new=2, window=(4, 0), causal=False,
+                  leftpad=[2, 0, 1], args=["--sink-tokens", "3"], ref_kw=dict(sink_tokens=3))
+
+    def test_f64_caches_in_f32_arithmetic(self):
+        # The cache rows are rounded to float32 as they are read (they were read as f16
+        # bytes before): within float32 arithmetic's error of the float64 reference.
+        self.case("f32", seqlens=[20, 3, 50], s_new=1, sq=2, cache_dtype=np.float64,
+                  args=["--precision", "f32"], tol=1e-5)
 
 
 if __name__ == "__main__":
