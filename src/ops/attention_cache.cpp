@@ -101,12 +101,8 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
         std::pair{opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr,
                   "cu_seqlens_q/cu_seqlens_k (varlen)"},
         std::pair{opt.causal == CausalAlign::top_left, "causal top-left"},
-        // Read K and V whole (the concatenation, the descaled copies, P.V, the baseline),
-        // where the KV step gives the kernel cache rows: refused, not computed on zeros.
-        std::pair{opt.qv != nullptr, "qv"},
-        std::pair{opt.q_descale != nullptr, "q_descale"},
-        std::pair{opt.k_descale != nullptr, "k_descale"},
-        std::pair{opt.v_descale != nullptr, "v_descale"},
+        // Read K and V whole (P.V, the baseline), where the KV step gives the kernel cache
+        // rows: refused, not computed on zeros. (qv and the descales: gathered below.)
         std::pair{!opt.p_dtype.empty(), "p_dtype"},
         std::pair{opt.fa_baseline, "arith fa-baseline"},
         // Terms by position, which would need each entry's own alignment.
@@ -469,7 +465,30 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
   o.output_sink = nullptr;
   if (o.emit.empty()) o.emit = {AttentionEmit::output};
   AttentionResult res;
-  {
+  if (opt.qv || opt.q_descale || opt.k_descale || opt.v_descale) {
+    // qv and the descales (attention_fa.cpp) read K and V whole: each entry's rows are
+    // gathered into [b, sk, hk, d] copies (zeros past its length, masked by seqused_k),
+    // counted against max_memory; a paged and a contiguous cache give the same copies.
+    const std::size_t copies = K.nbytes() + V.nbytes();
+    if (opt.max_memory && copies > opt.max_memory) {
+      throw InputError(fmt::format("the gathered KV cache rows (for qv and the descales) "
+                                   "would need {} > max_memory {}",
+                                   bytes_str(copies), bytes_str(opt.max_memory)));
+    }
+    if (opt.max_memory) o.max_memory = opt.max_memory - copies;
+    if (!opt.allow_nonfinite) key_rows.name();  // names the cache and the entry
+    Tensor Kg(k_cache.dtype(), Shape{b, sk, hk, d}), Vg(v_cache.dtype(), Shape{b, sk, hk, dv});
+    std::memset(Kg.bytes(), 0, Kg.nbytes());
+    std::memset(Vg.bytes(), 0, Vg.nbytes());
+    for (std::size_t i = 0; i < b; ++i) {
+      for (std::size_t j = 0; j < static_cast<std::size_t>(n[i]); ++j) {
+        const std::size_t at = static_cast<std::size_t>(rows[i * sk + j]);
+        std::memcpy(Kg.bytes() + (i * sk + j) * krow, k_cache.bytes() + at * krow, krow);
+        std::memcpy(Vg.bytes() + (i * sk + j) * vrow, v_cache.bytes() + at * vrow, vrow);
+      }
+    }
+    res = attention(*q_use, Kg, &Vg, o);
+  } else {
     const Guard guard(&key_rows);
     res = attention(*q_use, K, &V, o);
   }

@@ -109,9 +109,7 @@ class KvCacheInputs(PosencTestCase):
         # before anything is written: neither the output nor the updated caches.
         f = self.f
         r = np.random.default_rng(2)
-        for name, a in {"qv": r.standard_normal((2, 1, 4, 8)),
-                        "ds": np.full((2, 2), 2.0, np.float32),
-                        "t5": r.standard_normal((32, 4)),
+        for name, a in {"t5": r.standard_normal((32, 4)),
                         "clip": r.standard_normal((8, 4)),
                         "gk": r.standard_normal((2, 2, 1, 8)),
                         "rh": r.standard_normal((3, 8))}.items():
@@ -121,11 +119,7 @@ class KvCacheInputs(PosencTestCase):
                "--cache-out", f["kc"], f["vc"], "--force"]
         before = sorted(os.listdir(self.tmp))
         cases = [
-            (2, ["--qv", f["qv"]], "^posenc: error: --qv: not with a KV cache$"),
-            (2, ["--q-descale", f["ds"]], "--q-descale: not with a KV cache"),
-            (2, ["--k-descale", f["ds"]], "--k-descale: not with a KV cache"),
-            (2, ["--v-descale", f["ds"]], "--v-descale: not with a KV cache"),
-            (2, ["--p-dtype", "bf16"], "--p-dtype: not with a KV cache"),
+            (2, ["--p-dtype", "bf16"], "^posenc: error: --p-dtype: not with a KV cache$"),
             (2, ["--arith", "fa-baseline"], "--arith fa-baseline: not with a KV cache"),
             (2, ["--alibi"], "--alibi: not with a KV cache"),
             (2, ["--attn-temperature", "0.1", "4"], "--attn-temperature: not with a KV cache"),
@@ -142,6 +136,28 @@ class KvCacheInputs(PosencTestCase):
                                 "-o", self.out, *new], cases, before)
         np.testing.assert_array_equal(np.load(f["kc"]), kc0)
         np.testing.assert_array_equal(np.load(f["vc"]), vc0)
+
+    def test_bad_qv_and_descales_exit_3(self):
+        # qv and the descales are honoured by the KV step (tests/reference); bad ones are
+        # named before the caches change.
+        f = self.f
+        for name, a in {"qv7": np.zeros((2, 1, 4, 7)), "ds21": np.ones((2, 1), np.float32),
+                        "dsneg": np.array([[1.0, -1.0], [1.0, 1.0]], np.float32),
+                        "qv": np.zeros((2, 1, 4, 8))}.items():
+            f[name] = self.npy(f"{name}.npy", a)
+        kc0 = np.load(f["kc"])
+        new = ["--cache-seqlens", f["cs"], "--k-new", f["kn"], "--v-new", f["vn"],
+               "--cache-out", f["kc"], f["vc"], "--force"]
+        before = sorted(os.listdir(self.tmp))
+        cases = [
+            (3, ["--qv", f["qv7"]], "--qv: shape"),
+            (3, ["--k-descale", f["ds21"]], r"--k-descale: shape \(2, 1\) must be \[b, hk\]"),
+            (3, ["--v-descale", f["dsneg"]], "--v-descale: .*positive"),
+            (3, ["--qv", f["qv"], "--max-memory", "1000"], "max-memory"),
+        ]
+        self.assert_each_fails(["attention", "-q", f["q"], "-k", f["kc"], "-v", f["vc"],
+                                "-o", self.out, *new], cases, before)
+        np.testing.assert_array_equal(np.load(f["kc"]), kc0)
 
     def test_bad_pages_exit_3(self):
         f = self.f

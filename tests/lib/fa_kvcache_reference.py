@@ -21,14 +21,21 @@ from fa_rotary_reference import apply_rotary_tables
 
 def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, leftpad=None,
                  cos=None, sin=None, interleaved=False, rotary_seqlens=None, causal=False,
-                 window=(-1, -1), chunk=0, scale=None, softcap=0.0, sinks=None, sink_tokens=0):
+                 window=(-1, -1), chunk=0, scale=None, softcap=0.0, sinks=None, sink_tokens=0,
+                 qv=None, q_descale=None, k_descale=None, v_descale=None):
     """out [b, sq, h, dv], lse [b, h, sq] (float64) and the updated caches (their dtype).
 
     scale multiplies q.k (default 1/sqrt(d)); softcap C > 0 gives C tanh(s / C) before the
     masks (attention_ref); sinks [h] are gpt-oss's sink logits, one more column in the
     softmax's denominator (and lse) that adds nothing to the output; the first
     sink_tokens keys of an entry (columns j - leftpad) stay visible whatever the window's
-    left side (FlashAttention's sink_token_length)."""
+    left side (FlashAttention's sink_token_length).
+
+    FA3's qv [b, sq, h, dv] and descales [b, hk] (attention_ref's upcast reference): the
+    entry's cache rows are read as float32(k) * k_descale[b, kv head] and float32(v) *
+    v_descale, the (rotated) queries and qv as float32(x) * q_descale of their KV head,
+    each product in float32; with qv the scores are (q.k + qv.v) scale, scale defaulting
+    to 1/sqrt(d + dv)."""
     b, sq, h, d = q.shape
     kc, vc = kc.copy(), vc.copy()
     rows = np.arange(b) if batch_idx is None else np.asarray(batch_idx)
@@ -53,11 +60,24 @@ def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, lef
     K = torch.from_numpy(kc[rows].astype(np.float64))
     V = torch.from_numpy(vc[rows].astype(np.float64))
     S, hk = K.shape[1], K.shape[2]
-    K = K.repeat_interleave(h // hk, dim=2)
-    V = V.repeat_interleave(h // hk, dim=2)
-    Q = torch.from_numpy(q_ro)
-    scores = torch.einsum("bthd,bshd->bhts", Q, K) * (1 / math.sqrt(d) if scale is None
-                                                      else scale)
+
+    def descale(x, ds, group):  # float32(x) * ds[b, head // group], in float32
+        if ds is None:
+            return x
+        f = torch.from_numpy(np.asarray(ds, np.float32)).repeat_interleave(group, dim=1)
+        return (x.float() * f[:, None, :, None]).double()
+
+    K = descale(K, k_descale, 1).repeat_interleave(h // hk, dim=2)
+    V = descale(V, v_descale, 1).repeat_interleave(h // hk, dim=2)
+    Q = descale(torch.from_numpy(q_ro), q_descale, h // hk)
+    dv = V.shape[3]
+    if scale is None:
+        scale = 1 / math.sqrt(d + dv if qv is not None else d)
+    scores = torch.einsum("bthd,bshd->bhts", Q, K)
+    if qv is not None:
+        QV = descale(torch.from_numpy(np.asarray(qv, np.float64)), q_descale, h // hk)
+        scores = scores + torch.einsum("bthd,bshd->bhts", QV, V)
+    scores = scores * scale
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
     left, right = window

@@ -95,3 +95,24 @@ def test_bf16_rotary_tables_used_as_their_values():
                            rotary_cos=cos_t, rotary_sin=sin_t)
     np.testing.assert_array_equal(kt, want_k)
     assert np.abs(out - want_out).max() <= 1e-12 * max(1, np.abs(want_out).max())
+
+
+def test_kvcache_qv_and_descales_and_refusals():
+    # FA3's qv and descales honoured as the CLI honours them; options the KV step cannot
+    # honour refused (UsageError), the caches left as they were.
+    q, kc, vc, kn, vn, cos, sin = data(seed=9)
+    r = np.random.default_rng(9)
+    qv = r.standard_normal(q.shape)
+    kd, vd = (r.uniform(0.5, 2.0, (2, 2)).astype(np.float32) for _ in range(2))
+    seqlens = np.array([7, 11], np.int32)
+    want_out = kv_reference(q, kc, vc, seqlens, kn, vn, qv=qv, k_descale=kd, v_descale=vd,
+                            causal=True)[0]
+    k1, v1 = kc.copy(), vc.copy()
+    out = posenc.attention(q, k1, v1, cache_seqlens=seqlens, k_new=kn, v_new=vn, qv=qv,
+                           k_descale=kd, v_descale=vd, causal=True)
+    assert np.abs(out - want_out).max() <= 1e-12 * max(1, np.abs(want_out).max())
+    for kw in (dict(p_dtype="bf16"), dict(alibi=True), dict(arith="fa-baseline")):
+        k2, v2 = kc.copy(), vc.copy()
+        with pytest.raises(posenc.UsageError, match="not with a KV cache"):
+            posenc.attention(q, k2, v2, cache_seqlens=seqlens, k_new=kn, v_new=vn, **kw)
+        np.testing.assert_array_equal(k2, kc)

@@ -166,6 +166,23 @@ class KvCache(PosencTestCase):
         self.case("sinktok", seqlens=[9, 30, 12], sq=3, s_new=2, window=(4, 0), causal=False,
                   leftpad=[2, 0, 1], args=["--sink-tokens", "3"], ref_kw=dict(sink_tokens=3))
 
+    def test_qv_and_descales(self):
+        # FA3's qv and fp8 descales per (entry, KV head), over new keys, rotary and a
+        # cache_batch_idx (the descales follow the batch entry, not the cache row).
+        qv = self.rng.standard_normal((3, 2, 4, 8))
+        ds = {n: self.rng.uniform(0.25, 4.0, (3, 2)).astype(np.float32)
+              for n in ("q_descale", "k_descale", "v_descale")}
+        files = lambda tag, keys: sum((["--" + k.replace("_", "-"), self.npy(f"{tag}_{k}.npy",
+                                        qv if k == "qv" else ds[k])] for k in keys), [])
+        for tag, keys in (("qv", ["qv"]), ("kds", ["k_descale"]),
+                          ("all", ["qv", "q_descale", "k_descale", "v_descale"])):
+            kw = {k: qv if k == "qv" else ds[k] for k in keys}
+            self.case(tag, seqlens=[5, 30, 12], sq=2, s_new=2, b_cache=4, batch_idx=[3, 0, 2],
+                      args=files(tag, keys), ref_kw=kw)
+        self.case("qvscale", seqlens=[9, 0, 12], sq=2, s_new=1, causal=False, window=(3, 1),
+                  args=files("qvs", ["qv", "v_descale"]) + ["--scale", "0.3"],
+                  ref_kw=dict(qv=qv, v_descale=ds["v_descale"], scale=0.3))
+
     def test_f64_caches_in_f32_arithmetic(self):
         # The cache rows are rounded to float32 as they are read (they were read as f16
         # bytes before): within float32 arithmetic's error of the float64 reference.

@@ -65,10 +65,15 @@ struct KvCacheOptions {
 
 /// Attention of `q` over the KV cache (see the file comment), writing the new keys and
 /// values into `k_cache` and `v_cache` in place. `opt` gives the scale, causal mask
-/// (bottom-right), window, chunk size, sink tokens, soft-cap, sinks, dtype, precision and
-/// emit (output and lse only). Throws UsageError for options the KV cache cannot honour
-/// (other axes than bshd, logits or probs, arith other than exact, seqused_q/k, key
-/// lengths, masks, packed sequences, rotary tables without new keys) and InputError,
+/// (bottom-right), window, chunk size, sink tokens, soft-cap, sinks, per_dim_scale, dtype,
+/// precision, masked_rows, allow_nonfinite, max_memory and emit (output and lse only), and
+/// FA3's qv and fp8 descales ([b, hk], per batch entry: the entry's cache rows are
+/// gathered into a copy counted against max_memory, then as attention's qv and
+/// descales). Throws UsageError for options the KV cache cannot honour (other axes than
+/// bshd, logits or probs, arith other than exact, the FlashAttention baseline, p_dtype,
+/// seqused_q/k, key lengths, masks, packed sequences, terms by position: alibi, t5,
+/// clipped, relative, decomposed, global, score_bias, temperature and llama4 scaling;
+/// rotary tables without new keys) and InputError,
 /// naming the input, for inconsistent shapes or dtypes, page ids out of range or (with
 /// new keys) shared by entries that write into them, cache_batch_idx out of range or
 /// (with new keys) repeated, leftpad beyond cache_seqlens, cache_seqlens + s_new beyond
