@@ -374,7 +374,10 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         hk, d] (or pages [num_blocks, page_size, hk, d] with page_table). k_new and v_new
         are stored at cache_seqlens (rotated k_new) in k and v themselves, as
         FlashAttention does (writable C-contiguous numpy arrays or CPU torch tensors),
-        unless update_cache=False; emits output and lse only (default: output).
+        unless update_cache=False; emits output and lse only (default: output). qv
+        and the descales ([b, hk], per batch entry) are honoured as flash_attn_with_kvcache
+        takes them; p_dtype, arith other than "exact", rope and the terms by position
+        (alibi, t5_bias, ...) raise UsageError (posenc-attention(1), KV CACHES).
     """
     given = {n: v_ for n, v_ in locals().items() if n in _ROPE_OPTION_NAMES}
     kv = _kvcache_args(locals())  # FlashAttention's KV cache: k and v are the caches
