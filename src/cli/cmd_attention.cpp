@@ -853,8 +853,10 @@ void register_attention(CLI::App& app) {
         "the model dtype, element operations bit for bit as torch's CPU kernels; fa-baseline: "
         "FlashAttention's PyTorch baseline (attention_ref upcast=False, reorder_ops=True), "
         "each op rounded to Q's dtype as CUDA does");
+    // RoPE's modes stay accepted here so that meta and ggml get the message saying what
+    // attention reproduces (run_attention).
     p->get_validator(0)->active(false);
-    p->check(CLI::IsMember({"exact", "hf", "fa-baseline"}));
+    p->check(CLI::IsMember({"exact", "hf", "fa-baseline", "meta", "ggml"}));
   }
   add_part_option(sub, o->part,
                   "the batch axis b of Q, K and V (not with --mask, --key-lengths, "

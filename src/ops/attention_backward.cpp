@@ -126,34 +126,9 @@ struct Ctx {
   std::vector<double> dt5;
 };
 
-// exp(x) in f32 lanes, vectorised by GCC: Cephes' expf polynomial (about 1 ulp) with a
-// 2^n scaling from the exponent bits; below -87 (where expf is subnormal or 0) the result
-// is 0. x is a score minus its row's lse, so at most a rounding above 0.
-inline float exp_lanes(float x) {
-  // Negative floats order like their bits as unsigned: the clamp and the zeroing are
-  // integer selects, which GCC vectorises under -ftrapping-math.
-  const std::uint32_t xb = __builtin_bit_cast(std::uint32_t, x);
-  const std::uint32_t lim = __builtin_bit_cast(std::uint32_t, -87.0f);
-  const std::uint32_t keep = xb > lim ? 0u : ~0u;
-  const float xc = __builtin_bit_cast(float, (xb & keep) | (lim & ~keep));
-  const float shifter = 12582912.0f;  // 1.5 * 2^23: rounds to an integer in the mantissa
-  const float t = xc * 1.44269504088896341f + shifter;
-  const float n = t - shifter;
-  const std::int32_t ni =
-      __builtin_bit_cast(std::int32_t, t) - __builtin_bit_cast(std::int32_t, shifter);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const float scale = __builtin_bit_cast(float, (ni + 127) << 23);
-  const float e = __builtin_bit_cast(float, __builtin_bit_cast(std::uint32_t, y * scale) & keep);
-  return x != x ? x : e;  // a NaN score stays NaN (as expf), whatever its sign bit
-}
+// exp(x) in f32 lanes for x a score minus its row's lse (at most a rounding above 0): the
+// forward's exp_nonpositive, with a NaN score kept NaN (as expf), whatever its sign bit.
+inline float exp_lanes(float x) { return x != x ? x : exp_nonpositive(x); }
 
 // A row's keys seen with no term but the scale: s <- P = exp(s - lse), dp <- dS = P (dP - D).
 // The clones round alike (the file is compiled without contracting a * b + c).

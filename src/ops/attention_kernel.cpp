@@ -73,35 +73,6 @@ void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, co
 // ---------------------------------------------------------------------------------
 // exp
 
-// exp(x) for x <= 0 (scores minus their row maximum), written so that GCC vectorises
-// the loop: Cephes' expf polynomial (max error about 1 ulp) with a 2^n scaling built
-// from the exponent bits; below -87 (where expf is subnormal or 0) the result is 0,
-// so masked (-inf) scores give exactly 0.
-inline float exp_nonpositive(float x) {
-  // The clamp and the final zeroing are integer selects on the bits (negative floats
-  // order like their bits as unsigned), which GCC vectorises under -ftrapping-math.
-  const std::uint32_t xb = __builtin_bit_cast(std::uint32_t, x);
-  const std::uint32_t lim = __builtin_bit_cast(std::uint32_t, -87.0f);
-  const std::uint32_t keep = xb > lim ? 0u : ~0u;
-  const float xc = __builtin_bit_cast(float, (xb & keep) | (lim & ~keep));
-  const float shifter = 12582912.0f;  // 1.5 * 2^23: rounds to an integer in the mantissa
-  const float t = xc * 1.44269504088896341f + shifter;
-  const float n = t - shifter;
-  const std::int32_t ni =
-      __builtin_bit_cast(std::int32_t, t) - __builtin_bit_cast(std::int32_t, shifter);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const float scale = __builtin_bit_cast(float, (ni + 127) << 23);
-  return __builtin_bit_cast(float, __builtin_bit_cast(std::uint32_t, y * scale) & keep);
-}
-
 // p[j] = exp(s[j] - m) in place; returns the sum in double (NaN if a score is NaN;
 // `may_nan` false skips that check when the scores are known finite). One pass: the
 // exponentials go into 16 f32 lanes summed over chunks of up to 1024, the chunks added

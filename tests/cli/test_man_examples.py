@@ -123,6 +123,22 @@ class ManExamples(test_readme.ExampleRunner):
                 (1, 32, 16, 128)).astype(np.float32))
 
         self.before_combine(cmd)
+        if cmd.startswith("posenc attention -q q_step.npy -k k_pages.npy"):
+            # posenc-attention(1) KV CACHES: 8 entries of 2 pages of 16 tokens (the pages
+            # shuffled), 32 query and 8 KV heads of 128 dims, one new token each, tables
+            # of 64 columns.
+            r = np.random.default_rng(9)
+            f16 = lambda *s: r.standard_normal(s).astype(np.float16)  # noqa: E731
+            np.save(self.path("q_step.npy"), f16(8, 1, 32, 128))
+            np.save(self.path("k_pages.npy"), f16(16, 16, 8, 128))
+            np.save(self.path("v_pages.npy"), f16(16, 16, 8, 128))
+            np.save(self.path("pages.npy"), r.permutation(16).reshape(8, 2).astype(np.int32))
+            np.save(self.path("seqlens.npy"), r.integers(1, 31, 8).astype(np.int32))
+            np.save(self.path("k_step.npy"), f16(8, 1, 8, 128))
+            np.save(self.path("v_step.npy"), f16(8, 1, 8, 128))
+            ang = np.arange(32)[:, None] * 10000.0 ** (-np.arange(32) / 32)
+            np.save(self.path("cos.npy"), np.cos(ang).astype(np.float16))
+            np.save(self.path("sin.npy"), np.sin(ang).astype(np.float16))
 
     def before_combine(self, cmd):
         # posenc-combine(1): key blocks for q.npy read as bshd [1, 32, 16, 128], the

@@ -128,9 +128,14 @@ void declare(V& v, CoordGrid& g) {
 /// `f(name, Request{})` for every declared RoPE request: the field lists the tests walk.
 template <class F>
 void for_each_rope_request(F&& f) {
-  f("rope", RopeParams{});
-  f("positions", Positions{});
-  f("coords", CoordGrid{});
+  // Named values, not temporaries: GCC 12 warns that a temporary's vectors may be used
+  // uninitialised when the visitor copies them.
+  const RopeParams rope;
+  const Positions positions;
+  const CoordGrid coords;
+  f("rope", rope);
+  f("positions", positions);
+  f("coords", coords);
 }
 
 }  // namespace posenc
