@@ -3,10 +3,13 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 
 #include "cli/common.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/npy.hpp"
 #include "posenc/ops/attention_cache.hpp"
 
 namespace posenc::cli {
@@ -78,7 +81,6 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
     all.insert(all.end(), cache_refs.begin(), cache_refs.end());
     check_distinct_outputs(all);
   }
-  Tensor qt = read_tensor(q), kc = read_tensor(k), vc = read_tensor(v);
   std::optional<Tensor> side[9];
   KvCacheOptions kv;
   const std::string* refs[9] = {&o.page_table, &o.cache_seqlens, &o.cache_batch_idx,
@@ -87,13 +89,81 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
   const Tensor** slots[9] = {&kv.page_table, &kv.cache_seqlens, &kv.cache_batch_idx,
                              &kv.cache_leftpad, &kv.k_new, &kv.v_new,
                              &kv.rotary_cos, &kv.rotary_sin, &kv.rotary_seqlens};
+  auto q_src = open_source(parse_ref(q));
+  auto k_src = open_source(parse_ref(k));
+  auto v_src = open_source(parse_ref(v));
+  // A cache only read (no new keys) is used in place where its file can be mapped: only
+  // the pages holding the rows the entries use become resident, read block by block as
+  // the kernel widens each key block. New keys are written into the cache, so it is then
+  // read whole (an owned copy, written out by --cache-out with the other outputs).
+  const bool in_place = o.k_new.empty() && k_src->mapped_data() && v_src->mapped_data();
+  std::size_t own = 0;  // bytes read into memory: Q, the small inputs, caches read whole
+  auto bytes_of = [](const TensorInfo& t) {
+    return checked_numel(t.shape, 1, "attention") * dtype_size(t.dtype);
+  };
+  auto add = [](std::size_t a, std::size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; };
+  own = add(own, bytes_of(q_src->info()));
   for (int i = 0; i < 9; ++i) {
     if (refs[i]->empty()) continue;
     side[i] = read_tensor(*refs[i]);
     *slots[i] = &*side[i];
+    own = add(own, side[i]->nbytes());
   }
+  AttentionOptions lib = opt;
+  if (opt.max_memory) {
+    // The budget from the headers (and the small per-entry inputs), before a cache byte
+    // is read: a cache read whole counts all its bytes, one used in place the rows its
+    // entries use; K and V as the kernel sees them ([b, sk, hk, d], set as it reads each
+    // key block) count too. The outputs and work memory are the library's (what is left).
+    const TensorInfo &ki = k_src->info(), &vi = v_src->info(), &qi = q_src->info();
+    if (ki.shape.size() == 4 && vi.shape.size() == 4 && qi.shape.size() == 4) {
+      const std::size_t b = qi.shape[0];
+      const std::size_t per_row = ki.shape[2] * ki.shape[3] * dtype_size(ki.dtype) +
+                                  vi.shape[2] * vi.shape[3] * dtype_size(vi.dtype);
+      const std::size_t s_new = side[4] && side[4]->shape().size() > 1 ? side[4]->shape()[1] : 0;
+      const std::size_t capacity =
+          side[0] && side[0]->shape().size() == 2 ? side[0]->shape()[1] * ki.shape[1] : ki.shape[1];
+      auto entry = [&](const std::optional<Tensor>& t, std::size_t i, double dflt) {
+        return t && t->shape().size() == 1 && i < t->shape()[0] ? t->get(i) : dflt;
+      };
+      std::size_t used = 0, sk = 0;
+      for (std::size_t i = 0; i < b; ++i) {
+        const double n = entry(side[1], i, static_cast<double>(capacity)) +
+                         static_cast<double>(s_new) - entry(side[3], i, 0.0);
+        // Out-of-range lengths are refused by the library, naming the input.
+        const std::size_t rows =
+            n > 0 ? static_cast<std::size_t>(std::min(n, static_cast<double>(capacity))) : 0;
+        used = add(used, rows);
+        sk = std::max(sk, rows);
+      }
+      std::size_t need = own;
+      if (in_place) {
+        need = add(need, used > SIZE_MAX / per_row ? SIZE_MAX : used * per_row);
+      } else {
+        need = add(need, add(bytes_of(ki), bytes_of(vi)));
+      }
+      const std::size_t views = b * sk > SIZE_MAX / per_row ? SIZE_MAX : b * sk * per_row;
+      need = add(need, views);
+      if (need >= opt.max_memory) {
+        throw InputError(fmt::format(
+            "--max-memory {}: the KV cache step needs {} before its outputs and work memory "
+            "(Q, the per-entry inputs, {}, and the keys as attention sees them)",
+            bytes_str(opt.max_memory), bytes_str(need),
+            in_place ? "the cache rows the entries use" : "the caches read whole"));
+      }
+      lib.max_memory = opt.max_memory - need;
+    }
+  }
+  auto whole = [&](TensorSource& src) {
+    if (in_place) {
+      return Tensor::borrow(src.info().dtype, src.info().shape,
+                            const_cast<std::byte*>(src.mapped_data()));
+    }
+    return read_all_rows(src);
+  };
+  Tensor qt = read_all_rows(*q_src), kc = whole(*k_src), vc = whole(*v_src);
   kv.rotary_interleaved = o.rotary_interleaved;
-  const AttentionResult res = attention_kvcache(qt, kc, vc, kv, opt);
+  const AttentionResult res = attention_kvcache(qt, kc, vc, kv, lib);
   Attrs attrs = res.attrs;
   attrs.insert(attrs.end(), extra.begin(), extra.end());
   verbose_attrs(attrs);
