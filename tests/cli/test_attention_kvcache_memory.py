@@ -71,8 +71,13 @@ class KvCacheMemory(PosencTestCase):
             self.assertLess(rss_kib * 1024, 200 << 20, f"peak RSS {rss_kib} KiB")
         out1 = self.path("out1.npy")
         self.run_ok(*self.args(out1, "--max-memory", "64MiB", "-j1"))
-        with open(out, "rb") as a, open(out1, "rb") as b:
-            self.assertEqual(a.read(), b.read(), "-j1 and -j2 differ")
+        out2 = self.path("out2.npy")
+        self.run_ok(*self.args(out2, "-j2"))  # no budget: the same bytes
+        with open(out, "rb") as a:
+            want = a.read()
+        for other, what in ((out1, "-j1"), (out2, "no --max-memory")):
+            with open(other, "rb") as b:
+                self.assertEqual(want, b.read(), f"{what} differs")
 
     def test_budget_too_small_exits_3(self):
         out = self.path("small.npy")
