@@ -1132,12 +1132,14 @@ py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, co
   if (!v) throw UsageError("cache_seqlens: the KV cache needs v (the values cache)");
   KvCacheOptions kv;
   const char* names[] = {"page_table", "cache_seqlens", "cache_batch_idx", "cache_leftpad",
-                         "k_new", "v_new", "rotary_cos", "rotary_sin", "rotary_seqlens"};
+                         "k_new", "v_new", "rotary_cos", "rotary_sin", "rotary_seqlens",
+                         "cu_seqlens_k_new"};
   const Tensor** slots[] = {&kv.page_table, &kv.cache_seqlens, &kv.cache_batch_idx,
                             &kv.cache_leftpad, &kv.k_new, &kv.v_new,
-                            &kv.rotary_cos, &kv.rotary_sin, &kv.rotary_seqlens};
-  std::optional<Tensor> held[9];
-  for (int i = 0; i < 9; ++i) {
+                            &kv.rotary_cos, &kv.rotary_sin, &kv.rotary_seqlens,
+                            &kv.cu_seqlens_k_new};
+  std::optional<Tensor> held[10];
+  for (int i = 0; i < 10; ++i) {
     held[i] = tensor_arg(kvd, names[i]);
     if (held[i]) *slots[i] = &*held[i];
   }

@@ -247,7 +247,7 @@ _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
 
 
 _KVCACHE_TENSORS = ("cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "k_new",
-                    "v_new", "rotary_cos", "rotary_sin", "rotary_seqlens")
+                    "v_new", "rotary_cos", "rotary_sin", "rotary_seqlens", "cu_seqlens_k_new")
 
 
 def _kvcache_args(args):
@@ -298,7 +298,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               max_relative_positions=None, grad_output=None, cache_seqlens=None,
               cache_batch_idx=None, cache_leftpad=None, page_table=None, k_new=None,
               v_new=None, rotary_cos=None, rotary_sin=None, rotary_seqlens=None,
-              rotary_interleaved=False, update_cache=True):
+              rotary_interleaved=False, update_cache=True, cu_seqlens_k_new=None):
     """Attention of q over k (and v): logits, probs, output, lse (``posenc attention``).
 
     q [b, hq, sq, d], k [b, hk, sk, d], v [b, hk, sk, dv] (any `axes` order; rank 3
@@ -378,6 +378,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         and the descales ([b, hk], per batch entry) are honoured as flash_attn_with_kvcache
         takes them; p_dtype, arith other than "exact", rope and the terms by position
         (alibi, t5_bias, ...) raise UsageError (posenc-attention(1), KV CACHES).
+        cu_seqlens_k_new [b+1] (int32/int64): the new keys packed (varlen), k_new
+        [total_new, hk, d] and v_new [total_new, hk, dv], entry b's rows [cu[b], cu[b+1]).
     """
     given = {n: v_ for n, v_ in locals().items() if n in _ROPE_OPTION_NAMES}
     kv = _kvcache_args(locals())  # FlashAttention's KV cache: k and v are the caches

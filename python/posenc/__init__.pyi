@@ -161,7 +161,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: Optional[ArrayLike] = ..., *,
               k_new: Optional[ArrayLike] = ..., v_new: Optional[ArrayLike] = ...,
               rotary_cos: Optional[ArrayLike] = ..., rotary_sin: Optional[ArrayLike] = ...,
               rotary_seqlens: Optional[ArrayLike] = ..., rotary_interleaved: bool = ...,
-              update_cache: bool = ...) -> Any: ...
+              update_cache: bool = ...,
+              cu_seqlens_k_new: Optional[ArrayLike] = ...) -> Any: ...
 
 class CompareResult:
     match: bool

@@ -34,6 +34,11 @@ void add_kvcache_options(CLI::App* sub, KvCacheCliOptions& o) {
                   "new keys [b, s_new, hk, d], stored at cache_seqlens before attending")
       ->group(g);
   sub->add_option("--v-new", o.v_new, "new values [b, s_new, hk, dv] (with --k-new)")->group(g);
+  sub->add_option("--cu-seqlens-k-new", o.cu_seqlens_k_new,
+                  "[b+1] int32/int64 offsets packing the new keys: --k-new/--v-new are "
+                  "[total_new, hk, d], entry b's rows [cu[b], cu[b+1]) (varlen)")
+      ->type_name("REF")
+      ->group(g);
   sub->add_option("--rotary-cos", o.rotary_cos,
                   "[s_rot, rotary_dim/2] cos table (any float dtype, used as given) rotating "
                   "q and the new keys at cache_seqlens")
@@ -56,7 +61,7 @@ void add_kvcache_options(CLI::App* sub, KvCacheCliOptions& o) {
 bool kvcache_wanted(const KvCacheCliOptions& o) {
   for (const char* name :
        {"--page-table", "--cache-seqlens", "--cache-batch-idx", "--cache-leftpad", "--k-new",
-        "--v-new", "--rotary-cos", "--rotary-sin", "--rotary-seqlens", "--rotary-interleaved",
+        "--v-new", "--cu-seqlens-k-new", "--rotary-cos", "--rotary-sin", "--rotary-seqlens", "--rotary-interleaved",
         "--cache-out"}) {
     if (o.app->count(name) > 0) return true;
   }
@@ -71,6 +76,9 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
   if (o.rotary_interleaved && o.rotary_cos.empty()) {
     throw UsageError("--rotary-interleaved: needs --rotary-cos and --rotary-sin");
   }
+  if (!o.cu_seqlens_k_new.empty() && o.k_new.empty()) {
+    throw UsageError("--cu-seqlens-k-new: packs the new keys; needs --k-new and --v-new");
+  }
   if (!o.cache_out.empty() && o.k_new.empty()) {
     throw UsageError("--cache-out: the caches change only with --k-new and --v-new");
   }
@@ -81,14 +89,16 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
     all.insert(all.end(), cache_refs.begin(), cache_refs.end());
     check_distinct_outputs(all);
   }
-  std::optional<Tensor> side[9];
+  std::optional<Tensor> side[10];
   KvCacheOptions kv;
-  const std::string* refs[9] = {&o.page_table, &o.cache_seqlens, &o.cache_batch_idx,
-                                &o.cache_leftpad, &o.k_new, &o.v_new,
-                                &o.rotary_cos, &o.rotary_sin, &o.rotary_seqlens};
-  const Tensor** slots[9] = {&kv.page_table, &kv.cache_seqlens, &kv.cache_batch_idx,
-                             &kv.cache_leftpad, &kv.k_new, &kv.v_new,
-                             &kv.rotary_cos, &kv.rotary_sin, &kv.rotary_seqlens};
+  const std::string* refs[10] = {&o.page_table, &o.cache_seqlens, &o.cache_batch_idx,
+                                 &o.cache_leftpad, &o.k_new, &o.v_new,
+                                 &o.rotary_cos, &o.rotary_sin, &o.rotary_seqlens,
+                                 &o.cu_seqlens_k_new};
+  const Tensor** slots[10] = {&kv.page_table, &kv.cache_seqlens, &kv.cache_batch_idx,
+                              &kv.cache_leftpad, &kv.k_new, &kv.v_new,
+                              &kv.rotary_cos, &kv.rotary_sin, &kv.rotary_seqlens,
+                              &kv.cu_seqlens_k_new};
   auto q_src = open_source(parse_ref(q));
   auto k_src = open_source(parse_ref(k));
   auto v_src = open_source(parse_ref(v));
@@ -103,7 +113,7 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
   };
   auto add = [](std::size_t a, std::size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; };
   own = add(own, bytes_of(q_src->info()));
-  for (int i = 0; i < 9; ++i) {
+  for (int i = 0; i < 10; ++i) {
     if (refs[i]->empty()) continue;
     side[i] = read_tensor(*refs[i]);
     *slots[i] = &*side[i];
@@ -120,7 +130,7 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
       const std::size_t b = qi.shape[0];
       const std::size_t per_row = ki.shape[2] * ki.shape[3] * dtype_size(ki.dtype) +
                                   vi.shape[2] * vi.shape[3] * dtype_size(vi.dtype);
-      const std::size_t s_new = side[4] && side[4]->shape().size() > 1 ? side[4]->shape()[1] : 0;
+      const std::size_t s_new = side[4] && !side[9] && side[4]->shape().size() > 1 ? side[4]->shape()[1] : 0;
       const std::size_t capacity =
           side[0] && side[0]->shape().size() == 2 ? side[0]->shape()[1] * ki.shape[1] : ki.shape[1];
       auto entry = [&](const std::optional<Tensor>& t, std::size_t i, double dflt) {
@@ -128,8 +138,11 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
       };
       std::size_t used = 0, sk = 0;
       for (std::size_t i = 0; i < b; ++i) {
-        const double n = entry(side[1], i, static_cast<double>(capacity)) +
-                         static_cast<double>(s_new) - entry(side[3], i, 0.0);
+        // Packed new keys: the entry's span of cu_seqlens_k_new.
+        const double n_new = side[9] ? entry(side[9], i + 1, 0.0) - entry(side[9], i, 0.0)
+                                     : static_cast<double>(s_new);
+        const double n = entry(side[1], i, static_cast<double>(capacity)) + n_new -
+                         entry(side[3], i, 0.0);
         // Out-of-range lengths are refused by the library, naming the input.
         const std::size_t rows =
             n > 0 ? static_cast<std::size_t>(std::min(n, static_cast<double>(capacity))) : 0;

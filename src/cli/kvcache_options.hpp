@@ -13,7 +13,7 @@ namespace posenc::cli {
 
 struct KvCacheCliOptions {
   std::string page_table, cache_seqlens, cache_batch_idx, cache_leftpad;
-  std::string k_new, v_new;
+  std::string k_new, v_new, cu_seqlens_k_new;
   std::string rotary_cos, rotary_sin, rotary_seqlens;
   bool rotary_interleaved = false;
   std::vector<std::string> cache_out;  // K_REF V_REF

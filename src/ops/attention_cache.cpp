@@ -132,6 +132,9 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
   if (kv.rotary_seqlens && !kv.rotary_cos) {
     throw UsageError("rotary_seqlens: needs rotary_cos and rotary_sin");
   }
+  if (kv.cu_seqlens_k_new && !has_new) {
+    throw UsageError("cu_seqlens_k_new: packs the new keys; needs k_new and v_new");
+  }
   if (has_new && !kv.cache_seqlens) {
     throw UsageError("k_new: needs cache_seqlens (where the new tokens go)");
   }
@@ -198,8 +201,60 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
                                  paged ? "page_table" : "k_cache", rows_avail, b,
                                  shape_str(q.shape())));
   }
-  std::size_t s_new = 0;
-  if (has_new) {
+  // Entry i's new tokens: nnew[i] rows of k_new from row src0[i] (s_new each when
+  // batched; cu_seqlens_k_new's spans when packed).
+  std::size_t s_new = 0, total_new = 0;
+  const bool varlen_new = kv.cu_seqlens_k_new != nullptr;
+  std::vector<std::int64_t> nnew(b, 0), src0(b, 0);
+  if (has_new && varlen_new) {
+    for (const auto& [t, what, dims] : {std::tuple{kv.k_new, "k_new", d}, std::tuple{kv.v_new, "v_new", dv}}) {
+      if (!is_float(t->dtype()) || t->ndim() != 3 || t->shape()[1] != hk || t->shape()[2] != dims) {
+        throw InputError(fmt::format("{}: with cu_seqlens_k_new expected float [total_new, {}, {}] "
+                                     "(the caches' hk and head dim), got {} {}",
+                                     what, hk, dims, dtype_name(t->dtype()), shape_str(t->shape())));
+      }
+    }
+    total_new = kv.k_new->shape()[0];
+    if (kv.v_new->shape()[0] != total_new) {
+      throw InputError(fmt::format("v_new: {} rows, k_new {}", kv.v_new->shape()[0], total_new));
+    }
+    const Tensor& cu = *kv.cu_seqlens_k_new;
+    if (cu.dtype() != DType::i32 && cu.dtype() != DType::i64) {
+      throw InputError(fmt::format("cu_seqlens_k_new: expected int32 or int64, got {}",
+                                   dtype_name(cu.dtype())));
+    }
+    if (cu.ndim() != 1 || cu.shape()[0] != b + 1) {
+      throw InputError(fmt::format("cu_seqlens_k_new: expected shape [{}] (b + 1), got {}", b + 1,
+                                   shape_str(cu.shape())));
+    }
+    std::int64_t prev = 0;
+    for (std::size_t i = 0; i <= b; ++i) {
+      const double x = cu.get(i);
+      if (i == 0 && x != 0) {
+        throw InputError(fmt::format("cu_seqlens_k_new: starts at {}, not 0", x));
+      }
+      if (x < static_cast<double>(prev)) {
+        throw InputError(fmt::format("cu_seqlens_k_new: value {} at index {} is below the "
+                                     "previous {} (offsets are non-decreasing)",
+                                     x, i, prev));
+      }
+      if (x > static_cast<double>(total_new)) {
+        throw InputError(fmt::format("cu_seqlens_k_new: value {} at index {} is beyond the {} "
+                                     "rows of k_new",
+                                     x, i, total_new));
+      }
+      if (i > 0) {
+        src0[i - 1] = prev;
+        nnew[i - 1] = static_cast<std::int64_t>(x) - prev;
+      }
+      prev = static_cast<std::int64_t>(x);
+    }
+    if (prev != static_cast<std::int64_t>(total_new)) {
+      throw InputError(fmt::format("cu_seqlens_k_new: ends at {}, but k_new has {} rows", prev,
+                                   total_new));
+    }
+  }
+  if (has_new && !varlen_new) {
     require_rank4(*kv.k_new, "k_new", "[b, s_new, hk, d]");
     require_rank4(*kv.v_new, "v_new", "[b, s_new, hk, dv]");
     const Shape& kn = kv.k_new->shape();
@@ -214,6 +269,13 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
       throw InputError(fmt::format("v_new: shape {}, expected {}", shape_str(vn),
                                    shape_str(Shape{b, s_new, hk, dv})));
     }
+    total_new = b * s_new;
+    for (std::size_t i = 0; i < b; ++i) {
+      nnew[i] = static_cast<std::int64_t>(s_new);
+      src0[i] = static_cast<std::int64_t>(i * s_new);
+    }
+  }
+  if (has_new) {
     if (kv.k_new->dtype() != k_cache.dtype() || kv.v_new->dtype() != v_cache.dtype()) {
       const bool k = kv.k_new->dtype() != k_cache.dtype();
       throw InputError(fmt::format("{}: dtype {} differs from its cache's {}",
@@ -228,11 +290,11 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
     seqlens = ints(*kv.cache_seqlens, "cache_seqlens", b, 0, cap,
                    fmt::format("0 to the capacity {}", capacity).c_str());
     for (std::size_t i = 0; i < b; ++i) {
-      if (seqlens[i] + static_cast<std::int64_t>(s_new) > cap) {
+      if (seqlens[i] + nnew[i] > cap) {
         throw InputError(fmt::format(
-            "cache_seqlens: entry {} holds {} tokens, and {} new ones exceed the cache's "
+            "{}: entry {} holds {} tokens, and {} new ones exceed the cache's "
             "capacity {}{}",
-            i, seqlens[i], s_new, capacity,
+            varlen_new ? "cu_seqlens_k_new" : "cache_seqlens", i, seqlens[i], nnew[i], capacity,
             paged ? fmt::format(" (max_blocks {} x page_size {})", max_blocks, page_size)
                   : std::string()));
       }
@@ -255,7 +317,7 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
     std::vector<std::int64_t> owner(num_blocks, -1);   // entry that uses the page
     std::vector<char> written(num_blocks, 0);
     for (std::size_t i = 0; i < b; ++i) {
-      const std::size_t end = static_cast<std::size_t>(seqlens[i]) + s_new;
+      const std::size_t end = static_cast<std::size_t>(seqlens[i] + nnew[i]);
       const std::size_t first = static_cast<std::size_t>(leftpad[i]) / page_size;
       const std::size_t last = (end + page_size - 1) / page_size;
       const std::size_t w0 = static_cast<std::size_t>(seqlens[i]) / page_size;
@@ -268,10 +330,10 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
                                        num_blocks));
         }
         const std::size_t u = static_cast<std::size_t>(p);
-        const bool writes = s_new > 0 && k >= w0;
+        const bool writes = nnew[i] > 0 && k >= w0;
         if (owner[u] == static_cast<std::int64_t>(i)) {
           // Twice in one row: a new key could land on a key the entry reads.
-          if (s_new > 0) {
+          if (nnew[i] > 0) {
             throw InputError(fmt::format("page_table: page {} appears twice in row {}", p,
                                          idx[i]));
           }
@@ -336,9 +398,9 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
     // Every position used must have its table row (named before the rotation's own
     // message, with the input that needs it).
     for (std::size_t i = 0; i < b; ++i) {
-      const std::int64_t last_k = offsets[i] + static_cast<std::int64_t>(s_new) - 1;
+      const std::int64_t last_k = offsets[i] + nnew[i] - 1;
       const std::int64_t last_q = offsets[i] + (per_token ? static_cast<std::int64_t>(sq) - 1 : 0);
-      const std::int64_t need = std::max(s_new ? last_k : -1, sq ? last_q : -1);
+      const std::int64_t need = std::max(nnew[i] ? last_k : -1, sq ? last_q : -1);
       if (need >= static_cast<std::int64_t>(rows)) {
         throw InputError(fmt::format("rotary_cos: {} rows, but entry {} rotates at position {} "
                                      "({} {} + {} tokens)",
@@ -359,9 +421,27 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
     RopeApplyOptions ra;
     ra.allow_nonfinite = opt.allow_nonfinite;
     const Axes axes = resolve_axes("bshd", 4, "q");
-    if (s_new > 0) {
+    if (total_new > 0 && !varlen_new) {
       const RopeFreqs f = rope_freqs_for(kv.k_new->shape(), axes, params, pos, ra, "k_new");
       k_rot = apply_rope(*kv.k_new, axes, f, pos, ra, k_cache.dtype());
+      k_src = &k_rot;
+    } else if (total_new > 0) {
+      // Packed: each entry's span as a batch of one at its own offset (the same rotation
+      // as the batched form, token for token).
+      k_rot = Tensor(k_cache.dtype(), kv.k_new->shape());
+      const std::size_t row = hk * d * dtype_size(k_cache.dtype());
+      for (std::size_t i = 0; i < b; ++i) {
+        if (nnew[i] == 0) continue;
+        const Tensor span = Tensor::borrow(
+            kv.k_new->dtype(), Shape{1, static_cast<std::size_t>(nnew[i]), hk, d},
+            const_cast<std::byte*>(kv.k_new->bytes()) + static_cast<std::size_t>(src0[i]) * row);
+        Positions one = pos;
+        one.seqlen_offsets = {offsets[i]};
+        const RopeFreqs f = rope_freqs_for(span.shape(), axes, params, one, ra, "k_new");
+        const Tensor r = apply_rope(span, axes, f, one, ra, k_cache.dtype());
+        std::memcpy(k_rot.bytes() + static_cast<std::size_t>(src0[i]) * row, r.bytes(),
+                    r.nbytes());
+      }
       k_src = &k_rot;
     }
     if (sq > 0) {
@@ -392,13 +472,14 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
     }
     return r;
   };
-  if (s_new > 0) {
+  if (total_new > 0) {
     for (std::size_t i = 0; i < b; ++i) {
       const Rows r = rows_of(i);
-      for (std::size_t t = 0; t < s_new; ++t) {
+      for (std::size_t t = 0; t < static_cast<std::size_t>(nnew[i]); ++t) {
         const std::size_t at = r.at(static_cast<std::size_t>(seqlens[i]) + t);
-        std::memcpy(k_cache.bytes() + at * krow, k_src->bytes() + (i * s_new + t) * krow, krow);
-        std::memcpy(v_cache.bytes() + at * vrow, kv.v_new->bytes() + (i * s_new + t) * vrow, vrow);
+        const std::size_t from = static_cast<std::size_t>(src0[i]) + t;
+        std::memcpy(k_cache.bytes() + at * krow, k_src->bytes() + from * krow, krow);
+        std::memcpy(v_cache.bytes() + at * vrow, kv.v_new->bytes() + from * vrow, vrow);
       }
     }
   }
@@ -409,7 +490,7 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
   std::vector<std::int64_t> n(b);
   std::size_t sk = 0;
   for (std::size_t i = 0; i < b; ++i) {
-    n[i] = seqlens[i] + static_cast<std::int64_t>(s_new) - leftpad[i];
+    n[i] = seqlens[i] + nnew[i] - leftpad[i];
     sk = std::max(sk, static_cast<std::size_t>(n[i]));
   }
   std::vector<std::int64_t> rows(b * sk, -1);
@@ -447,7 +528,7 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
               throw InputError(fmt::format("{}: NaN or Inf in key {} of entry {} (cache row "
                                            "{}){}",
                                            what, j, i, rows[i * sk + j],
-                                           s_new ? " (new keys and values included)" : ""));
+                                           total_new ? " (new keys and values included)" : ""));
             }
           }
         }
@@ -494,6 +575,7 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
   }
   res.attrs.push_back({"kv_cache", std::string(paged ? "paged" : "contiguous")});
   if (s_new) res.attrs.push_back({"kv_new_tokens", static_cast<long long>(s_new)});
+  if (varlen_new) res.attrs.push_back({"kv_new_tokens_total", static_cast<long long>(total_new)});
   if (kv.rotary_cos) {
     res.attrs.push_back({"rotary_dim", static_cast<long long>(2 * kv.rotary_cos->shape()[1])});
     res.attrs.push_back({"rotary_interleaved", static_cast<long long>(kv.rotary_interleaved)});

@@ -159,6 +159,51 @@ class KvCacheInputs(PosencTestCase):
                                 "-o", self.out, *new], cases, before)
         np.testing.assert_array_equal(np.load(f["kc"]), kc0)
 
+    def test_varlen_new_keys(self):
+        # Packed new keys (--cu-seqlens-k-new): entry 0 one token, entry 1 two; the
+        # numbers against the float64 reference are tests/reference's.
+        f = self.f
+        r = np.random.default_rng(3)
+        for name, a in {"knp": r.standard_normal((3, 2, 8)).astype(np.float32),
+                        "vnp": r.standard_normal((3, 2, 8)).astype(np.float32),
+                        "cu": np.array([0, 1, 3], np.int32),
+                        "cu_f": np.array([0.0, 1.0, 3.0]),
+                        "cu_i16": np.array([0, 1, 3], np.int16),
+                        "cu_len": np.array([0, 3], np.int64),
+                        "cu_start": np.array([1, 1, 3], np.int32),
+                        "cu_dec": np.array([0, 2, 1], np.int32),
+                        "cu_end": np.array([0, 1, 2], np.int64)}.items():
+            f[name] = self.npy(f"{name}.npy", a)
+        new = ["--k-new", f["knp"], "--v-new", f["vnp"], "--cache-out", self.path("kc_new.npy"),
+               self.path("vc_new.npy")]
+        self.run_ok(*self.base(), "--cache-seqlens", f["cs"], *new, "--cu-seqlens-k-new", f["cu"])
+        kc, kn = np.load(self.path("kc_new.npy")), np.load(f["knp"])
+        np.testing.assert_array_equal(kc[0, 3], kn[0])
+        np.testing.assert_array_equal(kc[1, 5:7], kn[1:3])
+        np.testing.assert_array_equal(kc[0, 4:], np.load(f["kc"])[0, 4:])
+        for name in ("out.npy", "kc_new.npy", "vc_new.npy"):
+            os.remove(self.path(name))
+        before = sorted(os.listdir(self.tmp))
+        cu = lambda name: ["--cu-seqlens-k-new", f[name]]
+        cases = [
+            (3, ["--cache-seqlens", f["cs"], *new, *cu("cu_f")], "cu.seqlens.k.new.*int32 or int64"),
+            (3, ["--cache-seqlens", f["cs"], *new, *cu("cu_i16")], "cu.seqlens.k.new.*int32 or int64"),
+            (3, ["--cache-seqlens", f["cs"], *new, *cu("cu_len")], r"cu.seqlens.k.new.*\[3\]"),
+            (3, ["--cache-seqlens", f["cs"], *new, *cu("cu_start")], "cu.seqlens.k.new.*not 0"),
+            (3, ["--cache-seqlens", f["cs"], *new, *cu("cu_dec")], "cu.seqlens.k.new.*non-decreasing"),
+            (3, ["--cache-seqlens", f["cs"], *new, *cu("cu_end")], "cu.seqlens.k.new.*ends at 2"),
+            (3, ["--cache-seqlens", f["cs_full"], *new, *cu("cu")],
+             "cu.seqlens.k.new: entry 0 .*capacity 8"),
+            (3, ["--cache-seqlens", f["cs"], "--k-new", f["kn"], "--v-new", f["vn"], *cu("cu")],
+             "k.new: with .*cu.seqlens.k.new"),
+            (2, ["--cache-seqlens", f["cs"], *cu("cu")], "cu.seqlens.k.new.*needs .*k.new"),
+        ]
+        self.assert_each_fails(self.base(), cases, before)
+        self.assert_each_fails(self.base(paged=True) + ["--page-table", f["pt"]],
+                               [(3, ["--cache-seqlens", f["cs_full"], *new, *cu("cu")],
+                                 r"cu.seqlens.k.new: entry 0 .*capacity 8 \(max_blocks 2")],
+                               before)
+
     def test_bad_pages_exit_3(self):
         f = self.f
         new = ["--k-new", f["kn"], "--v-new", f["vn"], "--cache-out", self.path("kc_new.npy"),

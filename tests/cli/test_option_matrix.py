@@ -281,6 +281,9 @@ ATTENTION_ROWS = {
     "--rotary-sin": (KV_NEW, KV_NEW + ["--rotary-sin", "{rsin}", "--rotary-cos", "{rcos}"]),
     "--rotary-seqlens": (KV_ROT, KV_ROT + ["--rotary-seqlens", "{cs0}"]),
     "--rotary-interleaved": (KV_ROT, KV_ROT + ["--rotary-interleaved"]),
+    # Packed new keys (two, [2, hk, d]) against one batched.
+    "--cu-seqlens-k-new": (KV_NEW, ["--cache-seqlens", "{cs0}", "--k-new", "{knp}", "--v-new",
+                                    "{vnp}", "--cu-seqlens-k-new", "{cun}"]),
 }
 # The RoPE options of `attention --rope`, over a base of --rope.
 ATTENTION_ROPE = {k: (["--rope"] + b, ["--rope"] + w) for k, (b, w) in ROPE_ROWS.items()
@@ -395,6 +398,9 @@ class OptionMatrix(PosencTestCase):
             save(f"cs{n}", np.array([n], np.int32))
         save("kn", r.standard_normal((1, 1, 10, 8)).astype(np.float32))
         save("vn", r.standard_normal((1, 1, 10, 8)).astype(np.float32))
+        save("knp", r.standard_normal((2, 10, 8)).astype(np.float32))  # packed new keys
+        save("vnp", r.standard_normal((2, 10, 8)).astype(np.float32))
+        save("cun", np.array([0, 2], np.int64))
         save("rcos", r.standard_normal((4, 2)).astype(np.float32))
         save("rsin", r.standard_normal((4, 2)).astype(np.float32))
         base = {"model_type": "mistral", "num_attention_heads": 4, "num_key_value_heads": 2,

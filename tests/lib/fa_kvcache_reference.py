@@ -7,6 +7,9 @@ attention_ref with key_leftpad):
   else cache_seqlens) with apply_rotary_emb's rule (fa_rotary_reference.py), the queries
   at the same per-token positions when causal or local, else all at offset_b;
 - the rotated new keys and the values are stored at rows cache_seqlens_b .. + s_new - 1;
+- packed new keys (cu_new, FA's cu_seqlens_k_new): k_new [total_new, hk, d], entry b's
+  s_new_b = cu_new[b + 1] - cu_new[b] tokens rows cu_new[b] .. cu_new[b + 1] - 1, each
+  entry as above with its own s_new_b;
 - the key padding mask keeps rows leftpad_b <= j < cache_seqlens_b + s_new, the masks see
   key column j - leftpad_b and the entry's length sk_b = cache_seqlens_b + s_new -
   leftpad_b (query i at i + sk_b - sq), computed over the whole cache row.
@@ -22,7 +25,7 @@ from fa_rotary_reference import apply_rotary_tables
 def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, leftpad=None,
                  cos=None, sin=None, interleaved=False, rotary_seqlens=None, causal=False,
                  window=(-1, -1), chunk=0, scale=None, softcap=0.0, sinks=None, sink_tokens=0,
-                 qv=None, q_descale=None, k_descale=None, v_descale=None):
+                 qv=None, q_descale=None, k_descale=None, v_descale=None, cu_new=None):
     """out [b, sq, h, dv], lse [b, h, sq] (float64) and the updated caches (their dtype).
 
     scale multiplies q.k (default 1/sqrt(d)); softcap C > 0 gives C tanh(s / C) before the
@@ -41,22 +44,32 @@ def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, lef
     rows = np.arange(b) if batch_idx is None else np.asarray(batch_idx)
     seqlens = np.asarray(seqlens)
     leftpad = np.zeros(b, np.int64) if leftpad is None else np.asarray(leftpad)
-    s_new = 0 if k_new is None else k_new.shape[1]
+    if k_new is None:
+        counts, spans = np.zeros(b, np.int64), None
+    elif cu_new is None:
+        counts = np.full(b, k_new.shape[1])
+        spans = [(k_new[e], v_new[e]) for e in range(b)]
+    else:
+        cu_new = np.asarray(cu_new, np.int64)
+        counts = np.diff(cu_new)
+        spans = [(k_new[cu_new[e]:cu_new[e + 1]], v_new[cu_new[e]:cu_new[e + 1]])
+                 for e in range(b)]
     local = causal or window != (-1, -1) or chunk > 0
     q_ro = np.asarray(q, np.float64)
     if cos is not None:
         offs = seqlens if rotary_seqlens is None else np.asarray(rotary_seqlens)
-        k_new = apply_rotary_tables(k_new, cos, sin, interleaved, seqlen_offsets=offs).astype(
-            kc.dtype)
+        spans = [(apply_rotary_tables(kn[None], cos, sin, interleaved,
+                                      seqlen_offsets=np.asarray([offs[e]]))[0].astype(kc.dtype),
+                  vn) for e, (kn, vn) in enumerate(spans)]
         if local:
             q_ro = apply_rotary_tables(q, cos, sin, interleaved, seqlen_offsets=offs)
         else:
             q_ro = apply_rotary_tables(q.reshape(b, 1, sq * h, d), cos, sin, interleaved,
                                        seqlen_offsets=offs).reshape(q.shape)
     for e in range(b):
-        if s_new:
-            kc[rows[e], seqlens[e]:seqlens[e] + s_new] = k_new[e]
-            vc[rows[e], seqlens[e]:seqlens[e] + s_new] = v_new[e]
+        if counts[e]:
+            kc[rows[e], seqlens[e]:seqlens[e] + counts[e]] = spans[e][0]
+            vc[rows[e], seqlens[e]:seqlens[e] + counts[e]] = spans[e][1]
     K = torch.from_numpy(kc[rows].astype(np.float64))
     V = torch.from_numpy(vc[rows].astype(np.float64))
     S, hk = K.shape[1], K.shape[2]
@@ -86,7 +99,7 @@ def kv_reference(q, kc, vc, seqlens, k_new=None, v_new=None, batch_idx=None, lef
     for e in range(b):
         j = torch.arange(S)[None, :]
         i = torch.arange(sq)[:, None]
-        lp, end = int(leftpad[e]), int(seqlens[e]) + s_new
+        lp, end = int(leftpad[e]), int(seqlens[e]) + int(counts[e])
         col = torch.where(j >= lp, j - lp, torch.full_like(j, 2 ** 32))
         sk = end - lp
         pos = i + sk - sq

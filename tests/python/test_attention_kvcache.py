@@ -116,3 +116,33 @@ def test_kvcache_qv_and_descales_and_refusals():
         with pytest.raises(posenc.UsageError, match="not with a KV cache"):
             posenc.attention(q, k2, v2, cache_seqlens=seqlens, k_new=kn, v_new=vn, **kw)
         np.testing.assert_array_equal(k2, kc)
+
+
+def test_cu_seqlens_k_new_packed_new_keys():
+    # Packed new keys (FlashAttention's varlen k/v with cu_seqlens_k_new): entry 0 three
+    # tokens, entry 1 none; torch tensors updated in place; bad offsets an InputError, the
+    # keyword without k_new a UsageError, the caches left as they were.
+    q, kc, vc, _, _, cos, sin = data(seed=10)
+    r = np.random.default_rng(10)
+    kn, vn = r.standard_normal((3, 2, 16)), r.standard_normal((3, 2, 16))
+    cu = np.array([0, 3, 3], np.int64)
+    seqlens = np.array([4, 9], np.int32)
+    want_out, want_lse, want_k, want_v = kv_reference(
+        q, kc, vc, seqlens, kn, vn, cos=cos, sin=sin, causal=True, cu_new=cu)
+    kt, vt = torch.from_numpy(kc.copy()), torch.from_numpy(vc.copy())
+    out, lse = posenc.attention(
+        torch.from_numpy(q), kt, vt, cache_seqlens=seqlens, k_new=torch.from_numpy(kn),
+        v_new=torch.from_numpy(vn), cu_seqlens_k_new=torch.from_numpy(cu), rotary_cos=cos,
+        rotary_sin=sin, causal=True, emit=("output", "lse"))
+    assert np.abs(out.numpy() - want_out).max() <= 1e-12 * max(1, np.abs(want_out).max())
+    assert np.abs(lse.numpy() - want_lse).max() <= 1e-12 * max(1, np.abs(want_lse).max())
+    np.testing.assert_array_equal(kt.numpy(), want_k)
+    np.testing.assert_array_equal(vt.numpy(), want_v)
+    k1, v1 = kc.copy(), vc.copy()
+    with pytest.raises(posenc.InputError, match="cu_seqlens_k_new"):
+        posenc.attention(q, k1, v1, cache_seqlens=seqlens, k_new=kn, v_new=vn,
+                         cu_seqlens_k_new=np.array([0, 2, 2], np.int32))
+    with pytest.raises(posenc.UsageError, match="cu_seqlens_k_new"):
+        posenc.attention(q, k1, v1, cache_seqlens=seqlens, cu_seqlens_k_new=cu)
+    np.testing.assert_array_equal(k1, kc)
+    np.testing.assert_array_equal(v1, vc)

@@ -8,13 +8,16 @@ attention_ref with key_leftpad):
   else cache_seqlens) with apply_rotary_emb's rule (tests/lib/fa_rotary_reference.py),
   the queries at the same per-token positions when causal or local, else all at offset_b;
 - the rotated new keys and the values are stored at rows cache_seqlens_b .. + s_new - 1;
+- packed new keys (--cu-seqlens-k-new): entry b's s_new_b = cu[b + 1] - cu[b] rows of
+  k_new [total_new, hk, d], each entry as above with its own s_new_b;
 - the key padding mask keeps rows leftpad_b <= j < cache_seqlens_b + s_new, the masks see
   key column j - leftpad_b and the entry's length sk_b = cache_seqlens_b + s_new -
   leftpad_b (query i at i + sk_b - sq), computed over the whole cache row.
 
 Tolerance: float64 output and lse max error <= 1e-12 relative to the largest reference
 value; the updated caches (float32) equal the reference's bit for bit; a paged cache gives
-the bytes of the contiguous one, and -j 1 those of -j 2.
+the bytes of the contiguous one, and -j 1 those of -j 2; packed new keys with equal counts
+give the bytes of the same tokens batched.
 """
 import unittest
 
@@ -76,13 +79,20 @@ class KvCache(PosencTestCase):
     def case(self, label, b=3, sq=1, h=4, hk=2, d=16, dv=8, page=16, mb=4, seqlens=None,
              s_new=1, batch_idx=None, leftpad=None, rotary=8, interleaved=False,
              rotary_seqlens=None, causal=True, window=(-1, -1), chunk=0, b_cache=None,
-             ref_kw=None, args=(), cache_dtype=np.float32, tol=1e-12):
+             ref_kw=None, args=(), cache_dtype=np.float32, tol=1e-12, counts=None,
+             cu_dtype=np.int32):
         S = page * mb
         b_cache = b_cache or b
         kc, vc = (x.astype(cache_dtype) for x in self.caches(b_cache, S, hk, d, dv))
         q = self.rng.standard_normal((b, sq, h, d))
         k_new = self.rng.standard_normal((b, s_new, hk, d)).astype(cache_dtype) if s_new else None
         v_new = self.rng.standard_normal((b, s_new, hk, dv)).astype(cache_dtype) if s_new else None
+        cu = None
+        if counts is not None:  # packed (varlen) new keys, entry e's rows cu[e] .. cu[e+1]-1
+            cu = np.concatenate([[0], np.cumsum(counts)]).astype(cu_dtype)
+            k_new = self.rng.standard_normal((int(cu[-1]), hk, d)).astype(cache_dtype)
+            v_new = self.rng.standard_normal((int(cu[-1]), hk, dv)).astype(cache_dtype)
+            ref_kw = dict(ref_kw or {}, cu_new=cu)
         cos = sin = None
         if rotary:
             ang = self.rng.uniform(0, 2 * np.pi, (S + 8, rotary // 2))
@@ -92,7 +102,8 @@ class KvCache(PosencTestCase):
         ints = lambda x: None if x is None else np.asarray(x, np.int32)
         common = self.side(label, cache_seqlens=ints(seqlens), cache_batch_idx=ints(batch_idx),
                            cache_leftpad=ints(leftpad), k_new=k_new, v_new=v_new,
-                           rotary_cos=cos, rotary_sin=sin, rotary_seqlens=ints(rotary_seqlens))
+                           rotary_cos=cos, rotary_sin=sin, rotary_seqlens=ints(rotary_seqlens),
+                           cu_seqlens_k_new=cu)
         if interleaved:
             common.append("--rotary-interleaved")
         if causal:
@@ -102,7 +113,7 @@ class KvCache(PosencTestCase):
         if chunk:
             common += ["--chunk-size", str(chunk)]
         common += list(args)
-        wrote = bool(s_new)
+        wrote = k_new is not None
         res, bits = self.posenc(label + "c", q, kc, vc, common, cache_out=wrote)
         out, lse = res[:2]
         kc2, vc2 = res[2:] if wrote else (kc, vc)
@@ -182,6 +193,33 @@ class KvCache(PosencTestCase):
         self.case("qvscale", seqlens=[9, 0, 12], sq=2, s_new=1, causal=False, window=(3, 1),
                   args=files("qvs", ["qv", "v_descale"]) + ["--scale", "0.3"],
                   ref_kw=dict(qv=qv, v_descale=ds["v_descale"], scale=0.3))
+
+    def test_varlen_new_keys(self):
+        # Packed new keys, unequal counts (one entry with none), against the reference;
+        # paged == contiguous bytes, the updated caches exact (checked by case).
+        self.case("vl", seqlens=[5, 40, 0], counts=[2, 0, 3], sq=2, leftpad=[1, 0, 0])
+        self.case("vlwin", seqlens=[1, 9, 7], counts=[4, 1, 0], sq=3, window=(3, 0),
+                  causal=False, b_cache=4, batch_idx=[3, 0, 2], interleaved=True,
+                  rotary_seqlens=[0, 3, 20], cu_dtype=np.int64)
+        self.case("vlnr", seqlens=[5, 0, 12], counts=[1, 3, 2], sq=2, causal=False, rotary=0)
+
+    def test_varlen_equal_counts_are_the_batched_bytes(self):
+        b, s_new, hk, d, dv, S = 3, 2, 2, 16, 8, 64
+        kc, vc = self.caches(b, S, hk, d, dv)
+        q = self.rng.standard_normal((b, 2, 4, d))
+        kn = self.rng.standard_normal((b, s_new, hk, d)).astype(np.float32)
+        vn = self.rng.standard_normal((b, s_new, hk, dv)).astype(np.float32)
+        ang = self.rng.uniform(0, 2 * np.pi, (S + 8, 4))
+        common = self.side("eq", cache_seqlens=np.array([5, 40, 0], np.int32),
+                           rotary_cos=np.cos(ang), rotary_sin=np.sin(ang)) + ["--causal"]
+        batched, bb = self.posenc("eqb", q, kc, vc, common + self.side("eqb", k_new=kn, v_new=vn))
+        cu = np.arange(0, (b + 1) * s_new, s_new, dtype=np.int64)
+        packed, pb = self.posenc("eqp", q, kc, vc, common + self.side(
+            "eqp", k_new=kn.reshape(b * s_new, hk, d), v_new=vn.reshape(b * s_new, hk, dv),
+            cu_seqlens_k_new=cu))
+        self.assertEqual(pb, bb)
+        for x, y in zip(packed[2:], batched[2:]):
+            self.assertEqual(x.tobytes(), y.tobytes())
 
     def test_f64_caches_in_f32_arithmetic(self):
         # The cache rows are rounded to float32 as they are read (they were read as f16

@@ -53,6 +53,12 @@ struct KvCacheOptions {
   /// at cache rows cache_seqlens_b .. + s_new - 1 before attending.
   const Tensor* k_new = nullptr;
   const Tensor* v_new = nullptr;  ///< (k_new: the keys)
+  /// [b + 1] int32/int64 offsets packing the new keys and values (FlashAttention's
+  /// varlen form): k_new [total_new, hk, d] and v_new [total_new, hk, dv], entry b's new
+  /// tokens rows [cu[b], cu[b + 1]) (possibly none), appended at cache_seqlens_b with
+  /// every length, rotary position and mask as for s_new = cu[b + 1] - cu[b]; null:
+  /// batched k_new.
+  const Tensor* cu_seqlens_k_new = nullptr;
   /// Rotary tables [s_rot, rotary_dim / 2], any float dtype (both or neither; needs
   /// k_new, as FlashAttention's).
   const Tensor* rotary_cos = nullptr;
@@ -77,8 +83,9 @@ struct KvCacheOptions {
 /// naming the input, for inconsistent shapes or dtypes, page ids out of range or (with
 /// new keys) shared by entries that write into them, cache_batch_idx out of range or
 /// (with new keys) repeated, leftpad beyond cache_seqlens, cache_seqlens + s_new beyond
-/// the capacity, and rotary tables too short for the positions; all before the caches
-/// are written.
+/// the capacity, cu_seqlens_k_new not int32/int64 [b + 1] offsets from 0 to k_new's rows,
+/// non-decreasing (UsageError without k_new), and rotary tables too short for the
+/// positions; all before the caches are written.
 AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_cache,
                                   const KvCacheOptions& kv, const AttentionOptions& opt);
 
