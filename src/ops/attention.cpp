@@ -275,24 +275,9 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
     // Everything in memory: the inputs count against the budget too.
     auto [need, names] = memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt,
                                    ki.dtype, vi ? std::optional(vi->dtype) : std::nullopt);
-    const std::size_t work_need = need;
-    for (const TensorInfo* t : {&qi, &ki, vi}) {
-      if (!t) continue;
-      need = add_sat(need, mul_sat(checked_numel(t->shape, 1, "attention"), dtype_size(t->dtype)));
-    }
-    if (opt.max_memory && need > opt.max_memory) {
-      throw InputError(fmt::format(
-          "{} would need {} with the inputs (Q {}, K {}{}) > --max-memory {}", names,
-          bytes_str(need), shape_str(qi.shape), shape_str(ki.shape),
-          vi ? ", V " + shape_str(vi->shape) : std::string(), bytes_str(opt.max_memory)));
-    }
-    Tensor qt = read_all_rows(q), kt = read_all_rows(k);
-    std::optional<Tensor> vt;
-    if (v) vt = read_all_rows(*v);
-    // Checked above, with the inputs; what is left of the budget bounds the workers.
-    AttentionOptions rest = opt;
-    if (opt.max_memory) rest.max_memory = opt.max_memory - (need - work_need);
-    return attention(qt, kt, vt ? &*vt : nullptr, rest);
+    return run_in_memory(q, k, v, opt, need, names,
+                         [](const Tensor& qt, const Tensor& kt, const Tensor* vt,
+                            const AttentionOptions& o) { return attention(qt, kt, vt, o); });
   }
   // Streamed: as many whole key blocks per chunk as the budget allows.
   // An output that goes to the sink as it is computed takes no memory.

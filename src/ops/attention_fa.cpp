@@ -239,33 +239,47 @@ void check_baseline(const Tensor& q, const Tensor& k, const Tensor* v,
   }
 }
 
+// Q, K, V and qv with the descales applied (attention_ref): each product in float32,
+// stored as float32 (the upcast reference, `keep_dtype` false) or rounded back to the
+// input's dtype (the baseline). Inputs without a descale are used as they are.
+struct Descaled {
+  Descaled() = default;
+  Descaled(const Descaled&) = delete;  // the pointers may point at its own copies
+  Descaled& operator=(const Descaled&) = delete;
+  Tensor qd, kd, vd, qvd;  // the copies made
+  const Tensor *q, *k, *v, *qv;
+  std::size_t bytes = 0;  // of the copies
+};
+
+void descale_all(Descaled& d, const Tensor& q0, const Tensor& k0, const Tensor* v0,
+                 const Geometry& g, const AttentionOptions& opt, bool keep_dtype) {
+  d.q = &q0;
+  d.k = &k0;
+  d.v = v0;
+  d.qv = opt.qv;
+  auto apply = [&](const Tensor& x, const Tensor& ds, std::size_t group, Tensor& copy,
+                   const Tensor*& slot) {
+    copy = descaled(x, ds, g.axes, group, keep_dtype ? x.dtype() : DType::f32);
+    slot = &copy;
+    d.bytes = add_sat(d.bytes, copy.nbytes());
+  };
+  if (opt.q_descale) {
+    apply(q0, *opt.q_descale, g.hq / g.hk, d.qd, d.q);
+    if (opt.qv) apply(*opt.qv, *opt.q_descale, g.hq / g.hk, d.qvd, d.qv);
+  }
+  if (opt.k_descale) apply(k0, *opt.k_descale, 1, d.kd, d.k);
+  if (opt.v_descale && v0) apply(*v0, *opt.v_descale, 1, d.vd, d.v);
+}
+
 AttentionResult baseline(const Tensor& q0, const Tensor& k0, const Tensor* v0, const Geometry& g,
                          const AttentionOptions& opt) {
   check_baseline(q0, k0, v0, opt);
   const Narrow T = narrow_of(q0.dtype());
   const std::size_t group = g.hq / g.hk;
   // The descales, rounded back to the input dtype.
-  Tensor qd, kd, vd, qvd;
-  const Tensor* q = &q0;
-  const Tensor* k = &k0;
-  const Tensor* v = v0;
-  const Tensor* qv = opt.qv;
-  if (opt.q_descale) {
-    qd = descaled(q0, *opt.q_descale, g.axes, group, q0.dtype());
-    q = &qd;
-    if (qv) {
-      qvd = descaled(*qv, *opt.q_descale, g.axes, group, qv->dtype());
-      qv = &qvd;
-    }
-  }
-  if (opt.k_descale) {
-    kd = descaled(k0, *opt.k_descale, g.axes, 1, k0.dtype());
-    k = &kd;
-  }
-  if (opt.v_descale && v) {
-    vd = descaled(*v0, *opt.v_descale, g.axes, 1, v0->dtype());
-    v = &vd;
-  }
+  Descaled d;
+  descale_all(d, q0, k0, v0, g, opt, true);
+  const Tensor *q = d.q, *k = d.k, *v = d.v, *qv = d.qv;
   const Narrow P = opt.p_dtype.empty() ? T : parse_p_dtype(opt.p_dtype);
   const double scale =
       opt.scale > 0 ? opt.scale
@@ -393,33 +407,11 @@ AttentionResult exact(const Tensor& q0, const Tensor& k0, const Tensor* v0, cons
   inner.qv = inner.q_descale = inner.k_descale = inner.v_descale = nullptr;
   inner.p_dtype.clear();
   inner.dtype = g.out;
-  std::size_t extra = 0;  // the prepared copies, counted against the budget
-  Tensor qd, kd, vd, qvd;
-  const Tensor* q = &q0;
-  const Tensor* k = &k0;
-  const Tensor* v = v0;
-  const Tensor* qv = opt.qv;
   // attention_ref's upcast reference: the products stay float32.
-  if (opt.q_descale) {
-    qd = descaled(q0, *opt.q_descale, g.axes, group, DType::f32);
-    q = &qd;
-    extra = add_sat(extra, qd.nbytes());
-    if (qv) {
-      qvd = descaled(*qv, *opt.q_descale, g.axes, group, DType::f32);
-      qv = &qvd;
-      extra = add_sat(extra, qvd.nbytes());
-    }
-  }
-  if (opt.k_descale) {
-    kd = descaled(k0, *opt.k_descale, g.axes, 1, DType::f32);
-    k = &kd;
-    extra = add_sat(extra, kd.nbytes());
-  }
-  if (opt.v_descale && v) {
-    vd = descaled(*v0, *opt.v_descale, g.axes, 1, DType::f32);
-    v = &vd;
-    extra = add_sat(extra, vd.nbytes());
-  }
+  Descaled d;
+  descale_all(d, q0, k0, v0, g, opt, false);
+  const Tensor *q = d.q, *k = d.k, *v = d.v, *qv = d.qv;
+  std::size_t extra = d.bytes;  // the prepared copies, counted against the budget
   Tensor qc, kc;
   if (qv) {
     const auto cat_bytes = [&](const Tensor& a, const Tensor& b) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "io/slab.hpp"
 #include "ops/blas_threads.hpp"
@@ -643,5 +644,32 @@ template AttentionResult run_streamed<float>(TensorSource&, TensorSource&, Tenso
 template AttentionResult run_streamed<double>(TensorSource&, TensorSource&, TensorSource*,
                                               const Geometry&, const AttentionOptions&, std::size_t,
                                               KvWays, TensorSink*);
+
+AttentionResult run_in_memory(
+    TensorSource& q, TensorSource& k, TensorSource* v, const AttentionOptions& opt,
+    std::size_t work, const std::string& names,
+    const std::function<AttentionResult(const Tensor&, const Tensor&, const Tensor*,
+                                        const AttentionOptions&)>& run) {
+  const TensorInfo &qi = q.info(), &ki = k.info();
+  const TensorInfo* vi = v ? &v->info() : nullptr;
+  std::size_t need = work;
+  for (const TensorInfo* t : {&qi, &ki, vi}) {
+    if (!t) continue;
+    need = add_sat(need, mul_sat(checked_numel(t->shape, 1, "attention"), dtype_size(t->dtype)));
+  }
+  if (opt.max_memory && need > opt.max_memory) {
+    throw InputError(fmt::format(
+        "{} would need {} with the inputs (Q {}, K {}{}) > --max-memory {}", names,
+        bytes_str(need), shape_str(qi.shape), shape_str(ki.shape),
+        vi ? ", V " + shape_str(vi->shape) : std::string(), bytes_str(opt.max_memory)));
+  }
+  Tensor qt = read_all_rows(q), kt = read_all_rows(k);
+  std::optional<Tensor> vt;
+  if (v) vt = read_all_rows(*v);
+  // Checked above, with the inputs; what is left of the budget bounds the workers.
+  AttentionOptions rest = opt;
+  if (opt.max_memory) rest.max_memory = opt.max_memory - (need - work);
+  return run(qt, kt, vt ? &*vt : nullptr, rest);
+}
 
 }  // namespace posenc::attention_detail

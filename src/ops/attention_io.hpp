@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 
 #include "ops/attention_kernel.hpp"
 
@@ -55,6 +56,16 @@ struct KvWays {
 /// block of K and of V in the compute dtype, and the pieces of their stored bytes read
 /// to be widened.
 std::size_t read_buffers(const Geometry& g, std::size_t key_block);
+
+// Attention with Q, K and V read whole: `work` bytes of outputs and work memory (`names`
+// the tensors dominating it) plus the inputs must fit opt.max_memory (InputError naming
+// the shapes otherwise, before anything is read); `run` then computes on the tensors with
+// what is left of the budget.
+AttentionResult run_in_memory(
+    TensorSource& q, TensorSource& k, TensorSource* v, const AttentionOptions& opt,
+    std::size_t work, const std::string& names,
+    const std::function<AttentionResult(const Tensor&, const Tensor&, const Tensor*,
+                                        const AttentionOptions&)>& run);
 
 /// The streamed run: Q read whole (or in place), K and V in chunks of `chunk` keys (a
 /// multiple of the key block), or in place as `ways` allows (mapped, or read block by

@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "ops/attention_io.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
 #include "posenc/ops/rope.hpp"
@@ -328,22 +329,9 @@ AttentionResult attention_varlen(TensorSource& q, TensorSource& k, TensorSource*
   const TensorInfo &qi = q.info(), &ki = k.info();
   const TensorInfo* vi = v ? &v->info() : nullptr;
   auto [need, names] = varlen_memory(qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
-  const std::size_t work = need;
-  for (const TensorInfo* t : {&qi, &ki, vi}) {
-    if (t) need += checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
-  }
-  if (opt.max_memory && need > opt.max_memory) {
-    throw InputError(
-        fmt::format("{} would need {} with the inputs (Q {}, K {}{}) > --max-memory {}", names,
-                    bytes_str(need), shape_str(qi.shape), shape_str(ki.shape),
-                    vi ? ", V " + shape_str(vi->shape) : std::string(), bytes_str(opt.max_memory)));
-  }
-  Tensor qt = read_all_rows(q), kt = read_all_rows(k);
-  std::optional<Tensor> vt;
-  if (v) vt = read_all_rows(*v);
-  AttentionOptions rest = opt;
-  if (opt.max_memory) rest.max_memory = opt.max_memory - (need - work);
-  return attention_varlen(qt, kt, vt ? &*vt : nullptr, rest);
+  return run_in_memory(q, k, v, opt, need, names,
+                       [](const Tensor& qt, const Tensor& kt, const Tensor* vt,
+                          const AttentionOptions& o) { return attention_varlen(qt, kt, vt, o); });
 }
 
 }  // namespace posenc::attention_detail

@@ -1,8 +1,8 @@
 """fp8 (torch.float8_e4m3fn, torch.float8_e5m2; OCP FP8) written from the formats'
 definition, independent of posenc: the value of each code, and float32 -> code by
 nearest value with ties to the even code (torch's .to(): beyond the largest finite value
-NaN for e4m3fn, infinity for e5m2; NaN -> 0x7f with its sign). The same construction as
-tests/python/test_fp8.py, for the command-line tests."""
+NaN for e4m3fn, infinity for e5m2; NaN -> 0x7f with its sign), for the command-line and
+the Python module's tests."""
 import numpy as np
 
 FORMATS = {

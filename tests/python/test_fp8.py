@@ -1,74 +1,21 @@
 """fp8 conversions (posenc/fp8.hpp, through the module's fp8_encode/fp8_decode) against a
-reference written here from the formats' definition (OCP FP8; torch's float8_e4m3fn and
-float8_e5m2): every one of the 256 codes decoded, every midpoint of the grid and its float32
-neighbours, random float32 bit patterns, float64 inputs (rounded to float32 first, as torch
-converts), and, where this torch has float8 (Debian's 1.13 has not: skipped), torch's own
-.to(float8_*) on the same values. Exact equality of codes; decoded values bit for bit."""
+reference written from the formats' definition (tests/lib/fp8_reference.py; OCP FP8;
+torch's float8_e4m3fn and float8_e5m2): every one of the 256 codes decoded, every midpoint
+of the grid and its float32 neighbours, random float32 bit patterns, float64 inputs
+(rounded to float32 first, as torch converts), and, where this torch has float8 (Debian's
+1.13 has not: skipped), torch's own .to(float8_*) on the same values. Exact equality of
+codes; decoded values bit for bit."""
 import numpy as np
 import pytest
 import torch
 
 from posenc import _posenc
 
-FORMATS = {
-    # name: (exponent bits, mantissa bits, bias, has infinities)
-    "e4m3fn": (4, 3, 7, False),
-    "e5m2": (5, 2, 15, True),
-}
-
-
-def decode_ref(code, fmt):
-    """The value of one code as the format defines it (float64)."""
-    e_bits, m_bits, bias, has_inf = FORMATS[fmt]
-    sign = -1.0 if code & 0x80 else 1.0
-    e = (code >> m_bits) & ((1 << e_bits) - 1)
-    m = code & ((1 << m_bits) - 1)
-    top = (1 << e_bits) - 1
-    if has_inf and e == top:
-        return sign * np.inf if m == 0 else np.nan
-    if not has_inf and e == top and m == (1 << m_bits) - 1:
-        return np.nan  # e4m3fn: S.1111.111 only
-    if e == 0:
-        return sign * m * 2.0 ** (1 - bias - m_bits)
-    return sign * (1 + m / 2.0 ** m_bits) * 2.0 ** (e - bias)
-
-
-def grid(fmt):
-    """(values, parity): the non-negative finite values in code order 0, 1, ... plus the
-    one value past the largest that the unbounded format would have (its code's mantissa
-    parity decides ties there; choosing it is an overflow)."""
-    e_bits, m_bits, bias, has_inf = FORMATS[fmt]
-    vals = []
-    for c in range(0x80):
-        v = decode_ref(c, fmt)
-        if not np.isfinite(v):
-            break
-        vals.append(v)
-    largest = vals[-1]
-    quantum = 2.0 ** (np.floor(np.log2(largest)) - m_bits)
-    vals.append(largest + quantum)  # 480 (e4m3fn) or 65536 (e5m2)
-    return np.array(vals)
-
-
-def encode_ref(x, fmt):
-    """float32 array -> codes: nearest value, ties to the even code; beyond the largest
-    finite value NaN (e4m3fn) or infinity (e5m2); NaN -> 0x7f with its sign."""
-    with np.errstate(invalid="ignore"):
-        x = np.asarray(x, dtype=np.float32).astype(np.float64)
-    _, _, _, has_inf = FORMATS[fmt]
-    g = grid(fmt)
-    over = 0x7C if has_inf else 0x7F
-    a = np.abs(x)
-    sign = np.where(np.signbit(x), 0x80, 0x00)
-    idx = np.clip(np.searchsorted(g, a, side="right") - 1, 0, len(g) - 1)
-    lo = g[idx]
-    hi = g[np.minimum(idx + 1, len(g) - 1)]
-    up = (a - lo > hi - a) | ((a - lo == hi - a) & (idx % 2 == 1))
-    code = np.where(up, idx + 1, idx)
-    code = np.where((code >= len(g) - 1) | (a > g[-1]), over, code)
-    code = np.where(np.isinf(x), over, code)
-    code = np.where(np.isnan(x), 0x7F, code)
-    return (code | sign).astype(np.uint8)
+# The reference written from the formats' definition (tests/lib, shared with the
+# command-line tests).
+from fp8_reference import FORMATS, grid  # noqa: E402
+from fp8_reference import decode as decode_ref  # noqa: E402
+from fp8_reference import encode as encode_ref  # noqa: E402
 
 
 def check_codes(got, want, x):
