@@ -14,49 +14,18 @@ import math
 import numpy as np
 import torch
 
-from fa_attention_reference import chunk_mask, local_mask
-
-
-def round_fp8(x, fmt):
-    """float32 values rounded to nearest even in e4m3fn / e5m2 (no overflow handling:
-    probabilities are at most 1), returned as float64."""
-    x = np.asarray(x, dtype=np.float32).astype(np.float64)
-    mant, emin = {"e4m3fn": (3, -6), "e5m2": (2, -14)}[fmt]
-    out = np.zeros_like(x)
-    nz = x != 0
-    a = np.abs(x[nz])
-    e = np.maximum(np.floor(np.log2(a)), emin)
-    quantum = np.exp2(e - mant)
-    out[nz] = np.sign(x[nz]) * np.round(a / quantum) * quantum  # np.round: ties to even
-    return out
+import fp8_reference
+from fa_attention_reference import masked_set
 
 
 def round_p(p, p_dtype):
     """P (float64 torch) rounded as attention_ref's P.to(dtype), from float32."""
     p32 = p.float()
     if p_dtype in ("e4m3fn", "e5m2"):
-        return torch.from_numpy(round_fp8(p32.numpy(), p_dtype))
+        codes = fp8_reference.encode(p32.numpy(), p_dtype)
+        return torch.from_numpy(fp8_reference.table(p_dtype)[codes].astype(np.float64))
     t = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[p_dtype]
     return p32.to(t).double()
-
-
-def _masked(b, sq, sk, causal, window, chunk, seqused_q, seqused_k):
-    left, right = window
-    if causal:
-        right = 0
-    masked = torch.zeros(b, 1, sq, sk, dtype=torch.bool)
-    for e in range(b):
-        sq_b = sq if seqused_q is None else int(seqused_q[e])
-        sk_b = sk if seqused_k is None else int(seqused_k[e])
-        m = torch.zeros(sq, sk, dtype=torch.bool)
-        m[:, sk_b:] = True
-        if left is not None or right is not None:
-            m |= local_mask(sq, sk, sq_b, sk_b, left, right)
-        if chunk > 0:
-            m |= chunk_mask(sq, sk, sq_b, sk_b, chunk)
-        m[sq_b:, :] = True
-        masked[e, 0] = m
-    return masked
 
 
 def _descale(x, ds, group, to):
@@ -94,7 +63,7 @@ def attention_ref_fa(q, k, v, qv=None, q_descale=None, k_descale=None, v_descale
         scores = scores + torch.einsum("bthd,bshd->bhts", qv * scale, v)
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap
-    masked = _masked(b, sq, sk, causal, window, chunk, seqused_q, seqused_k)
+    masked = masked_set(b, sq, sk, causal, window, chunk, seqused_q, seqused_k)
     scores = scores.masked_fill(masked, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     empty = masked.all(dim=-1, keepdim=True)
@@ -140,7 +109,7 @@ def attention_baseline(q, k, v, qv=None, q_descale=None, k_descale=None, v_desca
         scores = (scores.float() * (1 / cap)).to(T)
         scores = torch.tanh(scores.double()).float().to(T)
         scores = (scores.float() * cap).to(T)
-    masked = _masked(b, sq, sk, causal, window, chunk, seqused_q, seqused_k)
+    masked = masked_set(b, sq, sk, causal, window, chunk, seqused_q, seqused_k)
     scores = scores.masked_fill(masked, float("-inf"))
     empty = masked.all(dim=-1, keepdim=True)
     p = torch.softmax(scores.double(), dim=-1).float().to(T).masked_fill(empty, 0.0)

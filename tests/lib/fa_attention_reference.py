@@ -43,16 +43,9 @@ def chunk_mask(sq, sk, sq_b, sk_b, chunk):
     return (col < start) | (col >= start + chunk)
 
 
-def attention_ref(q, k, v, causal=False, window=(None, None), chunk=0, sink_token_length=0,
-                  seqused_q=None, seqused_k=None, scale=None):
-    """Output [b, sq, h, dv] and lse [b, h, sq] in float64 (numpy arrays)."""
-    q, k, v = (torch.as_tensor(x).double() for x in (q, k, v))
-    b, sq, h, d = q.shape
-    sk, hk = k.shape[1], k.shape[2]
-    k = k.repeat_interleave(h // hk, dim=2)
-    v = v.repeat_interleave(h // hk, dim=2)
-    scale = 1 / math.sqrt(d) if scale is None else scale
-    scores = torch.einsum("bthd,bshd->bhts", q * scale, k)
+def masked_set(b, sq, sk, causal, window, chunk, seqused_q, seqused_k, sink_token_length=0):
+    """attention_ref's masked set [b, 1, sq, sk] (True = masked): key padding, the local
+    window (causal is (left, 0)), the chunks and the padded query rows, per entry."""
     left, right = window
     if causal:
         right = 0
@@ -68,6 +61,21 @@ def attention_ref(q, k, v, causal=False, window=(None, None), chunk=0, sink_toke
             m |= chunk_mask(sq, sk, sq_b, sk_b, chunk)
         m[sq_b:, :] = True  # padded query rows
         masked[e, 0] = m
+    return masked
+
+
+def attention_ref(q, k, v, causal=False, window=(None, None), chunk=0, sink_token_length=0,
+                  seqused_q=None, seqused_k=None, scale=None):
+    """Output [b, sq, h, dv] and lse [b, h, sq] in float64 (numpy arrays)."""
+    q, k, v = (torch.as_tensor(x).double() for x in (q, k, v))
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    k = k.repeat_interleave(h // hk, dim=2)
+    v = v.repeat_interleave(h // hk, dim=2)
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    scores = torch.einsum("bthd,bshd->bhts", q * scale, k)
+    masked = masked_set(b, sq, sk, causal, window, chunk, seqused_q, seqused_k,
+                        sink_token_length)
     scores = scores.masked_fill(masked, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     empty = masked.all(dim=-1, keepdim=True)
