@@ -1093,7 +1093,7 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
 }
 
 // attention(grad_output=...): the gradients named in `names` (dq, dk, dv, softmax_d,
-// lse, dbias, dsinks) and attrs.
+// lse, dbias, dsinks, dt5_bias, dqv) and attrs.
 py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& dO, const AttentionOptions& opt,
                              const std::vector<std::string>& names,
@@ -1101,12 +1101,13 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
   AttentionBackwardOptions bopt;
   for (const std::string& n : names) {
     if (n != "dq" && n != "dk" && n != "dv" && n != "softmax_d" && n != "lse" && n != "dbias" &&
-        n != "dsinks" && n != "dt5_bias") {
+        n != "dsinks" && n != "dt5_bias" && n != "dqv") {
       throw UsageError("emit " + n +
                        ": with grad_output, expected dq, dk, dv, softmax_d, lse, dbias, dsinks, "
-                       "dt5_bias");
+                       "dt5_bias, dqv");
     }
     if (n == "dsinks" && !opt.sinks) throw UsageError("emit dsinks: needs sinks");
+    if (n == "dqv" && !opt.qv) throw UsageError("emit dqv: needs qv");
     bopt.dbias = bopt.dbias || n == "dbias";
     bopt.dt5_bias = bopt.dt5_bias || n == "dt5_bias";
   }

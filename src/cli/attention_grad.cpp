@@ -12,8 +12,8 @@
 namespace posenc::cli {
 
 namespace {
-const char* const kNames[] = {"dq",    "dk",     "dv",      "softmax_d",
-                              "lse",   "dbias",  "dsinks",  "dt5_bias"};
+const char* const kNames[] = {"dq",    "dk",     "dv",      "softmax_d", "lse",
+                              "dbias", "dsinks", "dt5_bias", "dqv"};
 }  // namespace
 
 bool is_gradient_name(const std::string& name) {
@@ -36,10 +36,11 @@ void refuse_gradients_without_dO(const std::string& list) {
 }
 
 std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks,
-                                             bool float_mask) {
+                                             bool float_mask, bool qv) {
   if (list.empty()) {
     std::vector<std::string> d = {"dq", "dk", "dv", "softmax_d", "lse"};
     if (sinks) d.push_back("dsinks");
+    if (qv) d.push_back("dqv");
     return d;
   }
   std::vector<std::string> out;
@@ -51,7 +52,7 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
     if (std::find(std::begin(kNames), std::end(kNames), name) == std::end(kNames)) {
       throw UsageError(fmt::format(
           "--emit {}: with --grad-output, expected a comma list of dq, dk, dv, softmax_d, lse, "
-          "dbias, dsinks, dt5_bias",
+          "dbias, dsinks, dt5_bias, dqv",
           name));
     }
     if (std::find(out.begin(), out.end(), name) != out.end()) {
@@ -61,6 +62,7 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
       throw UsageError("--emit dbias: needs a float (additive) --mask");
     }
     if (name == "dsinks" && !sinks) throw UsageError("--emit dsinks: needs --sinks");
+    if (name == "dqv" && !qv) throw UsageError("--emit dqv: needs --qv");
     out.push_back(name);
     pos = comma + 1;
   }
@@ -87,6 +89,7 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
       const std::size_t bytes = checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
       need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
     }
+    if (opt.qv) need = need > SIZE_MAX - opt.qv->nbytes() ? SIZE_MAX : need + opt.qv->nbytes();
     if (rope) {  // rotated Q and K, and dq and dk before they are rotated back, in float64
       for (const TensorInfo* t : {&qi, &ki}) {
         const std::size_t bytes = checked_numel(t->shape, 16, "attention") * 16;

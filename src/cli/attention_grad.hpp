@@ -11,13 +11,14 @@
 
 namespace posenc::cli {
 
-/// The tensors gradients can emit: dq, dk, dv, softmax_d, lse, dbias, dsinks.
+/// The tensors gradients can emit: dq, dk, dv, softmax_d, lse, dbias, dsinks, dt5_bias, dqv.
 bool is_gradient_name(const std::string& name);
 
-/// The --emit list in gradient mode (empty: dq,dk,dv,softmax_d,lse, and dsinks with
-/// sinks). UsageError for an unknown name, one given twice, dbias without a float mask
-/// (`float_mask`) and dsinks without sinks.
-std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks, bool float_mask);
+/// The --emit list in gradient mode (empty: dq,dk,dv,softmax_d,lse, dsinks with sinks and
+/// dqv with qv). UsageError for an unknown name, one given twice, dbias without a float
+/// mask (`float_mask`), dsinks without sinks and dqv without qv.
+std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks, bool float_mask,
+                                             bool qv = false);
 
 /// UsageError when `list` names a gradient (--emit without --grad-output).
 void refuse_gradients_without_dO(const std::string& list);

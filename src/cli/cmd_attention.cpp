@@ -442,7 +442,8 @@ void run_attention(AttentionCmdOptions& o) {
           fmt::format("--grad-output: not with {}", !o.part.empty() ? "--part" : "--relative"));
     }
     // Whether the mask is float is known once it is read; dbias is checked again there.
-    grad_names = parse_gradient_emit(o.emit, !o.sinks.empty(), !o.mask.empty());
+    grad_names =
+        parse_gradient_emit(o.emit, !o.sinks.empty(), !o.mask.empty(), !o.qv.empty());
   } else {
     refuse_gradients_without_dO(o.emit);
     opt.emit = parse_attention_emit(o.emit, !o.v.empty());
@@ -465,11 +466,12 @@ void run_attention(AttentionCmdOptions& o) {
   if (opt.fa_baseline && (o.rope || grads || relative_wanted(o.relative))) {
     throw UsageError("--arith fa-baseline: not with --rope, --relative or --grad-output");
   }
-  if ((grads || !o.part.empty()) && (!o.qv.empty() || !o.q_descale.empty() ||
+  if ((grads || !o.part.empty()) && ((!o.qv.empty() && !grads) || !o.q_descale.empty() ||
                                      !o.k_descale.empty() || !o.v_descale.empty() ||
                                      !o.p_dtype.empty())) {
-    throw UsageError(fmt::format("--qv, --q-descale, --k-descale, --v-descale, --p-dtype: not "
-                                 "with {}", grads ? "--grad-output" : "--part"));
+    throw UsageError(fmt::format("{}--q-descale, --k-descale, --v-descale, --p-dtype: not "
+                                 "with {}", grads ? "" : "--qv, ",
+                                 grads ? "--grad-output" : "--part"));
   }
   if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {
     throw UsageError(
@@ -823,7 +825,8 @@ void register_attention(CLI::App& app) {
                 "compute with NaN/Inf inputs (they propagate) instead of refusing them");
   sub->add_option("--grad-output", o->grad_output,
                   "dO, the gradient of the output (Q's shape with dv): emit the gradients "
-                  "dq, dk, dv, softmax_d (rowsum(dO O)) and lse instead (see GRADIENTS)");
+                  "dq, dk, dv, softmax_d (rowsum(dO O)) and lse instead (dqv with --qv; "
+                  "see GRADIENTS)");
   add_relative_options(sub, o->relative);
   add_kvcache_options(sub, o->kv);
   sub->add_flag("--rope", o->rope, "rotate Q and K with RoPE (ROPE OPTIONS) before the scores");

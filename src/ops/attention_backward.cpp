@@ -16,9 +16,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "ops/attention_fa.hpp"
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_kernel.hpp"
 #include "ops/blas_threads.hpp"
@@ -26,6 +28,7 @@
 #include "posenc/encodings/bias.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
+#include "posenc/ops/cast.hpp"
 
 namespace posenc {
 
@@ -77,6 +80,10 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   no(opt.score_bias != nullptr, "a relative score term (--relative)");
   no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
   no(opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr, "--cu-seqlens-q/--cu-seqlens-k");
+  no(opt.q_descale != nullptr || opt.k_descale != nullptr || opt.v_descale != nullptr,
+     "--q-descale/--k-descale/--v-descale (FlashAttention-3's fp8 path is forward only)");
+  no(!opt.p_dtype.empty(), "--p-dtype");
+  no(opt.fa_baseline, "--arith fa-baseline");
   if (bopt.dt5_bias && !opt.t5_bias) throw UsageError("gradients: dt5_bias needs --t5-bias");
   if (bopt.dbias && !(opt.mask && is_float(opt.mask->dtype()))) {
     throw UsageError("gradients: dbias needs a float (additive) --mask");
@@ -318,9 +325,10 @@ AttentionOptions forward_options(const AttentionOptions& opt) {
 
 }  // namespace
 
-std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,
-                                      DType q_dtype, const AttentionOptions& opt,
-                                      const AttentionBackwardOptions& bopt) {
+namespace {
+
+std::size_t plain_memory(const Shape& q, const Shape& k, const Shape& v, DType q_dtype,
+                         const AttentionOptions& opt, const AttentionBackwardOptions& bopt) {
   const AttentionOptions f = forward_options(opt);
   const Geometry g = check(q, k, &v, q_dtype, f);
   const std::size_t ts = dtype_size(g.compute);
@@ -350,9 +358,9 @@ std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shap
   return add_sat(n, tile_bytes(g, tiles_for(g, bopt), bopt.dbias));
 }
 
-AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& grad_output, const AttentionOptions& opt,
-                                  const AttentionBackwardOptions& bopt) {
+AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& grad_output, const AttentionOptions& opt,
+                              const AttentionBackwardOptions& bopt) {
   refuse_unsupported(opt, bopt);
   require_float(q.dtype(), "q");
   require_float(k.dtype(), "k");
@@ -372,8 +380,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     throw InputError(fmt::format("grad_output: shape {} is not the output's {}",
                                  shape_str(grad_output.shape()), shape_str(o_shape)));
   }
-  const std::size_t need = attention_backward_memory(q.shape(), k.shape(), v.shape(), q.dtype(),
-                                                     opt, bopt);
+  const std::size_t need = plain_memory(q.shape(), k.shape(), v.shape(), q.dtype(), opt, bopt);
   if (opt.max_memory && need > opt.max_memory) {
     throw InputError(fmt::format("gradients would need {} > max_memory {}", bytes_str(need),
                                  bytes_str(opt.max_memory)));
@@ -495,6 +502,130 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   }
   res.attrs.push_back({"gradients", 1LL});
   return res;
+}
+
+// Q's shape with d widened by qv's dv: the concatenated query Q||qv (K||V likewise).
+Shape widened(Shape s, const std::string& axes, std::size_t by) {
+  s[axes.find('d')] += by;
+  return s;
+}
+
+// Columns [c0, c0 + n) of t's axis d (of `axes`), in t's dtype.
+Tensor slice_d(const Tensor& t, std::size_t c0, std::size_t n, const std::string& axes) {
+  const std::size_t ax = axes.find('d');
+  Shape shape = t.shape();
+  const std::size_t w = shape[ax];
+  shape[ax] = n;
+  Tensor out(t.dtype(), shape);
+  std::size_t outer = 1, inner = 1;
+  for (std::size_t i = 0; i < ax; ++i) outer *= shape[i];
+  for (std::size_t i = ax + 1; i < shape.size(); ++i) inner *= shape[i];
+  const std::size_t item = dtype_size(t.dtype()), run = n * inner * item;
+  for (std::size_t r = 0; r < outer && run; ++r) {
+    std::memcpy(out.bytes() + r * run, t.bytes() + (r * w + c0) * inner * item, run);
+  }
+  return out;
+}
+
+// The bytes of qv's concatenated copies (at most: in float64 where the dtypes may differ)
+// and of the four gradients in the output dtype.
+std::size_t qv_extra_bytes(const Shape& q, const Shape& k, const Shape& v, DType q_dtype,
+                           const AttentionOptions& opt) {
+  const DType out = opt.dtype.value_or(q_dtype);
+  const DType qc = opt.qv->dtype() == q_dtype ? q_dtype : DType::f64;
+  const std::size_t nq = checked_numel(q, 1, "attention"), nk = checked_numel(k, 1, "attention"),
+                    nv = checked_numel(v, 1, "attention"), nqv = opt.qv->numel();
+  std::size_t n = mul_sat(add_sat(nq, nqv), dtype_size(qc));
+  n = add_sat(n, mul_sat(add_sat(nk, nv), 8));
+  return add_sat(n, mul_sat(add_sat(add_sat(nq, nqv), add_sat(nk, nv)), dtype_size(out)));
+}
+
+AttentionOptions qv_inner(const AttentionOptions& opt) {
+  AttentionOptions inner = opt;
+  inner.qv = nullptr;
+  inner.dtype = DType::f64;  // the parts are added, then rounded once
+  return inner;
+}
+
+// qv: the backward of Q||qv over K||V (the scale's default 1/sqrt(d + dv) is the
+// concatenation's own), its gradients split along d and dv's two parts added in float64.
+AttentionGrads backward_qv(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const Tensor& grad_output, const AttentionOptions& opt,
+                           const AttentionBackwardOptions& bopt) {
+  refuse_unsupported(opt, bopt);
+  for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"},
+                                {&v, "v"}, {opt.qv, "qv"}}) {
+    require_float(t->dtype(), what);
+    if (is_fp8(t->dtype())) {
+      throw UsageError(fmt::format(
+          "gradients: {} in fp8 is not supported (as in FlashAttention-3, whose fp8 path is "
+          "forward only); widen it with posenc convert", what));
+    }
+  }
+  AttentionOptions plain = forward_options(opt);
+  plain.qv = nullptr;
+  const Geometry g = check(q.shape(), k.shape(), &v.shape(), q.dtype(), plain);
+  const Shape want = g.output_shape(q.shape());
+  if (opt.qv->shape() != want) {
+    throw InputError(fmt::format("qv: shape {} must be Q's with dv, {}",
+                                 shape_str(opt.qv->shape()), shape_str(want)));
+  }
+  if (!opt.allow_nonfinite && opt.qv->has_nonfinite()) throw nonfinite_input("qv");
+  const std::size_t extra = qv_extra_bytes(q.shape(), k.shape(), v.shape(), q.dtype(), opt);
+  const std::size_t need = attention_backward_memory(q.shape(), k.shape(), v.shape(), q.dtype(),
+                                                     opt, bopt);
+  if (opt.max_memory && need > opt.max_memory) {
+    throw InputError(fmt::format("gradients would need {} > max_memory {}", bytes_str(need),
+                                 bytes_str(opt.max_memory)));
+  }
+  const Tensor qc = concat_d(q, *opt.qv, g.axes), kc = concat_d(k, v, g.axes);
+  AttentionOptions inner = qv_inner(opt);
+  if (opt.max_memory) inner.max_memory = std::max<std::size_t>(1, opt.max_memory - extra);
+  AttentionGrads c = backward_plain(qc, kc, v, grad_output, inner, bopt);
+  const DType out = opt.dtype.value_or(q.dtype());
+  const DType lse_dtype = out == DType::f64 ? DType::f64 : DType::f32;
+  AttentionGrads res;
+  res.attrs = std::move(c.attrs);
+  res.attrs.push_back({"qv", 1LL});
+  res.dq = cast(slice_d(c.dq, 0, g.d, g.axes), out);
+  res.dqv = cast(slice_d(c.dq, g.d, g.dv, g.axes), out);
+  res.dk = cast(slice_d(c.dk, 0, g.d, g.axes), out);
+  // V's gradient through P.V and through the scores' qv.v term, added in one fixed order.
+  Tensor dv = slice_d(c.dk, g.d, g.dv, g.axes);
+  double* a = dv.data<double>();
+  const double* b = c.dv.data<double>();
+  for (std::size_t i = 0; i < dv.numel(); ++i) a[i] = b[i] + a[i];
+  res.dv = cast(dv, out);
+  for (auto [from, to] : {std::pair<Tensor*, Tensor*>{&c.dbias, &res.dbias},
+                          {&c.dsinks, &res.dsinks},
+                          {&c.dt5_bias, &res.dt5_bias}}) {
+    if (from->ndim() > 0 || from->numel() > 0) *to = cast(*from, out);
+  }
+  res.softmax_d = cast(c.softmax_d, lse_dtype);
+  res.lse = cast(c.lse, lse_dtype);
+  return res;
+}
+
+}  // namespace
+
+std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,
+                                      DType q_dtype, const AttentionOptions& opt,
+                                      const AttentionBackwardOptions& bopt) {
+  if (!opt.qv) return plain_memory(q, k, v, q_dtype, opt, bopt);
+  AttentionOptions plain = forward_options(opt);
+  plain.qv = nullptr;
+  const Geometry g = check(q, k, &v, q_dtype, plain);
+  const DType qc = opt.qv->dtype() == q_dtype ? q_dtype : DType::f64;
+  const std::size_t inner =
+      plain_memory(widened(q, g.axes, g.dv), widened(k, g.axes, g.dv), v, qc, qv_inner(opt), bopt);
+  return add_sat(inner, qv_extra_bytes(q, k, v, q_dtype, opt));
+}
+
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& grad_output, const AttentionOptions& opt,
+                                  const AttentionBackwardOptions& bopt) {
+  return opt.qv ? backward_qv(q, k, v, grad_output, opt, bopt)
+                : backward_plain(q, k, v, grad_output, opt, bopt);
 }
 
 }  // namespace posenc

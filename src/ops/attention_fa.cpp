@@ -116,6 +116,8 @@ Tensor descaled(const Tensor& x, const Tensor& ds, const std::string& axes, std:
   return out;
 }
 
+}  // namespace
+
 // a||b along the d axis (f64 when their dtypes differ: both widen exactly).
 Tensor concat_d(const Tensor& a0, const Tensor& b0, const std::string& axes) {
   const bool same = a0.dtype() == b0.dtype();
@@ -140,6 +142,8 @@ Tensor concat_d(const Tensor& a0, const Tensor& b0, const std::string& axes) {
   }
   return out;
 }
+
+namespace {
 
 std::size_t bytes_of(const Shape& s, DType t) {
   return mul_sat(checked_numel(s, 1, "attention"), dtype_size(t));

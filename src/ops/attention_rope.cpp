@@ -161,7 +161,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   const DType lse_dtype = out == DType::f64 ? DType::f64 : DType::f32;
   g.dq = cast(dq, out);
   g.dk = cast(dk, out);
-  for (Tensor* t : {&g.dv, &g.dbias, &g.dsinks, &g.dt5_bias}) {
+  for (Tensor* t : {&g.dv, &g.dbias, &g.dsinks, &g.dt5_bias, &g.dqv}) {
     if (t->ndim() > 0 || t->numel() > 0) *t = cast(*t, out);
   }
   g.softmax_d = cast(g.softmax_d, lse_dtype);

@@ -137,3 +137,23 @@ def test_rope_gradients_are_with_respect_to_the_unrotated_inputs(tmp_path):
         assert g.tobytes() == np.load(out.format(name)).tobytes(), name
     plain = posenc.attention(q, k, v, grad_output=do, causal=True, emit=("dq",))
     assert not np.array_equal(plain[0], got[0])
+
+
+def test_qv_gradients_match_torch_autograd():
+    # FlashAttention-3's qv: scores scale (q.k + qv.v), scale 1/sqrt(d + dv); dqv, and dv
+    # gains the qv term's part. Silently ignored before (the gradients lacked the term).
+    q, k, v, do = (torch.tensor(a) for a in inputs(5))
+    qv = torch.tensor(np.random.default_rng(6).standard_normal((2, 4, 6, 5)))
+    got = posenc.attention(q, k, v, qv=qv, grad_output=do, causal=True,
+                           emit=("dq", "dk", "dv", "dqv"))
+    Q, K, V, QV = (t.clone().requires_grad_() for t in (q, k, v, qv))
+    Vg = V.repeat_interleave(2, 1)
+    s = (Q @ K.repeat_interleave(2, 1).transpose(-1, -2) + QV @ Vg.transpose(-1, -2)) / 13 ** 0.5
+    s = s.masked_fill(~torch.ones(6, 9, dtype=torch.bool).tril(3), float("-inf"))
+    want = torch.autograd.grad(torch.softmax(s, -1) @ Vg, (Q, K, V, QV), do)
+    for g, ref in zip(got, want):
+        assert (g - ref).abs().max() <= 1e-12 * ref.abs().max()
+    with pytest.raises(posenc.UsageError, match="dqv: needs qv"):
+        posenc.attention(q, k, v, grad_output=do, emit=("dq", "dqv"))
+    with pytest.raises(posenc.UsageError, match="descale"):
+        posenc.attention(q, k, v, qv=qv, grad_output=do, q_descale=np.ones((2, 2)))

@@ -23,8 +23,12 @@
 /// Options honoured: scale, causal (both alignments), window, sliding_window, chunk_size,
 /// key_lengths, cu_seqlens, bool and float masks, ALiBi (every variant), soft-cap, sinks,
 /// temperature and Llama-4 query scaling, T5 relative bias (and its table's gradient),
-/// GQA/MQA, dv != d, any axes order. Others (clipped and relative terms, score_bias, decomposed, LongT5 global keys, WavLM gate,
-/// Gemma-3n terms, --arith other than exact, MaskedRows::nan) are a UsageError.
+/// GQA/MQA, dv != d, any axes order, FlashAttention-3's qv (the backward of Q||qv over K||V,
+/// the scale's default 1/sqrt(d + dv): dq and dqv are the two parts of the concatenated
+/// query's gradient, dk the first part of the concatenated key's, and dv the sum of P^T dO
+/// and its second part, added in float64 before the one rounding). Others (clipped and relative terms, score_bias, decomposed, LongT5 global keys, WavLM gate,
+/// Gemma-3n terms, the fp8 descales, p_dtype, the FlashAttention baseline, --arith other
+/// than exact, MaskedRows::nan) are a UsageError.
 
 #include <cstddef>
 #include <stdexcept>
@@ -45,10 +49,11 @@ struct AttentionGrads {
   Tensor dbias;      ///< the float mask's shape, when asked for
   Tensor dsinks;     ///< the sinks' shape, when sinks are given
   Tensor dt5_bias;   ///< the T5 table's shape [buckets, hq], when asked for
+  Tensor dqv;        ///< qv's shape (the output's), when opt.qv is given
   Attrs attrs;       ///< the forward's parameters
 
-  /// The tensor named `name` (dq, dk, dv, softmax_d, lse, dbias, dsinks, as the outputs
-  /// are named); std::out_of_range for another name.
+  /// The tensor named `name` (dq, dk, dv, softmax_d, lse, dbias, dsinks, dt5_bias, dqv, as
+  /// the outputs are named); std::out_of_range for another name.
   Tensor& named(const std::string& name) {
     if (name == "dq") return dq;
     if (name == "dk") return dk;
@@ -58,6 +63,7 @@ struct AttentionGrads {
     if (name == "dbias") return dbias;
     if (name == "dsinks") return dsinks;
     if (name == "dt5_bias") return dt5_bias;
+    if (name == "dqv") return dqv;
     throw std::out_of_range("AttentionGrads: no tensor named " + name);
   }
 };
