@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <utility>
 
 #include <pthread.h>
@@ -1575,16 +1576,48 @@ std::size_t RopeApplier::table_bytes(std::size_t rows) const {
 }
 
 void RopeApplier::rows(const void* src, void* dst, std::size_t first, std::size_t count) {
+  rotate(src, dst, first, count, 0, 0);
+}
+
+std::size_t RopeApplier::parts() const {
+  const Impl& m = *impl_;
+  const std::size_t next = m.lead + 1;
+  if (m.fw || next >= m.shape.size() || m.id == static_cast<int>(next) ||
+      m.id == static_cast<int>(m.lead)) {
+    return 1;
+  }
+  return m.shape[next];
+}
+
+void RopeApplier::part(const void* src, void* dst, std::size_t row, std::size_t first,
+                       std::size_t count) {
+  const std::size_t n = parts();
+  if (n < 2 || row >= rows_total() || first > n || count > n - first) {
+    throw std::logic_error(fmt::format("RopeApplier::part: entries {}..{} of row {} with {} part(s)",
+                                       first, first + count, row, n));
+  }
+  if (count > 0) rotate(src, dst, row, 1, first, count);
+}
+
+void RopeApplier::rotate(const void* src, void* dst, std::size_t first, std::size_t count,
+                         std::size_t sub_first, std::size_t sub_count) {
   Impl& m = *impl_;
   if (count == 0) return;
   if (first + count > m.shape[m.lead]) {
     throw InputError(fmt::format("{}: rows {}..{} out of range", m.what, first, first + count));
   }
-  const Impl::Range r = m.slab_range(first, count);
-  m.build_table(r, first == 0 && count == rows_total());
-
+  Impl::Range r = m.slab_range(first, count);
   Shape slab = m.shape;
   slab[m.lead] = count;
+  if (sub_count > 0) {
+    // A part of one row: the positions of its tokens are those of its entries along
+    // the next axis when that is b or s (the other axes carry none).
+    const char c = m.letters[m.lead + 1];
+    if (c == 'b') r.b0 = sub_first, r.nb = sub_count;
+    if (c == 's') r.s0 = sub_first, r.ns = sub_count;
+    slab[m.lead + 1] = sub_count;
+  }
+  m.build_table(r, sub_count == 0 && first == 0 && count == rows_total());
   const std::size_t elems = product(slab, 0, slab.size());
   const auto* in = static_cast<const std::byte*>(src);
   Tensor converted;

@@ -76,6 +76,10 @@ void rope_stream_impl(const RopeStreamRequest& o) {
     op.table_bytes = [&applier](std::size_t rows) { return applier.table_bytes(rows); };
     op.rows = [&applier](const std::byte* in, std::byte* out, std::size_t first,
                          std::size_t n) { applier.rows(in, out, first, n); };
+    op.parts = applier.parts();
+    op.part = [&applier](const std::byte* in, std::byte* out, std::size_t row, std::size_t first,
+                         std::size_t n) { applier.part(in, out, row, first, n); };
+    op.out_item = dtype_size(out_dtype);
     const detail::SlabPlan plan = detail::plan_slabs(op, budget, what, axis, axes.letters[axis]);
     const std::size_t total_rows = op.total_rows - op.first_row, slab_rows = plan.rows;
 

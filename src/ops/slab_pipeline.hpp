@@ -35,6 +35,16 @@ struct SlabOp {
   /// output dtype, both C order. May use OpenMP; may throw.
   std::function<void(const std::byte* src, std::byte* dst, std::size_t first, std::size_t count)>
       rows;
+  /// Rows may be cut into this many parts along the next axis (1: never cut); a mapped
+  /// source whose rows are larger than a slab is then streamed in parts of rows, written
+  /// in place (TensorSink::write_at) where the sink allows it.
+  std::size_t parts = 1;
+  /// Transforms entries [first, first + count) of the next axis within row `row`, as
+  /// `rows` would (needed when parts > 1).
+  std::function<void(const std::byte* src, std::byte* dst, std::size_t row, std::size_t first,
+                     std::size_t count)>
+      part;
+  std::size_t out_item = 1;  ///< bytes of one output element (write_at counts elements)
 };
 
 /// How a tensor is cut: entries per slab and buffers per side.

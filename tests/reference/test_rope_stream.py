@@ -160,6 +160,75 @@ class TestLeadingUnitAxes(PosencTestCase):
             self.assertEqual(f.read(), b"keep")
 
 
+class TestRowsCutIntoParts(PosencTestCase):
+    """A mapped NPY input whose rows along the slab axis exceed a slab (1 MiB of output:
+    [b, h, s, d] along b) is rotated in parts of rows along the next axis and written in
+    place: the file holds the bytes of the uncut rows (standard output, which cannot be
+    written in place, gets them), with -j 1 and -j 2, and the float64 rotation."""
+
+    def setUp(self):
+        super().setUp()
+        self.rng = np.random.default_rng(20261206)
+
+    def check(self, axes, shape, *args, ids=None):
+        x = self.rng.standard_normal(shape).astype(np.float32)
+        np.save(self.path("x.npy"), x)
+        common = ["--axes", axes, *args]
+        if ids is not None:
+            np.save(self.path("ids.npy"), ids)
+            common += ["--position-ids", self.path("ids.npy")]
+        whole = self.run_ok("rope", self.path("x.npy"), "-o", "-", *common).stdout
+        for j in ("1", "2"):
+            self.run_ok("-j", j, "rope", self.path("x.npy"), "-o", self.path("y.npy"), *common)
+            with open(self.path("y.npy"), "rb") as f:
+                self.assertEqual(f.read(), whole, f"{axes} {shape} {args} -j {j}")
+        return x, np.load(self.path("y.npy"))
+
+    def test_bhsd_rows_cut_along_h(self):
+        # Rows of 2 MiB (8 heads of 256 KiB): parts of 4 heads.
+        x, y = self.check("bhsd", (2, 8, 1024, 64), "--start", "5")
+        self.assert_close(y, rope_rotate_half(x, 5 + np.arange(1024), 2), 1e-6, 1e-6, "bhsd")
+
+    def test_bshd_rows_cut_along_s(self):
+        # [b, s, h, d] with b > 1: rows of 2 MiB cut along s, each part its own positions.
+        x, y = self.check("bshd", (2, 2048, 4, 64))
+        self.assert_close(y, rope_rotate_half(x, np.arange(2048), 1), 1e-6, 1e-6, "bshd")
+        self.check("bshd", (2, 2048, 4, 64), "--style", "gptj", "--dtype", "f64")
+        self.check("bshd", (3, 3000, 4, 64), "--rotary-dim", "32", "--dtype", "f16")
+
+    def test_rows_cut_along_b_with_positions_per_batch(self):
+        # [h, b, s, d]: rows along h cut along b, whose entries have their own positions.
+        ids = np.stack([np.arange(2048) + 100 * k for k in range(4)]).astype(np.int64)
+        x, y = self.check("hbsd", (4, 4, 2048, 64), ids=ids)
+        for b in range(4):
+            self.assert_close(y[:, b], rope_rotate_half(x[:, b], ids[b], 1), 1e-6, 1e-6,
+                              f"hbsd batch {b}")
+
+    def test_d_not_last_and_framework_arithmetic(self):
+        # d before h: the working copies move it last per part. --arith hf keeps whole rows.
+        self.check("bsdh", (2, 1024, 64, 8))
+        self.check("bhsd", (2, 8, 1024, 64), "--arith", "hf")
+
+
+@unittest.skipUnless(os.access("/usr/bin/time", os.X_OK), "needs /usr/bin/time")
+class TestRowsCutPeakMemory(PosencTestCase):
+    def test_16mib_rows_need_no_16mib_buffers(self):
+        # [4, 32, 1024, 128] f32 bhsd: 64 MiB in rows of 16 MiB. Whole rows took two
+        # 16 MiB output buffers and 16 MiB of the mapped input at a time.
+        x = np.random.default_rng(6).standard_normal((4, 32, 1024, 128)).astype(np.float32)
+        np.save(self.path("big.npy"), x)
+        np.save(self.path("tiny.npy"), x[:, :, :4])
+        rc, base, err = peak_rss_kib(["rope", self.path("tiny.npy"), "-o", self.path("t.npy"),
+                                      "--axes", "bhsd"])
+        self.assertEqual(rc, 0, err)
+        rc, peak, err = peak_rss_kib(["rope", self.path("big.npy"), "-o", self.path("a.npy"),
+                                      "--axes", "bhsd"])
+        self.assertEqual(rc, 0, err)
+        self.assertLess(peak, base + 12 * 1024, f"peak RSS {peak} KiB, tiny input {base} KiB")
+        y = np.load(self.path("a.npy"), mmap_mode="r")
+        self.assert_close(y[3, 31], rope_rotate_half(x[3, 31], np.arange(1024), 0), 1e-6, 1e-6)
+
+
 class TestMaxMemoryUnits(PosencTestCase):
     """--max-memory takes binary units as GNU sort -S, the same for rope and attention."""
 

@@ -205,7 +205,22 @@ class RopeApplier {
   /// unspecified.
   void rows(const void* src, void* dst, std::size_t first, std::size_t count);
 
+  /// How many parts one row can be rotated in, one per entry of the axis after the
+  /// slab axis (a [b, h, s, d] row is h parts of [s, d]): that axis's extent, or 1
+  /// where a row is not cut (no axis there, d there or on the slab axis, or framework
+  /// arithmetic, whose loops span whole rows).
+  std::size_t parts() const;
+  /// Rotates entries [first, first + count) of the axis after the slab axis within row
+  /// `row` (as rows() does for that row; the bytes are those rows() gives): `src` and
+  /// `dst` hold just those entries. Streams cut rows larger than their slabs this way.
+  /// std::logic_error where parts() is 1 or the range leaves the row.
+  void part(const void* src, void* dst, std::size_t row, std::size_t first, std::size_t count);
+
  private:
+  /// rows(), or part() when `sub_count` is not 0.
+  void rotate(const void* src, void* dst, std::size_t first, std::size_t count,
+              std::size_t sub_first, std::size_t sub_count);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
