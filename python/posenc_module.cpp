@@ -42,6 +42,7 @@
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_fields.hpp"
+#include "posenc/ops/attention_fields.hpp"
 #include "posenc/encodings/rope_ids.hpp"
 #include "posenc/encodings/table.hpp"
 #include "posenc/encodings/table_fields.hpp"
@@ -862,6 +863,12 @@ py::list rope_fields() {
   return out;
 }
 
+py::list attention_fields() {
+  py::list out;
+  for_each_attention_request([&out](const char* kind, auto r) { append_fields(out, kind, r); });
+  return out;
+}
+
 std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
                                    const py::dict& rope_d, const py::dict& pos_d) {
   const auto it = table_kinds().find(kind);
@@ -1012,13 +1019,11 @@ void relative_window_options(const py::dict& d, AttentionOptions& opt) {
 
 void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "axes", opt.axes);
-  if (auto s = get<double>(d, "scale")) {
-    if (!(*s > 0 && std::isfinite(*s))) {
-      throw UsageError("scale " + py::str(py::float_(*s)).cast<std::string>() +
-                       ": must be a positive number");
-    }
-    opt.scale = *s;
-  }
+  // scale, sliding_window, softcap, ...: the declared fields (ops/attention_fields.hpp),
+  // their ranges the library's.
+  KeywordReader k(d);
+  k.read(opt);
+  validate_given(opt, k.given);
   if (auto c = get<std::string>(d, "causal")) {
     if (*c == "bottom-right")
       opt.causal = CausalAlign::bottom_right;
@@ -1029,9 +1034,6 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   }
   set_if(d, "window_left", opt.window_left);
   set_if(d, "window_right", opt.window_right);
-  set_if(d, "sliding_window", opt.sliding_window);
-  set_if(d, "chunk_size", opt.chunk_size);
-  set_if(d, "sink_tokens", opt.sink_tokens);
   set_if(d, "temperature_scale", opt.temperature_scale);
   set_if(d, "temperature_floor", opt.temperature_floor);
   set_if(d, "llama4_scaling_beta", opt.llama4_scaling_beta);
@@ -1053,24 +1055,12 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
                        ": expected causal, symmetric, bottom-right, fairseq, bloom or falcon");
     }
   }
-  set_if(d, "alibi_max_bias", opt.alibi_max_bias);
-  set_if(d, "t5_buckets", opt.t5_buckets);
-  set_if(d, "t5_max_distance", opt.t5_max_distance);
   set_if(d, "t5_bidirectional", opt.t5_bidirectional);
-  set_if(d, "max_distance", opt.max_distance);
   set_if(d, "grid_h", opt.grid_h);
   set_if(d, "grid_w", opt.grid_w);
   set_if(d, "key_grid_h", opt.key_grid_h);
   set_if(d, "key_grid_w", opt.key_grid_w);
-  set_if(d, "clipped_symmetric", opt.clipped_symmetric);
   relative_window_options(d, opt);
-  set_if(d, "global_block_size", opt.global_block_size);
-  set_if(d, "softcap", opt.softcap);
-  if (auto m = get<std::string>(d, "masked_rows")) {
-    if (*m != "zero" && *m != "nan")
-      throw UsageError("masked_rows: expected zero or nan, got '" + *m + "'");
-    opt.masked_rows = *m == "nan" ? MaskedRows::nan : MaskedRows::zero;
-  }
   if (auto dt = get<std::string>(d, "dtype")) opt.dtype = parse_dtype(*dt, "dtype");
   if (auto p = get<std::string>(d, "precision")) opt.precision = precision_of(*p);
   if (auto a = get<std::string>(d, "arith")) {
@@ -1087,9 +1077,7 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
     if (*m < 0) throw UsageError("max_memory: must not be negative");
     opt.max_memory = static_cast<std::size_t>(*m);
   }
-  set_if(d, "allow_nonfinite", opt.allow_nonfinite);
   set_if(d, "fa_baseline", opt.fa_baseline);  // arith="fa-baseline" (FlashAttention-3's tests)
-  set_if(d, "p_dtype", opt.p_dtype);
 }
 
 // attention(grad_output=...): the gradients named in `names` (dq, dk, dv, softmax_d,
@@ -1650,6 +1638,8 @@ PYBIND11_MODULE(_posenc, m) {
         "the declared fields of the table kinds (name, option, type, range, choices, help)");
   m.def("_rope_fields", &rope_fields,
         "the declared fields of RoPE (kind rope: RopeParams; positions; coords: the grid's)");
+  m.def("_attention_fields", &attention_fields,
+        "the declared fields of attention (kind attention: AttentionOptions' scalars)");
   m.def("rope_ids", &rope_ids_of,
         "rope_ids(options, tensors): (ids, delta or deltas) of a prompt, as `posenc rope-ids`. "
         "Use posenc.rope_ids.");

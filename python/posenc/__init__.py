@@ -50,6 +50,7 @@ from ._options import layout_dicts as _layout_dicts
 from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
 from ._options import rope_tables as _tables
+from ._options import ATTENTION_FIELDS as _ATTENTION_FIELDS
 from ._options import flag as _flag
 from ._options import items as _items
 from ._options import number as _number
@@ -439,15 +440,17 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         if emit is None and kv is not None:
             emit = "output"  # flash_attn_with_kvcache's out (lse on request)
         names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
-    opt = {"axes": axes, "emit": names, "scale": scale, "softcap": softcap,
-           "masked_rows": masked_rows, "dtype": _dtype_name(dtype), "precision": precision,
-           "arith": arith, "max_memory": max_memory, "allow_nonfinite": _flag(allow_nonfinite, "allow_nonfinite"),
-           "sliding_window": sliding_window, "chunk_size": chunk_size,
-           "sink_tokens": sink_tokens,
-           "max_distance": max_distance, "clipped_symmetric": _flag(clipped_symmetric, "clipped_symmetric"),
-           "relative_left": relative_left, "relative_right": relative_right,
-           "relative_sign": relative_sign, "relative_beyond": relative_beyond,
-           "global_block_size": global_block_size}
+    opt = {"axes": axes, "emit": names, "dtype": _dtype_name(dtype), "precision": precision,
+           "arith": arith, "max_memory": max_memory, "relative_left": relative_left, "relative_right": relative_right,
+           "relative_sign": relative_sign, "relative_beyond": relative_beyond}
+    args = locals()
+    # scale, sliding_window, softcap, ...: the declared fields (_attention_fields()), under
+    # their own names; their ranges and choices are the library's.
+    for f in _ATTENTION_FIELDS:
+        value = args[f["name"]]
+        if value is not None and f["type"] in ("bool", "float"):
+            value = (_flag if f["type"] == "bool" else _number)(value, f["name"])
+        opt[f["name"]] = value
     if (any(x is not None for x in (relative_left, relative_right, relative_sign,
                                      relative_beyond))
             and relative_k is None and relative_v is None and relative_proj is None):
@@ -466,14 +469,6 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         if any(not 1 <= n <= 2**31 for n in g):
             raise UsageError(f"{name} {g}: sides must be whole numbers in [1, 2^31]")
         opt[name + "_h"], opt[name + "_w"] = g
-    if softcap is not None and not _number(softcap, "softcap") > 0:
-        raise UsageError(f"softcap {softcap}: must be a positive number")
-    if sliding_window is not None and _whole(sliding_window, "sliding_window") <= 0:
-        raise UsageError(f"sliding_window {sliding_window}: must be at least 1")
-    if chunk_size is not None and _whole(chunk_size, "chunk_size") <= 0:
-        raise UsageError(f"chunk_size {chunk_size}: must be at least 1")
-    if sink_tokens is not None and _whole(sink_tokens, "sink_tokens") < 0:
-        raise UsageError(f"sink_tokens {sink_tokens}: must be >= 0")
     if isinstance(causal, str):
         opt["causal"] = causal
     elif _flag(causal, "causal"):
@@ -501,22 +496,14 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         opt["llama4_scaling_beta"], opt["llama4_scaling_period"] = float(beta), int(period)
     if alibi is not None and alibi is not False:
         opt["alibi"] = "causal" if alibi is True else alibi
-        if alibi_max_bias is not None:
-            if not _number(alibi_max_bias, "alibi_max_bias") > 0:
-                raise UsageError(f"alibi_max_bias {alibi_max_bias}: must be positive")
-            opt["alibi_max_bias"] = float(alibi_max_bias)
     elif alibi_max_bias is not None:
         raise UsageError("alibi_max_bias needs alibi")
     if t5_bias is None and global_bias is None and (
             t5_buckets is not None or t5_max_distance is not None or t5_causal):
         raise UsageError("t5_buckets/t5_max_distance/t5_causal need t5_bias or global_bias")
-    opt.update(t5_buckets=t5_buckets, t5_max_distance=t5_max_distance,
-               t5_bidirectional=not t5_causal)
-    if max_distance is not None:
-        if _whole(max_distance, "max_distance") < 0:
-            raise UsageError(f"max_distance {max_distance}: must be >= 0")
-        if relative_k is None and relative_v is None:
-            raise UsageError("max_distance needs relative_k or relative_v")
+    opt["t5_bidirectional"] = not t5_causal
+    if max_distance is not None and relative_k is None and relative_v is None:
+        raise UsageError("max_distance needs relative_k or relative_v")
     relative = _relative(rope, rel_keys, content_bias, position_bias, segment_ids,
                          segment_embed, segment_bias, pos_key, pos_query, pos_att_type,
                          position_buckets, max_relative_positions,
@@ -529,10 +516,6 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
                     ("v_descale", v_descale)):
         if t is not None:
             tensors[name] = _arg(t, name)
-    if p_dtype is not None:
-        if p_dtype not in ("f32", "f16", "bf16", "e4m3fn", "e5m2"):
-            raise UsageError(f"p_dtype {p_dtype!r:.40}: expected f32, f16, bf16, e4m3fn or e5m2")
-        opt["p_dtype"] = p_dtype
     if arith == "fa-baseline":
         if _flag(rope, "rope"):
             raise UsageError("arith fa-baseline: not with rope")

@@ -15,6 +15,10 @@ from ._posenc import InputError, UsageError
 ROPE_PARAMS = tuple(f["name"] for f in _posenc._rope_fields() if f["kind"] == "rope") + (
     "short_factor", "long_factor", "hf_config", "hf_version", "layer_type", "layer", "arith")
 
+# The declared scalar fields of posenc.attention (posenc/ops/attention_fields.hpp: scale,
+# sliding_window, softcap, ...), passed to the module under their own names.
+ATTENTION_FIELDS = tuple(_posenc._attention_fields())
+
 
 def factor_list(value, what):
     """A longrope factor list: numbers, an array, a comma list or a tensor reference."""

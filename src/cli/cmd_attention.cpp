@@ -20,6 +20,7 @@
 #include "cli/attention_grad.hpp"
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/declared_options.hpp"
 #include "cli/kvcache_options.hpp"
 #include "cli/relative_options.hpp"
 #include "cli/rope_options.hpp"
@@ -31,6 +32,7 @@
 #include "posenc/io/part.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_fields.hpp"
 #include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
@@ -48,12 +50,9 @@ struct AttentionCmdOptions {
   std::string axes;
   bool rope = false;
   RopeCliOptions rope_opts;
-  double scale = 0;
+  AttentionOptions params;  // the declared fields (posenc/ops/attention_fields.hpp)
   std::string causal;
   std::string window;
-  long long sliding_window = 0;
-  long long chunk_size = 0;
-  long long sink_tokens = 0;
   std::vector<double> temperature;  // SCALE FLOOR
   std::vector<double> llama4_scaling;  // BETA PERIOD
   std::string mask;
@@ -61,32 +60,23 @@ struct AttentionCmdOptions {
   std::string seqused_q, seqused_k;
   std::string cu_seqlens_q, cu_seqlens_k;  // FlashAttention's varlen boundaries
   std::string alibi;
-  double alibi_max_bias = 8.0;
   std::string t5_bias;
-  int t5_buckets = 32;
-  int t5_max_distance = 128;
   bool t5_bidirectional = false, t5_causal = false;
   std::string relative_k, relative_v;
-  long long max_distance = -1;
   long long relative_left = -1, relative_right = -1;
   std::string relative_sign = "k-q", relative_beyond = "clamp";
   std::string clipped_bias;
-  bool clipped_symmetric = false;
   std::string relative_proj, per_dim_scale;  // Gemma-3n audio
   std::vector<std::string> wavlm_gate;    // X W B C
   std::vector<std::string> global_kv;     // KG VG
-  long long global_block_size = 0;
   std::string global_bias;
   std::vector<std::string> decomposed;    // RH RW
   std::vector<long long> grid, key_grid;  // H W
-  double softcap = 0;
   std::string sinks;
-  std::string qv, q_descale, k_descale, v_descale, p_dtype;  // FlashAttention-3's tests
-  std::string masked_rows = "zero";
+  std::string qv, q_descale, k_descale, v_descale;  // FlashAttention-3's tests
   std::string emit;
   std::string dtype;
   std::string max_memory;
-  bool allow_nonfinite = false;
   std::string grad_output;  // dO: the gradients instead of the forward (attention_grad)
   RelativeCliOptions relative;
   KvCacheCliOptions kv;  // FlashAttention's KV-cache step (cli/kvcache_options.hpp)
@@ -253,10 +243,6 @@ void global_options(const AttentionCmdOptions& o) {
   if (!given(o, "--global-block-size")) {
     throw UsageError("--global-kv: needs --global-block-size G (HF global_block_size)");
   }
-  if (o.global_block_size < 1 || o.global_block_size > (1LL << 31)) {
-    throw UsageError(
-        fmt::format("--global-block-size {}: must be from 1 to 2^31", o.global_block_size));
-  }
   if (o.v.empty()) {
     throw UsageError("--global-kv: needs -v (the side values VG go with the values)");
   }
@@ -264,13 +250,7 @@ void global_options(const AttentionCmdOptions& o) {
 
 void run_attention(AttentionCmdOptions& o) {
   // Option values first: a usage error never waits for a large read.
-  if (given(o, "--scale") && !(o.scale > 0 && std::isfinite(o.scale))) {
-    throw UsageError(fmt::format("--scale {}: must be a positive number", o.scale));
-  }
-  if (given(o, "--softcap") && !(o.softcap > 0 && std::isfinite(o.softcap))) {
-    throw UsageError(fmt::format("--softcap {}: must be a positive number", o.softcap));
-  }
-  if (o.clipped_symmetric && o.clipped_bias.empty()) {
+  if (o.params.clipped_symmetric && o.clipped_bias.empty()) {
     throw UsageError("--clipped-symmetric: needs --clipped-bias");
   }
   if (!o.wavlm_gate.empty() && o.t5_bias.empty()) {
@@ -295,9 +275,13 @@ void run_attention(AttentionCmdOptions& o) {
     }
   }
   check_relative_options(o.relative, o.rope);
-  AttentionOptions opt;
+  if (given(o, "--alibi-max-bias") && !given(o, "--alibi")) {
+    throw UsageError("--alibi-max-bias needs --alibi");
+  }
+  // The declared fields' ranges (ops/attention_fields.hpp), of the options given.
+  validate_given(o.params, given_fields(o.app, o.params));
+  AttentionOptions opt = o.params;
   opt.axes = o.axes;
-  opt.scale = given(o, "--scale") ? o.scale : 0;
   if (given(o, "--causal")) {
     if (o.causal.empty() || o.causal == "bottom-right") {
       opt.causal = CausalAlign::bottom_right;
@@ -308,24 +292,6 @@ void run_attention(AttentionCmdOptions& o) {
     }
   }
   if (given(o, "--window")) std::tie(opt.window_left, opt.window_right) = parse_window(o.window);
-  if (given(o, "--sliding-window")) {
-    if (o.sliding_window <= 0) {
-      throw UsageError(fmt::format("--sliding-window {}: must be at least 1", o.sliding_window));
-    }
-    opt.sliding_window = o.sliding_window;
-  }
-  if (given(o, "--chunk-size")) {
-    if (o.chunk_size <= 0) {
-      throw UsageError(fmt::format("--chunk-size {}: must be at least 1", o.chunk_size));
-    }
-    opt.chunk_size = o.chunk_size;
-  }
-  if (given(o, "--sink-tokens")) {
-    if (o.sink_tokens < 0) {
-      throw UsageError(fmt::format("--sink-tokens {}: must be >= 0", o.sink_tokens));
-    }
-    opt.sink_tokens = o.sink_tokens;
-  }
   if (given(o, "--attn-temperature")) {
     if (!std::isfinite(o.temperature[0]) || !(o.temperature[1] > 0)) {
       throw UsageError("--attn-temperature: expected SCALE FLOOR, a number and a positive floor");
@@ -368,19 +334,8 @@ void run_attention(AttentionCmdOptions& o) {
       throw UsageError(fmt::format(
           "--alibi {}: expected causal, symmetric, bottom-right, fairseq, bloom or falcon", a));
     }
-    opt.alibi_max_bias = o.alibi_max_bias;
-    if (!(o.alibi_max_bias > 0)) {
-      throw UsageError(fmt::format("--alibi-max-bias {}: must be positive", o.alibi_max_bias));
-    }
-  } else if (given(o, "--alibi-max-bias")) {
-    throw UsageError("--alibi-max-bias needs --alibi");
   }
-  opt.t5_buckets = o.t5_buckets;
-  opt.t5_max_distance = o.t5_max_distance;
   opt.t5_bidirectional = !o.t5_causal;
-  if (given(o, "--max-distance") && o.max_distance < 0) {
-    throw UsageError(fmt::format("--max-distance {}: must be >= 0", o.max_distance));
-  }
   if (given(o, "--max-distance") && o.relative_k.empty() && o.relative_v.empty()) {
     throw UsageError("--max-distance needs --relative-k or --relative-v");
   }
@@ -397,7 +352,6 @@ void run_attention(AttentionCmdOptions& o) {
       throw UsageError("--max-distance: not with --relative-proj (give --relative-left/right)");
     }
   }
-  opt.max_distance = o.max_distance;
   const bool windowed = given(o, "--relative-left") || given(o, "--relative-right") ||
                         given(o, "--relative-sign") || given(o, "--relative-beyond");
   if (windowed) {
@@ -428,8 +382,6 @@ void run_attention(AttentionCmdOptions& o) {
     opt.relative_window = w;
   }
   decomposed_options(o, opt);
-  opt.softcap = o.softcap;
-  opt.masked_rows = o.masked_rows == "nan" ? MaskedRows::nan : MaskedRows::zero;
   if (given(o, "--emit") && o.emit.empty()) {
     throw UsageError("--emit: expected a comma list of logits, probs, output, lse, got ''");
   }
@@ -458,7 +410,6 @@ void run_attention(AttentionCmdOptions& o) {
   // No limit (0) when physical memory is unknown.
   opt.max_memory = given(o, "--max-memory") ? parse_memory_size(o.max_memory, "--max-memory")
                                             : physical_memory();
-  opt.allow_nonfinite = o.allow_nonfinite;
   if (given(o, "--precision")) opt.precision = rope_precision(o.rope_opts);
   // --arith fa-baseline: FlashAttention's PyTorch baseline (attention_fa.cpp).
   opt.fa_baseline = o.rope_opts.arith == "fa-baseline";
@@ -468,7 +419,7 @@ void run_attention(AttentionCmdOptions& o) {
   }
   if ((grads || !o.part.empty()) && ((!o.qv.empty() && !grads) || !o.q_descale.empty() ||
                                      !o.k_descale.empty() || !o.v_descale.empty() ||
-                                     !o.p_dtype.empty())) {
+                                     !o.params.p_dtype.empty())) {
     throw UsageError(fmt::format("{}--q-descale, --k-descale, --v-descale, --p-dtype: not "
                                  "with {}", grads ? "" : "--qv, ",
                                  grads ? "--grad-output" : "--part"));
@@ -545,9 +496,7 @@ void run_attention(AttentionCmdOptions& o) {
   side(o.q_descale, descale[0], opt.q_descale);
   side(o.k_descale, descale[1], opt.k_descale);
   side(o.v_descale, descale[2], opt.v_descale);
-  opt.p_dtype = o.p_dtype;
   side(o.clipped_bias, clipped, opt.clipped_bias);
-  opt.clipped_symmetric = o.clipped_symmetric;
   side(o.relative_proj, rel_proj, opt.relative_proj);
   side(o.per_dim_scale, per_dim, opt.per_dim_scale);
   if (!o.wavlm_gate.empty()) {
@@ -558,7 +507,6 @@ void run_attention(AttentionCmdOptions& o) {
     side(o.global_kv[0], global_k, opt.global_k);
     side(o.global_kv[1], global_v, opt.global_v);
     side(o.global_bias, global_bias, opt.global_bias);
-    opt.global_block_size = o.global_block_size;
   }
   if (!o.decomposed.empty()) {
     side(o.decomposed[0], rel_h, opt.rel_pos_h);
@@ -606,7 +554,7 @@ void run_attention(AttentionCmdOptions& o) {
     rope.positions = pos;
     rope.apply.inverse = o.rope_opts.inverse;
     rope.apply.precision = rope_precision(o.rope_opts);
-    rope.apply.allow_nonfinite = o.allow_nonfinite;
+    rope.apply.allow_nonfinite = opt.allow_nonfinite;
   }
   if (grads) {
     return run_gradients(*q_src, *k_src, *v_src, o.grad_output, opt, grad_names, out_refs, o.out,
@@ -672,7 +620,8 @@ void register_attention(CLI::App& app) {
   sub->add_option("--emit", o->emit,
                   "comma list of logits, probs, output, lse (default probs,output; probs "
                   "without -v)");
-  sub->add_option("--scale", o->scale, "multiplies q.k (default 1/sqrt(d); 1 for T5)");
+  // --scale, --sliding-window, --softcap, ...: the declared fields (attention_fields.hpp).
+  add_declared_options(sub, o->params);
   sub->add_option("--causal", o->causal,
                   "causal mask aligned bottom-right (default; flash-attn, and HF with a KV cache) "
                   "or top-left (torch SDPA is_causal) when sq != sk")
@@ -681,18 +630,6 @@ void register_attention(CLI::App& app) {
   sub->add_option("--window", o->window,
                   "LEFT[,RIGHT]: query i sees keys [i+sk-sq-LEFT, i+sk-sq+RIGHT] inclusive; "
                   "-1 = unbounded (RIGHT defaults to -1)");
-  sub->add_option("--sliding-window", o->sliding_window,
-                  "HF sliding_window W: keys with j > pos(i) - W (W keys with --causal), and "
-                  "j < pos(i) + W without --causal; equals --window W-1[,W-1]");
-  sub->add_option(
-      "--chunk-size", o->chunk_size,
-      "chunked attention (Llama-4 attention_chunk_size C): keys with floor(j / C) == "
-      "floor(pos(i) / C), pos(i) = i + sk - sq (a negative position sees no key, as "
-      "FlashAttention)");
-  sub->add_option("--sink-tokens", o->sink_tokens,
-                  "StreamingLLM sink tokens (FlashAttention sink_token_length N): the first N "
-                  "keys (of each packed sequence) stay visible left of --window or "
-                  "--sliding-window; not the --sinks logits");
   add_values_option(sub, "--attn-temperature", o->temperature,
                     "Llama-4 temperature tuning: scores of the query at position p times "
                     "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)",
@@ -724,18 +661,12 @@ void register_attention(CLI::App& app) {
                   "(-m|i+sk-sq-j|), fairseq or bloom (m j), falcon (m j before the scale)")
       ->expected(0, 1)
       ->type_name("[VARIANT]");
-  sub->add_option("--alibi-max-bias", o->alibi_max_bias,
-                  "ALiBi slopes 2^(-max_bias (h+1)/H) (default 8)");
   sub->add_option("--t5-bias", o->t5_bias, "T5 relative bias embedding [buckets, hq]");
-  sub->add_option("--t5-buckets", o->t5_buckets, "T5 buckets (default 32)");
-  sub->add_option("--t5-max-distance", o->t5_max_distance, "T5 max distance (default 128)");
   sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
   sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
   sub->add_option("--clipped-bias", o->clipped_bias,
                   "Phi-4-multimodal audio bias_values [2M, hq]: logits += table[clip(j-pos(i), "
                   "-M, M-1) + M] (HF Phi4MultimodalAudioRelativeAttentionBias)");
-  sub->add_flag("--clipped-symmetric", o->clipped_symmetric,
-                "--clipped-bias is HF's bias_symmetric table [M, hq], indexed by |clip(j-pos(i))|");
   add_values_option(sub, "--wavlm-gate", o->wavlm_gate,
                     "WavLM's gate on --t5-bias: the layer's hidden states X [b, sq, hidden], "
                     "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
@@ -746,9 +677,6 @@ void register_attention(CLI::App& app) {
                     "dv], n = sk / G (HF k(global_inputs), v(global_inputs)): every query "
                     "also sees the global blocks of its sequence, as columns sk .. sk+n-1",
                     "KG VG");
-  sub->add_option("--global-block-size", o->global_block_size,
-                  "G of --global-kv (HF global_block_size): token i is in global block "
-                  "floor(i/G) as HF computes it, padding in none");
   sub->add_option("--global-bias", o->global_bias,
                   "HF global_relative_attention_bias [buckets, hq]: side score (i, g) += "
                   "table[t5_bucket(g - block(i))], with the --t5-* bucket options");
@@ -765,8 +693,6 @@ void register_attention(CLI::App& app) {
   sub->add_option("--per-dim-scale", o->per_dim_scale,
                   "Gemma-3n audio: per_dim_scale P [d]; query dim c times softplus(P_c), "
                   "default --scale 1/(sqrt(d) ln 2) (HF Gemma3nAudioAttention q_scale)");
-  sub->add_option("--max-distance", o->max_distance,
-                  "M of the relative tables (default: from their rows)");
   sub->add_option("--relative-left", o->relative_left,
                   "L: an asymmetric window, tables of L + R + 1 rows indexed clip(d, -L, R) + L "
                   "(Wav2Vec2-BERT left_max_position_embeddings 64); with --relative-right");
@@ -791,7 +717,6 @@ void register_attention(CLI::App& app) {
   add_values_option(sub, "--key-grid", o->key_grid,
                     "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos",
                     "H W");
-  sub->add_option("--softcap", o->softcap, "soft-cap C: logits = C tanh(scale q.k / C)");
   sub->add_option("--sinks", o->sinks, "[hq] sink logits (gpt-oss): an extra softmax column");
   sub->add_option("--qv", o->qv,
                   "FlashAttention-3 qv, Q's shape with dv: scores += scale qv.v (V repeated over "
@@ -805,13 +730,6 @@ void register_attention(CLI::App& app) {
                                 "multiplied by it in float32 first",
                                 which));
   }
-  sub->add_option("--p-dtype", o->p_dtype,
-                  "round the normalised probabilities P to f32|f16|bf16|e4m3fn|e5m2 before P.V "
-                  "(FlashAttention's intermediate_dtype)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3fn", "e5m2"}));
-  sub->add_option("--masked-rows", o->masked_rows,
-                  "rows with every key masked: zero (probs 0, output 0; default) or nan")
-      ->check(CLI::IsMember({"zero", "nan"}));
   sub->add_option("--dtype", o->dtype,
                   "output dtype f64|f32|f16|bf16 (default: that of Q; bf16 for fp8 Q)");
   sub->add_option("--input-dtype", o->input_dtype,
@@ -821,8 +739,6 @@ void register_attention(CLI::App& app) {
                   "memory for inputs, outputs and work (e.g. 64M, 4G, 1.5GiB or bytes; K, M, "
                   "G, T are powers of 1024; default: physical memory): with --emit output/lse "
                   "K and V are read in chunks that fit, else the run fails up front (exit 3)");
-  sub->add_flag("--allow-nonfinite", o->allow_nonfinite,
-                "compute with NaN/Inf inputs (they propagate) instead of refusing them");
   sub->add_option("--grad-output", o->grad_output,
                   "dO, the gradient of the output (Q's shape with dv): emit the gradients "
                   "dq, dk, dv, softmax_d (rowsum(dO O)) and lse instead (dqv with --qv; "

@@ -1,0 +1,147 @@
+#pragma once
+/// \file
+/// The declared parameters of attention (declare.hpp): the scalar fields of
+/// AttentionOptions that are one option and one keyword of the same name, in the order
+/// `posenc attention --help` lists them. The command line's options, the Python module's
+/// keywords, the ranges checked (`validate_given`) and the field list the tests walk
+/// (`posenc._posenc._attention_fields()`) come from here.
+///
+/// A range is what a value the caller gives must be in; not giving a field leaves its
+/// default, which may be outside it (0 = off for sliding_window, -1 = from the rows for
+/// max_distance): AttentionOptions has no "unset". A real field's `lo` is exclusive: a
+/// given value must be finite and above it (0: a positive number).
+///
+/// Not declared, bound by each front end, because their option is not the member's name:
+/// --causal [ALIGN] (an optional word), --window L[,R] (two members), --attn-temperature
+/// SCALE FLOOR and --llama4-scaling BETA PERIOD (two members each), --alibi [VARIANT]
+/// (alibi and alibi_before_scale), --t5-bidirectional / --t5-causal (t5_bidirectional,
+/// keyword t5_causal), --grid / --key-grid H W (two members each), the relative window
+/// (--relative-left/right/sign/beyond, one optional RelativeWindow), --emit, --dtype,
+/// --precision, --arith and --max-memory (parsed: names, sizes).
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "posenc/declare.hpp"
+#include "posenc/ops/attention.hpp"
+
+namespace posenc {
+
+namespace fields {
+
+inline const Names<MaskedRows>& masked_rows_names() {
+  static const Names<MaskedRows> n{{"zero", MaskedRows::zero}, {"nan", MaskedRows::nan}};
+  return n;
+}
+/// FlashAttention's intermediate dtypes (AttentionOptions::p_dtype holds the name).
+inline const Names<std::string>& p_dtype_names() {
+  static const Names<std::string> n{
+      {"f32", "f32"}, {"f16", "f16"}, {"bf16", "bf16"}, {"e4m3fn", "e4m3fn"}, {"e5m2", "e5m2"}};
+  return n;
+}
+
+}  // namespace fields
+
+template <class V>
+void declare(V& v, AttentionOptions& o) {
+  v(field("scale", "multiplies q.k (default 1/sqrt(d); 1 for T5)").at_least(0), o.scale);
+  v(field("sliding_window",
+          "HF sliding_window W: keys with j > pos(i) - W (W keys with --causal), and "
+          "j < pos(i) + W without --causal; equals --window W-1[,W-1]")
+        .at_least(1),
+    o.sliding_window);
+  v(field("chunk_size",
+          "chunked attention (Llama-4 attention_chunk_size C): keys with floor(j / C) == "
+          "floor(pos(i) / C), pos(i) = i + sk - sq (a negative position sees no key, as "
+          "FlashAttention)")
+        .at_least(1),
+    o.chunk_size);
+  v(field("sink_tokens",
+          "StreamingLLM sink tokens (FlashAttention sink_token_length N): the first N "
+          "keys (of each packed sequence) stay visible left of --window or "
+          "--sliding-window; not the --sinks logits")
+        .at_least(0),
+    o.sink_tokens);
+  v(field("alibi_max_bias", "ALiBi slopes 2^(-max_bias (h+1)/H) (default 8)").at_least(0),
+    o.alibi_max_bias);
+  v(field("t5_buckets", "T5 buckets (default 32)"), o.t5_buckets);
+  v(field("t5_max_distance", "T5 max distance (default 128)"), o.t5_max_distance);
+  v(field("clipped_symmetric",
+          "--clipped-bias is HF's bias_symmetric table [M, hq], indexed by |clip(j-pos(i))|"),
+    o.clipped_symmetric);
+  v(field("global_block_size",
+          "G of --global-kv (HF global_block_size): token i is in global block "
+          "floor(i/G) as HF computes it, padding in none")
+        .from(1, std::int64_t{1} << 31, "2^31"),
+    o.global_block_size);
+  v(field("max_distance", "M of the relative tables (default: from their rows)").at_least(0),
+    o.max_distance);
+  v(field("softcap", "soft-cap C: logits = C tanh(scale q.k / C)").at_least(0), o.softcap);
+  v(field("p_dtype",
+          "round the normalised probabilities P to f32|f16|bf16|e4m3fn|e5m2 before P.V "
+          "(FlashAttention's intermediate_dtype)"),
+    choice(o.p_dtype, fields::p_dtype_names()));
+  v(field("masked_rows", "rows with every key masked: zero (probs 0, output 0; default) or nan"),
+    choice(o.masked_rows, fields::masked_rows_names()));
+  v(field("allow_nonfinite",
+          "compute with NaN/Inf inputs (they propagate) instead of refusing them"),
+    o.allow_nonfinite);
+}
+
+/// The range errors of the fields a caller gave (declare.hpp's visitor protocol):
+/// "<name> <value>: must be ..." as UsageError.
+class GivenValidator {
+ public:
+  explicit GivenValidator(const std::vector<std::string>& given) : given_(given) {}
+
+  template <class T>
+  void operator()(const Field& f, const T& value) {
+    if (!f.lo || !is_given(f.name)) return;
+    if constexpr (std::is_floating_point_v<T>) {
+      if (value > *f.lo && std::isfinite(value)) return;
+      throw UsageError(*f.lo == 0
+                           ? fmt::format("{} {}: must be a positive number", f.name, value)
+                           : fmt::format("{} {}: must be a number above {}", f.name, value, *f.lo));
+    } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const auto v = static_cast<std::int64_t>(value);
+      if (f.hi && (v < *f.lo || v > *f.hi)) {
+        throw UsageError(fmt::format("{} {}: must be from {} to {}", f.name, v, *f.lo,
+                                     f.hi_text.empty() ? std::to_string(*f.hi) : f.hi_text));
+      }
+      if (v >= *f.lo) return;
+      throw UsageError(*f.lo == 0 ? fmt::format("{} {}: must be >= 0", f.name, v)
+                                  : fmt::format("{} {}: must be at least {}", f.name, v, *f.lo));
+    }
+  }
+  template <class M, class E>
+  void operator()(const Field&, const Choice<M, E>&) {}  // a name table holds only valid values
+
+ private:
+  bool is_given(const std::string& name) const {
+    for (const std::string& g : given_) {
+      if (g == name) return true;
+    }
+    return false;
+  }
+  const std::vector<std::string>& given_;
+};
+
+/// Checks the declared ranges of the fields of `o` named in `given` (the caller's own
+/// values; defaults stand for "off" and are not checked here). Throws UsageError naming
+/// the field: "sliding_window 0: must be at least 1".
+inline void validate_given(const AttentionOptions& o, const std::vector<std::string>& given) {
+  GivenValidator v(given);
+  declare(v, const_cast<AttentionOptions&>(o));  // the validator only reads
+}
+
+/// `f(name, Request{})` for every declared attention request: the field lists the tests
+/// walk.
+template <class F>
+void for_each_attention_request(F&& f) {
+  const AttentionOptions attention;
+  f("attention", attention);
+}
+
+}  // namespace posenc

@@ -1,0 +1,170 @@
+"""Every declared attention field (include/posenc/ops/attention_fields.hpp, listed by
+posenc._posenc._attention_fields(): AttentionOptions' scalars that are one option and one
+keyword of the same name) is offered everywhere it must be: `posenc attention --help` has
+its option (and its choices); a value just inside its range passes the range check, one
+outside it is refused with exit status 2 by the command and with UsageError by
+posenc.attention, both with the same message ("sliding_window 0: must be at least 1",
+the option for the keyword on the command line); a name outside a choice field's names is
+refused by both; posenc.attention takes the keyword and the stub names it;
+man/posenc-attention.1 documents the option; the option x mode matrix
+(tests/cli/test_option_matrix.py) has its row."""
+import inspect
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+import posenc
+
+BIN = os.environ.get("POSENC_BIN", "posenc")
+SOURCE = os.environ.get("POSENC_SOURCE_DIR",
+                        os.path.join(os.path.dirname(__file__), "..", ".."))
+FIELDS = posenc._posenc._attention_fields()
+IDS = [f["name"] for f in FIELDS]
+RANGED = [f for f in FIELDS if f["lo"] is not None]
+
+# What a field needs besides Q, K and V [1, 2, 4, 4] for its range to be checked:
+# command-line words ({x}: the file x.npy) and keywords (x: the array).
+NEEDS = {
+    "alibi_max_bias": (["--alibi"], {"alibi": True}),
+    "max_distance": (["--relative-k", "{rk}"], {"relative_k": "rk"}),
+    "global_block_size": (["--global-kv", "{kg}", "{vg}"], {"global_kv": ("kg", "vg")}),
+}
+
+
+def read(path):
+    with open(os.path.join(SOURCE, path)) as fh:
+        return fh.read()
+
+
+def options(f):
+    return ([f["option"]] if f["positive"] else []) + ([f["negation"]] if f["negation"] else [])
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("attention_fields")
+    rng = np.random.default_rng(7)
+    arrays = {"q": rng.standard_normal((1, 2, 4, 4)), "rk": rng.standard_normal((3, 4)),
+              "kg": rng.standard_normal((1, 2, 2, 4)), "vg": rng.standard_normal((1, 2, 2, 4))}
+    for name, a in arrays.items():
+        np.save(tmp / f"{name}.npy", a)
+    return tmp, arrays
+
+
+def run(inputs, f, value):
+    """`posenc attention` with the field at `value` (and what it needs)."""
+    tmp, _ = inputs
+    words = [w.format(**{n: str(tmp / f"{n}.npy") for n in ("rk", "kg", "vg")})
+             for w in NEEDS.get(f["name"], ([], {}))[0]]
+    out = tmp / "o.npy"
+    if out.exists():
+        out.unlink()
+    q = str(tmp / "q.npy")
+    p = subprocess.run([BIN, "attention", "-q", q, "-k", q, "-v", q, "--emit", "output", *words,
+                        f["option"], str(value), "-o", str(out), "--force"],
+                       capture_output=True, text=True, timeout=60)
+    return p, out.exists()
+
+
+def call(inputs, f, value):
+    """posenc.attention with the keyword at `value`: None, or the error."""
+    _, a = inputs
+    kw = {k: (tuple(a[x] for x in v) if isinstance(v, tuple) else a[v] if isinstance(v, str)
+              else v) for k, v in NEEDS.get(f["name"], ([], {}))[1].items()}
+    try:
+        posenc.attention(a["q"], a["q"], a["q"], emit="output", **kw, **{f["name"]: value})
+    except posenc.Error as e:
+        return e
+    return None
+
+
+def outside(f):
+    """Values outside the declared range (a real field's lo is exclusive)."""
+    if f["type"] == "float":
+        return [f["lo"], f["lo"] - 1]
+    return [f["lo"] - 1] + ([f["hi"] + 1] if f["hi"] is not None else [])
+
+
+def test_the_listing_holds_the_attention_options():
+    names = {f["name"] for f in FIELDS}
+    assert {"scale", "sliding_window", "chunk_size", "sink_tokens", "softcap", "max_distance",
+            "global_block_size", "masked_rows", "p_dtype", "allow_nonfinite"} <= names
+    for f in FIELDS:
+        assert f["kind"] == "attention"
+        assert f["name"] == f["option"][2:].replace("-", "_")
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=IDS)
+def test_the_command_line_offers_the_option(f):
+    p = subprocess.run([BIN, "attention", "--help"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    offered = set(re.findall(r"--[a-z0-9-]+", p.stdout))
+    for option in options(f):
+        assert option in offered, f"attention: {option} not in --help"
+    for c in f["choices"]:
+        assert c in p.stdout, f"{f['option']}: choice {c} not in --help"
+
+
+@pytest.mark.parametrize("f", RANGED, ids=[f["name"] for f in RANGED])
+def test_the_range_is_refused_alike_by_both_front_ends(f, inputs):
+    inside = f["lo"] + 0.5 if f["type"] == "float" else f["lo"]
+    p, _ = run(inputs, f, inside)
+    assert f"{f['option']} {inside}: must be" not in p.stderr, p.stderr
+    error = call(inputs, f, inside)
+    assert error is None or not str(error).startswith(f"{f['name']} {inside}: must be"), error
+    for value in outside(f):
+        p, written = run(inputs, f, value)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith(f"posenc: error: {f['option']} {value}: must be"), p.stderr
+        assert not written
+        error = call(inputs, f, value)
+        assert isinstance(error, posenc.UsageError), error
+        message = str(error)
+        assert message.startswith(f"{f['name']} {value}: must be"), message
+        said = p.stderr.strip()[len("posenc: error: "):]
+        assert said == f["option"] + message[len(f["name"]):], (said, message)
+
+
+@pytest.mark.parametrize("f", [f for f in FIELDS if f["choices"]],
+                         ids=[f["name"] for f in FIELDS if f["choices"]])
+def test_a_name_outside_the_choices_is_refused_by_both(f, inputs):
+    p, written = run(inputs, f, "no-such-name")
+    assert p.returncode == 2 and f["option"] in p.stderr and not written, p.stderr
+    error = call(inputs, f, "no-such-name")
+    assert isinstance(error, posenc.UsageError), error
+    assert str(error).startswith(f"{f['name']}: expected "), error
+    for c in f["choices"]:
+        p, _ = run(inputs, f, c)
+        assert p.returncode == 0 or f"{f['option']}: " not in p.stderr, p.stderr
+        error = call(inputs, f, c)
+        assert error is None or not str(error).startswith(f"{f['name']}: expected"), error
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=IDS)
+def test_python_takes_the_keyword_and_the_stub_names_it(f):
+    assert f["name"] in inspect.signature(posenc.attention).parameters
+    stubs = re.findall(r"^def attention\((.*?)\) -> ", read("python/posenc/__init__.pyi"),
+                       re.S | re.M)
+    assert stubs, "__init__.pyi: no stub for attention"
+    assert any(re.search(rf"\b{f['name']}:", s) for s in stubs), \
+        f"__init__.pyi: attention lacks {f['name']}"
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=IDS)
+def test_the_man_page_documents_the_option(f):
+    page = read("man/posenc-attention.1")
+    for option in options(f):
+        escaped = re.escape(option.replace("-", r"\-"))
+        assert re.search(rf"^\.B[IR]? .*{escaped}\b(?!\\-)", page, re.M), \
+            f"posenc-attention.1: {option}"
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=IDS)
+def test_the_option_matrix_has_its_row(f):
+    matrix = read("tests/cli/test_option_matrix.py")
+    for option in options(f):
+        # A row that changes numbers, or one saying why the option does not.
+        assert re.search(rf'"{re.escape(option)}": [(\"]', matrix), option
