@@ -421,17 +421,83 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
   std::vector<std::vector<Scratch<T>>> scratch(nthreads, std::vector<Scratch<T>>(gs));
   std::vector<std::array<std::vector<T>, 2>> widened(nthreads);  // K, V per thread
   std::vector<std::array<std::vector<std::byte>, 2>> raws(nthreads);  // K, V bytes read
+  // Decoding with rows of a head's keys contiguous (bhsd) folds in tiles (fold_tiled):
+  // each tile of K and V is read, checked or widened once for the item's query heads,
+  // while it is in the L1 cache.
+  auto tileable = [&](const MappedKV& m) {
+    return !m.rows && m.st.s == static_cast<std::ptrdiff_t>(m.width);
+  };
+  const bool tiles = tileable(km) && (!has_v || (tileable(*vm) && g.emit_output));
+  // The tiles of block `blk` of K or V: views of the block read whole (m.reader), of its
+  // rows in place, or widened a tile at a time into `buf`; each checked finite when
+  // `check_tiles` (NonFiniteKeys otherwise).
+  auto key_tiles = [&](const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk,
+                       std::vector<T>& buf, std::vector<std::byte>& raw,
+                       bool check_tiles) -> KeyTiles<T> {
+    const std::size_t j0 = blk * kB, width = m.width;
+    if (m.reader) {
+      bool ok = true;
+      const T* p = block(m, b, h, blk, buf, raw, check_tiles ? &ok : nullptr).p;
+      if (!ok) throw NonFiniteKeys{};
+      return [p, j0, width](std::size_t j, std::size_t) { return p + (j - j0) * width; };
+    }
+    const std::byte* p = rows_of(m, b, h, blk).first;
+    const std::size_t row = width * dtype_size(m.dtype);
+    if (m.dtype == dtype_of<T>()) {
+      return [p, j0, row, width, check_tiles](std::size_t j, std::size_t n) {
+        const T* x = reinterpret_cast<const T*>(p + (j - j0) * row);
+        if (check_tiles && !all_finite(x, n * width)) throw NonFiniteKeys{};
+        return x;
+      };
+    }
+    buf.resize(kKeyTile * width);
+    return [p, j0, row, width, check_tiles, &buf, dtype = m.dtype](std::size_t j, std::size_t n) {
+      if (!widen_keys(dtype, p + (j - j0) * row, buf.data(), n * width) && check_tiles) {
+        throw NonFiniteKeys{};
+      }
+      return static_cast<const T*>(buf.data());
+    };
+  };
   try {
     for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
       auto [b, h, q0] = at(it);
       std::vector<Scratch<T>>& ws = scratch[t];
       for (std::size_t i = 0; i < gs; ++i) item_begin(P, ws[i], b, h + i, q0);
       const Scratch<T>& w = ws[0];  // the keys seen do not depend on the head
+      const bool tiled = tiles && folds_tiled(P, item_rows(P, b, q0));
       if (w.lo_min <= w.hi_max) {
         for (std::size_t blk = static_cast<std::size_t>(w.lo_min) / kB;
              blk <= static_cast<std::size_t>(w.hi_max) / kB; ++blk) {
           const std::size_t sl = slot(b, h, blk);
           const bool check_now = check && !checked[sl].load(std::memory_order_acquire);
+          if (tiled) {
+            const std::size_t j0 = blk * kB, nb = std::min(kB, g.sk - j0);
+            const std::int64_t b0 = static_cast<std::int64_t>(j0);
+            const auto [a, e] = keys_seen(w, 0, 1, b0, b0 + static_cast<std::int64_t>(nb));
+            // Keys of the block the row does not see are checked apart, the block whole.
+            const bool whole = a == b0 && e == b0 + static_cast<std::int64_t>(nb) - 1;
+            if (check_now && !whole &&
+                (!finite(km, b, h, blk, widened[t][0], raws[t][0]) ||
+                 (has_v && !finite(*vm, b, h, blk, widened[t][1], raws[t][1])))) {
+              throw NonFiniteKeys{};
+            }
+            if (a <= e) {
+              const bool check_tiles = check_now && whole;
+              const KeyTiles<T> kt =
+                  key_tiles(km, b, h, blk, widened[t][0], raws[t][0], check_tiles);
+              const KeyTiles<T> vt =
+                  has_v ? key_tiles(*vm, b, h, blk, widened[t][1], raws[t][1], check_tiles)
+                        : KeyTiles<T>{};
+              fold_tiled(P, ws.data(), gs, b, h, q0, static_cast<std::size_t>(a),
+                         static_cast<std::size_t>(e), kt, has_v ? &vt : nullptr);
+            }
+            if (check_now) checked[sl].store(true, std::memory_order_release);
+            if (left[sl].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+              release(spans[t][0], km, b, h, blk);
+              if (has_v) release(spans[t][1], *vm, b, h, blk);
+            }
+            continue;
+          }
           bool k_ok = true, v_ok = true;
           const View<T> K =
               block(km, b, h, blk, widened[t][0], raws[t][0], check_now ? &k_ok : nullptr);

@@ -49,6 +49,28 @@ auto matrix(const T* p, std::size_t rows, std::size_t cols) {
   return xt::adapt(p, rows * cols, xt::no_ownership(), std::array<std::size_t, 2>{rows, cols});
 }
 
+// One query row's products with n keys, rows of B (contiguous, k wide): the scores
+// c[j] = alpha * a . b_j + beta * c[j].
+template <class T>
+void gemv_scores(const T* a, const T* b, std::size_t n, std::size_t k, T alpha, T beta, T* c) {
+  auto x = xt::adapt(a, k, xt::no_ownership(), std::array<std::size_t, 1>{k});
+  auto y = xt::adapt(c, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
+  xt::blas::gemv(matrix(b, n, k), x, y, false, alpha, beta);
+}
+
+// The weighted sum of n value rows b_j (contiguous, dv wide): c = alpha * sum_j a[j] b_j +
+// beta * c.
+template <class T>
+void gemv_values(const T* a, const T* b, std::size_t n, std::size_t dv, T alpha, T beta, T* c) {
+  auto x = xt::adapt(a, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
+  auto y = xt::adapt(c, dv, xt::no_ownership(), std::array<std::size_t, 1>{dv});
+  xt::blas::gemv(matrix(b, n, dv), x, y, true, alpha, beta);
+}
+
+// Whether a one-row product with values dv wide is taken kKeyTile keys at a time (the
+// weighted sum accumulates into c tile after tile; see kKeyTile).
+inline bool values_in_tiles(std::size_t dv) { return dv % 4 == 0; }
+
 template <class T>
 void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
           std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, bool b_strided = false) {
@@ -57,10 +79,19 @@ void gemm(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, co
     // One query row (decoding): a matrix-vector product reads B once, where sgemm would
     // first copy it into its packed layout. (Strided B, as from bshd inputs, takes the
     // gemm path on a contiguous copy; so does B marked `b_strided`, a contiguous copy of
-    // strided rows made by the caller.)
-    auto x = xt::adapt(a, k, xt::no_ownership(), std::array<std::size_t, 1>{k});
-    auto y = xt::adapt(c, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
-    xt::blas::gemv(matrix(b, b_rows, b_cols), x, y, !trans_b, alpha, beta);
+    // strided rows made by the caller.) In tiles of kKeyTile keys, as fold_tiled takes
+    // them, so every path gives the same bits.
+    if (trans_b) {
+      for (std::size_t j = 0; j < n; j += kKeyTile) {
+        gemv_scores(a, b + j * ldb, std::min(kKeyTile, n - j), k, alpha, beta, c + j);
+      }
+    } else if (values_in_tiles(n)) {
+      for (std::size_t j = 0; j < k; j += kKeyTile) {
+        gemv_values(a + j, b + j * ldb, std::min(kKeyTile, k - j), n, alpha, j ? T(1) : beta, c);
+      }
+    } else {
+      gemv_values(a, b, k, n, alpha, beta, c);
+    }
     return;
   }
   thread_local std::vector<T> a_rows, b_rows_copy;
@@ -313,6 +344,135 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool widen_f32(cons
   return bad == 0;
 }
 
+// The scores S of rows [r0, r1) of the item against keys [j0, j0 + n) (the products,
+// row by row n apart) made the rows' exponentials: the score terms, the range masks, the
+// logits stored, the online softmax update (and Shaw's value buckets).
+template <class T>
+void fold_rows(const Plan<T>& P, Scratch<T>& w, T* S, std::size_t r0, std::size_t r1,
+               std::size_t j0, std::size_t n, std::size_t bi, std::size_t hi_q, std::size_t q0,
+               bool need_v) {
+  const Geometry& g = P.g;
+  const std::size_t rows = r1 - r0;
+  const std::int64_t j0i = static_cast<std::int64_t>(j0);
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const std::int64_t sk = static_cast<std::int64_t>(g.sk);
+  const std::int64_t sq = static_cast<std::int64_t>(g.sq);
+  const std::size_t ndist = g.sq + g.sk - 1;
+  const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + hi_q * ndist;
+  const double slope = P.alibi ? P.slopes[hi_q] : 0.0;
+  // Overflow check: over the whole tile before the biases (a soft-cap would hide an
+  // infinite product), else row by row over the keys the row sees, with its maximum.
+  const bool per_element = P.per_element();
+  if (P.check_overflow && per_element && !all_finite(S, rows * n)) overflow<T>(bi, hi_q, q0);
+  for (std::size_t r = r0; r < r1; ++r) {
+    T* s = S + (r - r0) * n;
+    const std::int64_t i = static_cast<std::int64_t>(q0 + r);
+    const std::int64_t qpos = i + P.off;
+    if (P.dec.on()) {
+      // SAM's terms first, on the scaled scores as HF adds them: (s + rel_h) + rel_w.
+      const T* dr = w.dec.data() + r * P.dec.cols();
+      for (std::size_t jj = 0; jj < n; ++jj) {
+        const std::size_t jk = j0 + jj;
+        s[jj] = s[jj] + dr[jk / P.dec.kw] + dr[P.dec.kh + jk % P.dec.kw];
+      }
+    }
+    if (per_element) {
+      const T* qr = P.R ? w.qr.data() + r * P.R : nullptr;
+      // WavLM's gate on the T5 row (1 without one: 1 * t is t, bit for bit).
+      const T gate5 = P.t5_gate.empty() ? T(1) : P.t5_gate[(bi * g.hq + hi_q) * g.sq + q0 + r];
+      const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
+      const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
+      std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
+      const T temp = static_cast<T>(P.rules.temperature(qpos));
+      for (std::size_t jj = 0; jj < n; ++jj) {
+        const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
+        T x = s[jj];
+        if (qr) x += qr[P.rel_index[j + dshift]];
+        if (P.rules.scales_queries()) x *= temp;
+        if (br) x += br[j];
+        if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
+        if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
+        if (t5row) x += gate5 * t5row[j + dshift];
+        if (P.check_overflow && !(std::abs(x) <= std::numeric_limits<T>::max())) {
+          overflow<T>(bi, hi_q, q0);
+        }
+        if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
+        if (P.has_keep_mask && !P.keep_mask[mbase + j * P.m_j]) x = neg_inf;
+        s[jj] = x;
+      }
+    }
+    // Range masks: keys [a, e) of the block are seen, and the sink tokens [sa, se)
+    // (before a when both are in the block: KeySpan).
+    auto clip = [&](std::int64_t lo, std::int64_t hi) {
+      lo -= j0i, hi -= j0i;
+      if (lo > hi || hi < 0 || lo >= static_cast<std::int64_t>(n)) {
+        return std::pair<std::size_t, std::size_t>{0, 0};
+      }
+      return std::pair<std::size_t, std::size_t>{
+          static_cast<std::size_t>(std::max<std::int64_t>(lo, 0)),
+          static_cast<std::size_t>(std::min<std::int64_t>(hi + 1, static_cast<std::int64_t>(n)))};
+    };
+    const auto [a, e] = clip(w.lo[r], w.hi[r]);
+    const auto [sa, se] = clip(w.slo[r], w.shi[r]);
+    // The maximum over the seen keys (the masked ones are -inf).
+    T mt = neg_inf;
+    for (const auto& [x0, x1] : {std::pair{sa, se}, std::pair{a, e}}) {
+      if (x0 >= x1) continue;
+      bool finite = true;
+      mt = std::max(mt, row_max_finite(s + x0, x1 - x0, finite));
+      if (P.check_overflow && !per_element && !finite) overflow<T>(bi, hi_q, q0);
+    }
+    if (sa < se) {
+      std::fill(s, s + sa, neg_inf);
+      std::fill(s + se, s + (a < e ? a : n), neg_inf);
+      if (a < e) std::fill(s + e, s + n, neg_inf);
+    } else {
+      std::fill(s, s + a, neg_inf);
+      std::fill(s + e, s + n, neg_inf);
+    }
+    if (P.logits) {
+      store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.cols() + j0, 1, s, n,
+               T(1));
+    }
+    if (!online_update(P, w, r, s, n, mt, need_v)) continue;
+    if (!w.bucket.empty()) {
+      const std::int64_t dshift = sk - 1 - qpos;
+      T* bk = w.bucket.data() + r * P.R;
+      for (std::size_t jj = 0; jj < n; ++jj) {
+        bk[P.rel_index[j0i + static_cast<std::int64_t>(jj) + dshift]] += s[jj];
+      }
+    }
+  }
+}
+
+template <class T>
+std::pair<std::int64_t, std::int64_t> keys_seen(const Scratch<T>& w, std::size_t r0, std::size_t r1,
+                                                std::int64_t b0, std::int64_t b1) {
+  std::int64_t a = b1, e = b0 - 1;
+  for (std::size_t r = r0; r < r1; ++r) {
+    if (w.slo[r] <= w.shi[r] && w.slo[r] < b1 && w.shi[r] >= b0) {
+      a = std::min(a, std::max(b0, w.slo[r]));
+      e = std::max(e, std::min(b1 - 1, w.shi[r]));
+    }
+    if (w.lo[r] > w.hi[r]) continue;
+    a = std::min(a, std::max(b0, w.lo[r]));
+    e = std::max(e, std::min(b1 - 1, w.hi[r]));
+  }
+  return {a, e};
+}
+
+template <class T>
+std::size_t item_rows(const Plan<T>& P, std::size_t bi, std::size_t q0) {
+  std::size_t qn = std::min(P.bl.q, P.g.sq - q0);
+  if (!P.g.materialise()) qn = std::min(qn, P.rules.rows_used(bi, q0));
+  return qn;
+}
+
+template <class T>
+bool folds_tiled(const Plan<T>& P, std::size_t rows) {
+  return rows == 1 && !P.g.materialise() && values_in_tiles(P.g.dv);
+}
+
 // Key blocks [j_begin, j_end) of the item; K and V view the keys from c0 on (all of
 // them in memory, or the chunk read last).
 template <class T>
@@ -323,8 +483,7 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
   // Padded query rows (seqused_q) see no key and take no part in the products, so an
   // entry's rows are computed as in a run of its own (the same bits); with logits or
   // probs every row is stored, and folded.
-  std::size_t qn = std::min(P.bl.q, g.sq - q0);
-  if (!g.materialise()) qn = std::min(qn, P.rules.rows_used(bi, q0));
+  const std::size_t qn = item_rows(P, bi, q0);
   const std::size_t kvh = hi_q / (g.hq / g.hk);
   const T* qp = P.q.p + bi * P.q.b + hi_q * P.q.h + q0 * P.q.s;
   const T* kp = K.p + bi * K.b + kvh * K.h;
@@ -332,106 +491,16 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
   const bool need_v = vp && g.emit_output;
   const std::size_t kB = P.bl.k;
   const std::size_t dv = g.dv;
-  const T neg_inf = -std::numeric_limits<T>::infinity();
-  const std::int64_t sk = static_cast<std::int64_t>(g.sk);
-  const std::int64_t sq = static_cast<std::int64_t>(g.sq);
   if (tile.size() < qn * kB) tile.resize(qn * kB);
-  const std::size_t ndist = g.sq + g.sk - 1;
-  const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + hi_q * ndist;
-  const double slope = P.alibi ? P.slopes[hi_q] : 0.0;
 
   // Rows [r0, r1) of the item against keys [j0, j0 + n) of the block: the scores, the
   // online softmax update and the product with V.
   auto fold = [&](std::size_t r0, std::size_t r1, std::size_t j0, std::size_t n) {
     const std::size_t rows = r1 - r0;
-    const std::int64_t j0i = static_cast<std::int64_t>(j0);
     T* S = tile.data() + r0 * n;  // (fits: r0 * n + rows * n <= qn * kB)
     gemm(true, rows, n, g.d, P.scale, qp + r0 * P.q.s, P.q.s, kp + (j0 - c0) * K.s, K.s, T(0),
          S, K.strided);
-    // Overflow check: over the whole tile before the biases (a soft-cap would hide an
-    // infinite product), else row by row over the keys the row sees, with its maximum.
-    const bool per_element = P.per_element();
-    if (P.check_overflow && per_element && !all_finite(S, rows * n)) overflow<T>(bi, hi_q, q0);
-    for (std::size_t r = r0; r < r1; ++r) {
-      T* s = S + (r - r0) * n;
-      const std::int64_t i = static_cast<std::int64_t>(q0 + r);
-      const std::int64_t qpos = i + P.off;
-      if (P.dec.on()) {
-        // SAM's terms first, on the scaled scores as HF adds them: (s + rel_h) + rel_w.
-        const T* dr = w.dec.data() + r * P.dec.cols();
-        for (std::size_t jj = 0; jj < n; ++jj) {
-          const std::size_t jk = j0 + jj;
-          s[jj] = s[jj] + dr[jk / P.dec.kw] + dr[P.dec.kh + jk % P.dec.kw];
-        }
-      }
-      if (per_element) {
-        const T* qr = P.R ? w.qr.data() + r * P.R : nullptr;
-        // WavLM's gate on the T5 row (1 without one: 1 * t is t, bit for bit).
-        const T gate5 =
-            P.t5_gate.empty() ? T(1) : P.t5_gate[(bi * g.hq + hi_q) * g.sq + q0 + r];
-        const T* br = P.bias ? P.bias + ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.sk : nullptr;
-        const std::int64_t dshift = sk - 1 - qpos;  // distance index = j + dshift
-        std::ptrdiff_t mbase = bi * P.m_b + hi_q * P.m_h + i * P.m_i;
-        const T temp = static_cast<T>(P.rules.temperature(qpos));
-        for (std::size_t jj = 0; jj < n; ++jj) {
-          const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
-          T x = s[jj];
-          if (qr) x += qr[P.rel_index[j + dshift]];
-          if (P.rules.scales_queries()) x *= temp;
-          if (br) x += br[j];
-          if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
-          if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
-          if (t5row) x += gate5 * t5row[j + dshift];
-          if (P.check_overflow && !(std::abs(x) <= std::numeric_limits<T>::max())) {
-            overflow<T>(bi, hi_q, q0);
-          }
-          if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
-          if (P.has_keep_mask && !P.keep_mask[mbase + j * P.m_j]) x = neg_inf;
-          s[jj] = x;
-        }
-      }
-      // Range masks: keys [a, e) of the block are seen, and the sink tokens [sa, se)
-      // (before a when both are in the block: KeySpan).
-      auto clip = [&](std::int64_t lo, std::int64_t hi) {
-        lo -= j0i, hi -= j0i;
-        if (lo > hi || hi < 0 || lo >= static_cast<std::int64_t>(n)) {
-          return std::pair<std::size_t, std::size_t>{0, 0};
-        }
-        return std::pair<std::size_t, std::size_t>{
-            static_cast<std::size_t>(std::max<std::int64_t>(lo, 0)),
-            static_cast<std::size_t>(std::min<std::int64_t>(hi + 1, static_cast<std::int64_t>(n)))};
-      };
-      const auto [a, e] = clip(w.lo[r], w.hi[r]);
-      const auto [sa, se] = clip(w.slo[r], w.shi[r]);
-      // The maximum over the seen keys (the masked ones are -inf).
-      T mt = neg_inf;
-      for (const auto& [x0, x1] : {std::pair{sa, se}, std::pair{a, e}}) {
-        if (x0 >= x1) continue;
-        bool finite = true;
-        mt = std::max(mt, row_max_finite(s + x0, x1 - x0, finite));
-        if (P.check_overflow && !per_element && !finite) overflow<T>(bi, hi_q, q0);
-      }
-      if (sa < se) {
-        std::fill(s, s + sa, neg_inf);
-        std::fill(s + se, s + (a < e ? a : n), neg_inf);
-        if (a < e) std::fill(s + e, s + n, neg_inf);
-      } else {
-        std::fill(s, s + a, neg_inf);
-        std::fill(s + e, s + n, neg_inf);
-      }
-      if (P.logits) {
-        store<T>(g.out, P.logits, ((bi * g.hq + hi_q) * g.sq + q0 + r) * g.cols() + j0, 1, s, n,
-                 T(1));
-      }
-      if (!online_update(P, w, r, s, n, mt, need_v)) continue;
-      if (!w.bucket.empty()) {
-        const std::int64_t dshift = sk - 1 - qpos;
-        T* bk = w.bucket.data() + r * P.R;
-        for (std::size_t jj = 0; jj < n; ++jj) {
-          bk[P.rel_index[j0i + static_cast<std::int64_t>(jj) + dshift]] += s[jj];
-        }
-      }
-    }
+    fold_rows(P, w, S, r0, r1, j0, n, bi, hi_q, q0, need_v);
     if (need_v) {
       gemm(false, rows, dv, n, T(1), S, n, vp + (j0 - c0) * V.s, V.s, T(1), w.o.data() + r0 * dv,
            V.strided);
@@ -450,19 +519,7 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
     // that at most a kRowGroup-wide triangle of the causal diagonal is computed and
     // masked (a 256 x 256 triangle was 6% of the FLOPs of a causal run at s 4096).
     const std::int64_t b0 = static_cast<std::int64_t>(jb), b1 = b0 + static_cast<std::int64_t>(nb);
-    auto cut = [&](std::size_t r0, std::size_t r1) {
-      std::int64_t a = b1, e = b0 - 1;
-      for (std::size_t r = r0; r < r1; ++r) {
-        if (w.slo[r] <= w.shi[r] && w.slo[r] < b1 && w.shi[r] >= b0) {
-          a = std::min(a, std::max(b0, w.slo[r]));
-          e = std::max(e, std::min(b1 - 1, w.shi[r]));
-        }
-        if (w.lo[r] > w.hi[r]) continue;
-        a = std::min(a, std::max(b0, w.lo[r]));
-        e = std::max(e, std::min(b1 - 1, w.hi[r]));
-      }
-      return std::pair<std::int64_t, std::int64_t>{a, e};
-    };
+    auto cut = [&](std::size_t r0, std::size_t r1) { return keys_seen(w, r0, r1, b0, b1); };
     const auto whole = cut(0, qn);
     if (whole.first > whole.second) continue;
     bool same = true;
@@ -473,6 +530,39 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
       const std::size_t r1 = same ? qn : std::min(qn, r0 + kRowGroup);
       const auto [a, e] = same ? whole : cut(r0, r1);
       if (a <= e) fold(r0, r1, static_cast<std::size_t>(a), static_cast<std::size_t>(e - a + 1));
+    }
+  }
+}
+
+template <class T>
+void fold_tiled(const Plan<T>& P, Scratch<T>* ws, std::size_t gs, std::size_t bi, std::size_t h0,
+                std::size_t q0, std::size_t a, std::size_t e, const KeyTiles<T>& k,
+                const KeyTiles<T>* v) {
+  const Geometry& g = P.g;
+  const std::size_t n = e - a + 1;
+  const bool need_v = v && g.emit_output;
+  for (std::size_t i = 0; i < gs; ++i) {
+    if (ws[i].s.size() < n) ws[i].s.resize(std::max(n, P.bl.k));
+  }
+  // Each tile of K for every head while it is in the L1 cache, then the rows, then each
+  // tile of V for every head.
+  for (std::size_t j = a; j <= e; j += kKeyTile) {
+    const std::size_t m = std::min(kKeyTile, e + 1 - j);
+    const T* kt = k(j, m);
+    for (std::size_t i = 0; i < gs; ++i) {
+      const T* qp = P.q.p + bi * P.q.b + (h0 + i) * P.q.h + q0 * P.q.s;
+      gemv_scores(qp, kt, m, g.d, P.scale, T(0), ws[i].s.data() + (j - a));
+    }
+  }
+  for (std::size_t i = 0; i < gs; ++i) {
+    fold_rows(P, ws[i], ws[i].s.data(), 0, 1, a, n, bi, h0 + i, q0, need_v);
+  }
+  if (!need_v) return;
+  for (std::size_t j = a; j <= e; j += kKeyTile) {
+    const std::size_t m = std::min(kKeyTile, e + 1 - j);
+    const T* vt = (*v)(j, m);
+    for (std::size_t i = 0; i < gs; ++i) {
+      gemv_values(ws[i].s.data() + (j - a), vt, m, g.dv, T(1), T(1), ws[i].o.data());
     }
   }
 }
@@ -600,7 +690,28 @@ void run_items(const Plan<T>& P, std::vector<Scratch<T>>& ws, std::size_t bi, st
                std::size_t q0) {
   const std::size_t n = ws.size();
   for (std::size_t i = 0; i < n; ++i) item_begin(P, ws[i], bi, h0 + i, q0);
-  if (n == 1) {
+  const Geometry& g = P.g;
+  const std::size_t kvh = h0 / (g.hq / g.hk);
+  // Rows of a head's keys contiguous (bhsd): each tile of keys read once for the heads.
+  auto contiguous = [](const View<T>& x, std::size_t width) {
+    return !x.strided && x.s == static_cast<std::ptrdiff_t>(width);
+  };
+  if (n > 1 && folds_tiled(P, item_rows(P, bi, q0)) && contiguous(P.k, g.d) &&
+      (!P.v.p || contiguous(P.v, g.dv))) {
+    const T* kp = P.k.p + bi * P.k.b + kvh * P.k.h;
+    const T* vp = P.v.p ? P.v.p + bi * P.v.b + kvh * P.v.h : nullptr;
+    const KeyTiles<T> kt = [&](std::size_t j, std::size_t) { return kp + j * g.d; };
+    const KeyTiles<T> vt = [&](std::size_t j, std::size_t) { return vp + j * g.dv; };
+    const std::size_t kB = std::max<std::size_t>(P.bl.k, 1);
+    for (std::size_t j0 = 0; j0 < g.sk; j0 += kB) {
+      const std::int64_t b0 = static_cast<std::int64_t>(j0);
+      const auto [a, e] =
+          keys_seen(ws[0], 0, 1, b0, b0 + static_cast<std::int64_t>(std::min(kB, g.sk - j0)));
+      if (a > e) continue;
+      fold_tiled(P, ws.data(), n, bi, h0, q0, static_cast<std::size_t>(a),
+                 static_cast<std::size_t>(e), kt, vp ? &vt : nullptr);
+    }
+  } else if (n == 1) {
     item_keys(P, ws[0], ws[0].s, P.k, P.v, 0, bi, h0, q0, 0, P.g.sk);
   } else {
     const std::size_t kB = std::max<std::size_t>(P.bl.k, 1);
@@ -614,16 +725,22 @@ void run_items(const Plan<T>& P, std::vector<Scratch<T>>& ws, std::size_t bi, st
   for (std::size_t i = 0; i < n; ++i) item_end(P, ws[i], ws[i].s, bi, h0 + i, q0);
 }
 
-#define POSENC_ATTENTION_KERNEL(T)                                                          \
-  template void item_begin<T>(const Plan<T>&, Scratch<T>&, std::size_t, std::size_t,        \
-                              std::size_t);                                                 \
-  template void item_keys<T>(const Plan<T>&, Scratch<T>&, std::vector<T>&, const View<T>&,  \
-                             const View<T>&, std::size_t, std::size_t, std::size_t,         \
-                             std::size_t, std::size_t, std::size_t);                        \
-  template void item_end<T>(const Plan<T>&, Scratch<T>&, const std::vector<T>&, std::size_t, \
-                            std::size_t, std::size_t);                                      \
-  template void run_items<T>(const Plan<T>&, std::vector<Scratch<T>>&, std::size_t, std::size_t, \
-                             std::size_t);
+#define POSENC_ATTENTION_KERNEL(T)                                                                 \
+  template void item_begin<T>(const Plan<T>&, Scratch<T>&, std::size_t, std::size_t, std::size_t); \
+  template void item_keys<T>(const Plan<T>&, Scratch<T>&, std::vector<T>&, const View<T>&,         \
+                             const View<T>&, std::size_t, std::size_t, std::size_t, std::size_t,   \
+                             std::size_t, std::size_t);                                            \
+  template void item_end<T>(const Plan<T>&, Scratch<T>&, const std::vector<T>&, std::size_t,       \
+                            std::size_t, std::size_t);                                             \
+  template void run_items<T>(const Plan<T>&, std::vector<Scratch<T>>&, std::size_t, std::size_t,   \
+                             std::size_t);                                                         \
+  template std::pair<std::int64_t, std::int64_t> keys_seen<T>(                                     \
+      const Scratch<T>&, std::size_t, std::size_t, std::int64_t, std::int64_t);                    \
+  template std::size_t item_rows<T>(const Plan<T>&, std::size_t, std::size_t);                     \
+  template bool folds_tiled<T>(const Plan<T>&, std::size_t);                                       \
+  template void fold_tiled<T>(const Plan<T>&, Scratch<T>*, std::size_t, std::size_t, std::size_t,  \
+                              std::size_t, std::size_t, std::size_t, const KeyTiles<T>&,           \
+                              const KeyTiles<T>*);
 POSENC_ATTENTION_KERNEL(float)
 POSENC_ATTENTION_KERNEL(double)
 #undef POSENC_ATTENTION_KERNEL

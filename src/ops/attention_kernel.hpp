@@ -254,6 +254,46 @@ template <class T>
 void item_end(const Plan<T>& P, Scratch<T>& w, const std::vector<T>& tile, std::size_t bi,
               std::size_t hi_q, std::size_t q0);
 
+// Decoding (one query row): the keys are taken kKeyTile at a time, a tile staying in the
+// L1 cache while the query heads of its KV head take their products with it (fold_tiled),
+// instead of each head reading a whole key block (512 KiB of f32 at d 128, which with V's
+// does not fit the L2 cache), and f16 or bf16 keys are widened a tile at a time. Every
+// one-row product is computed in such tiles, from the first key folded, on every path,
+// so the bits do not depend on the path; with OpenBLAS's gemv (tiles of a multiple of 8
+// keys; a sum over V in tiles only where dv is a multiple of 4) they are those of one
+// product over the whole block.
+constexpr std::size_t kKeyTile = 64;
+
+// Keys [a, e] of block [b0, b1) that rows [r0, r1) of an item see (a > e: none); the
+// edges of the block no row sees are cut off (item_keys).
+template <class T>
+std::pair<std::int64_t, std::int64_t> keys_seen(const Scratch<T>& w, std::size_t r0, std::size_t r1,
+                                                std::int64_t b0, std::int64_t b1);
+
+// The rows of the item from query q0 that take part in the products (padded rows do not).
+template <class T>
+std::size_t item_rows(const Plan<T>& P, std::size_t bi, std::size_t q0);
+
+// Whether an item of `rows` rows folds its keys in tiles (fold_tiled): one row, no scores
+// materialised, dv a multiple of 4.
+template <class T>
+bool folds_tiled(const Plan<T>& P, std::size_t rows);
+
+// Keys [j, j + n) (n <= kKeyTile, within one key block) as contiguous rows of T: in
+// place, or widened into a buffer that stays valid until the next call.
+template <class T>
+using KeyTiles = std::function<const T*(std::size_t j, std::size_t n)>;
+
+// Keys [a, e] of one block (those the item's row sees: keys_seen) folded into the one
+// row of each of `gs` items (query heads h0, h0 + 1, ... of one KV head, begun by
+// item_begin), K and V taken a tile at a time from `k` and `v` (null: no values): every
+// head's scores with a tile of K while it is in the cache, the rows' softmax update, then
+// every head's sum over each tile of V. The bits of item_keys on the same block.
+template <class T>
+void fold_tiled(const Plan<T>& P, Scratch<T>* ws, std::size_t gs, std::size_t bi, std::size_t h0,
+                std::size_t q0, std::size_t a, std::size_t e, const KeyTiles<T>& k,
+                const KeyTiles<T>* v);
+
 /// The items of query heads h0, h0 + 1, ... (one a Scratch of `ws`) over all the keys in
 /// memory: item_begin, item_keys block by block, each block for every head in turn,
 /// item_end.
