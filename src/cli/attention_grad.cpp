@@ -14,6 +14,107 @@ namespace posenc::cli {
 namespace {
 const char* const kNames[] = {"dq",    "dk",     "dv",      "softmax_d", "lse",
                               "dbias", "dsinks", "dt5_bias", "dqv"};
+
+// The streamed backward (posenc-attention(1), GRADIENTS): K and V used in place of their
+// mapped files and released tile by tile, dk and dv written to their NPY files as their
+// key tiles complete, the forward streamed over K and V within what is left of the
+// budget. Possible where K and V are mapped in the arithmetic's dtype with a head's keys
+// contiguous (h before s, d last), dk and dv (when emitted) go to regular NPY files, and
+// neither --rope nor --qv is given. Returns the bytes it holds (Q, dO, dq and the work),
+// or 0 where it is not possible.
+std::size_t streamed_need(TensorSource& q, TensorSource& k, TensorSource& v, TensorSource& dO,
+                          const AttentionOptions& opt, const std::vector<std::string>& names,
+                          const std::vector<TensorRef>& refs, const AttentionRope* rope,
+                          const AttentionBackwardOptions& bopt) {
+  const TensorInfo &qi = q.info(), &ki = k.info(), &vi = v.info(), &oi = dO.info();
+  const DType arith = attention_arith(opt);
+  const std::string axes = !opt.axes.empty() ? opt.axes : ki.shape.size() == 4 ? "bhsd" : "";
+  const auto h = axes.find('h'), sa = axes.find('s');
+  if (rope || opt.qv || axes.empty() || h == std::string::npos || sa == std::string::npos ||
+      h > sa || axes.back() != 'd' || ki.dtype != arith || vi.dtype != arith ||
+      !k.mapped_data() || !v.mapped_data()) {
+    return 0;
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if ((names[i] == "dk" || names[i] == "dv") &&
+        (refs[i].format != Format::npy || refs[i].is_stdio())) {
+      return 0;
+    }
+  }
+  static const Tensor given;  // stands for the forward's output: not counted
+  AttentionBackwardOptions b = bopt;
+  b.forward_output = b.forward_lse = &given;
+  b.sink = [](const std::string&, const TensorInfo&) { return nullptr; };
+  b.release_kv = true;
+  std::size_t need = attention_backward_memory(qi.shape, ki.shape, vi.shape, qi.dtype, opt, b);
+  for (const TensorInfo* t : {&qi, &oi}) {
+    const std::size_t bytes = checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
+    need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
+  }
+  return need;
+}
+
+void run_streamed(TensorSource& q, TensorSource& k, TensorSource& v, TensorSource& dO_src,
+                  const AttentionOptions& opt, const std::vector<std::string>& names,
+                  const std::vector<TensorRef>& refs, const OutputOptions& out,
+                  AttentionBackwardOptions bopt, std::size_t need) {
+  // The forward, K and V streamed within what the backward leaves of the budget.
+  AttentionOptions f = opt;
+  f.emit = {AttentionEmit::output, AttentionEmit::lse};
+  f.dtype = DType::f64;
+  f.output_sink = nullptr;
+  f.max_memory = opt.max_memory - need;
+  AttentionResult fwd;
+  try {
+    fwd = attention(q, k, &v, f);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("gradients streamed within --max-memory {} (the backward "
+                                 "holds {}): the forward: {}",
+                                 bytes_str(opt.max_memory), bytes_str(need), e.what()));
+  }
+  auto whole = [](TensorSource& src) {
+    if (const std::byte* p = src.mapped_data()) {
+      return Tensor::borrow(src.info().dtype, src.info().shape, const_cast<std::byte*>(p));
+    }
+    return read_all_rows(src);
+  };
+  const Tensor qt = whole(q), dO = whole(dO_src);
+  const Tensor kt = Tensor::borrow(k.info().dtype, k.info().shape,
+                                   const_cast<std::byte*>(k.mapped_data()));
+  const Tensor vt = Tensor::borrow(v.info().dtype, v.info().shape,
+                                   const_cast<std::byte*>(v.mapped_data()));
+  OutputSet set(refs, out.write_options());
+  auto index = [&](const std::string& n) {
+    return static_cast<std::size_t>(std::find(names.begin(), names.end(), n) - names.begin());
+  };
+  bopt.forward_output = &fwd.output;
+  bopt.forward_lse = &fwd.lse;
+  bopt.release_kv = true;
+  bopt.sink = [&](const std::string& n, const TensorInfo& info) -> TensorSink* {
+    const std::size_t i = index(n);
+    if (i == names.size()) return nullptr;
+    TensorSink& s = set.open(i, info);
+    if (!s.writes_at()) {
+      throw InputError(fmt::format("{}: the streamed gradients need a regular NPY file",
+                                   refs[i].text));
+    }
+    return &s;
+  };
+  AttentionOptions o = opt;
+  o.max_memory = opt.max_memory - (qt.nbytes() + dO.nbytes());  // bounds the workers
+  AttentionGrads g = attention_backward(qt, kt, vt, dO, o, bopt);
+  verbose_attrs(g.attrs);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == "dk" || names[i] == "dv") continue;
+    const Tensor& t = g.named(names[i]);
+    Attrs a = g.attrs;
+    a.push_back({"tensor", names[i]});
+    TensorSink& s = set.open(i, TensorInfo{t.dtype(), t.shape(), "", a});
+    s.write_rows(t.bytes(), t.shape().empty() ? 1 : t.shape()[0]);
+  }
+  set.commit();
+}
+
 }  // namespace
 
 bool is_gradient_name(const std::string& name) {
@@ -83,7 +184,7 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
     throw InputError(fmt::format("--grad-output {}: dtype {} is not a float type", grad_ref,
                                  dtype_name(oi.dtype)));
   }
-  if (opt.max_memory) {
+  const std::size_t held = [&] {  // the in-memory run: the inputs whole
     std::size_t need = attention_backward_memory(qi.shape, ki.shape, vi.shape, qi.dtype, opt, bopt);
     for (const TensorInfo* t : {&qi, &ki, &vi, &oi}) {
       const std::size_t bytes = checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
@@ -96,10 +197,16 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
         need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
       }
     }
-    if (need > opt.max_memory) {
-      throw InputError(fmt::format("gradients would need {} with the inputs > --max-memory {}",
-                                   bytes_str(need), bytes_str(opt.max_memory)));
+    return need;
+  }();
+  if (opt.max_memory && held > opt.max_memory) {
+    if (const std::size_t need = streamed_need(q, k, v, *dO_src, opt, names, refs, rope, bopt)) {
+      if (need <= opt.max_memory) {
+        return run_streamed(q, k, v, *dO_src, opt, names, refs, out, bopt, need);
+      }
     }
+    throw InputError(fmt::format("gradients would need {} with the inputs > --max-memory {}",
+                                 bytes_str(held), bytes_str(opt.max_memory)));
   }
   // A file that can be mapped is used in place (no copy through read(2)); the budget
   // counts it all the same, as its pages become resident.

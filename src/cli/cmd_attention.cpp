@@ -738,7 +738,8 @@ void register_attention(CLI::App& app) {
   sub->add_option("--max-memory", o->max_memory,
                   "memory for inputs, outputs and work (e.g. 64M, 4G, 1.5GiB or bytes; K, M, "
                   "G, T are powers of 1024; default: physical memory): with --emit output/lse "
-                  "K and V are read in chunks that fit, else the run fails up front (exit 3)");
+                  "K and V are read in chunks that fit (with --grad-output: see GRADIENTS), "
+                  "else the run fails up front (exit 3)");
   sub->add_option("--grad-output", o->grad_output,
                   "dO, the gradient of the output (Q's shape with dv): emit the gradients "
                   "dq, dk, dv, softmax_d (rowsum(dO O)) and lse instead (dqv with --qv; "

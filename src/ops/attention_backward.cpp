@@ -23,6 +23,7 @@
 #include "ops/attention_fa.hpp"
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_kernel.hpp"
+#include "io/slab.hpp"
 #include "ops/blas_threads.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/bias.hpp"
@@ -131,6 +132,11 @@ struct Ctx {
   // dS summed by key-minus-query distance [b][hq][sq + sk - 1] (index j - pos + sk - 1),
   // for the T5 table's gradient; each row belongs to one item.
   std::vector<double> dt5;
+  // dk and dv: held in AttentionGrads, or written to sinks as their key tiles complete
+  // (positional writes), or not wanted; K and V released tile by tile (file mappings).
+  TensorSink *dk_sink = nullptr, *dv_sink = nullptr;
+  bool keep_dk = true, keep_dv = true, release_kv = false;
+  Shape k_shape, v_shape;
 };
 
 // exp(x) in f32 lanes for x a score minus its row's lse (at most a rounding above 0): the
@@ -264,12 +270,28 @@ void store_rows(Tensor& out, const Strides& st, std::size_t bi, std::size_t h, s
   }
 }
 
+// Stores an accumulator as store_rows does, to a sink by positional writes (each
+// row of n values contiguous: d is the last axis), each value rounded once.
+template <class T>
+void store_sink(TensorSink& sink, DType out, const Strides& st, std::size_t bi, std::size_t h,
+                std::size_t r0, std::size_t rows, std::size_t n, const T* acc) {
+  thread_local std::vector<std::byte> buf;
+  const bool whole = st.s == n;  // the rows follow each other: one write
+  const std::size_t per = whole ? rows * n : n;
+  buf.resize(per * dtype_size(out));
+  for (std::size_t r = 0; r < rows; r += whole ? rows : 1) {
+    cast(reinterpret_cast<const std::byte*>(acc + r * n), dtype_of<T>(), buf.data(), out, per);
+    sink.write_at(bi * st.b + h * st.h + (r0 + r) * st.s, buf.data(), per);
+  }
+}
+
 template <class T>
 void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
   const Geometry& g = c.P.g;
   const Tiles t = c.t;
-  const Strides qst = strides_of(out.dq.shape(), g.axes), kst = strides_of(out.dk.shape(), g.axes),
-                vst = strides_of(out.dv.shape(), g.axes);
+  const DType out_dtype = out.dq.dtype();
+  const Strides qst = strides_of(out.dq.shape(), g.axes), kst = strides_of(c.k_shape, g.axes),
+                vst = strides_of(c.v_shape, g.axes);
   OneBlasThread one_blas;
   // Items (batch, KV head): each key tile in order, the group's query heads and their
   // query tiles in order within it. P and dS' of a tile serve dk, dv and dq (five
@@ -304,8 +326,21 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
                W.dq.data() + (hh * g.sq + q0) * g.d);
         }
       }
-      store_rows(out.dk, kst, bi, kvh, j0, kn, g.d, W.dk.data());
-      store_rows(out.dv, vst, bi, kvh, j0, kn, g.dv, W.dv.data());
+      if (c.dk_sink) {
+        store_sink(*c.dk_sink, out_dtype, kst, bi, kvh, j0, kn, g.d, W.dk.data());
+      } else if (c.keep_dk) {
+        store_rows(out.dk, kst, bi, kvh, j0, kn, g.d, W.dk.data());
+      }
+      if (c.dv_sink) {
+        store_sink(*c.dv_sink, out_dtype, vst, bi, kvh, j0, kn, g.dv, W.dv.data());
+      } else if (c.keep_dv) {
+        store_rows(out.dv, vst, bi, kvh, j0, kn, g.dv, W.dv.data());
+      }
+      if (c.release_kv) {  // this item is the last to use the tile (heads contiguous)
+        const T* vp = c.v.p + bi * c.v.b + kvh * c.v.h + j0 * c.v.s;
+        io_detail::release_mapped(reinterpret_cast<const std::byte*>(kp), kn * g.d * sizeof(T));
+        io_detail::release_mapped(reinterpret_cast<const std::byte*>(vp), kn * g.dv * sizeof(T));
+      }
     }
     for (std::size_t hh = 0; hh < group; ++hh) {
       store_rows(out.dq, qst, bi, kvh * group + hh, 0, g.sq, g.d,
@@ -333,18 +368,21 @@ std::size_t plain_memory(const Shape& q, const Shape& k, const Shape& v, DType q
   const Geometry g = check(q, k, &v, q_dtype, f);
   const std::size_t ts = dtype_size(g.compute);
   const DType out = opt.dtype.value_or(q_dtype);
-  std::size_t n = memory_of(g, q, k, &v, q_dtype, f).first;  // the forward: O, lse, work
+  // The forward (O, lse, work), unless the caller ran it.
+  std::size_t n = bopt.forward_output ? 0 : memory_of(g, q, k, &v, q_dtype, f).first;
   const std::size_t nq = mul_sat(mul_sat(g.b * g.hq, g.sq), g.d),
                     nk = mul_sat(mul_sat(g.b * g.hk, g.sk), g.d),
                     nv = mul_sat(mul_sat(g.b * g.hk, g.sk), g.dv),
                     no = mul_sat(mul_sat(g.b * g.hq, g.sq), g.dv),
                     rows = mul_sat(g.b * g.hq, g.sq);
-  // Q, K, V and dO in the arithmetic type (converted or transposed copies), O transposed.
-  n = add_sat(n, mul_sat(add_sat(add_sat(nq, nk), add_sat(nv, no)), ts));
+  // Q, K, V and dO in the arithmetic type (converted or transposed copies; K and V not
+  // when used in place of their mappings), O transposed.
+  const std::size_t nkv = bopt.release_kv ? 0 : add_sat(nk, nv);
+  n = add_sat(n, mul_sat(add_sat(add_sat(nq, nkv), no), ts));
   n = add_sat(n, mul_sat(no, 8));
   n = add_sat(n, mul_sat(rows, 16));  // lse and D in float64
-  // The gradients, softmax_d and lse.
-  n = add_sat(n, mul_sat(add_sat(add_sat(nq, nk), nv), dtype_size(out)));
+  // The gradients (dk and dv not when written as they complete), softmax_d and lse.
+  n = add_sat(n, mul_sat(bopt.sink ? nq : add_sat(add_sat(nq, nk), nv), dtype_size(out)));
   n = add_sat(n, mul_sat(rows, 16));
   n = add_sat(n, plan_bytes(g, f));
   if (bopt.dbias) {
@@ -389,13 +427,40 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
   const std::size_t workers =
       workers_within(opt.max_memory, need, tile_bytes(g, t, bopt.dbias));
 
-  AttentionResult fwd = attention(q, k, &v, f);
+  AttentionResult fwd;
+  if (bopt.forward_output && bopt.forward_lse) {
+    const Shape o_shape = g.output_shape(q.shape());
+    if (bopt.forward_output->dtype() != DType::f64 || bopt.forward_output->shape() != o_shape ||
+        bopt.forward_lse->shape() != g.lse_shape()) {
+      throw std::invalid_argument(
+          "attention_backward: forward_output must be float64 of the output's shape, "
+          "forward_lse of the lse's");
+    }
+    fwd.output = Tensor::borrow(DType::f64, o_shape,
+                                const_cast<std::byte*>(bopt.forward_output->bytes()));
+    fwd.lse = Tensor::borrow(bopt.forward_lse->dtype(), bopt.forward_lse->shape(),
+                             const_cast<std::byte*>(bopt.forward_lse->bytes()));
+  } else {
+    fwd = attention(q, k, &v, f);
+  }
   AttentionGrads res;
   res.attrs = fwd.attrs;
   const DType out = opt.dtype.value_or(q.dtype());
+  TensorSink *dk_sink = nullptr, *dv_sink = nullptr;
+  if (bopt.sink) {
+    dk_sink = bopt.sink("dk", TensorInfo{out, k.shape()});
+    dv_sink = bopt.sink("dv", TensorInfo{out, v.shape()});
+    for (TensorSink* s : {dk_sink, dv_sink}) {
+      if (s && !s->writes_at()) {
+        throw std::invalid_argument("attention_backward: the sinks must take positional writes");
+      }
+    }
+  }
   res.dq = Tensor(out, q.shape());
-  res.dk = Tensor(out, k.shape());
-  res.dv = Tensor(out, v.shape());
+  if (!bopt.sink) {
+    res.dk = Tensor(out, k.shape());
+    res.dv = Tensor(out, v.shape());
+  }
 
   // softmax_d = rowsum(dO o O), in float64 (O is the forward's float64 result).
   const std::size_t rows = g.b * g.hq * g.sq;
@@ -444,6 +509,13 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
     c.lse = std::move(lse);
     c.D = std::move(D);
     c.want_dbias = bopt.dbias;
+    c.dk_sink = dk_sink, c.dv_sink = dv_sink;
+    c.keep_dk = c.keep_dv = !bopt.sink;
+    // Only K and V used in place (no converted copy), a head's keys contiguous.
+    c.release_kv = bopt.release_kv && static_cast<const void*>(c.k.p) == k.bytes() &&
+                   static_cast<const void*>(c.v.p) == v.bytes() &&
+                   g.axes.find('h') < g.axes.find('s');
+    c.k_shape = k.shape(), c.v_shape = v.shape();
     if (bopt.dbias) c.dsb.assign(rows * g.sk, T(0));
     if (bopt.dt5_bias) c.dt5.assign(g.b * g.hq * (g.sq + g.sk - 1), 0.0);
     run(c, res, workers);
@@ -553,6 +625,10 @@ AttentionGrads backward_qv(const Tensor& q, const Tensor& k, const Tensor& v,
                            const Tensor& grad_output, const AttentionOptions& opt,
                            const AttentionBackwardOptions& bopt) {
   refuse_unsupported(opt, bopt);
+  if (bopt.sink || bopt.forward_output || bopt.release_kv) {
+    // dk and dv are parts of the concatenated key's gradient and dv a sum: held whole.
+    throw UsageError("gradients: qv's are computed in memory (no sinks, forward or released K, V)");
+  }
   for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"},
                                 {&v, "v"}, {opt.qv, "qv"}}) {
     require_float(t->dtype(), what);

@@ -31,9 +31,11 @@
 /// than exact, MaskedRows::nan) are a UsageError.
 
 #include <cstddef>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
+#include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/tensor.hpp"
 
@@ -78,6 +80,20 @@ struct AttentionBackwardOptions {
   /// Tile sizes (0 = automatic; the results depend on them, never on threads or memory).
   std::size_t query_tile = 0;
   std::size_t key_tile = 0;
+  /// The forward's output (float64) and lse when the caller has them (attention() over
+  /// sources streams K and V within the budget): no forward is run, none is counted.
+  const Tensor* forward_output = nullptr;
+  const Tensor* forward_lse = nullptr;
+  /// dk and dv written as each item's key tile completes instead of being held: called
+  /// once for "dk" and once for "dv" with the gradient's dtype and shape, it returns a
+  /// sink taking positional writes (TensorSink::writes_at), or null for a gradient not
+  /// wanted (it is then neither held nor written). The AttentionGrads tensors stay empty.
+  std::function<TensorSink*(const std::string& name, const TensorInfo& info)> sink;
+  /// K and V are file mappings (Tensor::borrow of TensorSource::mapped_data) in the
+  /// arithmetic's dtype, heads contiguous (bhsd): each key tile's pages leave the
+  /// process's resident memory once its item is done with them, and K and V are counted
+  /// as held only tile by tile.
+  bool release_kv = false;
 };
 
 /// Gradients of attention(q, k, v, opt)'s output with respect to q, k, v (and the float
