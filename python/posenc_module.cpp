@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -302,12 +303,36 @@ void set_if(const py::dict& d, const char* key, std::optional<T>& dst) {
   if (auto v = get<T>(d, key)) dst = *v;
 }
 
+// An array argument (the Python layer hands C-contiguous float64 or int64 arrays; the
+// library checks shapes and values) as the xtensor array of a request, none for None.
+template <class T>
+std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  auto a = array_arg<T>(d[key], key);
+  xt::xarray<T> out = xt::empty<T>(shape_of(a));
+  std::copy(a.data(), a.data() + a.size(), out.data());
+  return out;
+}
+
+// The array `v` (an element of the list `key`) as an xtensor array of T.
+template <class T>
+xt::xarray<T> xarray_of(const py::handle& v, const char* key) {
+  auto a = array_arg<T>(v, key);
+  xt::xarray<T> out = xt::empty<T>(shape_of(a));
+  std::copy(a.data(), a.data() + a.size(), out.data());
+  return out;
+}
+
 // Reads a request's declared fields (encodings/table_fields.hpp, rope_fields.hpp) from the
-// keyword dict: the keys are the fields' names; a choice is one of its names. Ranges are
-// the library's.
+// keyword dict: the keys are the fields' names; a choice is one of its names; an array
+// field's value an array (the Python layer hands C-contiguous float64 or int64 arrays),
+// a pair's two integers, a list's a list. Ranges, shapes and values are the library's.
+// With `arrays` false the array fields are passed over, with true only they are read: a
+// request's check_given runs between the two.
 class KeywordReader {
  public:
-  explicit KeywordReader(const py::dict& d) : d_(d) {}
+  explicit KeywordReader(const py::dict& d, std::optional<bool> arrays = std::nullopt)
+      : d_(d), arrays_(arrays) {}
   /// The names of the fields the dict gave (not None), in declaration order.
   std::vector<std::string> given;
 
@@ -317,11 +342,42 @@ class KeywordReader {
   }
   template <class T>
   void operator()(const Field& f, T& member) {
+    if (arrays_.value_or(false)) return;
     if (has(f)) given.push_back(f.name);
     set_if(d_, f.name.c_str(), member);
   }
+  template <class T>
+  void operator()(const Field& f, xt::xarray<T>& member) {
+    if (!arrays_.value_or(true)) return;
+    if (auto a = xarray_arg<T>(d_, f.name.c_str())) member = std::move(*a);
+  }
+  template <class T>
+  void operator()(const Field& f, std::optional<xt::xarray<T>>& member) {
+    if (!arrays_.value_or(true)) return;
+    member = xarray_arg<T>(d_, f.name.c_str());
+  }
+  void operator()(const Field& f, std::vector<xt::xarray<double>>& member) {
+    if (!arrays_.value_or(true) || !has(f)) return;
+    const py::object list = d_[f.name.c_str()];
+    if (!py::isinstance<py::list>(list)) bad_type(f.name, "a list of arrays", list);
+    for (const py::handle w : py::list(list)) {
+      member.push_back(xarray_of<double>(w, f.name.c_str()));
+    }
+  }
+  void operator()(const Field& f, ArrayF32 a) {
+    if (!arrays_.value_or(true)) return;
+    a.values = xarray_arg<double>(d_, f.name.c_str());
+    set_if(d_, (f.name + "_f32").c_str(), a.f32);
+  }
+  void operator()(const Field& f, Pair p) {
+    if (arrays_.value_or(false)) return;
+    if (auto v = get<std::pair<std::int64_t, std::int64_t>>(d_, f.name.c_str())) {
+      std::tie(p.first, p.second) = *v;
+    }
+  }
   template <class M, class E>
   void operator()(const Field& f, Choice<M, E> c) {
+    if (arrays_.value_or(false)) return;
     const auto name = get<std::string>(d_, f.name.c_str());
     if (!name) return;
     given.push_back(f.name);
@@ -337,6 +393,7 @@ class KeywordReader {
     return d_.contains(f.name.c_str()) && !d_[f.name.c_str()].is_none();
   }
   const py::dict& d_;
+  std::optional<bool> arrays_;  // none: every field
 };
 
 // RopeParams from the ROPE OPTIONS given (keys as RopeParams members, plus hf_config,
@@ -605,23 +662,6 @@ class MemorySink : public TensorSink {
   std::size_t at_ = 0;
 };
 
-// An array argument (the Python layer hands C-contiguous float64 or int64 arrays; the
-// library checks shapes and values) as the xtensor array of a request, none for None.
-template <class T>
-std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
-  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
-  auto a = array_arg<T>(d[key], key);
-  xt::xarray<T> out = xt::empty<T>(shape_of(a));
-  std::copy(a.data(), a.data() + a.size(), out.data());
-  return out;
-}
-
-// A window (H, W) of the request dict's `key` ("window": the command's --window H W).
-std::pair<std::int64_t, std::int64_t> window_of(const py::dict& d, const char* key) {
-  return get<std::pair<std::int64_t, std::int64_t>>(d, key).value_or(
-      std::pair<std::int64_t, std::int64_t>{0, 0});
-}
-
 std::vector<RopeEmit> emits_of(const py::dict& d) {
   std::vector<RopeEmit> out;
   for (const auto& e :
@@ -640,187 +680,96 @@ struct TableArgs {
 };
 
 // One table kind: its keywords to its tables.
-using TableKind = void (*)(const TableArgs& a, std::vector<Table>& tables);
+using TableKind = std::function<void(const TableArgs& a, std::vector<Table>& tables)>;
 
-// The request R the keywords give.
+// The request R the keywords give: `preset` with its declared fields read, the rules
+// joining them checked before the arrays are taken (as the command line checks them
+// before it reads a file).
 template <class R>
-R request_of(const py::dict& d) {
-  R r;
-  KeywordReader k(d);
-  declare(k, r);
+R request_of(const py::dict& d, R r = R{}) {
+  KeywordReader scalars(d, false), arrays(d, true);
+  scalars.read(r);
+  const auto gave = [&d](const std::string& n) { return d.contains(n) && !d[n.c_str()].is_none(); };
+  const auto count = [&d, gave](const std::string& n) -> std::size_t {
+    return gave(n) && py::isinstance<py::list>(d[n.c_str()]) ? py::len(d[n.c_str()]) : 0;
+  };
+  check_given(r, Caller{gave, [](const std::string& n) { return n; }, count});
+  arrays.read(r);
   return r;
 }
 
-// A kind whose keywords are all declared: one table of its request.
-template <class R, Table (*Compute)(const R&)>
-void plain_kind(const TableArgs& a, std::vector<Table>& tables) {
-  tables.push_back(Compute(request_of<R>(a.d)));
-}
-
-// swin-index and beit-index (with BEiT's three class-token entries).
-void window_index_kind(const TableArgs& a, std::vector<Table>& tables) {
-  WindowIndexRequest r;
-  std::tie(r.height, r.width) = window_of(a.d, "window");
-  r.class_token = a.kind == "beit-index";
-  r.bias_table = xarray_arg<double>(a.d, "bias_table");
-  tables.push_back(window_index_table(r));
-}
-
-// Every kind posenc.table knows, by name.
+// Every kind posenc.table knows, by name: the declared kinds, then those with their own
+// keywords (RoPE's emit lists; the learned tables the library names apart), which
+// replace the declared kinds' entries.
 const std::map<std::string, TableKind>& table_kinds() {
-  static const std::map<std::string, TableKind> kinds = {
-      {"sinusoidal", plain_kind<SinusoidalRequest, sinusoidal_table>},
-      {"rope",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         RopeTableRequest r;
-         r.where = positions(a.pos);
-         r.positions = get<std::int64_t>(a.d, "positions");
-         r.rope = rope_params(a.rope, get<int>(a.d, "dim").value_or(0));
-         set_if(a.d, "half", r.half);
-         set_if(a.d, "inverse", r.inverse);
-         if (auto p = get<std::string>(a.d, "precision")) r.precision = precision_of(*p);
-         for (RopeEmit e : emits_of(a.d)) {
-           r.emit = e;
-           tables.push_back(rope_table(r));
-         }
-       }},
-      {"rope2d",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<Rope2dRequest>(a.d);
-         if (auto s = get<std::string>(a.d, "style")) r.style = parse_rope_style(*s);
-         set_if(a.d, "half", r.half);
-         for (RopeEmit e : emits_of(a.d)) {
-           r.emit = e;
-           tables.push_back(rope2d_table(r));
-         }
-       }},
-      {"alibi", plain_kind<AlibiRequest, alibi_table>},
-      {"relative", plain_kind<RelativeRequest, relative_table>},
-      {"t5-bucket", plain_kind<T5BucketRequest, t5_bucket_table>},
-      {"xl-relative", plain_kind<XlRelativeRequest, xl_relative_table>},
-      {"funnel-relative", plain_kind<FunnelRelativeRequest, funnel_relative_table>},
-      {"funnel-factorized",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<FunnelFactorizedRequest>(a.d);
-         if (auto e = get<std::string>(a.d, "emit")) r.emit = parse_funnel_factor(*e);
-         tables.push_back(funnel_factorized_table(r));
-       }},
-      {"deberta-bucket", plain_kind<DebertaBucketRequest, deberta_bucket_table>},
-      {"swin-index", window_index_kind},
-      {"beit-index", window_index_kind},
-      {"swinv2-coords",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         SwinV2CoordsRequest r;
-         std::tie(r.height, r.width) = window_of(a.d, "window");
-         std::tie(r.pretrained_height, r.pretrained_width) = window_of(a.d, "pretrained_window");
-         r.mlp_w1 = xarray_arg<double>(a.d, "mlp_w1");
-         r.mlp_b1 = xarray_arg<double>(a.d, "mlp_b1");
-         r.mlp_w2 = xarray_arg<double>(a.d, "mlp_w2");
-         tables.push_back(swinv2_coords_table(r));
-       }},
-      {"levit-index",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<LevitIndexRequest>(a.d);
-         r.bias_table = xarray_arg<double>(a.d, "bias_table");
-         tables.push_back(levit_index_table(r));
-       }},
-      {"detr-sine",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<DetrSineRequest>(a.d);
-         r.mask = xarray_arg<double>(a.d, "mask");
-         const auto size = get<std::pair<std::int64_t, std::int64_t>>(a.d, "size");
-         if (r.mask.has_value() == size.has_value()) {
-           throw UsageError("mask: give a pixel mask or size H W (one of them)");
-         }
-         if (size) std::tie(r.height, r.width) = *size;
-         tables.push_back(detr_sine_table(r));
-       }},
-      {"rt-detr-sincos",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<RtDetrSincosRequest>(a.d);
-         std::tie(r.height, r.width) = window_of(a.d, "size");
-         tables.push_back(rt_detr_sincos_table(r));
-       }},
-      {"fairseq-sinusoidal",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<FairseqSinusoidalRequest>(a.d);
-         r.input_ids = xarray_arg<std::int64_t>(a.d, "input_ids");
-         tables.push_back(fairseq_sinusoidal_table(r));
-       }},
-      {"layoutlm-bucket",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<LayoutBucketRequest>(a.d);
-         r.position_ids = xarray_arg<std::int64_t>(a.d, "position_ids");
-         r.bbox = xarray_arg<std::int64_t>(a.d, "bbox");
-         r.bias_table = xarray_arg<double>(a.d, "bias_table");
-         r.bias_table_y = xarray_arg<double>(a.d, "bias_table_y");
-         if (r.bias_table_y && r.axis != LayoutAxis::xy) {
-           throw UsageError("bias_table: two weights are for axis xy (x then y)");
-         }
-         if (r.axis == LayoutAxis::xy && !r.bias_table_y) {
-           throw UsageError("axis xy: needs bias_table WX WY (the buckets are per axis: x or y)");
-         }
-         try {
-           tables.push_back(layout_bucket_table(r));
-         } catch (const InputError& e) {
-           // The library's second weight is the second of bias_table's pair.
-           const std::string msg = e.what();
-           if (msg.rfind("bias_table_y: ", 0) != 0) throw;
-           throw InputError("bias_table (y, the second): " + msg.substr(14));
-         }
-       }},
-      {"udop-bucket",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<UdopBucketRequest>(a.d);
-         r.bbox = xarray_arg<double>(a.d, "bbox");
-         set_if(a.d, "bbox_f32", r.bbox_f32);
-         for (const char* key : {"bias_table_0", "bias_table_1", "bias_table_2"}) {
-           if (auto w = xarray_arg<double>(a.d, key)) r.bias_tables.push_back(std::move(*w));
-         }
-         tables.push_back(udop_bucket_table(r));
-       }},
-      {"complex-order",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<ComplexOrderRequest>(a.d);
-         if (auto w = xarray_arg<double>(a.d, "frequency")) r.frequency = std::move(*w);
-         r.amplitude = xarray_arg<double>(a.d, "amplitude");
-         r.phase = xarray_arg<double>(a.d, "phase");
-         r.input_ids = xarray_arg<std::int64_t>(a.d, "input_ids");
-         tables.push_back(complex_order_table(r));
-       }},
-      {"reformer-axial",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<AxialPositionsRequest>(a.d);
-         r.axial_shape = get<std::vector<std::int64_t>>(a.d, "axial_shape")
-                             .value_or(std::vector<std::int64_t>{});
-         if (a.d.contains("weights") && !a.d["weights"].is_none()) {
-           const py::object weights = a.d["weights"];
-           if (!py::isinstance<py::list>(weights)) bad_type("weights", "a list of arrays", weights);
-           for (const py::handle w : py::list(weights)) {
-             auto a = array_arg<double>(w, "weights");
-             xt::xarray<double> x = xt::empty<double>(shape_of(a));
-             std::copy(a.data(), a.data() + a.size(), x.data());
-             r.weights.push_back(std::move(x));
-           }
-         }
-         r.position_ids = xarray_arg<std::int64_t>(a.d, "position_ids");
-         tables.push_back(axial_positions_table(r));
-       }},
-      {"cpmant-bucket",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<CpmAntBucketRequest>(a.d);
-         r.segment_ids = xarray_arg<std::int64_t>(a.d, "segment_ids");
-         r.key_segment_ids = xarray_arg<std::int64_t>(a.d, "key_segment_ids");
-         r.bias_table = xarray_arg<double>(a.d, "bias_table");
-         tables.push_back(cpmant_bucket_table(r));
-       }},
-      {"longt5-global",
-       [](const TableArgs& a, std::vector<Table>& tables) {
-         auto r = request_of<LongT5GlobalRequest>(a.d);
-         r.attention_mask = xarray_arg<std::int64_t>(a.d, "attention_mask");
-         tables.push_back(longt5_global_table(r));
-       }},
-  };
+  static const std::map<std::string, TableKind> kinds = [] {
+    std::map<std::string, TableKind> k;
+    for_each_table([&k](const char* kind, auto preset, auto compute) {
+      k[kind] = [preset, compute](const TableArgs& a, std::vector<Table>& tables) {
+        tables.push_back(compute(request_of(a.d, preset)));
+      };
+    });
+    k["rope"] = [](const TableArgs& a, std::vector<Table>& tables) {
+      RopeTableRequest r;
+      r.where = positions(a.pos);
+      r.positions = get<std::int64_t>(a.d, "positions");
+      r.rope = rope_params(a.rope, get<int>(a.d, "dim").value_or(0));
+      set_if(a.d, "half", r.half);
+      set_if(a.d, "inverse", r.inverse);
+      if (auto p = get<std::string>(a.d, "precision")) r.precision = precision_of(*p);
+      for (RopeEmit e : emits_of(a.d)) {
+        r.emit = e;
+        tables.push_back(rope_table(r));
+      }
+    };
+    k["rope2d"] = [](const TableArgs& a, std::vector<Table>& tables) {
+      auto r = request_of<Rope2dRequest>(a.d);
+      if (auto s = get<std::string>(a.d, "style")) r.style = parse_rope_style(*s);
+      set_if(a.d, "half", r.half);
+      for (RopeEmit e : emits_of(a.d)) {
+        r.emit = e;
+        tables.push_back(rope2d_table(r));
+      }
+    };
+    k["funnel-factorized"] = [](const TableArgs& a, std::vector<Table>& tables) {
+      auto r = request_of<FunnelFactorizedRequest>(a.d);
+      if (auto e = get<std::string>(a.d, "emit")) r.emit = parse_funnel_factor(*e);
+      tables.push_back(funnel_factorized_table(r));
+    };
+    k["swinv2-coords"] = [](const TableArgs& a, std::vector<Table>& tables) {
+      auto r = request_of<SwinV2CoordsRequest>(a.d);
+      r.mlp_w1 = xarray_arg<double>(a.d, "mlp_w1");
+      r.mlp_b1 = xarray_arg<double>(a.d, "mlp_b1");
+      r.mlp_w2 = xarray_arg<double>(a.d, "mlp_w2");
+      tables.push_back(swinv2_coords_table(r));
+    };
+    k["layoutlm-bucket"] = [](const TableArgs& a, std::vector<Table>& tables) {
+      auto r = request_of<LayoutBucketRequest>(a.d);
+      r.bias_table = xarray_arg<double>(a.d, "bias_table");
+      r.bias_table_y = xarray_arg<double>(a.d, "bias_table_y");
+      if (r.bias_table_y && r.axis != LayoutAxis::xy) {
+        throw UsageError("bias_table: two weights are for axis xy (x then y)");
+      }
+      if (r.axis == LayoutAxis::xy && !r.bias_table_y) {
+        throw UsageError("axis xy: needs bias_table WX WY (the buckets are per axis: x or y)");
+      }
+      try {
+        tables.push_back(layout_bucket_table(r));
+      } catch (const InputError& e) {
+        // The library's second weight is the second of bias_table's pair.
+        const std::string msg = e.what();
+        if (msg.rfind("bias_table_y: ", 0) != 0) throw;
+        throw InputError("bias_table (y, the second): " + msg.substr(14));
+      }
+    };
+    k["cpmant-bucket"] = [](const TableArgs& a, std::vector<Table>& tables) {
+      auto r = request_of<CpmAntBucketRequest>(a.d);
+      r.segment_ids = xarray_arg<std::int64_t>(a.d, "segment_ids");
+      r.key_segment_ids = xarray_arg<std::int64_t>(a.d, "key_segment_ids");
+      tables.push_back(cpmant_bucket_table(r));
+    };
+    return k;
+  }();
   return kinds;
 }
 

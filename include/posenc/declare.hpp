@@ -18,11 +18,13 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
+#include <xtensor/xarray.hpp>
 
 #include "posenc/value_source.hpp"
 
@@ -40,6 +42,11 @@ struct Field {
   std::string negation;
   std::string negation_help;  ///< the --help text of the negation
   bool positive = true;       ///< flags: `--name` itself sets it true
+  /// Array fields (`std::optional<xt::xarray<double>>`, `<std::int64_t>`): a bool
+  /// tensor counts as numbers 0 and 1 (a pixel mask) instead of being refused.
+  bool bools = false;
+  /// Lists (`std::vector<...>` members): how many values the option takes.
+  int min_count = 1, max_count = 1;
   // Filled by `describe`:
   std::string type;                  ///< int, float, bool, choice
   std::vector<std::string> choices;  ///< a choice field's names, in order
@@ -66,6 +73,15 @@ struct Field {
     lo = a;
     hi = b;
     hi_text = std::move(b_text);
+    return *this;
+  }
+  Field& bool_ok() {
+    bools = true;
+    return *this;
+  }
+  Field& count(int a, int b) {
+    min_count = a;
+    max_count = b;
     return *this;
   }
   /// A flag whose `--negation` (help `neg_help`) sets it false; `with_positive` false:
@@ -125,6 +141,46 @@ Choice<M, E> choice(M& member, const Names<E>& names) {
   return Choice<M, E>{member, names};
 }
 
+/// Two integers given together ("--window H W", Python `window=(H, W)`); with
+/// `one_for_both` a single value sets both (a square window).
+struct Pair {
+  std::int64_t& first;
+  std::int64_t& second;
+  bool one_for_both;
+};
+
+/// `v(field("window", ...), pair(r.height, r.width, true))`.
+inline Pair pair(std::int64_t& first, std::int64_t& second, bool one_for_both = false) {
+  return Pair{first, second, one_for_both};
+}
+
+/// A float64 tensor and whether its source held float32 values (UDOP's boxes are then
+/// computed in float32, as HF does): `v(field("bbox", ...), with_f32(r.bbox, r.bbox_f32))`.
+/// In Python the flag is the keyword `<name>_f32`.
+struct ArrayF32 {
+  std::optional<xt::xarray<double>>& values;
+  bool& f32;
+};
+inline ArrayF32 with_f32(std::optional<xt::xarray<double>>& values, bool& f32) {
+  return ArrayF32{values, f32};
+}
+
+/// What a front end says about the request being built: whether the caller gave a field,
+/// and how the caller spells a field in messages ("--bias-table" on the command line,
+/// "bias_table" in Python).
+struct Caller {
+  std::function<bool(const std::string&)> gave;
+  std::function<std::string(const std::string&)> term;
+  std::function<std::size_t(const std::string&)> count;  ///< values a list field was given
+};
+
+/// Rules that join fields (one of two given, sizes checked before a table is read):
+/// checked by each front end once the plain fields are set and before any array is read,
+/// so a bad window is named before a large file is read. A request without such rules
+/// has this empty overload; others overload it beside their `declare`.
+template <class R>
+void check_given(const R&, const Caller&) {}
+
 template <class T>
 struct IsOptional : std::false_type {};
 template <class T>
@@ -155,6 +211,7 @@ class Validator {
   }
   template <class M, class E>
   void operator()(const Field&, const Choice<M, E>&) {}  // a name table holds only valid values
+  void operator()(const Field&, const Pair&) {}          // the sides' ranges are the table's
 
  private:
   const ValueSources& sources_;
@@ -179,7 +236,15 @@ class Describer {
              : std::is_integral_v<V>       ? "int"
              : std::is_floating_point_v<V> ? "float"
                                            : "?";
-    if constexpr (IsOptional<T>::value) {
+    if constexpr (std::is_same_v<V, xt::xarray<double>>) {
+      f.type = "array";
+    } else if constexpr (std::is_same_v<V, xt::xarray<std::int64_t>>) {
+      f.type = "int array";
+    } else if constexpr (std::is_same_v<V, std::vector<xt::xarray<double>>>) {
+      f.type = "array list";
+    } else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>) {
+      f.type = "int list";
+    } else if constexpr (IsOptional<T>::value) {
       if (value) f.default_text = text(*value);
     } else {
       f.default_text = text(value);
@@ -195,6 +260,14 @@ class Describer {
     } else {
       f.default_text = name_of(c, c.member);
     }
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const Pair&) {
+    f.type = "pair";
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const ArrayF32&) {
+    f.type = "array";
     fields.push_back(std::move(f));
   }
 

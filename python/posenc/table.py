@@ -128,11 +128,14 @@ def alibi(*, heads, q_len=None, k_len=None, variant=None, max_bias=8.0, dtype=No
 
 
 def relative(*, max_distance=None, q_len=None, k_len=None, sign="k-q", left=None, right=None,
-             beyond="clamp", dtype=None):
+             beyond="clamp", embeddings=None, dtype=None):
     """Shaw's clipped relative index clip(j - i, -L, R) + L [Q, K], L = left and R =
     right (default max_distance; sign "q-k": i - j); beyond "zero": -1 outside the
-    window (VITS) instead of the edge row."""
-    return _run("relative", _declared("relative", locals()), dtype)
+    window (VITS) instead of the edge row. embeddings, a learned table [L + R + 1, dim]
+    (distance_embedding, pe_k, emb_rel_k): its rows gathered, [Q, K, dim] (zeros for -1),
+    instead of the index."""
+    return _run("relative", _declared("relative", locals(),
+                                      embeddings=_values(embeddings, "embeddings")), dtype)
 
 
 def t5_bucket(*, q_len=None, k_len=None, buckets=32, max_distance=128, causal=False,
@@ -317,10 +320,9 @@ def udop_bucket(*, axis="1d", seq_len=None, bbox=None, buckets=32, max_distance=
     if bbox is not None:
         f32 = _view(bbox, "bbox")[1] == "f32"
         box = _values(bbox, "bbox")
-    req = _declared("udop-bucket", locals(), bbox=box, bbox_f32=f32)
-    for k, w in enumerate(tables):
-        req[f"bias_table_{k}"] = _values(w, "bias_table")
-    return _run("udop-bucket", req, dtype)
+    return _run("udop-bucket", _declared(
+        "udop-bucket", locals(), bbox=box, bbox_f32=f32,
+        bias_table=[_values(w, "bias_table") for w in tables] or None), dtype)
 
 
 def complex_order(*, frequency, amplitude=None, phase=None, positions=None, start=0,

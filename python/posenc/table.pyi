@@ -41,6 +41,7 @@ def relative(*, max_distance: Optional[int] = ..., q_len: Optional[int] = ...,
              k_len: Optional[int] = ..., sign: Literal["k-q", "q-k"] = ...,
              left: Optional[int] = ..., right: Optional[int] = ...,
              beyond: Literal["clamp", "zero"] = ...,
+             embeddings: Optional[ArrayLike] = ...,
              dtype: Optional[DTypeLike] = ...) -> Any: ...
 def t5_bucket(*, q_len: Optional[int] = ..., k_len: Optional[int] = ..., buckets: int = ...,
               max_distance: int = ..., causal: bool = ...,

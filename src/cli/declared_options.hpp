@@ -6,28 +6,112 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <functional>
+#include <list>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/common.hpp"
 #include "posenc/declare.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc::cli {
 
+/// A tensor of any numeric dtype as float64, read for `option` (a learned table, weights,
+/// frequencies; with `allow_bool` a pixel mask); the library checks its shape and values.
+/// `dtype`: where to say the file's dtype.
+inline xt::xarray<double> read_values(const std::string& ref, const std::string& option,
+                                      bool allow_bool = false, DType* dtype = nullptr) {
+  const Tensor t = read_tensor(ref);
+  if (dtype != nullptr) *dtype = t.dtype();
+  if (t.dtype() == DType::b1 && !allow_bool) {
+    throw InputError(fmt::format("{}: {}: expected numbers, got bool", option, ref));
+  }
+  xt::xarray<double> out = xt::empty<double>(t.shape());
+  for (std::size_t i = 0; i < t.numel(); ++i) out.data()[i] = t.get(i);
+  return out;
+}
+
+/// The files of a command's array fields (`--bias-table REF`): bound as paths while the
+/// command line is parsed, read in declaration order by `read()` once the request's plain
+/// fields are set and its `check_given` has passed.
+class ArrayFiles {
+ public:
+  template <class T>
+  void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, T& member) {
+    Slot& s = slots_.emplace_back();
+    const std::string option = f.option();
+    if constexpr (std::is_same_v<T, std::vector<xt::xarray<double>>>) {
+      opt = sub->add_option(option, s.paths, f.help)->expected(f.min_count, f.max_count);
+      s.read = [&member, &s, option] {
+        for (const std::string& p : s.paths) member.push_back(read_values(p, option));
+      };
+    } else {
+      opt = sub->add_option(option, s.path, f.help);
+      const bool bools = f.bools;
+      s.read = [&member, &s, option, bools] {
+        if (s.path.empty()) return;
+        using V = std::decay_t<decltype(value_of(member))>;
+        if constexpr (std::is_same_v<V, xt::xarray<std::int64_t>>) {
+          member = read_int64(s.path, option.c_str());
+        } else {
+          member = read_values(s.path, option, bools);
+        }
+      };
+    }
+  }
+  /// A float64 tensor whose file's dtype says whether it is computed in float32.
+  void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, ArrayF32 a) {
+    Slot& s = slots_.emplace_back();
+    const std::string option = f.option();
+    opt = sub->add_option(option, s.path, f.help);
+    s.read = [a, &s, option] {
+      if (s.path.empty()) return;
+      DType dt = DType::f64;
+      a.values = read_values(s.path, option, false, &dt);
+      a.f32 = dt == DType::f32;
+    };
+  }
+  void read() {
+    for (Slot& s : slots_) s.read();
+  }
+
+ private:
+  template <class V>
+  static V& value_of(std::optional<V>& m) {
+    return *m;
+  }
+  template <class V>
+  static V& value_of(V& m) {
+    return m;
+  }
+  struct Slot {
+    std::string path;
+    std::vector<std::string> paths;
+    std::function<void()> read;
+  };
+  std::list<Slot> slots_;  // stable addresses: CLI11 holds the paths' references
+};
+
 class OptionBinder {
  public:
   /// Options go to `group` of --help (empty: the command's own); the fields named in
   /// `skip` are bound by hand (a command-specific value such as `posenc rope --style tiled`).
-  explicit OptionBinder(CLI::App* sub, std::string group = "",
-                        std::vector<std::string> skip = {})
-      : sub_(sub), group_(std::move(group)), skip_(std::move(skip)) {}
+  /// `files`: where the array fields' paths go (a request without them needs none).
+  explicit OptionBinder(CLI::App* sub, std::string group = "", std::vector<std::string> skip = {},
+                        ArrayFiles* files = nullptr)
+      : sub_(sub), group_(std::move(group)), skip_(std::move(skip)), files_(files) {}
 
   template <class T>
   void operator()(const Field& f, T& member) {
     if (skipped(f)) return;
     CLI::Option* opt = nullptr;
-    if constexpr (std::is_same_v<T, bool>) {
+    if constexpr (IsArray<T>::value) {
+      files_->bind(sub_, opt, f, member);
+    } else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
+      opt = sub_->add_option(f.option(), member, f.help)->delimiter(',');  // N1,N2,..
+    } else if constexpr (std::is_same_v<T, bool>) {
       if (f.positive) opt = sub_->add_flag(f.option(), member, f.help);
       if (!f.negation.empty()) {
         // Both given: refused rather than the last one winning. (Option callbacks run
@@ -65,6 +149,27 @@ class OptionBinder {
     grouped(opt);
   }
 
+  /// `--window H W` (`H [W]` when one value sets both).
+  void operator()(const Field& f, Pair p) {
+    if (skipped(f)) return;
+    CLI::Option* opt = sub_->add_option_function<std::vector<std::int64_t>>(
+        f.option(),
+        [p](const std::vector<std::int64_t>& v) {
+          p.first = v.at(0);
+          p.second = v.size() > 1 ? v[1] : v[0];
+        },
+        f.help);
+    opt->expected(p.one_for_both ? 1 : 2, 2);
+    if (f.required) opt->required();
+    grouped(opt);
+  }
+  void operator()(const Field& f, ArrayF32 a) {
+    if (skipped(f)) return;
+    CLI::Option* opt = nullptr;
+    files_->bind(sub_, opt, f, a);
+    grouped(opt);
+  }
+
  private:
   bool skipped(const Field& f) const {
     return std::find(skip_.begin(), skip_.end(), f.name) != skip_.end();
@@ -73,9 +178,19 @@ class OptionBinder {
     if (opt != nullptr && !group_.empty()) opt->group(group_);
   }
 
+  template <class T>
+  struct IsArray : std::false_type {};
+  template <class T>
+  struct IsArray<xt::xarray<T>> : std::true_type {};
+  template <class T>
+  struct IsArray<std::optional<xt::xarray<T>>> : std::true_type {};
+  template <class T>
+  struct IsArray<std::vector<xt::xarray<T>>> : std::true_type {};
+
   CLI::App* sub_;
   std::string group_;
   std::vector<std::string> skip_;
+  ArrayFiles* files_;
 };
 
 /// Collects the names of the declared fields whose option (or negation) the command line
@@ -103,9 +218,19 @@ class GivenFields {
 /// Adds the options of request `r`'s declared fields to `sub`, bound to `r` (which must
 /// outlive the parse).
 template <class R>
-void add_declared_options(CLI::App* sub, R& r) {
-  OptionBinder b(sub);
+void add_declared_options(CLI::App* sub, R& r, ArrayFiles* files = nullptr) {
+  OptionBinder b(sub, "", {}, files);
   declare(b, r);
+}
+
+/// The command line as a request's `check_given` sees it: a field given when its option
+/// was, spelled as its option.
+inline Caller command_line(const CLI::App* sub) {
+  return Caller{[sub](const std::string& name) { return sub->count(Field::option_of(name)) > 0; },
+                &Field::option_of,
+                [sub](const std::string& name) {
+                  return sub->get_option(Field::option_of(name))->results().size();
+                }};
 }
 
 /// The declared fields of `r` that the parsed command line `sub` gave, by name.

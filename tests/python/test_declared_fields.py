@@ -49,6 +49,9 @@ def baselines(paths, arrays):
         "funnel-factorized": (["--seq-len", "8", "--dim", "8", "--emit", "phi"],
                               {"seq_len": 8, "dim": 8, "emit": "phi"}),
         "deberta-bucket": (["--q-len", "3"], {"q_len": 3}),
+        "swin-index": (["--window", "2", "3"], {"window": (2, 3)}),
+        "beit-index": (["--window", "2"], {"window": 2}),
+        "swinv2-coords": (["--window", "2", "3"], {"window": (2, 3)}),
         "levit-index": (["--resolution", "4"], {"resolution": 4}),
         "detr-sine": (["--size", "2", "3", "--embedding-dim", "8"],
                       {"size": (2, 3), "embedding_dim": 8}),
@@ -190,3 +193,54 @@ def test_the_man_page_synopsis_lists_the_option(f):
     options = ([f["option"]] if f["positive"] else []) + ([f["negation"]] if f["negation"] else [])
     for option in options:
         assert option.replace("-", r"\-") in m.group(0), f"{f['kind']}: {option} not in synopsis"
+
+
+TENSORS = [f for f in FIELDS if f["type"] in ("array", "int array", "array list")]
+
+
+def without(args, option):
+    """`args` without `option` and its values."""
+    if option not in args:
+        return args
+    i = j = args.index(option)
+    j += 1
+    while j < len(args) and not args[j].startswith("--"):
+        j += 1
+    return args[:i] + args[j:]
+
+
+def test_the_walk_covers_tensors_pairs_and_lists():
+    """The tensors, pairs and lists are declared fields too, so every test above walks them
+    (a kind binding one by hand in a front end would leave it out of this list)."""
+    types = {f["type"] for f in FIELDS}
+    assert {"array", "int array", "array list", "int list", "pair"} <= types, types
+    names = {(f["kind"], f["name"]) for f in TENSORS}
+    for wanted in [("swin-index", "bias_table"), ("relative", "embeddings"),
+                   ("detr-sine", "mask"), ("complex-order", "frequency"),
+                   ("longt5-global", "attention_mask"), ("reformer-axial", "weights"),
+                   ("udop-bucket", "bias_table")]:
+        assert wanted in names, wanted
+
+
+@pytest.mark.parametrize("f", TENSORS, ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_a_tensor_is_a_file_on_the_command_line_and_an_array_in_python(f, base):
+    tmp, b = base
+    args, kw = b[f["kind"]]
+    missing = str(tmp / "no-such-file.npy")
+    p = run([f["kind"], *without(args, f["option"]), f["option"], missing], tmp)
+    assert p.returncode in (2, 3), p.stderr
+    assert "no-such-file.npy" in p.stderr or f["option"] in p.stderr, p.stderr
+    assert not os.path.exists(tmp / "out.npy")
+    with pytest.raises(posenc.UsageError, match=rf"^{f['name']}: "):
+        function(f["kind"])(**{**kw, f["name"]: object()})
+
+
+@pytest.mark.parametrize("f", [f for f in FIELDS if f["type"] == "pair"],
+                         ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_a_pair_takes_two_integers(f, base):
+    tmp, b = base
+    args, kw = b[f["kind"]]
+    p = run([f["kind"], *without(args, f["option"]), f["option"], "2", "2", "2"], tmp)
+    assert p.returncode == 2, p.stderr
+    with pytest.raises(posenc.UsageError, match=rf"^{f['name']}: "):
+        function(f["kind"])(**{**kw, f["name"]: "ab"})

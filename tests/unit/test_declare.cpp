@@ -111,7 +111,40 @@ TEST(Declare, EveryTableKindDeclaresDistinctSnakeCaseFields) {
       EXPECT_TRUE(!f.hi || f.lo) << kind << ": " << f.name << " has a top but no bottom";
     }
   });
-  EXPECT_EQ(kinds, 19);
+  EXPECT_EQ(kinds, 22);
+}
+
+TEST(Declare, TensorsPairsAndListsAreDescribed) {
+  const std::vector<Field> w = describe<WindowIndexRequest>();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].type, "pair");
+  EXPECT_EQ(w[1].type, "array");
+  EXPECT_EQ(w[1].option(), "--bias-table");
+  const std::vector<Field> a = describe<AxialPositionsRequest>();
+  EXPECT_EQ(a[0].type, "int list");
+  EXPECT_EQ(a[1].type, "array list");
+  EXPECT_EQ(a[1].max_count, 8);
+  EXPECT_EQ(describe<FairseqSinusoidalRequest>().back().type, "int array");
+}
+
+TEST(Declare, CheckGivenJoinsFieldsInTheCallersTerms) {
+  DetrSineRequest r;
+  const auto none = [](const std::string&) { return false; };
+  const Caller python{none, [](const std::string& n) { return n; },
+                      [](const std::string&) { return std::size_t{0}; }};
+  const Caller cli{none, &Field::option_of, [](const std::string&) { return std::size_t{0}; }};
+  try {
+    check_given(r, python);
+    ADD_FAILURE() << "neither mask nor size passed";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "mask: give a pixel mask or size H W (one of them)");
+  }
+  try {
+    check_given(r, cli);
+    ADD_FAILURE() << "neither mask nor size passed";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--mask: give a pixel mask or --size H W (one of them)");
+  }
 }
 
 TEST(Declare, TableFunctionsValidateFromTheDeclaration) {

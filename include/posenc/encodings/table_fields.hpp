@@ -3,8 +3,10 @@
 /// The declared parameters of the table requests (declare.hpp): one `declare` overload
 /// per kind of `posenc table`, its fields in the order --help lists them. The command
 /// line's options, the Python keywords, the ranges checked and the stubs' keyword lists
-/// all come from here. Tensor-valued members (learned tables, masks, ids) and lists
-/// (--emit lists, --window H W) are bound by each front end and are not declared.
+/// all come from here. Tensors (learned tables, masks, ids: a file REF on the command
+/// line, an array in Python), pairs (--window H W) and lists are declared too; what a
+/// kind's fields join (one of two, sizes before a table is read) is its `check_given`.
+/// Only the RoPE kinds' --emit lists and a few multi-file options stay with the front ends.
 ///
 /// `for_each_table_kind(f)` calls `f(kind_name, Request{})` for every declared kind.
 
@@ -21,6 +23,7 @@
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
+#include "posenc/error.hpp"
 
 namespace posenc {
 
@@ -152,6 +155,14 @@ void declare(V& v, RelativeRequest& r) {
           "clamp (distances outside [-L, R] take the edge row, default) or zero (index -1, a "
           "zero row: VITS)"),
     choice(r.zero_beyond, fields::beyond_rules()));
+  v(field("embeddings",
+          "learned table REF [L + R + 1, dim] (distance_embedding, pe_k, emb_rel_k): write its "
+          "rows gathered, [Q, K, dim] (zeros for -1), instead of the index"),
+    r.embeddings);
+}
+/// The window is checked before a learned table is read.
+inline void check_given(const RelativeRequest& r, const Caller& c) {
+  if (c.gave("embeddings")) relative_table(r);
 }
 
 template <class V>
@@ -224,6 +235,32 @@ void declare(V& v, DebertaBucketRequest& r) {
 }
 
 template <class V>
+void declare(V& v, WindowIndexRequest& r) {
+  v(field("window",
+          "window H [W]: rows and columns of tokens (one value: a square window; HF "
+          "window_size / patch grid)")
+        .require(),
+    pair(r.height, r.width, /*one_for_both=*/true));
+  v(field("bias_table",
+          "learned relative_position_bias_table REF [entries, heads]: write the bias it "
+          "gives, [heads, N, N], instead of the index"),
+    r.bias_table);
+}
+inline void check_given(const WindowIndexRequest& r, const Caller& c) {
+  if (c.gave("bias_table")) check_window(r.height, r.width);  // before the table is read
+}
+
+template <class V>
+void declare(V& v, SwinV2CoordsRequest& r) {
+  v(field("window", "window H [W] (one value: a square window; HF window_size)").require(),
+    pair(r.height, r.width, /*one_for_both=*/true));
+  v(field("pretrained_window",
+          "P_H [P_W]: HF pretrained_window_size, dividing the offsets instead of the window "
+          "(each at least 2)"),
+    pair(r.pretrained_height, r.pretrained_width, /*one_for_both=*/true));
+}
+
+template <class V>
 void declare(V& v, LevitIndexRequest& r) {
   v(field("resolution", "grid side R (HF resolution, resolution_in)")
         .require()
@@ -232,10 +269,19 @@ void declare(V& v, LevitIndexRequest& r) {
   v(field("stride",
           "query stride s (default 1; 2 for LevitAttentionSubsample: R_out = (R - 1) / s + 1)"),
     r.stride);
+  v(field("bias_table",
+          "learned attention_biases REF [heads, R^2]: write the bias it gives, [heads, "
+          "R_out^2, R^2], instead of the index"),
+    r.bias_table);
+}
+inline void check_given(const LevitIndexRequest& r, const Caller& c) {
+  if (c.gave("bias_table")) levit_index_table(r);  // the sizes, before the table is read
 }
 
 template <class V>
 void declare(V& v, DetrSineRequest& r) {
+  v(field("mask", "pixel mask REF [b, H, W] (1 = pixel, 0 = padding)").bool_ok(), r.mask);
+  v(field("size", "H W: an all-ones mask [1, H, W] instead of --mask"), pair(r.height, r.width));
   v(field("embedding_dim", "E, channels per axis (HF embedding_dim; DETR passes d_model / 2), even")
         .require(),
     r.embedding_dim);
@@ -260,9 +306,16 @@ void declare(V& v, DetrSineRequest& r) {
           "encoder as HF's refactored forward does)"),
     choice(r.tokens, fields::detr_layouts()));
 }
+inline void check_given(const DetrSineRequest&, const Caller& c) {
+  if (c.gave("mask") == c.gave("size")) {
+    throw UsageError(c.term("mask") + ": give a pixel mask or " + c.term("size") +
+                     " H W (one of them)");
+  }
+}
 
 template <class V>
 void declare(V& v, RtDetrSincosRequest& r) {
+  v(field("size", "H W: the feature map's rows and columns").require(), pair(r.height, r.width));
   v(field("embedding_dim", "E (HF encoder_hidden_dim, default 256), a multiple of 4"),
     r.embedding_dim);
   v(field("temperature", "T (HF positional_encoding_temperature, default 10000)"), r.temperature);
@@ -279,6 +332,10 @@ void declare(V& v, FairseqSinusoidalRequest& r) {
   v(field("past_length",
           "HF past_key_values_length added to the positions (default 0; with --input-ids)"),
     r.past_length);
+  v(field("input_ids",
+          "token ids REF [b, s]: positions (cumsum of non-padding tokens + past) + "
+          "padding_idx, as HF create_position_ids_from_input_ids"),
+    r.input_ids);
 }
 
 template <class V>
@@ -298,6 +355,8 @@ void declare(V& v, LayoutBucketRequest& r) {
           "max_distance (HF max_rel_pos, default 128; max_rel_2d_pos for boxes, default 256)")
         .from(1, fields::k2p24, "2^24"),
     r.max_distance);
+  v(field("position_ids", "1d: integer positions REF [b, s]"), r.position_ids);
+  v(field("bbox", "x, y, xy: integer boxes REF [b, s, 4] (x0, y0, x1, y1 as HF bbox)"), r.bbox);
 }
 
 template <class V>
@@ -316,19 +375,62 @@ void declare(V& v, UdopBucketRequest& r) {
     r.max_distance);
   v(field("scaling_factor", "scaling_factor (default 1 for 1d, 100 for the boxes)"),
     r.scaling_factor);
+  v(field("bbox",
+          "boxes REF [b, s, 4] (x0, y0, x1, y1, UDOP's normalised coordinates; a float32 file "
+          "is computed in float32, as HF does)"),
+    with_f32(r.bbox, r.bbox_f32));
+  v(field("bias_table",
+          "learned weight REF [buckets, heads] (relative_attention_bias.weight; for --axis all "
+          "three: 1d, horizontal, vertical): write the bias, [b, heads, s, s]")
+        .count(1, 3),
+    r.bias_tables);
 }
 
 template <class V>
 void declare(V& v, ComplexOrderRequest& r) {
+  v(field("frequency",
+          "frequencies w REF: a vector [D], or a table [V, D] of one per word (with "
+          "--input-ids)")
+        .require(),
+    r.frequency);
+  v(field("amplitude", "amplitudes r REF, the shape of w (default 1)"), r.amplitude);
+  v(field("phase", "initial phases theta REF, the shape of w (default 0)"), r.phase);
   v(field("positions", "rows N for vectors [D]: positions start ..").from(1, fields::k2p52, "2^52"),
     r.positions);
   v(field("start", "position of the first row or token (default 0)"), r.start);
+  v(field("input_ids",
+          "token ids REF [b, s] into tables [V, D]: token (b, s) at position start + s"),
+    r.input_ids);
 }
 
 template <class V>
 void declare(V& v, AxialPositionsRequest& r) {
+  v(field("axial_shape", "N1,N2[,..]: HF axial_pos_shape (1 to 8 sides; product at most 2^40)")
+        .require(),
+    r.axial_shape);
+  v(field("weights",
+          "one weight REF per axis, in order, shaped as HF stores them: [N1, 1, d1], [1, N2, "
+          "d2], .. (HF weights.0, weights.1; d1 + d2 + .. = hidden)")
+        .require()
+        .count(1, 8),
+    r.weights);
   v(field("positions", "rows N: positions 0 .. N-1 (N at most N1 N2 ..; default the whole table)"),
     r.positions);
+  v(field("position_ids",
+          "integer positions REF [b, s] (each below N1 N2 ..): the rows HF's eval-mode forward "
+          "selects, [b, s, hidden]"),
+    r.position_ids);
+}
+/// The shape and the counts, before any weight is read.
+inline void check_given(const AxialPositionsRequest& r, const Caller& c) {
+  axial_rows(r.axial_shape);
+  if (c.count("weights") != r.axial_shape.size()) {
+    throw UsageError(fmt::format("{}: one per axis of {}, {} expected, got {}", c.term("weights"),
+                                 c.term("axial_shape"), r.axial_shape.size(), c.count("weights")));
+  }
+  if (r.positions && c.gave("position_ids")) {
+    throw UsageError(c.term("positions") + ": cannot be combined with " + c.term("position_ids"));
+  }
 }
 
 template <class V>
@@ -344,10 +446,16 @@ void declare(V& v, CpmAntBucketRequest& r) {
   v(field("max_distance", "HF position_bias_max_distance (default 2048)")
         .from(1, fields::k2p24, "2^24"),
     r.max_distance);
+  v(field("bias_table",
+          "learned relative_attention_bias REF [segments^2 + buckets, heads]: write the bias "
+          "it gives, [b, heads, q, k], instead of the buckets"),
+    r.bias_table);
 }
 
 template <class V>
 void declare(V& v, LongT5GlobalRequest& r) {
+  v(field("attention_mask", "HF attention_mask REF [b, s] of 1 (token) and 0 (padding)"),
+    r.attention_mask);
   v(field("seq_len", "S: one row of S tokens without padding, [1, S]"), r.seq_len);
   v(field("global_block_size", "HF global_block_size G (default 16)"), r.global_block_size);
   v(field("emit",
@@ -355,29 +463,45 @@ void declare(V& v, LongT5GlobalRequest& r) {
           "global_segment_ids) or side-positions (g - block(i))"),
     choice(r.emit, fields::longt5_maps()));
 }
+inline void check_given(const LongT5GlobalRequest& r, const Caller& c) {
+  longt5_global_check(r, c.gave("attention_mask"));  // before the mask is read
+}
 
-/// Calls `f(kind, Request{})` for each table kind with declared fields.
+/// Calls `f(kind, request, compute)` for each table kind with declared fields: its
+/// request with the kind's presets (beit-index: the class token) and the function that
+/// computes its table.
+template <class F>
+void for_each_table(F&& f) {
+  f("sinusoidal", SinusoidalRequest{}, sinusoidal_table);
+  f("rope2d", Rope2dRequest{}, rope2d_table);
+  f("alibi", AlibiRequest{}, alibi_table);
+  f("relative", RelativeRequest{}, relative_table);
+  f("t5-bucket", T5BucketRequest{}, t5_bucket_table);
+  f("xl-relative", XlRelativeRequest{}, xl_relative_table);
+  f("funnel-relative", FunnelRelativeRequest{}, funnel_relative_table);
+  f("funnel-factorized", FunnelFactorizedRequest{}, funnel_factorized_table);
+  f("deberta-bucket", DebertaBucketRequest{}, deberta_bucket_table);
+  f("swin-index", WindowIndexRequest{}, window_index_table);
+  WindowIndexRequest beit;
+  beit.class_token = true;
+  f("beit-index", beit, window_index_table);
+  f("swinv2-coords", SwinV2CoordsRequest{}, swinv2_coords_table);
+  f("levit-index", LevitIndexRequest{}, levit_index_table);
+  f("detr-sine", DetrSineRequest{}, detr_sine_table);
+  f("rt-detr-sincos", RtDetrSincosRequest{}, rt_detr_sincos_table);
+  f("fairseq-sinusoidal", FairseqSinusoidalRequest{}, fairseq_sinusoidal_table);
+  f("layoutlm-bucket", LayoutBucketRequest{}, layout_bucket_table);
+  f("udop-bucket", UdopBucketRequest{}, udop_bucket_table);
+  f("complex-order", ComplexOrderRequest{}, complex_order_table);
+  f("reformer-axial", AxialPositionsRequest{}, axial_positions_table);
+  f("cpmant-bucket", CpmAntBucketRequest{}, cpmant_bucket_table);
+  f("longt5-global", LongT5GlobalRequest{}, longt5_global_table);
+}
+
+/// Calls `f(kind, request)` for each table kind with declared fields.
 template <class F>
 void for_each_table_kind(F&& f) {
-  f("sinusoidal", SinusoidalRequest{});
-  f("rope2d", Rope2dRequest{});
-  f("alibi", AlibiRequest{});
-  f("relative", RelativeRequest{});
-  f("t5-bucket", T5BucketRequest{});
-  f("xl-relative", XlRelativeRequest{});
-  f("funnel-relative", FunnelRelativeRequest{});
-  f("funnel-factorized", FunnelFactorizedRequest{});
-  f("deberta-bucket", DebertaBucketRequest{});
-  f("levit-index", LevitIndexRequest{});
-  f("detr-sine", DetrSineRequest{});
-  f("rt-detr-sincos", RtDetrSincosRequest{});
-  f("fairseq-sinusoidal", FairseqSinusoidalRequest{});
-  f("layoutlm-bucket", LayoutBucketRequest{});
-  f("udop-bucket", UdopBucketRequest{});
-  f("complex-order", ComplexOrderRequest{});
-  f("reformer-axial", AxialPositionsRequest{});
-  f("cpmant-bucket", CpmAntBucketRequest{});
-  f("longt5-global", LongT5GlobalRequest{});
+  for_each_table([&f](const char* kind, const auto& r, auto) { f(kind, r); });
 }
 
 }  // namespace posenc
