@@ -276,12 +276,15 @@ template <class T>
 void store_sink(TensorSink& sink, DType out, const Strides& st, std::size_t bi, std::size_t h,
                 std::size_t r0, std::size_t rows, std::size_t n, const T* acc) {
   thread_local std::vector<std::byte> buf;
-  const bool whole = st.s == n;  // the rows follow each other: one write
+  const bool whole = static_cast<std::size_t>(st.s) == n;  // the rows follow each other
   const std::size_t per = whole ? rows * n : n;
   buf.resize(per * dtype_size(out));
   for (std::size_t r = 0; r < rows; r += whole ? rows : 1) {
     cast(reinterpret_cast<const std::byte*>(acc + r * n), dtype_of<T>(), buf.data(), out, per);
-    sink.write_at(bi * st.b + h * st.h + (r0 + r) * st.s, buf.data(), per);
+    const std::ptrdiff_t first = static_cast<std::ptrdiff_t>(bi) * st.b +
+                                 static_cast<std::ptrdiff_t>(h) * st.h +
+                                 static_cast<std::ptrdiff_t>(r0 + r) * st.s;
+    sink.write_at(static_cast<std::size_t>(first), buf.data(), per);
   }
 }
 
@@ -448,8 +451,15 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
   const DType out = opt.dtype.value_or(q.dtype());
   TensorSink *dk_sink = nullptr, *dv_sink = nullptr;
   if (bopt.sink) {
-    dk_sink = bopt.sink("dk", TensorInfo{out, k.shape()});
-    dv_sink = bopt.sink("dv", TensorInfo{out, v.shape()});
+    if (g.axes.back() != 'd') {
+      throw UsageError("gradients: dk and dv written as they complete need d as the last axis");
+    }
+    TensorInfo info;
+    info.dtype = out;
+    info.shape = k.shape();
+    dk_sink = bopt.sink("dk", info);
+    info.shape = v.shape();
+    dv_sink = bopt.sink("dv", info);
     for (TensorSink* s : {dk_sink, dv_sink}) {
       if (s && !s->writes_at()) {
         throw std::invalid_argument("attention_backward: the sinks must take positional writes");
