@@ -295,6 +295,12 @@ ATTENTION_ROPE["--inverse"] = (["--rope"], ["--rope", "--inverse"])
 ATTENTION_ROPE["--start"] = (["--rope", "--dtype", "f64"], ["--rope", "--dtype", "f64",
                                                             "--start", "5"])
 
+# The options the backward honours beyond the forward's rows, over a base of
+# --grad-output (dq emitted; tests/reference/test_attention_backward_qv.py checks dqv).
+ATTENTION_GRADIENTS = {
+    "--qv": (["--grad-output", "{do}"], ["--grad-output", "{do}", "--qv", "{qvx}"]),
+}
+
 TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()
               if k not in ROPE_ONLY + ("--axes",)}
 # Refused by table rope (they place the rotation in an input): over a base that works.
@@ -506,6 +512,9 @@ class OptionMatrix(PosencTestCase):
 
     def test_attention_rope(self):
         self.check_rows("attention", ATTENTION_ROPE, ("exact", "hf"))
+
+    def test_attention_gradients(self):
+        self.check_rows("attention", ATTENTION_GRADIENTS, ("exact", "hf"))
 
     def test_rope(self):
         self.check_rows("rope", ROPE_ROWS, ("exact", "hf", "meta", "ggml"))
