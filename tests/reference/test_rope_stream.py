@@ -209,6 +209,14 @@ class TestRowsCutIntoParts(PosencTestCase):
         self.check("bsdh", (2, 1024, 64, 8))
         self.check("bhsd", (2, 8, 1024, 64), "--arith", "hf")
 
+    def test_d_not_last_any_element_size(self):
+        # The working copies with d moved last are transposed in tiles: extents that are
+        # no multiple of a tile, elements of 2, 4 and 8 bytes (f16, f32, f64 outputs).
+        for dtype, tol in (("f32", 1e-6), ("f64", 1e-6), ("f16", 1e-3)):
+            x, y = self.check("bhds", (2, 3, 40, 1000), "--dtype", dtype)
+            ref = rope_rotate_half(np.moveaxis(x, 2, 3), np.arange(1000), 2)
+            self.assert_close(np.moveaxis(y, 3, 2), ref, tol, tol, f"bhds {dtype}")
+
 
 @unittest.skipUnless(os.access("/usr/bin/time", os.X_OK), "needs /usr/bin/time")
 class TestRowsCutPeakMemory(PosencTestCase):
