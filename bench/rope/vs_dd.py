@@ -6,7 +6,8 @@ several axis orders side by side (issue 46's bar: posenc at most 1.2 x dd on a d
         [--layouts bshd,bhsd,sbhd] [--before OLD_POSENC]
 
 Each layout is a 256 MiB f32 tensor ([1, 65536, 8, 128] bshd, [8, 32, 2048, 128] bhsd,
-[2048, 8, 32, 128] sbhd, [8, 8192, 8, 128] bshd8: a batch of 8), written to a new file in the
+[2048, 8, 32, 128] sbhd, [8, 8192, 8, 128] bshd8: a batch of 8, [8, 32, 128, 2048] bhds: d not
+last), written to a new file in the
 same directory (--dir, default a fresh folder under /tmp; its file system is printed: ext4 is the
 disk variant the bar is for, tmpfs keeps writeback out). A round times, for every layout, dd and
 posenc (and --before's build), in an order that rotates from round to round (the second of a pair
@@ -33,6 +34,7 @@ LAYOUTS = {
     "bhsd": ("bhsd", (8, 32, 2048, 128)),
     "sbhd": ("sbhd", (2048, 8, 32, 128)),
     "bshd8": ("bshd", (8, 8192, 8, 128)),
+    "bhds": ("bhds", (8, 32, 128, 2048)),
 }
 
 
