@@ -12,6 +12,7 @@ Checks:
   limit plus 8 MiB (HDF5's own buffers, allocator slack); reading it in one piece
   would need more than 128 MiB (input and output).
 """
+import io
 import os
 import re
 import subprocess
@@ -208,6 +209,21 @@ class TestRowsCutIntoParts(PosencTestCase):
         # d before h: the working copies move it last per part. --arith hf keeps whole rows.
         self.check("bsdh", (2, 1024, 64, 8))
         self.check("bhsd", (2, 8, 1024, 64), "--arith", "hf")
+
+    def test_shares_of_the_job_start_inside_the_tensor(self):
+        # --part I/N streams rows [first, last) of b: cut rows are placed from the share's
+        # first row; the shares put together are the whole.
+        x = self.rng.standard_normal((5, 8, 1024, 64)).astype(np.float32)
+        np.save(self.path("x.npy"), x)
+        whole = np.load(io.BytesIO(self.run_ok("rope", self.path("x.npy"), "-o", "-", "--axes",
+                                               "bhsd").stdout))
+        shares = []
+        for i in range(3):
+            self.run_ok("rope", self.path("x.npy"), "-o", self.path(f"p{i}.npy"), "--axes", "bhsd",
+                        "--part", f"{i}/3")
+            shares.append(np.load(self.path(f"p{i}.npy")))
+        self.assertEqual(np.concatenate(shares).tobytes(), whole.tobytes())
+        self.assert_close(whole, rope_rotate_half(x, np.arange(1024), 2), 1e-6, 1e-6)
 
     def test_d_not_last_any_element_size(self):
         # The working copies with d moved last are transposed in tiles: extents that are
