@@ -1030,7 +1030,7 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
 }
 
 // attention(grad_output=...): the gradients named in `names` (dq, dk, dv, softmax_d,
-// lse, dbias, dsinks, dt5_bias, dqv) and attrs.
+// lse, dbias, dsinks, dt5_bias, dqv, drelative_k, drelative_v) and attrs.
 py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& dO, const AttentionOptions& opt,
                              const std::vector<std::string>& names,
@@ -1038,15 +1038,18 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
   AttentionBackwardOptions bopt;
   for (const std::string& n : names) {
     if (n != "dq" && n != "dk" && n != "dv" && n != "softmax_d" && n != "lse" && n != "dbias" &&
-        n != "dsinks" && n != "dt5_bias" && n != "dqv") {
+        n != "dsinks" && n != "dt5_bias" && n != "dqv" && n != "drelative_k" &&
+        n != "drelative_v") {
       throw UsageError("emit " + n +
                        ": with grad_output, expected dq, dk, dv, softmax_d, lse, dbias, dsinks, "
-                       "dt5_bias, dqv");
+                       "dt5_bias, dqv, drelative_k, drelative_v");
     }
     if (n == "dsinks" && !opt.sinks) throw UsageError("emit dsinks: needs sinks");
     if (n == "dqv" && !opt.qv) throw UsageError("emit dqv: needs qv");
     bopt.dbias = bopt.dbias || n == "dbias";
     bopt.dt5_bias = bopt.dt5_bias || n == "dt5_bias";
+    bopt.drelative_k = bopt.drelative_k || n == "drelative_k";
+    bopt.drelative_v = bopt.drelative_v || n == "drelative_v";
   }
   AttentionGrads g;
   {

@@ -12,8 +12,8 @@
 namespace posenc::cli {
 
 namespace {
-const char* const kNames[] = {"dq",    "dk",     "dv",      "softmax_d", "lse",
-                              "dbias", "dsinks", "dt5_bias", "dqv"};
+const char* const kNames[] = {"dq",     "dk",       "dv",  "softmax_d",   "lse",        "dbias",
+                              "dsinks", "dt5_bias", "dqv", "drelative_k", "drelative_v"};
 
 // The streamed backward (posenc-attention(1), GRADIENTS): K and V used in place of their
 // mapped files and released tile by tile, dk and dv written to their NPY files as their
@@ -153,7 +153,7 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
     if (std::find(std::begin(kNames), std::end(kNames), name) == std::end(kNames)) {
       throw UsageError(fmt::format(
           "--emit {}: with --grad-output, expected a comma list of dq, dk, dv, softmax_d, lse, "
-          "dbias, dsinks, dt5_bias, dqv",
+          "dbias, dsinks, dt5_bias, dqv, drelative_k, drelative_v",
           name));
     }
     if (std::find(out.begin(), out.end(), name) != out.end()) {
@@ -178,6 +178,8 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
   AttentionBackwardOptions bopt;
   bopt.dbias = std::find(names.begin(), names.end(), "dbias") != names.end();
   bopt.dt5_bias = std::find(names.begin(), names.end(), "dt5_bias") != names.end();
+  bopt.drelative_k = std::find(names.begin(), names.end(), "drelative_k") != names.end();
+  bopt.drelative_v = std::find(names.begin(), names.end(), "drelative_v") != names.end();
   const TensorInfo &qi = q.info(), &ki = k.info(), &vi = v.info(), &oi = dO_src->info();
   // The inputs' headers against each other and the budget, before anything is read.
   if (!is_float(oi.dtype)) {

@@ -74,7 +74,6 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   no(opt.clipped_bias != nullptr, "--clipped-bias");
   no(opt.gate_input != nullptr, "--wavlm-gate");
   no(opt.global_k != nullptr, "--global-kv");
-  no(opt.relative_k != nullptr || opt.relative_v != nullptr, "--relative-k/--relative-v");
   no(opt.relative_proj != nullptr, "--relative-proj");
   no(opt.per_dim_scale != nullptr, "--per-dim-scale");
   no(opt.rel_pos_h != nullptr || opt.rel_pos_w != nullptr, "--decomposed-rel-pos");
@@ -86,6 +85,12 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   no(!opt.p_dtype.empty(), "--p-dtype");
   no(opt.fa_baseline, "--arith fa-baseline");
   if (bopt.dt5_bias && !opt.t5_bias) throw UsageError("gradients: dt5_bias needs --t5-bias");
+  if (bopt.drelative_k && !opt.relative_k) {
+    throw UsageError("gradients: drelative_k needs --relative-k");
+  }
+  if (bopt.drelative_v && !opt.relative_v) {
+    throw UsageError("gradients: drelative_v needs --relative-v");
+  }
   if (bopt.dbias && !(opt.mask && is_float(opt.mask->dtype()))) {
     throw UsageError("gradients: dbias needs a float (additive) --mask");
   }
@@ -137,6 +142,9 @@ struct Ctx {
   TensorSink *dk_sink = nullptr, *dv_sink = nullptr;
   bool keep_dk = true, keep_dv = true, release_kv = false;
   Shape k_shape, v_shape;
+  // Shaw's tables: each item's sums of their gradients ([items][P.rel_k.size()] and
+  // [items][R dv]), added over the items in order at the end.
+  std::vector<T> drk, drv;
 };
 
 // exp(x) in f32 lanes for x a score minus its row's lse (at most a rounding above 0): the
@@ -166,7 +174,8 @@ void probs_ds(double* s, double* dp, std::size_t n, double lse, double D) {
 // into c.dsb. False when no row sees a key of the tile (nothing computed).
 template <class T>
 bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std::size_t h,
-          std::size_t q0, std::size_t qn, std::size_t j0, std::size_t kn, bool write_dbias) {
+          std::size_t q0, std::size_t qn, std::size_t j0, std::size_t kn, bool write_dbias,
+          std::vector<T>& G, std::vector<T>& H) {
   const Plan<T>& P = c.P;
   const Geometry& g = P.g;
   const std::int64_t j0i = static_cast<std::int64_t>(j0), j1i = j0i + static_cast<std::int64_t>(kn);
@@ -185,11 +194,25 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
   if (dp.size() < qn * kn) dp.resize(qn * kn);
   gemm(false, true, qn, kn, g.d, P.scale, qp, c.q.s, kp, c.k.s, T(0), s.data());
   gemm(false, true, qn, kn, g.dv, T(1), op, c.dO.s, vp, c.v.s, T(0), dp.data());
+  // Shaw's tables: scale q_i.rk[r] joins the score and dO_i.rv[r] the row's dP at
+  // r = rel_index of the pair; G and H gather dS' and P by r for the tables' gradients.
+  thread_local std::vector<T> qr, orv;
+  if (P.R) {
+    qr.resize(qn * P.R);
+    gemm(false, true, qn, P.R, g.d, P.scale, qp, c.q.s, P.rel_k.data() + h * P.rel_k_head, g.d,
+         T(0), qr.data());
+    orv.assign(qn * P.R, T(0));
+    if (!P.rel_v.empty()) {
+      gemm(false, true, qn, P.R, g.dv, T(1), op, c.dO.s, P.rel_v.data(), g.dv, T(0), orv.data());
+    }
+    G.assign(qn * P.R, T(0));
+    H.assign(qn * P.R, T(0));
+  }
   const std::int64_t sq = static_cast<std::int64_t>(g.sq), sk = static_cast<std::int64_t>(g.sk);
   const double slope = P.alibi ? P.slopes[h] : 0.0;
   // Scores with no term but the scale take the fused pass over the keys a row sees.
   const bool plain = !P.has_keep_mask && !P.has_add_mask && !P.alibi && !(P.softcap > 0) &&
-                     !P.rules.scales_queries() && !write_dbias && P.t5.empty();
+                     !P.rules.scales_queries() && !write_dbias && P.t5.empty() && !P.R;
   const std::size_t ndist = g.sq + g.sk - 1;
   const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + h * ndist;
   double* d5row = c.dt5.empty() ? nullptr : c.dt5.data() + (bi * g.hq + h) * ndist;
@@ -225,7 +248,9 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
       }
       // The forward's score, element operation by element operation (attention_kernel's
       // item_keys), and its derivative with respect to scale q.k.
-      T x = sr[jj], f = T(1);
+      T x = sr[jj], f = T(1), dpv = dr[jj];
+      const std::size_t rel = P.R ? static_cast<std::size_t>(P.rel_index[j + dshift]) : 0;
+      if (P.R) x += qr[r * P.R + rel], dpv += orv[r * P.R + rel];
       if (P.rules.scales_queries()) x *= temp, f = temp;
       if (P.softcap > 0) {
         const T th = std::tanh(x / P.softcap);
@@ -236,9 +261,10 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
       if (t5row) x += t5row[j + dshift];
       if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
       const T p = std::exp(x - static_cast<T>(lse));
-      const T ds = p * (dr[jj] - D);
+      const T ds = p * (dpv - D);
       sr[jj] = p;
       dr[jj] = ds * f;
+      if (P.R) G[r * P.R + rel] += ds * f, H[r * P.R + rel] += p;
       if (br) br[jj] = ds;
       // The T5 term is added after the soft-cap and the temperature: its gradient is dS.
       if (d5row) d5row[j + dshift] += static_cast<double>(ds);
@@ -303,7 +329,7 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
   const std::size_t group = g.hq / g.hk;
   const std::size_t n = g.b * g.hk;
   struct Work {
-    std::vector<T> s, dp, dk, dv, dq;
+    std::vector<T> s, dp, dk, dv, dq, G, H;
   };
   std::vector<Work> work(thread_count(n, workers));
   for_items(n, work.size(), [&](std::size_t it, std::size_t w) {
@@ -319,9 +345,23 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
         const std::size_t h = kvh * group + hh;
         for (std::size_t q0 = 0; q0 < g.sq; q0 += t.q) {
           const std::size_t qn = std::min(t.q, g.sq - q0);
-          if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, c.want_dbias)) continue;
+          if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, c.want_dbias, W.G, W.H)) continue;
           const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
           const T* op = c.dO.p + bi * c.dO.b + h * c.dO.h + q0 * c.dO.s;
+          if (c.P.R) {  // Shaw's tables: dq += scale G rk; drk += scale G^T q; drv += H^T dO
+            const std::size_t R = c.P.R;
+            const T* rk = c.P.rel_k.data() + h * c.P.rel_k_head;
+            gemm(false, false, qn, g.d, R, c.P.scale, W.G.data(), R, rk, g.d, T(1),
+                 W.dq.data() + (hh * g.sq + q0) * g.d);
+            if (!c.drk.empty()) {
+              T* acc = c.drk.data() + it * c.P.rel_k.size() + h * c.P.rel_k_head;
+              gemm(true, false, R, g.d, qn, c.P.scale, W.G.data(), R, qp, c.q.s, T(1), acc);
+            }
+            if (!c.drv.empty()) {
+              T* acc = c.drv.data() + it * R * g.dv;
+              gemm(true, false, R, g.dv, qn, T(1), W.H.data(), R, op, c.dO.s, T(1), acc);
+            }
+          }
           gemm(true, false, kn, g.dv, qn, T(1), W.s.data(), kn, op, c.dO.s, T(1), W.dv.data());
           gemm(true, false, kn, g.d, qn, c.P.scale, W.dp.data(), kn, qp, c.q.s, T(1),
                W.dk.data());
@@ -396,6 +436,13 @@ std::size_t plain_memory(const Shape& q, const Shape& k, const Shape& v, DType q
     n = add_sat(n, mul_sat(mul_sat(g.b * g.hq, g.sq + g.sk), 8));
     n = add_sat(n, mul_sat(opt.t5_bias->numel(), 8 + dtype_size(out)));
   }
+  if (g.rel_rows && (bopt.drelative_k || bopt.drelative_v)) {  // the items' sums, the tables
+    const std::size_t R = g.rel_rows + 1, items = g.b * g.hk;
+    const std::size_t nk = mul_sat(R * g.d, g.rel_k_per_head ? g.hq : 1);
+    n = add_sat(n, mul_sat(mul_sat(items, add_sat(nk, R * g.dv)), ts));
+    n = add_sat(n, mul_sat(add_sat(nk, R * g.dv), 8 + dtype_size(out)));
+  }
+  if (g.rel_rows) n = add_sat(n, mul_sat(mul_sat(tiles_for(g, bopt).q, g.rel_rows + 1), 4 * ts));
   return add_sat(n, tile_bytes(g, tiles_for(g, bopt), bopt.dbias));
 }
 
@@ -528,6 +575,8 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
     c.k_shape = k.shape(), c.v_shape = v.shape();
     if (bopt.dbias) c.dsb.assign(rows * g.sk, T(0));
     if (bopt.dt5_bias) c.dt5.assign(g.b * g.hq * (g.sq + g.sk - 1), 0.0);
+    if (bopt.drelative_k) c.drk.assign(g.b * g.hk * c.P.rel_k.size(), T(0));
+    if (bopt.drelative_v) c.drv.assign(g.b * g.hk * c.P.R * g.dv, T(0));
     run(c, res, workers);
     if (bopt.dbias) {
       // dS summed over the axes the mask is broadcast along, in one fixed order.
@@ -560,6 +609,34 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
         }
       res.dt5_bias = Tensor(out, opt.t5_bias->shape());
       for (std::size_t i = 0; i < acc.size(); ++i) res.dt5_bias.set(i, acc[i]);
+    }
+    if (bopt.drelative_k || bopt.drelative_v) {
+      // The items' sums added in item order; the zero row (zero_beyond) has none to give.
+      const std::size_t items = g.b * g.hk, R = c.P.R, rows = g.rel_rows;
+      if (bopt.drelative_k) {
+        const std::size_t n = c.P.rel_k.size();
+        std::vector<double> acc(n, 0.0);
+        for (std::size_t it = 0; it < items; ++it)
+          for (std::size_t i = 0; i < n; ++i) acc[i] += c.drk[it * n + i];
+        res.drelative_k = Tensor(out, opt.relative_k->shape());
+        if (c.P.rel_k_head) {  // [hq][R][d] to [rows, hq, d]
+          for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t h = 0; h < g.hq; ++h)
+              for (std::size_t x = 0; x < g.d; ++x) {
+                res.drelative_k.set((r * g.hq + h) * g.d + x,
+                                    acc[h * c.P.rel_k_head + r * g.d + x]);
+              }
+        } else {
+          for (std::size_t i = 0; i < rows * g.d; ++i) res.drelative_k.set(i, acc[i]);
+        }
+      }
+      if (bopt.drelative_v) {
+        std::vector<double> acc(R * g.dv, 0.0);
+        for (std::size_t it = 0; it < items; ++it)
+          for (std::size_t i = 0; i < R * g.dv; ++i) acc[i] += c.drv[it * R * g.dv + i];
+        res.drelative_v = Tensor(out, opt.relative_v->shape());
+        for (std::size_t i = 0; i < rows * g.dv; ++i) res.drelative_v.set(i, acc[i]);
+      }
     }
     if (opt.sinks) {
       // dL/dsink_h = -sum over b, i of p_sink D, p_sink = exp(sink_h - lse).

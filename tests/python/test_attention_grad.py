@@ -157,3 +157,23 @@ def test_qv_gradients_match_torch_autograd():
         posenc.attention(q, k, v, grad_output=do, emit=("dq", "dqv"))
     with pytest.raises(posenc.UsageError, match="descale"):
         posenc.attention(q, k, v, qv=qv, grad_output=do, q_descale=np.ones((2, 2)))
+
+
+def test_shaw_table_gradients_match_torch_autograd():
+    # Shaw's relative_k / relative_v [2M+1, d]: rel = clip(j - i, -M, M) + M.
+    g = np.random.default_rng(8)
+    q, k, v, do = (torch.tensor(g.standard_normal(s)) for s in
+                   ((1, 2, 6, 4), (1, 2, 6, 4), (1, 2, 6, 3), (1, 2, 6, 3)))
+    rk, rv = torch.tensor(g.standard_normal((5, 4))), torch.tensor(g.standard_normal((5, 3)))
+    got = posenc.attention(q, k, v, grad_output=do, relative_k=rk, relative_v=rv,
+                           emit=("dq", "dk", "dv", "drelative_k", "drelative_v"))
+    Q, K, V, RK, RV = (t.clone().requires_grad_() for t in (q, k, v, rk, rv))
+    idx = torch.as_tensor(np.clip(np.arange(6)[None, :] - np.arange(6)[:, None], -2, 2) + 2)
+    s = (Q @ K.transpose(-1, -2) + torch.einsum("bhid,ijd->bhij", Q, RK[idx])) / 2.0
+    p = torch.softmax(s, -1)
+    o = p @ V + torch.einsum("bhij,ijd->bhid", p, RV[idx])
+    want = torch.autograd.grad(o, (Q, K, V, RK, RV), do)
+    for x, ref in zip(got, want):
+        assert (x - ref).abs().max() <= 1e-12 * ref.abs().max()
+    with pytest.raises(posenc.UsageError, match="drelative_v needs"):
+        posenc.attention(q, k, v, grad_output=do, relative_k=rk, emit=("dq", "drelative_v"))

@@ -23,7 +23,7 @@
 /// Options honoured: scale, causal (both alignments), window, sliding_window, chunk_size,
 /// key_lengths, cu_seqlens, bool and float masks, ALiBi (every variant), soft-cap, sinks,
 /// temperature and Llama-4 query scaling, T5 relative bias (and its table's gradient),
-/// GQA/MQA, dv != d, any axes order, FlashAttention-3's qv (the backward of Q||qv over K||V,
+/// Shaw's relative_k and relative_v tables (every window; and their gradients), GQA/MQA, dv != d, any axes order, FlashAttention-3's qv (the backward of Q||qv over K||V,
 /// the scale's default 1/sqrt(d + dv): dq and dqv are the two parts of the concatenated
 /// query's gradient, dk the first part of the concatenated key's, and dv the sum of P^T dO
 /// and its second part, added in float64 before the one rounding). Others (clipped and relative terms, score_bias, decomposed, LongT5 global keys, WavLM gate,
@@ -52,10 +52,12 @@ struct AttentionGrads {
   Tensor dsinks;     ///< the sinks' shape, when sinks are given
   Tensor dt5_bias;   ///< the T5 table's shape [buckets, hq], when asked for
   Tensor dqv;        ///< qv's shape (the output's), when opt.qv is given
+  Tensor drelative_k;  ///< Shaw's key table's shape, when asked for
+  Tensor drelative_v;  ///< Shaw's value table's shape, when asked for
   Attrs attrs;       ///< the forward's parameters
 
-  /// The tensor named `name` (dq, dk, dv, softmax_d, lse, dbias, dsinks, dt5_bias, dqv, as
-  /// the outputs are named); std::out_of_range for another name.
+  /// The tensor named `name` (dq, dk, dv, softmax_d, lse, dbias, dsinks, dt5_bias, dqv,
+  /// drelative_k, drelative_v, as the outputs are named); std::out_of_range for another name.
   Tensor& named(const std::string& name) {
     if (name == "dq") return dq;
     if (name == "dk") return dk;
@@ -66,6 +68,8 @@ struct AttentionGrads {
     if (name == "dsinks") return dsinks;
     if (name == "dt5_bias") return dt5_bias;
     if (name == "dqv") return dqv;
+    if (name == "drelative_k") return drelative_k;
+    if (name == "drelative_v") return drelative_v;
     throw std::out_of_range("AttentionGrads: no tensor named " + name);
   }
 };
@@ -77,6 +81,12 @@ struct AttentionBackwardOptions {
   /// Also the gradient of the T5 relative bias table (opt.t5_bias): dt5_bias, dS summed
   /// over the (batch, query, key) pairs of each bucket, per head.
   bool dt5_bias = false;
+  /// Also the gradients of Shaw's relative tables (opt.relative_k, opt.relative_v):
+  /// drelative_k[r] = scale sum of dS'_ij q_i over the pairs (i, j) of row r (per head
+  /// for a per-head table, else over the heads and batch entries too), drelative_v[r] =
+  /// sum of P_ij dO_i likewise; dq gains scale sum_j dS'_ij rk[r(i, j)].
+  bool drelative_k = false;
+  bool drelative_v = false;
   /// Tile sizes (0 = automatic; the results depend on them, never on threads or memory).
   std::size_t query_tile = 0;
   std::size_t key_tile = 0;
