@@ -818,6 +818,25 @@ py::list attention_fields() {
   return out;
 }
 
+// The declared tensor inputs of attention: [{kind (attention, kvcache), name, option,
+// help}, ...].
+py::list attention_tensor_fields() {
+  py::list out;
+  auto add = [&out](const char* kind, const auto& table) {
+    for (const auto& t : table) {
+      py::dict e;
+      e["kind"] = kind;
+      e["name"] = t.name;
+      e["option"] = t.option();
+      e["help"] = t.help;
+      out.append(e);
+    }
+  };
+  add("attention", attention_tensors());
+  add("kvcache", kvcache_tensors());
+  return out;
+}
+
 std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
                                    const py::dict& rope_d, const py::dict& pos_d) {
   const auto it = table_kinds().find(kind);
@@ -1072,17 +1091,11 @@ py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, co
   if (*conflict) throw UsageError(std::string(conflict) + ": not with a KV cache");
   if (!v) throw UsageError("cache_seqlens: the KV cache needs v (the values cache)");
   KvCacheOptions kv;
-  const char* names[] = {"page_table", "cache_seqlens", "cache_batch_idx", "cache_leftpad",
-                         "k_new", "v_new", "rotary_cos", "rotary_sin", "rotary_seqlens",
-                         "cu_seqlens_k_new"};
-  const Tensor** slots[] = {&kv.page_table, &kv.cache_seqlens, &kv.cache_batch_idx,
-                            &kv.cache_leftpad, &kv.k_new, &kv.v_new,
-                            &kv.rotary_cos, &kv.rotary_sin, &kv.rotary_seqlens,
-                            &kv.cu_seqlens_k_new};
-  std::optional<Tensor> held[10];
-  for (int i = 0; i < 10; ++i) {
-    held[i] = tensor_arg(kvd, names[i]);
-    if (held[i]) *slots[i] = &*held[i];
+  // The declared KV-cache tensors (ops/attention_fields.hpp), by keyword.
+  std::vector<std::optional<Tensor>> held(kvcache_tensors().size());
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    held[i] = tensor_arg(kvd, kvcache_tensors()[i].name);
+    if (held[i]) kv.*(kvcache_tensors()[i].member) = &*held[i];
   }
   kv.rotary_interleaved = get<bool>(kvd, "rotary_interleaved").value_or(false);
   const bool update = get<bool>(kvd, "update_cache").value_or(true) && kv.k_new;
@@ -1139,60 +1152,25 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   // grad_output: the gradients (attention_backward), named in emit_names.
   std::optional<Tensor> grad_output = tensor_arg(tensors, "grad_output");
   if (!grad_output) opt.emit = parse_attention_emit(emit_list, v.has_value());
-  std::optional<Tensor> mask = tensor_arg(tensors, "mask"),
-                        key_lengths = tensor_arg(tensors, "key_lengths"),
-                        seqused_q = tensor_arg(tensors, "seqused_q"),
-                        seqused_k = tensor_arg(tensors, "seqused_k"),
-                        t5 = tensor_arg(tensors, "t5_bias"),
-                        rel_k = tensor_arg(tensors, "relative_k"),
-                        rel_v = tensor_arg(tensors, "relative_v"),
-                        sinks = tensor_arg(tensors, "sinks"),
-                        rel_pos_h = tensor_arg(tensors, "rel_pos_h"),
-                        rel_pos_w = tensor_arg(tensors, "rel_pos_w"),
-                        clipped = tensor_arg(tensors, "clipped_bias"),
-                        rel_proj = tensor_arg(tensors, "relative_proj"),
-                        per_dim = tensor_arg(tensors, "per_dim_scale"),
-                        global_k = tensor_arg(tensors, "global_k"),
-                        global_v = tensor_arg(tensors, "global_v"),
-                        global_bias = tensor_arg(tensors, "global_bias");
-  if (rel_proj) opt.relative_proj = &*rel_proj;
-  if (per_dim) opt.per_dim_scale = &*per_dim;
-  std::optional<Tensor> gate[4];
-  const char* gate_names[] = {"gate_input", "gate_weight", "gate_bias", "gate_const"};
-  const Tensor** gate_slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias,
-                                 &opt.gate_const};
-  for (int i = 0; i < 4; ++i) {
-    gate[i] = tensor_arg(tensors, gate_names[i]);
-    if (gate[i]) *gate_slots[i] = &*gate[i];
+  // The declared tensor inputs (ops/attention_fields.hpp) by keyword, and those the
+  // package splits from one keyword (wavlm_gate, global_kv, decomposed_rel_pos).
+  std::vector<std::optional<Tensor>> declared(attention_tensors().size());
+  for (std::size_t i = 0; i < declared.size(); ++i) {
+    declared[i] = tensor_arg(tensors, attention_tensors()[i].name);
+    if (declared[i]) opt.*(attention_tensors()[i].member) = &*declared[i];
   }
-  if (rel_pos_h) opt.rel_pos_h = &*rel_pos_h;
-  if (rel_pos_w) opt.rel_pos_w = &*rel_pos_w;
-  if (clipped) opt.clipped_bias = &*clipped;
-  if (global_k) opt.global_k = &*global_k;
-  if (global_v) opt.global_v = &*global_v;
-  if (global_bias) opt.global_bias = &*global_bias;
-  if (mask) opt.mask = &*mask;
-  if (key_lengths) opt.key_lengths = &*key_lengths;
-  if (seqused_q) opt.seqused_q = &*seqused_q;
-  if (seqused_k) opt.seqused_k = &*seqused_k;
+  std::optional<Tensor> split[8];
+  const char* split_names[] = {"gate_input", "gate_weight", "gate_bias", "gate_const",
+                               "global_k",   "global_v",    "rel_pos_h", "rel_pos_w"};
+  const Tensor** split_slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias,
+                                  &opt.gate_const, &opt.global_k,    &opt.global_v,
+                                  &opt.rel_pos_h,  &opt.rel_pos_w};
+  for (int i = 0; i < 8; ++i) {
+    split[i] = tensor_arg(tensors, split_names[i]);
+    if (split[i]) *split_slots[i] = &*split[i];
+  }
   // FlashAttention's varlen boundaries; packed Q, K and V default to its thd (shd).
-  std::optional<Tensor> cu_q = tensor_arg(tensors, "cu_seqlens_q"),
-                        cu_k = tensor_arg(tensors, "cu_seqlens_k");
-  if (cu_q) opt.cu_seqlens_q = &*cu_q;
-  if (cu_k) opt.cu_seqlens_k = &*cu_k;
-  const bool varlen_axes = (cu_q || cu_k) && opt.axes.empty();
-  if (t5) opt.t5_bias = &*t5;
-  if (rel_k) opt.relative_k = &*rel_k;
-  if (rel_v) opt.relative_v = &*rel_v;
-  if (sinks) opt.sinks = &*sinks;
-  // FlashAttention-3's qv and fp8 descales.
-  std::optional<Tensor> qv = tensor_arg(tensors, "qv"), q_ds = tensor_arg(tensors, "q_descale"),
-                        k_ds = tensor_arg(tensors, "k_descale"),
-                        v_ds = tensor_arg(tensors, "v_descale");
-  if (qv) opt.qv = &*qv;
-  if (q_ds) opt.q_descale = &*q_ds;
-  if (k_ds) opt.k_descale = &*k_ds;
-  if (v_ds) opt.v_descale = &*v_ds;
+  const bool varlen_axes = (opt.cu_seqlens_q || opt.cu_seqlens_k) && opt.axes.empty();
   const Axes axes = resolve_axes(opt.axes, q->ndim(), "q");
   opt.axes = axes.letters;
   if (varlen_axes) opt.axes.clear();
@@ -1592,6 +1570,8 @@ PYBIND11_MODULE(_posenc, m) {
         "the declared fields of RoPE (kind rope: RopeParams; positions; coords: the grid's)");
   m.def("_attention_fields", &attention_fields,
         "the declared fields of attention (kind attention: AttentionOptions' scalars)");
+  m.def("_attention_tensors", &attention_tensor_fields,
+        "the declared tensor inputs of attention (kind attention, kvcache: name, option, help)");
   m.def("rope_ids", &rope_ids_of,
         "rope_ids(options, tensors): (ids, delta or deltas) of a prompt, as `posenc rope-ids`. "
         "Use posenc.rope_ids.");

@@ -51,6 +51,8 @@ from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
 from ._options import rope_tables as _tables
 from ._options import ATTENTION_FIELDS as _ATTENTION_FIELDS
+from ._options import ATTENTION_TENSORS as _ATTENTION_TENSORS
+from ._options import KVCACHE_TENSORS as _KVCACHE_TENSORS
 from ._options import flag as _flag
 from ._options import items as _items
 from ._options import number as _number
@@ -247,10 +249,6 @@ _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
                       "short_factor", "long_factor", "inverse", "position_ids")
 
 
-_KVCACHE_TENSORS = ("cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "k_new",
-                    "v_new", "rotary_cos", "rotary_sin", "rotary_seqlens", "cu_seqlens_k_new")
-
-
 def _kvcache_args(args):
     """The KV-cache arguments of attention() for the module (None when none is given); the
     caches k and v must be writable C-contiguous arrays when k_new updates them in place."""
@@ -400,17 +398,10 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     if hf_version is not None and hf_config is None:
         raise UsageError("hf_version: needs hf_config")
     qa, q_name, like = _view(q, "q")
-    tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v"),
-               "mask": _arg(mask, "mask"), "key_lengths": _arg(key_lengths, "key_lengths"),
-               "seqused_q": _arg(seqused_q, "seqused_q"),
-               "seqused_k": _arg(seqused_k, "seqused_k"),
-               "cu_seqlens_q": _arg(cu_seqlens_q, "cu_seqlens_q"),
-               "cu_seqlens_k": _arg(cu_seqlens_k, "cu_seqlens_k"),
-               "t5_bias": _arg(t5_bias, "t5_bias"), "relative_k": _arg(relative_k, "relative_k"),
-               "relative_v": _arg(relative_v, "relative_v"), "sinks": _arg(sinks, "sinks"),
-               "clipped_bias": _arg(clipped_bias, "clipped_bias"),
-               "relative_proj": _arg(relative_proj, "relative_proj"),
-               "per_dim_scale": _arg(per_dim_scale, "per_dim_scale")}
+    args = locals()
+    tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v")}
+    # mask, key_lengths, t5_bias, qv, ...: the declared tensor inputs (_attention_tensors()).
+    tensors.update((n, _arg(args[n], n)) for n in _ATTENTION_TENSORS)
     if decomposed_rel_pos is not None:
         rh, rw = _items(decomposed_rel_pos, 2, "decomposed_rel_pos", "(RH, RW)")
         tensors["rel_pos_h"], tensors["rel_pos_w"] = _arg(rh, "rel_pos_h"), _arg(rw, "rel_pos_w")
@@ -427,7 +418,6 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
             raise UsageError("global_kv: needs v (the side values go with the values)")
         kg, vg = _items(global_kv, 2, "global_kv", "(KG, VG)")
         tensors["global_k"], tensors["global_v"] = _arg(kg, "global_k"), _arg(vg, "global_v")
-        tensors["global_bias"] = _arg(global_bias, "global_bias")
     elif global_block_size is not None or global_bias is not None:
         raise UsageError("global_block_size/global_bias: only with global_kv")
     if grad_output is not None:
@@ -444,7 +434,6 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     opt = {"axes": axes, "emit": names, "dtype": _dtype_name(dtype), "precision": precision,
            "arith": arith, "max_memory": max_memory, "relative_left": relative_left, "relative_right": relative_right,
            "relative_sign": relative_sign, "relative_beyond": relative_beyond}
-    args = locals()
     # scale, sliding_window, softcap, ...: the declared fields (_attention_fields()), under
     # their own names; their ranges and choices are the library's.
     for f in _ATTENTION_FIELDS:
@@ -511,12 +500,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
                          dict(segment_index=segment_index, rel_shift=rel_shift,
                               rel_kernel=rel_kernel, factorized=factorized,
                               separate_cls=separate_cls))
-    # FlashAttention-3's test features; fa-baseline is attention's own arithmetic, no
+    # fa-baseline (FlashAttention's PyTorch baseline) is attention's own arithmetic, no
     # RoPE one.
-    for name, t in (("qv", qv), ("q_descale", q_descale), ("k_descale", k_descale),
-                    ("v_descale", v_descale)):
-        if t is not None:
-            tensors[name] = _arg(t, name)
     if arith == "fa-baseline":
         if _flag(rope, "rope"):
             raise UsageError("arith fa-baseline: not with rope")

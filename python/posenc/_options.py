@@ -18,6 +18,11 @@ ROPE_PARAMS = tuple(f["name"] for f in _posenc._rope_fields() if f["kind"] == "r
 # The declared scalar fields of posenc.attention (posenc/ops/attention_fields.hpp: scale,
 # sliding_window, softcap, ...), passed to the module under their own names.
 ATTENTION_FIELDS = tuple(_posenc._attention_fields())
+# Its declared tensor inputs (mask, t5_bias, qv, ...) and the KV-cache step's (page_table,
+# k_new, ...), keyword names.
+ATTENTION_TENSORS = tuple(t["name"] for t in _posenc._attention_tensors()
+                          if t["kind"] == "attention")
+KVCACHE_TENSORS = tuple(t["name"] for t in _posenc._attention_tensors() if t["kind"] == "kvcache")
 
 
 def factor_list(value, what):

@@ -55,25 +55,16 @@ struct AttentionCmdOptions {
   std::string window;
   std::vector<double> temperature;  // SCALE FLOOR
   std::vector<double> llama4_scaling;  // BETA PERIOD
-  std::string mask;
-  std::string key_lengths;
-  std::string seqused_q, seqused_k;
-  std::string cu_seqlens_q, cu_seqlens_k;  // FlashAttention's varlen boundaries
+  // References of the declared tensor inputs (attention_tensors()), in its order.
+  std::vector<std::string> tensors = std::vector<std::string>(attention_tensors().size());
   std::string alibi;
-  std::string t5_bias;
   bool t5_bidirectional = false, t5_causal = false;
-  std::string relative_k, relative_v;
   long long relative_left = -1, relative_right = -1;
   std::string relative_sign = "k-q", relative_beyond = "clamp";
-  std::string clipped_bias;
-  std::string relative_proj, per_dim_scale;  // Gemma-3n audio
   std::vector<std::string> wavlm_gate;    // X W B C
   std::vector<std::string> global_kv;     // KG VG
-  std::string global_bias;
   std::vector<std::string> decomposed;    // RH RW
   std::vector<long long> grid, key_grid;  // H W
-  std::string sinks;
-  std::string qv, q_descale, k_descale, v_descale;  // FlashAttention-3's tests
   std::string emit;
   std::string dtype;
   std::string max_memory;
@@ -81,7 +72,18 @@ struct AttentionCmdOptions {
   RelativeCliOptions relative;
   KvCacheCliOptions kv;  // FlashAttention's KV-cache step (cli/kvcache_options.hpp)
   CLI::App* app = nullptr;
+
+  /// The reference given for the declared tensor `member` ("" when none).
+  const std::string& ref(const Tensor* AttentionOptions::*member) const {
+    const auto& t = attention_tensors();
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      if (t[i].member == member) return tensors[i];
+    }
+    throw std::logic_error("not a declared attention tensor");
+  }
 };
+
+using A = AttentionOptions;
 
 bool given(const AttentionCmdOptions& o, const char* name) { return o.app->count(name) > 0; }
 
@@ -174,10 +176,12 @@ Attrs result_attrs(const AttentionResult& res, const AttentionCmdOptions& o) {
 // follow the batch are refused with --part).
 std::vector<TensorRef> attention_inputs(const AttentionCmdOptions& o) {
   std::vector<TensorRef> refs;
-  for (const std::string* r :
-       {&o.q, &o.k, &o.v, &o.t5_bias, &o.relative_k, &o.relative_v, &o.sinks,
-        &o.clipped_bias, &o.relative_proj, &o.per_dim_scale, &o.global_bias}) {
+  for (const std::string* r : {&o.q, &o.k, &o.v}) {
     if (!r->empty()) refs.push_back(parse_ref(*r));
+  }
+  for (auto m : {&A::t5_bias, &A::relative_k, &A::relative_v, &A::sinks, &A::clipped_bias,
+                 &A::relative_proj, &A::per_dim_scale, &A::global_bias}) {
+    if (!o.ref(m).empty()) refs.push_back(parse_ref(o.ref(m)));
   }
   for (const std::string& r : o.decomposed) refs.push_back(parse_ref(r));
   return refs;
@@ -235,7 +239,7 @@ void decomposed_options(const AttentionCmdOptions& o, AttentionOptions& opt) {
 // option values checked (the tensors are read with the other side tensors).
 void global_options(const AttentionCmdOptions& o) {
   if (o.global_kv.empty()) {
-    if (given(o, "--global-block-size") || !o.global_bias.empty()) {
+    if (given(o, "--global-block-size") || !o.ref(&A::global_bias).empty()) {
       throw UsageError("--global-block-size/--global-bias: only with --global-kv");
     }
     return;
@@ -250,16 +254,16 @@ void global_options(const AttentionCmdOptions& o) {
 
 void run_attention(AttentionCmdOptions& o) {
   // Option values first: a usage error never waits for a large read.
-  if (o.params.clipped_symmetric && o.clipped_bias.empty()) {
+  if (o.params.clipped_symmetric && o.ref(&A::clipped_bias).empty()) {
     throw UsageError("--clipped-symmetric: needs --clipped-bias");
   }
-  if (!o.wavlm_gate.empty() && o.t5_bias.empty()) {
+  if (!o.wavlm_gate.empty() && o.ref(&A::t5_bias).empty()) {
     throw UsageError("--wavlm-gate: gates the --t5-bias term; give --t5-bias");
   }
   if (o.t5_bidirectional && o.t5_causal) {
     throw UsageError("--t5-bidirectional and --t5-causal exclude each other");
   }
-  if (o.t5_bias.empty() && o.global_bias.empty() &&
+  if (o.ref(&A::t5_bias).empty() && o.ref(&A::global_bias).empty() &&
       (given(o, "--t5-buckets") || given(o, "--t5-max-distance") || o.t5_bidirectional ||
        o.t5_causal)) {
     throw UsageError(
@@ -336,11 +340,12 @@ void run_attention(AttentionCmdOptions& o) {
     }
   }
   opt.t5_bidirectional = !o.t5_causal;
-  if (given(o, "--max-distance") && o.relative_k.empty() && o.relative_v.empty()) {
+  if (given(o, "--max-distance") && o.ref(&A::relative_k).empty() &&
+      o.ref(&A::relative_v).empty()) {
     throw UsageError("--max-distance needs --relative-k or --relative-v");
   }
-  if (!o.relative_proj.empty()) {
-    if (!o.relative_k.empty()) {
+  if (!o.ref(&A::relative_proj).empty()) {
+    if (!o.ref(&A::relative_k).empty()) {
       throw UsageError("--relative-proj: not with --relative-k (it computes the relative keys)");
     }
     if (!given(o, "--relative-left") || !given(o, "--relative-right")) {
@@ -355,7 +360,8 @@ void run_attention(AttentionCmdOptions& o) {
   const bool windowed = given(o, "--relative-left") || given(o, "--relative-right") ||
                         given(o, "--relative-sign") || given(o, "--relative-beyond");
   if (windowed) {
-    if (o.relative_k.empty() && o.relative_v.empty() && o.relative_proj.empty()) {
+    if (o.ref(&A::relative_k).empty() && o.ref(&A::relative_v).empty() &&
+        o.ref(&A::relative_proj).empty()) {
       throw UsageError(
           "--relative-left/--relative-right/--relative-sign/--relative-beyond need --relative-k, "
           "--relative-v or --relative-proj");
@@ -394,15 +400,16 @@ void run_attention(AttentionCmdOptions& o) {
           fmt::format("--grad-output: not with {}", !o.part.empty() ? "--part" : "--relative"));
     }
     // Whether the mask is float is known once it is read; dbias is checked again there.
-    grad_names =
-        parse_gradient_emit(o.emit, !o.sinks.empty(), !o.mask.empty(), !o.qv.empty());
+    grad_names = parse_gradient_emit(o.emit, !o.ref(&A::sinks).empty(), !o.ref(&A::mask).empty(),
+                                     !o.ref(&A::qv).empty());
   } else {
     refuse_gradients_without_dO(o.emit);
     opt.emit = parse_attention_emit(o.emit, !o.v.empty());
     // The KV-cache step gives FlashAttention's out (and lse on request), never probs.
     if (kvcache_wanted(o.kv) && !given(o, "--emit")) opt.emit = {AttentionEmit::output};
     // The varlen form has no scores: output (lse without V) unless --emit says.
-    if ((!o.cu_seqlens_q.empty() || !o.cu_seqlens_k.empty()) && !given(o, "--emit")) {
+    if ((!o.ref(&A::cu_seqlens_q).empty() || !o.ref(&A::cu_seqlens_k).empty()) &&
+        !given(o, "--emit")) {
       opt.emit = {o.v.empty() ? AttentionEmit::lse : AttentionEmit::output};
     }
   }
@@ -417,9 +424,10 @@ void run_attention(AttentionCmdOptions& o) {
   if (opt.fa_baseline && (o.rope || grads || relative_wanted(o.relative))) {
     throw UsageError("--arith fa-baseline: not with --rope, --relative or --grad-output");
   }
-  if ((grads || !o.part.empty()) && ((!o.qv.empty() && !grads) || !o.q_descale.empty() ||
-                                     !o.k_descale.empty() || !o.v_descale.empty() ||
-                                     !o.params.p_dtype.empty())) {
+  if ((grads || !o.part.empty()) &&
+      ((!o.ref(&A::qv).empty() && !grads) || !o.ref(&A::q_descale).empty() ||
+       !o.ref(&A::k_descale).empty() || !o.ref(&A::v_descale).empty() ||
+       !o.params.p_dtype.empty())) {
     throw UsageError(fmt::format("{}--q-descale, --k-descale, --v-descale, --p-dtype: not "
                                  "with {}", grads ? "" : "--qv, ",
                                  grads ? "--grad-output" : "--part"));
@@ -438,16 +446,16 @@ void run_attention(AttentionCmdOptions& o) {
         return d;
       }()) : output_refs(o, opt.emit);
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
-  if (!part.whole() && (!o.cu_seqlens_q.empty() || !o.cu_seqlens_k.empty())) {
+  if (!part.whole() && (!o.ref(&A::cu_seqlens_q).empty() || !o.ref(&A::cu_seqlens_k).empty())) {
     throw UsageError("--part: not with --cu-seqlens-q or --cu-seqlens-k (packed sequences)");
   }
-  if (!part.whole() && (!o.seqused_q.empty() || !o.seqused_k.empty())) {
+  if (!part.whole() && (!o.ref(&A::seqused_q).empty() || !o.ref(&A::seqused_k).empty())) {
     throw UsageError("--part: not with --seqused-q or --seqused-k (they follow the batch; run "
                      "the whole batch)");
   }
-  if (!part.whole() && (!o.mask.empty() || !o.key_lengths.empty() || !o.wavlm_gate.empty() ||
-                        !o.global_kv.empty() || !o.rope_opts.position_ids.empty() ||
-                        !o.rope_opts.cu_seqlens.empty())) {
+  if (!part.whole() && (!o.ref(&A::mask).empty() || !o.ref(&A::key_lengths).empty() ||
+                        !o.wavlm_gate.empty() || !o.global_kv.empty() ||
+                        !o.rope_opts.position_ids.empty() || !o.rope_opts.cu_seqlens.empty())) {
     throw UsageError(
         "--part: not with --mask, --key-lengths, --wavlm-gate, --global-kv, --position-ids or "
         "--cu-seqlens (they follow the batch; run the whole batch)");
@@ -462,7 +470,8 @@ void run_attention(AttentionCmdOptions& o) {
   const Axes axes = resolve_axes(o.axes, q_src->info().shape.size(), o.q);
   opt.axes = axes.letters;
   // Packed Q, K and V default to FlashAttention's thd (shd), which no rank implies.
-  if ((!o.cu_seqlens_q.empty() || !o.cu_seqlens_k.empty()) && o.axes.empty()) opt.axes.clear();
+  if ((!o.ref(&A::cu_seqlens_q).empty() || !o.ref(&A::cu_seqlens_k).empty()) && o.axes.empty())
+    opt.axes.clear();
   // --part: rows [floor(I*B/N), floor((I+1)*B/N)) of the batch axis (axis 0) of Q, K, V.
   const Shape& q_shape = q_src->info().shape;
   const std::size_t batch = part.whole() ? 0 : q_shape[0];
@@ -472,33 +481,17 @@ void run_attention(AttentionCmdOptions& o) {
                     "longer than 1 (axes {}, shape {})",
                     o.q, axes.letters, shape_str(q_shape)));
   }
-  std::optional<Tensor> mask, key_lengths, t5, rel_k, rel_v, sinks, rel_h, rel_w;
-  std::optional<Tensor> seqused_q, seqused_k;
-  std::optional<Tensor> gate[4], clipped, rel_proj, per_dim, global_k, global_v, global_bias;
+  std::optional<Tensor> rel_h, rel_w, gate[4], global_k, global_v;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
     t = read_tensor(ref);
     slot = &*t;
   };
-  side(o.mask, mask, opt.mask);
-  side(o.key_lengths, key_lengths, opt.key_lengths);
-  side(o.seqused_q, seqused_q, opt.seqused_q);
-  side(o.seqused_k, seqused_k, opt.seqused_k);
-  std::optional<Tensor> cu_q, cu_k;
-  side(o.cu_seqlens_q, cu_q, opt.cu_seqlens_q);
-  side(o.cu_seqlens_k, cu_k, opt.cu_seqlens_k);
-  side(o.t5_bias, t5, opt.t5_bias);
-  side(o.relative_k, rel_k, opt.relative_k);
-  side(o.relative_v, rel_v, opt.relative_v);
-  side(o.sinks, sinks, opt.sinks);
-  std::optional<Tensor> qv, descale[3];
-  side(o.qv, qv, opt.qv);
-  side(o.q_descale, descale[0], opt.q_descale);
-  side(o.k_descale, descale[1], opt.k_descale);
-  side(o.v_descale, descale[2], opt.v_descale);
-  side(o.clipped_bias, clipped, opt.clipped_bias);
-  side(o.relative_proj, rel_proj, opt.relative_proj);
-  side(o.per_dim_scale, per_dim, opt.per_dim_scale);
+  // The declared tensor inputs (attention_tensors()); the others are bound by hand.
+  std::vector<std::optional<Tensor>> declared(o.tensors.size());
+  for (std::size_t i = 0; i < o.tensors.size(); ++i) {
+    side(o.tensors[i], declared[i], opt.*(attention_tensors()[i].member));
+  }
   if (!o.wavlm_gate.empty()) {
     const Tensor** slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias, &opt.gate_const};
     for (int i = 0; i < 4; ++i) side(o.wavlm_gate[i], gate[i], *slots[i]);
@@ -506,7 +499,6 @@ void run_attention(AttentionCmdOptions& o) {
   if (!o.global_kv.empty()) {
     side(o.global_kv[0], global_k, opt.global_k);
     side(o.global_kv[1], global_v, opt.global_v);
-    side(o.global_bias, global_bias, opt.global_bias);
   }
   if (!o.decomposed.empty()) {
     side(o.decomposed[0], rel_h, opt.rel_pos_h);
@@ -639,34 +631,21 @@ void register_attention(CLI::App& app) {
                     "1 + BETA log(1 + floor(p / PERIOD)) (HF llama_4_scaling_beta, "
                     "original_max_position_embeddings)",
                     "BETA PERIOD");
-  sub->add_option("--key-lengths", o->key_lengths,
-                  "[b] integers: keys at or after the length are padding (masked)");
-  sub->add_option("--seqused-q", o->seqused_q,
-                  "[b] integers (FlashAttention seqused_q): entry b uses its first queries, "
-                  "the rest output 0; masks align to the entry's own lengths");
-  sub->add_option("--seqused-k", o->seqused_k,
-                  "[b] integers (FlashAttention seqused_k): entry b uses its first keys; "
-                  "causal, windows, chunks and sink tokens align to i + seqused_k - seqused_q");
-  sub->add_option("--cu-seqlens-q", o->cu_seqlens_q,
-                  "FlashAttention varlen: int32/int64 boundaries [n+1] of the sequences in packed "
-                  "Q [total_q, hq, d] (--axes shd); with --cu-seqlens-k, each sequence a run of "
-                  "its own; lse [hq, total_q]");
-  sub->add_option("--cu-seqlens-k", o->cu_seqlens_k,
-                  "FlashAttention varlen: boundaries [n+1] in packed K, V [total_k, hk, d]; with "
-                  "--seqused-q/-k [n] only the first rows of each sequence are used");
-  sub->add_option("--mask", o->mask,
-                  "bool/int (true = keep) or additive float mask, broadcastable to [b, h, sq, sk]");
+  // --mask, --key-lengths, --t5-bias, --qv, ...: the declared tensor inputs
+  // (attention_fields.hpp), a tensor reference each.
+  for (std::size_t i = 0; i < attention_tensors().size(); ++i) {
+    const TensorField<AttentionOptions>& t = attention_tensors()[i];
+    sub->add_option(t.option(), o->tensors[i], t.help);
+  }
   sub->add_option("--alibi", o->alibi,
                   "ALiBi bias: causal (default; -m(i-j)), symmetric (-m|i-j|), bottom-right "
                   "(-m|i+sk-sq-j|), fairseq or bloom (m j), falcon (m j before the scale)")
       ->expected(0, 1)
       ->type_name("[VARIANT]");
-  sub->add_option("--t5-bias", o->t5_bias, "T5 relative bias embedding [buckets, hq]");
   sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
   sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
-  sub->add_option("--clipped-bias", o->clipped_bias,
-                  "Phi-4-multimodal audio bias_values [2M, hq]: logits += table[clip(j-pos(i), "
-                  "-M, M-1) + M] (HF Phi4MultimodalAudioRelativeAttentionBias)");
+  // Bound by hand, one option for several members (attention_fields.hpp): --wavlm-gate
+  // (gate_*), --global-kv (global_k, global_v), --decomposed-rel-pos (rel_pos_h/w).
   add_values_option(sub, "--wavlm-gate", o->wavlm_gate,
                     "WavLM's gate on --t5-bias: the layer's hidden states X [b, sq, hidden], "
                     "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
@@ -677,22 +656,6 @@ void register_attention(CLI::App& app) {
                     "dv], n = sk / G (HF k(global_inputs), v(global_inputs)): every query "
                     "also sees the global blocks of its sequence, as columns sk .. sk+n-1",
                     "KG VG");
-  sub->add_option("--global-bias", o->global_bias,
-                  "HF global_relative_attention_bias [buckets, hq]: side score (i, g) += "
-                  "table[t5_bucket(g - block(i))], with the --t5-* bucket options");
-  sub->add_option("--relative-k", o->relative_k,
-                  "Shaw relative key table [2M+1, d] (or per head [2M+1, hq, d]): logits += "
-                  "q.rk[clip(j-i,-M,M)+M]");
-  sub->add_option("--relative-v", o->relative_v,
-                  "Shaw relative value table [2M+1, dv]: output += sum_j p_ij rv[clip(j-i)+M]");
-  sub->add_option("--relative-proj", o->relative_proj,
-                  "Gemma-3n audio: pos_proj.weight W [hq*d, D]; --relative-k becomes the "
-                  "per-head table W timing(i-j) over --relative-left/--relative-right "
-                  "(timing: [sin | cos] of (i-j) exp(-c ln(1e4)/max(D/2-1,1)), HF "
-                  "Gemma3nAudioRelativePositionEmbedding)");
-  sub->add_option("--per-dim-scale", o->per_dim_scale,
-                  "Gemma-3n audio: per_dim_scale P [d]; query dim c times softplus(P_c), "
-                  "default --scale 1/(sqrt(d) ln 2) (HF Gemma3nAudioAttention q_scale)");
   sub->add_option("--relative-left", o->relative_left,
                   "L: an asymmetric window, tables of L + R + 1 rows indexed clip(d, -L, R) + L "
                   "(Wav2Vec2-BERT left_max_position_embeddings 64); with --relative-right");
@@ -717,19 +680,6 @@ void register_attention(CLI::App& app) {
   add_values_option(sub, "--key-grid", o->key_grid,
                     "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos",
                     "H W");
-  sub->add_option("--sinks", o->sinks, "[hq] sink logits (gpt-oss): an extra softmax column");
-  sub->add_option("--qv", o->qv,
-                  "FlashAttention-3 qv, Q's shape with dv: scores += scale qv.v (V repeated over "
-                  "the group); default scale 1/sqrt(d + dv)");
-  for (auto [name, slot, which] :
-       {std::tuple{"--q-descale", &o->q_descale, "Q and qv (each head by its KV head's)"},
-        std::tuple{"--k-descale", &o->k_descale, "K"},
-        std::tuple{"--v-descale", &o->v_descale, "V"}}) {
-    sub->add_option(name, *slot,
-                    fmt::format("FlashAttention fp8 descale [b, hk], finite and positive: {} "
-                                "multiplied by it in float32 first",
-                                which));
-  }
   sub->add_option("--dtype", o->dtype,
                   "output dtype f64|f32|f16|bf16 (default: that of Q; bf16 for fp8 Q)");
   sub->add_option("--input-dtype", o->input_dtype,

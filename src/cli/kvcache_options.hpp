@@ -3,21 +3,31 @@
 // arguments): binding, checks, reading, and the call into ops/attention_cache.hpp.
 
 #include <CLI/CLI.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_fields.hpp"
 
 namespace posenc::cli {
 
 struct KvCacheCliOptions {
-  std::string page_table, cache_seqlens, cache_batch_idx, cache_leftpad;
-  std::string k_new, v_new, cu_seqlens_k_new;
-  std::string rotary_cos, rotary_sin, rotary_seqlens;
+  // References of the declared KV-cache tensors (kvcache_tensors()), in its order.
+  std::vector<std::string> tensors = std::vector<std::string>(kvcache_tensors().size());
   bool rotary_interleaved = false;
   std::vector<std::string> cache_out;  // K_REF V_REF
   CLI::App* app = nullptr;
+
+  /// The reference given for the declared tensor `member` ("" when none).
+  const std::string& ref(const Tensor* KvCacheOptions::*member) const {
+    const auto& t = kvcache_tensors();
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      if (t[i].member == member) return tensors[i];
+    }
+    throw std::logic_error("not a declared KV-cache tensor");
+  }
 };
 
 /// Binds the options to `o` on `sub` (group "KV CACHE").

@@ -168,3 +168,37 @@ def test_the_option_matrix_has_its_row(f):
     for option in options(f):
         # A row that changes numbers, or one saying why the option does not.
         assert re.search(rf'"{re.escape(option)}": [(\"]', matrix), option
+
+
+# The declared tensor inputs (attention_tensors(), kvcache_tensors()): `--name REF` on the
+# command line, keyword `name` in Python.
+TENSORS = posenc._posenc._attention_tensors()
+TENSOR_IDS = [f"{t['kind']}:{t['name']}" for t in TENSORS]
+
+
+def test_the_listing_holds_the_tensor_inputs():
+    names = {(t["kind"], t["name"]) for t in TENSORS}
+    assert {("attention", "mask"), ("attention", "t5_bias"), ("attention", "qv"),
+            ("attention", "cu_seqlens_q"), ("kvcache", "page_table"),
+            ("kvcache", "k_new")} <= names
+    for t in TENSORS:
+        assert t["option"] == "--" + t["name"].replace("_", "-")
+
+
+@pytest.mark.parametrize("t", TENSORS, ids=TENSOR_IDS)
+def test_a_tensor_input_is_offered_by_both_front_ends(t):
+    p = subprocess.run([BIN, "attention", "--help"], capture_output=True, text=True)
+    assert t["option"] in set(re.findall(r"--[a-z0-9-]+", p.stdout)), t["option"]
+    assert t["name"] in inspect.signature(posenc.attention).parameters
+    stubs = re.findall(r"^def attention\((.*?)\) -> ", read("python/posenc/__init__.pyi"),
+                       re.S | re.M)
+    assert any(re.search(rf"\b{t['name']}:", s) for s in stubs), t["name"]
+
+
+@pytest.mark.parametrize("t", TENSORS, ids=TENSOR_IDS)
+def test_a_tensor_input_is_documented_and_has_its_matrix_row(t):
+    escaped = re.escape(t["option"].replace("-", r"\-"))
+    assert re.search(rf"^\.B[IR]? .*{escaped}\b(?!\\-)", read("man/posenc-attention.1"),
+                     re.M), t["option"]
+    assert re.search(rf'"{re.escape(t["option"])}": [(\"]',
+                     read("tests/cli/test_option_matrix.py")), t["option"]

@@ -26,6 +26,7 @@
 
 #include "posenc/declare.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_cache.hpp"
 
 namespace posenc {
 
@@ -134,6 +135,125 @@ class GivenValidator {
 inline void validate_given(const AttentionOptions& o, const std::vector<std::string>& given) {
   GivenValidator v(given);
   declare(v, const_cast<AttentionOptions&>(o));  // the validator only reads
+}
+
+/// A tensor input of attention: its name (the Python keyword; the option is --name with
+/// '-' for '_', taking a tensor reference), its help, and the member it sets.
+template <class R>
+struct TensorField {
+  const char* name;
+  const char* help;
+  const Tensor* R::*member;
+
+  std::string option() const { return Field::option_of(name); }
+};
+
+/// AttentionOptions' tensors that are one option and one keyword of the same name, in the
+/// order --help lists them. Not here, because their option is no member's name:
+/// --wavlm-gate X W B C (gate_input, gate_weight, gate_bias, gate_const; keyword
+/// wavlm_gate), --global-kv KG VG (global_k, global_v; keyword global_kv),
+/// --decomposed-rel-pos RH RW (rel_pos_h, rel_pos_w; keyword decomposed_rel_pos), and
+/// score_bias (the relative schemes' own, no option).
+inline const std::vector<TensorField<AttentionOptions>>& attention_tensors() {
+  using A = AttentionOptions;
+  static const std::vector<TensorField<A>> t{
+      {"key_lengths", "[b] integers: keys at or after the length are padding (masked)",
+       &A::key_lengths},
+      {"seqused_q",
+       "[b] integers (FlashAttention seqused_q): entry b uses its first queries, the rest "
+       "output 0; masks align to the entry's own lengths",
+       &A::seqused_q},
+      {"seqused_k",
+       "[b] integers (FlashAttention seqused_k): entry b uses its first keys; causal, "
+       "windows, chunks and sink tokens align to i + seqused_k - seqused_q",
+       &A::seqused_k},
+      {"cu_seqlens_q",
+       "FlashAttention varlen: int32/int64 boundaries [n+1] of the sequences in packed Q "
+       "[total_q, hq, d] (--axes shd); with --cu-seqlens-k, each sequence a run of its own; "
+       "lse [hq, total_q]",
+       &A::cu_seqlens_q},
+      {"cu_seqlens_k",
+       "FlashAttention varlen: boundaries [n+1] in packed K, V [total_k, hk, d]; with "
+       "--seqused-q/-k [n] only the first rows of each sequence are used",
+       &A::cu_seqlens_k},
+      {"mask", "bool/int (true = keep) or additive float mask, broadcastable to [b, h, sq, sk]",
+       &A::mask},
+      {"t5_bias", "T5 relative bias embedding [buckets, hq]", &A::t5_bias},
+      {"clipped_bias",
+       "Phi-4-multimodal audio bias_values [2M, hq]: logits += table[clip(j-pos(i), -M, "
+       "M-1) + M] (HF Phi4MultimodalAudioRelativeAttentionBias)",
+       &A::clipped_bias},
+      {"global_bias",
+       "HF global_relative_attention_bias [buckets, hq]: side score (i, g) += "
+       "table[t5_bucket(g - block(i))], with the --t5-* bucket options",
+       &A::global_bias},
+      {"relative_k",
+       "Shaw relative key table [2M+1, d] (or per head [2M+1, hq, d]): logits += "
+       "q.rk[clip(j-i,-M,M)+M]",
+       &A::relative_k},
+      {"relative_v", "Shaw relative value table [2M+1, dv]: output += sum_j p_ij rv[clip(j-i)+M]",
+       &A::relative_v},
+      {"relative_proj",
+       "Gemma-3n audio: pos_proj.weight W [hq*d, D]; --relative-k becomes the per-head "
+       "table W timing(i-j) over --relative-left/--relative-right (timing: [sin | cos] of "
+       "(i-j) exp(-c ln(1e4)/max(D/2-1,1)), HF Gemma3nAudioRelativePositionEmbedding)",
+       &A::relative_proj},
+      {"per_dim_scale",
+       "Gemma-3n audio: per_dim_scale P [d]; query dim c times softplus(P_c), default "
+       "--scale 1/(sqrt(d) ln 2) (HF Gemma3nAudioAttention q_scale)",
+       &A::per_dim_scale},
+      {"sinks", "[hq] sink logits (gpt-oss): an extra softmax column", &A::sinks},
+      {"qv",
+       "FlashAttention-3 qv, Q's shape with dv: scores += scale qv.v (V repeated over the "
+       "group); default scale 1/sqrt(d + dv)",
+       &A::qv},
+      {"q_descale",
+       "FlashAttention fp8 descale [b, hk], finite and positive: Q and qv (each head by its "
+       "KV head's) multiplied by it in float32 first",
+       &A::q_descale},
+      {"k_descale",
+       "FlashAttention fp8 descale [b, hk], finite and positive: K multiplied by it in "
+       "float32 first",
+       &A::k_descale},
+      {"v_descale",
+       "FlashAttention fp8 descale [b, hk], finite and positive: V multiplied by it in "
+       "float32 first",
+       &A::v_descale},
+  };
+  return t;
+}
+
+/// The KV-cache step's tensors (FlashAttention's flash_attn_with_kvcache arguments), in
+/// the order --help lists them.
+inline const std::vector<TensorField<KvCacheOptions>>& kvcache_tensors() {
+  using K = KvCacheOptions;
+  static const std::vector<TensorField<K>> t{
+      {"page_table",
+       "paged cache: -k/-v are [num_blocks, page_size, hk, d] pages and this [b, max_blocks] "
+       "integer tensor their ids per entry",
+       &K::page_table},
+      {"cache_seqlens",
+       "[b] tokens already in each entry's cache (-k/-v are then the caches [b_cache, "
+       "s_cache, hk, d]); default: all",
+       &K::cache_seqlens},
+      {"cache_batch_idx", "[b] cache row (or page-table row) of each entry", &K::cache_batch_idx},
+      {"cache_leftpad", "[b] first valid cache row of each entry", &K::cache_leftpad},
+      {"k_new", "new keys [b, s_new, hk, d], stored at cache_seqlens before attending", &K::k_new},
+      {"v_new", "new values [b, s_new, hk, dv] (with --k-new)", &K::v_new},
+      {"cu_seqlens_k_new",
+       "[b+1] int32/int64 offsets packing the new keys: --k-new/--v-new are [total_new, hk, "
+       "d], entry b's rows [cu[b], cu[b+1]) (varlen)",
+       &K::cu_seqlens_k_new},
+      {"rotary_cos",
+       "[s_rot, rotary_dim/2] cos table (any float dtype, used as given) rotating q and the "
+       "new keys at cache_seqlens",
+       &K::rotary_cos},
+      {"rotary_sin", "the sin table (with --rotary-cos)", &K::rotary_sin},
+      {"rotary_seqlens",
+       "[b] rotary position of each entry's first new token (default cache_seqlens)",
+       &K::rotary_seqlens},
+  };
+  return t;
 }
 
 /// `f(name, Request{})` for every declared attention request: the field lists the tests
