@@ -1,17 +1,19 @@
-// Attention's blocked kernel (attention_kernel.hpp): the products by BLAS, the softmax
+// Attention's blocked kernel (attention_kernel.hpp): the products by BLAS (one-row f32
+// products by loops of its own with BLAS's bits: own_gemv), the softmax
 // exponentials, the stores in the output dtype, and a work item's three steps: its
 // rows' state set up, key blocks folded in with an online softmax (the score terms are
 // applied here, element by element), normalised and stored.
 #include "ops/attention_kernel.hpp"
 
-#include <xtensor-blas/xblas.hpp>
-#include <xtensor/xadapt.hpp>
 #include <fmt/format.h>
+#include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <xtensor-blas/xblas.hpp>
+#include <xtensor/xadapt.hpp>
 
 #include "ops/row_max.hpp"
 #include "ops/widen.hpp"
@@ -49,10 +51,168 @@ auto matrix(const T* p, std::size_t rows, std::size_t cols) {
   return xt::adapt(p, rows * cols, xt::no_ownership(), std::array<std::size_t, 2>{rows, cols});
 }
 
+// One-row f32 products by posenc's own loops, element for element the arithmetic of
+// OpenBLAS 0.3.21's Haswell gemv kernels (sgemv_t and sgemv_n with their Haswell
+// microkernels, which OpenBLAS runs on the AVX2 and AVX-512 machines this project
+// measures on), so they give the bits the BLAS call gave, but with independent FMA
+// chains: OpenBLAS's sum over V chains eight dependent FMAs per eight keys in two
+// chains, so its products ran at FMA latency. Scores: each key's dot product in 8 lanes
+// (element e of the row in lane (e - (d & 4)) % 8 after the first d & 4 elements in
+// lanes 0-3), the lanes added (l + l4), then pairwise, scaled and added to +0. Sums over
+// V: eight keys at a time, each output element one FMA chain over them added to c with
+// one FMA (rows from (dv & 4) + (dv & 8) on), or two chains (even and odd keys) added,
+// scaled and added to c (the first rows). Keys past the last whole group (4 for scores,
+// 8 for sums) and shapes outside these (d or dv not a multiple of 4, above 2048) are left
+// to the BLAS call. The scalar forms (std::fma) give the same bits where AVX2 and FMA
+// are missing or POSENC_ROPE_ISA=base.
+namespace own_gemv {
+
+inline bool vector_isa() {
+  static const bool on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         std::strcmp(widen_detail::widen_isa(), "base") != 0;
+  return on;
+}
+
+inline bool scores_fit(std::size_t d) { return d % 4 == 0 && d > 0 && d <= 2048; }
+inline bool values_fit(std::size_t dv) { return dv % 4 == 0 && dv > 0 && dv <= 2048; }
+
+// Keys [0, n) (n a multiple of 4) of rows b (d wide): c[j] = 0 + (a . b_j) * alpha.
+void scores_scalar(const float* a, const float* b, std::size_t n, std::size_t d, float alpha,
+                   float* c) {
+  for (std::size_t j = 0; j < n; ++j) {
+    const float* k = b + j * d;
+    float acc[8] = {};
+    std::size_t e = 0;
+    if (d & 4) {
+      for (std::size_t l = 0; l < 4; ++l) acc[l] = std::fma(k[l], a[l], acc[l]);
+      e = 4;
+    }
+    for (; e < d; e += 8) {
+      for (std::size_t l = 0; l < 8; ++l) acc[l] = std::fma(k[e + l], a[e + l], acc[l]);
+    }
+    const float t0 = acc[0] + acc[4], t1 = acc[1] + acc[5], t2 = acc[2] + acc[6],
+                t3 = acc[3] + acc[7];
+    const float dot = (t0 + t1) + (t2 + t3);
+    c[j] = 0.0f + dot * alpha;
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline float lanes_sum(__m256 acc) {
+  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 h = _mm_hadd_ps(t, t);
+  return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+// G keys from b at once (independent chains).
+template <std::size_t G>
+__attribute__((target("avx2,fma"))) void scores_group(const float* a, const float* b, std::size_t d,
+                                                      float alpha, float* c) {
+  __m256 acc[G];
+  for (std::size_t u = 0; u < G; ++u) acc[u] = _mm256_setzero_ps();
+  std::size_t e = 0;
+  if (d & 4) {
+    const __m256 q = _mm256_zextps128_ps256(_mm_loadu_ps(a));
+    for (std::size_t u = 0; u < G; ++u) {
+      acc[u] = _mm256_fmadd_ps(_mm256_zextps128_ps256(_mm_loadu_ps(b + u * d)), q, acc[u]);
+    }
+    e = 4;
+  }
+  for (; e < d; e += 8) {
+    const __m256 q = _mm256_loadu_ps(a + e);
+    for (std::size_t u = 0; u < G; ++u) {
+      acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(b + u * d + e), q, acc[u]);
+    }
+  }
+  for (std::size_t u = 0; u < G; ++u) c[u] = 0.0f + lanes_sum(acc[u]) * alpha;
+}
+
+__attribute__((target("avx2,fma"))) void scores_avx2(const float* a, const float* b, std::size_t n,
+                                                     std::size_t d, float alpha, float* c) {
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8) scores_group<8>(a, b + j * d, d, alpha, c + j);
+  if (j + 4 <= n) scores_group<4>(a, b + j * d, d, alpha, c + j);
+}
+
+// Keys [0, n) (n a multiple of 8) of rows b (dv wide) added into c with weights a.
+void values_scalar(const float* a, const float* b, std::size_t n, std::size_t dv, float alpha,
+                   float* c) {
+  const std::size_t first = (dv & 4) + (dv & 8);
+  for (std::size_t j = 0; j < n; j += 8) {
+    const float* v = b + j * dv;
+    const float* x = a + j;
+    for (std::size_t r = 0; r < first; ++r) {
+      float c4 = std::fma(v[r], x[0], 0.0f), c5 = std::fma(v[dv + r], x[1], 0.0f);
+      for (std::size_t u = 2; u < 8; u += 2) {
+        c4 = std::fma(v[u * dv + r], x[u], c4);
+        c5 = std::fma(v[(u + 1) * dv + r], x[u + 1], c5);
+      }
+      const float t = (c5 + c4) * alpha;
+      c[r] = t + c[r];
+    }
+    for (std::size_t r = first; r < dv; ++r) {
+      float acc = 0.0f;
+      for (std::size_t u = 0; u < 8; ++u) acc = std::fma(v[u * dv + r], x[u], acc);
+      c[r] = std::fma(alpha, acc, c[r]);
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void values_avx2(const float* a, const float* b, std::size_t n,
+                                                     std::size_t dv, float alpha, float* c) {
+  const __m256 al = _mm256_set1_ps(alpha);
+  for (std::size_t j = 0; j < n; j += 8) {
+    const float* v = b + j * dv;
+    __m256 x[8];
+    for (std::size_t u = 0; u < 8; ++u) x[u] = _mm256_set1_ps(a[j + u]);
+    std::size_t r = 0;
+    if (dv & 4) {
+      __m128 c4 = _mm_setzero_ps(), c5 = _mm_setzero_ps();
+      for (std::size_t u = 0; u < 8; u += 2) {
+        c4 = _mm_fmadd_ps(_mm_loadu_ps(v + u * dv), _mm256_castps256_ps128(x[u]), c4);
+        c5 = _mm_fmadd_ps(_mm_loadu_ps(v + (u + 1) * dv), _mm256_castps256_ps128(x[u + 1]), c5);
+      }
+      const __m128 t = _mm_mul_ps(_mm_add_ps(c5, c4), _mm256_castps256_ps128(al));
+      _mm_storeu_ps(c, _mm_add_ps(t, _mm_loadu_ps(c)));
+      r = 4;
+    }
+    if (dv & 8) {
+      __m256 c4 = _mm256_setzero_ps(), c5 = _mm256_setzero_ps();
+      for (std::size_t u = 0; u < 8; u += 2) {
+        c4 = _mm256_fmadd_ps(_mm256_loadu_ps(v + u * dv + r), x[u], c4);
+        c5 = _mm256_fmadd_ps(_mm256_loadu_ps(v + (u + 1) * dv + r), x[u + 1], c5);
+      }
+      const __m256 t = _mm256_mul_ps(_mm256_add_ps(c5, c4), al);
+      _mm256_storeu_ps(c + r, _mm256_add_ps(t, _mm256_loadu_ps(c + r)));
+      r += 8;
+    }
+    for (; r < dv; r += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (std::size_t u = 0; u < 8; ++u) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(v + u * dv + r), x[u], acc);
+      }
+      _mm256_storeu_ps(c + r, _mm256_fmadd_ps(al, acc, _mm256_loadu_ps(c + r)));
+    }
+  }
+}
+
+}  // namespace own_gemv
+
 // One query row's products with n keys, rows of B (contiguous, k wide): the scores
 // c[j] = alpha * a . b_j + beta * c[j].
 template <class T>
 void gemv_scores(const T* a, const T* b, std::size_t n, std::size_t k, T alpha, T beta, T* c) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (beta == 0 && own_gemv::scores_fit(k)) {
+      const std::size_t n4 = n / 4 * 4;
+      if (own_gemv::vector_isa()) {
+        own_gemv::scores_avx2(a, b, n4, k, alpha, c);
+      } else {
+        own_gemv::scores_scalar(a, b, n4, k, alpha, c);
+      }
+      b += n4 * k, c += n4, n -= n4;
+      if (n == 0) return;
+    }
+  }
   auto x = xt::adapt(a, k, xt::no_ownership(), std::array<std::size_t, 1>{k});
   auto y = xt::adapt(c, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
   xt::blas::gemv(matrix(b, n, k), x, y, false, alpha, beta);
@@ -62,6 +222,18 @@ void gemv_scores(const T* a, const T* b, std::size_t n, std::size_t k, T alpha, 
 // beta * c.
 template <class T>
 void gemv_values(const T* a, const T* b, std::size_t n, std::size_t dv, T alpha, T beta, T* c) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (beta == 1 && own_gemv::values_fit(dv)) {
+      const std::size_t n8 = n / 8 * 8;
+      if (own_gemv::vector_isa()) {
+        own_gemv::values_avx2(a, b, n8, dv, alpha, c);
+      } else {
+        own_gemv::values_scalar(a, b, n8, dv, alpha, c);
+      }
+      a += n8, b += n8 * dv, n -= n8;
+      if (n == 0) return;
+    }
+  }
   auto x = xt::adapt(a, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
   auto y = xt::adapt(c, dv, xt::no_ownership(), std::array<std::size_t, 1>{dv});
   xt::blas::gemv(matrix(b, n, dv), x, y, true, alpha, beta);
