@@ -18,10 +18,16 @@ const char* const kNames[] = {"dq",     "dk",       "dv",  "softmax_d",   "lse",
 // The streamed backward (posenc-attention(1), GRADIENTS): K and V used in place of their
 // mapped files and released tile by tile, dk and dv written to their NPY files as their
 // key tiles complete, the forward streamed over K and V within what is left of the
-// budget. Possible where K and V are mapped in the arithmetic's dtype with a head's keys
+// budget. Possible where K and V are mapped in the arithmetic's dtype (or narrower
+// floats, widened a key tile at a time) with a head's keys
 // contiguous (h before s, d last), dk and dv (when emitted) go to regular NPY files, and
 // neither --rope nor --qv is given. Returns the bytes it holds (Q, dO, dq and the work),
 // or 0 where it is not possible.
+// Whether `t` is the arithmetic's dtype or widens to it exactly (f16, bf16; f32 to f64).
+bool widens(DType t, DType arith) {
+  return t == arith || (is_float(t) && !is_fp8(t) && dtype_size(t) < dtype_size(arith));
+}
+
 std::size_t streamed_need(TensorSource& q, TensorSource& k, TensorSource& v, TensorSource& dO,
                           const AttentionOptions& opt, const std::vector<std::string>& names,
                           const std::vector<TensorRef>& refs, const AttentionRope* rope,
@@ -31,7 +37,7 @@ std::size_t streamed_need(TensorSource& q, TensorSource& k, TensorSource& v, Ten
   const std::string axes = !opt.axes.empty() ? opt.axes : ki.shape.size() == 4 ? "bhsd" : "";
   const auto h = axes.find('h'), sa = axes.find('s');
   if (rope || opt.qv || axes.empty() || h == std::string::npos || sa == std::string::npos ||
-      h > sa || axes.back() != 'd' || ki.dtype != arith || vi.dtype != arith ||
+      h > sa || axes.back() != 'd' || !widens(ki.dtype, arith) || !widens(vi.dtype, arith) ||
       !k.mapped_data() || !v.mapped_data()) {
     return 0;
   }

@@ -142,6 +142,10 @@ struct Ctx {
   TensorSink *dk_sink = nullptr, *dv_sink = nullptr;
   bool keep_dk = true, keep_dv = true, release_kv = false;
   Shape k_shape, v_shape;
+  // K and V of a narrower float dtype used in place (release_kv): each key tile widened
+  // into the worker's buffers (exact), instead of a converted copy of the whole tensors.
+  const std::byte *k_raw = nullptr, *v_raw = nullptr;
+  DType k_dtype = DType::f32, v_dtype = DType::f32;
   // Shaw's tables: each item's sums of their gradients ([items][P.rel_k.size()] and
   // [items][R dv]), added over the items in order at the end.
   std::vector<T> drk, drv;
@@ -175,7 +179,8 @@ void probs_ds(double* s, double* dp, std::size_t n, double lse, double D) {
 template <class T>
 bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std::size_t h,
           std::size_t q0, std::size_t qn, std::size_t j0, std::size_t kn, bool write_dbias,
-          std::vector<T>& G, std::vector<T>& H) {
+          std::vector<T>& G, std::vector<T>& H, const T* kp, std::size_t ks, const T* vp,
+          std::size_t vs) {
   const Plan<T>& P = c.P;
   const Geometry& g = P.g;
   const std::int64_t j0i = static_cast<std::int64_t>(j0), j1i = j0i + static_cast<std::int64_t>(kn);
@@ -185,15 +190,12 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     any = lo <= hi && hi >= j0i && lo < j1i;
   }
   if (!any) return false;
-  const std::size_t kvh = h / (g.hq / g.hk);
   const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
-  const T* kp = c.k.p + bi * c.k.b + kvh * c.k.h + j0 * c.k.s;
-  const T* vp = c.v.p + bi * c.v.b + kvh * c.v.h + j0 * c.v.s;
   const T* op = c.dO.p + bi * c.dO.b + h * c.dO.h + q0 * c.dO.s;
   if (s.size() < qn * kn) s.resize(qn * kn);
   if (dp.size() < qn * kn) dp.resize(qn * kn);
-  gemm(false, true, qn, kn, g.d, P.scale, qp, c.q.s, kp, c.k.s, T(0), s.data());
-  gemm(false, true, qn, kn, g.dv, T(1), op, c.dO.s, vp, c.v.s, T(0), dp.data());
+  gemm(false, true, qn, kn, g.d, P.scale, qp, c.q.s, kp, ks, T(0), s.data());
+  gemm(false, true, qn, kn, g.dv, T(1), op, c.dO.s, vp, vs, T(0), dp.data());
   // Shaw's tables: scale q_i.rk[r] joins the score and dO_i.rv[r] the row's dP at
   // r = rel_index of the pair; G and H gather dS' and P by r for the tables' gradients.
   thread_local std::vector<T> qr, orv;
@@ -329,7 +331,7 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
   const std::size_t group = g.hq / g.hk;
   const std::size_t n = g.b * g.hk;
   struct Work {
-    std::vector<T> s, dp, dk, dv, dq, G, H;
+    std::vector<T> s, dp, dk, dv, dq, G, H, kb, vb;
   };
   std::vector<Work> work(thread_count(n, workers));
   for_items(n, work.size(), [&](std::size_t it, std::size_t w) {
@@ -338,14 +340,35 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
     W.dq.assign(group * g.sq * g.d, T(0));
     for (std::size_t j0 = 0; j0 < g.sk; j0 += t.k) {
       const std::size_t kn = std::min(t.k, g.sk - j0);
-      const T* kp = c.k.p + bi * c.k.b + kvh * c.k.h + j0 * c.k.s;
+      const T* kp;
+      const T* vp;
+      std::size_t ks, vs;
+      const std::byte *k_at = nullptr, *v_at = nullptr;  // the stored rows, when widened
+      if (c.k_raw) {  // heads contiguous (bhsd): the tile's rows are one run each
+        const Strides kr = strides_of(c.k_shape, g.axes), vr = strides_of(c.v_shape, g.axes);
+        k_at = c.k_raw + (bi * kr.b + kvh * kr.h + j0 * kr.s) * dtype_size(c.k_dtype);
+        v_at = c.v_raw + (bi * vr.b + kvh * vr.h + j0 * vr.s) * dtype_size(c.v_dtype);
+        W.kb.resize(kn * g.d);
+        W.vb.resize(kn * g.dv);
+        cast(k_at, c.k_dtype, reinterpret_cast<std::byte*>(W.kb.data()), dtype_of<T>(), kn * g.d);
+        cast(v_at, c.v_dtype, reinterpret_cast<std::byte*>(W.vb.data()), dtype_of<T>(),
+             kn * g.dv);
+        kp = W.kb.data(), vp = W.vb.data(), ks = g.d, vs = g.dv;
+      } else {
+        kp = c.k.p + bi * c.k.b + kvh * c.k.h + j0 * c.k.s;
+        vp = c.v.p + bi * c.v.b + kvh * c.v.h + j0 * c.v.s;
+        ks = static_cast<std::size_t>(c.k.s), vs = static_cast<std::size_t>(c.v.s);
+      }
       W.dk.assign(kn * g.d, T(0));
       W.dv.assign(kn * g.dv, T(0));
       for (std::size_t hh = 0; hh < group; ++hh) {
         const std::size_t h = kvh * group + hh;
         for (std::size_t q0 = 0; q0 < g.sq; q0 += t.q) {
           const std::size_t qn = std::min(t.q, g.sq - q0);
-          if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, c.want_dbias, W.G, W.H)) continue;
+          if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, c.want_dbias, W.G, W.H, kp, ks, vp,
+                    vs)) {
+            continue;
+          }
           const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
           const T* op = c.dO.p + bi * c.dO.b + h * c.dO.h + q0 * c.dO.s;
           if (c.P.R) {  // Shaw's tables: dq += scale G rk; drk += scale G^T q; drv += H^T dO
@@ -365,7 +388,7 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
           gemm(true, false, kn, g.dv, qn, T(1), W.s.data(), kn, op, c.dO.s, T(1), W.dv.data());
           gemm(true, false, kn, g.d, qn, c.P.scale, W.dp.data(), kn, qp, c.q.s, T(1),
                W.dk.data());
-          gemm(false, false, qn, g.d, kn, c.P.scale, W.dp.data(), kn, kp, c.k.s, T(1),
+          gemm(false, false, qn, g.d, kn, c.P.scale, W.dp.data(), kn, kp, ks, T(1),
                W.dq.data() + (hh * g.sq + q0) * g.d);
         }
       }
@@ -380,9 +403,10 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
         store_rows(out.dv, vst, bi, kvh, j0, kn, g.dv, W.dv.data());
       }
       if (c.release_kv) {  // this item is the last to use the tile (heads contiguous)
-        const T* vp = c.v.p + bi * c.v.b + kvh * c.v.h + j0 * c.v.s;
-        io_detail::release_mapped(reinterpret_cast<const std::byte*>(kp), kn * g.d * sizeof(T));
-        io_detail::release_mapped(reinterpret_cast<const std::byte*>(vp), kn * g.dv * sizeof(T));
+        if (!k_at) k_at = reinterpret_cast<const std::byte*>(kp);
+        if (!v_at) v_at = reinterpret_cast<const std::byte*>(vp);
+        io_detail::release_mapped(k_at, kn * g.d * dtype_size(c.k_raw ? c.k_dtype : dtype_of<T>()));
+        io_detail::release_mapped(v_at, kn * g.dv * dtype_size(c.v_raw ? c.v_dtype : dtype_of<T>()));
       }
     }
     for (std::size_t hh = 0; hh < group; ++hh) {
@@ -560,8 +584,23 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
     c.t = t;
     Tensor hq_, hk_, hv_, ho_;
     c.q = make_view<T>(q, g.axes, hq_);
-    c.k = make_view<T>(k, g.axes, hk_);
-    c.v = make_view<T>(v, g.axes, hv_);
+    // Mapped K and V narrower than T (f16, bf16; f32 under f64), heads contiguous: widened
+    // a key tile at a time rather than converted whole.
+    const bool heads_first = g.axes.find('h') < g.axes.find('s') && g.axes.back() == 'd';
+    auto narrower = [](DType t) {
+      return t == dtype_of<T>() ||
+             (is_float(t) && !is_fp8(t) && dtype_size(t) < dtype_size(dtype_of<T>()));
+    };
+    const bool widen = bopt.release_kv && heads_first && narrower(k.dtype()) &&
+                       narrower(v.dtype()) &&
+                       (k.dtype() != dtype_of<T>() || v.dtype() != dtype_of<T>());
+    if (widen) {
+      c.k_raw = k.bytes(), c.v_raw = v.bytes();
+      c.k_dtype = k.dtype(), c.v_dtype = v.dtype();
+    } else {
+      c.k = make_view<T>(k, g.axes, hk_);
+      c.v = make_view<T>(v, g.axes, hv_);
+    }
     c.dO = make_view<T>(grad_output, g.axes, ho_);
     c.lse = std::move(lse);
     c.D = std::move(D);
@@ -569,9 +608,9 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
     c.dk_sink = dk_sink, c.dv_sink = dv_sink;
     c.keep_dk = c.keep_dv = !bopt.sink;
     // Only K and V used in place (no converted copy), a head's keys contiguous.
-    c.release_kv = bopt.release_kv && static_cast<const void*>(c.k.p) == k.bytes() &&
-                   static_cast<const void*>(c.v.p) == v.bytes() &&
-                   g.axes.find('h') < g.axes.find('s');
+    c.release_kv = bopt.release_kv && heads_first &&
+                   (widen || (static_cast<const void*>(c.k.p) == k.bytes() &&
+                              static_cast<const void*>(c.v.p) == v.bytes()));
     c.k_shape = k.shape(), c.v_shape = v.shape();
     if (bopt.dbias) c.dsb.assign(rows * g.sk, T(0));
     if (bopt.dt5_bias) c.dt5.assign(g.b * g.hq * (g.sq + g.sk - 1), 0.0);

@@ -289,8 +289,9 @@ class AttentionBackwardRefusals(PosencTestCase):
 
     def test_budget_too_small_is_refused_before_reading(self):
         # sk 65,536 keys of 8 heads (256 MiB each of K and V, sparse files) within
-        # --max-memory 64MiB: the backward reads its inputs whole, so it refuses from the
-        # headers (exit 3, nothing written) rather than exceed the budget.
+        # --max-memory 64MiB, dk and dv to HDF5 (no positional writes, so no streaming:
+        # test_attention_backward_stream.py): the inputs would be read whole, so it
+        # refuses from the headers (exit 3, nothing written) rather than exceed the budget.
         big = []
         for name in ("bk.npy", "bv.npy"):
             a = np.lib.format.open_memmap(self.path(name), mode="w+", dtype=np.float32,
@@ -302,7 +303,7 @@ class AttentionBackwardRefusals(PosencTestCase):
         before = sorted(os.listdir(self.tmp))
         self.assert_each_fails(
             ["attention", "-q", q, "-k", big[0], "-v", big[1], "--grad-output", do,
-             "--max-memory", "64MiB", "-o", self.path("o_{}.npy")],
+             "--max-memory", "64MiB", "-o", self.path("o.h5")],
             [(3, [], "gradients would need .* > --max-memory 64.0 MiB")], before)
 
     def test_nan_in_grad_output_propagates(self):

@@ -6,8 +6,9 @@ contiguous), the forward streams over them within the budget, and dk and dv are 
 to their NPY files as each key tile completes; the bytes are those of the run in memory
 (and agree with torch float64 autograd of an eager attention written here to 1e-12 of
 each tensor's largest magnitude), at -j1 and -j2; the process's peak resident memory
-stays far below K and V. What cannot stream (K and V to be converted, dk to HDF5) is
-refused as before (exit 3), nothing written.
+stays far below K and V; narrower K and V (f32 under float64) are widened a key tile at
+a time. What cannot stream (--rope, dk to HDF5) is refused as before (exit 3), nothing
+written.
 """
 import os
 import unittest
@@ -88,20 +89,32 @@ class AttentionBackwardStream(PosencTestCase):
         self.assertLess(rss_kib * 1024, 48 << 20, f"peak RSS {rss_kib} KiB")
         self.assertEqual(np.load(self.path("m_dk.npy")).shape, (1, 2, 262144, 32))
 
+    def test_narrower_inputs_widened_by_tile(self):
+        # f32 K and V under the float64 arithmetic: widened a key tile at a time.
+        (q, k, v, do), paths = self.inputs((1, 2, 1, 16, 8192, 32, 16), dtype=np.float32,
+                                           seed=6)
+        mem = self.grads(paths, "mem", "--causal")
+        got = self.grads(paths, "s", "--causal", "--max-memory", "2M")
+        for n in mem:
+            self.assertEqual(got[n].tobytes(), mem[n].tobytes(), n)
+        Q, K, V = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, k, v))
+        want = torch.autograd.grad(eager(Q, K, V, True), (Q, K, V),
+                                   torch.tensor(do, dtype=torch.float64))
+        for n, w in zip(("dq", "dk", "dv"), want):
+            np.testing.assert_array_equal(got[n], w.numpy().astype(np.float32), err_msg=n)
+
     def test_refused_where_it_cannot_stream(self):
-        # f32 K and V under float64 arithmetic would be converted whole; dk to HDF5 cannot
-        # take positional writes.
+        # dk to HDF5 cannot take positional writes; --rope keeps the inputs whole.
         _, paths = self.inputs((1, 2, 2, 16, 8192, 32, 32), dtype=np.float32, seed=4)
         base = ["attention", "-q", paths[0], "-k", paths[1], "-v", paths[2], "--grad-output",
                 paths[3], "--max-memory", "2M"]
-        for extra in (["-o", self.path("r_{}.npy")],
+        for extra in (["--rope", "-o", self.path("r_{}.npy")],
                       ["--precision", "f32", "-o", self.path("r.h5")]):
             p = run(*base, *extra)
             self.assertEqual(p.returncode, 3, p.stderr)
             self.assertIn("--max-memory", p.stderr)
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
             self.assertFalse([f for f in os.listdir(self.tmp) if f.startswith("r")])
-
 
 if __name__ == "__main__":
     unittest.main()
