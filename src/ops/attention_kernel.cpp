@@ -15,6 +15,7 @@
 #include <xtensor-blas/xblas.hpp>
 #include <xtensor/xadapt.hpp>
 
+#include "ops/row_gemv.hpp"
 #include "ops/row_max.hpp"
 #include "ops/widen.hpp"
 #include "posenc/encodings/arith.hpp"
@@ -895,6 +896,15 @@ void run_items(const Plan<T>& P, std::vector<Scratch<T>>& ws, std::size_t bi, st
     }
   }
   for (std::size_t i = 0; i < n; ++i) item_end(P, ws[i], ws[i].s, bi, h0 + i, q0);
+}
+
+void row_scores_f32(const float* a, const float* b, std::size_t n, std::size_t d, float alpha,
+                    float* c) {
+  gemv_scores(a, b, n, d, alpha, 0.0f, c);
+}
+
+void row_values_f32(const float* a, const float* b, std::size_t n, std::size_t dv, float* c) {
+  gemv_values(a, b, n, dv, 1.0f, 1.0f, c);
 }
 
 #define POSENC_ATTENTION_KERNEL(T)                                                                 \
