@@ -364,6 +364,16 @@ class KeywordReader {
       member.push_back(xarray_of<double>(w, f.name.c_str()));
     }
   }
+  void operator()(const Field& f, const Spread& s) {
+    if (!arrays_.value_or(true) || !has(f)) return;
+    const py::object list = d_[f.name.c_str()];
+    if (!py::isinstance<py::list>(list)) bad_type(f.name, "a list of arrays", list);
+    std::size_t i = 0;  // (x, None): the second not given
+    for (const py::handle w : py::list(list)) {
+      if (!w.is_none()) *s.members.at(i) = xarray_of<double>(w, f.name.c_str());
+      ++i;
+    }
+  }
   void operator()(const Field& f, ArrayF32 a) {
     if (!arrays_.value_or(true)) return;
     a.values = xarray_arg<double>(d_, f.name.c_str());
@@ -698,15 +708,23 @@ R request_of(const py::dict& d, R r = R{}) {
   return r;
 }
 
+// The table of request `r` (its keywords' names in errors about spread members).
+template <class R, class F>
+Table table_in_keywords(R& r, F compute) {
+  const Caller keywords{nullptr, [](const std::string& n) { return n; }, nullptr};
+  return in_callers_terms(r, keywords, [&] { return compute(r); });
+}
+
 // Every kind posenc.table knows, by name: the declared kinds, then those with their own
-// keywords (RoPE's emit lists; the learned tables the library names apart), which
-// replace the declared kinds' entries.
+// keywords (RoPE's emit lists; cpmant-bucket's two segment keywords, one option on the
+// command line), which replace the declared kinds' entries.
 const std::map<std::string, TableKind>& table_kinds() {
   static const std::map<std::string, TableKind> kinds = [] {
     std::map<std::string, TableKind> k;
     for_each_table([&k](const char* kind, auto preset, auto compute) {
       k[kind] = [preset, compute](const TableArgs& a, std::vector<Table>& tables) {
-        tables.push_back(compute(request_of(a.d, preset)));
+        auto r = request_of(a.d, preset);
+        tables.push_back(table_in_keywords(r, compute));
       };
     });
     k["rope"] = [](const TableArgs& a, std::vector<Table>& tables) {
@@ -735,32 +753,6 @@ const std::map<std::string, TableKind>& table_kinds() {
       auto r = request_of<FunnelFactorizedRequest>(a.d);
       if (auto e = get<std::string>(a.d, "emit")) r.emit = parse_funnel_factor(*e);
       tables.push_back(funnel_factorized_table(r));
-    };
-    k["swinv2-coords"] = [](const TableArgs& a, std::vector<Table>& tables) {
-      auto r = request_of<SwinV2CoordsRequest>(a.d);
-      r.mlp_w1 = xarray_arg<double>(a.d, "mlp_w1");
-      r.mlp_b1 = xarray_arg<double>(a.d, "mlp_b1");
-      r.mlp_w2 = xarray_arg<double>(a.d, "mlp_w2");
-      tables.push_back(swinv2_coords_table(r));
-    };
-    k["layoutlm-bucket"] = [](const TableArgs& a, std::vector<Table>& tables) {
-      auto r = request_of<LayoutBucketRequest>(a.d);
-      r.bias_table = xarray_arg<double>(a.d, "bias_table");
-      r.bias_table_y = xarray_arg<double>(a.d, "bias_table_y");
-      if (r.bias_table_y && r.axis != LayoutAxis::xy) {
-        throw UsageError("bias_table: two weights are for axis xy (x then y)");
-      }
-      if (r.axis == LayoutAxis::xy && !r.bias_table_y) {
-        throw UsageError("axis xy: needs bias_table WX WY (the buckets are per axis: x or y)");
-      }
-      try {
-        tables.push_back(layout_bucket_table(r));
-      } catch (const InputError& e) {
-        // The library's second weight is the second of bias_table's pair.
-        const std::string msg = e.what();
-        if (msg.rfind("bias_table_y: ", 0) != 0) throw;
-        throw InputError("bias_table (y, the second): " + msg.substr(14));
-      }
     };
     k["cpmant-bucket"] = [](const TableArgs& a, std::vector<Table>& tables) {
       auto r = request_of<CpmAntBucketRequest>(a.d);

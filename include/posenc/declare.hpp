@@ -165,6 +165,19 @@ inline ArrayF32 with_f32(std::optional<xt::xarray<double>>& values, bool& f32) {
   return ArrayF32{values, f32};
 }
 
+/// Several tensors given together, each into its own member (`--mlp W1 B1 W2`, Python
+/// `mlp=(w1, b1, w2)`; `--bias-table WX [WY]`). `said[i]`: for a member the library's
+/// messages name apart ("bias_table_y"), that name and how the caller hears it after
+/// the field's own name ("y, the second"); empty: the member goes by the field's name.
+struct Spread {
+  std::vector<std::optional<xt::xarray<double>>*> members;
+  std::vector<std::pair<std::string, std::string>> said;
+};
+inline Spread spread(std::vector<std::optional<xt::xarray<double>>*> members,
+                     std::vector<std::pair<std::string, std::string>> said = {}) {
+  return Spread{std::move(members), std::move(said)};
+}
+
 /// What a front end says about the request being built: whether the caller gave a field,
 /// and how the caller spells a field in messages ("--bias-table" on the command line,
 /// "bias_table" in Python).
@@ -180,6 +193,37 @@ struct Caller {
 /// has this empty overload; others overload it beside their `declare`.
 template <class R>
 void check_given(const R&, const Caller&) {}
+
+/// Collects the spread members whose messages must be said as the caller's field.
+struct SpreadNames {
+  std::vector<std::pair<std::string, std::string>> from_to;  ///< "bias_table_y: " -> "X (y, ...): "
+  const Caller* caller = nullptr;
+  template <class T>
+  void operator()(const Field&, const T&) {}
+  void operator()(const Field& f, const Spread& s) {
+    for (const auto& [member, label] : s.said) {
+      from_to.push_back({member + ": ", caller->term(f.name) + " (" + label + "): "});
+    }
+  }
+};
+
+/// `f()`, an InputError naming a spread member as the library does ("bias_table_y: ...")
+/// said as the caller's field instead ("--bias-table (y, the second): ...").
+template <class R, class F>
+auto in_callers_terms(R& r, const Caller& c, F&& f) {
+  try {
+    return f();
+  } catch (const InputError& e) {
+    SpreadNames n;
+    n.caller = &c;
+    declare(n, r);
+    const std::string msg = e.what();
+    for (const auto& [from, to] : n.from_to) {
+      if (msg.rfind(from, 0) == 0) throw InputError(to + msg.substr(from.size()));
+    }
+    throw;
+  }
+}
 
 template <class T>
 struct IsOptional : std::false_type {};
@@ -268,6 +312,10 @@ class Describer {
   }
   void operator()(Field f, const ArrayF32&) {
     f.type = "array";
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const Spread&) {
+    f.type = "array list";
     fields.push_back(std::move(f));
   }
 

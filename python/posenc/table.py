@@ -236,8 +236,8 @@ def swinv2_coords(*, window, pretrained_window=None, mlp=None, dtype=None):
     return _run("swinv2-coords", {"window": _window(window),
                                   "pretrained_window": _window(pretrained_window,
                                                                "pretrained_window"),
-                                  "mlp_w1": _values(w1, "mlp"), "mlp_b1": _values(b1, "mlp"),
-                                  "mlp_w2": _values(w2, "mlp")}, dtype)
+                                  "mlp": None if mlp is None else [
+                                      _values(w, "mlp") for w in (w1, b1, w2)]}, dtype)
 
 
 def levit_index(*, resolution, stride=1, bias_table=None, dtype=None):
@@ -291,16 +291,14 @@ def layoutlm_bucket(*, axis="1d", seq_len=None, position_ids=None, bbox=None, bu
     max_distance default to 32, 128 (1d) or 64, 256 (boxes). bias_table [heads, buckets]
     gives the bias [b, heads, s, s] instead; axis "xy" takes a pair (WX, WY) and sums
     the x and y biases."""
-    bias_y = None
-    if isinstance(bias_table, tuple):
-        if len(bias_table) != 2:
-            raise UsageError(f"bias_table: expected one weight or a pair (x, y), got "
-                             f"{len(bias_table)}")
-        bias_table, bias_y = bias_table
+    weights = bias_table if isinstance(bias_table, tuple) else (bias_table,)
+    if len(weights) != 2 and isinstance(bias_table, tuple):
+        raise UsageError(f"bias_table: expected one weight or a pair (x, y), got "
+                         f"{len(bias_table)}")
     return _run("layoutlm-bucket", _declared(
         "layoutlm-bucket", locals(), position_ids=_ints(position_ids, "position_ids"),
-        bbox=_ints(bbox, "bbox"), bias_table=_values(bias_table, "bias_table"),
-        bias_table_y=_values(bias_y, "bias_table")), dtype)
+        bbox=_ints(bbox, "bbox"), bias_table=None if bias_table is None else [
+            _values(w, "bias_table") for w in weights]), dtype)
 
 
 def udop_bucket(*, axis="1d", seq_len=None, bbox=None, buckets=32, max_distance=None,

@@ -233,21 +233,9 @@ void add_plain_kind(CLI::App* table, const char* name, const char* help,
   add_common(o.sub, o.c, dtype_help.c_str());
   o.sub->callback([&o, compute] {
     o.read();
-    write_out(compute(o.r), o.c);
+    write_out(in_callers_terms(o.r, command_line(o.sub), [&o, compute] { return compute(o.r); }),
+              o.c);
   });
-}
-
-// An error of the library naming `member` (a request's second table) said as the option's
-// `nth` value: "bias_table_y: ..." -> "--bias-table (y, the second): ...".
-template <class F>
-void naming_second(F&& f, const std::string& member, const std::string& nth) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
-    if (msg.rfind(member + ": ", 0) != 0) throw;
-    throw InputError(nth + ": " + msg.substr(member.size() + 2));
-  }
 }
 
 constexpr const char* kFloatDtypeHelp =
@@ -404,28 +392,12 @@ void register_table(CLI::App& app) {
         bias_dtype_help("index"), window_index_table, beit);
   }
   if (wanted("swinv2-coords")) {
-    static std::vector<std::string> mlp;  // W1 B1 W2
-    Kind<SwinV2CoordsRequest>& o = add_kind<SwinV2CoordsRequest>(
+    add_plain_kind<SwinV2CoordsRequest>(
         table, "swinv2-coords",
         "Swin-V2 relative_coords_table, the input of its position-bias MLP: sign(c) "
         "log2(1 + |c|) / 3 with c = 8 d / (P - 1) for the offsets d of an H x W window; "
-        "shape [2H-1, 2W-1, 2] (with --mlp: the bias [heads, HW, HW])");
-    // Three files into three members: the library's weights are named apart.
-    o.sub
-        ->add_option("--mlp", mlp,
-                     "W1 B1 W2: HF continuous_position_bias_mlp weights ([hidden, 2], [hidden], "
-                     "[heads, hidden]); the table is then the bias 16 sigmoid(mlp(coords)) "
-                     "gathered by relative_position_index, [heads, HW, HW]")
-        ->expected(3);
-    add_common(o.sub, o.c, kFloatDtypeHelp);
-    o.sub->callback([&o] {
-      if (!mlp.empty()) {
-        o.r.mlp_w1 = read_values(mlp[0], "--mlp");
-        o.r.mlp_b1 = read_values(mlp[1], "--mlp");
-        o.r.mlp_w2 = read_values(mlp[2], "--mlp");
-      }
-      write_out(swinv2_coords_table(o.r), o.c);
-    });
+        "shape [2H-1, 2W-1, 2] (with --mlp: the bias [heads, HW, HW])",
+        kFloatDtypeHelp, swinv2_coords_table);
   }
   if (wanted("levit-index")) {
     add_plain_kind<LevitIndexRequest>(
@@ -468,34 +440,12 @@ void register_table(CLI::App& app) {
         kFloatDtypeHelp, fairseq_sinusoidal_table);
   }
   if (wanted("layoutlm-bucket")) {
-    static std::vector<std::string> bias_table;
-    Kind<LayoutBucketRequest>& o = add_kind<LayoutBucketRequest>(
+    add_plain_kind<LayoutBucketRequest>(
         table, "layoutlm-bucket",
         "LayoutLMv2/v3 relative buckets (HF relative_position_bucket, bidirectional) of "
         "position or bounding-box offsets c_j - c_i per row; shape [b, s, s], integers (or "
-        "the bias [b, heads, s, s] of learned weights)");
-    // Two files into two members (x, y): the library names the second apart.
-    o.sub
-        ->add_option("--bias-table", bias_table,
-                     "learned weight REF [heads, buckets] (nn.Linear rel_pos_bias, "
-                     "rel_pos_x_bias or rel_pos_y_bias; for xy two: x then y): write the bias "
-                     "it gives, [b, heads, s, s], instead of the buckets")
-        ->expected(1, 2);
-    add_common(o.sub, o.c, bias_dtype_help("bucket").c_str());
-    o.sub->callback([&o] {
-      LayoutBucketRequest& r = o.r;
-      if (bias_table.size() == 2 && r.axis != LayoutAxis::xy) {
-        throw UsageError("--bias-table: two weights are for --axis xy (x then y)");
-      }
-      if (r.axis == LayoutAxis::xy && bias_table.size() != 2) {
-        throw UsageError("--axis xy: needs --bias-table WX WY (the buckets are per axis: x or y)");
-      }
-      o.read();
-      if (!bias_table.empty()) r.bias_table = read_values(bias_table[0], "--bias-table");
-      if (bias_table.size() == 2) r.bias_table_y = read_values(bias_table[1], "--bias-table");
-      naming_second([&o] { write_out(layout_bucket_table(o.r), o.c); }, "bias_table_y",
-                    "--bias-table (y, the second)");
-    });
+        "the bias [b, heads, s, s] of learned weights)",
+        bias_dtype_help("bucket"), layout_bucket_table);
   }
   if (wanted("complex-order")) {
     add_plain_kind<ComplexOrderRequest>(
@@ -529,7 +479,8 @@ void register_table(CLI::App& app) {
         "bidirectional buckets of j - i within a segment, buckets + q_seg * segments + k_seg "
         "across segments; shape [b, q, k], integers (or the bias [b, heads, q, k] of a "
         "learned table)");
-    // One or two files (query, key segments) into two members, as for --bias-table above.
+    // One or two files (query, key segments) into two members; Python takes them as two
+    // keywords, so the field is not declared (a Spread would make them one).
     o.sub
         ->add_option("--segment-ids", segment_ids,
                      "integer segments REF [b, s] (HF segment; each below --segments), or two: "
@@ -544,8 +495,14 @@ void register_table(CLI::App& app) {
         r.key_segment_ids = read_int64(segment_ids[1], "--segment-ids");
       }
       o.read();
-      naming_second([&o] { write_out(cpmant_bucket_table(o.r), o.c); }, "key_segment_ids",
-                    "--segment-ids (key, the second)");
+      try {
+        write_out(cpmant_bucket_table(r), o.c);
+      } catch (const InputError& e) {
+        // The library's key segments are the second value of --segment-ids.
+        const std::string msg = e.what();
+        if (msg.rfind("key_segment_ids: ", 0) != 0) throw;
+        throw InputError("--segment-ids (key, the second): " + msg.substr(17));
+      }
     });
   }
 }

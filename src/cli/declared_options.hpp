@@ -73,6 +73,17 @@ class ArrayFiles {
       a.f32 = dt == DType::f32;
     };
   }
+  /// Several files, one into each member.
+  void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, const Spread& spread) {
+    Slot& s = slots_.emplace_back();
+    const std::string option = f.option();
+    opt = sub->add_option(option, s.paths, f.help)->expected(f.min_count, f.max_count);
+    s.read = [members = spread.members, &s, option] {
+      for (std::size_t i = 0; i < s.paths.size(); ++i) {
+        *members.at(i) = read_values(s.paths[i], option);
+      }
+    };
+  }
   void read() {
     for (Slot& s : slots_) s.read();
   }
@@ -161,6 +172,12 @@ class OptionBinder {
         f.help);
     opt->expected(p.one_for_both ? 1 : 2, 2);
     if (f.required) opt->required();
+    grouped(opt);
+  }
+  void operator()(const Field& f, const Spread& spread) {
+    if (skipped(f)) return;
+    CLI::Option* opt = nullptr;
+    files_->bind(sub_, opt, f, spread);
     grouped(opt);
   }
   void operator()(const Field& f, ArrayF32 a) {

@@ -218,7 +218,8 @@ def test_the_walk_covers_tensors_pairs_and_lists():
     for wanted in [("swin-index", "bias_table"), ("relative", "embeddings"),
                    ("detr-sine", "mask"), ("complex-order", "frequency"),
                    ("longt5-global", "attention_mask"), ("reformer-axial", "weights"),
-                   ("udop-bucket", "bias_table")]:
+                   ("udop-bucket", "bias_table"), ("swinv2-coords", "mlp"),
+                   ("layoutlm-bucket", "bias_table")]:
         assert wanted in names, wanted
 
 

@@ -258,6 +258,12 @@ void declare(V& v, SwinV2CoordsRequest& r) {
           "P_H [P_W]: HF pretrained_window_size, dividing the offsets instead of the window "
           "(each at least 2)"),
     pair(r.pretrained_height, r.pretrained_width, /*one_for_both=*/true));
+  v(field("mlp",
+          "W1 B1 W2: HF continuous_position_bias_mlp weights ([hidden, 2], [hidden], [heads, "
+          "hidden]); the table is then the bias 16 sigmoid(mlp(coords)) gathered by "
+          "relative_position_index, [heads, HW, HW]")
+        .count(3, 3),
+    spread({&r.mlp_w1, &r.mlp_b1, &r.mlp_w2}));
 }
 
 template <class V>
@@ -357,6 +363,24 @@ void declare(V& v, LayoutBucketRequest& r) {
     r.max_distance);
   v(field("position_ids", "1d: integer positions REF [b, s]"), r.position_ids);
   v(field("bbox", "x, y, xy: integer boxes REF [b, s, 4] (x0, y0, x1, y1 as HF bbox)"), r.bbox);
+  v(field("bias_table",
+          "learned weight REF [heads, buckets] (nn.Linear rel_pos_bias, rel_pos_x_bias or "
+          "rel_pos_y_bias; for xy two: x then y): write the bias it gives, [b, heads, s, s], "
+          "instead of the buckets")
+        .count(1, 2),
+    spread({&r.bias_table, &r.bias_table_y}, {{"bias_table_y", "y, the second"}}));
+}
+/// Two weights are the x and y of --axis xy, and only then.
+inline void check_given(const LayoutBucketRequest& r, const Caller& c) {
+  const std::size_t n = c.count("bias_table");
+  if (n == 2 && r.axis != LayoutAxis::xy) {
+    throw UsageError(c.term("bias_table") + ": two weights are for " + c.term("axis") +
+                     " xy (x then y)");
+  }
+  if (r.axis == LayoutAxis::xy && n != 2) {
+    throw UsageError(c.term("axis") + " xy: needs " + c.term("bias_table") +
+                     " WX WY (the buckets are per axis: x or y)");
+  }
 }
 
 template <class V>
