@@ -75,11 +75,7 @@ struct AttentionCmdOptions {
 
   /// The reference given for the declared tensor `member` ("" when none).
   const std::string& ref(const Tensor* AttentionOptions::*member) const {
-    const auto& t = attention_tensors();
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      if (t[i].member == member) return tensors[i];
-    }
-    throw std::logic_error("not a declared attention tensor");
+    return tensors[index_of(attention_tensors(), member)];
   }
 };
 

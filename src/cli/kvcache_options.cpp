@@ -67,10 +67,7 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
   std::vector<std::optional<Tensor>> held(declared.size());
   // The tensor read for `member`, or none.
   auto side = [&](const Tensor* K::*member) -> const std::optional<Tensor>& {
-    for (std::size_t i = 0; i < declared.size(); ++i) {
-      if (declared[i].member == member) return held[i];
-    }
-    throw std::logic_error("not a declared KV-cache tensor");
+    return held[index_of(declared, member)];
   };
   auto q_src = open_source(parse_ref(q));
   auto k_src = open_source(parse_ref(k));

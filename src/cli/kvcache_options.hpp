@@ -3,7 +3,6 @@
 // arguments): binding, checks, reading, and the call into ops/attention_cache.hpp.
 
 #include <CLI/CLI.hpp>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,11 +21,7 @@ struct KvCacheCliOptions {
 
   /// The reference given for the declared tensor `member` ("" when none).
   const std::string& ref(const Tensor* KvCacheOptions::*member) const {
-    const auto& t = kvcache_tensors();
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      if (t[i].member == member) return tensors[i];
-    }
-    throw std::logic_error("not a declared KV-cache tensor");
+    return tensors[index_of(kvcache_tensors(), member)];
   }
 };
 

@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,15 @@ struct TensorField {
 
   std::string option() const { return Field::option_of(name); }
 };
+
+/// The index of `member` in `table` (a logic error when it is none of its rows).
+template <class R>
+std::size_t index_of(const std::vector<TensorField<R>>& table, const Tensor* R::*member) {
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    if (table[i].member == member) return i;
+  }
+  throw std::logic_error("not a declared tensor");
+}
 
 /// AttentionOptions' tensors that are one option and one keyword of the same name, in the
 /// order --help lists them. Not here, because their option is no member's name:
