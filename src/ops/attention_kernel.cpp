@@ -196,6 +196,47 @@ __attribute__((target("avx2,fma"))) void values_avx2(const float* a, const float
   }
 }
 
+// (GCC 12 warns about the undefined upper lanes inside its own AVX-512 headers, as in
+// rope_kernel_avx512.cpp.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// values_avx2 with 16 rows an instruction, for dv a multiple of 16 (no first rows taken
+// in two chains): the same arithmetic per element.
+__attribute__((target("avx512f,avx2,fma"))) void values_avx512(const float* a, const float* b,
+                                                               std::size_t n, std::size_t dv,
+                                                               float alpha, float* c) {
+  const __m512 al = _mm512_set1_ps(alpha);
+  for (std::size_t j = 0; j < n; j += 8) {
+    const float* v = b + j * dv;
+    __m512 x[8];
+    for (std::size_t u = 0; u < 8; ++u) x[u] = _mm512_set1_ps(a[j + u]);
+    std::size_t r = 0;
+    for (; r + 16 <= dv; r += 16) {
+      __m512 acc = _mm512_setzero_ps();
+      for (std::size_t u = 0; u < 8; ++u) {
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(v + u * dv + r), x[u], acc);
+      }
+      _mm512_storeu_ps(c + r, _mm512_fmadd_ps(al, acc, _mm512_loadu_ps(c + r)));
+    }
+    for (; r < dv; r += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (std::size_t u = 0; u < 8; ++u) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(v + u * dv + r), _mm512_castps512_ps256(x[u]), acc);
+      }
+      _mm256_storeu_ps(c + r,
+                       _mm256_fmadd_ps(_mm512_castps512_ps256(al), acc, _mm256_loadu_ps(c + r)));
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
+inline bool avx512_isa() {
+  static const bool on =
+      __builtin_cpu_supports("avx512f") && std::strcmp(widen_detail::widen_isa(), "avx512") == 0;
+  return on;
+}
+
 }  // namespace own_gemv
 
 // One query row's products with n keys, rows of B (contiguous, k wide): the scores
@@ -226,7 +267,9 @@ void gemv_values(const T* a, const T* b, std::size_t n, std::size_t dv, T alpha,
   if constexpr (std::is_same_v<T, float>) {
     if (beta == 1 && own_gemv::values_fit(dv)) {
       const std::size_t n8 = n / 8 * 8;
-      if (own_gemv::vector_isa()) {
+      if (own_gemv::vector_isa() && own_gemv::avx512_isa() && ((dv & 4) + (dv & 8)) == 0) {
+        own_gemv::values_avx512(a, b, n8, dv, alpha, c);
+      } else if (own_gemv::vector_isa()) {
         own_gemv::values_avx2(a, b, n8, dv, alpha, c);
       } else {
         own_gemv::values_scalar(a, b, n8, dv, alpha, c);
