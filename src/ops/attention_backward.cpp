@@ -23,6 +23,7 @@
 #include "ops/attention_fa.hpp"
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_kernel.hpp"
+#include "ops/attention_varlen.hpp"
 #include "io/slab.hpp"
 #include "ops/blas_threads.hpp"
 #include "posenc/encodings/arith.hpp"
@@ -79,7 +80,6 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   no(opt.rel_pos_h != nullptr || opt.rel_pos_w != nullptr, "--decomposed-rel-pos");
   no(opt.score_bias != nullptr, "a relative score term (--relative)");
   no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
-  no(opt.cu_seqlens_q != nullptr || opt.cu_seqlens_k != nullptr, "--cu-seqlens-q/--cu-seqlens-k");
   no(opt.q_descale != nullptr || opt.k_descale != nullptr || opt.v_descale != nullptr,
      "--q-descale/--k-descale/--v-descale (FlashAttention-3's fp8 path is forward only)");
   no(!opt.p_dtype.empty(), "--p-dtype");
@@ -813,6 +813,7 @@ AttentionGrads backward_qv(const Tensor& q, const Tensor& k, const Tensor& v,
 std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,
                                       DType q_dtype, const AttentionOptions& opt,
                                       const AttentionBackwardOptions& bopt) {
+  if (is_varlen(opt)) return varlen_backward_memory(q, k, v, q_dtype, opt, bopt);  // per sequence
   if (!opt.qv) return plain_memory(q, k, v, q_dtype, opt, bopt);
   AttentionOptions plain = forward_options(opt);
   plain.qv = nullptr;
@@ -826,6 +827,7 @@ std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shap
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& grad_output, const AttentionOptions& opt,
                                   const AttentionBackwardOptions& bopt) {
+  if (is_varlen(opt)) return attention_varlen_backward(q, k, v, grad_output, opt, bopt);
   return opt.qv ? backward_qv(q, k, v, grad_output, opt, bopt)
                 : backward_plain(q, k, v, grad_output, opt, bopt);
 }

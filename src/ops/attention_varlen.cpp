@@ -15,9 +15,11 @@
 #include <optional>
 #include <vector>
 
+#include "ops/attention_geometry.hpp"
 #include "ops/attention_io.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
+#include "posenc/ops/cast.hpp"
 #include "posenc/ops/rope.hpp"
 
 namespace posenc::attention_detail {
@@ -214,6 +216,24 @@ void seq_options(SeqOptions& so, const Varlen& L, const AttentionOptions& opt, s
   }
 }
 
+// Sequence b's used rows of Q, K and V (and of dO: Q's rows), borrowed, and its options:
+// what each run of the forward and of the backward is given.
+struct Sequence {
+  std::int64_t nq = 0, nk = 0;
+  std::optional<Tensor> q, k, v, dO;
+  SeqOptions so;
+};
+
+void borrow_sequence(Sequence& s, const Varlen& L, const AttentionOptions& opt, std::size_t b,
+                     const Tensor& q, const Tensor& k, const Tensor* v, const Tensor* dO) {
+  s.nq = L.uq[b], s.nk = L.uk[b];
+  s.q = rows_of(q, L.cq[b], s.nq);
+  s.k = rows_of(k, L.ck[b], s.nk);
+  if (v) s.v = rows_of(*v, L.ck[b], s.nk);
+  if (dO) s.dO = rows_of(*dO, L.cq[b], s.nq);
+  seq_options(s.so, L, opt, b);
+}
+
 // The packed outputs' bytes.
 std::size_t packed_bytes(const Varlen& L, const Shape& qs, const Shape* vs) {
   std::size_t bytes = 0;
@@ -289,16 +309,13 @@ AttentionResult attention_varlen(const Tensor& q, const Tensor& k, const Tensor*
   };
   bool recorded = false;
   for (std::size_t b = 0; b < L.n; ++b) {
-    const std::int64_t nq = L.uq[b], nk = L.uk[b];
+    const std::int64_t nq = L.uq[b];
     // A sequence without queries has no rows; the last run still gives the dtypes and
     // records the parameters when no other did.
     if (nq == 0 && (recorded || b + 1 < L.n)) continue;
-    const Tensor qb = rows_of(q, L.cq[b], nq), kb = rows_of(k, L.ck[b], nk);
-    std::optional<Tensor> vb;
-    if (v) vb = rows_of(*v, L.ck[b], nk);
-    SeqOptions so;
-    seq_options(so, L, opt, b);
-    AttentionResult r = attention(qb, kb, vb ? &*vb : nullptr, so.opt);
+    Sequence seq;
+    borrow_sequence(seq, L, opt, b, q, k, v, nullptr);
+    AttentionResult r = attention(*seq.q, *seq.k, seq.v ? &*seq.v : nullptr, seq.so.opt);
     if (!recorded) res.attrs = std::move(r.attrs), recorded = true;
     if (!allocated)
       allocate(emit_output ? r.output.dtype() : L.out, emit_lse ? r.lse.dtype() : L.lse);
@@ -332,6 +349,145 @@ AttentionResult attention_varlen(TensorSource& q, TensorSource& k, TensorSource*
   return run_in_memory(q, k, v, opt, need, names,
                        [](const Tensor& qt, const Tensor& kt, const Tensor* vt,
                           const AttentionOptions& o) { return attention_varlen(qt, kt, vt, o); });
+}
+
+namespace {
+
+// The backward's options checked against the varlen form: what it cannot cut by sequence.
+void refuse_backward(const AttentionBackwardOptions& bopt) {
+  if (bopt.sink || bopt.forward_output || bopt.forward_lse || bopt.release_kv) {
+    throw UsageError(
+        "gradients: cu_seqlens_q: not streamed (no sinks, given forward or released K, V; "
+        "each sequence is computed in memory)");
+  }
+}
+
+// The packed gradients in float64 and their rounded copies, softmax_d and lse likewise.
+std::size_t varlen_backward_packed(const Varlen& L, const Shape& q, const Shape& k,
+                                   const Shape& v, const AttentionOptions& opt) {
+  Shape o = q;
+  o.back() = v.back();
+  const std::size_t nq = checked_numel(q, 1, "attention"), nk = checked_numel(k, 1, "attention"),
+                    nv = checked_numel(v, 1, "attention"), no = checked_numel(o, 1, "attention");
+  std::size_t n = mul_sat(add_sat(add_sat(nq, nk), add_sat(nv, opt.qv ? no : 0)), 8 + 8);
+  return add_sat(n, mul_sat(mul_sat(q[0], L.hq), 2 * (8 + 8)));
+}
+
+}  // namespace
+
+std::size_t varlen_backward_memory(const Shape& q, const Shape& k, const Shape& v, DType q_dtype,
+                                   const AttentionOptions& opt,
+                                   const AttentionBackwardOptions& bopt) {
+  refuse_backward(bopt);
+  const Varlen L = prepare(q, k, &v, q_dtype, opt);
+  std::size_t most = 0;
+  for (std::size_t b = 0; b < L.n; ++b) {
+    SeqOptions so;
+    seq_options(so, L, opt, b);
+    so.opt.dtype = DType::f64;
+    most = std::max(most, attention_backward_memory(with_rows(q, L.uq[b]), with_rows(k, L.uk[b]),
+                                                    with_rows(v, L.uk[b]), q_dtype, so.opt, bopt));
+  }
+  return add_sat(most, varlen_backward_packed(L, q, k, v, opt));
+}
+
+AttentionGrads attention_varlen_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& grad_output, const AttentionOptions& opt,
+                                         const AttentionBackwardOptions& bopt) {
+  refuse_backward(bopt);
+  Varlen L = prepare(q.shape(), k.shape(), &v.shape(), q.dtype(), opt);
+  Shape o_shape = q.shape();
+  o_shape.back() = v.shape().back();
+  if (!is_float(grad_output.dtype())) {
+    throw InputError(fmt::format("grad_output: dtype {} is not a float type",
+                                 dtype_name(grad_output.dtype())));
+  }
+  if (grad_output.shape() != o_shape) {
+    throw InputError(fmt::format("grad_output: shape {} is not the output's {}",
+                                 shape_str(grad_output.shape()), shape_str(o_shape)));
+  }
+  const std::size_t need =
+      varlen_backward_memory(q.shape(), k.shape(), v.shape(), q.dtype(), opt, bopt);
+  if (opt.max_memory && need > opt.max_memory) {
+    throw InputError(fmt::format("gradients would need {} > max_memory {}", bytes_str(need),
+                                 bytes_str(opt.max_memory)));
+  }
+  // Each sequence's gradients in float64, rounded once here: its rows are the bytes of a
+  // run on that sequence alone, and the parameters' gradients are sums over sequences.
+  L.sub.dtype = DType::f64;
+  if (opt.max_memory) {  // what the packed gradients leave bounds each run's workers
+    const std::size_t packed = varlen_backward_packed(L, q.shape(), k.shape(), v.shape(), opt);
+    L.sub.max_memory = std::max<std::size_t>(1, opt.max_memory - std::min(packed, opt.max_memory));
+  }
+  const std::size_t total_q = q.shape()[0];
+  const Shape lse_shape = L.has_h ? Shape{L.hq, total_q} : Shape{total_q};
+  AttentionGrads acc;  // float64; rows of unused and empty sequences stay 0 (lse -inf)
+  auto zeros = [](const Shape& s) {
+    Tensor t(DType::f64, s);
+    std::memset(t.bytes(), 0, t.nbytes());
+    return t;
+  };
+  acc.dq = zeros(q.shape()), acc.dk = zeros(k.shape()), acc.dv = zeros(v.shape());
+  if (opt.qv) acc.dqv = zeros(opt.qv->shape());
+  acc.softmax_d = zeros(lse_shape);
+  acc.lse = zeros(lse_shape);
+  for (std::size_t i = 0; i < acc.lse.numel(); ++i) {
+    acc.lse.data<double>()[i] = -std::numeric_limits<double>::infinity();
+  }
+  // Parameters' gradients: added over the sequences in order.
+  const char* const sums[] = {"dsinks", "dt5_bias", "drelative_k", "drelative_v", "dbias"};
+  bool recorded = false;
+  for (std::size_t b = 0; b < L.n; ++b) {
+    Sequence seq;
+    borrow_sequence(seq, L, opt, b, q, k, &v, &grad_output);
+    // A sequence without queries has no gradient: its keys' rows stay 0.
+    if (seq.nq == 0 && (recorded || b + 1 < L.n)) continue;
+    AttentionGrads r = attention_backward(*seq.q, *seq.k, *seq.v, *seq.dO, seq.so.opt, bopt);
+    if (!recorded) acc.attrs = std::move(r.attrs), recorded = true;
+    if (seq.nq == 0) continue;
+    auto put = [](Tensor& to, const Tensor& from, std::int64_t row0) {
+      const std::size_t row = row_elems(to.shape()) * 8;
+      std::memcpy(to.bytes() + static_cast<std::size_t>(row0) * row, from.bytes(), from.nbytes());
+    };
+    put(acc.dq, r.dq, L.cq[b]);
+    put(acc.dk, r.dk, L.ck[b]);
+    put(acc.dv, r.dv, L.ck[b]);
+    if (opt.qv) put(acc.dqv, r.dqv, L.cq[b]);
+    const std::size_t rows = static_cast<std::size_t>(seq.nq) * 8;
+    const auto q0 = static_cast<std::size_t>(L.cq[b]);
+    for (std::size_t h = 0; h < L.hq; ++h) {
+      std::memcpy(acc.softmax_d.bytes() + (h * total_q + q0) * 8, r.softmax_d.bytes() + h * rows,
+                  rows);
+      std::memcpy(acc.lse.bytes() + (h * total_q + q0) * 8, r.lse.bytes() + h * rows, rows);
+    }
+    for (const char* n : sums) {
+      const Tensor& from = r.named(n);
+      if (from.numel() == 0) continue;
+      Tensor& to = acc.named(n);
+      if (to.numel() == 0) to = zeros(from.shape());
+      for (std::size_t i = 0; i < from.numel(); ++i) to.data<double>()[i] += from.data<double>()[i];
+    }
+  }
+  if (!recorded) acc.attrs.push_back({"scale", opt.scale});
+  const DType out = opt.dtype.value_or(q.dtype());
+  // softmax_d and lse in the dtypes a run on one sequence gives them (float64; qv's
+  // backward rounds them as its outputs).
+  const DType lse_dtype = opt.qv && out != DType::f64 ? DType::f32 : DType::f64;
+  AttentionGrads res;
+  res.attrs = std::move(acc.attrs);
+  res.attrs.push_back({"gradients", 1LL});
+  res.attrs.push_back({"varlen_sequences", static_cast<long long>(L.n)});
+  if (opt.seqused_q) res.attrs.push_back({"seqused_q", 1LL});
+  if (opt.seqused_k) res.attrs.push_back({"seqused_k", 1LL});
+  for (const char* n : {"dq", "dk", "dv", "dqv", "dsinks", "dt5_bias", "drelative_k",
+                        "drelative_v", "dbias"}) {
+    if (acc.named(n).numel() > 0 || acc.named(n).ndim() > 0) res.named(n) = cast(acc.named(n), out);
+  }
+  // Sinks with no sequence run: their gradient is 0.
+  if (opt.sinks && res.dsinks.numel() == 0) res.dsinks = cast(zeros(opt.sinks->shape()), out);
+  res.softmax_d = cast(acc.softmax_d, lse_dtype);
+  res.lse = cast(acc.lse, lse_dtype);
+  return res;
 }
 
 }  // namespace posenc::attention_detail

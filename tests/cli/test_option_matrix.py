@@ -299,6 +299,11 @@ ATTENTION_ROPE["--start"] = (["--rope", "--dtype", "f64"], ["--rope", "--dtype",
 # --grad-output (dq emitted; tests/reference/test_attention_backward_qv.py checks dqv).
 ATTENTION_GRADIENTS = {
     "--qv": (["--grad-output", "{do}"], ["--grad-output", "{do}", "--qv", "{qvx}"]),
+    # Packed sequences (tests/reference/test_attention_backward_varlen.py checks them).
+    "--cu-seqlens-q": (["--grad-output", "{dop}", "--cu-seqlens-q", "{cuq1}", "--cu-seqlens-k",
+                        "{cuk1}", "--causal"],
+                       ["--grad-output", "{dop}", "--cu-seqlens-q", "{cuq}", "--cu-seqlens-k",
+                        "{cuk}", "--causal"]),
 }
 
 TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()
@@ -365,6 +370,7 @@ class OptionMatrix(PosencTestCase):
         save("rv", r.standard_normal((5, 8)).astype(np.float32))
         save("sinks", r.standard_normal(4).astype(np.float32))
         save("qvx", r.standard_normal((1, 4, 6, 8)).astype(np.float32))
+        save("dop", r.standard_normal((6, 4, 8)).astype(np.float32))  # packed dO
         save("dsq", np.array([[0.5, 2.0]], np.float32))
         save("rph", r.standard_normal((7, 8)).astype(np.float32))
         save("clip", r.standard_normal((12, 4)).astype(np.float32))

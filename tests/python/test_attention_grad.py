@@ -177,3 +177,28 @@ def test_shaw_table_gradients_match_torch_autograd():
         assert (x - ref).abs().max() <= 1e-12 * ref.abs().max()
     with pytest.raises(posenc.UsageError, match="drelative_v needs"):
         posenc.attention(q, k, v, grad_output=do, relative_k=rk, emit=("dq", "drelative_v"))
+
+
+def test_varlen_gradients_are_each_sequences():
+    # FlashAttention's varlen form: each sequence's rows the bytes of its own backward,
+    # the sinks' gradient the sum over the sequences, the rows of an empty one 0.
+    g = np.random.default_rng(9)
+    cq, ck = np.array([0, 4, 4, 9], np.int32), np.array([0, 5, 7, 12], np.int64)
+    q, k = g.standard_normal((9, 4, 8)), g.standard_normal((12, 2, 8))
+    v, do = g.standard_normal((12, 2, 6)), g.standard_normal((9, 4, 6))
+    sinks = np.array([0.3, -0.5, 1.0, 0.0])
+    names = ("dq", "dk", "dv", "dsinks", "lse")
+    got = posenc.attention(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, grad_output=do,
+                           causal=True, sinks=sinks, emit=names)
+    assert not got[1][5:7].any() and not got[2][5:7].any()  # keys without queries
+    dsinks = 0.0
+    for b in (0, 2):
+        one = posenc.attention(q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]],
+                               grad_output=do[cq[b]:cq[b + 1]], axes="shd", causal=True,
+                               sinks=sinks, emit=names)
+        assert np.array_equal(got[0][cq[b]:cq[b + 1]], one[0])
+        assert np.array_equal(got[1][ck[b]:ck[b + 1]], one[1])
+        assert np.array_equal(got[2][ck[b]:ck[b + 1]], one[2])
+        assert np.array_equal(got[4][:, cq[b]:cq[b + 1]], one[4])
+        dsinks = dsinks + one[3]
+    assert np.array_equal(got[3], dsinks)

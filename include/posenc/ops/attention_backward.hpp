@@ -21,7 +21,8 @@
 /// count or --max-memory (which bounds the workers). Parallel over b * hk items.
 ///
 /// Options honoured: scale, causal (both alignments), window, sliding_window, chunk_size,
-/// key_lengths, cu_seqlens, bool and float masks, ALiBi (every variant), soft-cap, sinks,
+/// key_lengths, cu_seqlens, FlashAttention's varlen cu_seqlens_q/cu_seqlens_k (each
+/// sequence's backward on its own, rows packed; src/ops/attention_varlen.hpp), bool and float masks, ALiBi (every variant), soft-cap, sinks,
 /// temperature and Llama-4 query scaling, T5 relative bias (and its table's gradient),
 /// Shaw's relative_k and relative_v tables (every window; and their gradients), GQA/MQA, dv != d, any axes order, FlashAttention-3's qv (the backward of Q||qv over K||V,
 /// the scale's default 1/sqrt(d + dv): dq and dqv are the two parts of the concatenated
