@@ -1,5 +1,5 @@
 // Attention's blocked kernel (attention_kernel.hpp): the products by BLAS (one-row f32
-// products by loops of its own with BLAS's bits: own_gemv), the softmax
+// and f64 products by loops of its own with BLAS's bits: own_gemv), the softmax
 // exponentials, the stores in the output dtype, and a work item's three steps: its
 // rows' state set up, key blocks folded in with an online softmax (the score terms are
 // applied here, element by element), normalised and stored.
@@ -237,6 +237,301 @@ inline bool avx512_isa() {
   return on;
 }
 
+// One-row f64 products, element for element the arithmetic of OpenBLAS 0.3.21's Haswell
+// dgemv kernels (dgemv_t_4.c and dgemv_n_4.c with their Haswell microkernels), the same
+// bits with independent FMA chains. Scores (dgemv_t): each key's dot product in 4 lanes
+// (element e in lane e % 4, in order), (l0 + l2) + (l1 + l3), scaled and added to +0.
+// Sums over V (dgemv_n): four keys at a time, each output element
+// c = fma(fma(v2, x2, v0 * x0) + fma(v3, x3, v1 * x1), alpha, c); OpenBLAS takes the
+// four keys over all the rows before the next four, so each element's chain through c
+// is one dependent FMA per four keys from one pass over the rows to the next; here a
+// block of rows keeps c in registers over the tile's keys, several blocks' chains
+// side by side. Keys past the last group of 4, d or dv not a multiple of 4 (or above
+// 2048) are left to the BLAS call, as for f32.
+void scores_f64_scalar(const double* a, const double* b, std::size_t n, std::size_t d,
+                       double alpha, double* c) {
+  for (std::size_t j = 0; j < n; ++j) {
+    const double* k = b + j * d;
+    double acc[4] = {};
+    for (std::size_t e = 0; e < d; e += 4) {
+      for (std::size_t l = 0; l < 4; ++l) acc[l] = std::fma(k[e + l], a[e + l], acc[l]);
+    }
+    const double dot = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+    c[j] = 0.0 + dot * alpha;
+  }
+}
+
+template <std::size_t G>
+__attribute__((target("avx2,fma"))) void scores_f64_group(const double* a, const double* b,
+                                                          std::size_t d, double alpha,
+                                                          double* c) {
+  __m256d acc[G];
+  for (std::size_t u = 0; u < G; ++u) acc[u] = _mm256_setzero_pd();
+  for (std::size_t e = 0; e < d; e += 4) {
+    const __m256d q = _mm256_loadu_pd(a + e);
+    for (std::size_t u = 0; u < G; ++u) {
+      acc[u] = _mm256_fmadd_pd(_mm256_loadu_pd(b + u * d + e), q, acc[u]);
+    }
+  }
+  for (std::size_t u = 0; u < G; ++u) {
+    const __m128d t =
+        _mm_add_pd(_mm256_castpd256_pd128(acc[u]), _mm256_extractf128_pd(acc[u], 1));
+    c[u] = 0.0 + _mm_cvtsd_f64(_mm_hadd_pd(t, t)) * alpha;
+  }
+}
+
+__attribute__((target("avx2,fma"))) void scores_f64_avx2(const double* a, const double* b,
+                                                         std::size_t n, std::size_t d,
+                                                         double alpha, double* c) {
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8) scores_f64_group<8>(a, b + j * d, d, alpha, c + j);
+  if (j + 4 <= n) scores_f64_group<4>(a, b + j * d, d, alpha, c + j);
+}
+
+// Keys [0, n) (n a multiple of 4) of rows b (dv wide) added into c with weights a.
+void values_f64_scalar(const double* a, const double* b, std::size_t n, std::size_t dv,
+                       double alpha, double* c) {
+  for (std::size_t j = 0; j < n; j += 4) {
+    const double* v = b + j * dv;
+    const double x0 = a[j], x1 = a[j + 1], x2 = a[j + 2], x3 = a[j + 3];
+    for (std::size_t r = 0; r < dv; ++r) {
+      const double t4 = std::fma(v[2 * dv + r], x2, v[r] * x0);
+      const double t5 = std::fma(v[3 * dv + r], x3, v[dv + r] * x1);
+      c[r] = std::fma(t4 + t5, alpha, c[r]);
+    }
+  }
+}
+
+// R registers of 4 rows (b and c start at the block's first row; rows dv apart).
+template <std::size_t R>
+__attribute__((target("avx2,fma"))) inline void values_f64_rows(const double* a, const double* b,
+                                                                std::size_t n, std::size_t dv,
+                                                                __m256d al, double* c) {
+  __m256d y[R];
+  for (std::size_t u = 0; u < R; ++u) y[u] = _mm256_loadu_pd(c + 4 * u);
+  for (std::size_t j = 0; j < n; j += 4) {
+    const double* v = b + j * dv;
+    const __m256d x0 = _mm256_broadcast_sd(a + j), x1 = _mm256_broadcast_sd(a + j + 1),
+                  x2 = _mm256_broadcast_sd(a + j + 2), x3 = _mm256_broadcast_sd(a + j + 3);
+    for (std::size_t u = 0; u < R; ++u) {
+      __m256d t4 = _mm256_mul_pd(_mm256_loadu_pd(v + 4 * u), x0);
+      __m256d t5 = _mm256_mul_pd(_mm256_loadu_pd(v + dv + 4 * u), x1);
+      t4 = _mm256_fmadd_pd(_mm256_loadu_pd(v + 2 * dv + 4 * u), x2, t4);
+      t5 = _mm256_fmadd_pd(_mm256_loadu_pd(v + 3 * dv + 4 * u), x3, t5);
+      y[u] = _mm256_fmadd_pd(_mm256_add_pd(t4, t5), al, y[u]);
+    }
+  }
+  for (std::size_t u = 0; u < R; ++u) _mm256_storeu_pd(c + 4 * u, y[u]);
+}
+
+__attribute__((target("avx2,fma"))) void values_f64_avx2(const double* a, const double* b,
+                                                         std::size_t n, std::size_t dv,
+                                                         double alpha, double* c) {
+  const __m256d al = _mm256_set1_pd(alpha);
+  std::size_t r = 0;
+  for (; r + 32 <= dv; r += 32) values_f64_rows<8>(a, b + r, n, dv, al, c + r);
+  for (; r < dv; r += 4) values_f64_rows<1>(a, b + r, n, dv, al, c + r);
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// values_f64_rows with 8 rows a register: the same arithmetic per element.
+template <std::size_t R>
+__attribute__((target("avx512f,avx2,fma"))) inline void values_f64_rows512(
+    const double* a, const double* b, std::size_t n, std::size_t dv, __m512d al, double* c) {
+  __m512d y[R];
+  for (std::size_t u = 0; u < R; ++u) y[u] = _mm512_loadu_pd(c + 8 * u);
+  for (std::size_t j = 0; j < n; j += 4) {
+    const double* v = b + j * dv;
+    const __m512d x0 = _mm512_set1_pd(a[j]), x1 = _mm512_set1_pd(a[j + 1]),
+                  x2 = _mm512_set1_pd(a[j + 2]), x3 = _mm512_set1_pd(a[j + 3]);
+    for (std::size_t u = 0; u < R; ++u) {
+      __m512d t4 = _mm512_mul_pd(_mm512_loadu_pd(v + 8 * u), x0);
+      __m512d t5 = _mm512_mul_pd(_mm512_loadu_pd(v + dv + 8 * u), x1);
+      t4 = _mm512_fmadd_pd(_mm512_loadu_pd(v + 2 * dv + 8 * u), x2, t4);
+      t5 = _mm512_fmadd_pd(_mm512_loadu_pd(v + 3 * dv + 8 * u), x3, t5);
+      y[u] = _mm512_fmadd_pd(_mm512_add_pd(t4, t5), al, y[u]);
+    }
+  }
+  for (std::size_t u = 0; u < R; ++u) _mm512_storeu_pd(c + 8 * u, y[u]);
+}
+
+__attribute__((target("avx512f,avx2,fma"))) void values_f64_avx512(const double* a,
+                                                                   const double* b,
+                                                                   std::size_t n, std::size_t dv,
+                                                                   double alpha, double* c) {
+  const __m512d al = _mm512_set1_pd(alpha);
+  std::size_t r = 0;
+  for (; r + 64 <= dv; r += 64) values_f64_rows512<8>(a, b + r, n, dv, al, c + r);
+  for (; r + 8 <= dv; r += 8) values_f64_rows512<1>(a, b + r, n, dv, al, c + r);
+  if (r < dv) values_f64_rows<1>(a, b + r, n, dv, _mm512_castpd512_pd256(al), c + r);
+}
+#pragma GCC diagnostic pop
+
+// Scores of H query heads (q[h], d wide) with the same n keys (n a multiple of 4), f32:
+// each key row loaded once for the H heads; each (head, key) dot product takes the same
+// lanes in the same order as scores_group, so the same bits.
+template <std::size_t H>
+__attribute__((target("avx2,fma"))) void scores_heads_avx2(const float* const* q, const float* b,
+                                                           std::size_t n, std::size_t d,
+                                                           float alpha, float* const* c) {
+  constexpr std::size_t G = 2;
+  for (std::size_t j = 0; j < n; j += G) {
+    const float* k = b + j * d;
+    __m256 acc[H][G];
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t u = 0; u < G; ++u) acc[h][u] = _mm256_setzero_ps();
+    std::size_t e = 0;
+    if (d & 4) {
+      for (std::size_t h = 0; h < H; ++h) {
+        const __m256 qq = _mm256_zextps128_ps256(_mm_loadu_ps(q[h]));
+        for (std::size_t u = 0; u < G; ++u) {
+          acc[h][u] =
+              _mm256_fmadd_ps(_mm256_zextps128_ps256(_mm_loadu_ps(k + u * d)), qq, acc[h][u]);
+        }
+      }
+      e = 4;
+    }
+    for (; e < d; e += 8) {
+      __m256 kk[G];
+      for (std::size_t u = 0; u < G; ++u) kk[u] = _mm256_loadu_ps(k + u * d + e);
+      for (std::size_t h = 0; h < H; ++h) {
+        const __m256 qq = _mm256_loadu_ps(q[h] + e);
+        for (std::size_t u = 0; u < G; ++u) acc[h][u] = _mm256_fmadd_ps(kk[u], qq, acc[h][u]);
+      }
+    }
+    for (std::size_t h = 0; h < H; ++h) {
+      for (std::size_t u = 0; u < G; ++u) c[h][j + u] = 0.0f + lanes_sum(acc[h][u]) * alpha;
+    }
+  }
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Two 256-bit halves as one 512-bit register (AVX-512F only: no DQ).
+__attribute__((target("avx512f,avx2,fma"))) inline __m512 halves(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+// The same with two keys a 512-bit register (key j in lanes 0-7, key j + 1 in lanes 8-15).
+template <std::size_t H>
+__attribute__((target("avx512f,avx2,fma"))) void scores_heads_avx512(
+    const float* const* q, const float* b, std::size_t n, std::size_t d, float alpha,
+    float* const* c) {
+  constexpr std::size_t P = 2;  // pairs of keys
+  for (std::size_t j = 0; j < n; j += 2 * P) {
+    const float* k = b + j * d;
+    __m512 acc[H][P];
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_setzero_ps();
+    std::size_t e = 0;
+    if (d & 4) {
+      __m512 kk[P];
+      for (std::size_t u = 0; u < P; ++u) {
+        kk[u] = halves(_mm256_zextps128_ps256(_mm_loadu_ps(k + 2 * u * d)),
+                       _mm256_zextps128_ps256(_mm_loadu_ps(k + (2 * u + 1) * d)));
+      }
+      for (std::size_t h = 0; h < H; ++h) {
+        const __m256 q4 = _mm256_zextps128_ps256(_mm_loadu_ps(q[h]));
+        const __m512 qq = halves(q4, q4);
+        for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_fmadd_ps(kk[u], qq, acc[h][u]);
+      }
+      e = 4;
+    }
+    for (; e < d; e += 8) {
+      __m512 kk[P];
+      for (std::size_t u = 0; u < P; ++u) {
+        kk[u] = halves(_mm256_loadu_ps(k + 2 * u * d + e), _mm256_loadu_ps(k + (2 * u + 1) * d + e));
+      }
+      for (std::size_t h = 0; h < H; ++h) {
+        const __m512 qq = _mm512_castpd_ps(
+            _mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q[h] + e))));
+        for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_fmadd_ps(kk[u], qq, acc[h][u]);
+      }
+    }
+    for (std::size_t h = 0; h < H; ++h) {
+      for (std::size_t u = 0; u < P; ++u) {
+        const __m512d a2 = _mm512_castps_pd(acc[h][u]);
+        c[h][j + 2 * u] = 0.0f + lanes_sum(_mm256_castpd_ps(_mm512_castpd512_pd256(a2))) * alpha;
+        c[h][j + 2 * u + 1] =
+            0.0f + lanes_sum(_mm256_castpd_ps(_mm512_extractf64x4_pd(a2, 1))) * alpha;
+      }
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+// Scores of H query heads (q[h], d wide) with the same n keys (n a multiple of 4): each
+// key row is loaded once for the H heads; each (head, key) dot product takes the same
+// lanes in the same order as scores_f64_group, so the same bits.
+template <std::size_t H>
+__attribute__((target("avx2,fma"))) void scores_f64_heads_avx2(const double* const* q,
+                                                               const double* b, std::size_t n,
+                                                               std::size_t d, double alpha,
+                                                               double* const* c) {
+  constexpr std::size_t G = 2;
+  for (std::size_t j = 0; j < n; j += G) {
+    const double* k = b + j * d;
+    __m256d acc[H][G];
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t u = 0; u < G; ++u) acc[h][u] = _mm256_setzero_pd();
+    for (std::size_t e = 0; e < d; e += 4) {
+      __m256d kk[G];
+      for (std::size_t u = 0; u < G; ++u) kk[u] = _mm256_loadu_pd(k + u * d + e);
+      for (std::size_t h = 0; h < H; ++h) {
+        const __m256d qq = _mm256_loadu_pd(q[h] + e);
+        for (std::size_t u = 0; u < G; ++u) acc[h][u] = _mm256_fmadd_pd(kk[u], qq, acc[h][u]);
+      }
+    }
+    for (std::size_t h = 0; h < H; ++h) {
+      for (std::size_t u = 0; u < G; ++u) {
+        const __m128d t =
+            _mm_add_pd(_mm256_castpd256_pd128(acc[h][u]), _mm256_extractf128_pd(acc[h][u], 1));
+        c[h][j + u] = 0.0 + _mm_cvtsd_f64(_mm_hadd_pd(t, t)) * alpha;
+      }
+    }
+  }
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The same with two keys a 512-bit register (key j in lanes 0-3, key j + 1 in lanes 4-7).
+template <std::size_t H>
+__attribute__((target("avx512f,avx2,fma"))) void scores_f64_heads_avx512(
+    const double* const* q, const double* b, std::size_t n, std::size_t d, double alpha,
+    double* const* c) {
+  constexpr std::size_t P = 2;  // pairs of keys
+  for (std::size_t j = 0; j < n; j += 2 * P) {
+    const double* k = b + j * d;
+    __m512d acc[H][P];
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_setzero_pd();
+    for (std::size_t e = 0; e < d; e += 4) {
+      __m512d kk[P];
+      for (std::size_t u = 0; u < P; ++u) {
+        kk[u] = _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(k + 2 * u * d + e)),
+                                   _mm256_loadu_pd(k + (2 * u + 1) * d + e), 1);
+      }
+      for (std::size_t h = 0; h < H; ++h) {
+        const __m512d qq = _mm512_broadcast_f64x4(_mm256_loadu_pd(q[h] + e));
+        for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_fmadd_pd(kk[u], qq, acc[h][u]);
+      }
+    }
+    for (std::size_t h = 0; h < H; ++h) {
+      for (std::size_t u = 0; u < P; ++u) {
+        for (std::size_t half = 0; half < 2; ++half) {
+          const __m256d a4 = half ? _mm512_extractf64x4_pd(acc[h][u], 1)
+                                  : _mm512_castpd512_pd256(acc[h][u]);
+          const __m128d t = _mm_add_pd(_mm256_castpd256_pd128(a4), _mm256_extractf128_pd(a4, 1));
+          c[h][j + 2 * u + half] = 0.0 + _mm_cvtsd_f64(_mm_hadd_pd(t, t)) * alpha;
+        }
+      }
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
 }  // namespace own_gemv
 
 // One query row's products with n keys, rows of B (contiguous, k wide): the scores
@@ -244,12 +539,23 @@ inline bool avx512_isa() {
 template <class T>
 void gemv_scores(const T* a, const T* b, std::size_t n, std::size_t k, T alpha, T beta, T* c) {
   if constexpr (std::is_same_v<T, float>) {
-    if (beta == 0 && own_gemv::scores_fit(k)) {
+    if (beta == 0 && alpha != 0 && own_gemv::scores_fit(k)) {
       const std::size_t n4 = n / 4 * 4;
       if (own_gemv::vector_isa()) {
         own_gemv::scores_avx2(a, b, n4, k, alpha, c);
       } else {
         own_gemv::scores_scalar(a, b, n4, k, alpha, c);
+      }
+      b += n4 * k, c += n4, n -= n4;
+      if (n == 0) return;
+    }
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (beta == 0 && alpha != 0 && own_gemv::scores_fit(k)) {
+      const std::size_t n4 = n / 4 * 4;
+      if (own_gemv::vector_isa()) {
+        own_gemv::scores_f64_avx2(a, b, n4, k, alpha, c);
+      } else {
+        own_gemv::scores_f64_scalar(a, b, n4, k, alpha, c);
       }
       b += n4 * k, c += n4, n -= n4;
       if (n == 0) return;
@@ -265,7 +571,7 @@ void gemv_scores(const T* a, const T* b, std::size_t n, std::size_t k, T alpha, 
 template <class T>
 void gemv_values(const T* a, const T* b, std::size_t n, std::size_t dv, T alpha, T beta, T* c) {
   if constexpr (std::is_same_v<T, float>) {
-    if (beta == 1 && own_gemv::values_fit(dv)) {
+    if (beta == 1 && alpha != 0 && own_gemv::values_fit(dv)) {
       const std::size_t n8 = n / 8 * 8;
       if (own_gemv::vector_isa() && own_gemv::avx512_isa() && ((dv & 4) + (dv & 8)) == 0) {
         own_gemv::values_avx512(a, b, n8, dv, alpha, c);
@@ -277,10 +583,61 @@ void gemv_values(const T* a, const T* b, std::size_t n, std::size_t dv, T alpha,
       a += n8, b += n8 * dv, n -= n8;
       if (n == 0) return;
     }
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (beta == 1 && alpha != 0 && own_gemv::values_fit(dv)) {
+      const std::size_t n4 = n / 4 * 4;
+      if (own_gemv::vector_isa() && own_gemv::avx512_isa()) {
+        own_gemv::values_f64_avx512(a, b, n4, dv, alpha, c);
+      } else if (own_gemv::vector_isa()) {
+        own_gemv::values_f64_avx2(a, b, n4, dv, alpha, c);
+      } else {
+        own_gemv::values_f64_scalar(a, b, n4, dv, alpha, c);
+      }
+      a += n4, b += n4 * dv, n -= n4;
+      if (n == 0) return;
+    }
   }
   auto x = xt::adapt(a, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
   auto y = xt::adapt(c, dv, xt::no_ownership(), std::array<std::size_t, 1>{dv});
   xt::blas::gemv(matrix(b, n, dv), x, y, true, alpha, beta);
+}
+
+// The scores of gs query heads (rows q[i]) with the same m keys (rows of b, d wide):
+// c[i][j] = alpha * q[i] . b_j. Where posenc's own loops take the shape, heads four or
+// two at a time, each key row loaded once for them (with AVX-512, two keys a register),
+// so that the heads of a KV group (GQA) share the loads: f64 with AVX2 or AVX-512, f32
+// with AVX-512 (in 8-lane AVX2 the head-by-head loops are as fast). The same bits as
+// gemv_scores head by head.
+template <class T>
+void gemv_scores_heads(const T* const* q, std::size_t gs, const T* b, std::size_t m,
+                       std::size_t d, T alpha, T* const* c) {
+  std::size_t i = 0;
+  const std::size_t m4 = m / 4 * 4;
+  if (gs > 1 && m4 > 0 && alpha != 0 && own_gemv::scores_fit(d) && own_gemv::vector_isa() &&
+      (std::is_same_v<T, double> || own_gemv::avx512_isa())) {
+    const bool wide = own_gemv::avx512_isa();
+    auto heads = [&](auto h) {
+      constexpr std::size_t H = decltype(h)::value;
+      if constexpr (std::is_same_v<T, double>) {
+        if (wide) {
+          own_gemv::scores_f64_heads_avx512<H>(q + i, b, m4, d, alpha, c + i);
+        } else {
+          own_gemv::scores_f64_heads_avx2<H>(q + i, b, m4, d, alpha, c + i);
+        }
+      } else {
+        own_gemv::scores_heads_avx512<H>(q + i, b, m4, d, alpha, c + i);
+      }
+      if (m4 < m) {
+        for (std::size_t u = i; u < i + H; ++u) {
+          gemv_scores(q[u], b + m4 * d, m - m4, d, alpha, T(0), c[u] + m4);
+        }
+      }
+      i += H;
+    };
+    while (i + 4 <= gs) heads(std::integral_constant<std::size_t, 4>{});
+    if (i + 2 <= gs) heads(std::integral_constant<std::size_t, 2>{});
+  }
+  for (; i < gs; ++i) gemv_scores(q[i], b, m, d, alpha, T(0), c[i]);
 }
 
 // Whether a one-row product with values dv wide is taken kKeyTile keys at a time (the
@@ -765,9 +1122,15 @@ void fold_tiled(const Plan<T>& P, Scratch<T>* ws, std::size_t gs, std::size_t bi
   for (std::size_t j = a; j <= e; j += kKeyTile) {
     const std::size_t m = std::min(kKeyTile, e + 1 - j);
     const T* kt = k(j, m);
-    for (std::size_t i = 0; i < gs; ++i) {
-      const T* qp = P.q.p + bi * P.q.b + (h0 + i) * P.q.h + q0 * P.q.s;
-      gemv_scores(qp, kt, m, g.d, P.scale, T(0), ws[i].s.data() + (j - a));
+    for (std::size_t i0 = 0; i0 < gs; i0 += 4) {
+      const std::size_t hn = std::min<std::size_t>(4, gs - i0);
+      const T* qp[4];
+      T* sp[4];
+      for (std::size_t i = 0; i < hn; ++i) {
+        qp[i] = P.q.p + bi * P.q.b + (h0 + i0 + i) * P.q.h + q0 * P.q.s;
+        sp[i] = ws[i0 + i].s.data() + (j - a);
+      }
+      gemv_scores_heads(qp, hn, kt, m, g.d, P.scale, sp);
     }
   }
   for (std::size_t i = 0; i < gs; ++i) {
@@ -948,6 +1311,25 @@ void row_scores_f32(const float* a, const float* b, std::size_t n, std::size_t d
 
 void row_values_f32(const float* a, const float* b, std::size_t n, std::size_t dv, float* c) {
   gemv_values(a, b, n, dv, 1.0f, 1.0f, c);
+}
+
+void row_scores_f64(const double* a, const double* b, std::size_t n, std::size_t d, double alpha,
+                    double* c) {
+  gemv_scores(a, b, n, d, alpha, 0.0, c);
+}
+
+void row_values_f64(const double* a, const double* b, std::size_t n, std::size_t dv, double* c) {
+  gemv_values(a, b, n, dv, 1.0, 1.0, c);
+}
+
+void row_scores_heads_f64(const double* const* q, std::size_t gs, const double* b, std::size_t n,
+                          std::size_t d, double alpha, double* const* c) {
+  gemv_scores_heads(q, gs, b, n, d, alpha, c);
+}
+
+void row_scores_heads_f32(const float* const* q, std::size_t gs, const float* b, std::size_t n,
+                          std::size_t d, float alpha, float* const* c) {
+  gemv_scores_heads(q, gs, b, n, d, alpha, c);
 }
 
 #define POSENC_ATTENTION_KERNEL(T)                                                                 \

@@ -1,7 +1,8 @@
 #pragma once
-// One query row's f32 products as attention's kernel computes them (attention_kernel.cpp:
-// posenc's own loops with the per-element arithmetic of OpenBLAS's Haswell sgemv, BLAS
-// for the tails and other shapes), for the tests that hold them to BLAS's bits.
+// One query row's f32 and f64 products as attention's kernel computes them
+// (attention_kernel.cpp: posenc's own loops with the per-element arithmetic of OpenBLAS's
+// Haswell sgemv and dgemv, BLAS for the tails and other shapes), for the tests that hold
+// them to BLAS's bits.
 
 #include <cstddef>
 
@@ -12,5 +13,17 @@ void row_scores_f32(const float* a, const float* b, std::size_t n, std::size_t d
                     float* c);
 /// c += sum_j a[j] b_j over the n rows b_j of b (contiguous, dv wide).
 void row_values_f32(const float* a, const float* b, std::size_t n, std::size_t dv, float* c);
+/// row_scores_f32 in float64.
+void row_scores_f64(const double* a, const double* b, std::size_t n, std::size_t d, double alpha,
+                    double* c);
+/// row_values_f32 in float64.
+void row_values_f64(const double* a, const double* b, std::size_t n, std::size_t dv, double* c);
+/// row_scores_f64 for gs query rows q[i] (at most 4) with the same keys, into c[i]: as
+/// decode takes the query heads of a KV group.
+void row_scores_heads_f64(const double* const* q, std::size_t gs, const double* b, std::size_t n,
+                          std::size_t d, double alpha, double* const* c);
+/// row_scores_heads_f64 in f32.
+void row_scores_heads_f32(const float* const* q, std::size_t gs, const float* b, std::size_t n,
+                          std::size_t d, float alpha, float* const* c);
 
 }  // namespace posenc::attention_detail

@@ -1,8 +1,9 @@
-// One-row f32 products of attention's kernel (src/ops/row_gemv.hpp): against a float64
-// reference within a bound, and, where OpenBLAS runs its Haswell kernels (whose
-// arithmetic posenc's own loops reproduce, so that decode gives the bits the BLAS call
-// gave), bit for bit against cblas_sgemv, for every shape class the loops take apart:
-// d and dv with and without the 4- and 8-element first steps, key counts with tails.
+// One-row f32 and f64 products of attention's kernel (src/ops/row_gemv.hpp): against a
+// float64 (for f64: long double) reference within a bound, and, where OpenBLAS runs its
+// Haswell kernels (whose arithmetic posenc's own loops reproduce, so that decode gives
+// the bits the BLAS call gave), bit for bit against cblas_sgemv and cblas_dgemv, for
+// every shape class the loops take apart: d and dv with and without the 4- and 8-element
+// first steps (f32) and the partial blocks of rows (f64), key counts with tails.
 #include <cblas.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -70,6 +71,88 @@ TEST(RowGemv, ScoresAndSumsMatchFloat64AndOpenBlasBits) {
       EXPECT_EQ(std::memcmp(o.data(), ob.data(), d * sizeof(float)), 0) << "d " << d << " n " << n;
     }
   }
+}
+
+TEST(RowGemv, Float64ScoresAndSumsMatchLongDoubleAndOpenBlasBits) {
+  const bool bits = openblas_haswell();
+  std::mt19937 gen(11);
+  std::normal_distribution<double> dist;
+  auto randn64 = [&](std::size_t n) {
+    std::vector<double> v(n);
+    for (auto& x : v) x = dist(gen);
+    return v;
+  };
+  const double u = std::ldexp(1.0, -53);
+  for (std::size_t d : {4u, 8u, 12u, 16u, 20u, 28u, 36u, 64u, 68u, 100u, 128u, 200u, 3u, 130u}) {
+    for (std::size_t n : {1u, 3u, 4u, 5u, 7u, 8u, 9u, 12u, 13u, 16u, 31u, 64u}) {
+      const std::vector<double> q = randn64(d), k = randn64(n * d), p = randn64(n),
+                                o0 = randn64(d);
+      const double alpha = 0.0883883476483184;
+      std::vector<double> s(n), sb(n), o = o0, ob = o0;
+      row_scores_f64(q.data(), k.data(), n, d, alpha, s.data());
+      row_values_f64(p.data(), k.data(), n, d, o.data());
+      // Bounds: (terms + 2) units of roundoff of the sum of magnitudes.
+      for (std::size_t j = 0; j < n; ++j) {
+        long double ref = 0, mag = 0;
+        for (std::size_t e = 0; e < d; ++e) {
+          ref += static_cast<long double>(q[e]) * k[j * d + e];
+          mag += std::abs(static_cast<long double>(q[e]) * k[j * d + e]);
+        }
+        EXPECT_NEAR(s[j], static_cast<double>(alpha * ref),
+                    (d + 2) * u * alpha * static_cast<double>(mag))
+            << "d " << d << " n " << n;
+      }
+      for (std::size_t c = 0; c < d; ++c) {
+        long double ref = o0[c], mag = std::abs(o0[c]);
+        for (std::size_t j = 0; j < n; ++j) {
+          ref += static_cast<long double>(p[j]) * k[j * d + c];
+          mag += std::abs(static_cast<long double>(p[j]) * k[j * d + c]);
+        }
+        EXPECT_NEAR(o[c], static_cast<double>(ref), (n + 2) * u * static_cast<double>(mag))
+            << "d " << d << " n " << n;
+      }
+      if (!bits) continue;
+      cblas_dgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(d), alpha,
+                  k.data(), static_cast<int>(d), q.data(), 1, 0.0, sb.data(), 1);
+      cblas_dgemv(CblasRowMajor, CblasTrans, static_cast<int>(n), static_cast<int>(d), 1.0,
+                  k.data(), static_cast<int>(d), p.data(), 1, 1.0, ob.data(), 1);
+      EXPECT_EQ(std::memcmp(s.data(), sb.data(), n * sizeof(double)), 0)
+          << "d " << d << " n " << n;
+      EXPECT_EQ(std::memcmp(o.data(), ob.data(), d * sizeof(double)), 0)
+          << "d " << d << " n " << n;
+    }
+  }
+}
+
+// Decode takes the query heads of a KV group together (each key row loaded once for up to
+// four heads): every head's scores the same bits as that head's alone.
+template <class T, class Heads, class One>
+void check_heads(Heads heads, One one, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<T> dist;
+  for (std::size_t d : {4u, 12u, 20u, 64u, 100u, 128u, 3u}) {
+    for (std::size_t n : {1u, 4u, 7u, 8u, 13u, 64u}) {
+      for (std::size_t gs = 1; gs <= 4; ++gs) {
+        std::vector<T> q(gs * d), k(n * d), s(gs * n), alone(n);
+        for (auto& x : q) x = dist(gen);
+        for (auto& x : k) x = dist(gen);
+        const T* qp[4];
+        T* sp[4];
+        for (std::size_t i = 0; i < gs; ++i) qp[i] = q.data() + i * d, sp[i] = s.data() + i * n;
+        heads(qp, gs, k.data(), n, d, T(0.125), sp);
+        for (std::size_t i = 0; i < gs; ++i) {
+          one(qp[i], k.data(), n, d, T(0.125), alone.data());
+          EXPECT_EQ(std::memcmp(sp[i], alone.data(), n * sizeof(T)), 0)
+              << "d " << d << " n " << n << " heads " << gs << " head " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(RowGemv, ScoresOfSeveralHeadsAreEachHeadsBits) {
+  check_heads<double>(row_scores_heads_f64, row_scores_f64, 5);
+  check_heads<float>(row_scores_heads_f32, row_scores_f32, 6);
 }
 
 }  // namespace
