@@ -18,7 +18,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "ops/attention_fa.hpp"
 #include "ops/attention_geometry.hpp"
@@ -94,6 +97,60 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   if (bopt.dbias && !(opt.mask && is_float(opt.mask->dtype()))) {
     throw UsageError("gradients: dbias needs a float (additive) --mask");
   }
+}
+
+// softmax_d = rowsum(dO o O) in float64, taken from the forward's float64 output rows as
+// its items store them (positional writes), instead of from an O held whole: the 8 bytes
+// an element of O, their page faults (each costly in a VM) and a pass over them were a
+// large part of an f32 backward's time beside its products. Each row is summed as the loop over a whole O sums it, so the bits
+// are the same. For an output whose rows (b, h, s) follow each other in that order, d
+// last: entry `first` of O is then row first / dv, and dO (O's shape) has the same entries.
+class SoftmaxDSink final : public TensorSink {
+ public:
+  SoftmaxDSink(const Tensor& grad_output, std::size_t dv, double* D)
+      : dO_(grad_output), dv_(dv), D_(D) {}
+  bool writes_at() const override { return true; }
+  void write_rows(const void*, std::size_t) override {
+    throw std::logic_error("softmax_d: the forward's rows come by positional writes");
+  }
+  void write_at(std::size_t first, const void* src, std::size_t count) override {
+    if (dv_ == 0) return;  // D stays 0
+    const double* o = static_cast<const double*>(src);
+    const float* dO32 = dO_.dtype() == DType::f32 ? dO_.data<float>() : nullptr;
+    for (std::size_t r = 0; r < count / dv_; ++r) {
+      const std::size_t base = first + r * dv_;
+      const double* orow = o + r * dv_;
+      double sum = 0;
+      if (dO32) {
+        for (std::size_t cc = 0; cc < dv_; ++cc) {
+          sum += static_cast<double>(dO32[base + cc]) * orow[cc];
+        }
+      } else {
+        for (std::size_t cc = 0; cc < dv_; ++cc) sum += dO_.get(base + cc) * orow[cc];
+      }
+      D_[base / dv_] = sum;
+    }
+  }
+  void commit() override {}
+
+ private:
+  const Tensor& dO_;
+  std::size_t dv_;
+  double* D_;
+};
+
+// Asks for 2 MiB pages under the 2 MiB-aligned part of a fresh output (transparent huge
+// pages in madvise mode): the gradients' 4 KiB pages, each faulted in as it is first
+// written, cost more system time than the writes themselves (as rope.cpp's tables).
+void prefer_huge_pages(Tensor& t) {
+#ifdef MADV_HUGEPAGE
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto p = reinterpret_cast<std::uintptr_t>(t.bytes());
+  const std::uintptr_t lo = (p + kHuge - 1) & ~(kHuge - 1), hi = (p + t.nbytes()) & ~(kHuge - 1);
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)t;
+#endif
 }
 
 struct Tiles {
@@ -280,6 +337,22 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
 template <class T>
 void store_rows(Tensor& out, const Strides& st, std::size_t bi, std::size_t h, std::size_t r0,
                 std::size_t rows, std::size_t n, const T* acc) {
+  if (st.d == 1 && (out.dtype() == DType::f32 || out.dtype() == DType::f64)) {
+    // Rows in place: the same conversions as below, in loops that vectorise (out's
+    // dtype and data pointer read once, not at every element).
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t base = bi * st.b + h * st.h + (r0 + r) * st.s;
+      const T* a = acc + r * n;
+      if (out.dtype() == DType::f32) {
+        float* o = out.data<float>() + base;
+        for (std::size_t c = 0; c < n; ++c) o[c] = static_cast<float>(a[c]);
+      } else {
+        double* o = out.data<double>() + base;
+        for (std::size_t c = 0; c < n; ++c) o[c] = static_cast<double>(a[c]);
+      }
+    }
+    return;
+  }
   for (std::size_t r = 0; r < rows; ++r) {
     const std::size_t base = bi * st.b + h * st.h + (r0 + r) * st.s;
     const T* a = acc + r * n;
@@ -501,6 +574,9 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
   const std::size_t workers =
       workers_within(opt.max_memory, need, tile_bytes(g, t, bopt.dbias));
 
+  const std::size_t rows = g.b * g.hq * g.sq;
+  std::vector<double> D;
+  std::optional<SoftmaxDSink> d_sink;
   AttentionResult fwd;
   if (bopt.forward_output && bopt.forward_lse) {
     const Shape o_shape = g.output_shape(q.shape());
@@ -515,7 +591,21 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
     fwd.lse = Tensor::borrow(bopt.forward_lse->dtype(), bopt.forward_lse->shape(),
                              const_cast<std::byte*>(bopt.forward_lse->bytes()));
   } else {
-    fwd = attention(q, k, &v, f);
+    // softmax_d from the forward's rows as they are stored (SoftmaxDSink), where O's rows
+    // follow each other in b, h, s order; otherwise (or where the forward keeps O whole:
+    // output_streamed false) from O below.
+    const Strides os = strides_of(o_shape, g.axes);
+    if (os.d == 1 && os.s == static_cast<std::ptrdiff_t>(g.dv) &&
+        (g.hq == 1 || os.h == static_cast<std::ptrdiff_t>(g.sq * g.dv)) &&
+        (g.b == 1 || os.b == static_cast<std::ptrdiff_t>(g.hq * g.sq * g.dv))) {
+      D.assign(rows, 0.0);
+      d_sink.emplace(grad_output, g.dv, D.data());
+      AttentionOptions fs = f;
+      fs.output_sink = [&](const TensorInfo&) -> TensorSink* { return &*d_sink; };
+      fwd = attention(q, k, &v, fs);
+    } else {
+      fwd = attention(q, k, &v, f);
+    }
   }
   AttentionGrads res;
   res.attrs = fwd.attrs;
@@ -538,15 +628,18 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
     }
   }
   res.dq = Tensor(out, q.shape());
+  prefer_huge_pages(res.dq);
   if (!bopt.sink) {
     res.dk = Tensor(out, k.shape());
     res.dv = Tensor(out, v.shape());
+    prefer_huge_pages(res.dk);
+    prefer_huge_pages(res.dv);
   }
 
-  // softmax_d = rowsum(dO o O), in float64 (O is the forward's float64 result).
-  const std::size_t rows = g.b * g.hq * g.sq;
-  std::vector<double> D(rows, 0.0);
-  {
+  // softmax_d = rowsum(dO o O), in float64 (O is the forward's float64 result), unless
+  // SoftmaxDSink took it from the forward's rows.
+  if (!fwd.output_streamed) {
+    D.assign(rows, 0.0);
     const Strides os = strides_of(o_shape, g.axes);
     const float* dO32 = grad_output.dtype() == DType::f32 ? grad_output.data<float>() : nullptr;
     const double* o64 = fwd.output.data<double>();  // the forward's output is float64
