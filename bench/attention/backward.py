@@ -3,7 +3,7 @@
 sgemm rate and torch autograd of an eager attention.
 
   /usr/bin/python3 bench/attention/backward.py POSENC [--rounds 3] [--s 4096] [--dir /tmp]
-      [--sgemm-peak BUILD/bench/attention/bench_sgemm_peak]
+      [--sgemm-peak BUILD/bench/attention/bench_sgemm_peak] [--before OLD_POSENC]
 
 Case: causal MHA, b 1, h 8, s 4096, d 128, f32 Q, K, V and dO as NPY files,
 `--precision f32 --dtype f32 --emit dq,dk,dv`. The backward needs 2.5 times the forward's
@@ -18,6 +18,9 @@ posenc calls) for one product of the backward's FLOPs; torch autograd of an eage
 (f32, masked_fill + softmax + matmul; forward and backward timed together, as posenc
 recomputes the forward) in wall and CPU seconds. On a shared machine the CPU-second
 ratios are the meaningful ones. The CPU and the load are printed with them.
+With --before, an earlier build runs in the same rounds (which of the two goes first
+alternates round by round), its ratios printed beside, and its dq, dk and dv compared
+byte for byte with the build's.
 """
 import argparse
 import os
@@ -58,6 +61,7 @@ def main():
     ap.add_argument("--s", type=int, default=4096)
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--sgemm-peak", help="bench_sgemm_peak (OpenBLAS sgemm GFLOP/s)")
+    ap.add_argument("--before", help="an earlier posenc, timed in the same rounds")
     args = ap.parse_args()
     b, h, s, d = 1, 8, args.s, 128
     flops = 2.5 * 4 * s * s * d * h / 2
@@ -66,7 +70,7 @@ def main():
           f"causal f32; {flops / 1e9:.1f} GFLOP needed; medians of {args.rounds} rounds")
     rng = np.random.default_rng(0)
     arrays = {n: rng.standard_normal((b, h, s, d), dtype=np.float32) for n in ("q", "k", "v", "do")}
-    ours, gemm, auto, blas = [], [], [], []
+    ours, gemm, auto, blas, before, peaks = [], [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="posenc-backward-", dir=args.dir) as tmp:
         for n, a in arrays.items():
             np.save(f"{tmp}/{n}.npy", a)
@@ -106,18 +110,42 @@ def main():
             p = torch.softmax(sc.masked_fill(~keep, float("-inf")), -1)
             torch.autograd.grad(p @ V, (Q, K, V), do)
 
-        for r in range(args.rounds + 1):  # round 0 warms up, untimed
+        def timed_run(binary, tag):
             c0, t0 = children_cpu(), time.perf_counter()
-            subprocess.run(cmd, check=True)
-            w, c = time.perf_counter() - t0, children_cpu() - c0
+            subprocess.run([binary] + cmd[1:-1] + [f"{tmp}/{tag}_{{}}.npy"], check=True)
+            return time.perf_counter() - t0, children_cpu() - c0
+
+        k_peak = max(1, round(flops / (2 * s * s)))
+
+        def peak():
+            out = subprocess.run([args.sgemm_peak, str(s), "0", "3", str(k_peak)], check=True,
+                                 capture_output=True, text=True).stdout.split()
+            return float(out[0]), float(out[1])
+
+        for r in range(args.rounds + 1):  # round 0 warms up, untimed
+            if args.before and r % 2:
+                bw0 = timed_run(args.before, "old")
+            w, c = timed_run(args.posenc, "g")
+            if args.before and not r % 2:
+                bw0 = timed_run(args.before, "old")
             nw, nc = timed_self(sgemm_np)
             gw, gc = timed_self(sgemm)
             aw, ac = timed_self(autograd)
+            pk = peak() if args.sgemm_peak else None
             if r:
                 ours.append((w, c))
                 gemm.append((gw, gc))
                 blas.append((nw, nc))
                 auto.append((aw, ac))
+                if args.before:
+                    before.append(bw0)
+                if pk:
+                    peaks.append(pk)
+        if args.before:
+            for n in ("dq", "dk", "dv"):
+                with open(f"{tmp}/g_{n}.npy", "rb") as a, open(f"{tmp}/old_{n}.npy", "rb") as b:
+                    same = a.read() == b.read()
+                print(f"{n}: {'the same bytes as' if same else 'DIFFERENT from'} --before's")
     med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
     ow, oc = med(ours, 0), med(ours, 1)
     gw, gc = med(gemm, 0), med(gemm, 1)
@@ -136,12 +164,17 @@ def main():
     print(f"sgemm (torch.mm) same run: {peak_w:.1f} GFLOP/s per wall s, {peak_c:.1f} per CPU s")
     print(f"posenc / sgemm: {rate_w / peak_w:.2f} (wall), {rate_c / peak_c:.2f} (CPU)")
     if args.sgemm_peak:
-        k = max(1, round(flops / (2 * s * s)))
-        out = subprocess.run([args.sgemm_peak, str(s), "0", "3", str(k)], check=True,
-                             capture_output=True, text=True).stdout.split()
-        bw, bc = float(out[0]), float(out[1])
+        bw, bc = med(peaks, 0), med(peaks, 1)
         print(f"OpenBLAS sgemm same run: {bw:.1f} GFLOP/s per wall s, {bc:.1f} per CPU s; "
               f"posenc / sgemm: {rate_w / bw:.2f} (wall), {rate_c / bc:.2f} (CPU)")
+    if args.before:
+        ow0, oc0 = med(before, 0), med(before, 1)
+        line = (f"--before: {ow0:.2f} s wall, {oc0:.2f} s CPU; / numpy sgemm "
+                f"{flops / ow0 / 1e9 / bw_:.2f} (wall), {flops / oc0 / 1e9 / bc_:.2f} (CPU)")
+        if args.sgemm_peak:
+            line += (f"; / OpenBLAS sgemm {flops / ow0 / 1e9 / bw:.2f} (wall), "
+                     f"{flops / oc0 / 1e9 / bc:.2f} (CPU)")
+        print(line)
     print(f"torch autograd (fwd + bwd): {aw:.2f} s wall, {ac:.2f} s CPU; posenc is "
           f"{aw / ow:.2f}x (wall), {ac / oc:.2f}x (CPU) faster")
     print(f"load after {load()}")
