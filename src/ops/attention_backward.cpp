@@ -601,7 +601,9 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
       D.assign(rows, 0.0);
       d_sink.emplace(grad_output, g.dv, D.data());
       AttentionOptions fs = f;
-      fs.output_sink = [&](const TensorInfo&) -> TensorSink* { return &*d_sink; };
+      fs.output_sink = [&](const TensorInfo& info) -> TensorSink* {
+        return info.dtype == DType::f64 ? &*d_sink : nullptr;  // SoftmaxDSink reads f64 rows
+      };
       fwd = attention(q, k, &v, fs);
     } else {
       fwd = attention(q, k, &v, f);
