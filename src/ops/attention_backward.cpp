@@ -880,7 +880,6 @@ AttentionGrads backward_qv(const Tensor& q, const Tensor& k, const Tensor& v,
   if (opt.max_memory) inner.max_memory = std::max<std::size_t>(1, opt.max_memory - extra);
   AttentionGrads c = backward_plain(qc, kc, v, grad_output, inner, bopt);
   const DType out = opt.dtype.value_or(q.dtype());
-  const DType lse_dtype = out == DType::f64 ? DType::f64 : DType::f32;
   AttentionGrads res;
   res.attrs = std::move(c.attrs);
   res.attrs.push_back({"qv", 1LL});
@@ -898,8 +897,9 @@ AttentionGrads backward_qv(const Tensor& q, const Tensor& k, const Tensor& v,
                           {&c.dt5_bias, &res.dt5_bias}}) {
     if (from->ndim() > 0 || from->numel() > 0) *to = cast(*from, out);
   }
-  res.softmax_d = cast(c.softmax_d, lse_dtype);
-  res.lse = cast(c.lse, lse_dtype);
+  // float64 as the backward without qv gives them, whatever the output type.
+  res.softmax_d = std::move(c.softmax_d);
+  res.lse = std::move(c.lse);
   return res;
 }
 

@@ -133,6 +133,17 @@ class AttentionBackwardQv(PosencTestCase):
     def test_float32_rounded_once(self):
         q, k, v, qv, do = (a.astype(np.float32) for a in arrays(1, 2, 1, 5, 6, 8, 4))
         got = self.grads(q, k, v, qv, do, "--causal")
+        # softmax_d and lse stay float64 with qv, as without it, for any output type.
+        for extra in ([], ["--qv"]):
+            names = [self.npy(n + ".npy", a) for n, a in zip(("q", "k", "v", "qv", "do"),
+                                                              (q, k, v, qv, do))]
+            out = self.path("t_{}.npy")
+            self.run_ok("attention", "-q", names[0], "-k", names[1], "-v", names[2],
+                        "--grad-output", names[4], "--emit", "dq,softmax_d,lse", "-o", out,
+                        *(["--qv", names[3]] if extra else []))
+            self.assertEqual(np.load(out.format("dq")).dtype, np.float32, extra)
+            for n in ("softmax_d", "lse"):
+                self.assertEqual(np.load(out.format(n)).dtype, np.float64, (extra, n))
         Q, K, V, QV = (torch.tensor(a, dtype=torch.float64, requires_grad=True)
                        for a in (q, k, v, qv))
         o = eager_qv(Q, K, V, QV, 1 / 12 ** 0.5, "bottom-right")
