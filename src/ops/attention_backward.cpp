@@ -556,20 +556,10 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   const AttentionOptions f = forward_options(opt);
   const Geometry g = check(q.shape(), k.shape(), &v.shape(), q.dtype(), f);
-  if (!is_float(grad_output.dtype())) {
-    throw InputError(fmt::format("grad_output: dtype {} is not a float type",
-                                 dtype_name(grad_output.dtype())));
-  }
   const Shape o_shape = g.output_shape(q.shape());
-  if (grad_output.shape() != o_shape) {
-    throw InputError(fmt::format("grad_output: shape {} is not the output's {}",
-                                 shape_str(grad_output.shape()), shape_str(o_shape)));
-  }
+  require_grad_output(grad_output, o_shape);
   const std::size_t need = plain_memory(q.shape(), k.shape(), v.shape(), q.dtype(), opt, bopt);
-  if (opt.max_memory && need > opt.max_memory) {
-    throw InputError(fmt::format("gradients would need {} > max_memory {}", bytes_str(need),
-                                 bytes_str(opt.max_memory)));
-  }
+  require_gradient_budget(need, opt.max_memory);
   const Tiles t = tiles_for(g, bopt);
   const std::size_t workers =
       workers_within(opt.max_memory, need, tile_bytes(g, t, bopt.dbias));
@@ -871,10 +861,7 @@ AttentionGrads backward_qv(const Tensor& q, const Tensor& k, const Tensor& v,
   const std::size_t extra = qv_extra_bytes(q.shape(), k.shape(), v.shape(), q.dtype(), opt);
   const std::size_t need = attention_backward_memory(q.shape(), k.shape(), v.shape(), q.dtype(),
                                                      opt, bopt);
-  if (opt.max_memory && need > opt.max_memory) {
-    throw InputError(fmt::format("gradients would need {} > max_memory {}", bytes_str(need),
-                                 bytes_str(opt.max_memory)));
-  }
+  require_gradient_budget(need, opt.max_memory);
   const Tensor qc = concat_d(q, *opt.qv, g.axes), kc = concat_d(k, v, g.axes);
   AttentionOptions inner = qv_inner(opt);
   if (opt.max_memory) inner.max_memory = std::max<std::size_t>(1, opt.max_memory - extra);

@@ -68,6 +68,24 @@ std::string resolve_letters(const std::string& user, std::size_t rank) {
   return axes;
 }
 
+void require_grad_output(const Tensor& grad_output, const Shape& output_shape) {
+  if (!is_float(grad_output.dtype())) {
+    throw InputError(fmt::format("grad_output: dtype {} is not a float type",
+                                 dtype_name(grad_output.dtype())));
+  }
+  if (grad_output.shape() != output_shape) {
+    throw InputError(fmt::format("grad_output: shape {} is not the output's {}",
+                                 shape_str(grad_output.shape()), shape_str(output_shape)));
+  }
+}
+
+void require_gradient_budget(std::size_t need, std::size_t max_memory) {
+  if (max_memory && need > max_memory) {
+    throw InputError(fmt::format("gradients would need {} > max_memory {}", bytes_str(need),
+                                 bytes_str(max_memory)));
+  }
+}
+
 void require_float(DType t, const char* what) {
   if (!is_float(t)) {
     throw InputError(fmt::format("{}: expected a float tensor, got {}", what, dtype_name(t)));

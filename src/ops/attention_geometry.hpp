@@ -101,6 +101,10 @@ inline std::size_t add_sat(std::size_t a, std::size_t b) {
 void require_float(DType t, const char* what);
 /// The error for NaN or Inf in input `what`.
 InputError nonfinite_input(const char* what);
+/// Throws InputError unless dO is a float tensor of the output's shape.
+void require_grad_output(const Tensor& grad_output, const Shape& output_shape);
+/// Throws InputError when the gradients' `need` bytes exceed `max_memory` (0: no limit).
+void require_gradient_budget(std::size_t need, std::size_t max_memory);
 // NaN or Inf in an input would silently poison whole rows of the result.
 // K and V may be null (streamed: checked chunk by chunk).
 void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,

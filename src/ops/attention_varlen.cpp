@@ -398,20 +398,10 @@ AttentionGrads attention_varlen_backward(const Tensor& q, const Tensor& k, const
   Varlen L = prepare(q.shape(), k.shape(), &v.shape(), q.dtype(), opt);
   Shape o_shape = q.shape();
   o_shape.back() = v.shape().back();
-  if (!is_float(grad_output.dtype())) {
-    throw InputError(fmt::format("grad_output: dtype {} is not a float type",
-                                 dtype_name(grad_output.dtype())));
-  }
-  if (grad_output.shape() != o_shape) {
-    throw InputError(fmt::format("grad_output: shape {} is not the output's {}",
-                                 shape_str(grad_output.shape()), shape_str(o_shape)));
-  }
+  require_grad_output(grad_output, o_shape);
   const std::size_t need =
       varlen_backward_memory(q.shape(), k.shape(), v.shape(), q.dtype(), opt, bopt);
-  if (opt.max_memory && need > opt.max_memory) {
-    throw InputError(fmt::format("gradients would need {} > max_memory {}", bytes_str(need),
-                                 bytes_str(opt.max_memory)));
-  }
+  require_gradient_budget(need, opt.max_memory);
   // Each sequence's gradients in float64, rounded once here: its rows are the bytes of a
   // run on that sequence alone, and the parameters' gradients are sums over sequences.
   L.sub.dtype = DType::f64;
@@ -470,9 +460,6 @@ AttentionGrads attention_varlen_backward(const Tensor& q, const Tensor& k, const
   }
   if (!recorded) acc.attrs.push_back({"scale", opt.scale});
   const DType out = opt.dtype.value_or(q.dtype());
-  // softmax_d and lse in the dtypes a run on one sequence gives them (float64; qv's
-  // backward rounds them as its outputs).
-  const DType lse_dtype = opt.qv && out != DType::f64 ? DType::f32 : DType::f64;
   AttentionGrads res;
   res.attrs = std::move(acc.attrs);
   res.attrs.push_back({"gradients", 1LL});
@@ -485,8 +472,9 @@ AttentionGrads attention_varlen_backward(const Tensor& q, const Tensor& k, const
   }
   // Sinks with no sequence run: their gradient is 0.
   if (opt.sinks && res.dsinks.numel() == 0) res.dsinks = cast(zeros(opt.sinks->shape()), out);
-  res.softmax_d = cast(acc.softmax_d, lse_dtype);
-  res.lse = cast(acc.lse, lse_dtype);
+  // softmax_d and lse stay float64, as a run on one sequence gives them.
+  res.softmax_d = std::move(acc.softmax_d);
+  res.lse = std::move(acc.lse);
   return res;
 }
 

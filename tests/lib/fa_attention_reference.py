@@ -84,6 +84,25 @@ def attention_ref(q, k, v, causal=False, window=(None, None), chunk=0, sink_toke
     return out.numpy(), lse.numpy()
 
 
+def seq_masked(sq, sk, causal=None, window=(None, None), sink=0, chunk=0):
+    """One sequence's masked set [sq, sk] (True = masked) aligned to its own lengths:
+    causal "top-left" (j > i) or bottom-right (any other true value: the window (left,
+    0)), the local window with its sink tokens, and the chunks."""
+    row = torch.arange(sq)[:, None]
+    col = torch.arange(sk)[None, :]
+    left, right = window
+    m = torch.zeros(sq, sk, dtype=torch.bool)
+    if causal == "top-left":
+        m |= col > row
+    elif causal:
+        right = 0
+    if left is not None or right is not None:
+        m |= local_mask(sq, sk, sq, sk, left, right, sink)
+    if chunk:
+        m |= chunk_mask(sq, sk, sq, sk, chunk)
+    return m
+
+
 def seq_ref(q, k, v, causal=None, window=(None, None), chunk=0, sink=0, alibi=False, qv=None):
     """FlashAttention's varlen semantics for one sequence, q [sq, h, d], k, v [sk, hk, d]: output [sq, h, dv] and lse [h, sq]
     in float64, aligned to its own lengths (query i at position i + sk - sq)."""
@@ -105,16 +124,7 @@ def seq_ref(q, k, v, causal=None, window=(None, None), chunk=0, sink=0, alibi=Fa
     if alibi:  # FA's non-causal ALiBi: -slope |i + sk - sq - j|, posenc's slopes
         slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)]).double()
         s = s - slopes[:, None, None] * (row + sk - sq - col).abs()
-    left, right = window
-    m = torch.zeros(sq, sk, dtype=torch.bool)
-    if causal == "top-left":
-        m |= col > row
-    elif causal:
-        right = 0
-    if left is not None or right is not None:
-        m |= local_mask(sq, sk, sq, sk, left, right, sink)
-    if chunk:
-        m |= chunk_mask(sq, sk, sq, sk, chunk)
+    m = seq_masked(sq, sk, causal, window, sink, chunk)
     s = s.masked_fill(m, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.softmax(s, dim=-1).masked_fill(m.all(dim=-1)[:, None], 0.0)

@@ -3,7 +3,7 @@
 Q [total_q, h, d], K and V [total_k, hk, d/dv] against torch float64 autograd of a varlen
 attention written here: each sequence unpacked and computed on its own lengths, its masks
 (causal in both alignments, windows) aligned to them (FlashAttention's
-construct_local_mask, tests/lib/fa_attention_reference.py), rows past seqused and of
+construct_local_mask, seq_masked in tests/lib/fa_attention_reference.py), rows past seqused and of
 empty sequences with gradient 0 and lse -inf.
 
 Tolerance: float64, the largest error of each tensor at most 1e-12 of its largest
@@ -18,7 +18,7 @@ import unittest
 import numpy as np
 import torch
 
-from fa_attention_reference import local_mask
+from fa_attention_reference import seq_masked
 from posenc_testlib import PosencTestCase, run
 
 REL = 1e-12
@@ -33,16 +33,7 @@ def seq_attention(q, k, v, causal=None, window=(None, None)):
     K = k.repeat_interleave(h // hk, dim=1)
     V = v.repeat_interleave(h // hk, dim=1)
     s = torch.einsum("thd,shd->hts", q / np.sqrt(d), K)
-    row = torch.arange(sq)[:, None]
-    col = torch.arange(sk)[None, :]
-    left, right = window
-    m = torch.zeros(sq, sk, dtype=torch.bool)
-    if causal == "top-left":
-        m |= col > row
-    elif causal:
-        right = 0
-    if left is not None or right is not None:
-        m |= local_mask(sq, sk, sq, sk, left, right)
+    m = seq_masked(sq, sk, causal, window)
     s = s.masked_fill(m, float("-inf"))
     mx = s.detach().amax(-1, keepdim=True) if sk else torch.zeros(h, sq, 1, dtype=s.dtype)
     mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
