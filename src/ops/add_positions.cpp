@@ -430,16 +430,15 @@ void add_positions_stream(const AddStreamRequest& r) {
   AbsoluteEncoding used = r.encoding;
   used.scale = ap.scale();
   out_info.attrs = encoding_attrs(used, ap.axes());
-  if (r.note) {
-    r.note(
-        fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s) along "
-                    "axis {} ({})",
-                    what, r.output.text, shape_str(info.shape), ap.axes(), dtype_name(info.dtype),
-                    dtype_name(out), (op.total_rows + plan.rows - 1) / plan.rows, plan.rows, axis,
-                    ap.axes()[axis]),
-        out_info.attrs);
-  }
   auto sink = create_sink(r.output, out_info, r.write);
+  if (r.note) {
+    r.note(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} along axis {} ({})", what,
+                       r.output.text, shape_str(info.shape), ap.axes(), dtype_name(info.dtype),
+                       dtype_name(out),
+                       detail::slab_shape(*src, *sink, op, plan).describe(op.total_rows), axis,
+                       ap.axes()[axis]),
+           out_info.attrs);
+  }
   const std::size_t total_bytes = op.total_rows * op.in_row_bytes;
   detail::stream_slabs(*src, *sink, axis, op, plan,
                        r.input.format == Format::hdf5 && r.output.format == Format::hdf5, r.threads,

@@ -81,7 +81,7 @@ void rope_stream_impl(const RopeStreamRequest& o) {
                          std::size_t n) { applier.part(in, out, row, first, n); };
     op.out_item = dtype_size(out_dtype);
     const detail::SlabPlan plan = detail::plan_slabs(op, budget, what, axis, axes.letters[axis]);
-    const std::size_t total_rows = op.total_rows - op.first_row, slab_rows = plan.rows;
+    const std::size_t total_rows = op.total_rows - op.first_row;
 
     TensorInfo out_info;
     out_info.dtype = out_dtype;
@@ -133,16 +133,15 @@ void rope_stream_impl(const RopeStreamRequest& o) {
       const Attrs pa = part_attrs(o.part, info.shape, axis, {in_refs[k]});
       out_info.attrs.insert(out_info.attrs.end(), pa.begin(), pa.end());
     }
+    TensorSink& sink = outputs.open(k, out_info);
     if (o.note) {
-      o.note(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} slab(s) of {} row(s) along "
-                         "axis {} ({}), kernel {}",
+      o.note(fmt::format("{} -> {}: shape {}, axes {}, {} -> {}, {} along axis {} ({}), kernel {}",
                          what, out_refs[k].text, shape_str(info.shape), axes.letters,
                          dtype_name(info.dtype), dtype_name(out_dtype),
-                         total_rows == 0 ? 0 : (total_rows + slab_rows - 1) / slab_rows,
-                         slab_rows, axis, axes.letters[axis], rope_kernel_variant()),
+                         detail::slab_shape(src, sink, op, plan).describe(total_rows), axis,
+                         axes.letters[axis], rope_kernel_variant()),
              out_info.attrs);
     }
-    TensorSink& sink = outputs.open(k, out_info);
 
     const std::size_t total_bytes = total_rows * applier.in_row_bytes();
     detail::stream_slabs(

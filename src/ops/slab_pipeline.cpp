@@ -199,6 +199,46 @@ SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& wha
   return plan;
 }
 
+SlabShape slab_shape(TensorSource& src, const TensorSink& sink, const SlabOp& op,
+                     const SlabPlan& plan) {
+  SlabShape shape;
+  shape.rows = plan.rows;
+  shape.parts = std::max<std::size_t>(op.parts, 1);
+  // A mapped source (a regular NPY file) is transformed in place of the page cache:
+  // no reader thread and no input buffers, which saves a copy of every byte. The
+  // output slabs are then kept small, so that the writer copies them into the page
+  // cache while they are still in the CPU's cache.
+  if (src.mapped_data() != nullptr) {
+    // 1 MiB: measured against 256 KiB to 8 MiB on 256 MiB files (bench/rope); 8 MiB
+    // slabs took twice as long as 256 KiB to 1 MiB ones.
+    constexpr std::size_t kMappedSlabBytes = std::size_t{1} << 20;
+    const std::size_t out_row = std::max<std::size_t>(op.out_row_bytes, 1);
+    shape.rows = std::max(
+        op.min_rows, std::min(shape.rows, std::max<std::size_t>(kMappedSlabBytes / out_row, 1)));
+    // A row larger than that ([b, h, s, d] along b: h*s*d values) is cut along the next
+    // axis and its parts written in place. Whole 32 MiB rows took 1.4-3 times as long as
+    // `dd` on ext4: the writer copied each from memory rather than from the cache, and
+    // the two fresh 32 MiB buffers cost 16,000 page faults.
+    if (shape.rows == 1 && op.min_rows == 1 && shape.parts > 1 && op.part &&
+        out_row > kMappedSlabBytes && op.out_row_bytes % shape.parts == 0 &&
+        op.in_row_bytes % shape.parts == 0 &&
+        (op.out_row_bytes / shape.parts) % std::max<std::size_t>(op.out_item, 1) == 0 &&
+        sink.writes_at()) {
+      shape.part_entries = std::max<std::size_t>(kMappedSlabBytes / (out_row / shape.parts), 1);
+    }
+  }
+  return shape;
+}
+
+std::string SlabShape::describe(std::size_t total_rows) const {
+  if (part_entries == 0) {
+    return fmt::format("{} slab(s) of {} row(s)",
+                       total_rows == 0 ? 0 : (total_rows + rows - 1) / rows, rows);
+  }
+  const std::size_t per_row = (parts + part_entries - 1) / part_entries;
+  return fmt::format("{} slab(s) of {}/{} of a row", total_rows * per_row, part_entries, parts);
+}
+
 void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const SlabOp& op,
                   const SlabPlan& plan, bool serialize_io, int threads,
                   const std::function<void(std::size_t rows_done)>& done) {
@@ -207,33 +247,9 @@ void stream_slabs(TensorSource& src, TensorSink& sink, std::size_t axis, const S
   struct Slab {
     std::size_t buf = 0, first = 0, rows = 0, sub_first = 0, sub_count = 0;
   };
-  // A mapped source (a regular NPY file) is transformed in place of the page cache:
-  // no reader thread and no input buffers, which saves a copy of every byte. The
-  // output slabs are then kept small, so that the writer copies them into the page
-  // cache while they are still in the CPU's cache.
   const std::byte* mapped = src.mapped_data();
-  std::size_t slab_rows = plan.rows;
-  // Entries of the next axis per slab when rows are cut, else 0.
-  std::size_t part_entries = 0;
-  const std::size_t parts = std::max<std::size_t>(op.parts, 1);
-  if (mapped) {
-    // 1 MiB: measured against 256 KiB to 8 MiB on 256 MiB files (bench/rope); 8 MiB
-    // slabs took twice as long as 256 KiB to 1 MiB ones.
-    constexpr std::size_t kMappedSlabBytes = std::size_t{1} << 20;
-    const std::size_t out_row = std::max<std::size_t>(op.out_row_bytes, 1);
-    slab_rows = std::max(op.min_rows,
-                         std::min(slab_rows, std::max<std::size_t>(kMappedSlabBytes / out_row, 1)));
-    // A row larger than that ([b, h, s, d] along b: h*s*d values) is cut along the next
-    // axis and its parts written in place. Whole 32 MiB rows took 1.4-3 times as long as
-    // `dd` on ext4: the writer copied each from memory rather than from the cache, and
-    // the two fresh 32 MiB buffers cost 16,000 page faults.
-    if (slab_rows == 1 && op.min_rows == 1 && parts > 1 && op.part && out_row > kMappedSlabBytes &&
-        op.out_row_bytes % parts == 0 && op.in_row_bytes % parts == 0 &&
-        (op.out_row_bytes / parts) % std::max<std::size_t>(op.out_item, 1) == 0 &&
-        sink.writes_at()) {
-      part_entries = std::max<std::size_t>(kMappedSlabBytes / (out_row / parts), 1);
-    }
-  }
+  const SlabShape shape = slab_shape(src, sink, op, plan);
+  const std::size_t slab_rows = shape.rows, part_entries = shape.part_entries, parts = shape.parts;
   const std::size_t in_part = op.in_row_bytes / parts, out_part = op.out_row_bytes / parts;
   const std::size_t out_item = std::max<std::size_t>(op.out_item, 1);
   const std::size_t total_rows = op.total_rows;

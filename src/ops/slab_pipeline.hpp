@@ -60,6 +60,21 @@ struct SlabPlan {
 SlabPlan plan_slabs(const SlabOp& op, std::size_t budget, const std::string& what, std::size_t axis,
                     char axis_letter);
 
+/// The slabs stream_slabs cuts: `rows` entries each, or, when `part_entries` is not 0,
+/// `part_entries` of the `parts` entries of the next axis within one row.
+struct SlabShape {
+  std::size_t rows = 1;
+  std::size_t part_entries = 0;
+  std::size_t parts = 1;
+  /// "N slab(s) of R row(s)" or "N slab(s) of E/P of a row", for `-v` notes.
+  std::string describe(std::size_t total_rows) const;
+};
+
+/// The slabs stream_slabs cuts for `plan` from `src` into `sink` (a mapped source
+/// streams smaller slabs than the plan's, and cuts rows larger than one).
+SlabShape slab_shape(TensorSource& src, const TensorSink& sink, const SlabOp& op,
+                     const SlabPlan& plan);
+
 /// Streams `op.total_rows` entries along `axis` from `src` through `op.rows` to `sink`
 /// as `plan` says. `serialize_io` keeps reads and writes from running at the same time
 /// (HDF5 on both sides: the library is not thread-safe). At most `threads` OpenMP

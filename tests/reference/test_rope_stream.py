@@ -189,6 +189,15 @@ class TestRowsCutIntoParts(PosencTestCase):
         # Rows of 2 MiB (8 heads of 256 KiB): parts of 4 heads.
         x, y = self.check("bhsd", (2, 8, 1024, 64), "--start", "5")
         self.assert_close(y, rope_rotate_half(x, 5 + np.arange(1024), 2), 1e-6, 1e-6, "bhsd")
+        # -v states the slabs as they are cut: 2 rows of 2 parts of 4 heads each; a row
+        # that fits a slab is streamed whole.
+        note = self.run_ok("-v", "rope", self.path("x.npy"), "-o", self.path("y.npy"), "--axes",
+                           "bhsd").stderr
+        self.assertIn("4 slab(s) of 4/8 of a row along axis 0 (b)", note)
+        np.save(self.path("small.npy"), x[:, :2, :64])
+        note = self.run_ok("-v", "rope", self.path("small.npy"), "-o", self.path("y.npy"),
+                           "--axes", "bhsd").stderr
+        self.assertIn("1 slab(s) of 2 row(s) along axis 0 (b)", note)
 
     def test_bshd_rows_cut_along_s(self):
         # [b, s, h, d] with b > 1: rows of 2 MiB cut along s, each part its own positions.
