@@ -448,89 +448,33 @@ Precision precision_of(const std::string& s) {
   throw UsageError("precision: expected f64 or f32, got '" + s + "'");
 }
 
-// start / position_ids / cu_seqlens, checked as the command checks them.
+// start, the position tensors and the coordinate grid (check_positions checks them as
+// the command does).
 Positions positions(const py::dict& d) {
   Positions pos;
   KeywordReader(d).read(pos);  // start; its range is the library's
-  auto ints = [&d](const char* key, Shape& shape) {
-    auto a = array_arg<std::int64_t>(d[key], key);
+  auto given = [&d](const char* key) { return d.contains(key) && !d[key].is_none(); };
+  // Integers, real coordinates and explicit angles (the wrapper hands C-contiguous int64 or
+  // float64; bf16 tables widened exactly).
+  auto values = [&d, &given](const char* key, auto& out, Shape& shape) {
+    if (!given(key)) return;
+    auto a = array_arg<typename std::decay_t<decltype(out)>::value_type>(d[key], key);
     shape = shape_of(a);
-    return std::vector<std::int64_t>(a.data(), a.data() + a.size());
+    out.assign(a.data(), a.data() + a.size());
   };
-  if (d.contains("position_ids") && !d["position_ids"].is_none()) {
-    pos.ids = ints("position_ids", pos.ids_shape);
-    if (pos.ids_shape.empty() || pos.ids_shape.size() > 3) {
-      throw InputError("position_ids: expected shape [s] or [b, s], got " +
-                       shape_str(pos.ids_shape));
-    }
-    for (std::int64_t v : pos.ids) {
-      if (v < 0) throw InputError("position_ids: negative position " + std::to_string(v));
-      if (v > kMaxPosition - pos.start) {
-        throw InputError("position_ids: position " + std::to_string(v) + " (+ start " +
-                         std::to_string(pos.start) + ") is beyond 2^53");
-      }
-    }
-  }
-  // Real coordinates, generated ones and explicit angles (posenc.rope's layout keywords;
-  // the arrays arrive as C-contiguous float64).
-  auto reals = [&d](const char* key, Shape& shape) {
-    auto a = array_arg<double>(d[key], key);
-    shape = shape_of(a);
-    return std::vector<double>(a.data(), a.data() + a.size());
-  };
-  if (d.contains("coords")) {
-    pos.coords = reals("coords", pos.coords_shape);
-    if (pos.coords_shape.empty() || pos.coords_shape.size() > 3) {
-      throw InputError("position_ids: expected shape [s], [b, s], [n, s] or [n, b, s], got " +
-                       shape_str(pos.coords_shape));
-    }
-  }
+  values("position_ids", pos.ids, pos.ids_shape);
+  values("coords", pos.coords, pos.coords_shape);
   if (auto g = get<std::string>(d, "grid")) {
     pos.grid = parse_coord_grid(*g);
     KeywordReader(d).read(pos.grid);  // prefix_tokens, merge_window
   }
-  if (d.contains("angles")) pos.angles = reals("angles", pos.angles_shape);
-  // The caller's cos/sin tables (float64 values, bf16 widened exactly by the wrapper).
-  if (d.contains("cos")) {
-    pos.table_cos = reals("cos", pos.table_shape);
-    Shape sin_shape;
-    pos.table_sin = reals("sin", sin_shape);
-    if (sin_shape != pos.table_shape) {
-      throw InputError("sin: shape " + shape_str(sin_shape) + " differs from cos's " +
-                       shape_str(pos.table_shape));
-    }
-    if (pos.table_shape.size() != 2) {
-      throw InputError("cos: expected shape [rows, R/2] or [rows, R], got " +
-                       shape_str(pos.table_shape));
-    }
-    if (auto t = get<std::string>(d, "table_dtype")) pos.table_dtype = parse_dtype(*t, "cos");
-  }
-  if (d.contains("seqlen_offsets")) {
-    Shape shape;
-    pos.seqlen_offsets = ints("seqlen_offsets", shape);
-    if (shape.size() != 1) {
-      throw InputError("seqlen_offsets: expected shape [b], got " + shape_str(shape));
-    }
-  }
-  if (d.contains("cu_seqlens") && !d["cu_seqlens"].is_none()) {
-    Shape shape;
-    pos.cu_seqlens = ints("cu_seqlens", shape);
-    if (shape.size() != 1 || pos.cu_seqlens.empty() || pos.cu_seqlens[0] != 0) {
-      throw InputError("cu_seqlens: expected a 1-D tensor starting at 0, got shape " +
-                       shape_str(shape));
-    }
-    for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
-      if (pos.cu_seqlens[i] > kMaxPosition - pos.start) {
-        throw InputError("cu_seqlens: boundary " + std::to_string(pos.cu_seqlens[i]) +
-                         " (+ start) is beyond 2^53");
-      }
-      if (pos.cu_seqlens[i] < pos.cu_seqlens[i - 1]) {
-        throw InputError("cu_seqlens: boundaries must not decrease (" +
-                         std::to_string(pos.cu_seqlens[i]) + " after " +
-                         std::to_string(pos.cu_seqlens[i - 1]) + ")");
-      }
-    }
-  }
+  values("angles", pos.angles, pos.angles_shape);
+  values("cos", pos.table_cos, pos.table_shape);
+  values("sin", pos.table_sin, pos.sin_shape);
+  if (auto t = get<std::string>(d, "table_dtype")) pos.table_dtype = parse_dtype(*t, "cos");
+  values("seqlen_offsets", pos.seqlen_offsets, pos.seqlen_offsets_shape);
+  values("cu_seqlens", pos.cu_seqlens, pos.cu_seqlens_shape);
+  check_positions(pos);
   return pos;
 }
 

@@ -162,18 +162,15 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
   if (!o.seqlen_offsets.empty()) {
     const Tensor t = read_tensor(o.seqlen_offsets);
     const xt::xarray<std::int64_t> a = int64_values(t, o.seqlen_offsets, "--seqlen-offsets");
-    if (t.shape().size() != 1) {
-      throw InputError(fmt::format("--seqlen-offsets: {}: expected shape [b], got {}",
-                                   o.seqlen_offsets, shape_str(t.shape())));
-    }
     pos.seqlen_offsets.assign(a.begin(), a.end());
+    pos.seqlen_offsets_shape = t.shape();
     pos.offsets_what = "--seqlen-offsets: " + o.seqlen_offsets;
   }
   if (o.torch_ops && o.cos.empty()) throw UsageError("--torch-ops: needs --cos and --sin");
   if (o.cos.empty() != o.sin.empty()) {
     throw UsageError(o.cos.empty() ? "--sin: needs --cos" : "--cos: needs --sin");
   }
-  if (o.cos.empty()) return;
+  if (o.cos.empty()) return check_positions(pos, "--start");
   // Everything that makes frequencies or angles: the tables replace them.
   for (const char* name :
        {"--base", "--partial", "--scaling", "--factor", "--original-max-pos", "--max-pos",
@@ -193,7 +190,9 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
                                  "(--precision f32 rotates in float32)",
                                  o.rope.arith));
   }
-  Shape shapes[2];
+  pos.cos_what = "--cos: " + o.cos;
+  pos.sin_what = "--sin: " + o.sin;
+  Shape* shapes[2] = {&pos.table_shape, &pos.sin_shape};
   std::vector<double>* dst[2] = {&pos.table_cos, &pos.table_sin};
   const std::string* refs[2] = {&o.cos, &o.sin};
   const char* names[2] = {"--cos", "--sin"};
@@ -203,11 +202,7 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
       throw InputError(fmt::format("{}: {}: expected a float tensor, got {}", names[k], *refs[k],
                                    dtype_name(t.dtype())));
     }
-    if (t.shape().size() != 2) {
-      throw InputError(fmt::format("{}: {}: expected shape [rows, R/2] or [rows, R], got {}",
-                                   names[k], *refs[k], shape_str(t.shape())));
-    }
-    shapes[k] = t.shape();
+    *shapes[k] = t.shape();
     if (k == 1 && t.dtype() != pos.table_dtype) {
       throw InputError(fmt::format("--sin: {}: dtype {} differs from --cos's {}", o.sin,
                                    dtype_name(t.dtype()), dtype_name(pos.table_dtype)));
@@ -217,13 +212,7 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
     dst[k]->resize(t.numel());
     for (std::size_t i = 0; i < t.numel(); ++i) (*dst[k])[i] = t.get(i);
   }
-  if (shapes[0] != shapes[1]) {
-    throw InputError(fmt::format("--sin: {}: shape {} differs from --cos's {}", o.sin,
-                                 shape_str(shapes[1]), shape_str(shapes[0])));
-  }
-  pos.table_shape = shapes[0];
-  pos.cos_what = "--cos: " + o.cos;
-  pos.sin_what = "--sin: " + o.sin;
+  check_positions(pos, "--start");
 }
 
 // A one-line note (not with --quiet) for each input file whose head count is neither

@@ -216,55 +216,22 @@ Positions rope_positions(const RopeCliOptions& o, bool real_coords) {
     return std::vector<std::int64_t>(a.begin(), a.end());
   };
   if (!o.position_ids.empty()) {
+    pos.ids_what = "--position-ids: " + o.position_ids;
     const Tensor t = read_tensor(o.position_ids);
     if (real_coords && is_float(t.dtype())) {
       pos.coords_shape = t.shape();
       pos.coords.resize(t.numel());
       for (std::size_t i = 0; i < t.numel(); ++i) pos.coords[i] = t.get(i);
-      if (pos.coords_shape.empty() || pos.coords_shape.size() > 3) {
-        throw InputError(fmt::format("--position-ids: {}: expected shape [s], [b, s], [n, s] "
-                                     "or [n, b, s], got {}",
-                                     o.position_ids, shape_str(pos.coords_shape)));
-      }
-      return pos;
-    }
-    pos.ids = ints(t, o.position_ids, "--position-ids", pos.ids_shape);
-    if (pos.ids_shape.empty() || pos.ids_shape.size() > 3) {
-      throw InputError(fmt::format("--position-ids: {}: expected shape [s] or [b, s], got {}",
-                                   o.position_ids, shape_str(pos.ids_shape)));
-    }
-    for (std::int64_t v : pos.ids) {
-      if (v < 0) {
-        throw InputError(
-            fmt::format("--position-ids: {}: negative position {}", o.position_ids, v));
-      }
-      if (v > kMaxPosition - pos.start) {
-        throw InputError(fmt::format("--position-ids: {}: position {} (+ --start {}) is beyond "
-                                     "2^53 = {}",
-                                     o.position_ids, v, pos.start, kMaxPosition));
-      }
+    } else {
+      pos.ids = ints(t, o.position_ids, "--position-ids", pos.ids_shape);
     }
   }
   if (!o.cu_seqlens.empty()) {
-    Shape shape;
-    pos.cu_seqlens = ints(read_tensor(o.cu_seqlens), o.cu_seqlens, "--cu-seqlens", shape);
-    if (shape.size() != 1 || pos.cu_seqlens.empty() || pos.cu_seqlens[0] != 0) {
-      throw InputError(
-          fmt::format("--cu-seqlens: {}: expected a 1-D tensor starting at 0, got shape {}",
-                      o.cu_seqlens, shape_str(shape)));
-    }
-    for (std::size_t i = 1; i < pos.cu_seqlens.size(); ++i) {
-      if (pos.cu_seqlens[i] > kMaxPosition - pos.start) {
-        throw InputError(fmt::format("--cu-seqlens: {}: boundary {} (+ --start {}) is beyond "
-                                     "2^53 = {}",
-                                     o.cu_seqlens, pos.cu_seqlens[i], pos.start, kMaxPosition));
-      }
-      if (pos.cu_seqlens[i] < pos.cu_seqlens[i - 1]) {
-        throw InputError(fmt::format("--cu-seqlens: {}: boundaries must not decrease ({} after {})",
-                                     o.cu_seqlens, pos.cu_seqlens[i], pos.cu_seqlens[i - 1]));
-      }
-    }
+    pos.cu_what = "--cu-seqlens: " + o.cu_seqlens;
+    pos.cu_seqlens =
+        ints(read_tensor(o.cu_seqlens), o.cu_seqlens, "--cu-seqlens", pos.cu_seqlens_shape);
   }
+  check_positions(pos, "--start");
   return pos;
 }
 

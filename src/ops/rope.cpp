@@ -1485,6 +1485,70 @@ void RopeApplier::Impl::build_table(const Range& r, bool whole) {
   }
 }
 
+namespace {
+// "--cos: c.npy" -> "--cos": a tensor's name without its file.
+std::string name_of(const std::string& what) { return what.substr(0, what.find(':')); }
+}  // namespace
+
+void check_positions(const Positions& pos, const std::string& start) {
+  if (!pos.ids.empty() || !pos.ids_shape.empty()) {
+    if (pos.ids_shape.empty() || pos.ids_shape.size() > 3) {
+      throw InputError(fmt::format("{}: expected shape [s] or [b, s], got {}", pos.ids_what,
+                                   shape_str(pos.ids_shape)));
+    }
+    for (std::int64_t v : pos.ids) {
+      if (v < 0) throw InputError(fmt::format("{}: negative position {}", pos.ids_what, v));
+      if (v > kMaxPosition - pos.start) {
+        throw InputError(fmt::format("{}: position {} (+ {} {}) is beyond 2^53 = {}", pos.ids_what,
+                                     v, start, pos.start, kMaxPosition));
+      }
+    }
+  }
+  if (!pos.coords.empty() || !pos.coords_shape.empty()) {
+    if (pos.coords_shape.empty() || pos.coords_shape.size() > 3) {
+      throw InputError(fmt::format("{}: expected shape [s], [b, s], [n, s] or [n, b, s], got {}",
+                                   pos.ids_what, shape_str(pos.coords_shape)));
+    }
+  }
+  if (!pos.cu_seqlens.empty() || !pos.cu_seqlens_shape.empty()) {
+    const std::vector<std::int64_t>& cu = pos.cu_seqlens;
+    if (pos.cu_seqlens_shape.size() != 1 || cu.empty() || cu[0] != 0) {
+      throw InputError(fmt::format("{}: expected a 1-D tensor starting at 0, got shape {}",
+                                   pos.cu_what, shape_str(pos.cu_seqlens_shape)));
+    }
+    for (std::size_t i = 1; i < cu.size(); ++i) {
+      if (cu[i] > kMaxPosition - pos.start) {
+        throw InputError(fmt::format("{}: boundary {} (+ {} {}) is beyond 2^53 = {}", pos.cu_what,
+                                     cu[i], start, pos.start, kMaxPosition));
+      }
+      if (cu[i] < cu[i - 1]) {
+        throw InputError(fmt::format("{}: boundaries must not decrease ({} after {})", pos.cu_what,
+                                     cu[i], cu[i - 1]));
+      }
+    }
+  }
+  if (!pos.seqlen_offsets.empty() || !pos.seqlen_offsets_shape.empty()) {
+    if (pos.seqlen_offsets_shape.size() != 1) {
+      throw InputError(fmt::format("{}: expected shape [b], got {}", pos.offsets_what,
+                                   shape_str(pos.seqlen_offsets_shape)));
+    }
+  }
+  if (!pos.table_cos.empty() || !pos.table_shape.empty()) {
+    for (const auto& [what, shape] :
+         {std::pair(&pos.cos_what, &pos.table_shape), std::pair(&pos.sin_what, &pos.sin_shape)}) {
+      if (shape->size() != 2) {
+        throw InputError(fmt::format("{}: expected shape [rows, R/2] or [rows, R], got {}", *what,
+                                     shape_str(*shape)));
+      }
+    }
+    if (pos.sin_shape != pos.table_shape) {
+      throw InputError(fmt::format("{}: shape {} differs from {}'s {}", pos.sin_what,
+                                   shape_str(pos.sin_shape), name_of(pos.cos_what),
+                                   shape_str(pos.table_shape)));
+    }
+  }
+}
+
 void check_cu_seqlens(const std::vector<std::int64_t>& cu, std::size_t length,
                       const std::string& what) {
   bool ok = cu.size() >= 2 && cu.front() == 0 && cu.back() == static_cast<std::int64_t>(length);

@@ -84,18 +84,30 @@ struct Positions {
   std::vector<double> angles;            ///< explicit angles, C order (--angles)
   Shape angles_shape;                    ///< the shape of `angles`
   std::vector<std::int64_t> cu_seqlens;  ///< packed-sequence boundaries (--cu-seqlens)
+  Shape cu_seqlens_shape;                ///< the shape of `cu_seqlens` as given
   std::string ids_what = "position_ids";    ///< names the source in messages
   std::string cu_what = "cu_seqlens";       ///< names the source in messages
   std::string angles_what = "angles";       ///< names the source in messages
   std::vector<std::int64_t> seqlen_offsets;  ///< per-entry offsets (--seqlen-offsets)
+  Shape seqlen_offsets_shape;                ///< the shape of `seqlen_offsets` as given
   std::string offsets_what = "seqlen_offsets";  ///< names the source in messages
   std::vector<double> table_cos;  ///< the caller's cos table, C order (--cos)
   std::vector<double> table_sin;  ///< the caller's sin table, C order (--sin)
   Shape table_shape;              ///< [rows, R/2] or [rows, R], shared by both tables
+  Shape sin_shape;                ///< the sin table's shape as given (check_positions)
   DType table_dtype = DType::f64;  ///< the tables' own type (for RopeApplyOptions::torch_ops)
   std::string cos_what = "cos";   ///< names the source in messages
   std::string sin_what = "sin";   ///< names the source in messages
 };
+
+/// Checks the position tensors as a front end hands them over, before any input is read,
+/// in the same words for the command line and Python: position ids of rank 1 to 3, none
+/// negative nor beyond 2^53 after `start`; coordinates of rank 1 to 3; cu_seqlens 1-D from
+/// 0, non-decreasing and within 2^53 after `start`; seqlen_offsets 1-D; cos and sin 2-D
+/// and of one shape. A tensor is checked when given (values or a shape), named by its
+/// `*_what`; the first position is spelled `start` as the caller spells it ("--start").
+/// Throws InputError. What fits the input (its s, b, R) RopeApplier checks.
+void check_positions(const Positions& pos, const std::string& start = "start");
 
 /// Throws InputError (naming `what`) unless `cu` is a list of packed-sequence
 /// boundaries for `length` tokens: at least two values, non-decreasing, from 0 to
