@@ -3,10 +3,14 @@
 
 #include "posenc/ops/rope.hpp"
 
+#include <fmt/core.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <list>
 #include <memory>
@@ -15,13 +19,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include <pthread.h>
-#include <sys/mman.h>
-
-#include <fmt/core.h>
-
 #include "ops/rope_framework.hpp"
 #include "ops/rope_kernel.hpp"
+#include "ops/transpose.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/rope_fields.hpp"
 #include "posenc/error.hpp"
@@ -81,71 +81,20 @@ std::size_t product(const Shape& s, std::size_t from, std::size_t to) {
   return p;
 }
 
-// Each [len, inner] matrix of `outer` is transposed in 32 x 32 tiles, so that both
-// sides are walked within a few cache lines (8 x 64 tiles, which keep the rows of a
-// tile in fewer L1 sets when inner is a power of two, measured the same). ES is the
-// element size, a constant, so that each copy is one move instead of a call to memcpy:
-// with the working copies kept from slab to slab, 256 MiB bhds streamed in 0.4 s of
-// CPU instead of 3.6 s.
-template <std::size_t ES>
-void move_d_axis_es(const std::byte* src, std::byte* dst, std::size_t outer, std::size_t len,
-                    std::size_t inner, bool to_last) {
-  constexpr std::size_t kTile = 32;
-  const std::size_t tiles = (inner + kTile - 1) / kTile;
-#pragma omp parallel for collapse(2) schedule(static) if (outer * len * inner >= rope_detail::kParallelElements)
-  for (std::ptrdiff_t o = 0; o < static_cast<std::ptrdiff_t>(outer); ++o) {
-    for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(tiles); ++t) {
-      const std::size_t i0 = static_cast<std::size_t>(t) * kTile;
-      const std::size_t i1 = std::min(inner, i0 + kTile);
-      const std::size_t ob = static_cast<std::size_t>(o);
-      for (std::size_t k0 = 0; k0 < len; k0 += kTile) {
-        const std::size_t k1 = std::min(len, k0 + kTile);
-        for (std::size_t k = k0; k < k1; ++k) {
-          for (std::size_t i = i0; i < i1; ++i) {
-            const std::size_t orig = (ob * len + k) * inner + i;
-            const std::size_t last = (ob * inner + i) * len + k;
-            if (to_last) {
-              std::memcpy(dst + last * ES, src + orig * ES, ES);
-            } else {
-              std::memcpy(dst + orig * ES, src + last * ES, ES);
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
 /// Copies a tensor of `shape` (C order) to `dst` with axis `d` moved last, or back
 /// (`to_last` false: `src` has d last, `dst` the original order). Element size `es`.
+/// Register blocks unless the base kernel variant runs (POSENC_ROPE_ISA=base): 256 MiB
+/// bhds f32 moved both ways in 0.2 s of CPU one element at a time.
 void move_d_axis(const std::byte* src, std::byte* dst, const Shape& shape, std::size_t d,
                  std::size_t es, bool to_last) {
   const std::size_t outer = product(shape, 0, d);
   const std::size_t len = shape[d];
   const std::size_t inner = product(shape, d + 1, shape.size());
-  switch (es) {
-    case 2:
-      return move_d_axis_es<2>(src, dst, outer, len, inner, to_last);
-    case 4:
-      return move_d_axis_es<4>(src, dst, outer, len, inner, to_last);
-    case 8:
-      return move_d_axis_es<8>(src, dst, outer, len, inner, to_last);
-    default:
-      break;
-  }
-#pragma omp parallel for schedule(static) if (outer * len * inner >= rope_detail::kParallelElements)
-  for (std::ptrdiff_t o = 0; o < static_cast<std::ptrdiff_t>(outer); ++o) {
-    for (std::size_t k = 0; k < len; ++k) {
-      for (std::size_t i = 0; i < inner; ++i) {
-        const std::size_t orig = (static_cast<std::size_t>(o) * len + k) * inner + i;
-        const std::size_t last = (static_cast<std::size_t>(o) * inner + i) * len + k;
-        if (to_last) {
-          std::memcpy(dst + last * es, src + orig * es, es);
-        } else {
-          std::memcpy(dst + orig * es, src + last * es, es);
-        }
-      }
-    }
+  const bool simd = std::strcmp(rope_detail::kernel_isa(), "base") != 0;
+  if (to_last) {
+    detail::transpose_matrices(src, dst, outer, len, inner, es, simd);
+  } else {
+    detail::transpose_matrices(src, dst, outer, inner, len, es, simd);
   }
 }
 
