@@ -480,10 +480,10 @@ Positions positions(const py::dict& d) {
 
 RopeApplyOptions apply_options(const py::dict& d) {
   RopeApplyOptions a;
+  KeywordReader(d).read(a);  // order, mrope_interleaved, torch_ops
   set_if(d, "inverse", a.inverse);
   if (auto p = get<std::string>(d, "precision")) a.precision = precision_of(*p);
   set_if(d, "allow_nonfinite", a.allow_nonfinite);
-  set_if(d, "torch_ops", a.torch_ops);
   if (auto grid = get<std::pair<std::int64_t, std::int64_t>>(d, "rope2d")) {
     if (grid->first <= 0 || grid->second <= 0) {
       throw UsageError("rope2d: height and width must be positive, got " +
@@ -492,14 +492,7 @@ RopeApplyOptions apply_options(const py::dict& d) {
     a.grid_h = grid->first;
     a.grid_w = grid->second;
   }
-  if (auto order = get<std::string>(d, "order")) {
-    if (*order != "xy" && *order != "yx") {
-      throw UsageError("order: expected xy or yx, got '" + *order + "'");
-    }
-    a.grid_yx = *order == "yx";
-  }
   set_if(d, "mrope_section", a.mrope_section);
-  set_if(d, "mrope_interleaved", a.mrope_interleaved);
   set_if(d, "grid_ids", a.grid_ids);
   if (auto l = get<std::string>(d, "layout")) a.layout = parse_rope_layout(*l);
   if (d.contains("inv_freq")) {

@@ -38,9 +38,8 @@ struct RopeCmdOptions {
   std::string axes;
   std::string dtype = "same";
   std::vector<long long> grid;  // H W
-  std::string order = "xy";
+  RopeApplyOptions apply;       // --order, --mrope-interleaved, --torch-ops (declared)
   std::string mrope_section;
-  bool mrope_interleaved = false;
   bool grid_ids = false;
   std::string layout;     // --layout NAME[:ARGS]
   std::string inv_freq;   // --inv-freq: [axes, R/2] frequency matrix
@@ -50,7 +49,6 @@ struct RopeCmdOptions {
   std::string angles;     // --angles: [s, R/2] or [b, s, R/2]
   std::string cos, sin;   // --cos/--sin: the caller's tables [rows, R/2] or [rows, R]
   std::string seqlen_offsets;  // --seqlen-offsets: [b] (or one per --cu-seqlens sequence)
-  bool torch_ops = false;      // --torch-ops: apply_rotary_emb_torch's roundings
   bool allow_nonfinite = false;
   std::string max_memory;
   std::string part;
@@ -166,7 +164,7 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
     pos.seqlen_offsets_shape = t.shape();
     pos.offsets_what = "--seqlen-offsets: " + o.seqlen_offsets;
   }
-  if (o.torch_ops && o.cos.empty()) throw UsageError("--torch-ops: needs --cos and --sin");
+  if (o.apply.torch_ops && o.cos.empty()) throw UsageError("--torch-ops: needs --cos and --sin");
   if (o.cos.empty() != o.sin.empty()) {
     throw UsageError(o.cos.empty() ? "--sin: needs --cos" : "--cos: needs --sin");
   }
@@ -257,6 +255,7 @@ std::vector<std::string> config_heads_notes(const RopeCmdOptions& o,
 
 void run_rope(const RopeCmdOptions& o) {
   RopeStreamRequest r;
+  r.apply = o.apply;
   for (const auto& t : o.inputs) r.inputs.push_back(parse_ref(t));
   for (const auto& t : o.out.outputs) r.outputs.push_back(parse_ref(t, o.out.to, "/data"));
   if (r.outputs.size() != r.inputs.size()) {
@@ -276,13 +275,11 @@ void run_rope(const RopeCmdOptions& o) {
     }
     r.apply.grid_h = o.grid[0];
     r.apply.grid_w = o.grid[1];
-    r.apply.grid_yx = o.order == "yx";
   }
   if (!o.mrope_section.empty()) r.apply.mrope_section = parse_sections(o.mrope_section);
-  if (o.mrope_interleaved && o.mrope_section.empty()) {
+  if (o.apply.mrope_interleaved && o.mrope_section.empty()) {
     throw UsageError("--mrope-interleaved: needs --mrope-section");
   }
-  r.apply.mrope_interleaved = o.mrope_interleaved;
   if (o.grid_ids) {
     if (!o.grid.empty()) throw UsageError("--rope2d-ids: cannot be combined with --rope2d");
     if (o.rope.app->count("--order") > 0) {
@@ -310,10 +307,9 @@ void run_rope(const RopeCmdOptions& o) {
   r.positions = rope_positions(o.rope, /*real_coords=*/true);
   set_coordinates(o, r.positions);
   set_tables(o, r.positions);
-  if (o.torch_ops && o.rope.app->count("--precision") > 0) {
+  if (o.apply.torch_ops && o.rope.app->count("--precision") > 0) {
     throw UsageError("--torch-ops: computes as torch does; not with --precision");
   }
-  r.apply.torch_ops = o.torch_ops;
   const std::vector<std::string> notes = config_heads_notes(o, r.inputs);
   if (o.rope.app->count("--max-memory") > 0) {
     r.max_memory = parse_memory_size(o.max_memory, "--max-memory");
@@ -336,6 +332,16 @@ void run_rope(const RopeCmdOptions& o) {
   };
   rope_stream(r);
   for (const std::string& n : notes) fmt::print(stderr, "{}", n);
+}
+
+// The declared field `name` of RopeApplyOptions, bound where --help lists it.
+void add_apply_option(CLI::App* sub, RopeApplyOptions& apply, const std::string& name) {
+  std::vector<std::string> others;
+  for (const Field& f : posenc::describe<RopeApplyOptions>()) {
+    if (f.name != name) others.push_back(f.name);
+  }
+  OptionBinder bind(sub, "ROPE OPTIONS", others);
+  declare(bind, apply);
 }
 
 }  // namespace
@@ -373,19 +379,13 @@ void register_rope(CLI::App& app) {
                 "drives the first R/4 pairs, row 1 the next R/4 (Qwen2-VL vision (h, w) ids; "
                 "with --style neox, --base 10000 as there)")
       ->group(g);
-  sub->add_option("--order", opts->order,
-                  "2-D RoPE: which coordinate takes the first R/4 pairs, xy (default) or yx")
-      ->check(CLI::IsMember({"xy", "yx"}))
-      ->group(g);
+  add_apply_option(sub, opts->apply, "order");
   sub->add_option("--mrope-section", opts->mrope_section,
                   "M-RoPE (Qwen2-VL): pairs per t,h,w section, summing to R/2, e.g. 16,24,24; "
                   "--position-ids then has shape [3, s] or [3, b, s]")
       ->type_name("T,H,W")
       ->group(g);
-  sub->add_flag("--mrope-interleaved", opts->mrope_interleaved,
-                "Qwen3-VL interleaved M-RoPE: pair j takes h when j % 3 = 1 and j < 3H, w when "
-                "j % 3 = 2 and j < 3W, else t")
-      ->group(g);
+  add_apply_option(sub, opts->apply, "mrope_interleaved");
   sub->add_option("--layout", opts->layout,
                   "the frequency assignment over coordinate axes: plain (default), axial (2-D, "
                   "the --rope2d frequencies), even-odd (Pixtral: height the even-indexed, width "
@@ -421,11 +421,7 @@ void register_rope(CLI::App& app) {
                   "p; R from its width unless --rotary-dim; needs --sin")
       ->group(g);
   sub->add_option("--sin", opts->sin, "the caller's sin table, the shape of --cos")->group(g);
-  sub->add_flag("--torch-ops", opts->torch_ops,
-                "with --cos/--sin: flash-attn's apply_rotary_emb_torch bit for bit, each product "
-                "and the sum rounded to torch's type for x and the tables (default: exact, "
-                "rounded once)")
-      ->group(g);
+  add_apply_option(sub, opts->apply, "torch_ops");
   sub->add_option("--seqlen-offsets", opts->seqlen_offsets,
                   "per-entry offsets [b] (flash-attn's seqlen_offsets / rotary_seqlens): token s "
                   "of entry b at --start + offset[b] + s; with --cu-seqlens one per sequence")

@@ -1,7 +1,8 @@
 """Every declared RoPE field (include/posenc/encodings/rope_fields.hpp, listed by
 posenc._posenc._rope_fields(): kind "rope" the RopeParams scaling parameters, "positions"
-the first position, "coords" the generated grid's scalars) is offered everywhere it must
-be: `posenc rope` (and, but for the grid's, `posenc table rope` and `posenc attention`)
+the first position, "coords" the generated grid's scalars, "apply" the ways of applying of
+`posenc rope` alone) is offered everywhere it must be: `posenc rope` (and, but for the
+grid's and the ways of applying, `posenc table rope` and `posenc attention`)
 has its option in `--help`; a value at the bottom of its range passes the range check, one
 below it or above the top is refused with exit status 2 naming the option; posenc.rope
 takes the keyword (the same values refused with UsageError naming the keyword); the stubs
@@ -30,6 +31,7 @@ BASELINES = {
     "positions": ([], {}),
     "coords": (["--coords", "grid:2,2", "--layout", "axial"],
                {"coords": "grid:2,2", "layout": "axial"}),
+    "apply": ([], {}),
 }
 
 
@@ -40,7 +42,7 @@ def options(f):
 def commands(f):
     """The commands that offer the field's options (`table rope` refuses --rotary-last and
     --rope-interleave with a message)."""
-    if f["kind"] == "coords":
+    if f["kind"] in ("coords", "apply"):
         return [["rope"]]
     return [["rope"], ["table", "rope"], ["attention"]]
 
@@ -70,7 +72,7 @@ def run(tmp, args):
 def test_the_listing_holds_the_rope_options():
     names = {f["name"] for f in FIELDS}
     assert {"base", "scaling", "factor", "original_max_pos", "truncate", "start",
-            "prefix_tokens", "merge_window"} <= names
+            "prefix_tokens", "merge_window", "order", "mrope_interleaved", "torch_ops"} <= names
     for f in FIELDS:
         assert f["name"] == f["option"][2:].replace("-", "_")
 
@@ -130,7 +132,8 @@ def test_a_name_outside_the_choices_is_refused(f, x):
 def test_python_takes_the_keyword_and_the_stubs_name_it(f):
     functions = [(posenc.rope, "python/posenc/__init__.pyi")]
     # A table does not depend on where the rotation sits in a head: table rope refuses these.
-    if f["kind"] != "coords" and f["name"] not in ("rotary_last", "rope_interleave"):
+    if f["kind"] not in ("coords", "apply") and f["name"] not in ("rotary_last",
+                                                                  "rope_interleave"):
         functions.append((posenc.table.rope, "python/posenc/table.pyi"))
     for fn, stub in functions:
         assert f["name"] in inspect.signature(fn).parameters, fn

@@ -1,8 +1,9 @@
 #pragma once
 /// \file
 /// The declared parameters of RoPE (declare.hpp): the scaling parameters of RopeParams,
-/// the first position of Positions and the coordinate grid's prefix and merge window,
-/// in the order --help lists them. The ROPE OPTIONS of `table rope`, `rope` and
+/// the first position of Positions, the coordinate grid's prefix and merge window and
+/// `posenc rope`'s --order, --mrope-interleaved and --torch-ops (RopeApplyOptions), in
+/// the order --help lists them. The ROPE OPTIONS of `table rope`, `rope` and
 /// `attention --rope`, the Python keywords of posenc.rope / posenc.table.rope /
 /// posenc.attention, their ranges and the field list the tests walk
 /// (`posenc._posenc._rope_fields()`) come from here.
@@ -10,7 +11,8 @@
 /// Not declared, bound by each front end: the longrope factor lists (a comma list or a
 /// tensor reference on the command line), the config file and its layer selection
 /// (--hf-config, --hf-version, --layer-type, --layer), the arithmetic, the M-RoPE
-/// sections and layouts (members of RopeApplyOptions), and tensors of positions.
+/// sections, the 2-D grid and the layouts (members of RopeApplyOptions), and tensors of
+/// positions.
 ///
 /// `compute_rope_freqs` validates RopeParams from here (a value from a config file names
 /// the file's key, RopeParams::sources); RopeApplier validates Positions and its grid.
@@ -47,6 +49,16 @@ inline const Names<RopeScaling>& rope_scalings() {
                                     {"proportional", RopeScaling::proportional},
                                     {"default", RopeScaling::none},
                                     {"su", RopeScaling::longrope}};
+  return n;
+}
+
+/// A bool member named by two words (--order xy|yx, --sign k-q|q-k, ...).
+inline Names<bool> two_words(const char* when_false, const char* when_true) {
+  return Names<bool>{{when_false, false}, {when_true, true}};
+}
+/// Which coordinate of a 2-D grid comes first.
+inline const Names<bool>& grid_orders() {
+  static const Names<bool> n = two_words("xy", "yx");
   return n;
 }
 
@@ -125,6 +137,24 @@ void declare(V& v, CoordGrid& g) {
     g.merge);
 }
 
+/// The ways of applying that `posenc rope` and posenc.rope take as they are (the
+/// inverse and the precision are ROPE OPTIONS of every command; the grid, the sections,
+/// the layout and its frequencies are bound by each front end).
+template <class V>
+void declare(V& v, RopeApplyOptions& a) {
+  v(field("order", "2-D RoPE: which coordinate takes the first R/4 pairs, xy (default) or yx"),
+    choice(a.grid_yx, fields::grid_orders()));
+  v(field("mrope_interleaved",
+          "Qwen3-VL interleaved M-RoPE: pair j takes h when j % 3 = 1 and j < 3H, w when "
+          "j % 3 = 2 and j < 3W, else t"),
+    a.mrope_interleaved);
+  v(field("torch_ops",
+          "with --cos/--sin: flash-attn's apply_rotary_emb_torch bit for bit, each product "
+          "and the sum rounded to torch's type for x and the tables (default: exact, "
+          "rounded once)"),
+    a.torch_ops);
+}
+
 /// `f(name, Request{})` for every declared RoPE request: the field lists the tests walk.
 template <class F>
 void for_each_rope_request(F&& f) {
@@ -133,9 +163,11 @@ void for_each_rope_request(F&& f) {
   const RopeParams rope;
   const Positions positions;
   const CoordGrid coords;
+  const RopeApplyOptions apply;
   f("rope", rope);
   f("positions", positions);
   f("coords", coords);
+  f("apply", apply);
 }
 
 }  // namespace posenc

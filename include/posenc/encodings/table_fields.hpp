@@ -21,6 +21,7 @@
 #include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/longt5_global.hpp"
 #include "posenc/encodings/relative_attention.hpp"
+#include "posenc/encodings/rope_fields.hpp"  // two_words, grid_orders
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
@@ -70,14 +71,6 @@ inline const Names<LongT5GlobalMap>& longt5_maps() {
   static const Names<LongT5GlobalMap> n{{"block-ids", LongT5GlobalMap::block_ids},
                                         {"segment-ids", LongT5GlobalMap::segment_ids},
                                         {"side-positions", LongT5GlobalMap::side_positions}};
-  return n;
-}
-/// A bool member named by two words (--order xy|yx, --sign k-q|q-k, ...).
-inline Names<bool> two_words(const char* when_false, const char* when_true) {
-  return Names<bool>{{when_false, false}, {when_true, true}};
-}
-inline const Names<bool>& grid_orders() {
-  static const Names<bool> n = two_words("xy", "yx");
   return n;
 }
 inline const Names<bool>& distance_signs() {
