@@ -987,10 +987,12 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
   for (const std::string& n : names) {
     if (n != "dq" && n != "dk" && n != "dv" && n != "softmax_d" && n != "lse" && n != "dbias" &&
         n != "dsinks" && n != "dt5_bias" && n != "dqv" && n != "drelative_k" &&
-        n != "drelative_v") {
+        n != "drelative_v" && n != "dclipped_bias" && n != "drel_pos_h" && n != "drel_pos_w" &&
+        n != "dper_dim_scale" && n != "drelative_proj") {
       throw UsageError("emit " + n +
                        ": with grad_output, expected dq, dk, dv, softmax_d, lse, dbias, dsinks, "
-                       "dt5_bias, dqv, drelative_k, drelative_v");
+                       "dt5_bias, dqv, drelative_k, drelative_v, dclipped_bias, drel_pos_h, "
+                       "drel_pos_w, dper_dim_scale, drelative_proj");
     }
     if (n == "dsinks" && !opt.sinks) throw UsageError("emit dsinks: needs sinks");
     if (n == "dqv" && !opt.qv) throw UsageError("emit dqv: needs qv");
@@ -998,6 +1000,11 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
     bopt.dt5_bias = bopt.dt5_bias || n == "dt5_bias";
     bopt.drelative_k = bopt.drelative_k || n == "drelative_k";
     bopt.drelative_v = bopt.drelative_v || n == "drelative_v";
+    bopt.dclipped_bias = bopt.dclipped_bias || n == "dclipped_bias";
+    bopt.drel_pos_h = bopt.drel_pos_h || n == "drel_pos_h";
+    bopt.drel_pos_w = bopt.drel_pos_w || n == "drel_pos_w";
+    bopt.dper_dim_scale = bopt.dper_dim_scale || n == "dper_dim_scale";
+    bopt.drelative_proj = bopt.drelative_proj || n == "drelative_proj";
   }
   AttentionGrads g;
   {

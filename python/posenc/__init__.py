@@ -364,10 +364,13 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         (posenc-attention(1), GRADIENTS). emit then names gradients among "dq", "dk",
         "dv", "softmax_d" (rowsum(dO O)), "lse", "dbias" (of a float mask), "dsinks",
         "dt5_bias" (of the t5_bias table), "dqv" (of qv), "drelative_k", "drelative_v"
-        (of Shaw's relative_k, relative_v tables); default ("dq", "dk", "dv"). With
-        cu_seqlens_q/cu_seqlens_k, each sequence's own backward, packed. Needs v;
-        not with the relative terms other than T5's and Shaw's. With rope=True, dq and dk
-        are with respect to the unrotated q and k.
+        (of Shaw's relative_k, relative_v tables), "dclipped_bias" (of clipped_bias),
+        "drel_pos_h", "drel_pos_w" (of decomposed_rel_pos's tables), "dper_dim_scale",
+        "drelative_proj" (of per_dim_scale, relative_proj); default ("dq", "dk", "dv").
+        With cu_seqlens_q/cu_seqlens_k, each sequence's own backward, packed. Needs v;
+        not with the Transformer-XL / XLNet / Funnel / DeBERTa terms, WavLM's gate or
+        LongT5's side keys. With rope=True, dq and dk are with respect to the unrotated
+        q and k.
     cache_seqlens [b], cache_batch_idx [b], cache_leftpad [b], page_table [b, max_blocks],
         k_new [b, s_new, hk, d], v_new [b, s_new, hk, dv], rotary_cos/rotary_sin
         [s_rot, rotary_dim/2], rotary_seqlens [b], rotary_interleaved: FlashAttention's

@@ -12,8 +12,10 @@
 namespace posenc::cli {
 
 namespace {
-const char* const kNames[] = {"dq",     "dk",       "dv",  "softmax_d",   "lse",        "dbias",
-                              "dsinks", "dt5_bias", "dqv", "drelative_k", "drelative_v"};
+const char* const kNames[] = {"dq",          "dk",          "dv",            "softmax_d",
+                              "lse",         "dbias",       "dsinks",        "dt5_bias",
+                              "dqv",         "drelative_k", "drelative_v",   "dclipped_bias",
+                              "drel_pos_h",  "drel_pos_w",  "dper_dim_scale", "drelative_proj"};
 
 // The streamed backward (posenc-attention(1), GRADIENTS): K and V used in place of their
 // mapped files and released tile by tile, dk and dv written to their NPY files as their
@@ -21,8 +23,8 @@ const char* const kNames[] = {"dq",     "dk",       "dv",  "softmax_d",   "lse",
 // budget. Possible where K and V are mapped in the arithmetic's dtype (or narrower
 // floats, widened a key tile at a time) with a head's keys
 // contiguous (h before s, d last), dk and dv (when emitted) go to regular NPY files, and
-// neither --rope nor --qv is given. Returns the bytes it holds (Q, dO, dq and the work),
-// or 0 where it is not possible.
+// none of --rope, --qv, --per-dim-scale, --relative-proj is given. Returns the bytes it
+// holds (Q, dO, dq and the work), or 0 where it is not possible.
 // Whether `t` is the arithmetic's dtype or widens to it exactly (f16, bf16; f32 to f64).
 bool widens(DType t, DType arith) {
   return t == arith || (is_float(t) && !is_fp8(t) && dtype_size(t) < dtype_size(arith));
@@ -36,9 +38,11 @@ std::size_t streamed_need(TensorSource& q, TensorSource& k, TensorSource& v, Ten
   const DType arith = attention_arith(opt);
   const std::string axes = !opt.axes.empty() ? opt.axes : ki.shape.size() == 4 ? "bhsd" : "";
   const auto h = axes.find('h'), sa = axes.find('s');
-  if (rope || opt.qv || axes.empty() || h == std::string::npos || sa == std::string::npos ||
-      h > sa || axes.back() != 'd' || !widens(ki.dtype, arith) || !widens(vi.dtype, arith) ||
-      !k.mapped_data() || !v.mapped_data()) {
+  // Gemma-3n's scaled queries and projected table are prepared in memory.
+  if (rope || opt.qv || opt.per_dim_scale || opt.relative_proj || axes.empty() ||
+      h == std::string::npos || sa == std::string::npos || h > sa || axes.back() != 'd' ||
+      !widens(ki.dtype, arith) || !widens(vi.dtype, arith) || !k.mapped_data() ||
+      !v.mapped_data()) {
     return 0;
   }
   for (std::size_t i = 0; i < names.size(); ++i) {
@@ -159,7 +163,8 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
     if (std::find(std::begin(kNames), std::end(kNames), name) == std::end(kNames)) {
       throw UsageError(fmt::format(
           "--emit {}: with --grad-output, expected a comma list of dq, dk, dv, softmax_d, lse, "
-          "dbias, dsinks, dt5_bias, dqv, drelative_k, drelative_v",
+          "dbias, dsinks, dt5_bias, dqv, drelative_k, drelative_v, dclipped_bias, drel_pos_h, "
+          "drel_pos_w, dper_dim_scale, drelative_proj",
           name));
     }
     if (std::find(out.begin(), out.end(), name) != out.end()) {
@@ -186,6 +191,14 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
   bopt.dt5_bias = std::find(names.begin(), names.end(), "dt5_bias") != names.end();
   bopt.drelative_k = std::find(names.begin(), names.end(), "drelative_k") != names.end();
   bopt.drelative_v = std::find(names.begin(), names.end(), "drelative_v") != names.end();
+  auto wants = [&](const char* n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  bopt.dclipped_bias = wants("dclipped_bias");
+  bopt.drel_pos_h = wants("drel_pos_h");
+  bopt.drel_pos_w = wants("drel_pos_w");
+  bopt.dper_dim_scale = wants("dper_dim_scale");
+  bopt.drelative_proj = wants("drelative_proj");
   const TensorInfo &qi = q.info(), &ki = k.info(), &vi = v.info(), &oi = dO_src->info();
   // The inputs' headers against each other and the budget, before anything is read.
   if (!is_float(oi.dtype)) {

@@ -19,13 +19,17 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include <sys/mman.h>
 
+#include "ops/attention_clipped.hpp"
+#include "ops/attention_decomposed.hpp"
 #include "ops/attention_fa.hpp"
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_kernel.hpp"
+#include "ops/attention_timing.hpp"
 #include "ops/attention_varlen.hpp"
 #include "io/slab.hpp"
 #include "ops/blas_threads.hpp"
@@ -75,12 +79,8 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
     }
   };
   no(opt.arith != Arith::exact, "--arith other than exact");
-  no(opt.clipped_bias != nullptr, "--clipped-bias");
   no(opt.gate_input != nullptr, "--wavlm-gate");
   no(opt.global_k != nullptr, "--global-kv");
-  no(opt.relative_proj != nullptr, "--relative-proj");
-  no(opt.per_dim_scale != nullptr, "--per-dim-scale");
-  no(opt.rel_pos_h != nullptr || opt.rel_pos_w != nullptr, "--decomposed-rel-pos");
   no(opt.score_bias != nullptr, "a relative score term (--relative)");
   no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
   no(opt.q_descale != nullptr || opt.k_descale != nullptr || opt.v_descale != nullptr,
@@ -93,6 +93,19 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   }
   if (bopt.drelative_v && !opt.relative_v) {
     throw UsageError("gradients: drelative_v needs --relative-v");
+  }
+  if (bopt.dclipped_bias && !opt.clipped_bias) {
+    throw UsageError("gradients: dclipped_bias needs --clipped-bias");
+  }
+  if ((bopt.drel_pos_h || bopt.drel_pos_w) && !opt.rel_pos_h) {
+    throw UsageError(fmt::format("gradients: {} needs --decomposed-rel-pos",
+                                 bopt.drel_pos_h ? "drel_pos_h" : "drel_pos_w"));
+  }
+  if (bopt.dper_dim_scale && !opt.per_dim_scale) {
+    throw UsageError("gradients: dper_dim_scale needs --per-dim-scale");
+  }
+  if (bopt.drelative_proj && !opt.relative_proj) {
+    throw UsageError("gradients: drelative_proj needs --relative-proj");
   }
   if (bopt.dbias && !(opt.mask && is_float(opt.mask->dtype()))) {
     throw UsageError("gradients: dbias needs a float (additive) --mask");
@@ -178,6 +191,8 @@ std::size_t tile_bytes(const Geometry& g, const Tiles& t, bool dbias) {
   std::size_t n = mul_sat(t.q * t.k, (dbias ? 3 : 2) * ts);
   n = add_sat(n, mul_sat(mul_sat(g.hq / g.hk, g.sq), g.d * ts));  // the item's dq
   n = add_sat(n, mul_sat(t.k, (g.d + g.dv) * ts));
+  // The decomposed terms of the item's queries and their gradients by key row and column.
+  n = add_sat(n, mul_sat(mul_sat(g.hq / g.hk, g.sq), mul_sat(g.dec_cols, 2 * ts)));
   // Strided rows (bshd) copied for BLAS.
   return add_sat(n, mul_sat(std::max(t.q, t.k), (g.d + g.dv) * ts));
 }
@@ -206,6 +221,9 @@ struct Ctx {
   // Shaw's tables: each item's sums of their gradients ([items][P.rel_k.size()] and
   // [items][R dv]), added over the items in order at the end.
   std::vector<T> drk, drv;
+  // The decomposed tables: each item's sums of the resized tables' gradients
+  // ([items][rh.size()], [items][rw.size()]), added over the items in order at the end.
+  std::vector<double> drh, drw;
 };
 
 // exp(x) in f32 lanes for x a score minus its row's lse (at most a rounding above 0): the
@@ -237,7 +255,7 @@ template <class T>
 bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std::size_t h,
           std::size_t q0, std::size_t qn, std::size_t j0, std::size_t kn, bool write_dbias,
           std::vector<T>& G, std::vector<T>& H, const T* kp, std::size_t ks, const T* vp,
-          std::size_t vs) {
+          std::size_t vs, const T* decq, T* gdec) {
   const Plan<T>& P = c.P;
   const Geometry& g = P.g;
   const std::int64_t j0i = static_cast<std::int64_t>(j0), j1i = j0i + static_cast<std::int64_t>(kn);
@@ -271,7 +289,8 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
   const double slope = P.alibi ? P.slopes[h] : 0.0;
   // Scores with no term but the scale take the fused pass over the keys a row sees.
   const bool plain = !P.has_keep_mask && !P.has_add_mask && !P.alibi && !(P.softcap > 0) &&
-                     !P.rules.scales_queries() && !write_dbias && P.t5.empty() && !P.R;
+                     !P.rules.scales_queries() && !write_dbias && P.t5.empty() && !P.R &&
+                     !P.dec.on();
   const std::size_t ndist = g.sq + g.sk - 1;
   const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + h * ndist;
   double* d5row = c.dt5.empty() ? nullptr : c.dt5.data() + (bi * g.hq + h) * ndist;
@@ -296,6 +315,10 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     const std::ptrdiff_t mbase = bi * P.m_b + h * P.m_h + i * P.m_i;
     T* br = write_dbias ? c.dsb.data() + row * g.sk + j0 : nullptr;
     const std::int64_t dshift = sk - 1 - (i + P.off);  // distance index = j + dshift
+    // SAM's terms of the row (kh by key row, then kw by key column) and their gradients.
+    const std::size_t dcols = P.dec.cols(), dkh = P.dec.kh, dkw = P.dec.kw;
+    const T* decr = decq ? decq + r * dcols : nullptr;
+    T* gdr = decq ? gdec + r * dcols : nullptr;
     for (std::size_t jj = 0; jj < kn; ++jj) {
       const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
       bool seen = span.sees(j) && lse > -kInf;
@@ -308,6 +331,9 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
       // The forward's score, element operation by element operation (attention_kernel's
       // item_keys), and its derivative with respect to scale q.k.
       T x = sr[jj], f = T(1), dpv = dr[jj];
+      // As the forward adds them, first: (scale q.k + rel_h) + rel_w.
+      const auto ju = static_cast<std::size_t>(j);
+      if (decr) x = x + decr[ju / dkw] + decr[dkh + ju % dkw];
       const std::size_t rel = P.R ? static_cast<std::size_t>(P.rel_index[j + dshift]) : 0;
       if (P.R) x += qr[r * P.R + rel], dpv += orv[r * P.R + rel];
       if (P.rules.scales_queries()) x *= temp, f = temp;
@@ -324,6 +350,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
       sr[jj] = p;
       dr[jj] = ds * f;
       if (P.R) G[r * P.R + rel] += ds * f, H[r * P.R + rel] += p;
+      if (gdr) gdr[ju / dkw] += ds * f, gdr[dkh + ju % dkw] += ds * f;
       if (br) br[jj] = ds;
       // The T5 term is added after the soft-cap and the temperature: its gradient is dS.
       if (d5row) d5row[j + dshift] += static_cast<double>(ds);
@@ -389,6 +416,42 @@ void store_sink(TensorSink& sink, DType out, const Strides& st, std::size_t bi, 
   }
 }
 
+// The decomposed term's gradients of an item (heads h0.. of the group, gdec and dq
+// [group][sq][.]): q_i's gains sum over its key rows c of gdec[i][c] Rh[ih(i, c)] plus
+// the same by key columns, summed in float64 over the item's terms in order; the
+// resized tables' sums of gdec[i][c] q_i by table row, for the item.
+template <class T>
+void add_decomposed(Ctx<T>& c, const T* gdec, T* dq, std::size_t it, std::size_t bi,
+                    std::size_t h0, std::size_t group) {
+  const Geometry& g = c.P.g;
+  const Decomposed& dec = c.P.dec;
+  const std::size_t cols = dec.cols(), d = g.d, kh = dec.kh, kw = dec.kw;
+  double* drh = c.drh.empty() ? nullptr : c.drh.data() + it * dec.rh.size();
+  double* drw = c.drw.empty() ? nullptr : c.drw.data() + it * dec.rw.size();
+  std::vector<double> acc(d);
+  for (std::size_t hh = 0; hh < group; ++hh)
+    for (std::size_t i = 0; i < g.sq; ++i) {
+      const T* gr = gdec + (hh * g.sq + i) * cols;
+      const T* qi = c.q.p + bi * c.q.b + (h0 + hh) * c.q.h + i * c.q.s;
+      const std::int32_t* ih = dec.ih.data() + (i / dec.qw) * kh;
+      const std::int32_t* iw = dec.iw.data() + (i % dec.qw) * kw;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      auto term = [&](const std::vector<double>& table, double* dtable, std::int32_t row, T gv) {
+        const double gd = static_cast<double>(gv);
+        const double* t = table.data() + static_cast<std::size_t>(row) * d;
+        for (std::size_t x = 0; x < d; ++x) acc[x] += gd * t[x];
+        if (dtable) {
+          double* dt = dtable + static_cast<std::size_t>(row) * d;
+          for (std::size_t x = 0; x < d; ++x) dt[x] += gd * static_cast<double>(qi[x]);
+        }
+      };
+      for (std::size_t k = 0; k < kh; ++k) term(dec.rh, drh, ih[k], gr[k]);
+      for (std::size_t k = 0; k < kw; ++k) term(dec.rw, drw, iw[k], gr[kh + k]);
+      T* dqi = dq + (hh * g.sq + i) * d;
+      for (std::size_t x = 0; x < d; ++x) dqi[x] += static_cast<T>(acc[x]);
+    }
+}
+
 template <class T>
 void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
   const Geometry& g = c.P.g;
@@ -404,13 +467,24 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
   const std::size_t group = g.hq / g.hk;
   const std::size_t n = g.b * g.hk;
   struct Work {
-    std::vector<T> s, dp, dk, dv, dq, G, H, kb, vb;
+    std::vector<T> s, dp, dk, dv, dq, G, H, kb, vb, decq, gdec;
   };
+  const Decomposed& dec = c.P.dec;
+  const std::size_t dcols = dec.on() ? dec.cols() : 0;
   std::vector<Work> work(thread_count(n, workers));
   for_items(n, work.size(), [&](std::size_t it, std::size_t w) {
     Work& W = work[w];
     const std::size_t bi = it / g.hk, kvh = it % g.hk;
     W.dq.assign(group * g.sq * g.d, T(0));
+    if (dcols) {  // each query's terms once, as the forward's item_begin computes them
+      W.decq.resize(group * g.sq * dcols);
+      W.gdec.assign(group * g.sq * dcols, T(0));
+      for (std::size_t hh = 0; hh < group; ++hh)
+        for (std::size_t i = 0; i < g.sq; ++i) {
+          dec.row(c.q.p + bi * c.q.b + (kvh * group + hh) * c.q.h + i * c.q.s, i,
+                  W.decq.data() + (hh * g.sq + i) * dcols);
+        }
+    }
     for (std::size_t j0 = 0; j0 < g.sk; j0 += t.k) {
       const std::size_t kn = std::min(t.k, g.sk - j0);
       const T* kp;
@@ -438,8 +512,10 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
         const std::size_t h = kvh * group + hh;
         for (std::size_t q0 = 0; q0 < g.sq; q0 += t.q) {
           const std::size_t qn = std::min(t.q, g.sq - q0);
+          const std::size_t dofs = (hh * g.sq + q0) * dcols;
           if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, c.want_dbias, W.G, W.H, kp, ks, vp,
-                    vs)) {
+                    vs, dcols ? W.decq.data() + dofs : nullptr,
+                    dcols ? W.gdec.data() + dofs : nullptr)) {
             continue;
           }
           const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
@@ -482,6 +558,7 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
         io_detail::release_mapped(v_at, kn * g.dv * dtype_size(c.v_raw ? c.v_dtype : dtype_of<T>()));
       }
     }
+    if (dcols) add_decomposed(c, W.gdec.data(), W.dq.data(), it, bi, kvh * group, group);
     for (std::size_t hh = 0; hh < group; ++hh) {
       store_rows(out.dq, qst, bi, kvh * group + hh, 0, g.sq, g.d,
                  W.dq.data() + hh * g.sq * g.d);
@@ -529,9 +606,22 @@ std::size_t plain_memory(const Shape& q, const Shape& k, const Shape& v, DType q
     n = add_sat(n, mul_sat(mul_sat(rows, g.sk), ts));
     if (opt.mask) n = add_sat(n, mul_sat(opt.mask->numel(), 8 + dtype_size(out)));
   }
-  if (bopt.dt5_bias && opt.t5_bias) {  // the sums by distance, the table's gradient
+  for (auto [want, table] : {std::pair{bopt.dt5_bias, opt.t5_bias},
+                             std::pair{bopt.dclipped_bias, opt.clipped_bias}}) {
+    if (!want || !table) continue;  // the sums by distance, the table's gradient
     n = add_sat(n, mul_sat(mul_sat(g.b * g.hq, g.sq + g.sk), 8));
-    n = add_sat(n, mul_sat(opt.t5_bias->numel(), 8 + dtype_size(out)));
+    n = add_sat(n, mul_sat(table->numel(), 8 + dtype_size(out)));
+  }
+  const bool key_grid = opt.key_grid_h || opt.key_grid_w;
+  const std::size_t kgh = key_grid ? opt.key_grid_h : opt.grid_h,
+                    kgw = key_grid ? opt.key_grid_w : opt.grid_w;
+  for (auto [want, table, qn, kn] : {std::tuple{bopt.drel_pos_h, opt.rel_pos_h, opt.grid_h, kgh},
+                                     std::tuple{bopt.drel_pos_w, opt.rel_pos_w, opt.grid_w, kgw}}) {
+    if (!want || !table) continue;
+    // The items' sums of the resized table, their total, the table's gradient.
+    const std::size_t rows = 2 * std::max(qn, kn);  // the resized rows and one
+    n = add_sat(n, mul_sat(mul_sat(g.b * g.hk + 2, rows), g.d * 8));
+    n = add_sat(n, mul_sat(table->numel(), 8 + dtype_size(out)));
   }
   if (g.rel_rows && (bopt.drelative_k || bopt.drelative_v)) {  // the items' sums, the tables
     const std::size_t R = g.rel_rows + 1, items = g.b * g.hk;
@@ -698,7 +788,9 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
                               static_cast<const void*>(c.v.p) == v.bytes()));
     c.k_shape = k.shape(), c.v_shape = v.shape();
     if (bopt.dbias) c.dsb.assign(rows * g.sk, T(0));
-    if (bopt.dt5_bias) c.dt5.assign(g.b * g.hq * (g.sq + g.sk - 1), 0.0);
+    if (bopt.dt5_bias || bopt.dclipped_bias) c.dt5.assign(g.b * g.hq * (g.sq + g.sk - 1), 0.0);
+    if (bopt.drel_pos_h) c.drh.assign(g.b * g.hk * c.P.dec.rh.size(), 0.0);
+    if (bopt.drel_pos_w) c.drw.assign(g.b * g.hk * c.P.dec.rw.size(), 0.0);
     if (bopt.drelative_k) c.drk.assign(g.b * g.hk * c.P.rel_k.size(), T(0));
     if (bopt.drelative_v) c.drv.assign(g.b * g.hk * c.P.R * g.dv, T(0));
     run(c, res, workers);
@@ -733,6 +825,37 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
         }
       res.dt5_bias = Tensor(out, opt.t5_bias->shape());
       for (std::size_t i = 0; i < acc.size(); ++i) res.dt5_bias.set(i, acc[i]);
+    }
+    if (bopt.dclipped_bias) {
+      // d table[row, h] = the sum of dS over the pairs whose clipped distance takes the
+      // row, as dt5_bias by bucket: batch then distance order.
+      const std::size_t ndist = g.sq + g.sk - 1;
+      const std::int64_t dmin = -(static_cast<std::int64_t>(g.sk) - 1);
+      const std::int64_t m = clipped_distance(opt);
+      std::vector<double> acc(opt.clipped_bias->numel(), 0.0);  // [rows, hq]
+      for (std::size_t bi = 0; bi < g.b; ++bi)
+        for (std::size_t di = 0; di < ndist; ++di) {
+          const auto row = static_cast<std::size_t>(
+              clipped_row(dmin + static_cast<std::int64_t>(di), m, opt.clipped_symmetric));
+          for (std::size_t h = 0; h < g.hq; ++h) {
+            acc[row * g.hq + h] += c.dt5[(bi * g.hq + h) * ndist + di];
+          }
+        }
+      res.dclipped_bias = Tensor(out, opt.clipped_bias->shape());
+      for (std::size_t i = 0; i < acc.size(); ++i) res.dclipped_bias.set(i, acc[i]);
+    }
+    for (auto [want, items, table, to] :
+         {std::tuple{bopt.drel_pos_h, &c.drh, opt.rel_pos_h, &res.drel_pos_h},
+          std::tuple{bopt.drel_pos_w, &c.drw, opt.rel_pos_w, &res.drel_pos_w}}) {
+      if (!want) continue;
+      // The items' sums added in item order, then taken back through the resize.
+      const std::size_t n = items->size() / (g.b * g.hk);
+      std::vector<double> acc(n, 0.0);
+      for (std::size_t it = 0; it < g.b * g.hk; ++it)
+        for (std::size_t i = 0; i < n; ++i) acc[i] += (*items)[it * n + i];
+      const std::vector<double> grad = resized_grad(acc, table->shape()[0], g.d);
+      *to = Tensor(out, table->shape());
+      for (std::size_t i = 0; i < grad.size(); ++i) to->set(i, grad[i]);
     }
     if (bopt.drelative_k || bopt.drelative_v) {
       // The items' sums added in item order; the zero row (zero_beyond) has none to give.
@@ -881,10 +1004,122 @@ AttentionGrads backward_qv(const Tensor& q, const Tensor& k, const Tensor& v,
   res.dv = cast(dv, out);
   for (auto [from, to] : {std::pair<Tensor*, Tensor*>{&c.dbias, &res.dbias},
                           {&c.dsinks, &res.dsinks},
-                          {&c.dt5_bias, &res.dt5_bias}}) {
+                          {&c.dt5_bias, &res.dt5_bias},
+                          {&c.dclipped_bias, &res.dclipped_bias},
+                          {&c.drel_pos_h, &res.drel_pos_h},
+                          {&c.drel_pos_w, &res.drel_pos_w}}) {
     if (from->ndim() > 0 || from->numel() > 0) *to = cast(*from, out);
   }
   // float64 as the backward without qv gives them, whatever the output type.
+  res.softmax_d = std::move(c.softmax_d);
+  res.lse = std::move(c.lse);
+  return res;
+}
+
+// Gemma-3n audio: what the backward of the data attention() makes of per_dim_scale and
+// relative_proj (attention_timing: Q scaled per dimension, a per-head relative_k table)
+// takes besides, and its options (gradients in float64, rounded once by the chain rule).
+AttentionBackwardOptions timing_inner(const AttentionBackwardOptions& bopt) {
+  AttentionBackwardOptions ib = bopt;
+  ib.dper_dim_scale = ib.drelative_proj = false;
+  ib.drelative_k = bopt.drelative_proj;  // the projected table's gradient
+  return ib;
+}
+
+std::size_t timing_extra_bytes(const Shape& q, const Shape& k, const Shape& v, DType q_dtype,
+                               const AttentionOptions& opt) {
+  const std::size_t out = dtype_size(opt.dtype.value_or(q_dtype));
+  const std::size_t nq = checked_numel(q, 1, "attention"), nk = checked_numel(k, 1, "attention"),
+                    nv = checked_numel(v, 1, "attention");
+  std::size_t n = mul_sat(add_sat(add_sat(nq, nk), nv), out);  // the rounded gradients
+  if (opt.per_dim_scale) n = add_sat(n, mul_sat(opt.per_dim_scale->numel(), 8 * 3 + out));
+  if (opt.relative_proj) n = add_sat(n, mul_sat(opt.relative_proj->numel(), 8 + out));
+  return n;
+}
+
+AttentionOptions timing_memory_options(const AttentionOptions& opt) {
+  AttentionOptions o = opt;
+  o.dtype = DType::f64;  // the inner gradients
+  return o;
+}
+
+// The gradients through per_dim_scale (q' = q softplus(w) per dimension of d) and
+// relative_proj (relative_k[r, h, c] = sum_e proj[h d + c, e] timing(r)[e]): the backward
+// of q' and the table, then dq = dq' softplus(w), dw[c] = softplus'(w[c]) sum dq'[., c]
+// q[., c] (torch's softplus backward: 1 above the threshold 20, else e^w / (e^w + 1)),
+// and the projection's gradient from the table's, all in float64 before one rounding.
+AttentionGrads backward_timing(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& grad_output, const AttentionOptions& opt,
+                               const AttentionBackwardOptions& bopt) {
+  refuse_unsupported(opt, bopt);
+  if (bopt.sink || bopt.forward_output || bopt.release_kv) {
+    throw UsageError(
+        "gradients: per_dim_scale's and relative_proj's are computed in memory (no sinks, "
+        "given forward or released K, V)");
+  }
+  require_float(q.dtype(), "q");
+  const Geometry g = check(q.shape(), k.shape(), &v.shape(), q.dtype(), forward_options(opt));
+  if (!opt.allow_nonfinite) require_finite(q, nullptr, nullptr, opt);  // and the tables
+  const std::size_t need =
+      attention_backward_memory(q.shape(), k.shape(), v.shape(), q.dtype(), opt, bopt);
+  require_gradient_budget(need, opt.max_memory);
+  TimingInputs t;
+  timing_inputs(t, q, g, opt);
+  AttentionOptions inner = t.opt;
+  inner.dtype = DType::f64;
+  if (opt.max_memory) {
+    const std::size_t extra = timing_extra_bytes(q.shape(), k.shape(), v.shape(), q.dtype(), opt);
+    inner.max_memory = std::max<std::size_t>(1, opt.max_memory - std::min(extra, opt.max_memory));
+  }
+  AttentionGrads c =
+      backward_plain(t.q.numel() ? t.q : q, k, v, grad_output, inner, timing_inner(bopt));
+  const DType out = opt.dtype.value_or(q.dtype());
+  AttentionGrads res;
+  res.attrs = std::move(c.attrs);
+  if (opt.per_dim_scale) {
+    res.attrs.push_back({"per_dim_scale", 1LL});
+    const std::size_t da = g.axes.find('d');
+    std::size_t inner_n = 1;
+    for (std::size_t a = da + 1; a < q.ndim(); ++a) inner_n *= q.shape()[a];
+    std::vector<double> factor(g.d), slope(g.d), dw(g.d, 0.0);
+    for (std::size_t x = 0; x < g.d; ++x) {
+      const double w = opt.per_dim_scale->get(x);
+      factor[x] = softplus(w);
+      const double z = std::exp(w);
+      slope[x] = w > 20.0 ? 1.0 : z / (z + 1.0);
+    }
+    Tensor& dq = c.dq;  // float64, Q's shape
+    double* p = dq.data<double>();
+    for (std::size_t i = 0; i < dq.numel(); ++i) {  // in index order: the sums' order is fixed
+      const std::size_t x = (i / inner_n) % g.d;
+      dw[x] += p[i] * q.get(i);
+      p[i] *= factor[x];
+    }
+    if (bopt.dper_dim_scale) {
+      res.dper_dim_scale = Tensor(out, opt.per_dim_scale->shape());
+      for (std::size_t x = 0; x < g.d; ++x) res.dper_dim_scale.set(x, dw[x] * slope[x]);
+    }
+  }
+  if (opt.relative_proj) {
+    res.attrs.push_back({"relative_proj", 1LL});
+    if (bopt.drelative_proj) {
+      const std::vector<double> d = relative_proj_grad(g, *opt.relative_proj, c.drelative_k);
+      res.drelative_proj = Tensor(out, opt.relative_proj->shape());
+      for (std::size_t i = 0; i < d.size(); ++i) res.drelative_proj.set(i, d[i]);
+    }
+  }
+  res.dq = cast(c.dq, out);
+  res.dk = cast(c.dk, out);
+  res.dv = cast(c.dv, out);
+  for (auto [from, to] : {std::pair<Tensor*, Tensor*>{&c.dbias, &res.dbias},
+                          {&c.dsinks, &res.dsinks},
+                          {&c.dt5_bias, &res.dt5_bias},
+                          {&c.drelative_v, &res.drelative_v},
+                          {&c.dclipped_bias, &res.dclipped_bias},
+                          {&c.drel_pos_h, &res.drel_pos_h},
+                          {&c.drel_pos_w, &res.drel_pos_w}}) {
+    if (from->ndim() > 0 || from->numel() > 0) *to = cast(*from, out);
+  }
   res.softmax_d = std::move(c.softmax_d);
   res.lse = std::move(c.lse);
   return res;
@@ -896,6 +1131,10 @@ std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shap
                                       DType q_dtype, const AttentionOptions& opt,
                                       const AttentionBackwardOptions& bopt) {
   if (is_varlen(opt)) return varlen_backward_memory(q, k, v, q_dtype, opt, bopt);  // per sequence
+  if (opt.per_dim_scale || opt.relative_proj) {
+    return add_sat(plain_memory(q, k, v, q_dtype, timing_memory_options(opt), timing_inner(bopt)),
+                   timing_extra_bytes(q, k, v, q_dtype, opt));
+  }
   if (!opt.qv) return plain_memory(q, k, v, q_dtype, opt, bopt);
   AttentionOptions plain = forward_options(opt);
   plain.qv = nullptr;
@@ -910,6 +1149,9 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& grad_output, const AttentionOptions& opt,
                                   const AttentionBackwardOptions& bopt) {
   if (is_varlen(opt)) return attention_varlen_backward(q, k, v, grad_output, opt, bopt);
+  if (opt.per_dim_scale || opt.relative_proj) {
+    return backward_timing(q, k, v, grad_output, opt, bopt);
+  }
   return opt.qv ? backward_qv(q, k, v, grad_output, opt, bopt)
                 : backward_plain(q, k, v, grad_output, opt, bopt);
 }

@@ -14,28 +14,36 @@ namespace posenc::attention_detail {
 
 namespace {
 
-// Table `t` [L, d] resized to `n` rows as torch's F.interpolate(mode="linear",
-// align_corners=False) on its transpose [1, d, L]: row o is x[i0] l0 + x[i1] l1 at the
-// source position (o + 0.5) L / n - 0.5 (clamped at 0), i0 its floor, i1 = i0 + 1 but
-// for the last row, l1 = the fraction, l0 = 1 - l1 (upsample_linear1d's CPU kernel,
-// in float64 for float64 tables). A table of n rows is used as it is.
+// Row o of a table of `len` rows resized to `n` as torch's F.interpolate(mode="linear",
+// align_corners=False) on its transpose [1, d, L]: x[i0] l0 + x[i1] l1 at the source
+// position (o + 0.5) L / n - 0.5 (clamped at 0), i0 its floor, i1 = i0 + 1 but for the
+// last row, l1 = the fraction, l0 = 1 - l1 (upsample_linear1d's CPU kernel, in float64
+// for float64 tables). The resize and its transpose (resized_grad) both read it.
+struct Lerp {
+  std::size_t i0, i1;
+  double l0, l1;
+};
+Lerp lerp_at(std::size_t o, std::size_t len, std::size_t n) {
+  const double scale = static_cast<double>(len) / static_cast<double>(n);
+  const auto last = static_cast<std::int64_t>(len) - 1;
+  const double src = std::max(scale * (static_cast<double>(o) + 0.5) - 0.5, 0.0);
+  const std::int64_t i0 = std::min(static_cast<std::int64_t>(std::floor(src)), last);
+  const double l1 = std::min(std::max(src - static_cast<double>(i0), 0.0), 1.0);
+  const std::int64_t i1 = i0 + (i0 < last ? 1 : 0);
+  return {static_cast<std::size_t>(i0), static_cast<std::size_t>(i1), 1.0 - l1, l1};
+}
+
+// Table `t` [L, d] resized to `n` rows (lerp_at). A table of n rows is used as it is.
 std::vector<double> resized(const Tensor& t, std::size_t n) {
   const std::size_t len = t.shape()[0], d = t.shape()[1];
   std::vector<double> x(len * d);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = t.get(i);
   if (len == n) return x;
-  const double scale = static_cast<double>(len) / static_cast<double>(n);
-  const auto last = static_cast<std::int64_t>(len) - 1;
   std::vector<double> out(n * d);
   for (std::size_t o = 0; o < n; ++o) {
-    const double src = std::max(scale * (static_cast<double>(o) + 0.5) - 0.5, 0.0);
-    const std::int64_t i0 = std::min(static_cast<std::int64_t>(std::floor(src)), last);
-    const double l1 = std::min(std::max(src - static_cast<double>(i0), 0.0), 1.0);
-    const double l0 = 1.0 - l1;
-    const std::int64_t i1 = i0 + (i0 < last ? 1 : 0);
+    const Lerp w = lerp_at(o, len, n);
     for (std::size_t c = 0; c < d; ++c) {
-      out[o * d + c] = x[static_cast<std::size_t>(i0) * d + c] * l0 +
-                       x[static_cast<std::size_t>(i1) * d + c] * l1;
+      out[o * d + c] = x[w.i0 * d + c] * w.l0 + x[w.i1 * d + c] * w.l1;
     }
   }
   return out;
@@ -66,6 +74,21 @@ std::vector<std::int32_t> offsets(std::size_t q, std::size_t k, const char* what
 }
 
 }  // namespace
+
+std::vector<double> resized_grad(const std::vector<double>& grad, std::size_t len,
+                                 std::size_t d) {
+  const std::size_t n = d ? grad.size() / d : 0;
+  if (len == n) return grad;
+  std::vector<double> out(len * d, 0.0);
+  for (std::size_t o = 0; o < n; ++o) {  // rows in order: the sums' order is fixed
+    const Lerp w = lerp_at(o, len, n);
+    for (std::size_t c = 0; c < d; ++c) {
+      out[w.i0 * d + c] += grad[o * d + c] * w.l0;
+      out[w.i1 * d + c] += grad[o * d + c] * w.l1;
+    }
+  }
+  return out;
+}
 
 void check_decomposed(Geometry& g, const AttentionOptions& opt) {
   const bool tables = opt.rel_pos_h || opt.rel_pos_w;

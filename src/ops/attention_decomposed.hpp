@@ -22,6 +22,12 @@ namespace posenc::attention_detail {
 /// [L >= 1, d] floats.
 void check_decomposed(Geometry& g, const AttentionOptions& opt);
 
+/// The gradient of a table of `len` rows from `grad`, the gradient of its resized rows
+/// [n, d] (Decomposed's rh or rw): the transpose of the linear resize, each resized row's
+/// gradient added to its two source rows by their weights, rows in order (float64).
+std::vector<double> resized_grad(const std::vector<double>& grad, std::size_t len,
+                                 std::size_t d);
+
 /// The term of a run: the tables resized to 2 max(q, k) - 1 rows (float64) and, per
 /// (query coordinate, key coordinate) of each axis, the row of the resized table.
 struct Decomposed {

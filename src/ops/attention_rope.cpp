@@ -161,7 +161,9 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   const DType lse_dtype = out == DType::f64 ? DType::f64 : DType::f32;
   g.dq = cast(dq, out);
   g.dk = cast(dk, out);
-  for (Tensor* t : {&g.dv, &g.dbias, &g.dsinks, &g.dt5_bias, &g.dqv}) {
+  for (Tensor* t : {&g.dv, &g.dbias, &g.dsinks, &g.dt5_bias, &g.dqv, &g.drelative_k,
+                    &g.drelative_v, &g.dclipped_bias, &g.drel_pos_h, &g.drel_pos_w,
+                    &g.dper_dim_scale, &g.drelative_proj}) {
     if (t->ndim() > 0 || t->numel() > 0) *t = cast(*t, out);
   }
   g.softmax_d = cast(g.softmax_d, lse_dtype);

@@ -71,6 +71,13 @@ void check_timing(Geometry& g, const AttentionOptions& opt) {
 
 namespace {
 
+// The timing signal of row r of the relative table: the distance r - left in the
+// window's sign (k-q: j - i).
+std::vector<double> row_signal(const Geometry& g, std::size_t r, std::size_t channels) {
+  const auto dist = static_cast<std::int64_t>(r) - g.window.left;
+  return timing_signal(static_cast<double>(g.window.q_minus_k ? dist : -dist), channels);
+}
+
 // The table [rows, hq, d]: row r holds pos_proj(timing(t)) for the query-minus-key
 // distance t of row r, as HF's sin_emb (its rows run from t = L down to -R).
 Tensor relative_keys(const Geometry& g, const Tensor& proj) {
@@ -80,10 +87,7 @@ Tensor relative_keys(const Geometry& g, const Tensor& proj) {
   Tensor out(DType::f64, Shape{rows, g.hq, g.d});
   double* o = out.data<double>();
   for (std::size_t r = 0; r < rows; ++r) {
-    // Row r is the distance r - left in the window's sign (k-q: j - i).
-    const auto dist = static_cast<std::int64_t>(r) - g.window.left;
-    const double t = static_cast<double>(g.window.q_minus_k ? dist : -dist);
-    const std::vector<double> sig = timing_signal(t, D);
+    const std::vector<double> sig = row_signal(g, r, D);
     for (std::size_t c = 0; c < hd; ++c) {
       double acc = 0;
       for (std::size_t e = 0; e < D; ++e) acc += W[c * D + e] * sig[e];
@@ -107,6 +111,20 @@ Tensor scaled_queries(const Tensor& q, const Geometry& g, const std::vector<doub
 }
 
 }  // namespace
+
+std::vector<double> relative_proj_grad(const Geometry& g, const Tensor& proj,
+                                       const Tensor& grad_keys) {
+  const std::size_t rows = g.rel_rows, hd = g.hq * g.d, D = proj.shape()[1];
+  std::vector<double> out(hd * D, 0.0);
+  for (std::size_t r = 0; r < rows; ++r) {  // rows in order: the sums' order is fixed
+    const std::vector<double> sig = row_signal(g, r, D);
+    for (std::size_t c = 0; c < hd; ++c) {
+      const double gk = grad_keys.get(r * hd + c);
+      for (std::size_t e = 0; e < D; ++e) out[c * D + e] += gk * sig[e];
+    }
+  }
+  return out;
+}
 
 void timing_inputs(TimingInputs& out, const Tensor& q, const Geometry& g,
                    const AttentionOptions& opt) {

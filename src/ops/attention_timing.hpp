@@ -27,6 +27,12 @@ double softplus(double x);
 /// [sin(t f_i) | cos(t f_i)], f_i = exp(-i ln(10^4) / max(channels/2 - 1, 1)).
 std::vector<double> timing_signal(double t, std::size_t channels);
 
+/// The gradient of relative_proj `proj` [hq d, D] from `grad_keys`, the gradient of the
+/// relative_k table it makes ([rows, hq, d]): sum over rows r of grad_keys[r] (x)
+/// timing(r), in float64, rows in order.
+std::vector<double> relative_proj_grad(const Geometry& g, const Tensor& proj,
+                                       const Tensor& grad_keys);
+
 /// The inputs of the run, Gemma-3n's options turned into data: Q scaled per dimension
 /// (in the arithmetic type), the per-head relative_k table, and the options that point
 /// at them (per_dim_scale and relative_proj cleared, the default scale made explicit).

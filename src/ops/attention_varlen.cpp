@@ -425,7 +425,10 @@ AttentionGrads attention_varlen_backward(const Tensor& q, const Tensor& k, const
     acc.lse.data<double>()[i] = -std::numeric_limits<double>::infinity();
   }
   // Parameters' gradients: added over the sequences in order.
-  const char* const sums[] = {"dsinks", "dt5_bias", "drelative_k", "drelative_v", "dbias"};
+  const char* const sums[] = {"dsinks",        "dt5_bias",   "drelative_k",
+                              "drelative_v",   "dbias",      "dclipped_bias",
+                              "drel_pos_h",    "drel_pos_w", "dper_dim_scale",
+                              "drelative_proj"};
   bool recorded = false;
   for (std::size_t b = 0; b < L.n; ++b) {
     Sequence seq;
@@ -467,7 +470,8 @@ AttentionGrads attention_varlen_backward(const Tensor& q, const Tensor& k, const
   if (opt.seqused_q) res.attrs.push_back({"seqused_q", 1LL});
   if (opt.seqused_k) res.attrs.push_back({"seqused_k", 1LL});
   for (const char* n : {"dq", "dk", "dv", "dqv", "dsinks", "dt5_bias", "drelative_k",
-                        "drelative_v", "dbias"}) {
+                        "drelative_v", "dbias", "dclipped_bias", "drel_pos_h", "drel_pos_w",
+                        "dper_dim_scale", "drelative_proj"}) {
     if (acc.named(n).numel() > 0 || acc.named(n).ndim() > 0) res.named(n) = cast(acc.named(n), out);
   }
   // Sinks with no sequence run: their gradient is 0.

@@ -304,6 +304,18 @@ ATTENTION_GRADIENTS = {
                         "{cuk1}", "--causal"],
                        ["--grad-output", "{dop}", "--cu-seqlens-q", "{cuq}", "--cu-seqlens-k",
                         "{cuk}", "--causal"]),
+    # Score terms through the backward (tests/python/test_attention_grad_terms.py checks
+    # them and their tables' gradients against torch autograd).
+    "--clipped-bias": (["--grad-output", "{do}"],
+                       ["--grad-output", "{do}", "--clipped-bias", "{clip}"]),
+    "--decomposed-rel-pos": (["--grad-output", "{do}"],
+                             ["--grad-output", "{do}", "--decomposed-rel-pos", "{rph}", "{rpw}",
+                              "--grid", "2", "3", "--key-grid", "2", "5"]),
+    "--per-dim-scale": (["--grad-output", "{do}"],
+                        ["--grad-output", "{do}", "--per-dim-scale", "{pds}"]),
+    "--relative-proj": (["--grad-output", "{do}"],
+                        ["--grad-output", "{do}", "--relative-proj", "{rproj}",
+                         "--relative-left", "2", "--relative-right", "1"]),
 }
 
 TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()

@@ -27,9 +27,13 @@
 /// Shaw's relative_k and relative_v tables (every window; and their gradients), GQA/MQA, dv != d, any axes order, FlashAttention-3's qv (the backward of Q||qv over K||V,
 /// the scale's default 1/sqrt(d + dv): dq and dqv are the two parts of the concatenated
 /// query's gradient, dk the first part of the concatenated key's, and dv the sum of P^T dO
-/// and its second part, added in float64 before the one rounding). Others (clipped and relative terms, score_bias, decomposed, LongT5 global keys, WavLM gate,
-/// Gemma-3n terms, the fp8 descales, p_dtype, the FlashAttention baseline, --arith other
-/// than exact, MaskedRows::nan) are a UsageError.
+/// and its second part, added in float64 before the one rounding), Phi-4-multimodal
+/// audio's clipped-distance bias (and its table's gradient), SAM / ViTDet's decomposed
+/// relative positions (and the tables' gradients), Gemma-3n audio's per-dimension query
+/// scale and projected relative keys (and their gradients; computed in memory: no sinks,
+/// given forward or released K and V). Others (the relative score terms, score_bias,
+/// LongT5 global keys, WavLM gate, the fp8 descales, p_dtype, the FlashAttention
+/// baseline, --arith other than exact, MaskedRows::nan) are a UsageError.
 
 #include <cstddef>
 #include <functional>
@@ -55,10 +59,16 @@ struct AttentionGrads {
   Tensor dqv;        ///< qv's shape (the output's), when opt.qv is given
   Tensor drelative_k;  ///< Shaw's key table's shape, when asked for
   Tensor drelative_v;  ///< Shaw's value table's shape, when asked for
+  Tensor dclipped_bias;   ///< the clipped-distance table's shape [rows, hq], when asked for
+  Tensor drel_pos_h;      ///< the decomposed rel_pos_h table's shape [L, d], when asked for
+  Tensor drel_pos_w;      ///< the decomposed rel_pos_w table's shape [L, d], when asked for
+  Tensor dper_dim_scale;  ///< per_dim_scale's shape [d], when asked for
+  Tensor drelative_proj;  ///< relative_proj's shape [hq d, D], when asked for
   Attrs attrs;       ///< the forward's parameters
 
   /// The tensor named `name` (dq, dk, dv, softmax_d, lse, dbias, dsinks, dt5_bias, dqv,
-  /// drelative_k, drelative_v, as the outputs are named); std::out_of_range for another name.
+  /// drelative_k, drelative_v, dclipped_bias, drel_pos_h, drel_pos_w, dper_dim_scale,
+  /// drelative_proj, as the outputs are named); std::out_of_range for another name.
   Tensor& named(const std::string& name) {
     if (name == "dq") return dq;
     if (name == "dk") return dk;
@@ -71,6 +81,11 @@ struct AttentionGrads {
     if (name == "dqv") return dqv;
     if (name == "drelative_k") return drelative_k;
     if (name == "drelative_v") return drelative_v;
+    if (name == "dclipped_bias") return dclipped_bias;
+    if (name == "drel_pos_h") return drel_pos_h;
+    if (name == "drel_pos_w") return drel_pos_w;
+    if (name == "dper_dim_scale") return dper_dim_scale;
+    if (name == "drelative_proj") return drelative_proj;
     throw std::out_of_range("AttentionGrads: no tensor named " + name);
   }
 };
@@ -88,6 +103,24 @@ struct AttentionBackwardOptions {
   /// sum of P_ij dO_i likewise; dq gains scale sum_j dS'_ij rk[r(i, j)].
   bool drelative_k = false;
   bool drelative_v = false;
+  /// Also the gradient of Phi-4-multimodal audio's clipped-distance table
+  /// (opt.clipped_bias): dclipped_bias[row, h], dS summed over the (batch, query, key)
+  /// pairs whose clipped distance takes the row, as dt5_bias by bucket.
+  bool dclipped_bias = false;
+  /// Also the gradients of the decomposed relative-position tables (opt.rel_pos_h,
+  /// opt.rel_pos_w): drel_pos_h[r] = sum of dS'_ij q_i over the pairs whose row offset
+  /// takes row r of the resized table, taken back through the linear resize to the
+  /// given table's rows (drel_pos_w likewise by columns); dq gains sum_j dS'_ij (Rh + Rw).
+  bool drel_pos_h = false;
+  bool drel_pos_w = false;
+  /// Also the gradient of Gemma-3n's per-dimension query scale (opt.per_dim_scale):
+  /// dper_dim_scale[c] = sigmoid(w[c]) sum of dq'[., c] q[., c] (dq' the gradient of the
+  /// scaled queries; dq = dq' softplus(w)).
+  bool dper_dim_scale = false;
+  /// Also the gradient of Gemma-3n's relative projection (opt.relative_proj):
+  /// drelative_proj[h d + c, e] = sum over rows r of drk[r, h, c] timing(r)[e], drk the
+  /// gradient of the projected per-head relative key table.
+  bool drelative_proj = false;
   /// Tile sizes (0 = automatic; the results depend on them, never on threads or memory).
   std::size_t query_tile = 0;
   std::size_t key_tile = 0;
