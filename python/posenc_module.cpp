@@ -45,6 +45,7 @@
 #include "posenc/encodings/rope_fields.hpp"
 #include "posenc/ops/attention_fields.hpp"
 #include "posenc/encodings/rope_ids.hpp"
+#include "posenc/encodings/rope_ids_fields.hpp"
 #include "posenc/encodings/table.hpp"
 #include "posenc/encodings/table_fields.hpp"
 #include "posenc/encodings/tables.hpp"
@@ -741,6 +742,12 @@ py::list rope_fields() {
   return out;
 }
 
+py::list rope_ids_fields() {
+  py::list out;
+  append_fields(out, "rope_ids", RopeIdsRequest{});
+  return out;
+}
+
 py::list attention_fields() {
   py::list out;
   for_each_attention_request([&out](const char* kind, auto r) { append_fields(out, kind, r); });
@@ -808,14 +815,7 @@ RopeIdsRequest rope_ids_request(const py::dict& d) {
   RopeIdsRequest q;
   q.option_names = false;
   q.hf_config = get<std::string>(d, "hf_config").value_or("");
-  q.family = get<std::string>(d, "family");
-  q.spatial_merge_size = get<std::int64_t>(d, "spatial_merge_size");
-  q.tokens_per_second = get<double>(d, "tokens_per_second");
-  q.position_id_per_seconds = get<double>(d, "position_id_per_seconds");
-  q.seconds_per_chunk = get<double>(d, "seconds_per_chunk");
-  const char* ids[] = {"image_token_id", "video_token_id", "audio_token_id", "video_start_token_id",
-                       "video_end_token_id"};
-  for (int i = 0; i < 5; ++i) q.token_ids[i] = get<std::int64_t>(d, ids[i]);
+  KeywordReader(d).read(q);  // the declared fields (rope_ids_fields.hpp)
   return q;
 }
 
@@ -1504,6 +1504,8 @@ PYBIND11_MODULE(_posenc, m) {
         "the declared fields of the table kinds (name, option, type, range, choices, help)");
   m.def("_rope_fields", &rope_fields,
         "the declared fields of RoPE (kind rope: RopeParams; positions; coords: the grid's)");
+  m.def("_rope_ids_fields", &rope_ids_fields,
+        "the declared fields of posenc.rope_ids (RopeIdsRequest's, but the config's path)");
   m.def("_attention_fields", &attention_fields,
         "the declared fields of attention (kind attention: AttentionOptions' scalars)");
   m.def("_attention_tensors", &attention_tensor_fields,

@@ -334,16 +334,6 @@ void run_rope(const RopeCmdOptions& o) {
   for (const std::string& n : notes) fmt::print(stderr, "{}", n);
 }
 
-// The declared field `name` of RopeApplyOptions, bound where --help lists it.
-void add_apply_option(CLI::App* sub, RopeApplyOptions& apply, const std::string& name) {
-  std::vector<std::string> others;
-  for (const Field& f : posenc::describe<RopeApplyOptions>()) {
-    if (f.name != name) others.push_back(f.name);
-  }
-  OptionBinder bind(sub, "ROPE OPTIONS", others);
-  declare(bind, apply);
-}
-
 }  // namespace
 
 void register_rope(CLI::App& app) {
@@ -379,13 +369,13 @@ void register_rope(CLI::App& app) {
                 "drives the first R/4 pairs, row 1 the next R/4 (Qwen2-VL vision (h, w) ids; "
                 "with --style neox, --base 10000 as there)")
       ->group(g);
-  add_apply_option(sub, opts->apply, "order");
+  add_declared_options(sub, opts->apply, {"order"}, g);
   sub->add_option("--mrope-section", opts->mrope_section,
                   "M-RoPE (Qwen2-VL): pairs per t,h,w section, summing to R/2, e.g. 16,24,24; "
                   "--position-ids then has shape [3, s] or [3, b, s]")
       ->type_name("T,H,W")
       ->group(g);
-  add_apply_option(sub, opts->apply, "mrope_interleaved");
+  add_declared_options(sub, opts->apply, {"mrope_interleaved"}, g);
   sub->add_option("--layout", opts->layout,
                   "the frequency assignment over coordinate axes: plain (default), axial (2-D, "
                   "the --rope2d frequencies), even-odd (Pixtral: height the even-indexed, width "
@@ -421,7 +411,7 @@ void register_rope(CLI::App& app) {
                   "p; R from its width unless --rotary-dim; needs --sin")
       ->group(g);
   sub->add_option("--sin", opts->sin, "the caller's sin table, the shape of --cos")->group(g);
-  add_apply_option(sub, opts->apply, "torch_ops");
+  add_declared_options(sub, opts->apply, {"torch_ops"}, g);
   sub->add_option("--seqlen-offsets", opts->seqlen_offsets,
                   "per-entry offsets [b] (flash-attn's seqlen_offsets / rotary_seqlens): token s "
                   "of entry b at --start + offset[b] + s; with --cu-seqlens one per sequence")

@@ -11,7 +11,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/declared_options.hpp"
 #include "posenc/encodings/rope_ids.hpp"
+#include "posenc/encodings/rope_ids_fields.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 
@@ -20,48 +22,15 @@ namespace posenc::cli {
 namespace {
 
 struct RopeIdsOptions {
-  std::string family;
+  RopeIdsRequest request;  // the declared fields (rope_ids_fields.hpp) and --hf-config
   std::string layout;
   std::string input_ids;
   std::string image_grid_thw;
   std::string video_grid_thw;
   std::string second_per_grid_ts;
   std::string attention_mask;
-  long long image_token_id = -1;
-  long long video_token_id = -1;
-  long long audio_token_id = -1;
-  long long video_start_token_id = -1;
-  long long video_end_token_id = -1;
-  std::string hf_config;
-  long long spatial_merge_size = 0;
-  double tokens_per_second = 0;
-  double position_id_per_seconds = 0;
-  double seconds_per_chunk = 0;
   OutputOptions out;
 };
-
-// What the options give: those on the command line, with the config's path.
-RopeIdsRequest request_of(const RopeIdsOptions& o, CLI::App* sub) {
-  RopeIdsRequest q;
-  q.hf_config = o.hf_config;
-  if (!o.family.empty()) q.family = o.family;
-  if (sub->count("--spatial-merge-size") > 0) q.spatial_merge_size = o.spatial_merge_size;
-  if (sub->count("--tokens-per-second") > 0) q.tokens_per_second = o.tokens_per_second;
-  if (sub->count("--position-id-per-seconds") > 0) {
-    q.position_id_per_seconds = o.position_id_per_seconds;
-  }
-  if (sub->count("--seconds-per-chunk") > 0) q.seconds_per_chunk = o.seconds_per_chunk;
-  const std::pair<const char*, long long> ids[] = {
-      {"--image-token-id", o.image_token_id},
-      {"--video-token-id", o.video_token_id},
-      {"--audio-token-id", o.audio_token_id},
-      {"--video-start-token-id", o.video_start_token_id},
-      {"--video-end-token-id", o.video_end_token_id}};
-  for (int i = 0; i < 5; ++i) {
-    if (sub->count(ids[i].first) > 0) q.token_ids[i] = ids[i].second;
-  }
-  return q;
-}
 
 // HF's interface: input_ids and the grid tensors, read whole.
 RopeIdsBatch from_tokens(const RopeIdsOptions& o, const RopeIdsRequest& req,
@@ -113,8 +82,8 @@ void run_rope_ids(const RopeIdsOptions& o, CLI::App* sub) {
       by_layout ? parse_prompt_layout(o.layout, "--layout") : PromptLayout{};
   const TensorRef ref = parse_ref(o.out.outputs.at(0), o.out.to, "/position_ids");
   RopeIdsConfig cfg;
-  if (!o.hf_config.empty()) cfg = read_rope_ids_config(o.hf_config);
-  const RopeIdsRequest req = request_of(o, sub);
+  const RopeIdsRequest& req = o.request;
+  if (!req.hf_config.empty()) cfg = read_rope_ids_config(req.hf_config);
   const RopeIdsRules rules = resolve_rope_ids_rules(req, cfg);
   RopeIdsBatch ids;
   if (!by_layout) {
@@ -159,9 +128,7 @@ void register_rope_ids(CLI::App& app) {
       "v5's get_rope_index computes them, for posenc rope --mrope-section ... --position-ids. "
       "The layout is a comma list of text:N, image:TxHxW, video:TxHxW[@SECONDS][/GAP] and "
       "audio:N (grids in patches, before the spatial merge); see posenc help rope-ids");
-  sub->add_option("--family", opt->family,
-                  "qwen2-vl | qwen2.5-vl | qwen3-vl | qwen2.5-omni | glm4v (default: the "
-                  "--hf-config model_type)");
+  add_declared_options(sub, opt->request, {"family"});
   sub->add_option("--layout", opt->layout,
                   "the prompt: e.g. text:5,image:1x4x6,text:3,video:2x4x4@2.0,text:1 (or "
                   "--input-ids)");
@@ -174,26 +141,15 @@ void register_rope_ids(CLI::App& app) {
                   "[videos] seconds per temporal grid (--input-ids; qwen2.5-vl, qwen2.5-omni)");
   sub->add_option("--attention-mask", opt->attention_mask,
                   "1 for tokens, 0 for padding, the shape of --input-ids (HF's attention_mask)");
-  sub->add_option("--image-token-id", opt->image_token_id, "image_token_id (--input-ids)");
-  sub->add_option("--video-token-id", opt->video_token_id, "video_token_id (--input-ids)");
-  sub->add_option("--audio-token-id", opt->audio_token_id,
-                  "audio_token_id (--input-ids; qwen2.5-omni)");
-  sub->add_option("--video-start-token-id", opt->video_start_token_id,
-                  "video_start_token_id (--input-ids; glm4v)");
-  sub->add_option("--video-end-token-id", opt->video_end_token_id,
-                  "video_end_token_id (--input-ids; glm4v)");
-  sub->add_option("--hf-config", opt->hf_config,
+  add_declared_options(sub, opt->request,
+                       {"image_token_id", "video_token_id", "audio_token_id",
+                        "video_start_token_id", "video_end_token_id"});
+  sub->add_option("--hf-config", opt->request.hf_config,
                   "HF config.json: model_type, vision_config.spatial_merge_size and "
                   "tokens_per_second, position_id_per_seconds (options given win)");
-  sub->add_option("--spatial-merge-size", opt->spatial_merge_size,
-                  "patches merged per side into one token (default 2)");
-  sub->add_option("--tokens-per-second", opt->tokens_per_second,
-                  "qwen2.5-vl: video time ids per second (vision_config.tokens_per_second; the "
-                  "released checkpoints say 2, HF's class default is 4)");
-  sub->add_option("--position-id-per-seconds", opt->position_id_per_seconds,
-                  "qwen2.5-omni: time ids per second of media (default 25)");
-  sub->add_option("--seconds-per-chunk", opt->seconds_per_chunk,
-                  "qwen2.5-omni: seconds per chunk of a video+audio span (default 2)");
+  add_declared_options(sub, opt->request,
+                       {"spatial_merge_size", "tokens_per_second", "position_id_per_seconds",
+                        "seconds_per_chunk"});
   add_output_options(sub, opt->out, /*multiple=*/false, /*required=*/true,
                      "output reference for the [3, s] int64 ids (x.npy, x.h5:/d (default "
                      "/position_ids), x.csv, x.json, - for stdout)");

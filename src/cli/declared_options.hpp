@@ -258,4 +258,17 @@ std::vector<std::string> given_fields(const CLI::App* sub, R& r) {
   return g.names;
 }
 
+/// Adds the options of the declared fields of `r` named in `names` only, to `group` of
+/// --help: for a command whose --help interleaves them with options bound by hand.
+template <class R>
+void add_declared_options(CLI::App* sub, R& r, const std::vector<std::string>& names,
+                          std::string group = "") {
+  std::vector<std::string> others;
+  for (const Field& f : posenc::describe<R>()) {
+    if (std::find(names.begin(), names.end(), f.name) == names.end()) others.push_back(f.name);
+  }
+  OptionBinder b(sub, std::move(group), std::move(others));
+  declare(b, r);
+}
+
 }  // namespace posenc::cli
