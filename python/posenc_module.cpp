@@ -389,14 +389,27 @@ class KeywordReader {
   template <class M, class E>
   void operator()(const Field& f, Choice<M, E> c) {
     if (arrays_.value_or(false)) return;
+    if (!f.bare.empty() && has(f) && py::isinstance<py::bool_>(d_[f.name.c_str()])) {
+      if (!d_[f.name.c_str()].cast<bool>()) return;  // False: not given
+      given.push_back(f.name);
+      return c.set(f, "");  // True: as the bare option
+    }
     const auto name = get<std::string>(d_, f.name.c_str());
     if (!name) return;
     given.push_back(f.name);
+    if (!f.bare.empty()) return c.set(f, *name);  // the command's message
     const E* e = c.find(*name);
     if (e == nullptr) {
       throw UsageError(f.name + ": expected " + c.listed() + ", got '" + printable(*name) + "'");
     }
     c.member = *e;
+  }
+  void operator()(const Field& f, const Sides& s) {
+    if (arrays_.value_or(false)) return;
+    if (auto v = get<std::vector<std::int64_t>>(d_, f.name.c_str())) {
+      given.push_back(f.name);
+      s.set(f, *v);
+    }
   }
 
  private:
@@ -724,6 +737,8 @@ void append_fields(py::list& out, const char* kind, R r) {
     e["choices"] = f.choices;
     e["negation"] = f.negation.empty() ? "" : Field::option_of(f.negation);
     e["positive"] = f.positive;
+    e["bare"] = f.bare;
+    e["sides"] = f.first_side.empty() ? py::list() : py::list(py::make_tuple(f.first_side, f.second_side));
     e["default"] = f.default_text;
     e["help"] = f.help;
     out.append(e);
@@ -921,37 +936,14 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   KeywordReader k(d);
   k.read(opt);
   validate_given(opt, k.given);
-  if (auto c = get<std::string>(d, "causal")) {
-    if (*c == "bottom-right")
-      opt.causal = CausalAlign::bottom_right;
-    else if (*c == "top-left")
-      opt.causal = CausalAlign::top_left;
-    else
-      throw UsageError("causal " + *c + ": expected bottom-right or top-left");
-  }
-  set_if(d, "window_left", opt.window_left);
-  set_if(d, "window_right", opt.window_right);
+  check_given(opt, Caller{[&k](const std::string& n) {
+                            return std::find(k.given.begin(), k.given.end(), n) != k.given.end();
+                          },
+                          [](const std::string& n) { return n; }, nullptr});
   set_if(d, "temperature_scale", opt.temperature_scale);
   set_if(d, "temperature_floor", opt.temperature_floor);
   set_if(d, "llama4_scaling_beta", opt.llama4_scaling_beta);
   set_if(d, "llama4_scaling_period", opt.llama4_scaling_period);
-  if (auto a = get<std::string>(d, "alibi")) {
-    if (*a == "bloom" || *a == "falcon") {
-      opt.alibi = AlibiVariant::fairseq;
-      opt.alibi_before_scale = *a == "falcon";
-    } else if (*a == "causal") {
-      opt.alibi = AlibiVariant::causal;
-    } else if (*a == "symmetric") {
-      opt.alibi = AlibiVariant::symmetric;
-    } else if (*a == "bottom-right") {
-      opt.alibi = AlibiVariant::bottom_right;
-    } else if (*a == "fairseq") {
-      opt.alibi = AlibiVariant::fairseq;
-    } else {
-      throw UsageError("alibi " + *a +
-                       ": expected causal, symmetric, bottom-right, fairseq, bloom or falcon");
-    }
-  }
   set_if(d, "t5_bidirectional", opt.t5_bidirectional);
   set_if(d, "grid_h", opt.grid_h);
   set_if(d, "grid_w", opt.grid_w);
@@ -1121,10 +1113,10 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     const HfAttentionConfig c = read_hf_attention_config(*config, layer);
     check_hf_attention_shapes(c, *config, q->shape(), k->shape(), v ? &v->shape() : nullptr,
                               opt.axes);
-    std::vector<std::string> keep;
-    for (const char* name : {"scale", "sliding_window", "softcap", "chunk_size", "alibi"}) {
-      if (opt_d.contains(name) && !opt_d[name].is_none()) keep.emplace_back(name);
-    }
+    KeywordReader given(opt_d);  // the declared fields given (scale, alibi, ...) stay
+    AttentionOptions declared;
+    given.read(declared);
+    std::vector<std::string> keep = given.given;
     if (opt_d.contains("temperature_scale") && !opt_d["temperature_scale"].is_none()) {
       keep.emplace_back("temperature");
     }

@@ -21,11 +21,13 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 #include <xtensor/xarray.hpp>
 
+#include "posenc/error.hpp"
 #include "posenc/value_source.hpp"
 
 namespace posenc {
@@ -47,6 +49,11 @@ struct Field {
   bool bools = false;
   /// Lists (`std::vector<...>` members): how many values the option takes.
   int min_count = 1, max_count = 1;
+  /// Choices whose option may go without its word (`--causal [ALIGN]`): the name the
+  /// bare option (and Python's True) stands for, and how --help writes the word.
+  std::string bare, word;
+  /// Sides fields: how messages name the two sides ("LEFT", "RIGHT").
+  std::string first_side, second_side;
   // Filled by `describe`:
   std::string type;                  ///< int, float, bool, choice
   std::vector<std::string> choices;  ///< a choice field's names, in order
@@ -84,6 +91,17 @@ struct Field {
     max_count = b;
     return *this;
   }
+  /// A choice whose option alone (Python: True) means `bare_name`; --help shows `word_text`.
+  Field& optional_word(std::string bare_name, std::string word_text) {
+    bare = std::move(bare_name);
+    word = std::move(word_text);
+    return *this;
+  }
+  Field& sides(std::string first_name, std::string second_name) {
+    first_side = std::move(first_name);
+    second_side = std::move(second_name);
+    return *this;
+  }
   /// A flag whose `--negation` (help `neg_help`) sets it false; `with_positive` false:
   /// `--name` is no option.
   Field& negated_by(std::string neg, std::string neg_help, bool with_positive = true) {
@@ -106,10 +124,12 @@ inline Field field(std::string name, std::string help) {
 template <class E>
 using Names = std::vector<std::pair<std::string, E>>;
 
-/// A member (an enum, a bool, or an optional enum) set from a name of `names`.
+/// A member (an enum, a bool, or an optional enum) set from a name of `names`; `M` is a
+/// reference to it, or a tuple of references when one name sets several members
+/// (`--alibi falcon`: the variant and alibi_before_scale).
 template <class M, class E>
 struct Choice {
-  M& member;
+  M member;
   const Names<E>& names;
 
   /// The value of `name`, or nullptr when it is none of the names.
@@ -133,12 +153,26 @@ struct Choice {
     for (const auto& n : names) out.push_back(n.first);
     return out;
   }
+  /// Sets the member from the word a caller gave with field `f` ("" for the bare option:
+  /// `f.bare`). Every front end refuses another word with this one message: "causal
+  /// diagonal: expected bottom-right or top-left".
+  void set(const Field& f, const std::string& word) {
+    const E* e = find(word.empty() ? f.bare : word);
+    if (e == nullptr) throw UsageError(f.name + " " + word + ": expected " + listed());
+    member = *e;
+  }
 };
 
 /// `v(field(...), choice(r.layout, sinusoidal_layout_names()))`.
 template <class M, class E>
-Choice<M, E> choice(M& member, const Names<E>& names) {
-  return Choice<M, E>{member, names};
+Choice<M&, E> choice(M& member, const Names<E>& names) {
+  return Choice<M&, E>{member, names};
+}
+/// One name setting several members: `choice(std::tie(r.alibi, r.alibi_before_scale),
+/// names)`, the names' values tuples of the members' values.
+template <class... M, class E>
+Choice<std::tuple<M&...>, E> choice(std::tuple<M&...> members, const Names<E>& names) {
+  return Choice<std::tuple<M&...>, E>{members, names};
 }
 
 /// Two integers given together ("--window H W", Python `window=(H, W)`); with
@@ -152,6 +186,39 @@ struct Pair {
 /// `v(field("window", ...), pair(r.height, r.width, true))`.
 inline Pair pair(std::int64_t& first, std::int64_t& second, bool one_for_both = false) {
   return Pair{first, second, one_for_both};
+}
+
+/// Two integers the caller writes `A[,B]` (`--window 4,0`; Python `window=4` or `(4, 0)`),
+/// the second `second_default` when left out. Both sides are in the field's range
+/// (`from(lo, hi)`); the field's `sides` names them in messages.
+struct Sides {
+  std::int64_t& first;
+  std::int64_t& second;
+  std::int64_t second_default;
+
+  /// Sets both sides from the one or two values a caller gave; UsageError "window 1,-5:
+  /// must be from -1 to 2^53, each side" (every front end's message) when one is out of
+  /// the field's range.
+  void set(const Field& f, const std::vector<std::int64_t>& v) const {
+    std::string text;
+    for (std::int64_t x : v) text += (text.empty() ? "" : ",") + std::to_string(x);
+    if (v.empty() || v.size() > 2) {
+      throw UsageError(f.name + " " + text + ": expected " + f.first_side + "[," +
+                       f.second_side + "]");
+    }
+    for (std::int64_t x : v) {
+      if ((f.lo && x < *f.lo) || (f.hi && x > *f.hi)) {
+        throw UsageError(fmt::format("{} {}: must be from {} to {}, each side", f.name, text,
+                                     *f.lo,
+                                     f.hi_text.empty() ? std::to_string(*f.hi) : f.hi_text));
+      }
+    }
+    first = v[0];
+    second = v.size() > 1 ? v[1] : second_default;
+  }
+};
+inline Sides sides(std::int64_t& first, std::int64_t& second, std::int64_t second_default) {
+  return Sides{first, second, second_default};
 }
 
 /// A float64 tensor and whether its source held float32 values (UDOP's boxes are then
@@ -256,6 +323,7 @@ class Validator {
   template <class M, class E>
   void operator()(const Field&, const Choice<M, E>&) {}  // a name table holds only valid values
   void operator()(const Field&, const Pair&) {}          // the sides' ranges are the table's
+  void operator()(const Field&, const Sides&) {}         // checked as they are set
 
  private:
   const ValueSources& sources_;
@@ -299,11 +367,16 @@ class Describer {
   void operator()(Field f, const Choice<M, E>& c) {
     f.type = "choice";
     f.choices = c.list();
-    if constexpr (IsOptional<M>::value) {
+    if constexpr (IsOptional<std::remove_reference_t<M>>::value) {
       if (c.member) f.default_text = name_of(c, *c.member);
-    } else {
+    } else if constexpr (std::is_reference_v<M>) {
       f.default_text = name_of(c, c.member);
-    }
+    }  // tied members: no one name is the default
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const Sides& s) {
+    f.type = "sides";
+    f.default_text = std::to_string(s.first) + "," + std::to_string(s.second);
     fields.push_back(std::move(f));
   }
   void operator()(Field f, const Pair&) {

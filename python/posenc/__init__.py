@@ -441,10 +441,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     # scale, sliding_window, softcap, ...: the declared fields (_attention_fields()), under
     # their own names; their ranges and choices are the library's.
     for f in _ATTENTION_FIELDS:
-        value = args[f["name"]]
-        if value is not None and f["type"] in ("bool", "float"):
-            value = (_flag if f["type"] == "bool" else _number)(value, f["name"])
-        opt[f["name"]] = value
+        opt[f["name"]] = _field_value(f, args[f["name"]])
     if (any(x is not None for x in (relative_left, relative_right, relative_sign,
                                      relative_beyond))
             and relative_k is None and relative_v is None and relative_proj is None):
@@ -463,17 +460,6 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         if any(not 1 <= n <= 2**31 for n in g):
             raise UsageError(f"{name} {g}: sides must be whole numbers in [1, 2^31]")
         opt[name + "_h"], opt[name + "_w"] = g
-    if isinstance(causal, str):
-        opt["causal"] = causal
-    elif _flag(causal, "causal"):
-        opt["causal"] = "bottom-right"
-    if window is not None:
-        left, right = ((window, -1) if np.ndim(window) == 0 and not isinstance(window, str)
-                       else _items(window, 2, "window", "LEFT or (LEFT, RIGHT)"))
-        left, right = _whole(left, "window"), _whole(right, "window")
-        if left < -1 or right < -1:
-            raise UsageError(f"window {window}: sides must be >= -1 (-1 = unbounded)")
-        opt["window_left"], opt["window_right"] = int(left), int(right)
     if attn_temperature is not None:
         t_scale, t_floor = (_number(t, "attn_temperature") for t in _items(
             attn_temperature, 2, "attn_temperature", "(SCALE, FLOOR)"))
@@ -488,10 +474,6 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
             raise UsageError("llama4_scaling: expected (BETA, PERIOD), a number and a positive "
                              "whole period")
         opt["llama4_scaling_beta"], opt["llama4_scaling_period"] = float(beta), int(period)
-    if alibi is not None and alibi is not False:
-        opt["alibi"] = "causal" if alibi is True else alibi
-    elif alibi_max_bias is not None:
-        raise UsageError("alibi_max_bias needs alibi")
     if t5_bias is None and global_bias is None and (
             t5_buckets is not None or t5_max_distance is not None or t5_causal):
         raise UsageError("t5_buckets/t5_max_distance/t5_causal need t5_bias or global_bias")
@@ -521,6 +503,26 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     arrays = tuple(_wrap(res[n], out_name if n not in ("lse", "softmax_d") else "f", like)
                    for n in names)
     return arrays[0] if single else arrays
+
+
+def _field_value(f, value):
+    """The keyword of declared attention field `f` as the C++ module reads it (None: not
+    given); ranges, choices and rules are the library's."""
+    name = f["name"]
+    if value is None:
+        return None
+    if f["type"] == "bool":
+        return _flag(value, name)
+    if f["type"] == "float":
+        return _number(value, name)
+    if f["bare"] and not isinstance(value, str):  # causal=True: the bare option's word
+        return True if _flag(value, name) else None
+    if f["type"] == "sides":  # LEFT or (LEFT, RIGHT)
+        first, second = f["sides"]
+        items = ((value,) if np.ndim(value) == 0 and not isinstance(value, str)
+                 else _items(value, 2, name, f"{first} or ({first}, {second})"))
+        return [_whole(v, name) for v in items]
+    return value
 
 
 def _relative(rope, rel_keys, content_bias, position_bias, segment_ids, segment_embed,

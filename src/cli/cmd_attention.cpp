@@ -51,13 +51,10 @@ struct AttentionCmdOptions {
   bool rope = false;
   RopeCliOptions rope_opts;
   AttentionOptions params;  // the declared fields (posenc/ops/attention_fields.hpp)
-  std::string causal;
-  std::string window;
   std::vector<double> temperature;  // SCALE FLOOR
   std::vector<double> llama4_scaling;  // BETA PERIOD
   // References of the declared tensor inputs (attention_tensors()), in its order.
   std::vector<std::string> tensors = std::vector<std::string>(attention_tensors().size());
-  std::string alibi;
   bool t5_bidirectional = false, t5_causal = false;
   long long relative_left = -1, relative_right = -1;
   std::string relative_sign = "k-q", relative_beyond = "clamp";
@@ -135,15 +132,11 @@ void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Sha
   const std::string& path = o.rope_opts.hf_config;
   const HfAttentionConfig c = read_hf_attention_config(path, hf_layer(o.rope_opts));
   check_hf_attention_shapes(c, path, q, k, v, opt.axes);
-  std::vector<std::string> keep;
-  const std::pair<const char*, const char*> kOptions[] = {{"--scale", "scale"},
-                                                          {"--sliding-window", "sliding_window"},
-                                                          {"--softcap", "softcap"},
-                                                          {"--chunk-size", "chunk_size"},
-                                                          {"--attn-temperature", "temperature"},
-                                                          {"--llama4-scaling", "llama4_scaling"},
-                                                          {"--alibi", "alibi"}};
-  for (const auto& [option, name] : kOptions) {
+  // The declared fields given (scale, alibi, ...) keep their values.
+  AttentionOptions declared = o.params;
+  std::vector<std::string> keep = given_fields(o.app, declared);
+  for (const auto& [option, name] : {std::pair{"--attn-temperature", "temperature"},
+                                     std::pair{"--llama4-scaling", "llama4_scaling"}}) {
     if (given(o, option)) keep.push_back(name);
   }
   // The library would name its own parameter for the option that clashes with the config.
@@ -282,16 +275,7 @@ void run_attention(AttentionCmdOptions& o) {
   validate_given(o.params, given_fields(o.app, o.params));
   AttentionOptions opt = o.params;
   opt.axes = o.axes;
-  if (given(o, "--causal")) {
-    if (o.causal.empty() || o.causal == "bottom-right") {
-      opt.causal = CausalAlign::bottom_right;
-    } else if (o.causal == "top-left") {
-      opt.causal = CausalAlign::top_left;
-    } else {
-      throw UsageError(fmt::format("--causal {}: expected bottom-right or top-left", o.causal));
-    }
-  }
-  if (given(o, "--window")) std::tie(opt.window_left, opt.window_right) = parse_window(o.window);
+  check_given(o.params, command_line(o.app));  // the rules between declared fields
   if (given(o, "--attn-temperature")) {
     if (!std::isfinite(o.temperature[0]) || !(o.temperature[1] > 0)) {
       throw UsageError("--attn-temperature: expected SCALE FLOOR, a number and a positive floor");
@@ -317,24 +301,6 @@ void run_attention(AttentionCmdOptions& o) {
     throw UsageError("--layer-type: needs --hf-config");
   }
   check_layer_option(o.rope_opts);
-  if (given(o, "--alibi")) {
-    const std::string& a = o.alibi;
-    if (a == "bloom" || a == "falcon") {
-      opt.alibi = AlibiVariant::fairseq;
-      opt.alibi_before_scale = a == "falcon";
-    } else if (a.empty() || a == "causal") {
-      opt.alibi = AlibiVariant::causal;
-    } else if (a == "symmetric") {
-      opt.alibi = AlibiVariant::symmetric;
-    } else if (a == "bottom-right") {
-      opt.alibi = AlibiVariant::bottom_right;
-    } else if (a == "fairseq") {
-      opt.alibi = AlibiVariant::fairseq;
-    } else {
-      throw UsageError(fmt::format(
-          "--alibi {}: expected causal, symmetric, bottom-right, fairseq, bloom or falcon", a));
-    }
-  }
   opt.t5_bidirectional = !o.t5_causal;
   if (given(o, "--max-distance") && o.ref(&A::relative_k).empty() &&
       o.ref(&A::relative_v).empty()) {
@@ -608,16 +574,10 @@ void register_attention(CLI::App& app) {
   sub->add_option("--emit", o->emit,
                   "comma list of logits, probs, output, lse (default probs,output; probs "
                   "without -v)");
-  // --scale, --sliding-window, --softcap, ...: the declared fields (attention_fields.hpp).
-  add_declared_options(sub, o->params);
-  sub->add_option("--causal", o->causal,
-                  "causal mask aligned bottom-right (default; flash-attn, and HF with a KV cache) "
-                  "or top-left (torch SDPA is_causal) when sq != sk")
-      ->expected(0, 1)
-      ->type_name("[ALIGN]");
-  sub->add_option("--window", o->window,
-                  "LEFT[,RIGHT]: query i sees keys [i+sk-sq-LEFT, i+sk-sq+RIGHT] inclusive; "
-                  "-1 = unbounded (RIGHT defaults to -1)");
+  // --scale, --sliding-window, --softcap, ..., --causal, --window, --alibi: the declared
+  // fields (attention_fields.hpp), the last three where --help has always listed them.
+  add_declared_options_but(sub, o->params, {"causal", "window", "alibi"});
+  add_declared_options_of(sub, o->params, {"causal", "window"});
   add_values_option(sub, "--attn-temperature", o->temperature,
                     "Llama-4 temperature tuning: scores of the query at position p times "
                     "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)",
@@ -633,11 +593,7 @@ void register_attention(CLI::App& app) {
     const TensorField<AttentionOptions>& t = attention_tensors()[i];
     sub->add_option(t.option(), o->tensors[i], t.help);
   }
-  sub->add_option("--alibi", o->alibi,
-                  "ALiBi bias: causal (default; -m(i-j)), symmetric (-m|i-j|), bottom-right "
-                  "(-m|i+sk-sq-j|), fairseq or bloom (m j), falcon (m j before the scale)")
-      ->expected(0, 1)
-      ->type_name("[VARIANT]");
+  add_declared_options_of(sub, o->params, {"alibi"});
   sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
   sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
   // Bound by hand, one option for several members (attention_fields.hpp): --wavlm-gate

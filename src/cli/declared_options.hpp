@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/common.hpp"
+#include "cli/parse.hpp"
 #include "posenc/declare.hpp"
 #include "posenc/error.hpp"
 
@@ -113,6 +114,11 @@ class OptionBinder {
   explicit OptionBinder(CLI::App* sub, std::string group = "", std::vector<std::string> skip = {},
                         ArrayFiles* files = nullptr)
       : sub_(sub), group_(std::move(group)), skip_(std::move(skip)), files_(files) {}
+  /// Binds only the fields `skip` names (where --help lists them apart from the others).
+  OptionBinder& only() {
+    only_ = true;
+    return *this;
+  }
 
   template <class T>
   void operator()(const Field& f, T& member) {
@@ -154,8 +160,30 @@ class OptionBinder {
   void operator()(const Field& f, Choice<M, E> c) {
     if (skipped(f)) return;
     CLI::Option* opt = sub_->add_option_function<std::string>(
-        f.option(), [c](const std::string& name) { c.member = *c.find(name); }, f.help);
-    opt->check(CLI::IsMember(c.list()));
+        f.option(), [c, f](const std::string& name) mutable { c.set(f, name); }, f.help);
+    if (f.bare.empty()) {
+      opt->check(CLI::IsMember(c.list()));
+    } else {  // `--causal [ALIGN]`: the word checked by the library's one message
+      opt->expected(0, 1)->type_name(f.word);
+    }
+    if (f.required) opt->required();
+    grouped(opt);
+  }
+
+  /// `--window LEFT[,RIGHT]`: the text's integers, their range the declaration's.
+  void operator()(const Field& f, Sides s) {
+    if (skipped(f)) return;
+    CLI::Option* opt = sub_->add_option_function<std::string>(
+        f.option(),
+        [s, f](const std::string& text) {
+          const auto v = parse_integer_list(text);
+          if (!v) {
+            throw UsageError(f.name + " " + text + ": expected " + f.first_side + "[," +
+                             f.second_side + "], integers");
+          }
+          s.set(f, *v);
+        },
+        f.help);
     if (f.required) opt->required();
     grouped(opt);
   }
@@ -189,7 +217,8 @@ class OptionBinder {
 
  private:
   bool skipped(const Field& f) const {
-    return std::find(skip_.begin(), skip_.end(), f.name) != skip_.end();
+    const bool listed = std::find(skip_.begin(), skip_.end(), f.name) != skip_.end();
+    return listed != only_;
   }
   void grouped(CLI::Option* opt) const {
     if (opt != nullptr && !group_.empty()) opt->group(group_);
@@ -208,6 +237,7 @@ class OptionBinder {
   std::string group_;
   std::vector<std::string> skip_;
   ArrayFiles* files_;
+  bool only_ = false;
 };
 
 /// Collects the names of the declared fields whose option (or negation) the command line
@@ -238,6 +268,20 @@ template <class R>
 void add_declared_options(CLI::App* sub, R& r, ArrayFiles* files = nullptr) {
   OptionBinder b(sub, "", {}, files);
   declare(b, r);
+}
+
+/// The options of `r`'s fields apart from those `placed` names (which
+/// add_declared_options_of binds where --help lists them).
+template <class R>
+void add_declared_options_but(CLI::App* sub, R& r, std::vector<std::string> placed) {
+  OptionBinder b(sub, "", std::move(placed));
+  declare(b, r);
+}
+/// The options of `r`'s fields `names`, in declaration order.
+template <class R>
+void add_declared_options_of(CLI::App* sub, R& r, std::vector<std::string> names) {
+  OptionBinder b(sub, "", std::move(names));
+  declare(b.only(), r);
 }
 
 /// The command line as a request's `check_given` sees it: a field given when its option

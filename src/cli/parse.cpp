@@ -177,6 +177,16 @@ std::optional<std::vector<double>> parse_number_list(const std::string& text,
   return v;
 }
 
+std::optional<std::vector<std::int64_t>> parse_integer_list(const std::string& text) {
+  std::vector<std::int64_t> v;
+  for (const std::string& item : split(text, ',')) {
+    const std::optional<long long> n = parse_integer(trim(item));
+    if (!n) return std::nullopt;
+    v.push_back(*n);
+  }
+  return v;
+}
+
 std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text) {
   const std::vector<std::string> sides = split(text, ',');
   auto side = [&](const std::string& s) -> std::int64_t {

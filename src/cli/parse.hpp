@@ -49,6 +49,9 @@ std::size_t parse_memory_size(const std::string& text, const std::string& option
 std::optional<std::vector<double>> parse_number_list(const std::string& text,
                                                      const std::string& option);
 
+/// A comma list of integers ("4,0"), or nullopt when an item is no integer.
+std::optional<std::vector<std::int64_t>> parse_integer_list(const std::string& text);
+
 /// `--window LEFT[,RIGHT]`: integers >= -1 (-1 = unbounded; RIGHT defaults to -1), at
 /// most kMaxWindow so that position arithmetic cannot overflow. UsageError otherwise.
 std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text);

@@ -5,7 +5,10 @@ its option (and its choices); a value just inside its range passes the range che
 outside it is refused with exit status 2 by the command and with UsageError by
 posenc.attention, both with the same message ("sliding_window 0: must be at least 1",
 the option for the keyword on the command line); a name outside a choice field's names is
-refused by both; posenc.attention takes the keyword and the stub names it;
+refused by both (a choice whose option may go without its word, `--causal [ALIGN]`, with
+the same message from both: "causal diagonal: expected bottom-right or top-left"); the
+bare option and the keyword True give the same result, as do two-sided fields
+(`--window 2,0`, window=(2, 0)); posenc.attention takes the keyword and the stub names it;
 man/posenc-attention.1 documents the option; the option x mode matrix
 (tests/cli/test_option_matrix.py) has its row."""
 import inspect
@@ -91,7 +94,8 @@ def outside(f):
 def test_the_listing_holds_the_attention_options():
     names = {f["name"] for f in FIELDS}
     assert {"scale", "sliding_window", "chunk_size", "sink_tokens", "softcap", "max_distance",
-            "global_block_size", "masked_rows", "p_dtype", "allow_nonfinite"} <= names
+            "global_block_size", "masked_rows", "p_dtype", "allow_nonfinite", "causal",
+            "window", "alibi"} <= names
     for f in FIELDS:
         assert f["kind"] == "attention"
         assert f["name"] == f["option"][2:].replace("-", "_")
@@ -135,12 +139,46 @@ def test_a_name_outside_the_choices_is_refused_by_both(f, inputs):
     assert p.returncode == 2 and f["option"] in p.stderr and not written, p.stderr
     error = call(inputs, f, "no-such-name")
     assert isinstance(error, posenc.UsageError), error
-    assert str(error).startswith(f"{f['name']}: expected "), error
+    if f["bare"]:  # one message from the library for both
+        assert str(error).startswith(f"{f['name']} no-such-name: expected "), error
+        said = p.stderr.strip()[len("posenc: error: "):]
+        assert said == f["option"] + str(error)[len(f["name"]):], (said, str(error))
+    else:
+        assert str(error).startswith(f"{f['name']}: expected "), error
     for c in f["choices"]:
         p, _ = run(inputs, f, c)
         assert p.returncode == 0 or f"{f['option']}: " not in p.stderr, p.stderr
         error = call(inputs, f, c)
         assert error is None or not str(error).startswith(f"{f['name']}: expected"), error
+
+
+def output_of(inputs, words, **kw):
+    """The output of `posenc attention WORDS` and of posenc.attention(**kw) (Q = K = V)."""
+    tmp, a = inputs
+    out = tmp / "same.npy"
+    q = str(tmp / "q.npy")
+    p = subprocess.run([BIN, "attention", "-q", q, "-k", q, "-v", q, "--emit", "output", *words,
+                        "-o", str(out), "--force"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return np.load(out), posenc.attention(a["q"], a["q"], a["q"], emit="output", **kw)
+
+
+WORDED = [f for f in FIELDS if f["bare"] or f["type"] == "sides"]
+
+
+@pytest.mark.parametrize("f", WORDED, ids=[f["name"] for f in WORDED])
+def test_the_bare_option_and_the_sides_mean_the_same_in_both(f, inputs):
+    """`--causal` is causal=True and `--causal top-left` causal="top-left"; `--window 1` is
+    window=1, `--window 1,0` window=(1, 0) (and differs from no window)."""
+    if f["type"] == "sides":
+        cases = [(["1"], 1), (["1,0"], (1, 0))]
+    else:
+        cases = [([], True)] + [([c], c) for c in f["choices"]]
+    plain, _ = output_of(inputs, [])
+    for words, value in cases:
+        cli, py = output_of(inputs, [f["option"], *words], **{f["name"]: value})
+        np.testing.assert_array_equal(cli, py)
+        assert not np.array_equal(cli, plain), (f["name"], value)
 
 
 @pytest.mark.parametrize("f", FIELDS, ids=IDS)

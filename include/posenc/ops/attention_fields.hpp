@@ -11,18 +11,23 @@
 /// max_distance): AttentionOptions has no "unset". A real field's `lo` is exclusive: a
 /// given value must be finite and above it (0: a positive number).
 ///
-/// Not declared, bound by each front end, because their option is not the member's name:
-/// --causal [ALIGN] (an optional word), --window L[,R] (two members), --attn-temperature
-/// SCALE FLOOR and --llama4-scaling BETA PERIOD (two members each), --alibi [VARIANT]
-/// (alibi and alibi_before_scale), --t5-bidirectional / --t5-causal (t5_bidirectional,
-/// keyword t5_causal), --grid / --key-grid H W (two members each), the relative window
-/// (--relative-left/right/sign/beyond, one optional RelativeWindow), --emit, --dtype,
-/// --precision, --arith and --max-memory (parsed: names, sizes).
+/// Shapes beyond one value: `--causal [ALIGN]` and `--alibi [VARIANT]` are choices whose
+/// option may go without its word (Field::optional_word; Python True), --alibi's names
+/// setting two members (alibi, alibi_before_scale); `--window LEFT[,RIGHT]` is two
+/// members (Sides; Python LEFT or (LEFT, RIGHT)). The rules between fields are
+/// `check_given`.
+///
+/// Not declared, bound by each front end: --attn-temperature SCALE FLOOR and
+/// --llama4-scaling BETA PERIOD (two real members each), --t5-bidirectional / --t5-causal
+/// (t5_bidirectional, keyword t5_causal), --grid / --key-grid H W (two members each), the
+/// relative window (--relative-left/right/sign/beyond, one optional RelativeWindow),
+/// --emit, --dtype, --precision, --arith and --max-memory (parsed: names, sizes).
 
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "posenc/declare.hpp"
@@ -35,6 +40,21 @@ namespace fields {
 
 inline const Names<MaskedRows>& masked_rows_names() {
   static const Names<MaskedRows> n{{"zero", MaskedRows::zero}, {"nan", MaskedRows::nan}};
+  return n;
+}
+/// The causal mask's alignments (`--causal` alone: bottom-right).
+inline const Names<CausalAlign>& causal_names() {
+  static const Names<CausalAlign> n{{"bottom-right", CausalAlign::bottom_right},
+                                    {"top-left", CausalAlign::top_left}};
+  return n;
+}
+/// ALiBi's forms: the variant and whether the bias is added before the scale (Falcon).
+inline const Names<std::tuple<AlibiVariant, bool>>& alibi_names() {
+  using V = AlibiVariant;
+  static const Names<std::tuple<V, bool>> n{
+      {"causal", {V::causal, false}},     {"symmetric", {V::symmetric, false}},
+      {"bottom-right", {V::bottom_right, false}}, {"fairseq", {V::fairseq, false}},
+      {"bloom", {V::fairseq, false}},     {"falcon", {V::fairseq, true}}};
   return n;
 }
 /// FlashAttention's intermediate dtypes (AttentionOptions::p_dtype holds the name).
@@ -90,6 +110,30 @@ void declare(V& v, AttentionOptions& o) {
   v(field("allow_nonfinite",
           "compute with NaN/Inf inputs (they propagate) instead of refusing them"),
     o.allow_nonfinite);
+  v(field("causal",
+          "causal mask aligned bottom-right (default; flash-attn, and HF with a KV cache) or "
+          "top-left (torch SDPA is_causal) when sq != sk")
+        .optional_word("bottom-right", "[ALIGN]"),
+    choice(o.causal, fields::causal_names()));
+  v(field("window",
+          "LEFT[,RIGHT]: query i sees keys [i+sk-sq-LEFT, i+sk-sq+RIGHT] inclusive; -1 = "
+          "unbounded (RIGHT defaults to -1)")
+        .from(-1, std::int64_t{1} << 53, "2^53")
+        .sides("LEFT", "RIGHT"),
+    sides(o.window_left, o.window_right, -1));
+  v(field("alibi",
+          "ALiBi bias: causal (default; -m(i-j)), symmetric (-m|i-j|), bottom-right "
+          "(-m|i+sk-sq-j|), fairseq or bloom (m j), falcon (m j before the scale)")
+        .optional_word("causal", "[VARIANT]"),
+    choice(std::tie(o.alibi, o.alibi_before_scale), fields::alibi_names()));
+}
+
+/// The rules between declared fields, checked by each front end once they are set:
+/// "alibi_max_bias needs alibi" (the caller's terms).
+inline void check_given(const AttentionOptions&, const Caller& c) {
+  if (c.gave("alibi_max_bias") && !c.gave("alibi")) {
+    throw UsageError(c.term("alibi_max_bias") + " needs " + c.term("alibi"));
+  }
 }
 
 /// The range errors of the fields a caller gave (declare.hpp's visitor protocol):
