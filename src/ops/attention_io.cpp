@@ -458,6 +458,22 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
       return static_cast<const T*>(buf.data());
     };
   };
+  // f16 K or V in place (not read into a buffer) for the kernels that widen in registers
+  // under f32 arithmetic (fold_tiled, HalfTiles), each tile checked finite when
+  // `check_tiles`: no pass that widens each tile into a buffer first.
+  auto half_tiles = [&](const MappedKV& m, std::size_t b, std::size_t h, std::size_t blk,
+                        bool check_tiles) -> std::optional<HalfTiles> {
+    if (!std::is_same_v<T, float> || m.dtype != DType::f16 || m.reader || !half_tiles_fused()) {
+      return std::nullopt;
+    }
+    const std::size_t j0 = blk * kB, width = m.width;
+    const auto* p = reinterpret_cast<const std::uint16_t*>(rows_of(m, b, h, blk).first);
+    return HalfTiles([p, j0, width, check_tiles](std::size_t j, std::size_t n) {
+      const std::uint16_t* x = p + (j - j0) * width;
+      if (check_tiles && !half_finite(x, n * width)) throw NonFiniteKeys{};
+      return x;
+    });
+  };
   try {
     for_items(items, nthreads, [&](std::size_t it, std::size_t t) {
       auto [b, h, q0] = at(it);
@@ -488,8 +504,12 @@ void run_in_place(const Plan<T>& P, const MappedKV& km, const MappedKV* vm, bool
               const KeyTiles<T> vt =
                   has_v ? key_tiles(*vm, b, h, blk, widened[t][1], raws[t][1], check_tiles)
                         : KeyTiles<T>{};
+              const std::optional<HalfTiles> hk = half_tiles(km, b, h, blk, check_tiles);
+              const std::optional<HalfTiles> hv =
+                  has_v ? half_tiles(*vm, b, h, blk, check_tiles) : std::nullopt;
               fold_tiled(P, ws.data(), gs, b, h, q0, static_cast<std::size_t>(a),
-                         static_cast<std::size_t>(e), kt, has_v ? &vt : nullptr);
+                         static_cast<std::size_t>(e), kt, has_v ? &vt : nullptr,
+                         hk ? &*hk : nullptr, hv ? &*hv : nullptr);
             }
             if (check_now) checked[sl].store(true, std::memory_order_release);
             if (left[sl].fetch_sub(1, std::memory_order_acq_rel) == 1) {

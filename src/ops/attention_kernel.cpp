@@ -532,6 +532,94 @@ __attribute__((target("avx512f,avx2,fma"))) void scores_f64_heads_avx512(
 }
 #pragma GCC diagnostic pop
 
+
+// f16 keys and values widened in registers as the f32 products read them (decode of an
+// f16 KV cache): the arithmetic of scores_heads_avx512 and values_avx512 on the same
+// values (widening f16 is exact), so the same bits, without the pass that widened each
+// tile into a buffer and the reads of it back (that pass was most of an f16 decode's
+// time). AVX-512F with F16C; the callers check finiteness apart (half_finite).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx2,fma,f16c"))) inline __m256 half8(const std::uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+__attribute__((target("avx512f,avx2,fma,f16c"))) inline __m256 half4(const std::uint16_t* p) {
+  return _mm256_zextps128_ps256(
+      _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// scores_heads_avx512 with the keys b stored as f16 (H = 1 gives gemv_scores' bits too:
+// each key's dot product in the same 8 lanes, in the same order).
+template <std::size_t H>
+__attribute__((target("avx512f,avx2,fma,f16c"))) void scores_heads_f16_avx512(
+    const float* const* q, const std::uint16_t* b, std::size_t n, std::size_t d, float alpha,
+    float* const* c) {
+  constexpr std::size_t P = 2;  // pairs of keys
+  for (std::size_t j = 0; j < n; j += 2 * P) {
+    const std::uint16_t* k = b + j * d;
+    __m512 acc[H][P];
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_setzero_ps();
+    std::size_t e = 0;
+    if (d & 4) {
+      __m512 kk[P];
+      for (std::size_t u = 0; u < P; ++u) kk[u] = halves(half4(k + 2 * u * d), half4(k + (2 * u + 1) * d));
+      for (std::size_t h = 0; h < H; ++h) {
+        const __m256 q4 = _mm256_zextps128_ps256(_mm_loadu_ps(q[h]));
+        const __m512 qq = halves(q4, q4);
+        for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_fmadd_ps(kk[u], qq, acc[h][u]);
+      }
+      e = 4;
+    }
+    for (; e < d; e += 8) {
+      __m512 kk[P];
+      for (std::size_t u = 0; u < P; ++u) {
+        const __m256i two = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + 2 * u * d + e))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + (2 * u + 1) * d + e)), 1);
+        kk[u] = _mm512_cvtph_ps(two);
+      }
+      for (std::size_t h = 0; h < H; ++h) {
+        const __m512 qq = _mm512_castpd_ps(
+            _mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q[h] + e))));
+        for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_fmadd_ps(kk[u], qq, acc[h][u]);
+      }
+    }
+    for (std::size_t h = 0; h < H; ++h) {
+      for (std::size_t u = 0; u < P; ++u) {
+        const __m512d a2 = _mm512_castps_pd(acc[h][u]);
+        c[h][j + 2 * u] = 0.0f + lanes_sum(_mm256_castpd_ps(_mm512_castpd512_pd256(a2))) * alpha;
+        c[h][j + 2 * u + 1] =
+            0.0f + lanes_sum(_mm256_castpd_ps(_mm512_extractf64x4_pd(a2, 1))) * alpha;
+      }
+    }
+  }
+}
+
+// values_avx512 with the rows b stored as f16 (dv a multiple of 16; n of 8).
+__attribute__((target("avx512f,avx2,fma,f16c"))) void values_f16_avx512(
+    const float* a, const std::uint16_t* b, std::size_t n, std::size_t dv, float alpha,
+    float* c) {
+  const __m512 al = _mm512_set1_ps(alpha);
+  for (std::size_t j = 0; j < n; j += 8) {
+    const std::uint16_t* v = b + j * dv;
+    __m512 x[8];
+    for (std::size_t u = 0; u < 8; ++u) x[u] = _mm512_set1_ps(a[j + u]);
+    for (std::size_t r = 0; r < dv; r += 16) {
+      __m512 acc = _mm512_setzero_ps();
+      for (std::size_t u = 0; u < 8; ++u) {
+        const __m512 vv = _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + u * dv + r)));
+        acc = _mm512_fmadd_ps(vv, x[u], acc);
+      }
+      _mm512_storeu_ps(c + r, _mm512_fmadd_ps(al, acc, _mm512_loadu_ps(c + r)));
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
 }  // namespace own_gemv
 
 // One query row's products with n keys, rows of B (contiguous, k wide): the scores
@@ -638,6 +726,46 @@ void gemv_scores_heads(const T* const* q, std::size_t gs, const T* b, std::size_
     if (i + 2 <= gs) heads(std::integral_constant<std::size_t, 2>{});
   }
   for (; i < gs; ++i) gemv_scores(q[i], b, m, d, alpha, T(0), c[i]);
+}
+
+// gemv_scores_heads and gemv_values on keys stored as f16 (HalfTiles), f32 arithmetic:
+// posenc's own loops widen in registers, and the few keys past their last whole group
+// are widened into a buffer for the BLAS call gemv_scores and gemv_values make on them,
+// so the same bits as on the keys widened first. Only where fold_tiled takes them
+// (half_scores_fit, half_values_fit, half_tiles_fused).
+inline bool half_scores_fit(std::size_t d, float alpha) {
+  return alpha != 0 && own_gemv::scores_fit(d);
+}
+inline bool half_values_fit(std::size_t dv) { return own_gemv::values_fit(dv) && dv % 16 == 0; }
+
+void half_scores_heads(const float* const* q, std::size_t gs, const std::uint16_t* b,
+                       std::size_t m, std::size_t d, float alpha, float* const* c) {
+  const std::size_t m4 = m / 4 * 4;
+  std::size_t i = 0;
+  for (; m4 > 0 && i + 4 <= gs; i += 4) {
+    own_gemv::scores_heads_f16_avx512<4>(q + i, b, m4, d, alpha, c + i);
+  }
+  for (; m4 > 0 && i + 2 <= gs; i += 2) {
+    own_gemv::scores_heads_f16_avx512<2>(q + i, b, m4, d, alpha, c + i);
+  }
+  for (; m4 > 0 && i < gs; ++i) own_gemv::scores_heads_f16_avx512<1>(q + i, b, m4, d, alpha, c + i);
+  if (m4 == m) return;
+  thread_local std::vector<float> tail;
+  tail.resize((m - m4) * d);
+  detail::widen(DType::f16, b + m4 * d, tail.data(), tail.size());
+  for (std::size_t u = 0; u < gs; ++u) {
+    gemv_scores(q[u], tail.data(), m - m4, d, alpha, 0.0f, c[u] + m4);
+  }
+}
+
+void half_values(const float* a, const std::uint16_t* b, std::size_t n, std::size_t dv, float* c) {
+  const std::size_t n8 = n / 8 * 8;
+  own_gemv::values_f16_avx512(a, b, n8, dv, 1.0f, c);
+  if (n8 == n) return;
+  thread_local std::vector<float> tail;
+  tail.resize((n - n8) * dv);
+  detail::widen(DType::f16, b + n8 * dv, tail.data(), tail.size());
+  gemv_values(a + n8, tail.data(), n - n8, dv, 1.0f, 1.0f, c);
 }
 
 // Whether a one-row product with values dv wide is taken kKeyTile keys at a time (the
@@ -1107,13 +1235,42 @@ void item_keys(const Plan<T>& P, Scratch<T>& w, std::vector<T>& tile, const View
   }
 }
 
+bool half_tiles_fused() {
+  static const bool on = own_gemv::vector_isa() && own_gemv::avx512_isa() &&
+                         __builtin_cpu_supports("f16c");
+  return on;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) bool half_finite(const std::uint16_t* p,
+                                                                     std::size_t n) {
+  const __m512i exp = _mm512_set1_epi16(0x7c00);
+  __mmask32 special = 0;
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i) + widen_detail::kPrefetchBytes,
+                 _MM_HINT_T0);
+    const __m512i x = _mm512_loadu_si512(p + i);
+    special |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, exp), exp);
+  }
+  bool bad = special != 0;
+  for (; i < n; ++i) bad |= (p[i] & 0x7c00) == 0x7c00;
+  return !bad;
+}
+
 template <class T>
 void fold_tiled(const Plan<T>& P, Scratch<T>* ws, std::size_t gs, std::size_t bi, std::size_t h0,
                 std::size_t q0, std::size_t a, std::size_t e, const KeyTiles<T>& k,
-                const KeyTiles<T>* v) {
+                const KeyTiles<T>* v, const HalfTiles* hk, const HalfTiles* hv) {
   const Geometry& g = P.g;
   const std::size_t n = e - a + 1;
   const bool need_v = v && g.emit_output;
+  // f16 K or V taken in place, widened in registers (f32 arithmetic only).
+  if constexpr (std::is_same_v<T, float>) {
+    if (!half_scores_fit(g.d, P.scale)) hk = nullptr;
+    if (!half_values_fit(g.dv)) hv = nullptr;
+  } else {
+    hk = hv = nullptr;
+  }
   for (std::size_t i = 0; i < gs; ++i) {
     if (ws[i].s.size() < n) ws[i].s.resize(std::max(n, P.bl.k));
   }
@@ -1121,6 +1278,23 @@ void fold_tiled(const Plan<T>& P, Scratch<T>* ws, std::size_t gs, std::size_t bi
   // tile of V for every head.
   for (std::size_t j = a; j <= e; j += kKeyTile) {
     const std::size_t m = std::min(kKeyTile, e + 1 - j);
+    if constexpr (std::is_same_v<T, float>) {
+      if (hk) {
+        const std::uint16_t* kh = (*hk)(j, m);
+        constexpr std::size_t kMaxHalfHeads = 4;  // as gemv_scores_heads takes them
+        float* sp[kMaxHalfHeads];
+        const float* qp[kMaxHalfHeads];
+        for (std::size_t i0 = 0; i0 < gs; i0 += kMaxHalfHeads) {
+          const std::size_t hn = std::min(kMaxHalfHeads, gs - i0);
+          for (std::size_t i = 0; i < hn; ++i) {
+            qp[i] = P.q.p + bi * P.q.b + (h0 + i0 + i) * P.q.h + q0 * P.q.s;
+            sp[i] = ws[i0 + i].s.data() + (j - a);
+          }
+          half_scores_heads(qp, hn, kh, m, g.d, P.scale, sp);
+        }
+        continue;
+      }
+    }
     const T* kt = k(j, m);
     for (std::size_t i0 = 0; i0 < gs; i0 += 4) {
       const std::size_t hn = std::min<std::size_t>(4, gs - i0);
@@ -1139,6 +1313,15 @@ void fold_tiled(const Plan<T>& P, Scratch<T>* ws, std::size_t gs, std::size_t bi
   if (!need_v) return;
   for (std::size_t j = a; j <= e; j += kKeyTile) {
     const std::size_t m = std::min(kKeyTile, e + 1 - j);
+    if constexpr (std::is_same_v<T, float>) {
+      if (hv) {
+        const std::uint16_t* vh = (*hv)(j, m);
+        for (std::size_t i = 0; i < gs; ++i) {
+          half_values(ws[i].s.data() + (j - a), vh, m, g.dv, ws[i].o.data());
+        }
+        continue;
+      }
+    }
     const T* vt = (*v)(j, m);
     for (std::size_t i = 0; i < gs; ++i) {
       gemv_values(ws[i].s.data() + (j - a), vt, m, g.dv, T(1), T(1), ws[i].o.data());
@@ -1347,7 +1530,7 @@ void row_scores_heads_f32(const float* const* q, std::size_t gs, const float* b,
   template bool folds_tiled<T>(const Plan<T>&, std::size_t);                                       \
   template void fold_tiled<T>(const Plan<T>&, Scratch<T>*, std::size_t, std::size_t, std::size_t,  \
                               std::size_t, std::size_t, std::size_t, const KeyTiles<T>&,           \
-                              const KeyTiles<T>*);
+                              const KeyTiles<T>*, const HalfTiles*, const HalfTiles*);
 POSENC_ATTENTION_KERNEL(float)
 POSENC_ATTENTION_KERNEL(double)
 #undef POSENC_ATTENTION_KERNEL

@@ -284,15 +284,28 @@ bool folds_tiled(const Plan<T>& P, std::size_t rows);
 template <class T>
 using KeyTiles = std::function<const T*(std::size_t j, std::size_t n)>;
 
+// Keys [j, j + n) of one key block stored as f16, rows contiguous, in place (checked
+// finite as the caller requires): for fold_tiled's kernels that widen in registers.
+using HalfTiles = std::function<const std::uint16_t*(std::size_t j, std::size_t n)>;
+
+// Whether fold_tiled takes HalfTiles (under f32 arithmetic): AVX-512 with F16C, the
+// variant POSENC_ROPE_ISA selects (avx512); other variants widen tiles into a buffer.
+bool half_tiles_fused();
+// Whether n f16 values are all finite (AVX-512BW; only where half_tiles_fused()).
+bool half_finite(const std::uint16_t* p, std::size_t n);
+
 // Keys [a, e] of one block (those the item's row sees: keys_seen) folded into the one
 // row of each of `gs` items (query heads h0, h0 + 1, ... of one KV head, begun by
 // item_begin), K and V taken a tile at a time from `k` and `v` (null: no values): every
 // head's scores with a tile of K while it is in the cache, the rows' softmax update, then
-// every head's sum over each tile of V. The bits of item_keys on the same block.
+// every head's sum over each tile of V. The bits of item_keys on the same block. With
+// f32 arithmetic, `hk` (`hv`), when given, is the same K (V) as f16 in place, used
+// instead of `k` (`v`) where the shapes suit the kernels that widen in registers.
 template <class T>
 void fold_tiled(const Plan<T>& P, Scratch<T>* ws, std::size_t gs, std::size_t bi, std::size_t h0,
                 std::size_t q0, std::size_t a, std::size_t e, const KeyTiles<T>& k,
-                const KeyTiles<T>* v);
+                const KeyTiles<T>* v, const HalfTiles* hk = nullptr,
+                const HalfTiles* hv = nullptr);
 
 /// The items of query heads h0, h0 + 1, ... (one a Scratch of `ws`) over all the keys in
 /// memory: item_begin, item_keys block by block, each block for every head in turn,

@@ -82,6 +82,52 @@ class AttentionWidenTest(PosencTestCase):
         self.check("bf16", hq=4, hk=2, sq=1, sk=9000)
         self.check("bf16", hq=2, hk=2, sq=3, sk=9217, axes="bshd")
 
+    def test_f16_decode_f32_arithmetic(self):
+        # Under --precision f32 with AVX-512, f16 K and V are used in place and widened in
+        # registers by the products (heads four, two and one at a time; keys past the
+        # last group of 4 or 8, d with a group of 4 first, dv not a multiple of 16 and
+        # blocks seen in part taking the other ways): the bytes of the same values stored
+        # as f32 for every variant and thread count, and attention by float64 numpy.
+        for hq, hk, sk, d, dv, extra in ((6, 2, 9001, 68, 80, ()),
+                                         (4, 4, 4099, 128, 72, ("--window", "3000,0")),
+                                         (8, 1, 2053, 32, 16, ())):
+            rng = np.random.default_rng(sk)
+            q = self.npy("q.npy", rng.standard_normal((1, hq, 1, d)).astype(np.float32))
+            k = rng.standard_normal((1, hk, sk, d)).astype(np.float16)
+            v = rng.standard_normal((1, hk, sk, dv)).astype(np.float16)
+            kl, vl = self.npy("k16.npy", k), self.npy("v16.npy", v)
+            k32 = self.npy("k32.npy", k.astype(np.float32))
+            v32 = self.npy("v32.npy", v.astype(np.float32))
+            args = ("--precision", "f32", *extra)
+            want = self.output_lse_bytes(q, k32, v32, "f32", *args)
+            what = f"hq {hq} hk {hk} sk {sk} d {d} dv {dv} {' '.join(extra)}"
+            for isa in VARIANTS:
+                for threads in ("1", "2"):
+                    got = self.output_lse_bytes(q, kl, vl, f"{isa}{threads}", "-j", threads,
+                                                *args, env={"POSENC_ROPE_ISA": isa})
+                    self.assertTrue(got == want, f"{what}: {isa} -j {threads} differs from f32")
+            qa = np.load(q).astype(np.float64)
+            ka, va = (np.repeat(x.astype(np.float64), hq // hk, axis=1) for x in (k, v))
+            s = qa @ ka.transpose(0, 1, 3, 2) / np.sqrt(d)
+            if extra:  # keys within 3000 before the query (at sk - 1), bottom-right
+                s[..., : sk - 1 - 3000] = -np.inf
+            p = np.exp(s - s.max(-1, keepdims=True))
+            ref = (p / p.sum(-1, keepdims=True)) @ va
+            out = np.load(self.path("f32_output.npy"))
+            np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-6, err_msg=what)
+        # NaN or Inf named as before.
+        for name in ("k", "v"):
+            bad = (k if name == "k" else v).copy()
+            bad[0, hk - 1, sk - 5, 3] = np.inf if name == "k" else np.nan
+            path = self.npy(f"{name}16.npy", bad)
+            for isa in VARIANTS:
+                self.assert_fails(3, "attention", "-q", q, "-k", kl, "-v", vl, "--emit",
+                                  "output", "--precision", "f32", "-o", self.path("bad.npy"),
+                                  match=rf"^posenc: error: {name}: contains NaN or Inf",
+                                  env={"POSENC_ROPE_ISA": isa})
+            self.npy(f"{name}16.npy", k if name == "k" else v)
+            del path
+
     def test_nonfinite_f16_keys_named(self):
         q, kl, vl, _, _, exact = self.make("f16", hq=2, hk=2, sq=1, sk=4000)
         for name, path in (("k", kl), ("v", vl)):
