@@ -980,11 +980,13 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
     if (n != "dq" && n != "dk" && n != "dv" && n != "softmax_d" && n != "lse" && n != "dbias" &&
         n != "dsinks" && n != "dt5_bias" && n != "dqv" && n != "drelative_k" &&
         n != "drelative_v" && n != "dclipped_bias" && n != "drel_pos_h" && n != "drel_pos_w" &&
-        n != "dper_dim_scale" && n != "drelative_proj") {
+        n != "dper_dim_scale" && n != "drelative_proj" && n != "dgate_input" &&
+        n != "dgate_weight" && n != "dgate_bias" && n != "dgate_const") {
       throw UsageError("emit " + n +
                        ": with grad_output, expected dq, dk, dv, softmax_d, lse, dbias, dsinks, "
                        "dt5_bias, dqv, drelative_k, drelative_v, dclipped_bias, drel_pos_h, "
-                       "drel_pos_w, dper_dim_scale, drelative_proj");
+                       "drel_pos_w, dper_dim_scale, drelative_proj, dgate_input, dgate_weight, "
+                       "dgate_bias, dgate_const");
     }
     if (n == "dsinks" && !opt.sinks) throw UsageError("emit dsinks: needs sinks");
     if (n == "dqv" && !opt.qv) throw UsageError("emit dqv: needs qv");
@@ -997,6 +999,7 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
     bopt.drel_pos_w = bopt.drel_pos_w || n == "drel_pos_w";
     bopt.dper_dim_scale = bopt.dper_dim_scale || n == "dper_dim_scale";
     bopt.drelative_proj = bopt.drelative_proj || n == "drelative_proj";
+    bopt.dgate = bopt.dgate || n.rfind("dgate_", 0) == 0;  // the four, checked above
   }
   AttentionGrads g;
   {

@@ -15,7 +15,8 @@ namespace {
 const char* const kNames[] = {"dq",          "dk",          "dv",            "softmax_d",
                               "lse",         "dbias",       "dsinks",        "dt5_bias",
                               "dqv",         "drelative_k", "drelative_v",   "dclipped_bias",
-                              "drel_pos_h",  "drel_pos_w",  "dper_dim_scale", "drelative_proj"};
+                              "drel_pos_h",  "drel_pos_w",  "dper_dim_scale", "drelative_proj",
+                              "dgate_input", "dgate_weight", "dgate_bias",     "dgate_const"};
 
 // The streamed backward (posenc-attention(1), GRADIENTS): K and V used in place of their
 // mapped files and released tile by tile, dk and dv written to their NPY files as their
@@ -164,7 +165,8 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
       throw UsageError(fmt::format(
           "--emit {}: with --grad-output, expected a comma list of dq, dk, dv, softmax_d, lse, "
           "dbias, dsinks, dt5_bias, dqv, drelative_k, drelative_v, dclipped_bias, drel_pos_h, "
-          "drel_pos_w, dper_dim_scale, drelative_proj",
+          "drel_pos_w, dper_dim_scale, drelative_proj, dgate_input, dgate_weight, dgate_bias, "
+          "dgate_const",
           name));
     }
     if (std::find(out.begin(), out.end(), name) != out.end()) {
@@ -199,6 +201,8 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
   bopt.drel_pos_w = wants("drel_pos_w");
   bopt.dper_dim_scale = wants("dper_dim_scale");
   bopt.drelative_proj = wants("drelative_proj");
+  bopt.dgate = wants("dgate_input") || wants("dgate_weight") || wants("dgate_bias") ||
+               wants("dgate_const");
   const TensorInfo &qi = q.info(), &ki = k.info(), &vi = v.info(), &oi = dO_src->info();
   // The inputs' headers against each other and the budget, before anything is read.
   if (!is_float(oi.dtype)) {

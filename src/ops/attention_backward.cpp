@@ -27,6 +27,7 @@
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
 #include "ops/attention_fa.hpp"
+#include "ops/attention_gate.hpp"
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_kernel.hpp"
 #include "ops/attention_timing.hpp"
@@ -79,7 +80,6 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
     }
   };
   no(opt.arith != Arith::exact, "--arith other than exact");
-  no(opt.gate_input != nullptr, "--wavlm-gate");
   no(opt.global_k != nullptr, "--global-kv");
   no(opt.score_bias != nullptr, "a relative score term (--relative)");
   no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
@@ -94,6 +94,7 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   if (bopt.drelative_v && !opt.relative_v) {
     throw UsageError("gradients: drelative_v needs --relative-v");
   }
+  if (bopt.dgate && !opt.gate_input) throw UsageError("gradients: dgate_* need --wavlm-gate");
   if (bopt.dclipped_bias && !opt.clipped_bias) {
     throw UsageError("gradients: dclipped_bias needs --clipped-bias");
   }
@@ -224,6 +225,8 @@ struct Ctx {
   // The decomposed tables: each item's sums of the resized tables' gradients
   // ([items][rh.size()], [items][rw.size()]), added over the items in order at the end.
   std::vector<double> drh, drw;
+  // WavLM's gate: the gradient of each row's factor [b][hq][sq] (each row one item's).
+  std::vector<double> dgate;
 };
 
 // exp(x) in f32 lanes for x a score minus its row's lse (at most a rounding above 0): the
@@ -294,6 +297,8 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
   const std::size_t ndist = g.sq + g.sk - 1;
   const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + h * ndist;
   double* d5row = c.dt5.empty() ? nullptr : c.dt5.data() + (bi * g.hq + h) * ndist;
+  const T* gate = P.t5_gate.empty() ? nullptr : P.t5_gate.data() + (bi * g.hq + h) * g.sq;
+  double* dgate = c.dgate.empty() ? nullptr : c.dgate.data() + (bi * g.hq + h) * g.sq;
   for (std::size_t r = 0; r < qn; ++r) {
     const std::int64_t i = static_cast<std::int64_t>(q0 + r);
     const std::size_t row = (bi * g.hq + h) * g.sq + q0 + r;
@@ -319,6 +324,9 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     const std::size_t dcols = P.dec.cols(), dkh = P.dec.kh, dkw = P.dec.kw;
     const T* decr = decq ? decq + r * dcols : nullptr;
     T* gdr = decq ? gdec + r * dcols : nullptr;
+    // WavLM's factor of the row's T5 term (1 without a gate: 1 * t is t, bit for bit).
+    const T gate5 = gate ? gate[i] : T(1);
+    double dgate5 = 0;
     for (std::size_t jj = 0; jj < kn; ++jj) {
       const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
       bool seen = span.sees(j) && lse > -kInf;
@@ -343,7 +351,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
         f *= T(1) - th * th;
       }
       if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
-      if (t5row) x += t5row[j + dshift];
+      if (t5row) x += gate5 * t5row[j + dshift];
       if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
       const T p = std::exp(x - static_cast<T>(lse));
       const T ds = p * (dpv - D);
@@ -352,9 +360,12 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
       if (P.R) G[r * P.R + rel] += ds * f, H[r * P.R + rel] += p;
       if (gdr) gdr[ju / dkw] += ds * f, gdr[dkh + ju % dkw] += ds * f;
       if (br) br[jj] = ds;
-      // The T5 term is added after the soft-cap and the temperature: its gradient is dS.
-      if (d5row) d5row[j + dshift] += static_cast<double>(ds);
+      // The T5 term is added after the soft-cap and the temperature: its gradient is dS
+      // (times the gate's factor), the factor's dS times the T5 term.
+      if (d5row) d5row[j + dshift] += static_cast<double>(ds) * static_cast<double>(gate5);
+      if (dgate) dgate5 += static_cast<double>(ds) * static_cast<double>(t5row[j + dshift]);
     }
+    if (dgate) dgate[i] += dgate5;
   }
   return true;
 }
@@ -606,6 +617,12 @@ std::size_t plain_memory(const Shape& q, const Shape& k, const Shape& v, DType q
     n = add_sat(n, mul_sat(mul_sat(rows, g.sk), ts));
     if (opt.mask) n = add_sat(n, mul_sat(opt.mask->numel(), 8 + dtype_size(out)));
   }
+  if (bopt.dgate && opt.gate_input) {  // the factors' gradients, the gate's
+    n = add_sat(n, mul_sat(rows, 8));
+    for (const Tensor* t : {opt.gate_input, opt.gate_weight, opt.gate_bias, opt.gate_const}) {
+      n = add_sat(n, mul_sat(t->numel(), 8 + dtype_size(out)));
+    }
+  }
   for (auto [want, table] : {std::pair{bopt.dt5_bias, opt.t5_bias},
                              std::pair{bopt.dclipped_bias, opt.clipped_bias}}) {
     if (!want || !table) continue;  // the sums by distance, the table's gradient
@@ -789,6 +806,7 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
     c.k_shape = k.shape(), c.v_shape = v.shape();
     if (bopt.dbias) c.dsb.assign(rows * g.sk, T(0));
     if (bopt.dt5_bias || bopt.dclipped_bias) c.dt5.assign(g.b * g.hq * (g.sq + g.sk - 1), 0.0);
+    if (bopt.dgate) c.dgate.assign(rows, 0.0);
     if (bopt.drel_pos_h) c.drh.assign(g.b * g.hk * c.P.dec.rh.size(), 0.0);
     if (bopt.drel_pos_w) c.drw.assign(g.b * g.hk * c.P.dec.rw.size(), 0.0);
     if (bopt.drelative_k) c.drk.assign(g.b * g.hk * c.P.rel_k.size(), T(0));
@@ -825,6 +843,17 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
         }
       res.dt5_bias = Tensor(out, opt.t5_bias->shape());
       for (std::size_t i = 0; i < acc.size(); ++i) res.dt5_bias.set(i, acc[i]);
+    }
+    if (bopt.dgate) {
+      GateGrads d = gate_grads(g, opt, c.dgate);
+      for (auto [from, like, to] :
+           {std::tuple{&d.input, opt.gate_input, &res.dgate_input},
+            std::tuple{&d.weight, opt.gate_weight, &res.dgate_weight},
+            std::tuple{&d.bias, opt.gate_bias, &res.dgate_bias},
+            std::tuple{&d.constant, opt.gate_const, &res.dgate_const}}) {
+        *to = Tensor(out, like->shape());
+        for (std::size_t i = 0; i < from->size(); ++i) to->set(i, (*from)[i]);
+      }
     }
     if (bopt.dclipped_bias) {
       // d table[row, h] = the sum of dS over the pairs whose clipped distance takes the
@@ -1117,7 +1146,11 @@ AttentionGrads backward_timing(const Tensor& q, const Tensor& k, const Tensor& v
                           {&c.drelative_v, &res.drelative_v},
                           {&c.dclipped_bias, &res.dclipped_bias},
                           {&c.drel_pos_h, &res.drel_pos_h},
-                          {&c.drel_pos_w, &res.drel_pos_w}}) {
+                          {&c.drel_pos_w, &res.drel_pos_w},
+                          {&c.dgate_input, &res.dgate_input},
+                          {&c.dgate_weight, &res.dgate_weight},
+                          {&c.dgate_bias, &res.dgate_bias},
+                          {&c.dgate_const, &res.dgate_const}}) {
     if (from->ndim() > 0 || from->numel() > 0) *to = cast(*from, out);
   }
   res.softmax_d = std::move(c.softmax_d);

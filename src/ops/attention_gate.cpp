@@ -73,4 +73,44 @@ std::vector<double> gate_factors(const Geometry& g, const AttentionOptions& opt)
   return f;
 }
 
+GateGrads gate_grads(const Geometry& g, const AttentionOptions& opt,
+                     const std::vector<double>& dfactor) {
+  const Tensor &x = *opt.gate_input, &w = *opt.gate_weight, &bias = *opt.gate_bias;
+  const std::size_t e = x.shape().back() / g.hq;
+  auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  GateGrads d;
+  d.input.assign(x.numel(), 0.0);
+  d.weight.assign(8 * e, 0.0);
+  d.bias.assign(8, 0.0);
+  d.constant.assign(g.hq, 0.0);
+  for (std::size_t b = 0; b < g.b; ++b) {
+    for (std::size_t h = 0; h < g.hq; ++h) {
+      const double c = opt.gate_const->get(h);
+      for (std::size_t i = 0; i < g.sq; ++i) {
+        const std::size_t at = ((b * g.sq + i) * g.hq + h) * e;  // x[b, i, h E]
+        double half[2] = {0, 0};
+        for (std::size_t k = 0; k < 8; ++k) {
+          double p = 0;
+          for (std::size_t c2 = 0; c2 < e; ++c2) p += x.get(at + c2) * w.get(k * e + c2);
+          half[k / 4] += p + bias.get(k);
+        }
+        const double ga = sigmoid(half[0]), gb = sigmoid(half[1]);
+        const double df = dfactor[(b * g.hq + h) * g.sq + i];
+        d.constant[h] += df * ga * gb;
+        // d half: through a (g c - 1) + 2 and the sigmoids' s (1 - s).
+        const double dh[2] = {df * (gb * c - 1.0) * ga * (1.0 - ga), df * ga * c * gb * (1.0 - gb)};
+        for (std::size_t k = 0; k < 8; ++k) {
+          const double dp = dh[k / 4];
+          d.bias[k] += dp;
+          for (std::size_t c2 = 0; c2 < e; ++c2) {
+            d.weight[k * e + c2] += dp * x.get(at + c2);
+            d.input[at + c2] += dp * w.get(k * e + c2);
+          }
+        }
+      }
+    }
+  }
+  return d;
+}
+
 }  // namespace posenc::attention_detail

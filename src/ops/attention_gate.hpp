@@ -23,4 +23,14 @@ void check_gate(const Geometry& g, const AttentionOptions& opt);
 ///   gate = gate_a * (gate_b * gru_rel_pos_const - 1.0) + 2.0
 std::vector<double> gate_factors(const Geometry& g, const AttentionOptions& opt);
 
+/// The gradients of the gate's tensors (float64, each of its tensor's size, row-major)
+/// from `dfactor` [b][hq][sq], the gradient of each factor: through gate = a (g c - 1) + 2
+/// and the two sigmoids to the projection's sums, then to its weight, bias and input;
+/// summed over b, hq, sq in that order.
+struct GateGrads {
+  std::vector<double> input, weight, bias, constant;
+};
+GateGrads gate_grads(const Geometry& g, const AttentionOptions& opt,
+                     const std::vector<double>& dfactor);
+
 }  // namespace posenc::attention_detail

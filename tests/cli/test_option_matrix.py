@@ -316,6 +316,9 @@ ATTENTION_GRADIENTS = {
     "--relative-proj": (["--grad-output", "{do}"],
                         ["--grad-output", "{do}", "--relative-proj", "{rproj}",
                          "--relative-left", "2", "--relative-right", "1"]),
+    "--wavlm-gate": (["--grad-output", "{do}", "--t5-bias", "{t5}"],
+                     ["--grad-output", "{do}", "--t5-bias", "{t5}", "--wavlm-gate", "{gx}", "{gw}",
+                      "{gb}", "{gc}"]),
 }
 
 TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()

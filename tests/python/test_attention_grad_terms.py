@@ -1,7 +1,7 @@
 """posenc.attention(..., grad_output=dO) through score terms beyond T5's and Shaw's:
 Phi-4-multimodal audio's clipped-distance bias, SAM / ViTDet's decomposed relative
-positions and Gemma-3n audio's per-dimension query scale and projected relative keys,
-with their tables' gradients. Each term is written here from its HF formula in torch
+positions, Gemma-3n audio's per-dimension query scale and projected relative keys, and
+WavLM's gate on the T5 bias, with their tables' gradients. Each term is written here from its HF formula in torch
 float64 and differentiated by autograd; the gradients agree to 1e-12 of each tensor's
 largest magnitude (GQA, causal and not). The command gives the same bytes at -j1 and
 -j2, streamed (within --max-memory) as in memory, and refuses a table gradient without
@@ -160,11 +160,46 @@ def test_relative_proj_gradients_match_torch_autograd():
     check(got, torch.autograd.grad(o, (Q, K, V, W, P), do), names)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_wavlm_gate_gradients_match_torch_autograd(causal):
+    # HF WavLMAttention: the T5 bias (8 buckets, max distance 6, bidirectional) times each
+    # row's gate a (g c - 1) + 2, a and g the sigmoids of the two sums of four of
+    # gru_rel_pos_linear over the head's slice of the hidden states.
+    def bucket(rel):
+        out = 4 if rel > 0 else 0
+        n = abs(rel)
+        if n < 2:
+            return out + n
+        return out + min(2 + int(np.log(n / 2) / np.log(6 / 2) * 2), 3)
+    sq, sk, e = 6, 9, 3
+    q, k, v, do = inputs(sq, sk, 22)
+    g = np.random.default_rng(23)
+    table, x, w, b, c = (torch.tensor(g.standard_normal(s)) for s in
+                         ((8, HQ), (B, sq, HQ * e), (8, e), (8,), (HQ,)))
+    names = ("dq", "dk", "dv", "dt5_bias", "dgate_input", "dgate_weight", "dgate_bias",
+             "dgate_const")
+    got = posenc.attention(q, k, v, grad_output=do, t5_bias=table, t5_buckets=8,
+                           t5_max_distance=6, wavlm_gate=(x, w, b, c), causal=causal,
+                           emit=names)
+    Q, K, V, T, X, W, Bb, C = (t.clone().requires_grad_() for t in (q, k, v, table, x, w, b, c))
+    idx = torch.tensor([[bucket(j - (i + sk - sq)) for j in range(sk)] for i in range(sq)])
+    position_bias = T[idx].permute(2, 0, 1)[None]  # [1, h, i, j]
+    gated = X.view(B, sq, HQ, e).permute(0, 2, 1, 3)
+    proj = torch.nn.functional.linear(gated, W, Bb).view(B, HQ, sq, 2, 4).sum(-1)
+    gate_a, gate_b = torch.sigmoid(proj).chunk(2, dim=-1)
+    gate = gate_a * (gate_b * C.view(1, HQ, 1, 1) - 1.0) + 2.0  # [b, h, i, 1]
+    o = attend(scores(Q, K, D ** -0.5) + gate * position_bias, V, causal)
+    check(got, torch.autograd.grad(o, (Q, K, V, T, X, W, Bb, C), do), names)
+
+
 def test_table_gradient_without_its_table_is_a_usage_error():
     q, k, v, do = inputs(6, 9, 19)
-    for name, what in (("dclipped_bias", "clipped-bias"), ("drel_pos_w", "decomposed-rel-pos"),
-                       ("dper_dim_scale", "per-dim-scale"), ("drelative_proj", "relative-proj")):
-        with pytest.raises(posenc.UsageError, match=f"{name} needs --{what}"):
+    for name, message in (("dclipped_bias", "dclipped_bias needs --clipped-bias"),
+                          ("drel_pos_w", "drel_pos_w needs --decomposed-rel-pos"),
+                          ("dper_dim_scale", "dper_dim_scale needs --per-dim-scale"),
+                          ("drelative_proj", "drelative_proj needs --relative-proj"),
+                          ("dgate_bias", r"dgate_\* need --wavlm-gate")):
+        with pytest.raises(posenc.UsageError, match=message):
             posenc.attention(q, k, v, grad_output=do, emit=("dq", name))
 
 

@@ -31,9 +31,10 @@
 /// audio's clipped-distance bias (and its table's gradient), SAM / ViTDet's decomposed
 /// relative positions (and the tables' gradients), Gemma-3n audio's per-dimension query
 /// scale and projected relative keys (and their gradients; computed in memory: no sinks,
-/// given forward or released K and V). Others (the relative score terms, score_bias,
-/// LongT5 global keys, WavLM gate, the fp8 descales, p_dtype, the FlashAttention
-/// baseline, --arith other than exact, MaskedRows::nan) are a UsageError.
+/// given forward or released K and V), WavLM's gate on the T5 term (and the gate's
+/// gradients). Others (the relative score terms, score_bias, LongT5 global keys, the fp8
+/// descales, p_dtype, the FlashAttention baseline, --arith other than exact,
+/// MaskedRows::nan) are a UsageError.
 
 #include <cstddef>
 #include <functional>
@@ -64,11 +65,16 @@ struct AttentionGrads {
   Tensor drel_pos_w;      ///< the decomposed rel_pos_w table's shape [L, d], when asked for
   Tensor dper_dim_scale;  ///< per_dim_scale's shape [d], when asked for
   Tensor drelative_proj;  ///< relative_proj's shape [hq d, D], when asked for
+  Tensor dgate_input;     ///< WavLM's gate input's shape, when the gate's are asked for
+  Tensor dgate_weight;    ///< gate_weight's shape [8, E], likewise
+  Tensor dgate_bias;      ///< gate_bias's shape [8], likewise
+  Tensor dgate_const;     ///< gate_const's shape, likewise
   Attrs attrs;       ///< the forward's parameters
 
   /// The tensor named `name` (dq, dk, dv, softmax_d, lse, dbias, dsinks, dt5_bias, dqv,
   /// drelative_k, drelative_v, dclipped_bias, drel_pos_h, drel_pos_w, dper_dim_scale,
-  /// drelative_proj, as the outputs are named); std::out_of_range for another name.
+  /// drelative_proj, dgate_input, dgate_weight, dgate_bias, dgate_const, as the outputs
+  /// are named); std::out_of_range for another name.
   Tensor& named(const std::string& name) {
     if (name == "dq") return dq;
     if (name == "dk") return dk;
@@ -86,6 +92,10 @@ struct AttentionGrads {
     if (name == "drel_pos_w") return drel_pos_w;
     if (name == "dper_dim_scale") return dper_dim_scale;
     if (name == "drelative_proj") return drelative_proj;
+    if (name == "dgate_input") return dgate_input;
+    if (name == "dgate_weight") return dgate_weight;
+    if (name == "dgate_bias") return dgate_bias;
+    if (name == "dgate_const") return dgate_const;
     throw std::out_of_range("AttentionGrads: no tensor named " + name);
   }
 };
@@ -121,6 +131,11 @@ struct AttentionBackwardOptions {
   /// drelative_proj[h d + c, e] = sum over rows r of drk[r, h, c] timing(r)[e], drk the
   /// gradient of the projected per-head relative key table.
   bool drelative_proj = false;
+  /// Also the gradients of WavLM's gate (opt.gate_input, gate_weight, gate_bias,
+  /// gate_const): each row's factor gets sum_j dS_ij t5[i, j] (the gated T5 term's
+  /// gradient), taken through gate = a (g c - 1) + 2 and its sigmoids; dt5_bias is then
+  /// the sum of dS times the row's factor.
+  bool dgate = false;
   /// Tile sizes (0 = automatic; the results depend on them, never on threads or memory).
   std::size_t query_tile = 0;
   std::size_t key_tile = 0;
