@@ -9,6 +9,11 @@ floor timed in the same run (a memcpy of the same bytes).
 - rope: ``posenc.rope(x, out=x)`` on 256 MiB of f32 ([1, 65536, 8, 128] bshd, and
   [8, 32, 2048, 128] bhsd), in the default precision (f64 arithmetic) and with
   ``precision="f32"``; floor: a copy of the 256 MiB. ratio as above.
+- prefill: b 1, s 4096, d 128, 8 (--prefill-heads) query and K/V heads, f32 and f16
+  inputs, ``precision="f32"``, ``emit="output"``, non-causal and causal; floor: numpy's
+  sgemm (the same OpenBLAS, as many threads as the run) of a 4096 x K by K x 4096
+  product with the FLOPs the forward needs (4 h s^2 d; causal: 4 h d s(s+1)/2, the
+  keys a query sees). ratio = posenc's FLOP rate / the sgemm's (>= 1: as fast as BLAS).
 
 The copy is numpy's (one thread, memcpy). Rounds alternate the job and its copy (the
 order flips round by round); medians over the rounds. Each job's first call is timed
@@ -16,7 +21,7 @@ apart from the rounds (it builds what later calls reuse). The CPU, thread count 
 load are printed: the machines are shared.
 
 Usage: PYTHONPATH=<build>/python inprocess_floor.py [--threads 1,2] [--rounds 9]
-       [--cases decode,rope]
+       [--cases decode,rope,prefill] [--prefill-heads 8]
 """
 import argparse
 import os
@@ -51,6 +56,28 @@ def rounds(job, floor, n):
     return statistics.median(tj), statistics.median(tf)
 
 
+def timed_cpu(fn):
+    """Wall and CPU seconds (the process's, every thread) of one call."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def rounds_cpu(job, floor, n):
+    """Medians of job and floor wall and CPU times over n rounds, order alternating:
+    (job wall, job CPU), (floor wall, floor CPU)."""
+    j, f = [], []
+    for i in range(n):
+        if i % 2 == 0:
+            j.append(timed_cpu(job))
+            f.append(timed_cpu(floor))
+        else:
+            f.append(timed_cpu(floor))
+            j.append(timed_cpu(job))
+    med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
+    return (med(j, 0), med(j, 1)), (med(f, 0), med(f, 1))
+
+
 def report(name, first, tj, tf):
     print(f"  {name:44s} {tj * 1e3:8.1f} ms  memcpy {tf * 1e3:7.1f} ms  "
           f"ratio {tf / tj:5.2f}  (first call {first * 1e3:.1f} ms)", flush=True)
@@ -83,6 +110,48 @@ def decode_cases(n):
             del src, dst
 
 
+def blas_threads(n):
+    """numpy's OpenBLAS (the same library posenc links) at n threads, so the sgemm floor
+    runs on as many cores as posenc."""
+    import ctypes
+    for name in ("libblas.so.3", "libopenblas.so.0"):
+        try:
+            ctypes.CDLL(name).openblas_set_num_threads(int(n))
+        except (OSError, AttributeError):
+            pass
+
+
+def prefill_cases(n, heads):
+    rng = np.random.default_rng(2)
+    s, d = 4096, 128
+    shape = (1, heads, s, d)
+    q32, k32, v32 = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+    for dt in ("f32", "f16"):
+        q, k, v = ((x if dt == "f32" else x.astype(np.float16)) for x in (q32, k32, v32))
+        for causal in (False, True):
+            flops = 4.0 * heads * d * (s * (s + 1) / 2 if causal else s * s)
+            kdim = max(1, round(flops / (2 * 4096 * 4096)))
+            a = rng.standard_normal((4096, kdim), dtype=np.float32)
+            b = rng.standard_normal((kdim, 4096), dtype=np.float32)
+            c = np.empty((4096, 4096), dtype=np.float32)
+
+            def job():
+                posenc.attention(q, k, v, causal=causal, precision="f32", emit="output")
+
+            def floor():
+                np.matmul(a, b, out=c)
+
+            first = timed(job)
+            (tj, cj), (tf, cf) = rounds_cpu(job, floor, n)
+            gflop = 2.0 * 4096 * 4096 * kdim / 1e9
+            name = f"prefill h{heads} s{s} {dt}{' causal' if causal else ''}, f32 arithmetic"
+            print(f"  {name:44s} {tj * 1e3:8.1f} ms  {flops / tj / 1e9:6.1f} GFLOP/s  sgemm "
+                  f"{gflop / tf:6.1f} GFLOP/s  ratio {flops / 1e9 / tj / (gflop / tf):5.2f}; "
+                  f"per CPU s {flops / cj / 1e9:6.1f} vs {gflop / cf:6.1f} = "
+                  f"{flops / 1e9 / cj / (gflop / cf):5.2f}  (first call {first * 1e3:.1f} ms)",
+                  flush=True)
+
+
 def rope_cases(n):
     rng = np.random.default_rng(1)
     for shape, axes in (((1, 65536, 8, 128), "bshd"), ((8, 32, 2048, 128), "bhsd")):
@@ -108,17 +177,21 @@ def main():
     ap.add_argument("--threads", default="2,1")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--cases", default="decode,rope")
+    ap.add_argument("--prefill-heads", type=int, default=8)
     args = ap.parse_args()
     cases = args.cases.split(",")
     print(f"posenc {posenc.__version__}, kernel {posenc.kernel_variant()}, {cpu_name()}, "
           f"{os.cpu_count()} CPUs", flush=True)
     for t in (int(s) for s in args.threads.split(",")):
         posenc.set_threads(t)
+        blas_threads(t)
         print(f"threads {t}, load {os.getloadavg()[0]:.2f}", flush=True)
         if "decode" in cases:
             decode_cases(args.rounds)
         if "rope" in cases:
             rope_cases(args.rounds)
+        if "prefill" in cases:
+            prefill_cases(args.rounds, args.prefill_heads)
         print(f"  (load after: {os.getloadavg()[0]:.2f})", flush=True)
 
 
