@@ -272,7 +272,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
               sliding_window=None, chunk_size=None, sink_tokens=None, attn_temperature=None,
               llama4_scaling=None, key_lengths=None, seqused_q=None, seqused_k=None,
               cu_seqlens_q=None, cu_seqlens_k=None,
-              mask=None, alibi=None, alibi_max_bias=None, t5_bias=None, t5_buckets=None,
+              mask=None, alibi=None, alibi_max_bias=None, alibi_slopes=None, t5_bias=None,
+              t5_buckets=None,
               t5_max_distance=None, t5_causal=False, relative_k=None, relative_v=None,
               max_distance=None, decomposed_rel_pos=None, grid=None, key_grid=None,
               clipped_bias=None, clipped_symmetric=False, wavlm_gate=None,
@@ -323,6 +324,9 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         [b, h, sq, sk]; cu_seqlens: packed sequences.
     alibi: True or "causal", "symmetric", "bottom-right", "fairseq", "bloom", "falcon";
         alibi_max_bias (default 8).
+    alibi_slopes: float [hq] or [b, hq] (FlashAttention's alibi_slopes): the slopes of
+        the alibi form in force; alone, slope*j when causal with no left window, else
+        -slope*|i + sk - sq - j| with each entry's own lengths (posenc-attention(1)).
     t5_bias [buckets, hq] with t5_buckets, t5_max_distance, t5_causal.
     relative_k [2M+1, d], relative_v [2M+1, dv], max_distance: Shaw relative tables.
     decomposed_rel_pos (RH [LH, d], RW [LW, d]) with grid (H, W) and key_grid (H, W):
@@ -475,6 +479,8 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
             raise UsageError("llama4_scaling: expected (BETA, PERIOD), a number and a positive "
                              "whole period")
         opt["llama4_scaling_beta"], opt["llama4_scaling_period"] = float(beta), int(period)
+    if alibi_max_bias is not None and alibi_slopes is not None:
+        raise UsageError("alibi_max_bias: not with alibi_slopes (the slopes are given)")
     if t5_bias is None and global_bias is None and (
             t5_buckets is not None or t5_max_distance is not None or t5_causal):
         raise UsageError("t5_buckets/t5_max_distance/t5_causal need t5_bias or global_bias")

@@ -271,6 +271,9 @@ void run_attention(AttentionCmdOptions& o) {
   if (given(o, "--alibi-max-bias") && !given(o, "--alibi")) {
     throw UsageError("--alibi-max-bias needs --alibi");
   }
+  if (given(o, "--alibi-max-bias") && given(o, "--alibi-slopes")) {
+    throw UsageError("--alibi-max-bias: not with --alibi-slopes (the slopes are given)");
+  }
   // The declared fields' ranges (ops/attention_fields.hpp), of the options given.
   validate_given(o.params, given_fields(o.app, o.params));
   AttentionOptions opt = o.params;
@@ -413,6 +416,10 @@ void run_attention(AttentionCmdOptions& o) {
   }
   if (!part.whole() && (!o.ref(&A::seqused_q).empty() || !o.ref(&A::seqused_k).empty())) {
     throw UsageError("--part: not with --seqused-q or --seqused-k (they follow the batch; run "
+                     "the whole batch)");
+  }
+  if (!part.whole() && !o.ref(&A::alibi_slopes).empty()) {
+    throw UsageError("--part: not with --alibi-slopes (its [b, hq] rows follow the batch; run "
                      "the whole batch)");
   }
   if (!part.whole() && (!o.ref(&A::mask).empty() || !o.ref(&A::key_lengths).empty() ||

@@ -361,8 +361,10 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
     a.push_back({"llama4_scaling_period", static_cast<long long>(opt.llama4_scaling_period)});
   }
   if (opt.alibi_before_scale) a.push_back({"alibi_before_scale", 1LL});
-  a.push_back({"alibi", opt.alibi ? alibi_name(*opt.alibi) : std::string("none")});
-  if (opt.alibi) a.push_back({"alibi_max_bias", opt.alibi_max_bias});
+  const bool alibi = opt.alibi || opt.alibi_slopes;
+  a.push_back({"alibi", alibi ? alibi_name(attention_detail::alibi_form(opt)) : "none"});
+  if (opt.alibi_slopes) a.push_back({"alibi_slopes", 1LL});
+  else if (opt.alibi) a.push_back({"alibi_max_bias", opt.alibi_max_bias});
   if (opt.t5_bias) {
     a.push_back({"t5_buckets", static_cast<long long>(opt.t5_buckets)});
     a.push_back({"t5_max_distance", static_cast<long long>(opt.t5_max_distance)});

@@ -289,7 +289,8 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     H.assign(qn * P.R, T(0));
   }
   const std::int64_t sq = static_cast<std::int64_t>(g.sq), sk = static_cast<std::int64_t>(g.sk);
-  const double slope = P.alibi ? P.slopes[h] : 0.0;
+  const double slope = P.alibi ? P.slopes[bi * P.slope_b + h] : 0.0;
+  const std::int64_t alibi_sk = sq + P.rules.offset(bi);  // the entry's own k_len
   // Scores with no term but the scale take the fused pass over the keys a row sees.
   const bool plain = !P.has_keep_mask && !P.has_add_mask && !P.alibi && !(P.softcap > 0) &&
                      !P.rules.scales_queries() && !write_dbias && P.t5.empty() && !P.R &&
@@ -350,7 +351,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
         x = P.softcap * th;
         f *= T(1) - th * th;
       }
-      if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
+      if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, alibi_sk));
       if (t5row) x += gate5 * t5row[j + dshift];
       if (P.has_add_mask) x += P.add_mask[mbase + j * P.m_j];
       const T p = std::exp(x - static_cast<T>(lse));

@@ -106,7 +106,6 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
         std::pair{!opt.p_dtype.empty(), "p_dtype"},
         std::pair{opt.fa_baseline, "arith fa-baseline"},
         // Terms by position, which would need each entry's own alignment.
-        std::pair{opt.alibi.has_value(), "alibi"},
         std::pair{opt.t5_bias != nullptr, "t5_bias"},
         std::pair{opt.clipped_bias != nullptr, "clipped_bias"},
         std::pair{opt.relative_k != nullptr || opt.relative_v != nullptr ||

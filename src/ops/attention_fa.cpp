@@ -225,6 +225,7 @@ void check_baseline(const Tensor& q, const Tensor& k, const Tensor* v,
   };
   no(opt.mask != nullptr, "--mask");
   no(opt.alibi.has_value(), "--alibi");
+  no(opt.alibi_slopes != nullptr, "--alibi-slopes");
   no(opt.t5_bias || opt.clipped_bias || opt.global_k, "a relative bias");
   no(opt.relative_k || opt.relative_v || opt.relative_proj || opt.per_dim_scale ||
          opt.rel_pos_h || opt.score_bias,

@@ -287,7 +287,6 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
     const std::pair<bool, const char*> no[] = {
         {opt.key_lengths != nullptr, "key_lengths (seqused_k is the aligned form)"},
         {!opt.cu_seqlens.empty(), "cu_seqlens"},
-        {opt.alibi.has_value(), "alibi"},
         {opt.t5_bias != nullptr, "t5_bias"},
         {opt.clipped_bias != nullptr, "clipped_bias"},
         {opt.relative_k != nullptr || opt.relative_v != nullptr || opt.relative_proj != nullptr,
@@ -315,6 +314,19 @@ Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
       throw InputError(fmt::format("sinks: expected shape ({},) (one per query head), got {}",
                                    g.hq, shape_str(t.shape())));
     }
+  }
+  if (opt.alibi_slopes) {
+    // FlashAttention's alibi_slopes: (nheads,) or (batch, nheads).
+    const Tensor& t = *opt.alibi_slopes;
+    require_float(t.dtype(), "alibi_slopes");
+    const bool ok = (t.ndim() == 1 && t.shape()[0] == g.hq) ||
+                    (t.ndim() == 2 && t.shape()[0] == g.b && t.shape()[1] == g.hq);
+    if (!ok) {
+      throw InputError(fmt::format("alibi_slopes: expected shape ({},) or ({}, {}) ([hq] or "
+                                   "[b, hq]), got {}",
+                                   g.hq, g.b, g.hq, shape_str(t.shape())));
+    }
+    if (!opt.allow_nonfinite && t.has_nonfinite()) throw nonfinite_input("alibi_slopes");
   }
   if (opt.t5_bias) {
     const Tensor& t = *opt.t5_bias;

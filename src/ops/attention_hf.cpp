@@ -178,6 +178,7 @@ void refuse_options(const AttentionOptions& opt, const HfShape& g) {
   from_config(opt.alibi.has_value(), "alibi", "ALiBi");
   from_config(opt.softcap > 0, "softcap", "soft-capping");
   no(opt.alibi.has_value(), "--alibi");
+  no(opt.alibi_slopes != nullptr, "--alibi-slopes");
   no(opt.t5_bias != nullptr, "--t5-bias");
   no(opt.gate_input != nullptr, "--wavlm-gate");
   no(opt.clipped_bias != nullptr, "--clipped-bias");

@@ -1060,7 +1060,8 @@ void fold_rows(const Plan<T>& P, Scratch<T>& w, T* S, std::size_t r0, std::size_
   const std::int64_t sq = static_cast<std::int64_t>(g.sq);
   const std::size_t ndist = g.sq + g.sk - 1;
   const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + hi_q * ndist;
-  const double slope = P.alibi ? P.slopes[hi_q] : 0.0;
+  const double slope = P.alibi ? P.slopes[bi * P.slope_b + hi_q] : 0.0;
+  const std::int64_t alibi_sk = sq + P.rules.offset(bi);  // the entry's own k_len
   // Overflow check: over the whole tile before the biases (a soft-cap would hide an
   // infinite product), else row by row over the keys the row sees, with its maximum.
   const bool per_element = P.per_element();
@@ -1092,7 +1093,7 @@ void fold_rows(const Plan<T>& P, Scratch<T>& w, T* S, std::size_t r0, std::size_
         if (P.rules.scales_queries()) x *= temp;
         if (br) x += br[j];
         if (P.softcap > 0) x = P.softcap * std::tanh(x / P.softcap);
-        if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, sk));
+        if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, alibi_sk));
         if (t5row) x += gate5 * t5row[j + dshift];
         if (P.check_overflow && !(std::abs(x) <= std::numeric_limits<T>::max())) {
           overflow<T>(bi, hi_q, q0);

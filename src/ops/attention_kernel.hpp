@@ -163,7 +163,8 @@ struct Plan {
   std::vector<std::uint8_t> keep_mask;
   std::ptrdiff_t m_b = 0, m_h = 0, m_i = 0, m_j = 0;
   std::optional<AlibiVariant> alibi;
-  std::vector<double> slopes;
+  std::vector<double> slopes;  // [hq], or [b][hq] (alibi_slopes per entry)
+  std::size_t slope_b = 0;      // slopes' stride between entries
   // [hq][sq + sk - 1] bias by distance j - qpos + sk - 1: T5's buckets or Phi-4
   // audio's clipped distances gathered
   std::vector<T> t5;

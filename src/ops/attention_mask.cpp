@@ -118,4 +118,13 @@ double KeyRules::temperature(std::int64_t qpos) const {
   return 1.0 + temp_scale * std::log1p(std::floor(static_cast<double>(qpos + 1) / temp_floor));
 }
 
+AlibiVariant alibi_form(const AttentionOptions& opt) {
+  if (opt.alibi) return *opt.alibi;
+  // FlashAttention takes window (-1, 0) as causal, and adds slope * j there: a row
+  // constant away from -slope (pos(i) - j), so the same probabilities, and its lse.
+  const bool causal = opt.causal != CausalAlign::none || opt.window_right == 0;
+  const bool left_open = opt.window_left < 0 && opt.sliding_window == 0;
+  return causal && left_open ? AlibiVariant::fairseq : AlibiVariant::bottom_right;
+}
+
 }  // namespace posenc::attention_detail

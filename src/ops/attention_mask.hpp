@@ -61,6 +61,8 @@ struct KeyRules {
     const auto q = static_cast<std::int64_t>(q0);
     return q_len[b] > q ? static_cast<std::size_t>(q_len[b] - q) : 0;
   }
+  /// Where entry b's query 0 sits (its own alignment under seqused_q/k).
+  std::int64_t offset(std::size_t b) const { return off_b.empty() ? off : off_b[b]; }
   /// True when queries are scaled by position (temperature() is not always 1).
   bool scales_queries() const { return temp_scale != 0 || l4_beta != 0; }
   /// The factor of the query at position `qpos`, in float64: Llama-4's temperature
@@ -73,5 +75,10 @@ struct KeyRules {
 /// HF's sliding_window W becomes a window of W-1 to the left (and to the right without a
 /// causal mask), the narrower side winning over window_left/right.
 KeyRules key_rules(const AttentionOptions& opt, std::size_t sq, std::size_t sk);
+
+/// The ALiBi form of a run: `alibi` when given, else (alibi_slopes alone) FlashAttention's
+/// kernel forms: fairseq (slope * j) when the mask is causal with no left window (its
+/// Is_causal kernels), bottom_right (-slope |i + sk - sq - j|) otherwise.
+AlibiVariant alibi_form(const AttentionOptions& opt);
 
 }  // namespace posenc::attention_detail

@@ -52,9 +52,14 @@ void plan(Plan<T>& P, const Geometry& g, const AttentionOptions& opt, bool has_v
       for (std::size_t i = 0; i < m.numel(); ++i) P.keep_mask[i] = m.get(i) != 0.0;
     }
   }
-  if (opt.alibi) {
-    P.alibi = opt.alibi;
-    P.slopes = alibi_slopes(static_cast<int>(g.hq), opt.alibi_max_bias);
+  if (opt.alibi || opt.alibi_slopes) {
+    P.alibi = alibi_form(opt);
+    if (opt.alibi_slopes) {
+      P.slopes = to_vector<double>(*opt.alibi_slopes);
+      if (opt.alibi_slopes->ndim() == 2) P.slope_b = g.hq;
+    } else {
+      P.slopes = alibi_slopes(static_cast<int>(g.hq), opt.alibi_max_bias);
+    }
     // Falcon adds the bias before the scale: scale (q.k + b) = scale q.k + (scale m) f.
     if (opt.alibi_before_scale) {
       for (double& m : P.slopes) m *= scale;

@@ -180,6 +180,11 @@ Varlen prepare(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                                    what, L.n, shape_str(t->shape())));
     }
   }
+  if (const Tensor* t = opt.alibi_slopes; t && t->ndim() == 2 && t->shape()[0] != L.n) {
+    throw InputError(fmt::format("alibi_slopes: expected [hq] or one row per sequence, "
+                                 "[{}, hq], got shape {}",
+                                 L.n, shape_str(t->shape())));
+  }
   L.sub = opt;
   L.sub.cu_seqlens_q = L.sub.cu_seqlens_k = nullptr;
   L.sub.seqused_q = L.sub.seqused_k = nullptr;
@@ -197,7 +202,7 @@ Varlen prepare(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
 // sequence's keys, so at most its own), its rows of qv, its row of the fp8 descales.
 struct SeqOptions {
   AttentionOptions opt;
-  std::optional<Tensor> qv, descale[3];
+  std::optional<Tensor> qv, descale[3], slopes;
 };
 
 void seq_options(SeqOptions& so, const Varlen& L, const AttentionOptions& opt, std::size_t b) {
@@ -213,6 +218,10 @@ void seq_options(SeqOptions& so, const Varlen& L, const AttentionOptions& opt, s
     if (!(opt.*ds[i])) continue;
     so.descale[i] = rows_of(*(opt.*ds[i]), static_cast<std::int64_t>(b), 1);
     so.opt.*ds[i] = &*so.descale[i];
+  }
+  if (opt.alibi_slopes && opt.alibi_slopes->ndim() == 2) {
+    so.slopes = rows_of(*opt.alibi_slopes, static_cast<std::int64_t>(b), 1);
+    so.opt.alibi_slopes = &*so.slopes;
   }
 }
 

@@ -121,7 +121,6 @@ class KvCacheInputs(PosencTestCase):
         cases = [
             (2, ["--p-dtype", "bf16"], "^posenc: error: --p-dtype: not with a KV cache$"),
             (2, ["--arith", "fa-baseline"], "--arith fa-baseline: not with a KV cache"),
-            (2, ["--alibi"], "--alibi: not with a KV cache"),
             (2, ["--attn-temperature", "0.1", "4"], "--attn-temperature: not with a KV cache"),
             (2, ["--llama4-scaling", "0.1", "8"], "--llama4-scaling: not with a KV cache"),
             (2, ["--t5-bias", f["t5"]], "t5.bias: not with a KV cache"),

@@ -173,6 +173,9 @@ ATTENTION_ROWS = {
     "--mask": ([], ["--mask", "{mask}"]),
     "--alibi": ([], ["--alibi"]),
     "--alibi-max-bias": (["--alibi"], ["--alibi", "--alibi-max-bias", "4"]),
+    # FlashAttention's alibi_slopes [hq] (tests/reference/test_attention_alibi_slopes.py
+    # checks the numbers), refused by --arith hf.
+    "--alibi-slopes": ([], ["--alibi-slopes", "{slopes}"]),
     "--t5-bias": ([], ["--t5-bias", "{t5}"]),
     "--t5-buckets": (["--t5-bias", "{t5_8}", "--t5-buckets", "8"],
                      ["--t5-bias", "{t5_6}", "--t5-buckets", "6"]),
@@ -384,6 +387,7 @@ class OptionMatrix(PosencTestCase):
         save("rk", r.standard_normal((5, 8)).astype(np.float32))
         save("rv", r.standard_normal((5, 8)).astype(np.float32))
         save("sinks", r.standard_normal(4).astype(np.float32))
+        save("slopes", (r.random(4) * 0.3).astype(np.float32))
         save("qvx", r.standard_normal((1, 4, 6, 8)).astype(np.float32))
         save("dop", r.standard_normal((6, 4, 8)).astype(np.float32))  # packed dO
         save("dsq", np.array([[0.5, 2.0]], np.float32))

@@ -111,7 +111,7 @@ def test_kvcache_qv_and_descales_and_refusals():
     out = posenc.attention(q, k1, v1, cache_seqlens=seqlens, k_new=kn, v_new=vn, qv=qv,
                            k_descale=kd, v_descale=vd, causal=True)
     assert np.abs(out - want_out).max() <= 1e-12 * max(1, np.abs(want_out).max())
-    for kw in (dict(p_dtype="bf16"), dict(alibi=True), dict(arith="fa-baseline")):
+    for kw in (dict(p_dtype="bf16"), dict(arith="fa-baseline")):
         k2, v2 = kc.copy(), vc.copy()
         with pytest.raises(posenc.UsageError, match="not with a KV cache"):
             posenc.attention(q, k2, v2, cache_seqlens=seqlens, k_new=kn, v_new=vn, **kw)

@@ -235,7 +235,6 @@ class FaMasks(PosencTestCase):
             (3, ["--seqused-q", self.npy("b.npy", np.array([5, 1]))], r"--seqused-q: .*outside"),
             (3, ["--seqused-k", self.npy("c.npy", np.array([1, 2, 3]))], r"--seqused-k: expected 2"),
             (2, ["--seqused-k", lens, "--key-lengths", lens], r"--seqused-k: not with"),
-            (2, ["--seqused-q", lens, "--alibi"], r"--seqused-q: not with"),
             (2, ["--seqused-q", lens, "--arith", "hf", "--emit", "output"], r"--seqused-q"),
             (2, ["--seqused-q", lens, "--rope"], r"--seqused-q: not with"),
             (2, ["--seqused-q", lens, "--part", "0/2"], r"--part"),

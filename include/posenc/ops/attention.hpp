@@ -150,6 +150,13 @@ struct AttentionOptions {
   double alibi_max_bias = 8.0;  ///< slopes 2^(-max_bias (h+1) / H), > 0
   /// Falcon: the ALiBi bias is added before the scale, s = scale * (q.k + bias).
   bool alibi_before_scale = false;
+  /// ALiBi slopes given (FlashAttention's alibi_slopes, vLLM's per-head slopes): float
+  /// [hq] or [b, hq] (a row per sequence under cu_seqlens_q), finite; entry b, head h
+  /// takes slopes[b, h] (slopes[h]) in place of the generated ones, in the `alibi` form
+  /// in force. Without `alibi`, FlashAttention's forms (alibi_form): slope * j when
+  /// causal with no left window, else -slope |i + sk_b - sq_b - j| with the entry's own
+  /// lengths (seqused_q/k, the KV cache's). Not under arith hf or fa_baseline.
+  const Tensor* alibi_slopes = nullptr;
   /// T5 relative bias table [buckets, hq]; bias = table[t5_bucket(key pos - query pos)].
   const Tensor* t5_bias = nullptr;
   int t5_buckets = 32;            ///< HF num_buckets of the T5 bucketing

@@ -232,6 +232,11 @@ inline const std::vector<TensorField<AttentionOptions>>& attention_tensors() {
        &A::cu_seqlens_k},
       {"mask", "bool/int (true = keep) or additive float mask, broadcastable to [b, h, sq, sk]",
        &A::mask},
+      {"alibi_slopes",
+       "ALiBi slopes [hq] or [b, hq] (FlashAttention alibi_slopes), in place of "
+       "--alibi-max-bias's; alone: slope*j with --causal, else -slope*|i + sk - sq - j| "
+       "(each entry's own lengths)",
+       &A::alibi_slopes},
       {"t5_bias", "T5 relative bias embedding [buckets, hq]", &A::t5_bias},
       {"clipped_bias",
        "Phi-4-multimodal audio bias_values [2M, hq]: logits += table[clip(j-pos(i), -M, "
