@@ -404,6 +404,14 @@ class KeywordReader {
     }
     c.member = *e;
   }
+  template <class T>
+  void operator()(const Field& f, const Parsed<T>& p) {
+    if (arrays_.value_or(false)) return;
+    if (auto text = get<std::string>(d_, f.name.c_str())) {
+      given.push_back(f.name);
+      p.set(f, *text);
+    }
+  }
   void operator()(const Field& f, const Sides& s) {
     if (arrays_.value_or(false)) return;
     if (auto v = get<std::vector<std::int64_t>>(d_, f.name.c_str())) {
@@ -950,7 +958,6 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "key_grid_h", opt.key_grid_h);
   set_if(d, "key_grid_w", opt.key_grid_w);
   relative_window_options(d, opt);
-  if (auto dt = get<std::string>(d, "dtype")) opt.dtype = parse_dtype(*dt, "dtype");
   if (auto p = get<std::string>(d, "precision")) opt.precision = precision_of(*p);
   if (auto a = get<std::string>(d, "arith")) {
     opt.arith = parse_arith(*a);

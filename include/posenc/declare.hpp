@@ -21,6 +21,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -221,6 +222,23 @@ inline Sides sides(std::int64_t& first, std::int64_t& second, std::int64_t secon
   return Sides{first, second, second_default};
 }
 
+/// A member parsed from the caller's text by `parse(text, field name)` (`--dtype bf16`,
+/// Python dtype="bf16"): its errors name the field, one message from every front end.
+/// `kind` is how describe() types it ("dtype": Python names numpy dtypes first).
+template <class T>
+struct Parsed {
+  std::optional<T>& member;
+  T (*parse)(std::string_view, std::string_view);
+  const char* kind;
+
+  void set(const Field& f, const std::string& text) const { member = parse(text, f.name); }
+};
+template <class T>
+Parsed<T> parsed(std::optional<T>& member, T (*parse)(std::string_view, std::string_view),
+                 const char* kind) {
+  return Parsed<T>{member, parse, kind};
+}
+
 /// A float64 tensor and whether its source held float32 values (UDOP's boxes are then
 /// computed in float32, as HF does): `v(field("bbox", ...), with_f32(r.bbox, r.bbox_f32))`.
 /// In Python the flag is the keyword `<name>_f32`.
@@ -372,6 +390,11 @@ class Describer {
     } else if constexpr (std::is_reference_v<M>) {
       f.default_text = name_of(c, c.member);
     }  // tied members: no one name is the default
+    fields.push_back(std::move(f));
+  }
+  template <class T>
+  void operator()(Field f, const Parsed<T>& p) {
+    f.type = p.kind;
     fields.push_back(std::move(f));
   }
   void operator()(Field f, const Sides& s) {

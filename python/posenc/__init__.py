@@ -440,7 +440,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         if emit is None and kv is not None:
             emit = "output"  # flash_attn_with_kvcache's out (lse on request)
         names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
-    opt = {"axes": axes, "emit": names, "dtype": _dtype_name(dtype), "precision": precision,
+    opt = {"axes": axes, "emit": names, "precision": precision,
            "arith": arith, "max_memory": max_memory, "relative_left": relative_left, "relative_right": relative_right,
            "relative_sign": relative_sign, "relative_beyond": relative_beyond}
     # scale, sliding_window, softcap, ...: the declared fields (_attention_fields()), under
@@ -522,6 +522,8 @@ def _field_value(f, value):
         return _flag(value, name)
     if f["type"] == "float":
         return _number(value, name)
+    if f["type"] == "dtype":  # numpy dtypes by their posenc names
+        return _dtype_name(value)
     if f["bare"] and not isinstance(value, str):  # causal=True: the bare option's word
         return True if _flag(value, name) else None
     if f["type"] == "sides":  # LEFT or (LEFT, RIGHT)

@@ -63,7 +63,6 @@ struct AttentionCmdOptions {
   std::vector<std::string> decomposed;    // RH RW
   std::vector<long long> grid, key_grid;  // H W
   std::string emit;
-  std::string dtype;
   std::string max_memory;
   std::string grad_output;  // dO: the gradients instead of the forward (attention_grad)
   RelativeCliOptions relative;
@@ -378,7 +377,6 @@ void run_attention(AttentionCmdOptions& o) {
       opt.emit = {o.v.empty() ? AttentionEmit::lse : AttentionEmit::output};
     }
   }
-  if (!o.dtype.empty()) opt.dtype = parse_dtype(o.dtype, "--dtype");
   // No limit (0) when physical memory is unknown.
   opt.max_memory = given(o, "--max-memory") ? parse_memory_size(o.max_memory, "--max-memory")
                                             : physical_memory();
@@ -581,9 +579,10 @@ void register_attention(CLI::App& app) {
   sub->add_option("--emit", o->emit,
                   "comma list of logits, probs, output, lse (default probs,output; probs "
                   "without -v)");
-  // --scale, --sliding-window, --softcap, ..., --causal, --window, --alibi: the declared
-  // fields (attention_fields.hpp), the last three where --help has always listed them.
-  add_declared_options_but(sub, o->params, {"causal", "window", "alibi"});
+  // --scale, --sliding-window, --softcap, ..., --causal, --window, --alibi, --dtype: the
+  // declared fields (attention_fields.hpp), the last four where --help has always listed
+  // them.
+  add_declared_options_but(sub, o->params, {"causal", "window", "alibi", "dtype"});
   add_declared_options_of(sub, o->params, {"causal", "window"});
   add_values_option(sub, "--attn-temperature", o->temperature,
                     "Llama-4 temperature tuning: scores of the query at position p times "
@@ -639,8 +638,7 @@ void register_attention(CLI::App& app) {
   add_values_option(sub, "--key-grid", o->key_grid,
                     "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos",
                     "H W");
-  sub->add_option("--dtype", o->dtype,
-                  "output dtype f64|f32|f16|bf16 (default: that of Q; bf16 for fp8 Q)");
+  add_declared_options_of(sub, o->params, {"dtype"});
   sub->add_option("--input-dtype", o->input_dtype,
                   std::string(kInputDtypeHelp) + "; applies to Q, K and V")
       ->type_name("FP8");

@@ -170,6 +170,16 @@ class OptionBinder {
     grouped(opt);
   }
 
+  /// `--dtype bf16`: the text parsed by the declaration's parser.
+  template <class T>
+  void operator()(const Field& f, Parsed<T> p) {
+    if (skipped(f)) return;
+    CLI::Option* opt = sub_->add_option_function<std::string>(
+        f.option(), [p, f](const std::string& text) { p.set(f, text); }, f.help);
+    if (f.required) opt->required();
+    grouped(opt);
+  }
+
   /// `--window LEFT[,RIGHT]`: the text's integers, their range the declaration's.
   void operator()(const Field& f, Sides s) {
     if (skipped(f)) return;

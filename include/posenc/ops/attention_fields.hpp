@@ -14,14 +14,16 @@
 /// Shapes beyond one value: `--causal [ALIGN]` and `--alibi [VARIANT]` are choices whose
 /// option may go without its word (Field::optional_word; Python True), --alibi's names
 /// setting two members (alibi, alibi_before_scale); `--window LEFT[,RIGHT]` is two
-/// members (Sides; Python LEFT or (LEFT, RIGHT)). The rules between fields are
+/// members (Sides; Python LEFT or (LEFT, RIGHT)); --dtype is parsed by the library's
+/// parse_dtype (Parsed). The rules between fields are
 /// `check_given`.
 ///
 /// Not declared, bound by each front end: --attn-temperature SCALE FLOOR and
 /// --llama4-scaling BETA PERIOD (two real members each), --t5-bidirectional / --t5-causal
 /// (t5_bidirectional, keyword t5_causal), --grid / --key-grid H W (two members each), the
 /// relative window (--relative-left/right/sign/beyond, one optional RelativeWindow),
-/// --emit, --dtype, --precision, --arith and --max-memory (parsed: names, sizes).
+/// --emit, --precision and --arith (bound with the ROPE OPTIONS, which share them) and
+/// --max-memory (a size the command line parses with suffixes, Python in bytes).
 
 #include <cmath>
 #include <cstdint>
@@ -126,6 +128,8 @@ void declare(V& v, AttentionOptions& o) {
           "(-m|i+sk-sq-j|), fairseq or bloom (m j), falcon (m j before the scale)")
         .optional_word("causal", "[VARIANT]"),
     choice(std::tie(o.alibi, o.alibi_before_scale), fields::alibi_names()));
+  v(field("dtype", "output dtype f64|f32|f16|bf16 (default: that of Q; bf16 for fp8 Q)"),
+    parsed(o.dtype, &parse_dtype, "dtype"));
 }
 
 /// The rules between declared fields, checked by each front end once they are set:
