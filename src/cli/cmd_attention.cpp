@@ -267,9 +267,6 @@ void run_attention(AttentionCmdOptions& o) {
     }
   }
   check_relative_options(o.relative, o.rope);
-  if (given(o, "--alibi-max-bias") && !given(o, "--alibi")) {
-    throw UsageError("--alibi-max-bias needs --alibi");
-  }
   if (given(o, "--alibi-max-bias") && given(o, "--alibi-slopes")) {
     throw UsageError("--alibi-max-bias: not with --alibi-slopes (the slopes are given)");
   }
