@@ -502,9 +502,7 @@ Positions positions(const py::dict& d) {
 
 RopeApplyOptions apply_options(const py::dict& d) {
   RopeApplyOptions a;
-  KeywordReader(d).read(a);  // order, mrope_interleaved, torch_ops
-  set_if(d, "inverse", a.inverse);
-  if (auto p = get<std::string>(d, "precision")) a.precision = precision_of(*p);
+  KeywordReader(d).read(a);  // inverse, precision, order, mrope_interleaved, torch_ops
   set_if(d, "allow_nonfinite", a.allow_nonfinite);
   if (auto grid = get<std::pair<std::int64_t, std::int64_t>>(d, "rope2d")) {
     if (grid->first <= 0 || grid->second <= 0) {

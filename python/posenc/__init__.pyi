@@ -14,7 +14,7 @@ Style = Literal["neox", "half", "gptj", "interleaved", "tiled"]
 Scaling = Literal["none", "default", "linear", "dynamic", "yarn", "longrope", "llama3",
                   "proportional"]
 Arith = Literal["exact", "hf", "meta", "ggml"]
-Precision = Literal["f64", "f32"]
+Precision = Literal["f64", "f32", "float64", "float32"]
 Factors = Union[Sequence[float], npt.ArrayLike, str]
 Emit = Literal["logits", "probs", "output", "lse"]
 

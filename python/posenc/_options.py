@@ -66,7 +66,7 @@ def rope_dict(kw, precision=None):
         raise UsageError(f"precision: applies to arith exact only (arith {arith} has its "
                          "framework's own arithmetic)")
     if precision is not None and (not isinstance(precision, str)
-                                  or precision not in ("f64", "f32")):
+                                  or precision not in ("f64", "f32", "float64", "float32")):
         raise UsageError(f"precision: expected f64 or f32, got {precision!r:.40}")
     return d
 

@@ -508,7 +508,7 @@ void run_attention(AttentionCmdOptions& o) {
   if (o.rope) {
     rope.params = [&o](int head_dim) { return rope_params(o.rope_opts, head_dim); };
     rope.positions = pos;
-    rope.apply.inverse = o.rope_opts.inverse;
+    rope.apply.inverse = o.rope_opts.apply.inverse;
     rope.apply.precision = rope_precision(o.rope_opts);
     rope.apply.allow_nonfinite = opt.allow_nonfinite;
   }

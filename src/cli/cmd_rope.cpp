@@ -38,7 +38,6 @@ struct RopeCmdOptions {
   std::string axes;
   std::string dtype = "same";
   std::vector<long long> grid;  // H W
-  RopeApplyOptions apply;       // --order, --mrope-interleaved, --torch-ops (declared)
   std::string mrope_section;
   bool grid_ids = false;
   std::string layout;     // --layout NAME[:ARGS]
@@ -164,7 +163,9 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
     pos.seqlen_offsets_shape = t.shape();
     pos.offsets_what = "--seqlen-offsets: " + o.seqlen_offsets;
   }
-  if (o.apply.torch_ops && o.cos.empty()) throw UsageError("--torch-ops: needs --cos and --sin");
+  if (o.rope.apply.torch_ops && o.cos.empty()) {
+    throw UsageError("--torch-ops: needs --cos and --sin");
+  }
   if (o.cos.empty() != o.sin.empty()) {
     throw UsageError(o.cos.empty() ? "--sin: needs --cos" : "--cos: needs --sin");
   }
@@ -255,7 +256,7 @@ std::vector<std::string> config_heads_notes(const RopeCmdOptions& o,
 
 void run_rope(const RopeCmdOptions& o) {
   RopeStreamRequest r;
-  r.apply = o.apply;
+  r.apply = o.rope.apply;  // the declared ways of applying
   for (const auto& t : o.inputs) r.inputs.push_back(parse_ref(t));
   for (const auto& t : o.out.outputs) r.outputs.push_back(parse_ref(t, o.out.to, "/data"));
   if (r.outputs.size() != r.inputs.size()) {
@@ -265,8 +266,6 @@ void run_rope(const RopeCmdOptions& o) {
   r.write = o.out.write_options();
   r.axes = o.axes;
   if (o.dtype != "same") r.dtype = parse_dtype(o.dtype);
-  r.apply.inverse = o.rope.inverse;
-  r.apply.precision = rope_precision(o.rope);
   r.apply.allow_nonfinite = o.allow_nonfinite;
   if (!o.grid.empty()) {
     if (o.grid[0] <= 0 || o.grid[1] <= 0) {
@@ -277,7 +276,7 @@ void run_rope(const RopeCmdOptions& o) {
     r.apply.grid_w = o.grid[1];
   }
   if (!o.mrope_section.empty()) r.apply.mrope_section = parse_sections(o.mrope_section);
-  if (o.apply.mrope_interleaved && o.mrope_section.empty()) {
+  if (o.rope.apply.mrope_interleaved && o.mrope_section.empty()) {
     throw UsageError("--mrope-interleaved: needs --mrope-section");
   }
   if (o.grid_ids) {
@@ -307,7 +306,7 @@ void run_rope(const RopeCmdOptions& o) {
   r.positions = rope_positions(o.rope, /*real_coords=*/true);
   set_coordinates(o, r.positions);
   set_tables(o, r.positions);
-  if (o.apply.torch_ops && o.rope.app->count("--precision") > 0) {
+  if (o.rope.apply.torch_ops && o.rope.app->count("--precision") > 0) {
     throw UsageError("--torch-ops: computes as torch does; not with --precision");
   }
   const std::vector<std::string> notes = config_heads_notes(o, r.inputs);
@@ -369,13 +368,13 @@ void register_rope(CLI::App& app) {
                 "drives the first R/4 pairs, row 1 the next R/4 (Qwen2-VL vision (h, w) ids; "
                 "with --style neox, --base 10000 as there)")
       ->group(g);
-  add_declared_options(sub, opts->apply, {"order"}, g);
+  add_declared_options(sub, opts->rope.apply, {"order"}, g);
   sub->add_option("--mrope-section", opts->mrope_section,
                   "M-RoPE (Qwen2-VL): pairs per t,h,w section, summing to R/2, e.g. 16,24,24; "
                   "--position-ids then has shape [3, s] or [3, b, s]")
       ->type_name("T,H,W")
       ->group(g);
-  add_declared_options(sub, opts->apply, {"mrope_interleaved"}, g);
+  add_declared_options(sub, opts->rope.apply, {"mrope_interleaved"}, g);
   sub->add_option("--layout", opts->layout,
                   "the frequency assignment over coordinate axes: plain (default), axial (2-D, "
                   "the --rope2d frequencies), even-odd (Pixtral: height the even-indexed, width "
@@ -411,7 +410,7 @@ void register_rope(CLI::App& app) {
                   "p; R from its width unless --rotary-dim; needs --sin")
       ->group(g);
   sub->add_option("--sin", opts->sin, "the caller's sin table, the shape of --cos")->group(g);
-  add_declared_options(sub, opts->apply, {"torch_ops"}, g);
+  add_declared_options(sub, opts->rope.apply, {"torch_ops"}, g);
   sub->add_option("--seqlen-offsets", opts->seqlen_offsets,
                   "per-entry offsets [b] (flash-attn's seqlen_offsets / rotary_seqlens): token s "
                   "of entry b at --start + offset[b] + s; with --cu-seqlens one per sequence")

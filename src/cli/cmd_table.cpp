@@ -161,7 +161,7 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
     }
   }
   r.half = o.half_width || o.layout == "half";
-  r.inverse = o.rope.inverse;
+  r.inverse = o.rope.apply.inverse;
   r.precision = rope_precision(o.rope);
   // Every table is described (and its request checked) before any output is opened.
   std::vector<Table> tables;

@@ -65,12 +65,7 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
                   "with --hf-config: follow one layer (0-based index): its layer type and its "
                   "own rules, such as SmolLM3's no_rope_layers")
       ->group(g);
-  sub->add_flag("--inverse", o.inverse, "apply the inverse rotation (R^T)")->group(g);
-  sub->add_option("--precision", o.precision,
-                  "posenc's own working precision for --arith exact: f64 (default; correctly "
-                  "rounded) or f32 (faster, not any framework's bits)")
-      ->check(CLI::IsMember({"f64", "f32"}))
-      ->group(g);
+  add_declared_options(sub, o.apply, {"inverse", "precision"}, g);
   sub->add_option("--arith", o.arith,
                   "exact (default: the correctly rounded value) or a framework's float32 "
                   "arithmetic bit for bit: hf (HF transformers on torch CPU), meta (Meta's "
@@ -243,11 +238,7 @@ std::int64_t last_position(std::int64_t start, std::int64_t count) {
   return start + count - 1;
 }
 
-Precision rope_precision(const RopeCliOptions& o) {
-  if (o.precision == "f64") return Precision::f64;
-  if (o.precision == "f32") return Precision::f32;
-  throw UsageError(fmt::format("--precision: expected f64 or f32, got '{}'", o.precision));
-}
+Precision rope_precision(const RopeCliOptions& o) { return o.apply.precision; }
 
 Arith rope_arith(const RopeCliOptions& o) {
   const Arith a = parse_arith(o.arith);

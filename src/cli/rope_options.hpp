@@ -25,8 +25,9 @@ struct RopeCliOptions {
   std::string hf_version;  ///< --hf-version: the transformers release whose rules read it
   std::string layer_type;  ///< --layer-type: which layers of --hf-config
   long long layer = -1;    ///< --layer: one layer of --hf-config, 0-based; -1 = not given
-  bool inverse = false;
-  std::string precision = "f64";
+  /// --inverse and --precision (declared with RopeApplyOptions); `posenc rope` binds its
+  /// own ways of applying here too.
+  RopeApplyOptions apply;
   std::string arith = "exact";
   CLI::App* app = nullptr;  ///< to ask which options were given explicitly
 };

@@ -1,8 +1,9 @@
 """Every declared RoPE field (include/posenc/encodings/rope_fields.hpp, listed by
 posenc._posenc._rope_fields(): kind "rope" the RopeParams scaling parameters, "positions"
-the first position, "coords" the generated grid's scalars, "apply" the ways of applying of
-`posenc rope` alone) is offered everywhere it must be: `posenc rope` (and, but for the
-grid's and the ways of applying, `posenc table rope` and `posenc attention`)
+the first position, "coords" the generated grid's scalars, "apply" the ways of applying:
+the inverse and the precision, and `posenc rope`'s own) is offered everywhere it must be:
+`posenc rope` (and, but for the grid's and `posenc rope`'s own ways of applying,
+`posenc table rope` and `posenc attention`)
 has its option in `--help`; a value at the bottom of its range passes the range check, one
 below it or above the top is refused with exit status 2 naming the option; posenc.rope
 takes the keyword (the same values refused with UsageError naming the keyword); the stubs
@@ -35,6 +36,10 @@ BASELINES = {
 }
 
 
+# The ways of applying that every RoPE command takes (the others are `posenc rope`'s).
+EVERY_COMMAND = ("inverse", "precision")
+
+
 def options(f):
     return ([f["option"]] if f["positive"] else []) + ([f["negation"]] if f["negation"] else [])
 
@@ -42,7 +47,7 @@ def options(f):
 def commands(f):
     """The commands that offer the field's options (`table rope` refuses --rotary-last and
     --rope-interleave with a message)."""
-    if f["kind"] in ("coords", "apply"):
+    if f["kind"] == "coords" or (f["kind"] == "apply" and f["name"] not in EVERY_COMMAND):
         return [["rope"]]
     return [["rope"], ["table", "rope"], ["attention"]]
 
@@ -72,7 +77,8 @@ def run(tmp, args):
 def test_the_listing_holds_the_rope_options():
     names = {f["name"] for f in FIELDS}
     assert {"base", "scaling", "factor", "original_max_pos", "truncate", "start",
-            "prefix_tokens", "merge_window", "order", "mrope_interleaved", "torch_ops"} <= names
+            "prefix_tokens", "merge_window", "inverse", "precision", "order", "mrope_interleaved",
+            "torch_ops"} <= names
     for f in FIELDS:
         assert f["name"] == f["option"][2:].replace("-", "_")
 
@@ -132,8 +138,8 @@ def test_a_name_outside_the_choices_is_refused(f, x):
 def test_python_takes_the_keyword_and_the_stubs_name_it(f):
     functions = [(posenc.rope, "python/posenc/__init__.pyi")]
     # A table does not depend on where the rotation sits in a head: table rope refuses these.
-    if f["kind"] not in ("coords", "apply") and f["name"] not in ("rotary_last",
-                                                                  "rope_interleave"):
+    if (f["kind"] not in ("coords", "apply") or f["name"] in EVERY_COMMAND) and \
+            f["name"] not in ("rotary_last", "rope_interleave"):
         functions.append((posenc.table.rope, "python/posenc/table.pyi"))
     for fn, stub in functions:
         assert f["name"] in inspect.signature(fn).parameters, fn

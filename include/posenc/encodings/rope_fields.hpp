@@ -2,7 +2,8 @@
 /// \file
 /// The declared parameters of RoPE (declare.hpp): the scaling parameters of RopeParams,
 /// the first position of Positions, the coordinate grid's prefix and merge window and
-/// `posenc rope`'s --order, --mrope-interleaved and --torch-ops (RopeApplyOptions), in
+/// the ways of applying (RopeApplyOptions: --inverse and --precision of every RoPE
+/// command, `posenc rope`'s --order, --mrope-interleaved and --torch-ops), in
 /// the order --help lists them. The ROPE OPTIONS of `table rope`, `rope` and
 /// `attention --rope`, the Python keywords of posenc.rope / posenc.table.rope /
 /// posenc.attention, their ranges and the field list the tests walk
@@ -59,6 +60,14 @@ inline Names<bool> two_words(const char* when_false, const char* when_true) {
 /// Which coordinate of a 2-D grid comes first.
 inline const Names<bool>& grid_orders() {
   static const Names<bool> n = two_words("xy", "yx");
+  return n;
+}
+/// posenc's own working precision, numpy's names after posenc's.
+inline const Names<Precision>& precisions() {
+  static const Names<Precision> n{{"f64", Precision::f64},
+                                  {"f32", Precision::f32},
+                                  {"float64", Precision::f64},
+                                  {"float32", Precision::f32}};
   return n;
 }
 
@@ -137,11 +146,17 @@ void declare(V& v, CoordGrid& g) {
     g.merge);
 }
 
-/// The ways of applying that `posenc rope` and posenc.rope take as they are (the
-/// inverse and the precision are ROPE OPTIONS of every command; the grid, the sections,
-/// the layout and its frequencies are bound by each front end).
+/// The ways of applying. The inverse and the precision are ROPE OPTIONS of `table rope`,
+/// `rope` and `attention --rope` (and keywords of their Python twins); the others
+/// `posenc rope` and posenc.rope take alone. The grid, the sections, the layout and its
+/// frequencies are bound by each front end.
 template <class V>
 void declare(V& v, RopeApplyOptions& a) {
+  v(field("inverse", "apply the inverse rotation (R^T)"), a.inverse);
+  v(field("precision",
+          "posenc's own working precision for --arith exact: f64 (default; correctly "
+          "rounded) or f32 (faster, not any framework's bits)"),
+    choice(a.precision, fields::precisions()));
   v(field("order", "2-D RoPE: which coordinate takes the first R/4 pairs, xy (default) or yx"),
     choice(a.grid_yx, fields::grid_orders()));
   v(field("mrope_interleaved",
