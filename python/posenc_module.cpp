@@ -502,18 +502,13 @@ Positions positions(const py::dict& d) {
 
 RopeApplyOptions apply_options(const py::dict& d) {
   RopeApplyOptions a;
-  KeywordReader(d).read(a);  // inverse, precision, order, mrope_interleaved, torch_ops
+  KeywordReader(d).read(a);  // the declared ways of applying (rope_fields.hpp)
+  const auto gave = [&d](const std::string& n) {
+    return d.contains(n) && !d[n.c_str()].is_none();
+  };
+  check_given(a, Caller{gave, [](const std::string& n) { return n; }, nullptr});
   set_if(d, "allow_nonfinite", a.allow_nonfinite);
-  if (auto grid = get<std::pair<std::int64_t, std::int64_t>>(d, "rope2d")) {
-    if (grid->first <= 0 || grid->second <= 0) {
-      throw UsageError("rope2d: height and width must be positive, got " +
-                       std::to_string(grid->first) + " " + std::to_string(grid->second));
-    }
-    a.grid_h = grid->first;
-    a.grid_w = grid->second;
-  }
   set_if(d, "mrope_section", a.mrope_section);
-  set_if(d, "grid_ids", a.grid_ids);
   if (auto l = get<std::string>(d, "layout")) a.layout = parse_rope_layout(*l);
   if (d.contains("inv_freq")) {
     auto m = array_arg<double>(d["inv_freq"], "inv_freq");

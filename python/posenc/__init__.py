@@ -177,12 +177,6 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     inverse, allow_nonfinite = _flag(inverse, "inverse"), _flag(allow_nonfinite, "allow_nonfinite")
     mrope_interleaved = _flag(mrope_interleaved, "mrope_interleaved")
     rope2d_ids = _flag(rope2d_ids, "rope2d_ids")
-    if mrope_interleaved and mrope_section is None:
-        raise UsageError("mrope_interleaved: needs mrope_section")
-    if rope2d_ids and rope2d is not None:
-        raise UsageError("rope2d_ids: cannot be combined with rope2d")
-    if rope2d_ids and order is not None:
-        raise UsageError("order: the rows of position_ids give the order with rope2d_ids")
     apply = {}
     if inverse:
         apply["inverse"] = True
@@ -203,7 +197,7 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     if mrope_interleaved:
         apply["mrope_interleaved"] = True
     if rope2d_ids:
-        apply["grid_ids"] = True
+        apply["rope2d_ids"] = True
     pos = _layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
                         coords, prefix_tokens, merge_window, angles)
     if _pos_tables:

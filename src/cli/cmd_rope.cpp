@@ -37,9 +37,7 @@ struct RopeCmdOptions {
   RopeCliOptions rope;
   std::string axes;
   std::string dtype = "same";
-  std::vector<long long> grid;  // H W
   std::string mrope_section;
-  bool grid_ids = false;
   std::string layout;     // --layout NAME[:ARGS]
   std::string inv_freq;   // --inv-freq: [axes, R/2] frequency matrix
   std::string freq_scale;
@@ -119,7 +117,7 @@ void set_layout(const RopeCmdOptions& o, RopeStreamRequest& r) {
   }
   if (!o.freq_scale.empty()) l.scale = parse_freq_scale(o.freq_scale);
   l.tiled = o.rope.style == "tiled";
-  const bool old_forms = !o.grid.empty() || o.grid_ids || !o.mrope_section.empty();
+  const bool old_forms = r.apply.grid_h > 0 || r.apply.grid_ids || !o.mrope_section.empty();
   if (l.custom() && old_forms) {
     throw UsageError("--layout: --rope2d, --rope2d-ids and --mrope-section are layouts "
                      "themselves; give one of them");
@@ -267,25 +265,8 @@ void run_rope(const RopeCmdOptions& o) {
   r.axes = o.axes;
   if (o.dtype != "same") r.dtype = parse_dtype(o.dtype);
   r.apply.allow_nonfinite = o.allow_nonfinite;
-  if (!o.grid.empty()) {
-    if (o.grid[0] <= 0 || o.grid[1] <= 0) {
-      throw UsageError(fmt::format("--rope2d: height and width must be positive, got {} {}",
-                                   o.grid[0], o.grid[1]));
-    }
-    r.apply.grid_h = o.grid[0];
-    r.apply.grid_w = o.grid[1];
-  }
+  check_given(r.apply, command_line(o.rope.app));
   if (!o.mrope_section.empty()) r.apply.mrope_section = parse_sections(o.mrope_section);
-  if (o.rope.apply.mrope_interleaved && o.mrope_section.empty()) {
-    throw UsageError("--mrope-interleaved: needs --mrope-section");
-  }
-  if (o.grid_ids) {
-    if (!o.grid.empty()) throw UsageError("--rope2d-ids: cannot be combined with --rope2d");
-    if (o.rope.app->count("--order") > 0) {
-      throw UsageError("--order: the rows of --position-ids give the order with --rope2d-ids");
-    }
-    r.apply.grid_ids = true;
-  }
   set_layout(o, r);
   // 2-D RoPE's frequencies default to base 100, as `table rope2d`.
   const bool base100 = r.apply.grid_h > 0 && o.rope.app->count("--base") == 0;
@@ -356,19 +337,7 @@ void register_rope(CLI::App& app) {
                              "float16", "bfloat16"}));
   add_rope_options(sub, opts->rope);
   const char* g = "ROPE OPTIONS";
-  sub->add_option("--rope2d", opts->grid,
-                  "H W: axial 2-D RoPE over an H x W grid of tokens in row-major order: x and y "
-                  "each get R/4 pairs with frequencies base^(-4j/R); --base defaults to 100")
-      ->expected(2)
-      ->transform(integer_text())
-      ->type_name("INT")  // shown as "INT x 2", CLI11's notation for two values
-      ->group(g);
-  sub->add_flag("--rope2d-ids", opts->grid_ids,
-                "axial 2-D RoPE with coordinates from --position-ids [2, s] or [2, b, s]: row 0 "
-                "drives the first R/4 pairs, row 1 the next R/4 (Qwen2-VL vision (h, w) ids; "
-                "with --style neox, --base 10000 as there)")
-      ->group(g);
-  add_declared_options(sub, opts->rope.apply, {"order"}, g);
+  add_declared_options(sub, opts->rope.apply, {"rope2d", "rope2d_ids", "order"}, g);
   sub->add_option("--mrope-section", opts->mrope_section,
                   "M-RoPE (Qwen2-VL): pairs per t,h,w section, summing to R/2, e.g. 16,24,24; "
                   "--position-ids then has shape [3, s] or [3, b, s]")

@@ -77,8 +77,8 @@ def run(tmp, args):
 def test_the_listing_holds_the_rope_options():
     names = {f["name"] for f in FIELDS}
     assert {"base", "scaling", "factor", "original_max_pos", "truncate", "start",
-            "prefix_tokens", "merge_window", "inverse", "precision", "order", "mrope_interleaved",
-            "torch_ops"} <= names
+            "prefix_tokens", "merge_window", "inverse", "precision", "rope2d", "rope2d_ids",
+            "order", "mrope_interleaved", "torch_ops"} <= names
     for f in FIELDS:
         assert f["name"] == f["option"][2:].replace("-", "_")
 
@@ -162,3 +162,32 @@ def test_the_option_matrix_has_its_row(f):
     matrix = read("tests/cli/test_option_matrix.py")
     for option in options(f):
         assert re.search(rf'^\s*"{re.escape(option)}": \(', matrix, re.M), option
+
+
+# The rules between the ways of applying (check_given of RopeApplyOptions): one message,
+# each front end naming the fields as it spells them.
+RULES = [
+    (["--rope2d", "0", "2"], {"rope2d": (0, 2)},
+     "{rope2d}: height and width must be positive, got 0 2"),
+    (["--mrope-interleaved"], {"mrope_interleaved": True},
+     "{mrope_interleaved}: needs {mrope_section}"),
+    (["--rope2d-ids", "--rope2d", "2", "2"], {"rope2d_ids": True, "rope2d": (2, 2)},
+     "{rope2d_ids}: cannot be combined with {rope2d}"),
+    (["--rope2d-ids", "--order", "yx"], {"rope2d_ids": True, "order": "yx"},
+     "{order}: the rows of {position_ids} give the order with {rope2d_ids}"),
+]
+
+
+@pytest.mark.parametrize("args, kw, message", RULES, ids=[r[2].split("}")[0][1:] + str(i)
+                                                         for i, r in enumerate(RULES)])
+def test_a_rule_between_fields_says_one_message_on_both_front_ends(args, kw, message, x):
+    tmp, a = x
+    names = ("rope2d", "rope2d_ids", "order", "mrope_interleaved", "mrope_section",
+             "position_ids")
+    p, written = run(tmp, args)
+    option = message.format(**{n: "--" + n.replace("_", "-") for n in names})
+    assert p.returncode == 2 and p.stderr == f"posenc: error: {option}\n" and not written, \
+        p.stderr
+    with pytest.raises(posenc.UsageError, match="^" + re.escape(message.format(
+            **{n: n for n in names})) + "$"):
+        posenc.rope(a, axes="sd", **kw)

@@ -3,7 +3,8 @@
 /// The declared parameters of RoPE (declare.hpp): the scaling parameters of RopeParams,
 /// the first position of Positions, the coordinate grid's prefix and merge window and
 /// the ways of applying (RopeApplyOptions: --inverse and --precision of every RoPE
-/// command, `posenc rope`'s --order, --mrope-interleaved and --torch-ops), in
+/// command, `posenc rope`'s --rope2d, --rope2d-ids, --order, --mrope-interleaved and
+/// --torch-ops; the rules between them are check_given's), in
 /// the order --help lists them. The ROPE OPTIONS of `table rope`, `rope` and
 /// `attention --rope`, the Python keywords of posenc.rope / posenc.table.rope /
 /// posenc.attention, their ranges and the field list the tests walk
@@ -12,17 +13,20 @@
 /// Not declared, bound by each front end: the longrope factor lists (a comma list or a
 /// tensor reference on the command line), the config file and its layer selection
 /// (--hf-config, --hf-version, --layer-type, --layer), the arithmetic, the M-RoPE
-/// sections, the 2-D grid and the layouts (members of RopeApplyOptions), and tensors of
-/// positions.
+/// sections and the layouts (members of RopeApplyOptions), and tensors of positions.
 ///
 /// `compute_rope_freqs` validates RopeParams from here (a value from a config file names
 /// the file's key, RopeParams::sources); RopeApplier validates Positions and its grid.
 
+#include <fmt/format.h>
+
 #include <cstdint>
+#include <string>
 
 #include "posenc/declare.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_layout.hpp"
+#include "posenc/error.hpp"
 #include "posenc/ops/rope.hpp"
 
 namespace posenc {
@@ -157,6 +161,15 @@ void declare(V& v, RopeApplyOptions& a) {
           "posenc's own working precision for --arith exact: f64 (default; correctly "
           "rounded) or f32 (faster, not any framework's bits)"),
     choice(a.precision, fields::precisions()));
+  v(field("rope2d",
+          "H W: axial 2-D RoPE over an H x W grid of tokens in row-major order: x and y "
+          "each get R/4 pairs with frequencies base^(-4j/R); --base defaults to 100"),
+    pair(a.grid_h, a.grid_w));
+  v(field("rope2d_ids",
+          "axial 2-D RoPE with coordinates from --position-ids [2, s] or [2, b, s]: row 0 "
+          "drives the first R/4 pairs, row 1 the next R/4 (Qwen2-VL vision (h, w) ids; "
+          "with --style neox, --base 10000 as there)"),
+    a.grid_ids);
   v(field("order", "2-D RoPE: which coordinate takes the first R/4 pairs, xy (default) or yx"),
     choice(a.grid_yx, fields::grid_orders()));
   v(field("mrope_interleaved",
@@ -168,6 +181,27 @@ void declare(V& v, RopeApplyOptions& a) {
           "and the sum rounded to torch's type for x and the tables (default: exact, "
           "rounded once)"),
     a.torch_ops);
+}
+
+/// The rules between the ways of applying, in the caller's terms, checked by each front
+/// end once the fields are set: the grid's sides positive when it is given (0 0 in the
+/// library is no grid), interleaved M-RoPE needs its sections, and the ids of rope2d_ids
+/// take neither a grid nor an order.
+inline void check_given(const RopeApplyOptions& a, const Caller& c) {
+  if (c.gave("rope2d") && (a.grid_h <= 0 || a.grid_w <= 0)) {
+    throw UsageError(fmt::format("{}: height and width must be positive, got {} {}",
+                                 c.term("rope2d"), a.grid_h, a.grid_w));
+  }
+  if (a.mrope_interleaved && !c.gave("mrope_section")) {
+    throw UsageError(c.term("mrope_interleaved") + ": needs " + c.term("mrope_section"));
+  }
+  if (a.grid_ids && c.gave("rope2d")) {
+    throw UsageError(c.term("rope2d_ids") + ": cannot be combined with " + c.term("rope2d"));
+  }
+  if (a.grid_ids && c.gave("order")) {
+    throw UsageError(c.term("order") + ": the rows of " + c.term("position_ids") +
+                     " give the order with " + c.term("rope2d_ids"));
+  }
 }
 
 /// `f(name, Request{})` for every declared RoPE request: the field lists the tests walk.
