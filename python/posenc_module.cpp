@@ -404,6 +404,14 @@ class KeywordReader {
     }
     c.member = *e;
   }
+  template <class B>
+  void operator()(const Field& f, const Numbers<B>& n) {
+    if (arrays_.value_or(false)) return;
+    if (auto v = get<std::vector<double>>(d_, f.name.c_str())) {
+      given.push_back(f.name);
+      n.set(f, *v);
+    }
+  }
   template <class T>
   void operator()(const Field& f, const Parsed<T>& p) {
     if (arrays_.value_or(false)) return;
@@ -941,10 +949,6 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
                             return std::find(k.given.begin(), k.given.end(), n) != k.given.end();
                           },
                           [](const std::string& n) { return n; }, nullptr});
-  set_if(d, "temperature_scale", opt.temperature_scale);
-  set_if(d, "temperature_floor", opt.temperature_floor);
-  set_if(d, "llama4_scaling_beta", opt.llama4_scaling_beta);
-  set_if(d, "llama4_scaling_period", opt.llama4_scaling_period);
   set_if(d, "t5_bidirectional", opt.t5_bidirectional);
   set_if(d, "grid_h", opt.grid_h);
   set_if(d, "grid_w", opt.grid_w);
@@ -1120,10 +1124,6 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     AttentionOptions declared;
     given.read(declared);
     std::vector<std::string> keep = given.given;
-    if (opt_d.contains("temperature_scale") && !opt_d["temperature_scale"].is_none()) {
-      keep.emplace_back("temperature");
-    }
-    if (opt_d.contains("llama4_scaling_beta")) keep.emplace_back("llama4_scaling");
     apply_hf_attention(c, opt, keep);
   } else if (rope_d.contains("layer_type") || rope_d.contains("layer")) {
     throw UsageError(std::string(rope_d.contains("layer") ? "layer" : "layer_type") +

@@ -222,6 +222,31 @@ inline Sides sides(std::int64_t& first, std::int64_t& second, std::int64_t secon
   return Sides{first, second, second_default};
 }
 
+/// Two numbers given together, each into its member (`--attn-temperature SCALE FLOOR`,
+/// Python `attn_temperature=(SCALE, FLOOR)`; the field's `sides` names them). `valid` is
+/// the field's range and `what` says it: a pair outside it is refused with one message from
+/// every front end, "attn_temperature: expected SCALE FLOOR, a number and a positive
+/// floor". An integer second member takes a whole number (`valid` says so).
+template <class B>
+struct Numbers {
+  double& first;
+  B& second;
+  bool (*valid)(double, double);
+  const char* what;
+
+  void set(const Field& f, const std::vector<double>& v) const {
+    if (v.size() != 2 || !valid(v[0], v[1])) {
+      throw UsageError(f.name + ": expected " + f.first_side + " " + f.second_side + ", " + what);
+    }
+    first = v[0];
+    second = static_cast<B>(v[1]);
+  }
+};
+template <class B>
+Numbers<B> numbers(double& first, B& second, bool (*valid)(double, double), const char* what) {
+  return Numbers<B>{first, second, valid, what};
+}
+
 /// A member parsed from the caller's text by `parse(text, field name)` (`--dtype bf16`,
 /// Python dtype="bf16"): its errors name the field, one message from every front end.
 /// `kind` is how describe() types it ("dtype": Python names numpy dtypes first).
@@ -390,6 +415,11 @@ class Describer {
     } else if constexpr (std::is_reference_v<M>) {
       f.default_text = name_of(c, c.member);
     }  // tied members: no one name is the default
+    fields.push_back(std::move(f));
+  }
+  template <class B>
+  void operator()(Field f, const Numbers<B>&) {
+    f.type = "numbers";
     fields.push_back(std::move(f));
   }
   template <class T>

@@ -185,8 +185,6 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     if allow_nonfinite:
         apply["allow_nonfinite"] = True
     if _flag(torch_ops, "torch_ops"):
-        if cos is None:
-            raise UsageError("torch_ops: needs cos and sin")
         apply["torch_ops"] = True
     if rope2d is not None:
         apply["rope2d"] = _pair(rope2d, "rope2d")
@@ -459,20 +457,6 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         if any(not 1 <= n <= 2**31 for n in g):
             raise UsageError(f"{name} {g}: sides must be whole numbers in [1, 2^31]")
         opt[name + "_h"], opt[name + "_w"] = g
-    if attn_temperature is not None:
-        t_scale, t_floor = (_number(t, "attn_temperature") for t in _items(
-            attn_temperature, 2, "attn_temperature", "(SCALE, FLOOR)"))
-        if not np.isfinite(t_scale) or not t_floor > 0:
-            raise UsageError("attn_temperature: expected (SCALE, FLOOR), a number and a "
-                             "positive floor")
-        opt["temperature_scale"], opt["temperature_floor"] = float(t_scale), float(t_floor)
-    if llama4_scaling is not None:
-        beta, period = (_number(t, "llama4_scaling") for t in _items(
-            llama4_scaling, 2, "llama4_scaling", "(BETA, PERIOD)"))
-        if not np.isfinite(beta) or not period >= 1 or period > 9.0e15 or period != int(period):
-            raise UsageError("llama4_scaling: expected (BETA, PERIOD), a number and a positive "
-                             "whole period")
-        opt["llama4_scaling_beta"], opt["llama4_scaling_period"] = float(beta), int(period)
     if alibi_max_bias is not None and alibi_slopes is not None:
         raise UsageError("alibi_max_bias: not with alibi_slopes (the slopes are given)")
     if t5_bias is None and global_bias is None and (

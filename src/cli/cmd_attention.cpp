@@ -51,8 +51,6 @@ struct AttentionCmdOptions {
   bool rope = false;
   RopeCliOptions rope_opts;
   AttentionOptions params;  // the declared fields (posenc/ops/attention_fields.hpp)
-  std::vector<double> temperature;  // SCALE FLOOR
-  std::vector<double> llama4_scaling;  // BETA PERIOD
   // References of the declared tensor inputs (attention_tensors()), in its order.
   std::vector<std::string> tensors = std::vector<std::string>(attention_tensors().size());
   bool t5_bidirectional = false, t5_causal = false;
@@ -134,10 +132,6 @@ void apply_config(const AttentionCmdOptions& o, AttentionOptions& opt, const Sha
   // The declared fields given (scale, alibi, ...) keep their values.
   AttentionOptions declared = o.params;
   std::vector<std::string> keep = given_fields(o.app, declared);
-  for (const auto& [option, name] : {std::pair{"--attn-temperature", "temperature"},
-                                     std::pair{"--llama4-scaling", "llama4_scaling"}}) {
-    if (given(o, option)) keep.push_back(name);
-  }
   // The library would name its own parameter for the option that clashes with the config.
   auto clash = [&](const char* option, bool config_scales, const char* key) {
     if (given(o, option) && config_scales) {
@@ -275,26 +269,9 @@ void run_attention(AttentionCmdOptions& o) {
   AttentionOptions opt = o.params;
   opt.axes = o.axes;
   check_given(o.params, command_line(o.app));  // the rules between declared fields
-  if (given(o, "--attn-temperature")) {
-    if (!std::isfinite(o.temperature[0]) || !(o.temperature[1] > 0)) {
-      throw UsageError("--attn-temperature: expected SCALE FLOOR, a number and a positive floor");
-    }
-    opt.temperature_scale = o.temperature[0];
-    opt.temperature_floor = o.temperature[1];
-  }
-  if (given(o, "--llama4-scaling")) {
-    const double period = o.llama4_scaling[1];
-    if (!std::isfinite(o.llama4_scaling[0]) || !(period >= 1) || period > 9.0e15 ||
-        period != std::floor(period)) {
-      throw UsageError(
-          "--llama4-scaling: expected BETA PERIOD, a number and a positive whole period");
-    }
-    opt.llama4_scaling_beta = o.llama4_scaling[0];
-    opt.llama4_scaling_period = static_cast<std::int64_t>(period);
-    if (given(o, "--attn-temperature")) {
-      throw UsageError("--llama4-scaling and --attn-temperature: no model scales its queries "
-                       "both ways; give one");
-    }
+  if (given(o, "--llama4-scaling") && given(o, "--attn-temperature")) {
+    throw UsageError("--llama4-scaling and --attn-temperature: no model scales its queries "
+                     "both ways; give one");
   }
   if (!o.rope_opts.layer_type.empty() && o.rope_opts.hf_config.empty()) {
     throw UsageError("--layer-type: needs --hf-config");
@@ -577,19 +554,13 @@ void register_attention(CLI::App& app) {
                   "comma list of logits, probs, output, lse (default probs,output; probs "
                   "without -v)");
   // --scale, --sliding-window, --softcap, ..., --causal, --window, --alibi, --dtype: the
-  // declared fields (attention_fields.hpp), the last four where --help has always listed
-  // them.
-  add_declared_options_but(sub, o->params, {"causal", "window", "alibi", "dtype"});
-  add_declared_options_of(sub, o->params, {"causal", "window"});
-  add_values_option(sub, "--attn-temperature", o->temperature,
-                    "Llama-4 temperature tuning: scores of the query at position p times "
-                    "1 + SCALE log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)",
-                    "SCALE FLOOR");
-  add_values_option(sub, "--llama4-scaling", o->llama4_scaling,
-                    "Llama-4 query scaling as Ministral-3 applies it: queries at position p times "
-                    "1 + BETA log(1 + floor(p / PERIOD)) (HF llama_4_scaling_beta, "
-                    "original_max_position_embeddings)",
-                    "BETA PERIOD");
+  // declared fields (attention_fields.hpp), the options of several words where --help has
+  // always listed them.
+  add_declared_options_but(sub, o->params,
+                           {"causal", "window", "attn_temperature", "llama4_scaling", "alibi",
+                            "dtype"});
+  add_declared_options_of(sub, o->params,
+                          {"causal", "window", "attn_temperature", "llama4_scaling"});
   // --mask, --key-lengths, --t5-bias, --qv, ...: the declared tensor inputs
   // (attention_fields.hpp), a tensor reference each.
   for (std::size_t i = 0; i < attention_tensors().size(); ++i) {

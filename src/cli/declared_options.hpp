@@ -170,6 +170,17 @@ class OptionBinder {
     grouped(opt);
   }
 
+  /// `--attn-temperature SCALE FLOOR`: two numbers, shown so in --help.
+  template <class B>
+  void operator()(const Field& f, Numbers<B> n) {
+    if (skipped(f)) return;
+    CLI::Option* opt = sub_->add_option_function<std::vector<double>>(
+        f.option(), [n, f](const std::vector<double>& v) { n.set(f, v); }, f.help);
+    opt->expected(2)->type_name(f.first_side + " " + f.second_side);
+    if (f.required) opt->required();
+    grouped(opt);
+  }
+
   /// `--dtype bf16`: the text parsed by the declaration's parser.
   template <class T>
   void operator()(const Field& f, Parsed<T> p) {

@@ -31,7 +31,7 @@ void apply_hf_attention(const HfAttentionConfig& c, AttentionOptions& opt,
     opt.chunk_size = *c.chunk_size;
     from("chunk_size", "attention_chunk_size");
   }
-  if (c.temperature_scale && free("temperature")) {
+  if (c.temperature_scale && free("attn_temperature")) {
     opt.temperature_scale = *c.temperature_scale;
     opt.temperature_floor = c.temperature_floor.value_or(0.0);
     from("temperature_scale", "attn_temperature_tuning");

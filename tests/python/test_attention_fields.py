@@ -95,7 +95,7 @@ def test_the_listing_holds_the_attention_options():
     names = {f["name"] for f in FIELDS}
     assert {"scale", "sliding_window", "chunk_size", "sink_tokens", "softcap", "max_distance",
             "global_block_size", "masked_rows", "p_dtype", "allow_nonfinite", "causal",
-            "window", "alibi"} <= names
+            "window", "alibi", "attn_temperature", "llama4_scaling", "dtype"} <= names
     for f in FIELDS:
         assert f["kind"] == "attention"
         assert f["name"] == f["option"][2:].replace("-", "_")
@@ -179,6 +179,30 @@ def test_the_bare_option_and_the_sides_mean_the_same_in_both(f, inputs):
         cli, py = output_of(inputs, [f["option"], *words], **{f["name"]: value})
         np.testing.assert_array_equal(cli, py)
         assert not np.array_equal(cli, plain), (f["name"], value)
+
+
+NUMBERS = [f for f in FIELDS if f["type"] == "numbers"]
+
+
+@pytest.mark.parametrize("f", NUMBERS, ids=[f["name"] for f in NUMBERS])
+def test_two_numbers_mean_the_same_and_are_refused_alike(f, inputs):
+    """`--attn-temperature 0.5 2` is attn_temperature=(0.5, 2); a second number of 0 is
+    outside both fields' ranges, refused by both front ends with one message."""
+    plain, _ = output_of(inputs, [])
+    cli, py = output_of(inputs, [f["option"], "0.5", "2"], **{f["name"]: (0.5, 2)})
+    np.testing.assert_array_equal(cli, py)
+    assert not np.array_equal(cli, plain)
+    tmp, a = inputs
+    q = str(tmp / "q.npy")
+    p = subprocess.run([BIN, "attention", "-q", q, "-k", q, "-v", q, f["option"], "1", "0",
+                        "-o", str(tmp / "bad.npy")], capture_output=True, text=True)
+    assert p.returncode == 2 and not (tmp / "bad.npy").exists(), p.stderr
+    with pytest.raises(posenc.UsageError) as e:
+        posenc.attention(a["q"], a["q"], a["q"], **{f["name"]: (1, 0)})
+    message = str(e.value)
+    assert message.startswith(f"{f['name']}: expected {' '.join(f['sides'])}, "), message
+    said = p.stderr.strip()[len("posenc: error: "):]
+    assert said == f["option"] + message[len(f["name"]):], (said, message)
 
 
 @pytest.mark.parametrize("f", FIELDS, ids=IDS)

@@ -14,12 +14,12 @@
 /// Shapes beyond one value: `--causal [ALIGN]` and `--alibi [VARIANT]` are choices whose
 /// option may go without its word (Field::optional_word; Python True), --alibi's names
 /// setting two members (alibi, alibi_before_scale); `--window LEFT[,RIGHT]` is two
-/// members (Sides; Python LEFT or (LEFT, RIGHT)); --dtype is parsed by the library's
-/// parse_dtype (Parsed). The rules between fields are
+/// members (Sides; Python LEFT or (LEFT, RIGHT)); --attn-temperature SCALE FLOOR and
+/// --llama4-scaling BETA PERIOD are two numbers into two members each (Numbers); --dtype is
+/// parsed by the library's parse_dtype (Parsed). The rules between fields are
 /// `check_given`.
 ///
-/// Not declared, bound by each front end: --attn-temperature SCALE FLOOR and
-/// --llama4-scaling BETA PERIOD (two real members each), --t5-bidirectional / --t5-causal
+/// Not declared, bound by each front end: --t5-bidirectional / --t5-causal
 /// (t5_bidirectional, keyword t5_causal), --grid / --key-grid H W (two members each), the
 /// relative window (--relative-left/right/sign/beyond, one optional RelativeWindow),
 /// --emit, --precision and --arith (bound with the ROPE OPTIONS, which share them) and
@@ -128,6 +128,26 @@ void declare(V& v, AttentionOptions& o) {
           "(-m|i+sk-sq-j|), fairseq or bloom (m j), falcon (m j before the scale)")
         .optional_word("causal", "[VARIANT]"),
     choice(std::tie(o.alibi, o.alibi_before_scale), fields::alibi_names()));
+  v(field("attn_temperature",
+          "Llama-4 temperature tuning: scores of the query at position p times 1 + SCALE "
+          "log1p(floor((p + 1) / FLOOR)) (HF attn_scale, floor_scale)")
+        .sides("SCALE", "FLOOR"),
+    numbers(
+        o.temperature_scale, o.temperature_floor,
+        [](double scale, double floor) { return std::isfinite(scale) && floor > 0; },
+        "a number and a positive floor"));
+  v(field("llama4_scaling",
+          "Llama-4 query scaling as Ministral-3 applies it: queries at position p times 1 + "
+          "BETA log(1 + floor(p / PERIOD)) (HF llama_4_scaling_beta, "
+          "original_max_position_embeddings)")
+        .sides("BETA", "PERIOD"),
+    numbers(
+        o.llama4_scaling_beta, o.llama4_scaling_period,
+        [](double beta, double period) {
+          return std::isfinite(beta) && period >= 1 && period <= 9.0e15 &&
+                 period == std::floor(period);
+        },
+        "a number and a positive whole period"));
   v(field("dtype", "output dtype f64|f32|f16|bf16 (default: that of Q; bf16 for fp8 Q)"),
     parsed(o.dtype, &parse_dtype, "dtype"));
 }

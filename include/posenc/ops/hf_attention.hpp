@@ -14,7 +14,8 @@ namespace posenc {
 
 /// Sets on `opt` what the config fixes for its layer type: scale, sliding_window,
 /// softcap, chunk_size, temperature (scale and floor) and ALiBi (BLOOM: bias m j after
-/// the scale; Falcon: before it). Fields named in `keep` (those names) are left alone.
+/// the scale; Falcon: before it). Fields named in `keep` (the declared fields' names,
+/// attention_fields.hpp: scale, attn_temperature, ...) are left alone.
 void apply_hf_attention(const HfAttentionConfig& c, AttentionOptions& opt,
                         const std::vector<std::string>& keep = {});
 
