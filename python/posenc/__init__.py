@@ -185,6 +185,8 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     if allow_nonfinite:
         apply["allow_nonfinite"] = True
     if _flag(torch_ops, "torch_ops"):
+        if cos is None:
+            raise UsageError("torch_ops: needs cos and sin")
         apply["torch_ops"] = True
     if rope2d is not None:
         apply["rope2d"] = _pair(rope2d, "rope2d")
@@ -504,6 +506,9 @@ def _field_value(f, value):
         return _dtype_name(value)
     if f["bare"] and not isinstance(value, str):  # causal=True: the bare option's word
         return True if _flag(value, name) else None
+    if f["type"] == "numbers":  # (SCALE, FLOOR)
+        pair = _items(value, 2, name, "({}, {})".format(*f["sides"]))
+        return [_number(v, name) for v in pair]
     if f["type"] == "sides":  # LEFT or (LEFT, RIGHT)
         first, second = f["sides"]
         items = ((value,) if np.ndim(value) == 0 and not isinstance(value, str)
