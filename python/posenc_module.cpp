@@ -973,38 +973,19 @@ void attention_options(const py::dict& d, AttentionOptions& opt) {
   set_if(d, "fa_baseline", opt.fa_baseline);  // arith="fa-baseline" (FlashAttention-3's tests)
 }
 
-// attention(grad_output=...): the gradients named in `names` (dq, dk, dv, softmax_d,
-// lse, dbias, dsinks, dt5_bias, dqv, drelative_k, drelative_v) and attrs.
-py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& dO, const AttentionOptions& opt,
-                             const std::vector<std::string>& names,
+// attention(grad_output=...): the gradients named in `names` (gradient_fields()) and
+// attrs.
+py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dO,
+                             const AttentionOptions& opt, const std::vector<std::string>& names,
                              const AttentionRope* rope = nullptr) {
-  AttentionBackwardOptions bopt;
   for (const std::string& n : names) {
-    if (n != "dq" && n != "dk" && n != "dv" && n != "softmax_d" && n != "lse" && n != "dbias" &&
-        n != "dsinks" && n != "dt5_bias" && n != "dqv" && n != "drelative_k" &&
-        n != "drelative_v" && n != "dclipped_bias" && n != "drel_pos_h" && n != "drel_pos_w" &&
-        n != "dper_dim_scale" && n != "drelative_proj" && n != "dgate_input" &&
-        n != "dgate_weight" && n != "dgate_bias" && n != "dgate_const") {
-      throw UsageError("emit " + n +
-                       ": with grad_output, expected dq, dk, dv, softmax_d, lse, dbias, dsinks, "
-                       "dt5_bias, dqv, drelative_k, drelative_v, dclipped_bias, drel_pos_h, "
-                       "drel_pos_w, dper_dim_scale, drelative_proj, dgate_input, dgate_weight, "
-                       "dgate_bias, dgate_const");
+    if (find_gradient(n) == nullptr) {
+      throw UsageError("emit " + n + ": with grad_output, expected " + gradient_names());
     }
     if (n == "dsinks" && !opt.sinks) throw UsageError("emit dsinks: needs sinks");
     if (n == "dqv" && !opt.qv) throw UsageError("emit dqv: needs qv");
-    bopt.dbias = bopt.dbias || n == "dbias";
-    bopt.dt5_bias = bopt.dt5_bias || n == "dt5_bias";
-    bopt.drelative_k = bopt.drelative_k || n == "drelative_k";
-    bopt.drelative_v = bopt.drelative_v || n == "drelative_v";
-    bopt.dclipped_bias = bopt.dclipped_bias || n == "dclipped_bias";
-    bopt.drel_pos_h = bopt.drel_pos_h || n == "drel_pos_h";
-    bopt.drel_pos_w = bopt.drel_pos_w || n == "drel_pos_w";
-    bopt.dper_dim_scale = bopt.dper_dim_scale || n == "dper_dim_scale";
-    bopt.drelative_proj = bopt.drelative_proj || n == "drelative_proj";
-    bopt.dgate = bopt.dgate || n.rfind("dgate_", 0) == 0;  // the four, checked above
   }
+  const AttentionBackwardOptions bopt = gradients_wanted(names);
   AttentionGrads g;
   {
     py::gil_scoped_release nogil;

@@ -12,11 +12,6 @@
 namespace posenc::cli {
 
 namespace {
-const char* const kNames[] = {"dq",          "dk",          "dv",            "softmax_d",
-                              "lse",         "dbias",       "dsinks",        "dt5_bias",
-                              "dqv",         "drelative_k", "drelative_v",   "dclipped_bias",
-                              "drel_pos_h",  "drel_pos_w",  "dper_dim_scale", "drelative_proj",
-                              "dgate_input", "dgate_weight", "dgate_bias",     "dgate_const"};
 
 // The streamed backward (posenc-attention(1), GRADIENTS): K and V used in place of their
 // mapped files and released tile by tile, dk and dv written to their NPY files as their
@@ -129,8 +124,7 @@ void run_streamed(TensorSource& q, TensorSource& k, TensorSource& v, TensorSourc
 }  // namespace
 
 bool is_gradient_name(const std::string& name) {
-  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames) &&
-         name != "lse";
+  return find_gradient(name) != nullptr && name != "lse";
 }
 
 void refuse_gradients_without_dO(const std::string& list) {
@@ -161,13 +155,9 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
     std::size_t comma = list.find(',', pos);
     if (comma == std::string::npos) comma = list.size();
     const std::string name = list.substr(pos, comma - pos);
-    if (std::find(std::begin(kNames), std::end(kNames), name) == std::end(kNames)) {
-      throw UsageError(fmt::format(
-          "--emit {}: with --grad-output, expected a comma list of dq, dk, dv, softmax_d, lse, "
-          "dbias, dsinks, dt5_bias, dqv, drelative_k, drelative_v, dclipped_bias, drel_pos_h, "
-          "drel_pos_w, dper_dim_scale, drelative_proj, dgate_input, dgate_weight, dgate_bias, "
-          "dgate_const",
-          name));
+    if (find_gradient(name) == nullptr) {
+      throw UsageError(fmt::format("--emit {}: with --grad-output, expected a comma list of {}",
+                                   name, gradient_names()));
     }
     if (std::find(out.begin(), out.end(), name) != out.end()) {
       throw UsageError(fmt::format("--emit {}: '{}' is named twice", list, name));
@@ -188,21 +178,7 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
                    const std::vector<TensorRef>& refs, const OutputOptions& out,
                    const AttentionRope* rope) {
   auto dO_src = open_source(parse_ref(grad_ref));
-  AttentionBackwardOptions bopt;
-  bopt.dbias = std::find(names.begin(), names.end(), "dbias") != names.end();
-  bopt.dt5_bias = std::find(names.begin(), names.end(), "dt5_bias") != names.end();
-  bopt.drelative_k = std::find(names.begin(), names.end(), "drelative_k") != names.end();
-  bopt.drelative_v = std::find(names.begin(), names.end(), "drelative_v") != names.end();
-  auto wants = [&](const char* n) {
-    return std::find(names.begin(), names.end(), n) != names.end();
-  };
-  bopt.dclipped_bias = wants("dclipped_bias");
-  bopt.drel_pos_h = wants("drel_pos_h");
-  bopt.drel_pos_w = wants("drel_pos_w");
-  bopt.dper_dim_scale = wants("dper_dim_scale");
-  bopt.drelative_proj = wants("drelative_proj");
-  bopt.dgate = wants("dgate_input") || wants("dgate_weight") || wants("dgate_bias") ||
-               wants("dgate_const");
+  const AttentionBackwardOptions bopt = gradients_wanted(names);
   const TensorInfo &qi = q.info(), &ki = k.info(), &vi = v.info(), &oi = dO_src->info();
   // The inputs' headers against each other and the budget, before anything is read.
   if (!is_float(oi.dtype)) {

@@ -11,9 +11,8 @@
 
 namespace posenc::cli {
 
-/// The tensors gradients can emit: dq, dk, dv, softmax_d, lse, dbias, dsinks, dt5_bias, dqv,
-/// drelative_k, drelative_v, dclipped_bias, drel_pos_h, drel_pos_w, dper_dim_scale,
-/// drelative_proj, dgate_input, dgate_weight, dgate_bias, dgate_const.
+/// Whether `name` is a gradient (gradient_fields(), posenc/ops/attention_backward.hpp)
+/// other than lse, which the forward emits too.
 bool is_gradient_name(const std::string& name);
 
 /// The --emit list in gradient mode (empty: dq,dk,dv,softmax_d,lse, dsinks with sinks and

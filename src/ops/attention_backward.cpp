@@ -1190,4 +1190,62 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                 : backward_plain(q, k, v, grad_output, opt, bopt);
 }
 
+const std::vector<GradientField>& gradient_fields() {
+  using G = AttentionGrads;
+  using B = AttentionBackwardOptions;
+  using K = GradientKind;
+  static const std::vector<GradientField> fields = {
+      {"dq", &G::dq, nullptr, K::rows},
+      {"dk", &G::dk, nullptr, K::rows},
+      {"dv", &G::dv, nullptr, K::rows},
+      {"softmax_d", &G::softmax_d, nullptr, K::stat},
+      {"lse", &G::lse, nullptr, K::stat},
+      {"dbias", &G::dbias, &B::dbias, K::parameter},
+      {"dsinks", &G::dsinks, nullptr, K::parameter},
+      {"dt5_bias", &G::dt5_bias, &B::dt5_bias, K::parameter},
+      {"dqv", &G::dqv, nullptr, K::rows},
+      {"drelative_k", &G::drelative_k, &B::drelative_k, K::parameter},
+      {"drelative_v", &G::drelative_v, &B::drelative_v, K::parameter},
+      {"dclipped_bias", &G::dclipped_bias, &B::dclipped_bias, K::parameter},
+      {"drel_pos_h", &G::drel_pos_h, &B::drel_pos_h, K::parameter},
+      {"drel_pos_w", &G::drel_pos_w, &B::drel_pos_w, K::parameter},
+      {"dper_dim_scale", &G::dper_dim_scale, &B::dper_dim_scale, K::parameter},
+      {"drelative_proj", &G::drelative_proj, &B::drelative_proj, K::parameter},
+      {"dgate_input", &G::dgate_input, &B::dgate, K::rows},
+      {"dgate_weight", &G::dgate_weight, &B::dgate, K::parameter},
+      {"dgate_bias", &G::dgate_bias, &B::dgate, K::parameter},
+      {"dgate_const", &G::dgate_const, &B::dgate, K::parameter},
+  };
+  return fields;
+}
+
+const GradientField* find_gradient(const std::string& name) {
+  for (const GradientField& f : gradient_fields()) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+std::string gradient_names() {
+  std::string out;
+  for (const GradientField& f : gradient_fields())
+    out += (out.empty() ? "" : ", ") + std::string(f.name);
+  return out;
+}
+
+AttentionBackwardOptions gradients_wanted(const std::vector<std::string>& names,
+                                          AttentionBackwardOptions bopt) {
+  for (const std::string& n : names) {
+    const GradientField* f = find_gradient(n);
+    if (f != nullptr && f->wanted != nullptr) bopt.*(f->wanted) = true;
+  }
+  return bopt;
+}
+
+Tensor& AttentionGrads::named(const std::string& name) {
+  const GradientField* f = find_gradient(name);
+  if (f == nullptr) throw std::out_of_range("AttentionGrads: no tensor named " + name);
+  return this->*(f->member);
+}
+
 }  // namespace posenc

@@ -161,11 +161,12 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   const DType lse_dtype = out == DType::f64 ? DType::f64 : DType::f32;
   g.dq = cast(dq, out);
   g.dk = cast(dk, out);
-  for (Tensor* t : {&g.dv, &g.dbias, &g.dsinks, &g.dt5_bias, &g.dqv, &g.drelative_k,
-                    &g.drelative_v, &g.dclipped_bias, &g.drel_pos_h, &g.drel_pos_w,
-                    &g.dper_dim_scale, &g.drelative_proj, &g.dgate_input, &g.dgate_weight,
-                    &g.dgate_bias, &g.dgate_const}) {
-    if (t->ndim() > 0 || t->numel() > 0) *t = cast(*t, out);
+  for (const GradientField& f : gradient_fields()) {  // the rest as they are
+    Tensor& t = g.*(f.member);
+    const bool rotated = &t == &g.dq || &t == &g.dk;
+    if (f.kind != GradientKind::stat && !rotated && (t.ndim() > 0 || t.numel() > 0)) {
+      t = cast(t, out);
+    }
   }
   g.softmax_d = cast(g.softmax_d, lse_dtype);
   g.lse = cast(g.lse, lse_dtype);

@@ -433,11 +433,6 @@ AttentionGrads attention_varlen_backward(const Tensor& q, const Tensor& k, const
   for (std::size_t i = 0; i < acc.lse.numel(); ++i) {
     acc.lse.data<double>()[i] = -std::numeric_limits<double>::infinity();
   }
-  // Parameters' gradients: added over the sequences in order.
-  const char* const sums[] = {"dsinks",        "dt5_bias",   "drelative_k",
-                              "drelative_v",   "dbias",      "dclipped_bias",
-                              "drel_pos_h",    "drel_pos_w", "dper_dim_scale",
-                              "drelative_proj"};
   bool recorded = false;
   for (std::size_t b = 0; b < L.n; ++b) {
     Sequence seq;
@@ -462,10 +457,11 @@ AttentionGrads attention_varlen_backward(const Tensor& q, const Tensor& k, const
                   rows);
       std::memcpy(acc.lse.bytes() + (h * total_q + q0) * 8, r.lse.bytes() + h * rows, rows);
     }
-    for (const char* n : sums) {
-      const Tensor& from = r.named(n);
+    for (const GradientField& f : gradient_fields()) {  // parameters': summed in order
+      if (f.kind != GradientKind::parameter) continue;
+      const Tensor& from = r.*(f.member);
       if (from.numel() == 0) continue;
-      Tensor& to = acc.named(n);
+      Tensor& to = acc.*(f.member);
       if (to.numel() == 0) to = zeros(from.shape());
       for (std::size_t i = 0; i < from.numel(); ++i) to.data<double>()[i] += from.data<double>()[i];
     }
@@ -478,10 +474,11 @@ AttentionGrads attention_varlen_backward(const Tensor& q, const Tensor& k, const
   res.attrs.push_back({"varlen_sequences", static_cast<long long>(L.n)});
   if (opt.seqused_q) res.attrs.push_back({"seqused_q", 1LL});
   if (opt.seqused_k) res.attrs.push_back({"seqused_k", 1LL});
-  for (const char* n : {"dq", "dk", "dv", "dqv", "dsinks", "dt5_bias", "drelative_k",
-                        "drelative_v", "dbias", "dclipped_bias", "drel_pos_h", "drel_pos_w",
-                        "dper_dim_scale", "drelative_proj"}) {
-    if (acc.named(n).numel() > 0 || acc.named(n).ndim() > 0) res.named(n) = cast(acc.named(n), out);
+  for (const GradientField& f : gradient_fields()) {  // all but softmax_d and lse
+    const Tensor& t = acc.*(f.member);
+    if (f.kind != GradientKind::stat && (t.numel() > 0 || t.ndim() > 0)) {
+      res.*(f.member) = cast(t, out);
+    }
   }
   // Sinks with no sequence run: their gradient is 0.
   if (opt.sinks && res.dsinks.numel() == 0) res.dsinks = cast(zeros(opt.sinks->shape()), out);

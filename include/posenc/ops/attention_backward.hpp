@@ -40,6 +40,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
@@ -71,33 +72,9 @@ struct AttentionGrads {
   Tensor dgate_const;     ///< gate_const's shape, likewise
   Attrs attrs;       ///< the forward's parameters
 
-  /// The tensor named `name` (dq, dk, dv, softmax_d, lse, dbias, dsinks, dt5_bias, dqv,
-  /// drelative_k, drelative_v, dclipped_bias, drel_pos_h, drel_pos_w, dper_dim_scale,
-  /// drelative_proj, dgate_input, dgate_weight, dgate_bias, dgate_const, as the outputs
-  /// are named); std::out_of_range for another name.
-  Tensor& named(const std::string& name) {
-    if (name == "dq") return dq;
-    if (name == "dk") return dk;
-    if (name == "dv") return dv;
-    if (name == "softmax_d") return softmax_d;
-    if (name == "lse") return lse;
-    if (name == "dbias") return dbias;
-    if (name == "dsinks") return dsinks;
-    if (name == "dt5_bias") return dt5_bias;
-    if (name == "dqv") return dqv;
-    if (name == "drelative_k") return drelative_k;
-    if (name == "drelative_v") return drelative_v;
-    if (name == "dclipped_bias") return dclipped_bias;
-    if (name == "drel_pos_h") return drel_pos_h;
-    if (name == "drel_pos_w") return drel_pos_w;
-    if (name == "dper_dim_scale") return dper_dim_scale;
-    if (name == "drelative_proj") return drelative_proj;
-    if (name == "dgate_input") return dgate_input;
-    if (name == "dgate_weight") return dgate_weight;
-    if (name == "dgate_bias") return dgate_bias;
-    if (name == "dgate_const") return dgate_const;
-    throw std::out_of_range("AttentionGrads: no tensor named " + name);
-  }
+  /// The tensor named `name` (a gradient_fields() name, as the outputs are named);
+  /// std::out_of_range for another name.
+  Tensor& named(const std::string& name);
 };
 
 /// Options of the backward beyond the forward's.
@@ -154,6 +131,39 @@ struct AttentionBackwardOptions {
   /// as held only tile by tile.
   bool release_kv = false;
 };
+
+/// What a gradient is, for the code that walks them.
+enum class GradientKind {
+  rows,       ///< of an input whose rows run along the sequence (dq, dk, dv, dqv, dgate_input)
+  stat,       ///< a statistic of each query row, float64 (softmax_d, lse)
+  parameter,  ///< of a parameter table, summed over batch entries (and varlen sequences)
+};
+
+/// One gradient attention_backward gives, declared once: its name (the --emit word and
+/// the Python key), its AttentionGrads member, the AttentionBackwardOptions switch that
+/// asks for it (nullptr: every backward computes it, or the input it belongs to does),
+/// and its kind. The command line's and the module's emit lists, the varlen backward's
+/// sums and the roundings to the output dtype walk this table.
+struct GradientField {
+  const char* name;
+  Tensor AttentionGrads::*member;
+  bool AttentionBackwardOptions::*wanted;
+  GradientKind kind;
+};
+
+/// Every gradient, in the order `--emit` lists them.
+const std::vector<GradientField>& gradient_fields();
+
+/// The gradient named `name`, nullptr for another name.
+const GradientField* find_gradient(const std::string& name);
+
+/// The names of gradient_fields() as a comma list ("dq, dk, dv, ..."), for messages.
+std::string gradient_names();
+
+/// `bopt` with the switches of the gradients in `names` set (names not checked: see
+/// find_gradient).
+AttentionBackwardOptions gradients_wanted(const std::vector<std::string>& names,
+                                          AttentionBackwardOptions bopt = {});
 
 /// Gradients of attention(q, k, v, opt)'s output with respect to q, k, v (and the float
 /// mask, the sinks) for the output gradient `grad_output` (Q's shape with d replaced by
