@@ -508,11 +508,13 @@ Positions positions(const py::dict& d) {
   return pos;
 }
 
-RopeApplyOptions apply_options(const py::dict& d) {
+// The ways of applying; `pos`: the positions' dict, where the cos/sin tables are.
+RopeApplyOptions apply_options(const py::dict& d, const py::dict* pos = nullptr) {
   RopeApplyOptions a;
   KeywordReader(d).read(a);  // the declared ways of applying (rope_fields.hpp)
-  const auto gave = [&d](const std::string& n) {
-    return d.contains(n) && !d[n.c_str()].is_none();
+  const auto gave = [&d, pos](const std::string& n) {
+    const auto in = [&n](const py::dict& x) { return x.contains(n) && !x[n.c_str()].is_none(); };
+    return in(d) || (pos != nullptr && in(*pos));
   };
   check_given(a, Caller{gave, [](const std::string& n) { return n; }, nullptr});
   set_if(d, "allow_nonfinite", a.allow_nonfinite);
@@ -584,7 +586,7 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
                      shape_str(shape));
   }
   const Axes axes = resolve_axes(axes_text, shape.size(), "x");
-  const RopeApplyOptions apply = apply_options(apply_d);
+  const RopeApplyOptions apply = apply_options(apply_d, &pos_d);
   const Positions pos = positions(pos_d);
   // 2-D RoPE's frequencies default to base 100, as `table rope2d`.
   const bool base100 = apply.grid_h > 0 && !rope_d.contains("base");

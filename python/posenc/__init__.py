@@ -185,8 +185,6 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     if allow_nonfinite:
         apply["allow_nonfinite"] = True
     if _flag(torch_ops, "torch_ops"):
-        if cos is None:
-            raise UsageError("torch_ops: needs cos and sin")
         apply["torch_ops"] = True
     if rope2d is not None:
         apply["rope2d"] = _pair(rope2d, "rope2d")

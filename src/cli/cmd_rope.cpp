@@ -161,9 +161,6 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
     pos.seqlen_offsets_shape = t.shape();
     pos.offsets_what = "--seqlen-offsets: " + o.seqlen_offsets;
   }
-  if (o.rope.apply.torch_ops && o.cos.empty()) {
-    throw UsageError("--torch-ops: needs --cos and --sin");
-  }
   if (o.cos.empty() != o.sin.empty()) {
     throw UsageError(o.cos.empty() ? "--sin: needs --cos" : "--cos: needs --sin");
   }
@@ -287,9 +284,6 @@ void run_rope(const RopeCmdOptions& o) {
   r.positions = rope_positions(o.rope, /*real_coords=*/true);
   set_coordinates(o, r.positions);
   set_tables(o, r.positions);
-  if (o.rope.apply.torch_ops && o.rope.app->count("--precision") > 0) {
-    throw UsageError("--torch-ops: computes as torch does; not with --precision");
-  }
   const std::vector<std::string> notes = config_heads_notes(o, r.inputs);
   if (o.rope.app->count("--max-memory") > 0) {
     r.max_memory = parse_memory_size(o.max_memory, "--max-memory");

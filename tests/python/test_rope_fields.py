@@ -175,6 +175,7 @@ RULES = [
      "{rope2d_ids}: cannot be combined with {rope2d}"),
     (["--rope2d-ids", "--order", "yx"], {"rope2d_ids": True, "order": "yx"},
      "{order}: the rows of {position_ids} give the order with {rope2d_ids}"),
+    (["--torch-ops"], {"torch_ops": True}, "{torch_ops}: needs {cos} and {sin}"),
 ]
 
 
@@ -183,7 +184,7 @@ RULES = [
 def test_a_rule_between_fields_says_one_message_on_both_front_ends(args, kw, message, x):
     tmp, a = x
     names = ("rope2d", "rope2d_ids", "order", "mrope_interleaved", "mrope_section",
-             "position_ids")
+             "position_ids", "torch_ops", "cos", "sin")
     p, written = run(tmp, args)
     option = message.format(**{n: "--" + n.replace("_", "-") for n in names})
     assert p.returncode == 2 and p.stderr == f"posenc: error: {option}\n" and not written, \

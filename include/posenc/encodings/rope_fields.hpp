@@ -185,8 +185,9 @@ void declare(V& v, RopeApplyOptions& a) {
 
 /// The rules between the ways of applying, in the caller's terms, checked by each front
 /// end once the fields are set: the grid's sides positive when it is given (0 0 in the
-/// library is no grid), interleaved M-RoPE needs its sections, and the ids of rope2d_ids
-/// take neither a grid nor an order.
+/// library is no grid), interleaved M-RoPE needs its sections, the ids of rope2d_ids
+/// take neither a grid nor an order, and torch_ops needs the caller's cos/sin tables and
+/// has no precision of posenc's (a caller's Caller knows whether cos was given).
 inline void check_given(const RopeApplyOptions& a, const Caller& c) {
   if (c.gave("rope2d") && (a.grid_h <= 0 || a.grid_w <= 0)) {
     throw UsageError(fmt::format("{}: height and width must be positive, got {} {}",
@@ -201,6 +202,13 @@ inline void check_given(const RopeApplyOptions& a, const Caller& c) {
   if (a.grid_ids && c.gave("order")) {
     throw UsageError(c.term("order") + ": the rows of " + c.term("position_ids") +
                      " give the order with " + c.term("rope2d_ids"));
+  }
+  if (a.torch_ops && !c.gave("cos")) {
+    throw UsageError(c.term("torch_ops") + ": needs " + c.term("cos") + " and " + c.term("sin"));
+  }
+  if (a.torch_ops && c.gave("precision")) {
+    throw UsageError(c.term("torch_ops") + ": computes as torch does; not with " +
+                     c.term("precision"));
   }
 }
 
