@@ -9,8 +9,6 @@
 // ALiBi slopes, the sinks).
 #include "posenc/ops/attention_backward.hpp"
 
-#include <xtensor-blas/xblas.hpp>
-#include <xtensor/xadapt.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,9 +19,10 @@
 #include <optional>
 #include <tuple>
 #include <vector>
+#include <xtensor-blas/xblas.hpp>
+#include <xtensor/xadapt.hpp>
 
-#include <sys/mman.h>
-
+#include "io/slab.hpp"
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
 #include "ops/attention_fa.hpp"
@@ -32,8 +31,8 @@
 #include "ops/attention_kernel.hpp"
 #include "ops/attention_timing.hpp"
 #include "ops/attention_varlen.hpp"
-#include "io/slab.hpp"
 #include "ops/blas_threads.hpp"
+#include "ops/huge_pages.hpp"
 #include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/bias.hpp"
 #include "posenc/error.hpp"
@@ -153,19 +152,8 @@ class SoftmaxDSink final : public TensorSink {
   double* D_;
 };
 
-// Asks for 2 MiB pages under the 2 MiB-aligned part of a fresh output (transparent huge
-// pages in madvise mode): the gradients' 4 KiB pages, each faulted in as it is first
-// written, cost more system time than the writes themselves (as rope.cpp's tables).
-void prefer_huge_pages(Tensor& t) {
-#ifdef MADV_HUGEPAGE
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto p = reinterpret_cast<std::uintptr_t>(t.bytes());
-  const std::uintptr_t lo = (p + kHuge - 1) & ~(kHuge - 1), hi = (p + t.nbytes()) & ~(kHuge - 1);
-  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-#else
-  (void)t;
-#endif
-}
+// A fresh gradient in 2 MiB pages where the kernel gives them (advise_huge_pages).
+void prefer_huge_pages(Tensor& t) { detail::advise_huge_pages(t.bytes(), t.nbytes()); }
 
 struct Tiles {
   std::size_t q = 0, k = 0;

@@ -5,7 +5,6 @@
 
 #include <fmt/core.h>
 #include <pthread.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +18,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "ops/huge_pages.hpp"
 #include "ops/rope_framework.hpp"
 #include "ops/rope_kernel.hpp"
 #include "ops/transpose.hpp"
@@ -184,8 +184,7 @@ template <class W>
 using TableMemory = std::unique_ptr<W[], FreeDeleter>;
 
 // n values of fresh memory, in 2 MiB pages where the kernel gives them on request
-// (transparent huge pages in madvise mode): a 64 MiB table faulted in 4 KiB pages took
-// 16,385 page faults, most of the time of the call that builds it.
+// (advise_huge_pages).
 template <class W>
 TableMemory<W> table_memory(std::size_t n) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
@@ -193,9 +192,7 @@ TableMemory<W> table_memory(std::size_t n) {
   const std::size_t align = bytes >= kHuge ? kHuge : alignof(std::max_align_t);
   void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
   if (p == nullptr) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-  if (align == kHuge) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
-#endif
+  if (align == kHuge) detail::advise_huge_pages(p, (bytes + align - 1) / align * align);
   return TableMemory<W>(static_cast<W*>(p));
 }
 
