@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "posenc/error.hpp"
 
@@ -48,24 +49,35 @@ void check_gate(const Geometry& g, const AttentionOptions& opt) {
   }
 }
 
+namespace {
+
+// HF WavLM's two gates of row x[at, at + e): the sigmoids of the sums of the projection's
+// two halves (4 outputs each, bias included).
+std::pair<double, double> gate_sigmoids(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                        std::size_t at, std::size_t e) {
+  double half[2] = {0, 0};
+  for (std::size_t k = 0; k < 8; ++k) {
+    double p = 0;
+    for (std::size_t c2 = 0; c2 < e; ++c2) p += x.get(at + c2) * w.get(k * e + c2);
+    half[k / 4] += p + bias.get(k);
+  }
+  auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  return {sigmoid(half[0]), sigmoid(half[1])};
+}
+
+}  // namespace
+
 std::vector<double> gate_factors(const Geometry& g, const AttentionOptions& opt) {
   if (!opt.gate_input) return {};
   const Tensor &x = *opt.gate_input, &w = *opt.gate_weight, &bias = *opt.gate_bias;
   const std::size_t e = x.shape().back() / g.hq;
-  auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
   std::vector<double> f(g.b * g.hq * g.sq);
   for (std::size_t b = 0; b < g.b; ++b) {
     for (std::size_t h = 0; h < g.hq; ++h) {
       const double c = opt.gate_const->get(h);
       for (std::size_t i = 0; i < g.sq; ++i) {
         const std::size_t at = ((b * g.sq + i) * g.hq + h) * e;  // x[b, i, h E]
-        double half[2] = {0, 0};
-        for (std::size_t k = 0; k < 8; ++k) {
-          double p = 0;
-          for (std::size_t c2 = 0; c2 < e; ++c2) p += x.get(at + c2) * w.get(k * e + c2);
-          half[k / 4] += p + bias.get(k);
-        }
-        const double ga = sigmoid(half[0]), gb = sigmoid(half[1]);
+        const auto [ga, gb] = gate_sigmoids(x, w, bias, at, e);
         f[(b * g.hq + h) * g.sq + i] = ga * (gb * c - 1.0) + 2.0;
       }
     }
@@ -77,7 +89,6 @@ GateGrads gate_grads(const Geometry& g, const AttentionOptions& opt,
                      const std::vector<double>& dfactor) {
   const Tensor &x = *opt.gate_input, &w = *opt.gate_weight, &bias = *opt.gate_bias;
   const std::size_t e = x.shape().back() / g.hq;
-  auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
   GateGrads d;
   d.input.assign(x.numel(), 0.0);
   d.weight.assign(8 * e, 0.0);
@@ -88,13 +99,7 @@ GateGrads gate_grads(const Geometry& g, const AttentionOptions& opt,
       const double c = opt.gate_const->get(h);
       for (std::size_t i = 0; i < g.sq; ++i) {
         const std::size_t at = ((b * g.sq + i) * g.hq + h) * e;  // x[b, i, h E]
-        double half[2] = {0, 0};
-        for (std::size_t k = 0; k < 8; ++k) {
-          double p = 0;
-          for (std::size_t c2 = 0; c2 < e; ++c2) p += x.get(at + c2) * w.get(k * e + c2);
-          half[k / 4] += p + bias.get(k);
-        }
-        const double ga = sigmoid(half[0]), gb = sigmoid(half[1]);
+        const auto [ga, gb] = gate_sigmoids(x, w, bias, at, e);
         const double df = dfactor[(b * g.hq + h) * g.sq + i];
         d.constant[h] += df * ga * gb;
         // d half: through a (g c - 1) + 2 and the sigmoids' s (1 - s).
