@@ -484,6 +484,11 @@ Positions positions(const py::dict& d) {
   Positions pos;
   KeywordReader(d).read(pos);  // start; its range is the library's
   auto given = [&d](const char* key) { return d.contains(key) && !d[key].is_none(); };
+  // The caller's coords arrive as the key grid.
+  check_given(pos.grid, Caller{[&given](const std::string& n) {
+                                 return given(n == "coords" ? "grid" : n.c_str());
+                               },
+                               [](const std::string& n) { return n; }, nullptr});
   // Integers, real coordinates and explicit angles (the wrapper hands C-contiguous int64 or
   // float64; bf16 tables widened exactly).
   auto values = [&d, &given](const char* key, auto& out, Shape& shape) {

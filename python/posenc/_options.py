@@ -196,12 +196,10 @@ def layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
             raise UsageError(f"coords: expected \"grid:E1,E2,...\" or \"centres:H,W\", got "
                              f"{coords!r:.40}")
         pos["grid"] = coords
-        pos["prefix_tokens"] = 0 if prefix_tokens is None else whole(prefix_tokens,
-                                                                     "prefix_tokens")
-        pos["merge_window"] = 1 if merge_window is None else whole(merge_window, "merge_window")
-    elif prefix_tokens is not None or merge_window is not None:
-        raise UsageError(("prefix_tokens" if prefix_tokens is not None else "merge_window")
-                         + ": applies to coords only")
+    if prefix_tokens is not None:  # without coords refused by the module (check_given)
+        pos["prefix_tokens"] = whole(prefix_tokens, "prefix_tokens")
+    if merge_window is not None:
+        pos["merge_window"] = whole(merge_window, "merge_window")
     if angles is not None:
         pos["angles"] = reals(angles, "angles")
     if layout is not None and inv_freq is not None:

@@ -127,12 +127,7 @@ void set_layout(const RopeCmdOptions& o, RopeStreamRequest& r) {
 /// --coords / --prefix-tokens / --merge-window / --angles into the positions.
 void set_coordinates(const RopeCmdOptions& o, Positions& pos) {
   const bool has_grid = !o.coords.empty();
-  if (!has_grid && (o.rope.app->count("--prefix-tokens") > 0 ||
-                    o.rope.app->count("--merge-window") > 0)) {
-    throw UsageError(fmt::format("{}: applies to --coords only",
-                                 o.rope.app->count("--prefix-tokens") > 0 ? "--prefix-tokens"
-                                                                          : "--merge-window"));
-  }
+  check_given(o.grid_options, command_line(o.rope.app));
   if (has_grid) {
     pos.grid = parse_coord_grid(o.coords, "--coords");
     pos.grid.prefix = o.grid_options.prefix;

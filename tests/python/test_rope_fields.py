@@ -176,6 +176,7 @@ RULES = [
     (["--rope2d-ids", "--order", "yx"], {"rope2d_ids": True, "order": "yx"},
      "{order}: the rows of {position_ids} give the order with {rope2d_ids}"),
     (["--torch-ops"], {"torch_ops": True}, "{torch_ops}: needs {cos} and {sin}"),
+    (["--merge-window", "2"], {"merge_window": 2}, "{merge_window}: applies to {coords} only"),
 ]
 
 
@@ -184,7 +185,7 @@ RULES = [
 def test_a_rule_between_fields_says_one_message_on_both_front_ends(args, kw, message, x):
     tmp, a = x
     names = ("rope2d", "rope2d_ids", "order", "mrope_interleaved", "mrope_section",
-             "position_ids", "torch_ops", "cos", "sin")
+             "position_ids", "torch_ops", "cos", "sin", "merge_window", "coords")
     p, written = run(tmp, args)
     option = message.format(**{n: "--" + n.replace("_", "-") for n in names})
     assert p.returncode == 2 and p.stderr == f"posenc: error: {option}\n" and not written, \

@@ -150,6 +150,15 @@ void declare(V& v, CoordGrid& g) {
     g.merge);
 }
 
+/// The grid's scalars apply to generated coordinates only (the caller's terms).
+inline void check_given(const CoordGrid&, const Caller& c) {
+  for (const char* name : {"prefix_tokens", "merge_window"}) {
+    if (c.gave(name) && !c.gave("coords")) {
+      throw UsageError(c.term(name) + ": applies to " + c.term("coords") + " only");
+    }
+  }
+}
+
 /// The ways of applying. The inverse and the precision are ROPE OPTIONS of `table rope`,
 /// `rope` and `attention --rope` (and keywords of their Python twins); the others
 /// `posenc rope` and posenc.rope take alone. The grid, the sections, the layout and its
