@@ -187,25 +187,6 @@ std::optional<std::vector<std::int64_t>> parse_integer_list(const std::string& t
   return v;
 }
 
-std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text) {
-  const std::vector<std::string> sides = split(text, ',');
-  auto side = [&](const std::string& s) -> std::int64_t {
-    const std::optional<long long> v = parse_integer(trim(s));
-    if (!v || *v < -1 || *v > kMaxWindow) {
-      throw UsageError(fmt::format(
-          "--window {}: expected LEFT[,RIGHT], integers from 0 to 2^53, or -1 for unbounded",
-          text));
-    }
-    return *v;
-  };
-  if (sides.size() > 2) {
-    throw UsageError(fmt::format("--window {}: expected LEFT[,RIGHT]", text));
-  }
-  const std::int64_t left = side(sides[0]);
-  const std::int64_t right = sides.size() == 2 ? side(sides[1]) : -1;
-  return {left, right};
-}
-
 std::vector<int> parse_sections(const std::string& text) {
   std::vector<int> v;
   for (const std::string& item : split(text, ',')) {

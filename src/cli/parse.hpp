@@ -52,11 +52,6 @@ std::optional<std::vector<double>> parse_number_list(const std::string& text,
 /// A comma list of integers ("4,0"), or nullopt when an item is no integer.
 std::optional<std::vector<std::int64_t>> parse_integer_list(const std::string& text);
 
-/// `--window LEFT[,RIGHT]`: integers >= -1 (-1 = unbounded; RIGHT defaults to -1), at
-/// most kMaxWindow so that position arithmetic cannot overflow. UsageError otherwise.
-std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text);
-inline constexpr std::int64_t kMaxWindow = std::int64_t{1} << 53;
-
 /// `--mrope-section T,H,W`: three counts of frequency pairs.
 std::vector<int> parse_sections(const std::string& text);
 

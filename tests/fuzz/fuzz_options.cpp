@@ -3,7 +3,8 @@
 //   0 --slice, resolved against a small shape taken from the next bytes, each axis
 //     checked against Python's slice.indices computed here in 128-bit arithmetic (and
 //     index lists entry by entry);
-//   1 --window; 2 sizes (--max-memory); 3 factor lists (--short-factor);
+//   1 --window, through its declaration (attention_fields.hpp) as the command line
+//     binds it; 2 sizes (--max-memory); 3 factor lists (--short-factor);
 //   4 integer option text (canonical form must parse back to the same value);
 //   5 real-number option text; 6 --mrope-section;
 //   7 --hf-config JSON, applied and reduced to frequencies, which must be finite (a
@@ -23,6 +24,7 @@
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_layout.hpp"
 #include "posenc/error.hpp"
+#include "posenc/ops/attention_fields.hpp"
 #include "posenc/ops/select.hpp"
 
 namespace {
@@ -127,6 +129,21 @@ void check_hf_config(const std::uint8_t* p, std::size_t n) {
   }
 }
 
+// --window's text set as declared_options.hpp sets it: the integers, then the declared
+// Sides' range check.
+constexpr std::int64_t kMaxSide = std::int64_t{1} << 53;
+struct WindowText {
+  std::string text;
+  template <class T>
+  void operator()(const posenc::Field&, T&&) {}
+  void operator()(const posenc::Field& f, posenc::Sides s) {
+    if (f.name != "window") return;
+    const auto v = posenc::cli::parse_integer_list(text);
+    if (!v) throw posenc::UsageError("window: integers");
+    s.set(f, *v);
+  }
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -144,8 +161,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       }
       case 1: {
-        auto [left, right] = cli::parse_window(text);
-        expect(left >= -1 && right >= -1 && left <= cli::kMaxWindow && right <= cli::kMaxWindow,
+        posenc::AttentionOptions o;
+        WindowText w{text};
+        posenc::declare(w, o);
+        expect(o.window_left >= -1 && o.window_right >= -1 && o.window_left <= kMaxSide &&
+                   o.window_right <= kMaxSide,
                "window out of range");
         break;
       }
