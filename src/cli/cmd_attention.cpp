@@ -559,15 +559,14 @@ void register_attention(CLI::App& app) {
   add_declared_options_but(sub, o->params,
                            {"causal", "window", "attn_temperature", "llama4_scaling", "alibi",
                             "dtype"});
-  add_declared_options_of(sub, o->params,
-                          {"causal", "window", "attn_temperature", "llama4_scaling"});
+  add_declared_options(sub, o->params, {"causal", "window", "attn_temperature", "llama4_scaling"});
   // --mask, --key-lengths, --t5-bias, --qv, ...: the declared tensor inputs
   // (attention_fields.hpp), a tensor reference each.
   for (std::size_t i = 0; i < attention_tensors().size(); ++i) {
     const TensorField<AttentionOptions>& t = attention_tensors()[i];
     sub->add_option(t.option(), o->tensors[i], t.help);
   }
-  add_declared_options_of(sub, o->params, {"alibi"});
+  add_declared_options(sub, o->params, {"alibi"});
   sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
   sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
   // Bound by hand, one option for several members (attention_fields.hpp): --wavlm-gate
@@ -606,7 +605,7 @@ void register_attention(CLI::App& app) {
   add_values_option(sub, "--key-grid", o->key_grid,
                     "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos",
                     "H W");
-  add_declared_options_of(sub, o->params, {"dtype"});
+  add_declared_options(sub, o->params, {"dtype"});
   sub->add_option("--input-dtype", o->input_dtype,
                   std::string(kInputDtypeHelp) + "; applies to Q, K and V")
       ->type_name("FP8");

@@ -292,19 +292,12 @@ void add_declared_options(CLI::App* sub, R& r, ArrayFiles* files = nullptr) {
 }
 
 /// The options of `r`'s fields apart from those `placed` names (which
-/// add_declared_options_of binds where --help lists them).
+/// add_declared_options binds where --help lists them).
 template <class R>
 void add_declared_options_but(CLI::App* sub, R& r, std::vector<std::string> placed) {
   OptionBinder b(sub, "", std::move(placed));
   declare(b, r);
 }
-/// The options of `r`'s fields `names`, in declaration order.
-template <class R>
-void add_declared_options_of(CLI::App* sub, R& r, std::vector<std::string> names) {
-  OptionBinder b(sub, "", std::move(names));
-  declare(b.only(), r);
-}
-
 /// The command line as a request's `check_given` sees it: a field given when its option
 /// was, spelled as its option.
 inline Caller command_line(const CLI::App* sub) {
@@ -326,14 +319,10 @@ std::vector<std::string> given_fields(const CLI::App* sub, R& r) {
 /// Adds the options of the declared fields of `r` named in `names` only, to `group` of
 /// --help: for a command whose --help interleaves them with options bound by hand.
 template <class R>
-void add_declared_options(CLI::App* sub, R& r, const std::vector<std::string>& names,
+void add_declared_options(CLI::App* sub, R& r, std::vector<std::string> names,
                           std::string group = "") {
-  std::vector<std::string> others;
-  for (const Field& f : posenc::describe<R>()) {
-    if (std::find(names.begin(), names.end(), f.name) == names.end()) others.push_back(f.name);
-  }
-  OptionBinder b(sub, std::move(group), std::move(others));
-  declare(b, r);
+  OptionBinder b(sub, std::move(group), std::move(names));
+  declare(b.only(), r);
 }
 
 }  // namespace posenc::cli
