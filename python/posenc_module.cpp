@@ -52,6 +52,7 @@
 #include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
 #include "posenc/fp8.hpp"
+#include "posenc/io/npy.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_backward.hpp"
@@ -76,39 +77,11 @@ namespace {
 
 // --- arrays ------------------------------------------------------------------------
 
-const char* numpy_name(DType t) {
-  switch (t) {
-    case DType::f16:
-      return "float16";
-    case DType::bf16:
-      return "uint16";  // bit patterns; the Python layer labels them
-    case DType::f32:
-      return "float32";
-    case DType::f64:
-      return "float64";
-    case DType::i8:
-      return "int8";
-    case DType::i16:
-      return "int16";
-    case DType::i32:
-      return "int32";
-    case DType::i64:
-      return "int64";
-    case DType::u8:
-      return "uint8";
-    case DType::u16:
-      return "uint16";
-    case DType::u32:
-      return "uint32";
-    case DType::u64:
-      return "uint64";
-    case DType::b1:
-      return "bool";
-    case DType::f8e4m3fn:
-    case DType::f8e5m2:
-      return "uint8";  // fp8 codes; the Python layer labels them
-  }
-  return "float64";
+// The numpy dtype of `t`: the one its NPY files carry (io/npy.hpp), but bf16 bit
+// patterns and fp8 codes as unsigned integers (the Python layer labels them).
+py::dtype numpy_dtype(DType t) {
+  if (t == DType::bf16) return py::dtype("uint16");
+  return py::dtype(is_fp8(t) ? std::string("uint8") : npy_descr(t, "x"));
 }
 
 Shape shape_of(const py::array& a) {
@@ -154,7 +127,7 @@ py::array to_array(Tensor&& t) {
     strides[i] = step;
     step *= shape[i];
   }
-  return py::array(py::dtype(numpy_name(owned->dtype())), shape, strides, owned->bytes(), base);
+  return py::array(numpy_dtype(owned->dtype()), shape, strides, owned->bytes(), base);
 }
 
 // --- threads and fork ---------------------------------------------------------------
@@ -304,24 +277,22 @@ void set_if(const py::dict& d, const char* key, std::optional<T>& dst) {
   if (auto v = get<T>(d, key)) dst = *v;
 }
 
-// An array argument (the Python layer hands C-contiguous float64 or int64 arrays; the
-// library checks shapes and values) as the xtensor array of a request, none for None.
-template <class T>
-std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
-  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
-  auto a = array_arg<T>(d[key], key);
-  xt::xarray<T> out = xt::empty<T>(shape_of(a));
-  std::copy(a.data(), a.data() + a.size(), out.data());
-  return out;
-}
-
-// The array `v` (an element of the list `key`) as an xtensor array of T.
+// The array `v` (the argument `key` or an element of that list) as an xtensor array of T
+// (the Python layer hands C-contiguous float64 or int64 arrays; the library checks shapes
+// and values).
 template <class T>
 xt::xarray<T> xarray_of(const py::handle& v, const char* key) {
   auto a = array_arg<T>(v, key);
   xt::xarray<T> out = xt::empty<T>(shape_of(a));
   std::copy(a.data(), a.data() + a.size(), out.data());
   return out;
+}
+
+// The array argument `key` as the xtensor array of a request, none for None.
+template <class T>
+std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  return xarray_of<T>(d[key], key);
 }
 
 // Reads a request's declared fields (encodings/table_fields.hpp, rope_fields.hpp) from the
@@ -732,56 +703,36 @@ const std::map<std::string, TableKind>& table_kinds() {
   return kinds;
 }
 
-// The declared fields of every table kind, for tests and the stubs' keyword lists:
-// [{kind, name, option, type, required, lo, hi, choices, negation, positive, default,
-// help}, ...].
-// The declared fields of request R (`kind`: the table kind or RoPE request it belongs to)
-// as dicts, appended to `out`.
-template <class R>
-void append_fields(py::list& out, const char* kind, R r) {
-  Describer d;
-  declare(d, r);
-  for (const Field& f : d.fields) {
-    py::dict e;
-    e["kind"] = kind;
-    e["name"] = f.name;
-    e["option"] = f.option();
-    e["type"] = f.type;
-    e["required"] = f.required;
-    e["lo"] = f.lo ? py::object(py::int_(*f.lo)) : py::object(py::none());
-    e["hi"] = f.hi ? py::object(py::int_(*f.hi)) : py::object(py::none());
-    e["choices"] = f.choices;
-    e["negation"] = f.negation.empty() ? "" : Field::option_of(f.negation);
-    e["positive"] = f.positive;
-    e["bare"] = f.bare;
-    e["sides"] = f.first_side.empty() ? py::list() : py::list(py::make_tuple(f.first_side, f.second_side));
-    e["default"] = f.default_text;
-    e["help"] = f.help;
-    out.append(e);
-  }
-}
-
-py::list table_fields() {
+// The declared fields of the requests `for_each` visits (the table kinds, RoPE's requests,
+// ...; each `kind` the one it belongs to), for tests and the stubs' keyword lists:
+// [{kind, name, option, type, required, lo, hi, choices, negation, positive, bare, sides,
+// default, help}, ...].
+template <class ForEach>
+py::list fields_of(ForEach for_each) {
   py::list out;
-  for_each_table_kind([&out](const char* kind, auto r) { append_fields(out, kind, r); });
-  return out;
-}
-
-py::list rope_fields() {
-  py::list out;
-  for_each_rope_request([&out](const char* kind, auto r) { append_fields(out, kind, r); });
-  return out;
-}
-
-py::list rope_ids_fields() {
-  py::list out;
-  append_fields(out, "rope_ids", RopeIdsRequest{});
-  return out;
-}
-
-py::list attention_fields() {
-  py::list out;
-  for_each_attention_request([&out](const char* kind, auto r) { append_fields(out, kind, r); });
+  for_each([&out](const char* kind, auto r) {
+    Describer d;
+    declare(d, r);
+    for (const Field& f : d.fields) {
+      py::dict e;
+      e["kind"] = kind;
+      e["name"] = f.name;
+      e["option"] = f.option();
+      e["type"] = f.type;
+      e["required"] = f.required;
+      e["lo"] = f.lo ? py::object(py::int_(*f.lo)) : py::object(py::none());
+      e["hi"] = f.hi ? py::object(py::int_(*f.hi)) : py::object(py::none());
+      e["choices"] = f.choices;
+      e["negation"] = f.negation.empty() ? "" : Field::option_of(f.negation);
+      e["positive"] = f.positive;
+      e["bare"] = f.bare;
+      e["sides"] = f.first_side.empty() ? py::list()
+                                        : py::list(py::make_tuple(f.first_side, f.second_side));
+      e["default"] = f.default_text;
+      e["help"] = f.help;
+      out.append(e);
+    }
+  });
   return out;
 }
 
@@ -855,33 +806,20 @@ RopeIdsRequest rope_ids_request(const py::dict& d) {
 // (ids [3, s], delta) or (ids [3, b, s], [delta per row]).
 py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
   const CallThreads threads;
+  const auto in = [](const py::dict& x, const std::string& n) {
+    return x.contains(n) && !x[n.c_str()].is_none();
+  };
+  Caller keywords;  // the layout and the token ids in `d`, the tensors in `tensors`
+  keywords.gave = [&](const std::string& n) { return in(d, n) || in(tensors, n); };
+  keywords.term = [](const std::string& n) { return n; };
+  check_prompt_given(keywords);
   const auto spec = get<std::string>(d, "layout");
-  const bool by_layout = spec.has_value();
-  const bool has_ids = tensors.contains("input_ids") && !tensors["input_ids"].is_none();
-  if (by_layout == has_ids) {
-    throw UsageError("layout: give the prompt as layout SPEC or as input_ids REF, one of the two");
-  }
-  const char* token_keys[] = {"image_token_id", "video_token_id", "audio_token_id",
-                              "video_start_token_id", "video_end_token_id"};
-  if (by_layout) {
-    for (const char* key :
-         {"image_grid_thw", "video_grid_thw", "second_per_grid_ts", "attention_mask"}) {
-      if (tensors.contains(key) && !tensors[key].is_none()) {
-        throw UsageError(std::string(key) + ": goes with input_ids, not layout");
-      }
-    }
-    for (const char* key : token_keys) {
-      if (d.contains(key) && !d[key].is_none()) {
-        throw UsageError(std::string(key) + ": goes with input_ids, not layout");
-      }
-    }
-  }
-  const PromptLayout layout = by_layout ? parse_prompt_layout(*spec, "layout") : PromptLayout{};
+  const PromptLayout layout = spec ? parse_prompt_layout(*spec, "layout") : PromptLayout{};
   const RopeIdsRequest req = rope_ids_request(d);
   RopeIdsConfig cfg;
   if (!req.hf_config.empty()) cfg = read_rope_ids_config(req.hf_config);
   const RopeIdsRules rules = resolve_rope_ids_rules(req, cfg);
-  if (by_layout) {
+  if (spec) {
     RopeIds one;
     {
       py::gil_scoped_release nogil;
@@ -889,25 +827,13 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
     }
     return py::make_tuple(to_array(std::move(one.ids)), one.delta);
   }
-  RopeIdsTokens in;
-  std::optional<Tensor> ids = tensor_arg(tensors, "input_ids"),
-                        images = tensor_arg(tensors, "image_grid_thw"),
-                        videos = tensor_arg(tensors, "video_grid_thw"),
-                        seconds = tensor_arg(tensors, "second_per_grid_ts"),
-                        mask = tensor_arg(tensors, "attention_mask");
-  in.input_ids = std::move(*ids);
-  if (images) in.image_grid_thw = &*images;
-  if (videos) in.video_grid_thw = &*videos;
-  if (seconds) {
-    if (!videos) throw UsageError("second_per_grid_ts: needs video_grid_thw");
-    in.second_per_grid_ts = &*seconds;
-  }
-  if (mask) in.attention_mask = &*mask;
-  in.tokens = resolve_media_token_ids(req, cfg, rules.family, in.video_grid_thw != nullptr);
+  RopeIdsTensors t{*tensor_arg(tensors, "input_ids"), tensor_arg(tensors, "attention_mask"),
+                   tensor_arg(tensors, "image_grid_thw"), tensor_arg(tensors, "video_grid_thw"),
+                   tensor_arg(tensors, "second_per_grid_ts")};
   RopeIdsBatch batch;
   {
     py::gil_scoped_release nogil;
-    batch = rope_ids_from_tokens(in, rules);
+    batch = rope_ids_from_tensors(std::move(t), req, cfg, rules);
   }
   const bool one_row = batch.ids.ndim() == 2;
   py::object deltas =
@@ -1310,28 +1236,14 @@ py::dict compare_baseline(const py::array& a, const std::string& a_dtype, const 
   BaselineRule rule;
   set_if(d, "factor", rule.factor);
   set_if(d, "atol", rule.atol);
+  rule.names = {"a", "b", "baseline"};
   BaselineVerdict v;
   {
     py::gil_scoped_release nogil;
-    try {
-      v = judge_against_baseline(ta, tb, tp, rule);
-    } catch (const InputError& e) {
-      // The library's kernel and ref are the keywords a and b here.
-      std::string msg = e.what();
-      if (msg.rfind("kernel: ", 0) == 0) throw InputError("a: " + msg.substr(8));
-      if (msg.rfind("ref: ", 0) == 0) throw InputError("b: " + msg.substr(5));
-      throw;
-    }
+    v = judge_against_baseline(ta, tb, tp, rule);
   }
   auto index = [](std::optional<std::size_t> flat, const Shape& shape) -> py::object {
-    if (!flat) return py::none();
-    std::vector<std::size_t> idx(shape.size());
-    std::size_t f = *flat;
-    for (std::size_t k = shape.size(); k-- > 0;) {
-      idx[k] = f % shape[k];
-      f /= shape[k];
-    }
-    return py::tuple(py::cast(idx));
+    return flat ? py::object(py::tuple(py::cast(unravel_index(*flat, shape)))) : py::none();
   };
   py::dict o;
   o["match"] = v.pass();
@@ -1395,6 +1307,20 @@ void write(const std::string& ref, const py::array& x, const std::string& dtype,
 
 // --- benchmarks' reference points ---------------------------------------------------
 
+// The best time in seconds of `repeats` calls of `f`, without the GIL.
+template <class F>
+double best_seconds(int repeats, F f) {
+  py::gil_scoped_release nogil;
+  double best = 1e300;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
 // The C++ kernel's own time for an in-place rotation of x (f32/f64), in seconds: what
 // posenc.rope's overhead is measured against (bench/python).
 double time_rope_cpp(py::array x, const std::string& dtype, const std::string& axes_text,
@@ -1403,25 +1329,17 @@ double time_rope_cpp(py::array x, const std::string& dtype, const std::string& a
   const DType t = dtype_of(x, dtype, "x");
   const Shape shape = shape_of(x);
   void* data = x.mutable_data();
-  py::gil_scoped_release nogil;
   const Axes axes = resolve_axes(axes_text, shape.size(), "x");
-  double best = 1e300;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const RopeFreqs f = rope_freqs_for(
-        shape, axes,
-        [](int head_dim) {
-          RopeParams p;
-          p.head_dim = head_dim;
-          return p;
-        },
-        {}, {}, "x");
+  return best_seconds(repeats, [&] {
+    const auto params = [](int head_dim) {
+      RopeParams p;
+      p.head_dim = head_dim;
+      return p;
+    };
+    const RopeFreqs f = rope_freqs_for(shape, axes, params, {}, {}, "x");
     RopeApplier ap(shape, t, axes, f, {}, {}, t, "x");
     ap.rows(data, data, 0, ap.rows_total());
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
+  });
 }
 
 // The C++ attention call's own time (inputs already Tensors), in seconds.
@@ -1433,15 +1351,7 @@ double time_attention_cpp(const py::array& q, const py::array& k, const py::arra
   AttentionOptions opt;
   opt.causal = causal ? CausalAlign::bottom_right : CausalAlign::none;
   opt.emit = {AttentionEmit::output};
-  py::gil_scoped_release nogil;
-  double best = 1e300;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    AttentionResult r = posenc::attention(tq, tk, &tv, opt);
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
+  return best_seconds(repeats, [&] { posenc::attention(tq, tk, &tv, opt); });
 }
 
 }  // namespace
@@ -1483,14 +1393,20 @@ PYBIND11_MODULE(_posenc, m) {
   m.def("table", &tables,
         "table(kind, request, rope, positions, dtype): the tables of one request as "
         "((array, attrs), ...). Use posenc.table.");
-  m.def("_table_fields", &table_fields,
-        "the declared fields of the table kinds (name, option, type, range, choices, help)");
-  m.def("_rope_fields", &rope_fields,
-        "the declared fields of RoPE (kind rope: RopeParams; positions; coords: the grid's)");
-  m.def("_rope_ids_fields", &rope_ids_fields,
-        "the declared fields of posenc.rope_ids (RopeIdsRequest's, but the config's path)");
-  m.def("_attention_fields", &attention_fields,
-        "the declared fields of attention (kind attention: AttentionOptions' scalars)");
+  m.def(
+      "_table_fields", [] { return fields_of([](auto f) { posenc::for_each_table_kind(f); }); },
+      "the declared fields of the table kinds (name, option, type, range, choices, help)");
+  m.def(
+      "_rope_fields", [] { return fields_of([](auto f) { posenc::for_each_rope_request(f); }); },
+      "the declared fields of RoPE (kind rope: RopeParams; positions; coords: the grid's)");
+  m.def(
+      "_rope_ids_fields",
+      [] { return fields_of([](auto f) { f("rope_ids", posenc::RopeIdsRequest{}); }); },
+      "the declared fields of posenc.rope_ids (RopeIdsRequest's, but the config's path)");
+  m.def(
+      "_attention_fields",
+      [] { return fields_of([](auto f) { posenc::for_each_attention_request(f); }); },
+      "the declared fields of attention (kind attention: AttentionOptions' scalars)");
   m.def("_attention_tensors", &attention_tensor_fields,
         "the declared tensor inputs of attention (kind attention, kvcache: name, option, help)");
   m.def("rope_ids", &rope_ids_of,

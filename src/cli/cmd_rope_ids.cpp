@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -32,52 +33,9 @@ struct RopeIdsOptions {
   OutputOptions out;
 };
 
-// HF's interface: input_ids and the grid tensors, read whole.
-RopeIdsBatch from_tokens(const RopeIdsOptions& o, const RopeIdsRequest& req,
-                         const RopeIdsConfig& cfg, const RopeIdsRules& rules) {
-  RopeIdsTokens in;
-  in.input_ids = read_tensor(o.input_ids);
-  Tensor images, videos, seconds, mask;
-  if (!o.attention_mask.empty()) {
-    mask = read_tensor(o.attention_mask);
-    in.attention_mask = &mask;
-  }
-  if (!o.image_grid_thw.empty()) {
-    images = read_tensor(o.image_grid_thw);
-    in.image_grid_thw = &images;
-  }
-  if (!o.video_grid_thw.empty()) {
-    videos = read_tensor(o.video_grid_thw);
-    in.video_grid_thw = &videos;
-  }
-  if (!o.second_per_grid_ts.empty()) {
-    if (o.video_grid_thw.empty()) {
-      throw UsageError("--second-per-grid-ts: needs --video-grid-thw");
-    }
-    seconds = read_tensor(o.second_per_grid_ts);
-    in.second_per_grid_ts = &seconds;
-  }
-  in.tokens = resolve_media_token_ids(req, cfg, rules.family, in.video_grid_thw != nullptr);
-  return rope_ids_from_tokens(in, rules);
-}
-
 void run_rope_ids(const RopeIdsOptions& o, CLI::App* sub) {
+  check_prompt_given(command_line(sub));
   const bool by_layout = sub->count("--layout") > 0;
-  if (by_layout == (sub->count("--input-ids") > 0)) {
-    throw UsageError(
-        "--layout: give the prompt as --layout SPEC or as --input-ids REF, one of "
-        "the two");
-  }
-  if (by_layout) {
-    for (const char* flag :
-         {"--image-grid-thw", "--video-grid-thw", "--second-per-grid-ts", "--attention-mask",
-          "--image-token-id", "--video-token-id", "--audio-token-id", "--video-start-token-id",
-          "--video-end-token-id"}) {
-      if (sub->count(flag) > 0) {
-        throw UsageError(fmt::format("{}: goes with --input-ids, not --layout", flag));
-      }
-    }
-  }
   const PromptLayout layout =
       by_layout ? parse_prompt_layout(o.layout, "--layout") : PromptLayout{};
   const TensorRef ref = parse_ref(o.out.outputs.at(0), o.out.to, "/position_ids");
@@ -86,8 +44,15 @@ void run_rope_ids(const RopeIdsOptions& o, CLI::App* sub) {
   if (!req.hf_config.empty()) cfg = read_rope_ids_config(req.hf_config);
   const RopeIdsRules rules = resolve_rope_ids_rules(req, cfg);
   RopeIdsBatch ids;
-  if (!by_layout) {
-    ids = from_tokens(o, req, cfg, rules);
+  if (!by_layout) {  // HF's interface: input_ids and the tensors given, read whole
+    const auto read = [](const std::string& ref) -> std::optional<Tensor> {
+      if (ref.empty()) return std::nullopt;
+      return read_tensor(ref);
+    };
+    ids = rope_ids_from_tensors({read_tensor(o.input_ids), read(o.attention_mask),
+                                 read(o.image_grid_thw), read(o.video_grid_thw),
+                                 read(o.second_per_grid_ts)},
+                                req, cfg, rules);
   } else {
     RopeIds one = rope_ids(layout, rules);
     ids.ids = std::move(one.ids);

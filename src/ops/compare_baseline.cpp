@@ -37,7 +37,7 @@ double sub_in(double a, double b, DType t) {
   return to_type(static_cast<float>(a) - static_cast<float>(b), t);
 }
 
-void check_float(const Tensor& t, const char* name) {
+void check_float(const Tensor& t, const std::string& name) {
   if (!is_float(t.dtype())) {
     throw InputError(
         fmt::format("{}: expected a float dtype, got {}", name, dtype_name(t.dtype())));
@@ -107,11 +107,11 @@ BaselineVerdict judge_against_baseline(const Tensor& kernel, const Tensor& ref,
   if (rule.atol && !(std::isfinite(*rule.atol) && *rule.atol >= 0)) {
     throw UsageError(fmt::format("atol: must be a finite number >= 0, got {}", *rule.atol));
   }
-  check_float(kernel, "kernel");
-  check_float(ref, "ref");
-  check_float(baseline, "baseline");
+  check_float(kernel, rule.names[0]);
+  check_float(ref, rule.names[1]);
+  check_float(baseline, rule.names[2]);
   if (baseline.shape() != ref.shape()) {
-    throw InputError(fmt::format("baseline: has shape {}, the reference {}",
+    throw InputError(fmt::format("{}: has shape {}, the reference {}", rule.names[2],
                                  shape_str(baseline.shape()), shape_str(ref.shape())));
   }
   BaselineVerdict v;

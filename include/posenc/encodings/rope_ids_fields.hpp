@@ -6,8 +6,14 @@
 /// resolve_rope_ids_rules' (they depend on the family and the config); the layout, the
 /// token tensors and the config's path are bound by each front end.
 
+#include <optional>
+#include <string>
+#include <utility>
+
 #include "posenc/declare.hpp"
 #include "posenc/encodings/rope_ids.hpp"
+#include "posenc/error.hpp"
+#include "posenc/tensor.hpp"
 
 namespace posenc {
 
@@ -34,6 +40,51 @@ void declare(V& v, RopeIdsRequest& r) {
     r.position_id_per_seconds);
   v(field("seconds_per_chunk", "qwen2.5-omni: seconds per chunk of a video+audio span (default 2)"),
     r.seconds_per_chunk);
+}
+
+/// The prompt given one way, checked before any tensor is read: as `layout` (a SPEC) or as
+/// `input_ids` with the grids, the mask and the media token ids (which a layout does not
+/// take); second_per_grid_ts needs video_grid_thw. UsageError in the caller's terms, one
+/// message from every front end ("--image-grid-thw: goes with --input-ids, not --layout").
+inline void check_prompt_given(const Caller& c) {
+  const bool by_layout = c.gave("layout");
+  if (by_layout == c.gave("input_ids")) {
+    throw UsageError(c.term("layout") + ": give the prompt as " + c.term("layout") +
+                     " SPEC or as " + c.term("input_ids") + " REF, one of the two");
+  }
+  if (by_layout) {
+    for (const char* n : {"image_grid_thw", "video_grid_thw", "second_per_grid_ts",
+                          "attention_mask", "image_token_id", "video_token_id", "audio_token_id",
+                          "video_start_token_id", "video_end_token_id"}) {
+      if (c.gave(n)) {
+        throw UsageError(c.term(n) + ": goes with " + c.term("input_ids") + ", not " +
+                         c.term("layout"));
+      }
+    }
+  }
+  if (c.gave("second_per_grid_ts") && !c.gave("video_grid_thw")) {
+    throw UsageError(c.term("second_per_grid_ts") + ": needs " + c.term("video_grid_thw"));
+  }
+}
+
+/// HF's interface: input_ids and the tensors given with it (none: not given).
+struct RopeIdsTensors {
+  Tensor input_ids;
+  std::optional<Tensor> attention_mask, image_grid_thw, video_grid_thw, second_per_grid_ts;
+};
+
+/// The ids of HF's interface, the media token ids the request's, else the config's.
+inline RopeIdsBatch rope_ids_from_tensors(RopeIdsTensors t, const RopeIdsRequest& req,
+                                          const RopeIdsConfig& cfg, const RopeIdsRules& rules) {
+  RopeIdsTokens in;
+  in.input_ids = std::move(t.input_ids);
+  const auto at = [](const std::optional<Tensor>& x) { return x ? &*x : nullptr; };
+  in.image_grid_thw = at(t.image_grid_thw);
+  in.video_grid_thw = at(t.video_grid_thw);
+  in.second_per_grid_ts = at(t.second_per_grid_ts);
+  in.attention_mask = at(t.attention_mask);
+  in.tokens = resolve_media_token_ids(req, cfg, rules.family, in.video_grid_thw != nullptr);
+  return rope_ids_from_tokens(in, rules);
 }
 
 }  // namespace posenc

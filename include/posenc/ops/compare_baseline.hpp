@@ -10,8 +10,10 @@
 ///
 /// as hopper/test_flash_attn.py asserts (factor 2; 3 with soft-capping).
 
+#include <array>
 #include <cstddef>
 #include <optional>
+#include <string>
 
 #include "posenc/tensor.hpp"
 
@@ -22,6 +24,9 @@ struct BaselineRule {
   double factor = 2;  ///< how many times the baseline's error the kernel may make
   /// A fixed atol; unset: flash-attn's rule, fa_atol(ref).
   std::optional<double> atol;
+  /// How messages name the kernel, the reference and the baseline (the command: their
+  /// files; Python: its keywords a, b and baseline).
+  std::array<std::string, 3> names{"kernel", "ref", "baseline"};
 };
 
 /// The verdict and the numbers behind it.
@@ -63,7 +68,7 @@ double torch_max_abs_diff(const Tensor& a, const Tensor& b, std::optional<std::s
 /// torch_max_abs_diff does, so that the verdict is the one FA's test reaches on the same
 /// tensors. A kernel whose shape differs from ref's fails (shapes_equal false, no error
 /// computed). UsageError ("factor: ...", "atol: ...") for a negative or non-finite
-/// factor or atol; InputError naming `kernel`, `ref` or `baseline` for a non-float dtype
+/// factor or atol; InputError naming the tensor (by `rule.names`) for a non-float dtype
 /// or a baseline whose shape differs from ref's.
 BaselineVerdict judge_against_baseline(const Tensor& kernel, const Tensor& ref,
                                        const Tensor& baseline, const BaselineRule& rule = {});
