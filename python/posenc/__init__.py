@@ -363,11 +363,12 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         (of Shaw's relative_k, relative_v tables), "dclipped_bias" (of clipped_bias),
         "drel_pos_h", "drel_pos_w" (of decomposed_rel_pos's tables), "dper_dim_scale",
         "drelative_proj" (of per_dim_scale, relative_proj), "dgate_input",
-        "dgate_weight", "dgate_bias", "dgate_const" (of wavlm_gate's tensors); default
-        ("dq", "dk", "dv"). With cu_seqlens_q/cu_seqlens_k, each sequence's own
-        backward, packed. Needs v; not with the Transformer-XL / XLNet / Funnel / DeBERTa
-        terms or LongT5's side keys. With rope=True, dq and dk are with respect to the unrotated
-        q and k.
+        "dgate_weight", "dgate_bias", "dgate_const" (of wavlm_gate's tensors),
+        "dglobal_k", "dglobal_v", "dglobal_bias" (of global_kv's side keys and values as
+        given inputs, and of global_bias); default ("dq", "dk", "dv"). With
+        cu_seqlens_q/cu_seqlens_k, each sequence's own backward, packed. Needs v; not
+        with the Transformer-XL / XLNet / Funnel / DeBERTa terms. With rope=True, dq and
+        dk are with respect to the unrotated q and k.
     cache_seqlens [b], cache_batch_idx [b], cache_leftpad [b], page_table [b, max_blocks],
         k_new [b, s_new, hk, d], v_new [b, s_new, hk, dv], rotary_cos/rotary_sin
         [s_rot, rotary_dim/2], rotary_seqlens [b], rotary_interleaved: FlashAttention's

@@ -23,6 +23,7 @@
 #include <xtensor/xadapt.hpp>
 
 #include "io/slab.hpp"
+#include "ops/attention_backward_global.hpp"
 #include "ops/attention_clipped.hpp"
 #include "ops/attention_decomposed.hpp"
 #include "ops/attention_fa.hpp"
@@ -79,7 +80,6 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
     }
   };
   no(opt.arith != Arith::exact, "--arith other than exact");
-  no(opt.global_k != nullptr, "--global-kv");
   no(opt.score_bias != nullptr, "a relative score term (--relative)");
   no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
   no(opt.q_descale != nullptr || opt.k_descale != nullptr || opt.v_descale != nullptr,
@@ -87,6 +87,7 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   no(!opt.p_dtype.empty(), "--p-dtype");
   no(opt.fa_baseline, "--arith fa-baseline");
   if (bopt.dt5_bias && !opt.t5_bias) throw UsageError("gradients: dt5_bias needs --t5-bias");
+  refuse_global_gradients(opt, bopt);  // dglobal_* without the side keys
   if (bopt.drelative_k && !opt.relative_k) {
     throw UsageError("gradients: drelative_k needs --relative-k");
   }
@@ -215,6 +216,7 @@ struct Ctx {
   std::vector<double> drh, drw;
   // WavLM's gate: the gradient of each row's factor [b][hq][sq] (each row one item's).
   std::vector<double> dgate;
+  GlobalGrads<T> global;  // LongT5's side keys (attention_backward_global)
 };
 
 // exp(x) in f32 lanes for x a score minus its row's lse (at most a rounding above 0): the
@@ -558,6 +560,9 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
         io_detail::release_mapped(v_at, kn * g.dv * dtype_size(c.v_raw ? c.v_dtype : dtype_of<T>()));
       }
     }
+    if (c.global.on) {  // the side columns, after the key tiles
+      c.global.item(c.P, c.q, c.dO, c.lse.data(), c.D.data(), bi, kvh, W.dq.data());
+    }
     if (dcols) add_decomposed(c, W.gdec.data(), W.dq.data(), it, bi, kvh * group, group);
     for (std::size_t hh = 0; hh < group; ++hh) {
       store_rows(out.dq, qst, bi, kvh * group + hh, 0, g.sq, g.d,
@@ -636,6 +641,7 @@ std::size_t plain_memory(const Shape& q, const Shape& k, const Shape& v, DType q
     n = add_sat(n, mul_sat(add_sat(nk, R * g.dv), 8 + dtype_size(out)));
   }
   if (g.rel_rows) n = add_sat(n, mul_sat(mul_sat(tiles_for(g, bopt).q, g.rel_rows + 1), 4 * ts));
+  n = add_sat(n, global_backward_bytes(g, opt, bopt, out));  // LongT5's side keys
   return add_sat(n, tile_bytes(g, tiles_for(g, bopt), bopt.dbias));
 }
 
@@ -800,7 +806,9 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
     if (bopt.drel_pos_w) c.drw.assign(g.b * g.hk * c.P.dec.rw.size(), 0.0);
     if (bopt.drelative_k) c.drk.assign(g.b * g.hk * c.P.rel_k.size(), T(0));
     if (bopt.drelative_v) c.drv.assign(g.b * g.hk * c.P.R * g.dv, T(0));
+    c.global.init(c.P, bopt);
     run(c, res, workers);
+    c.global.results(c.P, opt, out, res);  // LongT5's side keys
     if (bopt.dbias) {
       // dS summed over the axes the mask is broadcast along, in one fixed order.
       std::vector<double> acc(opt.mask->numel(), 0.0);
@@ -1139,7 +1147,10 @@ AttentionGrads backward_timing(const Tensor& q, const Tensor& k, const Tensor& v
                           {&c.dgate_input, &res.dgate_input},
                           {&c.dgate_weight, &res.dgate_weight},
                           {&c.dgate_bias, &res.dgate_bias},
-                          {&c.dgate_const, &res.dgate_const}}) {
+                          {&c.dgate_const, &res.dgate_const},
+                          {&c.dglobal_k, &res.dglobal_k},
+                          {&c.dglobal_v, &res.dglobal_v},
+                          {&c.dglobal_bias, &res.dglobal_bias}}) {
     if (from->ndim() > 0 || from->numel() > 0) *to = cast(*from, out);
   }
   res.softmax_d = std::move(c.softmax_d);
@@ -1203,6 +1214,9 @@ const std::vector<GradientField>& gradient_fields() {
       {"dgate_weight", &G::dgate_weight, &B::dgate, K::parameter},
       {"dgate_bias", &G::dgate_bias, &B::dgate, K::parameter},
       {"dgate_const", &G::dgate_const, &B::dgate, K::parameter},
+      {"dglobal_k", &G::dglobal_k, &B::dglobal_kv, K::rows},
+      {"dglobal_v", &G::dglobal_v, &B::dglobal_kv, K::rows},
+      {"dglobal_bias", &G::dglobal_bias, &B::dglobal_bias, K::parameter},
   };
   return fields;
 }

@@ -322,6 +322,15 @@ ATTENTION_GRADIENTS = {
     "--wavlm-gate": (["--grad-output", "{do}", "--t5-bias", "{t5}"],
                      ["--grad-output", "{do}", "--t5-bias", "{t5}", "--wavlm-gate", "{gx}", "{gw}",
                       "{gb}", "{gc}"]),
+    # LongT5's side keys (tests/python/test_attention_grad_global.py checks them and
+    # their gradients against torch autograd).
+    "--global-kv": (["--grad-output", "{dos}"],
+                    ["--grad-output", "{dos}", "--global-kv", "{kg}", "{vg}",
+                     "--global-block-size", "3"]),
+    "--global-bias": (["--grad-output", "{dos}", "--global-kv", "{kg}", "{vg}",
+                       "--global-block-size", "3"],
+                      ["--grad-output", "{dos}", "--global-kv", "{kg}", "{vg}",
+                       "--global-block-size", "3", "--global-bias", "{gbias}"]),
 }
 
 TABLE_ROWS = {k: v for k, v in ROPE_ROWS.items()
@@ -425,6 +434,8 @@ class OptionMatrix(PosencTestCase):
         save("tsin", r.uniform(-1, 1, (13, 4)).astype(np.float16))
         save("offs", np.array([3], np.int64))
         save("do", r.standard_normal((1, 4, 6, 8)).astype(np.float32))  # attention's dO
+        # Square Q's dO, drawn apart so that the fixtures after it keep their values.
+        save("dos", np.random.default_rng(1).standard_normal((1, 4, 10, 8)).astype(np.float32))
         for n in (0, 1, 2):  # KV cache: cache_seqlens (and leftpad, rotary_seqlens) [1]
             save(f"cs{n}", np.array([n], np.int32))
         save("kn", r.standard_normal((1, 1, 10, 8)).astype(np.float32))

@@ -32,9 +32,10 @@
 /// relative positions (and the tables' gradients), Gemma-3n audio's per-dimension query
 /// scale and projected relative keys (and their gradients; computed in memory: no sinks,
 /// given forward or released K and V), WavLM's gate on the T5 term (and the gate's
-/// gradients). Others (the relative score terms, score_bias, LongT5 global keys, the fp8
-/// descales, p_dtype, the FlashAttention baseline, --arith other than exact,
-/// MaskedRows::nan) are a UsageError.
+/// gradients), LongT5's transient-global side keys (the side columns' part of dq and
+/// the gradients of global_k, global_v and the global_bias table). Others (the relative
+/// score terms, score_bias, the fp8 descales, p_dtype, the FlashAttention baseline,
+/// --arith other than exact, MaskedRows::nan) are a UsageError.
 
 #include <cstddef>
 #include <functional>
@@ -70,6 +71,9 @@ struct AttentionGrads {
   Tensor dgate_weight;    ///< gate_weight's shape [8, E], likewise
   Tensor dgate_bias;      ///< gate_bias's shape [8], likewise
   Tensor dgate_const;     ///< gate_const's shape, likewise
+  Tensor dglobal_k;       ///< global_k's shape, when the side keys' are asked for
+  Tensor dglobal_v;       ///< global_v's shape, likewise
+  Tensor dglobal_bias;    ///< global_bias's shape [buckets, hq], when asked for
   Attrs attrs;       ///< the forward's parameters
 
   /// The tensor named `name` (a gradient_fields() name, as the outputs are named);
@@ -113,6 +117,17 @@ struct AttentionBackwardOptions {
   /// gradient), taken through gate = a (g c - 1) + 2 and its sigmoids; dt5_bias is then
   /// the sum of dS times the row's factor.
   bool dgate = false;
+  /// Also the gradients of LongT5's side keys and values (opt.global_k, global_v), as
+  /// given inputs: dglobal_k[g] = scale sum of dS_ig q_i, dglobal_v[g] = sum of P_ig dO_i
+  /// over the queries i of the group's heads (LongT5 computes them from block sums of
+  /// K and V: their gradients reach K, V and the hidden states through that, outside
+  /// posenc). dq gains scale sum_g dS_ig kg_g whether or not they are asked for.
+  bool dglobal_kv = false;
+  /// Also the gradient of the side bias table (opt.global_bias, HF's
+  /// global_relative_attention_bias): dS of the side columns summed over the (batch,
+  /// query, side key) pairs whose block distance g - block(i) falls in each bucket, per
+  /// head, as dt5_bias.
+  bool dglobal_bias = false;
   /// Tile sizes (0 = automatic; the results depend on them, never on threads or memory).
   std::size_t query_tile = 0;
   std::size_t key_tile = 0;
