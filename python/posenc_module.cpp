@@ -1207,13 +1207,7 @@ py::dict combine_partials(const py::array& out_partial, const std::string& out_d
   const Tensor o = to_tensor(out_partial, out_dtype, "out_partial");
   const Tensor l = to_tensor(lse_partial, lse_dtype, "lse_partial");
   CombineOptions opt;
-  set_if(d, "axis", opt.axis);
-  if (auto layout = get<std::string>(d, "lse_layout")) {
-    if (*layout != "sh" && *layout != "hs") {
-      throw UsageError("lse_layout: expected 'sh' or 'hs', got '" + printable(*layout) + "'");
-    }
-    opt.lse_layout = *layout == "hs" ? LseLayout::hs : LseLayout::sh;
-  }
+  KeywordReader(d).read(opt);  // axis, lse_layout (ops/combine.hpp)
   if (auto t = get<std::string>(d, "dtype")) opt.dtype = parse_dtype(*t, "dtype");
   CombineResult r;
   {

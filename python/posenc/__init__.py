@@ -741,8 +741,6 @@ def combine(out_partial, lse_partial, *, axis=0, lse_layout="sh", dtype=None):
     f32; torch tensors for a torch out_partial."""
     oa, on, like = _view(out_partial, "out_partial")
     la, ln, _ = _view(lse_partial, "lse_partial")
-    if not isinstance(lse_layout, str):
-        raise UsageError(f"lse_layout: expected 'sh' or 'hs', got {lse_layout!r:.40}")
     out_name = _dtype_name(dtype) or on
     opt = {"axis": _whole(axis, "axis"), "lse_layout": lse_layout, "dtype": _dtype_name(dtype)}
     res = _posenc.combine(_contiguous(oa), on, _contiguous(la), ln,

@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/declared_options.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/combine.hpp"
@@ -23,8 +24,7 @@ struct CombineCmdOptions {
   std::string lse_partial;
   OutputOptions out;
   std::string lse_output;
-  std::int64_t axis = 0;
-  std::string lse_layout = "sh";
+  CombineOptions combine;  ///< --axis and --lse-layout, declared (ops/combine.hpp)
   std::string dtype = "same";
 };
 
@@ -42,9 +42,7 @@ std::string named(std::string msg, const CombineCmdOptions& o) {
 }
 
 void run_combine(const CombineCmdOptions& o) {
-  CombineOptions opt;
-  opt.axis = o.axis;
-  opt.lse_layout = o.lse_layout == "hs" ? LseLayout::hs : LseLayout::sh;
+  CombineOptions opt = o.combine;
   if (o.dtype != "same") opt.dtype = parse_dtype(o.dtype, "--dtype");
   std::vector<TensorRef> refs{parse_ref(o.out.outputs.at(0), o.out.to, "/output")};
   if (!o.lse_output.empty()) refs.push_back(parse_ref(o.lse_output, o.out.to, "/lse"));
@@ -65,8 +63,8 @@ void run_combine(const CombineCmdOptions& o) {
   } catch (const UsageError& e) {
     throw UsageError(named(e.what(), o));  // main() maps axis to --axis
   }
-  const Attrs attrs{{"split_axis", static_cast<std::int64_t>(o.axis)},
-                    {"lse_layout", o.lse_layout}};
+  const Attrs attrs{{"split_axis", static_cast<std::int64_t>(opt.axis)},
+                    {"lse_layout", std::string(opt.lse_layout == LseLayout::hs ? "hs" : "sh")}};
   verbose_attrs(attrs);
   std::vector<NamedTensor> outs{{refs[0], &r.out, attrs}};
   if (refs.size() > 1) outs.push_back({refs[1], &r.lse, attrs});
@@ -95,14 +93,7 @@ void register_combine(CLI::App& app) {
   sub->add_option("--lse-output", o->lse_output,
                   "where the merged lse goes (LSE_PARTIAL's shape without the split axis; f64 "
                   "when the output is f64, else f32)");
-  sub->add_option("--axis", o->axis,
-                  "the split axis of both inputs (default 0; negative counts from the end of "
-                  "OUT_PARTIAL)");
-  sub->add_option("--lse-layout", o->lse_layout,
-                  "sh: LSE_PARTIAL has OUT_PARTIAL's axes without d ([splits, b, s, h], "
-                  "flash_attn_combine's; default); hs: its last two swapped ([splits, b, h, s], "
-                  "flash-attn's softmax_lse and posenc attention's lse, stacked)")
-      ->check(CLI::IsMember({"sh", "hs"}));
+  add_declared_options(sub, o->combine);
   sub->add_option("--dtype", o->dtype,
                   "output type: same (OUT_PARTIAL's, default), f64, f32, f16, bf16")
       ->check(CLI::IsMember(

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "posenc/declare.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc {
@@ -30,6 +31,28 @@ struct CombineOptions {
   LseLayout lse_layout = LseLayout::sh;  ///< how lse_partial's axes follow out_partial's
   std::optional<DType> dtype;  ///< type of the output (default: out_partial's); float only
 };
+
+/// The names of the lse layouts, as the option and the keyword take them.
+inline const Names<LseLayout>& lse_layout_names() {
+  static const Names<LseLayout> names{{"sh", LseLayout::sh}, {"hs", LseLayout::hs}};
+  return names;
+}
+
+/// The split axis and the lse layout, declared once (declare.hpp): `posenc combine --axis
+/// --lse-layout`, posenc.combine(axis=, lse_layout=). The output type is each front end's
+/// (the command takes `same`).
+template <class V>
+void declare(V& v, CombineOptions& o) {
+  v(field("axis",
+          "the split axis of both inputs (default 0; negative counts from the end of "
+          "OUT_PARTIAL)"),
+    o.axis);
+  v(field("lse_layout",
+          "sh: LSE_PARTIAL has OUT_PARTIAL's axes without d ([splits, b, s, h], "
+          "flash_attn_combine's; default); hs: its last two swapped ([splits, b, h, s], "
+          "flash-attn's softmax_lse and posenc attention's lse, stacked)"),
+    choice(o.lse_layout, lse_layout_names()));
+}
 
 /// The merged output and its log-sum-exp.
 struct CombineResult {
