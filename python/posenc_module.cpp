@@ -871,18 +871,22 @@ void relative_window_options(const py::dict& d, AttentionOptions& opt) {
   opt.relative_window = w;
 }
 
-void attention_options(const py::dict& d, AttentionOptions& opt) {
+// `tensors`: the tensor inputs given, which the rules between fields and tensors see.
+void attention_options(const py::dict& d, const py::dict& tensors, AttentionOptions& opt) {
   set_if(d, "axes", opt.axes);
   // scale, sliding_window, softcap, ...: the declared fields (ops/attention_fields.hpp),
   // their ranges the library's.
   KeywordReader k(d);
   k.read(opt);
   validate_given(opt, k.given);
-  check_given(opt, Caller{[&k](const std::string& n) {
-                            return std::find(k.given.begin(), k.given.end(), n) != k.given.end();
-                          },
-                          [](const std::string& n) { return n; }, nullptr});
-  set_if(d, "t5_bidirectional", opt.t5_bidirectional);
+  const auto in = [](const py::dict& x, const std::string& n) {
+    return x.contains(n) && !x[n.c_str()].is_none();
+  };
+  // Python has t5_causal alone, no t5_bidirectional.
+  check_given(opt, Caller{[&](const std::string& n) { return in(d, n) || in(tensors, n); },
+                          [](const std::string& n) { return n == "t5_bidirectional" ? "" : n; },
+                          nullptr});
+  opt.t5_bidirectional = !get<bool>(d, "t5_causal").value_or(false);
   set_if(d, "grid_h", opt.grid_h);
   set_if(d, "grid_w", opt.grid_w);
   set_if(d, "key_grid_h", opt.key_grid_h);
@@ -987,7 +991,7 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                    const py::dict& relative_d) {
   const CallThreads threads;
   AttentionOptions opt;
-  attention_options(opt_d, opt);
+  attention_options(opt_d, tensors, opt);
   const std::vector<std::string> emit_names =
       get<std::vector<std::string>>(opt_d, "emit").value_or(std::vector<std::string>{});
   std::string emit_list;

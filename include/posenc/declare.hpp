@@ -290,7 +290,8 @@ inline Spread spread(std::vector<std::optional<xt::xarray<double>>*> members,
 
 /// What a front end says about the request being built: whether the caller gave a field,
 /// and how the caller spells a field in messages ("--bias-table" on the command line,
-/// "bias_table" in Python).
+/// "bias_table" in Python; "" for a field the caller does not have, which a message
+/// listing fields leaves out).
 struct Caller {
   std::function<bool(const std::string&)> gave;
   std::function<std::string(const std::string&)> term;

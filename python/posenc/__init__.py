@@ -458,12 +458,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         if any(not 1 <= n <= 2**31 for n in g):
             raise UsageError(f"{name} {g}: sides must be whole numbers in [1, 2^31]")
         opt[name + "_h"], opt[name + "_w"] = g
-    if alibi_max_bias is not None and alibi_slopes is not None:
-        raise UsageError("alibi_max_bias: not with alibi_slopes (the slopes are given)")
-    if t5_bias is None and global_bias is None and (
-            t5_buckets is not None or t5_max_distance is not None or t5_causal):
-        raise UsageError("t5_buckets/t5_max_distance/t5_causal need t5_bias or global_bias")
-    opt["t5_bidirectional"] = not t5_causal
+    opt["t5_causal"] = t5_causal or None
     if max_distance is not None and relative_k is None and relative_v is None:
         raise UsageError("max_distance needs relative_k or relative_v")
     relative = _relative(rope, rel_keys, content_bias, position_bias, segment_ids,

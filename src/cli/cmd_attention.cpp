@@ -245,13 +245,6 @@ void run_attention(AttentionCmdOptions& o) {
   if (o.t5_bidirectional && o.t5_causal) {
     throw UsageError("--t5-bidirectional and --t5-causal exclude each other");
   }
-  if (o.ref(&A::t5_bias).empty() && o.ref(&A::global_bias).empty() &&
-      (given(o, "--t5-buckets") || given(o, "--t5-max-distance") || o.t5_bidirectional ||
-       o.t5_causal)) {
-    throw UsageError(
-        "--t5-buckets/--t5-max-distance/--t5-bidirectional/--t5-causal need --t5-bias or "
-        "--global-bias");
-  }
   global_options(o);
   if (!o.rope) {
     for (const char* name :
@@ -261,14 +254,12 @@ void run_attention(AttentionCmdOptions& o) {
     }
   }
   check_relative_options(o.relative, o.rope);
-  if (given(o, "--alibi-max-bias") && given(o, "--alibi-slopes")) {
-    throw UsageError("--alibi-max-bias: not with --alibi-slopes (the slopes are given)");
-  }
   // The declared fields' ranges (ops/attention_fields.hpp), of the options given.
   validate_given(o.params, given_fields(o.app, o.params));
   AttentionOptions opt = o.params;
   opt.axes = o.axes;
-  check_given(o.params, command_line(o.app));  // the rules between declared fields
+  // The rules between declared fields and the tensors given, spelled as options.
+  check_given(o.params, command_line(o.app));
   if (given(o, "--llama4-scaling") && given(o, "--attn-temperature")) {
     throw UsageError("--llama4-scaling and --attn-temperature: no model scales its queries "
                      "both ways; give one");

@@ -51,7 +51,8 @@ def inputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("attention_fields")
     rng = np.random.default_rng(7)
     arrays = {"q": rng.standard_normal((1, 2, 4, 4)), "rk": rng.standard_normal((3, 4)),
-              "kg": rng.standard_normal((1, 2, 2, 4)), "vg": rng.standard_normal((1, 2, 2, 4))}
+              "kg": rng.standard_normal((1, 2, 2, 4)), "vg": rng.standard_normal((1, 2, 2, 4)),
+              "sl": np.array([0.5, 0.25])}
     for name, a in arrays.items():
         np.save(tmp / f"{name}.npy", a)
     return tmp, arrays
@@ -230,6 +231,65 @@ def test_the_option_matrix_has_its_row(f):
     for option in options(f):
         # A row that changes numbers, or one saying why the option does not.
         assert re.search(rf'"{re.escape(option)}": [(\"]', matrix), option
+
+
+# The rules between fields and tensor inputs (check_given of AttentionOptions): one message,
+# each front end naming the fields as it spells them; Python has no t5_bidirectional (its
+# name and separator are left out of the list there). Words as run() takes them ({x}: the
+# file x.npy), keywords as call() does (x: the array).
+RULES = [
+    (["--alibi", "--alibi-max-bias", "4", "--alibi-slopes", "{sl}"],
+     {"alibi": True, "alibi_max_bias": 4, "alibi_slopes": "sl"},
+     "{alibi_max_bias}: not with {alibi_slopes} (the slopes are given)"),
+    (["--alibi-max-bias", "4"], {"alibi_max_bias": 4}, "{alibi_max_bias} needs {alibi}"),
+    (["--t5-buckets", "8"], {"t5_buckets": 8}, "{t5}"),
+    (["--t5-max-distance", "64"], {"t5_max_distance": 64}, "{t5}"),
+    (["--t5-causal"], {"t5_causal": True}, "{t5}"),
+    (["--t5-bidirectional"], None, "{t5}"),
+]
+T5 = "{t5_buckets}/{t5_max_distance}/{t5_bidirectional}{t5_causal} need {t5_bias} or {global_bias}"
+
+
+def said(message, option):
+    names = ("alibi", "alibi_max_bias", "alibi_slopes", "t5_buckets", "t5_max_distance",
+             "t5_causal", "t5_bias", "global_bias")
+    terms = {n: "--" + n.replace("_", "-") if option else n for n in names}
+    terms["t5_bidirectional"] = "--t5-bidirectional/" if option else ""
+    return message.replace("{t5}", T5).format(**terms)
+
+
+@pytest.mark.parametrize("words, kw, message", RULES,
+                         ids=[" ".join(r[0]).replace("{sl}", "sl") for r in RULES])
+def test_a_rule_between_a_field_and_a_tensor_says_one_message_on_both_front_ends(
+        words, kw, message, inputs):
+    tmp, a = inputs
+    out = tmp / "rule.npy"
+    out.unlink(missing_ok=True)
+    q = str(tmp / "q.npy")
+    p = subprocess.run([BIN, "attention", "-q", q, "-k", q, "-v", q, "--emit", "output",
+                        *[w.format(sl=tmp / "sl.npy") for w in words], "-o", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr == f"posenc: error: {said(message, True)}\n", p.stderr
+    assert not out.exists()
+    if kw is None:  # no such keyword
+        return
+    kw = {k: a[v] if isinstance(v, str) else v for k, v in kw.items()}
+    with pytest.raises(posenc.UsageError) as e:
+        posenc.attention(a["q"], a["q"], a["q"], emit="output", **kw)
+    assert str(e.value) == said(message, False)
+    # The library's rule, not the package's: the module called with the package's dicts
+    # refuses the same.
+    arg = (lambda x: (np.ascontiguousarray(x), "f64"))
+    tensors = {"q": arg(a["q"]), "k": arg(a["q"]), "v": arg(a["q"])}
+    opt = {"emit": ["output"]}
+    for k, v in kw.items():
+        if isinstance(v, np.ndarray):
+            tensors[k] = arg(v)
+        else:
+            opt[k] = float(v) if k == "alibi_max_bias" else v
+    with pytest.raises(posenc.UsageError) as e:
+        posenc._posenc.attention(tensors, opt, {}, {}, {}, False, {})
+    assert str(e.value) == said(message, False)
 
 
 # The declared tensor inputs (attention_tensors(), kvcache_tensors()): `--name REF` on the

@@ -11,6 +11,7 @@
 #include "posenc/declare.hpp"
 #include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
+#include "posenc/ops/attention_fields.hpp"
 
 namespace posenc {
 namespace {
@@ -145,6 +146,40 @@ TEST(Declare, CheckGivenJoinsFieldsInTheCallersTerms) {
   } catch (const UsageError& e) {
     EXPECT_STREQ(e.what(), "--mask: give a pixel mask or --size H W (one of them)");
   }
+}
+
+// attention's rules that relate a field to a tensor input: the caller says which tensors
+// it was given, and the message names both as the caller spells them.
+TEST(Declare, AttentionRulesSeeTheTensorsGiven) {
+  const AttentionOptions o;
+  auto message = [&o](std::set<std::string> given, bool python) {
+    // Python has no t5_bidirectional (only t5_causal).
+    Caller c{[given](const std::string& n) { return given.count(n) > 0; },
+             [python](const std::string& n) {
+               return !python ? Field::option_of(n) : n == "t5_bidirectional" ? "" : n;
+             },
+             nullptr};
+    try {
+      check_given(o, c);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("passed");
+  };
+  EXPECT_EQ(message({"alibi", "alibi_max_bias", "alibi_slopes"}, true),
+            "alibi_max_bias: not with alibi_slopes (the slopes are given)");
+  EXPECT_EQ(message({"alibi", "alibi_max_bias", "alibi_slopes"}, false),
+            "--alibi-max-bias: not with --alibi-slopes (the slopes are given)");
+  EXPECT_EQ(message({"alibi", "alibi_max_bias"}, false), "passed");
+  EXPECT_EQ(message({"alibi", "alibi_slopes"}, false), "passed");
+  EXPECT_EQ(message({"t5_buckets"}, true),
+            "t5_buckets/t5_max_distance/t5_causal need t5_bias or global_bias");
+  EXPECT_EQ(message({"t5_causal"}, false),
+            "--t5-buckets/--t5-max-distance/--t5-bidirectional/--t5-causal need --t5-bias or "
+            "--global-bias");
+  EXPECT_EQ(message({"t5_bidirectional"}, false).substr(0, 14), "--t5-buckets/-");
+  EXPECT_EQ(message({"t5_max_distance", "t5_bias"}, true), "passed");
+  EXPECT_EQ(message({"t5_buckets", "global_bias"}, false), "passed");
 }
 
 TEST(Declare, TableFunctionsValidateFromTheDeclaration) {

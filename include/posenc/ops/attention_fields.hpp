@@ -20,10 +20,11 @@
 /// `check_given`.
 ///
 /// Not declared, bound by each front end: --t5-bidirectional / --t5-causal
-/// (t5_bidirectional, keyword t5_causal), --grid / --key-grid H W (two members each), the
-/// relative window (--relative-left/right/sign/beyond, one optional RelativeWindow),
-/// --emit, --precision and --arith (bound with the ROPE OPTIONS, which share them) and
-/// --max-memory (a size the command line parses with suffixes, Python in bytes).
+/// (t5_bidirectional, keyword t5_causal; check_given knows them by these names), --grid /
+/// --key-grid H W (two members each), the relative window (--relative-left/right/sign/
+/// beyond, one optional RelativeWindow), --emit, --precision and --arith (bound with the
+/// ROPE OPTIONS, which share them) and --max-memory (a size the command line parses with
+/// suffixes, Python in bytes).
 
 #include <cmath>
 #include <cstdint>
@@ -152,11 +153,31 @@ void declare(V& v, AttentionOptions& o) {
     parsed(o.dtype, &parse_dtype, "dtype"));
 }
 
-/// The rules between declared fields, checked by each front end once they are set:
-/// "alibi_max_bias needs alibi" (the caller's terms).
+/// The rules between declared fields and between a field and a tensor input, checked by
+/// each front end once the fields are set and before any tensor is read: `c.gave` knows
+/// the fields, the tensor inputs (attention_tensors(): "alibi_slopes", "t5_bias") and
+/// the T5 bucket direction (t5_bidirectional, t5_causal) given. Messages in the caller's
+/// terms: "alibi_max_bias needs alibi", "--alibi-max-bias needs --alibi".
 inline void check_given(const AttentionOptions&, const Caller& c) {
+  if (c.gave("alibi_max_bias") && c.gave("alibi_slopes")) {
+    throw UsageError(c.term("alibi_max_bias") + ": not with " + c.term("alibi_slopes") +
+                     " (the slopes are given)");
+  }
   if (c.gave("alibi_max_bias") && !c.gave("alibi")) {
     throw UsageError(c.term("alibi_max_bias") + " needs " + c.term("alibi"));
+  }
+  // The bucket options shape the T5 tables: t5_bias's, or the global side's global_bias.
+  const char* buckets[] = {"t5_buckets", "t5_max_distance", "t5_bidirectional", "t5_causal"};
+  if (c.gave("t5_bias") || c.gave("global_bias")) return;
+  bool given = false;
+  std::string names;  // those the caller has, as it spells them
+  for (const char* n : buckets) {
+    if (c.term(n).empty()) continue;
+    given = given || c.gave(n);
+    names += (names.empty() ? "" : "/") + c.term(n);
+  }
+  if (given) {
+    throw UsageError(names + " need " + c.term("t5_bias") + " or " + c.term("global_bias"));
   }
 }
 
