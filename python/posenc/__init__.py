@@ -61,6 +61,7 @@ from ._options import whole as _whole
 from ._options import path as _path
 from ._options import sections as _sections
 from ._errors import usage_errors as _usage_errors
+from ._errors import with_arguments as _with_arguments
 from ._posenc import Error, InputError, OutputError, UsageError
 
 __version__ = _posenc.__version__
@@ -259,8 +260,9 @@ def _kvcache_args(args):
     return kv
 
 
+@_with_arguments
 @_usage_errors
-def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, window=None,
+def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, window=None,
               sliding_window=None, chunk_size=None, sink_tokens=None, attn_temperature=None,
               llama4_scaling=None, key_lengths=None, seqused_q=None, seqused_k=None,
               cu_seqlens_q=None, cu_seqlens_k=None,
@@ -383,12 +385,12 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         cu_seqlens_k_new [b+1] (int32/int64): the new keys packed (varlen), k_new
         [total_new, hk, d] and v_new [total_new, hk, dv], entry b's rows [cu[b], cu[b+1]).
     """
-    given = {n: v_ for n, v_ in locals().items() if n in _ROPE_OPTION_NAMES}
-    kv = _kvcache_args(locals())  # FlashAttention's KV cache: k and v are the caches
+    # args: every keyword as given (with_arguments); the declared ones are read from it.
+    kv = _kvcache_args(args)  # FlashAttention's KV cache: k and v are the caches
     rope, t5_causal = _flag(rope, "rope"), _flag(t5_causal, "t5_causal")
     if not rope:
         for name in _ROPE_OPTION_NAMES:
-            value = given[name]
+            value = args[name]
             if value is not None and value is not False:
                 raise UsageError(f"{name}: a ROPE OPTION needs rope=True")
         if _whole(start, "start") != 0:
@@ -400,7 +402,6 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
     if hf_version is not None and hf_config is None:
         raise UsageError("hf_version: needs hf_config")
     qa, q_name, like = _view(q, "q")
-    args = locals()
     tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v")}
     # mask, key_lengths, t5_bias, qv, ...: the declared tensor inputs (_attention_tensors()).
     tensors.update((n, _arg(args[n], n)) for n in _ATTENTION_TENSORS)
@@ -473,7 +474,7 @@ def attention(q, k, v=None, *, axes=None, emit=None, scale=None, causal=False, w
         if _flag(rope, "rope"):
             raise UsageError("arith fa-baseline: not with rope")
         arith, opt["arith"], opt["fa_baseline"] = None, None, True
-    rope_d = _rope_dict(locals(), precision)  # the ROPE OPTIONS among the arguments
+    rope_d = _rope_dict(dict(args, arith=arith), precision)  # the ROPE OPTIONS given
     pos = _positions(start, position_ids, cu_seqlens)
     apply = {"inverse": _flag(inverse, "inverse"), "precision": precision}
     opt = {key: val for key, val in opt.items() if val is not None}

@@ -5,6 +5,7 @@ with huge extents, "-" as a reference. Scenarios that used to kill or hang the
 interpreter run in a fresh one (subprocess), so that a regression fails the test rather
 than the test run. References are written here with numpy (and torch for bf16)."""
 import ctypes
+import inspect
 import os
 import re
 import subprocess
@@ -150,6 +151,13 @@ def test_python_call_errors_stay_type_errors():
         posenc.rope(np.ones((2, 4)), rotary_dims=2)
     with pytest.raises(TypeError):
         posenc.table.sinusoidal(positions=4)
+    # posenc.attention binds its arguments to its signature before its body reads them.
+    q = np.ones((1, 2, 4, 4))
+    for args, kw in (((q, q), {"scalee": 1.0}), ((q, q, q, q), {}), ((q, q), {"args": {}}),
+                     ((q,), {})):
+        with pytest.raises(TypeError):
+            posenc.attention(*args, **kw)
+    assert "args" not in inspect.signature(posenc.attention).parameters
 
 
 @pytest.mark.parametrize("n", [-1, 4097, 100000, 2**31 - 1, 2**64, 1.5, "2", None, True])
