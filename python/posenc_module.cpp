@@ -208,9 +208,33 @@ std::string described(const py::handle& v) {
   throw UsageError(key + ": expected " + expected + ", got " + described(v));
 }
 
+// Whether the dict gives `key` (None: not given).
+bool gives(const py::dict& d, const std::string& key) {
+  return d.contains(key) && !d[key.c_str()].is_none();
+}
+
+// The keywords of `dicts` as a request's check_given sees them: a field given when one of
+// the dicts gives it, spelled as its keyword; a list's count its length.
+Caller keywords(std::vector<const py::dict*> dicts) {
+  const auto held = [dicts](const std::string& n) -> py::object {  // None: not given
+    for (const py::dict* d : dicts) {
+      if (d != nullptr && gives(*d, n)) return (*d)[n.c_str()];
+    }
+    return py::none();
+  };
+  Caller c;
+  c.gave = [held](const std::string& n) { return !held(n).is_none(); };
+  c.term = [](const std::string& n) { return n; };
+  c.count = [held](const std::string& n) -> std::size_t {
+    const py::object v = held(n);
+    return py::isinstance<py::list>(v) ? py::len(v) : 0;
+  };
+  return c;
+}
+
 // A tensor argument: (array, dtype name) or None.
 std::optional<Tensor> tensor_arg(const py::dict& d, const char* key) {
-  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  if (!gives(d, key)) return std::nullopt;
   py::object v = d[key];
   if (!py::isinstance<py::tuple>(v) || py::len(v) != 2 ||
       !py::isinstance<py::array>(py::tuple(v)[0]) || !py::isinstance<py::str>(py::tuple(v)[1])) {
@@ -291,7 +315,7 @@ xt::xarray<T> xarray_of(const py::handle& v, const char* key) {
 // The array argument `key` as the xtensor array of a request, none for None.
 template <class T>
 std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
-  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  if (!gives(d, key)) return std::nullopt;
   return xarray_of<T>(d[key], key);
 }
 
@@ -365,9 +389,8 @@ class KeywordReader {
       given.push_back(f.name);
       return c.set(f, "");  // True: as the bare option
     }
-    const auto name = get<std::string>(d_, f.name.c_str());
+    const auto name = scalar<std::string>(f);
     if (!name) return;
-    given.push_back(f.name);
     if (!f.bare.empty()) return c.set(f, *name);  // the command's message
     const E* e = c.find(*name);
     if (e == nullptr) {
@@ -377,32 +400,27 @@ class KeywordReader {
   }
   template <class B>
   void operator()(const Field& f, const Numbers<B>& n) {
-    if (arrays_.value_or(false)) return;
-    if (auto v = get<std::vector<double>>(d_, f.name.c_str())) {
-      given.push_back(f.name);
-      n.set(f, *v);
-    }
+    if (auto v = scalar<std::vector<double>>(f)) n.set(f, *v);
   }
   template <class T>
   void operator()(const Field& f, const Parsed<T>& p) {
-    if (arrays_.value_or(false)) return;
-    if (auto text = get<std::string>(d_, f.name.c_str())) {
-      given.push_back(f.name);
-      p.set(f, *text);
-    }
+    if (auto text = scalar<std::string>(f)) p.set(f, *text);
   }
   void operator()(const Field& f, const Sides& s) {
-    if (arrays_.value_or(false)) return;
-    if (auto v = get<std::vector<std::int64_t>>(d_, f.name.c_str())) {
-      given.push_back(f.name);
-      s.set(f, *v);
-    }
+    if (auto v = scalar<std::vector<std::int64_t>>(f)) s.set(f, *v);
   }
 
  private:
-  bool has(const Field& f) const {
-    return d_.contains(f.name.c_str()) && !d_[f.name.c_str()].is_none();
+  // The value of field `f` when this pass reads scalars and the dict gives it (noted as
+  // given).
+  template <class T>
+  std::optional<T> scalar(const Field& f) {
+    if (arrays_.value_or(false)) return std::nullopt;
+    auto v = get<T>(d_, f.name.c_str());
+    if (v) given.push_back(f.name);
+    return v;
   }
+  bool has(const Field& f) const { return gives(d_, f.name); }
   const py::dict& d_;
   std::optional<bool> arrays_;  // none: every field
 };
@@ -415,7 +433,7 @@ RopeParams rope_params(const py::dict& d, int head_dim) {
   declare(k, p);  // the declared keywords (posenc/encodings/rope_fields.hpp)
   std::vector<std::string> names = k.given;
   for (const char* key : {"short_factor", "long_factor"}) {
-    if (d.contains(key) && !d[key].is_none()) names.emplace_back(key);
+    if (gives(d, key)) names.emplace_back(key);
   }
   set_if(d, "short_factor", p.short_factor);
   set_if(d, "long_factor", p.long_factor);
@@ -454,16 +472,13 @@ Precision precision_of(const std::string& s) {
 Positions positions(const py::dict& d) {
   Positions pos;
   KeywordReader(d).read(pos);  // start; its range is the library's
-  auto given = [&d](const char* key) { return d.contains(key) && !d[key].is_none(); };
-  // The caller's coords arrive as the key grid.
-  check_given(pos.grid, Caller{[&given](const std::string& n) {
-                                 return given(n == "coords" ? "grid" : n.c_str());
-                               },
-                               [](const std::string& n) { return n; }, nullptr});
+  Caller grid = keywords({&d});  // the caller's coords arrive as the key grid
+  grid.gave = [&d](const std::string& n) { return gives(d, n == "coords" ? "grid" : n); };
+  check_given(pos.grid, grid);
   // Integers, real coordinates and explicit angles (the wrapper hands C-contiguous int64 or
   // float64; bf16 tables widened exactly).
-  auto values = [&d, &given](const char* key, auto& out, Shape& shape) {
-    if (!given(key)) return;
+  auto values = [&d](const char* key, auto& out, Shape& shape) {
+    if (!gives(d, key)) return;
     auto a = array_arg<typename std::decay_t<decltype(out)>::value_type>(d[key], key);
     shape = shape_of(a);
     out.assign(a.data(), a.data() + a.size());
@@ -488,11 +503,7 @@ Positions positions(const py::dict& d) {
 RopeApplyOptions apply_options(const py::dict& d, const py::dict* pos = nullptr) {
   RopeApplyOptions a;
   KeywordReader(d).read(a);  // the declared ways of applying (rope_fields.hpp)
-  const auto gave = [&d, pos](const std::string& n) {
-    const auto in = [&n](const py::dict& x) { return x.contains(n) && !x[n.c_str()].is_none(); };
-    return in(d) || (pos != nullptr && in(*pos));
-  };
-  check_given(a, Caller{gave, [](const std::string& n) { return n; }, nullptr});
+  check_given(a, keywords({&d, pos}));
   set_if(d, "allow_nonfinite", a.allow_nonfinite);
   set_if(d, "mrope_section", a.mrope_section);
   if (auto l = get<std::string>(d, "layout")) a.layout = parse_rope_layout(*l);
@@ -637,11 +648,7 @@ template <class R>
 R request_of(const py::dict& d, R r = R{}) {
   KeywordReader scalars(d, false), arrays(d, true);
   scalars.read(r);
-  const auto gave = [&d](const std::string& n) { return d.contains(n) && !d[n.c_str()].is_none(); };
-  const auto count = [&d, gave](const std::string& n) -> std::size_t {
-    return gave(n) && py::isinstance<py::list>(d[n.c_str()]) ? py::len(d[n.c_str()]) : 0;
-  };
-  check_given(r, Caller{gave, [](const std::string& n) { return n; }, count});
+  check_given(r, keywords({&d}));
   arrays.read(r);
   return r;
 }
@@ -649,8 +656,7 @@ R request_of(const py::dict& d, R r = R{}) {
 // The table of request `r` (its keywords' names in errors about spread members).
 template <class R, class F>
 Table table_in_keywords(R& r, F compute) {
-  const Caller keywords{nullptr, [](const std::string& n) { return n; }, nullptr};
-  return in_callers_terms(r, keywords, [&] { return compute(r); });
+  return in_callers_terms(r, keywords({}), [&] { return compute(r); });
 }
 
 // Every kind posenc.table knows, by name: the declared kinds, then those with their own
@@ -806,13 +812,7 @@ RopeIdsRequest rope_ids_request(const py::dict& d) {
 // (ids [3, s], delta) or (ids [3, b, s], [delta per row]).
 py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
   const CallThreads threads;
-  const auto in = [](const py::dict& x, const std::string& n) {
-    return x.contains(n) && !x[n.c_str()].is_none();
-  };
-  Caller keywords;  // the layout and the token ids in `d`, the tensors in `tensors`
-  keywords.gave = [&](const std::string& n) { return in(d, n) || in(tensors, n); };
-  keywords.term = [](const std::string& n) { return n; };
-  check_prompt_given(keywords);
+  check_prompt_given(keywords({&d, &tensors}));
   const auto spec = get<std::string>(d, "layout");
   const PromptLayout layout = spec ? parse_prompt_layout(*spec, "layout") : PromptLayout{};
   const RopeIdsRequest req = rope_ids_request(d);
