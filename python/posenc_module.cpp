@@ -914,7 +914,8 @@ void attention_options(const py::dict& d, const py::dict& tensors, AttentionOpti
 // attrs.
 py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dO,
                              const AttentionOptions& opt, const std::vector<std::string>& names,
-                             const AttentionRope* rope = nullptr) {
+                             const AttentionRope* rope = nullptr, const XlAttention* xl = nullptr,
+                             const DebertaAttention* deb = nullptr) {
   for (const std::string& n : names) {
     if (find_gradient(n) == nullptr) {
       throw UsageError("emit " + n + ": with grad_output, expected " + gradient_names());
@@ -926,8 +927,10 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, 
   AttentionGrads g;
   {
     py::gil_scoped_release nogil;
-    g = rope ? attention_backward(q, k, v, dO, opt, bopt, *rope)
-             : attention_backward(q, k, v, dO, opt, bopt);
+    g = xl     ? attention_backward(q, k, v, dO, opt, bopt, *xl)
+        : deb  ? attention_backward(q, k, v, dO, opt, bopt, *deb)
+        : rope ? attention_backward(q, k, v, dO, opt, bopt, *rope)
+               : attention_backward(q, k, v, dO, opt, bopt);
   }
   py::dict out;
   for (const std::string& n : names) out[py::str(n)] = to_array(std::move(g.named(n)));
@@ -1091,16 +1094,9 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     rope.apply = apply_options(apply_d);
     rope.apply.allow_nonfinite = opt.allow_nonfinite;
   }
-  if (grad_output) {
-    if (r_keys || factorized || pos_key || pos_query) {
-      throw UsageError("grad_output: not with the relative terms");
-    }
-    return attention_gradients(*q, *k, *v, *grad_output, opt, emit_names,
-                               with_rope ? &rope : nullptr);
-  }
-  AttentionResult res;
+  XlAttention xl;
+  DebertaAttention deb;
   if (r_keys || factorized) {
-    XlAttention xl;
     if (r_keys) xl.rel_keys = &*r_keys;
     if (seg_index) xl.segment_index = &*seg_index;
     if (r_kernel) xl.rel_kernel = &*r_kernel;
@@ -1117,14 +1113,23 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     if (seg_ids) xl.segment_ids = &*seg_ids;
     if (seg_embed) xl.segment_embed = &*seg_embed;
     if (seg_bias) xl.segment_bias = &*seg_bias;
-    py::gil_scoped_release nogil;
-    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, xl);
   } else if (pos_key || pos_query) {
-    DebertaAttention deb;
     if (pos_key) deb.pos_key = &*pos_key;
     if (pos_query) deb.pos_query = &*pos_query;
     set_if(relative_d, "position_buckets", deb.position_buckets);
     set_if(relative_d, "max_relative_positions", deb.max_relative_positions);
+  }
+  const bool xl_terms = r_keys || factorized, deb_terms = pos_key || pos_query;
+  if (grad_output) {
+    return attention_gradients(*q, *k, *v, *grad_output, opt, emit_names,
+                               with_rope ? &rope : nullptr, xl_terms ? &xl : nullptr,
+                               deb_terms ? &deb : nullptr);
+  }
+  AttentionResult res;
+  if (xl_terms) {
+    py::gil_scoped_release nogil;
+    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, xl);
+  } else if (deb_terms) {
     py::gil_scoped_release nogil;
     res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, deb);
   } else if (with_rope) {

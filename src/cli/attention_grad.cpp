@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
@@ -176,7 +177,7 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
 void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std::string& grad_ref,
                    const AttentionOptions& opt, const std::vector<std::string>& names,
                    const std::vector<TensorRef>& refs, const OutputOptions& out,
-                   const AttentionRope* rope) {
+                   const AttentionRope* rope, const RelativeInputs* relative) {
   auto dO_src = open_source(parse_ref(grad_ref));
   const AttentionBackwardOptions bopt = gradients_wanted(names);
   const TensorInfo &qi = q.info(), &ki = k.info(), &vi = v.info(), &oi = dO_src->info();
@@ -186,12 +187,22 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
                                  dtype_name(oi.dtype)));
   }
   const std::size_t held = [&] {  // the in-memory run: the inputs whole
-    std::size_t need = attention_backward_memory(qi.shape, ki.shape, vi.shape, qi.dtype, opt, bopt);
+    std::size_t need =
+        !relative ? attention_backward_memory(qi.shape, ki.shape, vi.shape, qi.dtype, opt, bopt)
+        : relative->xl_terms
+            ? attention_backward_memory(qi.shape, ki.shape, vi.shape, qi.dtype, opt, bopt,
+                                        relative->xl)
+            : attention_backward_memory(qi.shape, ki.shape, vi.shape, qi.dtype, opt, bopt,
+                                        relative->deb);
     for (const TensorInfo* t : {&qi, &ki, &vi, &oi}) {
       const std::size_t bytes = checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
       need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
     }
     if (opt.qv) need = need > SIZE_MAX - opt.qv->nbytes() ? SIZE_MAX : need + opt.qv->nbytes();
+    for (std::size_t i = 0; relative && i < std::size(relative->tensors); ++i) {
+      const std::size_t bytes = relative->tensors[i] ? relative->tensors[i]->nbytes() : 0;
+      need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
+    }
     if (rope) {  // rotated Q and K, and dq and dk before they are rotated back, in float64
       for (const TensorInfo* t : {&qi, &ki}) {
         const std::size_t bytes = checked_numel(t->shape, 16, "attention") * 16;
@@ -201,7 +212,9 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
     return need;
   }();
   if (opt.max_memory && held > opt.max_memory) {
-    if (const std::size_t need = streamed_need(q, k, v, *dO_src, opt, names, refs, rope, bopt)) {
+    const std::size_t need =
+        relative ? 0 : streamed_need(q, k, v, *dO_src, opt, names, refs, rope, bopt);
+    if (need) {
       if (need <= opt.max_memory) {
         return run_streamed(q, k, v, *dO_src, opt, names, refs, out, bopt, need);
       }
@@ -227,8 +240,11 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
     for (const Tensor* t : {&qt, &kt, &vt, &dO}) inputs += t->nbytes();
     o.max_memory = opt.max_memory > inputs ? opt.max_memory - inputs : 1;
   }
-  AttentionGrads g = rope ? attention_backward(qt, kt, vt, dO, o, bopt, *rope)
-                          : attention_backward(qt, kt, vt, dO, o, bopt);
+  AttentionGrads g =
+      relative ? (relative->xl_terms ? attention_backward(qt, kt, vt, dO, o, bopt, relative->xl)
+                                     : attention_backward(qt, kt, vt, dO, o, bopt, relative->deb))
+      : rope   ? attention_backward(qt, kt, vt, dO, o, bopt, *rope)
+               : attention_backward(qt, kt, vt, dO, o, bopt);
   verbose_attrs(g.attrs);
   std::vector<NamedTensor> named;
   for (std::size_t i = 0; i < names.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/common.hpp"
+#include "cli/relative_options.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 
@@ -25,10 +26,12 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
 void refuse_gradients_without_dO(const std::string& list);
 
 /// Reads Q, K, V and dO (checking --max-memory from the headers first), computes the
-/// gradients of `names` and writes them to `refs` together (or nothing).
+/// gradients of `names` and writes them to `refs` together (or nothing). With
+/// `relative`, the backward of its terms (in memory, never streamed).
 void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std::string& grad_ref,
                    const AttentionOptions& opt, const std::vector<std::string>& names,
                    const std::vector<TensorRef>& refs, const OutputOptions& out,
-                   const AttentionRope* rope = nullptr);
+                   const AttentionRope* rope = nullptr,
+                   const RelativeInputs* relative = nullptr);
 
 }  // namespace posenc::cli

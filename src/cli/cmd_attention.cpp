@@ -324,10 +324,7 @@ void run_attention(AttentionCmdOptions& o) {
   std::vector<std::string> grad_names;
   if (grads) {
     if (o.v.empty()) throw UsageError("--grad-output: needs -v (dO is the output's gradient)");
-    if (relative_wanted(o.relative) || !o.part.empty()) {
-      throw UsageError(
-          fmt::format("--grad-output: not with {}", !o.part.empty() ? "--part" : "--relative"));
-    }
+    if (!o.part.empty()) throw UsageError("--grad-output: not with --part");
     // Whether the mask is float is known once it is read; dbias is checked again there.
     grad_names = parse_gradient_emit(o.emit, !o.ref(&A::sinks).empty(), !o.ref(&A::mask).empty(),
                                      !o.ref(&A::qv).empty());
@@ -481,8 +478,10 @@ void run_attention(AttentionCmdOptions& o) {
     rope.apply.allow_nonfinite = opt.allow_nonfinite;
   }
   if (grads) {
+    const auto relative =
+        relative_wanted(o.relative) ? read_relative(o.relative) : nullptr;  // the terms' tensors
     return run_gradients(*q_src, *k_src, *v_src, o.grad_output, opt, grad_names, out_refs, o.out,
-                         o.rope ? &rope : nullptr);
+                         o.rope ? &rope : nullptr, relative.get());
   }
   if (!o.rope && !relative_wanted(o.relative) && part.whole()) {
     // The library reads the inputs itself: K and V in chunks within --max-memory.

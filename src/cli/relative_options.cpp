@@ -161,39 +161,45 @@ void check_relative_options(const RelativeCliOptions& o, bool rope) {
   }
 }
 
-AttentionResult relative_attention(const RelativeCliOptions& o, const Tensor& q, const Tensor& k,
-                                   const Tensor* v, const AttentionOptions& opt) {
-  auto read = [](const std::string& ref, std::optional<Tensor>& t) -> const Tensor* {
+std::unique_ptr<RelativeInputs> read_relative(const RelativeCliOptions& o) {
+  auto in = std::make_unique<RelativeInputs>();
+  std::size_t next = 0;
+  auto read = [&](const std::string& ref) -> const Tensor* {
     if (ref.empty()) return nullptr;
+    std::optional<Tensor>& t = in->tensors[next++];
     t = read_tensor(ref);
     return &*t;
   };
-  std::optional<Tensor> a, b, c, d, e, f;
   if (xl_wanted(o)) {
-    XlAttention xl;
-    xl.rel_keys = read(o.rel_keys, a);
-    xl.content_bias = read(o.content_bias, b);
-    xl.position_bias = read(o.position_bias, c);
-    xl.segment_ids = read(o.segment_ids, d);
-    xl.segment_embed = read(o.segment_embed, e);
-    xl.segment_bias = read(o.segment_bias, f);
-    std::optional<Tensor> index, kernel, tables[4];
-    xl.segment_index = read(o.segment_index, index);
-    xl.rel_kernel = read(o.rel_kernel, kernel);
+    in->xl_terms = true;
+    XlAttention& xl = in->xl;
+    xl.rel_keys = read(o.rel_keys);
+    xl.content_bias = read(o.content_bias);
+    xl.position_bias = read(o.position_bias);
+    xl.segment_ids = read(o.segment_ids);
+    xl.segment_embed = read(o.segment_embed);
+    xl.segment_bias = read(o.segment_bias);
+    xl.segment_index = read(o.segment_index);
+    xl.rel_kernel = read(o.rel_kernel);
     if (!o.factorized.empty()) {
       const Tensor** slots[] = {&xl.phi, &xl.pi, &xl.psi, &xl.omega};
-      for (int i = 0; i < 4; ++i) *slots[i] = read(o.factorized[i], tables[i]);
+      for (int i = 0; i < 4; ++i) *slots[i] = read(o.factorized[i]);
     }
     xl.shift = o.rel_shift;
     xl.cls_mask = o.separate_cls;
-    return attention(q, k, v, opt, xl);
+    return in;
   }
-  DebertaAttention deb;
-  deb.pos_key = read(o.pos_key, a);
-  deb.pos_query = read(o.pos_query, b);
-  deb.position_buckets = o.position_buckets;
-  deb.max_relative_positions = o.max_relative_positions;
-  return attention(q, k, v, opt, deb);
+  in->deb.pos_key = read(o.pos_key);
+  in->deb.pos_query = read(o.pos_query);
+  in->deb.position_buckets = o.position_buckets;
+  in->deb.max_relative_positions = o.max_relative_positions;
+  return in;
+}
+
+AttentionResult relative_attention(const RelativeCliOptions& o, const Tensor& q, const Tensor& k,
+                                   const Tensor* v, const AttentionOptions& opt) {
+  const std::unique_ptr<RelativeInputs> in = read_relative(o);
+  return in->xl_terms ? attention(q, k, v, opt, in->xl) : attention(q, k, v, opt, in->deb);
 }
 
 }  // namespace posenc::cli

@@ -3,10 +3,13 @@
 // of their combinations, and the call into ops/attention_relative.hpp.
 
 #include <CLI/CLI.hpp>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_relative.hpp"
 
 namespace posenc::cli {
 
@@ -36,6 +39,18 @@ bool relative_wanted(const RelativeCliOptions& o);
 /// Throws UsageError for options that do not go together (before anything is read);
 /// `rope` says whether --rope was given.
 void check_relative_options(const RelativeCliOptions& o, bool rope);
+
+/// The relative tensors read from their references, and the terms' request pointing at
+/// them (Transformer-XL / XLNet / Funnel's when `xl_terms`, else DeBERTa's).
+struct RelativeInputs {
+  std::optional<Tensor> tensors[14];
+  bool xl_terms = false;
+  XlAttention xl;
+  DebertaAttention deb;
+};
+
+/// Reads the tensors of the terms asked for (relative_wanted).
+std::unique_ptr<RelativeInputs> read_relative(const RelativeCliOptions& o);
 
 /// Reads the relative tensors and computes attention with their terms.
 AttentionResult relative_attention(const RelativeCliOptions& o, const Tensor& q, const Tensor& k,

@@ -30,6 +30,7 @@
 #include "ops/attention_gate.hpp"
 #include "ops/attention_geometry.hpp"
 #include "ops/attention_kernel.hpp"
+#include "ops/attention_relative_terms.hpp"
 #include "ops/attention_timing.hpp"
 #include "ops/attention_varlen.hpp"
 #include "ops/blas_threads.hpp"
@@ -80,7 +81,6 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
     }
   };
   no(opt.arith != Arith::exact, "--arith other than exact");
-  no(opt.score_bias != nullptr, "a relative score term (--relative)");
   no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
   no(opt.q_descale != nullptr || opt.k_descale != nullptr || opt.v_descale != nullptr,
      "--q-descale/--k-descale/--v-descale (FlashAttention-3's fp8 path is forward only)");
@@ -196,6 +196,9 @@ struct Ctx {
   std::vector<double> lse, D;  // [b][hq][sq]
   bool want_dbias = false;
   std::vector<T> dsb;  // dS over [b][hq][sq][sk] for dbias
+  // The gradient of opt.score_bias (dS through the soft-cap) [b][hq][sq][sk], in float64
+  // (bopt.dscore_bias); each entry written by the one item that sees it.
+  double* dscore = nullptr;
   // dS summed by key-minus-query distance [b][hq][sq + sk - 1] (index j - pos + sk - 1),
   // for the T5 table's gradient; each row belongs to one item.
   std::vector<double> dt5;
@@ -284,7 +287,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
   // Scores with no term but the scale take the fused pass over the keys a row sees.
   const bool plain = !P.has_keep_mask && !P.has_add_mask && !P.alibi && !(P.softcap > 0) &&
                      !P.rules.scales_queries() && !write_dbias && P.t5.empty() && !P.R &&
-                     !P.dec.on();
+                     !P.dec.on() && !P.bias;
   const std::size_t ndist = g.sq + g.sk - 1;
   const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + h * ndist;
   double* d5row = c.dt5.empty() ? nullptr : c.dt5.data() + (bi * g.hq + h) * ndist;
@@ -310,6 +313,8 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     const T temp = static_cast<T>(P.rules.temperature(i + P.off));
     const std::ptrdiff_t mbase = bi * P.m_b + h * P.m_h + i * P.m_i;
     T* br = write_dbias ? c.dsb.data() + row * g.sk + j0 : nullptr;
+    const T* sbr = P.bias ? P.bias + row * g.sk : nullptr;  // the score term, by key
+    double* dsbr = c.dscore ? c.dscore + row * g.sk : nullptr;
     const std::int64_t dshift = sk - 1 - (i + P.off);  // distance index = j + dshift
     // SAM's terms of the row (kh by key row, then kw by key column) and their gradients.
     const std::size_t dcols = P.dec.cols(), dkh = P.dec.kh, dkw = P.dec.kw;
@@ -336,10 +341,15 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
       const std::size_t rel = P.R ? static_cast<std::size_t>(P.rel_index[j + dshift]) : 0;
       if (P.R) x += qr[r * P.R + rel], dpv += orv[r * P.R + rel];
       if (P.rules.scales_queries()) x *= temp, f = temp;
+      // The score term joins after the temperature, before the soft-cap (item_keys): its
+      // gradient is dS through the soft-cap alone.
+      T fcap = T(1);
+      if (sbr) x += sbr[ju];
       if (P.softcap > 0) {
         const T th = std::tanh(x / P.softcap);
         x = P.softcap * th;
-        f *= T(1) - th * th;
+        fcap = T(1) - th * th;
+        f *= fcap;
       }
       if (P.alibi) x += static_cast<T>(alibi_bias(*P.alibi, slope, i, j, sq, alibi_sk));
       if (t5row) x += gate5 * t5row[j + dshift];
@@ -351,6 +361,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
       if (P.R) G[r * P.R + rel] += ds * f, H[r * P.R + rel] += p;
       if (gdr) gdr[ju / dkw] += ds * f, gdr[dkh + ju % dkw] += ds * f;
       if (br) br[jj] = ds;
+      if (dsbr) dsbr[ju] = static_cast<double>(ds * fcap);
       // The T5 term is added after the soft-cap and the temperature: its gradient is dS
       // (times the gate's factor), the factor's dS times the T5 term.
       if (d5row) d5row[j + dshift] += static_cast<double>(ds) * static_cast<double>(gate5);
@@ -611,6 +622,7 @@ std::size_t plain_memory(const Shape& q, const Shape& k, const Shape& v, DType q
     n = add_sat(n, mul_sat(mul_sat(rows, g.sk), ts));
     if (opt.mask) n = add_sat(n, mul_sat(opt.mask->numel(), 8 + dtype_size(out)));
   }
+  if (bopt.dscore_bias) n = add_sat(n, mul_sat(mul_sat(rows, g.sk), 8));  // its gradient
   if (bopt.dgate && opt.gate_input) {  // the factors' gradients, the gate's
     n = add_sat(n, mul_sat(rows, 8));
     for (const Tensor* t : {opt.gate_input, opt.gate_weight, opt.gate_bias, opt.gate_const}) {
@@ -792,6 +804,13 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
     c.lse = std::move(lse);
     c.D = std::move(D);
     c.want_dbias = bopt.dbias;
+    if (bopt.dscore_bias) {
+      if (!opt.score_bias) {
+        throw std::invalid_argument("attention_backward: dscore_bias needs opt.score_bias");
+      }
+      bopt.dscore_bias->assign(rows * g.sk, 0.0);
+      c.dscore = bopt.dscore_bias->data();
+    }
     c.dk_sink = dk_sink, c.dv_sink = dv_sink;
     c.keep_dk = c.keep_dv = !bopt.sink;
     // Only K and V used in place (no converted copy), a head's keys contiguous.
@@ -1181,6 +1200,7 @@ std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shap
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& grad_output, const AttentionOptions& opt,
                                   const AttentionBackwardOptions& bopt) {
+  relative_detail::refuse_relative_gradients(bopt);  // their tensors come with XlAttention, ...
   if (is_varlen(opt)) return attention_varlen_backward(q, k, v, grad_output, opt, bopt);
   if (opt.per_dim_scale || opt.relative_proj) {
     return backward_timing(q, k, v, grad_output, opt, bopt);
@@ -1205,6 +1225,14 @@ const std::vector<GradientField>& gradient_fields() {
       {"dqv", &G::dqv, nullptr, K::rows},
       {"drelative_k", &G::drelative_k, &B::drelative_k, K::parameter},
       {"drelative_v", &G::drelative_v, &B::drelative_v, K::parameter},
+      {"drel_keys", &G::drel_keys, &B::drel_keys, K::parameter},
+      {"dcontent_bias", &G::dcontent_bias, &B::dcontent_bias, K::parameter},
+      {"dposition_bias", &G::dposition_bias, &B::dposition_bias, K::parameter},
+      {"dsegment_embed", &G::dsegment_embed, &B::dsegment_embed, K::parameter},
+      {"dsegment_bias", &G::dsegment_bias, &B::dsegment_bias, K::parameter},
+      {"drel_kernel", &G::drel_kernel, &B::drel_kernel, K::parameter},
+      {"dpos_key", &G::dpos_key, &B::dpos_key, K::parameter},
+      {"dpos_query", &G::dpos_query, &B::dpos_query, K::parameter},
       {"dclipped_bias", &G::dclipped_bias, &B::dclipped_bias, K::parameter},
       {"drel_pos_h", &G::drel_pos_h, &B::drel_pos_h, K::parameter},
       {"drel_pos_w", &G::drel_pos_w, &B::drel_pos_w, K::parameter},

@@ -16,20 +16,12 @@
 #include <vector>
 
 #include "posenc/encodings/relative_attention.hpp"
+#include "ops/attention_relative_terms.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc {
 
-namespace {
-
-// Shapes of Q and K by axis letter, and the arithmetic type of attention.
-struct Geo {
-  std::size_t b = 1, hq = 1, hk = 1, sq = 0, sk = 0, d = 0;
-  bool has_b = false, has_h = false;
-  std::string axes;
-  DType compute = DType::f32;
-  Shape scores;  // [b, hq, sq, sk] with b, h where Q has them
-};
+namespace relative_detail {
 
 Geo geometry(const Tensor& q, const Tensor& k, const AttentionOptions& opt) {
   for (const auto& [t, what] : {std::pair{&q, "q"}, std::pair{&k, "k"}}) {
@@ -92,6 +84,52 @@ double dot(const double* a, const double* b, std::size_t n) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+// `shift` 0 with rlen = sk is Transformer-XL's _rel_shift: row i of [sq, rlen + 1] with
+// a zero first column, read in the layout of [rlen + 1, sq] without its first row.
+// Otherwise HF's reshape-and-slice of XLNet (rel_shift_bnij, shift 1) and Funnel
+// (_relative_shift_gather, shift s): [sq, rlen] read as [rlen, sq] without its first s
+// rows, as [sq, rlen - s], first sk columns. Score (i, j) is then entry
+// i rlen + s (sq - i) + j of the unshifted matrix.
+ShiftSource xl_shift(std::size_t sq, std::size_t rlen, std::size_t sk, std::size_t shift,
+                     std::size_t i, std::size_t j) {
+  if (shift == 0 && rlen == sk) {
+    const std::size_t c = sq - i + j;
+    if (c <= rlen) return {i, c - 1, false};
+    const std::size_t c2 = c - rlen - 1;
+    if (c2 == 0) return {0, 0, true};
+    return {i + 1, c2 - 1, false};
+  }
+  const std::size_t c = (shift == 0 ? 1 : shift) * (sq - i) + j;
+  return {i + c / rlen, c % rlen, false};
+}
+
+void xl_attrs(const XlInputs& in, Attrs& attrs) {
+  const char* scheme = in.fact         ? "funnel-factorized"
+                       : in.shift > 0  ? "funnel"
+                       : in.r.rows == in.g.sk ? "transfo-xl"
+                                              : "xlnet";
+  attrs.push_back({"relative", std::string(scheme)});
+  attrs.push_back({"rel_rows", static_cast<long long>(in.fact ? 0 : in.r.rows)});
+  attrs.push_back({"rel_shift", static_cast<long long>(in.shift)});
+  attrs.push_back({"segment_term", static_cast<long long>(in.seg)});
+  attrs.push_back({"cls_mask", static_cast<long long>(in.cls_mask)});
+}
+
+void deberta_attrs(const DebertaInputs& in, Attrs& attrs) {
+  std::string types = in.c2p ? "c2p" : "";
+  if (in.p2c) types += types.empty() ? "p2c" : ",p2c";
+  attrs.push_back({"relative", std::string("deberta")});
+  attrs.push_back({"pos_att_type", types});
+  attrs.push_back({"position_buckets", static_cast<long long>(in.position_buckets)});
+  attrs.push_back({"max_relative_positions", static_cast<long long>(in.max_relative_positions)});
+}
+
+}  // namespace relative_detail
+
+using namespace relative_detail;
+
+namespace {
+
 void require_values(const Tensor& t, const char* name, const AttentionOptions& opt) {
   if (!is_float(t.dtype())) {
     throw InputError(
@@ -118,19 +156,8 @@ std::vector<double> per_head(const Tensor* t, const char* name, const Geo& g,
   return std::vector<double>(c.data<double>(), c.data<double>() + c.numel());
 }
 
-// Relative rows [rows, hq, d] (or [rows, d] without h; with `batched`, also
-// [rows, b, hq, d]) as float64 [b'][hq][rows][d], b' = b when batched else 1.
-// `rows_ok` checks the row count; `rows_text` describes it for the message.
-struct RelRows {
-  std::vector<double> v;
-  std::size_t rows = 0;
-  bool batched = false;
-  const double* at(std::size_t b, std::size_t h, std::size_t hq, std::size_t row,
-                   std::size_t d) const {
-    return v.data() + (((batched ? b : 0) * hq + h) * rows + row) * d;
-  }
-};
-
+// Relative rows (RelRows); `rows_ok` checks the row count, `rows_text` describes it for
+// the message.
 template <class RowsOk>
 RelRows rel_rows(const Tensor& t, const char* name, const Geo& g, const AttentionOptions& opt,
                  bool allow_batched, RowsOk rows_ok, const std::string& rows_text) {
@@ -180,32 +207,6 @@ void fill_scores(Tensor& out, const Geo& g, F f) {
       }
     }
   }
-}
-
-// Where HF's shift takes score (i, j) from: row and column of the unshifted
-// [sq, rlen] matrix, or none (Transformer-XL's zero pad).
-struct ShiftSource {
-  std::size_t row = 0, col = 0;
-  bool zero = false;
-};
-
-// `shift` 0 with rlen = sk is Transformer-XL's _rel_shift: row i of [sq, rlen + 1] with
-// a zero first column, read in the layout of [rlen + 1, sq] without its first row.
-// Otherwise HF's reshape-and-slice of XLNet (rel_shift_bnij, shift 1) and Funnel
-// (_relative_shift_gather, shift s): [sq, rlen] read as [rlen, sq] without its first s
-// rows, as [sq, rlen - s], first sk columns. Score (i, j) is then entry
-// i rlen + s (sq - i) + j of the unshifted matrix.
-ShiftSource xl_shift(std::size_t sq, std::size_t rlen, std::size_t sk, std::size_t shift,
-                     std::size_t i, std::size_t j) {
-  if (shift == 0 && rlen == sk) {
-    const std::size_t c = sq - i + j;
-    if (c <= rlen) return {i, c - 1, false};
-    const std::size_t c2 = c - rlen - 1;
-    if (c2 == 0) return {0, 0, true};
-    return {i + 1, c2 - 1, false};
-  }
-  const std::size_t c = (shift == 0 ? 1 : shift) * (sq - i) + j;
-  return {i + c / rlen, c % rlen, false};
 }
 
 std::vector<std::int64_t> segment_ids(const Tensor& t, const Geo& g) {
@@ -296,15 +297,6 @@ std::vector<std::uint8_t> segment_rows(const Tensor& t, const Geo& g) {
   }
   return rows;
 }
-
-// A projection W [d_model, hq, d] ([d_model, d] without h) as float64 [d_model][hq][d].
-struct Kernel {
-  std::vector<double> w;
-  std::size_t dm = 0;
-  const double* at(std::size_t m, std::size_t h, std::size_t hq, std::size_t d) const {
-    return w.data() + (m * hq + h) * d;
-  }
-};
 
 Kernel kernel(const Tensor& t, const Geo& g, const AttentionOptions& opt) {
   require_values(t, "rel_kernel", opt);
@@ -431,14 +423,14 @@ void check_xl(const XlAttention& xl, const Geo& g, bool fact) {
   }
 }
 
-Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
-                const XlAttention& xl, const Geo& g, double& scale, Attrs& attrs) {
-  const bool fact = xl.phi || xl.pi || xl.psi || xl.omega;
+XlInputs read_xl(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
+                 const XlAttention& xl, const Geo& g) {
+  XlInputs in;
+  in.g = g;
+  const bool fact = in.fact = xl.phi || xl.pi || xl.psi || xl.omega;
   check_xl(xl, g, fact);
-  const std::size_t shift = static_cast<std::size_t>(xl.shift);
-  std::optional<Kernel> w;
-  if (xl.rel_kernel) w = kernel(*xl.rel_kernel, g, opt);
-  RelRows r;
+  const std::size_t shift = in.shift = static_cast<std::size_t>(xl.shift);
+  if (xl.rel_kernel) in.w = kernel(*xl.rel_kernel, g, opt);
   if (!fact) {
     const std::size_t min_rows = shift == 0 ? g.sk : g.sk + shift;
     auto rows_ok = [min_rows](std::size_t rows) { return rows >= min_rows; };
@@ -448,31 +440,43 @@ Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
                                  g.sk, g.sk + g.sq, g.sk + 1)
                    : fmt::format("rows >= k_len + shift = {} (Funnel: k_len + shift q_len = {})",
                                  min_rows, g.sk + shift * g.sq);
-    if (w) {
-      r = project(embeddings(*xl.rel_keys, "rel_keys", w->dm, opt, rows_ok, rows_text), *w, g);
+    if (in.w) {
+      in.embed = embeddings(*xl.rel_keys, "rel_keys", in.w->dm, opt, rows_ok, rows_text);
+      in.r = project(in.embed, *in.w, g);
     } else {
-      r = rel_rows(*xl.rel_keys, "rel_keys", g, opt, /*allow_batched=*/true, rows_ok, rows_text);
+      in.r = rel_rows(*xl.rel_keys, "rel_keys", g, opt, /*allow_batched=*/true, rows_ok, rows_text);
     }
   }
-  const std::vector<double> u = per_head(xl.content_bias, "content_bias", g, opt);
-  const std::vector<double> vb = per_head(xl.position_bias, "position_bias", g, opt);
-  const bool seg = xl.segment_embed != nullptr;
-  std::vector<std::int64_t> ids;
-  std::vector<std::uint8_t> seg_rows;
-  RelRows se;
-  std::vector<double> sb;
-  if (seg) {
-    if (xl.segment_ids) ids = segment_ids(*xl.segment_ids, g);
-    if (xl.segment_index) seg_rows = segment_rows(*xl.segment_index, g);
-    se = rel_rows(
+  in.u = per_head(xl.content_bias, "content_bias", g, opt);
+  in.vb = per_head(xl.position_bias, "position_bias", g, opt);
+  in.seg = xl.segment_embed != nullptr;
+  if (in.seg) {
+    if (xl.segment_ids) in.ids = segment_ids(*xl.segment_ids, g);
+    if (xl.segment_index) in.seg_rows = segment_rows(*xl.segment_index, g);
+    in.se = rel_rows(
         *xl.segment_embed, "segment_embed", g, opt, false,
         [](std::size_t rows) { return rows == 2; }, "rows = 2");
-    sb = per_head(xl.segment_bias, "segment_bias", g, opt);
+    in.sb = per_head(xl.segment_bias, "segment_bias", g, opt);
   }
-  const std::vector<double> qd = bhsd(q, g.axes), kd = bhsd(k, g.axes);
+  in.qd = bhsd(q, g.axes);
+  in.kd = bhsd(k, g.axes);
+  in.mlen = g.sk - std::min(g.sk, g.sq);
+  in.cls_mask = xl.cls_mask;
+  in.scale = scale_of(opt, 1.0 / std::sqrt(static_cast<double>(g.d)));
+  return in;
+}
+
+Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
+                const XlAttention& xl, const Geo& g, double& scale, Attrs& attrs) {
+  const XlInputs in = read_xl(q, k, opt, xl, g);
+  const bool fact = in.fact, seg = in.seg;
+  const std::size_t shift = in.shift;
+  const RelRows& r = in.r;
+  const std::vector<double>&u = in.u, &vb = in.vb, &sb = in.sb, &qd = in.qd, &kd = in.kd;
+  const RelRows& se = in.se;
   const std::size_t d = g.d, group = g.hq / g.hk, rlen = r.rows;
   Factorized f;
-  if (fact) f = factorized(xl, *w, qd, vb, g, opt);
+  if (fact) f = factorized(xl, *in.w, qd, vb, g, opt);
   auto qrow = [&](std::size_t b, std::size_t h, std::size_t i) {
     return qd.data() + ((b * g.hq + h) * g.sq + i) * d;
   };
@@ -496,8 +500,7 @@ Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
       }
     }
   }
-  scale = scale_of(opt, 1.0 / std::sqrt(static_cast<double>(d)));
-  const std::size_t mlen = g.sk - std::min(g.sk, g.sq);
+  scale = in.scale;
   Tensor out(g.compute, g.scores);
   fill_scores(out, g, [&](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
     const std::size_t bh = b * g.hq + h;
@@ -514,31 +517,17 @@ Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
         bd = dot(qrow(b, h, src.row), r.at(b, h, g.hq, src.col, d), d) + vr[bh * rlen + src.col];
     }
     double e = 0;
-    if (seg) {
-      std::size_t row = 0;
-      if (!seg_rows.empty()) {
-        row = seg_rows[(b * g.sq + i) * g.sk + j];
-      } else {
-        row = ids[b * g.sk + mlen + i] != ids[b * g.sk + j] ? 1 : 0;
-      }
-      e = ef[(bh * g.sq + i) * 2 + row];
-    }
+    if (seg) e = ef[(bh * g.sq + i) * 2 + in.segment_row(b, i, j)];
     return scale * (content + bd + e);
   });
-  const char* scheme = fact ? "funnel-factorized"
-                       : shift > 0 ? "funnel"
-                       : rlen == g.sk ? "transfo-xl"
-                                      : "xlnet";
-  attrs.push_back({"relative", std::string(scheme)});
-  attrs.push_back({"rel_rows", static_cast<long long>(fact ? 0 : rlen)});
-  attrs.push_back({"rel_shift", static_cast<long long>(shift)});
-  attrs.push_back({"segment_term", static_cast<long long>(seg)});
-  attrs.push_back({"cls_mask", static_cast<long long>(xl.cls_mask)});
+  xl_attrs(in, attrs);
   return out;
 }
 
-Tensor deberta_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
-                     const DebertaAttention& deb, const Geo& g, double& scale, Attrs& attrs) {
+DebertaInputs read_deberta(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
+                           const DebertaAttention& deb, const Geo& g) {
+  DebertaInputs in;
+  in.g = g;
   check_deberta_buckets(deb.position_buckets, deb.max_relative_positions);
   if (!deb.pos_key && !deb.pos_query) {
     throw UsageError("pos_key/pos_query: DeBERTa attention needs c2p (pos_key) or p2c (pos_query)");
@@ -547,7 +536,7 @@ Tensor deberta_terms(const Tensor& q, const Tensor& k, const AttentionOptions& o
       deb.position_buckets > 0 ? deb.position_buckets : deb.max_relative_positions);
   const std::string rows_text = fmt::format("rows >= 2 * span = {}", 2 * span);
   auto rows_ok = [span](std::size_t rows) { return rows >= 2 * span; };
-  RelRows pk, pq;
+  RelRows &pk = in.pk, &pq = in.pq;
   if (deb.pos_key) pk = rel_rows(*deb.pos_key, "pos_key", g, opt, false, rows_ok, rows_text);
   if (deb.pos_query) {
     pq = rel_rows(*deb.pos_query, "pos_query", g, opt, false, rows_ok, rows_text);
@@ -559,10 +548,15 @@ Tensor deberta_terms(const Tensor& q, const Tensor& k, const AttentionOptions& o
     }
   }
   const int terms = (deb.pos_key ? 1 : 0) + (deb.pos_query ? 1 : 0);
-  scale = scale_of(opt, deberta_default_scale(g.d, terms));
+  in.scale = scale_of(opt, deberta_default_scale(g.d, terms));
+  in.c2p = deb.pos_key != nullptr;
+  in.position_buckets = deb.position_buckets;
+  in.max_relative_positions = deb.max_relative_positions;
+  in.p2c = deb.pos_query != nullptr;
   // Bucket index by distance delta = a - c, a, c < n: clamp(rel + span, 0, 2 span - 1).
-  const std::int64_t n = static_cast<std::int64_t>(std::max(g.sq, g.sk));
-  std::vector<std::int32_t> index(static_cast<std::size_t>(2 * n - 1));
+  const std::int64_t n = in.n = static_cast<std::int64_t>(std::max(g.sq, g.sk));
+  std::vector<std::int32_t>& index = in.index;
+  index.resize(static_cast<std::size_t>(2 * n - 1));
   for (std::int64_t delta = -(n - 1); delta <= n - 1; ++delta) {
     const std::int64_t rel =
         deberta_relative_position(delta, 0, deb.position_buckets, deb.max_relative_positions);
@@ -571,7 +565,8 @@ Tensor deberta_terms(const Tensor& q, const Tensor& k, const AttentionOptions& o
             rel + static_cast<std::int64_t>(span), 0, static_cast<std::int64_t>(2 * span) - 1));
   }
   // p2c at (i, j) takes clamp(-rel(j, i) + span, ...): looked up at delta = j - i.
-  std::vector<std::int32_t> index_p2c(index.size());
+  std::vector<std::int32_t>& index_p2c = in.index_p2c;
+  index_p2c.resize(index.size());
   for (std::int64_t delta = -(n - 1); delta <= n - 1; ++delta) {
     const std::int64_t rel =
         deberta_relative_position(delta, 0, deb.position_buckets, deb.max_relative_positions);
@@ -579,7 +574,19 @@ Tensor deberta_terms(const Tensor& q, const Tensor& k, const AttentionOptions& o
         static_cast<std::int32_t>(std::clamp<std::int64_t>(
             -rel + static_cast<std::int64_t>(span), 0, static_cast<std::int64_t>(2 * span) - 1));
   }
-  const std::vector<double> qd = bhsd(q, g.axes), kd = bhsd(k, g.axes);
+  in.qd = bhsd(q, g.axes);
+  in.kd = bhsd(k, g.axes);
+  return in;
+}
+
+Tensor deberta_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
+                     const DebertaAttention& deb, const Geo& g, double& scale, Attrs& attrs) {
+  const DebertaInputs in = read_deberta(q, k, opt, deb, g);
+  scale = in.scale;
+  const RelRows &pk = in.pk, &pq = in.pq;
+  const std::vector<std::int32_t>&index = in.index, &index_p2c = in.index_p2c;
+  const std::int64_t n = in.n;
+  const std::vector<double>&qd = in.qd, &kd = in.kd;
   const std::size_t d = g.d, group = g.hq / g.hk;
   Tensor out(g.compute, g.scores);
   fill_scores(out, g, [&](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
@@ -595,16 +602,25 @@ Tensor deberta_terms(const Tensor& q, const Tensor& k, const AttentionOptions& o
     }
     return scale * s;
   });
-  std::string types = deb.pos_key ? "c2p" : "";
-  if (deb.pos_query) types += types.empty() ? "p2c" : ",p2c";
-  attrs.push_back({"relative", std::string("deberta")});
-  attrs.push_back({"pos_att_type", types});
-  attrs.push_back({"position_buckets", static_cast<long long>(deb.position_buckets)});
-  attrs.push_back({"max_relative_positions", static_cast<long long>(deb.max_relative_positions)});
+  deberta_attrs(in, attrs);
   return out;
 }
 
 }  // namespace
+
+namespace relative_detail {
+
+XlInputs xl_inputs(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
+                   const XlAttention& xl) {
+  return read_xl(q, k, opt, xl, geometry(q, k, opt));
+}
+
+DebertaInputs deberta_inputs(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
+                             const DebertaAttention& deb) {
+  return read_deberta(q, k, opt, deb, geometry(q, k, opt));
+}
+
+}  // namespace relative_detail
 
 double deberta_default_scale(std::size_t d, int terms) {
   const float root = std::sqrt(static_cast<float>(d) * static_cast<float>(1 + terms));

@@ -307,6 +307,13 @@ ATTENTION_GRADIENTS = {
                         "{cuk1}", "--causal"],
                        ["--grad-output", "{dop}", "--cu-seqlens-q", "{cuq}", "--cu-seqlens-k",
                         "{cuk}", "--causal"]),
+    # The relative score terms through the backward (tests/python/
+    # test_attention_grad_relative.py checks them and their tensors' gradients against
+    # torch autograd).
+    "--rel-keys": (["--grad-output", "{do}"], ["--grad-output", "{do}", "--rel-keys", "{relk}"]),
+    "--content-bias": (["--grad-output", "{do}", "--rel-keys", "{relk}"],
+                       ["--grad-output", "{do}", "--rel-keys", "{relk}", "--content-bias", "{u}"]),
+    "--pos-key": (["--grad-output", "{do}"], ["--grad-output", "{do}", "--pos-key", "{posk}"]),
     # Score terms through the backward (tests/python/test_attention_grad_terms.py checks
     # them and their tables' gradients against torch autograd).
     "--clipped-bias": (["--grad-output", "{do}"],

@@ -33,9 +33,11 @@
 /// scale and projected relative keys (and their gradients; computed in memory: no sinks,
 /// given forward or released K and V), WavLM's gate on the T5 term (and the gate's
 /// gradients), LongT5's transient-global side keys (the side columns' part of dq and
-/// the gradients of global_k, global_v and the global_bias table). Others (the relative
-/// score terms, score_bias, the fp8 descales, p_dtype, the FlashAttention baseline,
-/// --arith other than exact, MaskedRows::nan) are a UsageError.
+/// the gradients of global_k, global_v and the global_bias table), a constant additive
+/// score_bias (its gradient kept on request, dscore_bias: the Transformer-XL / XLNet /
+/// Funnel and DeBERTa terms' backward, ops/attention_relative.hpp, is built on it).
+/// Others (the fp8 descales, p_dtype, the FlashAttention baseline, --arith other than
+/// exact, MaskedRows::nan) are a UsageError.
 
 #include <cstddef>
 #include <functional>
@@ -62,6 +64,16 @@ struct AttentionGrads {
   Tensor dqv;        ///< qv's shape (the output's), when opt.qv is given
   Tensor drelative_k;  ///< Shaw's key table's shape, when asked for
   Tensor drelative_v;  ///< Shaw's value table's shape, when asked for
+  // The relative score terms' tensors (ops/attention_relative.hpp; their shapes, when
+  // asked for): Transformer-XL / XLNet / Funnel's and DeBERTa's.
+  Tensor drel_keys;        ///< rel_keys (r, or the unprojected rows with rel_kernel)
+  Tensor dcontent_bias;    ///< content_bias (r_w_bias)
+  Tensor dposition_bias;   ///< position_bias (r_r_bias)
+  Tensor dsegment_embed;   ///< segment_embed (seg_embed)
+  Tensor dsegment_bias;    ///< segment_bias (r_s_bias)
+  Tensor drel_kernel;      ///< rel_kernel (W)
+  Tensor dpos_key;         ///< DeBERTa's pos_key (rows past 2 span: 0)
+  Tensor dpos_query;       ///< DeBERTa's pos_query, likewise
   Tensor dclipped_bias;   ///< the clipped-distance table's shape [rows, hq], when asked for
   Tensor drel_pos_h;      ///< the decomposed rel_pos_h table's shape [L, d], when asked for
   Tensor drel_pos_w;      ///< the decomposed rel_pos_w table's shape [L, d], when asked for
@@ -94,6 +106,15 @@ struct AttentionBackwardOptions {
   /// sum of P_ij dO_i likewise; dq gains scale sum_j dS'_ij rk[r(i, j)].
   bool drelative_k = false;
   bool drelative_v = false;
+  /// Also the gradients of the relative score terms' tensors (attention_backward with an
+  /// XlAttention or a DebertaAttention, ops/attention_relative.hpp), one switch each.
+  bool drel_keys = false, dcontent_bias = false, dposition_bias = false;
+  bool dsegment_embed = false, dsegment_bias = false, drel_kernel = false;
+  bool dpos_key = false, dpos_query = false;
+  /// With opt.score_bias (a constant additive term [b, hq, sq, sk], added after the
+  /// temperature and before the soft-cap): receives its gradient, dS through the
+  /// soft-cap, [b][hq][sq][sk] in float64 (zero where a score is masked). Null: not kept.
+  std::vector<double>* dscore_bias = nullptr;
   /// Also the gradient of Phi-4-multimodal audio's clipped-distance table
   /// (opt.clipped_bias): dclipped_bias[row, h], dS summed over the (batch, query, key)
   /// pairs whose clipped distance takes the row, as dt5_bias by bucket.

@@ -40,6 +40,7 @@
 /// q_len == k_len (HF builds it from the keys alone).
 
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_backward.hpp"
 
 namespace posenc {
 
@@ -111,5 +112,41 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v, Att
 /// Attention with the DeBERTa terms; the default scale is deberta_default_scale.
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v, AttentionOptions opt,
                           const DebertaAttention& deb);
+
+/// Gradients of attention(q, k, v, opt, xl)'s output for the output gradient
+/// `grad_output` (ops/attention_backward.hpp): the backward with the terms as a constant
+/// additive term gives their gradient dS [b, hq, sq, sk]; with s = scale dS, each
+/// score (i, j) that reads entry (row, c) of (q + v).r through the shift (row i, or
+/// the next query's where HF's reshape takes it from there) gives s_ij r[c] to dq_row,
+/// s_ij (q_row + v) to drel_keys[c] (per batch entry for a batched r) and s_ij r[c] to
+/// dposition_bias; s_ij k_j goes to dcontent_bias and s_ij u to dk_j; the segment term
+/// gives s_ij seg_embed[seg(i, j)] to dq_i and dsegment_bias, s_ij (q_i + r_s_bias)
+/// to dsegment_embed[seg(i, j)]. Sums run over batch entries for per-head tensors;
+/// with rel_kernel, drel_keys is the unprojected rows' (dr W^T) and drel_kernel = R^T dr.
+/// The terms' part of dq and dk is added to attention's in float64 before one rounding.
+/// Computed in memory (no sinks, given forward or released K, V); the memory is
+/// attention_backward_memory below, an InputError over opt.max_memory. UsageError for
+/// a gradient switch without its tensor, Funnel's factorized term, qv, per_dim_scale,
+/// relative_proj and the varlen form.
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& grad_output, const AttentionOptions& opt,
+                                  const AttentionBackwardOptions& bopt, const XlAttention& xl);
+/// The same for DeBERTa's terms: dq_i += sum_j s_ij pos_key[c2p(i, j)], dk_j += sum_i
+/// s_ij pos_query[p2c(i, j)], dpos_key[c] = sum of s_ij q_i over the pairs of c2p row c,
+/// dpos_query[c] = sum of s_ij k_j over the pairs of p2c row c (rows past 2 span: 0).
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& grad_output, const AttentionOptions& opt,
+                                  const AttentionBackwardOptions& bopt,
+                                  const DebertaAttention& deb);
+
+/// Bytes the two backwards above would allocate (outputs and work, not the inputs).
+std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,
+                                      DType q_dtype, const AttentionOptions& opt,
+                                      const AttentionBackwardOptions& bopt,
+                                      const XlAttention& xl);
+std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,
+                                      DType q_dtype, const AttentionOptions& opt,
+                                      const AttentionBackwardOptions& bopt,
+                                      const DebertaAttention& deb);
 
 }  // namespace posenc
