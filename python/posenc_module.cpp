@@ -472,6 +472,7 @@ Precision precision_of(const std::string& s) {
 Positions positions(const py::dict& d) {
   Positions pos;
   KeywordReader(d).read(pos);  // start; its range is the library's
+  check_given(pos, keywords({&d}));
   Caller grid = keywords({&d});  // the caller's coords arrive as the key grid
   grid.gave = [&d](const std::string& n) { return gives(d, n == "coords" ? "grid" : n); };
   check_given(pos.grid, grid);

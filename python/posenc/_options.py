@@ -80,8 +80,6 @@ def positions_dict(start=0, position_ids=None, cu_seqlens=None):
         raise UsageError(f"start: expected an integer, got {start!r:.40}")
     if start == 0 and position_ids is None and cu_seqlens is None:
         return _NO_POSITIONS
-    if position_ids is not None and cu_seqlens is not None:
-        raise UsageError("position_ids: cannot be combined with cu_seqlens")
     return {"start": int(start), "position_ids": ints(position_ids, "position_ids"),
             "cu_seqlens": ints(cu_seqlens, "cu_seqlens")}
 

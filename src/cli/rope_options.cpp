@@ -202,9 +202,7 @@ Positions rope_positions(const RopeCliOptions& o, bool real_coords) {
   Positions pos;
   pos.start = o.where.start;
   validate(pos);
-  if (!o.position_ids.empty() && !o.cu_seqlens.empty()) {
-    throw UsageError("--position-ids: cannot be combined with --cu-seqlens");
-  }
+  check_given(pos, command_line(o.app));
   auto ints = [](const Tensor& t, const std::string& ref, const char* option, Shape& shape) {
     const xt::xarray<std::int64_t> a = int64_values(t, ref, option);
     shape = t.shape();

@@ -177,6 +177,9 @@ RULES = [
      "{order}: the rows of {position_ids} give the order with {rope2d_ids}"),
     (["--torch-ops"], {"torch_ops": True}, "{torch_ops}: needs {cos} and {sin}"),
     (["--merge-window", "2"], {"merge_window": 2}, "{merge_window}: applies to {coords} only"),
+    (["--position-ids", "ids.npy", "--cu-seqlens", "cu.npy"],
+     {"position_ids": np.arange(4), "cu_seqlens": np.array([0, 4])},
+     "{position_ids}: cannot be combined with {cu_seqlens}"),
 ]
 
 
@@ -185,7 +188,7 @@ RULES = [
 def test_a_rule_between_fields_says_one_message_on_both_front_ends(args, kw, message, x):
     tmp, a = x
     names = ("rope2d", "rope2d_ids", "order", "mrope_interleaved", "mrope_section",
-             "position_ids", "torch_ops", "cos", "sin", "merge_window", "coords")
+             "position_ids", "torch_ops", "cos", "sin", "merge_window", "coords", "cu_seqlens")
     p, written = run(tmp, args)
     option = message.format(**{n: "--" + n.replace("_", "-") for n in names})
     assert p.returncode == 2 and p.stderr == f"posenc: error: {option}\n" and not written, \

@@ -135,6 +135,15 @@ void declare(V& v, Positions& p) {
     p.start);
 }
 
+/// Explicit positions are of one kind: ids or packed sequences' boundaries (the caller's
+/// terms).
+inline void check_given(const Positions&, const Caller& c) {
+  if (c.gave("position_ids") && c.gave("cu_seqlens")) {
+    throw UsageError(c.term("position_ids") + ": cannot be combined with " +
+                     c.term("cu_seqlens"));
+  }
+}
+
 /// The generated coordinates' scalars (the grid itself is parse_coord_grid's).
 template <class V>
 void declare(V& v, CoordGrid& g) {
