@@ -20,8 +20,9 @@ namespace {
 // budget. Possible where K and V are mapped in the arithmetic's dtype (or narrower
 // floats, widened a key tile at a time) with a head's keys
 // contiguous (h before s, d last), dk and dv (when emitted) go to regular NPY files, and
-// none of --rope, --qv, --per-dim-scale, --relative-proj is given. Returns the bytes it
-// holds (Q, dO, dq and the work), or 0 where it is not possible.
+// neither --rope nor --qv is given (Gemma-3n's --per-dim-scale and --relative-proj make
+// their scaled Q and table from Q, streamed alike). Returns the bytes it holds (Q, dO,
+// dq and the work), or 0 where it is not possible.
 // Whether `t` is the arithmetic's dtype or widens to it exactly (f16, bf16; f32 to f64).
 bool widens(DType t, DType arith) {
   return t == arith || (is_float(t) && !is_fp8(t) && dtype_size(t) < dtype_size(arith));
@@ -35,8 +36,7 @@ std::size_t streamed_need(TensorSource& q, TensorSource& k, TensorSource& v, Ten
   const DType arith = attention_arith(opt);
   const std::string axes = !opt.axes.empty() ? opt.axes : ki.shape.size() == 4 ? "bhsd" : "";
   const auto h = axes.find('h'), sa = axes.find('s');
-  // Gemma-3n's scaled queries and projected table are prepared in memory.
-  if (rope || opt.qv || opt.per_dim_scale || opt.relative_proj || axes.empty() ||
+  if (rope || opt.qv || axes.empty() ||
       h == std::string::npos || sa == std::string::npos || h > sa || axes.back() != 'd' ||
       !widens(ki.dtype, arith) || !widens(vi.dtype, arith) || !k.mapped_data() ||
       !v.mapped_data()) {

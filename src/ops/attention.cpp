@@ -7,8 +7,10 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 
 #include "io/slab.hpp"
 #include "ops/attention_clipped.hpp"
@@ -257,6 +259,66 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
   return res;
 }
 
+namespace {
+
+// A tensor held in memory as a source whose data are in place (as a mapped file's).
+class HeldSource final : public TensorSource {
+ public:
+  explicit HeldSource(const Tensor& t) : t_(t) {
+    info_.dtype = t.dtype();
+    info_.shape = t.shape();
+  }
+  const TensorInfo& info() const override { return info_; }
+  bool seekable() const override { return true; }
+  void read_rows(std::size_t first, std::size_t count, void* dst) override {
+    const std::size_t rows = t_.shape().empty() ? 1 : t_.shape()[0];
+    const std::size_t row = rows ? t_.nbytes() / rows : 0;
+    if (first > rows || count > rows - first) {
+      throw std::logic_error("HeldSource: rows outside the tensor");
+    }
+    if (count) std::memcpy(dst, t_.bytes() + first * row, count * row);
+  }
+  const std::byte* mapped_data() override { return t_.bytes(); }
+
+ private:
+  const Tensor& t_;
+  TensorInfo info_;
+};
+
+// Gemma-3n audio streamed: Q read whole (or used in place), its scaled copy and the
+// per-head relative table made as the run in memory makes them (timing_inputs), then
+// the streamed run over K and V with them, so the bits are those of the run in memory.
+// The copy of Q and the table count against the budget.
+AttentionResult stream_timing(TensorSource& q, TensorSource& k, TensorSource* v,
+                              const Geometry& g, const AttentionOptions& opt) {
+  const TensorInfo& qi = q.info();
+  const std::byte* mapped = q.mapped_data();
+  const std::size_t q_bytes = mul_sat(checked_numel(qi.shape, 1, "q"), dtype_size(qi.dtype));
+  if (opt.max_memory && !mapped && q_bytes > opt.max_memory) {
+    throw InputError(fmt::format("--max-memory {}: too small to hold Q ({}) for {}",
+                                 bytes_str(opt.max_memory), shape_str(qi.shape),
+                                 opt.per_dim_scale ? "--per-dim-scale" : "--relative-proj"));
+  }
+  const Tensor qt = mapped ? Tensor::borrow(qi.dtype, qi.shape, const_cast<std::byte*>(mapped))
+                           : read_all_rows(q);
+  if (!opt.allow_nonfinite) require_finite(qt, nullptr, nullptr, opt);  // Q and the tables
+  TimingInputs t;
+  timing_inputs(t, qt, g, opt);
+  AttentionOptions inner = t.opt;
+  if (opt.max_memory) {
+    std::size_t held = mul_sat(t.rel_k.numel(), dtype_size(t.rel_k.dtype()));
+    if (t.q.numel() && !mapped) held = add_sat(held, q_bytes);  // Q beside its scaled copy
+    inner.max_memory = opt.max_memory > held ? opt.max_memory - held : 1;
+  }
+  HeldSource scaled(t.q.numel() ? t.q : qt);
+  AttentionResult res = attention(scaled, k, v, inner);
+  if (opt.per_dim_scale) res.attrs.push_back({"per_dim_scale", 1LL});
+  if (opt.relative_proj) res.attrs.push_back({"relative_proj", 1LL});
+  return res;
+}
+
+}  // namespace
+
 AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
                           const AttentionOptions& opt) {
   if (is_varlen(opt)) return attention_varlen(q, k, v, opt);  // read whole, one run per sequence
@@ -266,11 +328,12 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   require_float(ki.dtype, "k");
   if (vi) require_float(vi->dtype, "v");
   Geometry g = check(qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt);
-  // Gemma-3n's inputs are prepared in memory (attention_timing.hpp).
   const bool streams = !g.materialise() && opt.arith == Arith::exact && k.seekable() &&
-                       (!v || v->seekable()) && !opt.per_dim_scale && !opt.relative_proj &&
+                       (!v || v->seekable()) &&
                        g.sk > 0 &&  // no keys: nothing to stream, every row empty
                        !fa_extras(opt);  // qv, descales, p_dtype: prepared in memory
+  // Gemma-3n's scaled queries and projected table are made from Q, then K and V stream.
+  if (streams && (opt.per_dim_scale || opt.relative_proj)) return stream_timing(q, k, v, g, opt);
   if (!streams) {
     // Everything in memory: the inputs count against the budget too.
     auto [need, names] = memory_of(g, qi.shape, ki.shape, vi ? &vi->shape : nullptr, qi.dtype, opt,

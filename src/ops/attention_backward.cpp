@@ -1061,6 +1061,28 @@ AttentionGrads backward_qv(const Tensor& q, const Tensor& k, const Tensor& v,
   return res;
 }
 
+// A sink taking float64 positional writes and passing them on rounded to `out`: the
+// rounding cast() gives a held gradient, value by value.
+class RoundingSink final : public TensorSink {
+ public:
+  RoundingSink(TensorSink& to, DType out) : to_(to), out_(out) {}
+  bool writes_at() const override { return true; }
+  void write_rows(const void*, std::size_t) override {
+    throw std::logic_error("RoundingSink: the gradients come by positional writes");
+  }
+  void write_at(std::size_t first, const void* src, std::size_t count) override {
+    thread_local std::vector<std::byte> buf;
+    buf.resize(count * dtype_size(out_));
+    cast(static_cast<const std::byte*>(src), DType::f64, buf.data(), out_, count);
+    to_.write_at(first, buf.data(), count);
+  }
+  void commit() override {}
+
+ private:
+  TensorSink& to_;
+  DType out_;
+};
+
 // Gemma-3n audio: what the backward of the data attention() makes of per_dim_scale and
 // relative_proj (attention_timing: Q scaled per dimension, a per-head relative_k table)
 // takes besides, and its options (gradients in float64, rounded once by the chain rule).
@@ -1072,11 +1094,12 @@ AttentionBackwardOptions timing_inner(const AttentionBackwardOptions& bopt) {
 }
 
 std::size_t timing_extra_bytes(const Shape& q, const Shape& k, const Shape& v, DType q_dtype,
-                               const AttentionOptions& opt) {
+                               const AttentionOptions& opt, const AttentionBackwardOptions& bopt) {
   const std::size_t out = dtype_size(opt.dtype.value_or(q_dtype));
   const std::size_t nq = checked_numel(q, 1, "attention"), nk = checked_numel(k, 1, "attention"),
                     nv = checked_numel(v, 1, "attention");
-  std::size_t n = mul_sat(add_sat(add_sat(nq, nk), nv), out);  // the rounded gradients
+  // The rounded gradients (dk and dv not when written as they complete).
+  std::size_t n = mul_sat(bopt.sink ? nq : add_sat(add_sat(nq, nk), nv), out);
   if (opt.per_dim_scale) n = add_sat(n, mul_sat(opt.per_dim_scale->numel(), 8 * 3 + out));
   if (opt.relative_proj) n = add_sat(n, mul_sat(opt.relative_proj->numel(), 8 + out));
   return n;
@@ -1097,11 +1120,6 @@ AttentionGrads backward_timing(const Tensor& q, const Tensor& k, const Tensor& v
                                const Tensor& grad_output, const AttentionOptions& opt,
                                const AttentionBackwardOptions& bopt) {
   refuse_unsupported(opt, bopt);
-  if (bopt.sink || bopt.forward_output || bopt.release_kv) {
-    throw UsageError(
-        "gradients: per_dim_scale's and relative_proj's are computed in memory (no sinks, "
-        "given forward or released K, V)");
-  }
   require_float(q.dtype(), "q");
   const Geometry g = check(q.shape(), k.shape(), &v.shape(), q.dtype(), forward_options(opt));
   if (!opt.allow_nonfinite) require_finite(q, nullptr, nullptr, opt);  // and the tables
@@ -1113,12 +1131,25 @@ AttentionGrads backward_timing(const Tensor& q, const Tensor& k, const Tensor& v
   AttentionOptions inner = t.opt;
   inner.dtype = DType::f64;
   if (opt.max_memory) {
-    const std::size_t extra = timing_extra_bytes(q.shape(), k.shape(), v.shape(), q.dtype(), opt);
+    const std::size_t extra =
+        timing_extra_bytes(q.shape(), k.shape(), v.shape(), q.dtype(), opt, bopt);
     inner.max_memory = std::max<std::size_t>(1, opt.max_memory - std::min(extra, opt.max_memory));
   }
-  AttentionGrads c =
-      backward_plain(t.q.numel() ? t.q : q, k, v, grad_output, inner, timing_inner(bopt));
   const DType out = opt.dtype.value_or(q.dtype());
+  // dk and dv (no chain rule of their own) to the caller's sinks, each float64 value
+  // rounded to the output dtype as they would be held.
+  AttentionBackwardOptions ib = timing_inner(bopt);
+  std::vector<RoundingSink> rounding;
+  rounding.reserve(2);
+  if (bopt.sink) {
+    ib.sink = [&](const std::string& name, const TensorInfo& info) -> TensorSink* {
+      TensorInfo to = info;
+      to.dtype = out;
+      TensorSink* s = bopt.sink(name, to);
+      return s ? &rounding.emplace_back(*s, out) : nullptr;
+    };
+  }
+  AttentionGrads c = backward_plain(t.q.numel() ? t.q : q, k, v, grad_output, inner, ib);
   AttentionGrads res;
   res.attrs = std::move(c.attrs);
   if (opt.per_dim_scale) {
@@ -1154,8 +1185,10 @@ AttentionGrads backward_timing(const Tensor& q, const Tensor& k, const Tensor& v
     }
   }
   res.dq = cast(c.dq, out);
-  res.dk = cast(c.dk, out);
-  res.dv = cast(c.dv, out);
+  if (!bopt.sink) {
+    res.dk = cast(c.dk, out);
+    res.dv = cast(c.dv, out);
+  }
   for (auto [from, to] : {std::pair<Tensor*, Tensor*>{&c.dbias, &res.dbias},
                           {&c.dsinks, &res.dsinks},
                           {&c.dt5_bias, &res.dt5_bias},
@@ -1185,7 +1218,7 @@ std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shap
   if (is_varlen(opt)) return varlen_backward_memory(q, k, v, q_dtype, opt, bopt);  // per sequence
   if (opt.per_dim_scale || opt.relative_proj) {
     return add_sat(plain_memory(q, k, v, q_dtype, timing_memory_options(opt), timing_inner(bopt)),
-                   timing_extra_bytes(q, k, v, q_dtype, opt));
+                   timing_extra_bytes(q, k, v, q_dtype, opt, bopt));
   }
   if (!opt.qv) return plain_memory(q, k, v, q_dtype, opt, bopt);
   AttentionOptions plain = forward_options(opt);

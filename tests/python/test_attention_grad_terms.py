@@ -225,11 +225,17 @@ class TestCommand:
         self.save(tmp_path, q=g.standard_normal((1, 4, 64, 32)),
                   k=g.standard_normal((1, 2, 8192, 32)), v=g.standard_normal((1, 2, 8192, 16)),
                   do=g.standard_normal((1, 4, 64, 16)), clip=g.standard_normal((64, 4)),
-                  rh=g.standard_normal((90, 32)), rw=g.standard_normal((255, 32)))
+                  rh=g.standard_normal((90, 32)), rw=g.standard_normal((255, 32)),
+                  pds=g.standard_normal(32), rproj=g.standard_normal((4 * 32, 6)))
         cases = (
             (["--causal", "--clipped-bias", "clip.npy"], ["dq", "dk", "dv", "dclipped_bias"]),
             (["--decomposed-rel-pos", "rh.npy", "rw.npy", "--grid", "8", "8", "--key-grid",
               "64", "128"], ["dq", "dk", "dv", "drel_pos_h", "drel_pos_w"]),
+            # Gemma-3n: the scaled Q and the projected table made from Q, K and V streamed.
+            (["--causal", "--per-dim-scale", "pds.npy"], ["dq", "dk", "dv", "dper_dim_scale"]),
+            (["--per-dim-scale", "pds.npy", "--relative-proj", "rproj.npy", "--relative-left",
+              "2", "--relative-right", "1"],
+             ["dq", "dk", "dv", "dper_dim_scale", "drelative_proj"]),
         )
         for args, emit in cases:
             mem = self.grads(tmp_path, "mem", args, emit, threads=1)
@@ -249,8 +255,7 @@ class TestCommand:
         assert r.returncode == 2
         assert r.stderr.count("\n") == 1 and "dclipped_bias needs --clipped-bias" in r.stderr
         assert not list(tmp_path.glob("g_*"))
-        # Gemma-3n's inputs are prepared in memory: over the budget they are refused
-        # (exit 3) rather than streamed.
+        # Gemma-3n's inputs within a budget too small even to stream: refused (exit 3).
         self.save(tmp_path, pds=g.standard_normal(D))
         r = subprocess.run([BIN, "attention", "-q", "q.npy", "-k", "k.npy", "-v", "v.npy",
                             "--grad-output", "do.npy", "--per-dim-scale", "pds.npy",

@@ -178,6 +178,20 @@ class Gemma3nAudio(PosencTestCase):
                                   "--relative-left", "12", "--relative-right", "1",
                                   "--relative-beyond", "zero", "--softcap", "50")
 
+    def test_per_dim_scale_and_relative_proj_stream(self):
+        # Gemma-3n's scaled Q and projected table are made from Q, then K and V stream:
+        # at 1M (K and V alone 3.3 MiB) the same bytes as in memory.
+        r = self.rng
+        q = self.npy("gq.npy", r.standard_normal((1, 2, 64, 8)))
+        k = self.npy("gk.npy", r.standard_normal((1, 2, 16000, 8)))
+        v = self.npy("gv.npy", r.standard_normal((1, 2, 16000, 5)))
+        pds = self.npy("gpds.npy", r.standard_normal(8))
+        proj = self.npy("gproj.npy", r.standard_normal((16, 6)))
+        self.assert_streamed_bits("-q", q, "-k", k, "-v", v, "--per-dim-scale", pds,
+                                  "--relative-proj", proj, "--relative-left", "12",
+                                  "--relative-right", "1", "--relative-beyond", "zero",
+                                  "--softcap", "50", budgets=("1M", "64M"))
+
     def test_threads_do_not_change_bits(self):
         q, k, v, per_dim, proj = self.inputs(2, 40, 4, 8)
         p = {n: self.npy(n + ".npy", a) for n, a in

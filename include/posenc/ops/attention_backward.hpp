@@ -30,8 +30,8 @@
 /// and its second part, added in float64 before the one rounding), Phi-4-multimodal
 /// audio's clipped-distance bias (and its table's gradient), SAM / ViTDet's decomposed
 /// relative positions (and the tables' gradients), Gemma-3n audio's per-dimension query
-/// scale and projected relative keys (and their gradients; computed in memory: no sinks,
-/// given forward or released K and V), WavLM's gate on the T5 term (and the gate's
+/// scale and projected relative keys (and their gradients; dk and dv to sinks, a given
+/// forward and released K and V alike), WavLM's gate on the T5 term (and the gate's
 /// gradients), LongT5's transient-global side keys (the side columns' part of dq and
 /// the gradients of global_k, global_v and the global_bias table), a constant additive
 /// score_bias (its gradient kept on request, dscore_bias: the Transformer-XL / XLNet /
