@@ -603,25 +603,6 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
 
 // --- tables -------------------------------------------------------------------------
 
-// A sink writing a table's rows into a Tensor.
-class MemorySink : public TensorSink {
- public:
-  explicit MemorySink(Tensor& t)
-      : t_(t),
-        row_bytes_(t.ndim() == 0 || t.shape()[0] == 0 ? t.nbytes() : t.nbytes() / t.shape()[0]) {}
-  void write_rows(const void* src, std::size_t count) override {
-    if (count * row_bytes_ == 0) return;  // an empty table's pointers may be null
-    std::memcpy(t_.bytes() + at_, src, count * row_bytes_);
-    at_ += count * row_bytes_;
-  }
-  void commit() override {}
-
- private:
-  Tensor& t_;
-  std::size_t row_bytes_;
-  std::size_t at_ = 0;
-};
-
 std::vector<RopeEmit> emits_of(const py::dict& d) {
   std::vector<RopeEmit> out;
   for (const auto& e :
@@ -778,19 +759,13 @@ py::tuple tables(const std::string& kind, const py::dict& d, const py::dict& rop
   const CallThreads threads;
   std::vector<Table> tables = describe_tables(kind, d, rope_d, pos_d);
   std::vector<DType> types;
-  for (const Table& t : tables) {
-    const DType dt = dtype.empty() ? default_table_dtype(t) : parse_dtype(dtype, "dtype");
-    check_table_dtype(t, dt);
-    checked_numel(t.spec.shape, dtype_size(dt), "table");
-    types.push_back(dt);
-  }
+  for (const Table& t : tables) types.push_back(table_dtype(t, dtype, "dtype"));
   py::tuple out(tables.size());
   for (std::size_t i = 0; i < tables.size(); ++i) {
-    Tensor values(types[i], tables[i].spec.shape);
+    Tensor values;
     {
       py::gil_scoped_release nogil;
-      MemorySink sink(values);
-      write_table(tables[i].spec, types[i], sink, std::size_t{8} << 20);
+      values = table_tensor(tables[i].spec, types[i]);
     }
     out[i] = py::make_tuple(to_array(std::move(values)), attrs_to(tables[i].attrs));
   }

@@ -56,9 +56,7 @@ void write_all(std::vector<Table> tables, const std::vector<std::string>& names,
   std::vector<DType> dtypes;
   const Part part = c.part.empty() ? Part{} : parse_part(c.part, "--part");
   for (Table& t : tables) {
-    const DType dtype = c.dtype.empty() ? default_table_dtype(t) : parse_dtype(c.dtype, "--dtype");
-    check_table_dtype(t, dtype);
-    checked_numel(t.spec.shape, dtype_size(dtype), "table");
+    const DType dtype = table_dtype(t, c.dtype, "--dtype");
     t.attrs.push_back({"dtype", std::string(dtype_name(dtype))});
     if (!part.whole()) {
       const std::size_t axis = slab_axis(t.spec.shape);

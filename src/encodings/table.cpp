@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <cstdint>
 #include <exception>
 #include <atomic>
@@ -263,6 +264,36 @@ void write_table(const TableSpec& t, DType dtype, TensorSink& sink, std::size_t 
     }
   }
   if (err) std::rethrow_exception(err);
+}
+
+namespace {
+
+// A sink writing a table's rows into a Tensor, one after the other.
+class MemorySink final : public TensorSink {
+ public:
+  explicit MemorySink(Tensor& t)
+      : t_(t),
+        row_bytes_(t.ndim() == 0 || t.shape()[0] == 0 ? t.nbytes() : t.nbytes() / t.shape()[0]) {}
+  void write_rows(const void* src, std::size_t count) override {
+    if (count * row_bytes_ == 0) return;  // an empty table's pointers may be null
+    std::memcpy(t_.bytes() + at_, src, count * row_bytes_);
+    at_ += count * row_bytes_;
+  }
+  void commit() override {}
+
+ private:
+  Tensor& t_;
+  std::size_t row_bytes_;
+  std::size_t at_ = 0;
+};
+
+}  // namespace
+
+Tensor table_tensor(const TableSpec& t, DType dtype) {
+  Tensor values(dtype, t.shape);
+  MemorySink sink(values);
+  write_table(t, dtype, sink, std::size_t{8} << 20);
+  return values;
 }
 
 }  // namespace posenc

@@ -236,6 +236,13 @@ std::vector<int> layout_components(const RopeFreqs& f) {
 
 DType default_table_dtype(const Table& t) { return t.integral ? DType::i64 : DType::f32; }
 
+DType table_dtype(const Table& t, const std::string& name, const std::string& what) {
+  const DType dtype = name.empty() ? default_table_dtype(t) : parse_dtype(name, what);
+  check_table_dtype(t, dtype);
+  checked_numel(t.spec.shape, dtype_size(dtype), "table");
+  return dtype;
+}
+
 void check_table_dtype(const Table& t, DType dtype) {
   if (!t.integral) {
     if (!is_float(dtype)) {

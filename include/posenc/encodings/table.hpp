@@ -41,4 +41,8 @@ void convert_values(const double* src, std::size_t n, DType dtype, void* dst);
 void write_table(const TableSpec& t, DType dtype, TensorSink& sink,
                  std::size_t block_bytes = std::size_t{1} << 20);
 
+/// The table `t` in memory as `dtype`, computed as write_table computes it (in blocks of
+/// about 8 MiB, each line in float64 rounded once).
+Tensor table_tensor(const TableSpec& t, DType dtype);
+
 }  // namespace posenc

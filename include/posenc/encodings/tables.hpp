@@ -43,6 +43,12 @@ DType default_table_dtype(const Table& t);
 /// f32/f64.
 void check_table_dtype(const Table& t, DType dtype);
 
+/// The type `t` is written as: the dtype named `name` (parsed naming `what`; empty:
+/// default_table_dtype), checked to hold the table (check_table_dtype) and the table's
+/// size to be addressable (checked_numel). What the command and the Python module both
+/// ask of a table before computing it.
+DType table_dtype(const Table& t, const std::string& name, const std::string& what);
+
 /// Computes the whole table in float64 (lines in parallel; the values do not depend on
 /// the thread count). Memory: the whole table; stream large ones with write_table.
 xt::xarray<double> evaluate_table(const Table& t);
