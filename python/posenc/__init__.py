@@ -368,9 +368,9 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         "dgate_weight", "dgate_bias", "dgate_const" (of wavlm_gate's tensors),
         "dglobal_k", "dglobal_v", "dglobal_bias" (of global_kv's side keys and values as
         given inputs, and of global_bias), "drel_keys", "dcontent_bias",
-        "dposition_bias", "dsegment_embed", "dsegment_bias", "drel_kernel" (of the
-        Transformer-XL / XLNet / Funnel tensors; not with factorized), "dpos_key",
-        "dpos_query" (of DeBERTa's); default ("dq", "dk", "dv"). With
+        "dposition_bias", "dsegment_embed", "dsegment_bias", "drel_kernel", "dphi",
+        "dpi", "dpsi", "domega" (of the Transformer-XL / XLNet / Funnel tensors and
+        factorized's tables), "dpos_key", "dpos_query" (of DeBERTa's); default ("dq", "dk", "dv"). With
         cu_seqlens_q/cu_seqlens_k, each sequence's own backward, packed. Needs v. With
         rope=True, dq and dk are with respect to the unrotated q and k.
     cache_seqlens [b], cache_batch_idx [b], cache_leftpad [b], page_table [b, max_blocks],

@@ -51,11 +51,13 @@ const Switch kSwitches[] = {
     {&AttentionBackwardOptions::drel_kernel, "drel_kernel", "--rel-kernel"},
     {&AttentionBackwardOptions::dpos_key, "dpos_key", "--pos-key"},
     {&AttentionBackwardOptions::dpos_query, "dpos_query", "--pos-query"},
+    {&AttentionBackwardOptions::dfactorized, "dphi/dpi/dpsi/domega", "--factorized"},
 };
+constexpr std::size_t kNumSwitches = sizeof(kSwitches) / sizeof(kSwitches[0]);
 
 // UsageError for a switch whose tensor is not given (`given` by the switch's index).
-void refuse_switches(const AttentionBackwardOptions& bopt, const bool (&given)[8]) {
-  for (std::size_t i = 0; i < 8; ++i) {
+void refuse_switches(const AttentionBackwardOptions& bopt, const bool (&given)[kNumSwitches]) {
+  for (std::size_t i = 0; i < kNumSwitches; ++i) {
     if (bopt.*(kSwitches[i].wanted) && !given[i]) {
       throw UsageError(
           fmt::format("gradients: {} needs {}", kSwitches[i].name, kSwitches[i].option));
@@ -149,6 +151,51 @@ std::vector<double> by_head(const std::vector<double>& parts, const Geo& g, std:
 // bhsd order for Q and K).
 struct XlGrads {
   std::vector<double> dq, dk, du, dvb, dr, dse, dsb, dembed, dw;
+  std::vector<double> dphi, dpi, dpsi, domega;  // Funnel's factorized tables
+};
+
+// Funnel's factorized term of one item's head h: pos_ij = sum_D qr_i[D] (phi[i, D]
+// psi[j, D] + pi[i, D] omega[j, D]), qr_i[D] = (q_i + v).W[D]. Row i's sums over its
+// keys (A = sum_j s_ij psi_j, C = sum_j s_ij omega_j) give dqr = phi_i A + pi_i C, then
+// dq_i, dv and dW through qr; dphi_i = qr A, dpi_i = qr C; the keys' tables get s_ij
+// qr_i phi_i and s_ij qr_i pi_i.
+struct FactorizedHead {
+  const XlInputs& in;
+  std::size_t h, dm;
+  std::vector<double> qv, qr, a, c, A, C;
+  FactorizedHead(const XlInputs& x, std::size_t head)
+      : in(x), h(head), dm(x.w ? x.w->dm : 0), qv(x.g.d), qr(dm), a(dm), c(dm), A(dm), C(dm) {}
+  // Row i's qr and its products with phi_i and pi_i, as the forward forms them.
+  void begin(const double* qi, std::size_t i) {
+    const std::size_t d = in.g.d;
+    for (std::size_t x = 0; x < d; ++x) qv[x] = qi[x] + in.vb[h * d + x];
+    for (std::size_t m = 0; m < dm; ++m) {
+      qr[m] = dot(qv.data(), in.w->at(m, h, in.g.hq, d), d);
+      a[m] = qr[m] * in.phi[i * dm + m];
+      c[m] = qr[m] * in.pi[i * dm + m];
+    }
+    std::fill(A.begin(), A.end(), 0.0);
+    std::fill(C.begin(), C.end(), 0.0);
+  }
+  void score(std::size_t j, double gs, double* dpsi, double* domega) {
+    axpy(A.data(), gs, in.psi.data() + j * dm, dm);
+    axpy(C.data(), gs, in.omega.data() + j * dm, dm);
+    axpy(dpsi + j * dm, gs, a.data(), dm);
+    axpy(domega + j * dm, gs, c.data(), dm);
+  }
+  // Row i's gradients: dq_i (and dv) += sum_D dqr[D] W[D], dW[D] += dqr[D] (q_i + v).
+  void end(std::size_t i, double* dqi, double* dvb, double* dw, double* dphi, double* dpi) {
+    const std::size_t d = in.g.d;
+    for (std::size_t m = 0; m < dm; ++m) {
+      const double dqr = in.phi[i * dm + m] * A[m] + in.pi[i * dm + m] * C[m];
+      dphi[i * dm + m] += qr[m] * A[m];
+      dpi[i * dm + m] += qr[m] * C[m];
+      const double* wm = in.w->at(m, h, in.g.hq, d);
+      axpy(dqi, dqr, wm, d);
+      axpy(dvb, dqr, wm, d);
+      axpy(dw + m * d, dqr, qv.data(), d);
+    }
+  }
 };
 
 XlGrads xl_grads(const XlInputs& in, const std::vector<double>& dS) {
@@ -162,6 +209,10 @@ XlGrads xl_grads(const XlInputs& in, const std::vector<double>& dS) {
   std::vector<double> du(items * group * d, 0.0), dvb(du.size(), 0.0), dsb(du.size(), 0.0),
       dse(items * group * 2 * d, 0.0);
   std::vector<double> dr(in.r.batched ? nb * g.hq * rlen * d : items * group * rlen * d, 0.0);
+  // Funnel's factorized term: each item's sums of the tables' and W's gradients.
+  const std::size_t dm = in.fact ? in.w->dm : 0;
+  std::vector<double> dphi(items * g.sq * dm, 0.0), dpi(dphi.size(), 0.0),
+      dpsi(items * g.sk * dm, 0.0), domega(dpsi.size(), 0.0), dwf(items * group * dm * d, 0.0);
 #pragma omp parallel for schedule(static)
   for (std::int64_t item = 0; item < static_cast<std::int64_t>(items); ++item) {
     const std::size_t it = static_cast<std::size_t>(item), b = it / g.hk, kvh = it % g.hk;
@@ -173,22 +224,32 @@ XlGrads xl_grads(const XlInputs& in, const std::vector<double>& dS) {
       double* drh = in.r.batched ? dr.data() + bh * rlen * d : dr.data() + part * rlen * d;
       std::fill(colsum.begin(), colsum.end(), 0.0);
       std::fill(bycol.begin(), bycol.end(), 0.0);
+      FactorizedHead fh(in, h);
       for (std::size_t i = 0; i < g.sq; ++i) {
         const double* gr = dS.data() + (bh * g.sq + i) * g.sk;
         double seg_sum[2] = {0, 0};
+        if (in.fact) fh.begin(qh + i * d, i);
         for (std::size_t j = 0; j < g.sk; ++j) {
           const double gs = in.scale * gr[j];
           if (gs == 0) continue;
           colsum[j] += gs;  // (q_i + u).k_j: u's and k_j's part
           if (in.cls_mask && (i == 0 || j == 0)) continue;
+          if (in.fact) {
+            fh.score(j, gs, dpsi.data() + it * g.sk * dm, domega.data() + it * g.sk * dm);
+          }
           // shift((q + v).r): the row and column the score reads.
-          const ShiftSource src = xl_shift(g.sq, rlen, g.sk, in.shift, i, j);
+          const ShiftSource src =
+              in.fact ? ShiftSource{0, 0, true} : xl_shift(g.sq, rlen, g.sk, in.shift, i, j);
           if (!src.zero) {
             axpy(dqh + src.row * d, gs, in.r.at(b, h, g.hq, src.col, d), d);
             axpy(drh + src.col * d, gs, qh + src.row * d, d);
             bycol[src.col] += gs;
           }
           if (in.seg) seg_sum[in.segment_row(b, i, j)] += gs;
+        }
+        if (in.fact) {
+          fh.end(i, dqh + i * d, dvb.data() + part * d, dwf.data() + part * dm * d,
+                 dphi.data() + it * g.sq * dm, dpi.data() + it * g.sq * dm);
         }
         for (std::size_t s = 0; in.seg && s < 2; ++s) {  // (q_i + r_s_bias).seg_embed[s]
           const double* e = in.se.at(0, h, g.hq, s, d);
@@ -216,7 +277,24 @@ XlGrads xl_grads(const XlInputs& in, const std::vector<double>& dS) {
   o.dsb = by_head(dsb, g, d);
   o.dse = by_head(dse, g, 2 * d);  // [hq][2][d]
   o.dr = in.r.batched ? std::move(dr) : by_head(dr, g, rlen * d);  // [b'][hq][rlen][d]
-  if (in.w) {
+  if (in.fact) {
+    // The items' sums in item order; W's by head over the batch entries.
+    auto sum_items = [&](const std::vector<double>& parts, std::size_t n) {
+      std::vector<double> out(n, 0.0);
+      for (std::size_t it = 0; it < items; ++it)
+        for (std::size_t x = 0; x < n; ++x) out[x] += parts[it * n + x];
+      return out;
+    };
+    o.dphi = sum_items(dphi, g.sq * dm);
+    o.dpi = sum_items(dpi, g.sq * dm);
+    o.dpsi = sum_items(dpsi, g.sk * dm);
+    o.domega = sum_items(domega, g.sk * dm);
+    const std::vector<double> dw_h = by_head(dwf, g, dm * d);  // [hq][dm][d]
+    o.dw.assign(dm * g.hq * d, 0.0);
+    for (std::size_t h = 0; h < g.hq; ++h)
+      for (std::size_t m = 0; m < dm; ++m)
+        std::copy_n(dw_h.data() + (h * dm + m) * d, d, o.dw.data() + (m * g.hq + h) * d);
+  } else if (in.w) {
     // r = R W: dR[row, m] = sum over h, c of dr[h, row, c] W[m, h, c]; dW[m, h, c] = sum
     // over rows of R[row, m] dr[h, row, c].
     const Kernel& w = *in.w;
@@ -375,7 +453,7 @@ std::size_t relative_backward_memory_inner(const Shape& q, const Shape& k, const
 }
 
 void refuse_relative_gradients(const AttentionBackwardOptions& bopt) {
-  const bool none[8] = {};
+  const bool none[kNumSwitches] = {};
   refuse_switches(bopt, none);
 }
 
@@ -386,20 +464,15 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const AttentionBackwardOptions& bopt, const XlAttention& xl) {
   const char* scheme = "Transformer-XL / XLNet / Funnel";
   refuse_relative(opt, bopt, scheme);
-  const bool given[8] = {xl.rel_keys != nullptr,      xl.content_bias != nullptr,
-                         xl.position_bias != nullptr, xl.segment_embed != nullptr,
-                         xl.segment_bias != nullptr,  xl.rel_kernel != nullptr,
-                         false,                       false};
+  const bool given[kNumSwitches] = {
+      xl.rel_keys != nullptr,      xl.content_bias != nullptr, xl.position_bias != nullptr,
+      xl.segment_embed != nullptr, xl.segment_bias != nullptr, xl.rel_kernel != nullptr,
+      false,                       false,                      xl.phi != nullptr};
   refuse_switches(bopt, given);
-  if (xl.phi || xl.pi || xl.psi || xl.omega) {
-    throw UsageError(
-        "gradients: Funnel's factorized term (--factorized) is not supported by the backward "
-        "pass");
-  }
   const std::size_t extra = relative_extra(
       q.shape(), k.shape(), v.shape(), q.dtype(), opt,
       {xl.rel_keys, xl.content_bias, xl.position_bias, xl.segment_embed, xl.segment_bias,
-       xl.rel_kernel});
+       xl.rel_kernel, xl.phi, xl.pi, xl.psi, xl.omega});
   require_budget(q, k, v, opt, bopt, extra, scheme);
   const XlInputs in = xl_inputs(q, k, opt, xl);
   std::vector<double> dS;
@@ -420,6 +493,12 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                      xl.rel_keys->shape(), out);
   }
   if (bopt.drel_kernel) res.drel_kernel = as_tensor(t.dw, xl.rel_kernel->shape(), out);
+  if (bopt.dfactorized) {
+    res.dphi = as_tensor(t.dphi, xl.phi->shape(), out);
+    res.dpi = as_tensor(t.dpi, xl.pi->shape(), out);
+    res.dpsi = as_tensor(t.dpsi, xl.psi->shape(), out);
+    res.domega = as_tensor(t.domega, xl.omega->shape(), out);
+  }
   if (bopt.dcontent_bias) res.dcontent_bias = as_tensor(t.du, xl.content_bias->shape(), out);
   if (bopt.dposition_bias) res.dposition_bias = as_tensor(t.dvb, xl.position_bias->shape(), out);
   if (bopt.dsegment_bias) res.dsegment_bias = as_tensor(t.dsb, xl.segment_bias->shape(), out);
@@ -437,8 +516,8 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const DebertaAttention& deb) {
   const char* scheme = "DeBERTa";
   refuse_relative(opt, bopt, scheme);
-  const bool given[8] = {false, false, false, false, false, false, deb.pos_key != nullptr,
-                         deb.pos_query != nullptr};
+  const bool given[kNumSwitches] = {false, false, false, false, false, false,
+                                    deb.pos_key != nullptr, deb.pos_query != nullptr, false};
   refuse_switches(bopt, given);
   const std::size_t extra = relative_extra(q.shape(), k.shape(), v.shape(), q.dtype(), opt,
                                            {deb.pos_key, deb.pos_query});
@@ -473,7 +552,8 @@ std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shap
   return add_sat(relative_backward_memory_inner(q, k, v, q_dtype, opt, bopt),
                  relative_extra(q, k, v, q_dtype, opt,
                                 {xl.rel_keys, xl.content_bias, xl.position_bias,
-                                 xl.segment_embed, xl.segment_bias, xl.rel_kernel}));
+                                 xl.segment_embed, xl.segment_bias, xl.rel_kernel, xl.phi,
+                                 xl.pi, xl.psi, xl.omega}));
 }
 
 std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,

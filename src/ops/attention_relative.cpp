@@ -356,19 +356,27 @@ struct Factorized {
   std::size_t dm = 0;
 };
 
-Factorized factorized(const XlAttention& xl, const Kernel& w, const std::vector<double>& qd,
-                      const std::vector<double>& vb, const Geo& g, const AttentionOptions& opt) {
-  const std::size_t dm = w.dm;
+// The four tables, checked, into `in`.
+void read_factorized(XlInputs& in, const XlAttention& xl, const Geo& g,
+                     const AttentionOptions& opt) {
+  const std::size_t dm = in.w->dm;
   auto rows = [](std::size_t n) { return [n](std::size_t r) { return r == n; }; };
   const std::string q_text = fmt::format("rows = q_len {}", g.sq);
   const std::string k_text = fmt::format("rows = k_len {}", g.sk);
+  in.phi = embeddings(*xl.phi, "factorized: phi", dm, opt, rows(g.sq), q_text);
+  in.pi = embeddings(*xl.pi, "factorized: pi", dm, opt, rows(g.sq), q_text);
+  in.psi = embeddings(*xl.psi, "factorized: psi", dm, opt, rows(g.sk), k_text);
+  in.omega = embeddings(*xl.omega, "factorized: omega", dm, opt, rows(g.sk), k_text);
+}
+
+Factorized factorized(const XlInputs& in, const Kernel& w, const std::vector<double>& qd,
+                      const std::vector<double>& vb, const Geo& g) {
+  const std::size_t dm = w.dm;
   Factorized f;
   f.dm = dm;
-  const std::vector<double> phi =
-      embeddings(*xl.phi, "factorized: phi", dm, opt, rows(g.sq), q_text);
-  const std::vector<double> pi = embeddings(*xl.pi, "factorized: pi", dm, opt, rows(g.sq), q_text);
-  f.psi = embeddings(*xl.psi, "factorized: psi", dm, opt, rows(g.sk), k_text);
-  f.omega = embeddings(*xl.omega, "factorized: omega", dm, opt, rows(g.sk), k_text);
+  const std::vector<double>&phi = in.phi, &pi = in.pi;
+  f.psi = in.psi;
+  f.omega = in.omega;
   const std::size_t n = g.b * g.hq * g.sq, d = g.d;
   f.a.resize(n * dm);
   f.c.resize(n * dm);
@@ -447,6 +455,7 @@ XlInputs read_xl(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
       in.r = rel_rows(*xl.rel_keys, "rel_keys", g, opt, /*allow_batched=*/true, rows_ok, rows_text);
     }
   }
+  if (fact) read_factorized(in, xl, g, opt);
   in.u = per_head(xl.content_bias, "content_bias", g, opt);
   in.vb = per_head(xl.position_bias, "position_bias", g, opt);
   in.seg = xl.segment_embed != nullptr;
@@ -476,7 +485,7 @@ Tensor xl_terms(const Tensor& q, const Tensor& k, const AttentionOptions& opt,
   const RelRows& se = in.se;
   const std::size_t d = g.d, group = g.hq / g.hk, rlen = r.rows;
   Factorized f;
-  if (fact) f = factorized(xl, *in.w, qd, vb, g, opt);
+  if (fact) f = factorized(in, *in.w, qd, vb, g);
   auto qrow = [&](std::size_t b, std::size_t h, std::size_t i) {
     return qd.data() + ((b * g.hq + h) * g.sq + i) * d;
   };

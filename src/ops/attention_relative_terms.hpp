@@ -70,6 +70,8 @@ struct XlInputs {
   std::optional<Kernel> w;  ///< rel_kernel
   std::vector<double> embed;  ///< with rel_kernel: rel_keys unprojected [rows][d_model]
   RelRows r;                  ///< the projected rows (none when factorized)
+  /// Funnel's factorized tables: phi, pi [sq][d_model], psi, omega [sk][d_model].
+  std::vector<double> phi, pi, psi, omega;
   std::vector<double> u, vb;  ///< content_bias, position_bias [hq][d] (zeros when absent)
   bool seg = false;           ///< the segment term
   std::vector<std::int64_t> ids;       ///< segment_ids [b][sk]

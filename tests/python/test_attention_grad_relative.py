@@ -1,14 +1,14 @@
 """posenc.attention(..., grad_output=dO) through the relative score terms of
 Transformer-XL (HF RelPartialLearnableMultiHeadAttn), XLNet (HF XLNetRelativeAttention
 .rel_attn_core, with its segment term), Funnel (HF FunnelRelMultiheadAttention,
-relative_shift with pooled queries, token_type_mat and cls_mask) and DeBERTa-v2 (HF
-DisentangledSelfAttention, c2p and p2c with log buckets). Each term is written here in
-torch float64 from its HF formula (the reshapes of _rel_shift and rel_shift_bnij,
+relative_shift with pooled queries and the factorized term, token_type_mat and
+cls_mask) and DeBERTa-v2 (HF DisentangledSelfAttention, c2p and p2c with log buckets).
+Each term is written here in torch float64 from its HF formula (the reshapes of _rel_shift and rel_shift_bnij,
 _relative_shift_gather and DeBERTa's gathers taken from tests/lib's references of those
 files) and differentiated by autograd; every gradient (dq, dk, dv and the terms' own
 tensors) agrees to 1e-12 of its largest magnitude. The command gives the same bytes at
--j1 and -j2, refuses a gradient without its tensor and Funnel's factorized term (exit
-2, one line) and a run over --max-memory (exit 3, one line), writing nothing."""
+-j1 and -j2, refuses a gradient without its tensor (exit 2, one line) and a run over
+--max-memory (exit 3, one line), writing nothing."""
 import os
 import subprocess
 
@@ -168,6 +168,34 @@ def test_funnel_gradients_match_torch_autograd():
     check(got, torch.autograd.grad(vec, (Q, K, V, R, W, U, VB, SE, SB), do), names)
 
 
+@pytest.mark.parametrize("separate_cls", [False, True])
+def test_funnel_factorized_gradients_match_torch_autograd(separate_cls):
+    # Funnel's attention_type "factorized": (q + v).W against phi_i psi_j + pi_i omega_j
+    # (phi, pi [sq, d_model], psi, omega [sk, d_model]), with the segment term.
+    n, sq, sk, dm = 3, 4, 7, 6
+    q, k, v, do, w, u, vb, sb, se, phi, pi, psi, omega = rnd(
+        15, (B, sq, n, D), (B, sk, n, D), (B, sk, n, D), (B, sq, n, D), (dm, n, D), (n, D),
+        (n, D), (n, D), (2, n, D), (sq, dm), (sq, dm), (sk, dm), (sk, dm))
+    mat = torch.tensor(np.random.default_rng(16).integers(0, 2, (B, sq, sk)).astype(bool))
+    names = ("dq", "dk", "dv", "dphi", "dpi", "dpsi", "domega", "drel_kernel",
+             "dcontent_bias", "dposition_bias", "dsegment_embed", "dsegment_bias")
+    got = posenc.attention(q, k, v, grad_output=do, axes="bshd", rel_kernel=w,
+                           factorized=(phi, pi, psi, omega), content_bias=u, position_bias=vb,
+                           segment_index=mat.numpy(), segment_embed=se, segment_bias=sb,
+                           separate_cls=separate_cls, emit=names)
+    T = [t.clone().requires_grad_() for t in (q, k, v, phi, pi, psi, omega, w, u, vb, se, sb)]
+    Q, K, V, PHI, PI, PSI, OMEGA, W, U, VB, SE, SB = T
+    cls = None
+    if separate_cls:
+        cls = torch.ones(sq, sk, dtype=torch.float64)
+        cls[0, :] = 0
+        cls[:, 0] = 0
+    _, _, vec = funnel_attention(Q, K, V, U, VB, W, attention_type="factorized",
+                                 factorized=(PHI, PI, PSI, OMEGA), r_s_bias=SB, seg_embed=SE,
+                                 token_type_mat=mat, cls_mask=cls)
+    check(got, torch.autograd.grad(vec, T, do), names)
+
+
 @pytest.mark.parametrize("types,sq,sk,buckets,max_pos,causal", [
     ("c2p,p2c", 9, 9, 4, 16, False),   # log buckets narrower than the sequence
     ("c2p,p2c", 7, 7, 0, 5, True),     # no buckets, clamped at 2 * 5 rows
@@ -209,9 +237,8 @@ def test_relative_gradient_without_its_tensor_is_a_usage_error():
     for kw, name, message in cases:
         with pytest.raises(posenc.UsageError, match=message):
             posenc.attention(q, k, v, grad_output=do, emit=("dq", name), **kw)
-    tables = rnd(10, (5, 6), (5, 6), (5, 6), (5, 6), (6, HQ, D))
-    with pytest.raises(posenc.UsageError, match="factorized term"):
-        posenc.attention(q, k, v, grad_output=do, factorized=tables[:4], rel_kernel=tables[4])
+    with pytest.raises(posenc.UsageError, match="dphi/dpi/dpsi/domega needs --factorized"):
+        posenc.attention(q, k, v, grad_output=do, rel_keys=r, emit=("dq", "dpsi"))
 
 
 @pytest.mark.skipif(not BIN, reason="POSENC_BIN is not set")
@@ -234,8 +261,15 @@ class TestCommand:
                   r=g.standard_normal((2 * s, 4, 16)), u=g.standard_normal((4, 16)),
                   vb=g.standard_normal((4, 16)), se=g.standard_normal((2, 4, 16)),
                   sb=g.standard_normal((4, 16)), ids=g.integers(0, 2, (2, s)),
-                  pk=g.standard_normal((16, 4, 16)), pq=g.standard_normal((16, 4, 16)))
+                  pk=g.standard_normal((16, 4, 16)), pq=g.standard_normal((16, 4, 16)),
+                  w=g.standard_normal((6, 4, 16)), phi=g.standard_normal((s, 6)),
+                  pi=g.standard_normal((s, 6)), psi=g.standard_normal((s, 6)),
+                  om=g.standard_normal((s, 6)))
         cases = (
+            (["--factorized", "phi.npy", "pi.npy", "psi.npy", "om.npy", "--rel-kernel", "w.npy",
+              "--position-bias", "vb.npy", "--separate-cls"],
+             ["dq", "dk", "dv", "dphi", "dpi", "dpsi", "domega", "drel_kernel",
+              "dposition_bias"]),
             (["--rel-keys", "r.npy", "--content-bias", "u.npy", "--position-bias", "vb.npy",
               "--segment-ids", "ids.npy", "--segment-embed", "se.npy", "--segment-bias",
               "sb.npy", "--causal"],
@@ -263,8 +297,8 @@ class TestCommand:
         for args, status, message in (
                 (["--rel-keys", "r.npy", "--emit", "dq,dpos_key"], 2, "dpos_key needs --pos-key"),
                 (["--emit", "dq,drel_keys"], 2, "drel_keys needs --rel-keys"),
-                (["--factorized", "phi.npy", "phi.npy", "phi.npy", "phi.npy", "--rel-kernel",
-                  "w.npy"], 2, "factorized term"),
+                (["--rel-keys", "r.npy", "--emit", "dq,domega"], 2,
+                 "dphi/dpi/dpsi/domega needs --factorized"),
                 # The terms and their gradient are held whole: over the budget, exit 3.
                 (["--rel-keys", "r.npy", "--max-memory", "64K"], 3, "--max-memory"),
         ):

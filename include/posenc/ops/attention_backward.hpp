@@ -74,6 +74,7 @@ struct AttentionGrads {
   Tensor drel_kernel;      ///< rel_kernel (W)
   Tensor dpos_key;         ///< DeBERTa's pos_key (rows past 2 span: 0)
   Tensor dpos_query;       ///< DeBERTa's pos_query, likewise
+  Tensor dphi, dpi, dpsi, domega;  ///< Funnel's factorized tables, when asked for
   Tensor dclipped_bias;   ///< the clipped-distance table's shape [rows, hq], when asked for
   Tensor drel_pos_h;      ///< the decomposed rel_pos_h table's shape [L, d], when asked for
   Tensor drel_pos_w;      ///< the decomposed rel_pos_w table's shape [L, d], when asked for
@@ -111,6 +112,7 @@ struct AttentionBackwardOptions {
   bool drel_keys = false, dcontent_bias = false, dposition_bias = false;
   bool dsegment_embed = false, dsegment_bias = false, drel_kernel = false;
   bool dpos_key = false, dpos_query = false;
+  bool dfactorized = false;  ///< dphi, dpi, dpsi, domega (Funnel's factorized tables)
   /// With opt.score_bias (a constant additive term [b, hq, sq, sk], added after the
   /// temperature and before the soft-cap): receives its gradient, dS through the
   /// soft-cap, [b][hq][sq][sk] in float64 (zero where a score is masked). Null: not kept.

@@ -123,11 +123,16 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v, Att
 /// gives s_ij seg_embed[seg(i, j)] to dq_i and dsegment_bias, s_ij (q_i + r_s_bias)
 /// to dsegment_embed[seg(i, j)]. Sums run over batch entries for per-head tensors;
 /// with rel_kernel, drel_keys is the unprojected rows' (dr W^T) and drel_kernel = R^T dr.
+/// Funnel's factorized term, pos_ij = sum_D qr_i[D] (phi_i[D] psi_j[D] + pi_i[D]
+/// omega_j[D]) with qr_i = (q_i + v).W: row i's A = sum_j s_ij psi_j, C = sum_j s_ij
+/// omega_j give dqr_i = phi_i A + pi_i C (to dq_i and dposition_bias through W, to
+/// drel_kernel as dqr_i (q_i + v)), dphi_i = qr_i A, dpi_i = qr_i C, and dpsi_j, domega_j
+/// the sums of s_ij qr_i phi_i, s_ij qr_i pi_i.
 /// The terms' part of dq and dk is added to attention's in float64 before one rounding.
 /// Computed in memory (no sinks, given forward or released K, V); the memory is
 /// attention_backward_memory below, an InputError over opt.max_memory. UsageError for
-/// a gradient switch without its tensor, Funnel's factorized term, qv, per_dim_scale,
-/// relative_proj and the varlen form.
+/// a gradient switch without its tensor, qv, per_dim_scale, relative_proj and the
+/// varlen form.
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& grad_output, const AttentionOptions& opt,
                                   const AttentionBackwardOptions& bopt, const XlAttention& xl);
