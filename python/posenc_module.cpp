@@ -576,18 +576,11 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
   const Axes axes = resolve_axes(axes_text, shape.size(), "x");
   const RopeApplyOptions apply = apply_options(apply_d, &pos_d);
   const Positions pos = positions(pos_d);
-  // 2-D RoPE's frequencies default to base 100, as `table rope2d`.
-  const bool base100 = apply.grid_h > 0 && !rope_d.contains("base");
-  // V-JEPA2's chunks set the rotary width unless it is given.
-  const bool chunks = apply.layout.preset == RopeLayoutPreset::chunks &&
-                      !rope_d.contains("rotary_dim") && !rope_d.contains("partial");
   const RopeFreqs f = rope_freqs_for(
       shape, axes,
       [&](int head_dim) {
-        RopeParams p = rope_params(rope_d, head_dim);
-        if (base100) p.base = 100.0;
-        if (chunks) p.rotary_dim = rope_chunks_width(head_dim, apply.layout.axes);
-        return p;
+        return with_apply_defaults(rope_params(rope_d, head_dim), head_dim, apply,
+                                   keywords({&rope_d}));
       },
       pos, apply, "x");
   const void* src = x.data();

@@ -260,21 +260,11 @@ void run_rope(const RopeCmdOptions& o) {
   check_given(r.apply, command_line(o.rope.app));
   if (!o.mrope_section.empty()) r.apply.mrope_section = parse_sections(o.mrope_section);
   set_layout(o, r);
-  // 2-D RoPE's frequencies default to base 100, as `table rope2d`.
-  const bool base100 = r.apply.grid_h > 0 && o.rope.app->count("--base") == 0;
   // --style tiled: the neox frequencies with the tiled pairing (RopePairing::tiled).
   auto rope = std::make_shared<RopeCliOptions>(o.rope);
   if (rope->style == "tiled") rope->style = "neox";
-  const bool chunks = r.apply.layout.preset == RopeLayoutPreset::chunks &&
-                      o.rope.app->count("--rotary-dim") == 0 &&
-                      o.rope.app->count("--partial") == 0;
-  const std::size_t nchunks = r.apply.layout.axes;
-  r.params = [rope, base100, chunks, nchunks](int head_dim) {
-    RopeParams p = rope_params(*rope, head_dim);
-    if (base100) p.base = 100.0;
-    // V-JEPA2 rotates 3 chunks of 2 * ((D / 3) / 2) dims and passes the rest.
-    if (chunks) p.rotary_dim = rope_chunks_width(head_dim, nchunks);
-    return p;
+  r.params = [rope, apply = r.apply, given = command_line(o.rope.app)](int head_dim) {
+    return with_apply_defaults(rope_params(*rope, head_dim), head_dim, apply, given);
   };
   r.positions = rope_positions(o.rope, /*real_coords=*/true);
   set_coordinates(o, r.positions);

@@ -230,6 +230,20 @@ inline void check_given(const RopeApplyOptions& a, const Caller& c) {
   }
 }
 
+/// The RoPE parameters `p` of head dimension `head_dim` with the defaults the ways of
+/// applying `a` set where the caller (`c`) did not give the field: 2-D RoPE's frequencies
+/// from base 100 (as `table rope2d`), V-JEPA2's chunks the rotary width of their 2 *
+/// ((D / N) / 2) dims each.
+inline RopeParams with_apply_defaults(RopeParams p, int head_dim, const RopeApplyOptions& a,
+                                      const Caller& c) {
+  if (a.grid_h > 0 && !c.gave("base")) p.base = 100.0;
+  if (a.layout.preset == RopeLayoutPreset::chunks && !c.gave("rotary_dim") &&
+      !c.gave("partial")) {
+    p.rotary_dim = rope_chunks_width(head_dim, a.layout.axes);
+  }
+  return p;
+}
+
 /// `f(name, Request{})` for every declared RoPE request: the field lists the tests walk.
 template <class F>
 void for_each_rope_request(F&& f) {
