@@ -338,25 +338,32 @@ DebertaGrads deberta_grads(const DebertaInputs& in, const std::vector<double>& d
     const std::size_t it = static_cast<std::size_t>(item), b = it / g.hk, kvh = it % g.hk;
     const double* kh = in.kd.data() + (b * g.hk + kvh) * g.sk * d;
     double* dkh = o.dk.data() + (b * g.hk + kvh) * g.sk * d;
+    // Each row's (c2p) or column's (p2c) scores summed by table row first: far
+    // distances share a log bucket, so a row's products are with its distinct rows.
+    std::vector<double> by_row(std::max(rk, rq));
     for (std::size_t hh = 0; hh < group; ++hh) {
       const std::size_t h = kvh * group + hh, bh = b * g.hq + h, part = it * group + hh;
-      for (std::size_t i = 0; i < g.sq; ++i) {
-        const double* gr = dS.data() + (bh * g.sq + i) * g.sk;
+      const double* sh = dS.data() + bh * g.sq * g.sk;
+      for (std::size_t i = 0; in.c2p && i < g.sq; ++i) {  // q_i . pos_key[c2p row]
+        std::fill(by_row.begin(), by_row.begin() + rk, 0.0);
+        for (std::size_t j = 0; j < g.sk; ++j) by_row[in.c2p_row(i, j)] += sh[i * g.sk + j];
         const double* qi = in.qd.data() + (bh * g.sq + i) * d;
         double* dqi = o.dq.data() + (bh * g.sq + i) * d;
-        for (std::size_t j = 0; j < g.sk; ++j) {
-          const double gs = in.scale * gr[j];
+        for (std::size_t c = 0; c < rk; ++c) {
+          const double gs = in.scale * by_row[c];
           if (gs == 0) continue;
-          if (in.c2p) {  // q_i . pos_key[c2p row]
-            const std::size_t c = in.c2p_row(i, j);
-            axpy(dqi, gs, in.pk.at(0, h, g.hq, c, d), d);
-            axpy(dpk.data() + (part * rk + c) * d, gs, qi, d);
-          }
-          if (in.p2c) {  // k_j . pos_query[p2c row]
-            const std::size_t c = in.p2c_row(i, j);
-            axpy(dkh + j * d, gs, in.pq.at(0, h, g.hq, c, d), d);
-            axpy(dpq.data() + (part * rq + c) * d, gs, kh + j * d, d);
-          }
+          axpy(dqi, gs, in.pk.at(0, h, g.hq, c, d), d);
+          axpy(dpk.data() + (part * rk + c) * d, gs, qi, d);
+        }
+      }
+      for (std::size_t j = 0; in.p2c && j < g.sk; ++j) {  // k_j . pos_query[p2c row]
+        std::fill(by_row.begin(), by_row.begin() + rq, 0.0);
+        for (std::size_t i = 0; i < g.sq; ++i) by_row[in.p2c_row(i, j)] += sh[i * g.sk + j];
+        for (std::size_t c = 0; c < rq; ++c) {
+          const double gs = in.scale * by_row[c];
+          if (gs == 0) continue;
+          axpy(dkh + j * d, gs, in.pq.at(0, h, g.hq, c, d), d);
+          axpy(dpq.data() + (part * rq + c) * d, gs, kh + j * d, d);
         }
       }
     }
