@@ -813,31 +813,18 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
 // --- attention ----------------------------------------------------------------------
 
 // The relative tables' window (relative_left, relative_right, relative_sign,
-// relative_beyond), as the command's --relative-* options.
+// relative_beyond: RelativeWindow's declaration, ops/attention_fields.hpp), set when any
+// of them is given.
 void relative_window_options(const py::dict& d, AttentionOptions& opt) {
-  auto left = get<std::int64_t>(d, "relative_left"), right = get<std::int64_t>(d, "relative_right");
-  auto sign = get<std::string>(d, "relative_sign"), beyond = get<std::string>(d, "relative_beyond");
-  if (!left && !right && !sign && !beyond) return;
-  if (left.has_value() != right.has_value()) {
-    throw UsageError("relative_left/relative_right: give both (or max_distance for both sides)");
-  }
-  for (const auto& [name, v] : {std::pair{"relative_left", left}, std::pair{"relative_right", right}}) {
-    if (v && (*v < 0 || *v > (std::int64_t{1} << 30))) {
-      throw UsageError(std::string(name) + ": must be from 0 to 2^30, got " + std::to_string(*v));
-    }
-  }
-  if (sign && *sign != "k-q" && *sign != "q-k") {
-    throw UsageError("relative_sign: expected k-q or q-k, got '" + *sign + "'");
-  }
-  if (beyond && *beyond != "clamp" && *beyond != "zero") {
-    throw UsageError("relative_beyond: expected clamp or zero, got '" + *beyond + "'");
-  }
   RelativeWindow w;
-  w.left = left.value_or(-1);  // -1: from the rows
-  w.right = right.value_or(-1);
-  w.q_minus_k = sign && *sign == "q-k";
-  w.zero_beyond = beyond && *beyond == "zero";
-  opt.relative_window = w;
+  KeywordReader k(d);
+  k.read(w);
+  if (k.given.empty()) return;
+  opt.relative_window = checked_window(
+      w, Caller{[&k](const std::string& n) {
+                  return std::find(k.given.begin(), k.given.end(), n) != k.given.end();
+                },
+                [](const std::string& n) { return n; }, nullptr});
 }
 
 // `tensors`: the tensor inputs given, which the rules between fields and tensors see.

@@ -54,8 +54,7 @@ struct AttentionCmdOptions {
   // References of the declared tensor inputs (attention_tensors()), in its order.
   std::vector<std::string> tensors = std::vector<std::string>(attention_tensors().size());
   bool t5_bidirectional = false, t5_causal = false;
-  long long relative_left = -1, relative_right = -1;
-  std::string relative_sign = "k-q", relative_beyond = "clamp";
+  RelativeWindow window;  // --relative-left/right/sign/beyond
   std::vector<std::string> wavlm_gate;    // X W B C
   std::vector<std::string> global_kv;     // KG VG
   std::vector<std::string> decomposed;    // RH RW
@@ -299,22 +298,7 @@ void run_attention(AttentionCmdOptions& o) {
         (given(o, "--relative-left") || given(o, "--relative-right"))) {
       throw UsageError("--max-distance: cannot be combined with --relative-left/--relative-right");
     }
-    if (given(o, "--relative-left") != given(o, "--relative-right")) {
-      throw UsageError(
-          "--relative-left/--relative-right: give both (or --max-distance for both sides)");
-    }
-    for (const auto& [name, v] : {std::pair{"--relative-left", o.relative_left},
-                                  std::pair{"--relative-right", o.relative_right}}) {
-      if (given(o, name) && (v < 0 || v > (1LL << 30))) {
-        throw UsageError(fmt::format("{}: must be from 0 to 2^30, got {}", name, v));
-      }
-    }
-    RelativeWindow w;
-    w.left = given(o, "--relative-left") ? o.relative_left : -1;  // -1: from the rows
-    w.right = given(o, "--relative-right") ? o.relative_right : -1;
-    w.q_minus_k = o.relative_sign == "q-k";
-    w.zero_beyond = o.relative_beyond == "zero";
-    opt.relative_window = w;
+    opt.relative_window = checked_window(o.window, command_line(o.app));
   }
   decomposed_options(o, opt);
   if (given(o, "--emit") && o.emit.empty()) {
@@ -571,18 +555,7 @@ void register_attention(CLI::App& app) {
                     "dv], n = sk / G (HF k(global_inputs), v(global_inputs)): every query "
                     "also sees the global blocks of its sequence, as columns sk .. sk+n-1",
                     "KG VG");
-  sub->add_option("--relative-left", o->relative_left,
-                  "L: an asymmetric window, tables of L + R + 1 rows indexed clip(d, -L, R) + L "
-                  "(Wav2Vec2-BERT left_max_position_embeddings 64); with --relative-right");
-  sub->add_option("--relative-right", o->relative_right,
-                  "R of the window (Wav2Vec2-BERT right_max_position_embeddings 8)");
-  sub->add_option("--relative-sign", o->relative_sign,
-                  "distance d of the relative tables: k-q (j - i, default) or q-k (i - j, "
-                  "SpeechT5)")
-      ->check(CLI::IsMember({"k-q", "q-k"}));
-  sub->add_option("--relative-beyond", o->relative_beyond,
-                  "pairs outside [-L, R]: clamp (the edge row, default) or zero (no term, VITS)")
-      ->check(CLI::IsMember({"clamp", "zero"}));
+  add_declared_options(sub, o->window);  // the relative window (attention_fields.hpp)
   add_values_option(sub, "--decomposed-rel-pos", o->decomposed,
                     "SAM / ViTDet decomposed relative positions: tables RH [LH, d] and RW [LW, d]; "
                     "logits += q.RH[row offset] + q.RW[column offset] over --grid (HF "

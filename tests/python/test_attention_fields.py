@@ -26,7 +26,10 @@ SOURCE = os.environ.get("POSENC_SOURCE_DIR",
                         os.path.join(os.path.dirname(__file__), "..", ".."))
 FIELDS = posenc._posenc._attention_fields()
 IDS = [f["name"] for f in FIELDS]
-RANGED = [f for f in FIELDS if f["lo"] is not None]
+# The relative window's sides are checked with the window (checked_window): "relative_left:
+# must be from 0 to 2^30, got -1" from both front ends (RULES below).
+RANGED = [f for f in FIELDS if f["lo"] is not None and f["name"] not in ("relative_left",
+                                                                           "relative_right")]
 
 # What a field needs besides Q, K and V [1, 2, 4, 4] for its range to be checked:
 # command-line words ({x}: the file x.npy) and keywords (x: the array).
@@ -34,6 +37,8 @@ NEEDS = {
     "alibi_max_bias": (["--alibi"], {"alibi": True}),
     "max_distance": (["--relative-k", "{rk}"], {"relative_k": "rk"}),
     "global_block_size": (["--global-kv", "{kg}", "{vg}"], {"global_kv": ("kg", "vg")}),
+    "relative_sign": (["--relative-k", "{rk}"], {"relative_k": "rk"}),
+    "relative_beyond": (["--relative-k", "{rk}"], {"relative_k": "rk"}),
 }
 
 
@@ -233,10 +238,11 @@ def test_the_option_matrix_has_its_row(f):
         assert re.search(rf'"{re.escape(option)}": [(\"]', matrix), option
 
 
-# The rules between fields and tensor inputs (check_given of AttentionOptions): one message,
-# each front end naming the fields as it spells them; Python has no t5_bidirectional (its
-# name and separator are left out of the list there). Words as run() takes them ({x}: the
-# file x.npy), keywords as call() does (x: the array).
+# The rules between fields and tensor inputs (check_given of AttentionOptions and of the
+# relative window, RelativeWindow): one message, each front end naming the fields as it
+# spells them; Python has no t5_bidirectional (its name and separator are left out of the
+# list there). Words as run() takes them ({x}: the file x.npy), keywords as call() does
+# (x: the array).
 RULES = [
     (["--alibi", "--alibi-max-bias", "4", "--alibi-slopes", "{sl}"],
      {"alibi": True, "alibi_max_bias": 4, "alibi_slopes": "sl"},
@@ -246,20 +252,26 @@ RULES = [
     (["--t5-max-distance", "64"], {"t5_max_distance": 64}, "{t5}"),
     (["--t5-causal"], {"t5_causal": True}, "{t5}"),
     (["--t5-bidirectional"], None, "{t5}"),
+    (["--relative-k", "{rk}", "--relative-left", "1"], {"relative_k": "rk", "relative_left": 1},
+     "{relative_left}/{relative_right}: give both (or {max_distance} for both sides)"),
+    (["--relative-k", "{rk}", "--relative-left", "1", "--relative-right", "-1"],
+     {"relative_k": "rk", "relative_left": 1, "relative_right": -1},
+     "{relative_right}: must be from 0 to 2^30, got -1"),
 ]
 T5 = "{t5_buckets}/{t5_max_distance}/{t5_bidirectional}{t5_causal} need {t5_bias} or {global_bias}"
 
 
 def said(message, option):
     names = ("alibi", "alibi_max_bias", "alibi_slopes", "t5_buckets", "t5_max_distance",
-             "t5_causal", "t5_bias", "global_bias")
+             "t5_causal", "t5_bias", "global_bias", "relative_left", "relative_right",
+             "max_distance")
     terms = {n: "--" + n.replace("_", "-") if option else n for n in names}
     terms["t5_bidirectional"] = "--t5-bidirectional/" if option else ""
     return message.replace("{t5}", T5).format(**terms)
 
 
 @pytest.mark.parametrize("words, kw, message", RULES,
-                         ids=[" ".join(r[0]).replace("{sl}", "sl") for r in RULES])
+                         ids=[" ".join(r[0]).replace("{", "").replace("}", "") for r in RULES])
 def test_a_rule_between_a_field_and_a_tensor_says_one_message_on_both_front_ends(
         words, kw, message, inputs):
     tmp, a = inputs
@@ -267,7 +279,8 @@ def test_a_rule_between_a_field_and_a_tensor_says_one_message_on_both_front_ends
     out.unlink(missing_ok=True)
     q = str(tmp / "q.npy")
     p = subprocess.run([BIN, "attention", "-q", q, "-k", q, "-v", q, "--emit", "output",
-                        *[w.format(sl=tmp / "sl.npy") for w in words], "-o", str(out)],
+                        *[w.format(sl=tmp / "sl.npy", rk=tmp / "rk.npy") for w in words],
+                        "-o", str(out)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr == f"posenc: error: {said(message, True)}\n", p.stderr
     assert not out.exists()

@@ -21,10 +21,10 @@
 ///
 /// Not declared, bound by each front end: --t5-bidirectional / --t5-causal
 /// (t5_bidirectional, keyword t5_causal; check_given knows them by these names), --grid /
-/// --key-grid H W (two members each), the relative window (--relative-left/right/sign/
-/// beyond, one optional RelativeWindow), --emit, --precision and --arith (bound with the
-/// ROPE OPTIONS, which share them) and --max-memory (a size the command line parses with
-/// suffixes, Python in bytes).
+/// --key-grid H W (two members each), --emit, --precision and --arith (bound with the ROPE
+/// OPTIONS, which share them) and --max-memory (a size the command line parses with
+/// suffixes, Python in bytes). The relative window (--relative-left/right/sign/beyond) is
+/// the optional RelativeWindow's own declaration.
 
 #include <cmath>
 #include <cstdint>
@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "posenc/declare.hpp"
+#include "posenc/encodings/table_fields.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_cache.hpp"
 
@@ -179,6 +180,43 @@ inline void check_given(const AttentionOptions&, const Caller& c) {
   if (given) {
     throw UsageError(names + " need " + c.term("t5_bias") + " or " + c.term("global_bias"));
   }
+}
+
+/// The relative tables' window (AttentionOptions::relative_window), a group of fields
+/// that sets the optional member when any of them is given (checked_window).
+template <class V>
+void declare(V& v, RelativeWindow& w) {
+  const std::int64_t k2p30 = std::int64_t{1} << 30;
+  v(field("relative_left",
+          "L: an asymmetric window, tables of L + R + 1 rows indexed clip(d, -L, R) + L "
+          "(Wav2Vec2-BERT left_max_position_embeddings 64); with --relative-right")
+        .from(0, k2p30, "2^30"),
+    w.left);
+  v(field("relative_right", "R of the window (Wav2Vec2-BERT right_max_position_embeddings 8)")
+        .from(0, k2p30, "2^30"),
+    w.right);
+  v(field("relative_sign",
+          "distance d of the relative tables: k-q (j - i, default) or q-k (i - j, SpeechT5)"),
+    choice(w.q_minus_k, fields::distance_signs()));
+  v(field("relative_beyond",
+          "pairs outside [-L, R]: clamp (the edge row, default) or zero (no term, VITS)"),
+    choice(w.zero_beyond, fields::beyond_rules()));
+}
+/// "relative_left/relative_right: give both (or max_distance for both sides)".
+inline void check_given(const RelativeWindow&, const Caller& c) {
+  if (c.gave("relative_left") != c.gave("relative_right")) {
+    throw UsageError(c.term("relative_left") + "/" + c.term("relative_right") + ": give both (or " +
+                     c.term("max_distance") + " for both sides)");
+  }
+}
+/// The window of the fields a caller gave, `w` read from them onto RelativeWindow{}:
+/// check_given, then each side's range ("relative_left: must be from 0 to 2^30, got -1");
+/// sides not given are -1 (from the table's rows).
+inline RelativeWindow checked_window(RelativeWindow w, const Caller& c) {
+  check_given(w, c);
+  validate(w);
+  if (!c.gave("relative_left")) w.left = w.right = -1;
+  return w;
 }
 
 /// The range errors of the fields a caller gave (declare.hpp's visitor protocol):
@@ -360,12 +398,13 @@ inline const std::vector<TensorField<KvCacheOptions>>& kvcache_tensors() {
   return t;
 }
 
-/// `f(name, Request{})` for every declared attention request: the field lists the tests
-/// walk.
+/// `f(name, Request{})` for every declared attention request (AttentionOptions and its
+/// relative window): the field lists the tests walk.
 template <class F>
 void for_each_attention_request(F&& f) {
   const AttentionOptions attention;
   f("attention", attention);
+  f("attention", RelativeWindow{});
 }
 
 }  // namespace posenc
