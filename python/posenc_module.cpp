@@ -1322,26 +1322,26 @@ PYBIND11_MODULE(_posenc, m) {
   m.doc() = "posenc's C++ library (the package posenc wraps it; use that)";
   m.attr("__version__") = POSENC_VERSION;
 
-  // One exception type per exit status of the command, under posenc.Error.
-  static py::exception<posenc::Error> error(m, "Error");
-  static py::exception<posenc::UsageError> usage(m, "UsageError", error.ptr());
-  static py::exception<posenc::InputError> input(m, "InputError", error.ptr());
-  static py::exception<posenc::OutputError> output(m, "OutputError", error.ptr());
-  error.attr("status") = 70;
-  usage.attr("status") = 2;
-  input.attr("status") = 3;
-  output.attr("status") = 4;
+  // One exception type per exit status of the command (posenc/error.hpp's), under
+  // posenc.Error, which the others (and an error of no other status) are.
+  using posenc::ExitStatus;
+  static auto& types = *new std::map<ExitStatus, py::object>;  // for the process's life
+  for (auto [name, status] : {std::pair{"Error", ExitStatus::kInternal},
+                              {"UsageError", ExitStatus::kUsage},
+                              {"InputError", ExitStatus::kBadInput},
+                              {"OutputError", ExitStatus::kOutput}}) {
+    const std::string full = m.attr("__name__").cast<std::string>() + "." + name;
+    PyObject* base = types.empty() ? PyExc_Exception : types[ExitStatus::kInternal].ptr();
+    types[status] = py::reinterpret_steal<py::object>(PyErr_NewException(full.c_str(), base, 0));
+    types[status].attr("status") = static_cast<int>(status);
+    m.attr(name) = types[status];
+  }
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const posenc::UsageError& e) {
-      PyErr_SetString(usage.ptr(), e.what());
-    } catch (const posenc::InputError& e) {
-      PyErr_SetString(input.ptr(), e.what());
-    } catch (const posenc::OutputError& e) {
-      PyErr_SetString(output.ptr(), e.what());
     } catch (const posenc::Error& e) {
-      PyErr_SetString(error.ptr(), e.what());
+      const ExitStatus s = types.count(e.status()) ? e.status() : ExitStatus::kInternal;
+      PyErr_SetString(types[s].ptr(), e.what());
     }
   });
 
