@@ -124,11 +124,17 @@ bool meta_fused(std::size_t q, std::size_t len) {
 }
 
 // ggml's rotate_pairs as GCC 12 (-O3 -march=native) compiles it: every pair fuses,
-// except in the f32 normal (interleaved) loop, which GCC vectorises four pairs at a
-// time and whose scalar epilogue (the last half % 4 pairs) multiplies and adds.
+// except in the f32 normal (interleaved) loop, whose vector steps fuse and whose scalar
+// rest (the last half % B pairs) multiplies and adds. B, the pairs of the smallest
+// vector step, is GCC's choice for the machine (4 measured on AMD Zen 5, whose rest is
+// scalar; 2 on an Intel Xeon that GCC tunes as Rocket Lake, which vectorises the rest
+// by two pairs): the build measures it (cmake/ggml_pair_block.cpp).
+#ifndef POSENC_GGML_PAIR_BLOCK
+#error "POSENC_GGML_PAIR_BLOCK: set by CMakeLists.txt"
+#endif
 bool ggml_fused(DType t, RopeStyle style, std::size_t j, std::size_t half) {
   if (t != DType::f32 || style != RopeStyle::gptj) return true;
-  return j < half - half % 4;
+  return j < half - half % POSENC_GGML_PAIR_BLOCK;
 }
 
 }  // namespace
