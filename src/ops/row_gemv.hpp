@@ -2,7 +2,7 @@
 // One query row's f32 and f64 products as attention's kernel computes them
 // (attention_kernel.cpp: posenc's own loops with the per-element arithmetic of OpenBLAS's
 // Haswell sgemv and dgemv, BLAS for the tails and other shapes), for the tests that hold
-// them to BLAS's bits.
+// them to BLAS's bits; and the softmax pass over a row of f32 scores in each of its forms.
 
 #include <cstddef>
 
@@ -25,5 +25,10 @@ void row_scores_heads_f64(const double* const* q, std::size_t gs, const double* 
 /// row_scores_heads_f64 in f32.
 void row_scores_heads_f32(const float* const* q, std::size_t gs, const float* b, std::size_t n,
                           std::size_t d, float alpha, float* const* c);
+
+/// s[j] = exp(s[j] - m) in place for scores s[j] <= m, and their sum in f64, as the
+/// kernel's softmax pass computes them: the AVX-512 loop when `avx512` (the CPU must have
+/// AVX-512F), else the lane loop (its AVX2 or plain clone); the same bits either way.
+double row_exp_f32(float* s, std::size_t n, float m, bool avx512);
 
 }  // namespace posenc::attention_detail

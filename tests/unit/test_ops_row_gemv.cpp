@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <string>
@@ -153,6 +156,41 @@ void check_heads(Heads heads, One one, unsigned seed) {
 TEST(RowGemv, ScoresOfSeveralHeadsAreEachHeadsBits) {
   check_heads<double>(row_scores_heads_f64, row_scores_f64, 5);
   check_heads<float>(row_scores_heads_f32, row_scores_f32, 6);
+}
+
+// The softmax pass's AVX-512 loop against the lane loop it replaces where the CPU has
+// AVX-512F, bit for bit: the exponentials and their sum, for rows with and without a
+// tail of n % 16, scores from 0 down past the -87 where the result is zeroed (the
+// subnormal results just above it included), -inf (masked keys), -0 and subnormal
+// differences, several row maxima.
+TEST(RowExp, Avx512LoopGivesTheLaneLoopsBits) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512F";
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> depth(-100.0f, 0.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {-0.0f, 0.0f, -inf, -87.0f, -86.99999f, -87.00001f, -87.3365f,
+                            -88.0f, -103.9f, -1e-40f, -1e-30f, -0.5f, -1.0f, -0.34657359f};
+  for (std::size_t n : {0, 1, 15, 16, 17, 100, 1024, 1037, 4096}) {
+    for (float m : {0.0f, 3.25f, -2.5f, 80.0f}) {
+      std::vector<float> s(n);
+      for (std::size_t j = 0; j < n; ++j) {
+        s[j] = j % 7 == 3 ? specials[j % std::size(specials)] : depth(gen);
+        s[j] = s[j] == -inf ? s[j] : s[j] + m;  // scores <= m, s - m spread as above
+        if (s[j] > m) s[j] = m;
+      }
+      std::vector<float> wide = s, lanes = s;
+      const double sum_wide = row_exp_f32(wide.data(), n, m, true);
+      const double sum_lanes = row_exp_f32(lanes.data(), n, m, false);
+      SCOPED_TRACE("n " + std::to_string(n) + " m " + std::to_string(m));
+      EXPECT_EQ(std::memcmp(&sum_wide, &sum_lanes, sizeof(double)), 0);
+      for (std::size_t j = 0; j < n; ++j) {
+        std::uint32_t a, b;
+        std::memcpy(&a, &wide[j], 4);
+        std::memcpy(&b, &lanes[j], 4);
+        ASSERT_EQ(a, b) << "score " << j << " = " << s[j];
+      }
+    }
+  }
 }
 
 }  // namespace
