@@ -443,22 +443,12 @@ RopeParams rope_params(const py::dict& d, int head_dim) {
     if (p.arith == Arith::meta && !d.contains("style")) p.style = RopeStyle::gptj;
   }
   if (head_dim > 0) p.head_dim = head_dim;
-  const std::string config = get<std::string>(d, "hf_config").value_or("");
-  HfLayer layer{get<std::string>(d, "layer_type").value_or(""), std::nullopt};
-  if (auto index = get<std::int64_t>(d, "layer")) {
-    if (config.empty()) throw UsageError("layer: needs hf_config");
-    if (*index < 0) {
-      throw UsageError("layer: must be a layer index >= 0, got " + std::to_string(*index));
-    }
-    layer.index = *index;
-  }
-  if (!layer.type.empty() && config.empty()) throw UsageError("layer_type: needs hf_config");
-  HfVersion version;
-  if (auto v = get<std::string>(d, "hf_version")) {
-    if (config.empty()) throw UsageError("hf_version: needs hf_config");
-    version = parse_hf_version(*v);
-  }
-  return merge_hf_config(p, names, config, layer, version);
+  const HfLayer layer{get<std::string>(d, "layer_type").value_or(""),
+                      get<std::int64_t>(d, "layer")};
+  check_hf_config_given(keywords({&d}), layer.index);
+  const auto version = get<std::string>(d, "hf_version");
+  return merge_hf_config(p, names, get<std::string>(d, "hf_config").value_or(""), layer,
+                         version ? parse_hf_version(*version) : HfVersion{});
 }
 
 Precision precision_of(const std::string& s) {

@@ -152,11 +152,15 @@ void note_version_drift(const RopeCliOptions& o, const RopeParams& given_only,
 }  // namespace
 
 void check_layer_option(const RopeCliOptions& o) {
-  if (o.layer == -1) return;
-  if (o.hf_config.empty()) throw UsageError("--layer: needs --hf-config");
-  if (o.layer < 0) {
-    throw UsageError(fmt::format("--layer: must be a layer index >= 0, got {}", o.layer));
-  }
+  Caller c;  // a companion given when it has a value (--layer: other than -1)
+  c.gave = [&o](const std::string& n) {
+    return n == "hf_config"    ? !o.hf_config.empty()
+           : n == "layer_type" ? !o.layer_type.empty()
+           : n == "hf_version" ? given(o, "--hf-version", !o.hf_version.empty())
+                               : o.layer != -1;
+  };
+  c.term = &Field::option_of;
+  check_hf_config_given(c, o.layer == -1 ? std::nullopt : std::optional<std::int64_t>(o.layer));
 }
 
 HfLayer hf_layer(const RopeCliOptions& o) {
@@ -172,14 +176,8 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   // Meta's code only has the complex (interleaved) form.
   if (p.arith == Arith::meta && !given(o, "--style", false)) p.style = RopeStyle::gptj;
   if (head_dim > 0) p.head_dim = head_dim;
-  if (!o.layer_type.empty() && o.hf_config.empty()) {
-    throw UsageError("--layer-type: needs --hf-config");
-  }
-  const bool versioned = given(o, "--hf-version", !o.hf_version.empty());
-  if (versioned && o.hf_config.empty()) {
-    throw UsageError("--hf-version: needs --hf-config");
-  }
   check_layer_option(o);
+  const bool versioned = given(o, "--hf-version", !o.hf_version.empty());
   if (!o.hf_config.empty()) {
     // What the command line gives is not the config's: the config's value is neither
     // taken nor checked, and a range check of the value names the option

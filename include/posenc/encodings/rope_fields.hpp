@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "posenc/declare.hpp"
@@ -227,6 +228,20 @@ inline void check_given(const RopeApplyOptions& a, const Caller& c) {
   if (a.torch_ops && c.gave("precision")) {
     throw UsageError(c.term("torch_ops") + ": computes as torch does; not with " +
                      c.term("precision"));
+  }
+}
+
+/// A HF config's companions need it: the layers to follow (layer_type; layer, an index
+/// `layer` >= 0) and the release whose rules read it (hf_version). In the caller's terms.
+inline void check_hf_config_given(const Caller& c, std::optional<std::int64_t> layer) {
+  for (const char* name : {"layer_type", "hf_version", "layer"}) {
+    if (c.gave(name) && !c.gave("hf_config")) {
+      throw UsageError(c.term(name) + ": needs " + c.term("hf_config"));
+    }
+  }
+  if (layer && *layer < 0) {
+    throw UsageError(
+        fmt::format("{}: must be a layer index >= 0, got {}", c.term("layer"), *layer));
   }
 }
 
