@@ -414,24 +414,59 @@ __attribute__((target("avx512f,avx2,fma"))) inline __m512 halves(__m256 lo, __m2
       _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
 
-// The same with two keys a 512-bit register (key j in lanes 0-7, key j + 1 in lanes 8-15).
-template <std::size_t H>
-__attribute__((target("avx512f,avx2,fma"))) void scores_heads_avx512(
-    const float* const* q, const float* b, std::size_t n, std::size_t d, float alpha,
+// f16 keys widened in registers (exact), for the loops that read keys stored as f16.
+__attribute__((target("avx512f,avx2,fma,f16c"))) inline __m256 half4(const std::uint16_t* p) {
+  return _mm256_zextps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// How scores_heads_avx512 loads keys: elements [e, e + 4) (zero-extended to 8 lanes) or
+// [e, e + 8) of two keys as one 512-bit register, the first key in lanes 0-7, the
+// second in lanes 8-15; as f32 (F32Keys) or as f16 widened in registers (F16Keys: the
+// same values, widening is exact, so the same bits).
+struct F32Keys {
+  using Elem = float;
+  __attribute__((target("avx512f,avx2,fma,f16c"))) static __m512 four(const float* a,
+                                                                      const float* b) {
+    return halves(_mm256_zextps128_ps256(_mm_loadu_ps(a)), _mm256_zextps128_ps256(_mm_loadu_ps(b)));
+  }
+  __attribute__((target("avx512f,avx2,fma,f16c"))) static __m512 eight(const float* a,
+                                                                       const float* b) {
+    return halves(_mm256_loadu_ps(a), _mm256_loadu_ps(b));
+  }
+};
+
+struct F16Keys {
+  using Elem = std::uint16_t;
+  __attribute__((target("avx512f,avx2,fma,f16c"))) static __m512 four(const std::uint16_t* a,
+                                                                      const std::uint16_t* b) {
+    return halves(half4(a), half4(b));
+  }
+  __attribute__((target("avx512f,avx2,fma,f16c"))) static __m512 eight(const std::uint16_t* a,
+                                                                       const std::uint16_t* b) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1));
+  }
+};
+
+// The same with two keys a 512-bit register (key j in lanes 0-7, key j + 1 in lanes 8-15),
+// the keys b loaded by Keys (F32Keys, F16Keys). With F16Keys and H = 1 it gives
+// gemv_scores' bits too: each key's dot product in the same 8 lanes, in the same order.
+// (F16C is in every CPU with AVX-512F, where these run.)
+template <class Keys, std::size_t H>
+__attribute__((target("avx512f,avx2,fma,f16c"))) void scores_heads_avx512(
+    const float* const* q, const typename Keys::Elem* b, std::size_t n, std::size_t d, float alpha,
     float* const* c) {
   constexpr std::size_t P = 2;  // pairs of keys
   for (std::size_t j = 0; j < n; j += 2 * P) {
-    const float* k = b + j * d;
+    const typename Keys::Elem* k = b + j * d;
     __m512 acc[H][P];
     for (std::size_t h = 0; h < H; ++h)
       for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_setzero_ps();
     std::size_t e = 0;
     if (d & 4) {
       __m512 kk[P];
-      for (std::size_t u = 0; u < P; ++u) {
-        kk[u] = halves(_mm256_zextps128_ps256(_mm_loadu_ps(k + 2 * u * d)),
-                       _mm256_zextps128_ps256(_mm_loadu_ps(k + (2 * u + 1) * d)));
-      }
+      for (std::size_t u = 0; u < P; ++u) kk[u] = Keys::four(k + 2 * u * d, k + (2 * u + 1) * d);
       for (std::size_t h = 0; h < H; ++h) {
         const __m256 q4 = _mm256_zextps128_ps256(_mm_loadu_ps(q[h]));
         const __m512 qq = halves(q4, q4);
@@ -442,11 +477,11 @@ __attribute__((target("avx512f,avx2,fma"))) void scores_heads_avx512(
     for (; e < d; e += 8) {
       __m512 kk[P];
       for (std::size_t u = 0; u < P; ++u) {
-        kk[u] = halves(_mm256_loadu_ps(k + 2 * u * d + e), _mm256_loadu_ps(k + (2 * u + 1) * d + e));
+        kk[u] = Keys::eight(k + 2 * u * d + e, k + (2 * u + 1) * d + e);
       }
       for (std::size_t h = 0; h < H; ++h) {
-        const __m512 qq = _mm512_castpd_ps(
-            _mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q[h] + e))));
+        const __m512 qq =
+            _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q[h] + e))));
         for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_fmadd_ps(kk[u], qq, acc[h][u]);
       }
     }
@@ -533,71 +568,14 @@ __attribute__((target("avx512f,avx2,fma"))) void scores_f64_heads_avx512(
 #pragma GCC diagnostic pop
 
 
-// f16 keys and values widened in registers as the f32 products read them (decode of an
-// f16 KV cache): the arithmetic of scores_heads_avx512 and values_avx512 on the same
-// values (widening f16 is exact), so the same bits, without the pass that widened each
-// tile into a buffer and the reads of it back (that pass was most of an f16 decode's
-// time). AVX-512F with F16C; the callers check finiteness apart (half_finite).
+// f16 values widened in registers as the f32 products read them (decode of an f16 KV
+// cache; the keys: scores_heads_avx512 with F16Keys): the arithmetic of values_avx512
+// on the same values (widening f16 is exact), so the same bits, without the pass that
+// widened each tile into a buffer and the reads of it back (that pass was most of an
+// f16 decode's time). AVX-512F with F16C; the callers check finiteness apart
+// (half_finite).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f,avx2,fma,f16c"))) inline __m256 half8(const std::uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-__attribute__((target("avx512f,avx2,fma,f16c"))) inline __m256 half4(const std::uint16_t* p) {
-  return _mm256_zextps128_ps256(
-      _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
-// scores_heads_avx512 with the keys b stored as f16 (H = 1 gives gemv_scores' bits too:
-// each key's dot product in the same 8 lanes, in the same order).
-template <std::size_t H>
-__attribute__((target("avx512f,avx2,fma,f16c"))) void scores_heads_f16_avx512(
-    const float* const* q, const std::uint16_t* b, std::size_t n, std::size_t d, float alpha,
-    float* const* c) {
-  constexpr std::size_t P = 2;  // pairs of keys
-  for (std::size_t j = 0; j < n; j += 2 * P) {
-    const std::uint16_t* k = b + j * d;
-    __m512 acc[H][P];
-    for (std::size_t h = 0; h < H; ++h)
-      for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_setzero_ps();
-    std::size_t e = 0;
-    if (d & 4) {
-      __m512 kk[P];
-      for (std::size_t u = 0; u < P; ++u) kk[u] = halves(half4(k + 2 * u * d), half4(k + (2 * u + 1) * d));
-      for (std::size_t h = 0; h < H; ++h) {
-        const __m256 q4 = _mm256_zextps128_ps256(_mm_loadu_ps(q[h]));
-        const __m512 qq = halves(q4, q4);
-        for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_fmadd_ps(kk[u], qq, acc[h][u]);
-      }
-      e = 4;
-    }
-    for (; e < d; e += 8) {
-      __m512 kk[P];
-      for (std::size_t u = 0; u < P; ++u) {
-        const __m256i two = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + 2 * u * d + e))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + (2 * u + 1) * d + e)), 1);
-        kk[u] = _mm512_cvtph_ps(two);
-      }
-      for (std::size_t h = 0; h < H; ++h) {
-        const __m512 qq = _mm512_castpd_ps(
-            _mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q[h] + e))));
-        for (std::size_t u = 0; u < P; ++u) acc[h][u] = _mm512_fmadd_ps(kk[u], qq, acc[h][u]);
-      }
-    }
-    for (std::size_t h = 0; h < H; ++h) {
-      for (std::size_t u = 0; u < P; ++u) {
-        const __m512d a2 = _mm512_castps_pd(acc[h][u]);
-        c[h][j + 2 * u] = 0.0f + lanes_sum(_mm256_castpd_ps(_mm512_castpd512_pd256(a2))) * alpha;
-        c[h][j + 2 * u + 1] =
-            0.0f + lanes_sum(_mm256_castpd_ps(_mm512_extractf64x4_pd(a2, 1))) * alpha;
-      }
-    }
-  }
-}
-
 // values_avx512 with the rows b stored as f16 (dv a multiple of 16; n of 8).
 __attribute__((target("avx512f,avx2,fma,f16c"))) void values_f16_avx512(
     const float* a, const std::uint16_t* b, std::size_t n, std::size_t dv, float alpha,
@@ -713,7 +691,7 @@ void gemv_scores_heads(const T* const* q, std::size_t gs, const T* b, std::size_
           own_gemv::scores_f64_heads_avx2<H>(q + i, b, m4, d, alpha, c + i);
         }
       } else {
-        own_gemv::scores_heads_avx512<H>(q + i, b, m4, d, alpha, c + i);
+        own_gemv::scores_heads_avx512<own_gemv::F32Keys, H>(q + i, b, m4, d, alpha, c + i);
       }
       if (m4 < m) {
         for (std::size_t u = i; u < i + H; ++u) {
@@ -738,17 +716,19 @@ inline bool half_scores_fit(std::size_t d, float alpha) {
 }
 inline bool half_values_fit(std::size_t dv) { return own_gemv::values_fit(dv) && dv % 16 == 0; }
 
-void half_scores_heads(const float* const* q, std::size_t gs, const std::uint16_t* b,
-                       std::size_t m, std::size_t d, float alpha, float* const* c) {
+void half_scores_heads(const float* const* q, std::size_t gs, const std::uint16_t* b, std::size_t m,
+                       std::size_t d, float alpha, float* const* c) {
   const std::size_t m4 = m / 4 * 4;
   std::size_t i = 0;
   for (; m4 > 0 && i + 4 <= gs; i += 4) {
-    own_gemv::scores_heads_f16_avx512<4>(q + i, b, m4, d, alpha, c + i);
+    own_gemv::scores_heads_avx512<own_gemv::F16Keys, 4>(q + i, b, m4, d, alpha, c + i);
   }
   for (; m4 > 0 && i + 2 <= gs; i += 2) {
-    own_gemv::scores_heads_f16_avx512<2>(q + i, b, m4, d, alpha, c + i);
+    own_gemv::scores_heads_avx512<own_gemv::F16Keys, 2>(q + i, b, m4, d, alpha, c + i);
   }
-  for (; m4 > 0 && i < gs; ++i) own_gemv::scores_heads_f16_avx512<1>(q + i, b, m4, d, alpha, c + i);
+  for (; m4 > 0 && i < gs; ++i) {
+    own_gemv::scores_heads_avx512<own_gemv::F16Keys, 1>(q + i, b, m4, d, alpha, c + i);
+  }
   if (m4 == m) return;
   thread_local std::vector<float> tail;
   tail.resize((m - m4) * d);
