@@ -199,6 +199,12 @@ void check_numeric_options(CLI::App& app) {
       opt->transform(integer_text(!is_unsigned));
     } else if (type.rfind("FLOAT", 0) == 0) {
       opt->check(CLI::Validator([](std::string& s) { return number_text_error(s); }, ""));
+    } else if (opt->get_type_size_min() > 0) {
+      // An empty word is no file reference, name or list: `--mask "$MASK"` with MASK
+      // unset must not run as if --mask were not given.
+      opt->check(CLI::Validator(
+          [](std::string& s) { return s.empty() ? std::string("empty value") : std::string(); },
+          ""));
     }
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {

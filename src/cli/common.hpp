@@ -98,7 +98,8 @@ CLI::Validator integer_text(bool is_signed = true);
 /// Adds to every integer and real-number option of `app` and its subcommands a check of
 /// the text (canonicalising integers) before CLI11 converts it (see integer_text_error,
 /// number_text_error), so that no option takes an octal, clamped, wrapped or non-finite
-/// value.
+/// value; and to every other option that takes a value, the refusal of an empty word
+/// ("--mask: empty value"), which would otherwise read as the option not given.
 void check_numeric_options(CLI::App& app);
 
 /// Prints `posenc: <msg>` on stderr when --verbose is on.

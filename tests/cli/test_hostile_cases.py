@@ -433,8 +433,25 @@ class ParsingEdges(PosencTestCase):
                                   "-o", self.path("o.h5"),
                                   match=rf"--emit {emit}: '\w+' is named twice")
         self.assert_fails(2, "attention", "-q", q, "-k", q, "--emit", "", "-o",
-                          self.path("o.npy"), match=r"--emit: expected a comma list")
+                          self.path("o.npy"), match=r"--emit: empty value")
         self.assertEqual(os.listdir(self.tmp), ["q.npy"])
+
+    def test_empty_values(self):
+        # An empty word (`--mask "$MASK"` with MASK unset) is refused, never read as the
+        # option not given: the run would otherwise write a result without the mask.
+        q = self.npy("q.npy", np.ones((1, 2, 4, 8), np.float32))
+        out = self.path("o.npy")
+        att = ["attention", "-q", q, "-k", q, "-v", q, "--emit", "output", "-o", out]
+        for args in (att + ["--mask", ""], att + ["--t5-bias", "", "--t5-buckets", "8"],
+                     att + ["--alibi-slopes", ""], att + ["--sinks", ""],
+                     att + ["--global-kv", q, ""], att + ["--grad-output", ""],
+                     ["rope", q, "-o", out, "--position-ids", ""],
+                     ["rope", q, "-o", out, "--cos", "", "--sin", q],
+                     ["rope", "", "-o", out],
+                     ["compare", q, ""]):
+            with self.subTest(args=args):
+                self.assert_fails(2, *args, match=r": empty value")
+                self.assertFalse(os.path.exists(out))
 
     def test_unknown_rope_isa(self):
         q = self.npy("q.npy", np.ones((1, 1, 4, 8), np.float32))
