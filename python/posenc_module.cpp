@@ -564,6 +564,9 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
                      shape_str(shape));
   }
   const Axes axes = resolve_axes(axes_text, shape.size(), "x");
+  Caller tables = keywords({&rope_d, &pos_d, &apply_d});  // the caller's coords: key grid
+  tables.gave = [g = tables.gave](const std::string& n) { return g(n == "coords" ? "grid" : n); };
+  check_tables_given(tables);
   const RopeApplyOptions apply = apply_options(apply_d, &pos_d);
   const Positions pos = positions(pos_d);
   const RopeFreqs f = rope_freqs_for(

@@ -216,15 +216,6 @@ def layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
     return pos
 
 
-# What a cos/sin table replaces (posenc.rope): the keywords that make frequencies or angles.
-_TABLE_REPLACES = ("base", "partial", "scaling", "factor", "original_max_pos", "max_pos",
-                   "seq_len", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                   "attention_factor", "truncate", "low_freq_factor", "high_freq_factor",
-                   "short_factor", "long_factor", "hf_config", "hf_version", "layer_type",
-                   "layer", "rope2d", "order", "mrope_section", "layout", "inv_freq",
-                   "freq_scale", "coords", "prefix_tokens", "merge_window", "angles")
-
-
 def rope_tables(kw):
     """posenc.rope's cos, sin and seqlen_offsets as the positions dict's entries."""
     cos, sin, offsets = kw.get("cos"), kw.get("sin"), kw.get("seqlen_offsets")
@@ -235,12 +226,7 @@ def rope_tables(kw):
         raise UsageError("sin: needs cos" if cos is None else "cos: needs sin")
     if cos is None:
         return out
-    for name in _TABLE_REPLACES:
-        if kw.get(name) is not None:
-            raise UsageError(f"cos: the tables replace the frequencies; not with {name}")
-    for name in ("rope2d_ids", "mrope_interleaved"):
-        if kw.get(name):
-            raise UsageError(f"cos: the tables replace the frequencies; not with {name}")
+    # What the tables replace (base, scaling, ...) is refused by the module (check_tables_given).
     if kw.get("arith") not in (None, "exact"):
         raise UsageError(f"arith {kw.get('arith')}: cos/sin tables are applied exactly only "
                          "(precision \"f32\" rotates in float32)")

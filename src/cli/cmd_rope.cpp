@@ -160,20 +160,14 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
     throw UsageError(o.cos.empty() ? "--sin: needs --cos" : "--cos: needs --sin");
   }
   if (o.cos.empty()) return check_positions(pos, "--start");
-  // Everything that makes frequencies or angles: the tables replace them.
-  for (const char* name :
-       {"--base", "--partial", "--scaling", "--factor", "--original-max-pos", "--max-pos",
-        "--seq-len", "--beta-fast", "--beta-slow", "--mscale", "--mscale-all-dim",
-        "--attention-factor", "--no-truncate", "--low-freq-factor", "--high-freq-factor",
-        "--short-factor", "--long-factor", "--hf-config", "--hf-version", "--layer-type",
-        "--layer", "--rope2d", "--rope2d-ids", "--order", "--mrope-section",
-        "--mrope-interleaved", "--layout", "--inv-freq", "--freq-scale", "--coords",
-        "--prefix-tokens", "--merge-window", "--angles"}) {
-    if (o.rope.app->count(name) > 0) {
-      throw UsageError(fmt::format("--cos: the tables replace the frequencies; not with {}",
-                                   name));
-    }
-  }
+  Caller c;  // the options, truncate's the one that sets it false
+  c.term = [](const std::string& n) {
+    return n == "truncate" ? std::string("--no-truncate") : Field::option_of(n);
+  };
+  c.gave = [app = o.rope.app, term = c.term](const std::string& n) {
+    return app->count(term(n)) > 0;
+  };
+  check_tables_given(c);
   if (o.rope.arith != "exact") {
     throw UsageError(fmt::format("--arith {}: cos/sin tables are applied exactly only "
                                  "(--precision f32 rotates in float32)",

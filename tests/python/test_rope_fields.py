@@ -180,6 +180,12 @@ RULES = [
     (["--position-ids", "ids.npy", "--cu-seqlens", "cu.npy"],
      {"position_ids": np.arange(4), "cu_seqlens": np.array([0, 4])},
      "{position_ids}: cannot be combined with {cu_seqlens}"),
+    (["--cos", "cos.npy", "--sin", "sin.npy", "--base", "500"],
+     {"cos": np.ones((4, 4)), "sin": np.zeros((4, 4)), "base": 500.0},
+     "{cos}: the tables replace the frequencies; not with {base}"),
+    (["--cos", "cos.npy", "--sin", "sin.npy", "--rope2d-ids"],
+     {"cos": np.ones((4, 4)), "sin": np.zeros((4, 4)), "rope2d_ids": True},
+     "{cos}: the tables replace the frequencies; not with {rope2d_ids}"),
 ]
 
 
@@ -188,7 +194,8 @@ RULES = [
 def test_a_rule_between_fields_says_one_message_on_both_front_ends(args, kw, message, x):
     tmp, a = x
     names = ("rope2d", "rope2d_ids", "order", "mrope_interleaved", "mrope_section",
-             "position_ids", "torch_ops", "cos", "sin", "merge_window", "coords", "cu_seqlens")
+             "position_ids", "torch_ops", "cos", "sin", "merge_window", "coords", "cu_seqlens",
+             "base")
     p, written = run(tmp, args)
     option = message.format(**{n: "--" + n.replace("_", "-") for n in names})
     assert p.returncode == 2 and p.stderr == f"posenc: error: {option}\n" and not written, \

@@ -245,6 +245,25 @@ inline void check_hf_config_given(const Caller& c, std::optional<std::int64_t> l
   }
 }
 
+/// The caller's cos/sin tables replace every field that makes frequencies or angles: with
+/// cos given, none of them ("cos: the tables replace the frequencies; not with base"), in
+/// the caller's terms.
+inline void check_tables_given(const Caller& c) {
+  if (!c.gave("cos")) return;
+  for (const char* name :
+       {"base", "partial", "scaling", "factor", "original_max_pos", "max_pos", "seq_len",
+        "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate",
+        "low_freq_factor", "high_freq_factor", "short_factor", "long_factor", "hf_config",
+        "hf_version", "layer_type", "layer", "rope2d", "rope2d_ids", "order", "mrope_section",
+        "mrope_interleaved", "layout", "inv_freq", "freq_scale", "coords", "prefix_tokens",
+        "merge_window", "angles"}) {
+    if (c.gave(name)) {
+      throw UsageError(c.term("cos") + ": the tables replace the frequencies; not with " +
+                       c.term(name));
+    }
+  }
+}
+
 /// The RoPE parameters `p` of head dimension `head_dim` with the defaults the ways of
 /// applying `a` set where the caller (`c`) did not give the field: 2-D RoPE's frequencies
 /// from base 100 (as `table rope2d`), V-JEPA2's chunks the rotary width of their 2 *
