@@ -277,11 +277,12 @@ class TestMaxMemoryUnits(PosencTestCase):
                               "--axes", "bshd", "--max-memory", text,
                               match=rf"limit of {re.escape(shown)}$")
         for bad in ["lots", "", "0", "1e9", "-5", "5 M", "9E", "1.5X", "K", "8T8"]:
+            said = "empty value" if bad == "" else "expected a size"
             self.assert_fails(2, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
-                              "--max-memory", bad, match="--max-memory: expected a size")
+                              "--max-memory", bad, match=f"--max-memory: {said}")
             self.assert_fails(2, "attention", "-q", self.path("x.npy"), "-k", self.path("x.npy"),
                               "-o", self.path("y.npy"), "--max-memory", bad,
-                              match="--max-memory: expected a size")
+                              match=f"--max-memory: {said}")
         self.assert_fails(2, "rope", self.path("x.npy"), "-o", self.path("y.npy"),
                           "--max-memory", "8388608T", match="too large")
 
