@@ -103,8 +103,9 @@ def kernel_variant():
     return _posenc.kernel_variant()
 
 
+@_with_arguments
 @_usage_errors
-def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=None,
+def rope(args, x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=None,
          rotary_dim=None, partial=None, rotary_last=None, rope_interleave=None, start=0,
          position_ids=None, cu_seqlens=None, scaling=None, factor=None,
          original_max_pos=None, max_pos=None, seq_len=None, beta_fast=None, beta_slow=None,
@@ -169,11 +170,10 @@ def rope(x, *, axes=None, dtype=None, out=None, inverse=False, style=None, base=
     torch_ops: with cos/sin, flash-attn's apply_rotary_emb_torch bit for bit (each product
         and the sum rounded to torch's promoted type of x and the tables).
     """
-    given = locals()
-    _pos_tables = _tables(given)
+    _pos_tables = _tables(args)
     a, in_name, like = _view(x, "x")
     axes = _axes_text(axes)
-    rope_d = _rope_dict(given, precision)
+    rope_d = _rope_dict(args, precision)
     pos = _positions(start, None if _is_real(position_ids) else position_ids, cu_seqlens)
     inverse, allow_nonfinite = _flag(inverse, "inverse"), _flag(allow_nonfinite, "allow_nonfinite")
     mrope_interleaved = _flag(mrope_interleaved, "mrope_interleaved")

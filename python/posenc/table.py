@@ -3,6 +3,8 @@
 a numpy array (a torch tensor when `dtype` is a torch dtype); the RoPE kinds return a
 tuple of arrays when `emit` is a sequence."""
 
+import inspect as _inspect
+
 import numpy as np
 
 from . import _posenc
@@ -12,6 +14,7 @@ from ._arrays import bf16_to_float32 as _bf16_to_float32
 from ._arrays import view as _view
 from ._arrays import wrap as _wrap
 from ._errors import usage_errors as _usage_errors
+from ._errors import with_arguments as _with_arguments
 from ._options import emit_list as _emit_list
 from ._options import positions_dict as _positions
 from ._options import rope_dict as _rope_dict
@@ -71,14 +74,14 @@ def _layout(layout):
     return layout == "half"
 
 
-def sinusoidal(*, positions, dim, base=10000.0, start=0, layout="interleaved", dtype=None):
+def sinusoidal(args, *, positions, dim, base=10000.0, start=0, layout="interleaved", dtype=None):
     """Vaswani's table [N, D]: PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i),
     w_i = 1 / base^(2i/D), for positions start .. start + N - 1; layout "interleaved" or
     "concat" ([sin | cos])."""
-    return _run("sinusoidal", _declared("sinusoidal", locals()), dtype)
+    return _run("sinusoidal", _declared("sinusoidal", args), dtype)
 
 
-def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", dtype=None,
+def rope(args, *, positions=None, dim=None, base=None, emit="cos-sin", layout="full", dtype=None,
          start=0, position_ids=None, cu_seqlens=None, style=None, rotary_dim=None,
          partial=None, scaling=None, factor=None, original_max_pos=None, max_pos=None,
          seq_len=None, beta_fast=None, beta_slow=None, mscale=None, mscale_all_dim=None,
@@ -104,7 +107,7 @@ def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", 
         raise UsageError("dim: the head dimension is required (or give hf_config)")
     if position_ids is not None and start != 0:
         raise UsageError("start: cannot be combined with position_ids (ids are absolute)")
-    rope_d = _rope_dict(locals(), precision)  # the ROPE OPTIONS among the arguments
+    rope_d = _rope_dict(args, precision)  # the ROPE OPTIONS among the arguments
     pos = _positions(start, position_ids, cu_seqlens)
     emits, single = _emit_list(emit, ("cos-sin",))
     request = {"positions": positions, "dim": dim, "half": _layout(layout),
@@ -112,68 +115,68 @@ def rope(*, positions=None, dim=None, base=None, emit="cos-sin", layout="full", 
     return _run("rope", request, dtype, rope_d, pos, emits, single)
 
 
-def rope2d(*, height, width, dim, base=100.0, order="xy", style="gptj", emit="cos-sin",
+def rope2d(args, *, height, width, dim, base=100.0, order="xy", style="gptj", emit="cos-sin",
            layout="full", dtype=None):
     """Axial 2-D RoPE for an H x W grid (tokens in row-major order): D/4 frequencies per
     axis, x block first (order "xy") or y first ("yx"); emit and layout as table.rope."""
     emits, single = _emit_list(emit, ("cos-sin",))
-    return _run("rope2d", _declared("rope2d", locals(), style=style, half=_layout(layout)),
+    return _run("rope2d", _declared("rope2d", args, style=style, half=_layout(layout)),
                 dtype, emits=emits, single=single)
 
 
-def alibi(*, heads, q_len=None, k_len=None, variant=None, max_bias=8.0, dtype=None):
+def alibi(args, *, heads, q_len=None, k_len=None, variant=None, max_bias=8.0, dtype=None):
     """ALiBi slopes [H], or bias matrices [H, Q, K] for variant "causal" (default with
     lengths; -inf above the diagonal), "symmetric", "fairseq", "bottom-right"."""
-    return _run("alibi", _declared("alibi", locals()), dtype)
+    return _run("alibi", _declared("alibi", args), dtype)
 
 
-def relative(*, max_distance=None, q_len=None, k_len=None, sign="k-q", left=None, right=None,
-             beyond="clamp", embeddings=None, dtype=None):
+def relative(args, *, max_distance=None, q_len=None, k_len=None, sign="k-q", left=None,
+             right=None, beyond="clamp", embeddings=None, dtype=None):
     """Shaw's clipped relative index clip(j - i, -L, R) + L [Q, K], L = left and R =
     right (default max_distance; sign "q-k": i - j); beyond "zero": -1 outside the
     window (VITS) instead of the edge row. embeddings, a learned table [L + R + 1, dim]
     (distance_embedding, pe_k, emb_rel_k): its rows gathered, [Q, K, dim] (zeros for -1),
     instead of the index."""
-    return _run("relative", _declared("relative", locals(),
+    return _run("relative", _declared("relative", args,
                                       embeddings=_values(embeddings, "embeddings")), dtype)
 
 
-def t5_bucket(*, q_len=None, k_len=None, buckets=32, max_distance=128, causal=False,
+def t5_bucket(args, *, q_len=None, k_len=None, buckets=32, max_distance=128, causal=False,
               dtype=None):
     """HF T5's _relative_position_bucket of j - i [Q, K]; causal=True for decoder
     buckets (bidirectional=False)."""
-    return _run("t5-bucket", _declared("t5-bucket", locals(),
+    return _run("t5-bucket", _declared("t5-bucket", args,
                                        bidirectional=not _flag(causal, "causal")), dtype)
 
 
-def xl_relative(*, dim, q_len=None, k_len=None, form="transfo-xl", clamp_len=0, base=10000.0,
-                dtype=None):
+def xl_relative(args, *, dim, q_len=None, k_len=None, form="transfo-xl", clamp_len=0,
+                base=10000.0, dtype=None):
     """Transformer-XL / XLNet sinusoidal relative table R [rlen, D] for form
     "transfo-xl", "xlnet-bi" or "xlnet-uni"; clamp_len > 0 clamps positions."""
-    return _run("xl-relative", _declared("xl-relative", locals()), dtype)
+    return _run("xl-relative", _declared("xl-relative", args), dtype)
 
 
-def funnel_relative(*, seq_len, dim, block=0, shift=1, separate_cls=False, truncate_seq=False,
-                    base=10000.0, dtype=None):
+def funnel_relative(args, *, seq_len, dim, block=0, shift=1, separate_cls=False,
+                    truncate_seq=False, base=10000.0, dtype=None):
     """Funnel Transformer relative_shift position embeddings of a block [rows, D] (HF
     get_position_embeds()[block][shift - 1]): shift 2 for the block's first layer
     (queries pooled, keys not), 1 otherwise."""
-    return _run("funnel-relative", _declared("funnel-relative", locals()), dtype)
+    return _run("funnel-relative", _declared("funnel-relative", args), dtype)
 
 
-def funnel_factorized(*, seq_len, dim, emit="phi", block=0, key_block=None,
+def funnel_factorized(args, *, seq_len, dim, emit="phi", block=0, key_block=None,
                       separate_cls=False, truncate_seq=False, base=10000.0, dtype=None):
     """One of Funnel Transformer's factorized attention tables (emit "phi", "pi", "psi"
     or "omega") [rows, D], its rows pooled `block` times (phi, pi) or `key_block` times
     (psi, omega; default block)."""
-    return _run("funnel-factorized", _declared("funnel-factorized", locals(), emit=emit), dtype)
+    return _run("funnel-factorized", _declared("funnel-factorized", args, emit=emit), dtype)
 
 
-def deberta_bucket(*, q_len=None, k_len=None, position_buckets=256,
+def deberta_bucket(args, *, q_len=None, k_len=None, position_buckets=256,
                    max_relative_positions=512, dtype=None):
     """DeBERTa-v2/v3 relative positions i - j with log buckets [Q, K] (HF
     build_relative_position)."""
-    return _run("deberta-bucket", _declared("deberta-bucket", locals()), dtype)
+    return _run("deberta-bucket", _declared("deberta-bucket", args), dtype)
 
 
 
@@ -240,16 +243,16 @@ def swinv2_coords(*, window, pretrained_window=None, mlp=None, dtype=None):
                                       _values(w, "mlp") for w in (w1, b1, w2)]}, dtype)
 
 
-def levit_index(*, resolution, stride=1, bias_table=None, dtype=None):
+def levit_index(args, *, resolution, stride=1, bias_table=None, dtype=None):
     """LeViT attention_bias_idxs [R_out^2, R^2]: the offset (|dy|, |dx|) numbered
     |dy| R + |dx| between queries (every stride-th point, R_out = (R - 1) / stride + 1)
     and keys of an R x R grid; with attention_biases bias_table [heads, R^2] the bias
     [heads, R_out^2, R^2]."""
-    return _run("levit-index", _declared("levit-index", locals(),
+    return _run("levit-index", _declared("levit-index", args,
                                          bias_table=_values(bias_table, "bias_table")), dtype)
 
 
-def detr_sine(*, embedding_dim, mask=None, size=None, temperature=10000.0, normalize=True,
+def detr_sine(args, *, embedding_dim, mask=None, size=None, temperature=10000.0, normalize=True,
               scale=None, layout="channels", temperature_width=None, offset=0.0, dtype=None):
     """DETR's 2-D sine embedding of a pixel mask [b, H, W] (1 = pixel, 0 = padding; bool
     or numbers) or of an all-ones mask of size (H, W) (HF DetrSinePositionEmbedding):
@@ -262,28 +265,28 @@ def detr_sine(*, embedding_dim, mask=None, size=None, temperature=10000.0, norma
     if mask is not None:
         m = _values(mask, "mask", allow_bool=True)
     size = None if size is None else tuple(_whole(n, "size") for n in _pair(size, "size"))
-    return _run("detr-sine", _declared("detr-sine", locals(), mask=m, size=size), dtype)
+    return _run("detr-sine", _declared("detr-sine", args, mask=m, size=size), dtype)
 
 
-def rt_detr_sincos(*, size, embedding_dim=256, temperature=10000.0, dtype=None):
+def rt_detr_sincos(args, *, size, embedding_dim=256, temperature=10000.0, dtype=None):
     """RT-DETR's 2-D sin-cos embedding of an H x W feature map (HF RTDetrHybridEncoder.
     build_2d_sincos_position_embedding; also RT-DETRv2, D-FINE): [1, H*W, E], channels
     sin/cos of the row then of the column, frequencies 1 / T^(k / (E/4))."""
-    return _run("rt-detr-sincos", _declared("rt-detr-sincos", locals(),
+    return _run("rt-detr-sincos", _declared("rt-detr-sincos", args,
                                             size=_window(size, "size")), dtype)
 
 
-def fairseq_sinusoidal(*, dim, positions=None, padding_idx=None, input_ids=None,
+def fairseq_sinusoidal(args, *, dim, positions=None, padding_idx=None, input_ids=None,
                        past_length=0, dtype=None):
     """fairseq sinusoidal positions (HF M2M-100, NLLB, XGLM get_embedding): rows
     [sin | cos] with frequencies exp(-i ln(10000) / (D/2 - 1)), the row padding_idx
     zero, [positions, D]; or for token ids input_ids [b, s] (needs padding_idx) the
     embeddings [b, s, D] at positions cumsum(non-padding) + past_length + padding_idx."""
-    return _run("fairseq-sinusoidal", _declared("fairseq-sinusoidal", locals(),
+    return _run("fairseq-sinusoidal", _declared("fairseq-sinusoidal", args,
                                                 input_ids=_ints(input_ids, "input_ids")), dtype)
 
 
-def layoutlm_bucket(*, axis="1d", seq_len=None, position_ids=None, bbox=None, buckets=None,
+def layoutlm_bucket(args, *, axis="1d", seq_len=None, position_ids=None, bbox=None, buckets=None,
                     max_distance=None, bias_table=None, dtype=None):
     """LayoutLMv2/v3 relative buckets (HF relative_position_bucket, bidirectional) of
     c_j - c_i per row, [b, s, s] integers: axis "1d" of positions 0 .. seq_len-1 or
@@ -296,12 +299,12 @@ def layoutlm_bucket(*, axis="1d", seq_len=None, position_ids=None, bbox=None, bu
         raise UsageError(f"bias_table: expected one weight or a pair (x, y), got "
                          f"{len(bias_table)}")
     return _run("layoutlm-bucket", _declared(
-        "layoutlm-bucket", locals(), position_ids=_ints(position_ids, "position_ids"),
+        "layoutlm-bucket", args, position_ids=_ints(position_ids, "position_ids"),
         bbox=_ints(bbox, "bbox"), bias_table=None if bias_table is None else [
             _values(w, "bias_table") for w in weights]), dtype)
 
 
-def udop_bucket(*, axis="1d", seq_len=None, bbox=None, buckets=32, max_distance=None,
+def udop_bucket(args, *, axis="1d", seq_len=None, bbox=None, buckets=32, max_distance=None,
                 scaling_factor=None, bias_table=None, dtype=None):
     """UDOP relative buckets (HF RelativePositionBias1D / Horizontal / Vertical): T5
     bidirectional buckets of trunc((p_j - p_i) * scaling_factor), [b, s, s] integers, for
@@ -319,11 +322,11 @@ def udop_bucket(*, axis="1d", seq_len=None, bbox=None, buckets=32, max_distance=
         f32 = _view(bbox, "bbox")[1] == "f32"
         box = _values(bbox, "bbox")
     return _run("udop-bucket", _declared(
-        "udop-bucket", locals(), bbox=box, bbox_f32=f32,
+        "udop-bucket", args, bbox=box, bbox_f32=f32,
         bias_table=[_values(w, "bias_table") for w in tables] or None), dtype)
 
 
-def complex_order(*, frequency, amplitude=None, phase=None, positions=None, start=0,
+def complex_order(args, *, frequency, amplitude=None, phase=None, positions=None, start=0,
                   input_ids=None, dtype=None):
     """Wang et al. 2020 complex word-order embeddings r exp(i (w pos + theta)): real
     parts then imaginary parts, [2, positions, D] for vectors w [D] (positions start ..),
@@ -331,12 +334,12 @@ def complex_order(*, frequency, amplitude=None, phase=None, positions=None, star
     position start + s). amplitude r (default 1) and phase theta (default 0) have w's
     shape."""
     return _run("complex-order", _declared(
-        "complex-order", locals(), frequency=_values(frequency, "frequency"),
+        "complex-order", args, frequency=_values(frequency, "frequency"),
         amplitude=_values(amplitude, "amplitude"), phase=_values(phase, "phase"),
         input_ids=_ints(input_ids, "input_ids")), dtype)
 
 
-def reformer_axial(*, axial_shape, weights, positions=None, position_ids=None, dtype=None):
+def reformer_axial(args, *, axial_shape, weights, positions=None, position_ids=None, dtype=None):
     """Reformer axial position embeddings (HF AxialPositionEmbeddings): each weight of
     `weights` (one per side of axial_shape, shaped as HF stores them: [N1, 1, d1],
     [1, N2, d2], ..) broadcast over the grid and concatenated along the features, rows
@@ -347,12 +350,12 @@ def reformer_axial(*, axial_shape, weights, positions=None, position_ids=None, d
     if isinstance(axial_shape, (str, bytes)) or not hasattr(axial_shape, "__iter__"):
         raise UsageError(f"axial_shape: expected the grid's sides, got {axial_shape!r:.40}")
     return _run("reformer-axial", _declared(
-        "reformer-axial", locals(), axial_shape=[_whole(n, "axial_shape") for n in axial_shape],
+        "reformer-axial", args, axial_shape=[_whole(n, "axial_shape") for n in axial_shape],
         weights=[_values(w, "weights") for w in weights],
         position_ids=_ints(position_ids, "position_ids")), dtype)
 
 
-def cpmant_bucket(*, segment_ids=None, key_segment_ids=None, seq_len=None, segments=32,
+def cpmant_bucket(args, *, segment_ids=None, key_segment_ids=None, seq_len=None, segments=32,
                   buckets=512, max_distance=2048, bias_table=None, dtype=None):
     """CPM-Ant segment-aware relative buckets (HF CpmAntSegmentPositionEmbedding),
     [b, q, k] integers: T5 bidirectional buckets of j - i within a segment, buckets +
@@ -361,22 +364,25 @@ def cpmant_bucket(*, segment_ids=None, key_segment_ids=None, seq_len=None, segme
     (relative_attention_bias [segments^2 + buckets, heads]) gives the bias
     [b, heads, q, k] instead."""
     return _run("cpmant-bucket", _declared(
-        "cpmant-bucket", locals(), segment_ids=_ints(segment_ids, "segment_ids"),
+        "cpmant-bucket", args, segment_ids=_ints(segment_ids, "segment_ids"),
         key_segment_ids=_ints(key_segment_ids, "key_segment_ids"),
         bias_table=_values(bias_table, "bias_table")), dtype)
 
 
-def longt5_global(*, attention_mask=None, seq_len=None, global_block_size=16, emit="block-ids",
-                  dtype=None):
+def longt5_global(args, *, attention_mask=None, seq_len=None, global_block_size=16,
+                  emit="block-ids", dtype=None):
     """LongT5's transient-global index maps (HF _make_global_fixed_block_ids,
     _make_side_relative_position_ids) for attention_mask [b, s] of 1 and 0 or seq_len
     tokens: emit "block-ids" [b, s] (-1 for padding), "segment-ids" [b, s // G] or
     "side-positions" [b, s, s // G], integers."""
     return _run("longt5-global", _declared(
-        "longt5-global", locals(), attention_mask=_ints(attention_mask, "attention_mask")), dtype)
+        "longt5-global", args, attention_mask=_ints(attention_mask, "attention_mask")), dtype)
 
 
-# Python's own exceptions from bad arguments as UsageError (posenc._errors).
+# Python's own exceptions from bad arguments as UsageError (posenc._errors); a kind
+# whose first parameter is `args` is handed its call's arguments (with_arguments, outside
+# so that a call Python refuses stays a TypeError).
 for _name in __all__:
-    globals()[_name] = _usage_errors(globals()[_name])
-del _name
+    _f = _usage_errors(globals()[_name])
+    globals()[_name] = _with_arguments(_f) if "args" in _inspect.signature(_f).parameters else _f
+del _name, _f

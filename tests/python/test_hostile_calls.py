@@ -158,6 +158,14 @@ def test_python_call_errors_stay_type_errors():
         with pytest.raises(TypeError):
             posenc.attention(*args, **kw)
     assert "args" not in inspect.signature(posenc.attention).parameters
+    # So do posenc.rope and the table kinds that read their declared keywords by name.
+    with pytest.raises(TypeError):
+        posenc.rope(np.ones((2, 4)), args={})
+    for name in posenc.table.__all__:
+        fn = getattr(posenc.table, name)
+        assert "args" not in inspect.signature(fn).parameters, name
+        with pytest.raises(TypeError):
+            fn(args={})
 
 
 @pytest.mark.parametrize("n", [-1, 4097, 100000, 2**31 - 1, 2**64, 1.5, "2", None, True])
