@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <list>
 #include <limits>
 #include <map>
 #include <memory>
@@ -58,6 +59,7 @@
 #include "posenc/ops/attention_backward.hpp"
 #include "posenc/ops/attention_cache.hpp"
 #include "posenc/ops/attention_relative.hpp"
+#include "posenc/ops/attention_relative_fields.hpp"
 #include "posenc/ops/combine.hpp"
 #include "posenc/ops/compare.hpp"
 #include "posenc/ops/compare_baseline.hpp"
@@ -938,6 +940,51 @@ py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, co
   return out;
 }
 
+// The relative terms' declared parameters (ops/attention_relative_fields.hpp): the scalar
+// fields, then (`tensors`) each tensor into `held`, its member pointing at it.
+struct RelativeReader {
+  KeywordReader scalars;
+  const py::dict& d;
+  std::list<Tensor>& held;
+  bool tensors = false;
+
+  template <class T>
+  void operator()(const Field& f, T& member) {
+    if (!tensors) scalars(f, member);
+  }
+  void operator()(const Field& f, TensorSlot t) {
+    if (tensors) t.slot = hold(d, f.name);
+  }
+  void operator()(const Field& f, const TensorSlots& t) {  // a list of arrays
+    if (!tensors || !gives(d, f.name)) return;
+    const py::object v = d[f.name.c_str()];
+    if (!py::isinstance<py::list>(v) || py::len(v) != t.slots.size()) t.refuse(f);
+    py::dict one;
+    for (std::size_t i = 0; i < t.slots.size(); ++i) {
+      one[t.names[i].c_str()] = py::list(v)[i];
+      if (!(*t.slots[i] = hold(one, t.names[i]))) t.refuse(f, ", got None for " + t.names[i]);
+    }
+  }
+  const Tensor* hold(const py::dict& from, const std::string& key) {
+    std::optional<Tensor> t = tensor_arg(from, key.c_str());
+    return t ? &held.emplace_back(std::move(*t)) : nullptr;
+  }
+};
+
+// The Transformer-XL / XLNet / Funnel and DeBERTa terms from their keywords, checked by
+// the library's rules (check_relative_given) before their tensors are taken.
+void relative_terms(const py::dict& d, bool with_rope, XlAttention& xl, DebertaAttention& deb,
+                    std::list<Tensor>& held) {
+  RelativeReader r{KeywordReader(d, false), d, held};
+  declare(r, xl);
+  declare(r, deb);
+  const Caller c = keywords({&d});
+  check_relative_given(xl, deb, c, with_rope);
+  r.tensors = true;
+  if (xl_terms_given(c)) declare(r, xl);
+  if (deberta_terms_given(c)) declare(r, deb);
+}
+
 py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dict& rope_d,
                    const py::dict& pos_d, const py::dict& apply_d, bool with_rope,
                    const py::dict& relative_d) {
@@ -1002,30 +1049,15 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   const Positions pos = positions(pos_d);
   opt.cu_seqlens = pos.cu_seqlens;
 
-  std::optional<Tensor> r_keys = tensor_arg(relative_d, "rel_keys"),
-                        c_bias = tensor_arg(relative_d, "content_bias"),
-                        p_bias = tensor_arg(relative_d, "position_bias"),
-                        seg_ids = tensor_arg(relative_d, "segment_ids"),
-                        seg_embed = tensor_arg(relative_d, "segment_embed"),
-                        seg_bias = tensor_arg(relative_d, "segment_bias"),
-                        pos_key = tensor_arg(relative_d, "pos_key"),
-                        pos_query = tensor_arg(relative_d, "pos_query"),
-                        seg_index = tensor_arg(relative_d, "segment_index"),
-                        r_kernel = tensor_arg(relative_d, "rel_kernel"),
-                        phi = tensor_arg(relative_d, "phi"), pi = tensor_arg(relative_d, "pi"),
-                        psi = tensor_arg(relative_d, "psi"),
-                        omega = tensor_arg(relative_d, "omega");
-  const bool factorized = phi || pi || psi || omega;
-  if (factorized && !(phi && pi && psi && omega)) {
-    const char* missing = !phi ? "phi" : !pi ? "pi" : !psi ? "psi" : "omega";
-    throw UsageError(
-        std::string("factorized: expected the four tables (phi, pi, psi, omega), got None for ") +
-        missing);
-  }
+  XlAttention xl;
+  DebertaAttention deb;
+  std::list<Tensor> held;  // the relative terms' tensors, which xl or deb point at
+  relative_terms(relative_d, with_rope, xl, deb, held);
+  const bool xl_terms = xl.rel_keys || xl.phi, deb_terms = deb.pos_key || deb.pos_query;
   if (tensors.contains("kv") && !tensors["kv"].is_none()) {  // KV cache (attention_kvcache_call)
     const char* conflict = with_rope ? "rope" : grad_output ? "grad_output"
-                           : (r_keys || factorized || pos_key || pos_query) ? "the relative terms"
-                                                                            : "";
+                           : (xl_terms || deb_terms) ? "the relative terms"
+                                                     : "";
     return attention_kvcache_call(tensors, tensors["kv"].cast<py::dict>(), opt_d, *k, v, *q, opt, conflict);
   }
   AttentionRope rope;
@@ -1043,32 +1075,6 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     rope.apply = apply_options(apply_d);
     rope.apply.allow_nonfinite = opt.allow_nonfinite;
   }
-  XlAttention xl;
-  DebertaAttention deb;
-  if (r_keys || factorized) {
-    if (r_keys) xl.rel_keys = &*r_keys;
-    if (seg_index) xl.segment_index = &*seg_index;
-    if (r_kernel) xl.rel_kernel = &*r_kernel;
-    if (phi) {
-      xl.phi = &*phi;
-      xl.pi = &*pi;
-      xl.psi = &*psi;
-      xl.omega = &*omega;
-    }
-    set_if(relative_d, "rel_shift", xl.shift);
-    set_if(relative_d, "separate_cls", xl.cls_mask);
-    if (c_bias) xl.content_bias = &*c_bias;
-    if (p_bias) xl.position_bias = &*p_bias;
-    if (seg_ids) xl.segment_ids = &*seg_ids;
-    if (seg_embed) xl.segment_embed = &*seg_embed;
-    if (seg_bias) xl.segment_bias = &*seg_bias;
-  } else if (pos_key || pos_query) {
-    if (pos_key) deb.pos_key = &*pos_key;
-    if (pos_query) deb.pos_query = &*pos_query;
-    set_if(relative_d, "position_buckets", deb.position_buckets);
-    set_if(relative_d, "max_relative_positions", deb.max_relative_positions);
-  }
-  const bool xl_terms = r_keys || factorized, deb_terms = pos_key || pos_query;
   if (grad_output) {
     return attention_gradients(*q, *k, *v, *grad_output, opt, emit_names,
                                with_rope ? &rope : nullptr, xl_terms ? &xl : nullptr,
@@ -1359,6 +1365,9 @@ PYBIND11_MODULE(_posenc, m) {
       "_attention_fields",
       [] { return fields_of([](auto f) { posenc::for_each_attention_request(f); }); },
       "the declared fields of attention (kind attention: AttentionOptions' scalars)");
+  m.def(
+      "_relative_fields", [] { return fields_of([](auto f) { posenc::for_each_relative_request(f); }); },
+      "the declared parameters of the Transformer-XL / XLNet / Funnel and DeBERTa terms");
   m.def("_attention_tensors", &attention_tensor_fields,
         "the declared tensor inputs of attention (kind attention, kvcache: name, option, help)");
   m.def("rope_ids", &rope_ids_of,

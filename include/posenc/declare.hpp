@@ -288,6 +288,39 @@ inline Spread spread(std::vector<std::optional<xt::xarray<double>>*> members,
   return Spread{std::move(members), std::move(said)};
 }
 
+class Tensor;
+
+/// A tensor input given by reference (`--rel-keys r.npy`, Python `rel_keys=r`) into a
+/// request's `const Tensor*` member: the front end reads it once the request's rules
+/// (its `check_given`) have passed and points the member at it; the library checks its
+/// shape and values. `v(field("rel_keys", ...), tensor_slot(r.rel_keys))`.
+struct TensorSlot {
+  const Tensor*& slot;
+};
+inline TensorSlot tensor_slot(const Tensor*& member) { return TensorSlot{member}; }
+
+/// Several tensors given together, each into its member (`--factorized PHI PI PSI OMEGA`,
+/// Python `factorized=(phi, pi, psi, omega)`): `names` are the members' names (Python's
+/// messages), `words` how --help writes them, `what` how messages say them ("the four
+/// tables").
+struct TensorSlots {
+  std::vector<const Tensor**> slots;
+  std::vector<std::string> names;
+  std::string words;
+  std::string what;
+
+  /// "factorized: expected the four tables (phi, pi, psi, omega)" and `tail`.
+  [[noreturn]] void refuse(const Field& f, const std::string& tail = "") const {
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw UsageError(f.name + ": expected " + what + " (" + list + ")" + tail);
+  }
+};
+inline TensorSlots tensor_slots(std::vector<const Tensor**> slots, std::vector<std::string> names,
+                                std::string words, std::string what) {
+  return TensorSlots{std::move(slots), std::move(names), std::move(words), std::move(what)};
+}
+
 /// What a front end says about the request being built: whether the caller gave a field,
 /// and how the caller spells a field in messages ("--bias-table" on the command line,
 /// "bias_table" in Python; "" for a field the caller does not have, which a message
@@ -443,6 +476,15 @@ class Describer {
   }
   void operator()(Field f, const Spread&) {
     f.type = "array list";
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const TensorSlot&) {
+    f.type = "tensor";
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const TensorSlots& s) {
+    f.type = "tensors";
+    f.choices = s.names;
     fields.push_back(std::move(f));
   }
 

@@ -235,6 +235,9 @@ def rope(args, x, *, axes=None, dtype=None, out=None, inverse=False, style=None,
 
 
 _FLOAT_NAMES = ("f16", "bf16", "f32", "f64")
+# The relative terms' declared parameters (Transformer-XL / XLNet / Funnel, DeBERTa).
+_RELATIVE_FIELDS = tuple(_posenc._relative_fields())
+
 _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
                       "rope_interleave", "scaling", "factor", "original_max_pos", "max_pos",
                       "seq_len", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
@@ -463,12 +466,9 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
     opt["t5_causal"] = t5_causal or None
     if max_distance is not None and relative_k is None and relative_v is None:
         raise UsageError("max_distance needs relative_k or relative_v")
-    relative = _relative(rope, rel_keys, content_bias, position_bias, segment_ids,
-                         segment_embed, segment_bias, pos_key, pos_query, pos_att_type,
-                         position_buckets, max_relative_positions,
-                         dict(segment_index=segment_index, rel_shift=rel_shift,
-                              rel_kernel=rel_kernel, factorized=factorized,
-                              separate_cls=separate_cls))
+    # rel_keys, ..., max_relative_positions: the relative terms' declared parameters
+    # (_relative_fields()); their rules are the library's.
+    relative = {f["name"]: _relative_value(f, args[f["name"]]) for f in _RELATIVE_FIELDS}
     # fa-baseline (FlashAttention's PyTorch baseline) is attention's own arithmetic, no
     # RoPE one.
     if arith == "fa-baseline":
@@ -513,80 +513,24 @@ def _field_value(f, value):
     return value
 
 
-def _relative(rope, rel_keys, content_bias, position_bias, segment_ids, segment_embed,
-              segment_bias, pos_key, pos_query, pos_att_type, position_buckets,
-              max_relative_positions, funnel):
-    """The Transformer-XL / XLNet / Funnel and DeBERTa arguments, checked as the command
-    checks them, as the C++ module's dict."""
-    factorized = funnel["factorized"]
-    funnel["separate_cls"] = _flag(funnel["separate_cls"], "separate_cls")
-    xl = rel_keys is not None or factorized is not None
-    deberta = pos_key is not None or pos_query is not None
-    for name, value in (("content_bias", content_bias), ("position_bias", position_bias),
-                        ("segment_ids", segment_ids), ("segment_embed", segment_embed),
-                        ("segment_bias", segment_bias),
-                        ("segment_index", funnel["segment_index"]),
-                        ("rel_shift", funnel["rel_shift"]), ("rel_kernel", funnel["rel_kernel"]),
-                        ("separate_cls", funnel["separate_cls"] or None)):
-        if value is not None and not xl:
-            raise UsageError(f"{name}: a Transformer-XL / XLNet / Funnel option needs rel_keys "
-                             "or factorized")
-    shift = funnel["rel_shift"]
-    if shift is not None and (not isinstance(shift, int) or isinstance(shift, bool)
-                              or not 1 <= shift <= 2 ** 30):
-        raise UsageError(f"rel_shift {shift}: must be from 1 to 2^30")
-    if factorized is not None:
-        if (isinstance(factorized, (str, bytes)) or not hasattr(factorized, "__len__")
-                or len(factorized) != 4):
-            raise UsageError("factorized: expected the four tables (phi, pi, psi, omega)")
-        for name, t in zip(("phi", "pi", "psi", "omega"), factorized):
-            if t is None:
-                raise UsageError("factorized: expected the four tables (phi, pi, psi, omega), "
-                                 f"got None for {name}")
-        if rel_keys is not None:
-            raise UsageError("factorized: replaces rel_keys (give one)")
-        if funnel["rel_kernel"] is None:
-            raise UsageError("factorized: needs rel_kernel (W, which projects the tables)")
-        if shift is not None:
-            raise UsageError("rel_shift: the factorized term has no shift")
-    if segment_ids is not None and funnel["segment_index"] is not None:
-        raise UsageError("segment_ids: not with segment_index (give one)")
-    for name, value in (("pos_att_type", pos_att_type), ("position_buckets", position_buckets),
-                        ("max_relative_positions", max_relative_positions)):
-        if value is not None and not deberta:
-            raise UsageError(f"{name}: a DeBERTa option needs pos_key or pos_query")
-    if xl and deberta:
-        raise UsageError("rel_keys: Transformer-XL / XLNet / Funnel and DeBERTa terms exclude "
-                         "each other")
-    if _flag(rope, "rope") and (xl or deberta):
-        raise UsageError(f"{'rel_keys' if xl else 'pos_key/pos_query'}: cannot be combined "
-                         "with rope=True")
-    if pos_att_type is not None:
-        items = (pos_att_type.split(",") if isinstance(pos_att_type, str)
-                 else list(_items(pos_att_type, len(pos_att_type) if isinstance(
-                     pos_att_type, (list, tuple)) else -1, "pos_att_type", "c2p and/or p2c")))
-        if any(i not in ("c2p", "p2c") for i in items):
-            raise UsageError(f"pos_att_type {pos_att_type}: expected a comma list of c2p, p2c")
-        if ("c2p" in items) != (pos_key is not None):
-            raise UsageError("pos_att_type c2p: needs pos_key" if "c2p" in items
-                             else "pos_key: c2p is not in pos_att_type")
-        if ("p2c" in items) != (pos_query is not None):
-            raise UsageError("pos_att_type p2c: needs pos_query" if "p2c" in items
-                             else "pos_query: p2c is not in pos_att_type")
-    d = {"rel_keys": _arg(rel_keys, "rel_keys"), "content_bias": _arg(content_bias, "content_bias"),
-         "position_bias": _arg(position_bias, "position_bias"),
-         "segment_ids": _arg(segment_ids, "segment_ids"),
-         "segment_embed": _arg(segment_embed, "segment_embed"),
-         "segment_bias": _arg(segment_bias, "segment_bias"), "pos_key": _arg(pos_key, "pos_key"),
-         "pos_query": _arg(pos_query, "pos_query"), "position_buckets": position_buckets,
-         "max_relative_positions": max_relative_positions,
-         "segment_index": _arg(funnel["segment_index"], "segment_index"),
-         "rel_kernel": _arg(funnel["rel_kernel"], "rel_kernel"), "rel_shift": shift,
-         "separate_cls": bool(funnel["separate_cls"]) or None}
-    if factorized is not None:
-        for name, t in zip(("phi", "pi", "psi", "omega"), factorized):
-            d[name] = _arg(t, "factorized " + name)
-    return {key: val for key, val in d.items() if val is not None}
+def _relative_value(f, value):
+    """The keyword of the relative terms' declared parameter `f` as the C++ module reads it
+    (None: not given)."""
+    name = f["name"]
+    if value is None:
+        return None
+    if f["type"] == "tensor":
+        return _arg(value, name)
+    if f["type"] == "tensors":  # (phi, pi, psi, omega): the module counts them
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            return value
+        return [None if t is None else _arg(t, f"{name} {n}") for t, n in zip(value, f["choices"])
+                ] + list(value[len(f["choices"]):])
+    if f["type"] == "bool":
+        return _flag(value, name) or None
+    if name == "pos_att_type" and isinstance(value, (list, tuple)):  # ("c2p", "p2c")
+        return ",".join(str(v) for v in value)
+    return value
 
 
 class CompareResult:

@@ -4,7 +4,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <iterator>
 
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
@@ -177,7 +176,7 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
 void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std::string& grad_ref,
                    const AttentionOptions& opt, const std::vector<std::string>& names,
                    const std::vector<TensorRef>& refs, const OutputOptions& out,
-                   const AttentionRope* rope, const RelativeInputs* relative) {
+                   const AttentionRope* rope, const RelativeCliOptions* relative) {
   auto dO_src = open_source(parse_ref(grad_ref));
   const AttentionBackwardOptions bopt = gradients_wanted(names);
   const TensorInfo &qi = q.info(), &ki = k.info(), &vi = v.info(), &oi = dO_src->info();
@@ -199,10 +198,7 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
       need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
     }
     if (opt.qv) need = need > SIZE_MAX - opt.qv->nbytes() ? SIZE_MAX : need + opt.qv->nbytes();
-    for (std::size_t i = 0; relative && i < std::size(relative->tensors); ++i) {
-      const std::size_t bytes = relative->tensors[i] ? relative->tensors[i]->nbytes() : 0;
-      need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
-    }
+    if (relative) need = need > SIZE_MAX - relative->bytes ? SIZE_MAX : need + relative->bytes;
     if (rope) {  // rotated Q and K, and dq and dk before they are rotated back, in float64
       for (const TensorInfo* t : {&qi, &ki}) {
         const std::size_t bytes = checked_numel(t->shape, 16, "attention") * 16;

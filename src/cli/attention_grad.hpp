@@ -32,6 +32,6 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
                    const AttentionOptions& opt, const std::vector<std::string>& names,
                    const std::vector<TensorRef>& refs, const OutputOptions& out,
                    const AttentionRope* rope = nullptr,
-                   const RelativeInputs* relative = nullptr);
+                   const RelativeCliOptions* relative = nullptr);
 
 }  // namespace posenc::cli

@@ -462,10 +462,10 @@ void run_attention(AttentionCmdOptions& o) {
     rope.apply.allow_nonfinite = opt.allow_nonfinite;
   }
   if (grads) {
-    const auto relative =
-        relative_wanted(o.relative) ? read_relative(o.relative) : nullptr;  // the terms' tensors
+    const bool relative = relative_wanted(o.relative);
+    if (relative) read_relative(o.relative);  // the terms' tensors
     return run_gradients(*q_src, *k_src, *v_src, o.grad_output, opt, grad_names, out_refs, o.out,
-                         o.rope ? &rope : nullptr, relative.get());
+                         o.rope ? &rope : nullptr, relative ? &o.relative : nullptr);
   }
   if (!o.rope && !relative_wanted(o.relative) && part.whole()) {
     // The library reads the inputs itself: K and V in chunks within --max-memory.

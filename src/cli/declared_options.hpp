@@ -85,6 +85,29 @@ class ArrayFiles {
       }
     };
   }
+  /// A tensor reference (`--rel-keys r.npy`), read as it is and pointed at by the member.
+  void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, TensorSlot t) {
+    Slot& s = slots_.emplace_back();
+    opt = sub->add_option(f.option(), s.path, f.help);
+    s.read = [t, &s] {
+      if (s.path.empty()) return;
+      s.held.emplace_back(read_tensor(s.path));
+      t.slot = &s.held.back();
+    };
+  }
+  /// Several tensor references (`--factorized PHI PI PSI OMEGA`), one into each member.
+  void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, const TensorSlots& t) {
+    Slot& s = slots_.emplace_back();
+    opt = sub->add_option(f.option(), s.paths, f.help)
+              ->expected(static_cast<int>(t.slots.size()))
+              ->type_name(t.words);
+    s.read = [slots = t.slots, &s] {
+      for (std::size_t i = 0; i < s.paths.size(); ++i) {
+        s.held.emplace_back(read_tensor(s.paths[i]));
+        *slots.at(i) = &s.held.back();
+      }
+    };
+  }
   void read() {
     for (Slot& s : slots_) s.read();
   }
@@ -102,6 +125,7 @@ class ArrayFiles {
     std::string path;
     std::vector<std::string> paths;
     std::function<void()> read;
+    std::list<Tensor> held;  // tensors read for TensorSlot members, which point at them
   };
   std::list<Slot> slots_;  // stable addresses: CLI11 holds the paths' references
 };
@@ -227,6 +251,18 @@ class OptionBinder {
     if (skipped(f)) return;
     CLI::Option* opt = nullptr;
     files_->bind(sub_, opt, f, spread);
+    grouped(opt);
+  }
+  void operator()(const Field& f, TensorSlot t) {
+    if (skipped(f)) return;
+    CLI::Option* opt = nullptr;
+    files_->bind(sub_, opt, f, t);
+    grouped(opt);
+  }
+  void operator()(const Field& f, const TensorSlots& t) {
+    if (skipped(f)) return;
+    CLI::Option* opt = nullptr;
+    files_->bind(sub_, opt, f, t);
     grouped(opt);
   }
   void operator()(const Field& f, ArrayF32 a) {

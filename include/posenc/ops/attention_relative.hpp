@@ -39,6 +39,8 @@
 /// build_relative_position). The square root is taken in float32 as HF does. p2c needs
 /// q_len == k_len (HF builds it from the keys alone).
 
+#include <string>
+
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_backward.hpp"
 
@@ -88,6 +90,9 @@ struct DebertaAttention {
   const Tensor* pos_query = nullptr;  ///< projected queries of them (p2c)
   int position_buckets = 256;         ///< <= 0: no buckets
   int max_relative_positions = 512;   ///< HF: max_position_embeddings when < 1
+  /// HF pos_att_type as the caller gave it ("c2p", "p2c" or "c2p,p2c"); empty: the terms
+  /// whose tensors are given. check_relative_given holds it to the tensors.
+  std::string pos_att_type;
 };
 
 /// The additive terms [b, hq, sq, sk] (b, h as Q has them) in the arithmetic type of
