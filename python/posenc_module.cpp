@@ -1026,14 +1026,11 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   const Axes axes = resolve_axes(opt.axes, q->ndim(), "q");
   opt.axes = axes.letters;
   if (varlen_axes) opt.axes.clear();
+  // The config's companions (layer_type, layer) checked as the command checks them.
+  const HfLayer layer{get<std::string>(rope_d, "layer_type").value_or(""),
+                      get<std::int64_t>(rope_d, "layer")};
+  check_hf_config_given(keywords({&rope_d}), layer.index);
   if (auto config = get<std::string>(rope_d, "hf_config")) {
-    HfLayer layer{get<std::string>(rope_d, "layer_type").value_or(""), std::nullopt};
-    if (auto index = get<std::int64_t>(rope_d, "layer")) {
-      if (*index < 0) {
-        throw UsageError("layer: must be a layer index >= 0, got " + std::to_string(*index));
-      }
-      layer.index = *index;
-    }
     const HfAttentionConfig c = read_hf_attention_config(*config, layer);
     check_hf_attention_shapes(c, *config, q->shape(), k->shape(), v ? &v->shape() : nullptr,
                               opt.axes);
@@ -1042,9 +1039,6 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     given.read(declared);
     std::vector<std::string> keep = given.given;
     apply_hf_attention(c, opt, keep);
-  } else if (rope_d.contains("layer_type") || rope_d.contains("layer")) {
-    throw UsageError(std::string(rope_d.contains("layer") ? "layer" : "layer_type") +
-                     ": needs hf_config");
   }
   const Positions pos = positions(pos_d);
   opt.cu_seqlens = pos.cu_seqlens;

@@ -400,12 +400,6 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
                 raise UsageError(f"{name}: a ROPE OPTION needs rope=True")
         if _whole(start, "start") != 0:
             raise UsageError("start: a ROPE OPTION needs rope=True")
-    if layer_type is not None and hf_config is None:
-        raise UsageError("layer_type: needs hf_config")
-    if layer is not None and hf_config is None:
-        raise UsageError("layer: needs hf_config")
-    if hf_version is not None and hf_config is None:
-        raise UsageError("hf_version: needs hf_config")
     qa, q_name, like = _view(q, "q")
     tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v")}
     # mask, key_lengths, t5_bias, qv, ...: the declared tensor inputs (_attention_tensors()).

@@ -263,10 +263,7 @@ void run_attention(AttentionCmdOptions& o) {
     throw UsageError("--llama4-scaling and --attn-temperature: no model scales its queries "
                      "both ways; give one");
   }
-  if (!o.rope_opts.layer_type.empty() && o.rope_opts.hf_config.empty()) {
-    throw UsageError("--layer-type: needs --hf-config");
-  }
-  check_layer_option(o.rope_opts);
+  check_layer_option(o.rope_opts);  // --layer-type, --layer: need --hf-config
   opt.t5_bidirectional = !o.t5_causal;
   if (given(o, "--max-distance") && o.ref(&A::relative_k).empty() &&
       o.ref(&A::relative_v).empty()) {
