@@ -656,7 +656,6 @@ const std::map<std::string, TableKind>& table_kinds() {
     };
     k["rope2d"] = [](const TableArgs& a, std::vector<Table>& tables) {
       auto r = request_of<Rope2dRequest>(a.d);
-      if (auto s = get<std::string>(a.d, "style")) r.style = parse_rope_style(*s);
       set_if(a.d, "half", r.half);
       for (RopeEmit e : emits_of(a.d)) {
         r.emit = e;
@@ -702,6 +701,7 @@ py::list fields_of(ForEach for_each) {
       e["negation"] = f.negation.empty() ? "" : Field::option_of(f.negation);
       e["positive"] = f.positive;
       e["bare"] = f.bare;
+      e["word"] = f.word;
       e["sides"] = f.first_side.empty() ? py::list()
                                         : py::list(py::make_tuple(f.first_side, f.second_side));
       e["default"] = f.default_text;

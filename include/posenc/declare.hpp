@@ -51,7 +51,8 @@ struct Field {
   /// Lists (`std::vector<...>` members): how many values the option takes.
   int min_count = 1, max_count = 1;
   /// Choices whose option may go without its word (`--causal [ALIGN]`): the name the
-  /// bare option (and Python's True) stands for, and how --help writes the word.
+  /// bare option (and Python's True) stands for. `word`: how --help writes the value
+  /// (a choice's names then checked by the library's message, not listed).
   std::string bare, word;
   /// Sides fields: how messages name the two sides ("LEFT", "RIGHT").
   std::string first_side, second_side;
@@ -96,6 +97,11 @@ struct Field {
   Field& optional_word(std::string bare_name, std::string word_text) {
     bare = std::move(bare_name);
     word = std::move(word_text);
+    return *this;
+  }
+  /// --help writes the value `text` ("TEXT", "T,H,W").
+  Field& value_name(std::string text) {
+    word = std::move(text);
     return *this;
   }
   Field& sides(std::string first_name, std::string second_name) {

@@ -120,7 +120,7 @@ def rope2d(args, *, height, width, dim, base=100.0, order="xy", style="gptj", em
     """Axial 2-D RoPE for an H x W grid (tokens in row-major order): D/4 frequencies per
     axis, x block first (order "xy") or y first ("yx"); emit and layout as table.rope."""
     emits, single = _emit_list(emit, ("cos-sin",))
-    return _run("rope2d", _declared("rope2d", args, style=style, half=_layout(layout)),
+    return _run("rope2d", _declared("rope2d", args, half=_layout(layout)),
                 dtype, emits=emits, single=single)
 
 

@@ -288,18 +288,14 @@ void register_table(CLI::App& app) {
     sub->callback([sub] { run_rope(o, sub); });
   }
   if (wanted("rope2d")) {
-    static std::string style = "gptj", emit = "cos-sin", layout = "full";
+    static std::string emit = "cos-sin", layout = "full";
     static bool half_width = false;
     Kind<Rope2dRequest>& o = add_kind<Rope2dRequest>(
         table, "rope2d",
         "axial 2-D RoPE for an H x W grid: D/4 frequencies per axis; shape [H*W, D]");
-    o.sub->add_option("--style", style,
-                      "pair layout of full-width tables: gptj (default; the seed's complex "
-                      "form) or neox");
     add_emit_options(o.sub, emit, layout, half_width);
     add_common(o.sub, o.c, kFloatDtypeHelp, /*several=*/true);
     o.sub->callback([&o] {
-      o.r.style = parse_rope_style(style);
       o.r.half = half_width || layout == "half";
       std::vector<Table> tables;
       std::vector<std::string> names;

@@ -185,10 +185,11 @@ class OptionBinder {
     if (skipped(f)) return;
     CLI::Option* opt = sub_->add_option_function<std::string>(
         f.option(), [c, f](const std::string& name) mutable { c.set(f, name); }, f.help);
-    if (f.bare.empty()) {
+    if (f.word.empty()) {
       opt->check(CLI::IsMember(c.list()));
-    } else {  // `--causal [ALIGN]`: the word checked by the library's one message
-      opt->expected(0, 1)->type_name(f.word);
+    } else {  // `--causal [ALIGN]`, `--style TEXT`: checked by the library's one message
+      opt->type_name(f.word);
+      if (!f.bare.empty()) opt->expected(0, 1);
     }
     if (f.required) opt->required();
     grouped(opt);

@@ -21,7 +21,7 @@
 #include "posenc/encodings/layout_bucket.hpp"
 #include "posenc/encodings/longt5_global.hpp"
 #include "posenc/encodings/relative_attention.hpp"
-#include "posenc/encodings/rope_fields.hpp"  // two_words, grid_orders
+#include "posenc/encodings/rope_fields.hpp"  // two_words, grid_orders, rope_styles
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
@@ -112,6 +112,10 @@ void declare(V& v, Rope2dRequest& r) {
   v(field("dim", "head dimension D (multiple of 4)").require(), r.dim);
   v(field("base", "theta base (default 100, as RoPE-ViT)"), r.base);
   v(field("order", "xy (x block first, default) or yx"), choice(r.y_first, fields::grid_orders()));
+  v(field("style",
+          "pair layout of full-width tables: gptj (default; the seed's complex form) or neox")
+        .value_name("TEXT"),
+    choice(r.style, fields::rope_styles()));
 }
 
 template <class V>
