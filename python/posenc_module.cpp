@@ -867,13 +867,10 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const AttentionOptions& opt, const std::vector<std::string>& names,
                              const AttentionRope* rope = nullptr, const XlAttention* xl = nullptr,
                              const DebertaAttention* deb = nullptr) {
-  for (const std::string& n : names) {
-    if (find_gradient(n) == nullptr) {
-      throw UsageError("emit " + n + ": with grad_output, expected " + gradient_names());
-    }
-    if (n == "dsinks" && !opt.sinks) throw UsageError("emit dsinks: needs sinks");
-    if (n == "dqv" && !opt.qv) throw UsageError("emit dqv: needs qv");
-  }
+  check_gradient_emit(names, Caller{[&opt](const std::string& n) {
+                                      return n == "sinks" ? opt.sinks != nullptr : opt.qv != nullptr;
+                                    },
+                                    [](const std::string& n) { return n; }, nullptr});
   const AttentionBackwardOptions bopt = gradients_wanted(names);
   AttentionGrads g;
   {

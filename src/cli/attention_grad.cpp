@@ -8,6 +8,7 @@
 #include "posenc/error.hpp"
 #include "posenc/io/npy.hpp"
 #include "posenc/ops/attention_backward.hpp"
+#include "posenc/ops/attention_fields.hpp"
 
 namespace posenc::cli {
 
@@ -149,24 +150,21 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
     if (qv) d.push_back("dqv");
     return d;
   }
+  const Caller given{[sinks, qv](const std::string& n) { return n == "sinks" ? sinks : qv; },
+                     &Field::option_of, nullptr};
   std::vector<std::string> out;
   std::size_t pos = 0;
   while (pos <= list.size()) {
     std::size_t comma = list.find(',', pos);
     if (comma == std::string::npos) comma = list.size();
     const std::string name = list.substr(pos, comma - pos);
-    if (find_gradient(name) == nullptr) {
-      throw UsageError(fmt::format("--emit {}: with --grad-output, expected a comma list of {}",
-                                   name, gradient_names()));
-    }
+    check_gradient_emit({name}, given);
     if (std::find(out.begin(), out.end(), name) != out.end()) {
       throw UsageError(fmt::format("--emit {}: '{}' is named twice", list, name));
     }
     if (name == "dbias" && !float_mask) {
       throw UsageError("--emit dbias: needs a float (additive) --mask");
     }
-    if (name == "dsinks" && !sinks) throw UsageError("--emit dsinks: needs --sinks");
-    if (name == "dqv" && !qv) throw UsageError("--emit dqv: needs --qv");
     out.push_back(name);
     pos = comma + 1;
   }

@@ -36,6 +36,7 @@
 #include "posenc/declare.hpp"
 #include "posenc/encodings/table_fields.hpp"
 #include "posenc/ops/attention.hpp"
+#include "posenc/ops/attention_backward.hpp"
 #include "posenc/ops/attention_cache.hpp"
 
 namespace posenc {
@@ -179,6 +180,23 @@ inline void check_given(const AttentionOptions&, const Caller& c) {
   }
   if (given) {
     throw UsageError(names + " need " + c.term("t5_bias") + " or " + c.term("global_bias"));
+  }
+}
+
+/// The gradients a caller names (emit with grad_output, gradient_fields()): each one of
+/// gradient_names(), dsinks only with sinks given and dqv only with qv. UsageError in the
+/// caller's terms: "emit dsinks: needs sinks", "--emit dsinks: needs --sinks".
+inline void check_gradient_emit(const std::vector<std::string>& names, const Caller& c) {
+  for (const std::string& n : names) {
+    const std::string emit = c.term("emit") + " " + n + ": ";
+    if (find_gradient(n) == nullptr) {
+      throw UsageError(emit + "with " + c.term("grad_output") + ", expected " + gradient_names());
+    }
+    for (const char* input : {"sinks", "qv"}) {
+      if (n == std::string("d") + input && !c.gave(input)) {
+        throw UsageError(emit + "needs " + c.term(input));
+      }
+    }
   }
 }
 
