@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -1139,8 +1140,7 @@ AttentionGrads backward_timing(const Tensor& q, const Tensor& k, const Tensor& v
   // dk and dv (no chain rule of their own) to the caller's sinks, each float64 value
   // rounded to the output dtype as they would be held.
   AttentionBackwardOptions ib = timing_inner(bopt);
-  std::vector<RoundingSink> rounding;
-  rounding.reserve(2);
+  std::deque<RoundingSink> rounding;  // stable addresses, whatever the number of sinks
   if (bopt.sink) {
     ib.sink = [&](const std::string& name, const TensorInfo& info) -> TensorSink* {
       TensorInfo to = info;
