@@ -19,21 +19,13 @@ import pytest
 import torch
 
 import posenc
+from grad_check import check
 from longt5_reference import global_fixed_block_ids, side_relative_position_ids
 from reference_bias import t5_bucket
 
 BIN = os.environ.get("POSENC_BIN")
-REL = 1e-12
 B, HQ, HK, D, DV = 2, 4, 2, 8, 5
 NAMES = ("dq", "dk", "dv", "dglobal_k", "dglobal_v", "dglobal_bias")
-
-
-def check(got, want, names):
-    for name, x, ref in zip(names, got, want):
-        x = torch.as_tensor(x)
-        assert x.shape == ref.shape, name
-        err = float((x - ref).abs().max())
-        assert err <= REL * float(ref.abs().max()), (name, err)
 
 
 def reference(q, k, v, kg, vg, t5, gb, lengths, gbs, window, buckets, max_distance):

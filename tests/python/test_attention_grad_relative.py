@@ -17,11 +17,11 @@ import pytest
 import torch
 
 import posenc
+from grad_check import check
 from funnel_reference import funnel_attention
 from reference_relative import deberta_attention, rel_shift_bnij, transfo_xl_rel_shift
 
 BIN = os.environ.get("POSENC_BIN")
-REL = 1e-12
 B, HQ, HK, D, DV = 2, 4, 2, 8, 5
 
 
@@ -43,14 +43,6 @@ def attend(s, v, causal):
         keep = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + sk - sq
         s = s.masked_fill(~keep, float("-inf"))
     return torch.softmax(s, -1) @ grouped(v)
-
-
-def check(got, want, names):
-    for name, x, ref in zip(names, got, want):
-        x = torch.as_tensor(x)
-        assert x.shape == ref.shape, name
-        err = float((x - ref).abs().max())
-        assert err <= REL * float(ref.abs().max()), (name, err)
 
 
 def xl_scores(Q, K, R, U, VB, scale, shift):

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 import posenc
+from grad_check import check
 
 BIN = os.environ.get("POSENC_BIN")
-REL = 1e-12
 B, HQ, HK, D, DV = 2, 4, 2, 8, 5
 
 
@@ -38,14 +38,6 @@ def attend(s, v, causal):
 
 def scores(q, k, scale):
     return (q @ k.repeat_interleave(HQ // HK, 1).transpose(-1, -2)) * scale
-
-
-def check(got, want, names):
-    for name, x, ref in zip(names, got, want):
-        x = torch.as_tensor(x)
-        assert x.shape == ref.shape, name
-        err = float((x - ref).abs().max())
-        assert err <= REL * float(ref.abs().max()), (name, err)
 
 
 # HF Phi4MultimodalAudioRelativeAttentionBias: relative_position = j - i clipped to
