@@ -326,11 +326,13 @@ std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
 // field's value an array (the Python layer hands C-contiguous float64 or int64 arrays),
 // a pair's two integers, a list's a list. Ranges, shapes and values are the library's.
 // With `arrays` false the array fields are passed over, with true only they are read: a
-// request's check_given runs between the two.
+// request's check_given runs between the two. A tensor field's tensor goes to `held`, its
+// member pointing at it (none: tensor fields are passed over).
 class KeywordReader {
  public:
-  explicit KeywordReader(const py::dict& d, std::optional<bool> arrays = std::nullopt)
-      : d_(d), arrays_(arrays) {}
+  explicit KeywordReader(const py::dict& d, std::optional<bool> arrays = std::nullopt,
+                         std::list<Tensor>* held = nullptr)
+      : d_(d), arrays_(arrays), held_(held) {}
   /// The names of the fields the dict gave (not None), in declaration order.
   std::vector<std::string> given;
 
@@ -411,8 +413,25 @@ class KeywordReader {
   void operator()(const Field& f, const Sides& s) {
     if (auto v = scalar<std::vector<std::int64_t>>(f)) s.set(f, *v);
   }
+  void operator()(const Field& f, TensorSlot t) {
+    if (held_ != nullptr && arrays_.value_or(true)) t.slot = hold(d_, f.name);
+  }
+  void operator()(const Field& f, const TensorSlots& t) {  // a list of arrays
+    if (held_ == nullptr || !arrays_.value_or(true) || !has(f)) return;
+    const py::object v = d_[f.name.c_str()];
+    if (!py::isinstance<py::list>(v) || py::len(v) != t.slots.size()) t.refuse(f);
+    py::dict one;
+    for (std::size_t i = 0; i < t.slots.size(); ++i) {
+      one[t.names[i].c_str()] = py::list(v)[i];
+      if (!(*t.slots[i] = hold(one, t.names[i]))) t.refuse(f, ", got None for " + t.names[i]);
+    }
+  }
 
  private:
+  const Tensor* hold(const py::dict& from, const std::string& key) {
+    std::optional<Tensor> t = tensor_arg(from, key.c_str());
+    return t ? &held_->emplace_back(std::move(*t)) : nullptr;
+  }
   // The value of field `f` when this pass reads scalars and the dict gives it (noted as
   // given).
   template <class T>
@@ -425,6 +444,7 @@ class KeywordReader {
   bool has(const Field& f) const { return gives(d_, f.name); }
   const py::dict& d_;
   std::optional<bool> arrays_;  // none: every field
+  std::list<Tensor>* held_;
 };
 
 // RopeParams from the ROPE OPTIONS given (keys as RopeParams members, plus hf_config,
@@ -937,49 +957,17 @@ py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, co
   return out;
 }
 
-// The relative terms' declared parameters (ops/attention_relative_fields.hpp): the scalar
-// fields, then (`tensors`) each tensor into `held`, its member pointing at it.
-struct RelativeReader {
-  KeywordReader scalars;
-  const py::dict& d;
-  std::list<Tensor>& held;
-  bool tensors = false;
-
-  template <class T>
-  void operator()(const Field& f, T& member) {
-    if (!tensors) scalars(f, member);
-  }
-  void operator()(const Field& f, TensorSlot t) {
-    if (tensors) t.slot = hold(d, f.name);
-  }
-  void operator()(const Field& f, const TensorSlots& t) {  // a list of arrays
-    if (!tensors || !gives(d, f.name)) return;
-    const py::object v = d[f.name.c_str()];
-    if (!py::isinstance<py::list>(v) || py::len(v) != t.slots.size()) t.refuse(f);
-    py::dict one;
-    for (std::size_t i = 0; i < t.slots.size(); ++i) {
-      one[t.names[i].c_str()] = py::list(v)[i];
-      if (!(*t.slots[i] = hold(one, t.names[i]))) t.refuse(f, ", got None for " + t.names[i]);
-    }
-  }
-  const Tensor* hold(const py::dict& from, const std::string& key) {
-    std::optional<Tensor> t = tensor_arg(from, key.c_str());
-    return t ? &held.emplace_back(std::move(*t)) : nullptr;
-  }
-};
-
 // The Transformer-XL / XLNet / Funnel and DeBERTa terms from their keywords, checked by
 // the library's rules (check_relative_given) before their tensors are taken.
 void relative_terms(const py::dict& d, bool with_rope, XlAttention& xl, DebertaAttention& deb,
                     std::list<Tensor>& held) {
-  RelativeReader r{KeywordReader(d, false), d, held};
-  declare(r, xl);
-  declare(r, deb);
+  KeywordReader scalars(d, false), tensors(d, true, &held);
+  scalars.read(xl);
+  scalars.read(deb);
   const Caller c = keywords({&d});
   check_relative_given(xl, deb, c, with_rope);
-  r.tensors = true;
-  if (xl_terms_given(c)) declare(r, xl);
-  if (deberta_terms_given(c)) declare(r, deb);
+  if (xl_terms_given(c)) tensors.read(xl);
+  if (deberta_terms_given(c)) tensors.read(deb);
 }
 
 py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dict& rope_d,
