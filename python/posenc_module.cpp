@@ -989,23 +989,16 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   // grad_output: the gradients (attention_backward), named in emit_names.
   std::optional<Tensor> grad_output = tensor_arg(tensors, "grad_output");
   if (!grad_output) opt.emit = parse_attention_emit(emit_list, v.has_value());
-  // The declared tensor inputs (ops/attention_fields.hpp) by keyword, and those the
-  // package splits from one keyword (wavlm_gate, global_kv, decomposed_rel_pos).
+  // The declared tensor inputs (ops/attention_fields.hpp) by keyword, then the groups
+  // (wavlm_gate, global_kv, decomposed_rel_pos: a list of tensors each).
   std::vector<std::optional<Tensor>> declared(attention_tensors().size());
   for (std::size_t i = 0; i < declared.size(); ++i) {
     declared[i] = tensor_arg(tensors, attention_tensors()[i].name);
     if (declared[i]) opt.*(attention_tensors()[i].member) = &*declared[i];
   }
-  std::optional<Tensor> split[8];
-  const char* split_names[] = {"gate_input", "gate_weight", "gate_bias", "gate_const",
-                               "global_k",   "global_v",    "rel_pos_h", "rel_pos_w"};
-  const Tensor** split_slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias,
-                                  &opt.gate_const, &opt.global_k,    &opt.global_v,
-                                  &opt.rel_pos_h,  &opt.rel_pos_w};
-  for (int i = 0; i < 8; ++i) {
-    split[i] = tensor_arg(tensors, split_names[i]);
-    if (split[i]) *split_slots[i] = &*split[i];
-  }
+  std::list<Tensor> grouped;  // the groups' tensors, which opt points at
+  KeywordReader group_reader(tensors, true, &grouped);
+  declare_tensor_groups(group_reader, opt);
   // FlashAttention's varlen boundaries; packed Q, K and V default to its thd (shd).
   const bool varlen_axes = (opt.cu_seqlens_q || opt.cu_seqlens_k) && opt.axes.empty();
   const Axes axes = resolve_axes(opt.axes, q->ndim(), "q");

@@ -404,22 +404,23 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
     tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v")}
     # mask, key_lengths, t5_bias, qv, ...: the declared tensor inputs (_attention_tensors()).
     tensors.update((n, _arg(args[n], n)) for n in _ATTENTION_TENSORS)
+    # wavlm_gate, global_kv, decomposed_rel_pos: a list each, as the module reads a group.
     if decomposed_rel_pos is not None:
         rh, rw = _items(decomposed_rel_pos, 2, "decomposed_rel_pos", "(RH, RW)")
-        tensors["rel_pos_h"], tensors["rel_pos_w"] = _arg(rh, "rel_pos_h"), _arg(rw, "rel_pos_w")
+        tensors["decomposed_rel_pos"] = [_arg(rh, "rel_pos_h"), _arg(rw, "rel_pos_w")]
     if wavlm_gate is not None:
         if t5_bias is None:
             raise UsageError("wavlm_gate: gates the t5_bias term; give t5_bias")
-        for name, t in zip(("gate_input", "gate_weight", "gate_bias", "gate_const"),
-                           _items(wavlm_gate, 4, "wavlm_gate", "(X, W, B, C)")):
-            tensors[name] = _arg(t, name)
+        tensors["wavlm_gate"] = [_arg(t, n) for n, t in zip(
+            ("gate_input", "gate_weight", "gate_bias", "gate_const"),
+            _items(wavlm_gate, 4, "wavlm_gate", "(X, W, B, C)"))]
     if global_kv is not None:
         if global_block_size is None:
             raise UsageError("global_kv: needs global_block_size G (HF global_block_size)")
         if v is None:
             raise UsageError("global_kv: needs v (the side values go with the values)")
         kg, vg = _items(global_kv, 2, "global_kv", "(KG, VG)")
-        tensors["global_k"], tensors["global_v"] = _arg(kg, "global_k"), _arg(vg, "global_v")
+        tensors["global_kv"] = [_arg(kg, "global_k"), _arg(vg, "global_v")]
     elif global_block_size is not None or global_bias is not None:
         raise UsageError("global_block_size/global_bias: only with global_kv")
     if grad_output is not None:

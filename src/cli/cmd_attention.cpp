@@ -55,9 +55,8 @@ struct AttentionCmdOptions {
   std::vector<std::string> tensors = std::vector<std::string>(attention_tensors().size());
   bool t5_bidirectional = false, t5_causal = false;
   RelativeWindow window;  // --relative-left/right/sign/beyond
-  std::vector<std::string> wavlm_gate;    // X W B C
-  std::vector<std::string> global_kv;     // KG VG
-  std::vector<std::string> decomposed;    // RH RW
+  // --wavlm-gate, --global-kv, --decomposed-rel-pos (declare_tensor_groups) into params.
+  ArrayFiles groups;
   std::vector<long long> grid, key_grid;  // H W
   std::string emit;
   std::string max_memory;
@@ -164,7 +163,9 @@ std::vector<TensorRef> attention_inputs(const AttentionCmdOptions& o) {
                  &A::relative_proj, &A::per_dim_scale, &A::global_bias}) {
     if (!o.ref(m).empty()) refs.push_back(parse_ref(o.ref(m)));
   }
-  for (const std::string& r : o.decomposed) refs.push_back(parse_ref(r));
+  for (const std::string& r : o.app->get_option("--decomposed-rel-pos")->results()) {
+    refs.push_back(parse_ref(r));
+  }
   return refs;
 }
 
@@ -192,7 +193,7 @@ void write_results(const AttentionResult& res, const AttentionOptions& opt,
 // --decomposed-rel-pos RH RW, --grid H W, --key-grid H W: the grids into `opt` (the
 // tables are read with the other side tensors).
 void decomposed_options(const AttentionCmdOptions& o, AttentionOptions& opt) {
-  if (o.decomposed.empty()) {
+  if (!given(o, "--decomposed-rel-pos")) {
     if (given(o, "--grid") || given(o, "--key-grid")) {
       throw UsageError("--grid/--key-grid: only with --decomposed-rel-pos");
     }
@@ -219,7 +220,7 @@ void decomposed_options(const AttentionCmdOptions& o, AttentionOptions& opt) {
 // --global-kv KG VG, --global-block-size G, --global-bias T (LongT5 transient-global):
 // option values checked (the tensors are read with the other side tensors).
 void global_options(const AttentionCmdOptions& o) {
-  if (o.global_kv.empty()) {
+  if (!given(o, "--global-kv")) {
     if (given(o, "--global-block-size") || !o.ref(&A::global_bias).empty()) {
       throw UsageError("--global-block-size/--global-bias: only with --global-kv");
     }
@@ -238,7 +239,7 @@ void run_attention(AttentionCmdOptions& o) {
   if (o.params.clipped_symmetric && o.ref(&A::clipped_bias).empty()) {
     throw UsageError("--clipped-symmetric: needs --clipped-bias");
   }
-  if (!o.wavlm_gate.empty() && o.ref(&A::t5_bias).empty()) {
+  if (given(o, "--wavlm-gate") && o.ref(&A::t5_bias).empty()) {
     throw UsageError("--wavlm-gate: gates the --t5-bias term; give --t5-bias");
   }
   if (o.t5_bidirectional && o.t5_causal) {
@@ -364,7 +365,7 @@ void run_attention(AttentionCmdOptions& o) {
                      "the whole batch)");
   }
   if (!part.whole() && (!o.ref(&A::mask).empty() || !o.ref(&A::key_lengths).empty() ||
-                        !o.wavlm_gate.empty() || !o.global_kv.empty() ||
+                        given(o, "--wavlm-gate") || given(o, "--global-kv") ||
                         !o.rope_opts.position_ids.empty() || !o.rope_opts.cu_seqlens.empty())) {
     throw UsageError(
         "--part: not with --mask, --key-lengths, --wavlm-gate, --global-kv, --position-ids or "
@@ -391,28 +392,20 @@ void run_attention(AttentionCmdOptions& o) {
                     "longer than 1 (axes {}, shape {})",
                     o.q, axes.letters, shape_str(q_shape)));
   }
-  std::optional<Tensor> rel_h, rel_w, gate[4], global_k, global_v;
   auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
     if (ref.empty()) return;
     t = read_tensor(ref);
     slot = &*t;
   };
-  // The declared tensor inputs (attention_tensors()); the others are bound by hand.
+  // The declared tensor inputs (attention_tensors()), then the tensor groups.
   std::vector<std::optional<Tensor>> declared(o.tensors.size());
   for (std::size_t i = 0; i < o.tensors.size(); ++i) {
     side(o.tensors[i], declared[i], opt.*(attention_tensors()[i].member));
   }
-  if (!o.wavlm_gate.empty()) {
-    const Tensor** slots[] = {&opt.gate_input, &opt.gate_weight, &opt.gate_bias, &opt.gate_const};
-    for (int i = 0; i < 4; ++i) side(o.wavlm_gate[i], gate[i], *slots[i]);
-  }
-  if (!o.global_kv.empty()) {
-    side(o.global_kv[0], global_k, opt.global_k);
-    side(o.global_kv[1], global_v, opt.global_v);
-  }
-  if (!o.decomposed.empty()) {
-    side(o.decomposed[0], rel_h, opt.rel_pos_h);
-    side(o.decomposed[1], rel_w, opt.rel_pos_w);
+  o.groups.read();
+  for (auto m : {&A::gate_input, &A::gate_weight, &A::gate_bias, &A::gate_const, &A::global_k,
+                 &A::global_v, &A::rel_pos_h, &A::rel_pos_w}) {
+    opt.*m = o.params.*m;
   }
   if (!o.rope_opts.hf_config.empty()) {
     apply_config(o, opt, q_src->info().shape, k_src->info().shape,
@@ -540,24 +533,13 @@ void register_attention(CLI::App& app) {
   add_declared_options(sub, o->params, {"alibi"});
   sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
   sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
-  // Bound by hand, one option for several members (attention_fields.hpp): --wavlm-gate
-  // (gate_*), --global-kv (global_k, global_v), --decomposed-rel-pos (rel_pos_h/w).
-  add_values_option(sub, "--wavlm-gate", o->wavlm_gate,
-                    "WavLM's gate on --t5-bias: the layer's hidden states X [b, sq, hidden], "
-                    "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
-                    "query i of head h gets bias times a (g C_h - 1) + 2 (HF WavLMAttention)",
-                    "X W B C");
-  add_values_option(sub, "--global-kv", o->global_kv,
-                    "LongT5 transient-global side keys and values [b, hk, n, d] and [b, hk, n, "
-                    "dv], n = sk / G (HF k(global_inputs), v(global_inputs)): every query "
-                    "also sees the global blocks of its sequence, as columns sk .. sk+n-1",
-                    "KG VG");
+  // One option for several tensors (declare_tensor_groups): --wavlm-gate, --global-kv,
+  // and after the relative window, --decomposed-rel-pos.
+  OptionBinder gate_kv(sub, "", {"wavlm_gate", "global_kv"}, &o->groups);
+  declare_tensor_groups(gate_kv.only(), o->params);
   add_declared_options(sub, o->window);  // the relative window (attention_fields.hpp)
-  add_values_option(sub, "--decomposed-rel-pos", o->decomposed,
-                    "SAM / ViTDet decomposed relative positions: tables RH [LH, d] and RW [LW, d]; "
-                    "logits += q.RH[row offset] + q.RW[column offset] over --grid (HF "
-                    "add_decomposed_rel_pos; tables resized linearly to 2 max(q, k) - 1 rows)",
-                    "RH RW");
+  OptionBinder decomposed(sub, "", {"decomposed_rel_pos"}, &o->groups);
+  declare_tensor_groups(decomposed.only(), o->params);
   add_values_option(sub, "--grid", o->grid,
                     "the queries' grid: H rows of W in row-major order (H W = sq), for "
                     "--decomposed-rel-pos",

@@ -124,6 +124,14 @@ def test_bad_types_and_ranges_name_the_keyword():
     (lambda q: posenc.attention(q, q, emit=True), "emit: expected a name or a sequence"),
     (lambda q: posenc.attention(q, q, decomposed_rel_pos=q, grid=(2, 2)),
      "decomposed_rel_pos: expected (RH, RW)"),
+    # A group's tensors are all given: None for one is named with the group's keyword.
+    (lambda q: posenc.attention(q, q, decomposed_rel_pos=(None, q[0, 0]), grid=(2, 2)),
+     "decomposed_rel_pos: expected the two tables (rel_pos_h, rel_pos_w), got None for rel_pos_h"),
+    (lambda q: posenc.attention(q, q, q, global_kv=(q, None), global_block_size=2),
+     "global_kv: expected the side keys and values (global_k, global_v), got None for global_v"),
+    (lambda q: posenc.attention(q, q, t5_bias=np.zeros((32, 2)), wavlm_gate=(q, None, q, q)),
+     "wavlm_gate: expected the four tensors (gate_input, gate_weight, gate_bias, gate_const), "
+     "got None for gate_weight"),
     (lambda q: posenc.table.swin_index(window=2.5), "window: expected a whole number"),
     (lambda q: posenc.table.rope2d(height=2, width=2, dim=8, emit=True), "emit: expected"),
     (lambda q: posenc.table.t5_bucket(q_len=2, k_len=2, causal=np.ones(2)), "causal: expected"),

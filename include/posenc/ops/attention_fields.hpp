@@ -303,12 +303,36 @@ std::size_t index_of(const std::vector<TensorField<R>>& table, const Tensor* R::
   throw std::logic_error("not a declared tensor");
 }
 
+/// AttentionOptions' tensors given several under one option and one keyword, each into its
+/// member (TensorSlots): --wavlm-gate X W B C (Python wavlm_gate=(x, w, b, c)), --global-kv
+/// KG VG, --decomposed-rel-pos RH RW. The command line binds them and the Python module
+/// reads them with this declaration; messages name the members (gate_input, ..., rel_pos_w).
+template <class V>
+void declare_tensor_groups(V& v, AttentionOptions& o) {
+  v(field("wavlm_gate",
+          "WavLM's gate on --t5-bias: the layer's hidden states X [b, sq, hidden], "
+          "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
+          "query i of head h gets bias times a (g C_h - 1) + 2 (HF WavLMAttention)"),
+    tensor_slots({&o.gate_input, &o.gate_weight, &o.gate_bias, &o.gate_const},
+                 {"gate_input", "gate_weight", "gate_bias", "gate_const"}, "X W B C",
+                 "the four tensors"));
+  v(field("global_kv",
+          "LongT5 transient-global side keys and values [b, hk, n, d] and [b, hk, n, "
+          "dv], n = sk / G (HF k(global_inputs), v(global_inputs)): every query "
+          "also sees the global blocks of its sequence, as columns sk .. sk+n-1"),
+    tensor_slots({&o.global_k, &o.global_v}, {"global_k", "global_v"}, "KG VG",
+                 "the side keys and values"));
+  v(field("decomposed_rel_pos",
+          "SAM / ViTDet decomposed relative positions: tables RH [LH, d] and RW [LW, d]; "
+          "logits += q.RH[row offset] + q.RW[column offset] over --grid (HF "
+          "add_decomposed_rel_pos; tables resized linearly to 2 max(q, k) - 1 rows)"),
+    tensor_slots({&o.rel_pos_h, &o.rel_pos_w}, {"rel_pos_h", "rel_pos_w"}, "RH RW",
+                 "the two tables"));
+}
+
 /// AttentionOptions' tensors that are one option and one keyword of the same name, in the
-/// order --help lists them. Not here, because their option is no member's name:
-/// --wavlm-gate X W B C (gate_input, gate_weight, gate_bias, gate_const; keyword
-/// wavlm_gate), --global-kv KG VG (global_k, global_v; keyword global_kv),
-/// --decomposed-rel-pos RH RW (rel_pos_h, rel_pos_w; keyword decomposed_rel_pos), and
-/// score_bias (the relative schemes' own, no option).
+/// order --help lists them. Not here: those given several under one option
+/// (declare_tensor_groups) and score_bias (the relative schemes' own, no option).
 inline const std::vector<TensorField<AttentionOptions>>& attention_tensors() {
   using A = AttentionOptions;
   static const std::vector<TensorField<A>> t{
