@@ -19,7 +19,6 @@
 #include <limits>
 #include <optional>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 #include <xtensor-blas/xblas.hpp>
 #include <xtensor/xadapt.hpp>
@@ -73,19 +72,6 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
                      std::array<std::size_t, 2>{b_rows, b_cols});
   auto C = xt::adapt(c, m * n, xt::no_ownership(), std::array<std::size_t, 2>{m, n});
   xt::blas::gemm(A, B, C, trans_a, trans_b, alpha, beta);
-}
-
-// C (m x n, rows ldc apart) = alpha op(A) op(B) + beta C: the call the adaptors above make,
-// on a block of a matrix (the triangle split of a tile). Nothing when m or n is 0; with k 0
-// the products are empty and C is beta C (beta 1 here: unchanged), so nothing either.
-void gemm_block(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k,
-                float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
-                float beta, float* c, std::size_t ldc) {
-  if (m == 0 || n == 0 || k == 0) return;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
-              c, static_cast<int>(ldc));
 }
 
 // The options the backward cannot honour, refused by name (never ignored).
@@ -259,14 +245,6 @@ void probs_ds(double* s, double* dp, std::size_t n, double lse, double D) {
   }
 }
 
-// A tile's triangle split (f32, scores with no term but the scale): the first qh query
-// rows see no key at or past the tile's column e0, so their P and dS' there are zeros and
-// the products leave those blocks out (a causal diagonal tile: a quarter of its work).
-// Dropping zero products at the start or the end of a dot product leaves it bit for bit.
-struct Split {
-  std::size_t qh = 0, e0 = 0;  // qh 0: no split
-};
-
 // The probabilities and dS' of query rows [q0, q0 + qn) of head h against keys
 // [j0, j0 + kn): s <- P, dp <- dS' (dS through the soft-cap and the temperature), and dS
 // into c.dsb. False when no row sees a key of the tile (nothing computed).
@@ -274,7 +252,7 @@ template <class T>
 bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std::size_t h,
           std::size_t q0, std::size_t qn, std::size_t j0, std::size_t kn, bool write_dbias,
           std::vector<T>& G, std::vector<T>& H, const T* kp, std::size_t ks, const T* vp,
-          std::size_t vs, const T* decq, T* gdec, Split& split) {
+          std::size_t vs, const T* decq, T* gdec) {
   const Plan<T>& P = c.P;
   const Geometry& g = P.g;
   const std::int64_t j0i = static_cast<std::int64_t>(j0), j1i = j0i + static_cast<std::int64_t>(kn);
@@ -283,46 +261,13 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     auto [lo, hi] = P.rules.range(bi, static_cast<std::int64_t>(q0 + r));  // the envelope
     any = lo <= hi && hi >= j0i && lo < j1i;
   }
-  split = Split{};
   if (!any) return false;
   const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
   const T* op = c.dO.p + bi * c.dO.b + h * c.dO.h + q0 * c.dO.s;
   if (s.size() < qn * kn) s.resize(qn * kn);
   if (dp.size() < qn * kn) dp.resize(qn * kn);
-  // Scores with no term but the scale take the fused pass over the keys a row sees.
-  const bool plain = !P.has_keep_mask && !P.has_add_mask && !P.alibi && !(P.softcap > 0) &&
-                     !P.rules.scales_queries() && !write_dbias && P.t5.empty() && !P.R &&
-                     !P.dec.on() && !P.bias;
-  if constexpr (std::is_same_v<T, float>) {
-    if (plain && qn >= 2) {
-      const std::size_t qh = qn / 2;
-      std::size_t e0 = 0;
-      bool ok = true;
-      for (std::size_t r = 0; r < qh && ok; ++r) {
-        const KeySpan span = P.rules.span(bi, static_cast<std::int64_t>(q0 + r));
-        ok = !span.has_sink();
-        if (c.lse[(bi * g.hq + h) * g.sq + q0 + r] > -kInf) {  // as the rows' pass below
-          const std::int64_t a = std::clamp(span.lo, j0i, j1i);
-          e0 = std::max(e0, static_cast<std::size_t>(std::clamp(span.hi + 1, a, j1i) - j0i));
-        }
-      }
-      if (ok && e0 < kn) split = Split{qh, e0};
-    }
-    if (split.qh) {
-      const std::size_t qh = split.qh, e0 = split.e0;
-      const std::size_t qs = static_cast<std::size_t>(c.q.s), os = static_cast<std::size_t>(c.dO.s);
-      gemm_block(false, true, qh, e0, g.d, P.scale, qp, qs, kp, ks, 0.0f, s.data(), kn);
-      gemm_block(false, true, qn - qh, kn, g.d, P.scale, qp + qh * qs, qs, kp, ks, 0.0f,
-                 s.data() + qh * kn, kn);
-      gemm_block(false, true, qh, e0, g.dv, 1.0f, op, os, vp, vs, 0.0f, dp.data(), kn);
-      gemm_block(false, true, qn - qh, kn, g.dv, 1.0f, op + qh * os, os, vp, vs, 0.0f,
-                 dp.data() + qh * kn, kn);
-    }
-  }
-  if (!split.qh) {
-    gemm(false, true, qn, kn, g.d, P.scale, qp, c.q.s, kp, ks, T(0), s.data());
-    gemm(false, true, qn, kn, g.dv, T(1), op, c.dO.s, vp, vs, T(0), dp.data());
-  }
+  gemm(false, true, qn, kn, g.d, P.scale, qp, c.q.s, kp, ks, T(0), s.data());
+  gemm(false, true, qn, kn, g.dv, T(1), op, c.dO.s, vp, vs, T(0), dp.data());
   // Shaw's tables: scale q_i.rk[r] joins the score and dO_i.rv[r] the row's dP at
   // r = rel_index of the pair; G and H gather dS' and P by r for the tables' gradients.
   thread_local std::vector<T> qr, orv;
@@ -340,6 +285,10 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
   const std::int64_t sq = static_cast<std::int64_t>(g.sq), sk = static_cast<std::int64_t>(g.sk);
   const double slope = P.alibi ? P.slopes[bi * P.slope_b + h] : 0.0;
   const std::int64_t alibi_sk = sq + P.rules.offset(bi);  // the entry's own k_len
+  // Scores with no term but the scale take the fused pass over the keys a row sees.
+  const bool plain = !P.has_keep_mask && !P.has_add_mask && !P.alibi && !(P.softcap > 0) &&
+                     !P.rules.scales_queries() && !write_dbias && P.t5.empty() && !P.R &&
+                     !P.dec.on() && !P.bias;
   const std::size_t ndist = g.sq + g.sk - 1;
   const T* t5row = P.t5.empty() ? nullptr : P.t5.data() + h * ndist;
   double* d5row = c.dt5.empty() ? nullptr : c.dt5.data() + (bi * g.hq + h) * ndist;
@@ -533,7 +482,6 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
   const std::size_t n = g.b * g.hk;
   struct Work {
     std::vector<T> s, dp, dk, dv, dq, G, H, kb, vb, decq, gdec;
-    Split split;
   };
   const Decomposed& dec = c.P.dec;
   const std::size_t dcols = dec.on() ? dec.cols() : 0;
@@ -581,7 +529,7 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
           const std::size_t dofs = (hh * g.sq + q0) * dcols;
           if (!tile(c, W.s, W.dp, bi, h, q0, qn, j0, kn, c.want_dbias, W.G, W.H, kp, ks, vp,
                     vs, dcols ? W.decq.data() + dofs : nullptr,
-                    dcols ? W.gdec.data() + dofs : nullptr, W.split)) {
+                    dcols ? W.gdec.data() + dofs : nullptr)) {
             continue;
           }
           const T* qp = c.q.p + bi * c.q.b + h * c.q.h + q0 * c.q.s;
@@ -600,31 +548,11 @@ void run(Ctx<T>& c, AttentionGrads& out, std::size_t workers) {
               gemm(true, false, R, g.dv, qn, T(1), W.H.data(), R, op, c.dO.s, T(1), acc);
             }
           }
-          T* dqp = W.dq.data() + (hh * g.sq + q0) * g.d;
-          if constexpr (std::is_same_v<T, float>) {
-            if (W.split.qh) {  // the keys past e0 take the rows from qh, the rows to qh the keys to e0
-              const std::size_t qh = W.split.qh, e0 = W.split.e0;
-              const std::size_t qs = static_cast<std::size_t>(c.q.s),
-                                os = static_cast<std::size_t>(c.dO.s);
-              const float sc = c.P.scale;
-              gemm_block(true, false, e0, g.dv, qn, 1.0f, W.s.data(), kn, op, os, 1.0f,
-                         W.dv.data(), g.dv);
-              gemm_block(true, false, kn - e0, g.dv, qn - qh, 1.0f, W.s.data() + qh * kn + e0, kn,
-                         op + qh * os, os, 1.0f, W.dv.data() + e0 * g.dv, g.dv);
-              gemm_block(true, false, e0, g.d, qn, sc, W.dp.data(), kn, qp, qs, 1.0f, W.dk.data(),
-                         g.d);
-              gemm_block(true, false, kn - e0, g.d, qn - qh, sc, W.dp.data() + qh * kn + e0, kn,
-                         qp + qh * qs, qs, 1.0f, W.dk.data() + e0 * g.d, g.d);
-              gemm_block(false, false, qh, g.d, e0, sc, W.dp.data(), kn, kp, ks, 1.0f, dqp, g.d);
-              gemm_block(false, false, qn - qh, g.d, kn, sc, W.dp.data() + qh * kn, kn, kp, ks,
-                         1.0f, dqp + qh * g.d, g.d);
-              continue;
-            }
-          }
           gemm(true, false, kn, g.dv, qn, T(1), W.s.data(), kn, op, c.dO.s, T(1), W.dv.data());
           gemm(true, false, kn, g.d, qn, c.P.scale, W.dp.data(), kn, qp, c.q.s, T(1),
                W.dk.data());
-          gemm(false, false, qn, g.d, kn, c.P.scale, W.dp.data(), kn, kp, ks, T(1), dqp);
+          gemm(false, false, qn, g.d, kn, c.P.scale, W.dp.data(), kn, kp, ks, T(1),
+               W.dq.data() + (hh * g.sq + q0) * g.d);
         }
       }
       if (c.dk_sink) {

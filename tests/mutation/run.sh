@@ -77,8 +77,6 @@ relevant() {
       py=(exact_rope rope_apply table_rope exact_attention attention_reference); unit=(Rope) ;;
     yarn-default-factor)
       py=(exact_tables table_rope rope_apply) ;;
-    backward-split-edge)
-      py=(attention_backward attention_backward_fa_rule attention_backward_stream) ;;
     *) echo '.'; return ;;
   esac
   for t in "${py[@]}"; do echo "^reference\.test_$t\$"; done
