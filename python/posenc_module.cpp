@@ -881,6 +881,16 @@ void attention_options(const py::dict& d, const py::dict& tensors, AttentionOpti
   set_if(d, "fa_baseline", opt.fa_baseline);  // arith="fa-baseline" (FlashAttention-3's tests)
 }
 
+// The tensors of `emit` by name (moved out of `res`) and attrs: attention's result.
+py::dict emitted(AttentionResult& res, const std::vector<AttentionEmit>& emit) {
+  py::dict out;
+  for (AttentionEmit e : emit) {
+    out[py::str(attention_emit_name(e))] = to_array(std::move(res.get(e)));
+  }
+  out["attrs"] = attrs_to(res.attrs);
+  return out;
+}
+
 // attention(grad_output=...): the gradients named in `names` (gradient_fields()) and
 // attrs.
 py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dO,
@@ -948,13 +958,7 @@ py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, co
     py::gil_scoped_release nogil;
     res = attention_kvcache(q, *kc, *vc, kv, opt);
   }
-  py::dict out;
-  for (AttentionEmit e : opt.emit) {
-    out[py::str(attention_emit_name(e))] =
-        to_array(std::move(e == AttentionEmit::output ? res.output : res.lse));
-  }
-  out["attrs"] = attrs_to(res.attrs);
-  return out;
+  return emitted(res, opt.emit);
 }
 
 // The Transformer-XL / XLNet / Funnel and DeBERTa terms from their keywords, checked by
@@ -1066,16 +1070,7 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     py::gil_scoped_release nogil;
     res = posenc::attention(*q, *k, v ? &*v : nullptr, opt);
   }
-  py::dict out;
-  for (AttentionEmit e : opt.emit) {
-    Tensor* t = e == AttentionEmit::logits   ? &res.logits
-                : e == AttentionEmit::probs  ? &res.probs
-                : e == AttentionEmit::output ? &res.output
-                                             : &res.lse;
-    out[py::str(attention_emit_name(e))] = to_array(std::move(*t));
-  }
-  out["attrs"] = attrs_to(res.attrs);
-  return out;
+  return emitted(res, opt.emit);
 }
 
 // --- compare, read, write -----------------------------------------------------------

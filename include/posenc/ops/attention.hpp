@@ -330,6 +330,7 @@ struct AttentionResult {
   bool output_streamed = false;
   /// The tensor for `e`.
   const Tensor& get(AttentionEmit e) const;
+  Tensor& get(AttentionEmit e) { return const_cast<Tensor&>(std::as_const(*this).get(e)); }
 };
 
 /// The arithmetic type of attention with `opt`: f64, or f32 when opt.precision asks.
