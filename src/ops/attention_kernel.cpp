@@ -861,7 +861,7 @@ __attribute__((target("avx512f"), noinline)) double exp_shift_sum_avx512(float* 
       float* p = s + j + c;
       const __m512i xb = _mm512_castps_si512(_mm512_sub_ps(_mm512_loadu_ps(p), vm));
       const __mmask16 keep = _mm512_cmple_epu32_mask(xb, lim);
-      const __m512 xc = _mm512_castsi512_ps(xb);  // the lanes below -87 are zeroed
+      const __m512 xc = _mm512_castsi512_ps(xb);  // lanes not in `keep`: zeroed at the end
       const __m512 t = _mm512_add_ps(_mm512_mul_ps(xc, log2e), shifter);
       const __m512 k = _mm512_sub_ps(t, shifter);
       __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(k, ln2_hi));
