@@ -113,9 +113,13 @@ TEST(RopeApply, LayoutsAgree) {
           xs.set(((b * S + s) * H + h) * D + d, v);
           xd.set(((b * H + h) * D + d) * S + s, v);
         }
-  const Tensor y = apply_rope(x, Axes{"bhsd"}, f, {}, {}, DType::f32);
-  const Tensor ys = apply_rope(xs, Axes{"bshd"}, f, {}, {}, DType::f32);
-  const Tensor yd = apply_rope(xd, Axes{"bhds"}, f, {}, {}, DType::f32);
+  // Named defaults: GCC 12 warns (-Wmaybe-uninitialized, falsely) on three `{}` Positions
+  // temporaries in one function.
+  const Positions pos;
+  const RopeApplyOptions apply;
+  const Tensor y = apply_rope(x, Axes{"bhsd"}, f, pos, apply, DType::f32);
+  const Tensor ys = apply_rope(xs, Axes{"bshd"}, f, pos, apply, DType::f32);
+  const Tensor yd = apply_rope(xd, Axes{"bhds"}, f, pos, apply, DType::f32);
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t h = 0; h < H; ++h)
       for (std::size_t s = 0; s < S; ++s)
