@@ -14,6 +14,11 @@ floor timed in the same run (a memcpy of the same bytes).
   sgemm (the same OpenBLAS, as many threads as the run) of a 4096 x K by K x 4096
   product with the FLOPs the forward needs (4 h s^2 d; causal: 4 h d s(s+1)/2, the
   keys a query sees). ratio = posenc's FLOP rate / the sgemm's (>= 1: as fast as BLAS).
+  Beside it, "own shapes": the rate of the attention's own two products done whole, per
+  head, by the same sgemm: Q K^T ([s, d] x [d, s], inner dimension d = 128) and P V
+  ([s, s] x [s, d], d columns), with no softmax between them and the s x s scores held
+  in memory. The products of any attention have these shapes (a fused one takes them
+  in tiles), so that rate is what BLAS itself reaches on them.
 
 The copy is numpy's (one thread, memcpy). Rounds alternate the job and its copy (the
 order flips round by round); medians over the rounds. Each job's first call is timed
@@ -121,11 +126,29 @@ def blas_threads(n):
             pass
 
 
+def own_shapes_rate(n, q, k, v):
+    """GFLOP/s of numpy's sgemm on the attention's own products, per head, whole: the
+    median over n rounds of Q K^T then P V for every head."""
+    heads, s, d = q.shape[1], q.shape[2], q.shape[3]
+    scores = np.empty((s, s), dtype=np.float32)
+    out = np.empty((s, d), dtype=np.float32)
+
+    def products():
+        for h in range(heads):
+            np.matmul(q[0, h], k[0, h].T, out=scores)
+            np.matmul(scores, v[0, h], out=out)
+
+    t = statistics.median(timed(products) for _ in range(n))
+    return 4.0 * heads * s * s * d / t / 1e9
+
+
 def prefill_cases(n, heads):
     rng = np.random.default_rng(2)
     s, d = 4096, 128
     shape = (1, heads, s, d)
     q32, k32, v32 = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+    own = own_shapes_rate(n, q32, k32, v32)
+    print(f"  own shapes: sgemm of Q K^T and P V whole, {own:6.1f} GFLOP/s", flush=True)
     for dt in ("f32", "f16"):
         q, k, v = ((x if dt == "f32" else x.astype(np.float16)) for x in (q32, k32, v32))
         for causal in (False, True):
@@ -148,7 +171,8 @@ def prefill_cases(n, heads):
             print(f"  {name:44s} {tj * 1e3:8.1f} ms  {flops / tj / 1e9:6.1f} GFLOP/s  sgemm "
                   f"{gflop / tf:6.1f} GFLOP/s  ratio {flops / 1e9 / tj / (gflop / tf):5.2f}; "
                   f"per CPU s {flops / cj / 1e9:6.1f} vs {gflop / cf:6.1f} = "
-                  f"{flops / 1e9 / cj / (gflop / cf):5.2f}  (first call {first * 1e3:.1f} ms)",
+                  f"{flops / 1e9 / cj / (gflop / cf):5.2f}; to own shapes "
+                  f"{flops / tj / 1e9 / own:5.2f}  (first call {first * 1e3:.1f} ms)",
                   flush=True)
 
 
