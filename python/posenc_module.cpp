@@ -732,25 +732,6 @@ py::list fields_of(ForEach for_each) {
   return out;
 }
 
-// The declared tensor inputs of attention: [{kind (attention, kvcache), name, option,
-// help}, ...].
-py::list attention_tensor_fields() {
-  py::list out;
-  auto add = [&out](const char* kind, const auto& table) {
-    for (const auto& t : table) {
-      py::dict e;
-      e["kind"] = kind;
-      e["name"] = t.name;
-      e["option"] = t.option();
-      e["help"] = t.help;
-      out.append(e);
-    }
-  };
-  add("attention", attention_tensors());
-  add("kvcache", kvcache_tensors());
-  return out;
-}
-
 std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
                                    const py::dict& rope_d, const py::dict& pos_d) {
   const auto it = table_kinds().find(kind);
@@ -925,13 +906,8 @@ py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, co
   if (*conflict) throw UsageError(std::string(conflict) + ": not with a KV cache");
   if (!v) throw UsageError("cache_seqlens: the KV cache needs v (the values cache)");
   KvCacheOptions kv;
-  // The declared KV-cache tensors (ops/attention_fields.hpp), by keyword.
-  std::vector<std::optional<Tensor>> held(kvcache_tensors().size());
-  for (std::size_t i = 0; i < held.size(); ++i) {
-    held[i] = tensor_arg(kvd, kvcache_tensors()[i].name);
-    if (held[i]) kv.*(kvcache_tensors()[i].member) = &*held[i];
-  }
-  kv.rotary_interleaved = get<bool>(kvd, "rotary_interleaved").value_or(false);
+  std::list<Tensor> held;  // the declared inputs (ops/attention_fields.hpp), by keyword
+  KeywordReader(kvd, std::nullopt, &held).read(kv);
   const bool update = get<bool>(kvd, "update_cache").value_or(true) && kv.k_new;
   std::optional<Tensor> k_copy, v_copy;
   Tensor* kc = &k;
@@ -993,16 +969,11 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   // grad_output: the gradients (attention_backward), named in emit_names.
   std::optional<Tensor> grad_output = tensor_arg(tensors, "grad_output");
   if (!grad_output) opt.emit = parse_attention_emit(emit_list, v.has_value());
-  // The declared tensor inputs (ops/attention_fields.hpp) by keyword, then the groups
-  // (wavlm_gate, global_kv, decomposed_rel_pos: a list of tensors each).
-  std::vector<std::optional<Tensor>> declared(attention_tensors().size());
-  for (std::size_t i = 0; i < declared.size(); ++i) {
-    declared[i] = tensor_arg(tensors, attention_tensors()[i].name);
-    if (declared[i]) opt.*(attention_tensors()[i].member) = &*declared[i];
-  }
-  std::list<Tensor> grouped;  // the groups' tensors, which opt points at
-  KeywordReader group_reader(tensors, true, &grouped);
-  declare_tensor_groups(group_reader, opt);
+  // The declared tensor inputs by keyword (declare_tensors; wavlm_gate, global_kv and
+  // decomposed_rel_pos a list of tensors each).
+  std::list<Tensor> declared;  // which opt points at
+  KeywordReader declared_reader(tensors, true, &declared);
+  declare_tensors(declared_reader, opt);
   // FlashAttention's varlen boundaries; packed Q, K and V default to its thd (shd).
   const bool varlen_axes = (opt.cu_seqlens_q || opt.cu_seqlens_k) && opt.axes.empty();
   const Axes axes = resolve_axes(opt.axes, q->ndim(), "q");
@@ -1335,8 +1306,11 @@ PYBIND11_MODULE(_posenc, m) {
   m.def(
       "_relative_fields", [] { return fields_of([](auto f) { posenc::for_each_relative_request(f); }); },
       "the declared parameters of the Transformer-XL / XLNet / Funnel and DeBERTa terms");
-  m.def("_attention_tensors", &attention_tensor_fields,
-        "the declared tensor inputs of attention (kind attention, kvcache: name, option, help)");
+  m.def(
+      "_attention_tensors",
+      [] { return fields_of([](auto f) { posenc::for_each_attention_input(f); }); },
+      "the declared inputs of attention's tensors (kind attention) and of its KV-cache step "
+      "(kind kvcache)");
   m.def("rope_ids", &rope_ids_of,
         "rope_ids(options, tensors): (ids, delta or deltas) of a prompt, as `posenc rope-ids`. "
         "Use posenc.rope_ids.");

@@ -440,13 +440,6 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
     # (_attention_fields()), under their own names; their ranges and choices are the library's.
     for f in _ATTENTION_FIELDS:
         opt[f["name"]] = _field_value(f, args[f["name"]])
-    if (any(x is not None for x in (relative_left, relative_right, relative_sign,
-                                     relative_beyond))
-            and relative_k is None and relative_v is None and relative_proj is None):
-        raise UsageError("relative_left/relative_right/relative_sign/relative_beyond: need "
-                         "relative_k, relative_v or relative_proj")
-    if clipped_symmetric and clipped_bias is None:
-        raise UsageError("clipped_symmetric: needs clipped_bias")
     if decomposed_rel_pos is None and (grid is not None or key_grid is not None):
         raise UsageError("grid/key_grid: only with decomposed_rel_pos")
     if decomposed_rel_pos is not None and grid is None:
@@ -459,8 +452,6 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
             raise UsageError(f"{name} {g}: sides must be whole numbers in [1, 2^31]")
         opt[name + "_h"], opt[name + "_w"] = g
     opt["t5_causal"] = t5_causal or None
-    if max_distance is not None and relative_k is None and relative_v is None:
-        raise UsageError("max_distance needs relative_k or relative_v")
     # rel_keys, ..., max_relative_positions: the relative terms' declared parameters
     # (_relative_fields()); their rules are the library's.
     relative = {f["name"]: _relative_value(f, args[f["name"]]) for f in _RELATIVE_FIELDS}

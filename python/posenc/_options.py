@@ -21,8 +21,9 @@ ATTENTION_FIELDS = tuple(_posenc._attention_fields())
 # Its declared tensor inputs (mask, t5_bias, qv, ...) and the KV-cache step's (page_table,
 # k_new, ...), keyword names.
 ATTENTION_TENSORS = tuple(t["name"] for t in _posenc._attention_tensors()
-                          if t["kind"] == "attention")
-KVCACHE_TENSORS = tuple(t["name"] for t in _posenc._attention_tensors() if t["kind"] == "kvcache")
+                          if t["kind"] == "attention" and t["type"] == "tensor")
+KVCACHE_TENSORS = tuple(t["name"] for t in _posenc._attention_tensors()
+                        if t["kind"] == "kvcache" and t["type"] == "tensor")
 
 
 def factor_list(value, what):

@@ -51,12 +51,9 @@ struct AttentionCmdOptions {
   bool rope = false;
   RopeCliOptions rope_opts;
   AttentionOptions params;  // the declared fields (posenc/ops/attention_fields.hpp)
-  // References of the declared tensor inputs (attention_tensors()), in its order.
-  std::vector<std::string> tensors = std::vector<std::string>(attention_tensors().size());
   bool t5_bidirectional = false, t5_causal = false;
   RelativeWindow window;  // --relative-left/right/sign/beyond
-  // --wavlm-gate, --global-kv, --decomposed-rel-pos (declare_tensor_groups) into params.
-  ArrayFiles groups;
+  ArrayFiles tensors;     // the files of the declared tensor inputs (declare_tensors) into params
   std::vector<long long> grid, key_grid;  // H W
   std::string emit;
   std::string max_memory;
@@ -64,14 +61,7 @@ struct AttentionCmdOptions {
   RelativeCliOptions relative;
   KvCacheCliOptions kv;  // FlashAttention's KV-cache step (cli/kvcache_options.hpp)
   CLI::App* app = nullptr;
-
-  /// The reference given for the declared tensor `member` ("" when none).
-  const std::string& ref(const Tensor* AttentionOptions::*member) const {
-    return tensors[index_of(attention_tensors(), member)];
-  }
 };
-
-using A = AttentionOptions;
 
 bool given(const AttentionCmdOptions& o, const char* name) { return o.app->count(name) > 0; }
 
@@ -159,12 +149,10 @@ std::vector<TensorRef> attention_inputs(const AttentionCmdOptions& o) {
   for (const std::string* r : {&o.q, &o.k, &o.v}) {
     if (!r->empty()) refs.push_back(parse_ref(*r));
   }
-  for (auto m : {&A::t5_bias, &A::relative_k, &A::relative_v, &A::sinks, &A::clipped_bias,
-                 &A::relative_proj, &A::per_dim_scale, &A::global_bias}) {
-    if (!o.ref(m).empty()) refs.push_back(parse_ref(o.ref(m)));
-  }
-  for (const std::string& r : o.app->get_option("--decomposed-rel-pos")->results()) {
-    refs.push_back(parse_ref(r));
+  for (const char* name :
+       {"--t5-bias", "--relative-k", "--relative-v", "--sinks", "--clipped-bias", "--relative-proj",
+        "--per-dim-scale", "--global-bias", "--decomposed-rel-pos"}) {
+    for (const std::string& r : o.app->get_option(name)->results()) refs.push_back(parse_ref(r));
   }
   return refs;
 }
@@ -217,35 +205,11 @@ void decomposed_options(const AttentionCmdOptions& o, AttentionOptions& opt) {
   }
 }
 
-// --global-kv KG VG, --global-block-size G, --global-bias T (LongT5 transient-global):
-// option values checked (the tensors are read with the other side tensors).
-void global_options(const AttentionCmdOptions& o) {
-  if (!given(o, "--global-kv")) {
-    if (given(o, "--global-block-size") || !o.ref(&A::global_bias).empty()) {
-      throw UsageError("--global-block-size/--global-bias: only with --global-kv");
-    }
-    return;
-  }
-  if (!given(o, "--global-block-size")) {
-    throw UsageError("--global-kv: needs --global-block-size G (HF global_block_size)");
-  }
-  if (o.v.empty()) {
-    throw UsageError("--global-kv: needs -v (the side values VG go with the values)");
-  }
-}
-
 void run_attention(AttentionCmdOptions& o) {
   // Option values first: a usage error never waits for a large read.
-  if (o.params.clipped_symmetric && o.ref(&A::clipped_bias).empty()) {
-    throw UsageError("--clipped-symmetric: needs --clipped-bias");
-  }
-  if (given(o, "--wavlm-gate") && o.ref(&A::t5_bias).empty()) {
-    throw UsageError("--wavlm-gate: gates the --t5-bias term; give --t5-bias");
-  }
   if (o.t5_bidirectional && o.t5_causal) {
     throw UsageError("--t5-bidirectional and --t5-causal exclude each other");
   }
-  global_options(o);
   if (!o.rope) {
     for (const char* name :
          {"--style", "--base", "--rotary-dim", "--partial", "--start", "--position-ids",
@@ -256,22 +220,21 @@ void run_attention(AttentionCmdOptions& o) {
   check_relative_options(o.relative, o.rope);
   // The declared fields' ranges (ops/attention_fields.hpp), of the options given.
   validate_given(o.params, given_fields(o.app, o.params));
-  AttentionOptions opt = o.params;
+  AttentionOptions& opt = o.params;  // the declared tensors are read into it
   opt.axes = o.axes;
   // The rules between declared fields and the tensors given, spelled as options.
   check_given(o.params, command_line(o.app));
+  if (given(o, "--global-kv") && o.v.empty()) {
+    throw UsageError("--global-kv: needs -v (the side values VG go with the values)");
+  }
   if (given(o, "--llama4-scaling") && given(o, "--attn-temperature")) {
     throw UsageError("--llama4-scaling and --attn-temperature: no model scales its queries "
                      "both ways; give one");
   }
   check_layer_option(o.rope_opts);  // --layer-type, --layer: need --hf-config
   opt.t5_bidirectional = !o.t5_causal;
-  if (given(o, "--max-distance") && o.ref(&A::relative_k).empty() &&
-      o.ref(&A::relative_v).empty()) {
-    throw UsageError("--max-distance needs --relative-k or --relative-v");
-  }
-  if (!o.ref(&A::relative_proj).empty()) {
-    if (!o.ref(&A::relative_k).empty()) {
+  if (given(o, "--relative-proj")) {
+    if (given(o, "--relative-k")) {
       throw UsageError("--relative-proj: not with --relative-k (it computes the relative keys)");
     }
     if (!given(o, "--relative-left") || !given(o, "--relative-right")) {
@@ -286,12 +249,6 @@ void run_attention(AttentionCmdOptions& o) {
   const bool windowed = given(o, "--relative-left") || given(o, "--relative-right") ||
                         given(o, "--relative-sign") || given(o, "--relative-beyond");
   if (windowed) {
-    if (o.ref(&A::relative_k).empty() && o.ref(&A::relative_v).empty() &&
-        o.ref(&A::relative_proj).empty()) {
-      throw UsageError(
-          "--relative-left/--relative-right/--relative-sign/--relative-beyond need --relative-k, "
-          "--relative-v or --relative-proj");
-    }
     if (given(o, "--max-distance") &&
         (given(o, "--relative-left") || given(o, "--relative-right"))) {
       throw UsageError("--max-distance: cannot be combined with --relative-left/--relative-right");
@@ -308,16 +265,15 @@ void run_attention(AttentionCmdOptions& o) {
     if (o.v.empty()) throw UsageError("--grad-output: needs -v (dO is the output's gradient)");
     if (!o.part.empty()) throw UsageError("--grad-output: not with --part");
     // Whether the mask is float is known once it is read; dbias is checked again there.
-    grad_names = parse_gradient_emit(o.emit, !o.ref(&A::sinks).empty(), !o.ref(&A::mask).empty(),
-                                     !o.ref(&A::qv).empty());
+    grad_names =
+        parse_gradient_emit(o.emit, given(o, "--sinks"), given(o, "--mask"), given(o, "--qv"));
   } else {
     refuse_gradients_without_dO(o.emit);
     opt.emit = parse_attention_emit(o.emit, !o.v.empty());
     // The KV-cache step gives FlashAttention's out (and lse on request), never probs.
     if (kvcache_wanted(o.kv) && !given(o, "--emit")) opt.emit = {AttentionEmit::output};
     // The varlen form has no scores: output (lse without V) unless --emit says.
-    if ((!o.ref(&A::cu_seqlens_q).empty() || !o.ref(&A::cu_seqlens_k).empty()) &&
-        !given(o, "--emit")) {
+    if ((given(o, "--cu-seqlens-q") || given(o, "--cu-seqlens-k")) && !given(o, "--emit")) {
       opt.emit = {o.v.empty() ? AttentionEmit::lse : AttentionEmit::output};
     }
   }
@@ -332,12 +288,12 @@ void run_attention(AttentionCmdOptions& o) {
     throw UsageError("--arith fa-baseline: not with --rope, --relative or --grad-output");
   }
   if ((grads || !o.part.empty()) &&
-      ((!o.ref(&A::qv).empty() && !grads) || !o.ref(&A::q_descale).empty() ||
-       !o.ref(&A::k_descale).empty() || !o.ref(&A::v_descale).empty() ||
-       !o.params.p_dtype.empty())) {
-    throw UsageError(fmt::format("{}--q-descale, --k-descale, --v-descale, --p-dtype: not "
-                                 "with {}", grads ? "" : "--qv, ",
-                                 grads ? "--grad-output" : "--part"));
+      ((given(o, "--qv") && !grads) || given(o, "--q-descale") || given(o, "--k-descale") ||
+       given(o, "--v-descale") || !o.params.p_dtype.empty())) {
+    throw UsageError(
+        fmt::format("{}--q-descale, --k-descale, --v-descale, --p-dtype: not "
+                    "with {}",
+                    grads ? "" : "--qv, ", grads ? "--grad-output" : "--part"));
   }
   if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {
     throw UsageError(
@@ -347,24 +303,28 @@ void run_attention(AttentionCmdOptions& o) {
   }
 
   const std::vector<TensorRef> out_refs =
-      grads ? emitted_output_refs(o.out, grad_names, [&] {
-        std::vector<std::string> d;
-        for (const auto& n : grad_names) d.push_back("/" + n);
-        return d;
-      }()) : output_refs(o, opt.emit);
+      grads ? emitted_output_refs(o.out, grad_names,
+                                  [&] {
+                                    std::vector<std::string> d;
+                                    for (const auto& n : grad_names) d.push_back("/" + n);
+                                    return d;
+                                  }())
+            : output_refs(o, opt.emit);
   const Part part = o.part.empty() ? Part{} : parse_part(o.part, "--part");
-  if (!part.whole() && (!o.ref(&A::cu_seqlens_q).empty() || !o.ref(&A::cu_seqlens_k).empty())) {
+  if (!part.whole() && (given(o, "--cu-seqlens-q") || given(o, "--cu-seqlens-k"))) {
     throw UsageError("--part: not with --cu-seqlens-q or --cu-seqlens-k (packed sequences)");
   }
-  if (!part.whole() && (!o.ref(&A::seqused_q).empty() || !o.ref(&A::seqused_k).empty())) {
-    throw UsageError("--part: not with --seqused-q or --seqused-k (they follow the batch; run "
-                     "the whole batch)");
+  if (!part.whole() && (given(o, "--seqused-q") || given(o, "--seqused-k"))) {
+    throw UsageError(
+        "--part: not with --seqused-q or --seqused-k (they follow the batch; run "
+        "the whole batch)");
   }
-  if (!part.whole() && !o.ref(&A::alibi_slopes).empty()) {
-    throw UsageError("--part: not with --alibi-slopes (its [b, hq] rows follow the batch; run "
-                     "the whole batch)");
+  if (!part.whole() && given(o, "--alibi-slopes")) {
+    throw UsageError(
+        "--part: not with --alibi-slopes (its [b, hq] rows follow the batch; run "
+        "the whole batch)");
   }
-  if (!part.whole() && (!o.ref(&A::mask).empty() || !o.ref(&A::key_lengths).empty() ||
+  if (!part.whole() && (given(o, "--mask") || given(o, "--key-lengths") ||
                         given(o, "--wavlm-gate") || given(o, "--global-kv") ||
                         !o.rope_opts.position_ids.empty() || !o.rope_opts.cu_seqlens.empty())) {
     throw UsageError(
@@ -381,7 +341,7 @@ void run_attention(AttentionCmdOptions& o) {
   const Axes axes = resolve_axes(o.axes, q_src->info().shape.size(), o.q);
   opt.axes = axes.letters;
   // Packed Q, K and V default to FlashAttention's thd (shd), which no rank implies.
-  if ((!o.ref(&A::cu_seqlens_q).empty() || !o.ref(&A::cu_seqlens_k).empty()) && o.axes.empty())
+  if ((given(o, "--cu-seqlens-q") || given(o, "--cu-seqlens-k")) && o.axes.empty())
     opt.axes.clear();
   // --part: rows [floor(I*B/N), floor((I+1)*B/N)) of the batch axis (axis 0) of Q, K, V.
   const Shape& q_shape = q_src->info().shape;
@@ -392,21 +352,7 @@ void run_attention(AttentionCmdOptions& o) {
                     "longer than 1 (axes {}, shape {})",
                     o.q, axes.letters, shape_str(q_shape)));
   }
-  auto side = [](const std::string& ref, std::optional<Tensor>& t, const Tensor*& slot) {
-    if (ref.empty()) return;
-    t = read_tensor(ref);
-    slot = &*t;
-  };
-  // The declared tensor inputs (attention_tensors()), then the tensor groups.
-  std::vector<std::optional<Tensor>> declared(o.tensors.size());
-  for (std::size_t i = 0; i < o.tensors.size(); ++i) {
-    side(o.tensors[i], declared[i], opt.*(attention_tensors()[i].member));
-  }
-  o.groups.read();
-  for (auto m : {&A::gate_input, &A::gate_weight, &A::gate_bias, &A::gate_const, &A::global_k,
-                 &A::global_v, &A::rel_pos_h, &A::rel_pos_w}) {
-    opt.*m = o.params.*m;
-  }
+  o.tensors.read();  // the declared tensor inputs (declare_tensors), into opt
   if (!o.rope_opts.hf_config.empty()) {
     apply_config(o, opt, q_src->info().shape, k_src->info().shape,
                  v_src ? &v_src->info().shape : nullptr);
@@ -520,26 +466,24 @@ void register_attention(CLI::App& app) {
   // --scale, --sliding-window, --softcap, ..., --causal, --window, --alibi, --dtype: the
   // declared fields (attention_fields.hpp), the options of several words where --help has
   // always listed them.
-  add_declared_options_but(sub, o->params,
-                           {"causal", "window", "attn_temperature", "llama4_scaling", "alibi",
-                            "dtype"});
+  add_declared_options_but(
+      sub, o->params, {"causal", "window", "attn_temperature", "llama4_scaling", "alibi", "dtype"});
   add_declared_options(sub, o->params, {"causal", "window", "attn_temperature", "llama4_scaling"});
   // --mask, --key-lengths, --t5-bias, --qv, ...: the declared tensor inputs
-  // (attention_fields.hpp), a tensor reference each.
-  for (std::size_t i = 0; i < attention_tensors().size(); ++i) {
-    const TensorField<AttentionOptions>& t = attention_tensors()[i];
-    sub->add_option(t.option(), o->tensors[i], t.help);
-  }
+  // (declare_tensors), a tensor reference each; those of several tensors below.
+  const std::vector<std::string> groups{"wavlm_gate", "global_kv", "decomposed_rel_pos"};
+  OptionBinder tensors(sub, "", groups, &o->tensors);
+  declare_tensors(tensors, o->params);
   add_declared_options(sub, o->params, {"alibi"});
   sub->add_flag("--t5-bidirectional", o->t5_bidirectional, "T5 encoder buckets (default)");
   sub->add_flag("--t5-causal", o->t5_causal, "T5 decoder buckets (future keys share bucket 0)");
-  // One option for several tensors (declare_tensor_groups): --wavlm-gate, --global-kv,
-  // and after the relative window, --decomposed-rel-pos.
-  OptionBinder gate_kv(sub, "", {"wavlm_gate", "global_kv"}, &o->groups);
-  declare_tensor_groups(gate_kv.only(), o->params);
+  // One option for several tensors: --wavlm-gate, --global-kv, and after the relative
+  // window, --decomposed-rel-pos.
+  OptionBinder gate_kv(sub, "", {groups[0], groups[1]}, &o->tensors);
+  declare_tensors(gate_kv.only(), o->params);
   add_declared_options(sub, o->window);  // the relative window (attention_fields.hpp)
-  OptionBinder decomposed(sub, "", {"decomposed_rel_pos"}, &o->groups);
-  declare_tensor_groups(decomposed.only(), o->params);
+  OptionBinder decomposed(sub, "", {groups[2]}, &o->tensors);
+  declare_tensors(decomposed.only(), o->params);
   add_values_option(sub, "--grid", o->grid,
                     "the queries' grid: H rows of W in row-major order (H W = sq), for "
                     "--decomposed-rel-pos",

@@ -111,6 +111,14 @@ class ArrayFiles {
   void read() {
     for (Slot& s : slots_) s.read();
   }
+  /// The bytes of the tensors read for TensorSlot(s) members.
+  std::size_t held_bytes() const {
+    std::size_t n = 0;
+    for (const Slot& s : slots_) {
+      for (const Tensor& t : s.held) n += t.nbytes();
+    }
+    return n;
+  }
 
  private:
   template <class V>

@@ -17,14 +17,10 @@ namespace posenc::cli {
 void add_kvcache_options(CLI::App* sub, KvCacheCliOptions& o) {
   o.app = sub;
   const char* g = "KV CACHE";
-  // --page-table, --cache-seqlens, --k-new, ...: the declared tensors (attention_fields.hpp).
-  for (std::size_t i = 0; i < kvcache_tensors().size(); ++i) {
-    sub->add_option(kvcache_tensors()[i].option(), o.tensors[i], kvcache_tensors()[i].help)
-        ->group(g);
-  }
-  sub->add_flag("--rotary-interleaved", o.rotary_interleaved,
-                "rotate adjacent pairs (GPT-J; FlashAttention's default) instead of halves")
-      ->group(g);
+  // --page-table, --cache-seqlens, --k-new, ..., --rotary-interleaved: the declared
+  // inputs (attention_fields.hpp).
+  OptionBinder b(sub, g, {}, &o.tensors);
+  declare(b, o.kv);
   sub->add_option("--cache-out", o.cache_out,
                   "where the updated caches go (K_REF V_REF; the cache files themselves "
                   "update them), written with the other outputs")
@@ -34,25 +30,24 @@ void add_kvcache_options(CLI::App* sub, KvCacheCliOptions& o) {
 }
 
 bool kvcache_wanted(const KvCacheCliOptions& o) {
-  for (const auto& t : kvcache_tensors()) {
-    if (o.app->count(t.option()) > 0) return true;
-  }
-  return o.app->count("--rotary-interleaved") > 0 || o.app->count("--cache-out") > 0;
+  KvCacheOptions declared;
+  return !given_fields(o.app, declared).empty() || o.app->count("--cache-out") > 0;
 }
 
-void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::string& k,
+void run_kvcache(KvCacheCliOptions& o, const std::string& q, const std::string& k,
                  const std::string& v, const std::string& conflicts, AttentionOptions opt,
                  const std::vector<TensorRef>& out_refs, const WriteOptions& write, Attrs extra) {
   if (!conflicts.empty()) throw UsageError(fmt::format("{}: not with a KV cache", conflicts));
-  if (v.empty()) throw UsageError("--cache-seqlens and the KV-cache options need -v (the values cache)");
-  using K = KvCacheOptions;
-  if (o.rotary_interleaved && o.ref(&K::rotary_cos).empty()) {
+  if (v.empty())
+    throw UsageError("--cache-seqlens and the KV-cache options need -v (the values cache)");
+  const auto given = [&o](const char* option) { return o.app->count(option) > 0; };
+  if (o.kv.rotary_interleaved && !given("--rotary-cos")) {
     throw UsageError("--rotary-interleaved: needs --rotary-cos and --rotary-sin");
   }
-  if (!o.ref(&K::cu_seqlens_k_new).empty() && o.ref(&K::k_new).empty()) {
+  if (given("--cu-seqlens-k-new") && !given("--k-new")) {
     throw UsageError("--cu-seqlens-k-new: packs the new keys; needs --k-new and --v-new");
   }
-  if (!o.cache_out.empty() && o.ref(&K::k_new).empty()) {
+  if (!o.cache_out.empty() && !given("--k-new")) {
     throw UsageError("--cache-out: the caches change only with --k-new and --v-new");
   }
   std::vector<TensorRef> cache_refs;
@@ -62,13 +57,7 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
     all.insert(all.end(), cache_refs.begin(), cache_refs.end());
     check_distinct_outputs(all);
   }
-  KvCacheOptions kv;
-  const auto& declared = kvcache_tensors();
-  std::vector<std::optional<Tensor>> held(declared.size());
-  // The tensor read for `member`, or none.
-  auto side = [&](const Tensor* K::*member) -> const std::optional<Tensor>& {
-    return held[index_of(declared, member)];
-  };
+  const KvCacheOptions& kv = o.kv;
   auto q_src = open_source(parse_ref(q));
   auto k_src = open_source(parse_ref(k));
   auto v_src = open_source(parse_ref(v));
@@ -76,24 +65,16 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
   // the pages holding the rows the entries use become resident, read block by block as
   // the kernel widens each key block. New keys are written into the cache, so it is then
   // read whole (an owned copy, written out by --cache-out with the other outputs).
-  const bool in_place = o.ref(&K::k_new).empty() && k_src->mapped_data() && v_src->mapped_data();
+  const bool in_place = !given("--k-new") && k_src->mapped_data() && v_src->mapped_data();
   std::size_t own = 0;  // bytes read into memory: Q, the small inputs, caches read whole
   auto bytes_of = [](const TensorInfo& t) {
     return checked_numel(t.shape, 1, "attention") * dtype_size(t.dtype);
   };
   auto add = [](std::size_t a, std::size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; };
-  own = add(own, bytes_of(q_src->info()));
-  for (std::size_t i = 0; i < declared.size(); ++i) {
-    if (o.tensors[i].empty()) continue;
-    held[i] = read_tensor(o.tensors[i]);
-    kv.*(declared[i].member) = &*held[i];
-    own = add(own, held[i]->nbytes());
-  }
-  const std::optional<Tensor>& page_table = side(&K::page_table);
-  const std::optional<Tensor>& cache_seqlens = side(&K::cache_seqlens);
-  const std::optional<Tensor>& leftpad = side(&K::cache_leftpad);
-  const std::optional<Tensor>& k_new = side(&K::k_new);
-  const std::optional<Tensor>& cu_new = side(&K::cu_seqlens_k_new);
+  o.tensors.read();  // into kv
+  own = add(add(own, bytes_of(q_src->info())), o.tensors.held_bytes());
+  const Tensor *page_table = kv.page_table, *cache_seqlens = kv.cache_seqlens,
+               *leftpad = kv.cache_leftpad, *k_new = kv.k_new, *cu_new = kv.cu_seqlens_k_new;
   AttentionOptions lib = opt;
   if (opt.max_memory) {
     // The budget from the headers (and the small per-entry inputs), before a cache byte
@@ -110,7 +91,7 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
       const std::size_t capacity = page_table && page_table->shape().size() == 2
                                        ? page_table->shape()[1] * ki.shape[1]
                                        : ki.shape[1];
-      auto entry = [&](const std::optional<Tensor>& t, std::size_t i, double dflt) {
+      auto entry = [&](const Tensor* t, std::size_t i, double dflt) {
         return t && t->shape().size() == 1 && i < t->shape()[0] ? t->get(i) : dflt;
       };
       std::size_t used = 0, sk = 0;
@@ -152,7 +133,6 @@ void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::st
     return read_all_rows(src);
   };
   Tensor qt = read_all_rows(*q_src), kc = whole(*k_src), vc = whole(*v_src);
-  kv.rotary_interleaved = o.rotary_interleaved;
   const AttentionResult res = attention_kvcache(qt, kc, vc, kv, lib);
   Attrs attrs = res.attrs;
   attrs.insert(attrs.end(), extra.begin(), extra.end());

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/declared_options.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_fields.hpp"
@@ -13,16 +14,10 @@
 namespace posenc::cli {
 
 struct KvCacheCliOptions {
-  // References of the declared KV-cache tensors (kvcache_tensors()), in its order.
-  std::vector<std::string> tensors = std::vector<std::string>(kvcache_tensors().size());
-  bool rotary_interleaved = false;
+  KvCacheOptions kv;                   // the declared inputs (attention_fields.hpp)
+  ArrayFiles tensors;                  // their files, read into kv
   std::vector<std::string> cache_out;  // K_REF V_REF
   CLI::App* app = nullptr;
-
-  /// The reference given for the declared tensor `member` ("" when none).
-  const std::string& ref(const Tensor* KvCacheOptions::*member) const {
-    return tensors[index_of(kvcache_tensors(), member)];
-  }
 };
 
 /// Binds the options to `o` on `sub` (group "KV CACHE").
@@ -35,7 +30,7 @@ bool kvcache_wanted(const KvCacheCliOptions& o);
 /// computes (attention_kvcache) and writes the emitted tensors to `out_refs` and, with
 /// --cache-out, the updated caches, all or none. `conflicts` names an option of the
 /// command given that the KV cache cannot honour (empty: none); it is refused.
-void run_kvcache(const KvCacheCliOptions& o, const std::string& q, const std::string& k,
+void run_kvcache(KvCacheCliOptions& o, const std::string& q, const std::string& k,
                  const std::string& v, const std::string& conflicts, AttentionOptions opt,
                  const std::vector<TensorRef>& out_refs, const WriteOptions& write, Attrs extra);
 

@@ -257,6 +257,18 @@ RULES = [
     (["--relative-k", "{rk}", "--relative-left", "1", "--relative-right", "-1"],
      {"relative_k": "rk", "relative_left": 1, "relative_right": -1},
      "{relative_right}: must be from 0 to 2^30, got -1"),
+    (["--clipped-symmetric"], {"clipped_symmetric": True}, "{clipped_symmetric}: needs {clipped_bias}"),
+    (["--wavlm-gate", "{sl}", "{sl}", "{sl}", "{sl}"], {"wavlm_gate": ("sl",) * 4},
+     "{wavlm_gate}: gates the {t5_bias} term; give {t5_bias}"),
+    (["--global-block-size", "2"], {"global_block_size": 2},
+     "{global_block_size}/{global_bias}: only with {global_kv}"),
+    (["--global-kv", "{kg}", "{vg}"], {"global_kv": ("kg", "vg")},
+     "{global_kv}: needs {global_block_size} G"),
+    (["--max-distance", "2"], {"max_distance": 2}, "{max_distance} needs {relative_k} or {relative_v}"),
+    # The package said "relative_left/...: need relative_k, ..." before the library's rule.
+    (["--relative-sign", "q-k"], {"relative_sign": "q-k"},
+     "{relative_left}/{relative_right}/{relative_sign}/{relative_beyond} need {relative_k}, "
+     "{relative_v} or {relative_proj}"),
 ]
 T5 = "{t5_buckets}/{t5_max_distance}/{t5_bidirectional}{t5_causal} need {t5_bias} or {global_bias}"
 
@@ -264,7 +276,9 @@ T5 = "{t5_buckets}/{t5_max_distance}/{t5_bidirectional}{t5_causal} need {t5_bias
 def said(message, option):
     names = ("alibi", "alibi_max_bias", "alibi_slopes", "t5_buckets", "t5_max_distance",
              "t5_causal", "t5_bias", "global_bias", "relative_left", "relative_right",
-             "max_distance")
+             "max_distance", "clipped_symmetric", "clipped_bias", "wavlm_gate", "global_kv",
+             "global_block_size", "relative_k", "relative_v", "relative_proj", "relative_sign",
+             "relative_beyond")
     terms = {n: "--" + n.replace("_", "-") if option else n for n in names}
     terms["t5_bidirectional"] = "--t5-bidirectional/" if option else ""
     return message.replace("{t5}", T5).format(**terms)
@@ -279,14 +293,16 @@ def test_a_rule_between_a_field_and_a_tensor_says_one_message_on_both_front_ends
     out.unlink(missing_ok=True)
     q = str(tmp / "q.npy")
     p = subprocess.run([BIN, "attention", "-q", q, "-k", q, "-v", q, "--emit", "output",
-                        *[w.format(sl=tmp / "sl.npy", rk=tmp / "rk.npy") for w in words],
+                        *[w.format(**{n: tmp / f"{n}.npy" for n in ("sl", "rk", "kg", "vg")})
+                          for w in words],
                         "-o", str(out)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr == f"posenc: error: {said(message, True)}\n", p.stderr
     assert not out.exists()
     if kw is None:  # no such keyword
         return
-    kw = {k: a[v] if isinstance(v, str) else v for k, v in kw.items()}
+    kw = {k: a[v] if isinstance(v, str) and v in a else
+          tuple(a[x] for x in v) if isinstance(v, tuple) else v for k, v in kw.items()}
     with pytest.raises(posenc.UsageError) as e:
         posenc.attention(a["q"], a["q"], a["q"], emit="output", **kw)
     assert str(e.value) == said(message, False)
@@ -298,6 +314,8 @@ def test_a_rule_between_a_field_and_a_tensor_says_one_message_on_both_front_ends
     for k, v in kw.items():
         if isinstance(v, np.ndarray):
             tensors[k] = arg(v)
+        elif isinstance(v, tuple):  # a group of tensors: a list
+            tensors[k] = [arg(x) for x in v]
         else:
             opt[k] = float(v) if k == "alibi_max_bias" else v
     with pytest.raises(posenc.UsageError) as e:
@@ -305,7 +323,7 @@ def test_a_rule_between_a_field_and_a_tensor_says_one_message_on_both_front_ends
     assert str(e.value) == said(message, False)
 
 
-# The declared tensor inputs (attention_tensors(), kvcache_tensors()): `--name REF` on the
+# The declared tensor inputs (declare_tensors, declare(KvCacheOptions)): `--name REF` on the
 # command line, keyword `name` in Python.
 TENSORS = posenc._posenc._attention_tensors()
 TENSOR_IDS = [f"{t['kind']}:{t['name']}" for t in TENSORS]

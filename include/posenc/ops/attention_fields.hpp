@@ -26,8 +26,10 @@
 /// suffixes, Python in bytes). The relative window (--relative-left/right/sign/beyond) is
 /// the optional RelativeWindow's own declaration.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -157,16 +159,43 @@ void declare(V& v, AttentionOptions& o) {
 
 /// The rules between declared fields and between a field and a tensor input, checked by
 /// each front end once the fields are set and before any tensor is read: `c.gave` knows
-/// the fields, the tensor inputs (attention_tensors(): "alibi_slopes", "t5_bias") and
-/// the T5 bucket direction (t5_bidirectional, t5_causal) given. Messages in the caller's
-/// terms: "alibi_max_bias needs alibi", "--alibi-max-bias needs --alibi".
-inline void check_given(const AttentionOptions&, const Caller& c) {
+/// the fields, the tensor inputs (declare_tensors: "alibi_slopes", "t5_bias",
+/// "global_kv") and the T5 bucket direction (t5_bidirectional, t5_causal) given. Messages
+/// in the caller's terms: "alibi_max_bias needs alibi", "--alibi-max-bias needs --alibi".
+inline void check_given(const AttentionOptions& o, const Caller& c) {
+  if (o.clipped_symmetric && !c.gave("clipped_bias")) {
+    throw UsageError(c.term("clipped_symmetric") + ": needs " + c.term("clipped_bias"));
+  }
+  if (c.gave("wavlm_gate") && !c.gave("t5_bias")) {
+    throw UsageError(c.term("wavlm_gate") + ": gates the " + c.term("t5_bias") + " term; give " +
+                     c.term("t5_bias"));
+  }
+  if (!c.gave("global_kv") && (c.gave("global_block_size") || c.gave("global_bias"))) {
+    throw UsageError(c.term("global_block_size") + "/" + c.term("global_bias") + ": only with " +
+                     c.term("global_kv"));
+  }
+  if (c.gave("global_kv") && !c.gave("global_block_size")) {
+    throw UsageError(c.term("global_kv") + ": needs " + c.term("global_block_size") + " G");
+  }
   if (c.gave("alibi_max_bias") && c.gave("alibi_slopes")) {
     throw UsageError(c.term("alibi_max_bias") + ": not with " + c.term("alibi_slopes") +
                      " (the slopes are given)");
   }
   if (c.gave("alibi_max_bias") && !c.gave("alibi")) {
     throw UsageError(c.term("alibi_max_bias") + " needs " + c.term("alibi"));
+  }
+  const bool tables = c.gave("relative_k") || c.gave("relative_v");
+  if (c.gave("max_distance") && !tables) {
+    throw UsageError(c.term("max_distance") + " needs " + c.term("relative_k") + " or " +
+                     c.term("relative_v"));
+  }
+  const char* window[] = {"relative_left", "relative_right", "relative_sign", "relative_beyond"};
+  if (!tables && !c.gave("relative_proj") &&
+      std::any_of(std::begin(window), std::end(window), c.gave)) {
+    throw UsageError(c.term("relative_left") + "/" + c.term("relative_right") + "/" +
+                     c.term("relative_sign") + "/" + c.term("relative_beyond") + " need " +
+                     c.term("relative_k") + ", " + c.term("relative_v") + " or " +
+                     c.term("relative_proj"));
   }
   // The bucket options shape the T5 tables: t5_bias's, or the global side's global_bias.
   const char* buckets[] = {"t5_buckets", "t5_max_distance", "t5_bidirectional", "t5_causal"};
@@ -283,32 +312,83 @@ inline void validate_given(const AttentionOptions& o, const std::vector<std::str
   declare(v, const_cast<AttentionOptions&>(o));  // the validator only reads
 }
 
-/// A tensor input of attention: its name (the Python keyword; the option is --name with
-/// '-' for '_', taking a tensor reference), its help, and the member it sets.
-template <class R>
-struct TensorField {
-  const char* name;
-  const char* help;
-  const Tensor* R::*member;
-
-  std::string option() const { return Field::option_of(name); }
-};
-
-/// The index of `member` in `table` (a logic error when it is none of its rows).
-template <class R>
-std::size_t index_of(const std::vector<TensorField<R>>& table, const Tensor* R::*member) {
-  for (std::size_t i = 0; i < table.size(); ++i) {
-    if (table[i].member == member) return i;
-  }
-  throw std::logic_error("not a declared tensor");
-}
-
-/// AttentionOptions' tensors given several under one option and one keyword, each into its
-/// member (TensorSlots): --wavlm-gate X W B C (Python wavlm_gate=(x, w, b, c)), --global-kv
-/// KG VG, --decomposed-rel-pos RH RW. The command line binds them and the Python module
-/// reads them with this declaration; messages name the members (gate_input, ..., rel_pos_w).
+/// AttentionOptions' tensor inputs, in the order --help lists them: those that are one
+/// option and one keyword of the same name (TensorSlot: --mask REF, Python mask=m), then
+/// those given several under one option, each into its member (TensorSlots): --wavlm-gate
+/// X W B C (Python wavlm_gate=(x, w, b, c)), --global-kv KG VG, --decomposed-rel-pos RH
+/// RW, whose messages name the members (gate_input, ..., rel_pos_w). The command line binds
+/// them and the Python module reads them from here, once check_given has passed. Not here:
+/// score_bias (the relative schemes' own, no option).
 template <class V>
-void declare_tensor_groups(V& v, AttentionOptions& o) {
+void declare_tensors(V& v, AttentionOptions& o) {
+  v(field("key_lengths", "[b] integers: keys at or after the length are padding (masked)"),
+    tensor_slot(o.key_lengths));
+  v(field("seqused_q",
+          "[b] integers (FlashAttention seqused_q): entry b uses its first queries, the rest "
+          "output 0; masks align to the entry's own lengths"),
+    tensor_slot(o.seqused_q));
+  v(field("seqused_k",
+          "[b] integers (FlashAttention seqused_k): entry b uses its first keys; causal, "
+          "windows, chunks and sink tokens align to i + seqused_k - seqused_q"),
+    tensor_slot(o.seqused_k));
+  v(field("cu_seqlens_q",
+          "FlashAttention varlen: int32/int64 boundaries [n+1] of the sequences in packed Q "
+          "[total_q, hq, d] (--axes shd); with --cu-seqlens-k, each sequence a run of its own; "
+          "lse [hq, total_q]"),
+    tensor_slot(o.cu_seqlens_q));
+  v(field("cu_seqlens_k",
+          "FlashAttention varlen: boundaries [n+1] in packed K, V [total_k, hk, d]; with "
+          "--seqused-q/-k [n] only the first rows of each sequence are used"),
+    tensor_slot(o.cu_seqlens_k));
+  v(field("mask", "bool/int (true = keep) or additive float mask, broadcastable to [b, h, sq, sk]"),
+    tensor_slot(o.mask));
+  v(field("alibi_slopes",
+          "ALiBi slopes [hq] or [b, hq] (FlashAttention alibi_slopes), in place of "
+          "--alibi-max-bias's; alone: slope*j with --causal, else -slope*|i + sk - sq - j| "
+          "(each entry's own lengths)"),
+    tensor_slot(o.alibi_slopes));
+  v(field("t5_bias", "T5 relative bias embedding [buckets, hq]"), tensor_slot(o.t5_bias));
+  v(field("clipped_bias",
+          "Phi-4-multimodal audio bias_values [2M, hq]: logits += table[clip(j-pos(i), -M, "
+          "M-1) + M] (HF Phi4MultimodalAudioRelativeAttentionBias)"),
+    tensor_slot(o.clipped_bias));
+  v(field("global_bias",
+          "HF global_relative_attention_bias [buckets, hq]: side score (i, g) += "
+          "table[t5_bucket(g - block(i))], with the --t5-* bucket options"),
+    tensor_slot(o.global_bias));
+  v(field("relative_k",
+          "Shaw relative key table [2M+1, d] (or per head [2M+1, hq, d]): logits += "
+          "q.rk[clip(j-i,-M,M)+M]"),
+    tensor_slot(o.relative_k));
+  v(field("relative_v",
+          "Shaw relative value table [2M+1, dv]: output += sum_j p_ij rv[clip(j-i)+M]"),
+    tensor_slot(o.relative_v));
+  v(field("relative_proj",
+          "Gemma-3n audio: pos_proj.weight W [hq*d, D]; --relative-k becomes the per-head "
+          "table W timing(i-j) over --relative-left/--relative-right (timing: [sin | cos] of "
+          "(i-j) exp(-c ln(1e4)/max(D/2-1,1)), HF Gemma3nAudioRelativePositionEmbedding)"),
+    tensor_slot(o.relative_proj));
+  v(field("per_dim_scale",
+          "Gemma-3n audio: per_dim_scale P [d]; query dim c times softplus(P_c), default "
+          "--scale 1/(sqrt(d) ln 2) (HF Gemma3nAudioAttention q_scale)"),
+    tensor_slot(o.per_dim_scale));
+  v(field("sinks", "[hq] sink logits (gpt-oss): an extra softmax column"), tensor_slot(o.sinks));
+  v(field("qv",
+          "FlashAttention-3 qv, Q's shape with dv: scores += scale qv.v (V repeated over the "
+          "group); default scale 1/sqrt(d + dv)"),
+    tensor_slot(o.qv));
+  v(field("q_descale",
+          "FlashAttention fp8 descale [b, hk], finite and positive: Q and qv (each head by its "
+          "KV head's) multiplied by it in float32 first"),
+    tensor_slot(o.q_descale));
+  v(field("k_descale",
+          "FlashAttention fp8 descale [b, hk], finite and positive: K multiplied by it in "
+          "float32 first"),
+    tensor_slot(o.k_descale));
+  v(field("v_descale",
+          "FlashAttention fp8 descale [b, hk], finite and positive: V multiplied by it in "
+          "float32 first"),
+    tensor_slot(o.v_descale));
   v(field("wavlm_gate",
           "WavLM's gate on --t5-bias: the layer's hidden states X [b, sq, hidden], "
           "gru_rel_pos_linear W [8, hidden/hq] and B [8], gru_rel_pos_const C [hq]; "
@@ -330,114 +410,58 @@ void declare_tensor_groups(V& v, AttentionOptions& o) {
                  "the two tables"));
 }
 
-/// AttentionOptions' tensors that are one option and one keyword of the same name, in the
-/// order --help lists them. Not here: those given several under one option
-/// (declare_tensor_groups) and score_bias (the relative schemes' own, no option).
-inline const std::vector<TensorField<AttentionOptions>>& attention_tensors() {
-  using A = AttentionOptions;
-  static const std::vector<TensorField<A>> t{
-      {"key_lengths", "[b] integers: keys at or after the length are padding (masked)",
-       &A::key_lengths},
-      {"seqused_q",
-       "[b] integers (FlashAttention seqused_q): entry b uses its first queries, the rest "
-       "output 0; masks align to the entry's own lengths",
-       &A::seqused_q},
-      {"seqused_k",
-       "[b] integers (FlashAttention seqused_k): entry b uses its first keys; causal, "
-       "windows, chunks and sink tokens align to i + seqused_k - seqused_q",
-       &A::seqused_k},
-      {"cu_seqlens_q",
-       "FlashAttention varlen: int32/int64 boundaries [n+1] of the sequences in packed Q "
-       "[total_q, hq, d] (--axes shd); with --cu-seqlens-k, each sequence a run of its own; "
-       "lse [hq, total_q]",
-       &A::cu_seqlens_q},
-      {"cu_seqlens_k",
-       "FlashAttention varlen: boundaries [n+1] in packed K, V [total_k, hk, d]; with "
-       "--seqused-q/-k [n] only the first rows of each sequence are used",
-       &A::cu_seqlens_k},
-      {"mask", "bool/int (true = keep) or additive float mask, broadcastable to [b, h, sq, sk]",
-       &A::mask},
-      {"alibi_slopes",
-       "ALiBi slopes [hq] or [b, hq] (FlashAttention alibi_slopes), in place of "
-       "--alibi-max-bias's; alone: slope*j with --causal, else -slope*|i + sk - sq - j| "
-       "(each entry's own lengths)",
-       &A::alibi_slopes},
-      {"t5_bias", "T5 relative bias embedding [buckets, hq]", &A::t5_bias},
-      {"clipped_bias",
-       "Phi-4-multimodal audio bias_values [2M, hq]: logits += table[clip(j-pos(i), -M, "
-       "M-1) + M] (HF Phi4MultimodalAudioRelativeAttentionBias)",
-       &A::clipped_bias},
-      {"global_bias",
-       "HF global_relative_attention_bias [buckets, hq]: side score (i, g) += "
-       "table[t5_bucket(g - block(i))], with the --t5-* bucket options",
-       &A::global_bias},
-      {"relative_k",
-       "Shaw relative key table [2M+1, d] (or per head [2M+1, hq, d]): logits += "
-       "q.rk[clip(j-i,-M,M)+M]",
-       &A::relative_k},
-      {"relative_v", "Shaw relative value table [2M+1, dv]: output += sum_j p_ij rv[clip(j-i)+M]",
-       &A::relative_v},
-      {"relative_proj",
-       "Gemma-3n audio: pos_proj.weight W [hq*d, D]; --relative-k becomes the per-head "
-       "table W timing(i-j) over --relative-left/--relative-right (timing: [sin | cos] of "
-       "(i-j) exp(-c ln(1e4)/max(D/2-1,1)), HF Gemma3nAudioRelativePositionEmbedding)",
-       &A::relative_proj},
-      {"per_dim_scale",
-       "Gemma-3n audio: per_dim_scale P [d]; query dim c times softplus(P_c), default "
-       "--scale 1/(sqrt(d) ln 2) (HF Gemma3nAudioAttention q_scale)",
-       &A::per_dim_scale},
-      {"sinks", "[hq] sink logits (gpt-oss): an extra softmax column", &A::sinks},
-      {"qv",
-       "FlashAttention-3 qv, Q's shape with dv: scores += scale qv.v (V repeated over the "
-       "group); default scale 1/sqrt(d + dv)",
-       &A::qv},
-      {"q_descale",
-       "FlashAttention fp8 descale [b, hk], finite and positive: Q and qv (each head by its "
-       "KV head's) multiplied by it in float32 first",
-       &A::q_descale},
-      {"k_descale",
-       "FlashAttention fp8 descale [b, hk], finite and positive: K multiplied by it in "
-       "float32 first",
-       &A::k_descale},
-      {"v_descale",
-       "FlashAttention fp8 descale [b, hk], finite and positive: V multiplied by it in "
-       "float32 first",
-       &A::v_descale},
-  };
-  return t;
+/// The KV-cache step's inputs (FlashAttention's flash_attn_with_kvcache arguments), in
+/// the order --help lists them: its tensors, then the rotation's pairing.
+template <class V>
+void declare(V& v, KvCacheOptions& k) {
+  v(field("page_table",
+          "paged cache: -k/-v are [num_blocks, page_size, hk, d] pages and this [b, max_blocks] "
+          "integer tensor their ids per entry"),
+    tensor_slot(k.page_table));
+  v(field("cache_seqlens",
+          "[b] tokens already in each entry's cache (-k/-v are then the caches [b_cache, "
+          "s_cache, hk, d]); default: all"),
+    tensor_slot(k.cache_seqlens));
+  v(field("cache_batch_idx", "[b] cache row (or page-table row) of each entry"),
+    tensor_slot(k.cache_batch_idx));
+  v(field("cache_leftpad", "[b] first valid cache row of each entry"),
+    tensor_slot(k.cache_leftpad));
+  v(field("k_new", "new keys [b, s_new, hk, d], stored at cache_seqlens before attending"),
+    tensor_slot(k.k_new));
+  v(field("v_new", "new values [b, s_new, hk, dv] (with --k-new)"), tensor_slot(k.v_new));
+  v(field("cu_seqlens_k_new",
+          "[b+1] int32/int64 offsets packing the new keys: --k-new/--v-new are [total_new, hk, "
+          "d], entry b's rows [cu[b], cu[b+1]) (varlen)"),
+    tensor_slot(k.cu_seqlens_k_new));
+  v(field("rotary_cos",
+          "[s_rot, rotary_dim/2] cos table (any float dtype, used as given) rotating q and the "
+          "new keys at cache_seqlens"),
+    tensor_slot(k.rotary_cos));
+  v(field("rotary_sin", "the sin table (with --rotary-cos)"), tensor_slot(k.rotary_sin));
+  v(field("rotary_seqlens",
+          "[b] rotary position of each entry's first new token (default cache_seqlens)"),
+    tensor_slot(k.rotary_seqlens));
+  v(field("rotary_interleaved",
+          "rotate adjacent pairs (GPT-J; FlashAttention's default) instead of halves"),
+    k.rotary_interleaved);
 }
 
-/// The KV-cache step's tensors (FlashAttention's flash_attn_with_kvcache arguments), in
-/// the order --help lists them.
-inline const std::vector<TensorField<KvCacheOptions>>& kvcache_tensors() {
-  using K = KvCacheOptions;
-  static const std::vector<TensorField<K>> t{
-      {"page_table",
-       "paged cache: -k/-v are [num_blocks, page_size, hk, d] pages and this [b, max_blocks] "
-       "integer tensor their ids per entry",
-       &K::page_table},
-      {"cache_seqlens",
-       "[b] tokens already in each entry's cache (-k/-v are then the caches [b_cache, "
-       "s_cache, hk, d]); default: all",
-       &K::cache_seqlens},
-      {"cache_batch_idx", "[b] cache row (or page-table row) of each entry", &K::cache_batch_idx},
-      {"cache_leftpad", "[b] first valid cache row of each entry", &K::cache_leftpad},
-      {"k_new", "new keys [b, s_new, hk, d], stored at cache_seqlens before attending", &K::k_new},
-      {"v_new", "new values [b, s_new, hk, dv] (with --k-new)", &K::v_new},
-      {"cu_seqlens_k_new",
-       "[b+1] int32/int64 offsets packing the new keys: --k-new/--v-new are [total_new, hk, "
-       "d], entry b's rows [cu[b], cu[b+1]) (varlen)",
-       &K::cu_seqlens_k_new},
-      {"rotary_cos",
-       "[s_rot, rotary_dim/2] cos table (any float dtype, used as given) rotating q and the "
-       "new keys at cache_seqlens",
-       &K::rotary_cos},
-      {"rotary_sin", "the sin table (with --rotary-cos)", &K::rotary_sin},
-      {"rotary_seqlens",
-       "[b] rotary position of each entry's first new token (default cache_seqlens)",
-       &K::rotary_seqlens},
-  };
-  return t;
+/// AttentionOptions' tensor inputs as a request of their own (declare_tensors), for the
+/// field lists the tests walk.
+struct AttentionTensors {
+  AttentionOptions options;
+};
+template <class V>
+void declare(V& v, AttentionTensors& t) {
+  declare_tensors(v, t.options);
+}
+
+/// `f(kind, Request{})` for attention's tensor inputs (kind attention) and the KV-cache
+/// step's inputs (kind kvcache).
+template <class F>
+void for_each_attention_input(F&& f) {
+  f("attention", AttentionTensors{});
+  f("kvcache", KvCacheOptions{});
 }
 
 /// `f(name, Request{})` for every declared attention request (AttentionOptions and its
