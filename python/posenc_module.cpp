@@ -225,6 +225,7 @@ Caller keywords(std::vector<const py::dict*> dicts) {
     return py::none();
   };
   Caller c;
+  c.spread_apart = true;  // a Spread's keywords are Python's names for its members
   c.gave = [held](const std::string& n) { return !held(n).is_none(); };
   c.term = [](const std::string& n) { return n; };
   c.count = [held](const std::string& n) -> std::size_t {
@@ -364,8 +365,13 @@ class KeywordReader {
       member.push_back(xarray_of<double>(w, f.name.c_str()));
     }
   }
-  void operator()(const Field& f, const Spread& s) {
-    if (!arrays_.value_or(true) || !has(f)) return;
+  template <class T>
+  void operator()(const Field& f, const Spread<T>& s) {
+    if (!arrays_.value_or(true)) return;
+    for (std::size_t i = 0; i < s.keywords.size(); ++i) {  // a keyword each
+      *s.members.at(i) = xarray_arg<T>(d_, s.keywords[i].c_str());
+    }
+    if (!s.keywords.empty() || !has(f)) return;
     const py::object list = d_[f.name.c_str()];
     if (!py::isinstance<py::list>(list)) bad_type(f.name, "a list of arrays", list);
     std::size_t i = 0;  // (x, None): the second not given
@@ -401,6 +407,15 @@ class KeywordReader {
       throw UsageError(f.name + ": expected " + c.listed() + ", got '" + printable(*name) + "'");
     }
     c.member = *e;
+  }
+  template <class E>
+  void operator()(const Field& f, const Emits<E>& e) {  // a name or a sequence of names
+    if (arrays_.value_or(false) || !has(f)) return;
+    const py::object v = d_[f.name.c_str()];
+    const auto names = py::isinstance<py::str>(v) ? std::vector<std::string>{v.cast<std::string>()}
+                                                  : *scalar<std::vector<std::string>>(f);
+    const std::string said = names.size() == 1 ? "" : py::repr(py::tuple(v)).cast<std::string>();
+    e.set(f, names, said, "one or a sequence of");
   }
   template <class B>
   void operator()(const Field& f, const Numbers<B>& n) {
@@ -611,15 +626,6 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
 
 // --- tables -------------------------------------------------------------------------
 
-std::vector<RopeEmit> emits_of(const py::dict& d) {
-  std::vector<RopeEmit> out;
-  for (const auto& e :
-       get<std::vector<std::string>>(d, "emit").value_or(std::vector<std::string>{"cos-sin"})) {
-    out.push_back(parse_rope_emit(e));
-  }
-  return out;
-}
-
 // The keywords of one posenc.table call: the kind's own (`d`), RoPE's and the positions'.
 struct TableArgs {
   const std::string& kind;
@@ -649,49 +655,28 @@ Table table_in_keywords(R& r, F compute) {
   return in_callers_terms(r, keywords({}), [&] { return compute(r); });
 }
 
-// Every kind posenc.table knows, by name: the declared kinds, then those with their own
-// keywords (RoPE's emit lists; cpmant-bucket's two segment keywords, one option on the
-// command line), which replace the declared kinds' entries.
+// Every kind posenc.table knows, by name: the declared kinds, then RoPE's, whose ROPE
+// OPTIONS and positions are keywords of their own.
 const std::map<std::string, TableKind>& table_kinds() {
   static const std::map<std::string, TableKind> kinds = [] {
     std::map<std::string, TableKind> k;
     for_each_table([&k](const char* kind, auto preset, auto compute) {
       k[kind] = [preset, compute](const TableArgs& a, std::vector<Table>& tables) {
         auto r = request_of(a.d, preset);
-        tables.push_back(table_in_keywords(r, compute));
+        for_each_emitted(r, [&](const std::string&) {
+          tables.push_back(table_in_keywords(r, compute));
+        });
       };
     });
     k["rope"] = [](const TableArgs& a, std::vector<Table>& tables) {
       RopeTableRequest r;
+      KeywordReader(a.d).read(r);  // emit, layout
       r.where = positions(a.pos);
       r.positions = get<std::int64_t>(a.d, "positions");
       r.rope = rope_params(a.rope, get<int>(a.d, "dim").value_or(0));
-      set_if(a.d, "half", r.half);
       set_if(a.d, "inverse", r.inverse);
       if (auto p = get<std::string>(a.d, "precision")) r.precision = precision_of(*p);
-      for (RopeEmit e : emits_of(a.d)) {
-        r.emit = e;
-        tables.push_back(rope_table(r));
-      }
-    };
-    k["rope2d"] = [](const TableArgs& a, std::vector<Table>& tables) {
-      auto r = request_of<Rope2dRequest>(a.d);
-      set_if(a.d, "half", r.half);
-      for (RopeEmit e : emits_of(a.d)) {
-        r.emit = e;
-        tables.push_back(rope2d_table(r));
-      }
-    };
-    k["funnel-factorized"] = [](const TableArgs& a, std::vector<Table>& tables) {
-      auto r = request_of<FunnelFactorizedRequest>(a.d);
-      if (auto e = get<std::string>(a.d, "emit")) r.emit = parse_funnel_factor(*e);
-      tables.push_back(funnel_factorized_table(r));
-    };
-    k["cpmant-bucket"] = [](const TableArgs& a, std::vector<Table>& tables) {
-      auto r = request_of<CpmAntBucketRequest>(a.d);
-      r.segment_ids = xarray_arg<std::int64_t>(a.d, "segment_ids");
-      r.key_segment_ids = xarray_arg<std::int64_t>(a.d, "key_segment_ids");
-      tables.push_back(cpmant_bucket_table(r));
+      for_each_emitted(r, [&](const std::string&) { tables.push_back(rope_table(r)); });
     };
     return k;
   }();
@@ -700,8 +685,8 @@ const std::map<std::string, TableKind>& table_kinds() {
 
 // The declared fields of the requests `for_each` visits (the table kinds, RoPE's requests,
 // ...; each `kind` the one it belongs to), for tests and the stubs' keyword lists:
-// [{kind, name, option, type, required, lo, hi, choices, negation, positive, bare, sides,
-// default, help}, ...].
+// [{kind, name, option, type, required, lo, hi, choices, negation, positive, bare, word,
+// flag, flag_word, sides, default, help}, ...].
 template <class ForEach>
 py::list fields_of(ForEach for_each) {
   py::list out;
@@ -722,6 +707,8 @@ py::list fields_of(ForEach for_each) {
       e["positive"] = f.positive;
       e["bare"] = f.bare;
       e["word"] = f.word;
+      e["flag"] = f.flag.empty() ? "" : Field::option_of(f.flag);
+      e["flag_word"] = f.flag_word;
       e["sides"] = f.first_side.empty() ? py::list()
                                         : py::list(py::make_tuple(f.first_side, f.second_side));
       e["default"] = f.default_text;

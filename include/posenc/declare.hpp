@@ -56,6 +56,9 @@ struct Field {
   std::string bare, word;
   /// Sides fields: how messages name the two sides ("LEFT", "RIGHT").
   std::string first_side, second_side;
+  /// Choices: a flag of the command line that gives one name (`--half-width` for
+  /// `--layout half`), its name and help; empty: none. Python has no such keyword.
+  std::string flag, flag_word, flag_help;
   // Filled by `describe`:
   std::string type;                  ///< int, float, bool, choice
   std::vector<std::string> choices;  ///< a choice field's names, in order
@@ -107,6 +110,13 @@ struct Field {
   Field& sides(std::string first_name, std::string second_name) {
     first_side = std::move(first_name);
     second_side = std::move(second_name);
+    return *this;
+  }
+  /// A choice that the command line's `--flag_name` (help `help_text`) also gives as `word_text`.
+  Field& flag_for(std::string flag_name, std::string word_text, std::string help_text) {
+    flag = std::move(flag_name);
+    flag_word = std::move(word_text);
+    flag_help = std::move(help_text);
     return *this;
   }
   /// A flag whose `--negation` (help `neg_help`) sets it false; `with_positive` false:
@@ -180,6 +190,60 @@ Choice<M&, E> choice(M& member, const Names<E>& names) {
 template <class... M, class E>
 Choice<std::tuple<M&...>, E> choice(std::tuple<M&...> members, const Names<E>& names) {
   return Choice<std::tuple<M&...>, E>{members, names};
+}
+
+/// The tables a request writes, one per name of a list (`--emit cos,sin`, Python
+/// `emit=("cos", "sin")`), each name at most once: each table is computed with `each` (the
+/// request's `emit`) set to its value in turn (for_each_emitted).
+template <class E>
+struct Emits {
+  std::vector<E>& list;
+  E& each;
+  const Names<E>& names;
+
+  /// Sets the list from the names a caller gave, `said` as the caller wrote them
+  /// ("phi,rho"; empty when one name) and `a_list` how the caller says a list ("a comma
+  /// list of"): "emit phi,rho: expected a comma list of phi, pi, psi, omega", "emit
+  /// phi,phi: 'phi' is named twice".
+  void set(const Field& f, const std::vector<std::string>& words, const std::string& said,
+           const std::string& a_list) const {
+    const std::string prefix = f.name + (said.empty() ? "" : " " + said) + ": ";
+    std::vector<E> out;
+    for (const std::string& w : words) {
+      const E* e = nullptr;
+      for (const auto& [n, v] : names) {
+        if (n == w) e = &v;
+      }
+      if (e == nullptr) {
+        std::string all;
+        for (const auto& n : names) all += (all.empty() ? "" : ", ") + n.first;
+        throw UsageError(prefix + "expected " + a_list + " " + all +
+                         (said.empty() ? ", got '" + w + "'" : ""));
+      }
+      for (E x : out) {
+        if (x == *e) throw UsageError(prefix + "'" + w + "' is named twice");
+      }
+      out.push_back(*e);
+    }
+    if (out.empty()) throw UsageError(prefix + "expected " + a_list + " names, got none");
+    list = std::move(out);
+  }
+  /// The name of value `e` with '_' for '-' (cos_sin): the table's name in -o patterns.
+  std::string name(E e) const {
+    for (const auto& [n, v] : names) {
+      if (v == e) {
+        std::string out = n;
+        for (char& c : out) c = c == '-' ? '_' : c;
+        return out;
+      }
+    }
+    return "";
+  }
+};
+/// `v(field("emit", ...), emits(r.emits, r.emit, rope_emits()))`.
+template <class E>
+Emits<E> emits(std::vector<E>& list, E& each, const Names<E>& names) {
+  return Emits<E>{list, each, names};
 }
 
 /// Two integers given together ("--window H W", Python `window=(H, W)`); with
@@ -282,16 +346,22 @@ inline ArrayF32 with_f32(std::optional<xt::xarray<double>>& values, bool& f32) {
 }
 
 /// Several tensors given together, each into its own member (`--mlp W1 B1 W2`, Python
-/// `mlp=(w1, b1, w2)`; `--bias-table WX [WY]`). `said[i]`: for a member the library's
-/// messages name apart ("bias_table_y"), that name and how the caller hears it after
+/// `mlp=(w1, b1, w2)`; `--bias-table WX [WY]`). `said`: for a member the library's
+/// messages name apart ("bias_table_y"), that name and how the command line says it after
 /// the field's own name ("y, the second"); empty: the member goes by the field's name.
+/// `keywords`: Python's keyword for each member (`segment_ids`, `key_segment_ids`: one
+/// option on the command line, two keywords); empty: one keyword, a list.
+template <class T = double>
 struct Spread {
-  std::vector<std::optional<xt::xarray<double>>*> members;
+  std::vector<std::optional<xt::xarray<T>>*> members;
   std::vector<std::pair<std::string, std::string>> said;
+  std::vector<std::string> keywords;
 };
-inline Spread spread(std::vector<std::optional<xt::xarray<double>>*> members,
-                     std::vector<std::pair<std::string, std::string>> said = {}) {
-  return Spread{std::move(members), std::move(said)};
+template <class T = double>
+Spread<T> spread(std::vector<std::optional<xt::xarray<T>>*> members,
+                 std::vector<std::pair<std::string, std::string>> said = {},
+                 std::vector<std::string> keywords = {}) {
+  return Spread<T>{std::move(members), std::move(said), std::move(keywords)};
 }
 
 class Tensor;
@@ -335,6 +405,8 @@ struct Caller {
   std::function<bool(const std::string&)> gave;
   std::function<std::string(const std::string&)> term;
   std::function<std::size_t(const std::string&)> count;  ///< values a list field was given
+  /// Takes a Spread with `keywords` as those keywords (Python), which its messages name.
+  bool spread_apart = false;
 };
 
 /// Rules that join fields (one of two given, sizes checked before a table is read):
@@ -350,7 +422,9 @@ struct SpreadNames {
   const Caller* caller = nullptr;
   template <class T>
   void operator()(const Field&, const T&) {}
-  void operator()(const Field& f, const Spread& s) {
+  template <class T>
+  void operator()(const Field& f, const Spread<T>& s) {
+    if (caller->spread_apart && !s.keywords.empty()) return;
     for (const auto& [member, label] : s.said) {
       from_to.push_back({member + ": ", caller->term(f.name) + " (" + label + "): "});
     }
@@ -407,6 +481,8 @@ class Validator {
   void operator()(const Field&, const Choice<M, E>&) {}  // a name table holds only valid values
   void operator()(const Field&, const Pair&) {}          // the sides' ranges are the table's
   void operator()(const Field&, const Sides&) {}         // checked as they are set
+  template <class E>
+  void operator()(const Field&, const Emits<E>&) {}  // checked as they are set
 
  private:
   const ValueSources& sources_;
@@ -480,8 +556,20 @@ class Describer {
     f.type = "array";
     fields.push_back(std::move(f));
   }
-  void operator()(Field f, const Spread&) {
-    f.type = "array list";
+  template <class T>
+  void operator()(Field f, const Spread<T>&) {
+    f.type = std::is_same_v<T, double> ? "array list" : "int array list";
+    fields.push_back(std::move(f));
+  }
+  template <class E>
+  void operator()(Field f, const Emits<E>& e) {
+    f.type = "choice list";
+    for (const auto& n : e.names) f.choices.push_back(n.first);
+    for (E x : e.list) {
+      for (const auto& [n, v] : e.names) {
+        if (v == x) f.default_text += (f.default_text.empty() ? "" : ",") + n;
+      }
+    }
     fields.push_back(std::move(f));
   }
   void operator()(Field f, const TensorSlot&) {
@@ -527,6 +615,45 @@ std::vector<Field> describe() {
   Describer d;
   declare(d, r);
   return d.fields;
+}
+
+/// Finds a request's Emits field.
+class EmitsFinder {
+ public:
+  /// Calls its argument with each table's name once `each` is set; none: the request has
+  /// no Emits field.
+  std::function<void(const std::function<void(const std::string&)>&)> each;
+
+  template <class T>
+  void operator()(const Field&, const T&) {}
+  template <class E>
+  void operator()(const Field&, Emits<E> e) {
+    each = [e](const std::function<void(const std::string&)>& f) {
+      for (E x : e.list) {
+        e.each = x;
+        f(e.name(x));
+      }
+    };
+  }
+};
+
+/// Calls `f(name)` once for each table of `r` with its `emit` set: once per name of its
+/// Emits field (the name as Emits::name), or once with "" for a request without one.
+template <class R, class F>
+void for_each_emitted(R& r, F&& f) {
+  EmitsFinder e;
+  declare(e, r);
+  if (!e.each) return f(std::string());
+  e.each(f);
+}
+
+/// Whether request type R writes a list of tables (has an Emits field).
+template <class R>
+bool emits_several() {
+  R r{};
+  EmitsFinder e;
+  declare(e, r);
+  return static_cast<bool>(e.each);
 }
 
 }  // namespace posenc

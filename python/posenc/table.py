@@ -67,13 +67,6 @@ def _declared(kind, args, **extra):
     return request
 
 
-def _layout(layout):
-    """Whether `layout` ("full" or "half") asks for half-width lines."""
-    if not isinstance(layout, str) or layout not in ("full", "half"):
-        raise UsageError(f"layout: expected full or half, got {layout!r:.40}")
-    return layout == "half"
-
-
 def sinusoidal(args, *, positions, dim, base=10000.0, start=0, layout="interleaved", dtype=None):
     """Vaswani's table [N, D]: PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i),
     w_i = 1 / base^(2i/D), for positions start .. start + N - 1; layout "interleaved" or
@@ -110,7 +103,7 @@ def rope(args, *, positions=None, dim=None, base=None, emit="cos-sin", layout="f
     rope_d = _rope_dict(args, precision)  # the ROPE OPTIONS among the arguments
     pos = _positions(start, position_ids, cu_seqlens)
     emits, single = _emit_list(emit, ("cos-sin",))
-    request = {"positions": positions, "dim": dim, "half": _layout(layout),
+    request = {"positions": positions, "dim": dim, "layout": layout,
                "inverse": _flag(inverse, "inverse"), "precision": precision}
     return _run("rope", request, dtype, rope_d, pos, emits, single)
 
@@ -120,8 +113,7 @@ def rope2d(args, *, height, width, dim, base=100.0, order="xy", style="gptj", em
     """Axial 2-D RoPE for an H x W grid (tokens in row-major order): D/4 frequencies per
     axis, x block first (order "xy") or y first ("yx"); emit and layout as table.rope."""
     emits, single = _emit_list(emit, ("cos-sin",))
-    return _run("rope2d", _declared("rope2d", args, half=_layout(layout)),
-                dtype, emits=emits, single=single)
+    return _run("rope2d", _declared("rope2d", args), dtype, emits=emits, single=single)
 
 
 def alibi(args, *, heads, q_len=None, k_len=None, variant=None, max_bias=8.0, dtype=None):
@@ -168,8 +160,10 @@ def funnel_factorized(args, *, seq_len, dim, emit="phi", block=0, key_block=None
                       separate_cls=False, truncate_seq=False, base=10000.0, dtype=None):
     """One of Funnel Transformer's factorized attention tables (emit "phi", "pi", "psi"
     or "omega") [rows, D], its rows pooled `block` times (phi, pi) or `key_block` times
-    (psi, omega; default block)."""
-    return _run("funnel-factorized", _declared("funnel-factorized", args, emit=emit), dtype)
+    (psi, omega; default block); a sequence of them (("phi", "psi")) returns a tuple."""
+    emits, single = _emit_list("phi" if emit is None else emit, ())
+    return _run("funnel-factorized", _declared("funnel-factorized", args), dtype, emits=emits,
+                single=single)
 
 
 def deberta_bucket(args, *, q_len=None, k_len=None, position_buckets=256,

@@ -8,6 +8,7 @@ from . import ArrayLike, Arith, DTypeLike, Factors, Precision, Scaling, Style
 
 RopeEmit = Literal["inv-freq", "angles", "cos", "sin", "cos-sin", "cos-sin-cache",
                    "inv_freq", "cos_sin", "cos_sin_cache"]
+FunnelFactor = Literal["phi", "pi", "psi", "omega"]
 
 def sinusoidal(*, positions: int, dim: int, base: float = ..., start: int = ...,
                layout: Literal["interleaved", "concat"] = ...,
@@ -54,7 +55,7 @@ def funnel_relative(*, seq_len: int, dim: int, block: int = ..., shift: int = ..
                     separate_cls: bool = ..., truncate_seq: bool = ..., base: float = ...,
                     dtype: Optional[DTypeLike] = ...) -> Any: ...
 def funnel_factorized(*, seq_len: int, dim: int,
-                      emit: Literal["phi", "pi", "psi", "omega"] = ..., block: int = ...,
+                      emit: Union[FunnelFactor, Sequence[FunnelFactor]] = ..., block: int = ...,
                       key_block: Optional[int] = ..., separate_cls: bool = ...,
                       truncate_seq: bool = ..., base: float = ...,
                       dtype: Optional[DTypeLike] = ...) -> Any: ...

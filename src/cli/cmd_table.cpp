@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <optional>
@@ -85,52 +84,12 @@ void write_all(std::vector<Table> tables, const std::vector<std::string>& names,
   outs.commit();
 }
 
-void write_out(Table t, const Common& c) {
-  std::vector<Table> one;
-  one.push_back(std::move(t));
-  write_all(std::move(one), {}, c);
-}
-
-// The tables of --emit: a comma list of emit values, each at most once.
-std::vector<RopeEmit> parse_emit_list(const std::string& text) {
-  std::vector<RopeEmit> out;
-  for (const std::string& field : split_list(text)) {
-    const RopeEmit e = parse_rope_emit(field);
-    if (std::find(out.begin(), out.end(), e) != out.end()) {
-      throw UsageError(fmt::format("--emit {}: '{}' is named twice", text, field));
-    }
-    out.push_back(e);
-  }
-  return out;
-}
-
-// The name of an emitted table in patterns and groups: cos, sin, inv_freq, cos_sin, ...
-std::string emit_name(RopeEmit e) {
-  std::string name = rope_emit_name(e);
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
-void add_emit_options(CLI::App* sub, std::string& emit, std::string& layout, bool& half_width) {
-  sub->add_option("--emit", emit,
-                  "inv-freq | angles | cos | sin | cos-sin ([2, N, W]: cos then sin) | "
-                  "cos-sin-cache (vLLM [N, R] = cat(cos_half, sin_half)); default cos-sin; "
-                  "a comma list (cos,sin) writes each table to its own output or dataset");
-  sub->add_option("--layout", layout,
-                  "full ([N, R] in the --style pair layout, default) or half ([N, R/2], one "
-                  "column per frequency as flash-attn takes cos/sin)")
-      ->check(CLI::IsMember({"full", "half"}));
-  sub->add_flag("--half-width", half_width, "same as --layout half");
-}
-
 struct RopeTableOptions {
   Common c;
   RopeCliOptions rope;
   long long positions = 0;
   int dim = 0;
-  std::string emit = "cos-sin";
-  std::string layout = "full";
-  bool half_width = false;
+  RopeTableRequest r;  // --emit, --layout (its declared fields)
 };
 
 void run_rope(const RopeTableOptions& o, CLI::App* sub) {
@@ -140,8 +99,7 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   if (o.dim <= 0 && o.rope.hf_config.empty()) {
     throw UsageError("--dim: the head dimension is required (or give --hf-config)");
   }
-  RopeTableRequest r;
-  const std::vector<RopeEmit> emits = parse_emit_list(o.emit);
+  RopeTableRequest r = o.r;
   r.where = rope_positions(o.rope);
   if (sub->count("--position-ids") > 0 && sub->count("--start") > 0) {
     throw UsageError("--start: cannot be combined with --position-ids (ids are absolute)");
@@ -158,42 +116,17 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
           flag));
     }
   }
-  r.half = o.half_width || o.layout == "half";
   r.inverse = o.rope.apply.inverse;
   r.precision = rope_precision(o.rope);
   // Every table is described (and its request checked) before any output is opened.
   std::vector<Table> tables;
   std::vector<std::string> names;
-  for (RopeEmit e : emits) {
-    r.emit = e;
+  for_each_emitted(r, [&](const std::string& name) {
     tables.push_back(rope_table(r));
-    names.push_back(emit_name(e));
-  }
+    names.push_back(name);
+  });
   write_all(std::move(tables), names, o.c);
 }
-// --emit of funnel-factorized: a comma list of phi, pi, psi, omega, each at most once.
-std::vector<FunnelFactor> parse_factor_list(const std::string& text) {
-  std::vector<FunnelFactor> out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string field = text.substr(at, comma - at);
-    FunnelFactor f;
-    try {
-      f = parse_funnel_factor(field);
-    } catch (const UsageError&) {
-      throw UsageError(
-          fmt::format("--emit {}: expected a comma list of phi, pi, psi, omega", text));
-    }
-    if (std::find(out.begin(), out.end(), f) != out.end()) {
-      throw UsageError(fmt::format("--emit {}: '{}' is named twice", text, field));
-    }
-    out.push_back(f);
-    at = comma + 1;
-  }
-  return out;
-}
-
 // A kind: its request (the declared fields bound to options), its output options, the
 // files of its array fields, and its subcommand.
 template <class R>
@@ -210,29 +143,27 @@ struct Kind {
   }
 };
 
-// A subcommand of `table` with the options of `preset`'s declared fields (but `skip`).
+// A kind whose options are all declared: its request reduced to its table, or to one
+// table per name of its --emit list (each its own output).
 template <class R>
-Kind<R>& add_kind(CLI::App* table, const char* name, const char* help, R preset = R{},
-                  std::vector<std::string> skip = {}) {
+void add_plain_kind(CLI::App* table, const char* name, const char* help,
+                    const std::string& dtype_help, Table (*compute)(const R&), R preset = R{}) {
   static std::list<Kind<R>> kinds;  // swin-index and beit-index share a request type
   Kind<R>& o = kinds.emplace_back();
   o.r = std::move(preset);
   o.sub = table->add_subcommand(name, help);
-  OptionBinder b(o.sub, "", std::move(skip), &o.files);
-  declare(b, o.r);
-  return o;
-}
-
-// A kind whose options are all declared: its request reduced to one table.
-template <class R>
-void add_plain_kind(CLI::App* table, const char* name, const char* help,
-                    const std::string& dtype_help, Table (*compute)(const R&), R preset = R{}) {
-  Kind<R>& o = add_kind(table, name, help, std::move(preset));
-  add_common(o.sub, o.c, dtype_help.c_str());
-  o.sub->callback([&o, compute] {
+  add_declared_options(o.sub, o.r, &o.files);
+  const bool several = emits_several<R>();
+  add_common(o.sub, o.c, dtype_help.c_str(), several);
+  o.sub->callback([&o, compute, several] {
     o.read();
-    write_out(in_callers_terms(o.r, command_line(o.sub), [&o, compute] { return compute(o.r); }),
-              o.c);
+    std::vector<Table> tables;
+    std::vector<std::string> names;
+    for_each_emitted(o.r, [&](const std::string& table_name) {
+      tables.push_back(in_callers_terms(o.r, command_line(o.sub), [&] { return compute(o.r); }));
+      names.push_back(table_name);
+    });
+    write_all(std::move(tables), several ? names : std::vector<std::string>{}, o.c);
   });
 }
 
@@ -282,30 +213,16 @@ void register_table(CLI::App& app) {
                     "number of positions N (required unless --position-ids, --cu-seqlens, "
                     "or --emit inv-freq)");
     sub->add_option("--dim", o.dim, "head dimension D (or from --hf-config)");
-    add_emit_options(sub, o.emit, o.layout, o.half_width);
+    add_declared_options(sub, o.r);
     add_rope_options(sub, o.rope);
     add_common(sub, o.c, kFloatDtypeHelp, /*several=*/true);
     sub->callback([sub] { run_rope(o, sub); });
   }
   if (wanted("rope2d")) {
-    static std::string emit = "cos-sin", layout = "full";
-    static bool half_width = false;
-    Kind<Rope2dRequest>& o = add_kind<Rope2dRequest>(
+    add_plain_kind<Rope2dRequest>(
         table, "rope2d",
-        "axial 2-D RoPE for an H x W grid: D/4 frequencies per axis; shape [H*W, D]");
-    add_emit_options(o.sub, emit, layout, half_width);
-    add_common(o.sub, o.c, kFloatDtypeHelp, /*several=*/true);
-    o.sub->callback([&o] {
-      o.r.half = half_width || layout == "half";
-      std::vector<Table> tables;
-      std::vector<std::string> names;
-      for (RopeEmit e : parse_emit_list(emit)) {
-        o.r.emit = e;
-        tables.push_back(rope2d_table(o.r));
-        names.push_back(emit_name(e));
-      }
-      write_all(std::move(tables), names, o.c);
-    });
+        "axial 2-D RoPE for an H x W grid: D/4 frequencies per axis; shape [H*W, D]",
+        kFloatDtypeHelp, rope2d_table);
   }
   if (wanted("alibi")) {
     add_plain_kind<AlibiRequest>(table, "alibi",
@@ -342,24 +259,11 @@ void register_table(CLI::App& app) {
         kFloatDtypeHelp, funnel_relative_table);
   }
   if (wanted("funnel-factorized")) {
-    static std::string emit = "phi,pi,psi,omega";
-    Kind<FunnelFactorizedRequest>& o = add_kind<FunnelFactorizedRequest>(
+    add_plain_kind<FunnelFactorizedRequest>(
         table, "funnel-factorized",
         "Funnel Transformer factorized attention tables phi, pi [queries, D] and psi, omega "
-        "[keys, D] of sin/cos over pooled token positions (HF get_position_embeds)");
-    o.sub->add_option("--emit", emit,
-                      "comma list of phi, pi, psi, omega (default all four, in that order)");
-    add_common(o.sub, o.c, kFloatDtypeHelp, /*several=*/true);
-    o.sub->callback([&o] {
-      std::vector<Table> tables;
-      std::vector<std::string> names;
-      for (FunnelFactor f : parse_factor_list(emit)) {
-        o.r.emit = f;
-        tables.push_back(funnel_factorized_table(o.r));
-        names.push_back(funnel_factor_name(f));
-      }
-      write_all(std::move(tables), names, o.c);
-    });
+        "[keys, D] of sin/cos over pooled token positions (HF get_position_embeds)",
+        kFloatDtypeHelp, funnel_factorized_table);
   }
   if (wanted("deberta-bucket")) {
     add_plain_kind<DebertaBucketRequest>(
@@ -466,38 +370,13 @@ void register_table(CLI::App& app) {
         kIntDtypeHelp, longt5_global_table);
   }
   if (wanted("cpmant-bucket")) {
-    static std::vector<std::string> segment_ids;
-    Kind<CpmAntBucketRequest>& o = add_kind<CpmAntBucketRequest>(
+    add_plain_kind<CpmAntBucketRequest>(
         table, "cpmant-bucket",
         "CPM-Ant segment-aware relative buckets (HF CpmAntSegmentPositionEmbedding): T5 "
         "bidirectional buckets of j - i within a segment, buckets + q_seg * segments + k_seg "
         "across segments; shape [b, q, k], integers (or the bias [b, heads, q, k] of a "
-        "learned table)");
-    // One or two files (query, key segments) into two members; Python takes them as two
-    // keywords, so the field is not declared (a Spread would make them one).
-    o.sub
-        ->add_option("--segment-ids", segment_ids,
-                     "integer segments REF [b, s] (HF segment; each below --segments), or two: "
-                     "query [b, q] then key [b, k] segments")
-        ->expected(1, 2);
-    add_common(o.sub, o.c, bias_dtype_help("bucket").c_str());
-    o.sub->callback([&o] {
-      CpmAntBucketRequest& r = o.r;
-      cpmant_bucket_check(r, !segment_ids.empty());
-      if (!segment_ids.empty()) r.segment_ids = read_int64(segment_ids[0], "--segment-ids");
-      if (segment_ids.size() == 2) {
-        r.key_segment_ids = read_int64(segment_ids[1], "--segment-ids");
-      }
-      o.read();
-      try {
-        write_out(cpmant_bucket_table(r), o.c);
-      } catch (const InputError& e) {
-        // The library's key segments are the second value of --segment-ids.
-        const std::string msg = e.what();
-        if (msg.rfind("key_segment_ids: ", 0) != 0) throw;
-        throw InputError("--segment-ids (key, the second): " + msg.substr(17));
-      }
-    });
+        "learned table)",
+        bias_dtype_help("bucket"), cpmant_bucket_table);
   }
 }
 

@@ -75,13 +75,18 @@ class ArrayFiles {
     };
   }
   /// Several files, one into each member.
-  void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, const Spread& spread) {
+  template <class T>
+  void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, const Spread<T>& spread) {
     Slot& s = slots_.emplace_back();
     const std::string option = f.option();
     opt = sub->add_option(option, s.paths, f.help)->expected(f.min_count, f.max_count);
     s.read = [members = spread.members, &s, option] {
       for (std::size_t i = 0; i < s.paths.size(); ++i) {
-        *members.at(i) = read_values(s.paths[i], option);
+        if constexpr (std::is_same_v<T, std::int64_t>) {
+          *members.at(i) = read_int64(s.paths[i], option.c_str());
+        } else {
+          *members.at(i) = read_values(s.paths[i], option);
+        }
       }
     };
   }
@@ -201,6 +206,22 @@ class OptionBinder {
     }
     if (f.required) opt->required();
     grouped(opt);
+    if (!f.flag.empty()) {  // `--half-width`: as `--layout half`, and after it
+      grouped(sub_->add_flag_callback(
+          Field::option_of(f.flag), [c, f]() mutable { c.set(f, f.flag_word); }, f.flag_help));
+    }
+  }
+
+  /// `--emit cos,sin`: a comma list of the names.
+  template <class E>
+  void operator()(const Field& f, Emits<E> e) {
+    if (skipped(f)) return;
+    CLI::Option* opt = sub_->add_option_function<std::string>(
+        f.option(),
+        [e, f](const std::string& text) { e.set(f, split_list(text), text, "a comma list of"); },
+        f.help);
+    if (f.required) opt->required();
+    grouped(opt);
   }
 
   /// `--attn-temperature SCALE FLOOR`: two numbers, shown so in --help.
@@ -256,7 +277,8 @@ class OptionBinder {
     if (f.required) opt->required();
     grouped(opt);
   }
-  void operator()(const Field& f, const Spread& spread) {
+  template <class T>
+  void operator()(const Field& f, const Spread<T>& spread) {
     if (skipped(f)) return;
     CLI::Option* opt = nullptr;
     files_->bind(sub_, opt, f, spread);

@@ -200,7 +200,8 @@ def test_the_man_page_synopsis_lists_the_option(f):
         assert option.replace("-", r"\-") in m.group(0), f"{f['kind']}: {option} not in synopsis"
 
 
-TENSORS = [f for f in FIELDS if f["type"] in ("array", "int array", "array list")]
+TENSORS = [f for f in FIELDS if f["type"] in ("array", "int array", "array list",
+                                               "int array list")]
 
 
 def without(args, option):
@@ -218,14 +219,19 @@ def test_the_walk_covers_tensors_pairs_and_lists():
     """The tensors, pairs and lists are declared fields too, so every test above walks them
     (a kind binding one by hand in a front end would leave it out of this list)."""
     types = {f["type"] for f in FIELDS}
-    assert {"array", "int array", "array list", "int list", "pair"} <= types, types
+    assert {"array", "int array", "array list", "int list", "pair", "choice list"} <= types, types
     names = {(f["kind"], f["name"]) for f in TENSORS}
     for wanted in [("swin-index", "bias_table"), ("relative", "embeddings"),
                    ("detr-sine", "mask"), ("complex-order", "frequency"),
                    ("longt5-global", "attention_mask"), ("reformer-axial", "weights"),
                    ("udop-bucket", "bias_table"), ("swinv2-coords", "mlp"),
-                   ("layoutlm-bucket", "bias_table")]:
+                   ("layoutlm-bucket", "bias_table"), ("cpmant-bucket", "segment_ids")]:
         assert wanted in names, wanted
+    # The lists of tables (--emit) and the flag that gives a choice (--half-width).
+    declared = {(f["kind"], f["name"]): f for f in FIELDS}
+    for kind in ("rope2d", "funnel-factorized"):
+        assert declared[(kind, "emit")]["type"] == "choice list", kind
+    assert declared[("rope2d", "layout")]["flag"] == "--half-width"
 
 
 @pytest.mark.parametrize("f", TENSORS, ids=lambda f: f"{f['kind']}:{f['name']}")
@@ -250,3 +256,49 @@ def test_a_pair_takes_two_integers(f, base):
     assert p.returncode == 2, p.stderr
     with pytest.raises(posenc.UsageError, match=rf"^{f['name']}: "):
         function(f["kind"])(**{**kw, f["name"]: "ab"})
+
+
+LISTS = [f for f in FIELDS if f["type"] == "choice list"]
+
+
+@pytest.mark.parametrize("f", LISTS, ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_a_list_of_tables_writes_one_output_per_name(f, base):
+    """--emit A,B writes A then B, each to its own output, the bytes of Python's
+    emit=(A, B); a name twice is refused by both with the same words."""
+    tmp, b = base
+    args, kw = b[f["kind"]]
+    first, second = f["choices"][-1], f["choices"][0]
+    pattern = str(tmp / "t_{}.npy")
+    p = subprocess.run([BIN, "table", f["kind"], *without(args, f["option"]), f["option"],
+                        f"{first},{second}", "-o", pattern, "--force"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    arrays = function(f["kind"])(**{**kw, f["name"]: (first, second)})
+    assert isinstance(arrays, tuple) and len(arrays) == 2
+    for name, a in zip((first, second), arrays):
+        got = np.load(pattern.format(name.replace("-", "_")))
+        assert got.dtype == a.dtype and got.tobytes() == a.tobytes(), name
+    p = run([f["kind"], *without(args, f["option"]), f["option"], f"{first},{first}"], tmp)
+    assert p.returncode == 2 and f"{f['option']} {first},{first}: '{first}' is named twice" \
+        in p.stderr, p.stderr
+    with pytest.raises(posenc.UsageError, match=rf"^{f['name']} .*'{first}' is named twice"):
+        function(f["kind"])(**{**kw, f["name"]: (first, first)})
+
+
+@pytest.mark.parametrize("f", [f for f in FIELDS if f["flag"]],
+                         ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_a_flag_gives_its_choice(f, base):
+    """--half-width writes what --layout half does (and wins over --layout full)."""
+    tmp, b = base
+    args, kw = b[f["kind"]]
+    outs = []
+    for extra in ([f["option"], f["flag_word"]], [f["flag"]], [f["option"], f["choices"][0],
+                                                               f["flag"]]):
+        p = run([f["kind"], *without(args, f["option"]), *extra], tmp)
+        assert p.returncode == 0, p.stderr
+        with open(tmp / "out.npy", "rb") as fh:
+            outs.append(fh.read())
+    assert outs[0] == outs[1] == outs[2]
+    p = run([f["kind"], *without(args, f["option"])], tmp)
+    with open(tmp / "out.npy", "rb") as fh:
+        assert fh.read() != outs[0], "the flag changes nothing"

@@ -92,6 +92,9 @@ enum class FunnelFactor { phi, pi, psi, omega };
 FunnelFactor parse_funnel_factor(const std::string& s);
 /// "phi", "pi", "psi" or "omega".
 std::string funnel_factor_name(FunnelFactor f);
+/// The four tables, in HF's order.
+inline const std::vector<FunnelFactor> kFunnelFactors{FunnelFactor::phi, FunnelFactor::pi,
+                                                      FunnelFactor::psi, FunnelFactor::omega};
 
 /// `posenc table funnel-factorized`: the positions 0 .. seq_len - 1 pooled as HF's
 /// stride_pool pools the tables' rows (every second row; with separate_cls the first row
@@ -106,6 +109,8 @@ struct FunnelFactorizedRequest {
   bool truncate_seq = false;             ///< HF truncate_seq (with separate_cls)
   double base = 10000.0;                 ///< HF uses 10000
   FunnelFactor emit = FunnelFactor::phi;  ///< which table
+  /// The tables a front end writes (`--emit phi,psi`), each computed with `emit` set to it.
+  std::vector<FunnelFactor> emits = kFunnelFactors;
 };
 /// The table [rows, D] (rows: the positions left after the poolings).
 Table funnel_factorized_table(const FunnelFactorizedRequest& r);

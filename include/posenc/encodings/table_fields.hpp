@@ -6,7 +6,7 @@
 /// all come from here. Tensors (learned tables, masks, ids: a file REF on the command
 /// line, an array in Python), pairs (--window H W) and lists are declared too; what a
 /// kind's fields join (one of two, sizes before a table is read) is its `check_given`.
-/// Only the RoPE kinds' --emit lists and a few multi-file options stay with the front ends.
+/// A kind that writes several tables (`--emit cos,sin`) declares the list as an Emits field.
 ///
 /// `for_each_table_kind(f)` calls `f(kind_name, Request{})` for every declared kind.
 
@@ -81,6 +81,23 @@ inline const Names<bool>& beyond_rules() {
   static const Names<bool> n = two_words("clamp", "zero");
   return n;
 }
+inline const Names<RopeEmit>& rope_emits() {
+  static const Names<RopeEmit> n{{"inv-freq", RopeEmit::inv_freq}, {"angles", RopeEmit::angles},
+                                 {"cos", RopeEmit::cos},           {"sin", RopeEmit::sin},
+                                 {"cos-sin", RopeEmit::cos_sin},   {"cos-sin-cache", RopeEmit::cos_sin_cache}};
+  return n;
+}
+inline const Names<bool>& rope_widths() {
+  static const Names<bool> n = two_words("full", "half");
+  return n;
+}
+inline const Names<FunnelFactor>& funnel_factors() {
+  static const Names<FunnelFactor> n{{"phi", FunnelFactor::phi},
+                                     {"pi", FunnelFactor::pi},
+                                     {"psi", FunnelFactor::psi},
+                                     {"omega", FunnelFactor::omega}};
+  return n;
+}
 inline const Names<bool>& detr_layouts() {
   static const Names<bool> n = two_words("channels", "tokens");
   return n;
@@ -91,6 +108,21 @@ template <class V, class R>
 void lengths(V& v, R& r, const char* k_help = "key length K (default: Q)") {
   v(field("q_len", "query length Q (default: K)").at_least(1), r.q_len);
   v(field("k_len", k_help).at_least(1), r.k_len);
+}
+
+// The RoPE tables a request writes and their width.
+template <class V, class R>
+void rope_tables(V& v, R& r) {
+  v(field("emit",
+          "inv-freq | angles | cos | sin | cos-sin ([2, N, W]: cos then sin) | cos-sin-cache "
+          "(vLLM [N, R] = cat(cos_half, sin_half)); default cos-sin; a comma list (cos,sin) "
+          "writes each table to its own output or dataset"),
+    emits(r.emits, r.emit, rope_emits()));
+  v(field("layout",
+          "full ([N, R] in the --style pair layout, default) or half ([N, R/2], one column per "
+          "frequency as flash-attn takes cos/sin)")
+        .flag_for("half_width", "half", "same as --layout half"),
+    choice(r.half, rope_widths()));
 }
 
 }  // namespace fields
@@ -116,7 +148,16 @@ void declare(V& v, Rope2dRequest& r) {
           "pair layout of full-width tables: gptj (default; the seed's complex form) or neox")
         .value_name("TEXT"),
     choice(r.style, fields::rope_styles()));
+  fields::rope_tables(v, r);
 }
+
+/// The table fields of `posenc table rope` (--emit, --layout); its ROPE OPTIONS and
+/// positions are RopeParams' and Positions' declarations (rope_fields.hpp).
+template <class V>
+void declare(V& v, RopeTableRequest& r) {
+  fields::rope_tables(v, r);
+}
+
 
 template <class V>
 void declare(V& v, AlibiRequest& r) {
@@ -220,6 +261,8 @@ void declare(V& v, FunnelFactorizedRequest& r) {
   v(field("truncate_seq", "HF truncate_seq (with --separate-cls): each pooling drops the last row"),
     r.truncate_seq);
   v(field("base", "frequency base (default 10000)"), r.base);
+  v(field("emit", "comma list of phi, pi, psi, omega (default all four, in that order)"),
+    emits(r.emits, r.emit, fields::funnel_factors()));
 }
 
 template <class V>
@@ -471,6 +514,17 @@ void declare(V& v, CpmAntBucketRequest& r) {
           "learned relative_attention_bias REF [segments^2 + buckets, heads]: write the bias "
           "it gives, [b, heads, q, k], instead of the buckets"),
     r.bias_table);
+  v(field("segment_ids",
+          "integer segments REF [b, s] (HF segment; each below --segments), or two: query [b, "
+          "q] then key [b, k] segments")
+        .count(1, 2),
+    spread<std::int64_t>({&r.segment_ids, &r.key_segment_ids},
+                         {{"key_segment_ids", "key, the second"}},
+                         {"segment_ids", "key_segment_ids"}));
+}
+/// One of seq_len and segment_ids, and the counts, before a file is read.
+inline void check_given(const CpmAntBucketRequest& r, const Caller& c) {
+  cpmant_bucket_check(r, c.gave("segment_ids"));
 }
 
 template <class V>

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <xtensor/xarray.hpp>
 
@@ -87,6 +88,8 @@ struct RopeTableRequest {
   /// cu_seqlens (positions restart at each boundary). `start` cannot go with ids.
   Positions where;
   RopeEmit emit = RopeEmit::cos_sin;  ///< which table (one per request)
+  /// The tables a front end writes (`--emit cos,sin`), each computed with `emit` set to it.
+  std::vector<RopeEmit> emits{RopeEmit::cos_sin};
   bool half = false;     ///< lines of R/2 (one per frequency, flash-attn) instead of R
   bool inverse = false;  ///< sin (and angles) negated: the table of R^T
   /// f32: float32 angles fp32(position) * fp32(inv_freq) rounded to fp32; cos/sin then
@@ -108,6 +111,8 @@ struct Rope2dRequest {
   bool y_first = false;     ///< the y block takes the first R/4 pairs (--order yx)
   RopeStyle style = RopeStyle::gptj;  ///< pair layout of a line
   RopeEmit emit = RopeEmit::cos_sin;  ///< which table
+  /// The tables a front end writes (`--emit cos,sin`), each computed with `emit` set to it.
+  std::vector<RopeEmit> emits{RopeEmit::cos_sin};
   bool half = false;                  ///< lines of D/2 (one per frequency) instead of D
 };
 /// Axial 2-D RoPE for an H x W grid: inv_freq [D/4], otherwise as rope_table with
