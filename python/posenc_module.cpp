@@ -45,6 +45,7 @@
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_fields.hpp"
 #include "posenc/ops/attention_fields.hpp"
+#include "posenc/ops/cast.hpp"
 #include "posenc/encodings/rope_ids.hpp"
 #include "posenc/encodings/rope_ids_fields.hpp"
 #include "posenc/encodings/table.hpp"
@@ -864,12 +865,26 @@ py::dict emitted(AttentionResult& res, const std::vector<AttentionEmit>& emit) {
 py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dO,
                              const AttentionOptions& opt, const std::vector<std::string>& names,
                              const AttentionRope* rope = nullptr, const XlAttention* xl = nullptr,
-                             const DebertaAttention* deb = nullptr) {
-  check_gradient_emit(names, Caller{[&opt](const std::string& n) {
-                                      return n == "sinks" ? opt.sinks != nullptr : opt.qv != nullptr;
-                                    },
-                                    [](const std::string& n) { return n; }, nullptr});
-  const AttentionBackwardOptions bopt = gradients_wanted(names);
+                             const DebertaAttention* deb = nullptr,
+                             const std::optional<Tensor>& fwd_o = {},
+                             const std::optional<Tensor>& fwd_lse = {}) {
+  const Caller c{[&opt](const std::string& n) {
+                   return n == "sinks" ? opt.sinks != nullptr : opt.qv != nullptr;
+                 },
+                 [](const std::string& n) { return n; }, nullptr};
+  check_gradient_emit(names, c);
+  AttentionBackwardOptions bopt = gradients_wanted(names);
+  Tensor o64;  // forward_output widened exactly, as the library takes it
+  if (fwd_o) {  // check_forward_given has said fwd_lse comes with it
+    check_forward_shapes(q.shape(), k.shape(), v.shape(), q.dtype(), opt,
+                         TensorInfo{fwd_o->dtype(), fwd_o->shape(), "", {}},
+                         TensorInfo{fwd_lse->dtype(), fwd_lse->shape(), "", {}}, c);
+    o64 = fwd_o->dtype() == DType::f64 ? Tensor::borrow(DType::f64, fwd_o->shape(),
+                                                        const_cast<std::byte*>(fwd_o->bytes()))
+                                       : cast(*fwd_o, DType::f64);
+    bopt.forward_output = &o64;
+    bopt.forward_lse = &*fwd_lse;
+  }
   AttentionGrads g;
   {
     py::gil_scoped_release nogil;
@@ -988,6 +1003,7 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   std::list<Tensor> held;  // the relative terms' tensors, which xl or deb point at
   relative_terms(relative_d, with_rope, xl, deb, held);
   const bool xl_terms = xl.rel_keys || xl.phi, deb_terms = deb.pos_key || deb.pos_query;
+  check_forward_given(xl_terms || deb_terms, keywords({&tensors}));
   if (tensors.contains("kv") && !tensors["kv"].is_none()) {  // KV cache (attention_kvcache_call)
     const char* conflict = with_rope ? "rope" : grad_output ? "grad_output"
                            : (xl_terms || deb_terms) ? "the relative terms"
@@ -1012,7 +1028,8 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   if (grad_output) {
     return attention_gradients(*q, *k, *v, *grad_output, opt, emit_names,
                                with_rope ? &rope : nullptr, xl_terms ? &xl : nullptr,
-                               deb_terms ? &deb : nullptr);
+                               deb_terms ? &deb : nullptr, tensor_arg(tensors, "forward_output"),
+                               tensor_arg(tensors, "forward_lse"));
   }
   AttentionResult res;
   if (xl_terms) {

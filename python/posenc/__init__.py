@@ -292,7 +292,8 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
               segment_embed=None, segment_bias=None, segment_index=None, rel_shift=None,
               rel_kernel=None, factorized=None, separate_cls=False, pos_key=None,
               pos_query=None, pos_att_type=None, position_buckets=None,
-              max_relative_positions=None, grad_output=None, cache_seqlens=None,
+              max_relative_positions=None, grad_output=None, forward_output=None,
+              forward_lse=None, cache_seqlens=None,
               cache_batch_idx=None, cache_leftpad=None, page_table=None, k_new=None,
               v_new=None, rotary_cos=None, rotary_sin=None, rotary_seqlens=None,
               rotary_interleaved=False, update_cache=True, cu_seqlens_k_new=None):
@@ -376,6 +377,11 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         factorized's tables), "dpos_key", "dpos_query" (of DeBERTa's); default ("dq", "dk", "dv"). With
         cu_seqlens_q/cu_seqlens_k, each sequence's own backward, packed. Needs v. With
         rope=True, dq and dk are with respect to the unrotated q and k.
+    forward_output, forward_lse: with grad_output, the forward's output (its shape, any
+        float dtype) and lse ([b, hq, sq], float32 or float64), FlashAttention's out and
+        softmax_lse: no forward is run (softmax_d = rowsum(dO O) from this O, P =
+        exp(s - lse) from this lse). Both or neither; not with qv, cu_seqlens_q /
+        cu_seqlens_k or the relative terms (UsageError).
     cache_seqlens [b], cache_batch_idx [b], cache_leftpad [b], page_table [b, max_blocks],
         k_new [b, s_new, hk, d], v_new [b, s_new, hk, dv], rotary_cos/rotary_sin
         [s_rot, rotary_dim/2], rotary_seqlens [b], rotary_interleaved: FlashAttention's
@@ -423,6 +429,10 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         tensors["global_kv"] = [_arg(kg, "global_k"), _arg(vg, "global_v")]
     elif global_block_size is not None or global_bias is not None:
         raise UsageError("global_block_size/global_bias: only with global_kv")
+    # FlashAttention's out and softmax_lse for the backward; their rules are the library's.
+    for name, t in (("forward_output", forward_output), ("forward_lse", forward_lse)):
+        if t is not None:
+            tensors[name] = _arg(t, name)
     if grad_output is not None:
         if v is None:
             raise UsageError("grad_output: needs v (dO is the output's gradient)")

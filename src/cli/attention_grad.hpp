@@ -25,13 +25,20 @@ std::vector<std::string> parse_gradient_emit(const std::string& list, bool sinks
 /// UsageError when `list` names a gradient (--emit without --grad-output).
 void refuse_gradients_without_dO(const std::string& list);
 
+/// The forward's output and lse given with --forward-output and --forward-lse ("" when
+/// not; check_forward_given has said they go together).
+struct ForwardRefs {
+  std::string output, lse;
+};
+
 /// Reads Q, K, V and dO (checking --max-memory from the headers first), computes the
 /// gradients of `names` and writes them to `refs` together (or nothing). With
-/// `relative`, the backward of its terms (in memory, never streamed).
+/// `relative`, the backward of its terms (in memory, never streamed). With `forward`,
+/// the given O (widened to float64) and lse instead of a forward, in memory and streamed.
 void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std::string& grad_ref,
                    const AttentionOptions& opt, const std::vector<std::string>& names,
                    const std::vector<TensorRef>& refs, const OutputOptions& out,
                    const AttentionRope* rope = nullptr,
-                   const RelativeCliOptions* relative = nullptr);
+                   const RelativeCliOptions* relative = nullptr, const ForwardRefs& forward = {});
 
 }  // namespace posenc::cli

@@ -58,6 +58,7 @@ struct AttentionCmdOptions {
   std::string emit;
   std::string max_memory;
   std::string grad_output;  // dO: the gradients instead of the forward (attention_grad)
+  ForwardRefs forward;      // --forward-output, --forward-lse: the backward's forward given
   RelativeCliOptions relative;
   KvCacheCliOptions kv;  // FlashAttention's KV-cache step (cli/kvcache_options.hpp)
   CLI::App* app = nullptr;
@@ -260,6 +261,7 @@ void run_attention(AttentionCmdOptions& o) {
     throw UsageError("--emit: expected a comma list of logits, probs, output, lse, got ''");
   }
   const bool grads = !o.grad_output.empty();
+  check_forward_given(relative_wanted(o.relative), command_line(o.app));
   std::vector<std::string> grad_names;
   if (grads) {
     if (o.v.empty()) throw UsageError("--grad-output: needs -v (dO is the output's gradient)");
@@ -401,7 +403,7 @@ void run_attention(AttentionCmdOptions& o) {
     const bool relative = relative_wanted(o.relative);
     if (relative) read_relative(o.relative);  // the terms' tensors
     return run_gradients(*q_src, *k_src, *v_src, o.grad_output, opt, grad_names, out_refs, o.out,
-                         o.rope ? &rope : nullptr, relative ? &o.relative : nullptr);
+                         o.rope ? &rope : nullptr, relative ? &o.relative : nullptr, o.forward);
   }
   if (!o.rope && !relative_wanted(o.relative) && part.whole()) {
     // The library reads the inputs itself: K and V in chunks within --max-memory.
@@ -504,6 +506,12 @@ void register_attention(CLI::App& app) {
                   "dO, the gradient of the output (Q's shape with dv): emit the gradients "
                   "dq, dk, dv, softmax_d (rowsum(dO O)) and lse instead (dqv with --qv; "
                   "see GRADIENTS)");
+  sub->add_option("--forward-output", o->forward.output,
+                  "with --grad-output and --forward-lse: the forward's output O (its shape, any "
+                  "float dtype; FlashAttention's out): no forward is run, D = rowsum(dO O)");
+  sub->add_option("--forward-lse", o->forward.lse,
+                  "with --forward-output: the forward's lse [b, hq, sq], f32 or f64 "
+                  "(FlashAttention's softmax_lse): P = exp(s - lse)");
   add_relative_options(sub, o->relative);
   add_kvcache_options(sub, o->kv);
   sub->add_flag("--rope", o->rope, "rotate Q and K with RoPE (ROPE OPTIONS) before the scores");

@@ -175,9 +175,6 @@ AttentionResult run_framework(const Tensor& q, const Tensor& k, const Tensor* v,
   return attention_detail::attention_hf(q, k, v, opt, h);
 }
 
-// The parameters used, for recording with the outputs.
-void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt, DType q_dtype);
-
 }  // namespace
 
 std::pair<std::size_t, std::string> attention_memory(const Shape& q, const Shape& k, const Shape* v,
@@ -400,9 +397,8 @@ AttentionResult attention(TensorSource& q, TensorSource& k, TensorSource* v,
   return res;
 }
 
-namespace {
-
-void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt, DType q_dtype) {
+void attention_detail::record(AttentionResult& res, const Geometry& g,
+                              const AttentionOptions& opt, DType q_dtype) {
   double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(g.d));
   Attrs& a = res.attrs;
   a.push_back({"scale", scale});
@@ -474,8 +470,6 @@ void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt
       {"precision", std::string(dtype_name(opt.arith == Arith::exact ? g.compute : q_dtype))});
   a.push_back({"arith", arith_name(opt.arith)});
 }
-
-}  // namespace
 
 }  // namespace posenc
 

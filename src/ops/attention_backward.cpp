@@ -302,9 +302,11 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     const KeySpan span = P.rules.span(bi, i);
     T* sr = s.data() + r * kn;
     T* dr = dp.data() + r * kn;
+    // A row without keys has lse -inf; a NaN lse (a given one, or NaN inputs allowed)
+    // is no such row: it propagates, as in autograd.
     if (plain && !span.has_sink()) {
-      const std::int64_t a = lse > -kInf ? std::clamp(span.lo, j0i, j1i) : j0i;
-      const std::int64_t e = lse > -kInf ? std::clamp(span.hi + 1, a, j1i) : j0i;
+      const std::int64_t a = lse != -kInf ? std::clamp(span.lo, j0i, j1i) : j0i;
+      const std::int64_t e = lse != -kInf ? std::clamp(span.hi + 1, a, j1i) : j0i;
       const std::size_t na = static_cast<std::size_t>(a - j0i), ne = static_cast<std::size_t>(e - j0i);
       std::fill(sr, sr + na, T(0)), std::fill(dr, dr + na, T(0));
       std::fill(sr + ne, sr + kn, T(0)), std::fill(dr + ne, dr + kn, T(0));
@@ -326,7 +328,7 @@ bool tile(Ctx<T>& c, std::vector<T>& s, std::vector<T>& dp, std::size_t bi, std:
     double dgate5 = 0;
     for (std::size_t jj = 0; jj < kn; ++jj) {
       const std::int64_t j = j0i + static_cast<std::int64_t>(jj);
-      bool seen = span.sees(j) && lse > -kInf;
+      bool seen = span.sees(j) && lse != -kInf;
       if (seen && P.has_keep_mask) seen = P.keep_mask[mbase + j * P.m_j] != 0;
       if (!seen) {
         sr[jj] = T(0), dr[jj] = T(0);
@@ -695,6 +697,7 @@ AttentionGrads backward_plain(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const_cast<std::byte*>(bopt.forward_output->bytes()));
     fwd.lse = Tensor::borrow(bopt.forward_lse->dtype(), bopt.forward_lse->shape(),
                              const_cast<std::byte*>(bopt.forward_lse->bytes()));
+    record(fwd, g, f, q.dtype());  // what the forward would have recorded
   } else {
     // softmax_d from the forward's rows as they are stored (SoftmaxDSink), where O's rows
     // follow each other in b, h, s order; otherwise (or where the forward keeps O whole:
@@ -1240,6 +1243,52 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   }
   return opt.qv ? backward_qv(q, k, v, grad_output, opt, bopt)
                 : backward_plain(q, k, v, grad_output, opt, bopt);
+}
+
+void check_forward_given(bool relative_terms, const Caller& c) {
+  const std::string o = c.term("forward_output"), lse = c.term("forward_lse");
+  if (!c.gave("forward_output") && !c.gave("forward_lse")) return;
+  if (c.gave("forward_output") != c.gave("forward_lse")) {
+    throw UsageError(fmt::format("{}: needs {} (FlashAttention's out and softmax_lse go together)",
+                                 c.gave("forward_output") ? o : lse,
+                                 c.gave("forward_output") ? lse : o));
+  }
+  if (!c.gave("grad_output")) {
+    throw UsageError(fmt::format("{}/{}: need {} (the forward of a backward pass)", o, lse,
+                                 c.term("grad_output")));
+  }
+  const char* own = c.gave("qv") ? "qv"
+                    : c.gave("cu_seqlens_q") ? "cu_seqlens_q"
+                    : c.gave("cu_seqlens_k") ? "cu_seqlens_k"
+                                             : nullptr;
+  if (own || relative_terms) {
+    throw UsageError(fmt::format(
+        "{}: not with {} (its backward runs a forward of its own)", o,
+        own ? c.term(own) : "the Transformer-XL / XLNet / Funnel or DeBERTa terms"));
+  }
+}
+
+void check_forward_shapes(const Shape& q, const Shape& k, const Shape& v, DType q_dtype,
+                          const AttentionOptions& opt, const TensorInfo& o,
+                          const TensorInfo& lse, const Caller& c) {
+  const Geometry g = check(q, k, &v, q_dtype, forward_options(opt));
+  const Shape o_shape = g.output_shape(q);
+  if (!is_float(o.dtype)) {
+    throw InputError(fmt::format("{}: dtype {} is not a float type", c.term("forward_output"),
+                                 dtype_name(o.dtype)));
+  }
+  if (o.shape != o_shape) {
+    throw InputError(fmt::format("{}: shape {} is not the output's {}", c.term("forward_output"),
+                                 shape_str(o.shape), shape_str(o_shape)));
+  }
+  if (lse.dtype != DType::f32 && lse.dtype != DType::f64) {
+    throw InputError(fmt::format("{}: dtype {} is not f32 or f64", c.term("forward_lse"),
+                                 dtype_name(lse.dtype)));
+  }
+  if (lse.shape != g.lse_shape()) {
+    throw InputError(fmt::format("{}: shape {} is not the lse's {}", c.term("forward_lse"),
+                                 shape_str(lse.shape), shape_str(g.lse_shape())));
+  }
 }
 
 const std::vector<GradientField>& gradient_fields() {

@@ -63,7 +63,7 @@ void GlobalGrads<T>::item(const Plan<T>& P, const View<T>& q, const View<T>& dO,
     double* dbrow = bias.empty() ? nullptr : bias.data() + (bi * g.hq + h) * 2 * n;
     for (std::size_t i = 0; i < g.sq; ++i) {
       const std::size_t row = (bi * g.hq + h) * g.sq + i;
-      if (!(lse[row] > -kInf)) continue;  // the row sees no key
+      if (lse[row] == -kInf) continue;  // the row sees no key (NaN propagates)
       const T l = static_cast<T>(lse[row]), Dr = static_cast<T>(D[row]);
       const T* qi = q.p + bi * q.b + h * q.h + i * q.s;
       const T* oi = dO.p + bi * dO.b + h * dO.h + i * dO.s;

@@ -112,6 +112,10 @@ void require_finite(const Tensor& q, const Tensor* k, const Tensor* v,
 /// The geometry of Q, K (and V) of these shapes under `opt`, every option checked.
 Geometry check(const Shape& qs, const Shape& ks, const Shape* vs, DType q_dtype,
                const AttentionOptions& opt);
+/// The parameters a run of this geometry used (scale, axes, masks, terms, precision, ...),
+/// added to res.attrs to be recorded with its outputs: attention()'s, and the backward's
+/// when the caller gives the forward (attention.cpp).
+void record(AttentionResult& res, const Geometry& g, const AttentionOptions& opt, DType q_dtype);
 
 // Block sizes depend on the shapes only (never on the thread count), so the rounding
 // is the same whatever -j says.

@@ -271,6 +271,16 @@ ATTENTION_ROWS = {
     # The gradients (dq is emitted in place of the output; tests/reference/
     # test_attention_backward.py checks them), refused under --arith hf.
     "--grad-output": ([], ["--grad-output", "{do}"]),
+    # A given forward (FlashAttention's out and softmax_lse, which go together: one row for
+    # the pair) instead of the recomputed one: values other than the forward's move dq
+    # (tests/python/test_attention_grad_forward.py checks them against torch, and that
+    # posenc's own forward gives the recomputing run's bytes).
+    "--forward-output": (["--grad-output", "{do}"],
+                         ["--grad-output", "{do}", "--forward-output", "{fout}",
+                          "--forward-lse", "{flse}"]),
+    "--forward-lse": (["--grad-output", "{do}"],
+                      ["--grad-output", "{do}", "--forward-lse", "{flse}",
+                       "--forward-output", "{fout}"]),
     # FlashAttention's KV-cache step (-k/-v the caches [1, 2, 10, 8], Q [1, 4, 10, 8] bshd;
     # tests/reference/test_attention_kvcache.py checks the numbers), refused by --arith hf.
     "--cache-seqlens": ([], ["--cache-seqlens", "{cs1}"]),
@@ -452,6 +462,11 @@ class OptionMatrix(PosencTestCase):
         save("cun", np.array([0, 2], np.int64))
         save("rcos", r.standard_normal((4, 2)).astype(np.float32))
         save("rsin", r.standard_normal((4, 2)).astype(np.float32))
+        # A forward's out [1, 4, 6, 8] and lse [1, 4, 6] for the gradients, drawn apart so
+        # that the fixtures above keep their values.
+        f2 = np.random.default_rng(2)
+        save("fout", f2.standard_normal((1, 4, 6, 8)).astype(np.float32))
+        save("flse", (f2.standard_normal((1, 4, 6)) + 3).astype(np.float32))
         base = {"model_type": "mistral", "num_attention_heads": 4, "num_key_value_heads": 2,
                 "hidden_size": 32, "head_dim": 8}
         f["rope_cfg"] = self.config("rope.json", dict(base, rope_theta=77.0))

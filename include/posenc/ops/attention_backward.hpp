@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "posenc/declare.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/tensor.hpp"
@@ -154,8 +155,12 @@ struct AttentionBackwardOptions {
   /// Tile sizes (0 = automatic; the results depend on them, never on threads or memory).
   std::size_t query_tile = 0;
   std::size_t key_tile = 0;
-  /// The forward's output (float64) and lse when the caller has them (attention() over
-  /// sources streams K and V within the budget): no forward is run, none is counted.
+  /// The forward's output (float64, the output's shape and layout) and lse (f32 or f64,
+  /// [b, hq, sq] as attention() gives it) when the caller has them: FlashAttention's
+  /// `out` and `softmax_lse`, which its backward takes as inputs. No forward is run (none
+  /// is counted): D = rowsum(dO o O) from this O, P = exp(s - lse) from this lse; the
+  /// attrs are those the forward would record. check_forward_given and
+  /// check_forward_shapes say what a caller may give.
   const Tensor* forward_output = nullptr;
   const Tensor* forward_lse = nullptr;
   /// dk and dv written as each item's key tile completes instead of being held: called
@@ -223,6 +228,24 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& grad_output, AttentionOptions opt,
                                   const AttentionBackwardOptions& bopt,
                                   const AttentionRope& rope);
+
+/// The forward a caller gives in place of the backward's own (forward_output and
+/// forward_lse), checked in the caller's terms before anything is read: `c.gave` knows
+/// "grad_output", "forward_output", "forward_lse", "qv", "cu_seqlens_q" and
+/// "cu_seqlens_k", `c.term` names them; `relative_terms`: the Transformer-XL / XLNet /
+/// Funnel or DeBERTa terms are given. UsageError ("--forward-output: needs
+/// --grad-output") for one without the other, either without grad_output, and where the
+/// backward runs a forward of its own: qv (Q||qv over K||V), the varlen form (each
+/// sequence's), the relative terms (held whole with their gradient).
+void check_forward_given(bool relative_terms, const Caller& c);
+
+/// The given forward's headers against the backward of Q, K and V of these shapes under
+/// `opt` (every tensor input set): InputError in the caller's terms unless `o` is of a
+/// float dtype and exactly the output's shape (Q's with dv) and `lse` f32 or f64 of the
+/// lse's shape.
+void check_forward_shapes(const Shape& q, const Shape& k, const Shape& v, DType q_dtype,
+                          const AttentionOptions& opt, const TensorInfo& o,
+                          const TensorInfo& lse, const Caller& c);
 
 /// Bytes attention_backward would allocate (outputs and work, not the inputs).
 std::size_t attention_backward_memory(const Shape& q, const Shape& k, const Shape& v,
