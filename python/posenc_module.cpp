@@ -687,7 +687,7 @@ const std::map<std::string, TableKind>& table_kinds() {
 // The declared fields of the requests `for_each` visits (the table kinds, RoPE's requests,
 // ...; each `kind` the one it belongs to), for tests and the stubs' keyword lists:
 // [{kind, name, option, type, required, lo, hi, choices, negation, positive, bare, word,
-// flag, flag_word, sides, default, help}, ...].
+// flag, flag_word, bools, sides, default, help}, ...].
 template <class ForEach>
 py::list fields_of(ForEach for_each) {
   py::list out;
@@ -710,6 +710,7 @@ py::list fields_of(ForEach for_each) {
       e["word"] = f.word;
       e["flag"] = f.flag.empty() ? "" : Field::option_of(f.flag);
       e["flag_word"] = f.flag_word;
+      e["bools"] = f.bools;
       e["sides"] = f.first_side.empty() ? py::list()
                                         : py::list(py::make_tuple(f.first_side, f.second_side));
       e["default"] = f.default_text;

@@ -51,18 +51,26 @@ def _run(kind, request, dtype, rope=None, pos=None, emits=None, single=True):
 # module reads them from the request by these names and checks their ranges and choices.
 _DECLARED = {}
 for _f in _posenc._table_fields():
-    _DECLARED.setdefault(_f["kind"], []).append((_f["name"], _f["type"]))
+    _DECLARED.setdefault(_f["kind"], []).append(_f)
 del _f
+
+# How a declared parameter's value goes into the request, by its type: True/False checked
+# as a flag, a tensor of any numeric dtype as float64 (a bool mask too where the field
+# takes one) or integers as int64, as the command reads such files.
+_TAKE = {"bool": lambda v, f: _flag(v, f["name"]),
+         "array": lambda v, f: _values(v, f["name"], allow_bool=f["bools"]),
+         "int array": lambda v, f: _ints(v, f["name"])}
 
 
 def _declared(kind, args, **extra):
     """The request of `kind`: its declared parameters taken from `args` (the function's
-    keywords), True/False ones checked as flags, then `extra` (tensors, lists)."""
+    keywords) as _TAKE takes their types, then `extra` (pairs, lists of tensors)."""
     request = {}
-    for name, kind_of in _DECLARED[kind]:
-        if name in args:
-            value = args[name]
-            request[name] = _flag(value, name) if kind_of == "bool" and value is not None else value
+    for f in _DECLARED[kind]:
+        value = args.get(f["name"])
+        if value is not None or f["name"] in args:
+            take = _TAKE.get(f["type"])
+            request[f["name"]] = take(value, f) if take and value is not None else value
     request.update(extra)
     return request
 
@@ -129,8 +137,7 @@ def relative(args, *, max_distance=None, q_len=None, k_len=None, sign="k-q", lef
     window (VITS) instead of the edge row. embeddings, a learned table [L + R + 1, dim]
     (distance_embedding, pe_k, emb_rel_k): its rows gathered, [Q, K, dim] (zeros for -1),
     instead of the index."""
-    return _run("relative", _declared("relative", args,
-                                      embeddings=_values(embeddings, "embeddings")), dtype)
+    return _run("relative", _declared("relative", args), dtype)
 
 
 def t5_bucket(args, *, q_len=None, k_len=None, buckets=32, max_distance=128, causal=False,
@@ -205,20 +212,18 @@ def _window(window, what="window"):
     return (_whole(sides[0], what), _whole(sides[-1], what))
 
 
-def swin_index(*, window, bias_table=None, dtype=None):
+def swin_index(args, *, window, bias_table=None, dtype=None):
     """Swin relative_position_index of an H x W window (`window` H or (H, W)):
     (dy + H-1)(2W-1) + dx + W-1, [HW, HW] integers; with a learned bias_table
     [(2H-1)(2W-1), heads] the bias it gives, [heads, HW, HW] (HF SwinSelfAttention)."""
-    return _run("swin-index", {"window": _window(window),
-                               "bias_table": _values(bias_table, "bias_table")}, dtype)
+    return _run("swin-index", _declared("swin-index", args, window=_window(window)), dtype)
 
 
-def beit_index(*, window, bias_table=None, dtype=None):
+def beit_index(args, *, window, bias_table=None, dtype=None):
     """BEiT / Data2Vec-vision relative_position_index: swin_index with a class token
     first and 3 more entries (class to token, token to class, class to class),
     [HW+1, HW+1]; with bias_table [(2H-1)(2W-1) + 3, heads] the bias [heads, HW+1, HW+1]."""
-    return _run("beit-index", {"window": _window(window),
-                               "bias_table": _values(bias_table, "bias_table")}, dtype)
+    return _run("beit-index", _declared("beit-index", args, window=_window(window)), dtype)
 
 
 def swinv2_coords(*, window, pretrained_window=None, mlp=None, dtype=None):
@@ -242,8 +247,7 @@ def levit_index(args, *, resolution, stride=1, bias_table=None, dtype=None):
     |dy| R + |dx| between queries (every stride-th point, R_out = (R - 1) / stride + 1)
     and keys of an R x R grid; with attention_biases bias_table [heads, R^2] the bias
     [heads, R_out^2, R^2]."""
-    return _run("levit-index", _declared("levit-index", args,
-                                         bias_table=_values(bias_table, "bias_table")), dtype)
+    return _run("levit-index", _declared("levit-index", args), dtype)
 
 
 def detr_sine(args, *, embedding_dim, mask=None, size=None, temperature=10000.0, normalize=True,
@@ -255,11 +259,8 @@ def detr_sine(args, *, embedding_dim, mask=None, size=None, temperature=10000.0,
     (the command's --no-normalize); scale defaults to 2 pi. temperature_width: DAB-DETR's
     temperature of the x channels (temperature is then its temperature_height); offset:
     subtracted before normalising (Deformable DETR, Grounding-DINO: 0.5)."""
-    m = None
-    if mask is not None:
-        m = _values(mask, "mask", allow_bool=True)
     size = None if size is None else tuple(_whole(n, "size") for n in _pair(size, "size"))
-    return _run("detr-sine", _declared("detr-sine", args, mask=m, size=size), dtype)
+    return _run("detr-sine", _declared("detr-sine", args, size=size), dtype)
 
 
 def rt_detr_sincos(args, *, size, embedding_dim=256, temperature=10000.0, dtype=None):
@@ -276,8 +277,7 @@ def fairseq_sinusoidal(args, *, dim, positions=None, padding_idx=None, input_ids
     [sin | cos] with frequencies exp(-i ln(10000) / (D/2 - 1)), the row padding_idx
     zero, [positions, D]; or for token ids input_ids [b, s] (needs padding_idx) the
     embeddings [b, s, D] at positions cumsum(non-padding) + past_length + padding_idx."""
-    return _run("fairseq-sinusoidal", _declared("fairseq-sinusoidal", args,
-                                                input_ids=_ints(input_ids, "input_ids")), dtype)
+    return _run("fairseq-sinusoidal", _declared("fairseq-sinusoidal", args), dtype)
 
 
 def layoutlm_bucket(args, *, axis="1d", seq_len=None, position_ids=None, bbox=None, buckets=None,
@@ -292,10 +292,8 @@ def layoutlm_bucket(args, *, axis="1d", seq_len=None, position_ids=None, bbox=No
     if len(weights) != 2 and isinstance(bias_table, tuple):
         raise UsageError(f"bias_table: expected one weight or a pair (x, y), got "
                          f"{len(bias_table)}")
-    return _run("layoutlm-bucket", _declared(
-        "layoutlm-bucket", args, position_ids=_ints(position_ids, "position_ids"),
-        bbox=_ints(bbox, "bbox"), bias_table=None if bias_table is None else [
-            _values(w, "bias_table") for w in weights]), dtype)
+    return _run("layoutlm-bucket", _declared("layoutlm-bucket", args, bias_table=None if (
+        bias_table is None) else [_values(w, "bias_table") for w in weights]), dtype)
 
 
 def udop_bucket(args, *, axis="1d", seq_len=None, bbox=None, buckets=32, max_distance=None,
@@ -310,13 +308,9 @@ def udop_bucket(args, *, axis="1d", seq_len=None, bbox=None, buckets=32, max_dis
         [] if bias_table is None else [bias_table])
     if len(tables) > 3:
         raise UsageError(f"bias_table: at most three weights, got {len(tables)}")
-    box = None
-    f32 = False
-    if bbox is not None:
-        f32 = _view(bbox, "bbox")[1] == "f32"
-        box = _values(bbox, "bbox")
+    f32 = bbox is not None and _view(bbox, "bbox")[1] == "f32"
     return _run("udop-bucket", _declared(
-        "udop-bucket", args, bbox=box, bbox_f32=f32,
+        "udop-bucket", args, bbox_f32=f32,
         bias_table=[_values(w, "bias_table") for w in tables] or None), dtype)
 
 
@@ -327,10 +321,7 @@ def complex_order(args, *, frequency, amplitude=None, phase=None, positions=None
     or [2, b, s, D] for tables w [V, D] and token ids input_ids [b, s] (token (b, s) at
     position start + s). amplitude r (default 1) and phase theta (default 0) have w's
     shape."""
-    return _run("complex-order", _declared(
-        "complex-order", args, frequency=_values(frequency, "frequency"),
-        amplitude=_values(amplitude, "amplitude"), phase=_values(phase, "phase"),
-        input_ids=_ints(input_ids, "input_ids")), dtype)
+    return _run("complex-order", _declared("complex-order", args), dtype)
 
 
 def reformer_axial(args, *, axial_shape, weights, positions=None, position_ids=None, dtype=None):
@@ -345,8 +336,7 @@ def reformer_axial(args, *, axial_shape, weights, positions=None, position_ids=N
         raise UsageError(f"axial_shape: expected the grid's sides, got {axial_shape!r:.40}")
     return _run("reformer-axial", _declared(
         "reformer-axial", args, axial_shape=[_whole(n, "axial_shape") for n in axial_shape],
-        weights=[_values(w, "weights") for w in weights],
-        position_ids=_ints(position_ids, "position_ids")), dtype)
+        weights=[_values(w, "weights") for w in weights]), dtype)
 
 
 def cpmant_bucket(args, *, segment_ids=None, key_segment_ids=None, seq_len=None, segments=32,
@@ -359,8 +349,7 @@ def cpmant_bucket(args, *, segment_ids=None, key_segment_ids=None, seq_len=None,
     [b, heads, q, k] instead."""
     return _run("cpmant-bucket", _declared(
         "cpmant-bucket", args, segment_ids=_ints(segment_ids, "segment_ids"),
-        key_segment_ids=_ints(key_segment_ids, "key_segment_ids"),
-        bias_table=_values(bias_table, "bias_table")), dtype)
+        key_segment_ids=_ints(key_segment_ids, "key_segment_ids")), dtype)
 
 
 def longt5_global(args, *, attention_mask=None, seq_len=None, global_block_size=16,
@@ -369,8 +358,7 @@ def longt5_global(args, *, attention_mask=None, seq_len=None, global_block_size=
     _make_side_relative_position_ids) for attention_mask [b, s] of 1 and 0 or seq_len
     tokens: emit "block-ids" [b, s] (-1 for padding), "segment-ids" [b, s // G] or
     "side-positions" [b, s, s // G], integers."""
-    return _run("longt5-global", _declared(
-        "longt5-global", args, attention_mask=_ints(attention_mask, "attention_mask")), dtype)
+    return _run("longt5-global", _declared("longt5-global", args), dtype)
 
 
 # Python's own exceptions from bad arguments as UsageError (posenc._errors); a kind

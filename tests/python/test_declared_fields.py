@@ -302,3 +302,19 @@ def test_a_flag_gives_its_choice(f, base):
     p = run([f["kind"], *without(args, f["option"])], tmp)
     with open(tmp / "out.npy", "rb") as fh:
         assert fh.read() != outs[0], "the flag changes nothing"
+
+
+@pytest.mark.parametrize("f", [f for f in FIELDS if f["type"] == "array" and not f["bools"]],
+                         ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_a_bool_tensor_is_refused_where_numbers_are_declared(f, base):
+    """A declared float tensor takes numbers of any dtype but not bools, from a file as from
+    an array (a pixel mask, declared `bools`, takes them)."""
+    tmp, b = base
+    args, kw = b[f["kind"]]
+    path = str(tmp / "bools.npy")
+    np.save(path, np.ones((2, 2), bool))
+    p = run([f["kind"], *without(args, f["option"]), f["option"], path], tmp)
+    assert p.returncode == 3 and f"{f['option']}: {path}: expected numbers, got bool" \
+        in p.stderr, p.stderr
+    with pytest.raises(posenc.InputError, match=rf"^{f['name']}: expected numbers, got bool"):
+        function(f["kind"])(**{**kw, f["name"]: np.ones((2, 2), bool)})
