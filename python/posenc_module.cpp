@@ -828,10 +828,9 @@ void attention_options(const py::dict& d, const py::dict& tensors, AttentionOpti
                           [](const std::string& n) { return n == "t5_bidirectional" ? "" : n; },
                           nullptr});
   opt.t5_bidirectional = !get<bool>(d, "t5_causal").value_or(false);
-  set_if(d, "grid_h", opt.grid_h);
-  set_if(d, "grid_w", opt.grid_w);
-  set_if(d, "key_grid_h", opt.key_grid_h);
-  set_if(d, "key_grid_w", opt.key_grid_w);
+  DecomposedGrids grids;  // grid, key_grid
+  KeywordReader(d).read(grids);
+  set_grids(opt, grids, keywords({&d}));
   relative_window_options(d, opt);
   if (auto p = get<std::string>(d, "precision")) opt.precision = precision_of(*p);
   if (auto a = get<std::string>(d, "arith")) {

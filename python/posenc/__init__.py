@@ -415,20 +415,14 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         rh, rw = _items(decomposed_rel_pos, 2, "decomposed_rel_pos", "(RH, RW)")
         tensors["decomposed_rel_pos"] = [_arg(rh, "rel_pos_h"), _arg(rw, "rel_pos_w")]
     if wavlm_gate is not None:
-        if t5_bias is None:
-            raise UsageError("wavlm_gate: gates the t5_bias term; give t5_bias")
         tensors["wavlm_gate"] = [_arg(t, n) for n, t in zip(
             ("gate_input", "gate_weight", "gate_bias", "gate_const"),
             _items(wavlm_gate, 4, "wavlm_gate", "(X, W, B, C)"))]
     if global_kv is not None:
-        if global_block_size is None:
-            raise UsageError("global_kv: needs global_block_size G (HF global_block_size)")
         if v is None:
             raise UsageError("global_kv: needs v (the side values go with the values)")
         kg, vg = _items(global_kv, 2, "global_kv", "(KG, VG)")
         tensors["global_kv"] = [_arg(kg, "global_k"), _arg(vg, "global_v")]
-    elif global_block_size is not None or global_bias is not None:
-        raise UsageError("global_block_size/global_bias: only with global_kv")
     # FlashAttention's out and softmax_lse for the backward; their rules are the library's.
     for name, t in (("forward_output", forward_output), ("forward_lse", forward_lse)):
         if t is not None:
@@ -450,17 +444,6 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
     # (_attention_fields()), under their own names; their ranges and choices are the library's.
     for f in _ATTENTION_FIELDS:
         opt[f["name"]] = _field_value(f, args[f["name"]])
-    if decomposed_rel_pos is None and (grid is not None or key_grid is not None):
-        raise UsageError("grid/key_grid: only with decomposed_rel_pos")
-    if decomposed_rel_pos is not None and grid is None:
-        raise UsageError("decomposed_rel_pos: needs grid (H, W), the query grid")
-    for name, g in (("grid", grid), ("key_grid", key_grid)):
-        if g is None:
-            continue
-        g = tuple(_whole(n, name) for n in _pair(g, name))
-        if any(not 1 <= n <= 2**31 for n in g):
-            raise UsageError(f"{name} {g}: sides must be whole numbers in [1, 2^31]")
-        opt[name + "_h"], opt[name + "_w"] = g
     opt["t5_causal"] = t5_causal or None
     # rel_keys, ..., max_relative_positions: the relative terms' declared parameters
     # (_relative_fields()); their rules are the library's.
@@ -501,6 +484,8 @@ def _field_value(f, value):
     if f["type"] == "numbers":  # (SCALE, FLOOR)
         pair = _items(value, 2, name, "({}, {})".format(*f["sides"]))
         return [_number(v, name) for v in pair]
+    if f["type"] == "pair":  # (H, W)
+        return [_whole(v, name) for v in _pair(value, name)]
     if f["type"] == "sides":  # LEFT or (LEFT, RIGHT)
         first, second = f["sides"]
         items = ((value,) if np.ndim(value) == 0 and not isinstance(value, str)

@@ -54,7 +54,7 @@ struct AttentionCmdOptions {
   bool t5_bidirectional = false, t5_causal = false;
   RelativeWindow window;  // --relative-left/right/sign/beyond
   ArrayFiles tensors;     // the files of the declared tensor inputs (declare_tensors) into params
-  std::vector<long long> grid, key_grid;  // H W
+  DecomposedGrids grids;  // --grid H W, --key-grid H W
   std::string emit;
   std::string max_memory;
   std::string grad_output;  // dO: the gradients instead of the forward (attention_grad)
@@ -179,33 +179,6 @@ void write_results(const AttentionResult& res, const AttentionOptions& opt,
   write_tensors(named, o.out.write_options());
 }
 
-// --decomposed-rel-pos RH RW, --grid H W, --key-grid H W: the grids into `opt` (the
-// tables are read with the other side tensors).
-void decomposed_options(const AttentionCmdOptions& o, AttentionOptions& opt) {
-  if (!given(o, "--decomposed-rel-pos")) {
-    if (given(o, "--grid") || given(o, "--key-grid")) {
-      throw UsageError("--grid/--key-grid: only with --decomposed-rel-pos");
-    }
-    return;
-  }
-  if (!given(o, "--grid")) {
-    throw UsageError("--decomposed-rel-pos: needs --grid H W (the query grid)");
-  }
-  auto side = [](const std::vector<long long>& v, const char* name) {
-    for (long long n : v) {
-      if (n < 1 || n > (1LL << 31)) {
-        throw UsageError(fmt::format("{} {} {}: sides must be in [1, 2^31]", name, v[0], v[1]));
-      }
-    }
-    return std::pair<std::size_t, std::size_t>{static_cast<std::size_t>(v[0]),
-                                               static_cast<std::size_t>(v[1])};
-  };
-  std::tie(opt.grid_h, opt.grid_w) = side(o.grid, "--grid");
-  if (given(o, "--key-grid")) {
-    std::tie(opt.key_grid_h, opt.key_grid_w) = side(o.key_grid, "--key-grid");
-  }
-}
-
 void run_attention(AttentionCmdOptions& o) {
   // Option values first: a usage error never waits for a large read.
   if (o.t5_bidirectional && o.t5_causal) {
@@ -256,7 +229,7 @@ void run_attention(AttentionCmdOptions& o) {
     }
     opt.relative_window = checked_window(o.window, command_line(o.app));
   }
-  decomposed_options(o, opt);
+  set_grids(opt, o.grids, command_line(o.app));
   if (given(o, "--emit") && o.emit.empty()) {
     throw UsageError("--emit: expected a comma list of logits, probs, output, lse, got ''");
   }
@@ -439,15 +412,6 @@ void run_attention(AttentionCmdOptions& o) {
 
 }  // namespace
 
-// An option of exactly as many values as `names` has words (SCALE FLOOR), shown so in
-// --help.
-template <class V>
-void add_values_option(CLI::App* sub, const char* name, std::vector<V>& values,
-                       const char* help, const std::string& names) {
-  const auto n = std::count(names.begin(), names.end(), ' ') + 1;
-  sub->add_option(name, values, help)->expected(static_cast<int>(n))->type_name(names);
-}
-
 void register_attention(CLI::App& app) {
   auto o = std::make_shared<AttentionCmdOptions>();
   auto* sub = app.add_subcommand(
@@ -468,8 +432,9 @@ void register_attention(CLI::App& app) {
   // --scale, --sliding-window, --softcap, ..., --causal, --window, --alibi, --dtype: the
   // declared fields (attention_fields.hpp), the options of several words where --help has
   // always listed them.
-  add_declared_options_but(
-      sub, o->params, {"causal", "window", "attn_temperature", "llama4_scaling", "alibi", "dtype"});
+  add_declared_options_but(sub, o->params,
+                           {"causal", "window", "attn_temperature", "llama4_scaling", "alibi",
+                            "dtype"});
   add_declared_options(sub, o->params, {"causal", "window", "attn_temperature", "llama4_scaling"});
   // --mask, --key-lengths, --t5-bias, --qv, ...: the declared tensor inputs
   // (declare_tensors), a tensor reference each; those of several tensors below.
@@ -486,13 +451,7 @@ void register_attention(CLI::App& app) {
   add_declared_options(sub, o->window);  // the relative window (attention_fields.hpp)
   OptionBinder decomposed(sub, "", {groups[2]}, &o->tensors);
   declare_tensors(decomposed.only(), o->params);
-  add_values_option(sub, "--grid", o->grid,
-                    "the queries' grid: H rows of W in row-major order (H W = sq), for "
-                    "--decomposed-rel-pos",
-                    "H W");
-  add_values_option(sub, "--key-grid", o->key_grid,
-                    "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos",
-                    "H W");
+  add_declared_options(sub, o->grids);  // --grid, --key-grid (attention_fields.hpp)
   add_declared_options(sub, o->params, {"dtype"});
   sub->add_option("--input-dtype", o->input_dtype,
                   std::string(kInputDtypeHelp) + "; applies to Q, K and V")

@@ -274,6 +274,7 @@ class OptionBinder {
         },
         f.help);
     opt->expected(p.one_for_both ? 1 : 2, 2);
+    if (!f.word.empty()) opt->type_name(f.word);  // "H W"
     if (f.required) opt->required();
     grouped(opt);
   }

@@ -39,6 +39,9 @@ NEEDS = {
     "global_block_size": (["--global-kv", "{kg}", "{vg}"], {"global_kv": ("kg", "vg")}),
     "relative_sign": (["--relative-k", "{rk}"], {"relative_k": "rk"}),
     "relative_beyond": (["--relative-k", "{rk}"], {"relative_k": "rk"}),
+    "grid": (["--decomposed-rel-pos", "{rk}", "{rk}"], {"decomposed_rel_pos": ("rk", "rk")}),
+    "key_grid": (["--decomposed-rel-pos", "{rk}", "{rk}", "--grid", "2", "2"],
+                 {"decomposed_rel_pos": ("rk", "rk"), "grid": (2, 2)}),
 }
 
 
@@ -63,6 +66,11 @@ def inputs(tmp_path_factory):
     return tmp, arrays
 
 
+def text(value):
+    """A value as the command line's words say it: a pair (H, W) as "H W"."""
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
 def run(inputs, f, value):
     """`posenc attention` with the field at `value` (and what it needs)."""
     tmp, _ = inputs
@@ -73,7 +81,7 @@ def run(inputs, f, value):
         out.unlink()
     q = str(tmp / "q.npy")
     p = subprocess.run([BIN, "attention", "-q", q, "-k", q, "-v", q, "--emit", "output", *words,
-                        f["option"], str(value), "-o", str(out), "--force"],
+                        f["option"], *text(value).split(), "-o", str(out), "--force"],
                        capture_output=True, text=True, timeout=60)
     return p, out.exists()
 
@@ -81,8 +89,8 @@ def run(inputs, f, value):
 def call(inputs, f, value):
     """posenc.attention with the keyword at `value`: None, or the error."""
     _, a = inputs
-    kw = {k: (tuple(a[x] for x in v) if isinstance(v, tuple) else a[v] if isinstance(v, str)
-              else v) for k, v in NEEDS.get(f["name"], ([], {}))[1].items()}
+    kw = {k: (tuple(a.get(x, x) for x in v) if isinstance(v, tuple) else a[v]
+              if isinstance(v, str) else v) for k, v in NEEDS.get(f["name"], ([], {}))[1].items()}
     try:
         posenc.attention(a["q"], a["q"], a["q"], emit="output", **kw, **{f["name"]: value})
     except posenc.Error as e:
@@ -120,20 +128,25 @@ def test_the_command_line_offers_the_option(f):
 
 @pytest.mark.parametrize("f", RANGED, ids=[f["name"] for f in RANGED])
 def test_the_range_is_refused_alike_by_both_front_ends(f, inputs):
-    inside = f["lo"] + 0.5 if f["type"] == "float" else f["lo"]
+    """A pair (`--grid H W`, grid=(H, W)) is tried with both sides at the value: "grid 0 0:
+    sides must be from 1 to 2^31"."""
+    pair = (lambda v: (v, v)) if f["type"] == "pair" else (lambda v: v)
+    must = "sides must be" if f["type"] == "pair" else "must be"
+    inside = pair(f["lo"] + 0.5 if f["type"] == "float" else f["lo"])
     p, _ = run(inputs, f, inside)
-    assert f"{f['option']} {inside}: must be" not in p.stderr, p.stderr
+    assert f"{f['option']} {text(inside)}: {must}" not in p.stderr, p.stderr
     error = call(inputs, f, inside)
-    assert error is None or not str(error).startswith(f"{f['name']} {inside}: must be"), error
-    for value in outside(f):
+    assert error is None or not str(error).startswith(f"{f['name']} {text(inside)}: "), error
+    for value in map(pair, outside(f)):
         p, written = run(inputs, f, value)
         assert p.returncode == 2, p.stderr
-        assert p.stderr.startswith(f"posenc: error: {f['option']} {value}: must be"), p.stderr
+        assert p.stderr.startswith(f"posenc: error: {f['option']} {text(value)}: {must}"), \
+            p.stderr
         assert not written
         error = call(inputs, f, value)
         assert isinstance(error, posenc.UsageError), error
         message = str(error)
-        assert message.startswith(f"{f['name']} {value}: must be"), message
+        assert message.startswith(f"{f['name']} {text(value)}: {must}"), message
         said = p.stderr.strip()[len("posenc: error: "):]
         assert said == f["option"] + message[len(f["name"]):], (said, message)
 
@@ -269,6 +282,10 @@ RULES = [
     (["--relative-sign", "q-k"], {"relative_sign": "q-k"},
      "{relative_left}/{relative_right}/{relative_sign}/{relative_beyond} need {relative_k}, "
      "{relative_v} or {relative_proj}"),
+    (["--grid", "2", "2"], {"grid": (2, 2)}, "{grid}/{key_grid}: only with {decomposed_rel_pos}"),
+    # The package said "decomposed_rel_pos: needs grid (H, W), the query grid".
+    (["--decomposed-rel-pos", "{rk}", "{rk}"], {"decomposed_rel_pos": ("rk", "rk")},
+     "{decomposed_rel_pos}: needs {grid} H W (the query grid)"),
 ]
 T5 = "{t5_buckets}/{t5_max_distance}/{t5_bidirectional}{t5_causal} need {t5_bias} or {global_bias}"
 
@@ -278,7 +295,7 @@ def said(message, option):
              "t5_causal", "t5_bias", "global_bias", "relative_left", "relative_right",
              "max_distance", "clipped_symmetric", "clipped_bias", "wavlm_gate", "global_kv",
              "global_block_size", "relative_k", "relative_v", "relative_proj", "relative_sign",
-             "relative_beyond")
+             "relative_beyond", "grid", "key_grid", "decomposed_rel_pos")
     terms = {n: "--" + n.replace("_", "-") if option else n for n in names}
     terms["t5_bidirectional"] = "--t5-bidirectional/" if option else ""
     return message.replace("{t5}", T5).format(**terms)
@@ -302,7 +319,7 @@ def test_a_rule_between_a_field_and_a_tensor_says_one_message_on_both_front_ends
     if kw is None:  # no such keyword
         return
     kw = {k: a[v] if isinstance(v, str) and v in a else
-          tuple(a[x] for x in v) if isinstance(v, tuple) else v for k, v in kw.items()}
+          tuple(a.get(x, x) for x in v) if isinstance(v, tuple) else v for k, v in kw.items()}
     with pytest.raises(posenc.UsageError) as e:
         posenc.attention(a["q"], a["q"], a["q"], emit="output", **kw)
     assert str(e.value) == said(message, False)
@@ -314,7 +331,7 @@ def test_a_rule_between_a_field_and_a_tensor_says_one_message_on_both_front_ends
     for k, v in kw.items():
         if isinstance(v, np.ndarray):
             tensors[k] = arg(v)
-        elif isinstance(v, tuple):  # a group of tensors: a list
+        elif isinstance(v, tuple) and isinstance(v[0], np.ndarray):  # a group: a list
             tensors[k] = [arg(x) for x in v]
         else:
             opt[k] = float(v) if k == "alibi_max_bias" else v

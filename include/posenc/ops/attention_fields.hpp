@@ -197,6 +197,14 @@ inline void check_given(const AttentionOptions& o, const Caller& c) {
                      c.term("relative_k") + ", " + c.term("relative_v") + " or " +
                      c.term("relative_proj"));
   }
+  if (!c.gave("decomposed_rel_pos") && (c.gave("grid") || c.gave("key_grid"))) {
+    throw UsageError(c.term("grid") + "/" + c.term("key_grid") + ": only with " +
+                     c.term("decomposed_rel_pos"));
+  }
+  if (c.gave("decomposed_rel_pos") && !c.gave("grid")) {
+    throw UsageError(c.term("decomposed_rel_pos") + ": needs " + c.term("grid") +
+                     " H W (the query grid)");
+  }
   // The bucket options shape the T5 tables: t5_bias's, or the global side's global_bias.
   const char* buckets[] = {"t5_buckets", "t5_max_distance", "t5_bidirectional", "t5_causal"};
   if (c.gave("t5_bias") || c.gave("global_bias")) return;
@@ -264,6 +272,46 @@ inline RelativeWindow checked_window(RelativeWindow w, const Caller& c) {
   validate(w);
   if (!c.gave("relative_left")) w.left = w.right = -1;
   return w;
+}
+
+/// The query and key grids of the decomposed relative positions (AttentionOptions::grid_h,
+/// grid_w, key_grid_h, key_grid_w; `--grid H W`, Python `grid=(H, W)`), set by set_grids.
+struct DecomposedGrids {
+  std::int64_t grid_h = 0, grid_w = 0, key_grid_h = 0, key_grid_w = 0;
+};
+template <class V>
+void declare(V& v, DecomposedGrids& g) {
+  const std::int64_t k2p31 = std::int64_t{1} << 31;
+  v(field("grid",
+          "the queries' grid: H rows of W in row-major order (H W = sq), for "
+          "--decomposed-rel-pos")
+        .from(1, k2p31, "2^31")
+        .value_name("H W"),
+    pair(g.grid_h, g.grid_w));
+  v(field("key_grid", "the keys' grid H W (H W = sk; default: --grid), for --decomposed-rel-pos")
+        .from(1, k2p31, "2^31")
+        .value_name("H W"),
+    pair(g.key_grid_h, g.key_grid_w));
+}
+/// Sets the grids of `o` from those of `g` the caller gave (`c.gave`; check_given has
+/// joined them to decomposed_rel_pos), each side in its field's range: UsageError "grid 0
+/// 12: sides must be from 1 to 2^31".
+inline void set_grids(AttentionOptions& o, DecomposedGrids g, const Caller& c) {
+  struct InRange {
+    const Caller& c;
+    void operator()(const Field& f, Pair p) const {
+      if (!c.gave(f.name)) return;
+      if (p.first < *f.lo || p.first > *f.hi || p.second < *f.lo || p.second > *f.hi) {
+        throw UsageError(fmt::format("{} {} {}: sides must be from {} to {}", f.name, p.first,
+                                     p.second, *f.lo, f.hi_text));
+      }
+    }
+  } in_range{c};
+  declare(in_range, g);
+  o.grid_h = static_cast<std::size_t>(g.grid_h);
+  o.grid_w = static_cast<std::size_t>(g.grid_w);
+  o.key_grid_h = static_cast<std::size_t>(g.key_grid_h);
+  o.key_grid_w = static_cast<std::size_t>(g.key_grid_w);
 }
 
 /// The range errors of the fields a caller gave (declare.hpp's visitor protocol):
@@ -464,13 +512,14 @@ void for_each_attention_input(F&& f) {
   f("kvcache", KvCacheOptions{});
 }
 
-/// `f(name, Request{})` for every declared attention request (AttentionOptions and its
-/// relative window): the field lists the tests walk.
+/// `f(name, Request{})` for every declared attention request (AttentionOptions, its
+/// relative window and its decomposed grids): the field lists the tests walk.
 template <class F>
 void for_each_attention_request(F&& f) {
   const AttentionOptions attention;
   f("attention", attention);
   f("attention", RelativeWindow{});
+  f("attention", DecomposedGrids{});
 }
 
 }  // namespace posenc
