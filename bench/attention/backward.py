@@ -4,10 +4,15 @@ sgemm rate and torch autograd of an eager attention.
 
   /usr/bin/python3 bench/attention/backward.py POSENC [--rounds 3] [--s 4096] [--dir /tmp]
       [--sgemm-peak BUILD/bench/attention/bench_sgemm_peak] [--before OLD_POSENC]
+      [--no-given-forward]
 
 Case: causal MHA, b 1, h 8, s 4096, d 128, f32 Q, K, V and dO as NPY files,
 `--precision f32 --dtype f32 --emit dq,dk,dv`. The backward needs 2.5 times the forward's
-FLOPs (FlashAttention's count): 2.5 * 4 s^2 d h / 2 with the causal half.
+FLOPs (FlashAttention's count): 2.5 * 4 s^2 d h / 2 with the causal half. That count
+assumes the forward's out and lse are inputs, as FlashAttention's backward takes them; the
+second case gives them (`--forward-output O --forward-lse LSE`, made once by posenc's f32
+forward, untimed) and is timed in the same rounds as the first, which recomputes the
+forward (two more products), the order of the two alternating round by round.
 Printed (medians over the rounds): wall and CPU (user + system) time of the posenc
 process; the GFLOP/s it reaches per wall second and per CPU second; the headline ratio
 against the sgemm rate of numpy's matmul (OpenBLAS, the BLAS posenc calls, on all CPUs) for
@@ -62,6 +67,8 @@ def main():
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--sgemm-peak", help="bench_sgemm_peak (OpenBLAS sgemm GFLOP/s)")
     ap.add_argument("--before", help="an earlier posenc, timed in the same rounds")
+    ap.add_argument("--no-given-forward", action="store_true",
+                    help="time only the backward that recomputes the forward")
     args = ap.parse_args()
     b, h, s, d = 1, 8, args.s, 128
     flops = 2.5 * 4 * s * s * d * h / 2
@@ -70,13 +77,21 @@ def main():
           f"causal f32; {flops / 1e9:.1f} GFLOP needed; medians of {args.rounds} rounds")
     rng = np.random.default_rng(0)
     arrays = {n: rng.standard_normal((b, h, s, d), dtype=np.float32) for n in ("q", "k", "v", "do")}
-    ours, gemm, auto, blas, before, peaks = [], [], [], [], [], []
+    ours, gemm, auto, blas, before, peaks, given = [], [], [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="posenc-backward-", dir=args.dir) as tmp:
         for n, a in arrays.items():
             np.save(f"{tmp}/{n}.npy", a)
         cmd = [args.posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy", "-v",
                f"{tmp}/v.npy", "--grad-output", f"{tmp}/do.npy", "--causal", "--precision",
                "f32", "--dtype", "f32", "--emit", "dq,dk,dv", "-o", f"{tmp}/g_{{}}.npy"]
+        # The forward's out and lse (FlashAttention's out, softmax_lse), made once.
+        fwd = [f"{tmp}/fwd_output.npy", f"{tmp}/fwd_lse.npy"]
+        if not args.no_given_forward:
+            subprocess.run([args.posenc, "attention", "-q", f"{tmp}/q.npy", "-k", f"{tmp}/k.npy",
+                            "-v", f"{tmp}/v.npy", "--causal", "--precision", "f32", "--dtype",
+                            "f32", "--emit", "output,lse", "-o", f"{tmp}/fwd_{{}}.npy"],
+                           check=True)
+        given_args = ["--forward-output", fwd[0], "--forward-lse", fwd[1]]
         A = torch.randn(s, d)
         B = torch.randn(d, s)
         P = torch.randn(s, s)
@@ -110,9 +125,10 @@ def main():
             p = torch.softmax(sc.masked_fill(~keep, float("-inf")), -1)
             torch.autograd.grad(p @ V, (Q, K, V), do)
 
-        def timed_run(binary, tag):
+        def timed_run(binary, tag, extra=()):
             c0, t0 = children_cpu(), time.perf_counter()
-            subprocess.run([binary] + cmd[1:-1] + [f"{tmp}/{tag}_{{}}.npy"], check=True)
+            subprocess.run([binary] + cmd[1:-2] + list(extra) + ["-o", f"{tmp}/{tag}_{{}}.npy"],
+                           check=True)
             return time.perf_counter() - t0, children_cpu() - c0
 
         k_peak = max(1, round(flops / (2 * s * s)))
@@ -125,7 +141,11 @@ def main():
         for r in range(args.rounds + 1):  # round 0 warms up, untimed
             if args.before and r % 2:
                 bw0 = timed_run(args.before, "old")
+            if not args.no_given_forward and r % 2:
+                gv = timed_run(args.posenc, "given", given_args)
             w, c = timed_run(args.posenc, "g")
+            if not args.no_given_forward and not r % 2:
+                gv = timed_run(args.posenc, "given", given_args)
             if args.before and not r % 2:
                 bw0 = timed_run(args.before, "old")
             nw, nc = timed_self(sgemm_np)
@@ -139,6 +159,8 @@ def main():
                 auto.append((aw, ac))
                 if args.before:
                     before.append(bw0)
+                if not args.no_given_forward:
+                    given.append(gv)
                 if pk:
                     peaks.append(pk)
         if args.before:
@@ -167,6 +189,16 @@ def main():
         bw, bc = med(peaks, 0), med(peaks, 1)
         print(f"OpenBLAS sgemm same run: {bw:.1f} GFLOP/s per wall s, {bc:.1f} per CPU s; "
               f"posenc / sgemm: {rate_w / bw:.2f} (wall), {rate_c / bc:.2f} (CPU)")
+    if given:
+        vw, vc = med(given, 0), med(given, 1)
+        print(f"posenc backward given the forward (--forward-output, --forward-lse): {vw:.2f} s "
+              f"wall, {vc:.2f} s CPU: {flops / vw / 1e9:.1f} GFLOP/s per wall s, "
+              f"{flops / vc / 1e9:.1f} per CPU s")
+        print(f"RATIO posenc backward given the forward / OpenBLAS sgemm on {cpu_name()}: "
+              f"{flops / vw / 1e9 / bw_:.2f} (wall), {flops / vc / 1e9 / bc_:.2f} (CPU); "
+              f"recomputing it: {rate_w / bw_:.2f} (wall), {rate_c / bc_:.2f} (CPU)")
+        print(f"posenc backward given the forward / sgemm (torch.mm): "
+              f"{flops / vw / 1e9 / peak_w:.2f} (wall), {flops / vc / 1e9 / peak_c:.2f} (CPU)")
     if args.before:
         ow0, oc0 = med(before, 0), med(before, 1)
         line = (f"--before: {ow0:.2f} s wall, {oc0:.2f} s CPU; / numpy sgemm "
