@@ -175,6 +175,7 @@ def test_bad_input_is_refused_with_nothing_written(tmp_path):
         (2, dO + O, "--forward-output: needs --forward-lse"),
         (2, dO + L, "--forward-lse: needs --forward-output"),
         (2, O + L, "need --grad-output"),
+        (2, dO + ["--forward-output", ""] + L, "--forward-output: empty value"),
         (2, dO + O + L + ["--qv", "qv.npy"], "--forward-output: not with --qv"),
         (2, dO + O + L + ["--rel-keys", "relk.npy"], "--forward-output: not with the "),
         (3, dO + ["--forward-output", "o_short.npy"] + L, "--forward-output: shape"),
