@@ -323,6 +323,8 @@ std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
   return xarray_of<T>(d[key], key);
 }
 
+void check_module_ref(const std::string& ref);
+
 // Reads a request's declared fields (encodings/table_fields.hpp, rope_fields.hpp) from the
 // keyword dict: the keys are the fields' names; a choice is one of its names; an array
 // field's value an array (the Python layer hands C-contiguous float64 or int64 arrays),
@@ -422,9 +424,34 @@ class KeywordReader {
   void operator()(const Field& f, const Numbers<B>& n) {
     if (auto v = scalar<std::vector<double>>(f)) n.set(f, *v);
   }
-  template <class T>
-  void operator()(const Field& f, const Parsed<T>& p) {
+  template <class T, class M>
+  void operator()(const Field& f, const Parsed<T, M>& p) {
     if (auto text = scalar<std::string>(f)) p.set(f, *text);
+  }
+  // A field the command line sets from its text (NumberOrWord, Counts, NumberList): a str
+  // is that text, another value the shape's Value (a number, integers, an array). A long
+  // sequence is refused before it is copied (an empty array of shape (2**31, 0) has 2**31
+  // items); a tensor reference is no standard input.
+  template <class S, class V = typename S::Value>
+  void operator()(const Field& f, S s) {
+    if (arrays_.value_or(false) || !has(f)) return;
+    const py::object v = d_[f.name.c_str()];
+    if constexpr (std::is_same_v<S, NumberList>) {
+      s.read = [](const std::string& ref) {
+        check_module_ref(ref);
+        return fields::tensor_values(ref);
+      };
+    }
+    if (py::isinstance<py::str>(v)) return s.set(f, *scalar<std::string>(f));
+    given.push_back(f.name);
+    if constexpr (std::is_same_v<V, xt::xarray<double>>) {
+      s.set(f, xarray_of<double>(v, f.name.c_str()));
+    } else {
+      if (py::isinstance<py::sequence>(v) && py::len_hint(v) > 16) {
+        bad_type(f.name, expected_kind<V>(), v);
+      }
+      s.set(f, *get<V>(d_, f.name.c_str()));
+    }
   }
   void operator()(const Field& f, const Sides& s) {
     if (auto v = scalar<std::vector<std::int64_t>>(f)) s.set(f, *v);
@@ -469,12 +496,7 @@ RopeParams rope_params(const py::dict& d, int head_dim) {
   RopeParams p;
   KeywordReader k(d);
   declare(k, p);  // the declared keywords (posenc/encodings/rope_fields.hpp)
-  std::vector<std::string> names = k.given;
-  for (const char* key : {"short_factor", "long_factor"}) {
-    if (gives(d, key)) names.emplace_back(key);
-  }
-  set_if(d, "short_factor", p.short_factor);
-  set_if(d, "long_factor", p.long_factor);
+  const std::vector<std::string>& names = k.given;
   if (auto a = get<std::string>(d, "arith")) {
     p.arith = parse_arith(*a);
     // Meta's code only has the complex (interleaved) form.
@@ -487,12 +509,6 @@ RopeParams rope_params(const py::dict& d, int head_dim) {
   const auto version = get<std::string>(d, "hf_version");
   return merge_hf_config(p, names, get<std::string>(d, "hf_config").value_or(""), layer,
                          version ? parse_hf_version(*version) : HfVersion{});
-}
-
-Precision precision_of(const std::string& s) {
-  if (s == "f64" || s == "float64") return Precision::f64;
-  if (s == "f32" || s == "float32") return Precision::f32;
-  throw UsageError("precision: expected f64 or f32, got '" + s + "'");
 }
 
 // start, the position tensors and the coordinate grid (check_positions checks them as
@@ -533,9 +549,6 @@ RopeApplyOptions apply_options(const py::dict& d, const py::dict* pos = nullptr)
   RopeApplyOptions a;
   KeywordReader(d).read(a);  // the declared ways of applying (rope_fields.hpp)
   check_given(a, keywords({&d, pos}));
-  set_if(d, "allow_nonfinite", a.allow_nonfinite);
-  set_if(d, "mrope_section", a.mrope_section);
-  if (auto l = get<std::string>(d, "layout")) a.layout = parse_rope_layout(*l);
   if (d.contains("inv_freq")) {
     auto m = array_arg<double>(d["inv_freq"], "inv_freq");
     if (m.ndim() != 2 || m.shape(0) < 1 || static_cast<std::size_t>(m.shape(0)) > kMaxRopeAxes) {
@@ -546,7 +559,6 @@ RopeApplyOptions apply_options(const py::dict& d, const py::dict* pos = nullptr)
     a.layout.axes = static_cast<std::size_t>(m.shape(0));
     a.layout.freq.assign(m.data(), m.data() + m.size());
   }
-  set_if(d, "freq_scale", a.layout.scale);
   set_if(d, "tiled", a.layout.tiled);
   return a;
 }
@@ -676,7 +688,7 @@ const std::map<std::string, TableKind>& table_kinds() {
       r.positions = get<std::int64_t>(a.d, "positions");
       r.rope = rope_params(a.rope, get<int>(a.d, "dim").value_or(0));
       set_if(a.d, "inverse", r.inverse);
-      if (auto p = get<std::string>(a.d, "precision")) r.precision = precision_of(*p);
+      KeywordReader{a.d}(field("precision", ""), choice(r.precision, fields::precisions()));
       for_each_emitted(r, [&](const std::string&) { tables.push_back(rope_table(r)); });
     };
     return k;
@@ -832,7 +844,7 @@ void attention_options(const py::dict& d, const py::dict& tensors, AttentionOpti
   KeywordReader(d).read(grids);
   set_grids(opt, grids, keywords({&d}));
   relative_window_options(d, opt);
-  if (auto p = get<std::string>(d, "precision")) opt.precision = precision_of(*p);
+  KeywordReader{d}(field("precision", ""), choice(opt.precision, fields::precisions()));
   if (auto a = get<std::string>(d, "arith")) {
     opt.arith = parse_arith(*a);
     if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {

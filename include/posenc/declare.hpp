@@ -17,8 +17,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -318,20 +321,183 @@ Numbers<B> numbers(double& first, B& second, bool (*valid)(double, double), cons
 }
 
 /// A member parsed from the caller's text by `parse(text, field name)` (`--dtype bf16`,
-/// Python dtype="bf16"): its errors name the field, one message from every front end.
-/// `kind` is how describe() types it ("dtype": Python names numpy dtypes first).
-template <class T>
+/// Python dtype="bf16"; `--layout sections:16,24,24`): its errors name the field, one
+/// message from every front end. `kind` is how describe() types it ("dtype": Python names
+/// numpy dtypes first). The member is a `std::optional<T>` (none: not given) or a T with
+/// its default.
+template <class T, class M = std::optional<T>>
 struct Parsed {
-  std::optional<T>& member;
+  M& member;
   T (*parse)(std::string_view, std::string_view);
   const char* kind;
 
   void set(const Field& f, const std::string& text) const { member = parse(text, f.name); }
 };
-template <class T>
-Parsed<T> parsed(std::optional<T>& member, T (*parse)(std::string_view, std::string_view),
-                 const char* kind) {
-  return Parsed<T>{member, parse, kind};
+template <class T, class M>
+Parsed<T, M> parsed(M& member, T (*parse)(std::string_view, std::string_view), const char* kind) {
+  return Parsed<T, M>{member, parse, kind};
+}
+
+/// The value of a plain decimal number's text ([+-]digits[.digits][e[+-]digits], as the
+/// command line's numbers are written); NaN for any other text (hex, inf, nan, spaces).
+inline double decimal_value(const std::string& s) {
+  std::size_t i = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0, digits = 0;
+  const auto run = [&s, &i] {
+    std::size_t n = 0;
+    for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) ++n;
+    return n;
+  };
+  digits += run();
+  if (i < s.size() && s[i] == '.') digits += (++i, run());
+  if (digits > 0 && i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    i += i + 1 < s.size() && (s[i + 1] == '+' || s[i + 1] == '-') ? 2 : 1;
+    if (run() == 0) digits = 0;
+  }
+  if (digits == 0 || i != s.size()) return std::numeric_limits<double>::quiet_NaN();
+  return std::strtod(s.c_str(), nullptr);
+}
+
+/// A positive finite number, or a word that stands for one (`--freq-scale 2pi`, Python
+/// `freq_scale=2 * math.pi` or "2pi"): `words` the words and their numbers, the first the
+/// one messages name. Every front end refuses anything else with one message,
+/// "freq_scale: expected a positive number or 2pi, got '-1'".
+struct NumberOrWord {
+  using Value = double;  ///< what Python gives besides the text
+  double& member;
+  const Names<double>& words;
+
+  /// A number (Python's float or int).
+  void set(const Field& f, double v) const { set(f, v, fmt::format("{}", v)); }
+  /// A word or a decimal number's text ("2pi", "0.5", "1e-3").
+  void set(const Field& f, const std::string& text) const {
+    for (const auto& [w, v] : words) {
+      if (w == text) {
+        member = v;
+        return;
+      }
+    }
+    set(f, decimal_value(text), text);
+  }
+
+ private:
+  void set(const Field& f, double v, const std::string& text) const {
+    if (!(v > 0) || v > std::numeric_limits<double>::max()) {
+      throw UsageError(f.name + ": expected a positive number or " + words.front().first +
+                       ", got '" + text + "'");
+    }
+    member = v;
+  }
+};
+inline NumberOrWord number_or_word(double& member, const Names<double>& words) {
+  return NumberOrWord{member, words};
+}
+
+/// A fixed number of counts, each from `lo` to `hi`, that the command line takes as one
+/// text (`--mrope-section 16,24,24`) and Python as a sequence of integers or that text.
+/// `what` says them in the one message of every front end: "mrope_section: expected
+/// three counts t,h,w such as 16,24,24, got '16,24'".
+struct Counts {
+  using Value = std::vector<std::int64_t>;
+  std::vector<int>& member;
+  std::size_t n;
+  std::int64_t lo, hi;
+  const char* what;
+
+  void set(const Field& f, const std::vector<std::int64_t>& v) const {
+    std::string text;
+    for (std::int64_t x : v) text += (text.empty() ? "" : ",") + std::to_string(x);
+    set(f, v, text);
+  }
+  /// The text's comma-separated integers.
+  void set(const Field& f, const std::string& text) const {
+    std::vector<std::int64_t> v;
+    for (std::size_t at = 0; at <= text.size();) {
+      std::size_t end = text.find(',', at);
+      if (end == std::string::npos) end = text.size();
+      std::string item = text.substr(at, end - at);
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      const std::size_t sign = !item.empty() && (item[0] == '+' || item[0] == '-') ? 1 : 0;
+      const bool digits = item.size() > sign && item.size() <= 18 &&
+                          item.find_first_not_of("0123456789", sign) == std::string::npos;
+      if (!digits) refuse(f, text);
+      v.push_back(std::stoll(item));
+      at = end + 1;
+    }
+    set(f, v, text);
+  }
+  [[noreturn]] void refuse(const Field& f, const std::string& text) const {
+    throw UsageError(f.name + ": expected " + what + ", got '" + text + "'");
+  }
+
+ private:
+  void set(const Field& f, const std::vector<std::int64_t>& v, const std::string& text) const {
+    if (v.size() != n) refuse(f, text);
+    for (std::int64_t x : v) {
+      if (x < lo || x > hi) refuse(f, text);
+    }
+    member.assign(v.begin(), v.end());
+  }
+};
+inline Counts counts(std::vector<int>& member, std::size_t n, std::int64_t lo, std::int64_t hi,
+                     const char* what) {
+  return Counts{member, n, lo, hi, what};
+}
+
+/// A list of numbers (`--short-factor 1.0,1.1`, Python `short_factor=[1.0, 1.1]` or an
+/// array), also given as a tensor reference (`--short-factor f.npy`) that `read` reads.
+/// Every front end says the same: "short_factor: 'x' is neither a comma-separated list of
+/// numbers nor a tensor reference", "short_factor: '1e999' is not a finite number",
+/// "short_factor: f.npy: expected a 1-D tensor, got shape (2, 2)".
+struct NumberList {
+  using Value = xt::xarray<double>;
+  std::vector<double>& member;
+  xt::xarray<double> (*read)(const std::string& ref);
+
+  /// A comma list, or else a tensor reference.
+  void set(const Field& f, const std::string& text) const {
+    std::vector<double> v;
+    for (std::size_t at = 0; at <= text.size() && !text.empty();) {
+      std::size_t end = text.find(',', at);
+      if (end == std::string::npos) end = text.size();
+      std::string item = text.substr(at, end - at);
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      const double x = decimal_value(item);
+      if (std::isnan(x)) return set(f, read_ref(f, text), text + ": ", "tensor");
+      if (!std::isfinite(x)) throw UsageError(f.name + ": '" + item + "' is not a finite number");
+      v.push_back(x);
+      at = end + 1;
+    }
+    if (v.empty()) return set(f, read_ref(f, text), text + ": ", "tensor");
+    member = std::move(v);
+  }
+  /// Python's list or array.
+  void set(const Field& f, const xt::xarray<double>& a) const { set(f, a, "", "list"); }
+
+ private:
+  xt::xarray<double> read_ref(const Field& f, const std::string& text) const {
+    try {
+      return read(text);
+    } catch (const UsageError&) {
+      throw UsageError(f.name + ": '" + text +
+                       "' is neither a comma-separated list of numbers nor a tensor reference");
+    }
+  }
+  void set(const Field& f, const xt::xarray<double>& a, const std::string& where,
+           const char* what) const {
+    if (a.dimension() > 1) {
+      std::string shape;
+      for (std::size_t n : a.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(n);
+      throw InputError(f.name + ": " + where + "expected a 1-D " + what + ", got shape (" + shape +
+                       ")");
+    }
+    member.assign(a.begin(), a.end());
+  }
+};
+inline NumberList number_list(std::vector<double>& member,
+                              xt::xarray<double> (*read)(const std::string&)) {
+  return NumberList{member, read};
 }
 
 /// A float64 tensor and whether its source held float32 values (UDOP's boxes are then
@@ -538,9 +704,23 @@ class Describer {
     f.type = "numbers";
     fields.push_back(std::move(f));
   }
-  template <class T>
-  void operator()(Field f, const Parsed<T>& p) {
+  template <class T, class M>
+  void operator()(Field f, const Parsed<T, M>& p) {
     f.type = p.kind;
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const NumberList&) {
+    f.type = "number list";
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const Counts&) {
+    f.type = "counts";
+    fields.push_back(std::move(f));
+  }
+  // The words are no choices: "tau" is an alias that --help leaves out.
+  void operator()(Field f, const NumberOrWord& n) {
+    f.type = "number or word";
+    f.default_text = text(n.member);
     fields.push_back(std::move(f));
   }
   void operator()(Field f, const Sides& s) {

@@ -59,7 +59,6 @@ from ._options import number as _number
 from ._options import pair as _pair
 from ._options import whole as _whole
 from ._options import path as _path
-from ._options import sections as _sections
 from ._errors import usage_errors as _usage_errors
 from ._errors import with_arguments as _with_arguments
 from ._posenc import Error, InputError, OutputError, UsageError
@@ -192,7 +191,7 @@ def rope(args, x, *, axes=None, dtype=None, out=None, inverse=False, style=None,
     if order is not None:
         apply["order"] = order
     if mrope_section is not None:
-        apply["mrope_section"] = _sections(mrope_section)
+        apply["mrope_section"] = mrope_section
     if mrope_interleaved:
         apply["mrope_interleaved"] = True
     if rope2d_ids:

@@ -13,7 +13,7 @@ from ._posenc import InputError, UsageError
 # Keyword -> RopeParams member; values None are "not given". The declared fields
 # (posenc/encodings/rope_fields.hpp) and those the module reads by hand.
 ROPE_PARAMS = tuple(f["name"] for f in _posenc._rope_fields() if f["kind"] == "rope") + (
-    "short_factor", "long_factor", "hf_config", "hf_version", "layer_type", "layer", "arith")
+    "hf_config", "hf_version", "layer_type", "layer", "arith")
 
 # The declared scalar fields of posenc.attention (posenc/ops/attention_fields.hpp: scale,
 # sliding_window, softcap, ...), passed to the module under their own names.
@@ -26,38 +26,15 @@ KVCACHE_TENSORS = tuple(t["name"] for t in _posenc._attention_tensors()
                         if t["kind"] == "kvcache" and t["type"] == "tensor")
 
 
-def factor_list(value, what):
-    """A longrope factor list: numbers, an array, a comma list or a tensor reference."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            return [float(f) for f in value.split(",")]
-        except ValueError:
-            pass
-        try:
-            a, _ = _posenc.read(path(value, what))
-        except UsageError:
-            raise UsageError(f"{what}: '{value}' is neither a comma-separated list of numbers "
-                             "nor a tensor reference") from None
-        if a.ndim > 1:
-            raise InputError(f"{what}: {value}: expected a 1-D tensor, got shape {a.shape}")
-        return [float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
-    a = reals(value, what)
-    if a.ndim > 1:
-        raise InputError(f"{what}: expected a 1-D list, got shape {a.shape}")
-    return [float(v) for v in a.ravel()]
-
-
 def rope_dict(kw, precision=None):
     """The given ROPE OPTIONS of `kw` (a dict holding every name of ROPE_PARAMS) as the
     C++ module's dict."""
     d = {k: kw[k] for k in ROPE_PARAMS if kw.get(k) is not None}
     if not d and precision is None:
         return d
-    for k in ("short_factor", "long_factor"):
-        if k in d:
-            d[k] = factor_list(d[k], k)
+    for k in ("short_factor", "long_factor"):  # a text is a comma list or a tensor reference
+        if k in d and not isinstance(d[k], str):
+            d[k] = reals(d[k], k)
     if "hf_config" in d:
         d["hf_config"] = path(d["hf_config"], "hf_config")
     arith = d.get("arith", "exact")
@@ -66,9 +43,6 @@ def rope_dict(kw, precision=None):
     if arith != "exact" and precision is not None:
         raise UsageError(f"precision: applies to arith exact only (arith {arith} has its "
                          "framework's own arithmetic)")
-    if precision is not None and (not isinstance(precision, str)
-                                  or precision not in ("f64", "f32", "float64", "float32")):
-        raise UsageError(f"precision: expected f64 or f32, got {precision!r:.40}")
     return d
 
 
@@ -147,26 +121,6 @@ def flag(value, what):
                      f"{value!r:.40}")
 
 
-def sections(value, what="mrope_section"):
-    """M-RoPE sections from a sequence of integers or a "T,H,W" text."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = [int(v) for v in value.split(",")]
-        except ValueError:
-            raise UsageError(f"{what}: expected T,H,W integers, got '{value}'") from None
-    try:
-        # At most a few sections: the length is checked before list() makes one object per
-        # item (an empty array of shape (2**31, 0) has 2**31 of them).
-        values = list(value) if len(value) <= 16 else None
-    except TypeError:
-        values = None
-    if values is None:
-        raise UsageError(f"{what}: expected T,H,W integers, got {value!r:.40}")
-    return [whole(v, what) for v in values]
-
-
 def emit_list(emit, default):
     """(list of names, whether one name was given)."""
     if emit is None:
@@ -207,10 +161,8 @@ def layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
         apply["layout"] = layout
     if inv_freq is not None:
         apply["inv_freq"] = reals(inv_freq, "inv_freq")
-    if freq_scale is not None:
-        apply["freq_scale"] = (2 * math.pi if isinstance(freq_scale, str)
-                               and freq_scale in ("2pi", "tau")
-                               else number(freq_scale, "freq_scale"))
+    if freq_scale is not None:  # a number, or "2pi" as the command takes it
+        apply["freq_scale"] = freq_scale
     if rope_d.get("style") == "tiled":
         rope_d["style"] = "neox"
         apply["tiled"] = True

@@ -37,16 +37,12 @@ struct RopeCmdOptions {
   RopeCliOptions rope;
   std::string axes;
   std::string dtype = "same";
-  std::string mrope_section;
-  std::string layout;     // --layout NAME[:ARGS]
   std::string inv_freq;   // --inv-freq: [axes, R/2] frequency matrix
-  std::string freq_scale;
   std::string coords;     // --coords grid:...|centres:...
   CoordGrid grid_options;  // --prefix-tokens, --merge-window (declared with CoordGrid)
   std::string angles;     // --angles: [s, R/2] or [b, s, R/2]
   std::string cos, sin;   // --cos/--sin: the caller's tables [rows, R/2] or [rows, R]
   std::string seqlen_offsets;  // --seqlen-offsets: [b] (or one per --cu-seqlens sequence)
-  bool allow_nonfinite = false;
   std::string max_memory;
   std::string part;
 };
@@ -86,13 +82,13 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_;
 };
 
-/// --layout / --inv-freq / --freq-scale / --style tiled into the layout spec.
+/// --inv-freq / --style tiled into the layout spec (--layout and --freq-scale are
+/// declared fields of RopeApplyOptions).
 void set_layout(const RopeCmdOptions& o, RopeStreamRequest& r) {
   RopeLayoutSpec& l = r.apply.layout;
-  if (!o.layout.empty() && !o.inv_freq.empty()) {
+  if (o.rope.app->count("--layout") > 0 && !o.inv_freq.empty()) {
     throw UsageError("--inv-freq: gives the layout itself; not with --layout");
   }
-  if (!o.layout.empty()) l = parse_rope_layout(o.layout, "--layout");
   if (!o.inv_freq.empty()) {
     const Tensor t = read_tensor(o.inv_freq);
     if (!is_float(t.dtype()) && !is_integer(t.dtype())) {
@@ -115,9 +111,8 @@ void set_layout(const RopeCmdOptions& o, RopeStreamRequest& r) {
       }
     }
   }
-  if (!o.freq_scale.empty()) l.scale = parse_freq_scale(o.freq_scale);
   l.tiled = o.rope.style == "tiled";
-  const bool old_forms = r.apply.grid_h > 0 || r.apply.grid_ids || !o.mrope_section.empty();
+  const bool old_forms = r.apply.grid_h > 0 || r.apply.grid_ids || !r.apply.mrope_section.empty();
   if (l.custom() && old_forms) {
     throw UsageError("--layout: --rope2d, --rope2d-ids and --mrope-section are layouts "
                      "themselves; give one of them");
@@ -250,9 +245,7 @@ void run_rope(const RopeCmdOptions& o) {
   r.write = o.out.write_options();
   r.axes = o.axes;
   if (o.dtype != "same") r.dtype = parse_dtype(o.dtype);
-  r.apply.allow_nonfinite = o.allow_nonfinite;
   check_given(r.apply, command_line(o.rope.app));
-  if (!o.mrope_section.empty()) r.apply.mrope_section = parse_sections(o.mrope_section);
   set_layout(o, r);
   // --style tiled: the neox frequencies with the tiled pairing (RopePairing::tiled).
   auto rope = std::make_shared<RopeCliOptions>(o.rope);
@@ -310,31 +303,15 @@ void register_rope(CLI::App& app) {
                              "float16", "bfloat16"}));
   add_rope_options(sub, opts->rope);
   const char* g = "ROPE OPTIONS";
-  add_declared_options(sub, opts->rope.apply, {"rope2d", "rope2d_ids", "order"}, g);
-  sub->add_option("--mrope-section", opts->mrope_section,
-                  "M-RoPE (Qwen2-VL): pairs per t,h,w section, summing to R/2, e.g. 16,24,24; "
-                  "--position-ids then has shape [3, s] or [3, b, s]")
-      ->type_name("T,H,W")
-      ->group(g);
-  add_declared_options(sub, opts->rope.apply, {"mrope_interleaved"}, g);
-  sub->add_option("--layout", opts->layout,
-                  "the frequency assignment over coordinate axes: plain (default), axial (2-D, "
-                  "the --rope2d frequencies), even-odd (Pixtral: height the even-indexed, width "
-                  "the odd-indexed frequencies), sections:T,H,W or interleaved:T,H,W (M-RoPE), "
-                  "chunks[:N] (V-JEPA2: N chunks of 2*((D/N)/2) dims, default 3, tiled pairing), "
-                  "ernie-vl:H,W,T (ERNIE-4.5-VL, with --style gptj: pairs below H+W alternate "
-                  "h and w, the rest t; ids t,h,w), xdrope:S1,...,Sn (HunYuan-VL: chunks of "
-                  "2*Si dims in the neox order on axis i, each dim its own angle)")
-      ->type_name("NAME[:ARGS]")
-      ->group(g);
+  add_declared_options(sub, opts->rope.apply,
+                       {"rope2d", "rope2d_ids", "order", "mrope_section", "mrope_interleaved",
+                        "layout"},
+                       g);
   sub->add_option("--inv-freq", opts->inv_freq,
                   "any frequency assignment: tensor [axes, R/2]; angle j = sum over axes of "
                   "coordinate * freq[axis, j] (LightGlue: its projector weight transposed)")
       ->group(g);
-  sub->add_option("--freq-scale", opts->freq_scale,
-                  "multiply every frequency of the layout (2pi for DINOv3's 2*pi)")
-      ->type_name("X|2pi")
-      ->group(g);
+  add_declared_options(sub, opts->rope.apply, {"freq_scale"}, g);
   sub->add_option("--coords", opts->coords,
                   "generated coordinates: grid:E1,E2,... (indices of a row-major grid, one axis "
                   "each) or centres:H,W (DINOv3 patch centres in [-1, 1])")
@@ -357,9 +334,7 @@ void register_rope(CLI::App& app) {
                   "per-entry offsets [b] (flash-attn's seqlen_offsets / rotary_seqlens): token s "
                   "of entry b at --start + offset[b] + s; with --cu-seqlens one per sequence")
       ->group(g);
-  sub->add_flag("--allow-nonfinite", opts->allow_nonfinite,
-                "rotate NaN/Inf input values instead of refusing them (NaN results are "
-                "written as the positive quiet NaN)");
+  add_declared_options(sub, opts->rope.apply, {"allow_nonfinite"});
   sub->add_option("--max-memory", opts->max_memory,
                   "memory for buffers and tables (e.g. 512M, 2G, 1.5GiB or bytes; K, M, G, T are "
                   "powers of 1024; default 1/4 of physical memory); larger inputs are streamed "

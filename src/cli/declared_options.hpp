@@ -236,13 +236,25 @@ class OptionBinder {
   }
 
   /// `--dtype bf16`: the text parsed by the declaration's parser.
-  template <class T>
-  void operator()(const Field& f, Parsed<T> p) {
+  template <class T, class M>
+  void operator()(const Field& f, Parsed<T, M> p) {
     if (skipped(f)) return;
-    CLI::Option* opt = sub_->add_option_function<std::string>(
-        f.option(), [p, f](const std::string& text) { p.set(f, text); }, f.help);
-    if (f.required) opt->required();
-    grouped(opt);
+    text_option(f, [p, f](const std::string& text) { p.set(f, text); });
+  }
+  /// `--short-factor LIST|REF`: a comma list or a tensor reference, read by the declaration.
+  void operator()(const Field& f, NumberList n) {
+    if (skipped(f)) return;
+    text_option(f, [n, f](const std::string& text) { n.set(f, text); });
+  }
+  /// `--mrope-section T,H,W`: the counts' text, checked by the declaration.
+  void operator()(const Field& f, Counts c) {
+    if (skipped(f)) return;
+    text_option(f, [c, f](const std::string& text) { c.set(f, text); });
+  }
+  /// `--freq-scale X|2pi`: a number or a word, checked by the declaration.
+  void operator()(const Field& f, NumberOrWord n) {
+    if (skipped(f)) return;
+    text_option(f, [n, f](const std::string& text) { n.set(f, text); });
   }
 
   /// `--window LEFT[,RIGHT]`: the text's integers, their range the declaration's.
@@ -305,6 +317,13 @@ class OptionBinder {
   }
 
  private:
+  template <class F>
+  void text_option(const Field& f, F set) {
+    CLI::Option* opt = sub_->add_option_function<std::string>(f.option(), set, f.help);
+    if (!f.word.empty()) opt->type_name(f.word);
+    if (f.required) opt->required();
+    grouped(opt);
+  }
   bool skipped(const Field& f) const {
     const bool listed = std::find(skip_.begin(), skip_.end(), f.name) != skip_.end();
     return listed != only_;

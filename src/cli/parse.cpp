@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <limits>
 
-#include "posenc/encodings/rope_layout.hpp"
 #include "posenc/error.hpp"
 
 namespace posenc::cli {
@@ -161,57 +160,12 @@ std::size_t parse_memory_size(const std::string& text, const std::string& option
   return static_cast<std::size_t>(bytes);
 }
 
-std::optional<std::vector<double>> parse_number_list(const std::string& text,
-                                                     const std::string& option) {
-  if (trim(text).empty()) return std::nullopt;
-  std::vector<double> v;
-  for (const std::string& item : split(text, ',')) {
-    const std::string t = trim(item);
-    if (!is_decimal_number(t)) return std::nullopt;
-    const double x = std::strtod(t.c_str(), nullptr);
-    if (!std::isfinite(x)) {
-      throw UsageError(fmt::format("{}: '{}' is not a finite number", option, t));
-    }
-    v.push_back(x);
-  }
-  return v;
-}
-
 std::optional<std::vector<std::int64_t>> parse_integer_list(const std::string& text) {
   std::vector<std::int64_t> v;
   for (const std::string& item : split(text, ',')) {
     const std::optional<long long> n = parse_integer(trim(item));
     if (!n) return std::nullopt;
     v.push_back(*n);
-  }
-  return v;
-}
-
-std::vector<int> parse_sections(const std::string& text) {
-  std::vector<int> v;
-  for (const std::string& item : split(text, ',')) {
-    const std::optional<long long> x = parse_integer(trim(item));
-    if (!x || *x < 0 || *x > (1 << 20)) {
-      throw UsageError(
-          fmt::format("--mrope-section: expected three counts t,h,w such as "
-                      "16,24,24, got '{}'",
-                      text));
-    }
-    v.push_back(static_cast<int>(*x));
-  }
-  if (v.size() != 3) {
-    throw UsageError(fmt::format("--mrope-section: expected three counts t,h,w, got '{}'", text));
-  }
-  return v;
-}
-
-double parse_freq_scale(const std::string& text) {
-  if (text == "2pi" || text == "tau") return kRopeTwoPi;
-  std::string t = text;
-  const double v = std::strtod(t.c_str(), nullptr);
-  if (!number_text_error(t).empty() || !(v > 0) || !std::isfinite(v)) {
-    throw UsageError(fmt::format("--freq-scale: expected a positive number or 2pi, got '{}'",
-                                 text));
   }
   return v;
 }

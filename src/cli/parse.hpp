@@ -43,20 +43,7 @@ std::string number_text_error(const std::string& text);
 /// anything else, for zero and for sizes of 2^63 bytes or more.
 std::size_t parse_memory_size(const std::string& text, const std::string& option);
 
-/// A comma list of finite numbers ("1.0, 1.1,2"), or nullopt when `text` is not one
-/// (it may then be a tensor reference). Values that overflow a double or spell nan/inf
-/// are a UsageError naming `option`.
-std::optional<std::vector<double>> parse_number_list(const std::string& text,
-                                                     const std::string& option);
-
 /// A comma list of integers ("4,0"), or nullopt when an item is no integer.
 std::optional<std::vector<std::int64_t>> parse_integer_list(const std::string& text);
-
-/// `--mrope-section T,H,W`: three counts of frequency pairs.
-std::vector<int> parse_sections(const std::string& text);
-
-/// `--freq-scale X`: a positive finite number, or 2pi (also tau) for 2 * pi exactly as
-/// a double rounds it. UsageError otherwise.
-double parse_freq_scale(const std::string& text);
 
 }  // namespace posenc::cli

@@ -25,8 +25,9 @@ namespace posenc::cli {
 void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
   o.app = sub;
   const char* g = "ROPE OPTIONS";
-  // --style also takes `posenc rope`'s tiled, which is no RopeStyle: bound by hand.
-  OptionBinder bind(sub, g, {"style"});
+  // --style also takes `posenc rope`'s tiled, which is no RopeStyle: bound by hand; the
+  // factor lists follow the tensors of positions.
+  OptionBinder bind(sub, g, {"style", "short_factor", "long_factor"});
   for (const Field& f : posenc::describe<RopeParams>()) {
     if (f.name == "style") sub->add_option("--style", o.style, f.help)->group(g);
   }
@@ -40,12 +41,7 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
   sub->add_option("--cu-seqlens", o.cu_seqlens,
                   "packed sequences: boundaries [n+1]; positions restart at each one")
       ->group(g);
-  sub->add_option("--short-factor", o.short_factor,
-                  "longrope short_factor: comma list or tensor reference, R/2 values")
-      ->group(g);
-  sub->add_option("--long-factor", o.long_factor,
-                  "longrope long_factor: comma list or tensor reference, R/2 values")
-      ->group(g);
+  add_declared_options(sub, o.params, {"short_factor", "long_factor"}, g);
   sub->add_option("--hf-config", o.hf_config,
                   "take the RoPE of a HF config.json as transformers v5 reads it (rope_theta, "
                   "head_dim, partial_rotary_factor, max_position_embeddings, "
@@ -81,37 +77,6 @@ bool given(const RopeCliOptions& o, const char* name, bool fallback) {
   return o.app->count(name) > 0;
 }
 
-// A comma list of numbers ("1.0,1.1,...") or a tensor reference.
-std::vector<double> factor_list(const std::string& text, const char* option) {
-  if (auto list = parse_number_list(text, option)) return *list;
-  Tensor t;
-  try {
-    t = read_tensor(text);
-  } catch (const UsageError&) {
-    throw UsageError(
-        fmt::format("{}: '{}' is neither a comma-separated list of numbers nor a tensor reference",
-                    option, text));
-  }
-  if (t.ndim() > 1) {
-    throw InputError(fmt::format("{}: {}: expected a 1-D tensor, got shape {}", option, text,
-                                 shape_str(t.shape())));
-  }
-  std::vector<double> v(t.numel());
-  for (std::size_t i = 0; i < t.numel(); ++i) v[i] = t.get(i);
-  return v;
-}
-
-// The options' values (their defaults where not given) as RoPE parameters.
-void set_explicit(const RopeCliOptions& o, RopeParams& p) {
-  p = o.params;
-  p.style = parse_rope_style(o.style);
-  if (given(o, "--short-factor", !o.short_factor.empty())) {
-    p.short_factor = factor_list(o.short_factor, "--short-factor");
-  }
-  if (given(o, "--long-factor", !o.long_factor.empty())) {
-    p.long_factor = factor_list(o.long_factor, "--long-factor");
-  }
-}
 
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
@@ -170,8 +135,8 @@ HfLayer hf_layer(const RopeCliOptions& o) {
 }
 
 RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
-  RopeParams p;
-  set_explicit(o, p);
+  RopeParams p = o.params;  // the options' values (their defaults where not given)
+  p.style = parse_rope_style(o.style);
   p.arith = rope_arith(o);
   // Meta's code only has the complex (interleaved) form.
   if (p.arith == Arith::meta && !given(o, "--style", false)) p.style = RopeStyle::gptj;
@@ -183,10 +148,7 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
     // taken nor checked, and a range check of the value names the option
     // (merge_hf_config, as the Python module merges its keywords).
     std::vector<std::string> names = given_fields(o.app, const_cast<RopeParams&>(o.params));
-    for (const char* option : {"--style", "--short-factor", "--long-factor"}) {
-      if (given(o, option, false)) names.emplace_back(option + 2);
-    }
-    for (std::string& n : names) std::replace(n.begin(), n.end(), '-', '_');
+    if (given(o, "--style", false)) names.emplace_back("style");
     const HfVersion version = versioned ? parse_hf_version(o.hf_version) : HfVersion{};
     const RopeParams given_only = p;
     p = merge_hf_config(given_only, names, o.hf_config, hf_layer(o), version);

@@ -20,7 +20,6 @@ struct RopeCliOptions {
   Positions where;    ///< --start (declared with Positions)
   std::string position_ids;  ///< tensor reference
   std::string cu_seqlens;    ///< tensor reference
-  std::string short_factor, long_factor;  ///< comma lists or tensor references
   std::string hf_config;
   std::string hf_version;  ///< --hf-version: the transformers release whose rules read it
   std::string layer_type;  ///< --layer-type: which layers of --hf-config

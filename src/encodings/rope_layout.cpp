@@ -233,10 +233,9 @@ RopeLayout resolve_rope_layout(const RopeLayoutSpec& spec, const RopeFreqs& f) {
     case RopeLayoutPreset::xdrope: l = rope_layout_xdrope(f, spec.sections); break;
     case RopeLayoutPreset::matrix: l = rope_layout_matrix(spec.axes, spec.freq); break;
   }
-  if (!(spec.scale > 0) || !std::isfinite(spec.scale)) {
-    throw UsageError(fmt::format("layout: the frequency scale must be positive and finite "
-                                 "(got {})",
-                                 spec.scale));
+  if (!(spec.scale > 0) || !std::isfinite(spec.scale)) {  // the freq_scale field's message
+    throw UsageError(
+        fmt::format("freq_scale: expected a positive number or 2pi, got '{}'", spec.scale));
   }
   for (double& v : l.freq) {
     if (spec.scale != 1.0 && !std::isfinite(v * spec.scale)) {

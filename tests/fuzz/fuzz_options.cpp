@@ -10,7 +10,8 @@
 //   7 --hf-config JSON, applied and reduced to frequencies, which must be finite (a
 //     RoPE layout the config implies must resolve);
 //   8 --coords (extents in range); 9 --layout (resolved against a small RopeFreqs:
-//     a layout that resolves passes check_rope_layout); 10 --freq-scale (positive).
+//     a layout that resolves passes check_rope_layout); 10 --freq-scale, through its
+//     declaration (positive).
 // Contract: only UsageError / InputError, and the checks above.
 
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "cli/parse.hpp"
 #include "fuzz_util.hpp"
 #include "posenc/encodings/rope.hpp"
+#include "posenc/encodings/rope_fields.hpp"
 #include "posenc/encodings/rope_layout.hpp"
 #include "posenc/error.hpp"
 #include "posenc/ops/attention_fields.hpp"
@@ -174,11 +176,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         expect(bytes >= 1 && bytes < (std::size_t{1} << 63), "size out of range");
         break;
       }
-      case 3:
-        if (auto v = cli::parse_number_list(text, "--short-factor")) {
-          for (double x : *v) expect(std::isfinite(x), "non-finite factor");
-        }
+      case 3: {  // through its declaration (rope_fields.hpp); no file is read here
+        std::vector<double> v;
+        posenc::number_list(v, [](const std::string&) -> xt::xarray<double> {
+          throw posenc::UsageError("not read");
+        }).set(posenc::field("short_factor", ""), text);
+        for (double x : v) expect(std::isfinite(x), "non-finite factor");
         break;
+      }
       case 4: {
         for (bool is_signed : {true, false}) {
           std::string t = text;
@@ -196,9 +201,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           expect(std::isfinite(std::strtod(text.c_str(), nullptr)), "non-finite number accepted");
         }
         break;
-      case 6:
-        expect(cli::parse_sections(text).size() == 3, "sections are three counts");
+      case 6: {
+        std::vector<int> v;  // through its declaration (rope_fields.hpp)
+        posenc::counts(v, 3, 0, 1 << 20, "three counts").set(posenc::field("mrope_section", ""),
+                                                             text);
+        expect(v.size() == 3, "sections are three counts");
         break;
+      }
       case 8: {
         const posenc::CoordGrid g = posenc::parse_coord_grid(text);
         expect(!g.extent.empty() && g.extent.size() <= posenc::kMaxRopeAxes, "extent count");
@@ -216,8 +225,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         expect(l.axes >= 1 && l.freq.size() == l.axes * angles, "resolved layout shape");
         break;
       }
-      case 10: {
-        const double v = cli::parse_freq_scale(text);
+      case 10: {  // through its declaration (rope_fields.hpp), as both front ends set it
+        double v = 1.0;
+        posenc::number_or_word(v, posenc::fields::freq_scale_words())
+            .set(posenc::field("freq_scale", ""), text);
         expect(v > 0 && std::isfinite(v), "scale out of range");
         break;
       }

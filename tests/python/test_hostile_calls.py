@@ -116,9 +116,10 @@ def test_bad_types_and_ranges_name_the_keyword():
 
 @pytest.mark.parametrize("call,text", [
     (lambda q: posenc.rope(q, inverse=np.ones(3)), "inverse: expected True or False"),
-    (lambda q: posenc.rope(q, mrope_section=5), "mrope_section: expected T,H,W integers"),
-    (lambda q: posenc.rope(q, precision=np.ones(2)), "precision: expected f64 or f32"),
-    (lambda q: posenc.rope(q, freq_scale="x"), "freq_scale: expected a number"),
+    (lambda q: posenc.rope(q, mrope_section=5), "mrope_section: expected a list of integers"),
+    (lambda q: posenc.rope(q, precision=np.ones(2)), "precision: expected a string"),
+    (lambda q: posenc.rope(q, freq_scale="x"),
+     "freq_scale: expected a positive number or 2pi, got 'x'"),
     (lambda q: posenc.attention(q, q, window=(1, 2, 3)), "window: expected LEFT or (LEFT, RIGHT)"),
     (lambda q: posenc.attention(q, q, attn_temperature=5.0), "attn_temperature: expected"),
     (lambda q: posenc.attention(q, q, emit=True), "emit: expected a name or a sequence"),

@@ -159,9 +159,11 @@ def test_the_man_page_documents_the_option(f):
 
 @pytest.mark.parametrize("f", FIELDS, ids=IDS)
 def test_the_option_matrix_has_its_row(f):
+    """A row (base, with), or the reason why the option changes no numbers (NOT_NUMBERS)."""
     matrix = read("tests/cli/test_option_matrix.py")
     for option in options(f):
-        assert re.search(rf'^\s*"{re.escape(option)}": \(', matrix, re.M), option
+        assert re.search(rf'^\s*"{re.escape(option)}": \(', matrix, re.M) or \
+            re.search(rf'(^\s*|, )"{re.escape(option)}": "', matrix, re.M), option
 
 
 # The rules between the ways of applying (check_given of RopeApplyOptions): one message,
@@ -203,3 +205,53 @@ def test_a_rule_between_fields_says_one_message_on_both_front_ends(args, kw, mes
     with pytest.raises(posenc.UsageError, match="^" + re.escape(message.format(
             **{n: n for n in names})) + "$"):
         posenc.rope(a, axes="sd", **kw)
+
+
+# Fields given as one text on the command line and as a text or a Python value in Python
+# (a number or a word, counts, a list of numbers): each value is taken by both front ends
+# with the same result, or refused by both with one message naming the option or keyword.
+LAYOUT = (["--coords", "grid:2,2", "--layout", "axial"], {"coords": "grid:2,2", "layout": "axial"})
+LONGROPE = (["--scaling", "longrope", "--factor", "2", "--original-max-pos", "4",
+             "--long-factor", "2,2,2,2"],
+            {"scaling": "longrope", "factor": 2.0, "original_max_pos": 4,
+             "long_factor": [2, 2, 2, 2]})
+TEXTS = [
+    (LAYOUT, "freq_scale", "2pi", "2pi", None),
+    (LAYOUT, "freq_scale", "tau", 2 * np.pi, None),
+    (LAYOUT, "freq_scale", "3", 3, None),
+    (LAYOUT, "freq_scale", "1.5e-1", "1.5e-1", None),
+    (LAYOUT, "freq_scale", "-1", -1, "expected a positive number or 2pi, got '-1'"),
+    (LAYOUT, "freq_scale", "0", 0.0, "expected a positive number or 2pi, got '0'"),
+    (LAYOUT, "freq_scale", "nan", float("nan"), "expected a positive number or 2pi, got 'nan'"),
+    (LAYOUT, "freq_scale", "x", "x", "expected a positive number or 2pi, got 'x'"),
+    (([], {}), "mrope_section", "1,1,2", (1, 1, 2), None),
+    (([], {}), "mrope_section", " 1, 1,2", np.array([1, 1, 2]), None),
+    (([], {}), "mrope_section", "1,2", [1, 2],
+     "expected three counts t,h,w such as 16,24,24, got '1,2'"),
+    (([], {}), "mrope_section", "-1,1,4", (-1, 1, 4),
+     "expected three counts t,h,w such as 16,24,24, got '-1,1,4'"),
+    (([], {}), "mrope_section", "a,b,c", "a,b,c",
+     "expected three counts t,h,w such as 16,24,24, got 'a,b,c'"),
+    (LONGROPE, "short_factor", "1,1.5,1,1", [1, 1.5, 1, 1], None),
+    (LONGROPE, "short_factor", "1, 2,1,1", "1, 2,1,1", None),
+    (LONGROPE, "short_factor", "1e400,1", "1e400,1", "'1e400' is not a finite number"),
+    (LONGROPE, "short_factor", "x,1", "x,1",
+     "'x,1' is neither a comma-separated list of numbers nor a tensor reference"),
+]
+
+
+@pytest.mark.parametrize("base, name, text, value, message", TEXTS,
+                         ids=[f"{t[1]}={t[2]}" for t in TEXTS])
+def test_a_text_field_is_read_alike_by_both_front_ends(base, name, text, value, message, x):
+    tmp, a = x
+    (args, kw), option = base, "--" + name.replace("_", "-")
+    p, written = run(tmp, [*args, option, text])
+    if message is None:
+        assert p.returncode == 0, p.stderr
+        got = posenc.rope(a, axes="sd", **kw, **{name: value})
+        np.testing.assert_array_equal(got, np.load(tmp / "out.npy"))
+        return
+    assert p.returncode == 2 and p.stderr == f"posenc: error: {option}: {message}\n", p.stderr
+    assert not written
+    with pytest.raises(posenc.UsageError, match="^" + re.escape(f"{name}: {message}") + "$"):
+        posenc.rope(a, axes="sd", **kw, **{name: value})

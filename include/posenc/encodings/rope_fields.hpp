@@ -1,19 +1,19 @@
 #pragma once
 /// \file
-/// The declared parameters of RoPE (declare.hpp): the scaling parameters of RopeParams,
-/// the first position of Positions, the coordinate grid's prefix and merge window and
-/// the ways of applying (RopeApplyOptions: --inverse and --precision of every RoPE
-/// command, `posenc rope`'s --rope2d, --rope2d-ids, --order, --mrope-interleaved and
-/// --torch-ops; the rules between them are check_given's), in
-/// the order --help lists them. The ROPE OPTIONS of `table rope`, `rope` and
+/// The declared parameters of RoPE (declare.hpp): the scaling parameters of RopeParams
+/// (with the longrope factor lists), the first position of Positions, the coordinate
+/// grid's prefix and merge window and the ways of applying (RopeApplyOptions: --inverse
+/// and --precision of every RoPE command, `posenc rope`'s --rope2d, --rope2d-ids, --order,
+/// --mrope-section, --mrope-interleaved, --layout, --freq-scale, --torch-ops and
+/// --allow-nonfinite; the rules between them are check_given's), in the order --help
+/// lists them. The ROPE OPTIONS of `table rope`, `rope` and
 /// `attention --rope`, the Python keywords of posenc.rope / posenc.table.rope /
 /// posenc.attention, their ranges and the field list the tests walk
 /// (`posenc._posenc._rope_fields()`) come from here.
 ///
-/// Not declared, bound by each front end: the longrope factor lists (a comma list or a
-/// tensor reference on the command line), the config file and its layer selection
-/// (--hf-config, --hf-version, --layer-type, --layer), the arithmetic, the M-RoPE
-/// sections and the layouts (members of RopeApplyOptions), and tensors of positions.
+/// Not declared, bound by each front end: the config file and its layer selection
+/// (--hf-config, --hf-version, --layer-type, --layer), the arithmetic, the frequency
+/// matrix (--inv-freq) and tensors of positions.
 ///
 /// `compute_rope_freqs` validates RopeParams from here (a value from a config file names
 /// the file's key, RopeParams::sources); RopeApplier validates Positions and its grid.
@@ -23,12 +23,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "posenc/declare.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_layout.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/ref.hpp"
 #include "posenc/ops/rope.hpp"
+#include "posenc/tensor.hpp"
 
 namespace posenc {
 
@@ -66,6 +69,22 @@ inline Names<bool> two_words(const char* when_false, const char* when_true) {
 inline const Names<bool>& grid_orders() {
   static const Names<bool> n = two_words("xy", "yx");
   return n;
+}
+/// The words --freq-scale takes for DINOv3's 2*pi.
+inline const Names<double>& freq_scale_words() {
+  static const Names<double> n{{"2pi", kRopeTwoPi}, {"tau", kRopeTwoPi}};
+  return n;
+}
+/// `--layout NAME[:ARGS]` (parse_rope_layout), its errors naming the field.
+inline RopeLayoutSpec layout_of(std::string_view text, std::string_view name) {
+  return parse_rope_layout(std::string(text), std::string(name));
+}
+/// The values of a tensor reference as float64 (--short-factor f.npy).
+inline xt::xarray<double> tensor_values(const std::string& ref) {
+  const Tensor t = read_tensor(ref);
+  xt::xarray<double> out = xt::empty<double>(t.shape());
+  for (std::size_t i = 0; i < t.numel(); ++i) out.data()[i] = t.get(i);
+  return out;
 }
 /// posenc's own working precision, numpy's names after posenc's.
 inline const Names<Precision>& precisions() {
@@ -126,6 +145,11 @@ void declare(V& v, RopeParams& p) {
     p.truncate);
   v(field("low_freq_factor", "llama3 low_freq_factor (default 1)"), p.low_freq_factor);
   v(field("high_freq_factor", "llama3 high_freq_factor (default 4)"), p.high_freq_factor);
+  // After the first position and the tensors of positions in --help.
+  v(field("short_factor", "longrope short_factor: comma list or tensor reference, R/2 values"),
+    number_list(p.short_factor, &fields::tensor_values));
+  v(field("long_factor", "longrope long_factor: comma list or tensor reference, R/2 values"),
+    number_list(p.long_factor, &fields::tensor_values));
 }
 
 /// The first position (the tensors of positions are each front end's).
@@ -171,8 +195,8 @@ inline void check_given(const CoordGrid&, const Caller& c) {
 
 /// The ways of applying. The inverse and the precision are ROPE OPTIONS of `table rope`,
 /// `rope` and `attention --rope` (and keywords of their Python twins); the others
-/// `posenc rope` and posenc.rope take alone. The grid, the sections, the layout and its
-/// frequencies are bound by each front end.
+/// `posenc rope` and posenc.rope take alone. The frequency matrix is bound by each front
+/// end.
 template <class V>
 void declare(V& v, RopeApplyOptions& a) {
   v(field("inverse", "apply the inverse rotation (R^T)"), a.inverse);
@@ -191,15 +215,37 @@ void declare(V& v, RopeApplyOptions& a) {
     a.grid_ids);
   v(field("order", "2-D RoPE: which coordinate takes the first R/4 pairs, xy (default) or yx"),
     choice(a.grid_yx, fields::grid_orders()));
+  v(field("mrope_section",
+          "M-RoPE (Qwen2-VL): pairs per t,h,w section, summing to R/2, e.g. 16,24,24; "
+          "--position-ids then has shape [3, s] or [3, b, s]")
+        .value_name("T,H,W"),
+    counts(a.mrope_section, 3, 0, 1 << 20, "three counts t,h,w such as 16,24,24"));
   v(field("mrope_interleaved",
           "Qwen3-VL interleaved M-RoPE: pair j takes h when j % 3 = 1 and j < 3H, w when "
           "j % 3 = 2 and j < 3W, else t"),
     a.mrope_interleaved);
+  v(field("layout",
+          "the frequency assignment over coordinate axes: plain (default), axial (2-D, "
+          "the --rope2d frequencies), even-odd (Pixtral: height the even-indexed, width "
+          "the odd-indexed frequencies), sections:T,H,W or interleaved:T,H,W (M-RoPE), "
+          "chunks[:N] (V-JEPA2: N chunks of 2*((D/N)/2) dims, default 3, tiled pairing), "
+          "ernie-vl:H,W,T (ERNIE-4.5-VL, with --style gptj: pairs below H+W alternate "
+          "h and w, the rest t; ids t,h,w), xdrope:S1,...,Sn (HunYuan-VL: chunks of "
+          "2*Si dims in the neox order on axis i, each dim its own angle)")
+        .value_name("NAME[:ARGS]"),
+    parsed(a.layout, &fields::layout_of, "layout"));
+  v(field("freq_scale", "multiply every frequency of the layout (2pi for DINOv3's 2*pi)")
+        .value_name("X|2pi"),
+    number_or_word(a.layout.scale, fields::freq_scale_words()));
   v(field("torch_ops",
           "with --cos/--sin: flash-attn's apply_rotary_emb_torch bit for bit, each product "
           "and the sum rounded to torch's type for x and the tables (default: exact, "
           "rounded once)"),
     a.torch_ops);
+  v(field("allow_nonfinite",
+          "rotate NaN/Inf input values instead of refusing them (NaN results are "
+          "written as the positive quiet NaN)"),
+    a.allow_nonfinite);
 }
 
 /// The rules between the ways of applying, in the caller's terms, checked by each front
