@@ -673,7 +673,7 @@ Table table_in_keywords(R& r, F compute) {
 const std::map<std::string, TableKind>& table_kinds() {
   static const std::map<std::string, TableKind> kinds = [] {
     std::map<std::string, TableKind> k;
-    for_each_table([&k](const char* kind, auto preset, auto compute) {
+    for_each_table([&k](const char* kind, auto preset, auto compute, const TableAbout&) {
       k[kind] = [preset, compute](const TableArgs& a, std::vector<Table>& tables) {
         auto r = request_of(a.d, preset);
         for_each_emitted(r, [&](const std::string&) {

@@ -11,6 +11,7 @@
 #include <list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -127,6 +128,21 @@ void run_rope(const RopeTableOptions& o, CLI::App* sub) {
   });
   write_all(std::move(tables), names, o.c);
 }
+
+void add_rope(CLI::App* table) {
+  static RopeTableOptions o;
+  auto* sub = table->add_subcommand(
+      "rope", "RoPE tables (inv_freq, angles, cos, sin) with HF scaling variants");
+  sub->add_option("--positions", o.positions,
+                  "number of positions N (required unless --position-ids, --cu-seqlens, or "
+                  "--emit inv-freq)");
+  sub->add_option("--dim", o.dim, "head dimension D (or from --hf-config)");
+  add_declared_options(sub, o.r);
+  add_rope_options(sub, o.rope);
+  add_common(sub, o.c, fields::kFloatDtypes, /*several=*/true);
+  sub->callback([sub] { run_rope(o, sub); });
+}
+
 // A kind: its request (the declared fields bound to options), its output options, the
 // files of its array fields, and its subcommand.
 template <class R>
@@ -167,20 +183,6 @@ void add_plain_kind(CLI::App* table, const char* name, const char* help,
   });
 }
 
-constexpr const char* kFloatDtypeHelp =
-    "output dtype: f32 (default), f64, f16, bf16 (computed in f64, rounded once)";
-constexpr const char* kIntDtypeHelp =
-    "output dtype: i64 (default), any integer dtype that holds the largest index, f32 or f64";
-
-// The dtypes of an index table that a learned table turns into a bias (`what`: what the
-// index holds).
-std::string bias_dtype_help(const char* what) {
-  return fmt::format(
-      "output dtype: i64 (default) or any integer dtype that holds the largest {}, f32, f64; "
-      "with --bias-table f32 (default), f64, f16, bf16",
-      what);
-}
-
 }  // namespace
 
 void register_table(CLI::App& app) {
@@ -188,196 +190,15 @@ void register_table(CLI::App& app) {
   table->require_subcommand(1);
   // Only the kind this run names is defined: the options of all of them were two
   // thirds of a small table's run time.
-  const auto wanted = [](std::string_view kind) {
-    return defines_kind(
-        "table", kind,
-        {"sinusoidal",        "rope",           "rope2d",         "alibi",
-         "relative",          "t5-bucket",      "xl-relative",    "funnel-relative",
-         "funnel-factorized", "deberta-bucket", "swin-index",     "beit-index",
-         "swinv2-coords",     "levit-index",    "detr-sine",      "fairseq-sinusoidal",
-         "layoutlm-bucket",   "complex-order",  "reformer-axial", "cpmant-bucket",
-         "longt5-global",     "rt-detr-sincos", "udop-bucket"});
+  std::vector<std::string_view> kinds{"rope"};
+  for_each_table([&kinds](const char* kind, auto&&...) { kinds.push_back(kind); });
+  const auto wanted = [&kinds](std::string_view kind) {
+    return defines_kind("table", kind, kinds);
   };
-
-  if (wanted("sinusoidal")) {
-    add_plain_kind<SinusoidalRequest>(table, "sinusoidal",
-                                      "Vaswani table PE[p,2i] = sin(p w_i), PE[p,2i+1] = cos(p "
-                                      "w_i), w_i = 1/base^(2i/D); shape [N, D]",
-                                      kFloatDtypeHelp, sinusoidal_table);
-  }
-  if (wanted("rope")) {
-    static RopeTableOptions o;
-    auto* sub = table->add_subcommand(
-        "rope", "RoPE tables (inv_freq, angles, cos, sin) with HF scaling variants");
-    sub->add_option("--positions", o.positions,
-                    "number of positions N (required unless --position-ids, --cu-seqlens, "
-                    "or --emit inv-freq)");
-    sub->add_option("--dim", o.dim, "head dimension D (or from --hf-config)");
-    add_declared_options(sub, o.r);
-    add_rope_options(sub, o.rope);
-    add_common(sub, o.c, kFloatDtypeHelp, /*several=*/true);
-    sub->callback([sub] { run_rope(o, sub); });
-  }
-  if (wanted("rope2d")) {
-    add_plain_kind<Rope2dRequest>(
-        table, "rope2d",
-        "axial 2-D RoPE for an H x W grid: D/4 frequencies per axis; shape [H*W, D]",
-        kFloatDtypeHelp, rope2d_table);
-  }
-  if (wanted("alibi")) {
-    add_plain_kind<AlibiRequest>(table, "alibi",
-                                 "ALiBi slopes [H] or bias matrices [H, Q, K] (Press et al.)",
-                                 kFloatDtypeHelp, alibi_table);
-  }
-  if (wanted("relative")) {
-    add_plain_kind<RelativeRequest>(
-        table, "relative",
-        "Shaw relative index clip(d, -L, R) + L of the distance d = j-i (or i-j), L = R = M "
-        "by default; -1 beyond the window with --beyond zero; shape [Q, K], integers (or the "
-        "rows of a learned table gathered, [Q, K, dim])",
-        "output dtype: i64 (default), any integer dtype that holds the indices (signed "
-        "with --beyond zero), f32 or f64; with --embeddings f32 (default), f64, f16, bf16",
-        relative_table);
-  }
-  if (wanted("t5-bucket")) {
-    add_plain_kind<T5BucketRequest>(
-        table, "t5-bucket", "HF T5 _relative_position_bucket of j - i; shape [Q, K], integers",
-        kIntDtypeHelp, t5_bucket_table);
-  }
-  if (wanted("xl-relative")) {
-    add_plain_kind<XlRelativeRequest>(
-        table, "xl-relative",
-        "Transformer-XL / XLNet sinusoidal relative table R [rlen, D] = [sin(p w) | cos(p w)] "
-        "for the relative positions p of pos_seq (HF TransfoXL, XLNet)",
-        kFloatDtypeHelp, xl_relative_table);
-  }
-  if (wanted("funnel-relative")) {
-    add_plain_kind<FunnelRelativeRequest>(
-        table, "funnel-relative",
-        "Funnel Transformer relative_shift position embeddings of a block [rows, D] = "
-        "[sin(p w) | cos(p w)] for HF relative_pos with pooling (get_position_embeds)",
-        kFloatDtypeHelp, funnel_relative_table);
-  }
-  if (wanted("funnel-factorized")) {
-    add_plain_kind<FunnelFactorizedRequest>(
-        table, "funnel-factorized",
-        "Funnel Transformer factorized attention tables phi, pi [queries, D] and psi, omega "
-        "[keys, D] of sin/cos over pooled token positions (HF get_position_embeds)",
-        kFloatDtypeHelp, funnel_factorized_table);
-  }
-  if (wanted("deberta-bucket")) {
-    add_plain_kind<DebertaBucketRequest>(
-        table, "deberta-bucket",
-        "DeBERTa-v2/v3 relative positions i - j with log buckets (HF build_relative_position); "
-        "shape [Q, K], integers",
-        kIntDtypeHelp, deberta_bucket_table);
-  }
-  if (wanted("swin-index")) {
-    add_plain_kind<WindowIndexRequest>(
-        table, "swin-index",
-        "Swin relative_position_index of an H x W window: (dy + H-1)(2W-1) + dx + W-1; shape "
-        "[HW, HW], integers (or the bias [heads, HW, HW] of a learned table)",
-        bias_dtype_help("index"), window_index_table);
-  }
-  if (wanted("beit-index")) {
-    WindowIndexRequest beit;
-    beit.class_token = true;
-    add_plain_kind<WindowIndexRequest>(
-        table, "beit-index",
-        "BEiT / Data2Vec-vision relative_position_index: swin-index with a class token first "
-        "and 3 more entries (class to token, token to class, class to class); shape [HW+1, "
-        "HW+1], integers (or the bias of a learned table)",
-        bias_dtype_help("index"), window_index_table, beit);
-  }
-  if (wanted("swinv2-coords")) {
-    add_plain_kind<SwinV2CoordsRequest>(
-        table, "swinv2-coords",
-        "Swin-V2 relative_coords_table, the input of its position-bias MLP: sign(c) "
-        "log2(1 + |c|) / 3 with c = 8 d / (P - 1) for the offsets d of an H x W window; "
-        "shape [2H-1, 2W-1, 2] (with --mlp: the bias [heads, HW, HW])",
-        kFloatDtypeHelp, swinv2_coords_table);
-  }
-  if (wanted("levit-index")) {
-    add_plain_kind<LevitIndexRequest>(
-        table, "levit-index",
-        "LeViT attention_bias_idxs: offset (|dy|, |dx|) numbered |dy| R + |dx| between "
-        "queries (every stride-th point) and keys of an R x R grid; shape [R_out^2, R^2], "
-        "integers (or the bias of a learned table)",
-        bias_dtype_help("index"), levit_index_table);
-  }
-  if (wanted("detr-sine")) {
-    add_plain_kind<DetrSineRequest>(
-        table, "detr-sine",
-        "DETR 2-D sine embedding of a pixel mask (HF DetrSinePositionEmbedding): y then x "
-        "channels, sin/cos interleaved; shape [b, 2E, H, W]",
-        kFloatDtypeHelp, detr_sine_table);
-  }
-  if (wanted("udop-bucket")) {
-    add_plain_kind<UdopBucketRequest>(
-        table, "udop-bucket",
-        "UDOP relative buckets (HF RelativePositionBias1D / Horizontal / Vertical): T5 "
-        "bidirectional buckets of trunc((p_j - p_i) * scaling_factor) over token positions or "
-        "box centres; shape [b, s, s], integers, or the bias [b, heads, s, s] of learned "
-        "weights (--axis all: the three summed, as RelativePositionBiasAggregated)",
-        bias_dtype_help("bucket"), udop_bucket_table);
-  }
-  if (wanted("rt-detr-sincos")) {
-    add_plain_kind<RtDetrSincosRequest>(
-        table, "rt-detr-sincos",
-        "RT-DETR 2-D sin-cos embedding of an H x W feature map (HF RTDetrHybridEncoder."
-        "build_2d_sincos_position_embedding; also RT-DETRv2, D-FINE): channels sin/cos of y "
-        "then of x, frequencies 1 / T^(k / (E/4)); shape [1, H*W, E]",
-        kFloatDtypeHelp, rt_detr_sincos_table);
-  }
-  if (wanted("fairseq-sinusoidal")) {
-    add_plain_kind<FairseqSinusoidalRequest>(
-        table, "fairseq-sinusoidal",
-        "fairseq sinusoidal positions (HF M2M-100, NLLB, XGLM get_embedding): [sin | cos] "
-        "with frequencies exp(-i ln(10000) / (D/2 - 1)); shape [N, D], or [b, s, D] for the "
-        "tokens of --input-ids",
-        kFloatDtypeHelp, fairseq_sinusoidal_table);
-  }
-  if (wanted("layoutlm-bucket")) {
-    add_plain_kind<LayoutBucketRequest>(
-        table, "layoutlm-bucket",
-        "LayoutLMv2/v3 relative buckets (HF relative_position_bucket, bidirectional) of "
-        "position or bounding-box offsets c_j - c_i per row; shape [b, s, s], integers (or "
-        "the bias [b, heads, s, s] of learned weights)",
-        bias_dtype_help("bucket"), layout_bucket_table);
-  }
-  if (wanted("complex-order")) {
-    add_plain_kind<ComplexOrderRequest>(
-        table, "complex-order",
-        "Wang et al. 2020 complex word-order embeddings r exp(i (w pos + theta)): real parts "
-        "r cos(w pos + theta), then imaginary parts r sin(...); shape [2, N, D], or [2, b, s, "
-        "D] for the tokens of --input-ids",
-        kFloatDtypeHelp, complex_order_table);
-  }
-  if (wanted("reformer-axial")) {
-    add_plain_kind<AxialPositionsRequest>(
-        table, "reformer-axial",
-        "Reformer axial position embeddings (HF AxialPositionEmbeddings): each axis weight "
-        "broadcast over the grid n_1 x .. x n_k, concatenated along the features, rows in "
-        "row-major order; shape [n_1 .. n_k, hidden], [N, hidden] or [b, s, hidden]",
-        kFloatDtypeHelp, axial_positions_table);
-  }
-  if (wanted("longt5-global")) {
-    add_plain_kind<LongT5GlobalRequest>(
-        table, "longt5-global",
-        "LongT5 transient-global index maps (HF _make_global_fixed_block_ids, "
-        "_make_side_relative_position_ids): block ids [b, s], global segment ids [b, s/G] or "
-        "side relative positions [b, s, s/G], integers",
-        kIntDtypeHelp, longt5_global_table);
-  }
-  if (wanted("cpmant-bucket")) {
-    add_plain_kind<CpmAntBucketRequest>(
-        table, "cpmant-bucket",
-        "CPM-Ant segment-aware relative buckets (HF CpmAntSegmentPositionEmbedding): T5 "
-        "bidirectional buckets of j - i within a segment, buckets + q_seg * segments + k_seg "
-        "across segments; shape [b, q, k], integers (or the bias [b, heads, q, k] of a "
-        "learned table)",
-        bias_dtype_help("bucket"), cpmant_bucket_table);
-  }
+  for_each_table([&](const char* kind, auto preset, auto compute, const TableAbout& about) {
+    if (std::string_view(kind) == "rope2d" && wanted("rope")) add_rope(table);  // --help order
+    if (wanted(kind)) add_plain_kind(table, kind, about.help, about.dtypes, compute, preset);
+  });
 }
 
 }  // namespace posenc::cli

@@ -72,7 +72,7 @@ bool defines_option(std::string_view names) {
 }
 
 bool defines_kind(std::string_view command, std::string_view kind,
-                  std::initializer_list<std::string_view> kinds) {
+                  const std::vector<std::string_view>& kinds) {
   const RunWords& r = globals().run;
   if (r.help_after != RunWords::kNone || r.words.size() < 2 || r.words[0] != command) {
     return true;

@@ -54,7 +54,7 @@ Globals& globals();
 /// that kind is; with help asked for, a kind missing or misspelt, or another command
 /// named (completion writes every command), all are.
 bool defines_kind(std::string_view command, std::string_view kind,
-                  std::initializer_list<std::string_view> kinds);
+                  const std::vector<std::string_view>& kinds);
 
 /// Output reference(s) and how to write them (-o, --to, --force, --compression,
 /// --no-clobber).

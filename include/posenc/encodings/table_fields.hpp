@@ -542,41 +542,142 @@ inline void check_given(const LongT5GlobalRequest& r, const Caller& c) {
   longt5_global_check(r, c.gave("attention_mask"));  // before the mask is read
 }
 
-/// Calls `f(kind, request, compute)` for each table kind with declared fields: its
-/// request with the kind's presets (beit-index: the class token) and the function that
-/// computes its table.
+/// What `posenc table --help` says of a kind (`help`, one line) and the dtypes its
+/// table may be written as (`dtypes`, the --dtype help; posenc.table's dtype alike).
+struct TableAbout {
+  const char* help;
+  std::string dtypes;
+};
+
+namespace fields {
+inline const char* const kFloatDtypes =
+    "output dtype: f32 (default), f64, f16, bf16 (computed in f64, rounded once)";
+inline const char* const kIntDtypes =
+    "output dtype: i64 (default), any integer dtype that holds the largest index, f32 or f64";
+// The dtypes of an index table that a learned table turns into a bias (`what`: what the
+// index holds).
+inline std::string bias_dtypes(const char* what) {
+  return fmt::format(
+      "output dtype: i64 (default) or any integer dtype that holds the largest {}, f32, f64; "
+      "with --bias-table f32 (default), f64, f16, bf16",
+      what);
+}
+}  // namespace fields
+
+/// Calls `f(kind, request, compute, about)` for each table kind with declared fields, in
+/// the order `posenc table --help` lists them: its request with the kind's presets
+/// (beit-index: the class token), the function that computes its table, and its TableAbout.
 template <class F>
 void for_each_table(F&& f) {
-  f("sinusoidal", SinusoidalRequest{}, sinusoidal_table);
-  f("rope2d", Rope2dRequest{}, rope2d_table);
-  f("alibi", AlibiRequest{}, alibi_table);
-  f("relative", RelativeRequest{}, relative_table);
-  f("t5-bucket", T5BucketRequest{}, t5_bucket_table);
-  f("xl-relative", XlRelativeRequest{}, xl_relative_table);
-  f("funnel-relative", FunnelRelativeRequest{}, funnel_relative_table);
-  f("funnel-factorized", FunnelFactorizedRequest{}, funnel_factorized_table);
-  f("deberta-bucket", DebertaBucketRequest{}, deberta_bucket_table);
-  f("swin-index", WindowIndexRequest{}, window_index_table);
+  using namespace fields;
+  f("sinusoidal", SinusoidalRequest{}, sinusoidal_table,
+    TableAbout{"Vaswani table PE[p,2i] = sin(p w_i), PE[p,2i+1] = cos(p w_i), w_i = "
+               "1/base^(2i/D); shape [N, D]",
+               kFloatDtypes});
+  f("rope2d", Rope2dRequest{}, rope2d_table,
+    TableAbout{"axial 2-D RoPE for an H x W grid: D/4 frequencies per axis; shape [H*W, D]",
+               kFloatDtypes});
+  f("alibi", AlibiRequest{}, alibi_table,
+    TableAbout{"ALiBi slopes [H] or bias matrices [H, Q, K] (Press et al.)", kFloatDtypes});
+  f("relative", RelativeRequest{}, relative_table,
+    TableAbout{"Shaw relative index clip(d, -L, R) + L of the distance d = j-i (or i-j), L = R = "
+               "M by default; -1 beyond the window with --beyond zero; shape [Q, K], integers "
+               "(or the rows of a learned table gathered, [Q, K, dim])",
+               "output dtype: i64 (default), any integer dtype that holds the indices (signed "
+               "with --beyond zero), f32 or f64; with --embeddings f32 (default), f64, f16, bf16"});
+  f("t5-bucket", T5BucketRequest{}, t5_bucket_table,
+    TableAbout{"HF T5 _relative_position_bucket of j - i; shape [Q, K], integers", kIntDtypes});
+  f("xl-relative", XlRelativeRequest{}, xl_relative_table,
+    TableAbout{"Transformer-XL / XLNet sinusoidal relative table R [rlen, D] = [sin(p w) | cos(p "
+               "w)] for the relative positions p of pos_seq (HF TransfoXL, XLNet)",
+               kFloatDtypes});
+  f("funnel-relative", FunnelRelativeRequest{}, funnel_relative_table,
+    TableAbout{"Funnel Transformer relative_shift position embeddings of a block [rows, D] = "
+               "[sin(p w) | cos(p w)] for HF relative_pos with pooling (get_position_embeds)",
+               kFloatDtypes});
+  f("funnel-factorized", FunnelFactorizedRequest{}, funnel_factorized_table,
+    TableAbout{"Funnel Transformer factorized attention tables phi, pi [queries, D] and psi, "
+               "omega [keys, D] of sin/cos over pooled token positions (HF get_position_embeds)",
+               kFloatDtypes});
+  f("deberta-bucket", DebertaBucketRequest{}, deberta_bucket_table,
+    TableAbout{"DeBERTa-v2/v3 relative positions i - j with log buckets (HF "
+               "build_relative_position); shape [Q, K], integers",
+               kIntDtypes});
+  f("swin-index", WindowIndexRequest{}, window_index_table,
+    TableAbout{"Swin relative_position_index of an H x W window: (dy + H-1)(2W-1) + dx + W-1; "
+               "shape [HW, HW], integers (or the bias [heads, HW, HW] of a learned table)",
+               bias_dtypes("index")});
   WindowIndexRequest beit;
   beit.class_token = true;
-  f("beit-index", beit, window_index_table);
-  f("swinv2-coords", SwinV2CoordsRequest{}, swinv2_coords_table);
-  f("levit-index", LevitIndexRequest{}, levit_index_table);
-  f("detr-sine", DetrSineRequest{}, detr_sine_table);
-  f("rt-detr-sincos", RtDetrSincosRequest{}, rt_detr_sincos_table);
-  f("fairseq-sinusoidal", FairseqSinusoidalRequest{}, fairseq_sinusoidal_table);
-  f("layoutlm-bucket", LayoutBucketRequest{}, layout_bucket_table);
-  f("udop-bucket", UdopBucketRequest{}, udop_bucket_table);
-  f("complex-order", ComplexOrderRequest{}, complex_order_table);
-  f("reformer-axial", AxialPositionsRequest{}, axial_positions_table);
-  f("cpmant-bucket", CpmAntBucketRequest{}, cpmant_bucket_table);
-  f("longt5-global", LongT5GlobalRequest{}, longt5_global_table);
+  f("beit-index", beit, window_index_table,
+    TableAbout{"BEiT / Data2Vec-vision relative_position_index: swin-index with a class token "
+               "first and 3 more entries (class to token, token to class, class to class); "
+               "shape [HW+1, HW+1], integers (or the bias of a learned table)",
+               bias_dtypes("index")});
+  f("swinv2-coords", SwinV2CoordsRequest{}, swinv2_coords_table,
+    TableAbout{"Swin-V2 relative_coords_table, the input of its position-bias MLP: sign(c) "
+               "log2(1 + |c|) / 3 with c = 8 d / (P - 1) for the offsets d of an H x W window; "
+               "shape [2H-1, 2W-1, 2] (with --mlp: the bias [heads, HW, HW])",
+               kFloatDtypes});
+  f("levit-index", LevitIndexRequest{}, levit_index_table,
+    TableAbout{"LeViT attention_bias_idxs: offset (|dy|, |dx|) numbered |dy| R + |dx| between "
+               "queries (every stride-th point) and keys of an R x R grid; shape [R_out^2, R^2], "
+               "integers (or the bias of a learned table)",
+               bias_dtypes("index")});
+  f("detr-sine", DetrSineRequest{}, detr_sine_table,
+    TableAbout{"DETR 2-D sine embedding of a pixel mask (HF DetrSinePositionEmbedding): y then "
+               "x channels, sin/cos interleaved; shape [b, 2E, H, W]",
+               kFloatDtypes});
+  f("udop-bucket", UdopBucketRequest{}, udop_bucket_table,
+    TableAbout{"UDOP relative buckets (HF RelativePositionBias1D / Horizontal / Vertical): T5 "
+               "bidirectional buckets of trunc((p_j - p_i) * scaling_factor) over token "
+               "positions or box centres; shape [b, s, s], integers, or the bias [b, heads, s, "
+               "s] of learned weights (--axis all: the three summed, as "
+               "RelativePositionBiasAggregated)",
+               bias_dtypes("bucket")});
+  f("rt-detr-sincos", RtDetrSincosRequest{}, rt_detr_sincos_table,
+    TableAbout{"RT-DETR 2-D sin-cos embedding of an H x W feature map (HF RTDetrHybridEncoder."
+               "build_2d_sincos_position_embedding; also RT-DETRv2, D-FINE): channels sin/cos "
+               "of y then of x, frequencies 1 / T^(k / (E/4)); shape [1, H*W, E]",
+               kFloatDtypes});
+  f("fairseq-sinusoidal", FairseqSinusoidalRequest{}, fairseq_sinusoidal_table,
+    TableAbout{"fairseq sinusoidal positions (HF M2M-100, NLLB, XGLM get_embedding): [sin | "
+               "cos] with frequencies exp(-i ln(10000) / (D/2 - 1)); shape [N, D], or [b, s, D] "
+               "for the tokens of --input-ids",
+               kFloatDtypes});
+  f("layoutlm-bucket", LayoutBucketRequest{}, layout_bucket_table,
+    TableAbout{"LayoutLMv2/v3 relative buckets (HF relative_position_bucket, bidirectional) of "
+               "position or bounding-box offsets c_j - c_i per row; shape [b, s, s], integers "
+               "(or the bias [b, heads, s, s] of learned weights)",
+               bias_dtypes("bucket")});
+  f("complex-order", ComplexOrderRequest{}, complex_order_table,
+    TableAbout{"Wang et al. 2020 complex word-order embeddings r exp(i (w pos + theta)): real "
+               "parts r cos(w pos + theta), then imaginary parts r sin(...); shape [2, N, D], "
+               "or [2, b, s, D] for the tokens of --input-ids",
+               kFloatDtypes});
+  f("reformer-axial", AxialPositionsRequest{}, axial_positions_table,
+    TableAbout{"Reformer axial position embeddings (HF AxialPositionEmbeddings): each axis "
+               "weight broadcast over the grid n_1 x .. x n_k, concatenated along the features, "
+               "rows in row-major order; shape [n_1 .. n_k, hidden], [N, hidden] or [b, s, "
+               "hidden]",
+               kFloatDtypes});
+  f("longt5-global", LongT5GlobalRequest{}, longt5_global_table,
+    TableAbout{"LongT5 transient-global index maps (HF _make_global_fixed_block_ids, "
+               "_make_side_relative_position_ids): block ids [b, s], global segment ids [b, "
+               "s/G] or side relative positions [b, s, s/G], integers",
+               kIntDtypes});
+  f("cpmant-bucket", CpmAntBucketRequest{}, cpmant_bucket_table,
+    TableAbout{"CPM-Ant segment-aware relative buckets (HF CpmAntSegmentPositionEmbedding): T5 "
+               "bidirectional buckets of j - i within a segment, buckets + q_seg * segments + "
+               "k_seg across segments; shape [b, q, k], integers (or the bias [b, heads, q, k] "
+               "of a learned table)",
+               bias_dtypes("bucket")});
 }
 
 /// Calls `f(kind, request)` for each table kind with declared fields.
 template <class F>
 void for_each_table_kind(F&& f) {
-  for_each_table([&f](const char* kind, const auto& r, auto) { f(kind, r); });
+  for_each_table([&f](const char* kind, const auto& r, auto, const TableAbout&) { f(kind, r); });
 }
 
 }  // namespace posenc
