@@ -826,8 +826,7 @@ void relative_window_options(const py::dict& d, AttentionOptions& opt) {
 
 // `tensors`: the tensor inputs given, which the rules between fields and tensors see.
 void attention_options(const py::dict& d, const py::dict& tensors, AttentionOptions& opt) {
-  set_if(d, "axes", opt.axes);
-  // scale, sliding_window, softcap, ...: the declared fields (ops/attention_fields.hpp),
+  // axes, scale, sliding_window, ...: the declared fields (ops/attention_fields.hpp),
   // their ranges the library's.
   KeywordReader k(d);
   k.read(opt);

@@ -437,7 +437,7 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         if emit is None and kv is not None:
             emit = "output"  # flash_attn_with_kvcache's out (lse on request)
         names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
-    opt = {"axes": axes, "emit": names, "precision": precision, "arith": arith,
+    opt = {"emit": names, "precision": precision, "arith": arith,
            "max_memory": max_memory}
     # scale, sliding_window, softcap, ..., relative_left, ...: the declared fields
     # (_attention_fields()), under their own names; their ranges and choices are the library's.

@@ -47,7 +47,6 @@ struct AttentionCmdOptions {
   std::string q, k, v;
   std::string input_dtype;  // --input-dtype: Q, K and V read as fp8
   OutputOptions out;
-  std::string axes;
   bool rope = false;
   RopeCliOptions rope_opts;
   AttentionOptions params;  // the declared fields (posenc/ops/attention_fields.hpp)
@@ -195,7 +194,7 @@ void run_attention(AttentionCmdOptions& o) {
   // The declared fields' ranges (ops/attention_fields.hpp), of the options given.
   validate_given(o.params, given_fields(o.app, o.params));
   AttentionOptions& opt = o.params;  // the declared tensors are read into it
-  opt.axes = o.axes;
+  const std::string axes_given = opt.axes;  // opt.axes becomes the letters resolved
   // The rules between declared fields and the tensors given, spelled as options.
   check_given(o.params, command_line(o.app));
   if (given(o, "--global-kv") && o.v.empty()) {
@@ -230,9 +229,6 @@ void run_attention(AttentionCmdOptions& o) {
     opt.relative_window = checked_window(o.window, command_line(o.app));
   }
   set_grids(opt, o.grids, command_line(o.app));
-  if (given(o, "--emit") && o.emit.empty()) {
-    throw UsageError("--emit: expected a comma list of logits, probs, output, lse, got ''");
-  }
   const bool grads = !o.grad_output.empty();
   check_forward_given(relative_wanted(o.relative), command_line(o.app));
   std::vector<std::string> grad_names;
@@ -313,10 +309,10 @@ void run_attention(AttentionCmdOptions& o) {
   auto k_src = open_source(with_input_dtype(parse_ref(o.k), o.input_dtype));
   std::unique_ptr<TensorSource> v_src;
   if (!o.v.empty()) v_src = open_source(with_input_dtype(parse_ref(o.v), o.input_dtype));
-  const Axes axes = resolve_axes(o.axes, q_src->info().shape.size(), o.q);
+  const Axes axes = resolve_axes(axes_given, q_src->info().shape.size(), o.q);
   opt.axes = axes.letters;
   // Packed Q, K and V default to FlashAttention's thd (shd), which no rank implies.
-  if ((given(o, "--cu-seqlens-q") || given(o, "--cu-seqlens-k")) && o.axes.empty())
+  if ((given(o, "--cu-seqlens-q") || given(o, "--cu-seqlens-k")) && axes_given.empty())
     opt.axes.clear();
   // --part: rows [floor(I*B/N), floor((I+1)*B/N)) of the batch axis (axis 0) of Q, K, V.
   const Shape& q_shape = q_src->info().shape;
@@ -341,7 +337,7 @@ void run_attention(AttentionCmdOptions& o) {
                            : !part.whole()               ? "--part"
                            : grads                       ? "--grad-output"
                                                          : "";
-    opt.axes = o.axes.empty() ? "bshd" : o.axes;  // FlashAttention's layout by default
+    opt.axes = axes_given.empty() ? "bshd" : axes_given;  // FlashAttention's layout by default
     return run_kvcache(o.kv, o.q, o.k, o.v, conflict, opt, out_refs, o.out.write_options(),
                        {{"rope", 0LL}});
   }
@@ -424,17 +420,16 @@ void register_attention(CLI::App& app) {
   add_output_options(sub, o->out, /*multiple=*/true, /*required=*/true,
                      "output reference(s): one per tensor of --emit in its order, one pattern "
                      "with {} (out_{}.npy), or one HDF5 file (a dataset per tensor)");
-  sub->add_option("--axes", o->axes,
-                  "axis letters of Q, K and V (b, h, s, d); default bhsd, bsd or sd by rank");
+  add_declared_options(sub, o->params, {"axes"});
   sub->add_option("--emit", o->emit,
                   "comma list of logits, probs, output, lse (default probs,output; probs "
                   "without -v)");
   // --scale, --sliding-window, --softcap, ..., --causal, --window, --alibi, --dtype: the
   // declared fields (attention_fields.hpp), the options of several words where --help has
   // always listed them.
-  add_declared_options_but(sub, o->params,
-                           {"causal", "window", "attn_temperature", "llama4_scaling", "alibi",
-                            "dtype"});
+  add_declared_options_but(
+      sub, o->params,
+      {"axes", "causal", "window", "attn_temperature", "llama4_scaling", "alibi", "dtype"});
   add_declared_options(sub, o->params, {"causal", "window", "attn_temperature", "llama4_scaling"});
   // --mask, --key-lengths, --t5-bias, --qv, ...: the declared tensor inputs
   // (declare_tensors), a tensor reference each; those of several tensors below.

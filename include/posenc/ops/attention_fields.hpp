@@ -16,15 +16,16 @@
 /// setting two members (alibi, alibi_before_scale); `--window LEFT[,RIGHT]` is two
 /// members (Sides; Python LEFT or (LEFT, RIGHT)); --attn-temperature SCALE FLOOR and
 /// --llama4-scaling BETA PERIOD are two numbers into two members each (Numbers); --dtype is
-/// parsed by the library's parse_dtype (Parsed). The rules between fields are
-/// `check_given`.
+/// parsed by the library's parse_dtype (Parsed). The rules between fields and tensor
+/// inputs are `check_given`. The tensor inputs are `declare_tensors` (TensorSlot), the
+/// relative window (--relative-left/right/sign/beyond) the optional RelativeWindow's own
+/// declaration, --grid / --key-grid H W DecomposedGrids' (two Pairs into size_t members).
 ///
 /// Not declared, bound by each front end: --t5-bidirectional / --t5-causal
-/// (t5_bidirectional, keyword t5_causal; check_given knows them by these names), --grid /
-/// --key-grid H W (two members each), --emit, --precision and --arith (bound with the ROPE
-/// OPTIONS, which share them) and --max-memory (a size the command line parses with
-/// suffixes, Python in bytes). The relative window (--relative-left/right/sign/beyond) is
-/// the optional RelativeWindow's own declaration.
+/// (t5_bidirectional, keyword t5_causal; check_given knows them by these names), --emit
+/// (a comma list or a Python sequence, names the gradients with --grad-output),
+/// --precision and --arith (bound with the ROPE OPTIONS, which share them) and
+/// --max-memory (a size the command line parses with suffixes, Python in bytes).
 
 #include <algorithm>
 #include <cmath>
@@ -75,6 +76,8 @@ inline const Names<std::string>& p_dtype_names() {
 
 template <class V>
 void declare(V& v, AttentionOptions& o) {
+  v(field("axes", "axis letters of Q, K and V (b, h, s, d); default bhsd, bsd or sd by rank"),
+    o.axes);
   v(field("scale", "multiplies q.k (default 1/sqrt(d); 1 for T5)").at_least(0), o.scale);
   v(field("sliding_window",
           "HF sliding_window W: keys with j > pos(i) - W (W keys with --causal), and "
