@@ -383,6 +383,10 @@ class KeywordReader {
       ++i;
     }
   }
+  void operator()(const Field& f, const ArrayInto& a) {
+    if (!arrays_.value_or(true)) return;
+    if (auto m = xarray_arg<double>(d_, f.name.c_str())) a.set(f, *m);
+  }
   void operator()(const Field& f, ArrayF32 a) {
     if (!arrays_.value_or(true)) return;
     a.values = xarray_arg<double>(d_, f.name.c_str());
@@ -547,18 +551,9 @@ Positions positions(const py::dict& d) {
 // The ways of applying; `pos`: the positions' dict, where the cos/sin tables are.
 RopeApplyOptions apply_options(const py::dict& d, const py::dict* pos = nullptr) {
   RopeApplyOptions a;
-  KeywordReader(d).read(a);  // the declared ways of applying (rope_fields.hpp)
+  KeywordReader(d, false).read(a);  // the declared ways of applying (rope_fields.hpp)
   check_given(a, keywords({&d, pos}));
-  if (d.contains("inv_freq")) {
-    auto m = array_arg<double>(d["inv_freq"], "inv_freq");
-    if (m.ndim() != 2 || m.shape(0) < 1 || static_cast<std::size_t>(m.shape(0)) > kMaxRopeAxes) {
-      throw InputError("inv_freq: expected shape [axes, R/2] with 1 to 8 axes, got " +
-                       shape_str(shape_of(m)));
-    }
-    a.layout.preset = RopeLayoutPreset::matrix;
-    a.layout.axes = static_cast<std::size_t>(m.shape(0));
-    a.layout.freq.assign(m.data(), m.data() + m.size());
-  }
+  KeywordReader(d, true).read(a);  // inv_freq, once the rules have passed
   set_if(d, "tiled", a.layout.tiled);
   return a;
 }

@@ -500,6 +500,13 @@ inline NumberList number_list(std::vector<double>& member,
   return NumberList{member, read};
 }
 
+/// A float64 array the library takes apart as it is set (`--inv-freq F.npy`, Python
+/// `inv_freq=F`): `set(field, values)` checks its shape and values and fills the
+/// request's members (a RoPE layout's frequency matrix).
+struct ArrayInto {
+  std::function<void(const Field&, const xt::xarray<double>&)> set;
+};
+
 /// A float64 tensor and whether its source held float32 values (UDOP's boxes are then
 /// computed in float32, as HF does): `v(field("bbox", ...), with_f32(r.bbox, r.bbox_f32))`.
 /// In Python the flag is the keyword `<name>_f32`.
@@ -730,6 +737,10 @@ class Describer {
   }
   void operator()(Field f, const Pair&) {
     f.type = "pair";
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const ArrayInto&) {
+    f.type = "array";
     fields.push_back(std::move(f));
   }
   void operator()(Field f, const ArrayF32&) {

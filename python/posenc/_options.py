@@ -155,8 +155,6 @@ def layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
         pos["merge_window"] = whole(merge_window, "merge_window")
     if angles is not None:
         pos["angles"] = reals(angles, "angles")
-    if layout is not None and inv_freq is not None:
-        raise UsageError("inv_freq: gives the layout itself; not with layout")
     if layout is not None:
         apply["layout"] = layout
     if inv_freq is not None:

@@ -37,7 +37,7 @@ struct RopeCmdOptions {
   RopeCliOptions rope;
   std::string axes;
   std::string dtype = "same";
-  std::string inv_freq;   // --inv-freq: [axes, R/2] frequency matrix
+  ArrayFiles files;       // --inv-freq (declared with RopeApplyOptions)
   std::string coords;     // --coords grid:...|centres:...
   CoordGrid grid_options;  // --prefix-tokens, --merge-window (declared with CoordGrid)
   std::string angles;     // --angles: [s, R/2] or [b, s, R/2]
@@ -82,35 +82,10 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_;
 };
 
-/// --inv-freq / --style tiled into the layout spec (--layout and --freq-scale are
-/// declared fields of RopeApplyOptions).
+/// --style tiled into the layout spec (--layout, --inv-freq and --freq-scale are declared
+/// fields of RopeApplyOptions).
 void set_layout(const RopeCmdOptions& o, RopeStreamRequest& r) {
   RopeLayoutSpec& l = r.apply.layout;
-  if (o.rope.app->count("--layout") > 0 && !o.inv_freq.empty()) {
-    throw UsageError("--inv-freq: gives the layout itself; not with --layout");
-  }
-  if (!o.inv_freq.empty()) {
-    const Tensor t = read_tensor(o.inv_freq);
-    if (!is_float(t.dtype()) && !is_integer(t.dtype())) {
-      throw InputError(fmt::format("--inv-freq: {}: expected a numeric tensor, got {}",
-                                   o.inv_freq, dtype_name(t.dtype())));
-    }
-    if (t.shape().size() != 2 || t.shape()[0] < 1 || t.shape()[0] > kMaxRopeAxes) {
-      throw InputError(fmt::format("--inv-freq: {}: expected shape [axes, R/2] with 1 to {} "
-                                   "axes, got {}",
-                                   o.inv_freq, kMaxRopeAxes, shape_str(t.shape())));
-    }
-    l.preset = RopeLayoutPreset::matrix;
-    l.axes = t.shape()[0];
-    l.freq.resize(t.numel());
-    for (std::size_t i = 0; i < t.numel(); ++i) {
-      l.freq[i] = t.get(i);
-      if (!std::isfinite(l.freq[i])) {
-        throw InputError(fmt::format("--inv-freq: {}: value at flat index {} is not finite",
-                                     o.inv_freq, i));
-      }
-    }
-  }
   l.tiled = o.rope.style == "tiled";
   const bool old_forms = r.apply.grid_h > 0 || r.apply.grid_ids || !r.apply.mrope_section.empty();
   if (l.custom() && old_forms) {
@@ -233,7 +208,9 @@ std::vector<std::string> config_heads_notes(const RopeCmdOptions& o,
   return notes;
 }
 
-void run_rope(const RopeCmdOptions& o) {
+void run_rope(RopeCmdOptions& o) {
+  check_given(o.rope.apply, command_line(o.rope.app));
+  o.files.read();  // --inv-freq into the layout, once the rules have passed
   RopeStreamRequest r;
   r.apply = o.rope.apply;  // the declared ways of applying
   for (const auto& t : o.inputs) r.inputs.push_back(parse_ref(t));
@@ -245,7 +222,6 @@ void run_rope(const RopeCmdOptions& o) {
   r.write = o.out.write_options();
   r.axes = o.axes;
   if (o.dtype != "same") r.dtype = parse_dtype(o.dtype);
-  check_given(r.apply, command_line(o.rope.app));
   set_layout(o, r);
   // --style tiled: the neox frequencies with the tiled pairing (RopePairing::tiled).
   auto rope = std::make_shared<RopeCliOptions>(o.rope);
@@ -303,15 +279,11 @@ void register_rope(CLI::App& app) {
                              "float16", "bfloat16"}));
   add_rope_options(sub, opts->rope);
   const char* g = "ROPE OPTIONS";
-  add_declared_options(sub, opts->rope.apply,
-                       {"rope2d", "rope2d_ids", "order", "mrope_section", "mrope_interleaved",
-                        "layout"},
-                       g);
-  sub->add_option("--inv-freq", opts->inv_freq,
-                  "any frequency assignment: tensor [axes, R/2]; angle j = sum over axes of "
-                  "coordinate * freq[axis, j] (LightGlue: its projector weight transposed)")
-      ->group(g);
-  add_declared_options(sub, opts->rope.apply, {"freq_scale"}, g);
+  OptionBinder ways(sub, g,
+                    {"rope2d", "rope2d_ids", "order", "mrope_section", "mrope_interleaved",
+                     "layout", "inv_freq", "freq_scale"},
+                    &opts->files);
+  declare(ways.only(), opts->rope.apply);
   sub->add_option("--coords", opts->coords,
                   "generated coordinates: grid:E1,E2,... (indices of a row-major grid, one axis "
                   "each) or centres:H,W (DINOv3 patch centres in [-1, 1])")

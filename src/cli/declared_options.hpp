@@ -63,6 +63,14 @@ class ArrayFiles {
     }
   }
   /// A float64 tensor whose file's dtype says whether it is computed in float32.
+  /// A float64 tensor the declaration takes apart.
+  void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, ArrayInto a) {
+    Slot& s = slots_.emplace_back();
+    opt = sub->add_option(f.option(), s.path, f.help);
+    s.read = [a, &s, f] {
+      if (!s.path.empty()) a.set(f, read_values(s.path, f.option()));
+    };
+  }
   void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, ArrayF32 a) {
     Slot& s = slots_.emplace_back();
     const std::string option = f.option();
@@ -307,6 +315,12 @@ class OptionBinder {
     if (skipped(f)) return;
     CLI::Option* opt = nullptr;
     files_->bind(sub_, opt, f, t);
+    grouped(opt);
+  }
+  void operator()(const Field& f, ArrayInto a) {
+    if (skipped(f)) return;
+    CLI::Option* opt = nullptr;
+    files_->bind(sub_, opt, f, a);
     grouped(opt);
   }
   void operator()(const Field& f, ArrayF32 a) {

@@ -182,6 +182,8 @@ RULES = [
     (["--position-ids", "ids.npy", "--cu-seqlens", "cu.npy"],
      {"position_ids": np.arange(4), "cu_seqlens": np.array([0, 4])},
      "{position_ids}: cannot be combined with {cu_seqlens}"),
+    (["--inv-freq", "f.npy", "--layout", "axial"], {"inv_freq": np.ones((1, 4)), "layout": "axial"},
+     "{inv_freq}: gives the layout itself; not with {layout}"),
     (["--cos", "cos.npy", "--sin", "sin.npy", "--base", "500"],
      {"cos": np.ones((4, 4)), "sin": np.zeros((4, 4)), "base": 500.0},
      "{cos}: the tables replace the frequencies; not with {base}"),
@@ -197,7 +199,7 @@ def test_a_rule_between_fields_says_one_message_on_both_front_ends(args, kw, mes
     tmp, a = x
     names = ("rope2d", "rope2d_ids", "order", "mrope_interleaved", "mrope_section",
              "position_ids", "torch_ops", "cos", "sin", "merge_window", "coords", "cu_seqlens",
-             "base")
+             "base", "inv_freq", "layout")
     p, written = run(tmp, args)
     option = message.format(**{n: "--" + n.replace("_", "-") for n in names})
     assert p.returncode == 2 and p.stderr == f"posenc: error: {option}\n" and not written, \
@@ -255,3 +257,18 @@ def test_a_text_field_is_read_alike_by_both_front_ends(base, name, text, value, 
     assert not written
     with pytest.raises(posenc.UsageError, match="^" + re.escape(f"{name}: {message}") + "$"):
         posenc.rope(a, axes="sd", **kw, **{name: value})
+
+
+@pytest.mark.parametrize("matrix, message", [
+    (np.ones((9, 4)), "expected shape [axes, R/2] with 1 to 8 axes, got (9, 4)"),
+    (np.ones(4), "expected shape [axes, R/2] with 1 to 8 axes, got (4,)"),
+    (np.array([[1.0, np.inf, 1.0, 1.0]]), "value at flat index 1 is not finite"),
+], ids=["nine-axes", "one-d", "inf"])
+def test_a_frequency_matrix_is_checked_alike_by_both_front_ends(matrix, message, x):
+    tmp, a = x
+    np.save(tmp / "f.npy", matrix)
+    p, written = run(tmp, ["--inv-freq", str(tmp / "f.npy")])
+    assert p.returncode == 3 and p.stderr == f"posenc: error: --inv-freq: {message}\n", p.stderr
+    assert not written
+    with pytest.raises(posenc.InputError, match="^" + re.escape(f"inv_freq: {message}") + "$"):
+        posenc.rope(a, axes="sd", inv_freq=matrix)

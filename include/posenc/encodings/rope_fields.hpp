@@ -4,7 +4,7 @@
 /// (with the longrope factor lists), the first position of Positions, the coordinate
 /// grid's prefix and merge window and the ways of applying (RopeApplyOptions: --inverse
 /// and --precision of every RoPE command, `posenc rope`'s --rope2d, --rope2d-ids, --order,
-/// --mrope-section, --mrope-interleaved, --layout, --freq-scale, --torch-ops and
+/// --mrope-section, --mrope-interleaved, --layout, --inv-freq, --freq-scale, --torch-ops and
 /// --allow-nonfinite; the rules between them are check_given's), in the order --help
 /// lists them. The ROPE OPTIONS of `table rope`, `rope` and
 /// `attention --rope`, the Python keywords of posenc.rope / posenc.table.rope /
@@ -12,14 +12,15 @@
 /// (`posenc._posenc._rope_fields()`) come from here.
 ///
 /// Not declared, bound by each front end: the config file and its layer selection
-/// (--hf-config, --hf-version, --layer-type, --layer), the arithmetic, the frequency
-/// matrix (--inv-freq) and tensors of positions.
+/// (--hf-config, --hf-version, --layer-type, --layer), the arithmetic and tensors of
+/// positions.
 ///
 /// `compute_rope_freqs` validates RopeParams from here (a value from a config file names
 /// the file's key, RopeParams::sources); RopeApplier validates Positions and its grid.
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -85,6 +86,22 @@ inline xt::xarray<double> tensor_values(const std::string& ref) {
   xt::xarray<double> out = xt::empty<double>(t.shape());
   for (std::size_t i = 0; i < t.numel(); ++i) out.data()[i] = t.get(i);
   return out;
+}
+/// `layout` the frequency matrix `m` [axes, R/2] gives (--inv-freq): InputError naming
+/// field `f` for another shape or a value that is not finite.
+inline void set_freq_matrix(RopeLayoutSpec& layout, const Field& f, const xt::xarray<double>& m) {
+  if (m.dimension() != 2 || m.shape(0) < 1 || m.shape(0) > kMaxRopeAxes) {
+    throw InputError(fmt::format("{}: expected shape [axes, R/2] with 1 to {} axes, got {}", f.name,
+                                 kMaxRopeAxes, shape_str(Shape(m.shape().begin(), m.shape().end()))));
+  }
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    if (!std::isfinite(m.data()[i])) {
+      throw InputError(fmt::format("{}: value at flat index {} is not finite", f.name, i));
+    }
+  }
+  layout.preset = RopeLayoutPreset::matrix;
+  layout.axes = m.shape(0);
+  layout.freq.assign(m.begin(), m.end());
 }
 /// posenc's own working precision, numpy's names after posenc's.
 inline const Names<Precision>& precisions() {
@@ -195,8 +212,7 @@ inline void check_given(const CoordGrid&, const Caller& c) {
 
 /// The ways of applying. The inverse and the precision are ROPE OPTIONS of `table rope`,
 /// `rope` and `attention --rope` (and keywords of their Python twins); the others
-/// `posenc rope` and posenc.rope take alone. The frequency matrix is bound by each front
-/// end.
+/// `posenc rope` and posenc.rope take alone.
 template <class V>
 void declare(V& v, RopeApplyOptions& a) {
   v(field("inverse", "apply the inverse rotation (R^T)"), a.inverse);
@@ -234,6 +250,12 @@ void declare(V& v, RopeApplyOptions& a) {
           "2*Si dims in the neox order on axis i, each dim its own angle)")
         .value_name("NAME[:ARGS]"),
     parsed(a.layout, &fields::layout_of, "layout"));
+  v(field("inv_freq",
+          "any frequency assignment: tensor [axes, R/2]; angle j = sum over axes of "
+          "coordinate * freq[axis, j] (LightGlue: its projector weight transposed)"),
+    ArrayInto{[&a](const Field& f, const xt::xarray<double>& m) {
+      fields::set_freq_matrix(a.layout, f, m);
+    }});
   v(field("freq_scale", "multiply every frequency of the layout (2pi for DINOv3's 2*pi)")
         .value_name("X|2pi"),
     number_or_word(a.layout.scale, fields::freq_scale_words()));
@@ -250,13 +272,18 @@ void declare(V& v, RopeApplyOptions& a) {
 
 /// The rules between the ways of applying, in the caller's terms, checked by each front
 /// end once the fields are set: the grid's sides positive when it is given (0 0 in the
-/// library is no grid), interleaved M-RoPE needs its sections, the ids of rope2d_ids
+/// library is no grid), inv_freq gives the layout itself (not with layout), interleaved
+/// M-RoPE needs its sections, the ids of rope2d_ids
 /// take neither a grid nor an order, and torch_ops needs the caller's cos/sin tables and
 /// has no precision of posenc's (a caller's Caller knows whether cos was given).
 inline void check_given(const RopeApplyOptions& a, const Caller& c) {
   if (c.gave("rope2d") && (a.grid_h <= 0 || a.grid_w <= 0)) {
     throw UsageError(fmt::format("{}: height and width must be positive, got {} {}",
                                  c.term("rope2d"), a.grid_h, a.grid_w));
+  }
+  if (c.gave("inv_freq") && c.gave("layout")) {
+    throw UsageError(c.term("inv_freq") + ": gives the layout itself; not with " +
+                     c.term("layout"));
   }
   if (a.mrope_interleaved && !c.gave("mrope_section")) {
     throw UsageError(c.term("mrope_interleaved") + ": needs " + c.term("mrope_section"));
