@@ -507,12 +507,11 @@ RopeParams rope_params(const py::dict& d, int head_dim) {
     if (p.arith == Arith::meta && !d.contains("style")) p.style = RopeStyle::gptj;
   }
   if (head_dim > 0) p.head_dim = head_dim;
-  const HfLayer layer{get<std::string>(d, "layer_type").value_or(""),
-                      get<std::int64_t>(d, "layer")};
-  check_hf_config_given(keywords({&d}), layer.index);
-  const auto version = get<std::string>(d, "hf_version");
-  return merge_hf_config(p, names, get<std::string>(d, "hf_config").value_or(""), layer,
-                         version ? parse_hf_version(*version) : HfVersion{});
+  HfConfigChoice hf;
+  KeywordReader(d).read(hf);
+  check_given(hf, keywords({&d}));
+  return merge_hf_config(p, names, hf.hf_config, hf.layers(),
+                         hf.hf_version.value_or(HfVersion{}));
 }
 
 // start, the position tensors and the coordinate grid (check_positions checks them as
@@ -1304,7 +1303,8 @@ PYBIND11_MODULE(_posenc, m) {
       "the declared fields of the table kinds (name, option, type, range, choices, help)");
   m.def(
       "_rope_fields", [] { return fields_of([](auto f) { posenc::for_each_rope_request(f); }); },
-      "the declared fields of RoPE (kind rope: RopeParams; positions; coords: the grid's)");
+      "the declared fields of RoPE (kind rope: RopeParams; positions; coords: the grid's; apply; "
+      "hf: the HF config)");
   m.def(
       "_rope_ids_fields",
       [] { return fields_of([](auto f) { f("rope_ids", posenc::RopeIdsRequest{}); }); },

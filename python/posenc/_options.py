@@ -12,8 +12,8 @@ from ._posenc import InputError, UsageError
 
 # Keyword -> RopeParams member; values None are "not given". The declared fields
 # (posenc/encodings/rope_fields.hpp) and those the module reads by hand.
-ROPE_PARAMS = tuple(f["name"] for f in _posenc._rope_fields() if f["kind"] == "rope") + (
-    "hf_config", "hf_version", "layer_type", "layer", "arith")
+ROPE_PARAMS = tuple(f["name"] for f in _posenc._rope_fields()
+                    if f["kind"] in ("rope", "hf")) + ("arith",)
 
 # The declared scalar fields of posenc.attention (posenc/ops/attention_fields.hpp: scale,
 # sliding_window, softcap, ...), passed to the module under their own names.

@@ -42,25 +42,8 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
                   "packed sequences: boundaries [n+1]; positions restart at each one")
       ->group(g);
   add_declared_options(sub, o.params, {"short_factor", "long_factor"}, g);
-  sub->add_option("--hf-config", o.hf_config,
-                  "take the RoPE of a HF config.json as transformers v5 reads it (rope_theta, "
-                  "head_dim, partial_rotary_factor, max_position_embeddings, "
-                  "rope_scaling/rope_parameters, mrope_section, ...); explicit options win")
-      ->group(g);
-  sub->add_option("--hf-version", o.hf_version,
-                  "with --hf-config: read the config as this transformers release does "
-                  "(4.43 to 5.x; default 5), where releases differ: the YaRN factor rule, "
-                  "original_max_position_embeddings, rope_parameters")
-      ->type_name("X.Y")
-      ->group(g);
-  sub->add_option("--layer-type", o.layer_type,
-                  "with --hf-config: the layers to follow (a layer_types value such as "
-                  "sliding_attention); default full_attention, or the config's only type")
-      ->group(g);
-  sub->add_option("--layer", o.layer,
-                  "with --hf-config: follow one layer (0-based index): its layer type and its "
-                  "own rules, such as SmolLM3's no_rope_layers")
-      ->group(g);
+  OptionBinder hf(sub, g);
+  declare(hf, static_cast<HfConfigChoice&>(o));
   add_declared_options(sub, o.apply, {"inverse", "precision"}, g);
   sub->add_option("--arith", o.arith,
                   "exact (default: the correctly rounded value) or a framework's float32 "
@@ -117,22 +100,10 @@ void note_version_drift(const RopeCliOptions& o, const RopeParams& given_only,
 }  // namespace
 
 void check_layer_option(const RopeCliOptions& o) {
-  Caller c;  // a companion given when it has a value (--layer: other than -1)
-  c.gave = [&o](const std::string& n) {
-    return n == "hf_config"    ? !o.hf_config.empty()
-           : n == "layer_type" ? !o.layer_type.empty()
-           : n == "hf_version" ? given(o, "--hf-version", !o.hf_version.empty())
-                               : o.layer != -1;
-  };
-  c.term = &Field::option_of;
-  check_hf_config_given(c, o.layer == -1 ? std::nullopt : std::optional<std::int64_t>(o.layer));
+  check_given(static_cast<const HfConfigChoice&>(o), command_line(o.app));
 }
 
-HfLayer hf_layer(const RopeCliOptions& o) {
-  HfLayer layer{o.layer_type, std::nullopt};
-  if (o.layer >= 0) layer.index = o.layer;
-  return layer;
-}
+HfLayer hf_layer(const RopeCliOptions& o) { return o.layers(); }
 
 RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   RopeParams p = o.params;  // the options' values (their defaults where not given)
@@ -142,14 +113,13 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   if (p.arith == Arith::meta && !given(o, "--style", false)) p.style = RopeStyle::gptj;
   if (head_dim > 0) p.head_dim = head_dim;
   check_layer_option(o);
-  const bool versioned = given(o, "--hf-version", !o.hf_version.empty());
   if (!o.hf_config.empty()) {
     // What the command line gives is not the config's: the config's value is neither
     // taken nor checked, and a range check of the value names the option
     // (merge_hf_config, as the Python module merges its keywords).
     std::vector<std::string> names = given_fields(o.app, const_cast<RopeParams&>(o.params));
     if (given(o, "--style", false)) names.emplace_back("style");
-    const HfVersion version = versioned ? parse_hf_version(o.hf_version) : HfVersion{};
+    const HfVersion version = o.hf_version.value_or(HfVersion{});
     const RopeParams given_only = p;
     p = merge_hf_config(given_only, names, o.hf_config, hf_layer(o), version);
     for (const std::string& line : split_lines(hf_rules_text(version))) verbose(line);

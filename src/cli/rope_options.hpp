@@ -13,17 +13,15 @@
 
 namespace posenc::cli {
 
-struct RopeCliOptions {
+/// The HF config fields (--hf-config, --hf-version, --layer-type, --layer) are declared
+/// with HfConfigChoice (posenc/encodings/rope_fields.hpp).
+struct RopeCliOptions : HfConfigChoice {
   /// --style: a name of fields::rope_styles(), or tiled (`posenc rope`); bound by hand.
   std::string style = "neox";
   RopeParams params;  ///< the declared ROPE OPTIONS (posenc/encodings/rope_fields.hpp)
   Positions where;    ///< --start (declared with Positions)
   std::string position_ids;  ///< tensor reference
   std::string cu_seqlens;    ///< tensor reference
-  std::string hf_config;
-  std::string hf_version;  ///< --hf-version: the transformers release whose rules read it
-  std::string layer_type;  ///< --layer-type: which layers of --hf-config
-  long long layer = -1;    ///< --layer: one layer of --hf-config, 0-based; -1 = not given
   /// --inverse and --precision (declared with RopeApplyOptions); `posenc rope` binds its
   /// own ways of applying here too.
   RopeApplyOptions apply;

@@ -1169,7 +1169,7 @@ HfVersion parse_hf_version(const std::string& text) {
       R"(v?([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:\.[0-9]{1,4})?(?:\.?(?:dev|rc|a|b|post)[0-9]{0,4})?)");
   std::smatch m;
   if (!std::regex_match(text, m, kRelease)) {
-    throw UsageError(fmt::format("--hf-version: '{}' is not a transformers release such as 4.51 "
+    throw UsageError(fmt::format("hf_version: '{}' is not a transformers release such as 4.51 "
                                  "or 5",
                                  printable(text)));
   }
@@ -1178,7 +1178,7 @@ HfVersion parse_hf_version(const std::string& text) {
   v.minor = m[2].matched ? std::stoi(m[2].str()) : 0;
   if (v.major < 4 || (v.major == 4 && v.minor < 43) || v.major > 5) {
     throw UsageError(fmt::format(
-        "--hf-version: release {}.{} is not one posenc models (4.43, the first with "
+        "hf_version: release {}.{} is not one posenc models (4.43, the first with "
         "modeling_rope_utils, to 5.x)",
         v.major, v.minor));
   }

@@ -1,7 +1,8 @@
 """Every declared RoPE field (include/posenc/encodings/rope_fields.hpp, listed by
 posenc._posenc._rope_fields(): kind "rope" the RopeParams scaling parameters, "positions"
 the first position, "coords" the generated grid's scalars, "apply" the ways of applying:
-the inverse and the precision, and `posenc rope`'s own) is offered everywhere it must be:
+the inverse and the precision, and `posenc rope`'s own; "hf" the HF config and its layers)
+is offered everywhere it must be:
 `posenc rope` (and, but for the grid's and `posenc rope`'s own ways of applying,
 `posenc table rope` and `posenc attention`)
 has its option in `--help`; a value at the bottom of its range passes the range check, one
@@ -33,6 +34,7 @@ BASELINES = {
     "coords": (["--coords", "grid:2,2", "--layout", "axial"],
                {"coords": "grid:2,2", "layout": "axial"}),
     "apply": ([], {}),
+    "hf": ([], {}),
 }
 
 
@@ -184,6 +186,14 @@ RULES = [
      "{position_ids}: cannot be combined with {cu_seqlens}"),
     (["--inv-freq", "f.npy", "--layout", "axial"], {"inv_freq": np.ones((1, 4)), "layout": "axial"},
      "{inv_freq}: gives the layout itself; not with {layout}"),
+    # The HF config's companions (check_hf_config_given), before the file is read; --layer -1
+    # was taken for no --layer on the command line.
+    (["--layer", "0"], {"layer": 0}, "{layer}: needs {hf_config}"),
+    (["--hf-config", "c.json", "--layer", "-1"], {"hf_config": "c.json", "layer": -1},
+     "{layer}: must be a layer index >= 0, got -1"),
+    (["--hf-config", "c.json", "--hf-version", "3"], {"hf_config": "c.json", "hf_version": "3"},
+     "{hf_version}: release 3.0 is not one posenc models (4.43, the first with "
+     "modeling_rope_utils, to 5.x)"),
     (["--cos", "cos.npy", "--sin", "sin.npy", "--base", "500"],
      {"cos": np.ones((4, 4)), "sin": np.zeros((4, 4)), "base": 500.0},
      "{cos}: the tables replace the frequencies; not with {base}"),
@@ -199,7 +209,7 @@ def test_a_rule_between_fields_says_one_message_on_both_front_ends(args, kw, mes
     tmp, a = x
     names = ("rope2d", "rope2d_ids", "order", "mrope_interleaved", "mrope_section",
              "position_ids", "torch_ops", "cos", "sin", "merge_window", "coords", "cu_seqlens",
-             "base", "inv_freq", "layout")
+             "base", "inv_freq", "layout", "layer", "hf_config", "hf_version")
     p, written = run(tmp, args)
     option = message.format(**{n: "--" + n.replace("_", "-") for n in names})
     assert p.returncode == 2 and p.stderr == f"posenc: error: {option}\n" and not written, \

@@ -6,14 +6,12 @@
 /// and --precision of every RoPE command, `posenc rope`'s --rope2d, --rope2d-ids, --order,
 /// --mrope-section, --mrope-interleaved, --layout, --inv-freq, --freq-scale, --torch-ops and
 /// --allow-nonfinite; the rules between them are check_given's), in the order --help
-/// lists them. The ROPE OPTIONS of `table rope`, `rope` and
-/// `attention --rope`, the Python keywords of posenc.rope / posenc.table.rope /
-/// posenc.attention, their ranges and the field list the tests walk
+/// lists them, and the HF config a request follows (HfConfigChoice). The ROPE OPTIONS of
+/// `table rope`, `rope` and `attention --rope`, the Python keywords of posenc.rope /
+/// posenc.table.rope / posenc.attention, their ranges and the field list the tests walk
 /// (`posenc._posenc._rope_fields()`) come from here.
 ///
-/// Not declared, bound by each front end: the config file and its layer selection
-/// (--hf-config, --hf-version, --layer-type, --layer), the arithmetic and tensors of
-/// positions.
+/// Not declared, bound by each front end: the arithmetic and the tensors of positions.
 ///
 /// `compute_rope_freqs` validates RopeParams from here (a value from a config file names
 /// the file's key, RopeParams::sources); RopeApplier validates Positions and its grid.
@@ -27,6 +25,7 @@
 #include <string_view>
 
 #include "posenc/declare.hpp"
+#include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_layout.hpp"
 #include "posenc/error.hpp"
@@ -91,8 +90,9 @@ inline xt::xarray<double> tensor_values(const std::string& ref) {
 /// field `f` for another shape or a value that is not finite.
 inline void set_freq_matrix(RopeLayoutSpec& layout, const Field& f, const xt::xarray<double>& m) {
   if (m.dimension() != 2 || m.shape(0) < 1 || m.shape(0) > kMaxRopeAxes) {
-    throw InputError(fmt::format("{}: expected shape [axes, R/2] with 1 to {} axes, got {}", f.name,
-                                 kMaxRopeAxes, shape_str(Shape(m.shape().begin(), m.shape().end()))));
+    const Shape shape(m.shape().begin(), m.shape().end());
+    throw InputError(fmt::format("{}: expected shape [axes, R/2] with 1 to {} axes, got {}",
+                                 f.name, kMaxRopeAxes, shape_str(shape)));
   }
   for (std::size_t i = 0; i < m.size(); ++i) {
     if (!std::isfinite(m.data()[i])) {
@@ -102,6 +102,10 @@ inline void set_freq_matrix(RopeLayoutSpec& layout, const Field& f, const xt::xa
   layout.preset = RopeLayoutPreset::matrix;
   layout.axes = m.shape(0);
   layout.freq.assign(m.begin(), m.end());
+}
+/// `--hf-version X.Y` (parse_hf_version).
+inline HfVersion hf_version_of(std::string_view text, std::string_view) {
+  return parse_hf_version(std::string(text));
 }
 /// posenc's own working precision, numpy's names after posenc's.
 inline const Names<Precision>& precisions() {
@@ -273,9 +277,9 @@ void declare(V& v, RopeApplyOptions& a) {
 /// The rules between the ways of applying, in the caller's terms, checked by each front
 /// end once the fields are set: the grid's sides positive when it is given (0 0 in the
 /// library is no grid), inv_freq gives the layout itself (not with layout), interleaved
-/// M-RoPE needs its sections, the ids of rope2d_ids
-/// take neither a grid nor an order, and torch_ops needs the caller's cos/sin tables and
-/// has no precision of posenc's (a caller's Caller knows whether cos was given).
+/// M-RoPE needs its sections, the ids of rope2d_ids take neither a grid nor an order, and
+/// torch_ops needs the caller's cos/sin tables and has no precision of posenc's (a
+/// caller's Caller knows whether cos was given).
 inline void check_given(const RopeApplyOptions& a, const Caller& c) {
   if (c.gave("rope2d") && (a.grid_h <= 0 || a.grid_w <= 0)) {
     throw UsageError(fmt::format("{}: height and width must be positive, got {} {}",
@@ -304,6 +308,42 @@ inline void check_given(const RopeApplyOptions& a, const Caller& c) {
   }
 }
 
+/// The HF config whose RoPE a request takes (merge_hf_config; explicit fields win): the
+/// file, the transformers release whose rules read it and the layers to follow. The ROPE
+/// OPTIONS --hf-config, --hf-version, --layer-type and --layer; Python's keywords of the
+/// same names.
+struct HfConfigChoice {
+  std::string hf_config;                ///< config.json; empty: none
+  std::optional<HfVersion> hf_version;  ///< none: the latest rules (HfVersion{})
+  std::string layer_type;               ///< a layer_types value; "": the default
+  std::optional<std::int64_t> layer;    ///< one layer, 0-based
+
+  HfLayer layers() const { return HfLayer{layer_type, layer}; }
+};
+
+template <class V>
+void declare(V& v, HfConfigChoice& h) {
+  v(field("hf_config",
+          "take the RoPE of a HF config.json as transformers v5 reads it (rope_theta, "
+          "head_dim, partial_rotary_factor, max_position_embeddings, "
+          "rope_scaling/rope_parameters, mrope_section, ...); explicit options win"),
+    h.hf_config);
+  v(field("hf_version",
+          "with --hf-config: read the config as this transformers release does "
+          "(4.43 to 5.x; default 5), where releases differ: the YaRN factor rule, "
+          "original_max_position_embeddings, rope_parameters")
+        .value_name("X.Y"),
+    parsed(h.hf_version, &fields::hf_version_of, "version"));
+  v(field("layer_type",
+          "with --hf-config: the layers to follow (a layer_types value such as "
+          "sliding_attention); default full_attention, or the config's only type"),
+    h.layer_type);
+  v(field("layer",
+          "with --hf-config: follow one layer (0-based index): its layer type and its "
+          "own rules, such as SmolLM3's no_rope_layers"),
+    h.layer);
+}
+
 /// A HF config's companions need it: the layers to follow (layer_type; layer, an index
 /// `layer` >= 0) and the release whose rules read it (hf_version). In the caller's terms.
 inline void check_hf_config_given(const Caller& c, std::optional<std::int64_t> layer) {
@@ -316,6 +356,11 @@ inline void check_hf_config_given(const Caller& c, std::optional<std::int64_t> l
     throw UsageError(
         fmt::format("{}: must be a layer index >= 0, got {}", c.term("layer"), *layer));
   }
+}
+
+/// The config's companions need it and a layer index is >= 0 (check_hf_config_given).
+inline void check_given(const HfConfigChoice& h, const Caller& c) {
+  check_hf_config_given(c, h.layer);
 }
 
 /// The caller's cos/sin tables replace every field that makes frequencies or angles: with
@@ -360,7 +405,9 @@ void for_each_rope_request(F&& f) {
   const Positions positions;
   const CoordGrid coords;
   const RopeApplyOptions apply;
+  const HfConfigChoice hf;
   f("rope", rope);
+  f("hf", hf);
   f("positions", positions);
   f("coords", coords);
   f("apply", apply);
