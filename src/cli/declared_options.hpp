@@ -243,26 +243,17 @@ class OptionBinder {
     grouped(opt);
   }
 
-  /// `--dtype bf16`: the text parsed by the declaration's parser.
-  template <class T, class M>
-  void operator()(const Field& f, Parsed<T, M> p) {
+  /// A field the declaration sets from the option's text (`--dtype bf16`, `--layout
+  /// NAME[:ARGS]`, `--freq-scale X|2pi`, `--mrope-section T,H,W`, `--short-factor
+  /// LIST|REF`): the parse, the range and the message are the declaration's.
+  template <class S, class = decltype(std::declval<const S&>().set(Field(), std::string()))>
+  void operator()(const Field& f, S s) {
     if (skipped(f)) return;
-    text_option(f, [p, f](const std::string& text) { p.set(f, text); });
-  }
-  /// `--short-factor LIST|REF`: a comma list or a tensor reference, read by the declaration.
-  void operator()(const Field& f, NumberList n) {
-    if (skipped(f)) return;
-    text_option(f, [n, f](const std::string& text) { n.set(f, text); });
-  }
-  /// `--mrope-section T,H,W`: the counts' text, checked by the declaration.
-  void operator()(const Field& f, Counts c) {
-    if (skipped(f)) return;
-    text_option(f, [c, f](const std::string& text) { c.set(f, text); });
-  }
-  /// `--freq-scale X|2pi`: a number or a word, checked by the declaration.
-  void operator()(const Field& f, NumberOrWord n) {
-    if (skipped(f)) return;
-    text_option(f, [n, f](const std::string& text) { n.set(f, text); });
+    CLI::Option* opt = sub_->add_option_function<std::string>(
+        f.option(), [s, f](const std::string& text) { s.set(f, text); }, f.help);
+    if (!f.word.empty()) opt->type_name(f.word);
+    if (f.required) opt->required();
+    grouped(opt);
   }
 
   /// `--window LEFT[,RIGHT]`: the text's integers, their range the declaration's.
@@ -331,13 +322,6 @@ class OptionBinder {
   }
 
  private:
-  template <class F>
-  void text_option(const Field& f, F set) {
-    CLI::Option* opt = sub_->add_option_function<std::string>(f.option(), set, f.help);
-    if (!f.word.empty()) opt->type_name(f.word);
-    if (f.required) opt->required();
-    grouped(opt);
-  }
   bool skipped(const Field& f) const {
     const bool listed = std::find(skip_.begin(), skip_.end(), f.name) != skip_.end();
     return listed != only_;
