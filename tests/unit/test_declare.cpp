@@ -179,7 +179,11 @@ TEST(Declare, AttentionRulesSeeTheTensorsGiven) {
             "--global-bias");
   EXPECT_EQ(message({"t5_bidirectional"}, false).substr(0, 14), "--t5-buckets/-");
   EXPECT_EQ(message({"t5_max_distance", "t5_bias"}, true), "passed");
-  EXPECT_EQ(message({"t5_buckets", "global_bias"}, false), "passed");
+  EXPECT_EQ(message({"t5_buckets", "global_bias", "global_kv", "global_block_size"}, false),
+            "passed");
+  EXPECT_EQ(message({"t5_buckets", "global_bias"}, false),
+            "--global-block-size/--global-bias: only with --global-kv");
+  EXPECT_EQ(message({"global_kv"}, true), "global_kv: needs global_block_size G");
 }
 
 TEST(Declare, TableFunctionsValidateFromTheDeclaration) {
