@@ -97,7 +97,7 @@ std::size_t streamed_need(TensorSource& q, TensorSource& k, TensorSource& v, Ten
   need = add_sat(need, forward.bytes());
   for (const TensorInfo* t : {&qi, &oi}) {
     const std::size_t bytes = checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
-    need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
+    need = add_sat(need, bytes);
   }
   return need;
 }
@@ -244,15 +244,15 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
                                         relative->deb);
     for (const TensorInfo* t : {&qi, &ki, &vi, &oi}) {
       const std::size_t bytes = checked_numel(t->shape, 1, "attention") * dtype_size(t->dtype);
-      need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
+      need = add_sat(need, bytes);
     }
-    if (opt.qv) need = need > SIZE_MAX - opt.qv->nbytes() ? SIZE_MAX : need + opt.qv->nbytes();
-    if (relative) need = need > SIZE_MAX - relative->bytes ? SIZE_MAX : need + relative->bytes;
+    if (opt.qv) need = add_sat(need, opt.qv->nbytes());
+    if (relative) need = add_sat(need, relative->bytes);
     need = add_sat(need, given.bytes());
     if (rope) {  // rotated Q and K, and dq and dk before they are rotated back, in float64
       for (const TensorInfo* t : {&qi, &ki}) {
         const std::size_t bytes = checked_numel(t->shape, 16, "attention") * 16;
-        need = need > SIZE_MAX - bytes ? SIZE_MAX : need + bytes;
+        need = add_sat(need, bytes);
       }
     }
     return need;
