@@ -494,18 +494,18 @@ class KeywordReader {
   std::list<Tensor>* held_;
 };
 
-// RopeParams from the ROPE OPTIONS given (keys as RopeParams members, plus hf_config,
-// layer_type and layer), a HF config completing them as the command does.
-RopeParams rope_params(const py::dict& d, int head_dim) {
+// RopeParams from the ROPE OPTIONS given (keys as RopeParams members, plus arith,
+// hf_config, layer_type and layer), a HF config completing them as the command does; `c`
+// also sees the precision.
+RopeParams rope_params(const py::dict& d, int head_dim, const Caller& c) {
   RopeParams p;
   KeywordReader k(d);
   declare(k, p);  // the declared keywords (posenc/encodings/rope_fields.hpp)
   const std::vector<std::string>& names = k.given;
-  if (auto a = get<std::string>(d, "arith")) {
-    p.arith = parse_arith(*a);
-    // Meta's code only has the complex (interleaved) form.
-    if (p.arith == Arith::meta && !d.contains("style")) p.style = RopeStyle::gptj;
-  }
+  ArithChoice arith;
+  KeywordReader(d).read(arith);
+  check_given(arith, c);
+  set_arith(p, arith, c);
   if (head_dim > 0) p.head_dim = head_dim;
   HfConfigChoice hf;
   KeywordReader(d).read(hf);
@@ -611,12 +611,17 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
   Caller tables = keywords({&rope_d, &pos_d, &apply_d});  // the caller's coords: key grid
   tables.gave = [g = tables.gave](const std::string& n) { return g(n == "coords" ? "grid" : n); };
   check_tables_given(tables);
+  if (tables.gave("cos")) {
+    ArithChoice arith;
+    KeywordReader(rope_d).read(arith);
+    check_tables_arith(arith, tables);
+  }
   const RopeApplyOptions apply = apply_options(apply_d, &pos_d);
   const Positions pos = positions(pos_d);
   const RopeFreqs f = rope_freqs_for(
       shape, axes,
       [&](int head_dim) {
-        return with_apply_defaults(rope_params(rope_d, head_dim), head_dim, apply,
+        return with_apply_defaults(rope_params(rope_d, head_dim, tables), head_dim, apply,
                                    keywords({&rope_d}));
       },
       pos, apply, "x");
@@ -680,7 +685,7 @@ const std::map<std::string, TableKind>& table_kinds() {
       KeywordReader(a.d).read(r);  // emit, layout
       r.where = positions(a.pos);
       r.positions = get<std::int64_t>(a.d, "positions");
-      r.rope = rope_params(a.rope, get<int>(a.d, "dim").value_or(0));
+      r.rope = rope_params(a.rope, get<int>(a.d, "dim").value_or(0), keywords({&a.rope, &a.d}));
       set_if(a.d, "inverse", r.inverse);
       KeywordReader{a.d}(field("precision", ""), choice(r.precision, fields::precisions()));
       for_each_emitted(r, [&](const std::string&) { tables.push_back(rope_table(r)); });
@@ -838,21 +843,17 @@ void attention_options(const py::dict& d, const py::dict& tensors, AttentionOpti
   set_grids(opt, grids, keywords({&d}));
   relative_window_options(d, opt);
   KeywordReader{d}(field("precision", ""), choice(opt.precision, fields::precisions()));
-  if (auto a = get<std::string>(d, "arith")) {
-    opt.arith = parse_arith(*a);
-    if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {
-      throw UsageError("arith " + *a +
-                       ": attention reproduces hf only (rotate with posenc.rope(arith=\"" + *a +
-                       "\"))");
-    }
-  }
+  AttentionArith arith;  // exact, hf, fa-baseline (FlashAttention-3's tests)
+  KeywordReader(d).read(arith);
+  check_given(arith, keywords({&d}));
+  opt.arith = arith.arith;
+  opt.fa_baseline = arith.fa_baseline;
   // As the command: at most physical memory unless told (0 = no limit).
   opt.max_memory = physical_memory();
   if (auto m = get<std::int64_t>(d, "max_memory")) {
     if (*m < 0) throw UsageError("max_memory: must not be negative");
     opt.max_memory = static_cast<std::size_t>(*m);
   }
-  set_if(d, "fa_baseline", opt.fa_baseline);  // arith="fa-baseline" (FlashAttention-3's tests)
 }
 
 // The tensors of `emit` by name (moved out of `res`) and attrs: attention's result.
@@ -1020,7 +1021,7 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     // The variant for Q's head dim, computed here with the GIL (the dict is Python's)
     // and handed to the library as a value.
     const int head_dim = static_cast<int>(q->shape()[static_cast<std::size_t>(axes.index('d'))]);
-    const RopeParams params = rope_params(rope_d, head_dim);
+    const RopeParams params = rope_params(rope_d, head_dim, keywords({&rope_d, &opt_d}));
     rope.params = [params](int hd) {
       RopeParams p = params;
       p.head_dim = hd;

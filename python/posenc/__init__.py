@@ -172,7 +172,7 @@ def rope(args, x, *, axes=None, dtype=None, out=None, inverse=False, style=None,
     _pos_tables = _tables(args)
     a, in_name, like = _view(x, "x")
     axes = _axes_text(axes)
-    rope_d = _rope_dict(args, precision)
+    rope_d = _rope_dict(args)
     pos = _positions(start, None if _is_real(position_ids) else position_ids, cu_seqlens)
     inverse, allow_nonfinite = _flag(inverse, "inverse"), _flag(allow_nonfinite, "allow_nonfinite")
     mrope_interleaved = _flag(mrope_interleaved, "mrope_interleaved")
@@ -437,8 +437,7 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         if emit is None and kv is not None:
             emit = "output"  # flash_attn_with_kvcache's out (lse on request)
         names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
-    opt = {"emit": names, "precision": precision, "arith": arith,
-           "max_memory": max_memory}
+    opt = {"emit": names, "precision": precision, "max_memory": max_memory}
     # scale, sliding_window, softcap, ..., relative_left, ...: the declared fields
     # (_attention_fields()), under their own names; their ranges and choices are the library's.
     for f in _ATTENTION_FIELDS:
@@ -452,8 +451,8 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
     if arith == "fa-baseline":
         if _flag(rope, "rope"):
             raise UsageError("arith fa-baseline: not with rope")
-        arith, opt["arith"], opt["fa_baseline"] = None, None, True
-    rope_d = _rope_dict(dict(args, arith=arith), precision)  # the ROPE OPTIONS given
+        arith = None
+    rope_d = _rope_dict(dict(args, arith=arith))  # the ROPE OPTIONS given
     pos = _positions(start, position_ids, cu_seqlens)
     apply = {"inverse": _flag(inverse, "inverse"), "precision": precision}
     opt = {key: val for key, val in opt.items() if val is not None}

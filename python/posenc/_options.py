@@ -13,7 +13,7 @@ from ._posenc import InputError, UsageError
 # Keyword -> RopeParams member; values None are "not given". The declared fields
 # (posenc/encodings/rope_fields.hpp) and those the module reads by hand.
 ROPE_PARAMS = tuple(f["name"] for f in _posenc._rope_fields()
-                    if f["kind"] in ("rope", "hf")) + ("arith",)
+                    if f["kind"] in ("rope", "hf", "arith"))
 
 # The declared scalar fields of posenc.attention (posenc/ops/attention_fields.hpp: scale,
 # sliding_window, softcap, ...), passed to the module under their own names.
@@ -26,23 +26,17 @@ KVCACHE_TENSORS = tuple(t["name"] for t in _posenc._attention_tensors()
                         if t["kind"] == "kvcache" and t["type"] == "tensor")
 
 
-def rope_dict(kw, precision=None):
+def rope_dict(kw):
     """The given ROPE OPTIONS of `kw` (a dict holding every name of ROPE_PARAMS) as the
     C++ module's dict."""
     d = {k: kw[k] for k in ROPE_PARAMS if kw.get(k) is not None}
-    if not d and precision is None:
+    if not d:
         return d
     for k in ("short_factor", "long_factor"):  # a text is a comma list or a tensor reference
         if k in d and not isinstance(d[k], str):
             d[k] = reals(d[k], k)
     if "hf_config" in d:
         d["hf_config"] = path(d["hf_config"], "hf_config")
-    arith = d.get("arith", "exact")
-    if not isinstance(arith, str) or arith not in ("exact", "hf", "meta", "ggml"):
-        raise UsageError(f"arith: expected exact, hf, meta or ggml, got {arith!r:.40}")
-    if arith != "exact" and precision is not None:
-        raise UsageError(f"precision: applies to arith exact only (arith {arith} has its "
-                         "framework's own arithmetic)")
     return d
 
 
@@ -177,10 +171,8 @@ def rope_tables(kw):
         raise UsageError("sin: needs cos" if cos is None else "cos: needs sin")
     if cos is None:
         return out
-    # What the tables replace (base, scaling, ...) is refused by the module (check_tables_given).
-    if kw.get("arith") not in (None, "exact"):
-        raise UsageError(f"arith {kw.get('arith')}: cos/sin tables are applied exactly only "
-                         "(precision \"f32\" rotates in float32)")
+    # What the tables replace (base, scaling, arith, ...) is refused by the module
+    # (check_tables_given, check_tables_arith).
     for name, t in (("cos", cos), ("sin", sin)):
         if not is_real(t):
             raise InputError(f"{name}: expected a float tensor (f16, bf16, f32, f64)")

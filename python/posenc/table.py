@@ -108,7 +108,7 @@ def rope(args, *, positions=None, dim=None, base=None, emit="cos-sin", layout="f
         raise UsageError("dim: the head dimension is required (or give hf_config)")
     if position_ids is not None and start != 0:
         raise UsageError("start: cannot be combined with position_ids (ids are absolute)")
-    rope_d = _rope_dict(args, precision)  # the ROPE OPTIONS among the arguments
+    rope_d = _rope_dict(args)  # the ROPE OPTIONS among the arguments
     pos = _positions(start, position_ids, cu_seqlens)
     emits, single = _emit_list(emit, ("cos-sin",))
     request = {"positions": positions, "dim": dim, "layout": layout,

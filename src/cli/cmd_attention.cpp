@@ -54,6 +54,7 @@ struct AttentionCmdOptions {
   RelativeWindow window;  // --relative-left/right/sign/beyond
   ArrayFiles tensors;     // the files of the declared tensor inputs (declare_tensors) into params
   DecomposedGrids grids;  // --grid H W, --key-grid H W
+  AttentionArith arith;   // --arith, among the ROPE OPTIONS
   std::string emit;
   std::string max_memory;
   std::string grad_output;  // dO: the gradients instead of the forward (attention_grad)
@@ -252,9 +253,9 @@ void run_attention(AttentionCmdOptions& o) {
   opt.max_memory = given(o, "--max-memory") ? parse_memory_size(o.max_memory, "--max-memory")
                                             : physical_memory();
   if (given(o, "--precision")) opt.precision = rope_precision(o.rope_opts);
-  // --arith fa-baseline: FlashAttention's PyTorch baseline (attention_fa.cpp).
-  opt.fa_baseline = o.rope_opts.arith == "fa-baseline";
-  if (!opt.fa_baseline) opt.arith = rope_arith(o.rope_opts);
+  check_given(o.arith, command_line(o.app));
+  opt.arith = o.rope_opts.arith.arith = o.arith.arith;  // --rope: RoPE's too
+  opt.fa_baseline = o.arith.fa_baseline;  // FlashAttention's PyTorch baseline (attention_fa.cpp)
   if (opt.fa_baseline && (o.rope || grads || relative_wanted(o.relative))) {
     throw UsageError("--arith fa-baseline: not with --rope, --relative or --grad-output");
   }
@@ -265,12 +266,6 @@ void run_attention(AttentionCmdOptions& o) {
         fmt::format("{}--q-descale, --k-descale, --v-descale, --p-dtype: not "
                     "with {}",
                     grads ? "" : "--qv, ", grads ? "--grad-output" : "--part"));
-  }
-  if (opt.arith == Arith::meta || opt.arith == Arith::ggml) {
-    throw UsageError(
-        fmt::format("--arith {}: attention reproduces hf only (rotate with posenc "
-                    "rope --arith {})",
-                    o.rope_opts.arith, o.rope_opts.arith));
   }
 
   const std::vector<TensorRef> out_refs =
@@ -489,17 +484,10 @@ void register_attention(CLI::App& app) {
         "f64 or f32: arithmetic of RoPE and attention (default: f64 for every input dtype, "
         "each output rounded once; f32 is the opt-in for speed, not correctly rounded)");
   }
-  if (auto* p = sub->get_option_no_throw("--arith")) {
-    p->description(
-        "exact (default); hf: HF transformers' eager attention (and RoPE with --rope) in "
-        "the model dtype, element operations bit for bit as torch's CPU kernels; fa-baseline: "
-        "FlashAttention's PyTorch baseline (attention_ref upcast=False, reorder_ops=True), "
-        "each op rounded to Q's dtype as CUDA does");
-    // RoPE's modes stay accepted here so that meta and ggml get the message saying what
-    // attention reproduces (run_attention).
-    p->get_validator(0)->active(false);
-    p->check(CLI::IsMember({"exact", "hf", "fa-baseline", "meta", "ggml"}));
-  }
+  // attention's --arith in place of RoPE's, last of the ROPE OPTIONS as before.
+  sub->remove_option(sub->get_option("--arith"));
+  OptionBinder arith(sub, "ROPE OPTIONS");
+  declare(arith, o->arith);
   add_part_option(sub, o->part,
                   "the batch axis b of Q, K and V (not with --mask, --key-lengths, "
                   "--wavlm-gate, --global-kv, --position-ids or --cu-seqlens)");

@@ -138,11 +138,7 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
     return app->count(term(n)) > 0;
   };
   check_tables_given(c);
-  if (o.rope.arith != "exact") {
-    throw UsageError(fmt::format("--arith {}: cos/sin tables are applied exactly only "
-                                 "(--precision f32 rotates in float32)",
-                                 o.rope.arith));
-  }
+  check_tables_arith(o.rope.arith, c);
   pos.cos_what = "--cos: " + o.cos;
   pos.sin_what = "--sin: " + o.sin;
   Shape* shapes[2] = {&pos.table_shape, &pos.sin_shape};

@@ -45,12 +45,8 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
   OptionBinder hf(sub, g);
   declare(hf, static_cast<HfConfigChoice&>(o));
   add_declared_options(sub, o.apply, {"inverse", "precision"}, g);
-  sub->add_option("--arith", o.arith,
-                  "exact (default: the correctly rounded value) or a framework's float32 "
-                  "arithmetic bit for bit: hf (HF transformers on torch CPU), meta (Meta's "
-                  "llama complex form), ggml (ggml's CPU rope)")
-      ->check(CLI::IsMember({"exact", "hf", "meta", "ggml"}))
-      ->group(g);
+  OptionBinder arith(sub, g);
+  declare(arith, o.arith);
 }
 
 namespace {
@@ -108,9 +104,8 @@ HfLayer hf_layer(const RopeCliOptions& o) { return o.layers(); }
 RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   RopeParams p = o.params;  // the options' values (their defaults where not given)
   p.style = parse_rope_style(o.style);
-  p.arith = rope_arith(o);
-  // Meta's code only has the complex (interleaved) form.
-  if (p.arith == Arith::meta && !given(o, "--style", false)) p.style = RopeStyle::gptj;
+  rope_arith(o);  // --precision only with --arith exact
+  set_arith(p, o.arith, command_line(o.app));
   if (head_dim > 0) p.head_dim = head_dim;
   check_layer_option(o);
   if (!o.hf_config.empty()) {
@@ -169,14 +164,8 @@ std::int64_t last_position(std::int64_t start, std::int64_t count) {
 Precision rope_precision(const RopeCliOptions& o) { return o.apply.precision; }
 
 Arith rope_arith(const RopeCliOptions& o) {
-  const Arith a = parse_arith(o.arith);
-  if (a != Arith::exact && given(o, "--precision", false)) {
-    throw UsageError(
-        fmt::format("--precision: applies to --arith exact only (--arith {} has "
-                    "its framework's own arithmetic)",
-                    o.arith));
-  }
-  return a;
+  check_given(o.arith, command_line(o.app));
+  return o.arith.arith;
 }
 
 }  // namespace posenc::cli

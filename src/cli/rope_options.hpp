@@ -25,7 +25,7 @@ struct RopeCliOptions : HfConfigChoice {
   /// --inverse and --precision (declared with RopeApplyOptions); `posenc rope` binds its
   /// own ways of applying here too.
   RopeApplyOptions apply;
-  std::string arith = "exact";
+  ArithChoice arith;  ///< --arith (declared, posenc/encodings/rope_fields.hpp)
   CLI::App* app = nullptr;  ///< to ask which options were given explicitly
 };
 
@@ -52,7 +52,7 @@ std::int64_t last_position(std::int64_t start, std::int64_t count);
 
 Precision rope_precision(const RopeCliOptions& o);
 
-/// --arith, checked against --precision (which only applies to the exact arithmetic).
+/// --arith, checked against --precision (check_given of ArithChoice).
 Arith rope_arith(const RopeCliOptions& o);
 
 }  // namespace posenc::cli

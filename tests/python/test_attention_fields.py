@@ -286,6 +286,14 @@ RULES = [
     # The package said "decomposed_rel_pos: needs grid (H, W), the query grid".
     (["--decomposed-rel-pos", "{rk}", "{rk}"], {"decomposed_rel_pos": ("rk", "rk")},
      "{decomposed_rel_pos}: needs {grid} H W (the query grid)"),
+    # The arithmetic (check_given of AttentionArith); each front end wrote its own.
+    (["--arith", "meta"], {"arith": "meta"},
+     "{arith} meta: attention reproduces hf only (rotate Q and K with rope's {arith} meta)"),
+    (["--arith", "ggml"], {"arith": "ggml"},
+     "{arith} ggml: attention reproduces hf only (rotate Q and K with rope's {arith} ggml)"),
+    (["--arith", "hf", "--precision", "f32"], {"arith": "hf", "precision": "f32"},
+     "{precision}: applies to {arith} exact only ({arith} hf has its framework's own "
+     "arithmetic)"),
 ]
 T5 = "{t5_buckets}/{t5_max_distance}/{t5_bidirectional}{t5_causal} need {t5_bias} or {global_bias}"
 
@@ -295,7 +303,7 @@ def said(message, option):
              "t5_causal", "t5_bias", "global_bias", "relative_left", "relative_right",
              "max_distance", "clipped_symmetric", "clipped_bias", "wavlm_gate", "global_kv",
              "global_block_size", "relative_k", "relative_v", "relative_proj", "relative_sign",
-             "relative_beyond", "grid", "key_grid", "decomposed_rel_pos")
+             "relative_beyond", "grid", "key_grid", "decomposed_rel_pos", "arith", "precision")
     terms = {n: "--" + n.replace("_", "-") if option else n for n in names}
     terms["t5_bidirectional"] = "--t5-bidirectional/" if option else ""
     return message.replace("{t5}", T5).format(**terms)

@@ -35,6 +35,7 @@ BASELINES = {
                {"coords": "grid:2,2", "layout": "axial"}),
     "apply": ([], {}),
     "hf": ([], {}),
+    "arith": ([], {}),
 }
 
 
@@ -132,7 +133,7 @@ def test_a_name_outside_the_choices_is_refused(f, x):
         assert p.returncode == 0 or f"{f['option']}: " not in p.stderr, p.stderr
         try:
             posenc.rope(a, axes="sd", **{f["name"]: c})
-        except posenc.UsageError as e:
+        except (posenc.UsageError, posenc.InputError) as e:  # ggml: no f64 x
             assert not str(e).startswith(f"{f['name']}: expected"), e
 
 
@@ -200,6 +201,15 @@ RULES = [
     (["--cos", "cos.npy", "--sin", "sin.npy", "--rope2d-ids"],
      {"cos": np.ones((4, 4)), "sin": np.zeros((4, 4)), "rope2d_ids": True},
      "{cos}: the tables replace the frequencies; not with {rope2d_ids}"),
+    # The arithmetic (check_given of ArithChoice, check_tables_arith): the command and the
+    # package said them apart ('precision "f32"' in Python).
+    (["--arith", "hf", "--precision", "f32"], {"arith": "hf", "precision": "f32"},
+     "{precision}: applies to {arith} exact only ({arith} hf has its framework's own "
+     "arithmetic)"),
+    (["--cos", "cos.npy", "--sin", "sin.npy", "--arith", "meta"],
+     {"cos": np.ones((4, 4)), "sin": np.zeros((4, 4)), "arith": "meta"},
+     "{arith} meta: cos/sin tables are applied exactly only ({precision} f32 rotates in "
+     "float32)"),
 ]
 
 
@@ -209,7 +219,8 @@ def test_a_rule_between_fields_says_one_message_on_both_front_ends(args, kw, mes
     tmp, a = x
     names = ("rope2d", "rope2d_ids", "order", "mrope_interleaved", "mrope_section",
              "position_ids", "torch_ops", "cos", "sin", "merge_window", "coords", "cu_seqlens",
-             "base", "inv_freq", "layout", "layer", "hf_config", "hf_version")
+             "base", "inv_freq", "layout", "layer", "hf_config", "hf_version", "arith",
+             "precision")
     p, written = run(tmp, args)
     option = message.format(**{n: "--" + n.replace("_", "-") for n in names})
     assert p.returncode == 2 and p.stderr == f"posenc: error: {option}\n" and not written, \

@@ -11,7 +11,10 @@
 /// posenc.table.rope / posenc.attention, their ranges and the field list the tests walk
 /// (`posenc._posenc._rope_fields()`) come from here.
 ///
-/// Not declared, bound by each front end: the arithmetic and the tensors of positions.
+/// The arithmetic (ArithChoice) is declared apart: `posenc attention` names one more
+/// (fa-baseline) and refuses two (meta, ggml).
+///
+/// Not declared, bound by each front end: the tensors of positions.
 ///
 /// `compute_rope_freqs` validates RopeParams from here (a value from a config file names
 /// the file's key, RopeParams::sources); RopeApplier validates Positions and its grid.
@@ -25,6 +28,7 @@
 #include <string_view>
 
 #include "posenc/declare.hpp"
+#include "posenc/encodings/arith.hpp"
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_layout.hpp"
@@ -363,6 +367,58 @@ inline void check_given(const HfConfigChoice& h, const Caller& c) {
   check_hf_config_given(c, h.layer);
 }
 
+namespace fields {
+/// The arithmetics of the ROPE OPTIONS (arith.hpp), in the order --help lists them.
+inline const Names<Arith>& ariths() {
+  static const Names<Arith> n{
+      {"exact", Arith::exact}, {"hf", Arith::hf}, {"meta", Arith::meta}, {"ggml", Arith::ggml}};
+  return n;
+}
+}  // namespace fields
+
+/// The arithmetic of the ROPE OPTIONS (--arith; Python's keyword arith): posenc's exact one
+/// or a framework's float32 arithmetic bit for bit. Sets RopeParams::arith (`set_arith`)
+/// and AttentionOptions::arith.
+struct ArithChoice {
+  Arith arith = Arith::exact;
+};
+
+template <class V>
+void declare(V& v, ArithChoice& a) {
+  v(field("arith",
+          "exact (default: the correctly rounded value) or a framework's float32 "
+          "arithmetic bit for bit: hf (HF transformers on torch CPU), meta (Meta's "
+          "llama complex form), ggml (ggml's CPU rope)"),
+    choice(a.arith, fields::ariths()));
+}
+
+/// posenc's working precision applies to the exact arithmetic only: a framework's has its
+/// own. In the caller's terms.
+inline void check_given(const ArithChoice& a, const Caller& c) {
+  if (a.arith != Arith::exact && c.gave("precision")) {
+    throw UsageError(fmt::format("{}: applies to {} exact only ({} {} has its framework's "
+                                 "own arithmetic)",
+                                 c.term("precision"), c.term("arith"), c.term("arith"),
+                                 arith_name(a.arith)));
+  }
+}
+
+/// The caller's cos/sin tables are applied exactly: no framework's arithmetic with them.
+inline void check_tables_arith(const ArithChoice& a, const Caller& c) {
+  if (a.arith != Arith::exact) {
+    throw UsageError(fmt::format("{} {}: cos/sin tables are applied exactly only ({} f32 "
+                                 "rotates in float32)",
+                                 c.term("arith"), arith_name(a.arith), c.term("precision")));
+  }
+}
+
+/// Sets `p`'s arithmetic. Meta's code only has the complex (interleaved) form: with meta
+/// the style is gptj unless the caller gave one.
+inline void set_arith(RopeParams& p, const ArithChoice& a, const Caller& c) {
+  p.arith = a.arith;
+  if (a.arith == Arith::meta && !c.gave("style")) p.style = RopeStyle::gptj;
+}
+
 /// The caller's cos/sin tables replace every field that makes frequencies or angles: with
 /// cos given, none of them ("cos: the tables replace the frequencies; not with base"), in
 /// the caller's terms.
@@ -406,8 +462,10 @@ void for_each_rope_request(F&& f) {
   const CoordGrid coords;
   const RopeApplyOptions apply;
   const HfConfigChoice hf;
+  const ArithChoice arith;
   f("rope", rope);
   f("hf", hf);
+  f("arith", arith);
   f("positions", positions);
   f("coords", coords);
   f("apply", apply);

@@ -19,12 +19,14 @@
 /// parsed by the library's parse_dtype (Parsed). The rules between fields and tensor
 /// inputs are `check_given`. The tensor inputs are `declare_tensors` (TensorSlot), the
 /// relative window (--relative-left/right/sign/beyond) the optional RelativeWindow's own
-/// declaration, --grid / --key-grid H W DecomposedGrids' (two Pairs into size_t members).
+/// declaration, --grid / --key-grid H W DecomposedGrids' (two Pairs into size_t members),
+/// --arith AttentionArith's (RoPE's names and fa-baseline; the command binds it among the
+/// ROPE OPTIONS).
 ///
 /// Not declared, bound by each front end: --t5-bidirectional / --t5-causal
 /// (t5_bidirectional, keyword t5_causal; check_given knows them by these names), --emit
 /// (a comma list or a Python sequence, names the gradients with --grad-output),
-/// --precision and --arith (bound with the ROPE OPTIONS, which share them) and
+/// --precision (bound with the ROPE OPTIONS, which share it) and
 /// --max-memory (a size the command line parses with suffixes, Python in bytes).
 
 #include <algorithm>
@@ -37,6 +39,8 @@
 #include <vector>
 
 #include "posenc/declare.hpp"
+#include "posenc/encodings/arith.hpp"
+#include "posenc/encodings/rope_fields.hpp"
 #include "posenc/encodings/table_fields.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_backward.hpp"
@@ -517,12 +521,55 @@ void for_each_attention_input(F&& f) {
 
 /// `f(name, Request{})` for every declared attention request (AttentionOptions, its
 /// relative window and its decomposed grids): the field lists the tests walk.
+namespace fields {
+/// attention's arithmetics (AttentionOptions::arith, fa_baseline): RoPE's (meta and ggml
+/// named to be refused with a message) and FlashAttention's PyTorch baseline.
+inline const Names<std::tuple<Arith, bool>>& attention_ariths() {
+  static const Names<std::tuple<Arith, bool>> n{{"exact", {Arith::exact, false}},
+                                                {"hf", {Arith::hf, false}},
+                                                {"fa-baseline", {Arith::exact, true}},
+                                                {"meta", {Arith::meta, false}},
+                                                {"ggml", {Arith::ggml, false}}};
+  return n;
+}
+}  // namespace fields
+
+/// --arith of `posenc attention` (keyword arith): exact, hf (HF eager attention's bits) or
+/// fa-baseline (FlashAttention's PyTorch baseline, attention_fa.cpp). The command binds it
+/// among the ROPE OPTIONS, which share it.
+struct AttentionArith {
+  Arith arith = Arith::exact;
+  bool fa_baseline = false;
+};
+
+template <class V>
+void declare(V& v, AttentionArith& a) {
+  v(field("arith",
+          "exact (default); hf: HF transformers' eager attention (and RoPE with --rope) in "
+          "the model dtype, element operations bit for bit as torch's CPU kernels; "
+          "fa-baseline: FlashAttention's PyTorch baseline (attention_ref upcast=False, "
+          "reorder_ops=True), each op rounded to Q's dtype as CUDA does"),
+    choice(std::tie(a.arith, a.fa_baseline), fields::attention_ariths()));
+}
+
+/// The precision applies to exact only (as RoPE's), and attention reproduces HF's
+/// arithmetic only: Meta's and ggml's are RoPE's alone. In the caller's terms.
+inline void check_given(const AttentionArith& a, const Caller& c) {
+  check_given(ArithChoice{a.arith}, c);
+  if (a.arith == Arith::meta || a.arith == Arith::ggml) {
+    const std::string said = c.term("arith") + " " + arith_name(a.arith);
+    throw UsageError(said + ": attention reproduces hf only (rotate Q and K with rope's " +
+                     said + ")");
+  }
+}
+
 template <class F>
 void for_each_attention_request(F&& f) {
   const AttentionOptions attention;
   f("attention", attention);
   f("attention", RelativeWindow{});
   f("attention", DecomposedGrids{});
+  f("attention", AttentionArith{});
 }
 
 }  // namespace posenc
