@@ -56,6 +56,7 @@
 #include "posenc/fp8.hpp"
 #include "posenc/io/npy.hpp"
 #include "posenc/io/ref.hpp"
+#include "posenc/io/write_fields.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_backward.hpp"
 #include "posenc/ops/attention_cache.hpp"
@@ -64,6 +65,7 @@
 #include "posenc/ops/combine.hpp"
 #include "posenc/ops/compare.hpp"
 #include "posenc/ops/compare_baseline.hpp"
+#include "posenc/ops/compare_fields.hpp"
 #include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
@@ -344,11 +346,25 @@ class KeywordReader {
   void read(R& r) {
     declare(*this, r);
   }
+  // A field whose range is checked as it is given (Field::checked_when_given) is read by
+  // its keyword, an integer as int64 so that -1 or 2**40 meets the range's message.
   template <class T>
   void operator()(const Field& f, T& member) {
     if (arrays_.value_or(false)) return;
-    if (has(f)) given.push_back(f.name);
-    set_if(d_, f.name.c_str(), member);
+    const std::string key = f.python_name();
+    if (gives(d_, key)) given.push_back(f.name);
+    using V = typename decltype(std::optional(member))::value_type;  // T, or T's value
+    if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
+      using Read = std::conditional_t<std::is_integral_v<V>, std::int64_t, V>;
+      if (f.checked_when_given) {
+        const auto v = get<Read>(d_, key.c_str());
+        const std::string why = v ? range_error(f, *v) : "";
+        if (!why.empty()) throw UsageError(key + ": " + why);
+        if (v) member = static_cast<V>(*v);
+        return;
+      }
+    }
+    set_if(d_, key.c_str(), member);
   }
   template <class T>
   void operator()(const Field& f, xt::xarray<T>& member) {
@@ -709,7 +725,9 @@ py::list fields_of(ForEach for_each) {
       py::dict e;
       e["kind"] = kind;
       e["name"] = f.name;
+      e["keyword"] = f.python_name();
       e["option"] = f.option();
+      e["short"] = f.short_name.empty() ? "" : "-" + f.short_name;
       e["type"] = f.type;
       e["required"] = f.required;
       e["lo"] = f.lo ? py::object(py::int_(*f.lo)) : py::object(py::none());
@@ -1072,13 +1090,7 @@ py::dict compare(const py::array& a, const std::string& a_dtype, const py::array
   const CallThreads threads;
   const Tensor ta = to_tensor(a, a_dtype, "a"), tb = to_tensor(b, b_dtype, "b");
   CompareOptions opt;
-  set_if(d, "rtol", opt.rtol);
-  set_if(d, "atol", opt.atol);
-  if (auto u = get<std::int64_t>(d, "max_ulp")) {
-    if (*u < 0) throw UsageError("ulp: must not be negative, got " + std::to_string(*u));
-    opt.max_ulp = static_cast<std::uint64_t>(*u);
-  }
-  set_if(d, "equal_nan", opt.equal_nan);
+  KeywordReader(d).read(opt);  // rtol, atol, ulp, equal_nan (ops/compare_fields.hpp)
   const SliceSpec slice = parse_slice(get<std::string>(d, "slice").value_or(""));
   CompareResult r;
   {
@@ -1119,8 +1131,7 @@ py::dict combine_partials(const py::array& out_partial, const std::string& out_d
   const Tensor o = to_tensor(out_partial, out_dtype, "out_partial");
   const Tensor l = to_tensor(lse_partial, lse_dtype, "lse_partial");
   CombineOptions opt;
-  KeywordReader(d).read(opt);  // axis, lse_layout (ops/combine.hpp)
-  if (auto t = get<std::string>(d, "dtype")) opt.dtype = parse_dtype(*t, "dtype");
+  KeywordReader(d).read(opt);  // axis, lse_layout, dtype (ops/combine.hpp)
   CombineResult r;
   {
     py::gil_scoped_release nogil;
@@ -1140,8 +1151,7 @@ py::dict compare_baseline(const py::array& a, const std::string& a_dtype, const 
   const Tensor ta = to_tensor(a, a_dtype, "a"), tb = to_tensor(b, b_dtype, "b"),
                tp = to_tensor(pt, pt_dtype, "baseline");
   BaselineRule rule;
-  set_if(d, "factor", rule.factor);
-  set_if(d, "atol", rule.atol);
+  KeywordReader(d).read(rule);  // factor, atol (ops/compare_fields.hpp)
   rule.names = {"a", "b", "baseline"};
   BaselineVerdict v;
   {
@@ -1196,15 +1206,7 @@ void write(const std::string& ref, const py::array& x, const std::string& dtype,
   check_module_ref(ref);
   const Tensor t = to_tensor(x, dtype, "x");
   WriteOptions w;
-  set_if(d, "force", w.force);
-  if (auto c = get<std::int64_t>(d, "compression")) {
-    if (*c < 0 || *c > 9) {
-      throw UsageError("compression: the HDF5 gzip level is 0 to 9, got " + std::to_string(*c));
-    }
-    w.compression = static_cast<int>(*c);
-  }
-  set_if(d, "no_clobber", w.no_clobber);
-  set_if(d, "sync", w.sync);
+  KeywordReader(d).read(w);  // force, compression, no_clobber, sync (io/write_fields.hpp)
   const TensorRef r = parse_ref(ref, get<std::string>(d, "to").value_or(""), "/data");
   const Attrs a = attrs_from(attrs);
   py::gil_scoped_release nogil;
@@ -1328,6 +1330,17 @@ PYBIND11_MODULE(_posenc, m) {
   m.def("attention", &attention,
         "attention(tensors, options, rope, positions, apply, with_rope, relative): the emitted "
         "tensors and attrs as a dict. Use posenc.attention.");
+  m.def(
+      "_ops_fields",
+      [] {
+        return fields_of([](auto f) {
+          f("compare", posenc::CompareOptions{});
+          f("baseline", posenc::BaselineRule{});
+          f("combine", posenc::CombineOptions{});
+          f("write", posenc::WriteOptions{});
+        });
+      },
+      "the declared fields of compare, its baseline verdict, combine and write");
   m.def("compare", &compare,
         "compare(a, a_dtype, b, b_dtype, options): the comparison as a dict. Use "
         "posenc.compare.");

@@ -62,6 +62,17 @@ struct Field {
   /// Choices: a flag of the command line that gives one name (`--half-width` for
   /// `--layout half`), its name and help; empty: none. Python has no such keyword.
   std::string flag, flag_word, flag_help;
+  /// The command line's one-letter name beside the option ("f": -f,--force); empty: none.
+  std::string short_name;
+  /// Python's keyword where it is not the name (posenc.compare's `ulp` for max_ulp).
+  std::string keyword;
+  /// Real fields: 0 and up, finite (`lo` is otherwise exclusive: a positive number).
+  bool non_negative = false;
+  /// The range is checked as the caller gives the value (the command line as it reads
+  /// the option, before any input is opened; Python as it reads the keyword), and --help
+  /// shows it after the type as CLI11's range checks write it (`INT:INT in [0 - 9]`,
+  /// `FLOAT:NONNEGATIVE`).
+  bool checked_when_given = false;
   // Filled by `describe`:
   std::string type;                  ///< int, float, bool, choice
   std::vector<std::string> choices;  ///< a choice field's names, in order
@@ -76,6 +87,9 @@ struct Field {
     return "--" + n;
   }
 
+  /// Python's keyword: the name, or `keyword` where that differs.
+  std::string python_name() const { return keyword.empty() ? name : keyword; }
+
   Field& require() {
     required = true;
     return *this;
@@ -88,6 +102,25 @@ struct Field {
     lo = a;
     hi = b;
     hi_text = std::move(b_text);
+    return *this;
+  }
+  /// A real number 0 and up, finite.
+  Field& non_negative_number() {
+    lo = 0;
+    non_negative = true;
+    return *this;
+  }
+  /// The range checked as the value is given (see `checked_when_given`).
+  Field& check_when_given() {
+    checked_when_given = true;
+    return *this;
+  }
+  Field& short_option(std::string letter) {
+    short_name = std::move(letter);
+    return *this;
+  }
+  Field& python_keyword(std::string k) {
+    keyword = std::move(k);
     return *this;
   }
   Field& bool_ok() {
@@ -627,9 +660,34 @@ struct IsOptional : std::false_type {};
 template <class T>
 struct IsOptional<std::optional<T>> : std::true_type {};
 
-/// Range errors of a field: "<name>: must be from LO to HI, got V" or "<name>: must be
-/// at least LO, got V", thrown through `sources` (UsageError, or InputError naming the
-/// config file's key when a file gave the value).
+/// Why `v` is outside field `f`'s range, or "" when it is inside: "must be from 0 to 9,
+/// got 10", "must be at least 1, got 0", for a real field taking 0 and up "must be a
+/// finite number >= 0, got -1". The one message of the library and of every front end,
+/// each putting its name for the field before it (`compression`, `--compression`).
+template <class T>
+std::string range_error(const Field& f, T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!f.non_negative || (v >= 0 && std::isfinite(v))) return "";
+    return fmt::format("must be a finite number >= 0, got {}", v);
+  } else {
+    bool huge = false;  // an unsigned value beyond int64's range
+    if constexpr (std::is_unsigned_v<T>) {
+      huge = static_cast<std::uint64_t>(v) > std::uint64_t{std::numeric_limits<std::int64_t>::max()};
+    }
+    const auto x = static_cast<std::int64_t>(v);
+    const bool low = !huge && f.lo && x < *f.lo, high = f.hi && (huge || x > *f.hi);
+    if (!low && !high) return "";
+    if (f.hi) {
+      return fmt::format("must be from {} to {}, got {}", *f.lo,
+                         f.hi_text.empty() ? std::to_string(*f.hi) : f.hi_text, v);
+    }
+    return fmt::format("must be at least {}, got {}", *f.lo, v);
+  }
+}
+
+/// Range errors of a field: "<name>: " and range_error's message, thrown through
+/// `sources` (UsageError, or InputError naming the config file's key when a file gave
+/// the value).
 class Validator {
  public:
   explicit Validator(const ValueSources& sources) : sources_(sources) {}
@@ -638,16 +696,9 @@ class Validator {
   void operator()(const Field& f, const T& value) {
     if constexpr (IsOptional<T>::value) {
       if (value) (*this)(f, *value);
-    } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      const auto v = static_cast<std::int64_t>(value);
-      const bool low = f.lo && v < *f.lo, high = f.hi && v > *f.hi;
-      if (!low && !high) return;
-      if (f.hi) {
-        sources_.fail(f.name,
-                      fmt::format("{}: must be from {} to {}, got {}", f.name, *f.lo,
-                                  f.hi_text.empty() ? std::to_string(*f.hi) : f.hi_text, v));
-      }
-      sources_.fail(f.name, fmt::format("{}: must be at least {}, got {}", f.name, *f.lo, v));
+    } else if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      const std::string why = range_error(f, value);
+      if (!why.empty()) sources_.fail(f.name, f.name + ": " + why);
     }
   }
   template <class M, class E>
@@ -699,7 +750,7 @@ class Describer {
   void operator()(Field f, const Choice<M, E>& c) {
     f.type = "choice";
     f.choices = c.list();
-    if constexpr (IsOptional<std::remove_reference_t<M>>::value) {
+    if constexpr (IsOptional<std::remove_reference_t<M>>::value && !IsOptional<E>::value) {
       if (c.member) f.default_text = name_of(c, *c.member);
     } else if constexpr (std::is_reference_v<M>) {
       f.default_text = name_of(c, c.member);

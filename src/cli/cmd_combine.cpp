@@ -24,8 +24,7 @@ struct CombineCmdOptions {
   std::string lse_partial;
   OutputOptions out;
   std::string lse_output;
-  CombineOptions combine;  ///< --axis and --lse-layout, declared (ops/combine.hpp)
-  std::string dtype = "same";
+  CombineOptions combine;  ///< --axis, --lse-layout and --dtype, declared (ops/combine.hpp)
 };
 
 // The library names its inputs out_partial and lse_partial; the command names the files
@@ -42,8 +41,7 @@ std::string named(std::string msg, const CombineCmdOptions& o) {
 }
 
 void run_combine(const CombineCmdOptions& o) {
-  CombineOptions opt = o.combine;
-  if (o.dtype != "same") opt.dtype = parse_dtype(o.dtype, "--dtype");
+  const CombineOptions& opt = o.combine;
   std::vector<TensorRef> refs{parse_ref(o.out.outputs.at(0), o.out.to, "/output")};
   if (!o.lse_output.empty()) refs.push_back(parse_ref(o.lse_output, o.out.to, "/lse"));
   check_distinct_outputs(refs);  // before anything is read
@@ -94,10 +92,6 @@ void register_combine(CLI::App& app) {
                   "where the merged lse goes (LSE_PARTIAL's shape without the split axis; f64 "
                   "when the output is f64, else f32)");
   add_declared_options(sub, o->combine);
-  sub->add_option("--dtype", o->dtype,
-                  "output type: same (OUT_PARTIAL's, default), f64, f32, f16, bf16")
-      ->check(CLI::IsMember(
-          {"same", "f64", "f32", "f16", "bf16", "float64", "float32", "float16", "bfloat16"}));
   sub->callback([o] { run_combine(*o); });
 }
 

@@ -17,12 +17,14 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/declared_options.hpp"
 #include "cli/table_output.hpp"
 #include "posenc/analysis.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/compare.hpp"
 #include "posenc/ops/compare_baseline.hpp"
+#include "posenc/ops/compare_fields.hpp"
 #include "posenc/ops/compare_locate.hpp"
 #include "posenc/ops/select.hpp"
 #include "posenc/printable.hpp"
@@ -34,17 +36,15 @@ namespace {
 
 struct CompareCliOptions {
   std::string a, b;
-  std::optional<double> rtol, atol;
-  std::optional<std::uint64_t> max_ulp;
+  CompareOptions rule;  ///< --rtol, --atol, --max-ulp, --equal-nan (compare_fields.hpp)
   bool json = false;
-  bool equal_nan = false;
   std::string slice;
   std::string axes, pairs;
   std::optional<std::string> by;
   std::optional<std::size_t> rotary_dim, top;
   TableOutputOptions table;
   std::string baseline;  ///< flash-attn's verdict against this baseline
-  std::optional<double> factor;
+  BaselineRule verdict;  ///< --factor (its atol is --atol)
   std::string atol_rule;
   std::string input_dtype;  ///< --input-dtype: A, B (and the baseline) read as fp8
   CLI::App* app = nullptr;
@@ -353,12 +353,11 @@ void run_verdict(const CompareCliOptions& o) {
                       name));
     }
   }
-  if (o.atol && !o.atol_rule.empty()) {
+  if (o.rule.atol && !o.atol_rule.empty()) {
     throw UsageError("--atol: a fixed atol replaces --atol-rule; give one of them");
   }
-  BaselineRule rule;
-  if (o.factor) rule.factor = *o.factor;
-  rule.atol = o.atol;
+  BaselineRule rule = o.verdict;
+  rule.atol = o.rule.atol;
   std::vector<TensorRef> refs{with_input_dtype(parse_ref(o.a), o.input_dtype),
                               with_input_dtype(parse_ref(o.b), o.input_dtype),
                               with_input_dtype(parse_ref(o.baseline), o.input_dtype)};
@@ -465,14 +464,11 @@ void run_compare(const CompareCliOptions& o) {
   }
   auto sa = open_source(ra);
   auto sb = open_source(rb);
-  if ((o.rtol && !(*o.rtol >= 0)) || (o.atol && !(*o.atol >= 0))) {
-    throw UsageError("--rtol and --atol must be non-negative numbers");
-  }
   // Each side's selection is checked here, so that an index outside a shape names it.
   resolve_slice_option(spec, sa->info().shape, ra.text);
   resolve_slice_option(spec, sb->info().shape, rb.text);
   Located loc;
-  CompareOptions co{o.rtol, o.atol, o.max_ulp, o.equal_nan};
+  CompareOptions co = o.rule;
   co.locate = locate_request(o, by, sa->info().shape, ra.text, loc.names);
   const CompareResult r = compare(*sa, *sb, co, spec);
   if (r.breakdown) {
@@ -513,19 +509,9 @@ void register_compare(CLI::App& app) {
   sub->add_option("--input-dtype", opt->input_dtype,
                   std::string(kInputDtypeHelp) + "; applies to A, B and --baseline")
       ->type_name("FP8");
-  sub->add_option("--rtol", opt->rtol,
-                  "relative tolerance (default by the less precise float dtype, as "
-                  "torch.testing: f64 1e-7, f32 1.3e-6, f16 1e-3, bf16 1.6e-2; float8_e4m3fn 0.125, "
-                  "float8_e5m2 0.25; 0 for integers)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--atol", opt->atol,
-                  "absolute tolerance (default f64 1e-7, f32/f16/bf16 1e-5; 0 for integers)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--max-ulp", opt->max_ulp,
-                  "match when the distance in units in the last place (in the less precise "
-                  "dtype) is at most N; with --rtol/--atol, either test suffices");
+  add_declared_options(sub, opt->rule, {"rtol", "atol", "max_ulp"});
   sub->add_flag("--json", opt->json, "print the report as JSON on stdout");
-  sub->add_flag("--equal-nan", opt->equal_nan, "NaN in both at the same place counts as a match");
+  add_declared_options(sub, opt->rule, {"equal_nan"});
   sub->add_option("--slice", opt->slice,
                   std::string(kSliceHelp) +
                       "; the same selection of A and of B is compared (each resolved against "
@@ -536,10 +522,7 @@ void register_compare(CLI::App& app) {
                   "max|PT - B| + atol, with PT the same computation in low precision "
                   "(FA's PyTorch baseline) and B the reference")
       ->group(fa);
-  sub->add_option("--factor", opt->factor,
-                  "R of --baseline (default 2, FA's rtol; 3 with soft-capping)")
-      ->check(CLI::NonNegativeNumber)
-      ->group(fa);
+  add_declared_options(sub, opt->verdict, {"factor"}, fa);
   sub->add_option("--atol-rule", opt->atol_rule,
                   "atol of --baseline: fa (default), 2 * max|B + 0.3 - 0.3 - B| computed in "
                   "B's dtype as torch does (FA's fwd_atol); --atol X gives a fixed one instead")

@@ -17,7 +17,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli/declared_options.hpp"
 #include "posenc/error.hpp"
+#include "posenc/io/write_fields.hpp"
 #include "posenc/printable.hpp"
 
 namespace posenc::cli {
@@ -88,6 +90,17 @@ int& exit_code() {
   return code;
 }
 
+namespace {
+// Binds the declared options that this run defines (defines_option).
+struct MentionedOptions {
+  OptionBinder bind;
+  template <class T>
+  void operator()(const Field& f, T& member) {
+    if (defines_option(OptionBinder::names(f))) bind(f, member);
+  }
+};
+}  // namespace
+
 void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool required,
                         const char* help) {
   auto* opt = sub->add_option(
@@ -101,22 +114,8 @@ void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple, bool req
     sub->add_option("--to", o.to, "output format, overriding the extension")
         ->check(CLI::IsMember({"npy", "h5", "hdf5", "csv", "tsv", "json", "text"}));
   }
-  if (defines_option("-f,--force")) {
-    sub->add_flag("-f,--force", o.force,
-                  "write binary output to a terminal; replace an existing dataset of an HDF5 "
-                  "output, or a file at its path that is not HDF5");
-  }
-  if (defines_option("--compression")) {
-    sub->add_option("--compression", o.compression, "HDF5 gzip level 0-9 (default 0)")
-        ->check(CLI::Range(0, 9));
-  }
-  if (defines_option("--no-clobber")) {
-    sub->add_flag("--no-clobber", o.no_clobber,
-                  "fail if the output file exists (HDF5 too: nothing is added to it)");
-  }
-  if (defines_option("--sync")) {
-    sub->add_flag("--sync", o.sync, "fsync outputs before renaming them into place");
-  }
+  MentionedOptions mentioned{OptionBinder(sub)};
+  declare(mentioned, o.write);
 }
 
 void add_part_option(CLI::App* sub, std::string& part, const char* axis_help) {
@@ -190,13 +189,26 @@ CLI::Validator integer_text(bool is_signed) {
                         "");
 }
 
+namespace {
+// Whether `opt` checks a declared field's range (declared_range), which words the
+// refusal of a negative value itself.
+bool has_declared_range(CLI::Option* opt) {
+  try {
+    opt->get_validator("declared");
+    return true;
+  } catch (const CLI::OptionNotFound&) {
+    return false;
+  }
+}
+}  // namespace
+
 void check_numeric_options(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     // CLI11 names the value type first ("INT", "UINT:..." with a range check, "FLOAT").
     const std::string type = opt->get_type_name();
     const bool is_unsigned = type.rfind("UINT", 0) == 0;
     if (is_unsigned || type.rfind("INT", 0) == 0) {
-      opt->transform(integer_text(!is_unsigned));
+      opt->transform(integer_text(!is_unsigned || has_declared_range(opt)));
     } else if (type.rfind("FLOAT", 0) == 0) {
       opt->check(CLI::Validator([](std::string& s) { return number_text_error(s); }, ""));
     } else if (opt->get_type_size_min() > 0) {

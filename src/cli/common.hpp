@@ -56,19 +56,17 @@ Globals& globals();
 bool defines_kind(std::string_view command, std::string_view kind,
                   const std::vector<std::string_view>& kinds);
 
-/// Output reference(s) and how to write them (-o, --to, --force, --compression,
-/// --no-clobber).
+/// Output reference(s) and how to write them (-o, --to, and WriteOptions' declared
+/// -f/--force, --compression, --no-clobber, --sync).
 struct OutputOptions {
   std::vector<std::string> outputs;
   std::string to;
-  bool force = false;
-  int compression = 0;
-  bool no_clobber = false;
-  bool sync = false;
-  WriteOptions write_options() const { return {force, compression, no_clobber, sync}; }
+  WriteOptions write;
+  WriteOptions write_options() const { return write; }
 };
-/// Adds -o/--output (repeatable when `multiple`), --to, --force, --compression,
-/// --no-clobber, --sync. `required` makes -o mandatory; `help` replaces the text of -o.
+/// Adds -o/--output (repeatable when `multiple`), --to and the declared options of
+/// WriteOptions (io/write_fields.hpp). `required` makes -o mandatory; `help` replaces the
+/// text of -o.
 void add_output_options(CLI::App* sub, OutputOptions& o, bool multiple = false,
                         bool required = true, const char* help = nullptr);
 

@@ -6,6 +6,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <list>
 #include <optional>
@@ -151,6 +154,30 @@ class ArrayFiles {
   std::list<Slot> slots_;  // stable addresses: CLI11 holds the paths' references
 };
 
+/// The check of a field whose range is checked as it is given (Field::checked_when_given):
+/// --help shows the range after the type as CLI11's Range and NonNegativeNumber wrote it
+/// ("INT in [0 - 9]", "NONNEGATIVE"; a non-negative integer's UINT says it), and a number
+/// outside it is refused with the library's message (range_error), before any input is
+/// opened. Text that is no number is left to check_numeric_options, which reads the text of
+/// an option with this check ("declared") as signed, so that -1 gets this message too.
+inline CLI::Validator declared_range(const Field& f, bool real) {
+  const std::string shown = real     ? "NONNEGATIVE"
+                            : f.hi ? fmt::format("INT in [{} - {}]", *f.lo, *f.hi)
+                                   : std::string();
+  return CLI::Validator(
+      [f, real](std::string& text) {
+        const double x = decimal_value(text);
+        if (std::isnan(x)) return std::string();
+        if (real) return range_error(f, x);
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (errno != 0 || *end != '\0') return std::string();
+        return range_error(f, static_cast<std::int64_t>(v));
+      },
+      shown, "declared");
+}
+
 class OptionBinder {
  public:
   /// Options go to `group` of --help (empty: the command's own); the fields named in
@@ -165,6 +192,11 @@ class OptionBinder {
     return *this;
   }
 
+  /// The option's CLI11 names: "--force", or "-f,--force" with a short name.
+  static std::string names(const Field& f) {
+    return f.short_name.empty() ? f.option() : "-" + f.short_name + "," + f.option();
+  }
+
   template <class T>
   void operator()(const Field& f, T& member) {
     if (skipped(f)) return;
@@ -174,7 +206,7 @@ class OptionBinder {
     } else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
       opt = sub_->add_option(f.option(), member, f.help)->delimiter(',');  // N1,N2,..
     } else if constexpr (std::is_same_v<T, bool>) {
-      if (f.positive) opt = sub_->add_flag(f.option(), member, f.help);
+      if (f.positive) opt = sub_->add_flag(names(f), member, f.help);
       if (!f.negation.empty()) {
         // Both given: refused rather than the last one winning. (Option callbacks run
         // once the whole command line is parsed, so the flag's count is known here; a
@@ -193,9 +225,11 @@ class OptionBinder {
     } else if constexpr (IsOptional<T>::value) {
       using V = typename T::value_type;
       opt = sub_->add_option_function<V>(
-          f.option(), [&member](const V& v) { member = v; }, f.help);
+          names(f), [&member](const V& v) { member = v; }, f.help);
+      if (f.checked_when_given) opt->check(declared_range(f, std::is_floating_point_v<V>));
     } else {
-      opt = sub_->add_option(f.option(), member, f.help);
+      opt = sub_->add_option(names(f), member, f.help);
+      if (f.checked_when_given) opt->check(declared_range(f, std::is_floating_point_v<T>));
     }
     if (opt != nullptr && f.required) opt->required();
     grouped(opt);

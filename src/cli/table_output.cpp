@@ -48,9 +48,9 @@ void emit_table(const AnalysisTable& t, const TableOutputOptions& c, bool print)
   std::unique_ptr<FigureTarget> picture;
   if (!c.plot.empty()) {
     FigureOptions fo = c.fig;
-    fo.force = c.out.force;
-    fo.no_clobber = c.out.no_clobber;
-    fo.sync = c.out.sync;
+    fo.force = c.out.write.force;
+    fo.no_clobber = c.out.write.no_clobber;
+    fo.sync = c.out.write.sync;
     picture = std::make_unique<FigureTarget>(c.plot, fo, t.figure);
   }
   if (picture && c.plot != "-") picture->prepare();

@@ -27,6 +27,7 @@
 #include "posenc/io/hdf5.hpp"
 #include "posenc/io/npy.hpp"
 #include "posenc/io/text.hpp"
+#include "posenc/io/write_fields.hpp"
 #include "posenc/printable.hpp"
 
 namespace posenc {
@@ -695,6 +696,7 @@ Tensor read_tensor(const std::string& ref_text) { return read_tensor(parse_ref(r
 
 std::unique_ptr<TensorSink> create_sink(const TensorRef& ref, const TensorInfo& info,
                                         const WriteOptions& opt) {
+  validate(opt);  // the declared ranges (write_fields.hpp)
   switch (ref.format) {
     case Format::npy:
       return std::make_unique<NpySink>(ref, info, opt);
@@ -745,6 +747,7 @@ struct OutputSet::Impl {
 
 OutputSet::OutputSet(std::vector<TensorRef> refs, const WriteOptions& opt)
     : impl_(std::make_unique<Impl>()) {
+  validate(opt);
   check_distinct_outputs(refs);
   impl_->refs = std::move(refs);
   impl_->opt = opt;
@@ -798,6 +801,7 @@ void write_tensor(const TensorRef& ref, const Tensor& t, const Attrs& attrs,
 
 void write_tensors(const std::vector<NamedTensor>& outs, const WriteOptions& opt) {
   // Validate the whole set before creating anything.
+  validate(opt);
   std::vector<TensorRef> refs;
   for (const auto& o : outs) {
     if (o.tensor == nullptr) throw std::logic_error("write_tensors: null tensor");

@@ -19,6 +19,7 @@
 #include "ops/widen.hpp"
 #include "posenc/error.hpp"
 #include "posenc/fp8.hpp"
+#include "posenc/ops/compare_fields.hpp"
 
 namespace posenc {
 
@@ -200,12 +201,10 @@ std::pair<double, double> default_tolerances(std::optional<DType> t) {
 CompareRule make_compare_rule(DType a, DType b, const CompareOptions& opt) {
   CompareRule r;
   r.ulp_type = comparison_type(a, b);
+  validate(opt);  // the declared ranges (compare_fields.hpp)
   std::tie(r.rtol, r.atol) = default_tolerances(r.ulp_type);
   if (opt.rtol) r.rtol = *opt.rtol;
   if (opt.atol) r.atol = *opt.atol;
-  if (!(r.rtol >= 0) || !(r.atol >= 0)) {
-    throw UsageError("compare: rtol and atol must be non-negative numbers");
-  }
   r.tolerance_explicit = opt.rtol || opt.atol;
   r.max_ulp = opt.max_ulp;
   r.equal_nan = opt.equal_nan;

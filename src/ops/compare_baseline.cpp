@@ -14,6 +14,7 @@
 
 #include "posenc/error.hpp"
 #include "posenc/ops/cast.hpp"
+#include "posenc/ops/compare_fields.hpp"
 
 namespace posenc {
 
@@ -101,12 +102,7 @@ double torch_max_abs_diff(const Tensor& a, const Tensor& b, std::optional<std::s
 
 BaselineVerdict judge_against_baseline(const Tensor& kernel, const Tensor& ref,
                                        const Tensor& baseline, const BaselineRule& rule) {
-  if (!std::isfinite(rule.factor) || rule.factor < 0) {
-    throw UsageError(fmt::format("factor: must be a finite number >= 0, got {}", rule.factor));
-  }
-  if (rule.atol && !(std::isfinite(*rule.atol) && *rule.atol >= 0)) {
-    throw UsageError(fmt::format("atol: must be a finite number >= 0, got {}", *rule.atol));
-  }
+  validate(rule);  // the declared ranges (compare_fields.hpp)
   check_float(kernel, rule.names[0]);
   check_float(ref, rule.names[1]);
   check_float(baseline, rule.names[2]);

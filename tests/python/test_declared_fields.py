@@ -318,3 +318,144 @@ def test_a_bool_tensor_is_refused_where_numbers_are_declared(f, base):
         in p.stderr, p.stderr
     with pytest.raises(posenc.InputError, match=rf"^{f['name']}: expected numbers, got bool"):
         function(f["kind"])(**{**kw, f["name"]: np.ones((2, 2), bool)})
+
+
+# --- compare, its baseline verdict, combine and write (posenc._posenc._ops_fields()) ------
+
+OPS = posenc._posenc._ops_fields()
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    """Per kind: the command's words before an option, its man page, Python's call with
+    extra keywords, and the module's call with an options dict (the package bypassed)."""
+    tmp = tmp_path_factory.mktemp("ops")
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    o, lse = np.ones((2, 3, 4), np.float32), np.zeros((2, 3), np.float32)
+    files = {}
+    for name, x in (("a", a), ("o", o), ("lse", lse)):
+        files[name] = str(tmp / f"{name}.npy")
+        np.save(files[name], x)
+    out = str(tmp / "out.h5:/d")
+    mod = posenc._posenc
+    return tmp, {
+        "compare": (["compare", files["a"], files["a"]], "posenc-compare",
+                    lambda **kw: posenc.compare(a, a, **kw),
+                    lambda d: mod.compare(a, "f32", a, "f32", d)),
+        "baseline": (["compare", files["a"], files["a"], "--baseline", files["a"]],
+                     "posenc-compare", lambda **kw: posenc.compare(a, a, baseline=a, **kw),
+                     lambda d: mod.compare_baseline(a, "f32", a, "f32", a, "f32", d)),
+        "combine": (["combine", files["o"], files["lse"], "-o", out, "--force"],
+                    "posenc-combine", lambda **kw: posenc.combine(o, lse, **kw),
+                    lambda d: mod.combine(o, "f32", lse, "f32", d)),
+        "write": (["convert", files["a"], "-o", out, "--force"], "posenc",
+                  lambda **kw: posenc.write(out, a, force=True, **kw),
+                  lambda d: mod.write(out, a, "f32", {}, {"force": True, **d})),
+    }
+
+
+def run_ops(words, option, value):
+    return subprocess.run([BIN, *words, option, str(value)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_ops_walk_covers_every_kind():
+    assert {f["kind"] for f in OPS} == {"compare", "baseline", "combine", "write"}
+    names = {(f["kind"], f["name"]) for f in OPS}
+    for wanted in [("compare", "rtol"), ("compare", "max_ulp"), ("compare", "equal_nan"),
+                   ("baseline", "factor"), ("combine", "dtype"), ("write", "compression"),
+                   ("write", "force"), ("write", "no_clobber"), ("write", "sync")]:
+        assert wanted in names, wanted
+
+
+@pytest.mark.parametrize("f", OPS, ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_an_ops_field_is_an_option_a_keyword_a_stub_and_in_the_man_page(f, ops):
+    tmp, calls = ops
+    words, page, _, _ = calls[f["kind"]]
+    p = subprocess.run([BIN, words[0], "--help"], capture_output=True, text=True)
+    assert re.search(rf"(^|[ ,]){re.escape(f['option'])}\b", p.stdout, re.M), f["option"]
+    if f["short"]:
+        assert f"{f['short']},{f['option']}" in p.stdout
+    fn = "write" if f["kind"] == "write" else words[0]
+    assert f["keyword"] in inspect.signature(getattr(posenc, fn)).parameters
+    with open(os.path.join(SOURCE, "python", "posenc", "__init__.pyi")) as fh:
+        stub = fh.read()
+    m = re.search(rf"^def {fn}\((.*?)\) -> ", stub, re.S | re.M)
+    assert m and re.search(rf"\b{f['keyword']}:", m.group(1)), f"__init__.pyi: {fn} {f['keyword']}"
+    with open(os.path.join(SOURCE, "man", page + ".1")) as fh:
+        text = fh.read().replace("\\-", "-")
+    assert f["option"] in text, f"{page}.1 does not document {f['option']}"
+
+
+def ops_ranged():
+    for f in OPS:
+        if f["lo"] is not None:
+            yield f, f["lo"] - 1
+            if f["hi"] is not None:
+                yield f, f["hi"] + 1
+
+
+@pytest.mark.parametrize("f", [f for f in OPS if f["lo"] is not None],
+                         ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_the_bottom_of_an_ops_range_is_accepted(f, ops):
+    tmp, calls = ops
+    words, _, package, module = calls[f["kind"]]
+    p = run_ops(words, f["option"], f["lo"])
+    assert p.returncode in (0, 1), p.stderr
+    package(**{f["keyword"]: f["lo"]})
+    module({f["keyword"]: f["lo"]})
+
+
+@pytest.mark.parametrize("f,value", list(ops_ranged()),
+                         ids=lambda x: f"{x['kind']}:{x['name']}" if isinstance(x, dict)
+                         else str(x))
+def test_out_of_an_ops_range_is_one_message_from_every_front_end(f, value, ops):
+    """The library's range message, after the option on the command line (exit 2, nothing
+    written) and after the keyword from the package and from the module."""
+    tmp, calls = ops
+    words, _, package, module = calls[f["kind"]]
+    if os.path.exists(tmp / "out.h5"):
+        os.remove(tmp / "out.h5")
+    with pytest.raises(posenc.UsageError) as e:
+        package(**{f["keyword"]: value})
+    why = str(e.value)[len(f["keyword"]) + 2:]
+    assert str(e.value) == f"{f['keyword']}: {why}" and why.startswith("must be"), str(e.value)
+    with pytest.raises(posenc.UsageError) as e:
+        module({f["keyword"]: value})
+    assert str(e.value) == f"{f['keyword']}: {why}"
+    p = run_ops(words, f["option"], value)
+    assert p.returncode == 2 and f"{f['option']}: {why}" in p.stderr, p.stderr
+    assert not os.path.exists(tmp / "out.h5")
+
+
+@pytest.mark.parametrize("option,keyword,value,why", [
+    ("--compression", "compression", 10, "must be from 0 to 9, got 10"),
+    ("--compression", "compression", -1, "must be from 0 to 9, got -1"),
+    ("--max-ulp", "ulp", -1, "must be at least 0, got -1"),
+    ("--rtol", "rtol", -1, "must be a finite number >= 0, got -1"),
+    ("--factor", "factor", -0.5, "must be a finite number >= 0, got -0.5"),
+])
+def test_the_unified_messages(option, keyword, value, why, ops):
+    """compression and ulp were worded apart by each front end ('compression: the HDF5
+    gzip level is 0 to 9', '--compression: Value 10 not in range 0 to 9'; 'ulp -1: must be a
+    whole number >= 0', '--max-ulp: '-1' is negative'); now the library words them."""
+    tmp, calls = ops
+    kind = {"compression": "write", "ulp": "compare", "rtol": "compare",
+            "factor": "baseline"}[keyword]
+    words, _, package, module = calls[kind]
+    p = run_ops(words, option, value)
+    assert p.returncode == 2 and f"{option}: {why}" in p.stderr, p.stderr
+    for call in (lambda: package(**{keyword: value}), lambda: module({keyword: value})):
+        with pytest.raises(posenc.UsageError, match=f"^{re.escape(f'{keyword}: {why}')}$"):
+            call()
+
+
+@pytest.mark.parametrize("f", [f for f in OPS if f["choices"]],
+                         ids=lambda f: f"{f['kind']}:{f['name']}")
+def test_a_name_outside_an_ops_choice_is_refused(f, ops):
+    tmp, calls = ops
+    words, _, package, module = calls[f["kind"]]
+    p = run_ops(words, f["option"], "no-such-name")
+    assert p.returncode == 2 and f["option"] in p.stderr, p.stderr
+    with pytest.raises(posenc.UsageError, match=rf"^{f['keyword']}: expected "):
+        module({f["keyword"]: "no-such-name"})

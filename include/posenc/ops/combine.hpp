@@ -38,9 +38,17 @@ inline const Names<LseLayout>& lse_layout_names() {
   return names;
 }
 
-/// The split axis and the lse layout, declared once (declare.hpp): `posenc combine --axis
-/// --lse-layout`, posenc.combine(axis=, lse_layout=). The output type is each front end's
-/// (the command takes `same`).
+/// The names of the output types: same (none: out_partial's) and the float dtypes.
+inline const Names<std::optional<DType>>& combine_dtype_names() {
+  static const Names<std::optional<DType>> names{
+      {"same", std::nullopt},    {"f64", DType::f64},     {"f32", DType::f32},
+      {"f16", DType::f16},       {"bf16", DType::bf16},   {"float64", DType::f64},
+      {"float32", DType::f32},   {"float16", DType::f16}, {"bfloat16", DType::bf16}};
+  return names;
+}
+
+/// The split axis, the lse layout and the output type, declared once (declare.hpp):
+/// `posenc combine --axis --lse-layout --dtype`, posenc.combine(axis=, lse_layout=, dtype=).
 template <class V>
 void declare(V& v, CombineOptions& o) {
   v(field("axis",
@@ -52,6 +60,8 @@ void declare(V& v, CombineOptions& o) {
           "flash_attn_combine's; default); hs: its last two swapped ([splits, b, h, s], "
           "flash-attn's softmax_lse and posenc attention's lse, stacked)"),
     choice(o.lse_layout, lse_layout_names()));
+  v(field("dtype", "output type: same (OUT_PARTIAL's, default), f64, f32, f16, bf16"),
+    choice(o.dtype, combine_dtype_names()));
 }
 
 /// The merged output and its log-sum-exp.
