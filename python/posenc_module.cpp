@@ -479,6 +479,13 @@ class KeywordReader {
   void operator()(const Field& f, TensorSlot t) {
     if (held_ != nullptr && arrays_.value_or(true)) t.slot = hold(d_, f.name);
   }
+  template <class T>
+  void operator()(const Field& f, Values<T> v) {  // an int64 or float64 array
+    if (!arrays_.value_or(true) || !has(f)) return;
+    auto a = array_arg<T>(d_[f.name.c_str()], f.name);
+    v.shape = shape_of(a);
+    v.values.assign(a.data(), a.data() + a.size());
+  }
   void operator()(const Field& f, const TensorSlots& t) {  // a list of arrays
     if (held_ == nullptr || !arrays_.value_or(true) || !has(f)) return;
     const py::object v = d_[f.name.c_str()];
@@ -534,8 +541,9 @@ RopeParams rope_params(const py::dict& d, int head_dim, const Caller& c) {
 // the command does).
 Positions positions(const py::dict& d) {
   Positions pos;
-  KeywordReader(d).read(pos);  // start; its range is the library's
+  KeywordReader(d, false).read(pos);  // start; its range is the library's
   check_given(pos, keywords({&d}));
+  KeywordReader(d, true).read(pos);  // cu_seqlens, angles, seqlen_offsets
   Caller grid = keywords({&d});  // the caller's coords arrive as the key grid
   grid.gave = [&d](const std::string& n) { return gives(d, n == "coords" ? "grid" : n); };
   check_given(pos.grid, grid);
@@ -553,12 +561,9 @@ Positions positions(const py::dict& d) {
     pos.grid = parse_coord_grid(*g);
     KeywordReader(d).read(pos.grid);  // prefix_tokens, merge_window
   }
-  values("angles", pos.angles, pos.angles_shape);
   values("cos", pos.table_cos, pos.table_shape);
   values("sin", pos.table_sin, pos.sin_shape);
   if (auto t = get<std::string>(d, "table_dtype")) pos.table_dtype = parse_dtype(*t, "cos");
-  values("seqlen_offsets", pos.seqlen_offsets, pos.seqlen_offsets_shape);
-  values("cu_seqlens", pos.cu_seqlens, pos.cu_seqlens_shape);
   check_positions(pos);
   return pos;
 }

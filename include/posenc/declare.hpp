@@ -603,6 +603,23 @@ inline TensorSlots tensor_slots(std::vector<const Tensor**> slots, std::vector<s
   return TensorSlots{std::move(slots), std::move(names), std::move(words), std::move(what)};
 }
 
+/// A tensor read into a request's flat values and their shape, and the words that name
+/// its source in the library's messages (RoPE's position ids, cu_seqlens, angles): `T`
+/// std::int64_t takes integers only, exactly; double a float tensor of any float dtype,
+/// widened exactly. The command line's `what` is "--cu-seqlens: FILE"; Python's stays the
+/// keyword. `v(field("cu_seqlens", ...), values(p.cu_seqlens, p.cu_seqlens_shape,
+/// p.cu_what))`; the library checks the shape and the values.
+template <class T>
+struct Values {
+  std::vector<T>& values;
+  std::vector<std::size_t>& shape;
+  std::string& what;
+};
+template <class T>
+Values<T> values(std::vector<T>& values, std::vector<std::size_t>& shape, std::string& what) {
+  return Values<T>{values, shape, what};
+}
+
 /// What a front end says about the request being built: whether the caller gave a field,
 /// and how the caller spells a field in messages ("--bias-table" on the command line,
 /// "bias_table" in Python; "" for a field the caller does not have, which a message
@@ -816,6 +833,11 @@ class Describer {
   }
   void operator()(Field f, const TensorSlot&) {
     f.type = "tensor";
+    fields.push_back(std::move(f));
+  }
+  template <class T>
+  void operator()(Field f, const Values<T>&) {  // Values
+    f.type = std::is_same_v<T, double> ? "float tensor" : "int tensor";
     fields.push_back(std::move(f));
   }
   void operator()(Field f, const TensorSlots& s) {

@@ -40,9 +40,7 @@ struct RopeCmdOptions {
   ArrayFiles files;       // --inv-freq (declared with RopeApplyOptions)
   std::string coords;     // --coords grid:...|centres:...
   CoordGrid grid_options;  // --prefix-tokens, --merge-window (declared with CoordGrid)
-  std::string angles;     // --angles: [s, R/2] or [b, s, R/2]
   std::string cos, sin;   // --cos/--sin: the caller's tables [rows, R/2] or [rows, R]
-  std::string seqlen_offsets;  // --seqlen-offsets: [b] (or one per --cu-seqlens sequence)
   std::string max_memory;
   std::string part;
 };
@@ -94,38 +92,18 @@ void set_layout(const RopeCmdOptions& o, RopeStreamRequest& r) {
   }
 }
 
-/// --coords / --prefix-tokens / --merge-window / --angles into the positions.
+/// --coords / --prefix-tokens / --merge-window into the positions.
 void set_coordinates(const RopeCmdOptions& o, Positions& pos) {
-  const bool has_grid = !o.coords.empty();
-  check_given(o.grid_options, command_line(o.rope.app));
-  if (has_grid) {
+  if (!o.coords.empty()) {
     pos.grid = parse_coord_grid(o.coords, "--coords");
     pos.grid.prefix = o.grid_options.prefix;
     pos.grid.merge = o.grid_options.merge;
   }
-  if (!o.angles.empty()) {
-    const Tensor t = read_tensor(o.angles);
-    if (!is_float(t.dtype())) {
-      throw InputError(fmt::format("--angles: {}: expected a float tensor, got {}", o.angles,
-                                   dtype_name(t.dtype())));
-    }
-    pos.angles_shape = t.shape();
-    pos.angles.resize(t.numel());
-    for (std::size_t i = 0; i < t.numel(); ++i) pos.angles[i] = t.get(i);
-    pos.angles_what = "--angles: " + o.angles;
-  }
 }
 
-/// --cos/--sin (the caller's tables, values as given) and --seqlen-offsets into the
-/// positions; the options a table replaces are refused.
+/// --cos/--sin (the caller's tables, values as given) into the positions; the options a
+/// table replaces are refused.
 void set_tables(const RopeCmdOptions& o, Positions& pos) {
-  if (!o.seqlen_offsets.empty()) {
-    const Tensor t = read_tensor(o.seqlen_offsets);
-    const xt::xarray<std::int64_t> a = int64_values(t, o.seqlen_offsets, "--seqlen-offsets");
-    pos.seqlen_offsets.assign(a.begin(), a.end());
-    pos.seqlen_offsets_shape = t.shape();
-    pos.offsets_what = "--seqlen-offsets: " + o.seqlen_offsets;
-  }
   if (o.cos.empty() != o.sin.empty()) {
     throw UsageError(o.cos.empty() ? "--sin: needs --cos" : "--cos: needs --sin");
   }
@@ -225,6 +203,7 @@ void run_rope(RopeCmdOptions& o) {
   r.params = [rope, apply = r.apply, given = command_line(o.rope.app)](int head_dim) {
     return with_apply_defaults(rope_params(*rope, head_dim), head_dim, apply, given);
   };
+  check_given(o.grid_options, command_line(o.rope.app));
   r.positions = rope_positions(o.rope, /*real_coords=*/true);
   set_coordinates(o, r.positions);
   set_tables(o, r.positions);
@@ -287,10 +266,7 @@ void register_rope(CLI::App& app) {
       ->group(g);
   OptionBinder grid_binder(sub, g);
   declare(grid_binder, opts->grid_options);
-  sub->add_option("--angles", opts->angles,
-                  "the angles themselves, tensor [s, R/2] or [b, s, R/2] in radians (learned "
-                  "angles, e.g. LightGlue's projected keypoints)")
-      ->group(g);
+  declare(OptionBinder(sub, g, {"angles"}, opts->rope.files.get()).only(), opts->rope.where);
   sub->add_option("--cos", opts->cos,
                   "the caller's cos table, [rows, R/2] (flash-attn's rotary_cos) or [rows, R] "
                   "(HF's cos), any float dtype, applied as given; token at position p takes row "
@@ -298,10 +274,8 @@ void register_rope(CLI::App& app) {
       ->group(g);
   sub->add_option("--sin", opts->sin, "the caller's sin table, the shape of --cos")->group(g);
   add_declared_options(sub, opts->rope.apply, {"torch_ops"}, g);
-  sub->add_option("--seqlen-offsets", opts->seqlen_offsets,
-                  "per-entry offsets [b] (flash-attn's seqlen_offsets / rotary_seqlens): token s "
-                  "of entry b at --start + offset[b] + s; with --cu-seqlens one per sequence")
-      ->group(g);
+  declare(OptionBinder(sub, g, {"seqlen_offsets"}, opts->rope.files.get()).only(),
+          opts->rope.where);
   add_declared_options(sub, opts->rope.apply, {"allow_nonfinite"});
   sub->add_option("--max-memory", opts->max_memory,
                   "memory for buffers and tables (e.g. 512M, 2G, 1.5GiB or bytes; K, M, G, T are "

@@ -93,7 +93,7 @@ struct RopeTableOptions {
   RopeTableRequest r;  // --emit, --layout (its declared fields)
 };
 
-void run_rope(const RopeTableOptions& o, CLI::App* sub) {
+void run_rope(RopeTableOptions& o, CLI::App* sub) {
   if (sub->count("--dim") > 0 && o.dim <= 0) {
     throw UsageError(fmt::format("--dim: must be at least 1, got {}", o.dim));
   }

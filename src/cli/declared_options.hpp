@@ -124,6 +124,32 @@ class ArrayFiles {
       }
     };
   }
+  /// A tensor into flat values and their shape (Values: `--cu-seqlens c.npy`): integers
+  /// exactly as int64, or any float dtype widened exactly; the source named
+  /// "--cu-seqlens: FILE" in the library's messages.
+  template <class T>
+  void bind(CLI::App* sub, CLI::Option*& opt, const Field& f, Values<T> v) {
+    Slot& s = slots_.emplace_back();
+    const std::string option = f.option();
+    opt = sub->add_option(option, s.path, f.help);
+    s.read = [v, &s, option] {
+      if (s.path.empty()) return;
+      const Tensor t = read_tensor(s.path);
+      v.what = option + ": " + s.path;
+      v.shape = t.shape();
+      if constexpr (std::is_same_v<T, std::int64_t>) {
+        const xt::xarray<std::int64_t> a = int64_values(t, s.path, option.c_str());
+        v.values.assign(a.begin(), a.end());
+      } else {
+        if (!is_float(t.dtype())) {
+          throw InputError(fmt::format("{}: {}: expected a float tensor, got {}", option, s.path,
+                                       dtype_name(t.dtype())));
+        }
+        v.values.resize(t.numel());
+        for (std::size_t i = 0; i < t.numel(); ++i) v.values[i] = t.get(i);
+      }
+    };
+  }
   void read() {
     for (Slot& s : slots_) s.read();
   }
@@ -352,6 +378,13 @@ class OptionBinder {
     if (skipped(f)) return;
     CLI::Option* opt = nullptr;
     files_->bind(sub_, opt, f, a);
+    grouped(opt);
+  }
+  template <class T>
+  void operator()(const Field& f, Values<T> v) {
+    if (skipped(f)) return;
+    CLI::Option* opt = nullptr;
+    files_->bind(sub_, opt, f, v);
     grouped(opt);
   }
 

@@ -32,15 +32,16 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
     if (f.name == "style") sub->add_option("--style", o.style, f.help)->group(g);
   }
   declare(bind, o.params);
-  declare(bind, o.where);
+  declare(OptionBinder(sub, g, {"start"}).only(), o.where);
   sub->add_option("--position-ids", o.position_ids,
                   "explicit positions: tensor of any integer dtype, shape [s] or [b, s] ([n, s] "
                   "or [n, b, s] for n coordinate axes; posenc rope also takes real coordinates "
                   "as a float tensor)")
       ->group(g);
-  sub->add_option("--cu-seqlens", o.cu_seqlens,
-                  "packed sequences: boundaries [n+1]; positions restart at each one")
-      ->group(g);
+  std::vector<std::string> placed = fields::rope_only_positions();  // `posenc rope` binds them
+  placed.emplace_back("start");
+  OptionBinder tensors(sub, g, placed, o.files.get());
+  declare(tensors, o.where);
   add_declared_options(sub, o.params, {"short_factor", "long_factor"}, g);
   OptionBinder hf(sub, g);
   declare(hf, static_cast<HfConfigChoice&>(o));
@@ -123,16 +124,10 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim) {
   return p;
 }
 
-Positions rope_positions(const RopeCliOptions& o, bool real_coords) {
-  Positions pos;
-  pos.start = o.where.start;
+Positions rope_positions(RopeCliOptions& o, bool real_coords) {
+  Positions& pos = o.where;
   validate(pos);
   check_given(pos, command_line(o.app));
-  auto ints = [](const Tensor& t, const std::string& ref, const char* option, Shape& shape) {
-    const xt::xarray<std::int64_t> a = int64_values(t, ref, option);
-    shape = t.shape();
-    return std::vector<std::int64_t>(a.begin(), a.end());
-  };
   if (!o.position_ids.empty()) {
     pos.ids_what = "--position-ids: " + o.position_ids;
     const Tensor t = read_tensor(o.position_ids);
@@ -141,14 +136,12 @@ Positions rope_positions(const RopeCliOptions& o, bool real_coords) {
       pos.coords.resize(t.numel());
       for (std::size_t i = 0; i < t.numel(); ++i) pos.coords[i] = t.get(i);
     } else {
-      pos.ids = ints(t, o.position_ids, "--position-ids", pos.ids_shape);
+      const xt::xarray<std::int64_t> a = int64_values(t, o.position_ids, "--position-ids");
+      pos.ids.assign(a.begin(), a.end());
+      pos.ids_shape = t.shape();
     }
   }
-  if (!o.cu_seqlens.empty()) {
-    pos.cu_what = "--cu-seqlens: " + o.cu_seqlens;
-    pos.cu_seqlens =
-        ints(read_tensor(o.cu_seqlens), o.cu_seqlens, "--cu-seqlens", pos.cu_seqlens_shape);
-  }
+  o.files->read();  // the declared tensors, once the rules have passed
   check_positions(pos, "--start");
   return pos;
 }

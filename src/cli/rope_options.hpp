@@ -2,10 +2,13 @@
 // ROPE OPTIONS of CLI.md, shared by `table rope`, `rope` and `attention --rope`:
 // one binder, one conversion to RopeParams, so the three commands cannot drift.
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "cli/declared_options.hpp"
 
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope.hpp"
@@ -19,9 +22,12 @@ struct RopeCliOptions : HfConfigChoice {
   /// --style: a name of fields::rope_styles(), or tiled (`posenc rope`); bound by hand.
   std::string style = "neox";
   RopeParams params;  ///< the declared ROPE OPTIONS (posenc/encodings/rope_fields.hpp)
-  Positions where;    ///< --start (declared with Positions)
+  /// --start and the declared tensors of positions (--cu-seqlens; `posenc rope` binds its
+  /// --angles and --seqlen-offsets here too), read by rope_positions.
+  Positions where;
   std::string position_ids;  ///< tensor reference
-  std::string cu_seqlens;    ///< tensor reference
+  /// The files of the declared tensors of positions, shared by the copies of the options.
+  std::shared_ptr<ArrayFiles> files = std::make_shared<ArrayFiles>();
   /// --inverse and --precision (declared with RopeApplyOptions); `posenc rope` binds its
   /// own ways of applying here too.
   RopeApplyOptions apply;
@@ -41,10 +47,11 @@ RopeParams rope_params(const RopeCliOptions& o, int head_dim);
 HfLayer hf_layer(const RopeCliOptions& o);
 void check_layer_option(const RopeCliOptions& o);
 
-/// Positions from --start / --position-ids / --cu-seqlens (reading the referenced
-/// tensors). With `real_coords`, a float --position-ids tensor gives real coordinates
-/// (Positions::coords); otherwise it must hold integers.
-Positions rope_positions(const RopeCliOptions& o, bool real_coords = false);
+/// Positions from --start, --position-ids and the declared tensors of positions (reading
+/// the referenced tensors), checked by check_positions. With `real_coords`, a float
+/// --position-ids tensor gives real coordinates (Positions::coords); otherwise it must hold
+/// integers.
+Positions rope_positions(RopeCliOptions& o, bool real_coords = false);
 
 /// The last of `count` (>= 1) consecutive positions from `start` (0 <= start <= 2^53);
 /// UsageError when it is beyond kMaxPosition.

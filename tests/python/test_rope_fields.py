@@ -1,6 +1,6 @@
 """Every declared RoPE field (include/posenc/encodings/rope_fields.hpp, listed by
 posenc._posenc._rope_fields(): kind "rope" the RopeParams scaling parameters, "positions"
-the first position, "coords" the generated grid's scalars, "apply" the ways of applying:
+the first position and the tensors of positions, "coords" the generated grid's scalars, "apply" the ways of applying:
 the inverse and the precision, and `posenc rope`'s own; "hf" the HF config and its layers)
 is offered everywhere it must be:
 `posenc rope` (and, but for the grid's and `posenc rope`'s own ways of applying,
@@ -41,6 +41,13 @@ BASELINES = {
 
 # The ways of applying that every RoPE command takes (the others are `posenc rope`'s).
 EVERY_COMMAND = ("inverse", "precision")
+# The tensors of positions only `posenc rope` takes (fields::rope_only_positions).
+ROPE_ONLY_POSITIONS = ("angles", "seqlen_offsets")
+
+
+def rope_only(f):
+    return f["kind"] == "coords" or (f["kind"] == "apply" and f["name"] not in EVERY_COMMAND) \
+        or (f["kind"] == "positions" and f["name"] in ROPE_ONLY_POSITIONS)
 
 
 def options(f):
@@ -50,7 +57,7 @@ def options(f):
 def commands(f):
     """The commands that offer the field's options (`table rope` refuses --rotary-last and
     --rope-interleave with a message)."""
-    if f["kind"] == "coords" or (f["kind"] == "apply" and f["name"] not in EVERY_COMMAND):
+    if rope_only(f):
         return [["rope"]]
     return [["rope"], ["table", "rope"], ["attention"]]
 
@@ -81,7 +88,8 @@ def test_the_listing_holds_the_rope_options():
     names = {f["name"] for f in FIELDS}
     assert {"base", "scaling", "factor", "original_max_pos", "truncate", "start",
             "prefix_tokens", "merge_window", "inverse", "precision", "rope2d", "rope2d_ids",
-            "order", "mrope_interleaved", "torch_ops"} <= names
+            "order", "mrope_interleaved", "torch_ops", "cu_seqlens", "angles",
+            "seqlen_offsets"} <= names
     for f in FIELDS:
         assert f["name"] == f["option"][2:].replace("-", "_")
 
@@ -141,8 +149,7 @@ def test_a_name_outside_the_choices_is_refused(f, x):
 def test_python_takes_the_keyword_and_the_stubs_name_it(f):
     functions = [(posenc.rope, "python/posenc/__init__.pyi")]
     # A table does not depend on where the rotation sits in a head: table rope refuses these.
-    if (f["kind"] not in ("coords", "apply") or f["name"] in EVERY_COMMAND) and \
-            f["name"] not in ("rotary_last", "rope_interleave"):
+    if not rope_only(f) and f["name"] not in ("rotary_last", "rope_interleave"):
         functions.append((posenc.table.rope, "python/posenc/table.pyi"))
     for fn, stub in functions:
         assert f["name"] in inspect.signature(fn).parameters, fn

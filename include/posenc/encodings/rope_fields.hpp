@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "posenc/declare.hpp"
 #include "posenc/encodings/arith.hpp"
@@ -177,13 +178,34 @@ void declare(V& v, RopeParams& p) {
     number_list(p.long_factor, &fields::tensor_values));
 }
 
-/// The first position (the tensors of positions are each front end's).
+/// The first position and the tensors of positions, each named in the library's messages
+/// by its source (the option and file, or the keyword). The packed sequences' boundaries
+/// are a ROPE OPTION of every command; the angles and the per-entry offsets `posenc rope`'s
+/// (fields::rope_only_positions), listed by --help after its ways of applying.
 template <class V>
 void declare(V& v, Positions& p) {
   v(field("start", "first position (KV-cache offset), default 0")
         .from(0, kMaxPosition, "2^53 = 9007199254740992"),
     p.start);
+  v(field("cu_seqlens", "packed sequences: boundaries [n+1]; positions restart at each one"),
+    values(p.cu_seqlens, p.cu_seqlens_shape, p.cu_what));
+  v(field("angles",
+          "the angles themselves, tensor [s, R/2] or [b, s, R/2] in radians (learned "
+          "angles, e.g. LightGlue's projected keypoints)"),
+    values(p.angles, p.angles_shape, p.angles_what));
+  v(field("seqlen_offsets",
+          "per-entry offsets [b] (flash-attn's seqlen_offsets / rotary_seqlens): token s "
+          "of entry b at --start + offset[b] + s; with --cu-seqlens one per sequence"),
+    values(p.seqlen_offsets, p.seqlen_offsets_shape, p.offsets_what));
 }
+
+namespace fields {
+/// The fields of Positions only `posenc rope` (posenc.rope) takes.
+inline const std::vector<std::string>& rope_only_positions() {
+  static const std::vector<std::string> n{"angles", "seqlen_offsets"};
+  return n;
+}
+}  // namespace fields
 
 /// Explicit positions are of one kind: ids or packed sequences' boundaries (the caller's
 /// terms).
