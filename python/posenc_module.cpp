@@ -448,6 +448,9 @@ class KeywordReader {
   void operator()(const Field& f, const Parsed<T, M>& p) {
     if (auto text = scalar<std::string>(f)) p.set(f, *text);
   }
+  void operator()(const Field& f, MemorySize m) {  // bytes only: no size text in Python
+    if (auto v = scalar<std::int64_t>(f)) m.set(f, *v);
+  }
   // A field the command line sets from its text (NumberOrWord, Counts, NumberList): a str
   // is that text, another value the shape's Value (a number, integers, an array). A long
   // sequence is refused before it is copied (an empty array of shape (2**31, 0) has 2**31
@@ -871,12 +874,9 @@ void attention_options(const py::dict& d, const py::dict& tensors, AttentionOpti
   check_given(arith, keywords({&d}));
   opt.arith = arith.arith;
   opt.fa_baseline = arith.fa_baseline;
-  // As the command: at most physical memory unless told (0 = no limit).
-  opt.max_memory = physical_memory();
-  if (auto m = get<std::int64_t>(d, "max_memory")) {
-    if (*m < 0) throw UsageError("max_memory: must not be negative");
-    opt.max_memory = static_cast<std::size_t>(*m);
-  }
+  MemoryBudget budget;  // max_memory: bytes (the command's text is a size)
+  KeywordReader(d).read(budget);
+  opt.max_memory = budget.max_memory;
 }
 
 // The tensors of `emit` by name (moved out of `res`) and attrs: attention's result.

@@ -425,6 +425,54 @@ inline NumberOrWord number_or_word(double& member, const Names<double>& words) {
   return NumberOrWord{member, words};
 }
 
+/// The bytes of a size's text: a byte count or a number with K, M, G or T (powers of 1024;
+/// 4G, 4GB and 4GiB alike), at least one byte and below 2^63. UsageError naming `name`.
+inline std::size_t memory_size(std::string_view text, std::string_view name) {
+  std::size_t i = 0, digits = 0;
+  for (bool dot = false; i < text.size(); ++i) {
+    if (text[i] >= '0' && text[i] <= '9') {
+      ++digits;
+    } else if (text[i] == '.' && !dot) {
+      dot = true;
+    } else {
+      break;
+    }
+  }
+  std::string unit(text.substr(i));
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();  // KiB = K
+  const std::string_view units = "KMGT";
+  double mult = unit.empty() ? 1 : 0;
+  if (unit.size() == 1 && units.find(unit[0]) != std::string_view::npos) {
+    mult = std::ldexp(1.0, 10 * static_cast<int>(units.find(unit[0]) + 1));
+  }
+  const double bytes =
+      (digits > 0 ? std::strtod(std::string(text.substr(0, i)).c_str(), nullptr) : 0) * mult;
+  if (digits == 0 || mult == 0 || !(bytes >= 1)) {
+    throw UsageError(fmt::format("{}: expected a size such as 512M, 2G, 1.5GiB or a byte "
+                                 "count (K, M, G, T are powers of 1024), got '{}'",
+                                 name, text));
+  }
+  if (bytes >= std::ldexp(1.0, 63)) {
+    throw UsageError(fmt::format("{}: size '{}' is too large", name, text));
+  }
+  return static_cast<std::size_t>(bytes);
+}
+
+/// A memory budget (`--max-memory 4G`; Python `max_memory=` an int of bytes, 0 for no
+/// limit): the command line's text is `memory_size`'s, Python's int must not be negative.
+struct MemorySize {
+  using Value = std::int64_t;  ///< what Python gives: bytes
+  std::size_t& member;
+
+  void set(const Field& f, std::int64_t bytes) const {
+    if (bytes < 0) throw UsageError(f.name + ": must not be negative");
+    member = static_cast<std::size_t>(bytes);
+  }
+  void set(const Field& f, const std::string& text) const { member = memory_size(text, f.name); }
+};
+
 /// A fixed number of counts, each from `lo` to `hi`, that the command line takes as one
 /// text (`--mrope-section 16,24,24`) and Python as a sequence of integers or that text.
 /// `what` says them in the one message of every front end: "mrope_section: expected
@@ -790,6 +838,11 @@ class Describer {
   }
   void operator()(Field f, const Counts&) {
     f.type = "counts";
+    fields.push_back(std::move(f));
+  }
+  void operator()(Field f, const MemorySize& m) {
+    f.type = "size";
+    f.default_text = text(m.member);
     fields.push_back(std::move(f));
   }
   // The words are no choices: "tau" is an alias that --help leaves out.

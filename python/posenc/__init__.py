@@ -341,7 +341,8 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         transient-global side keys, columns sk .. sk + n - 1 of the scores.
     softcap C; sinks [hq]; masked_rows "zero" or "nan"; dtype of the results;
     max_memory in bytes (InputError when the run would need more; default physical
-    memory, 0 no limit); allow_nonfinite.
+    memory, 0 no limit; the command's --max-memory also takes a size such as 4G);
+    allow_nonfinite.
     precision "f64" (default for every input dtype: float64, each result rounded once)
         or "f32" (faster); arith "exact", "hf" (HF eager attention's bits) or
         "fa-baseline" (FlashAttention's PyTorch baseline: attention_ref with upcast=False,
@@ -437,7 +438,7 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         if emit is None and kv is not None:
             emit = "output"  # flash_attn_with_kvcache's out (lse on request)
         names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
-    opt = {"emit": names, "precision": precision, "max_memory": max_memory}
+    opt = {"emit": names, "precision": precision}
     # scale, sliding_window, softcap, ..., relative_left, ...: the declared fields
     # (_attention_fields()), under their own names; their ranges and choices are the library's.
     for f in _ATTENTION_FIELDS:

@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "posenc/declare.hpp"
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/add_positions.hpp"
@@ -118,7 +119,7 @@ void run_add(const AddCmdOptions& o) {
   r.encoding.scale = scale.value_or(1.0);
   r.encoding.scale_sqrt_d = !scale;
   if (o.app->count("--max-memory") > 0) {
-    r.max_memory = parse_memory_size(o.max_memory, "--max-memory");
+    r.max_memory = memory_size(o.max_memory, "--max-memory");
   }
   r.threads = globals().threads;
   r.note = [](const std::string& plan, const Attrs& attrs) {

@@ -55,8 +55,8 @@ struct AttentionCmdOptions {
   ArrayFiles tensors;     // the files of the declared tensor inputs (declare_tensors) into params
   DecomposedGrids grids;  // --grid H W, --key-grid H W
   AttentionArith arith;   // --arith, among the ROPE OPTIONS
+  MemoryBudget budget;    // --max-memory
   std::string emit;
-  std::string max_memory;
   std::string grad_output;  // dO: the gradients instead of the forward (attention_grad)
   ForwardRefs forward;      // --forward-output, --forward-lse: the backward's forward given
   RelativeCliOptions relative;
@@ -249,9 +249,7 @@ void run_attention(AttentionCmdOptions& o) {
       opt.emit = {o.v.empty() ? AttentionEmit::lse : AttentionEmit::output};
     }
   }
-  // No limit (0) when physical memory is unknown.
-  opt.max_memory = given(o, "--max-memory") ? parse_memory_size(o.max_memory, "--max-memory")
-                                            : physical_memory();
+  opt.max_memory = o.budget.max_memory;
   if (given(o, "--precision")) opt.precision = rope_precision(o.rope_opts);
   check_given(o.arith, command_line(o.app));
   opt.arith = o.rope_opts.arith.arith = o.arith.arith;  // --rope: RoPE's too
@@ -446,11 +444,7 @@ void register_attention(CLI::App& app) {
   sub->add_option("--input-dtype", o->input_dtype,
                   std::string(kInputDtypeHelp) + "; applies to Q, K and V")
       ->type_name("FP8");
-  sub->add_option("--max-memory", o->max_memory,
-                  "memory for inputs, outputs and work (e.g. 64M, 4G, 1.5GiB or bytes; K, M, "
-                  "G, T are powers of 1024; default: physical memory): with --emit output/lse "
-                  "K and V are read in chunks that fit (with --grad-output: see GRADIENTS), "
-                  "else the run fails up front (exit 3)");
+  add_declared_options(sub, o->budget);
   sub->add_option("--grad-output", o->grad_output,
                   "dO, the gradient of the output (Q's shape with dv): emit the gradients "
                   "dq, dk, dv, softmax_d (rowsum(dO O)) and lse instead (dqv with --qv; "

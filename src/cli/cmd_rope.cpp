@@ -209,7 +209,7 @@ void run_rope(RopeCmdOptions& o) {
   set_tables(o, r.positions);
   const std::vector<std::string> notes = config_heads_notes(o, r.inputs);
   if (o.rope.app->count("--max-memory") > 0) {
-    r.max_memory = parse_memory_size(o.max_memory, "--max-memory");
+    r.max_memory = memory_size(o.max_memory, "--max-memory");
   }
   if (!o.part.empty()) r.part = parse_part(o.part, "--part");
   r.threads = globals().threads;

@@ -122,44 +122,6 @@ std::string number_text_error(const std::string& text) {
   return "";
 }
 
-std::size_t parse_memory_size(const std::string& text, const std::string& option) {
-  std::size_t i = 0;
-  std::size_t digits = 0;
-  bool dot = false;
-  for (; i < text.size(); ++i) {
-    const char c = text[i];
-    if (std::isdigit(static_cast<unsigned char>(c))) {
-      ++digits;
-    } else if (c == '.' && !dot) {
-      dot = true;
-    } else {
-      break;
-    }
-  }
-  std::string unit = text.substr(i);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
-  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();  // KiB = K
-  double mult = 0;
-  if (unit.empty()) mult = 1;
-  const std::string kUnits = "KMGT";
-  if (unit.size() == 1 && kUnits.find(unit[0]) != std::string::npos) {
-    mult = std::ldexp(1.0, 10 * static_cast<int>(kUnits.find(unit[0]) + 1));
-  }
-  const double value = digits > 0 ? std::strtod(text.substr(0, i).c_str(), nullptr) : 0;
-  const double bytes = value * mult;
-  if (digits == 0 || mult == 0 || !(bytes >= 1)) {
-    throw UsageError(
-        fmt::format("{}: expected a size such as 512M, 2G, 1.5GiB or a byte count "
-                    "(K, M, G, T are powers of 1024), got '{}'",
-                    option, text));
-  }
-  if (bytes >= std::ldexp(1.0, 63)) {
-    throw UsageError(fmt::format("{}: size '{}' is too large", option, text));
-  }
-  return static_cast<std::size_t>(bytes);
-}
-
 std::optional<std::vector<std::int64_t>> parse_integer_list(const std::string& text) {
   std::vector<std::int64_t> v;
   for (const std::string& item : split(text, ',')) {

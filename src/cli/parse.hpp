@@ -36,13 +36,6 @@ std::string integer_text_error(std::string& text, bool is_signed);
 /// number whose value is finite (no nan, inf, or 1e400).
 std::string number_text_error(const std::string& text);
 
-/// Parses a memory size such as `--max-memory` takes, in binary units as GNU sort -S:
-/// a byte count, or a number (decimals allowed) followed by K, M, G or T (powers of
-/// 1024; KiB, MiB, GiB, TiB mean the same; a trailing B is optional; any case), e.g.
-/// "512M", "2G", "1.5GiB", "1048576", "64KB". Throws UsageError naming `option` for
-/// anything else, for zero and for sizes of 2^63 bytes or more.
-std::size_t parse_memory_size(const std::string& text, const std::string& option);
-
 /// A comma list of integers ("4,0"), or nullopt when an item is no integer.
 std::optional<std::vector<std::int64_t>> parse_integer_list(const std::string& text);
 

@@ -172,7 +172,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       }
       case 2: {
-        const std::size_t bytes = cli::parse_memory_size(text, "--max-memory");
+        const std::size_t bytes = posenc::memory_size(text, "--max-memory");
         expect(bytes >= 1 && bytes < (std::size_t{1} << 63), "size out of range");
         break;
       }

@@ -109,7 +109,8 @@ def test_the_listing_holds_the_attention_options():
     names = {f["name"] for f in FIELDS}
     assert {"scale", "sliding_window", "chunk_size", "sink_tokens", "softcap", "max_distance",
             "global_block_size", "masked_rows", "p_dtype", "allow_nonfinite", "causal",
-            "window", "alibi", "attn_temperature", "llama4_scaling", "dtype"} <= names
+            "window", "alibi", "attn_temperature", "llama4_scaling", "dtype", "arith",
+            "max_memory"} <= names
     for f in FIELDS:
         assert f["kind"] == "attention"
         assert f["name"] == f["option"][2:].replace("-", "_")
@@ -346,6 +347,30 @@ def test_a_rule_between_a_field_and_a_tensor_says_one_message_on_both_front_ends
     with pytest.raises(posenc.UsageError) as e:
         posenc._posenc.attention(tensors, opt, {}, {}, {}, False, {})
     assert str(e.value) == said(message, False)
+
+
+def test_the_memory_budget_is_its_declarations_in_both_front_ends(inputs):
+    """--max-memory takes a size (MemorySize: the library's parse and message); Python an int
+    of bytes, refused below 0 by the module itself; the same budget refuses alike."""
+    tmp, a = inputs
+    f = next(f for f in FIELDS if f["name"] == "max_memory")
+    assert f["type"] == "size"
+    p, written = run(inputs, f, "12X")
+    assert p.returncode == 2 and not written and p.stderr == (
+        "posenc: error: --max-memory: expected a size such as 512M, 2G, 1.5GiB or a byte "
+        "count (K, M, G, T are powers of 1024), got '12X'\n"), p.stderr
+    for words in ("100", "100B", "0.09765625K"):  # 100 bytes: too few for either
+        p, written = run(inputs, f, words)
+        assert p.returncode == 3 and "--max-memory 100 bytes" in p.stderr, p.stderr
+    error = call(inputs, f, 100)
+    assert isinstance(error, posenc.InputError) and "max_memory 100 bytes" in str(error), error
+    for bad in (-1, "4G"):
+        assert isinstance(call(inputs, f, bad), posenc.UsageError)
+    assert str(call(inputs, f, -1)) == "max_memory: must not be negative"
+    arg = (np.ascontiguousarray(a["q"]), "f64")
+    with pytest.raises(posenc.UsageError, match="^max_memory: must not be negative$"):
+        posenc._posenc.attention({"q": arg, "k": arg, "v": arg},
+                                 {"emit": ["output"], "max_memory": -1}, {}, {}, {}, False, {})
 
 
 # The declared tensor inputs (declare_tensors, declare(KvCacheOptions)): `--name REF` on the

@@ -21,13 +21,12 @@
 /// relative window (--relative-left/right/sign/beyond) the optional RelativeWindow's own
 /// declaration, --grid / --key-grid H W DecomposedGrids' (two Pairs into size_t members),
 /// --arith AttentionArith's (RoPE's names and fa-baseline; the command binds it among the
-/// ROPE OPTIONS).
+/// ROPE OPTIONS), --max-memory MemoryBudget's (a size; Python an int of bytes).
 ///
 /// Not declared, bound by each front end: --t5-bidirectional / --t5-causal
 /// (t5_bidirectional, keyword t5_causal; check_given knows them by these names), --emit
 /// (a comma list or a Python sequence, names the gradients with --grad-output),
-/// --precision (bound with the ROPE OPTIONS, which share it) and
-/// --max-memory (a size the command line parses with suffixes, Python in bytes).
+/// and --precision (bound with the ROPE OPTIONS, which share it).
 
 #include <algorithm>
 #include <cmath>
@@ -45,6 +44,7 @@
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_backward.hpp"
 #include "posenc/ops/attention_cache.hpp"
+#include "posenc/ops/rope_stream.hpp"
 
 namespace posenc {
 
@@ -563,6 +563,22 @@ inline void check_given(const AttentionArith& a, const Caller& c) {
   }
 }
 
+/// attention's memory budget: at most physical memory unless told (0: no limit, also when
+/// physical memory is unknown).
+struct MemoryBudget {
+  std::size_t max_memory = physical_memory();
+};
+
+template <class V>
+void declare(V& v, MemoryBudget& b) {
+  v(field("max_memory",
+          "memory for inputs, outputs and work (e.g. 64M, 4G, 1.5GiB or bytes; K, M, G, T "
+          "are powers of 1024; default: physical memory): with --emit output/lse K and V "
+          "are read in chunks that fit (with --grad-output: see GRADIENTS), else the run "
+          "fails up front (exit 3)"),
+    MemorySize{b.max_memory});
+}
+
 template <class F>
 void for_each_attention_request(F&& f) {
   const AttentionOptions attention;
@@ -570,6 +586,7 @@ void for_each_attention_request(F&& f) {
   f("attention", RelativeWindow{});
   f("attention", DecomposedGrids{});
   f("attention", AttentionArith{});
+  f("attention", MemoryBudget{});
 }
 
 }  // namespace posenc
