@@ -1163,22 +1163,18 @@ py::dict compare_baseline(const py::array& a, const std::string& a_dtype, const 
     py::gil_scoped_release nogil;
     v = judge_against_baseline(ta, tb, tp, rule);
   }
-  auto index = [](std::optional<std::size_t> flat, const Shape& shape) -> py::object {
-    return flat ? py::object(py::tuple(py::cast(unravel_index(*flat, shape)))) : py::none();
-  };
   py::dict o;
   o["match"] = v.pass();
   o["shapes_equal"] = v.shapes_equal;
   o["shape_a"] = ta.shape();
   o["shape_b"] = tb.shape();
-  o["factor"] = v.factor;
-  o["atol"] = v.atol;
-  o["atol_rule"] = v.atol_fa ? "fa" : "given";
-  o["error"] = v.kernel_error;
-  o["error_index"] = index(v.kernel_at, ta.shape());
-  o["baseline_error"] = v.baseline_error;
-  o["baseline_error_index"] = index(v.baseline_at, tb.shape());
-  o["bound"] = v.bound;
+  for_each_verdict_number(v, ta.shape(), tb.shape(), [&o](const char* key, const auto& x) {
+    if constexpr (IsOptional<std::decay_t<decltype(x)>>::value) {
+      o[key] = x ? py::object(py::tuple(py::cast(*x))) : py::none();
+    } else {
+      o[key] = x;
+    }
+  });
   return o;
 }
 

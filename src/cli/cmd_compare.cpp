@@ -390,17 +390,16 @@ void run_verdict(const CompareCliOptions& o) {
     j["match"] = v.pass();
     j["shapes_equal"] = v.shapes_equal;
     j["rule"] = "flash-attn";
-    j["factor"] = v.factor;
-    j["atol"] = json_number(v.atol);
-    j["atol_rule"] = v.atol_fa ? "fa" : "given";
-    j["error"] = json_number(v.kernel_error);
-    j["error_index"] = v.kernel_at ? nlohmann::ordered_json(index_of(v.kernel_at, a.shape()))
-                                   : nlohmann::ordered_json(nullptr);
-    j["baseline_error"] = json_number(v.baseline_error);
-    j["baseline_error_index"] = v.baseline_at
-                                    ? nlohmann::ordered_json(index_of(v.baseline_at, b.shape()))
-                                    : nlohmann::ordered_json(nullptr);
-    j["bound"] = json_number(v.bound);
+    for_each_verdict_number(v, a.shape(), b.shape(), [&j](const char* key, const auto& x) {
+      using X = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<X, double>) {
+        j[key] = json_number(x);
+      } else if constexpr (std::is_same_v<X, std::string>) {
+        j[key] = x;
+      } else {
+        j[key] = x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json(nullptr);
+      }
+    });
     fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
     return;
   }

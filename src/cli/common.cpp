@@ -189,18 +189,12 @@ CLI::Validator integer_text(bool is_signed) {
                         "");
 }
 
-namespace {
-// Whether `opt` checks a declared field's range (declared_range), which words the
-// refusal of a negative value itself.
-bool has_declared_range(CLI::Option* opt) {
-  try {
-    opt->get_validator("declared");
-    return true;
-  } catch (const CLI::OptionNotFound&) {
-    return false;
-  }
+// Whether `opt` checks a declared range (declared_range), which words the refusal of -1.
+static bool has_declared_range(CLI::Option* opt) try {
+  return opt->get_validator("declared") != nullptr;
+} catch (const CLI::OptionNotFound&) {
+  return false;
 }
-}  // namespace
 
 void check_numeric_options(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {

@@ -6,9 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <list>
 #include <optional>
@@ -181,25 +179,19 @@ class ArrayFiles {
 };
 
 /// The check of a field whose range is checked as it is given (Field::checked_when_given):
-/// --help shows the range after the type as CLI11's Range and NonNegativeNumber wrote it
-/// ("INT in [0 - 9]", "NONNEGATIVE"; a non-negative integer's UINT says it), and a number
-/// outside it is refused with the library's message (range_error), before any input is
-/// opened. Text that is no number is left to check_numeric_options, which reads the text of
-/// an option with this check ("declared") as signed, so that -1 gets this message too.
+/// --help shows the range as CLI11's Range and NonNegativeNumber wrote it ("INT in [0 - 9]",
+/// "NONNEGATIVE"; UINT says "at least 0"), and a number outside it is refused with the
+/// library's message before any input is opened. Text that is no number is left to
+/// check_numeric_options, which reads an integer as signed under this ("declared") check.
 inline CLI::Validator declared_range(const Field& f, bool real) {
   const std::string shown = real     ? "NONNEGATIVE"
                             : f.hi ? fmt::format("INT in [{} - {}]", *f.lo, *f.hi)
                                    : std::string();
   return CLI::Validator(
       [f, real](std::string& text) {
-        const double x = decimal_value(text);
-        if (std::isnan(x)) return std::string();
-        if (real) return range_error(f, x);
-        errno = 0;
-        char* end = nullptr;
-        const long long v = std::strtoll(text.c_str(), &end, 10);
-        if (errno != 0 || *end != '\0') return std::string();
-        return range_error(f, static_cast<std::int64_t>(v));
+        const double x = decimal_value(text);  // an integer's text is canonical by now
+        if (std::isnan(x) || (!real && std::fabs(x) > 9e18)) return std::string();
+        return real ? range_error(f, x) : range_error(f, static_cast<std::int64_t>(x));
       },
       shown, "declared");
 }

@@ -14,7 +14,9 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "posenc/ops/select.hpp"
 #include "posenc/tensor.hpp"
 
 namespace posenc {
@@ -46,6 +48,27 @@ struct BaselineVerdict {
   /// The kernel passes: the shapes agree and kernel_error <= bound (false with NaN).
   bool pass() const { return shapes_equal && kernel_error <= bound; }
 };
+
+/// The verdict's numbers under the names both front ends give them (`posenc compare
+/// --baseline --json`, posenc.compare's VerdictResult), in that order: `f(name, value)`
+/// with a double, a string, or an index: the multi-index in `kernel` (error_index) or in
+/// `ref` (baseline_error_index), nullopt when nothing was compared.
+template <class F>
+void for_each_verdict_number(const BaselineVerdict& v, const Shape& kernel, const Shape& ref,
+                             F&& f) {
+  using Index = std::optional<std::vector<std::size_t>>;
+  const auto at = [](std::optional<std::size_t> flat, const Shape& shape) {
+    return flat ? Index(unravel_index(*flat, shape)) : Index();
+  };
+  f("factor", v.factor);
+  f("atol", v.atol);
+  f("atol_rule", std::string(v.atol_fa ? "fa" : "given"));
+  f("error", v.kernel_error);
+  f("error_index", at(v.kernel_at, kernel));
+  f("baseline_error", v.baseline_error);
+  f("baseline_error_index", at(v.baseline_at, ref));
+  f("bound", v.bound);
+}
 
 /// flash-attn's fwd_atol: 2 * max|ref + 0.3 - 0.3 - ref| with torch's arithmetic in
 /// ref's dtype: for f16 and bf16 each operation is computed in float32 (0.3 as the
