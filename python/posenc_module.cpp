@@ -485,7 +485,15 @@ class KeywordReader {
   template <class T>
   void operator()(const Field& f, Values<T> v) {  // an int64 or float64 array
     if (!arrays_.value_or(true) || !has(f)) return;
-    auto a = array_arg<T>(d_[f.name.c_str()], f.name);
+    const py::object given = d_[f.name.c_str()];
+    if (v.reals != nullptr && py::isinstance<py::array>(given) &&
+        py::array(given).dtype().kind() == 'f') {  // real coordinates (the package's float64)
+      auto r = array_arg<double>(given, f.name);
+      *v.reals_shape = shape_of(r);
+      v.reals->assign(r.data(), r.data() + r.size());
+      return;
+    }
+    auto a = array_arg<T>(given, f.name);
     v.shape = shape_of(a);
     v.values.assign(a.data(), a.data() + a.size());
   }
@@ -546,7 +554,7 @@ Positions positions(const py::dict& d) {
   Positions pos;
   KeywordReader(d, false).read(pos);  // start; its range is the library's
   check_given(pos, keywords({&d}));
-  KeywordReader(d, true).read(pos);  // cu_seqlens, angles, seqlen_offsets
+  KeywordReader(d, true).read(pos);  // position_ids (real: coords), cu_seqlens, angles, ...
   Caller grid = keywords({&d});  // the caller's coords arrive as the key grid
   grid.gave = [&d](const std::string& n) { return gives(d, n == "coords" ? "grid" : n); };
   check_given(pos.grid, grid);
@@ -558,8 +566,6 @@ Positions positions(const py::dict& d) {
     shape = shape_of(a);
     out.assign(a.data(), a.data() + a.size());
   };
-  values("position_ids", pos.ids, pos.ids_shape);
-  values("coords", pos.coords, pos.coords_shape);
   if (auto g = get<std::string>(d, "grid")) {
     pos.grid = parse_coord_grid(*g);
     KeywordReader(d).read(pos.grid);  // prefix_tokens, merge_window

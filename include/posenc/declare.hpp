@@ -662,6 +662,16 @@ struct Values {
   std::vector<T>& values;
   std::vector<std::size_t>& shape;
   std::string& what;
+  /// Integers: where a float tensor goes instead (real coordinates given as position ids)
+  /// when the caller takes them; none: a float tensor is refused.
+  std::vector<double>* reals = nullptr;
+  std::vector<std::size_t>* reals_shape = nullptr;
+
+  Values& or_reals(std::vector<double>& r, std::vector<std::size_t>& r_shape) {
+    reals = &r;
+    reals_shape = &r_shape;
+    return *this;
+  }
 };
 template <class T>
 Values<T> values(std::vector<T>& values, std::vector<std::size_t>& shape, std::string& what) {

@@ -135,9 +135,8 @@ def layout_dicts(pos, apply, rope_d, position_ids, layout, inv_freq, freq_scale,
     """The RoPE layout keywords (posenc.rope) into the positions, apply and rope dicts:
     real position_ids become coordinates, style "tiled" the tiled pairing."""
     pos = dict(pos)
-    if is_real(position_ids):
-        pos.pop("position_ids", None)
-        pos["coords"] = reals(position_ids, "position_ids")
+    if is_real(position_ids):  # real coordinates: the module takes a float64 array as such
+        pos["position_ids"] = reals(position_ids, "position_ids")
     if coords is not None:
         if not isinstance(coords, str):
             raise UsageError(f"coords: expected \"grid:E1,E2,...\" or \"centres:H,W\", got "

@@ -290,7 +290,7 @@ void run_attention(AttentionCmdOptions& o) {
   }
   if (!part.whole() && (given(o, "--mask") || given(o, "--key-lengths") ||
                         given(o, "--wavlm-gate") || given(o, "--global-kv") ||
-                        !o.rope_opts.position_ids.empty() || given(o, "--cu-seqlens"))) {
+                        given(o, "--position-ids") || given(o, "--cu-seqlens"))) {
     throw UsageError(
         "--part: not with --mask, --key-lengths, --wavlm-gate, --global-kv, --position-ids or "
         "--cu-seqlens (they follow the batch; run the whole batch)");

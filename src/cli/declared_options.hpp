@@ -130,12 +130,19 @@ class ArrayFiles {
     Slot& s = slots_.emplace_back();
     const std::string option = f.option();
     opt = sub->add_option(option, s.path, f.help);
-    s.read = [v, &s, option] {
+    s.read = [this, v, &s, option] {
       if (s.path.empty()) return;
       const Tensor t = read_tensor(s.path);
       v.what = option + ": " + s.path;
       v.shape = t.shape();
       if constexpr (std::is_same_v<T, std::int64_t>) {
+        if (v.reals != nullptr && reals_ && is_float(t.dtype())) {  // real coordinates
+          v.shape.clear();
+          *v.reals_shape = t.shape();
+          v.reals->resize(t.numel());
+          for (std::size_t i = 0; i < t.numel(); ++i) (*v.reals)[i] = t.get(i);
+          return;
+        }
         const xt::xarray<std::int64_t> a = int64_values(t, s.path, option.c_str());
         v.values.assign(a.begin(), a.end());
       } else {
@@ -151,6 +158,9 @@ class ArrayFiles {
   void read() {
     for (Slot& s : slots_) s.read();
   }
+  /// Whether a Values field that takes reals (Values::or_reals) takes a float tensor's
+  /// (`posenc rope --position-ids` of real coordinates); otherwise it must hold integers.
+  void take_reals(bool yes) { reals_ = yes; }
   /// The bytes of the tensors read for TensorSlot(s) members.
   std::size_t held_bytes() const {
     std::size_t n = 0;
@@ -176,6 +186,7 @@ class ArrayFiles {
     std::list<Tensor> held;  // tensors read for TensorSlot members, which point at them
   };
   std::list<Slot> slots_;  // stable addresses: CLI11 holds the paths' references
+  bool reals_ = true;
 };
 
 /// The check of a field whose range is checked as it is given (Field::checked_when_given):

@@ -32,16 +32,8 @@ void add_rope_options(CLI::App* sub, RopeCliOptions& o) {
     if (f.name == "style") sub->add_option("--style", o.style, f.help)->group(g);
   }
   declare(bind, o.params);
-  declare(OptionBinder(sub, g, {"start"}).only(), o.where);
-  sub->add_option("--position-ids", o.position_ids,
-                  "explicit positions: tensor of any integer dtype, shape [s] or [b, s] ([n, s] "
-                  "or [n, b, s] for n coordinate axes; posenc rope also takes real coordinates "
-                  "as a float tensor)")
-      ->group(g);
-  std::vector<std::string> placed = fields::rope_only_positions();  // `posenc rope` binds them
-  placed.emplace_back("start");
-  OptionBinder tensors(sub, g, placed, o.files.get());
-  declare(tensors, o.where);
+  OptionBinder positions(sub, g, fields::rope_only_positions(), o.files.get());  // rope's own
+  declare(positions, o.where);
   add_declared_options(sub, o.params, {"short_factor", "long_factor"}, g);
   OptionBinder hf(sub, g);
   declare(hf, static_cast<HfConfigChoice&>(o));
@@ -128,19 +120,7 @@ Positions rope_positions(RopeCliOptions& o, bool real_coords) {
   Positions& pos = o.where;
   validate(pos);
   check_given(pos, command_line(o.app));
-  if (!o.position_ids.empty()) {
-    pos.ids_what = "--position-ids: " + o.position_ids;
-    const Tensor t = read_tensor(o.position_ids);
-    if (real_coords && is_float(t.dtype())) {
-      pos.coords_shape = t.shape();
-      pos.coords.resize(t.numel());
-      for (std::size_t i = 0; i < t.numel(); ++i) pos.coords[i] = t.get(i);
-    } else {
-      const xt::xarray<std::int64_t> a = int64_values(t, o.position_ids, "--position-ids");
-      pos.ids.assign(a.begin(), a.end());
-      pos.ids_shape = t.shape();
-    }
-  }
+  o.files->take_reals(real_coords);
   o.files->read();  // the declared tensors, once the rules have passed
   check_positions(pos, "--start");
   return pos;

@@ -22,10 +22,9 @@ struct RopeCliOptions : HfConfigChoice {
   /// --style: a name of fields::rope_styles(), or tiled (`posenc rope`); bound by hand.
   std::string style = "neox";
   RopeParams params;  ///< the declared ROPE OPTIONS (posenc/encodings/rope_fields.hpp)
-  /// --start and the declared tensors of positions (--cu-seqlens; `posenc rope` binds its
-  /// --angles and --seqlen-offsets here too), read by rope_positions.
+  /// --start and the declared tensors of positions (--position-ids, --cu-seqlens; `posenc
+  /// rope` binds its --angles and --seqlen-offsets here too), read by rope_positions.
   Positions where;
-  std::string position_ids;  ///< tensor reference
   /// The files of the declared tensors of positions, shared by the copies of the options.
   std::shared_ptr<ArrayFiles> files = std::make_shared<ArrayFiles>();
   /// --inverse and --precision (declared with RopeApplyOptions); `posenc rope` binds its

@@ -1,6 +1,7 @@
 """Every declared RoPE field (include/posenc/encodings/rope_fields.hpp, listed by
 posenc._posenc._rope_fields(): kind "rope" the RopeParams scaling parameters, "positions"
-the first position and the tensors of positions, "coords" the generated grid's scalars, "apply" the ways of applying:
+the first position and the tensors of positions, "coords" the generated grid's scalars,
+"apply" the ways of applying:
 the inverse and the precision, and `posenc rope`'s own; "hf" the HF config and its layers)
 is offered everywhere it must be:
 `posenc rope` (and, but for the grid's and `posenc rope`'s own ways of applying,
@@ -88,7 +89,7 @@ def test_the_listing_holds_the_rope_options():
     names = {f["name"] for f in FIELDS}
     assert {"base", "scaling", "factor", "original_max_pos", "truncate", "start",
             "prefix_tokens", "merge_window", "inverse", "precision", "rope2d", "rope2d_ids",
-            "order", "mrope_interleaved", "torch_ops", "cu_seqlens", "angles",
+            "order", "mrope_interleaved", "torch_ops", "position_ids", "cu_seqlens", "angles",
             "seqlen_offsets"} <= names
     for f in FIELDS:
         assert f["name"] == f["option"][2:].replace("-", "_")
@@ -191,6 +192,10 @@ RULES = [
     (["--merge-window", "2"], {"merge_window": 2}, "{merge_window}: applies to {coords} only"),
     (["--position-ids", "ids.npy", "--cu-seqlens", "cu.npy"],
      {"position_ids": np.arange(4), "cu_seqlens": np.array([0, 4])},
+     "{position_ids}: cannot be combined with {cu_seqlens}"),
+    # Real coordinates are position ids too (Values::or_reals); Python's went apart.
+    (["--position-ids", "coords.npy", "--cu-seqlens", "cu.npy"],
+     {"position_ids": np.arange(4.0), "cu_seqlens": np.array([0, 4])},
      "{position_ids}: cannot be combined with {cu_seqlens}"),
     (["--inv-freq", "f.npy", "--layout", "axial"], {"inv_freq": np.ones((1, 4)), "layout": "axial"},
      "{inv_freq}: gives the layout itself; not with {layout}"),

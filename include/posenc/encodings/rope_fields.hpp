@@ -179,14 +179,20 @@ void declare(V& v, RopeParams& p) {
 }
 
 /// The first position and the tensors of positions, each named in the library's messages
-/// by its source (the option and file, or the keyword). The packed sequences' boundaries
-/// are a ROPE OPTION of every command; the angles and the per-entry offsets `posenc rope`'s
+/// by its source (the option and file, or the keyword). The ids and the packed sequences'
+/// boundaries are ROPE OPTIONS of every command (real coordinates as ids `posenc rope`'s
+/// alone); the angles and the per-entry offsets `posenc rope`'s
 /// (fields::rope_only_positions), listed by --help after its ways of applying.
 template <class V>
 void declare(V& v, Positions& p) {
   v(field("start", "first position (KV-cache offset), default 0")
         .from(0, kMaxPosition, "2^53 = 9007199254740992"),
     p.start);
+  v(field("position_ids",
+          "explicit positions: tensor of any integer dtype, shape [s] or [b, s] ([n, s] "
+          "or [n, b, s] for n coordinate axes; posenc rope also takes real coordinates "
+          "as a float tensor)"),
+    values(p.ids, p.ids_shape, p.ids_what).or_reals(p.coords, p.coords_shape));
   v(field("cu_seqlens", "packed sequences: boundaries [n+1]; positions restart at each one"),
     values(p.cu_seqlens, p.cu_seqlens_shape, p.cu_what));
   v(field("angles",
