@@ -56,7 +56,6 @@
 #include "posenc/fp8.hpp"
 #include "posenc/io/npy.hpp"
 #include "posenc/io/ref.hpp"
-#include "posenc/io/write_fields.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_backward.hpp"
 #include "posenc/ops/attention_cache.hpp"
@@ -1338,15 +1337,7 @@ PYBIND11_MODULE(_posenc, m) {
         "attention(tensors, options, rope, positions, apply, with_rope, relative): the emitted "
         "tensors and attrs as a dict. Use posenc.attention.");
   m.def(
-      "_ops_fields",
-      [] {
-        return fields_of([](auto f) {
-          f("compare", posenc::CompareOptions{});
-          f("baseline", posenc::BaselineRule{});
-          f("combine", posenc::CombineOptions{});
-          f("write", posenc::WriteOptions{});
-        });
-      },
+      "_ops_fields", [] { return fields_of([](auto f) { posenc::for_each_ops_request(f); }); },
       "the declared fields of compare, its baseline verdict, combine and write");
   m.def("compare", &compare,
         "compare(a, a_dtype, b, b_dtype, options): the comparison as a dict. Use "

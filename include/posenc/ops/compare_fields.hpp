@@ -9,6 +9,8 @@
 /// line).
 
 #include "posenc/declare.hpp"
+#include "posenc/io/write_fields.hpp"
+#include "posenc/ops/combine.hpp"
 #include "posenc/ops/compare.hpp"
 #include "posenc/ops/compare_baseline.hpp"
 
@@ -49,6 +51,16 @@ void declare(V& v, BaselineRule& r) {
     r.factor);
   v(field("atol", "a fixed atol of --baseline").non_negative_number().check_when_given(),
     r.atol);
+}
+
+/// Calls `f(kind, request)` for the requests of compare (kind compare), its verdict
+/// (baseline), combine and write, whose fields the tests walk (posenc._posenc._ops_fields).
+template <class F>
+void for_each_ops_request(F&& f) {
+  f("compare", CompareOptions{});
+  f("baseline", BaselineRule{});
+  f("combine", CombineOptions{});
+  f("write", WriteOptions{});
 }
 
 }  // namespace posenc
