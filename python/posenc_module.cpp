@@ -1015,14 +1015,13 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   const Axes axes = resolve_axes(opt.axes, q->ndim(), "q");
   opt.axes = axes.letters;
   if (varlen_axes) opt.axes.clear();
-  // The config's companions (layer_type, layer) checked as the command checks them.
-  const HfLayer layer{get<std::string>(rope_d, "layer_type").value_or(""),
-                      get<std::int64_t>(rope_d, "layer")};
-  check_hf_config_given(keywords({&rope_d}), layer.index);
-  if (auto config = get<std::string>(rope_d, "hf_config")) {
-    const HfAttentionConfig c = read_hf_attention_config(*config, layer);
-    check_hf_attention_shapes(c, *config, q->shape(), k->shape(), v ? &v->shape() : nullptr,
-                              opt.axes);
+  HfConfigChoice hf;  // hf_config, hf_version, layer_type, layer: checked as the command does
+  KeywordReader(rope_d).read(hf);
+  check_given(hf, keywords({&rope_d}));
+  if (!hf.hf_config.empty()) {
+    const HfAttentionConfig c = read_hf_attention_config(hf.hf_config, hf.layers());
+    check_hf_attention_shapes(c, hf.hf_config, q->shape(), k->shape(),
+                              v ? &v->shape() : nullptr, opt.axes);
     KeywordReader given(opt_d);  // the declared fields given (scale, alibi, ...) stay
     AttentionOptions declared;
     given.read(declared);

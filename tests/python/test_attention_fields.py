@@ -373,6 +373,32 @@ def test_the_memory_budget_is_its_declarations_in_both_front_ends(inputs):
                                  {"emit": ["output"], "max_memory": -1}, {}, {}, {}, False, {})
 
 
+@pytest.mark.parametrize("words, kw, message", [
+    (["--layer", "0"], {"layer": 0}, "{layer}: needs {hf_config}"),
+    (["--hf-config", "c.json", "--layer", "-1"], {"hf_config": "c.json", "layer": -1},
+     "{layer}: must be a layer index >= 0, got -1"),
+    # Without --rope the module read no hf_version: the file was read (and missing, exit 3).
+    (["--hf-config", "c.json", "--hf-version", "3"], {"hf_config": "c.json", "hf_version": "3"},
+     "{hf_version}: release 3.0 is not one posenc models (4.43, the first with "
+     "modeling_rope_utils, to 5.x)"),
+], ids=["layer", "layer-1", "hf_version"])
+def test_the_hf_config_choice_is_checked_alike_before_the_file_is_read(words, kw, message,
+                                                                      inputs):
+    """HfConfigChoice (rope_fields.hpp) read and checked by both, with or without --rope."""
+    tmp, a = inputs
+    q = str(tmp / "q.npy")
+    terms = ("layer", "hf_config", "hf_version")
+    for rope in ([], ["--rope"]):
+        p = subprocess.run([BIN, "attention", "-q", q, "-k", q, "-v", q, "--emit", "output",
+                            *rope, *words, "-o", str(tmp / "hf.npy")],
+                           capture_output=True, text=True, timeout=60, cwd=tmp)
+        said = message.format(**{n: "--" + n.replace("_", "-") for n in terms})
+        assert p.returncode == 2 and p.stderr == f"posenc: error: {said}\n", p.stderr
+        with pytest.raises(posenc.UsageError) as e:
+            posenc.attention(a["q"], a["q"], a["q"], emit="output", rope=bool(rope), **kw)
+        assert str(e.value) == message.format(**{n: n for n in terms})
+
+
 # The declared tensor inputs (declare_tensors, declare(KvCacheOptions)): `--name REF` on the
 # command line, keyword `name` in Python.
 TENSORS = posenc._posenc._attention_tensors()
