@@ -12,12 +12,15 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 #include <xtensor/xadapt.hpp>
 
 #include "posenc/error.hpp"
 #include "posenc/io/ref.hpp"
+#include "posenc/io/write_fields.hpp"
 #include "posenc/ops/compare.hpp"
+#include "posenc/ops/compare_fields.hpp"
 #include "posenc/ops/select.hpp"
 #include "posenc/tensor.hpp"
 
@@ -45,6 +48,29 @@ TEST(CompareRule, DefaultsFollowTheLessPreciseType) {
                UsageError);
   EXPECT_THROW(make_compare_rule(DType::f32, DType::f32, {std::nullopt, kNaN, std::nullopt, false}),
                UsageError);
+}
+
+// The declared ranges' messages, which the command line and Python say after their own
+// name for the field (compare_fields.hpp, io/write_fields.hpp).
+TEST(CompareRule, DeclaredRangesGiveTheLibrarysMessages) {
+  const auto message = [](auto f) {
+    try {
+      f();
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { make_compare_rule(DType::f32, DType::f32, {-1.0, {}, {}, false}); }),
+            "rtol: must be a finite number >= 0, got -1");
+  EXPECT_EQ(message([] { validate(BaselineRule{-0.5, {}}); }),
+            "factor: must be a finite number >= 0, got -0.5");
+  WriteOptions w;
+  w.compression = 10;
+  EXPECT_EQ(message([&w] { validate(w); }), "compression: must be from 0 to 9, got 10");
+  Field ulp = field("max_ulp", "").at_least(0);
+  EXPECT_EQ(range_error(ulp, std::int64_t{-1}), "must be at least 0, got -1");
+  EXPECT_EQ(range_error(ulp, std::uint64_t{1} << 63), "");  // beyond int64: no bound above
 }
 
 // Distance by walking representable floats from a to b.
