@@ -492,6 +492,9 @@ class KeywordReader {
       v.reals->assign(r.data(), r.data() + r.size());
       return;
     }
+    if (v.dtype) {
+      if (auto n = get<std::string>(d_, (f.name + "_dtype").c_str())) v.dtype(*n);
+    }
     auto a = array_arg<T>(given, f.name);
     v.shape = shape_of(a);
     v.values.assign(a.data(), a.data() + a.size());
@@ -553,25 +556,14 @@ Positions positions(const py::dict& d) {
   Positions pos;
   KeywordReader(d, false).read(pos);  // start; its range is the library's
   check_given(pos, keywords({&d}));
-  KeywordReader(d, true).read(pos);  // position_ids (real: coords), cu_seqlens, angles, ...
+  KeywordReader(d, true).read(pos);  // position_ids (real: coords), cu_seqlens, cos, ...
   Caller grid = keywords({&d});  // the caller's coords arrive as the key grid
   grid.gave = [&d](const std::string& n) { return gives(d, n == "coords" ? "grid" : n); };
   check_given(pos.grid, grid);
-  // Integers, real coordinates and explicit angles (the wrapper hands C-contiguous int64 or
-  // float64; bf16 tables widened exactly).
-  auto values = [&d](const char* key, auto& out, Shape& shape) {
-    if (!gives(d, key)) return;
-    auto a = array_arg<typename std::decay_t<decltype(out)>::value_type>(d[key], key);
-    shape = shape_of(a);
-    out.assign(a.data(), a.data() + a.size());
-  };
   if (auto g = get<std::string>(d, "grid")) {
     pos.grid = parse_coord_grid(*g);
     KeywordReader(d).read(pos.grid);  // prefix_tokens, merge_window
   }
-  values("cos", pos.table_cos, pos.table_shape);
-  values("sin", pos.table_sin, pos.sin_shape);
-  if (auto t = get<std::string>(d, "table_dtype")) pos.table_dtype = parse_dtype(*t, "cos");
   check_positions(pos);
   return pos;
 }

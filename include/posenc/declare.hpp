@@ -666,10 +666,17 @@ struct Values {
   /// when the caller takes them; none: a float tensor is refused.
   std::vector<double>* reals = nullptr;
   std::vector<std::size_t>* reals_shape = nullptr;
+  /// Takes the source's dtype name (the caller's cos/sin tables keep their type); none:
+  /// the type is not kept. Python gives it as the keyword `<name>_dtype`.
+  std::function<void(const std::string&)> dtype;
 
   Values& or_reals(std::vector<double>& r, std::vector<std::size_t>& r_shape) {
     reals = &r;
     reals_shape = &r_shape;
+    return *this;
+  }
+  Values& dtype_to(std::function<void(const std::string&)> f) {
+    dtype = std::move(f);
     return *this;
   }
 };

@@ -177,6 +177,7 @@ def rope_tables(kw):
             raise InputError(f"{name}: expected a float tensor (f16, bf16, f32, f64)")
     out["cos"] = reals(cos, "cos")
     out["sin"] = reals(sin, "sin")
-    # The tables' own type: torch_ops rounds to its promotion with x's.
-    out["table_dtype"] = view(cos, "cos")[1]
+    # The tables' own types: torch_ops rounds to its promotion with x's.
+    out["cos_dtype"] = view(cos, "cos")[1]
+    out["sin_dtype"] = view(sin, "sin")[1]
     return out

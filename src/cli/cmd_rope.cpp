@@ -40,7 +40,6 @@ struct RopeCmdOptions {
   ArrayFiles files;       // --inv-freq (declared with RopeApplyOptions)
   std::string coords;     // --coords grid:...|centres:...
   CoordGrid grid_options;  // --prefix-tokens, --merge-window (declared with CoordGrid)
-  std::string cos, sin;   // --cos/--sin: the caller's tables [rows, R/2] or [rows, R]
   std::string max_memory;
   std::string part;
 };
@@ -101,13 +100,12 @@ void set_coordinates(const RopeCmdOptions& o, Positions& pos) {
   }
 }
 
-/// --cos/--sin (the caller's tables, values as given) into the positions; the options a
-/// table replaces are refused.
-void set_tables(const RopeCmdOptions& o, Positions& pos) {
-  if (o.cos.empty() != o.sin.empty()) {
-    throw UsageError(o.cos.empty() ? "--sin: needs --cos" : "--cos: needs --sin");
-  }
-  if (o.cos.empty()) return check_positions(pos, "--start");
+/// The rules of the caller's --cos/--sin tables, before any file is read: both or
+/// neither, and not with the options a table replaces.
+void check_tables(const RopeCmdOptions& o) {
+  const bool cos = o.rope.app->count("--cos") > 0, sin = o.rope.app->count("--sin") > 0;
+  if (cos != sin) throw UsageError(cos ? "--cos: needs --sin" : "--sin: needs --cos");
+  if (!cos) return;
   Caller c;  // the options, truncate's the one that sets it false
   c.term = [](const std::string& n) {
     return n == "truncate" ? std::string("--no-truncate") : Field::option_of(n);
@@ -117,29 +115,6 @@ void set_tables(const RopeCmdOptions& o, Positions& pos) {
   };
   check_tables_given(c);
   check_tables_arith(o.rope.arith, c);
-  pos.cos_what = "--cos: " + o.cos;
-  pos.sin_what = "--sin: " + o.sin;
-  Shape* shapes[2] = {&pos.table_shape, &pos.sin_shape};
-  std::vector<double>* dst[2] = {&pos.table_cos, &pos.table_sin};
-  const std::string* refs[2] = {&o.cos, &o.sin};
-  const char* names[2] = {"--cos", "--sin"};
-  for (int k = 0; k < 2; ++k) {
-    const Tensor t = read_tensor(*refs[k]);
-    if (!is_float(t.dtype())) {
-      throw InputError(fmt::format("{}: {}: expected a float tensor, got {}", names[k], *refs[k],
-                                   dtype_name(t.dtype())));
-    }
-    *shapes[k] = t.shape();
-    if (k == 1 && t.dtype() != pos.table_dtype) {
-      throw InputError(fmt::format("--sin: {}: dtype {} differs from --cos's {}", o.sin,
-                                   dtype_name(t.dtype()), dtype_name(pos.table_dtype)));
-    }
-    pos.table_dtype = t.dtype();
-    // get() widens every float type exactly: a bf16 table is applied as bf16 values.
-    dst[k]->resize(t.numel());
-    for (std::size_t i = 0; i < t.numel(); ++i) (*dst[k])[i] = t.get(i);
-  }
-  check_positions(pos, "--start");
 }
 
 // A one-line note (not with --quiet) for each input file whose head count is neither
@@ -204,9 +179,9 @@ void run_rope(RopeCmdOptions& o) {
     return with_apply_defaults(rope_params(*rope, head_dim), head_dim, apply, given);
   };
   check_given(o.grid_options, command_line(o.rope.app));
+  check_tables(o);
   r.positions = rope_positions(o.rope, /*real_coords=*/true);
   set_coordinates(o, r.positions);
-  set_tables(o, r.positions);
   const std::vector<std::string> notes = config_heads_notes(o, r.inputs);
   if (o.rope.app->count("--max-memory") > 0) {
     r.max_memory = memory_size(o.max_memory, "--max-memory");
@@ -266,13 +241,8 @@ void register_rope(CLI::App& app) {
       ->group(g);
   OptionBinder grid_binder(sub, g);
   declare(grid_binder, opts->grid_options);
-  declare(OptionBinder(sub, g, {"angles"}, opts->rope.files.get()).only(), opts->rope.where);
-  sub->add_option("--cos", opts->cos,
-                  "the caller's cos table, [rows, R/2] (flash-attn's rotary_cos) or [rows, R] "
-                  "(HF's cos), any float dtype, applied as given; token at position p takes row "
-                  "p; R from its width unless --rotary-dim; needs --sin")
-      ->group(g);
-  sub->add_option("--sin", opts->sin, "the caller's sin table, the shape of --cos")->group(g);
+  declare(OptionBinder(sub, g, {"angles", "cos", "sin"}, opts->rope.files.get()).only(),
+          opts->rope.where);
   add_declared_options(sub, opts->rope.apply, {"torch_ops"}, g);
   declare(OptionBinder(sub, g, {"seqlen_offsets"}, opts->rope.files.get()).only(),
           opts->rope.where);

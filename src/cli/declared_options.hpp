@@ -150,7 +150,8 @@ class ArrayFiles {
           throw InputError(fmt::format("{}: {}: expected a float tensor, got {}", option, s.path,
                                        dtype_name(t.dtype())));
         }
-        v.values.resize(t.numel());
+        if (v.dtype) v.dtype(std::string(dtype_name(t.dtype())));
+        v.values.resize(t.numel());  // get() widens every float type exactly
         for (std::size_t i = 0; i < t.numel(); ++i) v.values[i] = t.get(i);
       }
     };

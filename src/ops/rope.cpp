@@ -1480,6 +1480,11 @@ void check_positions(const Positions& pos, const std::string& start) {
     }
   }
   if (!pos.table_cos.empty() || !pos.table_shape.empty()) {
+    if (pos.sin_dtype && *pos.sin_dtype != pos.table_dtype) {
+      throw InputError(fmt::format("{}: dtype {} differs from {}'s {}", pos.sin_what,
+                                   dtype_name(*pos.sin_dtype), name_of(pos.cos_what),
+                                   dtype_name(pos.table_dtype)));
+    }
     for (const auto& [what, shape] :
          {std::pair(&pos.cos_what, &pos.table_shape), std::pair(&pos.sin_what, &pos.sin_shape)}) {
       if (shape->size() != 2) {

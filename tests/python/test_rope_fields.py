@@ -43,7 +43,7 @@ BASELINES = {
 # The ways of applying that every RoPE command takes (the others are `posenc rope`'s).
 EVERY_COMMAND = ("inverse", "precision")
 # The tensors of positions only `posenc rope` takes (fields::rope_only_positions).
-ROPE_ONLY_POSITIONS = ("angles", "seqlen_offsets")
+ROPE_ONLY_POSITIONS = ("angles", "cos", "sin", "seqlen_offsets")
 
 
 def rope_only(f):
@@ -305,3 +305,18 @@ def test_a_frequency_matrix_is_checked_alike_by_both_front_ends(matrix, message,
     assert not written
     with pytest.raises(posenc.InputError, match="^" + re.escape(f"inv_freq: {message}") + "$"):
         posenc.rope(a, axes="sd", inv_freq=matrix)
+
+
+def test_tables_of_two_dtypes_are_refused_alike(x):
+    """check_positions: the sin table has the cos table's dtype, said naming each front
+    end's source (the package took sin's values whatever its dtype)."""
+    tmp, a = x
+    cos, sin = np.ones((4, 4), np.float32), np.zeros((4, 4), np.float16)
+    np.save(tmp / "cos32.npy", cos)
+    np.save(tmp / "sin16.npy", sin)
+    p, written = run(tmp, ["--cos", str(tmp / "cos32.npy"), "--sin", str(tmp / "sin16.npy")])
+    assert p.returncode == 3 and not written, p.stderr
+    assert p.stderr == (f"posenc: error: --sin: {tmp / 'sin16.npy'}: dtype f16 differs from "
+                        "--cos's f32\n"), p.stderr
+    with pytest.raises(posenc.InputError, match=r"^sin: dtype f16 differs from cos's f32$"):
+        posenc.rope(a, axes="sd", cos=cos, sin=sin)

@@ -181,7 +181,7 @@ void declare(V& v, RopeParams& p) {
 /// The first position and the tensors of positions, each named in the library's messages
 /// by its source (the option and file, or the keyword). The ids and the packed sequences'
 /// boundaries are ROPE OPTIONS of every command (real coordinates as ids `posenc rope`'s
-/// alone); the angles and the per-entry offsets `posenc rope`'s
+/// alone); the angles, the caller's cos/sin tables and the per-entry offsets `posenc rope`'s
 /// (fields::rope_only_positions), listed by --help after its ways of applying.
 template <class V>
 void declare(V& v, Positions& p) {
@@ -199,6 +199,17 @@ void declare(V& v, Positions& p) {
           "the angles themselves, tensor [s, R/2] or [b, s, R/2] in radians (learned "
           "angles, e.g. LightGlue's projected keypoints)"),
     values(p.angles, p.angles_shape, p.angles_what));
+  v(field("cos",
+          "the caller's cos table, [rows, R/2] (flash-attn's rotary_cos) or [rows, R] "
+          "(HF's cos), any float dtype, applied as given; token at position p takes row "
+          "p; R from its width unless --rotary-dim; needs --sin"),
+    values(p.table_cos, p.table_shape, p.cos_what).dtype_to([&p](const std::string& n) {
+      p.table_dtype = parse_dtype(n, "cos");
+    }));
+  v(field("sin", "the caller's sin table, the shape of --cos"),
+    values(p.table_sin, p.sin_shape, p.sin_what).dtype_to([&p](const std::string& n) {
+      p.sin_dtype = parse_dtype(n, "sin");
+    }));
   v(field("seqlen_offsets",
           "per-entry offsets [b] (flash-attn's seqlen_offsets / rotary_seqlens): token s "
           "of entry b at --start + offset[b] + s; with --cu-seqlens one per sequence"),
@@ -208,7 +219,7 @@ void declare(V& v, Positions& p) {
 namespace fields {
 /// The fields of Positions only `posenc rope` (posenc.rope) takes.
 inline const std::vector<std::string>& rope_only_positions() {
-  static const std::vector<std::string> n{"angles", "seqlen_offsets"};
+  static const std::vector<std::string> n{"angles", "cos", "sin", "seqlen_offsets"};
   return n;
 }
 }  // namespace fields

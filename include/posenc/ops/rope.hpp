@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,7 @@ struct Positions {
   Shape table_shape;              ///< [rows, R/2] or [rows, R], shared by both tables
   Shape sin_shape;                ///< the sin table's shape as given (check_positions)
   DType table_dtype = DType::f64;  ///< the tables' own type (for RopeApplyOptions::torch_ops)
+  std::optional<DType> sin_dtype;  ///< the sin table's type, when given: cos's (check_positions)
   std::string cos_what = "cos";   ///< names the source in messages
   std::string sin_what = "sin";   ///< names the source in messages
 };
