@@ -14,7 +14,7 @@
 /// The arithmetic (ArithChoice) is declared apart: `posenc attention` names one more
 /// (fa-baseline) and refuses two (meta, ggml).
 ///
-/// Not declared, bound by each front end: the tensors of positions.
+/// Not declared, parsed by each front end: the coordinate grid's text (--coords).
 ///
 /// `compute_rope_freqs` validates RopeParams from here (a value from a config file names
 /// the file's key, RopeParams::sources); RopeApplier validates Positions and its grid.
