@@ -1235,14 +1235,16 @@ double time_rope_cpp(py::array x, const std::string& dtype, const std::string& a
   const Shape shape = shape_of(x);
   void* data = x.mutable_data();
   const Axes axes = resolve_axes(axes_text, shape.size(), "x");
+  const Positions pos;  // named: GCC 12 warns falsely on `{}` temporaries here
+  const RopeApplyOptions apply;
   return best_seconds(repeats, [&] {
     const auto params = [](int head_dim) {
       RopeParams p;
       p.head_dim = head_dim;
       return p;
     };
-    const RopeFreqs f = rope_freqs_for(shape, axes, params, {}, {}, "x");
-    RopeApplier ap(shape, t, axes, f, {}, {}, t, "x");
+    const RopeFreqs f = rope_freqs_for(shape, axes, params, pos, apply, "x");
+    RopeApplier ap(shape, t, axes, f, pos, apply, t, "x");
     ap.rows(data, data, 0, ap.rows_total());
   });
 }

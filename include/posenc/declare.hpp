@@ -682,7 +682,7 @@ struct Values {
 };
 template <class T>
 Values<T> values(std::vector<T>& values, std::vector<std::size_t>& shape, std::string& what) {
-  return Values<T>{values, shape, what};
+  return Values<T>{values, shape, what, nullptr, nullptr, {}};
 }
 
 /// What a front end says about the request being built: whether the caller gave a field,
