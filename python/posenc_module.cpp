@@ -356,6 +356,9 @@ class KeywordReader {
     if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
       using Read = std::conditional_t<std::is_integral_v<V>, std::int64_t, V>;
       if (f.checked_when_given) {
+        if (gives(d_, key) && py::isinstance<py::bool_>(d_[key.c_str()]) && !f.bools) {
+          bad_type(key, expected_kind<Read>(), d_[key.c_str()]);  // True is no 1 here
+        }
         const auto v = get<Read>(d_, key.c_str());
         const std::string why = v ? range_error(f, *v) : "";
         if (!why.empty()) throw UsageError(key + ": " + why);

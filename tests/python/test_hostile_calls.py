@@ -102,6 +102,12 @@ def test_bad_types_and_ranges_name_the_keyword():
         (lambda: posenc.write("x.npy", q, attrs={1: 2}), "attrs: expected names as strings"),
         (lambda: posenc.compare(q, q, ulp=-1), "ulp: must be at least 0, got -1"),
         (lambda: posenc.compare(q, q, ulp=1.5), "ulp: expected an integer, got float 1.5"),
+        # A bool is no number here (True would be a bound of 1 ulp, or rtol 1).
+        (lambda: posenc.compare(q, q, ulp=True), "ulp: expected an integer, got bool True"),
+        (lambda: posenc.compare(q, q, rtol=True), "rtol: expected a number, got bool True"),
+        (lambda: posenc.compare(q, q, baseline=q, factor=False), "factor: expected a number, got bool"),
+        (lambda: posenc.write("x.npy", q, compression=True),
+         "compression: expected an integer, got bool True"),
         (lambda: posenc.read(5), "ref: expected a path, got int 5"),
         (lambda: posenc.bf16_to_float32(None), "bits: expected numbers, got dtype object"),
         (lambda: posenc.float32_to_bf16("x"), "x: expected numbers"),
