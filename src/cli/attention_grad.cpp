@@ -25,6 +25,10 @@ Tensor whole(TensorSource& src) {
   return read_all_rows(src);
 }
 
+// Stands for a forward the backward is given (AttentionBackwardOptions::forward_output
+// and forward_lse) where only the memory counts look at it: nothing is run or counted.
+const Tensor kForwardGiven;
+
 std::size_t add_sat(std::size_t a, std::size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
 
 // The forward given with --forward-output and --forward-lse (FlashAttention's out and
@@ -88,9 +92,8 @@ std::size_t streamed_need(TensorSource& q, TensorSource& k, TensorSource& v, Ten
       return 0;
     }
   }
-  static const Tensor given;  // stands for the forward's output: not counted
   AttentionBackwardOptions b = bopt;
-  b.forward_output = b.forward_lse = &given;
+  b.forward_output = b.forward_lse = &kForwardGiven;
   b.sink = [](const std::string&, const TensorInfo&) { return nullptr; };
   b.release_kv = true;
   std::size_t need = attention_backward_memory(qi.shape, ki.shape, vi.shape, qi.dtype, opt, b);
@@ -226,13 +229,12 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
                                  dtype_name(oi.dtype)));
   }
   GivenForward given;
-  static const Tensor placeholder;  // a given forward, for the memory counts: not run
   if (!forward.output.empty()) {
     given.o_src = open_source(parse_ref(forward.output));
     given.lse_src = open_source(parse_ref(forward.lse));
     check_forward_shapes(qi.shape, ki.shape, vi.shape, qi.dtype, opt, given.o_src->info(),
                          given.lse_src->info(), Caller{nullptr, &Field::option_of, nullptr});
-    bopt.forward_output = bopt.forward_lse = &placeholder;
+    bopt.forward_output = bopt.forward_lse = &kForwardGiven;
   }
   const std::size_t held = [&] {  // the in-memory run: the inputs whole
     std::size_t need =
