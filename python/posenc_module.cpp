@@ -55,6 +55,7 @@
 #include "posenc/error.hpp"
 #include "posenc/fp8.hpp"
 #include "posenc/io/npy.hpp"
+#include "posenc/keywords.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_backward.hpp"
@@ -170,29 +171,7 @@ class CallThreads {
   bool changed_ = false;
 };
 
-// --- argument checks ---------------------------------------------------------------
-
-// What a keyword of type T takes, for messages.
-template <class T>
-const char* expected_kind() {
-  if constexpr (std::is_same_v<T, std::string>) {
-    return "a string";
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return "True or False";
-  } else if constexpr (std::is_integral_v<T>) {
-    return "an integer";
-  } else if constexpr (std::is_floating_point_v<T>) {
-    return "a number";
-  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-    return "a list of strings";
-  } else if constexpr (std::is_same_v<T, std::vector<double>>) {
-    return "a list of numbers";
-  } else if constexpr (std::is_same_v<T, std::pair<std::int64_t, std::int64_t>>) {
-    return "two integers";
-  } else {
-    return "a list of integers";
-  }
-}
+// --- keywords -----------------------------------------------------------------------
 
 // `v` as messages show it: its type and its repr, cut short and made printable.
 std::string described(const py::handle& v) {
@@ -217,8 +196,7 @@ bool gives(const py::dict& d, const std::string& key) {
   return d.contains(key) && !d[key.c_str()].is_none();
 }
 
-// The keywords of `dicts` as a request's check_given sees them: a field given when one of
-// the dicts gives it, spelled as its keyword; a list's count its length.
+// The keywords of `dicts` as a request's check_given sees them (keyword_caller's rule).
 Caller keywords(std::vector<const py::dict*> dicts) {
   const auto held = [dicts](const std::string& n) -> py::object {  // None: not given
     for (const py::dict* d : dicts) {
@@ -237,38 +215,26 @@ Caller keywords(std::vector<const py::dict*> dicts) {
   return c;
 }
 
-// A tensor argument: (array, dtype name) or None.
-std::optional<Tensor> tensor_arg(const py::dict& d, const char* key) {
-  if (!gives(d, key)) return std::nullopt;
-  py::object v = d[key];
-  if (!py::isinstance<py::tuple>(v) || py::len(v) != 2 ||
-      !py::isinstance<py::array>(py::tuple(v)[0]) || !py::isinstance<py::str>(py::tuple(v)[1])) {
+// A tensor argument, (array, dtype name), as a Tensor borrowing the array's memory (the
+// dict holding it outlives the call).
+Tensor tensor_of(const py::handle& v, const std::string& key) {
+  const bool two = py::isinstance<py::tuple>(v) && py::len(v) == 2;
+  const py::tuple pair = two ? py::reinterpret_borrow<py::tuple>(v) : py::tuple();
+  if (!two || !py::isinstance<py::array>(pair[0]) || !py::isinstance<py::str>(pair[1])) {
     bad_type(key, "an array", v);
   }
-  // Borrowed memory must outlive this function: the array the dict holds does.
-  const py::tuple pair(v);
   return to_tensor(py::array(pair[0]), pair[1].cast<std::string>(), key);
 }
 
-// The array argument `key` as a C-contiguous array of T (its values converted).
-template <class T>
-py::array_t<T, py::array::c_style | py::array::forcecast> array_arg(const py::handle& v,
-                                                                    const std::string& key) {
-  try {
-    return v.cast<py::array_t<T, py::array::c_style | py::array::forcecast>>();
-  } catch (const py::cast_error&) {
-  } catch (const py::error_already_set&) {
-  }
-  bad_type(key, std::is_integral_v<T> ? "an array of integers" : "an array of numbers", v);
+// A tensor argument of the dict, or none for None.
+std::optional<Tensor> tensor_arg(const py::dict& d, const char* key) {
+  if (!gives(d, key)) return std::nullopt;
+  return tensor_of(d[key], key);
 }
 
-// --- option dicts ------------------------------------------------------------------
-
+// `v` (not None) as a T: pybind11's conversion, its failures said in the keyword's terms.
 template <class T>
-std::optional<T> get(const py::dict& d, const char* key) {
-  if (!d.contains(key)) return std::nullopt;
-  py::object v = d[key];
-  if (v.is_none()) return std::nullopt;
+T value_as(const py::handle& v, const std::string& key) {
   std::optional<T> out;
   try {
     out = v.cast<T>();
@@ -279,275 +245,133 @@ std::optional<T> get(const py::dict& d, const char* key) {
     const bool whole = PyIndex_Check(v.ptr()) && !py::isinstance<py::bool_>(v);
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       if (whole) {
-        throw UsageError(std::string(key) + ": " + described(v) + " is out of range (" +
+        throw UsageError(key + ": " + described(v) + " is out of range (" +
                          std::to_string(std::numeric_limits<T>::min()) + " to " +
                          std::to_string(std::numeric_limits<T>::max()) + ")");
       }
     } else if constexpr (std::is_floating_point_v<T>) {
-      if (whole) throw UsageError(std::string(key) + ": " + described(v) + " is too large");
+      if (whole) throw UsageError(key + ": " + described(v) + " is too large");
     }
     bad_type(key, expected_kind<T>(), v);
   }
   if constexpr (std::is_same_v<T, std::string>) {
-    if (out->find('\0') != std::string::npos) {
-      throw UsageError(std::string(key) + ": contains a NUL character");
-    }
+    if (out->find('\0') != std::string::npos) throw UsageError(key + ": contains a NUL character");
   }
+  return *out;
+}
+
+template <class T>
+std::optional<T> get(const py::dict& d, const char* key) {
+  if (!gives(d, key)) return std::nullopt;
+  return value_as<T>(d[key], key);
+}
+
+// The array `v` as an xtensor array of T, its values converted (the Python layer hands
+// C-contiguous float64 or int64 arrays; the library checks shapes and values).
+template <class T>
+xt::xarray<T> xarray_of(const py::handle& v, const std::string& key) {
+  using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
+  std::optional<Array> a;
+  try {
+    a = v.cast<Array>();
+  } catch (const py::cast_error&) {
+  } catch (const py::error_already_set&) {
+  }
+  if (!a) bad_type(key, std::is_integral_v<T> ? "an array of integers" : "an array of numbers", v);
+  xt::xarray<T> out = xt::empty<T>(shape_of(*a));
+  std::copy(a->data(), a->data() + a->size(), out.data());
   return out;
 }
+
+void check_module_ref(const std::string& ref);
+
+// A dict of the package's keywords as the library's KeywordReader reads them
+// (posenc/keywords.hpp): each value a Python object, None for not given, a list
+// keyword's items by index.
+class PyKeywords : public Keywords {
+ public:
+  explicit PyKeywords(const py::dict& d) : d_(d) {}
+  bool gives(const Key& k) const override { return !at(k).is_none(); }
+  std::string described(const Key& k) const override { return python::described(at(k)); }
+  bool is_bool(const Key& k) const override { return py::isinstance<py::bool_>(at(k)); }
+  bool is_text(const Key& k) const override { return py::isinstance<py::str>(at(k)); }
+  bool is_real_array(const Key& k) const override {
+    const py::object v = at(k);
+    return py::isinstance<py::array>(v) && py::array(v).dtype().kind() == 'f';
+  }
+  std::optional<std::size_t> list_length(const Key& k) const override {
+    const py::object v = at(k);
+    return py::isinstance<py::list>(v) ? std::optional(py::len(v)) : std::nullopt;
+  }
+  std::size_t size_hint(const Key& k) const override {
+    const py::object v = at(k);
+    return py::isinstance<py::sequence>(v) ? py::len_hint(v) : 0;
+  }
+  bool boolean(const Key& k) const override { return as<bool>(k); }
+  std::int64_t integer(const Key& k) const override { return as<std::int64_t>(k); }
+  double number(const Key& k) const override { return as<double>(k); }
+  std::string text(const Key& k) const override { return as<std::string>(k); }
+  std::vector<std::string> texts(const Key& k) const override {
+    return as<std::vector<std::string>>(k);
+  }
+  std::vector<double> numbers(const Key& k) const override { return as<std::vector<double>>(k); }
+  std::vector<std::int64_t> integers(const Key& k) const override {
+    return as<std::vector<std::int64_t>>(k);
+  }
+  std::pair<std::int64_t, std::int64_t> two_integers(const Key& k) const override {
+    return as<std::pair<std::int64_t, std::int64_t>>(k);
+  }
+  xt::xarray<double> real_array(const Key& k) const override {
+    return xarray_of<double>(at(k), k.shown());
+  }
+  xt::xarray<std::int64_t> integer_array(const Key& k) const override {
+    return xarray_of<std::int64_t>(at(k), k.shown());
+  }
+  Tensor tensor(const Key& k) const override { return tensor_of(at(k), k.shown()); }
+  void check_ref(const std::string& ref) const override { check_module_ref(ref); }
+
+ private:
+  py::object at(const Key& k) const {
+    if (!d_.contains(k.name)) return py::none();
+    py::object v = d_[k.name.c_str()];
+    if (!k.item || v.is_none()) return v;
+    return py::list(v)[*k.item];  // the reader has checked the list's length
+  }
+  template <class T>
+  T as(const Key& k) const {
+    return value_as<T>(at(k), k.shown());
+  }
+  const py::dict& d_;
+};
+
+// The library's KeywordReader over the dict `d`, which it holds for its life.
+class DictReader : private PyKeywords, public KeywordReader {
+ public:
+  explicit DictReader(const py::dict& d, std::optional<bool> arrays = std::nullopt,
+                      std::list<Tensor>* held = nullptr)
+      : PyKeywords(d), KeywordReader(static_cast<const Keywords&>(*this), arrays, held) {}
+};
 
 template <class T>
 void set_if(const py::dict& d, const char* key, T& dst) {
   if (auto v = get<T>(d, key)) dst = *v;
 }
 
-template <class T>
-void set_if(const py::dict& d, const char* key, std::optional<T>& dst) {
-  if (auto v = get<T>(d, key)) dst = *v;
-}
-
-// The array `v` (the argument `key` or an element of that list) as an xtensor array of T
-// (the Python layer hands C-contiguous float64 or int64 arrays; the library checks shapes
-// and values).
-template <class T>
-xt::xarray<T> xarray_of(const py::handle& v, const char* key) {
-  auto a = array_arg<T>(v, key);
-  xt::xarray<T> out = xt::empty<T>(shape_of(a));
-  std::copy(a.data(), a.data() + a.size(), out.data());
-  return out;
-}
-
-// The array argument `key` as the xtensor array of a request, none for None.
-template <class T>
-std::optional<xt::xarray<T>> xarray_arg(const py::dict& d, const char* key) {
-  if (!gives(d, key)) return std::nullopt;
-  return xarray_of<T>(d[key], key);
-}
-
-void check_module_ref(const std::string& ref);
-
-// Reads a request's declared fields (encodings/table_fields.hpp, rope_fields.hpp) from the
-// keyword dict: the keys are the fields' names; a choice is one of its names; an array
-// field's value an array (the Python layer hands C-contiguous float64 or int64 arrays),
-// a pair's two integers, a list's a list. Ranges, shapes and values are the library's.
-// With `arrays` false the array fields are passed over, with true only they are read: a
-// request's check_given runs between the two. A tensor field's tensor goes to `held`, its
-// member pointing at it (none: tensor fields are passed over).
-class KeywordReader {
- public:
-  explicit KeywordReader(const py::dict& d, std::optional<bool> arrays = std::nullopt,
-                         std::list<Tensor>* held = nullptr)
-      : d_(d), arrays_(arrays), held_(held) {}
-  /// The names of the fields the dict gave (not None), in declaration order.
-  std::vector<std::string> given;
-
-  template <class R>
-  void read(R& r) {
-    declare(*this, r);
-  }
-  // A field whose range is checked as it is given (Field::checked_when_given) is read by
-  // its keyword, an integer as int64 so that -1 or 2**40 meets the range's message.
-  template <class T>
-  void operator()(const Field& f, T& member) {
-    if (arrays_.value_or(false)) return;
-    const std::string key = f.python_name();
-    if (gives(d_, key)) given.push_back(f.name);
-    using V = typename decltype(std::optional(member))::value_type;  // T, or T's value
-    if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
-      using Read = std::conditional_t<std::is_integral_v<V>, std::int64_t, V>;
-      if (f.checked_when_given) {
-        if (gives(d_, key) && py::isinstance<py::bool_>(d_[key.c_str()]) && !f.bools) {
-          bad_type(key, expected_kind<Read>(), d_[key.c_str()]);  // True is no 1 here
-        }
-        const auto v = get<Read>(d_, key.c_str());
-        const std::string why = v ? range_error(f, *v) : "";
-        if (!why.empty()) throw UsageError(key + ": " + why);
-        if (v) member = static_cast<V>(*v);
-        return;
-      }
-    }
-    set_if(d_, key.c_str(), member);
-  }
-  template <class T>
-  void operator()(const Field& f, xt::xarray<T>& member) {
-    if (!arrays_.value_or(true)) return;
-    if (auto a = xarray_arg<T>(d_, f.name.c_str())) member = std::move(*a);
-  }
-  template <class T>
-  void operator()(const Field& f, std::optional<xt::xarray<T>>& member) {
-    if (!arrays_.value_or(true)) return;
-    member = xarray_arg<T>(d_, f.name.c_str());
-  }
-  void operator()(const Field& f, std::vector<xt::xarray<double>>& member) {
-    if (!arrays_.value_or(true) || !has(f)) return;
-    const py::object list = d_[f.name.c_str()];
-    if (!py::isinstance<py::list>(list)) bad_type(f.name, "a list of arrays", list);
-    for (const py::handle w : py::list(list)) {
-      member.push_back(xarray_of<double>(w, f.name.c_str()));
-    }
-  }
-  template <class T>
-  void operator()(const Field& f, const Spread<T>& s) {
-    if (!arrays_.value_or(true)) return;
-    for (std::size_t i = 0; i < s.keywords.size(); ++i) {  // a keyword each
-      *s.members.at(i) = xarray_arg<T>(d_, s.keywords[i].c_str());
-    }
-    if (!s.keywords.empty() || !has(f)) return;
-    const py::object list = d_[f.name.c_str()];
-    if (!py::isinstance<py::list>(list)) bad_type(f.name, "a list of arrays", list);
-    std::size_t i = 0;  // (x, None): the second not given
-    for (const py::handle w : py::list(list)) {
-      if (!w.is_none()) *s.members.at(i) = xarray_of<double>(w, f.name.c_str());
-      ++i;
-    }
-  }
-  void operator()(const Field& f, const ArrayInto& a) {
-    if (!arrays_.value_or(true)) return;
-    if (auto m = xarray_arg<double>(d_, f.name.c_str())) a.set(f, *m);
-  }
-  void operator()(const Field& f, ArrayF32 a) {
-    if (!arrays_.value_or(true)) return;
-    a.values = xarray_arg<double>(d_, f.name.c_str());
-    set_if(d_, (f.name + "_f32").c_str(), a.f32);
-  }
-  void operator()(const Field& f, Pair p) {
-    if (arrays_.value_or(false)) return;
-    if (auto v = get<std::pair<std::int64_t, std::int64_t>>(d_, f.name.c_str())) {
-      std::tie(p.first, p.second) = *v;
-    }
-  }
-  template <class M, class E>
-  void operator()(const Field& f, Choice<M, E> c) {
-    if (arrays_.value_or(false)) return;
-    if (!f.bare.empty() && has(f) && py::isinstance<py::bool_>(d_[f.name.c_str()])) {
-      if (!d_[f.name.c_str()].cast<bool>()) return;  // False: not given
-      given.push_back(f.name);
-      return c.set(f, "");  // True: as the bare option
-    }
-    const auto name = scalar<std::string>(f);
-    if (!name) return;
-    if (!f.bare.empty()) return c.set(f, *name);  // the command's message
-    const E* e = c.find(*name);
-    if (e == nullptr) {
-      throw UsageError(f.name + ": expected " + c.listed() + ", got '" + printable(*name) + "'");
-    }
-    c.member = *e;
-  }
-  template <class E>
-  void operator()(const Field& f, const Emits<E>& e) {  // a name or a sequence of names
-    if (arrays_.value_or(false) || !has(f)) return;
-    const py::object v = d_[f.name.c_str()];
-    const auto names = py::isinstance<py::str>(v) ? std::vector<std::string>{v.cast<std::string>()}
-                                                  : *scalar<std::vector<std::string>>(f);
-    const std::string said = names.size() == 1 ? "" : py::repr(py::tuple(v)).cast<std::string>();
-    e.set(f, names, said, "one or a sequence of");
-  }
-  template <class B>
-  void operator()(const Field& f, const Numbers<B>& n) {
-    if (auto v = scalar<std::vector<double>>(f)) n.set(f, *v);
-  }
-  template <class T, class M>
-  void operator()(const Field& f, const Parsed<T, M>& p) {
-    if (auto text = scalar<std::string>(f)) p.set(f, *text);
-  }
-  void operator()(const Field& f, MemorySize m) {  // bytes only: no size text in Python
-    if (auto v = scalar<std::int64_t>(f)) m.set(f, *v);
-  }
-  // A field the command line sets from its text (NumberOrWord, Counts, NumberList): a str
-  // is that text, another value the shape's Value (a number, integers, an array). A long
-  // sequence is refused before it is copied (an empty array of shape (2**31, 0) has 2**31
-  // items); a tensor reference is no standard input.
-  template <class S, class V = typename S::Value>
-  void operator()(const Field& f, S s) {
-    if (arrays_.value_or(false) || !has(f)) return;
-    const py::object v = d_[f.name.c_str()];
-    if constexpr (std::is_same_v<S, NumberList>) {
-      s.read = [](const std::string& ref) {
-        check_module_ref(ref);
-        return fields::tensor_values(ref);
-      };
-    }
-    if (py::isinstance<py::str>(v)) return s.set(f, *scalar<std::string>(f));
-    given.push_back(f.name);
-    if constexpr (std::is_same_v<V, xt::xarray<double>>) {
-      s.set(f, xarray_of<double>(v, f.name.c_str()));
-    } else {
-      if (py::isinstance<py::sequence>(v) && py::len_hint(v) > 16) {
-        bad_type(f.name, expected_kind<V>(), v);
-      }
-      s.set(f, *get<V>(d_, f.name.c_str()));
-    }
-  }
-  void operator()(const Field& f, const Sides& s) {
-    if (auto v = scalar<std::vector<std::int64_t>>(f)) s.set(f, *v);
-  }
-  void operator()(const Field& f, TensorSlot t) {
-    if (held_ != nullptr && arrays_.value_or(true)) t.slot = hold(d_, f.name);
-  }
-  template <class T>
-  void operator()(const Field& f, Values<T> v) {  // an int64 or float64 array
-    if (!arrays_.value_or(true) || !has(f)) return;
-    const py::object given = d_[f.name.c_str()];
-    if (v.reals != nullptr && py::isinstance<py::array>(given) &&
-        py::array(given).dtype().kind() == 'f') {  // real coordinates (the package's float64)
-      auto r = array_arg<double>(given, f.name);
-      *v.reals_shape = shape_of(r);
-      v.reals->assign(r.data(), r.data() + r.size());
-      return;
-    }
-    if (v.dtype) {
-      if (auto n = get<std::string>(d_, (f.name + "_dtype").c_str())) v.dtype(*n);
-    }
-    auto a = array_arg<T>(given, f.name);
-    v.shape = shape_of(a);
-    v.values.assign(a.data(), a.data() + a.size());
-  }
-  void operator()(const Field& f, const TensorSlots& t) {  // a list of arrays
-    if (held_ == nullptr || !arrays_.value_or(true) || !has(f)) return;
-    const py::object v = d_[f.name.c_str()];
-    if (!py::isinstance<py::list>(v) || py::len(v) != t.slots.size()) t.refuse(f);
-    py::dict one;
-    for (std::size_t i = 0; i < t.slots.size(); ++i) {
-      one[t.names[i].c_str()] = py::list(v)[i];
-      if (!(*t.slots[i] = hold(one, t.names[i]))) t.refuse(f, ", got None for " + t.names[i]);
-    }
-  }
-
- private:
-  const Tensor* hold(const py::dict& from, const std::string& key) {
-    std::optional<Tensor> t = tensor_arg(from, key.c_str());
-    return t ? &held_->emplace_back(std::move(*t)) : nullptr;
-  }
-  // The value of field `f` when this pass reads scalars and the dict gives it (noted as
-  // given).
-  template <class T>
-  std::optional<T> scalar(const Field& f) {
-    if (arrays_.value_or(false)) return std::nullopt;
-    auto v = get<T>(d_, f.name.c_str());
-    if (v) given.push_back(f.name);
-    return v;
-  }
-  bool has(const Field& f) const { return gives(d_, f.name); }
-  const py::dict& d_;
-  std::optional<bool> arrays_;  // none: every field
-  std::list<Tensor>* held_;
-};
-
 // RopeParams from the ROPE OPTIONS given (keys as RopeParams members, plus arith,
 // hf_config, layer_type and layer), a HF config completing them as the command does; `c`
 // also sees the precision.
 RopeParams rope_params(const py::dict& d, int head_dim, const Caller& c) {
   RopeParams p;
-  KeywordReader k(d);
+  DictReader k(d);
   declare(k, p);  // the declared keywords (posenc/encodings/rope_fields.hpp)
   const std::vector<std::string>& names = k.given;
   ArithChoice arith;
-  KeywordReader(d).read(arith);
+  DictReader(d).read(arith);
   check_given(arith, c);
   set_arith(p, arith, c);
   if (head_dim > 0) p.head_dim = head_dim;
   HfConfigChoice hf;
-  KeywordReader(d).read(hf);
+  DictReader(d).read(hf);
   check_given(hf, keywords({&d}));
   return merge_hf_config(p, names, hf.hf_config, hf.layers(),
                          hf.hf_version.value_or(HfVersion{}));
@@ -557,15 +381,15 @@ RopeParams rope_params(const py::dict& d, int head_dim, const Caller& c) {
 // the command does).
 Positions positions(const py::dict& d) {
   Positions pos;
-  KeywordReader(d, false).read(pos);  // start; its range is the library's
+  DictReader(d, false).read(pos);  // start; its range is the library's
   check_given(pos, keywords({&d}));
-  KeywordReader(d, true).read(pos);  // position_ids (real: coords), cu_seqlens, cos, ...
+  DictReader(d, true).read(pos);  // position_ids (real: coords), cu_seqlens, cos, ...
   Caller grid = keywords({&d});  // the caller's coords arrive as the key grid
   grid.gave = [&d](const std::string& n) { return gives(d, n == "coords" ? "grid" : n); };
   check_given(pos.grid, grid);
   if (auto g = get<std::string>(d, "grid")) {
     pos.grid = parse_coord_grid(*g);
-    KeywordReader(d).read(pos.grid);  // prefix_tokens, merge_window
+    DictReader(d).read(pos.grid);  // prefix_tokens, merge_window
   }
   check_positions(pos);
   return pos;
@@ -574,9 +398,9 @@ Positions positions(const py::dict& d) {
 // The ways of applying; `pos`: the positions' dict, where the cos/sin tables are.
 RopeApplyOptions apply_options(const py::dict& d, const py::dict* pos = nullptr) {
   RopeApplyOptions a;
-  KeywordReader(d, false).read(a);  // the declared ways of applying (rope_fields.hpp)
+  DictReader(d, false).read(a);  // the declared ways of applying (rope_fields.hpp)
   check_given(a, keywords({&d, pos}));
-  KeywordReader(d, true).read(a);  // inv_freq, once the rules have passed
+  DictReader(d, true).read(a);  // inv_freq, once the rules have passed
   set_if(d, "tiled", a.layout.tiled);
   return a;
 }
@@ -637,7 +461,7 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
   check_tables_given(tables);
   if (tables.gave("cos")) {
     ArithChoice arith;
-    KeywordReader(rope_d).read(arith);
+    DictReader(rope_d).read(arith);
     check_tables_arith(arith, tables);
   }
   const RopeApplyOptions apply = apply_options(apply_d, &pos_d);
@@ -678,7 +502,7 @@ using TableKind = std::function<void(const TableArgs& a, std::vector<Table>& tab
 // before it reads a file).
 template <class R>
 R request_of(const py::dict& d, R r = R{}) {
-  KeywordReader scalars(d, false), arrays(d, true);
+  DictReader scalars(d, false), arrays(d, true);
   scalars.read(r);
   check_given(r, keywords({&d}));
   arrays.read(r);
@@ -706,12 +530,12 @@ const std::map<std::string, TableKind>& table_kinds() {
     });
     k["rope"] = [](const TableArgs& a, std::vector<Table>& tables) {
       RopeTableRequest r;
-      KeywordReader(a.d).read(r);  // emit, layout
+      DictReader(a.d).read(r);  // emit, layout
       r.where = positions(a.pos);
       r.positions = get<std::int64_t>(a.d, "positions");
       r.rope = rope_params(a.rope, get<int>(a.d, "dim").value_or(0), keywords({&a.rope, &a.d}));
       set_if(a.d, "inverse", r.inverse);
-      KeywordReader{a.d}(field("precision", ""), choice(r.precision, fields::precisions()));
+      DictReader{a.d}(field("precision", ""), choice(r.precision, fields::precisions()));
       for_each_emitted(r, [&](const std::string&) { tables.push_back(rope_table(r)); });
     };
     return k;
@@ -794,7 +618,7 @@ RopeIdsRequest rope_ids_request(const py::dict& d) {
   RopeIdsRequest q;
   q.option_names = false;
   q.hf_config = get<std::string>(d, "hf_config").value_or("");
-  KeywordReader(d).read(q);  // the declared fields (rope_ids_fields.hpp)
+  DictReader(d).read(q);  // the declared fields (rope_ids_fields.hpp)
   return q;
 }
 
@@ -839,7 +663,7 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
 // of them is given.
 void relative_window_options(const py::dict& d, AttentionOptions& opt) {
   RelativeWindow w;
-  KeywordReader k(d);
+  DictReader k(d);
   k.read(w);
   if (k.given.empty()) return;
   opt.relative_window = checked_window(
@@ -853,7 +677,7 @@ void relative_window_options(const py::dict& d, AttentionOptions& opt) {
 void attention_options(const py::dict& d, const py::dict& tensors, AttentionOptions& opt) {
   // axes, scale, sliding_window, ...: the declared fields (ops/attention_fields.hpp),
   // their ranges the library's.
-  KeywordReader k(d);
+  DictReader k(d);
   k.read(opt);
   validate_given(opt, k.given);
   const auto in = [](const py::dict& x, const std::string& n) {
@@ -865,17 +689,17 @@ void attention_options(const py::dict& d, const py::dict& tensors, AttentionOpti
                           nullptr});
   opt.t5_bidirectional = !get<bool>(d, "t5_causal").value_or(false);
   DecomposedGrids grids;  // grid, key_grid
-  KeywordReader(d).read(grids);
+  DictReader(d).read(grids);
   set_grids(opt, grids, keywords({&d}));
   relative_window_options(d, opt);
-  KeywordReader{d}(field("precision", ""), choice(opt.precision, fields::precisions()));
+  DictReader{d}(field("precision", ""), choice(opt.precision, fields::precisions()));
   AttentionArith arith;  // exact, hf, fa-baseline (FlashAttention-3's tests)
-  KeywordReader(d).read(arith);
+  DictReader(d).read(arith);
   check_given(arith, keywords({&d}));
   opt.arith = arith.arith;
   opt.fa_baseline = arith.fa_baseline;
   MemoryBudget budget;  // max_memory: bytes (the command's text is a size)
-  KeywordReader(d).read(budget);
+  DictReader(d).read(budget);
   opt.max_memory = budget.max_memory;
 }
 
@@ -938,7 +762,7 @@ py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, co
   if (!v) throw UsageError("cache_seqlens: the KV cache needs v (the values cache)");
   KvCacheOptions kv;
   std::list<Tensor> held;  // the declared inputs (ops/attention_fields.hpp), by keyword
-  KeywordReader(kvd, std::nullopt, &held).read(kv);
+  DictReader(kvd, std::nullopt, &held).read(kv);
   const bool update = get<bool>(kvd, "update_cache").value_or(true) && kv.k_new;
   std::optional<Tensor> k_copy, v_copy;
   Tensor* kc = &k;
@@ -972,7 +796,7 @@ py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, co
 // the library's rules (check_relative_given) before their tensors are taken.
 void relative_terms(const py::dict& d, bool with_rope, XlAttention& xl, DebertaAttention& deb,
                     std::list<Tensor>& held) {
-  KeywordReader scalars(d, false), tensors(d, true, &held);
+  DictReader scalars(d, false), tensors(d, true, &held);
   scalars.read(xl);
   scalars.read(deb);
   const Caller c = keywords({&d});
@@ -1003,7 +827,7 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   // The declared tensor inputs by keyword (declare_tensors; wavlm_gate, global_kv and
   // decomposed_rel_pos a list of tensors each).
   std::list<Tensor> declared;  // which opt points at
-  KeywordReader declared_reader(tensors, true, &declared);
+  DictReader declared_reader(tensors, true, &declared);
   declare_tensors(declared_reader, opt);
   // FlashAttention's varlen boundaries; packed Q, K and V default to its thd (shd).
   const bool varlen_axes = (opt.cu_seqlens_q || opt.cu_seqlens_k) && opt.axes.empty();
@@ -1011,13 +835,13 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
   opt.axes = axes.letters;
   if (varlen_axes) opt.axes.clear();
   HfConfigChoice hf;  // hf_config, hf_version, layer_type, layer: checked as the command does
-  KeywordReader(rope_d).read(hf);
+  DictReader(rope_d).read(hf);
   check_given(hf, keywords({&rope_d}));
   if (!hf.hf_config.empty()) {
     const HfAttentionConfig c = read_hf_attention_config(hf.hf_config, hf.layers());
     check_hf_attention_shapes(c, hf.hf_config, q->shape(), k->shape(),
                               v ? &v->shape() : nullptr, opt.axes);
-    KeywordReader given(opt_d);  // the declared fields given (scale, alibi, ...) stay
+    DictReader given(opt_d);  // the declared fields given (scale, alibi, ...) stay
     AttentionOptions declared;
     given.read(declared);
     std::vector<std::string> keep = given.given;
@@ -1094,7 +918,7 @@ py::dict compare(const py::array& a, const std::string& a_dtype, const py::array
   const CallThreads threads;
   const Tensor ta = to_tensor(a, a_dtype, "a"), tb = to_tensor(b, b_dtype, "b");
   CompareOptions opt;
-  KeywordReader(d).read(opt);  // rtol, atol, ulp, equal_nan (ops/compare_fields.hpp)
+  DictReader(d).read(opt);  // rtol, atol, ulp, equal_nan (ops/compare_fields.hpp)
   const SliceSpec slice = parse_slice(get<std::string>(d, "slice").value_or(""));
   CompareResult r;
   {
@@ -1135,7 +959,7 @@ py::dict combine_partials(const py::array& out_partial, const std::string& out_d
   const Tensor o = to_tensor(out_partial, out_dtype, "out_partial");
   const Tensor l = to_tensor(lse_partial, lse_dtype, "lse_partial");
   CombineOptions opt;
-  KeywordReader(d).read(opt);  // axis, lse_layout, dtype (ops/combine.hpp)
+  DictReader(d).read(opt);  // axis, lse_layout, dtype (ops/combine.hpp)
   CombineResult r;
   {
     py::gil_scoped_release nogil;
@@ -1155,7 +979,7 @@ py::dict compare_baseline(const py::array& a, const std::string& a_dtype, const 
   const Tensor ta = to_tensor(a, a_dtype, "a"), tb = to_tensor(b, b_dtype, "b"),
                tp = to_tensor(pt, pt_dtype, "baseline");
   BaselineRule rule;
-  KeywordReader(d).read(rule);  // factor, atol (ops/compare_fields.hpp)
+  DictReader(d).read(rule);  // factor, atol (ops/compare_fields.hpp)
   rule.names = {"a", "b", "baseline"};
   BaselineVerdict v;
   {
@@ -1206,7 +1030,7 @@ void write(const std::string& ref, const py::array& x, const std::string& dtype,
   check_module_ref(ref);
   const Tensor t = to_tensor(x, dtype, "x");
   WriteOptions w;
-  KeywordReader(d).read(w);  // force, compression, no_clobber, sync (io/write_fields.hpp)
+  DictReader(d).read(w);  // force, compression, no_clobber, sync (io/write_fields.hpp)
   const TensorRef r = parse_ref(ref, get<std::string>(d, "to").value_or(""), "/data");
   const Attrs a = attrs_from(attrs);
   py::gil_scoped_release nogil;

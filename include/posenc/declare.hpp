@@ -533,7 +533,7 @@ inline Counts counts(std::vector<int>& member, std::size_t n, std::int64_t lo, s
 struct NumberList {
   using Value = xt::xarray<double>;
   std::vector<double>& member;
-  xt::xarray<double> (*read)(const std::string& ref);
+  std::function<xt::xarray<double>(const std::string& ref)> read;
 
   /// A comma list, or else a tensor reference.
   void set(const Field& f, const std::string& text) const {
