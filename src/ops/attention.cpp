@@ -201,9 +201,11 @@ Shape attention_scores_shape(const Shape& q, const Shape& k, DType q_dtype,
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor* v,
                           const AttentionOptions& opt) {
+  // One run per sequence first: qv and the descales are cut by sequence there, and each
+  // run takes the FlashAttention features below on its own lengths.
+  if (is_varlen(opt)) return attention_varlen(q, k, v, opt);
   // qv, the descales, p_dtype, the FlashAttention baseline: attention_fa.cpp.
   if (fa_extras(opt)) return attention_fa(q, k, v, opt);
-  if (is_varlen(opt)) return attention_varlen(q, k, v, opt);  // one run per sequence
   require_float(q.dtype(), "q");
   require_float(k.dtype(), "k");
   if (v) require_float(v->dtype(), "v");

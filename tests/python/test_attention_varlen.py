@@ -59,3 +59,52 @@ def test_varlen_refusals():
         posenc.attention(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, emit="probs")
     with pytest.raises(posenc.InputError, match="cu_seqlens_q"):
         posenc.attention(q, k, v, cu_seqlens_q=cq[::-1].copy(), cu_seqlens_k=ck)
+
+
+def test_varlen_with_the_flashattention_features_is_one_run_per_sequence():
+    """qv, the fp8 descales [n, hk] (a row per sequence) and the FlashAttention baseline
+    under cu_seqlens_q/cu_seqlens_k: each sequence computed on its own lengths, its rows the
+    bytes of a call on that sequence alone, as the command line gives (qv also against the
+    float64 reference, <= 1e-12 relative)."""
+    q, k, v, cq, ck = packed(seed=5)
+    n = len(cq) - 1
+    rng = np.random.default_rng(6)
+    qv = rng.standard_normal(q.shape[:2] + (v.shape[2],))
+    ds = rng.uniform(0.5, 2, (3, n, k.shape[1])).astype(np.float32)
+    half = {"q": q.astype(np.float16), "k": k.astype(np.float16), "v": v.astype(np.float16)}
+    cases = [
+        ({"q": q, "k": k, "v": v}, {"qv": qv}),
+        ({"q": q, "k": k, "v": v}, {"q_descale": ds[0], "k_descale": ds[1], "v_descale": ds[2]}),
+        (half, {"arith": "fa-baseline"}),
+    ]
+    for x, kw in cases:
+        got = posenc.attention(x["q"], x["k"], x["v"], cu_seqlens_q=cq, cu_seqlens_k=ck,
+                               causal=True, **kw)
+        for b in range(n):
+            if cq[b + 1] == cq[b]:
+                continue
+            one = {name: (a[b:b + 1] if name.endswith("descale") else
+                          a[cq[b]:cq[b + 1]] if name == "qv" else a) for name, a in kw.items()}
+            alone = posenc.attention(x["q"][cq[b]:cq[b + 1]], x["k"][ck[b]:ck[b + 1]],
+                                     x["v"][ck[b]:ck[b + 1]], axes="shd", causal=True,
+                                     emit="output", **one)
+            assert got[cq[b]:cq[b + 1]].tobytes() == alone.tobytes(), (sorted(kw), b)
+        with tempfile.TemporaryDirectory() as tmp:
+            names = {}
+            for name, a in [*x.items(), ("cq", cq), ("ck", ck),
+                            *((n_, a) for n_, a in kw.items() if n_ != "arith")]:
+                names[name] = os.path.join(tmp, name + ".npy")
+                np.save(names[name], a)
+            more = [w for n_ in kw if n_ != "arith"
+                    for w in ("--" + n_.replace("_", "-"), names[n_])]
+            if "arith" in kw:
+                more += ["--arith", kw["arith"]]
+            o = os.path.join(tmp, "o.npy")
+            subprocess.run([os.environ.get("POSENC_BIN", "posenc"), "attention", "-q",
+                            names["q"], "-k", names["k"], "-v", names["v"], "--cu-seqlens-q",
+                            names["cq"], "--cu-seqlens-k", names["ck"], "--causal", *more,
+                            "-o", o], check=True)
+            assert np.load(o).tobytes() == got.tobytes(), sorted(kw)
+    want, _ = varlen_ref(q, k, v, cq, ck, causal=True, qv=qv)
+    got = posenc.attention(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, causal=True, qv=qv)
+    assert np.abs(got - want).max() / np.abs(want).max() <= 1e-12
