@@ -44,6 +44,7 @@
 #include "posenc/encodings/relative_attention.hpp"
 #include "posenc/encodings/rope.hpp"
 #include "posenc/encodings/rope_fields.hpp"
+#include "posenc/encodings/rope_keywords.hpp"
 #include "posenc/ops/attention_fields.hpp"
 #include "posenc/ops/cast.hpp"
 #include "posenc/encodings/rope_ids.hpp"
@@ -357,54 +358,6 @@ void set_if(const py::dict& d, const char* key, T& dst) {
   if (auto v = get<T>(d, key)) dst = *v;
 }
 
-// RopeParams from the ROPE OPTIONS given (keys as RopeParams members, plus arith,
-// hf_config, layer_type and layer), a HF config completing them as the command does; `c`
-// also sees the precision.
-RopeParams rope_params(const py::dict& d, int head_dim, const Caller& c) {
-  RopeParams p;
-  DictReader k(d);
-  declare(k, p);  // the declared keywords (posenc/encodings/rope_fields.hpp)
-  const std::vector<std::string>& names = k.given;
-  ArithChoice arith;
-  DictReader(d).read(arith);
-  check_given(arith, c);
-  set_arith(p, arith, c);
-  if (head_dim > 0) p.head_dim = head_dim;
-  HfConfigChoice hf;
-  DictReader(d).read(hf);
-  check_given(hf, keywords({&d}));
-  return merge_hf_config(p, names, hf.hf_config, hf.layers(),
-                         hf.hf_version.value_or(HfVersion{}));
-}
-
-// start, the position tensors and the coordinate grid (check_positions checks them as
-// the command does).
-Positions positions(const py::dict& d) {
-  Positions pos;
-  DictReader(d, false).read(pos);  // start; its range is the library's
-  check_given(pos, keywords({&d}));
-  DictReader(d, true).read(pos);  // position_ids (real: coords), cu_seqlens, cos, ...
-  Caller grid = keywords({&d});  // the caller's coords arrive as the key grid
-  grid.gave = [&d](const std::string& n) { return gives(d, n == "coords" ? "grid" : n); };
-  check_given(pos.grid, grid);
-  if (auto g = get<std::string>(d, "grid")) {
-    pos.grid = parse_coord_grid(*g);
-    DictReader(d).read(pos.grid);  // prefix_tokens, merge_window
-  }
-  check_positions(pos);
-  return pos;
-}
-
-// The ways of applying; `pos`: the positions' dict, where the cos/sin tables are.
-RopeApplyOptions apply_options(const py::dict& d, const py::dict* pos = nullptr) {
-  RopeApplyOptions a;
-  DictReader(d, false).read(a);  // the declared ways of applying (rope_fields.hpp)
-  check_given(a, keywords({&d, pos}));
-  DictReader(d, true).read(a);  // inv_freq, once the rules have passed
-  set_if(d, "tiled", a.layout.tiled);
-  return a;
-}
-
 // The attrs of posenc.write: str, int, float or a list of numbers, by name.
 Attrs attrs_from(const py::dict& d) {
   Attrs out;
@@ -464,12 +417,14 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
     DictReader(rope_d).read(arith);
     check_tables_arith(arith, tables);
   }
-  const RopeApplyOptions apply = apply_options(apply_d, &pos_d);
-  const Positions pos = positions(pos_d);
+  const PyKeywords pos_k(pos_d);
+  const RopeApplyOptions apply = apply_by_keyword(PyKeywords(apply_d), &pos_k);
+  const Positions pos = positions_by_keyword(pos_k);
   const RopeFreqs f = rope_freqs_for(
       shape, axes,
       [&](int head_dim) {
-        return with_apply_defaults(rope_params(rope_d, head_dim, tables), head_dim, apply,
+        return with_apply_defaults(rope_params_by_keyword(PyKeywords(rope_d), head_dim, tables),
+                                   head_dim, apply,
                                    keywords({&rope_d}));
       },
       pos, apply, "x");
@@ -531,9 +486,10 @@ const std::map<std::string, TableKind>& table_kinds() {
     k["rope"] = [](const TableArgs& a, std::vector<Table>& tables) {
       RopeTableRequest r;
       DictReader(a.d).read(r);  // emit, layout
-      r.where = positions(a.pos);
+      r.where = positions_by_keyword(PyKeywords(a.pos));
       r.positions = get<std::int64_t>(a.d, "positions");
-      r.rope = rope_params(a.rope, get<int>(a.d, "dim").value_or(0), keywords({&a.rope, &a.d}));
+      r.rope = rope_params_by_keyword(PyKeywords(a.rope), get<int>(a.d, "dim").value_or(0),
+                                      keywords({&a.rope, &a.d}));
       set_if(a.d, "inverse", r.inverse);
       DictReader{a.d}(field("precision", ""), choice(r.precision, fields::precisions()));
       for_each_emitted(r, [&](const std::string&) { tables.push_back(rope_table(r)); });
@@ -867,14 +823,15 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     // The variant for Q's head dim, computed here with the GIL (the dict is Python's)
     // and handed to the library as a value.
     const int head_dim = static_cast<int>(q->shape()[static_cast<std::size_t>(axes.index('d'))]);
-    const RopeParams params = rope_params(rope_d, head_dim, keywords({&rope_d, &opt_d}));
+    const RopeParams params =
+        rope_params_by_keyword(PyKeywords(rope_d), head_dim, keywords({&rope_d, &opt_d}));
     rope.params = [params](int hd) {
       RopeParams p = params;
       p.head_dim = hd;
       return p;
     };
     rope.positions = pos;
-    rope.apply = apply_options(apply_d);
+    rope.apply = apply_by_keyword(PyKeywords(apply_d));
     rope.apply.allow_nonfinite = opt.allow_nonfinite;
   }
   if (grad_output) {
