@@ -803,7 +803,7 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
     std::vector<std::string> keep = given.given;
     apply_hf_attention(c, opt, keep);
   }
-  const Positions pos = positions(pos_d);
+  const Positions pos = positions_by_keyword(PyKeywords(pos_d));
   opt.cu_seqlens = pos.cu_seqlens;
 
   XlAttention xl;
