@@ -499,42 +499,49 @@ const std::map<std::string, TableKind>& table_kinds() {
   return kinds;
 }
 
-// The declared fields of the requests `for_each` visits (the table kinds, RoPE's requests,
-// ...; each `kind` the one it belongs to), for tests and the stubs' keyword lists:
-// [{kind, name, option, type, required, lo, hi, choices, negation, positive, bare, word,
-// flag, flag_word, bools, sides, default, help}, ...].
-template <class ForEach>
-py::list fields_of(ForEach for_each) {
+// The declared fields of one group of requests (table: the table kinds; rope: RoPE's
+// requests; rope_ids; attention; relative; attention_tensors; ops: compare, its baseline
+// verdict, combine and write), each with the `kind` it belongs to, for tests and the
+// package's keyword lists.
+py::list fields(const std::string& group) {
+  using namespace pybind11::literals;
   py::list out;
-  for_each([&out](const char* kind, auto r) {
+  const auto add = [&out](const char* kind, auto r) {
     Describer d;
     declare(d, r);
+    const auto option = [](const std::string& n) { return n.empty() ? "" : Field::option_of(n); };
     for (const Field& f : d.fields) {
-      py::dict e;
-      e["kind"] = kind;
-      e["name"] = f.name;
-      e["keyword"] = f.python_name();
-      e["option"] = f.option();
-      e["short"] = f.short_name.empty() ? "" : "-" + f.short_name;
-      e["type"] = f.type;
-      e["required"] = f.required;
-      e["lo"] = f.lo ? py::object(py::int_(*f.lo)) : py::object(py::none());
-      e["hi"] = f.hi ? py::object(py::int_(*f.hi)) : py::object(py::none());
-      e["choices"] = f.choices;
-      e["negation"] = f.negation.empty() ? "" : Field::option_of(f.negation);
-      e["positive"] = f.positive;
-      e["bare"] = f.bare;
-      e["word"] = f.word;
-      e["flag"] = f.flag.empty() ? "" : Field::option_of(f.flag);
-      e["flag_word"] = f.flag_word;
-      e["bools"] = f.bools;
-      e["sides"] = f.first_side.empty() ? py::list()
-                                        : py::list(py::make_tuple(f.first_side, f.second_side));
-      e["default"] = f.default_text;
-      e["help"] = f.help;
-      out.append(e);
+      const py::list sides =
+          f.first_side.empty() ? py::list() : py::list(py::make_tuple(f.first_side, f.second_side));
+      out.append(py::dict(
+          "kind"_a = kind, "name"_a = f.name, "keyword"_a = f.python_name(),
+          "option"_a = f.option(), "short"_a = f.short_name.empty() ? "" : "-" + f.short_name,
+          "type"_a = f.type, "required"_a = f.required, "lo"_a = f.lo, "hi"_a = f.hi,
+          "choices"_a = f.choices, "negation"_a = option(f.negation), "positive"_a = f.positive,
+          "bare"_a = f.bare, "word"_a = f.word, "flag"_a = option(f.flag),
+          "flag_word"_a = f.flag_word, "bools"_a = f.bools, "sides"_a = sides,
+          "default"_a = f.default_text, "help"_a = f.help));
     }
-  });
+  };
+  if (group == "table") {
+    for_each_table_kind(add);
+  } else if (group == "rope") {
+    for_each_rope_request(add);
+  } else if (group == "rope_ids") {
+    add("rope_ids", RopeIdsRequest{});
+  } else if (group == "attention") {
+    for_each_attention_request(add);
+  } else if (group == "relative") {
+    for_each_relative_request(add);
+  } else if (group == "attention_tensors") {
+    for_each_attention_input(add);
+  } else if (group == "ops") {
+    for_each_ops_request(add);
+  } else {
+    throw UsageError("group: unknown field group '" + printable(group) +
+                     "'; expected table, rope, rope_ids, attention, relative, "
+                     "attention_tensors or ops");
+  }
   return out;
 }
 
@@ -1084,38 +1091,16 @@ PYBIND11_MODULE(_posenc, m) {
   m.def("table", &tables,
         "table(kind, request, rope, positions, dtype): the tables of one request as "
         "((array, attrs), ...). Use posenc.table.");
-  m.def(
-      "_table_fields", [] { return fields_of([](auto f) { posenc::for_each_table_kind(f); }); },
-      "the declared fields of the table kinds (name, option, type, range, choices, help)");
-  m.def(
-      "_rope_fields", [] { return fields_of([](auto f) { posenc::for_each_rope_request(f); }); },
-      "the declared fields of RoPE (kind rope: RopeParams; positions; coords: the grid's; apply; "
-      "hf: the HF config)");
-  m.def(
-      "_rope_ids_fields",
-      [] { return fields_of([](auto f) { f("rope_ids", posenc::RopeIdsRequest{}); }); },
-      "the declared fields of posenc.rope_ids (RopeIdsRequest's, but the config's path)");
-  m.def(
-      "_attention_fields",
-      [] { return fields_of([](auto f) { posenc::for_each_attention_request(f); }); },
-      "the declared fields of attention (kind attention: AttentionOptions' scalars)");
-  m.def(
-      "_relative_fields", [] { return fields_of([](auto f) { posenc::for_each_relative_request(f); }); },
-      "the declared parameters of the Transformer-XL / XLNet / Funnel and DeBERTa terms");
-  m.def(
-      "_attention_tensors",
-      [] { return fields_of([](auto f) { posenc::for_each_attention_input(f); }); },
-      "the declared inputs of attention's tensors (kind attention) and of its KV-cache step "
-      "(kind kvcache)");
+  m.def("_fields", &fields,
+        "_fields(group): the declared fields of a group of requests (table, rope, rope_ids, "
+        "attention, relative, attention_tensors, ops) as dicts: kind, name, keyword, option, "
+        "type, range, choices, default, help, ...");
   m.def("rope_ids", &rope_ids_of,
         "rope_ids(options, tensors): (ids, delta or deltas) of a prompt, as `posenc rope-ids`. "
         "Use posenc.rope_ids.");
   m.def("attention", &attention,
         "attention(tensors, options, rope, positions, apply, with_rope, relative): the emitted "
         "tensors and attrs as a dict. Use posenc.attention.");
-  m.def(
-      "_ops_fields", [] { return fields_of([](auto f) { posenc::for_each_ops_request(f); }); },
-      "the declared fields of compare, its baseline verdict, combine and write");
   m.def("compare", &compare,
         "compare(a, a_dtype, b, b_dtype, options): the comparison as a dict. Use "
         "posenc.compare.");

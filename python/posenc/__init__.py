@@ -235,7 +235,7 @@ def rope(args, x, *, axes=None, dtype=None, out=None, inverse=False, style=None,
 
 _FLOAT_NAMES = ("f16", "bf16", "f32", "f64")
 # The relative terms' declared parameters (Transformer-XL / XLNet / Funnel, DeBERTa).
-_RELATIVE_FIELDS = tuple(_posenc._relative_fields())
+_RELATIVE_FIELDS = tuple(_posenc._fields("relative"))
 
 _ROPE_OPTION_NAMES = ("style", "base", "rotary_dim", "partial", "rotary_last",
                       "rope_interleave", "scaling", "factor", "original_max_pos", "max_pos",
@@ -408,7 +408,8 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
             raise UsageError("start: a ROPE OPTION needs rope=True")
     qa, q_name, like = _view(q, "q")
     tensors = {"q": (_contiguous(qa), q_name), "k": _arg(k, "k"), "v": _arg(v, "v")}
-    # mask, key_lengths, t5_bias, qv, ...: the declared tensor inputs (_attention_tensors()).
+    # mask, key_lengths, t5_bias, qv, ...: the declared tensor inputs
+    # (_fields("attention_tensors")).
     tensors.update((n, _arg(args[n], n)) for n in _ATTENTION_TENSORS)
     # wavlm_gate, global_kv, decomposed_rel_pos: a list each, as the module reads a group.
     if decomposed_rel_pos is not None:
@@ -440,12 +441,12 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         names, single = _emit_list(emit, ("probs", "output") if v is not None else ("probs",))
     opt = {"emit": names, "precision": precision}
     # scale, sliding_window, softcap, ..., relative_left, ...: the declared fields
-    # (_attention_fields()), under their own names; their ranges and choices are the library's.
+    # (_fields("attention")), under their own names; their ranges and choices are the library's.
     for f in _ATTENTION_FIELDS:
         opt[f["name"]] = _field_value(f, args[f["name"]])
     opt["t5_causal"] = t5_causal or None
     # rel_keys, ..., max_relative_positions: the relative terms' declared parameters
-    # (_relative_fields()); their rules are the library's.
+    # (_fields("relative")); their rules are the library's.
     relative = {f["name"]: _relative_value(f, args[f["name"]]) for f in _RELATIVE_FIELDS}
     # fa-baseline (FlashAttention's PyTorch baseline) is attention's own arithmetic, no
     # RoPE one.

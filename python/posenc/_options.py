@@ -12,17 +12,17 @@ from ._posenc import InputError, UsageError
 
 # Keyword -> RopeParams member; values None are "not given". The declared fields
 # (posenc/encodings/rope_fields.hpp) and those the module reads by hand.
-ROPE_PARAMS = tuple(f["name"] for f in _posenc._rope_fields()
+ROPE_PARAMS = tuple(f["name"] for f in _posenc._fields("rope")
                     if f["kind"] in ("rope", "hf", "arith"))
 
 # The declared scalar fields of posenc.attention (posenc/ops/attention_fields.hpp: scale,
 # sliding_window, softcap, ...), passed to the module under their own names.
-ATTENTION_FIELDS = tuple(_posenc._attention_fields())
+ATTENTION_FIELDS = tuple(_posenc._fields("attention"))
 # Its declared tensor inputs (mask, t5_bias, qv, ...) and the KV-cache step's (page_table,
 # k_new, ...), keyword names.
-ATTENTION_TENSORS = tuple(t["name"] for t in _posenc._attention_tensors()
+ATTENTION_TENSORS = tuple(t["name"] for t in _posenc._fields("attention_tensors")
                           if t["kind"] == "attention" and t["type"] == "tensor")
-KVCACHE_TENSORS = tuple(t["name"] for t in _posenc._attention_tensors()
+KVCACHE_TENSORS = tuple(t["name"] for t in _posenc._fields("attention_tensors")
                         if t["kind"] == "kvcache" and t["type"] == "tensor")
 
 

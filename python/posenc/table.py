@@ -50,7 +50,7 @@ def _run(kind, request, dtype, rope=None, pos=None, emits=None, single=True):
 # The declared parameters of each kind (include/posenc/encodings/table_fields.hpp): the
 # module reads them from the request by these names and checks their ranges and choices.
 _DECLARED = {}
-for _f in _posenc._table_fields():
+for _f in _posenc._fields("table"):
     _DECLARED.setdefault(_f["kind"], []).append(_f)
 del _f
 

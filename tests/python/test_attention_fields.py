@@ -1,5 +1,5 @@
 """Every declared attention field (include/posenc/ops/attention_fields.hpp, listed by
-posenc._posenc._attention_fields(): AttentionOptions' scalars that are one option and one
+posenc._posenc._fields("attention"): AttentionOptions' scalars that are one option and one
 keyword of the same name) is offered everywhere it must be: `posenc attention --help` has
 its option (and its choices); a value just inside its range passes the range check, one
 outside it is refused with exit status 2 by the command and with UsageError by
@@ -24,7 +24,7 @@ import posenc
 BIN = os.environ.get("POSENC_BIN", "posenc")
 SOURCE = os.environ.get("POSENC_SOURCE_DIR",
                         os.path.join(os.path.dirname(__file__), "..", ".."))
-FIELDS = posenc._posenc._attention_fields()
+FIELDS = posenc._posenc._fields("attention")
 IDS = [f["name"] for f in FIELDS]
 # The relative window's sides are checked with the window (checked_window): "relative_left:
 # must be from 0 to 2^30, got -1" from both front ends (RULES below).
@@ -401,7 +401,7 @@ def test_the_hf_config_choice_is_checked_alike_before_the_file_is_read(words, kw
 
 # The declared tensor inputs (declare_tensors, declare(KvCacheOptions)): `--name REF` on the
 # command line, keyword `name` in Python.
-TENSORS = posenc._posenc._attention_tensors()
+TENSORS = posenc._posenc._fields("attention_tensors")
 TENSOR_IDS = [f"{t['kind']}:{t['name']}" for t in TENSORS]
 
 

@@ -1,5 +1,5 @@
 """Every declared field of a table kind (include/posenc/encodings/table_fields.hpp, listed
-by posenc._posenc._table_fields()) is offered everywhere it must be: the command line has
+by posenc._posenc._fields("table")) is offered everywhere it must be: the command line has
 its option in `--help` with its range (a value at the bottom of the range passes the range
 check; one below it, or above the top, is refused with exit status 2 naming the option);
 posenc.table takes its keyword (the same values refused with UsageError naming the
@@ -20,7 +20,7 @@ import posenc.table
 BIN = os.environ.get("POSENC_BIN", "posenc")
 SOURCE = os.environ.get("POSENC_SOURCE_DIR",
                         os.path.join(os.path.dirname(__file__), "..", ".."))
-FIELDS = posenc._posenc._table_fields()
+FIELDS = posenc._posenc._fields("table")
 KINDS = sorted({f["kind"] for f in FIELDS})
 
 
@@ -320,9 +320,20 @@ def test_a_bool_tensor_is_refused_where_numbers_are_declared(f, base):
         function(f["kind"])(**{**kw, f["name"]: np.ones((2, 2), bool)})
 
 
-# --- compare, its baseline verdict, combine and write (posenc._posenc._ops_fields()) ------
+def test_the_field_groups_are_named_and_an_unknown_group_is_refused():
+    groups = ("table", "rope", "rope_ids", "attention", "relative", "attention_tensors", "ops")
+    for g in groups:
+        assert posenc._posenc._fields(g), g
+    assert {f["kind"] for f in posenc._posenc._fields("rope_ids")} == {"rope_ids"}
+    with pytest.raises(posenc.UsageError, match="group: unknown field group 'tables'; "
+                       "expected table, rope, rope_ids, attention, relative, "
+                       "attention_tensors or ops"):
+        posenc._posenc._fields("tables")
 
-OPS = posenc._posenc._ops_fields()
+
+# --- compare, its baseline verdict, combine and write (posenc._posenc._fields("ops")) ---
+
+OPS = posenc._posenc._fields("ops")
 
 
 @pytest.fixture(scope="module")

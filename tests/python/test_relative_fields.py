@@ -1,5 +1,5 @@
 """Every declared parameter of the Transformer-XL / XLNet / Funnel and DeBERTa terms
-(include/posenc/ops/attention_relative_fields.hpp, listed by posenc._posenc._relative_fields())
+(include/posenc/ops/attention_relative_fields.hpp, listed by posenc._posenc._fields("relative"))
 is offered everywhere it must be: `posenc attention --help` lists its option in RELATIVE
 ATTENTION, posenc.attention takes the keyword and the stub names it, man/posenc-attention.1
 documents the option and the option x mode matrix has its row; and the rules between them
@@ -18,7 +18,7 @@ import posenc
 BIN = os.environ.get("POSENC_BIN", "posenc")
 SOURCE = os.environ.get("POSENC_SOURCE_DIR",
                         os.path.join(os.path.dirname(__file__), "..", ".."))
-FIELDS = posenc._posenc._relative_fields()
+FIELDS = posenc._posenc._fields("relative")
 IDS = [f["name"] for f in FIELDS]
 # The parameters that ask for the terms; every other one needs one of them.
 TERMS = ("rel_keys", "factorized", "pos_key", "pos_query")

@@ -1,5 +1,5 @@
 """Every declared RoPE field (include/posenc/encodings/rope_fields.hpp, listed by
-posenc._posenc._rope_fields(): kind "rope" the RopeParams scaling parameters, "positions"
+posenc._posenc._fields("rope"): kind "rope" the RopeParams scaling parameters, "positions"
 the first position and the tensors of positions, "coords" the generated grid's scalars,
 "apply" the ways of applying:
 the inverse and the precision, and `posenc rope`'s own; "hf" the HF config and its layers)
@@ -25,7 +25,7 @@ import posenc.table
 BIN = os.environ.get("POSENC_BIN", "posenc")
 SOURCE = os.environ.get("POSENC_SOURCE_DIR",
                         os.path.join(os.path.dirname(__file__), "..", ".."))
-FIELDS = posenc._posenc._rope_fields()
+FIELDS = posenc._posenc._fields("rope")
 IDS = [f"{f['kind']}:{f['name']}" for f in FIELDS]
 
 # A valid call of `posenc rope` on x [4, 8] (axes sd) per kind: words and keywords.

@@ -1,5 +1,5 @@
 """Every declared field of `posenc rope-ids` (include/posenc/encodings/rope_ids_fields.hpp,
-listed by posenc._posenc._rope_ids_fields(): the family, the media token ids and the timing
+listed by posenc._posenc._fields("rope_ids"): the family, the media token ids and the timing
 numbers) is offered everywhere it must be: the command has its option in `--help`; a value
 below the field's range (the library's, resolve_rope_ids_rules) is refused by the command
 with exit status 2 naming the option and by posenc.rope_ids with UsageError naming the
@@ -19,7 +19,7 @@ import posenc
 BIN = os.environ.get("POSENC_BIN", "posenc")
 SOURCE = os.environ.get("POSENC_SOURCE_DIR",
                         os.path.join(os.path.dirname(__file__), "..", ".."))
-FIELDS = posenc._posenc._rope_ids_fields()
+FIELDS = posenc._posenc._fields("rope_ids")
 IDS = [f["name"] for f in FIELDS]
 
 # The family that reads each number (the token ids: the families whose prompts have them).

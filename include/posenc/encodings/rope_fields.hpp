@@ -9,7 +9,7 @@
 /// lists them, and the HF config a request follows (HfConfigChoice). The ROPE OPTIONS of
 /// `table rope`, `rope` and `attention --rope`, the Python keywords of posenc.rope /
 /// posenc.table.rope / posenc.attention, their ranges and the field list the tests walk
-/// (`posenc._posenc._rope_fields()`) come from here.
+/// (`posenc._posenc._fields("rope")`) come from here.
 ///
 /// The arithmetic (ArithChoice) is declared apart: `posenc attention` names one more
 /// (fa-baseline) and refuses two (meta, ggml).

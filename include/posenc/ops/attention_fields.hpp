@@ -4,7 +4,7 @@
 /// AttentionOptions that are one option and one keyword of the same name, in the order
 /// `posenc attention --help` lists them. The command line's options, the Python module's
 /// keywords, the ranges checked (`validate_given`) and the field list the tests walk
-/// (`posenc._posenc._attention_fields()`) come from here.
+/// (`posenc._posenc._fields("attention")`) come from here.
 ///
 /// A range is what a value the caller gives must be in; not giving a field leaves its
 /// default, which may be outside it (0 = off for sliding_window, -1 = from the rows for

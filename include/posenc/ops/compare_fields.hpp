@@ -54,7 +54,7 @@ void declare(V& v, BaselineRule& r) {
 }
 
 /// Calls `f(kind, request)` for the requests of compare (kind compare), its verdict
-/// (baseline), combine and write, whose fields the tests walk (posenc._posenc._ops_fields).
+/// (baseline), combine and write, whose fields the tests walk (posenc._posenc._fields("ops")).
 template <class F>
 void for_each_ops_request(F&& f) {
   f("compare", CompareOptions{});
