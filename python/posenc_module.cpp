@@ -1001,6 +1001,12 @@ void write(const std::string& ref, const py::array& x, const std::string& dtype,
   write_tensor(r, t, a, w);
 }
 
+// The fp8 dtype of a format name ("e4m3fn", "float8_e5m2", ...; UsageError naming
+// `format` otherwise).
+DType fp8_dtype(const std::string& format) {
+  return parse_fp8_format(format, "format") == Fp8Format::e4m3fn ? DType::f8e4m3fn : DType::f8e5m2;
+}
+
 // --- benchmarks' reference points ---------------------------------------------------
 
 // The best time in seconds of `repeats` calls of `f`, without the GIL.
@@ -1142,24 +1148,21 @@ PYBIND11_MODULE(_posenc, m) {
   pthread_atfork(nullptr, nullptr, posenc_forked_child);
   m.def(
       "noop", [] {}, "Does nothing: the cost of a call into the module, for bench/python.");
-  // The fp8 conversions (posenc/fp8.hpp), element by element.
+  // The fp8 conversions as `posenc convert` makes them (posenc/ops/cast.hpp).
   m.def(
       "fp8_encode",
       [](const py::array& x, const std::string& format) {
-        const posenc::Fp8Format f = posenc::parse_fp8_format(format, "format");
+        const posenc::DType to = fp8_dtype(format);
         const bool single = py::isinstance<py::array_t<float>>(x);
         if (!single && !py::isinstance<py::array_t<double>>(x)) {
           throw posenc::UsageError("fp8_encode: x must be a float32 or float64 array");
         }
+        const py::array a = py::array::ensure(x, py::array::c_style);
         py::array_t<std::uint8_t> out(x.size());
-        std::uint8_t* o = out.mutable_data();
-        if (single) {
-          auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(x);
-          for (py::ssize_t i = 0; i < a.size(); ++i) o[i] = posenc::fp8_from_float(a.data()[i], f);
-        } else {
-          auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(x);
-          for (py::ssize_t i = 0; i < a.size(); ++i) o[i] = posenc::fp8_from_double(a.data()[i], f);
-        }
+        posenc::cast(static_cast<const std::byte*>(a.data()),
+                     single ? posenc::DType::f32 : posenc::DType::f64,
+                     reinterpret_cast<std::byte*>(out.mutable_data()), to,
+                     static_cast<std::size_t>(out.size()));
         return out;
       },
       "fp8_encode(x, format): the fp8 codes (uint8, flat) of float32 or float64 x, rounded as "
@@ -1168,11 +1171,10 @@ PYBIND11_MODULE(_posenc, m) {
       "fp8_decode",
       [](const py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>& codes,
          const std::string& format) {
-        const posenc::Fp8Format f = posenc::parse_fp8_format(format, "format");
         py::array_t<float> out(codes.size());
-        for (py::ssize_t i = 0; i < codes.size(); ++i) {
-          out.mutable_data()[i] = posenc::fp8_to_float(codes.data()[i], f);
-        }
+        posenc::cast(reinterpret_cast<const std::byte*>(codes.data()), fp8_dtype(format),
+                     reinterpret_cast<std::byte*>(out.mutable_data()), posenc::DType::f32,
+                     static_cast<std::size_t>(out.size()));
         return out;
       },
       "fp8_decode(codes, format): the float32 values (flat) of uint8 fp8 codes, exact.");
