@@ -866,17 +866,6 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
 
 // --- compare, read, write -----------------------------------------------------------
 
-// A largest difference: its value, where (A's multi-index, as the command prints it)
-// and both values there.
-py::dict diff_at(const DiffAt& d, const CompareResult& r) {
-  py::dict o;
-  o["value"] = d.value;
-  o["index"] = d.index ? py::object(py::tuple(py::cast(r.index_in_a(*d.index)))) : py::none();
-  o["a"] = d.a;
-  o["b"] = d.b;
-  return o;
-}
-
 py::dict compare(const py::array& a, const std::string& a_dtype, const py::array& b,
                  const std::string& b_dtype, const py::dict& d) {
   const CallThreads threads;
@@ -889,29 +878,27 @@ py::dict compare(const py::array& a, const std::string& a_dtype, const py::array
     py::gil_scoped_release nogil;
     r = posenc::compare(ta, tb, opt, slice);
   }
-  py::dict o;
-  o["match"] = r.match();
-  o["shapes_equal"] = r.shapes_equal;
-  o["shape_a"] = r.shape_a;
-  o["shape_b"] = r.shape_b;
-  o["total"] = r.total;
-  o["mismatches"] = r.mismatches;
-  o["first_mismatch"] = r.first_mismatch ? py::cast(*r.first_mismatch) : py::none();
-  o["first_mismatch_index"] =
-      r.first_mismatch ? py::cast(r.index_in_a(*r.first_mismatch)) : py::none();
-  o["max_abs"] = diff_at(r.max_abs, r);
-  o["max_rel"] = diff_at(r.max_rel, r);
-  o["max_ulp"] = r.max_ulp ? py::cast(*r.max_ulp) : py::none();
-  o["nan_a"] = r.nan_a;
-  o["nan_b"] = r.nan_b;
-  o["nan_mismatches"] = r.nan_mismatches;
+  using namespace pybind11::literals;
+  // A largest difference: its value, where (A's multi-index, as the command prints it)
+  // and both values there.
+  const auto diff_at = [&r](const DiffAt& d) {
+    const py::object at =
+        d.index ? py::object(py::tuple(py::cast(r.index_in_a(*d.index)))) : py::none();
+    return py::dict("value"_a = d.value, "index"_a = at, "a"_a = d.a, "b"_a = d.b);
+  };
   // The rule as the command states it: a ULP bound given alone decides alone.
-  const bool tolerances = !r.rule.max_ulp || r.rule.tolerance_explicit;
-  o["rtol"] = tolerances ? py::cast(r.rule.rtol) : py::none();
-  o["atol"] = tolerances ? py::cast(r.rule.atol) : py::none();
-  o["ulp"] = r.rule.max_ulp ? py::cast(*r.rule.max_ulp) : py::none();
-  o["ulp_type"] = r.rule.ulp_type ? std::string(dtype_name(*r.rule.ulp_type)) : "integer";
-  return o;
+  const bool tol = r.rule.tolerances_apply();
+  const std::optional<std::size_t> first = r.first_mismatch;
+  return py::dict("match"_a = r.match(), "shapes_equal"_a = r.shapes_equal, "shape_a"_a = r.shape_a,
+                  "shape_b"_a = r.shape_b, "total"_a = r.total, "mismatches"_a = r.mismatches,
+                  "first_mismatch"_a = first,
+                  "first_mismatch_index"_a = first ? py::cast(r.index_in_a(*first)) : py::none(),
+                  "max_abs"_a = diff_at(r.max_abs), "max_rel"_a = diff_at(r.max_rel),
+                  "max_ulp"_a = r.max_ulp, "nan_a"_a = r.nan_a, "nan_b"_a = r.nan_b,
+                  "nan_mismatches"_a = r.nan_mismatches,
+                  "rtol"_a = tol ? py::cast(r.rule.rtol) : py::none(),
+                  "atol"_a = tol ? py::cast(r.rule.atol) : py::none(), "ulp"_a = r.rule.max_ulp,
+                  "ulp_type"_a = r.rule.ulp_type_name());
 }
 
 // --- combine ------------------------------------------------------------------------
@@ -950,11 +937,9 @@ py::dict compare_baseline(const py::array& a, const std::string& a_dtype, const 
     py::gil_scoped_release nogil;
     v = judge_against_baseline(ta, tb, tp, rule);
   }
-  py::dict o;
-  o["match"] = v.pass();
-  o["shapes_equal"] = v.shapes_equal;
-  o["shape_a"] = ta.shape();
-  o["shape_b"] = tb.shape();
+  using namespace pybind11::literals;
+  py::dict o("match"_a = v.pass(), "shapes_equal"_a = v.shapes_equal, "shape_a"_a = ta.shape(),
+             "shape_b"_a = tb.shape());
   for_each_verdict_number(v, ta.shape(), tb.shape(), [&o](const char* key, const auto& x) {
     if constexpr (IsOptional<std::decay_t<decltype(x)>>::value) {
       o[key] = x ? py::object(py::tuple(py::cast(*x))) : py::none();

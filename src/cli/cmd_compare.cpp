@@ -132,10 +132,6 @@ std::string index_str(const std::vector<std::size_t>& idx) {
   return s + ")";
 }
 
-std::string ulp_type_name(const CompareRule& rule) {
-  return rule.ulp_type ? std::string(dtype_name(*rule.ulp_type)) : std::string("integer");
-}
-
 nlohmann::ordered_json json_number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
@@ -170,7 +166,7 @@ void print_json(std::FILE* to, const TensorRef& ra, DType da, const TensorRef& r
   j["max_ulp"] =
       rule.max_ulp ? nlohmann::ordered_json(*rule.max_ulp) : nlohmann::ordered_json(nullptr);
   j["equal_nan"] = rule.equal_nan;
-  j["ulp_type"] = ulp_type_name(rule);
+  j["ulp_type"] = rule.ulp_type_name();
   j["total"] = r.total;
   j["mismatches"] = r.mismatches;
   j["first_mismatch_index"] = index_json(r.first_mismatch, r);
@@ -296,7 +292,7 @@ void print_text(std::FILE* to, const TensorRef& ra, DType da, const TensorRef& r
   std::string text = fmt::format("|a - b| <= {} + {} * |b|", rule.atol, rule.rtol);
   if (rule.max_ulp) {
     std::string ulp_rule =
-        fmt::format("ulp distance in {} <= {}", ulp_type_name(rule), *rule.max_ulp);
+        fmt::format("ulp distance in {} <= {}", rule.ulp_type_name(), *rule.max_ulp);
     text = rule.tolerance_explicit ? ulp_rule + " or " + text : ulp_rule;
   }
   if (rule.equal_nan) text += " (NaN equals NaN)";
@@ -309,7 +305,7 @@ void print_text(std::FILE* to, const TensorRef& ra, DType da, const TensorRef& r
   fmt::print(to, "max rel diff: {}{}\n", r.max_rel.value, at(r.max_rel));
   if (r.max_ulp) {
     fmt::print(
-        to, "max ulp diff: {} ({}){}\n", *r.max_ulp, ulp_type_name(rule),
+        to, "max ulp diff: {} ({}){}\n", *r.max_ulp, rule.ulp_type_name(),
         r.max_ulp_index ? " at " + index_str(r.index_in_a(*r.max_ulp_index)) : std::string());
   }
   if (r.nan_a || r.nan_b) {

@@ -50,6 +50,19 @@ TEST(CompareRule, DefaultsFollowTheLessPreciseType) {
                UsageError);
 }
 
+// What both front ends state of the rule: which tests decide, and the ULPs' type.
+TEST(CompareRule, StatesWhichTestsDecideAndTheUlpType) {
+  CompareRule r = make_compare_rule(DType::bf16, DType::f32, {});
+  EXPECT_TRUE(r.tolerances_apply());
+  EXPECT_EQ(r.ulp_type_name(), "bf16");
+  r = make_compare_rule(DType::f32, DType::f32, {std::nullopt, std::nullopt, 2, false});
+  EXPECT_FALSE(r.tolerances_apply());  // a ULP bound given alone decides alone
+  r = make_compare_rule(DType::f32, DType::f32, {1e-3, std::nullopt, 2, false});
+  EXPECT_TRUE(r.tolerances_apply());  // with a tolerance given, either test suffices
+  EXPECT_EQ(make_compare_rule(DType::i32, DType::u8, {}).ulp_type_name(), "integer");
+  EXPECT_EQ(make_compare_rule(DType::f8e5m2, DType::f32, {}).ulp_type_name(), "float8_e5m2");
+}
+
 // The declared ranges' messages, which the command line and Python say after their own
 // name for the field (compare_fields.hpp, io/write_fields.hpp).
 TEST(CompareRule, DeclaredRangesGiveTheLibrarysMessages) {

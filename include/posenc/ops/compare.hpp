@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 #include <xtensor/xtensor.hpp>
@@ -73,6 +74,12 @@ struct CompareRule {
   bool tolerance_explicit = false;
   bool equal_nan = false;         ///< NaN on both sides matches
   std::optional<DType> ulp_type;  ///< the type ULPs count in; nullopt: integers (ULP 1)
+  /// Whether rtol and atol take part in the verdict: a ULP bound given alone decides alone.
+  bool tolerances_apply() const { return !max_ulp || tolerance_explicit; }
+  /// The type ULPs count in as both front ends name it: its dtype name, or "integer".
+  std::string ulp_type_name() const {
+    return ulp_type ? std::string(dtype_name(*ulp_type)) : std::string("integer");
+  }
 };
 
 /// The type both sides are compared in for ULPs and default tolerances: the less
