@@ -676,6 +676,14 @@ py::dict emitted(AttentionResult& res, const std::vector<AttentionEmit>& emit) {
   return out;
 }
 
+// f(term) with the one term a call adds to attention (Transformer-XL's, DeBERTa's or
+// RoPE's; f() without), run without the GIL.
+template <class F>
+auto with_term(const XlAttention* xl, const DebertaAttention* deb, const AttentionRope* rope, F f) {
+  py::gil_scoped_release nogil;
+  return xl ? f(*xl) : deb ? f(*deb) : rope ? f(*rope) : f();
+}
+
 // attention(grad_output=...): the gradients named in `names` (gradient_fields()) and
 // attrs.
 py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dO,
@@ -701,14 +709,9 @@ py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, 
     bopt.forward_output = &o64;
     bopt.forward_lse = &*fwd_lse;
   }
-  AttentionGrads g;
-  {
-    py::gil_scoped_release nogil;
-    g = xl     ? attention_backward(q, k, v, dO, opt, bopt, *xl)
-        : deb  ? attention_backward(q, k, v, dO, opt, bopt, *deb)
-        : rope ? attention_backward(q, k, v, dO, opt, bopt, *rope)
-               : attention_backward(q, k, v, dO, opt, bopt);
-  }
+  AttentionGrads g = with_term(xl, deb, rope, [&](const auto&... term) {
+    return attention_backward(q, k, v, dO, opt, bopt, term...);
+  });
   py::dict out;
   for (const std::string& n : names) out[py::str(n)] = to_array(std::move(g.named(n)));
   out["attrs"] = attrs_to(g.attrs);
@@ -847,20 +850,11 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                                deb_terms ? &deb : nullptr, tensor_arg(tensors, "forward_output"),
                                tensor_arg(tensors, "forward_lse"));
   }
-  AttentionResult res;
-  if (xl_terms) {
-    py::gil_scoped_release nogil;
-    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, xl);
-  } else if (deb_terms) {
-    py::gil_scoped_release nogil;
-    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, deb);
-  } else if (with_rope) {
-    py::gil_scoped_release nogil;
-    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt, rope);
-  } else {
-    py::gil_scoped_release nogil;
-    res = posenc::attention(*q, *k, v ? &*v : nullptr, opt);
-  }
+  AttentionResult res =
+      with_term(xl_terms ? &xl : nullptr, deb_terms ? &deb : nullptr, with_rope ? &rope : nullptr,
+                [&](const auto&... term) {
+                  return posenc::attention(*q, *k, v ? &*v : nullptr, opt, term...);
+                });
   return emitted(res, opt.emit);
 }
 
