@@ -277,7 +277,8 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
               relative_beyond=None, relative_proj=None, per_dim_scale=None,
               global_kv=None, global_block_size=None, global_bias=None,
               softcap=None, sinks=None, masked_rows=None, dtype=None,
-              qv=None, q_descale=None, k_descale=None, v_descale=None, p_dtype=None,
+              qv=None, q_descale=None, k_descale=None, v_descale=None, k_scale=None,
+              v_scale=None, p_dtype=None,
               max_memory=None, allow_nonfinite=False, precision=None, arith=None,
               hf_config=None, hf_version=None, layer_type=None, layer=None,
               cu_seqlens=None,
@@ -349,7 +350,9 @@ def attention(args, q, k, v=None, *, axes=None, emit=None, scale=None, causal=Fa
         reorder_ops=True, each op rounded to q's dtype as CUDA does).
     qv (q's shape with dv): FlashAttention-3's qv, scores += scale qv.v, default scale
         1/sqrt(d + dv). q_descale, k_descale, v_descale [b, hk]: fp8 descales, the inputs
-        multiplied in float32 first (attention_ref). p_dtype "f32", "f16", "bf16",
+        multiplied in float32 first (attention_ref). k_scale, v_scale: vLLM's per-tensor
+        fp8 KV-cache scales (k times k_scale, v times v_scale), as k_descale and
+        v_descale filled with them; not with those. p_dtype "f32", "f16", "bf16",
         "e4m3fn" or "e5m2": P rounded before P.V (FlashAttention's intermediate_dtype).
     hf_config (path), hf_version, layer_type, layer: a HF config's scale, soft-cap, windows, chunks,
         temperature and ALiBi (explicit keywords win), its shapes checked.

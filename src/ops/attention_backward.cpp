@@ -85,6 +85,7 @@ void refuse_unsupported(const AttentionOptions& opt, const AttentionBackwardOpti
   no(opt.masked_rows == MaskedRows::nan, "--masked-rows nan");
   no(opt.q_descale != nullptr || opt.k_descale != nullptr || opt.v_descale != nullptr,
      "--q-descale/--k-descale/--v-descale (FlashAttention-3's fp8 path is forward only)");
+  no(opt.k_scale != 0 || opt.v_scale != 0, "k_scale/v_scale (the fp8 scales are forward only)");
   no(!opt.p_dtype.empty(), "--p-dtype");
   no(opt.fa_baseline, "--arith fa-baseline");
   if (bopt.dt5_bias && !opt.t5_bias) throw UsageError("gradients: dt5_bias needs --t5-bias");

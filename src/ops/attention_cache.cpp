@@ -545,7 +545,8 @@ AttentionResult attention_kvcache(const Tensor& q, Tensor& k_cache, Tensor& v_ca
   o.output_sink = nullptr;
   if (o.emit.empty()) o.emit = {AttentionEmit::output};
   AttentionResult res;
-  if (opt.qv || opt.q_descale || opt.k_descale || opt.v_descale) {
+  if (opt.qv || opt.q_descale || opt.k_descale || opt.v_descale || opt.k_scale != 0 ||
+      opt.v_scale != 0) {
     // qv and the descales (attention_fa.cpp) read K and V whole: each entry's rows are
     // gathered into [b, sk, hk, d] copies (zeros past its length, masked by seqused_k),
     // counted against max_memory; a paged and a contiguous cache give the same copies.

@@ -2,6 +2,7 @@
 // FlashAttention's hopper/test_util.py:
 // - descales: q = (q.float() * q_descale).to(q.dtype) (q_descale repeated over the group,
 //   qv likewise), k and v by theirs; under the upcast reference q.dtype is float32 already.
+//   vLLM's per-tensor k_scale and v_scale are k_descale and v_descale filled with them.
 // - qv: scores += (qv * scale) . v^T, scale 1/sqrt(d + dv). The exact path attends with
 //   Q||qv over K||V, the same sum of products in one dot product.
 // - p_dtype (intermediate_dtype): P.to(dtype).to(P.dtype) before P.V.
@@ -24,6 +25,7 @@
 #include "ops/attention_mask.hpp"
 #include "posenc/error.hpp"
 #include "posenc/fp8.hpp"
+#include "posenc/ops/attention_fields.hpp"
 
 namespace posenc::attention_detail {
 
@@ -156,13 +158,42 @@ void need_budget(std::size_t max_memory, std::size_t need, const char* what) {
   }
 }
 
+// k_scale and v_scale (0: none): positive and finite as float32, the type of the
+// descales they fill; not with the descales of their operand (check_kv_scales, the rule
+// the front ends check, here in the library's names).
+void check_scales(const Tensor* v, const AttentionOptions& opt) {
+  const std::pair<double, const char*> scales[] = {{opt.k_scale, "k_scale"},
+                                                   {opt.v_scale, "v_scale"}};
+  for (const auto& [s, name] : scales) {
+    if (s == 0) continue;
+    if (!(s > 0) || !std::isfinite(s)) {
+      throw UsageError(fmt::format("{} {}: must be a positive number", name, s));
+    }
+    const float f = static_cast<float>(s);
+    if (f == 0 || std::isinf(f)) {
+      throw UsageError(fmt::format("{} {}: must be a float32 from {} to {} (the scale is float32, "
+                                   "as the descales are)",
+                                   name, s, std::numeric_limits<float>::denorm_min(),
+                                   std::numeric_limits<float>::max()));
+    }
+  }
+  if (opt.v_scale != 0 && !v) throw UsageError("v_scale: needs V");
+  const auto gave = [&opt](const std::string& n) {
+    return (n == "k_scale" && opt.k_scale != 0) || (n == "v_scale" && opt.v_scale != 0) ||
+           (n == "k_descale" && opt.k_descale) || (n == "v_descale" && opt.v_descale);
+  };
+  check_kv_scales(Caller{gave, [](const std::string& n) { return n; }, nullptr});
+}
+
 // Shapes and values of qv and the descales; the options they cannot go with.
 void check_fa(const Tensor& q, const Tensor& k, const Tensor* v, const Geometry& g,
               const AttentionOptions& opt) {
   if (opt.arith != Arith::exact) {
     throw UsageError(
-        "qv, the descales, p_dtype and the FlashAttention baseline: not under --arith hf");
+        "qv, the descales, k_scale/v_scale, p_dtype and the FlashAttention baseline: not under "
+        "--arith hf");
   }
+  check_scales(v, opt);
   if (opt.qv) {
     if (!v) throw UsageError("qv: needs V (its term is qv . v)");
     if (opt.relative_k || opt.relative_proj || opt.per_dim_scale || opt.rel_pos_h ||
@@ -256,6 +287,13 @@ struct Descaled {
   std::size_t bytes = 0;  // of the copies
 };
 
+// A per-tensor scale as the descales [b, hk] it stands for, float32 as FlashAttention's.
+Tensor filled(const Geometry& g, double scale) {
+  Tensor t(DType::f32, Shape{g.b, g.hk});
+  std::fill_n(t.data<float>(), t.numel(), static_cast<float>(scale));
+  return t;
+}
+
 void descale_all(Descaled& d, const Tensor& q0, const Tensor& k0, const Tensor* v0,
                  const Geometry& g, const AttentionOptions& opt, bool keep_dtype) {
   d.q = &q0;
@@ -273,7 +311,9 @@ void descale_all(Descaled& d, const Tensor& q0, const Tensor& k0, const Tensor* 
     if (opt.qv) apply(*opt.qv, *opt.q_descale, g.hq / g.hk, d.qvd, d.qv);
   }
   if (opt.k_descale) apply(k0, *opt.k_descale, 1, d.kd, d.k);
+  if (opt.k_scale > 0) apply(k0, filled(g, opt.k_scale), 1, d.kd, d.k);
   if (opt.v_descale && v0) apply(*v0, *opt.v_descale, 1, d.vd, d.v);
+  if (opt.v_scale > 0 && v0) apply(*v0, filled(g, opt.v_scale), 1, d.vd, d.v);
 }
 
 AttentionResult baseline(const Tensor& q0, const Tensor& k0, const Tensor* v0, const Geometry& g,
@@ -410,6 +450,7 @@ AttentionResult exact(const Tensor& q0, const Tensor& k0, const Tensor* v0, cons
   const std::size_t group = g.hq / g.hk;
   AttentionOptions inner = opt;
   inner.qv = inner.q_descale = inner.k_descale = inner.v_descale = nullptr;
+  inner.k_scale = inner.v_scale = 0;
   inner.p_dtype.clear();
   inner.dtype = g.out;
   // attention_ref's upcast reference: the products stay float32.
@@ -485,8 +526,8 @@ AttentionResult exact(const Tensor& q0, const Tensor& k0, const Tensor* v0, cons
 }  // namespace
 
 bool fa_extras(const AttentionOptions& opt) {
-  return opt.qv || opt.q_descale || opt.k_descale || opt.v_descale || !opt.p_dtype.empty() ||
-         opt.fa_baseline;
+  return opt.qv || opt.q_descale || opt.k_descale || opt.v_descale || opt.k_scale != 0 ||
+         opt.v_scale != 0 || !opt.p_dtype.empty() || opt.fa_baseline;
 }
 
 AttentionResult attention_fa(const Tensor& q, const Tensor& k, const Tensor* v,
@@ -496,6 +537,7 @@ AttentionResult attention_fa(const Tensor& q, const Tensor& k, const Tensor* v,
   if (v) require_float(v->dtype(), "v");
   AttentionOptions plain = opt;
   plain.qv = plain.q_descale = plain.k_descale = plain.v_descale = nullptr;
+  plain.k_scale = plain.v_scale = 0;
   plain.p_dtype.clear();
   plain.fa_baseline = false;
   const Geometry g = check(q.shape(), k.shape(), v ? &v->shape() : nullptr, q.dtype(), plain);
@@ -511,6 +553,8 @@ AttentionResult attention_fa(const Tensor& q, const Tensor& k, const Tensor* v,
   if (opt.q_descale) res.attrs.push_back({"q_descale", 1LL});
   if (opt.k_descale) res.attrs.push_back({"k_descale", 1LL});
   if (opt.v_descale) res.attrs.push_back({"v_descale", 1LL});
+  if (opt.k_scale != 0) res.attrs.push_back({"k_scale", opt.k_scale});
+  if (opt.v_scale != 0) res.attrs.push_back({"v_scale", opt.v_scale});
   if (!opt.p_dtype.empty()) res.attrs.push_back({"p_dtype", opt.p_dtype});
   return res;
 }

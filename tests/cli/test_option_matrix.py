@@ -229,6 +229,10 @@ ATTENTION_ROWS = {
     "--q-descale": ([], ["--q-descale", "{dsq}"]),
     "--k-descale": ([], ["--k-descale", "{dsq}"]),
     "--v-descale": ([], ["--v-descale", "{dsq}"]),
+    # vLLM's per-tensor fp8 KV-cache scales (tests/python/test_attention_kv_scale.py
+    # checks the numbers), refused by --arith hf.
+    "--k-scale": ([], ["--k-scale", "0.5"]),
+    "--v-scale": ([], ["--v-scale", "2"]),
     "--p-dtype": ([], ["--p-dtype", "e4m3fn"]),
     "--masked-rows": (["--key-lengths", "{klen0}"], ["--key-lengths", "{klen0}",
                                                      "--masked-rows", "nan"]),

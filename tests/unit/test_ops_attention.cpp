@@ -459,6 +459,53 @@ TEST(Attention, BadShapesAndOptions) {
   }
 }
 
+// vLLM's per-tensor fp8 scales, called from C++: the bytes of the descales [b, hk] filled
+// with them; out-of-range values and a scale beside its operand's descales are refused by
+// attention() itself, in the library's names.
+TEST(Attention, KvScalesAreFilledDescales) {
+  Tensor q = random_tensor({2, 4, 3, 8}, 23), k = random_tensor({2, 2, 6, 8}, 24),
+         v = random_tensor({2, 2, 6, 4}, 25);
+  Tensor kd(DType::f64, {2, 2}), vd(DType::f64, {2, 2});
+  for (std::size_t i = 0; i < 4; ++i) {
+    kd.set(i, 0.37);
+    vd.set(i, 2.5);
+  }
+  AttentionOptions scaled, descaled, plain;
+  scaled.k_scale = 0.37;
+  scaled.v_scale = 2.5;
+  descaled.k_descale = &kd;
+  descaled.v_descale = &vd;
+  const Tensor a = attention(q, k, &v, scaled).output, b = attention(q, k, &v, descaled).output;
+  ASSERT_EQ(a.nbytes(), b.nbytes());
+  EXPECT_EQ(std::memcmp(a.bytes(), b.bytes(), a.nbytes()), 0);
+  const Tensor c = attention(q, k, &v, plain).output;
+  EXPECT_NE(std::memcmp(a.bytes(), c.bytes(), a.nbytes()), 0);
+  auto refused = [&](AttentionOptions o, const Tensor* vp, const std::string& want) {
+    try {
+      attention(q, k, vp, o);
+      ADD_FAILURE() << "not refused: " << want;
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  };
+  AttentionOptions o;
+  o.k_scale = -1;
+  refused(o, &v, "k_scale -1: must be a positive number");
+  o.k_scale = std::numeric_limits<double>::quiet_NaN();
+  refused(o, &v, "k_scale nan: must be a positive number");
+  o.k_scale = 1e39;
+  refused(o, &v,
+          "k_scale 1e+39: must be a float32 from 1e-45 to 3.4028235e+38 (the scale is float32, "
+          "as the descales are)");
+  o.k_scale = 0.5;
+  o.k_descale = &kd;
+  refused(o, &v, "k_scale: not with k_descale (the scale is the descale of every entry; give one)");
+  o = AttentionOptions{};
+  o.v_scale = 2;
+  o.emit = {AttentionEmit::probs};
+  refused(o, nullptr, "v_scale: needs V");
+}
+
 TEST(Attention, BroadcastMasks) {
   Tensor q = random_tensor({2, 2, 4, 8}, 23), k = random_tensor({2, 2, 4, 8}, 24),
          v = random_tensor({2, 2, 4, 8}, 25);

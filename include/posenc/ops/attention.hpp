@@ -295,6 +295,15 @@ struct AttentionOptions {
   const Tensor* q_descale = nullptr;
   const Tensor* k_descale = nullptr;  ///< K's descales (q_descale says how)
   const Tensor* v_descale = nullptr;  ///< V's descales (q_descale says how)
+  /// vLLM's per-tensor fp8 KV-cache scales (its attention's k_scale, v_scale; 0 = none):
+  /// K is multiplied by k_scale, exactly as by a k_descale [b, hk] filled with it (the
+  /// scale rounded to float32, each product in float32: kept in float32, or rounded back
+  /// to the input dtype under fa_baseline). vLLM's dequantization convention, cache value
+  /// times scale; its paged-attention test rounds the products to the model dtype, which
+  /// this does not. Given, positive and finite in float32; not with k_descale, gradients
+  /// or arith hf (UsageError).
+  double k_scale = 0;
+  double v_scale = 0;  ///< V's scale, as k_scale K's (not with v_descale; needs V)
   /// FlashAttention's intermediate_dtype: the normalised probabilities P are rounded to
   /// this type ("f32", "f16", "bf16", "e4m3fn", "e5m2"; posenc/fp8.hpp) before P.V, once
   /// from the arithmetic (the emitted probs are P before rounding). Empty = no rounding.

@@ -119,6 +119,17 @@ void declare(V& v, AttentionOptions& o) {
           "round the normalised probabilities P to f32|f16|bf16|e4m3fn|e5m2 before P.V "
           "(FlashAttention's intermediate_dtype)"),
     choice(o.p_dtype, fields::p_dtype_names()));
+  v(field("k_scale",
+          "vLLM's per-tensor fp8 KV-cache scale S: K times S, as --k-descale filled with S "
+          "(S rounded to float32, each product in float32, FlashAttention's descale "
+          "arithmetic); not with --k-descale")
+        .at_least(0),
+    o.k_scale);
+  v(field("v_scale",
+          "vLLM's per-tensor fp8 KV-cache scale S of V: V times S, as --v-descale filled "
+          "with S; not with --v-descale")
+        .at_least(0),
+    o.v_scale);
   v(field("masked_rows", "rows with every key masked: zero (probs 0, output 0; default) or nan"),
     choice(o.masked_rows, fields::masked_rows_names()));
   v(field("allow_nonfinite",
@@ -164,12 +175,25 @@ void declare(V& v, AttentionOptions& o) {
     parsed(o.dtype, &parse_dtype, "dtype"));
 }
 
+/// A per-tensor scale (k_scale, v_scale) against the descales of the same operand: one
+/// scale per operand. attention() checks it too, naming the fields (attention_fa.cpp).
+inline void check_kv_scales(const Caller& c) {
+  for (const char* x : {"k", "v"}) {
+    const std::string scale = std::string(x) + "_scale", descale = std::string(x) + "_descale";
+    if (c.gave(scale) && c.gave(descale)) {
+      throw UsageError(c.term(scale) + ": not with " + c.term(descale) +
+                       " (the scale is the descale of every entry; give one)");
+    }
+  }
+}
+
 /// The rules between declared fields and between a field and a tensor input, checked by
 /// each front end once the fields are set and before any tensor is read: `c.gave` knows
 /// the fields, the tensor inputs (declare_tensors: "alibi_slopes", "t5_bias",
 /// "global_kv") and the T5 bucket direction (t5_bidirectional, t5_causal) given. Messages
 /// in the caller's terms: "alibi_max_bias needs alibi", "--alibi-max-bias needs --alibi".
 inline void check_given(const AttentionOptions& o, const Caller& c) {
+  check_kv_scales(c);
   if (o.clipped_symmetric && !c.gave("clipped_bias")) {
     throw UsageError(c.term("clipped_symmetric") + ": needs " + c.term("clipped_bias"));
   }
