@@ -860,6 +860,13 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
 
 // --- compare, read, write -----------------------------------------------------------
 
+// f()'s result, computed without the GIL (f touches no Python object).
+template <class F>
+auto without_gil(F f) {
+  py::gil_scoped_release nogil;
+  return f();
+}
+
 py::dict compare(const py::array& a, const std::string& a_dtype, const py::array& b,
                  const std::string& b_dtype, const py::dict& d) {
   const CallThreads threads;
@@ -867,11 +874,7 @@ py::dict compare(const py::array& a, const std::string& a_dtype, const py::array
   CompareOptions opt;
   DictReader(d).read(opt);  // rtol, atol, ulp, equal_nan (ops/compare_fields.hpp)
   const SliceSpec slice = parse_slice(get<std::string>(d, "slice").value_or(""));
-  CompareResult r;
-  {
-    py::gil_scoped_release nogil;
-    r = posenc::compare(ta, tb, opt, slice);
-  }
+  const CompareResult r = without_gil([&] { return posenc::compare(ta, tb, opt, slice); });
   using namespace pybind11::literals;
   // A largest difference: its value, where (A's multi-index, as the command prints it)
   // and both values there.
@@ -905,11 +908,7 @@ py::dict combine_partials(const py::array& out_partial, const std::string& out_d
   const Tensor l = to_tensor(lse_partial, lse_dtype, "lse_partial");
   CombineOptions opt;
   DictReader(d).read(opt);  // axis, lse_layout, dtype (ops/combine.hpp)
-  CombineResult r;
-  {
-    py::gil_scoped_release nogil;
-    r = posenc::combine(o, l, opt);
-  }
+  CombineResult r = without_gil([&] { return posenc::combine(o, l, opt); });
   py::dict res;
   res["out"] = to_array(std::move(r.out));
   res["lse"] = to_array(std::move(r.lse));
@@ -926,11 +925,7 @@ py::dict compare_baseline(const py::array& a, const std::string& a_dtype, const 
   BaselineRule rule;
   DictReader(d).read(rule);  // factor, atol (ops/compare_fields.hpp)
   rule.names = {"a", "b", "baseline"};
-  BaselineVerdict v;
-  {
-    py::gil_scoped_release nogil;
-    v = judge_against_baseline(ta, tb, tp, rule);
-  }
+  const BaselineVerdict v = without_gil([&] { return judge_against_baseline(ta, tb, tp, rule); });
   using namespace pybind11::literals;
   py::dict o("match"_a = v.pass(), "shapes_equal"_a = v.shapes_equal, "shape_a"_a = ta.shape(),
              "shape_b"_a = tb.shape());
@@ -958,11 +953,7 @@ void check_module_ref(const std::string& ref) {
 py::tuple read(const std::string& ref) {
   const CallThreads threads;
   check_module_ref(ref);
-  Tensor t;
-  {
-    py::gil_scoped_release nogil;
-    t = read_tensor(ref);
-  }
+  Tensor t = without_gil([&] { return read_tensor(ref); });
   const std::string name(dtype_name(t.dtype()));
   return py::make_tuple(to_array(std::move(t)), name);
 }
