@@ -49,8 +49,10 @@
 #include "posenc/ops/cast.hpp"
 #include "posenc/encodings/rope_ids.hpp"
 #include "posenc/encodings/rope_ids_fields.hpp"
+#include "posenc/encodings/rope_ids_keywords.hpp"
 #include "posenc/encodings/table.hpp"
 #include "posenc/encodings/table_fields.hpp"
+#include "posenc/encodings/table_keywords.hpp"
 #include "posenc/encodings/tables.hpp"
 #include "posenc/encodings/window_index.hpp"
 #include "posenc/error.hpp"
@@ -296,6 +298,10 @@ class PyKeywords : public Keywords {
   std::string described(const Key& k) const override { return python::described(at(k)); }
   bool is_bool(const Key& k) const override { return py::isinstance<py::bool_>(at(k)); }
   bool is_text(const Key& k) const override { return py::isinstance<py::str>(at(k)); }
+  bool is_integer(const Key& k) const override {
+    const py::object v = at(k);
+    return PyIndex_Check(v.ptr()) && !py::isinstance<py::bool_>(v);
+  }
   bool is_real_array(const Key& k) const override {
     const py::object v = at(k);
     return py::isinstance<py::array>(v) && py::array(v).dtype().kind() == 'f';
@@ -409,30 +415,13 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
                      shape_str(shape));
   }
   const Axes axes = resolve_axes(axes_text, shape.size(), "x");
-  Caller tables = keywords({&rope_d, &pos_d, &apply_d});  // the caller's coords: key grid
-  tables.gave = [g = tables.gave](const std::string& n) { return g(n == "coords" ? "grid" : n); };
-  check_tables_given(tables);
-  if (tables.gave("cos")) {
-    ArithChoice arith;
-    DictReader(rope_d).read(arith);
-    check_tables_arith(arith, tables);
-  }
-  const PyKeywords pos_k(pos_d);
-  const RopeApplyOptions apply = apply_by_keyword(PyKeywords(apply_d), &pos_k);
-  const Positions pos = positions_by_keyword(pos_k);
-  const RopeFreqs f = rope_freqs_for(
-      shape, axes,
-      [&](int head_dim) {
-        return with_apply_defaults(rope_params_by_keyword(PyKeywords(rope_d), head_dim, tables),
-                                   head_dim, apply,
-                                   keywords({&rope_d}));
-      },
-      pos, apply, "x");
+  const RopeRotation r = rope_by_keyword(PyKeywords(rope_d), PyKeywords(pos_d),
+                                         PyKeywords(apply_d), shape, axes, "x");
   const void* src = x.data();
   void* dst = out.mutable_data();
   {
     py::gil_scoped_release nogil;
-    RopeApplier applier(shape, in, axes, f, pos, apply, to, "x");
+    RopeApplier applier(shape, in, axes, r.freqs, r.pos, r.apply, to, "x");
     // An empty tensor is checked as any other but has nothing to rotate (its positions'
     // table alone could be gigabytes).
     if (x.size() > 0) applier.rows(src, dst, 0, applier.rows_total());
@@ -440,64 +429,6 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
 }
 
 // --- tables -------------------------------------------------------------------------
-
-// The keywords of one posenc.table call: the kind's own (`d`), RoPE's and the positions'.
-struct TableArgs {
-  const std::string& kind;
-  const py::dict& d;
-  const py::dict& rope;
-  const py::dict& pos;
-};
-
-// One table kind: its keywords to its tables.
-using TableKind = std::function<void(const TableArgs& a, std::vector<Table>& tables)>;
-
-// The request R the keywords give: `preset` with its declared fields read, the rules
-// joining them checked before the arrays are taken (as the command line checks them
-// before it reads a file).
-template <class R>
-R request_of(const py::dict& d, R r = R{}) {
-  DictReader scalars(d, false), arrays(d, true);
-  scalars.read(r);
-  check_given(r, keywords({&d}));
-  arrays.read(r);
-  return r;
-}
-
-// The table of request `r` (its keywords' names in errors about spread members).
-template <class R, class F>
-Table table_in_keywords(R& r, F compute) {
-  return in_callers_terms(r, keywords({}), [&] { return compute(r); });
-}
-
-// Every kind posenc.table knows, by name: the declared kinds, then RoPE's, whose ROPE
-// OPTIONS and positions are keywords of their own.
-const std::map<std::string, TableKind>& table_kinds() {
-  static const std::map<std::string, TableKind> kinds = [] {
-    std::map<std::string, TableKind> k;
-    for_each_table([&k](const char* kind, auto preset, auto compute, const TableAbout&) {
-      k[kind] = [preset, compute](const TableArgs& a, std::vector<Table>& tables) {
-        auto r = request_of(a.d, preset);
-        for_each_emitted(r, [&](const std::string&) {
-          tables.push_back(table_in_keywords(r, compute));
-        });
-      };
-    });
-    k["rope"] = [](const TableArgs& a, std::vector<Table>& tables) {
-      RopeTableRequest r;
-      DictReader(a.d).read(r);  // emit, layout
-      r.where = positions_by_keyword(PyKeywords(a.pos));
-      r.positions = get<std::int64_t>(a.d, "positions");
-      r.rope = rope_params_by_keyword(PyKeywords(a.rope), get<int>(a.d, "dim").value_or(0),
-                                      keywords({&a.rope, &a.d}));
-      set_if(a.d, "inverse", r.inverse);
-      DictReader{a.d}(field("precision", ""), choice(r.precision, fields::precisions()));
-      for_each_emitted(r, [&](const std::string&) { tables.push_back(rope_table(r)); });
-    };
-    return k;
-  }();
-  return kinds;
-}
 
 // The declared fields of one group of requests (table: the table kinds; rope: RoPE's
 // requests; rope_ids; attention; relative; attention_tensors; ops: compare, its baseline
@@ -545,21 +476,13 @@ py::list fields(const std::string& group) {
   return out;
 }
 
-std::vector<Table> describe_tables(const std::string& kind, const py::dict& d,
-                                   const py::dict& rope_d, const py::dict& pos_d) {
-  const auto it = table_kinds().find(kind);
-  if (it == table_kinds().end()) throw UsageError("kind: unknown table kind '" + kind + "'");
-  std::vector<Table> tables;
-  it->second(TableArgs{kind, d, rope_d, pos_d}, tables);
-  return tables;
-}
-
 // The tables of one request (several for a list of emits), each computed in float64
 // and rounded once to `dtype` ("" = the table's default).
 py::tuple tables(const std::string& kind, const py::dict& d, const py::dict& rope_d,
                  const py::dict& pos_d, const std::string& dtype) {
   const CallThreads threads;
-  std::vector<Table> tables = describe_tables(kind, d, rope_d, pos_d);
+  std::vector<Table> tables =
+      tables_by_keyword(kind, PyKeywords(d), PyKeywords(rope_d), PyKeywords(pos_d));
   std::vector<DType> types;
   for (const Table& t : tables) types.push_back(table_dtype(t, dtype, "dtype"));
   py::tuple out(tables.size());
@@ -576,32 +499,17 @@ py::tuple tables(const std::string& kind, const py::dict& d, const py::dict& rop
 
 // --- rope-ids -----------------------------------------------------------------------
 
-// What the keywords give (named as keywords in messages), with the config's path.
-RopeIdsRequest rope_ids_request(const py::dict& d) {
-  RopeIdsRequest q;
-  q.option_names = false;
-  q.hf_config = get<std::string>(d, "hf_config").value_or("");
-  DictReader(d).read(q);  // the declared fields (rope_ids_fields.hpp)
-  return q;
-}
-
 // The M-RoPE ids of a prompt given as a layout SPEC or as HF's input_ids and grids
 // (`tensors`: (array, dtype name) pairs), and the mrope_position_delta(s):
 // (ids [3, s], delta) or (ids [3, b, s], [delta per row]).
 py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
   const CallThreads threads;
-  check_prompt_given(keywords({&d, &tensors}));
-  const auto spec = get<std::string>(d, "layout");
-  const PromptLayout layout = spec ? parse_prompt_layout(*spec, "layout") : PromptLayout{};
-  const RopeIdsRequest req = rope_ids_request(d);
-  RopeIdsConfig cfg;
-  if (!req.hf_config.empty()) cfg = read_rope_ids_config(req.hf_config);
-  const RopeIdsRules rules = resolve_rope_ids_rules(req, cfg);
-  if (spec) {
+  const RopeIdsResolved r = rope_ids_by_keyword(PyKeywords(d), PyKeywords(tensors));
+  if (r.layout) {
     RopeIds one;
     {
       py::gil_scoped_release nogil;
-      one = rope_ids(layout, rules);
+      one = rope_ids(*r.layout, r.rules);
     }
     return py::make_tuple(to_array(std::move(one.ids)), one.delta);
   }
@@ -611,7 +519,7 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
   RopeIdsBatch batch;
   {
     py::gil_scoped_release nogil;
-    batch = rope_ids_from_tensors(std::move(t), req, cfg, rules);
+    batch = rope_ids_from_tensors(std::move(t), r.request, r.config, r.rules);
   }
   const bool one_row = batch.ids.ndim() == 2;
   py::object deltas =

@@ -74,6 +74,8 @@ class Keywords {
   virtual std::string described(const Key& k) const = 0;
   virtual bool is_bool(const Key& k) const = 0;
   virtual bool is_text(const Key& k) const = 0;
+  /// An integer of any size (not a bool): one beyond int64 is beyond a narrower type too.
+  virtual bool is_integer(const Key& k) const = 0;
   /// An array of real numbers (not a list, not integers).
   virtual bool is_real_array(const Key& k) const = 0;
   /// The length of a list; none for any other value.
@@ -107,8 +109,15 @@ class Keywords {
     if constexpr (std::is_same_v<T, bool>) {
       return boolean(k);
     } else if constexpr (std::is_integral_v<T>) {
-      const std::int64_t v = integer(k);
-      if (v < std::int64_t{std::numeric_limits<T>::min()} ||
+      std::int64_t v = 0;
+      bool beyond = false;  // beyond int64: said with T's range, as any value beyond T's
+      try {
+        v = integer(k);
+      } catch (const UsageError&) {
+        if (std::is_same_v<T, std::int64_t> || !is_integer(k)) throw;
+        beyond = true;
+      }
+      if (beyond || v < std::int64_t{std::numeric_limits<T>::min()} ||
           (std::is_signed_v<T> && v > static_cast<std::int64_t>(std::numeric_limits<T>::max()))) {
         throw UsageError(k.shown() + ": " + described(k) + " is out of range (" +
                          std::to_string(std::numeric_limits<T>::min()) + " to " +

@@ -47,4 +47,27 @@ RopeApplyOptions apply_by_keyword(const Keywords& k, const Keywords* pos) {
   return a;
 }
 
+RopeRotation rope_by_keyword(const Keywords& rope, const Keywords& pos, const Keywords& apply,
+                             const Shape& shape, const Axes& axes, const std::string& what) {
+  Caller tables = keyword_caller({&rope, &pos, &apply});  // the caller's coords: key grid
+  tables.gave = [g = tables.gave](const std::string& n) { return g(n == "coords" ? "grid" : n); };
+  check_tables_given(tables);
+  if (tables.gave("cos")) {
+    ArithChoice arith;
+    KeywordReader(rope).read(arith);
+    check_tables_arith(arith, tables);
+  }
+  RopeRotation r;
+  r.apply = apply_by_keyword(apply, &pos);
+  r.pos = positions_by_keyword(pos);
+  r.freqs = rope_freqs_for(
+      shape, axes,
+      [&](int head_dim) {
+        return with_apply_defaults(rope_params_by_keyword(rope, head_dim, tables), head_dim,
+                                   r.apply, keyword_caller({&rope}));
+      },
+      r.pos, r.apply, what);
+  return r;
+}
+
 }  // namespace posenc

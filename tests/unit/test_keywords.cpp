@@ -36,6 +36,7 @@ class MapKeywords : public Keywords {
   }
   bool is_bool(const Key& k) const override { return holds<bool>(k); }
   bool is_text(const Key& k) const override { return holds<std::string>(k); }
+  bool is_integer(const Key& k) const override { return holds<std::int64_t>(k); }
   bool is_real_array(const Key& k) const override { return holds<xt::xarray<double>>(k); }
   std::optional<std::size_t> list_length(const Key&) const override { return std::nullopt; }
   std::size_t size_hint(const Key&) const override { return 0; }
