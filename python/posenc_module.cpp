@@ -46,6 +46,7 @@
 #include "posenc/encodings/rope_fields.hpp"
 #include "posenc/encodings/rope_keywords.hpp"
 #include "posenc/ops/attention_fields.hpp"
+#include "posenc/ops/attention_keywords.hpp"
 #include "posenc/ops/cast.hpp"
 #include "posenc/encodings/rope_ids.hpp"
 #include "posenc/encodings/rope_ids_fields.hpp"
@@ -61,15 +62,11 @@
 #include "posenc/keywords.hpp"
 #include "posenc/io/ref.hpp"
 #include "posenc/ops/attention.hpp"
-#include "posenc/ops/attention_backward.hpp"
-#include "posenc/ops/attention_cache.hpp"
-#include "posenc/ops/attention_relative.hpp"
 #include "posenc/ops/attention_relative_fields.hpp"
 #include "posenc/ops/combine.hpp"
 #include "posenc/ops/compare.hpp"
 #include "posenc/ops/compare_baseline.hpp"
 #include "posenc/ops/compare_fields.hpp"
-#include "posenc/ops/hf_attention.hpp"
 #include "posenc/ops/rope.hpp"
 #include "posenc/ops/rope_stream.hpp"
 #include "posenc/ops/select.hpp"
@@ -529,241 +526,35 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
 
 // --- attention ----------------------------------------------------------------------
 
-// The relative tables' window (relative_left, relative_right, relative_sign,
-// relative_beyond: RelativeWindow's declaration, ops/attention_fields.hpp), set when any
-// of them is given.
-void relative_window_options(const py::dict& d, AttentionOptions& opt) {
-  RelativeWindow w;
-  DictReader k(d);
-  k.read(w);
-  if (k.given.empty()) return;
-  opt.relative_window = checked_window(
-      w, Caller{[&k](const std::string& n) {
-                  return std::find(k.given.begin(), k.given.end(), n) != k.given.end();
-                },
-                [](const std::string& n) { return n; }, nullptr});
-}
-
-// `tensors`: the tensor inputs given, which the rules between fields and tensors see.
-void attention_options(const py::dict& d, const py::dict& tensors, AttentionOptions& opt) {
-  // axes, scale, sliding_window, ...: the declared fields (ops/attention_fields.hpp),
-  // their ranges the library's.
-  DictReader k(d);
-  k.read(opt);
-  validate_given(opt, k.given);
-  const auto in = [](const py::dict& x, const std::string& n) {
-    return x.contains(n) && !x[n.c_str()].is_none();
-  };
-  // Python has t5_causal alone, no t5_bidirectional.
-  check_given(opt, Caller{[&](const std::string& n) { return in(d, n) || in(tensors, n); },
-                          [](const std::string& n) { return n == "t5_bidirectional" ? "" : n; },
-                          nullptr});
-  opt.t5_bidirectional = !get<bool>(d, "t5_causal").value_or(false);
-  DecomposedGrids grids;  // grid, key_grid
-  DictReader(d).read(grids);
-  set_grids(opt, grids, keywords({&d}));
-  relative_window_options(d, opt);
-  DictReader{d}(field("precision", ""), choice(opt.precision, fields::precisions()));
-  AttentionArith arith;  // exact, hf, fa-baseline (FlashAttention-3's tests)
-  DictReader(d).read(arith);
-  check_given(arith, keywords({&d}));
-  opt.arith = arith.arith;
-  opt.fa_baseline = arith.fa_baseline;
-  MemoryBudget budget;  // max_memory: bytes (the command's text is a size)
-  DictReader(d).read(budget);
-  opt.max_memory = budget.max_memory;
-}
-
-// The tensors of `emit` by name (moved out of `res`) and attrs: attention's result.
-py::dict emitted(AttentionResult& res, const std::vector<AttentionEmit>& emit) {
-  py::dict out;
-  for (AttentionEmit e : emit) {
-    out[py::str(attention_emit_name(e))] = to_array(std::move(res.get(e)));
-  }
-  out["attrs"] = attrs_to(res.attrs);
-  return out;
-}
-
-// f(term) with the one term a call adds to attention (Transformer-XL's, DeBERTa's or
-// RoPE's; f() without), run without the GIL.
-template <class F>
-auto with_term(const XlAttention* xl, const DebertaAttention* deb, const AttentionRope* rope, F f) {
-  py::gil_scoped_release nogil;
-  return xl ? f(*xl) : deb ? f(*deb) : rope ? f(*rope) : f();
-}
-
-// attention(grad_output=...): the gradients named in `names` (gradient_fields()) and
-// attrs.
-py::dict attention_gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dO,
-                             const AttentionOptions& opt, const std::vector<std::string>& names,
-                             const AttentionRope* rope = nullptr, const XlAttention* xl = nullptr,
-                             const DebertaAttention* deb = nullptr,
-                             const std::optional<Tensor>& fwd_o = {},
-                             const std::optional<Tensor>& fwd_lse = {}) {
-  const Caller c{[&opt](const std::string& n) {
-                   return n == "sinks" ? opt.sinks != nullptr : opt.qv != nullptr;
-                 },
-                 [](const std::string& n) { return n; }, nullptr};
-  check_gradient_emit(names, c);
-  AttentionBackwardOptions bopt = gradients_wanted(names);
-  Tensor o64;  // forward_output widened exactly, as the library takes it
-  if (fwd_o) {  // check_forward_given has said fwd_lse comes with it
-    check_forward_shapes(q.shape(), k.shape(), v.shape(), q.dtype(), opt,
-                         TensorInfo{fwd_o->dtype(), fwd_o->shape(), "", {}},
-                         TensorInfo{fwd_lse->dtype(), fwd_lse->shape(), "", {}}, c);
-    o64 = fwd_o->dtype() == DType::f64 ? Tensor::borrow(DType::f64, fwd_o->shape(),
-                                                        const_cast<std::byte*>(fwd_o->bytes()))
-                                       : cast(*fwd_o, DType::f64);
-    bopt.forward_output = &o64;
-    bopt.forward_lse = &*fwd_lse;
-  }
-  AttentionGrads g = with_term(xl, deb, rope, [&](const auto&... term) {
-    return attention_backward(q, k, v, dO, opt, bopt, term...);
-  });
-  py::dict out;
-  for (const std::string& n : names) out[py::str(n)] = to_array(std::move(g.named(n)));
-  out["attrs"] = attrs_to(g.attrs);
-  return out;
-}
-
-// attention(cache_seqlens=..., page_table=..., k_new=...): FlashAttention's KV-cache step
-// (posenc/ops/attention_cache.hpp), k and v being the caches. They are updated in place
-// (their memory borrowed from the caller's arrays) unless update is false.
-py::dict attention_kvcache_call(const py::dict& tensors, const py::dict& kvd, const py::dict& opt_d,
-                                Tensor& k, std::optional<Tensor>& v, const Tensor& q,
-                                AttentionOptions opt, const char* conflict) {
-  if (*conflict) throw UsageError(std::string(conflict) + ": not with a KV cache");
-  if (!v) throw UsageError("cache_seqlens: the KV cache needs v (the values cache)");
-  KvCacheOptions kv;
-  std::list<Tensor> held;  // the declared inputs (ops/attention_fields.hpp), by keyword
-  DictReader(kvd, std::nullopt, &held).read(kv);
-  const bool update = get<bool>(kvd, "update_cache").value_or(true) && kv.k_new;
-  std::optional<Tensor> k_copy, v_copy;
-  Tensor* kc = &k;
-  Tensor* vc = &*v;
-  if (update) {
-    // Written in place: the tensors must be the caller's memory, not copies of it.
-    for (const char* key : {"k", "v"}) {
-      const py::array a = py::tuple(tensors[key])[0];
-      const Tensor& t = *key == 'k' ? k : *v;
-      if (!a.writeable() || a.data() != static_cast<const void*>(t.bytes())) {
-        throw UsageError(std::string(key) + ": the cache is updated in place and must be a "
-                         "writable C-contiguous array (or give update_cache=False)");
-      }
-    }
-  } else if (kv.k_new) {  // the caller's caches stay as they are: the new keys go to copies
-    k_copy = k.astype(k.dtype());
-    v_copy = v->astype(v->dtype());
-    kc = &*k_copy;
-    vc = &*v_copy;
-  }
-  opt.axes = get<std::string>(opt_d, "axes").value_or("bshd");
-  AttentionResult res;
-  {
-    py::gil_scoped_release nogil;
-    res = attention_kvcache(q, *kc, *vc, kv, opt);
-  }
-  return emitted(res, opt.emit);
-}
-
-// The Transformer-XL / XLNet / Funnel and DeBERTa terms from their keywords, checked by
-// the library's rules (check_relative_given) before their tensors are taken.
-void relative_terms(const py::dict& d, bool with_rope, XlAttention& xl, DebertaAttention& deb,
-                    std::list<Tensor>& held) {
-  DictReader scalars(d, false), tensors(d, true, &held);
-  scalars.read(xl);
-  scalars.read(deb);
-  const Caller c = keywords({&d});
-  check_relative_given(xl, deb, c, with_rope);
-  if (xl_terms_given(c)) tensors.read(xl);
-  if (deberta_terms_given(c)) tensors.read(deb);
-}
-
+// posenc.attention: the call read and checked by keyword in the library
+// (ops/attention_keywords.hpp), then run without the GIL. A KV cache the call writes in
+// place must be the caller's own arrays, writable, not copies of them.
 py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dict& rope_d,
                    const py::dict& pos_d, const py::dict& apply_d, bool with_rope,
                    const py::dict& relative_d) {
   const CallThreads threads;
-  AttentionOptions opt;
-  attention_options(opt_d, tensors, opt);
-  const std::vector<std::string> emit_names =
-      get<std::vector<std::string>>(opt_d, "emit").value_or(std::vector<std::string>{});
-  std::string emit_list;
-  for (const auto& e : emit_names) emit_list += (emit_list.empty() ? "" : ",") + e;
-  if (opt_d.contains("emit") && !opt_d["emit"].is_none() && emit_names.empty()) {
-    throw UsageError("emit: expected a list of logits, probs, output, lse, got ()");
+  const bool kv = gives(tensors, "kv");
+  const py::dict kv_d = kv ? tensors["kv"].cast<py::dict>() : py::dict();
+  const PyKeywords t(tensors), o(opt_d), r(rope_d), p(pos_d), a(apply_d), rel(relative_d),
+      kv_k(kv_d);
+  AttentionCall call({t, o, r, p, a, rel, kv ? &kv_k : nullptr, with_rope});
+  for (const char* key : {"k", "v"}) {
+    if (!call.updates_cache()) break;
+    const py::array cache = py::tuple(tensors[key])[0];
+    if (!cache.writeable() || cache.data() != static_cast<const void*>(call.cache(*key).bytes())) {
+      throw UsageError(std::string(key) + ": the cache is updated in place and must be a "
+                       "writable C-contiguous array (or give update_cache=False)");
+    }
   }
-  std::optional<Tensor> q = tensor_arg(tensors, "q"), k = tensor_arg(tensors, "k"),
-                        v = tensor_arg(tensors, "v");
-  if (!q || !k) throw UsageError(std::string(q ? "k" : "q") + ": required, got None");
-  // grad_output: the gradients (attention_backward), named in emit_names.
-  std::optional<Tensor> grad_output = tensor_arg(tensors, "grad_output");
-  if (!grad_output) opt.emit = parse_attention_emit(emit_list, v.has_value());
-  // The declared tensor inputs by keyword (declare_tensors; wavlm_gate, global_kv and
-  // decomposed_rel_pos a list of tensors each).
-  std::list<Tensor> declared;  // which opt points at
-  DictReader declared_reader(tensors, true, &declared);
-  declare_tensors(declared_reader, opt);
-  // FlashAttention's varlen boundaries; packed Q, K and V default to its thd (shd).
-  const bool varlen_axes = (opt.cu_seqlens_q || opt.cu_seqlens_k) && opt.axes.empty();
-  const Axes axes = resolve_axes(opt.axes, q->ndim(), "q");
-  opt.axes = axes.letters;
-  if (varlen_axes) opt.axes.clear();
-  HfConfigChoice hf;  // hf_config, hf_version, layer_type, layer: checked as the command does
-  DictReader(rope_d).read(hf);
-  check_given(hf, keywords({&rope_d}));
-  if (!hf.hf_config.empty()) {
-    const HfAttentionConfig c = read_hf_attention_config(hf.hf_config, hf.layers());
-    check_hf_attention_shapes(c, hf.hf_config, q->shape(), k->shape(),
-                              v ? &v->shape() : nullptr, opt.axes);
-    DictReader given(opt_d);  // the declared fields given (scale, alibi, ...) stay
-    AttentionOptions declared;
-    given.read(declared);
-    std::vector<std::string> keep = given.given;
-    apply_hf_attention(c, opt, keep);
+  AttentionEmitted res;
+  {
+    py::gil_scoped_release nogil;
+    res = call.run();
   }
-  const Positions pos = positions_by_keyword(PyKeywords(pos_d));
-  opt.cu_seqlens = pos.cu_seqlens;
-
-  XlAttention xl;
-  DebertaAttention deb;
-  std::list<Tensor> held;  // the relative terms' tensors, which xl or deb point at
-  relative_terms(relative_d, with_rope, xl, deb, held);
-  const bool xl_terms = xl.rel_keys || xl.phi, deb_terms = deb.pos_key || deb.pos_query;
-  check_forward_given(xl_terms || deb_terms, keywords({&tensors}));
-  if (tensors.contains("kv") && !tensors["kv"].is_none()) {  // KV cache (attention_kvcache_call)
-    const char* conflict = with_rope ? "rope" : grad_output ? "grad_output"
-                           : (xl_terms || deb_terms) ? "the relative terms"
-                                                     : "";
-    return attention_kvcache_call(tensors, tensors["kv"].cast<py::dict>(), opt_d, *k, v, *q, opt, conflict);
-  }
-  AttentionRope rope;
-  if (with_rope) {
-    // The variant for Q's head dim, computed here with the GIL (the dict is Python's)
-    // and handed to the library as a value.
-    const int head_dim = static_cast<int>(q->shape()[static_cast<std::size_t>(axes.index('d'))]);
-    const RopeParams params =
-        rope_params_by_keyword(PyKeywords(rope_d), head_dim, keywords({&rope_d, &opt_d}));
-    rope.params = [params](int hd) {
-      RopeParams p = params;
-      p.head_dim = hd;
-      return p;
-    };
-    rope.positions = pos;
-    rope.apply = apply_by_keyword(PyKeywords(apply_d));
-    rope.apply.allow_nonfinite = opt.allow_nonfinite;
-  }
-  if (grad_output) {
-    return attention_gradients(*q, *k, *v, *grad_output, opt, emit_names,
-                               with_rope ? &rope : nullptr, xl_terms ? &xl : nullptr,
-                               deb_terms ? &deb : nullptr, tensor_arg(tensors, "forward_output"),
-                               tensor_arg(tensors, "forward_lse"));
-  }
-  AttentionResult res =
-      with_term(xl_terms ? &xl : nullptr, deb_terms ? &deb : nullptr, with_rope ? &rope : nullptr,
-                [&](const auto&... term) {
-                  return posenc::attention(*q, *k, v ? &*v : nullptr, opt, term...);
-                });
-  return emitted(res, opt.emit);
+  py::dict out;
+  for (auto& [name, tensor] : res.tensors) out[py::str(name)] = to_array(std::move(tensor));
+  out["attrs"] = attrs_to(res.attrs);
+  return out;
 }
 
 // --- compare, read, write -----------------------------------------------------------
