@@ -96,6 +96,9 @@ def test_bad_types_and_ranges_name_the_keyword():
         (lambda: posenc.attention(q, q, sinks="x"), "sinks: posenc has no dtype"),
         (lambda: posenc.table.rope(positions=2**70, dim=8),
          "positions: int 1180591620717411303424 is out of range"),
+        # Beyond int64 and beyond int alike: the range of the keyword's type.
+        (lambda: posenc.table.rope(positions=4, dim=2**70),
+         "dim: int 1180591620717411303424 is out of range (-2147483648 to 2147483647)"),
         (lambda: posenc.table.sinusoidal(positions=4, dim="8"),
          "dim: expected an integer, got str '8'"),
         (lambda: posenc.write("x.npy", q, attrs={"a": None}), "attrs a: expected a str, int"),

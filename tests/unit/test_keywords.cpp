@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -13,8 +14,10 @@
 #include <vector>
 
 #include "posenc/declare.hpp"
+#include "posenc/encodings/rope_ids_keywords.hpp"
 #include "posenc/encodings/rope_keywords.hpp"
 #include "posenc/encodings/table_fields.hpp"
+#include "posenc/encodings/table_keywords.hpp"
 #include "posenc/error.hpp"
 #include "posenc/keywords.hpp"
 
@@ -160,6 +163,87 @@ TEST(Keywords, RopeRequestsByKeyword) {
             "start: must be from 0 to 2^53 = 9007199254740992, got -1");
   const MapKeywords pos({{"start", std::int64_t{7}}});
   EXPECT_EQ(positions_by_keyword(pos).start, 7);
+}
+
+TEST(Keywords, RopeRotationByKeyword) {
+  const MapKeywords rope({{"base", 100.0}}), apply({});
+  const MapKeywords pos({{"start", std::int64_t{3}}});
+  const RopeRotation r =
+      rope_by_keyword(rope, pos, apply, {1, 5, 2, 8}, resolve_axes("bshd", 4, "x"), "x");
+  EXPECT_EQ(r.pos.start, 3);
+  EXPECT_EQ(r.freqs.head_dim, 8);  // axis d's
+  ASSERT_EQ(r.freqs.inv_freq.size(), 4u);
+  EXPECT_DOUBLE_EQ(r.freqs.inv_freq[1], std::pow(100.0, -2.0 / 8));
+  // The caller's tables replace the frequencies; its coords are the key grid.
+  const MapKeywords tables({{"cos", xt::xarray<double>{1.0}}, {"grid", std::string("2x2")}});
+  EXPECT_EQ(
+      usage_message([&] {
+        rope_by_keyword(apply, tables, apply, {1, 5, 2, 8}, resolve_axes("bshd", 4, "x"), "x");
+      }),
+      "cos: the tables replace the frequencies; not with coords");
+  EXPECT_EQ(usage_message([&] {
+              rope_by_keyword(MapKeywords({{"arith", std::string("hf")}}),
+                              MapKeywords({{"cos", xt::xarray<double>{1.0}}}), apply, {1, 5, 2, 8},
+                              resolve_axes("bshd", 4, "x"), "x");
+            }),
+            "arith hf: cos/sin tables are applied exactly only (precision f32 rotates in "
+            "float32)");
+}
+
+TEST(Keywords, TablesByKeyword) {
+  const MapKeywords none({});
+  const std::vector<Table> t = tables_by_keyword(
+      "sinusoidal", MapKeywords({{"positions", std::int64_t{3}}, {"dim", std::int64_t{4}}}), none,
+      none);
+  ASSERT_EQ(t.size(), 1u);
+  const xt::xarray<double> v = evaluate_table(t[0]);
+  ASSERT_EQ(v.shape(), (std::vector<std::size_t>{3, 4}));
+  for (std::size_t p = 0; p < 3; ++p) {  // Vaswani's, interleaved: sin, cos of p w_i
+    for (std::size_t i = 0; i < 2; ++i) {
+      const double w = std::pow(10000.0, -2.0 * static_cast<double>(i) / 4);
+      EXPECT_NEAR(v(p, 2 * i), std::sin(static_cast<double>(p) * w), 1e-15);
+      EXPECT_NEAR(v(p, 2 * i + 1), std::cos(static_cast<double>(p) * w), 1e-15);
+    }
+  }
+  // RoPE: its own keywords, the ROPE OPTIONS and the positions each in theirs.
+  const std::vector<Table> rope = tables_by_keyword(
+      "rope", MapKeywords({{"positions", std::int64_t{2}}, {"dim", std::int64_t{4}}}),
+      MapKeywords({{"base", 4.0}}), MapKeywords({{"start", std::int64_t{5}}}));
+  ASSERT_EQ(rope.size(), 1u);
+  const xt::xarray<double> cs = evaluate_table(rope[0]);  // [2, N, R], neox halves
+  ASSERT_EQ(cs.shape(), (std::vector<std::size_t>{2, 2, 4}));
+  EXPECT_NEAR(cs(0, 1, 1), std::cos(6.0 * 0.5), 1e-15);  // position 6, w_1 = 4^(-2/4)
+  EXPECT_NEAR(cs(1, 0, 2), std::sin(5.0), 1e-15);        // position 5, w_0 = 1
+  EXPECT_EQ(usage_message([&] { tables_by_keyword("nope", none, none, none); }),
+            "kind: unknown table kind 'nope'");
+  EXPECT_EQ(
+      usage_message([&] {
+        tables_by_keyword("sinusoidal", MapKeywords({{"positions", std::int64_t{3}}}), none, none);
+      }),
+      "dim: the sinusoidal table needs a positive even dimension (sin/cos pairs), got 0");
+}
+
+TEST(Keywords, RopeIdsByKeyword) {
+  const MapKeywords none({});
+  const RopeIdsResolved r =
+      rope_ids_by_keyword(MapKeywords({{"family", std::string("qwen2-vl")},
+                                       {"layout", std::string("text:2,image:1x4x4")}}),
+                          none);
+  ASSERT_TRUE(r.layout);
+  EXPECT_EQ(prompt_layout_text(*r.layout), "text:2,image:1x4x4");
+  EXPECT_EQ(r.rules.family, RopeIdsFamily::qwen2_vl);
+  EXPECT_FALSE(r.request.option_names);
+  EXPECT_EQ(usage_message([&] {
+              rope_ids_by_keyword(MapKeywords({{"layout", std::string("text:2")}}),
+                                  MapKeywords({{"input_ids", xt::xarray<double>{1.0}}}));
+            }),
+            "layout: give the prompt as layout SPEC or as input_ids REF, one of the two");
+  EXPECT_EQ(usage_message([&] {
+              rope_ids_by_keyword(MapKeywords({{"layout", std::string("text:2")},
+                                               {"image_token_id", std::int64_t{5}}}),
+                                  none);
+            }),
+            "image_token_id: goes with input_ids, not layout");
 }
 
 }  // namespace
