@@ -19,7 +19,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <list>
 #include <limits>
 #include <map>
@@ -196,25 +195,6 @@ bool gives(const py::dict& d, const std::string& key) {
   return d.contains(key) && !d[key.c_str()].is_none();
 }
 
-// The keywords of `dicts` as a request's check_given sees them (keyword_caller's rule).
-Caller keywords(std::vector<const py::dict*> dicts) {
-  const auto held = [dicts](const std::string& n) -> py::object {  // None: not given
-    for (const py::dict* d : dicts) {
-      if (d != nullptr && gives(*d, n)) return (*d)[n.c_str()];
-    }
-    return py::none();
-  };
-  Caller c;
-  c.spread_apart = true;  // a Spread's keywords are Python's names for its members
-  c.gave = [held](const std::string& n) { return !held(n).is_none(); };
-  c.term = [](const std::string& n) { return n; };
-  c.count = [held](const std::string& n) -> std::size_t {
-    const py::object v = held(n);
-    return py::isinstance<py::list>(v) ? py::len(v) : 0;
-  };
-  return c;
-}
-
 // A tensor argument, (array, dtype name), as a Tensor borrowing the array's memory (the
 // dict holding it outlives the call).
 Tensor tensor_of(const py::handle& v, const std::string& key) {
@@ -355,11 +335,6 @@ class DictReader : private PyKeywords, public KeywordReader {
                       std::list<Tensor>* held = nullptr)
       : PyKeywords(d), KeywordReader(static_cast<const Keywords&>(*this), arrays, held) {}
 };
-
-template <class T>
-void set_if(const py::dict& d, const char* key, T& dst) {
-  if (auto v = get<T>(d, key)) dst = *v;
-}
 
 // The attrs of posenc.write: str, int, float or a list of numbers, by name.
 Attrs attrs_from(const py::dict& d) {
