@@ -282,11 +282,7 @@ void run_gradients(TensorSource& q, TensorSource& k, TensorSource& v, const std:
     inputs = add_sat(inputs, given.bytes());
     o.max_memory = opt.max_memory > inputs ? opt.max_memory - inputs : 1;
   }
-  AttentionGrads g =
-      relative ? (relative->xl_terms ? attention_backward(qt, kt, vt, dO, o, bopt, relative->xl)
-                                     : attention_backward(qt, kt, vt, dO, o, bopt, relative->deb))
-      : rope   ? attention_backward(qt, kt, vt, dO, o, bopt, *rope)
-               : attention_backward(qt, kt, vt, dO, o, bopt);
+  AttentionGrads g = attention_backward(qt, kt, vt, dO, o, bopt, attention_term(relative, rope));
   verbose_attrs(g.attrs);
   std::vector<NamedTensor> named;
   for (std::size_t i = 0; i < names.size(); ++i) {

@@ -388,15 +388,10 @@ void run_attention(AttentionCmdOptions& o) {
     cut(k);
     if (v) cut(*v);
   }
-  AttentionResult res;
-  if (relative_wanted(o.relative)) {
-    res = relative_attention(o.relative, q, k, v ? &*v : nullptr, opt);
-  } else if (o.rope) {
-    res = attention(q, k, v ? &*v : nullptr, opt, rope);
-  } else {
-    res = attention(q, k, v ? &*v : nullptr, opt);
-  }
-  finish(res);
+  const bool relative = relative_wanted(o.relative);
+  if (relative) read_relative(o.relative);  // the terms' tensors
+  finish(attention(q, k, v ? &*v : nullptr, opt,
+                   attention_term(relative ? &o.relative : nullptr, o.rope ? &rope : nullptr)));
 }
 
 }  // namespace

@@ -26,10 +26,9 @@ void read_relative(RelativeCliOptions& o) {
   o.bytes = o.xl_terms ? slot_bytes(o.xl) : slot_bytes(o.deb);
 }
 
-AttentionResult relative_attention(RelativeCliOptions& o, const Tensor& q, const Tensor& k,
-                                   const Tensor* v, const AttentionOptions& opt) {
-  read_relative(o);
-  return o.xl_terms ? attention(q, k, v, opt, o.xl) : attention(q, k, v, opt, o.deb);
+AttentionTerm attention_term(const RelativeCliOptions* relative, const AttentionRope* rope) {
+  if (relative == nullptr) return AttentionTerm{nullptr, nullptr, rope};
+  return relative->xl_terms ? AttentionTerm{&relative->xl} : AttentionTerm{nullptr, &relative->deb};
 }
 
 }  // namespace posenc::cli

@@ -1,13 +1,14 @@
 #pragma once
 // The Transformer-XL / XLNet / Funnel and DeBERTa options of `posenc attention`: bound from
 // their declaration (posenc/ops/attention_relative_fields.hpp), checked by the library's
-// rules, and the call into ops/attention_relative.hpp.
+// rules, and the term they add to attention (ops/attention_term.hpp).
 
 #include <CLI/CLI.hpp>
 
 #include "cli/declared_options.hpp"
 #include "posenc/ops/attention.hpp"
 #include "posenc/ops/attention_relative.hpp"
+#include "posenc/ops/attention_term.hpp"
 
 namespace posenc::cli {
 
@@ -33,8 +34,8 @@ void check_relative_options(const RelativeCliOptions& o, bool rope);
 /// Reads the tensors of the terms asked for (relative_wanted) into `o.xl` or `o.deb`.
 void read_relative(RelativeCliOptions& o);
 
-/// Reads the relative tensors and computes attention with their terms.
-AttentionResult relative_attention(RelativeCliOptions& o, const Tensor& q, const Tensor& k,
-                                   const Tensor* v, const AttentionOptions& opt);
+/// The term a call adds to attention: the relative terms of `relative` (read by
+/// read_relative; null when none is wanted), else `rope` (null: none).
+AttentionTerm attention_term(const RelativeCliOptions* relative, const AttentionRope* rope);
 
 }  // namespace posenc::cli

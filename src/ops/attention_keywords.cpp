@@ -24,7 +24,9 @@ std::optional<Tensor> tensor_if(const Keywords& t, const char* key) {
 // The tensors of `emit` by name (moved out of `res`) and the attrs.
 AttentionEmitted emitted(AttentionResult& res, const std::vector<AttentionEmit>& emit) {
   AttentionEmitted out;
-  for (AttentionEmit e : emit) out.tensors.emplace_back(attention_emit_name(e), std::move(res.get(e)));
+  for (AttentionEmit e : emit) {
+    out.tensors.emplace_back(attention_emit_name(e), std::move(res.get(e)));
+  }
   out.attrs = std::move(res.attrs);
   return out;
 }
@@ -92,8 +94,7 @@ AttentionCall::AttentionCall(const AttentionKeywords& k) {
     return;
   }
   if (k.with_rope) read_rope(k, pos, axes);
-  term_ = {xl_terms ? &xl_ : nullptr, deb_terms ? &deb_ : nullptr,
-           k.with_rope ? &rope_ : nullptr};
+  term_ = {xl_terms ? &xl_ : nullptr, deb_terms ? &deb_ : nullptr, k.with_rope ? &rope_ : nullptr};
   if (grad_output_) {
     forward_output_ = tensor_if(t, "forward_output");
     forward_lse_ = tensor_if(t, "forward_lse");
@@ -110,9 +111,9 @@ void AttentionCall::read_options(const Keywords& o, const Keywords& t) {
   k.read(opt_);
   validate_given(opt_, k.given);
   // A keyword caller has t5_causal alone, no t5_bidirectional.
-  check_given(opt_, Caller{[&](const std::string& n) { return o.gives(n) || t.gives(n); },
-                           [](const std::string& n) { return n == "t5_bidirectional" ? "" : n; },
-                           nullptr});
+  check_given(
+      opt_, Caller{[&](const std::string& n) { return o.gives(n) || t.gives(n); },
+                   [](const std::string& n) { return n == "t5_bidirectional" ? "" : n; }, nullptr});
   opt_.t5_bidirectional = !o.get<bool>("t5_causal").value_or(false);
   DecomposedGrids grids;  // grid, key_grid
   KeywordReader(o).read(grids);
@@ -124,11 +125,11 @@ void AttentionCall::read_options(const Keywords& o, const Keywords& t) {
   window.read(w);
   if (!window.given.empty()) {
     const std::vector<std::string>& given = window.given;
-    opt_.relative_window = checked_window(
-        w, Caller{[&given](const std::string& n) {
-                    return std::find(given.begin(), given.end(), n) != given.end();
-                  },
-                  [](const std::string& n) { return n; }, nullptr});
+    opt_.relative_window =
+        checked_window(w, Caller{[&given](const std::string& n) {
+                                   return std::find(given.begin(), given.end(), n) != given.end();
+                                 },
+                                 [](const std::string& n) { return n; }, nullptr});
   }
   KeywordReader{o}(field("precision", ""), choice(opt_.precision, fields::precisions()));
   AttentionArith arith;  // exact, hf, fa-baseline (FlashAttention-3's tests)
