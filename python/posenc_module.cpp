@@ -16,61 +16,34 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <list>
 #include <limits>
 #include <map>
-#include <memory>
 #include <new>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
-#include "posenc/encodings/arith.hpp"
-#include "posenc/encodings/axial_positions.hpp"
-#include "posenc/encodings/complex_order.hpp"
-#include "posenc/encodings/cpmant_bucket.hpp"
-#include "posenc/encodings/longt5_global.hpp"
-#include "posenc/encodings/family_sinusoids.hpp"
-#include "posenc/encodings/hf_config.hpp"
-#include "posenc/encodings/layout_bucket.hpp"
-#include "posenc/encodings/relative_attention.hpp"
-#include "posenc/encodings/rope.hpp"
-#include "posenc/encodings/rope_fields.hpp"
-#include "posenc/encodings/rope_keywords.hpp"
-#include "posenc/ops/attention_fields.hpp"
-#include "posenc/ops/attention_keywords.hpp"
-#include "posenc/ops/cast.hpp"
 #include "posenc/encodings/rope_ids.hpp"
-#include "posenc/encodings/rope_ids_fields.hpp"
 #include "posenc/encodings/rope_ids_keywords.hpp"
-#include "posenc/encodings/table.hpp"
-#include "posenc/encodings/table_fields.hpp"
+#include "posenc/encodings/rope_keywords.hpp"
 #include "posenc/encodings/table_keywords.hpp"
-#include "posenc/encodings/tables.hpp"
-#include "posenc/encodings/window_index.hpp"
-#include "posenc/error.hpp"
+#include "posenc/field_groups.hpp"
 #include "posenc/fp8.hpp"
 #include "posenc/io/npy.hpp"
-#include "posenc/keywords.hpp"
 #include "posenc/io/ref.hpp"
-#include "posenc/ops/attention.hpp"
-#include "posenc/ops/attention_relative_fields.hpp"
+#include "posenc/io/write_fields.hpp"
+#include "posenc/keywords.hpp"
+#include "posenc/ops/attention_keywords.hpp"
+#include "posenc/ops/cast.hpp"
 #include "posenc/ops/combine.hpp"
 #include "posenc/ops/compare.hpp"
 #include "posenc/ops/compare_baseline.hpp"
 #include "posenc/ops/compare_fields.hpp"
-#include "posenc/ops/rope.hpp"
-#include "posenc/ops/rope_stream.hpp"
-#include "posenc/ops/select.hpp"
-#include "posenc/printable.hpp"
-#include "posenc/tensor.hpp"
 #include "posenc/threads.hpp"
 
 namespace py = pybind11;
@@ -190,11 +163,6 @@ std::string described(const py::handle& v) {
   throw UsageError(key + ": expected " + expected + ", got " + described(v));
 }
 
-// Whether the dict gives `key` (None: not given).
-bool gives(const py::dict& d, const std::string& key) {
-  return d.contains(key) && !d[key.c_str()].is_none();
-}
-
 // A tensor argument, (array, dtype name), as a Tensor borrowing the array's memory (the
 // dict holding it outlives the call).
 Tensor tensor_of(const py::handle& v, const std::string& key) {
@@ -204,12 +172,6 @@ Tensor tensor_of(const py::handle& v, const std::string& key) {
     bad_type(key, "an array", v);
   }
   return to_tensor(py::array(pair[0]), pair[1].cast<std::string>(), key);
-}
-
-// A tensor argument of the dict, or none for None.
-std::optional<Tensor> tensor_arg(const py::dict& d, const char* key) {
-  if (!gives(d, key)) return std::nullopt;
-  return tensor_of(d[key], key);
 }
 
 // `v` (not None) as a T: pybind11's conversion, its failures said in the keyword's terms.
@@ -238,12 +200,6 @@ T value_as(const py::handle& v, const std::string& key) {
     if (out->find('\0') != std::string::npos) throw UsageError(key + ": contains a NUL character");
   }
   return *out;
-}
-
-template <class T>
-std::optional<T> get(const py::dict& d, const char* key) {
-  if (!gives(d, key)) return std::nullopt;
-  return value_as<T>(d[key], key);
 }
 
 // The array `v` as an xtensor array of T, its values converted (the Python layer hands
@@ -328,14 +284,6 @@ class PyKeywords : public Keywords {
   const py::dict& d_;
 };
 
-// The library's KeywordReader over the dict `d`, which it holds for its life.
-class DictReader : private PyKeywords, public KeywordReader {
- public:
-  explicit DictReader(const py::dict& d, std::optional<bool> arrays = std::nullopt,
-                      std::list<Tensor>* held = nullptr)
-      : PyKeywords(d), KeywordReader(static_cast<const Keywords&>(*this), arrays, held) {}
-};
-
 // The attrs of posenc.write: str, int, float or a list of numbers, by name.
 Attrs attrs_from(const py::dict& d) {
   Attrs out;
@@ -346,17 +294,15 @@ Attrs attrs_from(const py::dict& d) {
       throw UsageError("attrs: a name contains a NUL character");
     }
     const std::string key = "attrs " + printable(name);
-    py::dict one;
-    one[py::str(key)] = v;
     if (v.is_none()) bad_type(key, "a str, int, float or list of numbers", v);
     if (py::isinstance<py::bool_>(v) || PyIndex_Check(v.ptr())) {
-      out.push_back({name, *get<long long>(one, key.c_str())});
+      out.push_back({name, value_as<long long>(v, key)});
     } else if (PyNumber_Check(v.ptr()) && !py::isinstance<py::array>(v)) {  // numpy's floats too
-      out.push_back({name, *get<double>(one, key.c_str())});
+      out.push_back({name, value_as<double>(v, key)});
     } else if (py::isinstance<py::str>(v)) {
-      out.push_back({name, *get<std::string>(one, key.c_str())});
+      out.push_back({name, value_as<std::string>(v, key)});
     } else {
-      out.push_back({name, *get<std::vector<double>>(one, key.c_str())});
+      out.push_back({name, value_as<std::vector<double>>(v, key)});
     }
   }
   return out;
@@ -402,10 +348,8 @@ void rope_into(const py::array& x, const std::string& x_dtype, py::array out,
 
 // --- tables -------------------------------------------------------------------------
 
-// The declared fields of one group of requests (table: the table kinds; rope: RoPE's
-// requests; rope_ids; attention; relative; attention_tensors; ops: compare, its baseline
-// verdict, combine and write), each with the `kind` it belongs to, for tests and the
-// package's keyword lists.
+// The declared fields of one group of requests (posenc/field_groups.hpp), each with the
+// `kind` it belongs to, for tests and the package's keyword lists.
 py::list fields(const std::string& group) {
   using namespace pybind11::literals;
   py::list out;
@@ -426,25 +370,7 @@ py::list fields(const std::string& group) {
           "default"_a = f.default_text, "help"_a = f.help));
     }
   };
-  if (group == "table") {
-    for_each_table_kind(add);
-  } else if (group == "rope") {
-    for_each_rope_request(add);
-  } else if (group == "rope_ids") {
-    add("rope_ids", RopeIdsRequest{});
-  } else if (group == "attention") {
-    for_each_attention_request(add);
-  } else if (group == "relative") {
-    for_each_relative_request(add);
-  } else if (group == "attention_tensors") {
-    for_each_attention_input(add);
-  } else if (group == "ops") {
-    for_each_ops_request(add);
-  } else {
-    throw UsageError("group: unknown field group '" + printable(group) +
-                     "'; expected table, rope, rope_ids, attention, relative, "
-                     "attention_tensors or ops");
-  }
+  for_each_request_of(group, add);
   return out;
 }
 
@@ -476,7 +402,7 @@ py::tuple tables(const std::string& kind, const py::dict& d, const py::dict& rop
 // (ids [3, s], delta) or (ids [3, b, s], [delta per row]).
 py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
   const CallThreads threads;
-  const RopeIdsResolved r = rope_ids_by_keyword(PyKeywords(d), PyKeywords(tensors));
+  RopeIdsResolved r = rope_ids_by_keyword(PyKeywords(d), PyKeywords(tensors));
   if (r.layout) {
     RopeIds one;
     {
@@ -485,13 +411,10 @@ py::tuple rope_ids_of(const py::dict& d, const py::dict& tensors) {
     }
     return py::make_tuple(to_array(std::move(one.ids)), one.delta);
   }
-  RopeIdsTensors t{*tensor_arg(tensors, "input_ids"), tensor_arg(tensors, "attention_mask"),
-                   tensor_arg(tensors, "image_grid_thw"), tensor_arg(tensors, "video_grid_thw"),
-                   tensor_arg(tensors, "second_per_grid_ts")};
   RopeIdsBatch batch;
   {
     py::gil_scoped_release nogil;
-    batch = rope_ids_from_tensors(std::move(t), r.request, r.config, r.rules);
+    batch = rope_ids_from_tensors(std::move(*r.tensors), r.request, r.config, r.rules);
   }
   const bool one_row = batch.ids.ndim() == 2;
   py::object deltas =
@@ -508,9 +431,10 @@ py::dict attention(const py::dict& tensors, const py::dict& opt_d, const py::dic
                    const py::dict& pos_d, const py::dict& apply_d, bool with_rope,
                    const py::dict& relative_d) {
   const CallThreads threads;
-  const bool kv = gives(tensors, "kv");
+  const PyKeywords t(tensors);
+  const bool kv = t.gives("kv");
   const py::dict kv_d = kv ? tensors["kv"].cast<py::dict>() : py::dict();
-  const PyKeywords t(tensors), o(opt_d), r(rope_d), p(pos_d), a(apply_d), rel(relative_d),
+  const PyKeywords o(opt_d), r(rope_d), p(pos_d), a(apply_d), rel(relative_d),
       kv_k(kv_d);
   AttentionCall call({t, o, r, p, a, rel, kv ? &kv_k : nullptr, with_rope});
   for (const char* key : {"k", "v"}) {
@@ -546,8 +470,8 @@ py::dict compare(const py::array& a, const std::string& a_dtype, const py::array
   const CallThreads threads;
   const Tensor ta = to_tensor(a, a_dtype, "a"), tb = to_tensor(b, b_dtype, "b");
   CompareOptions opt;
-  DictReader(d).read(opt);  // rtol, atol, ulp, equal_nan (ops/compare_fields.hpp)
-  const SliceSpec slice = parse_slice(get<std::string>(d, "slice").value_or(""));
+  KeywordReader(PyKeywords(d)).read(opt);  // rtol, atol, ulp, equal_nan (ops/compare_fields.hpp)
+  const SliceSpec slice = parse_slice(PyKeywords(d).get<std::string>("slice").value_or(""));
   const CompareResult r = without_gil([&] { return posenc::compare(ta, tb, opt, slice); });
   using namespace pybind11::literals;
   // A largest difference: its value, where (A's multi-index, as the command prints it)
@@ -581,7 +505,7 @@ py::dict combine_partials(const py::array& out_partial, const std::string& out_d
   const Tensor o = to_tensor(out_partial, out_dtype, "out_partial");
   const Tensor l = to_tensor(lse_partial, lse_dtype, "lse_partial");
   CombineOptions opt;
-  DictReader(d).read(opt);  // axis, lse_layout, dtype (ops/combine.hpp)
+  KeywordReader(PyKeywords(d)).read(opt);  // axis, lse_layout, dtype (ops/combine.hpp)
   CombineResult r = without_gil([&] { return posenc::combine(o, l, opt); });
   py::dict res;
   res["out"] = to_array(std::move(r.out));
@@ -597,7 +521,7 @@ py::dict compare_baseline(const py::array& a, const std::string& a_dtype, const 
   const Tensor ta = to_tensor(a, a_dtype, "a"), tb = to_tensor(b, b_dtype, "b"),
                tp = to_tensor(pt, pt_dtype, "baseline");
   BaselineRule rule;
-  DictReader(d).read(rule);  // factor, atol (ops/compare_fields.hpp)
+  KeywordReader(PyKeywords(d)).read(rule);  // factor, atol (ops/compare_fields.hpp)
   rule.names = {"a", "b", "baseline"};
   const BaselineVerdict v = without_gil([&] { return judge_against_baseline(ta, tb, tp, rule); });
   using namespace pybind11::literals;
@@ -638,8 +562,8 @@ void write(const std::string& ref, const py::array& x, const std::string& dtype,
   check_module_ref(ref);
   const Tensor t = to_tensor(x, dtype, "x");
   WriteOptions w;
-  DictReader(d).read(w);  // force, compression, no_clobber, sync (io/write_fields.hpp)
-  const TensorRef r = parse_ref(ref, get<std::string>(d, "to").value_or(""), "/data");
+  KeywordReader(PyKeywords(d)).read(w);  // force, compression, no_clobber, sync (io/write_fields.hpp)
+  const TensorRef r = parse_ref(ref, PyKeywords(d).get<std::string>("to").value_or(""), "/data");
   const Attrs a = attrs_from(attrs);
   py::gil_scoped_release nogil;
   write_tensor(r, t, a, w);

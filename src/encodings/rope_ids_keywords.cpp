@@ -2,7 +2,6 @@
 
 #include <string>
 
-#include "posenc/encodings/rope_ids_fields.hpp"
 
 namespace posenc {
 
@@ -15,6 +14,13 @@ RopeIdsResolved rope_ids_by_keyword(const Keywords& k, const Keywords& tensors) 
   KeywordReader(k).read(r.request);  // the declared fields (rope_ids_fields.hpp)
   if (!r.request.hf_config.empty()) r.config = read_rope_ids_config(r.request.hf_config);
   r.rules = resolve_rope_ids_rules(r.request, r.config);
+  if (r.layout) return r;
+  const auto tensor = [&tensors](const char* n) {
+    return tensors.gives(n) ? std::optional(tensors.tensor(n)) : std::nullopt;
+  };
+  r.tensors = RopeIdsTensors{*tensor("input_ids"), tensor("attention_mask"),
+                             tensor("image_grid_thw"), tensor("video_grid_thw"),
+                             tensor("second_per_grid_ts")};
   return r;
 }
 
