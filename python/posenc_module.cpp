@@ -2,9 +2,10 @@
 // Arrays come in as C-contiguous numpy arrays with the posenc dtype name next to them
 // (the package's Python layer views torch tensors, DLPack capsules and bf16 bit
 // patterns as such arrays without copying); options come in as dicts keyed by the
-// library's own member names, holding only what the caller gave. Each function turns
-// them into the library's parameter values in one place and calls the library entry
-// points the command's subcommands call. Results leave as numpy arrays that own the
+// library's own field names, holding only what the caller gave. The library reads and
+// checks them by keyword (posenc/keywords.hpp: this module's PyKeywords turns a dict's
+// Python objects into the values a field asks for) and assembles the requests the
+// command's subcommands build from options. Results leave as numpy arrays that own the
 // library's Tensor storage (no copy). Computation runs without the GIL.
 
 #include <omp.h>
