@@ -9,6 +9,7 @@
 #include "posenc/encodings/rope_keywords.hpp"
 #include "posenc/encodings/table_fields.hpp"
 #include "posenc/error.hpp"
+#include "posenc/printable.hpp"
 
 namespace posenc {
 namespace {
@@ -72,7 +73,7 @@ const std::map<std::string, TableKind>& table_kinds() {
 std::vector<Table> tables_by_keyword(const std::string& kind, const Keywords& d,
                                      const Keywords& rope, const Keywords& pos) {
   const auto it = table_kinds().find(kind);
-  if (it == table_kinds().end()) throw UsageError("kind: unknown table kind '" + kind + "'");
+  if (it == table_kinds().end()) throw UsageError("kind: unknown table kind '" + printable(kind) + "'");
   std::vector<Table> tables;
   it->second(TableArgs{d, rope, pos}, tables);
   return tables;
