@@ -1,11 +1,13 @@
 #include "posenc/ops/attention_keywords.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "posenc/encodings/hf_config.hpp"
 #include "posenc/encodings/rope_fields.hpp"
 #include "posenc/encodings/rope_keywords.hpp"
 #include "posenc/error.hpp"
+#include "posenc/field_groups.hpp"
 #include "posenc/ops/attention_fields.hpp"
 #include "posenc/ops/attention_relative_fields.hpp"
 #include "posenc/ops/cast.hpp"
@@ -31,9 +33,74 @@ AttentionEmitted emitted(AttentionResult& res, const std::vector<AttentionEmit>&
   return out;
 }
 
+// Each declared option of attention's requests (--k-descale) and the keyword that gives
+// the same field (k_descale).
+const std::map<std::string, std::string>& keyword_of_option() {
+  static const std::map<std::string, std::string> m = [] {
+    std::map<std::string, std::string> out;
+    const auto add = [&out](const char*, auto r) {
+      Describer d;
+      declare(d, r);
+      for (const Field& f : d.fields) out.emplace(f.option(), f.python_name());
+    };
+    for (const char* group : {"attention", "attention_tensors", "relative", "rope"}) {
+      for_each_request_of(group, add);
+    }
+    return out;
+  }();
+  return m;
+}
+
+bool option_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_';
+}
+
+// `what` with each declared option written as its keyword: a whole token only (the longest
+// option characters run, so --k-descale-x is not --k-descale), and not a value the caller
+// quoted ('--mask'); the words after it ("--arith fa-baseline") stay.
+std::string in_keyword_terms(const std::string& what) {
+  const auto& keywords = keyword_of_option();
+  std::string out;
+  std::size_t i = 0;
+  while (i < what.size()) {
+    const bool starts = what.compare(i, 2, "--") == 0 &&
+                        (i == 0 || (!option_char(what[i - 1]) && what[i - 1] != '\''));
+    if (!starts) {
+      out += what[i++];
+      continue;
+    }
+    std::size_t end = i + 2;
+    while (end < what.size() && option_char(what[end])) ++end;
+    const auto it = keywords.find(what.substr(i, end - i));
+    out += it == keywords.end() ? what.substr(i, end - i) : it->second;
+    i = end;
+  }
+  return out;
+}
+
+// f(), its errors rethrown with the same type in the keyword caller's terms: the library's
+// messages written for the command line name options, which Python has not.
+template <class F>
+auto in_keyword_terms_of(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    const std::string what = in_keyword_terms(e.what());
+    if (dynamic_cast<const UsageError*>(&e)) throw UsageError(what);
+    if (dynamic_cast<const InputError*>(&e)) throw InputError(what);
+    if (dynamic_cast<const OutputError*>(&e)) throw OutputError(what);
+    throw;
+  }
+}
+
 }  // namespace
 
 AttentionCall::AttentionCall(const AttentionKeywords& k) {
+  in_keyword_terms_of([&] { read(k); });
+}
+
+void AttentionCall::read(const AttentionKeywords& k) {
   const Keywords &t = k.tensors, &o = k.options;
   read_options(o, t);
   grad_names_ = o.get<std::vector<std::string>>("emit").value_or(std::vector<std::string>{});
@@ -187,10 +254,12 @@ void AttentionCall::check_gradients() {
 }
 
 AttentionEmitted AttentionCall::run() {
-  if (mode_ == Mode::kv_cache) return run_kv_cache();
-  if (mode_ == Mode::gradients) return run_gradients();
-  AttentionResult res = attention(*q_, *k_, v_ ? &*v_ : nullptr, opt_, term_);
-  return emitted(res, opt_.emit);
+  return in_keyword_terms_of([this] {
+    if (mode_ == Mode::kv_cache) return run_kv_cache();
+    if (mode_ == Mode::gradients) return run_gradients();
+    AttentionResult res = attention(*q_, *k_, v_ ? &*v_ : nullptr, opt_, term_);
+    return emitted(res, opt_.emit);
+  });
 }
 
 AttentionEmitted AttentionCall::run_gradients() {

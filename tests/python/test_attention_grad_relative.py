@@ -220,16 +220,16 @@ def test_relative_gradient_without_its_tensor_is_a_usage_error():
     q, k, v, do, r, pk = rnd(9, (B, HQ, 5, D), (B, HK, 5, D), (B, HK, 5, DV), (B, HQ, 5, DV),
                              (5, HQ, D), (8, HQ, D))
     cases = (
-        (dict(), "drel_keys", "drel_keys needs --rel-keys"),
-        (dict(rel_keys=r), "dpos_key", "dpos_key needs --pos-key"),
-        (dict(rel_keys=r), "dsegment_bias", "dsegment_bias needs --segment-bias"),
-        (dict(pos_key=pk, position_buckets=4), "drel_kernel", "drel_kernel needs --rel-kernel"),
-        (dict(pos_key=pk, position_buckets=4), "dpos_query", "dpos_query needs --pos-query"),
+        (dict(), "drel_keys", "drel_keys needs rel_keys$"),
+        (dict(rel_keys=r), "dpos_key", "dpos_key needs pos_key$"),
+        (dict(rel_keys=r), "dsegment_bias", "dsegment_bias needs segment_bias$"),
+        (dict(pos_key=pk, position_buckets=4), "drel_kernel", "drel_kernel needs rel_kernel$"),
+        (dict(pos_key=pk, position_buckets=4), "dpos_query", "dpos_query needs pos_query$"),
     )
     for kw, name, message in cases:
         with pytest.raises(posenc.UsageError, match=message):
             posenc.attention(q, k, v, grad_output=do, emit=("dq", name), **kw)
-    with pytest.raises(posenc.UsageError, match="dphi/dpi/dpsi/domega needs --factorized"):
+    with pytest.raises(posenc.UsageError, match="dphi/dpi/dpsi/domega needs factorized$"):
         posenc.attention(q, k, v, grad_output=do, rel_keys=r, emit=("dq", "dpsi"))
 
 

@@ -90,7 +90,7 @@ def test_attention_values_of_the_config_are_named_as_its_keys(tmp_path):
     # A config's soft-capping refused by arith="hf" names the key, not the keyword.
     cfg = config(tmp_path, hidden_size=32, attn_logit_softcapping=30.0)
     with pytest.raises(posenc.UsageError, match=r"has no soft-capping \(\S*config\.json: "
-                                                r"'attn_logit_softcapping'; use --arith exact\)"):
+                                                r"'attn_logit_softcapping'; use arith exact\)$"):
         posenc.attention(q, q, q, hf_config=cfg, arith="hf")
     cfg = config(tmp_path, model_type="ministral3", hidden_size=32,
                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0,

@@ -52,7 +52,10 @@ struct AttentionEmitted {
 /// keyword (UsageError and InputError as the command gives them, named by keyword) and
 /// holds the tensors, which may borrow the caller's memory; run() computes without
 /// reading a keyword again, so a front end that must hold a lock to read its values
-/// (Python's GIL) can release it around run().
+/// (Python's GIL) can release it around run(). Both throw the library's errors in the
+/// keyword caller's terms: each declared option of the attention, attention_tensors,
+/// relative and rope groups (field_groups.hpp) a message names is written as its keyword
+/// ("gradients: k_descale ... is not supported", not "--k-descale"), same type and status.
 class AttentionCall {
  public:
   explicit AttentionCall(const AttentionKeywords& k);
@@ -70,6 +73,7 @@ class AttentionCall {
   AttentionEmitted run();
 
  private:
+  void read(const AttentionKeywords& k);
   void read_options(const Keywords& o, const Keywords& t);
   void read_rope(const AttentionKeywords& k, const Positions& pos, const Axes& axes);
   void read_kv_cache(const Keywords& kv, const Keywords& o, const char* conflict);
