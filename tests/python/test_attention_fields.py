@@ -19,6 +19,7 @@ import subprocess
 import numpy as np
 import pytest
 
+import hf_config_choice_cases
 import posenc
 
 BIN = os.environ.get("POSENC_BIN", "posenc")
@@ -373,21 +374,14 @@ def test_the_memory_budget_is_its_declarations_in_both_front_ends(inputs):
                                  {"emit": ["output"], "max_memory": -1}, {}, {}, {}, False, {})
 
 
-@pytest.mark.parametrize("words, kw, message", [
-    (["--layer", "0"], {"layer": 0}, "{layer}: needs {hf_config}"),
-    (["--hf-config", "c.json", "--layer", "-1"], {"hf_config": "c.json", "layer": -1},
-     "{layer}: must be a layer index >= 0, got -1"),
-    # Without --rope the module read no hf_version: the file was read (and missing, exit 3).
-    (["--hf-config", "c.json", "--hf-version", "3"], {"hf_config": "c.json", "hf_version": "3"},
-     "{hf_version}: release 3.0 is not one posenc models (4.43, the first with "
-     "modeling_rope_utils, to 5.x)"),
-], ids=["layer", "layer-1", "hf_version"])
+@pytest.mark.parametrize("words, kw, message", hf_config_choice_cases.CASES,
+                         ids=hf_config_choice_cases.IDS)
 def test_the_hf_config_choice_is_checked_alike_before_the_file_is_read(words, kw, message,
                                                                       inputs):
     """HfConfigChoice (rope_fields.hpp) read and checked by both, with or without --rope."""
     tmp, a = inputs
     q = str(tmp / "q.npy")
-    terms = ("layer", "hf_config", "hf_version")
+    terms = hf_config_choice_cases.NAMES
     for rope in ([], ["--rope"]):
         p = subprocess.run([BIN, "attention", "-q", q, "-k", q, "-v", q, "--emit", "output",
                             *rope, *words, "-o", str(tmp / "hf.npy")],

@@ -19,6 +19,7 @@ import subprocess
 import numpy as np
 import pytest
 
+import hf_config_choice_cases
 import posenc
 import posenc.table
 
@@ -199,14 +200,8 @@ RULES = [
      "{position_ids}: cannot be combined with {cu_seqlens}"),
     (["--inv-freq", "f.npy", "--layout", "axial"], {"inv_freq": np.ones((1, 4)), "layout": "axial"},
      "{inv_freq}: gives the layout itself; not with {layout}"),
-    # The HF config's companions (check_hf_config_given), before the file is read; --layer -1
-    # was taken for no --layer on the command line.
-    (["--layer", "0"], {"layer": 0}, "{layer}: needs {hf_config}"),
-    (["--hf-config", "c.json", "--layer", "-1"], {"hf_config": "c.json", "layer": -1},
-     "{layer}: must be a layer index >= 0, got -1"),
-    (["--hf-config", "c.json", "--hf-version", "3"], {"hf_config": "c.json", "hf_version": "3"},
-     "{hf_version}: release 3.0 is not one posenc models (4.43, the first with "
-     "modeling_rope_utils, to 5.x)"),
+    # The HF config's companions (check_hf_config_given), before the file is read.
+    *hf_config_choice_cases.CASES,
     (["--cos", "cos.npy", "--sin", "sin.npy", "--base", "500"],
      {"cos": np.ones((4, 4)), "sin": np.zeros((4, 4)), "base": 500.0},
      "{cos}: the tables replace the frequencies; not with {base}"),
