@@ -175,6 +175,11 @@ Tensor tensor_of(const py::handle& v, const std::string& key) {
   return to_tensor(py::array(pair[0]), pair[1].cast<std::string>(), key);
 }
 
+// Whether `v` is a whole number (an int, numpy's integers; not a bool).
+bool is_whole(const py::handle& v) {
+  return PyIndex_Check(v.ptr()) && !py::isinstance<py::bool_>(v);
+}
+
 // `v` (not None) as a T: pybind11's conversion, its failures said in the keyword's terms.
 template <class T>
 T value_as(const py::handle& v, const std::string& key) {
@@ -185,7 +190,7 @@ T value_as(const py::handle& v, const std::string& key) {
   } catch (const py::error_already_set&) {
   }
   if (!out) {
-    const bool whole = PyIndex_Check(v.ptr()) && !py::isinstance<py::bool_>(v);
+    const bool whole = is_whole(v);
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       if (whole) {
         throw UsageError(key + ": " + described(v) + " is out of range (" +
@@ -232,10 +237,7 @@ class PyKeywords : public Keywords {
   std::string described(const Key& k) const override { return python::described(at(k)); }
   bool is_bool(const Key& k) const override { return py::isinstance<py::bool_>(at(k)); }
   bool is_text(const Key& k) const override { return py::isinstance<py::str>(at(k)); }
-  bool is_integer(const Key& k) const override {
-    const py::object v = at(k);
-    return PyIndex_Check(v.ptr()) && !py::isinstance<py::bool_>(v);
-  }
+  bool is_integer(const Key& k) const override { return is_whole(at(k)); }
   bool is_real_array(const Key& k) const override {
     const py::object v = at(k);
     return py::isinstance<py::array>(v) && py::array(v).dtype().kind() == 'f';

@@ -1,6 +1,5 @@
 #include "posenc/ops/attention_keywords.hpp"
 
-#include <algorithm>
 #include <map>
 
 #include "posenc/encodings/hf_config.hpp"
@@ -132,10 +131,7 @@ void AttentionCall::read(const AttentionKeywords& k) {
     const HfAttentionConfig c = read_hf_attention_config(hf.hf_config, hf.layers());
     check_hf_attention_shapes(c, hf.hf_config, q_->shape(), k_->shape(),
                               v_ ? &v_->shape() : nullptr, opt_.axes);
-    KeywordReader given(o);  // the declared fields given (scale, alibi, ...) stay
-    AttentionOptions fields;
-    given.read(fields);
-    std::vector<std::string> keep = given.given;
+    std::vector<std::string> keep = options_given_;  // scale, alibi, ... given stay
     apply_hf_attention(c, opt_, keep);
   }
   const Positions pos = positions_by_keyword(k.positions);
@@ -176,7 +172,8 @@ void AttentionCall::read(const AttentionKeywords& k) {
 void AttentionCall::read_options(const Keywords& o, const Keywords& t) {
   KeywordReader k(o);
   k.read(opt_);
-  validate_given(opt_, k.given);
+  options_given_ = k.given;
+  validate_given(opt_, options_given_);
   // A keyword caller has t5_causal alone, no t5_bidirectional.
   check_given(
       opt_, Caller{[&](const std::string& n) { return o.gives(n) || t.gives(n); },
@@ -190,14 +187,7 @@ void AttentionCall::read_options(const Keywords& o, const Keywords& t) {
   RelativeWindow w;
   KeywordReader window(o);
   window.read(w);
-  if (!window.given.empty()) {
-    const std::vector<std::string>& given = window.given;
-    opt_.relative_window =
-        checked_window(w, Caller{[&given](const std::string& n) {
-                                   return std::find(given.begin(), given.end(), n) != given.end();
-                                 },
-                                 [](const std::string& n) { return n; }, nullptr});
-  }
+  if (!window.given.empty()) opt_.relative_window = checked_window(w, keyword_caller({&o}));
   KeywordReader{o}(field("precision", ""), choice(opt_.precision, fields::precisions()));
   AttentionArith arith;  // exact, hf, fa-baseline (FlashAttention-3's tests)
   KeywordReader(o).read(arith);

@@ -83,6 +83,7 @@ class AttentionCall {
 
   enum class Mode { forward, gradients, kv_cache } mode_ = Mode::forward;
   AttentionOptions opt_;
+  std::vector<std::string> options_given_;  // its declared fields the keywords gave
   std::vector<std::string> grad_names_;  // emit, with grad_output
   std::optional<Tensor> q_, k_, v_, grad_output_, forward_output_, forward_lse_;
   std::list<Tensor> declared_;  // the declared tensor inputs, which opt_ points at
